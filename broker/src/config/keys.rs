@@ -1,0 +1,211 @@
+//! The table of configuration keys: one row per key, the single place that
+//! names a key's environment variable, flag, type and range.
+
+/// How a raw text value (environment, flag) is turned into a typed value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Free text (paths, addresses, filter directives).
+    Text,
+    /// Text that must never be printed.
+    Secret,
+    /// An unsigned integer with an inclusive range.
+    Uint { min: u64, max: u64 },
+    /// `true` or `false`.
+    Bool,
+}
+
+/// One configuration key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeySpec {
+    /// The key in `queen.toml` and in `Config`.
+    pub name: &'static str,
+    /// The environment variable that sets it.
+    pub env: &'static str,
+    /// The command-line flag that sets it, if any (secrets have none: a flag
+    /// shows up in `ps` and in shell history).
+    pub flag: Option<&'static str>,
+    pub kind: Kind,
+}
+
+pub(crate) const KIB: u64 = 1024;
+pub(crate) const MIB: u64 = 1024 * KIB;
+pub(crate) const GIB: u64 = 1024 * MIB;
+
+/// Every key, in the order `queen config print` and the docs list them.
+pub(crate) const KEYS: &[KeySpec] = &[
+    KeySpec {
+        name: "data_dir",
+        env: "QUEEN_DATA_DIR",
+        flag: Some("--data-dir"),
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "http_addr",
+        env: "QUEEN_HTTP_ADDR",
+        flag: Some("--http-addr"),
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "jwt_secret",
+        env: "QUEEN_JWT_SECRET",
+        flag: None,
+        kind: Kind::Secret,
+    },
+    KeySpec {
+        name: "max_body_bytes",
+        env: "QUEEN_MAX_BODY_BYTES",
+        flag: Some("--max-body-bytes"),
+        kind: Kind::Uint { min: KIB, max: GIB },
+    },
+    KeySpec {
+        name: "segment_bytes",
+        env: "QUEEN_SEGMENT_BYTES",
+        flag: None,
+        kind: Kind::Uint { min: MIB, max: GIB },
+    },
+    KeySpec {
+        name: "commit_max_batch",
+        env: "QUEEN_COMMIT_MAX_BATCH",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 65_536,
+        },
+    },
+    KeySpec {
+        name: "commit_max_bytes",
+        env: "QUEEN_COMMIT_MAX_BYTES",
+        flag: None,
+        kind: Kind::Uint {
+            min: 64 * KIB,
+            max: 256 * MIB,
+        },
+    },
+    KeySpec {
+        name: "checkpoint_interval_secs",
+        env: "QUEEN_CHECKPOINT_INTERVAL_SECS",
+        flag: None,
+        kind: Kind::Uint { min: 1, max: 3_600 },
+    },
+    KeySpec {
+        name: "shutdown_grace_secs",
+        env: "QUEEN_SHUTDOWN_GRACE_SECS",
+        flag: None,
+        kind: Kind::Uint { min: 1, max: 600 },
+    },
+    KeySpec {
+        name: "log_json",
+        env: "QUEEN_LOG_JSON",
+        flag: None,
+        kind: Kind::Bool,
+    },
+    KeySpec {
+        name: "log",
+        env: "QUEEN_LOG",
+        flag: None,
+        kind: Kind::Text,
+    },
+];
+
+/// The environment variable naming the config file (the twin of `--config`).
+pub(crate) const CONFIG_ENV: &str = "QUEEN_CONFIG";
+/// The fallback for `log` when `QUEEN_LOG` is unset.
+pub(crate) const RUST_LOG_ENV: &str = "RUST_LOG";
+/// The prefix of every variable this module reads.
+pub(crate) const ENV_PREFIX: &str = "QUEEN_";
+
+pub(crate) fn spec(name: &str) -> Option<&'static KeySpec> {
+    KEYS.iter().find(|k| k.name == name)
+}
+
+pub(crate) fn spec_by_env(env: &str) -> Option<&'static KeySpec> {
+    KEYS.iter().find(|k| k.env == env)
+}
+
+/// The known key closest to `input` by edit distance, for "did you mean".
+pub(crate) fn closest_key(input: &str) -> Option<&'static str> {
+    KEYS.iter()
+        .map(|k| (levenshtein(input, k.name), k.name))
+        .filter(|(d, name)| *d <= (name.len() / 3).max(2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, name)| name)
+}
+
+/// The known environment variable closest to `input`, for "did you mean".
+pub(crate) fn closest_env(input: &str) -> Option<&'static str> {
+    KEYS.iter()
+        .map(|k| k.env)
+        .chain(std::iter::once(CONFIG_ENV))
+        .map(|env| (levenshtein(input, env), env))
+        .filter(|(d, env)| *d <= (env.len() / 4).max(2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, env)| env)
+}
+
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = Vec::with_capacity(b.len() + 1);
+        cur.push(i + 1);
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            let best = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+            cur.push(best);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Whether `name` is one of the variables Kubernetes injects for a Service
+/// whose name starts with `queen` (service links): `QUEEN_SERVICE_HOST`,
+/// `QUEEN_SERVICE_PORT`, `QUEEN_SERVICE_PORT_<PORTNAME>`, `QUEEN_PORT`,
+/// `QUEEN_PORT_6632_TCP`, `QUEEN_PORT_6632_TCP_{PROTO,PORT,ADDR}`, and the
+/// same with any infix (`QUEEN_HEADLESS_SERVICE_HOST` for `queen-headless`).
+///
+/// Such names are skipped without a warning. To keep a real typo from hiding
+/// behind this rule, `*_PORT` and `*_PORT_<n>_<proto>` only count when their
+/// value has the shape Kubernetes gives them (`tcp://10.0.0.1:6632`).
+pub(crate) fn is_kubernetes_service_link(name: &str, value: &str) -> bool {
+    let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
+        return false;
+    };
+    let parts: Vec<&str> = rest.split('_').collect();
+    let is_url = |v: &str| {
+        ["tcp://", "udp://", "sctp://"]
+            .iter()
+            .any(|p| v.starts_with(p))
+    };
+    // ..._SERVICE_HOST, ..._SERVICE_PORT, ..._SERVICE_PORT_<NAME...>
+    if let Some(i) = parts.iter().position(|p| *p == "SERVICE") {
+        match parts.get(i + 1..) {
+            Some(["HOST"]) => return true,
+            Some(["PORT", ..]) => return value.parse::<u16>().is_ok(),
+            _ => {}
+        }
+    }
+    // ..._PORT = tcp://ip:port and ..._PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR]
+    for (i, p) in parts.iter().enumerate() {
+        if *p != "PORT" {
+            continue;
+        }
+        match parts.get(i + 1..) {
+            Some([]) => return is_url(value),
+            Some([port, proto]) if is_port(port) && is_proto(proto) => return is_url(value),
+            Some([port, proto, "PROTO" | "PORT" | "ADDR"]) if is_port(port) && is_proto(proto) => {
+                return true
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+fn is_port(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+fn is_proto(s: &str) -> bool {
+    matches!(s, "TCP" | "UDP" | "SCTP")
+}

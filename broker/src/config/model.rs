@@ -1,0 +1,215 @@
+//! The typed configuration and its validation.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::keys::{self, Kind, GIB, KIB, MIB};
+
+/// The effective configuration of one `queen` process.
+///
+/// Built by [`super::load`] from defaults, `queen.toml`, `QUEEN_*` variables and
+/// flags, then checked by [`Config::validate`]. `deny_unknown_fields` makes a
+/// misspelled or removed key fail the start instead of being ignored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where segments, the state store and checkpoints live.
+    pub data_dir: PathBuf,
+    /// The native HTTP API listener (`ip:port`; port 0 picks a free port).
+    pub http_addr: SocketAddr,
+    /// HS256 secret for bearer tokens; `None` turns authentication off.
+    pub jwt_secret: Option<Secret>,
+    /// Largest accepted HTTP request body.
+    pub max_body_bytes: u64,
+    /// Size at which a log segment file is rolled.
+    pub segment_bytes: u64,
+    /// Most commands planned into one group commit.
+    pub commit_max_batch: u64,
+    /// Most payload bytes planned into one group commit.
+    pub commit_max_bytes: u64,
+    /// Seconds between state checkpoints into the state store.
+    pub checkpoint_interval_secs: u64,
+    /// Seconds SIGTERM waits for the drain before aborting what is left.
+    pub shutdown_grace_secs: u64,
+    /// Log lines as JSON objects instead of human text.
+    pub log_json: bool,
+    /// `tracing` filter directives, e.g. `info` or `info,queenmq_raft=debug`.
+    pub log: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./queen-data"),
+            http_addr: SocketAddr::from(([0, 0, 0, 0], 6632)),
+            jwt_secret: None,
+            max_body_bytes: 64 * MIB,
+            segment_bytes: 64 * MIB,
+            commit_max_batch: 4_096,
+            commit_max_bytes: 4 * MIB,
+            checkpoint_interval_secs: 30,
+            shutdown_grace_secs: 25,
+            log_json: false,
+            log: "info".to_owned(),
+        }
+    }
+}
+
+impl Config {
+    /// Checks every value against its allowed range and shape.
+    ///
+    /// Returns the first problem found, naming the key.
+    pub fn validate(&self) -> Result<(), ValueError> {
+        for spec in keys::KEYS {
+            if let Kind::Uint { min, max } = spec.kind {
+                let value = self.uint(spec.name);
+                if !(min..=max).contains(&value) {
+                    return Err(ValueError::OutOfRange {
+                        key: spec.name,
+                        value,
+                        min,
+                        max,
+                    });
+                }
+            }
+        }
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(ValueError::Bad {
+                key: "data_dir",
+                message: "must not be empty".into(),
+            });
+        }
+        if let Some(secret) = &self.jwt_secret {
+            if secret.expose().is_empty() {
+                return Err(ValueError::Bad {
+                    key: "jwt_secret",
+                    message: "is empty; leave it unset to run without authentication".into(),
+                });
+            }
+        }
+        if self.log.trim().is_empty() {
+            return Err(ValueError::Bad {
+                key: "log",
+                message: "must not be empty (try \"info\")".into(),
+            });
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log) {
+            return Err(ValueError::Bad {
+                key: "log",
+                message: format!("is not a valid filter ({e}): {:?}", self.log),
+            });
+        }
+        Ok(())
+    }
+
+    /// [`Self::checkpoint_interval_secs`] as a duration.
+    pub fn checkpoint_interval(&self) -> Duration {
+        Duration::from_secs(self.checkpoint_interval_secs)
+    }
+
+    /// [`Self::shutdown_grace_secs`] as a duration.
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_secs)
+    }
+
+    /// The value of a `Kind::Uint` key by name (0 for any other name).
+    pub(crate) fn uint(&self, name: &str) -> u64 {
+        match name {
+            "max_body_bytes" => self.max_body_bytes,
+            "segment_bytes" => self.segment_bytes,
+            "commit_max_batch" => self.commit_max_batch,
+            "commit_max_bytes" => self.commit_max_bytes,
+            "checkpoint_interval_secs" => self.checkpoint_interval_secs,
+            "shutdown_grace_secs" => self.shutdown_grace_secs,
+            _ => 0,
+        }
+    }
+
+    /// The value of a key as `queen config print` shows it (TOML syntax, the
+    /// secret replaced by `"<set>"`, `None` when unset), plus a readable size.
+    pub(crate) fn display_value(&self, name: &str) -> (Option<String>, Option<String>) {
+        match name {
+            "data_dir" => (
+                Some(toml_string(&self.data_dir.display().to_string())),
+                None,
+            ),
+            "http_addr" => (Some(toml_string(&self.http_addr.to_string())), None),
+            "jwt_secret" => (self.jwt_secret.as_ref().map(|_| toml_string("<set>")), None),
+            "log_json" => (Some(self.log_json.to_string()), None),
+            "log" => (Some(toml_string(&self.log)), None),
+            other => {
+                let n = self.uint(other);
+                (Some(n.to_string()), human_bytes(other, n))
+            }
+        }
+    }
+}
+
+fn toml_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn human_bytes(name: &str, n: u64) -> Option<String> {
+    if !name.ends_with("_bytes") {
+        return None;
+    }
+    let (unit, div) = if n >= GIB && n % GIB == 0 {
+        ("GiB", GIB)
+    } else if n >= MIB && n % MIB == 0 {
+        ("MiB", MIB)
+    } else if n >= KIB && n % KIB == 0 {
+        ("KiB", KIB)
+    } else {
+        return None;
+    };
+    Some(format!("{} {unit}", n / div))
+}
+
+/// A value that must never reach a log line or `Debug` output.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself, for the one place that needs it (token checks).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// A value that parsed but is not acceptable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    #[error("`{key}` = {value} is out of range {min}..={max}")]
+    OutOfRange {
+        key: &'static str,
+        value: u64,
+        min: u64,
+        max: u64,
+    },
+    #[error("`{key}` {message}")]
+    Bad { key: &'static str, message: String },
+}

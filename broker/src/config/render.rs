@@ -1,0 +1,36 @@
+//! `queen config print`: every key, its effective value and its origin.
+
+use super::keys::KEYS;
+use super::load::Loaded;
+
+/// The effective configuration as TOML-like text, one key a line with its
+/// origin as a comment; the secret shows as `"<set>"`, never its value.
+pub fn render(loaded: &Loaded) -> String {
+    let mut rows = Vec::with_capacity(KEYS.len());
+    for spec in KEYS {
+        let (value, human) = loaded.config.display_value(spec.name);
+        let origin = loaded.source_of(spec.name).unwrap_or("default");
+        let comment = match human {
+            Some(h) => format!("{origin} ({h})"),
+            None => origin.to_owned(),
+        };
+        let left = match value {
+            Some(v) => format!("{} = {v}", spec.name),
+            None => format!("# {} unset: authentication off", spec.name),
+        };
+        rows.push((left, comment));
+    }
+    let width = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
+    let mut out =
+        String::from("# effective configuration of queen; each line: key = value  # origin\n");
+    if let Some(file) = &loaded.file {
+        out.push_str(&format!("# config file: {}\n", file.display()));
+    }
+    for (left, comment) in rows {
+        out.push_str(&format!("{left:<width$}  # {comment}\n"));
+    }
+    for w in &loaded.warnings {
+        out.push_str(&format!("# warning: {w}\n"));
+    }
+    out
+}

@@ -1,0 +1,442 @@
+//! One test per layer and per refusal; the environment is always injected.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::load::load_with;
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// A config file in a fresh temp dir (kept alive by the returned guard).
+fn file(contents: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("queen.toml");
+    let mut f = std::fs::File::create(&path).expect("create");
+    f.write_all(contents.as_bytes()).expect("write");
+    (dir, path)
+}
+
+/// The key an error is about, if it is about one.
+trait KeyOf {
+    fn key(&self) -> Option<&str>;
+}
+
+impl KeyOf for ConfigError {
+    fn key(&self) -> Option<&str> {
+        match self {
+            Self::ReadFile { .. } | Self::Syntax { .. } => None,
+            Self::UnknownKey { key, .. }
+            | Self::Invalid { key, .. }
+            | Self::OutOfRange { key, .. } => Some(key),
+        }
+    }
+}
+
+fn no_implicit() -> &'static Path {
+    Path::new("/nonexistent/queen-config-test/queen.toml")
+}
+
+fn load_env(args: &ConfigArgs, pairs: &[(&str, &str)]) -> Result<Loaded, ConfigError> {
+    load_with(args, env(pairs), no_implicit())
+}
+
+fn with_file(path: &Path) -> ConfigArgs {
+    ConfigArgs {
+        config: Some(path.to_path_buf()),
+        ..ConfigArgs::default()
+    }
+}
+
+#[test]
+fn defaults_alone() {
+    let loaded = load_env(&ConfigArgs::default(), &[]).expect("defaults load");
+    assert_eq!(loaded.config, Config::default());
+    assert_eq!(loaded.config.http_addr.to_string(), "0.0.0.0:6632");
+    assert_eq!(loaded.config.max_body_bytes, 67_108_864);
+    assert_eq!(loaded.config.jwt_secret, None);
+    assert!(
+        loaded.sources.iter().all(|(_, s)| s == "default"),
+        "{:?}",
+        loaded.sources
+    );
+    assert_eq!(loaded.sources.len(), 11);
+    assert!(loaded.warnings.is_empty());
+    assert!(loaded.file.is_none());
+    Config::default().validate().expect("defaults are valid");
+}
+
+#[test]
+fn file_overrides_defaults() {
+    let (_d, path) =
+        file("data_dir = \"/var/lib/queen\"\nsegment_bytes = 2097152\nlog_json = true\n");
+    let loaded = load_env(&with_file(&path), &[]).expect("file loads");
+    assert_eq!(loaded.config.data_dir, PathBuf::from("/var/lib/queen"));
+    assert_eq!(loaded.config.segment_bytes, 2 * 1024 * 1024);
+    assert!(loaded.config.log_json);
+    let from_file = format!("file {}", path.display());
+    assert_eq!(loaded.source_of("data_dir"), Some(from_file.as_str()));
+    assert_eq!(loaded.source_of("http_addr"), Some("default"));
+    assert_eq!(loaded.file.as_deref(), Some(path.as_path()));
+}
+
+#[test]
+fn config_file_from_env_and_implicit_file() {
+    let (_d, path) = file("commit_max_batch = 10\n");
+    let p = path.to_string_lossy().into_owned();
+    let loaded = load_env(&ConfigArgs::default(), &[("QUEEN_CONFIG", &p)]).expect("QUEEN_CONFIG");
+    assert_eq!(loaded.config.commit_max_batch, 10);
+    assert!(
+        loaded.warnings.is_empty(),
+        "QUEEN_CONFIG is known: {:?}",
+        loaded.warnings
+    );
+
+    let implicit = load_with(&ConfigArgs::default(), env(&[]), &path).expect("implicit file");
+    assert_eq!(implicit.config.commit_max_batch, 10);
+}
+
+#[test]
+fn missing_file_is_fine_without_flag_but_fatal_with_it() {
+    load_env(&ConfigArgs::default(), &[]).expect("no implicit file is fine");
+    let err = load_env(&with_file(Path::new("/nonexistent/q.toml")), &[])
+        .expect_err("named file missing");
+    assert!(matches!(err, ConfigError::ReadFile { .. }), "{err}");
+    let err = load_env(
+        &ConfigArgs::default(),
+        &[("QUEEN_CONFIG", "/nonexistent/q.toml")],
+    )
+    .expect_err("QUEEN_CONFIG file missing");
+    assert!(matches!(err, ConfigError::ReadFile { .. }), "{err}");
+}
+
+#[test]
+fn env_overrides_file() {
+    let (_d, path) = file("http_addr = \"127.0.0.1:7000\"\nshutdown_grace_secs = 5\n");
+    let loaded = load_env(
+        &with_file(&path),
+        &[
+            ("QUEEN_HTTP_ADDR", "127.0.0.1:7001"),
+            ("QUEEN_LOG_JSON", "true"),
+            ("QUEEN_JWT_SECRET", "s3cret"),
+        ],
+    )
+    .expect("env loads");
+    assert_eq!(loaded.config.http_addr.port(), 7001);
+    assert_eq!(loaded.config.shutdown_grace_secs, 5);
+    assert!(loaded.config.log_json);
+    assert_eq!(
+        loaded.config.jwt_secret.as_ref().map(Secret::expose),
+        Some("s3cret")
+    );
+    assert_eq!(loaded.source_of("http_addr"), Some("env QUEEN_HTTP_ADDR"));
+    assert_eq!(loaded.source_of("jwt_secret"), Some("env QUEEN_JWT_SECRET"));
+    assert!(loaded
+        .source_of("shutdown_grace_secs")
+        .is_some_and(|s| s.starts_with("file ")));
+    assert!(
+        loaded.warnings.iter().any(|w| w.contains("shorter than")),
+        "{:?}",
+        loaded.warnings
+    );
+}
+
+#[test]
+fn numeric_env_is_parsed_but_secret_stays_text() {
+    let loaded = load_env(
+        &ConfigArgs::default(),
+        &[
+            ("QUEEN_COMMIT_MAX_BYTES", " 131072 "),
+            ("QUEEN_JWT_SECRET", "12345678901234567890123456789012345"),
+        ],
+    )
+    .expect("loads");
+    assert_eq!(loaded.config.commit_max_bytes, 131_072);
+    assert_eq!(
+        loaded.config.jwt_secret.as_ref().map(Secret::expose),
+        Some("12345678901234567890123456789012345")
+    );
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+}
+
+#[test]
+fn flags_override_env() {
+    let args = ConfigArgs {
+        data_dir: Some(PathBuf::from("/flag")),
+        http_addr: Some("127.0.0.1:9999".into()),
+        max_body_bytes: Some(2048),
+        config: None,
+    };
+    let loaded = load_env(
+        &args,
+        &[
+            ("QUEEN_DATA_DIR", "/env"),
+            ("QUEEN_HTTP_ADDR", "127.0.0.1:1"),
+            ("QUEEN_MAX_BODY_BYTES", "4096"),
+        ],
+    )
+    .expect("flags load");
+    assert_eq!(loaded.config.data_dir, PathBuf::from("/flag"));
+    assert_eq!(loaded.config.http_addr.port(), 9999);
+    assert_eq!(loaded.config.max_body_bytes, 2048);
+    assert_eq!(loaded.source_of("data_dir"), Some("flag --data-dir"));
+    assert_eq!(
+        loaded.source_of("max_body_bytes"),
+        Some("flag --max-body-bytes")
+    );
+}
+
+#[test]
+fn log_falls_back_to_rust_log() {
+    let loaded = load_env(&ConfigArgs::default(), &[("RUST_LOG", "debug")]).expect("loads");
+    assert_eq!(loaded.config.log, "debug");
+    assert_eq!(loaded.source_of("log"), Some("env RUST_LOG"));
+    let loaded = load_env(
+        &ConfigArgs::default(),
+        &[("RUST_LOG", "debug"), ("QUEEN_LOG", "warn")],
+    )
+    .expect("loads");
+    assert_eq!(loaded.config.log, "warn");
+    assert_eq!(loaded.source_of("log"), Some("env QUEEN_LOG"));
+}
+
+#[test]
+fn refuses_unknown_file_key() {
+    let (_d, path) = file("data_dir = \"/x\"\nmax_body_byte = 2048\n");
+    let err = load_env(&with_file(&path), &[]).expect_err("unknown key");
+    assert_eq!(err.key(), Some("max_body_byte"));
+    let msg = err.to_string();
+    assert!(msg.contains("unknown key `max_body_byte`"), "{msg}");
+    assert!(msg.contains("did you mean `max_body_bytes`"), "{msg}");
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+}
+
+#[test]
+fn refuses_nested_table_as_unknown_key() {
+    let (_d, path) = file("[server]\nhttp_addr = \"0.0.0.0:1\"\n");
+    let err = load_env(&with_file(&path), &[]).expect_err("nested table");
+    assert_eq!(err.key(), Some("server"));
+}
+
+#[test]
+fn refuses_bad_toml() {
+    let (_d, path) = file("data_dir = \n");
+    let err = load_env(&with_file(&path), &[]).expect_err("syntax");
+    assert!(matches!(err, ConfigError::Syntax { .. }), "{err}");
+}
+
+#[test]
+fn refuses_wrong_type_in_file() {
+    let (_d, path) = file("max_body_bytes = \"big\"\n");
+    let err = load_env(&with_file(&path), &[]).expect_err("wrong type");
+    assert_eq!(err.key(), Some("max_body_bytes"));
+    let msg = err.to_string();
+    assert!(msg.contains("file "), "{msg}");
+
+    let (_d, path) = file("log_json = 1\n");
+    let err = load_env(&with_file(&path), &[]).expect_err("wrong type");
+    assert_eq!(err.key(), Some("log_json"));
+
+    let (_d, path) = file("http_addr = \"not an address\"\n");
+    let err = load_env(&with_file(&path), &[]).expect_err("bad address");
+    assert_eq!(err.key(), Some("http_addr"));
+
+    let (_d, path) = file("segment_bytes = -5\n");
+    let err = load_env(&with_file(&path), &[]).expect_err("negative");
+    assert_eq!(err.key(), Some("segment_bytes"));
+}
+
+#[test]
+fn refuses_wrong_type_in_env() {
+    let err = load_env(&ConfigArgs::default(), &[("QUEEN_SEGMENT_BYTES", "64MiB")])
+        .expect_err("bad number");
+    assert_eq!(err.key(), Some("segment_bytes"));
+    assert!(err.to_string().contains("env QUEEN_SEGMENT_BYTES"), "{err}");
+
+    let err =
+        load_env(&ConfigArgs::default(), &[("QUEEN_LOG_JSON", "maybe")]).expect_err("bad bool");
+    assert_eq!(err.key(), Some("log_json"));
+
+    let err = load_env(&ConfigArgs::default(), &[("QUEEN_HTTP_ADDR", "localhost")])
+        .expect_err("bad addr");
+    assert_eq!(err.key(), Some("http_addr"));
+    assert!(err.to_string().contains("env QUEEN_HTTP_ADDR"), "{err}");
+}
+
+#[test]
+fn refuses_out_of_range_from_each_layer() {
+    let (_d, path) = file("commit_max_batch = 0\n");
+    let err = load_env(&with_file(&path), &[]).expect_err("file range");
+    assert!(
+        matches!(&err, ConfigError::OutOfRange { key, value: 0, min: 1, max: 65_536, origin } if key == "commit_max_batch" && origin.starts_with("file ")),
+        "{err}"
+    );
+
+    let err = load_env(
+        &ConfigArgs::default(),
+        &[("QUEEN_CHECKPOINT_INTERVAL_SECS", "3601")],
+    )
+    .expect_err("env range");
+    assert!(
+        matches!(&err, ConfigError::OutOfRange { key, origin, .. } if key == "checkpoint_interval_secs" && origin == "env QUEEN_CHECKPOINT_INTERVAL_SECS"),
+        "{err}"
+    );
+
+    let args = ConfigArgs {
+        max_body_bytes: Some(1023),
+        ..ConfigArgs::default()
+    };
+    let err = load_env(&args, &[]).expect_err("flag range");
+    assert!(
+        matches!(&err, ConfigError::OutOfRange { key, origin, .. } if key == "max_body_bytes" && origin == "flag --max-body-bytes"),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "`max_body_bytes` = 1023 from flag --max-body-bytes is out of range 1024..=1073741824"
+    );
+}
+
+#[test]
+fn every_range_bound_is_enforced() {
+    let cases: &[(&str, u64, u64)] = &[
+        ("max_body_bytes", 1024, 1 << 30),
+        ("segment_bytes", 1 << 20, 1 << 30),
+        ("commit_max_batch", 1, 65_536),
+        ("commit_max_bytes", 64 << 10, 256 << 20),
+        ("checkpoint_interval_secs", 1, 3_600),
+        ("shutdown_grace_secs", 1, 600),
+    ];
+    for (key, min, max) in cases {
+        for (value, ok) in [
+            (*min, true),
+            (*max, true),
+            (min - 1, false),
+            (max + 1, false),
+        ] {
+            let (_d, path) = file(&format!("{key} = {value}\n"));
+            let res = load_env(&with_file(&path), &[]);
+            assert_eq!(res.is_ok(), ok, "{key} = {value}: {:?}", res.err());
+        }
+    }
+}
+
+#[test]
+fn refuses_empty_secret_and_bad_log_filter() {
+    let err =
+        load_env(&ConfigArgs::default(), &[("QUEEN_JWT_SECRET", "")]).expect_err("empty secret");
+    assert_eq!(err.key(), Some("jwt_secret"));
+    let err = load_env(
+        &ConfigArgs::default(),
+        &[("QUEEN_LOG", "info,queenmq=loud")],
+    )
+    .expect_err("bad filter");
+    assert_eq!(err.key(), Some("log"));
+    assert!(err.to_string().contains("env QUEEN_LOG"), "{err}");
+}
+
+#[test]
+fn unknown_env_warns_and_does_not_fail() {
+    let loaded = load_env(
+        &ConfigArgs::default(),
+        &[
+            ("QUEEN_DATADIR", "/x"),
+            ("QUEEN_FROBNICATE", "1"),
+            ("OTHER_THING", "1"),
+        ],
+    )
+    .expect("unknown env is not fatal");
+    assert_eq!(loaded.config.data_dir, Config::default().data_dir);
+    assert_eq!(loaded.warnings.len(), 2, "{:?}", loaded.warnings);
+    assert!(loaded
+        .warnings
+        .iter()
+        .any(|w| w.contains("QUEEN_DATADIR") && w.contains("did you mean QUEEN_DATA_DIR")));
+    assert!(loaded
+        .warnings
+        .iter()
+        .any(|w| w.contains("QUEEN_FROBNICATE")));
+    assert!(!loaded.warnings.iter().any(|w| w.contains("OTHER_THING")));
+}
+
+#[test]
+fn kubernetes_service_links_are_skipped_silently() {
+    let injected = [
+        ("QUEEN_SERVICE_HOST", "10.96.0.12"),
+        ("QUEEN_SERVICE_PORT", "6632"),
+        ("QUEEN_SERVICE_PORT_HTTP", "6632"),
+        ("QUEEN_PORT", "tcp://10.96.0.12:6632"),
+        ("QUEEN_PORT_6632_TCP", "tcp://10.96.0.12:6632"),
+        ("QUEEN_PORT_6632_TCP_PROTO", "tcp"),
+        ("QUEEN_PORT_6632_TCP_PORT", "6632"),
+        ("QUEEN_PORT_6632_TCP_ADDR", "10.96.0.12"),
+        ("QUEEN_HEADLESS_SERVICE_HOST", "10.96.0.13"),
+        ("QUEEN_HEADLESS_PORT_6632_TCP", "tcp://10.96.0.13:6632"),
+    ];
+    let loaded = load_env(&ConfigArgs::default(), &injected).expect("k8s env is fine");
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+
+    // The same names with values Kubernetes would never inject are typos.
+    let loaded = load_env(&ConfigArgs::default(), &[("QUEEN_PORT", "7000")]).expect("not fatal");
+    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+}
+
+#[test]
+fn render_shows_every_key_origin_and_hides_secret() {
+    let (_d, path) = file("segment_bytes = 2097152\n");
+    let args = ConfigArgs {
+        http_addr: Some("127.0.0.1:7777".into()),
+        ..with_file(&path)
+    };
+    let loaded = load_env(
+        &args,
+        &[
+            ("QUEEN_JWT_SECRET", "do-not-print-this-value-anywhere-ok"),
+            ("QUEEN_BOGUS", "x"),
+        ],
+    )
+    .expect("loads");
+    let text = render(&loaded);
+    for spec in super::keys::KEYS {
+        assert!(
+            text.contains(spec.name),
+            "{} missing from\n{text}",
+            spec.name
+        );
+    }
+    assert!(!text.contains("do-not-print"), "{text}");
+    assert!(text.contains("jwt_secret"), "{text}");
+    assert!(text.contains("\"<set>\""), "{text}");
+    assert!(text.contains("# env QUEEN_JWT_SECRET"), "{text}");
+    assert!(text.contains("http_addr"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("http_addr = \"127.0.0.1:7777\"")
+                && l.ends_with("# flag --http-addr")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("segment_bytes = 2097152") && l.contains("(2 MiB)")),
+        "{text}"
+    );
+    assert!(
+        text.contains("# warning: unknown environment variable QUEEN_BOGUS"),
+        "{text}"
+    );
+    assert!(
+        !format!("{loaded:?}").contains("do-not-print"),
+        "Debug leaks the secret"
+    );
+
+    let unset = render(&load_env(&ConfigArgs::default(), &[]).expect("loads"));
+    assert!(
+        unset.contains("# jwt_secret unset: authentication off"),
+        "{unset}"
+    );
+}
