@@ -1,0 +1,185 @@
+"""Start, probe and kill a real `queen` broker process on loopback.
+
+Shared by tests/python (through its conftest) and the official-suite runner
+tests/sdk/run.py. Every broker gets a free ephemeral port on 127.0.0.1, its own
+data directory and its own log file (stdout and stderr of the process).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 60.0
+_PR_SET_PDEATHSIG = 1
+try:  # resolved once here: the child after fork() should run as little Python as possible
+    _prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+except (OSError, AttributeError):
+    _prctl = None
+
+
+class BrokerError(RuntimeError):
+    """The broker could not be started or did not become healthy."""
+
+
+def queen_binary() -> Path:
+    """$QUEEN_BIN, else target/release/queen of this repository (never built here)."""
+    explicit = os.environ.get("QUEEN_BIN")
+    if explicit:
+        path = Path(explicit)
+    else:
+        target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
+        if not target.is_absolute():
+            target = REPO / target
+        path = target / "release" / "queen"
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise BrokerError(
+            f"queen binary not found or not executable at {path}: "
+            "run `cargo build --release -p queenmq-broker` or set QUEEN_BIN"
+        )
+    return path
+
+
+def free_port() -> int:
+    """A port the kernel just handed out for 127.0.0.1 (bind to port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    # The broker gets SIGKILL when the thread that started it dies, so a
+    # killed test runner never leaves brokers behind. Consequence: start
+    # brokers from a thread that outlives them (the main thread).
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
+
+def broker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The runner's environment without any QUEEN_* key (the broker reads QUEEN_*
+    as configuration and refuses unknown keys), plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
+    env.update(extra or {})
+    return env
+
+
+class Broker:
+    """One `queen serve` process at a time on a fixed data directory.
+
+    `start()` may be called again after `kill()`/`stop()`: the restart uses the
+    same data dir and a new free port, so always read `url` afresh.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        log_dir: Path,
+        *,
+        name: str = "queen",
+        env: dict[str, str] | None = None,
+        args: list[str] | None = None,
+    ) -> None:
+        self.binary = queen_binary()
+        self.data_dir = Path(data_dir)
+        self.log_dir = Path(log_dir)
+        self.name = name
+        self.env = dict(env or {})
+        self.args = list(args or [])
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
+        self.starts = 0
+        self.log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self, port: int) -> list[str]:
+        return [
+            str(self.binary),
+            "serve",
+            "--data-dir",
+            str(self.data_dir),
+            "--http-addr",
+            f"127.0.0.1:{port}",
+            *self.args,
+        ]
+
+    def start(self, ready_timeout: float = READY_TIMEOUT_S) -> "Broker":
+        if self.proc is not None and self.proc.poll() is None:
+            raise BrokerError("broker already running")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.starts += 1
+        self.port = free_port()
+        self.log_path = self.log_dir / f"{self.name}-{self.starts}.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                self.command(self.port),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=broker_env(self.env),
+                preexec_fn=_die_with_parent,
+            )
+        self._wait_healthy(ready_timeout)
+        return self
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = "no answer yet"
+        with httpx.Client(timeout=2.0) as http:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise BrokerError(
+                        f"broker exited with code {self.proc.returncode} before it was "
+                        f"healthy; log {self.log_path}:\n{self.log_tail()}"
+                    )
+                try:
+                    res = http.get(f"{self.url}/health")
+                    if res.status_code == 200 and res.json().get("status") == "healthy":
+                        return
+                    last = f"HTTP {res.status_code}: {res.text[:200]}"
+                except (httpx.HTTPError, ValueError) as error:
+                    last = repr(error)
+                time.sleep(0.1)
+        self.kill()
+        raise BrokerError(
+            f"broker not healthy within {timeout:.0f} s ({last}); log {self.log_path}:\n"
+            f"{self.log_tail()}"
+        )
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def stop(self, grace: float = 15.0) -> int | None:
+        """SIGTERM, then SIGKILL after `grace` seconds; the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        return self.proc.returncode
+
+    def log_text(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The test command of QueenMQ: installs what it needs, then runs every check and
+# stops at the first failure with a non-zero exit.
+#
+#   ./scripts/test.sh
+#
+# Steps: cargo fmt --check, clippy -D warnings, release build, cargo test,
+# our pytest suite (tests/python), the official queen-mq 2.6.0 suite
+# (tests/sdk/run.py) and scripts/bench-smoke.sh when it exists.
+# Python packages go into .venv (pinned in scripts/lib/requirements.txt);
+# downloads and reports into .cache (both ignored by git).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO=$PWD
+RESULTS=$REPO/.cache/test-results
+REQUIREMENTS=$REPO/scripts/lib/requirements.txt
+VENV=$REPO/.venv
+child=""
+python_ran=0
+
+say() { printf '\n==> %s\n' "$*"; }
+
+on_exit() {
+    local code=$?
+    if [[ -n $child ]] && kill -0 "$child" 2>/dev/null; then
+        kill -KILL "$child" 2>/dev/null || true
+    fi
+    if [[ $python_ran == 1 && -x $VENV/bin/python ]]; then
+        echo
+        "$VENV/bin/python" "$REPO/scripts/lib/junit_summary.py" "$RESULTS" || true
+    fi
+    if [[ $code != 0 ]]; then
+        echo "test.sh: FAILED (exit $code)" >&2
+    fi
+    exit "$code"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Runs a command in the background so the traps can stop it, and times it.
+step() {
+    local name=$1
+    shift
+    say "$name"
+    local started=$SECONDS code=0
+    "$@" &
+    child=$!
+    wait "$child" || code=$?
+    child=""
+    echo "--- $name: $((SECONDS - started)) s, exit $code"
+    return "$code"
+}
+
+as_root() {
+    if [[ $(id -u) == 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+        echo "test.sh: need root to run: $*" >&2
+        return 1
+    fi
+}
+
+apt_updated=0
+apt_install() {
+    command -v apt-get >/dev/null || { echo "test.sh: missing $*, and no apt-get" >&2; return 1; }
+    if [[ $apt_updated == 0 ]]; then
+        as_root apt-get update -qq
+        apt_updated=1
+    fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+}
+
+install_tools() {
+    if [[ -d $HOME/.cargo/bin ]]; then PATH=$HOME/.cargo/bin:$PATH; fi
+    command -v cargo >/dev/null || { echo "test.sh: cargo not found (install Rust)" >&2; return 1; }
+    command -v cc >/dev/null || apt_install build-essential
+    if ! cargo fmt --version >/dev/null 2>&1; then rustup component add rustfmt; fi
+    if ! cargo clippy --version >/dev/null 2>&1; then rustup component add clippy; fi
+
+    local python=${PYTHON:-}
+    [[ -n $python ]] || python=$(command -v python3.11 || command -v python3 || true)
+    if [[ -z $python ]]; then
+        apt_install python3 python3-venv
+        python=$(command -v python3)
+    fi
+    if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
+        apt_install python3-venv
+    fi
+
+    local want have=""
+    want=$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)
+    [[ -f $VENV/.requirements.sha256 ]] && have=$(cat "$VENV/.requirements.sha256")
+    if [[ ! -x $VENV/bin/python || $want != "$have" ]]; then
+        say "python venv in .venv"
+        rm -rf "$VENV"
+        "$python" -m venv "$VENV"
+        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQUIREMENTS"
+        echo "$want" >"$VENV/.requirements.sha256"
+    fi
+}
+
+run_pytest() {
+    # pytest exits 5 when it collected nothing: that is a failure here too.
+    local report=$1
+    shift
+    "$VENV/bin/python" -m pytest -p no:cacheprovider -rfEs --junitxml="$report" "$@"
+}
+
+install_tools
+rm -rf "$RESULTS"
+mkdir -p "$RESULTS"
+export QUEEN_BIN=${QUEEN_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/queen}
+
+step "cargo fmt" cargo fmt --all --check
+step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
+step "cargo build" cargo build --release --workspace
+step "cargo test" cargo test --release --workspace
+python_ran=1
+step "pytest tests/python" run_pytest "$RESULTS/python.xml" tests/python
+step "official queen-mq suite" "$VENV/bin/python" tests/sdk/run.py --results "$RESULTS/sdk"
+if [[ -f scripts/bench-smoke.sh ]]; then
+    step "bench smoke" bash scripts/bench-smoke.sh
+fi
+say "all checks passed in $SECONDS s"
