@@ -1,1 +1,21 @@
-//! placeholder until the crate lands
+//! Segment log files and the redb state store of QueenMQ. Bytes and ids only: no protocol,
+//! Raft or engine types cross this crate's API.
+//!
+//! docs/storage-format.md describes every byte this crate writes.
+
+// Tests may unwrap: a panic there is the failure report.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+mod backend;
+mod error;
+mod format;
+mod log;
+mod options;
+mod state;
+mod sync;
+
+pub use backend::{FileBackend, IoBackend, MemBackend, SegmentFile};
+pub use error::StorageError;
+pub use log::SegmentLog;
+pub use options::{LogOptions, RecoveryReport, TornTail};
+pub use state::{Checkpoint, StateStore};

@@ -1,0 +1,76 @@
+//! The one error type of this crate. Every variant reads as a sentence and names the file,
+//! offset and sizes involved, so an operator can act on it without a debugger.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    #[error("I/O failed while trying to {op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("the log options are invalid: {reason}")]
+    InvalidOptions { reason: String },
+
+    #[error("a record payload of {have} bytes exceeds the limit of {max} bytes")]
+    RecordTooLarge { have: usize, max: u32 },
+
+    #[error("append refused: expected index {expected}, got {got}")]
+    NonContiguous { expected: u64, got: u64 },
+
+    #[error("segment {path} has an unusable header: {reason}")]
+    BadSegmentHeader { path: PathBuf, reason: String },
+
+    #[error(
+        "segment {path} has format version {version}; this build reads only version {supported}"
+    )]
+    UnsupportedVersion {
+        path: PathBuf,
+        version: u8,
+        supported: u8,
+    },
+
+    #[error("record at offset {offset} of {path} is corrupt: {reason}")]
+    CorruptRecord {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+
+    #[error(
+        "the log refuses writes because an earlier fsync failed; reopen it to recover from disk"
+    )]
+    Poisoned,
+
+    #[error("the state store failed while trying to {op}: {source}")]
+    State {
+        op: &'static str,
+        #[source]
+        source: Box<redb::Error>,
+    },
+
+    #[error("the stored checkpoint is corrupt: {reason}")]
+    CorruptCheckpoint { reason: String },
+}
+
+impl StorageError {
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| StorageError::Io { op, path, source }
+    }
+
+    pub(crate) fn state<E: Into<redb::Error>>(op: &'static str) -> impl FnOnce(E) -> Self {
+        move |e| StorageError::State {
+            op,
+            source: Box::new(e.into()),
+        }
+    }
+}

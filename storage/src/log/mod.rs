@@ -1,0 +1,205 @@
+//! The segment log: the Raft log and, because entries carry messages, the message store.
+
+mod append;
+mod index;
+mod recovery;
+mod trim;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_crash;
+#[cfg(test)]
+mod tests_recovery;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::backend::{FileBackend, IoBackend, SegmentFile};
+use crate::format::{decode_body, le_u32, LEN_FIELD};
+use crate::sync::{lock, read};
+use crate::{LogOptions, RecoveryReport, StorageError};
+use index::LogIndex;
+
+/// The Raft log and message store: append-only records `index, term, payload`, indexes
+/// contiguous, in segment files of about `segment_bytes` each.
+///
+/// # Storage contract
+///
+/// To ensure correctness the log guarantees, and callers rely on, the following:
+///
+/// - **No holes.** The stored indexes are always one contiguous run `first_index()..=last()`.
+///   `append` accepts only `last + 1` (any index when the log is empty), and recovery cuts the
+///   log at the first record that does not continue the run.
+/// - **Durable only after `sync`.** `append` and `append_batch` hand bytes to the OS and return;
+///   a crash may lose any suffix of what was appended since the last successful `sync`, but
+///   never a record before it, and never leaves a hole. `sync` is the group commit: one call
+///   makes everything appended before it durable, including segments rolled since the last
+///   call and their directory entries. Raft must not acknowledge an entry (vote for it, report
+///   it flushed) before the `sync` that follows its append has returned `Ok`.
+/// - **`truncate_from` is durable on return**, so a record Raft discarded in a conflict never
+///   comes back after a crash. `purge_upto` is not required to be durable: a purged segment
+///   that survives a crash holds records Raft has already moved past.
+/// - **Serialised writes.** `append*`, `truncate_from` and `purge_upto` hold one writer lock,
+///   so they never interleave. `sync` takes that lock only to collect the files to flush and
+///   fsyncs outside it, so appends for the next batch proceed during the fsync.
+/// - **Readers never wait for an fsync.** `read`, `term_of`, `first_index` and `last` see a
+///   record as soon as the `append` that wrote it returns, synced or not, and never see a
+///   partly written one. A `read` racing a `truncate_from` or `purge_upto` of the same index
+///   may return the old record, `None`, or an error; it never returns another index's bytes.
+/// - **A failed fsync poisons the log.** After `sync` fails the kernel may have dropped dirty
+///   pages, so what is on disk is unknown: every later write or sync fails with
+///   `StorageError::Poisoned` until the log is reopened and recovered from disk.
+/// - **Every read is verified**: the CRC32C and the index stored in the record are checked.
+pub struct SegmentLog {
+    backend: Arc<dyn IoBackend>,
+    opts: LogOptions,
+    index: RwLock<LogIndex>,
+    writer: Mutex<Dirty>,
+    /// Serialises whole `sync` calls, so a second caller cannot return before the fsync of
+    /// bytes it appended (and the first caller collected) has finished.
+    sync_lock: Mutex<()>,
+    poisoned: AtomicBool,
+}
+
+/// Files and directory entries changed since the last sync. Guarded by the writer lock.
+#[derive(Default)]
+struct Dirty {
+    files: BTreeMap<String, Arc<dyn SegmentFile>>,
+    dir: bool,
+}
+
+impl SegmentLog {
+    /// Opens (creating if needed) the log in `dir` and recovers it; see `open_with_backend`.
+    pub fn open(
+        dir: &Path,
+        opts: LogOptions,
+    ) -> Result<(SegmentLog, RecoveryReport), StorageError> {
+        let backend =
+            FileBackend::new(dir).map_err(StorageError::io("create log directory", dir))?;
+        SegmentLog::open_with_backend(Arc::new(backend), opts)
+    }
+
+    /// Scans every segment and cuts a torn or corrupt tail: the segment holding the first bad
+    /// record is truncated just before it and every later segment is deleted. The cut is
+    /// reported and logged with `tracing::warn`.
+    pub fn open_with_backend(
+        backend: Arc<dyn IoBackend>,
+        opts: LogOptions,
+    ) -> Result<(SegmentLog, RecoveryReport), StorageError> {
+        opts.validate()?;
+        let (index, report) = recovery::recover(&*backend, &opts)?;
+        let log = SegmentLog {
+            backend,
+            opts,
+            index: RwLock::new(index),
+            writer: Mutex::new(Dirty::default()),
+            sync_lock: Mutex::new(()),
+            poisoned: AtomicBool::new(false),
+        };
+        Ok((log, report))
+    }
+
+    pub fn first_index(&self) -> Option<u64> {
+        read(&self.index).first_index()
+    }
+
+    /// (index, term) of the last record.
+    pub fn last(&self) -> Option<(u64, u64)> {
+        read(&self.index).last()
+    }
+
+    /// From the in-memory index; no disk read.
+    pub fn term_of(&self, index: u64) -> Option<u64> {
+        let idx = read(&self.index);
+        idx.find(index)?.locate(index).map(|(_, _, term)| term)
+    }
+
+    /// (term, payload) of a record, synced or not.
+    pub fn read(&self, index: u64) -> Result<Option<(u64, Vec<u8>)>, StorageError> {
+        let (file, path, offset, len) = {
+            let idx = read(&self.index);
+            let Some(seg) = idx.find(index) else {
+                return Ok(None);
+            };
+            let Some((offset, len, _)) = seg.locate(index) else {
+                return Ok(None);
+            };
+            (seg.file.clone(), seg.path.clone(), offset, len)
+        };
+        // `len` comes from our own index, built from verified records, not from the file.
+        let mut buf = vec![0u8; len as usize];
+        file.read_at(offset, &mut buf)
+            .map_err(StorageError::io("read record from", &path))?;
+        let corrupt = |reason: String| StorageError::CorruptRecord {
+            path: path.clone(),
+            offset,
+            reason,
+        };
+        let prefix = u64::from(le_u32(&buf));
+        if prefix + LEN_FIELD != len {
+            return Err(corrupt(format!(
+                "length prefix {prefix} disagrees with the indexed record length {len}"
+            )));
+        }
+        let record = decode_body(&buf[LEN_FIELD as usize..]).map_err(corrupt)?;
+        if record.index != index {
+            return Err(corrupt(format!(
+                "record holds index {} where {index} was expected",
+                record.index
+            )));
+        }
+        let term = record.term;
+        let payload_at = buf.len() - record.payload.len();
+        buf.drain(..payload_at);
+        Ok(Some((term, buf)))
+    }
+
+    /// Makes everything appended so far durable: one fdatasync per file written since the last
+    /// sync (normally one) plus a directory sync if segments were created.
+    pub fn sync(&self) -> Result<(), StorageError> {
+        let _one_at_a_time = lock(&self.sync_lock);
+        self.check_poisoned()?;
+        let dirty = std::mem::take(&mut *lock(&self.writer));
+        for (name, file) in &dirty.files {
+            if let Err(e) = file.sync_data() {
+                return Err(
+                    self.poison(StorageError::io("fdatasync", self.backend.locate(name))(e))
+                );
+            }
+        }
+        if dirty.dir {
+            if let Err(e) = self.backend.sync_dir() {
+                return Err(self.poison(StorageError::io(
+                    "sync directory of",
+                    self.backend.locate(""),
+                )(e)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of all segment files, headers included.
+    pub fn disk_bytes(&self) -> u64 {
+        read(&self.index).disk_bytes()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        read(&self.index).segments.len()
+    }
+
+    fn check_poisoned(&self) -> Result<(), StorageError> {
+        if self.poisoned.load(Ordering::SeqCst) {
+            return Err(StorageError::Poisoned);
+        }
+        Ok(())
+    }
+
+    fn poison(&self, e: StorageError) -> StorageError {
+        tracing::error!(error = %e, "segment log poisoned: refusing writes until reopened");
+        self.poisoned.store(true, Ordering::SeqCst);
+        e
+    }
+}

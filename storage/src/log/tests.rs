@@ -1,0 +1,280 @@
+//! The segment log's own contract suite: appends, reads, rolls, refusals, trims, reopen.
+
+use std::sync::Arc;
+
+use crate::{LogOptions, MemBackend, SegmentLog, StorageError};
+
+pub(crate) fn small() -> LogOptions {
+    LogOptions {
+        segment_bytes: 256,
+        max_record_bytes: 1024,
+    }
+}
+
+pub(crate) fn payload(i: u64) -> Vec<u8> {
+    format!("payload-{i}-{}", "x".repeat((i % 7) as usize * 9)).into_bytes()
+}
+
+pub(crate) fn fill(log: &SegmentLog, from: u64, to: u64, term: u64) {
+    for i in from..=to {
+        log.append(i, term, &payload(i)).unwrap();
+    }
+}
+
+pub(crate) fn assert_records(log: &SegmentLog, from: u64, to: u64, term: u64) {
+    for i in from..=to {
+        assert_eq!(log.read(i).unwrap(), Some((term, payload(i))), "index {i}");
+        assert_eq!(log.term_of(i), Some(term));
+    }
+}
+
+fn mem_log(backend: &MemBackend) -> SegmentLog {
+    SegmentLog::open_with_backend(Arc::new(backend.clone()), small())
+        .unwrap()
+        .0
+}
+
+#[test]
+fn is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<SegmentLog>();
+    check::<crate::StateStore>();
+}
+
+#[test]
+fn round_trip_across_segment_rolls_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (log, report) = SegmentLog::open(dir.path(), small()).unwrap();
+        assert_eq!(report.records, 0);
+        assert_eq!(log.first_index(), None);
+        assert_eq!(log.last(), None);
+        fill(&log, 1, 60, 3);
+        assert!(log.segment_count() >= 5, "got {}", log.segment_count());
+        assert_eq!(log.first_index(), Some(1));
+        assert_eq!(log.last(), Some((60, 3)));
+        assert_records(&log, 1, 60, 3);
+        assert_eq!(log.read(0).unwrap(), None);
+        assert_eq!(log.read(61).unwrap(), None);
+        log.sync().unwrap();
+    }
+    let (log, report) = SegmentLog::open(dir.path(), small()).unwrap();
+    assert_eq!(report.records, 60);
+    assert_eq!(report.segments, log.segment_count());
+    assert_eq!(report.truncated, None);
+    assert_records(&log, 1, 60, 3);
+    let on_disk: u64 = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert_eq!(log.disk_bytes(), on_disk);
+}
+
+#[test]
+fn segments_respect_segment_bytes_unless_one_record_is_larger() {
+    let backend = MemBackend::new();
+    let log = mem_log(&backend);
+    log.append(1, 1, &[7; 600]).unwrap();
+    log.append(2, 1, b"small").unwrap();
+    log.append(3, 1, b"small").unwrap();
+    assert_eq!(log.segment_count(), 2);
+    assert_eq!(log.read(1).unwrap(), Some((1, vec![7; 600])));
+    for name in crate::IoBackend::list(&backend).unwrap() {
+        if name != crate::format::segment_name(1) {
+            assert!(backend.file_bytes(&name).unwrap().len() as u64 <= small().segment_bytes);
+        }
+    }
+}
+
+#[test]
+fn append_batch_spans_rolls_and_reads_back() {
+    let backend = MemBackend::new();
+    let log = mem_log(&backend);
+    let payloads: Vec<Vec<u8>> = (10..40).map(payload).collect();
+    let batch: Vec<(u64, u64, &[u8])> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (10 + i as u64, 2, p.as_slice()))
+        .collect();
+    log.append_batch(&batch).unwrap();
+    assert!(log.segment_count() > 2);
+    assert_eq!(log.first_index(), Some(10));
+    assert_records(&log, 10, 39, 2);
+}
+
+#[test]
+fn append_with_a_wrong_index_is_refused_and_changes_nothing() {
+    let log = mem_log(&MemBackend::new());
+    fill(&log, 1, 3, 1);
+    let bytes = log.disk_bytes();
+    let err = log.append(5, 1, b"gap").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StorageError::NonContiguous {
+                expected: 4,
+                got: 5
+            }
+        ),
+        "{err}"
+    );
+    let err = log.append(3, 1, b"again").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StorageError::NonContiguous {
+                expected: 4,
+                got: 3
+            }
+        ),
+        "{err}"
+    );
+    let err = log
+        .append_batch(&[(4, 1, b"ok"), (6, 1, b"gap inside the batch")])
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StorageError::NonContiguous {
+                expected: 5,
+                got: 6
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(log.last(), Some((3, 1)));
+    assert_eq!(log.disk_bytes(), bytes);
+    assert_eq!(log.read(4).unwrap(), None);
+}
+
+#[test]
+fn oversize_record_is_refused_and_changes_nothing() {
+    let log = mem_log(&MemBackend::new());
+    let limit = small().max_record_bytes as usize;
+    let err = log.append(1, 1, &vec![0; limit + 1]).unwrap_err();
+    assert!(
+        matches!(err, StorageError::RecordTooLarge { have, max } if have == limit + 1 && max == 1024)
+    );
+    assert_eq!(log.last(), None);
+    assert_eq!(log.segment_count(), 0);
+    log.append(1, 1, &vec![0; limit]).unwrap();
+    assert_eq!(log.last(), Some((1, 1)));
+}
+
+#[test]
+fn invalid_options_are_refused() {
+    let opts = LogOptions {
+        segment_bytes: 0,
+        ..LogOptions::default()
+    };
+    let err = SegmentLog::open_with_backend(Arc::new(MemBackend::new()), opts).err();
+    assert!(matches!(err, Some(StorageError::InvalidOptions { .. })));
+}
+
+#[test]
+fn truncate_from_then_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (log, _) = SegmentLog::open(dir.path(), small()).unwrap();
+        fill(&log, 1, 40, 1);
+        let before = log.segment_count();
+        log.truncate_from(12).unwrap();
+        assert_eq!(log.last(), Some((11, 1)));
+        assert_eq!(log.read(12).unwrap(), None);
+        assert_eq!(log.term_of(12), None);
+        assert!(log.segment_count() < before);
+        log.truncate_from(100).unwrap();
+        assert_eq!(log.last(), Some((11, 1)));
+        fill(&log, 12, 20, 2);
+        log.sync().unwrap();
+    }
+    let (log, report) = SegmentLog::open(dir.path(), small()).unwrap();
+    assert_eq!(report.truncated, None);
+    assert_eq!(report.records, 20);
+    assert_records(&log, 1, 11, 1);
+    assert_records(&log, 12, 20, 2);
+}
+
+#[test]
+fn truncate_from_the_first_index_empties_the_log() {
+    let backend = MemBackend::new();
+    let log = mem_log(&backend);
+    fill(&log, 5, 30, 1);
+    log.truncate_from(5).unwrap();
+    assert_eq!(log.first_index(), None);
+    assert_eq!(log.last(), None);
+    assert_eq!(log.segment_count(), 0);
+    assert!(crate::IoBackend::list(&backend).unwrap().is_empty());
+    log.append(77, 4, b"fresh start").unwrap();
+    assert_eq!(log.first_index(), Some(77));
+}
+
+#[test]
+fn purge_upto_removes_only_whole_segments_then_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let first_after;
+    {
+        let (log, _) = SegmentLog::open(dir.path(), small()).unwrap();
+        fill(&log, 1, 60, 1);
+        let segments = log.segment_count();
+        log.purge_upto(0).unwrap();
+        assert_eq!(log.first_index(), Some(1));
+        log.purge_upto(30).unwrap();
+        first_after = log.first_index().unwrap();
+        assert!(first_after <= 31, "a partial segment was purged");
+        assert!(first_after > 1);
+        assert!(log.segment_count() < segments);
+        assert_eq!(log.read(first_after - 1).unwrap(), None);
+        assert_records(&log, first_after, 60, 1);
+        log.sync().unwrap();
+    }
+    let (log, report) = SegmentLog::open(dir.path(), small()).unwrap();
+    assert_eq!(report.truncated, None);
+    assert_eq!(log.first_index(), Some(first_after));
+    assert_records(&log, first_after, 60, 1);
+    log.purge_upto(60).unwrap();
+    assert_eq!(log.first_index(), None);
+    log.append(61, 2, b"after a full purge").unwrap();
+    assert_eq!(log.last(), Some((61, 2)));
+}
+
+#[test]
+fn read_verifies_the_crc_of_records_on_disk() {
+    let backend = MemBackend::new();
+    let log = mem_log(&backend);
+    fill(&log, 1, 3, 1);
+    let name = crate::format::segment_name(1);
+    let mut bytes = backend.file_bytes(&name).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    backend.set_file_bytes(&name, bytes);
+    let err = log.read(3).unwrap_err();
+    assert!(matches!(err, StorageError::CorruptRecord { .. }), "{err}");
+    assert!(err.to_string().contains("crc32c"), "{err}");
+}
+
+#[test]
+fn readers_see_records_while_a_writer_appends() {
+    let log = Arc::new(mem_log(&MemBackend::new()));
+    log.append(1, 1, &payload(1)).unwrap();
+    let reader = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            let mut seen = 0;
+            while seen < 500 {
+                let (_, last) = (0, log.last().map_or(0, |l| l.0));
+                for i in 1..=last {
+                    assert_eq!(log.read(i).unwrap(), Some((1, payload(i))));
+                }
+                seen = last;
+            }
+        })
+    };
+    for i in 2..=500 {
+        log.append(i, 1, &payload(i)).unwrap();
+        if i % 50 == 0 {
+            log.sync().unwrap();
+        }
+    }
+    reader.join().unwrap();
+}

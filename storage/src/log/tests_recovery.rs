@@ -1,0 +1,227 @@
+//! Recovery over real files: every way a tail can be torn or corrupt is cut, reported, and
+//! leaves the records before it readable.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::tests::{assert_records, fill, small};
+use crate::format::{le_u32, SEGMENT_HEADER_LEN};
+use crate::{SegmentLog, StorageError, TornTail};
+
+const RECORDS: u64 = 20;
+
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "qlog"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A synced log of records 1..=RECORDS over several segments.
+fn written() -> (tempfile::TempDir, Vec<PathBuf>) {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = SegmentLog::open(dir.path(), small()).unwrap();
+    fill(&log, 1, RECORDS, 1);
+    log.sync().unwrap();
+    let segs = segments(dir.path());
+    assert!(segs.len() >= 3);
+    (dir, segs)
+}
+
+fn record_offsets(bytes: &[u8]) -> Vec<u64> {
+    let mut offsets = Vec::new();
+    let mut off = SEGMENT_HEADER_LEN as usize;
+    while off < bytes.len() {
+        offsets.push(off as u64);
+        off += 4 + le_u32(&bytes[off..]) as usize;
+    }
+    offsets
+}
+
+/// Rewrites a segment and returns the offset of its last record and the file length.
+fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>, usize)) -> (u64, u64) {
+    let mut bytes = fs::read(path).unwrap();
+    let last = *record_offsets(&bytes).last().unwrap();
+    let len = bytes.len() as u64;
+    f(&mut bytes, last as usize);
+    fs::write(path, bytes).unwrap();
+    (last, len)
+}
+
+fn reopen(dir: &Path) -> (SegmentLog, Option<TornTail>) {
+    let (log, report) = SegmentLog::open(dir, small()).unwrap();
+    assert_eq!(report.records, log.last().map_or(0, |l| l.0));
+    (log, report.truncated)
+}
+
+fn assert_cut_of_last_record(dir: &Path, seg: &Path, offset: u64, cut: u64, reason: &str) {
+    let (log, torn) = reopen(dir);
+    let torn = torn.expect("a cut");
+    assert_eq!(torn.segment, seg);
+    assert_eq!(torn.offset, offset);
+    assert_eq!(torn.cut_bytes, cut);
+    assert!(torn.reason.contains(reason), "{}", torn.reason);
+    assert_eq!(fs::metadata(seg).unwrap().len(), offset);
+    assert_eq!(log.last(), Some((RECORDS - 1, 1)));
+    assert_records(&log, 1, RECORDS - 1, 1);
+    log.append(RECORDS, 5, b"rewritten").unwrap();
+    assert_eq!(log.read(RECORDS).unwrap(), Some((5, b"rewritten".to_vec())));
+    drop(log);
+    assert_eq!(reopen(dir).1, None, "a second open finds nothing to cut");
+}
+
+#[test]
+fn torn_tail_mid_record_is_cut_and_reported() {
+    let (dir, segs) = written();
+    let seg = segs.last().unwrap();
+    let (last, len) = edit(seg, |b, _| b.truncate(b.len() - 5));
+    assert_cut_of_last_record(dir.path(), seg, last, len - 5 - last, "past the end");
+}
+
+#[test]
+fn partial_length_prefix_is_cut() {
+    let (dir, segs) = written();
+    let seg = segs.last().unwrap();
+    let (last, _) = edit(seg, |b, at| b.truncate(at + 2));
+    assert_cut_of_last_record(dir.path(), seg, last, 2, "only 2 of the 4 bytes");
+}
+
+#[test]
+fn flipped_byte_in_the_last_record_is_cut() {
+    let (dir, segs) = written();
+    let seg = segs.last().unwrap();
+    let (last, len) = edit(seg, |b, _| {
+        let end = b.len() - 1;
+        b[end] ^= 0x01;
+    });
+    assert_cut_of_last_record(dir.path(), seg, last, len - last, "crc32c");
+}
+
+#[test]
+fn undersize_length_prefix_on_disk_is_cut() {
+    let (dir, segs) = written();
+    let seg = segs.last().unwrap();
+    let (last, len) = edit(seg, |b, at| {
+        b[at..at + 4].copy_from_slice(&3u32.to_le_bytes())
+    });
+    assert_cut_of_last_record(dir.path(), seg, last, len - last, "below the minimum");
+}
+
+#[test]
+fn oversize_length_prefix_on_disk_is_cut() {
+    let (dir, segs) = written();
+    let seg = segs.last().unwrap();
+    let too_big = small().max_record_bytes + 20 + 1;
+    let (last, len) = edit(seg, |b, at| {
+        b[at..at + 4].copy_from_slice(&too_big.to_le_bytes())
+    });
+    assert_cut_of_last_record(dir.path(), seg, last, len - last, "max_record_bytes");
+}
+
+#[test]
+fn length_prefix_past_eof_is_cut() {
+    let (dir, segs) = written();
+    let seg = segs.last().unwrap();
+    let (last, len) = edit(seg, |b, at| {
+        let longer = le_u32(&b[at..]) + 50;
+        b[at..at + 4].copy_from_slice(&longer.to_le_bytes());
+    });
+    assert_cut_of_last_record(dir.path(), seg, last, len - last, "past the end");
+}
+
+#[test]
+fn record_out_of_sequence_is_cut() {
+    let (dir, segs) = written();
+    let seg = segs.last().unwrap();
+    let (last, len) = edit(seg, |b, at| {
+        b[at + 8..at + 16].copy_from_slice(&999u64.to_le_bytes());
+        let crc = crc32c::crc32c(&b[at + 8..]);
+        b[at + 4..at + 8].copy_from_slice(&crc.to_le_bytes());
+    });
+    assert_cut_of_last_record(dir.path(), seg, last, len - last, "index 999");
+}
+
+#[test]
+fn zeroed_tail_is_cut() {
+    let (dir, segs) = written();
+    let seg = segs.last().unwrap();
+    let len = fs::metadata(seg).unwrap().len();
+    edit(seg, |b, _| b.extend_from_slice(&[0; 100]));
+    let (log, torn) = reopen(dir.path());
+    let torn = torn.unwrap();
+    assert_eq!((torn.offset, torn.cut_bytes), (len, 100));
+    assert_records(&log, 1, RECORDS, 1);
+}
+
+#[test]
+fn corruption_in_an_early_segment_cuts_every_later_one() {
+    let (dir, segs) = written();
+    let later: u64 = segs[1..]
+        .iter()
+        .map(|p| fs::metadata(p).unwrap().len())
+        .sum();
+    let (last, len) = edit(&segs[0], |b, at| b[at + 20] ^= 0xff);
+    let (log, torn) = reopen(dir.path());
+    let torn = torn.unwrap();
+    assert_eq!(torn.segment, segs[0]);
+    assert_eq!(torn.offset, last);
+    assert_eq!(torn.cut_bytes, len - last + later);
+    assert_eq!(segments(dir.path()), vec![segs[0].clone()]);
+    let (kept, _) = log.last().unwrap();
+    assert_records(&log, 1, kept, 1);
+}
+
+#[test]
+fn torn_segment_header_is_removed() {
+    let (dir, segs) = written();
+    let torn_seg = dir.path().join(crate::format::segment_name(RECORDS + 1));
+    fs::write(&torn_seg, b"QSEG\x01\0\0").unwrap();
+    let (log, torn) = reopen(dir.path());
+    let torn = torn.unwrap();
+    assert_eq!(
+        (torn.segment, torn.offset, torn.cut_bytes),
+        (torn_seg.clone(), 0, 7)
+    );
+    assert!(!torn_seg.exists());
+    assert_eq!(segments(dir.path()), segs);
+    assert_records(&log, 1, RECORDS, 1);
+}
+
+#[test]
+fn a_missing_middle_segment_cuts_the_log_there() {
+    let (dir, segs) = written();
+    fs::remove_file(&segs[1]).unwrap();
+    let (log, torn) = reopen(dir.path());
+    let torn = torn.unwrap();
+    assert_eq!((torn.segment.clone(), torn.offset), (segs[2].clone(), 0));
+    assert!(torn.reason.contains("previous one"), "{}", torn.reason);
+    assert_eq!(segments(dir.path()), vec![segs[0].clone()]);
+    let (kept, _) = log.last().unwrap();
+    assert_records(&log, 1, kept, 1);
+}
+
+#[test]
+fn unsupported_version_is_an_error_not_a_cut() {
+    let (dir, segs) = written();
+    let seg = segs.last().unwrap();
+    let (_, len) = edit(seg, |b, _| b[4] = 2);
+    let err = SegmentLog::open(dir.path(), small()).err().unwrap();
+    assert!(
+        matches!(&err, StorageError::UnsupportedVersion { version: 2, path, .. } if path == seg),
+        "{err}"
+    );
+    assert_eq!(fs::metadata(seg).unwrap().len(), len);
+}
+
+#[test]
+fn foreign_files_are_left_alone() {
+    let (dir, _) = written();
+    fs::write(dir.path().join("notes.txt"), b"hello").unwrap();
+    let (log, torn) = reopen(dir.path());
+    assert_eq!(torn, None);
+    assert_records(&log, 1, RECORDS, 1);
+    assert!(dir.path().join("notes.txt").exists());
+}

@@ -1,0 +1,89 @@
+//! Removing records: from the end for Raft conflicts, from the front for purges.
+
+use super::SegmentLog;
+use crate::format::SEGMENT_HEADER_LEN;
+use crate::sync::{lock, write};
+use crate::StorageError;
+
+impl SegmentLog {
+    /// Deletes records `index..`, durably. Readers stop seeing them before the disk changes;
+    /// if the disk change then fails, the log is poisoned, because memory and disk disagree.
+    pub fn truncate_from(&self, index: u64) -> Result<(), StorageError> {
+        let mut dirty = lock(&self.writer);
+        self.check_poisoned()?;
+        let (removed, cut) = {
+            let mut idx = write(&self.index);
+            let Some((last, _)) = idx.last() else {
+                return Ok(());
+            };
+            if index > last {
+                return Ok(());
+            }
+            let keep = idx.segments.partition_point(|s| s.first_index < index);
+            let removed = idx.segments.split_off(keep);
+            let cut = match idx.segments.last_mut() {
+                Some(seg) if seg.last_index() >= index => {
+                    let offset = seg.offset_of(index).unwrap_or(seg.end);
+                    let slots = (index - seg.first_index) as usize;
+                    seg.entries.truncate(slots);
+                    seg.end = offset;
+                    Some((seg.name.clone(), seg.file.clone(), offset))
+                }
+                _ => None,
+            };
+            (removed, cut)
+        };
+
+        // Newest first, so a crash part-way still leaves a contiguous prefix on disk.
+        for seg in removed.iter().rev() {
+            dirty.files.remove(&seg.name);
+            if let Err(e) = self.backend.remove(&seg.name) {
+                return Err(self.poison(StorageError::io("remove segment", &seg.path)(e)));
+            }
+        }
+        if let Some((name, file, offset)) = cut {
+            debug_assert!(offset > SEGMENT_HEADER_LEN);
+            if let Err(e) = file.set_len(offset).and_then(|()| file.sync_data()) {
+                return Err(self.poison(StorageError::io(
+                    "truncate segment",
+                    self.backend.locate(&name),
+                )(e)));
+            }
+        }
+        if !removed.is_empty() {
+            if let Err(e) = self.backend.sync_dir() {
+                return Err(self.poison(StorageError::io(
+                    "sync directory of",
+                    self.backend.locate(""),
+                )(e)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes every whole segment whose records are all `<= index`; a segment that also holds
+    /// a later record stays, so `first_index` may remain below `index + 1`.
+    pub fn purge_upto(&self, index: u64) -> Result<(), StorageError> {
+        let mut dirty = lock(&self.writer);
+        self.check_poisoned()?;
+        let removed = {
+            let mut idx = write(&self.index);
+            let n = idx.segments.partition_point(|s| s.last_index() <= index);
+            idx.segments.drain(..n).collect::<Vec<_>>()
+        };
+        if removed.is_empty() {
+            return Ok(());
+        }
+        // Oldest first: a crash part-way leaves a contiguous suffix, which recovery accepts.
+        for seg in &removed {
+            dirty.files.remove(&seg.name);
+            self.backend
+                .remove(&seg.name)
+                .map_err(StorageError::io("remove segment", &seg.path))?;
+        }
+        self.backend.sync_dir().map_err(StorageError::io(
+            "sync directory of",
+            self.backend.locate(""),
+        ))
+    }
+}

@@ -1,0 +1,114 @@
+//! The checkpoint and the header row that describes its chunks. Reader and writer of the
+//! header live here together; docs/storage-format.md ("State store (redb)") gives its bytes.
+
+use crate::format::{le_u32, le_u64};
+use crate::StorageError;
+
+/// The engine's state as of `applied_index`; `state` is opaque here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub applied_index: u64,
+    pub applied_term: u64,
+    pub state: Vec<u8>,
+}
+
+pub(crate) const CHUNK_BYTES: usize = 8 * 1024 * 1024;
+const HEAD_VERSION: u8 = 1;
+const HEAD_LEN: usize = 36;
+
+pub(crate) struct CheckpointHead {
+    pub applied_index: u64,
+    pub applied_term: u64,
+    pub state_len: u64,
+    pub chunk_count: u32,
+    pub crc: u32,
+}
+
+fn corrupt(reason: String) -> StorageError {
+    StorageError::CorruptCheckpoint { reason }
+}
+
+impl CheckpointHead {
+    pub fn describe(cp: &Checkpoint) -> Result<CheckpointHead, StorageError> {
+        let chunk_count = u32::try_from(cp.state.len().div_ceil(CHUNK_BYTES)).map_err(|_| {
+            corrupt(format!(
+                "a state of {} bytes needs more than u32::MAX chunks",
+                cp.state.len()
+            ))
+        })?;
+        Ok(CheckpointHead {
+            applied_index: cp.applied_index,
+            applied_term: cp.applied_term,
+            state_len: cp.state.len() as u64,
+            chunk_count,
+            crc: crc32c::crc32c(&cp.state),
+        })
+    }
+
+    /// version u8 | 3 reserved zero bytes | applied_index u64 | applied_term u64 |
+    /// state_len u64 | chunk_count u32 | crc32c of the state u32, all little-endian.
+    pub fn encode(&self) -> [u8; HEAD_LEN] {
+        let mut b = [0u8; HEAD_LEN];
+        b[0] = HEAD_VERSION;
+        b[4..12].copy_from_slice(&self.applied_index.to_le_bytes());
+        b[12..20].copy_from_slice(&self.applied_term.to_le_bytes());
+        b[20..28].copy_from_slice(&self.state_len.to_le_bytes());
+        b[28..32].copy_from_slice(&self.chunk_count.to_le_bytes());
+        b[32..36].copy_from_slice(&self.crc.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<CheckpointHead, StorageError> {
+        if b.len() != HEAD_LEN {
+            return Err(corrupt(format!(
+                "header is {} bytes, expected {HEAD_LEN}",
+                b.len()
+            )));
+        }
+        if b[0] != HEAD_VERSION {
+            return Err(corrupt(format!(
+                "header version {} is not the supported {HEAD_VERSION}",
+                b[0]
+            )));
+        }
+        Ok(CheckpointHead {
+            applied_index: le_u64(&b[4..]),
+            applied_term: le_u64(&b[12..]),
+            state_len: le_u64(&b[20..]),
+            chunk_count: le_u32(&b[28..]),
+            crc: le_u32(&b[32..]),
+        })
+    }
+
+    /// The header is checked against the chunk count before its length is trusted for an
+    /// allocation.
+    pub fn checked_capacity(&self) -> Result<usize, StorageError> {
+        let max = u64::from(self.chunk_count) * CHUNK_BYTES as u64;
+        if self.state_len > max {
+            return Err(corrupt(format!(
+                "header claims {} bytes in {} chunks of at most {CHUNK_BYTES}",
+                self.state_len, self.chunk_count
+            )));
+        }
+        usize::try_from(self.state_len)
+            .map_err(|_| corrupt(format!("{} bytes do not fit in memory", self.state_len)))
+    }
+
+    pub fn verify(&self, state: &[u8]) -> Result<(), StorageError> {
+        if state.len() as u64 != self.state_len {
+            return Err(corrupt(format!(
+                "chunks hold {} bytes, header says {}",
+                state.len(),
+                self.state_len
+            )));
+        }
+        let crc = crc32c::crc32c(state);
+        if crc != self.crc {
+            return Err(corrupt(format!(
+                "crc32c {crc:#010x} does not match the stored {:#010x}",
+                self.crc
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,121 @@
+//! The redb state store: small durable metadata (Raft vote, membership, node identity) and the
+//! engine's checkpoint. Message payloads never go here; they live in the segment log.
+
+mod checkpoint;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+
+use redb::{Database, ReadableDatabase, TableDefinition};
+
+use crate::StorageError;
+pub use checkpoint::Checkpoint;
+use checkpoint::{CheckpointHead, CHUNK_BYTES};
+
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+/// One row, key `HEAD_KEY`: the checkpoint's header (see `CheckpointHead`).
+const CHECKPOINT_HEAD: TableDefinition<&str, &[u8]> = TableDefinition::new("checkpoint_head");
+/// The checkpoint state in rows of at most `CHUNK_BYTES`, keys 0.., so no redb value is huge.
+const CHECKPOINT_CHUNKS: TableDefinition<u32, &[u8]> = TableDefinition::new("checkpoint_chunks");
+const HEAD_KEY: &str = "current";
+
+/// Send + Sync; every write is one redb transaction committed with `Durability::Immediate`
+/// (redb's default), so it is fsynced before the call returns.
+pub struct StateStore {
+    db: Database,
+}
+
+impl StateStore {
+    /// Opens or creates the database file at `path` (its directory must exist).
+    pub fn open(path: &Path) -> Result<StateStore, StorageError> {
+        let db = Database::create(path).map_err(StorageError::state("open the state store"))?;
+        let store = StateStore { db };
+        // Creating the tables up front lets readers open them without a missing-table case.
+        store.write("create tables", |txn| {
+            txn.open_table(META)?;
+            txn.open_table(CHECKPOINT_HEAD)?;
+            txn.open_table(CHECKPOINT_CHUNKS)?;
+            Ok(())
+        })?;
+        Ok(store)
+    }
+
+    /// Durable on return.
+    pub fn put_meta(&self, key: &str, value: &[u8]) -> Result<(), StorageError> {
+        self.write("write metadata", |txn| {
+            txn.open_table(META)?.insert(key, value)?;
+            Ok(())
+        })
+    }
+
+    pub fn get_meta(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        let err = StorageError::state("read metadata");
+        let txn = self.db.begin_read().map_err(err)?;
+        let table = txn
+            .open_table(META)
+            .map_err(StorageError::state("read metadata"))?;
+        let value = table
+            .get(key)
+            .map_err(StorageError::state("read metadata"))?;
+        Ok(value.map(|v| v.value().to_vec()))
+    }
+
+    /// Replaces the previous checkpoint in one durable transaction: a crash leaves either the
+    /// old checkpoint or the new one, never a mix.
+    pub fn save_checkpoint(&self, cp: &Checkpoint) -> Result<(), StorageError> {
+        let head = CheckpointHead::describe(cp)?.encode();
+        self.write("save the checkpoint", |txn| {
+            let mut chunks = txn.open_table(CHECKPOINT_CHUNKS)?;
+            chunks.retain(|_, _| false)?;
+            for (i, chunk) in cp.state.chunks(CHUNK_BYTES).enumerate() {
+                chunks.insert(i as u32, chunk)?;
+            }
+            txn.open_table(CHECKPOINT_HEAD)?
+                .insert(HEAD_KEY, head.as_slice())?;
+            Ok(())
+        })
+    }
+
+    /// The last saved checkpoint, verified against its length and CRC32C.
+    pub fn load_checkpoint(&self) -> Result<Option<Checkpoint>, StorageError> {
+        let op = "load the checkpoint";
+        let txn = self.db.begin_read().map_err(StorageError::state(op))?;
+        let heads = txn
+            .open_table(CHECKPOINT_HEAD)
+            .map_err(StorageError::state(op))?;
+        let Some(raw) = heads.get(HEAD_KEY).map_err(StorageError::state(op))? else {
+            return Ok(None);
+        };
+        let head = CheckpointHead::decode(raw.value())?;
+        let chunks = txn
+            .open_table(CHECKPOINT_CHUNKS)
+            .map_err(StorageError::state(op))?;
+        let mut state = Vec::with_capacity(head.checked_capacity()?);
+        for i in 0..head.chunk_count {
+            let chunk = chunks
+                .get(i)
+                .map_err(StorageError::state(op))?
+                .ok_or_else(|| StorageError::CorruptCheckpoint {
+                    reason: format!("chunk {i} of {} is missing", head.chunk_count),
+                })?;
+            state.extend_from_slice(chunk.value());
+        }
+        head.verify(&state)?;
+        Ok(Some(Checkpoint {
+            applied_index: head.applied_index,
+            applied_term: head.applied_term,
+            state,
+        }))
+    }
+
+    fn write(
+        &self,
+        op: &'static str,
+        body: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
+    ) -> Result<(), StorageError> {
+        let txn = self.db.begin_write().map_err(StorageError::state(op))?;
+        body(&txn).map_err(StorageError::state(op))?;
+        txn.commit().map_err(StorageError::state(op))
+    }
+}

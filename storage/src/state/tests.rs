@@ -1,0 +1,89 @@
+use crate::{Checkpoint, StateStore, StorageError};
+
+fn big_state(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn checkpoint_of_20_mib_round_trips_and_replaces_the_previous_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.redb");
+    let first = Checkpoint {
+        applied_index: 1000,
+        applied_term: 3,
+        state: big_state(20 * 1024 * 1024 + 123, 1),
+    };
+    {
+        let store = StateStore::open(&path).unwrap();
+        assert_eq!(store.load_checkpoint().unwrap(), None);
+        store.save_checkpoint(&first).unwrap();
+        assert_eq!(store.load_checkpoint().unwrap().as_ref(), Some(&first));
+    }
+    let store = StateStore::open(&path).unwrap();
+    assert_eq!(store.load_checkpoint().unwrap().as_ref(), Some(&first));
+    // Smaller than one chunk: any leftover chunk of the first checkpoint would break the CRC.
+    let second = Checkpoint {
+        applied_index: 2000,
+        applied_term: 4,
+        state: big_state(5000, 2),
+    };
+    store.save_checkpoint(&second).unwrap();
+    assert_eq!(store.load_checkpoint().unwrap(), Some(second));
+    let empty = Checkpoint {
+        applied_index: 2001,
+        applied_term: 4,
+        state: Vec::new(),
+    };
+    store.save_checkpoint(&empty).unwrap();
+    assert_eq!(store.load_checkpoint().unwrap(), Some(empty));
+}
+
+#[test]
+fn meta_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.redb");
+    {
+        let store = StateStore::open(&path).unwrap();
+        assert_eq!(store.get_meta("vote").unwrap(), None);
+        store.put_meta("vote", b"term 1").unwrap();
+        store.put_meta("vote", b"term 2").unwrap();
+        store.put_meta("node_id", &7u64.to_le_bytes()).unwrap();
+    }
+    let store = StateStore::open(&path).unwrap();
+    assert_eq!(store.get_meta("vote").unwrap(), Some(b"term 2".to_vec()));
+    assert_eq!(
+        store.get_meta("node_id").unwrap(),
+        Some(7u64.to_le_bytes().to_vec())
+    );
+}
+
+#[test]
+fn a_corrupt_checkpoint_header_is_reported() {
+    use super::checkpoint::CheckpointHead;
+    let err = CheckpointHead::decode(&[1; 10]).err().unwrap();
+    assert!(matches!(err, StorageError::CorruptCheckpoint { .. }));
+    let mut head = CheckpointHead::describe(&Checkpoint {
+        applied_index: 1,
+        applied_term: 1,
+        state: vec![1, 2, 3],
+    })
+    .unwrap();
+    head.state_len = u64::MAX;
+    assert!(
+        head.checked_capacity().is_err(),
+        "a huge length must not reach an allocation"
+    );
+}
+
+#[test]
+fn opening_a_directory_is_an_error_with_a_sentence() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = StateStore::open(dir.path()).err().unwrap();
+    assert!(
+        err.to_string()
+            .starts_with("the state store failed while trying to open"),
+        "{err}"
+    );
+}
