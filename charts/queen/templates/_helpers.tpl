@@ -1,0 +1,68 @@
+{{/* Chart name, truncated to the 63 characters a DNS label allows. */}}
+{{- define "queen.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name: release-chart unless the release name already contains the chart name. */}}
+{{- define "queen.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The headless Service that gives each pod a stable DNS name (peers). */}}
+{{- define "queen.headlessName" -}}
+{{- printf "%s-headless" (include "queen.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "queen.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "queen.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "queen.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "queen.labels" -}}
+helm.sh/chart: {{ include "queen.chart" . }}
+{{ include "queen.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "queen.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "queen.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Name of the Secret holding the JWT secret; empty when auth is off. */}}
+{{- define "queen.jwtSecretName" -}}
+{{- if .Values.auth.existingSecret -}}
+{{- .Values.auth.existingSecret -}}
+{{- else if .Values.auth.jwtSecret -}}
+{{- printf "%s-auth" (include "queen.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "queen.jwtSecretKey" -}}
+{{- if .Values.auth.existingSecret -}}
+{{- .Values.auth.existingSecretKey -}}
+{{- else -}}
+jwt-secret
+{{- end -}}
+{{- end -}}
+
+{{- define "queen.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
