@@ -41,7 +41,7 @@ SDIST_REQ = "queen-mq==2.6.0"
 SDIST_FILE = "queen_mq-2.6.0.tar.gz"
 SDIST_SHA256 = "c6657ad706ef5d9a826d9fb7e576cd8d27e70489f21a0b9230e29a78beccce88"
 SDIST_TESTS = "queen_mq-2.6.0/tests/"
-JWT_SECRET = "queenmq-sdk-suite-secret"
+JWT_SECRET = "queenmq-sdk-suite-secret-0123456789abcdef"
 
 
 @dataclass(frozen=True)
