@@ -1,0 +1,182 @@
+//! Command-line options and their checks.
+
+use std::time::Duration;
+
+use anyhow::bail;
+use clap::Parser;
+
+use crate::scenario::{Plan, Scenario};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DriverKind {
+    /// The Queen HTTP/1.1 API with JSON bodies.
+    QueenHttp,
+}
+
+/// Load tool for QueenMQ: drives a live broker through its real door and reports throughput,
+/// latency percentiles and lost messages.
+#[derive(Debug, Parser)]
+#[command(name = "queen-bench", version)]
+pub struct Cli {
+    /// What to measure.
+    #[arg(value_enum)]
+    pub scenario: Scenario,
+    /// Broker base URL.
+    #[arg(long, env = "QUEEN_BENCH_URL", default_value = "http://127.0.0.1:6632")]
+    pub url: String,
+    #[arg(long, value_enum, default_value = "queen-http")]
+    pub driver: DriverKind,
+    /// Producer workers, one connection each.
+    #[arg(long, default_value_t = 1)]
+    pub producers: usize,
+    /// Consumer workers per consumer group (queue mode: in total), one connection each.
+    #[arg(long, default_value_t = 1)]
+    pub consumers: usize,
+    /// Payload size in bytes (serialised JSON).
+    #[arg(long, default_value_t = 256)]
+    pub msg_bytes: usize,
+    /// Messages per push request and most messages per pop.
+    #[arg(long, default_value_t = 100)]
+    pub batch: usize,
+    /// Partitions of the queue the producers spread messages over.
+    #[arg(long, default_value_t = 1)]
+    pub partitions: u32,
+    /// Most partitions one pop may claim [default: --batch, at most --partitions].
+    #[arg(long)]
+    pub pop_partitions: Option<usize>,
+    /// Consumer groups, each must see every message; 0 = queue mode.
+    #[arg(long, default_value_t = 0)]
+    pub groups: usize,
+    /// Length of the measured phase.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration_secs: f64,
+    /// Open loop: target msg/s across all producers. Absent = closed loop.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Stop producing after this many messages in total (the duration still applies).
+    #[arg(long)]
+    pub messages: Option<u64>,
+    /// consume: messages pushed before the measured phase.
+    #[arg(long, default_value_t = 100_000)]
+    pub prefill: u64,
+    /// txn: pushes per transaction.
+    #[arg(long, default_value_t = 10)]
+    pub txn_size: usize,
+    /// push/txn: consume everything afterwards (unmeasured) to count lost messages.
+    #[arg(long)]
+    pub verify: bool,
+    /// Stop draining after this many seconds without progress.
+    #[arg(long, default_value_t = 10.0)]
+    pub drain_secs: f64,
+    /// Long-poll time of a pop, milliseconds.
+    #[arg(long, default_value_t = 1_000)]
+    pub pop_wait_ms: u64,
+    /// Lease length for pops (leaseSeconds); absent = the queue's default.
+    #[arg(long)]
+    pub lease_secs: Option<u64>,
+    /// Timeout of a push, ack or transaction request, milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    pub request_timeout_ms: u64,
+    /// Queue name [default: a unique `bench-<scenario>-<id>`].
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Print the JSON report only.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn positive_secs(name: &str, secs: f64) -> anyhow::Result<Duration> {
+    if !secs.is_finite() || secs <= 0.0 {
+        bail!("--{name} must be a positive number of seconds, got {secs}");
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+impl Cli {
+    pub fn plan(&self) -> anyhow::Result<Plan> {
+        if self.producers == 0 {
+            bail!("--producers must be at least 1");
+        }
+        if self.consumers == 0 && matches!(self.scenario, Scenario::Consume | Scenario::E2e) {
+            bail!("--consumers must be at least 1 for {:?}", self.scenario);
+        }
+        if self.batch == 0 || self.txn_size == 0 {
+            bail!("--batch and --txn-size must be at least 1");
+        }
+        if self.partitions == 0 {
+            bail!("--partitions must be at least 1");
+        }
+        if let Some(rate) = self.rate {
+            if !rate.is_finite() || rate <= 0.0 {
+                bail!("--rate must be a positive number of msg/s, got {rate}");
+            }
+        }
+        if self.scenario == Scenario::Consume && self.prefill == 0 {
+            bail!("--prefill must be at least 1 for consume");
+        }
+        let pop_partitions = self
+            .pop_partitions
+            .unwrap_or_else(|| self.batch.min(self.partitions as usize))
+            .max(1);
+        Ok(Plan {
+            scenario: self.scenario,
+            producers: self.producers,
+            consumers: self.consumers.max(1),
+            msg_bytes: self.msg_bytes,
+            batch: self.batch,
+            partitions: self.partitions,
+            pop_partitions,
+            groups: self.groups,
+            duration: positive_secs("duration-secs", self.duration_secs)?,
+            rate: self.rate,
+            messages: self.messages,
+            prefill: self.prefill,
+            txn_size: self.txn_size,
+            verify: self.verify,
+            drain_idle: positive_secs("drain-secs", self.drain_secs)?,
+            pop_wait_ms: self.pop_wait_ms,
+            lease_secs: self.lease_secs,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> anyhow::Result<Cli> {
+        Ok(Cli::try_parse_from(
+            std::iter::once("queen-bench").chain(args.iter().copied()),
+        )?)
+    }
+
+    #[test]
+    fn defaults_give_a_closed_loop_plan() -> anyhow::Result<()> {
+        let plan = parse(&["e2e"])?.plan()?;
+        assert_eq!(plan.scenario, Scenario::E2e);
+        assert_eq!(plan.msg_bytes, 256);
+        assert_eq!(plan.batch, 100);
+        assert_eq!(plan.pop_partitions, 1);
+        assert_eq!(plan.rate, None);
+        Ok(())
+    }
+
+    #[test]
+    fn pop_partitions_follow_batch_and_partitions() -> anyhow::Result<()> {
+        let plan = parse(&["push", "--partitions", "1000", "--batch", "50"])?.plan()?;
+        assert_eq!(plan.pop_partitions, 50);
+        Ok(())
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_option_name() -> anyhow::Result<()> {
+        let err = parse(&["push", "--rate", "0"])?.plan().err();
+        assert!(format!("{err:?}").contains("--rate"));
+        let err = parse(&["push", "--duration-secs=-1"])?.plan().err();
+        assert!(format!("{err:?}").contains("--duration-secs"));
+        let err = parse(&["consume", "--consumers", "0"])?.plan().err();
+        assert!(format!("{err:?}").contains("--consumers"));
+        assert!(parse(&["nope"]).is_err());
+        Ok(())
+    }
+}
