@@ -182,9 +182,11 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=1800.0,
                         help="seconds for all runs together; later runs fail when it is spent")
     parser.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failing run")
-    args, extra = parser.parse_known_args()
-    if extra and extra[0] == "--":
-        extra = extra[1:]
+    argv, extra = sys.argv[1:], []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, extra = argv[:split], argv[split + 1:]
+    args = parser.parse_args(argv)
 
     wanted = [name.removesuffix(".py") for name in args.files]
     runs = [run for run in RUNS if not wanted or run.file in wanted or run.label in wanted]
