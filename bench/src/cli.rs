@@ -22,7 +22,7 @@ pub struct Cli {
     #[arg(value_enum)]
     pub scenario: Scenario,
     /// Broker base URL.
-    #[arg(long, env = "QUEEN_BENCH_URL", default_value = "http://127.0.0.1:6632")]
+    #[arg(long, env = "BENCH_URL", default_value = "http://127.0.0.1:6632")]
     pub url: String,
     #[arg(long, value_enum, default_value = "queen-http")]
     pub driver: DriverKind,

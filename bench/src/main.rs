@@ -7,6 +7,8 @@ mod driver;
 mod histogram;
 mod http_conn;
 mod ledger;
+#[cfg(test)]
+mod mock_broker;
 mod pacer;
 mod partition_cycle;
 mod payload;
@@ -14,6 +16,8 @@ mod producer;
 mod queen_http;
 mod report;
 mod scenario;
+#[cfg(test)]
+mod scenario_tests;
 mod stats;
 mod table;
 

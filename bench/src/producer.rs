@@ -1,7 +1,6 @@
 //! A producer worker: pushes batches (or transactions) until its deadline or the shared
 //! message budget runs out, closed loop or paced by a `Pacer`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,30 +15,12 @@ use crate::stats::Stats;
 /// Pause after a failed request, so a dead broker is not hammered in a tight loop.
 const ERROR_PAUSE: Duration = Duration::from_millis(50);
 
-/// Messages left to send across all producers; `None` = unlimited.
-#[derive(Debug, Default)]
-pub struct Budget {
-    left: Option<AtomicU64>,
-}
-
-impl Budget {
-    pub fn new(messages: Option<u64>) -> Self {
-        Self {
-            left: messages.map(AtomicU64::new),
-        }
-    }
-
-    /// Claims up to `want` messages; returns how many were granted (0 = spent).
-    pub fn claim(&self, want: u64) -> u64 {
-        let Some(left) = &self.left else {
-            return want;
-        };
-        match left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |l| {
-            Some(l.saturating_sub(want))
-        }) {
-            Ok(before) | Err(before) => before.min(want),
-        }
-    }
+/// This producer's share of a message budget shared by `producers`: split so that, with as
+/// many messages as partitions, every partition gets exactly one (see `PartitionCycle`).
+pub fn budget_share(total: u64, producers: usize, index: usize) -> u64 {
+    let producers = producers.max(1) as u64;
+    let index = index as u64;
+    total / producers + u64::from(index < total % producers)
 }
 
 /// How a producer sends a batch.
@@ -61,7 +42,8 @@ pub struct ProducerPlan {
     pub start: Instant,
     pub deadline: Instant,
     pub clock: Clock,
-    pub budget: Arc<Budget>,
+    /// Messages this producer may send; `None` = until the deadline.
+    pub budget: Option<u64>,
     pub ledger: Arc<Ledger>,
 }
 
@@ -74,6 +56,7 @@ pub async fn run_producer<D: Driver>(mut driver: D, plan: ProducerPlan) -> Stats
     let mut payloads = PayloadBuilder::new(plan.msg_bytes);
     let stride = plan.producers.max(1) as u64;
     let mut local_seq = 0u64;
+    let mut sent = 0u64;
     let mut batch: Vec<OutMessage> = Vec::with_capacity(plan.batch);
 
     loop {
@@ -91,10 +74,14 @@ pub async fn run_producer<D: Driver>(mut driver: D, plan: ProducerPlan) -> Stats
         if Instant::now() >= plan.deadline {
             break;
         }
-        let granted = plan.budget.claim(plan.batch as u64);
+        let granted = match plan.budget {
+            Some(budget) => (budget - sent).min(plan.batch as u64),
+            None => plan.batch as u64,
+        };
         if granted == 0 {
             break;
         }
+        sent += granted;
         let ts = plan.clock.epoch_us(due);
         batch.clear();
         for _ in 0..granted {
@@ -159,13 +146,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn budget_hands_out_exactly_what_it_has() {
-        let budget = Budget::new(Some(250));
-        assert_eq!(budget.claim(100), 100);
-        assert_eq!(budget.claim(100), 100);
-        assert_eq!(budget.claim(100), 50);
-        assert_eq!(budget.claim(100), 0);
-        let unlimited = Budget::new(None);
-        assert_eq!(unlimited.claim(100), 100);
+    fn budget_shares_match_partition_ownership() {
+        // 10 messages, 10 partitions, 3 producers: producer k owns k, k+3, … (4, 3, 3).
+        let shares: Vec<u64> = (0..3).map(|k| budget_share(10, 3, k)).collect();
+        assert_eq!(shares, vec![4, 3, 3]);
+        let mut all: Vec<u32> = Vec::new();
+        for (k, share) in shares.iter().enumerate() {
+            let mut cycle = PartitionCycle::new(10, 3, k);
+            all.extend((0..*share).map(|_| cycle.next_partition()));
+        }
+        all.sort_unstable();
+        assert_eq!(all, (0..10).collect::<Vec<u32>>());
+        assert_eq!(budget_share(5, 0, 0), 5);
     }
 }

@@ -13,7 +13,7 @@ use crate::clock::Clock;
 use crate::consumer::{run_consumer, ConsumerPlan};
 use crate::driver::{Connector, PopRequest};
 use crate::ledger::Ledger;
-use crate::producer::{run_producer, Budget, ProducerPlan, PushMode};
+use crate::producer::{budget_share, run_producer, ProducerPlan, PushMode};
 use crate::stats::Stats;
 
 /// How often the drain looks at the ledger.
@@ -36,7 +36,6 @@ pub fn start_producers<C: Connector>(
     clock: Clock,
     ledger: &Arc<Ledger>,
 ) -> JoinSet<anyhow::Result<Stats>> {
-    let budget = Arc::new(Budget::new(phase.budget));
     let mut set = JoinSet::new();
     for index in 0..plan.producers {
         let connector = connector.clone();
@@ -51,7 +50,7 @@ pub fn start_producers<C: Connector>(
             start: phase.start,
             deadline: phase.deadline,
             clock,
-            budget: Arc::clone(&budget),
+            budget: phase.budget.map(|b| budget_share(b, plan.producers, index)),
             ledger: Arc::clone(ledger),
         };
         set.spawn(async move {

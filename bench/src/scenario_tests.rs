@@ -1,0 +1,136 @@
+//! Every scenario end to end against the in-memory `MockBroker`: the pipeline from payload
+//! to report, and that `lost` catches a broker that drops messages.
+
+use std::time::Duration;
+
+use crate::driver::Connector;
+use crate::http_conn::Endpoint;
+use crate::mock_broker::MockBroker;
+use crate::queen_http::QueenHttp;
+use crate::report::Report;
+use crate::scenario::{self, Plan, Scenario};
+
+fn plan(scenario: Scenario) -> Plan {
+    Plan {
+        scenario,
+        producers: 2,
+        consumers: 1,
+        msg_bytes: 128,
+        batch: 20,
+        partitions: 4,
+        pop_partitions: 4,
+        groups: 0,
+        duration: Duration::from_millis(300),
+        rate: None,
+        messages: Some(2_000),
+        prefill: 500,
+        txn_size: 10,
+        verify: true,
+        drain_idle: Duration::from_millis(600),
+        pop_wait_ms: 100,
+        lease_secs: None,
+    }
+}
+
+async fn run(plan: &Plan, drop_every: Option<usize>) -> anyhow::Result<Report> {
+    let url = MockBroker::start(drop_every).await?;
+    let connector = QueenHttp::new(
+        Endpoint::parse(&url)?,
+        "bench-test",
+        "t",
+        Duration::from_secs(5),
+    )?;
+    let name = connector.name();
+    let measured = scenario::run(connector, plan).await?;
+    Ok(Report::build(plan, &measured, name, &url, "bench-test"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_with_two_groups_loses_nothing() -> anyhow::Result<()> {
+    let plan = Plan {
+        groups: 2,
+        ..plan(Scenario::E2e)
+    };
+    let report = run(&plan, None).await?;
+    let produced = report.produce.as_ref().map_or(0, |t| t.messages);
+    assert!(produced > 0, "{report:?}");
+    assert_eq!(report.accepted, Some(produced));
+    assert_eq!(report.lost, Some(0), "{report:?}");
+    assert_eq!(report.lost_per_group, Some(vec![0, 0]));
+    assert_eq!(report.duplicates, Some(0));
+    assert_eq!(report.drained, Some(true));
+    assert_eq!(report.errors, 0, "{:?}", report.error_samples);
+    assert!(report.latency_us.contains_key("e2e"));
+    assert!(report.latency_us.contains_key("push"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_and_txn_verify_count_every_message() -> anyhow::Result<()> {
+    for scenario in [Scenario::Push, Scenario::Txn] {
+        let report = run(&plan(scenario), None).await?;
+        assert_eq!(report.accepted, Some(2_000), "{scenario:?}");
+        assert_eq!(report.lost, Some(0), "{scenario:?}");
+        let op = if scenario == Scenario::Txn {
+            "txn"
+        } else {
+            "push"
+        };
+        let requests = report.requests.get(op).map_or(0, |r| r.count);
+        assert_eq!(requests, if scenario == Scenario::Txn { 200 } else { 100 });
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_without_verify_reports_no_loss_figure() -> anyhow::Result<()> {
+    let plan = Plan {
+        verify: false,
+        ..plan(Scenario::Push)
+    };
+    let report = run(&plan, None).await?;
+    assert_eq!(report.lost, None);
+    assert!(report.consume.is_none());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consume_reads_the_prefill() -> anyhow::Result<()> {
+    // The measured phase ends as soon as the queue is empty.
+    let plan = Plan {
+        duration: Duration::from_secs(20),
+        ..plan(Scenario::Consume)
+    };
+    let report = run(&plan, None).await?;
+    assert_eq!(report.prefilled, Some(500));
+    assert_eq!(report.consume.as_ref().map(|t| t.messages), Some(500));
+    assert!(report.produce.is_none());
+    assert_eq!(report.lost, Some(0));
+    assert!(!report.latency_us.contains_key("e2e"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropping_broker_shows_lost_messages() -> anyhow::Result<()> {
+    let report = run(&plan(Scenario::E2e), Some(7)).await?;
+    let accepted = report.accepted.unwrap_or(0);
+    assert_eq!(report.lost, Some(accepted / 7), "{report:?}");
+    assert_eq!(report.drained, Some(false));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_loop_keeps_to_the_rate() -> anyhow::Result<()> {
+    let plan = Plan {
+        rate: Some(4_000.0),
+        messages: None,
+        duration: Duration::from_millis(500),
+        verify: false,
+        ..plan(Scenario::Push)
+    };
+    let report = run(&plan, None).await?;
+    let sent = report.produce.as_ref().map_or(0, |t| t.messages);
+    // 4 000 msg/s for 0.5 s in batches of 20 = 100 batches, the last one due just before 0.5 s.
+    assert_eq!(sent, 2_000, "{report:?}");
+    Ok(())
+}
