@@ -1,0 +1,35 @@
+//! The one error type of this crate.
+
+use crate::backend::StorageError;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RaftError {
+    #[error("this node is not the Raft leader; {}", leader_hint(.leader))]
+    NotLeader { leader: Option<u64> },
+
+    #[error("the storage under the Raft log failed: {0}")]
+    Storage(#[from] StorageError),
+
+    #[error("the Raft log holds a record that cannot be read back: {0}")]
+    Corrupt(String),
+
+    #[error("the Raft configuration is invalid: {0}")]
+    Config(String),
+
+    #[error("the Raft node could not start: {0}")]
+    Startup(String),
+
+    #[error("the Raft membership change was refused: {0}")]
+    Membership(String),
+
+    #[error("the Raft node has stopped: {0}")]
+    Fatal(String),
+}
+
+fn leader_hint(leader: &Option<u64>) -> String {
+    match leader {
+        Some(id) => format!("node {id} leads"),
+        None => "no leader is known yet".to_string(),
+    }
+}

@@ -1,0 +1,258 @@
+//! openraft's `RaftLogStorage` on a `SegmentLog` plus the StateStore's meta table.
+//!
+//! ### The contract this store keeps (openraft `storage/v2`, restated for our layout)
+//! - **No holes.** Records are consecutive by index; SegmentLog refuses anything else. Purge
+//!   moves only the Raft horizon (meta `raft/purged`), because message bytes live in the log
+//!   and leave it only by the broker's retention; reads below the horizon answer nothing.
+//! - **Serialised writes.** Appends and truncations go through the single log-writer thread in
+//!   call order; openraft itself never overlaps calls on `&mut self`.
+//! - **Readable on return, durable on callback.** `append` returns once the records are written;
+//!   the `LogFlushed` callback fires after the group fsync that covers them.
+//! - **Vote durable before return.** `save_vote` waits for redb's commit.
+//! - **Committed may lag, never lead.** See `committed_saver`; `read_committed` also never
+//!   names an index beyond the last record present, so a torn tail cannot make openraft
+//!   re-apply entries that are gone.
+//! - **Purge horizon durable before return**, so a restart never reads below it.
+
+// openraft's storage traits return `openraft::StorageError` (~200 bytes) by value; helpers
+// return the same type so `?` reaches the trait boundary without boxing and unboxing.
+#![allow(clippy::result_large_err)]
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::sync::{Arc, Mutex};
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{
+    AnyError, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, StorageIOError, Vote,
+};
+
+use crate::backend::{SegmentLog, StateStore};
+use crate::committed_saver::CommittedSaver;
+use crate::entry_codec;
+use crate::log_writer::{LogWriter, Record};
+use crate::meta;
+use crate::types::{log_id, Entry, NodeId, OrStorageError, RaftLogId, TypeConfig};
+
+/// Cheap to clone: every clone is the same store (openraft's log reader is a clone).
+#[derive(Clone)]
+pub struct LogStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    log: Arc<SegmentLog>,
+    store: Arc<StateStore>,
+    writer: LogWriter,
+    committed: CommittedSaver,
+    /// Mirrors meta `raft/purged`; std Mutex, never held across an await.
+    purged: Mutex<Option<RaftLogId>>,
+}
+
+fn io_err(
+    subject: ErrorSubject<NodeId>,
+    verb: ErrorVerb,
+    e: impl Into<AnyError>,
+) -> OrStorageError {
+    StorageIOError::new(subject, verb, e).into()
+}
+
+impl LogStore {
+    /// Loads the persisted horizon and committed id and starts the writer threads. Blocking
+    /// (redb reads, thread spawn): call before the runtime is busy or from a blocking context.
+    pub fn open(log: Arc<SegmentLog>, store: Arc<StateStore>) -> Result<LogStore, OrStorageError> {
+        let purged: Option<RaftLogId> = meta::get(&store, meta::PURGED, ErrorSubject::Logs)?;
+        let committed: Option<RaftLogId> =
+            meta::get(&store, meta::COMMITTED, ErrorSubject::Store)?.flatten();
+        let writer = LogWriter::spawn(log.clone())
+            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Write, &e))?;
+        let committed = CommittedSaver::spawn(store.clone(), committed)
+            .map_err(|e| io_err(ErrorSubject::Store, ErrorVerb::Write, &e))?;
+        Ok(LogStore {
+            inner: Arc::new(Inner {
+                log,
+                store,
+                writer,
+                committed,
+                purged: Mutex::new(purged),
+            }),
+        })
+    }
+
+    /// The newest committed log id openraft reported (in memory; disk may lag).
+    pub fn committed(&self) -> Option<RaftLogId> {
+        self.inner.committed.latest()
+    }
+
+    /// Flushes and stops the writer threads; later writes fail. Blocking.
+    pub fn stop(&self) {
+        self.inner.writer.stop_and_join();
+        self.inner.committed.stop_and_join();
+    }
+
+    fn purged(&self) -> Option<RaftLogId> {
+        *self.inner.purged.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn last_present(&self) -> Option<RaftLogId> {
+        self.inner
+            .log
+            .last()
+            .map(|(index, term)| log_id(term, index))
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, OrStorageError> {
+        let Some((last, _)) = self.inner.log.last() else {
+            return Ok(Vec::new());
+        };
+        let floor = match self.purged() {
+            Some(p) => p.index + 1,
+            None => 0,
+        };
+        let first = self.inner.log.first_index().unwrap_or(0);
+        let start = match range.start_bound() {
+            Bound::Included(s) => *s,
+            Bound::Excluded(s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        }
+        .max(floor)
+        .max(first);
+        let end = match range.end_bound() {
+            Bound::Included(e) => e.saturating_add(1),
+            Bound::Excluded(e) => *e,
+            Bound::Unbounded => u64::MAX,
+        }
+        .min(last.saturating_add(1));
+
+        let mut out = Vec::with_capacity(end.saturating_sub(start).min(1024) as usize);
+        for index in start..end {
+            let record = self
+                .inner
+                .log
+                .read(index)
+                .map_err(|e| io_err(ErrorSubject::LogIndex(index), ErrorVerb::Read, &e))?;
+            // A record can vanish under us only through a concurrent truncate; stop at the gap
+            // rather than return a log with a hole.
+            let Some((term, payload)) = record else { break };
+            let entry = entry_codec::decode(index, term, payload)
+                .map_err(|e| io_err(ErrorSubject::LogIndex(index), ErrorVerb::Read, &e))?;
+            out.push(entry);
+        }
+        Ok(out)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, OrStorageError> {
+        let purged = self.purged();
+        let last = match (self.last_present(), purged) {
+            (Some(last), Some(p)) if last.index <= p.index => Some(p),
+            (Some(last), _) => Some(last),
+            (None, p) => p,
+        };
+        Ok(LogState {
+            last_purged_log_id: purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), OrStorageError> {
+        let vote = *vote;
+        meta::blocking(&self.inner.store, ErrorSubject::Vote, move |s| {
+            meta::put(s, meta::VOTE, &vote, ErrorSubject::Vote)
+        })
+        .await
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, OrStorageError> {
+        meta::get(&self.inner.store, meta::VOTE, ErrorSubject::Vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<RaftLogId>) -> Result<(), OrStorageError> {
+        self.inner
+            .committed
+            .set(committed)
+            .map_err(|e| io_err(ErrorSubject::Store, ErrorVerb::Write, AnyError::error(e)))
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<RaftLogId>, OrStorageError> {
+        let committed = self.inner.committed.latest();
+        let last = self.last_present().map(|l| l.index);
+        Ok(match committed {
+            Some(c) if Some(c.index) > last => {
+                tracing::warn!(committed = %c, last = ?last, "persisted committed id is past the log end; ignoring it");
+                None
+            }
+            c => c,
+        })
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), OrStorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut records: Vec<Record> = Vec::new();
+        for entry in entries {
+            let payload = entry_codec::encode(&entry)
+                .map_err(|e| io_err(ErrorSubject::Log(entry.log_id), ErrorVerb::Write, &e))?;
+            records.push((entry.log_id.index, entry.log_id.leader_id.term, payload));
+        }
+        if records.is_empty() {
+            callback.log_io_completed(Ok(()));
+            return Ok(());
+        }
+        self.inner
+            .writer
+            .append(records, callback)
+            .await
+            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Write, &e))
+    }
+
+    async fn truncate(&mut self, log_id: RaftLogId) -> Result<(), OrStorageError> {
+        self.inner
+            .writer
+            .truncate(log_id.index)
+            .await
+            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Delete, &e))
+    }
+
+    async fn purge(&mut self, upto: RaftLogId) -> Result<(), OrStorageError> {
+        // Horizon first: if we crash right after, the restart reads from the new horizon and
+        // the records below it are merely unreachable, never a hole.
+        meta::blocking(&self.inner.store, ErrorSubject::Logs, move |s| {
+            meta::put(s, meta::PURGED, &upto, ErrorSubject::Logs)
+        })
+        .await?;
+        *self.inner.purged.lock().unwrap_or_else(|p| p.into_inner()) = Some(upto);
+
+        // Purging past the last record (a follower installing a snapshot) makes every record
+        // stale, and the next append starts at upto+1: clear the log so it accepts that index.
+        let last = self.inner.log.last().map(|(i, _)| i);
+        if let (Some(last), Some(first)) = (last, self.inner.log.first_index()) {
+            if upto.index > last {
+                self.inner
+                    .writer
+                    .truncate(first)
+                    .await
+                    .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Delete, &e))?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,173 @@
+//! The one thread that mutates the SegmentLog: appends, group fsync, truncation.
+//!
+//! Why a thread: openraft wants `append` to return as soon as the entries are readable and to
+//! hear about durability later through `LogFlushed`; an fsync must never block a runtime worker.
+//! Why one: the storage contract asks for serialised write I/O, and a single consumer of an
+//! ordered queue gives that for free. Group commit falls out of it: every append that queued up
+//! while the previous fsync ran is written, then covered by ONE `sync()`, then all their
+//! callbacks fire in order.
+//!
+//! Invariants:
+//! - a callback fires only after a `sync()` that started after its records were written;
+//! - callbacks fire in append order;
+//! - a truncation first syncs and acknowledges every earlier append, so no callback ever claims
+//!   durability for records a later truncation removed.
+
+use std::io;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use openraft::storage::LogFlushed;
+use tokio::sync::oneshot;
+
+use crate::backend::{SegmentLog, StorageError};
+use crate::types::TypeConfig;
+
+/// Appends taken into one group before its fsync, so a steady stream of small appends cannot
+/// postpone durability indefinitely.
+const MAX_GROUP: usize = 256;
+
+pub type Record = (u64, u64, Vec<u8>);
+
+enum Job {
+    Append {
+        records: Vec<Record>,
+        written: oneshot::Sender<Result<(), StorageError>>,
+        flushed: LogFlushed<TypeConfig>,
+    },
+    Truncate {
+        from: u64,
+        done: oneshot::Sender<Result<(), StorageError>>,
+    },
+    Stop,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WriterError {
+    #[error("the log writer thread has stopped")]
+    Stopped,
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+pub struct LogWriter {
+    tx: Sender<Job>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl LogWriter {
+    pub fn spawn(log: Arc<SegmentLog>) -> io::Result<LogWriter> {
+        let (tx, rx) = channel();
+        let thread = std::thread::Builder::new()
+            .name("raft-log-writer".into())
+            .spawn(move || run(&log, &rx))?;
+        Ok(LogWriter {
+            tx,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    fn send(&self, job: Job) -> Result<(), WriterError> {
+        self.tx.send(job).map_err(|_| WriterError::Stopped)
+    }
+
+    /// Writes `records`; resolves once they are readable. `flushed` fires after the fsync.
+    pub async fn append(
+        &self,
+        records: Vec<Record>,
+        flushed: LogFlushed<TypeConfig>,
+    ) -> Result<(), WriterError> {
+        let (written, rx) = oneshot::channel();
+        self.send(Job::Append {
+            records,
+            written,
+            flushed,
+        })?;
+        rx.await.map_err(|_| WriterError::Stopped)??;
+        Ok(())
+    }
+
+    /// Removes every record from index `from` on; durable on return.
+    pub async fn truncate(&self, from: u64) -> Result<(), WriterError> {
+        let (done, rx) = oneshot::channel();
+        self.send(Job::Truncate { from, done })?;
+        rx.await.map_err(|_| WriterError::Stopped)??;
+        Ok(())
+    }
+
+    /// Syncs what is pending, acknowledges it and ends the thread; later calls fail with
+    /// `Stopped`. Blocks until the thread has exited, so call it from a blocking context.
+    pub fn stop_and_join(&self) {
+        let _ = self.send(Job::Stop);
+        let handle = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(handle) = handle {
+            if handle.join().is_err() {
+                tracing::error!("the raft log writer thread panicked");
+            }
+        }
+    }
+}
+
+fn run(log: &SegmentLog, rx: &Receiver<Job>) {
+    let mut pending: Vec<LogFlushed<TypeConfig>> = Vec::new();
+    while let Ok(first) = rx.recv() {
+        let mut next = Some(first);
+        let mut taken = 0;
+        while let Some(job) = next.take() {
+            match job {
+                Job::Append {
+                    records,
+                    written,
+                    flushed,
+                } => {
+                    let refs: Vec<(u64, u64, &[u8])> = records
+                        .iter()
+                        .map(|(i, t, p)| (*i, *t, p.as_slice()))
+                        .collect();
+                    match log.append_batch(&refs) {
+                        Ok(()) => {
+                            pending.push(flushed);
+                            let _ = written.send(Ok(()));
+                        }
+                        Err(e) => {
+                            flushed.log_io_completed(Err(io::Error::other(e.to_string())));
+                            let _ = written.send(Err(e));
+                        }
+                    }
+                }
+                Job::Truncate { from, done } => {
+                    sync_pending(log, &mut pending);
+                    let _ = done.send(log.truncate_from(from));
+                }
+                Job::Stop => {
+                    sync_pending(log, &mut pending);
+                    return;
+                }
+            }
+            taken += 1;
+            if taken < MAX_GROUP {
+                next = rx.try_recv().ok();
+            }
+        }
+        sync_pending(log, &mut pending);
+    }
+    sync_pending(log, &mut pending);
+}
+
+/// One fsync for everything written since the last one, then every waiting callback.
+fn sync_pending(log: &SegmentLog, pending: &mut Vec<LogFlushed<TypeConfig>>) {
+    if pending.is_empty() {
+        return;
+    }
+    let result = log.sync();
+    if let Err(e) = &result {
+        tracing::error!(error = %e, "fsync of the raft log failed");
+    }
+    for cb in pending.drain(..) {
+        cb.log_io_completed(match &result {
+            Ok(()) => Ok(()),
+            Err(e) => Err(io::Error::other(e.to_string())),
+        });
+    }
+}

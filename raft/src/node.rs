@@ -1,0 +1,202 @@
+//! `RaftNode`: one Raft group on this node, as the broker engine sees it.
+
+// openraft's storage traits return `openraft::StorageError` (~200 bytes) by value; helpers
+// return the same type so `?` reaches the trait boundary without boxing and unboxing.
+#![allow(clippy::result_large_err)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use openraft::error::ClientWriteError;
+use openraft::{BasicNode, Raft, ServerState};
+
+use crate::apply::ApplyHandler;
+use crate::backend::{SegmentLog, StateStore};
+use crate::config::RaftConfig;
+use crate::entry_codec;
+use crate::error::RaftError;
+use crate::index_cell::IndexCell;
+use crate::log_store::LogStore;
+use crate::network::NoPeers;
+use crate::state_machine::StateMachine;
+use crate::types::{term_of, TypeConfig};
+
+/// What `RaftNode::status` reports, copied out of openraft's metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaftStatus {
+    /// "leader", "follower", "candidate", "learner" or "shutdown".
+    pub role: &'static str,
+    pub term: u64,
+    pub leader: Option<u64>,
+    pub last_log_index: Option<u64>,
+    pub committed: Option<u64>,
+    pub applied: Option<u64>,
+}
+
+/// A running Raft group member. Clones share it.
+#[derive(Clone)]
+pub struct RaftNode {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    id: u64,
+    raft: Raft<TypeConfig>,
+    log: Arc<SegmentLog>,
+    log_store: LogStore,
+    applied: Arc<IndexCell>,
+}
+
+fn fatal(e: impl std::fmt::Display) -> RaftError {
+    RaftError::Fatal(e.to_string())
+}
+
+impl RaftNode {
+    /// Opens or bootstraps a single-voter group on `log` + `store`: on first start it
+    /// initialises membership {node_id}; on restart it elects itself again.
+    ///
+    /// Returns only once this node leads and every entry that was in the log at start has been
+    /// applied (handed to `ApplyHandler::apply` if after the checkpointed index): replay is
+    /// complete and the engine's state is current.
+    pub async fn start_single(
+        cfg: RaftConfig,
+        log: Arc<SegmentLog>,
+        store: Arc<StateStore>,
+        handler: Arc<dyn ApplyHandler>,
+    ) -> Result<RaftNode, RaftError> {
+        let config = Arc::new(cfg.to_openraft()?);
+        let id = cfg.node_id;
+        let last_at_open = log.last().map(|(index, _)| index);
+
+        let (l, s) = (log.clone(), store.clone());
+        let (log_store, state_machine) = tokio::task::spawn_blocking(move || {
+            let log_store = LogStore::open(l, s.clone())?;
+            let state_machine = StateMachine::open(handler, s)?;
+            Ok::<_, openraft::StorageError<u64>>((log_store, state_machine))
+        })
+        .await
+        .map_err(|e| RaftError::Startup(e.to_string()))?
+        .map_err(|e| RaftError::Startup(e.to_string()))?;
+
+        let applied = state_machine.applied_cell();
+        // Raft::new reads the initial state and re-applies entries up to the persisted
+        // committed id; whatever follows is committed once this node leads again.
+        let raft = Raft::new(id, config, NoPeers, log_store.clone(), state_machine)
+            .await
+            .map_err(|e| RaftError::Startup(e.to_string()))?;
+        let node = RaftNode {
+            inner: Arc::new(Inner {
+                id,
+                raft,
+                log,
+                log_store,
+                applied,
+            }),
+        };
+
+        if node.inner.raft.is_initialized().await.map_err(fatal)? {
+            node.check_voter()?;
+            // Skip the election timeout; ignored if openraft already restored leadership.
+            node.inner.raft.trigger().elect().await.map_err(fatal)?;
+        } else {
+            let members = BTreeMap::from([(id, BasicNode::default())]);
+            node.inner
+                .raft
+                .initialize(members)
+                .await
+                .map_err(|e| RaftError::Startup(e.to_string()))?;
+        }
+        node.wait_ready(last_at_open).await?;
+        tracing::info!(node = id, replayed_to = ?last_at_open, "raft group ready");
+        Ok(node)
+    }
+
+    fn check_voter(&self) -> Result<(), RaftError> {
+        let m = self.inner.raft.metrics().borrow().membership_config.clone();
+        if m.membership().voter_ids().any(|v| v == self.inner.id) {
+            return Ok(());
+        }
+        Err(RaftError::Startup(format!(
+            "node {} is not a voter of the stored membership {:?}, so it cannot lead this group alone",
+            self.inner.id,
+            m.membership()
+        )))
+    }
+
+    /// Waits, on cloned metrics, until this node leads and has applied `last_at_open`.
+    async fn wait_ready(&self, last_at_open: Option<u64>) -> Result<(), RaftError> {
+        let mut rx = self.inner.raft.metrics();
+        loop {
+            let m = rx.borrow_and_update().clone();
+            if let Err(e) = &m.running_state {
+                return Err(fatal(e));
+            }
+            let leads = m.state == ServerState::Leader && m.current_leader == Some(self.inner.id);
+            if leads && m.last_applied.map(|l| l.index) >= last_at_open {
+                return Ok(());
+            }
+            rx.changed().await.map_err(|_| {
+                RaftError::Fatal("the raft core stopped during start-up".to_string())
+            })?;
+        }
+    }
+
+    /// Proposes one application entry; resolves once it is committed (fsynced) and applied,
+    /// with its (index, term).
+    pub async fn propose(&self, payload: Vec<u8>) -> Result<(u64, u64), RaftError> {
+        match self.inner.raft.client_write(payload).await {
+            Ok(resp) => Ok((resp.log_id.index, term_of(&resp.log_id))),
+            Err(openraft::error::RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(RaftError::NotLeader {
+                    leader: f.leader_id,
+                })
+            }
+            Err(openraft::error::RaftError::APIError(ClientWriteError::ChangeMembershipError(
+                e,
+            ))) => Err(RaftError::Membership(e.to_string())),
+            Err(openraft::error::RaftError::Fatal(e)) => Err(fatal(e)),
+        }
+    }
+
+    /// Reads an application payload back from the log by index: None for blank and membership
+    /// entries and for an index not in the log. It ignores the Raft purge horizon, because
+    /// message bytes stay readable until retention deletes them. Read only indexes already
+    /// applied: a later one may still be replaced on a follower.
+    pub fn read_app_payload(&self, index: u64) -> Result<Option<Vec<u8>>, RaftError> {
+        let Some((_term, payload)) = self.inner.log.read(index)? else {
+            return Ok(None);
+        };
+        entry_codec::app_body(index, payload).map_err(|e| RaftError::Corrupt(e.to_string()))
+    }
+
+    /// Role, term and leader come from openraft's metrics (cloned, the watch guard dropped at
+    /// once); the three positions come from the log and the adapters, which are never behind
+    /// what a `propose` caller has already been told.
+    pub fn status(&self) -> RaftStatus {
+        let m = self.inner.raft.metrics().borrow().clone();
+        RaftStatus {
+            role: match m.state {
+                ServerState::Leader => "leader",
+                ServerState::Follower => "follower",
+                ServerState::Candidate => "candidate",
+                ServerState::Learner => "learner",
+                ServerState::Shutdown => "shutdown",
+            },
+            term: m.current_term,
+            leader: m.current_leader,
+            last_log_index: self.inner.log.last().map(|(index, _)| index),
+            committed: self.inner.log_store.committed().map(|c| c.index),
+            applied: self.inner.applied.get(),
+        }
+    }
+
+    /// Stops the Raft core, then syncs and stops the log threads. Returns once no thread of
+    /// this node touches `log` or `store` any more, so they can be reopened.
+    pub async fn shutdown(&self) -> Result<(), RaftError> {
+        self.inner.raft.shutdown().await.map_err(fatal)?;
+        let log_store = self.inner.log_store.clone();
+        tokio::task::spawn_blocking(move || log_store.stop())
+            .await
+            .map_err(fatal)
+    }
+}

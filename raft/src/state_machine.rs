@@ -1,0 +1,228 @@
+//! openraft's `RaftStateMachine` over the broker engine (`ApplyHandler`).
+//!
+//! The engine owns the application state and its durable checkpoint; this adapter only keeps
+//! what Raft needs on top: the last applied log id (blank and membership entries advance it
+//! without touching the engine), the applied membership (meta `raft/membership`, so it is known
+//! again after a restart) and the current snapshot (in memory: openraft rebuilds one on demand).
+//!
+//! On start, the last applied id is the engine's checkpoint, so openraft re-applies every
+//! committed entry after it — that is how the engine's state is rebuilt from the log.
+
+// openraft's storage traits return `openraft::StorageError` (~200 bytes) by value; helpers
+// return the same type so `?` reaches the trait boundary without boxing and unboxing.
+#![allow(clippy::result_large_err)]
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    AnyError, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder,
+    SnapshotMeta, StorageIOError,
+};
+
+use crate::apply::ApplyHandler;
+use crate::backend::StateStore;
+use crate::index_cell::IndexCell;
+use crate::meta;
+use crate::types::{
+    log_id, term_of, Entry, NodeId, OrStorageError, RaftLogId, StoredMembership, TypeConfig,
+};
+
+type Meta = SnapshotMeta<NodeId, openraft::BasicNode>;
+
+#[derive(Clone)]
+struct StoredSnapshot {
+    meta: Meta,
+    data: Vec<u8>,
+}
+
+pub struct StateMachine {
+    handler: Arc<dyn ApplyHandler>,
+    store: Arc<StateStore>,
+    last_applied: Option<RaftLogId>,
+    /// The last application entry handed to the engine: a snapshot from the engine that covers
+    /// it also covers every blank/membership entry applied since.
+    last_app_applied: Option<RaftLogId>,
+    membership: StoredMembership,
+    snapshot: Option<StoredSnapshot>,
+    snapshot_seq: u64,
+    /// `last_applied.index`, readable from other tasks.
+    applied_cell: Arc<IndexCell>,
+}
+
+fn io_err(
+    subject: ErrorSubject<NodeId>,
+    verb: ErrorVerb,
+    e: impl Into<AnyError>,
+) -> OrStorageError {
+    StorageIOError::new(subject, verb, e).into()
+}
+
+impl StateMachine {
+    /// Reads the engine's checkpoint and the applied membership. Blocking (redb read).
+    pub fn open(
+        handler: Arc<dyn ApplyHandler>,
+        store: Arc<StateStore>,
+    ) -> Result<StateMachine, OrStorageError> {
+        let membership: StoredMembership =
+            meta::get(&store, meta::MEMBERSHIP, ErrorSubject::StateMachine)?.unwrap_or_default();
+        let checkpoint = handler
+            .checkpointed()
+            .map(|(index, term)| log_id(term, index));
+        let applied_cell = Arc::new(IndexCell::default());
+        applied_cell.set(checkpoint.map(|c| c.index));
+        Ok(StateMachine {
+            handler,
+            store,
+            last_applied: checkpoint,
+            last_app_applied: checkpoint,
+            membership,
+            snapshot: None,
+            snapshot_seq: 0,
+            applied_cell,
+        })
+    }
+
+    pub fn applied_cell(&self) -> Arc<IndexCell> {
+        self.applied_cell.clone()
+    }
+
+    fn set_applied(&mut self, id: RaftLogId) {
+        self.last_applied = Some(id);
+        self.applied_cell.set(Some(id.index));
+    }
+
+    fn build(&mut self) -> Result<StoredSnapshot, OrStorageError> {
+        let (covered, data) = self.handler.snapshot();
+        let covered = covered.map(|(index, term)| log_id(term, index));
+        // The engine's state covers our last applied id only if it has seen every application
+        // entry up to it; otherwise trust the engine's own (older) position.
+        let last_log_id = if covered == self.last_app_applied {
+            self.last_applied
+        } else {
+            covered
+        };
+        self.snapshot_seq += 1;
+        let snapshot_id = match last_log_id {
+            Some(l) => format!("{}-{}-{}", term_of(&l), l.index, self.snapshot_seq),
+            None => format!("none-{}", self.snapshot_seq),
+        };
+        let snap = StoredSnapshot {
+            meta: SnapshotMeta {
+                last_log_id,
+                last_membership: self.membership.clone(),
+                snapshot_id,
+            },
+            data,
+        };
+        self.snapshot = Some(snap.clone());
+        Ok(snap)
+    }
+
+    async fn save_membership(&self) -> Result<(), OrStorageError> {
+        let m = self.membership.clone();
+        meta::blocking(&self.store, ErrorSubject::StateMachine, move |s| {
+            meta::put(s, meta::MEMBERSHIP, &m, ErrorSubject::StateMachine)
+        })
+        .await
+    }
+}
+
+fn to_snapshot(s: StoredSnapshot) -> Snapshot<TypeConfig> {
+    Snapshot {
+        meta: s.meta,
+        snapshot: Box::new(Cursor::new(s.data)),
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<RaftLogId>, StoredMembership), OrStorageError> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<()>, OrStorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut replies = Vec::new();
+        for entry in entries {
+            let id = entry.log_id;
+            match entry.payload {
+                EntryPayload::Blank => {}
+                EntryPayload::Normal(data) => {
+                    self.handler.apply(id.index, term_of(&id), &data);
+                    self.last_app_applied = Some(id);
+                }
+                EntryPayload::Membership(m) => {
+                    self.membership = StoredMembership::new(Some(id), m);
+                    self.save_membership().await?;
+                }
+            }
+            self.set_applied(id);
+            replies.push(());
+        }
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            snapshot: self.build(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, OrStorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &Meta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), OrStorageError> {
+        let data = (*snapshot).into_inner();
+        let Some(last) = meta.last_log_id else {
+            return Err(io_err(
+                ErrorSubject::Snapshot(Some(meta.signature())),
+                ErrorVerb::Write,
+                AnyError::error("a snapshot that covers no log entry cannot be installed"),
+            ));
+        };
+        self.handler.restore(last.index, term_of(&last), &data);
+        self.set_applied(last);
+        self.last_app_applied = Some(last);
+        self.membership = meta.last_membership.clone();
+        self.save_membership().await?;
+        self.snapshot = Some(StoredSnapshot {
+            meta: meta.clone(),
+            data,
+        });
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> Result<Option<Snapshot<TypeConfig>>, OrStorageError> {
+        Ok(self.snapshot.clone().map(to_snapshot))
+    }
+}
+
+/// A snapshot already taken by `get_snapshot_builder`, handed out when openraft asks.
+///
+/// It is taken there, on the state-machine task, rather than in `build_snapshot` (which
+/// openraft runs on another task): `ApplyHandler::snapshot` reads the engine, which only the
+/// state-machine task mutates, so only there do the bytes match `last_applied` exactly.
+pub struct SnapshotBuilder {
+    snapshot: Result<StoredSnapshot, OrStorageError>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, OrStorageError> {
+        self.snapshot.clone().map(to_snapshot)
+    }
+}

@@ -1,0 +1,3 @@
+mod fixtures;
+mod node_restart;
+mod suite;
