@@ -3,6 +3,7 @@
 mod cli;
 mod clock;
 mod consumer;
+mod cpu_usage;
 mod driver;
 mod histogram;
 mod http_conn;
@@ -65,8 +66,14 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     let driver_name = connector.name();
+    let cpu_before = cpu_usage::process_cpu_secs();
+    let wall = std::time::Instant::now();
     let measured = runtime.block_on(scenario::run(connector, &plan))?;
-    let report = Report::build(&plan, &measured, driver_name, &cli.url, &queue);
+    let mut report = Report::build(&plan, &measured, driver_name, &cli.url, &queue);
+    report.tool = report::ToolUsage::new(
+        wall.elapsed(),
+        cpu_before.zip(cpu_usage::process_cpu_secs()),
+    );
 
     if cli.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -113,6 +113,31 @@ pub struct Report {
     pub unexpected: Option<u64>,
     pub drained: Option<bool>,
     pub error_samples: Vec<String>,
+    /// What the load tool itself used, over the whole run (pre-fill and drain included).
+    pub tool: ToolUsage,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ToolUsage {
+    pub wall_secs: f64,
+    pub cpu_secs: Option<f64>,
+    /// CPU seconds per wall second, in percent of one core.
+    pub cpu_percent_of_core: Option<f64>,
+}
+
+impl ToolUsage {
+    /// From the wall time and the process CPU seconds (before, after).
+    pub fn new(wall: Duration, cpu: Option<(f64, f64)>) -> Self {
+        let wall_secs = wall.as_secs_f64();
+        let cpu_secs = cpu.map(|(before, after)| round((after - before).max(0.0), 2));
+        Self {
+            wall_secs: round(wall_secs, 3),
+            cpu_secs,
+            cpu_percent_of_core: cpu_secs
+                .filter(|_| wall_secs > 0.0)
+                .map(|c| round(c / wall_secs * 100.0, 1)),
+        }
+    }
 }
 
 fn round(value: f64, places: i32) -> f64 {
@@ -223,6 +248,7 @@ impl Report {
             unexpected: ledger.map(|l| l.unexpected),
             drained: measured.drained,
             error_samples: s.errors_seen.clone(),
+            tool: ToolUsage::default(),
         }
     }
 }
@@ -264,6 +290,18 @@ mod tests {
         let p99 = l.map(|l| l.p99).unwrap_or_default();
         assert!((990..=997).contains(&p99), "{p99}");
         assert!(Latency::from_histogram(&Histogram::new()).is_none());
+    }
+
+    #[test]
+    fn tool_usage_in_percent_of_a_core() {
+        let t = ToolUsage::new(Duration::from_secs(4), Some((1.0, 3.0)));
+        assert_eq!(t.cpu_secs, Some(2.0));
+        assert_eq!(t.cpu_percent_of_core, Some(50.0));
+        assert_eq!(
+            ToolUsage::new(Duration::ZERO, Some((0.0, 1.0))).cpu_percent_of_core,
+            None
+        );
+        assert_eq!(ToolUsage::new(Duration::from_secs(1), None).cpu_secs, None);
     }
 
     #[test]

@@ -106,6 +106,13 @@ pub fn render(report: &Report) -> String {
         opt(report.unexpected),
         opt(report.drained)
     );
+    if let Some(cpu) = report.tool.cpu_percent_of_core {
+        let _ = writeln!(
+            out,
+            "load tool: {cpu}% of one core over {:.1}s",
+            report.tool.wall_secs
+        );
+    }
     for text in &report.error_samples {
         let _ = writeln!(out, "error: {text}");
     }

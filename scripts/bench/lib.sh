@@ -133,23 +133,31 @@ rss_kb() {
     awk -v f="$field:" '$1 == f { print $2 }' "/proc/$pid/status"
 }
 
+# cpu_secs PID: user + system CPU seconds of a process (USER_HZ = 100), empty if gone.
+cpu_secs() {
+    awk '{ sub(/^.*\) /, ""); printf "%.2f\n", ($12 + $13) / 100 }' "/proc/$1/stat" 2>/dev/null || true
+}
+
 # run_bench OUT_FILE ARGS...: queen-bench against the broker, JSON report into OUT_FILE
-# with the tool's exit status added as "exit_code" (2 = lost messages). Dies only when the
-# tool gave no report at all.
+# with the tool's exit status added as "exit_code" (2 = lost messages) and the broker's CPU
+# seconds during the run as "broker_cpu_secs". Dies only when the tool gave no report.
 run_bench() {
     local out=$1
     shift
     log "queen-bench $*"
-    local code=0
+    local code=0 cpu_before cpu_after
+    cpu_before=$(cpu_secs "$BROKER_PID")
     "$BENCH_BIN" "$@" --url "$BROKER_URL" --json >"$out" || code=$?
-    python3 - "$out" "$code" <<'PY' || die "queen-bench exited $code without a report"
+    cpu_after=$(cpu_secs "$BROKER_PID")
+    python3 - "$out" "$code" "$cpu_before" "$cpu_after" <<'PY' || die "queen-bench exited $code without a report"
 import json, sys
-path, code = sys.argv[1], int(sys.argv[2])
+path, code, before, after = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 try:
     report = json.load(open(path))
 except (OSError, ValueError):
     sys.exit(1)
 report["exit_code"] = code
+report["broker_cpu_secs"] = round(float(after) - float(before), 2) if before and after else None
 json.dump(report, open(path, "w"))
 PY
     ((code == 0)) || log "queen-bench exited $code"
