@@ -1,4 +1,3 @@
-//! The one place this crate names the storage implementation, so switching from the temporary
-//! stand-in to `queenmq-storage` is a one-line change.
+//! The one place this crate names the storage implementation.
 
-pub use crate::stand_in::{LogOptions, SegmentLog, StateStore, StorageError};
+pub use queenmq_storage::{SegmentLog, StateStore, StorageError};

@@ -9,7 +9,6 @@
 
 mod apply;
 mod backend;
-pub use backend::{LogOptions, SegmentLog, StateStore, StorageError};
 mod committed_saver;
 mod config;
 mod entry_codec;
@@ -20,8 +19,6 @@ mod log_writer;
 mod meta;
 mod network;
 mod node;
-#[doc(hidden)]
-pub mod stand_in;
 mod state_machine;
 mod types;
 

@@ -3,7 +3,9 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use crate::backend::{LogOptions, SegmentLog, StateStore};
+use queenmq_storage::LogOptions;
+
+use crate::backend::{SegmentLog, StateStore};
 use crate::ApplyHandler;
 
 /// Records every applied entry; its checkpoint is fixed at construction.
