@@ -170,11 +170,13 @@ fn human_bytes(name: &str, n: u64) -> Option<String> {
     if !name.ends_with("_bytes") {
         return None;
     }
-    let (unit, div) = if n >= GIB && n % GIB == 0 {
+    // The units are powers of two: "a whole number of them" is a mask test.
+    let whole = |unit: u64| n >= unit && n & (unit - 1) == 0;
+    let (unit, div) = if whole(GIB) {
         ("GiB", GIB)
-    } else if n >= MIB && n % MIB == 0 {
+    } else if whole(MIB) {
         ("MiB", MIB)
-    } else if n >= KIB && n % KIB == 0 {
+    } else if whole(KIB) {
         ("KiB", KIB)
     } else {
         return None;
