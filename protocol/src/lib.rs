@@ -1,1 +1,20 @@
-//! placeholder until the crate lands
+//! The bus vocabulary of QueenMQ.
+//!
+//! Each front door (the Queen HTTP API, later the Kafka port) translates its wire requests into
+//! [`Command`]s, sends them over a [`Bus`], and translates the [`Outcome`] back. Nothing here does
+//! I/O or knows about a runtime: doors and the engine share only these types.
+
+pub mod bus;
+pub mod command;
+pub mod error;
+pub mod types;
+
+pub use bus::{Bus, BusFuture, RequestCtx};
+pub use command::{Command, CommandClass, CommandMeta, COMMAND_TABLE};
+pub use error::{ErrorCode, QueenError};
+pub use types::*;
+
+/// The implicit consumer group of pops that name none.
+pub const QUEUE_MODE_GROUP: &str = "__QUEUE_MODE__";
+/// The partition a push without a partition name goes to.
+pub const DEFAULT_PARTITION: &str = "Default";

@@ -1,0 +1,67 @@
+//! One group-commit cycle: the entry being built and what it touched.
+
+use std::collections::HashSet;
+
+use crate::entry::{Effect, EntryBuilder};
+use crate::state::model::PENDING_INDEX;
+use crate::state::{Loc, State};
+
+pub struct Cycle {
+    pub number: u64,
+    pub now_us: i64,
+    pub entry: EntryBuilder,
+    /// Partitions that got an Append in this cycle (their runs point at PENDING_INDEX).
+    pub appended: Vec<u64>,
+    /// Queues whose deliverable set may have grown: wake their parked pops after commit.
+    pub woken_queues: HashSet<String>,
+}
+
+impl Cycle {
+    pub fn new(number: u64, now_us: i64) -> Self {
+        Cycle {
+            number,
+            now_us,
+            entry: EntryBuilder::new(number, now_us),
+            appended: Vec::new(),
+            woken_queues: HashSet::new(),
+        }
+    }
+
+    /// Records an effect in the entry and applies it to the state at once, so later commands
+    /// of the same cycle plan against it. Answers wait for the entry to commit.
+    pub fn emit(&mut self, st: &mut State, e: Effect<'_>) {
+        let pos = self.entry.push(&e);
+        match &e {
+            Effect::Append { pid, .. } => {
+                if !self.appended.contains(pid) {
+                    self.appended.push(*pid);
+                }
+                self.wake_partition(st, *pid);
+            }
+            Effect::CursorPut { pid, row, .. } if row.lease.is_none() => {
+                self.wake_partition(st, *pid);
+            }
+            _ => {}
+        }
+        st.apply(
+            &e,
+            self.now_us,
+            Loc {
+                index: PENDING_INDEX,
+                pos,
+            },
+        );
+    }
+
+    fn wake_partition(&mut self, st: &State, pid: u64) {
+        if let Some(q) = st
+            .partitions
+            .get(&pid)
+            .and_then(|p| st.queues.get(&p.queue))
+        {
+            if !self.woken_queues.contains(&q.name) {
+                self.woken_queues.insert(q.name.clone());
+            }
+        }
+    }
+}

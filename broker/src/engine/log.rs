@@ -1,0 +1,28 @@
+//! What the engine needs from the replicated log: propose an entry, read one back.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+pub type ProposeFuture = Pin<Box<dyn Future<Output = Result<(u64, u64), String>> + Send>>;
+
+pub trait ReplicatedLog: Send + Sync + 'static {
+    /// Resolves once the entry is committed (fsynced on a quorum) and applied: its (index, term).
+    fn propose(&self, payload: Vec<u8>) -> ProposeFuture;
+    /// The application payload of a committed entry.
+    fn read(&self, index: u64) -> Result<Option<Vec<u8>>, String>;
+    /// Raft facts for health and metrics: (role, term, last log index, committed, applied).
+    fn status(&self) -> LogStatus;
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct LogStatus {
+    pub role: &'static str,
+    pub term: u64,
+    pub leader: Option<u64>,
+    pub last_log_index: u64,
+    pub committed: u64,
+    pub applied: u64,
+}
+
+pub type SharedLog = Arc<dyn ReplicatedLog>;

@@ -1,0 +1,335 @@
+//! The engine: one task that drains the bus into group-commit cycles, plans each command
+//! against the state, proposes ONE Raft entry per cycle, and answers after it commits.
+//!
+//! Planning applies each effect to the in-memory state at once (the same `apply` replay uses),
+//! so later commands of the cycle see earlier ones; the entry's cycle number lets the Raft apply
+//! callback skip what the planner already applied. If a proposal fails, memory is ahead of the
+//! log: the engine stops the process (fail-stop), and a restart rebuilds from checkpoint + log.
+
+pub mod apply_handler;
+mod bus;
+mod cache;
+mod cycle;
+pub mod log;
+mod plan;
+mod reader;
+mod waiters;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use queenmq_protocol::{Command, Outcome, QueenError, RequestCtx};
+use queenmq_storage::{Checkpoint, StateStore};
+use tokio::sync::{mpsc, oneshot, watch};
+
+pub use bus::EngineBus;
+pub mod bus_prometheus {
+    pub use super::bus::PrometheusRender as Render;
+}
+use cache::EntryCache;
+use cycle::Cycle;
+use log::SharedLog;
+use plan::{Planner, PopPlan};
+use waiters::Waiters;
+
+use crate::state::{encode_state, State};
+
+pub type Reply = oneshot::Sender<Result<Outcome, QueenError>>;
+
+pub struct Job {
+    pub ctx: RequestCtx,
+    pub cmd: Command,
+    pub reply: Reply,
+}
+
+/// State shared by the engine task, the Raft apply callback and node-local reads.
+pub struct Shared {
+    state: Mutex<State>,
+}
+
+impl Shared {
+    pub fn new(state: State) -> Arc<Self> {
+        Arc::new(Shared {
+            state: Mutex::new(state),
+        })
+    }
+
+    /// The state lock; a poisoned lock means a panic mid-apply, and the state is still the
+    /// best we have: the process is about to stop anyway.
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub max_batch: usize,
+    pub max_bytes: usize,
+    pub checkpoint_interval: Duration,
+    pub cache_bytes: usize,
+    pub queue_depth: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_batch: 4096,
+            max_bytes: 4 << 20,
+            checkpoint_interval: Duration::from_secs(30),
+            cache_bytes: 256 << 20,
+            queue_depth: 16_384,
+        }
+    }
+}
+
+pub struct Engine {
+    shared: Arc<Shared>,
+    log: SharedLog,
+    store: Arc<StateStore>,
+    cfg: EngineConfig,
+    rx: mpsc::Receiver<Job>,
+    cache: EntryCache,
+    waiters: Waiters,
+    /// Queues whose parked pops should be re-planned in the next cycle.
+    woken: std::collections::HashSet<String>,
+    last_checkpoint: Instant,
+    checkpointed_index: Option<u64>,
+}
+
+/// Long-poll answers leave this much before the client's deadline.
+const REPLY_MARGIN: Duration = Duration::from_millis(50);
+const TICK: Duration = Duration::from_millis(100);
+
+impl Engine {
+    pub fn new(
+        shared: Arc<Shared>,
+        log: SharedLog,
+        store: Arc<StateStore>,
+        cfg: EngineConfig,
+    ) -> (Engine, mpsc::Sender<Job>) {
+        let (tx, rx) = mpsc::channel(cfg.queue_depth);
+        let checkpointed_index = shared.lock().applied.map(|a| a.0);
+        let engine = Engine {
+            shared,
+            log,
+            store,
+            cache: EntryCache::new(cfg.cache_bytes),
+            cfg,
+            rx,
+            waiters: Waiters::default(),
+            woken: Default::default(),
+            last_checkpoint: Instant::now(),
+            checkpointed_index,
+        };
+        (engine, tx)
+    }
+
+    /// Runs until `shutdown` turns true (or every bus handle is dropped), then answers parked
+    /// pops empty and writes a final checkpoint.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let mut jobs = Vec::new();
+            let mut ticked = false;
+            if self.woken.is_empty() {
+                tokio::select! {
+                    j = self.rx.recv() => match j {
+                        Some(j) => jobs.push(j),
+                        None => break,
+                    },
+                    _ = tick.tick() => ticked = true,
+                    _ = shutdown.changed() => break,
+                }
+            }
+            let mut bytes = 0usize;
+            while jobs.len() < self.cfg.max_batch && bytes < self.cfg.max_bytes {
+                match self.rx.try_recv() {
+                    Ok(j) => {
+                        bytes += approx_size(&j.cmd);
+                        jobs.push(j);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.cycle(jobs, ticked).await;
+            if self.last_checkpoint.elapsed() >= self.cfg.checkpoint_interval {
+                self.checkpoint().await;
+            }
+        }
+        self.waiters.answer_all_empty();
+        self.checkpoint().await;
+    }
+
+    async fn cycle(&mut self, jobs: Vec<Job>, ticked: bool) {
+        let started = Instant::now();
+        let mut replies: Vec<(Reply, Result<Outcome, QueenError>)> = Vec::with_capacity(jobs.len());
+        let (entry, appended, number) = {
+            let mut st = self.shared.lock();
+            let now = crate::time::wall_clock_us().max(st.last_now_us + 1);
+            let mut cycle = Cycle::new(st.last_cycle + 1, now);
+            let mut planner = Planner {
+                st: &mut st,
+                cycle: &mut cycle,
+                cache: &mut self.cache,
+                log: self.log.as_ref(),
+            };
+            let woken = std::mem::take(&mut self.woken);
+            let due = self.waiters.take_due(&woken, ticked);
+            for w in due {
+                let deadline = w.deadline;
+                match plan_job(&mut planner, w.job) {
+                    Planned::Reply(reply, out) => replies.push((reply, out)),
+                    Planned::Park(job) => {
+                        if Instant::now() + REPLY_MARGIN >= deadline {
+                            replies.push((job.reply, Ok(Outcome::Popped(Default::default()))));
+                        } else {
+                            self.waiters.park(job, deadline);
+                        }
+                    }
+                }
+            }
+            for job in jobs {
+                match plan_job(&mut planner, job) {
+                    Planned::Reply(reply, out) => replies.push((reply, out)),
+                    Planned::Park(job) => {
+                        let deadline = match &job.cmd {
+                            Command::Pop(p) => Instant::now() + Duration::from_millis(p.timeout_ms),
+                            _ => Instant::now(),
+                        };
+                        self.waiters.park(job, deadline);
+                    }
+                }
+            }
+            self.woken = std::mem::take(&mut cycle.woken_queues);
+            if cycle.entry.is_empty() {
+                (None, Vec::new(), 0)
+            } else {
+                st.last_cycle = cycle.number;
+                st.last_now_us = cycle.now_us;
+                let appended = std::mem::take(&mut cycle.appended);
+                (Some(cycle.entry.finish()), appended, cycle.number)
+            }
+        };
+        if let Some(entry) = entry {
+            let size = entry.len();
+            let entry = Arc::new(entry);
+            match self.log.propose(entry.as_ref().clone()).await {
+                Ok((index, _term)) => {
+                    self.shared.lock().commit_pending_runs(&appended, index);
+                    self.cache.insert(index, entry);
+                    metrics::histogram!("queen_group_commit_commands").record(replies.len() as f64);
+                    metrics::histogram!("queen_group_commit_bytes").record(size as f64);
+                    metrics::histogram!("queen_group_commit_seconds")
+                        .record(started.elapsed().as_secs_f64());
+                }
+                Err(e) => {
+                    tracing::error!(cycle = number, error = %e, "proposing a cycle failed: memory is ahead of the log; stopping so a restart recovers from checkpoint and log");
+                    for (reply, _) in replies {
+                        let _ = reply.send(Err(QueenError::unavailable(
+                            "the broker's log failed; it is restarting",
+                        )));
+                    }
+                    std::process::exit(70);
+                }
+            }
+        }
+        for (reply, out) in replies {
+            let _ = reply.send(out);
+        }
+        self.waiters.expire(REPLY_MARGIN);
+    }
+
+    async fn checkpoint(&mut self) {
+        self.last_checkpoint = Instant::now();
+        let (blob, applied) = {
+            let st = self.shared.lock();
+            match st.applied {
+                Some(a) if Some(a.0) != self.checkpointed_index => (encode_state(&st), a),
+                _ => return,
+            }
+        };
+        let store = self.store.clone();
+        let started = Instant::now();
+        let size = blob.len();
+        let res = tokio::task::spawn_blocking(move || {
+            store.save_checkpoint(&Checkpoint {
+                applied_index: applied.0,
+                applied_term: applied.1,
+                state: blob,
+            })
+        })
+        .await;
+        match res {
+            Ok(Ok(())) => {
+                self.checkpointed_index = Some(applied.0);
+                metrics::histogram!("queen_checkpoint_seconds")
+                    .record(started.elapsed().as_secs_f64());
+                metrics::gauge!("queen_checkpoint_bytes").set(size as f64);
+                tracing::debug!(index = applied.0, bytes = size, "checkpoint written");
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "checkpoint failed; the log still holds everything")
+            }
+            Err(e) => tracing::warn!(error = %e, "checkpoint task failed"),
+        }
+    }
+}
+
+fn approx_size(cmd: &Command) -> usize {
+    match cmd {
+        Command::Push(p) => p.items.iter().map(|i| i.payload.len() + 64).sum(),
+        _ => 64,
+    }
+}
+
+enum Planned {
+    Reply(Reply, Result<Outcome, QueenError>),
+    Park(Job),
+}
+
+fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
+    let out = match &job.cmd {
+        Command::Configure(c) => p.plan_configure(c).map(Outcome::Configured),
+        Command::DeleteQueue { queue } => Ok(Outcome::Deleted(p.plan_delete_queue(queue))),
+        Command::Push(req) => Ok(Outcome::Pushed(
+            p.plan_push(&req.items, job.ctx.principal.as_deref()),
+        )),
+        Command::Pop(req) => match p.plan_pop(req) {
+            Ok(PopPlan::Delivered(r)) => Ok(Outcome::Popped(r)),
+            Ok(PopPlan::Empty) if req.wait && req.timeout_ms > REPLY_MARGIN.as_millis() as u64 => {
+                return Planned::Park(job)
+            }
+            Ok(PopPlan::Empty) => Ok(Outcome::Popped(Default::default())),
+            Err(e) => Err(e),
+        },
+        Command::Ack(req) => Ok(Outcome::Acked(p.plan_acks(&req.items, &req.group))),
+        Command::ExtendLease { lease_id } => {
+            let (renewed, expires) = p.plan_extend(lease_id);
+            Ok(Outcome::LeaseExtended(
+                queenmq_protocol::LeaseExtendResult {
+                    lease_id: lease_id.clone(),
+                    renewed,
+                    expires_at_us: expires,
+                },
+            ))
+        }
+        Command::Transaction(t) => p
+            .plan_transaction(t, job.ctx.principal.as_deref())
+            .map(Outcome::Transaction),
+        Command::Trace(t) => Ok(Outcome::Json(p.plan_trace(t))),
+        Command::GroupAdmin(g) => p.plan_group_admin(g).map(Outcome::Json),
+        Command::Read(r) => {
+            let mut reader = p.reader_parts();
+            crate::reads::answer(reader.0, &mut reader.1, r).map(Outcome::Json)
+        }
+        Command::Health | Command::Metrics(_) => Err(QueenError::new(
+            queenmq_protocol::ErrorCode::Internal,
+            "node-local command reached the engine",
+        )),
+    };
+    Planned::Reply(job.reply, out)
+}
+
+pub type ReaderHandle<'a> = reader::MessageReader<'a>;
+pub use plan::queue_uuid as plan_queue_uuid;

@@ -1,0 +1,194 @@
+//! Catalog and group administration: configure, delete, traces, group delete/seek/subscription.
+
+use queenmq_protocol::{ConfigureReq, GroupAdminReq, QueenError, TraceReq};
+use serde_json::{json, Value};
+
+use super::{check_name, queue_uuid, Planner};
+use crate::entry::Effect;
+use crate::state::config::QueueConfig;
+use crate::state::model::CursorRow;
+
+impl Planner<'_> {
+    pub fn plan_configure(&mut self, req: &ConfigureReq) -> Result<Value, QueenError> {
+        check_name("queue", &req.queue)?;
+        let existing = self.st.queue_named(&req.queue);
+        let base = match existing {
+            Some(q) if !req.replace && q.configured => q.config.clone(),
+            _ => QueueConfig::default(),
+        };
+        let config = base.merge(&req.options).map_err(QueenError::bad_request)?;
+        let pick = |given: &Option<String>, old: Option<&String>| -> String {
+            match given {
+                Some(s) if !s.is_empty() => s.clone(),
+                _ => old.cloned().unwrap_or_default(),
+            }
+        };
+        let namespace = pick(&req.namespace, existing.map(|q| &q.namespace));
+        let task = pick(&req.task, existing.map(|q| &q.task));
+        let qid = existing.map_or(self.st.next_queue_id.max(1), |q| q.id);
+        let echo = config.to_json(&namespace, &task);
+        self.emit(Effect::QueueUpsert {
+            qid,
+            name: &req.queue,
+            namespace: &namespace,
+            task: &task,
+            configured: true,
+            config,
+        });
+        Ok(json!({
+            "configured": true,
+            "queueId": queue_uuid(qid),
+            "partitionId": null,
+            "queue": req.queue,
+            "namespace": namespace,
+            "task": task,
+            "storage": "segments",
+            "options": echo,
+        }))
+    }
+
+    pub fn plan_delete_queue(&mut self, queue: &str) -> Value {
+        match self.st.queue_named(queue).map(|q| q.id) {
+            Some(qid) => {
+                self.emit(Effect::QueueDelete { qid });
+                json!({"deleted": true, "existed": true, "queue": queue})
+            }
+            None => json!({
+                "deleted": false, "existed": false, "queue": queue,
+                "message": "Queue not found, nothing was deleted"
+            }),
+        }
+    }
+
+    pub fn plan_trace(&mut self, req: &TraceReq) -> Value {
+        let Some(pid) = self.partition_id(&req.partition_id) else {
+            return json!({"success": false, "error": "Message not found"});
+        };
+        if self.resolve_txn(pid, &req.transaction_id, None).is_none() {
+            return json!({"success": false, "error": "Message not found"});
+        }
+        let data = String::from_utf8_lossy(&req.data).into_owned();
+        let names: Vec<&str> = req.names.iter().map(String::as_str).collect();
+        self.emit(Effect::TraceAppend {
+            pid,
+            txn: &req.transaction_id,
+            group: &req.group,
+            names,
+            event_type: &req.event_type,
+            data: &data,
+        });
+        json!({"success": true, "traceId": uuid::Uuid::now_v7().to_string()})
+    }
+
+    pub fn plan_group_admin(&mut self, req: &GroupAdminReq) -> Result<Value, QueenError> {
+        match req {
+            GroupAdminReq::Delete {
+                group,
+                queue,
+                delete_metadata,
+            } => {
+                let gids = self.groups_named(group, queue.as_deref());
+                let mut partitions = 0;
+                for (gid, _) in &gids {
+                    partitions += self.st.groups.get(gid).map_or(0, |g| g.cursors.len());
+                    self.emit(Effect::GroupDelete { gid: *gid });
+                }
+                Ok(json!({
+                    "success": true, "consumerGroup": group,
+                    "deletedPartitions": partitions, "metadataDeleted": delete_metadata,
+                    "queues": gids.len(),
+                }))
+            }
+            GroupAdminReq::Seek {
+                group,
+                queue,
+                to_end,
+                timestamp_us,
+            } => {
+                if !to_end && timestamp_us.is_none() {
+                    return Err(QueenError::bad_request(
+                        "seek needs toEnd: true or a timestamp",
+                    ));
+                }
+                let Some(q) = self.st.queue_named(queue) else {
+                    return Err(QueenError::not_found(format!("Queue {queue} not found")));
+                };
+                let Some(gid) = q.groups.get(group).copied() else {
+                    return Err(QueenError::not_found(format!(
+                        "Consumer group {group} has not consumed queue {queue}"
+                    )));
+                };
+                let pids = q.partition_order.clone();
+                let mut updated = 0;
+                for pid in pids {
+                    let Some(p) = self.st.partitions.get(&pid) else {
+                        continue;
+                    };
+                    let committed = match timestamp_us {
+                        Some(t) if !to_end => p.first_offset_at_or_after(*t),
+                        _ => p.next_offset,
+                    };
+                    let old = self
+                        .st
+                        .groups
+                        .get(&gid)
+                        .and_then(|g| g.cursors.get(&pid))
+                        .copied()
+                        .unwrap_or_default();
+                    self.emit(Effect::CursorPut {
+                        gid,
+                        pid,
+                        row: CursorRow {
+                            committed,
+                            lease: None,
+                            failures: 0,
+                            attempt: 0,
+                            delivered_end: old.delivered_end.max(committed),
+                        },
+                    });
+                    updated += 1;
+                }
+                Ok(json!({
+                    "success": true, "consumerGroup": group, "queueName": queue,
+                    "seekToEnd": to_end,
+                    "targetTimestamp": timestamp_us.map(crate::time::iso_ms),
+                    "partitionsUpdated": updated,
+                }))
+            }
+            GroupAdminReq::Subscription {
+                group,
+                timestamp_us,
+            } => {
+                let gids = self.groups_named(group, None);
+                for (gid, qid) in &gids {
+                    self.emit(Effect::GroupDelete { gid: *gid });
+                    let new_gid = self.st.next_group_id.max(1);
+                    self.emit(Effect::GroupRegister {
+                        qid: *qid,
+                        gid: new_gid,
+                        name: group,
+                        start_from_us: *timestamp_us,
+                    });
+                }
+                Ok(json!({
+                    "success": true, "consumerGroup": group,
+                    "newTimestamp": crate::time::iso_ms(*timestamp_us),
+                    "rowsUpdated": gids.len(),
+                }))
+            }
+        }
+    }
+
+    /// (group id, queue id) of every registration of `group`, on one queue or all.
+    fn groups_named(&self, group: &str, queue: Option<&str>) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = self
+            .st
+            .queues
+            .values()
+            .filter(|q| queue.is_none_or(|n| q.name == n))
+            .filter_map(|q| q.groups.get(group).map(|g| (*g, q.id)))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+}

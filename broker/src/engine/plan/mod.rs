@@ -1,0 +1,155 @@
+//! The planner: command → deterministic effects (emitted into the cycle) → outcome.
+//! Refusals and empty answers emit nothing.
+
+mod ack;
+mod admin;
+mod pop;
+mod push;
+mod txn;
+
+use queenmq_protocol::{QueenError, QUEUE_MODE_GROUP};
+use uuid::Uuid;
+
+use super::cache::EntryCache;
+use super::cycle::Cycle;
+use super::log::ReplicatedLog;
+use super::reader::MessageReader;
+use crate::entry::Effect;
+use crate::state::config::{QueueConfig, IMPLICIT_LEASE_SECONDS};
+use crate::state::State;
+
+pub use pop::PopPlan;
+
+pub struct Planner<'a> {
+    pub st: &'a mut State,
+    pub cycle: &'a mut Cycle,
+    pub cache: &'a mut EntryCache,
+    pub log: &'a dyn ReplicatedLog,
+}
+
+/// Names are used verbatim in paths by the SDKs: refuse what cannot travel there.
+pub fn check_name(kind: &str, name: &str) -> Result<(), QueenError> {
+    if name.is_empty() {
+        return Err(QueenError::bad_request(format!("{kind} is required")));
+    }
+    if name.len() > 255 {
+        return Err(QueenError::bad_request(format!(
+            "{kind} is longer than 255 bytes"
+        )));
+    }
+    if name.chars().any(|c| c.is_control()) {
+        return Err(QueenError::bad_request(format!(
+            "{kind} contains control characters"
+        )));
+    }
+    Ok(())
+}
+
+pub fn group_name(g: &Option<String>) -> &str {
+    match g.as_deref() {
+        Some(s) if !s.is_empty() => s,
+        _ => QUEUE_MODE_GROUP,
+    }
+}
+
+pub fn lease_text(id: u128) -> String {
+    Uuid::from_u128(id).to_string()
+}
+
+pub fn parse_lease(s: &str) -> Option<u128> {
+    Uuid::parse_str(s).ok().map(|u| u.as_u128())
+}
+
+pub fn queue_uuid(qid: u64) -> String {
+    Uuid::from_u128(u128::from(qid)).to_string()
+}
+
+impl Planner<'_> {
+    pub fn emit(&mut self, e: Effect<'_>) {
+        self.cycle.emit(self.st, e);
+    }
+
+    pub fn now(&self) -> i64 {
+        self.cycle.now_us
+    }
+
+    /// The queue's id, creating it (unconfigured, 60 s leases) when a push names it first.
+    pub fn ensure_queue(&mut self, name: &str) -> u64 {
+        if let Some(id) = self.st.queue_by_name.get(name) {
+            return *id;
+        }
+        let qid = self.st.next_queue_id.max(1);
+        let config = QueueConfig {
+            lease_time: IMPLICIT_LEASE_SECONDS,
+            ..QueueConfig::default()
+        };
+        self.emit(Effect::QueueUpsert {
+            qid,
+            name,
+            namespace: "",
+            task: "",
+            configured: false,
+            config,
+        });
+        qid
+    }
+
+    pub fn ensure_partition(&mut self, qid: u64, name: &str) -> u64 {
+        if let Some(pid) = self
+            .st
+            .queues
+            .get(&qid)
+            .and_then(|q| q.partitions.get(name))
+        {
+            return *pid;
+        }
+        let pid = self.st.next_partition_id.max(1);
+        self.emit(Effect::PartitionCreate { qid, pid, name });
+        pid
+    }
+
+    /// Resolves a partition id as the SDK echoes it (decimal text).
+    pub fn partition_id(&self, text: &str) -> Option<u64> {
+        let pid: u64 = text.trim().parse().ok()?;
+        self.st.partitions.contains_key(&pid).then_some(pid)
+    }
+
+    /// Offset of `txn` in partition `pid`, verified against the stored frame.
+    pub fn resolve_txn(&mut self, pid: u64, txn: &str, scan: Option<(u64, u64)>) -> Option<u64> {
+        let hash = xxhash_rust::xxh3::xxh3_64(txn.as_bytes());
+        let p = self.st.partitions.get(&pid)?;
+        let candidate = p.txns.get(&hash).copied();
+        let (pending, cache, log) = (self.cycle.entry.bytes(), &mut *self.cache, self.log);
+        let mut reader = MessageReader {
+            pending,
+            cache,
+            log,
+        };
+        if let Some(off) = candidate {
+            if let Ok(Some(m)) = reader.read_one(p, off) {
+                if m.txn == txn {
+                    return Some(off);
+                }
+            }
+        }
+        // Not in the id index (older than its memory, or a hash collision): look through the
+        // range the caller holds.
+        let (from, to) = scan?;
+        let msgs = reader.read(p, from, to.min(from + 10_000)).ok()?;
+        msgs.into_iter().find(|m| m.txn == txn).map(|m| m.offset)
+    }
+}
+
+impl Planner<'_> {
+    /// The state (read-only) and a message reader, for reads answered inside a cycle.
+    pub fn reader_parts(&mut self) -> (&crate::state::State, MessageReader<'_>) {
+        (
+            &*self.st,
+            MessageReader {
+                pending: self.cycle.entry.bytes(),
+                cache: self.cache,
+                log: self.log,
+            },
+        )
+    }
+}

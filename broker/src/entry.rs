@@ -1,0 +1,434 @@
+//! The application payload of one Raft entry: everything one group-commit cycle decided.
+//!
+//! `version: u8 (1) | cycle: u64 | now_us: i64 | effects: u32 count | effect*`
+//! Each effect is `kind: u8` followed by its fields (docs/storage-format.md "Engine entries").
+//! Apply is a pure function of (state, entry): the planner stamped every time and minted every id.
+
+use crate::codec::{DecodeError, Reader, Writer};
+use crate::state::config::QueueConfig;
+use crate::state::model::{CursorRow, LeaseRow};
+
+pub const ENTRY_VERSION: u8 = 1;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect<'a> {
+    QueueUpsert {
+        qid: u64,
+        name: &'a str,
+        namespace: &'a str,
+        task: &'a str,
+        configured: bool,
+        config: QueueConfig,
+    },
+    QueueDelete {
+        qid: u64,
+    },
+    PartitionCreate {
+        qid: u64,
+        pid: u64,
+        name: &'a str,
+    },
+    /// Messages `base_offset..base_offset+hashes.len()` of a partition; `frames` are stored frames.
+    Append {
+        pid: u64,
+        base_offset: u64,
+        hashes: Vec<u64>,
+        frames: &'a [u8],
+    },
+    GroupRegister {
+        qid: u64,
+        gid: u64,
+        name: &'a str,
+        start_from_us: i64,
+    },
+    GroupDelete {
+        gid: u64,
+    },
+    CursorPut {
+        gid: u64,
+        pid: u64,
+        row: CursorRow,
+    },
+    DlqInsert {
+        gid: u64,
+        pid: u64,
+        offset: u64,
+        retries: u32,
+        error: &'a str,
+    },
+    TraceAppend {
+        pid: u64,
+        txn: &'a str,
+        group: &'a str,
+        names: Vec<&'a str>,
+        event_type: &'a str,
+        data: &'a str,
+    },
+}
+
+const K_QUEUE_UPSERT: u8 = 1;
+const K_QUEUE_DELETE: u8 = 2;
+const K_PARTITION_CREATE: u8 = 3;
+const K_APPEND: u8 = 4;
+const K_GROUP_REGISTER: u8 = 5;
+const K_GROUP_DELETE: u8 = 6;
+const K_CURSOR_PUT: u8 = 7;
+const K_DLQ_INSERT: u8 = 8;
+const K_TRACE_APPEND: u8 = 9;
+
+pub struct EntryHeader {
+    pub cycle: u64,
+    pub now_us: i64,
+}
+
+/// Builds one entry. Positions returned by [`EntryBuilder::push`] for Append effects are where
+/// the frames start inside the finished payload, which is what runs point at.
+pub struct EntryBuilder {
+    w: Writer,
+    count: u32,
+}
+
+const COUNT_AT: usize = 1 + 8 + 8;
+
+impl EntryBuilder {
+    pub fn new(cycle: u64, now_us: i64) -> Self {
+        let mut w = Writer::with_capacity(64 * 1024);
+        w.u8(ENTRY_VERSION);
+        w.u64(cycle);
+        w.i64(now_us);
+        w.u32(0);
+        EntryBuilder { w, count: 0 }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    pub fn len(&self) -> usize {
+        self.w.len()
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.w.buf
+    }
+
+    /// Encodes an effect; returns the byte position of its frames (Append) or of the effect.
+    pub fn push(&mut self, e: &Effect<'_>) -> u32 {
+        self.count += 1;
+        encode_effect(&mut self.w, e)
+    }
+
+    pub fn finish(mut self) -> Vec<u8> {
+        self.w.buf[COUNT_AT..COUNT_AT + 4].copy_from_slice(&self.count.to_le_bytes());
+        self.w.buf
+    }
+}
+
+fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
+    match e {
+        Effect::QueueUpsert {
+            qid,
+            name,
+            namespace,
+            task,
+            configured,
+            config,
+        } => {
+            w.u8(K_QUEUE_UPSERT);
+            w.u64(*qid);
+            w.str(name);
+            w.str(namespace);
+            w.str(task);
+            w.bool(*configured);
+            config.encode(w);
+        }
+        Effect::QueueDelete { qid } => {
+            w.u8(K_QUEUE_DELETE);
+            w.u64(*qid);
+        }
+        Effect::PartitionCreate { qid, pid, name } => {
+            w.u8(K_PARTITION_CREATE);
+            w.u64(*qid);
+            w.u64(*pid);
+            w.str(name);
+        }
+        Effect::Append {
+            pid,
+            base_offset,
+            hashes,
+            frames,
+        } => {
+            w.u8(K_APPEND);
+            w.u64(*pid);
+            w.u64(*base_offset);
+            w.u32(hashes.len() as u32);
+            for h in hashes {
+                w.u64(*h);
+            }
+            w.u32(frames.len() as u32);
+            let pos = w.len() as u32;
+            w.buf.extend_from_slice(frames);
+            return pos;
+        }
+        Effect::GroupRegister {
+            qid,
+            gid,
+            name,
+            start_from_us,
+        } => {
+            w.u8(K_GROUP_REGISTER);
+            w.u64(*qid);
+            w.u64(*gid);
+            w.str(name);
+            w.i64(*start_from_us);
+        }
+        Effect::GroupDelete { gid } => {
+            w.u8(K_GROUP_DELETE);
+            w.u64(*gid);
+        }
+        Effect::CursorPut { gid, pid, row } => {
+            w.u8(K_CURSOR_PUT);
+            w.u64(*gid);
+            w.u64(*pid);
+            encode_cursor(w, row);
+        }
+        Effect::DlqInsert {
+            gid,
+            pid,
+            offset,
+            retries,
+            error,
+        } => {
+            w.u8(K_DLQ_INSERT);
+            w.u64(*gid);
+            w.u64(*pid);
+            w.u64(*offset);
+            w.u32(*retries);
+            w.str(error);
+        }
+        Effect::TraceAppend {
+            pid,
+            txn,
+            group,
+            names,
+            event_type,
+            data,
+        } => {
+            w.u8(K_TRACE_APPEND);
+            w.u64(*pid);
+            w.str(txn);
+            w.str(group);
+            w.u32(names.len() as u32);
+            for n in names {
+                w.str(n);
+            }
+            w.str(event_type);
+            w.str(data);
+        }
+    }
+    w.len() as u32
+}
+
+pub fn encode_cursor(w: &mut Writer, row: &CursorRow) {
+    w.u64(row.committed);
+    w.u32(row.failures);
+    w.u32(row.attempt);
+    w.u64(row.delivered_end);
+    match &row.lease {
+        None => w.u8(0),
+        Some(l) => {
+            w.u8(1);
+            w.u128(l.id);
+            w.u64(l.end);
+            w.i64(l.expires_us);
+            w.u32(l.seconds);
+        }
+    }
+}
+
+pub fn decode_cursor(r: &mut Reader<'_>) -> Result<CursorRow, DecodeError> {
+    let committed = r.u64()?;
+    let failures = r.u32()?;
+    let attempt = r.u32()?;
+    let delivered_end = r.u64()?;
+    let lease = match r.u8()? {
+        0 => None,
+        1 => Some(LeaseRow {
+            id: r.u128()?,
+            end: r.u64()?,
+            expires_us: r.i64()?,
+            seconds: r.u32()?,
+        }),
+        v => return Err(r.malformed(format!("lease tag {v}"))),
+    };
+    Ok(CursorRow {
+        committed,
+        lease,
+        failures,
+        attempt,
+        delivered_end,
+    })
+}
+
+/// Decodes an entry: its header and each effect with the byte position of its frames.
+pub fn decode_entry(buf: &[u8]) -> Result<(EntryHeader, Vec<(Effect<'_>, u32)>), DecodeError> {
+    let mut r = Reader::new(buf);
+    let v = r.u8()?;
+    if v != ENTRY_VERSION {
+        return Err(r.malformed(format!("entry version {v}, expected {ENTRY_VERSION}")));
+    }
+    let header = EntryHeader {
+        cycle: r.u64()?,
+        now_us: r.i64()?,
+    };
+    let n = r.count(9)?;
+    let mut effects = Vec::with_capacity(n);
+    for _ in 0..n {
+        effects.push(decode_effect(&mut r)?);
+    }
+    if !r.is_done() {
+        return Err(r.malformed("trailing bytes after the last effect".into()));
+    }
+    Ok((header, effects))
+}
+
+fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeError> {
+    let kind = r.u8()?;
+    let e = match kind {
+        K_QUEUE_UPSERT => Effect::QueueUpsert {
+            qid: r.u64()?,
+            name: r.str()?,
+            namespace: r.str()?,
+            task: r.str()?,
+            configured: r.bool()?,
+            config: QueueConfig::decode(r)?,
+        },
+        K_QUEUE_DELETE => Effect::QueueDelete { qid: r.u64()? },
+        K_PARTITION_CREATE => Effect::PartitionCreate {
+            qid: r.u64()?,
+            pid: r.u64()?,
+            name: r.str()?,
+        },
+        K_APPEND => {
+            let pid = r.u64()?;
+            let base_offset = r.u64()?;
+            let n = r.count(8)?;
+            let mut hashes = Vec::with_capacity(n);
+            for _ in 0..n {
+                hashes.push(r.u64()?);
+            }
+            let len = r.u32()? as usize;
+            let pos = r.pos() as u32;
+            let frames = r.take(len)?;
+            return Ok((
+                Effect::Append {
+                    pid,
+                    base_offset,
+                    hashes,
+                    frames,
+                },
+                pos,
+            ));
+        }
+        K_GROUP_REGISTER => Effect::GroupRegister {
+            qid: r.u64()?,
+            gid: r.u64()?,
+            name: r.str()?,
+            start_from_us: r.i64()?,
+        },
+        K_GROUP_DELETE => Effect::GroupDelete { gid: r.u64()? },
+        K_CURSOR_PUT => Effect::CursorPut {
+            gid: r.u64()?,
+            pid: r.u64()?,
+            row: decode_cursor(r)?,
+        },
+        K_DLQ_INSERT => Effect::DlqInsert {
+            gid: r.u64()?,
+            pid: r.u64()?,
+            offset: r.u64()?,
+            retries: r.u32()?,
+            error: r.str()?,
+        },
+        K_TRACE_APPEND => {
+            let pid = r.u64()?;
+            let txn = r.str()?;
+            let group = r.str()?;
+            let n = r.count(4)?;
+            let mut names = Vec::with_capacity(n);
+            for _ in 0..n {
+                names.push(r.str()?);
+            }
+            Effect::TraceAppend {
+                pid,
+                txn,
+                group,
+                names,
+                event_type: r.str()?,
+                data: r.str()?,
+            }
+        }
+        k => return Err(r.malformed(format!("unknown effect kind {k}"))),
+    };
+    Ok((e, r.pos() as u32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_round_trip_keeps_frame_positions() {
+        let mut b = EntryBuilder::new(9, 1234);
+        b.push(&Effect::PartitionCreate {
+            qid: 1,
+            pid: 2,
+            name: "Default",
+        });
+        let pos = b.push(&Effect::Append {
+            pid: 2,
+            base_offset: 0,
+            hashes: vec![7, 8],
+            frames: b"FRAMES",
+        });
+        let row = CursorRow {
+            committed: 3,
+            lease: Some(LeaseRow {
+                id: 5,
+                end: 9,
+                expires_us: 77,
+                seconds: 30,
+            }),
+            ..Default::default()
+        };
+        b.push(&Effect::CursorPut {
+            gid: 4,
+            pid: 2,
+            row,
+        });
+        let buf = b.finish();
+        assert_eq!(&buf[pos as usize..pos as usize + 6], b"FRAMES");
+        let (h, effects) = decode_entry(&buf).unwrap();
+        assert_eq!((h.cycle, h.now_us, effects.len()), (9, 1234, 3));
+        assert_eq!(effects[1].1, pos);
+        assert_eq!(
+            effects[2].0,
+            Effect::CursorPut {
+                gid: 4,
+                pid: 2,
+                row
+            }
+        );
+    }
+
+    #[test]
+    fn corrupt_entries_are_refused() {
+        let buf = EntryBuilder::new(1, 1).finish();
+        assert!(decode_entry(&buf[..5]).is_err());
+        let mut bad = buf.clone();
+        bad[0] = 99;
+        assert!(decode_entry(&bad).is_err());
+        let mut huge = buf;
+        huge[COUNT_AT..COUNT_AT + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_entry(&huge).is_err());
+    }
+}

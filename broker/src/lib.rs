@@ -1,0 +1,12 @@
+//! The QueenMQ engine: planner, apply, consumption, reads, and the wiring of the `queen` binary.
+
+pub mod codec;
+pub mod config;
+pub mod engine;
+pub mod entry;
+mod raft_log;
+pub mod reads;
+pub mod server;
+pub mod state;
+pub mod telemetry;
+pub mod time;

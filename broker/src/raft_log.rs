@@ -1,0 +1,30 @@
+//! The engine's view of the Raft node.
+
+use queenmq_raft::RaftNode;
+
+use crate::engine::log::{LogStatus, ProposeFuture, ReplicatedLog};
+
+pub struct RaftLog(pub RaftNode);
+
+impl ReplicatedLog for RaftLog {
+    fn propose(&self, payload: Vec<u8>) -> ProposeFuture {
+        let node = self.0.clone();
+        Box::pin(async move { node.propose(payload).await.map_err(|e| e.to_string()) })
+    }
+
+    fn read(&self, index: u64) -> Result<Option<Vec<u8>>, String> {
+        self.0.read_app_payload(index).map_err(|e| e.to_string())
+    }
+
+    fn status(&self) -> LogStatus {
+        let s = self.0.status();
+        LogStatus {
+            role: s.role,
+            term: s.term,
+            leader: s.leader,
+            last_log_index: s.last_log_index.unwrap_or(0),
+            committed: s.committed.unwrap_or(0),
+            applied: s.applied.unwrap_or(0),
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Stored message frames: the bytes of one message inside an Append effect. The same layout as
+//! the 2.x binary push/pop wire (spec/native-api.md §2.4), so a framed pop can ship them as stored.
+//!
+//! `body_len: u32 LE | flags: u8 (1 trace id, 2 producer) | id: [u8;16] | [trace: [u8;16]] |
+//!  txn: u16 LE len + UTF-8 | [producer: u16 LE len + UTF-8] | payload (JSON text)`
+
+use crate::codec::{DecodeError, Reader};
+
+pub const FLAG_TRACE: u8 = 1;
+pub const FLAG_PRODUCER: u8 = 2;
+
+pub struct FrameRef<'a> {
+    pub id: [u8; 16],
+    pub trace: Option<[u8; 16]>,
+    pub txn: &'a str,
+    pub producer: Option<&'a str>,
+    pub payload: &'a [u8],
+}
+
+/// Appends one frame. Lengths were checked by the planner (txn and producer ≤ u16::MAX).
+pub fn write_frame(
+    out: &mut Vec<u8>,
+    id: &[u8; 16],
+    trace: Option<&[u8; 16]>,
+    txn: &str,
+    producer: Option<&str>,
+    payload: &[u8],
+) {
+    let mut flags = 0u8;
+    let mut body = 1 + 16 + 2 + txn.len() + payload.len();
+    if trace.is_some() {
+        flags |= FLAG_TRACE;
+        body += 16;
+    }
+    if let Some(p) = producer {
+        flags |= FLAG_PRODUCER;
+        body += 2 + p.len();
+    }
+    out.extend_from_slice(&(body as u32).to_le_bytes());
+    out.push(flags);
+    out.extend_from_slice(id);
+    if let Some(t) = trace {
+        out.extend_from_slice(t);
+    }
+    out.extend_from_slice(&(txn.len() as u16).to_le_bytes());
+    out.extend_from_slice(txn.as_bytes());
+    if let Some(p) = producer {
+        out.extend_from_slice(&(p.len() as u16).to_le_bytes());
+        out.extend_from_slice(p.as_bytes());
+    }
+    out.extend_from_slice(payload);
+}
+
+/// Skips `n` frames from the start of `buf`, returning the remaining slice.
+pub fn skip_frames(buf: &[u8], n: u64) -> Result<&[u8], DecodeError> {
+    let mut r = Reader::new(buf);
+    for _ in 0..n {
+        let len = r.u32()? as usize;
+        r.take(len)?;
+    }
+    let at = r.pos();
+    Ok(&buf[at..])
+}
+
+/// Reads one frame from the start of `buf`; returns it and the bytes it used.
+pub fn read_frame(buf: &[u8]) -> Result<(FrameRef<'_>, usize), DecodeError> {
+    let mut outer = Reader::new(buf);
+    let len = outer.u32()? as usize;
+    let body = outer.take(len)?;
+    let mut r = Reader::new(body);
+    let flags = r.u8()?;
+    let mut id = [0u8; 16];
+    id.copy_from_slice(r.take(16)?);
+    let trace = if flags & FLAG_TRACE != 0 {
+        let mut t = [0u8; 16];
+        t.copy_from_slice(r.take(16)?);
+        Some(t)
+    } else {
+        None
+    };
+    let tl = r.u16()? as usize;
+    let txn = std::str::from_utf8(r.take(tl)?).map_err(|_| r.malformed("txn not UTF-8".into()))?;
+    let producer = if flags & FLAG_PRODUCER != 0 {
+        let pl = r.u16()? as usize;
+        Some(
+            std::str::from_utf8(r.take(pl)?)
+                .map_err(|_| r.malformed("producer not UTF-8".into()))?,
+        )
+    } else {
+        None
+    };
+    let payload = r.take(r.remaining())?;
+    Ok((
+        FrameRef {
+            id,
+            trace,
+            txn,
+            producer,
+            payload,
+        },
+        4 + len,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_skip() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &[1; 16], None, "tx1", None, b"{\"a\":1}");
+        write_frame(
+            &mut buf,
+            &[2; 16],
+            Some(&[9; 16]),
+            "tx2",
+            Some("alice"),
+            b"[1,2]",
+        );
+        let (f, used) = read_frame(&buf).unwrap();
+        assert_eq!((f.txn, f.payload), ("tx1", &b"{\"a\":1}"[..]));
+        let rest = skip_frames(&buf, 1).unwrap();
+        assert_eq!(rest.len(), buf.len() - used);
+        let (g, _) = read_frame(rest).unwrap();
+        assert_eq!(
+            (g.txn, g.producer, g.trace),
+            ("tx2", Some("alice"), Some([9; 16]))
+        );
+        assert!(skip_frames(&buf[..5], 1).is_err());
+    }
+}

@@ -1,0 +1,308 @@
+//! The engine's in-memory state and `apply`, its only mutator.
+
+pub mod config;
+pub mod frame;
+pub mod model;
+mod snapshot;
+
+use std::cmp::Reverse;
+use std::collections::{HashMap, VecDeque};
+
+use crate::entry::Effect;
+use model::*;
+
+pub use snapshot::{decode_state, encode_state};
+
+/// How long ack resolution keeps transaction ids when the dedup window is shorter.
+const MIN_TXN_MEMORY_US: i64 = 600 * 1_000_000;
+/// Traces kept (oldest dropped first).
+const MAX_TRACES: usize = 100_000;
+
+#[derive(Default)]
+pub struct State {
+    /// Cycle number of the last entry applied (planned cycles count as applied on the leader).
+    pub last_cycle: u64,
+    pub last_now_us: i64,
+    /// (index, term) of the last applied Raft entry.
+    pub applied: Option<(u64, u64)>,
+    pub next_queue_id: u64,
+    pub next_partition_id: u64,
+    pub next_group_id: u64,
+    pub queues: HashMap<u64, Queue>,
+    pub queue_by_name: HashMap<String, u64>,
+    pub partitions: HashMap<u64, Partition>,
+    pub groups: HashMap<u64, Group>,
+    /// Derived: lease id → (group, partition) rows holding it.
+    pub leases: HashMap<u128, Vec<(u64, u64)>>,
+    pub traces: VecDeque<TraceRow>,
+}
+
+/// Where an effect's bytes live, so runs can point at them.
+#[derive(Clone, Copy)]
+pub struct Loc {
+    pub index: u64,
+    pub pos: u32,
+}
+
+impl State {
+    pub fn queue_named(&self, name: &str) -> Option<&Queue> {
+        self.queue_by_name
+            .get(name)
+            .and_then(|id| self.queues.get(id))
+    }
+
+    /// Applies one effect. Pure: the effect carries every time and id.
+    pub fn apply(&mut self, e: &Effect<'_>, now_us: i64, loc: Loc) {
+        match e {
+            Effect::QueueUpsert {
+                qid,
+                name,
+                namespace,
+                task,
+                configured,
+                config,
+            } => {
+                self.next_queue_id = self.next_queue_id.max(qid + 1);
+                let q = self.queues.entry(*qid).or_insert_with(|| Queue {
+                    id: *qid,
+                    name: name.to_string(),
+                    namespace: String::new(),
+                    task: String::new(),
+                    config: config.clone(),
+                    configured: false,
+                    created_us: now_us,
+                    partitions: HashMap::new(),
+                    partition_order: Vec::new(),
+                    groups: HashMap::new(),
+                    dlq: Vec::new(),
+                    counters: QueueCounters::default(),
+                });
+                q.namespace = namespace.to_string();
+                q.task = task.to_string();
+                q.config = config.clone();
+                q.configured |= *configured;
+                self.queue_by_name.insert(name.to_string(), *qid);
+            }
+            Effect::QueueDelete { qid } => self.delete_queue(*qid),
+            Effect::PartitionCreate { qid, pid, name } => {
+                self.next_partition_id = self.next_partition_id.max(pid + 1);
+                if let Some(q) = self.queues.get_mut(qid) {
+                    q.partitions.insert(name.to_string(), *pid);
+                    q.partition_order.push(*pid);
+                    self.partitions.insert(
+                        *pid,
+                        Partition {
+                            id: *pid,
+                            queue: *qid,
+                            name: name.to_string(),
+                            created_us: now_us,
+                            next_offset: 0,
+                            last_write_us: now_us,
+                            bytes: 0,
+                            runs: Vec::new(),
+                            txns: HashMap::new(),
+                            txn_fifo: VecDeque::new(),
+                        },
+                    );
+                }
+            }
+            Effect::Append {
+                pid,
+                base_offset,
+                hashes,
+                frames,
+            } => self.append(*pid, *base_offset, hashes, frames.len(), now_us, loc),
+            Effect::GroupRegister {
+                qid,
+                gid,
+                name,
+                start_from_us,
+            } => {
+                self.next_group_id = self.next_group_id.max(gid + 1);
+                let Some(q) = self.queues.get_mut(qid) else {
+                    return;
+                };
+                q.groups.insert(name.to_string(), *gid);
+                let mut g = Group {
+                    id: *gid,
+                    queue: *qid,
+                    name: name.to_string(),
+                    start_from_us: *start_from_us,
+                    created_us: now_us,
+                    cursors: HashMap::new(),
+                    ready: VecDeque::new(),
+                    in_ready: Default::default(),
+                    wake: Default::default(),
+                };
+                for pid in &q.partition_order {
+                    g.mark_ready(*pid);
+                }
+                self.groups.insert(*gid, g);
+            }
+            Effect::GroupDelete { gid } => self.delete_group(*gid),
+            Effect::CursorPut { gid, pid, row } => self.put_cursor(*gid, *pid, *row),
+            Effect::DlqInsert {
+                gid,
+                pid,
+                offset,
+                retries,
+                error,
+            } => {
+                let Some(g) = self.groups.get(gid) else {
+                    return;
+                };
+                if let Some(q) = self.queues.get_mut(&g.queue) {
+                    q.counters.dead_lettered += 1;
+                    q.dlq.push(DlqRow {
+                        group: g.name.clone(),
+                        partition: *pid,
+                        offset: *offset,
+                        error: error.to_string(),
+                        failed_us: now_us,
+                        retries: *retries,
+                    });
+                }
+            }
+            Effect::TraceAppend {
+                pid,
+                txn,
+                group,
+                names,
+                event_type,
+                data,
+            } => {
+                if self.traces.len() >= MAX_TRACES {
+                    self.traces.pop_front();
+                }
+                self.traces.push_back(TraceRow {
+                    partition: *pid,
+                    transaction_id: txn.to_string(),
+                    group: group.to_string(),
+                    names: names.iter().map(|s| s.to_string()).collect(),
+                    event_type: event_type.to_string(),
+                    data: data.to_string(),
+                    at_us: now_us,
+                });
+            }
+        }
+    }
+
+    fn append(&mut self, pid: u64, base: u64, hashes: &[u64], bytes: usize, now_us: i64, loc: Loc) {
+        let Some(p) = self.partitions.get_mut(&pid) else {
+            return;
+        };
+        let Some(q) = self.queues.get_mut(&p.queue) else {
+            return;
+        };
+        let n = hashes.len() as u64;
+        if n == 0 {
+            return;
+        }
+        p.runs.push(Run {
+            base_offset: base,
+            count: hashes.len() as u32,
+            created_us: now_us,
+            index: loc.index,
+            pos: loc.pos,
+        });
+        p.next_offset = base + n;
+        p.last_write_us = now_us;
+        p.bytes += bytes as u64;
+        for (i, h) in hashes.iter().enumerate() {
+            p.txns.insert(*h, base + i as u64);
+            p.txn_fifo.push_back((now_us, *h));
+        }
+        let keep_us = (q.config.dedup_window_seconds * 1_000_000).max(MIN_TXN_MEMORY_US);
+        while let Some(&(t, h)) = p.txn_fifo.front() {
+            if t >= now_us - keep_us {
+                break;
+            }
+            p.txn_fifo.pop_front();
+            // Only forget the row if a newer message did not reuse the hash.
+            if let Some(&off) = p.txns.get(&h) {
+                if p.created_of(off).is_none_or(|c| c < now_us - keep_us) {
+                    p.txns.remove(&h);
+                }
+            }
+        }
+        q.counters.pushed += n;
+        for gid in q.groups.values() {
+            if let Some(g) = self.groups.get_mut(gid) {
+                g.mark_ready(pid);
+            }
+        }
+    }
+
+    fn put_cursor(&mut self, gid: u64, pid: u64, row: CursorRow) {
+        let Some(g) = self.groups.get_mut(&gid) else {
+            return;
+        };
+        let old = g.cursors.insert(pid, row);
+        if let Some(old_lease) = old.and_then(|o| o.lease) {
+            if row.lease.map(|l| l.id) != Some(old_lease.id) {
+                if let Some(v) = self.leases.get_mut(&old_lease.id) {
+                    v.retain(|&(gg, pp)| !(gg == gid && pp == pid));
+                    if v.is_empty() {
+                        self.leases.remove(&old_lease.id);
+                    }
+                }
+            }
+        }
+        if let Some(old) = old {
+            if let Some(q) = self.queues.get_mut(&g.queue) {
+                q.counters.acked += row.committed.saturating_sub(old.committed);
+            }
+        }
+        match row.lease {
+            Some(l) => {
+                let v = self.leases.entry(l.id).or_default();
+                if !v.contains(&(gid, pid)) {
+                    v.push((gid, pid));
+                }
+                g.wake.push(Reverse((l.expires_us, pid)));
+            }
+            None => g.mark_ready(pid),
+        }
+    }
+
+    fn delete_group(&mut self, gid: u64) {
+        let Some(g) = self.groups.remove(&gid) else {
+            return;
+        };
+        for row in g.cursors.values() {
+            if let Some(l) = row.lease {
+                self.leases.remove(&l.id);
+            }
+        }
+        if let Some(q) = self.queues.get_mut(&g.queue) {
+            q.groups.remove(&g.name);
+        }
+    }
+
+    fn delete_queue(&mut self, qid: u64) {
+        let Some(q) = self.queues.remove(&qid) else {
+            return;
+        };
+        self.queue_by_name.remove(&q.name);
+        for gid in q.groups.values() {
+            self.delete_group(*gid);
+        }
+        for pid in &q.partition_order {
+            self.partitions.remove(pid);
+        }
+    }
+
+    /// Replaces the PENDING log index of runs appended while planning with the committed index.
+    pub fn commit_pending_runs(&mut self, touched: &[u64], index: u64) {
+        for pid in touched {
+            if let Some(p) = self.partitions.get_mut(pid) {
+                for run in p.runs.iter_mut().rev() {
+                    if run.index != PENDING_INDEX {
+                        break;
+                    }
+                    run.index = index;
+                }
+            }
+        }
+    }
+}

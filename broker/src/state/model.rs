@@ -1,0 +1,163 @@
+//! The rows of the in-memory state. Every field here is either replicated (changed only by
+//! `apply`) or derived from replicated rows (marked "derived"), rebuilt on load.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+
+use super::config::QueueConfig;
+
+/// Log index of runs appended by the cycle being planned, not yet committed.
+pub const PENDING_INDEX: u64 = u64::MAX;
+
+pub struct Queue {
+    pub id: u64,
+    pub name: String,
+    pub namespace: String,
+    pub task: String,
+    pub config: QueueConfig,
+    /// False while the queue exists only because a push created it.
+    pub configured: bool,
+    pub created_us: i64,
+    /// Partition name → partition id, and creation order.
+    pub partitions: HashMap<String, u64>,
+    pub partition_order: Vec<u64>,
+    /// Group name → group id.
+    pub groups: HashMap<String, u64>,
+    pub dlq: Vec<DlqRow>,
+    pub counters: QueueCounters,
+}
+
+#[derive(Default, Clone, Copy)]
+pub struct QueueCounters {
+    pub pushed: u64,
+    pub acked: u64,
+    pub failed: u64,
+    pub dead_lettered: u64,
+}
+
+/// A stretch of consecutive offsets written by one Append effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    pub base_offset: u64,
+    pub count: u32,
+    pub created_us: i64,
+    /// Raft log index of the entry holding the frames ([`PENDING_INDEX`] while planning).
+    pub index: u64,
+    /// Byte position of the first frame inside the entry's application payload.
+    pub pos: u32,
+}
+
+pub struct Partition {
+    pub id: u64,
+    pub queue: u64,
+    pub name: String,
+    pub created_us: i64,
+    pub next_offset: u64,
+    pub last_write_us: i64,
+    pub bytes: u64,
+    pub runs: Vec<Run>,
+    /// xxh3-64 of the transaction id → offset, for dedup and ack resolution (hash hits are
+    /// verified against the stored frame, so a collision never merges two messages).
+    pub txns: HashMap<u64, u64>,
+    /// (created_us, hash) in append order, to expire `txns` rows past the window.
+    pub txn_fifo: VecDeque<(i64, u64)>,
+}
+
+impl Partition {
+    /// The run holding `offset`, if any.
+    pub fn run_of(&self, offset: u64) -> Option<&Run> {
+        let i = self.runs.partition_point(|r| r.base_offset <= offset);
+        let run = self.runs.get(i.checked_sub(1)?)?;
+        (offset < run.base_offset + u64::from(run.count)).then_some(run)
+    }
+
+    /// First offset whose message was created at or after `us`.
+    pub fn first_offset_at_or_after(&self, us: i64) -> u64 {
+        let i = self.runs.partition_point(|r| r.created_us < us);
+        self.runs.get(i).map_or(self.next_offset, |r| r.base_offset)
+    }
+
+    pub fn created_of(&self, offset: u64) -> Option<i64> {
+        self.run_of(offset).map(|r| r.created_us)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseRow {
+    pub id: u128,
+    /// Exclusive end offset of the claimed range.
+    pub end: u64,
+    pub expires_us: i64,
+    pub seconds: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CursorRow {
+    /// Next offset to deliver; everything below is committed.
+    pub committed: u64,
+    pub lease: Option<LeaseRow>,
+    /// Charged failures of the message at `committed`.
+    pub failures: u32,
+    /// Delivery attempt of the messages below `delivered_end` when redelivered.
+    pub attempt: u32,
+    /// Everything below this offset has been delivered at least once.
+    pub delivered_end: u64,
+}
+
+impl CursorRow {
+    pub fn live_lease(&self, now_us: i64) -> Option<&LeaseRow> {
+        self.lease.as_ref().filter(|l| l.expires_us > now_us)
+    }
+}
+
+pub struct Group {
+    pub id: u64,
+    pub queue: u64,
+    pub name: String,
+    /// Where a partition's cursor starts the first time this group touches it.
+    pub start_from_us: i64,
+    pub created_us: i64,
+    pub cursors: HashMap<u64, CursorRow>,
+    /// Derived: partitions that may have deliverable messages, oldest hint first.
+    pub ready: VecDeque<u64>,
+    pub in_ready: HashSet<u64>,
+    /// Derived: (time, partition) at which a leased/delayed/held partition should be looked at.
+    pub wake: BinaryHeap<Reverse<(i64, u64)>>,
+}
+
+impl Group {
+    pub fn mark_ready(&mut self, pid: u64) {
+        if self.in_ready.insert(pid) {
+            self.ready.push_back(pid);
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct DlqRow {
+    pub group: String,
+    pub partition: u64,
+    pub offset: u64,
+    pub error: String,
+    pub failed_us: i64,
+    pub retries: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct TraceRow {
+    pub partition: u64,
+    pub transaction_id: String,
+    pub group: String,
+    pub names: Vec<String>,
+    pub event_type: String,
+    pub data: String,
+    pub at_us: i64,
+}
+
+pub fn cursor_start(p: &Partition, start_from_us: i64) -> u64 {
+    if start_from_us == i64::MIN {
+        0
+    } else {
+        p.first_offset_at_or_after(start_from_us)
+    }
+}

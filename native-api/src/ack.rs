@@ -1,0 +1,147 @@
+//! POST /api/v1/ack, /api/v1/ack/batch and lease renewal.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use queenmq_protocol::{AckItem, AckReq, AckResult, AckStatus, Command, Outcome, RequestCtx};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::{body, call, iso_ms, AppState};
+
+#[derive(Deserialize)]
+pub struct AckJson {
+    #[serde(rename = "transactionId")]
+    pub transaction_id: String,
+    #[serde(rename = "partitionId")]
+    pub partition_id: Value,
+    #[serde(default)]
+    pub status: Option<Value>,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default, rename = "leaseId")]
+    pub lease_id: Option<String>,
+    #[serde(default, rename = "consumerGroup")]
+    pub consumer_group: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct BatchJson {
+    acknowledgments: Vec<AckJson>,
+    #[serde(default, rename = "consumerGroup")]
+    consumer_group: Option<String>,
+}
+
+pub fn status(v: &Option<Value>) -> Result<AckStatus, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(AckStatus::Completed),
+        Some(Value::Bool(true)) => Ok(AckStatus::Completed),
+        Some(Value::Bool(false)) => Ok(AckStatus::Failed),
+        Some(Value::String(s)) => match s.to_ascii_lowercase().as_str() {
+            "completed" | "complete" | "success" | "ack" => Ok(AckStatus::Completed),
+            "failed" | "fail" | "nack" => Ok(AckStatus::Failed),
+            "retry" => Ok(AckStatus::Retry),
+            "dlq" => Ok(AckStatus::Dlq),
+            other => Err(ApiError::bad(format!("unknown ack status {other:?}"))),
+        },
+        Some(_) => Err(ApiError::bad("status must be a string")),
+    }
+}
+
+impl AckJson {
+    pub fn into_item(self) -> Result<AckItem, ApiError> {
+        let partition_id = match &self.partition_id {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => return Err(ApiError::bad("partitionId must be a string")),
+        };
+        Ok(AckItem {
+            status: status(&self.status)?,
+            transaction_id: self.transaction_id,
+            partition_id,
+            error: self.error,
+            lease_id: self.lease_id.filter(|l| !l.is_empty()),
+            group: self.consumer_group.filter(|g| !g.is_empty()),
+        })
+    }
+}
+
+pub fn result_json(i: usize, r: &AckResult) -> Value {
+    json!({
+        "index": i, "transactionId": r.transaction_id, "success": r.success,
+        "error": r.error, "leaseReleased": r.lease_released, "dlq": r.dlq, "noop": r.noop,
+    })
+}
+
+async fn run(app: AppState, ctx: RequestCtx, req: AckReq) -> Result<Response, ApiError> {
+    match call(&app, ctx, Command::Ack(req)).await? {
+        Outcome::Acked(rs) => {
+            let arr: Vec<Value> = rs
+                .iter()
+                .enumerate()
+                .map(|(i, r)| result_json(i, r))
+                .collect();
+            Ok(Json(Value::Array(arr)).into_response())
+        }
+        _ => Err(ApiError::bad("unexpected outcome")),
+    }
+}
+
+pub async fn ack_one(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    headers: HeaderMap,
+    b: Body,
+) -> Result<Response, ApiError> {
+    let bytes = body::read(&headers, b, app.opts.max_body_bytes).await?;
+    let a: AckJson = body::json(&bytes)?;
+    let group = a.consumer_group.clone().filter(|g| !g.is_empty());
+    let item = a.into_item()?;
+    run(
+        app,
+        ctx,
+        AckReq {
+            items: vec![item],
+            group,
+        },
+    )
+    .await
+}
+
+pub async fn ack_batch(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    headers: HeaderMap,
+    b: Body,
+) -> Result<Response, ApiError> {
+    let bytes = body::read(&headers, b, app.opts.max_body_bytes).await?;
+    let batch: BatchJson = body::json(&bytes)?;
+    let items = batch
+        .acknowledgments
+        .into_iter()
+        .map(AckJson::into_item)
+        .collect::<Result<Vec<_>, _>>()?;
+    let group = batch.consumer_group.filter(|g| !g.is_empty());
+    run(app, ctx, AckReq { items, group }).await
+}
+
+pub async fn extend(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    Path(lease_id): Path<String>,
+) -> Result<Response, ApiError> {
+    match call(&app, ctx, Command::ExtendLease { lease_id }).await? {
+        Outcome::LeaseExtended(r) => {
+            let at = r.expires_at_us.map(iso_ms);
+            Ok(Json(json!({
+                "leaseId": r.lease_id, "success": r.renewed > 0, "renewed": r.renewed,
+                "newExpiresAt": at, "expiresAt": at, "lease_expires_at": at,
+            }))
+            .into_response())
+        }
+        _ => Err(ApiError::bad("unexpected outcome")),
+    }
+}

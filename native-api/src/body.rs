@@ -1,0 +1,63 @@
+//! Request bodies: the size limit is checked (declared length first, then while reading)
+//! before anything is buffered past it; JSON is parsed into typed shapes with clear errors.
+
+use axum::body::Body;
+use axum::http::HeaderMap;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use queenmq_protocol::{ErrorCode, QueenError};
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+pub async fn read(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError(QueenError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("request body exceeds the limit of {limit} bytes"),
+        ))
+    };
+    if let Some(len) = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        if len > limit as u64 {
+            return Err(too_large());
+        }
+    }
+    let limited = http_body_util::Limited::new(body, limit);
+    match limited.collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(too_large())
+        }
+        Err(e) => Err(ApiError::bad(format!("bad body: {e}"))),
+    }
+}
+
+pub fn json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad(format!("bad body: {e}")))
+}
+
+/// Like [`json`], for shapes that borrow from the body (raw payloads are not copied twice).
+pub fn json_borrowed<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad(format!("bad body: {e}")))
+}
+
+/// Rejects binary bodies we do not decode yet with a clear 400 (the SDK has no fallback).
+pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let ct = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if ct.starts_with("application/x-queen-push") {
+        return Err(ApiError::bad(
+            "unsupported body: binary push (QPB1/QTB1) is not implemented by this broker; send JSON",
+        ));
+    }
+    Ok(())
+}

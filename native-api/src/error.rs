@@ -1,0 +1,58 @@
+//! Errors at the HTTP edge: stable codes to statuses, always a JSON body with `error` and `code`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use queenmq_protocol::{ErrorCode, QueenError};
+use serde_json::json;
+
+#[derive(Debug)]
+pub struct ApiError(pub QueenError);
+
+impl ApiError {
+    pub fn bad(msg: impl Into<String>) -> Self {
+        ApiError(QueenError::bad_request(msg))
+    }
+    pub fn unsupported(what: &str) -> Self {
+        ApiError(QueenError::new(
+            ErrorCode::Unsupported,
+            format!("unsupported: {what} is not implemented by this broker yet"),
+        ))
+    }
+}
+
+impl From<QueenError> for ApiError {
+    fn from(e: QueenError) -> Self {
+        ApiError(e)
+    }
+}
+
+pub fn status_of(code: ErrorCode) -> StatusCode {
+    match code {
+        ErrorCode::BadRequest | ErrorCode::BadName => StatusCode::BAD_REQUEST,
+        ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorCode::NoSuchRoute | ErrorCode::NotFound => StatusCode::NOT_FOUND,
+        ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+        ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+        ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::Unsupported => StatusCode::NOT_IMPLEMENTED,
+        ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorCode::TransactionRolledBack => StatusCode::OK,
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let e = self.0;
+        let status = status_of(e.code);
+        let mut body = json!({"error": e.message, "code": e.code.as_str()});
+        if e.code == ErrorCode::TransactionRolledBack {
+            body["success"] = json!(false);
+        }
+        let mut resp = (status, axum::Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut()
+                .insert("retry-after", axum::http::HeaderValue::from_static("1"));
+        }
+        resp
+    }
+}

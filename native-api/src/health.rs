@@ -1,0 +1,90 @@
+//! /health, /ready, /metrics, and the answers for routes this broker does not implement yet.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use queenmq_protocol::{Command, MetricsFormat, Outcome, RequestCtx};
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::{call, AppState};
+
+pub async fn health(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+) -> Response {
+    match call(&app, ctx, Command::Health).await {
+        Ok(Outcome::Json(v)) => {
+            let ok = v["status"] == "healthy";
+            let code = if ok {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            (code, Json(v)).into_response()
+        }
+        Ok(_) => ApiError::bad("unexpected outcome").into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Ready when this node leads (so writes are accepted) and has applied what it committed.
+pub async fn ready(State(app): State<AppState>, Extension(ctx): Extension<RequestCtx>) -> Response {
+    match call(&app, ctx, Command::Health).await {
+        Ok(Outcome::Json(v)) => {
+            let raft = &v["raft"];
+            let applied_close = raft["applied"].as_u64().unwrap_or(0) + 1000
+                >= raft["committed"].as_u64().unwrap_or(0);
+            let ok = v["status"] == "healthy" && applied_close;
+            let code = if ok {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            (code, Json(json!({"ready": ok, "raft": raft}))).into_response()
+        }
+        Ok(_) => ApiError::bad("unexpected outcome").into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+pub async fn metrics_json(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+) -> Response {
+    match call(&app, ctx, Command::Metrics(MetricsFormat::Json)).await {
+        Ok(Outcome::Json(v)) => Json(v).into_response(),
+        Ok(_) => ApiError::bad("unexpected outcome").into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+pub async fn metrics_text(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+) -> Response {
+    match call(&app, ctx, Command::Metrics(MetricsFormat::Prometheus)).await {
+        Ok(Outcome::Text(t)) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4",
+            )],
+            t,
+        )
+            .into_response(),
+        Ok(_) => ApiError::bad("unexpected outcome").into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Statistics are live counters kept at apply time: there is nothing to refresh.
+pub async fn stats_refresh() -> Response {
+    Json(json!({"success": true, "message": "statistics are live; nothing to refresh"}))
+        .into_response()
+}
+
+pub async fn unsupported(req: axum::extract::Request) -> Response {
+    let what = format!("{} {}", req.method(), req.uri().path());
+    ApiError::unsupported(&what).into_response()
+}

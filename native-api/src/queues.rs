@@ -1,0 +1,83 @@
+//! Configure and delete queues.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use queenmq_protocol::{Command, ConfigureReq, Outcome, RequestCtx};
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::{body, call, AppState};
+
+pub async fn configure(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    headers: HeaderMap,
+    b: Body,
+) -> Result<Response, ApiError> {
+    let bytes = body::read(&headers, b, app.opts.max_body_bytes).await?;
+    let v: Value = body::json(&bytes)?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| ApiError::bad("bad body: expected a JSON object"))?;
+    let queue = match obj.get("queue") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(Value::String(_)) | None | Some(Value::Null) => {
+            return Err(ApiError::bad("queue is required"))
+        }
+        Some(_) => return Err(ApiError::bad("queue must be a string")),
+    };
+    let label = |k: &str| -> Result<Option<String>, ApiError> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(ApiError::bad(format!("{k} must be a string"))),
+        }
+    };
+    let namespace = label("namespace")?;
+    let task = label("task")?;
+    let replace = match obj.get("mode") {
+        None | Some(Value::Null) => false,
+        Some(Value::String(m)) if m == "merge" => false,
+        Some(Value::String(m)) if m == "replace" => true,
+        Some(_) => return Err(ApiError::bad("mode must be \"merge\" or \"replace\"")),
+    };
+    let options: Vec<(String, Value)> = match obj.get("options") {
+        Some(Value::Object(m)) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        Some(Value::Null) | None => obj
+            .iter()
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "queue" | "options" | "mode" | "namespace" | "task"
+                )
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        Some(_) => return Err(ApiError::bad("options must be an object")),
+    };
+    let req = ConfigureReq {
+        queue,
+        namespace,
+        task,
+        options,
+        replace,
+    };
+    match call(&app, ctx, Command::Configure(req)).await? {
+        Outcome::Configured(v) => Ok(Json(v).into_response()),
+        _ => Err(ApiError::bad("unexpected outcome")),
+    }
+}
+
+pub async fn delete(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    Path(queue): Path<String>,
+) -> Result<Response, ApiError> {
+    match call(&app, ctx, Command::DeleteQueue { queue }).await? {
+        Outcome::Deleted(v) => Ok(Json(v).into_response()),
+        _ => Err(ApiError::bad("unexpected outcome")),
+    }
+}

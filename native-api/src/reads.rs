@@ -1,0 +1,278 @@
+//! Read routes: each builds a ReadReq (or a trace write) and returns the engine's document.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use bytes::Bytes;
+use queenmq_protocol::{Command, DlqQuery, Outcome, ReadReq, RequestCtx, TraceReq};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::{body, call, parse_iso, AppState};
+
+type Params = HashMap<String, String>;
+
+async fn read(app: AppState, ctx: RequestCtx, req: ReadReq) -> Result<Response, ApiError> {
+    match call(&app, ctx, Command::Read(req)).await? {
+        Outcome::Json(v) => Ok(Json(v).into_response()),
+        _ => Err(ApiError::bad("unexpected outcome")),
+    }
+}
+
+fn limit(p: &Params, default: usize) -> Result<usize, ApiError> {
+    match p.get("limit") {
+        None => Ok(default),
+        Some(v) => v
+            .parse::<usize>()
+            .map(|n| n.clamp(1, 10_000))
+            .map_err(|_| ApiError::bad("limit must be a positive integer")),
+    }
+}
+
+fn offset(p: &Params) -> Result<usize, ApiError> {
+    match p.get("offset") {
+        None => Ok(0),
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| ApiError::bad("offset must be a non-negative integer")),
+    }
+}
+
+macro_rules! simple {
+    ($name:ident, $req:expr) => {
+        pub async fn $name(
+            State(app): State<AppState>,
+            Extension(ctx): Extension<RequestCtx>,
+        ) -> Result<Response, ApiError> {
+            read(app, ctx, $req).await
+        }
+    };
+}
+
+simple!(queues, ReadReq::Queues);
+simple!(overview, ReadReq::Overview);
+simple!(namespaces, ReadReq::Namespaces);
+simple!(tasks, ReadReq::Tasks);
+simple!(groups, ReadReq::ConsumerGroups);
+simple!(status, ReadReq::Status);
+simple!(status_queues, ReadReq::StatusQueues);
+
+pub async fn queue(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    Path(queue): Path<String>,
+) -> Result<Response, ApiError> {
+    read(app, ctx, ReadReq::Queue { queue }).await
+}
+
+pub async fn status_queue(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    Path(queue): Path<String>,
+) -> Result<Response, ApiError> {
+    read(app, ctx, ReadReq::StatusQueue { queue }).await
+}
+
+pub async fn depth(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    Path(queue): Path<String>,
+    Query(p): Query<Params>,
+) -> Result<Response, ApiError> {
+    read(
+        app,
+        ctx,
+        ReadReq::QueueDepth {
+            queue,
+            group: p.get("group").cloned(),
+        },
+    )
+    .await
+}
+
+pub async fn partitions(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    Query(p): Query<Params>,
+) -> Result<Response, ApiError> {
+    let req = ReadReq::Partitions {
+        queue: p.get("queue").cloned(),
+        limit: limit(&p, 100)?,
+    };
+    read(app, ctx, req).await
+}
+
+pub async fn messages(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    Query(p): Query<Params>,
+) -> Result<Response, ApiError> {
+    let req = ReadReq::Messages {
+        queue: p.get("queue").cloned(),
+        limit: limit(&p, 100)?,
+    };
+    read(app, ctx, req).await
+}
+
+pub async fn message(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    Path((partition_id, transaction_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    read(
+        app,
+        ctx,
+        ReadReq::Message {
+            partition_id,
+            transaction_id,
+        },
+    )
+    .await
+}
+
+pub async fn group(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    Path(group): Path<String>,
+) -> Result<Response, ApiError> {
+    read(app, ctx, ReadReq::ConsumerGroup { group }).await
+}
+
+pub async fn lagging(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    Query(p): Query<Params>,
+) -> Result<Response, ApiError> {
+    let min_lag_seconds = match p.get("minLagSeconds") {
+        None => 60,
+        Some(v) => v
+            .parse::<i64>()
+            .map_err(|_| ApiError::bad("minLagSeconds must be an integer"))?,
+    };
+    read(app, ctx, ReadReq::LaggingGroups { min_lag_seconds }).await
+}
+
+pub async fn dlq(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    Query(p): Query<Params>,
+) -> Result<Response, ApiError> {
+    let time = |k: &str| -> Result<Option<i64>, ApiError> {
+        match p.get(k) {
+            None => Ok(None),
+            Some(v) => parse_iso(v)
+                .map(Some)
+                .ok_or_else(|| ApiError::bad(format!("{k} is not an ISO-8601 time"))),
+        }
+    };
+    let q = DlqQuery {
+        queue: p.get("queue").cloned(),
+        group: p.get("consumerGroup").cloned(),
+        partition: p.get("partition").cloned(),
+        limit: limit(&p, 100)?,
+        offset: offset(&p)?,
+        from_us: time("from")?,
+        to_us: time("to")?,
+    };
+    read(app, ctx, ReadReq::Dlq(q)).await
+}
+
+pub async fn trace_names(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    Query(p): Query<Params>,
+) -> Result<Response, ApiError> {
+    read(
+        app,
+        ctx,
+        ReadReq::TraceNames {
+            limit: limit(&p, 100)?,
+            offset: offset(&p)?,
+        },
+    )
+    .await
+}
+
+pub async fn traces_by_name(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    Path(name): Path<String>,
+    Query(p): Query<Params>,
+) -> Result<Response, ApiError> {
+    read(
+        app,
+        ctx,
+        ReadReq::TracesByName {
+            name,
+            limit: limit(&p, 100)?,
+            offset: offset(&p)?,
+        },
+    )
+    .await
+}
+
+pub async fn traces_for(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    Path((partition_id, transaction_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    read(
+        app,
+        ctx,
+        ReadReq::TracesForMessage {
+            partition_id,
+            transaction_id,
+        },
+    )
+    .await
+}
+
+#[derive(Deserialize)]
+struct TraceJson {
+    #[serde(rename = "transactionId")]
+    transaction_id: String,
+    #[serde(rename = "partitionId")]
+    partition_id: Value,
+    #[serde(default, rename = "consumerGroup")]
+    consumer_group: Option<String>,
+    #[serde(default, rename = "traceNames")]
+    trace_names: Option<Vec<String>>,
+    #[serde(default, rename = "eventType")]
+    event_type: Option<String>,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+pub async fn trace(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    headers: HeaderMap,
+    b: Body,
+) -> Result<Response, ApiError> {
+    let bytes = body::read(&headers, b, app.opts.max_body_bytes).await?;
+    let t: TraceJson = body::json(&bytes)?;
+    let partition_id = match t.partition_id {
+        Value::String(s) => s,
+        Value::Number(n) => n.to_string(),
+        _ => return Err(ApiError::bad("partitionId must be a string")),
+    };
+    let req = TraceReq {
+        transaction_id: t.transaction_id,
+        partition_id,
+        group: t
+            .consumer_group
+            .unwrap_or_else(|| queenmq_protocol::QUEUE_MODE_GROUP.into()),
+        names: t.trace_names.unwrap_or_default(),
+        event_type: t.event_type.unwrap_or_else(|| "info".into()),
+        data: Bytes::from(t.data.unwrap_or(Value::Null).to_string()),
+    };
+    match call(&app, ctx, Command::Trace(req)).await? {
+        Outcome::Json(v) => Ok((StatusCode::CREATED, Json(v)).into_response()),
+        _ => Err(ApiError::bad("unexpected outcome")),
+    }
+}

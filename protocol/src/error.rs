@@ -1,0 +1,82 @@
+//! Errors that cross the bus. Codes are stable strings and numbers: a code is never reused for
+//! another meaning, and doors map them to HTTP statuses (and later Kafka error codes) at the edge.
+
+use std::fmt;
+
+/// Stable error codes. The numeric value is part of the contract: never renumber, never reuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum ErrorCode {
+    /// The request is malformed: bad JSON, wrong types, missing fields, bad values.
+    BadRequest = 1,
+    /// The request body exceeds the configured limit.
+    PayloadTooLarge = 2,
+    /// No route matches the method and path.
+    NoSuchRoute = 3,
+    /// Authentication is required or the token is invalid.
+    Unauthorized = 4,
+    /// The token is valid but its role does not allow the route.
+    Forbidden = 5,
+    /// The named resource (queue, message, group) does not exist.
+    NotFound = 6,
+    /// The broker cannot serve now (shutting down, storage failed, no leader).
+    Unavailable = 7,
+    /// The feature exists in the API but this broker does not implement it yet.
+    Unsupported = 8,
+    /// An internal invariant failed; the request changed nothing.
+    Internal = 9,
+    /// A transaction bundle was refused whole.
+    TransactionRolledBack = 10,
+    /// A queue or partition name is not acceptable.
+    BadName = 11,
+}
+
+impl ErrorCode {
+    /// The stable string form used in JSON error bodies (`code`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::NoSuchRoute => "no_such_route",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Unsupported => "unsupported",
+            ErrorCode::Internal => "internal",
+            ErrorCode::TransactionRolledBack => "transaction_rolled_back",
+            ErrorCode::BadName => "bad_name",
+        }
+    }
+}
+
+/// An error answered to a request. `message` is a sentence for people; `code` is for programs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct QueenError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl QueenError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        QueenError {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::BadRequest, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::NotFound, message)
+    }
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unavailable, message)
+    }
+}
+
+impl fmt::Display for QueenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}

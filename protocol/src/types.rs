@@ -1,0 +1,307 @@
+//! Domain types carried by commands and outcomes.
+
+use bytes::Bytes;
+use serde_json::Value;
+
+/// Queue options given to configure: only the keys the caller sent. `Some(Value::Null)` restores
+/// the default of that option.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigureReq {
+    pub queue: String,
+    pub namespace: Option<String>,
+    pub task: Option<String>,
+    pub options: Vec<(String, Value)>,
+    pub replace: bool,
+}
+
+/// One message to push. `payload` is compact JSON text, validated by the door.
+#[derive(Debug, Clone)]
+pub struct PushItem {
+    pub queue: String,
+    pub partition: String,
+    pub payload: Bytes,
+    pub transaction_id: Option<String>,
+    pub trace_id: Option<[u8; 16]>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PushReq {
+    pub items: Vec<PushItem>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushStatus {
+    Queued,
+    Duplicate,
+    Failed,
+}
+
+impl PushStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PushStatus::Queued => "queued",
+            PushStatus::Duplicate => "duplicate",
+            PushStatus::Failed => "failed",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PushResult {
+    pub message_id: String,
+    pub transaction_id: String,
+    pub queue: String,
+    pub partition_id: u64,
+    pub offset: u64,
+    pub status: PushStatus,
+    pub error: Option<String>,
+}
+
+/// Where a pop takes messages from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PopSource {
+    /// Any partition of the queue.
+    Queue(String),
+    /// One named partition.
+    Partition(String, String),
+    /// Every queue carrying these labels.
+    Labels {
+        namespace: Option<String>,
+        task: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subscription {
+    /// No mode given: the broker default (`new` for named groups).
+    Default,
+    All,
+    New,
+    /// Messages created at or after this instant (µs since the epoch).
+    From(i64),
+}
+
+#[derive(Debug, Clone)]
+pub struct PopReq {
+    pub source: PopSource,
+    pub group: Option<String>,
+    pub batch: u32,
+    pub partitions: u32,
+    pub wait: bool,
+    pub timeout_ms: u64,
+    pub auto_ack: bool,
+    pub subscription: Subscription,
+    pub lease_seconds: Option<u64>,
+    pub autopilot: bool,
+}
+
+/// A delivered message. `payload` is the stored JSON text.
+#[derive(Debug, Clone)]
+pub struct PoppedMessage {
+    pub id: String,
+    pub transaction_id: String,
+    pub trace_id: Option<String>,
+    pub payload: Bytes,
+    pub producer_sub: Option<String>,
+    pub created_at_us: i64,
+    pub queue: String,
+    pub partition: String,
+    pub partition_id: u64,
+    pub lease_id: String,
+    pub consumer_group: String,
+    pub offset: u64,
+    pub delivery_attempt: u32,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PopResult {
+    pub queue: String,
+    pub consumer_group: String,
+    pub lease_id: String,
+    pub partitions_claimed: u32,
+    pub messages: Vec<PoppedMessage>,
+    /// Set when the broker chose batch/partitions for an autopilot pop: (partitions, batch, wait ms).
+    pub autopilot: Option<(u32, u32, u64)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckStatus {
+    Completed,
+    Failed,
+    Retry,
+    Dlq,
+}
+
+#[derive(Debug, Clone)]
+pub struct AckItem {
+    pub transaction_id: String,
+    pub partition_id: String,
+    pub status: AckStatus,
+    pub error: Option<String>,
+    pub lease_id: Option<String>,
+    pub group: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AckReq {
+    pub items: Vec<AckItem>,
+    pub group: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AckResult {
+    pub transaction_id: String,
+    pub success: bool,
+    pub error: Option<String>,
+    pub lease_released: bool,
+    pub dlq: bool,
+    pub noop: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct LeaseExtendResult {
+    pub lease_id: String,
+    pub renewed: u32,
+    pub expires_at_us: Option<i64>,
+}
+
+#[derive(Debug, Clone)]
+pub enum TxnOp {
+    Ack(AckItem),
+    Push(Vec<PushItem>),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct TxnReq {
+    pub ops: Vec<TxnOp>,
+    pub required_leases: Vec<String>,
+    /// `kv` or `timers` riders were present: not supported yet, refused whole.
+    pub has_unsupported_riders: bool,
+}
+
+#[derive(Debug, Clone)]
+pub enum TxnOpResult {
+    Push(PushResult),
+    Ack(AckResult),
+}
+
+#[derive(Debug, Clone)]
+pub struct TxnResult {
+    pub transaction_id: String,
+    pub results: Vec<TxnOpResult>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TraceReq {
+    pub transaction_id: String,
+    pub partition_id: String,
+    pub group: String,
+    pub names: Vec<String>,
+    pub event_type: String,
+    pub data: Bytes,
+}
+
+#[derive(Debug, Clone)]
+pub enum GroupAdminReq {
+    /// Drop the group's cursors on one queue or all queues.
+    Delete {
+        group: String,
+        queue: Option<String>,
+        delete_metadata: bool,
+    },
+    /// Move the group's cursors on a queue to the end or to a time.
+    Seek {
+        group: String,
+        queue: String,
+        to_end: bool,
+        timestamp_us: Option<i64>,
+    },
+    /// Re-anchor the group's subscription on every queue at a time.
+    Subscription { group: String, timestamp_us: i64 },
+}
+
+/// Read-only questions, answered from applied state as JSON documents.
+#[derive(Debug, Clone)]
+pub enum ReadReq {
+    Queues,
+    Queue {
+        queue: String,
+    },
+    QueueDepth {
+        queue: String,
+        group: Option<String>,
+    },
+    Overview,
+    Namespaces,
+    Tasks,
+    Partitions {
+        queue: Option<String>,
+        limit: usize,
+    },
+    Message {
+        partition_id: String,
+        transaction_id: String,
+    },
+    Messages {
+        queue: Option<String>,
+        limit: usize,
+    },
+    Dlq(DlqQuery),
+    ConsumerGroups,
+    ConsumerGroup {
+        group: String,
+    },
+    LaggingGroups {
+        min_lag_seconds: i64,
+    },
+    Status,
+    StatusQueues,
+    StatusQueue {
+        queue: String,
+    },
+    TraceNames {
+        limit: usize,
+        offset: usize,
+    },
+    TracesByName {
+        name: String,
+        limit: usize,
+        offset: usize,
+    },
+    TracesForMessage {
+        partition_id: String,
+        transaction_id: String,
+    },
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct DlqQuery {
+    pub queue: Option<String>,
+    pub group: Option<String>,
+    pub partition: Option<String>,
+    pub limit: usize,
+    pub offset: usize,
+    pub from_us: Option<i64>,
+    pub to_us: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsFormat {
+    Json,
+    Prometheus,
+}
+
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Configured(Value),
+    Deleted(Value),
+    Pushed(Vec<PushResult>),
+    Popped(PopResult),
+    Acked(Vec<AckResult>),
+    LeaseExtended(LeaseExtendResult),
+    Transaction(TxnResult),
+    /// A JSON document for reads and small admin answers.
+    Json(Value),
+    /// Text (Prometheus exposition format).
+    Text(String),
+}
