@@ -94,21 +94,35 @@ impl RaftNode {
             }),
         };
 
-        if node.inner.raft.is_initialized().await.map_err(fatal)? {
-            node.check_voter()?;
+        // openraft is running from here on: stop it again if start-up does not finish, so a
+        // failed start leaves no task or thread touching `log` and `store`.
+        match node.lead_and_replay(last_at_open).await {
+            Ok(()) => {
+                tracing::info!(node = id, replayed_to = ?last_at_open, "raft group ready");
+                Ok(node)
+            }
+            Err(e) => {
+                if let Err(stop) = node.shutdown().await {
+                    tracing::warn!(error = %stop, "stopping raft after a failed start failed too");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn lead_and_replay(&self, last_at_open: Option<u64>) -> Result<(), RaftError> {
+        let raft = &self.inner.raft;
+        if raft.is_initialized().await.map_err(fatal)? {
+            self.check_voter()?;
             // Skip the election timeout; ignored if openraft already restored leadership.
-            node.inner.raft.trigger().elect().await.map_err(fatal)?;
+            raft.trigger().elect().await.map_err(fatal)?;
         } else {
-            let members = BTreeMap::from([(id, BasicNode::default())]);
-            node.inner
-                .raft
-                .initialize(members)
+            let members = BTreeMap::from([(self.inner.id, BasicNode::default())]);
+            raft.initialize(members)
                 .await
                 .map_err(|e| RaftError::Startup(e.to_string()))?;
         }
-        node.wait_ready(last_at_open).await?;
-        tracing::info!(node = id, replayed_to = ?last_at_open, "raft group ready");
-        Ok(node)
+        self.wait_ready(last_at_open).await
     }
 
     fn check_voter(&self) -> Result<(), RaftError> {

@@ -1,9 +1,12 @@
 //! Shared pieces of this crate's tests: a recording ApplyHandler and on-disk stores.
 
+use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use queenmq_storage::LogOptions;
+use queenmq_storage::{IoBackend, LogOptions, MemBackend, SegmentFile};
 
 use crate::backend::{SegmentLog, StateStore};
 use crate::ApplyHandler;
@@ -57,4 +60,74 @@ pub fn open_stores(dir: &Path) -> (Arc<SegmentLog>, Arc<StateStore>) {
     let (log, _report) = SegmentLog::open(&log_dir, LogOptions::default()).unwrap();
     let store = StateStore::open(&dir.join("state.redb")).unwrap();
     (Arc::new(log), Arc::new(store))
+}
+
+/// Opens the segment log on an injected backend (crash images, failing fsyncs) and the state
+/// store under `dir`.
+pub fn open_on(dir: &Path, backend: Arc<dyn IoBackend>) -> (Arc<SegmentLog>, Arc<StateStore>) {
+    let (log, _report) = SegmentLog::open_with_backend(backend, LogOptions::default()).unwrap();
+    let store = StateStore::open(&dir.join("state.redb")).unwrap();
+    (Arc::new(log), Arc::new(store))
+}
+
+/// A MemBackend that counts fdatasync calls and makes each take `sync_delay`, like a disk,
+/// to see group commit at work.
+pub struct CountingBackend {
+    pub inner: MemBackend,
+    pub syncs: Arc<AtomicU64>,
+    pub sync_delay: Duration,
+}
+
+struct CountingFile {
+    inner: Arc<dyn SegmentFile>,
+    syncs: Arc<AtomicU64>,
+    sync_delay: Duration,
+}
+
+impl CountingBackend {
+    fn wrap(&self, inner: Arc<dyn SegmentFile>) -> Arc<dyn SegmentFile> {
+        Arc::new(CountingFile {
+            inner,
+            syncs: self.syncs.clone(),
+            sync_delay: self.sync_delay,
+        })
+    }
+}
+
+impl IoBackend for CountingBackend {
+    fn list(&self) -> io::Result<Vec<String>> {
+        self.inner.list()
+    }
+    fn create(&self, name: &str) -> io::Result<Arc<dyn SegmentFile>> {
+        Ok(self.wrap(self.inner.create(name)?))
+    }
+    fn open(&self, name: &str) -> io::Result<Arc<dyn SegmentFile>> {
+        Ok(self.wrap(self.inner.open(name)?))
+    }
+    fn remove(&self, name: &str) -> io::Result<()> {
+        self.inner.remove(name)
+    }
+    fn sync_dir(&self) -> io::Result<()> {
+        self.inner.sync_dir()
+    }
+}
+
+impl SegmentFile for CountingFile {
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.inner.write_at(offset, data)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.syncs.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(self.sync_delay);
+        self.inner.sync_data()
+    }
 }
