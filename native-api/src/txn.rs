@@ -16,36 +16,27 @@ use crate::push::ItemJson;
 use crate::{body, call, AppState};
 
 #[derive(Deserialize)]
-struct OpJson<'a> {
+struct OpKind {
     #[serde(rename = "type")]
     kind: String,
-    #[serde(default, borrow)]
-    items: Option<Vec<ItemJson<'a>>>,
-    #[serde(flatten, borrow)]
-    rest: std::collections::HashMap<String, &'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct PushOpJson<'a> {
+    #[serde(borrow)]
+    items: Vec<ItemJson<'a>>,
 }
 
 #[derive(Deserialize)]
 struct TxnJson<'a> {
     #[serde(borrow)]
-    operations: Vec<OpJson<'a>>,
+    operations: Vec<&'a RawValue>,
     #[serde(default, rename = "requiredLeases")]
     required_leases: Vec<String>,
     #[serde(default)]
     kv: Option<Value>,
     #[serde(default)]
     timers: Option<Value>,
-}
-
-fn ack_of(op: &OpJson<'_>) -> Result<AckJson, ApiError> {
-    let mut m = serde_json::Map::new();
-    for (k, v) in &op.rest {
-        let v: Value =
-            serde_json::from_str(v.get()).map_err(|e| ApiError::bad(format!("bad body: {e}")))?;
-        m.insert(k.clone(), v);
-    }
-    serde_json::from_value(Value::Object(m))
-        .map_err(|e| ApiError::bad(format!("bad ack operation: {e}")))
 }
 
 pub async fn transaction(
@@ -59,14 +50,17 @@ pub async fn transaction(
     let t: TxnJson<'_> = body::json_borrowed(&bytes)?;
     let mut ops = Vec::with_capacity(t.operations.len());
     for op in t.operations {
-        match op.kind.as_str() {
-            "ack" => ops.push(TxnOp::Ack(ack_of(&op)?.into_item()?)),
+        let raw = op.get().as_bytes();
+        let kind: OpKind = body::json_borrowed(raw)?;
+        match kind.kind.as_str() {
+            "ack" => {
+                let a: AckJson = body::json_borrowed(raw)?;
+                ops.push(TxnOp::Ack(a.into_item()?));
+            }
             "push" => {
-                let items = op
-                    .items
-                    .ok_or_else(|| ApiError::bad("push operation needs items"))?;
+                let p: PushOpJson<'_> = body::json_borrowed(raw)?;
                 ops.push(TxnOp::Push(
-                    items.into_iter().map(ItemJson::into_item).collect(),
+                    p.items.into_iter().map(ItemJson::into_item).collect(),
                 ));
             }
             other => return Err(ApiError::bad(format!("unknown operation type {other:?}"))),
