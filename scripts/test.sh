@@ -26,12 +26,12 @@ on_exit() {
     if [[ -n $child ]] && kill -0 "$child" 2>/dev/null; then
         kill -KILL "$child" 2>/dev/null || true
     fi
-    if [[ $python_ran == 1 && -x $VENV/bin/python ]]; then
-        echo
-        "$VENV/bin/python" "$REPO/scripts/lib/junit_summary.py" "$RESULTS" || true
-    fi
+    echo
     if [[ $code != 0 ]]; then
-        echo "test.sh: FAILED (exit $code)" >&2
+        echo "test.sh: FAILED (exit $code) after $SECONDS s"
+    fi
+    if [[ $python_ran == 1 && -x $VENV/bin/python ]]; then
+        "$VENV/bin/python" "$REPO/scripts/lib/junit_summary.py" "$RESULTS" || true
     fi
     exit "$code"
 }
@@ -106,7 +106,9 @@ run_pytest() {
     "$VENV/bin/python" -m pytest -p no:cacheprovider -rfEs --junitxml="$report" "$@"
 }
 
+say "install"
 install_tools
+echo "--- install: $SECONDS s"
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
 export QUEEN_BIN=${QUEEN_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/queen}
@@ -115,6 +117,8 @@ step "cargo fmt" cargo fmt --all --check
 step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
 step "cargo build" cargo build --release --workspace
 step "cargo test" cargo test --release --workspace
+step "chart test" bash scripts/chart-test.sh
+step "prometheus test" bash scripts/prometheus-test.sh
 python_ran=1
 step "pytest tests/python" run_pytest "$RESULTS/python.xml" tests/python
 step "official queen-mq suite" "$VENV/bin/python" tests/sdk/run.py --results "$RESULTS/sdk"
