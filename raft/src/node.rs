@@ -45,6 +45,8 @@ struct Inner {
     log: Arc<SegmentLog>,
     log_store: LogStore,
     applied: Arc<IndexCell>,
+    /// Resolves once openraft has dropped the state machine (see `StateMachine::open`).
+    sm_gone: tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
 }
 
 fn fatal(e: impl std::fmt::Display) -> RaftError {
@@ -69,10 +71,10 @@ impl RaftNode {
         let last_at_open = log.last().map(|(index, _)| index);
 
         let (l, s) = (log.clone(), store.clone());
-        let (log_store, state_machine) = tokio::task::spawn_blocking(move || {
+        let (log_store, state_machine, sm_gone) = tokio::task::spawn_blocking(move || {
             let log_store = LogStore::open(l, s.clone())?;
-            let state_machine = StateMachine::open(handler, s)?;
-            Ok::<_, openraft::StorageError<u64>>((log_store, state_machine))
+            let (state_machine, sm_gone) = StateMachine::open(handler, s)?;
+            Ok::<_, openraft::StorageError<u64>>((log_store, state_machine, sm_gone))
         })
         .await
         .map_err(|e| RaftError::Startup(e.to_string()))?
@@ -91,6 +93,7 @@ impl RaftNode {
                 log,
                 log_store,
                 applied,
+                sm_gone: tokio::sync::Mutex::new(Some(sm_gone)),
             }),
         };
 
@@ -204,13 +207,20 @@ impl RaftNode {
         }
     }
 
-    /// Stops the Raft core, then syncs and stops the log threads. Returns once no thread of
-    /// this node touches `log` or `store` any more, so they can be reopened.
+    /// Stops the Raft core, waits for openraft to drop the state machine, then syncs and stops
+    /// the log threads. Once it returns nothing of this node calls the `ApplyHandler` or
+    /// writes `log` or `store` any more; drop every `RaftNode` clone before reopening them.
+    /// Every step runs even if an earlier one failed; the first failure is returned.
     pub async fn shutdown(&self) -> Result<(), RaftError> {
-        self.inner.raft.shutdown().await.map_err(fatal)?;
+        let core = self.inner.raft.shutdown().await.map_err(fatal);
+        if let Some(gone) = self.inner.sm_gone.lock().await.take() {
+            // Err is the expected outcome: the sender is dropped, never used.
+            let _ = gone.await;
+        }
         let log_store = self.inner.log_store.clone();
-        tokio::task::spawn_blocking(move || log_store.stop())
+        let threads = tokio::task::spawn_blocking(move || log_store.stop())
             .await
-            .map_err(fatal)
+            .map_err(fatal);
+        core.and(threads)
     }
 }

@@ -49,6 +49,10 @@ pub struct StateMachine {
     snapshot_seq: u64,
     /// `last_applied.index`, readable from other tasks.
     applied_cell: Arc<IndexCell>,
+    /// Dropped with the state machine: openraft does not join its state-machine task on
+    /// shutdown, so `RaftNode::shutdown` waits on the other end to know the engine and the
+    /// state store are no longer in use.
+    _alive: tokio::sync::oneshot::Sender<()>,
 }
 
 fn io_err(
@@ -61,10 +65,11 @@ fn io_err(
 
 impl StateMachine {
     /// Reads the engine's checkpoint and the applied membership. Blocking (redb read).
+    /// The receiver resolves (with an error) once the state machine is dropped.
     pub fn open(
         handler: Arc<dyn ApplyHandler>,
         store: Arc<StateStore>,
-    ) -> Result<StateMachine, OrStorageError> {
+    ) -> Result<(StateMachine, tokio::sync::oneshot::Receiver<()>), OrStorageError> {
         let membership: StoredMembership =
             meta::get(&store, meta::MEMBERSHIP, ErrorSubject::StateMachine)?.unwrap_or_default();
         let checkpoint = handler
@@ -72,7 +77,8 @@ impl StateMachine {
             .map(|(index, term)| log_id(term, index));
         let applied_cell = Arc::new(IndexCell::default());
         applied_cell.set(checkpoint.map(|c| c.index));
-        Ok(StateMachine {
+        let (alive, gone) = tokio::sync::oneshot::channel();
+        let sm = StateMachine {
             handler,
             store,
             last_applied: checkpoint,
@@ -81,7 +87,9 @@ impl StateMachine {
             snapshot: None,
             snapshot_seq: 0,
             applied_cell,
-        })
+            _alive: alive,
+        };
+        Ok((sm, gone))
     }
 
     pub fn applied_cell(&self) -> Arc<IndexCell> {
@@ -98,6 +106,8 @@ impl StateMachine {
         let covered = covered.map(|(index, term)| log_id(term, index));
         // The engine's state covers our last applied id only if it has seen every application
         // entry up to it; otherwise trust the engine's own (older) position.
+        // (Then the membership below may be newer than the snapshot; only a multi-node group
+        // can change membership after index 0, and it will need the engine to be current.)
         let last_log_id = if covered == self.last_app_applied {
             self.last_applied
         } else {

@@ -1,6 +1,8 @@
 //! RaftNode end to end on one voter: propose, apply in order, restart, replay after the
 //! engine's checkpoint, continue the index sequence.
 
+use std::sync::Arc;
+
 use super::fixtures::{open_stores, Recorder};
 use crate::{RaftConfig, RaftNode};
 
@@ -61,7 +63,22 @@ async fn propose_apply_restart_replay_continue() {
     assert_eq!(st.last_log_index, Some(last));
 
     node.shutdown().await.unwrap();
+    assert_eq!(
+        Arc::strong_count(&h1),
+        1,
+        "after shutdown nothing calls the handler"
+    );
     drop(node);
+    assert_eq!(
+        Arc::strong_count(&log),
+        1,
+        "after drop nothing holds the log"
+    );
+    assert_eq!(
+        Arc::strong_count(&store),
+        1,
+        "after drop nothing holds the state store"
+    );
     drop((log, store));
 
     // --- restart with the engine checkpointed at index 40

@@ -28,7 +28,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, TempDir> for Builder {
         })?;
         let (log, store) = open_stores(dir.path());
         let log_store = LogStore::open(log, store.clone())?;
-        let sm = StateMachine::open(Recorder::new(None), store)?;
+        let (sm, _gone) = StateMachine::open(Recorder::new(None), store)?;
         Ok((dir, log_store, sm))
     }
 }
