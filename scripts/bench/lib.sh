@@ -163,6 +163,17 @@ PY
     ((code == 0)) || log "queen-bench exited $code"
 }
 
+# annotate FILE KEY VALUE: adds "KEY": VALUE (a number, or null when empty) to a JSON report.
+annotate() {
+    python3 - "$@" <<'PY'
+import json, sys
+path, key, value = sys.argv[1], sys.argv[2], sys.argv[3]
+report = json.load(open(path))
+report[key] = float(value) if "." in value else int(value) if value else None
+json.dump(report, open(path, "w"))
+PY
+}
+
 # json_get FILE PATH...: one value of a JSON file (keys and list indexes), `null` if absent.
 json_get() {
     python3 - "$@" <<'PY'
