@@ -131,3 +131,46 @@ fn run(store: &StateStore, shared: &Shared) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use openraft::ErrorSubject;
+
+    use super::*;
+    use crate::types::log_id;
+
+    fn stored(store: &StateStore) -> Option<RaftLogId> {
+        meta::get::<Option<RaftLogId>>(store, meta::COMMITTED, ErrorSubject::Store)
+            .unwrap()
+            .flatten()
+    }
+
+    #[test]
+    fn the_newest_value_is_on_disk_after_stop() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(StateStore::open(&dir.path().join("s.redb")).unwrap());
+        let saver = CommittedSaver::spawn(store.clone(), None).unwrap();
+        for i in 0..500 {
+            saver.set(Some(log_id(1, i))).unwrap();
+        }
+        assert_eq!(
+            saver.latest(),
+            Some(log_id(1, 499)),
+            "readers see the newest at once"
+        );
+        saver.stop_and_join();
+        assert_eq!(stored(&store), Some(log_id(1, 499)));
+    }
+
+    #[test]
+    fn dropping_without_stop_still_saves_the_newest_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(StateStore::open(&dir.path().join("s.redb")).unwrap());
+        let saver = CommittedSaver::spawn(store.clone(), None).unwrap();
+        saver.set(Some(log_id(2, 7))).unwrap();
+        let thread = saver.thread.lock().unwrap().take().unwrap();
+        drop(saver);
+        thread.join().unwrap();
+        assert_eq!(stored(&store), Some(log_id(2, 7)));
+    }
+}

@@ -6,6 +6,16 @@
 //!   `ApplyHandler`.
 //! - `network`: the `RaftNetworkFactory` boundary (no peers yet).
 //! - `node`: `RaftNode`, what the engine uses: start, propose, read back, status, shutdown.
+//!
+//! Decisions a reader should know before changing anything here:
+//! - openraft runs with `single-term-leader` (standard Raft: one leader per term), so a LogId is
+//!   exactly the (term, index) a SegmentLog record and the engine's checkpoint carry.
+//! - The vote and the purge horizon are durable before their calls return; the committed id is
+//!   persisted in the background (`committed_saver` says why and why that is safe).
+//! - openraft's purge only moves the Raft horizon: message bytes in the log are freed by the
+//!   broker's retention, never by Raft. openraft never snapshots on its own.
+//! - openraft 0.9 fsyncs each append before taking the next (`log_writer`): throughput comes
+//!   from the engine putting many commands into one entry.
 
 mod apply;
 mod backend;

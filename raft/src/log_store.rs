@@ -246,6 +246,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let last = self.inner.log.last().map(|(i, _)| i);
         if let (Some(last), Some(first)) = (last, self.inner.log.first_index()) {
             if upto.index > last {
+                tracing::warn!(
+                    purge_upto = %upto, first, last,
+                    "purging past the last record: every record in the log is stale and is deleted"
+                );
                 self.inner
                     .writer
                     .truncate(first)
