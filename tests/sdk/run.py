@@ -99,8 +99,6 @@ def sha256(path: Path) -> str:
 
 def lay_out_suite(tarball: Path, suite: Path) -> None:
     """The sdist's flat tests/ folder plus our conftest.py and pytest.ini."""
-    shutil.rmtree(suite, ignore_errors=True)
-    suite.mkdir(parents=True)
     with tarfile.open(tarball) as tar:
         for member in tar.getmembers():
             rest = member.name[len(SDIST_TESTS):]
@@ -199,10 +197,18 @@ def main() -> int:
     except BrokerError as error:
         print(f"sdk: {error}", flush=True)
         return 1
-    suite = args.cache / "suite"
-    lay_out_suite(fetch_sdist(args.cache), suite)
+    tarball = fetch_sdist(args.cache)
     args.results.mkdir(parents=True, exist_ok=True)
+    # A suite folder per invocation, so that two runs at once do not collide.
+    suite = Path(tempfile.mkdtemp(prefix="suite-", dir=args.cache))
+    try:
+        lay_out_suite(tarball, suite)
+        return run_all(runs, suite, args, extra)
+    finally:
+        shutil.rmtree(suite, ignore_errors=True)
 
+
+def run_all(runs: list[Run], suite: Path, args: argparse.Namespace, extra: list[str]) -> int:
     deadline = time.monotonic() + args.budget
     total = Counts()
     failed_runs = []
