@@ -2,7 +2,7 @@
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use queenmq_protocol::{AckItem, AckReq, AckResult, AckStatus, Command, Outcome, RequestCtx};
@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use crate::json_out::{self, key, num, opt_str, str_lit};
 use crate::{body, call, iso_ms, AppState};
 
 #[derive(Deserialize)]
@@ -69,23 +70,43 @@ impl AckJson {
     }
 }
 
-pub fn result_json(i: usize, r: &AckResult) -> Value {
-    json!({
-        "index": i, "transactionId": r.transaction_id, "success": r.success,
-        "error": r.error, "leaseReleased": r.lease_released, "dlq": r.dlq, "noop": r.noop,
-    })
+fn results_json(rs: &[AckResult]) -> String {
+    let mut out = String::with_capacity(16 + rs.len() * 160);
+    out.push('[');
+    for (i, r) in rs.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('{');
+        key(&mut out, "index");
+        num(&mut out, i);
+        out.push(',');
+        key(&mut out, "transactionId");
+        str_lit(&mut out, &r.transaction_id);
+        out.push(',');
+        key(&mut out, "success");
+        num(&mut out, r.success);
+        out.push(',');
+        key(&mut out, "error");
+        opt_str(&mut out, r.error.as_deref());
+        out.push(',');
+        key(&mut out, "leaseReleased");
+        num(&mut out, r.lease_released);
+        out.push(',');
+        key(&mut out, "dlq");
+        num(&mut out, r.dlq);
+        out.push(',');
+        key(&mut out, "noop");
+        num(&mut out, r.noop);
+        out.push('}');
+    }
+    out.push(']');
+    out
 }
 
 async fn run(app: AppState, ctx: RequestCtx, req: AckReq) -> Result<Response, ApiError> {
     match call(&app, ctx, Command::Ack(req)).await? {
-        Outcome::Acked(rs) => {
-            let arr: Vec<Value> = rs
-                .iter()
-                .enumerate()
-                .map(|(i, r)| result_json(i, r))
-                .collect();
-            Ok(Json(Value::Array(arr)).into_response())
-        }
+        Outcome::Acked(rs) => Ok(json_out::response(StatusCode::OK, results_json(&rs))),
         _ => Err(ApiError::bad("unexpected outcome")),
     }
 }

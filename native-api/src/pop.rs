@@ -10,6 +10,7 @@ use queenmq_protocol::{Command, Outcome, PopReq, PopResult, PopSource, RequestCt
 use serde_json::json;
 
 use crate::error::ApiError;
+use crate::json_out::{self as jo, key, opt_str, str_lit};
 use crate::{call, iso_ms, parse_iso, AppState};
 
 type Params = HashMap<String, String>;
@@ -71,17 +72,9 @@ fn request(source: PopSource, p: &Params) -> Result<PopReq, ApiError> {
 async fn answer(app: AppState, ctx: RequestCtx, req: PopReq) -> Result<Response, ApiError> {
     match call(&app, ctx, Command::Pop(req)).await? {
         Outcome::Popped(r) if r.messages.is_empty() => Ok(StatusCode::NO_CONTENT.into_response()),
-        Outcome::Popped(r) => Ok((
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            render(&r),
-        )
-            .into_response()),
+        Outcome::Popped(r) => Ok(crate::json_out::response(StatusCode::OK, render(&r))),
         _ => Err(ApiError::bad("unexpected outcome")),
     }
-}
-
-fn s(v: &str) -> String {
-    serde_json::to_string(v).unwrap_or_else(|_| "\"\"".into())
 }
 
 /// Writes the answer by hand so payloads go out as stored, without a parse/serialise round.
@@ -94,32 +87,83 @@ fn render(r: &PopResult) -> String {
             .sum::<usize>(),
     );
     let first = &r.messages[0];
-    out.push_str(&format!(
-        "{{\"success\":true,\"queue\":{},\"partition\":{},\"partitionId\":{},\"leaseId\":{},\"consumerGroup\":{},\"partitionsClaimed\":{},",
-        s(&r.queue), s(&first.partition), s(&first.partition_id.to_string()), s(&r.lease_id),
-        s(&r.consumer_group), r.partitions_claimed
-    ));
+    out.push_str("{\"success\":true,");
+    key(&mut out, "queue");
+    str_lit(&mut out, &r.queue);
+    out.push(',');
+    key(&mut out, "partition");
+    str_lit(&mut out, &first.partition);
+    out.push(',');
+    key(&mut out, "partitionId");
+    out.push('"');
+    jo::num(&mut out, first.partition_id);
+    out.push_str("\",");
+    key(&mut out, "leaseId");
+    str_lit(&mut out, &r.lease_id);
+    out.push(',');
+    key(&mut out, "consumerGroup");
+    str_lit(&mut out, &r.consumer_group);
+    out.push(',');
+    key(&mut out, "partitionsClaimed");
+    jo::num(&mut out, r.partitions_claimed);
+    out.push(',');
     if let Some((p, b, w)) = r.autopilot {
-        out.push_str(&format!(
-            "\"autopilot\":{},",
-            json!({"partitions": p, "batch": b, "waitMs": w})
-        ));
+        key(&mut out, "autopilot");
+        out.push_str(&json!({"partitions": p, "batch": b, "waitMs": w}).to_string());
+        out.push(',');
     }
     out.push_str("\"messages\":[");
+    // Messages of one append share their creation time: format it once per run.
+    let mut created: (i64, String) = (i64::MIN, String::new());
     for (i, m) in r.messages.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
+        if created.0 != m.created_at_us {
+            created = (m.created_at_us, iso_ms(m.created_at_us));
+        }
         let payload = std::str::from_utf8(&m.payload).unwrap_or("null");
-        out.push_str(&format!(
-            "{{\"id\":{},\"transactionId\":{},\"traceId\":{},\"data\":{},\"producerSub\":{},\"createdAt\":{},\"queue\":{},\"partitionId\":{},\"partition\":{},\"leaseId\":{},\"consumerGroup\":{},\"offset\":{},\"deliveryAttempt\":{}}}",
-            s(&m.id), s(&m.transaction_id),
-            m.trace_id.as_deref().map_or("null".to_string(), s),
-            if payload.is_empty() { "null" } else { payload },
-            m.producer_sub.as_deref().map_or("null".to_string(), s),
-            s(&iso_ms(m.created_at_us)), s(&m.queue), s(&m.partition_id.to_string()), s(&m.partition),
-            s(&m.lease_id), s(&m.consumer_group), m.offset, m.delivery_attempt
-        ));
+        out.push('{');
+        key(&mut out, "id");
+        str_lit(&mut out, &m.id);
+        out.push(',');
+        key(&mut out, "transactionId");
+        str_lit(&mut out, &m.transaction_id);
+        out.push(',');
+        key(&mut out, "traceId");
+        opt_str(&mut out, m.trace_id.as_deref());
+        out.push(',');
+        key(&mut out, "data");
+        out.push_str(if payload.is_empty() { "null" } else { payload });
+        out.push(',');
+        key(&mut out, "producerSub");
+        opt_str(&mut out, m.producer_sub.as_deref());
+        out.push(',');
+        key(&mut out, "createdAt");
+        str_lit(&mut out, &created.1);
+        out.push(',');
+        key(&mut out, "queue");
+        str_lit(&mut out, &m.queue);
+        out.push(',');
+        key(&mut out, "partitionId");
+        out.push('"');
+        jo::num(&mut out, m.partition_id);
+        out.push_str("\",");
+        key(&mut out, "partition");
+        str_lit(&mut out, &m.partition);
+        out.push(',');
+        key(&mut out, "leaseId");
+        str_lit(&mut out, &m.lease_id);
+        out.push(',');
+        key(&mut out, "consumerGroup");
+        str_lit(&mut out, &m.consumer_group);
+        out.push(',');
+        key(&mut out, "offset");
+        jo::num(&mut out, m.offset);
+        out.push(',');
+        key(&mut out, "deliveryAttempt");
+        jo::num(&mut out, m.delivery_attempt);
+        out.push('}');
     }
     out.push_str("]}");
     out

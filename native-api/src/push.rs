@@ -10,10 +10,11 @@ use queenmq_protocol::{
     Command, Outcome, PushItem, PushReq, PushResult, RequestCtx, DEFAULT_PARTITION,
 };
 use serde::Deserialize;
+use serde_json::json;
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use crate::json_out::{self, key, num, str_lit};
 use crate::{body, call, AppState};
 
 #[derive(Deserialize)]
@@ -39,7 +40,8 @@ struct PushBody<'a> {
 
 impl ItemJson<'_> {
     /// `payload`, else `data`; an absent or null payload is stored as JSON null.
-    pub fn into_item(self) -> PushItem {
+    /// `body` is the buffer the item was parsed from, so the payload is shared, not copied.
+    pub fn into_item(self, body: &Bytes) -> PushItem {
         let raw = self.payload.or(self.data).map_or("null", |r| r.get());
         PushItem {
             queue: self.queue,
@@ -47,7 +49,7 @@ impl ItemJson<'_> {
                 .partition
                 .filter(|p| !p.is_empty())
                 .unwrap_or_else(|| DEFAULT_PARTITION.to_string()),
-            payload: Bytes::copy_from_slice(raw.as_bytes()),
+            payload: slice_of(body, raw.as_bytes()),
             transaction_id: self.transaction_id.filter(|t| !t.is_empty()),
             trace_id: self
                 .trace_id
@@ -57,21 +59,62 @@ impl ItemJson<'_> {
     }
 }
 
-pub fn result_json(i: usize, r: &PushResult) -> Value {
-    let mut v = json!({
-        "index": i,
-        "message_id": r.message_id,
-        "transaction_id": r.transaction_id,
-        "transactionId": r.transaction_id,
-        "queueName": r.queue,
-        "partitionId": r.partition_id.to_string(),
-        "offset": r.offset,
-        "status": r.status.as_str(),
-    });
+/// One element of the push answer (the SDKs read both spellings of the transaction id).
+fn write_result(out: &mut String, i: usize, r: &PushResult) {
+    out.push('{');
+    key(out, "index");
+    num(out, i);
+    out.push(',');
+    key(out, "message_id");
+    str_lit(out, &r.message_id);
+    out.push(',');
+    key(out, "transaction_id");
+    str_lit(out, &r.transaction_id);
+    out.push(',');
+    key(out, "transactionId");
+    str_lit(out, &r.transaction_id);
+    out.push(',');
+    key(out, "queueName");
+    str_lit(out, &r.queue);
+    out.push(',');
+    key(out, "partitionId");
+    out.push('"');
+    num(out, r.partition_id);
+    out.push_str("\",");
+    key(out, "offset");
+    num(out, r.offset);
+    out.push(',');
+    key(out, "status");
+    str_lit(out, r.status.as_str());
     if let Some(e) = &r.error {
-        v["error"] = json!(e);
+        out.push(',');
+        key(out, "error");
+        str_lit(out, e);
     }
-    v
+    out.push('}');
+}
+
+/// `part` as a view of `body` when it lies inside it (a borrowed JSON value does), else a copy.
+fn slice_of(body: &Bytes, part: &[u8]) -> Bytes {
+    let (b, p) = (body.as_ptr() as usize, part.as_ptr() as usize);
+    if p >= b && p + part.len() <= b + body.len() {
+        body.slice(p - b..p - b + part.len())
+    } else {
+        Bytes::copy_from_slice(part)
+    }
+}
+
+pub fn results_json(results: &[PushResult]) -> String {
+    let mut out = String::with_capacity(16 + results.len() * 256);
+    out.push('[');
+    for (i, r) in results.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_result(&mut out, i, r);
+    }
+    out.push(']');
+    out
 }
 
 pub async fn push(
@@ -83,19 +126,19 @@ pub async fn push(
     body::require_json(&headers)?;
     let bytes = body::read(&headers, b, app.opts.max_body_bytes).await?;
     let parsed: PushBody<'_> = body::json_borrowed(&bytes)?;
-    let items: Vec<PushItem> = parsed.items.into_iter().map(ItemJson::into_item).collect();
+    let items: Vec<PushItem> = parsed
+        .items
+        .into_iter()
+        .map(|i| i.into_item(&bytes))
+        .collect();
     if items.is_empty() {
         return Ok((StatusCode::CREATED, Json(json!([]))).into_response());
     }
     match call(&app, ctx, Command::Push(PushReq { items })).await? {
-        Outcome::Pushed(results) => {
-            let arr: Vec<Value> = results
-                .iter()
-                .enumerate()
-                .map(|(i, r)| result_json(i, r))
-                .collect();
-            Ok((StatusCode::CREATED, Json(Value::Array(arr))).into_response())
-        }
+        Outcome::Pushed(results) => Ok(json_out::response(
+            StatusCode::CREATED,
+            results_json(&results),
+        )),
         _ => Err(ApiError::bad("unexpected outcome")),
     }
 }

@@ -60,7 +60,7 @@ pub async fn transaction(
             "push" => {
                 let p: PushOpJson<'_> = body::json_borrowed(raw)?;
                 ops.push(TxnOp::Push(
-                    p.items.into_iter().map(ItemJson::into_item).collect(),
+                    p.items.into_iter().map(|i| i.into_item(&bytes)).collect(),
                 ));
             }
             other => return Err(ApiError::bad(format!("unknown operation type {other:?}"))),

@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 use serde_json::Value;
+use std::sync::Arc;
 
 /// Queue options given to configure: only the keys the caller sent. `Some(Value::Null)` restores
 /// the default of that option.
@@ -104,11 +105,12 @@ pub struct PoppedMessage {
     pub payload: Bytes,
     pub producer_sub: Option<String>,
     pub created_at_us: i64,
-    pub queue: String,
-    pub partition: String,
+    /// Shared by every message of one answer (an `Arc` clone, not a copy per message).
+    pub queue: Arc<str>,
+    pub partition: Arc<str>,
     pub partition_id: u64,
-    pub lease_id: String,
-    pub consumer_group: String,
+    pub lease_id: Arc<str>,
+    pub consumer_group: Arc<str>,
     pub offset: u64,
     pub delivery_attempt: u32,
 }
@@ -124,7 +126,7 @@ pub struct PopResult {
     pub autopilot: Option<(u32, u32, u64)>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AckStatus {
     Completed,
     Failed,
