@@ -31,6 +31,11 @@ enum ConfigCmd {
     Print(#[command(flatten)] ConfigArgs),
 }
 
+/// mimalloc: the broker allocates and frees small buffers per message on two threads; glibc's
+/// malloc spent a fifth of the broker's CPU there in the e2e profile (docs/benchmarks.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let (args, print) = match cli.cmd {

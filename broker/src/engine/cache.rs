@@ -1,13 +1,13 @@
 //! Recently committed entries kept in memory, so pops of fresh messages never touch the disk.
 
+use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 
 pub struct EntryCache {
     max_bytes: usize,
     bytes: usize,
     order: VecDeque<u64>,
-    map: HashMap<u64, Arc<Vec<u8>>>,
+    map: HashMap<u64, Bytes>,
 }
 
 impl EntryCache {
@@ -20,11 +20,11 @@ impl EntryCache {
         }
     }
 
-    pub fn get(&self, index: u64) -> Option<Arc<Vec<u8>>> {
+    pub fn get(&self, index: u64) -> Option<Bytes> {
         self.map.get(&index).cloned()
     }
 
-    pub fn insert(&mut self, index: u64, entry: Arc<Vec<u8>>) {
+    pub fn insert(&mut self, index: u64, entry: Bytes) {
         if self.map.contains_key(&index) {
             return;
         }
@@ -48,8 +48,8 @@ mod tests {
     #[test]
     fn evicts_oldest_past_the_budget() {
         let mut c = EntryCache::new(10);
-        c.insert(1, Arc::new(vec![0; 6]));
-        c.insert(2, Arc::new(vec![0; 6]));
+        c.insert(1, Bytes::from(vec![0; 6]));
+        c.insert(2, Bytes::from(vec![0; 6]));
         assert!(c.get(1).is_none());
         assert!(c.get(2).is_some());
     }

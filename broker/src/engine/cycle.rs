@@ -38,7 +38,13 @@ impl Cycle {
                 }
                 self.wake_partition(st, *pid);
             }
-            Effect::CursorPut { pid, row, .. } if row.lease.is_none() => {
+            Effect::CursorPut { pid, row, .. }
+                if row.lease.is_none()
+                    && st
+                        .partitions
+                        .get(pid)
+                        .is_some_and(|p| row.committed < p.next_offset) =>
+            {
                 self.wake_partition(st, *pid);
             }
             _ => {}

@@ -213,8 +213,9 @@ impl Engine {
         };
         if let Some(entry) = entry {
             let size = entry.len();
-            let entry = Arc::new(entry);
-            match self.log.propose(entry.as_ref().clone()).await {
+            // The log takes its own copy; the cache keeps this one for pops of fresh messages.
+            let entry = bytes::Bytes::from(entry);
+            match self.log.propose(entry.to_vec()).await {
                 Ok((index, _term)) => {
                     self.shared.lock().commit_pending_runs(&appended, index);
                     self.cache.insert(index, entry);

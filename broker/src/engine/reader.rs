@@ -1,14 +1,12 @@
 //! Reads stored messages back: from the entry being planned, the entry cache, or the log.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use uuid::Uuid;
 
 use super::cache::EntryCache;
 use super::log::ReplicatedLog;
-use crate::state::frame::{read_frame, skip_frames};
-use crate::state::model::{Partition, PENDING_INDEX};
+use crate::state::frame::{read_frame, skip_frames, FrameRef};
+use crate::state::model::{Partition, Run, PENDING_INDEX};
 
 pub struct StoredMessage {
     pub offset: u64,
@@ -33,17 +31,17 @@ pub struct MessageReader<'a> {
 }
 
 impl MessageReader<'_> {
-    fn entry(&mut self, index: u64) -> Result<Arc<Vec<u8>>, String> {
+    fn entry(&mut self, index: u64) -> Result<Bytes, String> {
         if let Some(e) = self.cache.get(index) {
             return Ok(e);
         }
-        let bytes = self
-            .log
-            .read(index)?
-            .ok_or_else(|| format!("log entry {index} is missing"))?;
-        let e = Arc::new(bytes);
-        self.cache.insert(index, e.clone());
-        Ok(e)
+        let bytes = Bytes::from(
+            self.log
+                .read(index)?
+                .ok_or_else(|| format!("log entry {index} is missing"))?,
+        );
+        self.cache.insert(index, bytes.clone());
+        Ok(bytes)
     }
 
     /// Messages `from..to` of a partition (clamped to what exists), in offset order.
@@ -53,40 +51,23 @@ impl MessageReader<'_> {
         from: u64,
         to: u64,
     ) -> Result<Vec<StoredMessage>, String> {
-        let to = to.min(p.next_offset);
-        let mut out = Vec::with_capacity(to.saturating_sub(from) as usize);
-        let mut off = from;
-        while off < to {
-            let run = *p
-                .run_of(off)
-                .ok_or_else(|| format!("offset {off} of partition {} has no run", p.id))?;
-            let run_end = (run.base_offset + u64::from(run.count)).min(to);
-            let holder;
-            let buf: &[u8] = if run.index == PENDING_INDEX {
-                self.pending
-            } else {
-                holder = self.entry(run.index)?;
-                &holder[..]
+        let mut out = Vec::with_capacity(to.min(p.next_offset).saturating_sub(from) as usize);
+        self.visit_frames(p, from, to, |offset, run, f, entry| {
+            // Share the cached entry's bytes; frames of the entry being planned are copied.
+            let payload = match entry {
+                Some(e) => e.slice_ref(f.payload),
+                None => Bytes::copy_from_slice(f.payload),
             };
-            let start = buf
-                .get(run.pos as usize..)
-                .ok_or_else(|| format!("run position {} past entry end", run.pos))?;
-            let mut rest = skip_frames(start, off - run.base_offset).map_err(|e| e.to_string())?;
-            while off < run_end {
-                let (f, used) = read_frame(rest).map_err(|e| e.to_string())?;
-                out.push(StoredMessage {
-                    offset: off,
-                    id: f.id,
-                    trace: f.trace,
-                    txn: f.txn.to_string(),
-                    producer: f.producer.map(str::to_string),
-                    payload: Bytes::copy_from_slice(f.payload),
-                    created_us: run.created_us,
-                });
-                rest = &rest[used..];
-                off += 1;
-            }
-        }
+            out.push(StoredMessage {
+                offset,
+                id: f.id,
+                trace: f.trace,
+                txn: f.txn.to_string(),
+                producer: f.producer.map(str::to_string),
+                payload,
+                created_us: run.created_us,
+            })
+        })?;
         Ok(out)
     }
 
@@ -99,5 +80,64 @@ impl MessageReader<'_> {
             return Ok(None);
         }
         Ok(self.read(p, offset, offset + 1)?.pop())
+    }
+
+    /// Whether the message at `offset` carries transaction id `txn` (no copies made).
+    pub fn txn_is(&mut self, p: &Partition, offset: u64, txn: &str) -> bool {
+        if offset >= p.next_offset {
+            return false;
+        }
+        let mut found = false;
+        let visited = self.visit_frames(p, offset, offset + 1, |_, _, f, _| found = f.txn == txn);
+        visited.is_ok() && found
+    }
+
+    /// The first offset in `from..to` whose message carries `txn`.
+    pub fn find_txn(&mut self, p: &Partition, from: u64, to: u64, txn: &str) -> Option<u64> {
+        let mut found = None;
+        self.visit_frames(p, from, to, |off, _, f, _| {
+            if found.is_none() && f.txn == txn {
+                found = Some(off);
+            }
+        })
+        .ok()?;
+        found
+    }
+
+    /// Calls `each(offset, run, frame, entry)` for messages `from..to` of a partition (clamped
+    /// to what exists), in offset order; `entry` is the cached entry holding the frame, None for
+    /// the entry being planned.
+    fn visit_frames(
+        &mut self,
+        p: &Partition,
+        from: u64,
+        to: u64,
+        mut each: impl FnMut(u64, &Run, &FrameRef<'_>, Option<&Bytes>),
+    ) -> Result<(), String> {
+        let to = to.min(p.next_offset);
+        let mut off = from;
+        while off < to {
+            let run = *p
+                .run_of(off)
+                .ok_or_else(|| format!("offset {off} of partition {} has no run", p.id))?;
+            let run_end = (run.base_offset + u64::from(run.count)).min(to);
+            let holder = if run.index == PENDING_INDEX {
+                None
+            } else {
+                Some(self.entry(run.index)?)
+            };
+            let buf: &[u8] = holder.as_deref().unwrap_or(self.pending);
+            let start = buf
+                .get(run.pos as usize..)
+                .ok_or_else(|| format!("run position {} past entry end", run.pos))?;
+            let mut rest = skip_frames(start, off - run.base_offset).map_err(|e| e.to_string())?;
+            while off < run_end {
+                let (f, used) = read_frame(rest).map_err(|e| e.to_string())?;
+                each(off, &run, &f, holder.as_ref());
+                rest = &rest[used..];
+                off += 1;
+            }
+        }
+        Ok(())
     }
 }

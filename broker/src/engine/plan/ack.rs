@@ -3,7 +3,7 @@
 //! and exhausted ones dead-lettered; later items of a partition nacked in the same call are
 //! clamped (never committed past a nack).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use queenmq_protocol::{AckItem, AckResult, AckStatus};
 
@@ -103,14 +103,45 @@ impl Planner<'_> {
     pub fn plan_acks(&mut self, items: &[AckItem], call_group: &Option<String>) -> Vec<AckResult> {
         let mut nacked: HashSet<(u64, u64)> = HashSet::new();
         let mut out = Vec::with_capacity(items.len());
+        // Counted per (partition, status) and labelled per queue once per call: a metrics
+        // lookup per acked message is measurable at 100k msg/s.
+        let mut counts: HashMap<(u64, AckStatus), (u64, u64)> = HashMap::new();
         for item in items {
             let group = group_name(if item.group.is_some() {
                 &item.group
             } else {
                 call_group
-            })
-            .to_string();
-            out.push(self.plan_one_ack(item, &group, &mut nacked));
+            });
+            let (res, pid) = self.plan_one_ack(item, group, &mut nacked);
+            if let Some(pid) = pid {
+                let c = counts.entry((pid, item.status)).or_default();
+                c.0 += 1;
+                c.1 += u64::from(res.dlq);
+            }
+            out.push(res);
+        }
+        for ((pid, status), (acked, dlq)) in counts {
+            let Some(queue) = self
+                .st
+                .partitions
+                .get(&pid)
+                .and_then(|p| self.st.queues.get(&p.queue))
+                .map(|q| q.name.clone())
+            else {
+                continue;
+            };
+            let status = match status {
+                AckStatus::Completed => "completed",
+                AckStatus::Failed => "failed",
+                AckStatus::Retry => "retry",
+                AckStatus::Dlq => "dlq",
+            };
+            if dlq > 0 {
+                metrics::counter!("queen_messages_dead_lettered_total", "queue" => queue.clone())
+                    .increment(dlq);
+            }
+            metrics::counter!("queen_messages_acked_total", "queue" => queue, "status" => status)
+                .increment(acked);
         }
         out
     }
@@ -120,7 +151,7 @@ impl Planner<'_> {
         item: &AckItem,
         group: &str,
         nacked: &mut HashSet<(u64, u64)>,
-    ) -> AckResult {
+    ) -> (AckResult, Option<u64>) {
         let mut res = AckResult {
             transaction_id: item.transaction_id.clone(),
             ..Default::default()
@@ -129,19 +160,19 @@ impl Planner<'_> {
             Ok(v) => v,
             Err(e) => {
                 res.error = Some(e);
-                return res;
+                return (res, None);
             }
         };
         if noop {
             res.success = true;
             res.noop = true;
-            return res;
+            return (res, None);
         }
         if nacked.contains(&(ack.gid, ack.pid)) {
             res.error = Some(
                 "not committed: an earlier nack in this call rewound the partition".to_string(),
             );
-            return res;
+            return (res, None);
         }
         let (row, dlq) = self.next_row(&ack, item);
         if item.status != AckStatus::Completed {
@@ -165,25 +196,7 @@ impl Planner<'_> {
             pid: ack.pid,
             row,
         });
-        let queue = self
-            .st
-            .partitions
-            .get(&ack.pid)
-            .and_then(|p| self.st.queues.get(&p.queue))
-            .map(|q| q.name.clone())
-            .unwrap_or_default();
-        let status = match item.status {
-            AckStatus::Completed => "completed",
-            AckStatus::Failed => "failed",
-            AckStatus::Retry => "retry",
-            AckStatus::Dlq => "dlq",
-        };
-        metrics::counter!("queen_messages_acked_total", "queue" => queue.clone(), "status" => status)
-            .increment(1);
-        if dlq {
-            metrics::counter!("queen_messages_dead_lettered_total", "queue" => queue).increment(1);
-        }
-        res
+        (res, Some(ack.pid))
     }
 
     /// The cursor row after this ack, and whether the message goes to the dead-letter queue.

@@ -3,6 +3,7 @@
 
 mod ack;
 mod admin;
+mod ids;
 mod pop;
 mod push;
 mod txn;
@@ -126,17 +127,14 @@ impl Planner<'_> {
             log,
         };
         if let Some(off) = candidate {
-            if let Ok(Some(m)) = reader.read_one(p, off) {
-                if m.txn == txn {
-                    return Some(off);
-                }
+            if reader.txn_is(p, off, txn) {
+                return Some(off);
             }
         }
         // Not in the id index (older than its memory, or a hash collision): look through the
         // range the caller holds.
         let (from, to) = scan?;
-        let msgs = reader.read(p, from, to.min(from + 10_000)).ok()?;
-        msgs.into_iter().find(|m| m.txn == txn).map(|m| m.offset)
+        reader.find_txn(p, from, to.min(from + 10_000), txn)
     }
 }
 

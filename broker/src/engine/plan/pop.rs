@@ -3,6 +3,7 @@
 //! answer leaves.
 
 use std::cmp::Reverse;
+use std::sync::Arc;
 
 use queenmq_protocol::{
     PopReq, PopResult, PopSource, PoppedMessage, QueenError, Subscription, QUEUE_MODE_GROUP,
@@ -264,6 +265,9 @@ impl Planner<'_> {
             }
             out.partitions_claimed += 1;
             *remaining -= msgs.len() as u32;
+            let (queue, partition): (Arc<str>, Arc<str>) = (qname.as_str().into(), pname.into());
+            let lease: Arc<str> = out.lease_id.as_str().into();
+            let consumer_group: Arc<str> = group.into();
             for m in msgs {
                 out.messages.push(PoppedMessage {
                     id: m.id_text(),
@@ -272,11 +276,11 @@ impl Planner<'_> {
                     payload: m.payload,
                     producer_sub: m.producer,
                     created_at_us: m.created_us,
-                    queue: qname.clone(),
-                    partition: pname.clone(),
+                    queue: queue.clone(),
+                    partition: partition.clone(),
                     partition_id: pid,
-                    lease_id: out.lease_id.clone(),
-                    consumer_group: group.to_string(),
+                    lease_id: lease.clone(),
+                    consumer_group: consumer_group.clone(),
                     offset: m.offset,
                     delivery_attempt: if m.offset < first_time_end {
                         attempt

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 
 use queenmq_protocol::{PushItem, PushResult, PushStatus, QueenError};
-use uuid::Uuid;
 
 use super::{check_name, Planner};
 use crate::entry::Effect;
@@ -15,8 +14,8 @@ struct PendingAppend {
     base: u64,
     hashes: Vec<u64>,
     frames: Vec<u8>,
-    /// hash → (offset, message id) of messages in this command, for in-request dedup.
-    txns: HashMap<u64, (u64, String, String)>,
+    /// hash → index in the results of messages in this command, for in-request dedup.
+    txns: HashMap<u64, usize>,
 }
 
 impl Planner<'_> {
@@ -57,14 +56,15 @@ impl Planner<'_> {
                 });
                 pending.len() - 1
             });
-            let id = Uuid::now_v7();
+            let id = super::ids::message_id(self.now());
+            let id_text = id.to_string();
             let txn = item
                 .transaction_id
                 .clone()
                 .filter(|t| !t.is_empty())
-                .unwrap_or_else(|| id.to_string());
+                .unwrap_or_else(|| id_text.clone());
             let hash = xxhash_rust::xxh3::xxh3_64(txn.as_bytes());
-            if let Some(dup) = self.find_duplicate(pid, &txn, hash, &pending[slot]) {
+            if let Some(dup) = self.find_duplicate(pid, &txn, hash, &pending[slot], &results) {
                 results.push(PushResult {
                     message_id: dup.1,
                     transaction_id: txn,
@@ -87,9 +87,9 @@ impl Planner<'_> {
                 &item.payload,
             );
             pa.hashes.push(hash);
-            pa.txns.insert(hash, (offset, id.to_string(), txn.clone()));
+            pa.txns.insert(hash, results.len());
             results.push(PushResult {
-                message_id: id.to_string(),
+                message_id: id_text,
                 transaction_id: txn,
                 queue: item.queue.clone(),
                 partition_id: pid,
@@ -120,10 +120,11 @@ impl Planner<'_> {
         txn: &str,
         hash: u64,
         pending: &PendingAppend,
+        results: &[PushResult],
     ) -> Option<(u64, String)> {
-        if let Some((off, id, t)) = pending.txns.get(&hash) {
-            if t == txn {
-                return Some((*off, id.clone()));
+        if let Some(r) = pending.txns.get(&hash).and_then(|i| results.get(*i)) {
+            if r.transaction_id == txn {
+                return Some((r.offset, r.message_id.clone()));
             }
         }
         let p = self.st.partitions.get(&pid)?;
@@ -136,14 +137,16 @@ impl Planner<'_> {
         if created < self.now() - window_us {
             return None;
         }
-        let now_reader_p = self.st.partitions.get(&pid)?;
-        let mut reader = super::MessageReader {
-            pending: self.cycle.entry.bytes(),
-            cache: self.cache,
-            log: self.log,
+        let id = {
+            let mut reader = super::MessageReader {
+                pending: self.cycle.entry.bytes(),
+                cache: self.cache,
+                log: self.log,
+            };
+            let m = reader.read_one(p, off).ok()??;
+            (m.txn == txn).then(|| m.id_text())?
         };
-        let m = reader.read_one(now_reader_p, off).ok()??;
-        (m.txn == txn).then(|| (off, m.id_text()))
+        Some((off, id))
     }
 }
 
