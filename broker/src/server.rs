@@ -103,6 +103,7 @@ pub async fn serve(
         max_batch: cfg.commit_max_batch as usize,
         max_bytes: cfg.commit_max_bytes as usize,
         checkpoint_interval: cfg.checkpoint_interval(),
+        cache_bytes: usize::try_from(cfg.entry_cache_bytes).unwrap_or(usize::MAX),
         ..EngineConfig::default()
     };
     let (engine, tx) = Engine::new(shared.clone(), rlog.clone(), store, ecfg);

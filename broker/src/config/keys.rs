@@ -82,6 +82,15 @@ pub(crate) const KEYS: &[KeySpec] = &[
         },
     },
     KeySpec {
+        name: "entry_cache_bytes",
+        env: "QUEEN_ENTRY_CACHE_BYTES",
+        flag: None,
+        kind: Kind::Uint {
+            min: MIB,
+            max: 64 * GIB,
+        },
+    },
+    KeySpec {
         name: "checkpoint_interval_secs",
         env: "QUEEN_CHECKPOINT_INTERVAL_SECS",
         flag: None,

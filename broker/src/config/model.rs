@@ -31,6 +31,8 @@ pub struct Config {
     pub commit_max_batch: u64,
     /// Most payload bytes planned into one group commit.
     pub commit_max_bytes: u64,
+    /// Memory for recently committed log entries, so pops of fresh messages skip the disk.
+    pub entry_cache_bytes: u64,
     /// Seconds between state checkpoints into the state store.
     pub checkpoint_interval_secs: u64,
     /// Seconds SIGTERM waits for the drain before aborting what is left.
@@ -51,6 +53,7 @@ impl Default for Config {
             segment_bytes: 64 * MIB,
             commit_max_batch: 4_096,
             commit_max_bytes: 4 * MIB,
+            entry_cache_bytes: 256 * MIB,
             checkpoint_interval_secs: 30,
             shutdown_grace_secs: 25,
             log_json: false,
@@ -123,6 +126,7 @@ impl Config {
             "segment_bytes" => self.segment_bytes,
             "commit_max_batch" => self.commit_max_batch,
             "commit_max_bytes" => self.commit_max_bytes,
+            "entry_cache_bytes" => self.entry_cache_bytes,
             "checkpoint_interval_secs" => self.checkpoint_interval_secs,
             "shutdown_grace_secs" => self.shutdown_grace_secs,
             _ => 0,

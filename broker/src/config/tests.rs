@@ -65,7 +65,7 @@ fn defaults_alone() {
         "{:?}",
         loaded.sources
     );
-    assert_eq!(loaded.sources.len(), 11);
+    assert_eq!(loaded.sources.len(), 12);
     assert!(loaded.warnings.is_empty());
     assert!(loaded.file.is_none());
     Config::default().validate().expect("defaults are valid");
@@ -309,6 +309,7 @@ fn every_range_bound_is_enforced() {
         ("segment_bytes", 1 << 20, 1 << 30),
         ("commit_max_batch", 1, 65_536),
         ("commit_max_bytes", 64 << 10, 256 << 20),
+        ("entry_cache_bytes", 1 << 20, 64 << 30),
         ("checkpoint_interval_secs", 1, 3_600),
         ("shutdown_grace_secs", 1, 600),
     ];
