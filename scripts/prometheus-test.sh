@@ -13,7 +13,10 @@
 # - Pushes $MESSAGES messages (default 250) over two queues with
 #   POST /api/v1/push, then polls
 #   /api/v1/query?query=sum(queen_messages_pushed_total) until it equals
-#   $MESSAGES ($WAIT_SECS, default 30 s).
+#   $MESSAGES ($WAIT_SECS, default 30 s), then checks through PromQL that the
+#   scrape-time depth gauge equals it, that the push route's request counter
+#   (labelled by route template) counts every push call, and that the Raft and
+#   fsync series arrive. tests/python/test_metrics.py checks every series.
 # Both processes are stopped on exit, by their pid. Needs python3 (stdlib).
 # Binary: $QUEEN_BIN, else ${CARGO_TARGET_DIR:-target}/release/queen.
 set -euo pipefail
@@ -225,4 +228,21 @@ print(", ".join(f'{x["metric"].get("queue", "?")}={x["value"][1]}' for x in res)
 PY
 )
 say "Prometheus: sum($SERIES) = $MESSAGES ($per_queue)"
+
+# true_within SECONDS EXPR: waits until the PromQL comparison EXPR holds (a
+# comparison without `bool` returns no sample while it is false).
+true_within() {
+    local deadline=$((SECONDS + $1))
+    until query "$2" >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || die "Prometheus never saw: $2 (now: $(query "${2%% [=><]*}" 2>/dev/null || echo '<no series>'))"
+        sleep 0.5
+    done
+    say "Prometheus: $2"
+}
+# Nothing consumed, so every pushed message is in the depth; one request per
+# batch of 50 went to the push route, named by its template.
+true_within "$WAIT_SECS" "sum(queen_queue_depth) == $MESSAGES"
+true_within "$WAIT_SECS" "sum(queen_http_requests_total{route=\"/api/v1/push\",method=\"POST\",status=~\"2..\"}) >= $(((MESSAGES + 49) / 50))"
+true_within "$WAIT_SECS" "queen_raft_is_leader == 1"
+true_within "$WAIT_SECS" "sum(queen_log_fsync_seconds_count) > 0"
 say "PASS"

@@ -6,6 +6,7 @@ pub mod engine;
 pub mod entry;
 mod raft_log;
 pub mod reads;
+mod scrape;
 pub mod server;
 pub mod state;
 pub mod telemetry;

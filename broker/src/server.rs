@@ -19,7 +19,11 @@ use crate::engine::apply_handler::EngineApply;
 use crate::engine::log::SharedLog;
 use crate::engine::{Engine, EngineBus, EngineConfig, Shared};
 use crate::raft_log::RaftLog;
+use crate::scrape::Scrape;
 use crate::state::{decode_state, State};
+
+/// The redb file of checkpoints and Raft metadata, in the data dir.
+pub const STATE_FILE: &str = "state.redb";
 
 /// Holds the data-dir lock for the life of the process.
 pub struct DirLock(#[allow(dead_code)] File);
@@ -85,7 +89,7 @@ pub async fn serve(
     }
     let log = Arc::new(log);
     let store =
-        Arc::new(StateStore::open(&cfg.data_dir.join("state.redb")).context("opening state.redb")?);
+        Arc::new(StateStore::open(&cfg.data_dir.join(STATE_FILE)).context("opening state.redb")?);
     let state = load_state(&store, &log)?;
     let shared = Shared::new(state);
     let handler = Arc::new(EngineApply::new(shared.clone()));
@@ -107,6 +111,14 @@ pub async fn serve(
         ..EngineConfig::default()
     };
     let (engine, tx) = Engine::new(shared.clone(), rlog.clone(), store, ecfg);
+    let prometheus = Scrape {
+        shared: shared.clone(),
+        log: rlog.clone(),
+        segments: log,
+        data_dir: cfg.data_dir.clone(),
+        render: prometheus,
+    }
+    .into_render();
     let bus = Arc::new(EngineBus::new(tx, shared, rlog, prometheus));
     let (stop_tx, stop_rx) = watch::channel(false);
     let engine_task = tokio::spawn(engine.run(stop_rx));

@@ -7,6 +7,7 @@ mod body;
 mod error;
 mod groups;
 mod health;
+mod http_metrics;
 mod json_out;
 mod pop;
 mod push;

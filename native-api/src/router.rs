@@ -8,7 +8,7 @@ use axum::Router;
 use queenmq_protocol::ErrorCode;
 use serde_json::json;
 
-use crate::{ack, auth, groups, health, pop, push, queues, reads, txn, AppState};
+use crate::{ack, auth, groups, health, http_metrics, pop, push, queues, reads, txn, AppState};
 
 pub fn router(app: AppState) -> Router {
     Router::new()
@@ -92,6 +92,7 @@ pub fn router(app: AppState) -> Router {
         .route("/streams/v1/{*rest}", post(health::unsupported))
         .fallback(no_route)
         .layer(middleware::from_fn_with_state(app.clone(), auth::layer))
+        .layer(middleware::from_fn(http_metrics::record))
         .with_state(app)
 }
 

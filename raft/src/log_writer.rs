@@ -23,6 +23,7 @@ use std::io;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use openraft::storage::LogFlushed;
 use tokio::sync::oneshot;
@@ -115,8 +116,16 @@ impl LogWriter {
     }
 }
 
+/// Appends written since the last fsync: their callbacks, and their payload bytes for the
+/// fsync-size histogram.
+#[derive(Default)]
+struct Pending {
+    callbacks: Vec<LogFlushed<TypeConfig>>,
+    bytes: usize,
+}
+
 fn run(log: &SegmentLog, rx: &Receiver<Job>) {
-    let mut pending: Vec<LogFlushed<TypeConfig>> = Vec::new();
+    let mut pending = Pending::default();
     while let Ok(first) = rx.recv() {
         let mut next = Some(first);
         let mut taken = 0;
@@ -133,7 +142,8 @@ fn run(log: &SegmentLog, rx: &Receiver<Job>) {
                         .collect();
                     match log.append_batch(&refs) {
                         Ok(()) => {
-                            pending.push(flushed);
+                            pending.callbacks.push(flushed);
+                            pending.bytes += refs.iter().map(|r| r.2.len()).sum::<usize>();
                             let _ = written.send(Ok(()));
                         }
                         Err(e) => {
@@ -162,15 +172,19 @@ fn run(log: &SegmentLog, rx: &Receiver<Job>) {
 }
 
 /// One fsync for everything written since the last one, then every waiting callback.
-fn sync_pending(log: &SegmentLog, pending: &mut Vec<LogFlushed<TypeConfig>>) {
-    if pending.is_empty() {
+fn sync_pending(log: &SegmentLog, pending: &mut Pending) {
+    if pending.callbacks.is_empty() {
         return;
     }
+    let started = Instant::now();
     let result = log.sync();
+    metrics::histogram!("queen_log_fsync_seconds").record(started.elapsed().as_secs_f64());
+    metrics::histogram!("queen_log_fsync_bytes").record(pending.bytes as f64);
+    pending.bytes = 0;
     if let Err(e) = &result {
         tracing::error!(error = %e, "fsync of the raft log failed");
     }
-    for cb in pending.drain(..) {
+    for cb in pending.callbacks.drain(..) {
         cb.log_io_completed(match &result {
             Ok(()) => Ok(()),
             Err(e) => Err(io::Error::other(e.to_string())),

@@ -87,7 +87,19 @@ impl Bus for EngineBus {
                 Command::Health => Ok(self.health()),
                 Command::Metrics(MetricsFormat::Json) => Ok(self.metrics_json()),
                 Command::Metrics(MetricsFormat::Prometheus) => {
-                    Ok(Outcome::Text((self.prometheus)()))
+                    let render = self.prometheus.clone();
+                    // Scrape-time gauges wait for the state lock and stat the data dir: keep
+                    // that off the runtime's workers.
+                    return Box::pin(async move {
+                        tokio::task::spawn_blocking(move || Outcome::Text(render()))
+                            .await
+                            .map_err(|e| {
+                                QueenError::new(
+                                    queenmq_protocol::ErrorCode::Internal,
+                                    format!("rendering the metrics failed: {e}"),
+                                )
+                            })
+                    });
                 }
                 _ => Err(QueenError::new(
                     queenmq_protocol::ErrorCode::Internal,

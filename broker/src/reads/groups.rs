@@ -8,27 +8,44 @@ use crate::state::model::Group;
 use crate::state::State;
 use crate::time::iso_ms;
 
-fn group_queue_json(st: &State, g: &Group) -> Value {
-    let Some(q) = st.queues.get(&g.queue) else {
-        return Value::Null;
+/// How far a group is behind on its queue: the messages it has not committed, and when the
+/// oldest of them was written.
+pub struct GroupLag {
+    pub messages: u64,
+    pub oldest_pending_us: Option<i64>,
+}
+
+/// None when the group's queue is gone.
+pub fn group_lag(st: &State, g: &Group) -> Option<GroupLag> {
+    let q = st.queues.get(&g.queue)?;
+    let mut lag = GroupLag {
+        messages: 0,
+        oldest_pending_us: None,
     };
-    let mut lag = 0u64;
-    let mut oldest_pending: Option<i64> = None;
     for pid in &q.partition_order {
         let Some(p) = st.partitions.get(pid) else {
             continue;
         };
         let c = committed_of(g, p);
-        lag += p.next_offset.saturating_sub(c);
+        lag.messages += p.next_offset.saturating_sub(c);
         if c < p.next_offset {
             if let Some(t) = p.created_of(c) {
-                oldest_pending = Some(oldest_pending.map_or(t, |o| o.min(t)));
+                lag.oldest_pending_us = Some(lag.oldest_pending_us.map_or(t, |o| o.min(t)));
             }
         }
     }
-    let lag_seconds = oldest_pending.map_or(0, |t| (st.last_now_us - t).max(0) / 1_000_000);
+    Some(lag)
+}
+
+fn group_queue_json(st: &State, g: &Group) -> Value {
+    let (Some(q), Some(lag)) = (st.queues.get(&g.queue), group_lag(st, g)) else {
+        return Value::Null;
+    };
+    let lag_seconds = lag
+        .oldest_pending_us
+        .map_or(0, |t| (st.last_now_us - t).max(0) / 1_000_000);
     json!({
-        "queue": q.name, "pending": lag, "lagSeconds": lag_seconds,
+        "queue": q.name, "pending": lag.messages, "lagSeconds": lag_seconds,
         "partitions": g.cursors.len(),
         "subscribedAt": iso_ms(g.created_us),
     })

@@ -9,6 +9,9 @@ mod queues;
 use queenmq_protocol::{QueenError, ReadReq};
 use serde_json::Value;
 
+pub use groups::{group_lag, GroupLag};
+pub use queues::queue_depth;
+
 use crate::engine::ReaderHandle;
 use crate::state::model::{cursor_start, Group, Partition};
 use crate::state::State;

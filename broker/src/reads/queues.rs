@@ -55,6 +55,12 @@ fn counts(st: &State, q: &Queue, group: Option<&str>) -> Counts {
     }
 }
 
+/// Messages of the queue its slowest consumer group has not completed (every message while no
+/// group reads it): the "pending" + "processing" of the queue documents.
+pub fn queue_depth(st: &State, q: &Queue) -> u64 {
+    counts(st, q, None).pending
+}
+
 fn messages_json(st: &State, q: &Queue) -> Value {
     let c = counts(st, q, None);
     json!({
