@@ -7,13 +7,16 @@
 #
 #   scripts/bench/e2e.sh > e2e.json
 #
-# Env (defaults): PRODUCERS (2) CONSUMERS (2 per group) PARTITIONS (100) BATCH (100)
+# Env (defaults): PRODUCERS (2) CONSUMERS (4 per group) PARTITIONS (100) BATCH (100)
 # MSG_BYTES (256) CONSUMER_GROUPS (0 = queue mode) DURATION (30 s) HALF_FACTOR (0.5) RATE (unset).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 PRODUCERS=${PRODUCERS:-2}
-CONSUMERS=${CONSUMERS:-2}
+# Four consumers: each one pops, then acks, then pops again (as the SDK consumers do), so
+# one consumer moves at most BATCH messages per two commit round trips; two cannot keep up
+# with two producers.
+CONSUMERS=${CONSUMERS:-4}
 PARTITIONS=${PARTITIONS:-100}
 BATCH=${BATCH:-100}
 MSG_BYTES=${MSG_BYTES:-256}

@@ -10,7 +10,7 @@
 #
 #   scripts/bench/partitions-scale.sh > partitions.json
 #
-# Env (defaults): COUNTS ("1 1000 100000 1000000") PRODUCERS (2) CONSUMERS (2) BATCH (100)
+# Env (defaults): COUNTS ("1 1000 100000 1000000") PRODUCERS (2) CONSUMERS (4) BATCH (100)
 # MSG_BYTES (256) DURATION (30 s) POP_PARTITIONS (unset: min(batch, partitions))
 # PRECREATE (1).
 set -euo pipefail
@@ -18,7 +18,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 COUNTS=${COUNTS:-1 1000 100000 1000000}
 PRODUCERS=${PRODUCERS:-2}
-CONSUMERS=${CONSUMERS:-2}
+# Four consumers: each one pops, then acks, then pops again (as the SDK consumers do), so
+# one consumer moves at most BATCH messages per two commit round trips; two cannot keep up
+# with two producers.
+CONSUMERS=${CONSUMERS:-4}
 BATCH=${BATCH:-100}
 MSG_BYTES=${MSG_BYTES:-256}
 DURATION=${DURATION:-30}
