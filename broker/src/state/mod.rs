@@ -35,6 +35,14 @@ pub struct State {
     /// Derived: lease id → (group, partition) rows holding it.
     pub leases: HashMap<u128, Vec<(u64, u64)>>,
     pub traces: VecDeque<TraceRow>,
+    /// (partition, xxh3-64 of the transaction id) → offset, for dedup and ack resolution.
+    /// Hash hits are verified against the stored frame, so a collision never merges two
+    /// messages. One index for all partitions: per-partition maps cost ~250 bytes of table
+    /// overhead on every partition, idle ones included.
+    pub txn_index: HashMap<(u64, u64), u64>,
+    /// The Appends whose rows are in `txn_index`, oldest first, to forget rows past their
+    /// window (one entry per Append, not per message).
+    pub txn_fifo: VecDeque<TxnChunk>,
 }
 
 /// Where an effect's bytes live, so runs can point at them.
@@ -100,8 +108,6 @@ impl State {
                             last_write_us: now_us,
                             bytes: 0,
                             runs: Vec::new(),
-                            txns: HashMap::new(),
-                            txn_fifo: VecDeque::new(),
                         },
                     );
                 }
@@ -208,27 +214,46 @@ impl State {
         p.next_offset = base + n;
         p.last_write_us = now_us;
         p.bytes += bytes as u64;
-        for (i, h) in hashes.iter().enumerate() {
-            p.txns.insert(*h, base + i as u64);
-            p.txn_fifo.push_back((now_us, *h));
-        }
-        let keep_us = (q.config.dedup_window_seconds * 1_000_000).max(MIN_TXN_MEMORY_US);
-        while let Some(&(t, h)) = p.txn_fifo.front() {
-            if t >= now_us - keep_us {
-                break;
-            }
-            p.txn_fifo.pop_front();
-            // Only forget the row if a newer message did not reuse the hash.
-            if let Some(&off) = p.txns.get(&h) {
-                if p.created_of(off).is_none_or(|c| c < now_us - keep_us) {
-                    p.txns.remove(&h);
-                }
-            }
-        }
         q.counters.pushed += n;
         for gid in q.groups.values() {
             if let Some(g) = self.groups.get_mut(gid) {
                 g.mark_ready(pid);
+            }
+        }
+        for (i, h) in hashes.iter().enumerate() {
+            self.txn_index.insert((pid, *h), base + i as u64);
+        }
+        self.txn_fifo.push_back(TxnChunk {
+            created_us: now_us,
+            pid,
+            base_offset: base,
+            hashes: hashes.into(),
+        });
+        self.expire_txns(now_us);
+    }
+
+    /// Forgets transaction-id rows past their queue's window. The FIFO is in time order
+    /// across queues, so a queue with a longer window holds later rows of shorter-window
+    /// queues a little longer; they are forgotten, never wrong.
+    fn expire_txns(&mut self, now_us: i64) {
+        while let Some(c) = self.txn_fifo.front() {
+            let keep_us = self
+                .partitions
+                .get(&c.pid)
+                .and_then(|p| self.queues.get(&p.queue))
+                .map(|q| (q.config.dedup_window_seconds * 1_000_000).max(MIN_TXN_MEMORY_US));
+            if keep_us.is_some_and(|k| c.created_us >= now_us - k) {
+                break;
+            }
+            let Some(c) = self.txn_fifo.pop_front() else {
+                break;
+            };
+            for (i, h) in c.hashes.iter().enumerate() {
+                let key = (c.pid, *h);
+                // Only forget the row if a newer message did not reuse the hash.
+                if self.txn_index.get(&key) == Some(&(c.base_offset + i as u64)) {
+                    self.txn_index.remove(&key);
+                }
             }
         }
     }

@@ -56,11 +56,17 @@ pub struct Partition {
     pub last_write_us: i64,
     pub bytes: u64,
     pub runs: Vec<Run>,
-    /// xxh3-64 of the transaction id → offset, for dedup and ack resolution (hash hits are
-    /// verified against the stored frame, so a collision never merges two messages).
-    pub txns: HashMap<u64, u64>,
-    /// (created_us, hash) in append order, to expire `txns` rows past the window.
-    pub txn_fifo: VecDeque<(i64, u64)>,
+}
+
+/// The transaction ids of one Append, kept while they are inside their window
+/// (`State::txn_fifo`). Message `i` has offset `base_offset + i`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxnChunk {
+    pub created_us: i64,
+    pub pid: u64,
+    pub base_offset: u64,
+    /// xxh3-64 of each message's transaction id.
+    pub hashes: Box<[u64]>,
 }
 
 impl Partition {

@@ -10,11 +10,25 @@ use super::State;
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::entry::{decode_cursor, encode_cursor};
 
-const CHECKPOINT_VERSION: u8 = 1;
+/// 2: transaction ids as one FIFO of Appends after the queues (1 kept one per partition).
+const CHECKPOINT_VERSION: u8 = 2;
 
 pub fn encode_state(s: &State) -> Vec<u8> {
+    encode_version(s, CHECKPOINT_VERSION)
+}
+
+/// Writes `version` 2, or version 1 (only so tests can check that upgrades read it).
+fn encode_version(s: &State, version: u8) -> Vec<u8> {
+    let v1_rows = (version == 1).then(|| {
+        let mut rows: HashMap<u64, Vec<(i64, u64)>> = HashMap::new();
+        for c in &s.txn_fifo {
+            let r = rows.entry(c.pid).or_default();
+            r.extend(c.hashes.iter().map(|h| (c.created_us, *h)));
+        }
+        rows
+    });
     let mut w = Writer::with_capacity(1 << 20);
-    w.u8(CHECKPOINT_VERSION);
+    w.u8(version);
     w.u64(s.last_cycle);
     w.i64(s.last_now_us);
     let (ai, at) = s.applied.unwrap_or((0, 0));
@@ -70,10 +84,13 @@ pub fn encode_state(s: &State) -> Vec<u8> {
                 w.u64(r.index);
                 w.u32(r.pos);
             }
-            w.u32(p.txn_fifo.len() as u32);
-            for (t, h) in &p.txn_fifo {
-                w.i64(*t);
-                w.u64(*h);
+            if let Some(rows) = &v1_rows {
+                let rows = rows.get(pid).map_or(&[][..], Vec::as_slice);
+                w.u32(rows.len() as u32);
+                for (t, h) in rows {
+                    w.i64(*t);
+                    w.u64(*h);
+                }
             }
         }
         w.u32(q.groups.len() as u32);
@@ -106,15 +123,31 @@ pub fn encode_state(s: &State) -> Vec<u8> {
         w.str(&t.data);
         w.i64(t.at_us);
     }
+    if v1_rows.is_some() {
+        return w.buf;
+    }
+    w.u32(s.txn_fifo.len() as u32);
+    for c in &s.txn_fifo {
+        w.i64(c.created_us);
+        w.u64(c.pid);
+        w.u64(c.base_offset);
+        w.u32(c.hashes.len() as u32);
+        for h in c.hashes.iter() {
+            w.u64(*h);
+        }
+    }
     w.buf
 }
 
 pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
     let mut r = Reader::new(buf);
     let v = r.u8()?;
-    if v != CHECKPOINT_VERSION {
+    if v != CHECKPOINT_VERSION && v != 1 {
         return Err(r.malformed(format!("checkpoint version {v}")));
     }
+    // Version 1 kept each partition's (created_us, hash) rows, the partition's last messages
+    // in offset order; they become one-message chunks, merged into time order below.
+    let mut v1_chunks: Vec<TxnChunk> = Vec::new();
     let mut s = State {
         last_cycle: r.u64()?,
         last_now_us: r.i64()?,
@@ -189,9 +222,21 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                     pos: r.u32()?,
                 });
             }
-            let nt = r.count(16)?;
-            let mut txn_fifo = VecDeque::with_capacity(nt);
-            let mut p = Partition {
+            if v == 1 {
+                let nt = r.count(16)?;
+                let first = next_offset.saturating_sub(nt as u64);
+                for i in 0..nt {
+                    let created_us = r.i64()?;
+                    let h = r.u64()?;
+                    v1_chunks.push(TxnChunk {
+                        created_us,
+                        pid,
+                        base_offset: first + i as u64,
+                        hashes: Box::new([h]),
+                    });
+                }
+            }
+            let p = Partition {
                 id: pid,
                 queue: id,
                 name: pname.clone(),
@@ -200,16 +245,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                 last_write_us,
                 bytes,
                 runs,
-                txns: HashMap::with_capacity(nt),
-                txn_fifo: VecDeque::new(),
             };
-            for _ in 0..nt {
-                let t = r.i64()?;
-                let h = r.u64()?;
-                txn_fifo.push_back((t, h));
-            }
-            rebuild_txns(&mut p, &txn_fifo);
-            p.txn_fifo = txn_fifo;
             q.partitions.insert(pname, pid);
             q.partition_order.push(pid);
             s.partitions.insert(pid, p);
@@ -270,17 +306,127 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
             at_us: r.i64()?,
         });
     }
+    if v == 1 {
+        v1_chunks.sort_by_key(|c| c.created_us);
+        s.txn_fifo = v1_chunks.into();
+    } else {
+        let nc = r.count(28)?;
+        s.txn_fifo.reserve(nc);
+        for _ in 0..nc {
+            let created_us = r.i64()?;
+            let pid = r.u64()?;
+            let base_offset = r.u64()?;
+            let nh = r.count(8)?;
+            let mut hashes = Vec::with_capacity(nh);
+            for _ in 0..nh {
+                hashes.push(r.u64()?);
+            }
+            s.txn_fifo.push_back(TxnChunk {
+                created_us,
+                pid,
+                base_offset,
+                hashes: hashes.into(),
+            });
+        }
+    }
     if !r.is_done() {
         return Err(r.malformed("trailing bytes after the checkpoint".into()));
     }
+    rebuild_txn_index(&mut s);
     Ok(s)
 }
 
-/// The txn map is derived from the FIFO: offsets are recomputed from the runs, in append order.
-fn rebuild_txns(p: &mut Partition, fifo: &VecDeque<(i64, u64)>) {
-    // The FIFO holds the last `fifo.len()` messages in offset order.
-    let first = p.next_offset.saturating_sub(fifo.len() as u64);
-    for (i, (_, h)) in fifo.iter().enumerate() {
-        p.txns.insert(*h, first + i as u64);
+/// The txn index is derived from the FIFO, replayed in append order (later rows win).
+fn rebuild_txn_index(s: &mut State) {
+    let State {
+        txn_fifo,
+        txn_index,
+        ..
+    } = s;
+    for c in txn_fifo.iter() {
+        for (i, h) in c.hashes.iter().enumerate() {
+            txn_index.insert((c.pid, *h), c.base_offset + i as u64);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::Effect;
+    use crate::state::Loc;
+
+    fn loc() -> Loc {
+        Loc { index: 7, pos: 0 }
+    }
+
+    fn sample() -> State {
+        let mut s = State::default();
+        let cfg = QueueConfig::default();
+        s.apply(
+            &Effect::QueueUpsert {
+                qid: 1,
+                name: "q",
+                namespace: "",
+                task: "",
+                configured: true,
+                config: cfg,
+            },
+            10,
+            loc(),
+        );
+        for (pid, name) in [(1, "p1"), (2, "p2")] {
+            s.apply(&Effect::PartitionCreate { qid: 1, pid, name }, 11, loc());
+        }
+        s.apply(
+            &Effect::Append {
+                pid: 1,
+                base_offset: 0,
+                hashes: vec![11, 12, 13],
+                frames: &[0; 30],
+            },
+            20,
+            loc(),
+        );
+        s.apply(
+            &Effect::Append {
+                pid: 2,
+                base_offset: 0,
+                hashes: vec![11],
+                frames: &[0; 10],
+            },
+            21,
+            loc(),
+        );
+        s
+    }
+
+    #[test]
+    fn checkpoints_round_trip_with_the_txn_index() {
+        let s = sample();
+        assert_eq!(s.txn_index.get(&(1, 12)), Some(&1));
+        assert_eq!(s.txn_index.get(&(2, 11)), Some(&0));
+        let blob = encode_state(&s);
+        let back = decode_state(&blob).unwrap();
+        assert_eq!(back.txn_fifo, s.txn_fifo);
+        assert_eq!(back.txn_index, s.txn_index);
+        assert_eq!(
+            encode_state(&back),
+            blob,
+            "decode then encode is the identity"
+        );
+    }
+
+    #[test]
+    fn version_1_transaction_rows_are_read_into_the_shared_fifo() {
+        let s = sample();
+        let back = decode_state(&encode_version(&s, 1)).unwrap();
+        assert_eq!(back.txn_index, s.txn_index);
+        assert_eq!(back.txn_fifo.len(), 4, "one chunk per message");
+        assert!(back
+            .txn_fifo
+            .iter()
+            .zip(back.txn_fifo.iter().skip(1))
+            .all(|(a, b)| a.created_us <= b.created_us));
     }
 }
