@@ -94,7 +94,12 @@ pub struct Engine {
     woken: std::collections::HashSet<String>,
     last_checkpoint: Instant,
     checkpointed_index: Option<u64>,
+    /// The checkpoint being written to the state store, if any.
+    saving: Option<tokio::task::JoinHandle<SaveResult>>,
 }
+
+/// (applied index, bytes, seconds) of a written checkpoint.
+type SaveResult = Result<(u64, usize, f64), String>;
 
 /// Long-poll answers leave this much before the client's deadline.
 const REPLY_MARGIN: Duration = Duration::from_millis(50);
@@ -120,6 +125,7 @@ impl Engine {
             woken: Default::default(),
             last_checkpoint: Instant::now(),
             checkpointed_index,
+            saving: None,
         };
         (engine, tx)
     }
@@ -154,11 +160,11 @@ impl Engine {
             }
             self.cycle(jobs, ticked).await;
             if self.last_checkpoint.elapsed() >= self.cfg.checkpoint_interval {
-                self.checkpoint().await;
+                self.checkpoint(false).await;
             }
         }
         self.waiters.answer_all_empty();
-        self.checkpoint().await;
+        self.checkpoint(true).await;
     }
 
     async fn cycle(&mut self, jobs: Vec<Job>, ticked: bool) {
@@ -241,7 +247,18 @@ impl Engine {
         self.waiters.expire(REPLY_MARGIN);
     }
 
-    async fn checkpoint(&mut self) {
+    /// Encodes the state (under the lock: the engine pauses for the encode only) and writes it
+    /// to the state store in the background, so cycles go on during the write. The `last`
+    /// checkpoint at shutdown waits for its write.
+    async fn checkpoint(&mut self, last: bool) {
+        if let Some(h) = self.saving.take() {
+            if !last && !h.is_finished() {
+                // Still writing the previous one: look again after the next cycle.
+                self.saving = Some(h);
+                return;
+            }
+            self.finish_save(h.await);
+        }
         self.last_checkpoint = Instant::now();
         let (blob, applied) = {
             let st = self.shared.lock();
@@ -253,21 +270,30 @@ impl Engine {
         let store = self.store.clone();
         let started = Instant::now();
         let size = blob.len();
-        let res = tokio::task::spawn_blocking(move || {
-            store.save_checkpoint(&Checkpoint {
-                applied_index: applied.0,
-                applied_term: applied.1,
-                state: blob,
-            })
-        })
-        .await;
+        let save = tokio::task::spawn_blocking(move || {
+            store
+                .save_checkpoint(&Checkpoint {
+                    applied_index: applied.0,
+                    applied_term: applied.1,
+                    state: blob,
+                })
+                .map(|()| (applied.0, size, started.elapsed().as_secs_f64()))
+                .map_err(|e| e.to_string())
+        });
+        if last {
+            self.finish_save(save.await);
+        } else {
+            self.saving = Some(save);
+        }
+    }
+
+    fn finish_save(&mut self, res: Result<SaveResult, tokio::task::JoinError>) {
         match res {
-            Ok(Ok(())) => {
-                self.checkpointed_index = Some(applied.0);
-                metrics::histogram!("queen_checkpoint_seconds")
-                    .record(started.elapsed().as_secs_f64());
+            Ok(Ok((index, size, secs))) => {
+                self.checkpointed_index = Some(index);
+                metrics::histogram!("queen_checkpoint_seconds").record(secs);
                 metrics::gauge!("queen_checkpoint_bytes").set(size as f64);
-                tracing::debug!(index = applied.0, bytes = size, "checkpoint written");
+                tracing::debug!(index, bytes = size, "checkpoint written");
             }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "checkpoint failed; the log still holds everything")

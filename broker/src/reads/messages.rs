@@ -23,7 +23,7 @@ pub fn one(
     let p = st.partitions.get(&pid).ok_or_else(not_found)?;
     let q = st.queues.get(&p.queue).ok_or_else(not_found)?;
     let hash = xxhash_rust::xxh3::xxh3_64(txn.as_bytes());
-    let candidate = st.txn_index.get(&(pid, hash)).copied();
+    let candidate = st.txn_ids.get(pid, hash);
     let msg = match candidate {
         Some(off) => rd
             .read_one(p, off)

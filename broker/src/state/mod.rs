@@ -3,13 +3,17 @@
 pub mod config;
 pub mod frame;
 pub mod model;
+mod partition_table;
 mod snapshot;
+mod txn_ids;
 
 use std::cmp::Reverse;
 use std::collections::{HashMap, VecDeque};
 
 use crate::entry::Effect;
 use model::*;
+pub use partition_table::PartitionTable;
+pub use txn_ids::{TxnIds, TxnRow};
 
 pub use snapshot::{decode_state, encode_state};
 
@@ -30,19 +34,16 @@ pub struct State {
     pub next_group_id: u64,
     pub queues: HashMap<u64, Queue>,
     pub queue_by_name: HashMap<String, u64>,
-    pub partitions: HashMap<u64, Partition>,
+    pub partitions: PartitionTable,
     pub groups: HashMap<u64, Group>,
     /// Derived: lease id → (group, partition) rows holding it.
     pub leases: HashMap<u128, Vec<(u64, u64)>>,
     pub traces: VecDeque<TraceRow>,
-    /// (partition, xxh3-64 of the transaction id) → offset, for dedup and ack resolution.
-    /// Hash hits are verified against the stored frame, so a collision never merges two
-    /// messages. One index for all partitions: per-partition maps cost ~250 bytes of table
-    /// overhead on every partition, idle ones included.
-    pub txn_index: HashMap<(u64, u64), u64>,
-    /// The Appends whose rows are in `txn_index`, oldest first, to forget rows past their
-    /// window (one entry per Append, not per message).
-    pub txn_fifo: VecDeque<TxnChunk>,
+    /// Transaction ids of the messages inside the remembered window.
+    pub txn_ids: TxnIds,
+    /// Derived: how long transaction ids are remembered, the longest dedup window of any
+    /// queue ever configured (at least `MIN_TXN_MEMORY_US`).
+    pub txn_keep_us: i64,
 }
 
 /// Where an effect's bytes live, so runs can point at them.
@@ -90,6 +91,7 @@ impl State {
                 q.config = config.clone();
                 q.configured |= *configured;
                 self.queue_by_name.insert(name.to_string(), *qid);
+                self.note_dedup_window(config.dedup_window_seconds);
             }
             Effect::QueueDelete { qid } => self.delete_queue(*qid),
             Effect::PartitionCreate { qid, pid, name } => {
@@ -220,42 +222,18 @@ impl State {
                 g.mark_ready(pid);
             }
         }
-        for (i, h) in hashes.iter().enumerate() {
-            self.txn_index.insert((pid, *h), base + i as u64);
-        }
-        self.txn_fifo.push_back(TxnChunk {
-            created_us: now_us,
-            pid,
-            base_offset: base,
-            hashes: hashes.into(),
-        });
-        self.expire_txns(now_us);
+        self.txn_ids.record(now_us, pid, base, hashes);
+        self.txn_ids
+            .expire(now_us - self.txn_keep_us.max(MIN_TXN_MEMORY_US));
     }
 
-    /// Forgets transaction-id rows past their queue's window. The FIFO is in time order
-    /// across queues, so a queue with a longer window holds later rows of shorter-window
-    /// queues a little longer; they are forgotten, never wrong.
-    fn expire_txns(&mut self, now_us: i64) {
-        while let Some(c) = self.txn_fifo.front() {
-            let keep_us = self
-                .partitions
-                .get(&c.pid)
-                .and_then(|p| self.queues.get(&p.queue))
-                .map(|q| (q.config.dedup_window_seconds * 1_000_000).max(MIN_TXN_MEMORY_US));
-            if keep_us.is_some_and(|k| c.created_us >= now_us - k) {
-                break;
-            }
-            let Some(c) = self.txn_fifo.pop_front() else {
-                break;
-            };
-            for (i, h) in c.hashes.iter().enumerate() {
-                let key = (c.pid, *h);
-                // Only forget the row if a newer message did not reuse the hash.
-                if self.txn_index.get(&key) == Some(&(c.base_offset + i as u64)) {
-                    self.txn_index.remove(&key);
-                }
-            }
-        }
+    /// Keeps `txn_keep_us` at the longest dedup window (one FIFO serves every queue, so rows
+    /// of shorter-window queues are remembered as long; forgotten later, never wrongly).
+    pub fn note_dedup_window(&mut self, seconds: i64) {
+        self.txn_keep_us = self
+            .txn_keep_us
+            .max(seconds.saturating_mul(1_000_000))
+            .max(MIN_TXN_MEMORY_US);
     }
 
     fn put_cursor(&mut self, gid: u64, pid: u64, row: CursorRow) {

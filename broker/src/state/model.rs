@@ -58,17 +58,6 @@ pub struct Partition {
     pub runs: Vec<Run>,
 }
 
-/// The transaction ids of one Append, kept while they are inside their window
-/// (`State::txn_fifo`). Message `i` has offset `base_offset + i`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TxnChunk {
-    pub created_us: i64,
-    pub pid: u64,
-    pub base_offset: u64,
-    /// xxh3-64 of each message's transaction id.
-    pub hashes: Box<[u64]>,
-}
-
 impl Partition {
     /// The run holding `offset`, if any.
     pub fn run_of(&self, offset: u64) -> Option<&Run> {

@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 
 use super::config::QueueConfig;
 use super::model::*;
-use super::State;
+use super::{State, TxnIds, TxnRow};
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::entry::{decode_cursor, encode_cursor};
 
@@ -21,9 +21,8 @@ pub fn encode_state(s: &State) -> Vec<u8> {
 fn encode_version(s: &State, version: u8) -> Vec<u8> {
     let v1_rows = (version == 1).then(|| {
         let mut rows: HashMap<u64, Vec<(i64, u64)>> = HashMap::new();
-        for c in &s.txn_fifo {
-            let r = rows.entry(c.pid).or_default();
-            r.extend(c.hashes.iter().map(|h| (c.created_us, *h)));
+        for (t, r) in s.txn_ids.iter() {
+            rows.entry(r.pid).or_default().push((t, r.hash));
         }
         rows
     });
@@ -126,14 +125,16 @@ fn encode_version(s: &State, version: u8) -> Vec<u8> {
     if v1_rows.is_some() {
         return w.buf;
     }
-    w.u32(s.txn_fifo.len() as u32);
-    for c in &s.txn_fifo {
-        w.i64(c.created_us);
-        w.u64(c.pid);
-        w.u64(c.base_offset);
-        w.u32(c.hashes.len() as u32);
-        for h in c.hashes.iter() {
-            w.u64(*h);
+    let (times, rows) = s.txn_ids.groups();
+    w.u32(times.len() as u32);
+    let mut rows = rows.iter();
+    for (t, n) in times {
+        w.i64(*t);
+        w.u32(*n);
+        for r in rows.by_ref().take(*n as usize) {
+            w.u64(r.pid);
+            w.u64(r.offset);
+            w.u64(r.hash);
         }
     }
     w.buf
@@ -147,7 +148,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
     }
     // Version 1 kept each partition's (created_us, hash) rows, the partition's last messages
     // in offset order; they become one-message chunks, merged into time order below.
-    let mut v1_chunks: Vec<TxnChunk> = Vec::new();
+    let mut v1_rows: Vec<(i64, TxnRow)> = Vec::new();
     let mut s = State {
         last_cycle: r.u64()?,
         last_now_us: r.i64()?,
@@ -227,13 +228,9 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                 let first = next_offset.saturating_sub(nt as u64);
                 for i in 0..nt {
                     let created_us = r.i64()?;
-                    let h = r.u64()?;
-                    v1_chunks.push(TxnChunk {
-                        created_us,
-                        pid,
-                        base_offset: first + i as u64,
-                        hashes: Box::new([h]),
-                    });
+                    let hash = r.u64()?;
+                    let offset = first + i as u64;
+                    v1_rows.push((created_us, TxnRow { pid, offset, hash }));
                 }
             }
             let p = Partition {
@@ -307,47 +304,36 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
         });
     }
     if v == 1 {
-        v1_chunks.sort_by_key(|c| c.created_us);
-        s.txn_fifo = v1_chunks.into();
+        v1_rows.sort_by_key(|(t, _)| *t);
+        s.txn_ids = TxnIds::from_rows(v1_rows);
     } else {
-        let nc = r.count(28)?;
-        s.txn_fifo.reserve(nc);
-        for _ in 0..nc {
-            let created_us = r.i64()?;
-            let pid = r.u64()?;
-            let base_offset = r.u64()?;
-            let nh = r.count(8)?;
-            let mut hashes = Vec::with_capacity(nh);
-            for _ in 0..nh {
-                hashes.push(r.u64()?);
+        let ng = r.count(12)?;
+        let mut rows = Vec::new();
+        for _ in 0..ng {
+            let t = r.i64()?;
+            let n = r.count(24)?;
+            rows.reserve(n);
+            for _ in 0..n {
+                let pid = r.u64()?;
+                let offset = r.u64()?;
+                let hash = r.u64()?;
+                rows.push((t, TxnRow { pid, offset, hash }));
             }
-            s.txn_fifo.push_back(TxnChunk {
-                created_us,
-                pid,
-                base_offset,
-                hashes: hashes.into(),
-            });
         }
+        s.txn_ids = TxnIds::from_rows(rows);
     }
     if !r.is_done() {
         return Err(r.malformed("trailing bytes after the checkpoint".into()));
     }
-    rebuild_txn_index(&mut s);
-    Ok(s)
-}
-
-/// The txn index is derived from the FIFO, replayed in append order (later rows win).
-fn rebuild_txn_index(s: &mut State) {
-    let State {
-        txn_fifo,
-        txn_index,
-        ..
-    } = s;
-    for c in txn_fifo.iter() {
-        for (i, h) in c.hashes.iter().enumerate() {
-            txn_index.insert((c.pid, *h), c.base_offset + i as u64);
-        }
+    let windows: Vec<i64> = s
+        .queues
+        .values()
+        .map(|q| q.config.dedup_window_seconds)
+        .collect();
+    for w in windows {
+        s.note_dedup_window(w);
     }
+    Ok(s)
 }
 
 #[cfg(test)]
@@ -355,6 +341,10 @@ mod tests {
     use super::*;
     use crate::entry::Effect;
     use crate::state::Loc;
+
+    fn rows(s: &State) -> Vec<(i64, TxnRow)> {
+        s.txn_ids.iter().map(|(t, r)| (t, *r)).collect()
+    }
 
     fn loc() -> Loc {
         Loc { index: 7, pos: 0 }
@@ -404,12 +394,13 @@ mod tests {
     #[test]
     fn checkpoints_round_trip_with_the_txn_index() {
         let s = sample();
-        assert_eq!(s.txn_index.get(&(1, 12)), Some(&1));
-        assert_eq!(s.txn_index.get(&(2, 11)), Some(&0));
+        assert_eq!(s.txn_ids.get(1, 12), Some(1));
+        assert_eq!(s.txn_ids.get(2, 11), Some(0));
         let blob = encode_state(&s);
         let back = decode_state(&blob).unwrap();
-        assert_eq!(back.txn_fifo, s.txn_fifo);
-        assert_eq!(back.txn_index, s.txn_index);
+        assert_eq!(rows(&back), rows(&s));
+        assert_eq!(back.txn_ids.get(1, 12), Some(1));
+        assert_eq!(back.txn_keep_us, s.txn_keep_us);
         assert_eq!(
             encode_state(&back),
             blob,
@@ -421,12 +412,7 @@ mod tests {
     fn version_1_transaction_rows_are_read_into_the_shared_fifo() {
         let s = sample();
         let back = decode_state(&encode_version(&s, 1)).unwrap();
-        assert_eq!(back.txn_index, s.txn_index);
-        assert_eq!(back.txn_fifo.len(), 4, "one chunk per message");
-        assert!(back
-            .txn_fifo
-            .iter()
-            .zip(back.txn_fifo.iter().skip(1))
-            .all(|(a, b)| a.created_us <= b.created_us));
+        assert_eq!(rows(&back), rows(&s));
+        assert_eq!(back.txn_ids.get(2, 11), Some(0));
     }
 }

@@ -119,7 +119,7 @@ impl Planner<'_> {
     pub fn resolve_txn(&mut self, pid: u64, txn: &str, scan: Option<(u64, u64)>) -> Option<u64> {
         let hash = xxhash_rust::xxh3::xxh3_64(txn.as_bytes());
         let p = self.st.partitions.get(&pid)?;
-        let candidate = self.st.txn_index.get(&(pid, hash)).copied();
+        let candidate = self.st.txn_ids.get(pid, hash);
         let (pending, cache, log) = (self.cycle.entry.bytes(), &mut *self.cache, self.log);
         let mut reader = MessageReader {
             pending,

@@ -132,7 +132,7 @@ impl Planner<'_> {
         if window_us <= 0 {
             return None;
         }
-        let off = *self.st.txn_index.get(&(pid, hash))?;
+        let off = self.st.txn_ids.get(pid, hash)?;
         let created = p.created_of(off)?;
         if created < self.now() - window_us {
             return None;

@@ -1,0 +1,166 @@
+//! The transaction ids of recent messages: dedup of pushes and ack resolution look up
+//! (partition, xxh3-64 of the id) → offset here. Hash hits are verified against the stored
+//! frame by the callers, so a collision never merges two messages.
+//!
+//! Why one structure for all partitions: a map and a deque per partition cost ~250 bytes of
+//! table overhead on every partition, idle ones included (neither shrinks). Here a message
+//! costs one index row and one 24-byte FIFO row while it is remembered, and a partition
+//! nothing. Rows are forgotten oldest first; the FIFO groups rows by creation time, so the
+//! time costs 12 bytes per group commit, not per message.
+
+use std::collections::{HashMap, VecDeque};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxnRow {
+    pub pid: u64,
+    pub offset: u64,
+    pub hash: u64,
+}
+
+#[derive(Default)]
+pub struct TxnIds {
+    index: HashMap<(u64, u64), u64>,
+    rows: VecDeque<TxnRow>,
+    /// (created_us, number of rows) for consecutive runs of `rows` with one creation time.
+    times: VecDeque<(i64, u32)>,
+}
+
+impl TxnIds {
+    pub fn get(&self, pid: u64, hash: u64) -> Option<u64> {
+        self.index.get(&(pid, hash)).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Remembers the messages `base..base + hashes.len()` of `pid`, created at `created_us`
+    /// (never earlier than what is already remembered: apply times only grow).
+    pub fn record(&mut self, created_us: i64, pid: u64, base: u64, hashes: &[u64]) {
+        for (i, h) in hashes.iter().enumerate() {
+            let offset = base + i as u64;
+            self.index.insert((pid, *h), offset);
+            self.push_row(
+                created_us,
+                TxnRow {
+                    pid,
+                    offset,
+                    hash: *h,
+                },
+            );
+        }
+    }
+
+    fn push_row(&mut self, created_us: i64, row: TxnRow) {
+        self.rows.push_back(row);
+        match self.times.back_mut() {
+            Some((t, n)) if *t == created_us && *n < u32::MAX => *n += 1,
+            _ => self.times.push_back((created_us, 1)),
+        }
+    }
+
+    /// Forgets every row created before `before_us`.
+    pub fn expire(&mut self, before_us: i64) {
+        while let Some(&(t, n)) = self.times.front() {
+            if t >= before_us {
+                break;
+            }
+            self.times.pop_front();
+            for _ in 0..n {
+                let Some(r) = self.rows.pop_front() else {
+                    break;
+                };
+                let key = (r.pid, r.hash);
+                // Only forget the row if a newer message did not reuse the hash.
+                if self.index.get(&key) == Some(&r.offset) {
+                    self.index.remove(&key);
+                }
+            }
+        }
+        // Neither table shrinks by itself: give memory back after a burst has expired
+        // (at most a quarter in use; amortised, as each shrink halves the table at least).
+        if self.rows.capacity() > 4096 && self.rows.len() < self.rows.capacity() / 4 {
+            self.rows.shrink_to(self.rows.len() * 2);
+            self.times.shrink_to(self.times.len() * 2);
+        }
+        if self.index.capacity() > 4096 && self.index.len() < self.index.capacity() / 4 {
+            self.index.shrink_to(self.index.len() * 2);
+        }
+    }
+
+    /// Every remembered row with its creation time, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = (i64, &TxnRow)> {
+        self.times
+            .iter()
+            .flat_map(|&(t, n)| std::iter::repeat_n(t, n as usize))
+            .zip(self.rows.iter())
+    }
+
+    /// The time groups as (created_us, number of rows), oldest first, and the rows in the
+    /// same order: the checkpoint writes them without copying.
+    pub fn groups(&self) -> (&VecDeque<(i64, u32)>, &VecDeque<TxnRow>) {
+        (&self.times, &self.rows)
+    }
+
+    /// Rebuilds from rows in time order (as `iter` yields them).
+    pub fn from_rows(rows: impl IntoIterator<Item = (i64, TxnRow)>) -> Self {
+        let mut ids = TxnIds::default();
+        for (t, r) in rows {
+            ids.index.insert((r.pid, r.hash), r.offset);
+            ids.push_row(t, r);
+        }
+        ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_found_until_they_expire_and_a_reused_hash_survives() {
+        let mut ids = TxnIds::default();
+        ids.record(10, 1, 0, &[7, 8]);
+        ids.record(10, 2, 0, &[7]);
+        ids.record(20, 1, 2, &[7]);
+        assert_eq!(ids.get(1, 7), Some(2), "the newer message owns the hash");
+        assert_eq!(ids.get(1, 8), Some(1));
+        assert_eq!(ids.get(2, 7), Some(0));
+        assert_eq!(ids.times.len(), 2, "rows of one time share a group");
+        ids.expire(15);
+        assert_eq!(ids.len(), 1);
+        assert_eq!(ids.get(1, 8), None);
+        assert_eq!(ids.get(2, 7), None);
+        assert_eq!(
+            ids.get(1, 7),
+            Some(2),
+            "not forgotten by the older row's expiry"
+        );
+        ids.expire(21);
+        assert!(ids.is_empty());
+        assert_eq!(ids.get(1, 7), None);
+    }
+
+    #[test]
+    fn iter_and_from_rows_round_trip() {
+        let mut ids = TxnIds::default();
+        ids.record(5, 3, 10, &[1, 2, 3]);
+        ids.record(6, 4, 0, &[9]);
+        let rows: Vec<(i64, TxnRow)> = ids.iter().map(|(t, r)| (t, *r)).collect();
+        assert_eq!(rows.len(), 4);
+        let back = TxnIds::from_rows(rows.clone());
+        assert_eq!(back.iter().map(|(t, r)| (t, *r)).collect::<Vec<_>>(), rows);
+        assert_eq!(back.index, ids.index);
+        assert_eq!(back.times, ids.times);
+        let (times, rows) = ids.groups();
+        assert_eq!(
+            times.iter().copied().collect::<Vec<_>>(),
+            vec![(5, 3), (6, 1)]
+        );
+        assert_eq!(rows.len(), 4);
+    }
+}
