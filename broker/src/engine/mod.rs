@@ -260,6 +260,7 @@ impl Engine {
             self.finish_save(h.await);
         }
         self.last_checkpoint = Instant::now();
+        let encoding = Instant::now();
         let (blob, applied) = {
             let st = self.shared.lock();
             match st.applied {
@@ -267,6 +268,8 @@ impl Engine {
                 _ => return,
             }
         };
+        metrics::histogram!("queen_checkpoint_encode_seconds")
+            .record(encoding.elapsed().as_secs_f64());
         let store = self.store.clone();
         let started = Instant::now();
         let size = blob.len();

@@ -1,6 +1,7 @@
 //! The engine's in-memory state and `apply`, its only mutator.
 
 pub mod config;
+mod fifo;
 pub mod frame;
 pub mod model;
 mod partition_table;

@@ -17,6 +17,20 @@ pub fn encode_state(s: &State) -> Vec<u8> {
     encode_version(s, CHECKPOINT_VERSION)
 }
 
+/// About the encoded size, so the buffer is allocated once: growing a buffer of hundreds of
+/// megabytes by doubling copies it again at every step while the engine waits.
+fn size_hint(s: &State) -> usize {
+    let runs: usize = s
+        .partitions
+        .values()
+        .map(|p| 64 + p.name.len() + p.runs.len() * 32)
+        .sum();
+    let cursors: usize = s.groups.values().map(|g| 64 + g.cursors.len() * 64).sum();
+    let queues: usize = s.queues.values().map(|q| 256 + q.dlq.len() * 64).sum();
+    let (_, ngroups, _) = s.txn_ids.groups();
+    1024 + runs + cursors + queues + s.traces.len() * 128 + ngroups * 12 + s.txn_ids.len() * 24
+}
+
 /// Writes `version` 2, or version 1 (only so tests can check that upgrades read it).
 fn encode_version(s: &State, version: u8) -> Vec<u8> {
     let v1_rows = (version == 1).then(|| {
@@ -26,7 +40,7 @@ fn encode_version(s: &State, version: u8) -> Vec<u8> {
         }
         rows
     });
-    let mut w = Writer::with_capacity(1 << 20);
+    let mut w = Writer::with_capacity(size_hint(s));
     w.u8(version);
     w.u64(s.last_cycle);
     w.i64(s.last_now_us);
@@ -125,9 +139,8 @@ fn encode_version(s: &State, version: u8) -> Vec<u8> {
     if v1_rows.is_some() {
         return w.buf;
     }
-    let (times, rows) = s.txn_ids.groups();
-    w.u32(times.len() as u32);
-    let mut rows = rows.iter();
+    let (times, ngroups, mut rows) = s.txn_ids.groups();
+    w.u32(ngroups as u32);
     for (t, n) in times {
         w.i64(*t);
         w.u32(*n);

@@ -8,7 +8,13 @@
 //! nothing. Rows are forgotten oldest first; the FIFO groups rows by creation time, so the
 //! time costs 12 bytes per group commit, not per message.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
+
+use super::fifo::BlockFifo;
+
+/// Index shards: one big table would rehash every row at once when it grows (a stall of
+/// ~100 ms at a few million rows); a shard holds 1/256 of them.
+const SHARDS: usize = 256;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TxnRow {
@@ -17,17 +23,31 @@ pub struct TxnRow {
     pub hash: u64,
 }
 
-#[derive(Default)]
 pub struct TxnIds {
-    index: HashMap<(u64, u64), u64>,
-    rows: VecDeque<TxnRow>,
+    index: Box<[HashMap<(u64, u64), u64>]>,
+    rows: BlockFifo<TxnRow>,
     /// (created_us, number of rows) for consecutive runs of `rows` with one creation time.
-    times: VecDeque<(i64, u32)>,
+    times: BlockFifo<(i64, u32)>,
+}
+
+impl Default for TxnIds {
+    fn default() -> Self {
+        TxnIds {
+            index: (0..SHARDS).map(|_| HashMap::new()).collect(),
+            rows: BlockFifo::default(),
+            times: BlockFifo::default(),
+        }
+    }
+}
+
+fn shard(hash: u64) -> usize {
+    // The hash is xxh3 of the transaction id: its top bits are as uniform as any.
+    (hash >> 56) as usize % SHARDS
 }
 
 impl TxnIds {
     pub fn get(&self, pid: u64, hash: u64) -> Option<u64> {
-        self.index.get(&(pid, hash)).copied()
+        self.index[shard(hash)].get(&(pid, hash)).copied()
     }
 
     pub fn len(&self) -> usize {
@@ -43,7 +63,7 @@ impl TxnIds {
     pub fn record(&mut self, created_us: i64, pid: u64, base: u64, hashes: &[u64]) {
         for (i, h) in hashes.iter().enumerate() {
             let offset = base + i as u64;
-            self.index.insert((pid, *h), offset);
+            self.index[shard(*h)].insert((pid, *h), offset);
             self.push_row(
                 created_us,
                 TxnRow {
@@ -74,21 +94,18 @@ impl TxnIds {
                 let Some(r) = self.rows.pop_front() else {
                     break;
                 };
+                let map = &mut self.index[shard(r.hash)];
                 let key = (r.pid, r.hash);
                 // Only forget the row if a newer message did not reuse the hash.
-                if self.index.get(&key) == Some(&r.offset) {
-                    self.index.remove(&key);
+                if map.get(&key) == Some(&r.offset) {
+                    map.remove(&key);
+                    // A table does not shrink by itself: give memory back after a burst.
+                    if map.capacity() > 1024 && map.len() < map.capacity() / 4 {
+                        let keep = map.len() * 2;
+                        map.shrink_to(keep);
+                    }
                 }
             }
-        }
-        // Neither table shrinks by itself: give memory back after a burst has expired
-        // (at most a quarter in use; amortised, as each shrink halves the table at least).
-        if self.rows.capacity() > 4096 && self.rows.len() < self.rows.capacity() / 4 {
-            self.rows.shrink_to(self.rows.len() * 2);
-            self.times.shrink_to(self.times.len() * 2);
-        }
-        if self.index.capacity() > 4096 && self.index.len() < self.index.capacity() / 4 {
-            self.index.shrink_to(self.index.len() * 2);
         }
     }
 
@@ -100,17 +117,23 @@ impl TxnIds {
             .zip(self.rows.iter())
     }
 
-    /// The time groups as (created_us, number of rows), oldest first, and the rows in the
-    /// same order: the checkpoint writes them without copying.
-    pub fn groups(&self) -> (&VecDeque<(i64, u32)>, &VecDeque<TxnRow>) {
-        (&self.times, &self.rows)
+    /// The time groups as (created_us, number of rows), oldest first, the number of groups,
+    /// and the rows in the same order: the checkpoint writes them without copying.
+    pub fn groups(
+        &self,
+    ) -> (
+        impl Iterator<Item = &(i64, u32)>,
+        usize,
+        impl Iterator<Item = &TxnRow>,
+    ) {
+        (self.times.iter(), self.times.len(), self.rows.iter())
     }
 
     /// Rebuilds from rows in time order (as `iter` yields them).
     pub fn from_rows(rows: impl IntoIterator<Item = (i64, TxnRow)>) -> Self {
         let mut ids = TxnIds::default();
         for (t, r) in rows {
-            ids.index.insert((r.pid, r.hash), r.offset);
+            ids.index[shard(r.hash)].insert((r.pid, r.hash), r.offset);
             ids.push_row(t, r);
         }
         ids
@@ -131,6 +154,7 @@ mod tests {
         assert_eq!(ids.get(1, 8), Some(1));
         assert_eq!(ids.get(2, 7), Some(0));
         assert_eq!(ids.times.len(), 2, "rows of one time share a group");
+        assert_eq!(ids.len(), 4);
         ids.expire(15);
         assert_eq!(ids.len(), 1);
         assert_eq!(ids.get(1, 8), None);
@@ -155,12 +179,9 @@ mod tests {
         let back = TxnIds::from_rows(rows.clone());
         assert_eq!(back.iter().map(|(t, r)| (t, *r)).collect::<Vec<_>>(), rows);
         assert_eq!(back.index, ids.index);
-        assert_eq!(back.times, ids.times);
-        let (times, rows) = ids.groups();
-        assert_eq!(
-            times.iter().copied().collect::<Vec<_>>(),
-            vec![(5, 3), (6, 1)]
-        );
-        assert_eq!(rows.len(), 4);
+        let (times, n, rows) = ids.groups();
+        assert_eq!(times.copied().collect::<Vec<_>>(), vec![(5, 3), (6, 1)]);
+        assert_eq!(n, 2);
+        assert_eq!(rows.count(), 4);
     }
 }
