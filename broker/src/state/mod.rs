@@ -4,6 +4,7 @@ pub mod config;
 mod fifo;
 pub mod frame;
 pub mod model;
+mod name_index;
 mod partition_table;
 mod snapshot;
 mod txn_ids;
@@ -13,6 +14,7 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::entry::Effect;
 use model::*;
+pub use name_index::NameIndex;
 pub use partition_table::PartitionTable;
 pub use txn_ids::{TxnIds, TxnRow};
 
@@ -81,7 +83,7 @@ impl State {
                     config: config.clone(),
                     configured: false,
                     created_us: now_us,
-                    partitions: HashMap::new(),
+                    partitions: NameIndex::default(),
                     partition_order: Vec::new(),
                     groups: HashMap::new(),
                     dlq: Vec::new(),
@@ -98,7 +100,6 @@ impl State {
             Effect::PartitionCreate { qid, pid, name } => {
                 self.next_partition_id = self.next_partition_id.max(pid + 1);
                 if let Some(q) = self.queues.get_mut(qid) {
-                    q.partitions.insert(name.to_string(), *pid);
                     q.partition_order.push(*pid);
                     self.partitions.insert(
                         *pid,
@@ -113,6 +114,7 @@ impl State {
                             runs: Vec::new(),
                         },
                     );
+                    q.partitions.insert(name, *pid, &self.partitions);
                 }
             }
             Effect::Append {
@@ -206,6 +208,11 @@ impl State {
         let n = hashes.len() as u64;
         if n == 0 {
             return;
+        }
+        if p.runs.is_empty() {
+            // A first push would reserve room for four runs (128 bytes); most partitions of a
+            // wide queue hold one or two runs at a time.
+            p.runs.reserve_exact(1);
         }
         p.runs.push(Run {
             base_offset: base,

@@ -5,6 +5,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 
 use super::config::QueueConfig;
+use super::name_index::NameIndex;
 
 /// Log index of runs appended by the cycle being planned, not yet committed.
 pub const PENDING_INDEX: u64 = u64::MAX;
@@ -19,7 +20,7 @@ pub struct Queue {
     pub configured: bool,
     pub created_us: i64,
     /// Partition name → partition id, and creation order.
-    pub partitions: HashMap<String, u64>,
+    pub partitions: NameIndex,
     pub partition_order: Vec<u64>,
     /// Group name → group id.
     pub groups: HashMap<String, u64>,

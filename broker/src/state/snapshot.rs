@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 
 use super::config::QueueConfig;
 use super::model::*;
-use super::{State, TxnIds, TxnRow};
+use super::{NameIndex, State, TxnIds, TxnRow};
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::entry::{decode_cursor, encode_cursor};
 
@@ -208,7 +208,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
             config,
             configured,
             created_us,
-            partitions: HashMap::new(),
+            partitions: NameIndex::default(),
             partition_order: Vec::new(),
             groups: HashMap::new(),
             dlq,
@@ -256,9 +256,9 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                 bytes,
                 runs,
             };
-            q.partitions.insert(pname, pid);
             q.partition_order.push(pid);
             s.partitions.insert(pid, p);
+            q.partitions.insert(&pname, pid, &s.partitions);
         }
         let ng = r.count(8)?;
         for _ in 0..ng {

@@ -100,9 +100,9 @@ impl Planner<'_> {
             .st
             .queues
             .get(&qid)
-            .and_then(|q| q.partitions.get(name))
+            .and_then(|q| q.partitions.get(name, &self.st.partitions))
         {
-            return *pid;
+            return pid;
         }
         let pid = self.st.next_partition_id.max(1);
         self.emit(Effect::PartitionCreate { qid, pid, name });

@@ -144,8 +144,8 @@ impl Planner<'_> {
         let cfg = q.config.clone();
         let qname = q.name.clone();
         let named_pid = match partition {
-            Some(p) => match q.partitions.get(p) {
-                Some(pid) => Some(*pid),
+            Some(p) => match q.partitions.get(p, &self.st.partitions) {
+                Some(pid) => Some(pid),
                 None => return Ok(()),
             },
             None => None,
