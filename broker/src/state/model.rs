@@ -59,6 +59,21 @@ pub struct Partition {
     pub runs: Vec<Run>,
 }
 
+/// An empty partition of queue 1, for tests.
+#[cfg(test)]
+pub fn test_partition(id: u64, name: &str) -> Partition {
+    Partition {
+        id,
+        queue: 1,
+        name: name.to_string(),
+        created_us: 0,
+        next_offset: 0,
+        last_write_us: 0,
+        bytes: 0,
+        runs: Vec::new(),
+    }
+}
+
 impl Partition {
     /// The run holding `offset`, if any.
     pub fn run_of(&self, offset: u64) -> Option<&Run> {

@@ -32,7 +32,10 @@ impl NameIndex {
 
     /// Records `name` → `pid`; call after `pid` is in `parts`.
     pub fn insert(&mut self, name: &str, pid: u64, parts: &PartitionTable) {
-        let h = hash(name);
+        self.insert_hashed(hash(name), name, pid, parts);
+    }
+
+    fn insert_hashed(&mut self, h: u64, name: &str, pid: u64, parts: &PartitionTable) {
         match self.by_hash.get(&h) {
             Some(other) if *other != pid && parts.get(other).is_some_and(|p| p.name != name) => {
                 self.overflow.insert(name.to_string(), pid);
@@ -50,38 +53,12 @@ impl NameIndex {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    /// Inserts with a chosen hash, so tests can force a collision.
-    #[cfg(test)]
-    fn insert_hashed(&mut self, h: u64, name: &str, pid: u64, parts: &PartitionTable) {
-        match self.by_hash.get(&h) {
-            Some(other) if *other != pid && parts.get(other).is_some_and(|p| p.name != name) => {
-                self.overflow.insert(name.to_string(), pid);
-            }
-            _ => {
-                self.by_hash.insert(h, pid);
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::model::Partition;
-
-    fn part(id: u64, name: &str) -> Partition {
-        Partition {
-            id,
-            queue: 1,
-            name: name.to_string(),
-            created_us: 0,
-            next_offset: 0,
-            last_write_us: 0,
-            bytes: 0,
-            runs: Vec::new(),
-        }
-    }
+    use crate::state::model::test_partition as part;
 
     #[test]
     fn names_resolve_exactly_even_when_hashes_collide() {

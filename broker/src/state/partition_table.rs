@@ -88,18 +88,10 @@ impl PartitionTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::model::test_partition;
 
     fn part(id: u64) -> Partition {
-        Partition {
-            id,
-            queue: 1,
-            name: format!("p{id}"),
-            created_us: 0,
-            next_offset: 0,
-            last_write_us: 0,
-            bytes: 0,
-            runs: Vec::new(),
-        }
+        test_partition(id, &format!("p{id}"))
     }
 
     #[test]
