@@ -32,7 +32,7 @@ use log::SharedLog;
 use plan::{Planner, PopPlan};
 use waiters::Waiters;
 
-use crate::state::{encode_state, State};
+use crate::state::{begin_checkpoint, State};
 
 pub type Reply = oneshot::Sender<Result<Outcome, QueenError>>;
 
@@ -261,10 +261,10 @@ impl Engine {
         }
         self.last_checkpoint = Instant::now();
         let encoding = Instant::now();
-        let (blob, applied) = {
+        let (pending, applied) = {
             let st = self.shared.lock();
             match st.applied {
-                Some(a) if Some(a.0) != self.checkpointed_index => (encode_state(&st), a),
+                Some(a) if Some(a.0) != self.checkpointed_index => (begin_checkpoint(&st), a),
                 _ => return,
             }
         };
@@ -272,8 +272,10 @@ impl Engine {
             .record(encoding.elapsed().as_secs_f64());
         let store = self.store.clone();
         let started = Instant::now();
-        let size = blob.len();
         let save = tokio::task::spawn_blocking(move || {
+            // The transaction-id rows are written here, off the engine (shared frozen blocks).
+            let blob = pending.finish();
+            let size = blob.len();
             store
                 .save_checkpoint(&Checkpoint {
                     applied_index: applied.0,

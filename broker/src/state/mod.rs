@@ -16,9 +16,9 @@ use crate::entry::Effect;
 use model::*;
 pub use name_index::NameIndex;
 pub use partition_table::PartitionTable;
-pub use txn_ids::{TxnIds, TxnRow};
+pub use txn_ids::{TxnIds, TxnRow, TxnSnapshot};
 
-pub use snapshot::{decode_state, encode_state};
+pub use snapshot::{begin_checkpoint, decode_state, encode_state};
 
 /// How long ack resolution keeps transaction ids when the dedup window is shorter.
 const MIN_TXN_MEMORY_US: i64 = 600 * 1_000_000;

@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 
 use super::config::QueueConfig;
 use super::model::*;
-use super::{NameIndex, State, TxnIds, TxnRow};
+use super::{NameIndex, State, TxnIds, TxnRow, TxnSnapshot};
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::entry::{decode_cursor, encode_cursor};
 
@@ -14,7 +14,42 @@ use crate::entry::{decode_cursor, encode_cursor};
 const CHECKPOINT_VERSION: u8 = 2;
 
 pub fn encode_state(s: &State) -> Vec<u8> {
-    encode_version(s, CHECKPOINT_VERSION)
+    begin_checkpoint(s).finish()
+}
+
+/// A checkpoint taken under the state lock, to be finished after releasing it: everything but
+/// the transaction-id FIFO is encoded; the FIFO (the bulk under load) is a snapshot of shared
+/// blocks, written by `finish`.
+pub struct PendingCheckpoint {
+    head: Writer,
+    txn: TxnSnapshot,
+}
+
+pub fn begin_checkpoint(s: &State) -> PendingCheckpoint {
+    PendingCheckpoint {
+        head: encode_head(s, CHECKPOINT_VERSION),
+        txn: s.txn_ids.snapshot(),
+    }
+}
+
+impl PendingCheckpoint {
+    pub fn finish(self) -> Vec<u8> {
+        let mut w = self.head;
+        w.buf
+            .reserve(4 + self.txn.groups() * 12 + self.txn.rows() * 24);
+        w.u32(self.txn.groups() as u32);
+        let mut rows = self.txn.row_iter();
+        for (t, n) in self.txn.time_iter() {
+            w.i64(*t);
+            w.u32(*n);
+            for r in rows.by_ref().take(*n as usize) {
+                w.u64(r.pid);
+                w.u64(r.offset);
+                w.u64(r.hash);
+            }
+        }
+        w.buf
+    }
 }
 
 /// About the encoded size, so the buffer is allocated once: growing a buffer of hundreds of
@@ -27,12 +62,20 @@ fn size_hint(s: &State) -> usize {
         .sum();
     let cursors: usize = s.groups.values().map(|g| 64 + g.cursors.len() * 64).sum();
     let queues: usize = s.queues.values().map(|q| 256 + q.dlq.len() * 64).sum();
-    let (_, ngroups, _) = s.txn_ids.groups();
-    1024 + runs + cursors + queues + s.traces.len() * 128 + ngroups * 12 + s.txn_ids.len() * 24
+    1024 + runs + cursors + queues + s.traces.len() * 128
 }
 
 /// Writes `version` 2, or version 1 (only so tests can check that upgrades read it).
+#[cfg(test)]
 fn encode_version(s: &State, version: u8) -> Vec<u8> {
+    if version == CHECKPOINT_VERSION {
+        return encode_state(s);
+    }
+    encode_head(s, version).buf
+}
+
+/// Everything up to the transaction-id FIFO (version 1 had none; its rows were per partition).
+fn encode_head(s: &State, version: u8) -> Writer {
     let v1_rows = (version == 1).then(|| {
         let mut rows: HashMap<u64, Vec<(i64, u64)>> = HashMap::new();
         for (t, r) in s.txn_ids.iter() {
@@ -136,21 +179,7 @@ fn encode_version(s: &State, version: u8) -> Vec<u8> {
         w.str(&t.data);
         w.i64(t.at_us);
     }
-    if v1_rows.is_some() {
-        return w.buf;
-    }
-    let (times, ngroups, mut rows) = s.txn_ids.groups();
-    w.u32(ngroups as u32);
-    for (t, n) in times {
-        w.i64(*t);
-        w.u32(*n);
-        for r in rows.by_ref().take(*n as usize) {
-            w.u64(r.pid);
-            w.u64(r.offset);
-            w.u64(r.hash);
-        }
-    }
-    w.buf
+    w
 }
 
 pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {

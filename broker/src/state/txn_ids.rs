@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use super::fifo::BlockFifo;
+use super::fifo::{BlockFifo, FifoSnapshot};
 
 /// Index shards: one big table would rehash every row at once when it grows (a stall of
 /// ~100 ms at a few million rows); a shard holds 1/256 of them.
@@ -21,6 +21,31 @@ pub struct TxnRow {
     pub pid: u64,
     pub offset: u64,
     pub hash: u64,
+}
+
+/// The FIFO of a `TxnIds` at one moment: time groups and rows, oldest first.
+pub struct TxnSnapshot {
+    times: FifoSnapshot<(i64, u32)>,
+    rows: FifoSnapshot<TxnRow>,
+}
+
+impl TxnSnapshot {
+    pub fn groups(&self) -> usize {
+        self.times.rows()
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows.rows()
+    }
+
+    /// (created_us, number of rows) per group.
+    pub fn time_iter(&self) -> impl Iterator<Item = &(i64, u32)> {
+        self.times.iter()
+    }
+
+    pub fn row_iter(&self) -> impl Iterator<Item = &TxnRow> {
+        self.rows.iter()
+    }
 }
 
 pub struct TxnIds {
@@ -117,16 +142,12 @@ impl TxnIds {
             .zip(self.rows.iter())
     }
 
-    /// The time groups as (created_us, number of rows), oldest first, the number of groups,
-    /// and the rows in the same order: the checkpoint writes them without copying.
-    pub fn groups(
-        &self,
-    ) -> (
-        impl Iterator<Item = &(i64, u32)>,
-        usize,
-        impl Iterator<Item = &TxnRow>,
-    ) {
-        (self.times.iter(), self.times.len(), self.rows.iter())
+    /// The rows as they are now, for a checkpoint written after the state lock is released.
+    pub fn snapshot(&self) -> TxnSnapshot {
+        TxnSnapshot {
+            times: self.times.snapshot(),
+            rows: self.rows.snapshot(),
+        }
     }
 
     /// Rebuilds from rows in time order (as `iter` yields them).
@@ -179,9 +200,14 @@ mod tests {
         let back = TxnIds::from_rows(rows.clone());
         assert_eq!(back.iter().map(|(t, r)| (t, *r)).collect::<Vec<_>>(), rows);
         assert_eq!(back.index, ids.index);
-        let (times, n, rows) = ids.groups();
-        assert_eq!(times.copied().collect::<Vec<_>>(), vec![(5, 3), (6, 1)]);
-        assert_eq!(n, 2);
-        assert_eq!(rows.count(), 4);
+        let snap = ids.snapshot();
+        ids.record(7, 4, 1, &[10]);
+        assert_eq!(
+            snap.time_iter().copied().collect::<Vec<_>>(),
+            vec![(5, 3), (6, 1)]
+        );
+        assert_eq!(snap.groups(), 2);
+        assert_eq!(snap.rows(), 4);
+        assert_eq!(snap.row_iter().count(), 4);
     }
 }
