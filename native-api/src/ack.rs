@@ -52,13 +52,18 @@ pub fn status(v: &Option<Value>) -> Result<AckStatus, ApiError> {
     }
 }
 
+/// `partitionId` as the SDKs send it: the decimal text the broker gave out, or a bare number.
+pub fn partition_id_text(v: &Value) -> Result<String, ApiError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) => Ok(n.to_string()),
+        _ => Err(ApiError::bad("partitionId must be a string")),
+    }
+}
+
 impl AckJson {
     pub fn into_item(self) -> Result<AckItem, ApiError> {
-        let partition_id = match &self.partition_id {
-            Value::String(s) => s.clone(),
-            Value::Number(n) => n.to_string(),
-            _ => return Err(ApiError::bad("partitionId must be a string")),
-        };
+        let partition_id = partition_id_text(&self.partition_id)?;
         Ok(AckItem {
             status: status(&self.status)?,
             transaction_id: self.transaction_id,

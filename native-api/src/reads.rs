@@ -256,11 +256,7 @@ pub async fn trace(
 ) -> Result<Response, ApiError> {
     let bytes = body::read(&headers, b, app.opts.max_body_bytes).await?;
     let t: TraceJson = body::json(&bytes)?;
-    let partition_id = match t.partition_id {
-        Value::String(s) => s,
-        Value::Number(n) => n.to_string(),
-        _ => return Err(ApiError::bad("partitionId must be a string")),
-    };
+    let partition_id = crate::ack::partition_id_text(&t.partition_id)?;
     let req = TraceReq {
         transaction_id: t.transaction_id,
         partition_id,
