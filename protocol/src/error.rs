@@ -29,6 +29,8 @@ pub enum ErrorCode {
     TransactionRolledBack = 10,
     /// A queue or partition name is not acceptable.
     BadName = 11,
+    /// The client did not send its request (body) within the door's time limit.
+    RequestTimeout = 12,
 }
 
 impl ErrorCode {
@@ -46,6 +48,7 @@ impl ErrorCode {
             ErrorCode::Internal => "internal",
             ErrorCode::TransactionRolledBack => "transaction_rolled_back",
             ErrorCode::BadName => "bad_name",
+            ErrorCode::RequestTimeout => "request_timeout",
         }
     }
 }

@@ -7,6 +7,7 @@
 pub mod bus;
 pub mod command;
 pub mod error;
+pub mod limits;
 pub mod types;
 
 pub use bus::{Bus, BusFuture, RequestCtx};

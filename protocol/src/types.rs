@@ -222,16 +222,27 @@ pub enum GroupAdminReq {
     Subscription { group: String, timestamp_us: i64 },
 }
 
+/// One page of a listing: at most `limit` rows after skipping `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    pub limit: usize,
+    pub offset: usize,
+}
+
 /// Read-only questions, answered from applied state as JSON documents.
 #[derive(Debug, Clone)]
 pub enum ReadReq {
     Queues,
+    /// The queue's document; its partition list is paged.
     Queue {
         queue: String,
+        page: Page,
     },
+    /// Depth totals over every partition; the per-partition rows are paged.
     QueueDepth {
         queue: String,
         group: Option<String>,
+        page: Page,
     },
     Overview,
     Namespaces,
@@ -239,6 +250,7 @@ pub enum ReadReq {
     Partitions {
         queue: Option<String>,
         limit: usize,
+        offset: usize,
     },
     Message {
         partition_id: String,
@@ -247,6 +259,7 @@ pub enum ReadReq {
     Messages {
         queue: Option<String>,
         limit: usize,
+        offset: usize,
     },
     Dlq(DlqQuery),
     ConsumerGroups,

@@ -56,6 +56,13 @@ pub enum StorageError {
 
     #[error("the stored checkpoint is corrupt: {reason}")]
     CorruptCheckpoint { reason: String },
+
+    #[error(
+        "refusing to start: recovery would drop acknowledged {0}. Restore the data directory \
+         from a backup or replica, or start once with accept_data_loss=true \
+         (QUEEN_ACCEPT_DATA_LOSS=true, --accept-data-loss) to drop them"
+    )]
+    DataLoss(Box<crate::LogLoss>),
 }
 
 impl StorageError {

@@ -16,7 +16,8 @@ pub(crate) const MAX_PAYLOAD_LIMIT: u32 = u32::MAX - RECORD_FIXED;
 const SUFFIX: &str = ".qlog";
 const PREFIX: &str = "seg-";
 
-pub(crate) fn segment_name(first_index: u64) -> String {
+/// The file name of the segment whose first record has index `first_index`.
+pub fn segment_name(first_index: u64) -> String {
     format!("{PREFIX}{first_index:020}{SUFFIX}")
 }
 

@@ -9,13 +9,20 @@
 mod backend;
 mod error;
 mod format;
+#[doc(hidden)]
+pub mod fuzzing;
 mod log;
 mod options;
 mod state;
 mod sync;
+#[cfg(test)]
+mod tests_first_start;
 
-pub use backend::{FileBackend, IoBackend, MemBackend, SegmentFile};
+pub use backend::{
+    create_dir_durable, sync_parent, FileBackend, IoBackend, MemBackend, SegmentFile,
+};
 pub use error::StorageError;
+pub use format::segment_name as segment_file_name;
 pub use log::SegmentLog;
-pub use options::{LogOptions, RecoveryReport, TornTail};
+pub use options::{LogLoss, LogOptions, RecoveryReport, TornTail};
 pub use state::{Checkpoint, StateStore};

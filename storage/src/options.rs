@@ -13,6 +13,13 @@ pub struct LogOptions {
     /// Largest payload accepted by `append` and believed by recovery. Recovery trusts no length
     /// prefix above it, so lowering it across a restart cuts records written under a higher one.
     pub max_record_bytes: u32,
+    /// Every record at or below this index was acknowledged as durable (the persisted Raft
+    /// committed index, the checkpoint's applied index). Recovery never cuts it, and refuses
+    /// to open a log that ends below it, unless `accept_data_loss`.
+    pub durable_through: u64,
+    /// The operator's explicit consent to drop damaged acknowledged records: recovery cuts
+    /// at the first damage anyway and logs exactly what it dropped at ERROR level.
+    pub accept_data_loss: bool,
 }
 
 impl Default for LogOptions {
@@ -20,6 +27,8 @@ impl Default for LogOptions {
         LogOptions {
             segment_bytes: 64 * 1024 * 1024,
             max_record_bytes: 256 * 1024 * 1024,
+            durable_through: 0,
+            accept_data_loss: false,
         }
     }
 }
@@ -59,4 +68,45 @@ pub struct TornTail {
     pub offset: u64,
     pub cut_bytes: u64,
     pub reason: String,
+    /// The index the first removed record held (or would have held).
+    pub first_lost_index: u64,
+    /// Set when the cut dropped acknowledged records because `accept_data_loss` allowed it;
+    /// `None` for a torn tail, which was never acknowledged.
+    pub accepted_loss: Option<LogLoss>,
+}
+
+/// Acknowledged records that recovery cannot keep: where the damage is and what cutting there
+/// drops. `Display` is the one sentence the operator reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLoss {
+    /// The damaged file (or the log directory when records are missing at its end).
+    pub segment: PathBuf,
+    /// Byte offset of the damage in `segment`.
+    pub offset: u64,
+    pub reason: String,
+    /// Indexes dropped: `first_index..=last_index`, as far as anything on disk or the
+    /// persisted committed index tells.
+    pub first_index: u64,
+    pub last_index: u64,
+    /// Records past the damage that still verify and would be dropped with it.
+    pub readable_records: u64,
+    /// Bytes removed from the disk by the cut.
+    pub bytes: u64,
+}
+
+impl std::fmt::Display for LogLoss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "log records {}..={} ({} records still readable past the damage, {} bytes) at byte \
+             offset {} of {}: {}",
+            self.first_index,
+            self.last_index,
+            self.readable_records,
+            self.bytes,
+            self.offset,
+            self.segment.display(),
+            self.reason
+        )
+    }
 }

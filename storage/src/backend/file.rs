@@ -16,9 +16,9 @@ pub struct FileBackend {
 }
 
 impl FileBackend {
-    /// Creates `dir` if needed.
+    /// Creates `dir` if needed, durably (each created level's parent is fsynced).
     pub fn new(dir: &Path) -> io::Result<FileBackend> {
-        fs::create_dir_all(dir)?;
+        super::create_dir_durable(dir)?;
         Ok(FileBackend {
             dir: dir.to_path_buf(),
         })

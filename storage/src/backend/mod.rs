@@ -1,15 +1,23 @@
 //! Injectable segment-file I/O, so crash tests can drop unsynced bytes or tear a write without
 //! touching a real disk (the model is redb's `StorageBackend` and its crash-consistency tests).
 
+mod dirs;
 mod file;
 mod mem;
+#[cfg(test)]
+mod redb_file;
 
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+#[cfg(test)]
+pub(crate) use dirs::create_dir_durable_with;
+pub use dirs::{create_dir_durable, sync_parent};
 pub use file::FileBackend;
 pub use mem::MemBackend;
+#[cfg(test)]
+pub(crate) use redb_file::RedbOnFile;
 
 /// A flat namespace of segment files. Creating or removing a name is durable only after
 /// `sync_dir`, as with a real directory.

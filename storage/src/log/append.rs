@@ -63,7 +63,14 @@ impl SegmentLog {
             });
             if !fits {
                 if let Some(t) = target.take() {
+                    let (outgoing, path) = (t.file.clone(), self.backend.locate(&t.name));
                     self.flush(&mut dirty, t, batch_first, &mut buf, &mut entries)?;
+                    // The segment left behind is whole on disk before its successor exists, so
+                    // recovery may read valid records in a later segment as proof that damage
+                    // in an earlier one is not a torn write (storage-format.md, "Recovery").
+                    outgoing
+                        .sync_data()
+                        .map_err(StorageError::io("sync segment", &path))?;
                 }
                 target = Some(self.roll(&mut dirty, index)?);
                 batch_first = index;

@@ -3,14 +3,18 @@
 mod append;
 mod index;
 mod recovery;
+mod resync;
+mod scan;
 mod trim;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 #[cfg(test)]
 mod tests_crash;
 #[cfg(test)]
 mod tests_recovery;
+#[cfg(test)]
+mod tests_resync;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -31,8 +35,9 @@ use index::LogIndex;
 /// To ensure correctness the log guarantees, and callers rely on, the following:
 ///
 /// - **No holes.** The stored indexes are always one contiguous run `first_index()..=last()`.
-///   `append` accepts only `last + 1` (any index when the log is empty), and recovery cuts the
-///   log at the first record that does not continue the run.
+///   `append` accepts only `last + 1` (any index when the log is empty), and recovery either
+///   cuts a torn tail at the first record that does not continue the run or refuses to open
+///   (see `open_with_backend`).
 /// - **Durable only after `sync`.** `append` and `append_batch` hand bytes to the OS and return;
 ///   a crash may lose any suffix of what was appended since the last successful `sync`, but
 ///   never a record before it, and never leaves a hole. `sync` is the group commit: one call
@@ -82,9 +87,11 @@ impl SegmentLog {
         SegmentLog::open_with_backend(Arc::new(backend), opts)
     }
 
-    /// Scans every segment and cuts a torn or corrupt tail: the segment holding the first bad
-    /// record is truncated just before it and every later segment is deleted. The cut is
-    /// reported and logged with `tracing::warn`.
+    /// Scans every segment. A torn tail (damage in the last segment holding records, with no
+    /// valid record after it, above `opts.durable_through`) is cut: the segment is truncated
+    /// just before it and any later header-only or torn segment is deleted; the cut is
+    /// reported and logged with `tracing::warn`. Any other damage, or a log ending below
+    /// `durable_through`, is `StorageError::DataLoss` unless `opts.accept_data_loss`.
     pub fn open_with_backend(
         backend: Arc<dyn IoBackend>,
         opts: LogOptions,

@@ -1,19 +1,15 @@
-//! Opening a log: scan every segment, believe nothing unverified, and cut the log at the first
-//! record that is torn, corrupt or out of sequence. Everything after such a record was never
-//! acknowledged as durable or cannot be trusted, so Raft will fetch it again from the leader.
+//! Opening a log: scan every segment, believe nothing unverified, and decide whether what is
+//! damaged is a torn tail (cut it: it was never acknowledged) or lost acknowledged data
+//! (refuse, unless the operator accepts the loss). docs/storage-format.md ("Recovery") states
+//! the rule; `Damage::verdict` is its one implementation.
 
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
-use super::index::{LogIndex, Segment};
-use crate::backend::{IoBackend, SegmentFile};
-use crate::format::{
-    check_len, decode_body, decode_header, le_u32, parse_segment_name, HeaderProblem,
-    FORMAT_VERSION, LEN_FIELD, SEGMENT_HEADER_LEN,
-};
-use crate::{LogOptions, RecoveryReport, StorageError, TornTail};
-
-/// Recovery reads segments in windows of this size rather than one syscall per record.
-const SCAN_WINDOW: u64 = 1024 * 1024;
+use super::index::LogIndex;
+use super::scan::{scan_file, FileScan};
+use crate::backend::IoBackend;
+use crate::format::{parse_segment_name, SEGMENT_HEADER_LEN};
+use crate::{LogLoss, LogOptions, RecoveryReport, StorageError, TornTail};
 
 pub(crate) fn recover(
     backend: &dyn IoBackend,
@@ -28,61 +24,71 @@ pub(crate) fn recover(
         .collect();
     names.sort();
 
+    let mut scans = Vec::with_capacity(names.len());
+    for (first, name) in &names {
+        scans.push(scan_file(backend, name, *first, opts.max_record_bytes)?);
+    }
+
     let mut index = LogIndex::default();
-    let mut truncated = None;
-    for (at, (first, name)) in names.iter().enumerate() {
-        let path = backend.locate(name);
-        let file = backend
-            .open(name)
-            .map_err(StorageError::io("open segment", &path))?;
-        let file_len = file
-            .len()
-            .map_err(StorageError::io("stat segment", &path))?;
+    let mut damage = None;
+    for (at, scan) in scans.iter_mut().enumerate() {
         let expected = index.last().map(|(last, _)| last + 1);
-
-        let scanned = match check_header(&*file, file_len, *first, &path)? {
-            Some(reason) => Scan::cut_at(0, reason),
-            None if expected.is_some_and(|e| e != *first) => Scan::cut_at(
+        if let Some(e) = expected.filter(|&e| e != scan.first) {
+            damage = Some(Damage::at(
+                at,
                 0,
+                e,
                 format!(
-                    "segment starts at index {first} but the previous one ends before {}",
-                    expected.unwrap_or_default()
+                    "segment starts at index {} but the previous one ends at {}",
+                    scan.first,
+                    e - 1
                 ),
-            ),
-            None => scan_records(&*file, file_len, *first, opts.max_record_bytes, &path)?,
-        };
-
-        if let Some(reason) = scanned.cut {
-            let later = &names[at + 1..];
-            truncated = Some(cut_tail(
-                backend,
-                name,
-                &*file,
-                file_len,
-                scanned.end,
-                reason,
-                later,
-            )?);
-        }
-        if scanned.entries.is_empty() {
-            if truncated.is_none() {
-                info!(segment = %path.display(), "removing a segment that holds no records");
-                remove(backend, name)?;
-            }
-        } else {
-            index.segments.push(Segment {
-                name: name.clone(),
-                path,
-                file,
-                first_index: *first,
-                entries: scanned.entries,
-                end: scanned.end,
-            });
-        }
-        if truncated.is_some() {
+            ));
             break;
         }
+        let entries = std::mem::take(&mut scan.entries);
+        if let Some((offset, reason)) = scan.problem.clone() {
+            let first_lost = scan.first.saturating_add(entries.len() as u64);
+            if !entries.is_empty() {
+                index.segments.push(scan.segment(entries, offset));
+            }
+            damage = Some(Damage::at(at, offset, first_lost, reason));
+            break;
+        }
+        if entries.is_empty() {
+            info!(segment = %scan.path.display(), "removing a segment that holds no records");
+            remove_durably(backend, &scan.name)?;
+            continue;
+        }
+        let end = scan.end;
+        index.segments.push(scan.segment(entries, end));
     }
+
+    let last = index.last().map_or(0, |(last, _)| last);
+    let truncated = match damage {
+        Some(d) => Some(cut(backend, opts, &scans, d)?),
+        None if last < opts.durable_through => {
+            let loss = LogLoss {
+                segment: backend.locate(""),
+                offset: 0,
+                reason: format!(
+                    "the log ends at index {last} but index {} was already acknowledged as \
+                     durable: the records after {last} are missing",
+                    opts.durable_through
+                ),
+                first_index: last.saturating_add(1),
+                last_index: opts.durable_through,
+                readable_records: 0,
+                bytes: 0,
+            };
+            if !opts.accept_data_loss {
+                return Err(StorageError::DataLoss(Box::new(loss)));
+            }
+            error!("accept_data_loss: starting without {loss}");
+            None
+        }
+        None => None,
+    };
     backend
         .sync_dir()
         .map_err(StorageError::io("sync directory of", backend.locate("")))?;
@@ -95,198 +101,133 @@ pub(crate) fn recover(
     Ok((index, report))
 }
 
-/// `Ok(Some(reason))` for a header torn by a crash while the segment was being created; an
-/// error for headers that are whole but wrong, which no crash produces and no cut should hide.
-fn check_header(
-    file: &dyn SegmentFile,
-    file_len: u64,
-    name_first: u64,
-    path: &std::path::Path,
-) -> Result<Option<String>, StorageError> {
-    let mut header = vec![0u8; file_len.min(SEGMENT_HEADER_LEN) as usize];
-    file.read_at(0, &mut header)
-        .map_err(StorageError::io("read header of", path))?;
-    let bad = |reason: &str| StorageError::BadSegmentHeader {
-        path: path.to_path_buf(),
-        reason: reason.to_owned(),
-    };
-    match decode_header(&header) {
-        Ok(first) if first == name_first => Ok(None),
-        Ok(first) => Err(bad(&format!(
-            "header says first index {first} but the file name says {name_first}"
-        ))),
-        Err(HeaderProblem::Torn) => Ok(Some(format!(
-            "segment header is torn ({file_len} bytes in the file)"
-        ))),
-        Err(HeaderProblem::BadMagic) => Err(bad("magic is not QSEG")),
-        Err(HeaderProblem::ReservedNotZero) => Err(bad("reserved bytes are not zero")),
-        Err(HeaderProblem::UnsupportedVersion(version)) => Err(StorageError::UnsupportedVersion {
-            path: path.to_path_buf(),
-            version,
-            supported: FORMAT_VERSION,
-        }),
-    }
-}
-
-struct Scan {
-    entries: Vec<(u64, u64)>,
-    /// Offset just past the last good record: where the file is cut if `cut` is set.
-    end: u64,
-    cut: Option<String>,
-}
-
-impl Scan {
-    fn cut_at(end: u64, reason: String) -> Scan {
-        Scan {
-            entries: Vec::new(),
-            end,
-            cut: Some(reason),
-        }
-    }
-}
-
-fn scan_records(
-    file: &dyn SegmentFile,
-    file_len: u64,
-    first: u64,
-    max_payload: u32,
-    path: &std::path::Path,
-) -> Result<Scan, StorageError> {
-    let mut window = Window::new(file, path);
-    let mut scan = Scan {
-        entries: Vec::new(),
-        end: SEGMENT_HEADER_LEN,
-        cut: None,
-    };
-    let mut expected = first;
-    loop {
-        let off = scan.end;
-        let remaining = file_len - off;
-        if remaining == 0 {
-            return Ok(scan);
-        }
-        if remaining < LEN_FIELD {
-            scan.cut = Some(format!(
-                "only {remaining} of the 4 bytes of a length prefix are present"
-            ));
-            return Ok(scan);
-        }
-        let len = le_u32(window.get(off, LEN_FIELD)?);
-        let len = match check_len(len, max_payload, remaining - LEN_FIELD) {
-            Ok(len) => u64::from(len),
-            Err(reason) => {
-                scan.cut = Some(reason);
-                return Ok(scan);
-            }
-        };
-        let record = match decode_body(window.get(off + LEN_FIELD, len)?) {
-            Ok(r) => r,
-            Err(reason) => {
-                scan.cut = Some(reason);
-                return Ok(scan);
-            }
-        };
-        if record.index != expected {
-            scan.cut = Some(format!(
-                "record holds index {} where {expected} was expected",
-                record.index
-            ));
-            return Ok(scan);
-        }
-        scan.entries.push((off, record.term));
-        scan.end = off + LEN_FIELD + len;
-        expected += 1;
-    }
-}
-
-/// Removes everything from `offset` in `name` on, and every `later` segment, durably.
-fn cut_tail(
-    backend: &dyn IoBackend,
-    name: &str,
-    file: &dyn SegmentFile,
-    file_len: u64,
+/// The first place the contiguous run of records breaks.
+struct Damage {
+    /// Position in the scans of the file the break is in.
+    file: usize,
     offset: u64,
+    /// The index the first unreadable record should have held.
+    first_lost: u64,
     reason: String,
-    later: &[(u64, String)],
+}
+
+impl Damage {
+    fn at(file: usize, offset: u64, first_lost: u64, reason: String) -> Damage {
+        Damage {
+            file,
+            offset,
+            first_lost,
+            reason,
+        }
+    }
+
+    /// What cutting at this break would drop, and `Some(why)` when that is acknowledged data
+    /// rather than a torn tail.
+    fn verdict(&self, scans: &[FileScan], opts: &LogOptions) -> (LogLoss, Option<String>) {
+        let rest = &scans[self.file..];
+        let readable = rest.iter().map(FileScan::readable).sum::<u64>();
+        let last_seen = rest
+            .iter()
+            .flat_map(|s| [s.after.last_index, s.last_entry()])
+            .flatten()
+            .max();
+        let bytes =
+            rest[0].len.saturating_sub(self.offset) + rest[1..].iter().map(|s| s.len).sum::<u64>();
+        let loss = LogLoss {
+            segment: rest[0].path.clone(),
+            offset: self.offset,
+            reason: self.reason.clone(),
+            first_index: self.first_lost,
+            last_index: last_seen
+                .unwrap_or(self.first_lost)
+                .max(self.first_lost)
+                .max(opts.durable_through),
+            readable_records: readable,
+            bytes,
+        };
+        // Valid records in a LATER segment prove the damaged one was whole once: a segment is
+        // fsynced before the next is created. Inside the last segment, records past the damage
+        // can be unsynced writes that reached the disk out of order, so there only the durable
+        // point decides. (`entries` of the damaged file were taken; a file left with its
+        // entries is a whole later segment after a gap.)
+        let later =
+            rest[1..].iter().map(FileScan::readable).sum::<u64>() + rest[0].entries.len() as u64;
+        let why = if later > 0 {
+            Some(format!(
+                "{later} valid records follow in later segments, so it is not a torn write at \
+                 the end of the log"
+            ))
+        } else if self.first_lost <= opts.durable_through {
+            Some(format!(
+                "index {} is at or below index {}, which was already acknowledged as durable \
+                 (persisted committed index or checkpoint)",
+                self.first_lost, opts.durable_through
+            ))
+        } else {
+            None
+        };
+        (loss, why)
+    }
+}
+
+/// Cuts the log at `d` when it is a torn tail or the operator accepted the loss; refuses
+/// otherwise.
+fn cut(
+    backend: &dyn IoBackend,
+    opts: &LogOptions,
+    scans: &[FileScan],
+    d: Damage,
 ) -> Result<TornTail, StorageError> {
-    let path = backend.locate(name);
-    let mut cut_bytes = 0;
-    // Later segments go first, newest first, so a crash mid-cut still leaves a contiguous prefix.
-    for (_, later_name) in later.iter().rev() {
-        let later_path = backend.locate(later_name);
-        let later_len = backend
-            .open(later_name)
-            .and_then(|f| f.len())
-            .map_err(StorageError::io("stat segment", &later_path))?;
-        cut_bytes += later_len;
-        warn!(segment = %later_path.display(), bytes = later_len, "removing a segment after the cut");
-        remove(backend, later_name)?;
+    let (mut loss, why) = d.verdict(scans, opts);
+    if let Some(why) = &why {
+        loss.reason = format!("{}; {why}", loss.reason);
+        if !opts.accept_data_loss {
+            return Err(StorageError::DataLoss(Box::new(loss)));
+        }
     }
+    // Later segments go first, newest first, each removal durable before the next, so a crash
+    // mid-cut still leaves a contiguous prefix on any filesystem.
+    for later in scans[d.file + 1..].iter().rev() {
+        warn!(segment = %later.path.display(), bytes = later.len, "removing a segment after the cut");
+        remove_durably(backend, &later.name)?;
+    }
+    let here = &scans[d.file];
     // A segment left without records is removed whole: the index never holds an empty one.
-    if offset <= SEGMENT_HEADER_LEN {
-        cut_bytes += file_len;
-        remove(backend, name)?;
+    if d.offset <= SEGMENT_HEADER_LEN {
+        remove_durably(backend, &here.name)?;
     } else {
-        cut_bytes += file_len - offset;
-        file.set_len(offset)
-            .and_then(|()| file.sync_data())
-            .map_err(StorageError::io("truncate segment", &path))?;
+        here.file
+            .set_len(d.offset)
+            .and_then(|()| here.file.sync_data())
+            .map_err(StorageError::io("truncate segment", &here.path))?;
     }
-    warn!(
-        segment = %path.display(),
-        offset,
-        cut_bytes,
-        reason = %reason,
-        "cut the log at a torn or corrupt record"
-    );
+    match &why {
+        Some(_) => error!("accept_data_loss: dropped acknowledged {loss}"),
+        None => warn!(
+            segment = %loss.segment.display(),
+            offset = loss.offset,
+            cut_bytes = loss.bytes,
+            first_index = loss.first_index,
+            reason = %loss.reason,
+            "cut a torn tail from the log (never acknowledged)"
+        ),
+    }
     Ok(TornTail {
-        segment: path,
-        offset,
-        cut_bytes,
-        reason,
+        segment: loss.segment.clone(),
+        offset: loss.offset,
+        cut_bytes: loss.bytes,
+        reason: loss.reason.clone(),
+        first_lost_index: loss.first_index,
+        accepted_loss: why.map(|_| loss),
     })
 }
 
-fn remove(backend: &dyn IoBackend, name: &str) -> Result<(), StorageError> {
+fn remove_durably(backend: &dyn IoBackend, name: &str) -> Result<(), StorageError> {
+    let path = backend.locate(name);
     backend
         .remove(name)
-        .map_err(StorageError::io("remove segment", backend.locate(name)))
-}
-
-/// A read-ahead window over one file; `get` never allocates more than the file still holds.
-struct Window<'a> {
-    file: &'a dyn SegmentFile,
-    path: &'a std::path::Path,
-    buf: Vec<u8>,
-    at: u64,
-}
-
-impl<'a> Window<'a> {
-    fn new(file: &'a dyn SegmentFile, path: &'a std::path::Path) -> Self {
-        Window {
-            file,
-            path,
-            buf: Vec::new(),
-            at: 0,
-        }
-    }
-
-    /// The caller guarantees `off + n` is within the file.
-    fn get(&mut self, off: u64, n: u64) -> Result<&[u8], StorageError> {
-        let have = self.at + self.buf.len() as u64;
-        if off < self.at || off + n > have {
-            let file_len = self
-                .file
-                .len()
-                .map_err(StorageError::io("stat segment", self.path))?;
-            let want = n.max(SCAN_WINDOW).min(file_len - off);
-            self.buf.resize(want as usize, 0);
-            self.file
-                .read_at(off, &mut self.buf)
-                .map_err(StorageError::io("read segment", self.path))?;
-            self.at = off;
-        }
-        let start = (off - self.at) as usize;
-        Ok(&self.buf[start..start + n as usize])
-    }
+        .map_err(StorageError::io("remove segment", &path))?;
+    backend
+        .sync_dir()
+        .map_err(StorageError::io("sync directory of", backend.locate("")))
 }

@@ -8,6 +8,7 @@ pub(crate) fn small() -> LogOptions {
     LogOptions {
         segment_bytes: 256,
         max_record_bytes: 1024,
+        ..LogOptions::default()
     }
 }
 

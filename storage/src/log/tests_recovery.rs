@@ -1,12 +1,13 @@
-//! Recovery over real files: every way a tail can be torn or corrupt is cut, reported, and
-//! leaves the records before it readable.
+//! Recovery over real files: every way a tail can be torn is cut, reported, and leaves the
+//! records before it readable; damage anywhere else refuses to open unless the loss is
+//! accepted, and then the cut reports exactly what it dropped.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::tests::{assert_records, fill, small};
 use crate::format::{le_u32, SEGMENT_HEADER_LEN};
-use crate::{SegmentLog, StorageError, TornTail};
+use crate::{LogLoss, LogOptions, SegmentLog, StorageError, TornTail};
 
 const RECORDS: u64 = 20;
 
@@ -156,22 +157,195 @@ fn zeroed_tail_is_cut() {
     assert_records(&log, 1, RECORDS, 1);
 }
 
+fn accepting() -> LogOptions {
+    LogOptions {
+        accept_data_loss: true,
+        ..small()
+    }
+}
+
+/// Opening refuses with `DataLoss` and leaves every file as it was.
+fn assert_refused(dir: &Path, opts: LogOptions) -> LogLoss {
+    let before: Vec<(PathBuf, Vec<u8>)> = segments(dir)
+        .into_iter()
+        .map(|p| {
+            let b = fs::read(&p).unwrap();
+            (p, b)
+        })
+        .collect();
+    let err = SegmentLog::open(dir, opts).err().expect("a refusal");
+    let StorageError::DataLoss(loss) = err else {
+        panic!("expected DataLoss, got {err}");
+    };
+    let after: Vec<(PathBuf, Vec<u8>)> = segments(dir)
+        .into_iter()
+        .map(|p| {
+            let b = fs::read(&p).unwrap();
+            (p, b)
+        })
+        .collect();
+    assert!(before == after, "a refusal must not change the disk");
+    *loss
+}
+
 #[test]
-fn corruption_in_an_early_segment_cuts_every_later_one() {
+fn corruption_in_an_early_segment_refuses_then_cuts_every_later_one_if_accepted() {
     let (dir, segs) = written();
     let later: u64 = segs[1..]
         .iter()
         .map(|p| fs::metadata(p).unwrap().len())
         .sum();
     let (last, len) = edit(&segs[0], |b, at| b[at + 20] ^= 0xff);
-    let (log, torn) = reopen(dir.path());
-    let torn = torn.unwrap();
+    let loss = assert_refused(dir.path(), small());
+    assert_eq!((loss.segment.clone(), loss.offset), (segs[0].clone(), last));
+    assert_eq!(loss.bytes, len - last + later);
+    assert_eq!(loss.last_index, RECORDS);
+    assert!(
+        loss.readable_records >= RECORDS - loss.first_index,
+        "{loss}"
+    );
+    let message = StorageError::DataLoss(Box::new(loss.clone())).to_string();
+    assert!(
+        message.contains(&segs[0].display().to_string()),
+        "{message}"
+    );
+    assert!(message.contains(&format!("offset {last}")), "{message}");
+    assert!(message.contains("accept_data_loss"), "{message}");
+
+    let (log, report) = SegmentLog::open(dir.path(), accepting()).unwrap();
+    let torn = report.truncated.unwrap();
     assert_eq!(torn.segment, segs[0]);
     assert_eq!(torn.offset, last);
     assert_eq!(torn.cut_bytes, len - last + later);
+    assert_eq!(torn.accepted_loss.as_ref(), Some(&loss));
     assert_eq!(segments(dir.path()), vec![segs[0].clone()]);
     let (kept, _) = log.last().unwrap();
+    assert_eq!(kept + 1, loss.first_index);
     assert_records(&log, 1, kept, 1);
+}
+
+/// A byte flipped in each field of a record of a sealed segment, and in its header.
+#[test]
+fn a_flipped_byte_in_any_field_of_a_sealed_segment_refuses() {
+    // (offset in the record, or None for the segment header byte, what it hits)
+    let cases: [(Option<usize>, &str); 7] = [
+        (Some(0), "length"),
+        (Some(2), "length high byte"),
+        (Some(5), "crc"),
+        (Some(9), "index"),
+        (Some(17), "term"),
+        (Some(26), "payload"),
+        (None, "header magic"),
+    ];
+    for (at, what) in cases {
+        let (dir, segs) = written();
+        let seg = &segs[1];
+        let bytes = fs::read(seg).unwrap();
+        let first = record_offsets(&bytes)[0];
+        let (flip, offset) = match at {
+            Some(k) => (first as usize + k, first),
+            None => (0, 0),
+        };
+        let mut damaged = bytes.clone();
+        damaged[flip] ^= 0x10;
+        fs::write(seg, &damaged).unwrap();
+        let loss = assert_refused(dir.path(), small());
+        assert_eq!(
+            (&loss.segment, loss.offset),
+            (seg, offset),
+            "{what}: {loss}"
+        );
+        let (log, report) = SegmentLog::open(dir.path(), accepting()).unwrap();
+        assert!(report.truncated.unwrap().accepted_loss.is_some(), "{what}");
+        assert_eq!(
+            log.last().map(|l| l.0 + 1),
+            Some(loss.first_index),
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn damage_in_the_middle_of_the_last_segment_refuses_only_at_or_below_the_durable_index() {
+    let opts = LogOptions {
+        segment_bytes: 1 << 20,
+        ..small()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = SegmentLog::open(dir.path(), opts).unwrap();
+    fill(&log, 1, RECORDS, 1);
+    log.sync().unwrap();
+    drop(log);
+    let seg = segments(dir.path()).pop().unwrap();
+    let mut bytes = fs::read(&seg).unwrap();
+    let at = record_offsets(&bytes)[5] as usize;
+    bytes[at + 30] ^= 1;
+    fs::write(&seg, &bytes).unwrap();
+    // Acknowledged as durable: valid records after the damage do not make it a torn write.
+    let durable = LogOptions {
+        durable_through: 6,
+        ..opts
+    };
+    let loss = assert_refused(dir.path(), durable);
+    assert_eq!((loss.offset, loss.first_index), (at as u64, 6));
+    assert_eq!(
+        (loss.readable_records, loss.last_index),
+        (RECORDS - 6, RECORDS)
+    );
+    // Past the durable point, unsynced pages of the last segment may reach the disk out of
+    // order after a power cut: cut there, even with valid records behind the damage.
+    let durable = LogOptions {
+        durable_through: 5,
+        ..opts
+    };
+    let (log, torn) = SegmentLog::open(dir.path(), durable).unwrap();
+    assert_eq!(torn.truncated.map(|t| t.offset), Some(at as u64));
+    assert_eq!(log.last().map(|l| l.0), Some(5));
+}
+
+#[test]
+fn a_torn_tail_at_or_below_the_durable_index_refuses() {
+    let (dir, segs) = written();
+    let seg = segs.last().unwrap();
+    let (last, len) = edit(seg, |b, _| b.truncate(b.len() - 5));
+    let durable = LogOptions {
+        durable_through: RECORDS,
+        ..small()
+    };
+    let loss = assert_refused(dir.path(), durable);
+    assert_eq!(
+        (&loss.segment, loss.offset, loss.first_index),
+        (seg, last, RECORDS)
+    );
+    assert_eq!(loss.bytes, len - 5 - last);
+    // Just below the damaged record it is an ordinary torn tail again.
+    let below = LogOptions {
+        durable_through: RECORDS - 1,
+        ..small()
+    };
+    let (log, report) = SegmentLog::open(dir.path(), below).unwrap();
+    assert_eq!(report.truncated.unwrap().accepted_loss, None);
+    assert_eq!(log.last(), Some((RECORDS - 1, 1)));
+}
+
+#[test]
+fn a_log_ending_below_the_durable_index_refuses() {
+    let (dir, segs) = written();
+    fs::remove_file(segs.last().unwrap()).unwrap();
+    let durable = LogOptions {
+        durable_through: RECORDS,
+        ..small()
+    };
+    let loss = assert_refused(dir.path(), durable);
+    assert_eq!(loss.last_index, RECORDS);
+    assert!(loss.reason.contains("missing"), "{loss}");
+    let accepted = LogOptions {
+        accept_data_loss: true,
+        ..durable
+    };
+    let (log, report) = SegmentLog::open(dir.path(), accepted).unwrap();
+    assert_eq!(report.truncated, None);
+    assert_eq!(log.last().map(|l| l.0 + 1), Some(loss.first_index));
 }
 
 #[test]
@@ -191,13 +365,14 @@ fn torn_segment_header_is_removed() {
 }
 
 #[test]
-fn a_missing_middle_segment_cuts_the_log_there() {
+fn a_missing_middle_segment_refuses_then_cuts_the_log_there_if_accepted() {
     let (dir, segs) = written();
     fs::remove_file(&segs[1]).unwrap();
-    let (log, torn) = reopen(dir.path());
-    let torn = torn.unwrap();
-    assert_eq!((torn.segment.clone(), torn.offset), (segs[2].clone(), 0));
-    assert!(torn.reason.contains("previous one"), "{}", torn.reason);
+    let loss = assert_refused(dir.path(), small());
+    assert_eq!((loss.segment.clone(), loss.offset), (segs[2].clone(), 0));
+    assert!(loss.reason.contains("previous one"), "{}", loss.reason);
+    let (log, report) = SegmentLog::open(dir.path(), accepting()).unwrap();
+    assert!(report.truncated.unwrap().accepted_loss.is_some());
     assert_eq!(segments(dir.path()), vec![segs[0].clone()]);
     let (kept, _) = log.last().unwrap();
     assert_records(&log, 1, kept, 1);
@@ -224,4 +399,25 @@ fn foreign_files_are_left_alone() {
     assert_eq!(torn, None);
     assert_records(&log, 1, RECORDS, 1);
     assert!(dir.path().join("notes.txt").exists());
+}
+
+#[test]
+fn bytes_after_the_record_holding_the_highest_index_are_a_tail_not_a_wrapped_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = SegmentLog::open(dir.path(), small()).unwrap();
+    log.append(u64::MAX, 1, b"last").unwrap();
+    log.sync().unwrap();
+    drop(log);
+    let seg = segments(dir.path()).pop().unwrap();
+    let mut bytes = fs::read(&seg).unwrap();
+    let whole = bytes.len() as u64;
+    // A copy of the record after it: the scan used to wrap and expect index 0 next.
+    let record = bytes[SEGMENT_HEADER_LEN as usize..].to_vec();
+    bytes.extend_from_slice(&record);
+    fs::write(&seg, bytes).unwrap();
+    let (log, report) = SegmentLog::open(dir.path(), small()).unwrap();
+    assert_eq!(log.last(), Some((u64::MAX, 1)));
+    let torn = report.truncated.expect("the bytes after it are cut");
+    assert!(torn.reason.contains("highest index"), "{}", torn.reason);
+    assert_eq!(fs::metadata(&seg).unwrap().len(), whole);
 }

@@ -34,11 +34,18 @@ impl SegmentLog {
             (removed, cut)
         };
 
-        // Newest first, so a crash part-way still leaves a contiguous prefix on disk.
+        // Newest first, each removal durable before the next, so a crash part-way leaves a
+        // contiguous prefix on disk whatever order the filesystem persists removals in.
         for seg in removed.iter().rev() {
             dirty.files.remove(&seg.name);
             if let Err(e) = self.backend.remove(&seg.name) {
                 return Err(self.poison(StorageError::io("remove segment", &seg.path)(e)));
+            }
+            if let Err(e) = self.backend.sync_dir() {
+                return Err(self.poison(StorageError::io(
+                    "sync directory of",
+                    self.backend.locate(""),
+                )(e)));
             }
         }
         if let Some((name, file, offset)) = cut {
@@ -47,14 +54,6 @@ impl SegmentLog {
                 return Err(self.poison(StorageError::io(
                     "truncate segment",
                     self.backend.locate(&name),
-                )(e)));
-            }
-        }
-        if !removed.is_empty() {
-            if let Err(e) = self.backend.sync_dir() {
-                return Err(self.poison(StorageError::io(
-                    "sync directory of",
-                    self.backend.locate(""),
                 )(e)));
             }
         }
@@ -74,16 +73,19 @@ impl SegmentLog {
         if removed.is_empty() {
             return Ok(());
         }
-        // Oldest first: a crash part-way leaves a contiguous suffix, which recovery accepts.
+        // Oldest first, each removal durable before the next: a crash part-way leaves a
+        // contiguous suffix (which recovery accepts) whatever order the filesystem persists
+        // removals in.
         for seg in &removed {
             dirty.files.remove(&seg.name);
             self.backend
                 .remove(&seg.name)
                 .map_err(StorageError::io("remove segment", &seg.path))?;
+            self.backend.sync_dir().map_err(StorageError::io(
+                "sync directory of",
+                self.backend.locate(""),
+            ))?;
         }
-        self.backend.sync_dir().map_err(StorageError::io(
-            "sync directory of",
-            self.backend.locate(""),
-        ))
+        Ok(())
     }
 }

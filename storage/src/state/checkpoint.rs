@@ -13,8 +13,12 @@ pub struct Checkpoint {
 }
 
 pub(crate) const CHUNK_BYTES: usize = 8 * 1024 * 1024;
-const HEAD_VERSION: u8 = 1;
-const HEAD_LEN: usize = 36;
+/// Version 2 adds a CRC32C of the header itself: in version 1 a flipped bit in
+/// `applied_index` or `applied_term` went unnoticed (the CRC covered only the state).
+const HEAD_VERSION: u8 = 2;
+const HEAD_LEN: usize = 40;
+/// Version 1 headers are still read.
+const HEAD_V1_LEN: usize = 36;
 
 pub(crate) struct CheckpointHead {
     pub applied_index: u64,
@@ -46,7 +50,8 @@ impl CheckpointHead {
     }
 
     /// version u8 | 3 reserved zero bytes | applied_index u64 | applied_term u64 |
-    /// state_len u64 | chunk_count u32 | crc32c of the state u32, all little-endian.
+    /// state_len u64 | chunk_count u32 | crc32c of the state u32 | crc32c of bytes 0..36 u32,
+    /// all little-endian.
     pub fn encode(&self) -> [u8; HEAD_LEN] {
         let mut b = [0u8; HEAD_LEN];
         b[0] = HEAD_VERSION;
@@ -55,21 +60,39 @@ impl CheckpointHead {
         b[20..28].copy_from_slice(&self.state_len.to_le_bytes());
         b[28..32].copy_from_slice(&self.chunk_count.to_le_bytes());
         b[32..36].copy_from_slice(&self.crc.to_le_bytes());
+        let head_crc = crc32c::crc32c(&b[..HEAD_V1_LEN]);
+        b[36..40].copy_from_slice(&head_crc.to_le_bytes());
         b
     }
 
     pub fn decode(b: &[u8]) -> Result<CheckpointHead, StorageError> {
-        if b.len() != HEAD_LEN {
+        let expected_len = match b.first() {
+            Some(1) => HEAD_V1_LEN,
+            Some(&HEAD_VERSION) => HEAD_LEN,
+            Some(v) => {
+                return Err(corrupt(format!(
+                    "header version {v} is not one this build reads (1 or {HEAD_VERSION})"
+                )))
+            }
+            None => return Err(corrupt("header is empty".into())),
+        };
+        if b.len() != expected_len {
             return Err(corrupt(format!(
-                "header is {} bytes, expected {HEAD_LEN}",
+                "header is {} bytes, expected {expected_len}",
                 b.len()
             )));
         }
-        if b[0] != HEAD_VERSION {
-            return Err(corrupt(format!(
-                "header version {} is not the supported {HEAD_VERSION}",
-                b[0]
-            )));
+        if b[1..4] != [0, 0, 0] {
+            return Err(corrupt("header reserved bytes are not zero".into()));
+        }
+        if expected_len == HEAD_LEN {
+            let stored = le_u32(&b[36..]);
+            let actual = crc32c::crc32c(&b[..HEAD_V1_LEN]);
+            if stored != actual {
+                return Err(corrupt(format!(
+                    "header crc32c {actual:#010x} does not match the stored {stored:#010x}"
+                )));
+            }
         }
         Ok(CheckpointHead {
             applied_index: le_u64(&b[4..]),

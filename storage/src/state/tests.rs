@@ -87,3 +87,47 @@ fn opening_a_directory_is_an_error_with_a_sentence() {
         "{err}"
     );
 }
+
+#[test]
+fn a_flipped_bit_anywhere_in_the_checkpoint_header_is_detected() {
+    use super::checkpoint::CheckpointHead;
+    let cp = Checkpoint {
+        applied_index: 77,
+        applied_term: 3,
+        state: b"some state".to_vec(),
+    };
+    let head = CheckpointHead::describe(&cp).unwrap().encode();
+    let back = CheckpointHead::decode(&head).unwrap();
+    assert_eq!((back.applied_index, back.applied_term), (77, 3));
+    for byte in 0..head.len() {
+        for bit in 0..8 {
+            let mut bad = head;
+            bad[byte] ^= 1 << bit;
+            assert!(
+                matches!(
+                    CheckpointHead::decode(&bad),
+                    Err(StorageError::CorruptCheckpoint { .. })
+                ),
+                "byte {byte} bit {bit} went unnoticed"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_version_1_header_is_still_read() {
+    use super::checkpoint::CheckpointHead;
+    let mut v1 = [0u8; 36];
+    v1[0] = 1;
+    v1[4..12].copy_from_slice(&9u64.to_le_bytes());
+    v1[12..20].copy_from_slice(&2u64.to_le_bytes());
+    v1[20..28].copy_from_slice(&3u64.to_le_bytes());
+    v1[28..32].copy_from_slice(&1u32.to_le_bytes());
+    v1[32..36].copy_from_slice(&crc32c::crc32c(b"abc").to_le_bytes());
+    let head = CheckpointHead::decode(&v1).unwrap();
+    assert_eq!(
+        (head.applied_index, head.applied_term, head.state_len),
+        (9, 2, 3)
+    );
+    head.verify(b"abc").unwrap();
+}

@@ -1,0 +1,269 @@
+//! One entry point per decoder of disk bytes, shared by the fuzz targets in `fuzz/` and the
+//! corpus replay tests in `tests/`, so both run exactly the same checks. Not an API: each
+//! function panics when an invariant breaks, which is how a fuzzer reports it.
+
+use std::sync::Arc;
+
+use crate::format::{decode_body, decode_header, encode_header, encode_record, segment_name};
+use crate::state::checkpoint::CheckpointHead;
+use crate::{LogOptions, MemBackend, SegmentLog};
+
+/// The checkpoint header row (version 1 or 2) as `StateStore::read_checkpoint` meets it: decoded,
+/// its length checked before any allocation, then compared with the state bytes that follow it
+/// in the input.
+pub fn checkpoint_head(data: &[u8]) -> bool {
+    let split = match data.first() {
+        Some(1) => 36,
+        _ => 40,
+    }
+    .min(data.len());
+    let (head, state) = data.split_at(split);
+    let Ok(h) = CheckpointHead::decode(head) else {
+        return false;
+    };
+    let Ok(cap) = h.checked_capacity() else {
+        return false;
+    };
+    assert!(
+        cap as u64 == h.state_len,
+        "capacity differs from the header"
+    );
+    if head.len() == 40 {
+        // Version 2 covers itself with a CRC: what decodes must encode to the same bytes.
+        assert_eq!(h.encode()[..], head[..], "v2 header does not round-trip");
+    }
+    h.verify(state).is_ok()
+}
+
+/// The segment header and one record body, decoded directly.
+pub fn segment_record(data: &[u8]) -> bool {
+    let _ = decode_header(data);
+    match decode_body(data) {
+        Ok(r) => {
+            let mut again = Vec::new();
+            encode_record(&mut again, r.index, r.term, r.payload);
+            assert_eq!(&again[4..], data, "record body does not round-trip");
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// Little reader over the fuzz input: running out gives zeros, so every input is a valid plan.
+struct Input<'a>(&'a [u8]);
+
+impl Input<'_> {
+    fn take(&mut self, n: usize) -> &[u8] {
+        let (a, b) = self.0.split_at(n.min(self.0.len()));
+        self.0 = b;
+        a
+    }
+    fn u8(&mut self) -> u8 {
+        self.take(1).first().copied().unwrap_or(0)
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from(self.u8()) | (u16::from(self.u8()) << 8)
+    }
+    fn u64(&mut self) -> u64 {
+        let mut a = [0u8; 8];
+        let s = self.take(8);
+        a[..s.len()].copy_from_slice(s);
+        u64::from_le_bytes(a)
+    }
+}
+
+/// A directory of up to four segment files built from the input, opened by recovery, then
+/// read back whole, appended to and reopened. Layout of the input (docs/fuzzing.md):
+/// `flags u8 | max_record selector u8 | durable_through u64 | per file: first u64 | len u16 |
+/// bytes`. Flag 1 accepts data loss; flag 2 builds each file from valid records (so the fuzzer
+/// gets past the CRCs) and then damages it as the first three of its bytes say.
+pub fn segment_log(data: &[u8]) -> bool {
+    let mut inp = Input(data);
+    let flags = inp.u8();
+    let max_record_bytes = 16u32 << (inp.u8() & 15);
+    let durable_through = inp.u64();
+    let backend = MemBackend::new();
+    for _ in 0..=(flags >> 2) & 3 {
+        let first = inp.u64();
+        let len = usize::from(inp.u16());
+        let bytes = inp.take(len);
+        let file = if flags & 2 != 0 {
+            built_segment(first, bytes)
+        } else {
+            bytes.to_vec()
+        };
+        backend.set_file_bytes(&segment_name(first), file);
+    }
+    let opts = LogOptions {
+        segment_bytes: 4096,
+        max_record_bytes,
+        durable_through,
+        accept_data_loss: flags & 1 != 0,
+    };
+    let Ok((log, report)) = SegmentLog::open_with_backend(Arc::new(backend.clone()), opts) else {
+        return false;
+    };
+    let Some((first, (last, last_term))) = log.first_index().zip(log.last()) else {
+        assert_eq!(report.records, 0, "records reported in an empty log");
+        return true;
+    };
+    assert!(first <= last, "first index {first} above last {last}");
+    assert_eq!(
+        report.records,
+        last - first + 1,
+        "report and index disagree"
+    );
+    for i in first..=last {
+        let got = log.read(i).map_err(|e| e.to_string());
+        let term = match got {
+            Ok(Some((term, _))) => term,
+            other => panic!("index {i} of a recovered log does not read back: {other:?}"),
+        };
+        assert_eq!(
+            log.term_of(i),
+            Some(term),
+            "term_of({i}) disagrees with read"
+        );
+    }
+    let Some(next) = last.checked_add(1) else {
+        return true;
+    };
+    if log.append(next, last_term, b"after recovery").is_err() || log.sync().is_err() {
+        return true;
+    }
+    drop(log);
+    let reopen = LogOptions {
+        durable_through: next,
+        accept_data_loss: false,
+        ..opts
+    };
+    match SegmentLog::open_with_backend(Arc::new(backend.crash()), reopen) {
+        Ok((again, _)) => {
+            assert_eq!(again.first_index(), Some(first), "first index moved");
+            assert_eq!(
+                again.last(),
+                Some((next, last_term)),
+                "appended record lost"
+            );
+        }
+        Err(e) => panic!("a recovered log with one synced append does not reopen: {e}"),
+    }
+    true
+}
+
+/// A segment of valid records (`term u8 | len u8 | payload` each, from byte 3 of `spec`), then
+/// damaged by `spec[0]`: 1 flips the byte at `spec[1..3]`, 2 truncates there.
+fn built_segment(first: u64, spec: &[u8]) -> Vec<u8> {
+    let mut inp = Input(spec);
+    let op = inp.u8();
+    let at = usize::from(inp.u16());
+    let mut out = encode_header(first).to_vec();
+    let mut index = first;
+    while !inp.0.is_empty() {
+        let term = u64::from(inp.u8());
+        let len = usize::from(inp.u8());
+        encode_record(&mut out, index, term, inp.take(len));
+        let Some(n) = index.checked_add(1) else {
+            break;
+        };
+        index = n;
+    }
+    match op {
+        1 if at < out.len() => out[at] ^= 0x5a,
+        2 => out.truncate(at),
+        _ => {}
+    }
+    out
+}
+
+/// Starting inputs for the storage targets, around one record `payload` (a real Raft record
+/// payload in practice). Only the seed writer of the corpus replay test calls this.
+pub fn seeds(payload: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    let mut out = Vec::new();
+    let cp = crate::Checkpoint {
+        applied_index: 7,
+        applied_term: 2,
+        state: payload.to_vec(),
+    };
+    if let Ok(h) = CheckpointHead::describe(&cp) {
+        let v2 = h.encode();
+        out.push(("checkpoint_head", [&v2[..], payload].concat()));
+        let mut v1 = v2[..36].to_vec();
+        v1[0] = 1;
+        out.push(("checkpoint_head", [&v1[..], payload].concat()));
+    }
+    let mut rec = Vec::new();
+    encode_record(&mut rec, 7, 2, payload);
+    out.push(("segment_record", rec[4..].to_vec()));
+    out.push(("segment_record", encode_header(7).to_vec()));
+    // segment_log plans: flags, max_record selector, durable_through, then files.
+    let file = |first: u64, bytes: &[u8]| {
+        let mut f = first.to_le_bytes().to_vec();
+        f.extend_from_slice(&(bytes.len().min(usize::from(u16::MAX)) as u16).to_le_bytes());
+        f.extend_from_slice(&bytes[..bytes.len().min(usize::from(u16::MAX))]);
+        f
+    };
+    let records = |n: u8| {
+        let mut spec = vec![0u8, 0, 0];
+        for i in 0..n {
+            spec.extend_from_slice(&[1, i]);
+            spec.extend((0..i).map(|b| b.wrapping_mul(31)));
+        }
+        spec
+    };
+    let mut raw = encode_header(1).to_vec();
+    for (i, p) in [payload, &b"x"[..], &[][..]].iter().enumerate() {
+        encode_record(&mut raw, 1 + i as u64, 1, p);
+    }
+    let plan = |flags: u8, durable: u64, files: &[Vec<u8>]| {
+        let mut p = vec![flags | (((files.len() - 1) as u8) << 2), 12];
+        p.extend_from_slice(&durable.to_le_bytes());
+        for f in files {
+            p.extend_from_slice(f);
+        }
+        p
+    };
+    out.push(("segment_log", plan(0, 0, &[file(1, &raw)])));
+    out.push(("segment_log", plan(2, 3, &[file(1, &records(5))])));
+    let mut torn = records(6);
+    torn[0] = 2;
+    torn[1] = 40;
+    out.push(("segment_log", plan(2, 1, &[file(1, &torn)])));
+    let mut flipped = records(6);
+    flipped[0] = 1;
+    flipped[1] = 30;
+    out.push((
+        "segment_log",
+        plan(3, 2, &[file(1, &records(3)), file(4, &flipped)]),
+    ));
+    out
+}
+
+/// Runs every file of `fuzz/corpus/<target>/` (found from a crate's `CARGO_MANIFEST_DIR`)
+/// through `check`, the function its fuzz target calls; a panic names the file. Refuses an
+/// empty or missing corpus and one in which nothing decodes, so the replay cannot pass vacuously.
+/// Returns (files, files that decoded).
+pub fn replay_corpus(manifest_dir: &str, target: &str, check: fn(&[u8]) -> bool) -> (usize, usize) {
+    let dir = std::path::Path::new(manifest_dir)
+        .join("../fuzz/corpus")
+        .join(target);
+    let mut paths: Vec<_> = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+        Err(e) => panic!("corpus {} cannot be listed: {e}", dir.display()),
+    };
+    paths.sort();
+    let (mut files, mut decoded) = (0, 0);
+    for p in paths.iter().filter(|p| p.is_file()) {
+        let bytes = match std::fs::read(p) {
+            Ok(b) => b,
+            Err(e) => panic!("corpus file {} cannot be read: {e}", p.display()),
+        };
+        let ok = std::panic::catch_unwind(|| check(&bytes))
+            .unwrap_or_else(|_| panic!("corpus file {} breaks the {target} check", p.display()));
+        files += 1;
+        decoded += usize::from(ok);
+    }
+    assert!(files > 0, "corpus {} is empty", dir.display());
+    assert!(decoded > 0, "no file of corpus {} decodes", dir.display());
+    (files, decoded)
+}
