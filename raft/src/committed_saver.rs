@@ -9,6 +9,10 @@
 //! `RaftNode::start_single` waits for anyway. So the core loop records it in memory and this
 //! thread writes the newest value whenever redb is free, coalescing bursts into one commit.
 //!
+//! At start the broker reads the persisted value (`meta::read_persisted`) and opens the log with
+//! it as `durable_through`: recovery refuses to cut at or below it, because those entries were
+//! acknowledged. Above it, a torn tail is still cut, since the value may lag.
+//!
 //! Paced: a redb commit costs its own fsyncs on the same disk as the log, and under load a
 //! new committed id arrives every few milliseconds. Saving at most every `PACE` keeps that
 //! disk time off the write path; stopping still saves the newest value at once.

@@ -23,6 +23,8 @@ mod committed_saver;
 mod config;
 mod entry_codec;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod index_cell;
 mod log_store;
 mod log_writer;
@@ -38,4 +40,5 @@ mod tests;
 pub use apply::ApplyHandler;
 pub use config::RaftConfig;
 pub use error::RaftError;
+pub use meta::{accept_missing_log_start, read_persisted, Persisted};
 pub use node::{RaftNode, RaftStatus};

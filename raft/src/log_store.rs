@@ -23,16 +23,14 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
-use openraft::{
-    AnyError, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, StorageIOError, Vote,
-};
+use openraft::{AnyError, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, Vote};
 
 use crate::backend::{SegmentLog, StateStore};
 use crate::committed_saver::CommittedSaver;
 use crate::entry_codec;
 use crate::log_writer::{LogWriter, Record};
 use crate::meta;
-use crate::types::{log_id, Entry, NodeId, OrStorageError, RaftLogId, TypeConfig};
+use crate::types::{io_err, log_id, Entry, NodeId, OrStorageError, RaftLogId, TypeConfig};
 
 /// Cheap to clone: every clone is the same store (openraft's log reader is a clone).
 #[derive(Clone)]
@@ -47,14 +45,6 @@ struct Inner {
     committed: CommittedSaver,
     /// Mirrors meta `raft/purged`; std Mutex, never held across an await.
     purged: Mutex<Option<RaftLogId>>,
-}
-
-fn io_err(
-    subject: ErrorSubject<NodeId>,
-    verb: ErrorVerb,
-    e: impl Into<AnyError>,
-) -> OrStorageError {
-    StorageIOError::new(subject, verb, e).into()
 }
 
 impl LogStore {

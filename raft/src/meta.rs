@@ -7,21 +7,17 @@
 
 use std::sync::Arc;
 
-use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageIOError};
+use openraft::{ErrorSubject, ErrorVerb};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::backend::StateStore;
-use crate::types::OrStorageError;
+use crate::types::{io_err as err, OrStorageError};
 
 pub const VOTE: &str = "raft/vote";
 pub const COMMITTED: &str = "raft/committed";
 pub const PURGED: &str = "raft/purged";
 pub const MEMBERSHIP: &str = "raft/membership";
-
-fn err(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl Into<AnyError>) -> OrStorageError {
-    StorageIOError::new(subject, verb, e).into()
-}
 
 pub fn get<T: DeserializeOwned>(
     store: &StateStore,
@@ -66,4 +62,85 @@ where
     tokio::task::spawn_blocking(move || f(&store))
         .await
         .map_err(|e| err(subject, ErrorVerb::Write, &e))?
+}
+
+/// What Raft has stored durably that says the log once held entries: read at start, before
+/// the log is opened, so a log that lost acknowledged entries is refused instead of served.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Persisted {
+    /// A vote was saved (the node has taken part in an election).
+    pub vote: bool,
+    /// The persisted committed index: every entry up to it was flushed and acknowledged. It
+    /// may lag the real commit (see `committed_saver`), never lead it.
+    pub committed: Option<u64>,
+}
+
+/// For a start the operator accepted with the log's first entries gone below `first`, under a
+/// checkpoint that covers them: moves the purge horizon to just below `first`, as a purge
+/// would have, so openraft reads the log from `first` instead of failing on index 0. `term`
+/// is the term of the record at `first`; the gone entry's own term is unknown, and no earlier
+/// entry's term is higher. A horizon already at or past that point is left alone.
+pub fn accept_missing_log_start(store: &StateStore, first: u64, term: u64) -> Result<(), String> {
+    let Some(below) = first.checked_sub(1) else {
+        return Ok(());
+    };
+    let purged: Option<crate::types::RaftLogId> =
+        get(store, PURGED, ErrorSubject::Logs).map_err(|e| format!("reading {PURGED}: {e}"))?;
+    if purged.is_some_and(|p| p.index >= below) {
+        return Ok(());
+    }
+    put(
+        store,
+        PURGED,
+        &crate::types::log_id(term, below),
+        ErrorSubject::Logs,
+    )
+    .map_err(|e| format!("writing {PURGED}: {e}"))
+}
+
+/// Reads `Persisted` from the state store; an unreadable value is an error naming its key.
+pub fn read_persisted(store: &StateStore) -> Result<Persisted, String> {
+    let vote: Option<openraft::Vote<u64>> =
+        get(store, VOTE, ErrorSubject::Vote).map_err(|e| format!("reading {VOTE}: {e}"))?;
+    let committed: Option<Option<crate::types::RaftLogId>> =
+        get(store, COMMITTED, ErrorSubject::Store)
+            .map_err(|e| format!("reading {COMMITTED}: {e}"))?;
+    Ok(Persisted {
+        vote: vote.is_some(),
+        committed: committed.flatten().map(|c| c.index),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::log_id;
+
+    #[test]
+    fn persisted_facts_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(&dir.path().join("s.redb")).unwrap();
+        assert_eq!(read_persisted(&store).unwrap(), Persisted::default());
+        put(&store, COMMITTED, &Some(log_id(2, 41)), ErrorSubject::Store).unwrap();
+        put(&store, VOTE, &openraft::Vote::new(2, 1), ErrorSubject::Vote).unwrap();
+        let p = read_persisted(&store).unwrap();
+        assert_eq!((p.vote, p.committed), (true, Some(41)));
+        store.put_meta(COMMITTED, b"not json").unwrap();
+        assert!(read_persisted(&store).unwrap_err().contains(COMMITTED));
+    }
+
+    #[test]
+    fn an_accepted_missing_log_start_moves_the_purge_horizon_only_forward() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(&dir.path().join("s.redb")).unwrap();
+        let purged = |s: &StateStore| -> Option<crate::types::RaftLogId> {
+            get(s, PURGED, ErrorSubject::Logs).unwrap()
+        };
+        accept_missing_log_start(&store, 0, 1).unwrap();
+        assert_eq!(purged(&store), None);
+        accept_missing_log_start(&store, 18, 2).unwrap();
+        assert_eq!(purged(&store), Some(log_id(2, 17)));
+        accept_missing_log_start(&store, 10, 3).unwrap();
+        assert_eq!(purged(&store), Some(log_id(2, 17)));
+    }
 }

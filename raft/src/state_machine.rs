@@ -18,7 +18,7 @@ use std::sync::Arc;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     AnyError, EntryPayload, ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder,
-    SnapshotMeta, StorageIOError,
+    SnapshotMeta,
 };
 
 use crate::apply::ApplyHandler;
@@ -26,7 +26,7 @@ use crate::backend::StateStore;
 use crate::index_cell::IndexCell;
 use crate::meta;
 use crate::types::{
-    log_id, term_of, Entry, NodeId, OrStorageError, RaftLogId, StoredMembership, TypeConfig,
+    io_err, log_id, term_of, Entry, NodeId, OrStorageError, RaftLogId, StoredMembership, TypeConfig,
 };
 
 type Meta = SnapshotMeta<NodeId, openraft::BasicNode>;
@@ -53,14 +53,6 @@ pub struct StateMachine {
     /// shutdown, so `RaftNode::shutdown` waits on the other end to know the engine and the
     /// state store are no longer in use.
     _alive: tokio::sync::oneshot::Sender<()>,
-}
-
-fn io_err(
-    subject: ErrorSubject<NodeId>,
-    verb: ErrorVerb,
-    e: impl Into<AnyError>,
-) -> OrStorageError {
-    StorageIOError::new(subject, verb, e).into()
 }
 
 impl StateMachine {

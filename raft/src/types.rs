@@ -21,6 +21,15 @@ pub type Entry = openraft::Entry<TypeConfig>;
 pub type NodeId = u64;
 pub type RaftLogId = LogId<NodeId>;
 pub type OrStorageError = openraft::StorageError<NodeId>;
+
+/// An I/O failure of the log or the state store, in the shape openraft reports.
+pub fn io_err(
+    subject: openraft::ErrorSubject<NodeId>,
+    verb: openraft::ErrorVerb,
+    e: impl Into<openraft::AnyError>,
+) -> OrStorageError {
+    openraft::StorageIOError::new(subject, verb, e).into()
+}
 pub type StoredMembership = openraft::StoredMembership<NodeId, BasicNode>;
 pub type Membership = openraft::Membership<NodeId, BasicNode>;
 
