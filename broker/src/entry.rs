@@ -118,6 +118,9 @@ impl EntryBuilder {
         encode_effect(&mut self.w, e)
     }
 
+    /// The payload, in the build buffer: it has room for a large cycle (64 KiB at least), so
+    /// what outlives the cycle (the entry cache, pops sharing its bytes) takes an exact-size
+    /// copy (issue 15).
     pub fn finish(mut self) -> Vec<u8> {
         self.w.buf[COUNT_AT..COUNT_AT + 4].copy_from_slice(&self.count.to_le_bytes());
         self.w.buf

@@ -4,6 +4,10 @@ pub mod codec;
 pub mod config;
 pub mod engine;
 pub mod entry;
+#[doc(hidden)]
+pub mod fuzzing;
+mod log_backing;
+pub mod memory;
 mod raft_log;
 pub mod reads;
 mod scrape;

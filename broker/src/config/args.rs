@@ -25,8 +25,13 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "ADDR")]
     pub http_addr: Option<String>,
 
-    /// Largest accepted request body in bytes, 1024..=1073741824
+    /// Largest accepted request body in bytes, 1024..=267386880 (255 MiB, below the log record limit)
     /// [env: QUEEN_MAX_BODY_BYTES] [default: 67108864]
     #[arg(long, value_name = "BYTES")]
     pub max_body_bytes: Option<u64>,
+
+    /// Start even if acknowledged data is damaged or missing, dropping it and logging what was
+    /// dropped [env: QUEEN_ACCEPT_DATA_LOSS] [default: false]
+    #[arg(long)]
+    pub accept_data_loss: bool,
 }

@@ -30,6 +30,9 @@ pub(crate) struct KeySpec {
 pub(crate) const KIB: u64 = 1024;
 pub(crate) const MIB: u64 = 1024 * KIB;
 pub(crate) const GIB: u64 = 1024 * MIB;
+/// The largest `max_body_bytes`: under the log's record limit (256 MiB), since a request is
+/// planned into one log entry and an entry cannot exceed a record.
+pub(crate) const MAX_BODY_BYTES: u64 = 255 * MIB;
 
 /// Every key, in the order `queen config print` and the docs list them.
 pub(crate) const KEYS: &[KeySpec] = &[
@@ -55,7 +58,11 @@ pub(crate) const KEYS: &[KeySpec] = &[
         name: "max_body_bytes",
         env: "QUEEN_MAX_BODY_BYTES",
         flag: Some("--max-body-bytes"),
-        kind: Kind::Uint { min: KIB, max: GIB },
+        // Below the log's 256 MiB record limit: one request becomes (part of) one log entry.
+        kind: Kind::Uint {
+            min: KIB,
+            max: MAX_BODY_BYTES,
+        },
     },
     KeySpec {
         name: "segment_bytes",
@@ -103,6 +110,108 @@ pub(crate) const KEYS: &[KeySpec] = &[
         kind: Kind::Uint { min: 1, max: 600 },
     },
     KeySpec {
+        name: "jwt_audience",
+        env: "QUEEN_JWT_AUDIENCE",
+        flag: None,
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "metrics_require_auth",
+        env: "QUEEN_METRICS_REQUIRE_AUTH",
+        flag: None,
+        kind: Kind::Bool,
+    },
+    KeySpec {
+        name: "http_header_timeout_ms",
+        env: "QUEEN_HTTP_HEADER_TIMEOUT_MS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 100,
+            max: 600_000,
+        },
+    },
+    KeySpec {
+        name: "http_body_timeout_ms",
+        env: "QUEEN_HTTP_BODY_TIMEOUT_MS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 100,
+            max: 3_600_000,
+        },
+    },
+    KeySpec {
+        name: "http_idle_timeout_ms",
+        env: "QUEEN_HTTP_IDLE_TIMEOUT_MS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 100,
+            max: 3_600_000,
+        },
+    },
+    KeySpec {
+        name: "http_max_connections",
+        env: "QUEEN_HTTP_MAX_CONNECTIONS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 1_000_000,
+        },
+    },
+    KeySpec {
+        name: "max_push_items",
+        env: "QUEEN_MAX_PUSH_ITEMS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 1_000_000,
+        },
+    },
+    KeySpec {
+        name: "max_ack_items",
+        env: "QUEEN_MAX_ACK_ITEMS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 1_000_000,
+        },
+    },
+    KeySpec {
+        name: "max_txn_ops",
+        env: "QUEEN_MAX_TXN_OPS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 1_000_000,
+        },
+    },
+    KeySpec {
+        name: "max_trace_bytes",
+        env: "QUEEN_MAX_TRACE_BYTES",
+        flag: None,
+        kind: Kind::Uint {
+            min: KIB,
+            max: 16 * MIB,
+        },
+    },
+    KeySpec {
+        name: "max_new_partitions_per_request",
+        env: "QUEEN_MAX_NEW_PARTITIONS_PER_REQUEST",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 10_000_000,
+        },
+    },
+    KeySpec {
+        name: "max_long_polls",
+        env: "QUEEN_MAX_LONG_POLLS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 1_000_000,
+        },
+    },
+    KeySpec {
         name: "log_json",
         env: "QUEEN_LOG_JSON",
         flag: None,
@@ -113,6 +222,44 @@ pub(crate) const KEYS: &[KeySpec] = &[
         env: "QUEEN_LOG",
         flag: None,
         kind: Kind::Text,
+    },
+    KeySpec {
+        name: "accept_data_loss",
+        env: "QUEEN_ACCEPT_DATA_LOSS",
+        flag: Some("--accept-data-loss"),
+        kind: Kind::Bool,
+    },
+    KeySpec {
+        name: "memory_limit_bytes",
+        env: "QUEEN_MEMORY_LIMIT_BYTES",
+        flag: None,
+        // 0 derives it (docs/memory.md); a set value must be at least 32 MiB (`validate`).
+        kind: Kind::Uint {
+            min: 0,
+            max: 16 * 1024 * GIB,
+        },
+    },
+    KeySpec {
+        name: "http_min_write_rate_bytes",
+        env: "QUEEN_HTTP_MIN_WRITE_RATE_BYTES",
+        flag: None,
+        // 0 turns the minimum off (the idle timeout still cuts a client that reads nothing).
+        kind: Kind::Uint { min: 0, max: GIB },
+    },
+    KeySpec {
+        name: "http_write_rate_window_ms",
+        env: "QUEEN_HTTP_WRITE_RATE_WINDOW_MS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 100,
+            max: 3_600_000,
+        },
+    },
+    KeySpec {
+        name: "http_probe_reserve_connections",
+        env: "QUEEN_HTTP_PROBE_RESERVE_CONNECTIONS",
+        flag: None,
+        kind: Kind::Uint { min: 0, max: 1_000 },
     },
 ];
 

@@ -272,6 +272,9 @@ fn flag_layer(args: &ConfigArgs) -> Layer {
     if let Some(n) = args.max_body_bytes {
         dict.insert("max_body_bytes".into(), Value::from(n));
     }
+    if args.accept_data_loss {
+        dict.insert("accept_data_loss".into(), Value::from(true));
+    }
     Layer {
         name: FLAG_LAYER.into(),
         dict,

@@ -37,10 +37,47 @@ pub struct Config {
     pub checkpoint_interval_secs: u64,
     /// Seconds SIGTERM waits for the drain before aborting what is left.
     pub shutdown_grace_secs: u64,
+    /// When set, bearer tokens must carry this audience (`aud`).
+    pub jwt_audience: Option<String>,
+    /// Whether `/metrics` and `/metrics/prometheus` need a token; unset means "yes when
+    /// `jwt_secret` is set" (see [`Config::metrics_need_token`]).
+    pub metrics_require_auth: Option<bool>,
+    /// A request head must arrive within this many ms.
+    pub http_header_timeout_ms: u64,
+    /// A request body must arrive whole within this many ms.
+    pub http_body_timeout_ms: u64,
+    /// A kept-alive connection idle this many ms is closed.
+    pub http_idle_timeout_ms: u64,
+    /// Most HTTP connections served at once; past it, accepts wait.
+    pub http_max_connections: u64,
+    /// Most items in one push (and across the push operations of one transaction).
+    pub max_push_items: u64,
+    /// Most acknowledgements in one ack batch.
+    pub max_ack_items: u64,
+    /// Most operations in one transaction.
+    pub max_txn_ops: u64,
+    /// Largest trace `data`, as JSON text.
+    pub max_trace_bytes: u64,
+    /// Partitions one push or transaction may create (more is refused whole, 413).
+    pub max_new_partitions_per_request: u64,
+    /// Long-poll pops parked at once on this node (more are answered 503).
+    pub max_long_polls: u64,
     /// Log lines as JSON objects instead of human text.
     pub log_json: bool,
     /// `tracing` filter directives, e.g. `info` or `info,queenmq_raft=debug`.
     pub log: String,
+    /// Start even when recovery finds acknowledged data damaged or missing, dropping it (and
+    /// logging exactly what at ERROR). Off: such a start is refused. docs/storage-format.md.
+    #[serde(default)]
+    pub accept_data_loss: bool,
+    /// The node's memory budget; 0 derives it from the cgroup limit or RAM (docs/memory.md).
+    pub memory_limit_bytes: u64,
+    /// Bytes per second a client must read its answer at once the door waits on it; 0: off.
+    pub http_min_write_rate_bytes: u64,
+    /// The waiting time over which `http_min_write_rate_bytes` is measured, in ms.
+    pub http_write_rate_window_ms: u64,
+    /// Connections beyond `http_max_connections` kept for health probes and metrics.
+    pub http_probe_reserve_connections: u64,
 }
 
 impl Default for Config {
@@ -53,11 +90,28 @@ impl Default for Config {
             segment_bytes: 64 * MIB,
             commit_max_batch: 4_096,
             commit_max_bytes: 4 * MIB,
-            entry_cache_bytes: 256 * MIB,
+            entry_cache_bytes: 64 * MIB,
             checkpoint_interval_secs: 30,
             shutdown_grace_secs: 25,
+            jwt_audience: None,
+            metrics_require_auth: None,
+            http_header_timeout_ms: 10_000,
+            http_body_timeout_ms: 30_000,
+            http_idle_timeout_ms: 60_000,
+            http_max_connections: 10_000,
+            max_push_items: 10_000,
+            max_ack_items: 10_000,
+            max_txn_ops: 10_000,
+            max_trace_bytes: 64 * KIB,
+            max_new_partitions_per_request: 10_000,
+            max_long_polls: 20_000,
             log_json: false,
             log: "info".to_owned(),
+            accept_data_loss: false,
+            memory_limit_bytes: 0,
+            http_min_write_rate_bytes: 16 * KIB,
+            http_write_rate_window_ms: 10_000,
+            http_probe_reserve_connections: 16,
         }
     }
 }
@@ -80,6 +134,15 @@ impl Config {
                 }
             }
         }
+        if self.memory_limit_bytes != 0 && self.memory_limit_bytes < 32 * MIB {
+            return Err(ValueError::Bad {
+                key: "memory_limit_bytes",
+                message: format!(
+                    "= {} is below the 32 MiB a broker needs; use 0 to derive it",
+                    self.memory_limit_bytes
+                ),
+            });
+        }
         if self.data_dir.as_os_str().is_empty() {
             return Err(ValueError::Bad {
                 key: "data_dir",
@@ -91,6 +154,14 @@ impl Config {
                 return Err(ValueError::Bad {
                     key: "jwt_secret",
                     message: "is empty; leave it unset to run without authentication".into(),
+                });
+            }
+        }
+        if let Some(aud) = &self.jwt_audience {
+            if aud.trim().is_empty() {
+                return Err(ValueError::Bad {
+                    key: "jwt_audience",
+                    message: "is empty; leave it unset to accept tokens with any audience".into(),
                 });
             }
         }
@@ -119,6 +190,14 @@ impl Config {
         Duration::from_secs(self.shutdown_grace_secs)
     }
 
+    /// Whether the metrics pages need a token: as configured, else exactly when authentication
+    /// is on (they name every queue and consumer group, which a token-less caller should not
+    /// learn from a broker that otherwise asks for one).
+    pub fn metrics_need_token(&self) -> bool {
+        self.metrics_require_auth
+            .unwrap_or(self.jwt_secret.is_some())
+    }
+
     /// The value of a `Kind::Uint` key by name (0 for any other name).
     pub(crate) fn uint(&self, name: &str) -> u64 {
         match name {
@@ -129,6 +208,20 @@ impl Config {
             "entry_cache_bytes" => self.entry_cache_bytes,
             "checkpoint_interval_secs" => self.checkpoint_interval_secs,
             "shutdown_grace_secs" => self.shutdown_grace_secs,
+            "http_header_timeout_ms" => self.http_header_timeout_ms,
+            "http_body_timeout_ms" => self.http_body_timeout_ms,
+            "http_idle_timeout_ms" => self.http_idle_timeout_ms,
+            "http_max_connections" => self.http_max_connections,
+            "max_push_items" => self.max_push_items,
+            "max_ack_items" => self.max_ack_items,
+            "max_txn_ops" => self.max_txn_ops,
+            "max_trace_bytes" => self.max_trace_bytes,
+            "max_new_partitions_per_request" => self.max_new_partitions_per_request,
+            "max_long_polls" => self.max_long_polls,
+            "memory_limit_bytes" => self.memory_limit_bytes,
+            "http_min_write_rate_bytes" => self.http_min_write_rate_bytes,
+            "http_write_rate_window_ms" => self.http_write_rate_window_ms,
+            "http_probe_reserve_connections" => self.http_probe_reserve_connections,
             _ => 0,
         }
     }
@@ -144,7 +237,10 @@ impl Config {
             "http_addr" => (Some(toml_string(&self.http_addr.to_string())), None),
             "jwt_secret" => (self.jwt_secret.as_ref().map(|_| toml_string("<set>")), None),
             "log_json" => (Some(self.log_json.to_string()), None),
+            "jwt_audience" => (self.jwt_audience.as_deref().map(toml_string), None),
+            "metrics_require_auth" => (self.metrics_require_auth.map(|b| b.to_string()), None),
             "log" => (Some(toml_string(&self.log)), None),
+            "accept_data_loss" => (Some(self.accept_data_loss.to_string()), None),
             other => {
                 let n = self.uint(other);
                 (Some(n.to_string()), human_bytes(other, n))

@@ -16,7 +16,7 @@ pub fn render(loaded: &Loaded) -> String {
         };
         let left = match value {
             Some(v) => format!("{} = {v}", spec.name),
-            None => format!("# {} unset: authentication off", spec.name),
+            None => format!("# {} unset: {}", spec.name, unset_meaning(spec.name)),
         };
         rows.push((left, comment));
     }
@@ -33,4 +33,14 @@ pub fn render(loaded: &Loaded) -> String {
         out.push_str(&format!("# warning: {w}\n"));
     }
     out
+}
+
+/// What leaving an optional key unset means, for the commented line `config print` shows.
+fn unset_meaning(name: &str) -> &'static str {
+    match name {
+        "jwt_secret" => "authentication off",
+        "jwt_audience" => "tokens with any audience accepted",
+        "metrics_require_auth" => "metrics need a token exactly when jwt_secret is set",
+        _ => "default",
+    }
 }

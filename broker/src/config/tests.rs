@@ -65,7 +65,8 @@ fn defaults_alone() {
         "{:?}",
         loaded.sources
     );
-    assert_eq!(loaded.sources.len(), 12);
+    // Every key has a source (an unset optional key's is "default" too).
+    assert_eq!(loaded.sources.len(), super::keys::KEYS.len());
     assert!(loaded.warnings.is_empty());
     assert!(loaded.file.is_none());
     Config::default().validate().expect("defaults are valid");
@@ -171,6 +172,7 @@ fn flags_override_env() {
         http_addr: Some("127.0.0.1:9999".into()),
         max_body_bytes: Some(2048),
         config: None,
+        ..ConfigArgs::default()
     };
     let loaded = load_env(
         &args,
@@ -298,20 +300,23 @@ fn refuses_out_of_range_from_each_layer() {
     );
     assert_eq!(
         err.to_string(),
-        "`max_body_bytes` = 1023 from flag --max-body-bytes is out of range 1024..=1073741824"
+        "`max_body_bytes` = 1023 from flag --max-body-bytes is out of range 1024..=267386880"
     );
 }
 
 #[test]
 fn every_range_bound_is_enforced() {
     let cases: &[(&str, u64, u64)] = &[
-        ("max_body_bytes", 1024, 1 << 30),
+        ("max_body_bytes", 1024, 255 << 20),
+        ("max_new_partitions_per_request", 1, 10_000_000),
+        ("max_long_polls", 1, 1_000_000),
         ("segment_bytes", 1 << 20, 1 << 30),
         ("commit_max_batch", 1, 65_536),
         ("commit_max_bytes", 64 << 10, 256 << 20),
         ("entry_cache_bytes", 1 << 20, 64 << 30),
         ("checkpoint_interval_secs", 1, 3_600),
         ("shutdown_grace_secs", 1, 600),
+        ("memory_limit_bytes", 32 << 20, 16 << 40),
     ];
     for (key, min, max) in cases {
         for (value, ok) in [
@@ -440,4 +445,91 @@ fn render_shows_every_key_origin_and_hides_secret() {
         unset.contains("# jwt_secret unset: authentication off"),
         "{unset}"
     );
+}
+
+#[test]
+fn door_keys_from_env_and_metrics_auth_default() {
+    let plain = load_env(&ConfigArgs::default(), &[]).expect("loads").config;
+    assert!(!plain.metrics_need_token(), "no secret: metrics stay open");
+    let secret = [(
+        "QUEEN_JWT_SECRET",
+        "a-secret-long-enough-for-the-warning-0123",
+    )];
+    let authed = load_env(&ConfigArgs::default(), &secret)
+        .expect("loads")
+        .config;
+    assert!(
+        authed.metrics_need_token(),
+        "auth on: metrics need a token by default"
+    );
+    let open = load_env(
+        &ConfigArgs::default(),
+        &[
+            secret[0],
+            ("QUEEN_METRICS_REQUIRE_AUTH", "false"),
+            ("QUEEN_JWT_AUDIENCE", "queen-prod"),
+            ("QUEEN_HTTP_HEADER_TIMEOUT_MS", "2500"),
+            ("QUEEN_MAX_PUSH_ITEMS", "7"),
+        ],
+    )
+    .expect("loads")
+    .config;
+    assert!(!open.metrics_need_token());
+    assert_eq!(open.jwt_audience.as_deref(), Some("queen-prod"));
+    assert_eq!(open.http_header_timeout_ms, 2_500);
+    assert_eq!(open.max_push_items, 7);
+    let err = load_env(
+        &ConfigArgs::default(),
+        &[("QUEEN_HTTP_MAX_CONNECTIONS", "0")],
+    );
+    assert!(err.is_err(), "a zero connection limit is refused");
+}
+
+#[test]
+fn the_body_limit_stays_below_the_log_record_limit() {
+    let record = u64::from(queenmq_storage::LogOptions::default().max_record_bytes);
+    assert!(super::keys::MAX_BODY_BYTES < record);
+    let err = load_env(
+        &ConfigArgs::default(),
+        &[("QUEEN_MAX_BODY_BYTES", "536870912")],
+    )
+    .expect_err("a body limit above the record limit");
+    assert_eq!(err.key(), Some("max_body_bytes"));
+}
+
+#[test]
+fn accept_data_loss_is_off_by_default_and_set_by_env_or_flag() {
+    let loaded = load_env(&ConfigArgs::default(), &[]).expect("loads");
+    assert!(!loaded.config.accept_data_loss);
+    let loaded = load_env(
+        &ConfigArgs::default(),
+        &[("QUEEN_ACCEPT_DATA_LOSS", "true")],
+    )
+    .expect("env loads");
+    assert!(loaded.config.accept_data_loss);
+    let args = ConfigArgs {
+        accept_data_loss: true,
+        ..ConfigArgs::default()
+    };
+    let loaded = load_env(&args, &[]).expect("flag loads");
+    assert!(loaded.config.accept_data_loss);
+    assert_eq!(
+        loaded.source_of("accept_data_loss"),
+        Some("flag --accept-data-loss")
+    );
+}
+
+#[test]
+fn memory_limit_zero_derives_and_a_tiny_one_is_refused() {
+    let (_d, path) = file("memory_limit_bytes = 0\n");
+    assert!(load_env(&with_file(&path), &[]).is_ok());
+    let (_d, path) = file("memory_limit_bytes = 1\n");
+    let err = load_env(&with_file(&path), &[]).unwrap_err();
+    assert!(err.to_string().contains("memory_limit_bytes"), "{err}");
+    let loaded = load_env(
+        &ConfigArgs::default(),
+        &[("QUEEN_MEMORY_LIMIT_BYTES", "268435456")],
+    )
+    .expect("loads");
+    assert_eq!(loaded.config.memory_limit_bytes, 256 << 20);
 }

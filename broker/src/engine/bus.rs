@@ -21,6 +21,8 @@ pub struct EngineBus {
     log: SharedLog,
     prometheus: PrometheusRender,
     started: std::time::Instant,
+    /// The node's memory budget: admission of writes and the requests pool.
+    memory: Option<Arc<crate::memory::Memory>>,
 }
 
 impl EngineBus {
@@ -36,7 +38,15 @@ impl EngineBus {
             log,
             prometheus,
             started: std::time::Instant::now(),
+            memory: None,
         }
+    }
+
+    /// Refuses writes (retriably) while the node is at its memory budget, and counts the
+    /// requests queued for the engine.
+    pub fn with_memory(mut self, memory: Arc<crate::memory::Memory>) -> Self {
+        self.memory = Some(memory);
+        self
     }
 
     fn health(&self) -> Outcome {
@@ -54,29 +64,31 @@ impl EngineBus {
         }))
     }
 
-    fn metrics_json(&self) -> Outcome {
-        let st = self.shared.lock();
-        let (mut pushed, mut acked, mut dlq) = (0u64, 0u64, 0u64);
-        let mut queues = Vec::new();
-        for q in st.queues.values() {
-            pushed += q.counters.pushed;
-            acked += q.counters.acked;
-            dlq += q.counters.dead_lettered;
-            queues.push(json!({
-                "name": q.name, "partitions": q.partition_order.len(),
-                "pushed": q.counters.pushed, "acked": q.counters.acked,
-                "deadLettered": q.counters.dead_lettered,
-            }));
-        }
+    /// Served from the engine's copy of the state (engine/metrics_sample.rs), off the
+    /// runtime's workers since it may wait for a fresh copy.
+    fn metrics_json(&self) -> BusFuture {
+        let shared = self.shared.clone();
         let s = self.log.status();
-        Outcome::Json(json!({
-            "uptime": self.started.elapsed().as_secs(),
-            "messages": {"pushed": pushed, "acked": acked, "deadLettered": dlq},
-            "queues": queues,
-            "partitions": st.partitions.len(),
-            "consumerGroups": st.groups.len(),
-            "raft": {"role": s.role, "term": s.term, "committed": s.committed, "applied": s.applied},
-        }))
+        let uptime = self.started.elapsed().as_secs();
+        Box::pin(async move {
+            let sample = tokio::task::spawn_blocking(move || shared.sample.get())
+                .await
+                .map_err(|e| {
+                    QueenError::new(
+                        queenmq_protocol::ErrorCode::Internal,
+                        format!("reading the metrics failed: {e}"),
+                    )
+                })?;
+            let mut out = sample.map_or_else(|| json!({}), |s| s.json.clone());
+            if let Some(o) = out.as_object_mut() {
+                o.insert("uptime".into(), json!(uptime));
+                o.insert(
+                    "raft".into(),
+                    json!({"role": s.role, "term": s.term, "committed": s.committed, "applied": s.applied}),
+                );
+            }
+            Ok(Outcome::Json(out))
+        })
     }
 }
 
@@ -85,11 +97,11 @@ impl Bus for EngineBus {
         if cmd.meta().class == CommandClass::NodeLocal {
             let out = match cmd {
                 Command::Health => Ok(self.health()),
-                Command::Metrics(MetricsFormat::Json) => Ok(self.metrics_json()),
+                Command::Metrics(MetricsFormat::Json) => return self.metrics_json(),
                 Command::Metrics(MetricsFormat::Prometheus) => {
                     let render = self.prometheus.clone();
-                    // Scrape-time gauges wait for the state lock and stat the data dir: keep
-                    // that off the runtime's workers.
+                    // Scrape-time gauges may wait for the engine's copy and stat the data dir:
+                    // keep that off the runtime's workers.
                     return Box::pin(async move {
                         tokio::task::spawn_blocking(move || Outcome::Text(render()))
                             .await
@@ -109,11 +121,22 @@ impl Bus for EngineBus {
             return Box::pin(async move { out });
         }
         let tx = self.tx.clone();
+        let mut queued = None;
+        if let Some(m) = &self.memory {
+            if let Err(e) = m.admit(&cmd) {
+                return Box::pin(async move { Err(e) });
+            }
+            queued = Some(crate::memory::Queued::new(m.clone(), &cmd));
+        }
         Box::pin(async move {
             let (reply, rx) = oneshot::channel();
             tx.send(Job { ctx, cmd, reply })
                 .await
                 .map_err(|_| QueenError::unavailable("the engine is shutting down"))?;
+            // In the engine's queue now: the engine subtracts it when it takes it.
+            if let Some(q) = queued {
+                q.handed_over();
+            }
             rx.await
                 .map_err(|_| QueenError::unavailable("the engine stopped before answering"))?
         })

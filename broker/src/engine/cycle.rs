@@ -10,8 +10,11 @@ pub struct Cycle {
     pub number: u64,
     pub now_us: i64,
     pub entry: EntryBuilder,
-    /// Partitions that got an Append in this cycle (their runs point at PENDING_INDEX).
+    /// Partitions that got an Append in this cycle (their runs point at PENDING_INDEX), in
+    /// first-append order; `appended_set` makes the membership test O(1) per append (a linear
+    /// scan here held the engine 38 s for one push to 300 000 partitions).
     pub appended: Vec<u64>,
+    appended_set: HashSet<u64>,
     /// Queues whose deliverable set may have grown: wake their parked pops after commit.
     pub woken_queues: HashSet<String>,
 }
@@ -23,6 +26,7 @@ impl Cycle {
             now_us,
             entry: EntryBuilder::new(number, now_us),
             appended: Vec::new(),
+            appended_set: HashSet::new(),
             woken_queues: HashSet::new(),
         }
     }
@@ -33,7 +37,7 @@ impl Cycle {
         let pos = self.entry.push(&e);
         match &e {
             Effect::Append { pid, .. } => {
-                if !self.appended.contains(pid) {
+                if self.appended_set.insert(*pid) {
                     self.appended.push(*pid);
                 }
                 self.wake_partition(st, *pid);

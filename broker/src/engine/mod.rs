@@ -10,11 +10,15 @@ pub mod apply_handler;
 mod bus;
 mod cache;
 mod cycle;
+mod limits;
 pub mod log;
+mod metrics_sample;
+mod panic_guard;
 mod plan;
 mod reader;
 mod waiters;
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -28,7 +32,9 @@ pub mod bus_prometheus {
 }
 use cache::EntryCache;
 use cycle::Cycle;
+use limits::Limits;
 use log::SharedLog;
+pub use metrics_sample::MetricsSample;
 use plan::{Planner, PopPlan};
 use waiters::Waiters;
 
@@ -45,12 +51,16 @@ pub struct Job {
 /// State shared by the engine task, the Raft apply callback and node-local reads.
 pub struct Shared {
     state: Mutex<State>,
+    /// What `/metrics` renders, copied out of the state by the engine on its own schedule, so
+    /// a scrape never walks the state under its lock.
+    pub sample: metrics_sample::SampleSlot,
 }
 
 impl Shared {
     pub fn new(state: State) -> Arc<Self> {
         Arc::new(Shared {
             state: Mutex::new(state),
+            sample: Default::default(),
         })
     }
 
@@ -68,6 +78,14 @@ pub struct EngineConfig {
     pub checkpoint_interval: Duration,
     pub cache_bytes: usize,
     pub queue_depth: usize,
+    /// The log's largest record: no cycle's entry may pass it.
+    pub record_limit: usize,
+    /// Partitions one push or transaction may create.
+    pub max_new_partitions: usize,
+    /// Long-poll pops parked at once on this node.
+    pub max_long_polls: usize,
+    /// The node's memory pools and budget; None (tests) accounts nothing.
+    pub memory: Option<Arc<crate::memory::Memory>>,
 }
 
 impl Default for EngineConfig {
@@ -78,6 +96,10 @@ impl Default for EngineConfig {
             checkpoint_interval: Duration::from_secs(30),
             cache_bytes: 256 << 20,
             queue_depth: 16_384,
+            record_limit: queenmq_storage::LogOptions::default().max_record_bytes as usize,
+            max_new_partitions: 10_000,
+            max_long_polls: 20_000,
+            memory: None,
         }
     }
 }
@@ -90,12 +112,18 @@ pub struct Engine {
     rx: mpsc::Receiver<Job>,
     cache: EntryCache,
     waiters: Waiters,
+    limits: Limits,
+    /// Jobs a full cycle (by bytes) left for the next one, in arrival order.
+    carry: VecDeque<Job>,
+    /// Test-only fault hook (QUEEN_TEST_PANIC_AFTER_CYCLES): panic after this many cycles.
+    panic_after: Option<u64>,
     /// Queues whose parked pops should be re-planned in the next cycle.
     woken: std::collections::HashSet<String>,
     last_checkpoint: Instant,
     checkpointed_index: Option<u64>,
     /// The checkpoint being written to the state store, if any.
     saving: Option<tokio::task::JoinHandle<SaveResult>>,
+    memory: Option<crate::memory::Accountant>,
 }
 
 /// (applied index, bytes, seconds) of a written checkpoint.
@@ -104,6 +132,8 @@ type SaveResult = Result<(u64, usize, f64), String>;
 /// Long-poll answers leave this much before the client's deadline.
 const REPLY_MARGIN: Duration = Duration::from_millis(50);
 const TICK: Duration = Duration::from_millis(100);
+/// Where a long poll's deadline lands when the client's timeout does not fit in an Instant.
+const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 
 impl Engine {
     pub fn new(
@@ -114,31 +144,44 @@ impl Engine {
     ) -> (Engine, mpsc::Sender<Job>) {
         let (tx, rx) = mpsc::channel(cfg.queue_depth);
         let checkpointed_index = shared.lock().applied.map(|a| a.0);
+        let memory = cfg.memory.clone().map(crate::memory::Accountant::new);
         let engine = Engine {
             shared,
             log,
             store,
             cache: EntryCache::new(cfg.cache_bytes),
-            cfg,
+            cfg: cfg.clone(),
             rx,
-            waiters: Waiters::default(),
+            waiters: Waiters::new(cfg.max_long_polls),
+            limits: Limits::new(cfg.record_limit, cfg.max_bytes, cfg.max_new_partitions),
+            carry: VecDeque::new(),
+            panic_after: panic_guard::test_panic_after(),
             woken: Default::default(),
             last_checkpoint: Instant::now(),
             checkpointed_index,
             saving: None,
+            memory,
         };
         (engine, tx)
     }
 
     /// Runs until `shutdown` turns true (or every bus handle is dropped), then answers parked
-    /// pops empty and writes a final checkpoint.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+    /// pops empty and writes a final checkpoint. A panic inside stops the process with a
+    /// non-zero exit instead of leaving a node that answers 503 for ever: the orchestrator
+    /// restarts it and recovery rebuilds from checkpoint and log.
+    pub async fn run(self, shutdown: watch::Receiver<bool>) {
+        panic_guard::ExitOnPanic::new(self.run_inner(shutdown)).await
+    }
+
+    async fn run_inner(mut self, mut shutdown: watch::Receiver<bool>) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let mut jobs = Vec::new();
+            let mut jobs: Vec<Job> = self.carry.drain(..).collect();
+            // Carried jobs left the requests pool when they were first drained.
+            let carried = jobs.len();
             let mut ticked = false;
-            if self.woken.is_empty() {
+            if self.woken.is_empty() && jobs.is_empty() {
                 tokio::select! {
                     j = self.rx.recv() => match j {
                         Some(j) => jobs.push(j),
@@ -158,7 +201,18 @@ impl Engine {
                     Err(_) => break,
                 }
             }
+            // The requests stay counted until the cycle that plans them has answered: their
+            // payloads live (and are copied into the entry) until then.
+            let drained = self.memory.as_ref().map_or(0, |_| {
+                jobs[carried..].iter().fold(0usize, |a, j| {
+                    a.saturating_add(crate::memory::size::request_bytes(&j.cmd))
+                })
+            });
             self.cycle(jobs, ticked).await;
+            if let Some(m) = &self.memory {
+                m.memory().pools.sub(crate::memory::Pool::Requests, drained);
+            }
+            self.refresh_sample();
             if self.last_checkpoint.elapsed() >= self.cfg.checkpoint_interval {
                 self.checkpoint(false).await;
             }
@@ -179,9 +233,10 @@ impl Engine {
                 cycle: &mut cycle,
                 cache: &mut self.cache,
                 log: self.log.as_ref(),
+                memory: self.cfg.memory.as_deref(),
             };
             let woken = std::mem::take(&mut self.woken);
-            let due = self.waiters.take_due(&woken, ticked);
+            let due = self.waiters.take_due(&woken, ticked, planner.st);
             for w in due {
                 let deadline = w.deadline;
                 match plan_job(&mut planner, w.job) {
@@ -195,22 +250,64 @@ impl Engine {
                     }
                 }
             }
-            for job in jobs {
+            let mut jobs = jobs.into_iter();
+            let mut planned = 0usize;
+            while let Some(job) = jobs.next() {
+                let producer = job.ctx.principal.as_deref();
+                let bound = match self.limits.admit(planner.st, &job.cmd, producer) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        replies.push((job.reply, Err(e)));
+                        continue;
+                    }
+                };
+                let after = planner.cycle.entry.len().saturating_add(bound);
+                // The first job of a cycle is taken whatever the cycle cap (re-planned waiters
+                // may have written first: a big push must not wait behind them for ever), as
+                // long as the entry stays under the record limit.
+                let full = if planned == 0 {
+                    after > self.limits.max_entry_bytes
+                } else {
+                    after > self.limits.cycle_bytes
+                };
+                if full {
+                    // Full by bytes: this job and every later one wait for the next cycle, in
+                    // order, so no entry passes the record limit however the jobs add up.
+                    self.carry.push_back(job);
+                    self.carry.extend(jobs.by_ref());
+                    break;
+                }
+                planned += 1;
                 match plan_job(&mut planner, job) {
                     Planned::Reply(reply, out) => replies.push((reply, out)),
                     Planned::Park(job) => {
+                        let now = Instant::now();
                         let deadline = match &job.cmd {
-                            Command::Pop(p) => Instant::now() + Duration::from_millis(p.timeout_ms),
-                            _ => Instant::now(),
+                            // A client's timeout far in the future must not overflow Instant.
+                            Command::Pop(p) => now
+                                .checked_add(Duration::from_millis(p.timeout_ms))
+                                .unwrap_or(now + MAX_WAIT),
+                            _ => now,
                         };
                         self.waiters.park(job, deadline);
                     }
                 }
             }
+            if let Some(m) = &mut self.memory {
+                let engine = crate::memory::account::EngineSide {
+                    cache_held: self.cache.held_bytes(),
+                    waiters: self.waiters.len(),
+                    waiter_job_size: std::mem::size_of::<Job>(),
+                };
+                m.after_cycle(&st, engine);
+            }
             self.woken = std::mem::take(&mut cycle.woken_queues);
             if cycle.entry.is_empty() {
                 (None, Vec::new(), 0)
             } else {
+                if let Some(n) = self.panic_after {
+                    panic_guard::maybe_panic(n);
+                }
                 st.last_cycle = cycle.number;
                 st.last_now_us = cycle.now_us;
                 let appended = std::mem::take(&mut cycle.appended);
@@ -219,12 +316,19 @@ impl Engine {
         };
         if let Some(entry) = entry {
             let size = entry.len();
-            // The log takes its own copy; the cache keeps this one for pops of fresh messages.
-            let entry = bytes::Bytes::from(entry);
-            match self.log.propose(entry.to_vec()).await {
+            // One copy, as before, but into an exact-size buffer for the cache: the build
+            // buffer (64 KiB at least, up to twice the entry once grown) goes to the log,
+            // which drops it once written. Shrinking in place is not enough: allocators keep
+            // a block that shrinks by less than half (issue 15).
+            let cached = entry.as_slice().to_vec();
+            // The build buffer and the cache's copy are held until the log has the entry.
+            let _copies = self.cfg.memory.clone().map(|m| {
+                crate::memory::Transient::new(m, entry.capacity().saturating_add(cached.len()))
+            });
+            match self.log.propose(entry).await {
                 Ok((index, _term)) => {
                     self.shared.lock().commit_pending_runs(&appended, index);
-                    self.cache.insert(index, entry);
+                    self.cache.insert_vec(index, cached);
                     metrics::histogram!("queen_group_commit_commands").record(replies.len() as f64);
                     metrics::histogram!("queen_group_commit_bytes").record(size as f64);
                     metrics::histogram!("queen_group_commit_seconds")
@@ -270,20 +374,23 @@ impl Engine {
         };
         metrics::histogram!("queen_checkpoint_encode_seconds")
             .record(encoding.elapsed().as_secs_f64());
+        let held = self.memory.as_ref().map(|m| m.checkpoint_started());
         let store = self.store.clone();
         let started = Instant::now();
         let save = tokio::task::spawn_blocking(move || {
             // The transaction-id rows are written here, off the engine (shared frozen blocks).
             let blob = pending.finish();
             let size = blob.len();
-            store
+            let saved = store
                 .save_checkpoint(&Checkpoint {
                     applied_index: applied.0,
                     applied_term: applied.1,
                     state: blob,
                 })
                 .map(|()| (applied.0, size, started.elapsed().as_secs_f64()))
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string());
+            drop(held);
+            saved
         });
         if last {
             self.finish_save(save.await);
@@ -292,7 +399,19 @@ impl Engine {
         }
     }
 
+    /// Copies what the metrics render out of the state when a scrape asked for it.
+    fn refresh_sample(&mut self) {
+        if !self.shared.sample.wanted() {
+            return;
+        }
+        let sample = MetricsSample::take(&self.shared.lock());
+        self.shared.sample.put(sample);
+    }
+
     fn finish_save(&mut self, res: Result<SaveResult, tokio::task::JoinError>) {
+        if let Some(m) = &mut self.memory {
+            m.checkpoint_done(res.as_ref().ok().and_then(|r| r.as_ref().ok()).map(|r| r.1));
+        }
         match res {
             Ok(Ok((index, size, secs))) => {
                 self.checkpointed_index = Some(index);
@@ -324,9 +443,9 @@ fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
     let out = match &job.cmd {
         Command::Configure(c) => p.plan_configure(c).map(Outcome::Configured),
         Command::DeleteQueue { queue } => Ok(Outcome::Deleted(p.plan_delete_queue(queue))),
-        Command::Push(req) => Ok(Outcome::Pushed(
-            p.plan_push(&req.items, job.ctx.principal.as_deref()),
-        )),
+        Command::Push(req) => p
+            .plan_push(&req.items, job.ctx.principal.as_deref())
+            .map(Outcome::Pushed),
         Command::Pop(req) => match p.plan_pop(req) {
             Ok(PopPlan::Delivered(r)) => Ok(Outcome::Popped(r)),
             Ok(PopPlan::Empty) if req.wait && req.timeout_ms > REPLY_MARGIN.as_millis() as u64 => {
@@ -349,7 +468,7 @@ fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
         Command::Transaction(t) => p
             .plan_transaction(t, job.ctx.principal.as_deref())
             .map(Outcome::Transaction),
-        Command::Trace(t) => Ok(Outcome::Json(p.plan_trace(t))),
+        Command::Trace(t) => p.plan_trace(t).map(Outcome::Json),
         Command::GroupAdmin(g) => p.plan_group_admin(g).map(Outcome::Json),
         Command::Read(r) => {
             let mut reader = p.reader_parts();

@@ -51,7 +51,8 @@ impl MessageReader<'_> {
         from: u64,
         to: u64,
     ) -> Result<Vec<StoredMessage>, String> {
-        let mut out = Vec::with_capacity(to.min(p.next_offset).saturating_sub(from) as usize);
+        let held_from = from.max(p.low_offset());
+        let mut out = Vec::with_capacity(to.min(p.next_offset).saturating_sub(held_from) as usize);
         self.visit_frames(p, from, to, |offset, run, f, entry| {
             // Share the cached entry's bytes; frames of the entry being planned are copied.
             let payload = match entry {
@@ -115,7 +116,8 @@ impl MessageReader<'_> {
         mut each: impl FnMut(u64, &Run, &FrameRef<'_>, Option<&Bytes>),
     ) -> Result<(), String> {
         let to = to.min(p.next_offset);
-        let mut off = from;
+        // Offsets below the first run were forgotten with their lost log records: none to read.
+        let mut off = from.max(p.low_offset());
         while off < to {
             let run = *p
                 .run_of(off)

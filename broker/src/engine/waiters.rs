@@ -1,85 +1,490 @@
-//! Parked long-poll pops, re-planned when their queue may have something (a push, a released
-//! lease) or on the engine tick (lease expiry, delays, window holds), answered empty by their
-//! deadline, dropped when the client is gone so nothing is leased to a dead request.
+//! Parked long-poll pops, found by index rather than by rescanning all of them:
+//!
+//! - by (queue, group): a push or a released lease on a queue wakes that queue's waiters only;
+//! - by (namespace, task) filter: a wake of queue Q wakes the label pops whose filter Q matches
+//!   (four lookups, whatever the number of queues);
+//! - by deadline: each cycle answers the waiters whose deadline is near, oldest first.
+//!
+//! On the engine tick only waiters with a due timer are re-planned: a queue waiter when its
+//! group's wake heap (lease expiries, delays, window holds) has an entry at or before now; a
+//! label waiter when a timer of its group falls due in a queue its labels match. Label
+//! timers are found through the state's time index of wake pushes (`State::wakes`): a tick
+//! touches only the group timers that came due since the last one, whatever the number of
+//! queues and parked groups. The number of waiters is capped per node; past the cap a pop is
+//! answered 503 at once.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use queenmq_protocol::{Command, Outcome, PopSource};
+use queenmq_protocol::{Command, Outcome, PopSource, QueenError};
 
+use super::plan::group_name;
 use super::Job;
+use crate::state::State;
 
 pub struct Waiter {
     pub job: Job,
     pub deadline: Instant,
 }
 
-#[derive(Default)]
-pub struct Waiters {
-    list: Vec<Waiter>,
+type LabelKey = (Option<String>, Option<String>);
+
+enum Key {
+    Queue(String, String),
+    /// The label filter and the pop's group.
+    Label(LabelKey, String),
 }
 
-fn queue_of(job: &Job) -> Option<&str> {
-    match &job.cmd {
-        Command::Pop(p) => match &p.source {
-            PopSource::Queue(q) | PopSource::Partition(q, _) => Some(q),
-            PopSource::Labels { .. } => None,
-        },
-        _ => None,
-    }
+fn key_of(job: &Job) -> Option<Key> {
+    let Command::Pop(p) = &job.cmd else {
+        return None;
+    };
+    let group = group_name(&p.group).to_string();
+    Some(match &p.source {
+        PopSource::Queue(q) | PopSource::Partition(q, _) => Key::Queue(q.clone(), group),
+        PopSource::Labels { namespace, task } => {
+            Key::Label((namespace.clone(), task.clone()), group)
+        }
+    })
+}
+
+struct Parked {
+    waiter: Waiter,
+    key: Key,
+}
+
+pub struct Waiters {
+    parked: HashMap<u64, Parked>,
+    next_id: u64,
+    by_queue: BTreeMap<(String, String), HashSet<u64>>,
+    /// Label waiters by filter, then by group name.
+    by_label: HashMap<LabelKey, HashMap<String, HashSet<u64>>>,
+    by_deadline: BTreeSet<(Instant, u64)>,
+    max: usize,
+    /// Group and queue lookups the last tick made for label timers (tests bound it).
+    label_tick_work: usize,
 }
 
 impl Waiters {
-    pub fn park(&mut self, job: Job, deadline: Instant) {
-        self.list.push(Waiter { job, deadline });
+    pub fn new(max: usize) -> Self {
+        Waiters {
+            parked: HashMap::new(),
+            next_id: 0,
+            by_queue: BTreeMap::new(),
+            by_label: HashMap::new(),
+            by_deadline: BTreeSet::new(),
+            max,
+            label_tick_work: 0,
+        }
     }
 
-    /// Waiters to re-plan now: those of woken queues, label pops on any wake, all on a tick.
-    pub fn take_due(&mut self, woken: &HashSet<String>, ticked: bool) -> Vec<Waiter> {
-        if self.list.is_empty() || (woken.is_empty() && !ticked) {
+    /// Parked pops (the memory accounting counts them).
+    pub fn len(&self) -> usize {
+        self.parked.len()
+    }
+
+    /// Parks a pop until `deadline`, or answers it 503 when the node holds `max` already.
+    pub fn park(&mut self, job: Job, deadline: Instant) {
+        if self.parked.len() >= self.max {
+            self.drop_closed();
+        }
+        if self.parked.len() >= self.max {
+            let _ = job.reply.send(Err(QueenError::unavailable(format!(
+                "too many long polls are waiting on this node (max_long_polls = {}); retry \
+                 later or poll without wait",
+                self.max
+            ))));
+            return;
+        }
+        let Some(key) = key_of(&job) else {
+            let _ = job.reply.send(Ok(Outcome::Popped(Default::default())));
+            return;
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        match &key {
+            Key::Queue(q, g) => {
+                self.by_queue
+                    .entry((q.clone(), g.clone()))
+                    .or_default()
+                    .insert(id);
+            }
+            Key::Label(l, g) => {
+                self.by_label
+                    .entry(l.clone())
+                    .or_default()
+                    .entry(g.clone())
+                    .or_default()
+                    .insert(id);
+            }
+        }
+        self.by_deadline.insert((deadline, id));
+        self.parked.insert(
+            id,
+            Parked {
+                waiter: Waiter { job, deadline },
+                key,
+            },
+        );
+    }
+
+    /// Waiters to re-plan now: those of woken queues (and label pops matching them), and on a
+    /// tick those whose timer is due. A tick drains the state's due timers whether or not
+    /// anyone waits: a label pop parked later was planned (and saw them) just before.
+    pub fn take_due(
+        &mut self,
+        woken: &HashSet<String>,
+        ticked: bool,
+        st: &mut State,
+    ) -> Vec<Waiter> {
+        let now_us = crate::time::wall_clock_us();
+        let due_groups = if ticked {
+            st.wakes.take_due(now_us)
+        } else {
+            Vec::new()
+        };
+        let st = &*st;
+        if self.parked.is_empty() || (woken.is_empty() && !ticked) {
             return Vec::new();
         }
-        let mut due = Vec::new();
-        let mut keep = Vec::with_capacity(self.list.len());
-        for w in self.list.drain(..) {
-            if w.job.reply.is_closed() {
+        let mut ids: Vec<u64> = Vec::new();
+        for q in woken {
+            let from = (q.clone(), String::new());
+            for (_, set) in self
+                .by_queue
+                .range(from..)
+                .take_while(|((qq, _), _)| qq == q)
+            {
+                ids.extend(set.iter().copied());
+            }
+            if self.by_label.is_empty() {
                 continue;
             }
-            let hit = ticked
-                || match queue_of(&w.job) {
-                    Some(q) => woken.contains(q),
-                    None => true,
-                };
-            if hit {
-                due.push(w);
-            } else {
-                keep.push(w);
+            if let Some(queue) = st.queue_named(q) {
+                let (ns, task) = (Some(queue.namespace.clone()), Some(queue.task.clone()));
+                for key in [
+                    (None, None),
+                    (ns.clone(), None),
+                    (None, task.clone()),
+                    (ns, task),
+                ] {
+                    if let Some(groups) = self.by_label.get(&key) {
+                        for set in groups.values() {
+                            ids.extend(set.iter().copied());
+                        }
+                    }
+                }
             }
         }
-        self.list = keep;
+        if ticked {
+            for ((q, g), set) in &self.by_queue {
+                let due = st
+                    .queue_named(q)
+                    .and_then(|queue| queue.groups.get(g))
+                    .and_then(|gid| st.groups.get(gid))
+                    .and_then(|grp| grp.wake.peek())
+                    .is_some_and(|std::cmp::Reverse((t, _))| *t <= now_us);
+                if due {
+                    ids.extend(set.iter().copied());
+                }
+            }
+            self.label_timers_due(st, &due_groups, now_us, &mut ids);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        let mut due = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(w) = self.remove(id) {
+                if !w.job.reply.is_closed() {
+                    due.push(w);
+                }
+            }
+        }
         due
+    }
+
+    /// Label waiters whose group has a timer due (`due_groups`, from the state's time
+    /// index) in a queue their filter matches: per due group, its queue's four filters.
+    fn label_timers_due(
+        &mut self,
+        st: &State,
+        due_groups: &[u64],
+        now_us: i64,
+        ids: &mut Vec<u64>,
+    ) {
+        self.label_tick_work = 0;
+        if self.by_label.is_empty() {
+            return;
+        }
+        for gid in due_groups {
+            self.label_tick_work += 1;
+            let Some(grp) = st.groups.get(gid) else {
+                continue;
+            };
+            // A timer a pop already handled (or of a group since replaced) wakes nobody.
+            if grp
+                .wake
+                .peek()
+                .is_none_or(|std::cmp::Reverse((t, _))| *t > now_us)
+            {
+                continue;
+            }
+            let Some(queue) = st.queues.get(&grp.queue) else {
+                continue;
+            };
+            let (ns, task) = (Some(queue.namespace.clone()), Some(queue.task.clone()));
+            for key in [
+                (None, None),
+                (ns.clone(), None),
+                (None, task.clone()),
+                (ns, task),
+            ] {
+                if let Some(set) = self.by_label.get(&key).and_then(|g| g.get(&grp.name)) {
+                    ids.extend(set.iter().copied());
+                }
+            }
+        }
+    }
+
+    /// Group and queue lookups the last tick made for label timers.
+    #[cfg(test)]
+    pub fn label_tick_work(&self) -> usize {
+        self.label_tick_work
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Waiter> {
+        let p = self.parked.remove(&id)?;
+        self.by_deadline.remove(&(p.waiter.deadline, id));
+        match p.key {
+            Key::Queue(q, g) => {
+                let k = (q, g);
+                if let Some(set) = self.by_queue.get_mut(&k) {
+                    set.remove(&id);
+                    if set.is_empty() {
+                        self.by_queue.remove(&k);
+                    }
+                }
+            }
+            Key::Label(l, g) => {
+                if let Some(groups) = self.by_label.get_mut(&l) {
+                    if let Some(set) = groups.get_mut(&g) {
+                        set.remove(&id);
+                        if set.is_empty() {
+                            groups.remove(&g);
+                        }
+                    }
+                    if groups.is_empty() {
+                        self.by_label.remove(&l);
+                    }
+                }
+            }
+        }
+        Some(p.waiter)
+    }
+
+    /// Forgets waiters whose client is gone (only when the cap is reached: it walks them all).
+    fn drop_closed(&mut self) {
+        let closed: Vec<u64> = self
+            .parked
+            .iter()
+            .filter(|(_, p)| p.waiter.job.reply.is_closed())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in closed {
+            self.remove(id);
+        }
     }
 
     /// Answers waiters whose deadline is within `margin` empty.
     pub fn expire(&mut self, margin: Duration) {
-        let now = Instant::now();
-        let mut keep = Vec::with_capacity(self.list.len());
-        for w in self.list.drain(..) {
-            if w.job.reply.is_closed() {
-                continue;
+        let limit = Instant::now() + margin;
+        while let Some(&(deadline, id)) = self.by_deadline.first() {
+            if deadline > limit {
+                break;
             }
-            if now + margin >= w.deadline {
+            if let Some(w) = self.remove(id) {
                 let _ = w.job.reply.send(Ok(Outcome::Popped(Default::default())));
             } else {
-                keep.push(w);
+                self.by_deadline.remove(&(deadline, id));
             }
         }
-        self.list = keep;
     }
 
     pub fn answer_all_empty(&mut self) {
-        for w in self.list.drain(..) {
-            let _ = w.job.reply.send(Ok(Outcome::Popped(Default::default())));
+        let ids: Vec<u64> = self.parked.keys().copied().collect();
+        for id in ids {
+            if let Some(w) = self.remove(id) {
+                let _ = w.job.reply.send(Ok(Outcome::Popped(Default::default())));
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use queenmq_protocol::{PopReq, Subscription};
+    use tokio::sync::oneshot;
+
+    use super::*;
+    use crate::entry::Effect;
+    use crate::state::config::QueueConfig;
+    use crate::state::model::{CursorRow, LeaseRow};
+    use crate::state::Loc;
+
+    const QUEUES: u64 = 2000;
+    const GROUPS: u64 = 300;
+
+    fn label_pop(group: String) -> Command {
+        Command::Pop(PopReq {
+            source: PopSource::Labels {
+                namespace: Some("ns".into()),
+                task: None,
+            },
+            group: Some(group),
+            batch: 1,
+            partitions: 1,
+            wait: true,
+            timeout_ms: 30_000,
+            auto_ack: false,
+            subscription: Subscription::All,
+            lease_seconds: None,
+            autopilot: false,
+        })
+    }
+
+    /// A lease of group `gid` on partition `pid` expiring at `expires_us`.
+    fn lease(st: &mut State, gid: u64, pid: u64, expires_us: i64) {
+        let row = CursorRow {
+            lease: Some(LeaseRow {
+                id: u128::from(gid),
+                end: 1,
+                expires_us,
+                seconds: 60,
+            }),
+            ..Default::default()
+        };
+        st.apply(
+            &Effect::CursorPut { gid, pid, row },
+            0,
+            Loc { index: 1, pos: 0 },
+        );
+    }
+
+    #[test]
+    fn a_tick_with_nothing_due_does_no_work_per_queue_or_group() {
+        let loc = Loc { index: 1, pos: 0 };
+        let mut st = State::default();
+        for qid in 1..=QUEUES {
+            let name = format!("q{qid}");
+            st.apply(
+                &Effect::QueueUpsert {
+                    qid,
+                    name: &name,
+                    namespace: "ns",
+                    task: "",
+                    configured: true,
+                    config: QueueConfig::default(),
+                },
+                0,
+                loc,
+            );
+            st.apply(
+                &Effect::PartitionCreate {
+                    qid,
+                    pid: qid,
+                    name: "p",
+                },
+                0,
+                loc,
+            );
+        }
+        // Each group registered in one queue, holding a lease that expires in an hour: a
+        // timer exists for every parked group, none is due.
+        let later = crate::time::wall_clock_us() + 3_600_000_000;
+        for gid in 1..=GROUPS {
+            let name = format!("g{gid}");
+            st.apply(
+                &Effect::GroupRegister {
+                    qid: gid,
+                    gid,
+                    name: &name,
+                    start_from_us: i64::MIN,
+                },
+                0,
+                loc,
+            );
+            lease(&mut st, gid, gid, later);
+        }
+        let mut waiters = Waiters::new(10_000);
+        let mut receivers = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for gid in 1..=GROUPS {
+            let (reply, rx) = oneshot::channel();
+            receivers.push(rx);
+            let job = Job {
+                ctx: Default::default(),
+                cmd: label_pop(format!("g{gid}")),
+                reply,
+            };
+            waiters.park(job, deadline);
+        }
+        let none = HashSet::new();
+        for _ in 0..3 {
+            assert!(waiters.take_due(&none, true, &mut st).is_empty());
+            assert_eq!(
+                waiters.label_tick_work(),
+                0,
+                "nothing due, nothing looked up"
+            );
+        }
+        assert_eq!(waiters.len() as u64, GROUPS);
+
+        // One group's lease runs out: the tick looks that group up once and wakes its waiter.
+        lease(&mut st, 7, 7, 1);
+        let due = waiters.take_due(&none, true, &mut st);
+        assert_eq!(due.len(), 1);
+        let Command::Pop(p) = &due[0].job.cmd else {
+            panic!("a pop was parked");
+        };
+        assert_eq!(p.group.as_deref(), Some("g7"));
+        assert_eq!(waiters.label_tick_work(), 1);
+        assert!(waiters.take_due(&none, true, &mut st).is_empty());
+        assert_eq!(waiters.label_tick_work(), 0);
+        assert_eq!(waiters.len() as u64, GROUPS - 1);
+    }
+
+    #[test]
+    fn a_woken_queue_still_wakes_every_group_of_a_matching_filter() {
+        let loc = Loc { index: 1, pos: 0 };
+        let mut st = State::default();
+        st.apply(
+            &Effect::QueueUpsert {
+                qid: 1,
+                name: "q1",
+                namespace: "ns",
+                task: "",
+                configured: true,
+                config: QueueConfig::default(),
+            },
+            0,
+            loc,
+        );
+        let mut waiters = Waiters::new(10);
+        let mut receivers = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for g in ["a", "b", "a"] {
+            let (reply, rx) = oneshot::channel();
+            receivers.push(rx);
+            let job = Job {
+                ctx: Default::default(),
+                cmd: label_pop(g.into()),
+                reply,
+            };
+            waiters.park(job, deadline);
+        }
+        let woken: HashSet<String> = ["q1".to_string()].into();
+        assert_eq!(waiters.take_due(&woken, false, &mut st).len(), 3);
+        assert_eq!(waiters.len(), 0);
+        assert!(waiters.by_label.is_empty(), "emptied indexes are removed");
     }
 }

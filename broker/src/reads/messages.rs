@@ -65,8 +65,12 @@ pub fn list(
     rd: &mut ReaderHandle<'_>,
     queue: Option<&str>,
     limit: usize,
+    offset: usize,
 ) -> Result<Value, QueenError> {
     let mut out = Vec::new();
+    // Rows rank newest-first per partition; a page skips `offset` of them and reads only the
+    // rows it answers, so a deep page never reads the whole queue.
+    let mut skipped = 0usize;
     let mut qs: Vec<_> = st
         .queues
         .values()
@@ -75,12 +79,21 @@ pub fn list(
     qs.sort_by(|a, b| a.name.cmp(&b.name));
     'outer: for q in qs {
         for pid in &q.partition_order {
+            if out.len() >= limit {
+                break 'outer;
+            }
             let Some(p) = st.partitions.get(pid) else {
                 continue;
             };
-            let from = p.next_offset.saturating_sub(limit as u64);
+            let skip_here = (offset.saturating_sub(skipped) as u64).min(p.next_offset);
+            skipped = skipped.saturating_add(skip_here as usize);
+            let end = p.next_offset - skip_here;
+            if end == 0 {
+                continue;
+            }
+            let start = end.saturating_sub(limit.saturating_sub(out.len()) as u64);
             let msgs = rd
-                .read(p, from, p.next_offset)
+                .read(p, start, end)
                 .map_err(|e| QueenError::new(queenmq_protocol::ErrorCode::Internal, e))?;
             for m in msgs {
                 if out.len() >= limit {
@@ -94,7 +107,8 @@ pub fn list(
             }
         }
     }
-    Ok(json!({ "messages": out }))
+    let total = out.len();
+    Ok(json!({ "messages": out, "total": total, "limit": limit, "offset": offset }))
 }
 
 pub fn dlq(st: &State, rd: &mut ReaderHandle<'_>, query: &DlqQuery) -> Result<Value, QueenError> {

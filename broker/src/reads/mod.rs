@@ -19,21 +19,29 @@ use crate::state::State;
 pub fn answer(st: &State, rd: &mut ReaderHandle<'_>, req: &ReadReq) -> Result<Value, QueenError> {
     match req {
         ReadReq::Queues => Ok(queues::list(st)),
-        ReadReq::Queue { queue } => queues::one(st, queue),
-        ReadReq::QueueDepth { queue, group } => queues::depth(st, queue, group.as_deref()),
+        ReadReq::Queue { queue, page } => queues::one(st, queue, *page),
+        ReadReq::QueueDepth { queue, group, page } => {
+            queues::depth(st, queue, group.as_deref(), *page)
+        }
         ReadReq::Overview => Ok(queues::overview(st)),
         ReadReq::Namespaces => Ok(queues::labels(st, true)),
         ReadReq::Tasks => Ok(queues::labels(st, false)),
-        ReadReq::Partitions { queue, limit } => {
-            Ok(queues::partitions(st, queue.as_deref(), *limit))
-        }
+        ReadReq::Partitions {
+            queue,
+            limit,
+            offset,
+        } => Ok(queues::partitions(st, queue.as_deref(), *limit, *offset)),
         ReadReq::Status | ReadReq::StatusQueues => Ok(queues::status(st, None)),
         ReadReq::StatusQueue { queue } => Ok(queues::status(st, Some(queue))),
         ReadReq::Message {
             partition_id,
             transaction_id,
         } => messages::one(st, rd, partition_id, transaction_id),
-        ReadReq::Messages { queue, limit } => messages::list(st, rd, queue.as_deref(), *limit),
+        ReadReq::Messages {
+            queue,
+            limit,
+            offset,
+        } => messages::list(st, rd, queue.as_deref(), *limit, *offset),
         ReadReq::Dlq(q) => messages::dlq(st, rd, q),
         ReadReq::TraceNames { limit, offset } => Ok(messages::trace_names(st, *limit, *offset)),
         ReadReq::TracesByName {

@@ -1,6 +1,6 @@
 //! Queue, partition and status documents.
 
-use queenmq_protocol::{QueenError, QUEUE_MODE_GROUP};
+use queenmq_protocol::{Page, QueenError, QUEUE_MODE_GROUP};
 use serde_json::{json, Value};
 
 use super::committed_of;
@@ -102,7 +102,12 @@ pub fn list(st: &State) -> Value {
     json!({"queues": queues, "kvRows": 0, "kvBytes": 0, "timerRows": 0, "timerBytes": 0})
 }
 
-pub fn one(st: &State, name: &str) -> Result<Value, QueenError> {
+/// The page's rows as `{limit, offset, total}`, so a client can ask for the next one.
+fn page_json(page: Page, total: usize) -> Value {
+    json!({"limit": page.limit, "offset": page.offset, "total": total})
+}
+
+pub fn one(st: &State, name: &str, page: Page) -> Result<Value, QueenError> {
     let q = st
         .queue_named(name)
         .ok_or_else(|| QueenError::not_found("Queue not found"))?;
@@ -110,6 +115,8 @@ pub fn one(st: &State, name: &str) -> Result<Value, QueenError> {
     let parts: Vec<Value> = q
         .partition_order
         .iter()
+        .skip(page.offset)
+        .take(page.limit)
         .filter_map(|pid| st.partitions.get(pid))
         .map(|p| {
             json!({
@@ -123,11 +130,12 @@ pub fn one(st: &State, name: &str) -> Result<Value, QueenError> {
         })
         .collect();
     doc["partitions"] = Value::Array(parts);
+    doc["partitionsPage"] = page_json(page, q.partition_order.len());
     doc["totals"] = messages_json(st, q);
     Ok(doc)
 }
 
-pub fn depth(st: &State, name: &str, group: Option<&str>) -> Result<Value, QueenError> {
+pub fn depth(st: &State, name: &str, group: Option<&str>, page: Page) -> Result<Value, QueenError> {
     let q = st
         .queue_named(name)
         .ok_or_else(|| QueenError::not_found("Queue not found"))?;
@@ -136,7 +144,7 @@ pub fn depth(st: &State, name: &str, group: Option<&str>) -> Result<Value, Queen
     let now = st.last_now_us;
     let mut parts = Vec::new();
     let (mut pending, mut processing, mut pp, mut pr) = (0u64, 0u64, 0u64, 0u64);
-    for pid in &q.partition_order {
+    for (i, pid) in q.partition_order.iter().enumerate() {
         let Some(p) = st.partitions.get(pid) else {
             continue;
         };
@@ -151,15 +159,19 @@ pub fn depth(st: &State, name: &str, group: Option<&str>) -> Result<Value, Queen
         processing += proc_;
         pp += u64::from(pend > 0);
         pr += u64::from(ready > 0);
-        parts.push(
-            json!({"partition": p.name, "pending": pend, "processing": proc_, "ready": ready}),
-        );
+        // Totals cover every partition; only the listed rows are paged.
+        if i >= page.offset && parts.len() < page.limit {
+            parts.push(
+                json!({"partition": p.name, "pending": pend, "processing": proc_, "ready": ready}),
+            );
+        }
     }
     let ready = pending.saturating_sub(processing);
     Ok(json!({
         "queue": name, "group": gname, "pending": pending, "processing": processing,
         "ready": ready, "partitionsPending": pp, "partitionsReady": pr, "conflation": false,
         "effectivePending": pending, "effectiveReady": ready, "partitions": parts,
+        "partitionsPage": page_json(page, q.partition_order.len()),
     }))
 }
 
@@ -222,15 +234,21 @@ pub fn labels(st: &State, namespaces: bool) -> Value {
     }
 }
 
-pub fn partitions(st: &State, queue: Option<&str>, limit: usize) -> Value {
+pub fn partitions(st: &State, queue: Option<&str>, limit: usize, offset: usize) -> Value {
     let mut rows = Vec::new();
+    let (mut total, mut skipped) = (0usize, 0usize);
     for q in sorted_queues(st) {
         if queue.is_some_and(|n| n != q.name) {
             continue;
         }
+        total += q.partition_order.len();
         for pid in &q.partition_order {
             if rows.len() >= limit {
                 break;
+            }
+            if skipped < offset {
+                skipped += 1;
+                continue;
             }
             if let Some(p) = st.partitions.get(pid) {
                 rows.push(json!({
@@ -241,7 +259,7 @@ pub fn partitions(st: &State, queue: Option<&str>, limit: usize) -> Value {
             }
         }
     }
-    json!({ "partitions": rows })
+    json!({ "partitions": rows, "limit": limit, "offset": offset, "total": total })
 }
 
 pub fn status(st: &State, only: Option<&str>) -> Value {

@@ -38,7 +38,7 @@ pub fn parse_status(text: &str) -> Memory {
 }
 
 /// `"   123456 kB"` → bytes. The kernel always writes kB here; another unit is not guessed.
-fn kib(value: &str) -> Option<u64> {
+pub(crate) fn kib(value: &str) -> Option<u64> {
     let n = value
         .trim()
         .strip_suffix(" kB")?

@@ -1,9 +1,10 @@
 //! Gauges read at scrape time, just before the Prometheus text is rendered: queue depth and
-//! group lag, Raft positions, disk and memory. They cost nothing between scrapes, and nothing
+//! group lag (from the copy the engine takes, see engine/metrics_sample.rs), Raft positions,
+//! disk and memory. They cost nothing between scrapes, and nothing
 //! per message; the event counters and histograms are recorded where the events happen.
 
 mod disk;
-mod memory;
+pub(crate) mod memory;
 mod queues;
 mod raft;
 
@@ -15,6 +16,7 @@ use queenmq_storage::SegmentLog;
 use crate::engine::bus_prometheus::Render;
 use crate::engine::log::SharedLog;
 use crate::engine::Shared;
+pub use queues::{sample as sample_queues, Sample as QueuesSample};
 
 pub struct Scrape {
     pub shared: Arc<Shared>,
@@ -33,8 +35,10 @@ impl Scrape {
             let (s, seen) = &*scrape;
             // One scrape at a time, so the label sets `seen` remembers are those last set.
             let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
-            let sample = queues::sample(&s.shared.lock());
-            queues::record(&sample, crate::time::wall_clock_us(), &mut seen);
+            // The engine's copy, never the state itself: a scrape must not stall a cycle.
+            if let Some(sample) = s.shared.sample.get() {
+                queues::record(&sample.gauges, crate::time::wall_clock_us(), &mut seen);
+            }
             raft::record(&s.log.status());
             disk::record(&s.segments, &s.data_dir);
             memory::record();

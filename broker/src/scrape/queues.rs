@@ -24,8 +24,9 @@ pub struct Sample {
     pub partitions: usize,
 }
 
-/// Runs under the state lock, which the engine needs for every cycle: it only copies numbers
-/// out (queues × groups × partitions steps) and the gauges are set after the lock is gone.
+/// Runs under the state lock, taken by the engine between its cycles (engine/metrics_sample.rs),
+/// never by a scrape: it only copies numbers out (queues × groups × partitions steps) and the
+/// gauges are set after the lock is gone.
 pub fn sample(st: &State) -> Sample {
     let queues = st
         .queues

@@ -2,28 +2,46 @@
 
 pub mod config;
 mod fifo;
+mod forget;
 pub mod frame;
+mod label_index;
 pub mod model;
 mod name_index;
 mod partition_table;
 mod snapshot;
 mod txn_ids;
+mod wake_index;
 
 use std::cmp::Reverse;
 use std::collections::{HashMap, VecDeque};
 
 use crate::entry::Effect;
+pub use forget::Forgotten;
+pub use label_index::LabelIndex;
 use model::*;
 pub use name_index::NameIndex;
 pub use partition_table::PartitionTable;
 pub use txn_ids::{TxnIds, TxnRow, TxnSnapshot};
+pub use wake_index::WakeIndex;
 
-pub use snapshot::{begin_checkpoint, decode_state, encode_state};
+pub use snapshot::{
+    begin_checkpoint, decode_state, encode_state, MAX_NEXT_GROUP_ID, MAX_NEXT_PARTITION_ID,
+    MAX_NEXT_QUEUE_ID,
+};
 
 /// How long ack resolution keeps transaction ids when the dedup window is shorter.
 const MIN_TXN_MEMORY_US: i64 = 600 * 1_000_000;
-/// Traces kept (oldest dropped first).
-const MAX_TRACES: usize = 100_000;
+/// The longest transaction ids are remembered, whatever a queue's dedupWindowSeconds says: a
+/// huge window must not keep every id in memory for ever. Past it a repeated id is a new message.
+pub const MAX_TXN_MEMORY_US: i64 = 7 * 24 * 3600 * 1_000_000;
+/// Traces kept, and the bytes they may hold (oldest dropped first past either).
+///
+/// These bounds are constants, not configuration, because `apply` enforces them and must give
+/// the same state on every replay and every replica, whatever a node was started with.
+pub const MAX_TRACES: usize = 100_000;
+pub const MAX_TRACE_BYTES: usize = 64 << 20;
+/// Dead-letter rows kept per queue; past it the oldest row is evicted (a FIFO).
+pub const MAX_DLQ_ROWS_PER_QUEUE: usize = 100_000;
 
 #[derive(Default)]
 pub struct State {
@@ -37,6 +55,8 @@ pub struct State {
     pub next_group_id: u64,
     pub queues: HashMap<u64, Queue>,
     pub queue_by_name: HashMap<String, u64>,
+    /// Derived: queue ids by namespace and by task, for label pops.
+    pub labels: LabelIndex,
     pub partitions: PartitionTable,
     pub groups: HashMap<u64, Group>,
     /// Derived: lease id → (group, partition) rows holding it.
@@ -47,6 +67,10 @@ pub struct State {
     /// Derived: how long transaction ids are remembered, the longest dedup window of any
     /// queue ever configured (at least `MIN_TXN_MEMORY_US`).
     pub txn_keep_us: i64,
+    /// Derived: the sum of `TraceRow::stored_bytes` over `traces`.
+    pub trace_bytes: usize,
+    /// Derived: every push onto a group's `wake` heap, by time (the engine tick drains it).
+    pub wakes: WakeIndex,
 }
 
 /// Where an effect's bytes live, so runs can point at them.
@@ -63,6 +87,34 @@ impl State {
             .and_then(|id| self.queues.get(id))
     }
 
+    /// A group as `GroupRegister` makes it (every partition of the queue ready), without
+    /// registering it: a pop plans against it before deciding to register.
+    pub fn new_group(
+        &self,
+        qid: u64,
+        gid: u64,
+        name: &str,
+        start_from_us: i64,
+        now_us: i64,
+    ) -> Option<Group> {
+        let q = self.queues.get(&qid)?;
+        let mut g = Group {
+            id: gid,
+            queue: qid,
+            name: name.to_string(),
+            start_from_us,
+            created_us: now_us,
+            cursors: HashMap::new(),
+            ready: VecDeque::new(),
+            in_ready: Default::default(),
+            wake: Default::default(),
+        };
+        for pid in &q.partition_order {
+            g.mark_ready(*pid);
+        }
+        Some(g)
+    }
+
     /// Applies one effect. Pure: the effect carries every time and id.
     pub fn apply(&mut self, e: &Effect<'_>, now_us: i64, loc: Loc) {
         match e {
@@ -74,7 +126,8 @@ impl State {
                 configured,
                 config,
             } => {
-                self.next_queue_id = self.next_queue_id.max(qid + 1);
+                self.next_queue_id = self.next_queue_id.max(qid.saturating_add(1));
+                let is_new = !self.queues.contains_key(qid);
                 let q = self.queues.entry(*qid).or_insert_with(|| Queue {
                     id: *qid,
                     name: name.to_string(),
@@ -86,9 +139,13 @@ impl State {
                     partitions: NameIndex::default(),
                     partition_order: Vec::new(),
                     groups: HashMap::new(),
-                    dlq: Vec::new(),
+                    dlq: VecDeque::new(),
                     counters: QueueCounters::default(),
                 });
+                if is_new || q.namespace != *namespace || q.task != *task {
+                    self.labels.remove(*qid, &q.namespace, &q.task);
+                    self.labels.insert(*qid, namespace, task);
+                }
                 q.namespace = namespace.to_string();
                 q.task = task.to_string();
                 q.config = config.clone();
@@ -98,6 +155,13 @@ impl State {
             }
             Effect::QueueDelete { qid } => self.delete_queue(*qid),
             Effect::PartitionCreate { qid, pid, name } => {
+                // The planner hands out no such id; an entry carrying one (an older build, a
+                // damaged log) is skipped on every replica alike: kept, it would make every
+                // later checkpoint one that decode refuses.
+                if *pid >= MAX_NEXT_PARTITION_ID {
+                    tracing::warn!(pid, "partition create past the id limit skipped");
+                    return;
+                }
                 self.next_partition_id = self.next_partition_id.max(pid + 1);
                 if let Some(q) = self.queues.get_mut(qid) {
                     q.partition_order.push(*pid);
@@ -129,24 +193,17 @@ impl State {
                 name,
                 start_from_us,
             } => {
+                // u64::MAX marks a deleted group row in a checkpoint (see PartitionCreate).
+                if *gid == MAX_NEXT_GROUP_ID {
+                    tracing::warn!(gid, "group register past the id limit skipped");
+                    return;
+                }
                 self.next_group_id = self.next_group_id.max(gid + 1);
-                let Some(q) = self.queues.get_mut(qid) else {
+                let Some(g) = self.new_group(*qid, *gid, name, *start_from_us, now_us) else {
                     return;
                 };
-                q.groups.insert(name.to_string(), *gid);
-                let mut g = Group {
-                    id: *gid,
-                    queue: *qid,
-                    name: name.to_string(),
-                    start_from_us: *start_from_us,
-                    created_us: now_us,
-                    cursors: HashMap::new(),
-                    ready: VecDeque::new(),
-                    in_ready: Default::default(),
-                    wake: Default::default(),
-                };
-                for pid in &q.partition_order {
-                    g.mark_ready(*pid);
+                if let Some(q) = self.queues.get_mut(qid) {
+                    q.groups.insert(name.to_string(), *gid);
                 }
                 self.groups.insert(*gid, g);
             }
@@ -164,7 +221,10 @@ impl State {
                 };
                 if let Some(q) = self.queues.get_mut(&g.queue) {
                     q.counters.dead_lettered += 1;
-                    q.dlq.push(DlqRow {
+                    while q.dlq.len() >= MAX_DLQ_ROWS_PER_QUEUE {
+                        q.dlq.pop_front();
+                    }
+                    q.dlq.push_back(DlqRow {
                         group: g.name.clone(),
                         partition: *pid,
                         offset: *offset,
@@ -182,10 +242,7 @@ impl State {
                 event_type,
                 data,
             } => {
-                if self.traces.len() >= MAX_TRACES {
-                    self.traces.pop_front();
-                }
-                self.traces.push_back(TraceRow {
+                let row = TraceRow {
                     partition: *pid,
                     transaction_id: txn.to_string(),
                     group: group.to_string(),
@@ -193,7 +250,18 @@ impl State {
                     event_type: event_type.to_string(),
                     data: data.to_string(),
                     at_us: now_us,
-                });
+                };
+                let size = row.stored_bytes();
+                while !self.traces.is_empty()
+                    && (self.traces.len() >= MAX_TRACES
+                        || self.trace_bytes.saturating_add(size) > MAX_TRACE_BYTES)
+                {
+                    if let Some(old) = self.traces.pop_front() {
+                        self.trace_bytes = self.trace_bytes.saturating_sub(old.stored_bytes());
+                    }
+                }
+                self.trace_bytes = self.trace_bytes.saturating_add(size);
+                self.traces.push_back(row);
             }
         }
     }
@@ -231,8 +299,9 @@ impl State {
             }
         }
         self.txn_ids.record(now_us, pid, base, hashes);
-        self.txn_ids
-            .expire(now_us - self.txn_keep_us.max(MIN_TXN_MEMORY_US));
+        self.txn_ids.expire(
+            now_us.saturating_sub(self.txn_keep_us.clamp(MIN_TXN_MEMORY_US, MAX_TXN_MEMORY_US)),
+        );
     }
 
     /// Keeps `txn_keep_us` at the longest dedup window (one FIFO serves every queue, so rows
@@ -241,7 +310,7 @@ impl State {
         self.txn_keep_us = self
             .txn_keep_us
             .max(seconds.saturating_mul(1_000_000))
-            .max(MIN_TXN_MEMORY_US);
+            .clamp(MIN_TXN_MEMORY_US, MAX_TXN_MEMORY_US);
     }
 
     fn put_cursor(&mut self, gid: u64, pid: u64, row: CursorRow) {
@@ -271,6 +340,7 @@ impl State {
                     v.push((gid, pid));
                 }
                 g.wake.push(Reverse((l.expires_us, pid)));
+                self.wakes.insert(l.expires_us, gid);
             }
             // A released partition is only worth a ready hint when it still has a backlog; an
             // empty one gets its hint from the next append. Stale hints cost every later pop a
@@ -306,6 +376,7 @@ impl State {
             return;
         };
         self.queue_by_name.remove(&q.name);
+        self.labels.remove(qid, &q.namespace, &q.task);
         for gid in q.groups.values() {
             self.delete_group(*gid);
         }
@@ -326,5 +397,94 @@ impl State {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod bound_tests {
+    use super::*;
+
+    #[test]
+    fn the_dlq_keeps_the_newest_rows_and_traces_stay_under_their_byte_cap() {
+        let mut st = State::default();
+        let loc = Loc { index: 1, pos: 0 };
+        st.apply(
+            &Effect::QueueUpsert {
+                qid: 1,
+                name: "q",
+                namespace: "",
+                task: "",
+                configured: true,
+                config: Default::default(),
+            },
+            0,
+            loc,
+        );
+        st.apply(
+            &Effect::PartitionCreate {
+                qid: 1,
+                pid: 1,
+                name: "p",
+            },
+            0,
+            loc,
+        );
+        st.apply(
+            &Effect::GroupRegister {
+                qid: 1,
+                gid: 1,
+                name: "g",
+                start_from_us: i64::MIN,
+            },
+            0,
+            loc,
+        );
+        for offset in 0..(MAX_DLQ_ROWS_PER_QUEUE as u64 + 5) {
+            st.apply(
+                &Effect::DlqInsert {
+                    gid: 1,
+                    pid: 1,
+                    offset,
+                    retries: 3,
+                    error: "e",
+                },
+                0,
+                loc,
+            );
+        }
+        let q = st.queue_named("q").unwrap();
+        assert_eq!(q.dlq.len(), MAX_DLQ_ROWS_PER_QUEUE);
+        assert_eq!(
+            q.dlq.front().unwrap().offset,
+            5,
+            "oldest rows evicted first"
+        );
+        assert_eq!(q.counters.dead_lettered, MAX_DLQ_ROWS_PER_QUEUE as u64 + 5);
+
+        let data = "x".repeat(60 * 1024);
+        for _ in 0..(MAX_TRACE_BYTES / data.len() + 10) {
+            st.apply(
+                &Effect::TraceAppend {
+                    pid: 1,
+                    txn: "t",
+                    group: "g",
+                    names: vec!["n"],
+                    event_type: "info",
+                    data: &data,
+                },
+                0,
+                loc,
+            );
+        }
+        assert!(st.trace_bytes <= MAX_TRACE_BYTES);
+        let sum: usize = st.traces.iter().map(TraceRow::stored_bytes).sum();
+        assert_eq!(sum, st.trace_bytes);
+    }
+
+    #[test]
+    fn a_huge_dedup_window_is_capped() {
+        let mut st = State::default();
+        st.note_dedup_window(i64::MAX);
+        assert_eq!(st.txn_keep_us, MAX_TXN_MEMORY_US);
     }
 }

@@ -24,7 +24,8 @@ pub struct Queue {
     pub partition_order: Vec<u64>,
     /// Group name → group id.
     pub groups: HashMap<String, u64>,
-    pub dlq: Vec<DlqRow>,
+    /// Oldest first; at most [`super::MAX_DLQ_ROWS_PER_QUEUE`], the oldest evicted past it.
+    pub dlq: VecDeque<DlqRow>,
     pub counters: QueueCounters,
 }
 
@@ -75,6 +76,14 @@ pub fn test_partition(id: u64, name: &str) -> Partition {
 }
 
 impl Partition {
+    /// The first offset whose message is still held: 0, unless messages whose log records
+    /// were lost were forgotten (accept_data_loss; state/forget.rs). Nothing below it exists.
+    pub fn low_offset(&self) -> u64 {
+        self.runs
+            .first()
+            .map_or(self.next_offset, |r| r.base_offset)
+    }
+
     /// The run holding `offset`, if any.
     pub fn run_of(&self, offset: u64) -> Option<&Run> {
         let i = self.runs.partition_point(|r| r.base_offset <= offset);
@@ -165,9 +174,26 @@ pub struct TraceRow {
     pub at_us: i64,
 }
 
+impl TraceRow {
+    /// What the row holds in memory, roughly: its strings and a fixed overhead.
+    pub fn stored_bytes(&self) -> usize {
+        128 + self.transaction_id.len()
+            + self.group.len()
+            + self.names.iter().map(|n| n.len() + 24).sum::<usize>()
+            + self.event_type.len()
+            + self.data.len()
+    }
+}
+
+/// Seconds (a client or queue option) to microseconds, saturating: a huge value means "for
+/// ever", never a wrapped negative time.
+pub fn secs_us(secs: i64) -> i64 {
+    secs.saturating_mul(1_000_000)
+}
+
 pub fn cursor_start(p: &Partition, start_from_us: i64) -> u64 {
     if start_from_us == i64::MIN {
-        0
+        p.low_offset()
     } else {
         p.first_offset_at_or_after(start_from_us)
     }

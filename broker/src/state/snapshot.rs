@@ -12,6 +12,15 @@ use crate::entry::{decode_cursor, encode_cursor};
 
 /// 2: transaction ids as one FIFO of Appends after the queues (1 kept one per partition).
 const CHECKPOINT_VERSION: u8 = 2;
+/// Partition ids index a dense table (`PartitionTable`), so an id read from a checkpoint sizes
+/// an allocation: ids must lie below `next_partition_id`, as apply keeps them, and that at or
+/// below 2^32 (a chunk index of 24 MiB at most). A corrupt id once asked for 6 GiB (fuzz
+/// target `state`).
+pub const MAX_NEXT_PARTITION_ID: u64 = 1 << 32;
+/// Queue and group ids key hash maps, so decode takes any, but a group row of id u64::MAX
+/// reads as a deleted one and no next id follows u64::MAX: the planner hands out ids below.
+pub const MAX_NEXT_QUEUE_ID: u64 = u64::MAX;
+pub const MAX_NEXT_GROUP_ID: u64 = u64::MAX;
 
 pub fn encode_state(s: &State) -> Vec<u8> {
     begin_checkpoint(s).finish()
@@ -201,11 +210,21 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
     s.applied = has_applied.then_some((ai, at));
     s.next_queue_id = r.u64()?;
     s.next_partition_id = r.u64()?;
+    if s.next_partition_id > MAX_NEXT_PARTITION_ID {
+        return Err(r.malformed(format!(
+            "next partition id {} is above {MAX_NEXT_PARTITION_ID}",
+            s.next_partition_id
+        )));
+    }
     s.next_group_id = r.u64()?;
     let nq = r.count(8)?;
     for _ in 0..nq {
         let id = r.u64()?;
         let name = r.string()?;
+        // A repeated id or name would leave rows no index reaches (fuzz target `state`).
+        if s.queues.contains_key(&id) || s.queue_by_name.contains_key(&name) {
+            return Err(r.malformed(format!("queue {id} {name:?} appears twice")));
+        }
         let namespace = r.string()?;
         let task = r.string()?;
         let config = QueueConfig::decode(&mut r)?;
@@ -240,7 +259,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
             partitions: NameIndex::default(),
             partition_order: Vec::new(),
             groups: HashMap::new(),
-            dlq,
+            dlq: dlq.into(),
             counters,
         };
         let np = r.count(8)?;
@@ -249,7 +268,17 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
             if pid == u64::MAX {
                 continue;
             }
+            if pid >= s.next_partition_id {
+                return Err(r.malformed(format!(
+                    "partition id {pid} is not below the next partition id {}",
+                    s.next_partition_id
+                )));
+            }
             let pname = r.string()?;
+            if s.partitions.contains_key(&pid) || q.partitions.get(&pname, &s.partitions).is_some()
+            {
+                return Err(r.malformed(format!("partition {pid} {pname:?} appears twice")));
+            }
             let created_us = r.i64()?;
             let next_offset = r.u64()?;
             let last_write_us = r.i64()?;
@@ -295,10 +324,14 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
             if gid == u64::MAX {
                 continue;
             }
+            let gname = r.string()?;
+            if s.groups.contains_key(&gid) || q.groups.contains_key(&gname) {
+                return Err(r.malformed(format!("group {gid} {gname:?} appears twice")));
+            }
             let mut g = Group {
                 id: gid,
                 queue: id,
-                name: r.string()?,
+                name: gname,
                 start_from_us: r.i64()?,
                 created_us: r.i64()?,
                 cursors: HashMap::new(),
@@ -309,10 +342,14 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
             let nc = r.count(8)?;
             for _ in 0..nc {
                 let pid = r.u64()?;
+                if g.cursors.contains_key(&pid) {
+                    return Err(r.malformed(format!("cursor of partition {pid} appears twice")));
+                }
                 let row = decode_cursor(&mut r)?;
                 if let Some(l) = row.lease {
                     s.leases.entry(l.id).or_default().push((gid, pid));
                     g.wake.push(Reverse((l.expires_us, pid)));
+                    s.wakes.insert(l.expires_us, gid);
                 }
                 g.cursors.insert(pid, row);
             }
@@ -323,6 +360,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
             s.groups.insert(gid, g);
         }
         s.queue_by_name.insert(q.name.clone(), id);
+        s.labels.insert(id, &q.namespace, &q.task);
         s.queues.insert(id, q);
     }
     let nt = r.count(8)?;
@@ -375,6 +413,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
     for w in windows {
         s.note_dedup_window(w);
     }
+    s.trace_bytes = s.traces.iter().map(TraceRow::stored_bytes).sum();
     Ok(s)
 }
 
@@ -448,6 +487,38 @@ mod tests {
             blob,
             "decode then encode is the identity"
         );
+    }
+
+    #[test]
+    fn the_label_index_follows_upserts_and_deletes_and_is_rebuilt_on_load() {
+        let mut s = sample();
+        let upsert = |qid, name, namespace, task| Effect::QueueUpsert {
+            qid,
+            name,
+            namespace,
+            task,
+            configured: true,
+            config: QueueConfig::default(),
+        };
+        s.apply(&upsert(2, "billing", "ns", "t"), 30, loc());
+        s.apply(&upsert(3, "ops", "ns", "u"), 31, loc());
+        assert_eq!(s.labels.matching(Some("ns"), None), Some(vec![2, 3]));
+        assert_eq!(s.labels.matching(Some(""), None), Some(vec![1]));
+        // Relabelled: it leaves its old filters.
+        s.apply(&upsert(3, "ops", "other", "t"), 32, loc());
+        assert_eq!(s.labels.matching(Some("ns"), None), Some(vec![2]));
+        assert_eq!(s.labels.matching(None, Some("t")), Some(vec![2, 3]));
+        let back = decode_state(&encode_state(&s)).unwrap();
+        for (ns, task) in [
+            (Some("ns"), None),
+            (None, Some("t")),
+            (Some("other"), Some("t")),
+        ] {
+            assert_eq!(back.labels.matching(ns, task), s.labels.matching(ns, task));
+        }
+        s.apply(&Effect::QueueDelete { qid: 2 }, 33, loc());
+        assert_eq!(s.labels.matching(None, Some("t")), Some(vec![3]));
+        assert_eq!(s.labels.matching(Some("ns"), None), Some(vec![]));
     }
 
     #[test]

@@ -79,6 +79,11 @@ impl TxnIds {
         self.rows.len()
     }
 
+    /// Usable slots of the index tables, summed (the memory accounting sizes them).
+    pub fn index_capacity(&self) -> usize {
+        self.index.iter().map(|m| m.capacity()).sum()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }

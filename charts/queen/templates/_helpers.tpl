@@ -66,3 +66,25 @@ jwt-secret
 {{- define "queen.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{/*
+The broker's memory budget (memory_limit_bytes): config.memory_limit_bytes when set, else
+memoryBudgetPercent of resources.limits.memory, so the broker's caches and refusals keep it
+inside the pod's limit (docs/memory.md). Empty when neither is known (or the limit is a
+fractional quantity): the broker then derives 75 % of the cgroup limit itself.
+*/}}
+{{- define "queen.memoryLimitBytes" -}}
+{{- $set := int64 (default 0 .Values.config.memory_limit_bytes) -}}
+{{- if gt $set 0 -}}
+{{- $set -}}
+{{- else -}}
+{{- $limit := toString (dig "limits" "memory" "" (.Values.resources | default dict)) -}}
+{{- if regexMatch "^[0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?$" $limit -}}
+{{- $units := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 -}}
+{{- $unit := regexFind "(Ki|Mi|Gi|Ti|k|M|G|T)$" $limit -}}
+{{- $n := int64 (trimSuffix $unit $limit) -}}
+{{- $bytes := mul $n (get $units $unit) -}}
+{{- div (mul $bytes (int64 .Values.memoryBudgetPercent)) 100 -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

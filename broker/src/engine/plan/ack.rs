@@ -9,7 +9,31 @@ use queenmq_protocol::{AckItem, AckResult, AckStatus};
 
 use super::{group_name, parse_lease, Planner};
 use crate::entry::Effect;
-use crate::state::model::CursorRow;
+use crate::state::model::{secs_us, CursorRow};
+
+/// Bytes of a dead-letter row's error text kept (the rest is cut at a character boundary):
+/// rows live in memory and in every checkpoint.
+pub const MAX_DLQ_ERROR: usize = 4096;
+
+fn truncate_utf8(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn status_name(s: AckStatus) -> &'static str {
+    match s {
+        AckStatus::Completed => "completed",
+        AckStatus::Failed => "failed",
+        AckStatus::Retry => "retry",
+        AckStatus::Dlq => "dlq",
+    }
+}
 
 /// Where an ack lands, once resolved and checked.
 pub struct ResolvedAck {
@@ -26,6 +50,19 @@ impl Planner<'_> {
         item: &AckItem,
         group: &str,
     ) -> Result<(ResolvedAck, bool), String> {
+        self.check_ack_over(item, group, None, None)
+    }
+
+    /// [`Self::check_ack`] against the state as a transaction's earlier steps would leave it:
+    /// `scratch` overlays cursor rows, `pushed` maps (partition, transactionId) to the offset
+    /// of a message pushed earlier in the bundle (the newest message of that id).
+    pub fn check_ack_over(
+        &mut self,
+        item: &AckItem,
+        group: &str,
+        scratch: Option<&HashMap<(u64, u64), CursorRow>>,
+        pushed: Option<&HashMap<(u64, String), u64>>,
+    ) -> Result<(ResolvedAck, bool), String> {
         let now = self.now();
         let pid = self
             .partition_id(&item.partition_id)
@@ -40,16 +77,21 @@ impl Planner<'_> {
             .ok_or_else(|| {
                 format!("unresolvable: consumer group {group} has not consumed this partition")
             })?;
-        let row = self
-            .st
-            .groups
-            .get(&gid)
-            .and_then(|g| g.cursors.get(&pid))
-            .copied()
-            .unwrap_or_default();
+        let row = match scratch.and_then(|s| s.get(&(gid, pid))) {
+            Some(r) => *r,
+            None => self
+                .st
+                .groups
+                .get(&gid)
+                .and_then(|g| g.cursors.get(&pid))
+                .copied()
+                .unwrap_or_default(),
+        };
         let scan = row.lease.map(|l| (row.committed, l.end));
-        let offset = self
-            .resolve_txn(pid, &item.transaction_id, scan)
+        let in_bundle = pushed.and_then(|m| m.get(&(pid, item.transaction_id.clone())));
+        let offset = in_bundle
+            .copied()
+            .or_else(|| self.resolve_txn(pid, &item.transaction_id, scan))
             .ok_or_else(|| {
                 format!(
                     "unresolvable transactionId {} in partition {pid}",
@@ -88,6 +130,13 @@ impl Planner<'_> {
             return Err(format!(
                 "message {offset} has not been delivered to group {group}"
             ));
+        } else if item.status != AckStatus::Completed && row.live_lease(now).is_some() {
+            // A nack rewinds the partition and releases its lease: without the lease id it
+            // would take the partition from the consumer that holds it now.
+            return Err(format!(
+                "partition {pid} is leased to a consumer now: a {} ack needs that leaseId",
+                status_name(item.status)
+            ));
         }
         Ok((
             ResolvedAck {
@@ -120,6 +169,13 @@ impl Planner<'_> {
             }
             out.push(res);
         }
+        self.record_ack_metrics(counts);
+        out
+    }
+
+    /// Acked and dead-lettered counters, labelled per queue once per call: a metrics lookup
+    /// per acked message is measurable at 100k msg/s.
+    pub fn record_ack_metrics(&self, counts: HashMap<(u64, AckStatus), (u64, u64)>) {
         for ((pid, status), (acked, dlq)) in counts {
             let Some(queue) = self
                 .st
@@ -130,12 +186,7 @@ impl Planner<'_> {
             else {
                 continue;
             };
-            let status = match status {
-                AckStatus::Completed => "completed",
-                AckStatus::Failed => "failed",
-                AckStatus::Retry => "retry",
-                AckStatus::Dlq => "dlq",
-            };
+            let status = status_name(status);
             if dlq > 0 {
                 metrics::counter!("queen_messages_dead_lettered_total", "queue" => queue.clone())
                     .increment(dlq);
@@ -143,10 +194,9 @@ impl Planner<'_> {
             metrics::counter!("queen_messages_acked_total", "queue" => queue, "status" => status)
                 .increment(acked);
         }
-        out
     }
 
-    fn plan_one_ack(
+    pub fn plan_one_ack(
         &mut self,
         item: &AckItem,
         group: &str,
@@ -181,14 +231,20 @@ impl Planner<'_> {
         res.success = true;
         res.lease_released = ack.row.lease.is_some() && row.lease.is_none();
         res.dlq = dlq;
+        self.emit_ack(&ack, row, dlq, item);
+        (res, Some(ack.pid))
+    }
+
+    /// The effects of a checked ack: its dead-letter row, if any, and the new cursor row.
+    pub fn emit_ack(&mut self, ack: &ResolvedAck, row: CursorRow, dlq: bool, item: &AckItem) {
         if dlq {
-            let error = item.error.clone().unwrap_or_default();
+            let error = truncate_utf8(item.error.as_deref().unwrap_or_default(), MAX_DLQ_ERROR);
             self.emit(Effect::DlqInsert {
                 gid: ack.gid,
                 pid: ack.pid,
                 offset: ack.offset,
                 retries: ack.row.failures,
-                error: &error,
+                error,
             });
         }
         self.emit(Effect::CursorPut {
@@ -196,11 +252,10 @@ impl Planner<'_> {
             pid: ack.pid,
             row,
         });
-        (res, Some(ack.pid))
     }
 
     /// The cursor row after this ack, and whether the message goes to the dead-letter queue.
-    fn next_row(&self, ack: &ResolvedAck, item: &AckItem) -> (CursorRow, bool) {
+    pub fn next_row(&self, ack: &ResolvedAck, item: &AckItem) -> (CursorRow, bool) {
         let mut row = ack.row;
         let off = ack.offset;
         let cfg = self
@@ -277,7 +332,7 @@ impl Planner<'_> {
             let Some(mut l) = row.live_lease(now).copied().filter(|l| l.id == id) else {
                 continue;
             };
-            l.expires_us = now + i64::from(l.seconds) * 1_000_000;
+            l.expires_us = now.saturating_add(secs_us(i64::from(l.seconds)));
             expires = Some(l.expires_us);
             renewed += 1;
             self.emit(Effect::CursorPut {

@@ -3,7 +3,7 @@
 use queenmq_protocol::{ConfigureReq, GroupAdminReq, QueenError, TraceReq};
 use serde_json::{json, Value};
 
-use super::{check_name, queue_uuid, Planner};
+use super::{check_name, id_space, queue_uuid, Planner};
 use crate::entry::Effect;
 use crate::state::config::QueueConfig;
 use crate::state::model::CursorRow;
@@ -12,6 +12,12 @@ impl Planner<'_> {
     pub fn plan_configure(&mut self, req: &ConfigureReq) -> Result<Value, QueenError> {
         check_name("queue", &req.queue)?;
         let existing = self.st.queue_named(&req.queue);
+        if existing.is_none() {
+            // A new queue grows the state that cannot be evicted.
+            if let Some(m) = self.memory.filter(|m| m.pressed()) {
+                return Err(m.refusal());
+            }
+        }
         let base = match existing {
             Some(q) if !req.replace && q.configured => q.config.clone(),
             _ => QueueConfig::default(),
@@ -26,6 +32,9 @@ impl Planner<'_> {
         let namespace = pick(&req.namespace, existing.map(|q| &q.namespace));
         let task = pick(&req.task, existing.map(|q| &q.task));
         let qid = existing.map_or(self.st.next_queue_id.max(1), |q| q.id);
+        if existing.is_none() {
+            id_space::new_queue(qid)?;
+        }
         let echo = config.to_json(&namespace, &task);
         self.emit(Effect::QueueUpsert {
             qid,
@@ -60,12 +69,13 @@ impl Planner<'_> {
         }
     }
 
-    pub fn plan_trace(&mut self, req: &TraceReq) -> Value {
+    pub fn plan_trace(&mut self, req: &TraceReq) -> Result<Value, QueenError> {
+        check_trace(req)?;
         let Some(pid) = self.partition_id(&req.partition_id) else {
-            return json!({"success": false, "error": "Message not found"});
+            return Ok(json!({"success": false, "error": "Message not found"}));
         };
         if self.resolve_txn(pid, &req.transaction_id, None).is_none() {
-            return json!({"success": false, "error": "Message not found"});
+            return Ok(json!({"success": false, "error": "Message not found"}));
         }
         let data = String::from_utf8_lossy(&req.data).into_owned();
         let names: Vec<&str> = req.names.iter().map(String::as_str).collect();
@@ -77,7 +87,7 @@ impl Planner<'_> {
             event_type: &req.event_type,
             data: &data,
         });
-        json!({"success": true, "traceId": uuid::Uuid::now_v7().to_string()})
+        Ok(json!({"success": true, "traceId": uuid::Uuid::now_v7().to_string()}))
     }
 
     pub fn plan_group_admin(&mut self, req: &GroupAdminReq) -> Result<Value, QueenError> {
@@ -160,6 +170,16 @@ impl Planner<'_> {
                 timestamp_us,
             } => {
                 let gids = self.groups_named(group, None);
+                // Each group is registered again under a new id: refused before any is
+                // deleted when the ids would run out part way.
+                let last = self
+                    .st
+                    .next_group_id
+                    .max(1)
+                    .saturating_add(gids.len().saturating_sub(1) as u64);
+                if !gids.is_empty() {
+                    id_space::new_group(last)?;
+                }
                 for (gid, qid) in &gids {
                     self.emit(Effect::GroupDelete { gid: *gid });
                     let new_gid = self.st.next_group_id.max(1);
@@ -178,7 +198,48 @@ impl Planner<'_> {
             }
         }
     }
+}
 
+/// Most bytes of one trace's `data`, names per trace, and bytes of each name or label.
+pub const MAX_TRACE_DATA: usize = 64 * 1024;
+pub const MAX_TRACE_NAMES: usize = 32;
+pub const MAX_TRACE_LABEL: usize = 255;
+
+/// Traces are kept in memory and in every checkpoint: one may not carry a body-sized blob.
+fn check_trace(req: &TraceReq) -> Result<(), QueenError> {
+    if req.data.len() > MAX_TRACE_DATA {
+        return Err(QueenError::new(
+            queenmq_protocol::ErrorCode::PayloadTooLarge,
+            format!(
+                "trace data is {} bytes, above the {MAX_TRACE_DATA}-byte limit per trace",
+                req.data.len()
+            ),
+        ));
+    }
+    if req.names.len() > MAX_TRACE_NAMES {
+        return Err(QueenError::bad_request(format!(
+            "a trace may carry at most {MAX_TRACE_NAMES} traceNames, this one has {}",
+            req.names.len()
+        )));
+    }
+    let long = req
+        .names
+        .iter()
+        .map(|n| ("traceName", n.len()))
+        .chain([
+            ("eventType", req.event_type.len()),
+            ("consumerGroup", req.group.len()),
+        ])
+        .find(|(_, len)| *len > MAX_TRACE_LABEL);
+    if let Some((what, len)) = long {
+        return Err(QueenError::bad_request(format!(
+            "{what} is {len} bytes, longer than {MAX_TRACE_LABEL}"
+        )));
+    }
+    Ok(())
+}
+
+impl Planner<'_> {
     /// (group id, queue id) of every registration of `group`, on one queue or all.
     fn groups_named(&self, group: &str, queue: Option<&str>) -> Vec<(u64, u64)> {
         let mut v: Vec<(u64, u64)> = self

@@ -3,9 +3,14 @@
 
 mod ack;
 mod admin;
+mod id_space;
 mod ids;
+#[cfg(test)]
+mod lost_tests;
 mod pop;
 mod push;
+#[cfg(test)]
+mod tests;
 mod txn;
 
 use queenmq_protocol::{QueenError, QUEUE_MODE_GROUP};
@@ -16,7 +21,6 @@ use super::cycle::Cycle;
 use super::log::ReplicatedLog;
 use super::reader::MessageReader;
 use crate::entry::Effect;
-use crate::state::config::{QueueConfig, IMPLICIT_LEASE_SECONDS};
 use crate::state::State;
 
 pub use pop::PopPlan;
@@ -26,6 +30,9 @@ pub struct Planner<'a> {
     pub cycle: &'a mut Cycle,
     pub cache: &'a mut EntryCache,
     pub log: &'a dyn ReplicatedLog,
+    /// The node's memory budget: while it refuses writes, pops may not register new groups
+    /// and configure may not create queues. None accounts nothing (tests).
+    pub memory: Option<&'a crate::memory::Memory>,
 }
 
 /// Names are used verbatim in paths by the SDKs: refuse what cannot travel there.
@@ -72,41 +79,6 @@ impl Planner<'_> {
 
     pub fn now(&self) -> i64 {
         self.cycle.now_us
-    }
-
-    /// The queue's id, creating it (unconfigured, 60 s leases) when a push names it first.
-    pub fn ensure_queue(&mut self, name: &str) -> u64 {
-        if let Some(id) = self.st.queue_by_name.get(name) {
-            return *id;
-        }
-        let qid = self.st.next_queue_id.max(1);
-        let config = QueueConfig {
-            lease_time: IMPLICIT_LEASE_SECONDS,
-            ..QueueConfig::default()
-        };
-        self.emit(Effect::QueueUpsert {
-            qid,
-            name,
-            namespace: "",
-            task: "",
-            configured: false,
-            config,
-        });
-        qid
-    }
-
-    pub fn ensure_partition(&mut self, qid: u64, name: &str) -> u64 {
-        if let Some(pid) = self
-            .st
-            .queues
-            .get(&qid)
-            .and_then(|q| q.partitions.get(name, &self.st.partitions))
-        {
-            return pid;
-        }
-        let pid = self.st.next_partition_id.max(1);
-        self.emit(Effect::PartitionCreate { qid, pid, name });
-        pid
     }
 
     /// Resolves a partition id as the SDK echoes it (decimal text).

@@ -11,12 +11,19 @@ use queenmq_protocol::{
 
 use super::{group_name, lease_text, Planner};
 use crate::entry::Effect;
-use crate::state::model::{cursor_start, CursorRow, LeaseRow};
+use crate::state::model::{cursor_start, secs_us, CursorRow, LeaseRow};
 
 /// Server defaults when the client leaves batch/partitions to the broker.
 pub const DEFAULT_BATCH: u32 = 200;
 const AUTOPILOT_PARTITIONS: u32 = 32;
 const AUTOPILOT_WAIT_MS: u64 = 100;
+
+/// A group a pop registers once it is decided.
+pub struct NewGroup {
+    qid: u64,
+    gid: u64,
+    start_from_us: i64,
+}
 
 pub enum PopPlan {
     Delivered(PopResult),
@@ -46,18 +53,15 @@ impl Planner<'_> {
             PopSource::Queue(q) | PopSource::Partition(q, _) => {
                 self.st.queue_by_name.get(q).copied().into_iter().collect()
             }
-            PopSource::Labels { namespace, task } => {
-                let mut v: Vec<u64> = self
-                    .st
-                    .queues
-                    .values()
-                    .filter(|q| namespace.as_ref().is_none_or(|n| &q.namespace == n))
-                    .filter(|q| task.as_ref().is_none_or(|t| &q.task == t))
-                    .map(|q| q.id)
-                    .collect();
-                v.sort_unstable();
-                v
-            }
+            PopSource::Labels { namespace, task } => self
+                .st
+                .labels
+                .matching(namespace.as_deref(), task.as_deref())
+                .unwrap_or_else(|| {
+                    let mut v: Vec<u64> = self.st.queues.keys().copied().collect();
+                    v.sort_unstable();
+                    v
+                }),
         };
         let lease_id = uuid::Uuid::now_v7().as_u128();
         let mut out = PopResult {
@@ -70,15 +74,29 @@ impl Planner<'_> {
             ..Default::default()
         };
         let mut remaining = batch;
+        // Claims and group registrations are emitted only once every claimed partition was
+        // read: a read failing after some claims must not leave leases that no answer carries,
+        // nor a group registered by a pop that failed.
+        let mut claims: Vec<(u64, u64, CursorRow)> = Vec::new();
+        let mut new_groups: Vec<NewGroup> = Vec::new();
+        let by_labels = matches!(req.source, PopSource::Labels { .. });
+        // Under memory pressure a label pop passes over the queues where its group would be
+        // new instead of failing whole: its existing groups must still drain, since draining
+        // is what relieves the pressure.
+        let mut passed_over = false;
         for qid in queues {
             if remaining == 0 || out.partitions_claimed >= max_parts {
                 break;
+            }
+            if by_labels && self.refuses_new_group(qid, &group) {
+                passed_over = true;
+                continue;
             }
             let partition = match &req.source {
                 PopSource::Partition(_, p) => Some(p.as_str()),
                 _ => None,
             };
-            self.claim_in_queue(
+            if let Err(e) = self.claim_in_queue(
                 qid,
                 &group,
                 partition,
@@ -87,12 +105,51 @@ impl Planner<'_> {
                 max_parts,
                 &mut remaining,
                 &mut out,
-            )?;
+                &mut claims,
+                &mut new_groups,
+            ) {
+                // Nothing was claimed: the partitions taken off the ready lists go back on,
+                // and the stand-ins of groups this pop would have registered go away.
+                for (gid, pid, _) in claims {
+                    if let Some(g) = self.st.groups.get_mut(&gid) {
+                        g.mark_ready(pid);
+                    }
+                }
+                for ng in new_groups {
+                    self.st.groups.remove(&ng.gid);
+                }
+                return Err(e);
+            }
+        }
+        for ng in new_groups {
+            let Some(stand_in) = self.st.groups.remove(&ng.gid) else {
+                continue;
+            };
+            debug_assert_eq!(ng.gid, self.st.next_group_id.max(1));
+            self.emit(Effect::GroupRegister {
+                qid: ng.qid,
+                gid: ng.gid,
+                name: &group,
+                start_from_us: ng.start_from_us,
+            });
+            // The stand-in's derived lists (partitions taken off the ready list, wake times)
+            // are what the planning left: they carry over to the registered group.
+            if let Some(g) = self.st.groups.get_mut(&ng.gid) {
+                g.ready = stand_in.ready;
+                g.in_ready = stand_in.in_ready;
+                g.wake = stand_in.wake;
+            }
+        }
+        for (gid, pid, row) in claims {
+            self.emit(Effect::CursorPut { gid, pid, row });
         }
         if req.autopilot {
             out.autopilot = Some((max_parts, batch, AUTOPILOT_WAIT_MS));
         }
         if out.messages.is_empty() {
+            if let (true, Some(m)) = (passed_over, self.memory) {
+                return Err(m.refusal());
+            }
             return Ok(PopPlan::Empty);
         }
         metrics::counter!("queen_messages_popped_total", "queue" => out.queue.clone())
@@ -100,9 +157,37 @@ impl Planner<'_> {
         Ok(PopPlan::Delivered(out))
     }
 
-    fn group_id(&mut self, qid: u64, group: &str, sub: &Subscription) -> u64 {
+    /// Whether registering `group` in queue `qid` would be refused for memory now.
+    fn refuses_new_group(&self, qid: u64, group: &str) -> bool {
+        group != QUEUE_MODE_GROUP
+            && self.memory.is_some_and(|m| m.pressed())
+            && !self
+                .st
+                .queues
+                .get(&qid)
+                .is_some_and(|q| q.groups.contains_key(group))
+    }
+
+    /// The group's id in queue `qid`. A group not registered yet gets a stand-in in
+    /// `st.groups` under the id its registration will have (recorded in `new_groups`); while
+    /// the node refuses writes for memory, a new named group is refused instead (it would
+    /// grow the state that cannot be evicted, and clients may name any number of them). The
+    /// queue-mode group is not refused: at most one per queue, and without it the messages
+    /// of a queue nobody popped yet could not be drained under pressure.
+    fn group_id(
+        &mut self,
+        qid: u64,
+        group: &str,
+        sub: &Subscription,
+        new_groups: &mut Vec<NewGroup>,
+    ) -> Result<u64, QueenError> {
         if let Some(gid) = self.st.queues.get(&qid).and_then(|q| q.groups.get(group)) {
-            return *gid;
+            return Ok(*gid);
+        }
+        if group != QUEUE_MODE_GROUP {
+            if let Some(m) = self.memory.filter(|m| m.pressed()) {
+                return Err(m.refusal());
+            }
         }
         let now = self.now();
         let start_from_us = if group == QUEUE_MODE_GROUP {
@@ -114,14 +199,21 @@ impl Planner<'_> {
                 Subscription::From(t) => *t,
             }
         };
-        let gid = self.st.next_group_id.max(1);
-        self.emit(Effect::GroupRegister {
-            qid,
-            gid,
-            name: group,
-            start_from_us,
-        });
-        gid
+        let gid = self
+            .st
+            .next_group_id
+            .max(1)
+            .saturating_add(new_groups.len() as u64);
+        super::id_space::new_group(gid)?;
+        if let Some(g) = self.st.new_group(qid, gid, group, start_from_us, now) {
+            self.st.groups.insert(gid, g);
+            new_groups.push(NewGroup {
+                qid,
+                gid,
+                start_from_us,
+            });
+        }
+        Ok(gid)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -135,8 +227,10 @@ impl Planner<'_> {
         max_parts: u32,
         remaining: &mut u32,
         out: &mut PopResult,
+        claims: &mut Vec<(u64, u64, CursorRow)>,
+        new_groups: &mut Vec<NewGroup>,
     ) -> Result<(), QueenError> {
-        let gid = self.group_id(qid, group, &req.subscription);
+        let gid = self.group_id(qid, group, &req.subscription, new_groups)?;
         let now = self.now();
         let Some(q) = self.st.queues.get(&qid) else {
             return Ok(());
@@ -160,9 +254,11 @@ impl Planner<'_> {
             g.wake.pop();
             g.mark_ready(pid);
         }
-        let lease_secs = match req.lease_seconds {
-            Some(s) if s > 0 => s,
-            _ if cfg.lease_time > 0 => cfg.lease_time as u64,
+        // Clamped to what the lease row stores (u32 seconds, ~136 years): a bigger number must
+        // not wrap into a short or expired lease.
+        let lease_secs: u32 = match req.lease_seconds {
+            Some(s) if s > 0 => u32::try_from(s).unwrap_or(u32::MAX),
+            _ if cfg.lease_time > 0 => u32::try_from(cfg.lease_time).unwrap_or(u32::MAX),
             _ => 60,
         };
         let mut tried = 0usize;
@@ -202,25 +298,29 @@ impl Planner<'_> {
             }
             let mut end = p.next_offset;
             if cfg.delayed_processing > 0 {
-                let delay = cfg.delayed_processing * 1_000_000;
-                end = p.first_offset_at_or_after(now - delay + 1);
+                let delay = secs_us(cfg.delayed_processing);
+                end = p.first_offset_at_or_after(now.saturating_sub(delay).saturating_add(1));
                 if end < p.next_offset {
                     if let Some(c) = p.created_of(end) {
-                        g.wake.push(Reverse((c + delay, pid)));
+                        g.wake.push(Reverse((c.saturating_add(delay), pid)));
+                        self.st.wakes.insert(c.saturating_add(delay), gid);
                     }
                 }
             }
             if cfg.window_buffer > 0 {
-                let until = p.last_write_us + cfg.window_buffer * 1_000_000;
+                let until = p.last_write_us.saturating_add(secs_us(cfg.window_buffer));
                 if until > now && row.committed < p.next_offset {
                     g.wake.push(Reverse((until, pid)));
+                    self.st.wakes.insert(until, gid);
                     continue;
                 }
             }
-            if row.committed >= end {
+            // A cursor below the partition's first held offset (messages forgotten after an
+            // accepted data loss, state/forget.rs) starts at it: nothing below can be read.
+            let start = row.committed.max(p.low_offset());
+            if start >= end {
                 continue;
             }
-            let start = row.committed;
             let claim_end = end.min(start + u64::from(*remaining));
             let attempt = if start < row.delivered_end {
                 row.attempt.saturating_add(1).max(2)
@@ -233,8 +333,8 @@ impl Planner<'_> {
                 lease: (!req.auto_ack).then_some(LeaseRow {
                     id: lease_id,
                     end: claim_end,
-                    expires_us: now + (lease_secs as i64) * 1_000_000,
-                    seconds: lease_secs as u32,
+                    expires_us: now.saturating_add(secs_us(i64::from(lease_secs))),
+                    seconds: lease_secs,
                 }),
                 failures: if req.auto_ack { 0 } else { row.failures },
                 attempt,
@@ -251,15 +351,18 @@ impl Planner<'_> {
                     cache: self.cache,
                     log: self.log,
                 };
-                reader
-                    .read(p, start, claim_end)
-                    .map_err(|e| QueenError::new(queenmq_protocol::ErrorCode::Internal, e))?
+                match reader.read(p, start, claim_end) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        // This partition was taken off the ready list: put it back.
+                        if let Some(g) = self.st.groups.get_mut(&gid) {
+                            g.mark_ready(pid);
+                        }
+                        return Err(QueenError::new(queenmq_protocol::ErrorCode::Internal, e));
+                    }
+                }
             };
-            self.emit(Effect::CursorPut {
-                gid,
-                pid,
-                row: new_row,
-            });
+            claims.push((gid, pid, new_row));
             if out.queue.is_empty() {
                 out.queue = qname.clone();
             }

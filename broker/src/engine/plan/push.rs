@@ -1,13 +1,21 @@
 //! Push: implicit queue and partition creation, per-partition transactionId dedup, one Append
 //! effect per partition per command (so a request becomes visible atomically, in order).
+//!
+//! Planned in two steps: [`Planner::prepare_push`] decides every item (ids of the queues and
+//! partitions it would create included) and emits nothing, so a refusal found at any item
+//! (a dedup frame that cannot be read) leaves no queue or partition behind;
+//! [`Planner::commit_push`] then emits the creates and the appends.
 
 use std::collections::HashMap;
 
 use queenmq_protocol::{PushItem, PushResult, PushStatus, QueenError};
 
-use super::{check_name, Planner};
+use super::{check_name, id_space, Planner};
 use crate::entry::Effect;
+use crate::state::config::{QueueConfig, IMPLICIT_LEASE_SECONDS};
 use crate::state::frame::write_frame;
+use crate::state::model::secs_us;
+use crate::state::State;
 
 struct PendingAppend {
     pid: u64,
@@ -16,6 +24,70 @@ struct PendingAppend {
     frames: Vec<u8>,
     /// hash → index in the results of messages in this command, for in-request dedup.
     txns: HashMap<u64, usize>,
+}
+
+/// A push decided but not yet emitted: results index-aligned with the items.
+pub struct PreparedPush {
+    pub results: Vec<PushResult>,
+    /// Queues to create, (id, name), in id order.
+    new_queues: Vec<(u64, String)>,
+    /// Partitions to create, (queue id, partition id, name), in id order.
+    new_partitions: Vec<(u64, u64, String)>,
+    pending: Vec<PendingAppend>,
+}
+
+/// Ids handed to the queues and partitions a request creates, in the order apply assigns them.
+struct NewIds {
+    next_queue: u64,
+    next_partition: u64,
+    queues: HashMap<String, u64>,
+    partitions: HashMap<(u64, String), u64>,
+}
+
+impl NewIds {
+    /// The (queue, partition) ids of an item, handing out new ones where the queue or the
+    /// partition does not exist yet. Refused, when an id would pass what a checkpoint holds,
+    /// before anything is handed out: no queue is created for a partition that cannot be.
+    fn assign(
+        &mut self,
+        st: &State,
+        item: &PushItem,
+        new_queues: &mut Vec<(u64, String)>,
+        new_partitions: &mut Vec<(u64, u64, String)>,
+    ) -> Result<(u64, u64), QueenError> {
+        let known_qid = st
+            .queue_by_name
+            .get(&item.queue)
+            .or_else(|| self.queues.get(&item.queue))
+            .copied();
+        let known_pid = known_qid.and_then(|qid| {
+            st.queues
+                .get(&qid)
+                .and_then(|q| q.partitions.get(&item.partition, &st.partitions))
+                .or_else(|| self.partitions.get(&(qid, item.partition.clone())).copied())
+        });
+        if known_qid.is_none() {
+            id_space::new_queue(self.next_queue)?;
+        }
+        if known_pid.is_none() {
+            id_space::new_partition(self.next_partition)?;
+        }
+        let qid = known_qid.unwrap_or_else(|| {
+            let id = self.next_queue;
+            self.next_queue = id.saturating_add(1);
+            self.queues.insert(item.queue.clone(), id);
+            new_queues.push((id, item.queue.clone()));
+            id
+        });
+        let pid = known_pid.unwrap_or_else(|| {
+            let id = self.next_partition;
+            self.next_partition = id.saturating_add(1);
+            self.partitions.insert((qid, item.partition.clone()), id);
+            new_partitions.push((qid, id, item.partition.clone()));
+            id
+        });
+        Ok((qid, pid))
+    }
 }
 
 impl Planner<'_> {
@@ -33,18 +105,48 @@ impl Planner<'_> {
         Ok(())
     }
 
-    pub fn plan_push(&mut self, items: &[PushItem], producer: Option<&str>) -> Vec<PushResult> {
+    /// Plans and emits a push. An Err (a stored frame the dedup check needs could not be
+    /// read) emits nothing at all: the push is not accepted as new on a guess, no queue or
+    /// partition is created for it, and the client may retry.
+    pub fn plan_push(
+        &mut self,
+        items: &[PushItem],
+        producer: Option<&str>,
+    ) -> Result<Vec<PushResult>, QueenError> {
+        let prepared = self.prepare_push(items, producer)?;
+        Ok(self.commit_push(prepared))
+    }
+
+    /// Decides every item of a push against the state, emitting nothing.
+    pub fn prepare_push(
+        &mut self,
+        items: &[PushItem],
+        producer: Option<&str>,
+    ) -> Result<PreparedPush, QueenError> {
         let mut results: Vec<PushResult> = Vec::with_capacity(items.len());
         let mut pending: Vec<PendingAppend> = Vec::new();
         let mut by_pid: HashMap<u64, usize> = HashMap::new();
+        let mut ids = NewIds {
+            next_queue: self.st.next_queue_id.max(1),
+            next_partition: self.st.next_partition_id.max(1),
+            queues: HashMap::new(),
+            partitions: HashMap::new(),
+        };
+        let mut new_queues = Vec::new();
+        let mut new_partitions = Vec::new();
         let producer = producer.filter(|p| p.len() <= usize::from(u16::MAX));
         for item in items {
             if let Err(e) = Self::check_push_item(item) {
                 results.push(failed(item, e.message));
                 continue;
             }
-            let qid = self.ensure_queue(&item.queue);
-            let pid = self.ensure_partition(qid, &item.partition);
+            let pid = match ids.assign(self.st, item, &mut new_queues, &mut new_partitions) {
+                Ok((_, pid)) => pid,
+                Err(e) => {
+                    results.push(failed(item, e.message));
+                    continue;
+                }
+            };
             let slot = *by_pid.entry(pid).or_insert_with(|| {
                 let base = self.st.partitions.get(&pid).map_or(0, |p| p.next_offset);
                 pending.push(PendingAppend {
@@ -64,7 +166,7 @@ impl Planner<'_> {
                 .filter(|t| !t.is_empty())
                 .unwrap_or_else(|| id_text.clone());
             let hash = xxhash_rust::xxh3::xxh3_64(txn.as_bytes());
-            if let Some(dup) = self.find_duplicate(pid, &txn, hash, &pending[slot], &results) {
+            if let Some(dup) = self.find_duplicate(pid, &txn, hash, &pending[slot], &results)? {
                 results.push(PushResult {
                     message_id: dup.1,
                     transaction_id: txn,
@@ -98,6 +200,46 @@ impl Planner<'_> {
                 error: None,
             });
         }
+        Ok(PreparedPush {
+            results,
+            new_queues,
+            new_partitions,
+            pending,
+        })
+    }
+
+    /// Emits a prepared push: its queues and partitions, then one Append per partition. Nothing
+    /// may be emitted between the prepare and this (the planned ids and offsets assume it).
+    pub fn commit_push(&mut self, prepared: PreparedPush) -> Vec<PushResult> {
+        let PreparedPush {
+            results,
+            new_queues,
+            new_partitions,
+            pending,
+        } = prepared;
+        for (qid, name) in &new_queues {
+            debug_assert_eq!(*qid, self.st.next_queue_id.max(1));
+            let config = QueueConfig {
+                lease_time: IMPLICIT_LEASE_SECONDS,
+                ..QueueConfig::default()
+            };
+            self.emit(Effect::QueueUpsert {
+                qid: *qid,
+                name,
+                namespace: "",
+                task: "",
+                configured: false,
+                config,
+            });
+        }
+        for (qid, pid, name) in &new_partitions {
+            debug_assert_eq!(*pid, self.st.next_partition_id.max(1));
+            self.emit(Effect::PartitionCreate {
+                qid: *qid,
+                pid: *pid,
+                name,
+            });
+        }
         for pa in pending {
             if pa.hashes.is_empty() {
                 continue;
@@ -121,32 +263,48 @@ impl Planner<'_> {
         hash: u64,
         pending: &PendingAppend,
         results: &[PushResult],
-    ) -> Option<(u64, String)> {
+    ) -> Result<Option<(u64, String)>, QueenError> {
         if let Some(r) = pending.txns.get(&hash).and_then(|i| results.get(*i)) {
             if r.transaction_id == txn {
-                return Some((r.offset, r.message_id.clone()));
+                return Ok(Some((r.offset, r.message_id.clone())));
             }
         }
-        let p = self.st.partitions.get(&pid)?;
-        let window_us = self.st.queues.get(&p.queue)?.config.dedup_window_seconds * 1_000_000;
-        if window_us <= 0 {
-            return None;
-        }
-        let off = self.st.txn_ids.get(pid, hash)?;
-        let created = p.created_of(off)?;
-        if created < self.now() - window_us {
-            return None;
-        }
-        let id = {
-            let mut reader = super::MessageReader {
-                pending: self.cycle.entry.bytes(),
-                cache: self.cache,
-                log: self.log,
-            };
-            let m = reader.read_one(p, off).ok()??;
-            (m.txn == txn).then(|| m.id_text())?
+        let Some(p) = self.st.partitions.get(&pid) else {
+            return Ok(None);
         };
-        Some((off, id))
+        let Some(q) = self.st.queues.get(&p.queue) else {
+            return Ok(None);
+        };
+        let window_us = secs_us(q.config.dedup_window_seconds);
+        if window_us <= 0 {
+            return Ok(None);
+        }
+        let Some(off) = self.st.txn_ids.get(pid, hash) else {
+            return Ok(None);
+        };
+        let Some(created) = p.created_of(off) else {
+            return Ok(None);
+        };
+        if created < self.now().saturating_sub(window_us) {
+            return Ok(None);
+        }
+        let mut reader = super::MessageReader {
+            pending: self.cycle.entry.bytes(),
+            cache: self.cache,
+            log: self.log,
+        };
+        // Fail closed: a frame that cannot be read might be this very message, so the push is
+        // neither accepted as new nor called a duplicate.
+        let m = reader.read_one(p, off).map_err(|e| {
+            tracing::warn!(partition = pid, offset = off, error = %e, "dedup lookup could not read a stored message");
+            QueenError::unavailable(format!(
+                "could not check transactionId {txn} against the stored message it may repeat                  ({e}); nothing was written, retry the push"
+            ))
+        })?;
+        Ok(match m {
+            Some(m) if m.txn == txn => Some((off, m.id_text())),
+            _ => None,
+        })
     }
 }
 

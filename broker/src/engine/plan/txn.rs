@@ -1,10 +1,30 @@
 //! Transactions: acks and pushes of many queues as one entry, all or nothing, each ack fenced
 //! by its own lease (requiredLeases is lent to a lease-less ack only when it names exactly one).
-//! Everything is checked first; only a bundle that passes emits effects.
+//!
+//! The whole bundle is first decided without emitting anything, in operation order: the
+//! pushes are prepared (ids, offsets, dedup), and each ack is resolved against the view the
+//! earlier operations would leave: a message pushed earlier in the bundle is the one its
+//! transactionId names, and cursor rows are the ones earlier acks would leave (so [nack m2,
+//! complete m4] under one lease is refused: the nack released that lease). Only a bundle that
+//! passes is emitted, each ack exactly as decided; a refusal names the operation and why, and
+//! writes nothing.
 
-use queenmq_protocol::{AckItem, QueenError, TxnOp, TxnOpResult, TxnReq, TxnResult};
+use std::collections::{HashMap, HashSet};
 
+use queenmq_protocol::{
+    AckItem, AckResult, AckStatus, PushItem, PushResult, PushStatus, QueenError, TxnOp,
+    TxnOpResult, TxnReq, TxnResult,
+};
+
+use super::ack::ResolvedAck;
 use super::{group_name, Planner};
+use crate::state::model::CursorRow;
+
+/// An ack of the bundle as decided: its answer and, unless a no-op, what it writes.
+struct DecidedAck {
+    result: AckResult,
+    write: Option<(ResolvedAck, CursorRow, bool)>,
+}
 
 impl Planner<'_> {
     pub fn plan_transaction(
@@ -34,31 +54,75 @@ impl Planner<'_> {
                 TxnOp::Push(_) => None,
             })
             .collect();
-        for a in &acks {
-            let group = group_name(&a.group).to_string();
-            self.check_ack(a, &group)
-                .map_err(|e| rolled_back(&format!("ack of {} refused: {e}", a.transaction_id)))?;
-        }
-        for op in &req.ops {
+        for (n, op) in req.ops.iter().enumerate() {
             if let TxnOp::Push(items) = op {
                 for i in items {
-                    Self::check_push_item(i).map_err(|e| rolled_back(&e.message))?;
+                    Self::check_push_item(i).map_err(|e| {
+                        rolled_back(&format!("operation {n} (push to {}): {e}", i.queue))
+                    })?;
                 }
             }
         }
+        // Every push item as one push: a dedup lookup that cannot read its frame refuses the
+        // lot before anything is emitted.
+        let items: Vec<PushItem> = req
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                TxnOp::Push(items) => Some(items.iter().cloned()),
+                TxnOp::Ack(_) => None,
+            })
+            .flatten()
+            .collect();
+        let prepared = if items.is_empty() {
+            None
+        } else {
+            Some(
+                self.prepare_push(&items, producer)
+                    .map_err(|e| rolled_back(&e.message))?,
+            )
+        };
+        let pushed_results: &[PushResult] = prepared.as_ref().map_or(&[], |p| &p.results);
+        // An item refused on its own (no queue or partition id left) refuses the bundle: a
+        // transaction is all or nothing, and nothing has been emitted yet.
+        if let Some(r) = pushed_results
+            .iter()
+            .find(|r| r.status == queenmq_protocol::PushStatus::Failed)
+        {
+            return Err(rolled_back(&format!(
+                "push to {}: {}",
+                r.queue,
+                r.error.as_deref().unwrap_or("refused")
+            )));
+        }
+        let decided = self.decide_acks(req, &acks, pushed_results)?;
+
+        // Decided: emit the pushes, then every ack as decided.
+        let pushed = prepared.map(|p| self.commit_push(p)).unwrap_or_default();
+        let mut counts: HashMap<(u64, AckStatus), (u64, u64)> = HashMap::new();
+        let mut ack_results = Vec::with_capacity(decided.len());
+        for (d, a) in decided.into_iter().zip(&acks) {
+            if let Some((ack, row, dlq)) = &d.write {
+                self.emit_ack(ack, *row, *dlq, a);
+                let c = counts.entry((ack.pid, a.status)).or_default();
+                c.0 += 1;
+                c.1 += u64::from(*dlq);
+            }
+            ack_results.push(d.result);
+        }
+        self.record_ack_metrics(counts);
+        let mut pushed = pushed.into_iter();
+        let mut ack_results = ack_results.into_iter();
         let mut results = Vec::new();
-        let mut acks = acks.into_iter();
         for op in &req.ops {
             match op {
                 TxnOp::Push(items) => {
-                    for r in self.plan_push(items, producer) {
+                    for r in pushed.by_ref().take(items.len()) {
                         results.push(TxnOpResult::Push(r));
                     }
                 }
                 TxnOp::Ack(_) => {
-                    let Some(a) = acks.next() else { continue };
-                    let group = a.group.clone();
-                    for r in self.plan_acks(std::slice::from_ref(&a), &group) {
+                    if let Some(r) = ack_results.next() {
                         results.push(TxnOpResult::Ack(r));
                     }
                 }
@@ -68,6 +132,86 @@ impl Planner<'_> {
             transaction_id: uuid::Uuid::now_v7().to_string(),
             results,
         })
+    }
+
+    /// Decides every ack in operation order against the scratch view; the first refusal names
+    /// its operation. `pushed` holds the prepared results of all push items, in order.
+    fn decide_acks(
+        &mut self,
+        req: &TxnReq,
+        acks: &[AckItem],
+        pushed: &[PushResult],
+    ) -> Result<Vec<DecidedAck>, QueenError> {
+        let mut scratch: HashMap<(u64, u64), CursorRow> = HashMap::new();
+        let mut nacked: HashSet<(u64, u64)> = HashSet::new();
+        let mut in_bundle: HashMap<(u64, String), u64> = HashMap::new();
+        let mut pushed = pushed.iter();
+        let mut acks = acks.iter();
+        let mut out = Vec::new();
+        for (n, op) in req.ops.iter().enumerate() {
+            match op {
+                TxnOp::Push(items) => {
+                    for r in pushed.by_ref().take(items.len()) {
+                        if r.status == PushStatus::Queued {
+                            in_bundle.insert((r.partition_id, r.transaction_id.clone()), r.offset);
+                        }
+                    }
+                }
+                TxnOp::Ack(_) => {
+                    let Some(a) = acks.next() else { continue };
+                    let refuse = |why: String| {
+                        rolled_back(&format!(
+                            "operation {n} (ack {} of transactionId {}) refused: {why}",
+                            status_word(a.status),
+                            a.transaction_id
+                        ))
+                    };
+                    let group = group_name(&a.group).to_string();
+                    let (ack, noop) = self
+                        .check_ack_over(a, &group, Some(&scratch), Some(&in_bundle))
+                        .map_err(refuse)?;
+                    let mut result = AckResult {
+                        transaction_id: a.transaction_id.clone(),
+                        success: true,
+                        ..Default::default()
+                    };
+                    if noop {
+                        result.noop = true;
+                        out.push(DecidedAck {
+                            result,
+                            write: None,
+                        });
+                        continue;
+                    }
+                    if nacked.contains(&(ack.gid, ack.pid)) {
+                        return Err(refuse(
+                            "an earlier nack in this transaction rewound the partition".into(),
+                        ));
+                    }
+                    let (row, dlq) = self.next_row(&ack, a);
+                    if a.status != AckStatus::Completed {
+                        nacked.insert((ack.gid, ack.pid));
+                    }
+                    result.lease_released = ack.row.lease.is_some() && row.lease.is_none();
+                    result.dlq = dlq;
+                    scratch.insert((ack.gid, ack.pid), row);
+                    out.push(DecidedAck {
+                        result,
+                        write: Some((ack, row, dlq)),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn status_word(s: AckStatus) -> &'static str {
+    match s {
+        AckStatus::Completed => "completed",
+        AckStatus::Failed => "failed",
+        AckStatus::Retry => "retry",
+        AckStatus::Dlq => "dlq",
     }
 }
 

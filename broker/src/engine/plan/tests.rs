@@ -1,0 +1,568 @@
+//! Planner behaviour when the log cannot be read, and against hostile numbers.
+
+use bytes::Bytes;
+use queenmq_protocol::{ErrorCode, PopReq, PopSource, PushItem, Subscription};
+
+use super::{Planner, PopPlan};
+use crate::engine::cache::EntryCache;
+use crate::engine::cycle::Cycle;
+use crate::engine::log::{LogStatus, ProposeFuture, ReplicatedLog};
+use crate::entry::Effect;
+use crate::state::config::QueueConfig;
+use crate::state::{Loc, State};
+
+/// A log whose every read fails, as a failing disk would.
+struct FailingLog;
+
+impl ReplicatedLog for FailingLog {
+    fn propose(&self, _payload: Vec<u8>) -> ProposeFuture {
+        Box::pin(async { Err("no proposals in this test".to_string()) })
+    }
+    fn read(&self, index: u64) -> Result<Option<Vec<u8>>, String> {
+        Err(format!("reading entry {index}: input/output error"))
+    }
+    fn status(&self) -> LogStatus {
+        LogStatus::default()
+    }
+}
+
+const NOW: i64 = 1_764_700_000_000_000;
+
+/// Queue "q" (dedup window 3600 s) with partitions "a" (pid 1, empty) and "b" (pid 2, one
+/// message with transaction id "dup" stored in log entry 5, which cannot be read).
+fn state() -> State {
+    let mut st = State::default();
+    let loc = Loc { index: 5, pos: 0 };
+    st.apply(
+        &Effect::QueueUpsert {
+            qid: 1,
+            name: "q",
+            namespace: "",
+            task: "",
+            configured: true,
+            config: QueueConfig::default(),
+        },
+        NOW,
+        loc,
+    );
+    for (pid, name) in [(1, "a"), (2, "b")] {
+        st.apply(&Effect::PartitionCreate { qid: 1, pid, name }, NOW, loc);
+    }
+    st.apply(
+        &Effect::Append {
+            pid: 2,
+            base_offset: 0,
+            hashes: vec![xxhash_rust::xxh3::xxh3_64(b"dup")],
+            frames: &[0; 64],
+        },
+        NOW,
+        loc,
+    );
+    st.last_cycle = 1;
+    st
+}
+
+fn item(partition: &str, txn: &str) -> PushItem {
+    PushItem {
+        queue: "q".into(),
+        partition: partition.into(),
+        payload: Bytes::from_static(b"1"),
+        transaction_id: Some(txn.into()),
+        trace_id: None,
+    }
+}
+
+fn pop(partitions: u32, lease_seconds: Option<u64>) -> PopReq {
+    PopReq {
+        source: PopSource::Queue("q".into()),
+        group: None,
+        batch: 10,
+        partitions,
+        wait: false,
+        timeout_ms: 0,
+        auto_ack: false,
+        subscription: Subscription::All,
+        lease_seconds,
+        autopilot: false,
+    }
+}
+
+#[test]
+fn a_dedup_lookup_that_cannot_read_its_frame_refuses_the_push() {
+    let mut st = state();
+    let mut cycle = Cycle::new(2, NOW + 1);
+    let mut cache = EntryCache::new(1 << 20);
+    let mut p = Planner {
+        st: &mut st,
+        cycle: &mut cycle,
+        cache: &mut cache,
+        log: &FailingLog,
+        memory: None,
+    };
+    let e = p
+        .plan_push(&[item("a", "fresh"), item("b", "dup")], None)
+        .expect_err("the push must not be accepted as new");
+    assert_eq!(e.code, ErrorCode::Unavailable);
+    assert!(cycle.appended.is_empty(), "no message was written");
+    assert_eq!(st.partitions.get(&1).unwrap().next_offset, 0);
+    assert_eq!(st.partitions.get(&2).unwrap().next_offset, 1);
+}
+
+#[test]
+fn a_pop_whose_second_read_fails_claims_nothing() {
+    let mut st = state();
+    let mut cycle = Cycle::new(2, NOW + 1);
+    let mut cache = EntryCache::new(1 << 20);
+    let mut p = Planner {
+        st: &mut st,
+        cycle: &mut cycle,
+        cache: &mut cache,
+        log: &FailingLog,
+        memory: None,
+    };
+    // "a" gets a message in this cycle (readable); "b" holds the unreadable one.
+    p.plan_push(&[item("a", "fresh")], None).unwrap();
+    let Err(e) = p.plan_pop(&pop(2, None)) else {
+        panic!("the pop must fail");
+    };
+    assert_eq!(e.code, ErrorCode::Internal);
+    assert!(st.groups.is_empty(), "a failed pop registers no group");
+    assert!(st.queues[&1].groups.is_empty());
+    assert!(st.leases.is_empty(), "no lease nobody holds");
+    assert_eq!(st.next_group_id, 0);
+}
+
+#[test]
+fn a_pop_of_an_existing_group_whose_read_fails_puts_its_partitions_back() {
+    let mut st = state();
+    st.apply(
+        &Effect::GroupRegister {
+            qid: 1,
+            gid: 1,
+            name: queenmq_protocol::QUEUE_MODE_GROUP,
+            start_from_us: i64::MIN,
+        },
+        NOW,
+        Loc { index: 5, pos: 0 },
+    );
+    let mut cycle = Cycle::new(2, NOW + 1);
+    let mut cache = EntryCache::new(1 << 20);
+    let mut p = Planner {
+        st: &mut st,
+        cycle: &mut cycle,
+        cache: &mut cache,
+        log: &FailingLog,
+        memory: None,
+    };
+    p.plan_push(&[item("a", "fresh")], None).unwrap();
+    assert!(p.plan_pop(&pop(2, None)).is_err());
+    let g = &st.groups[&1];
+    assert!(g.cursors.is_empty(), "no claim was kept");
+    assert!(st.leases.is_empty());
+    assert!(g.in_ready.contains(&1) && g.in_ready.contains(&2));
+}
+
+#[test]
+fn a_refused_push_creates_no_queue_or_partition() {
+    let mut st = state();
+    let mut cycle = Cycle::new(2, NOW + 1);
+    let mut cache = EntryCache::new(1 << 20);
+    let mut p = Planner {
+        st: &mut st,
+        cycle: &mut cycle,
+        cache: &mut cache,
+        log: &FailingLog,
+        memory: None,
+    };
+    let mut other = item("x", "fresh");
+    other.queue = "new-queue".into();
+    assert!(p
+        .plan_push(&[other, item("new-part", "g"), item("b", "dup")], None)
+        .is_err());
+    assert!(cycle.entry.is_empty(), "nothing was emitted");
+    assert_eq!(st.queues.len(), 1);
+    assert_eq!(st.partitions.len(), 2);
+    assert_eq!((st.next_queue_id, st.next_partition_id), (2, 3));
+}
+
+#[test]
+fn a_push_creating_queues_and_partitions_gets_the_ids_it_planned() {
+    let mut st = state();
+    let mut cycle = Cycle::new(2, NOW + 1);
+    let mut cache = EntryCache::new(1 << 20);
+    let mut p = Planner {
+        st: &mut st,
+        cycle: &mut cycle,
+        cache: &mut cache,
+        log: &FailingLog,
+        memory: None,
+    };
+    let mut items = Vec::new();
+    for (q, part) in [
+        ("n1", "a"),
+        ("q", "c"),
+        ("n2", "a"),
+        ("n1", "b"),
+        ("n1", "a"),
+    ] {
+        let mut i = item(part, &format!("{q}-{part}"));
+        i.queue = q.into();
+        items.push(i);
+    }
+    let r = p.plan_push(&items, None).unwrap();
+    let pids: Vec<u64> = r.iter().map(|r| r.partition_id).collect();
+    assert_eq!(pids, vec![3, 4, 5, 6, 3]);
+    assert_eq!(r[4].status, queenmq_protocol::PushStatus::Duplicate);
+    for r in &r {
+        let part = st.partitions.get(&r.partition_id).expect("created");
+        assert_eq!(st.queues[&part.queue].name, r.queue);
+    }
+    assert_eq!(st.queue_named("n1").map(|q| q.id), Some(2));
+    assert_eq!(st.queue_named("n2").map(|q| q.id), Some(3));
+    assert_eq!(st.partitions.get(&4).map(|p| p.next_offset), Some(1));
+}
+
+#[test]
+fn a_huge_lease_saturates_instead_of_wrapping() {
+    let mut st = state();
+    let mut cycle = Cycle::new(2, NOW + 1);
+    let mut cache = EntryCache::new(1 << 20);
+    let mut p = Planner {
+        st: &mut st,
+        cycle: &mut cycle,
+        cache: &mut cache,
+        log: &FailingLog,
+        memory: None,
+    };
+    p.plan_push(&[item("a", "fresh")], None).unwrap();
+    let mut req = pop(1, Some(10_000_000_000_000));
+    req.source = PopSource::Partition("q".into(), "a".into());
+    let Ok(PopPlan::Delivered(r)) = p.plan_pop(&req) else {
+        panic!("the message is delivered");
+    };
+    assert_eq!(r.messages.len(), 1);
+    let row = st.groups.values().next().unwrap().cursors[&1];
+    let lease = row.lease.expect("leased");
+    assert_eq!(lease.seconds, u32::MAX);
+    assert!(
+        lease.expires_us > NOW,
+        "the lease is live, not wrapped into the past"
+    );
+    // A second pop of the same group gets nothing while the lease lives.
+    let mut p = Planner {
+        st: &mut st,
+        cycle: &mut cycle,
+        cache: &mut cache,
+        log: &FailingLog,
+        memory: None,
+    };
+    assert!(matches!(p.plan_pop(&req), Ok(PopPlan::Empty)));
+}
+
+/// Queue "t" without dedup, message X pushed and delivered under a lease (all in the cycle's
+/// pending entry, so readable although the log is not). The lease id and the partition id.
+fn delivered_x(p: &mut Planner<'_>) -> (String, String) {
+    p.emit(Effect::QueueUpsert {
+        qid: 2,
+        name: "t",
+        namespace: "",
+        task: "",
+        configured: true,
+        config: QueueConfig {
+            dedup_window_seconds: 0,
+            ..QueueConfig::default()
+        },
+    });
+    let mut x = item("p", "X");
+    x.queue = "t".into();
+    p.plan_push(&[x], None).unwrap();
+    let mut req = pop(1, None);
+    req.source = PopSource::Queue("t".into());
+    let Ok(PopPlan::Delivered(r)) = p.plan_pop(&req) else {
+        panic!("X is delivered");
+    };
+    (r.lease_id, r.messages[0].partition_id.to_string())
+}
+
+fn txn_ops(lease: &str, pid: &str, ack_first: bool) -> queenmq_protocol::TxnReq {
+    use queenmq_protocol::{AckItem, AckStatus, TxnOp};
+    let mut x = item("p", "X");
+    x.queue = "t".into();
+    let ack = TxnOp::Ack(AckItem {
+        transaction_id: "X".into(),
+        partition_id: pid.into(),
+        status: AckStatus::Completed,
+        error: None,
+        lease_id: Some(lease.into()),
+        group: None,
+    });
+    let push = TxnOp::Push(vec![x]);
+    queenmq_protocol::TxnReq {
+        ops: if ack_first {
+            vec![ack, push]
+        } else {
+            vec![push, ack]
+        },
+        required_leases: Vec::new(),
+        has_unsupported_riders: false,
+    }
+}
+
+#[test]
+fn a_transaction_ack_names_the_message_its_earlier_push_wrote_and_refuses_whole() {
+    let mut st = state();
+    let mut cycle = Cycle::new(2, NOW + 1);
+    let mut cache = EntryCache::new(1 << 20);
+    let mut p = Planner {
+        st: &mut st,
+        cycle: &mut cycle,
+        cache: &mut cache,
+        log: &FailingLog,
+        memory: None,
+    };
+    let (lease, pid) = delivered_x(&mut p);
+    let before = p.cycle.entry.len();
+    let e = p
+        .plan_transaction(&txn_ops(&lease, &pid, false), None)
+        .expect_err("the ack names the new X, outside the lease");
+    assert!(e.message.contains("operation 1"), "{}", e.message);
+    assert_eq!(p.cycle.entry.len(), before, "nothing was emitted");
+    let next = st.queue_named("t").map(|q| q.partition_order[0]);
+    assert_eq!(
+        next.and_then(|pid| st.partitions.get(&pid))
+            .map(|p| p.next_offset),
+        Some(1)
+    );
+}
+
+#[test]
+fn a_transaction_ack_before_a_push_of_the_same_id_acks_the_delivered_message() {
+    let mut st = state();
+    let mut cycle = Cycle::new(2, NOW + 1);
+    let mut cache = EntryCache::new(1 << 20);
+    let mut p = Planner {
+        st: &mut st,
+        cycle: &mut cycle,
+        cache: &mut cache,
+        log: &FailingLog,
+        memory: None,
+    };
+    let (lease, pid) = delivered_x(&mut p);
+    let r = p
+        .plan_transaction(&txn_ops(&lease, &pid, true), None)
+        .expect("both operations pass");
+    let ok: Vec<bool> = r
+        .results
+        .iter()
+        .map(|r| match r {
+            queenmq_protocol::TxnOpResult::Ack(a) => a.success,
+            queenmq_protocol::TxnOpResult::Push(p) => p.error.is_none(),
+        })
+        .collect();
+    assert_eq!(ok, vec![true, true]);
+    let pid: u64 = pid.parse().unwrap();
+    let gid = st
+        .queue_named("t")
+        .unwrap()
+        .groups
+        .values()
+        .next()
+        .copied()
+        .unwrap();
+    let row = st.groups[&gid].cursors[&pid];
+    assert_eq!(row.committed, 1, "the delivered X (offset 0) is committed");
+    assert!(row.lease.is_none());
+    assert_eq!(st.partitions.get(&pid).unwrap().next_offset, 2);
+}
+
+#[test]
+fn partitions_past_the_checkpoint_limit_are_refused_per_item() {
+    use crate::state::{decode_state, encode_state, MAX_NEXT_PARTITION_ID};
+    use queenmq_protocol::PushStatus;
+    let mut st = state();
+    st.next_partition_id = MAX_NEXT_PARTITION_ID - 1;
+    let mut cycle = Cycle::new(2, NOW + 1);
+    let mut cache = EntryCache::new(1 << 20);
+    let mut p = Planner {
+        st: &mut st,
+        cycle: &mut cycle,
+        cache: &mut cache,
+        log: &FailingLog,
+        memory: None,
+    };
+    let mut other = item("x", "elsewhere");
+    other.queue = "new-queue".into();
+    let r = p
+        .plan_push(
+            &[
+                item("last", "1"),
+                item("one-too-many", "2"),
+                other,
+                item("a", "3"),
+                item("last", "4"),
+            ],
+            None,
+        )
+        .expect("refusals are per item");
+    let status: Vec<PushStatus> = r.iter().map(|r| r.status).collect();
+    use PushStatus::{Failed, Queued};
+    assert_eq!(status, vec![Queued, Failed, Failed, Queued, Queued]);
+    assert_eq!(r[0].partition_id, MAX_NEXT_PARTITION_ID - 1);
+    assert_eq!(r[4].partition_id, MAX_NEXT_PARTITION_ID - 1);
+    let why = r[1].error.as_deref().unwrap_or_default();
+    assert!(why.contains("no partition can be created"), "{why}");
+    assert!(
+        st.queue_named("new-queue").is_none(),
+        "no queue for a partition that cannot be"
+    );
+    assert_eq!(st.next_partition_id, MAX_NEXT_PARTITION_ID);
+    assert_eq!(st.next_queue_id, 2);
+    // The checkpoint of a state at the limit reads back.
+    let back = decode_state(&encode_state(&st)).expect("the checkpoint is readable");
+    assert_eq!(back.next_partition_id, MAX_NEXT_PARTITION_ID);
+    let mut p = Planner {
+        st: &mut st,
+        cycle: &mut cycle,
+        cache: &mut cache,
+        log: &FailingLog,
+        memory: None,
+    };
+    let r = p.plan_push(&[item("later", "5")], None).unwrap();
+    assert_eq!(r[0].status, PushStatus::Failed);
+}
+
+#[test]
+fn a_transaction_creating_a_partition_past_the_limit_rolls_back_whole() {
+    use queenmq_protocol::{TxnOp, TxnReq};
+    let mut st = state();
+    st.next_partition_id = crate::state::MAX_NEXT_PARTITION_ID;
+    let mut cycle = Cycle::new(2, NOW + 1);
+    let mut cache = EntryCache::new(1 << 20);
+    let mut p = Planner {
+        st: &mut st,
+        cycle: &mut cycle,
+        cache: &mut cache,
+        log: &FailingLog,
+        memory: None,
+    };
+    let req = TxnReq {
+        ops: vec![TxnOp::Push(vec![item("a", "ok"), item("new", "refused")])],
+        required_leases: Vec::new(),
+        has_unsupported_riders: false,
+    };
+    let e = p.plan_transaction(&req, None).expect_err("rolled back");
+    assert!(
+        e.message.contains("no partition can be created"),
+        "{}",
+        e.message
+    );
+    assert!(cycle.entry.is_empty(), "nothing was emitted");
+    assert_eq!(st.partitions.get(&1).map(|p| p.next_offset), Some(0));
+}
+
+#[test]
+fn queues_and_groups_past_their_limit_are_refused_and_apply_does_not_overflow() {
+    use queenmq_protocol::{ConfigureReq, GroupAdminReq};
+    let mut st = state();
+    st.next_queue_id = u64::MAX;
+    st.next_group_id = u64::MAX;
+    let mut cycle = Cycle::new(2, NOW + 1);
+    let mut cache = EntryCache::new(1 << 20);
+    let mut p = Planner {
+        st: &mut st,
+        cycle: &mut cycle,
+        cache: &mut cache,
+        log: &FailingLog,
+        memory: None,
+    };
+    let configure = |queue: &str| ConfigureReq {
+        queue: queue.into(),
+        namespace: None,
+        task: None,
+        options: Vec::new(),
+        replace: false,
+    };
+    let e = p
+        .plan_configure(&configure("fresh"))
+        .expect_err("no queue id left");
+    assert!(
+        e.message.contains("no queue can be created"),
+        "{}",
+        e.message
+    );
+    p.plan_configure(&configure("q"))
+        .expect("an existing queue is still configured");
+    let mut fresh = item("x", "y");
+    fresh.queue = "fresh".into();
+    let r = p.plan_push(&[fresh, item("a", "z")], None).unwrap();
+    assert_eq!(r[0].status, queenmq_protocol::PushStatus::Failed);
+    assert_eq!(r[1].status, queenmq_protocol::PushStatus::Queued);
+    let Err(e) = p.plan_pop(&pop(1, None)) else {
+        panic!("a new group needs an id");
+    };
+    assert!(e.message.contains("no consumer group"), "{}", e.message);
+    assert!(p.st.groups.is_empty(), "no stand-in is left behind");
+    // Apply at the edge: no overflow, and no group row a checkpoint would misread.
+    let loc = Loc { index: 6, pos: 0 };
+    st.apply(
+        &Effect::GroupRegister {
+            qid: 1,
+            gid: u64::MAX,
+            name: "g",
+            start_from_us: 0,
+        },
+        NOW,
+        loc,
+    );
+    assert!(st.groups.is_empty());
+    st.apply(
+        &Effect::QueueUpsert {
+            qid: u64::MAX,
+            name: "edge",
+            namespace: "",
+            task: "",
+            configured: true,
+            config: QueueConfig::default(),
+        },
+        NOW,
+        loc,
+    );
+    assert_eq!(st.next_queue_id, u64::MAX);
+    st.apply(
+        &Effect::PartitionCreate {
+            qid: u64::MAX,
+            pid: u64::MAX,
+            name: "p",
+        },
+        NOW,
+        loc,
+    );
+    assert_eq!(st.next_partition_id, 3);
+    crate::state::decode_state(&crate::state::encode_state(&st)).expect("readable");
+    // Re-subscribing renews every group under a new id: refused before deleting any.
+    st.next_group_id = 1;
+    st.apply(
+        &Effect::GroupRegister {
+            qid: 1,
+            gid: 1,
+            name: "g",
+            start_from_us: 0,
+        },
+        NOW,
+        loc,
+    );
+    st.next_group_id = u64::MAX;
+    let mut p = Planner {
+        st: &mut st,
+        cycle: &mut cycle,
+        cache: &mut cache,
+        log: &FailingLog,
+        memory: None,
+    };
+    let req = GroupAdminReq::Subscription {
+        group: "g".into(),
+        timestamp_us: NOW,
+    };
+    assert!(p.plan_group_admin(&req).is_err());
+    assert!(st.groups.contains_key(&1), "the group was not deleted");
+}

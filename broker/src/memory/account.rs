@@ -1,0 +1,195 @@
+//! The engine's side of the pools: after each cycle, under the state lock it already holds,
+//! a clock check; every `PASS` the pools are set from the structures' capacities, the
+//! admission flag is updated and the gauges are published.
+//!
+//! Why a periodic pass and not a counter in every mutation: the cache, waiters, requests
+//! and dedup pools are O(1) to read (counters or a few hundred table capacities); only the
+//! state needs a walk, and the walk runs at most once a second (ten times a second while
+//! refusing, so writes resume soon after pressure goes) and never more often than 50 times
+//! its own duration, which keeps it under 2 % of the engine's time at any state size.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::size;
+use super::{Memory, Pool};
+use crate::state::State;
+
+const PASS: Duration = Duration::from_millis(100);
+const WALK_EVERY: Duration = Duration::from_secs(1);
+const WALK_EVERY_REFUSING: Duration = Duration::from_millis(100);
+const WALK_COST_FACTOR: u32 = 50;
+
+pub struct Accountant {
+    mem: Arc<Memory>,
+    next_pass: Instant,
+    last_walk: Option<Instant>,
+    walk_cost: Duration,
+    state: usize,
+    /// Size of the last checkpoint written: what the next one will hold while it is saved.
+    last_checkpoint: usize,
+}
+
+/// What the engine knows without the state: its own structures.
+pub struct EngineSide {
+    pub cache_held: usize,
+    pub waiters: usize,
+    pub waiter_job_size: usize,
+}
+
+impl Accountant {
+    pub fn new(mem: Arc<Memory>) -> Self {
+        // Series exist from the start (docs/metrics.md lists them; a scrape shows them all).
+        metrics::counter!("queen_memory_refused_writes_total").increment(0);
+        metrics::gauge!("queen_memory_budget_bytes", "share" => "total")
+            .set(mem.budget.total as f64);
+        metrics::gauge!("queen_memory_budget_bytes", "share" => "entry_cache")
+            .set(mem.budget.cache_bytes(u64::MAX) as f64);
+        metrics::gauge!("queen_memory_budget_bytes", "share" => "held")
+            .set(mem.budget.held_bytes() as f64);
+        metrics::gauge!("queen_memory_budget_bytes", "share" => "connections")
+            .set(mem.budget.connections_bytes() as f64);
+        Accountant {
+            mem,
+            next_pass: Instant::now(),
+            last_walk: None,
+            walk_cost: Duration::ZERO,
+            state: 0,
+            last_checkpoint: 0,
+        }
+    }
+
+    pub fn memory(&self) -> &Arc<Memory> {
+        &self.mem
+    }
+
+    /// After each cycle, with the state lock held: nothing but a clock read unless a pass
+    /// is due.
+    pub fn after_cycle(&mut self, st: &State, engine: EngineSide) {
+        let now = Instant::now();
+        if now < self.next_pass {
+            return;
+        }
+        self.next_pass = now + PASS;
+        let every = if self.mem.refusing() {
+            WALK_EVERY_REFUSING
+        } else {
+            WALK_EVERY
+        }
+        .max(self.walk_cost.saturating_mul(WALK_COST_FACTOR));
+        if self
+            .last_walk
+            .is_none_or(|t| now.duration_since(t) >= every)
+        {
+            self.state = size::state_bytes(st);
+            self.last_walk = Some(now);
+            self.walk_cost = now.elapsed();
+        }
+        let pools = &self.mem.pools;
+        pools.set(Pool::EntryCache, engine.cache_held);
+        pools.set(Pool::State, self.state);
+        pools.set(
+            Pool::Dedup,
+            size::dedup_bytes(st.txn_ids.index_capacity(), st.txn_ids.len()),
+        );
+        pools.set(
+            Pool::Waiters,
+            size::waiters_bytes(engine.waiters, engine.waiter_job_size),
+        );
+        let refusing = self.mem.update_refusing();
+        for p in Pool::ALL {
+            metrics::gauge!("queen_memory_bytes", "pool" => p.name()).set(pools.get(p) as f64);
+        }
+        metrics::gauge!("queen_memory_refusing_writes").set(if refusing { 1.0 } else { 0.0 });
+    }
+
+    /// The engine took these requests off its queue.
+    pub fn drained<'a>(&self, cmds: impl Iterator<Item = &'a queenmq_protocol::Command>) {
+        let n = cmds.fold(0usize, |a, c| a.saturating_add(size::request_bytes(c)));
+        self.mem.pools.sub(Pool::Requests, n);
+    }
+
+    /// A checkpoint is being encoded and written: until the returned guard is dropped (by
+    /// the task writing it, once written) it holds about what the last one did.
+    pub fn checkpoint_started(&self) -> CheckpointHeld {
+        self.mem.pools.set(Pool::Checkpoint, self.last_checkpoint);
+        CheckpointHeld(self.mem.clone())
+    }
+
+    /// The size of the checkpoint just written, for the next estimate.
+    pub fn checkpoint_done(&mut self, size: Option<usize>) {
+        if let Some(s) = size {
+            self.last_checkpoint = s;
+        }
+    }
+}
+
+/// Clears the `checkpoint` pool when the checkpoint's buffers are gone.
+pub struct CheckpointHeld(Arc<Memory>);
+
+impl Drop for CheckpointHeld {
+    fn drop(&mut self) {
+        self.0.pools.set(Pool::Checkpoint, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::Budget;
+
+    #[test]
+    fn a_pass_sets_every_pool_and_the_flag() {
+        let mem = Memory::new(Budget::derive(64 << 20, None, None));
+        let mut a = Accountant::new(mem.clone());
+        let st = State::default();
+        a.after_cycle(
+            &st,
+            EngineSide {
+                cache_held: 123,
+                waiters: 1_000_000,
+                waiter_job_size: 200,
+            },
+        );
+        assert_eq!(mem.pools.get(Pool::EntryCache), 123);
+        assert_eq!(
+            mem.pools.get(Pool::Waiters),
+            1_000_000 * (200 + size::WAITER_EXTRA)
+        );
+        assert!(mem.pools.get(Pool::Dedup) > 0, "the FIFO's first blocks");
+        assert!(mem.refusing(), "a million parked pops pass a 32 MiB share");
+        // The next cycle within the pass interval changes nothing.
+        a.after_cycle(
+            &st,
+            EngineSide {
+                cache_held: 0,
+                waiters: 0,
+                waiter_job_size: 200,
+            },
+        );
+        assert_eq!(mem.pools.get(Pool::EntryCache), 123);
+    }
+
+    #[test]
+    fn requests_drained_are_subtracted_and_checkpoints_counted_while_saved() {
+        let mem = Memory::new(Budget::derive(64 << 20, None, None));
+        let mut a = Accountant::new(mem.clone());
+        let cmd = queenmq_protocol::Command::DeleteQueue { queue: "q".into() };
+        mem.pools.add(Pool::Requests, 2 * size::request_bytes(&cmd));
+        a.drained([&cmd].into_iter());
+        assert_eq!(mem.pools.get(Pool::Requests), size::request_bytes(&cmd));
+        drop(a.checkpoint_started());
+        assert_eq!(mem.pools.get(Pool::Checkpoint), 0);
+        a.checkpoint_done(Some(5000));
+        let held = a.checkpoint_started();
+        assert_eq!(mem.pools.get(Pool::Checkpoint), 5000);
+        a.checkpoint_done(None);
+        assert_eq!(
+            mem.pools.get(Pool::Checkpoint),
+            5000,
+            "held until the write is done"
+        );
+        drop(held);
+        assert_eq!(mem.pools.get(Pool::Checkpoint), 0);
+    }
+}

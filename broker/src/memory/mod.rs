@@ -1,0 +1,250 @@
+//! Memory: what each structure that grows with traffic holds (the pools), one budget per
+//! node, and the admission check that refuses new writes, retriably, when the pools that
+//! cannot be evicted reach their share. docs/memory.md is the operator's view.
+
+pub mod account;
+pub mod budget;
+pub mod cgroup;
+pub mod door;
+pub mod pools;
+pub mod size;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use queenmq_protocol::{Command, QueenError, TxnOp};
+
+pub use account::Accountant;
+pub use budget::Budget;
+pub use pools::{Pool, Pools};
+
+const MIB: usize = 1 << 20;
+
+#[derive(Debug)]
+pub struct Memory {
+    pub budget: Budget,
+    pub pools: Pools,
+    /// Set by the engine's accounting pass (with hysteresis), read by every write.
+    refusing: AtomicBool,
+}
+
+impl Memory {
+    pub fn new(budget: Budget) -> Arc<Memory> {
+        Arc::new(Memory {
+            budget,
+            pools: Pools::default(),
+            refusing: AtomicBool::new(false),
+        })
+    }
+
+    /// The budget from `memory_limit_bytes` (0: derived from the cgroup limit or RAM).
+    pub fn from_config(memory_limit_bytes: u64) -> Arc<Memory> {
+        Memory::new(Budget::derive(
+            memory_limit_bytes,
+            cgroup::cgroup_limit(),
+            cgroup::physical_ram(),
+        ))
+    }
+
+    pub fn refusing(&self) -> bool {
+        self.refusing.load(Ordering::Relaxed)
+    }
+
+    /// Updates the refusal flag from the held pools: on past their share, off again below
+    /// the resume line. Returns the new value.
+    pub fn update_refusing(&self) -> bool {
+        let held = self.pools.held();
+        let was = self.refusing();
+        let now = if was {
+            held >= self.budget.resume_bytes()
+        } else {
+            held > self.budget.held_bytes()
+        };
+        if now != was {
+            self.refusing.store(now, Ordering::Relaxed);
+            if now {
+                tracing::warn!(
+                    held_mib = held / MIB,
+                    share_mib = self.budget.held_bytes() / MIB,
+                    "memory budget reached: new writes are refused until consumers drain"
+                );
+            } else {
+                tracing::info!(
+                    held_mib = held / MIB,
+                    "memory pressure gone: writes accepted"
+                );
+            }
+        }
+        now
+    }
+
+    /// Whether writes that grow the held pools are refused now: the flag is on, or the pools
+    /// already hold more than their share (before the next accounting pass sets the flag).
+    pub fn pressed(&self) -> bool {
+        self.refusing() || self.pools.held() > self.budget.held_bytes()
+    }
+
+    /// The retriable refusal a write gets while [`Self::pressed`].
+    pub fn refusal(&self) -> QueenError {
+        metrics::counter!("queen_memory_refused_writes_total").increment(1);
+        QueenError::unavailable(format!(
+            "the broker is at its memory budget: queues, partitions, consumer groups, \
+             transaction ids, parked pops and queued requests hold {} MiB of the {} MiB they \
+             may use; new writes are refused until consumers drain or ids expire, retry later \
+             (pops of existing consumer groups and acks work)",
+            self.pools.held() / MIB,
+            self.budget.held_bytes() / MIB
+        ))
+    }
+
+    /// Lets a command into the engine's queue, or refuses it retriably when it would grow
+    /// the held pools past their share. Decided here without the state: pushes and
+    /// transactions that push. Pops, acks, lease extensions, deletes and reads pass, so
+    /// consumers can drain; configure passes too. The engine refuses, while [`Self::pressed`],
+    /// what only the state tells apart: a configure that creates a queue and a pop that
+    /// registers a consumer group (it must not take the state lock on an async worker here).
+    pub fn admit(&self, cmd: &Command) -> Result<(), QueenError> {
+        if !grows(cmd) || !self.pressed() {
+            return Ok(());
+        }
+        Err(self.refusal())
+    }
+}
+
+/// A request counted in the requests pool on its way into the engine's queue. Dropped
+/// before it got there (the client went away while the queue was full, or the engine
+/// stopped), it takes its bytes back out; once queued, the engine subtracts them.
+pub struct Queued {
+    mem: Arc<Memory>,
+    bytes: usize,
+}
+
+impl Queued {
+    pub fn new(mem: Arc<Memory>, cmd: &Command) -> Queued {
+        let bytes = size::request_bytes(cmd);
+        mem.pools.add(Pool::Requests, bytes);
+        Queued { mem, bytes }
+    }
+
+    pub fn handed_over(mut self) {
+        self.bytes = 0;
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.mem.pools.sub(Pool::Requests, self.bytes);
+        }
+    }
+}
+
+/// Bytes of a transient copy (a cycle's entry and the cache's copy of it, a request's frames
+/// while planned) counted in the requests pool while the copy lives: a 60 MiB push is held
+/// two or three times over while it is encoded and proposed.
+pub struct Transient {
+    mem: Arc<Memory>,
+    bytes: usize,
+}
+
+impl Transient {
+    pub fn new(mem: Arc<Memory>, bytes: usize) -> Transient {
+        mem.pools.add(Pool::Requests, bytes);
+        Transient { mem, bytes }
+    }
+}
+
+impl Drop for Transient {
+    fn drop(&mut self) {
+        self.mem.pools.sub(Pool::Requests, self.bytes);
+    }
+}
+
+/// Commands the door refuses under pressure: pushes and transactions that push (configure
+/// and pops of new groups are refused by the engine, which sees the state).
+fn grows(cmd: &Command) -> bool {
+    match cmd {
+        Command::Push(_) => true,
+        Command::Transaction(t) => t.ops.iter().any(|op| matches!(op, TxnOp::Push(_))),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use queenmq_protocol::{PushItem, PushReq};
+
+    fn push() -> Command {
+        Command::Push(PushReq {
+            items: vec![PushItem {
+                queue: "q".into(),
+                partition: "p".into(),
+                payload: bytes::Bytes::from_static(b"x"),
+                transaction_id: None,
+                trace_id: None,
+            }],
+        })
+    }
+
+    #[test]
+    fn writes_are_refused_past_the_share_and_accepted_again_below_the_resume_line() {
+        let m = Memory::new(Budget::derive(100 << 20, None, None));
+        let share = m.budget.held_bytes();
+        assert!(m.admit(&push()).is_ok());
+        m.pools.set(Pool::State, share + 1);
+        let e = m.admit(&push()).unwrap_err();
+        assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable);
+        assert!(e.message.contains("memory budget"), "{}", e.message);
+        assert!(m.update_refusing());
+        // Just below the share is not enough: the flag holds until the resume line.
+        m.pools.set(Pool::State, share - 1);
+        assert!(m.update_refusing());
+        assert!(m.admit(&push()).is_err());
+        m.pools.set(Pool::State, m.budget.resume_bytes() - 1);
+        assert!(!m.update_refusing());
+        assert!(m.admit(&push()).is_ok());
+    }
+
+    #[test]
+    fn a_request_that_never_reached_the_queue_gives_its_bytes_back() {
+        let m = Memory::new(Budget::derive(100 << 20, None, None));
+        let q = Queued::new(m.clone(), &push());
+        assert_eq!(m.pools.get(Pool::Requests), size::request_bytes(&push()));
+        drop(q);
+        assert_eq!(m.pools.get(Pool::Requests), 0);
+        Queued::new(m.clone(), &push()).handed_over();
+        assert_eq!(m.pools.get(Pool::Requests), size::request_bytes(&push()));
+    }
+
+    #[test]
+    fn consumers_are_never_refused() {
+        let m = Memory::new(Budget::derive(100 << 20, None, None));
+        m.pools.set(Pool::Dedup, usize::MAX / 2);
+        m.update_refusing();
+        let pop = Command::DeleteQueue { queue: "q".into() };
+        assert!(m.admit(&pop).is_ok());
+        let txn_ack_only = Command::Transaction(Default::default());
+        assert!(m.admit(&txn_ack_only).is_ok());
+        assert!(m.admit(&push()).is_err());
+    }
+
+    #[test]
+    fn a_transient_copy_is_counted_while_it_lives() {
+        let m = Memory::new(Budget::derive(100 << 20, None, None));
+        let t = Transient::new(m.clone(), 60 << 20);
+        assert_eq!(m.pools.get(Pool::Requests), 60 << 20);
+        drop(t);
+        assert_eq!(m.pools.get(Pool::Requests), 0);
+    }
+
+    #[test]
+    fn configure_passes_the_door_under_pressure_for_the_engine_to_decide() {
+        let m = Memory::new(Budget::derive(100 << 20, None, None));
+        m.pools.set(Pool::Waiters, usize::MAX / 2);
+        assert!(m.pressed());
+        let cfg = Command::Configure(Default::default());
+        assert!(m.admit(&cfg).is_ok());
+        assert!(m.refusal().message.contains("memory budget"));
+    }
+}

@@ -1,0 +1,331 @@
+//! What the structures behind each pool hold, from their capacities. Hash tables are sized
+//! the way hashbrown sizes them (buckets a power of two, 7/8 usable, one control byte each);
+//! every heap allocation pays the allocator's header.
+
+use std::mem::size_of;
+
+use queenmq_protocol::{Command, TxnOp};
+
+use crate::state::model::{DlqRow, Group, Partition, Queue, Run, TraceRow};
+use crate::state::State;
+
+/// The allocator's header and rounding per allocation (glibc: 16 bytes, rounded to 16).
+pub const ALLOC_OVERHEAD: usize = 16;
+/// What a parked long poll holds besides its `Job`: the reply channel's shared allocation,
+/// the waiter's deadline, names copied out of the request, the connection's future.
+pub const WAITER_EXTRA: usize = 256;
+/// What an open HTTP connection holds: hyper's read and write buffers, the connection's task
+/// and its deadlines. Measured: 59 KB of RSS per idle keep-alive connection
+/// (bench/memory_sizing.py, docs/memory.md "Sizing figures"), rounded up.
+pub const CONNECTION_BYTES: usize = 60 << 10;
+/// What a request in flight adds to its connection (the handler's future, hyper's request
+/// state, a parked pop's reply channel). Measured: a parked long poll on its own connection
+/// costs 85 KB of RSS, 26 KB over an idle one.
+pub const IN_FLIGHT_BYTES: usize = 26 << 10;
+/// A queued request's fixed part (command, context, reply channel).
+pub const REQUEST_BASE: usize = 256;
+/// One pushed item's fixed part (names and ids, beside its payload).
+pub const PUSH_ITEM_BASE: usize = 128;
+
+/// Bytes of a hash table with `capacity` usable slots of `slot` bytes.
+pub fn table_bytes(capacity: usize, slot: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = capacity
+        .saturating_mul(8)
+        .checked_div(7)
+        .unwrap_or(usize::MAX)
+        .checked_next_power_of_two()
+        .unwrap_or(usize::MAX);
+    buckets
+        .saturating_mul(slot.saturating_add(1))
+        .saturating_add(ALLOC_OVERHEAD)
+}
+
+/// Bytes behind a buffer (`Vec`, `String`, `VecDeque`) of `capacity` items of `item` bytes.
+pub fn buf_bytes(capacity: usize, item: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    capacity.saturating_mul(item).saturating_add(ALLOC_OVERHEAD)
+}
+
+/// A `String` of `capacity` bytes.
+fn text(capacity: usize) -> usize {
+    buf_bytes(capacity, 1)
+}
+
+/// Everything of the state but the transaction ids: queues, partitions (with their run
+/// index), groups and cursors, DLQ rows, leases, traces. A walk: the accountant runs it at
+/// most as often as it can afford (docs/memory.md "How pools are counted").
+pub fn state_bytes(st: &State) -> usize {
+    let mut b = 0usize;
+    b = b.saturating_add(table_bytes(st.queues.capacity(), size_of::<(u64, Queue)>()));
+    b = b.saturating_add(table_bytes(
+        st.queue_by_name.capacity(),
+        size_of::<(String, u64)>(),
+    ));
+    for q in st.queues.values() {
+        // The name is held twice: in the queue and as the by-name key.
+        b = b
+            .saturating_add(text(q.name.capacity()).saturating_mul(2))
+            .saturating_add(text(q.namespace.capacity()))
+            .saturating_add(text(q.task.capacity()))
+            .saturating_add(buf_bytes(q.partition_order.capacity(), size_of::<u64>()))
+            // The by-name partition index: one (name hash, id) row per partition.
+            .saturating_add(table_bytes(q.partition_order.len(), 16))
+            .saturating_add(table_bytes(q.groups.capacity(), size_of::<(String, u64)>()))
+            .saturating_add(buf_bytes(q.dlq.capacity(), size_of::<DlqRow>()));
+        for name in q.groups.keys() {
+            b = b.saturating_add(text(name.capacity()));
+        }
+        for d in &q.dlq {
+            b = b
+                .saturating_add(text(d.group.capacity()))
+                .saturating_add(text(d.error.capacity()));
+        }
+    }
+    b = b.saturating_add(partitions_bytes(st));
+    b = b.saturating_add(table_bytes(st.groups.capacity(), size_of::<(u64, Group)>()));
+    for g in st.groups.values() {
+        b = b
+            .saturating_add(text(g.name.capacity()))
+            .saturating_add(table_bytes(
+                g.cursors.capacity(),
+                size_of::<(u64, crate::state::model::CursorRow)>(),
+            ))
+            .saturating_add(buf_bytes(g.ready.capacity(), size_of::<u64>()))
+            .saturating_add(table_bytes(g.in_ready.capacity(), size_of::<u64>()))
+            .saturating_add(buf_bytes(g.wake.capacity(), 16));
+    }
+    b = b.saturating_add(table_bytes(
+        st.leases.capacity(),
+        size_of::<(u128, Vec<(u64, u64)>)>(),
+    ));
+    for rows in st.leases.values() {
+        b = b.saturating_add(buf_bytes(rows.capacity(), size_of::<(u64, u64)>()));
+    }
+    b = b.saturating_add(st.wakes.bytes());
+    b = b.saturating_add(buf_bytes(st.traces.capacity(), size_of::<TraceRow>()));
+    for t in &st.traces {
+        b = b
+            .saturating_add(text(t.transaction_id.capacity()))
+            .saturating_add(text(t.group.capacity()))
+            .saturating_add(text(t.event_type.capacity()))
+            .saturating_add(text(t.data.capacity()))
+            .saturating_add(buf_bytes(t.names.capacity(), size_of::<String>()));
+        for n in &t.names {
+            b = b.saturating_add(text(n.capacity()));
+        }
+    }
+    b
+}
+
+/// Partitions live in chunks of 4096 slots (a chunk is allocated whole); each partition
+/// adds its name and its run index.
+fn partitions_bytes(st: &State) -> usize {
+    const CHUNK: u64 = 4096;
+    let mut b = 0usize;
+    let mut last_chunk = None;
+    for p in st.partitions.values() {
+        let chunk = p.id / CHUNK;
+        if last_chunk != Some(chunk) {
+            last_chunk = Some(chunk);
+            b = b.saturating_add(buf_bytes(CHUNK as usize, size_of::<Option<Partition>>()));
+        }
+        b = b
+            .saturating_add(text(p.name.capacity()))
+            .saturating_add(buf_bytes(p.runs.capacity(), size_of::<Run>()));
+    }
+    b
+}
+
+/// The transaction ids: the index tables (by capacity, from `index_capacity`) and the FIFO
+/// rows, kept in blocks of 4096 (one partly filled block at each end).
+pub fn dedup_bytes(index_capacity: usize, rows: usize) -> usize {
+    const BLOCK: usize = 4096;
+    let index_slot = size_of::<((u64, u64), u64)>();
+    let row = size_of::<crate::state::TxnRow>();
+    let blocks = rows.div_ceil(BLOCK).saturating_add(1);
+    // Index shards are sized separately, so `index_capacity` is the sum of 256 tables: count
+    // buckets at the 7/8 load without rounding the sum up to one power of two.
+    index_capacity
+        .saturating_mul(8)
+        .checked_div(7)
+        .unwrap_or(0)
+        .saturating_mul(index_slot.saturating_add(1))
+        .saturating_add(blocks.saturating_mul(BLOCK).saturating_mul(row))
+        // The time groups: at most one (i64, u32) row per group commit, in blocks too.
+        .saturating_add(BLOCK.saturating_mul(16))
+}
+
+/// Parked long polls.
+pub fn waiters_bytes(count: usize, job_size: usize) -> usize {
+    count.saturating_mul(job_size.saturating_add(WAITER_EXTRA))
+}
+
+/// A request queued for the engine: its payloads and names. Summed per request by the
+/// bus when it queues one and by the engine when it takes it, so both see the same number.
+pub fn request_bytes(cmd: &Command) -> usize {
+    let items = |items: &[queenmq_protocol::PushItem]| {
+        items.iter().fold(0usize, |a, i| {
+            a.saturating_add(i.payload.len())
+                .saturating_add(i.queue.len())
+                .saturating_add(i.partition.len())
+                .saturating_add(PUSH_ITEM_BASE)
+        })
+    };
+    let body = match cmd {
+        Command::Push(p) => items(&p.items),
+        Command::Transaction(t) => t.ops.iter().fold(0usize, |a, op| match op {
+            TxnOp::Push(v) => a.saturating_add(items(v)),
+            TxnOp::Ack(_) => a.saturating_add(PUSH_ITEM_BASE),
+        }),
+        Command::Ack(a) => a.items.len().saturating_mul(PUSH_ITEM_BASE),
+        _ => 0,
+    };
+    REQUEST_BASE.saturating_add(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::Effect;
+    use crate::state::Loc;
+
+    fn loc() -> Loc {
+        Loc { index: 1, pos: 0 }
+    }
+
+    fn with_queue(st: &mut State) {
+        st.apply(
+            &Effect::QueueUpsert {
+                qid: 1,
+                name: "q",
+                namespace: "",
+                task: "",
+                configured: true,
+                config: Default::default(),
+            },
+            1,
+            loc(),
+        );
+    }
+
+    #[test]
+    fn table_and_buffer_sizes_follow_capacity() {
+        assert_eq!(table_bytes(0, 24), 0);
+        // 14 usable slots need 16 buckets.
+        assert_eq!(table_bytes(14, 24), 16 * 25 + ALLOC_OVERHEAD);
+        assert_eq!(buf_bytes(100, 40), 4000 + ALLOC_OVERHEAD);
+        assert_eq!(table_bytes(usize::MAX, usize::MAX), usize::MAX);
+    }
+
+    #[test]
+    fn partitions_are_counted_by_chunk_name_and_runs() {
+        let mut st = State::default();
+        with_queue(&mut st);
+        let empty = state_bytes(&st);
+        for pid in 0..1000u64 {
+            let name = format!("partition-{pid}");
+            st.apply(
+                &Effect::PartitionCreate {
+                    qid: 1,
+                    pid,
+                    name: &name,
+                },
+                1,
+                loc(),
+            );
+        }
+        let with_parts = state_bytes(&st);
+        let per = (with_parts - empty) / 1000;
+        // A chunk slot per partition (4096 slots for 1000 ids), its name, its index row.
+        assert!(
+            per >= size_of::<Option<Partition>>(),
+            "{per} bytes per partition"
+        );
+        assert!(per < 2048, "{per} bytes per partition");
+        // Appends grow the run index, which is counted by capacity.
+        for i in 0..100u64 {
+            st.apply(
+                &Effect::Append {
+                    pid: 7,
+                    base_offset: i,
+                    hashes: vec![i],
+                    frames: &[],
+                },
+                2 + i as i64,
+                Loc {
+                    index: 2 + i,
+                    pos: 0,
+                },
+            );
+        }
+        let runs = st.partitions.get(&7).map_or(0, |p| p.runs.capacity());
+        assert!(runs >= 100);
+        assert!(state_bytes(&st) >= with_parts + 100 * size_of::<Run>());
+    }
+
+    #[test]
+    fn deleting_a_queue_gives_its_bytes_back() {
+        let mut st = State::default();
+        with_queue(&mut st);
+        let before = state_bytes(&st);
+        for pid in 0..100u64 {
+            st.apply(
+                &Effect::PartitionCreate {
+                    qid: 1,
+                    pid,
+                    name: "p",
+                },
+                1,
+                loc(),
+            );
+        }
+        assert!(state_bytes(&st) > before);
+        st.apply(&Effect::QueueDelete { qid: 1 }, 2, loc());
+        assert!(state_bytes(&st) < before + 1024, "{}", state_bytes(&st));
+    }
+
+    #[test]
+    fn dedup_grows_with_rows_and_index() {
+        let none = dedup_bytes(0, 0);
+        let million = dedup_bytes(1_150_000, 1_000_000);
+        let per = (million - none) / 1_000_000;
+        // 24-byte index slot + control byte at 7/8 load, 24-byte FIFO row.
+        assert!((50..=80).contains(&per), "{per} bytes per id");
+    }
+
+    #[test]
+    fn requests_count_payloads() {
+        let cmd = Command::Push(queenmq_protocol::PushReq {
+            items: vec![
+                queenmq_protocol::PushItem {
+                    queue: "q".into(),
+                    partition: "p".into(),
+                    payload: bytes::Bytes::from(vec![0u8; 1000]),
+                    transaction_id: None,
+                    trace_id: None,
+                };
+                3
+            ],
+        });
+        assert_eq!(
+            request_bytes(&cmd),
+            REQUEST_BASE + 3 * (1002 + PUSH_ITEM_BASE)
+        );
+        assert_eq!(
+            request_bytes(&Command::DeleteQueue { queue: "q".into() }),
+            REQUEST_BASE
+        );
+    }
+
+    #[test]
+    fn waiters_scale_with_count() {
+        assert_eq!(waiters_bytes(0, 500), 0);
+        assert_eq!(waiters_bytes(10, 500), 10 * (500 + WAITER_EXTRA));
+        assert_eq!(waiters_bytes(usize::MAX, 500), usize::MAX);
+    }
+}
