@@ -5,11 +5,14 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use queenmq_protocol::{AckItem, AckReq, AckResult, AckStatus, Command, Outcome, RequestCtx};
+use queenmq_protocol::{
+    limits, AckItem, AckReq, AckResult, AckStatus, Command, Outcome, RequestCtx,
+};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::error::ApiError;
+use crate::capped::{self, Capped};
+use crate::error::{too_many, ApiError};
 use crate::json_out::{self, key, num, opt_str, str_lit};
 use crate::{body, call, iso_ms, AppState};
 
@@ -31,7 +34,7 @@ pub struct AckJson {
 
 #[derive(Deserialize)]
 struct BatchJson {
-    acknowledgments: Vec<AckJson>,
+    acknowledgments: Capped<AckJson>,
     #[serde(default, rename = "consumerGroup")]
     consumer_group: Option<String>,
 }
@@ -64,6 +67,23 @@ pub fn partition_id_text(v: &Value) -> Result<String, ApiError> {
 impl AckJson {
     pub fn into_item(self) -> Result<AckItem, ApiError> {
         let partition_id = partition_id_text(&self.partition_id)?;
+        limits::check_name("transactionId", &self.transaction_id)?;
+        limits::check_name("partitionId", &partition_id)?;
+        if let Some(l) = &self.lease_id {
+            limits::check_name("leaseId", l)?;
+        }
+        if let Some(g) = &self.consumer_group {
+            limits::check_name("consumerGroup", g)?;
+        }
+        if let Some(e) = &self.error {
+            if e.len() > limits::MAX_ERROR_TEXT_BYTES {
+                return Err(ApiError::bad(format!(
+                    "error is {} bytes long; the limit is {} bytes",
+                    e.len(),
+                    limits::MAX_ERROR_TEXT_BYTES
+                )));
+            }
+        }
         Ok(AckItem {
             status: status(&self.status)?,
             transaction_id: self.transaction_id,
@@ -122,7 +142,7 @@ pub async fn ack_one(
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = body::read(&headers, b, app.opts.max_body_bytes).await?;
+    let bytes = body::read(&headers, b, &app.opts).await?;
     let a: AckJson = body::json(&bytes)?;
     let group = a.consumer_group.clone().filter(|g| !g.is_empty());
     let item = a.into_item()?;
@@ -143,14 +163,26 @@ pub async fn ack_batch(
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = body::read(&headers, b, app.opts.max_body_bytes).await?;
-    let batch: BatchJson = body::json(&bytes)?;
-    let items = batch
-        .acknowledgments
+    let bytes = body::read(&headers, b, &app.opts).await?;
+    let max = app.opts.max_ack_items;
+    let batch: BatchJson = capped::with_cap(max, || body::json(&bytes))?;
+    let acks = match batch.acknowledgments {
+        Capped::Within(a) => a,
+        Capped::Over(n) => {
+            return Err(too_many(
+                "acknowledgments in one batch",
+                n,
+                max,
+                "max_ack_items",
+            ))
+        }
+    };
+    let items = acks
         .into_iter()
         .map(AckJson::into_item)
         .collect::<Result<Vec<_>, _>>()?;
     let group = batch.consumer_group.filter(|g| !g.is_empty());
+    limits::check_name("consumerGroup", group.as_deref().unwrap_or(""))?;
     run(app, ctx, AckReq { items, group }).await
 }
 
@@ -159,6 +191,7 @@ pub async fn extend(
     Extension(ctx): Extension<RequestCtx>,
     Path(lease_id): Path<String>,
 ) -> Result<Response, ApiError> {
+    limits::check_name("leaseId", &lease_id)?;
     match call(&app, ctx, Command::ExtendLease { lease_id }).await? {
         Outcome::LeaseExtended(r) => {
             let at = r.expires_at_us.map(iso_ms);

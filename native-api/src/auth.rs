@@ -26,11 +26,14 @@ enum Level {
     Admin,
 }
 
-fn is_public(path: &str) -> bool {
-    matches!(
-        path,
-        "/" | "/health" | "/ready" | "/metrics" | "/metrics/prometheus"
-    )
+/// Probes stay open so orchestrators need no token; the metrics pages name every queue and
+/// group, so they are open only when `metrics_require_auth` is off.
+fn is_public(path: &str, metrics_open: bool) -> bool {
+    match path {
+        "/" | "/health" | "/ready" => true,
+        "/metrics" | "/metrics/prometheus" => metrics_open,
+        _ => false,
+    }
 }
 
 fn required(method: &Method, path: &str) -> Level {
@@ -48,6 +51,7 @@ fn required(method: &Method, path: &str) -> Level {
         return Level::WriteOnly;
     }
     let reads = [
+        "/metrics",
         "/api/v1/status",
         "/api/v1/analytics",
         "/api/v1/resources",
@@ -79,8 +83,49 @@ fn allows(roles: &[String], need: Level) -> bool {
     })
 }
 
+/// HS256 with `exp` and `nbf` checked (30 s leeway for clock skew); `aud` must match the
+/// configured audience when one is set, and is ignored when none is (tokens minted for several
+/// services carry one).
+fn validation(audience: Option<&str>) -> Validation {
+    let mut v = Validation::new(Algorithm::HS256);
+    v.required_spec_claims.clear();
+    v.leeway = 30;
+    v.validate_exp = true;
+    v.validate_nbf = true;
+    match audience {
+        Some(aud) => {
+            v.set_audience(&[aud]);
+            v.required_spec_claims.insert("aud".to_string());
+        }
+        None => v.validate_aud = false,
+    }
+    v
+}
+
 fn refuse(code: ErrorCode, msg: &str) -> Response {
     ApiError(QueenError::new(code, msg)).into_response()
+}
+
+/// A refusal sent before the body is read: hyper then closes the connection instead of reading
+/// the unread body, so tell the client not to reuse it (without the header, a pooled client
+/// may send its next request on the closing socket and see "disconnected without a response").
+fn refuse_unread(has_body: bool, code: ErrorCode, msg: &str) -> Response {
+    let mut resp = refuse(code, msg);
+    if has_body {
+        resp.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    resp
+}
+
+fn carries_body(req: &Request) -> bool {
+    let h = req.headers();
+    h.contains_key(axum::http::header::TRANSFER_ENCODING)
+        || h.get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim() != "0")
 }
 
 pub async fn layer(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
@@ -90,7 +135,7 @@ pub async fn layer(State(app): State<AppState>, mut req: Request, next: Next) ->
     };
     if let Some(secret) = app.opts.jwt_secret.as_deref() {
         let path = req.uri().path().to_string();
-        if !is_public(&path) {
+        if !is_public(&path, !app.opts.metrics_require_auth) {
             let header = req
                 .headers()
                 .get(axum::http::header::AUTHORIZATION)
@@ -98,12 +143,13 @@ pub async fn layer(State(app): State<AppState>, mut req: Request, next: Next) ->
                 .unwrap_or("");
             let token = header.strip_prefix("Bearer ").unwrap_or(header).trim();
             if token.is_empty() {
-                return refuse(ErrorCode::Unauthorized, "Authorization token required");
+                return refuse_unread(
+                    carries_body(&req),
+                    ErrorCode::Unauthorized,
+                    "Authorization token required",
+                );
             }
-            let mut v = Validation::new(Algorithm::HS256);
-            v.required_spec_claims.clear();
-            v.leeway = 30;
-            v.validate_exp = true;
+            let v = validation(app.opts.jwt_audience.as_deref());
             let claims =
                 match decode::<Claims>(token, &DecodingKey::from_secret(secret.as_bytes()), &v) {
                     Ok(d) => d.claims,
@@ -112,18 +158,29 @@ pub async fn layer(State(app): State<AppState>, mut req: Request, next: Next) ->
                             jsonwebtoken::errors::ErrorKind::ExpiredSignature => {
                                 "Token has expired".to_string()
                             }
+                            jsonwebtoken::errors::ErrorKind::ImmatureSignature => {
+                                "Token is not valid yet (nbf)".to_string()
+                            }
+                            jsonwebtoken::errors::ErrorKind::InvalidAudience => {
+                                "Token audience (aud) does not match this broker".to_string()
+                            }
                             _ => format!("Invalid token: {e}"),
                         };
-                        return refuse(ErrorCode::Unauthorized, &msg);
+                        return refuse_unread(carries_body(&req), ErrorCode::Unauthorized, &msg);
                     }
                 };
             let mut roles = claims.roles.unwrap_or_default();
             roles.extend(claims.role);
+            // A token that names no role gets the least: it can read, not write or administer.
             if roles.is_empty() {
-                roles.push("read-write".into());
+                roles.push("read-only".into());
             }
             if !allows(&roles, required(req.method(), &path)) {
-                return refuse(ErrorCode::Forbidden, "Insufficient permissions");
+                return refuse_unread(
+                    carries_body(&req),
+                    ErrorCode::Forbidden,
+                    "Insufficient permissions",
+                );
             }
             ctx.principal = claims.sub;
         }
@@ -158,5 +215,36 @@ mod tests {
             &["read-only".into()],
             required(&Method::GET, "/api/v1/dlq")
         ));
+        assert!(allows(
+            &["read-only".into()],
+            required(&Method::GET, "/metrics/prometheus")
+        ));
+        assert!(is_public("/health", false) && is_public("/ready", false));
+        assert!(!is_public("/metrics", false) && is_public("/metrics", true));
+    }
+
+    fn token(claims: serde_json::Value) -> String {
+        let key = jsonwebtoken::EncodingKey::from_secret(b"s3cret");
+        jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap_or_default()
+    }
+
+    fn check(claims: serde_json::Value, audience: Option<&str>) -> bool {
+        let key = DecodingKey::from_secret(b"s3cret");
+        decode::<Claims>(&token(claims), &key, &validation(audience)).is_ok()
+    }
+
+    #[test]
+    fn nbf_and_audience() {
+        let now = chrono::Utc::now().timestamp();
+        assert!(check(serde_json::json!({"nbf": now - 5}), None));
+        assert!(!check(serde_json::json!({"nbf": now + 3_600}), None));
+        assert!(check(serde_json::json!({"aud": "other"}), None));
+        assert!(check(serde_json::json!({"aud": "queen"}), Some("queen")));
+        assert!(check(
+            serde_json::json!({"aud": ["x", "queen"]}),
+            Some("queen")
+        ));
+        assert!(!check(serde_json::json!({"aud": "other"}), Some("queen")));
+        assert!(!check(serde_json::json!({}), Some("queen")));
     }
 }

@@ -9,8 +9,12 @@ use queenmq_protocol::{ErrorCode, QueenError};
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
+use crate::ApiOptions;
 
-pub async fn read(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+/// Reads the whole body within `max_body_bytes` and `body_timeout`; a body still arriving at the
+/// deadline is answered 408 and its connection closed (a slow sender holds no buffer for long).
+pub async fn read(headers: &HeaderMap, body: Body, opts: &ApiOptions) -> Result<Bytes, ApiError> {
+    let limit = opts.max_body_bytes;
     let too_large = || {
         ApiError(QueenError::new(
             ErrorCode::PayloadTooLarge,
@@ -27,7 +31,19 @@ pub async fn read(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes
         }
     }
     let limited = http_body_util::Limited::new(body, limit);
-    match limited.collect().await {
+    let collected = match tokio::time::timeout(opts.body_timeout, limited.collect()).await {
+        Ok(r) => r,
+        Err(_) => {
+            return Err(ApiError(QueenError::new(
+                ErrorCode::RequestTimeout,
+                format!(
+                    "request body not received within {} ms (http_body_timeout_ms)",
+                    opts.body_timeout.as_millis()
+                ),
+            )))
+        }
+    };
+    match collected {
         Ok(c) => Ok(c.to_bytes()),
         Err(e)
             if e.downcast_ref::<http_body_util::LengthLimitError>()

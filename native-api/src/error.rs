@@ -26,6 +26,14 @@ impl From<QueenError> for ApiError {
     }
 }
 
+/// 413 for a list over its configured cap, naming the count, the cap and the setting.
+pub fn too_many(what: &str, count: usize, max: usize, setting: &str) -> ApiError {
+    ApiError(QueenError::new(
+        ErrorCode::PayloadTooLarge,
+        format!("{count} {what}; the limit is {max} (setting {setting})"),
+    ))
+}
+
 pub fn status_of(code: ErrorCode) -> StatusCode {
     match code {
         ErrorCode::BadRequest | ErrorCode::BadName => StatusCode::BAD_REQUEST,
@@ -37,6 +45,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::Unsupported => StatusCode::NOT_IMPLEMENTED,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorCode::TransactionRolledBack => StatusCode::OK,
+        ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
     }
 }
 
@@ -49,6 +58,13 @@ impl IntoResponse for ApiError {
             body["success"] = json!(false);
         }
         let mut resp = (status, axum::Json(body)).into_response();
+        if status == StatusCode::REQUEST_TIMEOUT {
+            // The body was not read to its end: the connection cannot carry another request.
+            resp.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
         if status == StatusCode::SERVICE_UNAVAILABLE {
             resp.headers_mut()
                 .insert("retry-after", axum::http::HeaderValue::from_static("1"));

@@ -57,7 +57,7 @@ async fn object(
     headers: &HeaderMap,
     b: Body,
 ) -> Result<serde_json::Map<String, Value>, ApiError> {
-    let bytes = body::read(headers, b, app.opts.max_body_bytes).await?;
+    let bytes = body::read(headers, b, &app.opts).await?;
     if bytes.is_empty() {
         return Ok(Default::default());
     }
@@ -84,6 +84,8 @@ pub async fn seek(
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
+    queenmq_protocol::limits::check_name("consumerGroup", &group)?;
+    queenmq_protocol::limits::check_name("queue", &queue)?;
     let m = object(&app, &headers, b).await?;
     let to_end = matches!(m.get("toEnd"), Some(Value::Bool(true)));
     let timestamp_us = time_field(&m, "timestamp")?;
@@ -107,6 +109,7 @@ pub async fn subscription(
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
+    queenmq_protocol::limits::check_name("consumerGroup", &group)?;
     let m = object(&app, &headers, b).await?;
     let timestamp_us = time_field(&m, "subscriptionTimestamp")?
         .ok_or_else(|| ApiError::bad("subscriptionTimestamp is required"))?;

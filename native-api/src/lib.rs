@@ -2,40 +2,90 @@
 //! HTTP and JSON; it never sees storage, Raft or the engine.
 
 mod ack;
+mod answer;
 mod auth;
 mod body;
+mod capped;
 mod error;
 mod groups;
 mod health;
 mod http_metrics;
 mod json_out;
+mod meter;
 mod pop;
 mod push;
 mod queues;
 mod reads;
 mod router;
+mod serve;
+mod timed_io;
 mod txn;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use queenmq_protocol::Bus;
 
 pub use error::ApiError;
+pub use meter::ConnectionMeter;
 
 #[derive(Clone, Debug)]
 pub struct ApiOptions {
     /// HS256 secret; JWT auth is on when set.
     pub jwt_secret: Option<String>,
+    /// When set, a token must carry this audience in `aud`.
+    pub jwt_audience: Option<String>,
+    /// Whether `/metrics` and `/metrics/prometheus` need a token (only when auth is on).
+    pub metrics_require_auth: bool,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// A request head must arrive within this time of its first byte (or of the connection).
+    pub header_timeout: Duration,
+    /// A request body must arrive whole within this time once its handler starts reading it.
+    pub body_timeout: Duration,
+    /// A kept-alive connection idle this long between requests is closed; also the bound on a
+    /// client that stops reading its answer.
+    pub idle_timeout: Duration,
+    /// Most connections served at once; past it, accepts wait.
+    pub max_connections: usize,
+    /// Connections beyond `max_connections` kept for `/health`, `/ready` and the metrics.
+    pub probe_reserve_connections: usize,
+    /// Bytes per second a client must read its answer at, measured over `write_rate_window`
+    /// of the door waiting on it; 0: no minimum (only the idle timeout).
+    pub min_write_rate: u64,
+    pub write_rate_window: Duration,
+    /// Told of connections and requests, so the owner can count what they hold.
+    pub meter: Option<Arc<dyn ConnectionMeter>>,
+    /// Most items in one push (and in all push operations of one transaction).
+    pub max_push_items: usize,
+    /// Most acknowledgements in one ack batch.
+    pub max_ack_items: usize,
+    /// Most operations in one transaction.
+    pub max_txn_ops: usize,
+    /// Largest trace `data` (as JSON text).
+    pub max_trace_bytes: usize,
 }
 
 impl Default for ApiOptions {
     fn default() -> Self {
         ApiOptions {
             jwt_secret: None,
+            jwt_audience: None,
+            metrics_require_auth: true,
             max_body_bytes: 64 << 20,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
+            probe_reserve_connections: 16,
+            min_write_rate: 16 << 10,
+            write_rate_window: Duration::from_secs(10),
+            meter: None,
+            max_push_items: 10_000,
+            max_ack_items: 10_000,
+            max_txn_ops: 10_000,
+            max_trace_bytes: 64 << 10,
         }
     }
 }
@@ -53,13 +103,22 @@ pub async fn run(
     opts: ApiOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let limits = serve::DoorLimits {
+        timeouts: timed_io::Timeouts {
+            header: opts.header_timeout,
+            idle: opts.idle_timeout,
+            min_write_rate: opts.min_write_rate,
+            rate_window: opts.write_rate_window,
+        },
+        max_connections: opts.max_connections,
+        probe_reserve: opts.probe_reserve_connections,
+        meter: opts.meter.clone(),
+    };
     let app = router::router(AppState {
         bus,
         opts: Arc::new(opts),
     });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve::serve(listener, app, limits, shutdown).await
 }
 
 /// Sends a command over the bus and maps a refusal to its HTTP answer.

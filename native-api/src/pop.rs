@@ -6,7 +6,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use queenmq_protocol::{Command, Outcome, PopReq, PopResult, PopSource, RequestCtx, Subscription};
+use queenmq_protocol::{
+    limits, Command, Outcome, PopReq, PopResult, PopSource, RequestCtx, Subscription,
+};
 use serde_json::json;
 
 use crate::error::ApiError;
@@ -52,19 +54,41 @@ fn request(source: PopSource, p: &Params) -> Result<PopReq, ApiError> {
         (Some(m), _) if !m.is_empty() => Subscription::All,
         _ => Subscription::Default,
     };
-    let batch = num(p, "batch")?.unwrap_or(0).min(100_000) as u32;
-    let partitions = num(p, "partitions")?.unwrap_or(0).min(10_000) as u32;
-    let timeout_ms = num(p, "timeout")?.unwrap_or(30_000).min(300_000);
+    let capped = |k: &str, max: u64, unit: &str| -> Result<Option<u64>, ApiError> {
+        match num(p, k)? {
+            Some(v) => Ok(Some(limits::check_max(k, v, max, unit)?)),
+            None => Ok(None),
+        }
+    };
+    // Each fits u32 once capped (the caps are far below u32::MAX).
+    let batch = capped("batch", limits::MAX_POP_BATCH, "messages")?.unwrap_or(0) as u32;
+    let partitions =
+        capped("partitions", limits::MAX_POP_PARTITIONS, "partitions")?.unwrap_or(0) as u32;
+    let timeout_ms = capped("timeout", limits::MAX_WAIT_MS, "ms")?.unwrap_or(30_000);
+    let lease_seconds = capped("leaseSeconds", limits::MAX_LEASE_SECONDS, "seconds")?;
+    match &source {
+        PopSource::Queue(q) => limits::check_name("queue", q)?,
+        PopSource::Partition(q, part) => {
+            limits::check_name("queue", q)?;
+            limits::check_name("partition", part)?;
+        }
+        PopSource::Labels { namespace, task } => {
+            limits::check_name("namespace", namespace.as_deref().unwrap_or(""))?;
+            limits::check_name("task", task.as_deref().unwrap_or(""))?;
+        }
+    }
+    let group = p.get("consumerGroup").filter(|g| !g.is_empty()).cloned();
+    limits::check_name("consumerGroup", group.as_deref().unwrap_or(""))?;
     Ok(PopReq {
         source,
-        group: p.get("consumerGroup").filter(|g| !g.is_empty()).cloned(),
+        group,
         batch,
         partitions,
         wait: flag(p, "wait")?,
         timeout_ms,
         auto_ack: flag(p, "autoAck")?,
         subscription,
-        lease_seconds: num(p, "leaseSeconds")?,
+        lease_seconds,
         autopilot: flag(p, "autopilot")?,
     })
 }

@@ -7,13 +7,14 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use bytes::Bytes;
 use queenmq_protocol::{
-    Command, Outcome, PushItem, PushReq, PushResult, RequestCtx, DEFAULT_PARTITION,
+    limits, Command, Outcome, PushItem, PushReq, PushResult, RequestCtx, DEFAULT_PARTITION,
 };
 use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use crate::error::ApiError;
+use crate::capped::{self, Capped};
+use crate::error::{too_many, ApiError};
 use crate::json_out::{self, key, num, str_lit};
 use crate::{body, call, AppState};
 
@@ -35,10 +36,25 @@ pub struct ItemJson<'a> {
 #[derive(Deserialize)]
 struct PushBody<'a> {
     #[serde(borrow)]
-    items: Vec<ItemJson<'a>>,
+    items: Capped<ItemJson<'a>>,
 }
 
 impl ItemJson<'_> {
+    /// Names and ids are bounded before anything is stored under them.
+    pub fn check(&self) -> Result<(), ApiError> {
+        limits::check_name("queue", &self.queue)?;
+        if let Some(p) = &self.partition {
+            limits::check_name("partition", p)?;
+        }
+        if let Some(t) = &self.transaction_id {
+            limits::check_name("transactionId", t)?;
+        }
+        if let Some(t) = &self.trace_id {
+            limits::check_name("traceId", t)?;
+        }
+        Ok(())
+    }
+
     /// `payload`, else `data`; an absent or null payload is stored as JSON null.
     /// `body` is the buffer the item was parsed from, so the payload is shared, not copied.
     pub fn into_item(self, body: &Bytes) -> PushItem {
@@ -124,13 +140,17 @@ pub async fn push(
     b: Body,
 ) -> Result<Response, ApiError> {
     body::require_json(&headers)?;
-    let bytes = body::read(&headers, b, app.opts.max_body_bytes).await?;
-    let parsed: PushBody<'_> = body::json_borrowed(&bytes)?;
-    let items: Vec<PushItem> = parsed
-        .items
-        .into_iter()
-        .map(|i| i.into_item(&bytes))
-        .collect();
+    let bytes = body::read(&headers, b, &app.opts).await?;
+    let max = app.opts.max_push_items;
+    let parsed: PushBody<'_> = capped::with_cap(max, || body::json_borrowed(&bytes))?;
+    let items = match parsed.items {
+        Capped::Within(items) => items,
+        Capped::Over(n) => return Err(too_many("items in one push", n, max, "max_push_items")),
+    };
+    for i in &items {
+        i.check()?;
+    }
+    let items: Vec<PushItem> = items.into_iter().map(|i| i.into_item(&bytes)).collect();
     if items.is_empty() {
         return Ok((StatusCode::CREATED, Json(json!([]))).into_response());
     }

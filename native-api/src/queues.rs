@@ -5,7 +5,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use queenmq_protocol::{Command, ConfigureReq, Outcome, RequestCtx};
+use queenmq_protocol::{limits, Command, ConfigureReq, Outcome, RequestCtx};
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -17,7 +17,7 @@ pub async fn configure(
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = body::read(&headers, b, app.opts.max_body_bytes).await?;
+    let bytes = body::read(&headers, b, &app.opts).await?;
     let v: Value = body::json(&bytes)?;
     let obj = v
         .as_object()
@@ -38,6 +38,9 @@ pub async fn configure(
     };
     let namespace = label("namespace")?;
     let task = label("task")?;
+    limits::check_name("queue", &queue)?;
+    limits::check_name("namespace", namespace.as_deref().unwrap_or(""))?;
+    limits::check_name("task", task.as_deref().unwrap_or(""))?;
     let replace = match obj.get("mode") {
         None | Some(Value::Null) => false,
         Some(Value::String(m)) if m == "merge" => false,
@@ -58,6 +61,10 @@ pub async fn configure(
             .collect(),
         Some(_) => return Err(ApiError::bad("options must be an object")),
     };
+    // Ranges are checked here, before the engine sees a value it would compute times from.
+    for (k, v) in &options {
+        limits::check_queue_option(k, v)?;
+    }
     let req = ConfigureReq {
         queue,
         namespace,

@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use bytes::Bytes;
-use queenmq_protocol::{Command, DlqQuery, Outcome, ReadReq, RequestCtx, TraceReq};
+use queenmq_protocol::{limits, Command, DlqQuery, Outcome, Page, ReadReq, RequestCtx, TraceReq};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -24,12 +24,16 @@ async fn read(app: AppState, ctx: RequestCtx, req: ReadReq) -> Result<Response, 
     }
 }
 
+/// Largest page any listing answers; a bigger `limit` is clamped to it (as the reference broker
+/// clamps), so one read never renders more rows than this.
+pub const MAX_PAGE: usize = 10_000;
+
 fn limit(p: &Params, default: usize) -> Result<usize, ApiError> {
     match p.get("limit") {
         None => Ok(default),
         Some(v) => v
             .parse::<usize>()
-            .map(|n| n.clamp(1, 10_000))
+            .map(|n| n.clamp(1, MAX_PAGE))
             .map_err(|_| ApiError::bad("limit must be a positive integer")),
     }
 }
@@ -62,12 +66,22 @@ simple!(groups, ReadReq::ConsumerGroups);
 simple!(status, ReadReq::Status);
 simple!(status_queues, ReadReq::StatusQueues);
 
+/// Queue detail and depth list partitions: a page of 1000 unless asked otherwise.
+fn partition_page(p: &Params) -> Result<Page, ApiError> {
+    Ok(Page {
+        limit: limit(p, 1_000)?,
+        offset: offset(p)?,
+    })
+}
+
 pub async fn queue(
     State(app): State<AppState>,
     Extension(ctx): Extension<RequestCtx>,
     Path(queue): Path<String>,
+    Query(p): Query<Params>,
 ) -> Result<Response, ApiError> {
-    read(app, ctx, ReadReq::Queue { queue }).await
+    let page = partition_page(&p)?;
+    read(app, ctx, ReadReq::Queue { queue, page }).await
 }
 
 pub async fn status_queue(
@@ -90,6 +104,7 @@ pub async fn depth(
         ReadReq::QueueDepth {
             queue,
             group: p.get("group").cloned(),
+            page: partition_page(&p)?,
         },
     )
     .await
@@ -103,6 +118,7 @@ pub async fn partitions(
     let req = ReadReq::Partitions {
         queue: p.get("queue").cloned(),
         limit: limit(&p, 100)?,
+        offset: offset(&p)?,
     };
     read(app, ctx, req).await
 }
@@ -115,6 +131,7 @@ pub async fn messages(
     let req = ReadReq::Messages {
         queue: p.get("queue").cloned(),
         limit: limit(&p, 100)?,
+        offset: offset(&p)?,
     };
     read(app, ctx, req).await
 }
@@ -254,18 +271,44 @@ pub async fn trace(
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = body::read(&headers, b, app.opts.max_body_bytes).await?;
+    let bytes = body::read(&headers, b, &app.opts).await?;
     let t: TraceJson = body::json(&bytes)?;
     let partition_id = crate::ack::partition_id_text(&t.partition_id)?;
+    limits::check_name("transactionId", &t.transaction_id)?;
+    limits::check_name("partitionId", &partition_id)?;
+    limits::check_name("consumerGroup", t.consumer_group.as_deref().unwrap_or(""))?;
+    limits::check_name("eventType", t.event_type.as_deref().unwrap_or(""))?;
+    let names = t.trace_names.unwrap_or_default();
+    if names.len() > limits::MAX_TRACE_NAMES {
+        return Err(ApiError::bad(format!(
+            "traceNames has {} names; the limit is {}",
+            names.len(),
+            limits::MAX_TRACE_NAMES
+        )));
+    }
+    for n in &names {
+        limits::check_name("traceNames[]", n)?;
+    }
+    let data = t.data.unwrap_or(Value::Null).to_string();
+    let max = app.opts.max_trace_bytes;
+    if data.len() > max {
+        return Err(ApiError(queenmq_protocol::QueenError::new(
+            queenmq_protocol::ErrorCode::PayloadTooLarge,
+            format!(
+                "trace data is {} bytes as JSON; the limit is {max} bytes (setting max_trace_bytes)",
+                data.len()
+            ),
+        )));
+    }
     let req = TraceReq {
         transaction_id: t.transaction_id,
         partition_id,
         group: t
             .consumer_group
             .unwrap_or_else(|| queenmq_protocol::QUEUE_MODE_GROUP.into()),
-        names: t.trace_names.unwrap_or_default(),
+        names,
         event_type: t.event_type.unwrap_or_else(|| "info".into()),
-        data: Bytes::from(t.data.unwrap_or(Value::Null).to_string()),
+        data: Bytes::from(data),
     };
     match call(&app, ctx, Command::Trace(req)).await? {
         Outcome::Json(v) => Ok((StatusCode::CREATED, Json(v)).into_response()),

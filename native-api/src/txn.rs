@@ -5,13 +5,14 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use queenmq_protocol::{Command, Outcome, RequestCtx, TxnOp, TxnOpResult, TxnReq};
+use queenmq_protocol::{limits, Command, Outcome, RequestCtx, TxnOp, TxnOpResult, TxnReq};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::ack::AckJson;
-use crate::error::ApiError;
+use crate::capped::{self, Capped};
+use crate::error::{too_many, ApiError};
 use crate::push::ItemJson;
 use crate::{body, call, AppState};
 
@@ -24,15 +25,15 @@ struct OpKind {
 #[derive(Deserialize)]
 struct PushOpJson<'a> {
     #[serde(borrow)]
-    items: Vec<ItemJson<'a>>,
+    items: Capped<ItemJson<'a>>,
 }
 
 #[derive(Deserialize)]
 struct TxnJson<'a> {
     #[serde(borrow)]
-    operations: Vec<&'a RawValue>,
+    operations: Capped<&'a RawValue>,
     #[serde(default, rename = "requiredLeases")]
-    required_leases: Vec<String>,
+    required_leases: Capped<String>,
     #[serde(default)]
     kv: Option<Value>,
     #[serde(default)]
@@ -46,10 +47,39 @@ pub async fn transaction(
     b: Body,
 ) -> Result<Response, ApiError> {
     body::require_json(&headers)?;
-    let bytes = body::read(&headers, b, app.opts.max_body_bytes).await?;
-    let t: TxnJson<'_> = body::json_borrowed(&bytes)?;
-    let mut ops = Vec::with_capacity(t.operations.len());
-    for op in t.operations {
+    let bytes = body::read(&headers, b, &app.opts).await?;
+    let max_ops = app.opts.max_txn_ops;
+    let t: TxnJson<'_> = capped::with_cap(max_ops, || body::json_borrowed(&bytes))?;
+    let operations = match t.operations {
+        Capped::Within(ops) => ops,
+        Capped::Over(n) => {
+            return Err(too_many(
+                "operations in one transaction",
+                n,
+                max_ops,
+                "max_txn_ops",
+            ))
+        }
+    };
+    let required_leases = match t.required_leases {
+        Capped::Within(l) => l,
+        Capped::Over(n) => {
+            return Err(too_many(
+                "requiredLeases in one transaction",
+                n,
+                max_ops,
+                "max_txn_ops",
+            ))
+        }
+    };
+    for l in &required_leases {
+        limits::check_name("requiredLeases[]", l)?;
+    }
+    // Push items of all operations share one budget: a transaction is no way around a push cap.
+    let max_items = app.opts.max_push_items;
+    let mut items_left = max_items;
+    let mut ops = Vec::with_capacity(operations.len());
+    for op in operations {
         let raw = op.get().as_bytes();
         let kind: OpKind = body::json_borrowed(raw)?;
         match kind.kind.as_str() {
@@ -58,9 +88,24 @@ pub async fn transaction(
                 ops.push(TxnOp::Ack(a.into_item()?));
             }
             "push" => {
-                let p: PushOpJson<'_> = body::json_borrowed(raw)?;
+                let p: PushOpJson<'_> = capped::with_cap(items_left, || body::json_borrowed(raw))?;
+                let items = match p.items {
+                    Capped::Within(items) => items,
+                    Capped::Over(_) => {
+                        return Err(too_many(
+                            "push items in one transaction (or more)",
+                            max_items.saturating_add(1),
+                            max_items,
+                            "max_push_items",
+                        ))
+                    }
+                };
+                items_left -= items.len();
+                for i in &items {
+                    i.check()?;
+                }
                 ops.push(TxnOp::Push(
-                    p.items.into_iter().map(|i| i.into_item(&bytes)).collect(),
+                    items.into_iter().map(|i| i.into_item(&bytes)).collect(),
                 ));
             }
             other => return Err(ApiError::bad(format!("unknown operation type {other:?}"))),
@@ -72,7 +117,7 @@ pub async fn transaction(
     };
     let req = TxnReq {
         ops,
-        required_leases: t.required_leases,
+        required_leases,
         has_unsupported_riders: has_riders(&t.kv) || has_riders(&t.timers),
     };
     match call(&app, ctx, Command::Transaction(req)).await? {
