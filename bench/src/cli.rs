@@ -83,6 +83,15 @@ pub struct Cli {
     /// Print the JSON report only.
     #[arg(long)]
     pub json: bool,
+    /// soak: length of the run in minutes (it replaces --duration-secs).
+    #[arg(long, default_value_t = 10.0)]
+    pub soak_minutes: f64,
+    /// soak: the broker's process id, whose VmRSS (/proc/<pid>/status) is sampled.
+    #[arg(long)]
+    pub rss_pid: Option<u32>,
+    /// soak: seconds between RSS samples.
+    #[arg(long, default_value_t = 5.0)]
+    pub rss_every_secs: f64,
 }
 
 fn positive_secs(name: &str, secs: f64) -> anyhow::Result<Duration> {
@@ -93,11 +102,23 @@ fn positive_secs(name: &str, secs: f64) -> anyhow::Result<Duration> {
 }
 
 impl Cli {
+    pub fn soak_options(&self) -> anyhow::Result<crate::scenario::soak::SoakOptions> {
+        Ok(crate::scenario::soak::SoakOptions {
+            rss_pid: self.rss_pid,
+            rss_every: positive_secs("rss-every-secs", self.rss_every_secs)?,
+        })
+    }
+
     pub fn plan(&self) -> anyhow::Result<Plan> {
         if self.producers == 0 {
             bail!("--producers must be at least 1");
         }
-        if self.consumers == 0 && matches!(self.scenario, Scenario::Consume | Scenario::E2e) {
+        if self.consumers == 0
+            && matches!(
+                self.scenario,
+                Scenario::Consume | Scenario::E2e | Scenario::Soak
+            )
+        {
             bail!("--consumers must be at least 1 for {:?}", self.scenario);
         }
         if self.batch == 0 || self.txn_size == 0 {
@@ -127,7 +148,11 @@ impl Cli {
             partitions: self.partitions,
             pop_partitions,
             groups: self.groups,
-            duration: positive_secs("duration-secs", self.duration_secs)?,
+            duration: if self.scenario == Scenario::Soak {
+                positive_secs("soak-minutes", self.soak_minutes * 60.0)?
+            } else {
+                positive_secs("duration-secs", self.duration_secs)?
+            },
             rate: self.rate,
             messages: self.messages,
             prefill: self.prefill,
@@ -177,6 +202,19 @@ mod tests {
         let err = parse(&["consume", "--consumers", "0"])?.plan().err();
         assert!(format!("{err:?}").contains("--consumers"));
         assert!(parse(&["nope"]).is_err());
+        let err = parse(&["soak", "--soak-minutes", "0"])?.plan().err();
+        assert!(format!("{err:?}").contains("--soak-minutes"));
+        let err = parse(&["soak", "--rss-every-secs=-1"])?
+            .soak_options()
+            .err();
+        assert!(format!("{err:?}").contains("--rss-every-secs"));
+        Ok(())
+    }
+
+    #[test]
+    fn soak_defaults_to_ten_minutes() -> anyhow::Result<()> {
+        let plan = parse(&["soak"])?.plan()?;
+        assert_eq!(plan.duration, Duration::from_secs(600));
         Ok(())
     }
 }

@@ -16,6 +16,7 @@ mod payload;
 mod producer;
 mod queen_http;
 mod report;
+mod rss;
 mod scenario;
 #[cfg(test)]
 mod scenario_tests;
@@ -56,7 +57,7 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
     let endpoint = http_conn::Endpoint::parse(&cli.url)?;
     let connector = match cli.driver {
         DriverKind::QueenHttp => queen_http::QueenHttp::new(
-            endpoint,
+            endpoint.clone(),
             &queue,
             &run_tag,
             Duration::from_millis(cli.request_timeout_ms),
@@ -68,7 +69,26 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
     let driver_name = connector.name();
     let cpu_before = cpu_usage::process_cpu_secs();
     let wall = std::time::Instant::now();
-    let measured = runtime.block_on(scenario::run(connector, &plan))?;
+    let mut rss_samples = None;
+    let measured = if plan.scenario == Scenario::Soak {
+        let opts = cli.soak_options()?;
+        let lanes = scenario::soak::BATCHES
+            .iter()
+            .map(|b| {
+                queen_http::QueenHttp::new(
+                    endpoint.clone(),
+                    &format!("{queue}-b{b}"),
+                    &run_tag,
+                    Duration::from_millis(cli.request_timeout_ms),
+                )
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let (m, samples) = runtime.block_on(scenario::soak::run(lanes, &plan, &opts))?;
+        rss_samples = Some(samples);
+        m
+    } else {
+        runtime.block_on(scenario::run(connector, &plan))?
+    };
     let mut report = Report::build(&plan, &measured, driver_name, &cli.url, &queue);
     report.tool = report::ToolUsage::new(
         wall.elapsed(),
@@ -79,6 +99,10 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", table::render(&report));
+    }
+    if let Some(samples) = &rss_samples {
+        // The RSS table goes to stderr so `--json` keeps stdout one JSON document.
+        eprintln!("broker RSS per minute (VmRSS):\n{}", rss::render(samples));
     }
     if report.lost.is_some_and(|lost| lost > 0) {
         eprintln!(

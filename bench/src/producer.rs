@@ -69,11 +69,16 @@ pub async fn run_producer<D: Driver>(mut driver: D, plan: ProducerPlan) -> Stats
                 tokio::time::sleep_until(due.into()).await;
                 due
             }
-            None => Instant::now(),
+            None => {
+                let now = Instant::now();
+                if now >= plan.deadline {
+                    break;
+                }
+                now
+            }
         };
-        if Instant::now() >= plan.deadline {
-            break;
-        }
+        // Open loop: a batch due before the deadline is sent even if the previous answer came
+        // late, so the count is decided by the schedule, not by how fast the broker answered.
         let granted = match plan.budget {
             Some(budget) => (budget - sent).min(plan.batch as u64),
             None => plan.batch as u64,

@@ -4,6 +4,7 @@ mod consume;
 mod e2e;
 mod fleet;
 mod push;
+pub mod soak;
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,9 @@ pub enum Scenario {
     E2e,
     /// Transactions of --txn-size pushes; commit latency.
     Txn,
+    /// Push, pop and ack at batch 1, 10 and 100 at once for --soak-minutes, sampling the
+    /// broker's resident memory (--rss-pid).
+    Soak,
 }
 
 /// Everything a scenario needs, already validated.
@@ -69,5 +73,6 @@ pub async fn run<C: Connector>(connector: C, plan: &Plan) -> anyhow::Result<Meas
         Scenario::Txn => push::run(connector, plan, crate::producer::PushMode::Transaction).await,
         Scenario::Consume => consume::run(connector, plan).await,
         Scenario::E2e => e2e::run(connector, plan).await,
+        Scenario::Soak => anyhow::bail!("soak runs one queue per batch size: use soak::run"),
     }
 }
