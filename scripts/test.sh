@@ -24,6 +24,8 @@ say() { printf '\n==> %s\n' "$*"; }
 on_exit() {
     local code=$?
     if [[ -n $child ]] && kill -0 "$child" 2>/dev/null; then
+        kill -TERM "$child" 2>/dev/null || true
+        sleep 1
         kill -KILL "$child" 2>/dev/null || true
     fi
     echo
@@ -53,22 +55,8 @@ step() {
     return "$code"
 }
 
-as_root() {
-    if [[ $(id -u) == 0 ]]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
-        echo "test.sh: need root to run: $*" >&2
-        return 1
-    fi
-}
-
-apt_updated=0
-apt_install() {
-    command -v apt-get >/dev/null || { echo "test.sh: missing $*, and no apt-get" >&2; return 1; }
-    if [[ $apt_updated == 0 ]]; then
-        as_root apt-get update -qq
-        apt_updated=1
-    fi
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
-}
+# shellcheck source=lib/setup.sh
+. "$REPO/scripts/lib/setup.sh"
 
 install_tools() {
     if [[ -d $HOME/.cargo/bin ]]; then PATH=$HOME/.cargo/bin:$PATH; fi
@@ -77,26 +65,7 @@ install_tools() {
     if ! cargo fmt --version >/dev/null 2>&1; then rustup component add rustfmt; fi
     if ! cargo clippy --version >/dev/null 2>&1; then rustup component add clippy; fi
 
-    local python=${PYTHON:-}
-    [[ -n $python ]] || python=$(command -v python3.11 || command -v python3 || true)
-    if [[ -z $python ]]; then
-        apt_install python3 python3-venv
-        python=$(command -v python3)
-    fi
-    if ! "$python" -c 'import venv, ensurepip' 2>/dev/null; then
-        apt_install python3-venv
-    fi
-
-    local want have=""
-    want=$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)
-    [[ -f $VENV/.requirements.sha256 ]] && have=$(cat "$VENV/.requirements.sha256")
-    if [[ ! -x $VENV/bin/python || $want != "$have" ]]; then
-        say "python venv in .venv"
-        rm -rf "$VENV"
-        "$python" -m venv "$VENV"
-        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQUIREMENTS"
-        echo "$want" >"$VENV/.requirements.sha256"
-    fi
+    ensure_venv
 }
 
 run_pytest() {
@@ -120,8 +89,29 @@ step "cargo test" cargo test --release --workspace
 step "chart test" bash scripts/chart-test.sh
 step "prometheus test" bash scripts/prometheus-test.sh
 python_ran=1
-step "pytest tests/python" run_pytest "$RESULTS/python.xml" tests/python
-step "official queen-mq suite" "$VENV/bin/python" tests/sdk/run.py --results "$RESULTS/sdk"
+# The loopback suites mostly wait on timers (leases, long polls, timeouts), so they run side by
+# side, each broker on its own port and data dir; each one's output is shown when it ends.
+suites() {
+    local logs=$RESULTS/logs code=0 i
+    local -a pids=() names=() files=()
+    mkdir -p "$logs"
+    trap 'kill "${pids[@]}" 2>/dev/null; exit 143' TERM
+    run_pytest "$RESULTS/python.xml" tests/python >"$logs/python.log" 2>&1 &
+    pids+=($!) names+=("pytest tests/python") files+=("$logs/python.log")
+    "$VENV/bin/python" tests/sdk/run.py --results "$RESULTS/sdk" >"$logs/sdk.log" 2>&1 &
+    pids+=($!) names+=("official queen-mq suite") files+=("$logs/sdk.log")
+    bash scripts/powercut-test.sh >"$logs/powercut.log" 2>&1 &
+    pids+=($!) names+=("power-cut test") files+=("$logs/powercut.log")
+    for i in "${!pids[@]}"; do
+        local c=0
+        wait "${pids[$i]}" || c=$?
+        say "${names[$i]}: exit $c (after $SECONDS s)"
+        cat "${files[$i]}"
+        [[ $c == 0 ]] || code=$c
+    done
+    return "$code"
+}
+step "loopback suites" suites
 if [[ -f scripts/bench-smoke.sh ]]; then
     step "bench smoke" bash scripts/bench-smoke.sh
 fi

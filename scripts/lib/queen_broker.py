@@ -117,6 +117,12 @@ class Broker:
         if self.proc is not None and self.proc.poll() is None:
             raise BrokerError("broker already running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._spawn()
+        self._wait_healthy(ready_timeout)
+        return self
+
+    def _spawn(self) -> None:
+        """Starts the process on a fresh port with its own log file; does not wait."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.starts += 1
         self.port = free_port()
@@ -130,8 +136,6 @@ class Broker:
                 env=broker_env(self.env),
                 preexec_fn=_die_with_parent,
             )
-        self._wait_healthy(ready_timeout)
-        return self
 
     def _wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -1,0 +1,77 @@
+"""JWT at the door: `nbf` is checked, a configured audience is required and matched, a token
+without a role can only read, and whether the metrics pages need a token is a setting that
+defaults to "yes" when authentication is on (/health and /ready stay open either way)."""
+
+import time
+
+import httpx
+import jwt
+
+SECRET = "test-secret-that-is-long-enough-for-hs256-0123456789"
+
+
+def token(**claims) -> str:
+    now = int(time.time())
+    body = {"sub": "tester", "iat": now, "exp": now + 600}
+    body.update(claims)
+    return jwt.encode(body, SECRET, algorithm="HS256")
+
+
+def bearer(t: str) -> dict:
+    return {"Authorization": f"Bearer {t}"}
+
+
+PUSH = {"items": [{"queue": "jwt-q", "payload": {"n": 1}}]}
+
+
+def test_nbf_and_default_role(broker_factory):
+    b = broker_factory("jwt", env={"QUEEN_JWT_SECRET": SECRET}).start()
+    with httpx.Client(base_url=b.url, timeout=10) as http:
+        admin = bearer(token(role="admin"))
+        assert http.post("/api/v1/push", json=PUSH, headers=admin).status_code == 201
+
+        early = bearer(token(role="admin", nbf=int(time.time()) + 3600))
+        r = http.get("/api/v1/resources/queues", headers=early)
+        assert r.status_code == 401, r.text
+        assert "nbf" in r.json()["error"]
+
+        # Without a role a token reads but does not write.
+        plain = bearer(token())
+        assert http.get("/api/v1/resources/queues", headers=plain).status_code == 200
+        r = http.post("/api/v1/push", json=PUSH, headers=plain)
+        assert r.status_code == 403, r.text
+
+        # Without a configured audience a token that carries one is still accepted.
+        assert http.get("/api/v1/resources/queues", headers=bearer(token(aud="anything"))).status_code == 200
+
+
+def test_configured_audience(broker_factory):
+    env = {"QUEEN_JWT_SECRET": SECRET, "QUEEN_JWT_AUDIENCE": "queen-prod"}
+    b = broker_factory("aud", env=env).start()
+    with httpx.Client(base_url=b.url, timeout=10) as http:
+        ok = bearer(token(role="read-write", aud="queen-prod"))
+        assert http.post("/api/v1/push", json=PUSH, headers=ok).status_code == 201
+        listed = bearer(token(role="read-write", aud=["other", "queen-prod"]))
+        assert http.get("/api/v1/resources/queues", headers=listed).status_code == 200
+        for t in (token(role="admin", aud="queen-test"), token(role="admin")):
+            r = http.get("/api/v1/resources/queues", headers=bearer(t))
+            assert r.status_code == 401, r.text
+
+
+def test_metrics_need_a_token_when_auth_is_on(broker_factory):
+    b = broker_factory("metrics-auth", env={"QUEEN_JWT_SECRET": SECRET}).start()
+    with httpx.Client(base_url=b.url, timeout=10) as http:
+        for path in ("/metrics", "/metrics/prometheus"):
+            assert http.get(path).status_code == 401, path
+            assert http.get(path, headers=bearer(token())).status_code == 200, path
+        assert http.get("/health").status_code == 200
+        assert http.get("/ready").status_code == 200
+
+
+def test_metrics_open_when_configured(broker_factory):
+    env = {"QUEEN_JWT_SECRET": SECRET, "QUEEN_METRICS_REQUIRE_AUTH": "false"}
+    b = broker_factory("metrics-open", env=env).start()
+    with httpx.Client(base_url=b.url, timeout=10) as http:
+        for path in ("/metrics", "/metrics/prometheus"):
+            assert http.get(path).status_code == 200, path
+        assert http.get("/api/v1/resources/queues").status_code == 401
