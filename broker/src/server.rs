@@ -455,6 +455,7 @@ pub async fn serve(
         log: rlog.clone(),
         segments: log,
         data_dir: cfg.data_dir.clone(),
+        memory: memory.clone(),
         render: prometheus,
     }
     .into_render();

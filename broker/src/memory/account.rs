@@ -96,11 +96,8 @@ impl Accountant {
             Pool::Waiters,
             size::waiters_bytes(engine.waiters, engine.waiter_job_size),
         );
-        let refusing = self.mem.update_refusing();
-        for p in Pool::ALL {
-            metrics::gauge!("queen_memory_bytes", "pool" => p.name()).set(pools.get(p) as f64);
-        }
-        metrics::gauge!("queen_memory_refusing_writes").set(if refusing { 1.0 } else { 0.0 });
+        self.mem.update_refusing();
+        self.mem.publish();
     }
 
     /// The engine took these requests off its queue.

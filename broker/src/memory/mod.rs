@@ -78,6 +78,17 @@ impl Memory {
         now
     }
 
+    /// Sets `queen_memory_bytes` per pool and `queen_memory_refusing_writes` from what is
+    /// counted now: after each accounting pass, and at every scrape, so a scrape between
+    /// passes (an idle broker runs none) never shows a pool as it was.
+    pub fn publish(&self) {
+        for p in Pool::ALL {
+            metrics::gauge!("queen_memory_bytes", "pool" => p.name()).set(self.pools.get(p) as f64);
+        }
+        let refusing = if self.refusing() { 1.0 } else { 0.0 };
+        metrics::gauge!("queen_memory_refusing_writes").set(refusing);
+    }
+
     /// Whether writes that grow the held pools are refused now: the flag is on, or the pools
     /// already hold more than their share (before the next accounting pass sets the flag).
     pub fn pressed(&self) -> bool {

@@ -23,6 +23,7 @@ pub struct Scrape {
     pub log: SharedLog,
     pub segments: Arc<SegmentLog>,
     pub data_dir: PathBuf,
+    pub memory: Arc<crate::memory::Memory>,
     /// Renders what the recorder holds.
     pub render: Render,
 }
@@ -42,6 +43,7 @@ impl Scrape {
             raft::record(&s.log.status());
             disk::record(&s.segments, &s.data_dir);
             memory::record();
+            s.memory.publish();
             (s.render)()
         })
     }
