@@ -1,11 +1,11 @@
-//! HS256 JWT authentication and per-route role levels (spec/native-api.md §1.2).
+//! HS256 JWT authentication, and the early per-route check of the command table's roles
+//! (spec/native-api.md §1.2).
 
 use axum::extract::{Request, State};
-use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use jsonwebtoken::{decode, Algorithm, DecodingKey, Validation};
-use queenmq_protocol::{ErrorCode, QueenError, RequestCtx};
+use queenmq_protocol::{Access, CommandMeta, ErrorCode, QueenError, RequestCtx, Role};
 use serde::Deserialize;
 
 use crate::error::ApiError;
@@ -18,14 +18,6 @@ struct Claims {
     roles: Option<Vec<String>>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Level {
-    ReadOnly,
-    WriteOnly,
-    ReadWrite,
-    Admin,
-}
-
 /// Probes stay open so orchestrators need no token; the metrics pages name every queue and
 /// group, so they are open only when `metrics_require_auth` is off.
 fn is_public(path: &str, metrics_open: bool) -> bool {
@@ -36,51 +28,20 @@ fn is_public(path: &str, metrics_open: bool) -> bool {
     }
 }
 
-fn required(method: &Method, path: &str) -> Level {
-    let admin = path.starts_with("/api/v1/system/")
-        || path.starts_with("/internal/")
-        || (method == Method::DELETE
-            && (path.starts_with("/api/v1/consumer-groups/")
-                || path.starts_with("/api/v1/resources/queues/")
-                || path == "/api/v1/dlq"))
-        || path == "/api/v1/stats/refresh";
-    if admin {
-        return Level::Admin;
+/// The roles a token names (claim `role` and/or `roles`). A token that names none gets the
+/// least: it can read, not write or administer.
+fn roles_of(claims: Claims) -> Vec<Role> {
+    let mut roles: Vec<Role> = claims
+        .roles
+        .unwrap_or_default()
+        .iter()
+        .map(|r| Role::parse(r))
+        .collect();
+    roles.extend(claims.role.as_deref().map(Role::parse));
+    if roles.is_empty() {
+        roles.push(Role::ReadOnly);
     }
-    if method == Method::POST && (path == "/api/v1/push" || path == "/api/v1/ephemeral/push") {
-        return Level::WriteOnly;
-    }
-    let reads = [
-        "/metrics",
-        "/api/v1/status",
-        "/api/v1/analytics",
-        "/api/v1/resources",
-        "/api/v1/messages",
-        "/api/v1/consumer-groups",
-        "/api/v1/dlq",
-        "/api/v1/traces",
-        "/api/v1/ephemeral/queues",
-    ];
-    if method == Method::GET && reads.iter().any(|r| path.starts_with(r)) {
-        return Level::ReadOnly;
-    }
-    Level::ReadWrite
-}
-
-fn allows(roles: &[String], need: Level) -> bool {
-    let have = roles.iter().map(|r| match r.as_str() {
-        "admin" => Level::Admin,
-        "read-write" => Level::ReadWrite,
-        "write-only" => Level::WriteOnly,
-        _ => Level::ReadOnly,
-    });
-    have.into_iter().any(|h| match (h, need) {
-        (Level::Admin, _) => true,
-        (Level::ReadWrite, n) => n != Level::Admin,
-        (Level::WriteOnly, Level::WriteOnly) => true,
-        (Level::ReadOnly, Level::ReadOnly) => true,
-        _ => false,
-    })
+    roles
 }
 
 /// HS256 with `exp` and `nbf` checked (30 s leeway for clock skew); `aud` must match the
@@ -128,10 +89,14 @@ fn carries_body(req: &Request) -> bool {
             .is_some_and(|v| v.trim() != "0")
 }
 
+/// Who the caller is: every request but the public probes needs a valid token when a secret is
+/// configured (401 otherwise). What the caller may do is decided per command by its row of the
+/// command table: [`needs`] on each route, and the bus again for every command.
 pub async fn layer(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
     let mut ctx = RequestCtx {
         tenant: "default".into(),
         principal: None,
+        access: Access::Open,
     };
     if let Some(secret) = app.opts.jwt_secret.as_deref() {
         let path = req.uri().path().to_string();
@@ -169,24 +134,26 @@ pub async fn layer(State(app): State<AppState>, mut req: Request, next: Next) ->
                         return refuse_unread(carries_body(&req), ErrorCode::Unauthorized, &msg);
                     }
                 };
-            let mut roles = claims.roles.unwrap_or_default();
-            roles.extend(claims.role);
-            // A token that names no role gets the least: it can read, not write or administer.
-            if roles.is_empty() {
-                roles.push("read-only".into());
-            }
-            if !allows(&roles, required(req.method(), &path)) {
-                return refuse_unread(
-                    carries_body(&req),
-                    ErrorCode::Forbidden,
-                    "Insufficient permissions",
-                );
-            }
-            ctx.principal = claims.sub;
+            ctx.principal = claims.sub.clone();
+            ctx.access = Access::Roles(roles_of(claims));
         }
     }
     req.extensions_mut().insert(ctx);
     next.run(req).await
+}
+
+/// A route's early check: the caller's roles against the row of the command the route sends,
+/// before its body is read, so a refused client cannot make the node read (and hold) a large
+/// body first. The bus checks the same row again for the command the handler builds.
+pub async fn needs(State(row): State<&'static CommandMeta>, req: Request, next: Next) -> Response {
+    let refused = req
+        .extensions()
+        .get::<RequestCtx>()
+        .map_or(Ok(()), |ctx| ctx.authorize(row));
+    match refused {
+        Ok(()) => next.run(req).await,
+        Err(e) => refuse_unread(carries_body(&req), e.code, &e.message),
+    }
 }
 
 #[cfg(test)]
@@ -194,33 +161,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn route_levels() {
-        assert!(allows(
-            &["read-write".into()],
-            required(&Method::POST, "/api/v1/push")
-        ));
-        assert!(allows(
-            &["write-only".into()],
-            required(&Method::POST, "/api/v1/push")
-        ));
-        assert!(!allows(
-            &["write-only".into()],
-            required(&Method::GET, "/api/v1/pop/queue/q")
-        ));
-        assert!(!allows(
-            &["read-write".into()],
-            required(&Method::DELETE, "/api/v1/resources/queues/q")
-        ));
-        assert!(allows(
-            &["read-only".into()],
-            required(&Method::GET, "/api/v1/dlq")
-        ));
-        assert!(allows(
-            &["read-only".into()],
-            required(&Method::GET, "/metrics/prometheus")
-        ));
+    fn token_roles_and_public_paths() {
+        let claims = |role: Option<&str>, roles: Option<Vec<&str>>| Claims {
+            sub: None,
+            role: role.map(str::to_string),
+            roles: roles.map(|r| r.into_iter().map(str::to_string).collect()),
+        };
+        assert_eq!(roles_of(claims(None, None)), vec![Role::ReadOnly]);
+        assert_eq!(roles_of(claims(Some("admin"), None)), vec![Role::Admin]);
+        assert_eq!(
+            roles_of(claims(Some("write-only"), Some(vec!["read-only"]))),
+            vec![Role::ReadOnly, Role::WriteOnly]
+        );
         assert!(is_public("/health", false) && is_public("/ready", false));
         assert!(!is_public("/metrics", false) && is_public("/metrics", true));
+        assert!(!is_public("/api/v1/push", true));
     }
 
     fn token(claims: serde_json::Value) -> String {

@@ -78,10 +78,17 @@ pub async fn metrics_text(
     }
 }
 
-/// Statistics are live counters kept at apply time: there is nothing to refresh.
-pub async fn stats_refresh() -> Response {
-    Json(json!({"success": true, "message": "statistics are live; nothing to refresh"}))
-        .into_response()
+/// Statistics are live counters kept at apply time: the bus answers that there is nothing
+/// to refresh (after checking the caller may ask).
+pub async fn stats_refresh(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+) -> Response {
+    match call(&app, ctx, Command::StatsRefresh).await {
+        Ok(Outcome::Json(v)) => Json(v).into_response(),
+        Ok(_) => ApiError::bad("unexpected outcome").into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 pub async fn unsupported(req: axum::extract::Request) -> Response {

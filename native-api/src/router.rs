@@ -3,74 +3,143 @@
 use axum::extract::Request;
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, MethodRouter};
 use axum::Router;
-use queenmq_protocol::ErrorCode;
+use queenmq_protocol::{rows, CommandMeta, ErrorCode};
 use serde_json::json;
 
 use crate::{ack, auth, groups, health, http_metrics, pop, push, queues, reads, txn, AppState};
 
+/// Every route names the row of the command table its handler sends, and [`auth::needs`]
+/// checks the caller's roles against that row before the body is read. Routes of features this
+/// broker does not implement send no command: they need a valid token only, and answer
+/// `unsupported` whatever the caller's roles.
 pub fn router(app: AppState) -> Router {
     Router::new()
-        .route("/health", get(health::health))
-        .route("/ready", get(health::ready))
-        .route("/metrics", get(health::metrics_json))
-        .route("/metrics/prometheus", get(health::metrics_text))
-        .route("/api/v1/configure", post(queues::configure))
+        .route("/health", sends(&rows::HEALTH, get(health::health)))
+        .route("/ready", sends(&rows::HEALTH, get(health::ready)))
+        .route("/metrics", sends(&rows::METRICS, get(health::metrics_json)))
+        .route(
+            "/metrics/prometheus",
+            sends(&rows::METRICS, get(health::metrics_text)),
+        )
+        .route(
+            "/api/v1/configure",
+            sends(&rows::CONFIGURE, post(queues::configure)),
+        )
         .route(
             "/api/v1/resources/queues/{q}",
-            delete(queues::delete).get(reads::queue),
+            sends(&rows::DELETE_QUEUE, delete(queues::delete)),
         )
-        .route("/api/v1/push", post(push::push))
-        .route("/api/v1/pop/queue/{q}", get(pop::pop_queue))
+        .route(
+            "/api/v1/resources/queues/{q}",
+            sends(&rows::READ, get(reads::queue)),
+        )
+        .route("/api/v1/push", sends(&rows::PUSH, post(push::push)))
+        .route(
+            "/api/v1/pop/queue/{q}",
+            sends(&rows::POP, get(pop::pop_queue)),
+        )
         .route(
             "/api/v1/pop/queue/{q}/partition/{p}",
-            get(pop::pop_partition),
+            sends(&rows::POP, get(pop::pop_partition)),
         )
-        .route("/api/v1/pop", get(pop::pop_labels))
-        .route("/api/v1/ack", post(ack::ack_one))
-        .route("/api/v1/ack/batch", post(ack::ack_batch))
-        .route("/api/v1/lease/{id}/extend", post(ack::extend))
-        .route("/api/v1/transaction", post(txn::transaction))
-        .route("/api/v1/traces", post(reads::trace))
-        .route("/api/v1/dlq", get(reads::dlq))
-        .route("/api/v1/consumer-groups", get(reads::groups))
-        .route("/api/v1/consumer-groups/lagging", get(reads::lagging))
+        .route("/api/v1/pop", sends(&rows::POP, get(pop::pop_labels)))
+        .route("/api/v1/ack", sends(&rows::ACK, post(ack::ack_one)))
+        .route("/api/v1/ack/batch", sends(&rows::ACK, post(ack::ack_batch)))
+        .route(
+            "/api/v1/lease/{id}/extend",
+            sends(&rows::EXTEND_LEASE, post(ack::extend)),
+        )
+        .route(
+            "/api/v1/transaction",
+            sends(&rows::TRANSACTION, post(txn::transaction)),
+        )
+        .route("/api/v1/traces", sends(&rows::TRACE, post(reads::trace)))
+        .route("/api/v1/dlq", sends(&rows::READ, get(reads::dlq)))
+        .route(
+            "/api/v1/consumer-groups",
+            sends(&rows::READ, get(reads::groups)),
+        )
+        .route(
+            "/api/v1/consumer-groups/lagging",
+            sends(&rows::READ, get(reads::lagging)),
+        )
         .route(
             "/api/v1/consumer-groups/{g}",
-            delete(groups::delete_all).get(reads::group),
+            sends(&rows::GROUP_DELETE, delete(groups::delete_all)),
+        )
+        .route(
+            "/api/v1/consumer-groups/{g}",
+            sends(&rows::READ, get(reads::group)),
         )
         .route(
             "/api/v1/consumer-groups/{g}/subscription",
-            post(groups::subscription),
+            sends(&rows::GROUP_SUBSCRIPTION, post(groups::subscription)),
         )
         .route(
             "/api/v1/consumer-groups/{g}/queues/{q}",
-            delete(groups::delete_one),
+            sends(&rows::GROUP_DELETE, delete(groups::delete_one)),
         )
         .route(
             "/api/v1/consumer-groups/{g}/queues/{q}/seek",
-            post(groups::seek),
+            sends(&rows::GROUP_SEEK, post(groups::seek)),
         )
-        .route("/api/v1/resources/overview", get(reads::overview))
-        .route("/api/v1/resources/namespaces", get(reads::namespaces))
-        .route("/api/v1/resources/tasks", get(reads::tasks))
-        .route("/api/v1/resources/queues", get(reads::queues))
-        .route("/api/v1/resources/queues/{q}/depth", get(reads::depth))
-        .route("/api/v1/resources/partitions", get(reads::partitions))
-        .route("/api/v1/messages", get(reads::messages))
+        .route(
+            "/api/v1/resources/overview",
+            sends(&rows::READ, get(reads::overview)),
+        )
+        .route(
+            "/api/v1/resources/namespaces",
+            sends(&rows::READ, get(reads::namespaces)),
+        )
+        .route(
+            "/api/v1/resources/tasks",
+            sends(&rows::READ, get(reads::tasks)),
+        )
+        .route(
+            "/api/v1/resources/queues",
+            sends(&rows::READ, get(reads::queues)),
+        )
+        .route(
+            "/api/v1/resources/queues/{q}/depth",
+            sends(&rows::READ, get(reads::depth)),
+        )
+        .route(
+            "/api/v1/resources/partitions",
+            sends(&rows::READ, get(reads::partitions)),
+        )
+        .route("/api/v1/messages", sends(&rows::READ, get(reads::messages)))
         .route(
             "/api/v1/messages/{p}/{t}",
-            get(reads::message).delete(health::unsupported),
+            sends(&rows::READ, get(reads::message)).delete(health::unsupported),
         )
         .route("/api/v1/messages/{p}/{t}/retry", post(health::unsupported))
-        .route("/api/v1/traces/names", get(reads::trace_names))
-        .route("/api/v1/traces/by-name/{name}", get(reads::traces_by_name))
-        .route("/api/v1/traces/{p}/{t}", get(reads::traces_for))
-        .route("/api/v1/status", get(reads::status))
-        .route("/api/v1/status/queues", get(reads::status_queues))
-        .route("/api/v1/status/queues/{q}", get(reads::status_queue))
-        .route("/api/v1/stats/refresh", post(health::stats_refresh))
+        .route(
+            "/api/v1/traces/names",
+            sends(&rows::READ, get(reads::trace_names)),
+        )
+        .route(
+            "/api/v1/traces/by-name/{name}",
+            sends(&rows::READ, get(reads::traces_by_name)),
+        )
+        .route(
+            "/api/v1/traces/{p}/{t}",
+            sends(&rows::READ, get(reads::traces_for)),
+        )
+        .route("/api/v1/status", sends(&rows::READ, get(reads::status)))
+        .route(
+            "/api/v1/status/queues",
+            sends(&rows::READ, get(reads::status_queues)),
+        )
+        .route(
+            "/api/v1/status/queues/{q}",
+            sends(&rows::READ, get(reads::status_queue)),
+        )
+        .route(
+            "/api/v1/stats/refresh",
+            sends(&rows::STATS_REFRESH, post(health::stats_refresh)),
+        )
         .route("/api/v1/dlq", delete(health::unsupported))
         .route("/api/v1/status/analytics", get(health::unsupported))
         .route("/api/v1/analytics/{what}", get(health::unsupported))
@@ -94,6 +163,12 @@ pub fn router(app: AppState) -> Router {
         .layer(middleware::from_fn_with_state(app.clone(), auth::layer))
         .layer(middleware::from_fn(http_metrics::record))
         .with_state(app)
+}
+
+/// The route's handlers (added so far) send commands of `row`: callers whose roles do not
+/// grant it are refused before the handler runs.
+fn sends(row: &'static CommandMeta, handlers: MethodRouter<AppState>) -> MethodRouter<AppState> {
+    handlers.route_layer(middleware::from_fn_with_state(row, auth::needs))
 }
 
 async fn no_route(req: Request) -> Response {

@@ -3,7 +3,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::{Command, Outcome, QueenError};
+use crate::command::{CommandMeta, Role};
+use crate::{Command, ErrorCode, Outcome, QueenError};
 
 /// Who asks, on whose behalf.
 #[derive(Debug, Clone, Default)]
@@ -12,6 +13,33 @@ pub struct RequestCtx {
     pub tenant: String,
     /// The verified JWT `sub`, stamped on pushed messages as `producerSub`.
     pub principal: Option<String>,
+    /// What the caller may do, checked against each command's row by the bus.
+    pub access: Access,
+}
+
+/// What a caller was found to be allowed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Access {
+    /// The door checks no identity (authentication is off, or the path is a public probe):
+    /// every command is allowed.
+    #[default]
+    Open,
+    /// The roles of a verified token; none grants nothing.
+    Roles(Vec<Role>),
+}
+
+impl RequestCtx {
+    /// Refuses a command whose row asks a role the caller does not hold.
+    pub fn authorize(&self, meta: &CommandMeta) -> Result<(), QueenError> {
+        match &self.access {
+            Access::Open => Ok(()),
+            Access::Roles(held) if held.iter().any(|r| r.grants(meta.role)) => Ok(()),
+            Access::Roles(_) => Err(QueenError::new(
+                ErrorCode::Forbidden,
+                "Insufficient permissions",
+            )),
+        }
+    }
 }
 
 pub type BusFuture = Pin<Box<dyn Future<Output = Result<Outcome, QueenError>> + Send>>;
@@ -20,4 +48,30 @@ pub type BusFuture = Pin<Box<dyn Future<Output = Result<Outcome, QueenError>> + 
 /// Implementations apply back-pressure through bounded queues.
 pub trait Bus: Send + Sync + 'static {
     fn call(&self, ctx: RequestCtx, command: Command) -> BusFuture;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::rows;
+
+    fn ctx(access: Access) -> RequestCtx {
+        RequestCtx {
+            access,
+            ..RequestCtx::default()
+        }
+    }
+
+    #[test]
+    fn a_command_is_refused_unless_a_held_role_grants_its_row() {
+        assert!(ctx(Access::Open).authorize(&rows::DELETE_QUEUE).is_ok());
+        let writer = ctx(Access::Roles(vec![Role::WriteOnly]));
+        assert!(writer.authorize(&rows::PUSH).is_ok());
+        let refused = writer.authorize(&rows::POP).err().map(|e| e.code);
+        assert_eq!(refused, Some(ErrorCode::Forbidden));
+        let both = ctx(Access::Roles(vec![Role::WriteOnly, Role::ReadOnly]));
+        assert!(both.authorize(&rows::READ).is_ok() && both.authorize(&rows::PUSH).is_ok());
+        assert!(both.authorize(&rows::ACK).is_err());
+        assert!(ctx(Access::Roles(vec![])).authorize(&rows::READ).is_err());
+    }
 }

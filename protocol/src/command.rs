@@ -1,4 +1,6 @@
-//! Every command the engine knows, and the one table that says how each is routed.
+//! Every command the engine knows, and the one table that says how each is routed (its class)
+//! and who may send it (its role). Both doors translate requests into these commands; the bus
+//! refuses a command whose row the caller's roles do not grant, whichever door it came from.
 
 use crate::types::*;
 
@@ -16,98 +18,135 @@ pub enum CommandClass {
     NodeLocal,
 }
 
+/// The least role a command asks of its caller (spec/native-api.md §1.2): `admin` may do
+/// everything, `read-write` everything but administration, `write-only` and `read-only` only
+/// the commands whose row names exactly their role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    ReadOnly,
+    WriteOnly,
+    ReadWrite,
+    Admin,
+}
+
+impl Role {
+    /// A role name from a token. An unknown name gets the least role: it can read, no more.
+    pub fn parse(name: &str) -> Role {
+        match name {
+            "admin" => Role::Admin,
+            "read-write" => Role::ReadWrite,
+            "write-only" => Role::WriteOnly,
+            _ => Role::ReadOnly,
+        }
+    }
+
+    /// Whether a caller holding `self` may send a command whose row asks `need`.
+    pub fn grants(self, need: Role) -> bool {
+        match (self, need) {
+            (Role::Admin, _) => true,
+            (Role::ReadWrite, need) => need != Role::Admin,
+            (held, need) => held == need,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct CommandMeta {
     pub name: &'static str,
     pub class: CommandClass,
+    pub role: Role,
 }
 
-/// The command table. Doors translate into these; nothing else decides routing.
+const fn row(name: &'static str, class: CommandClass, role: Role) -> CommandMeta {
+    CommandMeta { name, class, role }
+}
+
+/// The rows of the command table, by name, for the doors that refuse early (the HTTP door
+/// answers 403 before reading a body) with the same row the bus checks again.
+pub mod rows {
+    use super::CommandClass::*;
+    use super::Role::*;
+    use super::{row, CommandMeta};
+
+    pub const CONFIGURE: CommandMeta = row("configure", ReplicatedWrite, ReadWrite);
+    pub const DELETE_QUEUE: CommandMeta = row("delete_queue", ReplicatedWrite, Admin);
+    pub const PUSH: CommandMeta = row("push", ReplicatedWrite, WriteOnly);
+    pub const POP: CommandMeta = row("pop", Consumption, ReadWrite);
+    pub const ACK: CommandMeta = row("ack", Consumption, ReadWrite);
+    pub const EXTEND_LEASE: CommandMeta = row("extend_lease", Consumption, ReadWrite);
+    pub const TRANSACTION: CommandMeta = row("transaction", ReplicatedWrite, ReadWrite);
+    pub const TRACE: CommandMeta = row("trace", ReplicatedWrite, ReadWrite);
+    pub const GROUP_DELETE: CommandMeta = row("group_delete", ReplicatedWrite, Admin);
+    pub const GROUP_SEEK: CommandMeta = row("group_seek", ReplicatedWrite, ReadWrite);
+    pub const GROUP_SUBSCRIPTION: CommandMeta =
+        row("group_subscription", ReplicatedWrite, ReadWrite);
+    pub const READ: CommandMeta = row("read", LinearizableRead, ReadOnly);
+    pub const HEALTH: CommandMeta = row("health", NodeLocal, ReadOnly);
+    pub const METRICS: CommandMeta = row("metrics", NodeLocal, ReadOnly);
+    pub const STATS_REFRESH: CommandMeta = row("stats_refresh", NodeLocal, Admin);
+}
+
+/// The command table. Doors translate into these; nothing else decides routing or roles.
 pub const COMMAND_TABLE: &[CommandMeta] = &[
-    CommandMeta {
-        name: "configure",
-        class: CommandClass::ReplicatedWrite,
-    },
-    CommandMeta {
-        name: "delete_queue",
-        class: CommandClass::ReplicatedWrite,
-    },
-    CommandMeta {
-        name: "push",
-        class: CommandClass::ReplicatedWrite,
-    },
-    CommandMeta {
-        name: "pop",
-        class: CommandClass::Consumption,
-    },
-    CommandMeta {
-        name: "ack",
-        class: CommandClass::Consumption,
-    },
-    CommandMeta {
-        name: "extend_lease",
-        class: CommandClass::Consumption,
-    },
-    CommandMeta {
-        name: "transaction",
-        class: CommandClass::ReplicatedWrite,
-    },
-    CommandMeta {
-        name: "trace",
-        class: CommandClass::ReplicatedWrite,
-    },
-    CommandMeta {
-        name: "group_admin",
-        class: CommandClass::ReplicatedWrite,
-    },
-    CommandMeta {
-        name: "read",
-        class: CommandClass::LinearizableRead,
-    },
-    CommandMeta {
-        name: "health",
-        class: CommandClass::NodeLocal,
-    },
-    CommandMeta {
-        name: "metrics",
-        class: CommandClass::NodeLocal,
-    },
+    rows::CONFIGURE,
+    rows::DELETE_QUEUE,
+    rows::PUSH,
+    rows::POP,
+    rows::ACK,
+    rows::EXTEND_LEASE,
+    rows::TRANSACTION,
+    rows::TRACE,
+    rows::GROUP_DELETE,
+    rows::GROUP_SEEK,
+    rows::GROUP_SUBSCRIPTION,
+    rows::READ,
+    rows::HEALTH,
+    rows::METRICS,
+    rows::STATS_REFRESH,
 ];
 
 #[derive(Debug, Clone)]
 pub enum Command {
     Configure(ConfigureReq),
-    DeleteQueue { queue: String },
+    DeleteQueue {
+        queue: String,
+    },
     Push(PushReq),
     Pop(PopReq),
     Ack(AckReq),
-    ExtendLease { lease_id: String },
+    ExtendLease {
+        lease_id: String,
+    },
     Transaction(TxnReq),
     Trace(TraceReq),
     GroupAdmin(GroupAdminReq),
     Read(ReadReq),
     Health,
     Metrics(MetricsFormat),
+    /// Recompute consumer statistics: ours are live, so there is nothing to do but answer.
+    StatsRefresh,
 }
 
 impl Command {
     /// This command's row of [`COMMAND_TABLE`].
     pub fn meta(&self) -> &'static CommandMeta {
-        let i = match self {
-            Command::Configure(_) => 0,
-            Command::DeleteQueue { .. } => 1,
-            Command::Push(_) => 2,
-            Command::Pop(_) => 3,
-            Command::Ack(_) => 4,
-            Command::ExtendLease { .. } => 5,
-            Command::Transaction(_) => 6,
-            Command::Trace(_) => 7,
-            Command::GroupAdmin(_) => 8,
-            Command::Read(_) => 9,
-            Command::Health => 10,
-            Command::Metrics(_) => 11,
-        };
-        &COMMAND_TABLE[i]
+        match self {
+            Command::Configure(_) => &rows::CONFIGURE,
+            Command::DeleteQueue { .. } => &rows::DELETE_QUEUE,
+            Command::Push(_) => &rows::PUSH,
+            Command::Pop(_) => &rows::POP,
+            Command::Ack(_) => &rows::ACK,
+            Command::ExtendLease { .. } => &rows::EXTEND_LEASE,
+            Command::Transaction(_) => &rows::TRANSACTION,
+            Command::Trace(_) => &rows::TRACE,
+            Command::GroupAdmin(GroupAdminReq::Delete { .. }) => &rows::GROUP_DELETE,
+            Command::GroupAdmin(GroupAdminReq::Seek { .. }) => &rows::GROUP_SEEK,
+            Command::GroupAdmin(GroupAdminReq::Subscription { .. }) => &rows::GROUP_SUBSCRIPTION,
+            Command::Read(_) => &rows::READ,
+            Command::Health => &rows::HEALTH,
+            Command::Metrics(_) => &rows::METRICS,
+            Command::StatsRefresh => &rows::STATS_REFRESH,
+        }
     }
 }
 
@@ -128,5 +167,47 @@ mod tests {
         );
         let names: std::collections::HashSet<_> = COMMAND_TABLE.iter().map(|m| m.name).collect();
         assert_eq!(names.len(), COMMAND_TABLE.len(), "command names are unique");
+    }
+
+    #[test]
+    fn roles_grant_as_the_reference_broker_does() {
+        use Role::*;
+        let all = [ReadOnly, WriteOnly, ReadWrite, Admin];
+        for need in all {
+            assert!(Admin.grants(need));
+            assert_eq!(ReadWrite.grants(need), need != Admin);
+        }
+        assert!(WriteOnly.grants(WriteOnly) && !WriteOnly.grants(ReadOnly));
+        assert!(ReadOnly.grants(ReadOnly) && !ReadOnly.grants(WriteOnly));
+        assert!(!ReadOnly.grants(ReadWrite) && !WriteOnly.grants(ReadWrite));
+        assert_eq!(Role::parse("admin"), Admin);
+        assert_eq!(Role::parse("write-only"), WriteOnly);
+        assert_eq!(
+            Role::parse("superuser"),
+            ReadOnly,
+            "unknown names get the least"
+        );
+    }
+
+    #[test]
+    fn group_admin_rows_follow_the_operation() {
+        let delete = Command::GroupAdmin(GroupAdminReq::Delete {
+            group: "g".into(),
+            queue: None,
+            delete_metadata: false,
+        });
+        let seek = Command::GroupAdmin(GroupAdminReq::Seek {
+            group: "g".into(),
+            queue: "q".into(),
+            to_end: true,
+            timestamp_us: None,
+        });
+        assert_eq!(delete.meta().role, Role::Admin);
+        assert_eq!(seek.meta().role, Role::ReadWrite);
+        assert_eq!(
+            Command::Push(PushReq::default()).meta().role,
+            Role::WriteOnly
+        );
+        assert_eq!(Command::StatsRefresh.meta().role, Role::Admin);
     }
 }

@@ -10,8 +10,8 @@ pub mod error;
 pub mod limits;
 pub mod types;
 
-pub use bus::{Bus, BusFuture, RequestCtx};
-pub use command::{Command, CommandClass, CommandMeta, COMMAND_TABLE};
+pub use bus::{Access, Bus, BusFuture, RequestCtx};
+pub use command::{rows, Command, CommandClass, CommandMeta, Role, COMMAND_TABLE};
 pub use error::{ErrorCode, QueenError};
 pub use types::*;
 

@@ -2,6 +2,7 @@
 without a role can only read, and whether the metrics pages need a token is a setting that
 defaults to "yes" when authentication is on (/health and /ready stay open either way)."""
 
+import socket
 import time
 
 import httpx
@@ -75,3 +76,53 @@ def test_metrics_open_when_configured(broker_factory):
         for path in ("/metrics", "/metrics/prometheus"):
             assert http.get(path).status_code == 200, path
         assert http.get("/api/v1/resources/queues").status_code == 401
+
+
+def test_roles_follow_the_command_table(broker_factory):
+    """Each route is checked against the role of the command it sends (protocol command.rs):
+    write-only pushes but does not pop, read-only reads but neither pops nor acks, read-write
+    does all but administration, admin deletes. A refused request is answered before its body
+    is read."""
+    b = broker_factory("jwt-roles", env={"QUEEN_JWT_SECRET": SECRET}).start()
+    writer, reader = bearer(token(role="write-only")), bearer(token(role="read-only"))
+    rw, admin = bearer(token(role="read-write")), bearer(token(roles=["read-only", "admin"]))
+    with httpx.Client(base_url=b.url, timeout=10) as http:
+        assert http.post("/api/v1/push", json=PUSH, headers=writer).status_code == 201
+        assert http.get("/api/v1/pop/queue/jwt-q", headers=writer).status_code == 403
+        assert http.get("/api/v1/messages?queue=jwt-q", headers=writer).status_code == 403
+
+        assert http.get("/api/v1/messages?queue=jwt-q", headers=reader).status_code == 200
+        assert http.get("/api/v1/consumer-groups", headers=reader).status_code == 200
+        assert http.get("/api/v1/pop/queue/jwt-q", headers=reader).status_code == 403
+        assert http.post("/api/v1/push", json=PUSH, headers=reader).status_code == 403
+        ack = {"transactionId": "x", "partitionId": "y", "status": "completed"}
+        assert http.post("/api/v1/ack", json=ack, headers=reader).status_code == 403
+
+        popped = http.get("/api/v1/pop/queue/jwt-q?consumerGroup=g&wait=false", headers=rw)
+        assert popped.status_code in (200, 204), popped.text
+        seek = http.post("/api/v1/consumer-groups/g/queues/jwt-q/seek", json={"toEnd": True}, headers=rw)
+        assert seek.status_code != 403, seek.text
+        for path in ("/api/v1/consumer-groups/g", "/api/v1/resources/queues/jwt-q"):
+            assert http.delete(path, headers=rw).status_code == 403, path
+        assert http.post("/api/v1/stats/refresh", headers=rw).status_code == 403
+        assert http.post("/api/v1/stats/refresh", headers=admin).status_code == 200
+        assert http.delete("/api/v1/consumer-groups/g", headers=admin).status_code == 200
+        assert http.delete("/api/v1/resources/queues/jwt-q", headers=admin).status_code == 200
+
+        # A route of a feature not built answers `unsupported` to any valid token, and 401
+        # without one.
+        kv = http.post("/api/v1/kv", json={}, headers=reader)
+        assert kv.status_code != 403 and kv.json()["code"] == "unsupported", kv.text
+        assert http.post("/api/v1/kv", json={}).status_code == 401
+
+    # 403 before the body: the client sends headers announcing 50 MB and then nothing more; the
+    # answer comes at once and closes the connection instead of waiting for the body.
+    with socket.create_connection(("127.0.0.1", b.port), timeout=10) as s:
+        s.sendall(
+            b"POST /api/v1/transaction HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {token(role='write-only')}\r\n".encode()
+            + b"Content-Length: 50000000\r\n\r\n{"
+        )
+        head = s.recv(4096)
+        assert head.startswith(b"HTTP/1.1 403"), head[:200]
+        assert b"connection: close" in head.lower(), head[:400]

@@ -172,9 +172,11 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
                 .len()
                 .saturating_mul(2 * (GROUP_EFFECT + group.len())),
         },
-        Command::DeleteQueue { .. } | Command::Read(_) | Command::Health | Command::Metrics(_) => {
-            64
-        }
+        Command::DeleteQueue { .. }
+        | Command::Read(_)
+        | Command::Health
+        | Command::Metrics(_)
+        | Command::StatsRefresh => 64,
     }
 }
 

@@ -474,7 +474,7 @@ fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
             let mut reader = p.reader_parts();
             crate::reads::answer(reader.0, &mut reader.1, r).map(Outcome::Json)
         }
-        Command::Health | Command::Metrics(_) => Err(QueenError::new(
+        Command::Health | Command::Metrics(_) | Command::StatsRefresh => Err(QueenError::new(
             queenmq_protocol::ErrorCode::Internal,
             "node-local command reached the engine",
         )),
