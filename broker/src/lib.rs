@@ -6,6 +6,7 @@ pub mod engine;
 pub mod entry;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod group;
 mod log_backing;
 pub mod memory;
 mod raft_log;

@@ -158,7 +158,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             match entry.payload {
                 EntryPayload::Blank => {}
                 EntryPayload::Normal(data) => {
-                    self.handler.apply(id.index, term_of(&id), &data);
+                    self.handler
+                        .apply(id.index, term_of(&id), &data)
+                        .map_err(|e| {
+                            io_err(
+                                ErrorSubject::Apply(id),
+                                ErrorVerb::Write,
+                                AnyError::error(e),
+                            )
+                        })?;
                     self.last_app_applied = Some(id);
                 }
                 EntryPayload::Membership(m) => {
@@ -195,7 +203,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 AnyError::error("a snapshot that covers no log entry cannot be installed"),
             ));
         };
-        self.handler.restore(last.index, term_of(&last), &data);
+        self.handler
+            .restore(last.index, term_of(&last), &data)
+            .map_err(|e| {
+                io_err(
+                    ErrorSubject::Snapshot(Some(meta.signature())),
+                    ErrorVerb::Write,
+                    AnyError::error(e),
+                )
+            })?;
         self.set_applied(last);
         self.last_app_applied = Some(last);
         self.membership = meta.last_membership.clone();

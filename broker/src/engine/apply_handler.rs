@@ -25,17 +25,14 @@ impl EngineApply {
 }
 
 impl ApplyHandler for EngineApply {
-    fn apply(&self, index: u64, term: u64, payload: &[u8]) {
+    fn apply(&self, index: u64, term: u64, payload: &[u8]) -> Result<(), String> {
+        // A committed entry we cannot read means a bug or corruption past the CRC: applying
+        // around it would diverge, so the group stops here and its owner rebuilds it.
+        let (header, effects) = decode_entry(payload).map_err(|e| {
+            tracing::error!(index, error = %e, "committed entry does not decode; stopping the group");
+            format!("committed entry {index} does not decode: {e}")
+        })?;
         let mut st = self.shared.lock();
-        let (header, effects) = match decode_entry(payload) {
-            Ok(v) => v,
-            Err(e) => {
-                // A committed entry we cannot read means a bug or corruption past the CRC:
-                // applying around it would diverge, so stop here.
-                tracing::error!(index, error = %e, "committed entry does not decode; stopping");
-                std::process::exit(71);
-            }
-        };
         if header.cycle > st.last_cycle {
             for (e, pos) in &effects {
                 st.apply(e, header.now_us, Loc { index, pos: *pos });
@@ -44,6 +41,7 @@ impl ApplyHandler for EngineApply {
             st.last_now_us = st.last_now_us.max(header.now_us);
         }
         st.applied = Some((index, term));
+        Ok(())
     }
 
     fn checkpointed(&self) -> Option<(u64, u64)> {
@@ -55,16 +53,13 @@ impl ApplyHandler for EngineApply {
         (st.applied, encode_state(&st))
     }
 
-    fn restore(&self, index: u64, term: u64, bytes: &[u8]) {
-        match decode_state(bytes) {
-            Ok(mut s) => {
-                s.applied = Some((index, term));
-                *self.shared.lock() = s;
-            }
-            Err(e) => {
-                tracing::error!(index, error = %e, "snapshot does not decode; stopping");
-                std::process::exit(71);
-            }
-        }
+    fn restore(&self, index: u64, term: u64, bytes: &[u8]) -> Result<(), String> {
+        let mut s = decode_state(bytes).map_err(|e| {
+            tracing::error!(index, error = %e, "snapshot does not decode; stopping the group");
+            format!("snapshot at {index} does not decode: {e}")
+        })?;
+        s.applied = Some((index, term));
+        *self.shared.lock() = s;
+        Ok(())
     }
 }

@@ -9,16 +9,16 @@ use queenmq_protocol::{
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
-use super::log::SharedLog;
-use super::{Job, Shared};
+use super::Job;
+use crate::group::LiveSlot;
 
 pub type PrometheusRender = Arc<dyn Fn() -> String + Send + Sync>;
 
 #[derive(Clone)]
 pub struct EngineBus {
+    /// The group's job queue: it outlives the group's engines (crate::group).
     tx: mpsc::Sender<Job>,
-    shared: Arc<Shared>,
-    log: SharedLog,
+    live: Arc<LiveSlot>,
     prometheus: PrometheusRender,
     started: std::time::Instant,
     /// The node's memory budget: admission of writes and the requests pool.
@@ -26,16 +26,10 @@ pub struct EngineBus {
 }
 
 impl EngineBus {
-    pub fn new(
-        tx: mpsc::Sender<Job>,
-        shared: Arc<Shared>,
-        log: SharedLog,
-        prometheus: PrometheusRender,
-    ) -> Self {
+    pub fn new(tx: mpsc::Sender<Job>, live: Arc<LiveSlot>, prometheus: PrometheusRender) -> Self {
         EngineBus {
             tx,
-            shared,
-            log,
+            live,
             prometheus,
             started: std::time::Instant::now(),
             memory: None,
@@ -50,7 +44,19 @@ impl EngineBus {
     }
 
     fn health(&self) -> Outcome {
-        let s = self.log.status();
+        let live = match self.live.get() {
+            Ok(live) => live,
+            Err(why) => {
+                return Outcome::Json(json!({
+                    "status": "unhealthy",
+                    "storageReady": false,
+                    "error": why,
+                    "uptimeSeconds": self.started.elapsed().as_secs(),
+                    "version": env!("CARGO_PKG_VERSION"),
+                }))
+            }
+        };
+        let s = live.log.status();
         let healthy = s.role == "leader" && !self.tx.is_closed();
         Outcome::Json(json!({
             "status": if healthy { "healthy" } else { "unhealthy" },
@@ -67,8 +73,12 @@ impl EngineBus {
     /// Served from the engine's copy of the state (engine/metrics_sample.rs), off the
     /// runtime's workers since it may wait for a fresh copy.
     fn metrics_json(&self) -> BusFuture {
-        let shared = self.shared.clone();
-        let s = self.log.status();
+        let live = match self.live.get() {
+            Ok(live) => live,
+            Err(why) => return Box::pin(async move { Err(QueenError::unavailable(why)) }),
+        };
+        let shared = live.shared.clone();
+        let s = live.log.status();
         let uptime = self.started.elapsed().as_secs();
         Box::pin(async move {
             let sample = tokio::task::spawn_blocking(move || shared.sample.get())

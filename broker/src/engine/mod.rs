@@ -109,7 +109,7 @@ pub struct Engine {
     log: SharedLog,
     store: Arc<StateStore>,
     cfg: EngineConfig,
-    rx: mpsc::Receiver<Job>,
+    rx: Jobs,
     cache: EntryCache,
     waiters: Waiters,
     limits: Limits,
@@ -135,17 +135,30 @@ const TICK: Duration = Duration::from_millis(100);
 /// Where a long poll's deadline lands when the client's timeout does not fit in an Instant.
 const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 
+/// A group's queue of jobs. It outlives the group's engines: the bus keeps sending into it
+/// while a failed engine is replaced, and each engine holds it locked while it runs (a
+/// panicking one lets go as it unwinds).
+pub type JobQueue = Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>;
+/// The job queue, held by the engine that runs.
+pub type Jobs = tokio::sync::OwnedMutexGuard<mpsc::Receiver<Job>>;
+
+/// A group's job queue, `depth` jobs deep (back-pressure for the doors).
+pub fn job_queue(depth: usize) -> (mpsc::Sender<Job>, JobQueue) {
+    let (tx, rx) = mpsc::channel(depth);
+    (tx, Arc::new(tokio::sync::Mutex::new(rx)))
+}
+
 impl Engine {
     pub fn new(
         shared: Arc<Shared>,
         log: SharedLog,
         store: Arc<StateStore>,
         cfg: EngineConfig,
-    ) -> (Engine, mpsc::Sender<Job>) {
-        let (tx, rx) = mpsc::channel(cfg.queue_depth);
+        rx: Jobs,
+    ) -> Engine {
         let checkpointed_index = shared.lock().applied.map(|a| a.0);
         let memory = cfg.memory.clone().map(crate::memory::Accountant::new);
-        let engine = Engine {
+        Engine {
             shared,
             log,
             store,
@@ -161,19 +174,20 @@ impl Engine {
             checkpointed_index,
             saving: None,
             memory,
-        };
-        (engine, tx)
+        }
     }
 
     /// Runs until `shutdown` turns true (or every bus handle is dropped), then answers parked
-    /// pops empty and writes a final checkpoint. A panic inside stops the process with a
-    /// non-zero exit instead of leaving a node that answers 503 for ever: the orchestrator
-    /// restarts it and recovery rebuilds from checkpoint and log.
-    pub async fn run(self, shutdown: watch::Receiver<bool>) {
-        panic_guard::ExitOnPanic::new(self.run_inner(shutdown)).await
+    /// pops empty and writes a final checkpoint: `Ok`. A proposal that fails, or a panic,
+    /// ends it with `Err(why)` instead: the state in memory may be ahead of the log, so the
+    /// group's supervisor drops it and rebuilds the group from checkpoint and log. Requests
+    /// of the failed cycle are answered `unavailable` (retriable); the others wait in the
+    /// job queue for the rebuilt engine.
+    pub async fn run(self, shutdown: watch::Receiver<bool>) -> Result<(), String> {
+        panic_guard::CatchPanic::new(self.run_inner(shutdown)).await
     }
 
-    async fn run_inner(mut self, mut shutdown: watch::Receiver<bool>) {
+    async fn run_inner(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), String> {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -202,16 +216,15 @@ impl Engine {
                 }
             }
             // The requests stay counted until the cycle that plans them has answered: their
-            // payloads live (and are copied into the entry) until then.
-            let drained = self.memory.as_ref().map_or(0, |_| {
-                jobs[carried..].iter().fold(0usize, |a, j| {
+            // payloads live (and are copied into the entry) until then. A guard, so a cycle
+            // that fails or panics gives them back too.
+            let _drained = self.memory.as_ref().map(|m| {
+                let bytes = jobs[carried..].iter().fold(0usize, |a, j| {
                     a.saturating_add(crate::memory::size::request_bytes(&j.cmd))
-                })
+                });
+                crate::memory::Queued::counted(m.memory().clone(), bytes)
             });
-            self.cycle(jobs, ticked).await;
-            if let Some(m) = &self.memory {
-                m.memory().pools.sub(crate::memory::Pool::Requests, drained);
-            }
+            self.cycle(jobs, ticked).await?;
             self.refresh_sample();
             if self.last_checkpoint.elapsed() >= self.cfg.checkpoint_interval {
                 self.checkpoint(false).await;
@@ -219,9 +232,10 @@ impl Engine {
         }
         self.waiters.answer_all_empty();
         self.checkpoint(true).await;
+        Ok(())
     }
 
-    async fn cycle(&mut self, jobs: Vec<Job>, ticked: bool) {
+    async fn cycle(&mut self, jobs: Vec<Job>, ticked: bool) -> Result<(), String> {
         let started = Instant::now();
         let mut replies: Vec<(Reply, Result<Outcome, QueenError>)> = Vec::with_capacity(jobs.len());
         let (entry, appended, number) = {
@@ -335,13 +349,13 @@ impl Engine {
                         .record(started.elapsed().as_secs_f64());
                 }
                 Err(e) => {
-                    tracing::error!(cycle = number, error = %e, "proposing a cycle failed: memory is ahead of the log; stopping so a restart recovers from checkpoint and log");
+                    tracing::error!(cycle = number, error = %e, "proposing a cycle failed: memory is ahead of the log; the group is rebuilt from checkpoint and log");
                     for (reply, _) in replies {
                         let _ = reply.send(Err(QueenError::unavailable(
-                            "the broker's log failed; it is restarting",
+                            "the broker's log failed; this queue group is being rebuilt, retry",
                         )));
                     }
-                    std::process::exit(70);
+                    return Err(format!("proposing cycle {number} failed: {e}"));
                 }
             }
         }
@@ -349,6 +363,7 @@ impl Engine {
             let _ = reply.send(out);
         }
         self.waiters.expire(REPLY_MARGIN);
+        Ok(())
     }
 
     /// Encodes the state (under the lock: the engine pauses for the encode only) and writes it

@@ -1,9 +1,11 @@
-//! A panic in the engine task stops the process (exit 70) instead of leaving a node whose bus
-//! is closed and that answers 503 for ever: whoever supervises the process restarts it, and
-//! recovery rebuilds the state from checkpoint and log (every answered write is in the log).
+//! A panic in the engine task ends that group's engine with the panic's message instead of
+//! unwinding into the runtime: the group's supervisor (crate::group) rebuilds the group from
+//! checkpoint and log in the process (every answered write is in the log), and the node's
+//! other groups and its door go on.
 //!
 //! Also the test-only fault hook: `QUEEN_TEST_PANIC_AFTER_CYCLES=N` panics the engine in its
-//! N-th cycle of this process. Compiled in so tests run the shipped binary; inert unless set.
+//! N-th cycle of this process (once). Compiled in so tests run the shipped binary; inert
+//! unless set.
 
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -11,25 +13,23 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
-/// Exit code of a process stopped by an engine panic.
-pub const PANIC_EXIT: i32 = 70;
-
-pub struct ExitOnPanic<F> {
+/// Runs the engine's future; a panic inside becomes `Err(message)`.
+pub struct CatchPanic<F> {
     inner: Pin<Box<F>>,
 }
 
-impl<F: Future<Output = ()>> ExitOnPanic<F> {
+impl<F: Future<Output = Result<(), String>>> CatchPanic<F> {
     pub fn new(inner: F) -> Self {
-        ExitOnPanic {
+        CatchPanic {
             inner: Box::pin(inner),
         }
     }
 }
 
-impl<F: Future<Output = ()>> Future for ExitOnPanic<F> {
-    type Output = ();
+impl<F: Future<Output = Result<(), String>>> Future for CatchPanic<F> {
+    type Output = Result<(), String>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), String>> {
         let this = self.get_mut();
         match catch_unwind(AssertUnwindSafe(|| this.inner.as_mut().poll(cx))) {
             Ok(p) => p,
@@ -39,9 +39,8 @@ impl<F: Future<Output = ()>> Future for ExitOnPanic<F> {
                     .map(|s| s.to_string())
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".to_string());
-                tracing::error!(panic = %why, "the engine task panicked; stopping so a restart recovers from checkpoint and log");
-                eprintln!("queen: the engine task panicked ({why}); exiting");
-                std::process::exit(PANIC_EXIT);
+                tracing::error!(panic = %why, "the engine task panicked; the group is rebuilt from checkpoint and log");
+                Poll::Ready(Err(format!("the engine panicked: {why}")))
             }
         }
     }
@@ -65,10 +64,10 @@ pub fn test_panic_after() -> Option<u64> {
 
 static CYCLES: AtomicU64 = AtomicU64::new(0);
 
-/// Counts a cycle with effects; panics on the `after`-th.
+/// Counts a cycle with effects; panics on the `after`-th (only: the rebuilt group goes on).
 pub fn maybe_panic(after: u64) {
     let n = CYCLES.fetch_add(1, Ordering::Relaxed) + 1;
-    if n >= after {
+    if n == after {
         panic!("{TEST_PANIC_ENV}={after} reached: test-only panic in cycle {n}");
     }
 }
@@ -77,11 +76,28 @@ pub fn maybe_panic(after: u64) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_future_that_does_not_panic_passes_through() {
+    fn block_on<F: Future>(f: F) -> F::Output {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        rt.block_on(ExitOnPanic::new(async {}));
+        rt.block_on(f)
+    }
+
+    #[test]
+    fn a_future_that_does_not_panic_passes_through() {
+        assert_eq!(block_on(CatchPanic::new(async { Ok(()) })), Ok(()));
+        let failed = block_on(CatchPanic::new(async { Err("log failed".to_string()) }));
+        assert_eq!(failed, Err("log failed".to_string()));
+    }
+
+    #[test]
+    fn a_panic_becomes_the_engines_failure() {
+        let out = block_on(CatchPanic::new(async {
+            if std::hint::black_box(true) {
+                panic!("boom");
+            }
+            Ok(())
+        }));
+        assert_eq!(out, Err("the engine panicked: boom".to_string()));
     }
 }

@@ -140,6 +140,12 @@ impl Queued {
     pub fn handed_over(mut self) {
         self.bytes = 0;
     }
+
+    /// Takes charge of `bytes` already counted (requests the engine drained): they leave the
+    /// pool when this is dropped.
+    pub fn counted(mem: Arc<Memory>, bytes: usize) -> Queued {
+        Queued { mem, bytes }
+    }
 }
 
 impl Drop for Queued {

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use queenmq_storage::SegmentLog;
 
-use crate::server::STATE_FILE;
+use crate::group::open::STATE_FILE;
 
 pub fn record(log: &SegmentLog, data_dir: &Path) {
     metrics::gauge!("queen_log_segment_bytes").set(log.disk_bytes() as f64);

@@ -11,17 +11,13 @@ mod raft;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use queenmq_storage::SegmentLog;
-
 use crate::engine::bus_prometheus::Render;
-use crate::engine::log::SharedLog;
-use crate::engine::Shared;
+use crate::group::LiveSlot;
 pub use queues::{sample as sample_queues, Sample as QueuesSample};
 
 pub struct Scrape {
-    pub shared: Arc<Shared>,
-    pub log: SharedLog,
-    pub segments: Arc<SegmentLog>,
+    /// The group's gauges are left out while it is being rebuilt.
+    pub live: Arc<LiveSlot>,
     pub data_dir: PathBuf,
     pub memory: Arc<crate::memory::Memory>,
     /// Renders what the recorder holds.
@@ -36,12 +32,14 @@ impl Scrape {
             let (s, seen) = &*scrape;
             // One scrape at a time, so the label sets `seen` remembers are those last set.
             let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
-            // The engine's copy, never the state itself: a scrape must not stall a cycle.
-            if let Some(sample) = s.shared.sample.get() {
-                queues::record(&sample.gauges, crate::time::wall_clock_us(), &mut seen);
+            if let Ok(live) = s.live.get() {
+                // The engine's copy, never the state itself: a scrape must not stall a cycle.
+                if let Some(sample) = live.shared.sample.get() {
+                    queues::record(&sample.gauges, crate::time::wall_clock_us(), &mut seen);
+                }
+                raft::record(&live.log.status());
+                disk::record(&live.segments, &s.data_dir);
             }
-            raft::record(&s.log.status());
-            disk::record(&s.segments, &s.data_dir);
             memory::record();
             s.memory.publish();
             (s.render)()

@@ -31,11 +31,12 @@ impl Recorder {
 }
 
 impl ApplyHandler for Recorder {
-    fn apply(&self, index: u64, term: u64, payload: &[u8]) {
+    fn apply(&self, index: u64, term: u64, payload: &[u8]) -> Result<(), String> {
         self.applied
             .lock()
             .unwrap()
             .push((index, term, payload.to_vec()));
+        Ok(())
     }
 
     fn checkpointed(&self) -> Option<(u64, u64)> {
@@ -48,8 +49,9 @@ impl ApplyHandler for Recorder {
         (last, applied.len().to_le_bytes().to_vec())
     }
 
-    fn restore(&self, _index: u64, _term: u64, _bytes: &[u8]) {
+    fn restore(&self, _index: u64, _term: u64, _bytes: &[u8]) -> Result<(), String> {
         self.applied.lock().unwrap().clear();
+        Ok(())
     }
 }
 

@@ -18,7 +18,7 @@ mod tests_resync;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::backend::{FileBackend, IoBackend, SegmentFile};
@@ -67,6 +67,8 @@ pub struct SegmentLog {
     /// bytes it appended (and the first caller collected) has finished.
     sync_lock: Mutex<()>,
     poisoned: AtomicBool,
+    /// The last index a successful `sync` (or the recovery at open) vouches for; 0 for none.
+    synced_through: AtomicU64,
 }
 
 /// Files and directory entries changed since the last sync. Guarded by the writer lock.
@@ -98,6 +100,7 @@ impl SegmentLog {
     ) -> Result<(SegmentLog, RecoveryReport), StorageError> {
         opts.validate()?;
         let (index, report) = recovery::recover(&*backend, &opts)?;
+        let recovered = index.last().map_or(0, |(i, _)| i);
         let log = SegmentLog {
             backend,
             opts,
@@ -105,6 +108,7 @@ impl SegmentLog {
             writer: Mutex::new(Dirty::default()),
             sync_lock: Mutex::new(()),
             poisoned: AtomicBool::new(false),
+            synced_through: AtomicU64::new(recovered),
         };
         Ok((log, report))
     }
@@ -169,7 +173,13 @@ impl SegmentLog {
     pub fn sync(&self) -> Result<(), StorageError> {
         let _one_at_a_time = lock(&self.sync_lock);
         self.check_poisoned()?;
-        let dirty = std::mem::take(&mut *lock(&self.writer));
+        let (dirty, upto) = {
+            // Appends hold the writer lock: the last index read under it is exactly what
+            // the files collected here hold.
+            let mut writer = lock(&self.writer);
+            let upto = self.last().map_or(0, |(i, _)| i);
+            (std::mem::take(&mut *writer), upto)
+        };
         for (name, file) in &dirty.files {
             if let Err(e) = file.sync_data() {
                 return Err(
@@ -185,7 +195,19 @@ impl SegmentLog {
                 )(e)));
             }
         }
+        self.synced_through.fetch_max(upto, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// The last index known durable: covered by a `sync` that returned `Ok` (or recovered at
+    /// open). After this log fails, what lies beyond it was never acknowledged and may not be
+    /// on disk even if the page cache still shows it: whoever reopens the log in the same
+    /// process drops it (`truncate_from(synced_through + 1)`) rather than trust it.
+    pub fn synced_through(&self) -> Option<u64> {
+        match self.synced_through.load(Ordering::SeqCst) {
+            0 => None,
+            i => Some(i),
+        }
     }
 
     /// Bytes of all segment files, headers included.

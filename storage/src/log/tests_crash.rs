@@ -93,6 +93,46 @@ fn a_failed_fsync_poisons_the_log() {
     assert_records(&log, 1, 3, 1);
 }
 
+/// What an in-process rebuild relies on (broker group/supervisor.rs): `synced_through` names
+/// the last record a successful sync vouched for; reopening over the same (page-cache) files
+/// and cutting after it leaves exactly what a power cut would have kept.
+#[test]
+fn synced_through_is_what_a_reopen_after_a_failed_fsync_keeps() {
+    let backend = MemBackend::new();
+    let (log, _) = open(&backend);
+    assert_eq!(log.synced_through(), None);
+    fill(&log, 1, 10, 1);
+    assert_eq!(log.synced_through(), None, "appended is not synced");
+    log.sync().unwrap();
+    assert_eq!(log.synced_through(), Some(10));
+    fill(&log, 11, 25, 1);
+    backend.set_fail_sync(true);
+    assert!(log.sync().is_err());
+    backend.set_fail_sync(false);
+    assert_eq!(
+        log.synced_through(),
+        Some(10),
+        "a failed sync vouches for nothing"
+    );
+    let synced = log.synced_through();
+    drop(log);
+
+    // The same files (not a crash image): the page cache still shows records 11..=25.
+    let (reopened, _) = open(&backend);
+    assert_eq!(reopened.last(), Some((25, 1)));
+    assert_eq!(
+        reopened.synced_through(),
+        Some(25),
+        "recovery vouches for what it found"
+    );
+    reopened.truncate_from(synced.unwrap() + 1).unwrap();
+    assert_eq!(reopened.synced_through(), Some(10));
+    assert_eq!(reopened.last(), Some((10, 1)));
+    let (after_cut, _) = open(&backend.crash());
+    assert_eq!(after_cut.last(), Some((10, 1)));
+    assert_records(&after_cut, 1, 10, 1);
+}
+
 #[test]
 fn sync_covers_segments_rolled_since_the_last_sync() {
     let backend = MemBackend::new();

@@ -57,6 +57,8 @@ impl SegmentLog {
                 )(e)));
             }
         }
+        self.synced_through
+            .fetch_min(index.saturating_sub(1), std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 

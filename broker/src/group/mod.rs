@@ -1,0 +1,44 @@
+//! A group: one engine with its Raft node and its storage, and the supervisor that rebuilds it
+//! in the process when its engine fails (a proposal that does not commit, a committed entry
+//! that does not apply, a panic). The doors reach it through its job queue and its
+//! [`LiveSlot`], which both outlive the group's incarnations. One node runs the `default`
+//! group today; tenants will each get their own (issue 9).
+
+pub mod open;
+mod supervisor;
+
+use std::sync::{Arc, RwLock};
+
+use queenmq_storage::SegmentLog;
+
+use crate::engine::log::SharedLog;
+use crate::engine::Shared;
+
+pub use supervisor::{start, supervise, Started, Tail};
+
+/// What the doors and the scrape read of a group that runs.
+#[derive(Clone)]
+pub struct Live {
+    pub shared: Arc<Shared>,
+    pub log: SharedLog,
+    pub segments: Arc<SegmentLog>,
+}
+
+/// The group that runs now, or why none does (it is being rebuilt, or rebuilding failed).
+pub struct LiveSlot(RwLock<Result<Live, String>>);
+
+impl LiveSlot {
+    pub fn new(live: Live) -> Arc<LiveSlot> {
+        Arc::new(LiveSlot(RwLock::new(Ok(live))))
+    }
+
+    /// A copy: holding it keeps that incarnation's Raft node and files alive, so hold it only
+    /// while answering (the supervisor waits for the files to be let go before reopening).
+    pub fn get(&self) -> Result<Live, String> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn set(&self, now: Result<Live, String>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = now;
+    }
+}

@@ -1,0 +1,340 @@
+//! Opening a group's storage: the state store, the checkpoint and the log, checked against
+//! what the group had acknowledged (docs/storage-format.md, "Start-up checks"), and the
+//! operator's `accept_data_loss` when something acknowledged is gone.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Context};
+use queenmq_storage::{
+    Checkpoint, LogOptions, RecoveryReport, SegmentLog, StateStore, StorageError,
+};
+
+use crate::config::Config;
+use crate::engine::Shared;
+use crate::log_backing;
+use crate::state::{decode_state, encode_state, State};
+
+/// The redb file of checkpoints and Raft metadata, in the data dir.
+pub const STATE_FILE: &str = "state.redb";
+
+/// How the refusals end: what the operator can do about them.
+const REFUSAL_HINT: &str = "Restore the data directory from a backup or replica, or start once \
+    with accept_data_loss=true (QUEEN_ACCEPT_DATA_LOSS=true, --accept-data-loss) to drop what \
+    is missing";
+
+/// Refuses to start over `what` (a sentence naming what is missing), unless the operator
+/// accepted the loss: then it is logged once at ERROR and start-up goes on.
+fn refuse_or_accept(accept: bool, what: &str) -> anyhow::Result<()> {
+    if !accept {
+        return Err(anyhow!("refusing to start: {what}. {REFUSAL_HINT}"));
+    }
+    tracing::error!("accept_data_loss: starting anyway, dropping what is missing: {what}");
+    Ok(())
+}
+
+/// The storage a node starts from, checked against what it had acknowledged.
+pub struct Opened {
+    pub log: SegmentLog,
+    pub report: RecoveryReport,
+    pub store: StateStore,
+    pub state: State,
+}
+
+/// Opens the state store, then the log with every index Raft or the checkpoint says was
+/// acknowledged as `durable_through`, so that recovery refuses rather than drops it.
+/// docs/storage-format.md ("Start-up checks") is the rule this implements.
+pub fn open_storage(cfg: &Config) -> anyhow::Result<Opened> {
+    let accept = cfg.accept_data_loss;
+    let log_dir = cfg.data_dir.join("log");
+    let log_present = log_dir.is_dir();
+    let store = open_store(&cfg.data_dir, &log_dir, accept)?;
+    let raft = queenmq_raft::read_persisted(&store)
+        .map_err(|e| anyhow!("reading the raft metadata in {STATE_FILE}: {e}"))?;
+    let checkpoint = store.load_checkpoint();
+    let cp_index = match &checkpoint {
+        Ok(Some(cp)) => Some(cp.applied_index),
+        _ => None,
+    };
+    let durable_through = raft.committed.max(cp_index).unwrap_or(0);
+    if !log_present {
+        let mut held = Vec::new();
+        if raft.vote {
+            held.push("a raft vote".to_owned());
+        }
+        if let Some(c) = raft.committed {
+            held.push(format!("committed index {c}"));
+        }
+        if let Some(i) = cp_index {
+            held.push(format!("a checkpoint at index {i}"));
+        }
+        if checkpoint.is_err() {
+            held.push("a checkpoint".to_owned());
+        }
+        if !held.is_empty() {
+            refuse_or_accept(
+                accept,
+                &format!(
+                    "{} holds {} but the log directory {} is missing, so log records 1..={durable_through} are lost",
+                    cfg.data_dir.join(STATE_FILE).display(),
+                    held.join(", "),
+                    log_dir.display()
+                ),
+            )?;
+        }
+    }
+    let opts = LogOptions {
+        segment_bytes: cfg.segment_bytes,
+        durable_through,
+        accept_data_loss: accept,
+        ..LogOptions::default()
+    };
+    let (log, report) = SegmentLog::open(&log_dir, opts)
+        .with_context(|| format!("opening the log in {}", cfg.data_dir.display()))?;
+    let state = load_state(checkpoint, &log, &log_dir, accept)?;
+    if let (true, Some(first)) = (accept, log.first_index()) {
+        if first > 1 {
+            let Some((applied_index, applied_term)) = state.applied else {
+                // Replaying a log that starts past its beginning onto an empty state would
+                // build a state that never existed (its entries name queues and partitions
+                // created in the lost ones): accepting the loss cannot help here.
+                return Err(anyhow!(
+                    "refusing to start: the log in {} starts at index {first} and there is no \
+                     usable checkpoint, so the state cannot be rebuilt even with \
+                     accept_data_loss; restore the data directory from a backup, or move it \
+                     away to start empty",
+                    log_dir.display()
+                ));
+            };
+            // A checkpoint kept over a log whose start is gone (accepted above): Raft must
+            // read the log from where it now starts. The horizon never passes what was
+            // applied (openraft orders log ids by term first).
+            let term = if applied_index.checked_add(1) == Some(first) {
+                applied_term
+            } else {
+                log.term_of(first).unwrap_or(0).min(applied_term)
+            };
+            queenmq_raft::accept_missing_log_start(&store, first, term)
+                .map_err(|e| anyhow!("{STATE_FILE}: {e}"))?;
+        }
+    }
+    Ok(Opened {
+        log,
+        report,
+        store,
+        state,
+    })
+}
+
+/// Opens `state.redb`. If redb cannot open it (a damaged file) and the log still starts at
+/// its first index (0, or 1), nothing is lost by rebuilding: the file is moved aside and a new one is created.
+fn open_store(data_dir: &Path, log_dir: &Path, accept: bool) -> anyhow::Result<StateStore> {
+    let path = data_dir.join(STATE_FILE);
+    // redb 4.6 can panic (unreachable code in its btree cursor) on some damaged pages while
+    // opening; that is a damaged file like any other, not a reason to die without a word.
+    let opened = std::panic::catch_unwind(|| StateStore::open(&path)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        Err(StorageError::CorruptCheckpoint {
+            reason: format!("redb panicked while opening the file: {what}"),
+        })
+    });
+    let error = match opened {
+        Ok(store) => return Ok(store),
+        Err(e) if path.is_file() => e,
+        Err(e) => return Err(anyhow!("opening {}: {e}", path.display())),
+    };
+    // openraft's first entry (the initial membership) has index 0; 1 is accepted too.
+    let origin = [
+        "seg-00000000000000000000.qlog",
+        "seg-00000000000000000001.qlog",
+    ];
+    if !origin.iter().any(|name| log_dir.join(name).is_file()) {
+        refuse_or_accept(
+            accept,
+            &format!(
+                "{} cannot be opened ({error}) and the log in {} no longer starts at its first \
+                 index ({} is missing), so the state it held cannot be rebuilt",
+                path.display(),
+                log_dir.display(),
+                origin[0]
+            ),
+        )?;
+    }
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let aside = data_dir.join(format!("{STATE_FILE}.corrupt-{unix}"));
+    std::fs::rename(&path, &aside)
+        .and_then(|()| queenmq_storage::sync_parent(&path))
+        .with_context(|| format!("moving {} aside to {}", path.display(), aside.display()))?;
+    tracing::warn!(
+        "{} cannot be opened ({error}); moved it to {} and rebuilding the state from the log, \
+         which still starts at its first index: nothing is lost",
+        path.display(),
+        aside.display()
+    );
+    StateStore::open(&path).with_context(|| format!("creating {}", path.display()))
+}
+
+/// Loads the checkpoint. One the log cannot back (ahead of its end, with a gap before its
+/// start, or with runs pointing below its start) is acknowledged state that is gone: refused
+/// unless accepted. An unreadable one is rebuilt from the log when the log still starts at its
+/// first index (nothing lost).
+fn load_state(
+    checkpoint: Result<Option<Checkpoint>, StorageError>,
+    log: &SegmentLog,
+    log_dir: &Path,
+    accept: bool,
+) -> anyhow::Result<State> {
+    let last = log.last().map_or(0, |(i, _)| i);
+    let first = log.first_index();
+    let cp = match checkpoint {
+        Ok(Some(cp)) => cp,
+        Ok(None) => {
+            if let Some(what) = log_backing::missing(&State::default(), false, first, log_dir) {
+                refuse_or_accept(accept, &what)?;
+            }
+            return Ok(State::default());
+        }
+        // openraft's first entry has index 0; a log starting there (or at 1) is whole.
+        Err(e) if first.is_none_or(|f| f <= 1) => {
+            tracing::warn!(
+                "the checkpoint in {STATE_FILE} is unreadable ({e}); rebuilding the state from \
+                 the log, which still starts at index {}: nothing is lost",
+                first.unwrap_or(1)
+            );
+            return Ok(State::default());
+        }
+        Err(e) => {
+            refuse_or_accept(
+                accept,
+                &format!(
+                    "the checkpoint in {STATE_FILE} is unreadable ({e}) and the log starts at \
+                     index {}, so the state of records 0..={} cannot be rebuilt",
+                    first.unwrap_or(0),
+                    first.unwrap_or(1).saturating_sub(1)
+                ),
+            )?;
+            return Ok(State::default());
+        }
+    };
+    let gap_before = first.is_some_and(|f| f > cp.applied_index.saturating_add(1));
+    if cp.applied_index > last || gap_before {
+        refuse_or_accept(
+            accept,
+            &format!(
+                "the checkpoint in {STATE_FILE} is at index {} but the log holds {}: records \
+                 {}..={} are missing",
+                cp.applied_index,
+                match first {
+                    Some(f) => format!("{f}..={last}"),
+                    None => "nothing".to_owned(),
+                },
+                if gap_before {
+                    cp.applied_index + 1
+                } else {
+                    last + 1
+                },
+                if gap_before {
+                    first.unwrap_or(1).saturating_sub(1)
+                } else {
+                    cp.applied_index
+                }
+            ),
+        )?;
+        return Ok(State::default());
+    }
+    let mut st = decode_state(&cp.state).map_err(|e| anyhow!("checkpoint does not decode: {e}"))?;
+    if let Some(what) = log_backing::missing(&st, true, first, log_dir) {
+        // Accepted, the checkpoint is kept: rebuilding from a log without its start cannot
+        // work (Raft replays from index 0), and the state past the missing records is intact.
+        // The messages in them are forgotten once the log is replayed (forget_lost_messages).
+        refuse_or_accept(
+            accept,
+            &format!(
+                "the checkpoint in {STATE_FILE} at index {} cannot be served whole (the \
+                 messages in the missing records are gone): {what}",
+                cp.applied_index
+            ),
+        )?;
+    }
+    st.applied = Some((cp.applied_index, cp.applied_term));
+    tracing::info!(index = cp.applied_index, "checkpoint loaded");
+    Ok(st)
+}
+
+/// Partitions named one by one in the ERROR log when lost messages are forgotten; the rest
+/// are summed up in one line (a million partitions must not mean a million lines).
+const FORGOTTEN_LINES: usize = 100;
+
+/// Once a loss is accepted and the log replayed, forgets the messages whose log records are
+/// gone (state/forget.rs: no run may point below the log's start, no cursor stay below what
+/// is held, or pops of the partition fail for ever), logs what at ERROR, and checkpoints the
+/// repaired state before serving, so later starts find nothing missing and need no option.
+pub fn forget_lost_messages(
+    shared: &Shared,
+    store: &StateStore,
+    log_first: u64,
+) -> anyhow::Result<()> {
+    let (blob, applied) = {
+        let mut st = shared.lock();
+        let gone = st.forget_runs_below(log_first);
+        if gone.is_empty() {
+            return Ok(());
+        }
+        for f in gone.iter().take(FORGOTTEN_LINES) {
+            let cursors = if f.groups.is_empty() {
+                "no cursor stood on them".to_owned()
+            } else {
+                format!(
+                    "the cursors of groups {} moved to offset {}",
+                    f.groups.join(", "),
+                    f.to
+                )
+            };
+            tracing::error!(
+                "accept_data_loss: forgot {} messages, offsets {}..={}, of partition '{}' of \
+                 queue '{}': their log records are below the log's first index {log_first}; \
+                 {cursors}",
+                f.count(),
+                f.from,
+                f.to.saturating_sub(1),
+                f.partition,
+                f.queue
+            );
+        }
+        let total: u64 = gone.iter().map(|f| f.count()).fold(0, u64::saturating_add);
+        tracing::error!(
+            "accept_data_loss: forgot {total} messages in {} partitions{}",
+            gone.len(),
+            if gone.len() > FORGOTTEN_LINES {
+                format!(" ({} not named above)", gone.len() - FORGOTTEN_LINES)
+            } else {
+                String::new()
+            }
+        );
+        let applied = st.applied.ok_or_else(|| {
+            anyhow!(
+                "forgot lost messages in a state that applied no log entry: nothing to checkpoint"
+            )
+        })?;
+        (encode_state(&st), applied)
+    };
+    store
+        .save_checkpoint(&Checkpoint {
+            applied_index: applied.0,
+            applied_term: applied.1,
+            state: blob,
+        })
+        .map_err(|e| {
+            anyhow!("checkpointing the state without the forgotten messages into {STATE_FILE}: {e}")
+        })?;
+    tracing::info!(
+        index = applied.0,
+        "checkpoint written without the forgotten messages: later starts need no accept_data_loss"
+    );
+    Ok(())
+}

@@ -1,0 +1,271 @@
+//! Starting a group and keeping it up: when its engine ends with a failure, the supervisor
+//! stops its Raft node, waits until nothing holds its files any more, and opens the group again
+//! from checkpoint and log, as a start of the process would (without `accept_data_loss`: the
+//! operator accepted a loss for one start, not for every rebuild). Requests keep arriving in
+//! the group's job queue meanwhile: the rebuilt engine serves them; while rebuilding fails they
+//! are answered `unavailable` (retriable) and the rebuild is tried again, less and less often.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use queenmq_protocol::QueenError;
+use queenmq_raft::{RaftConfig, RaftNode};
+use queenmq_storage::{SegmentLog, StateStore};
+use tokio::sync::watch;
+
+use super::open::{forget_lost_messages, open_storage, Opened};
+use super::{Live, LiveSlot};
+use crate::config::Config;
+use crate::engine::apply_handler::EngineApply;
+use crate::engine::log::SharedLog;
+use crate::engine::{Engine, EngineConfig, JobQueue, Shared};
+use crate::raft_log::RaftLog;
+
+/// The first wait between two failed rebuilds; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long a failed incarnation may hold its files before the supervisor says so.
+const HOLD_WARNING: Duration = Duration::from_secs(10);
+
+/// What a start keeps of the log's tail.
+#[derive(Debug, Clone, Copy)]
+pub enum Tail {
+    /// A start of the process: what recovery finds on disk.
+    AsFound,
+    /// A rebuild after a failure: only what the failed incarnation's log had synced (its
+    /// `synced_through`, None for nothing). Records appended after its last successful fsync
+    /// were never acknowledged, and after a failed fsync the page cache may show bytes the
+    /// disk does not hold: reading them back would build on them.
+    SyncedThrough(Option<u64>),
+}
+
+/// A started group: its engine (not running yet), its Raft node and its files.
+pub struct Started {
+    pub engine: Engine,
+    pub node: RaftNode,
+    pub live: Live,
+    store: Arc<StateStore>,
+}
+
+/// Opens the group's storage (refusing, or with `cfg.accept_data_loss` accepting, what is
+/// missing), starts its Raft node (which replays the log) and builds its engine on `jobs`.
+pub async fn start(
+    cfg: &Config,
+    ecfg: &EngineConfig,
+    jobs: &JobQueue,
+    tail: Tail,
+) -> anyhow::Result<Started> {
+    let started = Instant::now();
+    let opening = cfg.clone();
+    let Opened {
+        log,
+        report,
+        store,
+        state,
+    } = tokio::task::spawn_blocking(move || open_storage(&opening))
+        .await
+        .map_err(|e| anyhow!("opening the storage stopped: {e}"))??;
+    if let Some(t) = report
+        .truncated
+        .as_ref()
+        .filter(|t| t.accepted_loss.is_none())
+    {
+        tracing::warn!(
+            segment = %t.segment.display(), offset = t.offset, cut_bytes = t.cut_bytes,
+            reason = %t.reason, "torn tail cut from the log"
+        );
+    }
+    if let Tail::SyncedThrough(synced) = tail {
+        drop_unsynced_tail(&log, &state, synced)?;
+    }
+    let log_first = log.first_index();
+    let log = Arc::new(log);
+    let store = Arc::new(store);
+    let shared = Shared::new(state);
+    let handler = Arc::new(EngineApply::new(shared.clone()));
+    let node = RaftNode::start_single(RaftConfig::default(), log.clone(), store.clone(), handler)
+        .await
+        .map_err(|e| anyhow!("starting raft: {e}"))?;
+    if let (true, Some(first)) = (cfg.accept_data_loss, log_first) {
+        if let Err(e) = forget_lost_messages(&shared, &store, first) {
+            if let Err(stop) = node.shutdown().await {
+                tracing::warn!(error = %stop, "stopping raft after a failed start failed too");
+            }
+            return Err(e);
+        }
+    }
+    tracing::info!(
+        records = report.records,
+        segments = report.segments,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "log replayed; this node leads"
+    );
+    let rlog: SharedLog = Arc::new(RaftLog(node.clone()));
+    // The previous engine let go of the queue when it ended (or unwound).
+    let rx = jobs.clone().lock_owned().await;
+    let engine = Engine::new(
+        shared.clone(),
+        rlog.clone(),
+        store.clone(),
+        ecfg.clone(),
+        rx,
+    );
+    Ok(Started {
+        engine,
+        node,
+        live: Live {
+            shared,
+            log: rlog,
+            segments: log,
+        },
+        store,
+    })
+}
+
+/// Runs the group until `stop` turns true, rebuilding it whenever its engine fails.
+pub async fn supervise(
+    cfg: Config,
+    ecfg: EngineConfig,
+    first: Started,
+    live: Arc<LiveSlot>,
+    jobs: JobQueue,
+    stop: watch::Receiver<bool>,
+) {
+    let mut cfg = cfg;
+    cfg.accept_data_loss = false;
+    let mut current = first;
+    loop {
+        let Started {
+            engine,
+            node,
+            live: running,
+            store,
+        } = current;
+        let end = engine.run(stop.clone()).await;
+        let synced = running.segments.synced_through();
+        if let Err(why) = &end {
+            // Nothing may read the failed state from here on.
+            live.set(Err(format!("the group is being rebuilt: {why}")));
+            metrics::counter!("queen_group_restarts_total").increment(1);
+        }
+        if let Err(e) = node.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+        let Err(why) = end else {
+            // Stopped: the doors may still read the slot until the process ends.
+            return;
+        };
+        let segments = running.segments.clone();
+        drop((node, running));
+        let_go(segments, store).await;
+        tracing::error!(reason = %why, "the group's engine failed: rebuilding it from checkpoint and log");
+        match rebuild(&cfg, &ecfg, &live, &jobs, synced, stop.clone()).await {
+            Some(s) => {
+                tracing::info!("the group is rebuilt and serving again");
+                live.set(Ok(s.live.clone()));
+                current = s;
+            }
+            None => return,
+        }
+    }
+}
+
+/// Starts the group again until it starts or the node stops (`None`).
+async fn rebuild(
+    cfg: &Config,
+    ecfg: &EngineConfig,
+    live: &LiveSlot,
+    jobs: &JobQueue,
+    synced: Option<u64>,
+    mut stop: watch::Receiver<bool>,
+) -> Option<Started> {
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        if *stop.borrow() {
+            return None;
+        }
+        let why = match start(cfg, ecfg, jobs, Tail::SyncedThrough(synced)).await {
+            Ok(s) => return Some(s),
+            Err(e) => format!("rebuilding the group failed: {e:#}"),
+        };
+        tracing::error!(reason = %why, retry_ms = backoff.as_millis() as u64, "the group stays down");
+        live.set(Err(why.clone()));
+        let until = tokio::time::Instant::now() + backoff;
+        let mut queue = jobs.clone().lock_owned().await;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => break,
+                _ = stop.changed() => return None,
+                job = queue.recv() => match job {
+                    Some(job) => {
+                        if let Some(m) = &ecfg.memory {
+                            m.pools.sub(
+                                crate::memory::Pool::Requests,
+                                crate::memory::size::request_bytes(&job.cmd),
+                            );
+                        }
+                        let _ = job.reply.send(Err(QueenError::unavailable(format!(
+                            "{why}; retry later"
+                        ))));
+                    }
+                    None => return None,
+                },
+            }
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Cuts what the failed incarnation appended after its last successful sync. Refuses when that
+/// would cut below what the checkpoint covers (the checkpoint only covers synced entries, so
+/// that is a broken promise, not a tail).
+fn drop_unsynced_tail(
+    log: &SegmentLog,
+    state: &crate::state::State,
+    synced: Option<u64>,
+) -> anyhow::Result<()> {
+    let Some((last, _)) = log.last() else {
+        return Ok(());
+    };
+    let from = match synced {
+        Some(s) => s.saturating_add(1),
+        None => log.first_index().unwrap_or(1),
+    };
+    if from > last {
+        return Ok(());
+    }
+    if let Some((applied, _)) = state.applied {
+        if from <= applied {
+            return Err(anyhow!(
+                "the failed log vouched for no record at or after {from} but the checkpoint \
+                 covers {applied}: refusing to rebuild on records that may not be on disk"
+            ));
+        }
+    }
+    tracing::warn!(
+        from,
+        to = last,
+        "dropping log records appended after the last successful fsync (never acknowledged)"
+    );
+    log.truncate_from(from)
+        .map_err(|e| anyhow!("cutting the unsynced tail from the log: {e}"))
+}
+
+/// Waits until the failed incarnation's tasks (Raft, a checkpoint being written, a scrape in
+/// progress) have dropped its files: the state store cannot be opened twice.
+async fn let_go(segments: Arc<SegmentLog>, store: Arc<StateStore>) {
+    let started = Instant::now();
+    let mut warned = false;
+    while Arc::strong_count(&segments) > 1 || Arc::strong_count(&store) > 1 {
+        if !warned && started.elapsed() > HOLD_WARNING {
+            tracing::warn!(
+                log_holders = Arc::strong_count(&segments) - 1,
+                store_holders = Arc::strong_count(&store) - 1,
+                "the failed group's files are still held; its rebuild waits for them"
+            );
+            warned = true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
