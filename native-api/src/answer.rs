@@ -228,6 +228,9 @@ mod tests {
         fn over_share(&self) -> bool {
             self.bytes.load(Ordering::Relaxed) > self.share
         }
+        fn answer_room(&self) -> usize {
+            self.share
+        }
     }
 
     fn setup(share: usize) -> (Arc<Pool>, Arc<Answers>) {

@@ -16,6 +16,7 @@ mod pop;
 mod push;
 mod queues;
 mod reads;
+mod reserve;
 mod router;
 mod serve;
 mod timed_io;
@@ -94,6 +95,8 @@ impl Default for ApiOptions {
 pub struct AppState {
     pub bus: Arc<dyn Bus>,
     pub opts: Arc<ApiOptions>,
+    /// Where handlers of possibly big answers reserve memory before building them.
+    pub(crate) room: Arc<reserve::Room>,
 }
 
 /// Serves the API on a bound listener until `shutdown` resolves, then drains in-flight requests.
@@ -103,6 +106,9 @@ pub async fn run(
     opts: ApiOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let answers = answer::Answers::new(opts.meter.clone());
+    let room_bytes = opts.meter.as_ref().map_or(0, |m| m.answer_room());
+    let room = reserve::Room::new(answers.clone(), room_bytes, reserve::WAIT);
     let limits = serve::DoorLimits {
         timeouts: timed_io::Timeouts {
             header: opts.header_timeout,
@@ -113,10 +119,12 @@ pub async fn run(
         max_connections: opts.max_connections,
         probe_reserve: opts.probe_reserve_connections,
         meter: opts.meter.clone(),
+        answers,
     };
     let app = router::router(AppState {
         bus,
         opts: Arc::new(opts),
+        room,
     });
     serve::serve(listener, app, limits, shutdown).await
 }

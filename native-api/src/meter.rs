@@ -1,7 +1,8 @@
 //! How the door tells its owner what its connections cost. This crate knows nothing of the
 //! broker's memory budget: it reports connections, requests and answer bytes as they come and
 //! go, the owner turns them into bytes (docs/memory.md, the `connections` pool) and says when
-//! they are over their share (then `crate::answer` refuses new requests).
+//! they are over their share (then `crate::answer` refuses new requests) and how much room big
+//! answers may reserve before they are built (`crate::reserve`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -18,6 +19,9 @@ pub trait ConnectionMeter: Send + Sync + fmt::Debug {
     fn answer(&self, bytes: usize, held: bool);
     /// Whether what is counted is over the share of the budget it was given.
     fn over_share(&self) -> bool;
+    /// Bytes that answers being built may reserve at once (`crate::reserve`); 0: none are
+    /// reserved.
+    fn answer_room(&self) -> usize;
 }
 
 /// Reports the closing half of a pair when dropped.

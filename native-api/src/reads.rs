@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::reserve::{self, Reserved};
 use crate::{body, call, parse_iso, AppState};
 
 type Params = HashMap<String, String>;
@@ -22,6 +23,22 @@ async fn read(app: AppState, ctx: RequestCtx, req: ReadReq) -> Result<Response, 
         Outcome::Json(v) => Ok(Json(v).into_response()),
         _ => Err(ApiError::bad("unexpected outcome")),
     }
+}
+
+/// A read whose answer holds stored messages: up to `rows` of them. The engine builds its
+/// document in its cycle and this handler its JSON text, so room is reserved before the
+/// engine is asked (reads never park) and rides the answer until the door has counted it.
+async fn read_messages(
+    app: AppState,
+    ctx: RequestCtx,
+    req: ReadReq,
+    rows: usize,
+) -> Result<Response, ApiError> {
+    let bound = reserve::page_bound(rows, app.opts.max_body_bytes);
+    let reserved = app.room.take(bound).await?;
+    let mut resp = read(app, ctx, req).await?;
+    Reserved::ride(reserved, &mut resp);
+    Ok(resp)
 }
 
 /// Largest page any listing answers; a bigger `limit` is clamped to it (as the reference broker
@@ -128,12 +145,13 @@ pub async fn messages(
     Extension(ctx): Extension<RequestCtx>,
     Query(p): Query<Params>,
 ) -> Result<Response, ApiError> {
+    let rows = limit(&p, 100)?;
     let req = ReadReq::Messages {
         queue: p.get("queue").cloned(),
-        limit: limit(&p, 100)?,
+        limit: rows,
         offset: offset(&p)?,
     };
-    read(app, ctx, req).await
+    read_messages(app, ctx, req, rows).await
 }
 
 pub async fn message(
@@ -141,15 +159,11 @@ pub async fn message(
     Extension(ctx): Extension<RequestCtx>,
     Path((partition_id, transaction_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    read(
-        app,
-        ctx,
-        ReadReq::Message {
-            partition_id,
-            transaction_id,
-        },
-    )
-    .await
+    let req = ReadReq::Message {
+        partition_id,
+        transaction_id,
+    };
+    read_messages(app, ctx, req, 1).await
 }
 
 pub async fn group(
@@ -187,16 +201,17 @@ pub async fn dlq(
                 .ok_or_else(|| ApiError::bad(format!("{k} is not an ISO-8601 time"))),
         }
     };
+    let rows = limit(&p, 100)?;
     let q = DlqQuery {
         queue: p.get("queue").cloned(),
         group: p.get("consumerGroup").cloned(),
         partition: p.get("partition").cloned(),
-        limit: limit(&p, 100)?,
+        limit: rows,
         offset: offset(&p)?,
         from_us: time("from")?,
         to_us: time("to")?,
     };
-    read(app, ctx, ReadReq::Dlq(q)).await
+    read_messages(app, ctx, ReadReq::Dlq(q), rows).await
 }
 
 pub async fn trace_names(

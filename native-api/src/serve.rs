@@ -12,7 +12,8 @@
 //! the metrics; anything else is answered 503 with Retry-After.
 //!
 //! Answers are counted until hyper has taken them, and bound what new requests are served
-//! (`crate::answer`): a slow reader cannot make the node hold answers without limit.
+//! (`crate::answer`): a slow reader cannot make the node hold answers without limit. Big
+//! answers reserved room before being built (`crate::reserve`); it is given back here.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -31,6 +32,7 @@ use tower::Service;
 use crate::answer::{self, Answers};
 use crate::error::ApiError;
 use crate::meter::{ConnectionMeter, Metered, What};
+use crate::reserve::Reserved;
 use crate::timed_io::{Activity, TimedIo, Timeouts};
 
 /// Paths a reserved slot serves: what liveness/readiness probes and scrapers ask for.
@@ -43,6 +45,8 @@ pub(crate) struct DoorLimits {
     pub max_connections: usize,
     pub probe_reserve: usize,
     pub meter: Option<Arc<dyn ConnectionMeter>>,
+    /// Shared with the handlers, which reserve room for big answers against it.
+    pub answers: Arc<Answers>,
 }
 
 enum Slot {
@@ -61,7 +65,7 @@ pub(crate) async fn serve(
     let general = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let reserve = Arc::new(Semaphore::new(limits.probe_reserve));
     let graceful = GracefulShutdown::new();
-    let answers = Answers::new(limits.meter.clone());
+    let answers = limits.answers.clone();
     let mut http = hyper::server::conn::http1::Builder::new();
     // The deadlines live in TimedIo; hyper's header timer would also run on idle keep-alive.
     http.header_read_timeout(None).keep_alive(true);
@@ -150,7 +154,14 @@ pub(crate) async fn serve(
                 };
                 drop(request);
                 drop(busy);
-                answer.map(|a| answers.hold(a, droppable))
+                answer.map(|mut a| {
+                    // The room reserved for building it is given back only once the answer
+                    // itself is counted, so the two never both miss it.
+                    let reserved = Reserved::take_off(&mut a);
+                    let held = answers.hold(a, droppable);
+                    drop(reserved);
+                    held
+                })
             }
         });
         let builder = if probe_only { &probe_http } else { &http };

@@ -6,8 +6,14 @@ for a ~20 MB listing and reading ~20 KB/s took the broker from 71 MB to 955 MB o
 queen_memory_bytes{pool="connections"} said 2.4 MB. Now an answer is counted in the
 `connections` pool until hyper has taken it, and while answers hold the pool over its share
 new requests (but the probes) get 503 with Retry-After, so one slow listing is held, not 16.
-Once the slow clients go, everything is served again. (Requests arriving in the same instant
-are each built before any answer is held: their transient peak is not bounded here.)
+Once the slow clients go, everything is served again.
+
+Requests arriving in the same instant are bounded too: a listing reserves room for what its
+answer can weigh (its rows at the largest message the door accepts; far above the 12.8 MiB
+share, so it takes all of it) before the engine builds it, and gives it back once the answer
+is counted. Before, 16 listings fired together were all built at once (533 MiB of RSS under a
+64 MiB budget); now one is built at a time, and those that find the first still held are
+refused with 503 and Retry-After before anything is built.
 """
 
 import re
@@ -29,6 +35,10 @@ BLOB = "z" * 100_000
 SLOW = 16  # 16 answers of ~20 MB: ~320 MB held when nothing bounds them
 LISTING = "/api/v1/messages?queue=q&limit=200"
 RSS_BOUND = 300 * MIB
+# Growth of RSS allowed while 16 listings of ~20 MB fired together are answered: under a third
+# of what they weigh when all are built at once (the binary before reservations grew ~470 MiB;
+# one build at a time, its document and text beside one held answer, is ~65 MiB).
+SAME_INSTANT_GROWTH = 96 * MIB
 
 
 def rss(pid: int) -> int:
@@ -37,6 +47,20 @@ def rss(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise AssertionError("no VmRSS")
+
+
+def peak_rss_since_reset(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def reset_peak_rss(pid: int) -> None:
+    # "5" resets VmHWM to the current RSS (Linux 4.0+), so the peak is of what follows only.
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
 
 
 def connections_pool(b) -> float:
@@ -77,10 +101,7 @@ def slow_reader(port: int, heads: list[bytes], stop: threading.Event) -> socket.
 def test_slow_readers_hold_a_bounded_share_and_later_requests_are_refused(broker_factory):
     b = broker_factory("door-answers", env=ENV).start()
     pid = b.proc.pid
-    with httpx.Client(base_url=b.url, timeout=30) as http:
-        for _ in range(8):
-            items = [{"queue": "q", "payload": {"b": BLOB}} for _ in range(25)]
-            assert http.post("/api/v1/push", json={"items": items}).status_code == 201
+    fill(b)
     time.sleep(0.5)
     rss0 = rss(pid)
 
@@ -134,3 +155,92 @@ def test_slow_readers_hold_a_bounded_share_and_later_requests_are_refused(broker
     whole = httpx.get(b.url + LISTING, timeout=30)
     assert whole.status_code == 200 and len(whole.content) > 19_000_000
     assert connections_pool(b) < 4 * MIB
+
+
+def fill(b) -> None:
+    with httpx.Client(base_url=b.url, timeout=30) as http:
+        for _ in range(8):
+            items = [{"queue": "q", "payload": {"b": BLOB}} for _ in range(25)]
+            assert http.post("/api/v1/push", json={"items": items}).status_code == 201
+
+
+def test_listings_fired_in_the_same_instant_are_built_within_the_share(broker_factory):
+    b = broker_factory("door-same-instant", env=ENV).start()
+    pid = b.proc.pid
+    fill(b)
+    time.sleep(0.5)
+    rss0 = rss(pid)
+    reset_peak_rss(pid)
+
+    stop = threading.Event()
+    heads: list[bytes] = []
+    lock = threading.Lock()
+
+    def read(s: socket.socket) -> None:
+        head = b""
+        while not stop.is_set():
+            try:
+                data = s.recv(4096)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            if not data:
+                break
+            if b"\r\n\r\n" not in head:
+                head += data
+                if b"\r\n\r\n" in head:
+                    with lock:
+                        heads.append(head.split(b"\r\n\r\n")[0])
+            time.sleep(0.2)  # ~20 KB/s
+
+    socks = []
+    for _ in range(SLOW):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", b.port))
+        s.settimeout(1)
+        socks.append(s)
+    try:
+        # All connected first, then the requests go out back to back from one thread (threads
+        # released by a barrier still take turns at the interpreter lock, milliseconds apart):
+        # they reach the broker within the time it takes to build one listing.
+        request = f"GET {LISTING} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        for s in socks:
+            s.sendall(request)
+        for s in socks:
+            threading.Thread(target=read, args=(s,), daemon=True).start()
+        deadline = time.monotonic() + 30
+        while len(heads) < SLOW and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+        peak = peak_rss_since_reset(pid)
+    finally:
+        stop.set()
+        for s in socks:
+            s.close()
+    statuses = [h.split(b"\r\n")[0] for h in heads]
+    ok = sum(st.startswith(b"HTTP/1.1 200") for st in statuses)
+    refused = [h for h in heads if h.startswith(b"HTTP/1.1 503")]
+    print(f"\n{ok} listings served, {len(refused)} refused of {SLOW} fired together "
+          f"({len(heads)} answered); RSS {rss0 / MIB:.0f} MiB before, peak {peak / MIB:.0f} MiB "
+          f"(+{(peak - rss0) / MIB:.0f})")
+    assert len(heads) == SLOW, f"only {len(heads)} of {SLOW} listings were answered"
+    assert ok + len(refused) == SLOW, statuses
+    assert all(b"\r\nretry-after:" in h.lower() for h in refused), refused
+    assert ok >= 1, "no listing was served at all"
+    assert peak - rss0 < SAME_INSTANT_GROWTH, (
+        f"RSS grew {(peak - rss0) / MIB:.0f} MiB with {SLOW} listings at once")
+
+    # Once the clients are gone, everything is served again.
+    deadline = time.monotonic() + 20
+    while True:
+        whole = httpx.get(b.url + LISTING, timeout=30)
+        if whole.status_code == 200:
+            break
+        assert whole.status_code == 503 and whole.headers.get("retry-after"), whole.status_code
+        assert time.monotonic() < deadline, "listings still refused after the clients left"
+        time.sleep(0.3)
+    assert len(whole.content) > 19_000_000
+    r = httpx.post(f"{b.url}/api/v1/push", json={"items": [{"queue": "other", "payload": 2}]}, timeout=10)
+    assert r.status_code == 201

@@ -3,7 +3,8 @@
 //! `size::IN_FLIGHT_BYTES`), and the door's connection and long-poll caps are derived from
 //! the pool's share of the budget so the pool cannot outgrow it. Answers waiting for their
 //! client count their bytes too; those are bounded by the door refusing new requests while
-//! the pool is over its share (native-api `answer.rs`).
+//! the pool is over its share (native-api `answer.rs`), and big answers reserve room out of
+//! the share before they are built (native-api `reserve.rs`).
 
 use std::sync::Arc;
 
@@ -30,6 +31,12 @@ impl ConnectionMeter for DoorMeter {
 
     fn over_share(&self) -> bool {
         self.0.pools.get(Pool::Connections) > self.0.budget.connections_bytes()
+    }
+
+    /// Answers being built reserve out of the same share their held bytes are gated by: at
+    /// most a share is being built while at most a share (and one answer) is held.
+    fn answer_room(&self) -> usize {
+        self.0.budget.connections_bytes()
     }
 }
 
@@ -108,6 +115,11 @@ mod tests {
         let mem = Memory::new(Budget::derive(64 << 20, None, None));
         let m = DoorMeter(mem.clone());
         let share = mem.budget.connections_bytes();
+        assert_eq!(
+            m.answer_room(),
+            share,
+            "answers being built reserve out of the share"
+        );
         m.connection(true);
         assert!(!m.over_share());
         m.answer(share - CONNECTION_BYTES, true);
