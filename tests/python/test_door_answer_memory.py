@@ -16,6 +16,7 @@ is counted. Before, 16 listings fired together were all built at once (533 MiB o
 refused with 503 and Retry-After before anything is built.
 """
 
+import json
 import re
 import socket
 import threading
@@ -244,3 +245,68 @@ def test_listings_fired_in_the_same_instant_are_built_within_the_share(broker_fa
     assert len(whole.content) > 19_000_000
     r = httpx.post(f"{b.url}/api/v1/push", json={"items": [{"queue": "other", "payload": 2}]}, timeout=10)
     assert r.status_code == 201
+
+
+def read_answer(s: socket.socket) -> tuple[bytes, bytes]:
+    """Head and body of one HTTP/1.1 answer with a Content-Length."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            return data, b""
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    m = re.search(rb"content-length: (\d+)", head, re.I)
+    want = int(m.group(1)) if m else 0
+    while len(body) < want:
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            break
+        body += chunk
+    return head, body
+
+
+def test_pops_fired_in_the_same_instant_read_within_the_share(broker_factory):
+    """Sixteen pops of 200 x 100 KB messages each, fired together under a 64 MiB budget: the
+    engine reads for a cycle's pops only what the connections' share has room for (the first
+    message of each pop whatever its size), so each gets fewer messages instead of the node
+    building ~320 MB of answers at once. Nothing is lost: the rest comes with later pops."""
+    b = broker_factory("door-pop-wave", env=ENV).start()
+    pid = b.proc.pid
+    pushed = 0
+    with httpx.Client(base_url=b.url, timeout=30) as http:
+        for i in range(128):
+            items = [{"queue": "w", "partition": f"p{i % 16}", "payload": {"b": BLOB}} for _ in range(25)]
+            assert http.post("/api/v1/push", json={"items": items}).status_code == 201
+            pushed += 25
+    time.sleep(0.5)
+    rss0 = rss(pid)
+    reset_peak_rss(pid)
+    socks = [socket.create_connection(("127.0.0.1", b.port), timeout=30) for _ in range(SLOW)]
+    request = b"GET /api/v1/pop/queue/w?batch=200&wait=false&autoAck=true HTTP/1.1\r\nHost: x\r\n\r\n"
+    try:
+        for s in socks:
+            s.sendall(request)
+        answers = [read_answer(s) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+    peak = peak_rss_since_reset(pid)
+    got = [len(json.loads(body)["messages"]) for head, body in answers if head.startswith(b"HTTP/1.1 200")]
+    print(f"\n{len(got)} of {SLOW} pops answered 200 with {sorted(got)} messages; RSS "
+          f"{rss0 / MIB:.0f} MiB before, peak {peak / MIB:.0f} MiB (+{(peak - rss0) / MIB:.0f})")
+    assert len(got) == SLOW and all(n >= 1 for n in got), [h[:40] for h, _ in answers]
+    assert peak - rss0 < SAME_INSTANT_GROWTH, (
+        f"RSS grew {(peak - rss0) / MIB:.0f} MiB with {SLOW} pops at once")
+
+    # Every message is delivered exactly once in all (auto-acked): each pop committed what it
+    # answered, no more.
+    seen = sum(got)
+    with httpx.Client(base_url=b.url, timeout=30) as http:
+        for _ in range(400):
+            r = http.get("/api/v1/pop/queue/w", params={"batch": 200, "wait": "false", "autoAck": "true"})
+            if r.status_code == 204:
+                break
+            assert r.status_code == 200, r.text[:200]
+            seen += len(r.json()["messages"])
+    assert seen == pushed, (seen, pushed)

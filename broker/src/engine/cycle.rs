@@ -17,6 +17,8 @@ pub struct Cycle {
     appended_set: HashSet<u64>,
     /// Queues whose deliverable set may have grown: wake their parked pops after commit.
     pub woken_queues: HashSet<String>,
+    /// Payload bytes the cycle's pops read so far (their answers are built from them).
+    pub pop_bytes: usize,
 }
 
 impl Cycle {
@@ -28,6 +30,7 @@ impl Cycle {
             appended: Vec::new(),
             appended_set: HashSet::new(),
             woken_queues: HashSet::new(),
+            pop_bytes: 0,
         }
     }
 

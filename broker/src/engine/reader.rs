@@ -51,9 +51,29 @@ impl MessageReader<'_> {
         from: u64,
         to: u64,
     ) -> Result<Vec<StoredMessage>, String> {
+        self.read_upto(p, from, to, usize::MAX)
+    }
+
+    /// Like [`Self::read`], but stops before the message that would take the payloads read
+    /// past `max_bytes` (the first message is read whatever its size): a pop's answer is built
+    /// from these, and a cycle's pops together must fit the room answers have.
+    pub fn read_upto(
+        &mut self,
+        p: &Partition,
+        from: u64,
+        to: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<StoredMessage>, String> {
         let held_from = from.max(p.low_offset());
-        let mut out = Vec::with_capacity(to.min(p.next_offset).saturating_sub(held_from) as usize);
+        let rows = to.min(p.next_offset).saturating_sub(held_from);
+        // The capacity is a guess from the row count; it must not be a client's huge number.
+        let mut out = Vec::with_capacity(usize::try_from(rows.min(4096)).unwrap_or(4096));
+        let mut bytes = 0usize;
         self.visit_frames(p, from, to, |offset, run, f, entry| {
+            if !out.is_empty() && bytes.saturating_add(f.payload.len()) > max_bytes {
+                return false;
+            }
+            bytes = bytes.saturating_add(f.payload.len());
             // Share the cached entry's bytes; frames of the entry being planned are copied.
             let payload = match entry {
                 Some(e) => e.slice_ref(f.payload),
@@ -67,7 +87,8 @@ impl MessageReader<'_> {
                 producer: f.producer.map(str::to_string),
                 payload,
                 created_us: run.created_us,
-            })
+            });
+            true
         })?;
         Ok(out)
     }
@@ -89,7 +110,10 @@ impl MessageReader<'_> {
             return false;
         }
         let mut found = false;
-        let visited = self.visit_frames(p, offset, offset + 1, |_, _, f, _| found = f.txn == txn);
+        let visited = self.visit_frames(p, offset, offset + 1, |_, _, f, _| {
+            found = f.txn == txn;
+            false
+        });
         visited.is_ok() && found
     }
 
@@ -97,9 +121,11 @@ impl MessageReader<'_> {
     pub fn find_txn(&mut self, p: &Partition, from: u64, to: u64, txn: &str) -> Option<u64> {
         let mut found = None;
         self.visit_frames(p, from, to, |off, _, f, _| {
-            if found.is_none() && f.txn == txn {
+            if f.txn == txn {
                 found = Some(off);
+                return false;
             }
+            true
         })
         .ok()?;
         found
@@ -107,13 +133,13 @@ impl MessageReader<'_> {
 
     /// Calls `each(offset, run, frame, entry)` for messages `from..to` of a partition (clamped
     /// to what exists), in offset order; `entry` is the cached entry holding the frame, None for
-    /// the entry being planned.
+    /// the entry being planned. `each` returns whether to go on.
     fn visit_frames(
         &mut self,
         p: &Partition,
         from: u64,
         to: u64,
-        mut each: impl FnMut(u64, &Run, &FrameRef<'_>, Option<&Bytes>),
+        mut each: impl FnMut(u64, &Run, &FrameRef<'_>, Option<&Bytes>) -> bool,
     ) -> Result<(), String> {
         let to = to.min(p.next_offset);
         // Offsets below the first run were forgotten with their lost log records: none to read.
@@ -135,7 +161,9 @@ impl MessageReader<'_> {
             let mut rest = skip_frames(start, off - run.base_offset).map_err(|e| e.to_string())?;
             while off < run_end {
                 let (f, used) = read_frame(rest).map_err(|e| e.to_string())?;
-                each(off, &run, &f, holder.as_ref());
+                if !each(off, &run, &f, holder.as_ref()) {
+                    return Ok(());
+                }
                 rest = &rest[used..];
                 off += 1;
             }

@@ -157,6 +157,22 @@ impl Planner<'_> {
         Ok(PopPlan::Delivered(out))
     }
 
+    /// Payload bytes this cycle's pops may still read: the connections share of the memory
+    /// budget, less what the door holds (answers waiting for their clients), less what earlier
+    /// pops of the cycle read. Their answers reach the door only after the cycle commits, and
+    /// the door counts them from then on (native-api answer.rs): this bounds what is built
+    /// before that. Without a budget (tests), unbounded.
+    fn answer_room(&self) -> usize {
+        match self.memory {
+            Some(m) => m
+                .budget
+                .connections_bytes()
+                .saturating_sub(m.pools.get(crate::memory::Pool::Connections))
+                .saturating_sub(self.cycle.pop_bytes),
+            None => usize::MAX,
+        }
+    }
+
     /// Whether registering `group` in queue `qid` would be refused for memory now.
     fn refuses_new_group(&self, qid: u64, group: &str) -> bool {
         group != QUEUE_MODE_GROUP
@@ -322,6 +338,46 @@ impl Planner<'_> {
                 continue;
             }
             let claim_end = end.min(start + u64::from(*remaining));
+            let pname = p.name.clone();
+            // The answers this cycle's pops build must fit the room answers have; the first
+            // message of a pop goes whatever its size, so every pop makes progress.
+            let room = self.answer_room();
+            if room == 0 && !out.messages.is_empty() {
+                if let Some(g) = self.st.groups.get_mut(&gid) {
+                    g.mark_ready(pid);
+                }
+                break;
+            }
+            let msgs = {
+                let p = match self.st.partitions.get(&pid) {
+                    Some(p) => p,
+                    None => continue,
+                };
+                let mut reader = super::MessageReader {
+                    pending: self.cycle.entry.bytes(),
+                    cache: self.cache,
+                    log: self.log,
+                };
+                match reader.read_upto(p, start, claim_end, room) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        // This partition was taken off the ready list: put it back.
+                        if let Some(g) = self.st.groups.get_mut(&gid) {
+                            g.mark_ready(pid);
+                        }
+                        return Err(QueenError::new(queenmq_protocol::ErrorCode::Internal, e));
+                    }
+                }
+            };
+            // Fewer than asked when the room ran out: the lease covers what is delivered.
+            let claim_end = msgs
+                .last()
+                .map(|m| m.offset + 1)
+                .filter(|&e| e < claim_end)
+                .unwrap_or(claim_end);
+            self.cycle.pop_bytes = msgs.iter().fold(self.cycle.pop_bytes, |a, m| {
+                a.saturating_add(m.payload.len())
+            });
             let attempt = if start < row.delivered_end {
                 row.attempt.saturating_add(1).max(2)
             } else {
@@ -339,28 +395,6 @@ impl Planner<'_> {
                 failures: if req.auto_ack { 0 } else { row.failures },
                 attempt,
                 delivered_end: row.delivered_end.max(claim_end),
-            };
-            let pname = p.name.clone();
-            let msgs = {
-                let p = match self.st.partitions.get(&pid) {
-                    Some(p) => p,
-                    None => continue,
-                };
-                let mut reader = super::MessageReader {
-                    pending: self.cycle.entry.bytes(),
-                    cache: self.cache,
-                    log: self.log,
-                };
-                match reader.read(p, start, claim_end) {
-                    Ok(m) => m,
-                    Err(e) => {
-                        // This partition was taken off the ready list: put it back.
-                        if let Some(g) = self.st.groups.get_mut(&gid) {
-                            g.mark_ready(pid);
-                        }
-                        return Err(QueenError::new(queenmq_protocol::ErrorCode::Internal, e));
-                    }
-                }
             };
             claims.push((gid, pid, new_row));
             if out.queue.is_empty() {
