@@ -146,10 +146,14 @@ pub async fn layer(State(app): State<AppState>, mut req: Request, next: Next) ->
 /// before its body is read, so a refused client cannot make the node read (and hold) a large
 /// body first. The bus checks the same row again for the command the handler builds.
 pub async fn needs(State(row): State<&'static CommandMeta>, req: Request, next: Next) -> Response {
-    let refused = req
-        .extensions()
-        .get::<RequestCtx>()
-        .map_or(Ok(()), |ctx| ctx.authorize(row));
+    // Without the identity `layer` puts on every request, nothing is allowed.
+    let refused = match req.extensions().get::<RequestCtx>() {
+        Some(ctx) => ctx.authorize(row),
+        None => Err(QueenError::new(
+            ErrorCode::Forbidden,
+            "the request carries no checked identity",
+        )),
+    };
     match refused {
         Ok(()) => next.run(req).await,
         Err(e) => refuse_unread(carries_body(&req), e.code, &e.message),

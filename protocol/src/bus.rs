@@ -17,15 +17,20 @@ pub struct RequestCtx {
     pub access: Access,
 }
 
-/// What a caller was found to be allowed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What a caller was found to be allowed. The default allows nothing: a door must say.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Access {
     /// The door checks no identity (authentication is off, or the path is a public probe):
     /// every command is allowed.
-    #[default]
     Open,
     /// The roles of a verified token; none grants nothing.
     Roles(Vec<Role>),
+}
+
+impl Default for Access {
+    fn default() -> Self {
+        Access::Roles(Vec::new())
+    }
 }
 
 impl RequestCtx {
@@ -73,5 +78,9 @@ mod tests {
         assert!(both.authorize(&rows::READ).is_ok() && both.authorize(&rows::PUSH).is_ok());
         assert!(both.authorize(&rows::ACK).is_err());
         assert!(ctx(Access::Roles(vec![])).authorize(&rows::READ).is_err());
+        assert!(
+            RequestCtx::default().authorize(&rows::HEALTH).is_err(),
+            "denied by default"
+        );
     }
 }

@@ -455,6 +455,16 @@ enum Planned {
 }
 
 fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
+    // A read whose client went away is not built: nobody would take it, and the room the door
+    // reserved for it (native-api reserve.rs) was given back when the client left.
+    if matches!(job.cmd, Command::Read(_)) && job.reply.is_closed() {
+        return Planned::Reply(
+            job.reply,
+            Err(QueenError::unavailable(
+                "the client went away before its read was built",
+            )),
+        );
+    }
     let out = match &job.cmd {
         Command::Configure(c) => p.plan_configure(c).map(Outcome::Configured),
         Command::DeleteQueue { queue } => Ok(Outcome::Deleted(p.plan_delete_queue(queue))),

@@ -25,6 +25,11 @@ use crate::raft_log::RaftLog;
 /// The first wait between two failed rebuilds; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A rebuilt incarnation that served this long before failing was healthy: the next rebuild
+/// starts at once. One that failed sooner (a full disk that fails the first proposal again, a request
+/// that panics the planner each time it is retried) waits the backoff first, so a failure that
+/// repeats costs a replay every 30 s at most, not one per retried request.
+const STABLE: Duration = Duration::from_secs(60);
 /// How long a failed incarnation may hold its files before the supervisor says so.
 const HOLD_WARNING: Duration = Duration::from_secs(10);
 
@@ -135,6 +140,10 @@ pub async fn supervise(
     let mut cfg = cfg;
     cfg.accept_data_loss = false;
     let mut current = first;
+    let mut backoff = FIRST_BACKOFF;
+    // Whether the incarnation running was itself a rebuild (the first one the process started
+    // is rebuilt at once whenever it fails).
+    let mut rebuilt = false;
     loop {
         let Started {
             engine,
@@ -142,8 +151,8 @@ pub async fn supervise(
             live: running,
             store,
         } = current;
+        let born = Instant::now();
         let end = engine.run(stop.clone()).await;
-        let synced = running.segments.synced_through();
         if let Err(why) = &end {
             // Nothing may read the failed state from here on.
             live.set(Err(format!("the group is being rebuilt: {why}")));
@@ -152,6 +161,8 @@ pub async fn supervise(
         if let Err(e) = node.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
+        // Read once Raft has stopped: its last flush (and the commit it allows) is in.
+        let synced = running.segments.synced_through();
         let Err(why) = end else {
             // Stopped: the doors may still read the slot until the process ends.
             return;
@@ -160,8 +171,17 @@ pub async fn supervise(
         drop((node, running));
         let_go(segments, store).await;
         tracing::error!(reason = %why, "the group's engine failed: rebuilding it from checkpoint and log");
-        match rebuild(&cfg, &ecfg, &live, &jobs, synced, stop.clone()).await {
+        let first_wait = if rebuilt && born.elapsed() < STABLE {
+            let wait = backoff;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            Some(wait)
+        } else {
+            backoff = FIRST_BACKOFF;
+            None
+        };
+        match rebuild(&cfg, &ecfg, &live, &jobs, synced, first_wait, stop.clone()).await {
             Some(s) => {
+                rebuilt = true;
                 tracing::info!("the group is rebuilt and serving again");
                 live.set(Ok(s.live.clone()));
                 current = s;
@@ -178,9 +198,20 @@ async fn rebuild(
     live: &LiveSlot,
     jobs: &JobQueue,
     synced: Option<u64>,
+    first_wait: Option<Duration>,
     mut stop: watch::Receiver<bool>,
 ) -> Option<Started> {
     let mut backoff = FIRST_BACKOFF;
+    if let Some(wait) = first_wait {
+        tracing::warn!(
+            wait_ms = wait.as_millis() as u64,
+            "the group failed soon after it started: waiting before the rebuild"
+        );
+        let why = "the group failed again soon after it was rebuilt; it is rebuilt after a pause";
+        if !refuse_while_waiting(jobs, ecfg, wait, why, &mut stop).await {
+            return None;
+        }
+    }
     loop {
         if *stop.borrow() {
             return None;
@@ -191,29 +222,42 @@ async fn rebuild(
         };
         tracing::error!(reason = %why, retry_ms = backoff.as_millis() as u64, "the group stays down");
         live.set(Err(why.clone()));
-        let until = tokio::time::Instant::now() + backoff;
-        let mut queue = jobs.clone().lock_owned().await;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep_until(until) => break,
-                _ = stop.changed() => return None,
-                job = queue.recv() => match job {
-                    Some(job) => {
-                        if let Some(m) = &ecfg.memory {
-                            m.pools.sub(
-                                crate::memory::Pool::Requests,
-                                crate::memory::size::request_bytes(&job.cmd),
-                            );
-                        }
-                        let _ = job.reply.send(Err(QueenError::unavailable(format!(
-                            "{why}; retry later"
-                        ))));
-                    }
-                    None => return None,
-                },
-            }
+        if !refuse_while_waiting(jobs, ecfg, backoff, &why, &mut stop).await {
+            return None;
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Answers what arrives in the job queue `unavailable` for `wait`; false when the node stops.
+async fn refuse_while_waiting(
+    jobs: &JobQueue,
+    ecfg: &EngineConfig,
+    wait: Duration,
+    why: &str,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let until = tokio::time::Instant::now() + wait;
+    let mut queue = jobs.clone().lock_owned().await;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => return true,
+            _ = stop.changed() => return false,
+            job = queue.recv() => match job {
+                Some(job) => {
+                    if let Some(m) = &ecfg.memory {
+                        m.pools.sub(
+                            crate::memory::Pool::Requests,
+                            crate::memory::size::request_bytes(&job.cmd),
+                        );
+                    }
+                    let _ = job.reply.send(Err(QueenError::unavailable(format!(
+                        "{why}; retry later"
+                    ))));
+                }
+                None => return false,
+            },
+        }
     }
 }
 

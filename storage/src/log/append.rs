@@ -68,9 +68,12 @@ impl SegmentLog {
                     // The segment left behind is whole on disk before its successor exists, so
                     // recovery may read valid records in a later segment as proof that damage
                     // in an earlier one is not a torn write (storage-format.md, "Recovery").
-                    outgoing
-                        .sync_data()
-                        .map_err(StorageError::io("sync segment", &path))?;
+                    // A failed fsync poisons the log like one in `sync`: the kernel may have
+                    // dropped those pages, and a later fsync of the same file returning Ok
+                    // would vouch for records that are not on disk.
+                    if let Err(e) = outgoing.sync_data() {
+                        return Err(self.poison(StorageError::io("sync segment", &path)(e)));
+                    }
                 }
                 target = Some(self.roll(&mut dirty, index)?);
                 batch_first = index;

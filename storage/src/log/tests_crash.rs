@@ -133,6 +133,32 @@ fn synced_through_is_what_a_reopen_after_a_failed_fsync_keeps() {
     assert_records(&after_cut, 1, 10, 1);
 }
 
+/// A roll fsyncs the segment it leaves: when that fails, a later `sync` must not return Ok
+/// (Linux reports a writeback error once; the next fsync of the file succeeds) and must not
+/// move `synced_through` over records that may not be on disk.
+#[test]
+fn a_failed_fsync_at_a_roll_poisons_the_log() {
+    let backend = MemBackend::new();
+    let (log, _) = open(&backend);
+    fill(&log, 1, 3, 1);
+    log.sync().unwrap();
+    backend.set_fail_sync(true);
+    let mut failed = false;
+    for i in 4..200 {
+        if log.append(i, 1, &payload(i)).is_err() {
+            failed = true;
+            break;
+        }
+    }
+    backend.set_fail_sync(false);
+    assert!(failed, "no roll happened: the test needs smaller segments");
+    assert!(
+        log.sync().is_err(),
+        "a sync after the failed roll fsync must fail"
+    );
+    assert_eq!(log.synced_through(), Some(3));
+}
+
 #[test]
 fn sync_covers_segments_rolled_since_the_last_sync() {
     let backend = MemBackend::new();
