@@ -1,5 +1,7 @@
 //! The engine's in-memory state and `apply`, its only mutator.
 
+#[cfg(test)]
+pub mod canonical;
 pub mod config;
 mod fifo;
 mod forget;

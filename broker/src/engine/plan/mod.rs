@@ -3,6 +3,10 @@
 
 mod ack;
 mod admin;
+#[cfg(test)]
+mod clock_tests;
+#[cfg(test)]
+pub mod fixture;
 mod id_space;
 mod ids;
 #[cfg(test)]
@@ -12,6 +16,8 @@ mod push;
 #[cfg(test)]
 mod tests;
 mod txn;
+#[cfg(test)]
+mod unit_tests;
 
 use queenmq_protocol::{QueenError, QUEUE_MODE_GROUP};
 use uuid::Uuid;
