@@ -24,7 +24,7 @@ pub fn canonical(st: &State) -> String {
         st.next_queue_id,
         st.next_partition_id,
         st.next_group_id,
-        st.txn_keep_us,
+        st.txn_keep_us(),
         st.trace_bytes
     );
     let by_name: BTreeMap<_, _> = st.queue_by_name.iter().collect();

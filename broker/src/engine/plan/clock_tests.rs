@@ -54,7 +54,10 @@ fn delayed_messages_stay_invisible_until_the_clock_passes_their_delay() {
     assert!(fx.pop("q", None, 10, None).messages.is_empty());
     fx.advance(SECOND);
     let second = fx.pop("q", None, 10, None);
-    assert_eq!(second.messages.iter().map(|m| m.offset).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(
+        second.messages.iter().map(|m| m.offset).collect::<Vec<_>>(),
+        vec![1]
+    );
     fx.assert_replays();
 }
 
@@ -70,8 +73,18 @@ fn a_window_holds_a_partition_until_it_is_quiet_for_the_whole_window() {
         fx.pop("q", None, 10, None).messages.is_empty(),
         "the second write restarted the window"
     );
-    let gid = fx.st.queue_named("q").unwrap().groups.values().copied().next();
-    let wake = fx.st.groups[&gid.expect("the pop registered the group")].wake.peek().copied();
+    let gid = fx
+        .st
+        .queue_named("q")
+        .unwrap()
+        .groups
+        .values()
+        .copied()
+        .next();
+    let wake = fx.st.groups[&gid.expect("the pop registered the group")]
+        .wake
+        .peek()
+        .copied();
     assert_eq!(
         wake.map(|w| w.0 .0),
         Some(fx.clock - 2 * SECOND + 3 * SECOND),
@@ -79,7 +92,11 @@ fn a_window_holds_a_partition_until_it_is_quiet_for_the_whole_window() {
     );
     fx.advance(SECOND);
     let got = fx.pop("q", None, 10, None);
-    assert_eq!(got.messages.len(), 2, "the window's messages go out together");
+    assert_eq!(
+        got.messages.len(),
+        2,
+        "the window's messages go out together"
+    );
     fx.assert_replays();
 }
 
@@ -105,7 +122,10 @@ fn failures_past_the_retry_limit_go_to_the_dead_letter_queue() {
     assert_eq!((row.offset, row.retries), (0, 1), "retried once, then dead");
     assert_eq!(q.counters.dead_lettered, 1);
     let next = fx.pop("q", None, 1, None);
-    assert_eq!(next.messages[0].offset, 1, "the dead message is passed over");
+    assert_eq!(
+        next.messages[0].offset, 1,
+        "the dead message is passed over"
+    );
     fx.assert_replays();
 }
 

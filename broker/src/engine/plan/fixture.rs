@@ -20,8 +20,8 @@ use crate::engine::cache::EntryCache;
 use crate::engine::cycle::Cycle;
 use crate::engine::log::{LogStatus, ProposeFuture, ReplicatedLog};
 use crate::entry::Effect;
-use crate::state::config::QueueConfig;
 use crate::state::canonical::canonical;
+use crate::state::config::QueueConfig;
 use crate::state::{decode_state, encode_state, Loc, State};
 
 /// Where the clock starts (2025-12-02).

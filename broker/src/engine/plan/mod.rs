@@ -14,6 +14,8 @@ mod lost_tests;
 mod pop;
 mod push;
 #[cfg(test)]
+mod replay_props;
+#[cfg(test)]
 mod tests;
 mod txn;
 #[cfg(test)]

@@ -1,9 +1,7 @@
 //! Each planner on the fixture: push, pop, ack, extend, transaction and admin. Every test ends
 //! by checking that a follower and a checkpoint reach the leader's state.
 
-use queenmq_protocol::{
-    AckItem, AckStatus, ConfigureReq, PushStatus, TxnOp, TxnOpResult, TxnReq,
-};
+use queenmq_protocol::{AckItem, AckStatus, ConfigureReq, PushStatus, TxnOp, TxnOpResult, TxnReq};
 use serde_json::json;
 
 use super::fixture::{item, pop_req, Fixture, SECOND};
@@ -55,7 +53,14 @@ fn a_pop_delivers_in_offset_order_up_to_its_batch_under_one_lease() {
     assert_eq!(offsets, vec![0, 1, 2]);
     assert!(!got.lease_id.is_empty());
     assert!(got.messages.iter().all(|m| m.delivery_attempt == 1));
-    let gid = fx.st.queue_named("q").unwrap().groups.values().copied().next();
+    let gid = fx
+        .st
+        .queue_named("q")
+        .unwrap()
+        .groups
+        .values()
+        .copied()
+        .next();
     let row = fx.st.groups[&gid.unwrap()].cursors[&got.messages[0].partition_id];
     assert_eq!(row.committed, 0, "nothing is committed before an ack");
     assert_eq!(row.lease.map(|l| l.end), Some(3));
@@ -125,7 +130,10 @@ fn an_extend_renews_a_live_lease_from_now_and_not_an_expired_one() {
     assert_eq!(renewed, 1);
     assert_eq!(expires, Some(fx.cycle.now_us + 10 * SECOND));
     fx.advance(9 * SECOND);
-    assert!(fx.pop("q", None, 1, None).messages.is_empty(), "still leased");
+    assert!(
+        fx.pop("q", None, 1, None).messages.is_empty(),
+        "still leased"
+    );
     fx.advance(2 * SECOND);
     assert_eq!(fx.planner().plan_extend(&got.lease_id), (0, None));
     fx.assert_replays();
@@ -192,7 +200,10 @@ fn a_transaction_with_one_bad_ack_writes_nothing_at_all() {
         .expect_err("the ack's lease is not the live one");
     assert!(e.message.contains("operation 1"), "{}", e.message);
     assert!(fx.cycle.entry.is_empty(), "nothing was emitted");
-    assert!(fx.st.queue_named("out").is_none(), "the push did not happen");
+    assert!(
+        fx.st.queue_named("out").is_none(),
+        "the push did not happen"
+    );
     assert_eq!(fx.st.leases.len(), 1, "the lease is untouched");
     fx.assert_replays();
 }
@@ -219,7 +230,16 @@ fn configure_merges_options_and_refuses_a_wrong_type_whole() {
     fx.push("q", "p", 1);
     fx.commit();
     fx.pop("q", None, 1, None);
-    let row = fx.st.groups.values().next().unwrap().cursors.values().next().copied();
+    let row = fx
+        .st
+        .groups
+        .values()
+        .next()
+        .unwrap()
+        .cursors
+        .values()
+        .next()
+        .copied();
     let lease = row.and_then(|r| r.lease).expect("leased");
     assert_eq!(lease.seconds, 5);
     assert_eq!(lease.expires_us, fx.cycle.now_us + 5 * SECOND);
