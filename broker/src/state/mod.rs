@@ -423,6 +423,44 @@ impl State {
 }
 
 #[cfg(test)]
+impl State {
+    /// Test set-up rows applied outside any entry: queue `qid` named `name`, then its
+    /// partitions `(pid, name)`, all at log position `loc` and time 0.
+    pub fn seed_queue(
+        &mut self,
+        qid: u64,
+        name: &str,
+        config: config::QueueConfig,
+        partitions: &[(u64, &str)],
+        loc: Loc,
+    ) {
+        self.apply(
+            &Effect::QueueUpsert {
+                qid,
+                name,
+                namespace: "",
+                task: "",
+                configured: true,
+                config,
+            },
+            0,
+            loc,
+        );
+        for (pid, pname) in partitions {
+            self.apply(
+                &Effect::PartitionCreate {
+                    qid,
+                    pid: *pid,
+                    name: pname,
+                },
+                0,
+                loc,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
 mod bound_tests {
     use super::*;
 
@@ -430,27 +468,7 @@ mod bound_tests {
     fn the_dlq_keeps_the_newest_rows_and_traces_stay_under_their_byte_cap() {
         let mut st = State::default();
         let loc = Loc { index: 1, pos: 0 };
-        st.apply(
-            &Effect::QueueUpsert {
-                qid: 1,
-                name: "q",
-                namespace: "",
-                task: "",
-                configured: true,
-                config: Default::default(),
-            },
-            0,
-            loc,
-        );
-        st.apply(
-            &Effect::PartitionCreate {
-                qid: 1,
-                pid: 1,
-                name: "p",
-            },
-            0,
-            loc,
-        );
+        st.seed_queue(1, "q", Default::default(), &[(1, "p")], loc);
         st.apply(
             &Effect::GroupRegister {
                 qid: 1,

@@ -19,10 +19,8 @@ use crate::engine::apply_handler::apply_entry;
 use crate::engine::cache::EntryCache;
 use crate::engine::cycle::Cycle;
 use crate::engine::log::{LogStatus, ProposeFuture, ReplicatedLog};
-use crate::entry::Effect;
 use crate::state::canonical::canonical;
-use crate::state::config::QueueConfig;
-use crate::state::{decode_state, encode_state, Loc, State};
+use crate::state::{decode_state, encode_state, State};
 
 /// Where the clock starts (2025-12-02).
 pub const NOW: i64 = 1_764_700_000_000_000;
@@ -264,40 +262,5 @@ pub fn pop_req(queue: &str, batch: u32) -> PopReq {
         subscription: Subscription::All,
         lease_seconds: None,
         autopilot: false,
-    }
-}
-
-/// Applies set-up rows outside any entry, as a hand-built starting state: queue `qid` named
-/// `name`, then its partitions `(pid, name)`, all at log position `loc`.
-pub fn seed_queue(
-    st: &mut State,
-    qid: u64,
-    name: &str,
-    config: QueueConfig,
-    partitions: &[(u64, &str)],
-    loc: Loc,
-) {
-    st.apply(
-        &Effect::QueueUpsert {
-            qid,
-            name,
-            namespace: "",
-            task: "",
-            configured: true,
-            config,
-        },
-        NOW,
-        loc,
-    );
-    for (pid, pname) in partitions {
-        st.apply(
-            &Effect::PartitionCreate {
-                qid,
-                pid: *pid,
-                name: pname,
-            },
-            NOW,
-            loc,
-        );
     }
 }

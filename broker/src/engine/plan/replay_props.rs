@@ -323,3 +323,20 @@ fn an_uncommitted_cycle_leaves_nothing_in_what_the_log_rebuilds() {
         },
     );
 }
+
+/// What (c) does not claim: the leader's own memory. Planning applies each effect at once, so
+/// later commands of a cycle see earlier ones, and a discarded cycle leaves the leader's state
+/// ahead of its log; only a rebuild from the log gives the state back (today the fail-stop
+/// restart in `Engine::cycle`). When issue 9's overlay of uncommitted effects lands, the first
+/// assertion turns and this test goes.
+#[test]
+fn a_discarded_cycle_leaves_the_leaders_memory_ahead_of_its_log() {
+    let mut fx = Fixture::new();
+    fx.push("q0", "a", 1);
+    fx.commit();
+    let before = canonical(&fx.st);
+    fx.push("q0", "a", 1);
+    fx.discard();
+    assert_ne!(canonical(&fx.st), before, "planning wrote into the state");
+    assert_eq!(canonical(&fx.replay()), before);
+}
