@@ -73,18 +73,7 @@ fn a_window_holds_a_partition_until_it_is_quiet_for_the_whole_window() {
         fx.pop("q", None, 10, None).messages.is_empty(),
         "the second write restarted the window"
     );
-    let gid = fx
-        .st
-        .queue_named("q")
-        .unwrap()
-        .groups
-        .values()
-        .copied()
-        .next();
-    let wake = fx.st.groups[&gid.expect("the pop registered the group")]
-        .wake
-        .peek()
-        .copied();
+    let wake = fx.group("q", None).wake.peek().copied();
     assert_eq!(
         wake.map(|w| w.0 .0),
         Some(fx.clock - 2 * SECOND + 3 * SECOND),

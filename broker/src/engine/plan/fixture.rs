@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use queenmq_protocol::{
     AckItem, AckResult, AckStatus, ConfigureReq, PopReq, PopResult, PopSource, PushItem,
-    PushResult, Subscription,
+    PushResult, Subscription, QUEUE_MODE_GROUP,
 };
 use serde_json::Value;
 
@@ -20,6 +20,7 @@ use crate::engine::cache::EntryCache;
 use crate::engine::cycle::Cycle;
 use crate::engine::log::{LogStatus, ProposeFuture, ReplicatedLog};
 use crate::state::canonical::canonical;
+use crate::state::model::Group;
 use crate::state::{decode_state, encode_state, State};
 
 /// Where the clock starts (2025-12-02).
@@ -221,21 +222,36 @@ impl Fixture {
 
     /// Acks every message of a pop with `status`, under the pop's lease.
     pub fn ack(&mut self, popped: &PopResult, status: AckStatus) -> Vec<AckResult> {
-        let items: Vec<AckItem> = popped
-            .messages
-            .iter()
-            .map(|m| AckItem {
-                transaction_id: m.transaction_id.clone(),
-                partition_id: m.partition_id.to_string(),
-                status,
-                error: Some("failed in a test".into()),
-                lease_id: (!popped.lease_id.is_empty()).then(|| popped.lease_id.clone()),
-                group: None,
-            })
-            .collect();
         let group = Some(popped.consumer_group.clone());
-        self.planner().plan_acks(&items, &group)
+        self.planner().plan_acks(&ack_items(popped, status), &group)
     }
+
+    /// Group `name` of `queue` (the queue-mode group when None).
+    pub fn group(&self, queue: &str, name: Option<&str>) -> &Group {
+        let name = name.unwrap_or(QUEUE_MODE_GROUP);
+        let gid = self
+            .st
+            .queue_named(queue)
+            .and_then(|q| q.groups.get(name))
+            .unwrap_or_else(|| panic!("no group {name} on {queue}"));
+        &self.st.groups[gid]
+    }
+}
+
+/// The ack items of every message of a pop, with `status`, under the pop's lease.
+pub fn ack_items(popped: &PopResult, status: AckStatus) -> Vec<AckItem> {
+    popped
+        .messages
+        .iter()
+        .map(|m| AckItem {
+            transaction_id: m.transaction_id.clone(),
+            partition_id: m.partition_id.to_string(),
+            status,
+            error: Some("failed in a test".into()),
+            lease_id: (!popped.lease_id.is_empty()).then(|| popped.lease_id.clone()),
+            group: None,
+        })
+        .collect()
 }
 
 /// A message for `queue`/`partition` with transaction id `txn`.

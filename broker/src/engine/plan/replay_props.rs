@@ -14,11 +14,11 @@ use std::hash::{BuildHasher, Hasher};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 use queenmq_protocol::{
-    AckItem, AckStatus, ConfigureReq, PopResult, PopSource, PushItem, Subscription, TxnOp, TxnReq,
+    AckStatus, ConfigureReq, PopResult, PopSource, PushItem, Subscription, TxnOp, TxnReq,
 };
 use serde_json::json;
 
-use super::fixture::{item, pop_req, Fixture, SECOND};
+use super::fixture::{ack_items, item, pop_req, Fixture, SECOND};
 use super::PopPlan;
 use crate::state::canonical::canonical;
 use crate::state::{decode_state, encode_state};
@@ -175,21 +175,12 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                 let Some(r) = pops.get(*pop % pops.len().max(1)) else {
                     continue;
                 };
-                let Some(m) = r.messages.first() else {
+                let Some(mut ack) = ack_items(r, AckStatus::Completed).into_iter().next() else {
                     continue;
                 };
-                let ack = TxnOp::Ack(AckItem {
-                    transaction_id: m.transaction_id.clone(),
-                    partition_id: m.partition_id.to_string(),
-                    status: AckStatus::Completed,
-                    error: None,
-                    lease_id: (!r.lease_id.is_empty()).then(|| r.lease_id.clone()),
-                    group: GROUPS
-                        .iter()
-                        .flatten()
-                        .find(|g| **g == r.consumer_group)
-                        .map(|g| g.to_string()),
-                });
+                // The pop's group, named (the queue-mode group is the default).
+                ack.group = Some(r.consumer_group.clone());
+                let ack = TxnOp::Ack(ack);
                 let id = format!("x{}-{}", fx.cycle.number, fx.cycle.entry.len());
                 let push = TxnOp::Push(vec![item(QUEUES[*q], PARTITIONS[1], &id)]);
                 let ops = if *ack_first {

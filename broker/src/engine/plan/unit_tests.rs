@@ -1,10 +1,12 @@
 //! Each planner on the fixture: push, pop, ack, extend, transaction and admin. Every test ends
 //! by checking that a follower and a checkpoint reach the leader's state.
 
-use queenmq_protocol::{AckItem, AckStatus, ConfigureReq, PushStatus, TxnOp, TxnOpResult, TxnReq};
+use queenmq_protocol::{
+    AckStatus, ConfigureReq, PopResult, PushStatus, TxnOp, TxnOpResult, TxnReq,
+};
 use serde_json::json;
 
-use super::fixture::{item, pop_req, Fixture, SECOND};
+use super::fixture::{ack_items, item, pop_req, Fixture, SECOND};
 use super::PopPlan;
 use crate::state::config::IMPLICIT_LEASE_SECONDS;
 
@@ -53,15 +55,7 @@ fn a_pop_delivers_in_offset_order_up_to_its_batch_under_one_lease() {
     assert_eq!(offsets, vec![0, 1, 2]);
     assert!(!got.lease_id.is_empty());
     assert!(got.messages.iter().all(|m| m.delivery_attempt == 1));
-    let gid = fx
-        .st
-        .queue_named("q")
-        .unwrap()
-        .groups
-        .values()
-        .copied()
-        .next();
-    let row = fx.st.groups[&gid.unwrap()].cursors[&got.messages[0].partition_id];
+    let row = fx.group("q", None).cursors[&got.messages[0].partition_id];
     assert_eq!(row.committed, 0, "nothing is committed before an ack");
     assert_eq!(row.lease.map(|l| l.end), Some(3));
     fx.assert_replays();
@@ -139,29 +133,32 @@ fn an_extend_renews_a_live_lease_from_now_and_not_an_expired_one() {
     fx.assert_replays();
 }
 
-#[test]
-fn a_transaction_acks_and_pushes_in_one_entry() {
+/// A message of queue "in" popped (committed), and a bundle of `ops` built from it.
+fn popped_in() -> (Fixture, PopResult) {
     let mut fx = Fixture::new();
     fx.push("in", "p", 1);
     fx.commit();
     let got = fx.pop("in", None, 1, None);
     fx.commit();
-    let m = &got.messages[0];
-    let req = TxnReq {
-        ops: vec![
-            TxnOp::Ack(AckItem {
-                transaction_id: m.transaction_id.clone(),
-                partition_id: m.partition_id.to_string(),
-                status: AckStatus::Completed,
-                error: None,
-                lease_id: Some(got.lease_id.clone()),
-                group: None,
-            }),
-            TxnOp::Push(vec![item("out", "p", "result")]),
-        ],
+    (fx, got)
+}
+
+fn bundle(ops: Vec<TxnOp>) -> TxnReq {
+    TxnReq {
+        ops,
         required_leases: Vec::new(),
         has_unsupported_riders: false,
-    };
+    }
+}
+
+#[test]
+fn a_transaction_acks_and_pushes_in_one_entry() {
+    let (mut fx, got) = popped_in();
+    let ack = ack_items(&got, AckStatus::Completed).remove(0);
+    let req = bundle(vec![
+        TxnOp::Ack(ack),
+        TxnOp::Push(vec![item("out", "p", "result")]),
+    ]);
     let r = fx.planner().plan_transaction(&req, None).expect("passes");
     assert!(matches!(&r.results[0], TxnOpResult::Ack(a) if a.success));
     assert!(matches!(&r.results[1], TxnOpResult::Push(p) if p.error.is_none()));
@@ -173,27 +170,13 @@ fn a_transaction_acks_and_pushes_in_one_entry() {
 
 #[test]
 fn a_transaction_with_one_bad_ack_writes_nothing_at_all() {
-    let mut fx = Fixture::new();
-    fx.push("in", "p", 1);
-    fx.commit();
-    let got = fx.pop("in", None, 1, None);
-    fx.commit();
-    let m = &got.messages[0];
-    let req = TxnReq {
-        ops: vec![
-            TxnOp::Push(vec![item("out", "p", "result")]),
-            TxnOp::Ack(AckItem {
-                transaction_id: m.transaction_id.clone(),
-                partition_id: m.partition_id.to_string(),
-                status: AckStatus::Completed,
-                error: None,
-                lease_id: Some(uuid::Uuid::from_u128(9).to_string()),
-                group: None,
-            }),
-        ],
-        required_leases: Vec::new(),
-        has_unsupported_riders: false,
-    };
+    let (mut fx, got) = popped_in();
+    let mut ack = ack_items(&got, AckStatus::Completed).remove(0);
+    ack.lease_id = Some(uuid::Uuid::from_u128(9).to_string());
+    let req = bundle(vec![
+        TxnOp::Push(vec![item("out", "p", "result")]),
+        TxnOp::Ack(ack),
+    ]);
     let e = fx
         .planner()
         .plan_transaction(&req, None)
