@@ -14,7 +14,8 @@ use std::hash::{BuildHasher, Hasher};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 use queenmq_protocol::{
-    AckStatus, ConfigureReq, PopResult, PopSource, PushItem, Subscription, TxnOp, TxnReq,
+    AckStatus, ConfigureReq, GroupAdminReq, PopResult, PopSource, PushItem, Subscription, TraceReq,
+    TxnOp, TxnReq,
 };
 use serde_json::json;
 
@@ -73,6 +74,17 @@ enum Cmd {
     Delete {
         q: usize,
     },
+    /// Group administration of a named group: delete, seek to the end or to a time, or
+    /// re-anchor its subscription.
+    GroupAdmin {
+        g: usize,
+        q: usize,
+        kind: usize,
+    },
+    /// A trace event on the first message of an earlier pop.
+    Trace {
+        pop: usize,
+    },
     /// Ends the cycle: what was planned is committed.
     Commit,
     /// Ends the cycle and moves the clock on.
@@ -97,6 +109,8 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         1 => (0..2usize, 0..6usize, 0..4i64)
             .prop_map(|(q, option, value)| Cmd::Configure { q, option, value }),
         1 => (0..2usize).prop_map(|q| Cmd::Delete { q }),
+        1 => (1..3usize, 0..2usize, 0..4usize).prop_map(|(g, q, kind)| Cmd::GroupAdmin { g, q, kind }),
+        1 => (0..8usize).prop_map(|pop| Cmd::Trace { pop }),
         2 => Just(Cmd::Commit),
         2 => prop_oneof![Just(1i64), Just(SECOND), Just(5 * SECOND), Just(30 * SECOND),
                          Just(700 * SECOND)]
@@ -211,6 +225,45 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
             }
             Cmd::Delete { q } => {
                 fx.planner().plan_delete_queue(QUEUES[*q]);
+            }
+            Cmd::GroupAdmin { g, q, kind } => {
+                let group = GROUPS[*g].unwrap_or("g1").to_string();
+                let queue = QUEUES[*q].to_string();
+                let req = match kind {
+                    0 => GroupAdminReq::Delete {
+                        group,
+                        queue: Some(queue),
+                        delete_metadata: true,
+                    },
+                    1 | 2 => GroupAdminReq::Seek {
+                        group,
+                        queue,
+                        to_end: *kind == 1,
+                        timestamp_us: (*kind == 2).then_some(fx.cycle.now_us - 10 * SECOND),
+                    },
+                    _ => GroupAdminReq::Subscription {
+                        group,
+                        timestamp_us: fx.cycle.now_us,
+                    },
+                };
+                let _ = fx.planner().plan_group_admin(&req);
+            }
+            Cmd::Trace { pop } => {
+                let Some(m) = pops
+                    .get(*pop % pops.len().max(1))
+                    .and_then(|r| r.messages.first())
+                else {
+                    continue;
+                };
+                let req = TraceReq {
+                    transaction_id: m.transaction_id.clone(),
+                    partition_id: m.partition_id.to_string(),
+                    group: m.consumer_group.to_string(),
+                    names: vec!["n".into()],
+                    event_type: "info".into(),
+                    data: bytes::Bytes::from_static(b"{}"),
+                };
+                let _ = fx.planner().plan_trace(&req);
             }
             Cmd::Commit if commits => {
                 fx.commit();
