@@ -12,6 +12,8 @@ mod cache;
 mod cycle;
 mod limits;
 pub mod log;
+#[cfg(test)]
+mod loop_tests;
 mod metrics_sample;
 mod panic_guard;
 mod plan;
