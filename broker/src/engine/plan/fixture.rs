@@ -133,6 +133,14 @@ impl Fixture {
         self.cycle = Cycle::next(&self.st, self.clock);
     }
 
+    /// Replaces the leader's memory with the state rebuilt from its log, as the restart after
+    /// a failed proposal does (the cache goes with the process).
+    pub fn rebuild(&mut self) {
+        self.st = self.replay();
+        self.cache = EntryCache::new(1 << 20);
+        self.cycle = Cycle::next(&self.st, self.clock);
+    }
+
     /// Commits what was planned, then moves the clock on by `us`.
     pub fn advance(&mut self, us: i64) {
         self.commit();

@@ -2,7 +2,8 @@
 //! commits, (a) a fresh state applying the committed entries (the follower and replay path,
 //! `apply_entry`) reaches the leader's state, (b) so does the leader's checkpoint read back,
 //! and (c) a cycle planned but never committed leaves no trace in what is rebuilt from the
-//! log: replaying gives the state from before it.
+//! log: replaying gives the state from before it, and a leader rebuilt so goes on agreeing
+//! with its log.
 //!
 //! States are compared through `state::canonical` (sorted text of every replicated row and
 //! exact derived index; see there why not the checkpoint bytes). The case count is fixed; the
@@ -363,6 +364,24 @@ fn an_uncommitted_cycle_leaves_nothing_in_what_the_log_rebuilds() {
                 "(c) rebuilt after discarding",
                 &canonical(&fx.replay()),
                 &before,
+            )?;
+            // The rebuilt leader goes on serving (the answers of the discarded cycle, its
+            // leases and ids, never happened) and still agrees with its log.
+            fx.rebuild();
+            run(&mut fx, &tail, &mut pops, true);
+            fx.commit();
+            let leader = canonical(&fx.st);
+            check(
+                "(c) replay after the rebuild",
+                &canonical(&fx.replay()),
+                &leader,
+            )?;
+            let back = decode_state(&encode_state(&fx.st))
+                .map_err(|e| TestCaseError::fail(format!("(c) checkpoint: {e}")))?;
+            check(
+                "(c) checkpoint after the rebuild",
+                &canonical(&back),
+                &leader,
             )
         },
     );
