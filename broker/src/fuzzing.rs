@@ -63,7 +63,7 @@ fn shape(s: &crate::state::State) -> Shape {
             s.traces.len(),
             s.txn_ids.iter().count(),
         ],
-        s.txn_keep_us,
+        s.txn_keep_us(),
     )
 }
 

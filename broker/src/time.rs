@@ -7,6 +7,23 @@ pub fn wall_clock_us() -> i64 {
     Utc::now().timestamp_micros()
 }
 
+/// Where the engine reads the time of a cycle and of its timers (lease expiry, delays, window
+/// holds), so tests can drive time instead of sleeping.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// Microseconds since the Unix epoch.
+    fn now_us(&self) -> i64;
+}
+
+/// The wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_us(&self) -> i64 {
+        wall_clock_us()
+    }
+}
+
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ`, the fixed-width form of 2.x message timestamps.
 pub fn iso_ms(us: i64) -> String {
     match DateTime::<Utc>::from_timestamp_micros(us) {

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use queenmq_raft::ApplyHandler;
 
 use super::Shared;
+use crate::codec::DecodeError;
 use crate::entry::decode_entry;
-use crate::state::{decode_state, encode_state, Loc};
+use crate::state::{decode_state, encode_state, Loc, State};
 
 pub struct EngineApply {
     shared: Arc<Shared>,
@@ -24,24 +25,37 @@ impl EngineApply {
     }
 }
 
+/// Applies one committed entry: the same path for a follower, a replay at start and the
+/// leader. The leader already applied the effects while planning (its `last_cycle` is at the
+/// entry's cycle), so for it only the log position moves.
+pub fn apply_entry(
+    st: &mut State,
+    index: u64,
+    term: u64,
+    payload: &[u8],
+) -> Result<(), DecodeError> {
+    let (header, effects) = decode_entry(payload)?;
+    if header.cycle > st.last_cycle {
+        for (e, pos) in &effects {
+            st.apply(e, header.now_us, Loc { index, pos: *pos });
+        }
+        st.last_cycle = header.cycle;
+        st.last_now_us = st.last_now_us.max(header.now_us);
+    }
+    st.applied = Some((index, term));
+    Ok(())
+}
+
 impl ApplyHandler for EngineApply {
     fn apply(&self, index: u64, term: u64, payload: &[u8]) -> Result<(), String> {
-        // A committed entry we cannot read means a bug or corruption past the CRC: applying
-        // around it would diverge, so the group stops here and its owner rebuilds it.
-        let (header, effects) = decode_entry(payload).map_err(|e| {
+        let mut st = self.shared.lock();
+        apply_entry(&mut st, index, term, payload).map_err(|e| {
+            // A committed entry we cannot read means a bug or corruption past the CRC:
+            // applying around it would diverge, so the group stops here and its owner
+            // rebuilds it.
             tracing::error!(index, error = %e, "committed entry does not decode; stopping the group");
             format!("committed entry {index} does not decode: {e}")
-        })?;
-        let mut st = self.shared.lock();
-        if header.cycle > st.last_cycle {
-            for (e, pos) in &effects {
-                st.apply(e, header.now_us, Loc { index, pos: *pos });
-            }
-            st.last_cycle = header.cycle;
-            st.last_now_us = st.last_now_us.max(header.now_us);
-        }
-        st.applied = Some((index, term));
-        Ok(())
+        })
     }
 
     fn checkpointed(&self) -> Option<(u64, u64)> {

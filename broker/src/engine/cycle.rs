@@ -34,6 +34,13 @@ impl Cycle {
         }
     }
 
+    /// The cycle after the state's last one, at the clock's reading. Cycle times only grow,
+    /// even when the wall clock steps back: a lease or delay planned earlier must not see time
+    /// run backwards.
+    pub fn next(st: &State, clock_us: i64) -> Self {
+        Cycle::new(st.last_cycle + 1, clock_us.max(st.last_now_us + 1))
+    }
+
     /// Records an effect in the entry and applies it to the state at once, so later commands
     /// of the same cycle plan against it. Answers wait for the entry to commit.
     pub fn emit(&mut self, st: &mut State, e: Effect<'_>) {

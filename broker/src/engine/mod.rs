@@ -12,6 +12,8 @@ mod cache;
 mod cycle;
 mod limits;
 pub mod log;
+#[cfg(test)]
+mod loop_tests;
 mod metrics_sample;
 mod panic_guard;
 mod plan;
@@ -86,6 +88,8 @@ pub struct EngineConfig {
     pub max_long_polls: usize,
     /// The node's memory pools and budget; None (tests) accounts nothing.
     pub memory: Option<Arc<crate::memory::Memory>>,
+    /// The time of each cycle and of the timers it checks.
+    pub clock: Arc<dyn crate::time::Clock>,
 }
 
 impl Default for EngineConfig {
@@ -100,6 +104,7 @@ impl Default for EngineConfig {
             max_new_partitions: 10_000,
             max_long_polls: 20_000,
             memory: None,
+            clock: Arc::new(crate::time::SystemClock),
         }
     }
 }
@@ -240,8 +245,8 @@ impl Engine {
         let mut replies: Vec<(Reply, Result<Outcome, QueenError>)> = Vec::with_capacity(jobs.len());
         let (entry, appended, number) = {
             let mut st = self.shared.lock();
-            let now = crate::time::wall_clock_us().max(st.last_now_us + 1);
-            let mut cycle = Cycle::new(st.last_cycle + 1, now);
+            let mut cycle = Cycle::next(&st, self.cfg.clock.now_us());
+            let now = cycle.now_us;
             let mut planner = Planner {
                 st: &mut st,
                 cycle: &mut cycle,
@@ -250,7 +255,7 @@ impl Engine {
                 memory: self.cfg.memory.as_deref(),
             };
             let woken = std::mem::take(&mut self.woken);
-            let due = self.waiters.take_due(&woken, ticked, planner.st);
+            let due = self.waiters.take_due(&woken, ticked, now, planner.st);
             for w in due {
                 let deadline = w.deadline;
                 match plan_job(&mut planner, w.job) {

@@ -135,9 +135,9 @@ impl Waiters {
         &mut self,
         woken: &HashSet<String>,
         ticked: bool,
+        now_us: i64,
         st: &mut State,
     ) -> Vec<Waiter> {
-        let now_us = crate::time::wall_clock_us();
         let due_groups = if ticked {
             st.wakes.take_due(now_us)
         } else {
@@ -333,6 +333,8 @@ mod tests {
 
     const QUEUES: u64 = 2000;
     const GROUPS: u64 = 300;
+    /// The engine clock's reading in these tests.
+    const NOW: i64 = 1_764_700_000_000_000;
 
     fn label_pop(group: String) -> Command {
         Command::Pop(PopReq {
@@ -400,7 +402,7 @@ mod tests {
         }
         // Each group registered in one queue, holding a lease that expires in an hour: a
         // timer exists for every parked group, none is due.
-        let later = crate::time::wall_clock_us() + 3_600_000_000;
+        let later = NOW + 3_600_000_000;
         for gid in 1..=GROUPS {
             let name = format!("g{gid}");
             st.apply(
@@ -430,7 +432,7 @@ mod tests {
         }
         let none = HashSet::new();
         for _ in 0..3 {
-            assert!(waiters.take_due(&none, true, &mut st).is_empty());
+            assert!(waiters.take_due(&none, true, NOW, &mut st).is_empty());
             assert_eq!(
                 waiters.label_tick_work(),
                 0,
@@ -441,14 +443,14 @@ mod tests {
 
         // One group's lease runs out: the tick looks that group up once and wakes its waiter.
         lease(&mut st, 7, 7, 1);
-        let due = waiters.take_due(&none, true, &mut st);
+        let due = waiters.take_due(&none, true, NOW, &mut st);
         assert_eq!(due.len(), 1);
         let Command::Pop(p) = &due[0].job.cmd else {
             panic!("a pop was parked");
         };
         assert_eq!(p.group.as_deref(), Some("g7"));
         assert_eq!(waiters.label_tick_work(), 1);
-        assert!(waiters.take_due(&none, true, &mut st).is_empty());
+        assert!(waiters.take_due(&none, true, NOW, &mut st).is_empty());
         assert_eq!(waiters.label_tick_work(), 0);
         assert_eq!(waiters.len() as u64, GROUPS - 1);
     }
@@ -483,7 +485,7 @@ mod tests {
             waiters.park(job, deadline);
         }
         let woken: HashSet<String> = ["q1".to_string()].into();
-        assert_eq!(waiters.take_due(&woken, false, &mut st).len(), 3);
+        assert_eq!(waiters.take_due(&woken, false, NOW, &mut st).len(), 3);
         assert_eq!(waiters.len(), 0);
         assert!(waiters.by_label.is_empty(), "emptied indexes are removed");
     }

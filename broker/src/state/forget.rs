@@ -118,27 +118,7 @@ mod tests {
     fn state() -> State {
         let mut st = State::default();
         let at = |index| Loc { index, pos: 0 };
-        st.apply(
-            &Effect::QueueUpsert {
-                qid: 1,
-                name: "q",
-                namespace: "",
-                task: "",
-                configured: true,
-                config: QueueConfig::default(),
-            },
-            0,
-            at(1),
-        );
-        st.apply(
-            &Effect::PartitionCreate {
-                qid: 1,
-                pid: 1,
-                name: "p",
-            },
-            0,
-            at(1),
-        );
+        st.seed_queue(1, "q", QueueConfig::default(), &[(1, "p")], at(1));
         for (index, base, n) in [(3, 0, 4), (5, 4, 3), (9, 7, 3)] {
             st.apply(
                 &Effect::Append {

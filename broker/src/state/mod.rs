@@ -1,5 +1,7 @@
 //! The engine's in-memory state and `apply`, its only mutator.
 
+#[cfg(test)]
+pub mod canonical;
 pub mod config;
 mod fifo;
 mod forget;
@@ -13,7 +15,7 @@ mod txn_ids;
 mod wake_index;
 
 use std::cmp::Reverse;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::entry::Effect;
 pub use forget::Forgotten;
@@ -64,9 +66,11 @@ pub struct State {
     pub traces: VecDeque<TraceRow>,
     /// Transaction ids of the messages inside the remembered window.
     pub txn_ids: TxnIds,
-    /// Derived: how long transaction ids are remembered, the longest dedup window of any
-    /// queue ever configured (at least `MIN_TXN_MEMORY_US`).
-    pub txn_keep_us: i64,
+    /// Derived: how many queues have each dedup window (seconds). Transaction ids are kept
+    /// for the longest (`txn_keep_us`), so it follows the queues that exist now: a window of
+    /// "any queue ever configured" could not be rebuilt from a checkpoint, and a node that
+    /// restarted forgot ids sooner than one that did not (property test, replay_props.rs).
+    pub dedup_windows: BTreeMap<i64, u32>,
     /// Derived: the sum of `TraceRow::stored_bytes` over `traces`.
     pub trace_bytes: usize,
     /// Derived: every push onto a group's `wake` heap, by time (the engine tick drains it).
@@ -127,7 +131,8 @@ impl State {
                 config,
             } => {
                 self.next_queue_id = self.next_queue_id.max(qid.saturating_add(1));
-                let is_new = !self.queues.contains_key(qid);
+                let old_window = self.queues.get(qid).map(|q| q.config.dedup_window_seconds);
+                let is_new = old_window.is_none();
                 let q = self.queues.entry(*qid).or_insert_with(|| Queue {
                     id: *qid,
                     name: name.to_string(),
@@ -151,7 +156,10 @@ impl State {
                 q.config = config.clone();
                 q.configured |= *configured;
                 self.queue_by_name.insert(name.to_string(), *qid);
-                self.note_dedup_window(config.dedup_window_seconds);
+                if let Some(w) = old_window {
+                    self.uncount_dedup_window(w);
+                }
+                self.count_dedup_window(config.dedup_window_seconds);
             }
             Effect::QueueDelete { qid } => self.delete_queue(*qid),
             Effect::PartitionCreate { qid, pid, name } => {
@@ -299,18 +307,31 @@ impl State {
             }
         }
         self.txn_ids.record(now_us, pid, base, hashes);
-        self.txn_ids.expire(
-            now_us.saturating_sub(self.txn_keep_us.clamp(MIN_TXN_MEMORY_US, MAX_TXN_MEMORY_US)),
-        );
+        self.txn_ids
+            .expire(now_us.saturating_sub(self.txn_keep_us()));
     }
 
-    /// Keeps `txn_keep_us` at the longest dedup window (one FIFO serves every queue, so rows
-    /// of shorter-window queues are remembered as long; forgotten later, never wrongly).
-    pub fn note_dedup_window(&mut self, seconds: i64) {
-        self.txn_keep_us = self
-            .txn_keep_us
-            .max(seconds.saturating_mul(1_000_000))
-            .clamp(MIN_TXN_MEMORY_US, MAX_TXN_MEMORY_US);
+    /// How long transaction ids are remembered: the longest dedup window of the queues (one
+    /// FIFO serves every queue, so rows of shorter-window queues are remembered as long;
+    /// forgotten later, never wrongly), within [`MIN_TXN_MEMORY_US`, `MAX_TXN_MEMORY_US`].
+    pub fn txn_keep_us(&self) -> i64 {
+        let longest = self.dedup_windows.last_key_value().map_or(0, |(w, _)| *w);
+        longest
+            .saturating_mul(1_000_000)
+            .clamp(MIN_TXN_MEMORY_US, MAX_TXN_MEMORY_US)
+    }
+
+    pub fn count_dedup_window(&mut self, seconds: i64) {
+        *self.dedup_windows.entry(seconds).or_default() += 1;
+    }
+
+    fn uncount_dedup_window(&mut self, seconds: i64) {
+        if let Some(n) = self.dedup_windows.get_mut(&seconds) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.dedup_windows.remove(&seconds);
+            }
+        }
     }
 
     fn put_cursor(&mut self, gid: u64, pid: u64, row: CursorRow) {
@@ -375,6 +396,7 @@ impl State {
         let Some(q) = self.queues.remove(&qid) else {
             return;
         };
+        self.uncount_dedup_window(q.config.dedup_window_seconds);
         self.queue_by_name.remove(&q.name);
         self.labels.remove(qid, &q.namespace, &q.task);
         for gid in q.groups.values() {
@@ -401,6 +423,44 @@ impl State {
 }
 
 #[cfg(test)]
+impl State {
+    /// Test set-up rows applied outside any entry: queue `qid` named `name`, then its
+    /// partitions `(pid, name)`, all at log position `loc` and time 0.
+    pub fn seed_queue(
+        &mut self,
+        qid: u64,
+        name: &str,
+        config: config::QueueConfig,
+        partitions: &[(u64, &str)],
+        loc: Loc,
+    ) {
+        self.apply(
+            &Effect::QueueUpsert {
+                qid,
+                name,
+                namespace: "",
+                task: "",
+                configured: true,
+                config,
+            },
+            0,
+            loc,
+        );
+        for (pid, pname) in partitions {
+            self.apply(
+                &Effect::PartitionCreate {
+                    qid,
+                    pid: *pid,
+                    name: pname,
+                },
+                0,
+                loc,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
 mod bound_tests {
     use super::*;
 
@@ -408,27 +468,7 @@ mod bound_tests {
     fn the_dlq_keeps_the_newest_rows_and_traces_stay_under_their_byte_cap() {
         let mut st = State::default();
         let loc = Loc { index: 1, pos: 0 };
-        st.apply(
-            &Effect::QueueUpsert {
-                qid: 1,
-                name: "q",
-                namespace: "",
-                task: "",
-                configured: true,
-                config: Default::default(),
-            },
-            0,
-            loc,
-        );
-        st.apply(
-            &Effect::PartitionCreate {
-                qid: 1,
-                pid: 1,
-                name: "p",
-            },
-            0,
-            loc,
-        );
+        st.seed_queue(1, "q", Default::default(), &[(1, "p")], loc);
         st.apply(
             &Effect::GroupRegister {
                 qid: 1,
@@ -481,10 +521,48 @@ mod bound_tests {
         assert_eq!(sum, st.trace_bytes);
     }
 
+    fn queue(qid: u64, name: &str, dedup_window_seconds: i64) -> Effect<'_> {
+        Effect::QueueUpsert {
+            qid,
+            name,
+            namespace: "",
+            task: "",
+            configured: true,
+            config: crate::state::config::QueueConfig {
+                dedup_window_seconds,
+                ..Default::default()
+            },
+        }
+    }
+
     #[test]
     fn a_huge_dedup_window_is_capped() {
         let mut st = State::default();
-        st.note_dedup_window(i64::MAX);
-        assert_eq!(st.txn_keep_us, MAX_TXN_MEMORY_US);
+        st.apply(&queue(1, "q", i64::MAX), 0, Loc { index: 1, pos: 0 });
+        assert_eq!(st.txn_keep_us(), MAX_TXN_MEMORY_US);
+    }
+
+    /// Found by the replay property: the memory was the longest window ever configured, which
+    /// a checkpoint does not hold, so a restarted node forgot ids an hour sooner.
+    #[test]
+    fn the_dedup_memory_follows_the_queues_that_exist_alike_live_and_from_a_checkpoint() {
+        let mut st = State::default();
+        let loc = Loc { index: 1, pos: 0 };
+        st.apply(&queue(1, "long", 7200), 0, loc);
+        st.apply(&queue(2, "short", 900), 0, loc);
+        assert_eq!(st.txn_keep_us(), 7200 * 1_000_000);
+        st.apply(&queue(1, "long", 1200), 0, loc);
+        assert_eq!(
+            st.txn_keep_us(),
+            1200 * 1_000_000,
+            "a shortened window counts"
+        );
+        st.apply(&Effect::QueueDelete { qid: 1 }, 0, loc);
+        assert_eq!(st.txn_keep_us(), 900 * 1_000_000);
+        let back = decode_state(&encode_state(&st)).expect("decodes");
+        assert_eq!(back.txn_keep_us(), st.txn_keep_us());
+        st.apply(&Effect::QueueDelete { qid: 2 }, 0, loc);
+        assert_eq!(st.txn_keep_us(), MIN_TXN_MEMORY_US);
+        assert!(st.dedup_windows.is_empty());
     }
 }

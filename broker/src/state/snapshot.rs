@@ -411,7 +411,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
         .map(|q| q.config.dedup_window_seconds)
         .collect();
     for w in windows {
-        s.note_dedup_window(w);
+        s.count_dedup_window(w);
     }
     s.trace_bytes = s.traces.iter().map(TraceRow::stored_bytes).sum();
     Ok(s)
@@ -481,7 +481,7 @@ mod tests {
         let back = decode_state(&blob).unwrap();
         assert_eq!(rows(&back), rows(&s));
         assert_eq!(back.txn_ids.get(1, 12), Some(1));
-        assert_eq!(back.txn_keep_us, s.txn_keep_us);
+        assert_eq!(back.txn_keep_us(), s.txn_keep_us());
         assert_eq!(
             encode_state(&back),
             blob,

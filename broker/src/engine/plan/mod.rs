@@ -3,6 +3,10 @@
 
 mod ack;
 mod admin;
+#[cfg(test)]
+mod clock_tests;
+#[cfg(test)]
+pub mod fixture;
 mod id_space;
 mod ids;
 #[cfg(test)]
@@ -10,8 +14,12 @@ mod lost_tests;
 mod pop;
 mod push;
 #[cfg(test)]
+mod replay_props;
+#[cfg(test)]
 mod tests;
 mod txn;
+#[cfg(test)]
+mod unit_tests;
 
 use queenmq_protocol::{QueenError, QUEUE_MODE_GROUP};
 use uuid::Uuid;

@@ -1,53 +1,20 @@
 //! Planner behaviour when the log cannot be read, and against hostile numbers.
 
-use bytes::Bytes;
-use queenmq_protocol::{ErrorCode, PopReq, PopSource, PushItem, Subscription};
+use queenmq_protocol::{ErrorCode, PopReq, PopSource, Subscription};
 
+use super::fixture::{item, Fixture, MemLog, NOW};
 use super::{Planner, PopPlan};
-use crate::engine::cache::EntryCache;
-use crate::engine::cycle::Cycle;
-use crate::engine::log::{LogStatus, ProposeFuture, ReplicatedLog};
 use crate::entry::Effect;
 use crate::state::config::QueueConfig;
 use crate::state::{Loc, State};
 
-/// A log whose every read fails, as a failing disk would.
-struct FailingLog;
-
-impl ReplicatedLog for FailingLog {
-    fn propose(&self, _payload: Vec<u8>) -> ProposeFuture {
-        Box::pin(async { Err("no proposals in this test".to_string()) })
-    }
-    fn read(&self, index: u64) -> Result<Option<Vec<u8>>, String> {
-        Err(format!("reading entry {index}: input/output error"))
-    }
-    fn status(&self) -> LogStatus {
-        LogStatus::default()
-    }
-}
-
-const NOW: i64 = 1_764_700_000_000_000;
-
 /// Queue "q" (dedup window 3600 s) with partitions "a" (pid 1, empty) and "b" (pid 2, one
-/// message with transaction id "dup" stored in log entry 5, which cannot be read).
-fn state() -> State {
+/// message with transaction id "dup" stored in log entry 5), over a log whose every read
+/// fails, as a failing disk would.
+fn fixture() -> Fixture {
     let mut st = State::default();
     let loc = Loc { index: 5, pos: 0 };
-    st.apply(
-        &Effect::QueueUpsert {
-            qid: 1,
-            name: "q",
-            namespace: "",
-            task: "",
-            configured: true,
-            config: QueueConfig::default(),
-        },
-        NOW,
-        loc,
-    );
-    for (pid, name) in [(1, "a"), (2, "b")] {
-        st.apply(&Effect::PartitionCreate { qid: 1, pid, name }, NOW, loc);
-    }
+    st.seed_queue(1, "q", QueueConfig::default(), &[(1, "a"), (2, "b")], loc);
     st.apply(
         &Effect::Append {
             pid: 2,
@@ -59,17 +26,11 @@ fn state() -> State {
         loc,
     );
     st.last_cycle = 1;
-    st
-}
-
-fn item(partition: &str, txn: &str) -> PushItem {
-    PushItem {
-        queue: "q".into(),
-        partition: partition.into(),
-        payload: Bytes::from_static(b"1"),
-        transaction_id: Some(txn.into()),
-        trace_id: None,
-    }
+    let log = MemLog {
+        failing: true,
+        ..MemLog::default()
+    };
+    Fixture::over(st, log)
 }
 
 fn pop(partitions: u32, lease_seconds: Option<u64>) -> PopReq {
@@ -89,53 +50,37 @@ fn pop(partitions: u32, lease_seconds: Option<u64>) -> PopReq {
 
 #[test]
 fn a_dedup_lookup_that_cannot_read_its_frame_refuses_the_push() {
-    let mut st = state();
-    let mut cycle = Cycle::new(2, NOW + 1);
-    let mut cache = EntryCache::new(1 << 20);
-    let mut p = Planner {
-        st: &mut st,
-        cycle: &mut cycle,
-        cache: &mut cache,
-        log: &FailingLog,
-        memory: None,
-    };
+    let mut fx = fixture();
+    let mut p = fx.planner();
     let e = p
-        .plan_push(&[item("a", "fresh"), item("b", "dup")], None)
+        .plan_push(&[item("q", "a", "fresh"), item("q", "b", "dup")], None)
         .expect_err("the push must not be accepted as new");
     assert_eq!(e.code, ErrorCode::Unavailable);
-    assert!(cycle.appended.is_empty(), "no message was written");
-    assert_eq!(st.partitions.get(&1).unwrap().next_offset, 0);
-    assert_eq!(st.partitions.get(&2).unwrap().next_offset, 1);
+    assert!(fx.cycle.appended.is_empty(), "no message was written");
+    assert_eq!(fx.st.partitions.get(&1).unwrap().next_offset, 0);
+    assert_eq!(fx.st.partitions.get(&2).unwrap().next_offset, 1);
 }
 
 #[test]
 fn a_pop_whose_second_read_fails_claims_nothing() {
-    let mut st = state();
-    let mut cycle = Cycle::new(2, NOW + 1);
-    let mut cache = EntryCache::new(1 << 20);
-    let mut p = Planner {
-        st: &mut st,
-        cycle: &mut cycle,
-        cache: &mut cache,
-        log: &FailingLog,
-        memory: None,
-    };
+    let mut fx = fixture();
+    let mut p = fx.planner();
     // "a" gets a message in this cycle (readable); "b" holds the unreadable one.
-    p.plan_push(&[item("a", "fresh")], None).unwrap();
+    p.plan_push(&[item("q", "a", "fresh")], None).unwrap();
     let Err(e) = p.plan_pop(&pop(2, None)) else {
         panic!("the pop must fail");
     };
     assert_eq!(e.code, ErrorCode::Internal);
-    assert!(st.groups.is_empty(), "a failed pop registers no group");
-    assert!(st.queues[&1].groups.is_empty());
-    assert!(st.leases.is_empty(), "no lease nobody holds");
-    assert_eq!(st.next_group_id, 0);
+    assert!(fx.st.groups.is_empty(), "a failed pop registers no group");
+    assert!(fx.st.queues[&1].groups.is_empty());
+    assert!(fx.st.leases.is_empty(), "no lease nobody holds");
+    assert_eq!(fx.st.next_group_id, 0);
 }
 
 #[test]
 fn a_pop_of_an_existing_group_whose_read_fails_puts_its_partitions_back() {
-    let mut st = state();
-    st.apply(
+    let mut fx = fixture();
+    fx.st.apply(
         &Effect::GroupRegister {
             qid: 1,
             gid: 1,
@@ -145,58 +90,37 @@ fn a_pop_of_an_existing_group_whose_read_fails_puts_its_partitions_back() {
         NOW,
         Loc { index: 5, pos: 0 },
     );
-    let mut cycle = Cycle::new(2, NOW + 1);
-    let mut cache = EntryCache::new(1 << 20);
-    let mut p = Planner {
-        st: &mut st,
-        cycle: &mut cycle,
-        cache: &mut cache,
-        log: &FailingLog,
-        memory: None,
-    };
-    p.plan_push(&[item("a", "fresh")], None).unwrap();
+    let mut p = fx.planner();
+    p.plan_push(&[item("q", "a", "fresh")], None).unwrap();
     assert!(p.plan_pop(&pop(2, None)).is_err());
-    let g = &st.groups[&1];
+    let g = &fx.st.groups[&1];
     assert!(g.cursors.is_empty(), "no claim was kept");
-    assert!(st.leases.is_empty());
+    assert!(fx.st.leases.is_empty());
     assert!(g.in_ready.contains(&1) && g.in_ready.contains(&2));
 }
 
 #[test]
 fn a_refused_push_creates_no_queue_or_partition() {
-    let mut st = state();
-    let mut cycle = Cycle::new(2, NOW + 1);
-    let mut cache = EntryCache::new(1 << 20);
-    let mut p = Planner {
-        st: &mut st,
-        cycle: &mut cycle,
-        cache: &mut cache,
-        log: &FailingLog,
-        memory: None,
-    };
-    let mut other = item("x", "fresh");
+    let mut fx = fixture();
+    let mut p = fx.planner();
+    let mut other = item("q", "x", "fresh");
     other.queue = "new-queue".into();
     assert!(p
-        .plan_push(&[other, item("new-part", "g"), item("b", "dup")], None)
+        .plan_push(
+            &[other, item("q", "new-part", "g"), item("q", "b", "dup")],
+            None
+        )
         .is_err());
-    assert!(cycle.entry.is_empty(), "nothing was emitted");
-    assert_eq!(st.queues.len(), 1);
-    assert_eq!(st.partitions.len(), 2);
-    assert_eq!((st.next_queue_id, st.next_partition_id), (2, 3));
+    assert!(fx.cycle.entry.is_empty(), "nothing was emitted");
+    assert_eq!(fx.st.queues.len(), 1);
+    assert_eq!(fx.st.partitions.len(), 2);
+    assert_eq!((fx.st.next_queue_id, fx.st.next_partition_id), (2, 3));
 }
 
 #[test]
 fn a_push_creating_queues_and_partitions_gets_the_ids_it_planned() {
-    let mut st = state();
-    let mut cycle = Cycle::new(2, NOW + 1);
-    let mut cache = EntryCache::new(1 << 20);
-    let mut p = Planner {
-        st: &mut st,
-        cycle: &mut cycle,
-        cache: &mut cache,
-        log: &FailingLog,
-        memory: None,
-    };
+    let mut fx = fixture();
+    let mut p = fx.planner();
     let mut items = Vec::new();
     for (q, part) in [
         ("n1", "a"),
@@ -205,7 +129,7 @@ fn a_push_creating_queues_and_partitions_gets_the_ids_it_planned() {
         ("n1", "b"),
         ("n1", "a"),
     ] {
-        let mut i = item(part, &format!("{q}-{part}"));
+        let mut i = item("q", part, &format!("{q}-{part}"));
         i.queue = q.into();
         items.push(i);
     }
@@ -214,34 +138,26 @@ fn a_push_creating_queues_and_partitions_gets_the_ids_it_planned() {
     assert_eq!(pids, vec![3, 4, 5, 6, 3]);
     assert_eq!(r[4].status, queenmq_protocol::PushStatus::Duplicate);
     for r in &r {
-        let part = st.partitions.get(&r.partition_id).expect("created");
-        assert_eq!(st.queues[&part.queue].name, r.queue);
+        let part = fx.st.partitions.get(&r.partition_id).expect("created");
+        assert_eq!(fx.st.queues[&part.queue].name, r.queue);
     }
-    assert_eq!(st.queue_named("n1").map(|q| q.id), Some(2));
-    assert_eq!(st.queue_named("n2").map(|q| q.id), Some(3));
-    assert_eq!(st.partitions.get(&4).map(|p| p.next_offset), Some(1));
+    assert_eq!(fx.st.queue_named("n1").map(|q| q.id), Some(2));
+    assert_eq!(fx.st.queue_named("n2").map(|q| q.id), Some(3));
+    assert_eq!(fx.st.partitions.get(&4).map(|p| p.next_offset), Some(1));
 }
 
 #[test]
 fn a_huge_lease_saturates_instead_of_wrapping() {
-    let mut st = state();
-    let mut cycle = Cycle::new(2, NOW + 1);
-    let mut cache = EntryCache::new(1 << 20);
-    let mut p = Planner {
-        st: &mut st,
-        cycle: &mut cycle,
-        cache: &mut cache,
-        log: &FailingLog,
-        memory: None,
-    };
-    p.plan_push(&[item("a", "fresh")], None).unwrap();
+    let mut fx = fixture();
+    let mut p = fx.planner();
+    p.plan_push(&[item("q", "a", "fresh")], None).unwrap();
     let mut req = pop(1, Some(10_000_000_000_000));
     req.source = PopSource::Partition("q".into(), "a".into());
     let Ok(PopPlan::Delivered(r)) = p.plan_pop(&req) else {
         panic!("the message is delivered");
     };
     assert_eq!(r.messages.len(), 1);
-    let row = st.groups.values().next().unwrap().cursors[&1];
+    let row = fx.st.groups.values().next().unwrap().cursors[&1];
     let lease = row.lease.expect("leased");
     assert_eq!(lease.seconds, u32::MAX);
     assert!(
@@ -249,13 +165,7 @@ fn a_huge_lease_saturates_instead_of_wrapping() {
         "the lease is live, not wrapped into the past"
     );
     // A second pop of the same group gets nothing while the lease lives.
-    let mut p = Planner {
-        st: &mut st,
-        cycle: &mut cycle,
-        cache: &mut cache,
-        log: &FailingLog,
-        memory: None,
-    };
+    let mut p = fx.planner();
     assert!(matches!(p.plan_pop(&req), Ok(PopPlan::Empty)));
 }
 
@@ -273,7 +183,7 @@ fn delivered_x(p: &mut Planner<'_>) -> (String, String) {
             ..QueueConfig::default()
         },
     });
-    let mut x = item("p", "X");
+    let mut x = item("q", "p", "X");
     x.queue = "t".into();
     p.plan_push(&[x], None).unwrap();
     let mut req = pop(1, None);
@@ -286,7 +196,7 @@ fn delivered_x(p: &mut Planner<'_>) -> (String, String) {
 
 fn txn_ops(lease: &str, pid: &str, ack_first: bool) -> queenmq_protocol::TxnReq {
     use queenmq_protocol::{AckItem, AckStatus, TxnOp};
-    let mut x = item("p", "X");
+    let mut x = item("q", "p", "X");
     x.queue = "t".into();
     let ack = TxnOp::Ack(AckItem {
         transaction_id: "X".into(),
@@ -310,16 +220,8 @@ fn txn_ops(lease: &str, pid: &str, ack_first: bool) -> queenmq_protocol::TxnReq 
 
 #[test]
 fn a_transaction_ack_names_the_message_its_earlier_push_wrote_and_refuses_whole() {
-    let mut st = state();
-    let mut cycle = Cycle::new(2, NOW + 1);
-    let mut cache = EntryCache::new(1 << 20);
-    let mut p = Planner {
-        st: &mut st,
-        cycle: &mut cycle,
-        cache: &mut cache,
-        log: &FailingLog,
-        memory: None,
-    };
+    let mut fx = fixture();
+    let mut p = fx.planner();
     let (lease, pid) = delivered_x(&mut p);
     let before = p.cycle.entry.len();
     let e = p
@@ -327,9 +229,9 @@ fn a_transaction_ack_names_the_message_its_earlier_push_wrote_and_refuses_whole(
         .expect_err("the ack names the new X, outside the lease");
     assert!(e.message.contains("operation 1"), "{}", e.message);
     assert_eq!(p.cycle.entry.len(), before, "nothing was emitted");
-    let next = st.queue_named("t").map(|q| q.partition_order[0]);
+    let next = fx.st.queue_named("t").map(|q| q.partition_order[0]);
     assert_eq!(
-        next.and_then(|pid| st.partitions.get(&pid))
+        next.and_then(|pid| fx.st.partitions.get(&pid))
             .map(|p| p.next_offset),
         Some(1)
     );
@@ -337,16 +239,8 @@ fn a_transaction_ack_names_the_message_its_earlier_push_wrote_and_refuses_whole(
 
 #[test]
 fn a_transaction_ack_before_a_push_of_the_same_id_acks_the_delivered_message() {
-    let mut st = state();
-    let mut cycle = Cycle::new(2, NOW + 1);
-    let mut cache = EntryCache::new(1 << 20);
-    let mut p = Planner {
-        st: &mut st,
-        cycle: &mut cycle,
-        cache: &mut cache,
-        log: &FailingLog,
-        memory: None,
-    };
+    let mut fx = fixture();
+    let mut p = fx.planner();
     let (lease, pid) = delivered_x(&mut p);
     let r = p
         .plan_transaction(&txn_ops(&lease, &pid, true), None)
@@ -361,7 +255,8 @@ fn a_transaction_ack_before_a_push_of_the_same_id_acks_the_delivered_message() {
         .collect();
     assert_eq!(ok, vec![true, true]);
     let pid: u64 = pid.parse().unwrap();
-    let gid = st
+    let gid = fx
+        .st
         .queue_named("t")
         .unwrap()
         .groups
@@ -369,37 +264,29 @@ fn a_transaction_ack_before_a_push_of_the_same_id_acks_the_delivered_message() {
         .next()
         .copied()
         .unwrap();
-    let row = st.groups[&gid].cursors[&pid];
+    let row = fx.st.groups[&gid].cursors[&pid];
     assert_eq!(row.committed, 1, "the delivered X (offset 0) is committed");
     assert!(row.lease.is_none());
-    assert_eq!(st.partitions.get(&pid).unwrap().next_offset, 2);
+    assert_eq!(fx.st.partitions.get(&pid).unwrap().next_offset, 2);
 }
 
 #[test]
 fn partitions_past_the_checkpoint_limit_are_refused_per_item() {
     use crate::state::{decode_state, encode_state, MAX_NEXT_PARTITION_ID};
     use queenmq_protocol::PushStatus;
-    let mut st = state();
-    st.next_partition_id = MAX_NEXT_PARTITION_ID - 1;
-    let mut cycle = Cycle::new(2, NOW + 1);
-    let mut cache = EntryCache::new(1 << 20);
-    let mut p = Planner {
-        st: &mut st,
-        cycle: &mut cycle,
-        cache: &mut cache,
-        log: &FailingLog,
-        memory: None,
-    };
-    let mut other = item("x", "elsewhere");
+    let mut fx = fixture();
+    fx.st.next_partition_id = MAX_NEXT_PARTITION_ID - 1;
+    let mut p = fx.planner();
+    let mut other = item("q", "x", "elsewhere");
     other.queue = "new-queue".into();
     let r = p
         .plan_push(
             &[
-                item("last", "1"),
-                item("one-too-many", "2"),
+                item("q", "last", "1"),
+                item("q", "one-too-many", "2"),
                 other,
-                item("a", "3"),
-                item("last", "4"),
+                item("q", "a", "3"),
+                item("q", "last", "4"),
             ],
             None,
         )
@@ -412,41 +299,30 @@ fn partitions_past_the_checkpoint_limit_are_refused_per_item() {
     let why = r[1].error.as_deref().unwrap_or_default();
     assert!(why.contains("no partition can be created"), "{why}");
     assert!(
-        st.queue_named("new-queue").is_none(),
+        fx.st.queue_named("new-queue").is_none(),
         "no queue for a partition that cannot be"
     );
-    assert_eq!(st.next_partition_id, MAX_NEXT_PARTITION_ID);
-    assert_eq!(st.next_queue_id, 2);
+    assert_eq!(fx.st.next_partition_id, MAX_NEXT_PARTITION_ID);
+    assert_eq!(fx.st.next_queue_id, 2);
     // The checkpoint of a state at the limit reads back.
-    let back = decode_state(&encode_state(&st)).expect("the checkpoint is readable");
+    let back = decode_state(&encode_state(&fx.st)).expect("the checkpoint is readable");
     assert_eq!(back.next_partition_id, MAX_NEXT_PARTITION_ID);
-    let mut p = Planner {
-        st: &mut st,
-        cycle: &mut cycle,
-        cache: &mut cache,
-        log: &FailingLog,
-        memory: None,
-    };
-    let r = p.plan_push(&[item("later", "5")], None).unwrap();
+    let mut p = fx.planner();
+    let r = p.plan_push(&[item("q", "later", "5")], None).unwrap();
     assert_eq!(r[0].status, PushStatus::Failed);
 }
 
 #[test]
 fn a_transaction_creating_a_partition_past_the_limit_rolls_back_whole() {
     use queenmq_protocol::{TxnOp, TxnReq};
-    let mut st = state();
-    st.next_partition_id = crate::state::MAX_NEXT_PARTITION_ID;
-    let mut cycle = Cycle::new(2, NOW + 1);
-    let mut cache = EntryCache::new(1 << 20);
-    let mut p = Planner {
-        st: &mut st,
-        cycle: &mut cycle,
-        cache: &mut cache,
-        log: &FailingLog,
-        memory: None,
-    };
+    let mut fx = fixture();
+    fx.st.next_partition_id = crate::state::MAX_NEXT_PARTITION_ID;
+    let mut p = fx.planner();
     let req = TxnReq {
-        ops: vec![TxnOp::Push(vec![item("a", "ok"), item("new", "refused")])],
+        ops: vec![TxnOp::Push(vec![
+            item("q", "a", "ok"),
+            item("q", "new", "refused"),
+        ])],
         required_leases: Vec::new(),
         has_unsupported_riders: false,
     };
@@ -456,25 +332,17 @@ fn a_transaction_creating_a_partition_past_the_limit_rolls_back_whole() {
         "{}",
         e.message
     );
-    assert!(cycle.entry.is_empty(), "nothing was emitted");
-    assert_eq!(st.partitions.get(&1).map(|p| p.next_offset), Some(0));
+    assert!(fx.cycle.entry.is_empty(), "nothing was emitted");
+    assert_eq!(fx.st.partitions.get(&1).map(|p| p.next_offset), Some(0));
 }
 
 #[test]
 fn queues_and_groups_past_their_limit_are_refused_and_apply_does_not_overflow() {
     use queenmq_protocol::{ConfigureReq, GroupAdminReq};
-    let mut st = state();
-    st.next_queue_id = u64::MAX;
-    st.next_group_id = u64::MAX;
-    let mut cycle = Cycle::new(2, NOW + 1);
-    let mut cache = EntryCache::new(1 << 20);
-    let mut p = Planner {
-        st: &mut st,
-        cycle: &mut cycle,
-        cache: &mut cache,
-        log: &FailingLog,
-        memory: None,
-    };
+    let mut fx = fixture();
+    fx.st.next_queue_id = u64::MAX;
+    fx.st.next_group_id = u64::MAX;
+    let mut p = fx.planner();
     let configure = |queue: &str| ConfigureReq {
         queue: queue.into(),
         namespace: None,
@@ -492,9 +360,9 @@ fn queues_and_groups_past_their_limit_are_refused_and_apply_does_not_overflow() 
     );
     p.plan_configure(&configure("q"))
         .expect("an existing queue is still configured");
-    let mut fresh = item("x", "y");
+    let mut fresh = item("q", "x", "y");
     fresh.queue = "fresh".into();
-    let r = p.plan_push(&[fresh, item("a", "z")], None).unwrap();
+    let r = p.plan_push(&[fresh, item("q", "a", "z")], None).unwrap();
     assert_eq!(r[0].status, queenmq_protocol::PushStatus::Failed);
     assert_eq!(r[1].status, queenmq_protocol::PushStatus::Queued);
     let Err(e) = p.plan_pop(&pop(1, None)) else {
@@ -504,7 +372,7 @@ fn queues_and_groups_past_their_limit_are_refused_and_apply_does_not_overflow() 
     assert!(p.st.groups.is_empty(), "no stand-in is left behind");
     // Apply at the edge: no overflow, and no group row a checkpoint would misread.
     let loc = Loc { index: 6, pos: 0 };
-    st.apply(
+    fx.st.apply(
         &Effect::GroupRegister {
             qid: 1,
             gid: u64::MAX,
@@ -514,8 +382,8 @@ fn queues_and_groups_past_their_limit_are_refused_and_apply_does_not_overflow() 
         NOW,
         loc,
     );
-    assert!(st.groups.is_empty());
-    st.apply(
+    assert!(fx.st.groups.is_empty());
+    fx.st.apply(
         &Effect::QueueUpsert {
             qid: u64::MAX,
             name: "edge",
@@ -527,8 +395,8 @@ fn queues_and_groups_past_their_limit_are_refused_and_apply_does_not_overflow() 
         NOW,
         loc,
     );
-    assert_eq!(st.next_queue_id, u64::MAX);
-    st.apply(
+    assert_eq!(fx.st.next_queue_id, u64::MAX);
+    fx.st.apply(
         &Effect::PartitionCreate {
             qid: u64::MAX,
             pid: u64::MAX,
@@ -537,11 +405,11 @@ fn queues_and_groups_past_their_limit_are_refused_and_apply_does_not_overflow() 
         NOW,
         loc,
     );
-    assert_eq!(st.next_partition_id, 3);
-    crate::state::decode_state(&crate::state::encode_state(&st)).expect("readable");
+    assert_eq!(fx.st.next_partition_id, 3);
+    crate::state::decode_state(&crate::state::encode_state(&fx.st)).expect("readable");
     // Re-subscribing renews every group under a new id: refused before deleting any.
-    st.next_group_id = 1;
-    st.apply(
+    fx.st.next_group_id = 1;
+    fx.st.apply(
         &Effect::GroupRegister {
             qid: 1,
             gid: 1,
@@ -551,18 +419,12 @@ fn queues_and_groups_past_their_limit_are_refused_and_apply_does_not_overflow() 
         NOW,
         loc,
     );
-    st.next_group_id = u64::MAX;
-    let mut p = Planner {
-        st: &mut st,
-        cycle: &mut cycle,
-        cache: &mut cache,
-        log: &FailingLog,
-        memory: None,
-    };
+    fx.st.next_group_id = u64::MAX;
+    let mut p = fx.planner();
     let req = GroupAdminReq::Subscription {
         group: "g".into(),
         timestamp_us: NOW,
     };
     assert!(p.plan_group_admin(&req).is_err());
-    assert!(st.groups.contains_key(&1), "the group was not deleted");
+    assert!(fx.st.groups.contains_key(&1), "the group was not deleted");
 }

@@ -1,0 +1,118 @@
+//! The engine loop on an injected clock: a lease planned at one clock reading expires when that
+//! clock passes it, whatever the wall clock says, and no test waits for it.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use queenmq_protocol::{Command, Outcome, PopResult, PushReq, QueenError};
+use queenmq_storage::StateStore;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::apply_handler::apply_entry;
+use super::log::{LogStatus, ProposeFuture, ReplicatedLog};
+use super::plan::fixture::{item, pop_req, NOW, SECOND};
+use super::{Engine, EngineConfig, Job, Shared};
+use crate::state::State;
+use crate::time::Clock;
+
+#[derive(Debug)]
+struct ManualClock(AtomicI64);
+
+impl Clock for ManualClock {
+    fn now_us(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A one-node log that commits each proposal at once and applies it as the Raft callback does.
+struct InstantLog {
+    entries: Mutex<Vec<Vec<u8>>>,
+    shared: Arc<Shared>,
+}
+
+impl ReplicatedLog for InstantLog {
+    fn propose(&self, payload: Vec<u8>) -> ProposeFuture {
+        let mut entries = self.entries.lock().unwrap();
+        entries.push(payload.clone());
+        let index = entries.len() as u64;
+        let applied = apply_entry(&mut self.shared.lock(), index, 1, &payload)
+            .map(|()| (index, 1))
+            .map_err(|e| e.to_string());
+        Box::pin(async move { applied })
+    }
+    fn read(&self, index: u64) -> Result<Option<Vec<u8>>, String> {
+        let entries = self.entries.lock().unwrap();
+        Ok(usize::try_from(index)
+            .ok()
+            .and_then(|i| entries.get(i.checked_sub(1)?))
+            .cloned())
+    }
+    fn status(&self) -> LogStatus {
+        LogStatus::default()
+    }
+}
+
+async fn call(tx: &mpsc::Sender<Job>, cmd: Command) -> Result<Outcome, QueenError> {
+    let (reply, rx) = oneshot::channel();
+    let job = Job {
+        ctx: Default::default(),
+        cmd,
+        reply,
+    };
+    assert!(tx.send(job).await.is_ok(), "the engine is running");
+    rx.await.expect("the engine answers")
+}
+
+async fn pop(tx: &mpsc::Sender<Job>) -> PopResult {
+    let mut req = pop_req("q", 10);
+    req.lease_seconds = Some(10);
+    match call(tx, Command::Pop(req)).await {
+        Ok(Outcome::Popped(r)) => r,
+        other => panic!("a pop answers popped, not {:?}", other.err()),
+    }
+}
+
+#[tokio::test]
+async fn a_lease_expires_when_the_injected_clock_passes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(StateStore::open(&dir.path().join("state.redb")).unwrap());
+    let shared = Shared::new(State::default());
+    let log = Arc::new(InstantLog {
+        entries: Mutex::new(Vec::new()),
+        shared: shared.clone(),
+    });
+    let clock = Arc::new(ManualClock(AtomicI64::new(NOW)));
+    let cfg = EngineConfig {
+        clock: clock.clone(),
+        ..EngineConfig::default()
+    };
+    let (tx, jobs) = super::job_queue(cfg.queue_depth);
+    let engine = Engine::new(shared.clone(), log, store, cfg, jobs.lock_owned().await);
+    let (stop, shutdown) = watch::channel(false);
+    let running = tokio::spawn(engine.run(shutdown));
+
+    let push = PushReq {
+        items: vec![item("q", "p", "only")],
+    };
+    assert!(call(&tx, Command::Push(push)).await.is_ok());
+    let first = pop(&tx).await;
+    assert_eq!(first.messages.len(), 1);
+    assert!(
+        first.messages[0].created_at_us < NOW + SECOND,
+        "stamped by the injected clock, not the wall"
+    );
+    assert!(pop(&tx).await.messages.is_empty(), "the lease is live");
+
+    clock.0.fetch_add(11 * SECOND, Ordering::SeqCst);
+    let again = pop(&tx).await;
+    let seen: Vec<(String, u32)> = again
+        .messages
+        .iter()
+        .map(|m| (m.transaction_id.clone(), m.delivery_attempt))
+        .collect();
+    assert_eq!(seen, vec![("only".to_string(), 2)]);
+
+    assert!(stop.send(true).is_ok());
+    assert_eq!(running.await.unwrap(), Ok(()), "the engine stopped cleanly");
+    assert_eq!(shared.lock().applied.map(|a| a.0), Some(3));
+}

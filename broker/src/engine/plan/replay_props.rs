@@ -1,0 +1,405 @@
+//! Property tests over random command sequences (issue 9): whatever the leader plans and
+//! commits, (a) a fresh state applying the committed entries (the follower and replay path,
+//! `apply_entry`) reaches the leader's state, (b) so does the leader's checkpoint read back,
+//! and (c) a cycle planned but never committed leaves no trace in what is rebuilt from the
+//! log: replaying gives the state from before it, and a leader rebuilt so goes on agreeing
+//! with its log.
+//!
+//! States are compared through `state::canonical` (sorted text of every replicated row and
+//! exact derived index; see there why not the checkpoint bytes). The case count is fixed; the
+//! seed is random per run and printed with the shrunk sequence on failure, and
+//! QUEEN_PROPTEST_SEED=<seed> replays it. Nothing is persisted to the repository.
+
+use std::hash::{BuildHasher, Hasher};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
+use queenmq_protocol::{
+    AckStatus, ConfigureReq, GroupAdminReq, PopResult, PopSource, PushItem, Subscription, TraceReq,
+    TxnOp, TxnReq,
+};
+use serde_json::json;
+
+use super::fixture::{ack_items, item, pop_req, Fixture, SECOND};
+use super::PopPlan;
+use crate::state::canonical::canonical;
+use crate::state::{decode_state, encode_state};
+
+const CASES: u32 = 128;
+const QUEUES: [&str; 2] = ["q0", "q1"];
+const PARTITIONS: [&str; 2] = ["a", "b"];
+const GROUPS: [Option<&str>; 3] = [None, Some("g1"), Some("g2")];
+const STATUSES: [AckStatus; 4] = [
+    AckStatus::Completed,
+    AckStatus::Failed,
+    AckStatus::Retry,
+    AckStatus::Dlq,
+];
+
+#[derive(Debug, Clone)]
+enum Cmd {
+    /// `n` messages; with `txn`, all carry transaction id t<txn> (a duplicate after the first).
+    Push {
+        q: usize,
+        p: usize,
+        n: usize,
+        txn: Option<u8>,
+    },
+    Pop {
+        q: usize,
+        g: usize,
+        batch: u32,
+        lease: Option<u64>,
+        auto_ack: bool,
+        partition: bool,
+    },
+    /// Acks the messages of an earlier pop (by position among the pops that delivered).
+    Ack {
+        pop: usize,
+        status: usize,
+    },
+    Extend {
+        pop: usize,
+    },
+    /// Acks the first message of an earlier pop and pushes one message, as one bundle.
+    Txn {
+        pop: usize,
+        q: usize,
+        ack_first: bool,
+    },
+    Configure {
+        q: usize,
+        option: usize,
+        value: i64,
+    },
+    Delete {
+        q: usize,
+    },
+    /// Group administration of a named group: delete, seek to the end or to a time, or
+    /// re-anchor its subscription.
+    GroupAdmin {
+        g: usize,
+        q: usize,
+        kind: usize,
+    },
+    /// A trace event on the first message of an earlier pop.
+    Trace {
+        pop: usize,
+    },
+    /// Ends the cycle: what was planned is committed.
+    Commit,
+    /// Ends the cycle and moves the clock on.
+    Advance {
+        us: i64,
+    },
+}
+
+fn cmd() -> impl Strategy<Value = Cmd> {
+    prop_oneof![
+        4 => (0..2usize, 0..2usize, 1..4usize, prop::option::weighted(0.3, 0..4u8))
+            .prop_map(|(q, p, n, txn)| Cmd::Push { q, p, n, txn }),
+        4 => (0..2usize, 0..3usize, 1..5u32, prop::option::of(1..20u64), prop::bool::weighted(0.2),
+              prop::bool::weighted(0.2))
+            .prop_map(|(q, g, batch, lease, auto_ack, partition)| Cmd::Pop {
+                q, g, batch, lease, auto_ack, partition
+            }),
+        4 => (0..8usize, 0..4usize).prop_map(|(pop, status)| Cmd::Ack { pop, status }),
+        1 => (0..8usize).prop_map(|pop| Cmd::Extend { pop }),
+        1 => (0..8usize, 0..2usize, any::<bool>())
+            .prop_map(|(pop, q, ack_first)| Cmd::Txn { pop, q, ack_first }),
+        1 => (0..2usize, 0..6usize, 0..4i64)
+            .prop_map(|(q, option, value)| Cmd::Configure { q, option, value }),
+        1 => (0..2usize).prop_map(|q| Cmd::Delete { q }),
+        1 => (1..3usize, 0..2usize, 0..4usize).prop_map(|(g, q, kind)| Cmd::GroupAdmin { g, q, kind }),
+        1 => (0..8usize).prop_map(|pop| Cmd::Trace { pop }),
+        2 => Just(Cmd::Commit),
+        2 => prop_oneof![Just(1i64), Just(SECOND), Just(5 * SECOND), Just(30 * SECOND),
+                         Just(700 * SECOND)]
+            .prop_map(|us| Cmd::Advance { us }),
+    ]
+}
+
+/// The option `option` of a small set, with a value that makes it matter in a short run.
+fn option(option: usize, value: i64) -> (String, serde_json::Value) {
+    let (key, v) = match option {
+        0 => ("leaseTime", json!(1 + value * 5)),
+        1 => ("retryLimit", json!(value)),
+        2 => ("delayedProcessing", json!(value * 2)),
+        3 => ("windowBuffer", json!(value)),
+        // Around the 600 s floor of the dedup memory, so keeping ids longer matters.
+        4 => (
+            "dedupWindowSeconds",
+            json!([0, 1, 900, 100_000][value as usize % 4]),
+        ),
+        _ => ("deadLetterQueue", json!(value % 2 == 0)),
+    };
+    (key.to_string(), v)
+}
+
+/// Runs `cmds` on the leader; pops that delivered are remembered for later acks. With
+/// `commits` false, Commit and Advance are skipped: everything stays in one open cycle.
+fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool) {
+    for c in cmds {
+        match c {
+            Cmd::Push { q, p, n, txn } => {
+                let items: Vec<PushItem> = (0..*n)
+                    .map(|k| {
+                        let id = match txn {
+                            Some(t) => format!("t{t}"),
+                            None => format!("{}-{k}-{}", fx.cycle.number, fx.cycle.entry.len()),
+                        };
+                        item(QUEUES[*q], PARTITIONS[*p], &id)
+                    })
+                    .collect();
+                let _ = fx.planner().plan_push(&items, None);
+            }
+            Cmd::Pop {
+                q,
+                g,
+                batch,
+                lease,
+                auto_ack,
+                partition,
+            } => {
+                let mut req = pop_req(QUEUES[*q], *batch);
+                req.group = GROUPS[*g].map(str::to_string);
+                req.lease_seconds = *lease;
+                req.auto_ack = *auto_ack;
+                if *partition {
+                    req.source = PopSource::Partition(QUEUES[*q].into(), PARTITIONS[0].into());
+                }
+                if *g == 2 {
+                    req.subscription = Subscription::New;
+                }
+                if let Ok(PopPlan::Delivered(r)) = fx.planner().plan_pop(&req) {
+                    pops.push(r);
+                }
+            }
+            Cmd::Ack { pop, status } => {
+                if let Some(r) = pops.get(*pop % pops.len().max(1)).cloned() {
+                    fx.ack(&r, STATUSES[*status]);
+                }
+            }
+            Cmd::Extend { pop } => {
+                if let Some(r) = pops.get(*pop % pops.len().max(1)) {
+                    let lease = r.lease_id.clone();
+                    fx.planner().plan_extend(&lease);
+                }
+            }
+            Cmd::Txn { pop, q, ack_first } => {
+                let Some(r) = pops.get(*pop % pops.len().max(1)) else {
+                    continue;
+                };
+                let Some(mut ack) = ack_items(r, AckStatus::Completed).into_iter().next() else {
+                    continue;
+                };
+                // The pop's group, named (the queue-mode group is the default).
+                ack.group = Some(r.consumer_group.clone());
+                let ack = TxnOp::Ack(ack);
+                let id = format!("x{}-{}", fx.cycle.number, fx.cycle.entry.len());
+                let push = TxnOp::Push(vec![item(QUEUES[*q], PARTITIONS[1], &id)]);
+                let ops = if *ack_first {
+                    vec![ack, push]
+                } else {
+                    vec![push, ack]
+                };
+                let req = TxnReq {
+                    ops,
+                    required_leases: Vec::new(),
+                    has_unsupported_riders: false,
+                };
+                let _ = fx.planner().plan_transaction(&req, None);
+            }
+            Cmd::Configure {
+                q,
+                option: o,
+                value,
+            } => {
+                let req = ConfigureReq {
+                    queue: QUEUES[*q].into(),
+                    namespace: Some(format!("ns{}", value % 2)),
+                    task: None,
+                    options: vec![option(*o, *value)],
+                    replace: false,
+                };
+                let _ = fx.planner().plan_configure(&req);
+            }
+            Cmd::Delete { q } => {
+                fx.planner().plan_delete_queue(QUEUES[*q]);
+            }
+            Cmd::GroupAdmin { g, q, kind } => {
+                let group = GROUPS[*g].unwrap_or("g1").to_string();
+                let queue = QUEUES[*q].to_string();
+                let req = match kind {
+                    0 => GroupAdminReq::Delete {
+                        group,
+                        queue: Some(queue),
+                        delete_metadata: true,
+                    },
+                    1 | 2 => GroupAdminReq::Seek {
+                        group,
+                        queue,
+                        to_end: *kind == 1,
+                        timestamp_us: (*kind == 2).then_some(fx.cycle.now_us - 10 * SECOND),
+                    },
+                    _ => GroupAdminReq::Subscription {
+                        group,
+                        timestamp_us: fx.cycle.now_us,
+                    },
+                };
+                let _ = fx.planner().plan_group_admin(&req);
+            }
+            Cmd::Trace { pop } => {
+                let Some(m) = pops
+                    .get(*pop % pops.len().max(1))
+                    .and_then(|r| r.messages.first())
+                else {
+                    continue;
+                };
+                let req = TraceReq {
+                    transaction_id: m.transaction_id.clone(),
+                    partition_id: m.partition_id.to_string(),
+                    group: m.consumer_group.to_string(),
+                    names: vec!["n".into()],
+                    event_type: "info".into(),
+                    data: bytes::Bytes::from_static(b"{}"),
+                };
+                let _ = fx.planner().plan_trace(&req);
+            }
+            Cmd::Commit if commits => {
+                fx.commit();
+            }
+            Cmd::Advance { us } if commits => fx.advance(*us),
+            Cmd::Commit | Cmd::Advance { .. } => {}
+        }
+    }
+}
+
+fn check(label: &str, got: &str, want: &str) -> Result<(), TestCaseError> {
+    if got == want {
+        return Ok(());
+    }
+    let at = got
+        .lines()
+        .zip(want.lines())
+        .position(|(a, b)| a != b)
+        .unwrap_or(0);
+    let line = |s: &str| s.lines().nth(at).unwrap_or("<end>").to_string();
+    Err(TestCaseError::fail(format!(
+        "{label}: first difference at line {at}:\n  got  {}\n  want {}",
+        line(got),
+        line(want)
+    )))
+}
+
+/// Runs `body` over CASES generated sequences under a seed it prints on failure.
+fn property<S: Strategy>(
+    name: &str,
+    strategy: S,
+    body: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) {
+    let seed = std::env::var("QUEEN_PROPTEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        });
+    let config = Config {
+        cases: CASES,
+        rng_seed: RngSeed::Fixed(seed),
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    match runner.run(&strategy, body) {
+        Ok(()) => {}
+        Err(TestError::Fail(why, input)) => panic!(
+            "{name} failed (rerun with QUEEN_PROPTEST_SEED={seed}): {why}\nminimal input: {input:#?}"
+        ),
+        Err(TestError::Abort(why)) => {
+            panic!("{name} aborted (QUEEN_PROPTEST_SEED={seed}): {why}")
+        }
+    }
+}
+
+#[test]
+fn followers_and_checkpoints_reach_the_leaders_state() {
+    property(
+        "leader = replay = checkpoint",
+        prop::collection::vec(cmd(), 1..64),
+        |cmds| {
+            let mut fx = Fixture::new();
+            run(&mut fx, &cmds, &mut Vec::new(), true);
+            fx.commit();
+            let leader = canonical(&fx.st);
+            check("(a) replay", &canonical(&fx.replay()), &leader)?;
+            let back = decode_state(&encode_state(&fx.st))
+                .map_err(|e| TestCaseError::fail(format!("(b) checkpoint: {e}")))?;
+            check("(b) checkpoint", &canonical(&back), &leader)
+        },
+    );
+}
+
+#[test]
+fn an_uncommitted_cycle_leaves_nothing_in_what_the_log_rebuilds() {
+    property(
+        "discarded tail",
+        (
+            prop::collection::vec(cmd(), 0..32),
+            prop::collection::vec(cmd(), 1..12),
+        ),
+        |(prefix, tail)| {
+            let mut fx = Fixture::new();
+            let mut pops = Vec::new();
+            run(&mut fx, &prefix, &mut pops, true);
+            fx.commit();
+            let before = canonical(&fx.st);
+            let entries = fx.log.entries.len();
+            run(&mut fx, &tail, &mut pops, false);
+            fx.discard();
+            prop_assert_eq!(fx.log.entries.len(), entries, "the tail reached the log");
+            check(
+                "(c) rebuilt after discarding",
+                &canonical(&fx.replay()),
+                &before,
+            )?;
+            // The rebuilt leader goes on serving (the answers of the discarded cycle, its
+            // leases and ids, never happened) and still agrees with its log.
+            fx.rebuild();
+            run(&mut fx, &tail, &mut pops, true);
+            fx.commit();
+            let leader = canonical(&fx.st);
+            check(
+                "(c) replay after the rebuild",
+                &canonical(&fx.replay()),
+                &leader,
+            )?;
+            let back = decode_state(&encode_state(&fx.st))
+                .map_err(|e| TestCaseError::fail(format!("(c) checkpoint: {e}")))?;
+            check(
+                "(c) checkpoint after the rebuild",
+                &canonical(&back),
+                &leader,
+            )
+        },
+    );
+}
+
+/// What (c) does not claim: the leader's own memory. Planning applies each effect at once, so
+/// later commands of a cycle see earlier ones, and a discarded cycle leaves the leader's state
+/// ahead of its log; only a rebuild from the log gives the state back (today the fail-stop
+/// restart in `Engine::cycle`). When issue 9's overlay of uncommitted effects lands, the first
+/// assertion turns and this test goes.
+#[test]
+fn a_discarded_cycle_leaves_the_leaders_memory_ahead_of_its_log() {
+    let mut fx = Fixture::new();
+    fx.push("q0", "a", 1);
+    fx.commit();
+    let before = canonical(&fx.st);
+    fx.push("q0", "a", 1);
+    fx.discard();
+    assert_ne!(canonical(&fx.st), before, "planning wrote into the state");
+    assert_eq!(canonical(&fx.replay()), before);
+}
