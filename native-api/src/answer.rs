@@ -206,32 +206,8 @@ impl Drop for HeldAnswer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_pool::Pool;
     use http_body_util::BodyExt;
-
-    /// A pool with a share, like the broker's `connections` pool (answers only here).
-    #[derive(Debug, Default)]
-    struct Pool {
-        bytes: AtomicUsize,
-        share: usize,
-    }
-
-    impl ConnectionMeter for Pool {
-        fn connection(&self, _open: bool) {}
-        fn request(&self, _started: bool) {}
-        fn answer(&self, bytes: usize, held: bool) {
-            if held {
-                self.bytes.fetch_add(bytes, Ordering::Relaxed);
-            } else {
-                self.bytes.fetch_sub(bytes, Ordering::Relaxed);
-            }
-        }
-        fn over_share(&self) -> bool {
-            self.bytes.load(Ordering::Relaxed) > self.share
-        }
-        fn answer_room(&self) -> usize {
-            self.share
-        }
-    }
 
     fn setup(share: usize) -> (Arc<Pool>, Arc<Answers>) {
         let pool = Arc::new(Pool {

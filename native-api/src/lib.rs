@@ -19,6 +19,8 @@ mod reads;
 mod reserve;
 mod router;
 mod serve;
+#[cfg(test)]
+mod test_pool;
 mod timed_io;
 mod txn;
 

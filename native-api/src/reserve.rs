@@ -122,35 +122,11 @@ pub(crate) fn page_bound(rows: usize, max_message: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use crate::test_pool::Pool;
 
     use axum::response::IntoResponse;
 
     use crate::meter::ConnectionMeter;
-
-    #[derive(Debug, Default)]
-    struct Pool {
-        bytes: AtomicUsize,
-        share: usize,
-    }
-
-    impl ConnectionMeter for Pool {
-        fn connection(&self, _open: bool) {}
-        fn request(&self, _started: bool) {}
-        fn answer(&self, bytes: usize, held: bool) {
-            if held {
-                self.bytes.fetch_add(bytes, Ordering::Relaxed);
-            } else {
-                self.bytes.fetch_sub(bytes, Ordering::Relaxed);
-            }
-        }
-        fn over_share(&self) -> bool {
-            self.bytes.load(Ordering::Relaxed) > self.share
-        }
-        fn answer_room(&self) -> usize {
-            self.share
-        }
-    }
 
     const SHARE: usize = 1 << 20;
 

@@ -24,6 +24,8 @@ import time
 
 import httpx
 
+from proc_memory import peak_rss_since_reset, reset_peak_rss, rss
+
 MIB = 1 << 20
 BUDGET = 64 * MIB
 ENV = {
@@ -40,28 +42,6 @@ RSS_BOUND = 300 * MIB
 # of what they weigh when all are built at once (the binary before reservations grew ~470 MiB;
 # one build at a time, its document and text beside one held answer, is ~65 MiB).
 SAME_INSTANT_GROWTH = 96 * MIB
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-def peak_rss_since_reset(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
-
-
-def reset_peak_rss(pid: int) -> None:
-    # "5" resets VmHWM to the current RSS (Linux 4.0+), so the peak is of what follows only.
-    with open(f"/proc/{pid}/clear_refs", "w") as f:
-        f.write("5")
 
 
 def connections_pool(b) -> float:

@@ -15,6 +15,8 @@ import time
 
 import httpx
 
+from proc_memory import rss
+
 MIB = 1 << 20
 BUDGET = 64 * MIB
 ENV = {
@@ -25,14 +27,6 @@ ENV = {
 }
 IDLE = 900  # under the listen backlog (1024) plus the cap, so every connect() completes
 POLLS = 200
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 def gauge_or_none(b, series: str) -> float | None:

@@ -25,6 +25,7 @@ import uuid
 
 import httpx
 
+from proc_memory import rss as rss_bytes
 from queen_api import pop
 
 MIB = 1 << 20
@@ -33,14 +34,6 @@ CONNECTIONS = 16
 PARTITIONS = 64
 PAYLOAD = {"pad": "x" * 240}
 POOL_LINE = re.compile(r'^queen_memory_bytes\{pool="(\w+)"\} (\S+)$', re.M)
-
-
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS line")
 
 
 HELD = ("state", "dedup", "waiters", "requests")

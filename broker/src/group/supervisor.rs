@@ -137,6 +137,8 @@ pub async fn supervise(
     jobs: JobQueue,
     stop: watch::Receiver<bool>,
 ) {
+    // Exported at 0 from the start, so a dashboard tells "never" from "not scraped".
+    metrics::counter!("queen_group_restarts_total").increment(0);
     let mut cfg = cfg;
     cfg.accept_data_loss = false;
     let mut current = first;
