@@ -51,6 +51,25 @@ def connections_pool(b) -> float:
     return float(m.group(1))
 
 
+def read_slowly(s: socket.socket, heads: list[bytes], stop: threading.Event) -> None:
+    """Reads `s` at ~20 KB/s until `stop`; the answer's head goes into `heads`."""
+    head = b""
+    while not stop.is_set():
+        try:
+            data = s.recv(4096)
+        except socket.timeout:
+            continue
+        except OSError:
+            break
+        if not data:
+            break
+        if b"\r\n\r\n" not in head:
+            head += data
+            if b"\r\n\r\n" in head:
+                heads.append(head.split(b"\r\n\r\n")[0])
+        time.sleep(0.2)
+
+
 def slow_reader(port: int, heads: list[bytes], stop: threading.Event) -> socket.socket:
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -58,24 +77,7 @@ def slow_reader(port: int, heads: list[bytes], stop: threading.Event) -> socket.
     s.sendall(f"GET {LISTING} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     s.settimeout(1)
 
-    def read() -> None:
-        first = b""
-        while not stop.is_set():
-            try:
-                data = s.recv(4096)
-            except socket.timeout:
-                continue
-            except OSError:
-                break
-            if not data:
-                break
-            if len(first) < 16:
-                first += data
-                if len(first) >= 16:
-                    heads.append(first)
-            time.sleep(0.2)  # ~20 KB/s
-
-    threading.Thread(target=read, daemon=True).start()
+    threading.Thread(target=read_slowly, args=(s, heads, stop), daemon=True).start()
     return s
 
 
@@ -155,25 +157,6 @@ def test_listings_fired_in_the_same_instant_are_built_within_the_share(broker_fa
 
     stop = threading.Event()
     heads: list[bytes] = []
-    lock = threading.Lock()
-
-    def read(s: socket.socket) -> None:
-        head = b""
-        while not stop.is_set():
-            try:
-                data = s.recv(4096)
-            except socket.timeout:
-                continue
-            except OSError:
-                break
-            if not data:
-                break
-            if b"\r\n\r\n" not in head:
-                head += data
-                if b"\r\n\r\n" in head:
-                    with lock:
-                        heads.append(head.split(b"\r\n\r\n")[0])
-            time.sleep(0.2)  # ~20 KB/s
 
     socks = []
     for _ in range(SLOW):
@@ -190,7 +173,7 @@ def test_listings_fired_in_the_same_instant_are_built_within_the_share(broker_fa
         for s in socks:
             s.sendall(request)
         for s in socks:
-            threading.Thread(target=read, args=(s,), daemon=True).start()
+            threading.Thread(target=read_slowly, args=(s, heads, stop), daemon=True).start()
         deadline = time.monotonic() + 30
         while len(heads) < SLOW and time.monotonic() < deadline:
             time.sleep(0.2)

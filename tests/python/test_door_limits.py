@@ -9,29 +9,13 @@ import time
 
 import httpx
 
+from raw_socket import closed_by_server, connect
+
 FAST = {
     "QUEEN_HTTP_HEADER_TIMEOUT_MS": "1000",
     "QUEEN_HTTP_BODY_TIMEOUT_MS": "1000",
     "QUEEN_HTTP_IDLE_TIMEOUT_MS": "2000",
 }
-
-
-def connect(b) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", b.port), timeout=10)
-
-
-def closed_by_server(s: socket.socket, within: float) -> bool:
-    """True when the server closes `s` (EOF or reset) within `within` seconds."""
-    s.settimeout(within)
-    try:
-        while True:
-            data = s.recv(4096)
-            if not data:
-                return True
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except socket.timeout:
-        return False
 
 
 def test_slow_loris_head_is_cut_after_the_header_timeout(broker_factory):

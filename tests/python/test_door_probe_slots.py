@@ -3,10 +3,11 @@
 other requests on those slots get 503 with Retry-After, and a silent client cannot keep one
 of them for long."""
 
-import socket
 import time
 
 import httpx
+
+from raw_socket import closed_by_server, connect
 
 ENV = {
     "QUEEN_HTTP_MAX_CONNECTIONS": "3",
@@ -16,22 +17,6 @@ ENV = {
     # ...while the start-up probe's kept-alive connection goes quickly.
     "QUEEN_HTTP_IDLE_TIMEOUT_MS": "1000",
 }
-
-
-def connect(b) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", b.port), timeout=10)
-
-
-def closed_by_server(s: socket.socket, within: float) -> bool:
-    s.settimeout(within)
-    try:
-        while True:
-            if not s.recv(4096):
-                return True
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except socket.timeout:
-        return False
 
 
 def test_probes_are_answered_when_every_slot_is_taken(broker_factory):

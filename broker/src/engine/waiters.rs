@@ -161,13 +161,7 @@ impl Waiters {
                 continue;
             }
             if let Some(queue) = st.queue_named(q) {
-                let (ns, task) = (Some(queue.namespace.clone()), Some(queue.task.clone()));
-                for key in [
-                    (None, None),
-                    (ns.clone(), None),
-                    (None, task.clone()),
-                    (ns, task),
-                ] {
+                for key in label_keys(queue) {
                     if let Some(groups) = self.by_label.get(&key) {
                         for set in groups.values() {
                             ids.extend(set.iter().copied());
@@ -232,13 +226,7 @@ impl Waiters {
             let Some(queue) = st.queues.get(&grp.queue) else {
                 continue;
             };
-            let (ns, task) = (Some(queue.namespace.clone()), Some(queue.task.clone()));
-            for key in [
-                (None, None),
-                (ns.clone(), None),
-                (None, task.clone()),
-                (ns, task),
-            ] {
+            for key in label_keys(queue) {
                 if let Some(set) = self.by_label.get(&key).and_then(|g| g.get(&grp.name)) {
                     ids.extend(set.iter().copied());
                 }
@@ -318,6 +306,18 @@ impl Waiters {
             }
         }
     }
+}
+
+/// The label keys a pop parked on a queue's labels may be filed under: any namespace and
+/// task, the queue's namespace, its task, or both.
+fn label_keys(queue: &crate::state::model::Queue) -> [(Option<String>, Option<String>); 4] {
+    let (ns, task) = (Some(queue.namespace.clone()), Some(queue.task.clone()));
+    [
+        (None, None),
+        (ns.clone(), None),
+        (None, task.clone()),
+        (ns, task),
+    ]
 }
 
 #[cfg(test)]
