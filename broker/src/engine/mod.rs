@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use queenmq_protocol::{Command, Outcome, QueenError, RequestCtx};
-use queenmq_storage::{Checkpoint, StateStore};
+use queenmq_storage::StateStore;
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use bus::EngineBus;
@@ -394,21 +394,23 @@ impl Engine {
         };
         metrics::histogram!("queen_checkpoint_encode_seconds")
             .record(encoding.elapsed().as_secs_f64());
-        let held = self.memory.as_ref().map(|m| m.checkpoint_started());
+        let held = self
+            .memory
+            .as_ref()
+            .map(|m| m.checkpoint_started(pending.held_while_written()));
         let store = self.store.clone();
         let started = Instant::now();
         let save = tokio::task::spawn_blocking(move || {
-            // The transaction-id rows are written here, off the engine (shared frozen blocks).
-            let blob = pending.finish();
-            let size = blob.len();
+            // The transaction-id rows are encoded here, off the engine (shared frozen blocks),
+            // straight into the store's chunks: the checkpoint is never held whole.
+            let size = pending.encoded_len();
             let saved = store
-                .save_checkpoint(&Checkpoint {
-                    applied_index: applied.0,
-                    applied_term: applied.1,
-                    state: blob,
+                .save_checkpoint_streamed(applied.0, applied.1, |sink| {
+                    pending.emit(|piece| sink.write(piece))
                 })
                 .map(|()| (applied.0, size, started.elapsed().as_secs_f64()))
                 .map_err(|e| e.to_string());
+            crate::memory::give_back_freed();
             drop(held);
             saved
         });
@@ -429,9 +431,6 @@ impl Engine {
     }
 
     fn finish_save(&mut self, res: Result<SaveResult, tokio::task::JoinError>) {
-        if let Some(m) = &mut self.memory {
-            m.checkpoint_done(res.as_ref().ok().and_then(|r| r.as_ref().ok()).map(|r| r.1));
-        }
         match res {
             Ok(Ok((index, size, secs))) => {
                 self.checkpointed_index = Some(index);

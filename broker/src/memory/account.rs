@@ -26,8 +26,6 @@ pub struct Accountant {
     last_walk: Option<Instant>,
     walk_cost: Duration,
     state: usize,
-    /// Size of the last checkpoint written: what the next one will hold while it is saved.
-    last_checkpoint: usize,
 }
 
 /// What the engine knows without the state: its own structures.
@@ -55,7 +53,6 @@ impl Accountant {
             last_walk: None,
             walk_cost: Duration::ZERO,
             state: 0,
-            last_checkpoint: 0,
         }
     }
 
@@ -106,18 +103,11 @@ impl Accountant {
         self.mem.pools.sub(Pool::Requests, n);
     }
 
-    /// A checkpoint is being encoded and written: until the returned guard is dropped (by
-    /// the task writing it, once written) it holds about what the last one did.
-    pub fn checkpoint_started(&self) -> CheckpointHeld {
-        self.mem.pools.set(Pool::Checkpoint, self.last_checkpoint);
+    /// A checkpoint that holds `bytes` while written is being written: until the returned
+    /// guard is dropped (by the task writing it, once written) the pool holds that.
+    pub fn checkpoint_started(&self, bytes: usize) -> CheckpointHeld {
+        self.mem.pools.set(Pool::Checkpoint, bytes);
         CheckpointHeld(self.mem.clone())
-    }
-
-    /// The size of the checkpoint just written, for the next estimate.
-    pub fn checkpoint_done(&mut self, size: Option<usize>) {
-        if let Some(s) = size {
-            self.last_checkpoint = s;
-        }
     }
 }
 
@@ -170,17 +160,12 @@ mod tests {
     #[test]
     fn requests_drained_are_subtracted_and_checkpoints_counted_while_saved() {
         let mem = Memory::new(Budget::derive(64 << 20, None, None));
-        let mut a = Accountant::new(mem.clone());
+        let a = Accountant::new(mem.clone());
         let cmd = queenmq_protocol::Command::DeleteQueue { queue: "q".into() };
         mem.pools.add(Pool::Requests, 2 * size::request_bytes(&cmd));
         a.drained([&cmd].into_iter());
         assert_eq!(mem.pools.get(Pool::Requests), size::request_bytes(&cmd));
-        drop(a.checkpoint_started());
-        assert_eq!(mem.pools.get(Pool::Checkpoint), 0);
-        a.checkpoint_done(Some(5000));
-        let held = a.checkpoint_started();
-        assert_eq!(mem.pools.get(Pool::Checkpoint), 5000);
-        a.checkpoint_done(None);
+        let held = a.checkpoint_started(5000);
         assert_eq!(
             mem.pools.get(Pool::Checkpoint),
             5000,

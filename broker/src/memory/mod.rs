@@ -6,6 +6,7 @@ pub mod account;
 pub mod budget;
 pub mod cgroup;
 pub mod door;
+mod give_back;
 pub mod pools;
 pub mod size;
 
@@ -16,6 +17,7 @@ use queenmq_protocol::{Command, QueenError, TxnOp};
 
 pub use account::Accountant;
 pub use budget::Budget;
+pub use give_back::give_back_freed;
 pub use pools::{Pool, Pools};
 
 const MIB: usize = 1 << 20;

@@ -41,11 +41,40 @@ pub fn begin_checkpoint(s: &State) -> PendingCheckpoint {
     }
 }
 
+/// The transaction-id rows are emitted in pieces of about this size.
+const PIECE_BYTES: usize = 1 << 20;
+
 impl PendingCheckpoint {
+    /// The length `finish` will return, known before the buffer is built.
+    pub fn encoded_len(&self) -> usize {
+        self.head.buf.len() + 4 + self.txn.groups() * 12 + self.txn.rows() * 24
+    }
+
+    /// What writing it holds at most: the head, one piece of rows, the store's chunk being
+    /// filled and redb's cache, which holds the written chunks until it flushes them.
+    pub fn held_while_written(&self) -> usize {
+        let len = self.encoded_len();
+        let rows = len - self.head.buf.len();
+        self.head.buf.len()
+            + rows.min(PIECE_BYTES)
+            + len.min(queenmq_storage::CHECKPOINT_CHUNK_BYTES)
+            + len.min(queenmq_storage::STATE_CACHE_BYTES)
+    }
+
+    /// The whole checkpoint in one buffer (start-up, tests).
     pub fn finish(self) -> Vec<u8> {
-        let mut w = self.head;
-        w.buf
-            .reserve(4 + self.txn.groups() * 12 + self.txn.rows() * 24);
+        let mut out = Vec::with_capacity(self.encoded_len());
+        self.emit(|b| out.extend_from_slice(b));
+        out
+    }
+
+    /// Hands the checkpoint to `out` in pieces: the head built under the lock, then the
+    /// transaction-id FIFO a piece at a time, so the writer never holds the FIFO's encoding
+    /// whole (it is the bulk of a checkpoint under load).
+    pub fn emit(self, mut out: impl FnMut(&[u8])) {
+        out(&self.head.buf);
+        drop(self.head);
+        let mut w = Writer::with_capacity(PIECE_BYTES + 32);
         w.u32(self.txn.groups() as u32);
         let mut rows = self.txn.row_iter();
         for (t, n) in self.txn.time_iter() {
@@ -55,9 +84,13 @@ impl PendingCheckpoint {
                 w.u64(r.pid);
                 w.u64(r.offset);
                 w.u64(r.hash);
+                if w.buf.len() >= PIECE_BYTES {
+                    out(&w.buf);
+                    w.buf.clear();
+                }
             }
         }
-        w.buf
+        out(&w.buf);
     }
 }
 

@@ -12,7 +12,12 @@ pub struct Checkpoint {
     pub state: Vec<u8>,
 }
 
+/// The largest chunk a reader accepts (and what checkpoints were written in before chunks
+/// were streamed).
 pub(crate) const CHUNK_BYTES: usize = 8 * 1024 * 1024;
+/// What a save writes: a chunk and its redb leaf header fit a 1 MiB page. An 8 MiB chunk took a
+/// 16 MiB page (redb's pages are powers of two), held in memory until written out.
+pub const WRITE_CHUNK_BYTES: usize = (1 << 20) - 4096;
 /// Version 2 adds a CRC32C of the header itself: in version 1 a flipped bit in
 /// `applied_index` or `applied_term` went unnoticed (the CRC covered only the state).
 const HEAD_VERSION: u8 = 2;

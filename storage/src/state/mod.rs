@@ -2,6 +2,7 @@
 //! engine's checkpoint. Message payloads never go here; they live in the segment log.
 
 pub(crate) mod checkpoint;
+mod sink;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -13,12 +14,19 @@ use redb::{Database, ReadableDatabase, TableDefinition};
 
 use crate::StorageError;
 pub use checkpoint::Checkpoint;
-use checkpoint::{CheckpointHead, CHUNK_BYTES};
+use checkpoint::CheckpointHead;
+/// Rows of a checkpoint in the store: a streamed save holds one in memory.
+pub use checkpoint::WRITE_CHUNK_BYTES as CHECKPOINT_CHUNK_BYTES;
+pub use sink::StateSink;
+/// redb's page cache (reads and the write buffer together): what a save may hold beyond
+/// its chunk.
+pub const STATE_CACHE_BYTES: usize = CACHE_BYTES;
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// One row, key `HEAD_KEY`: the checkpoint's header (see `CheckpointHead`).
 const CHECKPOINT_HEAD: TableDefinition<&str, &[u8]> = TableDefinition::new("checkpoint_head");
-/// The checkpoint state in rows of at most `CHUNK_BYTES`, keys 0.., so no redb value is huge.
+/// The checkpoint state in rows of `WRITE_CHUNK_BYTES` (older checkpoints: up to `CHUNK_BYTES`),
+/// keys 0.., so no redb value is huge.
 const CHECKPOINT_CHUNKS: TableDefinition<u32, &[u8]> = TableDefinition::new("checkpoint_chunks");
 const HEAD_KEY: &str = "current";
 /// redb's page cache. Its default (1 GiB) filled with the pages of each checkpoint written
@@ -112,13 +120,26 @@ impl StateStore {
     /// Replaces the previous checkpoint in one durable transaction: a crash leaves either the
     /// old checkpoint or the new one, never a mix.
     pub fn save_checkpoint(&self, cp: &Checkpoint) -> Result<(), StorageError> {
-        let head = CheckpointHead::describe(cp)?.encode();
+        CheckpointHead::describe(cp)?;
+        self.save_checkpoint_streamed(cp.applied_index, cp.applied_term, |sink| {
+            sink.write(&cp.state)
+        })
+    }
+
+    /// [`Self::save_checkpoint`] for a state that `fill` hands to the sink piece by piece, so
+    /// it is never held whole: memory is one chunk plus what `fill` holds.
+    pub fn save_checkpoint_streamed(
+        &self,
+        applied_index: u64,
+        applied_term: u64,
+        fill: impl FnOnce(&mut StateSink<'_>),
+    ) -> Result<(), StorageError> {
         self.write("save the checkpoint", |txn| {
             let mut chunks = txn.open_table(CHECKPOINT_CHUNKS)?;
             chunks.retain(|_, _| false)?;
-            for (i, chunk) in cp.state.chunks(CHUNK_BYTES).enumerate() {
-                chunks.insert(i as u32, chunk)?;
-            }
+            let mut sink = StateSink::new(chunks);
+            fill(&mut sink);
+            let head = sink.finish(applied_index, applied_term)?.encode();
             txn.open_table(CHECKPOINT_HEAD)?
                 .insert(HEAD_KEY, head.as_slice())?;
             Ok(())

@@ -131,3 +131,66 @@ fn a_version_1_header_is_still_read() {
     );
     head.verify(b"abc").unwrap();
 }
+
+#[test]
+fn a_streamed_checkpoint_fed_in_odd_pieces_reads_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::open(&dir.path().join("state.redb")).unwrap();
+    let state = big_state(3 * crate::CHECKPOINT_CHUNK_BYTES + 777, 5);
+    store
+        .save_checkpoint_streamed(9, 2, |sink| {
+            // Pieces that straddle chunk boundaries, and an empty one.
+            let mut rest = state.as_slice();
+            for size in [0usize, 1, 4095, 1 << 20, 3 << 19].iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                let (now, later) = rest.split_at((*size).min(rest.len()));
+                sink.write(now);
+                rest = later;
+            }
+        })
+        .unwrap();
+    let back = store.load_checkpoint().unwrap().expect("saved");
+    assert_eq!((back.applied_index, back.applied_term), (9, 2));
+    assert!(back.state == state, "the state reads back byte for byte");
+}
+
+#[test]
+fn a_checkpoint_written_in_8_mib_chunks_still_loads() {
+    use redb::TableDefinition;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.redb");
+    let old = Checkpoint {
+        applied_index: 77,
+        applied_term: 1,
+        state: big_state(8 * 1024 * 1024 + 5000, 9),
+    };
+    {
+        // As builds before streamed saves wrote it: 8 MiB chunks, the same header.
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let chunks: TableDefinition<u32, &[u8]> = TableDefinition::new("checkpoint_chunks");
+            let heads: TableDefinition<&str, &[u8]> = TableDefinition::new("checkpoint_head");
+            let mut t = txn.open_table(chunks).unwrap();
+            for (i, c) in old.state.chunks(8 * 1024 * 1024).enumerate() {
+                t.insert(i as u32, c).unwrap();
+            }
+            let head = super::checkpoint::CheckpointHead {
+                applied_index: old.applied_index,
+                applied_term: old.applied_term,
+                state_len: old.state.len() as u64,
+                chunk_count: 2,
+                crc: crc32c::crc32c(&old.state),
+            };
+            txn.open_table(heads)
+                .unwrap()
+                .insert("current", head.encode().as_slice())
+                .unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = StateStore::open(&path).unwrap();
+    assert_eq!(store.load_checkpoint().unwrap(), Some(old));
+}
