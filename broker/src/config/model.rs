@@ -63,7 +63,7 @@ pub struct Config {
     /// Long-poll pops parked at once on this node (more are answered 503).
     pub max_long_polls: u64,
     /// Groups this node runs at most, `default` included: a token naming one more tenant is
-    /// refused (503, retriable) until one is removed or the cap raised.
+    /// refused (403: retrying cannot help, the operator raises the cap).
     pub max_tenants: u64,
     /// Log lines as JSON objects instead of human text.
     pub log_json: bool,

@@ -44,3 +44,6 @@ impl LiveSlot {
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = now;
     }
 }
+
+#[cfg(test)]
+mod registry_tests;
