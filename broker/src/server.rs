@@ -1,21 +1,20 @@
-//! Start-up and shutdown of a node: lock the data dir, size the memory budget, start the group
-//! (crate::group: storage, checkpoint, Raft replay, engine) and the HTTP door; on
-//! SIGTERM/SIGINT stop accepting, drain, checkpoint, exit.
+//! Start-up and shutdown of a node: lock the data dir, size the memory budget, start the
+//! groups (crate::group::registry: the `default` one and every tenant's found on disk, each
+//! with its storage, checkpoint, Raft replay and engine) and the HTTP door; on SIGTERM/SIGINT
+//! stop accepting, drain, checkpoint every group, exit.
 
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::Config;
+use crate::engine::{EngineBus, EngineConfig};
+use crate::group::{Registry, RegistryOptions};
+use crate::scrape::Scrape;
 use anyhow::{anyhow, Context};
 use fs4::fs_std::FileExt;
 use queenmq_native_api::ApiOptions;
-use tokio::sync::watch;
-
-use crate::config::Config;
-use crate::engine::{EngineBus, EngineConfig};
-use crate::group::LiveSlot;
-use crate::scrape::Scrape;
 
 /// Holds the data-dir lock for the life of the process.
 pub struct DirLock(#[allow(dead_code)] File);
@@ -69,38 +68,40 @@ pub async fn serve(
         share = memory.budget.connections_bytes(),
         "connection limits under the memory budget"
     );
+    let max_groups = usize::try_from(cfg.max_tenants).unwrap_or(usize::MAX);
+    let (default_cache, tenant_cache) =
+        split_cache(cache_bytes, cfg.jwt_secret.is_some(), max_groups);
     let ecfg = EngineConfig {
         max_batch: cfg.commit_max_batch as usize,
         max_bytes: cfg.commit_max_bytes as usize,
         checkpoint_interval: cfg.checkpoint_interval(),
-        cache_bytes,
+        cache_bytes: default_cache,
         memory: Some(memory.clone()),
         max_new_partitions: usize::try_from(cfg.max_new_partitions_per_request)
             .unwrap_or(usize::MAX),
         max_long_polls: door_caps.long_polls,
         ..EngineConfig::default()
     };
-    let (tx, jobs) = crate::engine::job_queue(ecfg.queue_depth);
-    // A start that fails stops the process with its reason: the operator must act.
-    let first = crate::group::start(&cfg, &ecfg, &jobs, crate::group::Tail::AsFound).await?;
-    let live = LiveSlot::new(first.live.clone());
+    // A default group that fails to start stops the process with its reason: the operator
+    // must act.
+    let groups = Registry::open(
+        cfg.clone(),
+        ecfg,
+        RegistryOptions {
+            max_groups,
+            tenant_cache_bytes: tenant_cache,
+            log_backends: Default::default(),
+        },
+    )
+    .await?;
     let prometheus = Scrape {
-        live: live.clone(),
+        groups: groups.clone(),
         data_dir: cfg.data_dir.clone(),
         memory: memory.clone(),
         render: prometheus,
     }
     .into_render();
-    let bus = Arc::new(EngineBus::new(tx, live.clone(), prometheus).with_memory(memory.clone()));
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let group_task = tokio::spawn(crate::group::supervise(
-        cfg.clone(),
-        ecfg,
-        first,
-        live,
-        jobs,
-        stop_rx,
-    ));
+    let bus = Arc::new(EngineBus::new(groups.clone(), prometheus).with_memory(memory.clone()));
 
     let listener = tokio::net::TcpListener::bind(cfg.http_addr)
         .await
@@ -140,15 +141,25 @@ pub async fn serve(
         Ok(Err(e)) => tracing::warn!(error = %e, "http task failed"),
         Err(_) => tracing::warn!("in-flight requests outlived the grace period"),
     }
-    let _ = stop_tx.send(true);
     let remaining = grace
         .saturating_sub(Duration::from_millis(100))
         .max(Duration::from_secs(1));
-    if tokio::time::timeout(remaining, group_task).await.is_err() {
-        tracing::warn!("the group did not stop within the grace period");
-    }
+    groups.stop_all(remaining).await;
     tracing::info!("stopped cleanly");
     Ok(())
+}
+
+/// The entry cache share, split between the groups so that all of them together stay within
+/// it: without JWT authentication there is only the `default` group and it gets all of it;
+/// with it, `default` keeps half and each of the other `max_groups - 1` an equal part of the
+/// other half (at least 1 MiB, so a tenant's fresh messages are still served from memory).
+fn split_cache(cache_bytes: usize, tenants_possible: bool, max_groups: usize) -> (usize, usize) {
+    if !tenants_possible || max_groups <= 1 {
+        return (cache_bytes, 0);
+    }
+    let half = cache_bytes / 2;
+    let each = (cache_bytes - half) / (max_groups - 1);
+    (half, each.max(1 << 20))
 }
 
 /// SIGTERM (Kubernetes) or SIGINT. Refuses to run when the handler cannot be installed.

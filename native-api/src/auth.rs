@@ -16,6 +16,8 @@ struct Claims {
     sub: Option<String>,
     role: Option<String>,
     roles: Option<Vec<String>>,
+    /// Selects the caller's group (and on first use creates it); absent means `default`.
+    tenant: Option<String>,
 }
 
 /// Probes stay open so orchestrators need no token; the metrics pages name every queue and
@@ -94,7 +96,7 @@ fn carries_body(req: &Request) -> bool {
 /// command table: [`needs`] on each route, and the bus again for every command.
 pub async fn layer(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
     let mut ctx = RequestCtx {
-        tenant: "default".into(),
+        tenant: queenmq_protocol::DEFAULT_TENANT.into(),
         principal: None,
         access: Access::Open,
     };
@@ -134,6 +136,17 @@ pub async fn layer(State(app): State<AppState>, mut req: Request, next: Next) ->
                         return refuse_unread(carries_body(&req), ErrorCode::Unauthorized, &msg);
                     }
                 };
+            if let Some(tenant) = claims.tenant.clone() {
+                // The name becomes a directory: a token naming a bad one is not a valid token.
+                if let Err(why) = queenmq_protocol::check_tenant_name(&tenant) {
+                    return refuse_unread(
+                        carries_body(&req),
+                        ErrorCode::Unauthorized,
+                        &format!("Invalid token: {why}"),
+                    );
+                }
+                ctx.tenant = tenant;
+            }
             ctx.principal = claims.sub.clone();
             ctx.access = Access::Roles(roles_of(claims));
         }
@@ -170,6 +183,7 @@ mod tests {
             sub: None,
             role: role.map(str::to_string),
             roles: roles.map(|r| r.into_iter().map(str::to_string).collect()),
+            tenant: None,
         };
         assert_eq!(roles_of(claims(None, None)), vec![Role::ReadOnly]);
         assert_eq!(roles_of(claims(Some("admin"), None)), vec![Role::Admin]);

@@ -8,11 +8,13 @@ pub mod bus;
 pub mod command;
 pub mod error;
 pub mod limits;
+pub mod tenant;
 pub mod types;
 
 pub use bus::{Access, Bus, BusFuture, RequestCtx};
 pub use command::{rows, Command, CommandClass, CommandMeta, Role, COMMAND_TABLE};
 pub use error::{ErrorCode, QueenError};
+pub use tenant::{check_tenant_name, DEFAULT_TENANT};
 pub use types::*;
 
 /// The implicit consumer group of pops that name none.

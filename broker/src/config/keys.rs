@@ -203,6 +203,12 @@ pub(crate) const KEYS: &[KeySpec] = &[
         },
     },
     KeySpec {
+        name: "max_tenants",
+        env: "QUEEN_MAX_TENANTS",
+        flag: None,
+        kind: Kind::Uint { min: 1, max: 4_096 },
+    },
+    KeySpec {
         name: "max_long_polls",
         env: "QUEEN_MAX_LONG_POLLS",
         flag: None,

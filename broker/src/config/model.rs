@@ -62,6 +62,9 @@ pub struct Config {
     pub max_new_partitions_per_request: u64,
     /// Long-poll pops parked at once on this node (more are answered 503).
     pub max_long_polls: u64,
+    /// Groups this node runs at most, `default` included: a token naming one more tenant is
+    /// refused (403: retrying cannot help, the operator raises the cap).
+    pub max_tenants: u64,
     /// Log lines as JSON objects instead of human text.
     pub log_json: bool,
     /// `tracing` filter directives, e.g. `info` or `info,queenmq_raft=debug`.
@@ -105,6 +108,7 @@ impl Default for Config {
             max_trace_bytes: 64 * KIB,
             max_new_partitions_per_request: 10_000,
             max_long_polls: 20_000,
+            max_tenants: 64,
             log_json: false,
             log: "info".to_owned(),
             accept_data_loss: false,
@@ -218,6 +222,7 @@ impl Config {
             "max_trace_bytes" => self.max_trace_bytes,
             "max_new_partitions_per_request" => self.max_new_partitions_per_request,
             "max_long_polls" => self.max_long_polls,
+            "max_tenants" => self.max_tenants,
             "memory_limit_bytes" => self.memory_limit_bytes,
             "http_min_write_rate_bytes" => self.http_min_write_rate_bytes,
             "http_write_rate_window_ms" => self.http_write_rate_window_ms,

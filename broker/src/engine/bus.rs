@@ -1,5 +1,6 @@
 //! The bus handle the doors hold: node-local commands are answered here; everything else goes
-//! to the engine task over a bounded queue (back-pressure) and waits for its cycle to commit.
+//! to the engine of the caller's tenant (`ctx.tenant`, crate::group::registry) over its
+//! bounded queue (back-pressure) and waits for its cycle to commit.
 
 use std::sync::Arc;
 
@@ -7,18 +8,17 @@ use queenmq_protocol::{
     Bus, BusFuture, Command, CommandClass, MetricsFormat, Outcome, QueenError, RequestCtx,
 };
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::Job;
-use crate::group::LiveSlot;
+use crate::group::Registry;
 
 pub type PrometheusRender = Arc<dyn Fn() -> String + Send + Sync>;
 
 #[derive(Clone)]
 pub struct EngineBus {
-    /// The group's job queue: it outlives the group's engines (crate::group).
-    tx: mpsc::Sender<Job>,
-    live: Arc<LiveSlot>,
+    /// The node's groups, one per tenant.
+    groups: Arc<Registry>,
     prometheus: PrometheusRender,
     started: std::time::Instant,
     /// The node's memory budget: admission of writes and the requests pool.
@@ -26,10 +26,9 @@ pub struct EngineBus {
 }
 
 impl EngineBus {
-    pub fn new(tx: mpsc::Sender<Job>, live: Arc<LiveSlot>, prometheus: PrometheusRender) -> Self {
+    pub fn new(groups: Arc<Registry>, prometheus: PrometheusRender) -> Self {
         EngineBus {
-            tx,
-            live,
+            groups,
             prometheus,
             started: std::time::Instant::now(),
             memory: None,
@@ -43,8 +42,25 @@ impl EngineBus {
         self
     }
 
+    /// The node is healthy while its `default` group serves. A tenant's group being rebuilt
+    /// is counted in `groups` but does not make the node unhealthy: an orchestrator that
+    /// restarted the pod would take every other tenant down with it, and the rebuild happens
+    /// in the process anyway. The probe is public, so it names no tenant.
     fn health(&self) -> Outcome {
-        let live = match self.live.get() {
+        let running = self.groups.running();
+        let down = running.iter().filter(|g| g.live.get().is_err()).count();
+        let groups = json!({"running": running.len(), "rebuilding": down});
+        let Some(default) = self.groups.get(queenmq_protocol::DEFAULT_TENANT) else {
+            return Outcome::Json(json!({
+                "status": "unhealthy",
+                "storageReady": false,
+                "error": "the default group is not running",
+                "uptimeSeconds": self.started.elapsed().as_secs(),
+                "version": env!("CARGO_PKG_VERSION"),
+                "groups": groups,
+            }));
+        };
+        let live = match default.live.get() {
             Ok(live) => live,
             Err(why) => {
                 return Outcome::Json(json!({
@@ -53,34 +69,41 @@ impl EngineBus {
                     "error": why,
                     "uptimeSeconds": self.started.elapsed().as_secs(),
                     "version": env!("CARGO_PKG_VERSION"),
+                    "groups": groups,
                 }))
             }
         };
         let s = live.log.status();
-        let healthy = s.role == "leader" && !self.tx.is_closed();
+        let open = !default.tx.is_closed();
+        let healthy = s.role == "leader" && open;
         Outcome::Json(json!({
             "status": if healthy { "healthy" } else { "unhealthy" },
-            "storageReady": !self.tx.is_closed(),
+            "storageReady": open,
             "uptimeSeconds": self.started.elapsed().as_secs(),
             "version": env!("CARGO_PKG_VERSION"),
             "raft": {
                 "role": s.role, "term": s.term, "leader": s.leader,
                 "lastLogIndex": s.last_log_index, "committed": s.committed, "applied": s.applied,
             },
+            "groups": groups,
         }))
     }
 
     /// Served from the engine's copy of the state (engine/metrics_sample.rs), off the
     /// runtime's workers since it may wait for a fresh copy.
-    fn metrics_json(&self) -> BusFuture {
-        let live = match self.live.get() {
-            Ok(live) => live,
-            Err(why) => return Box::pin(async move { Err(QueenError::unavailable(why)) }),
-        };
-        let shared = live.shared.clone();
-        let s = live.log.status();
+    /// The caller's tenant's numbers only: a tenant never sees another's queues.
+    fn metrics_json(&self, tenant: String) -> BusFuture {
+        let groups = self.groups.clone();
         let uptime = self.started.elapsed().as_secs();
         Box::pin(async move {
+            let live = groups
+                .group(&tenant)
+                .await?
+                .live
+                .get()
+                .map_err(QueenError::unavailable)?;
+            let shared = live.shared.clone();
+            let s = live.log.status();
             let sample = tokio::task::spawn_blocking(move || shared.sample.get())
                 .await
                 .map_err(|e| {
@@ -116,7 +139,7 @@ impl Bus for EngineBus {
                     "success": true,
                     "message": "statistics are live; nothing to refresh",
                 }))),
-                Command::Metrics(MetricsFormat::Json) => return self.metrics_json(),
+                Command::Metrics(MetricsFormat::Json) => return self.metrics_json(ctx.tenant),
                 Command::Metrics(MetricsFormat::Prometheus) => {
                     let render = self.prometheus.clone();
                     // Scrape-time gauges may wait for the engine's copy and stat the data dir:
@@ -139,7 +162,8 @@ impl Bus for EngineBus {
             };
             return Box::pin(async move { out });
         }
-        let tx = self.tx.clone();
+        let groups = self.groups.clone();
+        let running = groups.get(&ctx.tenant);
         let mut queued = None;
         if let Some(m) = &self.memory {
             if let Err(e) = m.admit(&cmd) {
@@ -148,8 +172,14 @@ impl Bus for EngineBus {
             queued = Some(crate::memory::Queued::new(m.clone(), &cmd));
         }
         Box::pin(async move {
+            let group = match running {
+                Some(g) => g,
+                None => groups.group(&ctx.tenant).await?,
+            };
             let (reply, rx) = oneshot::channel();
-            tx.send(Job { ctx, cmd, reply })
+            group
+                .tx
+                .send(Job { ctx, cmd, reply })
                 .await
                 .map_err(|_| QueenError::unavailable("the engine is shutting down"))?;
             // In the engine's queue now: the engine subtracts it when it takes it.

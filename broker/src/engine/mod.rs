@@ -90,6 +90,21 @@ pub struct EngineConfig {
     pub memory: Option<Arc<crate::memory::Memory>>,
     /// The time of each cycle and of the timers it checks.
     pub clock: Arc<dyn crate::time::Clock>,
+    /// The tenant whose group this engine runs: the `tenant` label of its metrics.
+    pub tenant: Arc<str>,
+    /// Where the group's log lives when not in files under its directory: tests inject a
+    /// backend that can fail its fsyncs (storage's `MemBackend`).
+    pub log_backend: Option<LogBackend>,
+}
+
+/// A group's log backend, shown by name only.
+#[derive(Clone)]
+pub struct LogBackend(pub Arc<dyn queenmq_storage::IoBackend>);
+
+impl std::fmt::Debug for LogBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogBackend")
+    }
 }
 
 impl Default for EngineConfig {
@@ -105,6 +120,8 @@ impl Default for EngineConfig {
             max_long_polls: 20_000,
             memory: None,
             clock: Arc::new(crate::time::SystemClock),
+            tenant: Arc::from(queenmq_protocol::DEFAULT_TENANT),
+            log_backend: None,
         }
     }
 }
@@ -253,6 +270,7 @@ impl Engine {
                 cache: &mut self.cache,
                 log: self.log.as_ref(),
                 memory: self.cfg.memory.as_deref(),
+                tenant: &self.cfg.tenant,
             };
             let woken = std::mem::take(&mut self.woken);
             let due = self.waiters.take_due(&woken, ticked, now, planner.st);
@@ -348,9 +366,12 @@ impl Engine {
                 Ok((index, _term)) => {
                     self.shared.lock().commit_pending_runs(&appended, index);
                     self.cache.insert_vec(index, cached);
-                    metrics::histogram!("queen_group_commit_commands").record(replies.len() as f64);
-                    metrics::histogram!("queen_group_commit_bytes").record(size as f64);
-                    metrics::histogram!("queen_group_commit_seconds")
+                    let tenant = self.cfg.tenant.to_string();
+                    metrics::histogram!("queen_group_commit_commands", "tenant" => tenant.clone())
+                        .record(replies.len() as f64);
+                    metrics::histogram!("queen_group_commit_bytes", "tenant" => tenant.clone())
+                        .record(size as f64);
+                    metrics::histogram!("queen_group_commit_seconds", "tenant" => tenant)
                         .record(started.elapsed().as_secs_f64());
                 }
                 Err(e) => {
@@ -392,7 +413,7 @@ impl Engine {
                 _ => return,
             }
         };
-        metrics::histogram!("queen_checkpoint_encode_seconds")
+        metrics::histogram!("queen_checkpoint_encode_seconds", "tenant" => self.cfg.tenant.to_string())
             .record(encoding.elapsed().as_secs_f64());
         let held = self
             .memory
@@ -434,8 +455,10 @@ impl Engine {
         match res {
             Ok(Ok((index, size, secs))) => {
                 self.checkpointed_index = Some(index);
-                metrics::histogram!("queen_checkpoint_seconds").record(secs);
-                metrics::gauge!("queen_checkpoint_bytes").set(size as f64);
+                let tenant = self.cfg.tenant.to_string();
+                metrics::histogram!("queen_checkpoint_seconds", "tenant" => tenant.clone())
+                    .record(secs);
+                metrics::gauge!("queen_checkpoint_bytes", "tenant" => tenant).set(size as f64);
                 tracing::debug!(index, bytes = size, "checkpoint written");
             }
             Ok(Err(e)) => {

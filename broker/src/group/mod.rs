@@ -1,10 +1,11 @@
 //! A group: one engine with its Raft node and its storage, and the supervisor that rebuilds it
 //! in the process when its engine fails (a proposal that does not commit, a committed entry
 //! that does not apply, a panic). The doors reach it through its job queue and its
-//! [`LiveSlot`], which both outlive the group's incarnations. One node runs the `default`
-//! group today; tenants will each get their own (issue 9).
+//! [`LiveSlot`], which both outlive the group's incarnations. A node runs one group per
+//! tenant ([`registry`]), the `default` one always.
 
 pub mod open;
+pub mod registry;
 mod supervisor;
 
 use std::sync::{Arc, RwLock};
@@ -14,6 +15,7 @@ use queenmq_storage::SegmentLog;
 use crate::engine::log::SharedLog;
 use crate::engine::Shared;
 
+pub use registry::{Group, Registry, RegistryOptions};
 pub use supervisor::{start, supervise, Started, Tail};
 
 /// What the doors and the scrape read of a group that runs.
@@ -42,3 +44,6 @@ impl LiveSlot {
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = now;
     }
 }
+
+#[cfg(test)]
+mod registry_tests;

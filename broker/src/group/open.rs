@@ -3,10 +3,11 @@
 //! operator's `accept_data_loss` when something acknowledged is gone.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{anyhow, Context};
 use queenmq_storage::{
-    Checkpoint, LogOptions, RecoveryReport, SegmentLog, StateStore, StorageError,
+    Checkpoint, IoBackend, LogOptions, RecoveryReport, SegmentLog, StateStore, StorageError,
 };
 
 use crate::config::Config;
@@ -42,11 +43,15 @@ pub struct Opened {
 
 /// Opens the state store, then the log with every index Raft or the checkpoint says was
 /// acknowledged as `durable_through`, so that recovery refuses rather than drops it.
-/// docs/storage-format.md ("Start-up checks") is the rule this implements.
-pub fn open_storage(cfg: &Config) -> anyhow::Result<Opened> {
+/// docs/storage-format.md ("Start-up checks") is the rule this implements. `log_backend`
+/// replaces the files of `<data_dir>/log` (tests: a backend that fails on demand).
+pub fn open_storage(
+    cfg: &Config,
+    log_backend: Option<Arc<dyn IoBackend>>,
+) -> anyhow::Result<Opened> {
     let accept = cfg.accept_data_loss;
     let log_dir = cfg.data_dir.join("log");
-    let log_present = log_dir.is_dir();
+    let log_present = log_backend.is_some() || log_dir.is_dir();
     let store = open_store(&cfg.data_dir, &log_dir, accept)?;
     let raft = queenmq_raft::read_persisted(&store)
         .map_err(|e| anyhow!("reading the raft metadata in {STATE_FILE}: {e}"))?;
@@ -88,8 +93,11 @@ pub fn open_storage(cfg: &Config) -> anyhow::Result<Opened> {
         accept_data_loss: accept,
         ..LogOptions::default()
     };
-    let (log, report) = SegmentLog::open(&log_dir, opts)
-        .with_context(|| format!("opening the log in {}", cfg.data_dir.display()))?;
+    let (log, report) = match log_backend {
+        Some(backend) => SegmentLog::open_with_backend(backend, opts),
+        None => SegmentLog::open(&log_dir, opts),
+    }
+    .with_context(|| format!("opening the log in {}", cfg.data_dir.display()))?;
     let state = load_state(checkpoint, &log, &log_dir, accept)?;
     if let (true, Some(first)) = (accept, log.first_index()) {
         if first > 1 {

@@ -63,12 +63,13 @@ pub async fn start(
 ) -> anyhow::Result<Started> {
     let started = Instant::now();
     let opening = cfg.clone();
+    let backend = ecfg.log_backend.clone().map(|b| b.0);
     let Opened {
         log,
         report,
         store,
         state,
-    } = tokio::task::spawn_blocking(move || open_storage(&opening))
+    } = tokio::task::spawn_blocking(move || open_storage(&opening, backend))
         .await
         .map_err(|e| anyhow!("opening the storage stopped: {e}"))??;
     if let Some(t) = report
@@ -77,6 +78,7 @@ pub async fn start(
         .filter(|t| t.accepted_loss.is_none())
     {
         tracing::warn!(
+            tenant = %ecfg.tenant,
             segment = %t.segment.display(), offset = t.offset, cut_bytes = t.cut_bytes,
             reason = %t.reason, "torn tail cut from the log"
         );
@@ -101,6 +103,7 @@ pub async fn start(
         }
     }
     tracing::info!(
+        tenant = %ecfg.tenant,
         records = report.records,
         segments = report.segments,
         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -138,7 +141,9 @@ pub async fn supervise(
     stop: watch::Receiver<bool>,
 ) {
     // Exported at 0 from the start, so a dashboard tells "never" from "not scraped".
-    metrics::counter!("queen_group_restarts_total").increment(0);
+    let restarts =
+        metrics::counter!("queen_group_restarts_total", "tenant" => ecfg.tenant.to_string());
+    restarts.increment(0);
     let mut cfg = cfg;
     cfg.accept_data_loss = false;
     let mut current = first;
@@ -158,7 +163,7 @@ pub async fn supervise(
         if let Err(why) = &end {
             // Nothing may read the failed state from here on.
             live.set(Err(format!("the group is being rebuilt: {why}")));
-            metrics::counter!("queen_group_restarts_total").increment(1);
+            restarts.increment(1);
         }
         if let Err(e) = node.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
@@ -172,7 +177,7 @@ pub async fn supervise(
         let segments = running.segments.clone();
         drop((node, running));
         let_go(segments, store).await;
-        tracing::error!(reason = %why, "the group's engine failed: rebuilding it from checkpoint and log");
+        tracing::error!(tenant = %ecfg.tenant, reason = %why, "the group's engine failed: rebuilding it from checkpoint and log");
         let first_wait = if rebuilt && born.elapsed() < STABLE {
             let wait = backoff;
             backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -184,7 +189,7 @@ pub async fn supervise(
         match rebuild(&cfg, &ecfg, &live, &jobs, synced, first_wait, stop.clone()).await {
             Some(s) => {
                 rebuilt = true;
-                tracing::info!("the group is rebuilt and serving again");
+                tracing::info!(tenant = %ecfg.tenant, "the group is rebuilt and serving again");
                 live.set(Ok(s.live.clone()));
                 current = s;
             }
@@ -222,7 +227,7 @@ async fn rebuild(
             Ok(s) => return Some(s),
             Err(e) => format!("rebuilding the group failed: {e:#}"),
         };
-        tracing::error!(reason = %why, retry_ms = backoff.as_millis() as u64, "the group stays down");
+        tracing::error!(tenant = %ecfg.tenant, reason = %why, retry_ms = backoff.as_millis() as u64, "the group stays down");
         live.set(Err(why.clone()));
         if !refuse_while_waiting(jobs, ecfg, backoff, &why, &mut stop).await {
             return None;

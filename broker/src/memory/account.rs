@@ -26,6 +26,9 @@ pub struct Accountant {
     last_walk: Option<Instant>,
     walk_cost: Duration,
     state: usize,
+    /// What this engine put in each pool: several groups share the node's pools, so each
+    /// adds the change in its own share, and takes its share out when it ends.
+    mine: [usize; Pool::ALL.len()],
 }
 
 /// What the engine knows without the state: its own structures.
@@ -53,6 +56,7 @@ impl Accountant {
             last_walk: None,
             walk_cost: Duration::ZERO,
             state: 0,
+            mine: [0; Pool::ALL.len()],
         }
     }
 
@@ -82,19 +86,28 @@ impl Accountant {
             self.last_walk = Some(now);
             self.walk_cost = now.elapsed();
         }
-        let pools = &self.mem.pools;
-        pools.set(Pool::EntryCache, engine.cache_held);
-        pools.set(Pool::State, self.state);
-        pools.set(
+        self.put(Pool::EntryCache, engine.cache_held);
+        self.put(Pool::State, self.state);
+        self.put(
             Pool::Dedup,
             size::dedup_bytes(st.txn_ids.index_capacity(), st.txn_ids.len()),
         );
-        pools.set(
+        self.put(
             Pool::Waiters,
             size::waiters_bytes(engine.waiters, engine.waiter_job_size),
         );
         self.mem.update_refusing();
         self.mem.publish();
+    }
+
+    /// Sets this engine's share of `p` to `v`, moving the node's pool by the difference.
+    fn put(&mut self, p: Pool, v: usize) {
+        let old = std::mem::replace(&mut self.mine[p as usize], v);
+        if v >= old {
+            self.mem.pools.add(p, v - old);
+        } else {
+            self.mem.pools.sub(p, old - v);
+        }
     }
 
     /// The engine took these requests off its queue.
@@ -104,19 +117,28 @@ impl Accountant {
     }
 
     /// A checkpoint that holds `bytes` while written is being written: until the returned
-    /// guard is dropped (by the task writing it, once written) the pool holds that.
+    /// guard is dropped (by the task writing it, once written) the pool holds that too.
     pub fn checkpoint_started(&self, bytes: usize) -> CheckpointHeld {
-        self.mem.pools.set(Pool::Checkpoint, bytes);
-        CheckpointHeld(self.mem.clone())
+        self.mem.pools.add(Pool::Checkpoint, bytes);
+        CheckpointHeld(self.mem.clone(), bytes)
     }
 }
 
-/// Clears the `checkpoint` pool when the checkpoint's buffers are gone.
-pub struct CheckpointHeld(Arc<Memory>);
+impl Drop for Accountant {
+    /// A group that ends (stopped, or failed and rebuilt) no longer holds what it put in.
+    fn drop(&mut self) {
+        for p in Pool::ALL {
+            self.mem.pools.sub(p, self.mine[p as usize]);
+        }
+    }
+}
+
+/// Takes this checkpoint's estimate out of the `checkpoint` pool when its buffers are gone.
+pub struct CheckpointHeld(Arc<Memory>, usize);
 
 impl Drop for CheckpointHeld {
     fn drop(&mut self) {
-        self.0.pools.set(Pool::Checkpoint, 0);
+        self.0.pools.sub(Pool::Checkpoint, self.1);
     }
 }
 
@@ -155,6 +177,29 @@ mod tests {
             },
         );
         assert_eq!(mem.pools.get(Pool::EntryCache), 123);
+    }
+
+    #[test]
+    fn groups_add_their_shares_and_take_them_out_when_they_end() {
+        let mem = Memory::new(Budget::derive(64 << 20, None, None));
+        let side = |cache_held| EngineSide {
+            cache_held,
+            waiters: 0,
+            waiter_job_size: 200,
+        };
+        let st = State::default();
+        let mut a = Accountant::new(mem.clone());
+        let mut b = Accountant::new(mem.clone());
+        a.after_cycle(&st, side(100));
+        b.after_cycle(&st, side(20));
+        assert_eq!(mem.pools.get(Pool::EntryCache), 120);
+        let state_of_two = mem.pools.get(Pool::State);
+        drop(b);
+        assert_eq!(mem.pools.get(Pool::EntryCache), 100);
+        assert!(mem.pools.get(Pool::State) <= state_of_two);
+        drop(a);
+        assert_eq!(mem.pools.get(Pool::EntryCache), 0);
+        assert_eq!(mem.pools.get(Pool::State), 0);
     }
 
     #[test]

@@ -8,13 +8,19 @@ use queenmq_storage::SegmentLog;
 
 use crate::group::open::STATE_FILE;
 
-pub fn record(log: &SegmentLog, data_dir: &Path) {
-    metrics::gauge!("queen_log_segment_bytes").set(log.disk_bytes() as f64);
-    metrics::gauge!("queen_log_segments").set(log.segment_count() as f64);
-    match std::fs::metadata(data_dir.join(STATE_FILE)) {
-        Ok(m) => metrics::gauge!("queen_state_file_bytes").set(m.len() as f64),
+/// One group's files: its log and its state file (in `dir`, the group's directory).
+pub fn record_group(tenant: &str, log: &SegmentLog, dir: &Path) {
+    let t = || [("tenant", tenant.to_owned())];
+    metrics::gauge!("queen_log_segment_bytes", &t()).set(log.disk_bytes() as f64);
+    metrics::gauge!("queen_log_segments", &t()).set(log.segment_count() as f64);
+    match std::fs::metadata(dir.join(STATE_FILE)) {
+        Ok(m) => metrics::gauge!("queen_state_file_bytes", &t()).set(m.len() as f64),
         Err(e) => tracing::debug!(error = %e, "no size for the state file"),
     }
+}
+
+/// The whole data dir (every group's files) and its file system.
+pub fn record_node(data_dir: &Path) {
     match dir_bytes(data_dir) {
         Ok(n) => metrics::gauge!("queen_data_dir_bytes").set(n as f64),
         Err(e) => tracing::debug!(error = %e, "no size for the data dir"),

@@ -65,32 +65,48 @@ pub struct Seen {
     groups: HashSet<(String, String)>,
 }
 
-pub fn record(s: &Sample, now_us: i64, seen: &mut Seen) {
-    metrics::gauge!("queen_queues").set(s.queues.len() as f64);
-    metrics::gauge!("queen_partitions").set(s.partitions as f64);
+/// One tenant's group: every series carries its `tenant` label; `seen` is that group's.
+pub fn record(tenant: &str, s: &Sample, now_us: i64, seen: &mut Seen) {
+    let t = [("tenant", tenant.to_owned())];
+    metrics::gauge!("queen_queues", &t).set(s.queues.len() as f64);
+    metrics::gauge!("queen_partitions", &t).set(s.partitions as f64);
+    let depth = |queue: &str, v: f64| {
+        let labels = [("queue", queue.to_owned()), ("tenant", tenant.to_owned())];
+        metrics::gauge!("queen_queue_depth", &labels).set(v);
+    };
     let mut queues = HashSet::with_capacity(s.queues.len());
     for r in &s.queues {
-        metrics::gauge!("queen_queue_depth", "queue" => r.queue.clone()).set(r.depth as f64);
+        depth(&r.queue, r.depth as f64);
         queues.insert(r.queue.clone());
     }
     for gone in seen.queues.difference(&queues) {
-        metrics::gauge!("queen_queue_depth", "queue" => gone.clone()).set(0.0);
+        depth(gone, 0.0);
     }
     let mut groups = HashSet::with_capacity(s.groups.len());
     for r in &s.groups {
         let age_us = r.oldest_pending_us.map_or(0, |t| (now_us - t).max(0));
-        set_lag(&r.group, &r.queue, r.messages as f64, age_us as f64 / 1e6);
+        set_lag(
+            tenant,
+            &r.group,
+            &r.queue,
+            r.messages as f64,
+            age_us as f64 / 1e6,
+        );
         groups.insert((r.group.clone(), r.queue.clone()));
     }
     for (group, queue) in seen.groups.difference(&groups) {
-        set_lag(group, queue, 0.0, 0.0);
+        set_lag(tenant, group, queue, 0.0, 0.0);
     }
     seen.queues = queues;
     seen.groups = groups;
 }
 
-fn set_lag(group: &str, queue: &str, messages: f64, seconds: f64) {
-    let labels = [("group", group.to_owned()), ("queue", queue.to_owned())];
+fn set_lag(tenant: &str, group: &str, queue: &str, messages: f64, seconds: f64) {
+    let labels = [
+        ("group", group.to_owned()),
+        ("queue", queue.to_owned()),
+        ("tenant", tenant.to_owned()),
+    ];
     metrics::gauge!("queen_consumer_group_lag_messages", &labels).set(messages);
     metrics::gauge!("queen_consumer_group_lag_seconds", &labels).set(seconds);
 }
@@ -192,14 +208,14 @@ mod tests {
         let mut st = state();
         let mut seen = Seen::default();
         metrics::with_local_recorder(&recorder, || {
-            record(&sample(&st), 4 * SECOND, &mut seen);
+            record("t1", &sample(&st), 4 * SECOND, &mut seen);
         });
         let text = handle.render();
         for want in [
-            r#"queen_queue_depth{queue="orders"} 5"#,
-            r#"queen_consumer_group_lag_messages{group="billing",queue="orders"} 3"#,
-            r#"queen_consumer_group_lag_seconds{group="audit",queue="orders"} 3"#,
-            "queen_partitions 2",
+            r#"queen_queue_depth{queue="orders",tenant="t1"} 5"#,
+            r#"queen_consumer_group_lag_messages{group="billing",queue="orders",tenant="t1"} 3"#,
+            r#"queen_consumer_group_lag_seconds{group="audit",queue="orders",tenant="t1"} 3"#,
+            r#"queen_partitions{tenant="t1"} 2"#,
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }
@@ -209,14 +225,14 @@ mod tests {
             Loc { index: 2, pos: 0 },
         );
         metrics::with_local_recorder(&recorder, || {
-            record(&sample(&st), 5 * SECOND, &mut seen);
+            record("t1", &sample(&st), 5 * SECOND, &mut seen);
         });
         let text = handle.render();
         for want in [
-            r#"queen_consumer_group_lag_messages{group="audit",queue="orders"} 0"#,
-            r#"queen_consumer_group_lag_seconds{group="audit",queue="orders"} 0"#,
-            r#"queen_consumer_group_lag_messages{group="billing",queue="orders"} 3"#,
-            r#"queen_queue_depth{queue="orders"} 3"#,
+            r#"queen_consumer_group_lag_messages{group="audit",queue="orders",tenant="t1"} 0"#,
+            r#"queen_consumer_group_lag_seconds{group="audit",queue="orders",tenant="t1"} 0"#,
+            r#"queen_consumer_group_lag_messages{group="billing",queue="orders",tenant="t1"} 3"#,
+            r#"queen_queue_depth{queue="orders",tenant="t1"} 3"#,
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }

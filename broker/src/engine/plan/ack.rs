@@ -188,11 +188,20 @@ impl Planner<'_> {
             };
             let status = status_name(status);
             if dlq > 0 {
-                metrics::counter!("queen_messages_dead_lettered_total", "queue" => queue.clone())
-                    .increment(dlq);
+                metrics::counter!(
+                    "queen_messages_dead_lettered_total",
+                    "queue" => queue.clone(),
+                    "tenant" => self.tenant.to_owned()
+                )
+                .increment(dlq);
             }
-            metrics::counter!("queen_messages_acked_total", "queue" => queue, "status" => status)
-                .increment(acked);
+            metrics::counter!(
+                "queen_messages_acked_total",
+                "queue" => queue,
+                "status" => status,
+                "tenant" => self.tenant.to_owned()
+            )
+            .increment(acked);
         }
     }
 

@@ -101,6 +101,7 @@ impl Fixture {
             cache: &mut self.cache,
             log: &self.log,
             memory: None,
+            tenant: queenmq_protocol::DEFAULT_TENANT,
         }
     }
 

@@ -41,6 +41,8 @@ pub struct Planner<'a> {
     /// The node's memory budget: while it refuses writes, pops may not register new groups
     /// and configure may not create queues. None accounts nothing (tests).
     pub memory: Option<&'a crate::memory::Memory>,
+    /// The group's tenant: the `tenant` label of the message counters.
+    pub tenant: &'a str,
 }
 
 /// Names are used verbatim in paths by the SDKs: refuse what cannot travel there.

@@ -152,8 +152,12 @@ impl Planner<'_> {
             }
             return Ok(PopPlan::Empty);
         }
-        metrics::counter!("queen_messages_popped_total", "queue" => out.queue.clone())
-            .increment(out.messages.len() as u64);
+        metrics::counter!(
+            "queen_messages_popped_total",
+            "queue" => out.queue.clone(),
+            "tenant" => self.tenant.to_owned()
+        )
+        .increment(out.messages.len() as u64);
         Ok(PopPlan::Delivered(out))
     }
 

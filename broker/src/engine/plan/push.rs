@@ -251,7 +251,7 @@ impl Planner<'_> {
                 frames: &pa.frames,
             });
         }
-        metrics_for(&results);
+        metrics_for(self.tenant, &results);
         results
     }
 
@@ -320,7 +320,7 @@ fn failed(item: &PushItem, error: String) -> PushResult {
     }
 }
 
-fn metrics_for(results: &[PushResult]) {
+fn metrics_for(tenant: &str, results: &[PushResult]) {
     let mut per_queue: HashMap<&str, u64> = HashMap::new();
     for r in results {
         if r.status == PushStatus::Queued {
@@ -328,6 +328,11 @@ fn metrics_for(results: &[PushResult]) {
         }
     }
     for (q, n) in per_queue {
-        metrics::counter!("queen_messages_pushed_total", "queue" => q.to_string()).increment(n);
+        metrics::counter!(
+            "queen_messages_pushed_total",
+            "queue" => q.to_string(),
+            "tenant" => tenant.to_owned()
+        )
+        .increment(n);
     }
 }

@@ -1,0 +1,260 @@
+//! The groups of a node, keyed by tenant. The `default` group keeps the data dir's root layout
+//! (`<data_dir>/log`, `<data_dir>/state.redb`), so data dirs written before tenants start
+//! unchanged; tenant `t`'s group lives in `<data_dir>/tenants/t/` with the same layout. A
+//! token's `tenant` claim selects a group and its first use starts it; at start-up every group
+//! whose directory exists is started again. Each group has its own job queue, [`LiveSlot`]
+//! and supervisor, so one group failing (and being rebuilt) leaves the others serving.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use queenmq_protocol::{check_tenant_name, ErrorCode, QueenError, DEFAULT_TENANT};
+use queenmq_storage::IoBackend;
+use tokio::sync::{mpsc, watch, OnceCell};
+use tokio::task::JoinHandle;
+
+use super::{start, supervise, LiveSlot, Tail};
+use crate::config::Config;
+use crate::engine::{EngineConfig, Job};
+
+/// The directory below the data dir that holds the tenants' groups.
+pub const TENANTS_DIR: &str = "tenants";
+
+/// A group that runs: what the bus and the scrape need of it.
+pub struct Group {
+    pub tenant: Arc<str>,
+    /// Its job queue: it outlives the group's incarnations.
+    pub tx: mpsc::Sender<Job>,
+    pub live: Arc<LiveSlot>,
+    /// Where its files are (the data dir itself for `default`).
+    pub dir: PathBuf,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// How the registry sizes and places its groups.
+pub struct RegistryOptions {
+    /// Groups at most, `default` included.
+    pub max_groups: usize,
+    /// The entry cache of a tenant's group (the `default` group's is `EngineConfig::cache_bytes`).
+    pub tenant_cache_bytes: usize,
+    /// Tests: a tenant whose log lives on this backend instead of in files.
+    pub log_backends: HashMap<String, Arc<dyn IoBackend>>,
+}
+
+/// A slot per tenant: concurrent first uses of one tenant wait on the same start.
+type Slot = Arc<OnceCell<Arc<Group>>>;
+
+pub struct Registry {
+    cfg: Config,
+    ecfg: EngineConfig,
+    opts: RegistryOptions,
+    slots: Mutex<BTreeMap<String, Slot>>,
+    stop: watch::Sender<bool>,
+    stopping: AtomicBool,
+}
+
+/// Where `tenant`'s group keeps its files.
+pub fn tenant_dir(data_dir: &Path, tenant: &str) -> PathBuf {
+    if tenant == DEFAULT_TENANT {
+        data_dir.to_path_buf()
+    } else {
+        data_dir.join(TENANTS_DIR).join(tenant)
+    }
+}
+
+impl Registry {
+    /// Starts the `default` group (its failure fails the start: the operator must act), then
+    /// every tenant group found on disk (a failure there is logged and retried by the
+    /// tenant's next request: one tenant's damaged files must not keep the others down).
+    pub async fn open(
+        cfg: Config,
+        ecfg: EngineConfig,
+        opts: RegistryOptions,
+    ) -> anyhow::Result<Arc<Registry>> {
+        let (stop, _) = watch::channel(false);
+        let reg = Arc::new(Registry {
+            cfg,
+            ecfg,
+            opts,
+            slots: Mutex::new(BTreeMap::new()),
+            stop,
+            stopping: AtomicBool::new(false),
+        });
+        reg.group(DEFAULT_TENANT)
+            .await
+            .map_err(|e| anyhow!("{}", e.message))?;
+        for tenant in reg.found_on_disk()? {
+            if let Err(e) = reg.group(&tenant).await {
+                tracing::error!(tenant, error = %e.message, "the tenant's group did not start; its next request tries again");
+            }
+        }
+        Ok(reg)
+    }
+
+    /// Tenant directories below `<data_dir>/tenants`, in name order; names that could not
+    /// have been created by a token are skipped with a warning.
+    fn found_on_disk(&self) -> anyhow::Result<Vec<String>> {
+        let dir = self.cfg.data_dir.join(TENANTS_DIR);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(anyhow!("listing {}: {e}", dir.display())),
+        };
+        let mut found = Vec::new();
+        for entry in entries {
+            let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if !is_dir || check_tenant_name(&name).is_err() || name == DEFAULT_TENANT {
+                tracing::warn!(path = %entry.path().display(), "not a tenant's group directory; ignored");
+                continue;
+            }
+            found.push(name);
+        }
+        found.sort();
+        Ok(found)
+    }
+
+    /// The running group of `tenant`, if it has started.
+    pub fn get(&self, tenant: &str) -> Option<Arc<Group>> {
+        self.lock().get(tenant).and_then(|s| s.get().cloned())
+    }
+
+    /// Every group that has started, in tenant order.
+    pub fn running(&self) -> Vec<Arc<Group>> {
+        self.lock()
+            .values()
+            .filter_map(|s| s.get().cloned())
+            .collect()
+    }
+
+    /// The group of `tenant`, started on its first use. Past `max_groups` a new tenant is
+    /// refused (403: the cap is the operator's to raise, retrying does not help).
+    pub async fn group(self: &Arc<Self>, tenant: &str) -> Result<Arc<Group>, QueenError> {
+        let slot = {
+            let mut slots = self.lock();
+            if let Some(g) = slots.get(tenant).and_then(|s| s.get()) {
+                return Ok(g.clone());
+            }
+            if self.stopping.load(Ordering::SeqCst) {
+                return Err(QueenError::unavailable("the node is shutting down"));
+            }
+            check_tenant_name(tenant).map_err(QueenError::bad_request)?;
+            if !slots.contains_key(tenant) && slots.len() >= self.opts.max_groups {
+                return Err(QueenError::new(
+                    ErrorCode::Forbidden,
+                    format!(
+                        "this node runs at most {} tenant groups (max_tenants) and tenant \
+                         {tenant:?} would be one more",
+                        self.opts.max_groups
+                    ),
+                ));
+            }
+            slots.entry(tenant.to_owned()).or_default().clone()
+        };
+        // Outside the map's lock: opening storage and replaying the log take their time, and
+        // other tenants' requests must not wait for them. In a task of its own: a client that
+        // goes away must not cancel a start halfway (Raft started, files open, no group).
+        let (reg, name, init) = (self.clone(), tenant.to_owned(), slot.clone());
+        let started = tokio::spawn(async move {
+            init.get_or_try_init(|| reg.start_group(&name))
+                .await
+                .cloned()
+        })
+        .await
+        .unwrap_or_else(|e| Err(anyhow!("the group's start stopped: {e}")));
+        match started {
+            Ok(g) => Ok(g),
+            Err(e) => {
+                // A failed start holds no place under the cap; the next request tries again.
+                let mut slots = self.lock();
+                if slots
+                    .get(tenant)
+                    .is_some_and(|s| Arc::ptr_eq(s, &slot) && !s.initialized())
+                {
+                    slots.remove(tenant);
+                }
+                tracing::error!(tenant, error = %format!("{e:#}"), "starting the tenant's group failed");
+                Err(QueenError::unavailable(format!(
+                    "the group of tenant {tenant:?} cannot start: {e:#}"
+                )))
+            }
+        }
+    }
+
+    async fn start_group(&self, tenant: &str) -> anyhow::Result<Arc<Group>> {
+        let dir = tenant_dir(&self.cfg.data_dir, tenant);
+        let mut cfg = self.cfg.clone();
+        let mut ecfg = self.ecfg.clone();
+        ecfg.tenant = Arc::from(tenant);
+        ecfg.log_backend = self
+            .opts
+            .log_backends
+            .get(tenant)
+            .cloned()
+            .map(crate::engine::LogBackend);
+        if tenant != DEFAULT_TENANT {
+            ecfg.cache_bytes = self.opts.tenant_cache_bytes;
+            let create = dir.clone();
+            // Durable before anything is acknowledged in it: a power cut must not leave the
+            // group's files in a directory that lost its name.
+            tokio::task::spawn_blocking(move || queenmq_storage::create_dir_durable(&create))
+                .await
+                .map_err(|e| anyhow!("creating the group's directory stopped: {e}"))?
+                .with_context(|| format!("creating {}", dir.display()))?;
+            cfg.data_dir = dir.clone();
+        }
+        let (tx, jobs) = crate::engine::job_queue(ecfg.queue_depth);
+        let first = start(&cfg, &ecfg, &jobs, Tail::AsFound)
+            .await
+            .with_context(|| format!("starting the group in {}", dir.display()))?;
+        let live = LiveSlot::new(first.live.clone());
+        let task = tokio::spawn(supervise(
+            cfg,
+            ecfg,
+            first,
+            live.clone(),
+            jobs,
+            self.stop.subscribe(),
+        ));
+        tracing::info!(tenant, dir = %dir.display(), "group started");
+        Ok(Arc::new(Group {
+            tenant: Arc::from(tenant),
+            tx,
+            live,
+            dir,
+            task: Mutex::new(Some(task)),
+        }))
+    }
+
+    /// Stops every group (each answers its parked pops and writes a final checkpoint),
+    /// waiting at most `grace` for all of them together.
+    pub async fn stop_all(&self, grace: Duration) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let _ = self.stop.send(true);
+        let tasks: Vec<(Arc<str>, JoinHandle<()>)> = self
+            .running()
+            .iter()
+            .filter_map(|g| {
+                let task = g.task.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+                Some((g.tenant.clone(), task))
+            })
+            .collect();
+        let deadline = tokio::time::Instant::now() + grace;
+        for (tenant, task) in tasks {
+            match tokio::time::timeout_at(deadline, task).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(%tenant, error = %e, "the group's task failed"),
+                Err(_) => tracing::warn!(%tenant, "the group did not stop within the grace period"),
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Slot>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
