@@ -132,7 +132,7 @@ fn results_json(rs: &[AckResult]) -> String {
 async fn run(app: AppState, ctx: RequestCtx, req: AckReq) -> Result<Response, ApiError> {
     match call(&app, ctx, Command::Ack(req)).await? {
         Outcome::Acked(rs) => Ok(json_out::response(StatusCode::OK, results_json(&rs))),
-        _ => Err(ApiError::bad("unexpected outcome")),
+        other => Err(crate::render::unexpected(&other)),
     }
 }
 
@@ -201,6 +201,6 @@ pub async fn extend(
             }))
             .into_response())
         }
-        _ => Err(ApiError::bad("unexpected outcome")),
+        other => Err(crate::render::unexpected(&other)),
     }
 }

@@ -16,6 +16,7 @@ mod pop;
 mod push;
 mod queues;
 mod reads;
+mod render;
 mod reserve;
 mod router;
 mod serve;

@@ -159,6 +159,6 @@ pub async fn push(
             StatusCode::CREATED,
             results_json(&results),
         )),
-        _ => Err(ApiError::bad("unexpected outcome")),
+        other => Err(crate::render::unexpected(&other)),
     }
 }

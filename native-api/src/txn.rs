@@ -148,6 +148,6 @@ pub async fn transaction(
             )
             .into_response())
         }
-        _ => Err(ApiError::bad("unexpected outcome")),
+        other => Err(crate::render::unexpected(&other)),
     }
 }

@@ -4,6 +4,8 @@ use bytes::Bytes;
 use serde_json::Value;
 use std::sync::Arc;
 
+use crate::views::*;
+
 /// Queue options given to configure: only the keys the caller sent. `Some(Value::Null)` restores
 /// the default of that option.
 #[derive(Debug, Clone, Default)]
@@ -229,7 +231,7 @@ pub struct Page {
     pub offset: usize,
 }
 
-/// Read-only questions, answered from applied state as JSON documents.
+/// Read-only questions, answered from applied state (one [`ReadAnswer`] variant each).
 #[derive(Debug, Clone)]
 pub enum ReadReq {
     Queues,
@@ -306,17 +308,24 @@ pub enum MetricsFormat {
     Prometheus,
 }
 
+/// What the engine (or the bus, for node-local commands) answers: one variant per command, so
+/// a door matches exhaustively and renders each its own way.
 #[derive(Debug, Clone)]
 pub enum Outcome {
-    Configured(Value),
-    Deleted(Value),
+    Configured(Configured),
+    Deleted(QueueDeleted),
     Pushed(Vec<PushResult>),
     Popped(PopResult),
     Acked(Vec<AckResult>),
     LeaseExtended(LeaseExtendResult),
     Transaction(TxnResult),
-    /// A JSON document for reads and small admin answers.
-    Json(Value),
+    Traced(TraceOutcome),
+    GroupAdmin(GroupAdminOutcome),
+    Read(ReadAnswer),
+    Health(HealthView),
+    Metrics(MetricsView),
+    /// Statistics are live: nothing was refreshed.
+    StatsLive,
     /// Text (Prometheus exposition format).
     Text(String),
 }

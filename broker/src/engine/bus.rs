@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use queenmq_protocol::{
-    Bus, BusFuture, Command, CommandClass, MetricsFormat, Outcome, QueenError, RequestCtx,
+    Bus, BusFuture, Command, CommandClass, HealthView, MetricsFormat, MetricsView, Outcome,
+    QueenError, RaftView, RequestCtx,
 };
-use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Job;
@@ -44,30 +44,27 @@ impl EngineBus {
     }
 
     fn health(&self) -> Outcome {
+        let uptime_seconds = self.started.elapsed().as_secs();
+        let version = env!("CARGO_PKG_VERSION");
         let live = match self.live.get() {
             Ok(live) => live,
-            Err(why) => {
-                return Outcome::Json(json!({
-                    "status": "unhealthy",
-                    "storageReady": false,
-                    "error": why,
-                    "uptimeSeconds": self.started.elapsed().as_secs(),
-                    "version": env!("CARGO_PKG_VERSION"),
-                }))
+            Err(error) => {
+                return Outcome::Health(HealthView::NoStorage {
+                    error,
+                    uptime_seconds,
+                    version,
+                })
             }
         };
         let s = live.log.status();
-        let healthy = s.role == "leader" && !self.tx.is_closed();
-        Outcome::Json(json!({
-            "status": if healthy { "healthy" } else { "unhealthy" },
-            "storageReady": !self.tx.is_closed(),
-            "uptimeSeconds": self.started.elapsed().as_secs(),
-            "version": env!("CARGO_PKG_VERSION"),
-            "raft": {
-                "role": s.role, "term": s.term, "leader": s.leader,
-                "lastLogIndex": s.last_log_index, "committed": s.committed, "applied": s.applied,
-            },
-        }))
+        let storage_ready = !self.tx.is_closed();
+        Outcome::Health(HealthView::Running {
+            healthy: s.role == "leader" && storage_ready,
+            storage_ready,
+            uptime_seconds,
+            version,
+            raft: raft_view(&s),
+        })
     }
 
     /// Served from the engine's copy of the state (engine/metrics_sample.rs), off the
@@ -89,16 +86,23 @@ impl EngineBus {
                         format!("reading the metrics failed: {e}"),
                     )
                 })?;
-            let mut out = sample.map_or_else(|| json!({}), |s| s.json.clone());
-            if let Some(o) = out.as_object_mut() {
-                o.insert("uptime".into(), json!(uptime));
-                o.insert(
-                    "raft".into(),
-                    json!({"role": s.role, "term": s.term, "committed": s.committed, "applied": s.applied}),
-                );
-            }
-            Ok(Outcome::Json(out))
+            Ok(Outcome::Metrics(MetricsView {
+                counters: sample.map(|s| s.counters.clone()),
+                uptime_seconds: uptime,
+                raft: raft_view(&s),
+            }))
         })
+    }
+}
+
+fn raft_view(s: &super::log::LogStatus) -> RaftView {
+    RaftView {
+        role: s.role,
+        term: s.term,
+        leader: s.leader,
+        last_log_index: s.last_log_index,
+        committed: s.committed,
+        applied: s.applied,
     }
 }
 
@@ -112,10 +116,7 @@ impl Bus for EngineBus {
         if cmd.meta().class == CommandClass::NodeLocal {
             let out = match cmd {
                 Command::Health => Ok(self.health()),
-                Command::StatsRefresh => Ok(Outcome::Json(serde_json::json!({
-                    "success": true,
-                    "message": "statistics are live; nothing to refresh",
-                }))),
+                Command::StatsRefresh => Ok(Outcome::StatsLive),
                 Command::Metrics(MetricsFormat::Json) => return self.metrics_json(),
                 Command::Metrics(MetricsFormat::Prometheus) => {
                     let render = self.prometheus.clone();

@@ -1,7 +1,8 @@
 //! The 21 queue options of the reference broker (spec/reference-broker.md §1.2), their defaults,
 //! merge/replace semantics and the configure echo.
 
-use serde_json::{json, Map, Value};
+use queenmq_protocol::QueueSettings;
+use serde_json::Value;
 
 use crate::codec::{DecodeError, Reader, Writer};
 
@@ -176,49 +177,29 @@ impl QueueConfig {
         *slot.0 = v.unwrap_or(slot.1);
     }
 
-    /// The effective options as the configure echo and resource reads show them.
-    pub fn to_json(&self, namespace: &str, task: &str) -> Value {
-        let mut m = Map::new();
-        m.insert("namespace".into(), json!(namespace));
-        m.insert("task".into(), json!(task));
-        for (k, v) in [
-            ("priority", self.priority),
-            ("leaseTime", self.lease_time),
-            ("retryLimit", self.retry_limit),
-            ("retryDelay", self.retry_delay),
-            ("maxSize", self.max_size),
-            ("maxQueueSize", self.max_size),
-            ("ttl", self.ttl),
-            ("delayedProcessing", self.delayed_processing),
-            ("windowBuffer", self.window_buffer),
-            ("retentionSeconds", self.retention_seconds),
-            (
-                "completedRetentionSeconds",
-                self.completed_retention_seconds,
-            ),
-            ("maxWaitTimeSeconds", self.max_wait_time_seconds),
-            ("minPopWaitTime", self.min_pop_wait_time),
-            ("dedupWindowSeconds", self.dedup_window_seconds),
-            (
-                "retentionSinkHoldMaxSeconds",
-                self.retention_sink_hold_max_seconds,
-            ),
-        ] {
-            m.insert(k.into(), json!(v));
+    /// The effective options, for the configure echo and the queue reads.
+    pub fn settings(&self) -> QueueSettings {
+        QueueSettings {
+            priority: self.priority,
+            lease_time: self.lease_time,
+            retry_limit: self.retry_limit,
+            retry_delay: self.retry_delay,
+            max_size: self.max_size,
+            ttl: self.ttl,
+            dead_letter_queue: self.dead_letter_queue,
+            dlq_after_max_retries: self.dlq_after_max_retries,
+            delayed_processing: self.delayed_processing,
+            window_buffer: self.window_buffer,
+            retention_seconds: self.retention_seconds,
+            completed_retention_seconds: self.completed_retention_seconds,
+            retention_enabled: self.retention_enabled,
+            encryption_enabled: self.encryption_enabled,
+            max_wait_time_seconds: self.max_wait_time_seconds,
+            min_pop_wait_time: self.min_pop_wait_time,
+            dedup_window_seconds: self.dedup_window_seconds,
+            retention_sink_hold: self.retention_sink_hold.clone(),
+            retention_sink_hold_max_seconds: self.retention_sink_hold_max_seconds,
         }
-        for (k, v) in [
-            ("deadLetterQueue", self.dead_letter_queue),
-            ("dlqAfterMaxRetries", self.dlq_after_max_retries),
-            ("retentionEnabled", self.retention_enabled),
-            ("encryptionEnabled", self.encryption_enabled),
-        ] {
-            m.insert(k.into(), json!(v));
-        }
-        m.insert(
-            "retentionSinkHold".into(),
-            json!(self.retention_sink_hold.clone()),
-        );
-        Value::Object(m)
     }
 
     pub fn encode(&self, w: &mut Writer) {
@@ -287,6 +268,7 @@ impl QueueConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn merge_null_restores_default_and_types_are_checked() {
@@ -325,12 +307,5 @@ mod tests {
         c.encode(&mut w);
         let mut r = Reader::new(&w.buf);
         assert_eq!(QueueConfig::decode(&mut r).unwrap(), c);
-    }
-
-    #[test]
-    fn echo_has_all_options() {
-        let v = QueueConfig::default().to_json("", "");
-        // 21 options + the maxQueueSize alias.
-        assert_eq!(v.as_object().map(|m| m.len()), Some(22));
     }
 }

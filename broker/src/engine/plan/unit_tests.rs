@@ -240,13 +240,13 @@ fn deleting_a_queue_drops_its_partitions_groups_and_leases_and_a_push_makes_it_a
     fx.commit();
     let old = fx.st.queue_named("q").map(|q| q.id).unwrap();
     let out = fx.planner().plan_delete_queue("q");
-    assert_eq!(out["existed"], json!(true));
+    assert!(out.existed);
     assert!(fx.st.queue_named("q").is_none());
     assert_eq!(fx.st.partitions.len(), 1, "only keep's partition is left");
     assert_eq!(fx.st.groups.len(), 1);
     assert_eq!(fx.st.leases.len(), 1, "keep's lease is left");
     let again = fx.planner().plan_delete_queue("q");
-    assert_eq!(again["existed"], json!(false));
+    assert!(!again.existed);
     fx.commit();
     let r = fx.push("q", "p", 1);
     assert_eq!(r[0].offset, 0, "a new queue starts from nothing");

@@ -1,0 +1,56 @@
+//! Node-local answers: health and metrics.
+
+#[derive(Debug, Clone)]
+pub struct RaftView {
+    pub role: &'static str,
+    pub term: u64,
+    pub leader: Option<u64>,
+    pub last_log_index: u64,
+    pub committed: u64,
+    pub applied: u64,
+}
+
+#[derive(Debug, Clone)]
+pub enum HealthView {
+    /// The group's storage could not be opened.
+    NoStorage {
+        error: String,
+        uptime_seconds: u64,
+        version: &'static str,
+    },
+    Running {
+        /// Leads and its engine runs.
+        healthy: bool,
+        storage_ready: bool,
+        uptime_seconds: u64,
+        version: &'static str,
+        raft: RaftView,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct QueueCounters {
+    pub name: String,
+    pub partitions: usize,
+    pub pushed: u64,
+    pub acked: u64,
+    pub dead_lettered: u64,
+}
+
+/// Counters read from the state by the engine (None before its first sample).
+#[derive(Debug, Clone)]
+pub struct StateCounters {
+    pub pushed: u64,
+    pub acked: u64,
+    pub dead_lettered: u64,
+    pub queues: Vec<QueueCounters>,
+    pub partitions: usize,
+    pub consumer_groups: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct MetricsView {
+    pub counters: Option<StateCounters>,
+    pub uptime_seconds: u64,
+    pub raft: RaftView,
+}
