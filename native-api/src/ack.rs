@@ -113,7 +113,7 @@ fn results_json(rs: &[AckResult]) -> String {
         num(&mut out, r.success);
         out.push(',');
         key(&mut out, "error");
-        opt_str(&mut out, r.error.as_deref());
+        opt_str(&mut out, r.error.as_ref().map(|e| e.message.as_str()));
         out.push(',');
         key(&mut out, "leaseReleased");
         num(&mut out, r.lease_released);

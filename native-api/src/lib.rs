@@ -14,6 +14,7 @@ mod json_out;
 mod meter;
 mod pop;
 mod push;
+mod queue_options;
 mod queues;
 mod reads;
 mod render;

@@ -105,7 +105,7 @@ fn write_result(out: &mut String, i: usize, r: &PushResult) {
     if let Some(e) = &r.error {
         out.push(',');
         key(out, "error");
-        str_lit(out, e);
+        str_lit(out, &e.message);
     }
     out.push('}');
 }

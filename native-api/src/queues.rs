@@ -61,10 +61,7 @@ pub async fn configure(
             .collect(),
         Some(_) => return Err(ApiError::bad("options must be an object")),
     };
-    // Ranges are checked here, before the engine sees a value it would compute times from.
-    for (k, v) in &options {
-        limits::check_queue_option(k, v)?;
-    }
+    let options = crate::queue_options::parse(&options)?;
     let req = ConfigureReq {
         queue,
         namespace,

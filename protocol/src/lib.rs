@@ -8,12 +8,14 @@ pub mod bus;
 pub mod command;
 pub mod error;
 pub mod limits;
+pub mod queue_options;
 pub mod types;
 pub mod views;
 
 pub use bus::{Access, Bus, BusFuture, RequestCtx};
 pub use command::{rows, Command, CommandClass, CommandMeta, Role, COMMAND_TABLE};
 pub use error::{ErrorCode, QueenError};
+pub use queue_options::{QueueOptions, Setting};
 pub use types::*;
 pub use views::*;
 

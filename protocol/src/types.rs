@@ -1,19 +1,19 @@
 //! Domain types carried by commands and outcomes.
 
 use bytes::Bytes;
-use serde_json::Value;
 use std::sync::Arc;
 
+use crate::error::QueenError;
+use crate::queue_options::QueueOptions;
 use crate::views::*;
 
-/// Queue options given to configure: only the keys the caller sent. `Some(Value::Null)` restores
-/// the default of that option.
+/// Creates a queue or changes its labels and options.
 #[derive(Debug, Clone, Default)]
 pub struct ConfigureReq {
     pub queue: String,
     pub namespace: Option<String>,
     pub task: Option<String>,
-    pub options: Vec<(String, Value)>,
+    pub options: QueueOptions,
     pub replace: bool,
 }
 
@@ -57,7 +57,8 @@ pub struct PushResult {
     pub partition_id: u64,
     pub offset: u64,
     pub status: PushStatus,
-    pub error: Option<String>,
+    /// Why the item was refused (`status` is `Failed`).
+    pub error: Option<QueenError>,
 }
 
 /// Where a pop takes messages from.
@@ -156,7 +157,8 @@ pub struct AckReq {
 pub struct AckResult {
     pub transaction_id: String,
     pub success: bool,
-    pub error: Option<String>,
+    /// Why the acknowledgment was refused (`success` is false).
+    pub error: Option<QueenError>,
     pub lease_released: bool,
     pub dlq: bool,
     pub noop: bool,

@@ -24,7 +24,7 @@ impl Planner<'_> {
             Some(q) if !req.replace && q.configured => q.config.clone(),
             _ => QueueConfig::default(),
         };
-        let config = base.merge(&req.options).map_err(QueenError::bad_request)?;
+        let config = base.merge(&req.options);
         let pick = |given: &Option<String>, old: Option<&String>| -> String {
             match given {
                 Some(s) if !s.is_empty() => s.clone(),
