@@ -189,8 +189,9 @@ mod tests {
             retention_sink_hold_max_seconds: 604_800,
         };
         let v = settings(&s, "", "");
-        // 21 options + the maxQueueSize alias + the two labels.
-        assert_eq!(v.as_object().map(|m| m.len()), Some(24));
+        // The 21 options of the reference (namespace and task among them) + the maxQueueSize
+        // alias.
+        assert_eq!(v.as_object().map(|m| m.len()), Some(22));
         assert_eq!(v["maxQueueSize"], v["maxSize"]);
     }
 }
