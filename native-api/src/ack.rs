@@ -113,7 +113,7 @@ fn results_json(rs: &[AckResult]) -> String {
         num(&mut out, r.success);
         out.push(',');
         key(&mut out, "error");
-        opt_str(&mut out, r.error.as_deref());
+        opt_str(&mut out, r.error.as_ref().map(|e| e.message.as_str()));
         out.push(',');
         key(&mut out, "leaseReleased");
         num(&mut out, r.lease_released);
@@ -132,7 +132,7 @@ fn results_json(rs: &[AckResult]) -> String {
 async fn run(app: AppState, ctx: RequestCtx, req: AckReq) -> Result<Response, ApiError> {
     match call(&app, ctx, Command::Ack(req)).await? {
         Outcome::Acked(rs) => Ok(json_out::response(StatusCode::OK, results_json(&rs))),
-        _ => Err(ApiError::bad("unexpected outcome")),
+        other => Err(crate::render::unexpected(&other)),
     }
 }
 
@@ -201,6 +201,6 @@ pub async fn extend(
             }))
             .into_response())
         }
-        _ => Err(ApiError::bad("unexpected outcome")),
+        other => Err(crate::render::unexpected(&other)),
     }
 }

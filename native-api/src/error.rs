@@ -46,6 +46,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorCode::TransactionRolledBack => StatusCode::OK,
         ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+        ErrorCode::Conflict => StatusCode::CONFLICT,
     }
 }
 

@@ -11,12 +11,12 @@ use queenmq_protocol::{Command, GroupAdminReq, Outcome, RequestCtx};
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::{body, call, parse_iso, AppState};
+use crate::{body, call, parse_iso, render, AppState};
 
 async fn run(app: AppState, ctx: RequestCtx, req: GroupAdminReq) -> Result<Response, ApiError> {
     match call(&app, ctx, Command::GroupAdmin(req)).await? {
-        Outcome::Json(v) => Ok(Json(v).into_response()),
-        _ => Err(ApiError::bad("unexpected outcome")),
+        Outcome::GroupAdmin(g) => Ok(Json(render::group_admin(&g)).into_response()),
+        other => Err(render::unexpected(&other)),
     }
 }
 

@@ -8,15 +8,15 @@ use queenmq_protocol::{Command, MetricsFormat, Outcome, RequestCtx};
 use serde_json::json;
 
 use crate::error::ApiError;
-use crate::{call, AppState};
+use crate::{call, render, AppState};
 
 pub async fn health(
     State(app): State<AppState>,
     Extension(ctx): Extension<RequestCtx>,
 ) -> Response {
     match call(&app, ctx, Command::Health).await {
-        Ok(Outcome::Json(v)) => {
-            let ok = v["status"] == "healthy";
+        Ok(Outcome::Health(h)) => {
+            let (ok, v) = render::health(&h);
             let code = if ok {
                 StatusCode::OK
             } else {
@@ -24,7 +24,7 @@ pub async fn health(
             };
             (code, Json(v)).into_response()
         }
-        Ok(_) => ApiError::bad("unexpected outcome").into_response(),
+        Ok(other) => render::unexpected(&other).into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -32,19 +32,16 @@ pub async fn health(
 /// Ready when this node leads (so writes are accepted) and has applied what it committed.
 pub async fn ready(State(app): State<AppState>, Extension(ctx): Extension<RequestCtx>) -> Response {
     match call(&app, ctx, Command::Health).await {
-        Ok(Outcome::Json(v)) => {
-            let raft = &v["raft"];
-            let applied_close = raft["applied"].as_u64().unwrap_or(0) + 1000
-                >= raft["committed"].as_u64().unwrap_or(0);
-            let ok = v["status"] == "healthy" && applied_close;
+        Ok(Outcome::Health(h)) => {
+            let (ok, v) = render::ready(&h);
             let code = if ok {
                 StatusCode::OK
             } else {
                 StatusCode::SERVICE_UNAVAILABLE
             };
-            (code, Json(json!({"ready": ok, "raft": raft}))).into_response()
+            (code, Json(v)).into_response()
         }
-        Ok(_) => ApiError::bad("unexpected outcome").into_response(),
+        Ok(other) => render::unexpected(&other).into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -54,8 +51,8 @@ pub async fn metrics_json(
     Extension(ctx): Extension<RequestCtx>,
 ) -> Response {
     match call(&app, ctx, Command::Metrics(MetricsFormat::Json)).await {
-        Ok(Outcome::Json(v)) => Json(v).into_response(),
-        Ok(_) => ApiError::bad("unexpected outcome").into_response(),
+        Ok(Outcome::Metrics(m)) => Json(render::metrics(&m)).into_response(),
+        Ok(other) => render::unexpected(&other).into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -73,7 +70,7 @@ pub async fn metrics_text(
             t,
         )
             .into_response(),
-        Ok(_) => ApiError::bad("unexpected outcome").into_response(),
+        Ok(other) => render::unexpected(&other).into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -85,8 +82,10 @@ pub async fn stats_refresh(
     Extension(ctx): Extension<RequestCtx>,
 ) -> Response {
     match call(&app, ctx, Command::StatsRefresh).await {
-        Ok(Outcome::Json(v)) => Json(v).into_response(),
-        Ok(_) => ApiError::bad("unexpected outcome").into_response(),
+        Ok(Outcome::StatsLive) => {
+            Json(json!({"success": true, "message": render::STATS_LIVE})).into_response()
+        }
+        Ok(other) => render::unexpected(&other).into_response(),
         Err(e) => e.into_response(),
     }
 }

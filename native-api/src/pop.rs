@@ -97,7 +97,7 @@ async fn answer(app: AppState, ctx: RequestCtx, req: PopReq) -> Result<Response,
     match call(&app, ctx, Command::Pop(req)).await? {
         Outcome::Popped(r) if r.messages.is_empty() => Ok(StatusCode::NO_CONTENT.into_response()),
         Outcome::Popped(r) => Ok(crate::json_out::response(StatusCode::OK, render(&r))),
-        _ => Err(ApiError::bad("unexpected outcome")),
+        other => Err(crate::render::unexpected(&other)),
     }
 }
 

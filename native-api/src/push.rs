@@ -105,7 +105,7 @@ fn write_result(out: &mut String, i: usize, r: &PushResult) {
     if let Some(e) = &r.error {
         out.push(',');
         key(out, "error");
-        str_lit(out, e);
+        str_lit(out, &e.message);
     }
     out.push('}');
 }
@@ -159,6 +159,6 @@ pub async fn push(
             StatusCode::CREATED,
             results_json(&results),
         )),
-        _ => Err(ApiError::bad("unexpected outcome")),
+        other => Err(crate::render::unexpected(&other)),
     }
 }

@@ -9,7 +9,7 @@ use queenmq_protocol::{limits, Command, ConfigureReq, Outcome, RequestCtx};
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::{body, call, AppState};
+use crate::{body, call, render, AppState};
 
 pub async fn configure(
     State(app): State<AppState>,
@@ -61,10 +61,7 @@ pub async fn configure(
             .collect(),
         Some(_) => return Err(ApiError::bad("options must be an object")),
     };
-    // Ranges are checked here, before the engine sees a value it would compute times from.
-    for (k, v) in &options {
-        limits::check_queue_option(k, v)?;
-    }
+    let options = crate::queue_options::parse(&options)?;
     let req = ConfigureReq {
         queue,
         namespace,
@@ -73,8 +70,8 @@ pub async fn configure(
         replace,
     };
     match call(&app, ctx, Command::Configure(req)).await? {
-        Outcome::Configured(v) => Ok(Json(v).into_response()),
-        _ => Err(ApiError::bad("unexpected outcome")),
+        Outcome::Configured(c) => Ok(Json(render::configured(&c)).into_response()),
+        other => Err(render::unexpected(&other)),
     }
 }
 
@@ -84,7 +81,7 @@ pub async fn delete(
     Path(queue): Path<String>,
 ) -> Result<Response, ApiError> {
     match call(&app, ctx, Command::DeleteQueue { queue }).await? {
-        Outcome::Deleted(v) => Ok(Json(v).into_response()),
-        _ => Err(ApiError::bad("unexpected outcome")),
+        Outcome::Deleted(d) => Ok(Json(render::deleted(&d)).into_response()),
+        other => Err(render::unexpected(&other)),
     }
 }

@@ -14,14 +14,14 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::reserve::{self, Reserved};
-use crate::{body, call, parse_iso, AppState};
+use crate::{body, call, parse_iso, render, AppState};
 
 type Params = HashMap<String, String>;
 
 async fn read(app: AppState, ctx: RequestCtx, req: ReadReq) -> Result<Response, ApiError> {
     match call(&app, ctx, Command::Read(req)).await? {
-        Outcome::Json(v) => Ok(Json(v).into_response()),
-        _ => Err(ApiError::bad("unexpected outcome")),
+        Outcome::Read(a) => Ok(Json(render::read(&a)).into_response()),
+        other => Err(render::unexpected(&other)),
     }
 }
 
@@ -326,7 +326,7 @@ pub async fn trace(
         data: Bytes::from(data),
     };
     match call(&app, ctx, Command::Trace(req)).await? {
-        Outcome::Json(v) => Ok((StatusCode::CREATED, Json(v)).into_response()),
-        _ => Err(ApiError::bad("unexpected outcome")),
+        Outcome::Traced(t) => Ok((StatusCode::CREATED, Json(render::traced(&t))).into_response()),
+        other => Err(render::unexpected(&other)),
     }
 }

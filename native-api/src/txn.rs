@@ -134,12 +134,12 @@ pub async fn transaction(
                             "status": p.status.as_str(),
                             "transactionId": p.transaction_id, "messageId": p.message_id,
                             "partitionId": p.partition_id.to_string(), "queueName": p.queue,
-                            "error": p.error})
+                            "error": p.error.as_ref().map(|e| &e.message)})
                     }
                     TxnOpResult::Ack(a) => {
                         all_ok &= a.success;
                         json!({"index": i, "type": "ack", "success": a.success,
-                            "transactionId": a.transaction_id, "error": a.error, "dlq": a.dlq})
+                            "transactionId": a.transaction_id, "error": a.error.as_ref().map(|e| &e.message), "dlq": a.dlq})
                     }
                 })
                 .collect();
@@ -148,6 +148,6 @@ pub async fn transaction(
             )
             .into_response())
         }
-        _ => Err(ApiError::bad("unexpected outcome")),
+        other => Err(crate::render::unexpected(&other)),
     }
 }

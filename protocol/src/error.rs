@@ -31,6 +31,10 @@ pub enum ErrorCode {
     BadName = 11,
     /// The client did not send its request (body) within the door's time limit.
     RequestTimeout = 12,
+    /// The request names something real but the state forbids it now: an expired or foreign
+    /// lease, a message already committed or not delivered, a partition rewound earlier in
+    /// the same call.
+    Conflict = 13,
 }
 
 impl ErrorCode {
@@ -49,6 +53,7 @@ impl ErrorCode {
             ErrorCode::TransactionRolledBack => "transaction_rolled_back",
             ErrorCode::BadName => "bad_name",
             ErrorCode::RequestTimeout => "request_timeout",
+            ErrorCode::Conflict => "conflict",
         }
     }
 }

@@ -8,14 +8,18 @@ pub mod bus;
 pub mod command;
 pub mod error;
 pub mod limits;
+pub mod queue_options;
 pub mod tenant;
 pub mod types;
+pub mod views;
 
 pub use bus::{Access, Bus, BusFuture, RequestCtx};
 pub use command::{rows, Command, CommandClass, CommandMeta, Role, COMMAND_TABLE};
 pub use error::{ErrorCode, QueenError};
+pub use queue_options::{QueueOptions, Setting};
 pub use tenant::{check_tenant_name, DEFAULT_TENANT};
 pub use types::*;
+pub use views::*;
 
 /// The implicit consumer group of pops that name none.
 pub const QUEUE_MODE_GROUP: &str = "__QUEUE_MODE__";

@@ -1,17 +1,19 @@
 //! Domain types carried by commands and outcomes.
 
 use bytes::Bytes;
-use serde_json::Value;
 use std::sync::Arc;
 
-/// Queue options given to configure: only the keys the caller sent. `Some(Value::Null)` restores
-/// the default of that option.
+use crate::error::QueenError;
+use crate::queue_options::QueueOptions;
+use crate::views::*;
+
+/// Creates a queue or changes its labels and options.
 #[derive(Debug, Clone, Default)]
 pub struct ConfigureReq {
     pub queue: String,
     pub namespace: Option<String>,
     pub task: Option<String>,
-    pub options: Vec<(String, Value)>,
+    pub options: QueueOptions,
     pub replace: bool,
 }
 
@@ -55,7 +57,8 @@ pub struct PushResult {
     pub partition_id: u64,
     pub offset: u64,
     pub status: PushStatus,
-    pub error: Option<String>,
+    /// Why the item was refused (`status` is `Failed`).
+    pub error: Option<QueenError>,
 }
 
 /// Where a pop takes messages from.
@@ -154,7 +157,8 @@ pub struct AckReq {
 pub struct AckResult {
     pub transaction_id: String,
     pub success: bool,
-    pub error: Option<String>,
+    /// Why the acknowledgment was refused (`success` is false).
+    pub error: Option<QueenError>,
     pub lease_released: bool,
     pub dlq: bool,
     pub noop: bool,
@@ -229,7 +233,7 @@ pub struct Page {
     pub offset: usize,
 }
 
-/// Read-only questions, answered from applied state as JSON documents.
+/// Read-only questions, answered from applied state (one [`ReadAnswer`] variant each).
 #[derive(Debug, Clone)]
 pub enum ReadReq {
     Queues,
@@ -306,17 +310,24 @@ pub enum MetricsFormat {
     Prometheus,
 }
 
+/// What the engine (or the bus, for node-local commands) answers: one variant per command, so
+/// a door matches exhaustively and renders each its own way.
 #[derive(Debug, Clone)]
 pub enum Outcome {
-    Configured(Value),
-    Deleted(Value),
+    Configured(Configured),
+    Deleted(QueueDeleted),
     Pushed(Vec<PushResult>),
     Popped(PopResult),
     Acked(Vec<AckResult>),
     LeaseExtended(LeaseExtendResult),
     Transaction(TxnResult),
-    /// A JSON document for reads and small admin answers.
-    Json(Value),
+    Traced(TraceOutcome),
+    GroupAdmin(GroupAdminOutcome),
+    Read(ReadAnswer),
+    Health(HealthView),
+    Metrics(MetricsView),
+    /// Statistics are live: nothing was refreshed.
+    StatsLive,
     /// Text (Prometheus exposition format).
     Text(String),
 }

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use queenmq_protocol::{
-    Bus, BusFuture, Command, CommandClass, MetricsFormat, Outcome, QueenError, RequestCtx,
+    Bus, BusFuture, Command, CommandClass, GroupCounts, HealthView, MetricsFormat, MetricsView,
+    Outcome, QueenError, RaftView, RequestCtx,
 };
-use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::Job;
@@ -47,46 +47,42 @@ impl EngineBus {
     /// restarted the pod would take every other tenant down with it, and the rebuild happens
     /// in the process anyway. The probe is public, so it names no tenant.
     fn health(&self) -> Outcome {
+        let uptime_seconds = self.started.elapsed().as_secs();
+        let version = env!("CARGO_PKG_VERSION");
         let running = self.groups.running();
-        let down = running.iter().filter(|g| g.live.get().is_err()).count();
-        let groups = json!({"running": running.len(), "rebuilding": down});
+        let groups = GroupCounts {
+            running: running.len(),
+            rebuilding: running.iter().filter(|g| g.live.get().is_err()).count(),
+        };
         let Some(default) = self.groups.get(queenmq_protocol::DEFAULT_TENANT) else {
-            return Outcome::Json(json!({
-                "status": "unhealthy",
-                "storageReady": false,
-                "error": "the default group is not running",
-                "uptimeSeconds": self.started.elapsed().as_secs(),
-                "version": env!("CARGO_PKG_VERSION"),
-                "groups": groups,
-            }));
+            return Outcome::Health(HealthView::NoStorage {
+                error: "the default group is not running".into(),
+                uptime_seconds,
+                version,
+                groups,
+            });
         };
         let live = match default.live.get() {
             Ok(live) => live,
-            Err(why) => {
-                return Outcome::Json(json!({
-                    "status": "unhealthy",
-                    "storageReady": false,
-                    "error": why,
-                    "uptimeSeconds": self.started.elapsed().as_secs(),
-                    "version": env!("CARGO_PKG_VERSION"),
-                    "groups": groups,
-                }))
+            Err(error) => {
+                return Outcome::Health(HealthView::NoStorage {
+                    error,
+                    uptime_seconds,
+                    version,
+                    groups,
+                })
             }
         };
         let s = live.log.status();
-        let open = !default.tx.is_closed();
-        let healthy = s.role == "leader" && open;
-        Outcome::Json(json!({
-            "status": if healthy { "healthy" } else { "unhealthy" },
-            "storageReady": open,
-            "uptimeSeconds": self.started.elapsed().as_secs(),
-            "version": env!("CARGO_PKG_VERSION"),
-            "raft": {
-                "role": s.role, "term": s.term, "leader": s.leader,
-                "lastLogIndex": s.last_log_index, "committed": s.committed, "applied": s.applied,
-            },
-            "groups": groups,
-        }))
+        let storage_ready = !default.tx.is_closed();
+        Outcome::Health(HealthView::Running {
+            healthy: s.role == "leader" && storage_ready,
+            storage_ready,
+            uptime_seconds,
+            version,
+            raft: raft_view(&s),
+            groups,
+        })
     }
 
     /// Served from the engine's copy of the state (engine/metrics_sample.rs), off the
@@ -112,16 +108,23 @@ impl EngineBus {
                         format!("reading the metrics failed: {e}"),
                     )
                 })?;
-            let mut out = sample.map_or_else(|| json!({}), |s| s.json.clone());
-            if let Some(o) = out.as_object_mut() {
-                o.insert("uptime".into(), json!(uptime));
-                o.insert(
-                    "raft".into(),
-                    json!({"role": s.role, "term": s.term, "committed": s.committed, "applied": s.applied}),
-                );
-            }
-            Ok(Outcome::Json(out))
+            Ok(Outcome::Metrics(MetricsView {
+                counters: sample.map(|s| s.counters.clone()),
+                uptime_seconds: uptime,
+                raft: raft_view(&s),
+            }))
         })
+    }
+}
+
+fn raft_view(s: &super::log::LogStatus) -> RaftView {
+    RaftView {
+        role: s.role,
+        term: s.term,
+        leader: s.leader,
+        last_log_index: s.last_log_index,
+        committed: s.committed,
+        applied: s.applied,
     }
 }
 
@@ -135,10 +138,7 @@ impl Bus for EngineBus {
         if cmd.meta().class == CommandClass::NodeLocal {
             let out = match cmd {
                 Command::Health => Ok(self.health()),
-                Command::StatsRefresh => Ok(Outcome::Json(serde_json::json!({
-                    "success": true,
-                    "message": "statistics are live; nothing to refresh",
-                }))),
+                Command::StatsRefresh => Ok(Outcome::StatsLive),
                 Command::Metrics(MetricsFormat::Json) => return self.metrics_json(ctx.tenant),
                 Command::Metrics(MetricsFormat::Prometheus) => {
                     let render = self.prometheus.clone();

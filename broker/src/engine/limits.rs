@@ -148,11 +148,12 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
             64 + t.transaction_id.len() + t.group.len() + names + t.event_type.len() + t.data.len()
         }
         Command::Configure(c) => {
-            let opts: usize = c
-                .options
-                .iter()
-                .map(|(k, v)| k.len() + v.to_string().len())
-                .sum();
+            // A given option costs about its name and a number.
+            let opts = c.options.given() * 48
+                + c.options
+                    .retention_sink_hold
+                    .as_ref()
+                    .map_or(0, |s| s.resolve(&String::new()).len());
             PER_QUEUE
                 + c.queue.len()
                 + c.namespace.as_deref().map_or(0, str::len)

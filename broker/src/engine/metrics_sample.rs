@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use queenmq_protocol::{QueueCounters, StateCounters};
 
 use crate::scrape::QueuesSample;
 use crate::state::State;
@@ -23,8 +23,8 @@ pub const WAIT: Duration = Duration::from_secs(2);
 pub struct MetricsSample {
     pub taken: Instant,
     pub gauges: QueuesSample,
-    /// The `/metrics` JSON fields read from the state.
-    pub json: Value,
+    /// The counters `/metrics` shows, read from the state.
+    pub counters: StateCounters,
 }
 
 impl MetricsSample {
@@ -35,21 +35,25 @@ impl MetricsSample {
             pushed += q.counters.pushed;
             acked += q.counters.acked;
             dlq += q.counters.dead_lettered;
-            queues.push(json!({
-                "name": q.name, "partitions": q.partition_order.len(),
-                "pushed": q.counters.pushed, "acked": q.counters.acked,
-                "deadLettered": q.counters.dead_lettered,
-            }));
+            queues.push(QueueCounters {
+                name: q.name.clone(),
+                partitions: q.partition_order.len(),
+                pushed: q.counters.pushed,
+                acked: q.counters.acked,
+                dead_lettered: q.counters.dead_lettered,
+            });
         }
         MetricsSample {
             taken: Instant::now(),
             gauges: crate::scrape::sample_queues(st),
-            json: json!({
-                "messages": {"pushed": pushed, "acked": acked, "deadLettered": dlq},
-                "queues": queues,
-                "partitions": st.partitions.len(),
-                "consumerGroups": st.groups.len(),
-            }),
+            counters: StateCounters {
+                pushed,
+                acked,
+                dead_lettered: dlq,
+                queues,
+                partitions: st.partitions.len(),
+                consumer_groups: st.groups.len(),
+            },
         }
     }
 }

@@ -520,11 +520,11 @@ fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
         Command::Transaction(t) => p
             .plan_transaction(t, job.ctx.principal.as_deref())
             .map(Outcome::Transaction),
-        Command::Trace(t) => p.plan_trace(t).map(Outcome::Json),
-        Command::GroupAdmin(g) => p.plan_group_admin(g).map(Outcome::Json),
+        Command::Trace(t) => p.plan_trace(t).map(Outcome::Traced),
+        Command::GroupAdmin(g) => p.plan_group_admin(g).map(Outcome::GroupAdmin),
         Command::Read(r) => {
             let mut reader = p.reader_parts();
-            crate::reads::answer(reader.0, &mut reader.1, r).map(Outcome::Json)
+            crate::reads::answer(reader.0, &mut reader.1, r).map(Outcome::Read)
         }
         Command::Health | Command::Metrics(_) | Command::StatsRefresh => Err(QueenError::new(
             queenmq_protocol::ErrorCode::Internal,

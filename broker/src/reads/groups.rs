@@ -1,12 +1,10 @@
-//! Consumer-group documents.
+//! Consumer-group answers.
 
-use queenmq_protocol::QueenError;
-use serde_json::{json, Value};
+use queenmq_protocol::{GroupQueueLag, GroupView, LaggingRow, QueenError};
 
 use super::committed_of;
 use crate::state::model::Group;
 use crate::state::State;
-use crate::time::iso_ms;
 
 /// How far a group is behind on its queue: the messages it has not committed, and when the
 /// oldest of them was written.
@@ -37,63 +35,64 @@ pub fn group_lag(st: &State, g: &Group) -> Option<GroupLag> {
     Some(lag)
 }
 
-fn group_queue_json(st: &State, g: &Group) -> Value {
-    let (Some(q), Some(lag)) = (st.queues.get(&g.queue), group_lag(st, g)) else {
-        return Value::Null;
-    };
+fn group_queue_lag(st: &State, g: &Group) -> Option<GroupQueueLag> {
+    let (q, lag) = (st.queues.get(&g.queue)?, group_lag(st, g)?);
     let lag_seconds = lag
         .oldest_pending_us
         .map_or(0, |t| (st.last_now_us - t).max(0) / 1_000_000);
-    json!({
-        "queue": q.name, "pending": lag.messages, "lagSeconds": lag_seconds,
-        "partitions": g.cursors.len(),
-        "subscribedAt": iso_ms(g.created_us),
+    Some(GroupQueueLag {
+        queue: q.name.clone(),
+        pending: lag.messages,
+        lag_seconds,
+        partitions: g.cursors.len(),
+        subscribed_us: g.created_us,
     })
 }
 
-pub fn list(st: &State) -> Value {
-    let mut by_name: std::collections::BTreeMap<&str, Vec<Value>> = Default::default();
+pub fn list(st: &State) -> Vec<GroupView> {
+    let mut by_name: std::collections::BTreeMap<&str, Vec<Option<GroupQueueLag>>> =
+        Default::default();
     for g in st.groups.values() {
         by_name
             .entry(g.name.as_str())
             .or_default()
-            .push(group_queue_json(st, g));
+            .push(group_queue_lag(st, g));
     }
-    let rows: Vec<Value> = by_name
+    by_name
         .into_iter()
-        .map(|(name, queues)| json!({"name": name, "queues": queues}))
-        .collect();
-    json!({ "consumerGroups": rows })
+        .map(|(name, queues)| GroupView {
+            name: name.to_string(),
+            queues,
+        })
+        .collect()
 }
 
-pub fn one(st: &State, name: &str) -> Result<Value, QueenError> {
-    let queues: Vec<Value> = st
+pub fn one(st: &State, name: &str) -> Result<GroupView, QueenError> {
+    let queues: Vec<Option<GroupQueueLag>> = st
         .groups
         .values()
         .filter(|g| g.name == name)
-        .map(|g| group_queue_json(st, g))
+        .map(|g| group_queue_lag(st, g))
         .collect();
     if queues.is_empty() {
         return Err(QueenError::not_found(format!(
             "Consumer group {name} not found"
         )));
     }
-    Ok(json!({"name": name, "queues": queues}))
+    Ok(GroupView {
+        name: name.to_string(),
+        queues,
+    })
 }
 
-pub fn lagging(st: &State, min_lag_seconds: i64) -> Value {
-    let rows: Vec<Value> = st
-        .groups
+pub fn lagging(st: &State, min_lag_seconds: i64) -> Vec<LaggingRow> {
+    st.groups
         .values()
-        .map(|g| (g, group_queue_json(st, g)))
-        .filter(|(_, v)| {
-            v["lagSeconds"].as_i64().unwrap_or(0) >= min_lag_seconds
-                && v["pending"].as_u64().unwrap_or(0) > 0
+        .filter_map(|g| group_queue_lag(st, g).map(|lag| (g, lag)))
+        .filter(|(_, lag)| lag.lag_seconds >= min_lag_seconds && lag.pending > 0)
+        .map(|(g, lag)| LaggingRow {
+            group: g.name.clone(),
+            lag,
         })
-        .map(|(g, mut v)| {
-            v["consumerGroup"] = json!(g.name);
-            v
-        })
-        .collect();
-    json!({ "lagging": rows })
+        .collect()
 }

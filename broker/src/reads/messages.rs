@@ -1,23 +1,20 @@
-//! Message, DLQ and trace documents.
+//! Message, DLQ and trace answers.
 
-use queenmq_protocol::{DlqQuery, QueenError};
-use serde_json::{json, Value};
+use queenmq_protocol::{
+    DlqPage, DlqQuery, DlqRow, MessageDoc, MessageGroupState, MessagePage, MessageRow, PageInfo,
+    QueenError, TraceNameCount, TraceNames, TraceView, TracesPage,
+};
 
 use super::committed_of;
 use crate::engine::ReaderHandle;
 use crate::state::State;
-use crate::time::iso_ms;
-
-fn payload_json(bytes: &[u8]) -> Value {
-    serde_json::from_slice(bytes).unwrap_or(Value::Null)
-}
 
 pub fn one(
     st: &State,
     rd: &mut ReaderHandle<'_>,
     partition_id: &str,
     txn: &str,
-) -> Result<Value, QueenError> {
+) -> Result<MessageDoc, QueenError> {
     let not_found = || QueenError::not_found("Message not found");
     let pid: u64 = partition_id.trim().parse().map_err(|_| not_found())?;
     let p = st.partitions.get(&pid).ok_or_else(not_found)?;
@@ -45,19 +42,25 @@ pub fn one(
             .get(&pid)
             .and_then(|c| c.live_lease(now))
             .filter(|l| m.offset >= committed && m.offset < l.end);
-        groups.push(json!({
-            "name": name,
-            "consumed": m.offset < committed,
-            "leaseExpiresAt": lease.map(|l| iso_ms(l.expires_us)),
-        }));
+        groups.push(MessageGroupState {
+            name: name.clone(),
+            consumed: m.offset < committed,
+            lease_expires_us: lease.map(|l| l.expires_us),
+        });
     }
-    Ok(json!({
-        "id": m.id_text(), "transactionId": m.txn, "partitionId": pid.to_string(),
-        "queue": q.name, "partition": p.name, "offset": m.offset,
-        "data": payload_json(&m.payload), "producerSub": m.producer,
-        "traceId": m.trace.map(|t| uuid::Uuid::from_bytes(t).to_string()),
-        "createdAt": iso_ms(m.created_us), "consumerGroups": groups,
-    }))
+    Ok(MessageDoc {
+        id: m.id_text(),
+        trace_id: m.trace.map(|t| uuid::Uuid::from_bytes(t).to_string()),
+        transaction_id: m.txn,
+        partition_id: pid,
+        queue: q.name.clone(),
+        partition: p.name.clone(),
+        offset: m.offset,
+        data: m.payload,
+        producer_sub: m.producer,
+        created_us: m.created_us,
+        consumer_groups: groups,
+    })
 }
 
 pub fn list(
@@ -66,7 +69,7 @@ pub fn list(
     queue: Option<&str>,
     limit: usize,
     offset: usize,
-) -> Result<Value, QueenError> {
+) -> Result<MessagePage, QueenError> {
     let mut out = Vec::new();
     // Rows rank newest-first per partition; a page skips `offset` of them and reads only the
     // rows it answers, so a deep page never reads the whole queue.
@@ -99,19 +102,27 @@ pub fn list(
                 if out.len() >= limit {
                     break 'outer;
                 }
-                out.push(json!({
-                    "id": m.id_text(), "transactionId": m.txn, "queue": q.name,
-                    "partition": p.name, "partitionId": p.id.to_string(), "offset": m.offset,
-                    "data": payload_json(&m.payload), "createdAt": iso_ms(m.created_us),
-                }));
+                out.push(MessageRow {
+                    id: m.id_text(),
+                    transaction_id: m.txn,
+                    queue: q.name.clone(),
+                    partition: p.name.clone(),
+                    partition_id: p.id,
+                    offset: m.offset,
+                    data: m.payload,
+                    created_us: m.created_us,
+                });
             }
         }
     }
-    let total = out.len();
-    Ok(json!({ "messages": out, "total": total, "limit": limit, "offset": offset }))
+    Ok(MessagePage {
+        messages: out,
+        limit,
+        offset,
+    })
 }
 
-pub fn dlq(st: &State, rd: &mut ReaderHandle<'_>, query: &DlqQuery) -> Result<Value, QueenError> {
+pub fn dlq(st: &State, rd: &mut ReaderHandle<'_>, query: &DlqQuery) -> Result<DlqPage, QueenError> {
     let mut rows = Vec::new();
     let mut qs: Vec<_> = st
         .queues
@@ -145,20 +156,32 @@ pub fn dlq(st: &State, rd: &mut ReaderHandle<'_>, query: &DlqQuery) -> Result<Va
             .read_one(p, d.offset)
             .map_err(|e| QueenError::new(queenmq_protocol::ErrorCode::Internal, e))?;
         let Some(m) = m else { continue };
-        messages.push(json!({
-            "id": m.id_text(), "transactionId": m.txn, "partitionId": p.id.to_string(),
-            "queue": q.name, "partition": p.name, "consumerGroup": d.group,
-            "errorMessage": d.error, "retryCount": d.retries, "data": payload_json(&m.payload),
-            "producerSub": m.producer, "createdAt": iso_ms(m.created_us),
-            "failedAt": iso_ms(d.failed_us),
-        }));
+        messages.push(DlqRow {
+            id: m.id_text(),
+            transaction_id: m.txn,
+            partition_id: p.id,
+            queue: q.name.clone(),
+            partition: p.name.clone(),
+            consumer_group: d.group.clone(),
+            error: d.error.clone(),
+            retry_count: d.retries,
+            data: m.payload,
+            producer_sub: m.producer,
+            created_us: m.created_us,
+            failed_us: d.failed_us,
+        });
     }
-    Ok(
-        json!({ "messages": messages, "total": total, "limit": query.limit, "offset": query.offset }),
-    )
+    Ok(DlqPage {
+        messages,
+        page: PageInfo {
+            limit: query.limit,
+            offset: query.offset,
+            total,
+        },
+    })
 }
 
-pub fn trace_names(st: &State, limit: usize, offset: usize) -> Value {
+pub fn trace_names(st: &State, limit: usize, offset: usize) -> TraceNames {
     let mut names: std::collections::BTreeMap<&str, u64> = Default::default();
     for t in &st.traces {
         for n in &t.names {
@@ -166,48 +189,64 @@ pub fn trace_names(st: &State, limit: usize, offset: usize) -> Value {
         }
     }
     let total = names.len();
-    let rows: Vec<Value> = names
+    let names = names
         .into_iter()
         .skip(offset)
         .take(limit)
-        .map(|(n, c)| json!({"traceName": n, "count": c}))
+        .map(|(n, count)| TraceNameCount {
+            name: n.to_string(),
+            count,
+        })
         .collect();
-    json!({ "names": rows, "total": total, "limit": limit, "offset": offset })
+    TraceNames {
+        names,
+        page: PageInfo {
+            limit,
+            offset,
+            total,
+        },
+    }
 }
 
-fn trace_json(st: &State, t: &crate::state::model::TraceRow) -> Value {
-    let data: Value = serde_json::from_str(&t.data).unwrap_or(Value::Null);
+fn trace_view(st: &State, t: &crate::state::model::TraceRow) -> TraceView {
     let queue = st
         .partitions
         .get(&t.partition)
         .and_then(|p| st.queues.get(&p.queue))
         .map(|q| q.name.clone());
-    json!({
-        "transactionId": t.transaction_id, "partitionId": t.partition.to_string(),
-        "queue": queue, "consumerGroup": t.group, "traceNames": t.names,
-        "eventType": t.event_type, "data": data, "createdAt": iso_ms(t.at_us),
-    })
+    TraceView {
+        transaction_id: t.transaction_id.clone(),
+        partition_id: t.partition,
+        queue,
+        consumer_group: t.group.clone(),
+        names: t.names.clone(),
+        event_type: t.event_type.clone(),
+        data: t.data.clone(),
+        at_us: t.at_us,
+    }
 }
 
-pub fn traces_by_name(st: &State, name: &str, limit: usize, offset: usize) -> Value {
-    let rows: Vec<Value> = st
+pub fn traces_by_name(st: &State, name: &str, limit: usize, offset: usize) -> TracesPage {
+    let traces = st
         .traces
         .iter()
         .filter(|t| t.names.iter().any(|n| n == name))
         .skip(offset)
         .take(limit)
-        .map(|t| trace_json(st, t))
+        .map(|t| trace_view(st, t))
         .collect();
-    json!({ "traces": rows, "limit": limit, "offset": offset })
+    TracesPage {
+        traces,
+        limit,
+        offset,
+    }
 }
 
-pub fn traces_for(st: &State, partition_id: &str, txn: &str) -> Value {
+pub fn traces_for(st: &State, partition_id: &str, txn: &str) -> Vec<TraceView> {
     let pid: u64 = partition_id.trim().parse().unwrap_or(0);
-    let rows: Vec<Value> = st
-        .traces
+    st.traces
         .iter()
         .filter(|t| t.partition == pid && t.transaction_id == txn)
-        .map(|t| trace_json(st, t))
-        .collect();
-    json!({ "traces": rows })
+        .map(|t| trace_view(st, t))
+        .collect()
 }

@@ -1,13 +1,15 @@
-//! Queue, partition and status documents.
+//! Queue, partition and status answers.
 
-use queenmq_protocol::{Page, QueenError, QUEUE_MODE_GROUP};
-use serde_json::{json, Value};
+use queenmq_protocol::{
+    LabelRow, MessageTotals, Overview, Page, PageInfo, PartitionDepth, PartitionRow, PartitionRows,
+    PartitionSummary, QueenError, QueueDepth, QueueDoc, QueueStatus, QueueView, StatusView,
+    QUEUE_MODE_GROUP,
+};
 
 use super::committed_of;
 use crate::engine::plan_queue_uuid;
 use crate::state::model::Queue;
 use crate::state::State;
-use crate::time::iso_ms;
 
 struct Counts {
     total: u64,
@@ -61,31 +63,36 @@ pub fn queue_depth(st: &State, q: &Queue) -> u64 {
     counts(st, q, None).pending
 }
 
-fn messages_json(st: &State, q: &Queue) -> Value {
+fn totals(st: &State, q: &Queue) -> MessageTotals {
     let c = counts(st, q, None);
-    json!({
-        "total": c.total, "pending": c.pending.saturating_sub(c.processing),
-        "processing": c.processing, "completed": c.total.saturating_sub(c.pending),
-        "failed": q.counters.failed, "deadLetter": q.dlq.len(),
-    })
+    MessageTotals {
+        total: c.total,
+        pending: c.pending.saturating_sub(c.processing),
+        processing: c.processing,
+        completed: c.total.saturating_sub(c.pending),
+        failed: q.counters.failed,
+        dead_letter: q.dlq.len() as u64,
+    }
 }
 
-fn queue_json(st: &State, q: &Queue) -> Value {
+fn queue_view(st: &State, q: &Queue) -> QueueView {
     let bytes: u64 = q
         .partition_order
         .iter()
         .filter_map(|p| st.partitions.get(p))
         .map(|p| p.bytes)
         .sum();
-    json!({
-        "id": plan_queue_uuid(q.id), "name": q.name, "queue": q.name,
-        "namespace": q.namespace, "task": q.task, "storage": "segments",
-        "partitions": q.partition_order.len(),
-        "messages": messages_json(st, q),
-        "retainedBytes": bytes,
-        "options": q.config.to_json(&q.namespace, &q.task),
-        "createdAt": iso_ms(q.created_us),
-    })
+    QueueView {
+        id: plan_queue_uuid(q.id),
+        name: q.name.clone(),
+        namespace: q.namespace.clone(),
+        task: q.task.clone(),
+        partitions: q.partition_order.len(),
+        messages: totals(st, q),
+        retained_bytes: bytes,
+        options: q.config.settings(),
+        created_us: q.created_us,
+    }
 }
 
 fn sorted_queues(st: &State) -> Vec<&Queue> {
@@ -94,48 +101,55 @@ fn sorted_queues(st: &State) -> Vec<&Queue> {
     v
 }
 
-pub fn list(st: &State) -> Value {
-    let queues: Vec<Value> = sorted_queues(st)
+pub fn list(st: &State) -> Vec<QueueView> {
+    sorted_queues(st)
         .into_iter()
-        .map(|q| queue_json(st, q))
-        .collect();
-    json!({"queues": queues, "kvRows": 0, "kvBytes": 0, "timerRows": 0, "timerBytes": 0})
+        .map(|q| queue_view(st, q))
+        .collect()
 }
 
-/// The page's rows as `{limit, offset, total}`, so a client can ask for the next one.
-fn page_json(page: Page, total: usize) -> Value {
-    json!({"limit": page.limit, "offset": page.offset, "total": total})
-}
-
-pub fn one(st: &State, name: &str, page: Page) -> Result<Value, QueenError> {
+pub fn one(st: &State, name: &str, page: Page) -> Result<QueueDoc, QueenError> {
     let q = st
         .queue_named(name)
         .ok_or_else(|| QueenError::not_found("Queue not found"))?;
-    let mut doc = queue_json(st, q);
-    let parts: Vec<Value> = q
+    let partitions = q
         .partition_order
         .iter()
         .skip(page.offset)
         .take(page.limit)
         .filter_map(|pid| st.partitions.get(pid))
-        .map(|p| {
-            json!({
-                "id": p.id.to_string(), "name": p.name, "createdAt": iso_ms(p.created_us),
-                "messages": {"total": p.next_offset},
-                "lastActivity": iso_ms(p.last_write_us),
-                "oldestMessage": p.runs.first().map(|r| iso_ms(r.created_us)),
-                "newestMessage": p.runs.last().map(|r| iso_ms(r.created_us)),
-                "retainedBytes": p.bytes,
-            })
+        .map(|p| PartitionSummary {
+            id: p.id,
+            name: p.name.clone(),
+            created_us: p.created_us,
+            messages: p.next_offset,
+            last_write_us: p.last_write_us,
+            oldest_us: p.runs.first().map(|r| r.created_us),
+            newest_us: p.runs.last().map(|r| r.created_us),
+            retained_bytes: p.bytes,
         })
         .collect();
-    doc["partitions"] = Value::Array(parts);
-    doc["partitionsPage"] = page_json(page, q.partition_order.len());
-    doc["totals"] = messages_json(st, q);
-    Ok(doc)
+    Ok(QueueDoc {
+        queue: queue_view(st, q),
+        partitions,
+        page: page_info(page, q.partition_order.len()),
+    })
 }
 
-pub fn depth(st: &State, name: &str, group: Option<&str>, page: Page) -> Result<Value, QueenError> {
+fn page_info(page: Page, total: usize) -> PageInfo {
+    PageInfo {
+        limit: page.limit,
+        offset: page.offset,
+        total,
+    }
+}
+
+pub fn depth(
+    st: &State,
+    name: &str,
+    group: Option<&str>,
+    page: Page,
+) -> Result<QueueDepth, QueenError> {
     let q = st
         .queue_named(name)
         .ok_or_else(|| QueenError::not_found("Queue not found"))?;
@@ -161,21 +175,28 @@ pub fn depth(st: &State, name: &str, group: Option<&str>, page: Page) -> Result<
         pr += u64::from(ready > 0);
         // Totals cover every partition; only the listed rows are paged.
         if i >= page.offset && parts.len() < page.limit {
-            parts.push(
-                json!({"partition": p.name, "pending": pend, "processing": proc_, "ready": ready}),
-            );
+            parts.push(PartitionDepth {
+                partition: p.name.clone(),
+                pending: pend,
+                processing: proc_,
+                ready,
+            });
         }
     }
-    let ready = pending.saturating_sub(processing);
-    Ok(json!({
-        "queue": name, "group": gname, "pending": pending, "processing": processing,
-        "ready": ready, "partitionsPending": pp, "partitionsReady": pr, "conflation": false,
-        "effectivePending": pending, "effectiveReady": ready, "partitions": parts,
-        "partitionsPage": page_json(page, q.partition_order.len()),
-    }))
+    Ok(QueueDepth {
+        queue: name.to_string(),
+        group: gname.to_string(),
+        pending,
+        processing,
+        ready: pending.saturating_sub(processing),
+        partitions_pending: pp,
+        partitions_ready: pr,
+        partitions: parts,
+        page: page_info(page, q.partition_order.len()),
+    })
 }
 
-pub fn overview(st: &State) -> Value {
+pub fn overview(st: &State) -> Overview {
     let (mut total, mut pending, mut processing, mut dlq) = (0u64, 0u64, 0u64, 0u64);
     for q in st.queues.values() {
         let c = counts(st, q, None);
@@ -196,17 +217,24 @@ pub fn overview(st: &State) -> Value {
         .map(|q| q.task.as_str())
         .filter(|s| !s.is_empty())
         .collect();
-    json!({
-        "queues": st.queues.len(), "partitions": st.partitions.len(),
-        "namespaces": namespaces.len(), "tasks": tasks.len(),
-        "messages": {"total": total, "pending": pending.saturating_sub(processing),
-            "processing": processing, "completed": total.saturating_sub(pending),
-            "failed": 0, "deadLetter": dlq},
-        "timestamp": iso_ms(crate::time::wall_clock_us()), "statsAge": 0,
-    })
+    Overview {
+        queues: st.queues.len(),
+        partitions: st.partitions.len(),
+        namespaces: namespaces.len(),
+        tasks: tasks.len(),
+        messages: MessageTotals {
+            total,
+            pending: pending.saturating_sub(processing),
+            processing,
+            completed: total.saturating_sub(pending),
+            failed: 0,
+            dead_letter: dlq,
+        },
+        at_us: crate::time::wall_clock_us(),
+    }
 }
 
-pub fn labels(st: &State, namespaces: bool) -> Value {
+pub fn labels(st: &State, namespaces: bool) -> Vec<LabelRow> {
     let mut map: std::collections::BTreeMap<&str, (u64, u64, u64, u64)> = Default::default();
     for q in st.queues.values() {
         let label = if namespaces { &q.namespace } else { &q.task };
@@ -220,21 +248,18 @@ pub fn labels(st: &State, namespaces: bool) -> Value {
         e.2 += c.total;
         e.3 += c.pending;
     }
-    let key = if namespaces { "namespace" } else { "task" };
-    let rows: Vec<Value> = map
-        .into_iter()
-        .map(|(k, (qs, ps, t, p))| {
-            json!({key: k, "queues": qs, "partitions": ps, "messages": {"total": t, "pending": p}})
+    map.into_iter()
+        .map(|(k, (queues, partitions, total, pending))| LabelRow {
+            label: k.to_string(),
+            queues,
+            partitions,
+            total,
+            pending,
         })
-        .collect();
-    if namespaces {
-        json!({ "namespaces": rows })
-    } else {
-        json!({ "tasks": rows })
-    }
+        .collect()
 }
 
-pub fn partitions(st: &State, queue: Option<&str>, limit: usize, offset: usize) -> Value {
+pub fn partitions(st: &State, queue: Option<&str>, limit: usize, offset: usize) -> PartitionRows {
     let mut rows = Vec::new();
     let (mut total, mut skipped) = (0usize, 0usize);
     for q in sorted_queues(st) {
@@ -251,28 +276,42 @@ pub fn partitions(st: &State, queue: Option<&str>, limit: usize, offset: usize) 
                 continue;
             }
             if let Some(p) = st.partitions.get(pid) {
-                rows.push(json!({
-                    "id": p.id.to_string(), "name": p.name, "queue": q.name,
-                    "messages": p.next_offset, "createdAt": iso_ms(p.created_us),
-                    "lastActivity": iso_ms(p.last_write_us),
-                }));
+                rows.push(PartitionRow {
+                    id: p.id,
+                    name: p.name.clone(),
+                    queue: q.name.clone(),
+                    messages: p.next_offset,
+                    created_us: p.created_us,
+                    last_write_us: p.last_write_us,
+                });
             }
         }
     }
-    json!({ "partitions": rows, "limit": limit, "offset": offset, "total": total })
+    PartitionRows {
+        rows,
+        page: PageInfo {
+            limit,
+            offset,
+            total,
+        },
+    }
 }
 
-pub fn status(st: &State, only: Option<&str>) -> Value {
-    let queues: Vec<Value> = sorted_queues(st)
+pub fn status(st: &State, only: Option<&str>) -> StatusView {
+    let queues = sorted_queues(st)
         .into_iter()
         .filter(|q| only.is_none_or(|n| n == q.name))
-        .map(|q| {
-            json!({
-                "queue": q.name, "namespace": q.namespace, "task": q.task,
-                "partitions": q.partition_order.len(), "messages": messages_json(st, q),
-                "consumerGroups": q.groups.len(),
-            })
+        .map(|q| QueueStatus {
+            queue: q.name.clone(),
+            namespace: q.namespace.clone(),
+            task: q.task.clone(),
+            partitions: q.partition_order.len(),
+            messages: totals(st, q),
+            consumer_groups: q.groups.len(),
         })
         .collect();
-    json!({ "queues": queues, "overview": overview(st) })
+    StatusView {
+        queues,
+        overview: overview(st),
+    }
 }

@@ -1,7 +1,7 @@
 //! The 21 queue options of the reference broker (spec/reference-broker.md §1.2), their defaults,
 //! merge/replace semantics and the configure echo.
 
-use serde_json::{json, Map, Value};
+use queenmq_protocol::{QueueOptions, QueueSettings, Setting};
 
 use crate::codec::{DecodeError, Reader, Writer};
 
@@ -57,168 +57,112 @@ impl Default for QueueConfig {
 /// A queue created by its first push leases for 60 s until it is configured (reference §1.1).
 pub const IMPLICIT_LEASE_SECONDS: i64 = 60;
 
-const INT_KEYS: &[&str] = &[
-    "priority",
-    "leaseTime",
-    "retryLimit",
-    "retryDelay",
-    "maxSize",
-    "ttl",
-    "delayedProcessing",
-    "windowBuffer",
-    "retentionSeconds",
-    "completedRetentionSeconds",
-    "maxWaitTimeSeconds",
-    "minPopWaitTime",
-    "dedupWindowSeconds",
-    "retentionSinkHoldMaxSeconds",
-];
-const BOOL_KEYS: &[&str] = &[
-    "deadLetterQueue",
-    "dlqAfterMaxRetries",
-    "retentionEnabled",
-    "encryptionEnabled",
-];
-
 impl QueueConfig {
-    /// Applies the given options onto `self` (merge) — unknown keys are ignored, `null` restores
-    /// the default. Returns a sentence naming the key on a wrong type or an out-of-range value;
-    /// on error `self` is unchanged.
-    pub fn merge(&self, options: &[(String, Value)]) -> Result<QueueConfig, String> {
+    /// Applies the given options onto `self` (merge): an option not given keeps its value,
+    /// `Setting::Default` restores the default. The door checked types and ranges; the only
+    /// rule kept here is the ceiling of the pop wait floor, which any door could exceed.
+    pub fn merge(&self, o: &QueueOptions) -> QueueConfig {
+        fn set<T: Clone>(slot: &mut T, given: &Option<Setting<T>>, default: &T) {
+            if let Some(s) = given {
+                *slot = s.resolve(default);
+            }
+        }
         let mut c = self.clone();
         let d = QueueConfig::default();
-        for (key, value) in options {
-            let key = key.as_str();
-            if INT_KEYS.contains(&key) {
-                let v = match value {
-                    Value::Null => None,
-                    Value::Number(n) => Some(
-                        n.as_i64()
-                            .ok_or_else(|| format!("{key} must be an integer"))?,
-                    ),
-                    _ => return Err(format!("{key} must be an integer")),
-                };
-                c.set_int(key, v, &d)?;
-            } else if BOOL_KEYS.contains(&key) {
-                let v = match value {
-                    Value::Null => None,
-                    Value::Bool(b) => Some(*b),
-                    _ => return Err(format!("{key} must be a boolean")),
-                };
-                c.set_bool(key, v, &d);
-            } else if key == "retentionSinkHold" {
-                let v = match value {
-                    Value::Null => String::new(),
-                    Value::String(s) => s.clone(),
-                    _ => return Err("retentionSinkHold must be a string".into()),
-                };
-                let ok = v.len() <= 64
-                    && v.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-                if !ok {
-                    return Err("retentionSinkHold must match [A-Za-z0-9._-]{0,64}".into());
-                }
-                c.retention_sink_hold = v;
-            }
-        }
-        Ok(c)
-    }
-
-    fn set_int(&mut self, key: &str, v: Option<i64>, d: &QueueConfig) -> Result<(), String> {
-        let slot = match key {
-            "priority" => (&mut self.priority, d.priority),
-            "leaseTime" => (&mut self.lease_time, d.lease_time),
-            "retryLimit" => (&mut self.retry_limit, d.retry_limit),
-            "retryDelay" => (&mut self.retry_delay, d.retry_delay),
-            "maxSize" => (&mut self.max_size, d.max_size),
-            "ttl" => (&mut self.ttl, d.ttl),
-            "delayedProcessing" => (&mut self.delayed_processing, d.delayed_processing),
-            "windowBuffer" => (&mut self.window_buffer, d.window_buffer),
-            "retentionSeconds" => (&mut self.retention_seconds, d.retention_seconds),
-            "completedRetentionSeconds" => (
-                &mut self.completed_retention_seconds,
-                d.completed_retention_seconds,
-            ),
-            "maxWaitTimeSeconds" => (&mut self.max_wait_time_seconds, d.max_wait_time_seconds),
-            "minPopWaitTime" => (&mut self.min_pop_wait_time, d.min_pop_wait_time),
-            "dedupWindowSeconds" => (&mut self.dedup_window_seconds, d.dedup_window_seconds),
-            "retentionSinkHoldMaxSeconds" => (
-                &mut self.retention_sink_hold_max_seconds,
-                d.retention_sink_hold_max_seconds,
-            ),
-            _ => return Ok(()),
-        };
-        let mut value = v.unwrap_or(slot.1);
-        match key {
-            "minPopWaitTime" => value = value.clamp(0, 60_000),
-            "retentionSinkHoldMaxSeconds" if !(60..=31_536_000).contains(&value) => {
-                return Err(
-                    "retentionSinkHoldMaxSeconds must be between 60 and 31536000".to_string(),
-                );
-            }
-            _ if value < 0 && key != "priority" => {
-                return Err(format!("{key} must not be negative"));
-            }
-            _ => {}
-        }
-        *slot.0 = value;
-        Ok(())
-    }
-
-    fn set_bool(&mut self, key: &str, v: Option<bool>, d: &QueueConfig) {
-        let slot = match key {
-            "deadLetterQueue" => (&mut self.dead_letter_queue, d.dead_letter_queue),
-            "dlqAfterMaxRetries" => (&mut self.dlq_after_max_retries, d.dlq_after_max_retries),
-            "retentionEnabled" => (&mut self.retention_enabled, d.retention_enabled),
-            "encryptionEnabled" => (&mut self.encryption_enabled, d.encryption_enabled),
-            _ => return,
-        };
-        *slot.0 = v.unwrap_or(slot.1);
-    }
-
-    /// The effective options as the configure echo and resource reads show them.
-    pub fn to_json(&self, namespace: &str, task: &str) -> Value {
-        let mut m = Map::new();
-        m.insert("namespace".into(), json!(namespace));
-        m.insert("task".into(), json!(task));
-        for (k, v) in [
-            ("priority", self.priority),
-            ("leaseTime", self.lease_time),
-            ("retryLimit", self.retry_limit),
-            ("retryDelay", self.retry_delay),
-            ("maxSize", self.max_size),
-            ("maxQueueSize", self.max_size),
-            ("ttl", self.ttl),
-            ("delayedProcessing", self.delayed_processing),
-            ("windowBuffer", self.window_buffer),
-            ("retentionSeconds", self.retention_seconds),
-            (
-                "completedRetentionSeconds",
-                self.completed_retention_seconds,
-            ),
-            ("maxWaitTimeSeconds", self.max_wait_time_seconds),
-            ("minPopWaitTime", self.min_pop_wait_time),
-            ("dedupWindowSeconds", self.dedup_window_seconds),
-            (
-                "retentionSinkHoldMaxSeconds",
-                self.retention_sink_hold_max_seconds,
-            ),
-        ] {
-            m.insert(k.into(), json!(v));
-        }
-        for (k, v) in [
-            ("deadLetterQueue", self.dead_letter_queue),
-            ("dlqAfterMaxRetries", self.dlq_after_max_retries),
-            ("retentionEnabled", self.retention_enabled),
-            ("encryptionEnabled", self.encryption_enabled),
-        ] {
-            m.insert(k.into(), json!(v));
-        }
-        m.insert(
-            "retentionSinkHold".into(),
-            json!(self.retention_sink_hold.clone()),
+        set(&mut c.priority, &o.priority, &d.priority);
+        set(&mut c.lease_time, &o.lease_time, &d.lease_time);
+        set(&mut c.retry_limit, &o.retry_limit, &d.retry_limit);
+        set(&mut c.retry_delay, &o.retry_delay, &d.retry_delay);
+        set(&mut c.max_size, &o.max_size, &d.max_size);
+        set(&mut c.ttl, &o.ttl, &d.ttl);
+        set(
+            &mut c.dead_letter_queue,
+            &o.dead_letter_queue,
+            &d.dead_letter_queue,
         );
-        Value::Object(m)
+        set(
+            &mut c.dlq_after_max_retries,
+            &o.dlq_after_max_retries,
+            &d.dlq_after_max_retries,
+        );
+        set(
+            &mut c.delayed_processing,
+            &o.delayed_processing,
+            &d.delayed_processing,
+        );
+        set(&mut c.window_buffer, &o.window_buffer, &d.window_buffer);
+        set(
+            &mut c.retention_seconds,
+            &o.retention_seconds,
+            &d.retention_seconds,
+        );
+        set(
+            &mut c.completed_retention_seconds,
+            &o.completed_retention_seconds,
+            &d.completed_retention_seconds,
+        );
+        set(
+            &mut c.retention_enabled,
+            &o.retention_enabled,
+            &d.retention_enabled,
+        );
+        set(
+            &mut c.encryption_enabled,
+            &o.encryption_enabled,
+            &d.encryption_enabled,
+        );
+        set(
+            &mut c.max_wait_time_seconds,
+            &o.max_wait_time_seconds,
+            &d.max_wait_time_seconds,
+        );
+        set(
+            &mut c.min_pop_wait_time,
+            &o.min_pop_wait_time,
+            &d.min_pop_wait_time,
+        );
+        c.min_pop_wait_time = c.min_pop_wait_time.clamp(0, 60_000);
+        set(
+            &mut c.dedup_window_seconds,
+            &o.dedup_window_seconds,
+            &d.dedup_window_seconds,
+        );
+        set(
+            &mut c.retention_sink_hold,
+            &o.retention_sink_hold,
+            &d.retention_sink_hold,
+        );
+        set(
+            &mut c.retention_sink_hold_max_seconds,
+            &o.retention_sink_hold_max_seconds,
+            &d.retention_sink_hold_max_seconds,
+        );
+        c
+    }
+
+    /// The effective options, for the configure echo and the queue reads.
+    pub fn settings(&self) -> QueueSettings {
+        QueueSettings {
+            priority: self.priority,
+            lease_time: self.lease_time,
+            retry_limit: self.retry_limit,
+            retry_delay: self.retry_delay,
+            max_size: self.max_size,
+            ttl: self.ttl,
+            dead_letter_queue: self.dead_letter_queue,
+            dlq_after_max_retries: self.dlq_after_max_retries,
+            delayed_processing: self.delayed_processing,
+            window_buffer: self.window_buffer,
+            retention_seconds: self.retention_seconds,
+            completed_retention_seconds: self.completed_retention_seconds,
+            retention_enabled: self.retention_enabled,
+            encryption_enabled: self.encryption_enabled,
+            max_wait_time_seconds: self.max_wait_time_seconds,
+            min_pop_wait_time: self.min_pop_wait_time,
+            dedup_window_seconds: self.dedup_window_seconds,
+            retention_sink_hold: self.retention_sink_hold.clone(),
+            retention_sink_hold_max_seconds: self.retention_sink_hold_max_seconds,
+        }
     }
 
     pub fn encode(&self, w: &mut Writer) {
@@ -289,29 +233,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn merge_null_restores_default_and_types_are_checked() {
-        let c = QueueConfig::default()
-            .merge(&[
-                ("leaseTime".into(), json!(30)),
-                ("unknown".into(), json!(1)),
-            ])
-            .unwrap();
-        assert_eq!(c.lease_time, 30);
-        let c = c.merge(&[("leaseTime".into(), Value::Null)]).unwrap();
-        assert_eq!(c.lease_time, 300);
-        assert_eq!(
-            c.merge(&[("retryLimit".into(), json!("3"))]).unwrap_err(),
-            "retryLimit must be an integer"
-        );
-        assert!(c
-            .merge(&[("retentionSinkHoldMaxSeconds".into(), json!(5))])
-            .is_err());
-        assert_eq!(
-            c.merge(&[("minPopWaitTime".into(), json!(999_999))])
-                .unwrap()
-                .min_pop_wait_time,
-            60_000
-        );
+    fn merge_keeps_what_is_not_given_and_default_restores() {
+        let c = QueueConfig::default().merge(&QueueOptions {
+            lease_time: Some(Setting::Value(30)),
+            retry_limit: Some(Setting::Value(1)),
+            ..Default::default()
+        });
+        assert_eq!((c.lease_time, c.retry_limit), (30, 1));
+        let c = c.merge(&QueueOptions {
+            lease_time: Some(Setting::Default),
+            ..Default::default()
+        });
+        assert_eq!((c.lease_time, c.retry_limit), (300, 1));
+        let c = c.merge(&QueueOptions {
+            min_pop_wait_time: Some(Setting::Value(999_999)),
+            ..Default::default()
+        });
+        assert_eq!(c.min_pop_wait_time, 60_000);
     }
 
     #[test]
@@ -325,12 +263,5 @@ mod tests {
         c.encode(&mut w);
         let mut r = Reader::new(&w.buf);
         assert_eq!(QueueConfig::decode(&mut r).unwrap(), c);
-    }
-
-    #[test]
-    fn echo_has_all_options() {
-        let v = QueueConfig::default().to_json("", "");
-        // 21 options + the maxQueueSize alias.
-        assert_eq!(v.as_object().map(|m| m.len()), Some(22));
     }
 }

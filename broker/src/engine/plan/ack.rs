@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use queenmq_protocol::{AckItem, AckResult, AckStatus};
+use queenmq_protocol::{AckItem, AckResult, AckStatus, ErrorCode, QueenError};
 
 use super::{group_name, parse_lease, Planner};
 use crate::entry::Effect;
@@ -49,7 +49,7 @@ impl Planner<'_> {
         &mut self,
         item: &AckItem,
         group: &str,
-    ) -> Result<(ResolvedAck, bool), String> {
+    ) -> Result<(ResolvedAck, bool), QueenError> {
         self.check_ack_over(item, group, None, None)
     }
 
@@ -62,11 +62,11 @@ impl Planner<'_> {
         group: &str,
         scratch: Option<&HashMap<(u64, u64), CursorRow>>,
         pushed: Option<&HashMap<(u64, String), u64>>,
-    ) -> Result<(ResolvedAck, bool), String> {
+    ) -> Result<(ResolvedAck, bool), QueenError> {
         let now = self.now();
-        let pid = self
-            .partition_id(&item.partition_id)
-            .ok_or_else(|| format!("unresolvable partitionId {}", item.partition_id))?;
+        let pid = self.partition_id(&item.partition_id).ok_or_else(|| {
+            QueenError::not_found(format!("unresolvable partitionId {}", item.partition_id))
+        })?;
         let qid = self.st.partitions.get(&pid).map(|p| p.queue).unwrap_or(0);
         let gid = self
             .st
@@ -75,7 +75,9 @@ impl Planner<'_> {
             .and_then(|q| q.groups.get(group))
             .copied()
             .ok_or_else(|| {
-                format!("unresolvable: consumer group {group} has not consumed this partition")
+                QueenError::not_found(format!(
+                    "unresolvable: consumer group {group} has not consumed this partition"
+                ))
             })?;
         let row = match scratch.and_then(|s| s.get(&(gid, pid))) {
             Some(r) => *r,
@@ -93,10 +95,10 @@ impl Planner<'_> {
             .copied()
             .or_else(|| self.resolve_txn(pid, &item.transaction_id, scan))
             .ok_or_else(|| {
-                format!(
+                QueenError::not_found(format!(
                     "unresolvable transactionId {} in partition {pid}",
                     item.transaction_id
-                )
+                ))
             })?;
         if offset < row.committed {
             return match item.status {
@@ -109,9 +111,9 @@ impl Planner<'_> {
                     },
                     true,
                 )),
-                _ => Err(format!(
+                _ => Err(conflict(format!(
                     "message {offset} is already committed: a nack below the cursor cannot be honoured"
-                )),
+                ))),
             };
         }
         if let Some(given) = &item.lease_id {
@@ -119,24 +121,24 @@ impl Planner<'_> {
             match (parse_lease(given), live) {
                 (Some(id), Some(l)) if l.id == id => {
                     if offset >= l.end {
-                        return Err(format!(
+                        return Err(conflict(format!(
                             "message {offset} is outside the range of lease {given}"
-                        ));
+                        )));
                     }
                 }
-                _ => return Err("invalid or expired lease".to_string()),
+                _ => return Err(conflict("invalid or expired lease")),
             }
         } else if offset >= row.delivered_end {
-            return Err(format!(
+            return Err(conflict(format!(
                 "message {offset} has not been delivered to group {group}"
-            ));
+            )));
         } else if item.status != AckStatus::Completed && row.live_lease(now).is_some() {
             // A nack rewinds the partition and releases its lease: without the lease id it
             // would take the partition from the consumer that holds it now.
-            return Err(format!(
+            return Err(conflict(format!(
                 "partition {pid} is leased to a consumer now: a {} ack needs that leaseId",
                 status_name(item.status)
-            ));
+            )));
         }
         Ok((
             ResolvedAck {
@@ -228,9 +230,9 @@ impl Planner<'_> {
             return (res, None);
         }
         if nacked.contains(&(ack.gid, ack.pid)) {
-            res.error = Some(
-                "not committed: an earlier nack in this call rewound the partition".to_string(),
-            );
+            res.error = Some(conflict(
+                "not committed: an earlier nack in this call rewound the partition",
+            ));
             return (res, None);
         }
         let (row, dlq) = self.next_row(&ack, item);
@@ -355,4 +357,8 @@ impl Planner<'_> {
         }
         (renewed, expires)
     }
+}
+
+fn conflict(message: impl Into<String>) -> QueenError {
+    QueenError::new(ErrorCode::Conflict, message)
 }

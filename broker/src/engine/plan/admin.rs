@@ -1,7 +1,9 @@
 //! Catalog and group administration: configure, delete, traces, group delete/seek/subscription.
 
-use queenmq_protocol::{ConfigureReq, GroupAdminReq, QueenError, TraceReq};
-use serde_json::{json, Value};
+use queenmq_protocol::{
+    ConfigureReq, Configured, GroupAdminOutcome, GroupAdminReq, QueenError, QueueDeleted,
+    TraceOutcome, TraceReq,
+};
 
 use super::{check_name, id_space, queue_uuid, Planner};
 use crate::entry::Effect;
@@ -9,7 +11,7 @@ use crate::state::config::QueueConfig;
 use crate::state::model::CursorRow;
 
 impl Planner<'_> {
-    pub fn plan_configure(&mut self, req: &ConfigureReq) -> Result<Value, QueenError> {
+    pub fn plan_configure(&mut self, req: &ConfigureReq) -> Result<Configured, QueenError> {
         check_name("queue", &req.queue)?;
         let existing = self.st.queue_named(&req.queue);
         if existing.is_none() {
@@ -22,7 +24,7 @@ impl Planner<'_> {
             Some(q) if !req.replace && q.configured => q.config.clone(),
             _ => QueueConfig::default(),
         };
-        let config = base.merge(&req.options).map_err(QueenError::bad_request)?;
+        let config = base.merge(&req.options);
         let pick = |given: &Option<String>, old: Option<&String>| -> String {
             match given {
                 Some(s) if !s.is_empty() => s.clone(),
@@ -35,7 +37,7 @@ impl Planner<'_> {
         if existing.is_none() {
             id_space::new_queue(qid)?;
         }
-        let echo = config.to_json(&namespace, &task);
+        let options = config.settings();
         self.emit(Effect::QueueUpsert {
             qid,
             name: &req.queue,
@@ -44,38 +46,33 @@ impl Planner<'_> {
             configured: true,
             config,
         });
-        Ok(json!({
-            "configured": true,
-            "queueId": queue_uuid(qid),
-            "partitionId": null,
-            "queue": req.queue,
-            "namespace": namespace,
-            "task": task,
-            "storage": "segments",
-            "options": echo,
-        }))
+        Ok(Configured {
+            queue_id: queue_uuid(qid),
+            queue: req.queue.clone(),
+            namespace,
+            task,
+            options,
+        })
     }
 
-    pub fn plan_delete_queue(&mut self, queue: &str) -> Value {
-        match self.st.queue_named(queue).map(|q| q.id) {
-            Some(qid) => {
-                self.emit(Effect::QueueDelete { qid });
-                json!({"deleted": true, "existed": true, "queue": queue})
-            }
-            None => json!({
-                "deleted": false, "existed": false, "queue": queue,
-                "message": "Queue not found, nothing was deleted"
-            }),
+    pub fn plan_delete_queue(&mut self, queue: &str) -> QueueDeleted {
+        let qid = self.st.queue_named(queue).map(|q| q.id);
+        if let Some(qid) = qid {
+            self.emit(Effect::QueueDelete { qid });
+        }
+        QueueDeleted {
+            queue: queue.to_string(),
+            existed: qid.is_some(),
         }
     }
 
-    pub fn plan_trace(&mut self, req: &TraceReq) -> Result<Value, QueenError> {
+    pub fn plan_trace(&mut self, req: &TraceReq) -> Result<TraceOutcome, QueenError> {
         check_trace(req)?;
         let Some(pid) = self.partition_id(&req.partition_id) else {
-            return Ok(json!({"success": false, "error": "Message not found"}));
+            return Ok(TraceOutcome::MessageNotFound);
         };
         if self.resolve_txn(pid, &req.transaction_id, None).is_none() {
-            return Ok(json!({"success": false, "error": "Message not found"}));
+            return Ok(TraceOutcome::MessageNotFound);
         }
         let data = String::from_utf8_lossy(&req.data).into_owned();
         let names: Vec<&str> = req.names.iter().map(String::as_str).collect();
@@ -87,10 +84,15 @@ impl Planner<'_> {
             event_type: &req.event_type,
             data: &data,
         });
-        Ok(json!({"success": true, "traceId": uuid::Uuid::now_v7().to_string()}))
+        Ok(TraceOutcome::Recorded {
+            trace_id: uuid::Uuid::now_v7().to_string(),
+        })
     }
 
-    pub fn plan_group_admin(&mut self, req: &GroupAdminReq) -> Result<Value, QueenError> {
+    pub fn plan_group_admin(
+        &mut self,
+        req: &GroupAdminReq,
+    ) -> Result<GroupAdminOutcome, QueenError> {
         match req {
             GroupAdminReq::Delete {
                 group,
@@ -103,11 +105,12 @@ impl Planner<'_> {
                     partitions += self.st.groups.get(gid).map_or(0, |g| g.cursors.len());
                     self.emit(Effect::GroupDelete { gid: *gid });
                 }
-                Ok(json!({
-                    "success": true, "consumerGroup": group,
-                    "deletedPartitions": partitions, "metadataDeleted": delete_metadata,
-                    "queues": gids.len(),
-                }))
+                Ok(GroupAdminOutcome::Deleted {
+                    group: group.clone(),
+                    partitions,
+                    metadata_deleted: *delete_metadata,
+                    queues: gids.len(),
+                })
             }
             GroupAdminReq::Seek {
                 group,
@@ -158,12 +161,13 @@ impl Planner<'_> {
                     });
                     updated += 1;
                 }
-                Ok(json!({
-                    "success": true, "consumerGroup": group, "queueName": queue,
-                    "seekToEnd": to_end,
-                    "targetTimestamp": timestamp_us.map(crate::time::iso_ms),
-                    "partitionsUpdated": updated,
-                }))
+                Ok(GroupAdminOutcome::Seeked {
+                    group: group.clone(),
+                    queue: queue.clone(),
+                    to_end: *to_end,
+                    target_us: *timestamp_us,
+                    partitions_updated: updated,
+                })
             }
             GroupAdminReq::Subscription {
                 group,
@@ -190,11 +194,11 @@ impl Planner<'_> {
                         start_from_us: *timestamp_us,
                     });
                 }
-                Ok(json!({
-                    "success": true, "consumerGroup": group,
-                    "newTimestamp": crate::time::iso_ms(*timestamp_us),
-                    "rowsUpdated": gids.len(),
-                }))
+                Ok(GroupAdminOutcome::Resubscribed {
+                    group: group.clone(),
+                    at_us: *timestamp_us,
+                    groups: gids.len(),
+                })
             }
         }
     }

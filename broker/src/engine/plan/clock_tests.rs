@@ -1,10 +1,9 @@
 //! What the planners decide as the injected clock moves: lease expiry, delayed processing,
 //! window holds and retries up to the dead-letter queue. No test sleeps.
 
-use queenmq_protocol::AckStatus;
-use serde_json::json;
+use queenmq_protocol::{AckStatus, Setting};
 
-use super::fixture::{Fixture, SECOND};
+use super::fixture::{opts, Fixture, SECOND};
 
 #[test]
 fn an_expired_lease_redelivers_the_same_messages_to_the_same_group() {
@@ -38,7 +37,10 @@ fn an_expired_lease_redelivers_the_same_messages_to_the_same_group() {
 #[test]
 fn delayed_messages_stay_invisible_until_the_clock_passes_their_delay() {
     let mut fx = Fixture::new();
-    fx.configure("q", json!({"delayedProcessing": 5}));
+    fx.configure(
+        "q",
+        opts(|o| o.delayed_processing = Some(Setting::Value(5))),
+    );
     fx.push("q", "p", 1);
     fx.advance(2 * SECOND);
     fx.push("q", "p", 1);
@@ -64,7 +66,7 @@ fn delayed_messages_stay_invisible_until_the_clock_passes_their_delay() {
 #[test]
 fn a_window_holds_a_partition_until_it_is_quiet_for_the_whole_window() {
     let mut fx = Fixture::new();
-    fx.configure("q", json!({"windowBuffer": 3}));
+    fx.configure("q", opts(|o| o.window_buffer = Some(Setting::Value(3))));
     fx.push("q", "p", 1);
     fx.advance(2 * SECOND);
     fx.push("q", "p", 1);
@@ -92,7 +94,7 @@ fn a_window_holds_a_partition_until_it_is_quiet_for_the_whole_window() {
 #[test]
 fn failures_past_the_retry_limit_go_to_the_dead_letter_queue() {
     let mut fx = Fixture::new();
-    fx.configure("q", json!({"retryLimit": 1}));
+    fx.configure("q", opts(|o| o.retry_limit = Some(Setting::Value(1))));
     fx.push("q", "p", 2);
     fx.commit();
     for attempt in 1..=2 {
@@ -121,7 +123,7 @@ fn failures_past_the_retry_limit_go_to_the_dead_letter_queue() {
 #[test]
 fn a_retry_ack_redelivers_without_charging_a_failure() {
     let mut fx = Fixture::new();
-    fx.configure("q", json!({"retryLimit": 0}));
+    fx.configure("q", opts(|o| o.retry_limit = Some(Setting::Value(0))));
     fx.push("q", "p", 1);
     fx.commit();
     for _ in 0..3 {

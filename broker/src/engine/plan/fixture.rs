@@ -10,9 +10,8 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use queenmq_protocol::{
     AckItem, AckResult, AckStatus, ConfigureReq, PopReq, PopResult, PopSource, PushItem,
-    PushResult, Subscription, QUEUE_MODE_GROUP,
+    PushResult, QueueOptions, Subscription, QUEUE_MODE_GROUP,
 };
-use serde_json::Value;
 
 use super::{Planner, PopPlan};
 use crate::engine::apply_handler::apply_entry;
@@ -178,12 +177,8 @@ impl Fixture {
         st
     }
 
-    /// Configures `queue` with the options of a JSON object (merged into its configuration).
-    pub fn configure(&mut self, queue: &str, options: Value) {
-        let options = match options {
-            Value::Object(m) => m.into_iter().collect(),
-            _ => Vec::new(),
-        };
+    /// Configures `queue` with these options (merged into its configuration).
+    pub fn configure(&mut self, queue: &str, options: QueueOptions) {
         let req = ConfigureReq {
             queue: queue.into(),
             namespace: None,
@@ -288,4 +283,11 @@ pub fn pop_req(queue: &str, batch: u32) -> PopReq {
         lease_seconds: None,
         autopilot: false,
     }
+}
+
+/// Queue options with only what `set` gives.
+pub fn opts(set: impl FnOnce(&mut QueueOptions)) -> QueueOptions {
+    let mut o = QueueOptions::default();
+    set(&mut o);
+    o
 }

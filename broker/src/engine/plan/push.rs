@@ -137,13 +137,13 @@ impl Planner<'_> {
         let producer = producer.filter(|p| p.len() <= usize::from(u16::MAX));
         for item in items {
             if let Err(e) = Self::check_push_item(item) {
-                results.push(failed(item, e.message));
+                results.push(failed(item, e));
                 continue;
             }
             let pid = match ids.assign(self.st, item, &mut new_queues, &mut new_partitions) {
                 Ok((_, pid)) => pid,
                 Err(e) => {
-                    results.push(failed(item, e.message));
+                    results.push(failed(item, e));
                     continue;
                 }
             };
@@ -308,7 +308,7 @@ impl Planner<'_> {
     }
 }
 
-fn failed(item: &PushItem, error: String) -> PushResult {
+fn failed(item: &PushItem, error: QueenError) -> PushResult {
     PushResult {
         message_id: String::new(),
         transaction_id: item.transaction_id.clone().unwrap_or_default(),

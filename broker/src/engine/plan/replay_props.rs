@@ -15,10 +15,9 @@ use std::hash::{BuildHasher, Hasher};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 use queenmq_protocol::{
-    AckStatus, ConfigureReq, GroupAdminReq, PopResult, PopSource, PushItem, Subscription, TraceReq,
-    TxnOp, TxnReq,
+    AckStatus, ConfigureReq, GroupAdminReq, PopResult, PopSource, PushItem, QueueOptions, Setting,
+    Subscription, TraceReq, TxnOp, TxnReq,
 };
-use serde_json::json;
 
 use super::fixture::{ack_items, item, pop_req, Fixture, SECOND};
 use super::PopPlan;
@@ -120,20 +119,20 @@ fn cmd() -> impl Strategy<Value = Cmd> {
 }
 
 /// The option `option` of a small set, with a value that makes it matter in a short run.
-fn option(option: usize, value: i64) -> (String, serde_json::Value) {
-    let (key, v) = match option {
-        0 => ("leaseTime", json!(1 + value * 5)),
-        1 => ("retryLimit", json!(value)),
-        2 => ("delayedProcessing", json!(value * 2)),
-        3 => ("windowBuffer", json!(value)),
+fn option(option: usize, value: i64) -> QueueOptions {
+    let mut o = QueueOptions::default();
+    match option {
+        0 => o.lease_time = Some(Setting::Value(1 + value * 5)),
+        1 => o.retry_limit = Some(Setting::Value(value)),
+        2 => o.delayed_processing = Some(Setting::Value(value * 2)),
+        3 => o.window_buffer = Some(Setting::Value(value)),
         // Around the 600 s floor of the dedup memory, so keeping ids longer matters.
-        4 => (
-            "dedupWindowSeconds",
-            json!([0, 1, 900, 100_000][value as usize % 4]),
-        ),
-        _ => ("deadLetterQueue", json!(value % 2 == 0)),
-    };
-    (key.to_string(), v)
+        4 => {
+            o.dedup_window_seconds = Some(Setting::Value([0, 1, 900, 100_000][value as usize % 4]))
+        }
+        _ => o.dead_letter_queue = Some(Setting::Value(value % 2 == 0)),
+    }
+    o
 }
 
 /// Runs `cmds` on the leader; pops that delivered are remembered for later acks. With
@@ -219,7 +218,7 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                     queue: QUEUES[*q].into(),
                     namespace: Some(format!("ns{}", value % 2)),
                     task: None,
-                    options: vec![option(*o, *value)],
+                    options: option(*o, *value),
                     replace: false,
                 };
                 let _ = fx.planner().plan_configure(&req);

@@ -296,7 +296,7 @@ fn partitions_past_the_checkpoint_limit_are_refused_per_item() {
     assert_eq!(status, vec![Queued, Failed, Failed, Queued, Queued]);
     assert_eq!(r[0].partition_id, MAX_NEXT_PARTITION_ID - 1);
     assert_eq!(r[4].partition_id, MAX_NEXT_PARTITION_ID - 1);
-    let why = r[1].error.as_deref().unwrap_or_default();
+    let why = r[1].error.as_ref().map_or("", |e| e.message.as_str());
     assert!(why.contains("no partition can be created"), "{why}");
     assert!(
         fx.st.queue_named("new-queue").is_none(),
@@ -347,7 +347,7 @@ fn queues_and_groups_past_their_limit_are_refused_and_apply_does_not_overflow() 
         queue: queue.into(),
         namespace: None,
         task: None,
-        options: Vec::new(),
+        options: Default::default(),
         replace: false,
     };
     let e = p

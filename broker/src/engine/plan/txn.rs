@@ -92,7 +92,7 @@ impl Planner<'_> {
             return Err(rolled_back(&format!(
                 "push to {}: {}",
                 r.queue,
-                r.error.as_deref().unwrap_or("refused")
+                r.error.as_ref().map_or("refused", |e| e.message.as_str())
             )));
         }
         let decided = self.decide_acks(req, &acks, pushed_results)?;
@@ -159,7 +159,7 @@ impl Planner<'_> {
                 }
                 TxnOp::Ack(_) => {
                     let Some(a) = acks.next() else { continue };
-                    let refuse = |why: String| {
+                    let refuse = |why: QueenError| {
                         rolled_back(&format!(
                             "operation {n} (ack {} of transactionId {}) refused: {why}",
                             status_word(a.status),
@@ -184,9 +184,10 @@ impl Planner<'_> {
                         continue;
                     }
                     if nacked.contains(&(ack.gid, ack.pid)) {
-                        return Err(refuse(
-                            "an earlier nack in this transaction rewound the partition".into(),
-                        ));
+                        return Err(refuse(QueenError::new(
+                            queenmq_protocol::ErrorCode::Conflict,
+                            "an earlier nack in this transaction rewound the partition",
+                        )));
                     }
                     let (row, dlq) = self.next_row(&ack, a);
                     if a.status != AckStatus::Completed {

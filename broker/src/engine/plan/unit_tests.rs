@@ -2,11 +2,10 @@
 //! by checking that a follower and a checkpoint reach the leader's state.
 
 use queenmq_protocol::{
-    AckStatus, ConfigureReq, PopResult, PushStatus, TxnOp, TxnOpResult, TxnReq,
+    AckStatus, ConfigureReq, PopResult, PushStatus, Setting, TxnOp, TxnOpResult, TxnReq,
 };
-use serde_json::json;
 
-use super::fixture::{ack_items, item, pop_req, Fixture, SECOND};
+use super::fixture::{ack_items, item, opts, pop_req, Fixture, SECOND};
 use super::PopPlan;
 use crate::state::config::IMPLICIT_LEASE_SECONDS;
 
@@ -192,20 +191,24 @@ fn a_transaction_with_one_bad_ack_writes_nothing_at_all() {
 }
 
 #[test]
-fn configure_merges_options_and_refuses_a_wrong_type_whole() {
+fn configure_merges_options_and_refuses_a_bad_name_whole() {
     let mut fx = Fixture::new();
-    fx.configure("q", json!({"leaseTime": 5, "retryLimit": 1}));
-    fx.configure("q", json!({"retryLimit": 2}));
+    fx.configure(
+        "q",
+        opts(|o| {
+            o.lease_time = Some(Setting::Value(5));
+            o.retry_limit = Some(Setting::Value(1));
+        }),
+    );
+    fx.configure("q", opts(|o| o.retry_limit = Some(Setting::Value(2))));
     let q = fx.st.queue_named("q").expect("configured");
     assert!(q.configured);
     assert_eq!((q.config.lease_time, q.config.retry_limit), (5, 2));
     fx.commit();
     let bad = ConfigureReq {
-        queue: "q".into(),
-        namespace: None,
-        task: None,
-        options: vec![("leaseTime".into(), json!("long"))],
-        replace: false,
+        queue: "q\u{1}".into(),
+        options: opts(|o| o.lease_time = Some(Setting::Value(9))),
+        ..Default::default()
     };
     assert!(fx.planner().plan_configure(&bad).is_err());
     assert!(fx.cycle.entry.is_empty());
@@ -240,13 +243,13 @@ fn deleting_a_queue_drops_its_partitions_groups_and_leases_and_a_push_makes_it_a
     fx.commit();
     let old = fx.st.queue_named("q").map(|q| q.id).unwrap();
     let out = fx.planner().plan_delete_queue("q");
-    assert_eq!(out["existed"], json!(true));
+    assert!(out.existed);
     assert!(fx.st.queue_named("q").is_none());
     assert_eq!(fx.st.partitions.len(), 1, "only keep's partition is left");
     assert_eq!(fx.st.groups.len(), 1);
     assert_eq!(fx.st.leases.len(), 1, "keep's lease is left");
     let again = fx.planner().plan_delete_queue("q");
-    assert_eq!(again["existed"], json!(false));
+    assert!(!again.existed);
     fx.commit();
     let r = fx.push("q", "p", 1);
     assert_eq!(r[0].offset, 0, "a new queue starts from nothing");

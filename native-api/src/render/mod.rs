@@ -1,0 +1,73 @@
+//! The Queen API's JSON for the engine's typed answers (spec/native-api.md): field names, ISO
+//! times and the constant fields the reference broker shows live here, not in the engine.
+
+mod admin;
+mod groups;
+mod messages;
+mod node;
+mod queues;
+
+pub use admin::{configured, deleted, group_admin, traced};
+pub use node::{health, metrics, ready, STATS_LIVE};
+
+use queenmq_protocol::{ErrorCode, Outcome, PageInfo, QueenError, ReadAnswer};
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+
+pub fn read(a: &ReadAnswer) -> Value {
+    match a {
+        ReadAnswer::Queues(qs) => queues::list(qs),
+        ReadAnswer::Queue(d) => queues::doc(d),
+        ReadAnswer::Depth(d) => queues::depth(d),
+        ReadAnswer::Overview(o) => queues::overview(o),
+        ReadAnswer::Namespaces(rows) => json!({ "namespaces": queues::labels(rows, "namespace") }),
+        ReadAnswer::Tasks(rows) => json!({ "tasks": queues::labels(rows, "task") }),
+        ReadAnswer::Partitions(p) => queues::partitions(p),
+        ReadAnswer::Status(s) => queues::status(s),
+        ReadAnswer::Message(m) => messages::doc(m),
+        ReadAnswer::Messages(p) => messages::page(p),
+        ReadAnswer::Dlq(p) => messages::dlq(p),
+        ReadAnswer::TraceNames(t) => messages::trace_names(t),
+        ReadAnswer::TracesByName(t) => messages::traces_page(t),
+        ReadAnswer::TracesForMessage(t) => json!({ "traces": messages::traces(t) }),
+        ReadAnswer::ConsumerGroups(gs) => groups::list(gs),
+        ReadAnswer::ConsumerGroup(g) => groups::one(g),
+        ReadAnswer::Lagging(rows) => groups::lagging(rows),
+    }
+}
+
+/// A route got the answer of another command: a bug between this door and the engine, never
+/// the client's fault.
+pub fn unexpected(o: &Outcome) -> ApiError {
+    let what = match o {
+        Outcome::Configured(_) => "configure",
+        Outcome::Deleted(_) => "delete",
+        Outcome::Pushed(_) => "push",
+        Outcome::Popped(_) => "pop",
+        Outcome::Acked(_) => "ack",
+        Outcome::LeaseExtended(_) => "lease extension",
+        Outcome::Transaction(_) => "transaction",
+        Outcome::Traced(_) => "trace",
+        Outcome::GroupAdmin(_) => "group administration",
+        Outcome::Read(_) => "read",
+        Outcome::Health(_) => "health",
+        Outcome::Metrics(_) => "metrics",
+        Outcome::StatsLive => "stats refresh",
+        Outcome::Text(_) => "text",
+    };
+    ApiError(QueenError::new(
+        ErrorCode::Internal,
+        format!("the engine answered this route with a {what} outcome"),
+    ))
+}
+
+/// `{limit, offset, total}` of a paged listing.
+fn page(p: PageInfo) -> Value {
+    json!({"limit": p.limit, "offset": p.offset, "total": p.total})
+}
+
+/// Stored JSON text as a JSON value (null if it does not parse, as it always did).
+fn raw_json(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap_or(Value::Null)
+}

@@ -1,0 +1,66 @@
+//! Node-local answers: health and metrics.
+
+#[derive(Debug, Clone)]
+pub struct RaftView {
+    pub role: &'static str,
+    pub term: u64,
+    pub leader: Option<u64>,
+    pub last_log_index: u64,
+    pub committed: u64,
+    pub applied: u64,
+}
+
+#[derive(Debug, Clone)]
+pub enum HealthView {
+    /// The default group's storage is not open (not started, or being rebuilt).
+    NoStorage {
+        error: String,
+        uptime_seconds: u64,
+        version: &'static str,
+        groups: GroupCounts,
+    },
+    Running {
+        /// The default group leads and its engine runs.
+        healthy: bool,
+        storage_ready: bool,
+        uptime_seconds: u64,
+        version: &'static str,
+        raft: RaftView,
+        groups: GroupCounts,
+    },
+}
+
+/// The node's groups (one per tenant), counted: the probe is public, so it names none.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupCounts {
+    pub running: usize,
+    /// Of those, being rebuilt after a failure.
+    pub rebuilding: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct QueueCounters {
+    pub name: String,
+    pub partitions: usize,
+    pub pushed: u64,
+    pub acked: u64,
+    pub dead_lettered: u64,
+}
+
+/// Counters read from the state by the engine (None before its first sample).
+#[derive(Debug, Clone)]
+pub struct StateCounters {
+    pub pushed: u64,
+    pub acked: u64,
+    pub dead_lettered: u64,
+    pub queues: Vec<QueueCounters>,
+    pub partitions: usize,
+    pub consumer_groups: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct MetricsView {
+    pub counters: Option<StateCounters>,
+    pub uptime_seconds: u64,
+    pub raft: RaftView,
+}
