@@ -152,14 +152,15 @@ pub async fn serve(
 /// The entry cache share, split between the groups so that all of them together stay within
 /// it: without JWT authentication there is only the `default` group and it gets all of it;
 /// with it, `default` keeps half and each of the other `max_groups - 1` an equal part of the
-/// other half (at least 1 MiB, so a tenant's fresh messages are still served from memory).
+/// other half — no floor, so the sum never passes the share however many tenants the cap
+/// allows (a group with a tiny cache reads its messages back from the segment files).
 fn split_cache(cache_bytes: usize, tenants_possible: bool, max_groups: usize) -> (usize, usize) {
     if !tenants_possible || max_groups <= 1 {
         return (cache_bytes, 0);
     }
     let half = cache_bytes / 2;
     let each = (cache_bytes - half) / (max_groups - 1);
-    (half, each.max(1 << 20))
+    (half, each)
 }
 
 /// SIGTERM (Kubernetes) or SIGINT. Refuses to run when the handler cannot be installed.

@@ -9,8 +9,9 @@ pub const DEFAULT_TENANT: &str = "default";
 /// Longest tenant name, in bytes.
 pub const MAX_TENANT_LEN: usize = 64;
 
-/// 1..=64 characters of `[A-Za-z0-9_-]`: no `.`, `/` or `\` (nothing that escapes or aliases
-/// a directory), nothing a label value or a file system would treat specially.
+/// 1..=64 characters of `[a-z0-9_-]`: no `.`, `/` or `\` (nothing that escapes a directory),
+/// and lower case only, so two names never alias one directory on a case-insensitive file
+/// system (APFS, casefolded ext4, SMB); nothing a label value would treat specially.
 pub fn check_tenant_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("the tenant claim is empty".to_owned());
@@ -22,10 +23,11 @@ pub fn check_tenant_name(name: &str) -> Result<(), String> {
     }
     if !name
         .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
     {
         return Err(format!(
-            "the tenant claim {name:?} may only hold the characters A-Z a-z 0-9 _ -"
+            "the tenant claim {name:?} may only hold the characters a-z 0-9 _ - (lower case: \
+             a tenant is a directory, and file systems that ignore case would alias two names)"
         ));
     }
     Ok(())
@@ -37,11 +39,13 @@ mod tests {
 
     #[test]
     fn names_that_could_leave_or_alias_a_directory_are_refused() {
-        for ok in ["default", "a", "Team_7-x", &"x".repeat(64)] {
+        for ok in ["default", "a", "team_7-x", &"x".repeat(64)] {
             assert_eq!(check_tenant_name(ok), Ok(()), "{ok}");
         }
         for bad in [
             "",
+            "Acme",
+            "DEFAULT",
             ".",
             "..",
             "a/b",

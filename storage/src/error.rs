@@ -74,6 +74,13 @@ impl StorageError {
         move |source| StorageError::Io { op, path, source }
     }
 
+    /// The file is open elsewhere (redb's lock): in use, not damaged. Whoever sees this must
+    /// not move the file aside or rebuild it.
+    pub fn is_in_use(&self) -> bool {
+        matches!(self, StorageError::State { source, .. }
+            if matches!(**source, redb::Error::DatabaseAlreadyOpen))
+    }
+
     pub(crate) fn state<E: Into<redb::Error>>(op: &'static str) -> impl FnOnce(E) -> Self {
         move |e| StorageError::State {
             op,

@@ -140,6 +140,15 @@ impl Bus for EngineBus {
                 Command::Health => Ok(self.health()),
                 Command::StatsRefresh => Ok(Outcome::StatsLive),
                 Command::Metrics(MetricsFormat::Json) => return self.metrics_json(ctx.tenant),
+                Command::Metrics(MetricsFormat::Prometheus)
+                    if ctx.tenant != queenmq_protocol::DEFAULT_TENANT =>
+                {
+                    Err(QueenError::new(
+                        queenmq_protocol::ErrorCode::Forbidden,
+                        "the node's Prometheus page shows every tenant's queues: it is served \
+                         to tokens without a tenant claim (GET /metrics answers for your tenant)",
+                    ))
+                }
                 Command::Metrics(MetricsFormat::Prometheus) => {
                     let render = self.prometheus.clone();
                     // Scrape-time gauges may wait for the engine's copy and stat the data dir:

@@ -213,6 +213,11 @@ impl Engine {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // A receiver made after the stop was sent (a group that finished starting during
+            // shutdown) never sees `changed()` fire: read the value too.
+            if *shutdown.borrow() {
+                break;
+            }
             let mut jobs: Vec<Job> = self.carry.drain(..).collect();
             // Carried jobs left the requests pool when they were first drained.
             let carried = jobs.len();

@@ -151,6 +151,14 @@ fn open_store(data_dir: &Path, log_dir: &Path, accept: bool) -> anyhow::Result<S
     });
     let error = match opened {
         Ok(store) => return Ok(store),
+        // Open elsewhere (another group or process on these files): never damage, so never
+        // moved aside — that would throw away the vote and committed index recovery needs.
+        Err(e) if e.is_in_use() => {
+            return Err(anyhow!(
+                "{} is open elsewhere ({e}); refusing to open it twice",
+                path.display()
+            ))
+        }
         Err(e) if path.is_file() => e,
         Err(e) => return Err(anyhow!("opening {}: {e}", path.display())),
     };

@@ -9,12 +9,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
 use queenmq_protocol::{check_tenant_name, ErrorCode, QueenError, DEFAULT_TENANT};
 use queenmq_storage::IoBackend;
-use tokio::sync::{mpsc, watch, OnceCell};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::{start, supervise, LiveSlot, Tail};
@@ -33,6 +33,8 @@ pub struct Group {
     /// Where its files are (the data dir itself for `default`).
     pub dir: PathBuf,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// A tenant's `LOCK`, held while the group exists: nothing else opens its files.
+    _lock: Option<crate::server::DirLock>,
 }
 
 /// How the registry sizes and places its groups.
@@ -45,16 +47,67 @@ pub struct RegistryOptions {
     pub log_backends: HashMap<String, Arc<dyn IoBackend>>,
 }
 
-/// A slot per tenant: concurrent first uses of one tenant wait on the same start.
-type Slot = Arc<OnceCell<Arc<Group>>>;
+/// A tenant's place in the registry, kept once made (it counts under the cap whether its
+/// group runs or not). Starts are serialized by `starting`, so two groups never open one
+/// directory; a failed start is remembered with a back-off, so requests that arrive
+/// meanwhile are refused at once instead of each reopening and replaying the files.
+#[derive(Default)]
+struct Slot {
+    starting: tokio::sync::Mutex<()>,
+    state: Mutex<SlotState>,
+}
+
+#[derive(Default)]
+enum SlotState {
+    #[default]
+    NotStarted,
+    Running(Arc<Group>),
+    Failed {
+        retry_at: Instant,
+        backoff: Duration,
+    },
+}
+
+/// A failed start is tried again after this, doubling up to `START_BACKOFF_MAX`.
+const START_BACKOFF_MIN: Duration = Duration::from_secs(1);
+const START_BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+impl Slot {
+    fn state(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn running(&self) -> Option<Arc<Group>> {
+        match &*self.state() {
+            SlotState::Running(g) => Some(g.clone()),
+            _ => None,
+        }
+    }
+
+    /// Refuses while a failed start backs off; `None` when a start may be tried.
+    fn backing_off(&self, tenant: &str) -> Option<QueenError> {
+        match &*self.state() {
+            SlotState::Failed { retry_at, .. } if Instant::now() < *retry_at => {
+                let secs = retry_at.saturating_duration_since(Instant::now()).as_secs() + 1;
+                Some(QueenError::unavailable(format!(
+                    "the group of tenant {tenant:?} failed to start; it is tried again in {secs} s"
+                )))
+            }
+            _ => None,
+        }
+    }
+}
 
 pub struct Registry {
     cfg: Config,
     ecfg: EngineConfig,
     opts: RegistryOptions,
-    slots: Mutex<BTreeMap<String, Slot>>,
+    slots: Mutex<BTreeMap<String, Arc<Slot>>>,
     stop: watch::Sender<bool>,
     stopping: AtomicBool,
+    /// `accept_data_loss` is the operator's word for the starts of this boot only: a tenant
+    /// started later by a request must not drop data under it.
+    booting: AtomicBool,
 }
 
 /// Where `tenant`'s group keeps its files.
@@ -67,9 +120,10 @@ pub fn tenant_dir(data_dir: &Path, tenant: &str) -> PathBuf {
 }
 
 impl Registry {
-    /// Starts the `default` group (its failure fails the start: the operator must act), then
-    /// every tenant group found on disk (a failure there is logged and retried by the
-    /// tenant's next request: one tenant's damaged files must not keep the others down).
+    /// Starts the `default` group (its failure fails the start: the operator must act), then,
+    /// in the background, every tenant group found on disk (a failure there is logged and
+    /// retried by the tenant's next request: one tenant's damaged files must not keep the
+    /// others down).
     pub async fn open(
         cfg: Config,
         ecfg: EngineConfig,
@@ -83,15 +137,25 @@ impl Registry {
             slots: Mutex::new(BTreeMap::new()),
             stop,
             stopping: AtomicBool::new(false),
+            booting: AtomicBool::new(true),
         });
         reg.group(DEFAULT_TENANT)
             .await
             .map_err(|e| anyhow!("{}", e.message))?;
-        for tenant in reg.found_on_disk()? {
-            if let Err(e) = reg.group(&tenant).await {
-                tracing::error!(tenant, error = %e.message, "the tenant's group did not start; its next request tries again");
+        // The others start in the background, one after another: the door opens as soon as
+        // `default` serves, so probes answer while a big tenant replays, and a request for a
+        // tenant still starting waits for that start (or starts it first).
+        let found = reg.found_on_disk()?;
+        let boot = reg.clone();
+        tokio::spawn(async move {
+            for tenant in found {
+                if let Err(e) = boot.group(&tenant).await {
+                    tracing::error!(tenant, error = %e.message, "the tenant's group did not start; its next request tries again");
+                }
             }
-        }
+            boot.booting.store(false, Ordering::SeqCst);
+            tracing::info!("every tenant group found on disk was started");
+        });
         Ok(reg)
     }
 
@@ -121,15 +185,12 @@ impl Registry {
 
     /// The running group of `tenant`, if it has started.
     pub fn get(&self, tenant: &str) -> Option<Arc<Group>> {
-        self.lock().get(tenant).and_then(|s| s.get().cloned())
+        self.lock().get(tenant).and_then(|s| s.running())
     }
 
     /// Every group that has started, in tenant order.
     pub fn running(&self) -> Vec<Arc<Group>> {
-        self.lock()
-            .values()
-            .filter_map(|s| s.get().cloned())
-            .collect()
+        self.lock().values().filter_map(|s| s.running()).collect()
     }
 
     /// The group of `tenant`, started on its first use. Past `max_groups` a new tenant is
@@ -137,8 +198,8 @@ impl Registry {
     pub async fn group(self: &Arc<Self>, tenant: &str) -> Result<Arc<Group>, QueenError> {
         let slot = {
             let mut slots = self.lock();
-            if let Some(g) = slots.get(tenant).and_then(|s| s.get()) {
-                return Ok(g.clone());
+            if let Some(g) = slots.get(tenant).and_then(|s| s.running()) {
+                return Ok(g);
             }
             if self.stopping.load(Ordering::SeqCst) {
                 return Err(QueenError::unavailable("the node is shutting down"));
@@ -156,31 +217,56 @@ impl Registry {
             }
             slots.entry(tenant.to_owned()).or_default().clone()
         };
+        if let Some(refusal) = slot.backing_off(tenant) {
+            return Err(refusal);
+        }
         // Outside the map's lock: opening storage and replaying the log take their time, and
         // other tenants' requests must not wait for them. In a task of its own: a client that
         // goes away must not cancel a start halfway (Raft started, files open, no group).
-        let (reg, name, init) = (self.clone(), tenant.to_owned(), slot.clone());
-        let started = tokio::spawn(async move {
-            init.get_or_try_init(|| reg.start_group(&name))
-                .await
-                .cloned()
-        })
-        .await
-        .unwrap_or_else(|e| Err(anyhow!("the group's start stopped: {e}")));
-        match started {
-            Ok(g) => Ok(g),
-            Err(e) => {
-                // A failed start holds no place under the cap; the next request tries again.
-                let mut slots = self.lock();
-                if slots
-                    .get(tenant)
-                    .is_some_and(|s| Arc::ptr_eq(s, &slot) && !s.initialized())
-                {
-                    slots.remove(tenant);
-                }
-                tracing::error!(tenant, error = %format!("{e:#}"), "starting the tenant's group failed");
+        let (reg, name) = (self.clone(), tenant.to_owned());
+        tokio::spawn(async move { reg.start_once(&slot, &name).await })
+            .await
+            .unwrap_or_else(|e| {
                 Err(QueenError::unavailable(format!(
-                    "the group of tenant {tenant:?} cannot start: {e:#}"
+                    "the group's start stopped: {e}"
+                )))
+            })
+    }
+
+    /// One start at a time per tenant: whoever waited for the lock finds the group running,
+    /// or the failure it must not repeat before its back-off ends.
+    async fn start_once(&self, slot: &Slot, tenant: &str) -> Result<Arc<Group>, QueenError> {
+        let _one = slot.starting.lock().await;
+        if let Some(g) = slot.running() {
+            return Ok(g);
+        }
+        if let Some(refusal) = slot.backing_off(tenant) {
+            return Err(refusal);
+        }
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(QueenError::unavailable("the node is shutting down"));
+        }
+        match self.start_group(tenant).await {
+            Ok(g) => {
+                *slot.state() = SlotState::Running(g.clone());
+                Ok(g)
+            }
+            Err(e) => {
+                let mut state = slot.state();
+                let backoff = match &*state {
+                    SlotState::Failed { backoff, .. } => (*backoff * 2).min(START_BACKOFF_MAX),
+                    _ => START_BACKOFF_MIN,
+                };
+                *state = SlotState::Failed {
+                    retry_at: Instant::now() + backoff,
+                    backoff,
+                };
+                // The reason names server paths: the log has it, the client gets a sentence.
+                tracing::error!(tenant, error = %format!("{e:#}"), retry_in_s = backoff.as_secs(), "starting the tenant's group failed");
+                Err(QueenError::unavailable(format!(
+                    "the group of tenant {tenant:?} cannot start (the server log says why); \
+                     it is tried again in {} s",
+                    backoff.as_secs()
                 )))
             }
         }
@@ -189,6 +275,7 @@ impl Registry {
     async fn start_group(&self, tenant: &str) -> anyhow::Result<Arc<Group>> {
         let dir = tenant_dir(&self.cfg.data_dir, tenant);
         let mut cfg = self.cfg.clone();
+        cfg.accept_data_loss &= self.booting.load(Ordering::SeqCst);
         let mut ecfg = self.ecfg.clone();
         ecfg.tenant = Arc::from(tenant);
         ecfg.log_backend = self
@@ -197,15 +284,25 @@ impl Registry {
             .get(tenant)
             .cloned()
             .map(crate::engine::LogBackend);
+        let mut lock = None;
         if tenant != DEFAULT_TENANT {
             ecfg.cache_bytes = self.opts.tenant_cache_bytes;
-            let create = dir.clone();
-            // Durable before anything is acknowledged in it: a power cut must not leave the
-            // group's files in a directory that lost its name.
-            tokio::task::spawn_blocking(move || queenmq_storage::create_dir_durable(&create))
-                .await
-                .map_err(|e| anyhow!("creating the group's directory stopped: {e}"))?
-                .with_context(|| format!("creating {}", dir.display()))?;
+            let (create, tenants) = (dir.clone(), self.cfg.data_dir.join(TENANTS_DIR));
+            let locked = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+                // Creates the directory durably and takes its LOCK: a second group on these
+                // files (a start racing a start, a stray process) is refused, never opened.
+                let lock = crate::server::lock_data_dir(&create)?;
+                // An earlier start may have made the directory and then failed its fsync: the
+                // names of both levels are made durable on every start, before anything is
+                // acknowledged in them.
+                queenmq_storage::sync_parent(&create)
+                    .and_then(|()| queenmq_storage::sync_parent(&tenants))
+                    .with_context(|| format!("fsyncing the directories of {}", create.display()))?;
+                Ok(lock)
+            })
+            .await
+            .map_err(|e| anyhow!("creating the group's directory stopped: {e}"))??;
+            lock = Some(locked);
             cfg.data_dir = dir.clone();
         }
         let (tx, jobs) = crate::engine::job_queue(ecfg.queue_depth);
@@ -228,6 +325,7 @@ impl Registry {
             live,
             dir,
             task: Mutex::new(Some(task)),
+            _lock: lock,
         }))
     }
 
@@ -254,7 +352,7 @@ impl Registry {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Slot>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Slot>>> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

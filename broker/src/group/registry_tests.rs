@@ -142,3 +142,67 @@ async fn a_group_whose_fsyncs_fail_is_rebuilt_while_another_keeps_serving() {
     );
     groups.stop_all(Duration::from_secs(10)).await;
 }
+
+/// Concurrent first uses of a tenant whose start fails: one start is tried, the others wait
+/// for it and then get the back-off refusal, so a burst of retries never opens the files twice
+/// or replays once per request; no answer names a server path; once the cause is gone and the
+/// back-off has passed, the group starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_start_is_tried_once_for_a_burst_and_backs_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        data_dir: dir.path().to_path_buf(),
+        ..Config::default()
+    };
+    // A file where tenant c's directory would be: its start fails (not a directory).
+    std::fs::create_dir_all(dir.path().join("tenants")).unwrap();
+    let blocker = dir.path().join("tenants").join("c");
+    std::fs::write(&blocker, b"not a directory").unwrap();
+    let groups = Registry::open(
+        cfg,
+        EngineConfig::default(),
+        RegistryOptions {
+            max_groups: 3,
+            tenant_cache_bytes: 1 << 20,
+            log_backends: HashMap::new(),
+        },
+    )
+    .await
+    .unwrap();
+    let tries: Vec<_> = (0..8)
+        .map(|_| {
+            let g = groups.clone();
+            tokio::spawn(async move { g.group("c").await.map(|_| ()) })
+        })
+        .collect();
+    let mut started_and_failed = 0;
+    for t in tries {
+        let e = t.await.unwrap().expect_err("c cannot start");
+        assert_eq!(e.code, ErrorCode::Unavailable, "{}", e.message);
+        assert!(
+            !e.message.contains(dir.path().to_str().unwrap()),
+            "{}",
+            e.message
+        );
+        if e.message.contains("cannot start") {
+            started_and_failed += 1;
+        } else {
+            assert!(e.message.contains("tried again in"), "{}", e.message);
+        }
+    }
+    assert_eq!(started_and_failed, 1, "one start for the whole burst");
+    std::fs::remove_file(&blocker).unwrap();
+    let e = groups
+        .group("c")
+        .await
+        .map(|_| ())
+        .expect_err("still backing off");
+    assert!(e.message.contains("tried again in"), "{}", e.message);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    groups
+        .group("c")
+        .await
+        .expect("starts once the back-off has passed");
+    assert!(dir.path().join("tenants").join("c").join("LOCK").is_file());
+    groups.stop_all(Duration::from_secs(10)).await;
+}

@@ -244,6 +244,9 @@ async fn refuse_while_waiting(
     why: &str,
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
+    if *stop.borrow() {
+        return false;
+    }
     let until = tokio::time::Instant::now() + wait;
     let mut queue = jobs.clone().lock_owned().await;
     loop {

@@ -194,3 +194,12 @@ fn a_checkpoint_written_in_8_mib_chunks_still_loads() {
     let store = StateStore::open(&path).unwrap();
     assert_eq!(store.load_checkpoint().unwrap(), Some(old));
 }
+
+#[test]
+fn a_store_open_elsewhere_is_in_use_not_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.redb");
+    let _first = StateStore::open(&path).unwrap();
+    let second = StateStore::open(&path).err().expect("redb locks the file");
+    assert!(second.is_in_use(), "{second}");
+}
