@@ -57,27 +57,32 @@ async fn everything(bus: &EngineBus, tenant: &str) -> BTreeSet<String> {
     }
 }
 
+/// A registry of at most three groups on `data_dir`, tenants' logs on `backends` where named.
+async fn open(
+    data_dir: &std::path::Path,
+    backends: HashMap<String, Arc<dyn IoBackend>>,
+) -> Arc<Registry> {
+    let cfg = Config {
+        data_dir: data_dir.to_path_buf(),
+        ..Config::default()
+    };
+    let opts = RegistryOptions {
+        max_groups: 3,
+        tenant_cache_bytes: 1 << 20,
+        log_backends: backends,
+    };
+    Registry::open(cfg, EngineConfig::default(), opts)
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_whose_fsyncs_fail_is_rebuilt_while_another_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
     let disk_a = MemBackend::new();
-    let cfg = Config {
-        data_dir: dir.path().to_path_buf(),
-        ..Config::default()
-    };
     let mut backends: HashMap<String, Arc<dyn IoBackend>> = HashMap::new();
     backends.insert("a".into(), Arc::new(disk_a.clone()));
-    let groups = Registry::open(
-        cfg,
-        EngineConfig::default(),
-        RegistryOptions {
-            max_groups: 3,
-            tenant_cache_bytes: 1 << 20,
-            log_backends: backends,
-        },
-    )
-    .await
-    .unwrap();
+    let groups = open(dir.path(), backends).await;
     let bus = EngineBus::new(groups.clone(), Arc::new(String::new));
 
     let mut acked_a = BTreeSet::new();
@@ -150,25 +155,11 @@ async fn a_group_whose_fsyncs_fail_is_rebuilt_while_another_keeps_serving() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_start_is_tried_once_for_a_burst_and_backs_off() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = Config {
-        data_dir: dir.path().to_path_buf(),
-        ..Config::default()
-    };
     // A file where tenant c's directory would be: its start fails (not a directory).
     std::fs::create_dir_all(dir.path().join("tenants")).unwrap();
     let blocker = dir.path().join("tenants").join("c");
     std::fs::write(&blocker, b"not a directory").unwrap();
-    let groups = Registry::open(
-        cfg,
-        EngineConfig::default(),
-        RegistryOptions {
-            max_groups: 3,
-            tenant_cache_bytes: 1 << 20,
-            log_backends: HashMap::new(),
-        },
-    )
-    .await
-    .unwrap();
+    let groups = open(dir.path(), HashMap::new()).await;
     let tries: Vec<_> = (0..8)
         .map(|_| {
             let g = groups.clone();
