@@ -10,6 +10,9 @@ from pathlib import Path
 
 def cells(run: dict) -> str:
     parts = []
+    rate = (run.get("config") or {}).get("rate")
+    if rate:
+        parts.append(f"offered {rate:,.0f} msg/s")
     for side in ("produce", "consume"):
         moved = run.get(side) or {}
         if moved.get("msg_per_sec"):
