@@ -10,6 +10,7 @@ use queenmq_protocol::{
 };
 use tokio::sync::oneshot;
 
+use super::bus_waits::BusWaits;
 use super::Job;
 use crate::group::Registry;
 
@@ -23,6 +24,7 @@ pub struct EngineBus {
     started: std::time::Instant,
     /// The node's memory budget: admission of writes and the requests pool.
     memory: Option<Arc<crate::memory::Memory>>,
+    waits: BusWaits,
 }
 
 impl EngineBus {
@@ -32,7 +34,14 @@ impl EngineBus {
             prometheus,
             started: std::time::Instant::now(),
             memory: None,
+            waits: BusWaits::default(),
         }
+    }
+
+    /// Replaces the default bounds on a request's wait (tests use short ones).
+    pub fn with_waits(mut self, waits: BusWaits) -> Self {
+        self.waits = waits;
+        self
     }
 
     /// Refuses writes (retriably) while the node is at its memory budget, and counts the
@@ -180,23 +189,42 @@ impl Bus for EngineBus {
             }
             queued = Some(crate::memory::Queued::new(m.clone(), &cmd));
         }
+        let waits = self.waits;
+        let answer_bound = waits.answer_bound(&cmd);
         Box::pin(async move {
-            let group = match running {
-                Some(g) => g,
-                None => groups.group(&ctx.tenant).await?,
-            };
             let (reply, rx) = oneshot::channel();
-            group
-                .tx
-                .send(Job { ctx, cmd, reply })
-                .await
-                .map_err(|_| QueenError::unavailable("the engine is shutting down"))?;
+            let enqueue = async {
+                let group = match running {
+                    Some(g) => g,
+                    None => groups.group(&ctx.tenant).await?,
+                };
+                group
+                    .tx
+                    .send(Job { ctx, cmd, reply })
+                    .await
+                    .map_err(|_| QueenError::unavailable("the engine is shutting down"))
+            };
+            match tokio::time::timeout(waits.enqueue, enqueue).await {
+                Ok(sent) => sent?,
+                Err(_) => {
+                    return Err(QueenError::unavailable(
+                        "this queue group takes no commands (its engine is stalled, e.g. on a \
+                         hung disk); retry",
+                    ))
+                }
+            }
             // In the engine's queue now: the engine subtracts it when it takes it.
             if let Some(q) = queued {
                 q.handed_over();
             }
-            rx.await
-                .map_err(|_| QueenError::unavailable("the engine stopped before answering"))?
+            match tokio::time::timeout(answer_bound, rx).await {
+                Ok(answer) => answer
+                    .map_err(|_| QueenError::unavailable("the engine stopped before answering"))?,
+                Err(_) => Err(QueenError::unavailable(
+                    "the engine did not answer in time (a stalled disk?); the outcome is \
+                     unknown: retry with the same transaction id",
+                )),
+            }
         })
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod apply_handler;
 mod bus;
+mod bus_waits;
 mod cache;
 mod cycle;
 mod limits;
@@ -29,6 +30,7 @@ use queenmq_storage::StateStore;
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use bus::EngineBus;
+pub use bus_waits::BusWaits;
 pub mod bus_prometheus {
     pub use super::bus::PrometheusRender as Render;
 }

@@ -197,3 +197,71 @@ async fn a_failing_start_is_tried_once_for_a_burst_and_backs_off() {
     assert!(dir.path().join("tenants").join("c").join("LOCK").is_file());
     groups.stop_all(Duration::from_secs(10)).await;
 }
+
+/// A disk that hangs (fsyncs that neither fail nor return) stops tenant a's engine inside a
+/// proposal. Its requests are answered `unavailable` once the bus's bound passes instead of
+/// waiting forever; tenant b keeps serving; when the disk answers again, a serves with every
+/// push it acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_disk_answers_unavailable_instead_of_holding_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk_a = MemBackend::new();
+    let mut backends: HashMap<String, Arc<dyn IoBackend>> = HashMap::new();
+    backends.insert("a".into(), Arc::new(disk_a.clone()));
+    let groups = open(dir.path(), backends).await;
+    let waits = crate::engine::BusWaits {
+        enqueue: Duration::from_millis(300),
+        answer: Duration::from_millis(500),
+    };
+    let bus = Arc::new(EngineBus::new(groups.clone(), Arc::new(String::new)).with_waits(waits));
+
+    let mut acked_a = BTreeSet::new();
+    for i in 0..5 {
+        let txn = format!("a-before-{i}");
+        push(&bus, "a", &txn).await.unwrap();
+        acked_a.insert(txn);
+    }
+
+    disk_a.set_hang_sync(true);
+    let stuck: Vec<_> = (0..20)
+        .map(|i| {
+            let bus = bus.clone();
+            tokio::spawn(async move { push(&bus, "a", &format!("a-hung-{i}")).await })
+        })
+        .collect();
+    for t in stuck {
+        let e = t
+            .await
+            .unwrap()
+            .expect_err("nothing can commit on a hung disk");
+        assert_eq!(e.code, ErrorCode::Unavailable, "retriable: {}", e.message);
+    }
+    for j in 0..10 {
+        push(&bus, "b", &format!("b-during-{j}")).await.unwrap();
+    }
+
+    disk_a.set_hang_sync(false);
+    let mut served = false;
+    for _ in 0..1_200 {
+        match push(&bus, "a", "a-after").await {
+            Ok(()) => {
+                served = true;
+                break;
+            }
+            Err(e) => assert_eq!(e.code, ErrorCode::Unavailable, "{}", e.message),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        served,
+        "tenant a never served again after its disk answered"
+    );
+    acked_a.insert("a-after".into());
+    let found = everything(&bus, "a").await;
+    assert!(
+        found.is_superset(&acked_a),
+        "acknowledged pushes of a lost: {:?}",
+        acked_a.difference(&found).collect::<Vec<_>>()
+    );
+    groups.stop_all(Duration::from_secs(10)).await;
+}

@@ -29,6 +29,8 @@ struct Tree {
     last_write: Mutex<Option<LastWrite>>,
     next_id: AtomicU64,
     fail_sync: AtomicBool,
+    /// While set, every `sync_data` and `sync_dir` blocks (a hung disk).
+    hang_sync: AtomicBool,
     /// When recording, the crash image after every mutating call, in call order.
     steps: Mutex<Option<Vec<MemBackend>>>,
 }
@@ -186,6 +188,12 @@ impl MemBackend {
         self.tree.fail_sync.store(fail, Ordering::SeqCst);
     }
 
+    /// Makes every later `sync_data` and `sync_dir` block until this is set back to false,
+    /// to test a disk that stops answering (the fsync neither fails nor returns).
+    pub fn set_hang_sync(&self, hang: bool) {
+        self.tree.hang_sync.store(hang, Ordering::SeqCst);
+    }
+
     fn key(&self, name: &str) -> (String, String) {
         (self.path.clone(), name.to_owned())
     }
@@ -279,6 +287,9 @@ fn step(tree: &Arc<Tree>) {
 }
 
 fn check_sync(tree: &Tree) -> io::Result<()> {
+    while tree.hang_sync.load(Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     if tree.fail_sync.load(Ordering::SeqCst) {
         return Err(io::Error::other("injected fsync failure"));
     }
