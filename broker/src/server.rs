@@ -79,7 +79,7 @@ pub async fn serve(
         memory: Some(memory.clone()),
         max_new_partitions: usize::try_from(cfg.max_new_partitions_per_request)
             .unwrap_or(usize::MAX),
-        max_long_polls: door_caps.long_polls,
+        long_polls: crate::engine::LongPollSlots::new(door_caps.long_polls),
         ..EngineConfig::default()
     };
     // A default group that fails to start stops the process with its reason: the operator

@@ -13,6 +13,7 @@ mod cache;
 mod cycle;
 mod limits;
 pub mod log;
+mod long_poll_slots;
 #[cfg(test)]
 mod loop_tests;
 mod metrics_sample;
@@ -31,6 +32,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 pub use bus::EngineBus;
 pub use bus_waits::BusWaits;
+pub use long_poll_slots::LongPollSlots;
 pub mod bus_prometheus {
     pub use super::bus::PrometheusRender as Render;
 }
@@ -81,13 +83,16 @@ pub struct EngineConfig {
     pub max_bytes: usize,
     pub checkpoint_interval: Duration,
     pub cache_bytes: usize,
+    /// The page cache of the group's state store (redb).
+    pub store_cache_bytes: usize,
     pub queue_depth: usize,
     /// The log's largest record: no cycle's entry may pass it.
     pub record_limit: usize,
     /// Partitions one push or transaction may create.
     pub max_new_partitions: usize,
-    /// Long-poll pops parked at once on this node.
-    pub max_long_polls: usize,
+    /// Long-poll pops parked at once on this node: one set of slots shared by every group
+    /// (each group's config is a clone of the node's).
+    pub long_polls: Arc<LongPollSlots>,
     /// The node's memory pools and budget; None (tests) accounts nothing.
     pub memory: Option<Arc<crate::memory::Memory>>,
     /// The time of each cycle and of the timers it checks.
@@ -116,10 +121,11 @@ impl Default for EngineConfig {
             max_bytes: 4 << 20,
             checkpoint_interval: Duration::from_secs(30),
             cache_bytes: 256 << 20,
+            store_cache_bytes: queenmq_storage::STATE_CACHE_BYTES,
             queue_depth: 16_384,
             record_limit: queenmq_storage::LogOptions::default().max_record_bytes as usize,
             max_new_partitions: 10_000,
-            max_long_polls: 20_000,
+            long_polls: LongPollSlots::new(20_000),
             memory: None,
             clock: Arc::new(crate::time::SystemClock),
             tenant: Arc::from(queenmq_protocol::DEFAULT_TENANT),
@@ -189,7 +195,7 @@ impl Engine {
             cache: EntryCache::new(cfg.cache_bytes),
             cfg: cfg.clone(),
             rx,
-            waiters: Waiters::new(cfg.max_long_polls),
+            waiters: Waiters::new(cfg.long_polls.clone()),
             limits: Limits::new(cfg.record_limit, cfg.max_bytes, cfg.max_new_partitions),
             carry: VecDeque::new(),
             panic_after: panic_guard::test_panic_after(),

@@ -10,14 +10,16 @@
 //! label waiter when a timer of its group falls due in a queue its labels match. Label
 //! timers are found through the state's time index of wake pushes (`State::wakes`): a tick
 //! touches only the group timers that came due since the last one, whatever the number of
-//! queues and parked groups. The number of waiters is capped per node; past the cap a pop is
-//! answered 503 at once.
+//! queues and parked groups. The number of waiters is capped per node, across its groups
+//! (`long_poll_slots.rs`); past the cap a pop is answered 503 at once.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use queenmq_protocol::{Command, Outcome, PopSource, QueenError};
 
+use super::long_poll_slots::{LongPollSlot, LongPollSlots};
 use super::plan::group_name;
 use super::Job;
 use crate::state::State;
@@ -51,6 +53,8 @@ fn key_of(job: &Job) -> Option<Key> {
 struct Parked {
     waiter: Waiter,
     key: Key,
+    /// Held while parked: dropped with the entry, whichever way it leaves.
+    _slot: LongPollSlot,
 }
 
 pub struct Waiters {
@@ -60,20 +64,20 @@ pub struct Waiters {
     /// Label waiters by filter, then by group name.
     by_label: HashMap<LabelKey, HashMap<String, HashSet<u64>>>,
     by_deadline: BTreeSet<(Instant, u64)>,
-    max: usize,
+    slots: Arc<LongPollSlots>,
     /// Group and queue lookups the last tick made for label timers (tests bound it).
     label_tick_work: usize,
 }
 
 impl Waiters {
-    pub fn new(max: usize) -> Self {
+    pub fn new(slots: Arc<LongPollSlots>) -> Self {
         Waiters {
             parked: HashMap::new(),
             next_id: 0,
             by_queue: BTreeMap::new(),
             by_label: HashMap::new(),
             by_deadline: BTreeSet::new(),
-            max,
+            slots,
             label_tick_work: 0,
         }
     }
@@ -85,17 +89,23 @@ impl Waiters {
 
     /// Parks a pop until `deadline`, or answers it 503 when the node holds `max` already.
     pub fn park(&mut self, job: Job, deadline: Instant) {
-        if self.parked.len() >= self.max {
-            self.drop_closed();
-        }
-        if self.parked.len() >= self.max {
-            let _ = job.reply.send(Err(QueenError::unavailable(format!(
-                "too many long polls are waiting on this node (max_long_polls = {}); retry \
-                 later or poll without wait",
-                self.max
-            ))));
-            return;
-        }
+        let slot = match self.slots.try_take() {
+            Some(slot) => slot,
+            None => {
+                self.drop_closed();
+                match self.slots.try_take() {
+                    Some(slot) => slot,
+                    None => {
+                        let _ = job.reply.send(Err(QueenError::unavailable(format!(
+                            "too many long polls are waiting on this node (max_long_polls = \
+                             {}); retry later or poll without wait",
+                            self.slots.max()
+                        ))));
+                        return;
+                    }
+                }
+            }
+        };
         let Some(key) = key_of(&job) else {
             let _ = job.reply.send(Ok(Outcome::Popped(Default::default())));
             return;
@@ -124,6 +134,7 @@ impl Waiters {
             Parked {
                 waiter: Waiter { job, deadline },
                 key,
+                _slot: slot,
             },
         );
     }
@@ -417,7 +428,7 @@ mod tests {
             );
             lease(&mut st, gid, gid, later);
         }
-        let mut waiters = Waiters::new(10_000);
+        let mut waiters = Waiters::new(LongPollSlots::new(10_000));
         let mut receivers = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(60);
         for gid in 1..=GROUPS {
@@ -471,7 +482,7 @@ mod tests {
             0,
             loc,
         );
-        let mut waiters = Waiters::new(10);
+        let mut waiters = Waiters::new(LongPollSlots::new(10));
         let mut receivers = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(60);
         for g in ["a", "b", "a"] {

@@ -44,15 +44,17 @@ pub struct Opened {
 /// Opens the state store, then the log with every index Raft or the checkpoint says was
 /// acknowledged as `durable_through`, so that recovery refuses rather than drops it.
 /// docs/storage-format.md ("Start-up checks") is the rule this implements. `log_backend`
-/// replaces the files of `<data_dir>/log` (tests: a backend that fails on demand).
+/// replaces the files of `<data_dir>/log` (tests: a backend that fails on demand);
+/// `store_cache` is the state store's page cache.
 pub fn open_storage(
     cfg: &Config,
     log_backend: Option<Arc<dyn IoBackend>>,
+    store_cache: usize,
 ) -> anyhow::Result<Opened> {
     let accept = cfg.accept_data_loss;
     let log_dir = cfg.data_dir.join("log");
     let log_present = log_backend.is_some() || log_dir.is_dir();
-    let store = open_store(&cfg.data_dir, &log_dir, accept)?;
+    let store = open_store(&cfg.data_dir, &log_dir, accept, store_cache)?;
     let raft = queenmq_raft::read_persisted(&store)
         .map_err(|e| anyhow!("reading the raft metadata in {STATE_FILE}: {e}"))?;
     let checkpoint = store.load_checkpoint();
@@ -135,20 +137,26 @@ pub fn open_storage(
 
 /// Opens `state.redb`. If redb cannot open it (a damaged file) and the log still starts at
 /// its first index (0, or 1), nothing is lost by rebuilding: the file is moved aside and a new one is created.
-fn open_store(data_dir: &Path, log_dir: &Path, accept: bool) -> anyhow::Result<StateStore> {
+fn open_store(
+    data_dir: &Path,
+    log_dir: &Path,
+    accept: bool,
+    cache: usize,
+) -> anyhow::Result<StateStore> {
     let path = data_dir.join(STATE_FILE);
     // redb 4.6 can panic (unreachable code in its btree cursor) on some damaged pages while
     // opening; that is a damaged file like any other, not a reason to die without a word.
-    let opened = std::panic::catch_unwind(|| StateStore::open(&path)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic".to_owned());
-        Err(StorageError::CorruptCheckpoint {
-            reason: format!("redb panicked while opening the file: {what}"),
-        })
-    });
+    let opened = std::panic::catch_unwind(|| StateStore::open_with_cache(&path, cache))
+        .unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_owned());
+            Err(StorageError::CorruptCheckpoint {
+                reason: format!("redb panicked while opening the file: {what}"),
+            })
+        });
     let error = match opened {
         Ok(store) => return Ok(store),
         // Open elsewhere (another group or process on these files): never damage, so never
@@ -192,7 +200,8 @@ fn open_store(data_dir: &Path, log_dir: &Path, accept: bool) -> anyhow::Result<S
         path.display(),
         aside.display()
     );
-    StateStore::open(&path).with_context(|| format!("creating {}", path.display()))
+    StateStore::open_with_cache(&path, cache)
+        .with_context(|| format!("creating {}", path.display()))
 }
 
 /// Loads the checkpoint. One the log cannot back (ahead of its end, with a gap before its

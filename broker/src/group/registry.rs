@@ -286,7 +286,8 @@ impl Registry {
             .map(crate::engine::LogBackend);
         let mut lock = None;
         if tenant != DEFAULT_TENANT {
-            ecfg.cache_bytes = self.opts.tenant_cache_bytes;
+            (ecfg.cache_bytes, ecfg.store_cache_bytes) =
+                tenant_caches(self.opts.tenant_cache_bytes);
             let (create, tenants) = (dir.clone(), self.cfg.data_dir.join(TENANTS_DIR));
             let locked = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
                 // Creates the directory durably and takes its LOCK: a second group on these
@@ -354,5 +355,34 @@ impl Registry {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Slot>>> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A tenant group's slice of the entry-cache share, split between its entry cache and its
+/// state store's page cache: the store's comes out of the slice (half of it, between
+/// `STATE_MIN_CACHE_BYTES` and 2 MiB), so 63 tenant groups no longer add 16 MiB of redb cache
+/// each beyond the budget. Below 512 KiB a slice is all store cache at the minimum.
+fn tenant_caches(slice: usize) -> (usize, usize) {
+    let store = (slice / 2).clamp(queenmq_storage::STATE_MIN_CACHE_BYTES, 2 << 20);
+    (slice.saturating_sub(store), store)
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::tenant_caches;
+    use queenmq_storage::STATE_MIN_CACHE_BYTES;
+
+    #[test]
+    fn a_tenant_slice_pays_for_its_store_cache() {
+        assert_eq!(tenant_caches(64 << 20), ((62 << 20), 2 << 20));
+        assert_eq!(tenant_caches(2 << 20), (1 << 20, 1 << 20));
+        assert_eq!(tenant_caches(0), (0, STATE_MIN_CACHE_BYTES));
+        for slice in [0, 1, 300 << 10, 1 << 20, 5 << 20, 1 << 30] {
+            let (entries, store) = tenant_caches(slice);
+            assert!(
+                entries + store <= slice.max(STATE_MIN_CACHE_BYTES),
+                "{slice}"
+            );
+        }
     }
 }

@@ -62,6 +62,14 @@ async fn open(
     data_dir: &std::path::Path,
     backends: HashMap<String, Arc<dyn IoBackend>>,
 ) -> Arc<Registry> {
+    open_with(data_dir, backends, EngineConfig::default()).await
+}
+
+async fn open_with(
+    data_dir: &std::path::Path,
+    backends: HashMap<String, Arc<dyn IoBackend>>,
+    ecfg: EngineConfig,
+) -> Arc<Registry> {
     let cfg = Config {
         data_dir: data_dir.to_path_buf(),
         ..Config::default()
@@ -71,9 +79,7 @@ async fn open(
         tenant_cache_bytes: 1 << 20,
         log_backends: backends,
     };
-    Registry::open(cfg, EngineConfig::default(), opts)
-        .await
-        .unwrap()
+    Registry::open(cfg, ecfg, opts).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,5 +269,61 @@ async fn a_hung_disk_answers_unavailable_instead_of_holding_requests() {
         "acknowledged pushes of a lost: {:?}",
         acked_a.difference(&found).collect::<Vec<_>>()
     );
+    groups.stop_all(Duration::from_secs(10)).await;
+}
+
+/// `max_long_polls` is the node's: two tenant groups share one set of slots, so a tenant
+/// cannot park the cap's worth of polls per group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_polls_are_capped_per_node_across_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let ecfg = EngineConfig {
+        long_polls: crate::engine::LongPollSlots::new(2),
+        ..EngineConfig::default()
+    };
+    let groups = open_with(dir.path(), HashMap::new(), ecfg).await;
+    let bus = Arc::new(EngineBus::new(groups.clone(), Arc::new(String::new)));
+    let long_poll = |queue: &str| {
+        Command::Pop(PopReq {
+            source: PopSource::Queue(queue.into()),
+            group: None,
+            batch: 1,
+            partitions: 1,
+            wait: true,
+            timeout_ms: 60_000,
+            auto_ack: false,
+            subscription: Subscription::Default,
+            lease_seconds: None,
+            autopilot: false,
+        })
+    };
+    push(&bus, "a", "seed-a").await.unwrap();
+    push(&bus, "b", "seed-b").await.unwrap();
+    let parked: Vec<_> = ["x", "y"]
+        .into_iter()
+        .map(|q| {
+            let (bus, cmd) = (bus.clone(), long_poll(q));
+            tokio::spawn(async move { bus.call(ctx("a"), cmd).await })
+        })
+        .collect();
+    // Bounded only so that a broken cap fails the test rather than hanging it.
+    let mut refused = None;
+    for _ in 0..200 {
+        let cmd = long_poll("z");
+        match tokio::time::timeout(Duration::from_millis(100), bus.call(ctx("b"), cmd)).await {
+            Ok(Err(e)) => {
+                refused = Some(e);
+                break;
+            }
+            Ok(Ok(_)) => panic!("an empty long poll was answered before its timeout"),
+            Err(_) => {} // parked: a's polls are not both parked yet
+        }
+    }
+    let e = refused.expect("b's long poll was parked past the node's cap");
+    assert_eq!(e.code, ErrorCode::Unavailable, "{}", e.message);
+    assert!(e.message.contains("max_long_polls"), "{}", e.message);
+    for p in parked {
+        p.abort();
+    }
     groups.stop_all(Duration::from_secs(10)).await;
 }

@@ -64,12 +64,13 @@ pub async fn start(
     let started = Instant::now();
     let opening = cfg.clone();
     let backend = ecfg.log_backend.clone().map(|b| b.0);
+    let store_cache = ecfg.store_cache_bytes;
     let Opened {
         log,
         report,
         store,
         state,
-    } = tokio::task::spawn_blocking(move || open_storage(&opening, backend))
+    } = tokio::task::spawn_blocking(move || open_storage(&opening, backend, store_cache))
         .await
         .map_err(|e| anyhow!("opening the storage stopped: {e}"))??;
     if let Some(t) = report

@@ -18,9 +18,6 @@ use checkpoint::CheckpointHead;
 /// Rows of a checkpoint in the store: a streamed save holds one in memory.
 pub use checkpoint::WRITE_CHUNK_BYTES as CHECKPOINT_CHUNK_BYTES;
 pub use sink::StateSink;
-/// redb's page cache (reads and the write buffer together): what a save may hold beyond
-/// its chunk.
-pub const STATE_CACHE_BYTES: usize = CACHE_BYTES;
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// One row, key `HEAD_KEY`: the checkpoint's header (see `CheckpointHead`).
@@ -32,7 +29,11 @@ const HEAD_KEY: &str = "current";
 /// redb's page cache. Its default (1 GiB) filled with the pages of each checkpoint written
 /// (issue 15: a broker's RSS grew by the checkpoint size every interval); the checkpoint is
 /// written once and read only at start-up, and the metadata rows are tiny.
-const CACHE_BYTES: usize = 16 << 20;
+/// It is also what a save may hold beyond its chunk (reads and the write buffer together).
+pub const STATE_CACHE_BYTES: usize = 16 << 20;
+/// The least page cache a store is given (`open_with_cache`): the metadata rows and a few
+/// pages of a checkpoint chunk.
+pub const STATE_MIN_CACHE_BYTES: usize = 256 << 10;
 
 /// Send + Sync; every write is one redb transaction committed with `Durability::Immediate`
 /// (redb's default), so it is fsynced before the call returns.
@@ -45,8 +46,14 @@ impl StateStore {
     /// is fsynced afterwards, so a newly created file's name is durable before anything is
     /// stored in it.
     pub fn open(path: &Path) -> Result<StateStore, StorageError> {
+        StateStore::open_with_cache(path, STATE_CACHE_BYTES)
+    }
+
+    /// [`Self::open`] with a page cache of `cache_bytes` (at least [`STATE_MIN_CACHE_BYTES`]): a node
+    /// with many groups gives each a slice of its memory budget rather than 16 MiB apiece.
+    pub fn open_with_cache(path: &Path, cache_bytes: usize) -> Result<StateStore, StorageError> {
         let db = Database::builder()
-            .set_cache_size(CACHE_BYTES)
+            .set_cache_size(cache_bytes.max(STATE_MIN_CACHE_BYTES))
             .create(path)
             .map_err(StorageError::state("open the state store"))?;
         crate::sync_parent(path).map_err(StorageError::io("sync the directory of", path))?;
@@ -65,7 +72,7 @@ impl StateStore {
                 .map_err(StorageError::io("create", &path))?,
         };
         let db = Database::builder()
-            .set_cache_size(CACHE_BYTES)
+            .set_cache_size(STATE_CACHE_BYTES)
             .create_with_backend(crate::backend::RedbOnFile::new(file))
             .map_err(StorageError::state("open the state store"))?;
         dir.sync_dir()
