@@ -184,7 +184,10 @@ impl Bus for EngineBus {
         let running = groups.get(&ctx.tenant);
         let mut queued = None;
         if let Some(m) = &self.memory {
-            if let Err(e) = m.admit(&cmd) {
+            let group_held = running
+                .as_ref()
+                .map_or(0, |g| g.held.load(std::sync::atomic::Ordering::Relaxed));
+            if let Err(e) = m.admit(&cmd, group_held) {
                 return Box::pin(async move { Err(e) });
             }
             queued = Some(crate::memory::Queued::new(m.clone(), &cmd));

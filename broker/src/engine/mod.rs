@@ -93,6 +93,9 @@ pub struct EngineConfig {
     /// Long-poll pops parked at once on this node: one set of slots shared by every group
     /// (each group's config is a clone of the node's).
     pub long_polls: Arc<LongPollSlots>,
+    /// What this group holds in the node's held pools (its `Accountant` sets it, the bus
+    /// reads it for fair admission); one per group, set by the registry.
+    pub group_held: Arc<std::sync::atomic::AtomicUsize>,
     /// The node's memory pools and budget; None (tests) accounts nothing.
     pub memory: Option<Arc<crate::memory::Memory>>,
     /// The time of each cycle and of the timers it checks.
@@ -126,6 +129,7 @@ impl Default for EngineConfig {
             record_limit: queenmq_storage::LogOptions::default().max_record_bytes as usize,
             max_new_partitions: 10_000,
             long_polls: LongPollSlots::new(20_000),
+            group_held: Default::default(),
             memory: None,
             clock: Arc::new(crate::time::SystemClock),
             tenant: Arc::from(queenmq_protocol::DEFAULT_TENANT),
@@ -187,7 +191,10 @@ impl Engine {
         rx: Jobs,
     ) -> Engine {
         let checkpointed_index = shared.lock().applied.map(|a| a.0);
-        let memory = cfg.memory.clone().map(crate::memory::Accountant::new);
+        let memory = cfg
+            .memory
+            .clone()
+            .map(|m| crate::memory::Accountant::new(m, cfg.group_held.clone()));
         Engine {
             shared,
             log,

@@ -32,6 +32,8 @@ pub struct Group {
     pub live: Arc<LiveSlot>,
     /// Where its files are (the data dir itself for `default`).
     pub dir: PathBuf,
+    /// What it holds in the node's held pools (set by its engine's accounting).
+    pub held: Arc<std::sync::atomic::AtomicUsize>,
     task: Mutex<Option<JoinHandle<()>>>,
     /// A tenant's `LOCK`, held while the group exists: nothing else opens its files.
     _lock: Option<crate::server::DirLock>,
@@ -306,6 +308,9 @@ impl Registry {
             lock = Some(locked);
             cfg.data_dir = dir.clone();
         }
+        // Its own counter: ecfg is a clone of the node's, whose counter would be shared.
+        ecfg.group_held = Default::default();
+        let held = ecfg.group_held.clone();
         let (tx, jobs) = crate::engine::job_queue(ecfg.queue_depth);
         let first = start(&cfg, &ecfg, &jobs, Tail::AsFound)
             .await
@@ -325,6 +330,7 @@ impl Registry {
             tx,
             live,
             dir,
+            held,
             task: Mutex::new(Some(task)),
             _lock: lock,
         }))

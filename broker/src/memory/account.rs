@@ -8,6 +8,7 @@
 //! refusing, so writes resume soon after pressure goes) and never more often than 50 times
 //! its own duration, which keeps it under 2 % of the engine's time at any state size.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,8 @@ pub struct Accountant {
     /// What this engine put in each pool: several groups share the node's pools, so each
     /// adds the change in its own share, and takes its share out when it ends.
     mine: [usize; Pool::ALL.len()],
+    /// This group's part of the held pools, read by the bus for fair admission.
+    group_held: Arc<AtomicUsize>,
 }
 
 /// What the engine knows without the state: its own structures.
@@ -39,7 +42,8 @@ pub struct EngineSide {
 }
 
 impl Accountant {
-    pub fn new(mem: Arc<Memory>) -> Self {
+    pub fn new(mem: Arc<Memory>, group_held: Arc<AtomicUsize>) -> Self {
+        mem.groups.fetch_add(1, Ordering::Relaxed);
         // Series exist from the start (docs/metrics.md lists them; a scrape shows them all).
         metrics::counter!("queen_memory_refused_writes_total").increment(0);
         metrics::gauge!("queen_memory_budget_bytes", "share" => "total")
@@ -57,6 +61,7 @@ impl Accountant {
             walk_cost: Duration::ZERO,
             state: 0,
             mine: [0; Pool::ALL.len()],
+            group_held,
         }
     }
 
@@ -96,6 +101,11 @@ impl Accountant {
             Pool::Waiters,
             size::waiters_bytes(engine.waiters, engine.waiter_job_size),
         );
+        let held = Pool::ALL
+            .iter()
+            .filter(|p| p.held())
+            .fold(0usize, |a, p| a.saturating_add(self.mine[*p as usize]));
+        self.group_held.store(held, Ordering::Relaxed);
         self.mem.update_refusing();
         self.mem.publish();
     }
@@ -130,6 +140,8 @@ impl Drop for Accountant {
         for p in Pool::ALL {
             self.mem.pools.sub(p, self.mine[p as usize]);
         }
+        self.group_held.store(0, Ordering::Relaxed);
+        self.mem.groups.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -150,7 +162,7 @@ mod tests {
     #[test]
     fn a_pass_sets_every_pool_and_the_flag() {
         let mem = Memory::new(Budget::derive(64 << 20, None, None));
-        let mut a = Accountant::new(mem.clone());
+        let mut a = Accountant::new(mem.clone(), Default::default());
         let st = State::default();
         a.after_cycle(
             &st,
@@ -188,8 +200,8 @@ mod tests {
             waiter_job_size: 200,
         };
         let st = State::default();
-        let mut a = Accountant::new(mem.clone());
-        let mut b = Accountant::new(mem.clone());
+        let mut a = Accountant::new(mem.clone(), Default::default());
+        let mut b = Accountant::new(mem.clone(), Default::default());
         a.after_cycle(&st, side(100));
         b.after_cycle(&st, side(20));
         assert_eq!(mem.pools.get(Pool::EntryCache), 120);
@@ -205,7 +217,7 @@ mod tests {
     #[test]
     fn requests_drained_are_subtracted_and_checkpoints_counted_while_saved() {
         let mem = Memory::new(Budget::derive(64 << 20, None, None));
-        let a = Accountant::new(mem.clone());
+        let a = Accountant::new(mem.clone(), Default::default());
         let cmd = queenmq_protocol::Command::DeleteQueue { queue: "q".into() };
         mem.pools.add(Pool::Requests, 2 * size::request_bytes(&cmd));
         a.drained([&cmd].into_iter());

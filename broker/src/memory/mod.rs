@@ -10,7 +10,7 @@ mod give_back;
 pub mod pools;
 pub mod size;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use queenmq_protocol::{Command, QueenError, TxnOp};
@@ -28,7 +28,14 @@ pub struct Memory {
     pub pools: Pools,
     /// Set by the engine's accounting pass (with hysteresis), read by every write.
     refusing: AtomicBool,
+    /// Groups accounting into these pools now (one `Accountant` each).
+    groups: AtomicUsize,
 }
+
+/// Past this part of the held share, a group holding more than its fair part of the share
+/// (the share divided by the groups) gets no new writes, so the tenants that hold little
+/// keep room while the node nears its budget.
+const FAIR_FROM_PERCENT: usize = 75;
 
 impl Memory {
     pub fn new(budget: Budget) -> Arc<Memory> {
@@ -36,6 +43,7 @@ impl Memory {
             budget,
             pools: Pools::default(),
             refusing: AtomicBool::new(false),
+            groups: AtomicUsize::new(0),
         })
     }
 
@@ -116,11 +124,32 @@ impl Memory {
     /// consumers can drain; configure passes too. The engine refuses, while [`Self::pressed`],
     /// what only the state tells apart: a configure that creates a queue and a pop that
     /// registers a consumer group (it must not take the state lock on an async worker here).
-    pub fn admit(&self, cmd: &Command) -> Result<(), QueenError> {
-        if !grows(cmd) || !self.pressed() {
+    ///
+    /// `group_held` is what the caller's group holds in the held pools: while the node is
+    /// past `FAIR_FROM_PERCENT` of the share, a group above its fair part is refused first
+    /// (one tenant cannot fill the node's share and starve the others).
+    pub fn admit(&self, cmd: &Command, group_held: usize) -> Result<(), QueenError> {
+        if !grows(cmd) {
             return Ok(());
         }
-        Err(self.refusal())
+        if self.pressed() {
+            return Err(self.refusal());
+        }
+        let share = self.budget.held_bytes();
+        let groups = self.groups.load(Ordering::Relaxed).max(1);
+        let fair = share / groups;
+        if groups > 1 && self.pools.held() > share / 100 * FAIR_FROM_PERCENT && group_held > fair {
+            metrics::counter!("queen_memory_refused_writes_total").increment(1);
+            return Err(QueenError::unavailable(format!(
+                "the broker is near its memory budget and this tenant holds {} MiB, more than \
+                 its fair part ({} MiB of {} MiB shared by {groups} tenant groups); new writes \
+                 are refused until its consumers drain, retry later",
+                group_held / MIB,
+                fair / MIB,
+                share / MIB
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -210,19 +239,45 @@ mod tests {
     fn writes_are_refused_past_the_share_and_accepted_again_below_the_resume_line() {
         let m = Memory::new(Budget::derive(100 << 20, None, None));
         let share = m.budget.held_bytes();
-        assert!(m.admit(&push()).is_ok());
+        assert!(m.admit(&push(), 0).is_ok());
         m.pools.set(Pool::State, share + 1);
-        let e = m.admit(&push()).unwrap_err();
+        let e = m.admit(&push(), 0).unwrap_err();
         assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable);
         assert!(e.message.contains("memory budget"), "{}", e.message);
         assert!(m.update_refusing());
         // Just below the share is not enough: the flag holds until the resume line.
         m.pools.set(Pool::State, share - 1);
         assert!(m.update_refusing());
-        assert!(m.admit(&push()).is_err());
+        assert!(m.admit(&push(), 0).is_err());
         m.pools.set(Pool::State, m.budget.resume_bytes() - 1);
         assert!(!m.update_refusing());
-        assert!(m.admit(&push()).is_ok());
+        assert!(m.admit(&push(), 0).is_ok());
+    }
+
+    #[test]
+    fn near_the_budget_a_group_above_its_fair_part_is_refused_first() {
+        let m = Memory::new(Budget::derive(100 << 20, None, None));
+        let share = m.budget.held_bytes();
+        let big = Accountant::new(m.clone(), Default::default());
+        let small = Accountant::new(m.clone(), Default::default());
+        // Four fifths of the share held, nearly all by one of two groups.
+        m.pools.set(Pool::State, share / 5 * 4);
+        let (big_held, small_held) = (share / 5 * 4 - (1 << 20), 1 << 20);
+        let e = m.admit(&push(), big_held).unwrap_err();
+        assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable);
+        assert!(e.message.contains("fair part"), "{}", e.message);
+        assert!(
+            m.admit(&push(), small_held).is_ok(),
+            "the small tenant keeps room"
+        );
+        // Below three quarters nobody is held back.
+        m.pools.set(Pool::State, share / 2);
+        assert!(m.admit(&push(), share / 2).is_ok());
+        // With one group the fair part is the whole share: no change for a single tenant.
+        drop(small);
+        m.pools.set(Pool::State, share / 5 * 4);
+        assert!(m.admit(&push(), share / 5 * 4).is_ok());
+        drop(big);
     }
 
     #[test]
@@ -242,10 +297,10 @@ mod tests {
         m.pools.set(Pool::Dedup, usize::MAX / 2);
         m.update_refusing();
         let pop = Command::DeleteQueue { queue: "q".into() };
-        assert!(m.admit(&pop).is_ok());
+        assert!(m.admit(&pop, 0).is_ok());
         let txn_ack_only = Command::Transaction(Default::default());
-        assert!(m.admit(&txn_ack_only).is_ok());
-        assert!(m.admit(&push()).is_err());
+        assert!(m.admit(&txn_ack_only, 0).is_ok());
+        assert!(m.admit(&push(), 0).is_err());
     }
 
     #[test]
@@ -263,7 +318,7 @@ mod tests {
         m.pools.set(Pool::Waiters, usize::MAX / 2);
         assert!(m.pressed());
         let cfg = Command::Configure(Default::default());
-        assert!(m.admit(&cfg).is_ok());
+        assert!(m.admit(&cfg, 0).is_ok());
         assert!(m.refusal().message.contains("memory budget"));
     }
 }
