@@ -2,16 +2,27 @@
 //!
 //! Each group used to cap its own waiters at `max_long_polls`, so a node with many tenant
 //! groups could park that many per group, past the memory share the cap was computed from
-//! (docs/memory.md, "connections"). A slot is taken when a pop parks and given back when the
-//! parked entry is dropped, whichever way it leaves (answered, expired, closed, engine gone).
+//! (docs/memory.md, "connections"). A slot is taken when a pop first parks, travels with it
+//! while it is re-planned and parked again, and is given back when the poll is answered or
+//! forgotten, whichever way it leaves. So that one tenant cannot hold every slot, a group
+//! may hold at most its part of the cap (`group_quota`); and a refusal at the node's cap
+//! asks every group to forget the polls whose clients are gone (`sweep_epoch`), not only the
+//! group that refused.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// The least quota of a group, however many groups share the cap (bounded by the cap).
+const QUOTA_FLOOR: usize = 64;
 
 #[derive(Debug)]
 pub struct LongPollSlots {
     held: AtomicUsize,
     max: usize,
+    /// Waiter sets (one per running group engine).
+    groups: AtomicUsize,
+    /// Bumped when the node's cap refused a poll: each group then drops its closed polls.
+    sweep_epoch: AtomicU64,
 }
 
 /// One parked poll's place; given back on drop.
@@ -23,11 +34,39 @@ impl LongPollSlots {
         Arc::new(LongPollSlots {
             held: AtomicUsize::new(0),
             max,
+            groups: AtomicUsize::new(0),
+            sweep_epoch: AtomicU64::new(0),
         })
     }
 
     pub fn max(&self) -> usize {
         self.max
+    }
+
+    /// Polls parked on the node now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Acquire)
+    }
+
+    /// The most polls one group may hold: an equal part of the cap, at least `QUOTA_FLOOR`.
+    pub fn group_quota(&self) -> usize {
+        let groups = self.groups.load(Ordering::Relaxed).max(1);
+        (self.max / groups).max(QUOTA_FLOOR.min(self.max))
+    }
+
+    pub fn sweep_epoch(&self) -> u64 {
+        self.sweep_epoch.load(Ordering::Relaxed)
+    }
+
+    /// Asks every group to forget its polls whose clients are gone.
+    pub fn ask_sweep(&self) {
+        self.sweep_epoch.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a group's waiters in the quota until the returned guard is dropped.
+    pub fn join(self: &Arc<Self>) -> GroupMembership {
+        self.groups.fetch_add(1, Ordering::Relaxed);
+        GroupMembership(self.clone())
     }
 
     /// A slot, or None when the node's polls are at the cap.
@@ -47,6 +86,22 @@ impl Drop for LongPollSlot {
     }
 }
 
+/// A group's place in the quota's division.
+#[derive(Debug)]
+pub struct GroupMembership(Arc<LongPollSlots>);
+
+impl GroupMembership {
+    pub fn slots(&self) -> &Arc<LongPollSlots> {
+        &self.0
+    }
+}
+
+impl Drop for GroupMembership {
+    fn drop(&mut self) {
+        self.0.groups.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,7 +116,27 @@ mod tests {
             node.try_take().is_none(),
             "the cap is the node's, not a group's"
         );
+        assert_eq!(node.held(), 2);
         drop(a);
         assert!(node.try_take().is_some());
+    }
+
+    #[test]
+    fn a_group_quota_is_its_part_of_the_cap_with_a_floor() {
+        let node = LongPollSlots::new(1_000);
+        assert_eq!(node.group_quota(), 1_000, "no group yet: the whole cap");
+        let one = node.join();
+        assert_eq!(node.group_quota(), 1_000);
+        let more: Vec<_> = (0..3).map(|_| node.join()).collect();
+        assert_eq!(node.group_quota(), 250);
+        let many: Vec<_> = (0..96).map(|_| node.join()).collect();
+        assert_eq!(node.group_quota(), 64, "the floor");
+        drop((one, more, many));
+        assert_eq!(node.group_quota(), 1_000);
+        assert_eq!(
+            LongPollSlots::new(10).group_quota(),
+            10,
+            "floor bounded by the cap"
+        );
     }
 }

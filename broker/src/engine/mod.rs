@@ -295,14 +295,14 @@ impl Engine {
             let woken = std::mem::take(&mut self.woken);
             let due = self.waiters.take_due(&woken, ticked, now, planner.st);
             for w in due {
-                let deadline = w.deadline;
+                let (deadline, slot) = (w.deadline, w.slot);
                 match plan_job(&mut planner, w.job) {
                     Planned::Reply(reply, out) => replies.push((reply, out)),
                     Planned::Park(job) => {
                         if Instant::now() + REPLY_MARGIN >= deadline {
                             replies.push((job.reply, Ok(Outcome::Popped(Default::default()))));
                         } else {
-                            self.waiters.park(job, deadline);
+                            self.waiters.park_holding(job, deadline, slot);
                         }
                     }
                 }
@@ -502,13 +502,16 @@ enum Planned {
 }
 
 fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
-    // A read whose client went away is not built: nobody would take it, and the room the door
-    // reserved for it (native-api reserve.rs) was given back when the client left.
-    if matches!(job.cmd, Command::Read(_)) && job.reply.is_closed() {
+    // A read or pop whose client went away (or whose bus wait ran out: a stalled disk) is not
+    // planned: nobody would take the answer. A read's reserved room was given back when the
+    // client left; a pop would lease messages to nobody, or with auto_ack consume them unseen.
+    // Pushes, acks and the rest still apply: they are the client's intent, and a retry
+    // with the same transaction id is deduplicated.
+    if matches!(job.cmd, Command::Read(_) | Command::Pop(_)) && job.reply.is_closed() {
         return Planned::Reply(
             job.reply,
             Err(QueenError::unavailable(
-                "the client went away before its read was built",
+                "the client went away before its request was planned",
             )),
         );
     }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use queenmq_protocol::{Command, Outcome, PopSource, QueenError};
 
-use super::long_poll_slots::{LongPollSlot, LongPollSlots};
+use super::long_poll_slots::{GroupMembership, LongPollSlot, LongPollSlots};
 use super::plan::group_name;
 use super::Job;
 use crate::state::State;
@@ -27,6 +27,8 @@ use crate::state::State;
 pub struct Waiter {
     pub job: Job,
     pub deadline: Instant,
+    /// Its place under the node's cap, kept while it is re-planned and parked again.
+    pub slot: LongPollSlot,
 }
 
 type LabelKey = (Option<String>, Option<String>);
@@ -53,8 +55,6 @@ fn key_of(job: &Job) -> Option<Key> {
 struct Parked {
     waiter: Waiter,
     key: Key,
-    /// Held while parked: dropped with the entry, whichever way it leaves.
-    _slot: LongPollSlot,
 }
 
 pub struct Waiters {
@@ -64,7 +64,9 @@ pub struct Waiters {
     /// Label waiters by filter, then by group name.
     by_label: HashMap<LabelKey, HashMap<String, HashSet<u64>>>,
     by_deadline: BTreeSet<(Instant, u64)>,
-    slots: Arc<LongPollSlots>,
+    slots: GroupMembership,
+    /// The node's sweep request this group has answered.
+    swept_epoch: u64,
     /// Group and queue lookups the last tick made for label timers (tests bound it).
     label_tick_work: usize,
 }
@@ -77,7 +79,8 @@ impl Waiters {
             by_queue: BTreeMap::new(),
             by_label: HashMap::new(),
             by_deadline: BTreeSet::new(),
-            slots,
+            swept_epoch: slots.sweep_epoch(),
+            slots: slots.join(),
             label_tick_work: 0,
         }
     }
@@ -87,25 +90,41 @@ impl Waiters {
         self.parked.len()
     }
 
-    /// Parks a pop until `deadline`, or answers it 503 when the node holds `max` already.
+    /// Parks a new pop until `deadline`, or answers it 503 when the node holds `max` polls
+    /// already or this group its quota.
     pub fn park(&mut self, job: Job, deadline: Instant) {
-        let slot = match self.slots.try_take() {
-            Some(slot) => slot,
+        match self.take_slot() {
+            Some(slot) => self.park_holding(job, deadline, slot),
             None => {
-                self.drop_closed();
-                match self.slots.try_take() {
-                    Some(slot) => slot,
-                    None => {
-                        let _ = job.reply.send(Err(QueenError::unavailable(format!(
-                            "too many long polls are waiting on this node (max_long_polls = \
-                             {}); retry later or poll without wait",
-                            self.slots.max()
-                        ))));
-                        return;
-                    }
-                }
+                let _ = job.reply.send(Err(QueenError::unavailable(format!(
+                    "too many long polls are waiting on this node (max_long_polls = {}, at most \
+                     {} per tenant); retry later or poll without wait",
+                    self.slots.slots().max(),
+                    self.slots.slots().group_quota()
+                ))));
             }
-        };
+        }
+    }
+
+    fn take_slot(&mut self) -> Option<LongPollSlot> {
+        let node = self.slots.slots().clone();
+        if self.parked.len() >= node.group_quota() {
+            self.drop_closed();
+            if self.parked.len() >= node.group_quota() {
+                return None;
+            }
+        }
+        if let Some(slot) = node.try_take() {
+            return Some(slot);
+        }
+        // At the node's cap: other groups may hold polls whose clients are gone.
+        node.ask_sweep();
+        self.drop_closed();
+        node.try_take()
+    }
+
+    /// Parks a pop that already holds its slot (a waiter re-planned and still empty).
+    pub fn park_holding(&mut self, job: Job, deadline: Instant, slot: LongPollSlot) {
         let Some(key) = key_of(&job) else {
             let _ = job.reply.send(Ok(Outcome::Popped(Default::default())));
             return;
@@ -132,9 +151,12 @@ impl Waiters {
         self.parked.insert(
             id,
             Parked {
-                waiter: Waiter { job, deadline },
+                waiter: Waiter {
+                    job,
+                    deadline,
+                    slot,
+                },
                 key,
-                _slot: slot,
             },
         );
     }
@@ -296,6 +318,11 @@ impl Waiters {
 
     /// Answers waiters whose deadline is within `margin` empty.
     pub fn expire(&mut self, margin: Duration) {
+        let epoch = self.slots.slots().sweep_epoch();
+        if epoch != self.swept_epoch {
+            self.swept_epoch = epoch;
+            self.drop_closed();
+        }
         let limit = Instant::now() + margin;
         while let Some(&(deadline, id)) = self.by_deadline.first() {
             if deadline > limit {
@@ -499,5 +526,61 @@ mod tests {
         assert_eq!(waiters.take_due(&woken, false, NOW, &mut st).len(), 3);
         assert_eq!(waiters.len(), 0);
         assert!(waiters.by_label.is_empty(), "emptied indexes are removed");
+    }
+
+    fn job(group: &str) -> (Job, oneshot::Receiver<Result<Outcome, QueenError>>) {
+        let (reply, rx) = oneshot::channel();
+        let job = Job {
+            ctx: Default::default(),
+            cmd: label_pop(group.into()),
+            reply,
+        };
+        (job, rx)
+    }
+
+    /// A group at the node's cap asks the others to forget polls whose clients are gone:
+    /// one tenant's abandoned polls do not keep another tenant's out.
+    #[test]
+    fn the_node_cap_sweeps_abandoned_polls_of_other_groups() {
+        let node = LongPollSlots::new(1);
+        let mut a = Waiters::new(node.clone());
+        let mut b = Waiters::new(node.clone());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let (gone, rx) = job("a");
+        a.park(gone, deadline);
+        drop(rx);
+        let (first, mut first_rx) = job("b");
+        b.park(first, deadline);
+        let refused = first_rx.try_recv().expect("answered at once");
+        assert!(
+            refused.is_err(),
+            "at the cap while a's abandoned poll holds the slot"
+        );
+        a.expire(Duration::ZERO); // a's next cycle: it answers the sweep request
+        assert_eq!(a.len(), 0);
+        let (second, _rx) = job("b");
+        b.park(second, deadline);
+        assert_eq!(b.len(), 1, "parked in the slot a gave back");
+    }
+
+    /// A parked poll that is re-planned and still finds nothing parks again with the slot it
+    /// held, even if another group took every free slot meanwhile.
+    #[test]
+    fn a_re_planned_poll_keeps_its_slot() {
+        let node = LongPollSlots::new(1);
+        let mut a = Waiters::new(node.clone());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let (j, _rx) = job("g");
+        a.park(j, deadline);
+        // Taken out as take_due takes a woken waiter out (remove), to be re-planned.
+        let ids: Vec<u64> = a.parked.keys().copied().collect();
+        let due: Vec<Waiter> = ids.into_iter().filter_map(|id| a.remove(id)).collect();
+        assert_eq!(due.len(), 1);
+        assert_eq!(node.held(), 1, "the slot travels with the waiter");
+        assert!(node.try_take().is_none(), "no free slot for anyone else");
+        let w = due.into_iter().next().expect("one waiter");
+        a.park_holding(w.job, w.deadline, w.slot);
+        assert_eq!(a.len(), 1);
+        assert_eq!(node.held(), 1);
     }
 }

@@ -277,8 +277,9 @@ async fn a_hung_disk_answers_unavailable_instead_of_holding_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_polls_are_capped_per_node_across_groups() {
     let dir = tempfile::tempdir().unwrap();
+    let slots = crate::engine::LongPollSlots::new(2);
     let ecfg = EngineConfig {
-        long_polls: crate::engine::LongPollSlots::new(2),
+        long_polls: slots.clone(),
         ..EngineConfig::default()
     };
     let groups = open_with(dir.path(), HashMap::new(), ecfg).await;
@@ -306,20 +307,18 @@ async fn long_polls_are_capped_per_node_across_groups() {
             tokio::spawn(async move { bus.call(ctx("a"), cmd).await })
         })
         .collect();
-    // Bounded only so that a broken cap fails the test rather than hanging it.
-    let mut refused = None;
-    for _ in 0..200 {
-        let cmd = long_poll("z");
-        match tokio::time::timeout(Duration::from_millis(100), bus.call(ctx("b"), cmd)).await {
-            Ok(Err(e)) => {
-                refused = Some(e);
-                break;
-            }
-            Ok(Ok(_)) => panic!("an empty long poll was answered before its timeout"),
-            Err(_) => {} // parked: a's polls are not both parked yet
+    // Both of a's polls parked (bounded only so that a broken park fails the test).
+    for _ in 0..400 {
+        if slots.held() == 2 {
+            break;
         }
+        tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let e = refused.expect("b's long poll was parked past the node's cap");
+    assert_eq!(slots.held(), 2, "a's two polls never parked");
+    let e = bus
+        .call(ctx("b"), long_poll("z"))
+        .await
+        .expect_err("b's long poll was parked past the node's cap");
     assert_eq!(e.code, ErrorCode::Unavailable, "{}", e.message);
     assert!(e.message.contains("max_long_polls"), "{}", e.message);
     for p in parked {
