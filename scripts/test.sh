@@ -4,7 +4,8 @@
 #
 #   ./scripts/test.sh
 #
-# Steps: cargo fmt --check, clippy -D warnings, release build, cargo test,
+# Steps: cargo fmt --check, clippy -D warnings, the engine core's dependency check
+# (scripts/engine-deps.sh), release build, cargo test,
 # our pytest suite (tests/python), the official queen-mq 2.6.0 suite
 # (tests/sdk/run.py) and scripts/bench-smoke.sh when it exists.
 # Python packages go into .venv (pinned in scripts/lib/requirements.txt);
@@ -84,6 +85,7 @@ export QUEEN_BIN=${QUEEN_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/queen}
 
 step "cargo fmt" cargo fmt --all --check
 step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
+step "engine deps" bash scripts/engine-deps.sh
 step "cargo build" cargo build --release --workspace
 step "cargo test" cargo test --release --workspace
 step "chart test" bash scripts/chart-test.sh

@@ -1,18 +1,18 @@
-//! The QueenMQ engine: planner, apply, consumption, reads, and the wiring of the `queen` binary.
+//! The QueenMQ process: the engine loop, the groups and their supervisor, memory accounting,
+//! the server, and the wiring of the `queen` binary. The pure core (codec, entry, state,
+//! planners, reads) is the `queenmq-engine` crate, re-exported here under its old paths.
 
-pub mod codec;
 pub mod config;
 pub mod engine;
-pub mod entry;
-#[doc(hidden)]
-pub mod fuzzing;
 pub mod group;
 mod log_backing;
 pub mod memory;
+mod memory_gate;
 mod raft_log;
-pub mod reads;
 mod scrape;
 pub mod server;
-pub mod state;
 pub mod telemetry;
-pub mod time;
+
+#[doc(hidden)]
+pub use queenmq_engine::fuzzing;
+pub use queenmq_engine::{codec, entry, reads, state, time};

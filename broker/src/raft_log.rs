@@ -2,18 +2,18 @@
 
 use queenmq_raft::RaftNode;
 
-use crate::engine::log::{LogStatus, ProposeFuture, ReplicatedLog};
+use crate::engine::log::{LogError, LogStatus, ProposeFuture, ReplicatedLog};
 
 pub struct RaftLog(pub RaftNode);
 
 impl ReplicatedLog for RaftLog {
     fn propose(&self, payload: Vec<u8>) -> ProposeFuture {
         let node = self.0.clone();
-        Box::pin(async move { node.propose(payload).await.map_err(|e| e.to_string()) })
+        Box::pin(async move { node.propose(payload).await.map_err(LogError::propose) })
     }
 
-    fn read(&self, index: u64) -> Result<Option<Vec<u8>>, String> {
-        self.0.read_app_payload(index).map_err(|e| e.to_string())
+    fn read(&self, index: u64) -> Result<Option<Vec<u8>>, LogError> {
+        self.0.read_app_payload(index).map_err(LogError::read)
     }
 
     fn status(&self) -> LogStatus {

@@ -1,5 +1,5 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    queenmq_broker::fuzzing::frames(data);
+    queenmq_engine::fuzzing::frames(data);
 });

@@ -1,7 +1,7 @@
 //! Configure's `options` (or the top-level option keys) as typed, range-checked settings: the
 //! engine never sees a JSON value, nor a value it would compute times from unchecked.
 
-use queenmq_protocol::{limits, QueueOptions, Setting};
+use queenmq_protocol::{limits, QueenError, QueueOptions, Setting};
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -11,7 +11,7 @@ use crate::error::ApiError;
 /// gets names the same key it always did.
 pub fn parse(options: &[(String, Value)]) -> Result<QueueOptions, ApiError> {
     for (k, v) in options {
-        limits::check_queue_option(k, v)?;
+        check_queue_option(k, v)?;
     }
     let mut o = QueueOptions::default();
     for (k, v) in options {
@@ -39,6 +39,38 @@ pub fn parse(options: &[(String, Value)]) -> Result<QueueOptions, ApiError> {
         }
     }
     Ok(o)
+}
+
+/// Range-checks one queue option as sent on configure, against the ranges every door shares
+/// (protocol limits.rs); here, where the value is still JSON. Unknown keys and non-integer options
+/// pass (the engine keeps or type-checks them); an integer option outside its range, or a
+/// number that is not an integer, is refused with a sentence naming the key and the range.
+fn check_queue_option(key: &str, value: &Value) -> Result<(), QueenError> {
+    let Some(r) = limits::QUEUE_OPTION_RANGES.iter().find(|r| r.key == key) else {
+        if key == "namespace" || key == "task" {
+            if let Value::String(s) = value {
+                return limits::check_name(key, s);
+            }
+        }
+        return Ok(());
+    };
+    let n = match value {
+        Value::Null => return Ok(()),
+        Value::Number(n) => n.as_i64(),
+        _ => return Err(QueenError::bad_request(format!("{key} must be an integer"))),
+    };
+    let unit = if r.unit.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", r.unit)
+    };
+    match n {
+        Some(v) if (r.min..=r.max).contains(&v) => Ok(()),
+        _ => Err(QueenError::bad_request(format!(
+            "{key} = {value} is out of range: it must be an integer between {} and {}{unit}",
+            r.min, r.max
+        ))),
+    }
 }
 
 fn int(key: &str, v: &Value) -> Result<Setting<i64>, ApiError> {
@@ -94,6 +126,22 @@ mod tests {
             Ok(o) => panic!("accepted {o:?}"),
             Err(e) => e.0.message,
         }
+    }
+
+    #[test]
+    fn queue_options_in_and_out_of_range() {
+        assert!(check_queue_option("leaseTime", &json!(300)).is_ok());
+        assert!(check_queue_option("leaseTime", &json!(null)).is_ok());
+        let e = check_queue_option("leaseTime", &json!(10_000_000_000_000u64)).unwrap_err();
+        assert!(e.message.contains("leaseTime"), "{}", e.message);
+        assert!(e.message.contains("604800"), "{}", e.message);
+        assert!(check_queue_option("delayedProcessing", &json!(-1)).is_err());
+        assert!(check_queue_option("dedupWindowSeconds", &json!(1.5)).is_err());
+        assert!(check_queue_option("windowBuffer", &json!("3")).is_err());
+        assert!(check_queue_option("retentionSinkHoldMaxSeconds", &json!(59)).is_err());
+        assert!(check_queue_option("priority", &json!(-5)).is_ok());
+        assert!(check_queue_option("somethingElse", &json!(1e300)).is_ok());
+        assert!(check_queue_option("namespace", &json!("x".repeat(513))).is_err());
     }
 
     #[test]

@@ -6,8 +6,6 @@
 //! used; the other maxima are chosen so that every time computed from them (seconds × 10⁶ µs
 //! added to a microsecond clock) stays far inside `i64`, and are listed in docs/configuration.md.
 
-use serde_json::Value;
-
 use crate::error::QueenError;
 
 /// Longest queue, partition, consumer group, namespace, task, trace name, lease id or
@@ -106,57 +104,9 @@ pub fn check_count(what: &str, count: usize, max: usize) -> Result<(), QueenErro
     Ok(())
 }
 
-/// Range-checks one queue option as sent on configure. Unknown keys and non-integer options
-/// pass (the engine keeps or type-checks them); an integer option outside its range, or a
-/// number that is not an integer, is refused with a sentence naming the key and the range.
-pub fn check_queue_option(key: &str, value: &Value) -> Result<(), QueenError> {
-    let Some(r) = QUEUE_OPTION_RANGES.iter().find(|r| r.key == key) else {
-        if key == "namespace" || key == "task" {
-            if let Value::String(s) = value {
-                return check_name(key, s);
-            }
-        }
-        return Ok(());
-    };
-    let n = match value {
-        Value::Null => return Ok(()),
-        Value::Number(n) => n.as_i64(),
-        _ => return Err(QueenError::bad_request(format!("{key} must be an integer"))),
-    };
-    let unit = if r.unit.is_empty() {
-        String::new()
-    } else {
-        format!(" {}", r.unit)
-    };
-    match n {
-        Some(v) if (r.min..=r.max).contains(&v) => Ok(()),
-        _ => Err(QueenError::bad_request(format!(
-            "{key} = {value} is out of range: it must be an integer between {} and {}{unit}",
-            r.min, r.max
-        ))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn queue_options_in_and_out_of_range() {
-        assert!(check_queue_option("leaseTime", &json!(300)).is_ok());
-        assert!(check_queue_option("leaseTime", &json!(null)).is_ok());
-        let e = check_queue_option("leaseTime", &json!(10_000_000_000_000u64)).unwrap_err();
-        assert!(e.message.contains("leaseTime"), "{}", e.message);
-        assert!(e.message.contains("604800"), "{}", e.message);
-        assert!(check_queue_option("delayedProcessing", &json!(-1)).is_err());
-        assert!(check_queue_option("dedupWindowSeconds", &json!(1.5)).is_err());
-        assert!(check_queue_option("windowBuffer", &json!("3")).is_err());
-        assert!(check_queue_option("retentionSinkHoldMaxSeconds", &json!(59)).is_err());
-        assert!(check_queue_option("priority", &json!(-5)).is_ok());
-        assert!(check_queue_option("somethingElse", &json!(1e300)).is_ok());
-        assert!(check_queue_option("namespace", &json!("x".repeat(513))).is_err());
-    }
 
     #[test]
     fn names_and_numbers() {

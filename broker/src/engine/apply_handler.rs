@@ -6,9 +6,8 @@ use std::sync::Arc;
 use queenmq_raft::ApplyHandler;
 
 use super::Shared;
-use crate::codec::DecodeError;
-use crate::entry::decode_entry;
-use crate::state::{decode_state, encode_state, Loc, State};
+pub use queenmq_engine::apply::apply_entry;
+use queenmq_engine::state::{decode_state, encode_state};
 
 pub struct EngineApply {
     shared: Arc<Shared>,
@@ -23,27 +22,6 @@ impl EngineApply {
             checkpointed,
         }
     }
-}
-
-/// Applies one committed entry: the same path for a follower, a replay at start and the
-/// leader. The leader already applied the effects while planning (its `last_cycle` is at the
-/// entry's cycle), so for it only the log position moves.
-pub fn apply_entry(
-    st: &mut State,
-    index: u64,
-    term: u64,
-    payload: &[u8],
-) -> Result<(), DecodeError> {
-    let (header, effects) = decode_entry(payload)?;
-    if header.cycle > st.last_cycle {
-        for (e, pos) in &effects {
-            st.apply(e, header.now_us, Loc { index, pos: *pos });
-        }
-        st.last_cycle = header.cycle;
-        st.last_now_us = st.last_now_us.max(header.now_us);
-    }
-    st.applied = Some((index, term));
-    Ok(())
 }
 
 impl ApplyHandler for EngineApply {

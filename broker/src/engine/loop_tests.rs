@@ -9,11 +9,11 @@ use queenmq_storage::StateStore;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::apply_handler::apply_entry;
-use super::log::{LogStatus, ProposeFuture, ReplicatedLog};
-use super::plan::fixture::{item, pop_req, NOW, SECOND};
 use super::{Engine, EngineConfig, Job, Shared};
 use crate::state::State;
 use crate::time::Clock;
+use queenmq_engine::log::{LogError, LogStatus, ProposeFuture, ReplicatedLog};
+use queenmq_engine::plan::fixture::{item, pop_req, NOW, SECOND};
 
 #[derive(Debug)]
 struct ManualClock(AtomicI64);
@@ -37,10 +37,10 @@ impl ReplicatedLog for InstantLog {
         let index = entries.len() as u64;
         let applied = apply_entry(&mut self.shared.lock(), index, 1, &payload)
             .map(|()| (index, 1))
-            .map_err(|e| e.to_string());
+            .map_err(LogError::propose);
         Box::pin(async move { applied })
     }
-    fn read(&self, index: u64) -> Result<Option<Vec<u8>>, String> {
+    fn read(&self, index: u64) -> Result<Option<Vec<u8>>, LogError> {
         let entries = self.entries.lock().unwrap();
         Ok(usize::try_from(index)
             .ok()

@@ -9,18 +9,15 @@
 pub mod apply_handler;
 mod bus;
 mod bus_waits;
-mod cache;
-mod cycle;
-mod limits;
-pub mod log;
 mod long_poll_slots;
 #[cfg(test)]
 mod loop_tests;
 mod metrics_sample;
 mod panic_guard;
-mod plan;
-mod reader;
 mod waiters;
+
+pub use queenmq_engine::log;
+use queenmq_engine::{cache, cycle, limits, plan, reader};
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -289,7 +286,11 @@ impl Engine {
                 cycle: &mut cycle,
                 cache: &mut self.cache,
                 log: self.log.as_ref(),
-                memory: self.cfg.memory.as_deref(),
+                memory: self
+                    .cfg
+                    .memory
+                    .as_deref()
+                    .map(|m| m as &dyn plan::MemoryGate),
                 tenant: &self.cfg.tenant,
             };
             let woken = std::mem::take(&mut self.woken);
@@ -435,10 +436,12 @@ impl Engine {
         };
         metrics::histogram!("queen_checkpoint_encode_seconds", "tenant" => self.cfg.tenant.to_string())
             .record(encoding.elapsed().as_secs_f64());
-        let held = self
-            .memory
-            .as_ref()
-            .map(|m| m.checkpoint_started(pending.held_while_written()));
+        let held = self.memory.as_ref().map(|m| {
+            m.checkpoint_started(pending.held_while_written(
+                queenmq_storage::CHECKPOINT_CHUNK_BYTES,
+                queenmq_storage::STATE_CACHE_BYTES,
+            ))
+        });
         let store = self.store.clone();
         let started = Instant::now();
         let save = tokio::task::spawn_blocking(move || {

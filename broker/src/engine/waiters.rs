@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 use queenmq_protocol::{Command, Outcome, PopSource, QueenError};
 
 use super::long_poll_slots::{GroupMembership, LongPollSlot, LongPollSlots};
-use super::plan::group_name;
 use super::Job;
 use crate::state::State;
+use queenmq_engine::plan::group_name;
 
 pub struct Waiter {
     pub job: Job,

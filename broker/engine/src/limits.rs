@@ -138,7 +138,7 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
                 .saturating_add(queues.saturating_mul(GROUP_EFFECT + group))
         }
         Command::ExtendLease { lease_id } => {
-            let holders = crate::engine::plan::parse_lease(lease_id)
+            let holders = crate::plan::parse_lease(lease_id)
                 .and_then(|id| st.leases.get(&id))
                 .map_or(0, Vec::len);
             holders.saturating_mul(CURSOR_PUT)

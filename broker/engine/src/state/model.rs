@@ -61,7 +61,7 @@ pub struct Partition {
 }
 
 /// An empty partition of queue 1, for tests.
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 pub fn test_partition(id: u64, name: &str) -> Partition {
     Partition {
         id,

@@ -168,11 +168,7 @@ impl Planner<'_> {
     /// before that. Without a budget (tests), unbounded.
     fn answer_room(&self) -> usize {
         match self.memory {
-            Some(m) => m
-                .budget
-                .connections_bytes()
-                .saturating_sub(m.pools.get(crate::memory::Pool::Connections))
-                .saturating_sub(self.cycle.pop_bytes),
+            Some(m) => m.answer_room().saturating_sub(self.cycle.pop_bytes),
             None => usize::MAX,
         }
     }
@@ -369,7 +365,10 @@ impl Planner<'_> {
                         if let Some(g) = self.st.groups.get_mut(&gid) {
                             g.mark_ready(pid);
                         }
-                        return Err(QueenError::new(queenmq_protocol::ErrorCode::Internal, e));
+                        return Err(QueenError::new(
+                            queenmq_protocol::ErrorCode::Internal,
+                            e.to_string(),
+                        ));
                     }
                 }
             };

@@ -6,12 +6,12 @@ use queenmq_protocol::{
 };
 
 use super::committed_of;
-use crate::engine::ReaderHandle;
+use crate::reader::MessageReader;
 use crate::state::State;
 
 pub fn one(
     st: &State,
-    rd: &mut ReaderHandle<'_>,
+    rd: &mut MessageReader<'_>,
     partition_id: &str,
     txn: &str,
 ) -> Result<MessageDoc, QueenError> {
@@ -24,7 +24,7 @@ pub fn one(
     let msg = match candidate {
         Some(off) => rd
             .read_one(p, off)
-            .map_err(|e| QueenError::new(queenmq_protocol::ErrorCode::Internal, e))?,
+            .map_err(|e| QueenError::new(queenmq_protocol::ErrorCode::Internal, e.to_string()))?,
         None => None,
     };
     let m = msg.filter(|m| m.txn == txn).ok_or_else(not_found)?;
@@ -65,7 +65,7 @@ pub fn one(
 
 pub fn list(
     st: &State,
-    rd: &mut ReaderHandle<'_>,
+    rd: &mut MessageReader<'_>,
     queue: Option<&str>,
     limit: usize,
     offset: usize,
@@ -95,9 +95,9 @@ pub fn list(
                 continue;
             }
             let start = end.saturating_sub(limit.saturating_sub(out.len()) as u64);
-            let msgs = rd
-                .read(p, start, end)
-                .map_err(|e| QueenError::new(queenmq_protocol::ErrorCode::Internal, e))?;
+            let msgs = rd.read(p, start, end).map_err(|e| {
+                QueenError::new(queenmq_protocol::ErrorCode::Internal, e.to_string())
+            })?;
             for m in msgs {
                 if out.len() >= limit {
                     break 'outer;
@@ -122,7 +122,11 @@ pub fn list(
     })
 }
 
-pub fn dlq(st: &State, rd: &mut ReaderHandle<'_>, query: &DlqQuery) -> Result<DlqPage, QueenError> {
+pub fn dlq(
+    st: &State,
+    rd: &mut MessageReader<'_>,
+    query: &DlqQuery,
+) -> Result<DlqPage, QueenError> {
     let mut rows = Vec::new();
     let mut qs: Vec<_> = st
         .queues
@@ -154,7 +158,7 @@ pub fn dlq(st: &State, rd: &mut ReaderHandle<'_>, query: &DlqQuery) -> Result<Dl
     for (q, p, d) in rows.into_iter().skip(query.offset).take(query.limit.max(1)) {
         let m = rd
             .read_one(p, d.offset)
-            .map_err(|e| QueenError::new(queenmq_protocol::ErrorCode::Internal, e))?;
+            .map_err(|e| QueenError::new(queenmq_protocol::ErrorCode::Internal, e.to_string()))?;
         let Some(m) = m else { continue };
         messages.push(DlqRow {
             id: m.id_text(),

@@ -1,6 +1,6 @@
 //! The engine's in-memory state and `apply`, its only mutator.
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 pub mod canonical;
 pub mod config;
 mod fifo;

@@ -1,10 +1,12 @@
 //! Reads stored messages back: from the entry being planned, the entry cache, or the log.
 
 use bytes::Bytes;
+use thiserror::Error;
 use uuid::Uuid;
 
-use super::cache::EntryCache;
-use super::log::ReplicatedLog;
+use crate::cache::EntryCache;
+use crate::codec::DecodeError;
+use crate::log::{LogError, ReplicatedLog};
 use crate::state::frame::{read_frame, skip_frames, FrameRef};
 use crate::state::model::{Partition, Run, PENDING_INDEX};
 
@@ -24,6 +26,22 @@ impl StoredMessage {
     }
 }
 
+/// Why a stored message could not be read back: the log failed, or the state points at bytes
+/// that are not there or do not decode (a bug or corruption: the caller answers `Internal`).
+#[derive(Debug, Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error("log entry {index} is missing")]
+    Missing { index: u64 },
+    #[error("offset {offset} of partition {partition} has no run")]
+    NoRun { offset: u64, partition: u64 },
+    #[error("run position {pos} past entry end")]
+    PastEnd { pos: u32 },
+    #[error(transparent)]
+    Frame(#[from] DecodeError),
+}
+
 pub struct MessageReader<'a> {
     pub pending: &'a [u8],
     pub cache: &'a mut EntryCache,
@@ -31,15 +49,11 @@ pub struct MessageReader<'a> {
 }
 
 impl MessageReader<'_> {
-    fn entry(&mut self, index: u64) -> Result<Bytes, String> {
+    fn entry(&mut self, index: u64) -> Result<Bytes, ReadError> {
         if let Some(e) = self.cache.get(index) {
             return Ok(e);
         }
-        let bytes = Bytes::from(
-            self.log
-                .read(index)?
-                .ok_or_else(|| format!("log entry {index} is missing"))?,
-        );
+        let bytes = Bytes::from(self.log.read(index)?.ok_or(ReadError::Missing { index })?);
         self.cache.insert(index, bytes.clone());
         Ok(bytes)
     }
@@ -50,7 +64,7 @@ impl MessageReader<'_> {
         p: &Partition,
         from: u64,
         to: u64,
-    ) -> Result<Vec<StoredMessage>, String> {
+    ) -> Result<Vec<StoredMessage>, ReadError> {
         self.read_upto(p, from, to, usize::MAX)
     }
 
@@ -63,7 +77,7 @@ impl MessageReader<'_> {
         from: u64,
         to: u64,
         max_bytes: usize,
-    ) -> Result<Vec<StoredMessage>, String> {
+    ) -> Result<Vec<StoredMessage>, ReadError> {
         let held_from = from.max(p.low_offset());
         let rows = to.min(p.next_offset).saturating_sub(held_from);
         // The capacity is a guess from the row count; it must not be a client's huge number.
@@ -97,7 +111,7 @@ impl MessageReader<'_> {
         &mut self,
         p: &Partition,
         offset: u64,
-    ) -> Result<Option<StoredMessage>, String> {
+    ) -> Result<Option<StoredMessage>, ReadError> {
         if offset >= p.next_offset {
             return Ok(None);
         }
@@ -140,14 +154,15 @@ impl MessageReader<'_> {
         from: u64,
         to: u64,
         mut each: impl FnMut(u64, &Run, &FrameRef<'_>, Option<&Bytes>) -> bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), ReadError> {
         let to = to.min(p.next_offset);
         // Offsets below the first run were forgotten with their lost log records: none to read.
         let mut off = from.max(p.low_offset());
         while off < to {
-            let run = *p
-                .run_of(off)
-                .ok_or_else(|| format!("offset {off} of partition {} has no run", p.id))?;
+            let run = *p.run_of(off).ok_or(ReadError::NoRun {
+                offset: off,
+                partition: p.id,
+            })?;
             let run_end = (run.base_offset + u64::from(run.count)).min(to);
             let holder = if run.index == PENDING_INDEX {
                 None
@@ -157,10 +172,10 @@ impl MessageReader<'_> {
             let buf: &[u8] = holder.as_deref().unwrap_or(self.pending);
             let start = buf
                 .get(run.pos as usize..)
-                .ok_or_else(|| format!("run position {} past entry end", run.pos))?;
-            let mut rest = skip_frames(start, off - run.base_offset).map_err(|e| e.to_string())?;
+                .ok_or(ReadError::PastEnd { pos: run.pos })?;
+            let mut rest = skip_frames(start, off - run.base_offset)?;
             while off < run_end {
-                let (f, used) = read_frame(rest).map_err(|e| e.to_string())?;
+                let (f, used) = read_frame(rest)?;
                 if !each(off, &run, &f, holder.as_ref()) {
                     return Ok(());
                 }

@@ -6,8 +6,8 @@ use queenmq_protocol::ErrorCode;
 
 use super::fixture::{pop_req, Fixture, MemLog, NOW};
 use super::PopPlan;
-use crate::engine::reader::MessageReader;
 use crate::entry::Effect;
+use crate::reader::MessageReader;
 use crate::state::config::QueueConfig;
 use crate::state::frame::write_frame;
 use crate::state::{Loc, State};

@@ -7,7 +7,7 @@ use queenmq_protocol::{
 };
 
 use super::committed_of;
-use crate::engine::plan_queue_uuid;
+use crate::plan::queue_uuid;
 use crate::state::model::Queue;
 use crate::state::State;
 
@@ -83,7 +83,7 @@ fn queue_view(st: &State, q: &Queue) -> QueueView {
         .map(|p| p.bytes)
         .sum();
     QueueView {
-        id: plan_queue_uuid(q.id),
+        id: queue_uuid(q.id),
         name: q.name.clone(),
         namespace: q.namespace.clone(),
         task: q.task.clone(),

@@ -11,13 +11,13 @@ use queenmq_protocol::{QueenError, ReadAnswer, ReadReq};
 pub use groups::{group_lag, GroupLag};
 pub use queues::queue_depth;
 
-use crate::engine::ReaderHandle;
+use crate::reader::MessageReader;
 use crate::state::model::{cursor_start, Group, Partition};
 use crate::state::State;
 
 pub fn answer(
     st: &State,
-    rd: &mut ReaderHandle<'_>,
+    rd: &mut MessageReader<'_>,
     req: &ReadReq,
 ) -> Result<ReadAnswer, QueenError> {
     use ReadAnswer as A;

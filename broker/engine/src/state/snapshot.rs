@@ -51,14 +51,16 @@ impl PendingCheckpoint {
     }
 
     /// What writing it holds at most: the head, one piece of rows, the store's chunk being
-    /// filled and redb's cache, which holds the written chunks until it flushes them.
-    pub fn held_while_written(&self) -> usize {
+    /// filled and the store's cache, which holds the written chunks until it flushes them.
+    /// The store's two sizes are its own (queenmq_storage's `CHECKPOINT_CHUNK_BYTES` and
+    /// `STATE_CACHE_BYTES`): the engine does not link the store.
+    pub fn held_while_written(&self, store_chunk_bytes: usize, store_cache_bytes: usize) -> usize {
         let len = self.encoded_len();
         let rows = len - self.head.buf.len();
         self.head.buf.len()
             + rows.min(PIECE_BYTES)
-            + len.min(queenmq_storage::CHECKPOINT_CHUNK_BYTES)
-            + len.min(queenmq_storage::STATE_CACHE_BYTES)
+            + len.min(store_chunk_bytes)
+            + len.min(store_cache_bytes)
     }
 
     /// The whole checkpoint in one buffer (start-up, tests).

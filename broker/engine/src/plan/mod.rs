@@ -5,12 +5,13 @@ mod ack;
 mod admin;
 #[cfg(test)]
 mod clock_tests;
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 pub mod fixture;
 mod id_space;
 mod ids;
 #[cfg(test)]
 mod lost_tests;
+mod memory_gate;
 mod pop;
 mod push;
 #[cfg(test)]
@@ -24,13 +25,14 @@ mod unit_tests;
 use queenmq_protocol::{QueenError, QUEUE_MODE_GROUP};
 use uuid::Uuid;
 
-use super::cache::EntryCache;
-use super::cycle::Cycle;
-use super::log::ReplicatedLog;
-use super::reader::MessageReader;
+use crate::cache::EntryCache;
+use crate::cycle::Cycle;
 use crate::entry::Effect;
+use crate::log::ReplicatedLog;
+use crate::reader::MessageReader;
 use crate::state::State;
 
+pub use memory_gate::MemoryGate;
 pub use pop::PopPlan;
 
 pub struct Planner<'a> {
@@ -40,7 +42,7 @@ pub struct Planner<'a> {
     pub log: &'a dyn ReplicatedLog,
     /// The node's memory budget: while it refuses writes, pops may not register new groups
     /// and configure may not create queues. None accounts nothing (tests).
-    pub memory: Option<&'a crate::memory::Memory>,
+    pub memory: Option<&'a dyn MemoryGate>,
     /// The group's tenant: the `tenant` label of the message counters.
     pub tenant: &'a str,
 }

@@ -14,10 +14,10 @@ use queenmq_protocol::{
 };
 
 use super::{Planner, PopPlan};
-use crate::engine::apply_handler::apply_entry;
-use crate::engine::cache::EntryCache;
-use crate::engine::cycle::Cycle;
-use crate::engine::log::{LogStatus, ProposeFuture, ReplicatedLog};
+use crate::apply::apply_entry;
+use crate::cache::EntryCache;
+use crate::cycle::Cycle;
+use crate::log::{LogError, LogStatus, ProposeFuture, ReplicatedLog};
 use crate::state::canonical::canonical;
 use crate::state::model::Group;
 use crate::state::{decode_state, encode_state, State};
@@ -38,11 +38,13 @@ pub struct MemLog {
 impl ReplicatedLog for MemLog {
     fn propose(&self, _payload: Vec<u8>) -> ProposeFuture {
         // The fixture commits by itself (`Fixture::commit`).
-        Box::pin(async { Err("the fixture log takes no proposals".to_string()) })
+        Box::pin(async { Err(LogError::propose("the fixture log takes no proposals")) })
     }
-    fn read(&self, index: u64) -> Result<Option<Vec<u8>>, String> {
+    fn read(&self, index: u64) -> Result<Option<Vec<u8>>, LogError> {
         if self.failing {
-            return Err(format!("reading entry {index}: input/output error"));
+            return Err(LogError::read(format!(
+                "reading entry {index}: input/output error"
+            )));
         }
         Ok(self.entries.get(&index).cloned())
     }

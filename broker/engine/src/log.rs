@@ -1,0 +1,51 @@
+//! What the engine needs from the replicated log: propose an entry, read one back.
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use thiserror::Error;
+
+pub type ProposeFuture = Pin<Box<dyn Future<Output = Result<(u64, u64), LogError>> + Send>>;
+
+/// Why the log did not commit or give back an entry. The cause is the log's own error (the
+/// Raft node's, or a test log's), shown as it is: the engine cannot name the Raft crate's types.
+#[derive(Debug, Error)]
+pub enum LogError {
+    #[error(transparent)]
+    Propose(Box<dyn StdError + Send + Sync>),
+    #[error(transparent)]
+    Read(Box<dyn StdError + Send + Sync>),
+}
+
+impl LogError {
+    pub fn propose(cause: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
+        LogError::Propose(cause.into())
+    }
+
+    pub fn read(cause: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
+        LogError::Read(cause.into())
+    }
+}
+
+pub trait ReplicatedLog: Send + Sync + 'static {
+    /// Resolves once the entry is committed (fsynced on a quorum) and applied: its (index, term).
+    fn propose(&self, payload: Vec<u8>) -> ProposeFuture;
+    /// The application payload of a committed entry.
+    fn read(&self, index: u64) -> Result<Option<Vec<u8>>, LogError>;
+    /// Raft facts for health and metrics: (role, term, last log index, committed, applied).
+    fn status(&self) -> LogStatus;
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct LogStatus {
+    pub role: &'static str,
+    pub term: u64,
+    pub leader: Option<u64>,
+    pub last_log_index: u64,
+    pub committed: u64,
+    pub applied: u64,
+}
+
+pub type SharedLog = Arc<dyn ReplicatedLog>;
