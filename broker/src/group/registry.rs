@@ -56,6 +56,9 @@ pub struct RegistryOptions {
 #[derive(Default)]
 struct Slot {
     starting: tokio::sync::Mutex<()>,
+    /// A start task exists: later requests wait for it rather than spawn one more each (a
+    /// start hung on a disk would otherwise collect one detached task per retry).
+    start_spawned: std::sync::atomic::AtomicBool,
     state: Mutex<SlotState>,
 }
 
@@ -225,14 +228,37 @@ impl Registry {
         // Outside the map's lock: opening storage and replaying the log take their time, and
         // other tenants' requests must not wait for them. In a task of its own: a client that
         // goes away must not cancel a start halfway (Raft started, files open, no group).
+        if slot.start_spawned.swap(true, Ordering::SeqCst) {
+            // Waiting on the lock is cancel-safe: a client that leaves takes nothing along. The
+            // start task may not hold the lock yet: look again until it has left an outcome.
+            loop {
+                drop(slot.starting.lock().await);
+                if let Some(g) = slot.running() {
+                    return Ok(g);
+                }
+                if let Some(refusal) = slot.backing_off(tenant) {
+                    return Err(refusal);
+                }
+                if !slot.start_spawned.load(Ordering::SeqCst) {
+                    return Err(QueenError::unavailable(
+                        "this tenant's queue group did not start; retry",
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
         let (reg, name) = (self.clone(), tenant.to_owned());
-        tokio::spawn(async move { reg.start_once(&slot, &name).await })
-            .await
-            .unwrap_or_else(|e| {
-                Err(QueenError::unavailable(format!(
-                    "the group's start stopped: {e}"
-                )))
-            })
+        tokio::spawn(async move {
+            let started = reg.start_once(&slot, &name).await;
+            slot.start_spawned.store(false, Ordering::SeqCst);
+            started
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(QueenError::unavailable(format!(
+                "the group's start stopped: {e}"
+            )))
+        })
     }
 
     /// One start at a time per tenant: whoever waited for the lock finds the group running,

@@ -32,6 +32,8 @@ pub struct Accountant {
     mine: [usize; Pool::ALL.len()],
     /// This group's part of the held pools, read by the bus for fair admission.
     group_held: Arc<AtomicUsize>,
+    /// Counted in the node's active groups now.
+    active: bool,
 }
 
 /// What the engine knows without the state: its own structures.
@@ -43,7 +45,6 @@ pub struct EngineSide {
 
 impl Accountant {
     pub fn new(mem: Arc<Memory>, group_held: Arc<AtomicUsize>) -> Self {
-        mem.groups.fetch_add(1, Ordering::Relaxed);
         // Series exist from the start (docs/metrics.md lists them; a scrape shows them all).
         metrics::counter!("queen_memory_refused_writes_total").increment(0);
         metrics::gauge!("queen_memory_budget_bytes", "share" => "total")
@@ -62,6 +63,7 @@ impl Accountant {
             state: 0,
             mine: [0; Pool::ALL.len()],
             group_held,
+            active: false,
         }
     }
 
@@ -106,8 +108,25 @@ impl Accountant {
             .filter(|p| p.held())
             .fold(0usize, |a, p| a.saturating_add(self.mine[*p as usize]));
         self.group_held.store(held, Ordering::Relaxed);
+        self.set_active(self.mem.is_active(held));
         self.mem.update_refusing();
         self.mem.publish();
+    }
+
+    #[cfg(test)]
+    pub fn set_active_for_test(&mut self, active: bool) {
+        self.set_active(active);
+    }
+
+    fn set_active(&mut self, active: bool) {
+        if active != self.active {
+            self.active = active;
+            if active {
+                self.mem.active_groups.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.mem.active_groups.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Sets this engine's share of `p` to `v`, moving the node's pool by the difference.
@@ -141,7 +160,7 @@ impl Drop for Accountant {
             self.mem.pools.sub(p, self.mine[p as usize]);
         }
         self.group_held.store(0, Ordering::Relaxed);
-        self.mem.groups.fetch_sub(1, Ordering::Relaxed);
+        self.set_active(false);
     }
 }
 

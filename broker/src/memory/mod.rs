@@ -28,9 +28,13 @@ pub struct Memory {
     pub pools: Pools,
     /// Set by the engine's accounting pass (with hysteresis), read by every write.
     refusing: AtomicBool,
-    /// Groups accounting into these pools now (one `Accountant` each).
-    groups: AtomicUsize,
+    /// Groups holding more than `ACTIVE_PERCENT` of the held share now: the fair part is
+    /// divided among them, so idle tenants do not shrink the part of those that work.
+    active_groups: AtomicUsize,
 }
+
+/// A group counts in the fair division once it holds this part of the held share.
+const ACTIVE_PERCENT: usize = 1;
 
 /// Past this part of the held share, a group holding more than its fair part of the share
 /// (the share divided by the groups) gets no new writes, so the tenants that hold little
@@ -43,7 +47,7 @@ impl Memory {
             budget,
             pools: Pools::default(),
             refusing: AtomicBool::new(false),
-            groups: AtomicUsize::new(0),
+            active_groups: AtomicUsize::new(0),
         })
     }
 
@@ -128,6 +132,11 @@ impl Memory {
     /// `group_held` is what the caller's group holds in the held pools: while the node is
     /// past `FAIR_FROM_PERCENT` of the share, a group above its fair part is refused first
     /// (one tenant cannot fill the node's share and starve the others).
+    /// Whether a group holding `held` counts in the fair division.
+    pub fn is_active(&self, held: usize) -> bool {
+        held > self.budget.held_bytes() / 100 * ACTIVE_PERCENT
+    }
+
     pub fn admit(&self, cmd: &Command, group_held: usize) -> Result<(), QueenError> {
         if !grows(cmd) {
             return Ok(());
@@ -136,17 +145,16 @@ impl Memory {
             return Err(self.refusal());
         }
         let share = self.budget.held_bytes();
-        let groups = self.groups.load(Ordering::Relaxed).max(1);
+        let groups = self.active_groups.load(Ordering::Relaxed).max(1);
         let fair = share / groups;
         if groups > 1 && self.pools.held() > share / 100 * FAIR_FROM_PERCENT && group_held > fair {
             metrics::counter!("queen_memory_refused_writes_total").increment(1);
             return Err(QueenError::unavailable(format!(
                 "the broker is near its memory budget and this tenant holds {} MiB, more than \
-                 its fair part ({} MiB of {} MiB shared by {groups} tenant groups); new writes \
-                 are refused until its consumers drain, retry later",
+                 its fair part ({} MiB) of what tenants may hold; new writes are refused until \
+                 its consumers drain, retry later",
                 group_held / MIB,
-                fair / MIB,
-                share / MIB
+                fair / MIB
             )));
         }
         Ok(())
@@ -258,9 +266,10 @@ mod tests {
     fn near_the_budget_a_group_above_its_fair_part_is_refused_first() {
         let m = Memory::new(Budget::derive(100 << 20, None, None));
         let share = m.budget.held_bytes();
-        let big = Accountant::new(m.clone(), Default::default());
-        let small = Accountant::new(m.clone(), Default::default());
-        // Four fifths of the share held, nearly all by one of two groups.
+        // Two groups hold something; any number of idle ones do not count.
+        assert!(m.is_active(share / 10) && !m.is_active(share / 200));
+        m.active_groups.store(2, Ordering::Relaxed);
+        // Four fifths of the share held, nearly all by one of the two.
         m.pools.set(Pool::State, share / 5 * 4);
         let (big_held, small_held) = (share / 5 * 4 - (1 << 20), 1 << 20);
         let e = m.admit(&push(), big_held).unwrap_err();
@@ -270,14 +279,30 @@ mod tests {
             m.admit(&push(), small_held).is_ok(),
             "the small tenant keeps room"
         );
+        // Two at 40 % each are both within their half.
+        assert!(m.admit(&push(), share / 5 * 2).is_ok());
         // Below three quarters nobody is held back.
         m.pools.set(Pool::State, share / 2);
         assert!(m.admit(&push(), share / 2).is_ok());
-        // With one group the fair part is the whole share: no change for a single tenant.
-        drop(small);
+        // With one active group the fair part is the whole share: a single tenant as before.
+        m.active_groups.store(1, Ordering::Relaxed);
         m.pools.set(Pool::State, share / 5 * 4);
         assert!(m.admit(&push(), share / 5 * 4).is_ok());
-        drop(big);
+    }
+
+    #[test]
+    fn an_accountant_counts_its_group_active_while_it_holds_and_not_after() {
+        let m = Memory::new(Budget::derive(100 << 20, None, None));
+        let held: Arc<AtomicUsize> = Default::default();
+        let mut a = Accountant::new(m.clone(), held.clone());
+        a.set_active_for_test(true);
+        assert_eq!(m.active_groups.load(Ordering::Relaxed), 1);
+        drop(a);
+        assert_eq!(
+            m.active_groups.load(Ordering::Relaxed),
+            0,
+            "given back on drop"
+        );
     }
 
     #[test]
