@@ -89,6 +89,9 @@ pub fn plan_partition(
                 "records decompress past the request limit",
             )
         }
+        Err(e @ BatchError::Magic(_)) => {
+            return refuse(errors::UNSUPPORTED_FOR_MESSAGE_FORMAT, &e.to_string())
+        }
         Err(e) => return refuse(errors::CORRUPT_MESSAGE, &e.to_string()),
     };
     if batches.iter().any(|b| b.transactional) {
