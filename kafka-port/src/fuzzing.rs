@@ -38,3 +38,69 @@ pub fn request(data: &[u8]) {
         _ => {}
     }
 }
+
+/// Request frames the corpus was grown from: one of each served API and version family,
+/// a compressed produce, and a produce of two partitions.
+pub fn seeds() -> Vec<Vec<u8>> {
+    let header = |key: i16, version: i16, flexible: bool| {
+        let mut h = Vec::new();
+        h.extend_from_slice(&key.to_be_bytes());
+        h.extend_from_slice(&version.to_be_bytes());
+        h.extend_from_slice(&7i32.to_be_bytes());
+        h.extend_from_slice(&4i16.to_be_bytes());
+        h.extend_from_slice(b"seed");
+        if flexible {
+            h.push(0);
+        }
+        h
+    };
+    let batch = crate::records::seed_batch();
+    let mut out = Vec::new();
+    out.push(header(18, 3, true));
+    let mut m1 = header(3, 1, false);
+    m1.extend_from_slice(&1i32.to_be_bytes());
+    m1.extend_from_slice(&1i16.to_be_bytes());
+    m1.push(b't');
+    out.push(m1);
+    let mut m12 = header(3, 12, true);
+    m12.extend_from_slice(&[2]);
+    m12.extend_from_slice(&[0u8; 16]);
+    m12.extend_from_slice(&[2, b't', 0, 1, 0, 0]);
+    out.push(m12);
+    for (version, flexible) in [(3i16, false), (9, true)] {
+        let mut p = header(0, version, flexible);
+        if flexible {
+            p.push(0); // null transactional id
+        } else {
+            p.extend_from_slice(&(-1i16).to_be_bytes());
+        }
+        p.extend_from_slice(&1i16.to_be_bytes());
+        p.extend_from_slice(&1000i32.to_be_bytes());
+        let parts = 2;
+        if flexible {
+            p.extend_from_slice(&[2, 2, b't', parts + 1]);
+        } else {
+            p.extend_from_slice(&1i32.to_be_bytes());
+            p.extend_from_slice(&1i16.to_be_bytes());
+            p.push(b't');
+            p.extend_from_slice(&i32::from(parts).to_be_bytes());
+        }
+        for index in 0..i32::from(parts) {
+            p.extend_from_slice(&index.to_be_bytes());
+            if flexible {
+                p.push(u8::try_from(batch.len() + 1).unwrap_or(0));
+            } else {
+                p.extend_from_slice(&i32::try_from(batch.len()).unwrap_or(0).to_be_bytes());
+            }
+            p.extend_from_slice(&batch);
+            if flexible {
+                p.push(0);
+            }
+        }
+        if flexible {
+            p.extend_from_slice(&[0, 0]);
+        }
+        out.push(p);
+    }
+    out
+}

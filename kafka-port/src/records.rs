@@ -151,6 +151,34 @@ fn nullable(r: &mut Reader) -> Result<Option<Bytes>, Malformed> {
     }
 }
 
+/// A small uncompressed batch (a key, a JSON value, a header) for the fuzz seeds.
+#[doc(hidden)]
+pub fn seed_batch() -> Vec<u8> {
+    // offset delta, timestamp delta 0; key "k"; value "1"; header "h" = "v".
+    let record: &[u8] = &[0, 0, 0, 2, b'k', 2, b'1', 2, 2, b'h', 2, b'v'];
+    let mut body = vec![u8::try_from(record.len() * 2).unwrap_or(0)];
+    body.extend_from_slice(record);
+    let mut after_crc = Vec::new();
+    after_crc.extend_from_slice(&0i16.to_be_bytes());
+    after_crc.extend_from_slice(&0i32.to_be_bytes());
+    after_crc.extend_from_slice(&1_700_000_000_000i64.to_be_bytes());
+    after_crc.extend_from_slice(&1_700_000_000_000i64.to_be_bytes());
+    after_crc.extend_from_slice(&(-1i64).to_be_bytes());
+    after_crc.extend_from_slice(&(-1i16).to_be_bytes());
+    after_crc.extend_from_slice(&(-1i32).to_be_bytes());
+    after_crc.extend_from_slice(&1i32.to_be_bytes());
+    after_crc.extend_from_slice(&body);
+    let mut out = Vec::new();
+    out.extend_from_slice(&0i64.to_be_bytes());
+    let len = 4 + 1 + 4 + after_crc.len();
+    out.extend_from_slice(&i32::try_from(len).unwrap_or(0).to_be_bytes());
+    out.extend_from_slice(&(-1i32).to_be_bytes());
+    out.push(2);
+    out.extend_from_slice(&crc32c::crc32c(&after_crc).to_be_bytes());
+    out.extend_from_slice(&after_crc);
+    out
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -244,6 +272,14 @@ pub(crate) mod tests {
         assert_eq!(b.records[0].headers[0].0, "h");
         assert_eq!(b.records[1].timestamp, 1_005);
         assert_eq!(b.records[1].value, None);
+    }
+
+    #[test]
+    fn the_seed_batch_decodes() {
+        let mut budget = 1 << 20;
+        let b = decode_batches(Bytes::from(seed_batch()), &mut budget).expect("decodes");
+        assert_eq!(b[0].records[0].key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(b[0].records[0].headers.len(), 1);
     }
 
     #[test]
