@@ -106,6 +106,9 @@ async fn dispatch(door: &Door, hdr: &RequestHeader, reader: Option<Reader>) -> R
     }
 }
 
+/// Every value of the `api` label of `queen_kafka_requests_total`.
+pub const API_NAMES: &[&str] = &["api_versions", "metadata", "produce", "other"];
+
 fn api_name(api: ApiKey) -> &'static str {
     match api {
         ApiKey::ApiVersions => "api_versions",

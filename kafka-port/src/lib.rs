@@ -60,6 +60,12 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let door = Arc::new(Door { bus, cfg });
+    // The series exist from the start (docs/metrics.md lists them; a scrape shows them).
+    metrics::gauge!("queen_kafka_connections").set(0.0);
+    metrics::counter!("queen_kafka_bad_frames_total").increment(0);
+    for api in connection::API_NAMES {
+        metrics::counter!("queen_kafka_requests_total", "api" => *api).increment(0);
+    }
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
