@@ -7,7 +7,7 @@
 
 use std::io::Read;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 
 /// The compression a batch's attributes name (bits 0..=2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +87,7 @@ fn snappy(data: &[u8], cap: usize) -> Result<Bytes, CodecError> {
             let (len, tail) = rest
                 .split_at_checked(4)
                 .ok_or(CodecError::Corrupt("snappy"))?;
-            let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+            let len = (&len[..]).get_i32();
             let len = usize::try_from(len).map_err(|_| CodecError::Corrupt("snappy"))?;
             let (block, tail) = tail
                 .split_at_checked(len)
@@ -117,6 +117,7 @@ fn raw_block(block: &[u8], cap: usize, out: &mut Vec<u8>) -> Result<(), CodecErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BufMut;
     use std::io::Write;
 
     fn gzip(data: &[u8]) -> Bytes {
@@ -138,7 +139,7 @@ mod tests {
             .expect("snappy");
         let mut xerial = XERIAL_MAGIC.to_vec();
         xerial.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1]);
-        xerial.extend_from_slice(&(raw.len() as i32).to_be_bytes());
+        xerial.put_i32(raw.len() as i32);
         xerial.extend_from_slice(&raw);
         for (codec, input) in [
             (Codec::None, Bytes::from(data.clone())),

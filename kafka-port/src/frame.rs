@@ -3,7 +3,7 @@
 //! sized from it, and the buffer then grows only as bytes really arrive, so a client that
 //! announces a large frame and sends nothing holds no more than one read's worth of memory.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The most a frame buffer grows by per read.
@@ -45,7 +45,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             n => got += n,
         }
     }
-    let n = check_len(i32::from_be_bytes(len), max)?;
+    let n = check_len((&len[..]).get_i32(), max)?;
     let mut buf = BytesMut::with_capacity(n.min(READ_CHUNK));
     while buf.len() < n {
         let want = (n - buf.len()).min(READ_CHUNK);
@@ -63,7 +63,7 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, body: &[u8]) -> std::
     let len = i32::try_from(body.len()).map_err(|_| {
         std::io::Error::new(std::io::ErrorKind::InvalidData, "response above 2 GiB")
     })?;
-    w.write_all(&len.to_be_bytes()).await?;
+    w.write_i32(len).await?;
     w.write_all(body).await?;
     w.flush().await
 }
@@ -111,14 +111,14 @@ mod tests {
     #[test]
     fn bad_lengths_and_cut_frames_end_the_connection() {
         rt().block_on(async {
-            let neg = (-5i32).to_be_bytes();
+            let neg = [0xff, 0xff, 0xff, 0xfb];
             let mut r = &neg[..];
             assert!(matches!(
                 read_frame(&mut r, 10).await,
                 Err(FrameError::Negative(-5))
             ));
             // A huge announced length with no body: refused on the length alone.
-            let huge = i32::MAX.to_be_bytes();
+            let huge = [0x7f, 0xff, 0xff, 0xff];
             let mut r = &huge[..];
             assert!(matches!(
                 read_frame(&mut r, 1 << 20).await,

@@ -1,7 +1,7 @@
 //! Entry points for the fuzz targets (fuzz/fuzz_targets/kafka_request.rs) and their corpus
 //! replay test: everything a client's bytes reach before the engine, run without a network.
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes};
 use kafka_protocol::messages::ApiKey;
 
 use crate::{header, metadata, produce};
@@ -44,11 +44,11 @@ pub fn request(data: &[u8]) {
 pub fn seeds() -> Vec<Vec<u8>> {
     let header = |key: i16, version: i16, flexible: bool| {
         let mut h = Vec::new();
-        h.extend_from_slice(&key.to_be_bytes());
-        h.extend_from_slice(&version.to_be_bytes());
-        h.extend_from_slice(&7i32.to_be_bytes());
-        h.extend_from_slice(&4i16.to_be_bytes());
-        h.extend_from_slice(b"seed");
+        h.put_i16(key);
+        h.put_i16(version);
+        h.put_i32(7);
+        h.put_i16(4);
+        h.put_slice(b"seed");
         if flexible {
             h.push(0);
         }
@@ -58,8 +58,8 @@ pub fn seeds() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     out.push(header(18, 3, true));
     let mut m1 = header(3, 1, false);
-    m1.extend_from_slice(&1i32.to_be_bytes());
-    m1.extend_from_slice(&1i16.to_be_bytes());
+    m1.put_i32(1);
+    m1.put_i16(1);
     m1.push(b't');
     out.push(m1);
     let mut m12 = header(3, 12, true);
@@ -72,25 +72,25 @@ pub fn seeds() -> Vec<Vec<u8>> {
         if flexible {
             p.push(0); // null transactional id
         } else {
-            p.extend_from_slice(&(-1i16).to_be_bytes());
+            p.put_i16(-1);
         }
-        p.extend_from_slice(&1i16.to_be_bytes());
-        p.extend_from_slice(&1000i32.to_be_bytes());
+        p.put_i16(1);
+        p.put_i32(1000);
         let parts = 2;
         if flexible {
             p.extend_from_slice(&[2, 2, b't', parts + 1]);
         } else {
-            p.extend_from_slice(&1i32.to_be_bytes());
-            p.extend_from_slice(&1i16.to_be_bytes());
+            p.put_i32(1);
+            p.put_i16(1);
             p.push(b't');
-            p.extend_from_slice(&i32::from(parts).to_be_bytes());
+            p.put_i32(i32::from(parts));
         }
         for index in 0..i32::from(parts) {
-            p.extend_from_slice(&index.to_be_bytes());
+            p.put_i32(index);
             if flexible {
                 p.push(u8::try_from(batch.len() + 1).unwrap_or(0));
             } else {
-                p.extend_from_slice(&i32::try_from(batch.len()).unwrap_or(0).to_be_bytes());
+                p.put_i32(i32::try_from(batch.len()).unwrap_or(0));
             }
             p.extend_from_slice(&batch);
             if flexible {

@@ -17,11 +17,14 @@ use crate::{errors, mapping, topics, Door};
 /// not have yet).
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 3..=12;
 
+/// One partition's index and record bytes.
+pub type PartitionData = (i32, Option<Bytes>);
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProduceRequest {
     pub transactional_id: Option<String>,
     pub acks: i16,
-    pub topics: Vec<(String, Vec<(i32, Option<Bytes>)>)>,
+    pub topics: Vec<(String, Vec<PartitionData>)>,
 }
 
 pub fn decode(r: &mut Reader) -> Result<ProduceRequest, Malformed> {

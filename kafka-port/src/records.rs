@@ -155,27 +155,27 @@ fn nullable(r: &mut Reader) -> Result<Option<Bytes>, Malformed> {
 #[doc(hidden)]
 pub fn seed_batch() -> Vec<u8> {
     // offset delta, timestamp delta 0; key "k"; value "1"; header "h" = "v".
+    use bytes::BufMut;
     let record: &[u8] = &[0, 0, 0, 2, b'k', 2, b'1', 2, 2, b'h', 2, b'v'];
-    let mut body = vec![u8::try_from(record.len() * 2).unwrap_or(0)];
-    body.extend_from_slice(record);
     let mut after_crc = Vec::new();
-    after_crc.extend_from_slice(&0i16.to_be_bytes());
-    after_crc.extend_from_slice(&0i32.to_be_bytes());
-    after_crc.extend_from_slice(&1_700_000_000_000i64.to_be_bytes());
-    after_crc.extend_from_slice(&1_700_000_000_000i64.to_be_bytes());
-    after_crc.extend_from_slice(&(-1i64).to_be_bytes());
-    after_crc.extend_from_slice(&(-1i16).to_be_bytes());
-    after_crc.extend_from_slice(&(-1i32).to_be_bytes());
-    after_crc.extend_from_slice(&1i32.to_be_bytes());
-    after_crc.extend_from_slice(&body);
+    after_crc.put_i16(0);
+    after_crc.put_i32(0);
+    after_crc.put_i64(1_700_000_000_000);
+    after_crc.put_i64(1_700_000_000_000);
+    after_crc.put_i64(-1);
+    after_crc.put_i16(-1);
+    after_crc.put_i32(-1);
+    after_crc.put_i32(1);
+    // The record's length as a zigzag varint (one byte below 64).
+    after_crc.put_u8(u8::try_from(record.len() * 2).unwrap_or(0));
+    after_crc.put_slice(record);
     let mut out = Vec::new();
-    out.extend_from_slice(&0i64.to_be_bytes());
-    let len = 4 + 1 + 4 + after_crc.len();
-    out.extend_from_slice(&i32::try_from(len).unwrap_or(0).to_be_bytes());
-    out.extend_from_slice(&(-1i32).to_be_bytes());
-    out.push(2);
-    out.extend_from_slice(&crc32c::crc32c(&after_crc).to_be_bytes());
-    out.extend_from_slice(&after_crc);
+    out.put_i64(0);
+    out.put_i32(i32::try_from(4 + 1 + 4 + after_crc.len()).unwrap_or(0));
+    out.put_i32(-1);
+    out.put_u8(2);
+    out.put_u32(crc32c::crc32c(&after_crc));
+    out.put_slice(&after_crc);
     out
 }
 
@@ -207,12 +207,16 @@ pub(crate) mod tests {
         }
     }
 
-    /// An uncompressed v2 batch of `records` (timestamp, key, value, headers).
-    pub fn batch(
-        producer_id: i64,
-        base_ts: i64,
-        records: &[(i64, Option<&[u8]>, Option<&[u8]>, &[(&str, Option<&[u8]>)])],
-    ) -> Bytes {
+    /// A test record: timestamp, key, value, headers.
+    pub type TestRecord<'a> = (
+        i64,
+        Option<&'a [u8]>,
+        Option<&'a [u8]>,
+        &'a [(&'a str, Option<&'a [u8]>)],
+    );
+
+    /// An uncompressed v2 batch of `records`.
+    pub fn batch(producer_id: i64, base_ts: i64, records: &[TestRecord<'_>]) -> Bytes {
         let mut body = BytesMut::new();
         for (i, (ts, key, value, headers)) in records.iter().enumerate() {
             let mut rec = BytesMut::new();
@@ -296,9 +300,9 @@ pub(crate) mod tests {
         // A record count of 2^31-1 in a tiny batch: refused before anything is sized by it.
         let mut lying = good.to_vec();
         let count_at = 12 + 4 + 1 + 4 + 2 + 4 + 8 + 8 + 8 + 2 + 4;
-        lying[count_at..count_at + 4].copy_from_slice(&i32::MAX.to_be_bytes());
+        (&mut lying[count_at..count_at + 4]).put_i32(i32::MAX);
         let crc = crc32c::crc32c(&lying[21..]);
-        lying[17..21].copy_from_slice(&crc.to_be_bytes());
+        (&mut lying[17..21]).put_u32(crc);
         assert!(matches!(
             decode_batches(Bytes::from(lying), &mut budget),
             Err(BatchError::Malformed(_))
