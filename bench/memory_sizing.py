@@ -39,7 +39,7 @@ class Broker:
         full = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
         full.update(env)
         self.proc = subprocess.Popen(
-            [binary, "serve", "--data-dir", self.dir.name, "--http-addr", f"127.0.0.1:{self.port}"],
+            [binary, "serve", "--data-dir", self.dir.name, "--http-addr", f"127.0.0.1:{self.port}", "--kafka-addr", "127.0.0.1:0"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=full,
         )
         deadline = time.monotonic() + 20

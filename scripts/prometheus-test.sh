@@ -134,7 +134,7 @@ PROM=http://127.0.0.1:$PPORT
 say "starting queen on $QUEEN"
 # A clean environment for the broker's settings: only what we pass counts.
 env -u QUEEN_CONFIG -u QUEEN_JWT_SECRET -u QUEEN_HTTP_ADDR -u QUEEN_DATA_DIR \
-    "$QUEEN_BIN" serve --data-dir "$TMP/data" --http-addr "127.0.0.1:$QPORT" >"$TMP/queen.log" 2>&1 &
+    "$QUEEN_BIN" serve --data-dir "$TMP/data" --http-addr "127.0.0.1:$QPORT" --kafka-addr 127.0.0.1:0 >"$TMP/queen.log" 2>&1 &
 queen_pid=$!
 wait_for 30 "queen /health" http GET "$QUEEN/health"
 

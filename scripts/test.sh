@@ -63,6 +63,8 @@ install_tools() {
     if [[ -d $HOME/.cargo/bin ]]; then PATH=$HOME/.cargo/bin:$PATH; fi
     command -v cargo >/dev/null || { echo "test.sh: cargo not found (install Rust)" >&2; return 1; }
     command -v cc >/dev/null || apt_install build-essential
+    # The Kafka port's tests run kcat (librdkafka) when it is there.
+    command -v kcat >/dev/null || apt_install kcat || say "kcat not installed; its test skips"
     if ! cargo fmt --version >/dev/null 2>&1; then rustup component add rustfmt; fi
     if ! cargo clippy --version >/dev/null 2>&1; then rustup component add clippy; fi
 

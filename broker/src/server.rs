@@ -126,6 +126,8 @@ pub async fn serve(
         max_txn_ops: cfg.max_txn_ops as usize,
         max_trace_bytes: cfg.max_trace_bytes as usize,
     };
+    let (kafka_stop_tx, kafka_stop_rx) = tokio::sync::watch::channel(false);
+    let kafka = start_kafka(&cfg, bus.clone(), kafka_stop_rx).await?;
     let (http_stop_tx, http_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let http = tokio::spawn(queenmq_native_api::run(listener, bus, api, async move {
         let _ = http_stop_rx.await;
@@ -133,7 +135,13 @@ pub async fn serve(
 
     shutdown_signal().await?;
     tracing::info!("shutdown requested: draining in-flight requests");
+    let _ = kafka_stop_tx.send(true);
     let _ = http_stop_tx.send(());
+    if let Some(kafka) = kafka {
+        if let Err(e) = kafka.await {
+            tracing::warn!(error = %e, "kafka listener task failed");
+        }
+    }
     let grace = cfg.shutdown_grace();
     match tokio::time::timeout(grace, http).await {
         Ok(Ok(Ok(()))) => {}
@@ -147,6 +155,49 @@ pub async fn serve(
     groups.stop_all(remaining).await;
     tracing::info!("stopped cleanly");
     Ok(())
+}
+
+/// Binds the Kafka listener and runs it on the same bus as the HTTP API, unless it is
+/// disabled — or authentication is on: the port has no SASL yet, and a Kafka client must
+/// not reach data the HTTP API would refuse it.
+async fn start_kafka(
+    cfg: &Config,
+    bus: Arc<EngineBus>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    if !cfg.kafka_enabled {
+        return Ok(None);
+    }
+    if cfg.jwt_secret.is_some() {
+        tracing::warn!(
+            "the Kafka port is not started: jwt_secret is set and the port has no SASL \
+             authentication yet (set kafka_enabled = false to silence this)"
+        );
+        return Ok(None);
+    }
+    let listener = tokio::net::TcpListener::bind(cfg.kafka_addr)
+        .await
+        .with_context(|| format!("binding the Kafka port {}", cfg.kafka_addr))?;
+    let bound = listener
+        .local_addr()
+        .with_context(|| format!("the address of the Kafka port {}", cfg.kafka_addr))?;
+    let (host, port) = cfg.kafka_advertised(bound.port());
+    tracing::info!(addr = %bound, advertised = %format!("{host}:{port}"), "kafka port is serving");
+    let kcfg = queenmq_kafka_port::KafkaConfig {
+        node_id: 0,
+        advertised_host: host,
+        advertised_port: port,
+        max_request_bytes: usize::try_from(cfg.kafka_max_request_bytes).unwrap_or(usize::MAX),
+        default_partitions: u32::try_from(cfg.kafka_default_partitions).unwrap_or(u32::MAX),
+        ctx: queenmq_protocol::RequestCtx {
+            tenant: queenmq_protocol::DEFAULT_TENANT.to_owned(),
+            principal: None,
+            access: queenmq_protocol::Access::Open,
+        },
+    };
+    Ok(Some(tokio::spawn(queenmq_kafka_port::run(
+        listener, bus, kcfg, stop,
+    ))))
 }
 
 /// The entry cache share, split between the groups so that all of them together stay within

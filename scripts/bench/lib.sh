@@ -80,7 +80,7 @@ launch_broker() {
     BROKER_LOG=$BENCH_TMP/queen-$BROKER_STARTS.log
     # Only what we pass here configures the broker's address and data.
     env -u QUEEN_CONFIG -u QUEEN_JWT_SECRET -u QUEEN_HTTP_ADDR -u QUEEN_DATA_DIR \
-        "$QUEEN_BIN" serve --data-dir "$data_dir" --http-addr "127.0.0.1:$BROKER_PORT" \
+        "$QUEEN_BIN" serve --data-dir "$data_dir" --http-addr "127.0.0.1:$BROKER_PORT" --kafka-addr 127.0.0.1:0 \
         >"$BROKER_LOG" 2>&1 &
     BROKER_PID=$!
 }

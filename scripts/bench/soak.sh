@@ -31,7 +31,7 @@ for side in base new; do
     [[ $side == new ]] && bin=$NEW
     data=$(mktemp -d "$root/soak-$side-XXXXXX")
     p=$(port)
-    "$bin" serve --data-dir "$data" --http-addr "127.0.0.1:$p" >"$out/queen-$side.log" 2>&1 &
+    "$bin" serve --data-dir "$data" --http-addr "127.0.0.1:$p" --kafka-addr 127.0.0.1:0 >"$out/queen-$side.log" 2>&1 &
     pid[$side]=$!
     pids+=($!)
     url[$side]=http://127.0.0.1:$p

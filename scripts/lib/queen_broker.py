@@ -1,8 +1,9 @@
 """Start, probe and kill a real `queen` broker process on loopback.
 
 Shared by tests/python (through its conftest) and the official-suite runner
-tests/sdk/run.py. Every broker gets a free ephemeral port on 127.0.0.1, its own
-data directory and its own log file (stdout and stderr of the process).
+tests/sdk/run.py. Every broker gets a free ephemeral port on 127.0.0.1 for HTTP and
+another for the Kafka port (so that parallel brokers never meet on 9092), its own data
+directory and its own log file (stdout and stderr of the process).
 """
 
 from __future__ import annotations
@@ -95,12 +96,17 @@ class Broker:
         self.args = list(args or [])
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
+        self.kafka_port: int | None = None
         self.starts = 0
         self.log_path: Path | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
 
     def command(self, port: int) -> list[str]:
         return [
@@ -110,6 +116,9 @@ class Broker:
             str(self.data_dir),
             "--http-addr",
             f"127.0.0.1:{port}",
+            "--kafka-addr",
+            # Port 0 when no start picked one yet (a command built only to be refused).
+            f"127.0.0.1:{self.kafka_port or 0}",
             *self.args,
         ]
 
@@ -126,6 +135,7 @@ class Broker:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.starts += 1
         self.port = free_port()
+        self.kafka_port = free_port()
         self.log_path = self.log_dir / f"{self.name}-{self.starts}.log"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(

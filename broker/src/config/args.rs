@@ -25,6 +25,10 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "ADDR")]
     pub http_addr: Option<String>,
 
+    /// Kafka listen address, ip:port [env: QUEEN_KAFKA_ADDR] [default: 0.0.0.0:9092]
+    #[arg(long, value_name = "ADDR")]
+    pub kafka_addr: Option<String>,
+
     /// Largest accepted request body in bytes, 1024..=267386880 (255 MiB, below the log record limit)
     /// [env: QUEEN_MAX_BODY_BYTES] [default: 67108864]
     #[arg(long, value_name = "BYTES")]

@@ -267,6 +267,44 @@ pub(crate) const KEYS: &[KeySpec] = &[
         flag: None,
         kind: Kind::Uint { min: 0, max: 1_000 },
     },
+    KeySpec {
+        name: "kafka_enabled",
+        env: "QUEEN_KAFKA_ENABLED",
+        flag: None,
+        kind: Kind::Bool,
+    },
+    KeySpec {
+        name: "kafka_addr",
+        env: "QUEEN_KAFKA_ADDR",
+        flag: Some("--kafka-addr"),
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "kafka_advertised_addr",
+        env: "QUEEN_KAFKA_ADVERTISED_ADDR",
+        flag: None,
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "kafka_max_request_bytes",
+        env: "QUEEN_KAFKA_MAX_REQUEST_BYTES",
+        flag: None,
+        // Like max_body_bytes: one Produce becomes (part of) one log entry.
+        kind: Kind::Uint {
+            min: KIB,
+            max: MAX_BODY_BYTES,
+        },
+    },
+    KeySpec {
+        name: "kafka_default_partitions",
+        env: "QUEEN_KAFKA_DEFAULT_PARTITIONS",
+        flag: None,
+        // The kafka-port's MAX_TOPIC_PARTITIONS.
+        kind: Kind::Uint {
+            min: 1,
+            max: 10_000,
+        },
+    },
 ];
 
 /// The environment variable naming the config file (the twin of `--config`).

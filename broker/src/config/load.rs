@@ -269,6 +269,9 @@ fn flag_layer(args: &ConfigArgs) -> Layer {
     if let Some(addr) = &args.http_addr {
         dict.insert("http_addr".into(), Value::from(addr.clone()));
     }
+    if let Some(addr) = &args.kafka_addr {
+        dict.insert("kafka_addr".into(), Value::from(addr.clone()));
+    }
     if let Some(n) = args.max_body_bytes {
         dict.insert("max_body_bytes".into(), Value::from(n));
     }

@@ -81,6 +81,18 @@ pub struct Config {
     pub http_write_rate_window_ms: u64,
     /// Connections beyond `http_max_connections` kept for health probes and metrics.
     pub http_probe_reserve_connections: u64,
+    /// Whether the Kafka listener runs (it never does while `jwt_secret` is set: the port
+    /// has no SASL yet, and must not be a way around the HTTP API's authentication).
+    pub kafka_enabled: bool,
+    /// The Kafka listener (`ip:port`; port 0 picks a free port).
+    pub kafka_addr: SocketAddr,
+    /// The `host:port` Metadata tells clients to connect to; unset: `kafka_addr`, with
+    /// 127.0.0.1 for an unspecified IP and the port actually bound.
+    pub kafka_advertised_addr: Option<String>,
+    /// Largest Kafka request frame, checked before the frame is read.
+    pub kafka_max_request_bytes: u64,
+    /// Partitions a topic shows at least, and gets when Metadata auto-creates it.
+    pub kafka_default_partitions: u64,
 }
 
 impl Default for Config {
@@ -116,6 +128,11 @@ impl Default for Config {
             http_min_write_rate_bytes: 16 * KIB,
             http_write_rate_window_ms: 10_000,
             http_probe_reserve_connections: 16,
+            kafka_enabled: true,
+            kafka_addr: SocketAddr::from(([0, 0, 0, 0], 9092)),
+            kafka_advertised_addr: None,
+            kafka_max_request_bytes: 100 * MIB,
+            kafka_default_partitions: 1,
         }
     }
 }
@@ -169,6 +186,14 @@ impl Config {
                 });
             }
         }
+        if let Some(adv) = &self.kafka_advertised_addr {
+            if split_host_port(adv).is_none() {
+                return Err(ValueError::Bad {
+                    key: "kafka_advertised_addr",
+                    message: format!("must be host:port with a port above 0, got {adv:?}"),
+                });
+            }
+        }
         if self.log.trim().is_empty() {
             return Err(ValueError::Bad {
                 key: "log",
@@ -192,6 +217,28 @@ impl Config {
     /// [`Self::shutdown_grace_secs`] as a duration.
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_secs)
+    }
+
+    /// The host and port Kafka clients are told to connect to, given the port the listener
+    /// actually bound (`kafka_addr` may name port 0).
+    pub fn kafka_advertised(&self, bound_port: u16) -> (String, u16) {
+        if let Some((host, port)) = self
+            .kafka_advertised_addr
+            .as_deref()
+            .and_then(split_host_port)
+        {
+            return (host, port);
+        }
+        let ip = self.kafka_addr.ip();
+        // Clients cannot connect to 0.0.0.0 or [::]; loopback is right for one machine and
+        // an explicit kafka_advertised_addr is needed beyond it. IPv4 first: librdkafka
+        // resolves `localhost` to ::1 first (spec/kafka-port.md "Mapping").
+        let host = if ip.is_unspecified() {
+            "127.0.0.1".to_owned()
+        } else {
+            ip.to_string()
+        };
+        (host, bound_port)
     }
 
     /// Whether the metrics pages need a token: as configured, else exactly when authentication
@@ -227,6 +274,8 @@ impl Config {
             "http_min_write_rate_bytes" => self.http_min_write_rate_bytes,
             "http_write_rate_window_ms" => self.http_write_rate_window_ms,
             "http_probe_reserve_connections" => self.http_probe_reserve_connections,
+            "kafka_max_request_bytes" => self.kafka_max_request_bytes,
+            "kafka_default_partitions" => self.kafka_default_partitions,
             _ => 0,
         }
     }
@@ -246,12 +295,28 @@ impl Config {
             "metrics_require_auth" => (self.metrics_require_auth.map(|b| b.to_string()), None),
             "log" => (Some(toml_string(&self.log)), None),
             "accept_data_loss" => (Some(self.accept_data_loss.to_string()), None),
+            "kafka_enabled" => (Some(self.kafka_enabled.to_string()), None),
+            "kafka_addr" => (Some(toml_string(&self.kafka_addr.to_string())), None),
+            "kafka_advertised_addr" => {
+                (self.kafka_advertised_addr.as_deref().map(toml_string), None)
+            }
             other => {
                 let n = self.uint(other);
                 (Some(n.to_string()), human_bytes(other, n))
             }
         }
     }
+}
+
+/// `host:port` (an IPv6 host in brackets) with a port above 0.
+fn split_host_port(s: &str) -> Option<(String, u16)> {
+    let (host, port) = s.rsplit_once(':')?;
+    let port: u16 = port.parse().ok().filter(|p| *p > 0)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return None;
+    }
+    Some((host.to_owned(), port))
 }
 
 fn toml_string(s: &str) -> String {

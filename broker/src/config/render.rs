@@ -41,6 +41,7 @@ fn unset_meaning(name: &str) -> &'static str {
         "jwt_secret" => "authentication off",
         "jwt_audience" => "tokens with any audience accepted",
         "metrics_require_auth" => "metrics need a token exactly when jwt_secret is set",
+        "kafka_advertised_addr" => "kafka_addr, with 127.0.0.1 for 0.0.0.0",
         _ => "default",
     }
 }

@@ -318,6 +318,8 @@ fn every_range_bound_is_enforced() {
         ("checkpoint_interval_secs", 1, 3_600),
         ("shutdown_grace_secs", 1, 600),
         ("memory_limit_bytes", 32 << 20, 16 << 40),
+        ("kafka_max_request_bytes", 1024, 255 << 20),
+        ("kafka_default_partitions", 1, 10_000),
     ];
     for (key, min, max) in cases {
         for (value, ok) in [
@@ -533,4 +535,63 @@ fn memory_limit_zero_derives_and_a_tiny_one_is_refused() {
     )
     .expect("loads");
     assert_eq!(loaded.config.memory_limit_bytes, 256 << 20);
+}
+
+#[test]
+fn kafka_keys_load_from_env_and_flag_and_advertise_a_reachable_address() {
+    let loaded = load_env(&ConfigArgs::default(), &[]).expect("defaults load");
+    let c = &loaded.config;
+    assert!(c.kafka_enabled);
+    assert_eq!(c.kafka_addr.to_string(), "0.0.0.0:9092");
+    assert_eq!(c.kafka_max_request_bytes, 100 << 20);
+    assert_eq!(c.kafka_default_partitions, 1);
+    assert_eq!(c.kafka_advertised(9092), ("127.0.0.1".to_owned(), 9092));
+
+    let loaded = load_env(
+        &ConfigArgs::default(),
+        &[
+            ("QUEEN_KAFKA_ADDR", "127.0.0.2:0"),
+            ("QUEEN_KAFKA_ENABLED", "false"),
+            ("QUEEN_KAFKA_DEFAULT_PARTITIONS", "8"),
+        ],
+    )
+    .expect("env loads");
+    let c = &loaded.config;
+    assert!(!c.kafka_enabled);
+    assert_eq!(c.kafka_default_partitions, 8);
+    assert_eq!(
+        c.kafka_advertised(40_000),
+        ("127.0.0.2".to_owned(), 40_000),
+        "port 0 advertises the bound port"
+    );
+
+    let args = ConfigArgs {
+        kafka_addr: Some("127.0.0.1:19092".into()),
+        ..ConfigArgs::default()
+    };
+    let loaded = load_env(
+        &args,
+        &[("QUEEN_KAFKA_ADVERTISED_ADDR", "kafka.example:29092")],
+    )
+    .expect("flag loads");
+    assert_eq!(loaded.config.kafka_addr.port(), 19092);
+    assert_eq!(
+        loaded.config.kafka_advertised(19092),
+        ("kafka.example".to_owned(), 29092)
+    );
+}
+
+#[test]
+fn a_kafka_advertised_addr_without_a_port_is_refused() {
+    for bad in ["kafka.example", "kafka.example:0", ":9092", "host:x"] {
+        let err = load_env(
+            &ConfigArgs::default(),
+            &[("QUEEN_KAFKA_ADVERTISED_ADDR", bad)],
+        )
+        .expect_err(bad);
+        assert_eq!(err.key(), Some("kafka_advertised_addr"), "{bad}");
+    }
+    let err = load_env(&ConfigArgs::default(), &[("QUEEN_KAFKA_ADDR", "nope")])
+        .expect_err("not an address");
+    assert_eq!(err.key(), Some("kafka_addr"));
 }

@@ -1,0 +1,88 @@
+//! ApiVersions: what this door serves. Only implemented APIs are listed, so a client never
+//! sends a request that would close its connection.
+
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
+
+use crate::connection::{encode, Reply};
+use crate::errors;
+use crate::{metadata, produce};
+
+/// The ApiVersions versions served (v4 only adds nothing we use; clients fall back to v3).
+pub const VERSIONS: std::ops::RangeInclusive<i16> = 0..=3;
+
+/// Every served API with its version range.
+pub fn served() -> Vec<(ApiKey, i16, i16)> {
+    vec![
+        (
+            ApiKey::Produce,
+            *produce::VERSIONS.start(),
+            *produce::VERSIONS.end(),
+        ),
+        (
+            ApiKey::Metadata,
+            *metadata::VERSIONS.start(),
+            *metadata::VERSIONS.end(),
+        ),
+        (ApiKey::ApiVersions, *VERSIONS.start(), *VERSIONS.end()),
+    ]
+}
+
+/// The body is not read: nothing in it (client software name and version) changes the
+/// answer. A version we do not serve is answered in the v0 layout with UNSUPPORTED_VERSION
+/// and the list (KIP-511), so the client retries with one we do.
+pub fn answer(version: i16) -> Reply {
+    let (error_code, layout) = if VERSIONS.contains(&version) {
+        (errors::NONE, version)
+    } else {
+        (errors::UNSUPPORTED_VERSION, 0)
+    };
+    let keys = served()
+        .into_iter()
+        .map(|(key, min, max)| {
+            ApiVersion::default()
+                .with_api_key(key as i16)
+                .with_min_version(min)
+                .with_max_version(max)
+        })
+        .collect();
+    let resp = ApiVersionsResponse::default()
+        .with_error_code(error_code)
+        .with_api_keys(keys);
+    encode(&resp, layout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use kafka_protocol::protocol::Decodable;
+
+    fn decoded(reply: Reply) -> (i16, ApiVersionsResponse) {
+        match reply {
+            Reply::Send { version, body } => {
+                let mut b = Bytes::from(body);
+                let r = ApiVersionsResponse::decode(&mut b, version).expect("decodes");
+                (version, r)
+            }
+            _ => panic!("ApiVersions always answers"),
+        }
+    }
+
+    #[test]
+    fn served_versions_answer_in_their_layout_with_only_implemented_apis() {
+        for v in VERSIONS {
+            let (layout, r) = decoded(answer(v));
+            assert_eq!((layout, r.error_code), (v, 0));
+            let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
+            assert_eq!(keys, vec![0, 3, 18]);
+        }
+    }
+
+    #[test]
+    fn an_unknown_version_gets_unsupported_in_the_v0_layout() {
+        let (layout, r) = decoded(answer(9));
+        assert_eq!((layout, r.error_code), (0, errors::UNSUPPORTED_VERSION));
+        assert_eq!(r.api_keys.len(), 3);
+    }
+}

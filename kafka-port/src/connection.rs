@@ -1,0 +1,141 @@
+//! One Kafka connection: read a frame, answer it, repeat. Any framing or header error, and
+//! any request this door cannot answer in its own layout, closes the connection with a log
+//! line — what a Kafka broker does too — and never touches another connection.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, ResponseHeader};
+use kafka_protocol::protocol::Encodable;
+use tokio::io::BufWriter;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::header::{self, RequestHeader};
+use crate::wire::Reader;
+use crate::{api_versions, frame, metadata, produce, Door};
+
+/// What a handler decided for one request.
+pub enum Reply {
+    /// Send this response body (the header is added here).
+    Send { version: i16, body: BytesMut },
+    /// Send nothing (Produce with acks=0).
+    Nothing,
+    /// Close the connection, with the reason logged.
+    Close(String),
+}
+
+pub async fn serve(
+    door: Arc<Door>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    metrics::gauge!("queen_kafka_connections").increment(1.0);
+    let (mut rd, wr) = stream.into_split();
+    let mut wr = BufWriter::new(wr);
+    let max = door.cfg.max_request_bytes;
+    loop {
+        let next = tokio::select! {
+            f = frame::read_frame(&mut rd, max) => f,
+            _ = shutdown.changed() => break,
+        };
+        let body = match next {
+            Ok(Some(b)) => b,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::info!(%peer, error = %e, "kafka connection closed: bad frame");
+                metrics::counter!("queen_kafka_bad_frames_total").increment(1);
+                break;
+            }
+        };
+        let (hdr, reply) = match header::decode(body) {
+            Ok((hdr, reader)) => {
+                let reply = dispatch(&door, &hdr, reader).await;
+                (hdr, reply)
+            }
+            Err(e) => {
+                tracing::info!(%peer, error = %e, "kafka connection closed: bad request header");
+                break;
+            }
+        };
+        match reply {
+            Reply::Nothing => {}
+            Reply::Send { version, body } => {
+                let out = match with_header(&hdr, version, body) {
+                    Ok(out) => out,
+                    Err(e) => {
+                        tracing::warn!(%peer, api = hdr.api_key, error = %e, "kafka response did not encode");
+                        break;
+                    }
+                };
+                if let Err(e) = frame::write_frame(&mut wr, &out).await {
+                    tracing::debug!(%peer, error = %e, "kafka write failed");
+                    break;
+                }
+            }
+            Reply::Close(why) => {
+                tracing::info!(%peer, api = hdr.api_key, version = hdr.api_version, client = ?hdr.client_id, "kafka connection closed: {why}");
+                break;
+            }
+        }
+    }
+    metrics::gauge!("queen_kafka_connections").decrement(1.0);
+}
+
+async fn dispatch(door: &Door, hdr: &RequestHeader, reader: Option<Reader>) -> Reply {
+    let (Some(api), Some(reader)) = (hdr.api, reader) else {
+        return Reply::Close(format!("unknown api key {}", hdr.api_key));
+    };
+    metrics::counter!("queen_kafka_requests_total", "api" => api_name(api)).increment(1);
+    match api {
+        ApiKey::ApiVersions => api_versions::answer(hdr.api_version),
+        ApiKey::Metadata if metadata::VERSIONS.contains(&hdr.api_version) => {
+            metadata::answer(door, hdr.api_version, reader).await
+        }
+        ApiKey::Produce if produce::VERSIONS.contains(&hdr.api_version) => {
+            produce::answer(door, hdr.api_version, reader).await
+        }
+        // Not advertised in ApiVersions; the other layouts have no top-level error code.
+        _ => Reply::Close(format!(
+            "{api:?} v{} is not served (see ApiVersions)",
+            hdr.api_version
+        )),
+    }
+}
+
+/// Every value of the `api` label of `queen_kafka_requests_total`.
+pub const API_NAMES: &[&str] = &["api_versions", "metadata", "produce", "other"];
+
+fn api_name(api: ApiKey) -> &'static str {
+    match api {
+        ApiKey::ApiVersions => "api_versions",
+        ApiKey::Metadata => "metadata",
+        ApiKey::Produce => "produce",
+        _ => "other",
+    }
+}
+
+/// The response header for `version` of the request's API, then the body.
+fn with_header(hdr: &RequestHeader, version: i16, body: BytesMut) -> Result<Bytes, String> {
+    let api = hdr.api.ok_or("no api key")?;
+    let header_version = api.response_header_version(version);
+    let rh = ResponseHeader::default().with_correlation_id(hdr.correlation_id);
+    let mut out = BytesMut::with_capacity(8 + body.len());
+    rh.encode(&mut out, header_version)
+        .map_err(|e| format!("response header: {e}"))?;
+    out.extend_from_slice(&body);
+    Ok(out.freeze())
+}
+
+/// Encodes `msg` at `version` into a reply, or closes the connection when it cannot be
+/// encoded (a field set that the version lacks: a bug here, never the client's fault).
+pub fn encode<M: Encodable>(msg: &M, version: i16) -> Reply {
+    let mut body = BytesMut::new();
+    match msg.encode(&mut body, version) {
+        Ok(()) => Reply::Send { version, body },
+        Err(e) => Reply::Close(format!("response v{version} did not encode: {e}")),
+    }
+}

@@ -1,0 +1,57 @@
+//! Kafka error codes we answer, and how an engine refusal maps onto them.
+
+use queenmq_protocol::{ErrorCode, QueenError};
+
+pub const NONE: i16 = 0;
+pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+pub const CORRUPT_MESSAGE: i16 = 2;
+pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+pub const REQUEST_TIMED_OUT: i16 = 7;
+pub const MESSAGE_TOO_LARGE: i16 = 10;
+pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+pub const INVALID_REQUIRED_ACKS: i16 = 21;
+pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+pub const UNSUPPORTED_VERSION: i16 = 35;
+pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
+pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+pub const INVALID_RECORD: i16 = 87;
+
+/// The Kafka code for an engine refusal. Retriable conditions (the broker is busy or cannot
+/// write now) get REQUEST_TIMED_OUT, which every client retries; bad names get
+/// INVALID_TOPIC_EXCEPTION, which none does.
+pub fn from_queen(e: &QueenError) -> i16 {
+    match e.code {
+        ErrorCode::NotFound => UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode::BadName | ErrorCode::BadRequest => INVALID_TOPIC_EXCEPTION,
+        ErrorCode::PayloadTooLarge => MESSAGE_TOO_LARGE,
+        ErrorCode::Unavailable | ErrorCode::RequestTimeout => REQUEST_TIMED_OUT,
+        ErrorCode::Unauthorized | ErrorCode::Forbidden => TOPIC_AUTHORIZATION_FAILED,
+        ErrorCode::NoSuchRoute
+        | ErrorCode::Unsupported
+        | ErrorCode::Internal
+        | ErrorCode::TransactionRolledBack
+        | ErrorCode::Conflict => UNKNOWN_SERVER_ERROR,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_is_retriable_and_bad_names_are_not() {
+        assert_eq!(
+            from_queen(&QueenError::unavailable("memory")),
+            REQUEST_TIMED_OUT
+        );
+        assert_eq!(
+            from_queen(&QueenError::new(ErrorCode::BadName, "x")),
+            INVALID_TOPIC_EXCEPTION
+        );
+        assert_eq!(
+            from_queen(&QueenError::not_found("q")),
+            UNKNOWN_TOPIC_OR_PARTITION
+        );
+    }
+}

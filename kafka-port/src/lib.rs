@@ -1,0 +1,93 @@
+//! The Kafka door of QueenMQ (spec/kafka-port.md): Kafka clients connect to port 9092 and
+//! their requests become the same bus commands the Queen HTTP API sends.
+//!
+//! One task per connection reads a frame, answers it, then reads the next, so answers leave
+//! in request order as the protocol requires. Requests and record batches are decoded by
+//! [`wire`] and [`records`] with every client-sent count checked before use; responses are
+//! encoded by the `kafka-protocol` crate.
+//!
+//! This slice serves ApiVersions, Metadata and Produce (docs/kafka-compat.md).
+
+pub mod api_versions;
+pub mod codecs;
+pub mod connection;
+pub mod errors;
+pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod header;
+pub mod mapping;
+pub mod metadata;
+pub mod produce;
+pub mod records;
+pub mod topics;
+pub mod wire;
+
+use std::sync::Arc;
+
+use queenmq_protocol::{Bus, RequestCtx};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// What the listener needs to know; the broker fills it from its configuration.
+#[derive(Debug, Clone)]
+pub struct KafkaConfig {
+    /// This broker's node id in Metadata answers.
+    pub node_id: i32,
+    /// The host clients are told to connect to.
+    pub advertised_host: String,
+    pub advertised_port: u16,
+    /// Largest request frame; a longer announced length closes the connection unread.
+    pub max_request_bytes: usize,
+    /// Partitions a topic shows at least (and auto-creation gives it).
+    pub default_partitions: u32,
+    /// Who the requests of this door act as: the port has no SASL yet, so the broker only
+    /// starts it when HTTP authentication is off and passes an open context.
+    pub ctx: RequestCtx,
+}
+
+/// The shared state of every connection.
+pub struct Door {
+    pub bus: Arc<dyn Bus>,
+    pub cfg: KafkaConfig,
+}
+
+/// Accepts Kafka connections until `shutdown` turns true; open connections end with it.
+pub async fn run(
+    listener: TcpListener,
+    bus: Arc<dyn Bus>,
+    cfg: KafkaConfig,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let door = Arc::new(Door { bus, cfg });
+    // The series exist from the start (docs/metrics.md lists them; a scrape shows them).
+    metrics::gauge!("queen_kafka_connections").set(0.0);
+    metrics::counter!("queen_kafka_bad_frames_total").increment(0);
+    for api in connection::API_NAMES {
+        metrics::counter!("queen_kafka_requests_total", "api" => *api).increment(0);
+    }
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let door = door.clone();
+                    let stop = shutdown.clone();
+                    tokio::spawn(async move {
+                        connection::serve(door, stream, peer, stop).await;
+                    });
+                }
+                Err(e) => {
+                    // Out of descriptors and the like: pause instead of spinning on accept.
+                    tracing::warn!(error = %e, "kafka accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            },
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    break;
+                }
+            }
+        }
+    }
+    tracing::info!("kafka listener stopped");
+}

@@ -1,0 +1,191 @@
+//! Metadata: this node is the only broker and leads every partition; topics are queues.
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use queenmq_protocol::ErrorCode;
+
+use crate::connection::{encode, Reply};
+use crate::wire::{Malformed, Reader};
+use crate::{errors, topics, Door};
+
+/// v0..=v12: every version a client from 2017 on sends (v13 only moves an error code).
+pub const VERSIONS: std::ops::RangeInclusive<i16> = 0..=12;
+/// The cluster id clients log and some compare across reconnects.
+const CLUSTER_ID: &str = "queenmq";
+
+/// What a Metadata request asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataRequest {
+    /// `None`: every topic.
+    pub topics: Option<Vec<String>>,
+    pub allow_auto_topic_creation: bool,
+}
+
+pub fn decode(version: i16, r: &mut Reader) -> Result<MetadataRequest, Malformed> {
+    let topics = match r.array_len()? {
+        None => None,
+        // v0 had no null: an empty list meant every topic.
+        Some(0) if version == 0 => None,
+        Some(n) => {
+            let mut names = Vec::new();
+            for _ in 0..n {
+                if version >= 10 {
+                    // A topic id; topics have none yet (all-zero), so the name decides.
+                    r.uuid()?;
+                }
+                let name = r.nullable_string()?;
+                r.skip_tags()?;
+                // A null name (v10+, asked by id only) matches no topic here.
+                names.push(name.unwrap_or_default());
+            }
+            Some(names)
+        }
+    };
+    let allow_auto_topic_creation = if version >= 4 { r.bool()? } else { true };
+    if (8..=10).contains(&version) {
+        let _include_cluster_authorized_operations = r.bool()?;
+    }
+    if version >= 8 {
+        let _include_topic_authorized_operations = r.bool()?;
+    }
+    r.skip_tags()?;
+    Ok(MetadataRequest {
+        topics,
+        allow_auto_topic_creation,
+    })
+}
+
+pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let req = match decode(version, &mut r) {
+        Ok(req) => req,
+        Err(e) => return Reply::Close(e.to_string()),
+    };
+    let node = BrokerId(door.cfg.node_id);
+    let wanted = match req.topics {
+        Some(t) => t,
+        None => match topics::names(door).await {
+            Ok(all) => all,
+            Err(e) => {
+                tracing::warn!(error = %e, "metadata: listing queues failed");
+                Vec::new()
+            }
+        },
+    };
+    let mut out = Vec::new();
+    for name in wanted {
+        out.push(topic(door, node, &name, req.allow_auto_topic_creation).await);
+    }
+    let broker = MetadataResponseBroker::default()
+        .with_node_id(node)
+        .with_host(StrBytes::from_string(door.cfg.advertised_host.clone()))
+        .with_port(i32::from(door.cfg.advertised_port));
+    let resp = MetadataResponse::default()
+        .with_brokers(vec![broker])
+        .with_cluster_id((version >= 2).then(|| StrBytes::from_static_str(CLUSTER_ID)))
+        .with_controller_id(if version >= 1 { node } else { BrokerId(-1) })
+        .with_topics(out);
+    encode(&resp, version)
+}
+
+async fn topic(
+    door: &Door,
+    node: BrokerId,
+    name: &str,
+    auto_create: bool,
+) -> MetadataResponseTopic {
+    let base = MetadataResponseTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(name.to_owned()))));
+    let mut count = topics::partition_count(door, name).await;
+    if auto_create && matches!(&count, Err(e) if e.code == ErrorCode::NotFound) {
+        count = match topics::create(door, name).await {
+            Ok(()) => topics::partition_count(door, name).await,
+            Err(e) => Err(e),
+        };
+    }
+    match count {
+        Ok(n) => base.with_partitions(
+            (0..n)
+                .map(|i| {
+                    MetadataResponsePartition::default()
+                        .with_partition_index(i as i32)
+                        .with_leader_id(node)
+                        .with_leader_epoch(0)
+                        .with_replica_nodes(vec![node])
+                        .with_isr_nodes(vec![node])
+                })
+                .collect(),
+        ),
+        Err(e) => {
+            if e.code != ErrorCode::NotFound {
+                tracing::info!(topic = name, error = %e, "metadata: topic refused");
+            }
+            base.with_error_code(errors::from_queen(&e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::{BufMut, Bytes, BytesMut};
+    use kafka_protocol::messages::MetadataRequest as KMetadataRequest;
+    use kafka_protocol::protocol::Encodable;
+
+    /// A request encoded by kafka-protocol reads back the same through our decoder.
+    fn roundtrip(version: i16, topics: Option<Vec<&str>>, auto: bool) -> MetadataRequest {
+        use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+        let req = KMetadataRequest::default()
+            .with_topics(topics.map(|ts| {
+                ts.into_iter()
+                    .map(|t| {
+                        MetadataRequestTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_string(t.to_owned()))))
+                    })
+                    .collect()
+            }))
+            .with_allow_auto_topic_creation(auto);
+        let mut buf = BytesMut::new();
+        req.encode(&mut buf, version).expect("encodes");
+        let mut r = Reader::new(buf.freeze(), version >= 9);
+        let out = decode(version, &mut r).expect("decodes");
+        assert_eq!(r.remaining(), 0, "v{version} read to the end");
+        out
+    }
+
+    #[test]
+    fn every_served_version_decodes_what_clients_encode() {
+        for v in VERSIONS {
+            let auto = v < 4 || v % 2 == 0;
+            let got = roundtrip(v, Some(vec!["a", "b"]), auto);
+            assert_eq!(
+                got.topics,
+                Some(vec!["a".to_owned(), "b".to_owned()]),
+                "v{v}"
+            );
+            assert_eq!(got.allow_auto_topic_creation, auto, "v{v}");
+            if v >= 1 {
+                assert_eq!(roundtrip(v, None, auto).topics, None, "v{v}: null is all");
+            }
+        }
+        assert_eq!(
+            roundtrip(0, Some(vec![]), true).topics,
+            None,
+            "v0: empty is all"
+        );
+        assert_eq!(roundtrip(1, Some(vec![]), true).topics, Some(vec![]));
+    }
+
+    #[test]
+    fn a_lying_topic_count_is_refused() {
+        let mut b = BytesMut::new();
+        b.put_i32(i32::MAX);
+        b.put_i16(1);
+        let mut r = Reader::new(b.freeze(), false);
+        assert!(decode(1, &mut r).is_err());
+        let mut empty = Reader::new(Bytes::new(), false);
+        assert!(decode(4, &mut empty).is_err());
+    }
+}

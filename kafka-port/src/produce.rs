@@ -1,0 +1,359 @@
+//! Produce: each record of each partition's batches becomes one pushed message (queue =
+//! topic, partition = the index as text), all in one push so that the whole request is one
+//! engine entry and the answer comes after its fsync. Errors stay per partition.
+
+use bytes::Bytes;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use queenmq_protocol::{Command, Outcome, PushItem, PushReq, PushResult, QueenError};
+
+use crate::connection::{encode, Reply};
+use crate::records::{self, Batch, BatchError};
+use crate::wire::{Malformed, Reader};
+use crate::{errors, mapping, topics, Door};
+
+/// v3 (the first with record batches v2) ..= v12 (v13 names topics by id, which topics do
+/// not have yet).
+pub const VERSIONS: std::ops::RangeInclusive<i16> = 3..=12;
+
+/// One partition's index and record bytes.
+pub type PartitionData = (i32, Option<Bytes>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProduceRequest {
+    pub transactional_id: Option<String>,
+    pub acks: i16,
+    pub topics: Vec<(String, Vec<PartitionData>)>,
+}
+
+pub fn decode(r: &mut Reader) -> Result<ProduceRequest, Malformed> {
+    let transactional_id = r.nullable_string()?;
+    let acks = r.i16()?;
+    let _timeout_ms = r.i32()?;
+    let mut topics = Vec::new();
+    for _ in 0..r.array_len()?.unwrap_or(0) {
+        let name = r.string()?;
+        let mut parts = Vec::new();
+        for _ in 0..r.array_len()?.unwrap_or(0) {
+            let index = r.i32()?;
+            let records = r.nullable_bytes()?;
+            r.skip_tags()?;
+            parts.push((index, records));
+        }
+        r.skip_tags()?;
+        topics.push((name, parts));
+    }
+    r.skip_tags()?;
+    Ok(ProduceRequest {
+        transactional_id,
+        acks,
+        topics,
+    })
+}
+
+/// One partition's fate before and after the push.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fate {
+    /// Refused before the push: this code and message.
+    Refused(i16, String),
+    /// Its records are items `start..end` of the push.
+    Pushed { start: usize, end: usize },
+}
+
+/// Checks one partition's batches and turns its records into push items (appended to
+/// `items`). `budget` bounds what decompression may still produce for the request.
+pub fn plan_partition(
+    topic: &str,
+    index: i32,
+    records: Option<Bytes>,
+    transactional_id: Option<&str>,
+    budget: &mut usize,
+    items: &mut Vec<PushItem>,
+) -> Fate {
+    let refuse = |code: i16, msg: &str| Fate::Refused(code, msg.to_owned());
+    if queenmq_protocol::limits::check_name("topic", topic).is_err() || topic.is_empty() {
+        return refuse(errors::INVALID_TOPIC_EXCEPTION, "topic name not acceptable");
+    }
+    if !u32::try_from(index).is_ok_and(|i| i < topics::MAX_TOPIC_PARTITIONS) {
+        return refuse(errors::UNKNOWN_TOPIC_OR_PARTITION, "no such partition");
+    }
+    if transactional_id.is_some() {
+        return refuse(
+            errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "transactions are not served by this broker yet",
+        );
+    }
+    let batches: Vec<Batch> = match records::decode_batches(records.unwrap_or_default(), budget) {
+        Ok(b) => b,
+        Err(BatchError::Decompress(crate::codecs::CodecError::TooLarge(_))) => {
+            return refuse(
+                errors::MESSAGE_TOO_LARGE,
+                "records decompress past the request limit",
+            )
+        }
+        Err(e @ BatchError::Magic(_)) => {
+            return refuse(errors::UNSUPPORTED_FOR_MESSAGE_FORMAT, &e.to_string())
+        }
+        Err(e) => return refuse(errors::CORRUPT_MESSAGE, &e.to_string()),
+    };
+    if batches.iter().any(|b| b.transactional) {
+        return refuse(
+            errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "transactional batches are not served by this broker yet",
+        );
+    }
+    if batches.iter().any(|b| b.producer_id >= 0) {
+        // No InitProducerId is served, so a producer id can only be made up: refuse it
+        // with an error clients treat as fatal instead of retrying forever.
+        return refuse(
+            errors::CLUSTER_AUTHORIZATION_FAILED,
+            "idempotent produce is not served by this broker yet; disable enable.idempotence",
+        );
+    }
+    if batches.iter().any(|b| b.control) {
+        return refuse(errors::INVALID_RECORD, "control batches cannot be produced");
+    }
+    let start = items.len();
+    let partition = index.to_string();
+    for rec in batches.iter().flat_map(|b| &b.records) {
+        items.push(PushItem {
+            queue: topic.to_owned(),
+            partition: partition.clone(),
+            payload: mapping::payload(rec),
+            transaction_id: None,
+            trace_id: None,
+        });
+    }
+    if items.len() == start {
+        return refuse(errors::INVALID_RECORD, "no records");
+    }
+    Fate::Pushed {
+        start,
+        end: items.len(),
+    }
+}
+
+/// A pushed partition's answer from its items' results: the first record's offset, or the
+/// first refusal among them.
+pub fn settle(results: &[PushResult]) -> (i16, i64, Option<String>) {
+    if let Some(e) = results.iter().find_map(|r| r.error.as_ref()) {
+        return (errors::from_queen(e), -1, Some(e.message.clone()));
+    }
+    match results.first() {
+        Some(r) => (
+            errors::NONE,
+            i64::try_from(r.offset).unwrap_or(i64::MAX),
+            None,
+        ),
+        None => (errors::UNKNOWN_SERVER_ERROR, -1, Some("no result".into())),
+    }
+}
+
+pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let req = match decode(&mut r) {
+        Ok(req) => req,
+        Err(e) => return Reply::Close(e.to_string()),
+    };
+    let acks_ok = matches!(req.acks, -1..=1);
+    let mut budget = door.cfg.max_request_bytes;
+    let mut items = Vec::new();
+    let mut plan = Vec::new();
+    for (topic, parts) in req.topics {
+        let mut fates = Vec::new();
+        for (index, records) in parts {
+            let fate = if acks_ok {
+                plan_partition(
+                    &topic,
+                    index,
+                    records,
+                    req.transactional_id.as_deref(),
+                    &mut budget,
+                    &mut items,
+                )
+            } else {
+                Fate::Refused(
+                    errors::INVALID_REQUIRED_ACKS,
+                    "acks must be -1, 0 or 1".into(),
+                )
+            };
+            fates.push((index, fate));
+        }
+        plan.push((topic, fates));
+    }
+    let pushed: Result<Vec<PushResult>, QueenError> = if items.is_empty() {
+        Ok(Vec::new())
+    } else {
+        match door
+            .bus
+            .call(door.cfg.ctx.clone(), Command::Push(PushReq { items }))
+            .await
+        {
+            Ok(Outcome::Pushed(results)) => Ok(results),
+            Ok(other) => Err(topics::unexpected(&other)),
+            Err(e) => Err(e),
+        }
+    };
+    if req.acks == 0 {
+        if let Err(e) = &pushed {
+            tracing::info!(error = %e, "acks=0 produce refused (the client is not told)");
+        }
+        return Reply::Nothing;
+    }
+    let responses = plan
+        .into_iter()
+        .map(|(topic, fates)| {
+            let parts = fates
+                .into_iter()
+                .map(|(index, fate)| partition_response(index, fate, &pushed))
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(TopicName(StrBytes::from_string(topic)))
+                .with_partition_responses(parts)
+        })
+        .collect();
+    encode(
+        &ProduceResponse::default().with_responses(responses),
+        version,
+    )
+}
+
+fn partition_response(
+    index: i32,
+    fate: Fate,
+    pushed: &Result<Vec<PushResult>, QueenError>,
+) -> PartitionProduceResponse {
+    let (code, offset, message) = match (fate, pushed) {
+        (Fate::Refused(code, msg), _) => (code, -1, Some(msg)),
+        (Fate::Pushed { .. }, Err(e)) => (errors::from_queen(e), -1, Some(e.message.clone())),
+        (Fate::Pushed { start, end }, Ok(results)) => match results.get(start..end) {
+            Some(rs) => settle(rs),
+            None => (
+                errors::UNKNOWN_SERVER_ERROR,
+                -1,
+                Some("missing results".into()),
+            ),
+        },
+    };
+    PartitionProduceResponse::default()
+        .with_index(index)
+        .with_error_code(code)
+        .with_base_offset(offset)
+        .with_error_message(message.map(StrBytes::from_string))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::tests::batch;
+    use queenmq_protocol::PushStatus;
+
+    fn plan(records: Bytes, index: i32, txn: Option<&str>) -> (Fate, Vec<PushItem>) {
+        let mut items = Vec::new();
+        let mut budget = 1 << 20;
+        let fate = plan_partition("orders", index, Some(records), txn, &mut budget, &mut items);
+        (fate, items)
+    }
+
+    #[test]
+    fn records_become_items_of_the_numbered_partition() {
+        let data = batch(
+            -1,
+            5,
+            &[
+                (5, None, Some(b"{\"n\":1}"), &[]),
+                (6, Some(b"k"), Some(b"2"), &[]),
+            ],
+        );
+        let (fate, items) = plan(data, 3, None);
+        assert_eq!(fate, Fate::Pushed { start: 0, end: 2 });
+        assert_eq!(items[0].queue, "orders");
+        assert_eq!(items[0].partition, "3");
+        assert_eq!(&items[0].payload[..], b"{\"n\":1}");
+        let second: serde_json::Value =
+            serde_json::from_slice(&items[1].payload).expect("envelope is JSON");
+        assert_eq!(second["$kafka"]["key"], "k");
+        assert_eq!(second["$kafka"]["value"], 2);
+        assert_eq!(second["$kafka"]["timestamp"], 6);
+    }
+
+    #[test]
+    fn refusals_stay_per_partition() {
+        let good = batch(-1, 0, &[(0, None, Some(b"1"), &[])]);
+        let code = |f: Fate| match f {
+            Fate::Refused(c, _) => c,
+            Fate::Pushed { .. } => errors::NONE,
+        };
+        assert_eq!(
+            code(plan(good.clone(), -1, None).0),
+            errors::UNKNOWN_TOPIC_OR_PARTITION
+        );
+        assert_eq!(
+            code(plan(good.clone(), 0, Some("tx")).0),
+            errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        );
+        let idempotent = batch(7, 0, &[(0, None, Some(b"1"), &[])]);
+        assert_eq!(
+            code(plan(idempotent, 0, None).0),
+            errors::CLUSTER_AUTHORIZATION_FAILED
+        );
+        assert_eq!(
+            code(plan(Bytes::from_static(b"garbage"), 0, None).0),
+            errors::CORRUPT_MESSAGE
+        );
+        assert_eq!(code(plan(Bytes::new(), 0, None).0), errors::INVALID_RECORD);
+    }
+
+    fn result(offset: u64, error: Option<QueenError>) -> PushResult {
+        PushResult {
+            message_id: String::new(),
+            transaction_id: String::new(),
+            queue: "q".into(),
+            partition_id: 1,
+            offset,
+            status: if error.is_some() {
+                PushStatus::Failed
+            } else {
+                PushStatus::Queued
+            },
+            error,
+        }
+    }
+
+    #[test]
+    fn the_base_offset_is_the_first_records_offset() {
+        assert_eq!(settle(&[result(41, None), result(42, None)]), (0, 41, None));
+        let (code, offset, _) = settle(&[
+            result(1, None),
+            result(0, Some(QueenError::unavailable("busy"))),
+        ]);
+        assert_eq!((code, offset), (errors::REQUEST_TIMED_OUT, -1));
+    }
+
+    #[test]
+    fn requests_encoded_by_clients_decode_in_every_served_version() {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::messages::ProduceRequest as K;
+        use kafka_protocol::protocol::Encodable;
+        let data = batch(-1, 0, &[(0, None, Some(b"1"), &[])]);
+        for v in VERSIONS {
+            let req = K::default()
+                .with_acks(-1)
+                .with_topic_data(vec![TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_static_str("t")))
+                    .with_partition_data(vec![PartitionProduceData::default()
+                        .with_index(2)
+                        .with_records(Some(data.clone()))])]);
+            let mut buf = bytes::BytesMut::new();
+            req.encode(&mut buf, v).expect("encodes");
+            let mut r = Reader::new(buf.freeze(), v >= 9);
+            let got = decode(&mut r).expect("decodes");
+            assert_eq!(r.remaining(), 0, "v{v}");
+            assert_eq!(got.acks, -1);
+            assert_eq!(
+                got.topics,
+                vec![("t".to_owned(), vec![(2, Some(data.clone()))])]
+            );
+        }
+    }
+}

@@ -1,0 +1,258 @@
+"""The Kafka port (kafka-port/) against the real binary: kafka-python and kcat as clients,
+raw sockets for what no client sends. A record produced over Kafka is popped over the
+Queen HTTP API to check the record mapping (docs/kafka-compat.md)."""
+
+import json
+import shutil
+import socket
+import struct
+import subprocess
+
+import pytest
+
+from raw_socket import closed_by_server
+
+kafka = pytest.importorskip("kafka", reason="kafka-python is in scripts/lib/requirements.txt")
+from kafka import KafkaAdminClient, KafkaProducer  # noqa: E402
+from kafka import codec as kafka_codec  # noqa: E402
+
+
+def producer(broker, **kw) -> KafkaProducer:
+    # Idempotence needs InitProducerId, which this slice does not serve.
+    return KafkaProducer(
+        bootstrap_servers=broker.kafka_bootstrap, enable_idempotence=False, **kw
+    )
+
+
+def pop_all(http, queue: str, n: int) -> list[dict]:
+    got: list[dict] = []
+    for _ in range(20):
+        r = http.get(f"/api/v1/pop/queue/{queue}", params={"batch": n, "wait": "false"})
+        assert r.status_code in (200, 204), r.text
+        if r.status_code == 200:
+            got.extend(r.json()["messages"])
+        if len(got) >= n:
+            break
+    return got
+
+
+def test_metadata_lists_this_broker_and_the_queues(broker, http):
+    r = http.post("/api/v1/configure", json={"queue": "from-http"})
+    assert r.status_code == 200, r.text
+    admin = KafkaAdminClient(bootstrap_servers=broker.kafka_bootstrap)
+    try:
+        cluster = admin.describe_cluster()
+        assert cluster["brokers"] == [
+            {"host": "127.0.0.1", "port": broker.kafka_port, "rack": None, "broker_id": 0}
+        ]
+        assert "from-http" in admin.list_topics()
+    finally:
+        admin.close()
+
+
+def test_produce_with_keys_and_headers_then_pop_over_http(broker, http):
+    for acks in (1, "all"):
+        topic = f"orders-{acks}"
+        p = producer(broker, acks=acks)
+        offsets = []
+        for i in range(3):
+            meta = p.send(
+                topic,
+                key=f"k{i}".encode(),
+                value=json.dumps({"n": i}).encode(),
+                headers=[("trace", b"t%d" % i), ("bin", b"\xff\x00")],
+                timestamp_ms=1_700_000_000_000 + i,
+            ).get(timeout=30)
+            assert (meta.topic, meta.partition) == (topic, 0)
+            offsets.append(meta.offset)
+        plain = p.send(topic, value=b'{"plain": true}').get(timeout=30)
+        text = p.send(topic, value=b"not json").get(timeout=30)
+        p.close()
+        assert offsets + [plain.offset, text.offset] == [0, 1, 2, 3, 4]
+
+        msgs = pop_all(http, topic, 5)
+        assert [m["partition"] for m in msgs] == ["0"] * 5
+        assert [m["offset"] for m in msgs] == [0, 1, 2, 3, 4]
+        for i, m in enumerate(msgs[:3]):
+            assert m["data"] == {
+                "$kafka": {
+                    "timestamp": 1_700_000_000_000 + i,
+                    "key": f"k{i}",
+                    "value": {"n": i},
+                    "headers": [
+                        {"key": "trace", "value": f"t{i}"},
+                        {"key": "bin", "value_b64": "/wA="},
+                    ],
+                }
+            }, f"acks={acks}"
+        assert msgs[3]["data"] == {"plain": True}
+        assert msgs[4]["data"]["$kafka"]["value_b64"] == "bm90IGpzb24="
+
+
+CODECS = {
+    "gzip": lambda: True,
+    "snappy": kafka_codec.has_snappy,
+    "lz4": kafka_codec.has_lz4,
+    "zstd": kafka_codec.has_zstd,
+}
+
+
+@pytest.mark.parametrize("codec", sorted(CODECS))
+def test_every_codec_reads_back(broker, http, codec):
+    if not CODECS[codec]():
+        pytest.skip(f"kafka-python has no {codec} module here")
+    p = producer(broker, acks=1, compression_type=codec, linger_ms=50)
+    futures = [
+        p.send("codecs", value=json.dumps({"codec": codec, "i": i}).encode(), partition=0)
+        for i in range(20)
+    ]
+    p.flush()
+    assert sorted(f.get(timeout=30).offset for f in futures) == list(range(20))
+    p.close()
+    msgs = pop_all(http, "codecs", 20)
+    assert [m["data"] for m in msgs] == [{"codec": codec, "i": i} for i in range(20)]
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+def request(
+    api_key: int, version: int, corr: int, body: bytes = b"", client=b"t", tags=False
+) -> bytes:
+    """A request frame; `tags` adds the empty tag section of a v2 (flexible) header."""
+    head = struct.pack(">hhih", api_key, version, corr, len(client)) + client
+    return frame(head + (b"\x00" if tags else b"") + body)
+
+
+def read_frame(s: socket.socket) -> bytes:
+    def exact(n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = s.recv(n - len(out))
+            assert chunk, "connection closed"
+            out += chunk
+        return out
+
+    (n,) = struct.unpack(">i", exact(4))
+    return exact(n)
+
+
+def connect(broker) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", broker.kafka_port), timeout=10)
+
+
+def api_versions(s: socket.socket, version: int, corr: int) -> tuple[int, dict]:
+    # v3 and later (and any unknown later version) use the flexible header; the body is
+    # not read for ApiVersions.
+    s.sendall(request(18, version, corr, tags=version >= 3))
+    resp = read_frame(s)
+    got_corr, error, n = struct.unpack(">ihi", resp[:10])
+    assert got_corr == corr
+    keys = {}
+    for i in range(n):
+        key, lo, hi = struct.unpack(">hhh", resp[10 + 6 * i : 16 + 6 * i])
+        keys[key] = (lo, hi)
+    return error, keys
+
+
+def test_api_versions_lists_only_served_apis_and_answers_unknown_versions_in_v0(broker):
+    with connect(broker) as s:
+        error, keys = api_versions(s, 0, 1)
+        assert error == 0
+        assert keys == {0: (3, 12), 3: (0, 12), 18: (0, 3)}
+        # KIP-511: a version we do not serve gets UNSUPPORTED_VERSION in the v0 layout.
+        error, keys = api_versions(s, 77, 2)
+        assert error == 35 and 18 in keys
+
+
+def test_unknown_topic_without_auto_create_is_unknown_topic(broker, http):
+    topic = b"nope"
+    body = struct.pack(">ih", 1, len(topic)) + topic + b"\x00"  # Metadata v4, no auto-create
+    with connect(broker) as s:
+        s.sendall(request(3, 4, 5, body))
+        resp = read_frame(s)
+    (corr,) = struct.unpack(">i", resp[:4])
+    assert corr == 5
+    # throttle, brokers[1] = node, host, port, rack(null), cluster id, controller, topics
+    pos = 4 + 4
+    (nbrokers,) = struct.unpack(">i", resp[pos : pos + 4])
+    pos += 4
+    assert nbrokers == 1
+    pos += 4
+    (hlen,) = struct.unpack(">h", resp[pos : pos + 2])
+    pos += 2 + hlen + 4 + 2  # host, port, null rack
+    (clen,) = struct.unpack(">h", resp[pos : pos + 2])
+    pos += 2 + max(clen, 0) + 4
+    (ntopics, err) = struct.unpack(">ih", resp[pos : pos + 6])
+    assert (ntopics, err) == (1, 3), "UNKNOWN_TOPIC_OR_PARTITION"
+    assert http.get("/api/v1/resources/queues/nope").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        struct.pack(">i", -1),
+        struct.pack(">i", 0x7FFFFFFF),
+        request(999, 0, 1),  # unknown api key
+        frame(b"\x00\x03"),  # a header cut short
+        request(1, 4, 1),  # Fetch: not served yet
+        request(3, 4, 1, b"\x7f\xff\xff\xff"),  # Metadata with a lying topic count
+    ],
+    ids=["negative", "oversized", "unknown-api", "garbage-header", "unserved-api", "lying-count"],
+)
+def test_bad_frames_close_only_their_connection(broker, bad):
+    with connect(broker) as s:
+        s.sendall(bad)
+        assert closed_by_server(s, 10), "the broker kept a connection it cannot serve"
+    with connect(broker) as s:
+        error, keys = api_versions(s, 0, 9)
+        assert error == 0 and keys
+    assert broker.proc.poll() is None
+
+
+def test_kcat_lists_the_broker_and_topics(broker, http):
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        pytest.skip("kcat is not installed (scripts/lib/setup.sh installs it)")
+    assert http.post("/api/v1/configure", json={"queue": "listed"}).status_code == 200
+    out = subprocess.run(
+        [kcat, "-b", broker.kafka_bootstrap, "-L"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"broker 0 at 127.0.0.1:{broker.kafka_port}" in out.stdout
+    assert 'topic "listed" with 1 partitions' in out.stdout
+
+
+def test_acks_zero_writes_without_an_answer(broker, http):
+    p = producer(broker, acks=0)
+    for i in range(3):
+        p.send("fire", value=json.dumps(i).encode(), partition=0)
+    p.flush()
+    # No answer comes back, so the records are waited for where they land.
+    got: list = []
+    for _ in range(15):
+        r = http.get(
+            "/api/v1/pop/queue/fire",
+            # autoAck: an unacknowledged pop would hold the partition's lease, and the
+            # records that land after it would wait for that lease to expire.
+            params={"batch": 10, "wait": "true", "timeout": 2000, "autoAck": "true"},
+            timeout=15,
+        )
+        assert r.status_code in (200, 204), r.text
+        if r.status_code == 200:
+            got.extend(m["data"] for m in r.json()["messages"])
+        if len(got) >= 3:
+            break
+    p.close()
+    assert got == [0, 1, 2]
+
+
+def test_the_port_stays_closed_while_http_authentication_is_on(broker_factory):
+    b = broker_factory("auth", env={"QUEEN_JWT_SECRET": "s" * 32}).start()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", b.kafka_port), timeout=5).close()
+    assert "the Kafka port is not started" in b.log_tail()
