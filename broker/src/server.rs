@@ -127,7 +127,18 @@ pub async fn serve(
         max_trace_bytes: cfg.max_trace_bytes as usize,
     };
     let (kafka_stop_tx, kafka_stop_rx) = tokio::sync::watch::channel(false);
-    let kafka = start_kafka(&cfg, bus.clone(), kafka_stop_rx).await?;
+    // Kafka request bytes in flight: two of the largest requests, within a quarter of the
+    // connections share (docs/kafka-compat.md "Limits").
+    let kafka_inflight = usize::try_from(cfg.kafka_max_request_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(2)
+        .min(memory.budget.connections_bytes() / 4);
+    let kafka_limits = KafkaLimits {
+        connections: door_caps.connections,
+        inflight_bytes: kafka_inflight,
+        max_records: cfg.max_push_items as usize,
+    };
+    let kafka = start_kafka(&cfg, bus.clone(), kafka_stop_rx, kafka_limits).await?;
     let (http_stop_tx, http_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let http = tokio::spawn(queenmq_native_api::run(listener, bus, api, async move {
         let _ = http_stop_rx.await;
@@ -160,10 +171,18 @@ pub async fn serve(
 /// Binds the Kafka listener and runs it on the same bus as the HTTP API, unless it is
 /// disabled — or authentication is on: the port has no SASL yet, and a Kafka client must
 /// not reach data the HTTP API would refuse it.
+/// What the memory budget and the HTTP door's limits allow the Kafka port.
+struct KafkaLimits {
+    connections: usize,
+    inflight_bytes: usize,
+    max_records: usize,
+}
+
 async fn start_kafka(
     cfg: &Config,
     bus: Arc<EngineBus>,
     stop: tokio::sync::watch::Receiver<bool>,
+    limits: KafkaLimits,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
     if !cfg.kafka_enabled {
         return Ok(None);
@@ -187,7 +206,15 @@ async fn start_kafka(
         node_id: 0,
         advertised_host: host,
         advertised_port: port,
-        max_request_bytes: usize::try_from(cfg.kafka_max_request_bytes).unwrap_or(usize::MAX),
+        // A request larger than the in-flight room could never be read.
+        max_request_bytes: usize::try_from(cfg.kafka_max_request_bytes)
+            .unwrap_or(usize::MAX)
+            .min(limits.inflight_bytes.max(64 << 10)),
+        max_records: limits.max_records,
+        max_connections: limits.connections,
+        inflight_bytes: limits.inflight_bytes.max(64 << 10),
+        idle_timeout: Duration::from_secs(600),
+        io_timeout: Duration::from_secs(60),
         default_partitions: u32::try_from(cfg.kafka_default_partitions).unwrap_or(u32::MAX),
         ctx: queenmq_protocol::RequestCtx {
             tenant: queenmq_protocol::DEFAULT_TENANT.to_owned(),

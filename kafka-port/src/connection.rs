@@ -37,17 +37,45 @@ pub async fn serve(
     let (mut rd, wr) = stream.into_split();
     let mut wr = BufWriter::new(wr);
     let max = door.cfg.max_request_bytes;
+    let (idle, io) = (door.cfg.idle_timeout, door.cfg.io_timeout);
     loop {
         let next = tokio::select! {
-            f = frame::read_frame(&mut rd, max) => f,
+            f = tokio::time::timeout(idle, frame::read_len(&mut rd, max)) => f,
             _ = shutdown.changed() => break,
         };
-        let body = match next {
-            Ok(Some(b)) => b,
-            Ok(None) => break,
-            Err(e) => {
+        let len = match next {
+            Ok(Ok(Some(n))) => n,
+            Ok(Ok(None)) => break,
+            Ok(Err(e)) => {
                 tracing::info!(%peer, error = %e, "kafka connection closed: bad frame");
                 metrics::counter!("queen_kafka_bad_frames_total").increment(1);
+                break;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "kafka connection closed: idle");
+                break;
+            }
+        };
+        // Room for the request before its bytes are read: the node's request bytes stay
+        // bounded however many connections announce big frames. Held until it is answered.
+        let want = u32::try_from(crate::kib(len)).unwrap_or(u32::MAX);
+        let room = door.inflight.clone().acquire_many_owned(want);
+        let _room = match tokio::time::timeout(io, room).await {
+            Ok(Ok(permit)) => permit,
+            _ => {
+                tracing::info!(%peer, len, "kafka connection closed: no room for its request in time");
+                break;
+            }
+        };
+        let body = match tokio::time::timeout(io, frame::read_body(&mut rd, len)).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => {
+                tracing::info!(%peer, error = %e, "kafka connection closed: bad frame");
+                metrics::counter!("queen_kafka_bad_frames_total").increment(1);
+                break;
+            }
+            Err(_) => {
+                tracing::info!(%peer, len, "kafka connection closed: request body too slow");
                 break;
             }
         };
@@ -71,9 +99,16 @@ pub async fn serve(
                         break;
                     }
                 };
-                if let Err(e) = frame::write_frame(&mut wr, &out).await {
-                    tracing::debug!(%peer, error = %e, "kafka write failed");
-                    break;
+                match tokio::time::timeout(io, frame::write_frame(&mut wr, &out)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "kafka write failed");
+                        break;
+                    }
+                    Err(_) => {
+                        tracing::info!(%peer, "kafka connection closed: the client does not read its answers");
+                        break;
+                    }
                 }
             }
             Reply::Close(why) => {

@@ -36,6 +36,17 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     max: usize,
 ) -> Result<Option<Bytes>, FrameError> {
+    match read_len(r, max).await? {
+        Some(n) => read_body(r, n).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Reads and checks a frame's length. `Ok(None)` is a clean close between frames.
+pub async fn read_len<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max: usize,
+) -> Result<Option<usize>, FrameError> {
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < len.len() {
@@ -45,7 +56,11 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             n => got += n,
         }
     }
-    let n = check_len((&len[..]).get_i32(), max)?;
+    check_len((&len[..]).get_i32(), max).map(Some)
+}
+
+/// Reads a frame body of `n` checked bytes, growing the buffer only as bytes arrive.
+pub async fn read_body<R: AsyncRead + Unpin>(r: &mut R, n: usize) -> Result<Bytes, FrameError> {
     let mut buf = BytesMut::with_capacity(n.min(READ_CHUNK));
     while buf.len() < n {
         let want = (n - buf.len()).min(READ_CHUNK);
@@ -55,7 +70,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             return Err(FrameError::Truncated);
         }
     }
-    Ok(Some(buf.freeze()))
+    Ok(buf.freeze())
 }
 
 /// Writes one frame: the length, then the body.

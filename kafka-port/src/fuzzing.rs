@@ -21,7 +21,7 @@ pub fn request(data: &[u8]) {
             let Ok(req) = produce::decode(&mut r) else {
                 return;
             };
-            let mut budget = 1 << 20;
+            let mut budget = crate::records::Budget::new(1 << 20, 10_000);
             let mut items = Vec::new();
             for (topic, parts) in req.topics {
                 for (index, records) in parts {

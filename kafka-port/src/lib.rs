@@ -24,10 +24,11 @@ pub mod topics;
 pub mod wire;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use queenmq_protocol::{Bus, RequestCtx};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
 /// What the listener needs to know; the broker fills it from its configuration.
 #[derive(Debug, Clone)]
@@ -41,6 +42,18 @@ pub struct KafkaConfig {
     pub max_request_bytes: usize,
     /// Partitions a topic shows at least (and auto-creation gives it).
     pub default_partitions: u32,
+    /// Records one Produce request may carry (the HTTP door's `max_push_items`).
+    pub max_records: usize,
+    /// Connections served at once; one more is closed at accept.
+    pub max_connections: usize,
+    /// Request bytes held by all connections at once (frames being read or answered): a
+    /// frame waits for room before its body is read. At least `max_request_bytes`.
+    pub inflight_bytes: usize,
+    /// A connection with no request for this long is closed (Kafka's
+    /// `connections.max.idle.ms` default).
+    pub idle_timeout: Duration,
+    /// A frame's body must arrive, and an answer be taken by the client, within this.
+    pub io_timeout: Duration,
     /// Who the requests of this door act as: the port has no SASL yet, so the broker only
     /// starts it when HTTP authentication is off and passes an open context.
     pub ctx: RequestCtx,
@@ -50,6 +63,13 @@ pub struct KafkaConfig {
 pub struct Door {
     pub bus: Arc<dyn Bus>,
     pub cfg: KafkaConfig,
+    /// Room for request bytes, in KiB (`inflight_bytes`).
+    pub inflight: Arc<Semaphore>,
+}
+
+/// `inflight_bytes` in the semaphore's units (KiB, so any budget fits its permit count).
+pub fn kib(bytes: usize) -> usize {
+    bytes.div_ceil(1024)
 }
 
 /// Accepts Kafka connections until `shutdown` turns true; open connections end with it.
@@ -59,10 +79,17 @@ pub async fn run(
     cfg: KafkaConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let door = Arc::new(Door { bus, cfg });
+    let inflight = Arc::new(Semaphore::new(
+        kib(cfg.inflight_bytes.max(cfg.max_request_bytes)).min(Semaphore::MAX_PERMITS),
+    ));
+    let connections = Arc::new(Semaphore::new(
+        cfg.max_connections.min(Semaphore::MAX_PERMITS),
+    ));
+    let door = Arc::new(Door { bus, cfg, inflight });
     // The series exist from the start (docs/metrics.md lists them; a scrape shows them).
     metrics::gauge!("queen_kafka_connections").set(0.0);
     metrics::counter!("queen_kafka_bad_frames_total").increment(0);
+    metrics::counter!("queen_kafka_refused_connections_total").increment(0);
     for api in connection::API_NAMES {
         metrics::counter!("queen_kafka_requests_total", "api" => *api).increment(0);
     }
@@ -70,10 +97,17 @@ pub async fn run(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let Ok(slot) = connections.clone().try_acquire_owned() else {
+                        metrics::counter!("queen_kafka_refused_connections_total").increment(1);
+                        tracing::debug!(%peer, "kafka connection refused: at the connection cap");
+                        drop(stream);
+                        continue;
+                    };
                     let door = door.clone();
                     let stop = shutdown.clone();
                     tokio::spawn(async move {
                         connection::serve(door, stream, peer, stop).await;
+                        drop(slot);
                     });
                 }
                 Err(e) => {

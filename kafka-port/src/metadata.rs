@@ -58,6 +58,11 @@ pub fn decode(version: i16, r: &mut Reader) -> Result<MetadataRequest, Malformed
     })
 }
 
+/// Topics one Metadata request may name: each costs engine reads.
+const MAX_TOPICS: usize = 10_000;
+/// Topics one Metadata request may create; the rest answer LEADER_NOT_AVAILABLE (retried).
+const MAX_CREATIONS: usize = 100;
+
 pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     let req = match decode(version, &mut r) {
         Ok(req) => req,
@@ -65,18 +70,32 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     };
     let node = BrokerId(door.cfg.node_id);
     let wanted = match req.topics {
+        Some(t) if t.len() > MAX_TOPICS => {
+            return Reply::Close(format!(
+                "{} topics in one Metadata request (at most {MAX_TOPICS})",
+                t.len()
+            ))
+        }
         Some(t) => t,
         None => match topics::names(door).await {
             Ok(all) => all,
-            Err(e) => {
-                tracing::warn!(error = %e, "metadata: listing queues failed");
-                Vec::new()
-            }
+            // An empty list would tell the client its topics are gone.
+            Err(e) => return Reply::Close(format!("listing the topics failed: {e}")),
         },
     };
     let mut out = Vec::new();
+    let mut creations_left = MAX_CREATIONS;
     for name in wanted {
-        out.push(topic(door, node, &name, req.allow_auto_topic_creation).await);
+        out.push(
+            topic(
+                door,
+                node,
+                &name,
+                req.allow_auto_topic_creation,
+                &mut creations_left,
+            )
+            .await,
+        );
     }
     let broker = MetadataResponseBroker::default()
         .with_node_id(node)
@@ -95,11 +114,20 @@ async fn topic(
     node: BrokerId,
     name: &str,
     auto_create: bool,
+    creations_left: &mut usize,
 ) -> MetadataResponseTopic {
     let base = MetadataResponseTopic::default()
         .with_name(Some(TopicName(StrBytes::from_string(name.to_owned()))));
+    if !topics::valid_topic_name(name) {
+        return base.with_error_code(errors::INVALID_TOPIC_EXCEPTION);
+    }
     let mut count = topics::partition_count(door, name).await;
     if auto_create && matches!(&count, Err(e) if e.code == ErrorCode::NotFound) {
+        if *creations_left == 0 {
+            // Retriable: the client asks again and the next request creates the next ones.
+            return base.with_error_code(errors::LEADER_NOT_AVAILABLE);
+        }
+        *creations_left -= 1;
         count = match topics::create(door, name).await {
             Ok(()) => topics::partition_count(door, name).await,
             Err(e) => Err(e),

@@ -9,7 +9,7 @@ use kafka_protocol::protocol::StrBytes;
 use queenmq_protocol::{Command, Outcome, PushItem, PushReq, PushResult, QueenError};
 
 use crate::connection::{encode, Reply};
-use crate::records::{self, Batch, BatchError};
+use crate::records::{self, Batch, BatchError, Budget};
 use crate::wire::{Malformed, Reader};
 use crate::{errors, mapping, topics, Door};
 
@@ -68,11 +68,11 @@ pub fn plan_partition(
     index: i32,
     records: Option<Bytes>,
     transactional_id: Option<&str>,
-    budget: &mut usize,
+    budget: &mut Budget,
     items: &mut Vec<PushItem>,
 ) -> Fate {
     let refuse = |code: i16, msg: &str| Fate::Refused(code, msg.to_owned());
-    if queenmq_protocol::limits::check_name("topic", topic).is_err() || topic.is_empty() {
+    if !topics::valid_topic_name(topic) {
         return refuse(errors::INVALID_TOPIC_EXCEPTION, "topic name not acceptable");
     }
     if !u32::try_from(index).is_ok_and(|i| i < topics::MAX_TOPIC_PARTITIONS) {
@@ -90,6 +90,12 @@ pub fn plan_partition(
             return refuse(
                 errors::MESSAGE_TOO_LARGE,
                 "records decompress past the request limit",
+            )
+        }
+        Err(BatchError::TooManyRecords) => {
+            return refuse(
+                errors::MESSAGE_TOO_LARGE,
+                "the request carries more records than max_push_items",
             )
         }
         Err(e @ BatchError::Magic(_)) => {
@@ -156,13 +162,30 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
         Err(e) => return Reply::Close(e.to_string()),
     };
     let acks_ok = matches!(req.acks, -1..=1);
-    let mut budget = door.cfg.max_request_bytes;
+    let mut budget = Budget::new(door.cfg.max_request_bytes, door.cfg.max_records);
     let mut items = Vec::new();
     let mut plan = Vec::new();
     for (topic, parts) in req.topics {
         let mut fates = Vec::new();
+        // Kafka refuses an index at or past the topic's partition count: producing to one
+        // would otherwise create it and change every client's key-to-partition mapping.
+        let shown = if acks_ok && topics::valid_topic_name(&topic) {
+            Some(topics::partition_count(door, &topic).await)
+        } else {
+            None
+        };
         for (index, records) in parts {
-            let fate = if acks_ok {
+            let missing = match &shown {
+                Some(Err(_)) => true,
+                Some(Ok(n)) => !u32::try_from(index).is_ok_and(|i| i < *n),
+                None => false,
+            };
+            let fate = if missing {
+                Fate::Refused(
+                    errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    "no such topic or partition (ask Metadata first)".into(),
+                )
+            } else if acks_ok {
                 plan_partition(
                     &topic,
                     index,
@@ -195,10 +218,17 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
         }
     };
     if req.acks == 0 {
-        if let Err(e) = &pushed {
-            tracing::info!(error = %e, "acks=0 produce refused (the client is not told)");
-        }
-        return Reply::Nothing;
+        // The client reads no answer: as a Kafka broker does, close the connection on any
+        // refusal so that the client notices and refreshes its metadata.
+        let refused = plan
+            .iter()
+            .flat_map(|(_, fates)| fates)
+            .any(|(_, f)| matches!(f, Fate::Refused(..)));
+        return match (&pushed, refused) {
+            (Err(e), _) => Reply::Close(format!("acks=0 produce refused: {e}")),
+            (Ok(_), true) => Reply::Close("acks=0 produce refused for a partition".into()),
+            (Ok(_), false) => Reply::Nothing,
+        };
     }
     let responses = plan
         .into_iter()
@@ -250,9 +280,26 @@ mod tests {
 
     fn plan(records: Bytes, index: i32, txn: Option<&str>) -> (Fate, Vec<PushItem>) {
         let mut items = Vec::new();
-        let mut budget = 1 << 20;
+        let mut budget = Budget::new(1 << 20, 10_000);
         let fate = plan_partition("orders", index, Some(records), txn, &mut budget, &mut items);
         (fate, items)
+    }
+
+    #[test]
+    fn records_past_the_request_cap_are_refused_before_they_are_built() {
+        let data = batch(
+            -1,
+            0,
+            &[(0, None, Some(b"1"), &[]), (1, None, Some(b"2"), &[])],
+        );
+        let mut items = Vec::new();
+        let mut budget = Budget::new(1 << 20, 1);
+        let fate = plan_partition("orders", 0, Some(data), None, &mut budget, &mut items);
+        assert!(
+            matches!(fate, Fate::Refused(errors::MESSAGE_TOO_LARGE, _)),
+            "{fate:?}"
+        );
+        assert!(items.is_empty());
     }
 
     #[test]

@@ -46,11 +46,28 @@ pub enum BatchError {
     Codec(i16),
     #[error(transparent)]
     Decompress(#[from] CodecError),
+    #[error("more records than one request may carry (max_push_items)")]
+    TooManyRecords,
+}
+
+/// What the rest of a request may still produce: decompressed bytes and records. Charged
+/// from each batch's header before its records are decoded, so a batch of two million empty
+/// records is refused before two million records are built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub bytes: usize,
+    pub records: usize,
+}
+
+impl Budget {
+    pub fn new(bytes: usize, records: usize) -> Budget {
+        Budget { bytes, records }
+    }
 }
 
 /// Every batch of a partition's `records` bytes. `budget` is what decompression may still
 /// produce for the whole request; it shrinks by each batch's decompressed size.
-pub fn decode_batches(data: Bytes, budget: &mut usize) -> Result<Vec<Batch>, BatchError> {
+pub fn decode_batches(data: Bytes, budget: &mut Budget) -> Result<Vec<Batch>, BatchError> {
     let mut r = Reader::new(data, false);
     let mut out = Vec::new();
     while r.remaining() > 0 {
@@ -59,7 +76,7 @@ pub fn decode_batches(data: Bytes, budget: &mut usize) -> Result<Vec<Batch>, Bat
     Ok(out)
 }
 
-fn decode_batch(r: &mut Reader, budget: &mut usize) -> Result<Batch, BatchError> {
+fn decode_batch(r: &mut Reader, budget: &mut Budget) -> Result<Batch, BatchError> {
     let _base_offset = r.i64()?;
     let len = r.i32()?;
     let len = usize::try_from(len).map_err(|_| Malformed("negative batch length"))?;
@@ -91,9 +108,13 @@ fn decode_batch(r: &mut Reader, budget: &mut usize) -> Result<Batch, BatchError>
     let _base_sequence = b.i32()?;
     let count = b.i32()?;
     let count = usize::try_from(count).map_err(|_| Malformed("negative record count"))?;
+    if count > budget.records {
+        return Err(BatchError::TooManyRecords);
+    }
+    budget.records -= count;
     let body = b.take(b.remaining())?;
-    let body = codecs::decompress(codec, body, *budget)?;
-    *budget = budget.saturating_sub(body.len());
+    let body = codecs::decompress(codec, body, budget.bytes)?;
+    budget.bytes = budget.bytes.saturating_sub(body.len());
     if count > body.len() / MIN_RECORD_BYTES {
         return Err(Malformed("record count larger than the batch can hold").into());
     }
@@ -263,7 +284,7 @@ pub(crate) mod tests {
                 (1_005, None, None, &[]),
             ],
         );
-        let mut budget = 1 << 20;
+        let mut budget = Budget::new(1 << 20, usize::MAX);
         let batches = decode_batches(data, &mut budget).expect("decodes");
         assert_eq!(batches.len(), 1);
         let b = &batches[0];
@@ -280,7 +301,7 @@ pub(crate) mod tests {
 
     #[test]
     fn the_seed_batch_decodes() {
-        let mut budget = 1 << 20;
+        let mut budget = Budget::new(1 << 20, usize::MAX);
         let b = decode_batches(Bytes::from(seed_batch()), &mut budget).expect("decodes");
         assert_eq!(b[0].records[0].key.as_deref(), Some(&b"k"[..]));
         assert_eq!(b[0].records[0].headers.len(), 1);
@@ -289,7 +310,7 @@ pub(crate) mod tests {
     #[test]
     fn damaged_batches_are_refused_not_trusted() {
         let good = batch(-1, 0, &[(0, None, Some(b"1"), &[])]);
-        let mut budget = 1 << 20;
+        let mut budget = Budget::new(1 << 20, usize::MAX);
         let mut flipped = good.to_vec();
         let last = flipped.len() - 1;
         flipped[last] ^= 0xff;

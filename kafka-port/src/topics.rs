@@ -18,6 +18,18 @@ pub const MAX_TOPIC_PARTITIONS: u32 = 10_000;
 /// Partition rows asked of the engine per read.
 const PAGE: usize = 10_000;
 
+/// Kafka's own topic-name rule (1..=249 of `[A-Za-z0-9._-]`, never `.` or `..`), checked
+/// before the engine sees a name: Kafka clients and tools assume it, and an empty name would
+/// make a queue the HTTP API cannot address.
+pub fn valid_topic_name(name: &str) -> bool {
+    (1..=249).contains(&name.len())
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 /// The Kafka partition index a Queen partition name stands for, if any.
 pub fn kafka_index(name: &str) -> Option<u32> {
     let canonical = name == "0" || (!name.starts_with('0') && !name.is_empty());

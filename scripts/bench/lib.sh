@@ -78,9 +78,12 @@ launch_broker() {
     BROKER_URL=http://127.0.0.1:$BROKER_PORT
     BROKER_STARTS=$((BROKER_STARTS + 1))
     BROKER_LOG=$BENCH_TMP/queen-$BROKER_STARTS.log
-    # Only what we pass here configures the broker's address and data.
+    # Only what we pass here configures the broker's address and data. The Kafka port (if the
+    # binary has one) on a free loopback port, through the environment: an older binary run
+    # as BASE by compare.sh knows no --kafka-addr flag and ignores the variable.
     env -u QUEEN_CONFIG -u QUEEN_JWT_SECRET -u QUEEN_HTTP_ADDR -u QUEEN_DATA_DIR \
-        "$QUEEN_BIN" serve --data-dir "$data_dir" --http-addr "127.0.0.1:$BROKER_PORT" --kafka-addr 127.0.0.1:0 \
+        QUEEN_KAFKA_ADDR=127.0.0.1:0 \
+        "$QUEEN_BIN" serve --data-dir "$data_dir" --http-addr "127.0.0.1:$BROKER_PORT" \
         >"$BROKER_LOG" 2>&1 &
     BROKER_PID=$!
 }

@@ -256,3 +256,55 @@ def test_the_port_stays_closed_while_http_authentication_is_on(broker_factory):
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", b.kafka_port), timeout=5).close()
     assert "the Kafka port is not started" in b.log_tail()
+
+
+def produce_v3(topic: bytes, index: int, records: bytes, acks: int = 1) -> bytes:
+    parts = struct.pack(">ii", 1, index) + struct.pack(">i", len(records)) + records
+    body = struct.pack(">hhi", -1, acks, 5000)
+    body += struct.pack(">ih", 1, len(topic)) + topic + parts
+    return request(0, 3, 7, body)
+
+
+def produce_error(resp: bytes) -> int:
+    # correlation id, topics[1]: name, partitions[1]: index, error
+    (corr, ntopics, nlen) = struct.unpack(">iih", resp[:10])
+    assert (corr, ntopics) == (7, 1)
+    pos = 10 + nlen
+    (nparts, _index, error) = struct.unpack(">iih", resp[pos : pos + 10])
+    assert nparts == 1
+    return error
+
+
+def test_produce_never_widens_a_topic(broker, http):
+    """A partition index at or past the count Metadata shows is refused, and creates
+    nothing: producing must not change every client's key-to-partition mapping."""
+    assert http.post("/api/v1/configure", json={"queue": "narrow"}).status_code == 200
+    with connect(broker) as s:
+        s.sendall(produce_v3(b"narrow", 5, b"not even a batch"))
+        assert produce_error(read_frame(s)) == 3, "UNKNOWN_TOPIC_OR_PARTITION"
+        s.sendall(produce_v3(b"missing-topic", 0, b"x"))
+        assert produce_error(read_frame(s)) == 3
+    detail = http.get("/api/v1/resources/queues/narrow").json()
+    assert [p["name"] for p in detail.get("partitions", [])] in ([], ["0"]), detail
+    assert http.get("/api/v1/resources/queues/missing-topic").status_code == 404
+
+
+def test_acks_zero_refusal_closes_the_connection(broker, http):
+    """The client reads no answer to acks=0, so a refused partition closes the connection,
+    as a Kafka broker does."""
+    with connect(broker) as s:
+        s.sendall(produce_v3(b"nowhere", 0, b"x", acks=0))
+        assert closed_by_server(s, 10)
+
+
+@pytest.mark.parametrize("name", [b"", b"..", b"has space", b"x" * 250])
+def test_metadata_refuses_names_kafka_refuses_without_creating_them(broker, http, name):
+    body = struct.pack(">ih", 1, len(name)) + name + b"\x01"  # Metadata v4, auto-create
+    with connect(broker) as s:
+        s.sendall(request(3, 4, 5, body))
+        resp = read_frame(s)
+    assert resp.endswith(
+        struct.pack(">h", 17) + struct.pack(">h", len(name)) + name + b"\x00" + struct.pack(">i", 0)
+    ), "INVALID_TOPIC_EXCEPTION, no partitions"
+    queues = [q["name"] for q in http.get("/api/v1/resources/queues").json()["queues"]]
+    assert name.decode() not in queues
