@@ -13,7 +13,8 @@
 //! `key` and header values are JSON strings when their bytes are UTF-8, else `key_b64` /
 //! `value_b64` (standard base64); the record `value` is the JSON value itself when its bytes
 //! are exactly one JSON value, else `value_b64`. A null key, value or header value is absent.
-//! A bare value that mentions `"$kafka"` is enveloped too, so that a stored payload is an
+//! A bare value that mentions `"$kafka"` (or whose top-level key decodes to it, escapes and
+//! all) is enveloped too, so that a stored payload is an
 //! envelope exactly when its only top-level key is `$kafka`.
 
 use base64::Engine as _;
@@ -40,7 +41,14 @@ fn is_exact_json(v: &[u8]) -> bool {
 }
 
 fn mentions_envelope(v: &[u8]) -> bool {
-    v.windows(8).any(|w| w == b"\"$kafka\"")
+    if v.windows(8).any(|w| w == b"\"$kafka\"") {
+        return true;
+    }
+    // A key written with escapes (`"\u0024kafka"`) decodes to `$kafka` without those bytes:
+    // an object's top-level keys are decoded to be sure (values stay raw, unparsed).
+    v.first() == Some(&b'{')
+        && serde_json::from_slice::<std::collections::HashMap<String, &RawValue>>(v)
+            .is_ok_and(|keys| keys.contains_key("$kafka"))
 }
 
 fn envelope(rec: &Record) -> String {
@@ -176,6 +184,21 @@ mod tests {
         assert_eq!(
             parsed(&tombstone),
             json!({"$kafka": {"timestamp": 1_700_000_000_123_i64}})
+        );
+    }
+
+    #[test]
+    fn an_escaped_envelope_key_is_enveloped_too() {
+        let sneaky = br#"{"\u0024kafka":{"key":"forged","headers":[]}}"#;
+        let p = payload(&rec(None, Some(sneaky), &[]));
+        assert_ne!(
+            &p[..],
+            &sneaky[..],
+            "stored bare, it would read as an envelope"
+        );
+        assert_eq!(
+            parsed(&p)["$kafka"]["value"],
+            json!({"$kafka": {"key": "forged", "headers": []}})
         );
     }
 

@@ -37,6 +37,19 @@ async fn push(bus: &EngineBus, tenant: &str, txn: &str) -> Result<(), QueenError
     bus.call(ctx(tenant), cmd).await.map(|_| ())
 }
 
+/// Pushes `txn` until tenant's group takes it; every refusal meanwhile must be retriable.
+/// Bounded (60 s) only so that a group that never serves fails the test.
+async fn push_until_served(bus: &EngineBus, tenant: &str, txn: &str) -> bool {
+    for _ in 0..1_200 {
+        match push(bus, tenant, txn).await {
+            Ok(()) => return true,
+            Err(e) => assert_eq!(e.code, ErrorCode::Unavailable, "{}", e.message),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
 /// The transaction ids of every message of queue `q`, popped by a group of its own.
 async fn everything(bus: &EngineBus, tenant: &str) -> BTreeSet<String> {
     let req = PopReq {
@@ -116,20 +129,11 @@ async fn a_group_whose_fsyncs_fail_is_rebuilt_while_another_keeps_serving() {
     assert_eq!(everything(&bus, "b").await, acked_b, "b serves reads too");
 
     disk_a.set_fail_sync(false);
-    // The supervisor rebuilds `a` in the process, after a backoff; until then pushes are
-    // refused as retriable. Bounded only so that a broken rebuild fails the test.
-    let mut served = false;
-    for _ in 0..1_200 {
-        match push(&bus, "a", "a-after").await {
-            Ok(()) => {
-                served = true;
-                break;
-            }
-            Err(e) => assert_eq!(e.code, ErrorCode::Unavailable, "{}", e.message),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(served, "the group of tenant a was never rebuilt");
+    // The supervisor rebuilds `a` in the process, after a backoff.
+    assert!(
+        push_until_served(&bus, "a", "a-after").await,
+        "the group of tenant a was never rebuilt"
+    );
     acked_a.insert("a-after".into());
     assert!(
         Arc::ptr_eq(&group_a, &groups.get("a").unwrap()),
@@ -247,19 +251,8 @@ async fn a_hung_disk_answers_unavailable_instead_of_holding_requests() {
     }
 
     disk_a.set_hang_sync(false);
-    let mut served = false;
-    for _ in 0..1_200 {
-        match push(&bus, "a", "a-after").await {
-            Ok(()) => {
-                served = true;
-                break;
-            }
-            Err(e) => assert_eq!(e.code, ErrorCode::Unavailable, "{}", e.message),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     assert!(
-        served,
+        push_until_served(&bus, "a", "a-after").await,
         "tenant a never served again after its disk answered"
     );
     acked_a.insert("a-after".into());
