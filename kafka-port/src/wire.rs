@@ -149,24 +149,28 @@ impl Reader {
 
     /// Nullable bytes (record sets): int32 length, or compact uvarint length plus one.
     pub fn nullable_bytes(&mut self) -> Result<Option<Bytes>, Malformed> {
-        let n: i64 = if self.flexible {
-            i64::from(self.uvarint()?) - 1
-        } else {
-            i64::from(self.i32()?)
-        };
-        match n {
-            -1 => Ok(None),
-            n if n < 0 => Err(Malformed("negative bytes length")),
-            n => {
-                let n = usize::try_from(n).map_err(|_| Malformed("bytes length"))?;
-                self.take(n).map(Some)
-            }
+        match self.nullable_len("negative bytes length", "bytes length")? {
+            Some(n) => self.take(n).map(Some),
+            None => Ok(None),
         }
     }
 
     /// An array's element count, `None` for a null array. The count is refused when the
     /// bytes left could not hold that many elements, so callers may trust it.
     pub fn array_len(&mut self) -> Result<Option<usize>, Malformed> {
+        let n = self.nullable_len("negative array length", "array length")?;
+        if n.is_some_and(|n| n > self.remaining()) {
+            return Err(Malformed("array longer than the request"));
+        }
+        Ok(n)
+    }
+
+    /// A length that may be null: int32, or compact uvarint plus one; -1 is null.
+    fn nullable_len(
+        &mut self,
+        negative: &'static str,
+        too_long: &'static str,
+    ) -> Result<Option<usize>, Malformed> {
         let n: i64 = if self.flexible {
             i64::from(self.uvarint()?) - 1
         } else {
@@ -174,14 +178,10 @@ impl Reader {
         };
         match n {
             -1 => Ok(None),
-            n if n < 0 => Err(Malformed("negative array length")),
-            n => {
-                let n = usize::try_from(n).map_err(|_| Malformed("array length"))?;
-                if n > self.remaining() {
-                    return Err(Malformed("array longer than the request"));
-                }
-                Ok(Some(n))
-            }
+            n if n < 0 => Err(Malformed(negative)),
+            n => usize::try_from(n)
+                .map(Some)
+                .map_err(|_| Malformed(too_long)),
         }
     }
 
