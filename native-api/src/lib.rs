@@ -11,6 +11,8 @@ mod groups;
 mod health;
 mod http_metrics;
 mod json_out;
+mod kv;
+mod locks;
 mod meter;
 mod pop;
 mod push;

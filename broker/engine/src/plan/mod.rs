@@ -9,6 +9,8 @@ mod clock_tests;
 pub mod fixture;
 mod id_space;
 mod ids;
+mod kv;
+mod locks;
 #[cfg(test)]
 mod lost_tests;
 mod memory_gate;
@@ -19,6 +21,7 @@ mod replay_props;
 #[cfg(test)]
 mod tests;
 mod txn;
+mod txn_kv;
 #[cfg(test)]
 mod unit_tests;
 
@@ -32,6 +35,7 @@ use crate::log::ReplicatedLog;
 use crate::reader::MessageReader;
 use crate::state::State;
 
+pub use kv::KV_SWEEP_PER_CYCLE;
 pub use memory_gate::MemoryGate;
 pub use pop::PopPlan;
 
