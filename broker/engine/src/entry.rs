@@ -480,8 +480,11 @@ mod tests {
             expires_at_us: Some(77),
         };
         let forever = Effect::KvPut {
+            ns: "ns",
+            key: "k2",
+            value: "null",
+            version: 10,
             expires_at_us: None,
-            ..put.clone()
         };
         let delete = Effect::KvDelete { ns: "ns", key: "k" };
         for e in [&put, &forever, &delete] {

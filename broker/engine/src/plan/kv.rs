@@ -99,7 +99,7 @@ impl<'s> KvJudge<'s> {
         );
         let new = row_bytes(ns, key, &value);
         let growth = self.growth + new as isize - old as isize;
-        if growth > 0 && self.st.kv.bytes().saturating_add(growth as usize) > MAX_KV_BYTES {
+        if growth > 0 && self.st.kv.bytes().saturating_add(growth as usize) > self.st.kv.cap() {
             return Err(kv_full());
         }
         self.growth = growth;

@@ -10,6 +10,8 @@ pub mod fixture;
 mod id_space;
 mod ids;
 mod kv;
+#[cfg(test)]
+mod kv_tests;
 mod locks;
 #[cfg(test)]
 mod lost_tests;

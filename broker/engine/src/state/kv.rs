@@ -41,7 +41,7 @@ pub fn row_bytes(ns: &str, key: &str, value: &str) -> usize {
     2 * (ns.len() + key.len()) + value.len() + ROW_OVERHEAD
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct KvTable {
     rows: BTreeMap<(String, String), KvRow>,
     /// The highest version minted (tenant-global; versions only rise, so lock tokens do).
@@ -50,9 +50,33 @@ pub struct KvTable {
     expiry: BTreeSet<(i64, String, String)>,
     /// Derived: the sum of `row_bytes` over the rows.
     bytes: usize,
+    /// [`MAX_KV_BYTES`]; lower only in tests, which cannot fill 256 MiB.
+    cap: usize,
+}
+
+impl Default for KvTable {
+    fn default() -> Self {
+        KvTable {
+            rows: BTreeMap::new(),
+            last_version: 0,
+            expiry: BTreeSet::new(),
+            bytes: 0,
+            cap: MAX_KV_BYTES,
+        }
+    }
 }
 
 impl KvTable {
+    /// The most bytes the rows may hold.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    #[cfg(test)]
+    pub fn set_cap(&mut self, cap: usize) {
+        self.cap = cap;
+    }
+
     pub fn bytes(&self) -> usize {
         self.bytes
     }
