@@ -12,6 +12,11 @@ use crate::state::kv::KvRow;
 impl Planner<'_> {
     /// Each op is judged and emitted before the next, so a later op sees an earlier one.
     pub fn plan_locks(&mut self, req: &LockReq) -> Result<Vec<LockResult>, QueenError> {
+        if let Some(m) = self.memory {
+            if m.pressed() && req.ops.iter().any(|o| matches!(o, LockOp::Acquire { .. })) {
+                return Err(m.refusal());
+            }
+        }
         let mut out = Vec::with_capacity(req.ops.len());
         for op in &req.ops {
             out.push(self.plan_lock(op)?);
