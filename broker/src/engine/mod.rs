@@ -351,7 +351,7 @@ impl Engine {
                     }
                 }
             }
-            planner.plan_kv_sweep(plan::KV_SWEEP_PER_CYCLE);
+            planner.plan_kv_sweep(plan::KV_SWEEP_PER_CYCLE, self.limits.max_entry_bytes);
             if let Some(m) = &mut self.memory {
                 let engine = crate::memory::account::EngineSide {
                     cache_held: self.cache.held_bytes(),

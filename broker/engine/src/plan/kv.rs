@@ -383,10 +383,16 @@ impl Planner<'_> {
         judged.results
     }
 
-    /// Deletes up to `max` rows expired at this cycle's time. Readers never saw them; this
-    /// gives their memory back.
-    pub fn plan_kv_sweep(&mut self, max: usize) {
+    /// Deletes up to `max` rows expired at this cycle's time, while the entry stays within
+    /// `max_entry_bytes` (the sweep runs after the cycle's commands, past their admission).
+    /// Readers never saw these rows; this gives their memory back.
+    pub fn plan_kv_sweep(&mut self, max: usize, max_entry_bytes: usize) {
         for (ns, key) in self.st.kv.expired(self.now(), max) {
+            // KvDelete: kind and two length-prefixed strings.
+            let size = 1 + 4 + ns.len() + 4 + key.len();
+            if self.cycle.entry.len().saturating_add(size) > max_entry_bytes {
+                break;
+            }
             self.emit(Effect::KvDelete { ns: &ns, key: &key });
         }
     }

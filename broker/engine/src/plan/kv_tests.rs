@@ -191,10 +191,14 @@ fn expired_rows_are_never_found_and_the_sweep_removes_them_in_bounded_steps() {
     fx.advance(2 * SECOND);
     assert!(found(&mut fx, "e0").is_none(), "expired before any sweep");
     assert_eq!(fx.st.kv.len(), KV_SWEEP_PER_CYCLE + 4, "not yet swept");
-    fx.planner().plan_kv_sweep(KV_SWEEP_PER_CYCLE);
+    // No room left in the entry: nothing is swept.
+    let full = fx.cycle.entry.len();
+    fx.planner().plan_kv_sweep(KV_SWEEP_PER_CYCLE, full);
+    assert!(fx.cycle.entry.is_empty());
+    fx.planner().plan_kv_sweep(KV_SWEEP_PER_CYCLE, usize::MAX);
     fx.commit();
     assert_eq!(fx.st.kv.len(), 4);
-    fx.planner().plan_kv_sweep(KV_SWEEP_PER_CYCLE);
+    fx.planner().plan_kv_sweep(KV_SWEEP_PER_CYCLE, usize::MAX);
     fx.commit();
     assert_eq!(fx.st.kv.len(), 1);
     assert!(found(&mut fx, "keep").is_some());

@@ -312,7 +312,7 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                         continue;
                     }
                     _ => {
-                        fx.planner().plan_kv_sweep(2);
+                        fx.planner().plan_kv_sweep(2, usize::MAX);
                         continue;
                     }
                 };
