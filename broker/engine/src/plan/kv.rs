@@ -87,16 +87,7 @@ impl<'s> KvJudge<'s> {
         value: String,
         expires_at_us: Option<i64>,
     ) -> Result<KvWriteResult, QueenError> {
-        let old = self.live(ns, key).map_or_else(
-            || {
-                // An expired row not yet swept is replaced: its bytes go too.
-                self.st
-                    .kv
-                    .live(ns, key, i64::MIN)
-                    .map_or(0, |r| row_bytes(ns, key, &r.value))
-            },
-            |r| row_bytes(ns, key, &r.value),
-        );
+        let old = self.held_bytes(ns, key);
         let new = row_bytes(ns, key, &value);
         let growth = self.growth + new as isize - old as isize;
         if growth > 0 && self.st.kv.bytes().saturating_add(growth as usize) > self.st.kv.cap() {
@@ -127,7 +118,18 @@ impl<'s> KvJudge<'s> {
         Ok(result)
     }
 
+    /// The bytes the row of (ns, key) holds at this point of the call, expired or not (an
+    /// expired row not yet swept is replaced, and its bytes go with it).
+    fn held_bytes(&self, ns: &str, key: &str) -> usize {
+        let row = match self.overlay.get(&(ns.to_string(), key.to_string())) {
+            Some(row) => row.as_ref(),
+            None => self.st.kv.row(ns, key),
+        };
+        row.map_or(0, |r| row_bytes(ns, key, &r.value))
+    }
+
     fn delete(&mut self, ns: &str, key: &str, version: u64) -> KvWriteResult {
+        self.growth -= self.held_bytes(ns, key) as isize;
         self.overlay.insert((ns.to_string(), key.to_string()), None);
         self.writes.push(KvWrite::Delete {
             ns: ns.to_string(),

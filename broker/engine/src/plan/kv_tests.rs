@@ -241,8 +241,18 @@ fn a_write_past_the_byte_cap_is_a_retriable_refusal() {
     });
     assert_eq!(e.err().map(|e| e.code), Some(ErrorCode::Unavailable));
     assert!(fx.st.kv.bytes() <= 4096);
+    // What an earlier op of the call frees counts for a later one.
+    let del = KvOp::Delete {
+        ns: "ns".into(),
+        key: "b".into(),
+        expect: None,
+        required: false,
+    };
+    let r = results(&mut fx, vec![del, put("c", &big, 60)]);
+    assert!(matches!(&r[1], KvResult::Write(w) if w.applied));
     // Rewriting a row with one no larger fits: growth is what is capped.
     assert!(write(&mut fx, put("a", "1", 60)).applied);
+    fx.assert_replays();
 }
 
 fn lock(fx: &mut Fixture, op: LockOp) -> LockResult {

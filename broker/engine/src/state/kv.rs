@@ -89,6 +89,11 @@ impl KvTable {
         self.rows.is_empty()
     }
 
+    /// The row, expired or not (what it holds in memory until the sweep).
+    pub fn row(&self, ns: &str, key: &str) -> Option<&KvRow> {
+        self.rows.get(&(ns.to_string(), key.to_string()))
+    }
+
     /// The row, if it has not expired at `now_us`.
     pub fn live(&self, ns: &str, key: &str, now_us: i64) -> Option<&KvRow> {
         // A BTreeMap keyed by owned pairs is searched with an owned pair.
