@@ -12,6 +12,7 @@ mod health;
 mod http_metrics;
 mod json_out;
 mod kv;
+mod kv_ops;
 mod locks;
 mod meter;
 mod pop;

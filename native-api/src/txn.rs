@@ -116,7 +116,7 @@ pub async fn transaction(
             .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()))
     };
     let kv_ops = match &t.kv {
-        Some(v) if !v.is_null() => crate::kv::parse_ops(v, true)
+        Some(v) if !v.is_null() => crate::kv_ops::parse_ops(v, true)
             .map_err(|e| ApiError::bad(format!("bad kv rider: {} ({})", e.detail, e.reason)))?,
         _ => Vec::new(),
     };
