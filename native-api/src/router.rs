@@ -8,7 +8,9 @@ use axum::Router;
 use queenmq_protocol::{rows, CommandMeta, ErrorCode};
 use serde_json::json;
 
-use crate::{ack, auth, groups, health, http_metrics, pop, push, queues, reads, txn, AppState};
+use crate::{
+    ack, auth, groups, health, http_metrics, kv, locks, pop, push, queues, reads, txn, AppState,
+};
 
 /// Every route names the row of the command table its handler sends, and [`auth::needs`]
 /// checks the caller's roles against that row before the body is read. Routes of features this
@@ -145,8 +147,8 @@ pub fn router(app: AppState) -> Router {
         .route("/api/v1/analytics/{what}", get(health::unsupported))
         .route("/api/v1/fetch", post(health::unsupported))
         .route("/api/v1/partitions/changed", post(health::unsupported))
-        .route("/api/v1/kv", post(health::unsupported))
-        .route("/api/v1/locks", post(health::unsupported))
+        .route("/api/v1/kv", sends(&rows::KV, post(kv::kv)))
+        .route("/api/v1/locks", sends(&rows::LOCKS, post(locks::locks)))
         .route("/api/v1/timers", post(health::unsupported))
         .route(
             "/api/v1/timers/{*rest}",

@@ -115,13 +115,36 @@ pub async fn transaction(
         v.as_ref()
             .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()))
     };
+    let kv_ops = match &t.kv {
+        Some(v) if !v.is_null() => crate::kv_ops::parse_ops(v, true)
+            .map_err(|e| ApiError::bad(format!("bad kv rider: {} ({})", e.detail, e.reason)))?,
+        _ => Vec::new(),
+    };
+    let kv_heads: Vec<(&'static str, String)> = kv_ops
+        .iter()
+        .map(|o| (crate::kv::op_name(o), o.ns_key().1.to_string()))
+        .collect();
     let req = TxnReq {
         ops,
         required_leases,
-        has_unsupported_riders: has_riders(&t.kv) || has_riders(&t.timers),
+        has_unsupported_riders: has_riders(&t.timers),
+        kv: kv_ops,
     };
     match call(&app, ctx, Command::Transaction(req)).await? {
+        Outcome::Transaction(r) if r.kv_precondition.is_some() => {
+            let mut base = serde_json::Map::new();
+            base.insert("transactionId".into(), json!(r.transaction_id));
+            base.insert("success".into(), json!(false));
+            base.insert("error".into(), json!("QKV"));
+            base.insert("results".into(), json!([]));
+            let p = r
+                .kv_precondition
+                .as_ref()
+                .map(|p| crate::kv::precondition(p, base));
+            Ok(Json(p.unwrap_or(Value::Null)).into_response())
+        }
         Outcome::Transaction(r) => {
+            let flat_before = r.results.len().saturating_sub(kv_heads.len());
             let mut all_ok = true;
             let results: Vec<Value> = r
                 .results
@@ -140,6 +163,14 @@ pub async fn transaction(
                         all_ok &= a.success;
                         json!({"index": i, "type": "ack", "success": a.success,
                             "transactionId": a.transaction_id, "error": a.error.as_ref().map(|e| &e.message), "dlq": a.dlq})
+                    }
+                    TxnOpResult::Kv(k) => {
+                        let at = i - flat_before;
+                        let (op, key) = kv_heads.get(at).map_or(("", ""), |(o, k)| (*o, k.as_str()));
+                        let mut v = crate::kv::render_result(i, op, key, k.clone());
+                        v["opIndex"] = json!(at);
+                        v["type"] = json!("kv");
+                        v
                     }
                 })
                 .collect();

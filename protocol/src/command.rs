@@ -2,6 +2,7 @@
 //! and who may send it (its role). Both doors translate requests into these commands; the bus
 //! refuses a command whose row the caller's roles do not grant, whichever door it came from.
 
+use crate::kv::{KvReq, LockReq};
 use crate::types::*;
 
 /// How the bus routes a command (DESIGN.md "The write path", step 2).
@@ -84,6 +85,8 @@ pub mod rows {
     pub const HEALTH: CommandMeta = row("health", NodeLocal, ReadOnly);
     pub const METRICS: CommandMeta = row("metrics", NodeLocal, ReadOnly);
     pub const STATS_REFRESH: CommandMeta = row("stats_refresh", NodeLocal, Admin);
+    pub const KV: CommandMeta = row("kv", ReplicatedWrite, ReadWrite);
+    pub const LOCKS: CommandMeta = row("locks", ReplicatedWrite, ReadWrite);
 }
 
 /// The command table. Doors translate into these; nothing else decides routing or roles.
@@ -103,6 +106,8 @@ pub const COMMAND_TABLE: &[CommandMeta] = &[
     rows::HEALTH,
     rows::METRICS,
     rows::STATS_REFRESH,
+    rows::KV,
+    rows::LOCKS,
 ];
 
 #[derive(Debug, Clone)]
@@ -125,6 +130,8 @@ pub enum Command {
     Metrics(MetricsFormat),
     /// Recompute consumer statistics: ours are live, so there is nothing to do but answer.
     StatsRefresh,
+    Kv(KvReq),
+    Locks(LockReq),
 }
 
 impl Command {
@@ -146,6 +153,8 @@ impl Command {
             Command::Health => &rows::HEALTH,
             Command::Metrics(_) => &rows::METRICS,
             Command::StatsRefresh => &rows::STATS_REFRESH,
+            Command::Kv(_) => &rows::KV,
+            Command::Locks(_) => &rows::LOCKS,
         }
     }
 }

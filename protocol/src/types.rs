@@ -181,20 +181,25 @@ pub enum TxnOp {
 pub struct TxnReq {
     pub ops: Vec<TxnOp>,
     pub required_leases: Vec<String>,
-    /// `kv` or `timers` riders were present: not supported yet, refused whole.
+    /// `timers` riders were present: not supported yet, refused whole.
     pub has_unsupported_riders: bool,
+    /// The `kv` rider, judged and applied with the bundle (plan/txn_kv.rs).
+    pub kv: Vec<crate::kv::KvOp>,
 }
 
 #[derive(Debug, Clone)]
 pub enum TxnOpResult {
     Push(PushResult),
     Ack(AckResult),
+    Kv(crate::kv::KvResult),
 }
 
 #[derive(Debug, Clone)]
 pub struct TxnResult {
     pub transaction_id: String,
     pub results: Vec<TxnOpResult>,
+    /// A `required` KV op of the rider did not hold: nothing was applied, `results` is empty.
+    pub kv_precondition: Option<crate::kv::KvPrecondition>,
 }
 
 #[derive(Debug, Clone)]
@@ -330,4 +335,6 @@ pub enum Outcome {
     StatsLive,
     /// Text (Prometheus exposition format).
     Text(String),
+    Kv(crate::kv::KvOutcome),
+    Locks(Vec<crate::kv::LockResult>),
 }

@@ -8,7 +8,11 @@
 
 use std::collections::HashSet;
 
-use queenmq_protocol::{Command, ErrorCode, GroupAdminReq, PopSource, PushItem, QueenError, TxnOp};
+use queenmq_protocol::limits::MAX_LOCK_OWNER_BYTES;
+use queenmq_protocol::{
+    Command, ErrorCode, GroupAdminReq, KvOp, LockOp, PopSource, PushItem, QueenError, TxnOp,
+    LOCKS_NS,
+};
 
 use crate::state::State;
 
@@ -107,11 +111,19 @@ impl Limits {
 pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
     match cmd {
         Command::Push(p) => push_bound(p.items.iter(), producer),
-        Command::Transaction(t) => t.ops.iter().fold(0usize, |acc, op| {
+        Command::Transaction(t) => t.ops.iter().fold(kv_bound(&t.kv), |acc, op| {
             acc.saturating_add(match op {
                 TxnOp::Push(items) => push_bound(items.iter(), producer),
                 TxnOp::Ack(a) => ack_bound(a.error.as_deref()),
             })
+        }),
+        Command::Kv(k) => kv_bound(&k.ops),
+        Command::Locks(l) => l.ops.iter().fold(0usize, |acc, op| {
+            let owner = match op {
+                LockOp::Acquire { owner, .. } => owner.len(),
+                _ => MAX_LOCK_OWNER_BYTES,
+            };
+            acc.saturating_add(KV_EFFECT + LOCKS_NS.len() + op.name().len() + 48 + 2 * owner)
         }),
         Command::Ack(a) => a.items.iter().fold(0usize, |acc, i| {
             acc.saturating_add(ack_bound(i.error.as_deref()))
@@ -179,6 +191,25 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
         | Command::Metrics(_)
         | Command::StatsRefresh => 64,
     }
+}
+
+/// A KvPut or KvDelete, excluding its strings: kind, lengths, version, expiry, number text.
+const KV_EFFECT: usize = 64;
+
+fn kv_bound(ops: &[KvOp]) -> usize {
+    ops.iter().fold(0usize, |acc, op| {
+        let (ns, key) = op.ns_key();
+        let value = match op {
+            KvOp::Put { value, .. } => value.len(),
+            _ => 0,
+        };
+        let one = if op.is_write() {
+            KV_EFFECT + ns.len() + key.len() + value
+        } else {
+            0
+        };
+        acc.saturating_add(one)
+    })
 }
 
 fn ack_bound(error: Option<&str>) -> usize {

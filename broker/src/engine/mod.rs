@@ -351,6 +351,7 @@ impl Engine {
                     }
                 }
             }
+            planner.plan_kv_sweep(plan::KV_SWEEP_PER_CYCLE, self.limits.max_entry_bytes);
             if let Some(m) = &mut self.memory {
                 let engine = crate::memory::account::EngineSide {
                     cache_held: self.cache.held_bytes(),
@@ -548,6 +549,8 @@ fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
             .map(Outcome::Transaction),
         Command::Trace(t) => p.plan_trace(t).map(Outcome::Traced),
         Command::GroupAdmin(g) => p.plan_group_admin(g).map(Outcome::GroupAdmin),
+        Command::Kv(k) => p.plan_kv(k).map(Outcome::Kv),
+        Command::Locks(l) => p.plan_locks(l).map(Outcome::Locks),
         Command::Read(r) => {
             let mut reader = p.reader_parts();
             crate::reads::answer(reader.0, &mut reader.1, r).map(Outcome::Read)

@@ -107,6 +107,8 @@ pub fn state_bytes(st: &State) -> usize {
         b = b.saturating_add(buf_bytes(rows.capacity(), size_of::<(u64, u64)>()));
     }
     b = b.saturating_add(st.wakes.bytes());
+    // KV rows keep their own running count (capped by the planner, state/kv.rs).
+    b = b.saturating_add(st.kv.bytes());
     b = b.saturating_add(buf_bytes(st.traces.capacity(), size_of::<TraceRow>()));
     for t in &st.traces {
         b = b
@@ -167,6 +169,21 @@ pub fn waiters_bytes(count: usize, job_size: usize) -> usize {
 
 /// A request queued for the engine: its payloads and names. Summed per request by the
 /// bus when it queues one and by the engine when it takes it, so both see the same number.
+/// A KV call's ops: their strings and a fixed part each.
+fn kv_ops(ops: &[queenmq_protocol::KvOp]) -> usize {
+    ops.iter().fold(0usize, |a, op| {
+        let (ns, key) = op.ns_key();
+        let extra = match op {
+            queenmq_protocol::KvOp::Put { value, .. } => value.len(),
+            queenmq_protocol::KvOp::GetMany { keys, .. } => {
+                keys.iter().map(|k| k.len() + size_of::<String>()).sum()
+            }
+            _ => 0,
+        };
+        a.saturating_add(PUSH_ITEM_BASE + ns.len() + key.len() + extra)
+    })
+}
+
 pub fn request_bytes(cmd: &Command) -> usize {
     let items = |items: &[queenmq_protocol::PushItem]| {
         items.iter().fold(0usize, |a, i| {
@@ -178,10 +195,12 @@ pub fn request_bytes(cmd: &Command) -> usize {
     };
     let body = match cmd {
         Command::Push(p) => items(&p.items),
-        Command::Transaction(t) => t.ops.iter().fold(0usize, |a, op| match op {
+        Command::Transaction(t) => t.ops.iter().fold(kv_ops(&t.kv), |a, op| match op {
             TxnOp::Push(v) => a.saturating_add(items(v)),
             TxnOp::Ack(_) => a.saturating_add(PUSH_ITEM_BASE),
         }),
+        Command::Kv(k) => kv_ops(&k.ops),
+        Command::Locks(l) => l.ops.len().saturating_mul(PUSH_ITEM_BASE + 512),
         Command::Ack(a) => a.items.len().saturating_mul(PUSH_ITEM_BASE),
         _ => 0,
     };

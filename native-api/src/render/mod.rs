@@ -55,6 +55,8 @@ pub fn unexpected(o: &Outcome) -> ApiError {
         Outcome::Metrics(_) => "metrics",
         Outcome::StatsLive => "stats refresh",
         Outcome::Text(_) => "text",
+        Outcome::Kv(_) => "kv",
+        Outcome::Locks(_) => "locks",
     };
     ApiError(QueenError::new(
         ErrorCode::Internal,

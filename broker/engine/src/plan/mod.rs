@@ -9,6 +9,10 @@ mod clock_tests;
 pub mod fixture;
 mod id_space;
 mod ids;
+mod kv;
+#[cfg(test)]
+mod kv_tests;
+mod locks;
 #[cfg(test)]
 mod lost_tests;
 mod memory_gate;
@@ -19,6 +23,7 @@ mod replay_props;
 #[cfg(test)]
 mod tests;
 mod txn;
+mod txn_kv;
 #[cfg(test)]
 mod unit_tests;
 
@@ -32,6 +37,7 @@ use crate::log::ReplicatedLog;
 use crate::reader::MessageReader;
 use crate::state::State;
 
+pub use kv::KV_SWEEP_PER_CYCLE;
 pub use memory_gate::MemoryGate;
 pub use pop::PopPlan;
 

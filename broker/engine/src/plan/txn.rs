@@ -37,7 +37,7 @@ impl Planner<'_> {
                 "kv and timer operations in transactions are unsupported by this broker",
             ));
         }
-        if req.ops.is_empty() {
+        if req.ops.is_empty() && req.kv.is_empty() {
             return Err(QueenError::bad_request(
                 "Transaction has no operations to commit",
             ));
@@ -96,6 +96,16 @@ impl Planner<'_> {
             )));
         }
         let decided = self.decide_acks(req, &acks, pushed_results)?;
+        let kv = match self.judge_txn_kv(&req.kv, items.len() + acks.len())? {
+            Ok(kv) => kv,
+            Err(precondition) => {
+                return Ok(TxnResult {
+                    transaction_id: uuid::Uuid::now_v7().to_string(),
+                    results: Vec::new(),
+                    kv_precondition: Some(precondition),
+                })
+            }
+        };
 
         // Decided: emit the pushes, then every ack as decided.
         let pushed = prepared.map(|p| self.commit_push(p)).unwrap_or_default();
@@ -128,9 +138,11 @@ impl Planner<'_> {
                 }
             }
         }
+        results.extend(self.commit_txn_kv(kv));
         Ok(TxnResult {
             transaction_id: uuid::Uuid::now_v7().to_string(),
             results,
+            kv_precondition: None,
         })
     }
 

@@ -6,6 +6,7 @@ pub mod config;
 mod fifo;
 mod forget;
 pub mod frame;
+pub mod kv;
 mod label_index;
 pub mod model;
 mod name_index;
@@ -75,6 +76,8 @@ pub struct State {
     pub trace_bytes: usize,
     /// Derived: every push onto a group's `wake` heap, by time (the engine tick drains it).
     pub wakes: WakeIndex,
+    /// The tenant's key/value rows and lock permits.
+    pub kv: kv::KvTable,
 }
 
 /// Where an effect's bytes live, so runs can point at them.
@@ -270,6 +273,25 @@ impl State {
                 }
                 self.trace_bytes = self.trace_bytes.saturating_add(size);
                 self.traces.push_back(row);
+            }
+            Effect::KvPut {
+                ns,
+                key,
+                value,
+                version,
+                expires_at_us,
+            } => self.kv.put(
+                ns,
+                key,
+                kv::KvRow {
+                    value: value.to_string(),
+                    version: *version,
+                    expires_at_us: *expires_at_us,
+                    updated_at_us: now_us,
+                },
+            ),
+            Effect::KvDelete { ns, key } => {
+                self.kv.remove(ns, key);
             }
         }
     }

@@ -11,7 +11,10 @@ use crate::codec::{DecodeError, Reader, Writer};
 use crate::entry::{decode_cursor, encode_cursor};
 
 /// 2: transaction ids as one FIFO of Appends after the queues (1 kept one per partition).
-const CHECKPOINT_VERSION: u8 = 2;
+/// 3: tagged sections after the traces (tag 1: KV rows); 2 is read with them empty.
+const CHECKPOINT_VERSION: u8 = 3;
+/// Section tags of version 3 (docs/storage-format.md "Checkpoint blob").
+const SECTION_KV: u8 = 1;
 /// Partition ids index a dense table (`PartitionTable`), so an id read from a checkpoint sizes
 /// an allocation: ids must lie below `next_partition_id`, as apply keeps them, and that at or
 /// below 2^32 (a chunk index of 24 MiB at most). A corrupt id once asked for 6 GiB (fuzz
@@ -109,13 +112,17 @@ fn size_hint(s: &State) -> usize {
     1024 + runs + cursors + queues + s.traces.len() * 128
 }
 
-/// Writes `version` 2, or version 1 (only so tests can check that upgrades read it).
+/// Writes `version` 3, or an older version (only so tests can check that upgrades read it).
 #[cfg(test)]
 fn encode_version(s: &State, version: u8) -> Vec<u8> {
-    if version == CHECKPOINT_VERSION {
-        return encode_state(s);
+    if version == 1 {
+        return encode_head(s, version).buf;
     }
-    encode_head(s, version).buf
+    PendingCheckpoint {
+        head: encode_head(s, version),
+        txn: s.txn_ids.snapshot(),
+    }
+    .finish()
 }
 
 /// Everything up to the transaction-id FIFO (version 1 had none; its rows were per partition).
@@ -223,13 +230,39 @@ fn encode_head(s: &State, version: u8) -> Writer {
         w.str(&t.data);
         w.i64(t.at_us);
     }
+    if version >= 3 {
+        let mut kv = Writer::default();
+        s.kv.encode(&mut kv);
+        w.u32(1);
+        w.u8(SECTION_KV);
+        w.bytes(&kv.buf);
+    }
     w
+}
+
+/// Reads version 3's sections into `s`. A tag this build does not know, or a length past the
+/// end, fails the decode: a section is state, and dropping it would lose data.
+fn decode_sections(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError> {
+    let n = r.count(5)?;
+    for _ in 0..n {
+        let tag = r.u8()?;
+        let bytes = r.bytes()?;
+        let mut sr = Reader::new(bytes);
+        match tag {
+            SECTION_KV => s.kv = super::kv::KvTable::decode(&mut sr)?,
+            t => return Err(r.malformed(format!("unknown checkpoint section tag {t}"))),
+        }
+        if !sr.is_done() {
+            return Err(r.malformed(format!("trailing bytes in checkpoint section {tag}")));
+        }
+    }
+    Ok(())
 }
 
 pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
     let mut r = Reader::new(buf);
     let v = r.u8()?;
-    if v != CHECKPOINT_VERSION && v != 1 {
+    if !(1..=CHECKPOINT_VERSION).contains(&v) {
         return Err(r.malformed(format!("checkpoint version {v}")));
     }
     // Version 1 kept each partition's (created_us, hash) rows, the partition's last messages
@@ -418,6 +451,9 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
             at_us: r.i64()?,
         });
     }
+    if v >= 3 {
+        decode_sections(&mut r, &mut s)?;
+    }
     if v == 1 {
         v1_rows.sort_by_key(|(t, _)| *t);
         s.txn_ids = TxnIds::from_rows(v1_rows);
@@ -554,6 +590,72 @@ mod tests {
         s.apply(&Effect::QueueDelete { qid: 2 }, 33, loc());
         assert_eq!(s.labels.matching(None, Some("t")), Some(vec![3]));
         assert_eq!(s.labels.matching(Some("ns"), None), Some(vec![]));
+    }
+
+    fn with_kv(mut s: State) -> State {
+        s.apply(
+            &Effect::KvPut {
+                ns: "ns",
+                key: "k",
+                value: "{\"a\":1}",
+                version: 5,
+                expires_at_us: Some(1_000),
+            },
+            30,
+            loc(),
+        );
+        s.apply(
+            &Effect::KvPut {
+                ns: "ns",
+                key: "forever",
+                value: "null",
+                version: 6,
+                expires_at_us: None,
+            },
+            31,
+            loc(),
+        );
+        s
+    }
+
+    #[test]
+    fn the_kv_section_round_trips() {
+        let s = with_kv(sample());
+        let blob = encode_state(&s);
+        let back = decode_state(&blob).unwrap();
+        assert_eq!(
+            crate::state::canonical::canonical(&back),
+            crate::state::canonical::canonical(&s)
+        );
+        assert_eq!(back.kv.last_version, 6);
+        assert_eq!(back.kv.bytes(), s.kv.bytes());
+        assert_eq!(encode_state(&back), blob);
+    }
+
+    #[test]
+    fn a_version_2_checkpoint_reads_with_no_kv_rows() {
+        let s = with_kv(sample());
+        let back = decode_state(&encode_version(&s, 2)).unwrap();
+        assert!(back.kv.is_empty());
+        assert_eq!(back.kv.last_version, 0);
+        assert_eq!(rows(&back), rows(&s));
+    }
+
+    #[test]
+    fn an_unknown_section_or_a_section_past_the_end_fails_decode() {
+        let s = sample();
+        let head = encode_head(&s, CHECKPOINT_VERSION).buf;
+        let mut kv = Writer::default();
+        s.kv.encode(&mut kv);
+        // The section is the head's last bytes: count, tag, length, body.
+        let at = head.len() - kv.buf.len() - 4 - 1 - 4;
+        let blob = encode_state(&s);
+        let mut unknown = blob.clone();
+        unknown[at + 4] = 9;
+        assert!(decode_state(&unknown).is_err());
+        let mut long = blob;
+        long[at + 5..at + 9].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_state(&long).is_err());
     }
 
     #[test]
