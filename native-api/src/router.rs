@@ -8,7 +8,9 @@ use axum::Router;
 use queenmq_protocol::{rows, CommandMeta, ErrorCode};
 use serde_json::json;
 
-use crate::{ack, auth, groups, health, http_metrics, pop, push, queues, reads, txn, AppState};
+use crate::{
+    ack, auth, groups, health, http_metrics, pop, push, queues, reads, timers, txn, AppState,
+};
 
 /// Every route names the row of the command table its handler sends, and [`auth::needs`]
 /// checks the caller's roles against that row before the body is read. Routes of features this
@@ -147,10 +149,15 @@ pub fn router(app: AppState) -> Router {
         .route("/api/v1/partitions/changed", post(health::unsupported))
         .route("/api/v1/kv", post(health::unsupported))
         .route("/api/v1/locks", post(health::unsupported))
-        .route("/api/v1/timers", post(health::unsupported))
+        .route("/api/v1/timers", sends(&rows::TIMERS, post(timers::post)))
+        .route("/api/v1/timers/{q}", sends(&rows::READ, get(timers::list)))
         .route(
-            "/api/v1/timers/{*rest}",
-            get(health::unsupported).delete(health::unsupported),
+            "/api/v1/timers/{q}/{*key}",
+            sends(&rows::TIMERS, delete(timers::cancel)),
+        )
+        .route(
+            "/api/v1/timers/{q}/{*key}",
+            sends(&rows::READ, get(timers::peek)),
         )
         .route(
             "/api/v1/ephemeral/{*rest}",

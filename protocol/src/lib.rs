@@ -10,6 +10,7 @@ pub mod error;
 pub mod limits;
 pub mod queue_options;
 pub mod tenant;
+pub mod timers;
 pub mod types;
 pub mod views;
 
@@ -18,6 +19,7 @@ pub use command::{rows, Command, CommandClass, CommandMeta, Role, COMMAND_TABLE}
 pub use error::{ErrorCode, QueenError};
 pub use queue_options::{QueueOptions, Setting};
 pub use tenant::{check_tenant_name, DEFAULT_TENANT};
+pub use timers::*;
 pub use types::*;
 pub use views::*;
 

@@ -291,6 +291,15 @@ pub enum ReadReq {
         partition_id: String,
         transaction_id: String,
     },
+    Timer {
+        queue: String,
+        key: String,
+    },
+    Timers {
+        queue: String,
+        after: Option<String>,
+        limit: usize,
+    },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -322,6 +331,7 @@ pub enum Outcome {
     LeaseExtended(LeaseExtendResult),
     Transaction(TxnResult),
     Traced(TraceOutcome),
+    Timers(Vec<crate::timers::TimerResult>),
     GroupAdmin(GroupAdminOutcome),
     Read(ReadAnswer),
     Health(HealthView),

@@ -143,6 +143,20 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
                 .map_or(0, Vec::len);
             holders.saturating_mul(CURSOR_PUT)
         }
+        Command::Timers(t) => t.ops.iter().fold(0usize, |acc, op| {
+            acc.saturating_add(match op {
+                queenmq_protocol::TimerOp::Schedule(s) => {
+                    96 + s.queue.len()
+                        + s.key.len()
+                        + s.partition.len()
+                        + s.txn.len()
+                        + s.payload.len()
+                }
+                queenmq_protocol::TimerOp::Cancel { queue, key, .. } => {
+                    16 + queue.len() + key.len()
+                }
+            })
+        }),
         Command::Trace(t) => {
             let names: usize = t.names.iter().map(|n| n.len() + 4).sum();
             64 + t.transaction_id.len() + t.group.len() + names + t.event_type.len() + t.data.len()

@@ -119,6 +119,8 @@ pub fn state_bytes(st: &State) -> usize {
             b = b.saturating_add(text(n.capacity()));
         }
     }
+    // Pending timers: each row's strings, payload and its two B-tree entries.
+    b = b.saturating_add(st.timers.held_bytes());
     b
 }
 
@@ -183,6 +185,13 @@ pub fn request_bytes(cmd: &Command) -> usize {
             TxnOp::Ack(_) => a.saturating_add(PUSH_ITEM_BASE),
         }),
         Command::Ack(a) => a.items.len().saturating_mul(PUSH_ITEM_BASE),
+        Command::Timers(t) => t.ops.iter().fold(0usize, |a, op| match op {
+            queenmq_protocol::TimerOp::Schedule(s) => a
+                .saturating_add(s.payload.len())
+                .saturating_add(s.queue.len() + s.key.len() + s.txn.len())
+                .saturating_add(PUSH_ITEM_BASE),
+            queenmq_protocol::TimerOp::Cancel { .. } => a.saturating_add(PUSH_ITEM_BASE),
+        }),
         _ => 0,
     };
     REQUEST_BASE.saturating_add(body)

@@ -18,6 +18,9 @@ mod push;
 mod replay_props;
 #[cfg(test)]
 mod tests;
+mod timers;
+#[cfg(test)]
+mod timers_tests;
 mod txn;
 #[cfg(test)]
 mod unit_tests;
@@ -34,6 +37,7 @@ use crate::state::State;
 
 pub use memory_gate::MemoryGate;
 pub use pop::PopPlan;
+pub use timers::{check_op as check_timer_op, check_ops as check_timer_ops};
 
 pub struct Planner<'a> {
     pub st: &'a mut State,

@@ -11,7 +11,10 @@ use crate::codec::{DecodeError, Reader, Writer};
 use crate::entry::{decode_cursor, encode_cursor};
 
 /// 2: transaction ids as one FIFO of Appends after the queues (1 kept one per partition).
-const CHECKPOINT_VERSION: u8 = 2;
+/// 3: tagged sections at the end of the head (docs/storage-format.md "Checkpoint sections").
+const CHECKPOINT_VERSION: u8 = 3;
+/// Section tags of version 3. Tag 1 is the KV state's.
+const SECTION_TIMERS: u8 = 2;
 /// Partition ids index a dense table (`PartitionTable`), so an id read from a checkpoint sizes
 /// an allocation: ids must lie below `next_partition_id`, as apply keeps them, and that at or
 /// below 2^32 (a chunk index of 24 MiB at most). A corrupt id once asked for 6 GiB (fuzz
@@ -109,13 +112,49 @@ fn size_hint(s: &State) -> usize {
     1024 + runs + cursors + queues + s.traces.len() * 128
 }
 
-/// Writes `version` 2, or version 1 (only so tests can check that upgrades read it).
+/// Writes `version` 3, 2, or 1 (only so tests can check that upgrades read them).
 #[cfg(test)]
 fn encode_version(s: &State, version: u8) -> Vec<u8> {
-    if version == CHECKPOINT_VERSION {
-        return encode_state(s);
+    if version == 1 {
+        return encode_head(s, version).buf;
     }
-    encode_head(s, version).buf
+    PendingCheckpoint {
+        head: encode_head(s, version),
+        txn: s.txn_ids.snapshot(),
+    }
+    .finish()
+}
+
+/// Version 3's sections: `count: u32`, then per section `tag: u8 | len: u32 | bytes`.
+fn encode_sections(s: &State, w: &mut Writer) {
+    w.u32(1);
+    let mut timers = Writer::with_capacity(64);
+    s.timers.encode(&mut timers);
+    w.u8(SECTION_TIMERS);
+    w.bytes(&timers.buf);
+}
+
+/// Reads the sections into `s`. An unknown tag fails: skipping it would drop its state.
+fn decode_sections(s: &mut State, r: &mut Reader<'_>) -> Result<(), DecodeError> {
+    let n = r.count(5)?;
+    let mut seen = Vec::with_capacity(n);
+    for _ in 0..n {
+        let tag = r.u8()?;
+        let body = r.bytes()?;
+        if seen.contains(&tag) {
+            return Err(r.malformed(format!("checkpoint section {tag} appears twice")));
+        }
+        seen.push(tag);
+        let mut sr = Reader::new(body);
+        match tag {
+            SECTION_TIMERS => s.timers = super::timers::TimerTable::decode(&mut sr)?,
+            t => return Err(r.malformed(format!("unknown checkpoint section {t}"))),
+        }
+        if !sr.is_done() {
+            return Err(r.malformed(format!("trailing bytes in checkpoint section {tag}")));
+        }
+    }
+    Ok(())
 }
 
 /// Everything up to the transaction-id FIFO (version 1 had none; its rows were per partition).
@@ -223,13 +262,16 @@ fn encode_head(s: &State, version: u8) -> Writer {
         w.str(&t.data);
         w.i64(t.at_us);
     }
+    if version >= 3 {
+        encode_sections(s, &mut w);
+    }
     w
 }
 
 pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
     let mut r = Reader::new(buf);
     let v = r.u8()?;
-    if v != CHECKPOINT_VERSION && v != 1 {
+    if !(1..=CHECKPOINT_VERSION).contains(&v) {
         return Err(r.malformed(format!("checkpoint version {v}")));
     }
     // Version 1 kept each partition's (created_us, hash) rows, the partition's last messages
@@ -418,6 +460,9 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
             at_us: r.i64()?,
         });
     }
+    if v >= 3 {
+        decode_sections(&mut s, &mut r)?;
+    }
     if v == 1 {
         v1_rows.sort_by_key(|(t, _)| *t);
         s.txn_ids = TxnIds::from_rows(v1_rows);
@@ -562,5 +607,58 @@ mod tests {
         let back = decode_state(&encode_version(&s, 1)).unwrap();
         assert_eq!(rows(&back), rows(&s));
         assert_eq!(back.txn_ids.get(2, 11), Some(0));
+    }
+
+    fn with_timer() -> State {
+        let mut s = sample();
+        s.apply(
+            &Effect::TimerPut {
+                queue: "q",
+                key: "k/1",
+                partition: "Default",
+                txn: "t-1",
+                message_id: 42,
+                deliver_at_us: 99,
+                payload: b"{\"a\":1}",
+            },
+            40,
+            loc(),
+        );
+        s
+    }
+
+    /// Where the timers section's tag byte is in a version-3 checkpoint.
+    fn section_at(s: &State) -> usize {
+        let mut body = Writer::with_capacity(64);
+        s.timers.encode(&mut body);
+        encode_head(s, 3).buf.len() - body.buf.len() - 4 - 1
+    }
+
+    #[test]
+    fn timers_ride_in_their_section_and_version_2_reads_with_none() {
+        let s = with_timer();
+        let back = decode_state(&encode_state(&s)).unwrap();
+        assert_eq!(
+            crate::state::canonical::canonical(&back),
+            crate::state::canonical::canonical(&s)
+        );
+        assert_eq!(back.timers.due(99, 10).len(), 1);
+        let v2 = decode_state(&encode_version(&s, 2)).unwrap();
+        assert!(v2.timers.is_empty());
+        assert_eq!(rows(&v2), rows(&s));
+    }
+
+    #[test]
+    fn an_unknown_section_or_a_length_past_the_end_fails_decode() {
+        let s = with_timer();
+        let buf = encode_state(&s);
+        let at = section_at(&s);
+        assert_eq!(buf[at], SECTION_TIMERS);
+        let mut unknown = buf.clone();
+        unknown[at] = 9;
+        assert!(decode_state(&unknown).is_err());
+        let mut long = buf;
+        long[at + 1..at + 5].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_state(&long).is_err());
     }
 }
