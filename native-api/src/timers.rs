@@ -248,12 +248,12 @@ pub fn parse_ops(v: &Value) -> Result<Vec<TimerOp>, TimerError> {
         ));
     }
     let ops = list.iter().map(parse_op).collect::<Result<Vec<_>, _>>()?;
-    queenmq_protocol_check(&ops)?;
+    check_unique_keys(&ops)?;
     Ok(ops)
 }
 
 /// The door refuses what the engine would (a repeated key names its own reason).
-fn queenmq_protocol_check(ops: &[TimerOp]) -> Result<(), TimerError> {
+fn check_unique_keys(ops: &[TimerOp]) -> Result<(), TimerError> {
     let mut seen = std::collections::HashSet::new();
     for op in ops {
         let k = match op {
@@ -336,7 +336,7 @@ pub async fn cancel(
         key,
         txn: p.get("txn").filter(|t| !t.is_empty()).cloned(),
     };
-    queenmq_protocol_check(std::slice::from_ref(&op))?;
+    check_unique_keys(std::slice::from_ref(&op))?;
     let r = timers(&app, ctx, vec![op]).await?;
     let r = r.first().ok_or_else(|| {
         TimerError::from(QueenError::new(

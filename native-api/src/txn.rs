@@ -115,10 +115,18 @@ pub async fn transaction(
         v.as_ref()
             .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()))
     };
+    let timers = match t.timers.as_ref().filter(|_| has_riders(&t.timers)) {
+        None => Vec::new(),
+        Some(v) => match crate::timers::parse_ops(v) {
+            Ok(ops) => ops,
+            Err(e) => return Ok(e.into_response()),
+        },
+    };
     let req = TxnReq {
         ops,
         required_leases,
-        has_unsupported_riders: has_riders(&t.kv) || has_riders(&t.timers),
+        has_unsupported_riders: has_riders(&t.kv),
+        timers,
     };
     match call(&app, ctx, Command::Transaction(req)).await? {
         Outcome::Transaction(r) => {
@@ -140,6 +148,14 @@ pub async fn transaction(
                         all_ok &= a.success;
                         json!({"index": i, "type": "ack", "success": a.success,
                             "transactionId": a.transaction_id, "error": a.error.as_ref().map(|e| &e.message), "dlq": a.dlq})
+                    }
+                    // A verdict, not a failure: `absent` leaves the bundle a success.
+                    TxnOpResult::Timer(t) => {
+                        let mut v = crate::timers::result_json(t);
+                        v["index"] = json!(i);
+                        v["type"] = json!("timer");
+                        v["success"] = json!(true);
+                        v
                     }
                 })
                 .collect();

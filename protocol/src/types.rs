@@ -181,14 +181,17 @@ pub enum TxnOp {
 pub struct TxnReq {
     pub ops: Vec<TxnOp>,
     pub required_leases: Vec<String>,
-    /// `kv` or `timers` riders were present: not supported yet, refused whole.
+    /// `kv` riders were present: not supported yet, refused whole.
     pub has_unsupported_riders: bool,
+    /// Timer riders (§2.8): applied with the bundle; their results follow the others'.
+    pub timers: Vec<crate::timers::TimerOp>,
 }
 
 #[derive(Debug, Clone)]
 pub enum TxnOpResult {
     Push(PushResult),
     Ack(AckResult),
+    Timer(crate::timers::TimerResult),
 }
 
 #[derive(Debug, Clone)]

@@ -22,6 +22,7 @@ mod timers;
 #[cfg(test)]
 mod timers_tests;
 mod txn;
+mod txn_timers;
 #[cfg(test)]
 mod unit_tests;
 

@@ -206,6 +206,7 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                     ops,
                     required_leases: Vec::new(),
                     has_unsupported_riders: false,
+                    ..Default::default()
                 };
                 let _ = fx.planner().plan_transaction(&req, None);
             }

@@ -215,6 +215,7 @@ fn txn_ops(lease: &str, pid: &str, ack_first: bool) -> queenmq_protocol::TxnReq 
         },
         required_leases: Vec::new(),
         has_unsupported_riders: false,
+        ..Default::default()
     }
 }
 
@@ -251,6 +252,7 @@ fn a_transaction_ack_before_a_push_of_the_same_id_acks_the_delivered_message() {
         .map(|r| match r {
             queenmq_protocol::TxnOpResult::Ack(a) => a.success,
             queenmq_protocol::TxnOpResult::Push(p) => p.error.is_none(),
+            queenmq_protocol::TxnOpResult::Timer(t) => t.status.ok(),
         })
         .collect();
     assert_eq!(ok, vec![true, true]);
@@ -325,6 +327,7 @@ fn a_transaction_creating_a_partition_past_the_limit_rolls_back_whole() {
         ])],
         required_leases: Vec::new(),
         has_unsupported_riders: false,
+        ..Default::default()
     };
     let e = p.plan_transaction(&req, None).expect_err("rolled back");
     assert!(

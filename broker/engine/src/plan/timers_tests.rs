@@ -153,3 +153,60 @@ fn a_fire_after_a_restart_reads_the_timer_from_the_replayed_log() {
     assert_eq!(fx.pop("q", None, 10, None).messages.len(), 1);
     fx.assert_replays();
 }
+
+#[test]
+fn a_timer_rider_is_applied_with_its_bundle_and_answered_after_its_results() {
+    use queenmq_protocol::{TxnOp, TxnOpResult, TxnReq};
+    let mut fx = Fixture::new();
+    plan(&mut fx, vec![schedule("q", "old", 60_000, "1")]);
+    let req = TxnReq {
+        ops: vec![TxnOp::Push(vec![super::fixture::item("q", "p", "m1")])],
+        timers: vec![schedule("q", "new", 500, "2"), cancel("q", "old")],
+        ..Default::default()
+    };
+    let r = fx
+        .planner()
+        .plan_transaction(&req, None)
+        .expect("committed");
+    let kinds: Vec<_> = r
+        .results
+        .iter()
+        .map(|r| match r {
+            TxnOpResult::Push(_) => "push",
+            TxnOpResult::Ack(_) => "ack",
+            TxnOpResult::Timer(t) => t.status.as_str(),
+        })
+        .collect();
+    assert_eq!(kinds, ["push", "scheduled", "cancelled"]);
+    assert!(fx.st.timers.get("q", "new").is_some());
+    assert!(fx.st.timers.get("q", "old").is_none());
+    fx.assert_replays();
+}
+
+#[test]
+fn a_refused_bundle_schedules_nothing() {
+    use queenmq_protocol::{AckItem, AckStatus, TxnOp, TxnReq};
+    let mut fx = Fixture::new();
+    let req = TxnReq {
+        ops: vec![TxnOp::Ack(AckItem {
+            transaction_id: "nobody".into(),
+            partition_id: "999".into(),
+            status: AckStatus::Completed,
+            error: None,
+            lease_id: None,
+            group: None,
+        })],
+        timers: vec![schedule("q", "k", 500, "1")],
+        ..Default::default()
+    };
+    assert!(fx.planner().plan_transaction(&req, None).is_err());
+    assert!(fx.st.timers.is_empty());
+    assert!(fx.cycle.entry.is_empty());
+    let timer_only = TxnReq {
+        timers: vec![schedule("q", "k", 500, "1")],
+        ..Default::default()
+    };
+    assert!(fx.planner().plan_transaction(&timer_only, None).is_ok());
+    assert_eq!(fx.st.timers.len(), 1);
+    fx.assert_replays();
+}

@@ -37,7 +37,7 @@ impl Planner<'_> {
                 "kv and timer operations in transactions are unsupported by this broker",
             ));
         }
-        if req.ops.is_empty() {
+        if req.ops.is_empty() && req.timers.is_empty() {
             return Err(QueenError::bad_request(
                 "Transaction has no operations to commit",
             ));
@@ -96,6 +96,7 @@ impl Planner<'_> {
             )));
         }
         let decided = self.decide_acks(req, &acks, pushed_results)?;
+        self.check_txn_timers(req)?;
 
         // Decided: emit the pushes, then every ack as decided.
         let pushed = prepared.map(|p| self.commit_push(p)).unwrap_or_default();
@@ -128,6 +129,7 @@ impl Planner<'_> {
                 }
             }
         }
+        self.commit_txn_timers(req, &mut results);
         Ok(TxnResult {
             transaction_id: uuid::Uuid::now_v7().to_string(),
             results,
@@ -216,7 +218,7 @@ fn status_word(s: AckStatus) -> &'static str {
     }
 }
 
-fn rolled_back(why: &str) -> QueenError {
+pub(super) fn rolled_back(why: &str) -> QueenError {
     QueenError::new(
         queenmq_protocol::ErrorCode::TransactionRolledBack,
         format!("transaction rolled back: {why}"),

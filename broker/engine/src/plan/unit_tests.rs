@@ -147,6 +147,7 @@ fn bundle(ops: Vec<TxnOp>) -> TxnReq {
         ops,
         required_leases: Vec::new(),
         has_unsupported_riders: false,
+        ..Default::default()
     }
 }
 
