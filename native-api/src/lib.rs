@@ -27,6 +27,7 @@ mod serve;
 #[cfg(test)]
 mod test_pool;
 mod timed_io;
+mod timers;
 mod txn;
 
 use std::future::Future;

@@ -9,7 +9,8 @@ use queenmq_protocol::{rows, CommandMeta, ErrorCode};
 use serde_json::json;
 
 use crate::{
-    ack, auth, groups, health, http_metrics, kv, locks, pop, push, queues, reads, txn, AppState,
+    ack, auth, groups, health, http_metrics, kv, locks, pop, push, queues, reads, timers, txn,
+    AppState,
 };
 
 /// Every route names the row of the command table its handler sends, and [`auth::needs`]
@@ -149,10 +150,15 @@ pub fn router(app: AppState) -> Router {
         .route("/api/v1/partitions/changed", post(health::unsupported))
         .route("/api/v1/kv", sends(&rows::KV, post(kv::kv)))
         .route("/api/v1/locks", sends(&rows::LOCKS, post(locks::locks)))
-        .route("/api/v1/timers", post(health::unsupported))
+        .route("/api/v1/timers", sends(&rows::TIMERS, post(timers::post)))
+        .route("/api/v1/timers/{q}", sends(&rows::READ, get(timers::list)))
         .route(
-            "/api/v1/timers/{*rest}",
-            get(health::unsupported).delete(health::unsupported),
+            "/api/v1/timers/{q}/{*key}",
+            sends(&rows::TIMERS, delete(timers::cancel)),
+        )
+        .route(
+            "/api/v1/timers/{q}/{*key}",
+            sends(&rows::READ, get(timers::peek)),
         )
         .route(
             "/api/v1/ephemeral/{*rest}",

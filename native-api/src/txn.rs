@@ -124,11 +124,18 @@ pub async fn transaction(
         .iter()
         .map(|o| (crate::kv::op_name(o), o.ns_key().1.to_string()))
         .collect();
+    let timers = match t.timers.as_ref().filter(|_| has_riders(&t.timers)) {
+        None => Vec::new(),
+        Some(v) => match crate::timers::parse_ops(v) {
+            Ok(ops) => ops,
+            Err(e) => return Ok(e.into_response()),
+        },
+    };
     let req = TxnReq {
         ops,
         required_leases,
-        has_unsupported_riders: has_riders(&t.timers),
         kv: kv_ops,
+        timers,
     };
     match call(&app, ctx, Command::Transaction(req)).await? {
         Outcome::Transaction(r) if r.kv_precondition.is_some() => {
@@ -144,7 +151,12 @@ pub async fn transaction(
             Ok(Json(p.unwrap_or(Value::Null)).into_response())
         }
         Outcome::Transaction(r) => {
-            let flat_before = r.results.len().saturating_sub(kv_heads.len());
+            // KV results follow the pushes and acks (and timer results follow them).
+            let flat_before = r
+                .results
+                .iter()
+                .filter(|x| matches!(x, TxnOpResult::Push(_) | TxnOpResult::Ack(_)))
+                .count();
             let mut all_ok = true;
             let results: Vec<Value> = r
                 .results
@@ -170,6 +182,14 @@ pub async fn transaction(
                         let mut v = crate::kv::render_result(i, op, key, k.clone());
                         v["opIndex"] = json!(at);
                         v["type"] = json!("kv");
+                        v
+                    }
+                    // A verdict, not a failure: `absent` leaves the bundle a success.
+                    TxnOpResult::Timer(t) => {
+                        let mut v = crate::timers::result_json(t);
+                        v["index"] = json!(i);
+                        v["type"] = json!("timer");
+                        v["success"] = json!(true);
                         v
                     }
                 })

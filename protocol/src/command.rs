@@ -77,6 +77,7 @@ pub mod rows {
     pub const EXTEND_LEASE: CommandMeta = row("extend_lease", Consumption, ReadWrite);
     pub const TRANSACTION: CommandMeta = row("transaction", ReplicatedWrite, ReadWrite);
     pub const TRACE: CommandMeta = row("trace", ReplicatedWrite, ReadWrite);
+    pub const TIMERS: CommandMeta = row("timers", ReplicatedWrite, WriteOnly);
     pub const GROUP_DELETE: CommandMeta = row("group_delete", ReplicatedWrite, Admin);
     pub const GROUP_SEEK: CommandMeta = row("group_seek", ReplicatedWrite, ReadWrite);
     pub const GROUP_SUBSCRIPTION: CommandMeta =
@@ -99,6 +100,7 @@ pub const COMMAND_TABLE: &[CommandMeta] = &[
     rows::EXTEND_LEASE,
     rows::TRANSACTION,
     rows::TRACE,
+    rows::TIMERS,
     rows::GROUP_DELETE,
     rows::GROUP_SEEK,
     rows::GROUP_SUBSCRIPTION,
@@ -124,6 +126,7 @@ pub enum Command {
     },
     Transaction(TxnReq),
     Trace(TraceReq),
+    Timers(crate::timers::TimersReq),
     GroupAdmin(GroupAdminReq),
     Read(ReadReq),
     Health,
@@ -146,6 +149,7 @@ impl Command {
             Command::ExtendLease { .. } => &rows::EXTEND_LEASE,
             Command::Transaction(_) => &rows::TRANSACTION,
             Command::Trace(_) => &rows::TRACE,
+            Command::Timers(_) => &rows::TIMERS,
             Command::GroupAdmin(GroupAdminReq::Delete { .. }) => &rows::GROUP_DELETE,
             Command::GroupAdmin(GroupAdminReq::Seek { .. }) => &rows::GROUP_SEEK,
             Command::GroupAdmin(GroupAdminReq::Subscription { .. }) => &rows::GROUP_SUBSCRIPTION,

@@ -11,6 +11,7 @@ pub mod kv;
 pub mod limits;
 pub mod queue_options;
 pub mod tenant;
+pub mod timers;
 pub mod types;
 pub mod views;
 
@@ -20,6 +21,7 @@ pub use error::{ErrorCode, QueenError};
 pub use kv::*;
 pub use queue_options::{QueueOptions, Setting};
 pub use tenant::{check_tenant_name, DEFAULT_TENANT};
+pub use timers::*;
 pub use types::*;
 pub use views::*;
 

@@ -181,10 +181,10 @@ pub enum TxnOp {
 pub struct TxnReq {
     pub ops: Vec<TxnOp>,
     pub required_leases: Vec<String>,
-    /// `timers` riders were present: not supported yet, refused whole.
-    pub has_unsupported_riders: bool,
     /// The `kv` rider, judged and applied with the bundle (plan/txn_kv.rs).
     pub kv: Vec<crate::kv::KvOp>,
+    /// Timer riders (§2.8): applied with the bundle; their results follow the others'.
+    pub timers: Vec<crate::timers::TimerOp>,
 }
 
 #[derive(Debug, Clone)]
@@ -192,6 +192,7 @@ pub enum TxnOpResult {
     Push(PushResult),
     Ack(AckResult),
     Kv(crate::kv::KvResult),
+    Timer(crate::timers::TimerResult),
 }
 
 #[derive(Debug, Clone)]
@@ -296,6 +297,15 @@ pub enum ReadReq {
         partition_id: String,
         transaction_id: String,
     },
+    Timer {
+        queue: String,
+        key: String,
+    },
+    Timers {
+        queue: String,
+        after: Option<String>,
+        limit: usize,
+    },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -327,6 +337,7 @@ pub enum Outcome {
     LeaseExtended(LeaseExtendResult),
     Transaction(TxnResult),
     Traced(TraceOutcome),
+    Timers(Vec<crate::timers::TimerResult>),
     GroupAdmin(GroupAdminOutcome),
     Read(ReadAnswer),
     Health(HealthView),

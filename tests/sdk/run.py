@@ -66,6 +66,7 @@ PLAIN_FILES = (
     "test_ack_window",
     "test_transaction_lease_fencing",
     "test_docs",
+    "test_timers",
     "test_kv",
     "test_locks",
 )

@@ -78,6 +78,21 @@ pub enum Effect<'a> {
         ns: &'a str,
         key: &'a str,
     },
+    /// A timer scheduled or rescheduled (an upsert on `(queue, key)`).
+    TimerPut {
+        queue: &'a str,
+        key: &'a str,
+        partition: &'a str,
+        txn: &'a str,
+        message_id: u128,
+        deliver_at_us: i64,
+        payload: &'a [u8],
+    },
+    /// A timer cancelled, or fired by the Append of the same entry.
+    TimerDelete {
+        queue: &'a str,
+        key: &'a str,
+    },
 }
 
 const K_QUEUE_UPSERT: u8 = 1;
@@ -89,6 +104,8 @@ const K_GROUP_DELETE: u8 = 6;
 const K_CURSOR_PUT: u8 = 7;
 const K_DLQ_INSERT: u8 = 8;
 const K_TRACE_APPEND: u8 = 9;
+const K_TIMER_PUT: u8 = 20;
+const K_TIMER_DELETE: u8 = 21;
 const K_KV_PUT: u8 = 10;
 const K_KV_DELETE: u8 = 11;
 
@@ -263,6 +280,29 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
             w.str(ns);
             w.str(key);
         }
+        Effect::TimerPut {
+            queue,
+            key,
+            partition,
+            txn,
+            message_id,
+            deliver_at_us,
+            payload,
+        } => {
+            w.u8(K_TIMER_PUT);
+            w.str(queue);
+            w.str(key);
+            w.str(partition);
+            w.str(txn);
+            w.u128(*message_id);
+            w.i64(*deliver_at_us);
+            w.bytes(payload);
+        }
+        Effect::TimerDelete { queue, key } => {
+            w.u8(K_TIMER_DELETE);
+            w.str(queue);
+            w.str(key);
+        }
     }
     w.len() as u32
 }
@@ -405,6 +445,19 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
                 data: r.str()?,
             }
         }
+        K_TIMER_PUT => Effect::TimerPut {
+            queue: r.str()?,
+            key: r.str()?,
+            partition: r.str()?,
+            txn: r.str()?,
+            message_id: r.u128()?,
+            deliver_at_us: r.i64()?,
+            payload: r.bytes()?,
+        },
+        K_TIMER_DELETE => Effect::TimerDelete {
+            queue: r.str()?,
+            key: r.str()?,
+        },
         K_KV_PUT => Effect::KvPut {
             ns: r.str()?,
             key: r.str()?,

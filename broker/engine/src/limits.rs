@@ -107,16 +107,32 @@ impl Limits {
     }
 }
 
+/// A TimerPut is its strings and payload behind a kind byte, an id, a time and five lengths.
+fn timer_ops_bound(ops: &[queenmq_protocol::TimerOp]) -> usize {
+    ops.iter().fold(0usize, |acc, op| {
+        acc.saturating_add(match op {
+            queenmq_protocol::TimerOp::Schedule(s) => {
+                64 + s.queue.len() + s.key.len() + s.partition.len() + s.txn.len() + s.payload.len()
+            }
+            queenmq_protocol::TimerOp::Cancel { queue, key, .. } => 16 + queue.len() + key.len(),
+        })
+    })
+}
+
 /// An upper bound of the bytes `cmd` adds to a cycle's entry.
 pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
     match cmd {
         Command::Push(p) => push_bound(p.items.iter(), producer),
-        Command::Transaction(t) => t.ops.iter().fold(kv_bound(&t.kv), |acc, op| {
-            acc.saturating_add(match op {
-                TxnOp::Push(items) => push_bound(items.iter(), producer),
-                TxnOp::Ack(a) => ack_bound(a.error.as_deref()),
+        Command::Transaction(t) => t
+            .ops
+            .iter()
+            .fold(kv_bound(&t.kv), |acc, op| {
+                acc.saturating_add(match op {
+                    TxnOp::Push(items) => push_bound(items.iter(), producer),
+                    TxnOp::Ack(a) => ack_bound(a.error.as_deref()),
+                })
             })
-        }),
+            .saturating_add(timer_ops_bound(&t.timers)),
         Command::Kv(k) => kv_bound(&k.ops),
         Command::Locks(l) => l.ops.iter().fold(0usize, |acc, op| {
             let owner = match op {
@@ -155,6 +171,7 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
                 .map_or(0, Vec::len);
             holders.saturating_mul(CURSOR_PUT)
         }
+        Command::Timers(t) => timer_ops_bound(&t.ops),
         Command::Trace(t) => {
             let names: usize = t.names.iter().map(|n| n.len() + 4).sum();
             64 + t.transaction_id.len() + t.group.len() + names + t.event_type.len() + t.data.len()

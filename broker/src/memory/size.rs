@@ -121,6 +121,8 @@ pub fn state_bytes(st: &State) -> usize {
             b = b.saturating_add(text(n.capacity()));
         }
     }
+    // Pending timers: each row's strings, payload and its two B-tree entries.
+    b = b.saturating_add(st.timers.held_bytes());
     b
 }
 
@@ -169,6 +171,16 @@ pub fn waiters_bytes(count: usize, job_size: usize) -> usize {
 
 /// A request queued for the engine: its payloads and names. Summed per request by the
 /// bus when it queues one and by the engine when it takes it, so both see the same number.
+fn timer_ops(ops: &[queenmq_protocol::TimerOp]) -> usize {
+    ops.iter().fold(0usize, |a, op| match op {
+        queenmq_protocol::TimerOp::Schedule(s) => a
+            .saturating_add(s.payload.len())
+            .saturating_add(s.queue.len() + s.key.len() + s.txn.len())
+            .saturating_add(PUSH_ITEM_BASE),
+        queenmq_protocol::TimerOp::Cancel { .. } => a.saturating_add(PUSH_ITEM_BASE),
+    })
+}
+
 /// A KV call's ops: their strings and a fixed part each.
 fn kv_ops(ops: &[queenmq_protocol::KvOp]) -> usize {
     ops.iter().fold(0usize, |a, op| {
@@ -195,13 +207,18 @@ pub fn request_bytes(cmd: &Command) -> usize {
     };
     let body = match cmd {
         Command::Push(p) => items(&p.items),
-        Command::Transaction(t) => t.ops.iter().fold(kv_ops(&t.kv), |a, op| match op {
-            TxnOp::Push(v) => a.saturating_add(items(v)),
-            TxnOp::Ack(_) => a.saturating_add(PUSH_ITEM_BASE),
-        }),
+        Command::Transaction(t) => t
+            .ops
+            .iter()
+            .fold(kv_ops(&t.kv), |a, op| match op {
+                TxnOp::Push(v) => a.saturating_add(items(v)),
+                TxnOp::Ack(_) => a.saturating_add(PUSH_ITEM_BASE),
+            })
+            .saturating_add(timer_ops(&t.timers)),
         Command::Kv(k) => kv_ops(&k.ops),
         Command::Locks(l) => l.ops.len().saturating_mul(PUSH_ITEM_BASE + 512),
         Command::Ack(a) => a.items.len().saturating_mul(PUSH_ITEM_BASE),
+        Command::Timers(t) => timer_ops(&t.ops),
         _ => 0,
     };
     REQUEST_BASE.saturating_add(body)

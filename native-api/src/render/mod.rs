@@ -34,6 +34,7 @@ pub fn read(a: &ReadAnswer) -> Value {
         ReadAnswer::ConsumerGroups(gs) => groups::list(gs),
         ReadAnswer::ConsumerGroup(g) => groups::one(g),
         ReadAnswer::Lagging(rows) => groups::lagging(rows),
+        ReadAnswer::Timer(_) | ReadAnswer::Timers(_) => crate::timers::render_read(a),
     }
 }
 
@@ -49,6 +50,7 @@ pub fn unexpected(o: &Outcome) -> ApiError {
         Outcome::LeaseExtended(_) => "lease extension",
         Outcome::Transaction(_) => "transaction",
         Outcome::Traced(_) => "trace",
+        Outcome::Timers(_) => "timers",
         Outcome::GroupAdmin(_) => "group administration",
         Outcome::Read(_) => "read",
         Outcome::Health(_) => "health",

@@ -42,4 +42,6 @@ pub enum ReadAnswer {
     ConsumerGroups(Vec<GroupView>),
     ConsumerGroup(GroupView),
     Lagging(Vec<LaggingRow>),
+    Timer(Option<crate::timers::TimerView>),
+    Timers(crate::timers::TimerPage),
 }

@@ -22,8 +22,12 @@ mod push;
 mod replay_props;
 #[cfg(test)]
 mod tests;
+mod timers;
+#[cfg(test)]
+mod timers_tests;
 mod txn;
 mod txn_kv;
+mod txn_timers;
 #[cfg(test)]
 mod unit_tests;
 
@@ -40,6 +44,7 @@ use crate::state::State;
 pub use kv::KV_SWEEP_PER_CYCLE;
 pub use memory_gate::MemoryGate;
 pub use pop::PopPlan;
+pub use timers::{check_op as check_timer_op, check_ops as check_timer_ops};
 
 pub struct Planner<'a> {
     pub st: &'a mut State,

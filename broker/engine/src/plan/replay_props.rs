@@ -91,6 +91,16 @@ enum Cmd {
         kind: usize,
         ttl: u64,
     },
+    /// Schedules (a delay in ms, past ones included) or cancels timer k<key> of a queue.
+    Timer {
+        q: usize,
+        key: u8,
+        delay_ms: Option<i64>,
+    },
+    /// The tick: fires what is due (at most `max`).
+    Fire {
+        max: usize,
+    },
     /// Ends the cycle: what was planned is committed.
     Commit,
     /// Ends the cycle and moves the clock on.
@@ -117,6 +127,9 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         1 => (0..2usize).prop_map(|q| Cmd::Delete { q }),
         1 => (1..3usize, 0..2usize, 0..4usize).prop_map(|(g, q, kind)| Cmd::GroupAdmin { g, q, kind }),
         1 => (0..8usize).prop_map(|pop| Cmd::Trace { pop }),
+        2 => (0..2usize, 0..3u8, prop::option::weighted(0.8, -1000..40_000i64))
+            .prop_map(|(q, key, delay_ms)| Cmd::Timer { q, key, delay_ms }),
+        2 => (1..3usize).prop_map(|max| Cmd::Fire { max }),
         2 => (0..3usize, 0..6usize, 1..40u64).prop_map(|(key, kind, ttl)| Cmd::Kv { key, kind, ttl }),
         2 => Just(Cmd::Commit),
         2 => prop_oneof![Just(1i64), Just(SECOND), Just(5 * SECOND), Just(30 * SECOND),
@@ -212,8 +225,7 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                 let req = TxnReq {
                     ops,
                     required_leases: Vec::new(),
-                    has_unsupported_riders: false,
-                    kv: Vec::new(),
+                    ..Default::default()
                 };
                 let _ = fx.planner().plan_transaction(&req, None);
             }
@@ -317,6 +329,31 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                     }
                 };
                 let _ = fx.planner().plan_kv(&KvReq { ops: vec![op] });
+            }
+            Cmd::Timer { q, key, delay_ms } => {
+                let (queue, key) = (QUEUES[*q].to_string(), format!("k{key}"));
+                let op = match delay_ms {
+                    Some(delay_ms) => {
+                        queenmq_protocol::TimerOp::Schedule(queenmq_protocol::TimerSchedule {
+                            queue,
+                            key: key.clone(),
+                            partition: PARTITIONS[0].into(),
+                            payload: bytes::Bytes::from_static(b"{}"),
+                            delay_ms: *delay_ms,
+                            txn: format!("timer-{key}-{delay_ms}"),
+                        })
+                    }
+                    None => queenmq_protocol::TimerOp::Cancel {
+                        queue,
+                        key,
+                        txn: None,
+                    },
+                };
+                let req = queenmq_protocol::TimersReq { ops: vec![op] };
+                let _ = fx.planner().plan_timers(&req);
+            }
+            Cmd::Fire { max } => {
+                fx.planner().fire_timers(*max, 1 << 20);
             }
             Cmd::Commit if commits => {
                 fx.commit();

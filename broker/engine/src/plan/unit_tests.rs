@@ -146,8 +146,7 @@ fn bundle(ops: Vec<TxnOp>) -> TxnReq {
     TxnReq {
         ops,
         required_leases: Vec::new(),
-        has_unsupported_riders: false,
-        kv: Vec::new(),
+        ..Default::default()
     }
 }
 

@@ -5,6 +5,7 @@
 mod groups;
 mod messages;
 mod queues;
+pub mod timers;
 
 use queenmq_protocol::{QueenError, ReadAnswer, ReadReq};
 
@@ -64,6 +65,12 @@ pub fn answer(
         ReadReq::LaggingGroups { min_lag_seconds } => {
             A::Lagging(groups::lagging(st, *min_lag_seconds))
         }
+        ReadReq::Timer { queue, key } => A::Timer(timers::one(st, queue, key)),
+        ReadReq::Timers {
+            queue,
+            after,
+            limit,
+        } => A::Timers(timers::page(st, queue, after.as_deref(), *limit)),
     })
 }
 

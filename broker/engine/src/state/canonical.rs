@@ -90,6 +90,10 @@ pub fn canonical(st: &State) -> String {
     for (at, row) in st.txn_ids.iter() {
         let _ = writeln!(o, "txn {at} {row:?}");
     }
+    let _ = writeln!(o, "timer bytes {}", st.timers.held_bytes());
+    for (q, k, row) in st.timers.iter() {
+        let _ = writeln!(o, "timer {q:?} {k:?} {row:?}");
+    }
     let _ = writeln!(
         o,
         "kv last version {} bytes {} rows {}",

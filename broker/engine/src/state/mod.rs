@@ -12,6 +12,7 @@ pub mod model;
 mod name_index;
 mod partition_table;
 mod snapshot;
+pub mod timers;
 mod txn_ids;
 mod wake_index;
 
@@ -76,6 +77,8 @@ pub struct State {
     pub trace_bytes: usize,
     /// Derived: every push onto a group's `wake` heap, by time (the engine tick drains it).
     pub wakes: WakeIndex,
+    /// Pending timers (and their derived due index).
+    pub timers: timers::TimerTable,
     /// The tenant's key/value rows and lock permits.
     pub kv: kv::KvTable,
 }
@@ -292,6 +295,28 @@ impl State {
             ),
             Effect::KvDelete { ns, key } => {
                 self.kv.remove(ns, key);
+            }
+            Effect::TimerPut {
+                queue,
+                key,
+                partition,
+                txn,
+                message_id,
+                deliver_at_us,
+                payload,
+            } => {
+                let row = timers::TimerRow {
+                    partition: partition.to_string(),
+                    txn: txn.to_string(),
+                    message_id: *message_id,
+                    deliver_at_us: *deliver_at_us,
+                    created_us: now_us,
+                    payload: payload.to_vec(),
+                };
+                self.timers.put(queue, key, row);
+            }
+            Effect::TimerDelete { queue, key } => {
+                self.timers.remove(queue, key);
             }
         }
     }
