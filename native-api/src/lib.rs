@@ -12,6 +12,7 @@ mod health;
 mod http_metrics;
 mod json_out;
 mod meter;
+mod offset_reads;
 mod pop;
 mod push;
 mod queue_options;

@@ -291,6 +291,9 @@ pub enum ReadReq {
         partition_id: String,
         transaction_id: String,
     },
+    Fetch(crate::fetch::FetchReq),
+    Changed(crate::fetch::ChangedReq),
+    ListOffsets(Vec<crate::fetch::OffsetQuery>),
 }
 
 #[derive(Debug, Clone, Default)]

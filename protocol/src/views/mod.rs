@@ -42,4 +42,7 @@ pub enum ReadAnswer {
     ConsumerGroups(Vec<GroupView>),
     ConsumerGroup(GroupView),
     Lagging(Vec<LaggingRow>),
+    Fetch(crate::fetch::FetchAnswer),
+    Changed(crate::fetch::ChangedAnswer),
+    Offsets(Vec<crate::fetch::OffsetFound>),
 }
