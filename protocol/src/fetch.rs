@@ -37,15 +37,17 @@ pub struct FetchReq {
 pub enum FetchError {
     /// Below the oldest kept record or past the next offset to assign.
     OffsetOutOfRange,
-    /// No such queue or no such partition in it.
+    /// No such partition in the queue (nothing was ever pushed to it).
     UnknownPartition,
+    /// No such queue.
+    UnknownQueue,
 }
 
 impl FetchError {
     pub fn code(self) -> &'static str {
         match self {
             FetchError::OffsetOutOfRange => "OFFSET_OUT_OF_RANGE",
-            FetchError::UnknownPartition => "UNKNOWN_TOPIC_OR_PARTITION",
+            FetchError::UnknownPartition | FetchError::UnknownQueue => "UNKNOWN_TOPIC_OR_PARTITION",
         }
     }
 }
@@ -133,6 +135,6 @@ pub struct OffsetFound {
     pub offset: i64,
     /// The store time of that record, -1 when none or for Earliest/Latest.
     pub time_us: i64,
-    /// The queue or the partition does not exist (answered as an empty partition).
+    /// The queue does not exist. A partition nothing was pushed to answers as empty.
     pub unknown: bool,
 }

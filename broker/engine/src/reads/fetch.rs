@@ -5,17 +5,10 @@ use queenmq_protocol::fetch::*;
 use queenmq_protocol::{ErrorCode, QueenError};
 
 use crate::reader::MessageReader;
-use crate::state::model::Partition;
 use crate::state::State;
 
 fn internal(e: impl std::fmt::Display) -> QueenError {
     QueenError::new(ErrorCode::Internal, e.to_string())
-}
-
-fn partition<'s>(st: &'s State, queue: &str, name: &str) -> Option<&'s Partition> {
-    let q = st.queue_named(queue)?;
-    let pid = q.partitions.get(name, &st.partitions)?;
-    st.partitions.get(&pid)
 }
 
 pub fn fetch(
@@ -27,7 +20,15 @@ pub fn fetch(
     let mut delivered = false;
     let mut entries = Vec::with_capacity(req.entries.len().min(MAX_FETCH_ENTRIES));
     for e in &req.entries {
-        let Some(p) = partition(st, &e.queue, &e.partition) else {
+        let Some(q) = st.queue_named(&e.queue) else {
+            entries.push(FetchedEntry {
+                error: Some(FetchError::UnknownQueue),
+                ..FetchedEntry::default()
+            });
+            continue;
+        };
+        let found = q.partitions.get(&e.partition, &st.partitions);
+        let Some(p) = found.and_then(|pid| st.partitions.get(&pid)) else {
             entries.push(FetchedEntry {
                 error: Some(FetchError::UnknownPartition),
                 ..FetchedEntry::default()
@@ -130,7 +131,16 @@ pub fn offsets(st: &State, queries: &[OffsetQuery]) -> Vec<OffsetFound> {
     queries
         .iter()
         .map(|q| {
-            let Some(p) = partition(st, &q.queue, &q.partition) else {
+            let Some(queue) = st.queue_named(&q.queue) else {
+                return OffsetFound {
+                    offset: -1,
+                    time_us: -1,
+                    unknown: true,
+                };
+            };
+            let found = queue.partitions.get(&q.partition, &st.partitions);
+            let Some(p) = found.and_then(|pid| st.partitions.get(&pid)) else {
+                // Nothing pushed yet: an empty partition, whose start and end are 0.
                 let offset = match q.at {
                     OffsetAt::Earliest | OffsetAt::Latest => 0,
                     OffsetAt::Time(_) | OffsetAt::MaxTime => -1,
@@ -138,7 +148,7 @@ pub fn offsets(st: &State, queries: &[OffsetQuery]) -> Vec<OffsetFound> {
                 return OffsetFound {
                     offset,
                     time_us: -1,
-                    unknown: true,
+                    unknown: false,
                 };
             };
             let (offset, time_us) = match q.at {

@@ -46,10 +46,19 @@ fn fetch_reads_committed_and_pending_records_without_changing_state() {
     let before = canonical(&f.st);
     let got = fetch(
         &mut f,
-        vec![entry("a", 0), entry("a", 5), entry("a", 6), entry("b", 0)],
+        vec![
+            entry("a", 0),
+            entry("a", 5),
+            entry("a", 6),
+            entry("b", 0),
+            FetchEntry {
+                queue: "none".into(),
+                ..entry("a", 0)
+            },
+        ],
         MAX_FETCH_BYTES,
     );
-    assert_eq!(got.len(), 4, "index-aligned");
+    assert_eq!(got.len(), 5, "index-aligned");
     assert_eq!(offsets(&got[0]), vec![0, 1, 2, 3, 4]);
     assert_eq!((got[0].high_watermark, got[0].log_start), (5, 0));
     assert_eq!(got[0].records[1].transaction_id, "m2");
@@ -58,6 +67,7 @@ fn fetch_reads_committed_and_pending_records_without_changing_state() {
     assert_eq!((got[1].records.len(), got[1].error), (0, None));
     assert_eq!(got[2].error, Some(FetchError::OffsetOutOfRange));
     assert_eq!(got[3].error, Some(FetchError::UnknownPartition));
+    assert_eq!(got[4].error, Some(FetchError::UnknownQueue));
     assert_eq!(canonical(&f.st), before, "a fetch changes nothing");
     f.assert_replays();
 }
@@ -171,6 +181,10 @@ fn list_offsets_answers_each_kind() {
         q("a", OffsetAt::Time(NOW + 60 * SECOND)),
         q("a", OffsetAt::MaxTime),
         q("x", OffsetAt::Latest),
+        OffsetQuery {
+            queue: "none".into(),
+            ..q("a", OffsetAt::Latest)
+        },
     ];
     let ReadAnswer::Offsets(found) = ask(&mut f, ReadReq::ListOffsets(req)) else {
         panic!("not an offsets answer");
