@@ -198,7 +198,8 @@ fn list_offsets_answers_each_kind() {
             (2, false),
             (-1, false),
             (4, false),
-            (0, true)
+            (0, false),
+            (-1, true)
         ]
     );
     assert_eq!(found[2].time_us, NOW + 10 * SECOND);
