@@ -15,6 +15,7 @@ mod kv;
 mod kv_ops;
 mod locks;
 mod meter;
+mod offset_reads;
 mod pop;
 mod push;
 mod queue_options;

@@ -9,8 +9,8 @@ use queenmq_protocol::{rows, CommandMeta, ErrorCode};
 use serde_json::json;
 
 use crate::{
-    ack, auth, groups, health, http_metrics, kv, locks, pop, push, queues, reads, timers, txn,
-    AppState,
+    ack, auth, groups, health, http_metrics, kv, locks, offset_reads, pop, push, queues, reads,
+    timers, txn, AppState,
 };
 
 /// Every route names the row of the command table its handler sends, and [`auth::needs`]
@@ -60,6 +60,14 @@ pub fn router(app: AppState) -> Router {
         )
         .route("/api/v1/traces", sends(&rows::TRACE, post(reads::trace)))
         .route("/api/v1/dlq", sends(&rows::READ, get(reads::dlq)))
+        .route(
+            "/api/v1/fetch",
+            sends(&rows::READ, post(offset_reads::fetch)),
+        )
+        .route(
+            "/api/v1/partitions/changed",
+            sends(&rows::READ, post(offset_reads::changed)),
+        )
         .route(
             "/api/v1/consumer-groups",
             sends(&rows::READ, get(reads::groups)),
@@ -146,8 +154,6 @@ pub fn router(app: AppState) -> Router {
         .route("/api/v1/dlq", delete(health::unsupported))
         .route("/api/v1/status/analytics", get(health::unsupported))
         .route("/api/v1/analytics/{what}", get(health::unsupported))
-        .route("/api/v1/fetch", post(health::unsupported))
-        .route("/api/v1/partitions/changed", post(health::unsupported))
         .route("/api/v1/kv", sends(&rows::KV, post(kv::kv)))
         .route("/api/v1/locks", sends(&rows::LOCKS, post(locks::locks)))
         .route("/api/v1/timers", sends(&rows::TIMERS, post(timers::post)))

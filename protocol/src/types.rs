@@ -306,6 +306,9 @@ pub enum ReadReq {
         after: Option<String>,
         limit: usize,
     },
+    Fetch(crate::fetch::FetchReq),
+    Changed(crate::fetch::ChangedReq),
+    ListOffsets(Vec<crate::fetch::OffsetQuery>),
 }
 
 #[derive(Debug, Clone, Default)]

@@ -69,6 +69,7 @@ PLAIN_FILES = (
     "test_timers",
     "test_kv",
     "test_locks",
+    "test_reads",
 )
 RUNS = [Run(name, name) for name in PLAIN_FILES] + [
     # test_auth skips its no-JWT test when JWT_SECRET is set and its JWT tests

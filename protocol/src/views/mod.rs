@@ -44,4 +44,7 @@ pub enum ReadAnswer {
     Lagging(Vec<LaggingRow>),
     Timer(Option<crate::timers::TimerView>),
     Timers(crate::timers::TimerPage),
+    Fetch(crate::fetch::FetchAnswer),
+    Changed(crate::fetch::ChangedAnswer),
+    Offsets(Vec<crate::fetch::OffsetFound>),
 }

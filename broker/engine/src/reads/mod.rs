@@ -2,6 +2,9 @@
 //! doors render them (the Queen API's JSON of spec/native-api.md §2.2, §2.10, §2.11 and the
 //! admin reads lives in native-api/src/render).
 
+mod fetch;
+#[cfg(test)]
+mod fetch_tests;
 mod groups;
 mod messages;
 mod queues;
@@ -71,6 +74,9 @@ pub fn answer(
             after,
             limit,
         } => A::Timers(timers::page(st, queue, after.as_deref(), *limit)),
+        ReadReq::Fetch(f) => A::Fetch(fetch::fetch(st, rd, f)?),
+        ReadReq::Changed(c) => A::Changed(fetch::changed(st, c)),
+        ReadReq::ListOffsets(q) => A::Offsets(fetch::offsets(st, q)),
     })
 }
 
