@@ -124,6 +124,10 @@ pub async fn transaction(
         .iter()
         .map(|o| (crate::kv::op_name(o), o.ns_key().1.to_string()))
         .collect();
+    let reserved = match kv_ops.is_empty() {
+        true => None,
+        false => app.room.take(crate::kv::answer_bound(&kv_ops)).await?,
+    };
     let req = TxnReq {
         ops,
         required_leases,
@@ -174,10 +178,12 @@ pub async fn transaction(
                     }
                 })
                 .collect();
-            Ok(Json(
+            let mut resp = Json(
                 json!({"transactionId": r.transaction_id, "success": all_ok, "results": results}),
             )
-            .into_response())
+            .into_response();
+            crate::reserve::Reserved::ride(reserved, &mut resp);
+            Ok(resp)
         }
         other => Err(crate::render::unexpected(&other)),
     }
