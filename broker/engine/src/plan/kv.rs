@@ -72,7 +72,7 @@ impl<'s> KvJudge<'s> {
         true
     }
 
-    fn live(&self, ns: &str, key: &str) -> Option<KvRow> {
+    pub(super) fn live(&self, ns: &str, key: &str) -> Option<KvRow> {
         match self.overlay.get(&(ns.to_string(), key.to_string())) {
             Some(row) => row.clone(),
             None => self.st.kv.live(ns, key, self.now).cloned(),
@@ -149,7 +149,7 @@ impl<'s> KvJudge<'s> {
         row.map_or(0, |r| row_bytes(ns, key, &r.value))
     }
 
-    fn delete(&mut self, ns: &str, key: &str, version: u64) -> KvWriteResult {
+    pub(super) fn delete(&mut self, ns: &str, key: &str, version: u64) -> KvWriteResult {
         self.growth -= self.held_bytes(ns, key) as isize;
         self.overlay.insert((ns.to_string(), key.to_string()), None);
         self.writes.push(KvWrite::Delete {
