@@ -105,21 +105,9 @@ pub async fn kv(
     b: Body,
 ) -> Result<Response, KvApiError> {
     let bytes = body::read(&headers, b, &app.opts).await?;
-    let v: Value = body::json(&bytes)?;
-    // The broker also takes a bare array of ops.
-    let ops = match &v {
-        Value::Array(_) => &v,
-        Value::Object(m) => m
-            .get("operations")
-            .ok_or_else(|| KvApiError::bad("kv_bad_request", "operations is required"))?,
-        _ => {
-            return Err(KvApiError::bad(
-                "kv_bad_request",
-                "the body is not an object",
-            ))
-        }
-    };
-    let ops = crate::kv_ops::parse_ops(ops, false)?;
+    let list = crate::kv_ops::read_list(&bytes)?;
+    let ops = crate::kv_ops::parse_list(&list, false)?;
+    drop(list);
     let names: Vec<&'static str> = ops.iter().map(op_name).collect();
     let keys: Vec<String> = ops.iter().map(|o| o.ns_key().1.to_string()).collect();
     let reserved = app.room.take(answer_bound(&ops)).await?;
