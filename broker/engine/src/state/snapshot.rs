@@ -244,8 +244,13 @@ fn encode_head(s: &State, version: u8) -> Writer {
 /// end, fails the decode: a section is state, and dropping it would lose data.
 fn decode_sections(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError> {
     let n = r.count(5)?;
+    let mut seen = [false; 256];
     for _ in 0..n {
         let tag = r.u8()?;
+        // A second copy would overwrite the first: which one is the state is unknowable.
+        if std::mem::replace(&mut seen[usize::from(tag)], true) {
+            return Err(r.malformed(format!("checkpoint section {tag} appears twice")));
+        }
         let bytes = r.bytes()?;
         let mut sr = Reader::new(bytes);
         match tag {
@@ -653,9 +658,21 @@ mod tests {
         let mut unknown = blob.clone();
         unknown[at + 4] = 9;
         assert!(decode_state(&unknown).is_err());
-        let mut long = blob;
+        let mut long = blob.clone();
         long[at + 5..at + 9].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(decode_state(&long).is_err());
+        // The same section twice.
+        let section = &head[at + 4..];
+        let mut twice = blob[..at].to_vec();
+        twice.extend_from_slice(&2u32.to_le_bytes());
+        twice.extend_from_slice(section);
+        twice.extend_from_slice(section);
+        twice.extend_from_slice(&blob[head.len()..]);
+        let e = decode_state(&twice).err().map(|e| e.to_string());
+        assert!(
+            e.is_some_and(|e| e.contains("twice")),
+            "a repeated tag is refused"
+        );
     }
 
     #[test]
