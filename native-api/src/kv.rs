@@ -6,6 +6,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
+use queenmq_protocol::limits::{
+    KV_ANSWER_ROW_FIELDS, MAX_KV_ANSWER_BYTES, MAX_KV_KEY_BYTES, MAX_KV_VALUE_BYTES,
+};
 use queenmq_protocol::{
     Command, ErrorCode, KvOp, KvOutcome, KvPrecondition, KvReq, KvResult, KvRowView, KvWriteResult,
     Outcome, RequestCtx,
@@ -13,7 +16,25 @@ use queenmq_protocol::{
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
+use crate::reserve::Reserved;
 use crate::{body, iso_ms, AppState};
+
+/// What the answer to `ops` can weigh while it is built: the engine's rows, their JSON tree
+/// and its text (three copies). Every op may answer one whole value (a get, a refused write's
+/// current value, a listing's first row), and the listings share the engine's answer budget
+/// (`MAX_KV_ANSWER_BYTES`) beyond that.
+pub(crate) fn answer_bound(ops: &[KvOp]) -> usize {
+    let one_row = MAX_KV_VALUE_BYTES + MAX_KV_KEY_BYTES + KV_ANSWER_ROW_FIELDS;
+    let lists = ops
+        .iter()
+        .any(|o| matches!(o, KvOp::GetMany { .. } | KvOp::GetPrefix { .. }));
+    let rows = ops.len().saturating_mul(one_row).saturating_add(if lists {
+        MAX_KV_ANSWER_BYTES
+    } else {
+        0
+    });
+    rows.saturating_mul(3)
+}
 
 /// A refusal in the KV shape: `{"error", "code", "reason", "detail"}` (the client reads `code`).
 #[derive(Debug)]
@@ -84,23 +105,12 @@ pub async fn kv(
     b: Body,
 ) -> Result<Response, KvApiError> {
     let bytes = body::read(&headers, b, &app.opts).await?;
-    let v: Value = body::json(&bytes)?;
-    // The broker also takes a bare array of ops.
-    let ops = match &v {
-        Value::Array(_) => &v,
-        Value::Object(m) => m
-            .get("operations")
-            .ok_or_else(|| KvApiError::bad("kv_bad_request", "operations is required"))?,
-        _ => {
-            return Err(KvApiError::bad(
-                "kv_bad_request",
-                "the body is not an object",
-            ))
-        }
-    };
-    let ops = crate::kv_ops::parse_ops(ops, false)?;
+    let list = crate::kv_ops::read_list(&bytes)?;
+    let ops = crate::kv_ops::parse_list(&list, false)?;
+    drop(list);
     let names: Vec<&'static str> = ops.iter().map(op_name).collect();
     let keys: Vec<String> = ops.iter().map(|o| o.ns_key().1.to_string()).collect();
+    let reserved = app.room.take(answer_bound(&ops)).await?;
     let req = KvReq { ops };
     match crate::call(&app, ctx, Command::Kv(req)).await? {
         Outcome::Kv(KvOutcome::Results(results)) => {
@@ -109,7 +119,9 @@ pub async fn kv(
                 .enumerate()
                 .map(|(i, r)| render_result(i, names[i], &keys[i], r))
                 .collect();
-            Ok(Json(json!({"results": rendered})).into_response())
+            let mut resp = Json(json!({"results": rendered})).into_response();
+            Reserved::ride(reserved, &mut resp);
+            Ok(resp)
         }
         Outcome::Kv(KvOutcome::Precondition(p)) => {
             Ok(Json(precondition(&p, Map::new())).into_response())
@@ -195,13 +207,17 @@ pub fn render_result(index: usize, op: &str, key: &str, r: KvResult) -> Value {
                 m.extend(fields);
             }
         }
-        KvResult::GetMany { rows, missing } => {
+        KvResult::GetMany {
+            rows,
+            missing,
+            truncated,
+        } => {
             m.insert(
                 "rows".into(),
                 Value::Array(rows.iter().map(row_json).collect()),
             );
             m.insert("missing".into(), json!(missing));
-            m.insert("truncated".into(), json!(false));
+            m.insert("truncated".into(), json!(truncated));
         }
         KvResult::GetPrefix {
             rows,

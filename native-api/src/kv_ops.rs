@@ -7,17 +7,109 @@ use queenmq_protocol::limits::{
     DEFAULT_KV_PREFIX_LIMIT, MAX_KV_GET_MANY_KEYS, MAX_KV_KEY_BYTES, MAX_KV_OPS,
     MAX_KV_PREFIX_LIMIT, MAX_KV_TTL_SECONDS, MAX_KV_VALUE_BYTES,
 };
-use queenmq_protocol::{KvExpiry, KvOp};
+use queenmq_protocol::{KvExpiry, KvOp, LOCKS_NS};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use crate::capped::{self, Capped};
 use crate::kv::KvApiError;
+
+#[derive(Deserialize)]
+struct Wrapped<'a> {
+    #[serde(borrow, default)]
+    operations: Option<Capped<&'a RawValue>>,
+}
+
+/// The parts of an op that may be big, looked at before the op is parsed into a tree.
+#[derive(Deserialize)]
+struct Sizes<'a> {
+    #[serde(default)]
+    keys: Option<Capped<IgnoredAny>>,
+    #[serde(borrow, default)]
+    value: Option<&'a RawValue>,
+}
+
+/// The ops of a call body (a bare array, or `{"operations": [...]}`), each parsed into a tree
+/// only once the list is within [`MAX_KV_OPS`], its `keys` within [`MAX_KV_GET_MANY_KEYS`] and
+/// its `value` text near [`MAX_KV_VALUE_BYTES`]: a tree costs many times its text, so a body of
+/// millions of tiny elements is refused after one counting pass, not parsed.
+pub fn read_list(text: &[u8]) -> Result<Vec<Value>, KvApiError> {
+    let first = text.iter().find(|b| !b.is_ascii_whitespace());
+    let raw: Capped<&RawValue> = if first == Some(&b'[') {
+        capped::with_cap(MAX_KV_OPS, || serde_json::from_slice(text))
+            .map_err(|e| KvApiError::bad("kv_bad_request", format!("the body is not JSON: {e}")))?
+    } else {
+        let w: Wrapped<'_> = capped::with_cap(MAX_KV_OPS, || serde_json::from_slice(text))
+            .map_err(|e| {
+                KvApiError::bad("kv_bad_request", format!("the body is not an object: {e}"))
+            })?;
+        w.operations
+            .ok_or_else(|| KvApiError::bad("kv_bad_request", "operations is required"))?
+    };
+    let raw = match raw {
+        Capped::Within(r) => r,
+        Capped::Over(n) => {
+            return Err(KvApiError::bad(
+                "kv_too_many_ops",
+                format!("{n} ops in one call; the limit is {MAX_KV_OPS}"),
+            ))
+        }
+    };
+    raw.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            read_op(r.get()).map_err(|mut e| {
+                e.detail = format!("operations[{i}]: {}", e.detail);
+                e
+            })
+        })
+        .collect()
+}
+
+fn read_op(text: &str) -> Result<Value, KvApiError> {
+    let bad = |e: serde_json::Error| {
+        KvApiError::bad("kv_bad_request", format!("an op is an object: {e}"))
+    };
+    if text.trim_start().starts_with('{') {
+        let sizes: Sizes<'_> =
+            capped::with_cap(MAX_KV_GET_MANY_KEYS, || serde_json::from_str(text)).map_err(bad)?;
+        if let Some(Capped::Over(n)) = sizes.keys {
+            return Err(KvApiError::bad(
+                "kv_too_many_keys",
+                format!("{n} keys; the limit is {MAX_KV_GET_MANY_KEYS}"),
+            ));
+        }
+        // Whitespace is the only slack between the text and the value stored.
+        if let Some(v) = sizes
+            .value
+            .filter(|v| v.get().len() > 4 * MAX_KV_VALUE_BYTES)
+        {
+            return Err(KvApiError::too_large(
+                "kv_value_too_large",
+                format!(
+                    "a value of {} bytes; the limit is {MAX_KV_VALUE_BYTES}",
+                    v.get().len()
+                ),
+            ));
+        }
+    }
+    serde_json::from_str(text).map_err(bad)
+}
 
 /// Reads and bounds a list of ops. `in_txn`: the `kv` rider of a transaction, which may not
 /// list a prefix (a page is no precondition).
+#[cfg(test)]
 pub fn parse_ops(v: &Value, in_txn: bool) -> Result<Vec<KvOp>, KvApiError> {
     let list = v
         .as_array()
         .ok_or_else(|| KvApiError::bad("kv_bad_request", "operations must be an array"))?;
+    parse_list(list, in_txn)
+}
+
+/// [`parse_ops`] of a list read by [`read_list`].
+pub fn parse_list(list: &[Value], in_txn: bool) -> Result<Vec<KvOp>, KvApiError> {
     if list.len() > MAX_KV_OPS {
         return Err(KvApiError::bad(
             "kv_too_many_ops",
@@ -31,6 +123,16 @@ pub fn parse_ops(v: &Value, in_txn: bool) -> Result<Vec<KvOp>, KvApiError> {
             e.detail = format!("operations[{i}]: {}", e.detail);
             e
         })?;
+        if op.is_write() && op.ns_key().0 == LOCKS_NS {
+            // Permits are written only by /locks: a KV delete would release another's lock,
+            // a put jam one or forge its owner.
+            return Err(KvApiError::bad(
+                "kv_bad_namespace",
+                format!(
+                    "operations[{i}]: {LOCKS_NS} is written only through /locks; KV may read it"
+                ),
+            ));
+        }
         if op.is_write() {
             let (ns, key) = op.ns_key();
             if !written.insert((ns.to_string(), key.to_string())) {

@@ -7,7 +7,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use queenmq_protocol::limits::{
-    MAX_KV_OPS, MAX_KV_TTL_SECONDS, MAX_LOCK_LIMIT, MAX_LOCK_NAME_BYTES, MAX_LOCK_OWNER_BYTES,
+    MAX_KV_TTL_SECONDS, MAX_LOCK_LIMIT, MAX_LOCK_NAME_BYTES, MAX_LOCK_OWNER_BYTES,
 };
 use queenmq_protocol::{
     permit_key, Command, LockHolder, LockOp, LockReq, LockResult, Outcome, RequestCtx, LOCKS_NS,
@@ -24,21 +24,8 @@ pub async fn locks(
     b: Body,
 ) -> Result<Response, KvApiError> {
     let bytes = body::read(&headers, b, &app.opts).await?;
-    let v: Value = body::json(&bytes)?;
-    let list = match &v {
-        Value::Array(a) => a,
-        Value::Object(m) => m
-            .get("operations")
-            .and_then(Value::as_array)
-            .ok_or_else(|| bad("operations is an array"))?,
-        _ => return Err(bad("the body is not an object")),
-    };
-    if list.len() > MAX_KV_OPS {
-        return Err(bad(&format!(
-            "{} ops in one call; the limit is {MAX_KV_OPS}",
-            list.len()
-        )));
-    }
+    // Read like a KV call: the list capped while parsed, each op a tree only once it is in.
+    let list = crate::kv_ops::read_list(&bytes).map_err(|e| bad(&e.detail))?;
     let ops = list
         .iter()
         .enumerate()

@@ -34,8 +34,8 @@ struct TxnJson<'a> {
     operations: Capped<&'a RawValue>,
     #[serde(default, rename = "requiredLeases")]
     required_leases: Capped<String>,
-    #[serde(default)]
-    kv: Option<Value>,
+    #[serde(borrow, default)]
+    kv: Option<&'a RawValue>,
     #[serde(default)]
     timers: Option<Value>,
 }
@@ -115,10 +115,12 @@ pub async fn transaction(
         v.as_ref()
             .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()))
     };
-    let kv_ops = match &t.kv {
-        Some(v) if !v.is_null() => crate::kv_ops::parse_ops(v, true)
-            .map_err(|e| ApiError::bad(format!("bad kv rider: {} ({})", e.detail, e.reason)))?,
-        _ => Vec::new(),
+    let kv_ops = match t.kv {
+        Some(raw) => {
+            let list = crate::kv_ops::read_list(raw.get().as_bytes()).map_err(rider_error)?;
+            crate::kv_ops::parse_list(&list, true).map_err(rider_error)?
+        }
+        None => Vec::new(),
     };
     let kv_heads: Vec<(&'static str, String)> = kv_ops
         .iter()
@@ -130,6 +132,10 @@ pub async fn transaction(
             Ok(ops) => ops,
             Err(e) => return Ok(e.into_response()),
         },
+    };
+    let reserved = match kv_ops.is_empty() {
+        true => None,
+        false => app.room.take(crate::kv::answer_bound(&kv_ops)).await?,
     };
     let req = TxnReq {
         ops,
@@ -194,11 +200,25 @@ pub async fn transaction(
                     }
                 })
                 .collect();
-            Ok(Json(
+            let mut resp = Json(
                 json!({"transactionId": r.transaction_id, "success": all_ok, "results": results}),
             )
-            .into_response())
+            .into_response();
+            crate::reserve::Reserved::ride(reserved, &mut resp);
+            Ok(resp)
         }
         other => Err(crate::render::unexpected(&other)),
     }
+}
+
+/// A refused `kv` rider keeps its KV reason and status (413 for a too large key or value).
+fn rider_error(e: crate::kv::KvApiError) -> ApiError {
+    let code = match e.status {
+        axum::http::StatusCode::PAYLOAD_TOO_LARGE => queenmq_protocol::ErrorCode::PayloadTooLarge,
+        _ => queenmq_protocol::ErrorCode::BadRequest,
+    };
+    ApiError(queenmq_protocol::QueenError::new(
+        code,
+        format!("{}: bad kv rider: {}", e.reason, e.detail),
+    ))
 }

@@ -146,6 +146,9 @@ pub enum KvResult {
     GetMany {
         rows: Vec<KvRowView>,
         missing: Vec<String>,
+        /// The call's answer budget ran out: keys after the last answered one are in neither
+        /// list.
+        truncated: bool,
     },
     GetPrefix {
         rows: Vec<KvRowView>,

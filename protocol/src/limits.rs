@@ -37,6 +37,12 @@ pub const MAX_KV_GET_MANY_KEYS: usize = 1000;
 /// `getPrefix` page size when the caller names none, and the most it may ask (clamped).
 pub const DEFAULT_KV_PREFIX_LIMIT: usize = 100;
 pub const MAX_KV_PREFIX_LIMIT: usize = 1000;
+/// Bytes of rows (key, value and fields) the getMany and getPrefix ops of one call answer, summed
+/// over the call: past it an op answers `truncated` (a getPrefix with `nextAfter`). Each such op
+/// still answers its first row, so paging always moves on.
+pub const MAX_KV_ANSWER_BYTES: usize = 4 << 20;
+/// What a row costs in an answer beside its key and value (version, times, JSON punctuation).
+pub const KV_ANSWER_ROW_FIELDS: usize = 128;
 /// Longest KV `ttlSeconds` and lock `ttlSeconds`: ten years.
 pub const MAX_KV_TTL_SECONDS: u64 = 10 * YEAR as u64;
 /// Locks (§2.14): name and owner length, and the most permits of one semaphore.

@@ -153,3 +153,58 @@ def test_rows_versions_and_permits_survive_a_restart(broker_factory, crash):
         assert other["acquired"] is False and other["holders"][0]["owner"] == "me"
         newer = results(http, [put("new")])[0]
         assert newer["version"] > grant["token"], "versions keep rising across a restart"
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        put("l#0", ns="queen-locks"),
+        {"op": "delete", "ns": "queen-locks", "key": "l#0"},
+        {"op": "incr", "ns": "queen-locks", "key": "l#0", "delta": 1, "ttlSeconds": 5},
+    ],
+)
+def test_the_locks_namespace_is_written_only_through_locks(http, op):
+    got = results(
+        http,
+        [{"op": "acquire", "name": "l", "owner": "me", "ttlSeconds": 60}],
+        LOCKS,
+    )[0]
+    r = call(http, [op])
+    assert r.status_code == 400, r.text
+    assert r.json()["reason"] == "kv_bad_namespace"
+    t = http.post("/api/v1/transaction", json={"operations": [], "kv": [op]})
+    assert t.status_code == 400, t.text
+    # The permit is still held, and KV may read it.
+    row = results(http, [{"op": "get", "ns": "queen-locks", "key": "l#0"}])[0]
+    assert row["found"] and row["version"] == got["token"], (row, got)
+
+
+def test_oversized_lists_are_refused_while_counted(http):
+    # Far more ops and keys than allowed, each tiny: refused by count, with the named reason.
+    many_ops = "[" + ",".join(['{"op":"get","ns":"t","key":"k"}'] * 100_000) + "]"
+    r = http.post(KV, content=many_ops, headers={"content-type": "application/json"})
+    assert (r.status_code, r.json()["reason"]) == (400, "kv_too_many_ops")
+    keys = ",".join(['"k"'] * 200_000)
+    body = '{"operations":[{"op":"getMany","ns":"t","keys":[' + keys + "]}]}"
+    r = http.post(KV, content=body, headers={"content-type": "application/json"})
+    assert (r.status_code, r.json()["reason"]) == (400, "kv_too_many_keys")
+    r = http.post(LOCKS, content=many_ops, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+
+
+def test_a_kv_rider_refusal_keeps_its_status_and_reason(http):
+    big = put("k", value="v" * MAX_KV_VALUE_BYTES)
+    r = http.post("/api/v1/transaction", json={"operations": [], "kv": [big]})
+    assert r.status_code == 413, r.text
+    assert "kv_value_too_large" in r.text
+    prefix = {"op": "getPrefix", "ns": "t", "prefix": "a"}
+    r = http.post("/api/v1/transaction", json={"operations": [], "kv": [prefix]})
+    assert r.status_code == 400, r.text
+    assert "kv_get_prefix_not_allowed_in_transaction" in r.text
+
+
+def test_get_many_answers_a_repeated_key_once(http):
+    results(http, [put("dup")])
+    r = results(http, [{"op": "getMany", "ns": "t", "keys": ["dup"] * 1000}])[0]
+    assert [row["key"] for row in r["rows"]] == ["dup"]
+    assert r["truncated"] is False

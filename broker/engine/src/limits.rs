@@ -139,7 +139,9 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
                 LockOp::Acquire { owner, .. } => owner.len(),
                 _ => MAX_LOCK_OWNER_BYTES,
             };
-            acc.saturating_add(KV_EFFECT + LOCKS_NS.len() + op.name().len() + 48 + 2 * owner)
+            // A permit value is rebuilt from its owner (renew too), never copied: its bytes are
+            // the owner escaped, the fixed text and `since`; the key adds `#` and the slot.
+            acc.saturating_add(KV_EFFECT + LOCKS_NS.len() + op.name().len() + 64 + 2 * owner)
         }),
         Command::Ack(a) => a.items.iter().fold(0usize, |acc, i| {
             acc.saturating_add(ack_bound(i.error.as_deref()))

@@ -4,8 +4,9 @@
 //! its answer is released after the cycle's entry commits, which orders it after every write
 //! answered before it (a linearizable read).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
+use queenmq_protocol::limits::{KV_ANSWER_ROW_FIELDS, MAX_KV_ANSWER_BYTES};
 use queenmq_protocol::{
     ErrorCode, KvExpiry, KvOp, KvOutcome, KvPrecondition, KvRefusal, KvReq, KvResult, KvRowView,
     KvWriteResult, QueenError,
@@ -32,6 +33,15 @@ pub(super) struct KvJudge<'s> {
     last_version: u64,
     growth: isize,
     writes: Vec<KvWrite>,
+    /// What the call's getMany and getPrefix ops may still answer ([`MAX_KV_ANSWER_BYTES`]):
+    /// a value is cloned into the answer, so 256 ops of 1000 keys naming one big row would
+    /// otherwise build gigabytes.
+    answer_left: usize,
+}
+
+/// What a row weighs in an answer.
+fn answer_cost(key: &str, value: Option<&str>) -> usize {
+    key.len() + value.map_or(0, str::len) + KV_ANSWER_ROW_FIELDS
 }
 
 pub(super) struct Judged {
@@ -48,10 +58,21 @@ impl<'s> KvJudge<'s> {
             last_version: st.kv.last_version,
             growth: 0,
             writes: Vec::new(),
+            answer_left: MAX_KV_ANSWER_BYTES,
         }
     }
 
-    fn live(&self, ns: &str, key: &str) -> Option<KvRow> {
+    /// Takes `cost` from the answer budget; an op's first row always fits (`first`), so a
+    /// page always moves on. False: the op stops here, truncated.
+    fn spend(&mut self, cost: usize, first: bool) -> bool {
+        if cost > self.answer_left && !first {
+            return false;
+        }
+        self.answer_left = self.answer_left.saturating_sub(cost);
+        true
+    }
+
+    pub(super) fn live(&self, ns: &str, key: &str) -> Option<KvRow> {
         match self.overlay.get(&(ns.to_string(), key.to_string())) {
             Some(row) => row.clone(),
             None => self.st.kv.live(ns, key, self.now).cloned(),
@@ -128,7 +149,7 @@ impl<'s> KvJudge<'s> {
         row.map_or(0, |r| row_bytes(ns, key, &r.value))
     }
 
-    fn delete(&mut self, ns: &str, key: &str, version: u64) -> KvWriteResult {
+    pub(super) fn delete(&mut self, ns: &str, key: &str, version: u64) -> KvWriteResult {
         self.growth -= self.held_bytes(ns, key) as isize;
         self.overlay.insert((ns.to_string(), key.to_string()), None);
         self.writes.push(KvWrite::Delete {
@@ -176,13 +197,26 @@ impl<'s> KvJudge<'s> {
             KvOp::GetMany { ns, keys } => {
                 let mut rows = Vec::new();
                 let mut missing = Vec::new();
-                for k in keys {
-                    match self.live(ns, k) {
+                let mut seen = HashSet::new();
+                let mut truncated = false;
+                // A key named twice is answered once.
+                for k in keys.iter().filter(|k| seen.insert(k.as_str())) {
+                    let row = self.live(ns, k);
+                    let cost = answer_cost(k, row.as_ref().map(|r| r.value.as_str()));
+                    if !self.spend(cost, rows.is_empty() && missing.is_empty()) {
+                        truncated = true;
+                        break;
+                    }
+                    match row {
                         Some(r) => rows.push(self.view(k, &r, false)),
                         None => missing.push(k.clone()),
                     }
                 }
-                KvResult::GetMany { rows, missing }
+                KvResult::GetMany {
+                    rows,
+                    missing,
+                    truncated,
+                }
             }
             KvOp::GetPrefix {
                 ns,
@@ -193,15 +227,21 @@ impl<'s> KvJudge<'s> {
             } => {
                 // Listed from the applied rows: a page is a snapshot, and the ops of one call
                 // writing under the prefix they list is not a pattern worth an ordered overlay.
-                let mut rows: Vec<KvRowView> = self
-                    .st
-                    .kv
-                    .prefix(ns, prefix, after.as_deref(), self.now)
-                    .take(limit.saturating_add(1))
-                    .map(|(k, r)| self.view(k, r, *keys_only))
-                    .collect();
-                let truncated = rows.len() > *limit;
-                rows.truncate(*limit);
+                let mut rows: Vec<KvRowView> = Vec::new();
+                let mut truncated = false;
+                let st = self.st;
+                for (k, r) in st.kv.prefix(ns, prefix, after.as_deref(), self.now) {
+                    if rows.len() == *limit {
+                        truncated = true;
+                        break;
+                    }
+                    let value = (!*keys_only).then_some(r.value.as_str());
+                    if !self.spend(answer_cost(k, value), rows.is_empty()) {
+                        truncated = true;
+                        break;
+                    }
+                    rows.push(self.view(k, r, *keys_only));
+                }
                 let next_after = truncated
                     .then(|| rows.last().map(|r| r.key.clone()))
                     .flatten();

@@ -3,6 +3,7 @@
 //! row's value `{"owner":"…","since":<µs>}`. Acquire is a put on the first free slot, renew a
 //! put over the holder's row, release a delete; nothing is kept beside the rows.
 
+use queenmq_protocol::limits::MAX_LOCK_OWNER_BYTES;
 use queenmq_protocol::{permit_key, LockHolder, LockOp, LockReq, LockResult, QueenError, LOCKS_NS};
 
 use super::kv::KvJudge;
@@ -10,21 +11,26 @@ use super::Planner;
 use crate::state::kv::KvRow;
 
 impl Planner<'_> {
-    /// Each op is judged and emitted before the next, so a later op sees an earlier one.
+    /// Every op is judged, in order, against the rows the earlier ops would leave; the call's
+    /// writes are emitted only once all of them were judged, so a refusal (the KV byte cap)
+    /// of a later op leaves nothing of the call written.
     pub fn plan_locks(&mut self, req: &LockReq) -> Result<Vec<LockResult>, QueenError> {
         if let Some(m) = self.memory {
             if m.pressed() && req.ops.iter().any(|o| matches!(o, LockOp::Acquire { .. })) {
                 return Err(m.refusal());
             }
         }
+        let mut judge = KvJudge::new(self.st, self.now());
         let mut out = Vec::with_capacity(req.ops.len());
         for op in &req.ops {
-            out.push(self.plan_lock(op)?);
+            out.push(self.plan_lock(&mut judge, op)?);
         }
+        let judged = judge.into_judged();
+        self.commit_kv(judged);
         Ok(out)
     }
 
-    fn plan_lock(&mut self, op: &LockOp) -> Result<LockResult, QueenError> {
+    fn plan_lock(&self, judge: &mut KvJudge<'_>, op: &LockOp) -> Result<LockResult, QueenError> {
         let now = self.now();
         match op {
             LockOp::Acquire {
@@ -37,7 +43,7 @@ impl Planner<'_> {
                 let mut holders = Vec::new();
                 for slot in 0..*limit {
                     let key = permit_key(name, slot);
-                    match self.st.kv.live(LOCKS_NS, &key, now) {
+                    match judge.live(LOCKS_NS, &key) {
                         Some(row) if permit_owner(&row.value).as_deref() == Some(owner) => {
                             // Sent again by its owner (its answer was lost): the same permit.
                             return Ok(LockResult::Acquired {
@@ -47,7 +53,7 @@ impl Planner<'_> {
                                 already: true,
                             });
                         }
-                        Some(row) => holders.push(holder(slot, row)),
+                        Some(row) => holders.push(holder(slot, &row)),
                         None => {
                             free.get_or_insert(slot);
                         }
@@ -61,7 +67,7 @@ impl Planner<'_> {
                 };
                 let key = permit_key(name, slot);
                 let value = permit_value(owner, now);
-                let token = self.put_permit(&key, value, expiry(now, *ttl_seconds))?;
+                let token = put_permit(judge, &key, value, expiry(now, *ttl_seconds))?;
                 Ok(LockResult::Acquired {
                     slot,
                     token,
@@ -77,34 +83,31 @@ impl Planner<'_> {
                 owner,
             } => {
                 let key = permit_key(name, *slot);
-                let row = self.st.kv.live(LOCKS_NS, &key, now).cloned();
-                let held = row.as_ref().filter(|r| {
-                    r.version == *token
-                        || owner
-                            .as_deref()
-                            .is_some_and(|o| permit_owner(&r.value).as_deref() == Some(o))
+                // Only a permit this broker wrote is renewed, and its value is written anew
+                // from its owner and start: the entry bound counts a permit, not whatever a
+                // row of the namespace might hold.
+                let held = judge.live(LOCKS_NS, &key).and_then(|r| {
+                    let holder = permit_owner(&r.value)?;
+                    let since = permit_since(&r.value)?;
+                    let ours = r.version == *token || owner.as_deref() == Some(holder.as_str());
+                    (ours && holder.len() <= MAX_LOCK_OWNER_BYTES).then_some((holder, since))
                 });
-                let Some(row) = held else {
+                let Some((holder, since)) = held else {
                     return Ok(LockResult::Lost {
                         holders: self.lock_holders(name),
                     });
                 };
-                let value = row.value.clone();
-                let token = self.put_permit(&key, value, expiry(now, *ttl_seconds))?;
+                let value = permit_value(&holder, since);
+                let token = put_permit(judge, &key, value, expiry(now, *ttl_seconds))?;
                 Ok(LockResult::Renewed { slot: *slot, token })
             }
             LockOp::Release { name, token, slot } => {
                 let key = permit_key(name, *slot);
-                let held = self
-                    .st
-                    .kv
-                    .live(LOCKS_NS, &key, now)
+                let held = judge
+                    .live(LOCKS_NS, &key)
                     .is_some_and(|r| r.version == *token);
                 if held {
-                    self.emit(crate::entry::Effect::KvDelete {
-                        ns: LOCKS_NS,
-                        key: &key,
-                    });
+                    judge.delete(LOCKS_NS, &key, *token);
                 }
                 Ok(LockResult::Released {
                     released: held,
@@ -115,7 +118,7 @@ impl Planner<'_> {
         }
     }
 
-    /// Live permits of `name`, by slot.
+    /// Live permits of `name`, by slot, as applied (before the call's own writes).
     fn lock_holders(&self, name: &str) -> Vec<LockHolder> {
         let prefix = format!("{name}#");
         let mut out: Vec<LockHolder> = self
@@ -130,21 +133,17 @@ impl Planner<'_> {
         out.sort_by_key(|h| h.slot);
         out
     }
+}
 
-    /// Writes a permit's row (refused past the KV byte cap); its version is the token.
-    fn put_permit(
-        &mut self,
-        key: &str,
-        value: String,
-        expires_at_us: Option<i64>,
-    ) -> Result<u64, QueenError> {
-        let mut judge = KvJudge::new(self.st, self.now());
-        judge.put_row(LOCKS_NS, key, value, expires_at_us)?;
-        let version = judge.last_version();
-        let judged = judge.into_judged();
-        self.commit_kv(judged);
-        Ok(version)
-    }
+/// Records a permit's row (refused past the KV byte cap); its version is the token.
+fn put_permit(
+    judge: &mut KvJudge<'_>,
+    key: &str,
+    value: String,
+    expires_at_us: Option<i64>,
+) -> Result<u64, QueenError> {
+    judge.put_row(LOCKS_NS, key, value, expires_at_us)?;
+    Ok(judge.last_version())
 }
 
 fn expiry(now: i64, ttl_seconds: u64) -> Option<i64> {

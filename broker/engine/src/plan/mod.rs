@@ -11,6 +11,8 @@ mod id_space;
 mod ids;
 mod kv;
 #[cfg(test)]
+mod kv_bounds_tests;
+#[cfg(test)]
 mod kv_tests;
 mod locks;
 #[cfg(test)]

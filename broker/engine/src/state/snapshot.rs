@@ -264,6 +264,7 @@ fn decode_sections(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError>
     for _ in 0..n {
         let tag = r.u8()?;
         let bytes = r.bytes()?;
+        // A second copy would overwrite the first: which one is the state is unknowable.
         if seen.contains(&tag) {
             return Err(r.malformed(format!("checkpoint section {tag} appears twice")));
         }
