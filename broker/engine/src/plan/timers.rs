@@ -21,6 +21,9 @@ use crate::state::timers::TimerRow;
 /// TimerDelete headers, the frame's id and fields), so the fire stays inside the cycle's bytes.
 const FIRE_OVERHEAD: usize = 256;
 
+/// Fires per cycle while the memory budget refuses writes that grow the state.
+const FIRED_PER_CYCLE_UNDER_PRESSURE: usize = 16;
+
 /// Checks one op alone (bounds every field a client sends), before anything is planned.
 pub fn check_op(op: &TimerOp) -> Result<(), QueenError> {
     let (queue, key) = match op {
@@ -213,13 +216,20 @@ impl Planner<'_> {
 
     /// Fires up to `max` due timers while the entry stays under `entry_bytes`: each is a push
     /// (creating its queue and partition if need be) and the row's removal, in this entry.
-    /// While the memory budget refuses writes nothing fires; a fire the push refuses (an id
-    /// past what a checkpoint holds, a stored frame the dedup check could not read) leaves
-    /// its timer for a later cycle. Returns how many fired.
+    /// A fire the push refuses (an id past what a checkpoint holds, a stored frame the dedup
+    /// check could not read) leaves its timer for a later cycle. Returns how many fired.
     pub fn fire_timers(&mut self, max: usize, entry_bytes: usize) -> usize {
-        if self.st.timers.is_empty() || self.memory.is_some_and(|m| m.pressed()) {
+        if self.st.timers.is_empty() {
             return 0;
         }
+        // A fire removes the row that holds the payload it pushes, so it frees about what it
+        // adds: pressure must not freeze every tenant's timers, only slow them (the cap bounds
+        // the queues and partitions fires may create while the budget is short).
+        let max = if self.memory.is_some_and(|m| m.pressed()) {
+            max.min(FIRED_PER_CYCLE_UNDER_PRESSURE)
+        } else {
+            max
+        };
         let mut fired = 0;
         for (queue, key) in self.st.timers.due(self.now(), max) {
             let Some(row) = self.st.timers.get(&queue, &key).cloned() else {

@@ -210,3 +210,37 @@ fn a_refused_bundle_schedules_nothing() {
     assert_eq!(fx.st.timers.len(), 1);
     fx.assert_replays();
 }
+
+/// A budget that refuses every write that grows the state.
+struct Pressed;
+
+impl crate::plan::MemoryGate for Pressed {
+    fn pressed(&self) -> bool {
+        true
+    }
+    fn refusal(&self) -> queenmq_protocol::QueenError {
+        queenmq_protocol::QueenError::unavailable("memory")
+    }
+    fn answer_room(&self) -> usize {
+        usize::MAX
+    }
+}
+
+#[test]
+fn due_timers_still_fire_under_memory_pressure_a_few_per_cycle() {
+    let mut fx = Fixture::new();
+    let ops = (0..40)
+        .map(|i| schedule("q", &format!("k{i}"), 10, "0"))
+        .collect();
+    plan(&mut fx, ops);
+    fx.commit();
+    fx.advance(SECOND);
+    fx.commit();
+    let mut planner = fx.planner();
+    planner.memory = Some(&Pressed);
+    let fired = planner.fire_timers(256, 4 << 20);
+    assert!(fired > 0, "pressure froze the timers");
+    assert!(fired < 40, "pressure did not slow the fires");
+    fx.commit();
+    fx.assert_replays();
+}
