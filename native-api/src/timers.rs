@@ -15,8 +15,10 @@ use queenmq_protocol::{
     Command, ErrorCode, Outcome, QueenError, ReadAnswer, ReadReq, RequestCtx, TimerOp, TimerResult,
     TimerSchedule, TimerView, TimersReq, DEFAULT_PARTITION, MAX_TIMER_OPS, MAX_TIMER_PAYLOAD_BYTES,
 };
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use crate::capped::{self, Capped};
 use crate::{body, iso_ms, render, AppState};
 
 /// Fields the server owns (§2.15): refused, never dropped, so a client cannot forge them.
@@ -226,28 +228,44 @@ fn parse_op(v: &Value) -> Result<TimerOp, TimerError> {
     }
 }
 
-/// Parses `{"operations": [op…]}` (or a bare array) and checks it as the engine will.
-pub fn parse_ops(v: &Value) -> Result<Vec<TimerOp>, TimerError> {
-    let list = match v {
-        Value::Array(a) => a,
-        Value::Object(m) => match m.get("operations") {
-            Some(Value::Array(a)) => a,
-            _ => return Err(bad("timers_bad_request", "operations must be an array")),
-        },
-        _ => {
+#[derive(serde::Deserialize)]
+struct OpsJson<'a> {
+    #[serde(borrow)]
+    operations: Capped<&'a RawValue>,
+}
+
+/// Parses `{"operations": [op…]}` (or a bare array) and checks it as the engine will. The
+/// list is capped while it is parsed and each op is parsed alone, so a body of a million ops
+/// is refused after one pass over its bytes, never held as a JSON tree.
+pub fn parse_ops(json: &[u8]) -> Result<Vec<TimerOp>, TimerError> {
+    let shape = || bad("timers_bad_request", "expected {\"operations\": [...]}");
+    let list = capped::with_cap(MAX_TIMER_OPS, || {
+        match json.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'[') => serde_json::from_slice::<Capped<&RawValue>>(json).ok(),
+            Some(b'{') => serde_json::from_slice::<OpsJson<'_>>(json)
+                .ok()
+                .map(|o| o.operations),
+            _ => None,
+        }
+    })
+    .ok_or_else(shape)?;
+    let list = match list {
+        Capped::Within(l) => l,
+        Capped::Over(n) => {
             return Err(bad(
-                "timers_bad_request",
-                "expected {\"operations\": [...]}",
+                "timers_too_many_ops",
+                format!("{n} operations; the limit is {MAX_TIMER_OPS}"),
             ))
         }
     };
-    if list.len() > MAX_TIMER_OPS {
-        return Err(bad(
-            "timers_too_many_ops",
-            format!("{} operations; the limit is {MAX_TIMER_OPS}", list.len()),
-        ));
-    }
-    let ops = list.iter().map(parse_op).collect::<Result<Vec<_>, _>>()?;
+    let ops = list
+        .iter()
+        .map(|raw| {
+            let v: Value = serde_json::from_str(raw.get())
+                .map_err(|e| bad("timers_bad_request", format!("bad operation: {e}")))?;
+            parse_op(&v)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     check_unique_keys(&ops)?;
     Ok(ops)
 }
@@ -294,8 +312,7 @@ pub async fn post(
     b: Body,
 ) -> Result<Response, TimerError> {
     let bytes = body::read(&headers, b, &app.opts).await?;
-    let v: Value = body::json(&bytes)?;
-    let ops = parse_ops(&v)?;
+    let ops = parse_ops(&bytes)?;
     let results = timers(&app, ctx, ops).await?;
     let rows: Vec<Value> = results
         .iter()
@@ -427,3 +444,7 @@ pub fn render_read(a: &ReadAnswer) -> Value {
         _ => Value::Null,
     }
 }
+
+#[cfg(test)]
+#[path = "timers_tests.rs"]
+mod tests;

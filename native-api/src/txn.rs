@@ -36,8 +36,8 @@ struct TxnJson<'a> {
     required_leases: Capped<String>,
     #[serde(default)]
     kv: Option<Value>,
-    #[serde(default)]
-    timers: Option<Value>,
+    #[serde(default, borrow)]
+    timers: Option<&'a RawValue>,
 }
 
 pub async fn transaction(
@@ -115,9 +115,9 @@ pub async fn transaction(
         v.as_ref()
             .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()))
     };
-    let timers = match t.timers.as_ref().filter(|_| has_riders(&t.timers)) {
+    let timers = match t.timers {
         None => Vec::new(),
-        Some(v) => match crate::timers::parse_ops(v) {
+        Some(raw) => match crate::timers::parse_ops(raw.get().as_bytes()) {
             Ok(ops) => ops,
             Err(e) => return Ok(e.into_response()),
         },
