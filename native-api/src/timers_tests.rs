@@ -27,7 +27,14 @@ fn an_object_or_a_bare_array_parses_and_anything_else_is_refused() {
         };
         assert!(matches!(&ops[..], [TimerOp::Cancel { key, .. }] if key == "k1"));
     }
-    for body in ["", "3", "{\"operations\":3}", "[1]", "[{\"op\":\"cancel\"", "{}"] {
+    for body in [
+        "",
+        "3",
+        "{\"operations\":3}",
+        "[1]",
+        "[{\"op\":\"cancel\"",
+        "{}",
+    ] {
         assert!(parse_ops(body.as_bytes()).is_err(), "{body:?} was taken");
     }
 }

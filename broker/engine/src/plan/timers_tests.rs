@@ -37,7 +37,7 @@ fn plan(fx: &mut Fixture, ops: Vec<TimerOp>) -> Vec<TimerStatus> {
 }
 
 fn fire(fx: &mut Fixture) -> usize {
-    fx.planner().fire_timers(256, 4 << 20)
+    fx.planner().fire_timers(256, 4 << 20, 4 << 20)
 }
 
 #[test]
@@ -111,10 +111,14 @@ fn a_past_delay_fires_on_the_next_cycle_and_the_fire_is_bounded() {
         .collect();
     plan(&mut fx, ops);
     fx.advance(MS);
-    assert_eq!(fx.planner().fire_timers(2, 4 << 20), 2);
+    assert_eq!(fx.planner().fire_timers(2, 4 << 20, 4 << 20), 2);
     assert_eq!(fx.st.timers.len(), 3);
     fx.advance(MS);
-    assert_eq!(fx.planner().fire_timers(10, 0), 0, "no room in the entry");
+    assert_eq!(
+        fx.planner().fire_timers(10, 0, 0),
+        0,
+        "no room in the entry"
+    );
     assert_eq!(fire(&mut fx), 3);
     fx.assert_replays();
 }
@@ -238,9 +242,64 @@ fn due_timers_still_fire_under_memory_pressure_a_few_per_cycle() {
     fx.commit();
     let mut planner = fx.planner();
     planner.memory = Some(&Pressed);
-    let fired = planner.fire_timers(256, 4 << 20);
+    let fired = planner.fire_timers(256, 4 << 20, 4 << 20);
     assert!(fired > 0, "pressure froze the timers");
     assert!(fired < 40, "pressure did not slow the fires");
+    fx.commit();
+    fx.assert_replays();
+}
+
+#[test]
+fn a_timer_larger_than_the_cycle_cap_fires_alone_and_does_not_block_the_rest() {
+    let mut fx = Fixture::new();
+    let big = "x".repeat(8 << 10);
+    plan(
+        &mut fx,
+        vec![
+            schedule("q", "a", 10, &big),
+            schedule("q", "b", 20, &big),
+            schedule("q", "c", 30, "0"),
+        ],
+    );
+    fx.commit();
+    fx.advance(SECOND);
+    for left in [2, 1, 0] {
+        assert_eq!(fx.planner().fire_timers(256, 1 << 10, 1 << 20), 1);
+        fx.commit();
+        assert_eq!(fx.st.timers.len(), left);
+    }
+    assert_eq!(fx.pop("q", None, 10, None).messages.len(), 3);
+    fx.assert_replays();
+}
+
+#[test]
+fn the_fire_bound_covers_what_a_fire_really_writes() {
+    let mut fx = Fixture::new();
+    let key = "k".repeat(queenmq_protocol::MAX_TIMER_KEY_BYTES);
+    let op = TimerOp::Schedule(TimerSchedule {
+        queue: "q".repeat(100),
+        key: key.clone(),
+        partition: "p".repeat(100),
+        payload: Bytes::from_static(b"1"),
+        delay_ms: 10,
+        txn: "t".repeat(200),
+    });
+    plan(&mut fx, vec![op]);
+    fx.commit();
+    fx.advance(SECOND);
+    assert_eq!(fx.planner().fire_timers(256, 4 << 20, 4 << 20), 1);
+    let bound = super::timers::fire_bound(
+        &"q".repeat(100),
+        &key,
+        &"p".repeat(100),
+        &"t".repeat(200),
+        1,
+    );
+    assert!(
+        fx.cycle.entry.len() <= bound,
+        "a fire wrote {} bytes, its bound is {bound}",
+        fx.cycle.entry.len()
+    );
     fx.commit();
     fx.assert_replays();
 }
