@@ -14,6 +14,7 @@ use bytes::Bytes;
 use queenmq_protocol::{
     Command, ErrorCode, Outcome, QueenError, ReadAnswer, ReadReq, RequestCtx, TimerOp, TimerResult,
     TimerSchedule, TimerView, TimersReq, DEFAULT_PARTITION, MAX_TIMER_OPS, MAX_TIMER_PAYLOAD_BYTES,
+    TIMERS_QUOTA_REFUSAL,
 };
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
@@ -27,9 +28,6 @@ const SERVER_OWNED: &[&str] = &[
     "producer_sub",
     "messageId",
     "message_id",
-    "tenant",
-    "tenantId",
-    "tenant_id",
     "deliverAt",
     "deliver_at",
     "delaySeconds",
@@ -39,6 +37,11 @@ const SERVER_OWNED: &[&str] = &[
     "claim_token",
     "claimedUntil",
 ];
+
+/// Every `tenant…` field is server-owned (§2.15), whatever follows the prefix or its case.
+fn tenant_field(k: &str) -> bool {
+    k.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("tenant"))
+}
 
 /// A refusal in the timer surface's own shape.
 pub struct TimerError {
@@ -65,6 +68,9 @@ impl From<QueenError> for TimerError {
                 "timers_bad_request",
                 "timers_bad_request",
             ),
+            ErrorCode::Forbidden if e.message.starts_with(TIMERS_QUOTA_REFUSAL) => {
+                (StatusCode::FORBIDDEN, "timers_forbidden", "timers_quota")
+            }
             ErrorCode::Forbidden => (StatusCode::FORBIDDEN, "timers_forbidden", "timers_horizon"),
             ErrorCode::PayloadTooLarge => (
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -134,6 +140,23 @@ fn text<'a>(
     }
 }
 
+/// Decompresses a zstd frame of at most [`MAX_TIMER_PAYLOAD_BYTES`], growing with what the
+/// frame really holds (a bulk decode would take the whole bound for every op).
+fn zstd_bounded(frame: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let limit = u64::try_from(MAX_TIMER_PAYLOAD_BYTES).unwrap_or(u64::MAX);
+    let mut out = Vec::new();
+    zstd::stream::read::Decoder::new(frame)
+        .map_err(|e| e.to_string())?
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|e| e.to_string())?;
+    if out.len() > MAX_TIMER_PAYLOAD_BYTES {
+        return Err("the frame decodes past the limit".into());
+    }
+    Ok(out)
+}
+
 /// The payload as the fire pushes it: JSON text. The wire carries base64 of the JSON text, or
 /// of raw bytes (stored as a JSON string when UTF-8), zstd-compressed when `payloadZstd`.
 pub fn decode_payload(b64: &str, zstd: bool) -> Result<Bytes, TimerError> {
@@ -156,8 +179,7 @@ pub fn decode_payload(b64: &str, zstd: bool) -> Result<Bytes, TimerError> {
         .decode(b64)
         .map_err(|e| bad("timers_bad_payload", format!("payload is not base64: {e}")))?;
     let raw = if zstd {
-        // A bounded decode: a small frame claiming gigabytes fails here, not in an allocation.
-        zstd::bulk::decompress(&raw, MAX_TIMER_PAYLOAD_BYTES).map_err(|e| TimerError {
+        zstd_bounded(&raw).map_err(|e| TimerError {
             detail: format!(
                 "payloadZstd: not a zstd frame of at most {MAX_TIMER_PAYLOAD_BYTES} bytes ({e})"
             ),
@@ -166,11 +188,15 @@ pub fn decode_payload(b64: &str, zstd: bool) -> Result<Bytes, TimerError> {
     } else {
         raw
     };
+    // The row is counted by its length: what it keeps must be no larger (Bytes::from keeps a
+    // Vec's spare capacity).
     if serde_json::from_slice::<&serde_json::value::RawValue>(&raw).is_ok() {
-        return Ok(Bytes::from(raw));
+        return Ok(Bytes::copy_from_slice(&raw));
     }
     match String::from_utf8(raw) {
-        Ok(s) => Ok(Bytes::from(Value::String(s).to_string())),
+        Ok(s) => Ok(Bytes::copy_from_slice(
+            Value::String(s).to_string().as_bytes(),
+        )),
         Err(_) => Err(bad(
             "timers_bad_payload",
             "payload decodes to neither JSON nor UTF-8 text",
@@ -187,7 +213,7 @@ fn parse_op(v: &Value) -> Result<TimerOp, TimerError> {
     };
     if let Some(f) = m
         .keys()
-        .find(|k| SERVER_OWNED.contains(&k.as_str()) || k.starts_with('_'))
+        .find(|k| SERVER_OWNED.contains(&k.as_str()) || k.starts_with('_') || tenant_field(k))
     {
         return Err(bad(
             "timers_server_owned_field",
@@ -377,8 +403,8 @@ fn view_json(t: &TimerView, with_payload: bool) -> Value {
         "deliverAt": iso_ms(t.deliver_at_us),
         "createdAt": iso_ms(t.created_us),
     });
-    if with_payload {
-        v["payload"] = json!(base64::engine::general_purpose::STANDARD.encode(&t.payload));
+    if let Some(p) = t.payload.as_ref().filter(|_| with_payload) {
+        v["payload"] = json!(base64::engine::general_purpose::STANDARD.encode(p));
         v["encrypted"] = json!(false);
     }
     v

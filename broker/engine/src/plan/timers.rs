@@ -9,7 +9,7 @@ use bytes::Bytes;
 use queenmq_protocol::{
     ErrorCode, PushItem, PushStatus, QueenError, TimerOp, TimerResult, TimerSchedule, TimerStatus,
     TimersReq, MAX_TIMERS_PER_TENANT, MAX_TIMER_BYTES_PER_TENANT, MAX_TIMER_DELAY_MS,
-    MAX_TIMER_KEY_BYTES, MAX_TIMER_PAYLOAD_BYTES,
+    MAX_TIMER_KEY_BYTES, MAX_TIMER_PAYLOAD_BYTES, TIMERS_QUOTA_REFUSAL,
 };
 use uuid::Uuid;
 
@@ -58,7 +58,7 @@ pub fn check_op(op: &TimerOp) -> Result<(), QueenError> {
                     ),
                 ));
             }
-            if !(-MAX_TIMER_DELAY_MS..=MAX_TIMER_DELAY_MS).contains(&s.delay_ms) {
+            if s.delay_ms > MAX_TIMER_DELAY_MS {
                 return Err(QueenError::new(
                     ErrorCode::Forbidden,
                     format!(
@@ -156,11 +156,15 @@ impl Planner<'_> {
             bytes = bytes.saturating_add(new);
         }
         if rows > MAX_TIMERS_PER_TENANT || bytes > MAX_TIMER_BYTES_PER_TENANT {
-            return Err(QueenError::unavailable(format!(
-                "the tenant's pending timers would pass their quota ({MAX_TIMERS_PER_TENANT} \
-                 timers, {} MiB); nothing was scheduled, retry once timers fire or are cancelled",
-                MAX_TIMER_BYTES_PER_TENANT >> 20
-            )));
+            return Err(QueenError::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "{TIMERS_QUOTA_REFUSAL}the tenant's pending timers would pass their quota \
+                     ({MAX_TIMERS_PER_TENANT} timers, {} MiB); nothing was scheduled, retry once \
+                     timers fire or are cancelled",
+                    MAX_TIMER_BYTES_PER_TENANT >> 20
+                ),
+            ));
         }
         if grows {
             if let Some(m) = self.memory.filter(|m| m.pressed()) {
@@ -202,7 +206,8 @@ impl Planner<'_> {
 
     fn schedule(&mut self, s: &TimerSchedule) -> TimerResult {
         let now = self.now();
-        let deliver_at_us = now.saturating_add(s.delay_ms.saturating_mul(1000));
+        // A negative delay is due now (§2.15): clamped, so the due index never reaches back.
+        let deliver_at_us = now.saturating_add(s.delay_ms.max(0).saturating_mul(1000));
         let id = super::ids::message_id(now);
         let replaced = self.st.timers.get(&s.queue, &s.key).is_some();
         self.emit(Effect::TimerPut {

@@ -303,3 +303,59 @@ fn the_fire_bound_covers_what_a_fire_really_writes() {
     fx.commit();
     fx.assert_replays();
 }
+
+#[test]
+fn a_quota_refusal_is_forbidden_not_a_retriable_unavailable() {
+    let mut fx = Fixture::new();
+    let payload = Bytes::from(vec![b'1'; queenmq_protocol::MAX_TIMER_PAYLOAD_BYTES]);
+    let n = (queenmq_protocol::MAX_TIMER_BYTES_PER_TENANT / payload.len()) + 1;
+    let ops: Vec<TimerOp> = (0..n)
+        .map(|i| {
+            TimerOp::Schedule(TimerSchedule {
+                queue: "q".into(),
+                key: format!("k{i}"),
+                partition: "Default".into(),
+                payload: payload.clone(),
+                delay_ms: 60_000,
+                txn: format!("t{i}"),
+            })
+        })
+        .collect();
+    let e = fx
+        .planner()
+        .check_timers(&ops)
+        .err()
+        .expect("over the quota");
+    assert_eq!(e.code, ErrorCode::Forbidden);
+    assert!(e
+        .message
+        .starts_with(queenmq_protocol::TIMERS_QUOTA_REFUSAL));
+}
+
+#[test]
+fn a_delay_far_in_the_past_is_due_now() {
+    let mut fx = Fixture::new();
+    plan(
+        &mut fx,
+        vec![schedule("q", "k", -MAX_TIMER_DELAY_MS - 1, "1")],
+    );
+    let row = fx.st.timers.get("q", "k").map(|r| r.deliver_at_us);
+    assert!(row.is_some_and(|at| at >= super::fixture::NOW));
+    fx.advance(MS);
+    assert_eq!(fire(&mut fx), 1);
+    fx.commit();
+    fx.assert_replays();
+}
+
+#[test]
+fn a_rider_past_the_horizon_is_refused_as_forbidden_not_rolled_back() {
+    use queenmq_protocol::TxnReq;
+    let mut fx = Fixture::new();
+    let req = TxnReq {
+        timers: vec![schedule("q", "k", MAX_TIMER_DELAY_MS + 1, "1")],
+        ..Default::default()
+    };
+    let e = fx.planner().plan_transaction(&req, None).err();
+    assert_eq!(e.map(|e| e.code), Some(ErrorCode::Forbidden));
+    assert!(fx.cycle.entry.is_empty());
+}
