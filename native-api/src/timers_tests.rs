@@ -1,6 +1,6 @@
 //! The door's parse of timer ops: the list cap applies while parsing, each op alone.
 
-use queenmq_protocol::{TimerOp, MAX_TIMER_OPS};
+use queenmq_protocol::{TimerOp, MAX_TIMER_OPS, MAX_TIMER_PAYLOAD_BYTES};
 
 use super::parse_ops;
 
