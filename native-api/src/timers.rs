@@ -14,9 +14,12 @@ use bytes::Bytes;
 use queenmq_protocol::{
     Command, ErrorCode, Outcome, QueenError, ReadAnswer, ReadReq, RequestCtx, TimerOp, TimerResult,
     TimerSchedule, TimerView, TimersReq, DEFAULT_PARTITION, MAX_TIMER_OPS, MAX_TIMER_PAYLOAD_BYTES,
+    TIMERS_QUOTA_REFUSAL,
 };
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use crate::capped::{self, Capped};
 use crate::{body, iso_ms, render, AppState};
 
 /// Fields the server owns (§2.15): refused, never dropped, so a client cannot forge them.
@@ -25,9 +28,6 @@ const SERVER_OWNED: &[&str] = &[
     "producer_sub",
     "messageId",
     "message_id",
-    "tenant",
-    "tenantId",
-    "tenant_id",
     "deliverAt",
     "deliver_at",
     "delaySeconds",
@@ -37,6 +37,11 @@ const SERVER_OWNED: &[&str] = &[
     "claim_token",
     "claimedUntil",
 ];
+
+/// Every `tenant…` field is server-owned (§2.15), whatever follows the prefix or its case.
+fn tenant_field(k: &str) -> bool {
+    k.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("tenant"))
+}
 
 /// A refusal in the timer surface's own shape.
 pub struct TimerError {
@@ -63,6 +68,9 @@ impl From<QueenError> for TimerError {
                 "timers_bad_request",
                 "timers_bad_request",
             ),
+            ErrorCode::Forbidden if e.message.starts_with(TIMERS_QUOTA_REFUSAL) => {
+                (StatusCode::FORBIDDEN, "timers_forbidden", "timers_quota")
+            }
             ErrorCode::Forbidden => (StatusCode::FORBIDDEN, "timers_forbidden", "timers_horizon"),
             ErrorCode::PayloadTooLarge => (
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -132,6 +140,23 @@ fn text<'a>(
     }
 }
 
+/// Decompresses a zstd frame of at most [`MAX_TIMER_PAYLOAD_BYTES`], growing with what the
+/// frame really holds (a bulk decode would take the whole bound for every op).
+fn zstd_bounded(frame: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let limit = u64::try_from(MAX_TIMER_PAYLOAD_BYTES).unwrap_or(u64::MAX);
+    let mut out = Vec::new();
+    zstd::stream::read::Decoder::new(frame)
+        .map_err(|e| e.to_string())?
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|e| e.to_string())?;
+    if out.len() > MAX_TIMER_PAYLOAD_BYTES {
+        return Err("the frame decodes past the limit".into());
+    }
+    Ok(out)
+}
+
 /// The payload as the fire pushes it: JSON text. The wire carries base64 of the JSON text, or
 /// of raw bytes (stored as a JSON string when UTF-8), zstd-compressed when `payloadZstd`.
 pub fn decode_payload(b64: &str, zstd: bool) -> Result<Bytes, TimerError> {
@@ -154,8 +179,7 @@ pub fn decode_payload(b64: &str, zstd: bool) -> Result<Bytes, TimerError> {
         .decode(b64)
         .map_err(|e| bad("timers_bad_payload", format!("payload is not base64: {e}")))?;
     let raw = if zstd {
-        // A bounded decode: a small frame claiming gigabytes fails here, not in an allocation.
-        zstd::bulk::decompress(&raw, MAX_TIMER_PAYLOAD_BYTES).map_err(|e| TimerError {
+        zstd_bounded(&raw).map_err(|e| TimerError {
             detail: format!(
                 "payloadZstd: not a zstd frame of at most {MAX_TIMER_PAYLOAD_BYTES} bytes ({e})"
             ),
@@ -164,11 +188,15 @@ pub fn decode_payload(b64: &str, zstd: bool) -> Result<Bytes, TimerError> {
     } else {
         raw
     };
+    // The row is counted by its length: what it keeps must be no larger (Bytes::from keeps a
+    // Vec's spare capacity).
     if serde_json::from_slice::<&serde_json::value::RawValue>(&raw).is_ok() {
-        return Ok(Bytes::from(raw));
+        return Ok(Bytes::copy_from_slice(&raw));
     }
     match String::from_utf8(raw) {
-        Ok(s) => Ok(Bytes::from(Value::String(s).to_string())),
+        Ok(s) => Ok(Bytes::copy_from_slice(
+            Value::String(s).to_string().as_bytes(),
+        )),
         Err(_) => Err(bad(
             "timers_bad_payload",
             "payload decodes to neither JSON nor UTF-8 text",
@@ -185,7 +213,7 @@ fn parse_op(v: &Value) -> Result<TimerOp, TimerError> {
     };
     if let Some(f) = m
         .keys()
-        .find(|k| SERVER_OWNED.contains(&k.as_str()) || k.starts_with('_'))
+        .find(|k| SERVER_OWNED.contains(&k.as_str()) || k.starts_with('_') || tenant_field(k))
     {
         return Err(bad(
             "timers_server_owned_field",
@@ -226,28 +254,44 @@ fn parse_op(v: &Value) -> Result<TimerOp, TimerError> {
     }
 }
 
-/// Parses `{"operations": [op…]}` (or a bare array) and checks it as the engine will.
-pub fn parse_ops(v: &Value) -> Result<Vec<TimerOp>, TimerError> {
-    let list = match v {
-        Value::Array(a) => a,
-        Value::Object(m) => match m.get("operations") {
-            Some(Value::Array(a)) => a,
-            _ => return Err(bad("timers_bad_request", "operations must be an array")),
-        },
-        _ => {
+#[derive(serde::Deserialize)]
+struct OpsJson<'a> {
+    #[serde(borrow)]
+    operations: Capped<&'a RawValue>,
+}
+
+/// Parses `{"operations": [op…]}` (or a bare array) and checks it as the engine will. The
+/// list is capped while it is parsed and each op is parsed alone, so a body of a million ops
+/// is refused after one pass over its bytes, never held as a JSON tree.
+pub fn parse_ops(json: &[u8]) -> Result<Vec<TimerOp>, TimerError> {
+    let shape = || bad("timers_bad_request", "expected {\"operations\": [...]}");
+    let list = capped::with_cap(MAX_TIMER_OPS, || {
+        match json.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'[') => serde_json::from_slice::<Capped<&RawValue>>(json).ok(),
+            Some(b'{') => serde_json::from_slice::<OpsJson<'_>>(json)
+                .ok()
+                .map(|o| o.operations),
+            _ => None,
+        }
+    })
+    .ok_or_else(shape)?;
+    let list = match list {
+        Capped::Within(l) => l,
+        Capped::Over(n) => {
             return Err(bad(
-                "timers_bad_request",
-                "expected {\"operations\": [...]}",
+                "timers_too_many_ops",
+                format!("{n} operations; the limit is {MAX_TIMER_OPS}"),
             ))
         }
     };
-    if list.len() > MAX_TIMER_OPS {
-        return Err(bad(
-            "timers_too_many_ops",
-            format!("{} operations; the limit is {MAX_TIMER_OPS}", list.len()),
-        ));
-    }
-    let ops = list.iter().map(parse_op).collect::<Result<Vec<_>, _>>()?;
+    let ops = list
+        .iter()
+        .map(|raw| {
+            let v: Value = serde_json::from_str(raw.get())
+                .map_err(|e| bad("timers_bad_request", format!("bad operation: {e}")))?;
+            parse_op(&v)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     check_unique_keys(&ops)?;
     Ok(ops)
 }
@@ -294,8 +338,7 @@ pub async fn post(
     b: Body,
 ) -> Result<Response, TimerError> {
     let bytes = body::read(&headers, b, &app.opts).await?;
-    let v: Value = body::json(&bytes)?;
-    let ops = parse_ops(&v)?;
+    let ops = parse_ops(&bytes)?;
     let results = timers(&app, ctx, ops).await?;
     let rows: Vec<Value> = results
         .iter()
@@ -360,8 +403,8 @@ fn view_json(t: &TimerView, with_payload: bool) -> Value {
         "deliverAt": iso_ms(t.deliver_at_us),
         "createdAt": iso_ms(t.created_us),
     });
-    if with_payload {
-        v["payload"] = json!(base64::engine::general_purpose::STANDARD.encode(&t.payload));
+    if let Some(p) = t.payload.as_ref().filter(|_| with_payload) {
+        v["payload"] = json!(base64::engine::general_purpose::STANDARD.encode(p));
         v["encrypted"] = json!(false);
     }
     v
@@ -427,3 +470,7 @@ pub fn render_read(a: &ReadAnswer) -> Value {
         _ => Value::Null,
     }
 }
+
+#[cfg(test)]
+#[path = "timers_tests.rs"]
+mod tests;

@@ -36,8 +36,8 @@ struct TxnJson<'a> {
     required_leases: Capped<String>,
     #[serde(borrow, default)]
     kv: Option<&'a RawValue>,
-    #[serde(default)]
-    timers: Option<Value>,
+    #[serde(default, borrow)]
+    timers: Option<&'a RawValue>,
 }
 
 pub async fn transaction(
@@ -111,10 +111,6 @@ pub async fn transaction(
             other => return Err(ApiError::bad(format!("unknown operation type {other:?}"))),
         }
     }
-    let has_riders = |v: &Option<Value>| {
-        v.as_ref()
-            .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()))
-    };
     let kv_ops = match t.kv {
         Some(raw) => {
             let list = crate::kv_ops::read_list(raw.get().as_bytes()).map_err(rider_error)?;
@@ -126,9 +122,9 @@ pub async fn transaction(
         .iter()
         .map(|o| (crate::kv::op_name(o), o.ns_key().1.to_string()))
         .collect();
-    let timers = match t.timers.as_ref().filter(|_| has_riders(&t.timers)) {
+    let timers = match t.timers {
         None => Vec::new(),
-        Some(v) => match crate::timers::parse_ops(v) {
+        Some(raw) => match crate::timers::parse_ops(raw.get().as_bytes()) {
             Ok(ops) => ops,
             Err(e) => return Ok(e.into_response()),
         },

@@ -74,7 +74,8 @@ pub struct TimerView {
     pub queue: String,
     pub key: String,
     pub partition: String,
-    pub payload: Bytes,
+    /// Only for a peek: a listing never sends payloads, so a page does not copy them.
+    pub payload: Option<Bytes>,
     pub txn: String,
     pub message_id: String,
     pub deliver_at_us: i64,
@@ -89,8 +90,8 @@ pub struct TimerPage {
     pub next_after: Option<String>,
 }
 
-/// How far ahead (and behind) a delay may reach: 365 days. Past it a schedule is refused
-/// (403), so no client parks a row for ever by accident.
+/// How far ahead a delay may reach: 365 days. Past it a schedule is refused (403), so no
+/// client parks a row for ever by accident; a negative delay is due now, however negative.
 pub const MAX_TIMER_DELAY_MS: i64 = 365 * 24 * 3600 * 1000;
 /// The largest payload a timer keeps, decoded (after zstd): it lives in memory until the fire.
 pub const MAX_TIMER_PAYLOAD_BYTES: usize = 1 << 20;
@@ -101,4 +102,7 @@ pub const MAX_TIMER_OPS: usize = 1000;
 /// Pending timers a tenant may hold, and the bytes they may hold; past either a schedule is
 /// refused (retriable) until timers fire or are cancelled.
 pub const MAX_TIMERS_PER_TENANT: usize = 1_000_000;
+/// How a quota refusal's message starts: the door answers it 403 `timers_quota`, where any
+/// other `Forbidden` of a schedule is the horizon.
+pub const TIMERS_QUOTA_REFUSAL: &str = "timers quota: ";
 pub const MAX_TIMER_BYTES_PER_TENANT: usize = 256 << 20;

@@ -180,3 +180,34 @@ def test_a_rolled_back_bundle_schedules_nothing(http, broker):
     res = http.post(f"{base}/api/v1/transaction", json=body)
     assert res.status_code != 200 or res.json().get("success") is False
     assert not peek(http, base, q, "never")["found"]
+
+
+def test_a_delay_far_in_the_past_is_due_now_and_a_listing_sends_no_payload(http, broker):
+    base = broker.url
+    q = "past-timers"
+    schedule(http, base, op(q, "pending", {"v": 1}, 600_000))
+    page = http.get(f"{base}/api/v1/timers/{q}").json()
+    assert [r["timerKey"] for r in page["rows"]] == ["pending"]
+    assert "payload" not in page["rows"][0]
+    assert "payload" in peek(http, base, q, "pending")
+    (r,) = schedule(http, base, op(q, "ancient", {"v": 2}, -400 * 24 * 3600 * 1000))
+    assert r["status"] == "scheduled"
+    wait_fired(http, base, q, "ancient")
+
+
+def test_every_tenant_field_is_server_owned(http, broker):
+    base = broker.url
+    for field in ("tenant", "tenantName", "tenant_region", "TenantX"):
+        owned = refused(http, base, [op("tenant-timers", "k", 1, 10, **{field: "other"})], 400)
+        assert owned["reason"] == "timers_server_owned_field", field
+
+
+def test_a_rider_past_the_horizon_is_forbidden_not_rolled_back(http, broker):
+    base = broker.url
+    body = {
+        "operations": [],
+        "requiredLeases": [],
+        "timers": [op("horizon-riders", "k", 1, 366 * 24 * 3600 * 1000)],
+    }
+    res = http.post(f"{base}/api/v1/transaction", json=body)
+    assert res.status_code == 403, res.text

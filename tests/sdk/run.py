@@ -69,6 +69,7 @@ PLAIN_FILES = (
     "test_timers",
     "test_kv",
     "test_locks",
+    "test_transaction_kv_timers",
     "test_reads",
 )
 RUNS = [Run(name, name) for name in PLAIN_FILES] + [

@@ -111,9 +111,21 @@ impl Limits {
 fn timer_ops_bound(ops: &[queenmq_protocol::TimerOp]) -> usize {
     ops.iter().fold(0usize, |acc, op| {
         acc.saturating_add(match op {
-            queenmq_protocol::TimerOp::Schedule(s) => {
-                64 + s.queue.len() + s.key.len() + s.partition.len() + s.txn.len() + s.payload.len()
-            }
+            // A schedule the log could never fire is refused when it is made: its bound is
+            // also that of its fire.
+            queenmq_protocol::TimerOp::Schedule(s) => (64
+                + s.queue.len()
+                + s.key.len()
+                + s.partition.len()
+                + s.txn.len()
+                + s.payload.len())
+            .max(crate::plan::timer_fire_bound(
+                &s.queue,
+                &s.key,
+                &s.partition,
+                &s.txn,
+                s.payload.len(),
+            )),
             queenmq_protocol::TimerOp::Cancel { queue, key, .. } => 16 + queue.len() + key.len(),
         })
     })

@@ -296,7 +296,11 @@ impl Engine {
                     .map(|m| m as &dyn plan::MemoryGate),
                 tenant: &self.cfg.tenant,
             };
-            planner.fire_timers(TIMERS_FIRED_PER_CYCLE, self.limits.cycle_bytes);
+            planner.fire_timers(
+                TIMERS_FIRED_PER_CYCLE,
+                self.limits.cycle_bytes,
+                self.limits.max_entry_bytes,
+            );
             let woken = std::mem::take(&mut self.woken);
             let due = self.waiters.take_due(&woken, ticked, now, planner.st);
             for w in due {

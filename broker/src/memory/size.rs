@@ -175,9 +175,12 @@ fn timer_ops(ops: &[queenmq_protocol::TimerOp]) -> usize {
     ops.iter().fold(0usize, |a, op| match op {
         queenmq_protocol::TimerOp::Schedule(s) => a
             .saturating_add(s.payload.len())
-            .saturating_add(s.queue.len() + s.key.len() + s.txn.len())
+            .saturating_add(s.queue.len() + s.key.len() + s.txn.len() + s.partition.len())
             .saturating_add(PUSH_ITEM_BASE),
-        queenmq_protocol::TimerOp::Cancel { .. } => a.saturating_add(PUSH_ITEM_BASE),
+        // A cancel holds its names too (a key may be 1 KiB, a txn 64 KiB).
+        queenmq_protocol::TimerOp::Cancel { queue, key, txn } => a
+            .saturating_add(queue.len() + key.len() + txn.as_ref().map_or(0, String::len))
+            .saturating_add(PUSH_ITEM_BASE),
     })
 }
 
@@ -247,6 +250,22 @@ mod tests {
             1,
             loc(),
         );
+    }
+
+    #[test]
+    fn a_timer_cancel_counts_the_names_it_holds() {
+        let cancel = |key: &str, txn: Option<&str>| {
+            request_bytes(&Command::Timers(queenmq_protocol::TimersReq {
+                ops: vec![queenmq_protocol::TimerOp::Cancel {
+                    queue: "q".into(),
+                    key: key.into(),
+                    txn: txn.map(str::to_string),
+                }],
+            }))
+        };
+        let small = cancel("k", None);
+        assert!(cancel(&"k".repeat(1025), None) >= small + 1024);
+        assert!(cancel("k", Some(&"t".repeat(4096))) >= small + 4096);
     }
 
     #[test]

@@ -46,7 +46,9 @@ use crate::state::State;
 pub use kv::KV_SWEEP_PER_CYCLE;
 pub use memory_gate::MemoryGate;
 pub use pop::PopPlan;
-pub use timers::{check_op as check_timer_op, check_ops as check_timer_ops};
+pub use timers::{
+    check_op as check_timer_op, check_ops as check_timer_ops, fire_bound as timer_fire_bound,
+};
 
 pub struct Planner<'a> {
     pub st: &'a mut State,

@@ -353,7 +353,7 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                 let _ = fx.planner().plan_timers(&req);
             }
             Cmd::Fire { max } => {
-                fx.planner().fire_timers(*max, 1 << 20);
+                fx.planner().fire_timers(*max, 1 << 20, 1 << 20);
             }
             Cmd::Commit if commits => {
                 fx.commit();

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use queenmq_protocol::{
     ErrorCode, PushItem, PushStatus, QueenError, TimerOp, TimerResult, TimerSchedule, TimerStatus,
     TimersReq, MAX_TIMERS_PER_TENANT, MAX_TIMER_BYTES_PER_TENANT, MAX_TIMER_DELAY_MS,
-    MAX_TIMER_KEY_BYTES, MAX_TIMER_PAYLOAD_BYTES,
+    MAX_TIMER_KEY_BYTES, MAX_TIMER_PAYLOAD_BYTES, TIMERS_QUOTA_REFUSAL,
 };
 use uuid::Uuid;
 
@@ -17,9 +17,29 @@ use super::{check_name, Planner};
 use crate::entry::Effect;
 use crate::state::timers::TimerRow;
 
-/// What one fired timer adds to the entry besides its payload and names (the Append and the
-/// TimerDelete headers, the frame's id and fields), so the fire stays inside the cycle's bytes.
-const FIRE_OVERHEAD: usize = 256;
+/// What one fired timer adds to the entry besides its payload and names (the QueueUpsert and
+/// PartitionUpsert a fire may imply, the Append and TimerDelete headers, the frame's id and
+/// fields).
+const FIRE_OVERHEAD: usize = 512;
+
+/// A refused fire's timer is moved this far forward, so it stops holding the head of the due
+/// index (and the cycle's fire budget) while the cause lasts.
+const REFUSED_FIRE_RETRY_US: i64 = 10_000_000;
+
+/// An upper bound of the bytes firing this timer adds to an entry: the queue name may be in a
+/// QueueUpsert, the PartitionUpsert, the Append and the TimerDelete; the partition in the
+/// PartitionUpsert and the Append.
+pub fn fire_bound(queue: &str, key: &str, partition: &str, txn: &str, payload: usize) -> usize {
+    FIRE_OVERHEAD
+        .saturating_add(4 * queue.len())
+        .saturating_add(2 * partition.len())
+        .saturating_add(key.len())
+        .saturating_add(txn.len())
+        .saturating_add(payload)
+}
+
+/// Fires per cycle while the memory budget refuses writes that grow the state.
+const FIRED_PER_CYCLE_UNDER_PRESSURE: usize = 16;
 
 /// Checks one op alone (bounds every field a client sends), before anything is planned.
 pub fn check_op(op: &TimerOp) -> Result<(), QueenError> {
@@ -38,7 +58,7 @@ pub fn check_op(op: &TimerOp) -> Result<(), QueenError> {
                     ),
                 ));
             }
-            if !(-MAX_TIMER_DELAY_MS..=MAX_TIMER_DELAY_MS).contains(&s.delay_ms) {
+            if s.delay_ms > MAX_TIMER_DELAY_MS {
                 return Err(QueenError::new(
                     ErrorCode::Forbidden,
                     format!(
@@ -136,11 +156,15 @@ impl Planner<'_> {
             bytes = bytes.saturating_add(new);
         }
         if rows > MAX_TIMERS_PER_TENANT || bytes > MAX_TIMER_BYTES_PER_TENANT {
-            return Err(QueenError::unavailable(format!(
-                "the tenant's pending timers would pass their quota ({MAX_TIMERS_PER_TENANT} \
-                 timers, {} MiB); nothing was scheduled, retry once timers fire or are cancelled",
-                MAX_TIMER_BYTES_PER_TENANT >> 20
-            )));
+            return Err(QueenError::new(
+                ErrorCode::Forbidden,
+                format!(
+                    "{TIMERS_QUOTA_REFUSAL}the tenant's pending timers would pass their quota \
+                     ({MAX_TIMERS_PER_TENANT} timers, {} MiB); nothing was scheduled, retry once \
+                     timers fire or are cancelled",
+                    MAX_TIMER_BYTES_PER_TENANT >> 20
+                ),
+            ));
         }
         if grows {
             if let Some(m) = self.memory.filter(|m| m.pressed()) {
@@ -182,7 +206,8 @@ impl Planner<'_> {
 
     fn schedule(&mut self, s: &TimerSchedule) -> TimerResult {
         let now = self.now();
-        let deliver_at_us = now.saturating_add(s.delay_ms.saturating_mul(1000));
+        // A negative delay is due now (§2.15): clamped, so the due index never reaches back.
+        let deliver_at_us = now.saturating_add(s.delay_ms.max(0).saturating_mul(1000));
         let id = super::ids::message_id(now);
         let replaced = self.st.timers.get(&s.queue, &s.key).is_some();
         self.emit(Effect::TimerPut {
@@ -211,28 +236,42 @@ impl Planner<'_> {
         }
     }
 
-    /// Fires up to `max` due timers while the entry stays under `entry_bytes`: each is a push
+    /// Fires up to `max` due timers while the entry stays under `cycle_bytes`: each is a push
     /// (creating its queue and partition if need be) and the row's removal, in this entry.
-    /// While the memory budget refuses writes nothing fires; a fire the push refuses (an id
-    /// past what a checkpoint holds, a stored frame the dedup check could not read) leaves
-    /// its timer for a later cycle. Returns how many fired.
-    pub fn fire_timers(&mut self, max: usize, entry_bytes: usize) -> usize {
-        if self.st.timers.is_empty() || self.memory.is_some_and(|m| m.pressed()) {
+    /// The first fire of an empty entry may take up to `max_entry_bytes` (the first-job rule
+    /// of the cycle: a timer larger than the cycle cap must still fire). A fire the push
+    /// refuses (an id past what a checkpoint holds, a stored frame the dedup check could not
+    /// read) moves its timer forward for a later cycle. Returns how many fired.
+    pub fn fire_timers(&mut self, max: usize, cycle_bytes: usize, max_entry_bytes: usize) -> usize {
+        if self.st.timers.is_empty() {
             return 0;
         }
+        // A fire removes the row that holds the payload it pushes, so it frees about what it
+        // adds: pressure must not freeze every tenant's timers, only slow them (the cap bounds
+        // the queues and partitions fires may create while the budget is short).
+        let max = if self.memory.is_some_and(|m| m.pressed()) {
+            max.min(FIRED_PER_CYCLE_UNDER_PRESSURE)
+        } else {
+            max
+        };
         let mut fired = 0;
         for (queue, key) in self.st.timers.due(self.now(), max) {
             let Some(row) = self.st.timers.get(&queue, &key).cloned() else {
                 continue;
             };
-            let size = FIRE_OVERHEAD + row.payload.len() + queue.len() + row.txn.len();
-            if self.cycle.entry.len().saturating_add(size) > entry_bytes {
+            let size = fire_bound(&queue, &key, &row.partition, &row.txn, row.payload.len());
+            let room = if self.cycle.entry.is_empty() {
+                max_entry_bytes
+            } else {
+                cycle_bytes
+            };
+            if self.cycle.entry.len().saturating_add(size) > room {
                 break;
             }
             let item = PushItem {
                 queue: queue.clone(),
                 partition: row.partition.clone(),
-                payload: Bytes::from(row.payload),
+                payload: Bytes::copy_from_slice(&row.payload),
                 transaction_id: Some(row.txn.clone()),
                 trace_id: None,
             };
@@ -245,6 +284,7 @@ impl Planner<'_> {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(queue, key, error = %e, "a due timer could not fire; it is retried");
+                    self.retry_later(&queue, &key, &row);
                     continue;
                 }
             };
@@ -255,6 +295,7 @@ impl Planner<'_> {
                 .and_then(|r| r.error.as_ref())
             {
                 tracing::warn!(queue, key, error = %e, "a due timer's push was refused; it is retried");
+                self.retry_later(&queue, &key, &row);
                 continue;
             }
             self.commit_push(prepared);
@@ -269,5 +310,19 @@ impl Planner<'_> {
                 .increment(fired as u64);
         }
         fired
+    }
+
+    /// Moves a timer whose fire was refused forward (same id, txn and payload), so the rows
+    /// due behind it fire meanwhile. Its put is smaller than the fire it replaces.
+    fn retry_later(&mut self, queue: &str, key: &str, row: &TimerRow) {
+        self.emit(Effect::TimerPut {
+            queue,
+            key,
+            partition: &row.partition,
+            txn: &row.txn,
+            message_id: row.message_id,
+            deliver_at_us: self.now().saturating_add(REFUSED_FIRE_RETRY_US),
+            payload: &row.payload,
+        });
     }
 }

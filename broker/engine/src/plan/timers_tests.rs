@@ -37,7 +37,7 @@ fn plan(fx: &mut Fixture, ops: Vec<TimerOp>) -> Vec<TimerStatus> {
 }
 
 fn fire(fx: &mut Fixture) -> usize {
-    fx.planner().fire_timers(256, 4 << 20)
+    fx.planner().fire_timers(256, 4 << 20, 4 << 20)
 }
 
 #[test]
@@ -111,10 +111,14 @@ fn a_past_delay_fires_on_the_next_cycle_and_the_fire_is_bounded() {
         .collect();
     plan(&mut fx, ops);
     fx.advance(MS);
-    assert_eq!(fx.planner().fire_timers(2, 4 << 20), 2);
+    assert_eq!(fx.planner().fire_timers(2, 4 << 20, 4 << 20), 2);
     assert_eq!(fx.st.timers.len(), 3);
     fx.advance(MS);
-    assert_eq!(fx.planner().fire_timers(10, 0), 0, "no room in the entry");
+    assert_eq!(
+        fx.planner().fire_timers(10, 0, 0),
+        0,
+        "no room in the entry"
+    );
     assert_eq!(fire(&mut fx), 3);
     fx.assert_replays();
 }
@@ -210,4 +214,145 @@ fn a_refused_bundle_schedules_nothing() {
     assert!(fx.planner().plan_transaction(&timer_only, None).is_ok());
     assert_eq!(fx.st.timers.len(), 1);
     fx.assert_replays();
+}
+
+/// A budget that refuses every write that grows the state.
+struct Pressed;
+
+impl crate::plan::MemoryGate for Pressed {
+    fn pressed(&self) -> bool {
+        true
+    }
+    fn refusal(&self) -> queenmq_protocol::QueenError {
+        queenmq_protocol::QueenError::unavailable("memory")
+    }
+    fn answer_room(&self) -> usize {
+        usize::MAX
+    }
+}
+
+#[test]
+fn due_timers_still_fire_under_memory_pressure_a_few_per_cycle() {
+    let mut fx = Fixture::new();
+    let ops = (0..40)
+        .map(|i| schedule("q", &format!("k{i}"), 10, "0"))
+        .collect();
+    plan(&mut fx, ops);
+    fx.commit();
+    fx.advance(SECOND);
+    fx.commit();
+    let mut planner = fx.planner();
+    planner.memory = Some(&Pressed);
+    let fired = planner.fire_timers(256, 4 << 20, 4 << 20);
+    assert!(fired > 0, "pressure froze the timers");
+    assert!(fired < 40, "pressure did not slow the fires");
+    fx.commit();
+    fx.assert_replays();
+}
+
+#[test]
+fn a_timer_larger_than_the_cycle_cap_fires_alone_and_does_not_block_the_rest() {
+    let mut fx = Fixture::new();
+    let big = "x".repeat(8 << 10);
+    plan(
+        &mut fx,
+        vec![
+            schedule("q", "a", 10, &big),
+            schedule("q", "b", 20, &big),
+            schedule("q", "c", 30, "0"),
+        ],
+    );
+    fx.commit();
+    fx.advance(SECOND);
+    for left in [2, 1, 0] {
+        assert_eq!(fx.planner().fire_timers(256, 1 << 10, 1 << 20), 1);
+        fx.commit();
+        assert_eq!(fx.st.timers.len(), left);
+    }
+    assert_eq!(fx.pop("q", None, 10, None).messages.len(), 3);
+    fx.assert_replays();
+}
+
+#[test]
+fn the_fire_bound_covers_what_a_fire_really_writes() {
+    let mut fx = Fixture::new();
+    let key = "k".repeat(queenmq_protocol::MAX_TIMER_KEY_BYTES);
+    let op = TimerOp::Schedule(TimerSchedule {
+        queue: "q".repeat(100),
+        key: key.clone(),
+        partition: "p".repeat(100),
+        payload: Bytes::from_static(b"1"),
+        delay_ms: 10,
+        txn: "t".repeat(200),
+    });
+    plan(&mut fx, vec![op]);
+    fx.commit();
+    fx.advance(SECOND);
+    assert_eq!(fx.planner().fire_timers(256, 4 << 20, 4 << 20), 1);
+    let bound = super::timers::fire_bound(
+        &"q".repeat(100),
+        &key,
+        &"p".repeat(100),
+        &"t".repeat(200),
+        1,
+    );
+    assert!(
+        fx.cycle.entry.len() <= bound,
+        "a fire wrote {} bytes, its bound is {bound}",
+        fx.cycle.entry.len()
+    );
+    fx.commit();
+    fx.assert_replays();
+}
+
+#[test]
+fn a_quota_refusal_is_forbidden_not_a_retriable_unavailable() {
+    let mut fx = Fixture::new();
+    let payload = Bytes::from(vec![b'1'; queenmq_protocol::MAX_TIMER_PAYLOAD_BYTES]);
+    let n = (queenmq_protocol::MAX_TIMER_BYTES_PER_TENANT / payload.len()) + 1;
+    let ops: Vec<TimerOp> = (0..n)
+        .map(|i| {
+            TimerOp::Schedule(TimerSchedule {
+                queue: "q".into(),
+                key: format!("k{i}"),
+                partition: "Default".into(),
+                payload: payload.clone(),
+                delay_ms: 60_000,
+                txn: format!("t{i}"),
+            })
+        })
+        .collect();
+    let e = fx.planner().check_timers(&ops).expect_err("over the quota");
+    assert_eq!(e.code, ErrorCode::Forbidden);
+    assert!(e
+        .message
+        .starts_with(queenmq_protocol::TIMERS_QUOTA_REFUSAL));
+}
+
+#[test]
+fn a_delay_far_in_the_past_is_due_now() {
+    let mut fx = Fixture::new();
+    plan(
+        &mut fx,
+        vec![schedule("q", "k", -MAX_TIMER_DELAY_MS - 1, "1")],
+    );
+    let row = fx.st.timers.get("q", "k").map(|r| r.deliver_at_us);
+    assert!(row.is_some_and(|at| at >= super::fixture::NOW));
+    fx.advance(MS);
+    assert_eq!(fire(&mut fx), 1);
+    fx.commit();
+    fx.assert_replays();
+}
+
+#[test]
+fn a_rider_past_the_horizon_is_refused_as_forbidden_not_rolled_back() {
+    use queenmq_protocol::TxnReq;
+    let mut fx = Fixture::new();
+    let req = TxnReq {
+        timers: vec![schedule("q", "k", MAX_TIMER_DELAY_MS + 1, "1")],
+        ..Default::default()
+    };
+    let e = fx.planner().plan_transaction(&req, None).err();
+    assert_eq!(e.map(|e| e.code), Some(ErrorCode::Forbidden));
+    assert!(fx.cycle.entry.is_empty());
 }

@@ -3,7 +3,7 @@
 //! scheduled in a bundle exists (and fires) only if the bundle committed. Their results follow
 //! the bundle's other results in the flat index space.
 
-use queenmq_protocol::{QueenError, TxnOpResult, TxnReq};
+use queenmq_protocol::{ErrorCode, QueenError, TxnOpResult, TxnReq};
 
 use super::txn::rolled_back;
 use super::Planner;
@@ -14,8 +14,12 @@ impl Planner<'_> {
         if req.timers.is_empty() {
             return Ok(());
         }
-        self.check_timers(&req.timers)
-            .map_err(|e| rolled_back(&format!("timers: {e}")))
+        // Memory, quota and horizon refusals keep their codes: the client retries the first
+        // (503) and the caller must see the 403s for what they are, not a rollback.
+        self.check_timers(&req.timers).map_err(|e| match e.code {
+            ErrorCode::Unavailable | ErrorCode::Forbidden => e,
+            _ => rolled_back(&format!("timers: {e}")),
+        })
     }
 
     pub(super) fn commit_txn_timers(&mut self, req: &TxnReq, results: &mut Vec<TxnOpResult>) {
