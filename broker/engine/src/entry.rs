@@ -93,6 +93,31 @@ pub enum Effect<'a> {
         queue: &'a str,
         key: &'a str,
     },
+    /// A Kafka group's next generation and its chosen protocol (minted by the planner).
+    KafkaGeneration {
+        group: &'a str,
+        generation: i32,
+        protocol_type: &'a str,
+        protocol_name: &'a str,
+    },
+    /// A committed Kafka offset; its commit time is the entry's `now_us`.
+    KafkaOffsetPut {
+        group: &'a str,
+        topic: &'a str,
+        partition: i32,
+        offset: i64,
+        leader_epoch: i32,
+        metadata: &'a str,
+    },
+    KafkaOffsetDelete {
+        group: &'a str,
+        topic: &'a str,
+        partition: i32,
+    },
+    /// A Kafka group with every offset committed for it.
+    KafkaGroupDelete {
+        group: &'a str,
+    },
 }
 
 const K_QUEUE_UPSERT: u8 = 1;
@@ -108,6 +133,10 @@ const K_TIMER_PUT: u8 = 20;
 const K_TIMER_DELETE: u8 = 21;
 const K_KV_PUT: u8 = 10;
 const K_KV_DELETE: u8 = 11;
+const K_KAFKA_GENERATION: u8 = 30;
+const K_KAFKA_OFFSET_PUT: u8 = 31;
+const K_KAFKA_OFFSET_DELETE: u8 = 32;
+const K_KAFKA_GROUP_DELETE: u8 = 33;
 
 pub struct EntryHeader {
     pub cycle: u64,
@@ -279,6 +308,48 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
             w.u8(K_KV_DELETE);
             w.str(ns);
             w.str(key);
+        }
+        Effect::KafkaGeneration {
+            group,
+            generation,
+            protocol_type,
+            protocol_name,
+        } => {
+            w.u8(K_KAFKA_GENERATION);
+            w.str(group);
+            w.u32(*generation as u32);
+            w.str(protocol_type);
+            w.str(protocol_name);
+        }
+        Effect::KafkaOffsetPut {
+            group,
+            topic,
+            partition,
+            offset,
+            leader_epoch,
+            metadata,
+        } => {
+            w.u8(K_KAFKA_OFFSET_PUT);
+            w.str(group);
+            w.str(topic);
+            w.u32(*partition as u32);
+            w.i64(*offset);
+            w.u32(*leader_epoch as u32);
+            w.str(metadata);
+        }
+        Effect::KafkaOffsetDelete {
+            group,
+            topic,
+            partition,
+        } => {
+            w.u8(K_KAFKA_OFFSET_DELETE);
+            w.str(group);
+            w.str(topic);
+            w.u32(*partition as u32);
+        }
+        Effect::KafkaGroupDelete { group } => {
+            w.u8(K_KAFKA_GROUP_DELETE);
+            w.str(group);
         }
         Effect::TimerPut {
             queue,
@@ -469,6 +540,26 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
             ns: r.str()?,
             key: r.str()?,
         },
+        K_KAFKA_GENERATION => Effect::KafkaGeneration {
+            group: r.str()?,
+            generation: r.u32()? as i32,
+            protocol_type: r.str()?,
+            protocol_name: r.str()?,
+        },
+        K_KAFKA_OFFSET_PUT => Effect::KafkaOffsetPut {
+            group: r.str()?,
+            topic: r.str()?,
+            partition: r.u32()? as i32,
+            offset: r.i64()?,
+            leader_epoch: r.u32()? as i32,
+            metadata: r.str()?,
+        },
+        K_KAFKA_OFFSET_DELETE => Effect::KafkaOffsetDelete {
+            group: r.str()?,
+            topic: r.str()?,
+            partition: r.u32()? as i32,
+        },
+        K_KAFKA_GROUP_DELETE => Effect::KafkaGroupDelete { group: r.str()? },
         k => return Err(r.malformed(format!("unknown effect kind {k}"))),
     };
     Ok((e, r.pos() as u32))
