@@ -358,6 +358,9 @@ impl Groups {
             ));
         }
         let mut member_id = a.member_id.clone();
+        // A static member back under a new id in a stable group keeps its assignment without
+        // a rebalance, even as leader (Kafka's updateStaticMemberAndRebalance).
+        let mut static_rejoin = false;
         let new_id = if member_id.is_empty() {
             Some(self.new_member_id(&a.client_id))
         } else {
@@ -399,6 +402,7 @@ impl Groups {
                         g.statics.insert(i.clone(), new_id.clone());
                     }
                     member_id = new_id;
+                    static_rejoin = true;
                 }
                 None if a.require_known_member && a.instance_id.is_none() => {
                     g.pending.insert(
@@ -423,7 +427,7 @@ impl Groups {
         m.session_ms = a.session_ms.max(0) as u64;
         m.rebalance_ms = a.rebalance_ms.max(0) as u64;
         m.last_seen = now;
-        let is_leader = g.leader.as_deref() == Some(member_id.as_str());
+        let is_leader = g.leader.as_deref() == Some(member_id.as_str()) && !static_rejoin;
         match g.state {
             GroupState::Stable | GroupState::CompletingRebalance if same && !is_leader => {
                 Step::Now(g.current_join(&member_id))
