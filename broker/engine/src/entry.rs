@@ -430,7 +430,8 @@ pub fn decode_entry(buf: &[u8]) -> Result<(EntryHeader, Vec<(Effect<'_>, u32)>),
         cycle: r.u64()?,
         now_us: r.i64()?,
     };
-    let n = r.count(9)?;
+    // The smallest effect: KafkaGroupDelete, a kind byte and a string length.
+    let n = r.count(5)?;
     let mut effects = Vec::with_capacity(n);
     for _ in 0..n {
         effects.push(decode_effect(&mut r)?);
@@ -611,6 +612,41 @@ mod tests {
                 row
             }
         );
+    }
+
+    #[test]
+    fn kafka_group_effects_round_trip() {
+        let effects = [
+            Effect::KafkaGeneration {
+                group: "g",
+                generation: i32::MAX,
+                protocol_type: "consumer",
+                protocol_name: "range",
+            },
+            Effect::KafkaOffsetPut {
+                group: "g",
+                topic: "t",
+                partition: 3,
+                offset: -1,
+                leader_epoch: -1,
+                metadata: "m ü",
+            },
+            Effect::KafkaOffsetDelete {
+                group: "g",
+                topic: "t",
+                partition: 0,
+            },
+            // Shorter than any other effect: the entry's count bound must still admit it.
+            Effect::KafkaGroupDelete { group: "" },
+        ];
+        let mut b = EntryBuilder::new(1, 2);
+        for e in &effects {
+            b.push(e);
+        }
+        let buf = b.finish();
+        let (_, back) = decode_entry(&buf).expect("decodes");
+        let back: Vec<_> = back.into_iter().map(|(e, _)| e).collect();
+        assert_eq!(back, effects);
     }
 
     #[test]
