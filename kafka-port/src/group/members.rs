@@ -272,7 +272,8 @@ pub async fn leave(door: &Door, version: i16, mut r: Reader) -> Reply {
 /// Test helper: the JoinGroup answer for `a` encodes at every served version.
 #[cfg(test)]
 pub fn join_encodes(a: JoinAnswer) -> bool {
-    JOIN_VERSIONS.all(|v| matches!(encode(&join_response(v, a.clone()), v), Reply::Send { .. }))
+    let mut versions = JOIN_VERSIONS;
+    versions.all(|v| matches!(encode(&join_response(v, a.clone()), v), Reply::Send { .. }))
 }
 
 #[cfg(test)]
@@ -299,12 +300,12 @@ mod tests {
     fn a_v0_join_decodes_and_a_truncated_one_does_not() {
         let mut body = Vec::new();
         body.extend_from_slice(b"\x00\x01g");
-        body.extend_from_slice(&10_000i32.to_be_bytes());
+        body.extend_from_slice(b"\x00\x00\x27\x10"); // 10 000 ms
         body.extend_from_slice(b"\x00\x00");
         body.extend_from_slice(b"\x00\x08consumer");
-        body.extend_from_slice(&1i32.to_be_bytes());
+        body.extend_from_slice(b"\x00\x00\x00\x01");
         body.extend_from_slice(b"\x00\x05range");
-        body.extend_from_slice(&2i32.to_be_bytes());
+        body.extend_from_slice(b"\x00\x00\x00\x02");
         body.extend_from_slice(b"ab");
         let mut r = Reader::new(Bytes::from(body.clone()), false);
         let a = decode_join(0, &mut r, "c", "h").expect("decodes");
