@@ -36,6 +36,9 @@ pub fn served() -> Vec<(ApiKey, i16, i16)> {
         ),
         (ApiKey::ApiVersions, *VERSIONS.start(), *VERSIONS.end()),
     ]
+    .into_iter()
+    .chain(crate::group::served())
+    .collect()
 }
 
 /// The body is not read: nothing in it (client software name and version) changes the
@@ -85,7 +88,10 @@ mod tests {
             let (layout, r) = decoded(answer(v));
             assert_eq!((layout, r.error_code), (v, 0));
             let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
-            assert_eq!(keys, vec![0, 1, 2, 3, 18]);
+            assert_eq!(
+                keys,
+                vec![0, 1, 2, 3, 18, 10, 11, 14, 12, 13, 8, 9, 47, 16, 15, 42]
+            );
         }
     }
 
@@ -93,6 +99,6 @@ mod tests {
     fn an_unknown_version_gets_unsupported_in_the_v0_layout() {
         let (layout, r) = decoded(answer(9));
         assert_eq!((layout, r.error_code), (0, errors::UNSUPPORTED_VERSION));
-        assert_eq!(r.api_keys.len(), 5);
+        assert_eq!(r.api_keys.len(), 16);
     }
 }

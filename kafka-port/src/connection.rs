@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::header::{self, RequestHeader};
 use crate::wire::Reader;
-use crate::{api_versions, fetch, frame, list_offsets, metadata, produce, Door};
+use crate::{api_versions, fetch, frame, group, list_offsets, metadata, produce, Door};
 
 /// What a handler decided for one request.
 pub enum Reply {
@@ -81,7 +81,7 @@ pub async fn serve(
         };
         let (hdr, reply) = match header::decode(body) {
             Ok((hdr, reader)) => {
-                let reply = dispatch(&door, &hdr, reader).await;
+                let reply = dispatch(&door, &hdr, reader, peer).await;
                 (hdr, reply)
             }
             Err(e) => {
@@ -120,7 +120,12 @@ pub async fn serve(
     metrics::gauge!("queen_kafka_connections").decrement(1.0);
 }
 
-async fn dispatch(door: &Door, hdr: &RequestHeader, reader: Option<Reader>) -> Reply {
+async fn dispatch(
+    door: &Door,
+    hdr: &RequestHeader,
+    reader: Option<Reader>,
+    peer: SocketAddr,
+) -> Reply {
     let (Some(api), Some(reader)) = (hdr.api, reader) else {
         return Reply::Close(format!("unknown api key {}", hdr.api_key));
     };
@@ -139,6 +144,9 @@ async fn dispatch(door: &Door, hdr: &RequestHeader, reader: Option<Reader>) -> R
         ApiKey::ListOffsets if list_offsets::VERSIONS.contains(&hdr.api_version) => {
             list_offsets::answer(door, hdr.api_version, reader).await
         }
+        _ if group::is_group_api(api, hdr.api_version) => {
+            group::dispatch(door, api, hdr, reader, peer).await
+        }
         // Not advertised in ApiVersions; the other layouts have no top-level error code.
         _ => Reply::Close(format!(
             "{api:?} v{} is not served (see ApiVersions)",
@@ -154,6 +162,17 @@ pub const API_NAMES: &[&str] = &[
     "produce",
     "fetch",
     "list_offsets",
+    "find_coordinator",
+    "join_group",
+    "sync_group",
+    "heartbeat",
+    "leave_group",
+    "offset_commit",
+    "offset_fetch",
+    "offset_delete",
+    "list_groups",
+    "describe_groups",
+    "delete_groups",
     "other",
 ];
 
@@ -164,6 +183,17 @@ fn api_name(api: ApiKey) -> &'static str {
         ApiKey::Produce => "produce",
         ApiKey::Fetch => "fetch",
         ApiKey::ListOffsets => "list_offsets",
+        ApiKey::FindCoordinator => "find_coordinator",
+        ApiKey::JoinGroup => "join_group",
+        ApiKey::SyncGroup => "sync_group",
+        ApiKey::Heartbeat => "heartbeat",
+        ApiKey::LeaveGroup => "leave_group",
+        ApiKey::OffsetCommit => "offset_commit",
+        ApiKey::OffsetFetch => "offset_fetch",
+        ApiKey::OffsetDelete => "offset_delete",
+        ApiKey::ListGroups => "list_groups",
+        ApiKey::DescribeGroups => "describe_groups",
+        ApiKey::DeleteGroups => "delete_groups",
         _ => "other",
     }
 }

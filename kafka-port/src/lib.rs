@@ -6,8 +6,8 @@
 //! [`wire`] and [`records`] with every client-sent count checked before use; responses are
 //! encoded by the `kafka-protocol` crate.
 //!
-//! This slice serves ApiVersions, Metadata, Produce, ListOffsets and Fetch
-//! (docs/kafka-compat.md).
+//! This slice serves ApiVersions, Metadata, Produce, ListOffsets, Fetch and the classic
+//! consumer-group APIs (docs/kafka-compat.md).
 
 pub mod api_versions;
 pub mod codecs;
@@ -17,6 +17,7 @@ pub mod fetch;
 pub mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod group;
 pub mod header;
 pub mod list_offsets;
 pub mod mapping;
@@ -70,6 +71,8 @@ pub struct Door {
     pub cfg: KafkaConfig,
     /// Room for request bytes, in KiB (`inflight_bytes`).
     pub inflight: Arc<Semaphore>,
+    /// Consumer group membership (in memory; offsets and generations are engine state).
+    pub groups: group::Coordinator,
 }
 
 /// `inflight_bytes` in the semaphore's units (KiB, so any budget fits its permit count).
@@ -90,11 +93,21 @@ pub async fn run(
     let connections = Arc::new(Semaphore::new(
         cfg.max_connections.min(Semaphore::MAX_PERMITS),
     ));
-    let door = Arc::new(Door { bus, cfg, inflight });
+    let door = Arc::new(Door {
+        bus,
+        cfg,
+        inflight,
+        groups: group::Coordinator::new(),
+    });
+    {
+        let (door, stop) = (door.clone(), shutdown.clone());
+        tokio::spawn(async move { door.groups.run_timers(&door, stop).await });
+    }
     // The series exist from the start (docs/metrics.md lists them; a scrape shows them).
     metrics::gauge!("queen_kafka_connections").set(0.0);
     metrics::counter!("queen_kafka_bad_frames_total").increment(0);
     metrics::counter!("queen_kafka_refused_connections_total").increment(0);
+    metrics::gauge!("queen_kafka_group_member_bytes").set(0.0);
     for api in connection::API_NAMES {
         metrics::counter!("queen_kafka_requests_total", "api" => *api).increment(0);
     }

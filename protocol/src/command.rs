@@ -88,6 +88,7 @@ pub mod rows {
     pub const STATS_REFRESH: CommandMeta = row("stats_refresh", NodeLocal, Admin);
     pub const KV: CommandMeta = row("kv", ReplicatedWrite, ReadWrite);
     pub const LOCKS: CommandMeta = row("locks", ReplicatedWrite, ReadWrite);
+    pub const KAFKA_GROUPS: CommandMeta = row("kafka_groups", ReplicatedWrite, ReadWrite);
 }
 
 /// The command table. Doors translate into these; nothing else decides routing or roles.
@@ -110,6 +111,7 @@ pub const COMMAND_TABLE: &[CommandMeta] = &[
     rows::STATS_REFRESH,
     rows::KV,
     rows::LOCKS,
+    rows::KAFKA_GROUPS,
 ];
 
 #[derive(Debug, Clone)]
@@ -135,6 +137,7 @@ pub enum Command {
     StatsRefresh,
     Kv(KvReq),
     Locks(LockReq),
+    KafkaGroups(crate::kafka_groups::KafkaGroupsReq),
 }
 
 impl Command {
@@ -159,6 +162,7 @@ impl Command {
             Command::StatsRefresh => &rows::STATS_REFRESH,
             Command::Kv(_) => &rows::KV,
             Command::Locks(_) => &rows::LOCKS,
+            Command::KafkaGroups(_) => &rows::KAFKA_GROUPS,
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod bus;
 pub mod command;
 pub mod error;
 pub mod fetch;
+pub mod kafka_groups;
 pub mod kv;
 pub mod limits;
 pub mod queue_options;

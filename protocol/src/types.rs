@@ -351,4 +351,5 @@ pub enum Outcome {
     Text(String),
     Kv(crate::kv::KvOutcome),
     Locks(Vec<crate::kv::LockResult>),
+    KafkaGroups(crate::kafka_groups::KafkaGroupsOutcome),
 }

@@ -93,6 +93,31 @@ pub enum Effect<'a> {
         queue: &'a str,
         key: &'a str,
     },
+    /// A Kafka group's next generation and its chosen protocol (minted by the planner).
+    KafkaGeneration {
+        group: &'a str,
+        generation: i32,
+        protocol_type: &'a str,
+        protocol_name: &'a str,
+    },
+    /// A committed Kafka offset; its commit time is the entry's `now_us`.
+    KafkaOffsetPut {
+        group: &'a str,
+        topic: &'a str,
+        partition: i32,
+        offset: i64,
+        leader_epoch: i32,
+        metadata: &'a str,
+    },
+    KafkaOffsetDelete {
+        group: &'a str,
+        topic: &'a str,
+        partition: i32,
+    },
+    /// A Kafka group with every offset committed for it.
+    KafkaGroupDelete {
+        group: &'a str,
+    },
 }
 
 const K_QUEUE_UPSERT: u8 = 1;
@@ -108,6 +133,10 @@ const K_TIMER_PUT: u8 = 20;
 const K_TIMER_DELETE: u8 = 21;
 const K_KV_PUT: u8 = 10;
 const K_KV_DELETE: u8 = 11;
+const K_KAFKA_GENERATION: u8 = 30;
+const K_KAFKA_OFFSET_PUT: u8 = 31;
+const K_KAFKA_OFFSET_DELETE: u8 = 32;
+const K_KAFKA_GROUP_DELETE: u8 = 33;
 
 pub struct EntryHeader {
     pub cycle: u64,
@@ -280,6 +309,48 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
             w.str(ns);
             w.str(key);
         }
+        Effect::KafkaGeneration {
+            group,
+            generation,
+            protocol_type,
+            protocol_name,
+        } => {
+            w.u8(K_KAFKA_GENERATION);
+            w.str(group);
+            w.u32(*generation as u32);
+            w.str(protocol_type);
+            w.str(protocol_name);
+        }
+        Effect::KafkaOffsetPut {
+            group,
+            topic,
+            partition,
+            offset,
+            leader_epoch,
+            metadata,
+        } => {
+            w.u8(K_KAFKA_OFFSET_PUT);
+            w.str(group);
+            w.str(topic);
+            w.u32(*partition as u32);
+            w.i64(*offset);
+            w.u32(*leader_epoch as u32);
+            w.str(metadata);
+        }
+        Effect::KafkaOffsetDelete {
+            group,
+            topic,
+            partition,
+        } => {
+            w.u8(K_KAFKA_OFFSET_DELETE);
+            w.str(group);
+            w.str(topic);
+            w.u32(*partition as u32);
+        }
+        Effect::KafkaGroupDelete { group } => {
+            w.u8(K_KAFKA_GROUP_DELETE);
+            w.str(group);
+        }
         Effect::TimerPut {
             queue,
             key,
@@ -359,7 +430,8 @@ pub fn decode_entry(buf: &[u8]) -> Result<(EntryHeader, Vec<(Effect<'_>, u32)>),
         cycle: r.u64()?,
         now_us: r.i64()?,
     };
-    let n = r.count(9)?;
+    // The smallest effect: KafkaGroupDelete, a kind byte and a string length.
+    let n = r.count(5)?;
     let mut effects = Vec::with_capacity(n);
     for _ in 0..n {
         effects.push(decode_effect(&mut r)?);
@@ -469,6 +541,26 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
             ns: r.str()?,
             key: r.str()?,
         },
+        K_KAFKA_GENERATION => Effect::KafkaGeneration {
+            group: r.str()?,
+            generation: r.u32()? as i32,
+            protocol_type: r.str()?,
+            protocol_name: r.str()?,
+        },
+        K_KAFKA_OFFSET_PUT => Effect::KafkaOffsetPut {
+            group: r.str()?,
+            topic: r.str()?,
+            partition: r.u32()? as i32,
+            offset: r.i64()?,
+            leader_epoch: r.u32()? as i32,
+            metadata: r.str()?,
+        },
+        K_KAFKA_OFFSET_DELETE => Effect::KafkaOffsetDelete {
+            group: r.str()?,
+            topic: r.str()?,
+            partition: r.u32()? as i32,
+        },
+        K_KAFKA_GROUP_DELETE => Effect::KafkaGroupDelete { group: r.str()? },
         k => return Err(r.malformed(format!("unknown effect kind {k}"))),
     };
     Ok((e, r.pos() as u32))
@@ -520,6 +612,41 @@ mod tests {
                 row
             }
         );
+    }
+
+    #[test]
+    fn kafka_group_effects_round_trip() {
+        let effects = [
+            Effect::KafkaGeneration {
+                group: "g",
+                generation: i32::MAX,
+                protocol_type: "consumer",
+                protocol_name: "range",
+            },
+            Effect::KafkaOffsetPut {
+                group: "g",
+                topic: "t",
+                partition: 3,
+                offset: -1,
+                leader_epoch: -1,
+                metadata: "m ü",
+            },
+            Effect::KafkaOffsetDelete {
+                group: "g",
+                topic: "t",
+                partition: 0,
+            },
+            // Shorter than any other effect: the entry's count bound must still admit it.
+            Effect::KafkaGroupDelete { group: "" },
+        ];
+        let mut b = EntryBuilder::new(1, 2);
+        for e in &effects {
+            b.push(e);
+        }
+        let buf = b.finish();
+        let (_, back) = decode_entry(&buf).expect("decodes");
+        let back: Vec<_> = back.into_iter().map(|(e, _)| e).collect();
+        assert_eq!(back, effects);
     }
 
     #[test]

@@ -107,6 +107,29 @@ impl Limits {
     }
 }
 
+/// A Kafka group effect is its strings behind a kind byte, three numbers and their lengths.
+fn kafka_groups_bound(req: &queenmq_protocol::kafka_groups::KafkaGroupsReq) -> usize {
+    use queenmq_protocol::kafka_groups::KafkaGroupsReq as K;
+    const FIXED: usize = 1 + 4 * 4 + 4 + 8 + 4;
+    match req {
+        K::Commit { group, offsets } => offsets.iter().fold(0usize, |acc, o| {
+            acc.saturating_add(FIXED + group.len() + o.topic.len() + o.metadata.len())
+        }),
+        K::NextGeneration {
+            group,
+            protocol_type,
+            protocol_name,
+        } => FIXED + group.len() + protocol_type.len() + protocol_name.len(),
+        K::Delete { groups } => groups
+            .iter()
+            .fold(0usize, |acc, g| acc.saturating_add(FIXED + g.len())),
+        K::OffsetDelete { group, partitions } => partitions.iter().fold(0usize, |acc, (t, _)| {
+            acc.saturating_add(FIXED + group.len() + t.len())
+        }),
+        K::Fetch { .. } | K::List | K::Describe { .. } => 0,
+    }
+}
+
 /// A TimerPut is its strings and payload behind a kind byte, an id, a time and five lengths.
 fn timer_ops_bound(ops: &[queenmq_protocol::TimerOp]) -> usize {
     ops.iter().fold(0usize, |acc, op| {
@@ -186,6 +209,7 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
             holders.saturating_mul(CURSOR_PUT)
         }
         Command::Timers(t) => timer_ops_bound(&t.ops),
+        Command::KafkaGroups(k) => kafka_groups_bound(k),
         Command::Trace(t) => {
             let names: usize = t.names.iter().map(|n| n.len() + 4).sum();
             64 + t.transaction_id.len() + t.group.len() + names + t.event_type.len() + t.data.len()

@@ -560,6 +560,7 @@ fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
         Command::GroupAdmin(g) => p.plan_group_admin(g).map(Outcome::GroupAdmin),
         Command::Kv(k) => p.plan_kv(k).map(Outcome::Kv),
         Command::Locks(l) => p.plan_locks(l).map(Outcome::Locks),
+        Command::KafkaGroups(k) => p.plan_kafka_groups(k).map(Outcome::KafkaGroups),
         Command::Read(r) => {
             let mut reader = p.reader_parts();
             crate::reads::answer(reader.0, &mut reader.1, r).map(Outcome::Read)

@@ -109,6 +109,8 @@ pub fn state_bytes(st: &State) -> usize {
     b = b.saturating_add(st.wakes.bytes());
     // KV rows keep their own running count (capped by the planner, state/kv.rs).
     b = b.saturating_add(st.kv.bytes());
+    // Kafka group rows too (capped by the planner, state/kafka_groups.rs).
+    b = b.saturating_add(st.kafka_groups.bytes());
     b = b.saturating_add(buf_bytes(st.traces.capacity(), size_of::<TraceRow>()));
     for t in &st.traces {
         b = b

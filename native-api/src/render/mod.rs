@@ -65,6 +65,7 @@ pub fn unexpected(o: &Outcome) -> ApiError {
         Outcome::Text(_) => "text",
         Outcome::Kv(_) => "kv",
         Outcome::Locks(_) => "locks",
+        Outcome::KafkaGroups(_) => "kafka groups",
     };
     ApiError(QueenError::new(
         ErrorCode::Internal,

@@ -9,6 +9,9 @@ mod clock_tests;
 pub mod fixture;
 mod id_space;
 mod ids;
+mod kafka_groups;
+#[cfg(test)]
+mod kafka_groups_tests;
 mod kv;
 #[cfg(test)]
 mod kv_bounds_tests;

@@ -101,6 +101,12 @@ enum Cmd {
     Fire {
         max: usize,
     },
+    /// A Kafka group request (`kind`: commit, generation, offset delete, group delete).
+    Kafka {
+        group: usize,
+        kind: usize,
+        offset: i64,
+    },
     /// Ends the cycle: what was planned is committed.
     Commit,
     /// Ends the cycle and moves the clock on.
@@ -131,6 +137,8 @@ fn cmd() -> impl Strategy<Value = Cmd> {
             .prop_map(|(q, key, delay_ms)| Cmd::Timer { q, key, delay_ms }),
         2 => (1..3usize).prop_map(|max| Cmd::Fire { max }),
         2 => (0..3usize, 0..6usize, 1..40u64).prop_map(|(key, kind, ttl)| Cmd::Kv { key, kind, ttl }),
+        2 => (0..2usize, 0..4usize, -1..50i64)
+            .prop_map(|(group, kind, offset)| Cmd::Kafka { group, kind, offset }),
         2 => Just(Cmd::Commit),
         2 => prop_oneof![Just(1i64), Just(SECOND), Just(5 * SECOND), Just(30 * SECOND),
                          Just(700 * SECOND)]
@@ -329,6 +337,39 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                     }
                 };
                 let _ = fx.planner().plan_kv(&KvReq { ops: vec![op] });
+            }
+            Cmd::Kafka {
+                group,
+                kind,
+                offset,
+            } => {
+                use queenmq_protocol::kafka_groups::{KafkaGroupsReq as K, KafkaOffsetCommit};
+                let group = format!("kg{group}");
+                let req = match kind {
+                    0 => K::Commit {
+                        group,
+                        offsets: vec![KafkaOffsetCommit {
+                            topic: QUEUES[(*offset as usize) % 2].to_string(),
+                            partition: (*offset).rem_euclid(3) as i32,
+                            offset: *offset,
+                            leader_epoch: -1,
+                            metadata: format!("m{offset}"),
+                        }],
+                    },
+                    1 => K::NextGeneration {
+                        group,
+                        protocol_type: "consumer".into(),
+                        protocol_name: "range".into(),
+                    },
+                    2 => K::OffsetDelete {
+                        group,
+                        partitions: vec![(QUEUES[0].to_string(), (*offset).rem_euclid(3) as i32)],
+                    },
+                    _ => K::Delete {
+                        groups: vec![group],
+                    },
+                };
+                let _ = fx.planner().plan_kafka_groups(&req);
             }
             Cmd::Timer { q, key, delay_ms } => {
                 let (queue, key) = (QUEUES[*q].to_string(), format!("k{key}"));

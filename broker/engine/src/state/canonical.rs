@@ -105,5 +105,9 @@ pub fn canonical(st: &State) -> String {
         let _ = writeln!(o, "kv {ns:?} {key:?} {row:?}");
     }
     let _ = writeln!(o, "kv sweep {:?}", st.kv.expired(i64::MAX, usize::MAX));
+    let _ = writeln!(o, "kafka groups bytes {}", st.kafka_groups.bytes());
+    for (name, g) in st.kafka_groups.iter() {
+        let _ = writeln!(o, "kafka group {name:?} {g:?}");
+    }
     out
 }

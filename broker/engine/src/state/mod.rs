@@ -6,6 +6,7 @@ pub mod config;
 mod fifo;
 mod forget;
 pub mod frame;
+pub mod kafka_groups;
 pub mod kv;
 mod label_index;
 pub mod model;
@@ -81,6 +82,8 @@ pub struct State {
     pub timers: timers::TimerTable,
     /// The tenant's key/value rows and lock permits.
     pub kv: kv::KvTable,
+    /// Kafka consumer groups' committed offsets and generations.
+    pub kafka_groups: kafka_groups::KafkaGroups,
 }
 
 /// Where an effect's bytes live, so runs can point at them.
@@ -296,6 +299,38 @@ impl State {
             Effect::KvDelete { ns, key } => {
                 self.kv.remove(ns, key);
             }
+            Effect::KafkaGeneration {
+                group,
+                generation,
+                protocol_type,
+                protocol_name,
+            } => self
+                .kafka_groups
+                .set_generation(group, *generation, protocol_type, protocol_name),
+            Effect::KafkaOffsetPut {
+                group,
+                topic,
+                partition,
+                offset,
+                leader_epoch,
+                metadata,
+            } => self.kafka_groups.put_offset(
+                group,
+                topic,
+                *partition,
+                kafka_groups::OffsetRow {
+                    offset: *offset,
+                    leader_epoch: *leader_epoch,
+                    metadata: metadata.to_string(),
+                    commit_time_us: now_us,
+                },
+            ),
+            Effect::KafkaOffsetDelete {
+                group,
+                topic,
+                partition,
+            } => self.kafka_groups.delete_offset(group, topic, *partition),
+            Effect::KafkaGroupDelete { group } => self.kafka_groups.delete_group(group),
             Effect::TimerPut {
                 queue,
                 key,

@@ -17,6 +17,7 @@ const CHECKPOINT_VERSION: u8 = 3;
 /// Section tags of version 3 (docs/storage-format.md "Checkpoint blob").
 const SECTION_KV: u8 = 1;
 const SECTION_TIMERS: u8 = 2;
+const SECTION_KAFKA_GROUPS: u8 = 3;
 /// Partition ids index a dense table (`PartitionTable`), so an id read from a checkpoint sizes
 /// an allocation: ids must lie below `next_partition_id`, as apply keeps them, and that at or
 /// below 2^32 (a chunk index of 24 MiB at most). A corrupt id once asked for 6 GiB (fuzz
@@ -112,7 +113,13 @@ fn size_hint(s: &State) -> usize {
     let cursors: usize = s.groups.values().map(|g| 64 + g.cursors.len() * 64).sum();
     let queues: usize = s.queues.values().map(|q| 256 + q.dlq.len() * 64).sum();
     // The KV and timer counts are of what the rows hold in memory: more than they encode to.
-    1024 + runs + cursors + queues + s.traces.len() * 128 + s.kv.bytes() + s.timers.held_bytes()
+    1024 + runs
+        + cursors
+        + queues
+        + s.traces.len() * 128
+        + s.kv.bytes()
+        + s.timers.held_bytes()
+        + s.kafka_groups.bytes()
 }
 
 /// Writes `version` 3, or an older version (only so tests can check that upgrades read it).
@@ -242,9 +249,15 @@ fn encode_head(s: &State, version: u8) -> Writer {
 /// Version 3's sections: `count: u32`, then per section `tag: u8 | len: u32 | bytes`. Each
 /// body is written in place and its length patched after, so no section is built twice.
 fn encode_sections(s: &State, w: &mut Writer) {
-    w.u32(2);
+    // The Kafka groups section is written only when there are groups, so a tenant without
+    // Kafka consumers checkpoints exactly as before.
+    let kafka = !s.kafka_groups.is_empty();
+    w.u32(2 + u32::from(kafka));
     section(w, SECTION_KV, |w| s.kv.encode(w));
     section(w, SECTION_TIMERS, |w| s.timers.encode(w));
+    if kafka {
+        section(w, SECTION_KAFKA_GROUPS, |w| s.kafka_groups.encode(w));
+    }
 }
 
 fn section(w: &mut Writer, tag: u8, body: impl FnOnce(&mut Writer)) {
@@ -273,6 +286,9 @@ fn decode_sections(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError>
         match tag {
             SECTION_KV => s.kv = super::kv::KvTable::decode(&mut sr)?,
             SECTION_TIMERS => s.timers = super::timers::TimerTable::decode(&mut sr)?,
+            SECTION_KAFKA_GROUPS => {
+                s.kafka_groups = super::kafka_groups::KafkaGroups::decode(&mut sr)?
+            }
             t => return Err(r.malformed(format!("unknown checkpoint section tag {t}"))),
         }
         if !sr.is_done() {

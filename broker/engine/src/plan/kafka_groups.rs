@@ -1,0 +1,234 @@
+//! Kafka consumer groups' durable requests (protocol/src/kafka_groups.rs). The door's
+//! coordinator has judged membership and generations; here offsets are stored, generations
+//! minted, and groups listed and removed. A read emits nothing: its answer is released after
+//! the cycle's entry commits, so it is ordered after every commit answered before it.
+
+use std::collections::HashSet;
+
+use queenmq_protocol::kafka_groups::*;
+use queenmq_protocol::{ErrorCode, QueenError};
+
+use super::Planner;
+use crate::entry::Effect;
+use crate::state::kafka_groups::{
+    committed, group_bytes, offset_bytes, MAX_KAFKA_GROUPS, MAX_KAFKA_GROUP_BYTES,
+};
+
+/// The retriable refusal past the tenant's group count or byte cap.
+pub fn kafka_groups_full(what: &str) -> QueenError {
+    QueenError::new(
+        ErrorCode::Unavailable,
+        format!("kafka_groups_unavailable: {what}; retry after groups are deleted"),
+    )
+}
+
+fn check_partition(topic: &str, partition: i32) -> KafkaPartitionResult {
+    if topic.is_empty() || topic.len() > MAX_KAFKA_TOPIC_BYTES || partition < 0 {
+        KafkaPartitionResult::InvalidTopic
+    } else {
+        KafkaPartitionResult::Ok
+    }
+}
+
+/// Refuses what the door should have bounded already: the engine trusts no door.
+fn check_bounds(req: &KafkaGroupsReq) -> Result<(), QueenError> {
+    let group_ok = |g: &str| valid_group_id(g);
+    let ok = match req {
+        KafkaGroupsReq::Commit { group, offsets } => {
+            group_ok(group) && offsets.len() <= MAX_KAFKA_OFFSETS_PER_REQUEST
+        }
+        KafkaGroupsReq::Fetch { group, partitions } => {
+            group_ok(group)
+                && partitions
+                    .as_ref()
+                    .is_none_or(|p| p.len() <= MAX_KAFKA_OFFSETS_PER_REQUEST)
+        }
+        KafkaGroupsReq::NextGeneration {
+            group,
+            protocol_type,
+            protocol_name,
+        } => {
+            group_ok(group)
+                && protocol_type.len() <= MAX_KAFKA_PROTOCOL_BYTES
+                && protocol_name.len() <= MAX_KAFKA_PROTOCOL_BYTES
+        }
+        KafkaGroupsReq::List => true,
+        KafkaGroupsReq::Describe { group } => group_ok(group),
+        KafkaGroupsReq::Delete { groups } => groups.len() <= MAX_KAFKA_GROUPS_PER_REQUEST,
+        KafkaGroupsReq::OffsetDelete { group, partitions } => {
+            group_ok(group) && partitions.len() <= MAX_KAFKA_OFFSETS_PER_REQUEST
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(QueenError::bad_request(
+            "kafka group request out of bounds (group id, protocol or count)",
+        ))
+    }
+}
+
+impl Planner<'_> {
+    pub fn plan_kafka_groups(
+        &mut self,
+        req: &KafkaGroupsReq,
+    ) -> Result<KafkaGroupsOutcome, QueenError> {
+        check_bounds(req)?;
+        if let Some(m) = self.memory {
+            if m.pressed() && req.grows() {
+                return Err(m.refusal());
+            }
+        }
+        Ok(match req {
+            KafkaGroupsReq::Commit { group, offsets } => {
+                KafkaGroupsOutcome::Committed(self.kafka_commit(group, offsets)?)
+            }
+            KafkaGroupsReq::Fetch { group, partitions } => {
+                let kg = &self.st.kafka_groups;
+                let rows = match (partitions, kg.get(group)) {
+                    (_, None) => Vec::new(),
+                    (None, Some(g)) => g
+                        .offsets
+                        .iter()
+                        .map(|((t, p), o)| committed(t, *p, o))
+                        .collect(),
+                    (Some(ps), Some(_)) => ps
+                        .iter()
+                        .filter_map(|(t, p)| kg.committed(group, t, *p))
+                        .collect(),
+                };
+                KafkaGroupsOutcome::Fetched(rows)
+            }
+            KafkaGroupsReq::NextGeneration {
+                group,
+                protocol_type,
+                protocol_name,
+            } => {
+                let cur = self.st.kafka_groups.get(group);
+                let (last, old_bytes) = match cur {
+                    Some(g) => (
+                        g.generation,
+                        group_bytes(group, &g.protocol_type, &g.protocol_name),
+                    ),
+                    None => (0, 0),
+                };
+                if cur.is_none() {
+                    self.kafka_room_for_group()?;
+                }
+                let grow =
+                    group_bytes(group, protocol_type, protocol_name).saturating_sub(old_bytes);
+                self.kafka_room_for_bytes(grow)?;
+                // Generations wrap as Kafka's do at i32::MAX (never negative: -1 means none).
+                let generation = if last == i32::MAX { 1 } else { last + 1 };
+                self.emit(Effect::KafkaGeneration {
+                    group,
+                    generation,
+                    protocol_type,
+                    protocol_name,
+                });
+                KafkaGroupsOutcome::Generation(generation)
+            }
+            KafkaGroupsReq::List => KafkaGroupsOutcome::Groups(
+                self.st
+                    .kafka_groups
+                    .iter()
+                    .filter_map(|(g, _)| self.st.kafka_groups.info(g))
+                    .collect(),
+            ),
+            KafkaGroupsReq::Describe { group } => {
+                KafkaGroupsOutcome::Group(self.st.kafka_groups.info(group))
+            }
+            KafkaGroupsReq::Delete { groups } => {
+                let mut out = Vec::with_capacity(groups.len());
+                for g in groups {
+                    let found = self.st.kafka_groups.get(g).is_some();
+                    if found {
+                        self.emit(Effect::KafkaGroupDelete { group: g });
+                    }
+                    out.push(found);
+                }
+                KafkaGroupsOutcome::Deleted(out)
+            }
+            KafkaGroupsReq::OffsetDelete { group, partitions } => {
+                let mut out = Vec::with_capacity(partitions.len());
+                for (t, p) in partitions {
+                    let r = check_partition(t, *p);
+                    if r == KafkaPartitionResult::Ok
+                        && self.st.kafka_groups.committed(group, t, *p).is_some()
+                    {
+                        self.emit(Effect::KafkaOffsetDelete {
+                            group,
+                            topic: t,
+                            partition: *p,
+                        });
+                    }
+                    out.push(r);
+                }
+                KafkaGroupsOutcome::OffsetsDeleted(out)
+            }
+        })
+    }
+
+    fn kafka_room_for_group(&self) -> Result<(), QueenError> {
+        if self.st.kafka_groups.len() >= MAX_KAFKA_GROUPS {
+            return Err(kafka_groups_full(&format!(
+                "the tenant holds {MAX_KAFKA_GROUPS} Kafka groups, the cap"
+            )));
+        }
+        Ok(())
+    }
+
+    fn kafka_room_for_bytes(&self, grow: usize) -> Result<(), QueenError> {
+        if self.st.kafka_groups.bytes().saturating_add(grow) > MAX_KAFKA_GROUP_BYTES {
+            return Err(kafka_groups_full(&format!(
+                "the tenant's Kafka groups hold {MAX_KAFKA_GROUP_BYTES} bytes, the cap"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Judges every partition first; the whole commit is refused (retriable) before any
+    /// effect when the caps cannot take it, so a refusal changes nothing.
+    fn kafka_commit(
+        &mut self,
+        group: &str,
+        offsets: &[KafkaOffsetCommit],
+    ) -> Result<Vec<KafkaPartitionResult>, QueenError> {
+        let results: Vec<KafkaPartitionResult> = offsets
+            .iter()
+            .map(|o| match check_partition(&o.topic, o.partition) {
+                KafkaPartitionResult::Ok if o.metadata.len() > MAX_KAFKA_OFFSET_METADATA_BYTES => {
+                    KafkaPartitionResult::MetadataTooLarge
+                }
+                r => r,
+            })
+            .collect();
+        let mut grow = 0usize;
+        let mut seen = HashSet::new();
+        for (o, r) in offsets.iter().zip(&results) {
+            if *r == KafkaPartitionResult::Ok && seen.insert((o.topic.as_str(), o.partition)) {
+                grow = grow.saturating_add(offset_bytes(&o.topic, &o.metadata));
+            }
+        }
+        if grow > 0 {
+            if self.st.kafka_groups.get(group).is_none() {
+                self.kafka_room_for_group()?;
+                grow = grow.saturating_add(group_bytes(group, "", ""));
+            }
+            self.kafka_room_for_bytes(grow)?;
+        }
+        for (o, r) in offsets.iter().zip(&results) {
+            if *r == KafkaPartitionResult::Ok {
+                self.emit(Effect::KafkaOffsetPut {
+                    group,
+                    topic: &o.topic,
+                    partition: o.partition,
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: &o.metadata,
+                });
+            }
+        }
+        Ok(results)
+    }
+}

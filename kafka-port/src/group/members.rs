@@ -1,0 +1,320 @@
+//! JoinGroup, SyncGroup, Heartbeat and LeaveGroup: decoded with the checked reader, judged by
+//! the coordinator's machine, encoded by `kafka-protocol`.
+
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::{
+    HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, SyncGroupResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use queenmq_protocol::kafka_groups::valid_group_id;
+
+use super::machine::{JoinAnswer, JoinArgs, SyncAnswer};
+use crate::connection::{encode, Reply};
+use crate::errors as e;
+use crate::wire::{Malformed, Reader};
+use crate::Door;
+
+pub const JOIN_VERSIONS: std::ops::RangeInclusive<i16> = 0..=9;
+pub const SYNC_VERSIONS: std::ops::RangeInclusive<i16> = 0..=5;
+pub const HEARTBEAT_VERSIONS: std::ops::RangeInclusive<i16> = 0..=4;
+pub const LEAVE_VERSIONS: std::ops::RangeInclusive<i16> = 0..=5;
+
+pub fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+/// Reads an array with `each`, collecting what it returns.
+pub fn array<T>(
+    r: &mut Reader,
+    mut each: impl FnMut(&mut Reader) -> Result<T, Malformed>,
+) -> Result<Option<Vec<T>>, Malformed> {
+    let Some(n) = r.array_len()? else {
+        return Ok(None);
+    };
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(each(r)?);
+    }
+    Ok(Some(out))
+}
+
+pub fn decode_join(
+    version: i16,
+    r: &mut Reader,
+    client_id: &str,
+    host: &str,
+) -> Result<JoinArgs, Malformed> {
+    let group = r.string()?;
+    let session_ms = r.i32()?;
+    let rebalance_ms = if version >= 1 { r.i32()? } else { session_ms };
+    let member_id = r.string()?;
+    let instance_id = if version >= 5 {
+        r.nullable_string()?
+    } else {
+        None
+    };
+    let protocol_type = r.string()?;
+    let protocols = array(r, |r| {
+        let name = r.string()?;
+        let meta = r.nullable_bytes()?.unwrap_or_default();
+        r.skip_tags()?;
+        Ok((name, meta))
+    })?
+    .unwrap_or_default();
+    if version >= 8 {
+        let _reason = r.nullable_string()?;
+    }
+    r.skip_tags()?;
+    Ok(JoinArgs {
+        group,
+        member_id,
+        instance_id,
+        client_id: client_id.to_string(),
+        client_host: host.to_string(),
+        session_ms,
+        rebalance_ms,
+        protocol_type,
+        protocols,
+        require_known_member: version >= 4,
+    })
+}
+
+fn join_response(version: i16, a: JoinAnswer) -> JoinGroupResponse {
+    let members = a
+        .members
+        .into_iter()
+        .map(|(id, instance, meta)| {
+            let m = JoinGroupResponseMember::default()
+                .with_member_id(s(&id))
+                .with_metadata(meta);
+            if version >= 5 {
+                m.with_group_instance_id(instance.as_deref().map(s))
+            } else {
+                m
+            }
+        })
+        .collect();
+    let resp = JoinGroupResponse::default()
+        .with_error_code(a.error)
+        .with_generation_id(a.generation)
+        .with_leader(s(&a.leader))
+        .with_member_id(s(&a.member_id))
+        .with_members(members);
+    if version >= 7 {
+        resp.with_protocol_type(a.protocol_type.as_deref().map(s))
+            .with_protocol_name(a.protocol_name.as_deref().map(s))
+    } else {
+        // Not nullable before v7.
+        resp.with_protocol_name(Some(s(a.protocol_name.as_deref().unwrap_or(""))))
+    }
+}
+
+pub async fn join(door: &Door, version: i16, mut r: Reader, client_id: &str, host: &str) -> Reply {
+    let args = match decode_join(version, &mut r, client_id, host) {
+        Ok(a) => a,
+        Err(err) => return Reply::Close(err.to_string()),
+    };
+    let answer = if !valid_group_id(&args.group) {
+        JoinAnswer::error(e::INVALID_GROUP_ID, &args.member_id)
+    } else {
+        door.groups.join(door, args).await
+    };
+    encode(&join_response(version, answer), version)
+}
+
+pub async fn sync(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let decoded = (|| -> Result<_, Malformed> {
+        let group = r.string()?;
+        let generation = r.i32()?;
+        let member = r.string()?;
+        let instance = if version >= 3 {
+            r.nullable_string()?
+        } else {
+            None
+        };
+        if version >= 5 {
+            let _ptype = r.nullable_string()?;
+            let _pname = r.nullable_string()?;
+        }
+        let assignments = array(&mut r, |r| {
+            let id = r.string()?;
+            let a = r.nullable_bytes()?.unwrap_or_default();
+            r.skip_tags()?;
+            Ok((id, a))
+        })?
+        .unwrap_or_default();
+        r.skip_tags()?;
+        Ok((group, generation, member, instance, assignments))
+    })();
+    let (group, generation, member, instance, assignments) = match decoded {
+        Ok(d) => d,
+        Err(err) => return Reply::Close(err.to_string()),
+    };
+    let answer = if !valid_group_id(&group) {
+        SyncAnswer::error(e::INVALID_GROUP_ID)
+    } else {
+        let too_big = assignments.iter().map(|(_, b)| b.len()).sum::<usize>()
+            > super::machine::MAX_MEMBER_BYTES * 8;
+        if too_big {
+            SyncAnswer::error(e::INCONSISTENT_GROUP_PROTOCOL)
+        } else {
+            let step = door.groups.lock().sync(
+                &group,
+                generation,
+                &member,
+                instance.as_deref(),
+                assignments,
+                door.groups.now(),
+            );
+            door.groups.sync(step).await
+        }
+    };
+    let mut resp = SyncGroupResponse::default()
+        .with_error_code(answer.error)
+        .with_assignment(answer.assignment);
+    if version >= 5 {
+        resp = resp
+            .with_protocol_type(answer.protocol_type.as_deref().map(s))
+            .with_protocol_name(answer.protocol_name.as_deref().map(s));
+    }
+    encode(&resp, version)
+}
+
+pub async fn heartbeat(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let decoded = (|| -> Result<_, Malformed> {
+        let group = r.string()?;
+        let generation = r.i32()?;
+        let member = r.string()?;
+        let instance = if version >= 3 {
+            r.nullable_string()?
+        } else {
+            None
+        };
+        r.skip_tags()?;
+        Ok((group, generation, member, instance))
+    })();
+    let (group, generation, member, instance) = match decoded {
+        Ok(d) => d,
+        Err(err) => return Reply::Close(err.to_string()),
+    };
+    let code = if valid_group_id(&group) {
+        door.groups.lock().heartbeat(
+            &group,
+            generation,
+            &member,
+            instance.as_deref(),
+            door.groups.now(),
+        )
+    } else {
+        e::INVALID_GROUP_ID
+    };
+    encode(&HeartbeatResponse::default().with_error_code(code), version)
+}
+
+pub async fn leave(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let decoded = (|| -> Result<_, Malformed> {
+        let group = r.string()?;
+        let members = if version >= 3 {
+            array(&mut r, |r| {
+                let id = r.string()?;
+                let instance = r.nullable_string()?;
+                if version >= 5 {
+                    let _reason = r.nullable_string()?;
+                }
+                r.skip_tags()?;
+                Ok((id, instance))
+            })?
+            .unwrap_or_default()
+        } else {
+            vec![(r.string()?, None)]
+        };
+        r.skip_tags()?;
+        Ok((group, members))
+    })();
+    let (group, members) = match decoded {
+        Ok(d) => d,
+        Err(err) => return Reply::Close(err.to_string()),
+    };
+    if !valid_group_id(&group) {
+        return encode(
+            &LeaveGroupResponse::default().with_error_code(e::INVALID_GROUP_ID),
+            version,
+        );
+    }
+    let now = door.groups.now();
+    let codes: Vec<i16> = {
+        let mut g = door.groups.lock();
+        members
+            .iter()
+            .map(|(id, instance)| g.leave(&group, id, instance.as_deref(), now))
+            .collect()
+    };
+    door.groups.drive(door).await;
+    let resp = if version >= 3 {
+        let out = members
+            .into_iter()
+            .zip(&codes)
+            .map(|((id, instance), code)| {
+                MemberResponse::default()
+                    .with_member_id(s(&id))
+                    .with_group_instance_id(instance.as_deref().map(s))
+                    .with_error_code(*code)
+            })
+            .collect();
+        LeaveGroupResponse::default().with_members(out)
+    } else {
+        LeaveGroupResponse::default().with_error_code(codes.first().copied().unwrap_or(e::NONE))
+    };
+    encode(&resp, version)
+}
+
+/// Test helper: the JoinGroup answer for `a` encodes at every served version.
+#[cfg(test)]
+pub fn join_encodes(a: JoinAnswer) -> bool {
+    let mut versions = JOIN_VERSIONS;
+    versions.all(|v| matches!(encode(&join_response(v, a.clone()), v), Reply::Send { .. }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn join_answers_encode_at_every_version() {
+        let a = JoinAnswer {
+            error: 0,
+            generation: 3,
+            protocol_type: Some("consumer".into()),
+            protocol_name: Some("range".into()),
+            leader: "m1".into(),
+            member_id: "m1".into(),
+            members: vec![("m1".into(), Some("i".into()), Bytes::from_static(b"x"))],
+        };
+        assert!(join_encodes(a));
+        assert!(join_encodes(JoinAnswer::error(e::UNKNOWN_MEMBER_ID, "")));
+    }
+
+    #[test]
+    fn a_v0_join_decodes_and_a_truncated_one_does_not() {
+        let mut body = Vec::new();
+        body.extend_from_slice(b"\x00\x01g");
+        body.extend_from_slice(b"\x00\x00\x27\x10"); // 10 000 ms
+        body.extend_from_slice(b"\x00\x00");
+        body.extend_from_slice(b"\x00\x08consumer");
+        body.extend_from_slice(b"\x00\x00\x00\x01");
+        body.extend_from_slice(b"\x00\x05range");
+        body.extend_from_slice(b"\x00\x00\x00\x02");
+        body.extend_from_slice(b"ab");
+        let mut r = Reader::new(Bytes::from(body.clone()), false);
+        let a = decode_join(0, &mut r, "c", "h").expect("decodes");
+        assert_eq!((a.group.as_str(), a.rebalance_ms), ("g", 10_000));
+        assert_eq!(
+            a.protocols,
+            vec![("range".into(), Bytes::from_static(b"ab"))]
+        );
+        let mut short = Reader::new(Bytes::from(body[..body.len() - 1].to_vec()), false);
+        assert!(decode_join(0, &mut short, "c", "h").is_err());
+    }
+}

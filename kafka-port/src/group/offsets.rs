@@ -1,0 +1,435 @@
+//! OffsetCommit, OffsetFetch and OffsetDelete. The coordinator judges the member and
+//! generation; the engine stores the offsets and answers once the entry is committed.
+
+use std::collections::HashMap;
+
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{
+    GroupId, OffsetCommitResponse, OffsetDeleteResponse, OffsetFetchResponse, TopicName,
+};
+use queenmq_protocol::kafka_groups::*;
+
+use super::durable;
+use super::members::{array, s};
+use crate::connection::{encode, Reply};
+use crate::errors as e;
+use crate::wire::{Malformed, Reader};
+use crate::Door;
+
+pub const COMMIT_VERSIONS: std::ops::RangeInclusive<i16> = 2..=9;
+pub const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 1..=9;
+pub const DELETE_VERSIONS: std::ops::RangeInclusive<i16> = 0..=0;
+
+type Topics<T> = Vec<(String, Vec<T>)>;
+
+struct CommitReq {
+    group: String,
+    generation: i32,
+    member: String,
+    instance: Option<String>,
+    topics: Topics<(i32, i64, i32, String)>,
+}
+
+fn decode_commit(version: i16, r: &mut Reader) -> Result<CommitReq, Malformed> {
+    let group = r.string()?;
+    let generation = r.i32()?;
+    let member = r.string()?;
+    let instance = if version >= 7 {
+        r.nullable_string()?
+    } else {
+        None
+    };
+    if (2..=4).contains(&version) {
+        let _retention_ms = r.i64()?;
+    }
+    let topics = array(r, |r| {
+        let name = r.string()?;
+        let parts = array(r, |r| {
+            let index = r.i32()?;
+            let offset = r.i64()?;
+            let epoch = if version >= 6 { r.i32()? } else { -1 };
+            let metadata = r.nullable_string()?.unwrap_or_default();
+            r.skip_tags()?;
+            Ok((index, offset, epoch, metadata))
+        })?
+        .unwrap_or_default();
+        r.skip_tags()?;
+        Ok((name, parts))
+    })?
+    .unwrap_or_default();
+    r.skip_tags()?;
+    Ok(CommitReq {
+        group,
+        generation,
+        member,
+        instance,
+        topics,
+    })
+}
+
+fn partition_code(r: KafkaPartitionResult) -> i16 {
+    match r {
+        KafkaPartitionResult::Ok => e::NONE,
+        KafkaPartitionResult::MetadataTooLarge => e::OFFSET_METADATA_TOO_LARGE,
+        KafkaPartitionResult::InvalidTopic => e::UNKNOWN_TOPIC_OR_PARTITION,
+    }
+}
+
+pub async fn commit(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let req = match decode_commit(version, &mut r) {
+        Ok(req) => req,
+        Err(err) => return Reply::Close(err.to_string()),
+    };
+    let flat: Vec<KafkaOffsetCommit> = req
+        .topics
+        .iter()
+        .flat_map(|(t, parts)| {
+            parts.iter().map(|(p, o, epoch, m)| KafkaOffsetCommit {
+                topic: t.clone(),
+                partition: *p,
+                offset: *o,
+                leader_epoch: *epoch,
+                metadata: m.clone(),
+            })
+        })
+        .collect();
+    let gate = if valid_group_id(&req.group) {
+        door.groups.lock().may_commit(
+            &req.group,
+            req.generation,
+            &req.member,
+            req.instance.as_deref(),
+            door.groups.now(),
+        )
+    } else {
+        Err(e::INVALID_GROUP_ID)
+    };
+    let mut codes: Vec<i16> = Vec::with_capacity(flat.len());
+    match gate {
+        Err(code) => codes.resize(flat.len(), code),
+        Ok(()) => {
+            // One engine call per bounded chunk; each is answered after it commits.
+            for chunk in flat.chunks(MAX_KAFKA_OFFSETS_PER_REQUEST) {
+                let call = KafkaGroupsReq::Commit {
+                    group: req.group.clone(),
+                    offsets: chunk.to_vec(),
+                };
+                match durable::call(door, call).await {
+                    Ok(KafkaGroupsOutcome::Committed(rs)) if rs.len() == chunk.len() => {
+                        codes.extend(rs.into_iter().map(partition_code))
+                    }
+                    Ok(_) => codes.extend(chunk.iter().map(|_| e::UNKNOWN_SERVER_ERROR)),
+                    Err(err) => codes.extend(chunk.iter().map(|_| commit_error(&err))),
+                }
+            }
+        }
+    }
+    let mut codes = codes.into_iter();
+    let topics = req
+        .topics
+        .iter()
+        .map(|(t, parts)| {
+            OffsetCommitResponseTopic::default()
+                .with_name(TopicName(s(t)))
+                .with_partitions(
+                    parts
+                        .iter()
+                        .map(|(p, ..)| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(*p)
+                                .with_error_code(codes.next().unwrap_or(e::UNKNOWN_SERVER_ERROR))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    encode(
+        &OffsetCommitResponse::default().with_topics(topics),
+        version,
+    )
+}
+
+/// A refused commit: busy or full is COORDINATOR_NOT_AVAILABLE, which clients retry.
+fn commit_error(err: &queenmq_protocol::QueenError) -> i16 {
+    use queenmq_protocol::ErrorCode;
+    match err.code {
+        ErrorCode::Unavailable | ErrorCode::RequestTimeout => e::COORDINATOR_NOT_AVAILABLE,
+        _ => e::from_queen(err),
+    }
+}
+
+/// One group of an OffsetFetch: its id and the partitions asked (`None`: all).
+type FetchGroup = (String, Option<Topics<i32>>);
+
+fn decode_fetch(version: i16, r: &mut Reader) -> Result<Vec<FetchGroup>, Malformed> {
+    let topics = |r: &mut Reader| {
+        array(r, |r| {
+            let name = r.string()?;
+            let parts = array(r, |r| r.i32())?.unwrap_or_default();
+            r.skip_tags()?;
+            Ok((name, parts))
+        })
+    };
+    let groups = if version >= 8 {
+        array(r, |r| {
+            let id = r.string()?;
+            if version >= 9 {
+                let _member = r.nullable_string()?;
+                let _epoch = r.i32()?;
+            }
+            let t = topics(r)?;
+            r.skip_tags()?;
+            Ok((id, t))
+        })?
+        .unwrap_or_default()
+    } else {
+        let id = r.string()?;
+        vec![(id, topics(r)?)]
+    };
+    if version >= 7 {
+        let _require_stable = r.bool()?;
+    }
+    r.skip_tags()?;
+    Ok(groups)
+}
+
+/// Every committed offset asked for, grouped by topic in the request's order (or in the
+/// engine's order when every partition was asked), plus a group-level error.
+async fn fetch_group(
+    door: &Door,
+    group: &str,
+    asked: &Option<Topics<i32>>,
+) -> (i16, Topics<(i32, Option<KafkaCommitted>)>) {
+    if !valid_group_id(group) {
+        return (e::INVALID_GROUP_ID, Vec::new());
+    }
+    let partitions: Option<Vec<(String, i32)>> = asked.as_ref().map(|ts| {
+        ts.iter()
+            .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
+            .collect()
+    });
+    let mut found: Vec<KafkaCommitted> = Vec::new();
+    let chunks: Vec<Option<Vec<(String, i32)>>> = match &partitions {
+        None => vec![None],
+        Some(ps) => ps
+            .chunks(MAX_KAFKA_OFFSETS_PER_REQUEST)
+            .map(|c| Some(c.to_vec()))
+            .collect(),
+    };
+    for chunk in chunks {
+        let call = KafkaGroupsReq::Fetch {
+            group: group.to_string(),
+            partitions: chunk,
+        };
+        match durable::call(door, call).await {
+            Ok(KafkaGroupsOutcome::Fetched(rows)) => found.extend(rows),
+            Ok(_) => return (e::UNKNOWN_SERVER_ERROR, Vec::new()),
+            Err(err) => return (commit_error(&err), Vec::new()),
+        }
+    }
+    let out = match asked {
+        Some(ts) => {
+            let mut by: HashMap<(String, i32), KafkaCommitted> = found
+                .into_iter()
+                .map(|c| ((c.topic.clone(), c.partition), c))
+                .collect();
+            ts.iter()
+                .map(|(t, ps)| {
+                    let parts = ps
+                        .iter()
+                        .map(|p| (*p, by.remove(&(t.clone(), *p))))
+                        .collect();
+                    (t.clone(), parts)
+                })
+                .collect()
+        }
+        None => {
+            let mut out: Topics<(i32, Option<KafkaCommitted>)> = Vec::new();
+            for c in found {
+                match out.last_mut() {
+                    Some((t, parts)) if *t == c.topic => parts.push((c.partition, Some(c))),
+                    _ => out.push((c.topic.clone(), vec![(c.partition, Some(c))])),
+                }
+            }
+            out
+        }
+    };
+    (e::NONE, out)
+}
+
+fn offset_and_meta(c: &Option<KafkaCommitted>) -> (i64, i32, String) {
+    match c {
+        Some(c) => (c.offset, c.leader_epoch, c.metadata.clone()),
+        None => (-1, -1, String::new()),
+    }
+}
+
+pub async fn fetch(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let groups = match decode_fetch(version, &mut r) {
+        Ok(g) => g,
+        Err(err) => return Reply::Close(err.to_string()),
+    };
+    if groups.len() > MAX_KAFKA_GROUPS_PER_REQUEST {
+        return Reply::Close(format!(
+            "OffsetFetch names {} groups, more than {MAX_KAFKA_GROUPS_PER_REQUEST}",
+            groups.len()
+        ));
+    }
+    let mut answers = Vec::with_capacity(groups.len());
+    for (group, asked) in &groups {
+        answers.push((group.clone(), fetch_group(door, group, asked).await));
+    }
+    let resp = if version >= 8 {
+        let out = answers
+            .into_iter()
+            .map(|(group, (code, topics))| {
+                let topics = topics
+                    .into_iter()
+                    .map(|(t, parts)| {
+                        OffsetFetchResponseTopics::default()
+                            .with_name(TopicName(s(&t)))
+                            .with_partitions(
+                                parts
+                                    .iter()
+                                    .map(|(p, c)| {
+                                        let (o, epoch, m) = offset_and_meta(c);
+                                        OffsetFetchResponsePartitions::default()
+                                            .with_partition_index(*p)
+                                            .with_committed_offset(o)
+                                            .with_committed_leader_epoch(epoch)
+                                            .with_metadata(Some(s(&m)))
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+                OffsetFetchResponseGroup::default()
+                    .with_group_id(GroupId(s(&group)))
+                    .with_topics(topics)
+                    .with_error_code(code)
+            })
+            .collect();
+        OffsetFetchResponse::default().with_groups(out)
+    } else {
+        let (code, topics) = answers
+            .into_iter()
+            .next()
+            .map(|(_, a)| a)
+            .unwrap_or((e::NONE, Vec::new()));
+        let topics = topics
+            .into_iter()
+            .map(|(t, parts)| {
+                OffsetFetchResponseTopic::default()
+                    .with_name(TopicName(s(&t)))
+                    .with_partitions(
+                        parts
+                            .iter()
+                            .map(|(p, c)| {
+                                let (o, epoch, m) = offset_and_meta(c);
+                                let part = OffsetFetchResponsePartition::default()
+                                    .with_partition_index(*p)
+                                    .with_committed_offset(o)
+                                    .with_metadata(Some(s(&m)));
+                                // The field exists from v5 on.
+                                if version >= 5 {
+                                    part.with_committed_leader_epoch(epoch)
+                                } else {
+                                    part
+                                }
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        let resp = OffsetFetchResponse::default().with_topics(topics);
+        if version >= 2 {
+            resp.with_error_code(code)
+        } else {
+            resp
+        }
+    };
+    encode(&resp, version)
+}
+
+pub async fn delete(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let decoded = (|| -> Result<_, Malformed> {
+        let group = r.string()?;
+        let topics = array(&mut r, |r| {
+            let name = r.string()?;
+            let parts = array(r, |r| r.i32())?.unwrap_or_default();
+            Ok((name, parts))
+        })?
+        .unwrap_or_default();
+        Ok((group, topics))
+    })();
+    let (group, topics): (String, Topics<i32>) = match decoded {
+        Ok(d) => d,
+        Err(err) => return Reply::Close(err.to_string()),
+    };
+    let flat: Vec<(String, i32)> = topics
+        .iter()
+        .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
+        .collect();
+    let mut top = e::NONE;
+    let mut codes = Vec::with_capacity(flat.len());
+    if !valid_group_id(&group) {
+        top = e::INVALID_GROUP_ID;
+    } else {
+        for chunk in flat.chunks(MAX_KAFKA_OFFSETS_PER_REQUEST) {
+            let known = durable::call(
+                door,
+                KafkaGroupsReq::Describe {
+                    group: group.clone(),
+                },
+            )
+            .await;
+            if matches!(known, Ok(KafkaGroupsOutcome::Group(None))) {
+                top = e::GROUP_ID_NOT_FOUND;
+                break;
+            }
+            let call = KafkaGroupsReq::OffsetDelete {
+                group: group.clone(),
+                partitions: chunk.to_vec(),
+            };
+            match durable::call(door, call).await {
+                Ok(KafkaGroupsOutcome::OffsetsDeleted(rs)) => {
+                    codes.extend(rs.into_iter().map(partition_code))
+                }
+                Ok(_) => top = e::UNKNOWN_SERVER_ERROR,
+                Err(err) => top = commit_error(&err),
+            }
+        }
+    }
+    let mut codes = codes.into_iter();
+    let out = topics
+        .iter()
+        .map(|(t, ps)| {
+            OffsetDeleteResponseTopic::default()
+                .with_name(TopicName(s(t)))
+                .with_partitions(
+                    ps.iter()
+                        .map(|p| {
+                            OffsetDeleteResponsePartition::default()
+                                .with_partition_index(*p)
+                                .with_error_code(codes.next().unwrap_or(e::NONE))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    encode(
+        &OffsetDeleteResponse::default()
+            .with_error_code(top)
+            .with_topics(out),
+        version,
+    )
+}
