@@ -93,6 +93,13 @@ pub enum Effect<'a> {
         queue: &'a str,
         key: &'a str,
     },
+    /// Retention moved a partition's first held offset up to `low` (state/retention.rs);
+    /// `pos` is where the frame of `low` starts in its run's entry when `low` cuts a run.
+    RetentionTrim {
+        pid: u64,
+        low: u64,
+        pos: u32,
+    },
 }
 
 const K_QUEUE_UPSERT: u8 = 1;
@@ -108,6 +115,7 @@ const K_TIMER_PUT: u8 = 20;
 const K_TIMER_DELETE: u8 = 21;
 const K_KV_PUT: u8 = 10;
 const K_KV_DELETE: u8 = 11;
+const K_RETENTION_TRIM: u8 = 40;
 
 pub struct EntryHeader {
     pub cycle: u64,
@@ -303,6 +311,12 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
             w.str(queue);
             w.str(key);
         }
+        Effect::RetentionTrim { pid, low, pos } => {
+            w.u8(K_RETENTION_TRIM);
+            w.u64(*pid);
+            w.u64(*low);
+            w.u32(*pos);
+        }
     }
     w.len() as u32
 }
@@ -469,6 +483,11 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
             ns: r.str()?,
             key: r.str()?,
         },
+        K_RETENTION_TRIM => Effect::RetentionTrim {
+            pid: r.u64()?,
+            low: r.u64()?,
+            pos: r.u32()?,
+        },
         k => return Err(r.malformed(format!("unknown effect kind {k}"))),
     };
     Ok((e, r.pos() as u32))
@@ -540,13 +559,18 @@ mod tests {
             expires_at_us: None,
         };
         let delete = Effect::KvDelete { ns: "ns", key: "k" };
-        for e in [&put, &forever, &delete] {
+        let trim = Effect::RetentionTrim {
+            pid: 7,
+            low: 1 << 40,
+            pos: 99,
+        };
+        for e in [&put, &forever, &delete, &trim] {
             b.push(e);
         }
         let buf = b.finish();
         let (_, effects) = decode_entry(&buf).unwrap();
         let got: Vec<_> = effects.into_iter().map(|(e, _)| e).collect();
-        assert_eq!(got, vec![put, forever, delete]);
+        assert_eq!(got, vec![put, forever, delete, trim]);
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod label_index;
 pub mod model;
 mod name_index;
 mod partition_table;
+mod retention;
 mod snapshot;
 pub mod timers;
 mod txn_ids;
@@ -318,6 +319,7 @@ impl State {
             Effect::TimerDelete { queue, key } => {
                 self.timers.remove(queue, key);
             }
+            Effect::RetentionTrim { pid, low, pos } => self.trim_partition(*pid, *low, *pos),
         }
     }
 
