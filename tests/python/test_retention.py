@@ -76,14 +76,14 @@ def test_each_rule_removes_what_it_should_and_a_restart_keeps_it(broker_factory)
             push(http, base, q, [f"{q}-{i}" for i in range(5)])
 
         # Completion: one group completes everything, the other only the first two.
-        fast = queen_api.pop(http, base, "r-done", group="fast", batch=5, wait=False)
+        fast = queen_api.pop(http, base, "r-done", group="fast", batch=5, wait=False, mode="all")
         assert len(fast) == 5
         assert all(r["success"] for r in queen_api.ack_batch(http, base, fast, "fast"))
-        slow = queen_api.pop(http, base, "r-done", group="slow", batch=2, wait=False)
+        slow = queen_api.pop(http, base, "r-done", group="slow", batch=2, wait=False, mode="all")
         assert len(slow) == 2
         assert all(r["success"] for r in queen_api.ack_batch(http, base, slow, "slow"))
         # The switch off: consumed and old, still kept.
-        done = queen_api.pop(http, base, "r-off", group="g", batch=5, wait=False)
+        done = queen_api.pop(http, base, "r-off", group="g", batch=5, wait=False, mode="all")
         assert all(r["success"] for r in queen_api.ack_batch(http, base, done, "g"))
         # maxWaitTimeSeconds takes a leased message too.
         held = queen_api.pop(http, base, "r-wait", batch=5, wait=False, lease_seconds=600)
@@ -119,7 +119,7 @@ def test_each_rule_removes_what_it_should_and_a_restart_keeps_it(broker_factory)
         assert bounds(http, "r-wait") == (5, 5)
         assert bounds(http, "r-off") == (0, 5)
         assert bounds(http, "r-long") == (0, 5)
-        rest = queen_api.pop(http, base, "r-done", group="slow", batch=10, wait=False)
+        rest = queen_api.pop(http, base, "r-done", group="slow", batch=10, wait=False, mode="all")
         assert [m["transactionId"] for m in rest] == ["r-done-2", "r-done-3", "r-done-4"]
         # The rules go on after the restart: the slow group catches up, completion follows.
         assert all(r["success"] for r in queen_api.ack_batch(http, base, rest, "slow"))

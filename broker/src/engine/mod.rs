@@ -373,7 +373,8 @@ impl Engine {
                 self.last_retention = Instant::now();
                 self.retention.start();
             }
-            for (queue, n) in planner.plan_retention(&mut self.retention, self.limits.max_entry_bytes)
+            for (queue, n) in
+                planner.plan_retention(&mut self.retention, self.limits.max_entry_bytes)
             {
                 metrics::counter!("queen_retention_removed_messages_total", "queue" => queue, "tenant" => self.cfg.tenant.to_string())
                     .increment(n);

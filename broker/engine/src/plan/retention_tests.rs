@@ -180,7 +180,10 @@ fn a_sweep_is_bounded_per_cycle_and_resumes_where_it_stopped() {
     let mut s = RetentionSweep::default();
     s.start();
     let first = f.planner().plan_retention(&mut s, usize::MAX);
-    assert_eq!(first.iter().map(|(_, n)| n).sum::<u64>(), RETENTION_TRIMS_PER_CYCLE as u64);
+    assert_eq!(
+        first.iter().map(|(_, n)| n).sum::<u64>(),
+        RETENTION_TRIMS_PER_CYCLE as u64
+    );
     assert!(s.running(), "the rest waits for the next cycle");
     f.commit();
     let second = f.planner().plan_retention(&mut s, usize::MAX);

@@ -78,7 +78,9 @@ fn drop_below(p: &mut Partition, to: u64, pos: u32) {
         if r.base_offset < to {
             // `to` is inside this run: keep its tail, from the frame the planner located.
             let cut = to - r.base_offset;
-            r.count = r.count.saturating_sub(u32::try_from(cut).unwrap_or(u32::MAX));
+            r.count = r
+                .count
+                .saturating_sub(u32::try_from(cut).unwrap_or(u32::MAX));
             r.base_offset = to;
             r.pos = pos;
         }
@@ -173,7 +175,10 @@ mod tests {
         assert_eq!(cursor_start(p, i64::MIN), 5);
         let g = cursor(&st, 1);
         assert_eq!((g.committed, g.failures, g.lease), (5, 0, None));
-        assert!(st.leases.get(&1).is_none(), "the removed lease is unindexed");
+        assert!(
+            st.leases.get(&1).is_none(),
+            "the removed lease is unindexed"
+        );
         assert!(st.groups[&1].in_ready.contains(&1));
         assert_eq!(cursor(&st, 2).committed, 8, "a cursor above the low stays");
     }
@@ -202,7 +207,10 @@ mod tests {
         let mut st = state();
         st.trim_partition(1, 5, 142);
         let back = crate::state::decode_state(&crate::state::encode_state(&st)).unwrap();
-        let (a, b) = (st.partitions.get(&1).unwrap(), back.partitions.get(&1).unwrap());
+        let (a, b) = (
+            st.partitions.get(&1).unwrap(),
+            back.partitions.get(&1).unwrap(),
+        );
         assert_eq!(a.runs, b.runs);
         assert_eq!((b.low_offset(), b.next_offset, b.bytes), (5, 10, a.bytes));
         assert_eq!(cursor(&back, 1), cursor(&st, 1));
