@@ -176,7 +176,7 @@ mod tests {
         let g = cursor(&st, 1);
         assert_eq!((g.committed, g.failures, g.lease), (5, 0, None));
         assert!(
-            st.leases.get(&1).is_none(),
+            !st.leases.contains_key(&1),
             "the removed lease is unindexed"
         );
         assert!(st.groups[&1].in_ready.contains(&1));
