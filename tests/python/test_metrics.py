@@ -97,6 +97,12 @@ def test_every_documented_series_with_depth_lag_and_request_counts(broker_factor
             assert time.monotonic() < deadline, "the timer never fired"
             time.sleep(0.1)
 
+        # A message maxWaitTimeSeconds removes a second later: the retention series appears.
+        retained = f"{QUEUE}-retention"
+        res = http.post("/api/v1/configure", json={"queue": retained, "options": {"maxWaitTimeSeconds": 1}})
+        assert res.status_code == 200, res.text
+        assert all(r["status"] == "queued" for r in push(http, b.url, [item(retained, "p", "r-1", {})]))
+
         documented = documented_series()
         deadline = time.monotonic() + 15
         while True:
@@ -116,9 +122,11 @@ def test_every_documented_series_with_depth_lag_and_request_counts(broker_factor
         group_doc = http.get(f"/api/v1/consumer-groups/{GROUP}").json()
         assert [q["pending"] for q in group_doc["queues"]] == [pushed - done]
         assert s.one("queen_consumer_group_lag_seconds", group=GROUP, queue=QUEUE) > 0
-        # QUEUE and the timer's queue (its fire created it, with its Default partition).
-        assert s.one("queen_queues") == 2
-        assert s.one("queen_partitions") == 4
+        # QUEUE, the timer's queue (its fire created it, with its Default partition) and the
+        # retention queue (one partition).
+        assert s.one("queen_queues") == 3
+        assert s.one("queen_partitions") == 5
+        assert s.one("queen_retention_removed_messages_total", queue=retained) == 1
 
         assert s.one("queen_messages_pushed_total", queue=QUEUE) == pushed
         assert s.one("queen_messages_popped_total", queue=QUEUE) == done

@@ -118,6 +118,13 @@ pub enum Effect<'a> {
     KafkaGroupDelete {
         group: &'a str,
     },
+    /// Retention moved a partition's first held offset up to `low` (state/retention.rs);
+    /// `pos` is where the frame of `low` starts in its run's entry when `low` cuts a run.
+    RetentionTrim {
+        pid: u64,
+        low: u64,
+        pos: u32,
+    },
 }
 
 const K_QUEUE_UPSERT: u8 = 1;
@@ -137,6 +144,7 @@ const K_KAFKA_GENERATION: u8 = 30;
 const K_KAFKA_OFFSET_PUT: u8 = 31;
 const K_KAFKA_OFFSET_DELETE: u8 = 32;
 const K_KAFKA_GROUP_DELETE: u8 = 33;
+const K_RETENTION_TRIM: u8 = 40;
 
 pub struct EntryHeader {
     pub cycle: u64,
@@ -374,6 +382,12 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
             w.str(queue);
             w.str(key);
         }
+        Effect::RetentionTrim { pid, low, pos } => {
+            w.u8(K_RETENTION_TRIM);
+            w.u64(*pid);
+            w.u64(*low);
+            w.u32(*pos);
+        }
     }
     w.len() as u32
 }
@@ -561,6 +575,11 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
             partition: r.u32()? as i32,
         },
         K_KAFKA_GROUP_DELETE => Effect::KafkaGroupDelete { group: r.str()? },
+        K_RETENTION_TRIM => Effect::RetentionTrim {
+            pid: r.u64()?,
+            low: r.u64()?,
+            pos: r.u32()?,
+        },
         k => return Err(r.malformed(format!("unknown effect kind {k}"))),
     };
     Ok((e, r.pos() as u32))
@@ -667,13 +686,18 @@ mod tests {
             expires_at_us: None,
         };
         let delete = Effect::KvDelete { ns: "ns", key: "k" };
-        for e in [&put, &forever, &delete] {
+        let trim = Effect::RetentionTrim {
+            pid: 7,
+            low: 1 << 40,
+            pos: 99,
+        };
+        for e in [&put, &forever, &delete, &trim] {
             b.push(e);
         }
         let buf = b.finish();
         let (_, effects) = decode_entry(&buf).unwrap();
         let got: Vec<_> = effects.into_iter().map(|(e, _)| e).collect();
-        assert_eq!(got, vec![put, forever, delete]);
+        assert_eq!(got, vec![put, forever, delete, trim]);
     }
 
     #[test]

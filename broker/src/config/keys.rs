@@ -104,6 +104,15 @@ pub(crate) const KEYS: &[KeySpec] = &[
         kind: Kind::Uint { min: 1, max: 3_600 },
     },
     KeySpec {
+        name: "retention_interval_ms",
+        env: "QUEEN_RETENTION_INTERVAL_MS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 10,
+            max: 3_600_000,
+        },
+    },
+    KeySpec {
         name: "shutdown_grace_secs",
         env: "QUEEN_SHUTDOWN_GRACE_SECS",
         flag: None,

@@ -35,6 +35,8 @@ pub struct Config {
     pub entry_cache_bytes: u64,
     /// Seconds between state checkpoints into the state store.
     pub checkpoint_interval_secs: u64,
+    /// Milliseconds between the starts of two retention sweeps.
+    pub retention_interval_ms: u64,
     /// Seconds SIGTERM waits for the drain before aborting what is left.
     pub shutdown_grace_secs: u64,
     /// When set, bearer tokens must carry this audience (`aud`).
@@ -107,6 +109,7 @@ impl Default for Config {
             commit_max_bytes: 4 * MIB,
             entry_cache_bytes: 64 * MIB,
             checkpoint_interval_secs: 30,
+            retention_interval_ms: 1_000,
             shutdown_grace_secs: 25,
             jwt_audience: None,
             metrics_require_auth: None,
@@ -209,6 +212,11 @@ impl Config {
         Ok(())
     }
 
+    /// [`Self::retention_interval_ms`] as a duration.
+    pub fn retention_interval(&self) -> Duration {
+        Duration::from_millis(self.retention_interval_ms)
+    }
+
     /// [`Self::checkpoint_interval_secs`] as a duration.
     pub fn checkpoint_interval(&self) -> Duration {
         Duration::from_secs(self.checkpoint_interval_secs)
@@ -258,6 +266,7 @@ impl Config {
             "commit_max_bytes" => self.commit_max_bytes,
             "entry_cache_bytes" => self.entry_cache_bytes,
             "checkpoint_interval_secs" => self.checkpoint_interval_secs,
+            "retention_interval_ms" => self.retention_interval_ms,
             "shutdown_grace_secs" => self.shutdown_grace_secs,
             "http_header_timeout_ms" => self.http_header_timeout_ms,
             "http_body_timeout_ms" => self.http_body_timeout_ms,

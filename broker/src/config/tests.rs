@@ -316,6 +316,7 @@ fn every_range_bound_is_enforced() {
         ("commit_max_bytes", 64 << 10, 256 << 20),
         ("entry_cache_bytes", 1 << 20, 64 << 30),
         ("checkpoint_interval_secs", 1, 3_600),
+        ("retention_interval_ms", 10, 3_600_000),
         ("shutdown_grace_secs", 1, 600),
         ("memory_limit_bytes", 32 << 20, 16 << 40),
         ("kafka_max_request_bytes", 1024, 255 << 20),

@@ -79,6 +79,8 @@ pub struct EngineConfig {
     pub max_batch: usize,
     pub max_bytes: usize,
     pub checkpoint_interval: Duration,
+    /// Time between the starts of two retention sweeps (plan/retention.rs).
+    pub retention_interval: Duration,
     pub cache_bytes: usize,
     /// The page cache of the group's state store (redb).
     pub store_cache_bytes: usize,
@@ -120,6 +122,7 @@ impl Default for EngineConfig {
             max_batch: 4096,
             max_bytes: 4 << 20,
             checkpoint_interval: Duration::from_secs(30),
+            retention_interval: Duration::from_secs(1),
             cache_bytes: 256 << 20,
             store_cache_bytes: queenmq_storage::STATE_CACHE_BYTES,
             queue_depth: 16_384,
@@ -155,6 +158,9 @@ pub struct Engine {
     /// The checkpoint being written to the state store, if any.
     saving: Option<tokio::task::JoinHandle<SaveResult>>,
     memory: Option<crate::memory::Accountant>,
+    /// Where the running retention sweep is, and when the last one started.
+    retention: plan::RetentionSweep,
+    last_retention: Instant,
 }
 
 /// (applied index, bytes, seconds) of a written checkpoint.
@@ -211,6 +217,8 @@ impl Engine {
             checkpointed_index,
             saving: None,
             memory,
+            retention: Default::default(),
+            last_retention: Instant::now(),
         }
     }
 
@@ -358,6 +366,18 @@ impl Engine {
                         self.waiters.park(job, deadline);
                     }
                 }
+            }
+            if !self.retention.running()
+                && self.last_retention.elapsed() >= self.cfg.retention_interval
+            {
+                self.last_retention = Instant::now();
+                self.retention.start();
+            }
+            for (queue, n) in
+                planner.plan_retention(&mut self.retention, self.limits.max_entry_bytes)
+            {
+                metrics::counter!("queen_retention_removed_messages_total", "queue" => queue, "tenant" => self.cfg.tenant.to_string())
+                    .increment(n);
             }
             planner.plan_kv_sweep(plan::KV_SWEEP_PER_CYCLE, self.limits.max_entry_bytes);
             if let Some(m) = &mut self.memory {

@@ -91,15 +91,25 @@ impl Planner<'_> {
         };
         let scan = row.lease.map(|l| (row.committed, l.end));
         let in_bundle = pushed.and_then(|m| m.get(&(pid, item.transaction_id.clone())));
-        let offset = in_bundle
+        let resolved = in_bundle
             .copied()
-            .or_else(|| self.resolve_txn(pid, &item.transaction_id, scan))
-            .ok_or_else(|| {
-                QueenError::not_found(format!(
-                    "unresolvable transactionId {} in partition {pid}",
-                    item.transaction_id
-                ))
-            })?;
+            .or_else(|| self.resolve_txn(pid, &item.transaction_id, scan));
+        let Some(offset) = resolved else {
+            // A message retention removed (maxWaitTimeSeconds takes leased ones too) is gone
+            // with its lease: under a lease that is no longer live the answer is the expired
+            // lease's, as for any ack that came too late.
+            let lease_ended = item.lease_id.as_deref().is_some_and(|given| {
+                let given = parse_lease(given);
+                given.is_none() || given != row.live_lease(now).map(|l| l.id)
+            });
+            if lease_ended {
+                return Err(conflict("invalid or expired lease"));
+            }
+            return Err(QueenError::not_found(format!(
+                "unresolvable transactionId {} in partition {pid}",
+                item.transaction_id
+            )));
+        };
         if offset < row.committed {
             return match item.status {
                 AckStatus::Completed => Ok((

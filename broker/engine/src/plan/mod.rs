@@ -25,6 +25,9 @@ mod pop;
 mod push;
 #[cfg(test)]
 mod replay_props;
+mod retention;
+#[cfg(test)]
+mod retention_tests;
 #[cfg(test)]
 mod tests;
 mod timers;
@@ -49,6 +52,7 @@ use crate::state::State;
 pub use kv::KV_SWEEP_PER_CYCLE;
 pub use memory_gate::MemoryGate;
 pub use pop::PopPlan;
+pub use retention::{has_retention, retention_low, RetentionSweep};
 pub use timers::{
     check_op as check_timer_op, check_ops as check_timer_ops, fire_bound as timer_fire_bound,
 };

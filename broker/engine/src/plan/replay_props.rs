@@ -107,6 +107,8 @@ enum Cmd {
         kind: usize,
         offset: i64,
     },
+    /// A whole retention sweep, in the open cycle.
+    Retain,
     /// Ends the cycle: what was planned is committed.
     Commit,
     /// Ends the cycle and moves the clock on.
@@ -128,7 +130,7 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         1 => (0..8usize).prop_map(|pop| Cmd::Extend { pop }),
         1 => (0..8usize, 0..2usize, any::<bool>())
             .prop_map(|(pop, q, ack_first)| Cmd::Txn { pop, q, ack_first }),
-        1 => (0..2usize, 0..6usize, 0..4i64)
+        1 => (0..2usize, 0..9usize, 0..4i64)
             .prop_map(|(q, option, value)| Cmd::Configure { q, option, value }),
         1 => (0..2usize).prop_map(|q| Cmd::Delete { q }),
         1 => (1..3usize, 0..2usize, 0..4usize).prop_map(|(g, q, kind)| Cmd::GroupAdmin { g, q, kind }),
@@ -136,6 +138,7 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         2 => (0..2usize, 0..3u8, prop::option::weighted(0.8, -1000..40_000i64))
             .prop_map(|(q, key, delay_ms)| Cmd::Timer { q, key, delay_ms }),
         2 => (1..3usize).prop_map(|max| Cmd::Fire { max }),
+        2 => Just(Cmd::Retain),
         2 => (0..3usize, 0..6usize, 1..40u64).prop_map(|(key, kind, ttl)| Cmd::Kv { key, kind, ttl }),
         2 => (0..2usize, 0..4usize, -1..50i64)
             .prop_map(|(group, kind, offset)| Cmd::Kafka { group, kind, offset }),
@@ -158,7 +161,17 @@ fn option(option: usize, value: i64) -> QueueOptions {
         4 => {
             o.dedup_window_seconds = Some(Setting::Value([0, 1, 900, 100_000][value as usize % 4]))
         }
-        _ => o.dead_letter_queue = Some(Setting::Value(value % 2 == 0)),
+        5 => o.dead_letter_queue = Some(Setting::Value(value % 2 == 0)),
+        // Retention, each rule with the switch on or off and short ages.
+        6 => {
+            o.retention_enabled = Some(Setting::Value(value % 2 == 0));
+            o.retention_seconds = Some(Setting::Value(value * 10));
+        }
+        7 => {
+            o.retention_enabled = Some(Setting::Value(value != 3));
+            o.completed_retention_seconds = Some(Setting::Value(value));
+        }
+        _ => o.max_wait_time_seconds = Some(Setting::Value(value * 3)),
     }
     o
 }
@@ -395,6 +408,13 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
             }
             Cmd::Fire { max } => {
                 fx.planner().fire_timers(*max, 1 << 20, 1 << 20);
+            }
+            Cmd::Retain => {
+                let mut sweep = super::RetentionSweep::default();
+                sweep.start();
+                while sweep.running() {
+                    fx.planner().plan_retention(&mut sweep, 1 << 20);
+                }
             }
             Cmd::Commit if commits => {
                 fx.commit();

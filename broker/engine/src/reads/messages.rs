@@ -88,13 +88,17 @@ pub fn list(
             let Some(p) = st.partitions.get(pid) else {
                 continue;
             };
-            let skip_here = (offset.saturating_sub(skipped) as u64).min(p.next_offset);
+            // Only held messages count: retention removed those below the first held offset.
+            let held = p.next_offset - p.low_offset();
+            let skip_here = (offset.saturating_sub(skipped) as u64).min(held);
             skipped = skipped.saturating_add(skip_here as usize);
             let end = p.next_offset - skip_here;
-            if end == 0 {
+            if end <= p.low_offset() {
                 continue;
             }
-            let start = end.saturating_sub(limit.saturating_sub(out.len()) as u64);
+            let start = end
+                .saturating_sub(limit.saturating_sub(out.len()) as u64)
+                .max(p.low_offset());
             let msgs = rd.read(p, start, end).map_err(|e| {
                 QueenError::new(queenmq_protocol::ErrorCode::Internal, e.to_string())
             })?;

@@ -24,7 +24,8 @@ fn counts(st: &State, q: &Queue, group: Option<&str>) -> Counts {
         .partition_order
         .iter()
         .filter_map(|p| st.partitions.get(p))
-        .map(|p| p.next_offset)
+        // What is held: retention removed what lies below the first held offset.
+        .map(|p| p.next_offset - p.low_offset())
         .sum();
     let mut worst: Option<(u64, u64)> = None;
     for (name, gid) in &q.groups {
@@ -122,7 +123,7 @@ pub fn one(st: &State, name: &str, page: Page) -> Result<QueueDoc, QueenError> {
             id: p.id,
             name: p.name.clone(),
             created_us: p.created_us,
-            messages: p.next_offset,
+            messages: p.next_offset - p.low_offset(),
             last_write_us: p.last_write_us,
             oldest_us: p.runs.first().map(|r| r.created_us),
             newest_us: p.runs.last().map(|r| r.created_us),
@@ -162,7 +163,7 @@ pub fn depth(
         let Some(p) = st.partitions.get(pid) else {
             continue;
         };
-        let committed = g.map_or(0, |g| committed_of(g, p));
+        let committed = g.map_or(p.low_offset(), |g| committed_of(g, p));
         let pend = p.next_offset.saturating_sub(committed);
         let proc_ = g
             .and_then(|g| g.cursors.get(pid))
@@ -280,7 +281,7 @@ pub fn partitions(st: &State, queue: Option<&str>, limit: usize, offset: usize) 
                     id: p.id,
                     name: p.name.clone(),
                     queue: q.name.clone(),
-                    messages: p.next_offset,
+                    messages: p.next_offset - p.low_offset(),
                     created_us: p.created_us,
                     last_write_us: p.last_write_us,
                 });

@@ -12,6 +12,7 @@ mod label_index;
 pub mod model;
 mod name_index;
 mod partition_table;
+mod retention;
 mod snapshot;
 pub mod timers;
 mod txn_ids;
@@ -353,6 +354,7 @@ impl State {
             Effect::TimerDelete { queue, key } => {
                 self.timers.remove(queue, key);
             }
+            Effect::RetentionTrim { pid, low, pos } => self.trim_partition(*pid, *low, *pos),
         }
     }
 
