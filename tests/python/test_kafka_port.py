@@ -355,6 +355,29 @@ def test_kafka_python_assign_and_seek_read_by_offset(broker, http):
         c.close()
 
 
+def test_offsets_for_times_go_by_the_records_own_timestamps(broker):
+    # librdkafka's 0054: records stamped long before they are stored (2001 here) are found by
+    # their own timestamps, not by the time the broker stored them.
+    p = producer(broker)
+    for ts in (1234, 999_999_999_999):
+        p.send("stamped", value=b"not json", timestamp_ms=ts, partition=0).get(timeout=30)
+    p.send("stamped", value=b'{"bare":1}', partition=0).get(timeout=30)
+    p.close()
+    c = KafkaConsumer(bootstrap_servers=broker.kafka_bootstrap, group_id=None,
+                      enable_auto_commit=False)
+    try:
+        tp = TopicPartition("stamped", 0)
+        found = lambda ts: c.offsets_for_times({tp: ts})[tp]  # noqa: E731
+        assert (found(0).offset, found(0).timestamp) == (0, 1234)
+        assert (found(1234).offset, found(1234).timestamp) == (0, 1234)
+        assert (found(1235).offset, found(1235).timestamp) == (1, 999_999_999_999)
+        # The bare JSON record has no timestamp of its own: its store time (now) is.
+        assert found(1_000_000_000_000).offset == 2
+        assert found(4_000_000_000_000) is None
+    finally:
+        c.close()
+
+
 def test_a_native_push_is_fetched_over_kafka_at_the_same_offset(broker, http):
     items = [{"queue": "native-to-kafka", "partition": "0", "payload": {"n": i}} for i in range(3)]
     r = http.post("/api/v1/push", json={"items": items})
