@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::header::{self, RequestHeader};
 use crate::wire::Reader;
-use crate::{api_versions, fetch, frame, list_offsets, metadata, produce, Door};
+use crate::{admin, api_versions, fetch, frame, list_offsets, metadata, produce, Door};
 
 /// What a handler decided for one request.
 pub enum Reply {
@@ -139,6 +139,17 @@ async fn dispatch(door: &Door, hdr: &RequestHeader, reader: Option<Reader>) -> R
         ApiKey::ListOffsets if list_offsets::VERSIONS.contains(&hdr.api_version) => {
             list_offsets::answer(door, hdr.api_version, reader).await
         }
+        ApiKey::CreateTopics if admin::create_topics::VERSIONS.contains(&hdr.api_version) => {
+            admin::create_topics::answer(door, hdr.api_version, reader).await
+        }
+        ApiKey::DeleteTopics if admin::delete_topics::VERSIONS.contains(&hdr.api_version) => {
+            admin::delete_topics::answer(door, hdr.api_version, reader).await
+        }
+        ApiKey::CreatePartitions
+            if admin::create_partitions::VERSIONS.contains(&hdr.api_version) =>
+        {
+            admin::create_partitions::answer(door, hdr.api_version, reader).await
+        }
         // Not advertised in ApiVersions; the other layouts have no top-level error code.
         _ => Reply::Close(format!(
             "{api:?} v{} is not served (see ApiVersions)",
@@ -154,6 +165,9 @@ pub const API_NAMES: &[&str] = &[
     "produce",
     "fetch",
     "list_offsets",
+    "create_topics",
+    "delete_topics",
+    "create_partitions",
     "other",
 ];
 
@@ -164,6 +178,9 @@ fn api_name(api: ApiKey) -> &'static str {
         ApiKey::Produce => "produce",
         ApiKey::Fetch => "fetch",
         ApiKey::ListOffsets => "list_offsets",
+        ApiKey::CreateTopics => "create_topics",
+        ApiKey::DeleteTopics => "delete_topics",
+        ApiKey::CreatePartitions => "create_partitions",
         _ => "other",
     }
 }

@@ -6,9 +6,10 @@
 //! [`wire`] and [`records`] with every client-sent count checked before use; responses are
 //! encoded by the `kafka-protocol` crate.
 //!
-//! This slice serves ApiVersions, Metadata, Produce, ListOffsets and Fetch
-//! (docs/kafka-compat.md).
+//! This slice serves ApiVersions, Metadata, Produce, ListOffsets, Fetch, CreateTopics,
+//! DeleteTopics and CreatePartitions (docs/kafka-compat.md).
 
+pub mod admin;
 pub mod api_versions;
 pub mod codecs;
 pub mod connection;
