@@ -4,7 +4,7 @@
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 
-use crate::admin::{create_partitions, create_topics, delete_topics};
+use crate::admin::{create_partitions, create_topics, delete_topics, describe_configs};
 use crate::connection::{encode, Reply};
 use crate::errors;
 use crate::{fetch, list_offsets, metadata, produce};
@@ -50,6 +50,11 @@ pub fn served() -> Vec<(ApiKey, i16, i16)> {
             ApiKey::CreatePartitions,
             *create_partitions::VERSIONS.start(),
             *create_partitions::VERSIONS.end(),
+        ),
+        (
+            ApiKey::DescribeConfigs,
+            *describe_configs::VERSIONS.start(),
+            *describe_configs::VERSIONS.end(),
         ),
     ]
 }
@@ -101,7 +106,7 @@ mod tests {
             let (layout, r) = decoded(answer(v));
             assert_eq!((layout, r.error_code), (v, 0));
             let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
-            assert_eq!(keys, vec![0, 1, 2, 3, 18, 19, 20, 37]);
+            assert_eq!(keys, vec![0, 1, 2, 3, 18, 19, 20, 37, 32]);
         }
     }
 
@@ -109,6 +114,6 @@ mod tests {
     fn an_unknown_version_gets_unsupported_in_the_v0_layout() {
         let (layout, r) = decoded(answer(9));
         assert_eq!((layout, r.error_code), (0, errors::UNSUPPORTED_VERSION));
-        assert_eq!(r.api_keys.len(), 8);
+        assert_eq!(r.api_keys.len(), 9);
     }
 }

@@ -150,6 +150,9 @@ async fn dispatch(door: &Door, hdr: &RequestHeader, reader: Option<Reader>) -> R
         {
             admin::create_partitions::answer(door, hdr.api_version, reader).await
         }
+        ApiKey::DescribeConfigs if admin::describe_configs::VERSIONS.contains(&hdr.api_version) => {
+            admin::describe_configs::answer(door, hdr.api_version, reader).await
+        }
         // Not advertised in ApiVersions; the other layouts have no top-level error code.
         _ => Reply::Close(format!(
             "{api:?} v{} is not served (see ApiVersions)",
@@ -168,6 +171,7 @@ pub const API_NAMES: &[&str] = &[
     "create_topics",
     "delete_topics",
     "create_partitions",
+    "describe_configs",
     "other",
 ];
 
@@ -181,6 +185,7 @@ fn api_name(api: ApiKey) -> &'static str {
         ApiKey::CreateTopics => "create_topics",
         ApiKey::DeleteTopics => "delete_topics",
         ApiKey::CreatePartitions => "create_partitions",
+        ApiKey::DescribeConfigs => "describe_configs",
         _ => "other",
     }
 }

@@ -106,3 +106,26 @@ def test_deleted_topics_are_gone_and_unknown_ones_are_refused(broker, http):
         assert partitions(admin, "doomed") == 2
     finally:
         admin.close()
+
+
+def test_describe_configs_lists_every_topic_and_broker_config(broker):
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    admin = admin_for(broker)
+    try:
+        admin.create_topics([NewTopic("described", 1, 1)])
+        got = admin.describe_configs(
+            [
+                ConfigResource(ConfigResourceType.TOPIC, "described"),
+                ConfigResource(ConfigResourceType.BROKER, "0"),
+            ],
+            config_filter="all",
+        )
+        topic = got["topic"]["described"]
+        assert len(topic) == 31
+        assert topic["retention.ms"]["value"] == "-1"
+        assert topic["cleanup.policy"]["value"] == "delete"
+        assert int(topic["max.message.bytes"]["value"]) > 0
+        assert {"num.partitions", "broker.id"} <= set(got["broker"]["0"])
+    finally:
+        admin.close()

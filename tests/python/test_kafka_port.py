@@ -162,7 +162,7 @@ def test_api_versions_lists_only_served_apis_and_answers_unknown_versions_in_v0(
         assert error == 0
         assert keys == {
             0: (3, 12), 1: (4, 12), 2: (1, 8), 3: (0, 12), 18: (0, 3),
-            19: (2, 7), 20: (1, 6), 37: (0, 3),
+            19: (2, 7), 20: (1, 6), 32: (1, 4), 37: (0, 3),
         }
         # KIP-511: a version we do not serve gets UNSUPPORTED_VERSION in the v0 layout.
         error, keys = api_versions(s, 77, 2)

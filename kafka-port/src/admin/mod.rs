@@ -1,10 +1,12 @@
-//! Kafka's topic admin APIs (CreateTopics, DeleteTopics, CreatePartitions), each mapped onto
+//! Kafka's topic admin APIs (CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs),
+//! each mapped onto
 //! the engine commands the HTTP API uses: a queue configure creates, a queue delete deletes,
 //! and the partition count lives in [`floor`].
 
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_topics;
+pub mod describe_configs;
 pub mod floor;
 
 /// Kafka error codes only the admin APIs answer.
