@@ -4,6 +4,7 @@
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 
+use crate::admin::{create_partitions, create_topics, delete_topics, describe_configs};
 use crate::connection::{encode, Reply};
 use crate::errors;
 use crate::{fetch, list_offsets, metadata, produce};
@@ -35,6 +36,26 @@ pub fn served() -> Vec<(ApiKey, i16, i16)> {
             *metadata::VERSIONS.end(),
         ),
         (ApiKey::ApiVersions, *VERSIONS.start(), *VERSIONS.end()),
+        (
+            ApiKey::CreateTopics,
+            *create_topics::VERSIONS.start(),
+            *create_topics::VERSIONS.end(),
+        ),
+        (
+            ApiKey::DeleteTopics,
+            *delete_topics::VERSIONS.start(),
+            *delete_topics::VERSIONS.end(),
+        ),
+        (
+            ApiKey::CreatePartitions,
+            *create_partitions::VERSIONS.start(),
+            *create_partitions::VERSIONS.end(),
+        ),
+        (
+            ApiKey::DescribeConfigs,
+            *describe_configs::VERSIONS.start(),
+            *describe_configs::VERSIONS.end(),
+        ),
     ]
     .into_iter()
     .chain(crate::group::served())
@@ -90,7 +111,7 @@ mod tests {
             let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
             assert_eq!(
                 keys,
-                vec![0, 1, 2, 3, 18, 10, 11, 14, 12, 13, 8, 9, 47, 16, 15, 42]
+                vec![0, 1, 2, 3, 18, 19, 20, 37, 32, 10, 11, 14, 12, 13, 8, 9, 47, 16, 15, 42]
             );
         }
     }
@@ -99,6 +120,6 @@ mod tests {
     fn an_unknown_version_gets_unsupported_in_the_v0_layout() {
         let (layout, r) = decoded(answer(9));
         assert_eq!((layout, r.error_code), (0, errors::UNSUPPORTED_VERSION));
-        assert_eq!(r.api_keys.len(), 16);
+        assert_eq!(r.api_keys.len(), 20);
     }
 }

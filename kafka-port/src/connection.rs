@@ -14,7 +14,9 @@ use tokio::sync::watch;
 
 use crate::header::{self, RequestHeader};
 use crate::wire::Reader;
-use crate::{api_versions, fetch, frame, group, list_offsets, metadata, produce, Door};
+use crate::{
+    admin, api_versions, fetch, frame, group, list_offsets, metadata, produce, Door,
+};
 
 /// What a handler decided for one request.
 pub enum Reply {
@@ -144,6 +146,20 @@ async fn dispatch(
         ApiKey::ListOffsets if list_offsets::VERSIONS.contains(&hdr.api_version) => {
             list_offsets::answer(door, hdr.api_version, reader).await
         }
+        ApiKey::CreateTopics if admin::create_topics::VERSIONS.contains(&hdr.api_version) => {
+            admin::create_topics::answer(door, hdr.api_version, reader).await
+        }
+        ApiKey::DeleteTopics if admin::delete_topics::VERSIONS.contains(&hdr.api_version) => {
+            admin::delete_topics::answer(door, hdr.api_version, reader).await
+        }
+        ApiKey::CreatePartitions
+            if admin::create_partitions::VERSIONS.contains(&hdr.api_version) =>
+        {
+            admin::create_partitions::answer(door, hdr.api_version, reader).await
+        }
+        ApiKey::DescribeConfigs if admin::describe_configs::VERSIONS.contains(&hdr.api_version) => {
+            admin::describe_configs::answer(door, hdr.api_version, reader).await
+        }
         _ if group::is_group_api(api, hdr.api_version) => {
             group::dispatch(door, api, hdr, reader, peer).await
         }
@@ -173,6 +189,10 @@ pub const API_NAMES: &[&str] = &[
     "list_groups",
     "describe_groups",
     "delete_groups",
+    "create_topics",
+    "delete_topics",
+    "create_partitions",
+    "describe_configs",
     "other",
 ];
 
@@ -194,6 +214,10 @@ fn api_name(api: ApiKey) -> &'static str {
         ApiKey::ListGroups => "list_groups",
         ApiKey::DescribeGroups => "describe_groups",
         ApiKey::DeleteGroups => "delete_groups",
+        ApiKey::CreateTopics => "create_topics",
+        ApiKey::DeleteTopics => "delete_topics",
+        ApiKey::CreatePartitions => "create_partitions",
+        ApiKey::DescribeConfigs => "describe_configs",
         _ => "other",
     }
 }

@@ -6,9 +6,11 @@
 //! [`wire`] and [`records`] with every client-sent count checked before use; responses are
 //! encoded by the `kafka-protocol` crate.
 //!
-//! This slice serves ApiVersions, Metadata, Produce, ListOffsets, Fetch and the classic
-//! consumer-group APIs (docs/kafka-compat.md).
+//! This slice serves ApiVersions, Metadata, Produce, ListOffsets, Fetch, the classic
+//! consumer-group APIs, CreateTopics, DeleteTopics, CreatePartitions and DescribeConfigs
+//! (docs/kafka-compat.md).
 
+pub mod admin;
 pub mod api_versions;
 pub mod codecs;
 pub mod connection;

@@ -1,16 +1,23 @@
 //! ListOffsets: the earliest, latest, first-at-or-after-a-time and max-time offsets of
-//! partitions. Times are the engine's store times (a record's Kafka timestamp is not indexed).
+//! partitions.
+//!
+//! A time query is answered by the records' own timestamps, as Kafka does (the producer's,
+//! kept in the envelope; a bare payload's is its store time). The engine indexes store times
+//! only, so the port starts at the first record stored at or after the time and reads on to
+//! the first whose own timestamp is there too, within [`TIME_SCAN_BYTES`].
 
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ListOffsetsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use queenmq_protocol::fetch::{OffsetAt, OffsetFound, OffsetQuery};
+use queenmq_protocol::fetch::{
+    FetchEntry, FetchedRecord, OffsetAt, OffsetFound, OffsetQuery, FETCH_RECORD_OVERHEAD,
+};
 
 use crate::connection::{encode, Reply};
 use crate::wire::{Malformed, Reader};
-use crate::{errors, offset_reads, topics, Door};
+use crate::{errors, offset_reads, topics, unmapping, Door};
 
 /// v1 (offsets, not v0's offset arrays) ..= v8 (v9 only adds a timeout we do not need).
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 1..=8;
@@ -18,6 +25,14 @@ pub const VERSIONS: std::ops::RangeInclusive<i16> = 1..=8;
 pub const LATEST: i64 = -1;
 pub const EARLIEST: i64 = -2;
 pub const MAX_TIMESTAMP: i64 = -3;
+
+/// What one time query reads at most (stored bytes, plus the per-record overhead) past the
+/// store-time answer before it settles for that answer.
+pub const TIME_SCAN_BYTES: usize = 4 << 20;
+/// What the time queries of one request read at most, all partitions together.
+pub const TIME_SCAN_REQUEST_BYTES: usize = 16 << 20;
+/// One read of a scan.
+const TIME_SCAN_STEP: usize = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListOffsetsRequest {
@@ -97,6 +112,105 @@ fn response(
     }
 }
 
+/// What a scan of records for a time found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    /// The first record whose own timestamp (ms) is at or past the time.
+    Found { offset: i64, ms: i64 },
+    /// Every record up to `next` is earlier: read on from there.
+    Before { next: u64 },
+}
+
+fn first_at_or_after(records: &[FetchedRecord], ms: i64) -> Option<(i64, i64)> {
+    records.iter().find_map(|r| {
+        let own = unmapping::record(&r.payload, r.created_us.div_euclid(1000)).timestamp;
+        (own >= ms).then(|| (i64::try_from(r.offset).unwrap_or(i64::MAX), own))
+    })
+}
+
+fn scan_step(records: &[FetchedRecord], ms: i64, from: u64) -> Scan {
+    match first_at_or_after(records, ms) {
+        Some((offset, ms)) => Scan::Found { offset, ms },
+        None => Scan::Before {
+            next: records.last().map_or(from, |r| r.offset.saturating_add(1)),
+        },
+    }
+}
+
+/// Kafka's answer to a time query whose store-time answer is `stored`: the first record at or
+/// after it whose own timestamp is at or past `ms`, or none (-1) when no later record is.
+/// A record is stamped before it is stored, so (clocks agreeing) no record stored earlier
+/// than the time can carry a timestamp at or past it. Keeps `stored` when the scan would read
+/// more than its share of `budget`, or the partition changed under it.
+async fn by_own_time(
+    door: &Door,
+    q: &OffsetQuery,
+    ms: i64,
+    stored: OffsetFound,
+    budget: &mut usize,
+) -> OffsetFound {
+    let Ok(mut from) = u64::try_from(stored.offset) else {
+        return stored;
+    };
+    let mut share = TIME_SCAN_BYTES.min(*budget);
+    while share > 0 {
+        let step = TIME_SCAN_STEP.min(share);
+        let entry = FetchEntry {
+            queue: q.queue.clone(),
+            partition: q.partition.clone(),
+            offset: from,
+            max_bytes: step,
+        };
+        let read = match offset_reads::fetch(door, vec![entry], step).await {
+            Ok(mut got) if got.len() == 1 => got.swap_remove(0),
+            _ => return stored,
+        };
+        if read.error.is_some() {
+            return stored;
+        }
+        let spent: usize = read
+            .records
+            .iter()
+            .map(|r| r.payload.len().saturating_add(FETCH_RECORD_OVERHEAD))
+            .sum();
+        *budget = budget.saturating_sub(spent);
+        share = share.saturating_sub(spent.max(1));
+        match scan_step(&read.records, ms, from) {
+            Scan::Found { offset, ms } => {
+                return OffsetFound {
+                    offset,
+                    time_us: ms.saturating_mul(1000),
+                    unknown: false,
+                }
+            }
+            Scan::Before { next } if next >= read.high_watermark => {
+                return OffsetFound {
+                    offset: -1,
+                    time_us: -1,
+                    unknown: false,
+                }
+            }
+            // Nothing read although the end is further: the partition changed; keep the
+            // store-time answer rather than guess.
+            Scan::Before { next } if next == from => return stored,
+            Scan::Before { next } => from = next,
+        }
+    }
+    stored
+}
+
+/// Replaces the store-time answers of time queries by the records' own timestamps.
+async fn settle_times(door: &Door, queries: &[OffsetQuery], found: &mut [OffsetFound]) {
+    let mut budget = TIME_SCAN_REQUEST_BYTES;
+    for (q, f) in queries.iter().zip(found.iter_mut()) {
+        if let OffsetAt::Time(us) = q.at {
+            if !f.unknown && f.offset >= 0 && budget > 0 {
+                *f = by_own_time(door, q, us.div_euclid(1000), *f, &mut budget).await;
+            }
+        }
+    }
+}
+
 pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     let req = match decode(version, &mut r) {
         Ok(req) => req,
@@ -118,7 +232,13 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     let found = if queries.is_empty() {
         Ok(Vec::new())
     } else {
-        offset_reads::offsets(door, queries).await
+        match offset_reads::offsets(door, queries.clone()).await {
+            Ok(mut found) => {
+                settle_times(door, &queries, &mut found).await;
+                Ok(found)
+            }
+            Err(e) => Err(e),
+        }
     };
     let none = OffsetFound {
         offset: -1,
@@ -175,6 +295,53 @@ mod tests {
             ]);
             assert!(matches!(encode(&resp, v), Reply::Send { .. }), "v{v}");
         }
+    }
+
+    #[test]
+    fn a_time_finds_the_first_record_whose_own_timestamp_is_there() {
+        let enveloped = |offset, ms| FetchedRecord {
+            offset,
+            transaction_id: String::new(),
+            payload: crate::mapping::payload(&crate::records::Record {
+                timestamp: ms,
+                key: None,
+                value: Some(bytes::Bytes::from_static(b"not json")),
+                headers: Vec::new(),
+            }),
+            // Stored long after the producer stamped them, as librdkafka's 0054 does.
+            created_us: 1_800_000_000_000_000,
+        };
+        let bare = FetchedRecord {
+            offset: 9,
+            transaction_id: String::new(),
+            payload: bytes::Bytes::from_static(b"{\"a\":1}"),
+            created_us: 1_800_000_000_000_000,
+        };
+        let records = vec![enveloped(4, 1234), enveloped(5, 999_999_999_999), bare];
+        assert_eq!(
+            scan_step(&records, 1234, 4),
+            Scan::Found {
+                offset: 4,
+                ms: 1234
+            }
+        );
+        assert_eq!(
+            scan_step(&records, 1235, 4),
+            Scan::Found {
+                offset: 5,
+                ms: 999_999_999_999
+            }
+        );
+        // A bare payload has no timestamp of its own: its store time is.
+        assert_eq!(
+            scan_step(&records, 1_000_000_000_000, 4),
+            Scan::Found {
+                offset: 9,
+                ms: 1_800_000_000_000
+            }
+        );
+        assert_eq!(scan_step(&records, i64::MAX, 4), Scan::Before { next: 10 });
+        assert_eq!(scan_step(&[], 7, 4), Scan::Before { next: 4 });
     }
 
     #[test]

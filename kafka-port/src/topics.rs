@@ -1,7 +1,9 @@
 //! Topics as the engine knows them: a topic is a queue, Kafka partition `n` is the queue's
 //! partition named `"n"`.
 //!
-//! A topic shows `max(default_partitions, 1 + the highest numeric partition)` partitions.
+//! A topic shows `max(floor, 1 + the highest numeric partition)` partitions, where the
+//! floor is the count CreateTopics or CreatePartitions stored ([`crate::admin::floor`]) or,
+//! for a topic they never touched, `default_partitions`.
 //! Only canonical decimal names (`"0"`, `"17"`, never `"007"` or `"+1"`) below
 //! [`MAX_TOPIC_PARTITIONS`] count; other partitions (the native API's `"Default"`, or any
 //! name) stay reachable over the native API only. The engine creates a partition on its
@@ -83,15 +85,16 @@ pub async fn partition_count(door: &Door, topic: &str) -> Result<u32, QueenError
             break;
         }
     }
-    Ok(shown(highest, door.cfg.default_partitions))
+    let floor = crate::admin::floor::get(door, topic)
+        .await?
+        .unwrap_or(door.cfg.default_partitions);
+    Ok(shown(highest, floor))
 }
 
 /// The count shown for a topic whose highest numeric partition is `highest`.
-pub fn shown(highest: Option<u32>, default_partitions: u32) -> u32 {
+pub fn shown(highest: Option<u32>, floor: u32) -> u32 {
     let from_names = highest.map_or(0, |h| h + 1);
-    from_names
-        .max(default_partitions)
-        .clamp(1, MAX_TOPIC_PARTITIONS)
+    from_names.max(floor).clamp(1, MAX_TOPIC_PARTITIONS)
 }
 
 /// Creates the queue (a no-op for one that exists: the configure merges nothing).

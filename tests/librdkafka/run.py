@@ -33,6 +33,9 @@ from queen_broker import Broker, BrokerError  # noqa: E402
 TEST_TIMEOUT_S = 300
 # The broker version the suite assumes: it decides which features the tests expect.
 KAFKA_VERSION = "3.7.0"
+# The suite's "default" scenario (tests/scenarios/default.json) runs brokers with
+# num.partitions=4: tests produce to partitions 0..3 of topics they auto-create.
+BROKER_ENV = {"QUEEN_KAFKA_DEFAULT_PARTITIONS": "4"}
 
 
 def allowlist() -> list[str]:
@@ -56,7 +59,7 @@ def run_one(test: str, tests_dir: Path, logs: Path) -> tuple[str, bool, float, s
     started = time.monotonic()
     log = logs / f"{test}.log"
     data = Path(tempfile.mkdtemp(prefix=f"librdkafka-{test}-"))
-    broker = Broker(data / "data", logs, name=f"{test}.broker")
+    broker = Broker(data / "data", logs, name=f"{test}.broker", env=BROKER_ENV)
     try:
         broker.start()
     except BrokerError as e:

@@ -165,6 +165,8 @@ def test_api_versions_lists_only_served_apis_and_answers_unknown_versions_in_v0(
             # Consumer groups (test_kafka_groups.py).
             8: (2, 9), 9: (1, 9), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5),
             14: (0, 5), 15: (0, 5), 16: (0, 5), 42: (0, 2), 47: (0, 0),
+            # Topic admin (test_kafka_admin.py).
+            19: (2, 7), 20: (1, 6), 32: (1, 4), 37: (0, 3),
         }
         # KIP-511: a version we do not serve gets UNSUPPORTED_VERSION in the v0 layout.
         error, keys = api_versions(s, 77, 2)
@@ -356,6 +358,29 @@ def test_kafka_python_assign_and_seek_read_by_offset(broker, http):
         assert got == [(2, b"k2", {"i": 2}, [("h", b"v2")]), (3, b"k3", {"i": 3}, [("h", b"v3")])]
         # Reads by offset move nothing: a native pop still gets every message.
         assert len(pop_all(http, "seeked", 4)) == 4
+    finally:
+        c.close()
+
+
+def test_offsets_for_times_go_by_the_records_own_timestamps(broker):
+    # librdkafka's 0054: records stamped long before they are stored (2001 here) are found by
+    # their own timestamps, not by the time the broker stored them.
+    p = producer(broker)
+    for ts in (1234, 999_999_999_999):
+        p.send("stamped", value=b"not json", timestamp_ms=ts, partition=0).get(timeout=30)
+    p.send("stamped", value=b'{"bare":1}', partition=0).get(timeout=30)
+    p.close()
+    c = KafkaConsumer(bootstrap_servers=broker.kafka_bootstrap, group_id=None,
+                      enable_auto_commit=False)
+    try:
+        tp = TopicPartition("stamped", 0)
+        found = lambda ts: c.offsets_for_times({tp: ts})[tp]  # noqa: E731
+        assert (found(0).offset, found(0).timestamp) == (0, 1234)
+        assert (found(1234).offset, found(1234).timestamp) == (0, 1234)
+        assert (found(1235).offset, found(1235).timestamp) == (1, 999_999_999_999)
+        # The bare JSON record has no timestamp of its own: its store time (now) is.
+        assert found(1_000_000_000_000).offset == 2
+        assert found(4_000_000_000_000) is None
     finally:
         c.close()
 

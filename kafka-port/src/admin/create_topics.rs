@@ -1,0 +1,329 @@
+//! CreateTopics: a topic is a queue (created by a queue configure) and its partition count is
+//! stored as the topic's floor. One broker holds every partition, so the only replication
+//! factor is 1 (or -1, "the broker's default"). Topic configs are refused with
+//! INVALID_CONFIG: none is stored per topic over Kafka yet, and accepting one silently would
+//! tell the client a setting holds that does not.
+
+use std::collections::HashSet;
+
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::{CreateTopicsResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use queenmq_protocol::ErrorCode;
+
+use super::codes::*;
+use super::{duplicates, floor, Refusal, MAX_ASSIGNMENTS, MAX_CONFIGS, MAX_TOPICS};
+use crate::connection::{encode, Reply};
+use crate::topics::{self, MAX_TOPIC_PARTITIONS};
+use crate::wire::{Malformed, Reader};
+use crate::{errors, Door};
+
+/// v2..=v7: v0/v1 differ only in the response; every client since 2018 sends v2 or later.
+pub const VERSIONS: std::ops::RangeInclusive<i16> = 2..=7;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTopic {
+    pub name: String,
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+    /// `(partition index, broker ids)` per manually assigned partition.
+    pub assignments: Vec<(i32, Vec<i32>)>,
+    pub configs: Vec<(String, Option<String>)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateTopicsRequest {
+    pub topics: Vec<NewTopic>,
+    pub validate_only: bool,
+}
+
+fn bounded(n: Option<usize>, max: usize, what: &'static str) -> Result<usize, Malformed> {
+    let n = n.unwrap_or(0);
+    if n > max {
+        return Err(Malformed(what));
+    }
+    Ok(n)
+}
+
+pub fn decode(r: &mut Reader) -> Result<CreateTopicsRequest, Malformed> {
+    let n = bounded(r.array_len()?, MAX_TOPICS, "too many topics in one request")?;
+    let mut topics = Vec::new();
+    for _ in 0..n {
+        let name = r.string()?;
+        let num_partitions = r.i32()?;
+        let replication_factor = r.i16()?;
+        let na = bounded(
+            r.array_len()?,
+            MAX_ASSIGNMENTS,
+            "too many replica assignments",
+        )?;
+        let mut assignments = Vec::new();
+        for _ in 0..na {
+            let index = r.i32()?;
+            let nb = bounded(r.array_len()?, 1_000, "too many replicas in an assignment")?;
+            let mut brokers = Vec::new();
+            for _ in 0..nb {
+                brokers.push(r.i32()?);
+            }
+            r.skip_tags()?;
+            assignments.push((index, brokers));
+        }
+        let nc = bounded(
+            r.array_len()?,
+            MAX_CONFIGS,
+            "too many configs for one topic",
+        )?;
+        let mut configs = Vec::new();
+        for _ in 0..nc {
+            let key = r.string()?;
+            let value = r.nullable_string()?;
+            r.skip_tags()?;
+            configs.push((key, value));
+        }
+        r.skip_tags()?;
+        topics.push(NewTopic {
+            name,
+            num_partitions,
+            replication_factor,
+            assignments,
+            configs,
+        });
+    }
+    let _timeout_ms = r.i32()?;
+    let validate_only = r.bool()?;
+    r.skip_tags()?;
+    Ok(CreateTopicsRequest {
+        topics,
+        validate_only,
+    })
+}
+
+/// The partition count a topic asks for, or why it cannot be made; checks nothing stored.
+pub fn check(t: &NewTopic, node_id: i32, default_partitions: u32) -> Result<u32, Refusal> {
+    if !topics::valid_topic_name(&t.name) {
+        return Err(Refusal::new(
+            errors::INVALID_TOPIC_EXCEPTION,
+            format!("topic name {:?} is not legal", t.name),
+        ));
+    }
+    if let Err(e) = queenmq_protocol::limits::check_name("topic", &t.name) {
+        return Err(Refusal::new(errors::INVALID_TOPIC_EXCEPTION, e.to_string()));
+    }
+    if let Some((key, _)) = t.configs.first() {
+        return Err(Refusal::new(
+            INVALID_CONFIG,
+            format!("topic config {key:?} is not supported by this broker"),
+        ));
+    }
+    if !t.assignments.is_empty() {
+        if t.num_partitions != -1 || t.replication_factor != -1 {
+            return Err(Refusal::new(
+                INVALID_REQUEST,
+                "both numPartitions or replicationFactor and replicasAssignments were set",
+            ));
+        }
+        let n = t.assignments.len();
+        let indexes: HashSet<i32> = t.assignments.iter().map(|(i, _)| *i).collect();
+        let dense = indexes.len() == n && (0..n as i32).all(|i| indexes.contains(&i));
+        if !dense {
+            return Err(Refusal::new(
+                INVALID_REPLICA_ASSIGNMENT,
+                "partitions must be numbered 0 to n-1, each once",
+            ));
+        }
+        if t.assignments.iter().any(|(_, b)| b.as_slice() != [node_id]) {
+            return Err(Refusal::new(
+                INVALID_REPLICA_ASSIGNMENT,
+                format!("every replica must be broker {node_id}, the only broker"),
+            ));
+        }
+        return Ok(n as u32);
+    }
+    if !matches!(t.replication_factor, -1 | 1) {
+        return Err(Refusal::new(
+            INVALID_REPLICATION_FACTOR,
+            format!(
+                "replication factor: {} larger than available brokers: 1",
+                t.replication_factor
+            ),
+        ));
+    }
+    match t.num_partitions {
+        -1 => Ok(default_partitions.clamp(1, MAX_TOPIC_PARTITIONS)),
+        n if n >= 1 && n as u32 <= MAX_TOPIC_PARTITIONS => Ok(n as u32),
+        n => Err(Refusal::new(
+            INVALID_PARTITIONS,
+            format!("number of partitions {n} is not in 1..={MAX_TOPIC_PARTITIONS}"),
+        )),
+    }
+}
+
+async fn create(door: &Door, t: &NewTopic, validate_only: bool) -> Result<u32, Refusal> {
+    let count = check(t, door.cfg.node_id, door.cfg.default_partitions)?;
+    match topics::partition_count(door, &t.name).await {
+        Ok(_) => {
+            return Err(Refusal::new(
+                TOPIC_ALREADY_EXISTS,
+                format!("topic '{}' already exists", t.name),
+            ))
+        }
+        Err(e) if e.code == ErrorCode::NotFound => {}
+        Err(e) => return Err(Refusal::from_queen(&e)),
+    }
+    if validate_only {
+        return Ok(count);
+    }
+    // The floor first: a queue that exists always shows the count asked for, even to a
+    // Metadata request that lands between the two writes.
+    floor::set(door, &t.name, count)
+        .await
+        .map_err(|e| Refusal::from_queen(&e))?;
+    topics::create(door, &t.name)
+        .await
+        .map_err(|e| Refusal::from_queen(&e))?;
+    Ok(count)
+}
+
+pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let req = match decode(&mut r) {
+        Ok(req) => req,
+        Err(e) => return Reply::Close(e.to_string()),
+    };
+    let names: Vec<String> = req.topics.iter().map(|t| t.name.clone()).collect();
+    let twice = duplicates(&names);
+    let mut out = Vec::new();
+    for t in &req.topics {
+        let verdict = if twice.contains(&t.name) {
+            Err(Refusal::new(
+                INVALID_REQUEST,
+                format!("topic '{}' is named more than once", t.name),
+            ))
+        } else {
+            create(door, t, req.validate_only).await
+        };
+        out.push(result(version, &t.name, verdict));
+    }
+    let resp = CreateTopicsResponse::default().with_topics(out);
+    encode(&resp, version)
+}
+
+fn result(version: i16, name: &str, verdict: Result<u32, Refusal>) -> CreatableTopicResult {
+    let base = CreatableTopicResult::default()
+        .with_name(TopicName(StrBytes::from_string(name.to_owned())));
+    match verdict {
+        Ok(count) => {
+            let base = base.with_error_code(errors::NONE);
+            if version >= 5 {
+                base.with_num_partitions(count as i32)
+                    .with_replication_factor(1)
+                    .with_configs(Some(Vec::new()))
+            } else {
+                base
+            }
+        }
+        Err(Refusal { code, message }) => {
+            if code != TOPIC_ALREADY_EXISTS {
+                tracing::info!(topic = name, code, %message, "kafka CreateTopics refused");
+            }
+            base.with_error_code(code)
+                .with_error_message(Some(StrBytes::from_string(message)))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::messages::create_topics_request::{
+        CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+    };
+    use kafka_protocol::messages::{BrokerId, CreateTopicsRequest as KReq};
+    use kafka_protocol::protocol::Encodable;
+
+    fn topic(name: &str, parts: i32, rf: i16) -> NewTopic {
+        NewTopic {
+            name: name.into(),
+            num_partitions: parts,
+            replication_factor: rf,
+            assignments: vec![],
+            configs: vec![],
+        }
+    }
+
+    #[test]
+    fn every_served_version_decodes_what_clients_encode() {
+        let t = CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)
+            .with_assignments(vec![CreatableReplicaAssignment::default()
+                .with_partition_index(0)
+                .with_broker_ids(vec![BrokerId(1)])])
+            .with_configs(vec![CreatableTopicConfig::default()
+                .with_name(StrBytes::from_static_str("retention.ms"))
+                .with_value(Some(StrBytes::from_static_str("1000")))]);
+        let req = KReq::default()
+            .with_topics(vec![t])
+            .with_timeout_ms(5000)
+            .with_validate_only(true);
+        for v in VERSIONS {
+            let mut buf = BytesMut::new();
+            req.encode(&mut buf, v).expect("encodes");
+            let mut r = Reader::new(buf.freeze(), v >= 5);
+            let got = decode(&mut r).expect("decodes");
+            assert_eq!(r.remaining(), 0, "v{v}");
+            assert!(got.validate_only, "v{v}");
+            assert_eq!(got.topics[0].assignments, vec![(0, vec![1])], "v{v}");
+            assert_eq!(
+                got.topics[0].configs,
+                vec![("retention.ms".into(), Some("1000".into()))]
+            );
+        }
+    }
+
+    #[test]
+    fn counts_and_replication_are_checked_as_kafka_does() {
+        assert_eq!(check(&topic("t", 7, 1), 1, 4), Ok(7));
+        assert_eq!(check(&topic("t", -1, -1), 1, 4), Ok(4));
+        for bad in [0, -2, 10_001] {
+            assert_eq!(
+                check(&topic("t", bad, 1), 1, 4).map_err(|r| r.code),
+                Err(INVALID_PARTITIONS)
+            );
+        }
+        assert_eq!(
+            check(&topic("t", 3, 3), 1, 4).map_err(|r| r.code),
+            Err(INVALID_REPLICATION_FACTOR)
+        );
+        assert_eq!(
+            check(&topic("a b", 3, 1), 1, 4).map_err(|r| r.code),
+            Err(errors::INVALID_TOPIC_EXCEPTION)
+        );
+        let mut cfg = topic("t", 1, 1);
+        cfg.configs
+            .push(("cleanup.policy".into(), Some("compact".into())));
+        assert_eq!(check(&cfg, 1, 4).map_err(|r| r.code), Err(INVALID_CONFIG));
+    }
+
+    #[test]
+    fn manual_assignments_must_be_dense_and_on_this_broker() {
+        let mut t = topic("t", -1, -1);
+        t.assignments = vec![(0, vec![1]), (1, vec![1])];
+        assert_eq!(check(&t, 1, 4), Ok(2));
+        t.assignments[1] = (2, vec![1]);
+        assert_eq!(
+            check(&t, 1, 4).map_err(|r| r.code),
+            Err(INVALID_REPLICA_ASSIGNMENT)
+        );
+        t.assignments[1] = (1, vec![1, 2]);
+        assert_eq!(
+            check(&t, 1, 4).map_err(|r| r.code),
+            Err(INVALID_REPLICA_ASSIGNMENT)
+        );
+        t.num_partitions = 2;
+        assert_eq!(check(&t, 1, 4).map_err(|r| r.code), Err(INVALID_REQUEST));
+    }
+}

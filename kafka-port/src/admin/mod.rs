@@ -1,0 +1,61 @@
+//! Kafka's topic admin APIs (CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs),
+//! each mapped onto
+//! the engine commands the HTTP API uses: a queue configure creates, a queue delete deletes,
+//! and the partition count lives in [`floor`].
+
+pub mod create_partitions;
+pub mod create_topics;
+pub mod delete_topics;
+pub mod describe_configs;
+pub mod floor;
+
+/// Kafka error codes only the admin APIs answer.
+pub mod codes {
+    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+    pub const INVALID_PARTITIONS: i16 = 37;
+    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+    pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+    pub const INVALID_CONFIG: i16 = 40;
+    pub const INVALID_REQUEST: i16 = 42;
+}
+
+/// Topics one admin request may name: each costs engine calls, and a bigger batch is a
+/// mistake rather than a workload.
+pub const MAX_TOPICS: usize = 1_000;
+/// Configs one topic of a CreateTopics request may carry (Kafka has about 40 topic configs).
+pub const MAX_CONFIGS: usize = 100;
+/// Replica assignments one topic may carry: at most one per partition.
+pub const MAX_ASSIGNMENTS: usize = crate::topics::MAX_TOPIC_PARTITIONS as usize;
+
+/// A per-topic verdict: a Kafka error code and the message clients show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: i16,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(code: i16, message: impl Into<String>) -> Self {
+        Refusal {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn from_queen(e: &queenmq_protocol::QueenError) -> Self {
+        Refusal::new(crate::errors::from_queen(e), e.to_string())
+    }
+}
+
+/// The names a request gives twice: Kafka refuses every copy with INVALID_REQUEST rather
+/// than act on one of them.
+pub fn duplicates(names: &[String]) -> std::collections::HashSet<String> {
+    let mut seen = std::collections::HashSet::new();
+    let mut twice = std::collections::HashSet::new();
+    for n in names {
+        if !seen.insert(n.as_str()) {
+            twice.insert(n.clone());
+        }
+    }
+    twice
+}
