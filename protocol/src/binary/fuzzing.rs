@@ -15,6 +15,9 @@ pub const LIMITS: Limits = Limits {
     max_items: 1000,
 };
 
+/// A seed group: queue, partition, then (transaction id, payload) per item.
+type Group<'a> = (&'a str, &'a str, &'a [(&'a str, &'a [u8])]);
+
 fn text16(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u16).to_le_bytes());
     out.extend_from_slice(s.as_bytes());
@@ -41,7 +44,7 @@ pub fn plain_push(with_txn: bool) -> Vec<u8> {
     let mut out = b"QPB1".to_vec();
     out.push(if with_txn { push::FLAG_TXN } else { 0 });
     out.extend_from_slice(&2u32.to_le_bytes());
-    let groups: [(&str, &str, &[(&str, &[u8])]); 2] = [
+    let groups: [Group<'_>; 2] = [
         ("q1", "p", &[("t0", b"{\"a\":1}"), ("", b"")]),
         ("q2", "", &[("", b"[1]")]),
     ];
@@ -62,7 +65,7 @@ pub fn plain_push(with_txn: bool) -> Vec<u8> {
 
 fn frame_groups(out: &mut Vec<u8>) {
     out.extend_from_slice(&2u32.to_le_bytes());
-    let groups: [(&str, &str, &[(&str, &[u8])]); 2] = [
+    let groups: [Group<'_>; 2] = [
         ("q1", "p", &[("t0", b"{\"a\":1}"), ("t1", b"")]),
         ("q2", "", &[("t2", b"[1]")]),
     ];
