@@ -82,7 +82,7 @@ fn frame_groups(out: &mut Vec<u8>) {
             };
             let _ = write_frame(&mut frames, &f);
         }
-        let z = zstd::encode_all(&frames[..], 1).unwrap_or_default();
+        let z = zstd::bulk::compress(&frames, 1).unwrap_or_default();
         text16(out, q);
         text16(out, p);
         out.extend_from_slice(&(items.len() as u32).to_le_bytes());

@@ -3,6 +3,7 @@
 //! what is left of the input, and every count against its cap, before anything is sized from
 //! it; zstd output is read through a cap, so a small body cannot expand without bound.
 
+pub mod expansion;
 pub mod frames;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -24,7 +24,9 @@ pub struct PushBody {
     pub items: Vec<PushItem>,
 }
 
-/// What is still allowed while groups are read: items and decompressed bytes.
+/// What is still allowed while groups are read: items, and the bytes decoding allocates past
+/// the body (decompressed groups, names copied into each item); both are the JSON body's caps,
+/// so a binary body never decodes to more than a JSON one could hold.
 pub(crate) struct Budget {
     pub(crate) items: usize,
     pub(crate) bytes: usize,
@@ -37,34 +39,36 @@ impl Budget {
             bytes: l.max_bytes,
         }
     }
+
+    pub(crate) fn take_bytes(&mut self, n: usize, what: &str) -> Result<(), BinaryError> {
+        match self.bytes.checked_sub(n) {
+            Some(left) => {
+                self.bytes = left;
+                Ok(())
+            }
+            None => Err(BinaryError::TooLarge(format!(
+                "{what} take more than the body limit"
+            ))),
+        }
+    }
 }
 
 pub fn decode(body: &Bytes, limits: Limits) -> Result<PushBody, BinaryError> {
-    let mut r = Reader::new(body);
-    if r.take(4, "magic")? != MAGIC {
-        return Err(BinaryError::malformed("the body does not start with QPB1"));
-    }
-    let flags = r.u8("flags")?;
-    if flags & !KNOWN_FLAGS != 0 {
-        return Err(BinaryError::malformed(format!("unknown flags {flags:#x}")));
-    }
-    if flags & FLAG_ZSTD != 0 && flags & FLAG_FRAMES != 0 {
-        return Err(BinaryError::malformed(
-            "flags 1 (zstd body) and 8 (frames) together",
-        ));
-    }
+    let (flags, mut r) = head(body)?;
     let mut budget = Budget::new(limits);
     let mut items = Vec::new();
     if flags & FLAG_ZSTD != 0 {
         let raw_len = r.u32("raw_len")?;
-        let cap = bounded(raw_len, limits.max_bytes, "bytes of decompressed body")?;
-        let raw = Bytes::from(zstd_capped::decompress(r.rest(), cap, "the body")?);
-        if raw.len() != cap {
+        let z = r.rest();
+        let size = zstd_capped::declared_size(z, budget.bytes, "the body")?;
+        if u32::try_from(size).ok() != Some(raw_len) {
             return Err(BinaryError::malformed(format!(
-                "the body decompresses to {} bytes, raw_len says {raw_len}",
-                raw.len()
+                "the body decompresses to {size} bytes, raw_len says {raw_len}"
             )));
         }
+        budget.bytes -= size;
+        let mut dec = zstd_capped::decoder()?;
+        let raw = Bytes::from(zstd_capped::inflate(&mut dec, z, size, "the body")?);
         let mut inner = Reader::new(&raw);
         plain_groups(
             &mut inner,
@@ -74,6 +78,7 @@ pub fn decode(body: &Bytes, limits: Limits) -> Result<PushBody, BinaryError> {
             &mut items,
         )?;
         at_end(&inner)?;
+        compact(&mut items, raw.len());
     } else if flags & FLAG_FRAMES != 0 {
         frame_groups(&mut r, &mut budget, &mut items)?;
         at_end(&r)?;
@@ -87,6 +92,24 @@ pub fn decode(body: &Bytes, limits: Limits) -> Result<PushBody, BinaryError> {
     })
 }
 
+/// The magic and the flags, checked; the reader is left at the body.
+pub(crate) fn head(body: &[u8]) -> Result<(u8, Reader<'_>), BinaryError> {
+    let mut r = Reader::new(body);
+    if r.take(4, "magic")? != MAGIC {
+        return Err(BinaryError::malformed("the body does not start with QPB1"));
+    }
+    let flags = r.u8("flags")?;
+    if flags & !KNOWN_FLAGS != 0 {
+        return Err(BinaryError::malformed(format!("unknown flags {flags:#x}")));
+    }
+    if flags & FLAG_ZSTD != 0 && flags & FLAG_FRAMES != 0 {
+        return Err(BinaryError::malformed(
+            "flags 1 (zstd body) and 8 (frames) together",
+        ));
+    }
+    Ok((flags, r))
+}
+
 pub(crate) fn at_end(r: &Reader<'_>) -> Result<(), BinaryError> {
     match r.remaining() {
         0 => Ok(()),
@@ -94,6 +117,52 @@ pub(crate) fn at_end(r: &Reader<'_>) -> Result<(), BinaryError> {
             "{n} bytes after the last group"
         ))),
     }
+}
+
+/// A group's queue, partition and message count, checked before anything is copied.
+pub(crate) struct GroupHead<'a> {
+    pub(crate) queue: &'a str,
+    pub(crate) partition: &'a str,
+    pub(crate) n: usize,
+}
+
+impl GroupHead<'_> {
+    /// What its names weigh once copied into every one of its items.
+    pub(crate) fn name_bytes(&self) -> usize {
+        let partition = match self.partition {
+            "" => DEFAULT_PARTITION.len(),
+            p => p.len(),
+        };
+        self.n.saturating_mul(self.queue.len() + partition)
+    }
+}
+
+/// Reads a group head: names held to the JSON limits, an empty group refused, the count taken
+/// from the items left and the names' copies from the bytes left.
+pub(crate) fn group_head<'a>(
+    r: &mut Reader<'a>,
+    budget: &mut Budget,
+) -> Result<GroupHead<'a>, BinaryError> {
+    let queue = r.text16("queue")?;
+    check_name("queue", queue)?;
+    let partition = r.text16("partition")?;
+    check_name("partition", partition)?;
+    let n = bounded(r.u32("item count")?, budget.items, "items in one push")?;
+    if n == 0 {
+        return Err(BinaryError::malformed("a group with no messages"));
+    }
+    budget.items -= n;
+    let g = GroupHead {
+        queue,
+        partition,
+        n,
+    };
+    budget.take_bytes(g.name_bytes(), "names copied into every message")?;
+    Ok(g)
+}
+
+fn check_name(field: &str, value: &str) -> Result<(), BinaryError> {
+    crate::limits::check_name(field, value).map_err(|e| BinaryError::malformed(e.message))
 }
 
 fn partition_name(p: &str) -> String {
@@ -108,6 +177,27 @@ fn payload(base: &Bytes, p: &[u8]) -> Bytes {
     match p {
         [] => Bytes::from_static(b"null"),
         p => base.slice_ref(p),
+    }
+}
+
+/// Payloads sliced out of a decompressed buffer keep all of it alive while they are queued.
+/// When they hold less than half of it (frame heads, ids, names around small payloads), they
+/// are copied into one buffer of their own size and the decompressed one is let go.
+fn compact(items: &mut [PushItem], held: usize) {
+    let total: usize = items.iter().map(|i| i.payload.len()).sum();
+    if total.saturating_mul(2) >= held {
+        return;
+    }
+    let mut buf = Vec::with_capacity(total);
+    for i in items.iter() {
+        buf.extend_from_slice(&i.payload);
+    }
+    let buf = Bytes::from(buf);
+    let mut at = 0;
+    for i in items.iter_mut() {
+        let len = i.payload.len();
+        i.payload = buf.slice(at..at + len);
+        at += len;
     }
 }
 
@@ -127,17 +217,16 @@ fn plain_groups(
         )));
     }
     for _ in 0..groups {
-        let queue = r.text16("queue")?.to_string();
-        let partition = partition_name(r.text16("partition")?);
-        let n = bounded(r.u32("item count")?, budget.items, "items in one push")?;
-        budget.items -= n;
-        if n > r.remaining() / 4 {
+        let g = group_head(r, budget)?;
+        if g.n > r.remaining() / 4 {
             return Err(BinaryError::malformed(format!(
-                "{n} items cannot fit in the body"
+                "{} items cannot fit in the body",
+                g.n
             )));
         }
-        items.reserve(n);
-        for _ in 0..n {
+        let (queue, partition) = (g.queue.to_string(), partition_name(g.partition));
+        items.reserve(g.n);
+        for _ in 0..g.n {
             let transaction_id = match with_txn {
                 true => Some(r.text16("transactionId")?).filter(|t| !t.is_empty()),
                 false => None,
@@ -167,19 +256,28 @@ pub(crate) fn frame_groups(
             "{groups} groups cannot fit in the body"
         )));
     }
+    let mut dec = None;
     for _ in 0..groups {
-        let queue = r.text16("queue")?.to_string();
-        let partition = partition_name(r.text16("partition")?);
-        let n = bounded(r.u32("frame count")?, budget.items, "items in one push")?;
-        budget.items -= n;
+        let g = group_head(r, budget)?;
         let z = r.bytes32("compressed group")?;
-        let raw = Bytes::from(zstd_capped::decompress(z, budget.bytes, "a group")?);
-        budget.bytes -= raw.len();
-        let frames = decode_frames(&raw, n)?;
-        items.reserve(n);
+        let size = zstd_capped::declared_size(z, budget.bytes, "a group")?;
+        budget.bytes -= size;
+        let dec = match &mut dec {
+            Some(d) => d,
+            None => dec.insert(zstd_capped::decoder()?),
+        };
+        let raw = Bytes::from(zstd_capped::inflate(dec, z, size, "a group")?);
+        let frames = decode_frames(&raw, g.n)?;
+        let (queue, partition) = (g.queue.to_string(), partition_name(g.partition));
+        let first = items.len();
+        items.reserve(g.n);
         for f in frames {
-            if f.encrypted {
-                return Err(BinaryError::malformed("an encrypted frame"));
+            // The client writes neither (the broker stamps the producer); refused, they could
+            // only make the decompressed group, which the payloads keep alive, larger.
+            if f.encrypted || f.trace_id.is_some() || f.producer.is_some() {
+                return Err(BinaryError::malformed(
+                    "a frame with flags other than 0 (trace id, producer or encryption)",
+                ));
             }
             items.push(PushItem {
                 queue: queue.clone(),
@@ -188,9 +286,10 @@ pub(crate) fn frame_groups(
                 transaction_id: Some(f.transaction_id)
                     .filter(|t| !t.is_empty())
                     .map(str::to_string),
-                trace_id: f.trace_id,
+                trace_id: None,
             });
         }
+        compact(&mut items[first..], raw.len());
     }
     Ok(())
 }
@@ -198,6 +297,7 @@ pub(crate) fn frame_groups(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::binary::frames::{write_frame, Frame};
     use crate::binary::fuzzing::{framed_push, plain_push};
 
     const LIMITS: Limits = Limits {
@@ -291,10 +391,139 @@ mod tests {
         let mut body = b"QPB1".to_vec();
         body.push(FLAG_TXN | FLAG_ZSTD);
         body.extend_from_slice(&(inner.len() as u32).to_le_bytes());
-        body.extend_from_slice(&zstd::encode_all(inner, 1).unwrap_or_default());
+        body.extend_from_slice(&zstd::bulk::compress(inner, 1).unwrap_or_default());
         let a = decode(&Bytes::from(plain.clone()), LIMITS).map(|b| b.items.len());
         let b = decode(&Bytes::from(body), LIMITS).map(|b| b.items.len());
         assert_eq!(a, Ok(3));
         assert_eq!(a, b);
+    }
+
+    fn text16(out: &mut Vec<u8>, s: &[u8]) {
+        out.extend_from_slice(&(s.len() as u16).to_le_bytes());
+        out.extend_from_slice(s);
+    }
+
+    /// A flag-8 body of one group `q`/`p` holding `frames` (already framed) as `z`.
+    fn one_group(queue: &[u8], n: u32, z: &[u8]) -> Vec<u8> {
+        let mut body = b"QPB1\x08\x01\x00\x00\x00".to_vec();
+        text16(&mut body, queue);
+        text16(&mut body, b"p");
+        body.extend_from_slice(&n.to_le_bytes());
+        body.extend_from_slice(&(z.len() as u32).to_le_bytes());
+        body.extend_from_slice(z);
+        body
+    }
+
+    fn frames(n: usize, f: &Frame<'_>) -> Vec<u8> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            assert!(write_frame(&mut out, f).is_some());
+        }
+        out
+    }
+
+    fn plain_frame() -> Frame<'static> {
+        Frame {
+            id: [1; 16],
+            trace_id: None,
+            transaction_id: "",
+            producer: None,
+            encrypted: false,
+            payload: b"1",
+        }
+    }
+
+    #[test]
+    fn a_long_name_is_refused_before_it_is_copied_into_every_item() {
+        // 10,000 empty items under a 60 KiB queue name: ~600 MB of copies, from ~100 KB.
+        let name = vec![b'q'; 60_000];
+        let mut body = b"QPB1\x00\x01\x00\x00\x00".to_vec();
+        text16(&mut body, &name);
+        text16(&mut body, b"");
+        body.extend_from_slice(&10_000u32.to_le_bytes());
+        body.extend(std::iter::repeat_n(0u8, 4 * 10_000));
+        let many = Limits {
+            max_bytes: 1 << 20,
+            max_items: 10_000,
+        };
+        assert!(matches!(
+            decode(&Bytes::from(body), many),
+            Err(BinaryError::Malformed(m)) if m.contains("512")
+        ));
+    }
+
+    #[test]
+    fn names_copied_into_every_item_count_against_the_body_limit() {
+        // 1,000 items under a 500-byte name: 500 KB of copies from a ~4.5 KB body.
+        let name = vec![b'q'; 500];
+        let mut body = b"QPB1\x00\x01\x00\x00\x00".to_vec();
+        text16(&mut body, &name);
+        text16(&mut body, b"p");
+        body.extend_from_slice(&1000u32.to_le_bytes());
+        body.extend(std::iter::repeat_n(0u8, 4 * 1000));
+        let small = Limits {
+            max_bytes: 100_000,
+            max_items: 1000,
+        };
+        assert!(matches!(
+            decode(&Bytes::from(body.clone()), small),
+            Err(BinaryError::TooLarge(_))
+        ));
+        assert!(decode(&Bytes::from(body), LIMITS).is_ok());
+    }
+
+    #[test]
+    fn a_group_with_no_messages_is_refused() {
+        let z = zstd::bulk::compress(b"", 1).unwrap_or_default();
+        assert!(decode(&Bytes::from(one_group(b"q", 0, &z)), LIMITS).is_err());
+        let mut plain = b"QPB1\x00\x01\x00\x00\x00".to_vec();
+        text16(&mut plain, b"q");
+        text16(&mut plain, b"");
+        plain.extend_from_slice(&0u32.to_le_bytes());
+        assert!(decode(&Bytes::from(plain), LIMITS).is_err());
+    }
+
+    #[test]
+    fn frames_with_a_trace_id_or_a_producer_are_refused() {
+        let traced = Frame {
+            trace_id: Some([2; 16]),
+            ..plain_frame()
+        };
+        let produced = Frame {
+            producer: Some("p"),
+            ..plain_frame()
+        };
+        for f in [traced, produced] {
+            let z = zstd::bulk::compress(&frames(1, &f), 1).unwrap_or_default();
+            assert!(decode(&Bytes::from(one_group(b"q", 1, &z)), LIMITS).is_err());
+        }
+        let z = zstd::bulk::compress(&frames(1, &plain_frame()), 1).unwrap_or_default();
+        assert!(decode(&Bytes::from(one_group(b"q", 1, &z)), LIMITS).is_ok());
+    }
+
+    #[test]
+    fn bytes_after_a_groups_frame_are_refused() {
+        let one = frames(1, &plain_frame());
+        let mut z = zstd::bulk::compress(&one, 1).unwrap_or_default();
+        z.extend_from_slice(&zstd::bulk::compress(&one, 1).unwrap_or_default());
+        assert!(decode(&Bytes::from(one_group(b"q", 1, &z)), LIMITS).is_err());
+        let mut z = zstd::bulk::compress(&one, 1).unwrap_or_default();
+        z.push(0);
+        assert!(decode(&Bytes::from(one_group(b"q", 1, &z)), LIMITS).is_err());
+    }
+
+    #[test]
+    fn small_payloads_do_not_keep_their_decompressed_group_alive() {
+        let txn = "t".repeat(400);
+        let f = Frame {
+            transaction_id: &txn,
+            ..plain_frame()
+        };
+        let z = zstd::bulk::compress(&frames(100, &f), 1).unwrap_or_default();
+        let body = decode(&Bytes::from(one_group(b"q", 100, &z)), LIMITS).expect("decodes");
+        // The 100 one-byte payloads sit side by side in a buffer of their own.
+        let first = body.items[0].payload.as_ptr() as usize;
+        let last = body.items[99].payload.as_ptr() as usize;
+        assert_eq!(last - first, 99);
     }
 }
