@@ -80,10 +80,12 @@ pub fn binary_limits(opts: &ApiOptions) -> queenmq_protocol::binary::Limits {
     }
 }
 
-/// A binary item's payload is stored and later written into JSON answers as it is: it must be
-/// one JSON document, as a JSON body's payload is by construction.
+/// A payload is stored and later written into JSON answers as it is: it must be one JSON
+/// document of valid UTF-8. The JSON body's payloads are read as `&RawValue` (push.rs
+/// `ItemJson`), and so are the binary body's here: one parse, one rule for both. (`IgnoredAny`
+/// would not do: it skips strings without checking their UTF-8.)
 pub fn check_json_payload(payload: &[u8]) -> Result<(), ApiError> {
-    serde_json::from_slice::<serde::de::IgnoredAny>(payload)
+    serde_json::from_slice::<&serde_json::value::RawValue>(payload)
         .map(|_| ())
         .map_err(|e| ApiError::bad(format!("malformed binary body: a payload is not JSON: {e}")))
 }

@@ -3,6 +3,7 @@
 
 mod ack;
 mod answer;
+mod binary_body;
 mod auth;
 mod body;
 mod capped;

@@ -142,7 +142,7 @@ pub async fn push(
 ) -> Result<Response, ApiError> {
     let bytes = body::read(&headers, b, &app.opts).await?;
     if body::is_binary(&headers) {
-        return push_binary(app, ctx, &bytes).await;
+        return push_binary(app, ctx, bytes).await;
     }
     let max = app.opts.max_push_items;
     let parsed: PushBody<'_> = capped::with_cap(max, || body::json_borrowed(&bytes))?;
@@ -180,26 +180,17 @@ pub fn check_binary_items(items: &[PushItem]) -> Result<(), ApiError> {
 }
 
 /// The QPB1 body: the same items the JSON body gives, so the engine sees no difference.
-async fn push_binary(app: AppState, ctx: RequestCtx, bytes: &Bytes) -> Result<Response, ApiError> {
-    let decoded = queenmq_protocol::binary::push::decode(bytes, body::binary_limits(&app.opts))
-        .map_err(|e| ApiError(e.into()))?;
-    check_binary_items(&decoded.items)?;
-    let results = match decoded.items.is_empty() {
+async fn push_binary(app: AppState, ctx: RequestCtx, bytes: Bytes) -> Result<Response, ApiError> {
+    let decoded = crate::binary_body::push(&app, bytes).await?;
+    let (counts, items) = (decoded.body.counts, decoded.body.items);
+    let results = match items.is_empty() {
         true => Vec::new(),
-        false => match call(
-            &app,
-            ctx,
-            Command::Push(PushReq {
-                items: decoded.items,
-            }),
-        )
-        .await?
-        {
+        false => match call(&app, ctx, Command::Push(PushReq { items })).await? {
             Outcome::Pushed(results) => results,
             other => return Err(crate::render::unexpected(&other)),
         },
     };
-    let text = match decoded.counts {
+    let text = match counts {
         true => counts_json(&results),
         false => results_json(&results),
     };

@@ -51,19 +51,18 @@ pub async fn transaction(
     b: Body,
 ) -> Result<Response, ApiError> {
     let body_bytes = body::read(&headers, b, &app.opts).await?;
-    let (bytes, pushed, counts) = match body::is_binary(&headers) {
+    // `_room` is held until the transaction is done with the decoded messages.
+    let (bytes, pushed, counts, _room) = match body::is_binary(&headers) {
         true => {
-            let t =
-                queenmq_protocol::binary::txn::decode(&body_bytes, body::binary_limits(&app.opts))
-                    .map_err(|e| ApiError(e.into()))?;
-            crate::push::check_binary_items(&t.items)?;
+            let decoded = crate::binary_body::transaction(&app, body_bytes).await?;
+            let t = decoded.body;
             let head = match t.head.is_empty() {
                 true => Bytes::from_static(b"{\"operations\":[]}"),
                 false => t.head,
             };
-            (head, t.items, t.counts)
+            (head, t.items, t.counts, decoded._room)
         }
-        false => (body_bytes, Vec::new(), false),
+        false => (body_bytes, Vec::new(), false, None),
     };
     let max_ops = app.opts.max_txn_ops;
     let t: TxnJson<'_> = capped::with_cap(max_ops, || body::json_borrowed(&bytes))?;
