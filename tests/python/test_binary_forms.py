@@ -9,6 +9,7 @@ import httpx
 import pytest
 from queen.http.pop_frames import decode_pop_frames, is_pop_frames
 from queen.http.push_binary import binary_push_body, transaction_frames
+from queen.http.zstd import compress as zstd_compress
 
 BINARY = {"Content-Type": "application/x-queen-push"}
 
@@ -106,6 +107,25 @@ def test_binary_transaction_acks_and_pushes_in_one_commit(http):
     assert pop(http, queue, frames=False).status_code == 204
 
 
+def text16(s: bytes) -> bytes:
+    return struct.pack("<H", len(s)) + s
+
+
+def frame(payload: bytes, flags: int = 0, extra: bytes = b"") -> bytes:
+    """A stored frame as the client writes it: flags, id, an empty transaction id, payload."""
+    body = bytes([flags]) + bytes(16) + text16(b"") + extra + payload
+    return struct.pack("<I", len(body)) + body
+
+
+def framed_body(queue: bytes, n: int, z: bytes) -> bytes:
+    return b"QPB1\x08" + struct.pack("<I", 1) + text16(queue) + text16(b"") + struct.pack("<II", n, len(z)) + z
+
+
+def plain_body(queue: bytes, payloads: list[bytes]) -> bytes:
+    out = b"QPB1\x00" + struct.pack("<I", 1) + text16(queue) + text16(b"") + struct.pack("<I", len(payloads))
+    return out + b"".join(struct.pack("<I", len(p)) + p for p in payloads)
+
+
 def bad_bodies() -> dict[str, bytes]:
     good = binary_push_body(items("bin-bad", 2), False)
     framed = binary_push_body(items("bin-bad", 2), True)
@@ -121,6 +141,13 @@ def bad_bodies() -> dict[str, bytes]:
         "item count over the cap": huge_count,
         "frames truncated": framed[:-1],
         "empty": b"",
+        # Review of the binary forms, findings 1, 3, 4, 5.
+        "queue name over 512 bytes": plain_body(b"q" * 600, [b"1"] * 100),
+        "a group with no messages": framed_body(b"bin-bad", 0, zstd_compress(b"")),
+        "a frame with a producer": framed_body(b"bin-bad", 1, zstd_compress(frame(b"1", 2, text16(b"p" * 60_000)))),
+        "a frame with a trace id": framed_body(b"bin-bad", 1, zstd_compress(frame(b"1", 1, bytes(16)))),
+        "bytes after a group's frame": framed_body(b"bin-bad", 1, zstd_compress(frame(b"1")) + b"\x00"),
+        "two frames in a group": framed_body(b"bin-bad", 1, zstd_compress(frame(b"1")) + zstd_compress(frame(b"2"))),
     }
 
 
@@ -141,3 +168,32 @@ def test_a_malformed_transaction_body_is_400_and_changes_nothing(http):
         assert res.status_code in (400, 413), res.text
         assert res.json()["error"]
     assert http.get("/api/v1/resources/queues/bin-bad").status_code == 404
+
+
+def test_a_payload_that_is_not_utf8_is_refused_on_both_paths(http):
+    """A string with a byte that is not UTF-8 inside a payload: stored, it would be served as
+    null in JSON and break the client's framed pop decoder. Review finding 2."""
+    res = http.post(
+        "/api/v1/push",
+        content=b'{"items":[{"queue":"bin-utf8","payload":"\xff"}]}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert res.status_code == 400, res.text
+    res = http.post("/api/v1/push", content=plain_body(b"bin-utf8", [b'"\xff"']), headers=BINARY)
+    assert res.status_code == 400, res.text
+    assert "not JSON" in res.json()["error"]
+    assert http.get("/api/v1/resources/queues/bin-utf8").status_code == 404
+
+
+def test_small_payloads_in_a_big_group_are_pushed_and_popped_as_sent(http):
+    """Long transaction ids around one-byte payloads: the payloads are copied out of the
+    decompressed group (which they would otherwise keep alive); they read back the same."""
+    frames = b""
+    for i in range(200):
+        txn = f"{i:0>400}".encode()
+        body = bytes([0]) + bytes(16) + text16(txn) + str(i % 10).encode()
+        frames += struct.pack("<I", len(body)) + body
+    res = http.post("/api/v1/push", content=framed_body(b"bin-small", 200, zstd_compress(frames)), headers=BINARY)
+    assert res.status_code == 201, res.text
+    got = pop(http, "bin-small", frames=False, batch=200).json()["messages"]
+    assert sorted((int(m["transactionId"]), m["data"]) for m in got) == [(i, i % 10) for i in range(200)]
