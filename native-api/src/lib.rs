@@ -3,8 +3,8 @@
 
 mod ack;
 mod answer;
-mod binary_body;
 mod auth;
+mod binary_body;
 mod body;
 mod capped;
 mod error;

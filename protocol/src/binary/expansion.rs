@@ -51,7 +51,11 @@ fn frame_groups(r: &mut Reader<'_>, budget: &mut Budget) -> Result<(), BinaryErr
     Ok(())
 }
 
-fn plain_groups(r: &mut Reader<'_>, with_txn: bool, budget: &mut Budget) -> Result<(), BinaryError> {
+fn plain_groups(
+    r: &mut Reader<'_>,
+    with_txn: bool,
+    budget: &mut Budget,
+) -> Result<(), BinaryError> {
     for _ in 0..r.u32("group count")? {
         let g = group_head(r, budget)?;
         for _ in 0..g.n {

@@ -160,20 +160,77 @@ pub fn decode(data: &[u8]) -> Result<FramedPop, BinaryError> {
     Ok(out)
 }
 
+/// A claim being written: where its `end` and its record count go once known.
+struct OpenClaim {
+    partition_id: u64,
+    delivery_attempt: u32,
+    end: u64,
+    end_at: usize,
+    records: u32,
+    records_at: usize,
+}
+
+/// A record being written: where its frame count and its byte length go once known.
+struct OpenRecord {
+    base_offset: u64,
+    created_at_us: i64,
+    count: u32,
+    count_at: usize,
+    len_at: usize,
+}
+
+fn patch(out: &mut [u8], at: usize, bytes: &[u8]) -> Option<()> {
+    out.get_mut(at..at + bytes.len())?.copy_from_slice(bytes);
+    Some(())
+}
+
+fn close_record(out: &mut [u8], rec: Option<OpenRecord>) -> Option<()> {
+    let Some(rec) = rec else { return Some(()) };
+    let len = u32::try_from(out.len() - (rec.len_at + 4)).ok()?;
+    patch(out, rec.count_at, &rec.count.to_le_bytes())?;
+    patch(out, rec.len_at, &len.to_le_bytes())
+}
+
+fn close_claim(out: &mut [u8], claim: Option<OpenClaim>) -> Option<()> {
+    let Some(c) = claim else { return Some(()) };
+    patch(out, c.end_at, &c.end.to_le_bytes())?;
+    patch(out, c.records_at, &c.records.to_le_bytes())
+}
+
 /// A pop's messages as a framed answer: one claim per run of one partition's messages with
 /// one delivery attempt, one raw record per run of consecutive offsets created together.
 /// `own` is the JSON object of the keys the JSON answer has beside its messages. `None` when a
 /// message cannot travel in frames (an id or trace id that is not a UUID, an over-long text):
 /// the caller then answers JSON, which the client reads as well.
+///
+/// The frames go straight into the answer and each count and length is filled in once its
+/// run ends, so the payloads are copied once (not into records first, then into the answer).
 pub fn encode(r: &PopResult, own: &str) -> Option<Vec<u8>> {
-    let mut pop = FramedPop {
-        version: 1,
-        own: own.as_bytes().to_vec(),
-        queue: r.queue.clone(),
-        lease_id: r.lease_id.clone(),
-        consumer_group: r.consumer_group.clone(),
-        claims: Vec::new(),
-    };
+    // A frame is at most 4 + 1 + 16 + 16 + 2 + 2 bytes besides its texts and payload; a claim
+    // and a record head at most 34 + partition and 29.
+    let size: usize = r
+        .messages
+        .iter()
+        .map(|m| {
+            41 + 63
+                + m.partition.len()
+                + m.transaction_id.len()
+                + m.producer_sub.as_deref().map_or(0, str::len)
+                + m.payload.len()
+        })
+        .sum();
+    let mut out = Vec::with_capacity(64 + own.len() + size);
+    out.extend_from_slice(MAGIC);
+    out.push(1);
+    put_bytes32(&mut out, own.as_bytes())?;
+    put_text16(&mut out, &r.queue)?;
+    put_text16(&mut out, &r.lease_id)?;
+    put_text16(&mut out, &r.consumer_group)?;
+    let claims_at = out.len();
+    out.extend_from_slice(&0u32.to_le_bytes());
+    let mut claims = 0u32;
+    let mut claim: Option<OpenClaim> = None;
+    let mut rec: Option<OpenRecord> = None;
     for m in &r.messages {
         let id = *uuid::Uuid::parse_str(&m.id).ok()?.as_bytes();
         let trace_id = match &m.trace_id {
@@ -188,42 +245,65 @@ pub fn encode(r: &PopResult, own: &str) -> Option<Vec<u8>> {
             encrypted: false,
             payload: &m.payload,
         };
-        let same_claim = pop.claims.last().is_some_and(|c| {
+        let same_claim = claim.as_ref().is_some_and(|c| {
             c.partition_id == m.partition_id
                 && c.delivery_attempt == m.delivery_attempt
                 && c.end < m.offset
         });
         if !same_claim {
-            pop.claims.push(Claim {
+            close_record(&mut out, rec.take())?;
+            close_claim(&mut out, claim.take())?;
+            claims = claims.checked_add(1)?;
+            out.extend_from_slice(&m.partition_id.to_le_bytes());
+            put_text16(&mut out, &m.partition)?;
+            out.extend_from_slice(&m.offset.to_le_bytes());
+            let end_at = out.len();
+            out.extend_from_slice(&m.offset.to_le_bytes());
+            out.extend_from_slice(&m.delivery_attempt.to_le_bytes());
+            let records_at = out.len();
+            out.extend_from_slice(&0u32.to_le_bytes());
+            claim = Some(OpenClaim {
                 partition_id: m.partition_id,
-                partition: m.partition.to_string(),
-                start: m.offset,
-                end: m.offset,
                 delivery_attempt: m.delivery_attempt,
-                records: Vec::new(),
+                end: m.offset,
+                end_at,
+                records: 0,
+                records_at,
             });
         }
-        let claim = pop.claims.last_mut()?;
-        let follows = claim.records.last().is_some_and(|rec| {
-            same_claim
-                && rec.created_at_us == m.created_at_us
-                && rec.base_offset.checked_add(u64::from(rec.count)) == Some(m.offset)
-        });
+        let c = claim.as_mut()?;
+        let follows = same_claim
+            && rec.as_ref().is_some_and(|rec| {
+                rec.created_at_us == m.created_at_us
+                    && rec.base_offset.checked_add(u64::from(rec.count)) == Some(m.offset)
+            });
         if !follows {
-            claim.records.push(Record {
+            close_record(&mut out, rec.take())?;
+            c.records = c.records.checked_add(1)?;
+            out.extend_from_slice(&m.offset.to_le_bytes());
+            out.extend_from_slice(&m.created_at_us.to_le_bytes());
+            let count_at = out.len();
+            out.extend_from_slice(&0u32.to_le_bytes());
+            out.push(CODEC_RAW);
+            let len_at = out.len();
+            out.extend_from_slice(&0u32.to_le_bytes());
+            rec = Some(OpenRecord {
                 base_offset: m.offset,
                 created_at_us: m.created_at_us,
                 count: 0,
-                codec: CODEC_RAW,
-                bytes: Vec::new(),
+                count_at,
+                len_at,
             });
         }
-        let rec = claim.records.last_mut()?;
-        write_frame(&mut rec.bytes, &frame)?;
-        rec.count = rec.count.checked_add(1)?;
-        claim.end = m.offset;
+        write_frame(&mut out, &frame)?;
+        let open = rec.as_mut()?;
+        open.count = open.count.checked_add(1)?;
+        c.end = m.offset;
     }
-    pop.write()
+    close_record(&mut out, rec.take())?;
+    close_claim(&mut out, claim.take())?;
+    patch(&mut out, claims_at, &claims.to_le_bytes())?;
+    Some(out)
 }
 
 #[cfg(test)]
@@ -231,6 +311,7 @@ mod tests {
     use super::*;
     use crate::binary::frames::decode_frames;
     use crate::binary::fuzzing::pop_result;
+    use bytes::Bytes;
 
     #[test]
     fn an_answer_encodes_decodes_and_every_truncation_fails() {
@@ -257,6 +338,26 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(decode(&bytes[..cut]).is_err(), "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn the_answer_is_written_in_one_buffer_it_was_sized_for() {
+        let mut r = pop_result();
+        for m in &mut r.messages {
+            m.payload = Bytes::from(vec![b'1'; 10_000]);
+        }
+        let Some(bytes) = encode(&r, "{}") else {
+            panic!("encodes")
+        };
+        // Built straight into the answer: never grown past what was sized up front.
+        assert!(
+            bytes.capacity() < bytes.len() + 1024,
+            "{}",
+            bytes.capacity()
+        );
+        let pop = decode(&bytes);
+        let Ok(pop) = pop else { panic!("{pop:?}") };
+        assert_eq!(pop.write().as_deref(), Some(&bytes[..]));
     }
 
     #[test]
