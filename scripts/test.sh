@@ -107,6 +107,8 @@ suites() {
     pids+=($!) names+=("pytest tests/python") files+=("$logs/python.log")
     "$VENV/bin/python" tests/sdk/run.py --results "$RESULTS/sdk" >"$logs/sdk.log" 2>&1 &
     pids+=($!) names+=("official queen-mq suite") files+=("$logs/sdk.log")
+    "$VENV/bin/python" tests/sdk/run.py --binary --results "$RESULTS/sdk-binary" >"$logs/sdk-binary.log" 2>&1 &
+    pids+=($!) names+=("official queen-mq suite, binary forms") files+=("$logs/sdk-binary.log")
     bash scripts/powercut-test.sh >"$logs/powercut.log" 2>&1 &
     pids+=($!) names+=("power-cut test") files+=("$logs/powercut.log")
     "$VENV/bin/python" tests/librdkafka/run.py --results "$RESULTS/librdkafka" >"$logs/librdkafka.log" 2>&1 &

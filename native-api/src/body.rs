@@ -64,16 +64,28 @@ pub fn json_borrowed<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T
     serde_json::from_slice(bytes).map_err(|e| ApiError::bad(format!("bad body: {e}")))
 }
 
-/// Rejects binary bodies we do not decode yet with a clear 400 (the SDK has no fallback).
-pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let ct = headers
+/// Whether the body is a binary one (QPB1 or QTB1), by its `Content-Type`.
+pub fn is_binary(headers: &HeaderMap) -> bool {
+    headers
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if ct.starts_with("application/x-queen-push") {
-        return Err(ApiError::bad(
-            "unsupported body: binary push (QPB1/QTB1) is not implemented by this broker; send JSON",
-        ));
+        .is_some_and(|ct| ct.starts_with(queenmq_protocol::binary::PUSH_CONTENT_TYPE))
+}
+
+/// The caps a binary body of this broker is held to: the JSON body's.
+pub fn binary_limits(opts: &ApiOptions) -> queenmq_protocol::binary::Limits {
+    queenmq_protocol::binary::Limits {
+        max_bytes: opts.max_body_bytes,
+        max_items: opts.max_push_items,
     }
-    Ok(())
+}
+
+/// A payload is stored and later written into JSON answers as it is: it must be one JSON
+/// document of valid UTF-8. The JSON body's payloads are read as `&RawValue` (push.rs
+/// `ItemJson`), and so are the binary body's here: one parse, one rule for both. (`IgnoredAny`
+/// would not do: it skips strings without checking their UTF-8.)
+pub fn check_json_payload(payload: &[u8]) -> Result<(), ApiError> {
+    serde_json::from_slice::<&serde_json::value::RawValue>(payload)
+        .map(|_| ())
+        .map_err(|e| ApiError::bad(format!("malformed binary body: a payload is not JSON: {e}")))
 }

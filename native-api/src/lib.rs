@@ -4,6 +4,7 @@
 mod ack;
 mod answer;
 mod auth;
+mod binary_body;
 mod body;
 mod capped;
 mod error;

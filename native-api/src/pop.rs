@@ -93,12 +93,40 @@ fn request(source: PopSource, p: &Params) -> Result<PopReq, ApiError> {
     })
 }
 
-async fn answer(app: AppState, ctx: RequestCtx, req: PopReq) -> Result<Response, ApiError> {
+async fn answer(
+    app: AppState,
+    ctx: RequestCtx,
+    req: PopReq,
+    p: &Params,
+) -> Result<Response, ApiError> {
+    let frames = flag(p, "frames")?;
     match call(&app, ctx, Command::Pop(req)).await? {
         Outcome::Popped(r) if r.messages.is_empty() => Ok(StatusCode::NO_CONTENT.into_response()),
-        Outcome::Popped(r) => Ok(crate::json_out::response(StatusCode::OK, render(&r))),
+        Outcome::Popped(r) => match frames.then(|| framed(&r)).flatten() {
+            Some(bytes) => Ok((
+                StatusCode::OK,
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    queenmq_protocol::binary::POP_CONTENT_TYPE,
+                )],
+                bytes,
+            )
+                .into_response()),
+            None => Ok(crate::json_out::response(StatusCode::OK, render(&r))),
+        },
         other => Err(crate::render::unexpected(&other)),
     }
+}
+
+/// The QPF1 answer (`frames=true`). The claims in it follow runs of messages, so the answer's
+/// own `partitionsClaimed` and `autopilot` travel in its JSON keys, which the client merges
+/// over what it derives. `None` (a message that cannot travel in frames): the JSON answer.
+fn framed(r: &PopResult) -> Option<Vec<u8>> {
+    let mut own = json!({"partitionsClaimed": r.partitions_claimed});
+    if let Some((p, b, w)) = r.autopilot {
+        own["autopilot"] = json!({"partitions": p, "batch": b, "waitMs": w});
+    }
+    queenmq_protocol::binary::pop_frames::encode(r, &own.to_string())
 }
 
 /// Writes the answer by hand so payloads go out as stored, without a parse/serialise round.
@@ -200,7 +228,7 @@ pub async fn pop_queue(
     Query(p): Query<Params>,
 ) -> Result<Response, ApiError> {
     let req = request(PopSource::Queue(q), &p)?;
-    answer(app, ctx, req).await
+    answer(app, ctx, req, &p).await
 }
 
 pub async fn pop_partition(
@@ -210,7 +238,7 @@ pub async fn pop_partition(
     Query(p): Query<Params>,
 ) -> Result<Response, ApiError> {
     let req = request(PopSource::Partition(q, part), &p)?;
-    answer(app, ctx, req).await
+    answer(app, ctx, req, &p).await
 }
 
 pub async fn pop_labels(
@@ -226,5 +254,5 @@ pub async fn pop_labels(
         ));
     }
     let req = request(PopSource::Labels { namespace, task }, &p)?;
-    answer(app, ctx, req).await
+    answer(app, ctx, req, &p).await
 }

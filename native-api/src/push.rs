@@ -1,4 +1,4 @@
-//! POST /api/v1/push (JSON). The answer is index-aligned with `items`.
+//! POST /api/v1/push (JSON, or the QPB1 binary body). The answer is index-aligned with `items`.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -7,7 +7,8 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use bytes::Bytes;
 use queenmq_protocol::{
-    limits, Command, Outcome, PushItem, PushReq, PushResult, RequestCtx, DEFAULT_PARTITION,
+    limits, Command, Outcome, PushItem, PushReq, PushResult, PushStatus, RequestCtx,
+    DEFAULT_PARTITION,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -139,8 +140,10 @@ pub async fn push(
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
-    body::require_json(&headers)?;
     let bytes = body::read(&headers, b, &app.opts).await?;
+    if body::is_binary(&headers) {
+        return push_binary(app, ctx, bytes).await;
+    }
     let max = app.opts.max_push_items;
     let parsed: PushBody<'_> = capped::with_cap(max, || body::json_borrowed(&bytes))?;
     let items = match parsed.items {
@@ -161,4 +164,47 @@ pub async fn push(
         )),
         other => Err(crate::render::unexpected(&other)),
     }
+}
+
+/// Checks what the JSON path checks (names, payloads) on decoded binary items.
+pub fn check_binary_items(items: &[PushItem]) -> Result<(), ApiError> {
+    for i in items {
+        limits::check_name("queue", &i.queue)?;
+        limits::check_name("partition", &i.partition)?;
+        if let Some(t) = &i.transaction_id {
+            limits::check_name("transactionId", t)?;
+        }
+        body::check_json_payload(&i.payload)?;
+    }
+    Ok(())
+}
+
+/// The QPB1 body: the same items the JSON body gives, so the engine sees no difference.
+async fn push_binary(app: AppState, ctx: RequestCtx, bytes: Bytes) -> Result<Response, ApiError> {
+    let decoded = crate::binary_body::push(&app, bytes).await?;
+    let (counts, items) = (decoded.body.counts, decoded.body.items);
+    let results = match items.is_empty() {
+        true => Vec::new(),
+        false => match call(&app, ctx, Command::Push(PushReq { items })).await? {
+            Outcome::Pushed(results) => results,
+            other => return Err(crate::render::unexpected(&other)),
+        },
+    };
+    let text = match counts {
+        true => counts_json(&results),
+        false => results_json(&results),
+    };
+    Ok(json_out::response(StatusCode::CREATED, text))
+}
+
+/// The answer to flag 2: how many items were queued, duplicates, refused.
+fn counts_json(results: &[PushResult]) -> String {
+    let n = |s: PushStatus| results.iter().filter(|r| r.status == s).count();
+    json!({
+        "count": results.len(),
+        "queued": n(PushStatus::Queued),
+        "duplicate": n(PushStatus::Duplicate),
+        "error": n(PushStatus::Failed),
+    })
+    .to_string()
 }

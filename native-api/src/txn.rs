@@ -1,11 +1,15 @@
-//! POST /api/v1/transaction (JSON).
+//! POST /api/v1/transaction (JSON, or the QTB1 binary body: a JSON head without the pushes,
+//! then the pushed messages as frames; their results follow the head's operations).
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use queenmq_protocol::{limits, Command, Outcome, RequestCtx, TxnOp, TxnOpResult, TxnReq};
+use bytes::Bytes;
+use queenmq_protocol::{
+    limits, Command, Outcome, PushStatus, RequestCtx, TxnOp, TxnOpResult, TxnReq,
+};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -46,8 +50,20 @@ pub async fn transaction(
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
-    body::require_json(&headers)?;
-    let bytes = body::read(&headers, b, &app.opts).await?;
+    let body_bytes = body::read(&headers, b, &app.opts).await?;
+    // `_room` is held until the transaction is done with the decoded messages.
+    let (bytes, pushed, counts, _room) = match body::is_binary(&headers) {
+        true => {
+            let decoded = crate::binary_body::transaction(&app, body_bytes).await?;
+            let t = decoded.body;
+            let head = match t.head.is_empty() {
+                true => Bytes::from_static(b"{\"operations\":[]}"),
+                false => t.head,
+            };
+            (head, t.items, t.counts, decoded._room)
+        }
+        false => (body_bytes, Vec::new(), false, None),
+    };
     let max_ops = app.opts.max_txn_ops;
     let t: TxnJson<'_> = capped::with_cap(max_ops, || body::json_borrowed(&bytes))?;
     let operations = match t.operations {
@@ -110,6 +126,17 @@ pub async fn transaction(
             }
             other => return Err(ApiError::bad(format!("unknown operation type {other:?}"))),
         }
+    }
+    if !pushed.is_empty() {
+        if pushed.len() > items_left {
+            return Err(too_many(
+                "push items in one transaction",
+                max_items - items_left + pushed.len(),
+                max_items,
+                "max_push_items",
+            ));
+        }
+        ops.push(TxnOp::Push(pushed));
     }
     let kv_ops = match t.kv {
         Some(raw) => {
@@ -196,15 +223,35 @@ pub async fn transaction(
                     }
                 })
                 .collect();
-            let mut resp = Json(
-                json!({"transactionId": r.transaction_id, "success": all_ok, "results": results}),
-            )
-            .into_response();
+            let answer = match counts {
+                true => counted(&r.results, results, r.transaction_id, all_ok),
+                false => {
+                    json!({"transactionId": r.transaction_id, "success": all_ok, "results": results})
+                }
+            };
+            let mut resp = Json(answer).into_response();
             crate::reserve::Reserved::ride(reserved, &mut resp);
             Ok(resp)
         }
         other => Err(crate::render::unexpected(&other)),
     }
+}
+
+/// The QTB1 flag-2 answer: the pushes and acks counted, the riders' results kept.
+fn counted(raw: &[TxnOpResult], rendered: Vec<Value>, txn_id: String, all_ok: bool) -> Value {
+    let (mut pushed, mut duplicate, mut acked) = (0usize, 0usize, 0usize);
+    let mut riders = Vec::new();
+    for (r, v) in raw.iter().zip(rendered) {
+        match r {
+            TxnOpResult::Push(p) if p.status == PushStatus::Duplicate => duplicate += 1,
+            TxnOpResult::Push(p) if p.error.is_none() => pushed += 1,
+            TxnOpResult::Push(_) => {}
+            TxnOpResult::Ack(a) => acked += usize::from(a.success),
+            TxnOpResult::Kv(_) | TxnOpResult::Timer(_) => riders.push(v),
+        }
+    }
+    json!({"transactionId": txn_id, "success": all_ok, "pushed": pushed,
+        "duplicate": duplicate, "acked": acked, "results": riders})
 }
 
 /// A refused `kv` rider keeps its KV reason and status (413 for a too large key or value).

@@ -4,6 +4,7 @@
 //! [`Command`]s, sends them over a [`Bus`], and translates the [`Outcome`] back. Nothing here does
 //! I/O or knows about a runtime: doors and the engine share only these types.
 
+pub mod binary;
 pub mod bus;
 pub mod command;
 pub mod error;

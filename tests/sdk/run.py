@@ -13,6 +13,11 @@ no test.
     python tests/sdk/run.py                    # every file of the list
     python tests/sdk/run.py test_push test_pop # some files
     python tests/sdk/run.py test_push -- -k duplicate -x
+    python tests/sdk/run.py --binary           # every file, the client on the binary forms
+
+With --binary the `client` fixture is built with binary_push, push_compression and
+framed_pop on (conftest.py reads QUEEN_SDK_WIRE=binary), so every push goes out as the QPB1
+frames body, every transaction with a push as QTB1, and every pop asks for the QPF1 answer.
 """
 
 from __future__ import annotations
@@ -113,7 +118,8 @@ def lay_out_suite(tarball: Path, suite: Path) -> None:
         shutil.copy(HERE / name, suite / name)
 
 
-def run_one(run: Run, suite: Path, results: Path, timeout: float, extra: list[str]) -> Counts:
+def run_one(run: Run, suite: Path, results: Path, timeout: float, extra: list[str],
+            binary: bool = False) -> Counts:
     report = results / f"{run.label}.xml"
     report.unlink(missing_ok=True)
     started = time.monotonic()
@@ -130,7 +136,7 @@ def run_one(run: Run, suite: Path, results: Path, timeout: float, extra: list[st
             print(f"sdk: {run.label}: broker did not start: {error}", flush=True)
             return Counts(failed=1)
         try:
-            code = run_pytest(run, suite, report, broker.url, timeout, extra)
+            code = run_pytest(run, suite, report, broker.url, timeout, extra, binary)
         finally:
             broker.kill()
     counts = read_report(report) if report.exists() else Counts(failed=1)
@@ -154,9 +160,11 @@ def run_one(run: Run, suite: Path, results: Path, timeout: float, extra: list[st
 
 
 def run_pytest(run: Run, suite: Path, report: Path, url: str, timeout: float,
-               extra: list[str]) -> int | None:
-    env = {k: v for k, v in os.environ.items() if k != "JWT_SECRET"}
+               extra: list[str], binary: bool = False) -> int | None:
+    env = {k: v for k, v in os.environ.items() if k not in ("JWT_SECRET", "QUEEN_SDK_WIRE")}
     env.update(QUEEN_SERVER_URL=url, QUEEN_URL=url, PYTHONDONTWRITEBYTECODE="1")
+    if binary:
+        env["QUEEN_SDK_WIRE"] = "binary"
     if run.jwt:
         env["JWT_SECRET"] = JWT_SECRET
     cmd = [sys.executable, "-m", "pytest", f"{run.file}.py", "-p", "no:cacheprovider",
@@ -184,12 +192,16 @@ def main() -> int:
     parser.add_argument("--results", type=Path, default=REPO / ".cache" / "test-results" / "sdk")
     parser.add_argument("--budget", type=float, default=1800.0,
                         help="seconds for all runs together; later runs fail when it is spent")
+    parser.add_argument("--binary", action="store_true",
+                        help="build the client with binary_push, push_compression and framed_pop")
     parser.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failing run")
     argv, extra = sys.argv[1:], []
     if "--" in argv:
         split = argv.index("--")
         argv, extra = argv[:split], argv[split + 1:]
     args = parser.parse_args(argv)
+    if args.binary and args.results == parser.get_default("results"):
+        args.results = args.results.with_name("sdk-binary")
 
     wanted = [name.removesuffix(".py") for name in args.files]
     runs = [run for run in RUNS if not wanted or run.file in wanted or run.label in wanted]
@@ -225,7 +237,7 @@ def run_all(runs: list[Run], suite: Path, args: argparse.Namespace, extra: list[
             failed_runs.append(run.label)
             continue
         print(f"sdk: {run.label}: running", flush=True)
-        counts = run_one(run, suite, args.results, min(remaining, 900.0), extra)
+        counts = run_one(run, suite, args.results, min(remaining, 900.0), extra, args.binary)
         total += counts
         if counts.failed or counts.skipped or counts.total == 0:
             failed_runs.append(run.label)
