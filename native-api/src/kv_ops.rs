@@ -7,7 +7,7 @@ use queenmq_protocol::limits::{
     DEFAULT_KV_PREFIX_LIMIT, MAX_KV_GET_MANY_KEYS, MAX_KV_KEY_BYTES, MAX_KV_OPS,
     MAX_KV_PREFIX_LIMIT, MAX_KV_TTL_SECONDS, MAX_KV_VALUE_BYTES,
 };
-use queenmq_protocol::{KvExpiry, KvOp, LOCKS_NS};
+use queenmq_protocol::{KvExpiry, KvOp, READ_ONLY_NAMESPACES};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -123,14 +123,15 @@ pub fn parse_list(list: &[Value], in_txn: bool) -> Result<Vec<KvOp>, KvApiError>
             e.detail = format!("operations[{i}]: {}", e.detail);
             e
         })?;
-        if op.is_write() && op.ns_key().0 == LOCKS_NS {
-            // Permits are written only by /locks: a KV delete would release another's lock,
-            // a put jam one or forge its owner.
+        // Permits are written only by /locks (a KV delete would release another's lock, a
+        // put jam one or forge its owner); topic partition counts only by the Kafka port.
+        if let Some((ns, door)) = READ_ONLY_NAMESPACES
+            .iter()
+            .find(|(ns, _)| op.is_write() && op.ns_key().0 == *ns)
+        {
             return Err(KvApiError::bad(
                 "kv_bad_namespace",
-                format!(
-                    "operations[{i}]: {LOCKS_NS} is written only through /locks; KV may read it"
-                ),
+                format!("operations[{i}]: {ns} is written only through {door}; KV may read it"),
             ));
         }
         if op.is_write() {

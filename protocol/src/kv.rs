@@ -256,6 +256,17 @@ pub enum LockResult {
 /// The namespace permits live in: a permit IS the row `<name>#<slot>` there.
 pub const LOCKS_NS: &str = "queen-locks";
 
+/// The namespace the Kafka door keeps each topic's partition count in (its floor): a KV
+/// write there would change a topic's partition count behind the door's checks.
+pub const KAFKA_PARTITIONS_NS: &str = "queen-kafka-partitions";
+
+/// Namespaces the KV API may read but never write: each is written by the one door that
+/// keeps its invariants.
+pub const READ_ONLY_NAMESPACES: [(&str, &str); 2] = [
+    (LOCKS_NS, "/locks"),
+    (KAFKA_PARTITIONS_NS, "the Kafka port"),
+];
+
 /// The key of a permit's row.
 pub fn permit_key(name: &str, slot: u32) -> String {
     format!("{name}#{slot}")

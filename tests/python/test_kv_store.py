@@ -179,6 +179,25 @@ def test_the_locks_namespace_is_written_only_through_locks(http, op):
     assert row["found"] and row["version"] == got["token"], (row, got)
 
 
+@pytest.mark.parametrize(
+    "op",
+    [
+        put("topic", ns="queen-kafka-partitions"),
+        {"op": "delete", "ns": "queen-kafka-partitions", "key": "topic"},
+        {"op": "incr", "ns": "queen-kafka-partitions", "key": "topic", "delta": 1, "ttlSeconds": 5},
+    ],
+)
+def test_the_kafka_partition_counts_are_written_only_by_the_kafka_port(http, op):
+    r = call(http, [op])
+    assert r.status_code == 400, r.text
+    assert r.json()["reason"] == "kv_bad_namespace"
+    t = http.post("/api/v1/transaction", json={"operations": [], "kv": [op]})
+    assert t.status_code == 400, t.text
+    # Nothing was written: KV may read the namespace, and finds no row.
+    row = results(http, [{"op": "get", "ns": "queen-kafka-partitions", "key": "topic"}])[0]
+    assert not row["found"], row
+
+
 def test_oversized_lists_are_refused_while_counted(http):
     # Far more ops and keys than allowed, each tiny: refused by count, with the named reason.
     many_ops = "[" + ",".join(['{"op":"get","ns":"t","key":"k"}'] * 100_000) + "]"

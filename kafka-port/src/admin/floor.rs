@@ -12,8 +12,8 @@ use queenmq_protocol::{Command, Outcome, QueenError};
 use crate::topics::{unexpected, MAX_TOPIC_PARTITIONS};
 use crate::Door;
 
-/// The reserved namespace (the native KV API may read it; only this door should write it).
-pub const NS: &str = "queen-kafka-partitions";
+/// The reserved namespace (the native KV API may read it; only this door writes it).
+pub const NS: &str = queenmq_protocol::KAFKA_PARTITIONS_NS;
 
 async fn call(door: &Door, op: KvOp) -> Result<KvResult, QueenError> {
     let req = KvReq { ops: vec![op] };
