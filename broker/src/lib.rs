@@ -3,6 +3,7 @@
 //! planners, reads) is the `queenmq-engine` crate, re-exported here under its old paths.
 
 pub mod config;
+pub mod disk_gate;
 pub mod engine;
 pub mod group;
 mod log_backing;

@@ -80,6 +80,13 @@ pub async fn serve(
         max_new_partitions: usize::try_from(cfg.max_new_partitions_per_request)
             .unwrap_or(usize::MAX),
         long_polls: crate::engine::LongPollSlots::new(door_caps.long_polls),
+        disk: (cfg.min_free_disk_bytes > 0).then(|| {
+            crate::disk_gate::DiskGate::new(
+                Box::new(crate::disk_gate::StatVfs(cfg.data_dir.clone())),
+                cfg.min_free_disk_bytes,
+                crate::disk_gate::REFRESH,
+            )
+        }),
         ..EngineConfig::default()
     };
     // A default group that fails to start stops the process with its reason: the operator

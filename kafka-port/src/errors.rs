@@ -26,7 +26,9 @@ pub fn from_queen(e: &QueenError) -> i16 {
         ErrorCode::NotFound => UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode::BadName | ErrorCode::BadRequest => INVALID_TOPIC_EXCEPTION,
         ErrorCode::PayloadTooLarge => MESSAGE_TOO_LARGE,
-        ErrorCode::Unavailable | ErrorCode::RequestTimeout => REQUEST_TIMED_OUT,
+        ErrorCode::Unavailable | ErrorCode::RequestTimeout | ErrorCode::StorageFull => {
+            REQUEST_TIMED_OUT
+        }
         ErrorCode::Unauthorized | ErrorCode::Forbidden => TOPIC_AUTHORIZATION_FAILED,
         ErrorCode::NoSuchRoute
         | ErrorCode::Unsupported

@@ -102,6 +102,8 @@ pub struct EngineConfig {
     /// Where the group's log lives when not in files under its directory: tests inject a
     /// backend that can fail its fsyncs (storage's `MemBackend`).
     pub log_backend: Option<LogBackend>,
+    /// The node's free-space gate; None (tests) refuses nothing.
+    pub disk: Option<Arc<crate::disk_gate::DiskGate>>,
 }
 
 /// A group's log backend, shown by name only.
@@ -131,6 +133,7 @@ impl Default for EngineConfig {
             clock: Arc::new(crate::time::SystemClock),
             tenant: Arc::from(queenmq_protocol::DEFAULT_TENANT),
             log_backend: None,
+            disk: None,
         }
     }
 }
@@ -311,6 +314,11 @@ impl Engine {
             let mut jobs = jobs.into_iter();
             let mut planned = 0usize;
             while let Some(job) = jobs.next() {
+                // Before planning: a write the log could not take must not touch the state.
+                if let Some(Err(e)) = self.cfg.disk.as_ref().map(|d| d.admit(&job.cmd)) {
+                    replies.push((job.reply, Err(e)));
+                    continue;
+                }
                 let producer = job.ctx.principal.as_deref();
                 let bound = match self.limits.admit(planner.st, &job.cmd, producer) {
                     Ok(b) => b,
@@ -397,10 +405,20 @@ impl Engine {
                 }
                 Err(e) => {
                     tracing::error!(cycle = number, error = %e, "proposing a cycle failed: memory is ahead of the log; the group is rebuilt from checkpoint and log");
+                    // The disk filled between the gate's look and the write (another process):
+                    // say so, the client waits for space rather than for the rebuild alone.
+                    let full = self.cfg.disk.as_ref().is_some_and(|d| d.full_now());
                     for (reply, _) in replies {
-                        let _ = reply.send(Err(QueenError::unavailable(
-                            "the broker's log failed; this queue group is being rebuilt, retry",
-                        )));
+                        let _ = reply.send(Err(if full {
+                            QueenError::new(
+                                queenmq_protocol::ErrorCode::StorageFull,
+                                "the broker's disk is full; retry once space is freed",
+                            )
+                        } else {
+                            QueenError::unavailable(
+                                "the broker's log failed; this queue group is being rebuilt, retry",
+                            )
+                        }));
                     }
                     return Err(format!("proposing cycle {number} failed: {e}"));
                 }
@@ -426,6 +444,14 @@ impl Engine {
             self.finish_save(h.await);
         }
         self.last_checkpoint = Instant::now();
+        // A checkpoint needs room in the state store, and a write that fails there poisons
+        // the store until it is reopened; the log holds everything meanwhile, so the
+        // checkpoint waits for space (the next interval looks again). The last one at
+        // shutdown is tried anyway: it only shortens the next start's replay.
+        if !last && self.cfg.disk.as_ref().is_some_and(|d| d.is_full()) {
+            tracing::debug!("checkpoint put off: the disk is under its free-space reserve");
+            return;
+        }
         let encoding = Instant::now();
         let (pending, applied) = {
             let st = self.shared.lock();
