@@ -294,12 +294,14 @@ mod tests {
         assert_eq!(e.code, ErrorCode::StorageFull);
         assert!(e.message.contains("min_free_disk_bytes"), "{}", e.message);
         assert!(g.is_full(), "data writes are refused now");
+        // 10000 - 1758 leaves more than the reserve, not the reserve and its eighth.
         let e = g
-            .admit(&push(1))
+            .admit(&push(1_500))
             .expect_err("refused once: an eighth more is needed");
         assert_eq!(e.code, ErrorCode::StorageFull);
-        fake.0.store(10_000 + 1_000, Ordering::SeqCst);
-        g.admit(&push(1)).expect("above the reserve and its eighth");
+        fake.0.store(11_000, Ordering::SeqCst);
+        g.admit(&push(1_500))
+            .expect("above the reserve and its eighth");
         assert!(!g.is_full());
     }
 
@@ -343,9 +345,9 @@ mod tests {
         fake.0.store(20_000, Ordering::SeqCst);
         // Never asks again after the first look.
         let g = DiskGate::new(Box::new(fake.clone()), 8_000, Duration::from_secs(3_600));
-        g.admit(&push(5_000)).expect("first");
+        g.admit(&push(7_000)).expect("first");
         let e = g
-            .admit(&push(5_000))
+            .admit(&push(7_000))
             .expect_err("the first one's bytes are counted");
         assert_eq!(e.code, ErrorCode::StorageFull);
         fake.0.store(0, Ordering::SeqCst);
