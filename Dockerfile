@@ -41,7 +41,7 @@ COPY --from=builder /out/queen /usr/local/bin/queen
 # the http_addr of a mounted queen.toml (environment beats the file).
 ENV QUEEN_DATA_DIR=/var/lib/queen
 VOLUME ["/var/lib/queen"]
-EXPOSE 6632
+EXPOSE 6632 9092
 USER 10001:10001
 
 # Liveness per the native API: /health answers while the process serves.

@@ -280,15 +280,26 @@ def check_binary(label, objects):
         return
     port = int(m.group(2))
 
+    # The Kafka listener runs when kafka_enabled is true and no JWT secret is set.
+    kafka_on = re.search(r"^kafka_enabled = true", out, re.M) and "QUEEN_JWT_SECRET" not in env
+    k = re.search(r'^kafka_addr = "([^"]+):(\d+)"', out, re.M)
+    listens = {"http": port, "kafka": int(k.group(2)) if (k and kafka_on) else None}
     ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    if bool(kafka_on) != ("kafka" in ports):
+        fail(f"[{label}] container port kafka {'missing' if kafka_on else 'present'} while the Kafka listener is {'on' if kafka_on else 'off'}")
+    if kafka_on:
+        adv = re.search(r'^kafka_advertised_addr = "([^"]+)"', out, re.M)
+        if not adv:
+            fail(f"[{label}] the Kafka listener is on but no kafka_advertised_addr is set")
     for svc in services:
         for sp in svc["spec"]["ports"]:
             target = sp.get("targetPort", sp["port"])
             resolved = ports.get(target) if isinstance(target, str) else target
-            if resolved != port:
-                fail(f"[{label}] Service {svc['metadata']['name']} targets {target}={resolved}, broker listens on {port}")
+            want = listens.get(sp.get("name", "http"))
+            if want is None or resolved != want:
+                fail(f"[{label}] Service {svc['metadata']['name']} port {sp.get('name')} targets {target}={resolved}, the broker listens on {want}")
             else:
-                ok(f"[{label}] Service {svc['metadata']['name']} port {sp['port']} -> {target} = broker http_addr port {port}")
+                ok(f"[{label}] Service {svc['metadata']['name']} port {sp['port']} -> {target} = the broker's {sp.get('name')} port {want}")
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         p = container.get(probe, {}).get("httpGet", {}).get("port")
         if (ports.get(p) if isinstance(p, str) else p) != port:

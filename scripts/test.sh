@@ -7,7 +7,9 @@
 # Steps: cargo fmt --check, clippy -D warnings, the engine core's dependency check
 # (scripts/engine-deps.sh), release build, cargo test,
 # our pytest suite (tests/python), the official queen-mq 2.6.0 suite
-# (tests/sdk/run.py) and scripts/bench-smoke.sh when it exists.
+# (tests/sdk/run.py), librdkafka's own integration tests from an allowlist
+# (tests/librdkafka/run.py, built by scripts/librdkafka-build.sh) and
+# scripts/bench-smoke.sh when it exists.
 # Python packages go into .venv (pinned in scripts/lib/requirements.txt);
 # downloads and reports into .cache (both ignored by git).
 set -euo pipefail
@@ -92,6 +94,7 @@ step "cargo build" cargo build --release --workspace
 step "cargo test" cargo test --release --workspace
 step "chart test" bash scripts/chart-test.sh
 step "prometheus test" bash scripts/prometheus-test.sh
+step "librdkafka build" bash scripts/librdkafka-build.sh
 python_ran=1
 # The loopback suites mostly wait on timers (leases, long polls, timeouts), so they run side by
 # side, each broker on its own port and data dir; each one's output is shown when it ends.
@@ -106,6 +109,8 @@ suites() {
     pids+=($!) names+=("official queen-mq suite") files+=("$logs/sdk.log")
     bash scripts/powercut-test.sh >"$logs/powercut.log" 2>&1 &
     pids+=($!) names+=("power-cut test") files+=("$logs/powercut.log")
+    "$VENV/bin/python" tests/librdkafka/run.py --results "$RESULTS/librdkafka" >"$logs/librdkafka.log" 2>&1 &
+    pids+=($!) names+=("librdkafka suite") files+=("$logs/librdkafka.log")
     for i in "${!pids[@]}"; do
         local c=0
         wait "${pids[$i]}" || c=$?

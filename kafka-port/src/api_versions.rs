@@ -6,7 +6,7 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 
 use crate::connection::{encode, Reply};
 use crate::errors;
-use crate::{metadata, produce};
+use crate::{fetch, list_offsets, metadata, produce};
 
 /// The ApiVersions versions served (v4 only adds nothing we use; clients fall back to v3).
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 0..=3;
@@ -18,6 +18,16 @@ pub fn served() -> Vec<(ApiKey, i16, i16)> {
             ApiKey::Produce,
             *produce::VERSIONS.start(),
             *produce::VERSIONS.end(),
+        ),
+        (
+            ApiKey::Fetch,
+            *fetch::VERSIONS.start(),
+            *fetch::VERSIONS.end(),
+        ),
+        (
+            ApiKey::ListOffsets,
+            *list_offsets::VERSIONS.start(),
+            *list_offsets::VERSIONS.end(),
         ),
         (
             ApiKey::Metadata,
@@ -75,7 +85,7 @@ mod tests {
             let (layout, r) = decoded(answer(v));
             assert_eq!((layout, r.error_code), (v, 0));
             let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
-            assert_eq!(keys, vec![0, 3, 18]);
+            assert_eq!(keys, vec![0, 1, 2, 3, 18]);
         }
     }
 
@@ -83,6 +93,6 @@ mod tests {
     fn an_unknown_version_gets_unsupported_in_the_v0_layout() {
         let (layout, r) = decoded(answer(9));
         assert_eq!((layout, r.error_code), (0, errors::UNSUPPORTED_VERSION));
-        assert_eq!(r.api_keys.len(), 3);
+        assert_eq!(r.api_keys.len(), 5);
     }
 }

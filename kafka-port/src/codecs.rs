@@ -44,9 +44,17 @@ pub enum CodecError {
 pub fn decompress(codec: Codec, data: Bytes, cap: usize) -> Result<Bytes, CodecError> {
     match codec {
         Codec::None => Ok(data),
-        Codec::Gzip => read_capped(flate2::read::GzDecoder::new(&data[..]), cap, "gzip"),
+        // Several gzip members one after the other are one stream, as Java's GZIPInputStream
+        // reads them; GzDecoder would stop after the first and drop the rest.
+        Codec::Gzip => read_capped(flate2::read::MultiGzDecoder::new(&data[..]), cap, "gzip"),
         Codec::Zstd => {
-            let dec = zstd::stream::read::Decoder::new(&data[..])
+            let mut dec = zstd::stream::read::Decoder::new(&data[..])
+                .map_err(|_| CodecError::Corrupt("zstd"))?;
+            // A frame names its own window, and the decoder allocates it (up to 128 MiB by
+            // default) before producing a byte. Clients stream-compress with a window of 2 MiB
+            // (level 3) to 8 MiB (level 19) whatever the batch's size, so those always pass;
+            // a larger one only when the output may be that large anyway.
+            dec.window_log_max(zstd_window_log(cap))
                 .map_err(|_| CodecError::Corrupt("zstd"))?;
             read_capped(dec, cap, "zstd")
         }
@@ -56,6 +64,13 @@ pub fn decompress(codec: Codec, data: Bytes, cap: usize) -> Result<Bytes, CodecE
         }
         Codec::Snappy => snappy(&data, cap),
     }
+}
+
+/// The largest zstd window (log2) a batch may ask for: the smallest that holds `cap` bytes,
+/// at least 2^23 (what clients' levels up to 19 use) and at most 2^27 (zstd's default).
+fn zstd_window_log(cap: usize) -> u32 {
+    let bits = usize::BITS - cap.saturating_sub(1).leading_zeros();
+    bits.clamp(23, 27)
 }
 
 /// Reads everything `r` yields, refusing past `cap` bytes (one byte more is asked for, so a
@@ -152,6 +167,46 @@ mod tests {
             let out = decompress(codec, input, data.len());
             assert_eq!(out.as_deref(), Ok(&data[..]), "{codec:?}");
         }
+    }
+
+    #[test]
+    fn concatenated_gzip_members_read_as_one_stream() {
+        let mut two = gzip(b"first ").to_vec();
+        two.extend_from_slice(&gzip(b"second"));
+        let out = decompress(Codec::Gzip, Bytes::from(two), 100);
+        assert_eq!(out.as_deref(), Ok(&b"first second"[..]));
+    }
+
+    fn zstd_frame(data: &[u8], window_log: u32) -> Bytes {
+        let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 3).expect("zstd");
+        enc.window_log(window_log).expect("window");
+        enc.include_contentsize(false).expect("size");
+        enc.write_all(data).expect("zstd");
+        Bytes::from(enc.finish().expect("zstd"))
+    }
+
+    #[test]
+    fn a_zstd_window_is_bounded_by_the_cap_past_what_clients_use() {
+        let data = vec![7u8; 64 << 10];
+        // A 64 MiB window for 64 KiB of data: the frame header makes the decoder allocate it.
+        let huge = zstd_frame(&data, 26);
+        assert!(decompress(Codec::Zstd, huge.clone(), 1 << 20).is_err());
+        assert_eq!(
+            decompress(Codec::Zstd, huge, 64 << 20).as_deref(),
+            Ok(&data[..])
+        );
+        // What clients send (level 3 streams a 2 MiB window; level 19, 8 MiB) passes with a
+        // small cap.
+        for log in [21, 23] {
+            let z = zstd_frame(&data, log);
+            assert_eq!(
+                decompress(Codec::Zstd, z, 64 << 10).as_deref(),
+                Ok(&data[..])
+            );
+        }
+        assert_eq!(zstd_window_log(4096), 23);
+        assert_eq!(zstd_window_log((32 << 20) + 1), 26);
+        assert_eq!(zstd_window_log(usize::MAX), 27);
     }
 
     #[test]

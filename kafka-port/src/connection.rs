@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::header::{self, RequestHeader};
 use crate::wire::Reader;
-use crate::{api_versions, frame, metadata, produce, Door};
+use crate::{api_versions, fetch, frame, list_offsets, metadata, produce, Door};
 
 /// What a handler decided for one request.
 pub enum Reply {
@@ -133,6 +133,12 @@ async fn dispatch(door: &Door, hdr: &RequestHeader, reader: Option<Reader>) -> R
         ApiKey::Produce if produce::VERSIONS.contains(&hdr.api_version) => {
             produce::answer(door, hdr.api_version, reader).await
         }
+        ApiKey::Fetch if fetch::VERSIONS.contains(&hdr.api_version) => {
+            fetch::answer(door, hdr.api_version, reader).await
+        }
+        ApiKey::ListOffsets if list_offsets::VERSIONS.contains(&hdr.api_version) => {
+            list_offsets::answer(door, hdr.api_version, reader).await
+        }
         // Not advertised in ApiVersions; the other layouts have no top-level error code.
         _ => Reply::Close(format!(
             "{api:?} v{} is not served (see ApiVersions)",
@@ -142,13 +148,22 @@ async fn dispatch(door: &Door, hdr: &RequestHeader, reader: Option<Reader>) -> R
 }
 
 /// Every value of the `api` label of `queen_kafka_requests_total`.
-pub const API_NAMES: &[&str] = &["api_versions", "metadata", "produce", "other"];
+pub const API_NAMES: &[&str] = &[
+    "api_versions",
+    "metadata",
+    "produce",
+    "fetch",
+    "list_offsets",
+    "other",
+];
 
 fn api_name(api: ApiKey) -> &'static str {
     match api {
         ApiKey::ApiVersions => "api_versions",
         ApiKey::Metadata => "metadata",
         ApiKey::Produce => "produce",
+        ApiKey::Fetch => "fetch",
+        ApiKey::ListOffsets => "list_offsets",
         _ => "other",
     }
 }

@@ -4,6 +4,7 @@ use queenmq_protocol::{ErrorCode, QueenError};
 
 pub const NONE: i16 = 0;
 pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 pub const CORRUPT_MESSAGE: i16 = 2;
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 pub const LEADER_NOT_AVAILABLE: i16 = 5;

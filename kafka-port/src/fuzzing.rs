@@ -4,11 +4,12 @@
 use bytes::{BufMut, Bytes};
 use kafka_protocol::messages::ApiKey;
 
-use crate::{header, metadata, produce};
+use crate::{fetch, header, list_offsets, metadata, produce};
 
-/// Decodes one request frame body as the connection would: the header, then a Metadata or
-/// Produce body, then every partition's record batches and their payload mapping. Panics
-/// only when an invariant breaks (every mapped payload must be JSON).
+/// Decodes one request frame body as the connection would: the header, then a Metadata,
+/// Produce, Fetch or ListOffsets body, then every produced partition's record batches and
+/// their payload mapping. Panics only when an invariant breaks (every mapped payload must be
+/// JSON, and must map back to the record it came from).
 pub fn request(data: &[u8]) {
     let Ok((hdr, Some(mut r))) = header::decode(Bytes::copy_from_slice(data)) else {
         return;
@@ -16,6 +17,12 @@ pub fn request(data: &[u8]) {
     match hdr.api {
         Some(ApiKey::Metadata) if metadata::VERSIONS.contains(&hdr.api_version) => {
             let _ = metadata::decode(hdr.api_version, &mut r);
+        }
+        Some(ApiKey::Fetch) if fetch::VERSIONS.contains(&hdr.api_version) => {
+            let _ = fetch::decode(hdr.api_version, &mut r);
+        }
+        Some(ApiKey::ListOffsets) if list_offsets::VERSIONS.contains(&hdr.api_version) => {
+            let _ = list_offsets::decode(hdr.api_version, &mut r);
         }
         Some(ApiKey::Produce) if produce::VERSIONS.contains(&hdr.api_version) => {
             let Ok(req) = produce::decode(&mut r) else {
@@ -25,6 +32,17 @@ pub fn request(data: &[u8]) {
             let mut items = Vec::new();
             for (topic, parts) in req.topics {
                 for (index, records) in parts {
+                    let mut check = budget;
+                    if let Some(data) = records.clone() {
+                        if let Ok(batches) = crate::records::decode_batches(data, &mut check) {
+                            for rec in batches.iter().flat_map(|b| &b.records) {
+                                let stored = crate::mapping::payload(rec);
+                                let mut back = crate::unmapping::record(&stored, rec.timestamp);
+                                back.timestamp = rec.timestamp;
+                                assert_eq!(&back, rec, "a stored record does not map back");
+                            }
+                        }
+                    }
                     produce::plan_partition(&topic, index, records, None, &mut budget, &mut items);
                 }
             }

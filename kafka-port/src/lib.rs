@@ -6,21 +6,26 @@
 //! [`wire`] and [`records`] with every client-sent count checked before use; responses are
 //! encoded by the `kafka-protocol` crate.
 //!
-//! This slice serves ApiVersions, Metadata and Produce (docs/kafka-compat.md).
+//! This slice serves ApiVersions, Metadata, Produce, ListOffsets and Fetch
+//! (docs/kafka-compat.md).
 
 pub mod api_versions;
 pub mod codecs;
 pub mod connection;
 pub mod errors;
+pub mod fetch;
 pub mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod header;
+pub mod list_offsets;
 pub mod mapping;
 pub mod metadata;
+pub mod offset_reads;
 pub mod produce;
 pub mod records;
 pub mod topics;
+pub mod unmapping;
 pub mod wire;
 
 use std::sync::Arc;

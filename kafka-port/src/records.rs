@@ -127,6 +127,11 @@ fn decode_batch(r: &mut Reader, budget: &mut Budget) -> Result<Batch, BatchError
         }
         records.push(rec);
     }
+    // As Kafka's own batch reader: bytes past the declared records mean the count or a
+    // length lied, and what they would have held is not known.
+    if rr.remaining() > 0 {
+        return Err(Malformed("bytes left after the batch's records").into());
+    }
     Ok(Batch {
         producer_id,
         transactional,
@@ -155,6 +160,9 @@ fn decode_record(r: &mut Reader, base_timestamp: i64) -> Result<Record, Malforme
         let name =
             String::from_utf8(name.to_vec()).map_err(|_| Malformed("header key is not UTF-8"))?;
         headers.push((name, nullable(&mut rec)?));
+    }
+    if rec.remaining() > 0 {
+        return Err(Malformed("bytes left after the record's headers"));
     }
     Ok(Record {
         timestamp: base_timestamp.saturating_add(delta),
@@ -300,6 +308,20 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_record_longer_than_its_fields_is_refused() {
+        // attributes, timestamp delta, offset delta, null key, value "1", no headers, and one
+        // byte the fields do not account for; the length (zigzag 8*2) claims all of it.
+        let rec: &[u8] = &[16, 0, 0, 0, 1, 2, b'1', 0, 9];
+        let mut r = Reader::new(Bytes::from_static(rec), false);
+        assert_eq!(
+            decode_record(&mut r, 0),
+            Err(Malformed("bytes left after the record's headers"))
+        );
+        let mut r = Reader::new(Bytes::from_static(&[14, 0, 0, 0, 1, 2, b'1', 0]), false);
+        assert!(decode_record(&mut r, 0).is_ok());
+    }
+
+    #[test]
     fn the_seed_batch_decodes() {
         let mut budget = Budget::new(1 << 20, usize::MAX);
         let b = decode_batches(Bytes::from(seed_batch()), &mut budget).expect("decodes");
@@ -335,5 +357,19 @@ pub(crate) mod tests {
             Err(BatchError::Magic(1))
         );
         assert!(decode_batches(good.slice(..20), &mut budget).is_err());
+        // One byte more after the last record, inside the batch and its CRC: the count or a
+        // length lied, so the batch is refused rather than read short.
+        let mut trailing = good.to_vec();
+        trailing.push(0);
+        let len = bytes::Buf::get_i32(&mut &trailing[8..12]);
+        (&mut trailing[8..12]).put_i32(len + 1);
+        let crc = crc32c::crc32c(&trailing[21..]);
+        (&mut trailing[17..21]).put_u32(crc);
+        assert_eq!(
+            decode_batches(Bytes::from(trailing), &mut budget),
+            Err(BatchError::Malformed(Malformed(
+                "bytes left after the batch's records"
+            )))
+        );
     }
 }

@@ -11,7 +11,11 @@ mod groups;
 mod health;
 mod http_metrics;
 mod json_out;
+mod kv;
+mod kv_ops;
+mod locks;
 mod meter;
+mod offset_reads;
 mod pop;
 mod push;
 mod queue_options;
@@ -24,6 +28,7 @@ mod serve;
 #[cfg(test)]
 mod test_pool;
 mod timed_io;
+mod timers;
 mod txn;
 
 use std::future::Future;

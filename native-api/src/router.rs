@@ -8,7 +8,10 @@ use axum::Router;
 use queenmq_protocol::{rows, CommandMeta, ErrorCode};
 use serde_json::json;
 
-use crate::{ack, auth, groups, health, http_metrics, pop, push, queues, reads, txn, AppState};
+use crate::{
+    ack, auth, groups, health, http_metrics, kv, locks, offset_reads, pop, push, queues, reads,
+    timers, txn, AppState,
+};
 
 /// Every route names the row of the command table its handler sends, and [`auth::needs`]
 /// checks the caller's roles against that row before the body is read. Routes of features this
@@ -57,6 +60,14 @@ pub fn router(app: AppState) -> Router {
         )
         .route("/api/v1/traces", sends(&rows::TRACE, post(reads::trace)))
         .route("/api/v1/dlq", sends(&rows::READ, get(reads::dlq)))
+        .route(
+            "/api/v1/fetch",
+            sends(&rows::READ, post(offset_reads::fetch)),
+        )
+        .route(
+            "/api/v1/partitions/changed",
+            sends(&rows::READ, post(offset_reads::changed)),
+        )
         .route(
             "/api/v1/consumer-groups",
             sends(&rows::READ, get(reads::groups)),
@@ -143,14 +154,17 @@ pub fn router(app: AppState) -> Router {
         .route("/api/v1/dlq", delete(health::unsupported))
         .route("/api/v1/status/analytics", get(health::unsupported))
         .route("/api/v1/analytics/{what}", get(health::unsupported))
-        .route("/api/v1/fetch", post(health::unsupported))
-        .route("/api/v1/partitions/changed", post(health::unsupported))
-        .route("/api/v1/kv", post(health::unsupported))
-        .route("/api/v1/locks", post(health::unsupported))
-        .route("/api/v1/timers", post(health::unsupported))
+        .route("/api/v1/kv", sends(&rows::KV, post(kv::kv)))
+        .route("/api/v1/locks", sends(&rows::LOCKS, post(locks::locks)))
+        .route("/api/v1/timers", sends(&rows::TIMERS, post(timers::post)))
+        .route("/api/v1/timers/{q}", sends(&rows::READ, get(timers::list)))
         .route(
-            "/api/v1/timers/{*rest}",
-            get(health::unsupported).delete(health::unsupported),
+            "/api/v1/timers/{q}/{*key}",
+            sends(&rows::TIMERS, delete(timers::cancel)),
+        )
+        .route(
+            "/api/v1/timers/{q}/{*key}",
+            sends(&rows::READ, get(timers::peek)),
         )
         .route(
             "/api/v1/ephemeral/{*rest}",

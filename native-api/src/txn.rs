@@ -34,10 +34,10 @@ struct TxnJson<'a> {
     operations: Capped<&'a RawValue>,
     #[serde(default, rename = "requiredLeases")]
     required_leases: Capped<String>,
-    #[serde(default)]
-    kv: Option<Value>,
-    #[serde(default)]
-    timers: Option<Value>,
+    #[serde(borrow, default)]
+    kv: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    timers: Option<&'a RawValue>,
 }
 
 pub async fn transaction(
@@ -111,17 +111,54 @@ pub async fn transaction(
             other => return Err(ApiError::bad(format!("unknown operation type {other:?}"))),
         }
     }
-    let has_riders = |v: &Option<Value>| {
-        v.as_ref()
-            .is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty()))
+    let kv_ops = match t.kv {
+        Some(raw) => {
+            let list = crate::kv_ops::read_list(raw.get().as_bytes()).map_err(rider_error)?;
+            crate::kv_ops::parse_list(&list, true).map_err(rider_error)?
+        }
+        None => Vec::new(),
+    };
+    let kv_heads: Vec<(&'static str, String)> = kv_ops
+        .iter()
+        .map(|o| (crate::kv::op_name(o), o.ns_key().1.to_string()))
+        .collect();
+    let timers = match t.timers {
+        None => Vec::new(),
+        Some(raw) => match crate::timers::parse_ops(raw.get().as_bytes()) {
+            Ok(ops) => ops,
+            Err(e) => return Ok(e.into_response()),
+        },
+    };
+    let reserved = match kv_ops.is_empty() {
+        true => None,
+        false => app.room.take(crate::kv::answer_bound(&kv_ops)).await?,
     };
     let req = TxnReq {
         ops,
         required_leases,
-        has_unsupported_riders: has_riders(&t.kv) || has_riders(&t.timers),
+        kv: kv_ops,
+        timers,
     };
     match call(&app, ctx, Command::Transaction(req)).await? {
+        Outcome::Transaction(r) if r.kv_precondition.is_some() => {
+            let mut base = serde_json::Map::new();
+            base.insert("transactionId".into(), json!(r.transaction_id));
+            base.insert("success".into(), json!(false));
+            base.insert("error".into(), json!("QKV"));
+            base.insert("results".into(), json!([]));
+            let p = r
+                .kv_precondition
+                .as_ref()
+                .map(|p| crate::kv::precondition(p, base));
+            Ok(Json(p.unwrap_or(Value::Null)).into_response())
+        }
         Outcome::Transaction(r) => {
+            // KV results follow the pushes and acks (and timer results follow them).
+            let flat_before = r
+                .results
+                .iter()
+                .filter(|x| matches!(x, TxnOpResult::Push(_) | TxnOpResult::Ack(_)))
+                .count();
             let mut all_ok = true;
             let results: Vec<Value> = r
                 .results
@@ -141,13 +178,43 @@ pub async fn transaction(
                         json!({"index": i, "type": "ack", "success": a.success,
                             "transactionId": a.transaction_id, "error": a.error.as_ref().map(|e| &e.message), "dlq": a.dlq})
                     }
+                    TxnOpResult::Kv(k) => {
+                        let at = i - flat_before;
+                        let (op, key) = kv_heads.get(at).map_or(("", ""), |(o, k)| (*o, k.as_str()));
+                        let mut v = crate::kv::render_result(i, op, key, k.clone());
+                        v["opIndex"] = json!(at);
+                        v["type"] = json!("kv");
+                        v
+                    }
+                    // A verdict, not a failure: `absent` leaves the bundle a success.
+                    TxnOpResult::Timer(t) => {
+                        let mut v = crate::timers::result_json(t);
+                        v["index"] = json!(i);
+                        v["type"] = json!("timer");
+                        v["success"] = json!(true);
+                        v
+                    }
                 })
                 .collect();
-            Ok(Json(
+            let mut resp = Json(
                 json!({"transactionId": r.transaction_id, "success": all_ok, "results": results}),
             )
-            .into_response())
+            .into_response();
+            crate::reserve::Reserved::ride(reserved, &mut resp);
+            Ok(resp)
         }
         other => Err(crate::render::unexpected(&other)),
     }
+}
+
+/// A refused `kv` rider keeps its KV reason and status (413 for a too large key or value).
+fn rider_error(e: crate::kv::KvApiError) -> ApiError {
+    let code = match e.status {
+        axum::http::StatusCode::PAYLOAD_TOO_LARGE => queenmq_protocol::ErrorCode::PayloadTooLarge,
+        _ => queenmq_protocol::ErrorCode::BadRequest,
+    };
+    ApiError(queenmq_protocol::QueenError::new(
+        code,
+        format!("{}: bad kv rider: {}", e.reason, e.detail),
+    ))
 }

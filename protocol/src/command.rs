@@ -2,6 +2,7 @@
 //! and who may send it (its role). Both doors translate requests into these commands; the bus
 //! refuses a command whose row the caller's roles do not grant, whichever door it came from.
 
+use crate::kv::{KvReq, LockReq};
 use crate::types::*;
 
 /// How the bus routes a command (DESIGN.md "The write path", step 2).
@@ -76,6 +77,7 @@ pub mod rows {
     pub const EXTEND_LEASE: CommandMeta = row("extend_lease", Consumption, ReadWrite);
     pub const TRANSACTION: CommandMeta = row("transaction", ReplicatedWrite, ReadWrite);
     pub const TRACE: CommandMeta = row("trace", ReplicatedWrite, ReadWrite);
+    pub const TIMERS: CommandMeta = row("timers", ReplicatedWrite, WriteOnly);
     pub const GROUP_DELETE: CommandMeta = row("group_delete", ReplicatedWrite, Admin);
     pub const GROUP_SEEK: CommandMeta = row("group_seek", ReplicatedWrite, ReadWrite);
     pub const GROUP_SUBSCRIPTION: CommandMeta =
@@ -84,6 +86,8 @@ pub mod rows {
     pub const HEALTH: CommandMeta = row("health", NodeLocal, ReadOnly);
     pub const METRICS: CommandMeta = row("metrics", NodeLocal, ReadOnly);
     pub const STATS_REFRESH: CommandMeta = row("stats_refresh", NodeLocal, Admin);
+    pub const KV: CommandMeta = row("kv", ReplicatedWrite, ReadWrite);
+    pub const LOCKS: CommandMeta = row("locks", ReplicatedWrite, ReadWrite);
 }
 
 /// The command table. Doors translate into these; nothing else decides routing or roles.
@@ -96,6 +100,7 @@ pub const COMMAND_TABLE: &[CommandMeta] = &[
     rows::EXTEND_LEASE,
     rows::TRANSACTION,
     rows::TRACE,
+    rows::TIMERS,
     rows::GROUP_DELETE,
     rows::GROUP_SEEK,
     rows::GROUP_SUBSCRIPTION,
@@ -103,6 +108,8 @@ pub const COMMAND_TABLE: &[CommandMeta] = &[
     rows::HEALTH,
     rows::METRICS,
     rows::STATS_REFRESH,
+    rows::KV,
+    rows::LOCKS,
 ];
 
 #[derive(Debug, Clone)]
@@ -119,12 +126,15 @@ pub enum Command {
     },
     Transaction(TxnReq),
     Trace(TraceReq),
+    Timers(crate::timers::TimersReq),
     GroupAdmin(GroupAdminReq),
     Read(ReadReq),
     Health,
     Metrics(MetricsFormat),
     /// Recompute consumer statistics: ours are live, so there is nothing to do but answer.
     StatsRefresh,
+    Kv(KvReq),
+    Locks(LockReq),
 }
 
 impl Command {
@@ -139,6 +149,7 @@ impl Command {
             Command::ExtendLease { .. } => &rows::EXTEND_LEASE,
             Command::Transaction(_) => &rows::TRANSACTION,
             Command::Trace(_) => &rows::TRACE,
+            Command::Timers(_) => &rows::TIMERS,
             Command::GroupAdmin(GroupAdminReq::Delete { .. }) => &rows::GROUP_DELETE,
             Command::GroupAdmin(GroupAdminReq::Seek { .. }) => &rows::GROUP_SEEK,
             Command::GroupAdmin(GroupAdminReq::Subscription { .. }) => &rows::GROUP_SUBSCRIPTION,
@@ -146,6 +157,8 @@ impl Command {
             Command::Health => &rows::HEALTH,
             Command::Metrics(_) => &rows::METRICS,
             Command::StatsRefresh => &rows::STATS_REFRESH,
+            Command::Kv(_) => &rows::KV,
+            Command::Locks(_) => &rows::LOCKS,
         }
     }
 }

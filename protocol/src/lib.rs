@@ -7,17 +7,23 @@
 pub mod bus;
 pub mod command;
 pub mod error;
+pub mod fetch;
+pub mod kv;
 pub mod limits;
 pub mod queue_options;
 pub mod tenant;
+pub mod timers;
 pub mod types;
 pub mod views;
 
 pub use bus::{Access, Bus, BusFuture, RequestCtx};
 pub use command::{rows, Command, CommandClass, CommandMeta, Role, COMMAND_TABLE};
 pub use error::{ErrorCode, QueenError};
+pub use fetch::*;
+pub use kv::*;
 pub use queue_options::{QueueOptions, Setting};
 pub use tenant::{check_tenant_name, DEFAULT_TENANT};
+pub use timers::*;
 pub use types::*;
 pub use views::*;
 

@@ -24,6 +24,32 @@ pub const MAX_TRACE_NAMES: usize = 64;
 /// Longest ack `error` text kept with a failed message (it is stored with the DLQ row).
 pub const MAX_ERROR_TEXT_BYTES: usize = 16 * 1024;
 
+/// KV (§2.13): the reference broker names no numbers beside the namespace pattern; these keep
+/// one call's work and one row's bytes small next to the per-tenant KV byte cap.
+/// Longest KV key, in bytes (413 `kv_key_too_large` past it).
+pub const MAX_KV_KEY_BYTES: usize = 1024;
+/// Longest KV value as JSON text, in bytes (413 `kv_value_too_large` past it).
+pub const MAX_KV_VALUE_BYTES: usize = 256 * 1024;
+/// Most operations in one KV call or one transaction's `kv` rider (`kv_too_many_ops`).
+pub const MAX_KV_OPS: usize = 256;
+/// Most keys one `getMany` may name (`kv_too_many_keys`).
+pub const MAX_KV_GET_MANY_KEYS: usize = 1000;
+/// `getPrefix` page size when the caller names none, and the most it may ask (clamped).
+pub const DEFAULT_KV_PREFIX_LIMIT: usize = 100;
+pub const MAX_KV_PREFIX_LIMIT: usize = 1000;
+/// Bytes of rows (key, value and fields) the getMany and getPrefix ops of one call answer, summed
+/// over the call: past it an op answers `truncated` (a getPrefix with `nextAfter`). Each such op
+/// still answers its first row, so paging always moves on.
+pub const MAX_KV_ANSWER_BYTES: usize = 4 << 20;
+/// What a row costs in an answer beside its key and value (version, times, JSON punctuation).
+pub const KV_ANSWER_ROW_FIELDS: usize = 128;
+/// Longest KV `ttlSeconds` and lock `ttlSeconds`: ten years.
+pub const MAX_KV_TTL_SECONDS: u64 = 10 * YEAR as u64;
+/// Locks (§2.14): name and owner length, and the most permits of one semaphore.
+pub const MAX_LOCK_NAME_BYTES: usize = 256;
+pub const MAX_LOCK_OWNER_BYTES: usize = 256;
+pub const MAX_LOCK_LIMIT: u32 = 1024;
+
 const YEAR: i64 = 31_536_000;
 
 /// The allowed range of one integer queue option.

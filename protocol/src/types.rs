@@ -181,20 +181,26 @@ pub enum TxnOp {
 pub struct TxnReq {
     pub ops: Vec<TxnOp>,
     pub required_leases: Vec<String>,
-    /// `kv` or `timers` riders were present: not supported yet, refused whole.
-    pub has_unsupported_riders: bool,
+    /// The `kv` rider, judged and applied with the bundle (plan/txn_kv.rs).
+    pub kv: Vec<crate::kv::KvOp>,
+    /// Timer riders (§2.8): applied with the bundle; their results follow the others'.
+    pub timers: Vec<crate::timers::TimerOp>,
 }
 
 #[derive(Debug, Clone)]
 pub enum TxnOpResult {
     Push(PushResult),
     Ack(AckResult),
+    Kv(crate::kv::KvResult),
+    Timer(crate::timers::TimerResult),
 }
 
 #[derive(Debug, Clone)]
 pub struct TxnResult {
     pub transaction_id: String,
     pub results: Vec<TxnOpResult>,
+    /// A `required` KV op of the rider did not hold: nothing was applied, `results` is empty.
+    pub kv_precondition: Option<crate::kv::KvPrecondition>,
 }
 
 #[derive(Debug, Clone)]
@@ -291,6 +297,18 @@ pub enum ReadReq {
         partition_id: String,
         transaction_id: String,
     },
+    Timer {
+        queue: String,
+        key: String,
+    },
+    Timers {
+        queue: String,
+        after: Option<String>,
+        limit: usize,
+    },
+    Fetch(crate::fetch::FetchReq),
+    Changed(crate::fetch::ChangedReq),
+    ListOffsets(Vec<crate::fetch::OffsetQuery>),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -322,6 +340,7 @@ pub enum Outcome {
     LeaseExtended(LeaseExtendResult),
     Transaction(TxnResult),
     Traced(TraceOutcome),
+    Timers(Vec<crate::timers::TimerResult>),
     GroupAdmin(GroupAdminOutcome),
     Read(ReadAnswer),
     Health(HealthView),
@@ -330,4 +349,6 @@ pub enum Outcome {
     StatsLive,
     /// Text (Prometheus exposition format).
     Text(String),
+    Kv(crate::kv::KvOutcome),
+    Locks(Vec<crate::kv::LockResult>),
 }

@@ -111,9 +111,15 @@ def test_roles_follow_the_command_table(broker_factory):
 
         # A route of a feature not built answers `unsupported` to any valid token, and 401
         # without one.
-        kv = http.post("/api/v1/kv", json={}, headers=reader)
-        assert kv.status_code != 403 and kv.json()["code"] == "unsupported", kv.text
-        assert http.post("/api/v1/kv", json={}).status_code == 401
+        retry = http.post("/api/v1/messages/p/t/retry", json={}, headers=reader)
+        assert retry.status_code != 403 and retry.json()["code"] == "unsupported", retry.text
+        assert http.post("/api/v1/messages/p/t/retry", json={}).status_code == 401
+
+        # KV and locks are read-write commands: a reader is refused before the body.
+        get = {"operations": [{"op": "get", "ns": "jwt", "key": "k"}]}
+        assert http.post("/api/v1/kv", json=get, headers=reader).status_code == 403
+        assert http.post("/api/v1/kv", json=get, headers=rw).status_code == 200
+        assert http.post("/api/v1/locks", json={"operations": []}, headers=reader).status_code == 403
 
     # 403 before the body: the client sends headers announcing 50 MB and then nothing more; the
     # answer comes at once and closes the connection instead of waiting for the body.

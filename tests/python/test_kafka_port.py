@@ -13,7 +13,7 @@ import pytest
 from raw_socket import closed_by_server
 
 kafka = pytest.importorskip("kafka", reason="kafka-python is in scripts/lib/requirements.txt")
-from kafka import KafkaAdminClient, KafkaProducer  # noqa: E402
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 from kafka import codec as kafka_codec  # noqa: E402
 
 
@@ -160,7 +160,7 @@ def test_api_versions_lists_only_served_apis_and_answers_unknown_versions_in_v0(
     with connect(broker) as s:
         error, keys = api_versions(s, 0, 1)
         assert error == 0
-        assert keys == {0: (3, 12), 3: (0, 12), 18: (0, 3)}
+        assert keys == {0: (3, 12), 1: (4, 12), 2: (1, 8), 3: (0, 12), 18: (0, 3)}
         # KIP-511: a version we do not serve gets UNSUPPORTED_VERSION in the v0 layout.
         error, keys = api_versions(s, 77, 2)
         assert error == 35 and 18 in keys
@@ -308,3 +308,73 @@ def test_metadata_refuses_names_kafka_refuses_without_creating_them(broker, http
     ), "INVALID_TOPIC_EXCEPTION, no partitions"
     queues = [q["name"] for q in http.get("/api/v1/resources/queues").json()["queues"]]
     assert name.decode() not in queues
+
+
+def test_kcat_produces_and_consumes_from_the_beginning(broker, http):
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        pytest.skip("kcat is not installed (scripts/lib/setup.sh installs it)")
+    lines = 'k1:{"n":1}\nk2:plain text\n:{"n":3}\n'
+    out = subprocess.run(
+        [kcat, "-b", broker.kafka_bootstrap, "-P", "-t", "kcat-rt", "-p", "0", "-K:"],
+        input=lines, capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    out = subprocess.run(
+        [kcat, "-b", broker.kafka_bootstrap, "-C", "-t", "kcat-rt", "-p", "0", "-o", "beginning",
+         "-e", "-f", "%o|%k|%s\\n"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ['0|k1|{"n":1}', "1|k2|plain text", '2||{"n":3}'], out.stdout
+
+
+def test_kafka_python_assign_and_seek_read_by_offset(broker, http):
+    p = producer(broker)
+    for i in range(4):
+        p.send("seeked", key=f"k{i}".encode(), value=json.dumps({"i": i}).encode(),
+               headers=[("h", f"v{i}".encode())], partition=0).get(timeout=30)
+    p.close()
+    c = KafkaConsumer(bootstrap_servers=broker.kafka_bootstrap, group_id=None,
+                      enable_auto_commit=False, consumer_timeout_ms=5000)
+    try:
+        tp = TopicPartition("seeked", 0)
+        c.assign([tp])
+        assert c.end_offsets([tp]) == {tp: 4}
+        assert c.beginning_offsets([tp]) == {tp: 0}
+        c.seek(tp, 2)
+        got = []
+        for rec in c:
+            got.append((rec.offset, rec.key, json.loads(rec.value), rec.headers))
+            if len(got) == 2:
+                break
+        assert got == [(2, b"k2", {"i": 2}, [("h", b"v2")]), (3, b"k3", {"i": 3}, [("h", b"v3")])]
+        # Reads by offset move nothing: a native pop still gets every message.
+        assert len(pop_all(http, "seeked", 4)) == 4
+    finally:
+        c.close()
+
+
+def test_a_native_push_is_fetched_over_kafka_at_the_same_offset(broker, http):
+    items = [{"queue": "native-to-kafka", "partition": "0", "payload": {"n": i}} for i in range(3)]
+    r = http.post("/api/v1/push", json={"items": items})
+    assert r.status_code in (200, 201), r.text
+    offsets = [x.get("offset") for x in r.json()] if isinstance(r.json(), list) else None
+    c = KafkaConsumer(bootstrap_servers=broker.kafka_bootstrap, group_id=None,
+                      enable_auto_commit=False, consumer_timeout_ms=5000)
+    try:
+        tp = TopicPartition("native-to-kafka", 0)
+        c.assign([tp])
+        c.seek(tp, 1)
+        got = []
+        for rec in c:
+            got.append((rec.offset, rec.key, json.loads(rec.value)))
+            if len(got) == 2:
+                break
+        assert got == [(1, None, {"n": 1}), (2, None, {"n": 2})]
+        if offsets and None not in offsets:
+            assert offsets == [0, 1, 2]
+        # Past the end: Kafka's OFFSET_OUT_OF_RANGE, which the client resets (to latest).
+        assert c.end_offsets([tp]) == {tp: 3}
+    finally:
+        c.close()

@@ -88,6 +88,14 @@ def test_every_documented_series_with_depth_lag_and_request_counts(broker_factor
         done = len(p0) + len(p1)
 
         assert http.get("/no/such/route").status_code == 404
+        # A timer due at once, in a queue of its own: the timer series appear when it fires.
+        timer = {"op": "schedule", "queue": f"{QUEUE}-timers", "timerKey": "t", "delayMs": -1,
+                 "payload": "e30=", "txn": "metrics-timer"}
+        assert http.post("/api/v1/timers", json={"operations": [timer]}).status_code == 200
+        deadline = time.monotonic() + 15
+        while http.get(f"/api/v1/timers/{QUEUE}-timers/t").json()["found"]:
+            assert time.monotonic() < deadline, "the timer never fired"
+            time.sleep(0.1)
 
         documented = documented_series()
         deadline = time.monotonic() + 15
@@ -108,8 +116,9 @@ def test_every_documented_series_with_depth_lag_and_request_counts(broker_factor
         group_doc = http.get(f"/api/v1/consumer-groups/{GROUP}").json()
         assert [q["pending"] for q in group_doc["queues"]] == [pushed - done]
         assert s.one("queen_consumer_group_lag_seconds", group=GROUP, queue=QUEUE) > 0
-        assert s.one("queen_queues") == 1
-        assert s.one("queen_partitions") == 3
+        # QUEUE and the timer's queue (its fire created it, with its Default partition).
+        assert s.one("queen_queues") == 2
+        assert s.one("queen_partitions") == 4
 
         assert s.one("queen_messages_pushed_total", queue=QUEUE) == pushed
         assert s.one("queen_messages_popped_total", queue=QUEUE) == done

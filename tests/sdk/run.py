@@ -66,6 +66,11 @@ PLAIN_FILES = (
     "test_ack_window",
     "test_transaction_lease_fencing",
     "test_docs",
+    "test_timers",
+    "test_kv",
+    "test_locks",
+    "test_transaction_kv_timers",
+    "test_reads",
 )
 RUNS = [Run(name, name) for name in PLAIN_FILES] + [
     # test_auth skips its no-JWT test when JWT_SECRET is set and its JWT tests

@@ -64,6 +64,35 @@ pub enum Effect<'a> {
         event_type: &'a str,
         data: &'a str,
     },
+    /// A KV row written whole (put, incr, a lock permit); the row's `updated_at` is the
+    /// entry's `now_us`, `version` was minted by the planner.
+    KvPut {
+        ns: &'a str,
+        key: &'a str,
+        value: &'a str,
+        version: u64,
+        expires_at_us: Option<i64>,
+    },
+    /// A KV row removed (delete, release, the expiry sweep).
+    KvDelete {
+        ns: &'a str,
+        key: &'a str,
+    },
+    /// A timer scheduled or rescheduled (an upsert on `(queue, key)`).
+    TimerPut {
+        queue: &'a str,
+        key: &'a str,
+        partition: &'a str,
+        txn: &'a str,
+        message_id: u128,
+        deliver_at_us: i64,
+        payload: &'a [u8],
+    },
+    /// A timer cancelled, or fired by the Append of the same entry.
+    TimerDelete {
+        queue: &'a str,
+        key: &'a str,
+    },
 }
 
 const K_QUEUE_UPSERT: u8 = 1;
@@ -75,6 +104,10 @@ const K_GROUP_DELETE: u8 = 6;
 const K_CURSOR_PUT: u8 = 7;
 const K_DLQ_INSERT: u8 = 8;
 const K_TRACE_APPEND: u8 = 9;
+const K_TIMER_PUT: u8 = 20;
+const K_TIMER_DELETE: u8 = 21;
+const K_KV_PUT: u8 = 10;
+const K_KV_DELETE: u8 = 11;
 
 pub struct EntryHeader {
     pub cycle: u64,
@@ -228,6 +261,48 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
             w.str(event_type);
             w.str(data);
         }
+        Effect::KvPut {
+            ns,
+            key,
+            value,
+            version,
+            expires_at_us,
+        } => {
+            w.u8(K_KV_PUT);
+            w.str(ns);
+            w.str(key);
+            w.str(value);
+            w.u64(*version);
+            crate::state::kv::encode_expiry(w, *expires_at_us);
+        }
+        Effect::KvDelete { ns, key } => {
+            w.u8(K_KV_DELETE);
+            w.str(ns);
+            w.str(key);
+        }
+        Effect::TimerPut {
+            queue,
+            key,
+            partition,
+            txn,
+            message_id,
+            deliver_at_us,
+            payload,
+        } => {
+            w.u8(K_TIMER_PUT);
+            w.str(queue);
+            w.str(key);
+            w.str(partition);
+            w.str(txn);
+            w.u128(*message_id);
+            w.i64(*deliver_at_us);
+            w.bytes(payload);
+        }
+        Effect::TimerDelete { queue, key } => {
+            w.u8(K_TIMER_DELETE);
+            w.str(queue);
+            w.str(key);
+        }
     }
     w.len() as u32
 }
@@ -370,6 +445,30 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
                 data: r.str()?,
             }
         }
+        K_TIMER_PUT => Effect::TimerPut {
+            queue: r.str()?,
+            key: r.str()?,
+            partition: r.str()?,
+            txn: r.str()?,
+            message_id: r.u128()?,
+            deliver_at_us: r.i64()?,
+            payload: r.bytes()?,
+        },
+        K_TIMER_DELETE => Effect::TimerDelete {
+            queue: r.str()?,
+            key: r.str()?,
+        },
+        K_KV_PUT => Effect::KvPut {
+            ns: r.str()?,
+            key: r.str()?,
+            value: r.str()?,
+            version: r.u64()?,
+            expires_at_us: crate::state::kv::decode_expiry(r)?,
+        },
+        K_KV_DELETE => Effect::KvDelete {
+            ns: r.str()?,
+            key: r.str()?,
+        },
         k => return Err(r.malformed(format!("unknown effect kind {k}"))),
     };
     Ok((e, r.pos() as u32))
@@ -421,6 +520,33 @@ mod tests {
                 row
             }
         );
+    }
+
+    #[test]
+    fn kv_effects_round_trip() {
+        let mut b = EntryBuilder::new(3, 50);
+        let put = Effect::KvPut {
+            ns: "ns",
+            key: "k",
+            value: "{\"a\":1}",
+            version: 9,
+            expires_at_us: Some(77),
+        };
+        let forever = Effect::KvPut {
+            ns: "ns",
+            key: "k2",
+            value: "null",
+            version: 10,
+            expires_at_us: None,
+        };
+        let delete = Effect::KvDelete { ns: "ns", key: "k" };
+        for e in [&put, &forever, &delete] {
+            b.push(e);
+        }
+        let buf = b.finish();
+        let (_, effects) = decode_entry(&buf).unwrap();
+        let got: Vec<_> = effects.into_iter().map(|(e, _)| e).collect();
+        assert_eq!(got, vec![put, forever, delete]);
     }
 
     #[test]

@@ -183,6 +183,17 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             event_type: "info",
             data: "{}",
         },
+        Effect::KvPut {
+            ns: "ns",
+            key: "k",
+            value: "1",
+            version: 1,
+            expires_at_us: Some(5_000),
+        },
+        Effect::KvDelete {
+            ns: "ns",
+            key: "gone",
+        },
         Effect::GroupDelete { gid: 9 },
         Effect::QueueDelete { qid: 9 },
     ];

@@ -8,7 +8,11 @@
 
 use std::collections::HashSet;
 
-use queenmq_protocol::{Command, ErrorCode, GroupAdminReq, PopSource, PushItem, QueenError, TxnOp};
+use queenmq_protocol::limits::MAX_LOCK_OWNER_BYTES;
+use queenmq_protocol::{
+    Command, ErrorCode, GroupAdminReq, KvOp, LockOp, PopSource, PushItem, QueenError, TxnOp,
+    LOCKS_NS,
+};
 
 use crate::state::State;
 
@@ -103,15 +107,53 @@ impl Limits {
     }
 }
 
+/// A TimerPut is its strings and payload behind a kind byte, an id, a time and five lengths.
+fn timer_ops_bound(ops: &[queenmq_protocol::TimerOp]) -> usize {
+    ops.iter().fold(0usize, |acc, op| {
+        acc.saturating_add(match op {
+            // A schedule the log could never fire is refused when it is made: its bound is
+            // also that of its fire.
+            queenmq_protocol::TimerOp::Schedule(s) => (64
+                + s.queue.len()
+                + s.key.len()
+                + s.partition.len()
+                + s.txn.len()
+                + s.payload.len())
+            .max(crate::plan::timer_fire_bound(
+                &s.queue,
+                &s.key,
+                &s.partition,
+                &s.txn,
+                s.payload.len(),
+            )),
+            queenmq_protocol::TimerOp::Cancel { queue, key, .. } => 16 + queue.len() + key.len(),
+        })
+    })
+}
+
 /// An upper bound of the bytes `cmd` adds to a cycle's entry.
 pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
     match cmd {
         Command::Push(p) => push_bound(p.items.iter(), producer),
-        Command::Transaction(t) => t.ops.iter().fold(0usize, |acc, op| {
-            acc.saturating_add(match op {
-                TxnOp::Push(items) => push_bound(items.iter(), producer),
-                TxnOp::Ack(a) => ack_bound(a.error.as_deref()),
+        Command::Transaction(t) => t
+            .ops
+            .iter()
+            .fold(kv_bound(&t.kv), |acc, op| {
+                acc.saturating_add(match op {
+                    TxnOp::Push(items) => push_bound(items.iter(), producer),
+                    TxnOp::Ack(a) => ack_bound(a.error.as_deref()),
+                })
             })
+            .saturating_add(timer_ops_bound(&t.timers)),
+        Command::Kv(k) => kv_bound(&k.ops),
+        Command::Locks(l) => l.ops.iter().fold(0usize, |acc, op| {
+            let owner = match op {
+                LockOp::Acquire { owner, .. } => owner.len(),
+                _ => MAX_LOCK_OWNER_BYTES,
+            };
+            // A permit value is rebuilt from its owner (renew too), never copied: its bytes are
+            // the owner escaped, the fixed text and `since`; the key adds `#` and the slot.
+            acc.saturating_add(KV_EFFECT + LOCKS_NS.len() + op.name().len() + 64 + 2 * owner)
         }),
         Command::Ack(a) => a.items.iter().fold(0usize, |acc, i| {
             acc.saturating_add(ack_bound(i.error.as_deref()))
@@ -143,6 +185,7 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
                 .map_or(0, Vec::len);
             holders.saturating_mul(CURSOR_PUT)
         }
+        Command::Timers(t) => timer_ops_bound(&t.ops),
         Command::Trace(t) => {
             let names: usize = t.names.iter().map(|n| n.len() + 4).sum();
             64 + t.transaction_id.len() + t.group.len() + names + t.event_type.len() + t.data.len()
@@ -179,6 +222,25 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
         | Command::Metrics(_)
         | Command::StatsRefresh => 64,
     }
+}
+
+/// A KvPut or KvDelete, excluding its strings: kind, lengths, version, expiry, number text.
+const KV_EFFECT: usize = 64;
+
+fn kv_bound(ops: &[KvOp]) -> usize {
+    ops.iter().fold(0usize, |acc, op| {
+        let (ns, key) = op.ns_key();
+        let value = match op {
+            KvOp::Put { value, .. } => value.len(),
+            _ => 0,
+        };
+        let one = if op.is_write() {
+            KV_EFFECT + ns.len() + key.len() + value
+        } else {
+            0
+        };
+        acc.saturating_add(one)
+    })
 }
 
 fn ack_bound(error: Option<&str>) -> usize {

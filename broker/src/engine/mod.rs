@@ -166,6 +166,9 @@ type SaveResult = Result<(u64, usize, f64), String>;
 /// Long-poll answers leave this much before the client's deadline.
 const REPLY_MARGIN: Duration = Duration::from_millis(50);
 const TICK: Duration = Duration::from_millis(100);
+/// Due timers fired per cycle at most; the rest fire in the next cycles (one per tick at
+/// least), so a burst of due timers never holds the requests of a cycle behind it.
+const TIMERS_FIRED_PER_CYCLE: usize = 256;
 /// Where a long poll's deadline lands when the client's timeout does not fit in an Instant.
 const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 
@@ -296,6 +299,11 @@ impl Engine {
                     .map(|m| m as &dyn plan::MemoryGate),
                 tenant: &self.cfg.tenant,
             };
+            planner.fire_timers(
+                TIMERS_FIRED_PER_CYCLE,
+                self.limits.cycle_bytes,
+                self.limits.max_entry_bytes,
+            );
             let woken = std::mem::take(&mut self.woken);
             let due = self.waiters.take_due(&woken, ticked, now, planner.st);
             for w in due {
@@ -359,6 +367,7 @@ impl Engine {
                     }
                 }
             }
+            planner.plan_kv_sweep(plan::KV_SWEEP_PER_CYCLE, self.limits.max_entry_bytes);
             if let Some(m) = &mut self.memory {
                 let engine = crate::memory::account::EngineSide {
                     cache_held: self.cache.held_bytes(),
@@ -573,7 +582,10 @@ fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
             .plan_transaction(t, job.ctx.principal.as_deref())
             .map(Outcome::Transaction),
         Command::Trace(t) => p.plan_trace(t).map(Outcome::Traced),
+        Command::Timers(t) => p.plan_timers(t).map(Outcome::Timers),
         Command::GroupAdmin(g) => p.plan_group_admin(g).map(Outcome::GroupAdmin),
+        Command::Kv(k) => p.plan_kv(k).map(Outcome::Kv),
+        Command::Locks(l) => p.plan_locks(l).map(Outcome::Locks),
         Command::Read(r) => {
             let mut reader = p.reader_parts();
             crate::reads::answer(reader.0, &mut reader.1, r).map(Outcome::Read)

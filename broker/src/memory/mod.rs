@@ -221,7 +221,17 @@ impl Drop for Transient {
 fn grows(cmd: &Command) -> bool {
     match cmd {
         Command::Push(_) => true,
-        Command::Transaction(t) => t.ops.iter().any(|op| matches!(op, TxnOp::Push(_))),
+        Command::Transaction(t) => {
+            t.ops.iter().any(|op| matches!(op, TxnOp::Push(_)))
+                || t.timers
+                    .iter()
+                    .any(|op| matches!(op, queenmq_protocol::TimerOp::Schedule(_)))
+        }
+        // A cancel never grows the state: it is never refused for memory (§2.15).
+        Command::Timers(t) => t
+            .ops
+            .iter()
+            .any(|op| matches!(op, queenmq_protocol::TimerOp::Schedule(_))),
         _ => false,
     }
 }

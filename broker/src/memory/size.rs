@@ -107,6 +107,8 @@ pub fn state_bytes(st: &State) -> usize {
         b = b.saturating_add(buf_bytes(rows.capacity(), size_of::<(u64, u64)>()));
     }
     b = b.saturating_add(st.wakes.bytes());
+    // KV rows keep their own running count (capped by the planner, state/kv.rs).
+    b = b.saturating_add(st.kv.bytes());
     b = b.saturating_add(buf_bytes(st.traces.capacity(), size_of::<TraceRow>()));
     for t in &st.traces {
         b = b
@@ -119,6 +121,8 @@ pub fn state_bytes(st: &State) -> usize {
             b = b.saturating_add(text(n.capacity()));
         }
     }
+    // Pending timers: each row's strings, payload and its two B-tree entries.
+    b = b.saturating_add(st.timers.held_bytes());
     b
 }
 
@@ -167,6 +171,34 @@ pub fn waiters_bytes(count: usize, job_size: usize) -> usize {
 
 /// A request queued for the engine: its payloads and names. Summed per request by the
 /// bus when it queues one and by the engine when it takes it, so both see the same number.
+fn timer_ops(ops: &[queenmq_protocol::TimerOp]) -> usize {
+    ops.iter().fold(0usize, |a, op| match op {
+        queenmq_protocol::TimerOp::Schedule(s) => a
+            .saturating_add(s.payload.len())
+            .saturating_add(s.queue.len() + s.key.len() + s.txn.len() + s.partition.len())
+            .saturating_add(PUSH_ITEM_BASE),
+        // A cancel holds its names too (a key may be 1 KiB, a txn 64 KiB).
+        queenmq_protocol::TimerOp::Cancel { queue, key, txn } => a
+            .saturating_add(queue.len() + key.len() + txn.as_ref().map_or(0, String::len))
+            .saturating_add(PUSH_ITEM_BASE),
+    })
+}
+
+/// A KV call's ops: their strings and a fixed part each.
+fn kv_ops(ops: &[queenmq_protocol::KvOp]) -> usize {
+    ops.iter().fold(0usize, |a, op| {
+        let (ns, key) = op.ns_key();
+        let extra = match op {
+            queenmq_protocol::KvOp::Put { value, .. } => value.len(),
+            queenmq_protocol::KvOp::GetMany { keys, .. } => {
+                keys.iter().map(|k| k.len() + size_of::<String>()).sum()
+            }
+            _ => 0,
+        };
+        a.saturating_add(PUSH_ITEM_BASE + ns.len() + key.len() + extra)
+    })
+}
+
 pub fn request_bytes(cmd: &Command) -> usize {
     let items = |items: &[queenmq_protocol::PushItem]| {
         items.iter().fold(0usize, |a, i| {
@@ -178,11 +210,18 @@ pub fn request_bytes(cmd: &Command) -> usize {
     };
     let body = match cmd {
         Command::Push(p) => items(&p.items),
-        Command::Transaction(t) => t.ops.iter().fold(0usize, |a, op| match op {
-            TxnOp::Push(v) => a.saturating_add(items(v)),
-            TxnOp::Ack(_) => a.saturating_add(PUSH_ITEM_BASE),
-        }),
+        Command::Transaction(t) => t
+            .ops
+            .iter()
+            .fold(kv_ops(&t.kv), |a, op| match op {
+                TxnOp::Push(v) => a.saturating_add(items(v)),
+                TxnOp::Ack(_) => a.saturating_add(PUSH_ITEM_BASE),
+            })
+            .saturating_add(timer_ops(&t.timers)),
+        Command::Kv(k) => kv_ops(&k.ops),
+        Command::Locks(l) => l.ops.len().saturating_mul(PUSH_ITEM_BASE + 512),
         Command::Ack(a) => a.items.len().saturating_mul(PUSH_ITEM_BASE),
+        Command::Timers(t) => timer_ops(&t.ops),
         _ => 0,
     };
     REQUEST_BASE.saturating_add(body)
@@ -211,6 +250,22 @@ mod tests {
             1,
             loc(),
         );
+    }
+
+    #[test]
+    fn a_timer_cancel_counts_the_names_it_holds() {
+        let cancel = |key: &str, txn: Option<&str>| {
+            request_bytes(&Command::Timers(queenmq_protocol::TimersReq {
+                ops: vec![queenmq_protocol::TimerOp::Cancel {
+                    queue: "q".into(),
+                    key: key.into(),
+                    txn: txn.map(str::to_string),
+                }],
+            }))
+        };
+        let small = cancel("k", None);
+        assert!(cancel(&"k".repeat(1025), None) >= small + 1024);
+        assert!(cancel("k", Some(&"t".repeat(4096))) >= small + 4096);
     }
 
     #[test]

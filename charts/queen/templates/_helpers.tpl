@@ -88,3 +88,22 @@ fractional quantity): the broker then derives 75 % of the cgroup limit itself.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+"true" when the Kafka listener runs: kafka.enabled and no JWT secret (the broker does not
+start the Kafka port while authentication is on, having no SASL yet), else empty.
+*/}}
+{{- define "queen.kafkaOn" -}}
+{{- if and .Values.kafka.enabled (not (include "queen.jwtSecretName" .)) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The address Metadata gives Kafka clients: kafka.advertisedAddr, else the client Service. */}}
+{{- define "queen.kafkaAdvertisedAddr" -}}
+{{- if .Values.kafka.advertisedAddr -}}
+{{- .Values.kafka.advertisedAddr -}}
+{{- else -}}
+{{- printf "%s.%s.svc:%d" (include "queen.fullname" .) .Release.Namespace (int64 .Values.service.kafkaPort) -}}
+{{- end -}}
+{{- end -}}

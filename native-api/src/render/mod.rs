@@ -34,6 +34,13 @@ pub fn read(a: &ReadAnswer) -> Value {
         ReadAnswer::ConsumerGroups(gs) => groups::list(gs),
         ReadAnswer::ConsumerGroup(g) => groups::one(g),
         ReadAnswer::Lagging(rows) => groups::lagging(rows),
+        ReadAnswer::Timer(_) | ReadAnswer::Timers(_) => crate::timers::render_read(a),
+        ReadAnswer::Fetch(a) => crate::offset_reads::render_fetch(a),
+        ReadAnswer::Changed(a) => crate::offset_reads::render_changed(a),
+        ReadAnswer::Offsets(found) => json!(found
+            .iter()
+            .map(|f| json!({ "offset": f.offset, "timestampUs": f.time_us }))
+            .collect::<Vec<_>>()),
     }
 }
 
@@ -49,12 +56,15 @@ pub fn unexpected(o: &Outcome) -> ApiError {
         Outcome::LeaseExtended(_) => "lease extension",
         Outcome::Transaction(_) => "transaction",
         Outcome::Traced(_) => "trace",
+        Outcome::Timers(_) => "timers",
         Outcome::GroupAdmin(_) => "group administration",
         Outcome::Read(_) => "read",
         Outcome::Health(_) => "health",
         Outcome::Metrics(_) => "metrics",
         Outcome::StatsLive => "stats refresh",
         Outcome::Text(_) => "text",
+        Outcome::Kv(_) => "kv",
+        Outcome::Locks(_) => "locks",
     };
     ApiError(QueenError::new(
         ErrorCode::Internal,
@@ -68,6 +78,6 @@ fn page(p: PageInfo) -> Value {
 }
 
 /// Stored JSON text as a JSON value (null if it does not parse, as it always did).
-fn raw_json(bytes: &[u8]) -> Value {
+pub(crate) fn raw_json(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes).unwrap_or(Value::Null)
 }

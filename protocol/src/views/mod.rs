@@ -42,4 +42,9 @@ pub enum ReadAnswer {
     ConsumerGroups(Vec<GroupView>),
     ConsumerGroup(GroupView),
     Lagging(Vec<LaggingRow>),
+    Timer(Option<crate::timers::TimerView>),
+    Timers(crate::timers::TimerPage),
+    Fetch(crate::fetch::FetchAnswer),
+    Changed(crate::fetch::ChangedAnswer),
+    Offsets(Vec<crate::fetch::OffsetFound>),
 }

@@ -9,6 +9,12 @@ mod clock_tests;
 pub mod fixture;
 mod id_space;
 mod ids;
+mod kv;
+#[cfg(test)]
+mod kv_bounds_tests;
+#[cfg(test)]
+mod kv_tests;
+mod locks;
 #[cfg(test)]
 mod lost_tests;
 mod memory_gate;
@@ -18,7 +24,12 @@ mod push;
 mod replay_props;
 #[cfg(test)]
 mod tests;
+mod timers;
+#[cfg(test)]
+mod timers_tests;
 mod txn;
+mod txn_kv;
+mod txn_timers;
 #[cfg(test)]
 mod unit_tests;
 
@@ -32,8 +43,12 @@ use crate::log::ReplicatedLog;
 use crate::reader::MessageReader;
 use crate::state::State;
 
+pub use kv::KV_SWEEP_PER_CYCLE;
 pub use memory_gate::MemoryGate;
 pub use pop::PopPlan;
+pub use timers::{
+    check_op as check_timer_op, check_ops as check_timer_ops, fire_bound as timer_fire_bound,
+};
 
 pub struct Planner<'a> {
     pub st: &'a mut State,

@@ -123,6 +123,17 @@ impl Planner<'_> {
         items: &[PushItem],
         producer: Option<&str>,
     ) -> Result<PreparedPush, QueenError> {
+        self.prepare_push_as(items, producer, None)
+    }
+
+    /// [`Self::prepare_push`] with the message ids given (index-aligned with `items`), for
+    /// messages whose id was promised before they were pushed (a timer's).
+    pub fn prepare_push_as(
+        &mut self,
+        items: &[PushItem],
+        producer: Option<&str>,
+        ids_given: Option<&[uuid::Uuid]>,
+    ) -> Result<PreparedPush, QueenError> {
         let mut results: Vec<PushResult> = Vec::with_capacity(items.len());
         let mut pending: Vec<PendingAppend> = Vec::new();
         let mut by_pid: HashMap<u64, usize> = HashMap::new();
@@ -135,7 +146,7 @@ impl Planner<'_> {
         let mut new_queues = Vec::new();
         let mut new_partitions = Vec::new();
         let producer = producer.filter(|p| p.len() <= usize::from(u16::MAX));
-        for item in items {
+        for (i, item) in items.iter().enumerate() {
             if let Err(e) = Self::check_push_item(item) {
                 results.push(failed(item, e));
                 continue;
@@ -158,7 +169,9 @@ impl Planner<'_> {
                 });
                 pending.len() - 1
             });
-            let id = super::ids::message_id(self.now());
+            let id = ids_given
+                .and_then(|ids| ids.get(i).copied())
+                .unwrap_or_else(|| super::ids::message_id(self.now()));
             let id_text = id.to_string();
             let txn = item
                 .transaction_id

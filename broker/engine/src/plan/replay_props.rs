@@ -15,8 +15,8 @@ use std::hash::{BuildHasher, Hasher};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 use queenmq_protocol::{
-    AckStatus, ConfigureReq, GroupAdminReq, PopResult, PopSource, PushItem, QueueOptions, Setting,
-    Subscription, TraceReq, TxnOp, TxnReq,
+    AckStatus, ConfigureReq, GroupAdminReq, KvExpiry, KvOp, KvReq, LockOp, LockReq, PopResult,
+    PopSource, PushItem, QueueOptions, Setting, Subscription, TraceReq, TxnOp, TxnReq,
 };
 
 use super::fixture::{ack_items, item, pop_req, Fixture, SECOND};
@@ -85,6 +85,22 @@ enum Cmd {
     Trace {
         pop: usize,
     },
+    /// A KV write, a lock acquire or the expiry sweep (`kind`), on one of a few keys.
+    Kv {
+        key: usize,
+        kind: usize,
+        ttl: u64,
+    },
+    /// Schedules (a delay in ms, past ones included) or cancels timer k<key> of a queue.
+    Timer {
+        q: usize,
+        key: u8,
+        delay_ms: Option<i64>,
+    },
+    /// The tick: fires what is due (at most `max`).
+    Fire {
+        max: usize,
+    },
     /// Ends the cycle: what was planned is committed.
     Commit,
     /// Ends the cycle and moves the clock on.
@@ -111,6 +127,10 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         1 => (0..2usize).prop_map(|q| Cmd::Delete { q }),
         1 => (1..3usize, 0..2usize, 0..4usize).prop_map(|(g, q, kind)| Cmd::GroupAdmin { g, q, kind }),
         1 => (0..8usize).prop_map(|pop| Cmd::Trace { pop }),
+        2 => (0..2usize, 0..3u8, prop::option::weighted(0.8, -1000..40_000i64))
+            .prop_map(|(q, key, delay_ms)| Cmd::Timer { q, key, delay_ms }),
+        2 => (1..3usize).prop_map(|max| Cmd::Fire { max }),
+        2 => (0..3usize, 0..6usize, 1..40u64).prop_map(|(key, kind, ttl)| Cmd::Kv { key, kind, ttl }),
         2 => Just(Cmd::Commit),
         2 => prop_oneof![Just(1i64), Just(SECOND), Just(5 * SECOND), Just(30 * SECOND),
                          Just(700 * SECOND)]
@@ -205,7 +225,7 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                 let req = TxnReq {
                     ops,
                     required_leases: Vec::new(),
-                    has_unsupported_riders: false,
+                    ..Default::default()
                 };
                 let _ = fx.planner().plan_transaction(&req, None);
             }
@@ -264,6 +284,76 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                     data: bytes::Bytes::from_static(b"{}"),
                 };
                 let _ = fx.planner().plan_trace(&req);
+            }
+            Cmd::Kv { key, kind, ttl } => {
+                let (ns, key) = ("ns".to_string(), format!("k{key}"));
+                let expiry = KvExpiry::Seconds(*ttl);
+                let op = match kind {
+                    0 | 1 => KvOp::Put {
+                        ns,
+                        key,
+                        value: format!("{ttl}"),
+                        expiry,
+                        expect: None,
+                        if_absent: *kind == 1,
+                        required: false,
+                    },
+                    2 => KvOp::Incr {
+                        ns,
+                        key,
+                        delta: 1,
+                        min: None,
+                        max: Some(3),
+                        expiry,
+                        required: false,
+                    },
+                    3 => KvOp::Delete {
+                        ns,
+                        key,
+                        expect: None,
+                        required: false,
+                    },
+                    4 => {
+                        let op = LockOp::Acquire {
+                            name: "lock".into(),
+                            ttl_seconds: *ttl,
+                            owner: key,
+                            limit: 2,
+                        };
+                        let _ = fx.planner().plan_locks(&LockReq { ops: vec![op] });
+                        continue;
+                    }
+                    _ => {
+                        fx.planner().plan_kv_sweep(2, usize::MAX);
+                        continue;
+                    }
+                };
+                let _ = fx.planner().plan_kv(&KvReq { ops: vec![op] });
+            }
+            Cmd::Timer { q, key, delay_ms } => {
+                let (queue, key) = (QUEUES[*q].to_string(), format!("k{key}"));
+                let op = match delay_ms {
+                    Some(delay_ms) => {
+                        queenmq_protocol::TimerOp::Schedule(queenmq_protocol::TimerSchedule {
+                            queue,
+                            key: key.clone(),
+                            partition: PARTITIONS[0].into(),
+                            payload: bytes::Bytes::from_static(b"{}"),
+                            delay_ms: *delay_ms,
+                            txn: format!("timer-{key}-{delay_ms}"),
+                        })
+                    }
+                    None => queenmq_protocol::TimerOp::Cancel {
+                        queue,
+                        key,
+                        txn: None,
+                    },
+                };
+                let req = queenmq_protocol::TimersReq { ops: vec![op] };
+                let _ = fx.planner().plan_timers(&req);
+            }
+            Cmd::Fire { max } => {
+                fx.planner().fire_timers(*max, 1 << 20, 1 << 20);
             }
             Cmd::Commit if commits => {
                 fx.commit();

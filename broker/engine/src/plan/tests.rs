@@ -214,7 +214,7 @@ fn txn_ops(lease: &str, pid: &str, ack_first: bool) -> queenmq_protocol::TxnReq 
             vec![push, ack]
         },
         required_leases: Vec::new(),
-        has_unsupported_riders: false,
+        ..Default::default()
     }
 }
 
@@ -250,7 +250,9 @@ fn a_transaction_ack_before_a_push_of_the_same_id_acks_the_delivered_message() {
         .iter()
         .map(|r| match r {
             queenmq_protocol::TxnOpResult::Ack(a) => a.success,
+            queenmq_protocol::TxnOpResult::Timer(t) => t.status.ok(),
             queenmq_protocol::TxnOpResult::Push(p) => p.error.is_none(),
+            queenmq_protocol::TxnOpResult::Kv(_) => false,
         })
         .collect();
     assert_eq!(ok, vec![true, true]);
@@ -323,8 +325,7 @@ fn a_transaction_creating_a_partition_past_the_limit_rolls_back_whole() {
             item("q", "a", "ok"),
             item("q", "new", "refused"),
         ])],
-        required_leases: Vec::new(),
-        has_unsupported_riders: false,
+        ..Default::default()
     };
     let e = p.plan_transaction(&req, None).expect_err("rolled back");
     assert!(

@@ -32,12 +32,7 @@ impl Planner<'_> {
         req: &TxnReq,
         producer: Option<&str>,
     ) -> Result<TxnResult, QueenError> {
-        if req.has_unsupported_riders {
-            return Err(rolled_back(
-                "kv and timer operations in transactions are unsupported by this broker",
-            ));
-        }
-        if req.ops.is_empty() {
+        if req.ops.is_empty() && req.kv.is_empty() && req.timers.is_empty() {
             return Err(QueenError::bad_request(
                 "Transaction has no operations to commit",
             ));
@@ -96,6 +91,17 @@ impl Planner<'_> {
             )));
         }
         let decided = self.decide_acks(req, &acks, pushed_results)?;
+        self.check_txn_timers(req)?;
+        let kv = match self.judge_txn_kv(&req.kv, items.len() + acks.len())? {
+            Ok(kv) => kv,
+            Err(precondition) => {
+                return Ok(TxnResult {
+                    transaction_id: uuid::Uuid::now_v7().to_string(),
+                    results: Vec::new(),
+                    kv_precondition: Some(precondition),
+                })
+            }
+        };
 
         // Decided: emit the pushes, then every ack as decided.
         let pushed = prepared.map(|p| self.commit_push(p)).unwrap_or_default();
@@ -128,9 +134,12 @@ impl Planner<'_> {
                 }
             }
         }
+        results.extend(self.commit_txn_kv(kv));
+        self.commit_txn_timers(req, &mut results);
         Ok(TxnResult {
             transaction_id: uuid::Uuid::now_v7().to_string(),
             results,
+            kv_precondition: None,
         })
     }
 
@@ -216,7 +225,7 @@ fn status_word(s: AckStatus) -> &'static str {
     }
 }
 
-fn rolled_back(why: &str) -> QueenError {
+pub(super) fn rolled_back(why: &str) -> QueenError {
     QueenError::new(
         queenmq_protocol::ErrorCode::TransactionRolledBack,
         format!("transaction rolled back: {why}"),

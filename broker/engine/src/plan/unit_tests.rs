@@ -146,7 +146,7 @@ fn bundle(ops: Vec<TxnOp>) -> TxnReq {
     TxnReq {
         ops,
         required_leases: Vec::new(),
-        has_unsupported_riders: false,
+        ..Default::default()
     }
 }
 

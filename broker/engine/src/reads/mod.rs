@@ -2,9 +2,13 @@
 //! doors render them (the Queen API's JSON of spec/native-api.md §2.2, §2.10, §2.11 and the
 //! admin reads lives in native-api/src/render).
 
+mod fetch;
+#[cfg(test)]
+mod fetch_tests;
 mod groups;
 mod messages;
 mod queues;
+pub mod timers;
 
 use queenmq_protocol::{QueenError, ReadAnswer, ReadReq};
 
@@ -64,6 +68,15 @@ pub fn answer(
         ReadReq::LaggingGroups { min_lag_seconds } => {
             A::Lagging(groups::lagging(st, *min_lag_seconds))
         }
+        ReadReq::Timer { queue, key } => A::Timer(timers::one(st, queue, key)),
+        ReadReq::Timers {
+            queue,
+            after,
+            limit,
+        } => A::Timers(timers::page(st, queue, after.as_deref(), *limit)),
+        ReadReq::Fetch(f) => A::Fetch(fetch::fetch(st, rd, f)?),
+        ReadReq::Changed(c) => A::Changed(fetch::changed(st, c)),
+        ReadReq::ListOffsets(q) => A::Offsets(fetch::offsets(st, q)),
     })
 }
 

@@ -90,5 +90,20 @@ pub fn canonical(st: &State) -> String {
     for (at, row) in st.txn_ids.iter() {
         let _ = writeln!(o, "txn {at} {row:?}");
     }
+    let _ = writeln!(o, "timer bytes {}", st.timers.held_bytes());
+    for (q, k, row) in st.timers.iter() {
+        let _ = writeln!(o, "timer {q:?} {k:?} {row:?}");
+    }
+    let _ = writeln!(
+        o,
+        "kv last version {} bytes {} rows {}",
+        st.kv.last_version,
+        st.kv.bytes(),
+        st.kv.len()
+    );
+    for (ns, key, row) in st.kv.iter() {
+        let _ = writeln!(o, "kv {ns:?} {key:?} {row:?}");
+    }
+    let _ = writeln!(o, "kv sweep {:?}", st.kv.expired(i64::MAX, usize::MAX));
     out
 }

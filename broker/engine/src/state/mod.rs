@@ -6,11 +6,13 @@ pub mod config;
 mod fifo;
 mod forget;
 pub mod frame;
+pub mod kv;
 mod label_index;
 pub mod model;
 mod name_index;
 mod partition_table;
 mod snapshot;
+pub mod timers;
 mod txn_ids;
 mod wake_index;
 
@@ -75,6 +77,10 @@ pub struct State {
     pub trace_bytes: usize,
     /// Derived: every push onto a group's `wake` heap, by time (the engine tick drains it).
     pub wakes: WakeIndex,
+    /// Pending timers (and their derived due index).
+    pub timers: timers::TimerTable,
+    /// The tenant's key/value rows and lock permits.
+    pub kv: kv::KvTable,
 }
 
 /// Where an effect's bytes live, so runs can point at them.
@@ -270,6 +276,47 @@ impl State {
                 }
                 self.trace_bytes = self.trace_bytes.saturating_add(size);
                 self.traces.push_back(row);
+            }
+            Effect::KvPut {
+                ns,
+                key,
+                value,
+                version,
+                expires_at_us,
+            } => self.kv.put(
+                ns,
+                key,
+                kv::KvRow {
+                    value: value.to_string(),
+                    version: *version,
+                    expires_at_us: *expires_at_us,
+                    updated_at_us: now_us,
+                },
+            ),
+            Effect::KvDelete { ns, key } => {
+                self.kv.remove(ns, key);
+            }
+            Effect::TimerPut {
+                queue,
+                key,
+                partition,
+                txn,
+                message_id,
+                deliver_at_us,
+                payload,
+            } => {
+                let row = timers::TimerRow {
+                    partition: partition.to_string(),
+                    txn: txn.to_string(),
+                    message_id: *message_id,
+                    deliver_at_us: *deliver_at_us,
+                    created_us: now_us,
+                    payload: payload.to_vec(),
+                };
+                self.timers.put(queue, key, row);
+            }
+            Effect::TimerDelete { queue, key } => {
+                self.timers.remove(queue, key);
             }
         }
     }

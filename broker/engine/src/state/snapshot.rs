@@ -11,7 +11,12 @@ use crate::codec::{DecodeError, Reader, Writer};
 use crate::entry::{decode_cursor, encode_cursor};
 
 /// 2: transaction ids as one FIFO of Appends after the queues (1 kept one per partition).
-const CHECKPOINT_VERSION: u8 = 2;
+/// 3: tagged sections after the traces (tag 1: KV rows, tag 2: timers); 2 is read with them
+/// empty.
+const CHECKPOINT_VERSION: u8 = 3;
+/// Section tags of version 3 (docs/storage-format.md "Checkpoint blob").
+const SECTION_KV: u8 = 1;
+const SECTION_TIMERS: u8 = 2;
 /// Partition ids index a dense table (`PartitionTable`), so an id read from a checkpoint sizes
 /// an allocation: ids must lie below `next_partition_id`, as apply keeps them, and that at or
 /// below 2^32 (a chunk index of 24 MiB at most). A corrupt id once asked for 6 GiB (fuzz
@@ -106,16 +111,21 @@ fn size_hint(s: &State) -> usize {
         .sum();
     let cursors: usize = s.groups.values().map(|g| 64 + g.cursors.len() * 64).sum();
     let queues: usize = s.queues.values().map(|q| 256 + q.dlq.len() * 64).sum();
-    1024 + runs + cursors + queues + s.traces.len() * 128
+    // The KV and timer counts are of what the rows hold in memory: more than they encode to.
+    1024 + runs + cursors + queues + s.traces.len() * 128 + s.kv.bytes() + s.timers.held_bytes()
 }
 
-/// Writes `version` 2, or version 1 (only so tests can check that upgrades read it).
+/// Writes `version` 3, or an older version (only so tests can check that upgrades read it).
 #[cfg(test)]
 fn encode_version(s: &State, version: u8) -> Vec<u8> {
-    if version == CHECKPOINT_VERSION {
-        return encode_state(s);
+    if version == 1 {
+        return encode_head(s, version).buf;
     }
-    encode_head(s, version).buf
+    PendingCheckpoint {
+        head: encode_head(s, version),
+        txn: s.txn_ids.snapshot(),
+    }
+    .finish()
 }
 
 /// Everything up to the transaction-id FIFO (version 1 had none; its rows were per partition).
@@ -223,13 +233,59 @@ fn encode_head(s: &State, version: u8) -> Writer {
         w.str(&t.data);
         w.i64(t.at_us);
     }
+    if version >= 3 {
+        encode_sections(s, &mut w);
+    }
     w
+}
+
+/// Version 3's sections: `count: u32`, then per section `tag: u8 | len: u32 | bytes`. Each
+/// body is written in place and its length patched after, so no section is built twice.
+fn encode_sections(s: &State, w: &mut Writer) {
+    w.u32(2);
+    section(w, SECTION_KV, |w| s.kv.encode(w));
+    section(w, SECTION_TIMERS, |w| s.timers.encode(w));
+}
+
+fn section(w: &mut Writer, tag: u8, body: impl FnOnce(&mut Writer)) {
+    w.u8(tag);
+    let at = w.buf.len();
+    w.u32(0);
+    body(w);
+    let len = u32::try_from(w.buf.len() - at - 4).unwrap_or(u32::MAX);
+    w.buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Reads version 3's sections into `s`. A tag this build does not know, or a length past the
+/// end, fails the decode: a section is state, and dropping it would lose data.
+fn decode_sections(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError> {
+    let n = r.count(5)?;
+    let mut seen = Vec::with_capacity(n.min(8));
+    for _ in 0..n {
+        let tag = r.u8()?;
+        let bytes = r.bytes()?;
+        // A second copy would overwrite the first: which one is the state is unknowable.
+        if seen.contains(&tag) {
+            return Err(r.malformed(format!("checkpoint section {tag} appears twice")));
+        }
+        seen.push(tag);
+        let mut sr = Reader::new(bytes);
+        match tag {
+            SECTION_KV => s.kv = super::kv::KvTable::decode(&mut sr)?,
+            SECTION_TIMERS => s.timers = super::timers::TimerTable::decode(&mut sr)?,
+            t => return Err(r.malformed(format!("unknown checkpoint section tag {t}"))),
+        }
+        if !sr.is_done() {
+            return Err(r.malformed(format!("trailing bytes in checkpoint section {tag}")));
+        }
+    }
+    Ok(())
 }
 
 pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
     let mut r = Reader::new(buf);
     let v = r.u8()?;
-    if v != CHECKPOINT_VERSION && v != 1 {
+    if !(1..=CHECKPOINT_VERSION).contains(&v) {
         return Err(r.malformed(format!("checkpoint version {v}")));
     }
     // Version 1 kept each partition's (created_us, hash) rows, the partition's last messages
@@ -418,6 +474,9 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
             at_us: r.i64()?,
         });
     }
+    if v >= 3 {
+        decode_sections(&mut r, &mut s)?;
+    }
     if v == 1 {
         v1_rows.sort_by_key(|(t, _)| *t);
         s.txn_ids = TxnIds::from_rows(v1_rows);
@@ -556,11 +615,136 @@ mod tests {
         assert_eq!(s.labels.matching(Some("ns"), None), Some(vec![]));
     }
 
+    fn with_kv(mut s: State) -> State {
+        s.apply(
+            &Effect::KvPut {
+                ns: "ns",
+                key: "k",
+                value: "{\"a\":1}",
+                version: 5,
+                expires_at_us: Some(1_000),
+            },
+            30,
+            loc(),
+        );
+        s.apply(
+            &Effect::KvPut {
+                ns: "ns",
+                key: "forever",
+                value: "null",
+                version: 6,
+                expires_at_us: None,
+            },
+            31,
+            loc(),
+        );
+        s
+    }
+
+    #[test]
+    fn the_kv_section_round_trips() {
+        let s = with_kv(sample());
+        let blob = encode_state(&s);
+        let back = decode_state(&blob).unwrap();
+        assert_eq!(
+            crate::state::canonical::canonical(&back),
+            crate::state::canonical::canonical(&s)
+        );
+        assert_eq!(back.kv.last_version, 6);
+        assert_eq!(back.kv.bytes(), s.kv.bytes());
+        assert_eq!(encode_state(&back), blob);
+    }
+
+    #[test]
+    fn a_version_2_checkpoint_reads_with_no_kv_rows() {
+        let s = with_kv(sample());
+        let back = decode_state(&encode_version(&s, 2)).unwrap();
+        assert!(back.kv.is_empty());
+        assert_eq!(back.kv.last_version, 0);
+        assert_eq!(rows(&back), rows(&s));
+    }
+
+    #[test]
+    fn an_unknown_section_or_a_section_past_the_end_fails_decode() {
+        let s = sample();
+        let head = encode_head(&s, CHECKPOINT_VERSION).buf;
+        let (mut kv, mut timers) = (Writer::default(), Writer::default());
+        s.kv.encode(&mut kv);
+        s.timers.encode(&mut timers);
+        // The sections are the head's last bytes: count, then tag, length, body for KV, then
+        // for timers.
+        let at = head.len() - timers.buf.len() - 5 - kv.buf.len() - 4 - 1 - 4;
+        let blob = encode_state(&s);
+        let mut unknown = blob.clone();
+        unknown[at + 4] = 9;
+        assert!(decode_state(&unknown).is_err());
+        let mut long = blob.clone();
+        long[at + 5..at + 9].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_state(&long).is_err());
+        // The timers section's tag rewritten to KV's: one section twice.
+        let mut twice = blob;
+        twice[at + 9 + kv.buf.len()] = SECTION_KV;
+        assert!(decode_state(&twice).is_err());
+    }
+
     #[test]
     fn version_1_transaction_rows_are_read_into_the_shared_fifo() {
         let s = sample();
         let back = decode_state(&encode_version(&s, 1)).unwrap();
         assert_eq!(rows(&back), rows(&s));
         assert_eq!(back.txn_ids.get(2, 11), Some(0));
+    }
+
+    fn with_timer() -> State {
+        let mut s = sample();
+        s.apply(
+            &Effect::TimerPut {
+                queue: "q",
+                key: "k/1",
+                partition: "Default",
+                txn: "t-1",
+                message_id: 42,
+                deliver_at_us: 99,
+                payload: b"{\"a\":1}",
+            },
+            40,
+            loc(),
+        );
+        s
+    }
+
+    /// Where the timers section's tag byte is in a version-3 checkpoint.
+    fn section_at(s: &State) -> usize {
+        let mut body = Writer::with_capacity(64);
+        s.timers.encode(&mut body);
+        encode_head(s, 3).buf.len() - body.buf.len() - 4 - 1
+    }
+
+    #[test]
+    fn timers_ride_in_their_section_and_version_2_reads_with_none() {
+        let s = with_timer();
+        let back = decode_state(&encode_state(&s)).unwrap();
+        assert_eq!(
+            crate::state::canonical::canonical(&back),
+            crate::state::canonical::canonical(&s)
+        );
+        assert_eq!(back.timers.due(99, 10).len(), 1);
+        let v2 = decode_state(&encode_version(&s, 2)).unwrap();
+        assert!(v2.timers.is_empty());
+        assert_eq!(rows(&v2), rows(&s));
+    }
+
+    #[test]
+    fn an_unknown_section_or_a_length_past_the_end_fails_decode() {
+        let s = with_timer();
+        let buf = encode_state(&s);
+        let at = section_at(&s);
+        assert_eq!(buf[at], SECTION_TIMERS);
+        let mut unknown = buf.clone();
+        unknown[at] = 9;
+        assert!(decode_state(&unknown).is_err());
+        let mut long = buf;
+        long[at + 1..at + 5].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_state(&long).is_err());
     }
 }

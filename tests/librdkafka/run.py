@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Run librdkafka's own integration tests against the real `queen` binary.
+
+librdkafka 2.12.1 and its test suite are built from the rdkafka-sys 4.10.0+2.12.1 crate by
+scripts/librdkafka-build.sh (into .cache, never committed). The tests that run are the ones in
+allowlist.txt beside this file; docs/kafka-compat.md says why every other one is left out.
+Each test gets a fresh broker (its own ports and data dir) and its own test.conf; a test
+passes when test-runner exits 0 within its time limit.
+
+    python tests/librdkafka/run.py                 # the whole allowlist
+    python tests/librdkafka/run.py 0001 0002       # some tests (allowlisted or not)
+    python tests/librdkafka/run.py --results DIR   # JUnit XML and logs into DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from xml.sax.saxutils import escape, quoteattr
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "scripts" / "lib"))
+
+from queen_broker import Broker, BrokerError  # noqa: E402
+
+TEST_TIMEOUT_S = 300
+# The broker version the suite assumes: it decides which features the tests expect.
+KAFKA_VERSION = "3.7.0"
+
+
+def allowlist() -> list[str]:
+    tests = []
+    for line in (HERE / "allowlist.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            tests.append(line)
+    return tests
+
+
+def build() -> Path:
+    out = subprocess.run(
+        ["bash", str(REPO / "scripts" / "librdkafka-build.sh")],
+        check=True, stdout=subprocess.PIPE, text=True,
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def run_one(test: str, tests_dir: Path, logs: Path) -> tuple[str, bool, float, str]:
+    started = time.monotonic()
+    log = logs / f"{test}.log"
+    data = Path(tempfile.mkdtemp(prefix=f"librdkafka-{test}-"))
+    broker = Broker(data / "data", logs, name=f"{test}.broker")
+    try:
+        broker.start()
+    except BrokerError as e:
+        return test, False, time.monotonic() - started, f"broker did not start: {e}"
+    try:
+        conf = data / "test.conf"
+        conf.write_text(
+            f"bootstrap.servers={broker.kafka_bootstrap}\n"
+            "broker.address.family=v4\n"
+        )
+        env = dict(os.environ)
+        env.update(
+            TESTS=test,
+            TEST_KAFKA_VERSION=KAFKA_VERSION,
+            RDKAFKA_TEST_CONF=str(conf),
+            LD_LIBRARY_PATH=f"{tests_dir.parent / 'src'}:{tests_dir.parent / 'src-cpp'}",
+        )
+        with open(log, "w") as out:
+            try:
+                proc = subprocess.run(
+                    ["./test-runner", "-p1", "-Q", "-E", "-K"],
+                    cwd=tests_dir, env=env, stdout=out, stderr=subprocess.STDOUT,
+                    timeout=TEST_TIMEOUT_S,
+                )
+                ok, why = proc.returncode == 0, f"exit {proc.returncode}"
+            except subprocess.TimeoutExpired:
+                ok, why = False, f"timed out after {TEST_TIMEOUT_S} s"
+        alive = broker.proc is not None and broker.proc.poll() is None
+        if not alive:
+            ok, why = False, why + "; the broker died"
+        return test, ok, time.monotonic() - started, why
+    finally:
+        broker.stop()
+
+
+def junit(results, path: Path, logs: Path) -> None:
+    failures = sum(1 for r in results if not r[1])
+    cases = []
+    for test, ok, secs, why in results:
+        body = ""
+        if not ok:
+            tail = (logs / f"{test}.log").read_text(errors="replace")[-4000:]
+            body = f"<failure message={quoteattr(why)}>{escape(tail)}</failure>"
+        cases.append(
+            f'<testcase classname="librdkafka" name="{test}" time="{secs:.1f}">{body}</testcase>'
+        )
+    path.write_text(
+        f'<?xml version="1.0"?>\n<testsuite name="librdkafka" tests="{len(results)}" '
+        f'failures="{failures}" errors="0" skipped="0">{"".join(cases)}</testsuite>\n'
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("tests", nargs="*")
+    ap.add_argument("--results", type=Path, default=REPO / ".cache" / "test-results" / "librdkafka")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--tests-dir", type=Path, help="a built librdkafka tests/ folder (default: build one)")
+    args = ap.parse_args()
+    tests = args.tests or allowlist()
+    if not tests:
+        print("librdkafka: no tests to run", file=sys.stderr)
+        return 1
+    tests_dir = args.tests_dir or build()
+    logs = args.results / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    print(f"librdkafka: {len(tests)} tests, {args.jobs} at a time, from {tests_dir}", flush=True)
+    results = []
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for test, ok, secs, why in pool.map(lambda t: run_one(t, tests_dir, logs), tests):
+            print(f"{'PASS' if ok else 'FAIL'} {test} ({secs:.0f} s){'' if ok else ': ' + why}", flush=True)
+            results.append((test, ok, secs, why))
+    junit(results, args.results / "librdkafka.xml", logs)
+    failed = [r[0] for r in results if not r[1]]
+    print(f"librdkafka: {len(results) - len(failed)} passed, {len(failed)} failed"
+          + (f": {' '.join(failed)} (logs in {logs})" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
