@@ -8,25 +8,38 @@
 //! clean answer; the rebuild stays the answer when another process fills the disk between
 //! the check and the write.
 //!
-//! Two levels: commands that add data (pushes, transactions with pushes, traces) need the
-//! whole reserve left after them; bookkeeping (pops, acks, leases, configuration) writes small
-//! entries and is what drains the queues, so it goes on until the free space falls under a
-//! quarter of the reserve. Reads write nothing and are never refused.
+//! "Full" is a property of the disk, never of one request: the node is full while the free
+//! space is under the reserve, and stops being full once a reading shows the reserve and an
+//! eighth more (hysteresis: a disk at the edge would otherwise flip the gauge and the log line
+//! at every reading). A request that alone does not fit is refused without making the node
+//! full. Commands that add data need the whole reserve left after them; bookkeeping (pops,
+//! acks, leases, deletes) writes small entries and is what drains the queues, so it goes on
+//! until the free space falls under a quarter of the reserve. Reads are never refused.
+//!
+//! The file system is asked by a background thread (`spawn_refresher`), never on the engine's
+//! task nor under a lock: statvfs can block on a sick disk. Between readings the gate counts
+//! the bytes of entries being written (`begin_write`) and of those written since the last
+//! reading, so a burst between two readings cannot overshoot the reserve.
 
 use std::io;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
-use queenmq_protocol::{Command, ErrorCode, QueenError, TxnOp};
+use queenmq_protocol::{Command, ErrorCode, QueenError};
 
-/// How often the file system is asked at most: statvfs is a system call per request
-/// otherwise, and writes admitted meanwhile are counted against the last answer.
+pub use crate::disk_need::{need, Need};
+
+/// How often the background thread asks the file system.
 pub const REFRESH: Duration = Duration::from_millis(100);
 
-/// Bytes a push item costs on disk beyond its payload (record framing, names, ids): a
-/// generous bound, so the estimate errs on the side of refusing.
-const ITEM_OVERHEAD: u64 = 256;
+/// A checkpoint may need its encoded size twice over: redb writes the new one beside the old
+/// one before it frees the old pages.
+const CHECKPOINT_MARGIN: u64 = 2;
+
+/// `available` when the file system cannot be asked.
+const UNKNOWN: u64 = u64::MAX;
 
 /// Where the free bytes come from: the file system, or a test's numbers.
 pub trait FreeSpace: Send + Sync {
@@ -43,176 +56,215 @@ impl FreeSpace for StatVfs {
     }
 }
 
-/// What a command needs from the disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Need {
-    /// Writes nothing (reads, node-local commands).
-    Nothing,
-    /// A small bookkeeping entry.
-    Bookkeeping,
-    /// This many bytes of new data, at most.
-    Data(u64),
-}
-
-/// The need of a command. Exhaustive on purpose: a new command must say what it writes.
-pub fn need(cmd: &Command) -> Need {
-    let items = |items: &[queenmq_protocol::PushItem]| {
-        items.iter().fold(0u64, |a, i| {
-            let one = (i.payload.len() + i.queue.len() + i.partition.len()) as u64;
-            a.saturating_add(one.saturating_add(ITEM_OVERHEAD))
-        })
-    };
-    match cmd {
-        Command::Push(p) => Need::Data(items(&p.items)),
-        Command::Transaction(t) => {
-            let data = t.ops.iter().fold(0u64, |a, op| match op {
-                TxnOp::Push(v) => a.saturating_add(items(v)),
-                TxnOp::Ack(_) => a,
-            });
-            if data == 0 {
-                Need::Bookkeeping
-            } else {
-                Need::Data(data)
-            }
-        }
-        Command::Trace(t) => Need::Data((t.data.len() as u64).saturating_add(ITEM_OVERHEAD)),
-        Command::Configure(_)
-        | Command::DeleteQueue { .. }
-        | Command::Pop(_)
-        | Command::Ack(_)
-        | Command::ExtendLease { .. }
-        | Command::GroupAdmin(_) => Need::Bookkeeping,
-        Command::Read(_) | Command::Health | Command::Metrics(_) | Command::StatsRefresh => {
-            Need::Nothing
-        }
-    }
-}
-
 /// The node's gate, shared by every group (their files share the data directory).
 pub struct DiskGate {
     source: Box<dyn FreeSpace>,
     reserve: u64,
-    refresh: Duration,
-    seen: Mutex<Seen>,
-}
-
-struct Seen {
-    /// The file system's answer at `at` (None: never asked, or it failed and nothing is known).
-    available: Option<u64>,
-    at: Option<Instant>,
-    /// Bytes admitted since `at`, not yet in the file system's answer.
-    admitted: u64,
-    /// Whether the last write that adds data was refused (the gauge, the log line).
-    full: bool,
+    /// The last reading, or `UNKNOWN`.
+    available: AtomicU64,
+    /// Bytes of entries handed to the log and not yet written.
+    in_flight: AtomicU64,
+    /// Bytes written since the last reading began: not in it, maybe.
+    since_reading: AtomicU64,
+    full: AtomicBool,
+    /// Whether the last reading failed: the warning is logged once per failing stretch.
+    blind: AtomicBool,
 }
 
 impl std::fmt::Debug for DiskGate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiskGate")
             .field("reserve", &self.reserve)
-            .field("refresh", &self.refresh)
+            .field("available", &self.available.load(Ordering::Relaxed))
+            .field("full", &self.full.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
 
+/// An entry being written: its bytes count against the free space until it is dropped, then
+/// until the next reading (which has them).
+pub struct Writing {
+    gate: Arc<DiskGate>,
+    bytes: u64,
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        // Added before it is subtracted: a concurrent admission never sees the bytes gone.
+        self.gate
+            .since_reading
+            .fetch_add(self.bytes, Ordering::SeqCst);
+        self.gate.in_flight.fetch_sub(self.bytes, Ordering::SeqCst);
+    }
+}
+
 impl DiskGate {
-    /// A gate keeping `reserve` bytes free on `source`, asking it at most every `refresh`.
-    pub fn new(source: Box<dyn FreeSpace>, reserve: u64, refresh: Duration) -> Arc<DiskGate> {
+    /// A gate keeping `reserve` bytes free on `source`. It knows nothing until `refresh` (or
+    /// the thread of `spawn_refresher`) has asked the file system.
+    pub fn new(source: Box<dyn FreeSpace>, reserve: u64) -> Arc<DiskGate> {
         metrics::gauge!("queen_storage_full").set(0.0);
         metrics::counter!("queen_storage_full_refusals_total").increment(0);
+        metrics::counter!("queen_checkpoints_skipped_total").increment(0);
         Arc::new(DiskGate {
             source,
             reserve,
-            refresh,
-            seen: Mutex::new(Seen {
-                available: None,
-                at: None,
-                admitted: 0,
-                full: false,
-            }),
+            available: AtomicU64::new(UNKNOWN),
+            in_flight: AtomicU64::new(0),
+            since_reading: AtomicU64::new(0),
+            full: AtomicBool::new(false),
+            blind: AtomicBool::new(false),
         })
     }
 
-    /// Admits `cmd`, counting its bytes against the free space, or refuses it `storage_full`.
-    ///
-    /// Once a data write was refused, the next one needs an eighth of the reserve more
-    /// (hysteresis, as the reference broker's high and low marks): writes of mixed sizes at
-    /// the edge would otherwise flip the gauge and the log line at every request.
-    pub fn admit(&self, cmd: &Command) -> Result<(), QueenError> {
+    /// Reads the free space now and asks again every `every` on a thread of its own, until
+    /// the gate is dropped.
+    pub fn spawn_refresher(gate: &Arc<DiskGate>, every: Duration) -> io::Result<()> {
+        gate.refresh();
+        let weak: Weak<DiskGate> = Arc::downgrade(gate);
+        std::thread::Builder::new()
+            .name("disk-gate".into())
+            .spawn(move || loop {
+                std::thread::sleep(every);
+                match weak.upgrade() {
+                    Some(g) => {
+                        g.refresh();
+                    }
+                    None => break,
+                }
+            })
+            .map(|_| ())
+    }
+
+    /// Asks the file system (blocking: call it off the async tasks) and judges whether the
+    /// node is full. Returns the free bytes, None when they cannot be known.
+    pub fn refresh(&self) -> Option<u64> {
+        // Swapped before the question: what is written from here on may or may not be in
+        // the answer, so it stays counted (the error is on the side of refusing).
+        let before = self.since_reading.swap(0, Ordering::SeqCst);
+        match self.source.available() {
+            Ok(n) => {
+                self.available.store(n.min(UNKNOWN - 1), Ordering::SeqCst);
+                if self.blind.swap(false, Ordering::SeqCst) {
+                    tracing::info!(
+                        available = n,
+                        "the data directory's free space is known again"
+                    );
+                }
+                let full = self.full.load(Ordering::SeqCst);
+                let now_full = if full {
+                    n < self.reserve.saturating_add(self.reserve / 8)
+                } else {
+                    n < self.reserve
+                };
+                self.set_full(now_full, n);
+                Some(n)
+            }
+            Err(e) => {
+                self.since_reading.fetch_add(before, Ordering::SeqCst);
+                self.available.store(UNKNOWN, Ordering::SeqCst);
+                if !self.blind.swap(true, Ordering::SeqCst) {
+                    tracing::warn!(error = %e, "the data directory's free space is unknown; writes are not gated until it is known again");
+                }
+                None
+            }
+        }
+    }
+
+    /// Admits `cmd` into a cycle whose entry already holds `planned` bytes, or refuses it
+    /// `storage_full`. Admitting counts nothing: the cycle's entry is counted when it is
+    /// written (`begin_write`), after the planner's own refusals.
+    pub fn admit(&self, cmd: &Command, planned: u64) -> Result<(), QueenError> {
         let need = need(cmd);
         if need == Need::Nothing {
             return Ok(());
         }
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        self.look(&mut seen, false);
+        let available = self.available.load(Ordering::SeqCst);
         // A file system that cannot be asked is not called full: the write goes on, and a
         // real ENOSPC still fails the group rather than lose anything.
-        let Some(available) = seen.available else {
+        if available == UNKNOWN {
             return Ok(());
+        }
+        let left = available
+            .saturating_sub(self.in_flight.load(Ordering::SeqCst))
+            .saturating_sub(self.since_reading.load(Ordering::SeqCst))
+            .saturating_sub(planned);
+        let refusal = match need {
+            Need::Data(_) if self.full.load(Ordering::SeqCst) => Some(format!(
+                "the broker's disk is full: about {left} bytes free, {} are kept in reserve \
+                 (setting min_free_disk_bytes); retry once space is freed",
+                self.reserve
+            )),
+            Need::Data(b) if left < b.saturating_add(self.reserve) => Some(format!(
+                "this write of up to {b} bytes does not fit: about {left} bytes free, {} are \
+                 kept in reserve (setting min_free_disk_bytes); retry smaller or once space \
+                 is freed",
+                self.reserve
+            )),
+            Need::Bookkeeping if left < self.reserve / 4 => Some(format!(
+                "the broker's disk is full: about {left} bytes free, under a quarter of the \
+                 {} kept in reserve (setting min_free_disk_bytes); retry once space is freed",
+                self.reserve
+            )),
+            _ => None,
         };
-        let left = available.saturating_sub(seen.admitted);
-        let (bytes, keep) = match need {
-            Need::Data(b) if seen.full => (b, self.reserve.saturating_add(self.reserve / 8)),
-            Need::Data(b) => (b, self.reserve),
-            _ => (0, self.reserve / 4),
-        };
-        if left < bytes || left - bytes < keep {
-            metrics::counter!("queen_storage_full_refusals_total").increment(1);
-            if matches!(need, Need::Data(_)) {
-                self.set_full(&mut seen, true, left);
+        match refusal {
+            Some(message) => {
+                metrics::counter!("queen_storage_full_refusals_total").increment(1);
+                Err(QueenError::new(ErrorCode::StorageFull, message))
             }
-            return Err(QueenError::new(
-                ErrorCode::StorageFull,
-                format!(
-                    "the broker's disk is full: {left} bytes free, {keep} are kept in reserve \
-                     (setting min_free_disk_bytes); retry once space is freed"
-                ),
-            ));
+            None => Ok(()),
         }
-        if matches!(need, Need::Data(_)) {
-            self.set_full(&mut seen, false, left);
-        }
-        seen.admitted = seen.admitted.saturating_add(bytes);
-        Ok(())
     }
 
-    /// Whether the free space is under the reserve now, asking the file system again: after a
-    /// failed write, to tell a full disk from another failure.
-    pub fn full_now(&self) -> bool {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        self.look(&mut seen, true);
-        seen.available.is_some_and(|n| n < self.reserve)
+    /// Counts an entry of `bytes` handed to the log until the guard is dropped.
+    pub fn begin_write(self: &Arc<Self>, bytes: u64) -> Writing {
+        self.in_flight.fetch_add(bytes, Ordering::SeqCst);
+        Writing {
+            gate: self.clone(),
+            bytes,
+        }
     }
 
-    /// Whether writes that add data are refused now, or the free space was under the reserve
-    /// at the last look.
+    /// A write met ENOSPC: the node is full until a reading shows space again.
+    pub fn ran_out(&self) {
+        let available = self.available.load(Ordering::SeqCst);
+        self.set_full(true, if available == UNKNOWN { 0 } else { available });
+    }
+
+    /// Whether a checkpoint of `encoded` bytes may be written now, from a fresh reading
+    /// (blocking): it must leave the reserve whole, with room for redb to keep the old
+    /// checkpoint until the new one is committed. A skipped checkpoint is counted and logged:
+    /// the log still holds everything, the next start replays more.
+    pub fn checkpoint_fits(&self, encoded: u64) -> bool {
+        let Some(available) = self.refresh() else {
+            return true;
+        };
+        let left = available.saturating_sub(self.in_flight.load(Ordering::SeqCst));
+        let needs = encoded
+            .saturating_mul(CHECKPOINT_MARGIN)
+            .saturating_add(self.reserve);
+        if left >= needs {
+            return true;
+        }
+        metrics::counter!("queen_checkpoints_skipped_total").increment(1);
+        tracing::warn!(
+            available = left,
+            needs,
+            "checkpoint skipped: it would eat into the free-space reserve; the log holds everything and the next start replays more"
+        );
+        false
+    }
+
+    /// Whether writes that add data are refused now.
     pub fn is_full(&self) -> bool {
-        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        seen.full || seen.available.is_some_and(|n| n < self.reserve)
+        self.full.load(Ordering::SeqCst)
     }
 
-    fn look(&self, seen: &mut Seen, force: bool) {
-        let due = seen.at.is_none_or(|at| at.elapsed() >= self.refresh);
-        if !force && !due {
+    /// Records whether the node is full: the gauge, and a log line when it changes.
+    fn set_full(&self, full: bool, available: u64) {
+        if self.full.swap(full, Ordering::SeqCst) == full {
             return;
         }
-        seen.at = Some(Instant::now());
-        seen.admitted = 0;
-        match self.source.available() {
-            Ok(n) => seen.available = Some(n),
-            Err(e) => {
-                tracing::warn!(error = %e, "the data directory's free space is unknown; writes are not gated");
-                seen.available = None;
-            }
-        }
-    }
-
-    /// Records whether data writes are refused: the gauge, and a log line when it changes.
-    fn set_full(&self, seen: &mut Seen, full: bool, available: u64) {
-        if full == seen.full {
-            return;
-        }
-        seen.full = full;
         metrics::gauge!("queen_storage_full").set(if full { 1.0 } else { 0.0 });
         if full {
             tracing::error!(
@@ -230,136 +282,30 @@ impl DiskGate {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use queenmq_protocol::{PopReq, PopSource, PushItem, PushReq, ReadReq, Subscription};
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    /// Free bytes a test sets; u64::MAX means "the file system cannot be asked".
-    #[derive(Clone, Default)]
-    struct Fake(Arc<AtomicU64>);
-
-    impl FreeSpace for Fake {
-        fn available(&self) -> io::Result<u64> {
-            match self.0.load(Ordering::SeqCst) {
-                u64::MAX => Err(io::Error::other("no statvfs")),
-                n => Ok(n),
-            }
-        }
-    }
-
-    fn push(bytes: usize) -> Command {
-        Command::Push(PushReq {
-            items: vec![PushItem {
-                queue: "q".into(),
-                partition: "p".into(),
-                payload: bytes::Bytes::from(vec![b'x'; bytes]),
-                transaction_id: None,
-                trace_id: None,
-            }],
-        })
-    }
-
-    fn pop() -> Command {
-        Command::Pop(PopReq {
-            source: PopSource::Queue("q".into()),
-            group: None,
-            batch: 1,
-            partitions: 1,
-            wait: false,
-            timeout_ms: 0,
-            auto_ack: false,
-            subscription: Subscription::All,
-            lease_seconds: None,
-            autopilot: false,
-        })
-    }
-
-    /// A gate over `fake` that asks it at every admission (no clock in the tests).
-    fn gate(fake: &Fake, reserve: u64) -> Arc<DiskGate> {
-        DiskGate::new(Box::new(fake.clone()), reserve, Duration::ZERO)
-    }
-
-    #[test]
-    fn data_needs_the_whole_reserve_left_after_it() {
-        let fake = Fake::default();
-        fake.0.store(10_000, Ordering::SeqCst);
-        let g = gate(&fake, 8_000);
-        g.admit(&push(1_000))
-            .expect("10000 - 1000 - overhead stays above 8000");
-        let e = g
-            .admit(&push(2_000))
-            .expect_err("would leave under the reserve");
-        assert_eq!(e.code, ErrorCode::StorageFull);
-        assert!(e.message.contains("min_free_disk_bytes"), "{}", e.message);
-        assert!(g.is_full(), "data writes are refused now");
-        // 10000 - 1758 leaves more than the reserve, not the reserve and its eighth.
-        let e = g
-            .admit(&push(1_500))
-            .expect_err("refused once: an eighth more is needed");
-        assert_eq!(e.code, ErrorCode::StorageFull);
-        fake.0.store(11_000, Ordering::SeqCst);
-        g.admit(&push(1_500))
-            .expect("above the reserve and its eighth");
-        assert!(!g.is_full());
-    }
-
-    #[test]
-    fn bookkeeping_and_reads_go_on_under_the_reserve_until_the_floor() {
-        let fake = Fake::default();
-        fake.0.store(3_000, Ordering::SeqCst);
-        let g = gate(&fake, 8_000);
-        assert_eq!(
-            g.admit(&push(1)).map_err(|e| e.code),
-            Err(ErrorCode::StorageFull)
-        );
-        assert!(g.is_full());
-        g.admit(&pop()).expect("a pop drains the disk's queues");
-        fake.0.store(1_000, Ordering::SeqCst);
-        assert_eq!(
-            g.admit(&pop()).map_err(|e| e.code),
-            Err(ErrorCode::StorageFull),
-            "under a quarter of the reserve even bookkeeping waits"
-        );
-        let read = Command::Read(ReadReq::Queues);
-        g.admit(&read).expect("reads write nothing");
-        g.admit(&Command::Health).expect("node-local");
-    }
-
-    #[test]
-    fn writes_resume_once_space_is_freed() {
-        let fake = Fake::default();
-        fake.0.store(100, Ordering::SeqCst);
-        let g = gate(&fake, 8_000);
-        assert!(g.admit(&push(10)).is_err());
-        assert!(g.is_full());
-        fake.0.store(1 << 20, Ordering::SeqCst);
-        g.admit(&push(10)).expect("space freed: admitted again");
-        assert!(!g.is_full());
-    }
-
-    #[test]
-    fn admitted_bytes_count_until_the_next_look() {
-        let fake = Fake::default();
-        fake.0.store(20_000, Ordering::SeqCst);
-        // Never asks again after the first look.
-        let g = DiskGate::new(Box::new(fake.clone()), 8_000, Duration::from_secs(3_600));
-        g.admit(&push(7_000)).expect("first");
-        let e = g
-            .admit(&push(7_000))
-            .expect_err("the first one's bytes are counted");
-        assert_eq!(e.code, ErrorCode::StorageFull);
-        fake.0.store(0, Ordering::SeqCst);
-        assert!(g.full_now(), "a forced look sees the disk as it is");
-    }
-
-    #[test]
-    fn an_unknown_free_space_does_not_refuse() {
-        let fake = Fake::default();
-        fake.0.store(u64::MAX, Ordering::SeqCst);
-        let g = gate(&fake, 8_000);
-        g.admit(&push(10)).expect("unknown is not full");
-        assert!(!g.is_full());
-    }
+/// The refusal of a write that met ENOSPC, or of a start that would create files on a full
+/// disk.
+pub fn storage_full(what: &str) -> QueenError {
+    QueenError::new(
+        ErrorCode::StorageFull,
+        format!("the broker's disk is full ({what}); retry once space is freed"),
+    )
 }
+
+/// Whether an error, or one of its causes, is an I/O error of kind StorageFull (ENOSPC).
+pub fn is_enospc(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err
+            .downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::StorageFull)
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+#[cfg(test)]
+#[path = "disk_gate_tests.rs"]
+mod tests;

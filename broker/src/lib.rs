@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod disk_gate;
+mod disk_need;
 pub mod engine;
 pub mod group;
 mod log_backing;

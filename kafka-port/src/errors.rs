@@ -17,19 +17,21 @@ pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
 pub const UNSUPPORTED_VERSION: i16 = 35;
 pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
 pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+/// Retriable: the broker's disk is full (or failed); the producer retries the partition.
+pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const INVALID_RECORD: i16 = 87;
 
 /// The Kafka code for an engine refusal. Retriable conditions (the broker is busy or cannot
 /// write now) get REQUEST_TIMED_OUT, which every client retries; bad names get
-/// INVALID_TOPIC_EXCEPTION, which none does.
+/// INVALID_TOPIC_EXCEPTION, which none does; a full disk KAFKA_STORAGE_ERROR, retriable too.
 pub fn from_queen(e: &QueenError) -> i16 {
     match e.code {
         ErrorCode::NotFound => UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode::BadName | ErrorCode::BadRequest => INVALID_TOPIC_EXCEPTION,
         ErrorCode::PayloadTooLarge => MESSAGE_TOO_LARGE,
-        ErrorCode::Unavailable | ErrorCode::RequestTimeout | ErrorCode::StorageFull => {
-            REQUEST_TIMED_OUT
-        }
+        ErrorCode::Unavailable | ErrorCode::RequestTimeout => REQUEST_TIMED_OUT,
+        // Retriable in Kafka too: the producer retries the partition once space is freed.
+        ErrorCode::StorageFull => KAFKA_STORAGE_ERROR,
         ErrorCode::Unauthorized | ErrorCode::Forbidden => TOPIC_AUTHORIZATION_FAILED,
         ErrorCode::NoSuchRoute
         | ErrorCode::Unsupported
@@ -56,6 +58,10 @@ mod tests {
         assert_eq!(
             from_queen(&QueenError::not_found("q")),
             UNKNOWN_TOPIC_OR_PARTITION
+        );
+        assert_eq!(
+            from_queen(&QueenError::new(ErrorCode::StorageFull, "disk")),
+            KAFKA_STORAGE_ERROR
         );
     }
 }

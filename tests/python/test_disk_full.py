@@ -1,8 +1,10 @@
 """A full disk (issue 12) against the real binary, its data dir on a 64 MiB tmpfs.
 
-With the free space under `min_free_disk_bytes`, pushes are answered 507 `storage_full`
-(retriable) while reads, pops and acks of what is stored still answer; the gauge
-`queen_storage_full` shows it and the log says it. Once space is freed (a filler file in the
+A push that would leave less than `min_free_disk_bytes` is answered 507 `storage_full`
+(retriable) without making the node full; once another process takes the disk under the
+reserve, every push is answered 507 while reads, pops and acks of what is stored still answer;
+the gauge `queen_storage_full` shows it and the log says it, and both clear by themselves once
+space is freed. Once space is freed (a filler file in the
 same tmpfs is deleted) pushes are accepted again without a restart, and after a SIGKILL and a
 restart every push that was answered queued is there.
 
@@ -11,6 +13,7 @@ Mounting needs root: run as another user, the test fails saying so (it does not 
 
 import os
 import subprocess
+import time
 
 import httpx
 import pytest
@@ -56,6 +59,15 @@ def gauge(http: httpx.Client, name: str) -> float:
         if line.startswith(name + " ") or line.startswith(name + "{"):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"{name} not exported")
+
+
+def wait_for_gauge(http: httpx.Client, value: float) -> None:
+    """The free space is read every 100 ms: waits until `queen_storage_full` shows `value`."""
+    for _ in range(300):
+        if gauge(http, "queen_storage_full") == value:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"queen_storage_full never became {value}")
 
 
 def push_one(http: httpx.Client, n: int) -> httpx.Response:
@@ -110,8 +122,16 @@ def test_a_full_disk_refuses_pushes_serves_reads_and_resumes(disk, broker_factor
         assert refused.json()["code"] == "storage_full", refused.text
         assert refused.headers.get("retry-after"), "a retriable refusal says when to retry"
         assert acked, "the headroom took no push at all"
-        assert gauge(http, "queen_storage_full") == 1.0
+        # The gate kept the reserve whole: the refused pushes did not make the node full.
+        assert gauge(http, "queen_storage_full") == 0.0
+
+        # Another process takes what is left: the disk itself is under the reserve now.
+        fill_until(disk, disk / "filler2", RESERVE // 2)
+        wait_for_gauge(http, 1.0)
         assert "free-space reserve" in broker.log_text()
+        res = push_one(http, MAX_PUSHES + 1000)
+        assert res.status_code == 507, f"HTTP {res.status_code}: {res.text[:300]}"
+        assert "disk is full" in res.json()["error"], res.text
 
         # Reads and consumption of what is stored go on.
         res = http.get("/api/v1/resources/queues")
@@ -127,7 +147,10 @@ def test_a_full_disk_refuses_pushes_serves_reads_and_resumes(disk, broker_factor
         assert res.status_code == 507, f"HTTP {res.status_code}: {res.text[:300]}"
 
         filler.unlink()
-        # The gate looks again at most every 100 ms; a push is retried until it is taken.
+        (disk / "filler2").unlink()
+        # Full clears by itself once a reading shows space: no write has to come first.
+        wait_for_gauge(http, 0.0)
+        assert "disk has space again" in broker.log_text()
         for attempt in range(200):
             res = push_one(http, MAX_PUSHES + 1 + attempt)
             if res.status_code != 507:
@@ -136,7 +159,6 @@ def test_a_full_disk_refuses_pushes_serves_reads_and_resumes(disk, broker_factor
         else:
             pytest.fail("pushes still refused after the disk was freed")
         assert gauge(http, "queen_storage_full") == 0.0
-        assert "disk has space again" in broker.log_text()
 
     broker.kill()
     broker.start()
@@ -144,6 +166,36 @@ def test_a_full_disk_refuses_pushes_serves_reads_and_resumes(disk, broker_factor
         found = {m["transactionId"] for m in queen_api.drain(http, broker.url, QUEUE, "audit")}
     missing = acked - found
     assert not missing, f"{len(missing)} acknowledged pushes lost, e.g. {sorted(missing)[:5]}"
+
+
+def test_one_push_that_does_not_fit_is_refused_without_making_the_node_full(
+    disk, broker_factory
+):
+    broker = broker_factory(
+        "big",
+        env={
+            "QUEEN_MIN_FREE_DISK_BYTES": str(RESERVE),
+            "QUEEN_SEGMENT_BYTES": str(4 << 20),
+        },
+    )
+    broker.data_dir = disk / "data"
+    broker.start()
+    fill_until(disk, disk / "filler", RESERVE + HEADROOM)
+    # One push of more than the headroom.
+    big = [
+        queen_api.item(QUEUE, PARTITION, f"big-{i}", {"pad": "x" * (1 << 20)})
+        for i in range((HEADROOM >> 20) + 2)
+    ]
+    with httpx.Client(base_url=broker.url, timeout=30.0) as http:
+        # The free space is read every 100 ms: wait until the gate has seen the filler.
+        time.sleep(1.0)
+        res = http.post("/api/v1/push", json={"items": big})
+        assert res.status_code == 507, f"HTTP {res.status_code}: {res.text[:300]}"
+        assert res.json()["code"] == "storage_full", res.text
+        assert "does not fit" in res.json()["error"], res.text
+        assert gauge(http, "queen_storage_full") == 0.0, "one request is not a full disk"
+        # A push that fits is taken at once.
+        accepted_txns(push_one(http, 0))
 
 
 def test_the_reserve_is_bounded(broker_factory, tmp_path):

@@ -157,11 +157,13 @@ pub struct Engine {
     checkpointed_index: Option<u64>,
     /// The checkpoint being written to the state store, if any.
     saving: Option<tokio::task::JoinHandle<SaveResult>>,
+    /// A checkpoint write failed: the state store must be reopened (`finish_save`).
+    store_failed: Option<String>,
     memory: Option<crate::memory::Accountant>,
 }
 
-/// (applied index, bytes, seconds) of a written checkpoint.
-type SaveResult = Result<(u64, usize, f64), String>;
+/// A checkpoint written (index, bytes, seconds), skipped for want of space (None), or failed.
+type SaveResult = Result<Option<(u64, usize, f64)>, String>;
 
 /// Long-poll answers leave this much before the client's deadline.
 const REPLY_MARGIN: Duration = Duration::from_millis(50);
@@ -213,6 +215,7 @@ impl Engine {
             last_checkpoint: Instant::now(),
             checkpointed_index,
             saving: None,
+            store_failed: None,
             memory,
         }
     }
@@ -271,8 +274,16 @@ impl Engine {
             });
             self.cycle(jobs, ticked).await?;
             self.refresh_sample();
+            if self.saving.as_ref().is_some_and(|h| h.is_finished()) {
+                if let Some(h) = self.saving.take() {
+                    self.finish_save(h.await);
+                }
+            }
             if self.last_checkpoint.elapsed() >= self.cfg.checkpoint_interval {
                 self.checkpoint(false).await;
+            }
+            if let Some(e) = self.store_failed.take() {
+                return Err(format!("writing a checkpoint failed: {e}"));
             }
         }
         self.waiters.answer_all_empty();
@@ -323,7 +334,13 @@ impl Engine {
             let mut planned = 0usize;
             while let Some(job) = jobs.next() {
                 // Before planning: a write the log could not take must not touch the state.
-                if let Some(Err(e)) = self.cfg.disk.as_ref().map(|d| d.admit(&job.cmd)) {
+                let planned_bytes = planner.cycle.entry.len() as u64;
+                if let Some(Err(e)) = self
+                    .cfg
+                    .disk
+                    .as_ref()
+                    .map(|d| d.admit(&job.cmd, planned_bytes))
+                {
                     replies.push((job.reply, Err(e)));
                     continue;
                 }
@@ -400,6 +417,9 @@ impl Engine {
             let _copies = self.cfg.memory.clone().map(|m| {
                 crate::memory::Transient::new(m, entry.capacity().saturating_add(cached.len()))
             });
+            // Counted against the free space while it is written, and until the next
+            // reading of the file system has it.
+            let _writing = self.cfg.disk.as_ref().map(|d| d.begin_write(size as u64));
             match self.log.propose(entry).await {
                 Ok((index, _term)) => {
                     self.shared.lock().commit_pending_runs(&appended, index);
@@ -414,15 +434,19 @@ impl Engine {
                 }
                 Err(e) => {
                     tracing::error!(cycle = number, error = %e, "proposing a cycle failed: memory is ahead of the log; the group is rebuilt from checkpoint and log");
-                    // The disk filled between the gate's look and the write (another process):
-                    // say so, the client waits for space rather than for the rebuild alone.
-                    let full = self.cfg.disk.as_ref().is_some_and(|d| d.full_now());
+                    // The disk filled between the gate's look and the write (another process,
+                    // or a gate turned off): say so, the client waits for space rather than
+                    // for the rebuild alone. Any other failure (EIO, a failed fsync) is not
+                    // retried here: the group is rebuilt from what the log synced.
+                    let full = log_error_is_enospc(&e);
+                    if full {
+                        if let Some(d) = &self.cfg.disk {
+                            d.ran_out();
+                        }
+                    }
                     for (reply, _) in replies {
                         let _ = reply.send(Err(if full {
-                            QueenError::new(
-                                queenmq_protocol::ErrorCode::StorageFull,
-                                "the broker's disk is full; retry once space is freed",
-                            )
+                            crate::disk_gate::storage_full("a log append found no space")
                         } else {
                             QueenError::unavailable(
                                 "the broker's log failed; this queue group is being rebuilt, retry",
@@ -453,14 +477,6 @@ impl Engine {
             self.finish_save(h.await);
         }
         self.last_checkpoint = Instant::now();
-        // A checkpoint needs room in the state store, and a write that fails there poisons
-        // the store until it is reopened; the log holds everything meanwhile, so the
-        // checkpoint waits for space (the next interval looks again). The last one at
-        // shutdown is tried anyway: it only shortens the next start's replay.
-        if !last && self.cfg.disk.as_ref().is_some_and(|d| d.is_full()) {
-            tracing::debug!("checkpoint put off: the disk is under its free-space reserve");
-            return;
-        }
         let encoding = Instant::now();
         let (pending, applied) = {
             let st = self.shared.lock();
@@ -478,16 +494,25 @@ impl Engine {
             ))
         });
         let store = self.store.clone();
+        let disk = self.cfg.disk.clone();
         let started = Instant::now();
         let save = tokio::task::spawn_blocking(move || {
             // The transaction-id rows are encoded here, off the engine (shared frozen blocks),
             // straight into the store's chunks: the checkpoint is never held whole.
             let size = pending.encoded_len();
+            // A write that fails in the state store latches redb's I/O error for every later
+            // write there, the Raft metadata's included: so a checkpoint that would eat into
+            // the reserve is not tried (at shutdown too: the next start needs that space).
+            // The log holds everything; the next start replays more.
+            if disk.is_some_and(|d| !d.checkpoint_fits(size as u64)) {
+                drop(held);
+                return Ok(None);
+            }
             let saved = store
                 .save_checkpoint_streamed(applied.0, applied.1, |sink| {
                     pending.emit(|piece| sink.write(piece))
                 })
-                .map(|()| (applied.0, size, started.elapsed().as_secs_f64()))
+                .map(|()| Some((applied.0, size, started.elapsed().as_secs_f64())))
                 .map_err(|e| e.to_string());
             crate::memory::give_back_freed();
             drop(held);
@@ -511,7 +536,8 @@ impl Engine {
 
     fn finish_save(&mut self, res: Result<SaveResult, tokio::task::JoinError>) {
         match res {
-            Ok(Ok((index, size, secs))) => {
+            Ok(Ok(None)) => {}
+            Ok(Ok(Some((index, size, secs)))) => {
                 self.checkpointed_index = Some(index);
                 let tenant = self.cfg.tenant.to_string();
                 metrics::histogram!("queen_checkpoint_seconds", "tenant" => tenant.clone())
@@ -520,10 +546,22 @@ impl Engine {
                 tracing::debug!(index, bytes = size, "checkpoint written");
             }
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "checkpoint failed; the log still holds everything")
+                // redb latches a failed write (PreviousIo) until the store is reopened, and
+                // the Raft metadata shares the store: the group is failed on purpose, so the
+                // supervisor rebuilds it on a reopened store from checkpoint and log.
+                tracing::error!(error = %e, "checkpoint failed; the group is rebuilt on a reopened state store (the log holds everything)");
+                self.store_failed = Some(e);
             }
             Err(e) => tracing::warn!(error = %e, "checkpoint task failed"),
         }
+    }
+}
+
+/// Whether a failed proposal met a full disk (ENOSPC) rather than a failed one.
+fn log_error_is_enospc(e: &crate::engine::log::LogError) -> bool {
+    match e {
+        crate::engine::log::LogError::Propose(cause)
+        | crate::engine::log::LogError::Read(cause) => crate::disk_gate::is_enospc(cause.as_ref()),
     }
 }
 
