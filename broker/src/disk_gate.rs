@@ -184,10 +184,7 @@ impl DiskGate {
         if available == UNKNOWN {
             return Ok(());
         }
-        let left = available
-            .saturating_sub(self.in_flight.load(Ordering::SeqCst))
-            .saturating_sub(self.since_reading.load(Ordering::SeqCst))
-            .saturating_sub(planned);
+        let left = self.left(available, planned);
         let refusal = match need {
             Need::Data(_) if self.full.load(Ordering::SeqCst) => Some(format!(
                 "the broker's disk is full: about {left} bytes free, {} are kept in reserve \
@@ -214,6 +211,31 @@ impl DiskGate {
             }
             None => Ok(()),
         }
+    }
+
+    /// The bytes of a reading not yet spoken for: minus what is being written, what was
+    /// written since the reading began and what this cycle has planned.
+    fn left(&self, available: u64, planned: u64) -> u64 {
+        available
+            .saturating_sub(self.in_flight.load(Ordering::SeqCst))
+            .saturating_sub(self.since_reading.load(Ordering::SeqCst))
+            .saturating_sub(planned)
+    }
+
+    /// How many bytes of data a cycle whose entry holds `planned` bytes may still add without
+    /// eating into the reserve: none while the node is full, unbounded while the free space is
+    /// unknown. For writes the engine makes on its own (due timers): they are not refused,
+    /// they wait for a cycle with room, so a full disk does not turn them into a failed
+    /// append, a rebuild, a replay and the same timers due again.
+    pub fn data_room(&self, planned: u64) -> u64 {
+        let available = self.available.load(Ordering::SeqCst);
+        if available == UNKNOWN {
+            return u64::MAX;
+        }
+        if self.full.load(Ordering::SeqCst) {
+            return 0;
+        }
+        self.left(available, planned).saturating_sub(self.reserve)
     }
 
     /// Counts an entry of `bytes` handed to the log until the guard is dropped.

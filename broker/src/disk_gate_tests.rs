@@ -286,3 +286,23 @@ fn need_counts_what_every_data_writer_keeps() {
         Need::Bookkeeping
     );
 }
+
+#[test]
+fn the_room_for_due_timers_is_what_the_reserve_leaves_and_none_while_full() {
+    let fake = Fake::default();
+    fake.set(10_000);
+    let g = gate(&fake, 8_000);
+    assert_eq!(g.data_room(0), 2_000);
+    assert_eq!(g.data_room(500), 1_500);
+    let writing = g.begin_write(1_000);
+    assert_eq!(g.data_room(0), 1_000);
+    drop(writing);
+    assert_eq!(g.data_room(3_000), 0);
+    fake.set(7_000);
+    g.refresh();
+    assert!(g.is_full());
+    assert_eq!(g.data_room(0), 0, "nothing fires on a full disk");
+    fake.set(u64::MAX);
+    g.refresh();
+    assert_eq!(g.data_room(0), u64::MAX, "an unknown disk is not gated");
+}

@@ -204,3 +204,37 @@ def test_the_reserve_is_bounded(broker_factory, tmp_path):
     broker._spawn()
     assert broker.proc.wait(timeout=30) != 0
     assert "min_free_disk_bytes" in broker.log_text()
+
+
+def test_due_timers_wait_on_a_full_disk_and_fire_once_it_has_space(disk, broker_factory):
+    broker = broker_factory("timers", env={"QUEEN_MIN_FREE_DISK_BYTES": str(RESERVE)})
+    broker.data_dir = disk / "data"
+    broker.start()
+    with httpx.Client(base_url=broker.url, timeout=30.0) as http:
+        body = {
+            "op": "schedule",
+            "queue": "disk-timers",
+            "timerKey": "k",
+            "payload": "eyJ2IjoxfQ==",
+            "delayMs": 1500,
+            "txn": "disk-timer-txn",
+        }
+        res = http.post("/api/v1/timers", json={"operations": [body]})
+        assert res.status_code == 200, res.text
+        filler = disk / "filler"
+        fill_until(disk, filler, RESERVE // 2)
+        wait_for_gauge(http, 1.0)
+        # Past the timer's due time: on a full disk it stays due instead of writing.
+        time.sleep(3.0)
+        peek = http.get("/api/v1/timers/disk-timers/k").json()
+        assert peek["found"], "a due timer fired into the reserve of a full disk"
+        filler.unlink()
+        wait_for_gauge(http, 0.0)
+        for _ in range(300):
+            if not http.get("/api/v1/timers/disk-timers/k").json()["found"]:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the timer never fired once the disk had space")
+        (msg,) = queen_api.drain(http, broker.url, "disk-timers", "audit")
+        assert msg["transactionId"] == "disk-timer-txn"

@@ -310,11 +310,22 @@ impl Engine {
                     .map(|m| m as &dyn plan::MemoryGate),
                 tenant: &self.cfg.tenant,
             };
-            planner.fire_timers(
-                TIMERS_FIRED_PER_CYCLE,
-                self.limits.cycle_bytes,
-                self.limits.max_entry_bytes,
-            );
+            // Due timers write data the gate never saw as a request: they fire only into the
+            // room the gate leaves above the reserve, and otherwise stay due (no write at all).
+            let (cycle_bytes, max_entry_bytes) = match &self.cfg.disk {
+                Some(d) => {
+                    let planned = planner.cycle.entry.len();
+                    let room = usize::try_from(d.data_room(planned as u64))
+                        .unwrap_or(usize::MAX)
+                        .saturating_add(planned);
+                    (
+                        self.limits.cycle_bytes.min(room),
+                        self.limits.max_entry_bytes.min(room),
+                    )
+                }
+                None => (self.limits.cycle_bytes, self.limits.max_entry_bytes),
+            };
+            planner.fire_timers(TIMERS_FIRED_PER_CYCLE, cycle_bytes, max_entry_bytes);
             let woken = std::mem::take(&mut self.woken);
             let due = self.waiters.take_due(&woken, ticked, now, planner.st);
             for w in due {
