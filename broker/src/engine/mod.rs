@@ -293,7 +293,10 @@ impl Engine {
 
     async fn cycle(&mut self, jobs: Vec<Job>, ticked: bool) -> Result<(), String> {
         let started = Instant::now();
-        let mut replies: Vec<(Reply, Result<Outcome, QueenError>)> = Vec::with_capacity(jobs.len());
+        // Each reply with whether its command writes: a cycle whose append fails answers a write
+        // 507/503, a read 503 (its answer saw state the log never got), a refusal as decided.
+        let mut replies: Vec<(Reply, Result<Outcome, QueenError>, bool)> =
+            Vec::with_capacity(jobs.len());
         let (entry, appended, number) = {
             let mut st = self.shared.lock();
             let mut cycle = Cycle::next(&st, self.cfg.clock.now_us());
@@ -330,11 +333,16 @@ impl Engine {
             let due = self.waiters.take_due(&woken, ticked, now, planner.st);
             for w in due {
                 let (deadline, slot) = (w.deadline, w.slot);
+                let writes = writes(&w.job.cmd);
                 match plan_job(&mut planner, w.job) {
-                    Planned::Reply(reply, out) => replies.push((reply, out)),
+                    Planned::Reply(reply, out) => replies.push((reply, out, writes)),
                     Planned::Park(job) => {
                         if Instant::now() + REPLY_MARGIN >= deadline {
-                            replies.push((job.reply, Ok(Outcome::Popped(Default::default()))));
+                            replies.push((
+                                job.reply,
+                                Ok(Outcome::Popped(Default::default())),
+                                writes,
+                            ));
                         } else {
                             self.waiters.park_holding(job, deadline, slot);
                         }
@@ -344,6 +352,16 @@ impl Engine {
             let mut jobs = jobs.into_iter();
             let mut planned = 0usize;
             while let Some(job) = jobs.next() {
+                // The limits first: a request too big or not allowed is refused for good,
+                // never with a retriable 507 that would have it retried for ever.
+                let producer = job.ctx.principal.as_deref();
+                let bound = match self.limits.admit(planner.st, &job.cmd, producer) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        replies.push((job.reply, Err(e), false));
+                        continue;
+                    }
+                };
                 // Before planning: a write the log could not take must not touch the state.
                 let planned_bytes = planner.cycle.entry.len() as u64;
                 if let Some(Err(e)) = self
@@ -352,17 +370,9 @@ impl Engine {
                     .as_ref()
                     .map(|d| d.admit(&job.cmd, planned_bytes))
                 {
-                    replies.push((job.reply, Err(e)));
+                    replies.push((job.reply, Err(e), false));
                     continue;
                 }
-                let producer = job.ctx.principal.as_deref();
-                let bound = match self.limits.admit(planner.st, &job.cmd, producer) {
-                    Ok(b) => b,
-                    Err(e) => {
-                        replies.push((job.reply, Err(e)));
-                        continue;
-                    }
-                };
                 let after = planner.cycle.entry.len().saturating_add(bound);
                 // The first job of a cycle is taken whatever the cycle cap (re-planned waiters
                 // may have written first: a big push must not wait behind them for ever), as
@@ -380,8 +390,9 @@ impl Engine {
                     break;
                 }
                 planned += 1;
+                let writes = writes(&job.cmd);
                 match plan_job(&mut planner, job) {
-                    Planned::Reply(reply, out) => replies.push((reply, out)),
+                    Planned::Reply(reply, out) => replies.push((reply, out, writes)),
                     Planned::Park(job) => {
                         let now = Instant::now();
                         let deadline = match &job.cmd {
@@ -455,20 +466,14 @@ impl Engine {
                             d.ran_out();
                         }
                     }
-                    for (reply, _) in replies {
-                        let _ = reply.send(Err(if full {
-                            crate::disk_gate::storage_full("a log append found no space")
-                        } else {
-                            QueenError::unavailable(
-                                "the broker's log failed; this queue group is being rebuilt, retry",
-                            )
-                        }));
+                    for (reply, out, writes) in replies {
+                        let _ = reply.send(failed_cycle_reply(out, writes, full));
                     }
                     return Err(format!("proposing cycle {number} failed: {e}"));
                 }
             }
         }
-        for (reply, out) in replies {
+        for (reply, out, _) in replies {
             let _ = reply.send(out);
         }
         self.waiters.expire(REPLY_MARGIN);
@@ -565,6 +570,30 @@ impl Engine {
             }
             Err(e) => tracing::warn!(error = %e, "checkpoint task failed"),
         }
+    }
+}
+
+/// Whether a command writes to the log when it succeeds.
+fn writes(cmd: &Command) -> bool {
+    crate::disk_gate::need(cmd) != crate::disk_gate::Need::Nothing
+}
+
+/// The answer to a job of a cycle whose append failed: a refusal stays what was decided
+/// (nothing of it was to be written); a write was not made, 507 when the disk ran out (the
+/// client waits for space), 503 otherwise; a read saw state the log never got, 503.
+fn failed_cycle_reply(
+    out: Result<Outcome, QueenError>,
+    writes: bool,
+    full: bool,
+) -> Result<Outcome, QueenError> {
+    match out {
+        Err(e) => Err(e),
+        Ok(_) if writes && full => Err(crate::disk_gate::storage_full(
+            "a log append found no space",
+        )),
+        Ok(_) => Err(QueenError::unavailable(
+            "the broker's log failed; this queue group is being rebuilt, retry",
+        )),
     }
 }
 
