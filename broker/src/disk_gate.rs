@@ -69,6 +69,8 @@ pub struct DiskGate {
     full: AtomicBool,
     /// Whether the last reading failed: the warning is logged once per failing stretch.
     blind: AtomicBool,
+    /// One reading at a time: two concurrent ones could store the older answer last.
+    reading: std::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for DiskGate {
@@ -113,6 +115,7 @@ impl DiskGate {
             since_reading: AtomicU64::new(0),
             full: AtomicBool::new(false),
             blind: AtomicBool::new(false),
+            reading: std::sync::Mutex::new(()),
         })
     }
 
@@ -138,12 +141,20 @@ impl DiskGate {
     /// Asks the file system (blocking: call it off the async tasks) and judges whether the
     /// node is full. Returns the free bytes, None when they cannot be known.
     pub fn refresh(&self) -> Option<u64> {
-        // Swapped before the question: what is written from here on may or may not be in
-        // the answer, so it stays counted (the error is on the side of refusing).
-        let before = self.since_reading.swap(0, Ordering::SeqCst);
+        // A poisoned lock only means a reading panicked; the next one is as good.
+        let _one = self
+            .reading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // What was written before the question is in the answer, but it stays counted until
+        // the answer is stored: otherwise admissions between the two would see the old
+        // reading without those bytes. What is written during the question stays counted
+        // after it (it may or may not be in the answer: the error is on the side of refusing).
+        let before = self.since_reading.load(Ordering::SeqCst);
         match self.source.available() {
             Ok(n) => {
                 self.available.store(n.min(UNKNOWN - 1), Ordering::SeqCst);
+                self.since_reading.fetch_sub(before, Ordering::SeqCst);
                 if self.blind.swap(false, Ordering::SeqCst) {
                     tracing::info!(
                         available = n,
@@ -160,8 +171,12 @@ impl DiskGate {
                 Some(n)
             }
             Err(e) => {
-                self.since_reading.fetch_add(before, Ordering::SeqCst);
                 self.available.store(UNKNOWN, Ordering::SeqCst);
+                // Nothing is gated while the free space is unknown: the node is not called
+                // full either (the gauge, the refusal of new tenants).
+                if self.full.swap(false, Ordering::SeqCst) {
+                    metrics::gauge!("queen_storage_full").set(0.0);
+                }
                 if !self.blind.swap(true, Ordering::SeqCst) {
                     tracing::warn!(error = %e, "the data directory's free space is unknown; writes are not gated until it is known again");
                 }

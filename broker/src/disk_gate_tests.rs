@@ -306,3 +306,55 @@ fn the_room_for_due_timers_is_what_the_reserve_leaves_and_none_while_full() {
     g.refresh();
     assert_eq!(g.data_room(0), u64::MAX, "an unknown disk is not gated");
 }
+
+#[test]
+fn a_full_node_whose_free_space_becomes_unknown_is_not_called_full() {
+    let fake = Fake::default();
+    fake.set(1_000);
+    let g = gate(&fake, 8_000);
+    assert!(g.is_full());
+    fake.set(u64::MAX);
+    assert!(g.refresh().is_none());
+    assert!(
+        !g.is_full(),
+        "a stale full would refuse new tenants while nothing is known"
+    );
+}
+
+/// Free bytes that, while being asked, let the test look at the gate (an admission racing
+/// the reading).
+struct Watched {
+    n: u64,
+    gate: std::sync::Mutex<Weak<DiskGate>>,
+    seen: std::sync::Mutex<Option<u64>>,
+}
+
+impl FreeSpace for Arc<Watched> {
+    fn available(&self) -> io::Result<u64> {
+        if let Some(g) = self.gate.lock().unwrap().upgrade() {
+            *self.seen.lock().unwrap() = Some(g.data_room(0));
+        }
+        Ok(self.n)
+    }
+}
+
+#[test]
+fn bytes_written_before_a_reading_stay_counted_while_it_is_taken() {
+    let watched = Arc::new(Watched {
+        n: 10_000,
+        gate: std::sync::Mutex::new(Weak::new()),
+        seen: std::sync::Mutex::new(None),
+    });
+    let g = DiskGate::new(Box::new(watched.clone()), 4_000);
+    g.refresh();
+    assert_eq!(g.data_room(0), 6_000);
+    drop(g.begin_write(5_000));
+    assert_eq!(g.data_room(0), 1_000);
+    *watched.gate.lock().unwrap() = Arc::downgrade(&g);
+    g.refresh();
+    assert_eq!(
+        *watched.seen.lock().unwrap(),
+        Some(1_000),
+        "while the file system is asked, the old reading less the bytes written since"
+    );
+}
