@@ -8,6 +8,8 @@ pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 pub const CORRUPT_MESSAGE: i16 = 2;
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 pub const LEADER_NOT_AVAILABLE: i16 = 5;
+/// Retriable: clients refresh their metadata and retry the partition.
+pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 pub const REQUEST_TIMED_OUT: i16 = 7;
 pub const MESSAGE_TOO_LARGE: i16 = 10;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
@@ -23,15 +25,24 @@ pub const INVALID_RECORD: i16 = 87;
 
 /// The Kafka code for an engine refusal. Retriable conditions (the broker is busy or cannot
 /// write now) get REQUEST_TIMED_OUT, which every client retries; bad names get
-/// INVALID_TOPIC_EXCEPTION, which none does; a full disk KAFKA_STORAGE_ERROR, retriable too.
+/// INVALID_TOPIC_EXCEPTION, which none does; a full disk NOT_LEADER_OR_FOLLOWER, retriable
+/// by every client (KAFKA_STORAGE_ERROR only where the request's version knows it:
+/// `from_queen_in`).
 pub fn from_queen(e: &QueenError) -> i16 {
+    from_queen_in(e, false)
+}
+
+/// As `from_queen`, for a request whose version knows KAFKA_STORAGE_ERROR (Produce v4+, Fetch
+/// v6+: Kafka sends it to no older one, whose clients would not retry an unknown code).
+pub fn from_queen_in(e: &QueenError, storage_error_known: bool) -> i16 {
     match e.code {
         ErrorCode::NotFound => UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode::BadName | ErrorCode::BadRequest => INVALID_TOPIC_EXCEPTION,
         ErrorCode::PayloadTooLarge => MESSAGE_TOO_LARGE,
         ErrorCode::Unavailable | ErrorCode::RequestTimeout => REQUEST_TIMED_OUT,
         // Retriable in Kafka too: the producer retries the partition once space is freed.
-        ErrorCode::StorageFull => KAFKA_STORAGE_ERROR,
+        ErrorCode::StorageFull if storage_error_known => KAFKA_STORAGE_ERROR,
+        ErrorCode::StorageFull => NOT_LEADER_OR_FOLLOWER,
         ErrorCode::Unauthorized | ErrorCode::Forbidden => TOPIC_AUTHORIZATION_FAILED,
         ErrorCode::NoSuchRoute
         | ErrorCode::Unsupported
@@ -59,9 +70,12 @@ mod tests {
             from_queen(&QueenError::not_found("q")),
             UNKNOWN_TOPIC_OR_PARTITION
         );
+        let full = QueenError::new(ErrorCode::StorageFull, "disk");
+        assert_eq!(from_queen_in(&full, true), KAFKA_STORAGE_ERROR);
         assert_eq!(
-            from_queen(&QueenError::new(ErrorCode::StorageFull, "disk")),
-            KAFKA_STORAGE_ERROR
+            from_queen(&full),
+            NOT_LEADER_OR_FOLLOWER,
+            "an older request gets a code its client knows and retries"
         );
     }
 }
