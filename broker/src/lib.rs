@@ -3,6 +3,8 @@
 //! planners, reads) is the `queenmq-engine` crate, re-exported here under its old paths.
 
 pub mod config;
+pub mod disk_gate;
+mod disk_need;
 pub mod engine;
 pub mod group;
 mod log_backing;

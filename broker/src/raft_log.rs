@@ -9,7 +9,16 @@ pub struct RaftLog(pub RaftNode);
 impl ReplicatedLog for RaftLog {
     fn propose(&self, payload: Vec<u8>) -> ProposeFuture {
         let node = self.0.clone();
-        Box::pin(async move { node.propose(payload).await.map_err(LogError::propose) })
+        Box::pin(async move {
+            node.propose(payload).await.map_err(|e| match e {
+                // The engine cannot name the Raft crate's errors: the kind travels as the
+                // std one, which `disk_gate::is_enospc` finds.
+                queenmq_raft::RaftError::StorageFull(text) => {
+                    LogError::propose(std::io::Error::new(std::io::ErrorKind::StorageFull, text))
+                }
+                e => LogError::propose(e),
+            })
+        })
     }
 
     fn read(&self, index: u64) -> Result<Option<Vec<u8>>, LogError> {

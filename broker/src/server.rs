@@ -42,6 +42,20 @@ pub fn lock_data_dir(dir: &Path) -> anyhow::Result<DirLock> {
     }
 }
 
+/// The node's free-space gate and its reading thread; None when `min_free_disk_bytes` is 0.
+fn disk_gate(cfg: &Config) -> anyhow::Result<Option<Arc<crate::disk_gate::DiskGate>>> {
+    use crate::disk_gate::{DiskGate, StatVfs, REFRESH};
+    if cfg.min_free_disk_bytes == 0 {
+        return Ok(None);
+    }
+    let gate = DiskGate::new(
+        Box::new(StatVfs(cfg.data_dir.clone())),
+        cfg.min_free_disk_bytes,
+    );
+    DiskGate::spawn_refresher(&gate, REFRESH).context("starting the free-space reader thread")?;
+    Ok(Some(gate))
+}
+
 pub async fn serve(
     cfg: Config,
     prometheus: crate::engine::bus_prometheus::Render,
@@ -81,6 +95,7 @@ pub async fn serve(
         max_new_partitions: usize::try_from(cfg.max_new_partitions_per_request)
             .unwrap_or(usize::MAX),
         long_polls: crate::engine::LongPollSlots::new(door_caps.long_polls),
+        disk: disk_gate(&cfg)?,
         ..EngineConfig::default()
     };
     // A default group that fails to start stops the process with its reason: the operator

@@ -8,6 +8,8 @@ pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 pub const CORRUPT_MESSAGE: i16 = 2;
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 pub const LEADER_NOT_AVAILABLE: i16 = 5;
+/// Retriable: clients refresh their metadata and retry the partition.
+pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 pub const REQUEST_TIMED_OUT: i16 = 7;
 pub const MESSAGE_TOO_LARGE: i16 = 10;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
@@ -17,6 +19,8 @@ pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
 pub const UNSUPPORTED_VERSION: i16 = 35;
 pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
 pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+/// Retriable: the broker's disk is full (or failed); the producer retries the partition.
+pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const INVALID_RECORD: i16 = 87;
 // Consumer groups (group/).
 pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
@@ -35,13 +39,24 @@ pub const FENCED_INSTANCE_ID: i16 = 82;
 
 /// The Kafka code for an engine refusal. Retriable conditions (the broker is busy or cannot
 /// write now) get REQUEST_TIMED_OUT, which every client retries; bad names get
-/// INVALID_TOPIC_EXCEPTION, which none does.
+/// INVALID_TOPIC_EXCEPTION, which none does; a full disk NOT_LEADER_OR_FOLLOWER, retriable
+/// by every client (KAFKA_STORAGE_ERROR only where the request's version knows it:
+/// `from_queen_in`).
 pub fn from_queen(e: &QueenError) -> i16 {
+    from_queen_in(e, false)
+}
+
+/// As `from_queen`, for a request whose version knows KAFKA_STORAGE_ERROR (Produce v4+, Fetch
+/// v6+: Kafka sends it to no older one, whose clients would not retry an unknown code).
+pub fn from_queen_in(e: &QueenError, storage_error_known: bool) -> i16 {
     match e.code {
         ErrorCode::NotFound => UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode::BadName | ErrorCode::BadRequest => INVALID_TOPIC_EXCEPTION,
         ErrorCode::PayloadTooLarge => MESSAGE_TOO_LARGE,
         ErrorCode::Unavailable | ErrorCode::RequestTimeout => REQUEST_TIMED_OUT,
+        // Retriable in Kafka too: the producer retries the partition once space is freed.
+        ErrorCode::StorageFull if storage_error_known => KAFKA_STORAGE_ERROR,
+        ErrorCode::StorageFull => NOT_LEADER_OR_FOLLOWER,
         ErrorCode::Unauthorized | ErrorCode::Forbidden => TOPIC_AUTHORIZATION_FAILED,
         ErrorCode::NoSuchRoute
         | ErrorCode::Unsupported
@@ -68,6 +83,13 @@ mod tests {
         assert_eq!(
             from_queen(&QueenError::not_found("q")),
             UNKNOWN_TOPIC_OR_PARTITION
+        );
+        let full = QueenError::new(ErrorCode::StorageFull, "disk");
+        assert_eq!(from_queen_in(&full, true), KAFKA_STORAGE_ERROR);
+        assert_eq!(
+            from_queen(&full),
+            NOT_LEADER_OR_FOLLOWER,
+            "an older request gets a code its client knows and retries"
         );
     }
 }

@@ -281,7 +281,8 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
                     Some(e) => Ok(e),
                     None => Err(errors::UNKNOWN_SERVER_ERROR),
                 },
-                (Some(Ok(_)), Err(e)) => Err(errors::from_queen(e)),
+                // KAFKA_STORAGE_ERROR from Fetch v6 on, as Kafka.
+                (Some(Ok(_)), Err(e)) => Err(errors::from_queen_in(e, version >= 6)),
                 (Some(Err(code)), _) => Err(code),
                 (None, _) => Err(errors::UNKNOWN_SERVER_ERROR),
             };

@@ -142,9 +142,13 @@ pub fn plan_partition(
 
 /// A pushed partition's answer from its items' results: the first record's offset, or the
 /// first refusal among them.
-pub fn settle(results: &[PushResult]) -> (i16, i64, Option<String>) {
+pub fn settle(results: &[PushResult], storage_error_known: bool) -> (i16, i64, Option<String>) {
     if let Some(e) = results.iter().find_map(|r| r.error.as_ref()) {
-        return (errors::from_queen(e), -1, Some(e.message.clone()));
+        return (
+            errors::from_queen_in(e, storage_error_known),
+            -1,
+            Some(e.message.clone()),
+        );
     }
     match results.first() {
         Some(r) => (
@@ -235,7 +239,7 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
         .map(|(topic, fates)| {
             let parts = fates
                 .into_iter()
-                .map(|(index, fate)| partition_response(index, fate, &pushed))
+                .map(|(index, fate)| partition_response(version, index, fate, &pushed))
                 .collect();
             TopicProduceResponse::default()
                 .with_name(TopicName(StrBytes::from_string(topic)))
@@ -248,16 +252,26 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     )
 }
 
+/// Produce answers KAFKA_STORAGE_ERROR from version 4 on.
+fn storage_error_known(version: i16) -> bool {
+    version >= 4
+}
+
 fn partition_response(
+    version: i16,
     index: i32,
     fate: Fate,
     pushed: &Result<Vec<PushResult>, QueenError>,
 ) -> PartitionProduceResponse {
     let (code, offset, message) = match (fate, pushed) {
         (Fate::Refused(code, msg), _) => (code, -1, Some(msg)),
-        (Fate::Pushed { .. }, Err(e)) => (errors::from_queen(e), -1, Some(e.message.clone())),
+        (Fate::Pushed { .. }, Err(e)) => (
+            errors::from_queen_in(e, storage_error_known(version)),
+            -1,
+            Some(e.message.clone()),
+        ),
         (Fate::Pushed { start, end }, Ok(results)) => match results.get(start..end) {
-            Some(rs) => settle(rs),
+            Some(rs) => settle(rs, storage_error_known(version)),
             None => (
                 errors::UNKNOWN_SERVER_ERROR,
                 -1,
@@ -369,12 +383,31 @@ mod tests {
 
     #[test]
     fn the_base_offset_is_the_first_records_offset() {
-        assert_eq!(settle(&[result(41, None), result(42, None)]), (0, 41, None));
-        let (code, offset, _) = settle(&[
-            result(1, None),
-            result(0, Some(QueenError::unavailable("busy"))),
-        ]);
+        assert_eq!(
+            settle(&[result(41, None), result(42, None)], true),
+            (0, 41, None)
+        );
+        let (code, offset, _) = settle(
+            &[
+                result(1, None),
+                result(0, Some(QueenError::unavailable("busy"))),
+            ],
+            true,
+        );
         assert_eq!((code, offset), (errors::REQUEST_TIMED_OUT, -1));
+        let full = || {
+            let e = QueenError::new(queenmq_protocol::ErrorCode::StorageFull, "disk");
+            result(0, Some(e))
+        };
+        assert_eq!(
+            settle(&[full()], storage_error_known(4)).0,
+            errors::KAFKA_STORAGE_ERROR
+        );
+        assert_eq!(
+            settle(&[full()], storage_error_known(3)).0,
+            errors::NOT_LEADER_OR_FOLLOWER,
+            "Produce v3 does not know KAFKA_STORAGE_ERROR"
+        );
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::TransactionRolledBack => StatusCode::OK,
         ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
         ErrorCode::Conflict => StatusCode::CONFLICT,
+        ErrorCode::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
     }
 }
 
@@ -66,7 +67,8 @@ impl IntoResponse for ApiError {
                 axum::http::HeaderValue::from_static("close"),
             );
         }
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        // Both clear by themselves (a rebuild, freed space): tell the client when to retry.
+        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::INSUFFICIENT_STORAGE {
             resp.headers_mut()
                 .insert("retry-after", axum::http::HeaderValue::from_static("1"));
         }

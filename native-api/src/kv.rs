@@ -74,12 +74,18 @@ impl From<ApiError> for KvApiError {
             ErrorCode::Unavailable => "kv_unavailable",
             ErrorCode::BadRequest | ErrorCode::BadName => "kv_bad_request",
             ErrorCode::PayloadTooLarge => "kv_too_large",
+            ErrorCode::StorageFull => "kv_storage_full",
             _ => e.code.as_str(),
         };
         KvApiError {
             status,
             error,
-            reason: error,
+            // The reason names the condition, as the other families' 507 do.
+            reason: if e.code == ErrorCode::StorageFull {
+                e.code.as_str()
+            } else {
+                error
+            },
             detail: e.message,
         }
     }
@@ -90,7 +96,10 @@ impl IntoResponse for KvApiError {
         let body = json!({"error": self.error, "code": self.error, "reason": self.reason,
             "detail": self.detail});
         let mut resp = (self.status, Json(body)).into_response();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        // Both are retriable: a full disk frees itself once space is freed (507).
+        if self.status == StatusCode::SERVICE_UNAVAILABLE
+            || self.status == StatusCode::INSUFFICIENT_STORAGE
+        {
             resp.headers_mut()
                 .insert("retry-after", HeaderValue::from_static("1"));
         }

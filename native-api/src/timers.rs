@@ -113,7 +113,10 @@ impl IntoResponse for TimerError {
             "detail": self.detail,
         });
         let mut resp = (self.status, Json(body)).into_response();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        // Both are retriable: a full disk frees itself once space is freed (507).
+        if self.status == StatusCode::SERVICE_UNAVAILABLE
+            || self.status == StatusCode::INSUFFICIENT_STORAGE
+        {
             resp.headers_mut()
                 .insert("retry-after", HeaderValue::from_static("1"));
         }

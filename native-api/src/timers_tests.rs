@@ -70,3 +70,20 @@ fn a_zstd_payload_keeps_only_its_length_and_a_bomb_is_refused() {
     let e = super::decode_payload(&b64(&bomb), true).err();
     assert_eq!(e.map(|e| e.reason), Some("timers_payload_too_large"));
 }
+
+#[test]
+fn a_full_disk_is_507_with_retry_after_in_the_timer_and_kv_shapes() {
+    use axum::response::IntoResponse;
+    use queenmq_protocol::{ErrorCode, QueenError};
+    let full = || QueenError::new(ErrorCode::StorageFull, "disk");
+    let timers = super::TimerError::from(full());
+    assert_eq!(timers.reason, "storage_full");
+    let resp = timers.into_response();
+    assert_eq!(resp.status(), axum::http::StatusCode::INSUFFICIENT_STORAGE);
+    assert!(resp.headers().contains_key("retry-after"));
+    let kv = crate::kv::KvApiError::from(crate::error::ApiError(full()));
+    assert_eq!((kv.error, kv.reason), ("kv_storage_full", "storage_full"));
+    let resp = kv.into_response();
+    assert_eq!(resp.status(), axum::http::StatusCode::INSUFFICIENT_STORAGE);
+    assert!(resp.headers().contains_key("retry-after"));
+}

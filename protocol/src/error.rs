@@ -35,6 +35,9 @@ pub enum ErrorCode {
     /// lease, a message already committed or not delivered, a partition rewound earlier in
     /// the same call.
     Conflict = 13,
+    /// The data directory's file system is under its free-space reserve: writes that add
+    /// data are refused until space is freed (retriable; reads still answer).
+    StorageFull = 14,
 }
 
 impl ErrorCode {
@@ -54,6 +57,7 @@ impl ErrorCode {
             ErrorCode::BadName => "bad_name",
             ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Conflict => "conflict",
+            ErrorCode::StorageFull => "storage_full",
         }
     }
 }

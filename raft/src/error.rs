@@ -25,6 +25,10 @@ pub enum RaftError {
 
     #[error("the Raft node has stopped: {0}")]
     Fatal(String),
+
+    /// The node stopped because a log append met ENOSPC (a full disk, not a failed one).
+    #[error("the Raft node has stopped, its disk is full: {0}")]
+    StorageFull(String),
 }
 
 fn leader_hint(leader: &Option<u64>) -> String {

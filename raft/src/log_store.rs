@@ -20,6 +20,7 @@
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
@@ -28,7 +29,7 @@ use openraft::{AnyError, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, V
 use crate::backend::{SegmentLog, StateStore};
 use crate::committed_saver::CommittedSaver;
 use crate::entry_codec;
-use crate::log_writer::{LogWriter, Record};
+use crate::log_writer::{LogWriter, Record, WriterError};
 use crate::meta;
 use crate::types::{io_err, log_id, Entry, NodeId, OrStorageError, RaftLogId, TypeConfig};
 
@@ -45,6 +46,9 @@ struct Inner {
     committed: CommittedSaver,
     /// Mirrors meta `raft/purged`; std Mutex, never held across an await.
     purged: Mutex<Option<RaftLogId>>,
+    /// An append met ENOSPC: openraft keeps only the text of a storage error, and the node's
+    /// callers must tell a full disk (retriable once space is freed) from a failed one.
+    out_of_space: AtomicBool,
 }
 
 impl LogStore {
@@ -65,6 +69,7 @@ impl LogStore {
                 writer,
                 committed,
                 purged: Mutex::new(purged),
+                out_of_space: AtomicBool::new(false),
             }),
         })
     }
@@ -72,6 +77,11 @@ impl LogStore {
     /// The newest committed log id openraft reported (in memory; disk may lag).
     pub fn committed(&self) -> Option<RaftLogId> {
         self.inner.committed.latest()
+    }
+
+    /// Whether an append met ENOSPC since the store was opened.
+    pub fn out_of_space(&self) -> bool {
+        self.inner.out_of_space.load(Ordering::SeqCst)
     }
 
     /// Flushes and stops the writer threads; later writes fail. Blocking.
@@ -211,7 +221,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .writer
             .append(records, callback)
             .await
-            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Write, &e))
+            .map_err(|e| {
+                if is_enospc(&e) {
+                    self.inner.out_of_space.store(true, Ordering::SeqCst);
+                }
+                io_err(ErrorSubject::Logs, ErrorVerb::Write, &e)
+            })
     }
 
     async fn truncate(&mut self, log_id: RaftLogId) -> Result<(), OrStorageError> {
@@ -249,4 +264,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         Ok(())
     }
+}
+
+fn is_enospc(e: &WriterError) -> bool {
+    matches!(e, WriterError::Storage(crate::backend::StorageError::Io { source, .. })
+        if source.kind() == std::io::ErrorKind::StorageFull)
 }

@@ -171,6 +171,9 @@ impl RaftNode {
             Err(openraft::error::RaftError::APIError(ClientWriteError::ChangeMembershipError(
                 e,
             ))) => Err(RaftError::Membership(e.to_string())),
+            Err(openraft::error::RaftError::Fatal(e)) if self.inner.log_store.out_of_space() => {
+                Err(RaftError::StorageFull(e.to_string()))
+            }
             Err(openraft::error::RaftError::Fatal(e)) => Err(fatal(e)),
         }
     }

@@ -71,6 +71,16 @@ pub(crate) const KEYS: &[KeySpec] = &[
         kind: Kind::Uint { min: MIB, max: GIB },
     },
     KeySpec {
+        name: "min_free_disk_bytes",
+        env: "QUEEN_MIN_FREE_DISK_BYTES",
+        flag: None,
+        // 0 turns the gate off (a real ENOSPC still fails the group, docs/storage-format.md).
+        kind: Kind::Uint {
+            min: 0,
+            max: 1024 * GIB,
+        },
+    },
+    KeySpec {
         name: "commit_max_batch",
         env: "QUEEN_COMMIT_MAX_BATCH",
         flag: None,

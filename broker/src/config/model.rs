@@ -27,6 +27,9 @@ pub struct Config {
     pub max_body_bytes: u64,
     /// Size at which a log segment file is rolled.
     pub segment_bytes: u64,
+    /// Free bytes kept on the data directory's file system: under them, writes that add data
+    /// are refused 507 `storage_full` (retriable) until space is freed; 0 turns that off.
+    pub min_free_disk_bytes: u64,
     /// Most commands planned into one group commit.
     pub commit_max_batch: u64,
     /// Most payload bytes planned into one group commit.
@@ -105,6 +108,7 @@ impl Default for Config {
             jwt_secret: None,
             max_body_bytes: 64 * MIB,
             segment_bytes: 64 * MIB,
+            min_free_disk_bytes: 256 * MIB,
             commit_max_batch: 4_096,
             commit_max_bytes: 4 * MIB,
             entry_cache_bytes: 64 * MIB,
@@ -262,6 +266,7 @@ impl Config {
         match name {
             "max_body_bytes" => self.max_body_bytes,
             "segment_bytes" => self.segment_bytes,
+            "min_free_disk_bytes" => self.min_free_disk_bytes,
             "commit_max_batch" => self.commit_max_batch,
             "commit_max_bytes" => self.commit_max_bytes,
             "entry_cache_bytes" => self.entry_cache_bytes,

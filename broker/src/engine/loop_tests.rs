@@ -116,3 +116,86 @@ async fn a_lease_expires_when_the_injected_clock_passes_it() {
     assert_eq!(running.await.unwrap(), Ok(()), "the engine stopped cleanly");
     assert_eq!(shared.lock().applied.map(|a| a.0), Some(3));
 }
+
+/// Free bytes fixed by the test.
+struct Fixed(u64);
+
+impl crate::disk_gate::FreeSpace for Fixed {
+    fn available(&self) -> std::io::Result<u64> {
+        Ok(self.0)
+    }
+}
+
+#[tokio::test]
+async fn a_push_above_the_limits_is_refused_for_good_even_on_a_full_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(StateStore::open(&dir.path().join("state.redb")).unwrap());
+    let shared = Shared::new(State::default());
+    let log = Arc::new(InstantLog {
+        entries: Mutex::new(Vec::new()),
+        shared: shared.clone(),
+    });
+    let disk = crate::disk_gate::DiskGate::new(Box::new(Fixed(1_000)), 1 << 20);
+    disk.refresh();
+    assert!(disk.is_full());
+    let cfg = EngineConfig {
+        record_limit: 128 << 10,
+        disk: Some(disk),
+        ..EngineConfig::default()
+    };
+    let (tx, jobs) = super::job_queue(cfg.queue_depth);
+    let engine = Engine::new(shared.clone(), log, store, cfg, jobs.lock_owned().await);
+    let (stop, shutdown) = watch::channel(false);
+    let running = tokio::spawn(engine.run(shutdown));
+
+    let mut big = item("q", "p", "big");
+    big.payload = bytes::Bytes::from(vec![b'x'; 128 << 10]);
+    let err = call(&tx, Command::Push(PushReq { items: vec![big] }))
+        .await
+        .expect_err("refused");
+    assert_eq!(
+        err.code,
+        queenmq_protocol::ErrorCode::PayloadTooLarge,
+        "{}",
+        err.message
+    );
+    let err = call(
+        &tx,
+        Command::Push(PushReq {
+            items: vec![item("q", "p", "small")],
+        }),
+    )
+    .await
+    .expect_err("refused");
+    assert_eq!(
+        err.code,
+        queenmq_protocol::ErrorCode::StorageFull,
+        "{}",
+        err.message
+    );
+
+    assert!(stop.send(true).is_ok());
+    assert_eq!(running.await.unwrap(), Ok(()));
+}
+
+#[test]
+fn a_failed_cycle_keeps_refusals_and_answers_reads_503() {
+    use super::failed_cycle_reply;
+    use queenmq_protocol::ErrorCode;
+    let refusal = QueenError::new(ErrorCode::BadRequest, "decided");
+    let kept = failed_cycle_reply(Err(refusal), true, true).expect_err("kept");
+    assert_eq!(kept.code, ErrorCode::BadRequest);
+    let read = failed_cycle_reply(Ok(Outcome::Popped(Default::default())), false, true)
+        .expect_err("not answered");
+    assert_eq!(
+        read.code,
+        ErrorCode::Unavailable,
+        "a read is not a write refused 507"
+    );
+    let write = failed_cycle_reply(Ok(Outcome::Popped(Default::default())), true, true)
+        .expect_err("not made");
+    assert_eq!(write.code, ErrorCode::StorageFull);
+    let write = failed_cycle_reply(Ok(Outcome::Popped(Default::default())), true, false)
+        .expect_err("not made");
+    assert_eq!(write.code, ErrorCode::Unavailable);
+}

@@ -104,6 +104,8 @@ pub struct EngineConfig {
     /// Where the group's log lives when not in files under its directory: tests inject a
     /// backend that can fail its fsyncs (storage's `MemBackend`).
     pub log_backend: Option<LogBackend>,
+    /// The node's free-space gate; None (tests) refuses nothing.
+    pub disk: Option<Arc<crate::disk_gate::DiskGate>>,
 }
 
 /// A group's log backend, shown by name only.
@@ -134,6 +136,7 @@ impl Default for EngineConfig {
             clock: Arc::new(crate::time::SystemClock),
             tenant: Arc::from(queenmq_protocol::DEFAULT_TENANT),
             log_backend: None,
+            disk: None,
         }
     }
 }
@@ -157,14 +160,16 @@ pub struct Engine {
     checkpointed_index: Option<u64>,
     /// The checkpoint being written to the state store, if any.
     saving: Option<tokio::task::JoinHandle<SaveResult>>,
+    /// A checkpoint write failed: the state store must be reopened (`finish_save`).
+    store_failed: Option<String>,
     memory: Option<crate::memory::Accountant>,
     /// Where the running retention sweep is, and when the last one started.
     retention: plan::RetentionSweep,
     last_retention: Instant,
 }
 
-/// (applied index, bytes, seconds) of a written checkpoint.
-type SaveResult = Result<(u64, usize, f64), String>;
+/// A checkpoint written (index, bytes, seconds), skipped for want of space (None), or failed.
+type SaveResult = Result<Option<(u64, usize, f64)>, String>;
 
 /// Long-poll answers leave this much before the client's deadline.
 const REPLY_MARGIN: Duration = Duration::from_millis(50);
@@ -216,6 +221,7 @@ impl Engine {
             last_checkpoint: Instant::now(),
             checkpointed_index,
             saving: None,
+            store_failed: None,
             memory,
             retention: Default::default(),
             last_retention: Instant::now(),
@@ -276,8 +282,16 @@ impl Engine {
             });
             self.cycle(jobs, ticked).await?;
             self.refresh_sample();
+            if self.saving.as_ref().is_some_and(|h| h.is_finished()) {
+                if let Some(h) = self.saving.take() {
+                    self.finish_save(h.await);
+                }
+            }
             if self.last_checkpoint.elapsed() >= self.cfg.checkpoint_interval {
                 self.checkpoint(false).await;
+            }
+            if let Some(e) = self.store_failed.take() {
+                return Err(format!("writing a checkpoint failed: {e}"));
             }
         }
         self.waiters.answer_all_empty();
@@ -287,7 +301,10 @@ impl Engine {
 
     async fn cycle(&mut self, jobs: Vec<Job>, ticked: bool) -> Result<(), String> {
         let started = Instant::now();
-        let mut replies: Vec<(Reply, Result<Outcome, QueenError>)> = Vec::with_capacity(jobs.len());
+        // Each reply with whether its command writes: a cycle whose append fails answers a write
+        // 507/503, a read 503 (its answer saw state the log never got), a refusal as decided.
+        let mut replies: Vec<(Reply, Result<Outcome, QueenError>, bool)> =
+            Vec::with_capacity(jobs.len());
         let (entry, appended, number) = {
             let mut st = self.shared.lock();
             let mut cycle = Cycle::next(&st, self.cfg.clock.now_us());
@@ -304,20 +321,36 @@ impl Engine {
                     .map(|m| m as &dyn plan::MemoryGate),
                 tenant: &self.cfg.tenant,
             };
-            planner.fire_timers(
-                TIMERS_FIRED_PER_CYCLE,
-                self.limits.cycle_bytes,
-                self.limits.max_entry_bytes,
-            );
+            // Due timers write data the gate never saw as a request: they fire only into the
+            // room the gate leaves above the reserve, and otherwise stay due (no write at all).
+            let (cycle_bytes, max_entry_bytes) = match &self.cfg.disk {
+                Some(d) => {
+                    let planned = planner.cycle.entry.len();
+                    let room = usize::try_from(d.data_room(planned as u64))
+                        .unwrap_or(usize::MAX)
+                        .saturating_add(planned);
+                    (
+                        self.limits.cycle_bytes.min(room),
+                        self.limits.max_entry_bytes.min(room),
+                    )
+                }
+                None => (self.limits.cycle_bytes, self.limits.max_entry_bytes),
+            };
+            planner.fire_timers(TIMERS_FIRED_PER_CYCLE, cycle_bytes, max_entry_bytes);
             let woken = std::mem::take(&mut self.woken);
             let due = self.waiters.take_due(&woken, ticked, now, planner.st);
             for w in due {
                 let (deadline, slot) = (w.deadline, w.slot);
+                let writes = writes(&w.job.cmd);
                 match plan_job(&mut planner, w.job) {
-                    Planned::Reply(reply, out) => replies.push((reply, out)),
+                    Planned::Reply(reply, out) => replies.push((reply, out, writes)),
                     Planned::Park(job) => {
                         if Instant::now() + REPLY_MARGIN >= deadline {
-                            replies.push((job.reply, Ok(Outcome::Popped(Default::default()))));
+                            replies.push((
+                                job.reply,
+                                Ok(Outcome::Popped(Default::default())),
+                                writes,
+                            ));
                         } else {
                             self.waiters.park_holding(job, deadline, slot);
                         }
@@ -327,14 +360,27 @@ impl Engine {
             let mut jobs = jobs.into_iter();
             let mut planned = 0usize;
             while let Some(job) = jobs.next() {
+                // The limits first: a request too big or not allowed is refused for good,
+                // never with a retriable 507 that would have it retried for ever.
                 let producer = job.ctx.principal.as_deref();
                 let bound = match self.limits.admit(planner.st, &job.cmd, producer) {
                     Ok(b) => b,
                     Err(e) => {
-                        replies.push((job.reply, Err(e)));
+                        replies.push((job.reply, Err(e), false));
                         continue;
                     }
                 };
+                // Before planning: a write the log could not take must not touch the state.
+                let planned_bytes = planner.cycle.entry.len() as u64;
+                if let Some(Err(e)) = self
+                    .cfg
+                    .disk
+                    .as_ref()
+                    .map(|d| d.admit(&job.cmd, planned_bytes))
+                {
+                    replies.push((job.reply, Err(e), false));
+                    continue;
+                }
                 let after = planner.cycle.entry.len().saturating_add(bound);
                 // The first job of a cycle is taken whatever the cycle cap (re-planned waiters
                 // may have written first: a big push must not wait behind them for ever), as
@@ -352,8 +398,9 @@ impl Engine {
                     break;
                 }
                 planned += 1;
+                let writes = writes(&job.cmd);
                 match plan_job(&mut planner, job) {
-                    Planned::Reply(reply, out) => replies.push((reply, out)),
+                    Planned::Reply(reply, out) => replies.push((reply, out, writes)),
                     Planned::Park(job) => {
                         let now = Instant::now();
                         let deadline = match &job.cmd {
@@ -412,6 +459,9 @@ impl Engine {
             let _copies = self.cfg.memory.clone().map(|m| {
                 crate::memory::Transient::new(m, entry.capacity().saturating_add(cached.len()))
             });
+            // Counted against the free space while it is written, and until the next
+            // reading of the file system has it.
+            let _writing = self.cfg.disk.as_ref().map(|d| d.begin_write(size as u64));
             match self.log.propose(entry).await {
                 Ok((index, _term)) => {
                     self.shared.lock().commit_pending_runs(&appended, index);
@@ -426,16 +476,24 @@ impl Engine {
                 }
                 Err(e) => {
                     tracing::error!(cycle = number, error = %e, "proposing a cycle failed: memory is ahead of the log; the group is rebuilt from checkpoint and log");
-                    for (reply, _) in replies {
-                        let _ = reply.send(Err(QueenError::unavailable(
-                            "the broker's log failed; this queue group is being rebuilt, retry",
-                        )));
+                    // The disk filled between the gate's look and the write (another process,
+                    // or a gate turned off): say so, the client waits for space rather than
+                    // for the rebuild alone. Any other failure (EIO, a failed fsync) is not
+                    // retried here: the group is rebuilt from what the log synced.
+                    let full = log_error_is_enospc(&e);
+                    if full {
+                        if let Some(d) = &self.cfg.disk {
+                            d.ran_out();
+                        }
+                    }
+                    for (reply, out, writes) in replies {
+                        let _ = reply.send(failed_cycle_reply(out, writes, full));
                     }
                     return Err(format!("proposing cycle {number} failed: {e}"));
                 }
             }
         }
-        for (reply, out) in replies {
+        for (reply, out, _) in replies {
             let _ = reply.send(out);
         }
         self.waiters.expire(REPLY_MARGIN);
@@ -472,16 +530,25 @@ impl Engine {
             ))
         });
         let store = self.store.clone();
+        let disk = self.cfg.disk.clone();
         let started = Instant::now();
         let save = tokio::task::spawn_blocking(move || {
             // The transaction-id rows are encoded here, off the engine (shared frozen blocks),
             // straight into the store's chunks: the checkpoint is never held whole.
             let size = pending.encoded_len();
+            // A write that fails in the state store latches redb's I/O error for every later
+            // write there, the Raft metadata's included: so a checkpoint that would eat into
+            // the reserve is not tried (at shutdown too: the next start needs that space).
+            // The log holds everything; the next start replays more.
+            if disk.is_some_and(|d| !d.checkpoint_fits(size as u64)) {
+                drop(held);
+                return Ok(None);
+            }
             let saved = store
                 .save_checkpoint_streamed(applied.0, applied.1, |sink| {
                     pending.emit(|piece| sink.write(piece))
                 })
-                .map(|()| (applied.0, size, started.elapsed().as_secs_f64()))
+                .map(|()| Some((applied.0, size, started.elapsed().as_secs_f64())))
                 .map_err(|e| e.to_string());
             crate::memory::give_back_freed();
             drop(held);
@@ -505,7 +572,8 @@ impl Engine {
 
     fn finish_save(&mut self, res: Result<SaveResult, tokio::task::JoinError>) {
         match res {
-            Ok(Ok((index, size, secs))) => {
+            Ok(Ok(None)) => {}
+            Ok(Ok(Some((index, size, secs)))) => {
                 self.checkpointed_index = Some(index);
                 let tenant = self.cfg.tenant.to_string();
                 metrics::histogram!("queen_checkpoint_seconds", "tenant" => tenant.clone())
@@ -514,10 +582,46 @@ impl Engine {
                 tracing::debug!(index, bytes = size, "checkpoint written");
             }
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "checkpoint failed; the log still holds everything")
+                // redb latches a failed write (PreviousIo) until the store is reopened, and
+                // the Raft metadata shares the store: the group is failed on purpose, so the
+                // supervisor rebuilds it on a reopened store from checkpoint and log.
+                tracing::error!(error = %e, "checkpoint failed; the group is rebuilt on a reopened state store (the log holds everything)");
+                self.store_failed = Some(e);
             }
             Err(e) => tracing::warn!(error = %e, "checkpoint task failed"),
         }
+    }
+}
+
+/// Whether a command writes to the log when it succeeds.
+fn writes(cmd: &Command) -> bool {
+    crate::disk_gate::need(cmd) != crate::disk_gate::Need::Nothing
+}
+
+/// The answer to a job of a cycle whose append failed: a refusal stays what was decided
+/// (nothing of it was to be written); a write was not made, 507 when the disk ran out (the
+/// client waits for space), 503 otherwise; a read saw state the log never got, 503.
+fn failed_cycle_reply(
+    out: Result<Outcome, QueenError>,
+    writes: bool,
+    full: bool,
+) -> Result<Outcome, QueenError> {
+    match out {
+        Err(e) => Err(e),
+        Ok(_) if writes && full => Err(crate::disk_gate::storage_full(
+            "a log append found no space",
+        )),
+        Ok(_) => Err(QueenError::unavailable(
+            "the broker's log failed; this queue group is being rebuilt, retry",
+        )),
+    }
+}
+
+/// Whether a failed proposal met a full disk (ENOSPC) rather than a failed one.
+fn log_error_is_enospc(e: &crate::engine::log::LogError) -> bool {
+    match e {
+        crate::engine::log::LogError::Propose(cause)
+        | crate::engine::log::LogError::Read(cause) => crate::disk_gate::is_enospc(cause.as_ref()),
     }
 }
 

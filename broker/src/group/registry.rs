@@ -274,6 +274,17 @@ impl Registry {
         if self.stopping.load(Ordering::SeqCst) {
             return Err(QueenError::unavailable("the node is shutting down"));
         }
+        // A new tenant's group creates its files and writes its first entries: on a full
+        // disk that is refused like any write that adds data, and tried again once there is
+        // space (no back-off: nothing failed). A tenant with files starts, so its reads answer.
+        if self.ecfg.disk.as_ref().is_some_and(|d| d.is_full()) {
+            let dir = tenant_dir(&self.cfg.data_dir, tenant);
+            if !tokio::fs::try_exists(&dir).await.unwrap_or(false) {
+                return Err(crate::disk_gate::storage_full(
+                    "a new tenant's queue group cannot be created",
+                ));
+            }
+        }
         match self.start_group(tenant).await {
             Ok(g) => {
                 *slot.state() = SlotState::Running(g.clone());
@@ -291,6 +302,11 @@ impl Registry {
                 };
                 // The reason names server paths: the log has it, the client gets a sentence.
                 tracing::error!(tenant, error = %format!("{e:#}"), retry_in_s = backoff.as_secs(), "starting the tenant's group failed");
+                if e.chain().any(crate::disk_gate::is_enospc) {
+                    return Err(crate::disk_gate::storage_full(
+                        "the tenant's queue group could not write its files",
+                    ));
+                }
                 Err(QueenError::unavailable(format!(
                     "the group of tenant {tenant:?} cannot start (the server log says why); \
                      it is tried again in {} s",

@@ -29,6 +29,8 @@ struct Tree {
     last_write: Mutex<Option<LastWrite>>,
     next_id: AtomicU64,
     fail_sync: AtomicBool,
+    /// While set, every `write_at` and `create` fails with ENOSPC and changes nothing.
+    full: AtomicBool,
     /// While set, every `sync_data` and `sync_dir` blocks (a hung disk).
     hang_sync: AtomicBool,
     /// When recording, the crash image after every mutating call, in call order.
@@ -188,6 +190,12 @@ impl MemBackend {
         self.tree.fail_sync.store(fail, Ordering::SeqCst);
     }
 
+    /// Makes every later `write_at` and `create` fail as on a full disk (ENOSPC), until set
+    /// back to false, to test a log append that finds no space.
+    pub fn set_full(&self, full: bool) {
+        self.tree.full.store(full, Ordering::SeqCst);
+    }
+
     /// Makes every later `sync_data` and `sync_dir` block until this is set back to false,
     /// to test a disk that stops answering (the fsync neither fails nor returns).
     pub fn set_hang_sync(&self, hang: bool) {
@@ -296,6 +304,13 @@ fn check_sync(tree: &Tree) -> io::Result<()> {
     Ok(())
 }
 
+fn check_space(tree: &Tree) -> io::Result<()> {
+    if tree.full.load(Ordering::SeqCst) {
+        return Err(io::Error::from(io::ErrorKind::StorageFull));
+    }
+    Ok(())
+}
+
 fn write_into(bytes: &mut Vec<u8>, offset: u64, data: &[u8]) {
     let start = offset as usize;
     if bytes.len() < start + data.len() {
@@ -323,6 +338,7 @@ impl IoBackend for MemBackend {
     }
 
     fn create(&self, name: &str) -> io::Result<Arc<dyn SegmentFile>> {
+        check_space(&self.tree)?;
         let f = self.new_file(Image::default());
         {
             let mut st = lock(&self.tree.state);
@@ -439,6 +455,9 @@ impl SegmentFile for MemFile {
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        if let Some(tree) = self.tree.upgrade() {
+            check_space(&tree)?;
+        }
         write_into(&mut lock(&self.image).current, offset, data);
         if let Some(tree) = self.tree.upgrade() {
             *lock(&tree.last_write) = Some(LastWrite {

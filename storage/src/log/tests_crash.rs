@@ -311,3 +311,29 @@ fn an_unsynced_new_segment_name_is_gone_after_a_crash() {
     let after = backend.crash();
     assert_eq!(after.list().unwrap().len(), before);
 }
+
+/// ENOSPC is not an fsync failure: nothing reached the disk, so the log is not poisoned, the
+/// failed record is not published, and the same index is appended once space is back.
+#[test]
+fn an_append_on_a_full_disk_fails_without_poisoning_the_log() {
+    let backend = MemBackend::new();
+    let (log, _) = open(&backend);
+    fill(&log, 1, 3, 1);
+    log.sync().unwrap();
+    backend.set_full(true);
+    let e = log.append(4, 1, b"x").expect_err("no space");
+    assert!(matches!(e, StorageError::Io { .. }), "{e}");
+    assert_eq!(
+        log.last(),
+        Some((3, 1)),
+        "nothing of the failed append is published"
+    );
+    log.sync()
+        .expect("a full disk is not a failed fsync: the log is not poisoned");
+    backend.set_full(false);
+    log.append(4, 1, b"x").unwrap();
+    log.sync().unwrap();
+    let (log, _) = open(&backend.crash());
+    assert_records(&log, 1, 3, 1);
+    assert_eq!(log.last(), Some((4, 1)));
+}

@@ -1,0 +1,360 @@
+use super::*;
+use queenmq_protocol::kv::{KvExpiry, KvOp, KvReq, LockOp, LockReq};
+use queenmq_protocol::timers::{TimerOp, TimerSchedule, TimersReq};
+use queenmq_protocol::{PopReq, PopSource, PushItem, PushReq, ReadReq, Subscription, TxnReq};
+
+/// Free bytes a test sets; u64::MAX means "the file system cannot be asked".
+#[derive(Clone, Default)]
+struct Fake(Arc<AtomicU64>);
+
+impl Fake {
+    fn set(&self, n: u64) {
+        self.0.store(n, Ordering::SeqCst);
+    }
+}
+
+impl FreeSpace for Fake {
+    fn available(&self) -> io::Result<u64> {
+        match self.0.load(Ordering::SeqCst) {
+            u64::MAX => Err(io::Error::other("no statvfs")),
+            n => Ok(n),
+        }
+    }
+}
+
+fn item(bytes: usize) -> PushItem {
+    PushItem {
+        queue: "q".into(),
+        partition: "p".into(),
+        payload: bytes::Bytes::from(vec![b'x'; bytes]),
+        transaction_id: None,
+        trace_id: None,
+    }
+}
+
+fn push(bytes: usize) -> Command {
+    Command::Push(PushReq {
+        items: vec![item(bytes)],
+    })
+}
+
+/// What `push(bytes)` needs.
+fn cost(bytes: usize) -> u64 {
+    bytes as u64 + 2 + crate::disk_need::ROW_OVERHEAD
+}
+
+fn pop() -> Command {
+    Command::Pop(PopReq {
+        source: PopSource::Queue("q".into()),
+        group: None,
+        batch: 1,
+        partitions: 1,
+        wait: false,
+        timeout_ms: 0,
+        auto_ack: false,
+        subscription: Subscription::All,
+        lease_seconds: None,
+        autopilot: false,
+    })
+}
+
+/// A gate over `fake` that has read it once.
+fn gate(fake: &Fake, reserve: u64) -> Arc<DiskGate> {
+    let g = DiskGate::new(Box::new(fake.clone()), reserve);
+    g.refresh();
+    g
+}
+
+fn refused(r: Result<(), QueenError>) -> QueenError {
+    let e = r.expect_err("refused");
+    assert_eq!(e.code, ErrorCode::StorageFull, "{}", e.message);
+    assert!(e.message.contains("min_free_disk_bytes"), "{}", e.message);
+    e
+}
+
+#[test]
+fn a_write_that_alone_does_not_fit_is_refused_without_making_the_node_full() {
+    let fake = Fake::default();
+    fake.set(10_000);
+    let g = gate(&fake, 8_000);
+    let e = refused(g.admit(&push(5_000), 0));
+    assert!(e.message.contains("does not fit"), "{}", e.message);
+    assert!(!g.is_full(), "one big request is not a full disk");
+    g.admit(&push(1_000), 0)
+        .expect("a write that fits goes on at once");
+}
+
+#[test]
+fn full_is_the_disk_under_its_reserve_with_hysteresis_and_clears_on_a_reading() {
+    let fake = Fake::default();
+    fake.set(7_999);
+    let g = gate(&fake, 8_000);
+    assert!(g.is_full());
+    let e = refused(g.admit(&push(1), 0));
+    assert!(e.message.contains("disk is full"), "{}", e.message);
+    // Above the reserve but not by an eighth: still full.
+    fake.set(8_500);
+    g.refresh();
+    assert!(
+        g.is_full(),
+        "hysteresis: the reserve and an eighth are needed"
+    );
+    refused(g.admit(&push(1), 0));
+    // A reading alone clears it: no write needs to come first.
+    fake.set(9_000);
+    g.refresh();
+    assert!(!g.is_full());
+    // And under the reserve again it is full again, at the reserve itself not yet.
+    fake.set(8_000);
+    g.refresh();
+    assert!(!g.is_full());
+    fake.set(7_000);
+    g.refresh();
+    assert!(g.is_full());
+}
+
+#[test]
+fn bookkeeping_and_reads_go_on_under_the_reserve_until_the_floor() {
+    let fake = Fake::default();
+    fake.set(5_000);
+    let g = gate(&fake, 8_000);
+    g.admit(&pop(), 0).expect("pops drain the queues");
+    g.admit(&Command::Read(ReadReq::Queues), 0).expect("reads");
+    fake.set(1_000);
+    g.refresh();
+    refused(g.admit(&pop(), 0));
+    g.admit(&Command::Health, 0).expect("writes nothing");
+}
+
+#[test]
+fn bytes_in_flight_and_since_the_reading_count_until_the_next_reading() {
+    let fake = Fake::default();
+    fake.set(20_000);
+    let g = gate(&fake, 8_000);
+    g.admit(&push(5_000), 0).expect("fits");
+    // The same cycle already holds 5 000 bytes of entry.
+    refused(g.admit(&push(7_000), 5_000));
+    let writing = g.begin_write(cost(5_000));
+    refused(g.admit(&push(7_000), 0));
+    drop(writing);
+    // Written, but the file system was not asked again: still counted.
+    refused(g.admit(&push(7_000), 0));
+    fake.set(20_000 - cost(5_000));
+    g.refresh();
+    // The reading has them now, and nothing else is counted.
+    g.admit(&push(6_000), 0).expect("6258 + 8000 <= 14742");
+    assert!(!g.is_full());
+}
+
+#[test]
+fn a_checkpoint_needs_twice_its_size_and_the_reserve_from_a_fresh_reading() {
+    let fake = Fake::default();
+    fake.set(100_000);
+    let g = gate(&fake, 8_000);
+    assert!(g.checkpoint_fits(46_000));
+    assert!(!g.checkpoint_fits(46_001));
+    // Fresh: the reading of the last refresh is not trusted.
+    fake.set(10_000);
+    assert!(!g.checkpoint_fits(1_001));
+    assert!(g.checkpoint_fits(1_000));
+}
+
+#[test]
+fn an_unknown_free_space_does_not_refuse_and_comes_back() {
+    let fake = Fake::default();
+    fake.set(u64::MAX);
+    let g = gate(&fake, 8_000);
+    g.admit(&push(10), 0).expect("unknown is not full");
+    assert!(!g.is_full());
+    assert!(g.refresh().is_none());
+    fake.set(1_000);
+    assert_eq!(g.refresh(), Some(1_000));
+    assert!(g.is_full());
+}
+
+#[test]
+fn an_enospc_makes_the_node_full_until_a_reading_shows_space() {
+    let fake = Fake::default();
+    fake.set(100_000);
+    let g = gate(&fake, 8_000);
+    g.ran_out();
+    assert!(g.is_full());
+    g.refresh();
+    assert!(!g.is_full());
+}
+
+#[test]
+fn enospc_is_found_among_the_causes_and_eio_is_not() {
+    #[derive(Debug)]
+    struct Wrap(io::Error);
+    impl std::fmt::Display for Wrap {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "wrapped")
+        }
+    }
+    impl std::error::Error for Wrap {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+    let full = Wrap(io::Error::from(io::ErrorKind::StorageFull));
+    assert!(is_enospc(&full));
+    let eio = Wrap(io::Error::other("EIO"));
+    assert!(!is_enospc(&eio));
+}
+
+fn kv_put(value: usize) -> KvOp {
+    KvOp::Put {
+        ns: "ns".into(),
+        key: "k".into(),
+        value: "v".repeat(value),
+        expiry: KvExpiry::Forever,
+        expect: None,
+        if_absent: false,
+        required: false,
+    }
+}
+
+fn schedule(payload: usize) -> TimerOp {
+    TimerOp::Schedule(TimerSchedule {
+        queue: "q".into(),
+        key: "k".into(),
+        partition: "p".into(),
+        payload: bytes::Bytes::from(vec![b'x'; payload]),
+        delay_ms: 0,
+        txn: "t".into(),
+    })
+}
+
+#[test]
+fn need_counts_what_every_data_writer_keeps() {
+    let mut with_ids = item(10);
+    with_ids.transaction_id = Some("x".repeat(100));
+    with_ids.trace_id = Some([0; 16]);
+    assert_eq!(
+        need(&Command::Push(PushReq {
+            items: vec![with_ids]
+        })),
+        Need::Data(cost(10) + 100 + 16),
+        "transaction and trace ids are stored too"
+    );
+    assert_eq!(
+        need(&Command::Kv(KvReq {
+            ops: vec![kv_put(1_000)]
+        })),
+        Need::Data(2 + 1 + 1_000 + crate::disk_need::ROW_OVERHEAD)
+    );
+    assert_eq!(
+        need(&Command::Kv(KvReq {
+            ops: vec![KvOp::Get {
+                ns: "ns".into(),
+                key: "k".into()
+            }]
+        })),
+        Need::Bookkeeping
+    );
+    assert_eq!(
+        need(&Command::Timers(TimersReq {
+            ops: vec![schedule(500)]
+        })),
+        Need::Data(500 + 4 + crate::disk_need::ROW_OVERHEAD)
+    );
+    assert_eq!(
+        need(&Command::Locks(LockReq {
+            ops: vec![LockOp::Acquire {
+                name: "l".into(),
+                ttl_seconds: 1,
+                owner: "o".into(),
+                limit: 1
+            }]
+        })),
+        Need::Data(2 + crate::disk_need::ROW_OVERHEAD)
+    );
+    // A transaction whose only data is in its riders still adds data.
+    let txn = Command::Transaction(TxnReq {
+        ops: vec![],
+        required_leases: vec![],
+        kv: vec![kv_put(10)],
+        timers: vec![schedule(20)],
+    });
+    assert_eq!(
+        need(&txn),
+        Need::Data(13 + 24 + 2 * crate::disk_need::ROW_OVERHEAD)
+    );
+    assert_eq!(
+        need(&Command::Transaction(TxnReq::default())),
+        Need::Bookkeeping
+    );
+}
+
+#[test]
+fn the_room_for_due_timers_is_what_the_reserve_leaves_and_none_while_full() {
+    let fake = Fake::default();
+    fake.set(10_000);
+    let g = gate(&fake, 8_000);
+    assert_eq!(g.data_room(0), 2_000);
+    assert_eq!(g.data_room(500), 1_500);
+    let writing = g.begin_write(1_000);
+    assert_eq!(g.data_room(0), 1_000);
+    drop(writing);
+    assert_eq!(g.data_room(3_000), 0);
+    fake.set(7_000);
+    g.refresh();
+    assert!(g.is_full());
+    assert_eq!(g.data_room(0), 0, "nothing fires on a full disk");
+    fake.set(u64::MAX);
+    g.refresh();
+    assert_eq!(g.data_room(0), u64::MAX, "an unknown disk is not gated");
+}
+
+#[test]
+fn a_full_node_whose_free_space_becomes_unknown_is_not_called_full() {
+    let fake = Fake::default();
+    fake.set(1_000);
+    let g = gate(&fake, 8_000);
+    assert!(g.is_full());
+    fake.set(u64::MAX);
+    assert!(g.refresh().is_none());
+    assert!(
+        !g.is_full(),
+        "a stale full would refuse new tenants while nothing is known"
+    );
+}
+
+/// Free bytes that, while being asked, let the test look at the gate (an admission racing
+/// the reading).
+struct Watched {
+    n: u64,
+    gate: std::sync::Mutex<Weak<DiskGate>>,
+    seen: std::sync::Mutex<Option<u64>>,
+}
+
+impl FreeSpace for Arc<Watched> {
+    fn available(&self) -> io::Result<u64> {
+        if let Some(g) = self.gate.lock().unwrap().upgrade() {
+            *self.seen.lock().unwrap() = Some(g.data_room(0));
+        }
+        Ok(self.n)
+    }
+}
+
+#[test]
+fn bytes_written_before_a_reading_stay_counted_while_it_is_taken() {
+    let watched = Arc::new(Watched {
+        n: 10_000,
+        gate: std::sync::Mutex::new(Weak::new()),
+        seen: std::sync::Mutex::new(None),
+    });
+    let g = DiskGate::new(Box::new(watched.clone()), 4_000);
+    g.refresh();
+    assert_eq!(g.data_room(0), 6_000);
+    drop(g.begin_write(5_000));
+    assert_eq!(g.data_room(0), 1_000);
+    *watched.gate.lock().unwrap() = Arc::downgrade(&g);
+    g.refresh();
+    assert_eq!(
+        *watched.seen.lock().unwrap(),
+        Some(1_000),
+        "while the file system is asked, the old reading less the bytes written since"
+    );
+}

@@ -1,0 +1,124 @@
+//! What a command may write to the disk, for the free-space gate (disk_gate.rs): an upper
+//! bound of the bytes it adds, counted from everything the client sent that the entry keeps.
+
+use queenmq_protocol::kv::{KvOp, LockOp};
+use queenmq_protocol::timers::TimerOp;
+use queenmq_protocol::{Command, PushItem, TxnOp};
+
+/// Bytes a row costs on disk beyond what the client sent (record framing, ids minted by the
+/// planner, times): a generous bound, so the estimate errs on the side of refusing.
+pub const ROW_OVERHEAD: u64 = 256;
+
+/// What a command needs from the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Writes nothing (reads, node-local commands).
+    Nothing,
+    /// A small bookkeeping entry: what drains the queues and frees space.
+    Bookkeeping,
+    /// This many bytes of new data, at most.
+    Data(u64),
+}
+
+fn len(s: &str) -> u64 {
+    s.len() as u64
+}
+
+fn push_items(items: &[PushItem]) -> u64 {
+    items.iter().fold(0u64, |a, i| {
+        let one = (i.payload.len() as u64)
+            .saturating_add(len(&i.queue))
+            .saturating_add(len(&i.partition))
+            .saturating_add(i.transaction_id.as_deref().map_or(0, len))
+            .saturating_add(if i.trace_id.is_some() { 16 } else { 0 })
+            .saturating_add(ROW_OVERHEAD);
+        a.saturating_add(one)
+    })
+}
+
+/// A KV write stores its namespace, key and value; reads and checks store nothing.
+fn kv_ops(ops: &[KvOp]) -> u64 {
+    ops.iter().fold(0u64, |a, op| {
+        let one = match op {
+            KvOp::Put { ns, key, value, .. } => len(ns) + len(key) + len(value) + ROW_OVERHEAD,
+            KvOp::Incr { ns, key, .. } => len(ns) + len(key) + ROW_OVERHEAD,
+            // A delete is what frees a row: bookkeeping.
+            KvOp::Delete { .. }
+            | KvOp::Get { .. }
+            | KvOp::GetMany { .. }
+            | KvOp::GetPrefix { .. }
+            | KvOp::Check { .. } => 0,
+        };
+        a.saturating_add(one)
+    })
+}
+
+/// A schedule keeps its payload until it fires; a cancel frees one.
+fn timer_ops(ops: &[TimerOp]) -> u64 {
+    ops.iter().fold(0u64, |a, op| match op {
+        TimerOp::Schedule(s) => a.saturating_add(
+            (s.payload.len() as u64)
+                .saturating_add(len(&s.queue) + len(&s.key) + len(&s.partition) + len(&s.txn))
+                .saturating_add(ROW_OVERHEAD),
+        ),
+        TimerOp::Cancel { .. } => a,
+    })
+}
+
+/// A permit row holds its name and owner; a release frees one.
+fn lock_ops(ops: &[LockOp]) -> u64 {
+    ops.iter().fold(0u64, |a, op| {
+        a.saturating_add(match op {
+            LockOp::Acquire { name, owner, .. } => len(name) + len(owner) + ROW_OVERHEAD,
+            LockOp::Renew { .. } | LockOp::Release { .. } | LockOp::Get { .. } => 0,
+        })
+    })
+}
+
+fn data_or_bookkeeping(bytes: u64) -> Need {
+    if bytes == 0 {
+        Need::Bookkeeping
+    } else {
+        Need::Data(bytes)
+    }
+}
+
+/// The need of a command. Exhaustive on purpose: a new command must say what it writes.
+pub fn need(cmd: &Command) -> Need {
+    match cmd {
+        Command::Push(p) => Need::Data(push_items(&p.items)),
+        Command::Transaction(t) => {
+            let pushed = t.ops.iter().fold(0u64, |a, op| match op {
+                TxnOp::Push(v) => a.saturating_add(push_items(v)),
+                TxnOp::Ack(_) => a,
+            });
+            data_or_bookkeeping(
+                pushed
+                    .saturating_add(kv_ops(&t.kv))
+                    .saturating_add(timer_ops(&t.timers)),
+            )
+        }
+        Command::Trace(t) => {
+            let names = t.names.iter().fold(0u64, |a, n| a.saturating_add(len(n)));
+            Need::Data(
+                (t.data.len() as u64)
+                    .saturating_add(len(&t.transaction_id) + len(&t.partition_id))
+                    .saturating_add(len(&t.group) + len(&t.event_type))
+                    .saturating_add(names)
+                    .saturating_add(ROW_OVERHEAD),
+            )
+        }
+        Command::Kv(k) => data_or_bookkeeping(kv_ops(&k.ops)),
+        Command::Timers(t) => data_or_bookkeeping(timer_ops(&t.ops)),
+        Command::Locks(l) => data_or_bookkeeping(lock_ops(&l.ops)),
+        Command::Configure(_)
+        | Command::DeleteQueue { .. }
+        | Command::Pop(_)
+        | Command::Ack(_)
+        | Command::ExtendLease { .. }
+        | Command::GroupAdmin(_) => Need::Bookkeeping,
+        Command::Read(_) | Command::Health | Command::Metrics(_) | Command::StatsRefresh => {
+            Need::Nothing
+        }
+    }
+}
