@@ -1,4 +1,5 @@
 use super::*;
+use queenmq_protocol::kafka_groups::{KafkaGroupsReq, KafkaOffsetCommit};
 use queenmq_protocol::kv::{KvExpiry, KvOp, KvReq, LockOp, LockReq};
 use queenmq_protocol::timers::{TimerOp, TimerSchedule, TimersReq};
 use queenmq_protocol::{PopReq, PopSource, PushItem, PushReq, ReadReq, Subscription, TxnReq};
@@ -285,6 +286,26 @@ fn need_counts_what_every_data_writer_keeps() {
         need(&Command::Transaction(TxnReq::default())),
         Need::Bookkeeping
     );
+    // A Kafka commit keeps a row per partition, its topic and metadata included; a fetch
+    // or a delete adds nothing.
+    let commit = Command::KafkaGroups(KafkaGroupsReq::Commit {
+        group: "g".into(),
+        offsets: vec![KafkaOffsetCommit {
+            topic: "topic".into(),
+            partition: 0,
+            offset: 7,
+            leader_epoch: -1,
+            metadata: "m".repeat(100),
+        }],
+    });
+    assert_eq!(
+        need(&commit),
+        Need::Data(1 + 5 + 100 + crate::disk_need::ROW_OVERHEAD)
+    );
+    let delete = Command::KafkaGroups(KafkaGroupsReq::Delete {
+        groups: vec!["g".into()],
+    });
+    assert_eq!(need(&delete), Need::Bookkeeping);
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 use queenmq_protocol::kv::{KvOp, LockOp};
 use queenmq_protocol::timers::TimerOp;
+use queenmq_protocol::kafka_groups::KafkaGroupsReq;
 use queenmq_protocol::{Command, PushItem, TxnOp};
 
 /// Bytes a row costs on disk beyond what the client sent (record framing, ids minted by the
@@ -75,6 +76,28 @@ fn lock_ops(ops: &[LockOp]) -> u64 {
     })
 }
 
+/// A Kafka commit writes a row per partition (topic and metadata included), a new generation
+/// one row; reads write nothing, and deletes only free.
+fn kafka_groups(req: &KafkaGroupsReq) -> u64 {
+    match req {
+        KafkaGroupsReq::Commit { group, offsets } => {
+            offsets.iter().fold(len(group), |a, o| {
+                a.saturating_add(len(&o.topic) + len(&o.metadata) + ROW_OVERHEAD)
+            })
+        }
+        KafkaGroupsReq::NextGeneration {
+            group,
+            protocol_type,
+            protocol_name,
+        } => len(group) + len(protocol_type) + len(protocol_name) + ROW_OVERHEAD,
+        KafkaGroupsReq::Fetch { .. }
+        | KafkaGroupsReq::List
+        | KafkaGroupsReq::Describe { .. }
+        | KafkaGroupsReq::Delete { .. }
+        | KafkaGroupsReq::OffsetDelete { .. } => 0,
+    }
+}
+
 fn data_or_bookkeeping(bytes: u64) -> Need {
     if bytes == 0 {
         Need::Bookkeeping
@@ -111,6 +134,7 @@ pub fn need(cmd: &Command) -> Need {
         Command::Kv(k) => data_or_bookkeeping(kv_ops(&k.ops)),
         Command::Timers(t) => data_or_bookkeeping(timer_ops(&t.ops)),
         Command::Locks(l) => data_or_bookkeeping(lock_ops(&l.ops)),
+        Command::KafkaGroups(g) => data_or_bookkeeping(kafka_groups(g)),
         Command::Configure(_)
         | Command::DeleteQueue { .. }
         | Command::Pop(_)
