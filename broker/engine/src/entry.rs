@@ -95,7 +95,10 @@ pub enum Effect<'a> {
     },
     /// Retention moved a partition's first held offset up to `low`, a run's first offset
     /// (state/retention.rs).
-    RetentionTrim { pid: u64, low: u64 },
+    RetentionTrim {
+        pid: u64,
+        low: u64,
+    },
 }
 
 const K_QUEUE_UPSERT: u8 = 1;

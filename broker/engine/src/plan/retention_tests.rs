@@ -105,7 +105,11 @@ fn completion_retention_never_passes_the_slowest_group_and_removes_whole_runs_on
     );
     assert_eq!(low(&f, "q"), (2, 5));
     let run = partition(&f, "q", "p").runs[0];
-    assert_eq!((run.base_offset, run.count), (2, 3), "the cut run is kept whole");
+    assert_eq!(
+        (run.base_offset, run.count),
+        (2, 3),
+        "the cut run is kept whole"
+    );
     slow = f.pop("q", Some("slow"), 5, None);
     let seen: Vec<(u64, String)> = slow
         .messages
