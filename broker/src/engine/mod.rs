@@ -314,8 +314,10 @@ impl Engine {
             if !self.retention.running()
                 && self.last_retention.elapsed() >= self.cfg.retention_interval
             {
+                let since = self.last_retention.elapsed();
                 self.last_retention = Instant::now();
-                self.retention.start();
+                let since_us = i64::try_from(since.as_micros()).unwrap_or(i64::MAX);
+                self.retention.start_at(now, since_us);
             }
             removed = planner.plan_retention(&mut self.retention, self.limits.max_entry_bytes);
             let woken = std::mem::take(&mut self.woken);

@@ -29,6 +29,8 @@ const TRIM_BYTES: usize = 1 + 8 + 8;
 pub struct RetentionSweep {
     /// The next partition id to look at, while a sweep runs.
     next: Option<u64>,
+    /// The time the sweep measures ages from (the cycle's when unset).
+    at_us: Option<i64>,
 }
 
 impl RetentionSweep {
@@ -36,9 +38,32 @@ impl RetentionSweep {
         self.next.is_some()
     }
 
-    /// Begins a sweep from the first partition (a running one goes on where it is).
+    /// Begins a sweep from the first partition at the cycle's time (a running one goes on).
     pub fn start(&mut self) {
-        self.next.get_or_insert(0);
+        if self.next.is_none() {
+            self.at_us = None;
+            self.next = Some(0);
+        }
+    }
+
+    /// Begins a sweep measuring ages from `wall_us`, but never more than twice the
+    /// `since_last_us` the engine's monotonic clock measured since the previous sweep ahead
+    /// of that sweep's time: a forward step of the wall clock (NTP, a VM resumed) must not
+    /// remove, replicated and for good, what is not yet due. After a real step the sweeps
+    /// catch up at twice the clock's pace. The first sweep of a leader has no reference and
+    /// takes `wall_us` (a running sweep goes on).
+    pub fn start_at(&mut self, wall_us: i64, since_last_us: i64) {
+        if self.next.is_some() {
+            return;
+        }
+        let at = match self.at_us {
+            None => wall_us,
+            Some(prev) => wall_us
+                .min(prev.saturating_add(since_last_us.max(0).saturating_mul(2)))
+                .max(prev),
+        };
+        self.at_us = Some(at);
+        self.next = Some(0);
     }
 }
 
@@ -101,7 +126,7 @@ impl Planner<'_> {
         let Some(mut pid) = sweep.next else {
             return removed;
         };
-        let now = self.now();
+        let now = sweep.at_us.unwrap_or_else(|| self.now());
         let end = self.st.next_partition_id;
         let (mut work, mut trims) = (0usize, 0usize);
         while pid < end && work < RETENTION_WORK_PER_CYCLE {

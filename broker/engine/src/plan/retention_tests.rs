@@ -250,3 +250,44 @@ fn a_full_entry_stops_the_sweep_before_it_passes_the_limit() {
     f.commit();
     assert_eq!(f.planner().plan_retention(&mut s, usize::MAX).len(), 1);
 }
+
+#[test]
+fn a_forward_step_of_the_wall_clock_does_not_age_messages_faster_than_time_passes() {
+    let mut f = Fixture::new();
+    f.configure(
+        "q",
+        opts(|o| o.max_wait_time_seconds = Some(Setting::Value(60))),
+    );
+    f.push("q", "p", 2);
+    f.commit();
+    let mut s = RetentionSweep::default();
+    let run = |f: &mut Fixture, s: &mut RetentionSweep, since_us: i64| {
+        let now = f.planner().now();
+        s.start_at(now, since_us);
+        let mut removed = 0;
+        while s.running() {
+            removed += f
+                .planner()
+                .plan_retention(s, usize::MAX)
+                .iter()
+                .map(|(_, n)| n)
+                .sum::<u64>();
+            f.commit();
+        }
+        removed
+    };
+    assert_eq!(run(&mut f, &mut s, 0), 0);
+    f.advance(3600 * SECOND);
+    assert_eq!(
+        run(&mut f, &mut s, SECOND),
+        0,
+        "one second passed, not an hour"
+    );
+    assert_eq!(low(&f, "q"), (0, 2));
+    assert_eq!(
+        run(&mut f, &mut s, 30 * SECOND),
+        2,
+        "61 s of real time passed"
+    );
+    f.assert_replays();
+}
