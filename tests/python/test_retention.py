@@ -72,8 +72,12 @@ def test_each_rule_removes_what_it_should_and_a_restart_keeps_it(broker_factory)
         configure(http, "r-done", retentionEnabled=True, completedRetentionSeconds=1)
         configure(http, "r-wait", maxWaitTimeSeconds=1, leaseTime=600)
 
-        for q in ("r-age", "r-long", "r-off", "r-done", "r-wait"):
+        for q in ("r-age", "r-long", "r-off", "r-wait"):
             push(http, base, q, [f"{q}-{i}" for i in range(5)])
+        # Two pushes, two runs: retention removes whole runs only, so completion of the
+        # first two removes them and completion of three would remove the same two.
+        push(http, base, "r-done", [f"r-done-{i}" for i in range(2)])
+        push(http, base, "r-done", [f"r-done-{i}" for i in range(2, 5)])
 
         # Completion: one group completes everything, the other only the first two.
         fast = queen_api.pop(http, base, "r-done", group="fast", batch=5, wait=False, mode="all")

@@ -61,6 +61,8 @@ impl Cycle {
             {
                 self.wake_partition(st, *pid);
             }
+            // A trim may end a lease or make a partition ready for a group.
+            Effect::RetentionTrim { pid, .. } => self.wake_partition(st, *pid),
             _ => {}
         }
         st.apply(

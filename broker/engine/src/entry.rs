@@ -118,12 +118,11 @@ pub enum Effect<'a> {
     KafkaGroupDelete {
         group: &'a str,
     },
-    /// Retention moved a partition's first held offset up to `low` (state/retention.rs);
-    /// `pos` is where the frame of `low` starts in its run's entry when `low` cuts a run.
+    /// Retention moved a partition's first held offset up to `low`, a run's first offset
+    /// (state/retention.rs).
     RetentionTrim {
         pid: u64,
         low: u64,
-        pos: u32,
     },
 }
 
@@ -382,11 +381,10 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
             w.str(queue);
             w.str(key);
         }
-        Effect::RetentionTrim { pid, low, pos } => {
+        Effect::RetentionTrim { pid, low } => {
             w.u8(K_RETENTION_TRIM);
             w.u64(*pid);
             w.u64(*low);
-            w.u32(*pos);
         }
     }
     w.len() as u32
@@ -578,7 +576,6 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
         K_RETENTION_TRIM => Effect::RetentionTrim {
             pid: r.u64()?,
             low: r.u64()?,
-            pos: r.u32()?,
         },
         k => return Err(r.malformed(format!("unknown effect kind {k}"))),
     };
@@ -689,7 +686,6 @@ mod tests {
         let trim = Effect::RetentionTrim {
             pid: 7,
             low: 1 << 40,
-            pos: 99,
         };
         for e in [&put, &forever, &delete, &trim] {
             b.push(e);

@@ -118,26 +118,6 @@ impl MessageReader<'_> {
         Ok(self.read(p, offset, offset + 1)?.pop())
     }
 
-    /// Byte position, inside its run's entry, of the frame of `offset` (a held message).
-    pub fn frame_pos(&mut self, p: &Partition, offset: u64) -> Result<u32, ReadError> {
-        let run = *p.run_of(offset).ok_or(ReadError::NoRun {
-            offset,
-            partition: p.id,
-        })?;
-        let holder = if run.index == PENDING_INDEX {
-            None
-        } else {
-            Some(self.entry(run.index)?)
-        };
-        let buf: &[u8] = holder.as_deref().unwrap_or(self.pending);
-        let start = buf
-            .get(run.pos as usize..)
-            .ok_or(ReadError::PastEnd { pos: run.pos })?;
-        let rest = skip_frames(start, offset - run.base_offset)?;
-        let skipped = start.len() - rest.len();
-        u32::try_from(run.pos as usize + skipped).map_err(|_| ReadError::PastEnd { pos: run.pos })
-    }
-
     /// Whether the message at `offset` carries transaction id `txn` (no copies made).
     pub fn txn_is(&mut self, p: &Partition, offset: u64, txn: &str) -> bool {
         if offset >= p.next_offset {

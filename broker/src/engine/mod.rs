@@ -305,6 +305,7 @@ impl Engine {
         // 507/503, a read 503 (its answer saw state the log never got), a refusal as decided.
         let mut replies: Vec<(Reply, Result<Outcome, QueenError>, bool)> =
             Vec::with_capacity(jobs.len());
+        let removed: Vec<(String, u64)>;
         let (entry, appended, number) = {
             let mut st = self.shared.lock();
             let mut cycle = Cycle::next(&st, self.cfg.clock.now_us());
@@ -337,6 +338,16 @@ impl Engine {
                 None => (self.limits.cycle_bytes, self.limits.max_entry_bytes),
             };
             planner.fire_timers(TIMERS_FIRED_PER_CYCLE, cycle_bytes, max_entry_bytes);
+            // Before any pop of the cycle, so none delivers a message this entry removes.
+            if !self.retention.running()
+                && self.last_retention.elapsed() >= self.cfg.retention_interval
+            {
+                let since = self.last_retention.elapsed();
+                self.last_retention = Instant::now();
+                let since_us = i64::try_from(since.as_micros()).unwrap_or(i64::MAX);
+                self.retention.start_at(now, since_us);
+            }
+            removed = planner.plan_retention(&mut self.retention, self.limits.max_entry_bytes);
             let woken = std::mem::take(&mut self.woken);
             let due = self.waiters.take_due(&woken, ticked, now, planner.st);
             for w in due {
@@ -414,18 +425,6 @@ impl Engine {
                     }
                 }
             }
-            if !self.retention.running()
-                && self.last_retention.elapsed() >= self.cfg.retention_interval
-            {
-                self.last_retention = Instant::now();
-                self.retention.start();
-            }
-            for (queue, n) in
-                planner.plan_retention(&mut self.retention, self.limits.max_entry_bytes)
-            {
-                metrics::counter!("queen_retention_removed_messages_total", "queue" => queue, "tenant" => self.cfg.tenant.to_string())
-                    .increment(n);
-            }
             planner.plan_kv_sweep(plan::KV_SWEEP_PER_CYCLE, self.limits.max_entry_bytes);
             if let Some(m) = &mut self.memory {
                 let engine = crate::memory::account::EngineSide {
@@ -467,6 +466,11 @@ impl Engine {
                     self.shared.lock().commit_pending_runs(&appended, index);
                     self.cache.insert_vec(index, cached);
                     let tenant = self.cfg.tenant.to_string();
+                    // Counted once the log holds the trims: a failed proposal removed nothing.
+                    for (queue, n) in removed {
+                        metrics::counter!("queen_retention_removed_messages_total", "queue" => queue, "tenant" => tenant.clone())
+                            .increment(n);
+                    }
                     metrics::histogram!("queen_group_commit_commands", "tenant" => tenant.clone())
                         .record(replies.len() as f64);
                     metrics::histogram!("queen_group_commit_bytes", "tenant" => tenant.clone())

@@ -3,7 +3,7 @@
 use queenmq_protocol::{AckStatus, Setting};
 
 use super::fixture::{opts, Fixture, SECOND};
-use super::retention::{RetentionSweep, RETENTION_TRIMS_PER_CYCLE};
+use super::retention::{RetentionSweep, RETENTION_TRIMS_PER_CYCLE, RETENTION_WORK_PER_CYCLE};
 use crate::state::model::Partition;
 
 /// Runs one whole sweep, a cycle at a time; messages removed.
@@ -79,7 +79,7 @@ fn the_switch_off_keeps_everything() {
 }
 
 #[test]
-fn completion_retention_never_passes_the_slowest_group() {
+fn completion_retention_never_passes_the_slowest_group_and_removes_whole_runs_only() {
     let mut f = Fixture::new();
     f.configure(
         "q",
@@ -88,18 +88,28 @@ fn completion_retention_never_passes_the_slowest_group() {
             o.completed_retention_seconds = Some(Setting::Value(1));
         }),
     );
-    f.push("q", "p", 5);
+    f.push("q", "p", 2);
+    f.commit();
+    f.push("q", "p", 3);
     f.advance(SECOND);
     assert_eq!(sweep(&mut f), 0, "no group has completed anything");
     let fast = f.pop("q", Some("fast"), 5, None);
     assert_eq!(f.ack(&fast, AckStatus::Completed).len(), 5);
-    let mut slow = f.pop("q", Some("slow"), 2, None);
+    let mut slow = f.pop("q", Some("slow"), 3, None);
     f.ack(&slow, AckStatus::Completed);
     f.advance(2 * SECOND);
-    assert_eq!(sweep(&mut f), 2, "only what the slow group completed");
+    assert_eq!(
+        sweep(&mut f),
+        2,
+        "what the slow group completed, down to a run's start"
+    );
     assert_eq!(low(&f, "q"), (2, 5));
     let run = partition(&f, "q", "p").runs[0];
-    assert_eq!((run.base_offset, run.count), (2, 3), "the run was cut");
+    assert_eq!(
+        (run.base_offset, run.count),
+        (2, 3),
+        "the cut run is kept whole"
+    );
     slow = f.pop("q", Some("slow"), 5, None);
     let seen: Vec<(u64, String)> = slow
         .messages
@@ -108,8 +118,8 @@ fn completion_retention_never_passes_the_slowest_group() {
         .collect();
     assert_eq!(
         seen,
-        vec![(2, "m3".into()), (3, "m4".into()), (4, "m5".into())],
-        "the cut run still reads from the right frame"
+        vec![(3, "m4".into()), (4, "m5".into())],
+        "the slow group goes on where it was"
     );
     f.advance(SECOND);
     f.assert_replays();
@@ -118,6 +128,34 @@ fn completion_retention_never_passes_the_slowest_group() {
     assert_eq!(sweep(&mut f), 3);
     assert_eq!(low(&f, "q"), (5, 5));
     f.assert_replays();
+}
+
+#[test]
+fn a_slice_stops_when_its_work_is_spent_counting_the_groups() {
+    let mut f = Fixture::new();
+    f.configure(
+        "q",
+        opts(|o| o.max_wait_time_seconds = Some(Setting::Value(3600))),
+    );
+    let groups = 15;
+    let parts = RETENTION_WORK_PER_CYCLE / (groups + 1) + 10;
+    for i in 0..parts {
+        f.push("q", &format!("p{i}"), 1);
+        if i % 500 == 499 {
+            f.commit();
+        }
+    }
+    for g in 0..groups {
+        f.pop("q", Some(&format!("g{g}")), 1, None);
+    }
+    f.commit();
+    let mut s = RetentionSweep::default();
+    s.start();
+    f.planner().plan_retention(&mut s, usize::MAX);
+    assert!(s.running(), "the groups' work ended the slice early");
+    f.commit();
+    f.planner().plan_retention(&mut s, usize::MAX);
+    assert!(!s.running());
 }
 
 #[test]
@@ -204,11 +242,52 @@ fn a_full_entry_stops_the_sweep_before_it_passes_the_limit() {
     f.advance(2 * SECOND);
     let mut s = RetentionSweep::default();
     s.start();
-    let room = f.cycle.entry.len() + 21;
+    let room = f.cycle.entry.len() + 17;
     let got = f.planner().plan_retention(&mut s, room);
     assert_eq!(got.iter().map(|(_, n)| n).sum::<u64>(), 1);
     assert!(f.cycle.entry.len() <= room);
     assert!(s.running());
     f.commit();
     assert_eq!(f.planner().plan_retention(&mut s, usize::MAX).len(), 1);
+}
+
+#[test]
+fn a_forward_step_of_the_wall_clock_does_not_age_messages_faster_than_time_passes() {
+    let mut f = Fixture::new();
+    f.configure(
+        "q",
+        opts(|o| o.max_wait_time_seconds = Some(Setting::Value(60))),
+    );
+    f.push("q", "p", 2);
+    f.commit();
+    let mut s = RetentionSweep::default();
+    let run = |f: &mut Fixture, s: &mut RetentionSweep, since_us: i64| {
+        let now = f.planner().now();
+        s.start_at(now, since_us);
+        let mut removed = 0;
+        while s.running() {
+            removed += f
+                .planner()
+                .plan_retention(s, usize::MAX)
+                .iter()
+                .map(|(_, n)| n)
+                .sum::<u64>();
+            f.commit();
+        }
+        removed
+    };
+    assert_eq!(run(&mut f, &mut s, 0), 0);
+    f.advance(3600 * SECOND);
+    assert_eq!(
+        run(&mut f, &mut s, SECOND),
+        0,
+        "one second passed, not an hour"
+    );
+    assert_eq!(low(&f, "q"), (0, 2));
+    assert_eq!(
+        run(&mut f, &mut s, 30 * SECOND),
+        2,
+        "61 s of real time passed"
+    );
+    f.assert_replays();
 }

@@ -354,7 +354,7 @@ impl State {
             Effect::TimerDelete { queue, key } => {
                 self.timers.remove(queue, key);
             }
-            Effect::RetentionTrim { pid, low, pos } => self.trim_partition(*pid, *low, *pos),
+            Effect::RetentionTrim { pid, low } => self.trim_partition(*pid, *low),
         }
     }
 

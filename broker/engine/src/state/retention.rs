@@ -3,29 +3,32 @@
 //! The low watermark is not a field of its own: it is the first run's `base_offset` (the
 //! partition's `next_offset` when no run is left), so the runs, which every checkpoint already
 //! holds whole, carry it, and a checkpoint written before retention existed reads as "nothing
-//! removed". Runs wholly below the new low are dropped (their memory is freed); a run the low
-//! cuts keeps its tail, starting at the frame whose byte position the planner read (`pos`):
-//! apply never reads the log, so a follower and a replay do exactly what the leader did.
+//! removed". Only whole runs go: the planner rounds every new low down to a run's first
+//! offset, and apply drops the runs that end at or below `low` (a `low` inside a run keeps
+//! that run whole), so apply never reads the log and a follower and a replay do exactly what
+//! the leader did. The runs' vector gives its memory back as it empties.
 
 use super::model::Partition;
 use super::State;
 
 impl State {
-    /// Moves partition `pid`'s first held offset up to `low` (never past `next_offset`, never
-    /// down); `pos` is the byte position of `low`'s frame when `low` falls inside a run.
-    /// Cursors left below move up to it: their charged failures were those of a removed
-    /// message, and a lease that covered only removed messages ends.
-    pub fn trim_partition(&mut self, pid: u64, low: u64, pos: u32) {
+    /// Moves partition `pid`'s first held offset up to the start of the run holding `low`
+    /// (`next_offset` when `low` is past every run; never down). Cursors left below move up
+    /// to it: their charged failures were those of a removed message, and a lease that
+    /// covered only removed messages ends.
+    pub fn trim_partition(&mut self, pid: u64, low: u64) {
         let Some(p) = self.partitions.get_mut(&pid) else {
             return;
         };
         let from = p.low_offset();
-        let to = low.min(p.next_offset);
+        if low.min(p.next_offset) <= from {
+            return;
+        }
+        drop_below(p, low);
+        let (qid, next_offset, to) = (p.queue, p.next_offset, p.low_offset());
         if to <= from {
             return;
         }
-        drop_below(p, to, pos);
-        let (qid, next_offset) = (p.queue, p.next_offset);
         let gids: Vec<u64> = match self.queues.get(&qid) {
             Some(q) => q.groups.values().copied().collect(),
             None => Vec::new(),
@@ -64,30 +67,22 @@ impl State {
     }
 }
 
-/// Drops the messages of `p` below `to` (`p.low_offset() < to <= p.next_offset`). The bytes
-/// the partition reports shrink in proportion to the messages removed: the frames' own sizes
-/// would need the log, and apply reads nothing.
-fn drop_below(p: &mut Partition, to: u64, pos: u32) {
-    let held = p.next_offset.saturating_sub(p.low_offset());
-    let removed = to.saturating_sub(p.low_offset());
+/// Drops the runs of `p` that end at or below `low`. The bytes the partition reports shrink
+/// in proportion to the messages removed: the frames' own sizes would need the log, and apply
+/// reads nothing.
+fn drop_below(p: &mut Partition, low: u64) {
+    let from = p.low_offset();
+    let held = p.next_offset.saturating_sub(from);
     let whole = p
         .runs
-        .partition_point(|r| r.base_offset + u64::from(r.count) <= to);
+        .partition_point(|r| r.base_offset + u64::from(r.count) <= low);
     p.runs.drain(..whole);
-    if let Some(r) = p.runs.first_mut() {
-        if r.base_offset < to {
-            // `to` is inside this run: keep its tail, from the frame the planner located.
-            let cut = to - r.base_offset;
-            r.count = r
-                .count
-                .saturating_sub(u32::try_from(cut).unwrap_or(u32::MAX));
-            r.base_offset = to;
-            r.pos = pos;
-        }
+    // Memory is counted by capacity (memory/size.rs): give it back once mostly unused, as
+    // txn_ids.expire does, so the shrink's copy is paid for by the trims that emptied it.
+    if p.runs.len() < p.runs.capacity() / 4 {
+        p.runs.shrink_to(p.runs.len() * 2);
     }
-    if p.runs.is_empty() {
-        p.runs.shrink_to_fit();
-    }
+    let removed = p.low_offset().saturating_sub(from);
     p.bytes = if removed >= held {
         0
     } else {
@@ -155,26 +150,22 @@ mod tests {
     }
 
     #[test]
-    fn a_trim_inside_a_run_keeps_its_tail_from_the_given_frame() {
+    fn a_trim_inside_a_run_keeps_that_run_whole() {
         let mut st = state();
         st.apply(
-            &Effect::RetentionTrim {
-                pid: 1,
-                low: 5,
-                pos: 142,
-            },
+            &Effect::RetentionTrim { pid: 1, low: 5 },
             30,
             Loc { index: 11, pos: 0 },
         );
         let p = st.partitions.get(&1).unwrap();
-        assert_eq!(p.low_offset(), 5);
+        assert_eq!(p.low_offset(), 4);
         assert_eq!(p.runs.len(), 2);
         let r = p.runs[0];
-        assert_eq!((r.base_offset, r.count, r.index, r.pos), (5, 2, 5, 142));
-        assert_eq!(p.bytes, 300 * 5 / 10);
-        assert_eq!(cursor_start(p, i64::MIN), 5);
+        assert_eq!((r.base_offset, r.count, r.index, r.pos), (4, 3, 5, 100));
+        assert_eq!(p.bytes, 300 * 6 / 10);
+        assert_eq!(cursor_start(p, i64::MIN), 4);
         let g = cursor(&st, 1);
-        assert_eq!((g.committed, g.failures, g.lease), (5, 0, None));
+        assert_eq!((g.committed, g.failures, g.lease), (4, 0, None));
         assert!(
             !st.leases.contains_key(&1),
             "the removed lease is unindexed"
@@ -184,17 +175,42 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_reaching_past_the_low_stays_and_a_trim_never_goes_down_or_past_the_end() {
+    fn the_runs_give_their_memory_back_as_they_empty() {
+        let mut st = State::default();
+        let at = |index| Loc { index, pos: 100 };
+        st.seed_queue(1, "q", QueueConfig::default(), &[(1, "p")], at(1));
+        for i in 0..64u64 {
+            st.apply(
+                &Effect::Append {
+                    pid: 1,
+                    base_offset: i,
+                    hashes: vec![i],
+                    frames: &[0u8; 10],
+                },
+                10 + i as i64,
+                at(2 + i),
+            );
+        }
+        let before = st.partitions.get(&1).unwrap().runs.capacity();
+        assert!(before >= 64);
+        st.trim_partition(1, 60);
+        let p = st.partitions.get(&1).unwrap();
+        assert_eq!(p.runs.len(), 4);
+        assert!(p.runs.capacity() < before / 4, "{}", p.runs.capacity());
+    }
+
+    #[test]
+    fn a_trim_never_goes_down_or_past_the_end() {
         let mut st = state();
-        st.trim_partition(1, 3, 0);
+        st.trim_partition(1, 4);
         let g = cursor(&st, 1);
-        assert_eq!(g.committed, 3);
-        assert_eq!(g.lease.map(|l| l.end), Some(4), "still covers message 3");
-        assert!(st.leases.contains_key(&1));
+        assert_eq!(g.committed, 4);
+        assert_eq!(g.lease, None, "a lease ending at the low ended");
+        assert!(!st.leases.contains_key(&1));
         let before = st.partitions.get(&1).unwrap().runs.clone();
-        st.trim_partition(1, 2, 0);
+        st.trim_partition(1, 2);
         assert_eq!(st.partitions.get(&1).unwrap().runs, before, "never down");
-        st.trim_partition(1, 99, 0);
+        st.trim_partition(1, 99);
         let p = st.partitions.get(&1).unwrap();
         assert!(p.runs.is_empty());
         assert_eq!((p.low_offset(), p.next_offset, p.bytes), (10, 10, 0));
@@ -205,14 +221,14 @@ mod tests {
     #[test]
     fn trimmed_partitions_survive_a_checkpoint() {
         let mut st = state();
-        st.trim_partition(1, 5, 142);
+        st.trim_partition(1, 7);
         let back = crate::state::decode_state(&crate::state::encode_state(&st)).unwrap();
         let (a, b) = (
             st.partitions.get(&1).unwrap(),
             back.partitions.get(&1).unwrap(),
         );
         assert_eq!(a.runs, b.runs);
-        assert_eq!((b.low_offset(), b.next_offset, b.bytes), (5, 10, a.bytes));
+        assert_eq!((b.low_offset(), b.next_offset, b.bytes), (7, 10, a.bytes));
         assert_eq!(cursor(&back, 1), cursor(&st, 1));
     }
 }
