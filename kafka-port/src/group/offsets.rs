@@ -31,6 +31,34 @@ pub const DELETE_VERSIONS: std::ops::RangeInclusive<i16> = 0..=0;
 
 type Topics<T> = Vec<(String, Vec<T>)>;
 
+/// A topic name as a request carries it, refused past Kafka's own limit: every partition of
+/// the request later carries a copy, so an unbounded name multiplies the request's size.
+fn topic_name(r: &mut Reader) -> Result<String, Malformed> {
+    let name = r.string()?;
+    if name.len() > MAX_KAFKA_TOPIC_BYTES {
+        return Err(Malformed("topic name longer than 249 bytes"));
+    }
+    Ok(name)
+}
+
+/// Counts the partitions a request names while it is decoded; past the cap the request is
+/// refused whole (not split), so a commit stays one atomic engine entry.
+struct PartitionBudget(usize);
+
+impl PartitionBudget {
+    fn new() -> Self {
+        PartitionBudget(MAX_KAFKA_OFFSETS_PER_REQUEST)
+    }
+
+    fn take(&mut self, n: usize) -> Result<(), Malformed> {
+        self.0 = self
+            .0
+            .checked_sub(n)
+            .ok_or(Malformed("request names more than 10000 partitions"))?;
+        Ok(())
+    }
+}
+
 struct CommitReq {
     group: String,
     generation: i32,
@@ -51,9 +79,11 @@ fn decode_commit(version: i16, r: &mut Reader) -> Result<CommitReq, Malformed> {
     if (2..=4).contains(&version) {
         let _retention_ms = r.i64()?;
     }
+    let mut budget = PartitionBudget::new();
     let topics = array(r, |r| {
-        let name = r.string()?;
+        let name = topic_name(r)?;
         let parts = array(r, |r| {
+            budget.take(1)?;
             let index = r.i32()?;
             let offset = r.i64()?;
             let epoch = if version >= 6 { r.i32()? } else { -1 };
@@ -171,10 +201,15 @@ fn commit_error(err: &queenmq_protocol::QueenError) -> i16 {
 type FetchGroup = (String, Option<Topics<i32>>);
 
 fn decode_fetch(version: i16, r: &mut Reader) -> Result<Vec<FetchGroup>, Malformed> {
-    let topics = |r: &mut Reader| {
+    let mut budget = PartitionBudget::new();
+    let mut topics = |r: &mut Reader| {
         array(r, |r| {
-            let name = r.string()?;
-            let parts = array(r, |r| r.i32())?.unwrap_or_default();
+            let name = topic_name(r)?;
+            let parts = array(r, |r| {
+                budget.take(1)?;
+                r.i32()
+            })?
+            .unwrap_or_default();
             r.skip_tags()?;
             Ok((name, parts))
         })
@@ -360,18 +395,24 @@ pub async fn fetch(door: &Door, version: i16, mut r: Reader) -> Reply {
     encode(&resp, version)
 }
 
-pub async fn delete(door: &Door, version: i16, mut r: Reader) -> Reply {
-    let decoded = (|| -> Result<_, Malformed> {
-        let group = r.string()?;
-        let topics = array(&mut r, |r| {
-            let name = r.string()?;
-            let parts = array(r, |r| r.i32())?.unwrap_or_default();
-            Ok((name, parts))
+fn decode_delete(r: &mut Reader) -> Result<(String, Topics<i32>), Malformed> {
+    let group = r.string()?;
+    let mut budget = PartitionBudget::new();
+    let topics = array(r, |r| {
+        let name = topic_name(r)?;
+        let parts = array(r, |r| {
+            budget.take(1)?;
+            r.i32()
         })?
         .unwrap_or_default();
-        Ok((group, topics))
-    })();
-    let (group, topics): (String, Topics<i32>) = match decoded {
+        Ok((name, parts))
+    })?
+    .unwrap_or_default();
+    Ok((group, topics))
+}
+
+pub async fn delete(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let (group, topics) = match decode_delete(&mut r) {
         Ok(d) => d,
         Err(err) => return Reply::Close(err.to_string()),
     };
@@ -433,3 +474,7 @@ pub async fn delete(door: &Door, version: i16, mut r: Reader) -> Reply {
         version,
     )
 }
+
+#[cfg(test)]
+#[path = "offsets_tests.rs"]
+mod tests;
