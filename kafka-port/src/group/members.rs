@@ -24,6 +24,52 @@ pub fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
 }
 
+/// Reads an array of at most `max` elements with `each`; a longer one is refused from its
+/// count, before any element is decoded.
+pub fn capped_array<T>(
+    r: &mut Reader,
+    max: usize,
+    too_many: &'static str,
+    mut each: impl FnMut(&mut Reader) -> Result<T, Malformed>,
+) -> Result<Option<Vec<T>>, Malformed> {
+    let Some(n) = r.array_len()? else {
+        return Ok(None);
+    };
+    if n > max {
+        return Err(Malformed(too_many));
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(each(r)?);
+    }
+    Ok(Some(out))
+}
+
+/// Keeps the first of each repeated key, in order: a response answers each group once,
+/// so naming one large group many times cannot multiply the answer.
+pub fn dedup_by_key<T>(items: Vec<T>, key: impl Fn(&T) -> &str) -> Vec<T> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        if seen.insert(key(&item).to_string()) {
+            out.push(item);
+        }
+    }
+    out
+}
+
+/// Group ids of a DescribeGroups or DeleteGroups request: capped, each answered once.
+pub fn group_names(r: &mut Reader) -> Result<Vec<String>, Malformed> {
+    let names = capped_array(
+        r,
+        queenmq_protocol::kafka_groups::MAX_KAFKA_GROUPS_PER_REQUEST,
+        "request names more than 1000 groups",
+        |r| r.string(),
+    )?
+    .unwrap_or_default();
+    Ok(dedup_by_key(names, |n| n.as_str()))
+}
+
 /// Reads an array with `each`, collecting what it returns.
 pub fn array<T>(
     r: &mut Reader,

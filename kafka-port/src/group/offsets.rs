@@ -19,7 +19,7 @@ use kafka_protocol::messages::{
 use queenmq_protocol::kafka_groups::*;
 
 use super::durable;
-use super::members::{array, s};
+use super::members::{array, capped_array, dedup_by_key, s};
 use crate::connection::{encode, Reply};
 use crate::errors as e;
 use crate::wire::{Malformed, Reader};
@@ -215,16 +215,21 @@ fn decode_fetch(version: i16, r: &mut Reader) -> Result<Vec<FetchGroup>, Malform
         })
     };
     let groups = if version >= 8 {
-        array(r, |r| {
-            let id = r.string()?;
-            if version >= 9 {
-                let _member = r.nullable_string()?;
-                let _epoch = r.i32()?;
-            }
-            let t = topics(r)?;
-            r.skip_tags()?;
-            Ok((id, t))
-        })?
+        capped_array(
+            r,
+            MAX_KAFKA_GROUPS_PER_REQUEST,
+            "OffsetFetch names more than 1000 groups",
+            |r| {
+                let id = r.string()?;
+                if version >= 9 {
+                    let _member = r.nullable_string()?;
+                    let _epoch = r.i32()?;
+                }
+                let t = topics(r)?;
+                r.skip_tags()?;
+                Ok((id, t))
+            },
+        )?
         .unwrap_or_default()
     } else {
         let id = r.string()?;
@@ -234,7 +239,9 @@ fn decode_fetch(version: i16, r: &mut Reader) -> Result<Vec<FetchGroup>, Malform
         let _require_stable = r.bool()?;
     }
     r.skip_tags()?;
-    Ok(groups)
+    // A group named twice is answered once (its first listing): every answer may carry the
+    // group's whole table, so repeats would multiply the response.
+    Ok(dedup_by_key(groups, |(id, _)| id.as_str()))
 }
 
 /// Every committed offset asked for, grouped by topic in the request's order (or in the
@@ -313,12 +320,6 @@ pub async fn fetch(door: &Door, version: i16, mut r: Reader) -> Reply {
         Ok(g) => g,
         Err(err) => return Reply::Close(err.to_string()),
     };
-    if groups.len() > MAX_KAFKA_GROUPS_PER_REQUEST {
-        return Reply::Close(format!(
-            "OffsetFetch names {} groups, more than {MAX_KAFKA_GROUPS_PER_REQUEST}",
-            groups.len()
-        ));
-    }
     let mut answers = Vec::with_capacity(groups.len());
     for (group, asked) in &groups {
         answers.push((group.clone(), fetch_group(door, group, asked).await));

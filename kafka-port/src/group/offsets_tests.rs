@@ -63,3 +63,42 @@ fn a_request_naming_more_partitions_than_the_cap_is_refused_whole() {
     assert!(decode_delete(&mut topic_parts("t", cap + 1)).is_err());
     assert!(decode_delete(&mut topic_parts("t", cap)).is_ok());
 }
+
+fn compact(b: &mut BytesMut, s: &str) {
+    b.put_u8(s.len() as u8 + 1);
+    b.put_slice(s.as_bytes());
+}
+
+/// A v8 OffsetFetch naming `groups`, each for all of its partitions.
+fn fetch_v8(groups: &[&str]) -> Reader {
+    let mut b = BytesMut::new();
+    // Compact array length as an unsigned varint of n + 1.
+    let mut n = groups.len() as u32 + 1;
+    while n >= 0x80 {
+        b.put_u8((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    b.put_u8(n as u8);
+    for g in groups {
+        compact(&mut b, g);
+        b.put_u8(0); // null topics: every partition
+        b.put_u8(0); // tags
+    }
+    b.put_u8(0); // require_stable
+    b.put_u8(0); // tags
+    Reader::new(b.freeze(), true)
+}
+
+#[test]
+fn a_multi_group_fetch_answers_each_group_once_and_is_capped_at_decode() {
+    let groups = decode_fetch(8, &mut fetch_v8(&["a", "b", "a", "a"]))
+        .map(|gs| gs.into_iter().map(|(id, _)| id).collect::<Vec<_>>());
+    assert_eq!(groups, Ok(vec!["a".to_string(), "b".to_string()]));
+    let many = vec!["g"; MAX_KAFKA_GROUPS_PER_REQUEST + 1];
+    assert!(decode_fetch(8, &mut fetch_v8(&many)).is_err());
+    let most = vec!["g"; MAX_KAFKA_GROUPS_PER_REQUEST];
+    assert_eq!(
+        decode_fetch(8, &mut fetch_v8(&most)).map(|g| g.len()),
+        Ok(1)
+    );
+}
