@@ -31,6 +31,7 @@ pub const INVALID_GROUP_ID: i16 = 24;
 pub const UNKNOWN_MEMBER_ID: i16 = 25;
 pub const INVALID_SESSION_TIMEOUT: i16 = 26;
 pub const REBALANCE_IN_PROGRESS: i16 = 27;
+pub const INVALID_REQUEST: i16 = 42;
 pub const NON_EMPTY_GROUP: i16 = 68;
 pub const GROUP_ID_NOT_FOUND: i16 = 69;
 pub const MEMBER_ID_REQUIRED: i16 = 79;

@@ -14,7 +14,7 @@ use kafka_protocol::messages::{
 use queenmq_protocol::kafka_groups::*;
 
 use super::durable;
-use super::members::{array, s};
+use super::members::{array, group_names, s};
 use crate::connection::{encode, Reply};
 use crate::errors as e;
 use crate::wire::{Malformed, Reader};
@@ -32,7 +32,13 @@ pub async fn find_coordinator(door: &Door, version: i16, mut r: Reader) -> Reply
     let decoded = (|| -> Result<_, Malformed> {
         if version >= 4 {
             let key_type = r.i8()?;
-            let keys = array(&mut r, |r| r.string())?.unwrap_or_default();
+            let keys = super::members::capped_array(
+                &mut r,
+                MAX_KAFKA_GROUPS_PER_REQUEST,
+                "FindCoordinator names more than 1000 keys",
+                |r| r.string(),
+            )?
+            .unwrap_or_default();
             r.skip_tags()?;
             Ok((key_type, keys))
         } else {
@@ -163,16 +169,17 @@ pub async fn list(door: &Door, version: i16, mut r: Reader) -> Reply {
     )
 }
 
+fn decode_describe(version: i16, r: &mut Reader) -> Result<Vec<String>, Malformed> {
+    let groups = group_names(r)?;
+    if version >= 3 {
+        let _ops = r.bool()?;
+    }
+    r.skip_tags()?;
+    Ok(groups)
+}
+
 pub async fn describe(door: &Door, version: i16, mut r: Reader) -> Reply {
-    let decoded = (|| -> Result<_, Malformed> {
-        let groups = array(&mut r, |r| r.string())?.unwrap_or_default();
-        if version >= 3 {
-            let _ops = r.bool()?;
-        }
-        r.skip_tags()?;
-        Ok(groups)
-    })();
-    let groups = match decoded {
+    let groups = match decode_describe(version, &mut r) {
         Ok(d) => d,
         Err(err) => return Reply::Close(err.to_string()),
     };
@@ -242,7 +249,7 @@ pub async fn describe(door: &Door, version: i16, mut r: Reader) -> Reply {
 
 pub async fn delete_groups(door: &Door, version: i16, mut r: Reader) -> Reply {
     let decoded = (|| -> Result<_, Malformed> {
-        let groups = array(&mut r, |r| r.string())?.unwrap_or_default();
+        let groups = group_names(&mut r)?;
         r.skip_tags()?;
         Ok(groups)
     })();
@@ -300,4 +307,34 @@ pub async fn delete_groups(door: &Door, version: i16, mut r: Reader) -> Reply {
         &DeleteGroupsResponse::default().with_results(results),
         version,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::{BufMut, BytesMut};
+
+    use super::*;
+
+    fn describe_v0(names: &[&str]) -> Reader {
+        let mut b = BytesMut::new();
+        b.put_i32(names.len() as i32);
+        for n in names {
+            b.put_i16(n.len() as i16);
+            b.put_slice(n.as_bytes());
+        }
+        Reader::new(b.freeze(), false)
+    }
+
+    #[test]
+    fn describe_answers_each_group_once_and_refuses_past_the_group_cap() {
+        let named = decode_describe(0, &mut describe_v0(&["a", "b", "a", "a", "c"]));
+        assert_eq!(named, Ok(vec!["a".into(), "b".into(), "c".into()]));
+        let many = vec!["g"; MAX_KAFKA_GROUPS_PER_REQUEST + 1];
+        assert!(decode_describe(0, &mut describe_v0(&many)).is_err());
+        let most = vec!["g"; MAX_KAFKA_GROUPS_PER_REQUEST];
+        assert_eq!(
+            decode_describe(0, &mut describe_v0(&most)).map(|v| v.len()),
+            Ok(1)
+        );
+    }
 }

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::errors as e;
+use queenmq_protocol::kafka_groups::{MAX_KAFKA_PROTOCOL_BYTES, MAX_KAFKA_TOPIC_BYTES};
 
 /// Kafka's `group.initial.rebalance.delay.ms` default: a group formed from empty waits this
 /// long for more members before its first generation, so consumers started together share one.
@@ -350,6 +351,24 @@ impl Groups {
                 e::INCONSISTENT_GROUP_PROTOCOL,
                 &a.member_id,
             ));
+        }
+        // The engine refuses a generation whose protocol type or name is longer, so such a
+        // group could never form; refuse the join instead of minting and failing forever.
+        let long_protocol = a.protocol_type.len() > MAX_KAFKA_PROTOCOL_BYTES
+            || a.protocols
+                .iter()
+                .any(|(n, _)| n.len() > MAX_KAFKA_PROTOCOL_BYTES);
+        if long_protocol {
+            return Step::Now(JoinAnswer::error(
+                e::INCONSISTENT_GROUP_PROTOCOL,
+                &a.member_id,
+            ));
+        }
+        if a.instance_id
+            .as_ref()
+            .is_some_and(|i| i.len() > MAX_KAFKA_TOPIC_BYTES)
+        {
+            return Step::Now(JoinAnswer::error(e::INVALID_REQUEST, &a.member_id));
         }
         if !self.groups.contains_key(&a.group) && self.groups.len() >= MAX_GROUPS {
             return Step::Now(JoinAnswer::error(

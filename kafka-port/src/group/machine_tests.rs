@@ -256,6 +256,26 @@ fn bad_joins_get_kafkas_errors() {
         now_of(gs.join(args("nobody", &["range"]), 0)).error,
         e::UNKNOWN_MEMBER_ID
     );
+    // Longer than the engine keeps with a generation: refused at the join (of a group
+    // nobody is in, which would otherwise accept any protocol).
+    let mut long_type = args("", &["range"]);
+    long_type.group = "fresh".into();
+    long_type.protocol_type = "c".repeat(256);
+    assert_eq!(
+        now_of(gs.join(long_type, 0)).error,
+        e::INCONSISTENT_GROUP_PROTOCOL
+    );
+    let long_name = "r".repeat(256);
+    let mut long_name = args("", &[long_name.as_str()]);
+    long_name.group = "fresh".into();
+    assert_eq!(
+        now_of(gs.join(long_name, 0)).error,
+        e::INCONSISTENT_GROUP_PROTOCOL
+    );
+    let mut long_instance = args("", &["range"]);
+    long_instance.group = "fresh".into();
+    long_instance.instance_id = Some("i".repeat(250));
+    assert_eq!(now_of(gs.join(long_instance, 0)).error, e::INVALID_REQUEST);
     // v0-v3 joins are members at once.
     let mut old = args("", &["range"]);
     old.require_known_member = false;

@@ -24,6 +24,60 @@ pub fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
 }
 
+/// A copy of bytes the coordinator keeps past the request: a view would pin the whole frame
+/// (tagged-field padding included) for as long as the member lives, while its size counts
+/// only the view.
+fn owned(b: Option<bytes::Bytes>) -> bytes::Bytes {
+    b.map(|b| bytes::Bytes::copy_from_slice(&b))
+        .unwrap_or_default()
+}
+
+/// Reads an array of at most `max` elements with `each`; a longer one is refused from its
+/// count, before any element is decoded.
+pub fn capped_array<T>(
+    r: &mut Reader,
+    max: usize,
+    too_many: &'static str,
+    mut each: impl FnMut(&mut Reader) -> Result<T, Malformed>,
+) -> Result<Option<Vec<T>>, Malformed> {
+    let Some(n) = r.array_len()? else {
+        return Ok(None);
+    };
+    if n > max {
+        return Err(Malformed(too_many));
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(each(r)?);
+    }
+    Ok(Some(out))
+}
+
+/// Keeps the first of each repeated key, in order: a response answers each group once,
+/// so naming one large group many times cannot multiply the answer.
+pub fn dedup_by_key<T>(items: Vec<T>, key: impl Fn(&T) -> &str) -> Vec<T> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        if seen.insert(key(&item).to_string()) {
+            out.push(item);
+        }
+    }
+    out
+}
+
+/// Group ids of a DescribeGroups or DeleteGroups request: capped, each answered once.
+pub fn group_names(r: &mut Reader) -> Result<Vec<String>, Malformed> {
+    let names = capped_array(
+        r,
+        queenmq_protocol::kafka_groups::MAX_KAFKA_GROUPS_PER_REQUEST,
+        "request names more than 1000 groups",
+        |r| r.string(),
+    )?
+    .unwrap_or_default();
+    Ok(dedup_by_key(names, |n| n.as_str()))
+}
+
 /// Reads an array with `each`, collecting what it returns.
 pub fn array<T>(
     r: &mut Reader,
@@ -57,7 +111,7 @@ pub fn decode_join(
     let protocol_type = r.string()?;
     let protocols = array(r, |r| {
         let name = r.string()?;
-        let meta = r.nullable_bytes()?.unwrap_or_default();
+        let meta = owned(r.nullable_bytes()?);
         r.skip_tags()?;
         Ok((name, meta))
     })?
@@ -139,7 +193,7 @@ pub async fn sync(door: &Door, version: i16, mut r: Reader) -> Reply {
         }
         let assignments = array(&mut r, |r| {
             let id = r.string()?;
-            let a = r.nullable_bytes()?.unwrap_or_default();
+            let a = owned(r.nullable_bytes()?);
             r.skip_tags()?;
             Ok((id, a))
         })?
@@ -316,5 +370,25 @@ mod tests {
         );
         let mut short = Reader::new(Bytes::from(body[..body.len() - 1].to_vec()), false);
         assert!(decode_join(0, &mut short, "c", "h").is_err());
+    }
+
+    #[test]
+    fn kept_metadata_is_a_copy_not_a_view_of_the_frame() {
+        let mut body = Vec::new();
+        body.extend_from_slice(b"\x00\x01g");
+        body.extend_from_slice(b"\x00\x00\x27\x10");
+        body.extend_from_slice(b"\x00\x00");
+        body.extend_from_slice(b"\x00\x08consumer");
+        body.extend_from_slice(b"\x00\x00\x00\x01");
+        body.extend_from_slice(b"\x00\x05range");
+        body.extend_from_slice(b"\x00\x00\x00\x02");
+        body.extend_from_slice(b"ab");
+        body.extend_from_slice(&[0u8; 4096]);
+        let frame = Bytes::from(body);
+        let range = frame.as_ptr() as usize..frame.as_ptr() as usize + frame.len();
+        let a = decode_join(0, &mut Reader::new(frame.clone(), false), "c", "h").expect("decodes");
+        let meta = &a.protocols[0].1;
+        assert_eq!(meta.as_ref(), b"ab");
+        assert!(!range.contains(&(meta.as_ptr() as usize)));
     }
 }

@@ -19,7 +19,7 @@ use kafka_protocol::messages::{
 use queenmq_protocol::kafka_groups::*;
 
 use super::durable;
-use super::members::{array, s};
+use super::members::{array, capped_array, dedup_by_key, s};
 use crate::connection::{encode, Reply};
 use crate::errors as e;
 use crate::wire::{Malformed, Reader};
@@ -30,6 +30,34 @@ pub const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 1..=9;
 pub const DELETE_VERSIONS: std::ops::RangeInclusive<i16> = 0..=0;
 
 type Topics<T> = Vec<(String, Vec<T>)>;
+
+/// A topic name as a request carries it, refused past Kafka's own limit: every partition of
+/// the request later carries a copy, so an unbounded name multiplies the request's size.
+fn topic_name(r: &mut Reader) -> Result<String, Malformed> {
+    let name = r.string()?;
+    if name.len() > MAX_KAFKA_TOPIC_BYTES {
+        return Err(Malformed("topic name longer than 249 bytes"));
+    }
+    Ok(name)
+}
+
+/// Counts the partitions a request names while it is decoded; past the cap the request is
+/// refused whole (not split), so a commit stays one atomic engine entry.
+struct PartitionBudget(usize);
+
+impl PartitionBudget {
+    fn new() -> Self {
+        PartitionBudget(MAX_KAFKA_OFFSETS_PER_REQUEST)
+    }
+
+    fn take(&mut self, n: usize) -> Result<(), Malformed> {
+        self.0 = self
+            .0
+            .checked_sub(n)
+            .ok_or(Malformed("request names more than 10000 partitions"))?;
+        Ok(())
+    }
+}
 
 struct CommitReq {
     group: String,
@@ -51,9 +79,11 @@ fn decode_commit(version: i16, r: &mut Reader) -> Result<CommitReq, Malformed> {
     if (2..=4).contains(&version) {
         let _retention_ms = r.i64()?;
     }
+    let mut budget = PartitionBudget::new();
     let topics = array(r, |r| {
-        let name = r.string()?;
+        let name = topic_name(r)?;
         let parts = array(r, |r| {
+            budget.take(1)?;
             let index = r.i32()?;
             let offset = r.i64()?;
             let epoch = if version >= 6 { r.i32()? } else { -1 };
@@ -171,25 +201,35 @@ fn commit_error(err: &queenmq_protocol::QueenError) -> i16 {
 type FetchGroup = (String, Option<Topics<i32>>);
 
 fn decode_fetch(version: i16, r: &mut Reader) -> Result<Vec<FetchGroup>, Malformed> {
-    let topics = |r: &mut Reader| {
+    let mut budget = PartitionBudget::new();
+    let mut topics = |r: &mut Reader| {
         array(r, |r| {
-            let name = r.string()?;
-            let parts = array(r, |r| r.i32())?.unwrap_or_default();
+            let name = topic_name(r)?;
+            let parts = array(r, |r| {
+                budget.take(1)?;
+                r.i32()
+            })?
+            .unwrap_or_default();
             r.skip_tags()?;
             Ok((name, parts))
         })
     };
     let groups = if version >= 8 {
-        array(r, |r| {
-            let id = r.string()?;
-            if version >= 9 {
-                let _member = r.nullable_string()?;
-                let _epoch = r.i32()?;
-            }
-            let t = topics(r)?;
-            r.skip_tags()?;
-            Ok((id, t))
-        })?
+        capped_array(
+            r,
+            MAX_KAFKA_GROUPS_PER_REQUEST,
+            "OffsetFetch names more than 1000 groups",
+            |r| {
+                let id = r.string()?;
+                if version >= 9 {
+                    let _member = r.nullable_string()?;
+                    let _epoch = r.i32()?;
+                }
+                let t = topics(r)?;
+                r.skip_tags()?;
+                Ok((id, t))
+            },
+        )?
         .unwrap_or_default()
     } else {
         let id = r.string()?;
@@ -199,7 +239,9 @@ fn decode_fetch(version: i16, r: &mut Reader) -> Result<Vec<FetchGroup>, Malform
         let _require_stable = r.bool()?;
     }
     r.skip_tags()?;
-    Ok(groups)
+    // A group named twice is answered once (its first listing): every answer may carry the
+    // group's whole table, so repeats would multiply the response.
+    Ok(dedup_by_key(groups, |(id, _)| id.as_str()))
 }
 
 /// Every committed offset asked for, grouped by topic in the request's order (or in the
@@ -278,12 +320,6 @@ pub async fn fetch(door: &Door, version: i16, mut r: Reader) -> Reply {
         Ok(g) => g,
         Err(err) => return Reply::Close(err.to_string()),
     };
-    if groups.len() > MAX_KAFKA_GROUPS_PER_REQUEST {
-        return Reply::Close(format!(
-            "OffsetFetch names {} groups, more than {MAX_KAFKA_GROUPS_PER_REQUEST}",
-            groups.len()
-        ));
-    }
     let mut answers = Vec::with_capacity(groups.len());
     for (group, asked) in &groups {
         answers.push((group.clone(), fetch_group(door, group, asked).await));
@@ -360,18 +396,24 @@ pub async fn fetch(door: &Door, version: i16, mut r: Reader) -> Reply {
     encode(&resp, version)
 }
 
-pub async fn delete(door: &Door, version: i16, mut r: Reader) -> Reply {
-    let decoded = (|| -> Result<_, Malformed> {
-        let group = r.string()?;
-        let topics = array(&mut r, |r| {
-            let name = r.string()?;
-            let parts = array(r, |r| r.i32())?.unwrap_or_default();
-            Ok((name, parts))
+fn decode_delete(r: &mut Reader) -> Result<(String, Topics<i32>), Malformed> {
+    let group = r.string()?;
+    let mut budget = PartitionBudget::new();
+    let topics = array(r, |r| {
+        let name = topic_name(r)?;
+        let parts = array(r, |r| {
+            budget.take(1)?;
+            r.i32()
         })?
         .unwrap_or_default();
-        Ok((group, topics))
-    })();
-    let (group, topics): (String, Topics<i32>) = match decoded {
+        Ok((name, parts))
+    })?
+    .unwrap_or_default();
+    Ok((group, topics))
+}
+
+pub async fn delete(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let (group, topics) = match decode_delete(&mut r) {
         Ok(d) => d,
         Err(err) => return Reply::Close(err.to_string()),
     };
@@ -433,3 +475,7 @@ pub async fn delete(door: &Door, version: i16, mut r: Reader) -> Reply {
         version,
     )
 }
+
+#[cfg(test)]
+#[path = "offsets_tests.rs"]
+mod tests;
