@@ -1,9 +1,9 @@
 //! What a command may write to the disk, for the free-space gate (disk_gate.rs): an upper
 //! bound of the bytes it adds, counted from everything the client sent that the entry keeps.
 
+use queenmq_protocol::kafka_groups::KafkaGroupsReq;
 use queenmq_protocol::kv::{KvOp, LockOp};
 use queenmq_protocol::timers::TimerOp;
-use queenmq_protocol::kafka_groups::KafkaGroupsReq;
 use queenmq_protocol::{Command, PushItem, TxnOp};
 
 /// Bytes a row costs on disk beyond what the client sent (record framing, ids minted by the
@@ -80,11 +80,9 @@ fn lock_ops(ops: &[LockOp]) -> u64 {
 /// one row; reads write nothing, and deletes only free.
 fn kafka_groups(req: &KafkaGroupsReq) -> u64 {
     match req {
-        KafkaGroupsReq::Commit { group, offsets } => {
-            offsets.iter().fold(len(group), |a, o| {
-                a.saturating_add(len(&o.topic) + len(&o.metadata) + ROW_OVERHEAD)
-            })
-        }
+        KafkaGroupsReq::Commit { group, offsets } => offsets.iter().fold(len(group), |a, o| {
+            a.saturating_add(len(&o.topic) + len(&o.metadata) + ROW_OVERHEAD)
+        }),
         KafkaGroupsReq::NextGeneration {
             group,
             protocol_type,

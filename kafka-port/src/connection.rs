@@ -14,9 +14,7 @@ use tokio::sync::watch;
 
 use crate::header::{self, RequestHeader};
 use crate::wire::Reader;
-use crate::{
-    admin, api_versions, fetch, frame, group, list_offsets, metadata, produce, Door,
-};
+use crate::{admin, api_versions, fetch, frame, group, list_offsets, metadata, produce, Door};
 
 /// What a handler decided for one request.
 pub enum Reply {
