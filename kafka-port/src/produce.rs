@@ -213,7 +213,7 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     } else {
         match door
             .bus
-            .call(door.cfg.ctx.clone(), Command::Push(PushReq { items }))
+            .call(door.ctx.clone(), Command::Push(PushReq { items }))
             .await
         {
             Ok(Outcome::Pushed(results)) => Ok(results),

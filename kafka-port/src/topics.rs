@@ -47,7 +47,7 @@ pub fn kafka_index(name: &str) -> Option<u32> {
 pub async fn names(door: &Door) -> Result<Vec<String>, QueenError> {
     match door
         .bus
-        .call(door.cfg.ctx.clone(), Command::Read(ReadReq::Queues))
+        .call(door.ctx.clone(), Command::Read(ReadReq::Queues))
         .await?
     {
         Outcome::Read(ReadAnswer::Queues(qs)) => Ok(qs.into_iter().map(|q| q.name).collect()),
@@ -67,11 +67,7 @@ pub async fn partition_count(door: &Door, topic: &str) -> Result<u32, QueenError
                 offset,
             },
         };
-        let doc = match door
-            .bus
-            .call(door.cfg.ctx.clone(), Command::Read(read))
-            .await?
-        {
+        let doc = match door.bus.call(door.ctx.clone(), Command::Read(read)).await? {
             Outcome::Read(ReadAnswer::Queue(doc)) => doc,
             other => return Err(unexpected(&other)),
         };
@@ -106,7 +102,7 @@ pub async fn create(door: &Door, topic: &str) -> Result<(), QueenError> {
     };
     match door
         .bus
-        .call(door.cfg.ctx.clone(), Command::Configure(req))
+        .call(door.ctx.clone(), Command::Configure(req))
         .await?
     {
         Outcome::Configured(_) => Ok(()),

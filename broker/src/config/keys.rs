@@ -324,6 +324,36 @@ pub(crate) const KEYS: &[KeySpec] = &[
             max: 10_000,
         },
     },
+    KeySpec {
+        name: "tls_cert_file",
+        env: "QUEEN_TLS_CERT_FILE",
+        flag: None,
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "tls_key_file",
+        env: "QUEEN_TLS_KEY_FILE",
+        flag: None,
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "kafka_tls_cert_file",
+        env: "QUEEN_KAFKA_TLS_CERT_FILE",
+        flag: None,
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "kafka_tls_key_file",
+        env: "QUEEN_KAFKA_TLS_KEY_FILE",
+        flag: None,
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "kafka_sasl_users_file",
+        env: "QUEEN_KAFKA_SASL_USERS_FILE",
+        flag: None,
+        kind: Kind::Text,
+    },
 ];
 
 /// The environment variable naming the config file (the twin of `--config`).

@@ -48,7 +48,7 @@ async fn delete(door: &Door, name: &str) -> Result<(), Refusal> {
     let cmd = Command::DeleteQueue {
         queue: name.to_owned(),
     };
-    let existed = match door.bus.call(door.cfg.ctx.clone(), cmd).await {
+    let existed = match door.bus.call(door.ctx.clone(), cmd).await {
         Ok(Outcome::Deleted(d)) => d.existed,
         Ok(other) => return Err(Refusal::from_queen(&unexpected(&other))),
         Err(e) => return Err(Refusal::from_queen(&e)),

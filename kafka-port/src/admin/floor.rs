@@ -7,7 +7,7 @@
 //! shows the configured default, as an auto-created one does.
 
 use queenmq_protocol::kv::{KvExpiry, KvOp, KvOutcome, KvReq, KvResult};
-use queenmq_protocol::{Command, Outcome, QueenError};
+use queenmq_protocol::{Access, Command, Outcome, QueenError, RequestCtx};
 
 use crate::topics::{unexpected, MAX_TOPIC_PARTITIONS};
 use crate::Door;
@@ -16,12 +16,12 @@ use crate::Door;
 pub const NS: &str = queenmq_protocol::KAFKA_PARTITIONS_NS;
 
 async fn call(door: &Door, op: KvOp) -> Result<KvResult, QueenError> {
+    call_as(door, door.ctx.clone(), op).await
+}
+
+async fn call_as(door: &Door, ctx: RequestCtx, op: KvOp) -> Result<KvResult, QueenError> {
     let req = KvReq { ops: vec![op] };
-    match door
-        .bus
-        .call(door.cfg.ctx.clone(), Command::Kv(req))
-        .await?
-    {
+    match door.bus.call(ctx, Command::Kv(req)).await? {
         Outcome::Kv(KvOutcome::Results(mut rs)) if rs.len() == 1 => Ok(rs.remove(0)),
         other => Err(unexpected(&other)),
     }
@@ -33,7 +33,13 @@ pub async fn get(door: &Door, topic: &str) -> Result<Option<u32>, QueenError> {
         ns: NS.to_owned(),
         key: topic.to_owned(),
     };
-    match call(door, op).await? {
+    // The floor is this door's own bookkeeping, read for every Metadata: a read-only user
+    // (whose roles do not reach the KV command) must still see the topics of its tenant.
+    let own = RequestCtx {
+        access: Access::Open,
+        ..door.ctx.clone()
+    };
+    match call_as(door, own, op).await? {
         KvResult::Get(row) => Ok(row.and_then(|r| r.value).and_then(|v| parse(&v))),
         other => Err(QueenError::new(
             queenmq_protocol::ErrorCode::Internal,
