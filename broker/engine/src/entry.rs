@@ -157,6 +157,8 @@ pub struct EntryBuilder {
     count: u32,
 }
 
+/// Most elements a decoder reserves room for before it has decoded them.
+const PREALLOC_CAP: usize = 1024;
 const COUNT_AT: usize = 1 + 8 + 8;
 
 impl EntryBuilder {
@@ -444,7 +446,9 @@ pub fn decode_entry(buf: &[u8]) -> Result<(EntryHeader, Vec<(Effect<'_>, u32)>),
     };
     // The smallest effect: KafkaGroupDelete, a kind byte and a string length.
     let n = r.count(5)?;
-    let mut effects = Vec::with_capacity(n);
+    // An effect in memory is many times its smallest encoding: a count that the buffer
+    // allows still must not size the vector up front (it grows as effects really decode).
+    let mut effects = Vec::with_capacity(n.min(PREALLOC_CAP));
     for _ in 0..n {
         effects.push(decode_effect(&mut r)?);
     }
@@ -516,7 +520,7 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
             let txn = r.str()?;
             let group = r.str()?;
             let n = r.count(4)?;
-            let mut names = Vec::with_capacity(n);
+            let mut names = Vec::with_capacity(n.min(PREALLOC_CAP));
             for _ in 0..n {
                 names.push(r.str()?);
             }
