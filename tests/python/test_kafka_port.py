@@ -18,10 +18,8 @@ from kafka import codec as kafka_codec  # noqa: E402
 
 
 def producer(broker, **kw) -> KafkaProducer:
-    # Idempotence needs InitProducerId, which this slice does not serve.
-    return KafkaProducer(
-        bootstrap_servers=broker.kafka_bootstrap, enable_idempotence=False, **kw
-    )
+    # kafka-python's default producer: idempotent (test_kafka_idempotence.py).
+    return KafkaProducer(bootstrap_servers=broker.kafka_bootstrap, **kw)
 
 
 def pop_all(http, queue: str, n: int) -> list[dict]:
@@ -167,6 +165,8 @@ def test_api_versions_lists_only_served_apis_and_answers_unknown_versions_in_v0(
             14: (0, 5), 15: (0, 5), 16: (0, 5), 42: (0, 2), 47: (0, 0),
             # Topic admin (test_kafka_admin.py).
             19: (2, 7), 20: (1, 6), 32: (1, 4), 37: (0, 3),
+            # Idempotent producers (test_kafka_idempotence.py).
+            22: (0, 5),
         }
         # KIP-511: a version we do not serve gets UNSUPPORTED_VERSION in the v0 layout.
         error, keys = api_versions(s, 77, 2)
