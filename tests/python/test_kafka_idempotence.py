@@ -4,11 +4,14 @@ produce unchanged; raw requests check the duplicate, gap and epoch answers, and 
 duplicate check survives a SIGKILL."""
 
 import json
-import socket
 import struct
 import time
 
+import httpx
 import pytest
+from raw_socket import kafka_connect as connect
+from raw_socket import kafka_request as request
+from raw_socket import read_kafka_frame as read_frame
 
 kafka = pytest.importorskip("kafka", reason="kafka-python is in scripts/lib/requirements.txt")
 from kafka import KafkaAdminClient, KafkaProducer  # noqa: E402
@@ -102,31 +105,10 @@ def test_confluent_kafka_idempotent_producer_produces_every_record_once(broker, 
 # Raw requests: what no client sends on purpose (the same batch twice, a gap, an old epoch).
 
 
-def frame(body: bytes) -> bytes:
-    return struct.pack(">i", len(body)) + body
-
-
-def header(api_key: int, version: int, corr: int, flexible: bool) -> bytes:
-    return struct.pack(">hhih", api_key, version, corr, 1) + b"t" + (b"\x00" if flexible else b"")
-
-
-def read_frame(s: socket.socket) -> bytes:
-    def exact(n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = s.recv(n - len(out))
-            assert chunk, "connection closed"
-            out += chunk
-        return out
-
-    (n,) = struct.unpack(">i", exact(4))
-    return exact(n)
-
-
 def init_producer(s, txn: str | None = None, timeout_ms: int = 60000) -> tuple[int, int, int]:
     """InitProducerId v0: (error, producer id, epoch)."""
     tid = struct.pack(">h", -1) if txn is None else struct.pack(">h", len(txn)) + txn.encode()
-    s.sendall(frame(header(22, 0, 1, False) + tid + struct.pack(">i", timeout_ms)))
+    s.sendall(request(22, 0, 1, tid + struct.pack(">i", timeout_ms)))
     _corr, _throttle, error, pid, epoch = struct.unpack(">iihqh", read_frame(s))
     return error, pid, epoch
 
@@ -134,7 +116,7 @@ def init_producer(s, txn: str | None = None, timeout_ms: int = 60000) -> tuple[i
 def bump_epoch(s, pid: int, epoch: int) -> tuple[int, int, int]:
     """InitProducerId v3 (flexible) naming the producer's id and epoch (KIP-360)."""
     body = b"\x00" + struct.pack(">iqh", -1, pid, epoch) + b"\x00"
-    s.sendall(frame(header(22, 3, 2, True) + body))
+    s.sendall(request(22, 3, 2, body, tags=True))
     resp = read_frame(s)
     # Response header v1: correlation id and an empty tag section.
     _throttle, error, new_pid, new_epoch = struct.unpack(">ihqh", resp[5:21])
@@ -155,17 +137,13 @@ def produce(s, topic: str, records: bytes) -> tuple[int, int]:
     body = struct.pack(">hhi", -1, -1, 10000)
     body += struct.pack(">ih", 1, len(t)) + t
     body += struct.pack(">ii", 1, 0) + struct.pack(">i", len(records)) + records
-    s.sendall(frame(header(0, 3, 3, False) + body))
+    s.sendall(request(0, 3, 3, body))
     resp = read_frame(s)
     (_corr, ntopics, nlen) = struct.unpack(">iih", resp[:10])
     pos = 10 + nlen
     (nparts, _index, error, base) = struct.unpack(">iihq", resp[pos : pos + 18])
     assert (ntopics, nparts) == (1, 1)
     return error, base
-
-
-def connect(broker) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", broker.kafka_port), timeout=10)
 
 
 def test_repeats_gaps_and_old_epochs_are_answered_as_kafka_does_across_a_crash(
@@ -194,7 +172,7 @@ def test_repeats_gaps_and_old_epochs_are_answered_as_kafka_does_across_a_crash(
         assert produce(s, "idem-raw", batch(pid, 1, 0, [3, 4])) == (NONE, 3)
         assert produce(s, "idem-raw", batch(pid, 0, 3, [5]))[0] == INVALID_EPOCH
         assert produce(s, "idem-raw", first)[0] == INVALID_EPOCH, "the old epoch is fenced"
-    with __import__("httpx").Client(base_url=b.url, timeout=10.0) as http:
+    with httpx.Client(base_url=b.url, timeout=10.0) as http:
         msgs = pop_all(http, "idem-raw", 5)
     assert [m["data"]["v"] for m in msgs] == [0, 1, 2, 3, 4], "each batch stored once"
 

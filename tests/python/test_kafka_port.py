@@ -10,7 +10,9 @@ import subprocess
 
 import pytest
 
-from raw_socket import closed_by_server
+from raw_socket import closed_by_server, kafka_connect as connect
+from raw_socket import kafka_frame as frame, kafka_request as request
+from raw_socket import read_kafka_frame as read_frame
 
 kafka = pytest.importorskip("kafka", reason="kafka-python is in scripts/lib/requirements.txt")
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
@@ -109,35 +111,6 @@ def test_every_codec_reads_back(broker, http, codec):
     p.close()
     msgs = pop_all(http, "codecs", 20)
     assert [m["data"] for m in msgs] == [{"codec": codec, "i": i} for i in range(20)]
-
-
-def frame(body: bytes) -> bytes:
-    return struct.pack(">i", len(body)) + body
-
-
-def request(
-    api_key: int, version: int, corr: int, body: bytes = b"", client=b"t", tags=False
-) -> bytes:
-    """A request frame; `tags` adds the empty tag section of a v2 (flexible) header."""
-    head = struct.pack(">hhih", api_key, version, corr, len(client)) + client
-    return frame(head + (b"\x00" if tags else b"") + body)
-
-
-def read_frame(s: socket.socket) -> bytes:
-    def exact(n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = s.recv(n - len(out))
-            assert chunk, "connection closed"
-            out += chunk
-        return out
-
-    (n,) = struct.unpack(">i", exact(4))
-    return exact(n)
-
-
-def connect(broker) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", broker.kafka_port), timeout=10)
 
 
 def api_versions(s: socket.socket, version: int, corr: int) -> tuple[int, dict]:

@@ -697,6 +697,17 @@ mod tests {
         );
     }
 
+    fn assert_round_trips(effects: &[Effect<'_>]) {
+        let mut b = EntryBuilder::new(1, 2);
+        for e in effects {
+            b.push(e);
+        }
+        let buf = b.finish();
+        let (_, back) = decode_entry(&buf).expect("decodes");
+        let back: Vec<_> = back.into_iter().map(|(e, _)| e).collect();
+        assert_eq!(back, effects);
+    }
+
     #[test]
     fn kafka_group_effects_round_trip() {
         let effects = [
@@ -722,14 +733,7 @@ mod tests {
             // Shorter than any other effect: the entry's count bound must still admit it.
             Effect::KafkaGroupDelete { group: "" },
         ];
-        let mut b = EntryBuilder::new(1, 2);
-        for e in &effects {
-            b.push(e);
-        }
-        let buf = b.finish();
-        let (_, back) = decode_entry(&buf).expect("decodes");
-        let back: Vec<_> = back.into_iter().map(|(e, _)| e).collect();
-        assert_eq!(back, effects);
+        assert_round_trips(&effects);
     }
 
     #[test]
@@ -750,14 +754,7 @@ mod tests {
             },
             Effect::KafkaProducerExpire { producer_id: 3 },
         ];
-        let mut b = EntryBuilder::new(1, 2);
-        for e in &effects {
-            b.push(e);
-        }
-        let buf = b.finish();
-        let (_, back) = decode_entry(&buf).expect("decodes");
-        let back: Vec<_> = back.into_iter().map(|(e, _)| e).collect();
-        assert_eq!(back, effects);
+        assert_round_trips(&effects);
     }
 
     #[test]
