@@ -9,6 +9,8 @@ import time
 
 import httpx
 import pytest
+import queen_api
+from queen_broker import free_port
 from raw_socket import kafka_connect as connect
 from raw_socket import kafka_request as request
 from raw_socket import read_kafka_frame as read_frame
@@ -185,3 +187,52 @@ def test_transactional_ids_and_the_producer_cap_get_retriable_answers(broker_fac
         assert init_producer(s)[0] == NONE
         assert init_producer(s)[0] == NONE
         assert init_producer(s) == (COORDINATOR_LOAD_IN_PROGRESS, -1, -1)
+
+
+@pytest.mark.timeout(240)
+def test_acked_idempotent_records_survive_sigkill_once_each(broker_factory):
+    """librdkafka's idempotent producer keeps producing while the broker is killed with
+    SIGKILL and restarted on the same Kafka port: it retries its in-flight batches with the
+    same sequence numbers, and the durable producer state answers the ones already stored
+    with their first offsets. Every record acked is stored, none twice, in order."""
+    ck = pytest.importorskip("confluent_kafka")
+    b = broker_factory("idem-crash", kafka_port=free_port()).start()
+    create_topic(b, "idem-crash", 2)
+    acked: list[tuple[int, int]] = []
+    failed: list[str] = []
+
+    def report(err, msg):
+        if err:
+            failed.append(str(err))
+        else:
+            acked.append((msg.partition(), json.loads(msg.value())["i"]))
+
+    p = ck.Producer(
+        {
+            "bootstrap.servers": b.kafka_bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 2,
+            "reconnect.backoff.max.ms": 200,
+            "message.timeout.ms": 120000,
+        }
+    )
+    i = 0
+    for _round in range(3):
+        for _ in range(400):
+            p.produce("idem-crash", value=json.dumps({"i": i}).encode(), partition=i % 2,
+                      on_delivery=report)
+            i += 1
+            p.poll(0)
+        # Killed with batches in flight: their answers are lost, stored or not.
+        b.kill()
+        b.start()
+    assert p.flush(150) == 0, "every record reported"
+    assert failed == [], failed[:5]
+    assert len(acked) == i
+    with httpx.Client() as http:
+        for part in (0, 1):
+            stored = [m["data"]["i"] for m in queen_api.drain(
+                http, b.url, "idem-crash", "verify", partition=str(part))]
+            assert len(stored) == len(set(stored)), f"partition {part}: a record stored twice"
+            assert stored == sorted(stored), f"partition {part}: out of order"
+            assert stored == sorted(v for k, v in acked if k == part), f"partition {part}"
