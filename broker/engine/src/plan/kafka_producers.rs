@@ -195,7 +195,8 @@ impl Planner<'_> {
         let mut local: Vec<(i64, PartitionSeqs)> = Vec::new();
         for b in &g.batches {
             let row = self.live_producer(b.producer_id, expiration_us);
-            if row.is_none() {
+            let seen = local.iter().any(|(id, _)| *id == b.producer_id);
+            if row.is_none() && !seen {
                 if b.producer_id >= self.st.kafka_producers.next_id() {
                     return GuardVerdict::UnknownProducer;
                 }

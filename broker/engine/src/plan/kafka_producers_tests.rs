@@ -234,3 +234,28 @@ fn retention_trims_do_not_forget_the_batches() {
     );
     fx.assert_replays();
 }
+
+#[test]
+fn several_batches_of_one_returning_producer_count_once_against_the_cap() {
+    let mut fx = Fixture::new();
+    let (a, _) = granted(init(&mut fx, None, 10));
+    fx.advance(DAY_MS as i64 * 1000 + SECOND);
+    let mut req = produce_req(a, 0, 7, 2);
+    // Split into two batches of one record each: 7..=7, then 8..=8.
+    let one = |first_seq| ProducerBatch {
+        producer_id: a,
+        epoch: 0,
+        first_seq,
+        last_seq: first_seq,
+        records: 1,
+    };
+    req.guards[0].batches = vec![one(7), one(8)];
+    req.max_producers = 1;
+    let out = fx.planner().plan_kafka_produce(&req, None);
+    assert_eq!(out.map(|o| o.verdicts), Ok(vec![GuardVerdict::Appended]));
+    assert_eq!(
+        produce(&mut fx, a, 0, 8, 1).0,
+        GuardVerdict::Duplicate { base_offset: 1 }
+    );
+    fx.assert_replays();
+}
