@@ -14,7 +14,10 @@ use tokio::sync::watch;
 
 use crate::header::{self, RequestHeader};
 use crate::wire::Reader;
-use crate::{admin, api_versions, fetch, frame, group, list_offsets, metadata, produce, Door};
+use crate::{
+    admin, api_versions, fetch, frame, group, init_producer_id, list_offsets, metadata, produce,
+    Door,
+};
 
 /// What a handler decided for one request.
 pub enum Reply {
@@ -155,6 +158,9 @@ async fn dispatch(
         {
             admin::create_partitions::answer(door, hdr.api_version, reader).await
         }
+        ApiKey::InitProducerId if init_producer_id::VERSIONS.contains(&hdr.api_version) => {
+            init_producer_id::answer(door, hdr.api_version, reader).await
+        }
         ApiKey::DescribeConfigs if admin::describe_configs::VERSIONS.contains(&hdr.api_version) => {
             admin::describe_configs::answer(door, hdr.api_version, reader).await
         }
@@ -191,6 +197,7 @@ pub const API_NAMES: &[&str] = &[
     "delete_topics",
     "create_partitions",
     "describe_configs",
+    "init_producer_id",
     "other",
 ];
 
@@ -216,6 +223,7 @@ fn api_name(api: ApiKey) -> &'static str {
         ApiKey::DeleteTopics => "delete_topics",
         ApiKey::CreatePartitions => "create_partitions",
         ApiKey::DescribeConfigs => "describe_configs",
+        ApiKey::InitProducerId => "init_producer_id",
         _ => "other",
     }
 }

@@ -24,7 +24,7 @@ def gbroker(broker_factory):
 
 
 def produce(broker, topic: str, per_partition: int) -> None:
-    p = KafkaProducer(bootstrap_servers=broker.kafka_bootstrap, enable_idempotence=False, acks="all")
+    p = KafkaProducer(bootstrap_servers=broker.kafka_bootstrap, acks="all")
     for part in range(PARTITIONS):
         for i in range(per_partition):
             p.send(topic, value=f"{part}-{i}".encode(), partition=part)
