@@ -167,6 +167,7 @@ def test_api_versions_lists_only_served_apis_and_answers_unknown_versions_in_v0(
             14: (0, 5), 15: (0, 5), 16: (0, 5), 42: (0, 2), 47: (0, 0),
             # Topic admin (test_kafka_admin.py).
             19: (2, 7), 20: (1, 6), 32: (1, 4), 37: (0, 3),
+            33: (0, 2), 35: (1, 4), 44: (0, 1), 60: (0, 2),
         }
         # KIP-511: a version we do not serve gets UNSUPPORTED_VERSION in the v0 layout.
         error, keys = api_versions(s, 77, 2)
