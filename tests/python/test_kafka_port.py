@@ -41,9 +41,15 @@ def test_metadata_lists_this_broker_and_the_queues(broker, http):
     assert r.status_code == 200, r.text
     admin = KafkaAdminClient(bootstrap_servers=broker.kafka_bootstrap)
     try:
-        cluster = admin.describe_cluster()
+        cluster = admin.describe_cluster()  # DescribeCluster (test_kafka_admin.py)
         assert cluster["brokers"] == [
-            {"host": "127.0.0.1", "port": broker.kafka_port, "rack": None, "broker_id": 0}
+            {
+                "host": "127.0.0.1",
+                "port": broker.kafka_port,
+                "rack": None,
+                "broker_id": 0,
+                "is_fenced": False,
+            }
         ]
         assert "from-http" in admin.list_topics()
     finally:

@@ -9,14 +9,13 @@ use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceRespon
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as IncResponse;
 use kafka_protocol::messages::{AlterConfigsResponse, IncrementalAlterConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
-use queenmq_protocol::{Command, ConfigureReq, Outcome};
 
 use super::codes::{INVALID_CONFIG, INVALID_REQUEST};
 use super::describe_configs::{topic_config_names, BROKER, TOPIC};
 use super::topic_configs::{options, Change, CLEANUP_POLICY, RETENTION_MS};
-use super::{Refusal, MAX_CONFIGS, MAX_TOPICS};
+use super::{duplicates, Refusal, MAX_CONFIGS, MAX_TOPICS};
 use crate::connection::{encode, Reply};
-use crate::topics::{self, unexpected};
+use crate::topics;
 use crate::wire::{Malformed, Reader};
 use crate::{errors, Door};
 
@@ -179,7 +178,7 @@ async fn alter(
 }
 
 /// Applies options to an existing queue (a configure merges only what it names).
-pub async fn configure(
+async fn configure(
     door: &Door,
     topic: &str,
     options: queenmq_protocol::QueueOptions,
@@ -187,73 +186,61 @@ pub async fn configure(
     if options.given() == 0 {
         return Ok(());
     }
-    let req = ConfigureReq {
-        queue: topic.to_owned(),
-        options,
-        ..ConfigureReq::default()
-    };
-    match door
-        .bus
-        .call(door.cfg.ctx.clone(), Command::Configure(req))
+    topics::create_with(door, topic, options)
         .await
-    {
-        Ok(Outcome::Configured(_)) => Ok(()),
-        Ok(other) => Err(Refusal::from_queen(&unexpected(&other))),
-        Err(e) => Err(Refusal::from_queen(&e)),
-    }
+        .map(|_| ())
+        .map_err(|e| Refusal::from_queen(&e))
 }
 
-/// Resources named twice: Kafka refuses each copy.
-fn twice(resources: &[Resource]) -> std::collections::HashSet<(i8, String)> {
-    let mut seen = std::collections::HashSet::new();
-    let mut twice = std::collections::HashSet::new();
-    for r in resources {
-        if !seen.insert((r.kind, r.name.clone())) {
-            twice.insert((r.kind, r.name.clone()));
-        }
-    }
-    twice
-}
+/// Each resource's error code, message, type and name, in request order.
+type Verdict = (i16, Option<StrBytes>, i8, StrBytes);
 
-async fn verdicts(door: &Door, incremental: bool, req: &AlterRequest) -> Vec<Result<(), Refusal>> {
-    let twice = twice(&req.resources);
+async fn verdicts(door: &Door, incremental: bool, mut r: Reader) -> Result<Vec<Verdict>, Reply> {
+    let req = decode(incremental, &mut r).map_err(|e| Reply::Close(e.to_string()))?;
+    // Kafka refuses every copy of a resource named twice.
+    let keys: Vec<String> = req
+        .resources
+        .iter()
+        .map(|res| format!("{}\0{}", res.kind, res.name))
+        .collect();
+    let twice = duplicates(&keys);
     let mut out = Vec::new();
-    for res in &req.resources {
-        out.push(if twice.contains(&(res.kind, res.name.clone())) {
+    for (res, key) in req.resources.iter().zip(&keys) {
+        let v = if twice.contains(key) {
             Err(Refusal::new(
                 INVALID_REQUEST,
                 format!("resource '{}' is named more than once", res.name),
             ))
         } else {
             alter(door, incremental, res, req.validate_only).await
-        });
+        };
+        let (code, message) = match v {
+            Ok(()) => (errors::NONE, None),
+            Err(Refusal { code, message }) => (code, Some(StrBytes::from_string(message))),
+        };
+        out.push((
+            code,
+            message,
+            res.kind,
+            StrBytes::from_string(res.name.clone()),
+        ));
     }
-    out
+    Ok(out)
 }
 
-fn parts(v: Result<(), Refusal>) -> (i16, Option<StrBytes>) {
-    match v {
-        Ok(()) => (errors::NONE, None),
-        Err(Refusal { code, message }) => (code, Some(StrBytes::from_string(message))),
-    }
-}
-
-pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
-    let req = match decode(false, &mut r) {
-        Ok(req) => req,
-        Err(e) => return Reply::Close(e.to_string()),
+pub async fn answer(door: &Door, version: i16, r: Reader) -> Reply {
+    let out = match verdicts(door, false, r).await {
+        Ok(v) => v,
+        Err(reply) => return reply,
     };
-    let out = verdicts(door, false, &req)
-        .await
+    let out = out
         .into_iter()
-        .zip(&req.resources)
-        .map(|(v, res)| {
-            let (code, message) = parts(v);
+        .map(|(code, message, kind, name)| {
             AlterConfigsResourceResponse::default()
                 .with_error_code(code)
                 .with_error_message(message)
-                .with_resource_type(res.kind)
-                .with_resource_name(StrBytes::from_string(res.name.clone()))
+                .with_resource_type(kind)
+                .with_resource_name(name)
         })
         .collect();
     encode(
@@ -262,22 +249,19 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     )
 }
 
-pub async fn answer_incremental(door: &Door, version: i16, mut r: Reader) -> Reply {
-    let req = match decode(true, &mut r) {
-        Ok(req) => req,
-        Err(e) => return Reply::Close(e.to_string()),
+pub async fn answer_incremental(door: &Door, version: i16, r: Reader) -> Reply {
+    let out = match verdicts(door, true, r).await {
+        Ok(v) => v,
+        Err(reply) => return reply,
     };
-    let out = verdicts(door, true, &req)
-        .await
+    let out = out
         .into_iter()
-        .zip(&req.resources)
-        .map(|(v, res)| {
-            let (code, message) = parts(v);
+        .map(|(code, message, kind, name)| {
             IncResponse::default()
                 .with_error_code(code)
                 .with_error_message(message)
-                .with_resource_type(res.kind)
-                .with_resource_name(StrBytes::from_string(res.name.clone()))
+                .with_resource_type(kind)
+                .with_resource_name(name)
         })
         .collect();
     encode(
