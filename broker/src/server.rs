@@ -239,6 +239,7 @@ async fn start_kafka(
             principal: None,
             access: queenmq_protocol::Access::Open,
         },
+        log_dir: cfg.data_dir.display().to_string(),
     };
     Ok(Some(tokio::spawn(queenmq_kafka_port::run(
         listener, bus, kcfg, stop,

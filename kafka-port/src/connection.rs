@@ -164,6 +164,22 @@ async fn dispatch(
         ApiKey::DescribeConfigs if admin::describe_configs::VERSIONS.contains(&hdr.api_version) => {
             admin::describe_configs::answer(door, hdr.api_version, reader).await
         }
+        ApiKey::AlterConfigs if admin::alter_configs::VERSIONS.contains(&hdr.api_version) => {
+            admin::alter_configs::answer(door, hdr.api_version, reader).await
+        }
+        ApiKey::IncrementalAlterConfigs
+            if admin::alter_configs::INCREMENTAL_VERSIONS.contains(&hdr.api_version) =>
+        {
+            admin::alter_configs::answer_incremental(door, hdr.api_version, reader).await
+        }
+        ApiKey::DescribeCluster if admin::describe_cluster::VERSIONS.contains(&hdr.api_version) => {
+            admin::describe_cluster::answer(door, hdr.api_version, reader)
+        }
+        ApiKey::DescribeLogDirs
+            if admin::describe_log_dirs::VERSIONS.contains(&hdr.api_version) =>
+        {
+            admin::describe_log_dirs::answer(door, hdr.api_version, reader).await
+        }
         _ if group::is_group_api(api, hdr.api_version) => {
             group::dispatch(door, api, hdr, reader, peer).await
         }

@@ -70,6 +70,8 @@ pub struct KafkaConfig {
     /// Who the requests of this door act as: the port has no SASL yet, so the broker only
     /// starts it when HTTP authentication is off and passes an open context.
     pub ctx: RequestCtx,
+    /// The data directory, shown as the broker's one log dir (DescribeLogDirs).
+    pub log_dir: String,
 }
 
 /// The shared state of every connection.

@@ -41,9 +41,15 @@ def test_metadata_lists_this_broker_and_the_queues(broker, http):
     assert r.status_code == 200, r.text
     admin = KafkaAdminClient(bootstrap_servers=broker.kafka_bootstrap)
     try:
-        cluster = admin.describe_cluster()
+        cluster = admin.describe_cluster()  # DescribeCluster (test_kafka_admin.py)
         assert cluster["brokers"] == [
-            {"host": "127.0.0.1", "port": broker.kafka_port, "rack": None, "broker_id": 0}
+            {
+                "host": "127.0.0.1",
+                "port": broker.kafka_port,
+                "rack": None,
+                "broker_id": 0,
+                "is_fenced": False,
+            }
         ]
         assert "from-http" in admin.list_topics()
     finally:
@@ -140,6 +146,8 @@ def test_api_versions_lists_only_served_apis_and_answers_unknown_versions_in_v0(
             19: (2, 7), 20: (1, 6), 32: (1, 4), 37: (0, 3),
             # Idempotent producers (test_kafka_idempotence.py).
             22: (0, 5),
+            # Topic admin (test_kafka_admin.py).
+            33: (0, 2), 35: (1, 4), 44: (0, 1), 60: (0, 2),
         }
         # KIP-511: a version we do not serve gets UNSUPPORTED_VERSION in the v0 layout.
         error, keys = api_versions(s, 77, 2)

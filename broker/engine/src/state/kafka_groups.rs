@@ -114,6 +114,28 @@ impl KafkaGroups {
         }
     }
 
+    /// Drops every group's committed offsets of `topic`. Kafka forgets a deleted topic's
+    /// offsets; kept, they would make a group resume a topic created again under the name at
+    /// the old incarnation's offsets and skip its first records.
+    pub fn forget_topic(&mut self, topic: &str) {
+        let lo = (topic.to_string(), i32::MIN);
+        let hi = (topic.to_string(), i32::MAX);
+        let mut freed = 0usize;
+        for g in self.groups.values_mut() {
+            let doomed: Vec<(String, i32)> = g
+                .offsets
+                .range(lo.clone()..=hi.clone())
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in doomed {
+                if let Some(o) = g.offsets.remove(&k) {
+                    freed = freed.saturating_add(offset_bytes(topic, &o.metadata));
+                }
+            }
+        }
+        self.bytes = self.bytes.saturating_sub(freed);
+    }
+
     pub fn delete_group(&mut self, group: &str) {
         if let Some(g) = self.groups.remove(group) {
             let mut b = group_bytes(group, &g.protocol_type, &g.protocol_name);
@@ -244,6 +266,26 @@ mod tests {
         t.put_offset("g", "t", 1, row(1, "x"));
         t.delete_group("g");
         assert_eq!((t.bytes(), t.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_forgotten_topic_leaves_other_topics_and_groups_alone() {
+        let mut t = KafkaGroups::default();
+        for g in ["g", "h"] {
+            t.put_offset(g, "t", 0, row(5, "meta"));
+            t.put_offset(g, "t", i32::MAX, row(5, ""));
+            t.put_offset(g, "t.x", 0, row(7, ""));
+            t.put_offset(g, "s", 1, row(8, ""));
+        }
+        t.forget_topic("t");
+        for g in ["g", "h"] {
+            assert!(t.committed(g, "t", 0).is_none(), "{g}");
+            assert!(t.committed(g, "t", i32::MAX).is_none(), "{g}");
+            assert!(t.committed(g, "t.x", 0).is_some(), "{g}");
+            assert!(t.committed(g, "s", 1).is_some(), "{g}");
+        }
+        let left = 2 * (group_bytes("g", "", "") + offset_bytes("t.x", "") + offset_bytes("s", ""));
+        assert_eq!(t.bytes(), left, "bytes follow");
     }
 
     #[test]

@@ -512,6 +512,8 @@ impl State {
         self.uncount_dedup_window(q.config.dedup_window_seconds);
         self.queue_by_name.remove(&q.name);
         self.labels.remove(qid, &q.namespace, &q.task);
+        // A topic is a queue: its Kafka offsets go with it (docs/kafka-compat.md "Topic admin").
+        self.kafka_groups.forget_topic(&q.name);
         for gid in q.groups.values() {
             self.delete_group(*gid);
         }
