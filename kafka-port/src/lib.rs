@@ -24,6 +24,7 @@ pub mod frame;
 pub mod fuzzing;
 pub mod group;
 pub mod header;
+pub mod init_producer_id;
 pub mod list_offsets;
 pub mod mapping;
 pub mod metadata;
@@ -54,6 +55,10 @@ pub struct KafkaConfig {
     pub max_request_bytes: usize,
     /// Partitions a topic shows at least (and auto-creation gives it).
     pub default_partitions: u32,
+    /// Idempotent producers idle this long are forgotten (`kafka_producer_id_expiration_ms`).
+    pub producer_id_expiration_ms: u64,
+    /// Producer states kept at most (`kafka_max_producer_ids`).
+    pub max_producer_ids: u64,
     /// Records one Produce request may carry (the HTTP door's `max_push_items`).
     pub max_records: usize,
     /// Connections served at once; one more is closed at accept.
@@ -71,6 +76,8 @@ pub struct KafkaConfig {
     /// Who the requests of a connection act as when no SASL users are configured (the
     /// broker then starts the port only with HTTP authentication off, with an open context).
     pub ctx: RequestCtx,
+    /// The data directory, shown as the broker's one log dir (DescribeLogDirs).
+    pub log_dir: String,
 }
 
 /// How connections are secured: TLS on the socket, SASL logins on top.

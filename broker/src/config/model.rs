@@ -111,6 +111,11 @@ pub struct Config {
     /// The Kafka port's SASL users (TOML, `[[user]]` tables; docs/kafka-compat.md
     /// "Security"). When it names any, every Kafka connection must log in.
     pub kafka_sasl_users_file: Option<PathBuf>,
+    /// A Kafka producer id idle this long is forgotten (Kafka's `producer.id.expiration.ms`).
+    pub kafka_producer_id_expiration_ms: u64,
+    /// Producer states a tenant keeps at most; past it InitProducerId answers a retriable
+    /// error until some expire.
+    pub kafka_max_producer_ids: u64,
 }
 
 impl Default for Config {
@@ -158,6 +163,9 @@ impl Default for Config {
             kafka_sasl_users_file: None,
             kafka_max_request_bytes: 100 * MIB,
             kafka_default_partitions: 1,
+            kafka_producer_id_expiration_ms:
+                queenmq_protocol::kafka_producers::DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+            kafka_max_producer_ids: queenmq_protocol::kafka_producers::DEFAULT_MAX_PRODUCER_IDS,
         }
     }
 }
@@ -338,6 +346,8 @@ impl Config {
             "http_probe_reserve_connections" => self.http_probe_reserve_connections,
             "kafka_max_request_bytes" => self.kafka_max_request_bytes,
             "kafka_default_partitions" => self.kafka_default_partitions,
+            "kafka_producer_id_expiration_ms" => self.kafka_producer_id_expiration_ms,
+            "kafka_max_producer_ids" => self.kafka_max_producer_ids,
             _ => 0,
         }
     }
