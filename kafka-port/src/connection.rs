@@ -51,6 +51,9 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     let (mut rd, wr) = tokio::io::split(stream);
     let mut wr = BufWriter::new(wr);
     let (idle, io) = (shared.cfg.idle_timeout, shared.cfg.io_timeout);
+    // A connection that has not logged in holds a connection slot for nobody yet: it must
+    // log in within the handshake deadline, not within the idle timeout (10 minutes).
+    let login_by = tokio::time::Instant::now() + shared.cfg.handshake_timeout;
     let mut who = match &shared.users {
         Some(_) => Who::LoggingIn(Login::default()),
         None => Who::Door(Arc::new(shared.door(shared.cfg.ctx.clone()))),
@@ -62,8 +65,12 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             Who::LoggingIn(_) => sasl::MAX_FRAME_BEFORE_LOGIN.min(shared.cfg.max_request_bytes),
             Who::Door(_) => shared.cfg.max_request_bytes,
         };
+        let wait = match &who {
+            Who::LoggingIn(_) => login_by.saturating_duration_since(tokio::time::Instant::now()),
+            Who::Door(_) => idle,
+        };
         let next = tokio::select! {
-            f = tokio::time::timeout(idle, frame::read_len(&mut rd, max)) => f,
+            f = tokio::time::timeout(wait, frame::read_len(&mut rd, max)) => f,
             _ = shutdown.changed() => break,
         };
         let len = match next {
@@ -75,7 +82,12 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 break;
             }
             Err(_) => {
-                tracing::debug!(%peer, "kafka connection closed: idle");
+                match &who {
+                    Who::LoggingIn(_) => {
+                        tracing::info!(%peer, "kafka connection closed: no SASL login in time")
+                    }
+                    Who::Door(_) => tracing::debug!(%peer, "kafka connection closed: idle"),
+                }
                 break;
             }
         };

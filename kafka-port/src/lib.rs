@@ -71,7 +71,8 @@ pub struct KafkaConfig {
     pub idle_timeout: Duration,
     /// A frame's body must arrive, and an answer be taken by the client, within this.
     pub io_timeout: Duration,
-    /// A TLS handshake must end within this (it holds a connection slot meanwhile).
+    /// A TLS handshake, and then a SASL login, must each end within this (a connection
+    /// slot is held meanwhile).
     pub handshake_timeout: Duration,
     /// Who the requests of a connection act as when no SASL users are configured (the
     /// broker then starts the port only with HTTP authentication off, with an open context).
@@ -136,6 +137,28 @@ pub struct Door {
     pub groups: Arc<group::Coordinator>,
     /// Whether logins are required (ApiVersions then lists the SASL APIs).
     pub sasl: bool,
+}
+
+impl Door {
+    /// Whether this connection's user holds the role `row` asks. The bus checks every
+    /// command again; the admin and group APIs ask first so that a validate-only request, a
+    /// change to nothing, or a join (minted in the coordinator's own context) is refused too.
+    pub fn may(&self, row: &queenmq_protocol::CommandMeta) -> bool {
+        self.ctx.authorize(row).is_ok()
+    }
+
+    /// The context that describes the tenant's topics (names, partition counts, options):
+    /// any logged-in user may, as Kafka's Read and Write grants imply Describe. A write-only
+    /// user must learn a topic's partitions to produce to it.
+    pub fn describe_ctx(&self) -> RequestCtx {
+        match &self.ctx.access {
+            queenmq_protocol::Access::Roles(held) if held.is_empty() => self.ctx.clone(),
+            _ => RequestCtx {
+                access: queenmq_protocol::Access::Open,
+                ..self.ctx.clone()
+            },
+        }
+    }
 }
 
 /// `inflight_bytes` in the semaphore's units (KiB, so any budget fits its permit count).

@@ -47,7 +47,7 @@ pub fn kafka_index(name: &str) -> Option<u32> {
 pub async fn names(door: &Door) -> Result<Vec<String>, QueenError> {
     match door
         .bus
-        .call(door.ctx.clone(), Command::Read(ReadReq::Queues))
+        .call(door.describe_ctx(), Command::Read(ReadReq::Queues))
         .await?
     {
         Outcome::Read(ReadAnswer::Queues(qs)) => Ok(qs.into_iter().map(|q| q.name).collect()),
@@ -133,7 +133,11 @@ async fn read(
         queue: topic.to_owned(),
         page: Page { limit, offset },
     };
-    match door.bus.call(door.ctx.clone(), Command::Read(read)).await? {
+    match door
+        .bus
+        .call(door.describe_ctx(), Command::Read(read))
+        .await?
+    {
         Outcome::Read(ReadAnswer::Queue(doc)) => Ok(doc),
         other => Err(unexpected(&other)),
     }

@@ -14,7 +14,7 @@
 //! requests cannot both win, nor lower a count another raised.
 
 use queenmq_protocol::kv::{KvExpiry, KvOp, KvOutcome, KvRefusal, KvReq, KvResult};
-use queenmq_protocol::{Access, Command, ErrorCode, Outcome, QueenError, RequestCtx};
+use queenmq_protocol::{Command, ErrorCode, Outcome, QueenError, RequestCtx};
 use serde_json::Value;
 
 use crate::topics::{unexpected, MAX_TOPIC_PARTITIONS};
@@ -62,13 +62,10 @@ pub async fn get(door: &Door, topic: &str) -> Result<Option<Row>, QueenError> {
         ns: NS.to_owned(),
         key: topic.to_owned(),
     };
-    // The floor is this door's own bookkeeping, read for every Metadata: a read-only user
-    // (whose roles do not reach the KV command) must still see the topics of its tenant.
-    let own = RequestCtx {
-        access: Access::Open,
-        ..door.ctx.clone()
-    };
-    match call_as(door, own, op).await? {
+    // The floor is this door's own bookkeeping, read for every Metadata: a read-only or
+    // write-only user (whose roles do not reach the KV command) must still see the topics of
+    // its tenant.
+    match call_as(door, door.describe_ctx(), op).await? {
         KvResult::Get(row) => Ok(row.map(|r| {
             let (count, queue) = r.value.as_deref().map_or((None, None), parse);
             Row {

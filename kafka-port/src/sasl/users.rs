@@ -245,6 +245,11 @@ mod tests {
             "[[user]]\nname='a'\npassword='p'\nextra=1",
             "[[user]]\nname='a'\npassword='p'\n[[user]]\nname='a'\npassword='q'",
             "[[user]]\nname='a'\n[user.scram_sha_256]\nsalt='AA=='\niterations=1\nstored_key='AA=='\nserver_key='AA=='",
+            // Iteration counts a hostile or mistaken file names: none reaches pbkdf2.
+            "[[user]]\nname='a'\n[user.scram_sha_256]\nsalt='AA=='\niterations=0\nstored_key='AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA='\nserver_key='AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA='",
+            "[[user]]\nname='a'\n[user.scram_sha_256]\nsalt='AA=='\niterations=2147483648\nstored_key='AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA='\nserver_key='AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA='",
+            "[[user]]\nname='a'\n[user.scram_sha_256]\nsalt='AA=='\niterations=4294967296\nstored_key='AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA='\nserver_key='AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA='",
+            "[[user]]\nname='a'\n[user.scram_sha_256]\nsalt='AA=='\niterations=-1\nstored_key='AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA='\nserver_key='AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA='",
             "[[user]]\nname='a'\n[user.scram_sha_256]\nsalt='AA=='\niterations=4096\nstored_key='AA=='\nserver_key='AA=='",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
