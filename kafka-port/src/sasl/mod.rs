@@ -261,7 +261,17 @@ fn truncated(s: &str) -> String {
 
 fn plain_login(users: &Users, bytes: &[u8]) -> Result<Arc<User>, String> {
     let (name, password) = plain::parse(bytes).map_err(failure)?;
-    let user = users.get(&name).ok_or_else(|| FAILED.to_string())?;
+    let Some(user) = users.get(&name) else {
+        // The same key derivation a known user's check costs: how long a refusal takes
+        // must not tell which names exist.
+        std::hint::black_box(ScramCredential::derive(
+            Hash::Sha256,
+            password,
+            b"unknown-user",
+            scram::MIN_ITERATIONS,
+        ));
+        return Err(FAILED.to_string());
+    };
     let ok = match (&user.sha256, &user.sha512) {
         (Some(c), _) => c.matches(Hash::Sha256, password),
         (None, Some(c)) => c.matches(Hash::Sha512, password),
@@ -281,13 +291,13 @@ fn scram_first(
 ) -> Result<(Arc<User>, ScramCredential, ServerFirst), String> {
     let first = scram::client_first(bytes).map_err(failure)?;
     let user = users.get(&first.user).ok_or_else(|| FAILED.to_string())?;
+    // A user without this mechanism's credential is told what an unknown one is (the
+    // answer must not tell which names exist); the operator learns why from the log.
     let cred = user
         .credential(hash)
         .ok_or_else(|| {
-            format!(
-                "Authentication failed: no {} credential for this user",
-                hash.mechanism()
-            )
+            tracing::info!(user = %first.user, mechanism = hash.mechanism(), "kafka login: the user has no credential for this mechanism");
+            FAILED.to_string()
         })?
         .clone();
     let nonce = server_nonce().ok_or_else(|| "Authentication failed: no randomness".to_string())?;

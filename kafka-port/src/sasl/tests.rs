@@ -144,3 +144,25 @@ fn hostile_scram_and_out_of_turn_tokens_fail() {
         Token::Failed(_)
     ));
 }
+
+/// Which names exist must not show in the answers: an unknown user, a known one without the
+/// mechanism's credential and a wrong PLAIN password are all told the same.
+#[test]
+fn refusals_do_not_tell_which_users_exist() {
+    let key = B64.encode([7u8; 32]);
+    let file: users::UsersFile = toml::from_str(&format!(
+        "[[user]]\nname='only256'\n[user.scram_sha_256]\nsalt='c2FsdA=='\niterations=4096\n\
+         stored_key='{key}'\nserver_key='{key}'\n"
+    ))
+    .expect("toml");
+    let u = Users::build(file, fill_random).expect("users");
+    let why = |mech: &str, token: &[u8]| match chosen(mech).token(&u, token) {
+        Token::Failed(why) => why,
+        _ => panic!("{token:?} was not refused"),
+    };
+    let unknown = why("SCRAM-SHA-512", b"n,,n=nobody,r=abc");
+    assert_eq!(unknown, FAILED);
+    assert_eq!(why("SCRAM-SHA-512", b"n,,n=only256,r=abc"), unknown);
+    assert_eq!(why("PLAIN", b"\0nobody\0pw"), unknown);
+    assert_eq!(why("PLAIN", b"\0only256\0pw"), unknown);
+}
