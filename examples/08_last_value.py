@@ -1,13 +1,13 @@
 """Last value: a reader wants only the newest price of each symbol, not the whole history.
 
 The book's form is conflation: a consumer group with `.conflation()` gets only the newest
-visible message of each partition and the ack retires everything behind it. This broker
-does not serve conflation yet: a conflating pop answers 501 `unsupported` (docs/api.md,
-"Not served yet"). Beware that the client 2.6.0 retries a 5xx pop three times and then
-returns [] (it raises only when a broker ignores the flag), so this example asks the broker
-directly before it picks a form.
+visible message of each partition and the ack retires everything behind it. A broker that
+does not serve it yet answers a conflating pop with 501 `unsupported` (docs/api.md has the
+current status). The client 2.6.0 retries a 5xx pop three times and then returns [] (it
+raises only when a broker ignores the flag), so this example asks the broker directly
+before it picks a form, and says which one it ran.
 
-What is served, and what this example shows when conflation is not:
+The forms that need no conflation, shown and checked either way:
 
 - the producer writes each update as a push AND a KV put in one transaction, so the
   KV row of a symbol is always its newest pushed price (docs/api.md rows 10 and 17);
@@ -29,7 +29,7 @@ UPDATES = 15
 
 async def conflation_status(queue: str) -> int:
     """The broker's answer to a conflating pop (200 when it serves conflation)."""
-    params = {"consumerGroup": "probe", "conflation": "true", "wait": "false", "batch": "1"}
+    params = {"consumerGroup": "probe", "subscriptionMode": "all", "conflation": "true", "wait": "false", "batch": "1"}
     async with httpx.AsyncClient(base_url=URL, timeout=10) as http:
         answer = await http.get(f"/api/v1/pop/queue/{queue}", params=params)
     if answer.status_code == 200:
@@ -39,7 +39,14 @@ async def conflation_status(queue: str) -> int:
 
 async def newest_by_conflation(queen: Queen, queue: str) -> dict:
     messages = await (
-        queen.queue(queue).group("dashboard").conflation().batch(len(SYMBOLS)).partitions(len(SYMBOLS)).wait(False).pop()
+        queen.queue(queue)
+        .group("dashboard")
+        .subscription_mode("all")  # a named group starts at `new` by default: this one wants the backlog
+        .conflation()
+        .batch(len(SYMBOLS))
+        .partitions(len(SYMBOLS))
+        .wait(False)
+        .pop()
     )
     check(len(messages) == len(SYMBOLS), f"a conflating pop handed out {len(messages)} messages")
     await queen.ack(messages, True, {"group": "dashboard"})

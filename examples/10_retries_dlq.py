@@ -6,9 +6,6 @@ raises): the lease is released and the message comes back on the next pop. After
 consumer's cursor passes it, and the messages behind it flow again. The DLQ is read with
 `queue(q).dlq().get()` (GET /api/v1/dlq, docs/api.md row 12).
 
-Not served yet: replaying a dead letter (`POST /api/v1/messages/{pid}/{txn}/retry`) and
-purging the DLQ (`DELETE /api/v1/dlq`) answer 501 (docs/api.md rows 44 and "purge").
-
 Checks: the poison message was delivered 1 + retryLimit times, then it is in the DLQ
 with the handler's error, and every good message was processed.
 """
