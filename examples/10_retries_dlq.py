@@ -49,12 +49,12 @@ async def main() -> None:
                 stop.set()
 
         # each(): one message at a time, so a failure rewinds only to the failed one.
-        await asyncio.gather(watch(), queen.queue(queue).batch(3).each().timeout_millis(300).consume(handle, signal=stop))
+        consumer = queen.queue(queue).batch(3).each().timeout_millis(300)
+        await asyncio.gather(watch(), consumer.consume(handle, signal=stop))
 
-        dlq = await queen.queue(queue).dlq().limit(10).get()
-        dead = dlq["messages"]
-        print(f"poison delivered {deliveries[2]} times, then dead-lettered: {dead[0].get('errorMessage')!r}")
+        dead = (await queen.queue(queue).dlq().limit(10).get())["messages"]
         check(len(dead) == 1, f"{len(dead)} messages in the DLQ, expected the poison one")
+        print(f"poison delivered {deliveries[2]} times, then dead-lettered: {dead[0].get('errorMessage')!r}")
         check(dead[0]["data"]["n"] == 2, f"the DLQ holds {dead[0]['data']}")
         check("declined" in str(dead[0].get("errorMessage")), f"the DLQ entry lost the error: {dead[0]}")
         check(deliveries[2] == 1 + RETRY_LIMIT, f"poison delivered {deliveries[2]} times, not 1 + {RETRY_LIMIT}")
