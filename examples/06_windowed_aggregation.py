@@ -11,7 +11,9 @@ its state and sink commits through the broker's `/streams/v1/*` routes, which th
 answers with 501 `unsupported` (docs/api.md rows 31-33). This example is the same pattern
 built from what is served: transactions with KV riders (docs/api.md rows 10 and 17).
 
-Checks: the sum per region per window read back from KV equals the one computed here.
+Checks: the sum per region per window read back from KV equals the one computed here;
+an aggregator that stalled past its lease cannot commit its counters once the batch went to
+another one, so the late batch is counted once.
 """
 
 import asyncio
@@ -77,6 +79,30 @@ async def main() -> None:
         got = {row["key"]: row["value"] for row in rows}
         print(f"{EVENTS} events -> {len(got)} (region, window) sums")
         check(got == dict(expected), f"sums differ: got {got}, expected {dict(expected)}")
+        await stalled_aggregator(queen, ns)
+
+
+async def stalled_aggregator(queen: Queen, ns: str) -> None:
+    """A batch whose first aggregator stalled past its lease is counted once."""
+    queue = unique("late-sales")
+    await queen.queue(queue).config({"leaseTime": 1}).create()
+    await queen.queue(queue).push([{"data": {"region": "eu", "ts": BASE_MS, "amount": 7}}])
+    stalled = await queen.queue(queue).wait(False).pop()
+    check(len(stalled) == 1, f"the first aggregator got {len(stalled)} events")
+    # The long poll returns when the stalled aggregator's lease runs out.
+    live = await queen.queue(queue).timeout_millis(5000).wait(True).pop()
+    check(len(live) == 1, "the event did not come back after the lease ran out")
+    try:
+        await queen.transaction().ack(stalled).kv.incr(ns, "late:eu", delta=7, ttl_seconds=600).commit()
+        refused = ""
+    except Exception as error:  # the client raises every refusal but a lost KV precondition
+        refused = str(error)
+    check("lease" in refused, f"the stalled aggregator's commit was not refused for its lease: {refused!r}")
+    result = await queen.transaction().ack(live).kv.incr(ns, "late:eu", delta=7, ttl_seconds=600).commit()
+    check(bool(result), f"the live aggregator's commit was refused: {result}")
+    total = await queen.kv.get(ns, "late:eu")
+    print(f"a stalled aggregator's commit was refused; the late batch counted once: {total.get('value')}")
+    check(total.get("value") == 7, f"the late batch was counted as {total.get('value')}")
 
 
 if __name__ == "__main__":
