@@ -1,6 +1,6 @@
 """One worker at a time: a job that must never run twice at once, fenced.
 
-Three forms, all served (docs/api.md rows 4, 10 and 18):
+Three forms, all served (docs/api.md rows 5, 10 and 18):
 
 - a lock (`client.lock(name, ttl_seconds=...)`): one holder at a time; every acquire gets
   a fencing token that only rises. The workers take turns and push their report in a
