@@ -361,6 +361,9 @@ impl State {
             Effect::KafkaProducerExpire { producer_id } => {
                 self.kafka_producers.expire(*producer_id)
             }
+            Effect::KafkaProducerIdTaken { producer_id } => {
+                self.kafka_producers.take_id(*producer_id)
+            }
             Effect::TimerPut {
                 queue,
                 key,

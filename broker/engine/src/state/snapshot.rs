@@ -297,7 +297,11 @@ fn decode_sections(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError>
                 s.kafka_groups = super::kafka_groups::KafkaGroups::decode(&mut sr)?
             }
             SECTION_KAFKA_PRODUCERS => {
-                s.kafka_producers = super::kafka_producers::KafkaProducers::decode(&mut sr)?
+                s.kafka_producers = super::kafka_producers::KafkaProducers::decode(
+                    &mut sr,
+                    s.last_now_us,
+                    s.next_partition_id,
+                )?
             }
             t => return Err(r.malformed(format!("unknown checkpoint section tag {t}"))),
         }
