@@ -151,6 +151,12 @@ pub enum Effect<'a> {
     KafkaProducerIdTaken {
         producer_id: i64,
     },
+    /// Kafka DeleteRecords moved partition `pid`'s first held offset up to exactly `low`
+    /// (state/retention.rs `delete_records`).
+    KafkaDeleteRecords {
+        pid: u64,
+        low: u64,
+    },
 }
 
 const K_QUEUE_UPSERT: u8 = 1;
@@ -175,6 +181,7 @@ const K_KAFKA_PRODUCER_INIT: u8 = 50;
 const K_KAFKA_PRODUCER_BATCH: u8 = 51;
 const K_KAFKA_PRODUCER_EXPIRE: u8 = 52;
 const K_KAFKA_PRODUCER_ID_TAKEN: u8 = 53;
+const K_KAFKA_DELETE_RECORDS: u8 = 54;
 
 pub struct EntryHeader {
     pub cycle: u64,
@@ -450,6 +457,11 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
             w.u8(K_KAFKA_PRODUCER_ID_TAKEN);
             w.i64(*producer_id);
         }
+        Effect::KafkaDeleteRecords { pid, low } => {
+            w.u8(K_KAFKA_DELETE_RECORDS);
+            w.u64(*pid);
+            w.u64(*low);
+        }
     }
     w.len() as u32
 }
@@ -687,6 +699,10 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
         K_KAFKA_PRODUCER_ID_TAKEN => Effect::KafkaProducerIdTaken {
             producer_id: producer_id(r)?,
         },
+        K_KAFKA_DELETE_RECORDS => Effect::KafkaDeleteRecords {
+            pid: r.u64()?,
+            low: r.u64()?,
+        },
         k => return Err(r.malformed(format!("unknown effect kind {k}"))),
     };
     Ok((e, r.pos() as u32))
@@ -797,6 +813,10 @@ mod tests {
             },
             Effect::KafkaProducerExpire { producer_id: 3 },
             Effect::KafkaProducerIdTaken { producer_id: 0 },
+            Effect::KafkaDeleteRecords {
+                pid: 4,
+                low: 1 << 40,
+            },
         ];
         assert_round_trips(&effects);
     }

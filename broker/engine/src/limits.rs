@@ -220,6 +220,8 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
             .saturating_add(p.guards.len().saturating_mul(PRODUCER_BATCH))
             .saturating_add(PRODUCER_SWEEP),
         Command::KafkaProducers(_) => PRODUCER_BATCH + PRODUCER_SWEEP,
+        // One KafkaDeleteRecords effect per partition at most: kind, pid, low.
+        Command::KafkaDeleteRecords(d) => d.targets.len().saturating_mul(1 + 8 + 8 + 8),
         Command::Trace(t) => {
             let names: usize = t.names.iter().map(|n| n.len() + 4).sum();
             64 + t.transaction_id.len() + t.group.len() + names + t.event_type.len() + t.data.len()
