@@ -158,6 +158,9 @@ async fn dispatch(
         {
             admin::create_partitions::answer(door, hdr.api_version, reader).await
         }
+        ApiKey::DeleteRecords if admin::delete_records::VERSIONS.contains(&hdr.api_version) => {
+            admin::delete_records::answer(door, hdr.api_version, reader).await
+        }
         ApiKey::InitProducerId if init_producer_id::VERSIONS.contains(&hdr.api_version) => {
             init_producer_id::answer(door, hdr.api_version, reader).await
         }
@@ -214,6 +217,7 @@ pub const API_NAMES: &[&str] = &[
     "create_partitions",
     "describe_configs",
     "init_producer_id",
+    "delete_records",
     "other",
 ];
 
@@ -240,6 +244,7 @@ fn api_name(api: ApiKey) -> &'static str {
         ApiKey::CreatePartitions => "create_partitions",
         ApiKey::DescribeConfigs => "describe_configs",
         ApiKey::InitProducerId => "init_producer_id",
+        ApiKey::DeleteRecords => "delete_records",
         _ => "other",
     }
 }
