@@ -318,13 +318,13 @@ fn kafka_idempotent_produce_is_data_and_so_is_a_new_producer_id() {
             partition: "p".into(),
             start: 0,
             end: 1,
-            batches: vec![ProducerBatch {
+            batch: ProducerBatch {
                 producer_id: 1,
                 epoch: 0,
                 first_seq: 0,
                 last_seq: 0,
                 records: 1,
-            }],
+            },
         }],
         expiration_ms: DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         max_producers: DEFAULT_MAX_PRODUCER_IDS,
@@ -337,7 +337,6 @@ fn kafka_idempotent_produce_is_data_and_so_is_a_new_producer_id() {
     let init = Command::KafkaProducers(KafkaProducersReq::InitProducerId {
         current: None,
         expiration_ms: DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-        max_producers: DEFAULT_MAX_PRODUCER_IDS,
     });
     assert_eq!(need(&init), Need::Data(crate::disk_need::ROW_OVERHEAD));
 }

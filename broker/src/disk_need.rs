@@ -142,6 +142,7 @@ pub fn need(cmd: &Command) -> Need {
         Command::KafkaProducers(_) => Need::Data(ROW_OVERHEAD),
         Command::Configure(_)
         | Command::DeleteQueue { .. }
+        | Command::KafkaDeleteRecords(_)
         | Command::Pop(_)
         | Command::Ack(_)
         | Command::ExtendLease { .. }

@@ -5,8 +5,8 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 
 use crate::admin::{
-    alter_configs, create_partitions, create_topics, delete_topics, describe_cluster,
-    describe_configs, describe_log_dirs,
+    alter_configs, create_partitions, create_topics, delete_records, delete_topics,
+    describe_cluster, describe_configs, describe_log_dirs,
 };
 use crate::connection::{encode, Reply};
 use crate::errors;
@@ -96,6 +96,11 @@ pub fn served(sasl: bool) -> Vec<(ApiKey, i16, i16)> {
             *describe_cluster::VERSIONS.start(),
             *describe_cluster::VERSIONS.end(),
         ),
+        (
+            ApiKey::DeleteRecords,
+            *delete_records::VERSIONS.start(),
+            *delete_records::VERSIONS.end(),
+        ),
     ]
     .into_iter()
     .chain(crate::group::served())
@@ -153,8 +158,8 @@ mod tests {
             assert_eq!(
                 keys,
                 vec![
-                    0, 1, 2, 3, 18, 19, 20, 37, 32, 22, 33, 44, 35, 60, 10, 11, 14, 12, 13, 8, 9,
-                    47, 16, 15, 42
+                    0, 1, 2, 3, 18, 19, 20, 37, 32, 22, 33, 44, 35, 60, 21, 10, 11, 14, 12, 13, 8,
+                    9, 47, 16, 15, 42
                 ]
             );
         }
@@ -164,11 +169,11 @@ mod tests {
     fn an_unknown_version_gets_unsupported_in_the_v0_layout() {
         let (layout, r) = decoded(answer(9, false));
         assert_eq!((layout, r.error_code), (0, errors::UNSUPPORTED_VERSION));
-        assert_eq!(r.api_keys.len(), 25);
+        assert_eq!(r.api_keys.len(), 26);
         let (_, r) = decoded(answer(3, true));
         let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
         assert_eq!(
-            &keys[25..],
+            &keys[26..],
             &[17, 36],
             "the SASL APIs where logins are required"
         );

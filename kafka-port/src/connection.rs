@@ -267,6 +267,9 @@ async fn dispatch(
         {
             admin::create_partitions::answer(door, hdr.api_version, reader).await
         }
+        ApiKey::DeleteRecords if admin::delete_records::VERSIONS.contains(&hdr.api_version) => {
+            admin::delete_records::answer(door, hdr.api_version, reader).await
+        }
         ApiKey::InitProducerId if init_producer_id::VERSIONS.contains(&hdr.api_version) => {
             init_producer_id::answer(door, hdr.api_version, reader).await
         }
@@ -329,6 +332,7 @@ pub const API_NAMES: &[&str] = &[
     "incremental_alter_configs",
     "describe_cluster",
     "describe_log_dirs",
+    "delete_records",
     "other",
 ];
 
@@ -361,6 +365,7 @@ fn api_name(api: ApiKey) -> &'static str {
         ApiKey::IncrementalAlterConfigs => "incremental_alter_configs",
         ApiKey::DescribeCluster => "describe_cluster",
         ApiKey::DescribeLogDirs => "describe_log_dirs",
+        ApiKey::DeleteRecords => "delete_records",
         _ => "other",
     }
 }

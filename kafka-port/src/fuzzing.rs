@@ -30,7 +30,7 @@ pub fn request(data: &[u8]) {
             };
             let mut budget = crate::records::Budget::new(1 << 20, 10_000);
             let mut items = Vec::new();
-            let mut guards = Vec::new();
+            let mut guards = produce::Guards::default();
             for (topic, parts) in req.topics {
                 for (index, records) in parts {
                     let mut check = budget;
@@ -55,8 +55,8 @@ pub fn request(data: &[u8]) {
                     );
                 }
             }
-            for g in &guards {
-                let records: usize = g.batches.iter().map(|b| b.records).sum();
+            for g in &guards.list {
+                let records = g.batch.records;
                 assert!(
                     g.end <= items.len() && records == g.end - g.start,
                     "a guard does not cover its partition's items"

@@ -77,7 +77,6 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
             let cmd = Command::KafkaProducers(KafkaProducersReq::InitProducerId {
                 current: current(&req),
                 expiration_ms: door.cfg.producer_id_expiration_ms,
-                max_producers: door.cfg.max_producer_ids,
             });
             match door.bus.call(door.ctx.clone(), cmd).await {
                 Ok(Outcome::KafkaProducerId(InitProducerOutcome::Granted {

@@ -7,6 +7,8 @@
 //! appends it in the same step (`Command::KafkaProduce`, docs/kafka-compat.md "Idempotent
 //! producers"); a repeat is answered with the first copy's offset.
 
+use std::collections::{HashMap, HashSet};
+
 use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceResponse, TopicName};
@@ -69,8 +71,15 @@ pub enum Fate {
     Pushed { start: usize, end: usize },
 }
 
-/// Checks one partition's batches and turns its records into push items (appended to
-/// `items`), and its idempotent batches into a guard (appended to `guards`). `budget` bounds
+/// The request's idempotent partitions, and their names to find a repeat in constant time.
+#[derive(Debug, Default)]
+pub struct Guards {
+    pub list: Vec<ProducerGuard>,
+    named: HashSet<(String, String)>,
+}
+
+/// Checks one partition's batch and turns its records into push items (appended to
+/// `items`), and an idempotent batch into a guard (appended to `guards`). `budget` bounds
 /// what decompression may still produce for the request.
 pub fn plan_partition(
     topic: &str,
@@ -79,7 +88,7 @@ pub fn plan_partition(
     transactional_id: Option<&str>,
     budget: &mut Budget,
     items: &mut Vec<PushItem>,
-    guards: &mut Vec<ProducerGuard>,
+    guards: &mut Guards,
 ) -> Fate {
     let refuse = |code: i16, msg: &str| Fate::Refused(code, msg.to_owned());
     if !topics::valid_topic_name(topic) {
@@ -111,8 +120,19 @@ pub fn plan_partition(
         Err(e @ BatchError::Magic(_)) => {
             return refuse(errors::UNSUPPORTED_FOR_MESSAGE_FORMAT, &e.to_string())
         }
+        Err(e @ BatchError::OffsetRange { .. }) => {
+            return refuse(errors::INVALID_RECORD, &e.to_string())
+        }
         Err(e) => return refuse(errors::CORRUPT_MESSAGE, &e.to_string()),
     };
+    // Kafka's ProduceRequest.validateRecords (v3+): several batches would each need a
+    // verdict, and one repeat among them must not answer for a new batch.
+    if batches.len() > 1 {
+        return refuse(
+            errors::INVALID_RECORD,
+            "a produce request carries exactly one record batch per partition",
+        );
+    }
     if batches.iter().any(|b| b.transactional) {
         return refuse(
             errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -123,15 +143,12 @@ pub fn plan_partition(
         return refuse(errors::INVALID_RECORD, "control batches cannot be produced");
     }
     let partition = index.to_string();
-    let producer_batches = match producer_batches(&batches) {
-        Ok(p) => p,
-        Err(why) => return refuse(errors::INVALID_RECORD, why),
+    let producer_batch = match batches.first().map(producer_batch) {
+        Some(Err(why)) => return refuse(errors::INVALID_RECORD, why),
+        Some(Ok(b)) => b,
+        None => None,
     };
-    if !producer_batches.is_empty()
-        && guards
-            .iter()
-            .any(|g| g.queue == topic && g.partition == partition)
-    {
+    if producer_batch.is_some() && !guards.named.insert((topic.to_owned(), partition.clone())) {
         return refuse(
             errors::INVALID_RECORD,
             "the request names this partition twice with idempotent batches",
@@ -150,13 +167,13 @@ pub fn plan_partition(
     if items.len() == start {
         return refuse(errors::INVALID_RECORD, "no records");
     }
-    if !producer_batches.is_empty() {
-        guards.push(ProducerGuard {
+    if let Some(batch) = producer_batch {
+        guards.list.push(ProducerGuard {
             queue: topic.to_owned(),
             partition,
             start,
             end: items.len(),
-            batches: producer_batches,
+            batch,
         });
     }
     Fate::Pushed {
@@ -165,35 +182,25 @@ pub fn plan_partition(
     }
 }
 
-/// The idempotent batches of a partition, each with its sequence range; none when no batch
-/// carries a producer id. Refused as Kafka's LogValidator refuses: a producer id without a
-/// valid epoch and sequence, or a partition mixing idempotent and plain batches.
-fn producer_batches(batches: &[Batch]) -> Result<Vec<ProducerBatch>, &'static str> {
-    let idempotent = batches.iter().filter(|b| b.producer_id >= 0).count();
-    if idempotent == 0 {
-        return Ok(Vec::new());
+/// A batch's sequence range when it carries a producer id. Refused as Kafka's LogValidator
+/// refuses: a producer id without a valid epoch and sequence.
+fn producer_batch(b: &Batch) -> Result<Option<ProducerBatch>, &'static str> {
+    if b.producer_id < 0 {
+        return Ok(None);
     }
-    if idempotent < batches.len() {
-        return Err("a partition's batches mix idempotent and plain ones");
+    if b.producer_epoch < 0 || b.base_sequence < 0 || b.last_offset_delta < 0 {
+        return Err("an idempotent batch needs a producer epoch and sequence");
     }
-    batches
-        .iter()
-        .map(|b| {
-            if b.producer_epoch < 0 || b.base_sequence < 0 || b.last_offset_delta < 0 {
-                return Err("an idempotent batch needs a producer epoch and sequence");
-            }
-            if b.records.is_empty() {
-                return Err("an idempotent batch without records");
-            }
-            Ok(ProducerBatch {
-                producer_id: b.producer_id,
-                epoch: b.producer_epoch,
-                first_seq: b.base_sequence,
-                last_seq: increment_sequence(b.base_sequence, b.last_offset_delta),
-                records: b.records.len(),
-            })
-        })
-        .collect()
+    if b.records.is_empty() {
+        return Err("an idempotent batch without records");
+    }
+    Ok(Some(ProducerBatch {
+        producer_id: b.producer_id,
+        epoch: b.producer_epoch,
+        first_seq: b.base_sequence,
+        last_seq: increment_sequence(b.base_sequence, b.last_offset_delta),
+        records: b.records.len(),
+    }))
 }
 
 /// A guarded partition's answer when the engine did not append it.
@@ -253,7 +260,7 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     let acks_ok = matches!(req.acks, -1..=1);
     let mut budget = Budget::new(door.cfg.max_request_bytes, door.cfg.max_records);
     let mut items = Vec::new();
-    let mut guards = Vec::new();
+    let mut guards = Guards::default();
     let mut plan = Vec::new();
     for (topic, parts) in req.topics {
         let mut fates = Vec::new();
@@ -295,19 +302,9 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
         }
         plan.push((topic, fates));
     }
-    let pushed = push(door, items, guards).await;
+    let pushed = push(door, items, guards.list).await;
     if req.acks == 0 {
-        // The client reads no answer: as a Kafka broker does, close the connection on any
-        // refusal so that the client notices and refreshes its metadata.
-        let refused = plan
-            .iter()
-            .flat_map(|(_, fates)| fates)
-            .any(|(_, f)| matches!(f, Fate::Refused(..)));
-        return match (&pushed, refused) {
-            (Err(e), _) => Reply::Close(format!("acks=0 produce refused: {e}")),
-            (Ok(_), true) => Reply::Close("acks=0 produce refused for a partition".into()),
-            (Ok(_), false) => Reply::Nothing,
-        };
+        return unacked(&plan, &pushed);
     }
     let responses = plan
         .into_iter()
@@ -327,19 +324,47 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     )
 }
 
+/// The client of an acks=0 produce reads no answer: as a Kafka broker does, close the
+/// connection on any error (a refused partition, a guard's verdict, a failed record) so
+/// that the client notices and refreshes its metadata.
+fn unacked(plan: &[(String, Vec<(i32, Fate)>)], pushed: &Pushed) -> Reply {
+    let refused = plan
+        .iter()
+        .flat_map(|(_, fates)| fates)
+        .any(|(_, f)| matches!(f, Fate::Refused(..)));
+    match (pushed, refused) {
+        (Err(e), _) => Reply::Close(format!("acks=0 produce refused: {e}")),
+        (Ok(_), true) => Reply::Close("acks=0 produce refused for a partition".into()),
+        (Ok((results, verdicts)), false) => {
+            let verdict = verdicts
+                .values()
+                .filter_map(|v| verdict_answer(*v))
+                .find(|(code, _, _)| *code != errors::NONE);
+            let failed = results.iter().find_map(|r| r.error.as_ref());
+            match (verdict, failed) {
+                (Some((code, _, _)), _) => {
+                    Reply::Close(format!("acks=0 produce refused: error {code}"))
+                }
+                (None, Some(e)) => Reply::Close(format!("acks=0 produce refused: {e}")),
+                (None, None) => Reply::Nothing,
+            }
+        }
+    }
+}
+
 /// Every item's result, and the verdict of each guard by its first item's index.
-type Pushed = Result<(Vec<PushResult>, Vec<(usize, GuardVerdict)>), QueenError>;
+type Pushed = Result<(Vec<PushResult>, HashMap<usize, GuardVerdict>), QueenError>;
 
 /// One bus call for the whole request: a plain push, or a Kafka produce when a partition
 /// has idempotent batches.
 async fn push(door: &Door, items: Vec<PushItem>, guards: Vec<ProducerGuard>) -> Pushed {
     if items.is_empty() {
-        return Ok((Vec::new(), Vec::new()));
+        return Ok((Vec::new(), HashMap::new()));
     }
     let ctx = door.ctx.clone();
     if guards.is_empty() {
         return match door.bus.call(ctx, Command::Push(PushReq { items })).await {
-            Ok(Outcome::Pushed(results)) => Ok((results, Vec::new())),
+            Ok(Outcome::Pushed(results)) => Ok((results, HashMap::new())),
             Ok(other) => Err(topics::unexpected(&other)),
             Err(e) => Err(e),
         };
@@ -379,10 +404,7 @@ fn partition_response(
             Some(e.message.clone()),
         ),
         (Fate::Pushed { start, end }, Ok((results, verdicts))) => {
-            let verdict = verdicts
-                .iter()
-                .find(|(s, _)| *s == start)
-                .and_then(|(_, v)| verdict_answer(*v));
+            let verdict = verdicts.get(&start).and_then(|v| verdict_answer(*v));
             match (verdict, results.get(start..end)) {
                 (Some(answer), _) => answer,
                 (None, Some(rs)) => settle(rs, storage_error_known(version)),
@@ -419,7 +441,7 @@ mod tests {
         txn: Option<&str>,
     ) -> (Fate, Vec<PushItem>, Vec<ProducerGuard>) {
         let mut items = Vec::new();
-        let mut guards = Vec::new();
+        let mut guards = Guards::default();
         let mut budget = Budget::new(1 << 20, 10_000);
         let fate = plan_partition(
             "orders",
@@ -430,7 +452,7 @@ mod tests {
             &mut items,
             &mut guards,
         );
-        (fate, items, guards)
+        (fate, items, guards.list)
     }
 
     #[test]
@@ -449,7 +471,7 @@ mod tests {
             None,
             &mut budget,
             &mut items,
-            &mut Vec::new(),
+            &mut Guards::default(),
         );
         assert!(
             matches!(fate, Fate::Refused(errors::MESSAGE_TOO_LARGE, _)),
@@ -514,32 +536,97 @@ mod tests {
     }
 
     #[test]
-    fn idempotent_batches_become_a_guard_with_their_sequence_range() {
-        let mut two = BytesMut::new();
+    fn an_idempotent_batch_becomes_a_guard_with_its_sequence_range() {
         let recs: &[crate::records::tests::TestRecord<'_>] =
             &[(0, None, Some(b"1"), &[]), (1, None, Some(b"2"), &[])];
-        two.extend_from_slice(&batch_seq(9, 3, i32::MAX, 0, recs));
-        two.extend_from_slice(&batch_seq(9, 3, 1, 0, &recs[..1]));
-        let (fate, items, guards) = plan_guarded(two.freeze(), 4, None);
-        assert_eq!(fate, Fate::Pushed { start: 0, end: 3 });
-        assert_eq!(items.len(), 3);
-        let b = |first_seq, last_seq, records| ProducerBatch {
-            producer_id: 9,
-            epoch: 3,
-            first_seq,
-            last_seq,
-            records,
-        };
+        let (fate, items, guards) = plan_guarded(batch_seq(9, 3, i32::MAX, 0, recs), 4, None);
+        assert_eq!(fate, Fate::Pushed { start: 0, end: 2 });
+        assert_eq!(items.len(), 2);
         assert_eq!(
             guards,
             vec![ProducerGuard {
                 queue: "orders".into(),
                 partition: "4".into(),
                 start: 0,
-                end: 3,
-                batches: vec![b(i32::MAX, 0, 2), b(1, 1, 1)],
+                end: 2,
+                batch: ProducerBatch {
+                    producer_id: 9,
+                    epoch: 3,
+                    first_seq: i32::MAX,
+                    last_seq: 0,
+                    records: 2,
+                },
             }]
         );
+    }
+
+    #[test]
+    fn two_batches_for_one_partition_are_refused_as_kafka_does() {
+        // A new batch then a repeat: one verdict cannot answer for both, so neither is taken.
+        let mut two = BytesMut::new();
+        two.extend_from_slice(&batch_seq(9, 0, 5, 0, &[(0, None, Some(b"1"), &[])]));
+        two.extend_from_slice(&batch_seq(9, 0, 0, 0, &[(0, None, Some(b"2"), &[])]));
+        let (fate, items, guards) = plan_guarded(two.freeze(), 0, None);
+        assert!(
+            matches!(fate, Fate::Refused(errors::INVALID_RECORD, _)),
+            "{fate:?}"
+        );
+        assert!(items.is_empty() && guards.is_empty());
+        let mut plain = BytesMut::new();
+        plain.extend_from_slice(&batch(-1, 0, &[(0, None, Some(b"1"), &[])]));
+        plain.extend_from_slice(&batch(-1, 0, &[(0, None, Some(b"2"), &[])]));
+        let (fate, _) = plan(plain.freeze(), 0, None);
+        assert!(matches!(fate, Fate::Refused(errors::INVALID_RECORD, _)));
+    }
+
+    #[test]
+    fn a_partition_named_twice_with_idempotent_batches_is_refused_the_second_time() {
+        let one = batch_seq(9, 0, 0, 0, &[(0, None, Some(b"1"), &[])]);
+        let mut items = Vec::new();
+        let mut guards = Guards::default();
+        let mut budget = Budget::new(1 << 20, 10_000);
+        let mut go = |index| {
+            plan_partition(
+                "orders",
+                index,
+                Some(one.clone()),
+                None,
+                &mut budget,
+                &mut items,
+                &mut guards,
+            )
+        };
+        assert!(matches!(go(0), Fate::Pushed { .. }));
+        assert!(matches!(go(1), Fate::Pushed { .. }));
+        assert!(matches!(go(0), Fate::Refused(errors::INVALID_RECORD, _)));
+        assert_eq!(guards.list.len(), 2);
+    }
+
+    #[test]
+    fn acks_zero_closes_on_any_refusal_the_engine_gives() {
+        let plan = vec![("t".to_owned(), vec![(0, Fate::Pushed { start: 0, end: 1 })])];
+        let with = |v| Ok((vec![result(0, None)], HashMap::from([(0, v)])));
+        assert!(matches!(
+            unacked(&plan, &with(GuardVerdict::Appended)),
+            Reply::Nothing
+        ));
+        assert!(matches!(
+            unacked(&plan, &with(GuardVerdict::Duplicate { base_offset: 0 })),
+            Reply::Nothing
+        ));
+        for v in [
+            GuardVerdict::OutOfOrder,
+            GuardVerdict::Fenced,
+            GuardVerdict::UnknownProducer,
+            GuardVerdict::Full,
+        ] {
+            assert!(matches!(unacked(&plan, &with(v)), Reply::Close(_)), "{v:?}");
+        }
+        let failed = Ok((
+            vec![result(0, Some(QueenError::unavailable("busy")))],
+            HashMap::new(),
+        ));
+        assert!(matches!(unacked(&plan, &failed), Reply::Close(_)));
     }
 
     #[test]

@@ -52,6 +52,10 @@ pub enum BatchError {
     Decompress(#[from] CodecError),
     #[error("more records than one request may carry (max_push_items)")]
     TooManyRecords,
+    /// Kafka's LogValidator: "Inconsistent batch offset range" (INVALID_RECORD). The last
+    /// offset delta sets the batch's sequence range, so it must agree with the records.
+    #[error("last offset delta {delta} does not match {count} records")]
+    OffsetRange { delta: i32, count: usize },
 }
 
 /// What the rest of a request may still produce: decompressed bytes and records. Charged
@@ -135,6 +139,12 @@ fn decode_batch(r: &mut Reader, budget: &mut Budget) -> Result<Batch, BatchError
     // length lied, and what they would have held is not known.
     if rr.remaining() > 0 {
         return Err(Malformed("bytes left after the batch's records").into());
+    }
+    if count == 0 || i64::from(last_offset_delta) != count as i64 - 1 {
+        return Err(BatchError::OffsetRange {
+            delta: last_offset_delta,
+            count,
+        });
     }
     Ok(Batch {
         producer_id,
@@ -376,6 +386,17 @@ pub(crate) mod tests {
             Err(BatchError::Magic(1))
         );
         assert!(decode_batches(good.slice(..20), &mut budget).is_err());
+        // One record claiming six sequences (lastOffsetDelta 5): a range that disagrees
+        // with the records would let a different batch pass for a repeat.
+        let mut narrow = good.to_vec();
+        let delta_at = 12 + 4 + 1 + 4 + 2;
+        (&mut narrow[delta_at..delta_at + 4]).put_i32(5);
+        let crc = crc32c::crc32c(&narrow[21..]);
+        (&mut narrow[17..21]).put_u32(crc);
+        assert!(matches!(
+            decode_batches(Bytes::from(narrow), &mut budget),
+            Err(BatchError::OffsetRange { delta: 5, .. })
+        ));
         // One byte more after the last record, inside the batch and its CRC: the count or a
         // length lied, so the batch is refused rather than read short.
         let mut trailing = good.to_vec();

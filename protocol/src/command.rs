@@ -92,6 +92,9 @@ pub mod rows {
     pub const KAFKA_INIT_PRODUCER: CommandMeta =
         row("kafka_init_producer", ReplicatedWrite, WriteOnly);
     pub const KAFKA_PRODUCE: CommandMeta = row("kafka_produce", ReplicatedWrite, WriteOnly);
+    /// Deleting records is an admin act, as deleting a queue is.
+    pub const KAFKA_DELETE_RECORDS: CommandMeta =
+        row("kafka_delete_records", ReplicatedWrite, Admin);
 }
 
 /// The command table. Doors translate into these; nothing else decides routing or roles.
@@ -117,6 +120,7 @@ pub const COMMAND_TABLE: &[CommandMeta] = &[
     rows::KAFKA_GROUPS,
     rows::KAFKA_INIT_PRODUCER,
     rows::KAFKA_PRODUCE,
+    rows::KAFKA_DELETE_RECORDS,
 ];
 
 #[derive(Debug, Clone)]
@@ -146,6 +150,8 @@ pub enum Command {
     KafkaProducers(crate::kafka_producers::KafkaProducersReq),
     /// A Kafka produce with idempotent batches: checked and appended in one planner step.
     KafkaProduce(crate::kafka_producers::KafkaProduceReq),
+    /// Kafka DeleteRecords: partitions' log start offsets move up.
+    KafkaDeleteRecords(crate::kafka_records::DeleteRecordsReq),
 }
 
 impl Command {
@@ -173,6 +179,7 @@ impl Command {
             Command::KafkaGroups(_) => &rows::KAFKA_GROUPS,
             Command::KafkaProducers(_) => &rows::KAFKA_INIT_PRODUCER,
             Command::KafkaProduce(_) => &rows::KAFKA_PRODUCE,
+            Command::KafkaDeleteRecords(_) => &rows::KAFKA_DELETE_RECORDS,
         }
     }
 }
@@ -236,5 +243,8 @@ mod tests {
             Role::WriteOnly
         );
         assert_eq!(Command::StatsRefresh.meta().role, Role::Admin);
+        let delete_records =
+            Command::KafkaDeleteRecords(crate::kafka_records::DeleteRecordsReq { targets: vec![] });
+        assert_eq!(delete_records.meta().role, Role::Admin);
     }
 }

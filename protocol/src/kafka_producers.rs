@@ -10,8 +10,12 @@ use crate::types::PushItem;
 pub const PRODUCER_BATCHES_KEPT: usize = 5;
 /// Kafka's `producer.id.expiration.ms` default: a day.
 pub const DEFAULT_PRODUCER_ID_EXPIRATION_MS: u64 = 86_400_000;
-/// The default cap on producer states one tenant keeps.
+/// The default cap on producer states one tenant keeps; past it the longest-idle producer's
+/// state is evicted, as if it had expired.
 pub const DEFAULT_MAX_PRODUCER_IDS: u64 = 10_000;
+/// The largest id InitProducerId hands out: the counter stops below `i64::MAX`, so it never
+/// wraps and a checkpoint's `next_id` is at most `i64::MAX - 1`.
+pub const MAX_PRODUCER_ID: i64 = i64::MAX - 2;
 /// The most producer states one planner command may expire (the rest wait for the next).
 pub const PRODUCER_EXPIRY_PER_COMMAND: usize = 256;
 
@@ -27,7 +31,8 @@ pub struct ProducerBatch {
     pub records: usize,
 }
 
-/// One partition's idempotent batches, in request order, and the items they became.
+/// One partition's idempotent batch and the items it became. One batch per partition, as
+/// Kafka allows from produce v3 on: several would let a repeat answer for a new batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerGuard {
     pub queue: String,
@@ -35,7 +40,7 @@ pub struct ProducerGuard {
     /// The partition's items: `items[start..end]` of the request.
     pub start: usize,
     pub end: usize,
-    pub batches: Vec<ProducerBatch>,
+    pub batch: ProducerBatch,
 }
 
 /// A produce whose idempotent partitions are checked and appended in one planner step.
@@ -45,18 +50,19 @@ pub struct KafkaProduceReq {
     pub guards: Vec<ProducerGuard>,
     /// Producer states idle longer than this are gone (`kafka_producer_id_expiration_ms`).
     pub expiration_ms: u64,
-    /// States past which no new producer is remembered (`kafka_max_producer_ids`).
+    /// States kept (`kafka_max_producer_ids`): a new producer past it evicts the one idle
+    /// longest.
     pub max_producers: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KafkaProducersReq {
     /// InitProducerId without a transactional id. `current` is the (id, epoch) a v3+ client
-    /// names to have its epoch bumped (KIP-360); `None` asks for a new id.
+    /// names to have its epoch bumped (KIP-360); `None` asks for a new id. A new id makes no
+    /// state: the producer's state appears with its first batch.
     InitProducerId {
         current: Option<(i64, i16)>,
         expiration_ms: u64,
-        max_producers: u64,
     },
 }
 
@@ -67,8 +73,8 @@ pub enum InitProducerOutcome {
         producer_id: i64,
         epoch: i16,
     },
-    /// At `kafka_max_producer_ids` (Kafka answers COORDINATOR_LOAD_IN_PROGRESS when it has no
-    /// producer id to hand out; the client retries).
+    /// Past [`MAX_PRODUCER_ID`] (Kafka answers COORDINATOR_LOAD_IN_PROGRESS when it has no
+    /// producer id to hand out).
     Full,
 }
 
@@ -85,8 +91,8 @@ pub enum GuardVerdict {
     Fenced,
     /// A producer id this broker never handed out (UNKNOWN_PRODUCER_ID).
     UnknownProducer,
-    /// At `kafka_max_producer_ids`: a producer whose state expired cannot be remembered again
-    /// until others expire (retriable).
+    /// The request alone names more producers than `kafka_max_producer_ids` may hold
+    /// (retriable).
     Full,
 }
 

@@ -11,6 +11,7 @@ pub mod error;
 pub mod fetch;
 pub mod kafka_groups;
 pub mod kafka_producers;
+pub mod kafka_records;
 pub mod kv;
 pub mod limits;
 pub mod queue_options;

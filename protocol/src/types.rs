@@ -354,4 +354,5 @@ pub enum Outcome {
     KafkaGroups(crate::kafka_groups::KafkaGroupsOutcome),
     KafkaProducerId(crate::kafka_producers::InitProducerOutcome),
     KafkaProduced(crate::kafka_producers::KafkaProduceOutcome),
+    KafkaRecordsDeleted(Vec<crate::kafka_records::DeleteRecordsVerdict>),
 }

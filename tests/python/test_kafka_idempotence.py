@@ -20,7 +20,7 @@ from kafka import KafkaAdminClient, KafkaProducer  # noqa: E402
 from kafka.admin import NewTopic  # noqa: E402
 from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 
-NONE, OUT_OF_ORDER, INVALID_EPOCH = 0, 45, 47
+NONE, OUT_OF_ORDER, INVALID_EPOCH, INVALID_RECORD = 0, 45, 47, 87
 COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, INVALID_TXN_TIMEOUT = 14, 15, 50
 
 
@@ -133,13 +133,25 @@ def batch(pid: int, epoch: int, seq: int, values: list[int]) -> bytes:
     return bytes(b.build())
 
 
-def produce(s, topic: str, records: bytes) -> tuple[int, int]:
-    """Produce v3 to partition 0, acks=-1: (error, base offset)."""
+def with_last_offset_delta(records: bytes, delta: int) -> bytes:
+    """The batch with its lastOffsetDelta replaced and its CRC32C made right again."""
+    from kafka.record.util import calc_crc32c
+
+    b = bytearray(records)
+    b[23:27] = struct.pack(">i", delta)
+    b[17:21] = struct.pack(">I", calc_crc32c(bytes(b[21:])))
+    return bytes(b)
+
+
+def produce(s, topic: str, records: bytes, acks: int = -1) -> tuple[int, int]:
+    """Produce v3 to partition 0: (error, base offset)."""
     t = topic.encode()
-    body = struct.pack(">hhi", -1, -1, 10000)
+    body = struct.pack(">hhi", -1, acks, 10000)
     body += struct.pack(">ih", 1, len(t)) + t
     body += struct.pack(">ii", 1, 0) + struct.pack(">i", len(records)) + records
     s.sendall(request(0, 3, 3, body))
+    if acks == 0:
+        return NONE, -1
     resp = read_frame(s)
     (_corr, ntopics, nlen) = struct.unpack(">iih", resp[:10])
     pos = 10 + nlen
@@ -179,14 +191,53 @@ def test_repeats_gaps_and_old_epochs_are_answered_as_kafka_does_across_a_crash(
     assert [m["data"]["v"] for m in msgs] == [0, 1, 2, 3, 4], "each batch stored once"
 
 
-def test_transactional_ids_and_the_producer_cap_get_retriable_answers(broker_factory):
+def test_transactional_ids_are_refused_and_init_producer_id_never_fills_the_cap(broker_factory):
+    """InitProducerId makes no producer state (short-lived producers cannot fill
+    kafka_max_producer_ids); a new producer past the cap evicts the one idle longest."""
     b = broker_factory("cap", env={"QUEEN_KAFKA_MAX_PRODUCER_IDS": "2"}).start()
+    create_topic(b, "idem-cap", 1)
     with connect(b) as s:
         assert init_producer(s, txn="tx")[0] == COORDINATOR_NOT_AVAILABLE
         assert init_producer(s, txn="tx", timeout_ms=0)[0] == INVALID_TXN_TIMEOUT
-        assert init_producer(s)[0] == NONE
-        assert init_producer(s)[0] == NONE
-        assert init_producer(s) == (COORDINATOR_LOAD_IN_PROGRESS, -1, -1)
+        granted = [init_producer(s) for _ in range(200)]
+        assert {e for e, _, _ in granted} == {NONE}
+        assert len({pid for _, pid, _ in granted}) == 200
+        p1, p2, p3 = (pid for _, pid, _ in granted[:3])
+        assert produce(s, "idem-cap", batch(p1, 0, 0, [1])) == (NONE, 0)
+        assert produce(s, "idem-cap", batch(p2, 0, 0, [2])) == (NONE, 1)
+        # A third producer's first batch evicts p1, the one idle longest.
+        assert produce(s, "idem-cap", batch(p3, 0, 0, [3])) == (NONE, 2)
+        assert produce(s, "idem-cap", batch(p2, 0, 0, [2])) == (NONE, 1), "p2 kept"
+        assert produce(s, "idem-cap", batch(p3, 0, 0, [3])) == (NONE, 2), "p3 kept"
+        assert produce(s, "idem-cap", batch(p1, 0, 7, [4])) == (NONE, 3), "p1 starts afresh"
+    ck = pytest.importorskip("confluent_kafka")
+    p = ck.Producer({"bootstrap.servers": b.kafka_bootstrap, "enable.idempotence": True})
+    errors: list[str] = []
+    p.produce("idem-cap", value=b'{"v": 5}', on_delivery=lambda e, _m: e and errors.append(str(e)))
+    assert p.flush(30) == 0 and errors == [], "a producer after the InitProducerId spam"
+
+
+def test_malformed_idempotent_produces_are_refused_not_half_taken(broker_factory):
+    """Two batches for one partition (a new one and a repeat) and a batch whose
+    lastOffsetDelta disagrees with its records are refused with INVALID_RECORD, as Kafka's
+    ProduceRequest and LogValidator refuse them; with acks=0 a refusal closes the
+    connection."""
+    b = broker_factory("idem-bad").start()
+    create_topic(b, "idem-bad", 1)
+    with connect(b) as s:
+        _, pid, _ = init_producer(s)
+        first = batch(pid, 0, 0, [0])
+        assert produce(s, "idem-bad", first) == (NONE, 0)
+        assert produce(s, "idem-bad", batch(pid, 0, 1, [1]) + first)[0] == INVALID_RECORD
+        narrow = with_last_offset_delta(batch(pid, 0, 1, [1, 2, 3]), 0)
+        assert produce(s, "idem-bad", narrow)[0] == INVALID_RECORD
+        assert produce(s, "idem-bad", batch(pid, 0, 1, [1])) == (NONE, 1), "seq 1 still next"
+        assert produce(s, "idem-bad", batch(pid, 0, 9, [9]), acks=0) == (NONE, -1)
+        s.settimeout(10)
+        assert s.recv(1) == b"", "an acks=0 out-of-order batch closes the connection"
+    with httpx.Client(base_url=b.url, timeout=10.0) as http:
+        msgs = pop_all(http, "idem-bad", 2)
+    assert [m["data"]["v"] for m in msgs] == [0, 1]
 
 
 @pytest.mark.timeout(240)

@@ -148,6 +148,8 @@ def test_api_versions_lists_only_served_apis_and_answers_unknown_versions_in_v0(
             22: (0, 5),
             # Topic admin (test_kafka_admin.py).
             33: (0, 2), 35: (1, 4), 44: (0, 1), 60: (0, 2),
+            # DeleteRecords (test_kafka_delete_records.py).
+            21: (0, 2),
         }
         # KIP-511: a version we do not serve gets UNSUPPORTED_VERSION in the v0 layout.
         error, keys = api_versions(s, 77, 2)

@@ -297,6 +297,9 @@ def test_tenants_are_isolated_across_every_kafka_api(broker_factory, tmp_path):
         assert first_error_after_array(call(g, 37, 0, grow), 4) == UNKNOWN_TOPIC_OR_PARTITION
         delete = arr([s16("secret")]) + struct.pack(">i", 10_000)
         assert first_error_after_array(call(g, 20, 1, delete), 4) == UNKNOWN_TOPIC_OR_PARTITION
+        # DeleteRecords v0 (the answer ends with the one partition's error).
+        records = arr([s16("secret") + arr([struct.pack(">iq", 0, 2)])]) + struct.pack(">i", 10_000)
+        assert struct.unpack(">h", call(g, 21, 0, records)[-2:])[0] == UNKNOWN_TOPIC_OR_PARTITION
         # ListOffsets v1 and Fetch v4 of acme's topic by bob: unknown.
         lo = struct.pack(">i", -1) + arr([s16("secret") + arr([struct.pack(">iq", 0, -1)])])
         body = call(g, 2, 1, lo)
@@ -332,6 +335,8 @@ def test_tenants_are_isolated_across_every_kafka_api(broker_factory, tmp_path):
     with login(b, "alice") as a:
         body = call(a, 2, 1, lo)
         assert struct.unpack(">q", body[-8:])[0] == 4  # high watermark: 3 + 1 records
+        earliest = struct.pack(">i", -1) + arr([s16("secret") + arr([struct.pack(">iq", 0, -2)])])
+        assert struct.unpack(">q", call(a, 2, 1, earliest)[-8:])[0] == 0  # nothing deleted
         body = call(a, 3, 1, arr([s16("secret")]))
         assert body.count(struct.pack(">h", 0) + struct.pack(">i", 2)) >= 1  # partition 2 exists
         body = call(a, 9, 1, of)
@@ -362,6 +367,9 @@ def test_read_only_and_write_only_users_are_refused_what_their_roles_do_not_reac
             assert struct.unpack(">h", body[8:10])[0] == TOPIC_AUTHORIZATION_FAILED
             body = call(r, 33, 0, alter_configs_body(4, "0", validate))
             assert struct.unpack(">h", body[8:10])[0] == CLUSTER_AUTHORIZATION_FAILED
+        # DeleteRecords is an admin's.
+        records = arr([s16("t") + arr([struct.pack(">iq", 0, 1)])]) + struct.pack(">i", 10_000)
+        assert struct.unpack(">h", call(r, 21, 0, records)[-2:])[0] == TOPIC_AUTHORIZATION_FAILED
         # InitProducerId: final, not retriable.
         body = call(r, 22, 0, struct.pack(">hi", -1, 60_000))
         assert struct.unpack(">h", body[4:6])[0] == CLUSTER_AUTHORIZATION_FAILED

@@ -62,7 +62,9 @@ impl Cycle {
                 self.wake_partition(st, *pid);
             }
             // A trim may end a lease or make a partition ready for a group.
-            Effect::RetentionTrim { pid, .. } => self.wake_partition(st, *pid),
+            Effect::RetentionTrim { pid, .. } | Effect::KafkaDeleteRecords { pid, .. } => {
+                self.wake_partition(st, *pid)
+            }
             _ => {}
         }
         st.apply(

@@ -141,9 +141,21 @@ pub enum Effect<'a> {
         base_offset: u64,
         records: u32,
     },
-    /// A producer idle past `kafka_producer_id_expiration_ms`, forgotten.
+    /// A producer idle past `kafka_producer_id_expiration_ms`, or the longest idle when a new
+    /// one passes `kafka_max_producer_ids`: forgotten.
     KafkaProducerExpire {
         producer_id: i64,
+    },
+    /// InitProducerId handed out the new id `producer_id`: the counter moves past it, no
+    /// state is made (the first batch makes it).
+    KafkaProducerIdTaken {
+        producer_id: i64,
+    },
+    /// Kafka DeleteRecords moved partition `pid`'s first held offset up to exactly `low`
+    /// (state/retention.rs `delete_records`).
+    KafkaDeleteRecords {
+        pid: u64,
+        low: u64,
     },
 }
 
@@ -168,6 +180,8 @@ const K_RETENTION_TRIM: u8 = 40;
 const K_KAFKA_PRODUCER_INIT: u8 = 50;
 const K_KAFKA_PRODUCER_BATCH: u8 = 51;
 const K_KAFKA_PRODUCER_EXPIRE: u8 = 52;
+const K_KAFKA_PRODUCER_ID_TAKEN: u8 = 53;
+const K_KAFKA_DELETE_RECORDS: u8 = 54;
 
 pub struct EntryHeader {
     pub cycle: u64,
@@ -439,6 +453,15 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
             w.u8(K_KAFKA_PRODUCER_EXPIRE);
             w.i64(*producer_id);
         }
+        Effect::KafkaProducerIdTaken { producer_id } => {
+            w.u8(K_KAFKA_PRODUCER_ID_TAKEN);
+            w.i64(*producer_id);
+        }
+        Effect::KafkaDeleteRecords { pid, low } => {
+            w.u8(K_KAFKA_DELETE_RECORDS);
+            w.u64(*pid);
+            w.u64(*low);
+        }
     }
     w.len() as u32
 }
@@ -507,6 +530,31 @@ pub fn decode_entry(buf: &[u8]) -> Result<(EntryHeader, Vec<(Effect<'_>, u32)>),
         return Err(r.malformed("trailing bytes after the last effect".into()));
     }
     Ok((header, effects))
+}
+
+/// A Kafka producer id as apply may hold it: one InitProducerId can have handed out.
+fn producer_id(r: &mut Reader<'_>) -> Result<i64, DecodeError> {
+    let id = r.i64()?;
+    if !(0..=queenmq_protocol::kafka_producers::MAX_PRODUCER_ID).contains(&id) {
+        return Err(r.malformed(format!("kafka producer id {id} out of range")));
+    }
+    Ok(id)
+}
+
+fn producer_epoch(r: &mut Reader<'_>) -> Result<i16, DecodeError> {
+    let epoch = r.u16()? as i16;
+    if epoch < 0 {
+        return Err(r.malformed(format!("kafka producer epoch {epoch}")));
+    }
+    Ok(epoch)
+}
+
+fn sequence(r: &mut Reader<'_>) -> Result<i32, DecodeError> {
+    let seq = r.u32()? as i32;
+    if seq < 0 {
+        return Err(r.malformed(format!("kafka producer sequence {seq}")));
+    }
+    Ok(seq)
 }
 
 fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeError> {
@@ -633,20 +681,27 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
             low: r.u64()?,
         },
         K_KAFKA_PRODUCER_INIT => Effect::KafkaProducerInit {
-            producer_id: r.i64()?,
-            epoch: r.u16()? as i16,
+            producer_id: producer_id(r)?,
+            epoch: producer_epoch(r)?,
         },
         K_KAFKA_PRODUCER_BATCH => Effect::KafkaProducerBatch {
-            producer_id: r.i64()?,
+            producer_id: producer_id(r)?,
             pid: r.u64()?,
-            epoch: r.u16()? as i16,
-            first_seq: r.u32()? as i32,
-            last_seq: r.u32()? as i32,
+            epoch: producer_epoch(r)?,
+            first_seq: sequence(r)?,
+            last_seq: sequence(r)?,
             base_offset: r.u64()?,
             records: r.u32()?,
         },
         K_KAFKA_PRODUCER_EXPIRE => Effect::KafkaProducerExpire {
-            producer_id: r.i64()?,
+            producer_id: producer_id(r)?,
+        },
+        K_KAFKA_PRODUCER_ID_TAKEN => Effect::KafkaProducerIdTaken {
+            producer_id: producer_id(r)?,
+        },
+        K_KAFKA_DELETE_RECORDS => Effect::KafkaDeleteRecords {
+            pid: r.u64()?,
+            low: r.u64()?,
         },
         k => return Err(r.malformed(format!("unknown effect kind {k}"))),
     };
@@ -744,7 +799,7 @@ mod tests {
     fn kafka_producer_effects_round_trip() {
         let effects = [
             Effect::KafkaProducerInit {
-                producer_id: i64::MAX - 1,
+                producer_id: queenmq_protocol::kafka_producers::MAX_PRODUCER_ID,
                 epoch: i16::MAX - 1,
             },
             Effect::KafkaProducerBatch {
@@ -757,8 +812,47 @@ mod tests {
                 records: 6,
             },
             Effect::KafkaProducerExpire { producer_id: 3 },
+            Effect::KafkaProducerIdTaken { producer_id: 0 },
+            Effect::KafkaDeleteRecords {
+                pid: 4,
+                low: 1 << 40,
+            },
         ];
         assert_round_trips(&effects);
+    }
+
+    #[test]
+    fn kafka_producer_effects_out_of_range_are_refused() {
+        for e in [
+            Effect::KafkaProducerInit {
+                producer_id: -1,
+                epoch: 0,
+            },
+            Effect::KafkaProducerInit {
+                producer_id: i64::MAX,
+                epoch: 0,
+            },
+            Effect::KafkaProducerInit {
+                producer_id: 1,
+                epoch: -1,
+            },
+            Effect::KafkaProducerBatch {
+                producer_id: 1,
+                pid: 1,
+                epoch: 0,
+                first_seq: -1,
+                last_seq: 0,
+                base_offset: 0,
+                records: 1,
+            },
+            Effect::KafkaProducerIdTaken {
+                producer_id: i64::MAX,
+            },
+        ] {
+            let mut b = EntryBuilder::new(1, 1);
+            b.push(&e);
+            assert!(decode_entry(&b.finish()).is_err(), "{e:?} decoded");
+        }
     }
 
     #[test]

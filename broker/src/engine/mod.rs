@@ -694,6 +694,9 @@ fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
         Command::KafkaProduce(k) => p
             .plan_kafka_produce(k, job.ctx.principal.as_deref())
             .map(Outcome::KafkaProduced),
+        Command::KafkaDeleteRecords(d) => p
+            .plan_kafka_delete_records(d)
+            .map(Outcome::KafkaRecordsDeleted),
         Command::Read(r) => {
             let mut reader = p.reader_parts();
             crate::reads::answer(reader.0, &mut reader.1, r).map(Outcome::Read)

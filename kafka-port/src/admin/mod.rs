@@ -1,11 +1,12 @@
 //! Kafka's topic and cluster admin APIs (CreateTopics, DeleteTopics, CreatePartitions,
-//! DescribeConfigs, DescribeCluster, DescribeLogDirs), each mapped onto the engine commands
+//! DescribeConfigs, DescribeCluster, DescribeLogDirs, DeleteRecords), each mapped onto the engine commands
 //! the HTTP API uses: a queue configure creates, a queue delete deletes, and the partition
 //! count lives in [`floor`].
 
 pub mod alter_configs;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;

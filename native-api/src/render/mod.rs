@@ -67,6 +67,7 @@ pub fn unexpected(o: &Outcome) -> ApiError {
         Outcome::Locks(_) => "locks",
         Outcome::KafkaGroups(_) => "kafka groups",
         Outcome::KafkaProducerId(_) | Outcome::KafkaProduced(_) => "kafka producers",
+        Outcome::KafkaRecordsDeleted(_) => "kafka delete records",
     };
     ApiError(QueenError::new(
         ErrorCode::Internal,

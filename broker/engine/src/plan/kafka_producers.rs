@@ -15,14 +15,14 @@ use queenmq_protocol::{PushItem, PushResult, PushStatus, QueenError};
 
 use super::Planner;
 use crate::entry::Effect;
-use crate::state::kafka_producers::{BatchRow, PartitionSeqs, ProducerRow};
+use crate::state::kafka_producers::{PartitionSeqs, ProducerRow};
 
 /// A batch's fate against what the partition holds for its producer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Check {
     Append,
-    /// A repeat of this earlier batch (its base offset; `None`: one of this same request).
-    Duplicate(Option<u64>),
+    /// A repeat of this earlier batch (its base offset).
+    Duplicate(u64),
     OutOfOrder,
     Fenced,
 }
@@ -39,7 +39,7 @@ pub fn check_batch(seqs: Option<&PartitionSeqs>, b: &ProducerBatch) -> Check {
             .iter()
             .find(|x| x.first_seq == b.first_seq && x.last_seq == b.last_seq)
         {
-            return Check::Duplicate((d.base_offset != PENDING).then_some(d.base_offset));
+            return Check::Duplicate(d.base_offset);
         }
     }
     if b.epoch < p.epoch {
@@ -58,9 +58,6 @@ pub fn check_batch(seqs: Option<&PartitionSeqs>, b: &ProducerBatch) -> Check {
     }
 }
 
-/// The base offset of a batch judged earlier in the same request, not yet appended.
-const PENDING: u64 = u64::MAX;
-
 fn ms_us(ms: u64) -> i64 {
     i64::try_from(ms.saturating_mul(1000)).unwrap_or(i64::MAX)
 }
@@ -70,6 +67,8 @@ fn bad_guard(why: &str) -> QueenError {
     QueenError::bad_request(format!("kafka produce guard out of bounds: {why}"))
 }
 
+/// The door's checks again (docs/kafka-compat.md "Idempotent producers"): KafkaProduce is a
+/// bus command, and what it says about a batch is remembered for a day.
 fn check_guards(req: &KafkaProduceReq) -> Result<(), QueenError> {
     let mut next = 0usize;
     let mut seen = HashSet::new();
@@ -78,17 +77,20 @@ fn check_guards(req: &KafkaProduceReq) -> Result<(), QueenError> {
             return Err(bad_guard("item ranges overlap or pass the items"));
         }
         next = g.end;
-        let records = g
-            .batches
-            .iter()
-            .try_fold(0usize, |a, b| a.checked_add(b.records));
-        if records != Some(g.end - g.start) || g.batches.is_empty() {
+        let b = &g.batch;
+        if b.records != g.end - g.start || b.records == 0 {
             return Err(bad_guard("batch records do not add up to the items"));
         }
-        if g.batches.iter().any(|b| {
-            b.producer_id < 0 || b.epoch < 0 || b.first_seq < 0 || b.last_seq < 0 || b.records == 0
-        }) {
-            return Err(bad_guard("a negative producer id, epoch or sequence"));
+        if !(0..=MAX_PRODUCER_ID).contains(&b.producer_id)
+            || b.epoch < 0
+            || b.first_seq < 0
+            || b.last_seq < 0
+        {
+            return Err(bad_guard("a producer id, epoch or sequence out of range"));
+        }
+        let span = i32::try_from(b.records - 1).ok();
+        if span.map(|n| increment_sequence(b.first_seq, n)) != Some(b.last_seq) {
+            return Err(bad_guard("the sequence range disagrees with the records"));
         }
         if !seen.insert((g.queue.as_str(), g.partition.as_str())) {
             return Err(bad_guard("a partition named twice"));
@@ -133,12 +135,12 @@ impl Planner<'_> {
         let KafkaProducersReq::InitProducerId {
             current,
             expiration_ms,
-            max_producers,
         } = req;
         let expiration_us = ms_us(*expiration_ms);
         // KIP-360: the producer names its id and current epoch to have the epoch bumped;
-        // past the last epoch, or when the id is unknown or the epoch stale, it gets a new
-        // id, as Kafka's coordinator gives every non-transactional producer.
+        // past the last epoch, or when the id has no state or the epoch is stale, it gets a
+        // new id (which is what Kafka's coordinator always gives a producer without a
+        // transactional id).
         if let Some((id, epoch)) = *current {
             let live = self.live_producer(id, expiration_us).map(|r| r.epoch);
             if live == Some(epoch) && (0..i16::MAX - 1).contains(&epoch) {
@@ -154,22 +156,13 @@ impl Planner<'_> {
             }
         }
         self.expire_producers(expiration_us);
-        if self.st.kafka_producers.len() as u64 >= *max_producers {
-            return Ok(InitProducerOutcome::Full);
-        }
-        if let Some(m) = self.memory {
-            if m.pressed() {
-                return Err(m.refusal());
-            }
-        }
+        // A new id is only the counter: a producer that never writes holds no state, so
+        // short-lived producers cannot fill `kafka_max_producer_ids`.
         let id = self.st.kafka_producers.next_id();
-        if id == i64::MAX {
+        if id > MAX_PRODUCER_ID {
             return Ok(InitProducerOutcome::Full);
         }
-        self.emit(Effect::KafkaProducerInit {
-            producer_id: id,
-            epoch: 0,
-        });
+        self.emit(Effect::KafkaProducerIdTaken { producer_id: id });
         Ok(InitProducerOutcome::Granted {
             producer_id: id,
             epoch: 0,
@@ -186,62 +179,51 @@ impl Planner<'_> {
             .get(&g.partition, &self.st.partitions)
     }
 
-    /// Judges one guard's batches in order against the partition's state and the batches of
-    /// the guard judged before them.
-    fn judge_guard(&self, g: &ProducerGuard, req: &KafkaProduceReq) -> GuardVerdict {
-        let expiration_us = ms_us(req.expiration_ms);
-        let pid = self.guard_partition(g);
-        let mut new_producers = 0u64;
-        let mut local: Vec<(i64, PartitionSeqs)> = Vec::new();
-        for b in &g.batches {
-            let row = self.live_producer(b.producer_id, expiration_us);
-            let seen = local.iter().any(|(id, _)| *id == b.producer_id);
-            if row.is_none() && !seen {
-                if b.producer_id >= self.st.kafka_producers.next_id() {
-                    return GuardVerdict::UnknownProducer;
-                }
-                new_producers += 1;
-                if (self.st.kafka_producers.len() as u64).saturating_add(new_producers)
-                    > req.max_producers
-                {
-                    return GuardVerdict::Full;
-                }
-            }
-            let slot = match local.iter().position(|(id, _)| *id == b.producer_id) {
-                Some(i) => i,
-                None => {
-                    let held = row
-                        .zip(pid)
-                        .and_then(|(r, pid)| r.partitions.get(&pid))
-                        .cloned();
-                    local.push((b.producer_id, held.unwrap_or_default()));
-                    local.len() - 1
-                }
-            };
-            let seqs = &mut local[slot].1;
-            // A partition row always holds a batch: none means no state for this producer.
-            let fresh = seqs.batches.is_empty();
-            match check_batch((!fresh).then_some(&*seqs), b) {
-                Check::Append => {
-                    if fresh || seqs.epoch != b.epoch {
-                        seqs.epoch = b.epoch;
-                        seqs.batches.clear();
-                    }
-                    seqs.batches.push_back(BatchRow {
-                        first_seq: b.first_seq,
-                        last_seq: b.last_seq,
-                        base_offset: PENDING,
-                        records: 0,
-                    });
-                }
-                Check::Duplicate(Some(base_offset)) => {
-                    return GuardVerdict::Duplicate { base_offset }
-                }
-                Check::Duplicate(None) | Check::OutOfOrder => return GuardVerdict::OutOfOrder,
-                Check::Fenced => return GuardVerdict::Fenced,
-            }
+    /// Judges one guard's batch against the partition's state. `named` holds the producers
+    /// of the guards judged before, so one request cannot name more than the cap holds.
+    fn judge_guard(
+        &self,
+        g: &ProducerGuard,
+        req: &KafkaProduceReq,
+        named: &mut HashSet<i64>,
+    ) -> GuardVerdict {
+        let b = &g.batch;
+        let row = self.live_producer(b.producer_id, ms_us(req.expiration_ms));
+        if row.is_none() && b.producer_id >= self.st.kafka_producers.next_id() {
+            return GuardVerdict::UnknownProducer;
         }
-        GuardVerdict::Appended
+        if !named.contains(&b.producer_id) && named.len() as u64 >= req.max_producers {
+            return GuardVerdict::Full;
+        }
+        let held = row
+            .zip(self.guard_partition(g))
+            .and_then(|(r, pid)| r.partitions.get(&pid));
+        let verdict = match check_batch(held, b) {
+            Check::Append => GuardVerdict::Appended,
+            Check::Duplicate(base_offset) => GuardVerdict::Duplicate { base_offset },
+            Check::OutOfOrder => GuardVerdict::OutOfOrder,
+            Check::Fenced => GuardVerdict::Fenced,
+        };
+        if verdict == GuardVerdict::Appended {
+            named.insert(b.producer_id);
+        }
+        verdict
+    }
+
+    /// Makes room for producer `id`'s first state: at the cap the producer idle longest,
+    /// other than those of this request (`keep`), is evicted as expiry would.
+    fn admit_producer(&mut self, id: i64, max: u64, keep: &HashSet<i64>) {
+        if self.st.kafka_producers.get(id).is_some() {
+            return;
+        }
+        if (self.st.kafka_producers.len() as u64) < max {
+            return;
+        }
+        if let Some(victim) = self.st.kafka_producers.longest_idle_except(keep) {
+            self.emit(Effect::KafkaProducerExpire {
+                producer_id: victim,
+            });
+        }
     }
 
     /// Judges every guard, pushes the items of the partitions that pass (and of the
@@ -253,10 +235,11 @@ impl Planner<'_> {
     ) -> Result<KafkaProduceOutcome, QueenError> {
         check_guards(req)?;
         self.expire_producers(ms_us(req.expiration_ms));
+        let mut named = HashSet::new();
         let verdicts: Vec<GuardVerdict> = req
             .guards
             .iter()
-            .map(|g| self.judge_guard(g, req))
+            .map(|g| self.judge_guard(g, req, &mut named))
             .collect();
         let mut skip = vec![false; req.items.len()];
         for (g, v) in req.guards.iter().zip(&verdicts) {
@@ -284,31 +267,33 @@ impl Planner<'_> {
         let expiration_us = ms_us(req.expiration_ms);
         for (g, v) in req.guards.iter().zip(&verdicts) {
             let rs = &results[g.start..g.end];
-            if *v != GuardVerdict::Appended || rs.iter().any(|r| r.status != PushStatus::Queued) {
+            let queued = rs.iter().filter(|r| r.status == PushStatus::Queued).count();
+            // Every per-item refusal today is uniform over a partition; a partial push would
+            // leave appended records unremembered, and a retry would append them again.
+            debug_assert!(queued == 0 || queued == rs.len(), "a guard pushed in part");
+            if *v != GuardVerdict::Appended || queued != rs.len() {
                 continue;
             }
-            let mut at = 0usize;
-            for b in &g.batches {
-                let Some(first) = rs.get(at) else { break };
-                let stale = self.st.kafka_producers.get(b.producer_id).is_some()
-                    && self.live_producer(b.producer_id, expiration_us).is_none();
-                if stale {
-                    // Judged as gone: its old partitions must not meet the new batches.
-                    self.emit(Effect::KafkaProducerExpire {
-                        producer_id: b.producer_id,
-                    });
-                }
-                self.emit(Effect::KafkaProducerBatch {
+            let Some(first) = rs.first() else { continue };
+            let b = &g.batch;
+            let stale = self.st.kafka_producers.get(b.producer_id).is_some()
+                && self.live_producer(b.producer_id, expiration_us).is_none();
+            if stale {
+                // Judged as gone: its old partitions must not meet the new batches.
+                self.emit(Effect::KafkaProducerExpire {
                     producer_id: b.producer_id,
-                    pid: first.partition_id,
-                    epoch: b.epoch,
-                    first_seq: b.first_seq,
-                    last_seq: b.last_seq,
-                    base_offset: first.offset,
-                    records: u32::try_from(b.records).unwrap_or(u32::MAX),
                 });
-                at += b.records;
             }
+            self.admit_producer(b.producer_id, req.max_producers, &named);
+            self.emit(Effect::KafkaProducerBatch {
+                producer_id: b.producer_id,
+                pid: first.partition_id,
+                epoch: b.epoch,
+                first_seq: b.first_seq,
+                last_seq: b.last_seq,
+                base_offset: first.offset,
+                records: u32::try_from(b.records).unwrap_or(u32::MAX),
+            });
         }
         Ok(KafkaProduceOutcome { results, verdicts })
     }

@@ -1,6 +1,6 @@
 //! The planner's idempotence decisions on the fixture: the window of five batches, the
-//! sequence wrap, fencing, expiry and the producer cap. Each test ends by checking that a
-//! follower and a checkpoint reach the leader's state.
+//! sequence wrap, fencing, expiry, the producer cap's eviction and the engine's own checks.
+//! Each test ends by checking that a follower and a checkpoint reach the leader's state.
 
 use bytes::Bytes;
 use queenmq_protocol::kafka_producers::*;
@@ -10,11 +10,10 @@ use super::fixture::{Fixture, SECOND};
 
 const DAY_MS: u64 = DEFAULT_PRODUCER_ID_EXPIRATION_MS;
 
-fn init(fx: &mut Fixture, current: Option<(i64, i16)>, max: u64) -> InitProducerOutcome {
+fn init(fx: &mut Fixture, current: Option<(i64, i16)>) -> InitProducerOutcome {
     let req = KafkaProducersReq::InitProducerId {
         current,
         expiration_ms: DAY_MS,
-        max_producers: max,
     };
     match fx.planner().plan_kafka_producers(&req) {
         Ok(o) => o,
@@ -31,10 +30,20 @@ fn granted(o: InitProducerOutcome) -> (i64, i16) {
 
 /// A produce of one batch of `n` records to partition "0" of `t`.
 fn produce_req(id: i64, epoch: i16, first_seq: i32, n: usize) -> KafkaProduceReq {
+    produce_req_to("0", id, epoch, first_seq, n)
+}
+
+fn produce_req_to(
+    partition: &str,
+    id: i64,
+    epoch: i16,
+    first_seq: i32,
+    n: usize,
+) -> KafkaProduceReq {
     let items: Vec<PushItem> = (0..n)
         .map(|i| PushItem {
             queue: "t".into(),
-            partition: "0".into(),
+            partition: partition.into(),
             payload: Bytes::from(format!("{i}")),
             transaction_id: None,
             trace_id: None,
@@ -44,16 +53,16 @@ fn produce_req(id: i64, epoch: i16, first_seq: i32, n: usize) -> KafkaProduceReq
     KafkaProduceReq {
         guards: vec![ProducerGuard {
             queue: "t".into(),
-            partition: "0".into(),
+            partition: partition.into(),
             start: 0,
             end: n,
-            batches: vec![ProducerBatch {
+            batch: ProducerBatch {
                 producer_id: id,
                 epoch,
                 first_seq,
                 last_seq,
                 records: n,
-            }],
+            },
         }],
         items,
         expiration_ms: DAY_MS,
@@ -74,6 +83,12 @@ fn produce(fx: &mut Fixture, id: i64, epoch: i16, seq: i32, n: usize) -> (GuardV
     (v, out.results[0].offset)
 }
 
+fn next_offset_or_none(fx: &Fixture) -> Option<u64> {
+    let qid = fx.st.queue_by_name.get("t")?;
+    let pid = fx.st.queues[qid].partitions.get("0", &fx.st.partitions)?;
+    fx.st.partitions.get(&pid).map(|p| p.next_offset)
+}
+
 fn next_offset(fx: &Fixture) -> u64 {
     let qid = fx.st.queue_by_name["t"];
     let pid = fx.st.queues[&qid]
@@ -86,7 +101,7 @@ fn next_offset(fx: &Fixture) -> u64 {
 #[test]
 fn a_repeat_of_the_last_five_batches_is_answered_with_its_offset_and_not_stored() {
     let mut fx = Fixture::new();
-    let (id, epoch) = granted(init(&mut fx, None, 10));
+    let (id, epoch) = granted(init(&mut fx, None));
     let mut bases = Vec::new();
     for k in 0..6 {
         let (v, base) = produce(&mut fx, id, epoch, k * 2, 2);
@@ -117,7 +132,7 @@ fn a_repeat_of_the_last_five_batches_is_answered_with_its_offset_and_not_stored(
 #[test]
 fn two_produces_of_one_batch_in_one_cycle_append_it_once() {
     let mut fx = Fixture::new();
-    let (id, _) = granted(init(&mut fx, None, 10));
+    let (id, _) = granted(init(&mut fx, None));
     fx.commit();
     assert_eq!(produce(&mut fx, id, 0, 0, 3), (GuardVerdict::Appended, 0));
     // Another connection's retry planned in the same cycle, before the entry commits.
@@ -132,7 +147,7 @@ fn two_produces_of_one_batch_in_one_cycle_append_it_once() {
 #[test]
 fn gaps_are_out_of_order_and_the_first_write_takes_any_sequence() {
     let mut fx = Fixture::new();
-    let (id, _) = granted(init(&mut fx, None, 10));
+    let (id, _) = granted(init(&mut fx, None));
     assert_eq!(produce(&mut fx, id, 0, 7, 1).0, GuardVerdict::Appended);
     assert_eq!(produce(&mut fx, id, 0, 9, 1).0, GuardVerdict::OutOfOrder);
     assert_eq!(produce(&mut fx, id, 0, 8, 1).0, GuardVerdict::Appended);
@@ -147,7 +162,7 @@ fn gaps_are_out_of_order_and_the_first_write_takes_any_sequence() {
 #[test]
 fn sequences_wrap_at_i32_max() {
     let mut fx = Fixture::new();
-    let (id, _) = granted(init(&mut fx, None, 10));
+    let (id, _) = granted(init(&mut fx, None));
     assert_eq!(
         produce(&mut fx, id, 0, i32::MAX - 1, 2).0,
         GuardVerdict::Appended
@@ -155,7 +170,7 @@ fn sequences_wrap_at_i32_max() {
     assert_eq!(produce(&mut fx, id, 0, 0, 2).0, GuardVerdict::Appended);
     assert_eq!(produce(&mut fx, id, 0, 2, 1).0, GuardVerdict::Appended);
     // A batch across the wrap: first MAX, last 0.
-    let (id2, _) = granted(init(&mut fx, None, 10));
+    let (id2, _) = granted(init(&mut fx, None));
     assert_eq!(
         produce(&mut fx, id2, 0, i32::MAX, 2).0,
         GuardVerdict::Appended
@@ -171,46 +186,147 @@ fn sequences_wrap_at_i32_max() {
 #[test]
 fn old_epochs_are_fenced_and_a_bumped_epoch_starts_at_zero() {
     let mut fx = Fixture::new();
-    let (id, epoch) = granted(init(&mut fx, None, 10));
+    let (id, epoch) = granted(init(&mut fx, None));
     assert_eq!(produce(&mut fx, id, epoch, 0, 2).0, GuardVerdict::Appended);
     fx.commit();
-    assert_eq!(granted(init(&mut fx, Some((id, epoch)), 10)), (id, 1));
+    assert_eq!(granted(init(&mut fx, Some((id, epoch)))), (id, 1));
     assert_eq!(produce(&mut fx, id, 1, 5, 1).0, GuardVerdict::OutOfOrder);
     assert_eq!(produce(&mut fx, id, 1, 0, 1).0, GuardVerdict::Appended);
     assert_eq!(produce(&mut fx, id, 0, 2, 1).0, GuardVerdict::Fenced);
     // A stale epoch named in InitProducerId gets a new id, as Kafka gives every
     // non-transactional producer.
-    assert_eq!(granted(init(&mut fx, Some((id, 0)), 10)), (id + 1, 0));
+    assert_eq!(granted(init(&mut fx, Some((id, 0)))), (id + 1, 0));
     fx.assert_replays();
 }
 
 #[test]
-fn idle_producers_expire_and_the_cap_refuses_new_ids_until_then() {
+fn init_producer_id_makes_no_state_so_short_lived_producers_cannot_fill_the_cap() {
     let mut fx = Fixture::new();
-    let (a, _) = granted(init(&mut fx, None, 2));
-    let (b, _) = granted(init(&mut fx, None, 2));
-    assert_eq!(init(&mut fx, None, 2), InitProducerOutcome::Full);
+    let ids: Vec<i64> = (0..50).map(|_| granted(init(&mut fx, None)).0).collect();
+    assert_eq!(
+        ids,
+        (0..50).collect::<Vec<i64>>(),
+        "unique ids from the counter"
+    );
+    assert_eq!(fx.st.kafka_producers.len(), 0, "no state before a batch");
+    fx.commit();
+    assert_eq!(produce(&mut fx, 3, 0, 4, 1).0, GuardVerdict::Appended);
+    assert_eq!(fx.st.kafka_producers.len(), 1);
+    assert_eq!(
+        produce(&mut fx, 50, 0, 0, 1).0,
+        GuardVerdict::UnknownProducer,
+        "the counter, not a row, says which ids were handed out"
+    );
+    fx.assert_replays();
+}
+
+#[test]
+fn idle_producers_expire() {
+    let mut fx = Fixture::new();
+    let (a, _) = granted(init(&mut fx, None));
+    let (b, _) = granted(init(&mut fx, None));
     assert_eq!(produce(&mut fx, a, 0, 0, 1).0, GuardVerdict::Appended);
     fx.advance(DAY_MS as i64 * 1000 / 2);
     assert_eq!(produce(&mut fx, b, 0, 0, 1).0, GuardVerdict::Appended);
     fx.advance(DAY_MS as i64 * 1000 / 2 + SECOND);
     // `a` was idle a day and a second: its state is gone, so any sequence is taken again
     // (its id was handed out here), and `b` still holds its own.
-    assert_eq!(fx.st.kafka_producers.len(), 2);
-    let (c, _) = granted(init(&mut fx, None, 2));
+    let (c, _) = granted(init(&mut fx, None));
     assert_eq!(c, b + 1);
     assert!(fx.st.kafka_producers.get(a).is_none());
     assert_eq!(produce(&mut fx, b, 0, 5, 1).0, GuardVerdict::OutOfOrder);
-    let mut again = produce_req(a, 0, 5, 1);
-    again.max_producers = 2;
-    let out = fx.planner().plan_kafka_produce(&again, None);
-    assert_eq!(out.map(|o| o.verdicts), Ok(vec![GuardVerdict::Full]));
-    again.max_producers = 3;
-    let out = fx.planner().plan_kafka_produce(&again, None);
+    assert_eq!(
+        produce(&mut fx, a, 0, 5, 1).0,
+        GuardVerdict::Appended,
+        "an expired id of ours comes back with any sequence"
+    );
+    fx.assert_replays();
+}
+
+#[test]
+fn a_new_producer_at_the_cap_evicts_the_longest_idle() {
+    let mut fx = Fixture::new();
+    let ids: Vec<i64> = (0..3).map(|_| granted(init(&mut fx, None)).0).collect();
+    let with_cap = |id, seq| {
+        let mut r = produce_req(id, 0, seq, 1);
+        r.max_producers = 2;
+        r
+    };
+    let go = |fx: &mut Fixture, id, seq| {
+        fx.advance(SECOND);
+        let out = fx.planner().plan_kafka_produce(&with_cap(id, seq), None);
+        out.map(|o| o.verdicts[0])
+    };
+    assert_eq!(go(&mut fx, ids[0], 0), Ok(GuardVerdict::Appended));
+    assert_eq!(go(&mut fx, ids[1], 0), Ok(GuardVerdict::Appended));
+    assert_eq!(go(&mut fx, ids[0], 1), Ok(GuardVerdict::Appended));
+    // ids[1] is now the longest idle: the third producer takes its place.
+    assert_eq!(go(&mut fx, ids[2], 0), Ok(GuardVerdict::Appended));
+    assert_eq!(fx.st.kafka_producers.len(), 2);
+    assert!(fx.st.kafka_producers.get(ids[1]).is_none());
+    assert!(fx.st.kafka_producers.get(ids[0]).is_some());
+    assert_eq!(go(&mut fx, ids[0], 5), Ok(GuardVerdict::OutOfOrder), "kept");
+    assert_eq!(
+        go(&mut fx, ids[1], 7),
+        Ok(GuardVerdict::Appended),
+        "evicted: takes any sequence, as after expiry"
+    );
+    assert_eq!(fx.st.kafka_producers.len(), 2);
+    fx.assert_replays();
+}
+
+#[test]
+fn one_request_cannot_name_more_new_producers_than_the_cap() {
+    let mut fx = Fixture::new();
+    let (a, _) = granted(init(&mut fx, None));
+    let (b, _) = granted(init(&mut fx, None));
+    let first = produce_req_to("0", a, 0, 0, 1);
+    let second = produce_req_to("1", b, 0, 0, 1);
+    let mut req = first.clone();
+    req.items.extend(second.items);
+    let mut g = second.guards[0].clone();
+    (g.start, g.end) = (1, 2);
+    req.guards.push(g);
+    req.max_producers = 1;
+    let out = fx.planner().plan_kafka_produce(&req, None);
     assert_eq!(
         out.map(|o| o.verdicts),
-        Ok(vec![GuardVerdict::Appended]),
-        "an expired id of ours comes back with any sequence"
+        Ok(vec![GuardVerdict::Appended, GuardVerdict::Full])
+    );
+    assert_eq!(fx.st.kafka_producers.len(), 1);
+    fx.assert_replays();
+}
+
+#[test]
+fn the_engine_rechecks_what_the_door_says_about_a_batch() {
+    let mut fx = Fixture::new();
+    let (id, _) = granted(init(&mut fx, None));
+    let mut wide = produce_req(id, 0, 0, 3);
+    wide.guards[0].batch.last_seq = 0;
+    assert!(fx.planner().plan_kafka_produce(&wide, None).is_err());
+    let mut wrapped = produce_req(id, 0, i32::MAX, 2);
+    assert_eq!(wrapped.guards[0].batch.last_seq, 0);
+    wrapped.guards[0].batch.last_seq = 1;
+    assert!(fx.planner().plan_kafka_produce(&wrapped, None).is_err());
+    let top = produce_req(i64::MAX, 0, 0, 1);
+    assert!(fx.planner().plan_kafka_produce(&top, None).is_err());
+    assert_eq!(next_offset_or_none(&fx), None, "nothing appended");
+}
+
+#[test]
+fn the_id_counter_stops_below_i64_max_and_never_wraps() {
+    let mut fx = Fixture::new();
+    fx.planner()
+        .emit(crate::entry::Effect::KafkaProducerIdTaken {
+            producer_id: MAX_PRODUCER_ID - 1,
+        });
+    assert_eq!(granted(init(&mut fx, None)), (MAX_PRODUCER_ID, 0));
+    assert_eq!(init(&mut fx, None), InitProducerOutcome::Full);
+    assert_eq!(init(&mut fx, None), InitProducerOutcome::Full);
+    assert_eq!(fx.st.kafka_producers.next_id(), MAX_PRODUCER_ID + 1);
+    assert_eq!(
+        produce(&mut fx, MAX_PRODUCER_ID, 0, 0, 1).0,
+        GuardVerdict::Appended
     );
     fx.assert_replays();
 }
@@ -218,7 +334,7 @@ fn idle_producers_expire_and_the_cap_refuses_new_ids_until_then() {
 #[test]
 fn retention_trims_do_not_forget_the_batches() {
     let mut fx = Fixture::new();
-    let (id, _) = granted(init(&mut fx, None, 10));
+    let (id, _) = granted(init(&mut fx, None));
     assert_eq!(produce(&mut fx, id, 0, 0, 4).0, GuardVerdict::Appended);
     fx.commit();
     let pid = fx.st.queues[&fx.st.queue_by_name["t"]]
@@ -231,31 +347,6 @@ fn retention_trims_do_not_forget_the_batches() {
     assert_eq!(
         produce(&mut fx, id, 0, 0, 4).0,
         GuardVerdict::Duplicate { base_offset: 0 }
-    );
-    fx.assert_replays();
-}
-
-#[test]
-fn several_batches_of_one_returning_producer_count_once_against_the_cap() {
-    let mut fx = Fixture::new();
-    let (a, _) = granted(init(&mut fx, None, 10));
-    fx.advance(DAY_MS as i64 * 1000 + SECOND);
-    let mut req = produce_req(a, 0, 7, 2);
-    // Split into two batches of one record each: 7..=7, then 8..=8.
-    let one = |first_seq| ProducerBatch {
-        producer_id: a,
-        epoch: 0,
-        first_seq,
-        last_seq: first_seq,
-        records: 1,
-    };
-    req.guards[0].batches = vec![one(7), one(8)];
-    req.max_producers = 1;
-    let out = fx.planner().plan_kafka_produce(&req, None);
-    assert_eq!(out.map(|o| o.verdicts), Ok(vec![GuardVerdict::Appended]));
-    assert_eq!(
-        produce(&mut fx, a, 0, 8, 1).0,
-        GuardVerdict::Duplicate { base_offset: 1 }
     );
     fx.assert_replays();
 }

@@ -15,6 +15,9 @@ mod kafka_groups_tests;
 mod kafka_producers;
 #[cfg(test)]
 mod kafka_producers_tests;
+mod kafka_records;
+#[cfg(test)]
+mod kafka_records_tests;
 mod kv;
 #[cfg(test)]
 mod kv_bounds_tests;

@@ -407,7 +407,6 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                     let req = KafkaProducersReq::InitProducerId {
                         current: (*kind == 1).then_some((*producer, 0)),
                         expiration_ms,
-                        max_producers: 3,
                     };
                     let _ = fx.planner().plan_kafka_producers(&req);
                     continue;
@@ -429,13 +428,13 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                         partition,
                         start: 0,
                         end: *n,
-                        batches: vec![ProducerBatch {
+                        batch: ProducerBatch {
                             producer_id: *producer,
                             epoch: (*kind - 2) as i16,
                             first_seq: *seq,
                             last_seq: increment_sequence(*seq, *n as i32 - 1),
                             records: *n,
-                        }],
+                        },
                     }],
                     expiration_ms,
                     max_producers: 3,

@@ -61,8 +61,16 @@ pub fn canonical(st: &State) -> String {
     for p in parts {
         let _ = writeln!(
             o,
-            "partition {} q{} {:?} created {} next {} last_write {} bytes {} runs {:?}",
-            p.id, p.queue, p.name, p.created_us, p.next_offset, p.last_write_us, p.bytes, p.runs
+            "partition {} q{} {:?} created {} next {} last_write {} bytes {} floor {} runs {:?}",
+            p.id,
+            p.queue,
+            p.name,
+            p.created_us,
+            p.next_offset,
+            p.last_write_us,
+            p.bytes,
+            p.floor,
+            p.runs
         );
     }
     let groups: BTreeMap<_, _> = st.groups.iter().collect();

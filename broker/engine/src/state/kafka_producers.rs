@@ -4,9 +4,9 @@
 //! keeps for the duplicate check. Kept apart from the partitions' messages, so retention
 //! trimming a partition never forgets a batch the check needs.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
-use queenmq_protocol::kafka_producers::PRODUCER_BATCHES_KEPT;
+use queenmq_protocol::kafka_producers::{in_sequence, MAX_PRODUCER_ID, PRODUCER_BATCHES_KEPT};
 
 use crate::codec::{DecodeError, Reader, Writer};
 
@@ -88,6 +88,21 @@ impl KafkaProducers {
             .take(limit)
             .map(|(_, id)| *id)
             .collect()
+    }
+
+    /// The row idle longest whose id is not in `keep`, the one a new producer evicts at the
+    /// cap. Walks at most `keep.len() + 1` index entries.
+    pub fn longest_idle_except(&self, keep: &HashSet<i64>) -> Option<i64> {
+        self.idle
+            .iter()
+            .map(|(_, id)| *id)
+            .find(|id| !keep.contains(id))
+    }
+
+    /// InitProducerId handed out `id` as a new producer: only the counter moves, the state
+    /// appears with the producer's first batch.
+    pub fn take_id(&mut self, id: i64) {
+        self.next_id = self.next_id.max(id.saturating_add(1));
     }
 
     fn row(&mut self, id: i64, now_us: i64) -> &mut ProducerRow {
@@ -176,17 +191,34 @@ impl KafkaProducers {
         }
     }
 
-    pub fn decode(r: &mut Reader<'_>) -> Result<KafkaProducers, DecodeError> {
+    /// Refuses what apply never makes: negative or out-of-range ids, epochs and sequences, a
+    /// partition epoch above its producer's, batches out of sequence, activity after
+    /// `now_us` (the checkpoint's clock) and partitions at or past `next_pid`.
+    pub fn decode(
+        r: &mut Reader<'_>,
+        now_us: i64,
+        next_pid: u64,
+    ) -> Result<KafkaProducers, DecodeError> {
         let mut t = KafkaProducers::default();
         let next_id = r.i64()?;
+        if !(0..=MAX_PRODUCER_ID.saturating_add(1)).contains(&next_id) {
+            return Err(r.malformed(format!("kafka producers: next id {next_id} out of range")));
+        }
         let n = r.count(8 + 2 + 8 + 4)?;
         for _ in 0..n {
             let id = r.i64()?;
-            if id < 0 || t.rows.contains_key(&id) {
-                return Err(r.malformed(format!("kafka producer {id} is negative or repeated")));
+            if !(0..next_id).contains(&id) || t.rows.contains_key(&id) {
+                return Err(r.malformed(format!(
+                    "kafka producer {id} is negative, repeated or not handed out"
+                )));
             }
             let epoch = r.u16()? as i16;
             let last_us = r.i64()?;
+            if epoch < 0 || last_us > now_us {
+                return Err(r.malformed(format!(
+                    "kafka producer {id}: epoch {epoch} or activity {last_us} after {now_us}"
+                )));
+            }
             t.init(id, epoch, last_us);
             let m = r.count(8 + 2 + 1)?;
             for _ in 0..m {
@@ -202,10 +234,14 @@ impl KafkaProducers {
                         "kafka producer {id} partition {pid}: {k} batches or repeated"
                     )));
                 }
-                if k == 0 {
-                    // A partition row is only made by a batch: none is a corrupt section.
-                    return Err(r.malformed(format!("kafka producer {id} partition {pid} empty")));
+                if k == 0 || pid >= next_pid || !(0..=epoch).contains(&p_epoch) {
+                    // A partition row is only made by a batch, of a partition that existed,
+                    // at an epoch the producer row saw.
+                    return Err(r.malformed(format!(
+                        "kafka producer {id} partition {pid}: empty, unknown or epoch {p_epoch}"
+                    )));
                 }
+                let mut last: Option<i32> = None;
                 for _ in 0..k {
                     let b = BatchRow {
                         first_seq: r.u32()? as i32,
@@ -213,6 +249,14 @@ impl KafkaProducers {
                         base_offset: r.u64()?,
                         records: r.u32()?,
                     };
+                    let follows = last.is_none_or(|l| in_sequence(l, b.first_seq));
+                    if b.first_seq < 0 || b.last_seq < 0 || b.records == 0 || !follows {
+                        return Err(r.malformed(format!(
+                            "kafka producer {id} partition {pid}: batch {}..{} out of sequence",
+                            b.first_seq, b.last_seq
+                        )));
+                    }
+                    last = Some(b.last_seq);
                     t.batch(id, pid, p_epoch, b, last_us);
                 }
             }
@@ -220,11 +264,6 @@ impl KafkaProducers {
             if let Some(row) = t.rows.get_mut(&id) {
                 row.epoch = epoch;
             }
-        }
-        if next_id < t.next_id {
-            return Err(r.malformed(format!(
-                "kafka producers: next id {next_id} below an id in use"
-            )));
         }
         t.next_id = next_id;
         Ok(t)
@@ -280,7 +319,7 @@ mod tests {
         t.expire(6);
         let mut w = Writer::default();
         t.encode(&mut w);
-        let back = KafkaProducers::decode(&mut Reader::new(&w.buf)).expect("decodes");
+        let back = KafkaProducers::decode(&mut Reader::new(&w.buf), 13, 10).expect("decodes");
         assert_eq!(back.next_id(), 7);
         assert_eq!(back.get(4), t.get(4));
         assert_eq!(back.bytes(), t.bytes());
@@ -292,6 +331,64 @@ mod tests {
         low.u16(0);
         low.i64(0);
         low.u32(0);
-        assert!(KafkaProducers::decode(&mut Reader::new(&low.buf)).is_err());
+        assert!(KafkaProducers::decode(&mut Reader::new(&low.buf), 13, 10).is_err());
+    }
+
+    /// A section of one producer row (id 1, epoch `epoch`, active at `last_us`) with one
+    /// partition `pid` at `p_epoch` holding `batches`.
+    fn section(
+        next_id: i64,
+        epoch: i16,
+        last_us: i64,
+        pid: u64,
+        p_epoch: i16,
+        batches: &[(i32, i32)],
+    ) -> Writer {
+        let mut w = Writer::default();
+        w.i64(next_id);
+        w.u32(1);
+        w.i64(1);
+        w.u16(epoch as u16);
+        w.i64(last_us);
+        w.u32(1);
+        w.u64(pid);
+        w.u16(p_epoch as u16);
+        w.u8(batches.len() as u8);
+        for (first, last) in batches {
+            w.u32(*first as u32);
+            w.u32(*last as u32);
+            w.u64(0);
+            w.u32(1);
+        }
+        w
+    }
+
+    #[test]
+    fn decode_refuses_values_apply_never_makes() {
+        let decode = |w: Writer| KafkaProducers::decode(&mut Reader::new(&w.buf), 100, 10);
+        assert!(decode(section(2, 1, 100, 9, 1, &[(0, 0), (1, 1)])).is_ok());
+        let refused = [
+            (
+                "next id at i64::MAX",
+                section(i64::MAX, 1, 100, 9, 1, &[(0, 0)]),
+            ),
+            ("negative next id", section(-1, 1, 100, 9, 1, &[(0, 0)])),
+            ("id not handed out", section(1, 1, 100, 9, 1, &[(0, 0)])),
+            ("negative epoch", section(2, -1, 100, 9, -1, &[(0, 0)])),
+            (
+                "activity in the future",
+                section(2, 1, 101, 9, 1, &[(0, 0)]),
+            ),
+            ("partition epoch above", section(2, 1, 100, 9, 2, &[(0, 0)])),
+            ("unknown partition", section(2, 1, 100, 10, 1, &[(0, 0)])),
+            ("negative sequence", section(2, 1, 100, 9, 1, &[(-5, 0)])),
+            (
+                "out of sequence",
+                section(2, 1, 100, 9, 1, &[(0, 0), (3, 3)]),
+            ),
+        ];
+        for (why, w) in refused {
+            assert!(decode(w).is_err(), "{why} decoded");
+        }
     }
 }

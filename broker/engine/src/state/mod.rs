@@ -197,6 +197,7 @@ impl State {
                             last_write_us: now_us,
                             bytes: 0,
                             runs: Vec::new(),
+                            floor: 0,
                         },
                     );
                     q.partitions.insert(name, *pid, &self.partitions);
@@ -361,6 +362,9 @@ impl State {
             Effect::KafkaProducerExpire { producer_id } => {
                 self.kafka_producers.expire(*producer_id)
             }
+            Effect::KafkaProducerIdTaken { producer_id } => {
+                self.kafka_producers.take_id(*producer_id)
+            }
             Effect::TimerPut {
                 queue,
                 key,
@@ -384,6 +388,7 @@ impl State {
                 self.timers.remove(queue, key);
             }
             Effect::RetentionTrim { pid, low } => self.trim_partition(*pid, *low),
+            Effect::KafkaDeleteRecords { pid, low } => self.delete_records(*pid, *low),
         }
     }
 

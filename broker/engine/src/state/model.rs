@@ -58,6 +58,9 @@ pub struct Partition {
     pub last_write_us: i64,
     pub bytes: u64,
     pub runs: Vec<Run>,
+    /// Kafka DeleteRecords' log start offset: messages below it are gone even where their
+    /// run is kept (a run is only dropped whole). 0 when never set.
+    pub floor: u64,
 }
 
 /// An empty partition of queue 1, for tests.
@@ -72,16 +75,19 @@ pub fn test_partition(id: u64, name: &str) -> Partition {
         last_write_us: 0,
         bytes: 0,
         runs: Vec::new(),
+        floor: 0,
     }
 }
 
 impl Partition {
-    /// The first offset whose message is still held: 0, unless messages whose log records
-    /// were lost were forgotten (accept_data_loss; state/forget.rs). Nothing below it exists.
+    /// The first offset whose message is still held: 0, unless retention trimmed, messages
+    /// whose log records were lost were forgotten (accept_data_loss; state/forget.rs), or
+    /// Kafka DeleteRecords moved the floor. Nothing below it exists.
     pub fn low_offset(&self) -> u64 {
         self.runs
             .first()
             .map_or(self.next_offset, |r| r.base_offset)
+            .max(self.floor)
     }
 
     /// The run holding `offset`, if any.
@@ -94,7 +100,9 @@ impl Partition {
     /// First offset whose message was created at or after `us`.
     pub fn first_offset_at_or_after(&self, us: i64) -> u64 {
         let i = self.runs.partition_point(|r| r.created_us < us);
-        self.runs.get(i).map_or(self.next_offset, |r| r.base_offset)
+        self.runs
+            .get(i)
+            .map_or(self.next_offset, |r| r.base_offset.max(self.floor))
     }
 
     pub fn created_of(&self, offset: u64) -> Option<i64> {

@@ -17,6 +17,17 @@ impl State {
     /// to it: their charged failures were those of a removed message, and a lease that
     /// covered only removed messages ends.
     pub fn trim_partition(&mut self, pid: u64, low: u64) {
+        self.move_low(pid, low, false);
+    }
+
+    /// Kafka DeleteRecords: as [`State::trim_partition`], but the first held offset becomes
+    /// exactly `low` (at most `next_offset`), inside a run if need be: the run stays for the
+    /// messages above `low`, the floor hides those below.
+    pub fn delete_records(&mut self, pid: u64, low: u64) {
+        self.move_low(pid, low, true);
+    }
+
+    fn move_low(&mut self, pid: u64, low: u64, exact: bool) {
         let Some(p) = self.partitions.get_mut(&pid) else {
             return;
         };
@@ -24,7 +35,7 @@ impl State {
         if low.min(p.next_offset) <= from {
             return;
         }
-        drop_below(p, low);
+        drop_below(p, low, exact);
         let (qid, next_offset, to) = (p.queue, p.next_offset, p.low_offset());
         if to <= from {
             return;
@@ -70,7 +81,7 @@ impl State {
 /// Drops the runs of `p` that end at or below `low`. The bytes the partition reports shrink
 /// in proportion to the messages removed: the frames' own sizes would need the log, and apply
 /// reads nothing.
-fn drop_below(p: &mut Partition, low: u64) {
+fn drop_below(p: &mut Partition, low: u64, exact: bool) {
     let from = p.low_offset();
     let held = p.next_offset.saturating_sub(from);
     let whole = p
@@ -81,6 +92,9 @@ fn drop_below(p: &mut Partition, low: u64) {
     // txn_ids.expire does, so the shrink's copy is paid for by the trims that emptied it.
     if p.runs.len() < p.runs.capacity() / 4 {
         p.runs.shrink_to(p.runs.len() * 2);
+    }
+    if exact {
+        p.floor = p.floor.max(low.min(p.next_offset));
     }
     let removed = p.low_offset().saturating_sub(from);
     p.bytes = if removed >= held {

@@ -254,8 +254,15 @@ fn encode_sections(s: &State, w: &mut Writer) {
     // The Kafka groups section is written only when there are groups, so a tenant without
     // Kafka consumers checkpoints exactly as before.
     let kafka = !s.kafka_groups.is_empty();
-    // Likewise the producers section, once a producer id was ever handed out.
-    let producers = !s.kafka_producers.is_empty();
+    // Likewise the producers section, once a producer id was ever handed out or a
+    // DeleteRecords set a floor (carried at the section's end, see `encode_floors`).
+    let floors: Vec<(u64, u64)> = s
+        .partitions
+        .values()
+        .filter(|p| p.floor > 0)
+        .map(|p| (p.id, p.floor))
+        .collect();
+    let producers = !s.kafka_producers.is_empty() || !floors.is_empty();
     w.u32(2 + u32::from(kafka) + u32::from(producers));
     section(w, SECTION_KV, |w| s.kv.encode(w));
     section(w, SECTION_TIMERS, |w| s.timers.encode(w));
@@ -263,8 +270,54 @@ fn encode_sections(s: &State, w: &mut Writer) {
         section(w, SECTION_KAFKA_GROUPS, |w| s.kafka_groups.encode(w));
     }
     if producers {
-        section(w, SECTION_KAFKA_PRODUCERS, |w| s.kafka_producers.encode(w));
+        section(w, SECTION_KAFKA_PRODUCERS, |w| {
+            s.kafka_producers.encode(w);
+            encode_floors(w, &floors);
+        });
     }
+}
+
+/// The Kafka DeleteRecords floors, after the producers in section 4 (the section's second
+/// layout): a version byte `1`, `count: u32`, then `(partition id u64, floor u64)` in id
+/// order. Written only when some partition has one, so a section written before floors
+/// existed (ending after the producers) still reads, as no floors.
+const FLOORS_VERSION: u8 = 1;
+
+fn encode_floors(w: &mut Writer, floors: &[(u64, u64)]) {
+    if floors.is_empty() {
+        return;
+    }
+    let mut sorted = floors.to_vec();
+    sorted.sort_unstable();
+    w.u8(FLOORS_VERSION);
+    w.u32(sorted.len() as u32);
+    for (pid, floor) in sorted {
+        w.u64(pid);
+        w.u64(floor);
+    }
+}
+
+fn decode_floors(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError> {
+    if r.is_done() {
+        return Ok(());
+    }
+    let v = r.u8()?;
+    if v != FLOORS_VERSION {
+        return Err(r.malformed(format!("kafka producers section layout {v}")));
+    }
+    let n = r.count(16)?;
+    for _ in 0..n {
+        let (pid, floor) = (r.u64()?, r.u64()?);
+        match s.partitions.get_mut(&pid) {
+            Some(p) if p.floor == 0 && (1..=p.next_offset).contains(&floor) => p.floor = floor,
+            _ => {
+                return Err(r.malformed(format!(
+                    "records floor {floor} of partition {pid}: unknown, repeated or past its end"
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 fn section(w: &mut Writer, tag: u8, body: impl FnOnce(&mut Writer)) {
@@ -297,7 +350,12 @@ fn decode_sections(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError>
                 s.kafka_groups = super::kafka_groups::KafkaGroups::decode(&mut sr)?
             }
             SECTION_KAFKA_PRODUCERS => {
-                s.kafka_producers = super::kafka_producers::KafkaProducers::decode(&mut sr)?
+                s.kafka_producers = super::kafka_producers::KafkaProducers::decode(
+                    &mut sr,
+                    s.last_now_us,
+                    s.next_partition_id,
+                )?;
+                decode_floors(&mut sr, s)?;
             }
             t => return Err(r.malformed(format!("unknown checkpoint section tag {t}"))),
         }
@@ -430,6 +488,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                 last_write_us,
                 bytes,
                 runs,
+                floor: 0,
             };
             q.partition_order.push(pid);
             s.partitions.insert(pid, p);

@@ -1,0 +1,52 @@
+//! Kafka DeleteRecords (protocol/src/kafka_records.rs): each partition's first held offset
+//! moves up to the requested offset, exactly, with the same cursor moves a retention trim
+//! makes (state/retention.rs), so Kafka reads, HTTP pops and listings all lose the records.
+
+use queenmq_protocol::kafka_records::*;
+use queenmq_protocol::QueenError;
+
+use super::Planner;
+use crate::entry::Effect;
+
+impl Planner<'_> {
+    pub fn plan_kafka_delete_records(
+        &mut self,
+        req: &DeleteRecordsReq,
+    ) -> Result<Vec<DeleteRecordsVerdict>, QueenError> {
+        if req.targets.len() > MAX_DELETE_RECORDS_TARGETS {
+            return Err(QueenError::bad_request(format!(
+                "DeleteRecords names more than {MAX_DELETE_RECORDS_TARGETS} partitions"
+            )));
+        }
+        Ok(req.targets.iter().map(|t| self.delete_records(t)).collect())
+    }
+
+    fn delete_records(&mut self, t: &DeleteRecordsTarget) -> DeleteRecordsVerdict {
+        let Some(q) = self
+            .st
+            .queue_by_name
+            .get(&t.queue)
+            .and_then(|qid| self.st.queues.get(qid))
+        else {
+            return DeleteRecordsVerdict::UnknownQueue;
+        };
+        // A partition without messages has no row yet: its log is empty, 0..0.
+        let pid = q.partitions.get(&t.partition, &self.st.partitions);
+        let (low, high) = pid
+            .and_then(|pid| self.st.partitions.get(&pid))
+            .map_or((0, 0), |p| (p.low_offset(), p.next_offset));
+        let to = match t.offset {
+            HIGH_WATERMARK => high,
+            o => match u64::try_from(o) {
+                Ok(o) if o <= high => o,
+                _ => return DeleteRecordsVerdict::OutOfRange,
+            },
+        };
+        if let Some(pid) = pid.filter(|_| to > low) {
+            self.emit(Effect::KafkaDeleteRecords { pid, low: to });
+        }
+        DeleteRecordsVerdict::Deleted {
+            low_watermark: to.max(low),
+        }
+    }
+}
