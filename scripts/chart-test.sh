@@ -281,7 +281,11 @@ def check_binary(label, objects):
     port = int(m.group(2))
 
     # The Kafka listener runs when kafka_enabled is true and no JWT secret is set.
-    kafka_on = re.search(r"^kafka_enabled = true", out, re.M) and "QUEEN_JWT_SECRET" not in env
+    # The broker runs the Kafka port beside a JWT secret only with SASL users.
+    sasl_users = re.search(r'^kafka_sasl_users_file = "', out, re.M)
+    kafka_on = re.search(r"^kafka_enabled = true", out, re.M) and (
+        "QUEEN_JWT_SECRET" not in env or sasl_users
+    )
     k = re.search(r'^kafka_addr = "([^"]+):(\d+)"', out, re.M)
     listens = {"http": port, "kafka": int(k.group(2)) if (k and kafka_on) else None}
     ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}

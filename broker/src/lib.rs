@@ -11,9 +11,11 @@ mod log_backing;
 pub mod memory;
 mod memory_gate;
 mod raft_log;
+mod sasl_users;
 mod scrape;
 pub mod server;
 pub mod telemetry;
+pub mod tls;
 
 #[doc(hidden)]
 pub use queenmq_engine::fuzzing;

@@ -61,6 +61,12 @@ pub async fn serve(
     prometheus: crate::engine::bus_prometheus::Render,
 ) -> anyhow::Result<()> {
     let _lock = lock_data_dir(&cfg.data_dir)?;
+    // Certificates and users are read before anything starts: a bad file stops the start.
+    let http_tls = match (&cfg.tls_cert_file, &cfg.tls_key_file) {
+        (Some(cert), Some(key)) => Some(crate::tls::acceptor(cert, key, "tls_cert_file")?),
+        _ => None,
+    };
+    let kafka_security = kafka_security(&cfg)?;
     let memory = crate::memory::Memory::from_config(cfg.memory_limit_bytes);
     let cache_bytes = memory.budget.cache_bytes(cfg.entry_cache_bytes);
     tracing::info!(
@@ -83,8 +89,11 @@ pub async fn serve(
         "connection limits under the memory budget"
     );
     let max_groups = usize::try_from(cfg.max_tenants).unwrap_or(usize::MAX);
-    let (default_cache, tenant_cache) =
-        split_cache(cache_bytes, cfg.jwt_secret.is_some(), max_groups);
+    let (default_cache, tenant_cache) = split_cache(
+        cache_bytes,
+        cfg.jwt_secret.is_some() || kafka_security.users.is_some(),
+        max_groups,
+    );
     let ecfg = EngineConfig {
         max_batch: cfg.commit_max_batch as usize,
         max_bytes: cfg.commit_max_bytes as usize,
@@ -122,7 +131,7 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(cfg.http_addr)
         .await
         .with_context(|| format!("binding {}", cfg.http_addr))?;
-    tracing::info!(addr = %cfg.http_addr, data_dir = %cfg.data_dir.display(), "queen is serving");
+    tracing::info!(addr = %cfg.http_addr, data_dir = %cfg.data_dir.display(), tls = http_tls.is_some(), "queen is serving");
     let api = ApiOptions {
         jwt_secret: cfg.jwt_secret.as_ref().map(|s| s.expose().to_string()),
         jwt_audience: cfg.jwt_audience.clone(),
@@ -154,11 +163,24 @@ pub async fn serve(
         inflight_bytes: kafka_inflight,
         max_records: cfg.max_push_items as usize,
     };
-    let kafka = start_kafka(&cfg, bus.clone(), kafka_stop_rx, kafka_limits).await?;
+    let kafka = start_kafka(
+        &cfg,
+        bus.clone(),
+        kafka_stop_rx,
+        kafka_limits,
+        kafka_security,
+    )
+    .await?;
     let (http_stop_tx, http_stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let http = tokio::spawn(queenmq_native_api::run(listener, bus, api, async move {
-        let _ = http_stop_rx.await;
-    }));
+    let http = tokio::spawn(queenmq_native_api::run(
+        listener,
+        bus,
+        api,
+        http_tls,
+        async move {
+            let _ = http_stop_rx.await;
+        },
+    ));
 
     shutdown_signal().await?;
     tracing::info!("shutdown requested: draining in-flight requests");
@@ -184,9 +206,19 @@ pub async fn serve(
     Ok(())
 }
 
-/// Binds the Kafka listener and runs it on the same bus as the HTTP API, unless it is
-/// disabled — or authentication is on: the port has no SASL yet, and a Kafka client must
-/// not reach data the HTTP API would refuse it.
+/// The Kafka port's TLS and SASL users, from their files.
+fn kafka_security(cfg: &Config) -> anyhow::Result<queenmq_kafka_port::Security> {
+    let tls = match (&cfg.kafka_tls_cert_file, &cfg.kafka_tls_key_file) {
+        (Some(cert), Some(key)) => Some(crate::tls::acceptor(cert, key, "kafka_tls_cert_file")?),
+        _ => None,
+    };
+    let users = match &cfg.kafka_sasl_users_file {
+        Some(path) => Some(Arc::new(crate::sasl_users::load(path)?)),
+        None => None,
+    };
+    Ok(queenmq_kafka_port::Security { tls, users })
+}
+
 /// What the memory budget and the HTTP door's limits allow the Kafka port.
 struct KafkaLimits {
     connections: usize,
@@ -194,19 +226,23 @@ struct KafkaLimits {
     max_records: usize,
 }
 
+/// Binds the Kafka listener and runs it on the same bus as the HTTP API, unless it is
+/// disabled — or authentication is on without SASL users: a Kafka client must not reach
+/// data the HTTP API would refuse it.
 async fn start_kafka(
     cfg: &Config,
     bus: Arc<EngineBus>,
     stop: tokio::sync::watch::Receiver<bool>,
     limits: KafkaLimits,
+    security: queenmq_kafka_port::Security,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
     if !cfg.kafka_enabled {
         return Ok(None);
     }
-    if cfg.jwt_secret.is_some() {
+    if cfg.jwt_secret.is_some() && security.users.is_none() {
         tracing::warn!(
-            "the Kafka port is not started: jwt_secret is set and the port has no SASL \
-             authentication yet (set kafka_enabled = false to silence this)"
+            "the Kafka port is not started: jwt_secret is set and no SASL users are \
+             configured (kafka_sasl_users_file; or set kafka_enabled = false to silence this)"
         );
         return Ok(None);
     }
@@ -217,7 +253,13 @@ async fn start_kafka(
         .local_addr()
         .with_context(|| format!("the address of the Kafka port {}", cfg.kafka_addr))?;
     let (host, port) = cfg.kafka_advertised(bound.port());
-    tracing::info!(addr = %bound, advertised = %format!("{host}:{port}"), "kafka port is serving");
+    tracing::info!(
+        addr = %bound,
+        advertised = %format!("{host}:{port}"),
+        tls = security.tls.is_some(),
+        sasl = security.users.is_some(),
+        "kafka port is serving"
+    );
     let kcfg = queenmq_kafka_port::KafkaConfig {
         node_id: 0,
         advertised_host: host,
@@ -231,6 +273,7 @@ async fn start_kafka(
         inflight_bytes: limits.inflight_bytes.max(64 << 10),
         idle_timeout: Duration::from_secs(600),
         io_timeout: Duration::from_secs(60),
+        handshake_timeout: Duration::from_secs(10),
         default_partitions: u32::try_from(cfg.kafka_default_partitions).unwrap_or(u32::MAX),
         producer_id_expiration_ms: cfg.kafka_producer_id_expiration_ms,
         max_producer_ids: cfg.kafka_max_producer_ids,
@@ -242,7 +285,7 @@ async fn start_kafka(
         log_dir: cfg.data_dir.display().to_string(),
     };
     Ok(Some(tokio::spawn(queenmq_kafka_port::run(
-        listener, bus, kcfg, stop,
+        listener, bus, kcfg, security, stop,
     ))))
 }
 

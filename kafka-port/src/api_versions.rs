@@ -10,13 +10,25 @@ use crate::admin::{
 };
 use crate::connection::{encode, Reply};
 use crate::errors;
-use crate::{fetch, init_producer_id, list_offsets, metadata, produce};
+use crate::{fetch, init_producer_id, list_offsets, metadata, produce, sasl};
 
 /// The ApiVersions versions served (v4 only adds nothing we use; clients fall back to v3).
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 0..=3;
 
-/// Every served API with its version range.
-pub fn served() -> Vec<(ApiKey, i16, i16)> {
+/// Every served API with its version range; the SASL APIs only where logins are required.
+pub fn served(sasl: bool) -> Vec<(ApiKey, i16, i16)> {
+    let logins = [
+        (
+            ApiKey::SaslHandshake,
+            *sasl::HANDSHAKE_VERSIONS.start(),
+            *sasl::HANDSHAKE_VERSIONS.end(),
+        ),
+        (
+            ApiKey::SaslAuthenticate,
+            *sasl::AUTHENTICATE_VERSIONS.start(),
+            *sasl::AUTHENTICATE_VERSIONS.end(),
+        ),
+    ];
     vec![
         (
             ApiKey::Produce,
@@ -92,19 +104,20 @@ pub fn served() -> Vec<(ApiKey, i16, i16)> {
     ]
     .into_iter()
     .chain(crate::group::served())
+    .chain(logins.into_iter().filter(|_| sasl))
     .collect()
 }
 
 /// The body is not read: nothing in it (client software name and version) changes the
 /// answer. A version we do not serve is answered in the v0 layout with UNSUPPORTED_VERSION
 /// and the list (KIP-511), so the client retries with one we do.
-pub fn answer(version: i16) -> Reply {
+pub fn answer(version: i16, sasl: bool) -> Reply {
     let (error_code, layout) = if VERSIONS.contains(&version) {
         (errors::NONE, version)
     } else {
         (errors::UNSUPPORTED_VERSION, 0)
     };
-    let keys = served()
+    let keys = served(sasl)
         .into_iter()
         .map(|(key, min, max)| {
             ApiVersion::default()
@@ -139,7 +152,7 @@ mod tests {
     #[test]
     fn served_versions_answer_in_their_layout_with_only_implemented_apis() {
         for v in VERSIONS {
-            let (layout, r) = decoded(answer(v));
+            let (layout, r) = decoded(answer(v, false));
             assert_eq!((layout, r.error_code), (v, 0));
             let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
             assert_eq!(
@@ -154,8 +167,15 @@ mod tests {
 
     #[test]
     fn an_unknown_version_gets_unsupported_in_the_v0_layout() {
-        let (layout, r) = decoded(answer(9));
+        let (layout, r) = decoded(answer(9, false));
         assert_eq!((layout, r.error_code), (0, errors::UNSUPPORTED_VERSION));
         assert_eq!(r.api_keys.len(), 26);
+        let (_, r) = decoded(answer(3, true));
+        let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
+        assert_eq!(
+            &keys[26..],
+            &[17, 36],
+            "the SASL APIs where logins are required"
+        );
     }
 }

@@ -43,6 +43,17 @@ pub const GROUP_ID_NOT_FOUND: i16 = 69;
 pub const MEMBER_ID_REQUIRED: i16 = 79;
 pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 pub const FENCED_INSTANCE_ID: i16 = 82;
+pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+
+/// A group call the engine refused: the user's roles (GROUP_AUTHORIZATION_FAILED, which the
+/// client reports instead of retrying), else busy or full (COORDINATOR_NOT_AVAILABLE,
+/// retried).
+pub fn group_refusal(err: &QueenError) -> i16 {
+    match err.code {
+        ErrorCode::Unauthorized | ErrorCode::Forbidden => GROUP_AUTHORIZATION_FAILED,
+        _ => COORDINATOR_NOT_AVAILABLE,
+    }
+}
 
 /// The Kafka code for an engine refusal. Retriable conditions (the broker is busy or cannot
 /// write now) get REQUEST_TIMED_OUT, which every client retries; bad names get

@@ -8,7 +8,7 @@
 
 use kafka_protocol::messages::{InitProducerIdResponse, ProducerId};
 use queenmq_protocol::kafka_producers::{InitProducerOutcome, KafkaProducersReq};
-use queenmq_protocol::{Command, Outcome};
+use queenmq_protocol::{Command, ErrorCode, Outcome};
 
 use crate::connection::{encode, Reply};
 use crate::wire::{Malformed, Reader};
@@ -78,7 +78,7 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
                 current: current(&req),
                 expiration_ms: door.cfg.producer_id_expiration_ms,
             });
-            match door.bus.call(door.cfg.ctx.clone(), cmd).await {
+            match door.bus.call(door.ctx.clone(), cmd).await {
                 Ok(Outcome::KafkaProducerId(InitProducerOutcome::Granted {
                     producer_id,
                     epoch,
@@ -91,6 +91,11 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
                     let e = topics::unexpected(&other);
                     tracing::warn!(error = %e, "InitProducerId got an unexpected answer");
                     (errors::UNKNOWN_SERVER_ERROR, -1, -1)
+                }
+                // A user without a write role: final, as Kafka answers one without
+                // IdempotentWrite.
+                Err(e) if matches!(e.code, ErrorCode::Unauthorized | ErrorCode::Forbidden) => {
+                    (errors::CLUSTER_AUTHORIZATION_FAILED, -1, -1)
                 }
                 // Busy, disk full, memory: all retriable for the client.
                 Err(_) => (errors::COORDINATOR_LOAD_IN_PROGRESS, -1, -1),

@@ -6,6 +6,9 @@
 //! [`wire`] and [`records`] with every client-sent count checked before use; responses are
 //! encoded by the `kafka-protocol` crate.
 //!
+//! With users configured, a connection logs in with SASL first ([`sasl`]) and then acts as
+//! its user; the listener may also speak TLS ([`Security`]).
+//!
 //! This slice serves ApiVersions, Metadata, Produce, ListOffsets, Fetch, the classic
 //! consumer-group APIs, CreateTopics, DeleteTopics, CreatePartitions and DescribeConfigs
 //! (docs/kafka-compat.md).
@@ -28,6 +31,7 @@ pub mod metadata;
 pub mod offset_reads;
 pub mod produce;
 pub mod records;
+pub mod sasl;
 pub mod topics;
 pub mod unmapping;
 pub mod wire;
@@ -36,7 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use queenmq_protocol::{Bus, RequestCtx};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 /// What the listener needs to know; the broker fills it from its configuration.
@@ -67,21 +71,94 @@ pub struct KafkaConfig {
     pub idle_timeout: Duration,
     /// A frame's body must arrive, and an answer be taken by the client, within this.
     pub io_timeout: Duration,
-    /// Who the requests of this door act as: the port has no SASL yet, so the broker only
-    /// starts it when HTTP authentication is off and passes an open context.
+    /// A TLS handshake, and then a SASL login, must each end within this (a connection
+    /// slot is held meanwhile).
+    pub handshake_timeout: Duration,
+    /// Who the requests of a connection act as when no SASL users are configured (the
+    /// broker then starts the port only with HTTP authentication off, with an open context).
     pub ctx: RequestCtx,
     /// The data directory, shown as the broker's one log dir (DescribeLogDirs).
     pub log_dir: String,
 }
 
-/// The shared state of every connection.
-pub struct Door {
+/// How connections are secured: TLS on the socket, SASL logins on top.
+#[derive(Default, Clone)]
+pub struct Security {
+    /// Every connection speaks TLS first; the handshake must end within `handshake_timeout`.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// When set, every connection logs in as one of these users before anything else.
+    pub users: Option<Arc<sasl::Users>>,
+}
+
+/// What every connection shares.
+pub struct Shared {
     pub bus: Arc<dyn Bus>,
-    pub cfg: KafkaConfig,
+    pub cfg: Arc<KafkaConfig>,
     /// Room for request bytes, in KiB (`inflight_bytes`).
     pub inflight: Arc<Semaphore>,
-    /// Consumer group membership (in memory; offsets and generations are engine state).
-    pub groups: group::Coordinator,
+    /// Each tenant's group coordinator.
+    pub tenants: group::Tenants,
+    pub users: Option<Arc<sasl::Users>>,
+}
+
+impl Shared {
+    /// A connection's door acting as `ctx`.
+    pub fn door(&self, ctx: RequestCtx) -> Door {
+        Door {
+            bus: self.bus.clone(),
+            cfg: self.cfg.clone(),
+            inflight: self.inflight.clone(),
+            groups: self.tenants.get(&ctx.tenant),
+            sasl: self.users.is_some(),
+            ctx,
+        }
+    }
+
+    /// The door of a connection logged in as `user`: its tenant, its roles.
+    pub fn user_door(&self, user: &sasl::User) -> Door {
+        self.door(RequestCtx {
+            tenant: user.tenant.clone(),
+            principal: Some(user.name.clone()),
+            access: queenmq_protocol::Access::Roles(user.roles.clone()),
+        })
+    }
+}
+
+/// One connection's view: the shared state and who it acts as.
+pub struct Door {
+    pub bus: Arc<dyn Bus>,
+    pub cfg: Arc<KafkaConfig>,
+    /// Who this connection's requests act as (tenant and roles).
+    pub ctx: RequestCtx,
+    /// Room for request bytes, in KiB (`inflight_bytes`).
+    pub inflight: Arc<Semaphore>,
+    /// Consumer group membership of the connection's tenant (in memory; offsets and
+    /// generations are engine state).
+    pub groups: Arc<group::Coordinator>,
+    /// Whether logins are required (ApiVersions then lists the SASL APIs).
+    pub sasl: bool,
+}
+
+impl Door {
+    /// Whether this connection's user holds the role `row` asks. The bus checks every
+    /// command again; the admin and group APIs ask first so that a validate-only request, a
+    /// change to nothing, or a join (minted in the coordinator's own context) is refused too.
+    pub fn may(&self, row: &queenmq_protocol::CommandMeta) -> bool {
+        self.ctx.authorize(row).is_ok()
+    }
+
+    /// The context that describes the tenant's topics (names, partition counts, options):
+    /// any logged-in user may, as Kafka's Read and Write grants imply Describe. A write-only
+    /// user must learn a topic's partitions to produce to it.
+    pub fn describe_ctx(&self) -> RequestCtx {
+        match &self.ctx.access {
+            queenmq_protocol::Access::Roles(held) if held.is_empty() => self.ctx.clone(),
+            _ => RequestCtx {
+                access: queenmq_protocol::Access::Open,
+                ..self.ctx.clone()
+            },
+        }
+    }
 }
 
 /// `inflight_bytes` in the semaphore's units (KiB, so any budget fits its permit count).
@@ -94,6 +171,7 @@ pub async fn run(
     listener: TcpListener,
     bus: Arc<dyn Bus>,
     cfg: KafkaConfig,
+    security: Security,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let inflight = Arc::new(Semaphore::new(
@@ -102,15 +180,16 @@ pub async fn run(
     let connections = Arc::new(Semaphore::new(
         cfg.max_connections.min(Semaphore::MAX_PERMITS),
     ));
-    let door = Arc::new(Door {
+    let shared = Arc::new(Shared {
+        tenants: group::Tenants::default(),
         bus,
-        cfg,
+        cfg: Arc::new(cfg),
         inflight,
-        groups: group::Coordinator::new(),
+        users: security.users.clone(),
     });
     {
-        let (door, stop) = (door.clone(), shutdown.clone());
-        tokio::spawn(async move { door.groups.run_timers(&door, stop).await });
+        let (shared, stop) = (shared.clone(), shutdown.clone());
+        tokio::spawn(async move { shared.tenants.run_timers(shared.bus.clone(), stop).await });
     }
     // The series exist from the start (docs/metrics.md lists them; a scrape shows them).
     metrics::gauge!("queen_kafka_connections").set(0.0);
@@ -130,10 +209,11 @@ pub async fn run(
                         drop(stream);
                         continue;
                     };
-                    let door = door.clone();
+                    let shared = shared.clone();
                     let stop = shutdown.clone();
+                    let tls = security.tls.clone();
                     tokio::spawn(async move {
-                        connection::serve(door, stream, peer, stop).await;
+                        accepted_connection(shared, stream, peer, tls, stop).await;
                         drop(slot);
                     });
                 }
@@ -151,4 +231,26 @@ pub async fn run(
         }
     }
     tracing::info!("kafka listener stopped");
+}
+
+/// Serves one accepted socket, after its TLS handshake when the port speaks TLS. The
+/// handshake holds a connection slot, so it must end within `handshake_timeout`: a client that
+/// opens sockets and never finishes one cannot keep the slots.
+async fn accepted_connection(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    stop: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let Some(tls) = tls else {
+        connection::serve(shared, stream, peer, stop).await;
+        return;
+    };
+    match tokio::time::timeout(shared.cfg.handshake_timeout, tls.accept(stream)).await {
+        Ok(Ok(stream)) => connection::serve(shared, stream, peer, stop).await,
+        Ok(Err(e)) => tracing::info!(%peer, error = %e, "kafka TLS handshake failed"),
+        Err(_) => tracing::info!(%peer, "kafka connection closed: TLS handshake too slow"),
+    }
 }

@@ -25,7 +25,7 @@ pub async fn fetch(
         };
         let answer = match door
             .bus
-            .call(door.cfg.ctx.clone(), Command::Read(ReadReq::Fetch(req)))
+            .call(door.ctx.clone(), Command::Read(ReadReq::Fetch(req)))
             .await?
         {
             Outcome::Read(ReadAnswer::Fetch(a)) => a,
@@ -55,7 +55,7 @@ pub async fn offsets(
     match door
         .bus
         .call(
-            door.cfg.ctx.clone(),
+            door.ctx.clone(),
             Command::Read(ReadReq::ListOffsets(queries)),
         )
         .await?

@@ -361,7 +361,7 @@ async fn push(door: &Door, items: Vec<PushItem>, guards: Vec<ProducerGuard>) -> 
     if items.is_empty() {
         return Ok((Vec::new(), HashMap::new()));
     }
-    let ctx = door.cfg.ctx.clone();
+    let ctx = door.ctx.clone();
     if guards.is_empty() {
         return match door.bus.call(ctx, Command::Push(PushReq { items })).await {
             Ok(Outcome::Pushed(results)) => Ok((results, HashMap::new())),

@@ -47,7 +47,7 @@ pub fn kafka_index(name: &str) -> Option<u32> {
 pub async fn names(door: &Door) -> Result<Vec<String>, QueenError> {
     match door
         .bus
-        .call(door.cfg.ctx.clone(), Command::Read(ReadReq::Queues))
+        .call(door.describe_ctx(), Command::Read(ReadReq::Queues))
         .await?
     {
         Outcome::Read(ReadAnswer::Queues(qs)) => Ok(qs.into_iter().map(|q| q.name).collect()),
@@ -135,7 +135,7 @@ async fn read(
     };
     match door
         .bus
-        .call(door.cfg.ctx.clone(), Command::Read(read))
+        .call(door.describe_ctx(), Command::Read(read))
         .await?
     {
         Outcome::Read(ReadAnswer::Queue(doc)) => Ok(doc),
@@ -168,7 +168,7 @@ pub async fn create_with(
     };
     match door
         .bus
-        .call(door.cfg.ctx.clone(), Command::Configure(req))
+        .call(door.ctx.clone(), Command::Configure(req))
         .await?
     {
         Outcome::Configured(c) => Ok(c.queue_id),

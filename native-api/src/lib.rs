@@ -30,6 +30,7 @@ mod serve;
 mod test_pool;
 mod timed_io;
 mod timers;
+mod tls_stream;
 mod txn;
 
 use std::future::Future;
@@ -109,11 +110,13 @@ pub struct AppState {
     pub(crate) room: Arc<reserve::Room>,
 }
 
-/// Serves the API on a bound listener until `shutdown` resolves, then drains in-flight requests.
+/// Serves the API on a bound listener (over TLS when `tls` is set) until `shutdown` resolves,
+/// then drains in-flight requests.
 pub async fn run(
     listener: tokio::net::TcpListener,
     bus: Arc<dyn Bus>,
     opts: ApiOptions,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let answers = answer::Answers::new(opts.meter.clone());
@@ -130,6 +133,7 @@ pub async fn run(
         probe_reserve: opts.probe_reserve_connections,
         meter: opts.meter.clone(),
         answers,
+        tls,
     };
     let app = router::router(AppState {
         bus,

@@ -34,6 +34,7 @@ use crate::error::ApiError;
 use crate::meter::{ConnectionMeter, Metered, What};
 use crate::reserve::Reserved;
 use crate::timed_io::{Activity, TimedIo, Timeouts};
+use crate::tls_stream::Stream;
 
 /// Paths a reserved slot serves: what liveness/readiness probes and scrapers ask for.
 const PROBE_PATHS: [&str; 4] = ["/health", "/ready", "/metrics", "/metrics/prometheus"];
@@ -47,6 +48,8 @@ pub(crate) struct DoorLimits {
     pub meter: Option<Arc<dyn ConnectionMeter>>,
     /// Shared with the handlers, which reserve room for big answers against it.
     pub answers: Arc<Answers>,
+    /// Set when the listener speaks TLS (`tls_cert_file`).
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 enum Slot {
@@ -130,7 +133,7 @@ pub(crate) async fn serve(
         } else {
             limits.timeouts
         };
-        let io = TokioIo::new(TimedIo::new(stream, activity.clone(), timeouts));
+        let io_activity = activity.clone();
         let router = router.clone();
         let meter = limits.meter.clone();
         let answers = answers.clone();
@@ -164,9 +167,34 @@ pub(crate) async fn serve(
                 })
             }
         });
-        let builder = if probe_only { &probe_http } else { &http };
-        let conn = graceful.watch(builder.serve_connection(io, svc));
+        let builder = if probe_only {
+            probe_http.clone()
+        } else {
+            http.clone()
+        };
+        let watcher = graceful.watcher();
+        let tls = limits.tls.clone();
         tokio::spawn(async move {
+            // The handshake holds the slot, so it gets the header's deadline: a client that
+            // opens connections and never finishes one cannot keep the slots.
+            let stream = match tls {
+                None => Stream::Plain(stream),
+                Some(tls) => {
+                    match tokio::time::timeout(timeouts.header, tls.accept(stream)).await {
+                        Ok(Ok(s)) => Stream::Tls(Box::new(s)),
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!("TLS handshake too slow: connection closed");
+                            return;
+                        }
+                    }
+                }
+            };
+            let io = TokioIo::new(TimedIo::new(stream, io_activity, timeouts));
+            let conn = watcher.watch(builder.serve_connection(io, svc));
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }

@@ -12,6 +12,7 @@ import ctypes
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -87,6 +88,7 @@ class Broker:
         name: str = "queen",
         env: dict[str, str] | None = None,
         args: list[str] | None = None,
+        ca: Path | None = None,
         kafka_port: int | None = None,
     ) -> None:
         self.binary = queen_binary()
@@ -95,6 +97,8 @@ class Broker:
         self.name = name
         self.env = dict(env or {})
         self.args = list(args or [])
+        # The CA of the HTTP listener's certificate when it speaks TLS (tls_cert_file).
+        self.ca = Path(ca) if ca else None
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
         self.kafka_port: int | None = None
@@ -106,7 +110,14 @@ class Broker:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.ca else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def verify(self) -> ssl.SSLContext | bool:
+        """What httpx's `verify` needs for this broker's HTTP listener."""
+        if self.ca is None:
+            return True
+        return ssl.create_default_context(cafile=str(self.ca))
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -154,7 +165,7 @@ class Broker:
     def _wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         last = "no answer yet"
-        with httpx.Client(timeout=2.0) as http:
+        with httpx.Client(timeout=2.0, verify=self.verify()) as http:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     raise BrokerError(

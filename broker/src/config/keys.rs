@@ -325,6 +325,36 @@ pub(crate) const KEYS: &[KeySpec] = &[
         },
     },
     KeySpec {
+        name: "tls_cert_file",
+        env: "QUEEN_TLS_CERT_FILE",
+        flag: None,
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "tls_key_file",
+        env: "QUEEN_TLS_KEY_FILE",
+        flag: None,
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "kafka_tls_cert_file",
+        env: "QUEEN_KAFKA_TLS_CERT_FILE",
+        flag: None,
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "kafka_tls_key_file",
+        env: "QUEEN_KAFKA_TLS_KEY_FILE",
+        flag: None,
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "kafka_sasl_users_file",
+        env: "QUEEN_KAFKA_SASL_USERS_FILE",
+        flag: None,
+        kind: Kind::Text,
+    },
+    KeySpec {
         name: "kafka_producer_id_expiration_ms",
         env: "QUEEN_KAFKA_PRODUCER_ID_EXPIRATION_MS",
         flag: None,

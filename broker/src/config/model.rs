@@ -86,8 +86,9 @@ pub struct Config {
     pub http_write_rate_window_ms: u64,
     /// Connections beyond `http_max_connections` kept for health probes and metrics.
     pub http_probe_reserve_connections: u64,
-    /// Whether the Kafka listener runs (it never does while `jwt_secret` is set: the port
-    /// has no SASL yet, and must not be a way around the HTTP API's authentication).
+    /// Whether the Kafka listener runs. While `jwt_secret` is set it runs only with SASL
+    /// users (`kafka_sasl_users_file`): it must not be a way around the HTTP API's
+    /// authentication.
     pub kafka_enabled: bool,
     /// The Kafka listener (`ip:port`; port 0 picks a free port).
     pub kafka_addr: SocketAddr,
@@ -98,6 +99,18 @@ pub struct Config {
     pub kafka_max_request_bytes: u64,
     /// Partitions a topic shows at least, and gets when Metadata auto-creates it.
     pub kafka_default_partitions: u64,
+    /// PEM certificate chain of the HTTP listener; with `tls_key_file` it speaks HTTPS only.
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of the HTTP listener.
+    pub tls_key_file: Option<PathBuf>,
+    /// PEM certificate chain of the Kafka listener; with `kafka_tls_key_file` it speaks
+    /// TLS only (clients use SSL or SASL_SSL).
+    pub kafka_tls_cert_file: Option<PathBuf>,
+    /// PEM private key of the Kafka listener.
+    pub kafka_tls_key_file: Option<PathBuf>,
+    /// The Kafka port's SASL users (TOML, `[[user]]` tables; docs/kafka-compat.md
+    /// "Security"). When it names any, every Kafka connection must log in.
+    pub kafka_sasl_users_file: Option<PathBuf>,
     /// A Kafka producer id idle this long is forgotten (Kafka's `producer.id.expiration.ms`).
     pub kafka_producer_id_expiration_ms: u64,
     /// Producer states a tenant keeps at most; past it InitProducerId answers a retriable
@@ -143,6 +156,11 @@ impl Default for Config {
             kafka_enabled: true,
             kafka_addr: SocketAddr::from(([0, 0, 0, 0], 9092)),
             kafka_advertised_addr: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            kafka_tls_cert_file: None,
+            kafka_tls_key_file: None,
+            kafka_sasl_users_file: None,
             kafka_max_request_bytes: 100 * MIB,
             kafka_default_partitions: 1,
             kafka_producer_id_expiration_ms:
@@ -207,6 +225,36 @@ impl Config {
                     key: "kafka_advertised_addr",
                     message: format!("must be host:port with a port above 0, got {adv:?}"),
                 });
+            }
+        }
+        for (cert, key, cert_name, key_name) in [
+            (
+                &self.tls_cert_file,
+                &self.tls_key_file,
+                "tls_cert_file",
+                "tls_key_file",
+            ),
+            (
+                &self.kafka_tls_cert_file,
+                &self.kafka_tls_key_file,
+                "kafka_tls_cert_file",
+                "kafka_tls_key_file",
+            ),
+        ] {
+            match (cert, key) {
+                (Some(_), None) => {
+                    return Err(ValueError::Bad {
+                        key: cert_name,
+                        message: format!("is set without {key_name}; TLS needs both"),
+                    })
+                }
+                (None, Some(_)) => {
+                    return Err(ValueError::Bad {
+                        key: key_name,
+                        message: format!("is set without {cert_name}; TLS needs both"),
+                    })
+                }
+                _ => {}
             }
         }
         if self.log.trim().is_empty() {
@@ -324,6 +372,11 @@ impl Config {
             "kafka_advertised_addr" => {
                 (self.kafka_advertised_addr.as_deref().map(toml_string), None)
             }
+            "tls_cert_file" => (path_value(&self.tls_cert_file), None),
+            "tls_key_file" => (path_value(&self.tls_key_file), None),
+            "kafka_tls_cert_file" => (path_value(&self.kafka_tls_cert_file), None),
+            "kafka_tls_key_file" => (path_value(&self.kafka_tls_key_file), None),
+            "kafka_sasl_users_file" => (path_value(&self.kafka_sasl_users_file), None),
             other => {
                 let n = self.uint(other);
                 (Some(n.to_string()), human_bytes(other, n))
@@ -341,6 +394,10 @@ fn split_host_port(s: &str) -> Option<(String, u16)> {
         return None;
     }
     Some((host.to_owned(), port))
+}
+
+fn path_value(p: &Option<PathBuf>) -> Option<String> {
+    p.as_ref().map(|p| toml_string(&p.display().to_string()))
 }
 
 fn toml_string(s: &str) -> String {

@@ -42,6 +42,9 @@ fn unset_meaning(name: &str) -> &'static str {
         "jwt_audience" => "tokens with any audience accepted",
         "metrics_require_auth" => "metrics need a token exactly when jwt_secret is set",
         "kafka_advertised_addr" => "kafka_addr, with 127.0.0.1 for 0.0.0.0",
+        "tls_cert_file" | "tls_key_file" => "plain HTTP",
+        "kafka_tls_cert_file" | "kafka_tls_key_file" => "plain TCP on the Kafka port",
+        "kafka_sasl_users_file" => "no SASL: the Kafka port runs only with authentication off",
         _ => "default",
     }
 }

@@ -94,9 +94,19 @@ fractional quantity): the broker then derives 75 % of the cgroup limit itself.
 start the Kafka port while authentication is on, having no SASL yet), else empty.
 */}}
 {{- define "queen.kafkaOn" -}}
-{{- if and .Values.kafka.enabled (not (include "queen.jwtSecretName" .)) -}}
+{{- if and .Values.kafka.enabled (or (not (include "queen.jwtSecretName" .)) (include "queen.saslUsersSecret" .)) -}}
 true
 {{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the Kafka SASL users file, if any. */}}
+{{- define "queen.saslUsersSecret" -}}
+{{- with .Values.kafka.sasl -}}{{- .usersSecret | default "" -}}{{- end -}}
+{{- end -}}
+
+{{/* The key of the users file in that Secret. */}}
+{{- define "queen.saslUsersKey" -}}
+{{- with .Values.kafka.sasl -}}{{- .usersSecretKey | default "users.toml" -}}{{- else -}}users.toml{{- end -}}
 {{- end -}}
 
 {{/* The address Metadata gives Kafka clients: kafka.advertisedAddr, else the client Service. */}}

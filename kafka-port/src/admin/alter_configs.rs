@@ -18,6 +18,7 @@ use crate::connection::{encode, Reply};
 use crate::topics;
 use crate::wire::{Malformed, Reader};
 use crate::{errors, Door};
+use queenmq_protocol::rows;
 
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 0..=2;
 pub const INCREMENTAL_VERSIONS: std::ops::RangeInclusive<i16> = 0..=1;
@@ -140,12 +141,17 @@ async fn alter(
     validate_only: bool,
 ) -> Result<(), Refusal> {
     match res.kind {
-        TOPIC => {}
+        TOPIC => super::authorized(door, &[rows::CONFIGURE], errors::TOPIC_AUTHORIZATION_FAILED)?,
         BROKER => {
+            super::authorized(
+                door,
+                &[rows::CONFIGURE],
+                errors::CLUSTER_AUTHORIZATION_FAILED,
+            )?;
             return Err(Refusal::new(
                 INVALID_REQUEST,
                 "broker configs are read-only on this broker",
-            ))
+            ));
         }
         other => {
             return Err(Refusal::new(

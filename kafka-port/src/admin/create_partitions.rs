@@ -11,6 +11,7 @@ use crate::connection::{encode, Reply};
 use crate::topics::{self, MAX_TOPIC_PARTITIONS};
 use crate::wire::{Malformed, Reader};
 use crate::{errors, Door};
+use queenmq_protocol::rows;
 
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 0..=3;
 
@@ -119,6 +120,8 @@ pub fn check(g: &Growth, current: u32, node_id: i32) -> Result<u32, Refusal> {
 const ATTEMPTS: usize = 8;
 
 async fn grow(door: &Door, g: &Growth, validate_only: bool) -> Result<(), Refusal> {
+    // The partition floor is a KV row.
+    super::authorized(door, &[rows::KV], errors::TOPIC_AUTHORIZATION_FAILED)?;
     if !topics::valid_topic_name(&g.name) {
         return Err(Refusal::new(
             errors::UNKNOWN_TOPIC_OR_PARTITION,

@@ -18,6 +18,7 @@ use crate::connection::{encode, Reply};
 use crate::topics::{self, MAX_TOPIC_PARTITIONS};
 use crate::wire::{Malformed, Reader};
 use crate::{errors, Door};
+use queenmq_protocol::rows;
 
 /// v2..=v7: v0/v1 differ only in the response; every client since 2018 sends v2 or later.
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 2..=7;
@@ -172,6 +173,12 @@ fn topic_options(t: &NewTopic) -> Result<queenmq_protocol::QueueOptions, Refusal
 }
 
 async fn create(door: &Door, t: &NewTopic, validate_only: bool) -> Result<u32, Refusal> {
+    // The queue's configure and its partition floor.
+    super::authorized(
+        door,
+        &[rows::CONFIGURE, rows::KV],
+        errors::TOPIC_AUTHORIZATION_FAILED,
+    )?;
     let count = check(t, door.cfg.node_id, door.cfg.default_partitions)?;
     let opts = topic_options(t)?;
     let queen = |e: queenmq_protocol::QueenError| Refusal::from_queen(&e);

@@ -67,7 +67,14 @@ async fn plan_topic(
     parts: &[(i32, i64)],
     targets: &mut Vec<DeleteRecordsTarget>,
 ) -> Vec<Plan> {
-    let count = if topics::valid_topic_name(topic) {
+    // The role first, as the other admin APIs: a refused user does not learn which topics
+    // or partitions exist.
+    let count = if !door.may(&queenmq_protocol::rows::KAFKA_DELETE_RECORDS) {
+        Err(QueenError::new(
+            queenmq_protocol::ErrorCode::Forbidden,
+            "this user's roles do not reach DeleteRecords",
+        ))
+    } else if topics::valid_topic_name(topic) {
         topics::partition_count(door, topic).await
     } else {
         Err(QueenError::not_found("no such topic"))
@@ -100,7 +107,7 @@ async fn delete(
     }
     let n = targets.len();
     let cmd = Command::KafkaDeleteRecords(DeleteRecordsReq { targets });
-    match door.bus.call(door.cfg.ctx.clone(), cmd).await? {
+    match door.bus.call(door.ctx.clone(), cmd).await? {
         Outcome::KafkaRecordsDeleted(v) if v.len() == n => Ok(v),
         other => Err(unexpected(&other)),
     }

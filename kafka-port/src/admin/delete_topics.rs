@@ -12,6 +12,7 @@ use crate::connection::{encode, Reply};
 use crate::topics::{self, unexpected};
 use crate::wire::{Malformed, Reader};
 use crate::{errors, Door};
+use queenmq_protocol::rows;
 
 /// v1..=v6 (v0 differs only by the missing throttle time; no current client sends it).
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 1..=6;
@@ -46,6 +47,12 @@ pub fn decode(version: i16, r: &mut Reader) -> Result<Vec<Named>, Malformed> {
 }
 
 async fn delete(door: &Door, name: &str) -> Result<(), Refusal> {
+    // Deleting a queue is an admin's, as over HTTP.
+    super::authorized(
+        door,
+        &[rows::DELETE_QUEUE],
+        errors::TOPIC_AUTHORIZATION_FAILED,
+    )?;
     if !topics::valid_topic_name(name) {
         return Err(Refusal::new(
             errors::UNKNOWN_TOPIC_OR_PARTITION,
@@ -55,7 +62,7 @@ async fn delete(door: &Door, name: &str) -> Result<(), Refusal> {
     let cmd = Command::DeleteQueue {
         queue: name.to_owned(),
     };
-    let existed = match door.bus.call(door.cfg.ctx.clone(), cmd).await {
+    let existed = match door.bus.call(door.ctx.clone(), cmd).await {
         Ok(Outcome::Deleted(d)) => d.existed,
         Ok(other) => return Err(Refusal::from_queen(&unexpected(&other))),
         Err(e) => return Err(Refusal::from_queen(&e)),

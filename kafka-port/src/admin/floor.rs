@@ -14,7 +14,7 @@
 //! requests cannot both win, nor lower a count another raised.
 
 use queenmq_protocol::kv::{KvExpiry, KvOp, KvOutcome, KvRefusal, KvReq, KvResult};
-use queenmq_protocol::{Command, ErrorCode, Outcome, QueenError};
+use queenmq_protocol::{Command, ErrorCode, Outcome, QueenError, RequestCtx};
 use serde_json::Value;
 
 use crate::topics::{unexpected, MAX_TOPIC_PARTITIONS};
@@ -45,12 +45,12 @@ impl Row {
 }
 
 async fn call(door: &Door, op: KvOp) -> Result<KvResult, QueenError> {
+    call_as(door, door.ctx.clone(), op).await
+}
+
+async fn call_as(door: &Door, ctx: RequestCtx, op: KvOp) -> Result<KvResult, QueenError> {
     let req = KvReq { ops: vec![op] };
-    match door
-        .bus
-        .call(door.cfg.ctx.clone(), Command::Kv(req))
-        .await?
-    {
+    match door.bus.call(ctx, Command::Kv(req)).await? {
         Outcome::Kv(KvOutcome::Results(mut rs)) if rs.len() == 1 => Ok(rs.remove(0)),
         other => Err(unexpected(&other)),
     }
@@ -62,7 +62,10 @@ pub async fn get(door: &Door, topic: &str) -> Result<Option<Row>, QueenError> {
         ns: NS.to_owned(),
         key: topic.to_owned(),
     };
-    match call(door, op).await? {
+    // The floor is this door's own bookkeeping, read for every Metadata: a read-only or
+    // write-only user (whose roles do not reach the KV command) must still see the topics of
+    // its tenant.
+    match call_as(door, door.describe_ctx(), op).await? {
         KvResult::Get(row) => Ok(row.map(|r| {
             let (count, queue) = r.value.as_deref().map_or((None, None), parse);
             Row {

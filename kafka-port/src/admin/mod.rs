@@ -52,6 +52,29 @@ impl Refusal {
     }
 }
 
+/// Refuses a user whose roles do not reach every row in `rows` with `code` (a topic's or the
+/// cluster's authorization failure), before anything is looked up: as Kafka checks its ACLs
+/// first, a validate-only request or a change to nothing is refused too, and a refused user
+/// does not learn whether the topic exists.
+pub fn authorized(
+    door: &crate::Door,
+    rows: &[queenmq_protocol::CommandMeta],
+    code: i16,
+) -> Result<(), Refusal> {
+    match rows.iter().find(|row| !door.may(row)) {
+        None => Ok(()),
+        Some(row) => Err(Refusal::new(
+            code,
+            format!(
+                "user {:?} lacks the role this needs ({:?} for {})",
+                door.ctx.principal.as_deref().unwrap_or(""),
+                row.role,
+                row.name
+            ),
+        )),
+    }
+}
+
 /// The names a request gives twice: Kafka refuses every copy with INVALID_REQUEST rather
 /// than act on one of them.
 pub fn duplicates(names: &[String]) -> std::collections::HashSet<String> {

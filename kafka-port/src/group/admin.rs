@@ -103,7 +103,7 @@ async fn durable_groups(door: &Door) -> Result<BTreeMap<String, KafkaGroupInfo>,
             Ok(gs.into_iter().map(|g| (g.group.clone(), g)).collect())
         }
         Ok(_) => Err(e::UNKNOWN_SERVER_ERROR),
-        Err(_) => Err(e::COORDINATOR_NOT_AVAILABLE),
+        Err(err) => Err(e::group_refusal(&err)),
     }
 }
 
@@ -285,7 +285,7 @@ pub async fn delete_groups(door: &Door, version: i16, mut r: Reader) -> Reply {
                     .map(|f| if f { e::NONE } else { e::GROUP_ID_NOT_FOUND }),
             ),
             Ok(_) => found.extend(chunk.iter().map(|_| e::UNKNOWN_SERVER_ERROR)),
-            Err(_) => found.extend(chunk.iter().map(|_| e::COORDINATOR_NOT_AVAILABLE)),
+            Err(err) => found.extend(chunk.iter().map(|_| e::group_refusal(&err))),
         }
     }
     let mut found = found.into_iter();

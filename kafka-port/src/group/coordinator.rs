@@ -2,9 +2,11 @@
 //! through oneshot channels, and a tokio interval that times sessions and join phases out.
 //! Generations are minted by the engine outside the lock.
 
-use std::sync::{Mutex, MutexGuard};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use queenmq_protocol::{Access, Bus, RequestCtx};
 use tokio::sync::watch;
 
 use super::durable;
@@ -15,19 +17,24 @@ use crate::Door;
 /// How often sessions and join deadlines are checked.
 pub const TICK: Duration = Duration::from_millis(100);
 
+/// One tenant's groups: a group name means a different group in each tenant, as its offsets
+/// (engine state of the tenant's group) do.
 pub struct Coordinator {
     groups: Mutex<Groups>,
     start: Instant,
+    /// The coordinator's own requests (generations it mints for a join phase, which any
+    /// member's timer or join may complete): in its tenant, not as one member's user.
+    ctx: RequestCtx,
 }
 
 impl Default for Coordinator {
     fn default() -> Self {
-        Self::new()
+        Self::new(queenmq_protocol::DEFAULT_TENANT)
     }
 }
 
 impl Coordinator {
-    pub fn new() -> Self {
+    pub fn new(tenant: &str) -> Self {
         // Member ids carry this so ids of an earlier run of the node are not handed out again.
         let boot = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -35,6 +42,11 @@ impl Coordinator {
         Coordinator {
             groups: Mutex::new(Groups::new(boot)),
             start: Instant::now(),
+            ctx: RequestCtx {
+                tenant: tenant.to_string(),
+                principal: None,
+                access: Access::Open,
+            },
         }
     }
 
@@ -75,9 +87,13 @@ impl Coordinator {
     /// Completes every join phase that can complete: the engine mints the generation, then
     /// the waiting members are answered. A failed mint answers them with a retriable error.
     pub async fn drive(&self, door: &Door) {
+        self.drive_on(door.bus.as_ref()).await;
+    }
+
+    async fn drive_on(&self, bus: &dyn Bus) {
         let ready = self.lock().take_ready(self.now());
         for (group, ptype, pname) in ready {
-            match durable::next_generation(door, &group, &ptype, &pname).await {
+            match durable::next_generation(bus, self.ctx.clone(), &group, &ptype, &pname).await {
                 Ok(generation) => self.lock().complete_join(&group, generation, self.now()),
                 Err(err) => {
                     tracing::warn!(%group, error = %err, "kafka group generation not written; members told to retry");
@@ -87,17 +103,50 @@ impl Coordinator {
         }
     }
 
-    /// Runs until shutdown: session expiry and join deadlines.
-    pub async fn run_timers(&self, door: &Door, mut shutdown: watch::Receiver<bool>) {
+    /// One tick of the timers: session expiry and join deadlines. The member bytes held.
+    async fn tick(&self, bus: &dyn Bus) -> usize {
+        let now = self.now();
+        self.lock().expire(now);
+        self.drive_on(bus).await;
+        self.lock().bytes()
+    }
+}
+
+/// The coordinators of the tenants seen so far. Tenants come from the configured SASL users
+/// (or the one open context), so the map stays as small as that list.
+#[derive(Default)]
+pub struct Tenants {
+    map: Mutex<HashMap<String, Arc<Coordinator>>>,
+}
+
+impl Tenants {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Coordinator>>> {
+        self.map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `tenant`'s coordinator, made on first use.
+    pub fn get(&self, tenant: &str) -> Arc<Coordinator> {
+        self.map()
+            .entry(tenant.to_string())
+            .or_insert_with(|| Arc::new(Coordinator::new(tenant)))
+            .clone()
+    }
+
+    /// Runs until shutdown: every tenant's timers, and the member bytes of all of them.
+    pub async fn run_timers(&self, bus: Arc<dyn Bus>, mut shutdown: watch::Receiver<bool>) {
         let mut every = tokio::time::interval(TICK);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = every.tick() => {
-                    let now = self.now();
-                    self.lock().expire(now);
-                    self.drive(door).await;
-                    metrics::gauge!("queen_kafka_group_member_bytes").set(self.lock().bytes() as f64);
+                    let all: Vec<Arc<Coordinator>> = self.map().values().cloned().collect();
+                    let mut bytes = 0usize;
+                    for c in all {
+                        bytes = bytes.saturating_add(c.tick(bus.as_ref()).await);
+                    }
+                    metrics::gauge!("queen_kafka_group_member_bytes").set(bytes as f64);
                 }
                 changed = shutdown.changed() => {
                     if changed.is_err() || *shutdown.borrow() {

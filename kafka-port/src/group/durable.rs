@@ -1,16 +1,20 @@
 //! The engine side of groups: one bus call per request, its outcome checked.
 
 use queenmq_protocol::kafka_groups::{KafkaGroupsOutcome, KafkaGroupsReq};
-use queenmq_protocol::{Command, Outcome, QueenError};
+use queenmq_protocol::{Bus, Command, Outcome, QueenError, RequestCtx};
 
 use crate::{topics, Door};
 
 pub async fn call(door: &Door, req: KafkaGroupsReq) -> Result<KafkaGroupsOutcome, QueenError> {
-    match door
-        .bus
-        .call(door.cfg.ctx.clone(), Command::KafkaGroups(req))
-        .await?
-    {
+    call_as(door.bus.as_ref(), door.ctx.clone(), req).await
+}
+
+async fn call_as(
+    bus: &dyn Bus,
+    ctx: RequestCtx,
+    req: KafkaGroupsReq,
+) -> Result<KafkaGroupsOutcome, QueenError> {
+    match bus.call(ctx, Command::KafkaGroups(req)).await? {
         Outcome::KafkaGroups(o) => Ok(o),
         other => Err(topics::unexpected(&other)),
     }
@@ -18,7 +22,8 @@ pub async fn call(door: &Door, req: KafkaGroupsReq) -> Result<KafkaGroupsOutcome
 
 /// The next generation of `group`, minted and committed by the engine.
 pub async fn next_generation(
-    door: &Door,
+    bus: &dyn Bus,
+    ctx: RequestCtx,
     group: &str,
     protocol_type: &str,
     protocol_name: &str,
@@ -28,7 +33,7 @@ pub async fn next_generation(
         protocol_type: protocol_type.to_string(),
         protocol_name: protocol_name.to_string(),
     };
-    match call(door, req).await? {
+    match call_as(bus, ctx, req).await? {
         KafkaGroupsOutcome::Generation(g) => Ok(g),
         other => Err(QueenError::new(
             queenmq_protocol::ErrorCode::Internal,

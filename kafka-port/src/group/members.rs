@@ -171,6 +171,10 @@ pub async fn join(door: &Door, version: i16, mut r: Reader, client_id: &str, hos
     };
     let answer = if !valid_group_id(&args.group) {
         JoinAnswer::error(e::INVALID_GROUP_ID, &args.member_id)
+    } else if !door.may(&queenmq_protocol::rows::KAFKA_GROUPS) {
+        // The coordinator mints generations in its own context: the member's roles are
+        // checked here, as its commits are by the bus.
+        JoinAnswer::error(e::GROUP_AUTHORIZATION_FAILED, &args.member_id)
     } else {
         door.groups.join(door, args).await
     };

@@ -11,7 +11,7 @@ pub mod machine;
 pub mod members;
 pub mod offsets;
 
-pub use coordinator::Coordinator;
+pub use coordinator::{Coordinator, Tenants};
 
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;

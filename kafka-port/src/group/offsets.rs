@@ -193,6 +193,7 @@ fn commit_error(err: &queenmq_protocol::QueenError) -> i16 {
     use queenmq_protocol::ErrorCode;
     match err.code {
         ErrorCode::Unavailable | ErrorCode::RequestTimeout => e::COORDINATOR_NOT_AVAILABLE,
+        ErrorCode::Unauthorized | ErrorCode::Forbidden => e::GROUP_AUTHORIZATION_FAILED,
         _ => e::from_queen(err),
     }
 }
