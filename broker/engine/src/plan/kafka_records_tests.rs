@@ -89,3 +89,44 @@ fn unknown_queues_and_empty_partitions_answer_as_kafka_does() {
     );
     fx.assert_replays();
 }
+
+#[test]
+fn one_command_moves_cursors_of_a_bounded_number_of_groups() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 2);
+    fx.push("t", "1", 2);
+    fx.commit();
+    // Each target costs 1 + the queue's groups: two partitions of a queue with this many
+    // groups pass the command's work.
+    let groups = DELETE_RECORDS_WORK_PER_COMMAND / 2;
+    for g in 0..groups {
+        fx.pop("t", Some(&format!("g{g}")), 1, None);
+    }
+    fx.commit();
+    let target = |partition: &str| DeleteRecordsTarget {
+        queue: "t".into(),
+        partition: partition.into(),
+        offset: HIGH_WATERMARK,
+    };
+    let req = DeleteRecordsReq {
+        targets: vec![target("0"), target("1")],
+    };
+    let verdicts = match fx.planner().plan_kafka_delete_records(&req) {
+        Ok(v) => v,
+        Err(e) => panic!("delete records refused: {e}"),
+    };
+    assert_eq!(
+        verdicts,
+        vec![
+            DeleteRecordsVerdict::Deleted { low_watermark: 2 },
+            DeleteRecordsVerdict::Busy
+        ]
+    );
+    fx.commit();
+    assert_eq!(
+        delete(&mut fx, "t", "1", HIGH_WATERMARK),
+        DeleteRecordsVerdict::Deleted { low_watermark: 2 },
+        "the next command takes it"
+    );
+    fx.assert_replays();
+}

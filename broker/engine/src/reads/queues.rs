@@ -125,8 +125,13 @@ pub fn one(st: &State, name: &str, page: Page) -> Result<QueueDoc, QueenError> {
             created_us: p.created_us,
             messages: p.next_offset - p.low_offset(),
             last_write_us: p.last_write_us,
-            oldest_us: p.runs.first().map(|r| r.created_us),
-            newest_us: p.runs.last().map(|r| r.created_us),
+            // Below the floor (retention, DeleteRecords inside a write) nothing is held.
+            oldest_us: p.created_of(p.low_offset()),
+            newest_us: p
+                .runs
+                .last()
+                .filter(|_| p.low_offset() < p.next_offset)
+                .map(|r| r.created_us),
             retained_bytes: p.bytes,
         })
         .collect();
@@ -314,5 +319,41 @@ pub fn status(st: &State, only: Option<&str>) -> StatusView {
     StatusView {
         queues,
         overview: overview(st),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use queenmq_protocol::kafka_records::{DeleteRecordsReq, DeleteRecordsTarget};
+    use queenmq_protocol::Page;
+
+    use crate::plan::fixture::{Fixture, SECOND};
+
+    #[test]
+    fn a_partitions_oldest_message_is_the_first_above_the_floor() {
+        let mut fx = Fixture::new();
+        fx.push("t", "0", 3);
+        fx.advance(SECOND);
+        let second_write = fx.planner().now();
+        fx.push("t", "0", 3);
+        let mut delete = |offset: i64| {
+            let req = DeleteRecordsReq {
+                targets: vec![DeleteRecordsTarget {
+                    queue: "t".into(),
+                    partition: "0".into(),
+                    offset,
+                }],
+            };
+            assert!(fx.planner().plan_kafka_delete_records(&req).is_ok());
+            let page = Page {
+                limit: 10,
+                offset: 0,
+            };
+            let doc = super::one(&fx.st, "t", page).expect("queue");
+            let p = &doc.partitions[0];
+            (p.messages, p.oldest_us, p.newest_us)
+        };
+        assert_eq!(delete(4), (2, Some(second_write), Some(second_write)));
+        assert_eq!(delete(-1), (0, None, None), "nothing held");
     }
 }
