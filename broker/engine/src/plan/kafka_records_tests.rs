@@ -41,6 +41,11 @@ fn the_floor_lands_exactly_on_the_offset_even_inside_one_write() {
         DeleteRecordsVerdict::Deleted { low_watermark: 4 }
     );
     assert_eq!(low(&fx, "t"), 4);
+    assert_eq!(
+        floor(&fx, "t"),
+        4,
+        "inside the write, the floor hides what is below"
+    );
     fx.assert_replays();
     let popped = fx.pop("t", Some("late"), 1, None);
     assert_eq!(
@@ -67,7 +72,21 @@ fn the_floor_lands_exactly_on_the_offset_even_inside_one_write() {
         DeleteRecordsVerdict::Deleted { low_watermark: 10 }
     );
     assert_eq!(low(&fx, "t"), 10);
+    assert_eq!(
+        floor(&fx, "t"),
+        0,
+        "no run left: the floor decides nothing and is cleared"
+    );
     fx.assert_replays();
+}
+
+fn floor(fx: &Fixture, queue: &str) -> u64 {
+    let qid = fx.st.queue_by_name[queue];
+    let pid = fx.st.queues[&qid]
+        .partitions
+        .get("0", &fx.st.partitions)
+        .expect("partition");
+    fx.st.partitions.get(&pid).expect("partition").floor
 }
 
 #[test]
