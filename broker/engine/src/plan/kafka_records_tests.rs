@@ -20,13 +20,17 @@ fn delete(fx: &mut Fixture, queue: &str, partition: &str, offset: i64) -> Delete
     }
 }
 
-fn low(fx: &Fixture, queue: &str) -> u64 {
+fn partition<'a>(fx: &'a Fixture, queue: &str) -> &'a crate::state::model::Partition {
     let qid = fx.st.queue_by_name[queue];
     let pid = fx.st.queues[&qid]
         .partitions
         .get("0", &fx.st.partitions)
         .expect("partition");
-    fx.st.partitions.get(&pid).expect("partition").low_offset()
+    fx.st.partitions.get(&pid).expect("partition")
+}
+
+fn low(fx: &Fixture, queue: &str) -> u64 {
+    partition(fx, queue).low_offset()
 }
 
 #[test]
@@ -81,12 +85,7 @@ fn the_floor_lands_exactly_on_the_offset_even_inside_one_write() {
 }
 
 fn floor(fx: &Fixture, queue: &str) -> u64 {
-    let qid = fx.st.queue_by_name[queue];
-    let pid = fx.st.queues[&qid]
-        .partitions
-        .get("0", &fx.st.partitions)
-        .expect("partition");
-    fx.st.partitions.get(&pid).expect("partition").floor
+    partition(fx, queue).floor
 }
 
 #[test]
