@@ -138,7 +138,8 @@ pub fn need(cmd: &Command) -> Need {
             push_items(&p.items)
                 .saturating_add((p.guards.len() as u64).saturating_mul(ROW_OVERHEAD)),
         ),
-        // A new producer id grows the state by one row: refused with the data it is for.
+        // A new id is a counter bump and a KIP-360 bump one epoch of a row: no new row, but
+        // the entry still grows the log; kept with the data it is for, as a produce is.
         Command::KafkaProducers(_) => Need::Data(ROW_OVERHEAD),
         Command::Configure(_)
         | Command::DeleteQueue { .. }

@@ -277,6 +277,7 @@ async fn start_kafka(
         default_partitions: u32::try_from(cfg.kafka_default_partitions).unwrap_or(u32::MAX),
         producer_id_expiration_ms: cfg.kafka_producer_id_expiration_ms,
         max_producer_ids: cfg.kafka_max_producer_ids,
+        producer_evict_min_idle_ms: cfg.kafka_producer_evict_min_idle_ms,
         ctx: queenmq_protocol::RequestCtx {
             tenant: queenmq_protocol::DEFAULT_TENANT.to_owned(),
             principal: None,

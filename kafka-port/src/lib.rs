@@ -59,6 +59,9 @@ pub struct KafkaConfig {
     pub producer_id_expiration_ms: u64,
     /// Producer states kept at most (`kafka_max_producer_ids`).
     pub max_producer_ids: u64,
+    /// Producer states younger than this are never evicted at the cap
+    /// (`kafka_producer_evict_min_idle_ms`).
+    pub producer_evict_min_idle_ms: u64,
     /// Records one Produce request may carry (the HTTP door's `max_push_items`).
     pub max_records: usize,
     /// Connections served at once; one more is closed at accept.

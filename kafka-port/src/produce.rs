@@ -375,6 +375,7 @@ async fn push(door: &Door, items: Vec<PushItem>, guards: Vec<ProducerGuard>) -> 
         guards,
         expiration_ms: door.cfg.producer_id_expiration_ms,
         max_producers: door.cfg.max_producer_ids,
+        evict_min_idle_ms: door.cfg.producer_evict_min_idle_ms,
     };
     match door.bus.call(ctx, Command::KafkaProduce(req)).await {
         Ok(Outcome::KafkaProduced(o)) if o.verdicts.len() == starts.len() => {

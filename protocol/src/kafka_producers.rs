@@ -11,8 +11,16 @@ pub const PRODUCER_BATCHES_KEPT: usize = 5;
 /// Kafka's `producer.id.expiration.ms` default: a day.
 pub const DEFAULT_PRODUCER_ID_EXPIRATION_MS: u64 = 86_400_000;
 /// The default cap on producer states one tenant keeps; past it the longest-idle producer's
-/// state is evicted, as if it had expired.
+/// state is evicted, as if it had expired, if it has been idle at least
+/// [`DEFAULT_PRODUCER_EVICT_MIN_IDLE_MS`].
 pub const DEFAULT_MAX_PRODUCER_IDS: u64 = 10_000;
+/// The least idleness that lets a producer's state be evicted at the cap
+/// (`kafka_producer_evict_min_idle_ms`): 15 minutes, three times librdkafka's
+/// `delivery.timeout.ms`, so a producer still retrying a batch keeps its duplicate check.
+pub const DEFAULT_PRODUCER_EVICT_MIN_IDLE_MS: u64 = 15 * 60 * 1000;
+/// The most producer states one command may evict at the cap (the rest of the new producers
+/// are refused as [`GuardVerdict::Full`], retriable).
+pub const PRODUCER_EVICT_PER_COMMAND: usize = 64;
 /// The largest id InitProducerId hands out: the counter stops below `i64::MAX`, so it never
 /// wraps and a checkpoint's `next_id` is at most `i64::MAX - 1`.
 pub const MAX_PRODUCER_ID: i64 = i64::MAX - 2;
@@ -51,8 +59,10 @@ pub struct KafkaProduceReq {
     /// Producer states idle longer than this are gone (`kafka_producer_id_expiration_ms`).
     pub expiration_ms: u64,
     /// States kept (`kafka_max_producer_ids`): a new producer past it evicts the one idle
-    /// longest.
+    /// longest, if that one has been idle at least `evict_min_idle_ms`.
     pub max_producers: u64,
+    /// `kafka_producer_evict_min_idle_ms`: no state younger than this is evicted.
+    pub evict_min_idle_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,8 +101,9 @@ pub enum GuardVerdict {
     Fenced,
     /// A producer id this broker never handed out (UNKNOWN_PRODUCER_ID).
     UnknownProducer,
-    /// The request alone names more producers than `kafka_max_producer_ids` may hold
-    /// (retriable).
+    /// A new producer's first batch finds `kafka_max_producer_ids` states held and none
+    /// idle at least `kafka_producer_evict_min_idle_ms` (or the command's evictions spent, or
+    /// the request alone names more producers than the cap): REQUEST_TIMED_OUT, retriable.
     Full,
 }
 

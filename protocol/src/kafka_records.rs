@@ -17,6 +17,11 @@ pub const HIGH_WATERMARK: i64 = -1;
 
 /// The most partitions one DeleteRecords command may name.
 pub const MAX_DELETE_RECORDS_TARGETS: usize = 10_000;
+/// The work one DeleteRecords command may do, as a retention cycle's: a partition whose
+/// floor moves costs 1 plus its queue's consumer groups (each group's cursor is moved up,
+/// on the leader and on every replay). Targets past it are answered [`DeleteRecordsVerdict::Busy`];
+/// the first moving target is always taken.
+pub const DELETE_RECORDS_WORK_PER_COMMAND: usize = 16_384;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeleteRecordsReq {
@@ -33,4 +38,7 @@ pub enum DeleteRecordsVerdict {
     OutOfRange,
     /// No such queue (UNKNOWN_TOPIC_OR_PARTITION).
     UnknownQueue,
+    /// Past the command's [`DELETE_RECORDS_WORK_PER_COMMAND`]: not moved, retriable
+    /// (REQUEST_TIMED_OUT).
+    Busy,
 }

@@ -115,3 +115,43 @@ def test_delete_records_moves_the_log_start_exactly_for_kafka_and_http(broker_fa
     b.kill()
     b.start()
     assert watermarks(b.kafka_bootstrap, "dr") == (10, 10), "the floor survived a SIGKILL"
+
+
+def raw_delete_many(b, topics: list[tuple[str, list[tuple[int, int]]]]) -> list[list[tuple]]:
+    """DeleteRecords v0 naming `topics` as given (names and partitions may repeat): per
+    topic entry, per partition, (index, low watermark, error code)."""
+    body = struct.pack(">i", len(topics))
+    for name, parts in topics:
+        t = name.encode()
+        body += struct.pack(">h", len(t)) + t + struct.pack(">i", len(parts))
+        body += b"".join(struct.pack(">iq", i, o) for i, o in parts)
+    body += struct.pack(">i", 5000)
+    with kafka_connect(b) as s:
+        s.sendall(kafka_request(21, 0, 9, body))
+        resp = read_kafka_frame(s)
+    (_corr, _throttle, ntopics) = struct.unpack(">iii", resp[:12])
+    pos, out = 12, []
+    for _ in range(ntopics):
+        (nlen,) = struct.unpack(">h", resp[pos : pos + 2])
+        pos += 2 + nlen
+        (nparts,) = struct.unpack(">i", resp[pos : pos + 4])
+        pos += 4
+        out.append([struct.unpack(">iqh", resp[pos + 14 * k : pos + 14 * (k + 1)])
+                    for k in range(nparts)])
+        pos += 14 * nparts
+    return out
+
+
+def test_a_partition_named_several_times_is_one_target_whose_last_offset_wins(broker_factory):
+    """Kafka collects a DeleteRecords request's partitions into a map: a partition named
+    twice (in one topic entry or in a repeated one) is one target with the last offset
+    named, and every mention answers the same; repeats cost no further lookups."""
+    b = broker_factory("delrec-dup").start()
+    admin = AdminClient({"bootstrap.servers": b.kafka_bootstrap})
+    admin.create_topics([NewTopic("dup", 2, 1)])["dup"].result(timeout=30)
+    produce(b.kafka_bootstrap, "dup", 10)
+    got = raw_delete_many(b, [("dup", [(0, 3), (0, 6), (1, 0)]), ("dup", [(0, 2)]),
+                              ("nope", [(0, 1)]), ("dup", [(7, 1)])])
+    assert got == [[(0, 2, 0), (0, 2, 0), (1, 0, 0)], [(0, 2, 0)], [(0, -1, 3)], [(7, -1, 3)]]
+    assert watermarks(b.kafka_bootstrap, "dup") == (2, 10)
+    assert pop_values(b.url, "dup") == list(range(2, 10))

@@ -20,7 +20,7 @@ from kafka import KafkaAdminClient, KafkaProducer  # noqa: E402
 from kafka.admin import NewTopic  # noqa: E402
 from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 
-NONE, OUT_OF_ORDER, INVALID_EPOCH, INVALID_RECORD = 0, 45, 47, 87
+NONE, REQUEST_TIMED_OUT, OUT_OF_ORDER, INVALID_EPOCH, INVALID_RECORD = 0, 7, 45, 47, 87
 COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, INVALID_TXN_TIMEOUT = 14, 15, 50
 
 
@@ -193,8 +193,10 @@ def test_repeats_gaps_and_old_epochs_are_answered_as_kafka_does_across_a_crash(
 
 def test_transactional_ids_are_refused_and_init_producer_id_never_fills_the_cap(broker_factory):
     """InitProducerId makes no producer state (short-lived producers cannot fill
-    kafka_max_producer_ids); a new producer past the cap evicts the one idle longest."""
-    b = broker_factory("cap", env={"QUEEN_KAFKA_MAX_PRODUCER_IDS": "2"}).start()
+    kafka_max_producer_ids); a new producer past the cap evicts the one idle longest (here
+    with no least idleness), counted in queen_kafka_producer_evictions_total."""
+    env = {"QUEEN_KAFKA_MAX_PRODUCER_IDS": "2", "QUEEN_KAFKA_PRODUCER_EVICT_MIN_IDLE_MS": "0"}
+    b = broker_factory("cap", env=env).start()
     create_topic(b, "idem-cap", 1)
     with connect(b) as s:
         assert init_producer(s, txn="tx")[0] == COORDINATOR_NOT_AVAILABLE
@@ -215,6 +217,38 @@ def test_transactional_ids_are_refused_and_init_producer_id_never_fills_the_cap(
     errors: list[str] = []
     p.produce("idem-cap", value=b'{"v": 5}', on_delivery=lambda e, _m: e and errors.append(str(e)))
     assert p.flush(30) == 0 and errors == [], "a producer after the InitProducerId spam"
+    with httpx.Client(base_url=b.url, timeout=10.0) as http:
+        assert evictions(http) >= 2
+
+
+def evictions(http) -> float:
+    text = http.get("/metrics/prometheus").text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("queen_kafka_producer_evictions_total")
+    )
+
+
+def test_a_new_producer_at_the_cap_never_evicts_a_recently_active_one(broker_factory):
+    """With the default kafka_producer_evict_min_idle_ms (15 minutes), a new producer's
+    first batch at the cap is refused with the retriable REQUEST_TIMED_OUT and nothing of it
+    is stored, so a producer whose answer was lost still has its duplicate check."""
+    b = broker_factory("cap-idle", env={"QUEEN_KAFKA_MAX_PRODUCER_IDS": "2"}).start()
+    create_topic(b, "idem-idle", 1)
+    with connect(b) as s:
+        p1, p2, p3 = (init_producer(s)[1] for _ in range(3))
+        assert produce(s, "idem-idle", batch(p1, 0, 0, [1])) == (NONE, 0)
+        assert produce(s, "idem-idle", batch(p2, 0, 0, [2])) == (NONE, 1)
+        for _ in range(3):
+            assert produce(s, "idem-idle", batch(p3, 0, 0, [3]))[0] == REQUEST_TIMED_OUT
+        assert produce(s, "idem-idle", batch(p1, 0, 0, [1])) == (NONE, 0), "p1's retry"
+        assert produce(s, "idem-idle", batch(p2, 0, 0, [2])) == (NONE, 1), "p2's retry"
+        assert produce(s, "idem-idle", batch(p1, 0, 1, [4])) == (NONE, 2)
+    with httpx.Client(base_url=b.url, timeout=10.0) as http:
+        assert evictions(http) == 0
+        msgs = pop_all(http, "idem-idle", 3)
+    assert [m["data"]["v"] for m in msgs] == [1, 2, 4]
 
 
 def test_malformed_idempotent_produces_are_refused_not_half_taken(broker_factory):

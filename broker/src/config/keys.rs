@@ -373,6 +373,16 @@ pub(crate) const KEYS: &[KeySpec] = &[
             max: 1_000_000,
         },
     },
+    KeySpec {
+        name: "kafka_producer_evict_min_idle_ms",
+        env: "QUEEN_KAFKA_PRODUCER_EVICT_MIN_IDLE_MS",
+        flag: None,
+        // 0 evicts any state at the cap (tests); a day at most, the default expiration.
+        kind: Kind::Uint {
+            min: 0,
+            max: 86_400_000,
+        },
+    },
 ];
 
 /// The environment variable naming the config file (the twin of `--config`).

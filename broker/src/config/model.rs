@@ -113,9 +113,11 @@ pub struct Config {
     pub kafka_sasl_users_file: Option<PathBuf>,
     /// A Kafka producer id idle this long is forgotten (Kafka's `producer.id.expiration.ms`).
     pub kafka_producer_id_expiration_ms: u64,
-    /// Producer states a tenant keeps at most; past it InitProducerId answers a retriable
-    /// error until some expire.
+    /// Producer states a tenant keeps at most; past it a new producer's first batch evicts
+    /// the state idle longest, or is refused (retriable) when none is idle long enough.
     pub kafka_max_producer_ids: u64,
+    /// The least idleness that lets a producer state be evicted at the cap.
+    pub kafka_producer_evict_min_idle_ms: u64,
 }
 
 impl Default for Config {
@@ -166,6 +168,8 @@ impl Default for Config {
             kafka_producer_id_expiration_ms:
                 queenmq_protocol::kafka_producers::DEFAULT_PRODUCER_ID_EXPIRATION_MS,
             kafka_max_producer_ids: queenmq_protocol::kafka_producers::DEFAULT_MAX_PRODUCER_IDS,
+            kafka_producer_evict_min_idle_ms:
+                queenmq_protocol::kafka_producers::DEFAULT_PRODUCER_EVICT_MIN_IDLE_MS,
         }
     }
 }
@@ -348,6 +352,7 @@ impl Config {
             "kafka_default_partitions" => self.kafka_default_partitions,
             "kafka_producer_id_expiration_ms" => self.kafka_producer_id_expiration_ms,
             "kafka_max_producer_ids" => self.kafka_max_producer_ids,
+            "kafka_producer_evict_min_idle_ms" => self.kafka_producer_evict_min_idle_ms,
             _ => 0,
         }
     }

@@ -3,15 +3,18 @@
 //! same floor retention moves, so Kafka fetches below it answer OFFSET_OUT_OF_RANGE,
 //! ListOffsets earliest answers it, and HTTP pops and listings no longer see what is below.
 
+use std::collections::HashMap;
+
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
 use kafka_protocol::messages::{DeleteRecordsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use queenmq_protocol::command::rows;
 use queenmq_protocol::kafka_records::{
     DeleteRecordsReq, DeleteRecordsTarget, DeleteRecordsVerdict, MAX_DELETE_RECORDS_TARGETS,
 };
-use queenmq_protocol::{Command, Outcome, QueenError};
+use queenmq_protocol::{Command, Outcome, QueenError, RequestCtx};
 
 use super::MAX_TOPICS;
 use crate::connection::{encode, Reply};
@@ -60,46 +63,67 @@ enum Plan {
     Asked(usize),
 }
 
-/// Which of a topic's partitions exist, as Produce and Metadata count them.
-async fn plan_topic(
-    door: &Door,
-    topic: &str,
-    parts: &[(i32, i64)],
-    targets: &mut Vec<DeleteRecordsTarget>,
-) -> Vec<Plan> {
-    // The role first, as the other admin APIs: a refused user does not learn which topics
-    // or partitions exist.
-    let count = if !door.may(&queenmq_protocol::rows::KAFKA_DELETE_RECORDS) {
-        Err(QueenError::new(
-            queenmq_protocol::ErrorCode::Forbidden,
-            "this user's roles do not reach DeleteRecords",
-        ))
-    } else if topics::valid_topic_name(topic) {
+/// How many partitions a topic has, as Produce and Metadata count them.
+async fn lookup(door: &Door, topic: &str) -> Result<u32, QueenError> {
+    if topics::valid_topic_name(topic) {
         topics::partition_count(door, topic).await
     } else {
         Err(QueenError::not_found("no such topic"))
-    };
-    parts
-        .iter()
-        .map(|(index, offset)| match &count {
-            Err(e) => Plan::Refused(errors::from_queen(e)),
-            Ok(n) if !u32::try_from(*index).is_ok_and(|i| i < *n) => {
-                Plan::Refused(errors::UNKNOWN_TOPIC_OR_PARTITION)
-            }
-            Ok(_) => {
-                targets.push(DeleteRecordsTarget {
-                    queue: topic.to_owned(),
-                    partition: index.to_string(),
-                    offset: *offset,
-                });
-                Plan::Asked(targets.len() - 1)
-            }
-        })
-        .collect()
+    }
+}
+
+/// Each partition's plan, in request order, and the targets to ask for. Each distinct
+/// topic is looked up once and each distinct partition is one target, whose offset is the
+/// last one named (Kafka collects a request's partitions into a map the same way), so
+/// repeating names in a request costs no more engine work than naming them once.
+async fn plan(
+    door: &Door,
+    req: &DeleteRecordsRequest,
+) -> (Vec<Vec<Plan>>, Vec<DeleteRecordsTarget>) {
+    let mut counts: HashMap<&str, Result<u32, QueenError>> = HashMap::new();
+    for (topic, _) in req {
+        if !counts.contains_key(topic.as_str()) {
+            counts.insert(topic, lookup(door, topic).await);
+        }
+    }
+    let mut slots: HashMap<(&str, i32), usize> = HashMap::new();
+    let mut targets: Vec<DeleteRecordsTarget> = Vec::new();
+    let mut plans = Vec::with_capacity(req.len());
+    for (topic, parts) in req {
+        let count = counts.get(topic.as_str());
+        let mut topic_plans = Vec::with_capacity(parts.len());
+        for (index, offset) in parts {
+            let p = match count {
+                None => Plan::Refused(errors::UNKNOWN_SERVER_ERROR),
+                Some(Err(e)) => Plan::Refused(errors::from_queen(e)),
+                Some(Ok(n)) if !u32::try_from(*index).is_ok_and(|i| i < *n) => {
+                    Plan::Refused(errors::UNKNOWN_TOPIC_OR_PARTITION)
+                }
+                Some(Ok(_)) => {
+                    let slot = *slots.entry((topic.as_str(), *index)).or_insert_with(|| {
+                        targets.push(DeleteRecordsTarget {
+                            queue: topic.clone(),
+                            partition: index.to_string(),
+                            offset: *offset,
+                        });
+                        targets.len() - 1
+                    });
+                    if let Some(t) = targets.get_mut(slot) {
+                        t.offset = *offset;
+                    }
+                    Plan::Asked(slot)
+                }
+            };
+            topic_plans.push(p);
+        }
+        plans.push(topic_plans);
+    }
+    (plans, targets)
 }
 
 async fn delete(
     door: &Door,
+    ctx: &RequestCtx,
     targets: Vec<DeleteRecordsTarget>,
 ) -> Result<Vec<DeleteRecordsVerdict>, QueenError> {
     if targets.is_empty() {
@@ -107,7 +131,7 @@ async fn delete(
     }
     let n = targets.len();
     let cmd = Command::KafkaDeleteRecords(DeleteRecordsReq { targets });
-    match door.bus.call(door.ctx.clone(), cmd).await? {
+    match door.bus.call(ctx.clone(), cmd).await? {
         Outcome::KafkaRecordsDeleted(v) if v.len() == n => Ok(v),
         other => Err(unexpected(&other)),
     }
@@ -128,6 +152,7 @@ fn answer_of(plan: &Plan, done: &Result<Vec<DeleteRecordsVerdict>, QueenError>) 
         ),
         Ok(Some(DeleteRecordsVerdict::OutOfRange)) => (errors::OFFSET_OUT_OF_RANGE, -1),
         Ok(Some(DeleteRecordsVerdict::UnknownQueue)) => (errors::UNKNOWN_TOPIC_OR_PARTITION, -1),
+        Ok(Some(DeleteRecordsVerdict::Busy)) => (errors::REQUEST_TIMED_OUT, -1),
     }
 }
 
@@ -136,12 +161,23 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
         Ok(req) => req,
         Err(e) => return Reply::Close(e.to_string()),
     };
-    let mut targets = Vec::new();
-    let mut plans = Vec::with_capacity(req.len());
-    for (topic, parts) in &req {
-        plans.push(plan_topic(door, topic, parts, &mut targets).await);
-    }
-    let done = delete(door, targets).await;
+    // The context the command runs as; its role is checked before any topic is looked up,
+    // so a caller who may not delete records costs no reads.
+    let ctx = &door.ctx;
+    let (plans, done) = match ctx.authorize(&rows::KAFKA_DELETE_RECORDS) {
+        Err(e) => {
+            let code = errors::from_queen(&e);
+            let plans = req
+                .iter()
+                .map(|(_, parts)| parts.iter().map(|_| Plan::Refused(code)).collect())
+                .collect();
+            (plans, Ok(Vec::new()))
+        }
+        Ok(()) => {
+            let (plans, targets) = plan(door, &req).await;
+            (plans, delete(door, ctx, targets).await)
+        }
+    };
     let topics = req
         .iter()
         .zip(&plans)

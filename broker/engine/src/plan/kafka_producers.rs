@@ -11,8 +11,9 @@
 use std::collections::HashSet;
 
 use queenmq_protocol::kafka_producers::*;
-use queenmq_protocol::{PushItem, PushResult, PushStatus, QueenError};
+use queenmq_protocol::{ErrorCode, PushItem, PushResult, PushStatus, QueenError};
 
+use super::push::PreparedPush;
 use super::Planner;
 use crate::entry::Effect;
 use crate::state::kafka_producers::{PartitionSeqs, ProducerRow};
@@ -210,20 +211,143 @@ impl Planner<'_> {
         verdict
     }
 
-    /// Makes room for producer `id`'s first state: at the cap the producer idle longest,
-    /// other than those of this request (`keep`), is evicted as expiry would.
-    fn admit_producer(&mut self, id: i64, max: u64, keep: &HashSet<i64>) {
-        if self.st.kafka_producers.get(id).is_some() {
-            return;
+    /// Makes room for the request's new producers (Appended, no live state) at the cap:
+    /// picks, in one walk of the idle index, the states to evict, only among those idle at
+    /// least `evict_min_idle_ms`, not named by the request, and at most
+    /// [`PRODUCER_EVICT_PER_COMMAND`]. Above a lowered cap the picks also trim toward it. A new
+    /// producer there is no room for is turned `Full` (retriable): evicting a state that may
+    /// still be retrying would let its retry append again. Emits nothing.
+    fn plan_evictions(
+        &self,
+        req: &KafkaProduceReq,
+        verdicts: &mut [GuardVerdict],
+        named: &HashSet<i64>,
+    ) -> Vec<i64> {
+        let expiration_us = ms_us(req.expiration_ms);
+        let mut seen = HashSet::new();
+        let fresh: Vec<i64> = req
+            .guards
+            .iter()
+            .zip(verdicts.iter())
+            .filter(|(_, v)| **v == GuardVerdict::Appended)
+            .map(|(g, _)| g.batch.producer_id)
+            .filter(|id| self.live_producer(*id, expiration_us).is_none() && seen.insert(*id))
+            .collect();
+        let producers = &self.st.kafka_producers;
+        // Stale rows of the request are expired before their new state is made.
+        let stale = fresh
+            .iter()
+            .filter(|id| producers.get(**id).is_some())
+            .count();
+        let held = producers.len().saturating_sub(stale);
+        let max = usize::try_from(req.max_producers).unwrap_or(usize::MAX);
+        let need = held
+            .saturating_add(fresh.len())
+            .saturating_sub(max)
+            .min(PRODUCER_EVICT_PER_COMMAND);
+        let victims = if need == 0 {
+            Vec::new()
+        } else {
+            let cutoff = self.now().saturating_sub(ms_us(req.evict_min_idle_ms));
+            producers.evictable(cutoff, need, named)
+        };
+        let room = max.saturating_sub(held.saturating_sub(victims.len()));
+        let refused: HashSet<i64> = fresh.into_iter().skip(room).collect();
+        if !refused.is_empty() {
+            for (g, v) in req.guards.iter().zip(verdicts.iter_mut()) {
+                if *v == GuardVerdict::Appended && refused.contains(&g.batch.producer_id) {
+                    *v = GuardVerdict::Full;
+                }
+            }
         }
-        if (self.st.kafka_producers.len() as u64) < max {
-            return;
+        victims
+    }
+
+    /// Evicts the next planned victim (see [`Self::plan_evictions`]), counted in
+    /// `queen_kafka_producer_evictions_total`. False when none is left.
+    fn evict_next(&mut self, victims: &mut std::vec::IntoIter<i64>) -> bool {
+        let Some(victim) = victims.next() else {
+            return false;
+        };
+        self.emit(Effect::KafkaProducerExpire {
+            producer_id: victim,
+        });
+        metrics::counter!("queen_kafka_producer_evictions_total", "tenant" => self.tenant.to_owned())
+            .increment(1);
+        true
+    }
+
+    /// Prepares the push of the items no guard keeps out. A guard whose items would be
+    /// queued only in part is failed whole and the push prepared again without it: a batch
+    /// is remembered only when all its records were appended, and one partly appended and
+    /// unremembered would be appended again by the producer's retry.
+    fn prepare_guarded_push(
+        &mut self,
+        req: &KafkaProduceReq,
+        verdicts: &[GuardVerdict],
+        producer: Option<&str>,
+    ) -> Result<(Vec<PushResult>, PreparedPush), QueenError> {
+        let mut skip = vec![false; req.items.len()];
+        for (g, v) in req.guards.iter().zip(verdicts) {
+            if *v != GuardVerdict::Appended {
+                skip[g.start..g.end].iter_mut().for_each(|s| *s = true);
+            }
         }
-        if let Some(victim) = self.st.kafka_producers.longest_idle_except(keep) {
-            self.emit(Effect::KafkaProducerExpire {
-                producer_id: victim,
-            });
+        let mut failed: Vec<Option<PushResult>> = vec![None; req.items.len()];
+        // Failing a guard only removes items, so a second pass finds no new partial guard
+        // unless an item's fate depends on another's; then the produce is refused whole.
+        for attempt in 0..2 {
+            let kept: Vec<PushItem> = req
+                .items
+                .iter()
+                .zip(&skip)
+                .filter(|(_, s)| !**s)
+                .map(|(i, _)| i.clone())
+                .collect();
+            let prepared = self.prepare_push(&kept, producer)?;
+            let mut pushed = prepared.results.iter();
+            let results: Vec<PushResult> = req
+                .items
+                .iter()
+                .zip(&skip)
+                .enumerate()
+                .map(|(i, (item, s))| match (s, &failed[i]) {
+                    (_, Some(r)) => r.clone(),
+                    (false, None) => pushed.next().cloned().unwrap_or_else(|| not_pushed(item)),
+                    (true, None) => not_pushed(item),
+                })
+                .collect();
+            let mut partial = false;
+            for (g, v) in req.guards.iter().zip(verdicts) {
+                let rs = &results[g.start..g.end];
+                let queued = rs.iter().filter(|r| r.status == PushStatus::Queued).count();
+                if *v != GuardVerdict::Appended || queued == 0 || queued == rs.len() {
+                    continue;
+                }
+                partial = true;
+                let error = rs.iter().find_map(|r| r.error.clone());
+                for i in g.start..g.end {
+                    skip[i] = true;
+                    let mut r = not_pushed(&req.items[i]);
+                    r.error = error.clone().or_else(|| {
+                        Some(QueenError::bad_request(
+                            "part of this batch was refused, so none of it was appended",
+                        ))
+                    });
+                    failed[i] = Some(r);
+                }
+            }
+            if !partial {
+                return Ok((results, prepared));
+            }
+            if attempt == 1 {
+                break;
+            }
         }
+        Err(QueenError::new(
+            ErrorCode::Internal,
+            "kafka produce: an idempotent batch would be appended in part",
+        ))
     }
 
     /// Judges every guard, pushes the items of the partitions that pass (and of the
@@ -234,44 +358,23 @@ impl Planner<'_> {
         producer: Option<&str>,
     ) -> Result<KafkaProduceOutcome, QueenError> {
         check_guards(req)?;
-        self.expire_producers(ms_us(req.expiration_ms));
+        let expiration_us = ms_us(req.expiration_ms);
+        self.expire_producers(expiration_us);
         let mut named = HashSet::new();
-        let verdicts: Vec<GuardVerdict> = req
+        let mut verdicts: Vec<GuardVerdict> = req
             .guards
             .iter()
             .map(|g| self.judge_guard(g, req, &mut named))
             .collect();
-        let mut skip = vec![false; req.items.len()];
-        for (g, v) in req.guards.iter().zip(&verdicts) {
-            if *v != GuardVerdict::Appended {
-                skip[g.start..g.end].iter_mut().for_each(|s| *s = true);
-            }
-        }
-        let kept: Vec<PushItem> = req
-            .items
-            .iter()
-            .zip(&skip)
-            .filter(|(_, s)| !**s)
-            .map(|(i, _)| i.clone())
-            .collect();
-        let mut pushed = self.plan_push(&kept, producer)?.into_iter();
-        let results: Vec<PushResult> = req
-            .items
-            .iter()
-            .zip(&skip)
-            .map(|(item, s)| match s {
-                false => pushed.next().unwrap_or_else(|| not_pushed(item)),
-                true => not_pushed(item),
-            })
-            .collect();
-        let expiration_us = ms_us(req.expiration_ms);
+        let victims = self.plan_evictions(req, &mut verdicts, &named);
+        let (results, prepared) = self.prepare_guarded_push(req, &verdicts, producer)?;
+        // Nothing may be emitted between a prepare and its commit.
+        self.commit_push(prepared);
+        let max = usize::try_from(req.max_producers).unwrap_or(usize::MAX);
+        let mut victims = victims.into_iter();
         for (g, v) in req.guards.iter().zip(&verdicts) {
             let rs = &results[g.start..g.end];
-            let queued = rs.iter().filter(|r| r.status == PushStatus::Queued).count();
-            // Every per-item refusal today is uniform over a partition; a partial push would
-            // leave appended records unremembered, and a retry would append them again.
-            debug_assert!(queued == 0 || queued == rs.len(), "a guard pushed in part");
-            if *v != GuardVerdict::Appended || queued != rs.len() {
+            if *v != GuardVerdict::Appended || !rs.iter().all(|r| r.status == PushStatus::Queued) {
                 continue;
             }
             let Some(first) = rs.first() else { continue };
@@ -284,7 +387,9 @@ impl Planner<'_> {
                     producer_id: b.producer_id,
                 });
             }
-            self.admit_producer(b.producer_id, req.max_producers, &named);
+            if self.st.kafka_producers.get(b.producer_id).is_none() {
+                while self.st.kafka_producers.len() >= max && self.evict_next(&mut victims) {}
+            }
             self.emit(Effect::KafkaProducerBatch {
                 producer_id: b.producer_id,
                 pid: first.partition_id,
@@ -295,6 +400,8 @@ impl Planner<'_> {
                 records: u32::try_from(b.records).unwrap_or(u32::MAX),
             });
         }
+        // Above a lowered cap the rest of the picks trim toward it.
+        while self.st.kafka_producers.len() > max && self.evict_next(&mut victims) {}
         Ok(KafkaProduceOutcome { results, verdicts })
     }
 }

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use queenmq_protocol::kafka_producers::*;
-use queenmq_protocol::PushItem;
+use queenmq_protocol::{PushItem, PushStatus};
 
 use super::fixture::{Fixture, SECOND};
 
@@ -67,6 +67,7 @@ fn produce_req_to(
         items,
         expiration_ms: DAY_MS,
         max_producers: DEFAULT_MAX_PRODUCER_IDS,
+        evict_min_idle_ms: DEFAULT_PRODUCER_EVICT_MIN_IDLE_MS,
     }
 }
 
@@ -250,6 +251,7 @@ fn a_new_producer_at_the_cap_evicts_the_longest_idle() {
     let with_cap = |id, seq| {
         let mut r = produce_req(id, 0, seq, 1);
         r.max_producers = 2;
+        r.evict_min_idle_ms = 0;
         r
     };
     let go = |fx: &mut Fixture, id, seq| {
@@ -272,6 +274,138 @@ fn a_new_producer_at_the_cap_evicts_the_longest_idle() {
         "evicted: takes any sequence, as after expiry"
     );
     assert_eq!(fx.st.kafka_producers.len(), 2);
+    fx.assert_replays();
+}
+
+const MINUTE: i64 = 60 * SECOND;
+
+/// A produce naming, for each `(partition, id)`, a first one-record batch.
+fn produce_many(batches: &[(String, i64)], max: u64) -> KafkaProduceReq {
+    let mut req = KafkaProduceReq {
+        expiration_ms: DAY_MS,
+        max_producers: max,
+        evict_min_idle_ms: DEFAULT_PRODUCER_EVICT_MIN_IDLE_MS,
+        ..KafkaProduceReq::default()
+    };
+    for (partition, id) in batches {
+        let one = produce_req_to(partition, *id, 0, 0, 1);
+        let mut g = one.guards[0].clone();
+        (g.start, g.end) = (req.items.len(), req.items.len() + 1);
+        req.items.extend(one.items);
+        req.guards.push(g);
+    }
+    req
+}
+
+fn verdicts(fx: &mut Fixture, req: &KafkaProduceReq) -> Vec<GuardVerdict> {
+    match fx.planner().plan_kafka_produce(req, None) {
+        Ok(o) => o.verdicts,
+        Err(e) => panic!("produce refused: {e}"),
+    }
+}
+
+#[test]
+fn at_the_cap_only_a_state_idle_the_minimum_is_evicted_else_the_new_producer_waits() {
+    let mut fx = Fixture::new();
+    let ids: Vec<i64> = (0..3).map(|_| granted(init(&mut fx, None)).0).collect();
+    let one = |id: i64, seq: i32| {
+        let mut r = produce_req(id, 0, seq, 1);
+        r.max_producers = 2;
+        r
+    };
+    let go = |fx: &mut Fixture, r: KafkaProduceReq| verdicts(fx, &r)[0];
+    assert_eq!(go(&mut fx, one(ids[0], 0)), GuardVerdict::Appended);
+    fx.advance(SECOND);
+    assert_eq!(go(&mut fx, one(ids[1], 0)), GuardVerdict::Appended);
+    // Both states were active within the minimum: the third producer is refused, retriable,
+    // and nothing of its batch is stored; the others keep their duplicate checks.
+    fx.advance(14 * MINUTE);
+    assert_eq!(go(&mut fx, one(ids[2], 0)), GuardVerdict::Full);
+    assert_eq!(next_offset(&fx), 2);
+    assert_eq!(fx.st.kafka_producers.len(), 2);
+    assert_eq!(
+        go(&mut fx, one(ids[0], 0)),
+        GuardVerdict::Duplicate { base_offset: 0 },
+        "a retry of the first producer is still answered as a repeat"
+    );
+    assert_eq!(go(&mut fx, one(ids[0], 1)), GuardVerdict::Appended);
+    // ids[1] was idle 14 min; a minute later it is 15, and ids[0] wrote just now.
+    fx.advance(MINUTE);
+    assert_eq!(go(&mut fx, one(ids[2], 0)), GuardVerdict::Appended);
+    assert!(fx.st.kafka_producers.get(ids[1]).is_none());
+    assert!(fx.st.kafka_producers.get(ids[0]).is_some());
+    assert_eq!(fx.st.kafka_producers.len(), 2);
+    fx.assert_replays();
+}
+
+#[test]
+fn one_command_evicts_a_bounded_number_and_refuses_the_rest() {
+    let mut fx = Fixture::new();
+    let n = PRODUCER_EVICT_PER_COMMAND + 6;
+    let ids: Vec<i64> = (0..2 * n).map(|_| granted(init(&mut fx, None)).0).collect();
+    let old: Vec<(String, i64)> = (0..n).map(|i| (i.to_string(), ids[i])).collect();
+    let cap = n as u64;
+    assert!(verdicts(&mut fx, &produce_many(&old, cap))
+        .iter()
+        .all(|v| *v == GuardVerdict::Appended));
+    fx.commit();
+    fx.advance(DAY_MS as i64 * 500);
+    let new: Vec<(String, i64)> = (0..n).map(|i| (i.to_string(), ids[n + i])).collect();
+    let got = verdicts(&mut fx, &produce_many(&new, cap));
+    let appended = got.iter().filter(|v| **v == GuardVerdict::Appended).count();
+    assert_eq!(appended, PRODUCER_EVICT_PER_COMMAND);
+    assert_eq!(
+        got[PRODUCER_EVICT_PER_COMMAND..],
+        vec![GuardVerdict::Full; 6]
+    );
+    assert_eq!(fx.st.kafka_producers.len(), n);
+    fx.assert_replays();
+}
+
+#[test]
+fn a_lowered_cap_trims_idle_states_toward_it() {
+    let mut fx = Fixture::new();
+    let ids: Vec<i64> = (0..5).map(|_| granted(init(&mut fx, None)).0).collect();
+    let all: Vec<(String, i64)> = ids.iter().map(|id| (id.to_string(), *id)).collect();
+    assert!(verdicts(&mut fx, &produce_many(&all, 10))
+        .iter()
+        .all(|v| *v == GuardVerdict::Appended));
+    fx.commit();
+    fx.advance(20 * MINUTE);
+    // A producer of ours writes again under a cap of 2: the idle states go, it stays.
+    let mut again = produce_req_to(&ids[4].to_string(), ids[4], 0, 1, 1);
+    again.max_producers = 2;
+    assert_eq!(verdicts(&mut fx, &again), vec![GuardVerdict::Appended]);
+    assert_eq!(fx.st.kafka_producers.len(), 2);
+    assert!(fx.st.kafka_producers.get(ids[4]).is_some());
+    assert!(
+        fx.st.kafka_producers.get(ids[0]).is_none(),
+        "the idlest went first"
+    );
+    fx.assert_replays();
+}
+
+#[test]
+fn a_batch_refused_in_part_is_appended_not_at_all() {
+    let mut fx = Fixture::new();
+    let (id, _) = granted(init(&mut fx, None));
+    let mut req = produce_req(id, 0, 0, 3);
+    // The last record repeats the first one's transaction id: the push would queue two.
+    req.items[0].transaction_id = Some("same".into());
+    req.items[2].transaction_id = Some("same".into());
+    let out = match fx.planner().plan_kafka_produce(&req, None) {
+        Ok(o) => o,
+        Err(e) => panic!("produce refused: {e}"),
+    };
+    assert!(out
+        .results
+        .iter()
+        .all(|r| r.status == PushStatus::Failed && r.error.is_some()));
+    assert_eq!(next_offset_or_none(&fx).unwrap_or(0), 0);
+    assert!(
+        fx.st.kafka_producers.get(id).is_none(),
+        "nothing remembered"
+    );
     fx.assert_replays();
 }
 
@@ -348,5 +482,54 @@ fn retention_trims_do_not_forget_the_batches() {
         produce(&mut fx, id, 0, 0, 4).0,
         GuardVerdict::Duplicate { base_offset: 0 }
     );
+    fx.assert_replays();
+}
+
+#[test]
+fn apply_skips_batches_and_appends_the_planner_never_makes() {
+    use crate::entry::Effect;
+    let mut fx = Fixture::new();
+    let (id, _) = granted(init(&mut fx, None));
+    assert_eq!(produce(&mut fx, id, 0, 0, 2).0, GuardVerdict::Appended);
+    fx.commit();
+    let qid = fx.st.queue_by_name["t"];
+    let pid = fx.st.queues[&qid]
+        .partitions
+        .get("0", &fx.st.partitions)
+        .expect("partition");
+    let next_pid = fx.st.next_partition_id;
+    let batch =
+        |pid: u64, first_seq: i32, last_seq: i32, records: u32| Effect::KafkaProducerBatch {
+            producer_id: id,
+            pid,
+            epoch: 0,
+            first_seq,
+            last_seq,
+            base_offset: 2,
+            records,
+        };
+    let bad = [
+        batch(pid, 2, 2, 0),
+        batch(next_pid, 0, 0, 1),
+        batch(pid, 5, 5, 1),
+        batch(pid, 2, 9, 2),
+    ];
+    for e in bad {
+        fx.planner().emit(e);
+    }
+    // An append not at the partition's end would overlap the runs held.
+    fx.planner().emit(Effect::Append {
+        pid,
+        base_offset: 0,
+        hashes: vec![1, 2, 3],
+        frames: &[0; 8],
+    });
+    let row = fx.st.kafka_producers.get(id).expect("row");
+    assert_eq!(row.partitions.len(), 1);
+    assert_eq!(row.partitions[&pid].batches.len(), 1, "none of them kept");
+    assert_eq!(next_offset(&fx), 2);
+    // Every later checkpoint still decodes.
+    fx.assert_replays();
+    assert_eq!(produce(&mut fx, id, 0, 2, 1), (GuardVerdict::Appended, 2));
     fx.assert_replays();
 }

@@ -18,10 +18,20 @@ impl Planner<'_> {
                 "DeleteRecords names more than {MAX_DELETE_RECORDS_TARGETS} partitions"
             )));
         }
-        Ok(req.targets.iter().map(|t| self.delete_records(t)).collect())
+        let mut work = 0usize;
+        Ok(req
+            .targets
+            .iter()
+            .map(|t| self.delete_records(t, &mut work))
+            .collect())
     }
 
-    fn delete_records(&mut self, t: &DeleteRecordsTarget) -> DeleteRecordsVerdict {
+    /// One target; `work` is what the command's earlier targets cost.
+    fn delete_records(
+        &mut self,
+        t: &DeleteRecordsTarget,
+        work: &mut usize,
+    ) -> DeleteRecordsVerdict {
         let Some(q) = self
             .st
             .queue_by_name
@@ -32,6 +42,7 @@ impl Planner<'_> {
         };
         // A partition without messages has no row yet: its log is empty, 0..0.
         let pid = q.partitions.get(&t.partition, &self.st.partitions);
+        let cost = q.groups.len().saturating_add(1);
         let (low, high) = pid
             .and_then(|pid| self.st.partitions.get(&pid))
             .map_or((0, 0), |p| (p.low_offset(), p.next_offset));
@@ -43,6 +54,10 @@ impl Planner<'_> {
             },
         };
         if let Some(pid) = pid.filter(|_| to > low) {
+            if *work > 0 && work.saturating_add(cost) > DELETE_RECORDS_WORK_PER_COMMAND {
+                return DeleteRecordsVerdict::Busy;
+            }
+            *work = work.saturating_add(cost);
             self.emit(Effect::KafkaDeleteRecords { pid, low: to });
         }
         DeleteRecordsVerdict::Deleted {

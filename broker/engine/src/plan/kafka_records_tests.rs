@@ -20,13 +20,17 @@ fn delete(fx: &mut Fixture, queue: &str, partition: &str, offset: i64) -> Delete
     }
 }
 
-fn low(fx: &Fixture, queue: &str) -> u64 {
+fn partition<'a>(fx: &'a Fixture, queue: &str) -> &'a crate::state::model::Partition {
     let qid = fx.st.queue_by_name[queue];
     let pid = fx.st.queues[&qid]
         .partitions
         .get("0", &fx.st.partitions)
         .expect("partition");
-    fx.st.partitions.get(&pid).expect("partition").low_offset()
+    fx.st.partitions.get(&pid).expect("partition")
+}
+
+fn low(fx: &Fixture, queue: &str) -> u64 {
+    partition(fx, queue).low_offset()
 }
 
 #[test]
@@ -41,6 +45,11 @@ fn the_floor_lands_exactly_on_the_offset_even_inside_one_write() {
         DeleteRecordsVerdict::Deleted { low_watermark: 4 }
     );
     assert_eq!(low(&fx, "t"), 4);
+    assert_eq!(
+        floor(&fx, "t"),
+        4,
+        "inside the write, the floor hides what is below"
+    );
     fx.assert_replays();
     let popped = fx.pop("t", Some("late"), 1, None);
     assert_eq!(
@@ -67,7 +76,16 @@ fn the_floor_lands_exactly_on_the_offset_even_inside_one_write() {
         DeleteRecordsVerdict::Deleted { low_watermark: 10 }
     );
     assert_eq!(low(&fx, "t"), 10);
+    assert_eq!(
+        floor(&fx, "t"),
+        0,
+        "no run left: the floor decides nothing and is cleared"
+    );
     fx.assert_replays();
+}
+
+fn floor(fx: &Fixture, queue: &str) -> u64 {
+    partition(fx, queue).floor
 }
 
 #[test]
@@ -86,6 +104,47 @@ fn unknown_queues_and_empty_partitions_answer_as_kafka_does() {
     assert_eq!(
         delete(&mut fx, "t", "5", 1),
         DeleteRecordsVerdict::OutOfRange
+    );
+    fx.assert_replays();
+}
+
+#[test]
+fn one_command_moves_cursors_of_a_bounded_number_of_groups() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 2);
+    fx.push("t", "1", 2);
+    fx.commit();
+    // Each target costs 1 + the queue's groups: two partitions of a queue with this many
+    // groups pass the command's work.
+    let groups = DELETE_RECORDS_WORK_PER_COMMAND / 2;
+    for g in 0..groups {
+        fx.pop("t", Some(&format!("g{g}")), 1, None);
+    }
+    fx.commit();
+    let target = |partition: &str| DeleteRecordsTarget {
+        queue: "t".into(),
+        partition: partition.into(),
+        offset: HIGH_WATERMARK,
+    };
+    let req = DeleteRecordsReq {
+        targets: vec![target("0"), target("1")],
+    };
+    let verdicts = match fx.planner().plan_kafka_delete_records(&req) {
+        Ok(v) => v,
+        Err(e) => panic!("delete records refused: {e}"),
+    };
+    assert_eq!(
+        verdicts,
+        vec![
+            DeleteRecordsVerdict::Deleted { low_watermark: 2 },
+            DeleteRecordsVerdict::Busy
+        ]
+    );
+    fx.commit();
+    assert_eq!(
+        delete(&mut fx, "t", "1", HIGH_WATERMARK),
+        DeleteRecordsVerdict::Deleted { low_watermark: 2 },
+        "the next command takes it"
     );
     fx.assert_replays();
 }

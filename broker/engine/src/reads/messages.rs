@@ -146,7 +146,9 @@ pub fn dlq(
             let Some(p) = st.partitions.get(&d.partition) else {
                 continue;
             };
-            if query.partition.as_deref().is_some_and(|n| n != p.name) {
+            if query.partition.as_deref().is_some_and(|n| n != p.name)
+                || !super::queues::dead_letter_held(st, d)
+            {
                 continue;
             }
             if query.from_us.is_some_and(|f| d.failed_us < f)

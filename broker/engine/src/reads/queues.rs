@@ -64,6 +64,18 @@ pub fn queue_depth(st: &State, q: &Queue) -> u64 {
     counts(st, q, None).pending
 }
 
+/// The queue's dead-letter rows whose message is still held: a row below its partition's
+/// floor (retention, Kafka DeleteRecords) names a message no reader serves any more.
+pub(super) fn held_dead_letters(st: &State, q: &Queue) -> u64 {
+    q.dlq.iter().filter(|d| dead_letter_held(st, d)).count() as u64
+}
+
+pub(super) fn dead_letter_held(st: &State, d: &crate::state::model::DlqRow) -> bool {
+    st.partitions
+        .get(&d.partition)
+        .is_some_and(|p| d.offset >= p.low_offset())
+}
+
 fn totals(st: &State, q: &Queue) -> MessageTotals {
     let c = counts(st, q, None);
     MessageTotals {
@@ -72,7 +84,7 @@ fn totals(st: &State, q: &Queue) -> MessageTotals {
         processing: c.processing,
         completed: c.total.saturating_sub(c.pending),
         failed: q.counters.failed,
-        dead_letter: q.dlq.len() as u64,
+        dead_letter: held_dead_letters(st, q),
     }
 }
 
@@ -125,8 +137,13 @@ pub fn one(st: &State, name: &str, page: Page) -> Result<QueueDoc, QueenError> {
             created_us: p.created_us,
             messages: p.next_offset - p.low_offset(),
             last_write_us: p.last_write_us,
-            oldest_us: p.runs.first().map(|r| r.created_us),
-            newest_us: p.runs.last().map(|r| r.created_us),
+            // Below the floor (retention, DeleteRecords inside a write) nothing is held.
+            oldest_us: p.created_of(p.low_offset()),
+            newest_us: p
+                .runs
+                .last()
+                .filter(|_| p.low_offset() < p.next_offset)
+                .map(|r| r.created_us),
             retained_bytes: p.bytes,
         })
         .collect();
@@ -204,7 +221,7 @@ pub fn overview(st: &State) -> Overview {
         total += c.total;
         pending += c.pending;
         processing += c.processing;
-        dlq += q.dlq.len() as u64;
+        dlq += held_dead_letters(st, q);
     }
     let namespaces: std::collections::HashSet<&str> = st
         .queues
@@ -314,5 +331,97 @@ pub fn status(st: &State, only: Option<&str>) -> StatusView {
     StatusView {
         queues,
         overview: overview(st),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use queenmq_protocol::kafka_records::{DeleteRecordsReq, DeleteRecordsTarget};
+    use queenmq_protocol::Page;
+
+    use crate::plan::fixture::{Fixture, SECOND};
+
+    #[test]
+    fn a_partitions_oldest_message_is_the_first_above_the_floor() {
+        let mut fx = Fixture::new();
+        fx.push("t", "0", 3);
+        fx.advance(SECOND);
+        let second_write = fx.planner().now();
+        fx.push("t", "0", 3);
+        let mut delete = |offset: i64| {
+            let req = DeleteRecordsReq {
+                targets: vec![DeleteRecordsTarget {
+                    queue: "t".into(),
+                    partition: "0".into(),
+                    offset,
+                }],
+            };
+            assert!(fx.planner().plan_kafka_delete_records(&req).is_ok());
+            let page = Page {
+                limit: 10,
+                offset: 0,
+            };
+            let doc = super::one(&fx.st, "t", page).expect("queue");
+            let p = &doc.partitions[0];
+            (p.messages, p.oldest_us, p.newest_us)
+        };
+        assert_eq!(delete(4), (2, Some(second_write), Some(second_write)));
+        assert_eq!(delete(-1), (0, None, None), "nothing held");
+    }
+
+    #[test]
+    fn dead_letters_of_deleted_messages_are_not_counted() {
+        use queenmq_protocol::{AckStatus, DlqQuery, Setting};
+
+        use crate::plan::fixture::opts;
+        use crate::reader::MessageReader;
+
+        let mut fx = Fixture::new();
+        fx.configure("q", opts(|o| o.retry_limit = Some(Setting::Value(0))));
+        fx.push("q", "0", 4);
+        fx.commit();
+        let got = fx.pop("q", None, 1, None);
+        fx.commit();
+        assert!(fx.ack(&got, AckStatus::Failed)[0].success);
+        fx.advance(SECOND);
+        let counted = |fx: &mut Fixture| {
+            let page = Page {
+                limit: 10,
+                offset: 0,
+            };
+            let doc = super::one(&fx.st, "q", page).expect("queue");
+            let query = DlqQuery {
+                queue: Some("q".into()),
+                group: None,
+                partition: None,
+                limit: 10,
+                offset: 0,
+                from_us: None,
+                to_us: None,
+            };
+            let mut rd = MessageReader {
+                pending: &[],
+                cache: &mut fx.cache,
+                log: &fx.log,
+            };
+            let listed = super::super::messages::dlq(&fx.st, &mut rd, &query).expect("dlq");
+            (
+                doc.queue.messages.dead_letter,
+                listed.page.total,
+                listed.messages.len(),
+                super::overview(&fx.st).messages.dead_letter,
+            )
+        };
+        assert_eq!(counted(&mut fx), (1, 1, 1, 1));
+        let req = DeleteRecordsReq {
+            targets: vec![DeleteRecordsTarget {
+                queue: "q".into(),
+                partition: "0".into(),
+                offset: 2,
+            }],
+        };
+        assert!(fx.planner().plan_kafka_delete_records(&req).is_ok());
+        fx.commit();
+        assert_eq!(counted(&mut fx), (0, 0, 0, 0));
     }
 }

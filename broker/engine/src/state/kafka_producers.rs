@@ -6,7 +6,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
-use queenmq_protocol::kafka_producers::{in_sequence, MAX_PRODUCER_ID, PRODUCER_BATCHES_KEPT};
+use queenmq_protocol::kafka_producers::{
+    in_sequence, increment_sequence, MAX_PRODUCER_ID, PRODUCER_BATCHES_KEPT,
+};
 
 use crate::codec::{DecodeError, Reader, Writer};
 
@@ -90,13 +92,17 @@ impl KafkaProducers {
             .collect()
     }
 
-    /// The row idle longest whose id is not in `keep`, the one a new producer evicts at the
-    /// cap. Walks at most `keep.len() + 1` index entries.
-    pub fn longest_idle_except(&self, keep: &HashSet<i64>) -> Option<i64> {
+    /// Up to `limit` ids idle since `cutoff_us` or before and not in `keep`, oldest first: the
+    /// states new producers evict at the cap. One walk of the idle index, of at most
+    /// `limit + keep.len()` entries.
+    pub fn evictable(&self, cutoff_us: i64, limit: usize, keep: &HashSet<i64>) -> Vec<i64> {
         self.idle
             .iter()
+            .take_while(|(at, _)| *at <= cutoff_us)
             .map(|(_, id)| *id)
-            .find(|id| !keep.contains(id))
+            .filter(|id| !keep.contains(id))
+            .take(limit)
+            .collect()
     }
 
     /// InitProducerId handed out `id` as a new producer: only the counter moves, the state
@@ -132,6 +138,36 @@ impl KafkaProducers {
     pub fn init(&mut self, id: i64, epoch: i16, now_us: i64) {
         let row = self.row(id, now_us);
         row.epoch = row.epoch.max(epoch);
+    }
+
+    /// Whether apply may take this batch: what the planner emits (at least one record, a
+    /// sequence range that adds up, a known partition, following the partition's last batch
+    /// of the same epoch). Anything else (an older or buggy build, a bus producer other
+    /// than the door) is skipped alike on every replica: kept, it would make every later
+    /// checkpoint one that [`Self::decode`] refuses, and halt the node at its next restart.
+    pub fn accepts_batch(
+        &self,
+        id: i64,
+        pid: u64,
+        epoch: i16,
+        b: &BatchRow,
+        next_pid: u64,
+    ) -> bool {
+        let span = b.records.checked_sub(1).and_then(|n| i32::try_from(n).ok());
+        if pid >= next_pid
+            || b.first_seq < 0
+            || b.last_seq < 0
+            || span.map(|n| increment_sequence(b.first_seq, n)) != Some(b.last_seq)
+        {
+            return false;
+        }
+        let last = self
+            .rows
+            .get(&id)
+            .and_then(|r| r.partitions.get(&pid))
+            .filter(|p| p.epoch == epoch)
+            .and_then(|p| p.batches.back());
+        last.is_none_or(|l| in_sequence(l.last_seq, b.first_seq))
     }
 
     /// A batch appended at `base_offset` of partition `pid`.

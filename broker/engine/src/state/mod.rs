@@ -347,18 +347,30 @@ impl State {
                 last_seq,
                 base_offset,
                 records,
-            } => self.kafka_producers.batch(
-                *producer_id,
-                *pid,
-                *epoch,
-                kafka_producers::BatchRow {
+            } => {
+                let b = kafka_producers::BatchRow {
                     first_seq: *first_seq,
                     last_seq: *last_seq,
                     base_offset: *base_offset,
                     records: *records,
-                },
-                now_us,
-            ),
+                };
+                let next_pid = self.next_partition_id;
+                if self
+                    .kafka_producers
+                    .accepts_batch(*producer_id, *pid, *epoch, &b, next_pid)
+                {
+                    self.kafka_producers
+                        .batch(*producer_id, *pid, *epoch, b, now_us);
+                } else {
+                    tracing::warn!(
+                        producer_id,
+                        pid,
+                        first_seq,
+                        records,
+                        "kafka producer batch the planner never makes skipped"
+                    );
+                }
+            }
             Effect::KafkaProducerExpire { producer_id } => {
                 self.kafka_producers.expire(*producer_id)
             }
@@ -401,6 +413,19 @@ impl State {
         };
         let n = hashes.len() as u64;
         if n == 0 {
+            return;
+        }
+        if base != p.next_offset {
+            // The planner appends at the partition's end; an entry that does not (an older
+            // build, a damaged log) is skipped alike on every replica: kept, it would leave
+            // runs that overlap or a next offset below the floor, which checkpoint decode
+            // refuses at the next restart.
+            tracing::warn!(
+                pid,
+                base,
+                next = p.next_offset,
+                "append not at the partition's end skipped"
+            );
             return;
         }
         if p.runs.is_empty() {
