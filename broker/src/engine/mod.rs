@@ -14,6 +14,7 @@ mod long_poll_slots;
 mod loop_tests;
 mod metrics_sample;
 mod panic_guard;
+mod reclaim;
 mod waiters;
 
 pub use queenmq_engine::log;
@@ -518,10 +519,12 @@ impl Engine {
         }
         self.last_checkpoint = Instant::now();
         let encoding = Instant::now();
-        let (pending, applied) = {
+        let (pending, applied, floor) = {
             let st = self.shared.lock();
             match st.applied {
-                Some(a) if Some(a.0) != self.checkpointed_index => (begin_checkpoint(&st), a),
+                Some(a) if Some(a.0) != self.checkpointed_index => {
+                    (begin_checkpoint(&st), a, st.run_floor.lowest())
+                }
                 _ => return,
             }
         };
@@ -535,6 +538,8 @@ impl Engine {
         });
         let store = self.store.clone();
         let disk = self.cfg.disk.clone();
+        let log = self.log.clone();
+        let tenant = self.cfg.tenant.to_string();
         let started = Instant::now();
         let save = tokio::task::spawn_blocking(move || {
             // The transaction-id rows are encoded here, off the engine (shared frozen blocks),
@@ -556,6 +561,10 @@ impl Engine {
                 .map_err(|e| e.to_string());
             crate::memory::give_back_freed();
             drop(held);
+            if matches!(saved, Ok(Some(_))) {
+                // Only now is the checkpoint durable: the records it covers may go.
+                reclaim::after_checkpoint(log.as_ref(), &tenant, applied.0, floor);
+            }
             saved
         });
         if last {
@@ -625,7 +634,10 @@ fn failed_cycle_reply(
 fn log_error_is_enospc(e: &crate::engine::log::LogError) -> bool {
     match e {
         crate::engine::log::LogError::Propose(cause)
-        | crate::engine::log::LogError::Read(cause) => crate::disk_gate::is_enospc(cause.as_ref()),
+        | crate::engine::log::LogError::Read(cause)
+        | crate::engine::log::LogError::Reclaim(cause) => {
+            crate::disk_gate::is_enospc(cause.as_ref())
+        }
     }
 }
 

@@ -240,6 +240,31 @@ fn purge_upto_removes_only_whole_segments_then_reopen() {
 }
 
 #[test]
+fn sealed_through_names_whole_segments_and_never_the_one_appends_go_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = SegmentLog::open(dir.path(), small()).unwrap();
+    assert_eq!(log.sealed_through(u64::MAX), None);
+    fill(&log, 1, 60, 1);
+    let segments = log.segment_count();
+    assert!(segments >= 3, "{segments}");
+    assert_eq!(log.sealed_through(0), None);
+    let (last, _) = log.last().unwrap();
+    let upto = log.sealed_through(u64::MAX).expect("sealed segments");
+    assert!(upto < last, "the last segment is never offered");
+    let mid = log
+        .sealed_through(30)
+        .expect("a sealed segment ends at or below 30");
+    assert!((1..=30).contains(&mid));
+    assert!(log.purge_upto(mid).unwrap() > 0);
+    assert_eq!(log.first_index(), Some(mid + 1));
+    let left = log.segment_count();
+    assert_eq!(log.purge_upto(upto).unwrap(), left - 1);
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.first_index(), Some(upto + 1));
+    assert_eq!(log.sealed_through(u64::MAX), None);
+}
+
+#[test]
 fn read_verifies_the_crc_of_records_on_disk() {
     let backend = MemBackend::new();
     let log = mem_log(&backend);

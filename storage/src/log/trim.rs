@@ -2,7 +2,7 @@
 
 use super::SegmentLog;
 use crate::format::SEGMENT_HEADER_LEN;
-use crate::sync::{lock, write};
+use crate::sync::{lock, read, write};
 use crate::StorageError;
 
 impl SegmentLog {
@@ -62,9 +62,20 @@ impl SegmentLog {
         Ok(())
     }
 
+    /// The last index of the newest segment, other than the one appends go to, whose records
+    /// are all `<= index`: how far `purge_upto(index)` would delete while leaving the log a
+    /// segment to append to. None when no such segment exists.
+    pub fn sealed_through(&self, index: u64) -> Option<u64> {
+        let idx = read(&self.index);
+        let sealed = idx.segments.len().checked_sub(1)?;
+        let n = idx.segments[..sealed].partition_point(|s| s.last_index() <= index);
+        Some(idx.segments[n.checked_sub(1)?].last_index())
+    }
+
     /// Deletes every whole segment whose records are all `<= index`; a segment that also holds
-    /// a later record stays, so `first_index` may remain below `index + 1`.
-    pub fn purge_upto(&self, index: u64) -> Result<(), StorageError> {
+    /// a later record stays, so `first_index` may remain below `index + 1`. The number of
+    /// segment files deleted.
+    pub fn purge_upto(&self, index: u64) -> Result<usize, StorageError> {
         let mut dirty = lock(&self.writer);
         self.check_poisoned()?;
         let removed = {
@@ -73,7 +84,7 @@ impl SegmentLog {
             idx.segments.drain(..n).collect::<Vec<_>>()
         };
         if removed.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         // Oldest first, each removal durable before the next: a crash part-way leaves a
         // contiguous suffix (which recovery accepts) whatever order the filesystem persists
@@ -88,6 +99,6 @@ impl SegmentLog {
                 self.backend.locate(""),
             ))?;
         }
-        Ok(())
+        Ok(removed.len())
     }
 }

@@ -56,6 +56,10 @@ pub fn canonical(st: &State) -> String {
             let _ = writeln!(o, "  partition {pid} found by name as {name:?}");
         }
     }
+    // The incremental floor must agree with a walk, whatever path reached the state.
+    let walked = super::run_floor::RunFloor::walked(st.partitions.values());
+    assert_eq!(st.run_floor.lowest(), walked, "incremental run floor");
+    let _ = writeln!(o, "run floor {walked:?}");
     let mut parts: Vec<_> = st.partitions.values().collect();
     parts.sort_by_key(|p| p.id);
     for p in parts {

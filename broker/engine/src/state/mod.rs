@@ -13,6 +13,7 @@ pub mod model;
 mod name_index;
 mod partition_table;
 mod retention;
+pub mod run_floor;
 mod snapshot;
 pub mod timers;
 mod txn_ids;
@@ -85,6 +86,8 @@ pub struct State {
     pub kv: kv::KvTable,
     /// Kafka consumer groups' committed offsets and generations.
     pub kafka_groups: kafka_groups::KafkaGroups,
+    /// Derived: the lowest log index a held message lives in (segments below it can go).
+    pub run_floor: run_floor::RunFloor,
 }
 
 /// Where an effect's bytes live, so runs can point at them.
@@ -373,6 +376,7 @@ impl State {
             // A first push would reserve room for four runs (128 bytes); most partitions of a
             // wide queue hold one or two runs at a time.
             p.runs.reserve_exact(1);
+            self.run_floor.moved(None, Some(loc.index));
         }
         p.runs.push(Run {
             base_offset: base,
@@ -487,7 +491,9 @@ impl State {
             self.delete_group(*gid);
         }
         for pid in &q.partition_order {
-            self.partitions.remove(pid);
+            if let Some(p) = self.partitions.remove(pid) {
+                self.run_floor.moved(run_floor::first_index(&p), None);
+            }
         }
     }
 
@@ -495,12 +501,14 @@ impl State {
     pub fn commit_pending_runs(&mut self, touched: &[u64], index: u64) {
         for pid in touched {
             if let Some(p) = self.partitions.get_mut(pid) {
+                let before = run_floor::first_index(p);
                 for run in p.runs.iter_mut().rev() {
                     if run.index != PENDING_INDEX {
                         break;
                     }
                     run.index = index;
                 }
+                self.run_floor.moved(before, run_floor::first_index(p));
             }
         }
     }
