@@ -12,7 +12,7 @@ use crate::types::RaftLogId;
 use crate::{RaftConfig, RaftNode};
 use queenmq_storage::LogOptions;
 
-use super::fixtures::Recorder;
+use super::fixtures::{start_fresh, Recorder};
 
 fn open(dir: &std::path::Path) -> (Arc<SegmentLog>, Arc<StateStore>) {
     let opts = LogOptions {
@@ -28,14 +28,7 @@ fn open(dir: &std::path::Path) -> (Arc<SegmentLog>, Arc<StateStore>) {
 async fn reclaimed_segments_go_after_the_horizon_and_a_restart_continues() {
     let dir = tempfile::tempdir().unwrap();
     let (log, store) = open(dir.path());
-    let node = RaftNode::start_single(
-        RaftConfig::default(),
-        log.clone(),
-        store.clone(),
-        Recorder::new(None),
-    )
-    .await
-    .unwrap();
+    let node = start_fresh(&log, &store).await;
     let mut proposed = Vec::new();
     for i in 0..120u32 {
         let payload = format!("message {i} {}", "y".repeat(200)).into_bytes();
