@@ -309,6 +309,40 @@ fn need_counts_what_every_data_writer_keeps() {
 }
 
 #[test]
+fn kafka_idempotent_produce_is_data_and_so_is_a_new_producer_id() {
+    use queenmq_protocol::kafka_producers::*;
+    let produce = Command::KafkaProduce(KafkaProduceReq {
+        items: vec![item(100)],
+        guards: vec![ProducerGuard {
+            queue: "q".into(),
+            partition: "p".into(),
+            start: 0,
+            end: 1,
+            batches: vec![ProducerBatch {
+                producer_id: 1,
+                epoch: 0,
+                first_seq: 0,
+                last_seq: 0,
+                records: 1,
+            }],
+        }],
+        expiration_ms: DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        max_producers: DEFAULT_MAX_PRODUCER_IDS,
+    });
+    let one_item = 100 + 1 + 1 + crate::disk_need::ROW_OVERHEAD;
+    assert_eq!(
+        need(&produce),
+        Need::Data(one_item + crate::disk_need::ROW_OVERHEAD)
+    );
+    let init = Command::KafkaProducers(KafkaProducersReq::InitProducerId {
+        current: None,
+        expiration_ms: DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        max_producers: DEFAULT_MAX_PRODUCER_IDS,
+    });
+    assert_eq!(need(&init), Need::Data(crate::disk_need::ROW_OVERHEAD));
+}
+
+#[test]
 fn the_room_for_due_timers_is_what_the_reserve_leaves_and_none_while_full() {
     let fake = Fake::default();
     fake.set(10_000);

@@ -133,6 +133,13 @@ pub fn need(cmd: &Command) -> Need {
         Command::Timers(t) => data_or_bookkeeping(timer_ops(&t.ops)),
         Command::Locks(l) => data_or_bookkeeping(lock_ops(&l.ops)),
         Command::KafkaGroups(g) => data_or_bookkeeping(kafka_groups(g)),
+        // The records are data; a guard's batch rows are a few numbers each.
+        Command::KafkaProduce(p) => Need::Data(
+            push_items(&p.items)
+                .saturating_add((p.guards.len() as u64).saturating_mul(ROW_OVERHEAD)),
+        ),
+        // A new producer id grows the state by one row: refused with the data it is for.
+        Command::KafkaProducers(_) => Need::Data(ROW_OVERHEAD),
         Command::Configure(_)
         | Command::DeleteQueue { .. }
         | Command::Pop(_)

@@ -232,11 +232,14 @@ async fn start_kafka(
         idle_timeout: Duration::from_secs(600),
         io_timeout: Duration::from_secs(60),
         default_partitions: u32::try_from(cfg.kafka_default_partitions).unwrap_or(u32::MAX),
+        producer_id_expiration_ms: cfg.kafka_producer_id_expiration_ms,
+        max_producer_ids: cfg.kafka_max_producer_ids,
         ctx: queenmq_protocol::RequestCtx {
             tenant: queenmq_protocol::DEFAULT_TENANT.to_owned(),
             principal: None,
             access: queenmq_protocol::Access::Open,
         },
+        log_dir: cfg.data_dir.display().to_string(),
     };
     Ok(Some(tokio::spawn(queenmq_kafka_port::run(
         listener, bus, kcfg, stop,

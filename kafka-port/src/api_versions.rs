@@ -4,10 +4,13 @@
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 
-use crate::admin::{create_partitions, create_topics, delete_topics, describe_configs};
+use crate::admin::{
+    alter_configs, create_partitions, create_topics, delete_topics, describe_cluster,
+    describe_configs, describe_log_dirs,
+};
 use crate::connection::{encode, Reply};
 use crate::errors;
-use crate::{fetch, list_offsets, metadata, produce};
+use crate::{fetch, init_producer_id, list_offsets, metadata, produce};
 
 /// The ApiVersions versions served (v4 only adds nothing we use; clients fall back to v3).
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 0..=3;
@@ -55,6 +58,31 @@ pub fn served() -> Vec<(ApiKey, i16, i16)> {
             ApiKey::DescribeConfigs,
             *describe_configs::VERSIONS.start(),
             *describe_configs::VERSIONS.end(),
+        ),
+        (
+            ApiKey::InitProducerId,
+            *init_producer_id::VERSIONS.start(),
+            *init_producer_id::VERSIONS.end(),
+        ),
+        (
+            ApiKey::AlterConfigs,
+            *alter_configs::VERSIONS.start(),
+            *alter_configs::VERSIONS.end(),
+        ),
+        (
+            ApiKey::IncrementalAlterConfigs,
+            *alter_configs::INCREMENTAL_VERSIONS.start(),
+            *alter_configs::INCREMENTAL_VERSIONS.end(),
+        ),
+        (
+            ApiKey::DescribeLogDirs,
+            *describe_log_dirs::VERSIONS.start(),
+            *describe_log_dirs::VERSIONS.end(),
+        ),
+        (
+            ApiKey::DescribeCluster,
+            *describe_cluster::VERSIONS.start(),
+            *describe_cluster::VERSIONS.end(),
         ),
     ]
     .into_iter()
@@ -111,7 +139,10 @@ mod tests {
             let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
             assert_eq!(
                 keys,
-                vec![0, 1, 2, 3, 18, 19, 20, 37, 32, 10, 11, 14, 12, 13, 8, 9, 47, 16, 15, 42]
+                vec![
+                    0, 1, 2, 3, 18, 19, 20, 37, 32, 22, 33, 44, 35, 60, 10, 11, 14, 12, 13, 8, 9,
+                    47, 16, 15, 42
+                ]
             );
         }
     }
@@ -120,6 +151,6 @@ mod tests {
     fn an_unknown_version_gets_unsupported_in_the_v0_layout() {
         let (layout, r) = decoded(answer(9));
         assert_eq!((layout, r.error_code), (0, errors::UNSUPPORTED_VERSION));
-        assert_eq!(r.api_keys.len(), 20);
+        assert_eq!(r.api_keys.len(), 25);
     }
 }

@@ -14,7 +14,10 @@ use tokio::sync::watch;
 
 use crate::header::{self, RequestHeader};
 use crate::wire::Reader;
-use crate::{admin, api_versions, fetch, frame, group, list_offsets, metadata, produce, Door};
+use crate::{
+    admin, api_versions, fetch, frame, group, init_producer_id, list_offsets, metadata, produce,
+    Door,
+};
 
 /// What a handler decided for one request.
 pub enum Reply {
@@ -155,8 +158,27 @@ async fn dispatch(
         {
             admin::create_partitions::answer(door, hdr.api_version, reader).await
         }
+        ApiKey::InitProducerId if init_producer_id::VERSIONS.contains(&hdr.api_version) => {
+            init_producer_id::answer(door, hdr.api_version, reader).await
+        }
         ApiKey::DescribeConfigs if admin::describe_configs::VERSIONS.contains(&hdr.api_version) => {
             admin::describe_configs::answer(door, hdr.api_version, reader).await
+        }
+        ApiKey::AlterConfigs if admin::alter_configs::VERSIONS.contains(&hdr.api_version) => {
+            admin::alter_configs::answer(door, hdr.api_version, reader).await
+        }
+        ApiKey::IncrementalAlterConfigs
+            if admin::alter_configs::INCREMENTAL_VERSIONS.contains(&hdr.api_version) =>
+        {
+            admin::alter_configs::answer_incremental(door, hdr.api_version, reader).await
+        }
+        ApiKey::DescribeCluster if admin::describe_cluster::VERSIONS.contains(&hdr.api_version) => {
+            admin::describe_cluster::answer(door, hdr.api_version, reader)
+        }
+        ApiKey::DescribeLogDirs
+            if admin::describe_log_dirs::VERSIONS.contains(&hdr.api_version) =>
+        {
+            admin::describe_log_dirs::answer(door, hdr.api_version, reader).await
         }
         _ if group::is_group_api(api, hdr.api_version) => {
             group::dispatch(door, api, hdr, reader, peer).await
@@ -191,6 +213,7 @@ pub const API_NAMES: &[&str] = &[
     "delete_topics",
     "create_partitions",
     "describe_configs",
+    "init_producer_id",
     "other",
 ];
 
@@ -216,6 +239,7 @@ fn api_name(api: ApiKey) -> &'static str {
         ApiKey::DeleteTopics => "delete_topics",
         ApiKey::CreatePartitions => "create_partitions",
         ApiKey::DescribeConfigs => "describe_configs",
+        ApiKey::InitProducerId => "init_producer_id",
         _ => "other",
     }
 }

@@ -22,6 +22,12 @@ pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 /// Retriable: the broker's disk is full (or failed); the producer retries the partition.
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const INVALID_RECORD: i16 = 87;
+pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+pub const UNKNOWN_PRODUCER_ID: i16 = 59;
+pub const UNKNOWN_TOPIC_ID: i16 = 100;
 // Consumer groups (group/).
 pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
 pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;

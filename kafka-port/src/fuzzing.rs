@@ -30,6 +30,7 @@ pub fn request(data: &[u8]) {
             };
             let mut budget = crate::records::Budget::new(1 << 20, 10_000);
             let mut items = Vec::new();
+            let mut guards = Vec::new();
             for (topic, parts) in req.topics {
                 for (index, records) in parts {
                     let mut check = budget;
@@ -43,8 +44,23 @@ pub fn request(data: &[u8]) {
                             }
                         }
                     }
-                    produce::plan_partition(&topic, index, records, None, &mut budget, &mut items);
+                    produce::plan_partition(
+                        &topic,
+                        index,
+                        records,
+                        None,
+                        &mut budget,
+                        &mut items,
+                        &mut guards,
+                    );
                 }
+            }
+            for g in &guards {
+                let records: usize = g.batches.iter().map(|b| b.records).sum();
+                assert!(
+                    g.end <= items.len() && records == g.end - g.start,
+                    "a guard does not cover its partition's items"
+                );
             }
             for item in &items {
                 assert!(

@@ -21,6 +21,7 @@ pub mod frame;
 pub mod fuzzing;
 pub mod group;
 pub mod header;
+pub mod init_producer_id;
 pub mod list_offsets;
 pub mod mapping;
 pub mod metadata;
@@ -50,6 +51,10 @@ pub struct KafkaConfig {
     pub max_request_bytes: usize,
     /// Partitions a topic shows at least (and auto-creation gives it).
     pub default_partitions: u32,
+    /// Idempotent producers idle this long are forgotten (`kafka_producer_id_expiration_ms`).
+    pub producer_id_expiration_ms: u64,
+    /// Producer states kept at most (`kafka_max_producer_ids`).
+    pub max_producer_ids: u64,
     /// Records one Produce request may carry (the HTTP door's `max_push_items`).
     pub max_records: usize,
     /// Connections served at once; one more is closed at accept.
@@ -65,6 +70,8 @@ pub struct KafkaConfig {
     /// Who the requests of this door act as: the port has no SASL yet, so the broker only
     /// starts it when HTTP authentication is off and passes an open context.
     pub ctx: RequestCtx,
+    /// The data directory, shown as the broker's one log dir (DescribeLogDirs).
+    pub log_dir: String,
 }
 
 /// The shared state of every connection.

@@ -14,7 +14,7 @@ use crate::{errors, topics, Door};
 /// v0..=v12: every version a client from 2017 on sends (v13 only moves an error code).
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 0..=12;
 /// The cluster id clients log and some compare across reconnects.
-const CLUSTER_ID: &str = "queenmq";
+pub const CLUSTER_ID: &str = "queenmq";
 
 /// What a Metadata request asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,7 +129,7 @@ async fn topic(
         }
         *creations_left -= 1;
         count = match topics::create(door, name).await {
-            Ok(()) => topics::partition_count(door, name).await,
+            Ok(_) => topics::partition_count(door, name).await,
             Err(e) => Err(e),
         };
     }

@@ -1,11 +1,19 @@
 //! Produce: each record of each partition's batches becomes one pushed message (queue =
 //! topic, partition = the index as text), all in one push so that the whole request is one
 //! engine entry and the answer comes after its fsync. Errors stay per partition.
+//!
+//! A partition whose batches carry a producer id (idempotent producers) becomes a guard:
+//! the engine checks its epoch and sequence numbers against the partition's last batches and
+//! appends it in the same step (`Command::KafkaProduce`, docs/kafka-compat.md "Idempotent
+//! producers"); a repeat is answered with the first copy's offset.
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use queenmq_protocol::kafka_producers::{
+    increment_sequence, GuardVerdict, KafkaProduceReq, ProducerBatch, ProducerGuard,
+};
 use queenmq_protocol::{Command, Outcome, PushItem, PushReq, PushResult, QueenError};
 
 use crate::connection::{encode, Reply};
@@ -62,7 +70,8 @@ pub enum Fate {
 }
 
 /// Checks one partition's batches and turns its records into push items (appended to
-/// `items`). `budget` bounds what decompression may still produce for the request.
+/// `items`), and its idempotent batches into a guard (appended to `guards`). `budget` bounds
+/// what decompression may still produce for the request.
 pub fn plan_partition(
     topic: &str,
     index: i32,
@@ -70,6 +79,7 @@ pub fn plan_partition(
     transactional_id: Option<&str>,
     budget: &mut Budget,
     items: &mut Vec<PushItem>,
+    guards: &mut Vec<ProducerGuard>,
 ) -> Fate {
     let refuse = |code: i16, msg: &str| Fate::Refused(code, msg.to_owned());
     if !topics::valid_topic_name(topic) {
@@ -109,19 +119,25 @@ pub fn plan_partition(
             "transactional batches are not served by this broker yet",
         );
     }
-    if batches.iter().any(|b| b.producer_id >= 0) {
-        // No InitProducerId is served, so a producer id can only be made up: refuse it
-        // with an error clients treat as fatal instead of retrying forever.
-        return refuse(
-            errors::CLUSTER_AUTHORIZATION_FAILED,
-            "idempotent produce is not served by this broker yet; disable enable.idempotence",
-        );
-    }
     if batches.iter().any(|b| b.control) {
         return refuse(errors::INVALID_RECORD, "control batches cannot be produced");
     }
-    let start = items.len();
     let partition = index.to_string();
+    let producer_batches = match producer_batches(&batches) {
+        Ok(p) => p,
+        Err(why) => return refuse(errors::INVALID_RECORD, why),
+    };
+    if !producer_batches.is_empty()
+        && guards
+            .iter()
+            .any(|g| g.queue == topic && g.partition == partition)
+    {
+        return refuse(
+            errors::INVALID_RECORD,
+            "the request names this partition twice with idempotent batches",
+        );
+    }
+    let start = items.len();
     for rec in batches.iter().flat_map(|b| &b.records) {
         items.push(PushItem {
             queue: topic.to_owned(),
@@ -134,9 +150,78 @@ pub fn plan_partition(
     if items.len() == start {
         return refuse(errors::INVALID_RECORD, "no records");
     }
+    if !producer_batches.is_empty() {
+        guards.push(ProducerGuard {
+            queue: topic.to_owned(),
+            partition,
+            start,
+            end: items.len(),
+            batches: producer_batches,
+        });
+    }
     Fate::Pushed {
         start,
         end: items.len(),
+    }
+}
+
+/// The idempotent batches of a partition, each with its sequence range; none when no batch
+/// carries a producer id. Refused as Kafka's LogValidator refuses: a producer id without a
+/// valid epoch and sequence, or a partition mixing idempotent and plain batches.
+fn producer_batches(batches: &[Batch]) -> Result<Vec<ProducerBatch>, &'static str> {
+    let idempotent = batches.iter().filter(|b| b.producer_id >= 0).count();
+    if idempotent == 0 {
+        return Ok(Vec::new());
+    }
+    if idempotent < batches.len() {
+        return Err("a partition's batches mix idempotent and plain ones");
+    }
+    batches
+        .iter()
+        .map(|b| {
+            if b.producer_epoch < 0 || b.base_sequence < 0 || b.last_offset_delta < 0 {
+                return Err("an idempotent batch needs a producer epoch and sequence");
+            }
+            if b.records.is_empty() {
+                return Err("an idempotent batch without records");
+            }
+            Ok(ProducerBatch {
+                producer_id: b.producer_id,
+                epoch: b.producer_epoch,
+                first_seq: b.base_sequence,
+                last_seq: increment_sequence(b.base_sequence, b.last_offset_delta),
+                records: b.records.len(),
+            })
+        })
+        .collect()
+}
+
+/// A guarded partition's answer when the engine did not append it.
+fn verdict_answer(v: GuardVerdict) -> Option<(i16, i64, Option<String>)> {
+    let refused = |code: i16, msg: &str| Some((code, -1, Some(msg.to_owned())));
+    match v {
+        GuardVerdict::Appended => None,
+        GuardVerdict::Duplicate { base_offset } => Some((
+            errors::NONE,
+            i64::try_from(base_offset).unwrap_or(i64::MAX),
+            None,
+        )),
+        GuardVerdict::OutOfOrder => refused(
+            errors::OUT_OF_ORDER_SEQUENCE_NUMBER,
+            "the batch's sequence number does not follow the partition's last",
+        ),
+        GuardVerdict::Fenced => refused(
+            errors::INVALID_PRODUCER_EPOCH,
+            "the producer epoch is older than the partition's",
+        ),
+        GuardVerdict::UnknownProducer => refused(
+            errors::UNKNOWN_PRODUCER_ID,
+            "this producer id was not handed out by this broker (InitProducerId)",
+        ),
+        GuardVerdict::Full => refused(
+            errors::REQUEST_TIMED_OUT,
+            "the broker holds kafka_max_producer_ids producer states; retry",
+        ),
     }
 }
 
@@ -168,6 +253,7 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     let acks_ok = matches!(req.acks, -1..=1);
     let mut budget = Budget::new(door.cfg.max_request_bytes, door.cfg.max_records);
     let mut items = Vec::new();
+    let mut guards = Vec::new();
     let mut plan = Vec::new();
     for (topic, parts) in req.topics {
         let mut fates = Vec::new();
@@ -197,6 +283,7 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
                     req.transactional_id.as_deref(),
                     &mut budget,
                     &mut items,
+                    &mut guards,
                 )
             } else {
                 Fate::Refused(
@@ -208,19 +295,7 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
         }
         plan.push((topic, fates));
     }
-    let pushed: Result<Vec<PushResult>, QueenError> = if items.is_empty() {
-        Ok(Vec::new())
-    } else {
-        match door
-            .bus
-            .call(door.cfg.ctx.clone(), Command::Push(PushReq { items }))
-            .await
-        {
-            Ok(Outcome::Pushed(results)) => Ok(results),
-            Ok(other) => Err(topics::unexpected(&other)),
-            Err(e) => Err(e),
-        }
-    };
+    let pushed = push(door, items, guards).await;
     if req.acks == 0 {
         // The client reads no answer: as a Kafka broker does, close the connection on any
         // refusal so that the client notices and refreshes its metadata.
@@ -252,6 +327,39 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     )
 }
 
+/// Every item's result, and the verdict of each guard by its first item's index.
+type Pushed = Result<(Vec<PushResult>, Vec<(usize, GuardVerdict)>), QueenError>;
+
+/// One bus call for the whole request: a plain push, or a Kafka produce when a partition
+/// has idempotent batches.
+async fn push(door: &Door, items: Vec<PushItem>, guards: Vec<ProducerGuard>) -> Pushed {
+    if items.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let ctx = door.cfg.ctx.clone();
+    if guards.is_empty() {
+        return match door.bus.call(ctx, Command::Push(PushReq { items })).await {
+            Ok(Outcome::Pushed(results)) => Ok((results, Vec::new())),
+            Ok(other) => Err(topics::unexpected(&other)),
+            Err(e) => Err(e),
+        };
+    }
+    let starts: Vec<usize> = guards.iter().map(|g| g.start).collect();
+    let req = KafkaProduceReq {
+        items,
+        guards,
+        expiration_ms: door.cfg.producer_id_expiration_ms,
+        max_producers: door.cfg.max_producer_ids,
+    };
+    match door.bus.call(ctx, Command::KafkaProduce(req)).await {
+        Ok(Outcome::KafkaProduced(o)) if o.verdicts.len() == starts.len() => {
+            Ok((o.results, starts.into_iter().zip(o.verdicts).collect()))
+        }
+        Ok(other) => Err(topics::unexpected(&other)),
+        Err(e) => Err(e),
+    }
+}
+
 /// Produce answers KAFKA_STORAGE_ERROR from version 4 on.
 fn storage_error_known(version: i16) -> bool {
     version >= 4
@@ -261,7 +369,7 @@ fn partition_response(
     version: i16,
     index: i32,
     fate: Fate,
-    pushed: &Result<Vec<PushResult>, QueenError>,
+    pushed: &Pushed,
 ) -> PartitionProduceResponse {
     let (code, offset, message) = match (fate, pushed) {
         (Fate::Refused(code, msg), _) => (code, -1, Some(msg)),
@@ -270,14 +378,21 @@ fn partition_response(
             -1,
             Some(e.message.clone()),
         ),
-        (Fate::Pushed { start, end }, Ok(results)) => match results.get(start..end) {
-            Some(rs) => settle(rs, storage_error_known(version)),
-            None => (
-                errors::UNKNOWN_SERVER_ERROR,
-                -1,
-                Some("missing results".into()),
-            ),
-        },
+        (Fate::Pushed { start, end }, Ok((results, verdicts))) => {
+            let verdict = verdicts
+                .iter()
+                .find(|(s, _)| *s == start)
+                .and_then(|(_, v)| verdict_answer(*v));
+            match (verdict, results.get(start..end)) {
+                (Some(answer), _) => answer,
+                (None, Some(rs)) => settle(rs, storage_error_known(version)),
+                (None, None) => (
+                    errors::UNKNOWN_SERVER_ERROR,
+                    -1,
+                    Some("missing results".into()),
+                ),
+            }
+        }
     };
     PartitionProduceResponse::default()
         .with_index(index)
@@ -289,14 +404,33 @@ fn partition_response(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::tests::batch;
+    use crate::records::tests::{batch, batch_seq};
+    use bytes::BytesMut;
     use queenmq_protocol::PushStatus;
 
     fn plan(records: Bytes, index: i32, txn: Option<&str>) -> (Fate, Vec<PushItem>) {
-        let mut items = Vec::new();
-        let mut budget = Budget::new(1 << 20, 10_000);
-        let fate = plan_partition("orders", index, Some(records), txn, &mut budget, &mut items);
+        let (fate, items, _) = plan_guarded(records, index, txn);
         (fate, items)
+    }
+
+    fn plan_guarded(
+        records: Bytes,
+        index: i32,
+        txn: Option<&str>,
+    ) -> (Fate, Vec<PushItem>, Vec<ProducerGuard>) {
+        let mut items = Vec::new();
+        let mut guards = Vec::new();
+        let mut budget = Budget::new(1 << 20, 10_000);
+        let fate = plan_partition(
+            "orders",
+            index,
+            Some(records),
+            txn,
+            &mut budget,
+            &mut items,
+            &mut guards,
+        );
+        (fate, items, guards)
     }
 
     #[test]
@@ -308,7 +442,15 @@ mod tests {
         );
         let mut items = Vec::new();
         let mut budget = Budget::new(1 << 20, 1);
-        let fate = plan_partition("orders", 0, Some(data), None, &mut budget, &mut items);
+        let fate = plan_partition(
+            "orders",
+            0,
+            Some(data),
+            None,
+            &mut budget,
+            &mut items,
+            &mut Vec::new(),
+        );
         assert!(
             matches!(fate, Fate::Refused(errors::MESSAGE_TOO_LARGE, _)),
             "{fate:?}"
@@ -353,16 +495,74 @@ mod tests {
             code(plan(good.clone(), 0, Some("tx")).0),
             errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         );
-        let idempotent = batch(7, 0, &[(0, None, Some(b"1"), &[])]);
+        let no_sequence = batch_seq(7, 0, -1, 0, &[(0, None, Some(b"1"), &[])]);
+        assert_eq!(code(plan(no_sequence, 0, None).0), errors::INVALID_RECORD);
+        let no_epoch = batch_seq(7, -1, 0, 0, &[(0, None, Some(b"1"), &[])]);
+        assert_eq!(code(plan(no_epoch, 0, None).0), errors::INVALID_RECORD);
+        let mut mixed = BytesMut::new();
+        mixed.extend_from_slice(&batch(7, 0, &[(0, None, Some(b"1"), &[])]));
+        mixed.extend_from_slice(&good);
         assert_eq!(
-            code(plan(idempotent, 0, None).0),
-            errors::CLUSTER_AUTHORIZATION_FAILED
+            code(plan(mixed.freeze(), 0, None).0),
+            errors::INVALID_RECORD
         );
         assert_eq!(
             code(plan(Bytes::from_static(b"garbage"), 0, None).0),
             errors::CORRUPT_MESSAGE
         );
         assert_eq!(code(plan(Bytes::new(), 0, None).0), errors::INVALID_RECORD);
+    }
+
+    #[test]
+    fn idempotent_batches_become_a_guard_with_their_sequence_range() {
+        let mut two = BytesMut::new();
+        let recs: &[crate::records::tests::TestRecord<'_>] =
+            &[(0, None, Some(b"1"), &[]), (1, None, Some(b"2"), &[])];
+        two.extend_from_slice(&batch_seq(9, 3, i32::MAX, 0, recs));
+        two.extend_from_slice(&batch_seq(9, 3, 1, 0, &recs[..1]));
+        let (fate, items, guards) = plan_guarded(two.freeze(), 4, None);
+        assert_eq!(fate, Fate::Pushed { start: 0, end: 3 });
+        assert_eq!(items.len(), 3);
+        let b = |first_seq, last_seq, records| ProducerBatch {
+            producer_id: 9,
+            epoch: 3,
+            first_seq,
+            last_seq,
+            records,
+        };
+        assert_eq!(
+            guards,
+            vec![ProducerGuard {
+                queue: "orders".into(),
+                partition: "4".into(),
+                start: 0,
+                end: 3,
+                batches: vec![b(i32::MAX, 0, 2), b(1, 1, 1)],
+            }]
+        );
+    }
+
+    #[test]
+    fn verdicts_answer_as_kafka_does() {
+        assert_eq!(
+            verdict_answer(GuardVerdict::Duplicate { base_offset: 12 }),
+            Some((errors::NONE, 12, None))
+        );
+        let code = |v| verdict_answer(v).map(|a| a.0);
+        assert_eq!(code(GuardVerdict::Appended), None);
+        assert_eq!(
+            code(GuardVerdict::OutOfOrder),
+            Some(errors::OUT_OF_ORDER_SEQUENCE_NUMBER)
+        );
+        assert_eq!(
+            code(GuardVerdict::Fenced),
+            Some(errors::INVALID_PRODUCER_EPOCH)
+        );
+        assert_eq!(
+            code(GuardVerdict::UnknownProducer),
+            Some(errors::UNKNOWN_PRODUCER_ID)
+        );
+        assert_eq!(code(GuardVerdict::Full), Some(errors::REQUEST_TIMED_OUT));
     }
 
     fn result(offset: u64, error: Option<QueenError>) -> PushResult {

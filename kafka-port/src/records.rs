@@ -29,6 +29,10 @@ pub struct Record {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batch {
     pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    /// The last record's offset delta: the batch's sequences are `base_sequence` plus up to it.
+    pub last_offset_delta: i32,
     pub transactional: bool,
     pub control: bool,
     pub records: Vec<Record>,
@@ -100,12 +104,12 @@ fn decode_batch(r: &mut Reader, budget: &mut Budget) -> Result<Batch, BatchError
     let log_append_time = attributes & (1 << 3) != 0;
     let transactional = attributes & (1 << 4) != 0;
     let control = attributes & (1 << 5) != 0;
-    let _last_offset_delta = b.i32()?;
+    let last_offset_delta = b.i32()?;
     let base_timestamp = b.i64()?;
     let max_timestamp = b.i64()?;
     let producer_id = b.i64()?;
-    let _producer_epoch = b.i16()?;
-    let _base_sequence = b.i32()?;
+    let producer_epoch = b.i16()?;
+    let base_sequence = b.i32()?;
     let count = b.i32()?;
     let count = usize::try_from(count).map_err(|_| Malformed("negative record count"))?;
     if count > budget.records {
@@ -134,6 +138,9 @@ fn decode_batch(r: &mut Reader, budget: &mut Budget) -> Result<Batch, BatchError
     }
     Ok(Batch {
         producer_id,
+        producer_epoch,
+        base_sequence,
+        last_offset_delta,
         transactional,
         control,
         records,
@@ -246,6 +253,18 @@ pub(crate) mod tests {
 
     /// An uncompressed v2 batch of `records`.
     pub fn batch(producer_id: i64, base_ts: i64, records: &[TestRecord<'_>]) -> Bytes {
+        let (epoch, seq) = if producer_id >= 0 { (0, 0) } else { (-1, -1) };
+        batch_seq(producer_id, epoch, seq, base_ts, records)
+    }
+
+    /// A batch of an idempotent producer at `epoch`, its first record numbered `seq`.
+    pub fn batch_seq(
+        producer_id: i64,
+        epoch: i16,
+        seq: i32,
+        base_ts: i64,
+        records: &[TestRecord<'_>],
+    ) -> Bytes {
         let mut body = BytesMut::new();
         for (i, (ts, key, value, headers)) in records.iter().enumerate() {
             let mut rec = BytesMut::new();
@@ -268,8 +287,8 @@ pub(crate) mod tests {
         after_crc.put_i64(base_ts);
         after_crc.put_i64(base_ts);
         after_crc.put_i64(producer_id);
-        after_crc.put_i16(-1);
-        after_crc.put_i32(-1);
+        after_crc.put_i16(epoch);
+        after_crc.put_i32(seq);
         after_crc.put_i32(records.len() as i32);
         after_crc.put_slice(&body);
         let mut out = BytesMut::new();

@@ -55,40 +55,92 @@ pub async fn names(door: &Door) -> Result<Vec<String>, QueenError> {
     }
 }
 
+/// A topic as the admin APIs judge it.
+#[derive(Debug, Clone)]
+pub struct Topic {
+    /// The queue's id (a floor row names it).
+    pub queue_id: String,
+    /// The partitions it shows.
+    pub count: u32,
+    /// The stored floor row, for a conditional rewrite (it may belong to a dead queue).
+    pub floor: Option<crate::admin::floor::Row>,
+    /// Retained bytes of each Kafka partition that has a queue partition yet.
+    pub sizes: std::collections::BTreeMap<u32, u64>,
+}
+
 /// The partition count a topic shows; `Err` with `NotFound` when there is no such queue.
 pub async fn partition_count(door: &Door, topic: &str) -> Result<u32, QueenError> {
+    lookup(door, topic).await.map(|t| t.count)
+}
+
+/// The topic's queue, count and floor row; `Err` with `NotFound` when there is no such queue.
+pub async fn lookup(door: &Door, topic: &str) -> Result<Topic, QueenError> {
     let mut highest: Option<u32> = None;
+    let mut sizes = std::collections::BTreeMap::new();
     let mut offset = 0usize;
+    let mut doc = read(door, topic, PAGE, offset).await?;
+    let queue_id = std::mem::take(&mut doc.queue.id);
     loop {
-        let read = ReadReq::Queue {
-            queue: topic.to_owned(),
-            page: Page {
-                limit: PAGE,
-                offset,
-            },
-        };
-        let doc = match door
-            .bus
-            .call(door.cfg.ctx.clone(), Command::Read(read))
-            .await?
-        {
-            Outcome::Read(ReadAnswer::Queue(doc)) => doc,
-            other => return Err(unexpected(&other)),
-        };
         for p in &doc.partitions {
             if let Some(i) = kafka_index(&p.name) {
                 highest = Some(highest.map_or(i, |h| h.max(i)));
+                sizes.insert(i, p.retained_bytes);
             }
         }
         offset += doc.partitions.len();
         if doc.partitions.is_empty() || offset >= doc.page.total {
             break;
         }
+        doc = read(door, topic, PAGE, offset).await?;
     }
-    let floor = crate::admin::floor::get(door, topic)
-        .await?
+    let floor = crate::admin::floor::get(door, topic).await?;
+    let count = floor
+        .as_ref()
+        .and_then(|f| f.count_for(&queue_id))
         .unwrap_or(door.cfg.default_partitions);
-    Ok(shown(highest, floor))
+    Ok(Topic {
+        queue_id,
+        count: shown(highest, count),
+        floor,
+        sizes,
+    })
+}
+
+/// Whether the queue exists, at the cost of one partition row.
+pub async fn exists(door: &Door, topic: &str) -> Result<bool, QueenError> {
+    settings(door, topic).await.map(|s| s.is_some())
+}
+
+/// The queue's options (`None`: no such queue), at the cost of one partition row.
+pub async fn settings(
+    door: &Door,
+    topic: &str,
+) -> Result<Option<queenmq_protocol::QueueSettings>, QueenError> {
+    match read(door, topic, 1, 0).await {
+        Ok(doc) => Ok(Some(doc.queue.options)),
+        Err(e) if e.code == queenmq_protocol::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+async fn read(
+    door: &Door,
+    topic: &str,
+    limit: usize,
+    offset: usize,
+) -> Result<queenmq_protocol::QueueDoc, QueenError> {
+    let read = ReadReq::Queue {
+        queue: topic.to_owned(),
+        page: Page { limit, offset },
+    };
+    match door
+        .bus
+        .call(door.cfg.ctx.clone(), Command::Read(read))
+        .await?
+    {
+        Outcome::Read(ReadAnswer::Queue(doc)) => Ok(doc),
+        other => Err(unexpected(&other)),
+    }
 }
 
 /// The count shown for a topic whose highest numeric partition is `highest`.
@@ -97,11 +149,21 @@ pub fn shown(highest: Option<u32>, floor: u32) -> u32 {
     from_names.max(floor).clamp(1, MAX_TOPIC_PARTITIONS)
 }
 
-/// Creates the queue (a no-op for one that exists: the configure merges nothing).
-pub async fn create(door: &Door, topic: &str) -> Result<(), QueenError> {
+/// Creates the queue (a no-op for one that exists: the configure merges nothing); its id.
+pub async fn create(door: &Door, topic: &str) -> Result<String, QueenError> {
+    create_with(door, topic, queenmq_protocol::QueueOptions::default()).await
+}
+
+/// [`create`] with options (a topic's configs, `admin::topic_configs`).
+pub async fn create_with(
+    door: &Door,
+    topic: &str,
+    options: queenmq_protocol::QueueOptions,
+) -> Result<String, QueenError> {
     queenmq_protocol::limits::check_name("topic", topic)?;
     let req = ConfigureReq {
         queue: topic.to_owned(),
+        options,
         ..ConfigureReq::default()
     };
     match door
@@ -109,7 +171,7 @@ pub async fn create(door: &Door, topic: &str) -> Result<(), QueenError> {
         .call(door.cfg.ctx.clone(), Command::Configure(req))
         .await?
     {
-        Outcome::Configured(_) => Ok(()),
+        Outcome::Configured(c) => Ok(c.queue_id),
         other => Err(unexpected(&other)),
     }
 }

@@ -89,6 +89,9 @@ pub mod rows {
     pub const KV: CommandMeta = row("kv", ReplicatedWrite, ReadWrite);
     pub const LOCKS: CommandMeta = row("locks", ReplicatedWrite, ReadWrite);
     pub const KAFKA_GROUPS: CommandMeta = row("kafka_groups", ReplicatedWrite, ReadWrite);
+    pub const KAFKA_INIT_PRODUCER: CommandMeta =
+        row("kafka_init_producer", ReplicatedWrite, WriteOnly);
+    pub const KAFKA_PRODUCE: CommandMeta = row("kafka_produce", ReplicatedWrite, WriteOnly);
 }
 
 /// The command table. Doors translate into these; nothing else decides routing or roles.
@@ -112,6 +115,8 @@ pub const COMMAND_TABLE: &[CommandMeta] = &[
     rows::KV,
     rows::LOCKS,
     rows::KAFKA_GROUPS,
+    rows::KAFKA_INIT_PRODUCER,
+    rows::KAFKA_PRODUCE,
 ];
 
 #[derive(Debug, Clone)]
@@ -138,6 +143,9 @@ pub enum Command {
     Kv(KvReq),
     Locks(LockReq),
     KafkaGroups(crate::kafka_groups::KafkaGroupsReq),
+    KafkaProducers(crate::kafka_producers::KafkaProducersReq),
+    /// A Kafka produce with idempotent batches: checked and appended in one planner step.
+    KafkaProduce(crate::kafka_producers::KafkaProduceReq),
 }
 
 impl Command {
@@ -163,6 +171,8 @@ impl Command {
             Command::Kv(_) => &rows::KV,
             Command::Locks(_) => &rows::LOCKS,
             Command::KafkaGroups(_) => &rows::KAFKA_GROUPS,
+            Command::KafkaProducers(_) => &rows::KAFKA_INIT_PRODUCER,
+            Command::KafkaProduce(_) => &rows::KAFKA_PRODUCE,
         }
     }
 }

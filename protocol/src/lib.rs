@@ -10,6 +10,7 @@ pub mod command;
 pub mod error;
 pub mod fetch;
 pub mod kafka_groups;
+pub mod kafka_producers;
 pub mod kv;
 pub mod limits;
 pub mod queue_options;

@@ -352,4 +352,6 @@ pub enum Outcome {
     Kv(crate::kv::KvOutcome),
     Locks(Vec<crate::kv::LockResult>),
     KafkaGroups(crate::kafka_groups::KafkaGroupsOutcome),
+    KafkaProducerId(crate::kafka_producers::InitProducerOutcome),
+    KafkaProduced(crate::kafka_producers::KafkaProduceOutcome),
 }

@@ -87,6 +87,7 @@ class Broker:
         name: str = "queen",
         env: dict[str, str] | None = None,
         args: list[str] | None = None,
+        kafka_port: int | None = None,
     ) -> None:
         self.binary = queen_binary()
         self.data_dir = Path(data_dir)
@@ -97,6 +98,9 @@ class Broker:
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
         self.kafka_port: int | None = None
+        # A Kafka port kept across restarts: Kafka clients reconnect only to the addresses
+        # they know, so a crash test with one keeps its port (`None`: a new one per start).
+        self.fixed_kafka_port = kafka_port
         self.starts = 0
         self.log_path: Path | None = None
 
@@ -135,7 +139,7 @@ class Broker:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.starts += 1
         self.port = free_port()
-        self.kafka_port = free_port()
+        self.kafka_port = self.fixed_kafka_port or free_port()
         self.log_path = self.log_dir / f"{self.name}-{self.starts}.log"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(

@@ -10,7 +10,9 @@ import subprocess
 
 import pytest
 
-from raw_socket import closed_by_server
+from raw_socket import closed_by_server, kafka_connect as connect
+from raw_socket import kafka_frame as frame, kafka_request as request
+from raw_socket import read_kafka_frame as read_frame
 
 kafka = pytest.importorskip("kafka", reason="kafka-python is in scripts/lib/requirements.txt")
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
@@ -18,10 +20,8 @@ from kafka import codec as kafka_codec  # noqa: E402
 
 
 def producer(broker, **kw) -> KafkaProducer:
-    # Idempotence needs InitProducerId, which this slice does not serve.
-    return KafkaProducer(
-        bootstrap_servers=broker.kafka_bootstrap, enable_idempotence=False, **kw
-    )
+    # kafka-python's default producer: idempotent (test_kafka_idempotence.py).
+    return KafkaProducer(bootstrap_servers=broker.kafka_bootstrap, **kw)
 
 
 def pop_all(http, queue: str, n: int) -> list[dict]:
@@ -41,9 +41,15 @@ def test_metadata_lists_this_broker_and_the_queues(broker, http):
     assert r.status_code == 200, r.text
     admin = KafkaAdminClient(bootstrap_servers=broker.kafka_bootstrap)
     try:
-        cluster = admin.describe_cluster()
+        cluster = admin.describe_cluster()  # DescribeCluster (test_kafka_admin.py)
         assert cluster["brokers"] == [
-            {"host": "127.0.0.1", "port": broker.kafka_port, "rack": None, "broker_id": 0}
+            {
+                "host": "127.0.0.1",
+                "port": broker.kafka_port,
+                "rack": None,
+                "broker_id": 0,
+                "is_fenced": False,
+            }
         ]
         assert "from-http" in admin.list_topics()
     finally:
@@ -113,35 +119,6 @@ def test_every_codec_reads_back(broker, http, codec):
     assert [m["data"] for m in msgs] == [{"codec": codec, "i": i} for i in range(20)]
 
 
-def frame(body: bytes) -> bytes:
-    return struct.pack(">i", len(body)) + body
-
-
-def request(
-    api_key: int, version: int, corr: int, body: bytes = b"", client=b"t", tags=False
-) -> bytes:
-    """A request frame; `tags` adds the empty tag section of a v2 (flexible) header."""
-    head = struct.pack(">hhih", api_key, version, corr, len(client)) + client
-    return frame(head + (b"\x00" if tags else b"") + body)
-
-
-def read_frame(s: socket.socket) -> bytes:
-    def exact(n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = s.recv(n - len(out))
-            assert chunk, "connection closed"
-            out += chunk
-        return out
-
-    (n,) = struct.unpack(">i", exact(4))
-    return exact(n)
-
-
-def connect(broker) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", broker.kafka_port), timeout=10)
-
-
 def api_versions(s: socket.socket, version: int, corr: int) -> tuple[int, dict]:
     # v3 and later (and any unknown later version) use the flexible header; the body is
     # not read for ApiVersions.
@@ -167,6 +144,10 @@ def test_api_versions_lists_only_served_apis_and_answers_unknown_versions_in_v0(
             14: (0, 5), 15: (0, 5), 16: (0, 5), 42: (0, 2), 47: (0, 0),
             # Topic admin (test_kafka_admin.py).
             19: (2, 7), 20: (1, 6), 32: (1, 4), 37: (0, 3),
+            # Idempotent producers (test_kafka_idempotence.py).
+            22: (0, 5),
+            # Topic admin (test_kafka_admin.py).
+            33: (0, 2), 35: (1, 4), 44: (0, 1), 60: (0, 2),
         }
         # KIP-511: a version we do not serve gets UNSUPPORTED_VERSION in the v0 layout.
         error, keys = api_versions(s, 77, 2)

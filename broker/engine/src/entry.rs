@@ -124,6 +124,27 @@ pub enum Effect<'a> {
         pid: u64,
         low: u64,
     },
+    /// InitProducerId handed out `producer_id` at `epoch` (a new id, or a bumped epoch); the
+    /// producer's last activity is the entry's `now_us`.
+    KafkaProducerInit {
+        producer_id: i64,
+        epoch: i16,
+    },
+    /// An idempotent batch appended at `base_offset` of partition `pid` (by the Append of the
+    /// same entry): remembered for the duplicate and sequence checks.
+    KafkaProducerBatch {
+        producer_id: i64,
+        pid: u64,
+        epoch: i16,
+        first_seq: i32,
+        last_seq: i32,
+        base_offset: u64,
+        records: u32,
+    },
+    /// A producer idle past `kafka_producer_id_expiration_ms`, forgotten.
+    KafkaProducerExpire {
+        producer_id: i64,
+    },
 }
 
 const K_QUEUE_UPSERT: u8 = 1;
@@ -144,6 +165,9 @@ const K_KAFKA_OFFSET_PUT: u8 = 31;
 const K_KAFKA_OFFSET_DELETE: u8 = 32;
 const K_KAFKA_GROUP_DELETE: u8 = 33;
 const K_RETENTION_TRIM: u8 = 40;
+const K_KAFKA_PRODUCER_INIT: u8 = 50;
+const K_KAFKA_PRODUCER_BATCH: u8 = 51;
+const K_KAFKA_PRODUCER_EXPIRE: u8 = 52;
 
 pub struct EntryHeader {
     pub cycle: u64,
@@ -157,6 +181,8 @@ pub struct EntryBuilder {
     count: u32,
 }
 
+/// Most elements a decoder reserves room for before it has decoded them.
+const PREALLOC_CAP: usize = 1024;
 const COUNT_AT: usize = 1 + 8 + 8;
 
 impl EntryBuilder {
@@ -386,6 +412,33 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
             w.u64(*pid);
             w.u64(*low);
         }
+        Effect::KafkaProducerInit { producer_id, epoch } => {
+            w.u8(K_KAFKA_PRODUCER_INIT);
+            w.i64(*producer_id);
+            w.u16(*epoch as u16);
+        }
+        Effect::KafkaProducerBatch {
+            producer_id,
+            pid,
+            epoch,
+            first_seq,
+            last_seq,
+            base_offset,
+            records,
+        } => {
+            w.u8(K_KAFKA_PRODUCER_BATCH);
+            w.i64(*producer_id);
+            w.u64(*pid);
+            w.u16(*epoch as u16);
+            w.u32(*first_seq as u32);
+            w.u32(*last_seq as u32);
+            w.u64(*base_offset);
+            w.u32(*records);
+        }
+        Effect::KafkaProducerExpire { producer_id } => {
+            w.u8(K_KAFKA_PRODUCER_EXPIRE);
+            w.i64(*producer_id);
+        }
     }
     w.len() as u32
 }
@@ -444,7 +497,9 @@ pub fn decode_entry(buf: &[u8]) -> Result<(EntryHeader, Vec<(Effect<'_>, u32)>),
     };
     // The smallest effect: KafkaGroupDelete, a kind byte and a string length.
     let n = r.count(5)?;
-    let mut effects = Vec::with_capacity(n);
+    // An effect in memory is many times its smallest encoding: a count that the buffer
+    // allows still must not size the vector up front (it grows as effects really decode).
+    let mut effects = Vec::with_capacity(n.min(PREALLOC_CAP));
     for _ in 0..n {
         effects.push(decode_effect(&mut r)?);
     }
@@ -516,7 +571,7 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
             let txn = r.str()?;
             let group = r.str()?;
             let n = r.count(4)?;
-            let mut names = Vec::with_capacity(n);
+            let mut names = Vec::with_capacity(n.min(PREALLOC_CAP));
             for _ in 0..n {
                 names.push(r.str()?);
             }
@@ -577,6 +632,22 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
             pid: r.u64()?,
             low: r.u64()?,
         },
+        K_KAFKA_PRODUCER_INIT => Effect::KafkaProducerInit {
+            producer_id: r.i64()?,
+            epoch: r.u16()? as i16,
+        },
+        K_KAFKA_PRODUCER_BATCH => Effect::KafkaProducerBatch {
+            producer_id: r.i64()?,
+            pid: r.u64()?,
+            epoch: r.u16()? as i16,
+            first_seq: r.u32()? as i32,
+            last_seq: r.u32()? as i32,
+            base_offset: r.u64()?,
+            records: r.u32()?,
+        },
+        K_KAFKA_PRODUCER_EXPIRE => Effect::KafkaProducerExpire {
+            producer_id: r.i64()?,
+        },
         k => return Err(r.malformed(format!("unknown effect kind {k}"))),
     };
     Ok((e, r.pos() as u32))
@@ -630,6 +701,17 @@ mod tests {
         );
     }
 
+    fn assert_round_trips(effects: &[Effect<'_>]) {
+        let mut b = EntryBuilder::new(1, 2);
+        for e in effects {
+            b.push(e);
+        }
+        let buf = b.finish();
+        let (_, back) = decode_entry(&buf).expect("decodes");
+        let back: Vec<_> = back.into_iter().map(|(e, _)| e).collect();
+        assert_eq!(back, effects);
+    }
+
     #[test]
     fn kafka_group_effects_round_trip() {
         let effects = [
@@ -655,14 +737,28 @@ mod tests {
             // Shorter than any other effect: the entry's count bound must still admit it.
             Effect::KafkaGroupDelete { group: "" },
         ];
-        let mut b = EntryBuilder::new(1, 2);
-        for e in &effects {
-            b.push(e);
-        }
-        let buf = b.finish();
-        let (_, back) = decode_entry(&buf).expect("decodes");
-        let back: Vec<_> = back.into_iter().map(|(e, _)| e).collect();
-        assert_eq!(back, effects);
+        assert_round_trips(&effects);
+    }
+
+    #[test]
+    fn kafka_producer_effects_round_trip() {
+        let effects = [
+            Effect::KafkaProducerInit {
+                producer_id: i64::MAX - 1,
+                epoch: i16::MAX - 1,
+            },
+            Effect::KafkaProducerBatch {
+                producer_id: 3,
+                pid: 9,
+                epoch: 0,
+                first_seq: i32::MAX,
+                last_seq: 4,
+                base_offset: 1 << 40,
+                records: 6,
+            },
+            Effect::KafkaProducerExpire { producer_id: 3 },
+        ];
+        assert_round_trips(&effects);
     }
 
     #[test]

@@ -35,6 +35,10 @@ const CURSOR_PUT: usize = 96;
 const DLQ_INSERT: usize = 48;
 /// GroupRegister / GroupDelete, excluding the group name.
 const GROUP_EFFECT: usize = 32;
+/// One KafkaProducerBatch effect (and the KafkaProducerExpire a stale producer adds).
+const PRODUCER_BATCH: usize = 64;
+/// What a Kafka producer command's expiry sweep may add: one KafkaProducerExpire each.
+const PRODUCER_SWEEP: usize = queenmq_protocol::kafka_producers::PRODUCER_EXPIRY_PER_COMMAND * 16;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -78,6 +82,7 @@ impl Limits {
         }
         let new = match cmd {
             Command::Push(p) => new_partitions(st, &p.items, self.max_new_partitions),
+            Command::KafkaProduce(p) => new_partitions(st, &p.items, self.max_new_partitions),
             Command::Transaction(t) => {
                 let items: Vec<&PushItem> = t
                     .ops
@@ -210,6 +215,14 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
         }
         Command::Timers(t) => timer_ops_bound(&t.ops),
         Command::KafkaGroups(k) => kafka_groups_bound(k),
+        Command::KafkaProduce(p) => p
+            .guards
+            .iter()
+            .fold(push_bound(p.items.iter(), producer), |acc, g| {
+                acc.saturating_add(g.batches.len().saturating_mul(PRODUCER_BATCH))
+            })
+            .saturating_add(PRODUCER_SWEEP),
+        Command::KafkaProducers(_) => PRODUCER_BATCH + PRODUCER_SWEEP,
         Command::Trace(t) => {
             let names: usize = t.names.iter().map(|n| n.len() + 4).sum();
             64 + t.transaction_id.len() + t.group.len() + names + t.event_type.len() + t.data.len()

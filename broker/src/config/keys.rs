@@ -324,6 +324,25 @@ pub(crate) const KEYS: &[KeySpec] = &[
             max: 10_000,
         },
     },
+    KeySpec {
+        name: "kafka_producer_id_expiration_ms",
+        env: "QUEEN_KAFKA_PRODUCER_ID_EXPIRATION_MS",
+        flag: None,
+        // A second at least (tests expire producers), a year at most.
+        kind: Kind::Uint {
+            min: 1_000,
+            max: 365 * 86_400_000,
+        },
+    },
+    KeySpec {
+        name: "kafka_max_producer_ids",
+        env: "QUEEN_KAFKA_MAX_PRODUCER_IDS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 1_000_000,
+        },
+    },
 ];
 
 /// The environment variable naming the config file (the twin of `--config`).

@@ -98,6 +98,11 @@ pub struct Config {
     pub kafka_max_request_bytes: u64,
     /// Partitions a topic shows at least, and gets when Metadata auto-creates it.
     pub kafka_default_partitions: u64,
+    /// A Kafka producer id idle this long is forgotten (Kafka's `producer.id.expiration.ms`).
+    pub kafka_producer_id_expiration_ms: u64,
+    /// Producer states a tenant keeps at most; past it InitProducerId answers a retriable
+    /// error until some expire.
+    pub kafka_max_producer_ids: u64,
 }
 
 impl Default for Config {
@@ -140,6 +145,9 @@ impl Default for Config {
             kafka_advertised_addr: None,
             kafka_max_request_bytes: 100 * MIB,
             kafka_default_partitions: 1,
+            kafka_producer_id_expiration_ms:
+                queenmq_protocol::kafka_producers::DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+            kafka_max_producer_ids: queenmq_protocol::kafka_producers::DEFAULT_MAX_PRODUCER_IDS,
         }
     }
 }
@@ -290,6 +298,8 @@ impl Config {
             "http_probe_reserve_connections" => self.http_probe_reserve_connections,
             "kafka_max_request_bytes" => self.kafka_max_request_bytes,
             "kafka_default_partitions" => self.kafka_default_partitions,
+            "kafka_producer_id_expiration_ms" => self.kafka_producer_id_expiration_ms,
+            "kafka_max_producer_ids" => self.kafka_max_producer_ids,
             _ => 0,
         }
     }

@@ -321,6 +321,8 @@ fn every_range_bound_is_enforced() {
         ("memory_limit_bytes", 32 << 20, 16 << 40),
         ("kafka_max_request_bytes", 1024, 255 << 20),
         ("kafka_default_partitions", 1, 10_000),
+        ("kafka_producer_id_expiration_ms", 1_000, 365 * 86_400_000),
+        ("kafka_max_producer_ids", 1, 1_000_000),
     ];
     for (key, min, max) in cases {
         for (value, ok) in [

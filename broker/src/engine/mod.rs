@@ -644,6 +644,7 @@ fn log_error_is_enospc(e: &crate::engine::log::LogError) -> bool {
 fn approx_size(cmd: &Command) -> usize {
     match cmd {
         Command::Push(p) => p.items.iter().map(|i| i.payload.len() + 64).sum(),
+        Command::KafkaProduce(p) => p.items.iter().map(|i| i.payload.len() + 64).sum(),
         _ => 64,
     }
 }
@@ -701,6 +702,10 @@ fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
         Command::Kv(k) => p.plan_kv(k).map(Outcome::Kv),
         Command::Locks(l) => p.plan_locks(l).map(Outcome::Locks),
         Command::KafkaGroups(k) => p.plan_kafka_groups(k).map(Outcome::KafkaGroups),
+        Command::KafkaProducers(k) => p.plan_kafka_producers(k).map(Outcome::KafkaProducerId),
+        Command::KafkaProduce(k) => p
+            .plan_kafka_produce(k, job.ctx.principal.as_deref())
+            .map(Outcome::KafkaProduced),
         Command::Read(r) => {
             let mut reader = p.reader_parts();
             crate::reads::answer(reader.0, &mut reader.1, r).map(Outcome::Read)

@@ -220,7 +220,7 @@ impl Drop for Transient {
 /// and pops of new groups are refused by the engine, which sees the state).
 fn grows(cmd: &Command) -> bool {
     match cmd {
-        Command::Push(_) => true,
+        Command::Push(_) | Command::KafkaProduce(_) => true,
         Command::Transaction(t) => {
             t.ops.iter().any(|op| matches!(op, TxnOp::Push(_)))
                 || t.timers

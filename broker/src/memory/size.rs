@@ -111,6 +111,8 @@ pub fn state_bytes(st: &State) -> usize {
     b = b.saturating_add(st.kv.bytes());
     // Kafka group rows too (capped by the planner, state/kafka_groups.rs).
     b = b.saturating_add(st.kafka_groups.bytes());
+    // And Kafka producer states (capped by `kafka_max_producer_ids`, state/kafka_producers.rs).
+    b = b.saturating_add(st.kafka_producers.bytes());
     b = b.saturating_add(buf_bytes(st.traces.capacity(), size_of::<TraceRow>()));
     for t in &st.traces {
         b = b
@@ -212,6 +214,9 @@ pub fn request_bytes(cmd: &Command) -> usize {
     };
     let body = match cmd {
         Command::Push(p) => items(&p.items),
+        Command::KafkaProduce(p) => {
+            items(&p.items).saturating_add(p.guards.len().saturating_mul(PUSH_ITEM_BASE))
+        }
         Command::Transaction(t) => t
             .ops
             .iter()

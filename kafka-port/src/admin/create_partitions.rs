@@ -114,6 +114,10 @@ pub fn check(g: &Growth, current: u32, node_id: i32) -> Result<u32, Refusal> {
     Ok(asked)
 }
 
+/// Rounds of read, judge, conditional write one growth gets before it gives up (each lost
+/// round means another admin request changed the topic in between).
+const ATTEMPTS: usize = 8;
+
 async fn grow(door: &Door, g: &Growth, validate_only: bool) -> Result<(), Refusal> {
     if !topics::valid_topic_name(&g.name) {
         return Err(Refusal::new(
@@ -121,16 +125,27 @@ async fn grow(door: &Door, g: &Growth, validate_only: bool) -> Result<(), Refusa
             format!("topic {:?} does not exist", g.name),
         ));
     }
-    let current = topics::partition_count(door, &g.name)
-        .await
-        .map_err(|e| Refusal::from_queen(&e))?;
-    let asked = check(g, current, door.cfg.node_id)?;
-    if validate_only {
-        return Ok(());
+    for _ in 0..ATTEMPTS {
+        let topic = topics::lookup(door, &g.name)
+            .await
+            .map_err(|e| Refusal::from_queen(&e))?;
+        let asked = check(g, topic.count, door.cfg.node_id)?;
+        if validate_only {
+            return Ok(());
+        }
+        // Conditional on the row read with the count: two growths judged against the same
+        // count cannot both land (the later one could lower the count the earlier was told).
+        let seen = topic.floor.as_ref().map(|f| f.version);
+        match floor::put(door, &g.name, asked, Some(&topic.queue_id), seen).await {
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) => continue,
+            Err(e) => return Err(Refusal::from_queen(&e)),
+        }
     }
-    floor::set(door, &g.name, asked)
-        .await
-        .map_err(|e| Refusal::from_queen(&e))
+    Err(Refusal::new(
+        errors::REQUEST_TIMED_OUT,
+        format!("topic '{}' kept changing under this request; retry", g.name),
+    ))
 }
 
 pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {

@@ -1,17 +1,18 @@
 //! CreateTopics: a topic is a queue (created by a queue configure) and its partition count is
 //! stored as the topic's floor. One broker holds every partition, so the only replication
-//! factor is 1 (or -1, "the broker's default"). Topic configs are refused with
-//! INVALID_CONFIG: none is stored per topic over Kafka yet, and accepting one silently would
-//! tell the client a setting holds that does not.
+//! factor is 1 (or -1, "the broker's default"). Topic configs go through
+//! [`super::topic_configs`], as AlterConfigs' do: the ones that hold become queue options,
+//! the others are refused with INVALID_CONFIG.
 
 use std::collections::HashSet;
 
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::{CreateTopicsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use queenmq_protocol::ErrorCode;
 
 use super::codes::*;
+use super::describe_configs::topic_config_names;
+use super::topic_configs::{options, Change};
 use super::{duplicates, floor, Refusal, MAX_ASSIGNMENTS, MAX_CONFIGS, MAX_TOPICS};
 use crate::connection::{encode, Reply};
 use crate::topics::{self, MAX_TOPIC_PARTITIONS};
@@ -109,12 +110,7 @@ pub fn check(t: &NewTopic, node_id: i32, default_partitions: u32) -> Result<u32,
     if let Err(e) = queenmq_protocol::limits::check_name("topic", &t.name) {
         return Err(Refusal::new(errors::INVALID_TOPIC_EXCEPTION, e.to_string()));
     }
-    if let Some((key, _)) = t.configs.first() {
-        return Err(Refusal::new(
-            INVALID_CONFIG,
-            format!("topic config {key:?} is not supported by this broker"),
-        ));
-    }
+    topic_options(t)?;
     if !t.assignments.is_empty() {
         if t.num_partitions != -1 || t.replication_factor != -1 {
             return Err(Refusal::new(
@@ -158,30 +154,63 @@ pub fn check(t: &NewTopic, node_id: i32, default_partitions: u32) -> Result<u32,
     }
 }
 
+fn exists(name: &str) -> Refusal {
+    Refusal::new(
+        TOPIC_ALREADY_EXISTS,
+        format!("topic '{name}' already exists"),
+    )
+}
+
+/// The queue options a topic's configs ask (the same code as AlterConfigs).
+fn topic_options(t: &NewTopic) -> Result<queenmq_protocol::QueueOptions, Refusal> {
+    let changes: Vec<(String, Change)> = t
+        .configs
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone().map_or(Change::Default, Change::Set)))
+        .collect();
+    options(&changes, &topic_config_names())
+}
+
 async fn create(door: &Door, t: &NewTopic, validate_only: bool) -> Result<u32, Refusal> {
     let count = check(t, door.cfg.node_id, door.cfg.default_partitions)?;
-    match topics::partition_count(door, &t.name).await {
-        Ok(_) => {
-            return Err(Refusal::new(
-                TOPIC_ALREADY_EXISTS,
-                format!("topic '{}' already exists", t.name),
-            ))
-        }
-        Err(e) if e.code == ErrorCode::NotFound => {}
-        Err(e) => return Err(Refusal::from_queen(&e)),
+    let opts = topic_options(t)?;
+    let queen = |e: queenmq_protocol::QueenError| Refusal::from_queen(&e);
+    match topics::exists(door, &t.name).await {
+        Ok(true) => return Err(exists(&t.name)),
+        Ok(false) => {}
+        Err(e) => return Err(queen(e)),
     }
     if validate_only {
         return Ok(count);
     }
+    // A row left by a dead queue of the name is replaced, if no other request got there first.
+    let seen = floor::get(door, &t.name).await.map_err(queen)?;
     // The floor first: a queue that exists always shows the count asked for, even to a
-    // Metadata request that lands between the two writes.
-    floor::set(door, &t.name, count)
+    // Metadata request that lands between the writes. Conditional, so of two requests
+    // creating the name at once only one wins.
+    let Some(pending) = floor::put(door, &t.name, count, None, seen.map(|r| r.version))
         .await
-        .map_err(|e| Refusal::from_queen(&e))?;
-    topics::create(door, &t.name)
-        .await
-        .map_err(|e| Refusal::from_queen(&e))?;
-    Ok(count)
+        .map_err(queen)?
+    else {
+        return Err(exists(&t.name));
+    };
+    let queue_id = match topics::create_with(door, &t.name, opts).await {
+        Ok(id) => id,
+        Err(e) => {
+            // Left in place, the refused request's count would go to the next queue of the
+            // name (an auto-create); a crash here leaves it, documented.
+            if let Err(back) = floor::take_back(door, &t.name, pending).await {
+                tracing::warn!(topic = %t.name, error = %back, "kafka CreateTopics: floor left");
+            }
+            return Err(queen(e));
+        }
+    };
+    match floor::put(door, &t.name, count, Some(&queue_id), Some(pending)).await {
+        Ok(Some(_)) => Ok(count),
+        // Another CreateTopics rewrote the row after ours: it is the one that created it.
+        Ok(None) => Err(exists(&t.name)),
+        Err(e) => Err(queen(e)),
+    }
 }
 
 pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
@@ -306,6 +335,8 @@ mod tests {
         cfg.configs
             .push(("cleanup.policy".into(), Some("compact".into())));
         assert_eq!(check(&cfg, 1, 4).map_err(|r| r.code), Err(INVALID_CONFIG));
+        cfg.configs = vec![("retention.ms".into(), Some("60000".into()))];
+        assert_eq!(check(&cfg, 1, 4), Ok(1), "a config that holds");
     }
 
     #[test]

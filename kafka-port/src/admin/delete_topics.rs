@@ -4,6 +4,7 @@ use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{DeleteTopicsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use queenmq_protocol::{Command, Outcome};
+use uuid::Uuid;
 
 use super::codes::INVALID_REQUEST;
 use super::{duplicates, floor, Refusal, MAX_TOPICS};
@@ -15,9 +16,15 @@ use crate::{errors, Door};
 /// v1..=v6 (v0 differs only by the missing throttle time; no current client sends it).
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 1..=6;
 
-/// The topic names asked for; from v6 a topic may be named by id only, and topics have no
-/// ids here, so such an entry is an empty name that matches nothing.
-pub fn decode(version: i16, r: &mut Reader) -> Result<Vec<String>, Malformed> {
+/// One topic a request names: from v6 a topic may be named by id only, and topics have no
+/// ids here, so such an entry matches nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Named {
+    Name(String),
+    Id([u8; 16]),
+}
+
+pub fn decode(version: i16, r: &mut Reader) -> Result<Vec<Named>, Malformed> {
     let n = r.array_len()?.unwrap_or(0);
     if n > MAX_TOPICS {
         return Err(Malformed("too many topics in one request"));
@@ -26,11 +33,11 @@ pub fn decode(version: i16, r: &mut Reader) -> Result<Vec<String>, Malformed> {
     for _ in 0..n {
         if version >= 6 {
             let name = r.nullable_string()?;
-            r.uuid()?;
+            let id = r.uuid()?;
             r.skip_tags()?;
-            names.push(name.unwrap_or_default());
+            names.push(name.map_or(Named::Id(id), Named::Name));
         } else {
-            names.push(r.string()?);
+            names.push(Named::Name(r.string()?));
         }
     }
     let _timeout_ms = r.i32()?;
@@ -67,23 +74,43 @@ async fn delete(door: &Door, name: &str) -> Result<(), Refusal> {
 }
 
 pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
-    let names = match decode(version, &mut r) {
+    let asked = match decode(version, &mut r) {
         Ok(n) => n,
         Err(e) => return Reply::Close(e.to_string()),
     };
+    let names: Vec<String> = asked
+        .iter()
+        .filter_map(|n| match n {
+            Named::Name(s) => Some(s.clone()),
+            Named::Id(_) => None,
+        })
+        .collect();
     let twice = duplicates(&names);
     let mut out = Vec::new();
-    for name in &names {
-        let verdict = if twice.contains(name) {
-            Err(Refusal::new(
-                INVALID_REQUEST,
-                format!("topic '{name}' is named more than once"),
-            ))
-        } else {
-            delete(door, name).await
+    for named in &asked {
+        let (base, verdict) = match named {
+            Named::Id(id) => (
+                DeletableTopicResult::default()
+                    .with_name(None)
+                    .with_topic_id(Uuid::from_bytes(*id)),
+                Err(Refusal::new(
+                    errors::UNKNOWN_TOPIC_ID,
+                    "topics have no ids on this broker; name the topic",
+                )),
+            ),
+            Named::Name(name) => (
+                DeletableTopicResult::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(name.clone())))),
+                if twice.contains(name) {
+                    Err(Refusal::new(
+                        INVALID_REQUEST,
+                        format!("topic '{name}' is named more than once"),
+                    ))
+                } else {
+                    delete(door, name).await
+                },
+            ),
         };
-        let base = DeletableTopicResult::default()
-            .with_name(Some(TopicName(StrBytes::from_string(name.clone()))));
         out.push(match verdict {
             Ok(()) => base,
             Err(Refusal { code, message }) => base
@@ -127,7 +154,12 @@ mod tests {
             let mut r = Reader::new(buf.freeze(), v >= 4);
             let got = decode(v, &mut r).expect("decodes");
             assert_eq!(r.remaining(), 0, "v{v}");
-            assert_eq!(got, vec!["a".to_owned(), String::new()], "v{v}");
+            let second = if v >= 6 {
+                Named::Id([0; 16])
+            } else {
+                Named::Name(String::new())
+            };
+            assert_eq!(got, vec![Named::Name("a".into()), second], "v{v}");
         }
     }
 }

@@ -1,6 +1,7 @@
 //! DescribeConfigs: every topic and broker config a Kafka 3.7 broker lists, with the value
-//! that holds here. None can be changed over Kafka yet, so all are read-only and come from
-//! the default source. A resource is never answered with an empty config list: clients and
+//! that holds here. `retention.ms` comes from the queue's options (source
+//! DYNAMIC_TOPIC_CONFIG when set); it and `cleanup.policy` are alterable
+//! ([`super::topic_configs`]), every other config is read-only from the default source. A resource is never answered with an empty config list: clients and
 //! tools take that for a broken broker.
 
 use kafka_protocol::messages::describe_configs_response::{
@@ -8,8 +9,10 @@ use kafka_protocol::messages::describe_configs_response::{
 };
 use kafka_protocol::messages::DescribeConfigsResponse;
 use kafka_protocol::protocol::StrBytes;
-use queenmq_protocol::ErrorCode;
 
+use queenmq_protocol::QueueSettings;
+
+use super::topic_configs::{retention_ms, CLEANUP_POLICY, RETENTION_MS};
 use super::{Refusal, MAX_CONFIGS, MAX_TOPICS};
 use crate::connection::{encode, Reply};
 use crate::topics;
@@ -22,6 +25,8 @@ pub const TOPIC: i8 = 2;
 pub const BROKER: i8 = 4;
 /// Kafka's `ConfigSource.DEFAULT_CONFIG`.
 const DEFAULT_SOURCE: i8 = 5;
+/// Kafka's `ConfigSource.DYNAMIC_TOPIC_CONFIG`: set on the topic (here, its queue options).
+const TOPIC_SOURCE: i8 = 1;
 const INVALID_REQUEST: i16 = super::codes::INVALID_REQUEST;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +124,30 @@ pub fn topic_configs(max_request_bytes: usize) -> Vec<(&'static str, String, i8)
     out
 }
 
+/// Every topic config name (the ones AlterConfigs may name, changeable or not).
+pub fn topic_config_names() -> Vec<&'static str> {
+    topic_configs(0).into_iter().map(|c| c.0).collect()
+}
+
+/// A topic's configs with what its queue's options set: `(name, value, type, source,
+/// read-only)`.
+pub fn topic_entries(
+    max_request_bytes: usize,
+    s: &QueueSettings,
+) -> Vec<(&'static str, String, i8, i8, bool)> {
+    topic_configs(max_request_bytes)
+        .into_iter()
+        .map(|(k, v, t)| match k {
+            RETENTION_MS => match retention_ms(s) {
+                Some(ms) => (k, ms.to_string(), t, TOPIC_SOURCE, false),
+                None => (k, v, t, DEFAULT_SOURCE, false),
+            },
+            CLEANUP_POLICY => (k, v, t, DEFAULT_SOURCE, false),
+            _ => (k, v, t, DEFAULT_SOURCE, true),
+        })
+        .collect()
+}
+
 /// The broker configs clients read: the ones whose value follows from this broker.
 pub fn broker_configs(
     node_id: i32,
@@ -145,19 +174,26 @@ pub fn broker_configs(
 
 fn entries(
     version: i16,
-    all: Vec<(&'static str, String, i8)>,
+    all: Vec<(&'static str, String, i8, i8, bool)>,
     keys: &Option<Vec<String>>,
 ) -> Vec<DescribeConfigsResourceResult> {
     all.into_iter()
-        .filter(|(k, _, _)| keys.as_ref().is_none_or(|ks| ks.iter().any(|w| w == k)))
-        .map(|(k, v, t)| {
+        .filter(|c| keys.as_ref().is_none_or(|ks| ks.iter().any(|w| w == c.0)))
+        .map(|(k, v, t, source, read_only)| {
             DescribeConfigsResourceResult::default()
                 .with_name(StrBytes::from_static_str(k))
                 .with_value(Some(StrBytes::from_string(v)))
-                .with_read_only(true)
-                .with_config_source(DEFAULT_SOURCE)
+                .with_read_only(read_only)
+                .with_config_source(source)
                 .with_config_type(if version >= 3 { t } else { 0 })
         })
+        .collect()
+}
+
+/// Broker configs are all read-only and from the default source.
+fn fixed(all: Vec<(&'static str, String, i8)>) -> Vec<(&'static str, String, i8, i8, bool)> {
+    all.into_iter()
+        .map(|(k, v, t)| (k, v, t, DEFAULT_SOURCE, true))
         .collect()
 }
 
@@ -174,13 +210,14 @@ async fn describe(
                     format!("topic name {:?} is not legal", res.name),
                 ));
             }
-            match topics::partition_count(door, &res.name).await {
-                Ok(_) => Ok(entries(
+            // The queue's options: one row, not a scan of every partition of the queue.
+            match topics::settings(door, &res.name).await {
+                Ok(Some(s)) => Ok(entries(
                     version,
-                    topic_configs(door.cfg.max_request_bytes),
+                    topic_entries(door.cfg.max_request_bytes, &s),
                     &res.keys,
                 )),
-                Err(e) if e.code == ErrorCode::NotFound => Err(Refusal::new(
+                Ok(None) => Err(Refusal::new(
                     errors::UNKNOWN_TOPIC_OR_PARTITION,
                     format!("topic '{}' does not exist", res.name),
                 )),
@@ -189,11 +226,11 @@ async fn describe(
         }
         BROKER if res.name.is_empty() || res.name == door.cfg.node_id.to_string() => Ok(entries(
             version,
-            broker_configs(
+            fixed(broker_configs(
                 door.cfg.node_id,
                 door.cfg.default_partitions,
                 door.cfg.max_request_bytes,
-            ),
+            )),
             &res.keys,
         )),
         BROKER => Err(Refusal::new(
@@ -269,8 +306,26 @@ mod tests {
         assert_eq!(names.len(), all.len());
         let max = all.iter().find(|c| c.0 == "max.message.bytes");
         assert_eq!(max.map(|c| c.1.as_str()), Some("1048576"));
-        let one = entries(4, all, &Some(vec!["retention.ms".into(), "nope".into()]));
+        let s = crate::admin::topic_configs::tests::settings();
+        let one = entries(
+            4,
+            topic_entries(1 << 20, &s),
+            &Some(vec!["retention.ms".into(), "nope".into()]),
+        );
         assert_eq!(one.len(), 1);
-        assert!(one[0].read_only);
+        assert!(!one[0].read_only, "retention.ms is alterable");
+        assert_eq!(one[0].config_source, DEFAULT_SOURCE);
+        let set = QueueSettings {
+            retention_enabled: true,
+            retention_seconds: 60,
+            ..s
+        };
+        let one = entries(
+            4,
+            topic_entries(1 << 20, &set),
+            &Some(vec!["retention.ms".into()]),
+        );
+        assert_eq!(one[0].value.as_deref(), Some("60000"));
+        assert_eq!(one[0].config_source, TOPIC_SOURCE);
     }
 }

@@ -2,18 +2,47 @@
 //!
 //! The engine creates a partition on its first message, so a topic made with 8 partitions
 //! and no messages has no partition rows to count. The floor is kept durably in a reserved
-//! KV namespace (one row per topic, the count as a JSON number), written through the engine
-//! like any other KV row, so it survives restarts and replicates. A topic with no floor
-//! shows the configured default, as an auto-created one does.
+//! KV namespace (one row per topic), written through the engine like any other KV row, so it
+//! survives restarts and replicates. A topic with no floor shows the configured default, as an
+//! auto-created one does.
+//!
+//! A row is `{"partitions":8,"queue":"<queue id>"}`: it belongs to one incarnation of the
+//! name, so a floor left by a queue deleted over HTTP (which never clears it) is not inherited
+//! by the next queue of that name. A row without `queue` (or a bare count, the first format)
+//! was written by a CreateTopics before its queue existed and holds for whichever queue bears
+//! the name. Every write is conditional on the version the writer read, so racing admin
+//! requests cannot both win, nor lower a count another raised.
 
-use queenmq_protocol::kv::{KvExpiry, KvOp, KvOutcome, KvReq, KvResult};
-use queenmq_protocol::{Command, Outcome, QueenError};
+use queenmq_protocol::kv::{KvExpiry, KvOp, KvOutcome, KvRefusal, KvReq, KvResult};
+use queenmq_protocol::{Command, ErrorCode, Outcome, QueenError};
+use serde_json::Value;
 
 use crate::topics::{unexpected, MAX_TOPIC_PARTITIONS};
 use crate::Door;
 
 /// The reserved namespace (the native KV API may read it; only this door writes it).
 pub const NS: &str = queenmq_protocol::KAFKA_PARTITIONS_NS;
+
+/// A stored floor row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// `None`: the row does not hold a count in range, and is ignored.
+    pub count: Option<u32>,
+    /// The queue the count belongs to; `None`: any queue of the name.
+    pub queue: Option<String>,
+    /// For a conditional rewrite.
+    pub version: u64,
+}
+
+impl Row {
+    /// The count this row gives the queue `queue_id`, if it belongs to it.
+    pub fn count_for(&self, queue_id: &str) -> Option<u32> {
+        match &self.queue {
+            Some(q) if q != queue_id => None,
+            _ => self.count,
+        }
+    }
+}
 
 async fn call(door: &Door, op: KvOp) -> Result<KvResult, QueenError> {
     let req = KvReq { ops: vec![op] };
@@ -27,40 +56,85 @@ async fn call(door: &Door, op: KvOp) -> Result<KvResult, QueenError> {
     }
 }
 
-/// The stored floor, if any. A row that does not hold a count in range is ignored.
-pub async fn get(door: &Door, topic: &str) -> Result<Option<u32>, QueenError> {
+/// The stored row, if any.
+pub async fn get(door: &Door, topic: &str) -> Result<Option<Row>, QueenError> {
     let op = KvOp::Get {
         ns: NS.to_owned(),
         key: topic.to_owned(),
     };
     match call(door, op).await? {
-        KvResult::Get(row) => Ok(row.and_then(|r| r.value).and_then(|v| parse(&v))),
+        KvResult::Get(row) => Ok(row.map(|r| {
+            let (count, queue) = r.value.as_deref().map_or((None, None), parse);
+            Row {
+                count,
+                queue,
+                version: r.version,
+            }
+        })),
         other => Err(QueenError::new(
-            queenmq_protocol::ErrorCode::Internal,
+            ErrorCode::Internal,
             format!("a KV get answered {other:?}"),
         )),
     }
 }
 
-pub fn parse(value: &str) -> Option<u32> {
-    value
-        .trim()
-        .parse::<u32>()
-        .ok()
-        .filter(|n| (1..=MAX_TOPIC_PARTITIONS).contains(n))
+/// The count and owning queue a row's value holds.
+pub fn parse(value: &str) -> (Option<u32>, Option<String>) {
+    let in_range = |n: u64| {
+        u32::try_from(n)
+            .ok()
+            .filter(|n| (1..=MAX_TOPIC_PARTITIONS).contains(n))
+    };
+    match serde_json::from_str::<Value>(value) {
+        Ok(Value::Number(n)) => (n.as_u64().and_then(in_range), None),
+        Ok(Value::Object(m)) => (
+            m.get("partitions")
+                .and_then(Value::as_u64)
+                .and_then(in_range),
+            m.get("queue").and_then(Value::as_str).map(str::to_owned),
+        ),
+        _ => (None, None),
+    }
 }
 
-pub async fn set(door: &Door, topic: &str, count: u32) -> Result<(), QueenError> {
+pub fn encode(count: u32, queue: Option<&str>) -> String {
+    match queue {
+        Some(q) => serde_json::json!({ "partitions": count, "queue": q }).to_string(),
+        None => serde_json::json!({ "partitions": count }).to_string(),
+    }
+}
+
+/// Writes the floor if the row is still at `seen` (the version read; `None`: there was no
+/// row). `Ok(None)`: another request changed the row first; `Ok(Some(version))`: written.
+pub async fn put(
+    door: &Door,
+    topic: &str,
+    count: u32,
+    queue: Option<&str>,
+    seen: Option<u64>,
+) -> Result<Option<u64>, QueenError> {
     let op = KvOp::Put {
         ns: NS.to_owned(),
         key: topic.to_owned(),
-        value: count.to_string(),
+        value: encode(count, queue),
         expiry: KvExpiry::Forever,
-        expect: None,
+        // Version 0 is "must be absent".
+        expect: Some(seen.unwrap_or(0)),
         if_absent: false,
         required: false,
     };
-    written(call(door, op).await?)
+    conditional(call(door, op).await?, "storing a partition floor")
+}
+
+/// Takes back a floor this request wrote at `version`, unless another request rewrote it.
+pub async fn take_back(door: &Door, topic: &str, version: u64) -> Result<(), QueenError> {
+    let op = KvOp::Delete {
+        ns: NS.to_owned(),
+        key: topic.to_owned(),
+        expect: Some(version),
+        required: false,
+    };
+    conditional(call(door, op).await?, "taking back a partition floor").map(|_| ())
 }
 
 /// Drops the floor of a deleted topic, so one created again under the name starts afresh.
@@ -75,18 +149,26 @@ pub async fn clear(door: &Door, topic: &str) -> Result<(), QueenError> {
         // Absent is fine: a topic that never had a floor.
         KvResult::Write(_) => Ok(()),
         other => Err(QueenError::new(
-            queenmq_protocol::ErrorCode::Internal,
+            ErrorCode::Internal,
             format!("a KV delete answered {other:?}"),
         )),
     }
 }
 
-fn written(r: KvResult) -> Result<(), QueenError> {
+fn conditional(r: KvResult, what: &str) -> Result<Option<u64>, QueenError> {
     match r {
-        KvResult::Write(w) if w.applied => Ok(()),
+        KvResult::Write(w) if w.applied => Ok(Some(w.version)),
+        KvResult::Write(w)
+            if matches!(
+                w.reason,
+                Some(KvRefusal::Exists | KvRefusal::Version | KvRefusal::Absent)
+            ) =>
+        {
+            Ok(None)
+        }
         other => Err(QueenError::new(
-            queenmq_protocol::ErrorCode::Internal,
-            format!("storing a partition floor was refused: {other:?}"),
+            ErrorCode::Internal,
+            format!("{what} was refused: {other:?}"),
         )),
     }
 }
@@ -97,10 +179,31 @@ mod tests {
 
     #[test]
     fn only_counts_in_range_are_floors() {
-        assert_eq!(parse("8"), Some(8));
-        assert_eq!(parse("10000"), Some(10_000));
-        for bad in ["0", "-1", "10001", "\"8\"", "", "1.5"] {
-            assert_eq!(parse(bad), None, "{bad}");
+        assert_eq!(parse("8"), (Some(8), None));
+        assert_eq!(parse("10000"), (Some(10_000), None));
+        for bad in ["0", "-1", "10001", "\"8\"", "", "1.5", "{}", "[8]"] {
+            assert_eq!(parse(bad).0, None, "{bad}");
         }
+        assert_eq!(parse(r#"{"partitions":0,"queue":"q"}"#).0, None);
+    }
+
+    #[test]
+    fn a_row_belongs_to_its_queue_or_to_any_when_it_names_none() {
+        let bound = encode(8, Some("q1"));
+        let (count, queue) = parse(&bound);
+        let row = Row {
+            count,
+            queue,
+            version: 3,
+        };
+        assert_eq!(row.count_for("q1"), Some(8));
+        assert_eq!(row.count_for("q2"), None, "a dead incarnation's floor");
+        let (count, queue) = parse(&encode(5, None));
+        let pending = Row {
+            count,
+            queue,
+            version: 1,
+        };
+        assert_eq!(pending.count_for("anything"), Some(5));
     }
 }

@@ -1,13 +1,17 @@
-//! Kafka's topic admin APIs (CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs),
-//! each mapped onto
-//! the engine commands the HTTP API uses: a queue configure creates, a queue delete deletes,
-//! and the partition count lives in [`floor`].
+//! Kafka's topic and cluster admin APIs (CreateTopics, DeleteTopics, CreatePartitions,
+//! DescribeConfigs, DescribeCluster, DescribeLogDirs), each mapped onto the engine commands
+//! the HTTP API uses: a queue configure creates, a queue delete deletes, and the partition
+//! count lives in [`floor`].
 
+pub mod alter_configs;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_topics;
+pub mod describe_cluster;
 pub mod describe_configs;
+pub mod describe_log_dirs;
 pub mod floor;
+pub mod topic_configs;
 
 /// Kafka error codes only the admin APIs answer.
 pub mod codes {

@@ -73,15 +73,15 @@ impl Coordinator {
     }
 
     /// Completes every join phase that can complete: the engine mints the generation, then
-    /// the waiting members are answered. A failed mint leaves the phase open for the next tick.
+    /// the waiting members are answered. A failed mint answers them with a retriable error.
     pub async fn drive(&self, door: &Door) {
         let ready = self.lock().take_ready(self.now());
         for (group, ptype, pname) in ready {
             match durable::next_generation(door, &group, &ptype, &pname).await {
                 Ok(generation) => self.lock().complete_join(&group, generation, self.now()),
                 Err(err) => {
-                    tracing::warn!(%group, error = %err, "kafka group generation not written; retrying");
-                    self.lock().abort_join(&group);
+                    tracing::warn!(%group, error = %err, "kafka group generation not written; members told to retry");
+                    self.lock().abort_join(&group, e::COORDINATOR_NOT_AVAILABLE);
                 }
             }
         }

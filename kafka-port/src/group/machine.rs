@@ -580,10 +580,19 @@ impl Groups {
         }
     }
 
-    /// The generation could not be minted: the join phase stays open and is retried.
-    pub fn abort_join(&mut self, group: &str) {
+    /// The generation could not be minted (the engine refused it: memory, disk, tenant
+    /// caps): the waiting members are answered `code` now rather than parked while the mint
+    /// is retried every tick, and the join phase stays open, so their retries (with the
+    /// clients' backoff) form it again; a member that does not come back leaves at the
+    /// phase's deadline as any other.
+    pub fn abort_join(&mut self, group: &str, code: i16) {
         if let Some(g) = self.groups.get_mut(group) {
             g.completing = false;
+            for m in g.members.values_mut() {
+                if let Some(w) = m.join.take() {
+                    let _ = w.send(JoinAnswer::error(code, &m.id));
+                }
+            }
         }
     }
 

@@ -293,3 +293,29 @@ fn a_leaving_waiter_is_told_and_an_empty_group_is_forgotten() {
     gs.expire(100_001);
     assert!(gs.get("g").is_none());
 }
+
+#[test]
+fn a_refused_mint_answers_the_waiting_members_and_their_retries_form_the_phase_again() {
+    let mut gs = Groups::new(1);
+    let (a, mut ra) = join_new(&mut gs, &["range"], 0);
+    let (b, mut rb) = join_new(&mut gs, &["range"], 0);
+    let ready = gs.take_ready(INITIAL_REBALANCE_DELAY_MS);
+    assert_eq!(ready.len(), 1);
+    gs.abort_join("g", e::COORDINATOR_NOT_AVAILABLE);
+    for (id, rx) in [(&a, &mut ra), (&b, &mut rb)] {
+        let got = rx.try_recv().expect("answered now, not parked");
+        assert_eq!(
+            (got.error, &got.member_id),
+            (e::COORDINATOR_NOT_AVAILABLE, id)
+        );
+    }
+    assert!(
+        gs.take_ready(INITIAL_REBALANCE_DELAY_MS + 1).is_empty(),
+        "no member waits: nothing to mint until they come back"
+    );
+    let mut ra = waiting(gs.join(args(&a, &["range"]), 4_000));
+    let mut rb = waiting(gs.join(args(&b, &["range"]), 4_000));
+    complete(&mut gs, 4_000, 1);
+    assert_eq!(ra.try_recv().map(|j| j.generation), Ok(1));
+    assert_eq!(rb.try_recv().map(|j| j.generation), Ok(1));
+}

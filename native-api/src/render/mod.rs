@@ -66,6 +66,7 @@ pub fn unexpected(o: &Outcome) -> ApiError {
         Outcome::Kv(_) => "kv",
         Outcome::Locks(_) => "locks",
         Outcome::KafkaGroups(_) => "kafka groups",
+        Outcome::KafkaProducerId(_) | Outcome::KafkaProduced(_) => "kafka producers",
     };
     ApiError(QueenError::new(
         ErrorCode::Internal,

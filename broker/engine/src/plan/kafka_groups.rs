@@ -197,6 +197,12 @@ impl Planner<'_> {
         let results: Vec<KafkaPartitionResult> = offsets
             .iter()
             .map(|o| match check_partition(&o.topic, o.partition) {
+                // Kafka refuses a commit to a topic it does not have (librdkafka's 0030
+                // checks it); keeping it would also let a client grow group rows at will
+                // under names no topic will ever read.
+                KafkaPartitionResult::Ok if !self.st.queue_by_name.contains_key(&o.topic) => {
+                    KafkaPartitionResult::InvalidTopic
+                }
                 KafkaPartitionResult::Ok if o.metadata.len() > MAX_KAFKA_OFFSET_METADATA_BYTES => {
                     KafkaPartitionResult::MetadataTooLarge
                 }

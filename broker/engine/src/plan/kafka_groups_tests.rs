@@ -26,6 +26,14 @@ fn commit(topic: &str, partition: i32, offset: i64, metadata: &str) -> KafkaOffs
     }
 }
 
+/// A fixture holding the queue `t`: Kafka commits name topics that exist.
+fn with_topic() -> Fixture {
+    let mut fx = Fixture::new();
+    fx.configure("t", Default::default());
+    fx.commit();
+    fx
+}
+
 fn fetch_all(fx: &mut Fixture, group: &str) -> Vec<KafkaCommitted> {
     match call(
         fx,
@@ -41,7 +49,7 @@ fn fetch_all(fx: &mut Fixture, group: &str) -> Vec<KafkaCommitted> {
 
 #[test]
 fn commits_round_trip_metadata_and_partition_errors_stay_per_partition() {
-    let mut fx = Fixture::new();
+    let mut fx = with_topic();
     let big = "x".repeat(MAX_KAFKA_OFFSET_METADATA_BYTES + 1);
     let out = call(
         &mut fx,
@@ -51,6 +59,7 @@ fn commits_round_trip_metadata_and_partition_errors_stay_per_partition() {
                 commit("t", 0, 5, "meta ü"),
                 commit("t", 1, 7, &big),
                 commit("t", -1, 1, ""),
+                commit("no-such-topic", 0, 1, ""),
             ],
         },
     );
@@ -59,6 +68,7 @@ fn commits_round_trip_metadata_and_partition_errors_stay_per_partition() {
         KafkaGroupsOutcome::Committed(vec![
             KafkaPartitionResult::Ok,
             KafkaPartitionResult::MetadataTooLarge,
+            KafkaPartitionResult::InvalidTopic,
             KafkaPartitionResult::InvalidTopic,
         ])
     );
@@ -79,7 +89,7 @@ fn commits_round_trip_metadata_and_partition_errors_stay_per_partition() {
 
 #[test]
 fn generations_rise_past_a_restart_and_groups_delete_with_their_offsets() {
-    let mut fx = Fixture::new();
+    let mut fx = with_topic();
     let next = |fx: &mut Fixture| match call(
         fx,
         KafkaGroupsReq::NextGeneration {
@@ -132,7 +142,7 @@ fn generations_rise_past_a_restart_and_groups_delete_with_their_offsets() {
 
 #[test]
 fn past_the_group_cap_a_new_group_is_refused_retriably_and_nothing_changes() {
-    let mut fx = Fixture::new();
+    let mut fx = with_topic();
     for i in 0..MAX_KAFKA_GROUPS {
         fx.st
             .kafka_groups
@@ -155,7 +165,7 @@ fn past_the_group_cap_a_new_group_is_refused_retriably_and_nothing_changes() {
 
 #[test]
 fn requests_out_of_bounds_are_refused() {
-    let mut fx = Fixture::new();
+    let mut fx = with_topic();
     let long = "g".repeat(MAX_KAFKA_GROUP_ID_BYTES + 1);
     for req in [
         KafkaGroupsReq::Describe { group: long },
@@ -167,5 +177,28 @@ fn requests_out_of_bounds_are_refused() {
     ] {
         let out = fx.planner().plan_kafka_groups(&req);
         assert_eq!(out.err().map(|e| e.code), Some(ErrorCode::BadRequest));
+    }
+}
+
+#[test]
+fn generations_wrap_after_i32_max_and_keep_rising() {
+    let mut fx = with_topic();
+    fx.st
+        .kafka_groups
+        .set_generation("g", i32::MAX, "consumer", "range");
+    for want in [1, 2] {
+        let out = call(
+            &mut fx,
+            KafkaGroupsReq::NextGeneration {
+                group: "g".into(),
+                protocol_type: "consumer".into(),
+                protocol_name: "range".into(),
+            },
+        );
+        assert_eq!(out, KafkaGroupsOutcome::Generation(want));
+        assert_eq!(
+            fx.st.kafka_groups.get("g").map(|g| g.generation),
+            Some(want)
+        );
     }
 }

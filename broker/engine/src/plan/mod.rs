@@ -12,6 +12,9 @@ mod ids;
 mod kafka_groups;
 #[cfg(test)]
 mod kafka_groups_tests;
+mod kafka_producers;
+#[cfg(test)]
+mod kafka_producers_tests;
 mod kv;
 #[cfg(test)]
 mod kv_bounds_tests;

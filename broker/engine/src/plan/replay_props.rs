@@ -107,6 +107,14 @@ enum Cmd {
         kind: usize,
         offset: i64,
     },
+    /// A Kafka InitProducerId (`kind` 0 new, 1 naming `producer` at epoch 0) or an
+    /// idempotent produce of `n` records (`kind` 2, 3: epoch 0, 1) at sequence `seq`.
+    KafkaProducer {
+        kind: usize,
+        producer: i64,
+        seq: i32,
+        n: usize,
+    },
     /// A whole retention sweep, in the open cycle.
     Retain,
     /// Ends the cycle: what was planned is committed.
@@ -142,6 +150,8 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         2 => (0..3usize, 0..6usize, 1..40u64).prop_map(|(key, kind, ttl)| Cmd::Kv { key, kind, ttl }),
         2 => (0..2usize, 0..4usize, -1..50i64)
             .prop_map(|(group, kind, offset)| Cmd::Kafka { group, kind, offset }),
+        2 => (0..4usize, 0..4i64, prop_oneof![0..6i32, Just(i32::MAX - 1)], 1..3usize)
+            .prop_map(|(kind, producer, seq, n)| Cmd::KafkaProducer { kind, producer, seq, n }),
         2 => Just(Cmd::Commit),
         2 => prop_oneof![Just(1i64), Just(SECOND), Just(5 * SECOND), Just(30 * SECOND),
                          Just(700 * SECOND)]
@@ -383,6 +393,54 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                     },
                 };
                 let _ = fx.planner().plan_kafka_groups(&req);
+            }
+            Cmd::KafkaProducer {
+                kind,
+                producer,
+                seq,
+                n,
+            } => {
+                use queenmq_protocol::kafka_producers::*;
+                // A minute: the 700 s advances expire producers within a run.
+                let expiration_ms = 60_000;
+                if *kind < 2 {
+                    let req = KafkaProducersReq::InitProducerId {
+                        current: (*kind == 1).then_some((*producer, 0)),
+                        expiration_ms,
+                        max_producers: 3,
+                    };
+                    let _ = fx.planner().plan_kafka_producers(&req);
+                    continue;
+                }
+                let (queue, partition) = (QUEUES[0].to_string(), PARTITIONS[0].to_string());
+                let items: Vec<PushItem> = (0..*n)
+                    .map(|i| PushItem {
+                        queue: queue.clone(),
+                        partition: partition.clone(),
+                        payload: bytes::Bytes::from(format!("{i}")),
+                        transaction_id: None,
+                        trace_id: None,
+                    })
+                    .collect();
+                let req = KafkaProduceReq {
+                    items,
+                    guards: vec![ProducerGuard {
+                        queue,
+                        partition,
+                        start: 0,
+                        end: *n,
+                        batches: vec![ProducerBatch {
+                            producer_id: *producer,
+                            epoch: (*kind - 2) as i16,
+                            first_seq: *seq,
+                            last_seq: increment_sequence(*seq, *n as i32 - 1),
+                            records: *n,
+                        }],
+                    }],
+                    expiration_ms,
+                    max_producers: 3,
+                };
+                let _ = fx.planner().plan_kafka_produce(&req, None);
             }
             Cmd::Timer { q, key, delay_ms } => {
                 let (queue, key) = (QUEUES[*q].to_string(), format!("k{key}"));

@@ -113,5 +113,15 @@ pub fn canonical(st: &State) -> String {
     for (name, g) in st.kafka_groups.iter() {
         let _ = writeln!(o, "kafka group {name:?} {g:?}");
     }
+    let _ = writeln!(
+        o,
+        "kafka producers next {} bytes {} idle {:?}",
+        st.kafka_producers.next_id(),
+        st.kafka_producers.bytes(),
+        st.kafka_producers.idle_before(i64::MAX, usize::MAX)
+    );
+    for (id, row) in st.kafka_producers.iter() {
+        let _ = writeln!(o, "kafka producer {id} {row:?}");
+    }
     out
 }

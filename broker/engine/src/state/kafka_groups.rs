@@ -86,7 +86,9 @@ impl KafkaGroups {
     pub fn set_generation(&mut self, group: &str, generation: i32, ptype: &str, pname: &str) {
         let g = self.entry(group);
         let old = g.protocol_type.len() + g.protocol_name.len();
-        g.generation = g.generation.max(generation);
+        // The planner decided it (it wraps to 1 after i32::MAX, as Kafka does): a max here
+        // would leave the state at i32::MAX and mint 1 forever.
+        g.generation = generation;
         g.protocol_type = ptype.to_string();
         g.protocol_name = pname.to_string();
         let new = ptype.len() + pname.len();
@@ -110,6 +112,28 @@ impl KafkaGroups {
         if let Some(o) = g.offsets.remove(&(topic.to_string(), partition)) {
             self.bytes = self.bytes.saturating_sub(offset_bytes(topic, &o.metadata));
         }
+    }
+
+    /// Drops every group's committed offsets of `topic`. Kafka forgets a deleted topic's
+    /// offsets; kept, they would make a group resume a topic created again under the name at
+    /// the old incarnation's offsets and skip its first records.
+    pub fn forget_topic(&mut self, topic: &str) {
+        let lo = (topic.to_string(), i32::MIN);
+        let hi = (topic.to_string(), i32::MAX);
+        let mut freed = 0usize;
+        for g in self.groups.values_mut() {
+            let doomed: Vec<(String, i32)> = g
+                .offsets
+                .range(lo.clone()..=hi.clone())
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in doomed {
+                if let Some(o) = g.offsets.remove(&k) {
+                    freed = freed.saturating_add(offset_bytes(topic, &o.metadata));
+                }
+            }
+        }
+        self.bytes = self.bytes.saturating_sub(freed);
     }
 
     pub fn delete_group(&mut self, group: &str) {
@@ -232,12 +256,36 @@ mod tests {
         t.put_offset("g", "t", 0, row(6, ""));
         assert_eq!(t.bytes(), g + offset_bytes("t", ""));
         t.set_generation("g", 1, "consumer", "roundrobin");
-        assert_eq!(t.get("g").map(|g| g.generation), Some(2), "never lowered");
+        assert_eq!(
+            t.get("g").map(|g| g.generation),
+            Some(1),
+            "apply keeps what the planner minted (it wraps after i32::MAX)"
+        );
         t.delete_offset("g", "t", 0);
         assert_eq!(t.bytes(), group_bytes("g", "consumer", "roundrobin"));
         t.put_offset("g", "t", 1, row(1, "x"));
         t.delete_group("g");
         assert_eq!((t.bytes(), t.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_forgotten_topic_leaves_other_topics_and_groups_alone() {
+        let mut t = KafkaGroups::default();
+        for g in ["g", "h"] {
+            t.put_offset(g, "t", 0, row(5, "meta"));
+            t.put_offset(g, "t", i32::MAX, row(5, ""));
+            t.put_offset(g, "t.x", 0, row(7, ""));
+            t.put_offset(g, "s", 1, row(8, ""));
+        }
+        t.forget_topic("t");
+        for g in ["g", "h"] {
+            assert!(t.committed(g, "t", 0).is_none(), "{g}");
+            assert!(t.committed(g, "t", i32::MAX).is_none(), "{g}");
+            assert!(t.committed(g, "t.x", 0).is_some(), "{g}");
+            assert!(t.committed(g, "s", 1).is_some(), "{g}");
+        }
+        let left = 2 * (group_bytes("g", "", "") + offset_bytes("t.x", "") + offset_bytes("s", ""));
+        assert_eq!(t.bytes(), left, "bytes follow");
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod fifo;
 mod forget;
 pub mod frame;
 pub mod kafka_groups;
+pub mod kafka_producers;
 pub mod kv;
 mod label_index;
 pub mod model;
@@ -88,6 +89,8 @@ pub struct State {
     pub kafka_groups: kafka_groups::KafkaGroups,
     /// Derived: the lowest log index a held message lives in (segments below it can go).
     pub run_floor: run_floor::RunFloor,
+    /// Kafka idempotent producers: ids handed out and their partitions' last batches.
+    pub kafka_producers: kafka_producers::KafkaProducers,
 }
 
 /// Where an effect's bytes live, so runs can point at them.
@@ -335,6 +338,32 @@ impl State {
                 partition,
             } => self.kafka_groups.delete_offset(group, topic, *partition),
             Effect::KafkaGroupDelete { group } => self.kafka_groups.delete_group(group),
+            Effect::KafkaProducerInit { producer_id, epoch } => {
+                self.kafka_producers.init(*producer_id, *epoch, now_us)
+            }
+            Effect::KafkaProducerBatch {
+                producer_id,
+                pid,
+                epoch,
+                first_seq,
+                last_seq,
+                base_offset,
+                records,
+            } => self.kafka_producers.batch(
+                *producer_id,
+                *pid,
+                *epoch,
+                kafka_producers::BatchRow {
+                    first_seq: *first_seq,
+                    last_seq: *last_seq,
+                    base_offset: *base_offset,
+                    records: *records,
+                },
+                now_us,
+            ),
+            Effect::KafkaProducerExpire { producer_id } => {
+                self.kafka_producers.expire(*producer_id)
+            }
             Effect::TimerPut {
                 queue,
                 key,
@@ -487,6 +516,8 @@ impl State {
         self.uncount_dedup_window(q.config.dedup_window_seconds);
         self.queue_by_name.remove(&q.name);
         self.labels.remove(qid, &q.namespace, &q.task);
+        // A topic is a queue: its Kafka offsets go with it (docs/kafka-compat.md "Topic admin").
+        self.kafka_groups.forget_topic(&q.name);
         for gid in q.groups.values() {
             self.delete_group(*gid);
         }

@@ -18,6 +18,7 @@ const CHECKPOINT_VERSION: u8 = 3;
 const SECTION_KV: u8 = 1;
 const SECTION_TIMERS: u8 = 2;
 const SECTION_KAFKA_GROUPS: u8 = 3;
+const SECTION_KAFKA_PRODUCERS: u8 = 4;
 /// Partition ids index a dense table (`PartitionTable`), so an id read from a checkpoint sizes
 /// an allocation: ids must lie below `next_partition_id`, as apply keeps them, and that at or
 /// below 2^32 (a chunk index of 24 MiB at most). A corrupt id once asked for 6 GiB (fuzz
@@ -120,6 +121,7 @@ fn size_hint(s: &State) -> usize {
         + s.kv.bytes()
         + s.timers.held_bytes()
         + s.kafka_groups.bytes()
+        + s.kafka_producers.bytes()
 }
 
 /// Writes `version` 3, or an older version (only so tests can check that upgrades read it).
@@ -252,11 +254,16 @@ fn encode_sections(s: &State, w: &mut Writer) {
     // The Kafka groups section is written only when there are groups, so a tenant without
     // Kafka consumers checkpoints exactly as before.
     let kafka = !s.kafka_groups.is_empty();
-    w.u32(2 + u32::from(kafka));
+    // Likewise the producers section, once a producer id was ever handed out.
+    let producers = !s.kafka_producers.is_empty();
+    w.u32(2 + u32::from(kafka) + u32::from(producers));
     section(w, SECTION_KV, |w| s.kv.encode(w));
     section(w, SECTION_TIMERS, |w| s.timers.encode(w));
     if kafka {
         section(w, SECTION_KAFKA_GROUPS, |w| s.kafka_groups.encode(w));
+    }
+    if producers {
+        section(w, SECTION_KAFKA_PRODUCERS, |w| s.kafka_producers.encode(w));
     }
 }
 
@@ -288,6 +295,9 @@ fn decode_sections(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError>
             SECTION_TIMERS => s.timers = super::timers::TimerTable::decode(&mut sr)?,
             SECTION_KAFKA_GROUPS => {
                 s.kafka_groups = super::kafka_groups::KafkaGroups::decode(&mut sr)?
+            }
+            SECTION_KAFKA_PRODUCERS => {
+                s.kafka_producers = super::kafka_producers::KafkaProducers::decode(&mut sr)?
             }
             t => return Err(r.malformed(format!("unknown checkpoint section tag {t}"))),
         }

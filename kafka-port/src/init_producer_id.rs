@@ -1,0 +1,171 @@
+//! InitProducerId (API 22): producer ids for idempotent producers, handed out from the
+//! engine's replicated state so they stay unique across restarts (docs/kafka-compat.md
+//! "Idempotent producers").
+//!
+//! Transactions are not served: a request naming a transactional id gets what a Kafka broker
+//! answers while its transaction coordinator is unavailable, COORDINATOR_NOT_AVAILABLE, after
+//! the checks Kafka makes first (its timeout, trap 6).
+
+use kafka_protocol::messages::{InitProducerIdResponse, ProducerId};
+use queenmq_protocol::kafka_producers::{InitProducerOutcome, KafkaProducersReq};
+use queenmq_protocol::{Command, Outcome};
+
+use crate::connection::{encode, Reply};
+use crate::wire::{Malformed, Reader};
+use crate::{errors, topics, Door};
+
+/// Every version `kafka-protocol` 0.18 has; v3 adds the producer id and epoch (KIP-360).
+pub const VERSIONS: std::ops::RangeInclusive<i16> = 0..=5;
+
+/// Kafka's `transaction.max.timeout.ms` default (15 minutes).
+pub const MAX_TRANSACTION_TIMEOUT_MS: i32 = 900_000;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitProducerIdRequest {
+    pub transactional_id: Option<String>,
+    pub transaction_timeout_ms: i32,
+    /// (-1, -1) when the client names none (v0-2 never do).
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+}
+
+pub fn decode(version: i16, r: &mut Reader) -> Result<InitProducerIdRequest, Malformed> {
+    let transactional_id = r.nullable_string()?;
+    let transaction_timeout_ms = r.i32()?;
+    let (producer_id, producer_epoch) = if version >= 3 {
+        (r.i64()?, r.i16()?)
+    } else {
+        (-1, -1)
+    };
+    r.skip_tags()?;
+    Ok(InitProducerIdRequest {
+        transactional_id,
+        transaction_timeout_ms,
+        producer_id,
+        producer_epoch,
+    })
+}
+
+/// What a request is answered without asking the engine: a code, or `None` to ask it.
+/// Non-transactional requests are not checked for their timeout, as in Kafka (librdkafka's
+/// idempotent producer sends -1).
+pub fn precheck(req: &InitProducerIdRequest) -> Option<i16> {
+    let txn = req.transactional_id.as_deref()?;
+    Some(if txn.is_empty() {
+        errors::INVALID_REQUEST
+    } else if !(1..=MAX_TRANSACTION_TIMEOUT_MS).contains(&req.transaction_timeout_ms) {
+        errors::INVALID_TRANSACTION_TIMEOUT
+    } else {
+        errors::COORDINATOR_NOT_AVAILABLE
+    })
+}
+
+/// The (id, epoch) a KIP-360 client names, when it names a valid one.
+fn current(req: &InitProducerIdRequest) -> Option<(i64, i16)> {
+    (req.producer_id >= 0 && req.producer_epoch >= 0)
+        .then_some((req.producer_id, req.producer_epoch))
+}
+
+pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let req = match decode(version, &mut r) {
+        Ok(req) => req,
+        Err(e) => return Reply::Close(e.to_string()),
+    };
+    let (code, id, epoch) = match precheck(&req) {
+        Some(code) => (code, -1, -1),
+        None => {
+            let cmd = Command::KafkaProducers(KafkaProducersReq::InitProducerId {
+                current: current(&req),
+                expiration_ms: door.cfg.producer_id_expiration_ms,
+                max_producers: door.cfg.max_producer_ids,
+            });
+            match door.bus.call(door.cfg.ctx.clone(), cmd).await {
+                Ok(Outcome::KafkaProducerId(InitProducerOutcome::Granted {
+                    producer_id,
+                    epoch,
+                })) => (errors::NONE, producer_id, epoch),
+                // Kafka's answer when its producer id manager has no id to hand out.
+                Ok(Outcome::KafkaProducerId(InitProducerOutcome::Full)) => {
+                    (errors::COORDINATOR_LOAD_IN_PROGRESS, -1, -1)
+                }
+                Ok(other) => {
+                    let e = topics::unexpected(&other);
+                    tracing::warn!(error = %e, "InitProducerId got an unexpected answer");
+                    (errors::UNKNOWN_SERVER_ERROR, -1, -1)
+                }
+                // Busy, disk full, memory: all retriable for the client.
+                Err(_) => (errors::COORDINATOR_LOAD_IN_PROGRESS, -1, -1),
+            }
+        }
+    };
+    encode(
+        &InitProducerIdResponse::default()
+            .with_error_code(code)
+            .with_producer_id(ProducerId(id))
+            .with_producer_epoch(epoch),
+        version,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::InitProducerIdRequest as K;
+    use kafka_protocol::messages::TransactionalId;
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+
+    fn decoded(k: &K, v: i16) -> InitProducerIdRequest {
+        let mut buf = bytes::BytesMut::new();
+        k.encode(&mut buf, v).expect("encodes");
+        let mut r = Reader::new(buf.freeze(), v >= 2);
+        let got = decode(v, &mut r).expect("decodes");
+        assert_eq!(r.remaining(), 0, "v{v}");
+        got
+    }
+
+    #[test]
+    fn requests_encoded_by_clients_decode_in_every_served_version() {
+        for v in VERSIONS {
+            let k = K::default()
+                .with_transactional_id(None)
+                .with_transaction_timeout_ms(-1)
+                .with_producer_id(ProducerId(if v >= 3 { 42 } else { -1 }))
+                .with_producer_epoch(if v >= 3 { 3 } else { -1 });
+            let got = decoded(&k, v);
+            assert_eq!(got.transactional_id, None);
+            assert_eq!(got.transaction_timeout_ms, -1);
+            assert_eq!(current(&got), (v >= 3).then_some((42, 3)));
+            let t = K::default()
+                .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx"))))
+                .with_transaction_timeout_ms(60_000);
+            assert_eq!(decoded(&t, v).transactional_id.as_deref(), Some("tx"));
+        }
+    }
+
+    #[test]
+    fn transactional_requests_are_checked_then_told_the_coordinator_is_away() {
+        let req = |txn: Option<&str>, timeout| InitProducerIdRequest {
+            transactional_id: txn.map(str::to_owned),
+            transaction_timeout_ms: timeout,
+            producer_id: -1,
+            producer_epoch: -1,
+        };
+        assert_eq!(precheck(&req(None, -1)), None, "librdkafka sends -1");
+        assert_eq!(
+            precheck(&req(Some("tx"), 0)),
+            Some(errors::INVALID_TRANSACTION_TIMEOUT)
+        );
+        assert_eq!(
+            precheck(&req(Some("tx"), MAX_TRANSACTION_TIMEOUT_MS + 1)),
+            Some(errors::INVALID_TRANSACTION_TIMEOUT)
+        );
+        assert_eq!(
+            precheck(&req(Some("tx"), 60_000)),
+            Some(errors::COORDINATOR_NOT_AVAILABLE)
+        );
+        assert_eq!(
+            precheck(&req(Some(""), 60_000)),
+            Some(errors::INVALID_REQUEST)
+        );
+    }
+}
