@@ -121,6 +121,12 @@ impl LogStore {
         log.purge_upto(through)
     }
 
+    /// Bytes `reclaim_upto(upto)` would free now: the files of the sealed segments whose
+    /// records are all `<= upto`.
+    pub fn reclaimable_bytes(&self, upto: u64) -> u64 {
+        self.inner.log.sealed_bytes_through(upto)
+    }
+
     fn purged(&self) -> Option<RaftLogId> {
         *self.inner.purged.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -198,6 +198,11 @@ impl RaftNode {
         Ok(self.inner.log_store.reclaim_upto(upto)?)
     }
 
+    /// Bytes `reclaim_upto(upto)` would free now.
+    pub fn reclaimable_bytes(&self, upto: u64) -> u64 {
+        self.inner.log_store.reclaimable_bytes(upto)
+    }
+
     /// Role, term and leader come from openraft's metrics (cloned, the watch guard dropped at
     /// once); the three positions come from the log and the adapters, which are never behind
     /// what a `propose` caller has already been told.

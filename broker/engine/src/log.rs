@@ -49,6 +49,11 @@ pub trait ReplicatedLog: Send + Sync + 'static {
         let _ = upto;
         Ok(0)
     }
+    /// Bytes `reclaim(upto)` would free now (the files of the segments it would delete).
+    fn reclaimable_bytes(&self, upto: u64) -> u64 {
+        let _ = upto;
+        0
+    }
 }
 
 #[derive(Debug, Clone, Default)]

@@ -72,6 +72,17 @@ impl SegmentLog {
         Some(idx.segments[n.checked_sub(1)?].last_index())
     }
 
+    /// Bytes of the files `purge_upto(index)` would delete now.
+    pub fn sealed_bytes_through(&self, index: u64) -> u64 {
+        let idx = read(&self.index);
+        let sealed = idx.segments.len().saturating_sub(1);
+        idx.segments[..sealed]
+            .iter()
+            .take_while(|s| s.last_index() <= index)
+            .map(|s| s.end)
+            .sum()
+    }
+
     /// Deletes every whole sealed segment whose records are all `<= index`, oldest first; a
     /// segment that also holds a later record stays, and so does the one appends go to, so
     /// `first_index` may remain below `index + 1`. The number of segment files deleted.

@@ -189,7 +189,7 @@ impl State {
                 self.next_partition_id = self.next_partition_id.max(pid + 1);
                 if let Some(q) = self.queues.get_mut(qid) {
                     q.partition_order.push(*pid);
-                    self.partitions.insert(
+                    let replaced = self.partitions.insert(
                         *pid,
                         Partition {
                             id: *pid,
@@ -202,6 +202,10 @@ impl State {
                             runs: Vec::new(),
                         },
                     );
+                    // A create over an existing id (never planned) must not pin the floor.
+                    if let Some(old) = replaced {
+                        self.run_floor.moved(run_floor::first_index(&old), None);
+                    }
                     q.partitions.insert(name, *pid, &self.partitions);
                 }
             }

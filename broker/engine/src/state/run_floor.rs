@@ -53,13 +53,14 @@ impl RunFloor {
             .filter(|&i| i != PENDING_INDEX)
     }
 
-    /// The same, by walking every partition: what tests hold the incremental one to.
+    /// The same, by walking every run of every partition (not only the first ones, so it
+    /// does not share the assumption it checks): what tests hold the incremental one to.
     #[cfg(any(test, feature = "test-support"))]
     pub fn walked<'a>(parts: impl Iterator<Item = &'a Partition>) -> Option<u64> {
         parts
-            .filter_map(first_index)
-            .min()
+            .flat_map(|p| p.runs.iter().map(|r| r.index))
             .filter(|&i| i != PENDING_INDEX)
+            .min()
     }
 }
 
