@@ -233,6 +233,16 @@ fn small(index: u64) -> Checkpoint {
     }
 }
 
+/// The applied indexes of the generations stored, newest first; all must verify.
+fn applied(store: &StateStore) -> Vec<u64> {
+    store
+        .load_generations()
+        .unwrap()
+        .into_iter()
+        .map(|g| g.checkpoint.unwrap().applied_index)
+        .collect()
+}
+
 #[test]
 fn two_generations_are_kept_and_a_save_never_overwrites_the_one_loaded() {
     let dir = tempfile::tempdir().unwrap();
@@ -250,14 +260,8 @@ fn two_generations_are_kept_and_a_save_never_overwrites_the_one_loaded() {
     let store = StateStore::open(&path).unwrap();
     assert_eq!(store.load_checkpoint().unwrap(), Some(small(20)));
     store.save_checkpoint(&small(30)).unwrap();
-    let got: Vec<_> = store
-        .load_generations()
-        .unwrap()
-        .into_iter()
-        .map(|g| g.checkpoint.unwrap().applied_index)
-        .collect();
     assert_eq!(
-        got,
+        applied(&store),
         [30, 20],
         "the loaded one was kept, the older overwritten"
     );
@@ -286,11 +290,5 @@ fn a_flipped_byte_in_the_newest_checkpoint_falls_back_to_the_older_one() {
     assert_eq!(store.load_checkpoint().unwrap(), Some(small(10)));
     // The next save goes over the damaged one, never over the one that loaded.
     store.save_checkpoint(&small(30)).unwrap();
-    let got: Vec<_> = store
-        .load_generations()
-        .unwrap()
-        .into_iter()
-        .map(|g| g.checkpoint.unwrap().applied_index)
-        .collect();
-    assert_eq!(got, [30, 10]);
+    assert_eq!(applied(&store), [30, 10]);
 }
