@@ -270,17 +270,29 @@ impl DiskGate {
 
     /// Whether a checkpoint of `encoded` bytes may be written now, from a fresh reading
     /// (blocking): it must leave the reserve whole, with room for redb to keep the old
-    /// checkpoint until the new one is committed. A skipped checkpoint is counted and logged:
-    /// the log still holds everything, the next start replays more.
-    pub fn checkpoint_fits(&self, encoded: u64) -> bool {
+    /// checkpoint until the new one is committed. But when the log space its save lets go
+    /// (`frees`, deleted right after it) repays what it takes, it may use the reserve: on a
+    /// full node the checkpoint is what gives space back, so skipping it would keep the node
+    /// full for ever. A skipped checkpoint is counted and logged: the log still holds
+    /// everything, the next start replays more.
+    pub fn checkpoint_fits(&self, encoded: u64, frees: u64) -> bool {
         let Some(available) = self.refresh() else {
             return true;
         };
         let left = available.saturating_sub(self.in_flight.load(Ordering::SeqCst));
-        let needs = encoded
-            .saturating_mul(CHECKPOINT_MARGIN)
-            .saturating_add(self.reserve);
+        let own = encoded.saturating_mul(CHECKPOINT_MARGIN);
+        let needs = own.saturating_add(self.reserve);
         if left >= needs {
+            return true;
+        }
+        if left >= own && frees >= own {
+            tracing::info!(
+                available = left,
+                needs,
+                frees,
+                "checkpoint written into the free-space reserve: the log segments it lets go \
+                 give back more than it takes"
+            );
             return true;
         }
         metrics::counter!("queen_checkpoints_skipped_total").increment(1);

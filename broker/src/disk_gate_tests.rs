@@ -152,12 +152,25 @@ fn a_checkpoint_needs_twice_its_size_and_the_reserve_from_a_fresh_reading() {
     let fake = Fake::default();
     fake.set(100_000);
     let g = gate(&fake, 8_000);
-    assert!(g.checkpoint_fits(46_000));
-    assert!(!g.checkpoint_fits(46_001));
+    assert!(g.checkpoint_fits(46_000, 0));
+    assert!(!g.checkpoint_fits(46_001, 0));
     // Fresh: the reading of the last refresh is not trusted.
     fake.set(10_000);
-    assert!(!g.checkpoint_fits(1_001));
-    assert!(g.checkpoint_fits(1_000));
+    assert!(!g.checkpoint_fits(1_001, 0));
+    assert!(g.checkpoint_fits(1_000, 0));
+}
+
+#[test]
+fn a_checkpoint_whose_reclamation_repays_it_may_use_the_reserve() {
+    let fake = Fake::default();
+    fake.set(10_000);
+    let g = gate(&fake, 8_000);
+    assert!(!g.checkpoint_fits(4_000, 7_999), "frees less than it takes");
+    assert!(g.checkpoint_fits(4_000, 8_000));
+    assert!(
+        !g.checkpoint_fits(5_001, 1 << 40),
+        "no room even with the reserve"
+    );
 }
 
 #[test]

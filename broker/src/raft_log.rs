@@ -25,6 +25,14 @@ impl ReplicatedLog for RaftLog {
         self.0.read_app_payload(index).map_err(LogError::read)
     }
 
+    fn reclaim(&self, upto: u64) -> Result<usize, LogError> {
+        self.0.reclaim_upto(upto).map_err(LogError::reclaim)
+    }
+
+    fn reclaimable_bytes(&self, upto: u64) -> u64 {
+        self.0.reclaimable_bytes(upto)
+    }
+
     fn status(&self) -> LogStatus {
         let s = self.0.status();
         LogStatus {

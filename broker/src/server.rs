@@ -105,6 +105,10 @@ pub async fn serve(
             .unwrap_or(usize::MAX),
         long_polls: crate::engine::LongPollSlots::new(door_caps.long_polls),
         disk: disk_gate(&cfg)?,
+        reclaim: crate::engine::reclaim::Reclaimer::new(
+            cfg.reclaim_enabled,
+            Some(cfg.data_dir.join(crate::engine::reclaim::PAUSE_FILE)),
+        ),
         ..EngineConfig::default()
     };
     // A default group that fails to start stops the process with its reason: the operator

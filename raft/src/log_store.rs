@@ -2,8 +2,10 @@
 //!
 //! ### The contract this store keeps (openraft `storage/v2`, restated for our layout)
 //! - **No holes.** Records are consecutive by index; SegmentLog refuses anything else. Purge
-//!   moves only the Raft horizon (meta `raft/purged`), because message bytes live in the log
-//!   and leave it only by the broker's retention; reads below the horizon answer nothing.
+//!   moves only the Raft horizon (meta `raft/purged`), because message bytes live in the log:
+//!   segment files are deleted only by `reclaim_upto`, which the engine calls once a durable
+//!   checkpoint covers them and nothing points into them; reads below the horizon answer
+//!   nothing.
 //! - **Serialised writes.** Appends and truncations go through the single log-writer thread in
 //!   call order; openraft itself never overlaps calls on `&mut self`.
 //! - **Readable on return, durable on callback.** `append` returns once the records are written;
@@ -88,6 +90,41 @@ impl LogStore {
     pub fn stop(&self) {
         self.inner.writer.stop_and_join();
         self.inner.committed.stop_and_join();
+    }
+
+    /// Deletes the sealed segments whose records are all `<= upto`, for space: the caller
+    /// vouches that a durable checkpoint covers `upto` and that no state still points into
+    /// them (docs/storage-format.md "Space reclamation"). The purge horizon is made durable
+    /// first, then each file is unlinked with a directory fsync after it, so a crash between
+    /// any two steps leaves a horizon at or above what the log still holds and a contiguous
+    /// suffix of it. The segment appends go to always stays. Blocking (redb commit, unlinks).
+    /// The number of segment files deleted.
+    pub fn reclaim_upto(&self, upto: u64) -> Result<usize, crate::backend::StorageError> {
+        let log = &self.inner.log;
+        let Some(through) = log.sealed_through(upto) else {
+            return Ok(0);
+        };
+        let Some(term) = log.term_of(through) else {
+            return Ok(0);
+        };
+        let horizon = log_id(term, through);
+        if self.purged().is_none_or(|p| p.index < through) {
+            let bytes =
+                serde_json::to_vec(&horizon).map_err(|e| crate::backend::StorageError::Io {
+                    op: "encode the purge horizon",
+                    path: std::path::PathBuf::from(meta::PURGED),
+                    source: std::io::Error::other(e),
+                })?;
+            self.inner.store.put_meta(meta::PURGED, &bytes)?;
+            *self.inner.purged.lock().unwrap_or_else(|p| p.into_inner()) = Some(horizon);
+        }
+        log.purge_upto(through)
+    }
+
+    /// Bytes `reclaim_upto(upto)` would free now: the files of the sealed segments whose
+    /// records are all `<= upto`.
+    pub fn reclaimable_bytes(&self, upto: u64) -> u64 {
+        self.inner.log.sealed_bytes_through(upto)
     }
 
     fn purged(&self) -> Option<RaftLogId> {

@@ -189,6 +189,20 @@ impl RaftNode {
         entry_codec::app_body(index, payload).map_err(|e| RaftError::Corrupt(e.to_string()))
     }
 
+    /// Deletes the log's sealed segments whose records are all `<= upto`, the purge horizon
+    /// made durable first (`LogStore::reclaim_upto`); the number of files deleted. The caller
+    /// vouches that a durable checkpoint covers `upto` and that nothing points into them.
+    /// Blocking: call from a blocking thread. openraft's own view of the horizon is not
+    /// moved: it reads the log only from the applied index on (no snapshots, no peers yet).
+    pub fn reclaim_upto(&self, upto: u64) -> Result<usize, RaftError> {
+        Ok(self.inner.log_store.reclaim_upto(upto)?)
+    }
+
+    /// Bytes `reclaim_upto(upto)` would free now.
+    pub fn reclaimable_bytes(&self, upto: u64) -> u64 {
+        self.inner.log_store.reclaimable_bytes(upto)
+    }
+
     /// Role, term and leader come from openraft's metrics (cloned, the watch guard dropped at
     /// once); the three positions come from the log and the adapters, which are never behind
     /// what a `propose` caller has already been told.

@@ -26,6 +26,6 @@ pub use format::segment_name as segment_file_name;
 pub use log::SegmentLog;
 pub use options::{LogLoss, LogOptions, RecoveryReport, TornTail};
 pub use state::{
-    Checkpoint, StateSink, StateStore, CHECKPOINT_CHUNK_BYTES, STATE_CACHE_BYTES,
+    Checkpoint, Generation, StateSink, StateStore, CHECKPOINT_CHUNK_BYTES, STATE_CACHE_BYTES,
     STATE_MIN_CACHE_BYTES,
 };

@@ -168,6 +168,57 @@ def test_a_full_disk_refuses_pushes_serves_reads_and_resumes(disk, broker_factor
     assert not missing, f"{len(missing)} acknowledged pushes lost, e.g. {sorted(missing)[:5]}"
 
 
+def test_a_full_disk_gets_its_space_back_once_retention_removed_the_messages(disk, broker_factory):
+    """The node is full (the disk under the reserve, a checkpoint does not fit the reserve),
+    then retention removes every message: the checkpoint whose reclamation repays it is
+    written into the reserve, the segments go, and pushes are taken again without anyone
+    freeing the disk (docs/storage-format.md "A full disk and reclamation")."""
+    broker = broker_factory(
+        "reclaim",
+        env={
+            "QUEEN_MIN_FREE_DISK_BYTES": str(RESERVE),
+            "QUEEN_SEGMENT_BYTES": str(1 << 20),
+            "QUEEN_CHECKPOINT_INTERVAL_SECS": "1",
+            "QUEEN_RETENTION_INTERVAL_MS": "50",
+        },
+    )
+    broker.data_dir = disk / "data"
+    broker.start()
+    fill_until(disk, disk / "filler", RESERVE + HEADROOM)
+    with httpx.Client(base_url=broker.url, timeout=30.0) as http:
+        res = http.post(
+            "/api/v1/configure",
+            json={"queue": QUEUE, "options": {"retentionEnabled": True, "retentionSeconds": 2}},
+        )
+        assert res.status_code == 200, res.text
+        for n in range(MAX_PUSHES):
+            res = push_one(http, n)
+            if res.status_code == 507:
+                break
+            accepted_txns(res)
+        else:
+            pytest.fail(f"{MAX_PUSHES} pushes accepted on a full disk")
+        # Another process takes the disk under the reserve: the node is full.
+        fill_until(disk, disk / "filler2", RESERVE - (2 << 20))
+        wait_for_gauge(http, 1.0)
+        # Nobody frees the disk: only the deleted segments can make room.
+        for attempt in range(300):
+            res = push_one(http, MAX_PUSHES + attempt)
+            if res.status_code != 507:
+                accepted_txns(res)
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the node stayed full: the segments retention emptied were not deleted")
+        text = http.get("/metrics/prometheus").text
+        deleted = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("queen_log_segments_deleted_total{")
+        )
+        assert deleted >= 4, text[-2000:]
+
+
 def test_one_push_that_does_not_fit_is_refused_without_making_the_node_full(
     disk, broker_factory
 ):

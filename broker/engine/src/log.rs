@@ -17,6 +17,8 @@ pub enum LogError {
     Propose(Box<dyn StdError + Send + Sync>),
     #[error(transparent)]
     Read(Box<dyn StdError + Send + Sync>),
+    #[error(transparent)]
+    Reclaim(Box<dyn StdError + Send + Sync>),
 }
 
 impl LogError {
@@ -27,6 +29,10 @@ impl LogError {
     pub fn read(cause: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
         LogError::Read(cause.into())
     }
+
+    pub fn reclaim(cause: impl Into<Box<dyn StdError + Send + Sync>>) -> Self {
+        LogError::Reclaim(cause.into())
+    }
 }
 
 pub trait ReplicatedLog: Send + Sync + 'static {
@@ -36,6 +42,18 @@ pub trait ReplicatedLog: Send + Sync + 'static {
     fn read(&self, index: u64) -> Result<Option<Vec<u8>>, LogError>;
     /// Raft facts for health and metrics: (role, term, last log index, committed, applied).
     fn status(&self) -> LogStatus;
+    /// Frees the space of records `..= upto` that a durable checkpoint covers and no state
+    /// points into: deletes whole sealed segments holding only such records; the number
+    /// deleted. Blocking. A log that keeps nothing on disk (tests' logs) frees nothing.
+    fn reclaim(&self, upto: u64) -> Result<usize, LogError> {
+        let _ = upto;
+        Ok(0)
+    }
+    /// Bytes `reclaim(upto)` would free now (the files of the segments it would delete).
+    fn reclaimable_bytes(&self, upto: u64) -> u64 {
+        let _ = upto;
+        0
+    }
 }
 
 #[derive(Debug, Clone, Default)]

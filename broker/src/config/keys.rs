@@ -71,6 +71,12 @@ pub(crate) const KEYS: &[KeySpec] = &[
         kind: Kind::Uint { min: MIB, max: GIB },
     },
     KeySpec {
+        name: "reclaim_enabled",
+        env: "QUEEN_RECLAIM_ENABLED",
+        flag: None,
+        kind: Kind::Bool,
+    },
+    KeySpec {
         name: "min_free_disk_bytes",
         env: "QUEEN_MIN_FREE_DISK_BYTES",
         flag: None,

@@ -27,6 +27,9 @@ pub struct Config {
     pub max_body_bytes: u64,
     /// Size at which a log segment file is rolled.
     pub segment_bytes: u64,
+    /// Whether the log's dead segments are deleted after checkpoints (docs/storage-format.md
+    /// "Space reclamation"); while `<data_dir>/RECLAIM_PAUSED` exists none is.
+    pub reclaim_enabled: bool,
     /// Free bytes kept on the data directory's file system: under them, writes that add data
     /// are refused 507 `storage_full` (retriable) until space is freed; 0 turns that off.
     pub min_free_disk_bytes: u64,
@@ -128,6 +131,7 @@ impl Default for Config {
             jwt_secret: None,
             max_body_bytes: 64 * MIB,
             segment_bytes: 64 * MIB,
+            reclaim_enabled: true,
             min_free_disk_bytes: 256 * MIB,
             commit_max_batch: 4_096,
             commit_max_bytes: 4 * MIB,
@@ -373,6 +377,7 @@ impl Config {
             "log" => (Some(toml_string(&self.log)), None),
             "accept_data_loss" => (Some(self.accept_data_loss.to_string()), None),
             "kafka_enabled" => (Some(self.kafka_enabled.to_string()), None),
+            "reclaim_enabled" => (Some(self.reclaim_enabled.to_string()), None),
             "kafka_addr" => (Some(toml_string(&self.kafka_addr.to_string())), None),
             "kafka_advertised_addr" => {
                 (self.kafka_advertised_addr.as_deref().map(toml_string), None)

@@ -598,3 +598,15 @@ fn a_kafka_advertised_addr_without_a_port_is_refused() {
         .expect_err("not an address");
     assert_eq!(err.key(), Some("kafka_addr"));
 }
+
+#[test]
+fn reclaim_is_on_by_default_and_turned_off_by_env() {
+    let loaded = load_env(&ConfigArgs::default(), &[]).expect("defaults load");
+    assert!(loaded.config.reclaim_enabled);
+    let loaded = load_env(
+        &ConfigArgs::default(),
+        &[("QUEEN_RECLAIM_ENABLED", "false")],
+    )
+    .expect("env loads");
+    assert!(!loaded.config.reclaim_enabled);
+}

@@ -14,6 +14,7 @@ mod long_poll_slots;
 mod loop_tests;
 mod metrics_sample;
 mod panic_guard;
+pub(crate) mod reclaim;
 mod waiters;
 
 pub use queenmq_engine::log;
@@ -106,6 +107,8 @@ pub struct EngineConfig {
     pub log_backend: Option<LogBackend>,
     /// The node's free-space gate; None (tests) refuses nothing.
     pub disk: Option<Arc<crate::disk_gate::DiskGate>>,
+    /// Whether dead log segments are deleted after checkpoints, and the file that pauses it.
+    pub reclaim: reclaim::Reclaimer,
 }
 
 /// A group's log backend, shown by name only.
@@ -137,6 +140,7 @@ impl Default for EngineConfig {
             tenant: Arc::from(queenmq_protocol::DEFAULT_TENANT),
             log_backend: None,
             disk: None,
+            reclaim: reclaim::Reclaimer::default(),
         }
     }
 }
@@ -166,10 +170,27 @@ pub struct Engine {
     /// Where the running retention sweep is, and when the last one started.
     retention: plan::RetentionSweep,
     last_retention: Instant,
+    /// How far the log may be reclaimed once the next checkpoint is durable: what the
+    /// generation that becomes the older one kept allows (reclaim.rs). None: nothing.
+    reclaim_bound: Option<u64>,
+    /// The last save allowed more than it deleted: one more save, even of an unchanged
+    /// state, lets it go (else an idle node keeps dead segments until something is written).
+    reclaim_pending: bool,
+    reclaimer: reclaim::Reclaimer,
 }
 
-/// A checkpoint written (index, bytes, seconds), skipped for want of space (None), or failed.
-type SaveResult = Result<Option<(u64, usize, f64)>, String>;
+/// A checkpoint written, skipped for want of space (None), or failed.
+type SaveResult = Result<Option<Saved>, String>;
+
+struct Saved {
+    index: u64,
+    bytes: usize,
+    secs: f64,
+    /// How far the log may go once a later checkpoint has replaced the older generation.
+    reclaim_bound: Option<u64>,
+    /// How far this save's reclamation was allowed to go.
+    reclaimed_upto: Option<u64>,
+}
 
 /// Long-poll answers leave this much before the client's deadline.
 const REPLY_MARGIN: Duration = Duration::from_millis(50);
@@ -225,7 +246,18 @@ impl Engine {
             memory,
             retention: Default::default(),
             last_retention: Instant::now(),
+            reclaim_bound: None,
+            reclaim_pending: false,
+            reclaimer: reclaim::Reclaimer::new(cfg.reclaim.enabled, cfg.reclaim.pause_file.clone()),
         }
+    }
+
+    /// The state was loaded from a checkpoint that allows reclaiming the log up to `bound`
+    /// (`open::Opened::reclaim_bound`): the first save may go that far.
+    pub fn reclaiming_from(mut self, bound: Option<u64>) -> Engine {
+        self.reclaim_bound = bound;
+        self.reclaim_pending = self.reclaimer.enabled && bound.is_some();
+        self
     }
 
     /// Runs until `shutdown` turns true (or every bus handle is dropped), then answers parked
@@ -518,10 +550,14 @@ impl Engine {
         }
         self.last_checkpoint = Instant::now();
         let encoding = Instant::now();
-        let (pending, applied) = {
+        let (pending, applied, floor) = {
             let st = self.shared.lock();
             match st.applied {
-                Some(a) if Some(a.0) != self.checkpointed_index => (begin_checkpoint(&st), a),
+                // Also once more over an unchanged state when the last save left space to
+                // give back: that save's bound waits for a newer generation (reclaim.rs).
+                Some(a) if Some(a.0) != self.checkpointed_index || self.reclaim_pending => {
+                    (begin_checkpoint(&st), a, st.run_floor.lowest())
+                }
                 _ => return,
             }
         };
@@ -535,6 +571,11 @@ impl Engine {
         });
         let store = self.store.clone();
         let disk = self.cfg.disk.clone();
+        let log = self.log.clone();
+        let tenant = self.cfg.tenant.to_string();
+        let reclaimer = self.reclaimer.clone();
+        let upto = self.reclaim_bound.filter(|_| self.reclaimer.enabled);
+        let reclaim_bound = reclaim::reclaimable_upto(applied.0, floor);
         let started = Instant::now();
         let save = tokio::task::spawn_blocking(move || {
             // The transaction-id rows are encoded here, off the engine (shared frozen blocks),
@@ -544,19 +585,38 @@ impl Engine {
             // write there, the Raft metadata's included: so a checkpoint that would eat into
             // the reserve is not tried (at shutdown too: the next start needs that space).
             // The log holds everything; the next start replays more.
-            if disk.is_some_and(|d| !d.checkpoint_fits(size as u64)) {
-                drop(held);
-                return Ok(None);
+            // Unless the segments its save lets go repay it (a full node gets space back):
+            // those this save frees, or half of those the next one will (two checkpoints are
+            // written before they go).
+            if let Some(d) = disk {
+                let bytes = |b: Option<u64>| {
+                    b.filter(|_| reclaimer.would_run())
+                        .map_or(0, |u| log.reclaimable_bytes(u))
+                };
+                let frees = bytes(upto).max(bytes(reclaim_bound) / 2);
+                if !d.checkpoint_fits(size as u64, frees) {
+                    drop(held);
+                    return Ok(None);
+                }
             }
-            let saved = store
+            store
                 .save_checkpoint_streamed(applied.0, applied.1, |sink| {
                     pending.emit(|piece| sink.write(piece))
                 })
-                .map(|()| Some((applied.0, size, started.elapsed().as_secs_f64())))
-                .map_err(|e| e.to_string());
+                .map_err(|e| e.to_string())?;
+            let saved = Saved {
+                index: applied.0,
+                bytes: size,
+                secs: started.elapsed().as_secs_f64(),
+                reclaim_bound,
+                reclaimed_upto: upto,
+            };
             crate::memory::give_back_freed();
             drop(held);
-            saved
+            // Only now is the checkpoint durable, and the older generation kept is the one
+            // `upto` was computed for: the records below it may go.
+            reclaimer.after_checkpoint(log.as_ref(), &tenant, upto)?;
+            Ok(Some(saved))
         });
         if last {
             self.finish_save(save.await);
@@ -577,8 +637,17 @@ impl Engine {
     fn finish_save(&mut self, res: Result<SaveResult, tokio::task::JoinError>) {
         match res {
             Ok(Ok(None)) => {}
-            Ok(Ok(Some((index, size, secs)))) => {
+            Ok(Ok(Some(Saved {
+                index,
+                bytes: size,
+                secs,
+                reclaim_bound,
+                reclaimed_upto,
+            }))) => {
                 self.checkpointed_index = Some(index);
+                self.reclaim_bound = reclaim_bound;
+                self.reclaim_pending = self.reclaimer.enabled
+                    && reclaim_bound.is_some_and(|b| reclaimed_upto.is_none_or(|u| u < b));
                 let tenant = self.cfg.tenant.to_string();
                 metrics::histogram!("queen_checkpoint_seconds", "tenant" => tenant.clone())
                     .record(secs);
@@ -625,7 +694,10 @@ fn failed_cycle_reply(
 fn log_error_is_enospc(e: &crate::engine::log::LogError) -> bool {
     match e {
         crate::engine::log::LogError::Propose(cause)
-        | crate::engine::log::LogError::Read(cause) => crate::disk_gate::is_enospc(cause.as_ref()),
+        | crate::engine::log::LogError::Read(cause)
+        | crate::engine::log::LogError::Reclaim(cause) => {
+            crate::disk_gate::is_enospc(cause.as_ref())
+        }
     }
 }
 

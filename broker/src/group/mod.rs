@@ -46,4 +46,6 @@ impl LiveSlot {
 }
 
 #[cfg(test)]
+mod open_tests;
+#[cfg(test)]
 mod registry_tests;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Context};
 use queenmq_storage::{
-    Checkpoint, IoBackend, LogOptions, RecoveryReport, SegmentLog, StateStore, StorageError,
+    Checkpoint, Generation, IoBackend, LogOptions, RecoveryReport, SegmentLog, StateStore,
+    StorageError,
 };
 
 use crate::config::Config;
@@ -39,6 +40,9 @@ pub struct Opened {
     pub report: RecoveryReport,
     pub store: StateStore,
     pub state: State,
+    /// How far the log may be reclaimed while the checkpoint the state was loaded from is
+    /// the older generation kept (`engine::reclaim`); None: nowhere yet.
+    pub reclaim_bound: Option<u64>,
 }
 
 /// Opens the state store, then the log with every index Raft or the checkpoint says was
@@ -57,11 +61,12 @@ pub fn open_storage(
     let store = open_store(&cfg.data_dir, &log_dir, accept, store_cache)?;
     let raft = queenmq_raft::read_persisted(&store)
         .map_err(|e| anyhow!("reading the raft metadata in {STATE_FILE}: {e}"))?;
-    let checkpoint = store.load_checkpoint();
-    let cp_index = match &checkpoint {
-        Ok(Some(cp)) => Some(cp.applied_index),
-        _ => None,
-    };
+    let generations = store.load_generations();
+    let cp_index = generations.as_ref().ok().and_then(|gens| {
+        gens.iter()
+            .filter_map(|g| g.checkpoint.as_ref().ok().map(|cp| cp.applied_index))
+            .max()
+    });
     let durable_through = raft.committed.max(cp_index).unwrap_or(0);
     if !log_present {
         let mut held = Vec::new();
@@ -74,7 +79,10 @@ pub fn open_storage(
         if let Some(i) = cp_index {
             held.push(format!("a checkpoint at index {i}"));
         }
-        if checkpoint.is_err() {
+        if generations
+            .as_ref()
+            .map_or(true, |gens| gens.iter().any(|g| g.checkpoint.is_err()))
+        {
             held.push("a checkpoint".to_owned());
         }
         if !held.is_empty() {
@@ -100,7 +108,10 @@ pub fn open_storage(
         None => SegmentLog::open(&log_dir, opts),
     }
     .with_context(|| format!("opening the log in {}", cfg.data_dir.display()))?;
-    let state = load_state(checkpoint, &log, &log_dir, accept)?;
+    let state = load_state(generations, &store, &log, &log_dir, accept)?;
+    let reclaim_bound = state.applied.and_then(|(applied, _)| {
+        crate::engine::reclaim::reclaimable_upto(applied, state.run_floor.lowest())
+    });
     if let (true, Some(first)) = (accept, log.first_index()) {
         if first > 1 {
             let Some((applied_index, applied_term)) = state.applied else {
@@ -132,6 +143,7 @@ pub fn open_storage(
         report,
         store,
         state,
+        reclaim_bound,
     })
 }
 
@@ -204,41 +216,87 @@ fn open_store(
         .with_context(|| format!("creating {}", path.display()))
 }
 
-/// Loads the checkpoint. One the log cannot back (ahead of its end, with a gap before its
-/// start, or with runs pointing below its start) is acknowledged state that is gone: refused
-/// unless accepted. An unreadable one is rebuilt from the log when the log still starts at its
-/// first index (nothing lost).
-fn load_state(
-    checkpoint: Result<Option<Checkpoint>, StorageError>,
+/// A checkpoint that verifies and decodes, from the newest generation that does.
+struct Usable {
+    cp: Checkpoint,
+    state: State,
+}
+
+/// The newest generation that verifies (length, CRC32C) and decodes, the slot it is in, and
+/// why each newer one was passed over.
+fn newest_usable(gens: Vec<Generation>) -> (Option<(usize, Usable)>, Vec<String>) {
+    let mut passed = Vec::new();
+    for g in gens {
+        let what = match g.applied_index {
+            Some(i) => format!("the checkpoint at index {i} (slot {})", g.slot),
+            None => format!("the checkpoint in slot {}", g.slot),
+        };
+        match g.checkpoint {
+            Ok(cp) => match decode_state(&cp.state) {
+                Ok(state) => return (Some((g.slot, Usable { cp, state })), passed),
+                Err(e) => passed.push(format!("{what} does not decode ({e})")),
+            },
+            Err(e) => passed.push(format!("{what} is unreadable ({e})")),
+        }
+    }
+    (None, passed)
+}
+
+/// Loads the newest usable checkpoint generation, falling back to the older one (logged at
+/// ERROR) when the newer does not verify or decode; the log is never reclaimed past what the
+/// older one needs. One the log cannot back (ahead of its end, with a gap before its start,
+/// or with runs pointing below its start) is acknowledged state that is gone: refused unless
+/// accepted. With no usable generation, the state is rebuilt from the log when the log still
+/// starts at its first index (nothing lost).
+pub(super) fn load_state(
+    generations: Result<Vec<Generation>, StorageError>,
+    store: &StateStore,
     log: &SegmentLog,
     log_dir: &Path,
     accept: bool,
 ) -> anyhow::Result<State> {
     let last = log.last().map_or(0, |(i, _)| i);
     let first = log.first_index();
-    let cp = match checkpoint {
-        Ok(Some(cp)) => cp,
-        Ok(None) => {
+    let (usable, passed) = match generations {
+        Ok(gens) => newest_usable(gens),
+        Err(e) => (None, vec![format!("the checkpoints cannot be read ({e})")]),
+    };
+    let (cp, st) = match usable {
+        Some((slot, Usable { cp, state })) => {
+            if !passed.is_empty() {
+                tracing::error!(
+                    "{}; falling back to the older checkpoint at index {} in {STATE_FILE}: the \
+                     log keeps every record after it, so nothing is lost, but look at the disk",
+                    passed.join("; "),
+                    cp.applied_index
+                );
+            }
+            store.keep(slot);
+            (cp, state)
+        }
+        None if passed.is_empty() => {
             if let Some(what) = log_backing::missing(&State::default(), false, first, log_dir) {
                 refuse_or_accept(accept, &what)?;
             }
             return Ok(State::default());
         }
         // openraft's first entry has index 0; a log starting there (or at 1) is whole.
-        Err(e) if first.is_none_or(|f| f <= 1) => {
+        None if first.is_none_or(|f| f <= 1) => {
             tracing::warn!(
-                "the checkpoint in {STATE_FILE} is unreadable ({e}); rebuilding the state from \
-                 the log, which still starts at index {}: nothing is lost",
+                "no checkpoint in {STATE_FILE} is usable ({}); rebuilding the state from the \
+                 log, which still starts at index {}: nothing is lost",
+                passed.join("; "),
                 first.unwrap_or(1)
             );
             return Ok(State::default());
         }
-        Err(e) => {
+        None => {
             refuse_or_accept(
                 accept,
                 &format!(
-                    "the checkpoint in {STATE_FILE} is unreadable ({e}) and the log starts at \
-                     index {}, so the state of records 0..={} cannot be rebuilt",
+                    "no checkpoint in {STATE_FILE} is usable ({}) and the log starts at index \
+                     {}, so the state of records 0..={} cannot be rebuilt",
+                    passed.join("; "),
                     first.unwrap_or(0),
                     first.unwrap_or(1).saturating_sub(1)
                 ),
@@ -272,7 +330,7 @@ fn load_state(
         )?;
         return Ok(State::default());
     }
-    let mut st = decode_state(&cp.state).map_err(|e| anyhow!("checkpoint does not decode: {e}"))?;
+    let mut st = st;
     if let Some(what) = log_backing::missing(&st, true, first, log_dir) {
         // Accepted, the checkpoint is kept: rebuilding from a log without its start cannot
         // work (Raft replays from index 0), and the state past the missing records is intact.

@@ -70,6 +70,7 @@ pub async fn start(
         report,
         store,
         state,
+        reclaim_bound,
     } = tokio::task::spawn_blocking(move || open_storage(&opening, backend, store_cache))
         .await
         .map_err(|e| anyhow!("opening the storage stopped: {e}"))??;
@@ -119,7 +120,8 @@ pub async fn start(
         store.clone(),
         ecfg.clone(),
         rx,
-    );
+    )
+    .reclaiming_from(reclaim_bound);
     Ok(Started {
         engine,
         node,

@@ -2,21 +2,14 @@
 //! that kept redb but lost the log's tail, point past the log. Neither may lose or invent an
 //! entry: a restart still applies exactly what the log holds.
 
-use super::fixtures::{open_stores, Recorder};
+use super::fixtures::{open_stores, start_fresh, Recorder};
 use crate::meta;
 use crate::{RaftConfig, RaftNode};
 
 async fn restart_with_committed(committed_json: &[u8]) {
     let dir = tempfile::tempdir().unwrap();
     let (log, store) = open_stores(dir.path());
-    let node = RaftNode::start_single(
-        RaftConfig::default(),
-        log.clone(),
-        store.clone(),
-        Recorder::new(None),
-    )
-    .await
-    .unwrap();
+    let node = start_fresh(&log, &store).await;
     let mut proposed = Vec::new();
     for i in 0..20u8 {
         let (index, term) = node.propose(vec![i]).await.unwrap();

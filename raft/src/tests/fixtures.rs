@@ -55,6 +55,18 @@ impl ApplyHandler for Recorder {
     }
 }
 
+/// A single-voter node on a fresh log and store, its handler recording without a checkpoint.
+pub async fn start_fresh(log: &Arc<SegmentLog>, store: &Arc<StateStore>) -> crate::RaftNode {
+    crate::RaftNode::start_single(
+        crate::RaftConfig::default(),
+        log.clone(),
+        store.clone(),
+        Recorder::new(None),
+    )
+    .await
+    .unwrap()
+}
+
 /// Opens the segment log and state store under `dir`, as the broker lays them out.
 pub fn open_stores(dir: &Path) -> (Arc<SegmentLog>, Arc<StateStore>) {
     let log_dir = dir.join("log");

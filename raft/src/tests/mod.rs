@@ -4,4 +4,5 @@ mod fixtures;
 mod group_commit;
 mod latency;
 mod node_restart;
+mod reclaim;
 mod suite;

@@ -29,6 +29,10 @@ struct Tree {
     last_write: Mutex<Option<LastWrite>>,
     next_id: AtomicU64,
     fail_sync: AtomicBool,
+    /// While set, every `sync_dir` (only) blocks: a purge parked in its unlink's fsync.
+    hang_sync_dir: AtomicBool,
+    /// While set, every `remove` fails (EACCES) and removes nothing.
+    fail_remove: AtomicBool,
     /// While set, every `write_at` and `create` fails with ENOSPC and changes nothing.
     full: AtomicBool,
     /// While set, every `sync_data` and `sync_dir` blocks (a hung disk).
@@ -188,6 +192,17 @@ impl MemBackend {
     /// Makes every later `sync_data` and `sync_dir` fail, to test fsync-failure handling.
     pub fn set_fail_sync(&self, fail: bool) {
         self.tree.fail_sync.store(fail, Ordering::SeqCst);
+    }
+
+    /// Makes every later `sync_dir` (not `sync_data`) block until set back to false.
+    pub fn set_hang_sync_dir(&self, hang: bool) {
+        self.tree.hang_sync_dir.store(hang, Ordering::SeqCst);
+    }
+
+    /// Makes every later `remove` fail, until set back to false, to test a segment that
+    /// cannot be deleted.
+    pub fn set_fail_remove(&self, fail: bool) {
+        self.tree.fail_remove.store(fail, Ordering::SeqCst);
     }
 
     /// Makes every later `write_at` and `create` fail as on a full disk (ENOSPC), until set
@@ -359,6 +374,9 @@ impl IoBackend for MemBackend {
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
+        if self.tree.fail_remove.load(Ordering::SeqCst) {
+            return Err(io::Error::from(io::ErrorKind::PermissionDenied));
+        }
         let removed = lock(&self.tree.state).files.remove(&self.key(name));
         match removed {
             Some(_) => {
@@ -371,6 +389,9 @@ impl IoBackend for MemBackend {
 
     /// Makes the names of this directory's files and child directories durable.
     fn sync_dir(&self) -> io::Result<()> {
+        while self.tree.hang_sync_dir.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         self.check_sync()?;
         {
             let mut st = lock(&self.tree.state);

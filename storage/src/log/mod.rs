@@ -47,8 +47,10 @@ use index::LogIndex;
 /// - **`truncate_from` is durable on return**, so a record Raft discarded in a conflict never
 ///   comes back after a crash. `purge_upto` is not required to be durable: a purged segment
 ///   that survives a crash holds records Raft has already moved past.
-/// - **Serialised writes.** `append*`, `truncate_from` and `purge_upto` hold one writer lock,
-///   so they never interleave. `sync` takes that lock only to collect the files to flush and
+/// - **Serialised writes.** `append*` and `truncate_from` hold one writer lock, so they never
+///   interleave. `purge_upto` takes it only to pick its segments and to drop each from the
+///   index once its unlink is durable, never across an unlink or fsync, and deletes only
+///   sealed segments, never the one appends go to. `sync` takes that lock only to collect the files to flush and
 ///   fsyncs outside it, so appends for the next batch proceed during the fsync.
 /// - **Readers never wait for an fsync.** `read`, `term_of`, `first_index` and `last` see a
 ///   record as soon as the `append` that wrote it returns, synced or not, and never see a
@@ -66,6 +68,8 @@ pub struct SegmentLog {
     /// Serialises whole `sync` calls, so a second caller cannot return before the fsync of
     /// bytes it appended (and the first caller collected) has finished.
     sync_lock: Mutex<()>,
+    /// Serialises purges, so segments always go oldest first (`purge_upto`).
+    purge_lock: Mutex<()>,
     poisoned: AtomicBool,
     /// The last index a successful `sync` (or the recovery at open) vouches for; 0 for none.
     synced_through: AtomicU64,
@@ -107,6 +111,7 @@ impl SegmentLog {
             index: RwLock::new(index),
             writer: Mutex::new(Dirty::default()),
             sync_lock: Mutex::new(()),
+            purge_lock: Mutex::new(()),
             poisoned: AtomicBool::new(false),
             synced_through: AtomicU64::new(recovered),
         };

@@ -234,9 +234,115 @@ fn purge_upto_removes_only_whole_segments_then_reopen() {
     assert_eq!(log.first_index(), Some(first_after));
     assert_records(&log, first_after, 60, 1);
     log.purge_upto(60).unwrap();
-    assert_eq!(log.first_index(), None);
+    assert_eq!(log.segment_count(), 1, "the segment appends go to stays");
+    assert_records(&log, log.first_index().unwrap(), 60, 1);
     log.append(61, 2, b"after a full purge").unwrap();
     assert_eq!(log.last(), Some((61, 2)));
+}
+
+/// Three or more sealed segments, all records synced.
+fn sealed_log(backend: &MemBackend) -> (SegmentLog, u64) {
+    let log = mem_log(backend);
+    fill(&log, 1, 60, 1);
+    log.sync().unwrap();
+    let upto = log.sealed_through(u64::MAX).unwrap();
+    assert!(log.segment_count() >= 4, "{}", log.segment_count());
+    (log, upto)
+}
+
+fn reopened(backend: &MemBackend) -> SegmentLog {
+    SegmentLog::open_with_backend(Arc::new(backend.crash()), small())
+        .expect("the log reopens contiguous")
+        .0
+}
+
+#[test]
+fn a_failed_unlink_leaves_every_segment_indexed_and_the_next_purge_retries_it() {
+    let backend = MemBackend::new();
+    let (log, upto) = sealed_log(&backend);
+    let segments = log.segment_count();
+    backend.set_fail_remove(true);
+    assert!(log.purge_upto(upto).is_err());
+    assert_eq!(log.segment_count(), segments, "nothing left the index");
+    assert_records(&log, 1, 60, 1);
+    // Appends go on (the log is not poisoned), and the log still opens whole.
+    log.append(61, 1, &payload(61)).unwrap();
+    log.sync().unwrap();
+    let again = reopened(&backend);
+    assert_eq!(again.first_index(), Some(1));
+    assert_records(&again, 1, 61, 1);
+    backend.set_fail_remove(false);
+    assert_eq!(log.purge_upto(upto).unwrap(), segments - 1);
+    assert_eq!(log.first_index(), Some(upto + 1));
+    let again = reopened(&backend);
+    assert_eq!(again.first_index(), Some(upto + 1));
+    assert_records(&again, upto + 1, 61, 1);
+}
+
+#[test]
+fn a_failed_directory_fsync_during_a_purge_poisons_the_log_and_leaves_a_contiguous_suffix() {
+    let backend = MemBackend::new();
+    let (log, upto) = sealed_log(&backend);
+    backend.set_fail_sync(true);
+    assert!(log.purge_upto(upto).is_err());
+    backend.set_fail_sync(false);
+    assert!(matches!(log.purge_upto(upto), Err(StorageError::Poisoned)));
+    assert!(matches!(
+        log.append(61, 1, &payload(61)),
+        Err(StorageError::Poisoned)
+    ));
+    // The one unlink whose fsync failed may or may not have survived: either way the log
+    // reopens contiguous and holds the rest.
+    let again = reopened(&backend);
+    let first = again.first_index().unwrap();
+    assert!(first <= upto, "only the first segment went: {first}");
+    assert_records(&again, first, 60, 1);
+}
+
+#[test]
+fn appends_do_not_wait_for_a_purge_stuck_in_an_unlink_fsync() {
+    let backend = MemBackend::new();
+    let (log, upto) = sealed_log(&backend);
+    let log = Arc::new(log);
+    backend.set_hang_sync_dir(true);
+    let purging = {
+        let log = log.clone();
+        std::thread::spawn(move || log.purge_upto(upto))
+    };
+    // The purge is parked in its first directory fsync (or about to be): appends go on, rolls
+    // included (a new segment's name is fsynced by the next `sync`, not by the append).
+    fill(&log, 61, 80, 1);
+    assert_eq!(log.last(), Some((80, 1)));
+    backend.set_hang_sync_dir(false);
+    let deleted = purging.join().unwrap().unwrap();
+    assert!(deleted >= 3, "{deleted}");
+    log.sync().unwrap();
+    assert_records(&log, upto + 1, 80, 1);
+}
+
+#[test]
+fn sealed_through_names_whole_segments_and_never_the_one_appends_go_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = SegmentLog::open(dir.path(), small()).unwrap();
+    assert_eq!(log.sealed_through(u64::MAX), None);
+    fill(&log, 1, 60, 1);
+    let segments = log.segment_count();
+    assert!(segments >= 3, "{segments}");
+    assert_eq!(log.sealed_through(0), None);
+    let (last, _) = log.last().unwrap();
+    let upto = log.sealed_through(u64::MAX).expect("sealed segments");
+    assert!(upto < last, "the last segment is never offered");
+    let mid = log
+        .sealed_through(30)
+        .expect("a sealed segment ends at or below 30");
+    assert!((1..=30).contains(&mid));
+    assert!(log.purge_upto(mid).unwrap() > 0);
+    assert_eq!(log.first_index(), Some(mid + 1));
+    let left = log.segment_count();
+    assert_eq!(log.purge_upto(upto).unwrap(), left - 1);
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.first_index(), Some(upto + 1));
+    assert_eq!(log.sealed_through(u64::MAX), None);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use super::SegmentLog;
 use crate::format::SEGMENT_HEADER_LEN;
-use crate::sync::{lock, write};
+use crate::sync::{lock, read, write};
 use crate::StorageError;
 
 impl SegmentLog {
@@ -62,32 +62,77 @@ impl SegmentLog {
         Ok(())
     }
 
-    /// Deletes every whole segment whose records are all `<= index`; a segment that also holds
-    /// a later record stays, so `first_index` may remain below `index + 1`.
-    pub fn purge_upto(&self, index: u64) -> Result<(), StorageError> {
-        let mut dirty = lock(&self.writer);
+    /// The last index of the newest segment, other than the one appends go to, whose records
+    /// are all `<= index`: how far `purge_upto(index)` would delete while leaving the log a
+    /// segment to append to. None when no such segment exists.
+    pub fn sealed_through(&self, index: u64) -> Option<u64> {
+        let idx = read(&self.index);
+        let sealed = idx.segments.len().checked_sub(1)?;
+        let n = idx.segments[..sealed].partition_point(|s| s.last_index() <= index);
+        Some(idx.segments[n.checked_sub(1)?].last_index())
+    }
+
+    /// Bytes of the files `purge_upto(index)` would delete now.
+    pub fn sealed_bytes_through(&self, index: u64) -> u64 {
+        let idx = read(&self.index);
+        let sealed = idx.segments.len().saturating_sub(1);
+        idx.segments[..sealed]
+            .iter()
+            .take_while(|s| s.last_index() <= index)
+            .map(|s| s.end)
+            .sum()
+    }
+
+    /// Deletes every whole sealed segment whose records are all `<= index`, oldest first; a
+    /// segment that also holds a later record stays, and so does the one appends go to, so
+    /// `first_index` may remain below `index + 1`. The number of segment files deleted.
+    ///
+    /// Appends never wait for it: the victims are chosen under the writer lock, but unlinked
+    /// and the directory fsynced outside it (purges are serialised by their own lock, which
+    /// keeps the oldest-first order). Each segment leaves the index only once its removal is
+    /// durable, so the index never has a hole: a failed unlink stops the purge with the
+    /// segment and every later one still indexed and on disk (the next purge retries it); a
+    /// failed directory fsync leaves the disk unknown, so it poisons the log, as `sync` does.
+    pub fn purge_upto(&self, index: u64) -> Result<usize, StorageError> {
+        let _one_at_a_time = lock(&self.purge_lock);
         self.check_poisoned()?;
-        let removed = {
-            let mut idx = write(&self.index);
-            let n = idx.segments.partition_point(|s| s.last_index() <= index);
-            idx.segments.drain(..n).collect::<Vec<_>>()
+        let victims: Vec<(u64, String, std::path::PathBuf)> = {
+            let _writer = lock(&self.writer);
+            let idx = read(&self.index);
+            let sealed = idx.segments.len().saturating_sub(1);
+            idx.segments[..sealed]
+                .iter()
+                .take_while(|s| s.last_index() <= index)
+                .map(|s| (s.first_index, s.name.clone(), s.path.clone()))
+                .collect()
         };
-        if removed.is_empty() {
-            return Ok(());
-        }
-        // Oldest first, each removal durable before the next: a crash part-way leaves a
-        // contiguous suffix (which recovery accepts) whatever order the filesystem persists
-        // removals in.
-        for seg in &removed {
-            dirty.files.remove(&seg.name);
+        let mut deleted = 0;
+        for (first, name, path) in victims {
             self.backend
-                .remove(&seg.name)
-                .map_err(StorageError::io("remove segment", &seg.path))?;
-            self.backend.sync_dir().map_err(StorageError::io(
-                "sync directory of",
-                self.backend.locate(""),
-            ))?;
+                .remove(&name)
+                .map_err(StorageError::io("remove segment", &path))?;
+            let synced = self.backend.sync_dir();
+            {
+                // The name is gone from the directory: the index follows it either way.
+                let mut dirty = lock(&self.writer);
+                dirty.files.remove(&name);
+                let mut idx = write(&self.index);
+                if idx
+                    .segments
+                    .first()
+                    .is_some_and(|s| s.first_index == first && s.name == name)
+                {
+                    idx.segments.remove(0);
+                }
+            }
+            if let Err(e) = synced {
+                return Err(self.poison(StorageError::io(
+                    "sync directory of",
+                    self.backend.locate(""),
+                )(e)));
+            }
+            deleted += 1;
         }
-        Ok(())
+        Ok(deleted)
     }
 }

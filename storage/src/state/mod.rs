@@ -2,6 +2,7 @@
 //! engine's checkpoint. Message payloads never go here; they live in the segment log.
 
 pub(crate) mod checkpoint;
+mod generations;
 mod sink;
 #[cfg(test)]
 mod tests;
@@ -10,6 +11,8 @@ mod tests_crash;
 
 use std::path::Path;
 
+use std::sync::Mutex;
+
 use redb::{Database, ReadableDatabase, TableDefinition};
 
 use crate::StorageError;
@@ -17,15 +20,15 @@ pub use checkpoint::Checkpoint;
 use checkpoint::CheckpointHead;
 /// Rows of a checkpoint in the store: a streamed save holds one in memory.
 pub use checkpoint::WRITE_CHUNK_BYTES as CHECKPOINT_CHUNK_BYTES;
+pub use generations::Generation;
+use generations::{newest_first, slot_to_overwrite, SLOTS};
 pub use sink::StateSink;
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-/// One row, key `HEAD_KEY`: the checkpoint's header (see `CheckpointHead`).
+/// One row per checkpoint generation, keyed by its slot's `head_key`: the header (see
+/// `CheckpointHead`). Each slot's state is in its own table of rows of `WRITE_CHUNK_BYTES`
+/// (older checkpoints: up to `CHUNK_BYTES`), keys 0.., so no redb value is huge.
 const CHECKPOINT_HEAD: TableDefinition<&str, &[u8]> = TableDefinition::new("checkpoint_head");
-/// The checkpoint state in rows of `WRITE_CHUNK_BYTES` (older checkpoints: up to `CHUNK_BYTES`),
-/// keys 0.., so no redb value is huge.
-const CHECKPOINT_CHUNKS: TableDefinition<u32, &[u8]> = TableDefinition::new("checkpoint_chunks");
-const HEAD_KEY: &str = "current";
 /// redb's page cache. Its default (1 GiB) filled with the pages of each checkpoint written
 /// (issue 15: a broker's RSS grew by the checkpoint size every interval); the checkpoint is
 /// written once and read only at start-up, and the metadata rows are tiny.
@@ -39,6 +42,9 @@ pub const STATE_MIN_CACHE_BYTES: usize = 256 << 10;
 /// (redb's default), so it is fsynced before the call returns.
 pub struct StateStore {
     db: Database,
+    /// The generation the next save must not overwrite: the one the state was loaded from,
+    /// then the one last saved. None: the save picks the older or an unusable slot.
+    kept: Mutex<Option<usize>>,
 }
 
 impl StateStore {
@@ -93,12 +99,17 @@ impl StateStore {
             ),
             Err(e) => return Err(StorageError::state("check the state store's integrity")(e)),
         }
-        let store = StateStore { db };
+        let store = StateStore {
+            db,
+            kept: Mutex::new(None),
+        };
         // Creating the tables up front lets readers open them without a missing-table case.
         store.write("create tables", |txn| {
             txn.open_table(META)?;
             txn.open_table(CHECKPOINT_HEAD)?;
-            txn.open_table(CHECKPOINT_CHUNKS)?;
+            for slot in &SLOTS {
+                txn.open_table(slot.chunks)?;
+            }
             Ok(())
         })?;
         Ok(store)
@@ -124,8 +135,9 @@ impl StateStore {
         Ok(value.map(|v| v.value().to_vec()))
     }
 
-    /// Replaces the previous checkpoint in one durable transaction: a crash leaves either the
-    /// old checkpoint or the new one, never a mix.
+    /// Saves a checkpoint in one durable transaction over the older of the two generations
+    /// kept (never over the one `keep` names or the last saved): a crash leaves either the
+    /// old content of that slot or the new checkpoint, never a mix.
     pub fn save_checkpoint(&self, cp: &Checkpoint) -> Result<(), StorageError> {
         CheckpointHead::describe(cp)?;
         self.save_checkpoint_streamed(cp.applied_index, cp.applied_term, |sink| {
@@ -141,48 +153,93 @@ impl StateStore {
         applied_term: u64,
         fill: impl FnOnce(&mut StateSink<'_>),
     ) -> Result<(), StorageError> {
+        let kept = *self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let mut target = 0;
         self.write("save the checkpoint", |txn| {
-            let mut chunks = txn.open_table(CHECKPOINT_CHUNKS)?;
+            let mut heads = txn.open_table(CHECKPOINT_HEAD)?;
+            target = match kept {
+                Some(k) => 1 - k,
+                None => slot_to_overwrite(&heads)?,
+            };
+            let slot = &SLOTS[target];
+            let mut chunks = txn.open_table(slot.chunks)?;
             chunks.retain(|_, _| false)?;
             let mut sink = StateSink::new(chunks);
             fill(&mut sink);
             let head = sink.finish(applied_index, applied_term)?.encode();
-            txn.open_table(CHECKPOINT_HEAD)?
-                .insert(HEAD_KEY, head.as_slice())?;
+            heads.insert(slot.head_key, head.as_slice())?;
             Ok(())
-        })
+        })?;
+        *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(target);
+        Ok(())
     }
 
-    /// The last saved checkpoint, verified against its length and CRC32C.
+    /// The newest checkpoint that verifies (its length and CRC32C), which the next save then
+    /// keeps; if none does, the newest one's error.
     pub fn load_checkpoint(&self) -> Result<Option<Checkpoint>, StorageError> {
+        let mut first_error = None;
+        for g in self.load_generations()? {
+            match g.checkpoint {
+                Ok(cp) => {
+                    self.keep(g.slot);
+                    return Ok(Some(cp));
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(None), Err)
+    }
+
+    /// Every stored checkpoint generation (none, one or two), newest first, each verified or
+    /// with the reason it is unusable. A caller that starts from one says so with `keep`.
+    pub fn load_generations(&self) -> Result<Vec<Generation>, StorageError> {
         let op = "load the checkpoint";
         let txn = self.db.begin_read().map_err(StorageError::state(op))?;
         let heads = txn
             .open_table(CHECKPOINT_HEAD)
             .map_err(StorageError::state(op))?;
-        let Some(raw) = heads.get(HEAD_KEY).map_err(StorageError::state(op))? else {
-            return Ok(None);
-        };
-        let head = CheckpointHead::decode(raw.value())?;
-        let chunks = txn
-            .open_table(CHECKPOINT_CHUNKS)
-            .map_err(StorageError::state(op))?;
-        let mut state = Vec::with_capacity(head.checked_capacity()?);
-        for i in 0..head.chunk_count {
-            let chunk = chunks
-                .get(i)
-                .map_err(StorageError::state(op))?
-                .ok_or_else(|| StorageError::CorruptCheckpoint {
-                    reason: format!("chunk {i} of {} is missing", head.chunk_count),
-                })?;
-            state.extend_from_slice(chunk.value());
+        let mut gens = Vec::new();
+        for (slot, s) in SLOTS.iter().enumerate() {
+            let Some(raw) = heads.get(s.head_key).map_err(StorageError::state(op))? else {
+                continue;
+            };
+            let head = CheckpointHead::decode(raw.value());
+            let applied_index = head.as_ref().ok().map(|h| h.applied_index);
+            let checkpoint = head.and_then(|head| {
+                let chunks = txn.open_table(s.chunks).map_err(StorageError::state(op))?;
+                let mut state = Vec::with_capacity(head.checked_capacity()?);
+                for i in 0..head.chunk_count {
+                    let chunk =
+                        chunks
+                            .get(i)
+                            .map_err(StorageError::state(op))?
+                            .ok_or_else(|| StorageError::CorruptCheckpoint {
+                                reason: format!("chunk {i} of {} is missing", head.chunk_count),
+                            })?;
+                    state.extend_from_slice(chunk.value());
+                }
+                head.verify(&state)?;
+                Ok(Checkpoint {
+                    applied_index: head.applied_index,
+                    applied_term: head.applied_term,
+                    state,
+                })
+            });
+            gens.push(Generation {
+                slot,
+                applied_index,
+                checkpoint,
+            });
         }
-        head.verify(&state)?;
-        Ok(Some(Checkpoint {
-            applied_index: head.applied_index,
-            applied_term: head.applied_term,
-            state,
-        }))
+        Ok(newest_first(gens))
+    }
+
+    /// The state in memory was loaded from the generation in `slot` (0 or 1): the next save
+    /// must not overwrite it.
+    pub fn keep(&self, slot: usize) {
+        *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(slot.min(1));
     }
 
     fn write(

@@ -203,3 +203,92 @@ fn a_store_open_elsewhere_is_in_use_not_damaged() {
     let second = StateStore::open(&path).err().expect("redb locks the file");
     assert!(second.is_in_use(), "{second}");
 }
+
+/// Flips one byte of the first chunk of the checkpoint in `table`, as bit rot would, with the
+/// store closed.
+fn flip_a_byte(path: &std::path::Path, table: &'static str) {
+    use redb::{ReadableDatabase, TableDefinition};
+    let def: TableDefinition<u32, &[u8]> = TableDefinition::new(table);
+    let db = redb::Database::open(path).unwrap();
+    let mut chunk = {
+        let txn = db.begin_read().unwrap();
+        let t = txn.open_table(def).unwrap();
+        let v = t.get(0).unwrap().unwrap().value().to_vec();
+        v
+    };
+    chunk[7] ^= 0x10;
+    let txn = db.begin_write().unwrap();
+    txn.open_table(def)
+        .unwrap()
+        .insert(0, chunk.as_slice())
+        .unwrap();
+    txn.commit().unwrap();
+}
+
+fn small(index: u64) -> Checkpoint {
+    Checkpoint {
+        applied_index: index,
+        applied_term: 1,
+        state: big_state(3000, index as u8),
+    }
+}
+
+/// The applied indexes of the generations stored, newest first; all must verify.
+fn applied(store: &StateStore) -> Vec<u64> {
+    store
+        .load_generations()
+        .unwrap()
+        .into_iter()
+        .map(|g| g.checkpoint.unwrap().applied_index)
+        .collect()
+}
+
+#[test]
+fn two_generations_are_kept_and_a_save_never_overwrites_the_one_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.redb");
+    {
+        let store = StateStore::open(&path).unwrap();
+        store.save_checkpoint(&small(10)).unwrap();
+        store.save_checkpoint(&small(20)).unwrap();
+        let gens = store.load_generations().unwrap();
+        let got: Vec<_> = gens.iter().map(|g| g.applied_index).collect();
+        assert_eq!(got, [Some(20), Some(10)], "newest first");
+        // The first save took slot 0, the layout older builds read.
+        assert_eq!(gens[1].slot, 0);
+    }
+    let store = StateStore::open(&path).unwrap();
+    assert_eq!(store.load_checkpoint().unwrap(), Some(small(20)));
+    store.save_checkpoint(&small(30)).unwrap();
+    assert_eq!(
+        applied(&store),
+        [30, 20],
+        "the loaded one was kept, the older overwritten"
+    );
+}
+
+#[test]
+fn a_flipped_byte_in_the_newest_checkpoint_falls_back_to_the_older_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.redb");
+    let newest_table = {
+        let store = StateStore::open(&path).unwrap();
+        store.save_checkpoint(&small(10)).unwrap();
+        store.save_checkpoint(&small(20)).unwrap();
+        let slot = store.load_generations().unwrap()[0].slot;
+        ["checkpoint_chunks", "checkpoint_chunks_2"][slot]
+    };
+    flip_a_byte(&path, newest_table);
+    let store = StateStore::open(&path).unwrap();
+    let gens = store.load_generations().unwrap();
+    assert_eq!(gens[0].applied_index, Some(20));
+    let err = gens[0].checkpoint.as_ref().expect_err("the CRC catches it");
+    assert!(
+        matches!(err, StorageError::CorruptCheckpoint { .. }),
+        "{err}"
+    );
+    assert_eq!(store.load_checkpoint().unwrap(), Some(small(10)));
+    // The next save goes over the damaged one, never over the one that loaded.
+    store.save_checkpoint(&small(30)).unwrap();
+    assert_eq!(applied(&store), [30, 10]);
+}

@@ -5,6 +5,7 @@
 //! delivered. The repaired state is checkpointed at once, so later starts find nothing missing.
 
 use super::model::PENDING_INDEX;
+use super::run_floor::first_index;
 use super::State;
 
 /// The messages of one partition that were forgotten.
@@ -49,7 +50,9 @@ impl State {
                 .iter()
                 .position(|r| !lost(r.index))
                 .unwrap_or(p.runs.len());
+            let first = first_index(p);
             p.runs.drain(..keep);
+            self.run_floor.moved(first, first_index(p));
             let to = p.low_offset();
             let (qid, next_offset, partition) = (p.queue, p.next_offset, p.name.clone());
             let (queue, gids) = match self.queues.get(&qid) {

@@ -14,6 +14,7 @@ pub mod model;
 mod name_index;
 mod partition_table;
 mod retention;
+pub mod run_floor;
 mod snapshot;
 pub mod timers;
 mod txn_ids;
@@ -86,6 +87,8 @@ pub struct State {
     pub kv: kv::KvTable,
     /// Kafka consumer groups' committed offsets and generations.
     pub kafka_groups: kafka_groups::KafkaGroups,
+    /// Derived: the lowest log index a held message lives in (segments below it can go).
+    pub run_floor: run_floor::RunFloor,
     /// Kafka idempotent producers: ids handed out and their partitions' last batches.
     pub kafka_producers: kafka_producers::KafkaProducers,
 }
@@ -186,7 +189,7 @@ impl State {
                 self.next_partition_id = self.next_partition_id.max(pid + 1);
                 if let Some(q) = self.queues.get_mut(qid) {
                     q.partition_order.push(*pid);
-                    self.partitions.insert(
+                    let replaced = self.partitions.insert(
                         *pid,
                         Partition {
                             id: *pid,
@@ -200,6 +203,10 @@ impl State {
                             floor: 0,
                         },
                     );
+                    // A create over an existing id (never planned) must not pin the floor.
+                    if let Some(old) = replaced {
+                        self.run_floor.moved(run_floor::first_index(&old), None);
+                    }
                     q.partitions.insert(name, *pid, &self.partitions);
                 }
             }
@@ -432,6 +439,7 @@ impl State {
             // A first push would reserve room for four runs (128 bytes); most partitions of a
             // wide queue hold one or two runs at a time.
             p.runs.reserve_exact(1);
+            self.run_floor.moved(None, Some(loc.index));
         }
         p.runs.push(Run {
             base_offset: base,
@@ -548,7 +556,9 @@ impl State {
             self.delete_group(*gid);
         }
         for pid in &q.partition_order {
-            self.partitions.remove(pid);
+            if let Some(p) = self.partitions.remove(pid) {
+                self.run_floor.moved(run_floor::first_index(&p), None);
+            }
         }
     }
 
@@ -556,12 +566,14 @@ impl State {
     pub fn commit_pending_runs(&mut self, touched: &[u64], index: u64) {
         for pid in touched {
             if let Some(p) = self.partitions.get_mut(pid) {
+                let before = run_floor::first_index(p);
                 for run in p.runs.iter_mut().rev() {
                     if run.index != PENDING_INDEX {
                         break;
                     }
                     run.index = index;
                 }
+                self.run_floor.moved(before, run_floor::first_index(p));
             }
         }
     }

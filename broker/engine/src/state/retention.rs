@@ -9,6 +9,7 @@
 //! the leader did. The runs' vector gives its memory back as it empties.
 
 use super::model::Partition;
+use super::run_floor::first_index;
 use super::State;
 
 impl State {
@@ -35,7 +36,9 @@ impl State {
         if low.min(p.next_offset) <= from {
             return;
         }
+        let first = first_index(p);
         drop_below(p, low, exact);
+        self.run_floor.moved(first, first_index(p));
         let (qid, next_offset, to) = (p.queue, p.next_offset, p.low_offset());
         if to <= from {
             return;
