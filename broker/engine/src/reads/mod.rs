@@ -2,6 +2,7 @@
 //! doors render them (the Queen API's JSON of spec/native-api.md §2.2, §2.10, §2.11 and the
 //! admin reads lives in native-api/src/render).
 
+mod analytics;
 mod fetch;
 #[cfg(test)]
 mod fetch_tests;
@@ -77,6 +78,7 @@ pub fn answer(
         ReadReq::Fetch(f) => A::Fetch(fetch::fetch(st, rd, f)?),
         ReadReq::Changed(c) => A::Changed(fetch::changed(st, c)),
         ReadReq::ListOffsets(q) => A::Offsets(fetch::offsets(st, q)),
+        ReadReq::Analytics(q) => A::Analytics(analytics::series(st, q)?),
     })
 }
 

@@ -22,7 +22,7 @@ mod wake_index;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::entry::Effect;
+use crate::entry::{Effect, ANY_PARTITION};
 pub use forget::Forgotten;
 pub use label_index::LabelIndex;
 use model::*;
@@ -121,6 +121,7 @@ impl State {
             name: name.to_string(),
             start_from_us,
             created_us: now_us,
+            conflation: false,
             cursors: HashMap::new(),
             ready: VecDeque::new(),
             in_ready: Default::default(),
@@ -384,6 +385,35 @@ impl State {
                 self.timers.remove(queue, key);
             }
             Effect::RetentionTrim { pid, low } => self.trim_partition(*pid, *low),
+            Effect::GroupConflation { gid } => {
+                if let Some(g) = self.groups.get_mut(gid) {
+                    g.conflation = true;
+                }
+            }
+            Effect::DlqDelete { pid, offset } => {
+                let Some(qid) = self.partitions.get(pid).map(|p| p.queue) else {
+                    return;
+                };
+                if let Some(q) = self.queues.get_mut(&qid) {
+                    q.dlq
+                        .retain(|d| !(d.partition == *pid && d.offset == *offset));
+                }
+            }
+            Effect::DlqPurge {
+                qid,
+                group,
+                pid,
+                from_us,
+                to_us,
+            } => {
+                if let Some(q) = self.queues.get_mut(qid) {
+                    q.dlq.retain(|d| {
+                        !((group.is_empty() || d.group == *group)
+                            && (*pid == ANY_PARTITION || d.partition == *pid)
+                            && (*from_us..=*to_us).contains(&d.failed_us))
+                    });
+                }
+            }
         }
     }
 

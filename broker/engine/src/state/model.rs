@@ -137,6 +137,8 @@ pub struct Group {
     /// Where a partition's cursor starts the first time this group touches it.
     pub start_from_us: i64,
     pub created_us: i64,
+    /// Last-value delivery (spec native-api §2.5.4), fixed when the group registered.
+    pub conflation: bool,
     pub cursors: HashMap<u64, CursorRow>,
     /// Derived: partitions that may have deliverable messages, oldest hint first.
     pub ready: VecDeque<u64>,
