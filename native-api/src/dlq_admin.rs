@@ -58,13 +58,28 @@ fn answer(o: &DlqAdminOutcome) -> serde_json::Value {
     }
 }
 
-fn ids(pid: String, txn: String) -> Result<(String, String), ApiError> {
-    limits::check_name("partitionId", &pid)?;
+/// The request of a one-message route, its ids checked: a delete, or a retry.
+fn one_message(
+    partition_id: String,
+    transaction_id: String,
+    retry: bool,
+) -> Result<DlqAdminReq, ApiError> {
+    limits::check_name("partitionId", &partition_id)?;
     // A transaction id is as long as a push may make it, not a name's limit.
-    if txn.len() > usize::from(u16::MAX) {
+    if transaction_id.len() > usize::from(u16::MAX) {
         return Err(ApiError::bad("transactionId is longer than 65535 bytes"));
     }
-    Ok((pid, txn))
+    Ok(if retry {
+        DlqAdminReq::Retry {
+            partition_id,
+            transaction_id,
+        }
+    } else {
+        DlqAdminReq::Delete {
+            partition_id,
+            transaction_id,
+        }
+    })
 }
 
 pub async fn delete_message(
@@ -72,12 +87,7 @@ pub async fn delete_message(
     Extension(ctx): Extension<RequestCtx>,
     Path((pid, txn)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let (partition_id, transaction_id) = ids(pid, txn)?;
-    let req = DlqAdminReq::Delete {
-        partition_id,
-        transaction_id,
-    };
-    run(app, ctx, req).await
+    run(app, ctx, one_message(pid, txn, false)?).await
 }
 
 pub async fn retry_message(
@@ -85,12 +95,7 @@ pub async fn retry_message(
     Extension(ctx): Extension<RequestCtx>,
     Path((pid, txn)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let (partition_id, transaction_id) = ids(pid, txn)?;
-    let req = DlqAdminReq::Retry {
-        partition_id,
-        transaction_id,
-    };
-    run(app, ctx, req).await
+    run(app, ctx, one_message(pid, txn, true)?).await
 }
 
 pub async fn purge(

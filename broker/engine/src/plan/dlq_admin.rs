@@ -177,11 +177,7 @@ impl Planner<'_> {
         let rows = queue
             .dlq
             .iter()
-            .filter(|d| {
-                (group.is_empty() || d.group == group)
-                    && (pid == ANY_PARTITION || d.partition == pid)
-                    && (from_us..=to_us).contains(&d.failed_us)
-            })
+            .filter(|d| d.purged_by(group, pid, from_us, to_us))
             .count();
         if rows > 0 {
             let group = group.to_string();

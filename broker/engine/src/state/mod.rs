@@ -22,7 +22,7 @@ mod wake_index;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::entry::{Effect, ANY_PARTITION};
+use crate::entry::Effect;
 pub use forget::Forgotten;
 pub use label_index::LabelIndex;
 use model::*;
@@ -407,11 +407,8 @@ impl State {
                 to_us,
             } => {
                 if let Some(q) = self.queues.get_mut(qid) {
-                    q.dlq.retain(|d| {
-                        !((group.is_empty() || d.group == *group)
-                            && (*pid == ANY_PARTITION || d.partition == *pid)
-                            && (*from_us..=*to_us).contains(&d.failed_us))
-                    });
+                    q.dlq
+                        .retain(|d| !d.purged_by(group, *pid, *from_us, *to_us));
                 }
             }
         }

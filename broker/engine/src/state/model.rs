@@ -165,6 +165,16 @@ pub struct DlqRow {
     pub retries: u32,
 }
 
+impl DlqRow {
+    /// Whether a purge of `group` ("" = any), partition `pid` ([`crate::entry::ANY_PARTITION`]
+    /// = any), failed within `from_us..=to_us`, removes this row.
+    pub fn purged_by(&self, group: &str, pid: u64, from_us: i64, to_us: i64) -> bool {
+        (group.is_empty() || self.group == group)
+            && (pid == crate::entry::ANY_PARTITION || self.partition == pid)
+            && (from_us..=to_us).contains(&self.failed_us)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct TraceRow {
     pub partition: u64,
