@@ -79,8 +79,9 @@ fn request(source: PopSource, p: &Params) -> Result<PopReq, ApiError> {
     let group = p.get("consumerGroup").filter(|g| !g.is_empty()).cloned();
     limits::check_name("consumerGroup", group.as_deref().unwrap_or(""))?;
     let auto_ack = flag(p, "autoAck")?;
-    // Last-value delivery is a policy of a named group, and it retires messages only as the
-    // group's claims are acked: commit-at-delivery would make it drop values unseen (§2.5.4).
+    // Last-value delivery is a policy of a named group (§2.5.4). A conflating claim retires
+    // everything behind the newest value; committed at delivery as well, that value too would
+    // be gone with a consumer that dies before handling it, so the two are refused together.
     if conflation && group.as_deref().is_none_or(|g| g == QUEUE_MODE_GROUP) {
         return Err(ApiError::bad("conflation needs a consumerGroup"));
     }
