@@ -54,6 +54,10 @@ def test_the_series_counts_what_was_pushed_per_bucket_and_survives_kill_9(broker
     broker.start()
 
     assert total(asyncio.run(analytics(broker.url, **window))) == 5
+    # Without `to` the window ends now, not at the last write before the restart.
+    before = iso(datetime.now(timezone.utc))
+    latest = asyncio.run(analytics(broker.url))
+    assert latest["to"] >= before and total(latest) == 5, latest
 
 
 def test_bad_parameters_are_refused_and_machine_series_are_unsupported(broker, http):

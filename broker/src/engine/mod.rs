@@ -714,8 +714,10 @@ fn plan_job(p: &mut Planner<'_>, mut job: Job) -> Planned {
             .plan_kafka_produce(k, job.ctx.principal.as_deref())
             .map(Outcome::KafkaProduced),
         Command::Read(r) => {
+            // A series without `to` ends at this cycle's time, not at the last write's.
+            let now = p.now();
             let mut reader = p.reader_parts();
-            crate::reads::answer(reader.0, &mut reader.1, r).map(Outcome::Read)
+            crate::reads::answer_at(reader.0, &mut reader.1, r, now).map(Outcome::Read)
         }
         Command::Health | Command::Metrics(_) | Command::StatsRefresh => Err(QueenError::new(
             queenmq_protocol::ErrorCode::Internal,

@@ -43,7 +43,7 @@ impl AnalyticsInterval {
 pub struct AnalyticsQuery {
     /// None: 24 hours before `to`.
     pub from_us: Option<i64>,
-    /// None: the engine's now.
+    /// None: the time of the engine cycle that answers.
     pub to_us: Option<i64>,
     pub interval: AnalyticsInterval,
     pub queue: Option<String>,

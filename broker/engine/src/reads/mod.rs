@@ -20,6 +20,25 @@ use crate::reader::MessageReader;
 use crate::state::model::{cursor_start, Group, Partition};
 use crate::state::State;
 
+/// [`answer`] at time `now_us` (the cycle's), for the reads whose window defaults to now.
+pub fn answer_at(
+    st: &State,
+    rd: &mut MessageReader<'_>,
+    req: &ReadReq,
+    now_us: i64,
+) -> Result<ReadAnswer, QueenError> {
+    match req {
+        ReadReq::Analytics(q) if q.to_us.is_none() => {
+            let q = queenmq_protocol::AnalyticsQuery {
+                to_us: Some(now_us),
+                ..q.clone()
+            };
+            Ok(ReadAnswer::Analytics(analytics::series(st, &q)?))
+        }
+        _ => answer(st, rd, req),
+    }
+}
+
 pub fn answer(
     st: &State,
     rd: &mut MessageReader<'_>,
