@@ -56,6 +56,8 @@ fn pop() -> Command {
         subscription: Subscription::All,
         lease_seconds: None,
         autopilot: false,
+        conflation: false,
+        parked_echo: Default::default(),
     })
 }
 

@@ -4,7 +4,7 @@
 use queenmq_protocol::kafka_groups::KafkaGroupsReq;
 use queenmq_protocol::kv::{KvOp, LockOp};
 use queenmq_protocol::timers::TimerOp;
-use queenmq_protocol::{Command, PushItem, TxnOp};
+use queenmq_protocol::{Command, DlqAdminReq, PushItem, TxnOp};
 
 /// Bytes a row costs on disk beyond what the client sent (record framing, ids minted by the
 /// planner, times): a generous bound, so the estimate errs on the side of refusing.
@@ -148,6 +148,9 @@ pub fn need(cmd: &Command) -> Need {
         | Command::Ack(_)
         | Command::ExtendLease { .. }
         | Command::GroupAdmin(_) => Need::Bookkeeping,
+        // A retry appends a copy of a message: data. Deletes and purges only remove rows.
+        Command::DlqAdmin(DlqAdminReq::Retry { .. }) => Need::Data(ROW_OVERHEAD),
+        Command::DlqAdmin(_) => Need::Bookkeeping,
         Command::Read(_) | Command::Health | Command::Metrics(_) | Command::StatsRefresh => {
             Need::Nothing
         }

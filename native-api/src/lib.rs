@@ -7,6 +7,7 @@ mod auth;
 mod binary_body;
 mod body;
 mod capped;
+mod dlq_admin;
 mod error;
 mod groups;
 mod health;

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use queenmq_protocol::{
     limits, Command, Outcome, PopReq, PopResult, PopSource, RequestCtx, Subscription,
+    QUEUE_MODE_GROUP,
 };
 use serde_json::json;
 
@@ -39,9 +40,7 @@ fn num(p: &Params, k: &str) -> Result<Option<u64>, ApiError> {
 }
 
 fn request(source: PopSource, p: &Params) -> Result<PopReq, ApiError> {
-    if flag(p, "conflation")? {
-        return Err(ApiError::unsupported("conflation (last-value delivery)"));
-    }
+    let conflation = flag(p, "conflation")?;
     let subscription = match (
         p.get("subscriptionMode").map(String::as_str),
         p.get("subscriptionFrom").map(String::as_str),
@@ -79,6 +78,16 @@ fn request(source: PopSource, p: &Params) -> Result<PopReq, ApiError> {
     }
     let group = p.get("consumerGroup").filter(|g| !g.is_empty()).cloned();
     limits::check_name("consumerGroup", group.as_deref().unwrap_or(""))?;
+    let auto_ack = flag(p, "autoAck")?;
+    // Last-value delivery is a policy of a named group (§2.5.4). A conflating claim retires
+    // everything behind the newest value; committed at delivery as well, that value too would
+    // be gone with a consumer that dies before handling it, so the two are refused together.
+    if conflation && group.as_deref().is_none_or(|g| g == QUEUE_MODE_GROUP) {
+        return Err(ApiError::bad("conflation needs a consumerGroup"));
+    }
+    if conflation && auto_ack {
+        return Err(ApiError::bad("conflation cannot be combined with autoAck"));
+    }
     Ok(PopReq {
         source,
         group,
@@ -86,10 +95,12 @@ fn request(source: PopSource, p: &Params) -> Result<PopReq, ApiError> {
         partitions,
         wait: flag(p, "wait")?,
         timeout_ms,
-        auto_ack: flag(p, "autoAck")?,
+        auto_ack,
         subscription,
         lease_seconds,
         autopilot: flag(p, "autopilot")?,
+        conflation,
+        parked_echo: Default::default(),
     })
 }
 
@@ -101,6 +112,11 @@ async fn answer(
 ) -> Result<Response, ApiError> {
     let frames = flag(p, "frames")?;
     match call(&app, ctx, Command::Pop(req)).await? {
+        // A conflating answer carries its echo even when empty: the client reads a bodiless
+        // 204 as a broker that ignored the policy (§2.5.4).
+        Outcome::Popped(r) if r.messages.is_empty() && (r.echo.conflation || r.echo.conflict) => {
+            Ok(crate::json_out::response(StatusCode::OK, empty_echo(&r)))
+        }
         Outcome::Popped(r) if r.messages.is_empty() => Ok(StatusCode::NO_CONTENT.into_response()),
         Outcome::Popped(r) => match frames.then(|| framed(&r)).flatten() {
             Some(bytes) => Ok((
@@ -118,6 +134,23 @@ async fn answer(
     }
 }
 
+fn empty_echo(r: &PopResult) -> String {
+    let mut v = json!({"success": true, "messages": [], "partitionsClaimed": 0});
+    echo_keys(&mut v, r);
+    v.to_string()
+}
+
+/// `conflation` only when the stored policy conflates, `conflationConflict` only on a
+/// mismatch: the client reads a conflict first, then the echo (§2.5.4).
+fn echo_keys(v: &mut serde_json::Value, r: &PopResult) {
+    if r.echo.conflation {
+        v["conflation"] = json!(true);
+    }
+    if r.echo.conflict {
+        v["conflationConflict"] = json!(true);
+    }
+}
+
 /// The QPF1 answer (`frames=true`). The claims in it follow runs of messages, so the answer's
 /// own `partitionsClaimed` and `autopilot` travel in its JSON keys, which the client merges
 /// over what it derives. `None` (a message that cannot travel in frames): the JSON answer.
@@ -126,6 +159,7 @@ fn framed(r: &PopResult) -> Option<Vec<u8>> {
     if let Some((p, b, w)) = r.autopilot {
         own["autopilot"] = json!({"partitions": p, "batch": b, "waitMs": w});
     }
+    echo_keys(&mut own, r);
     queenmq_protocol::binary::pop_frames::encode(r, &own.to_string())
 }
 
@@ -163,6 +197,12 @@ fn render(r: &PopResult) -> String {
         key(&mut out, "autopilot");
         out.push_str(&json!({"partitions": p, "batch": b, "waitMs": w}).to_string());
         out.push(',');
+    }
+    if r.echo.conflation {
+        out.push_str("\"conflation\":true,");
+    }
+    if r.echo.conflict {
+        out.push_str("\"conflationConflict\":true,");
     }
     out.push_str("\"messages\":[");
     // Messages of one append share their creation time: format it once per run.

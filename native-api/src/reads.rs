@@ -8,7 +8,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use bytes::Bytes;
-use queenmq_protocol::{limits, Command, DlqQuery, Outcome, Page, ReadReq, RequestCtx, TraceReq};
+use queenmq_protocol::{
+    limits, AnalyticsInterval, AnalyticsQuery, Command, DlqQuery, Outcome, Page, ReadReq,
+    RequestCtx, TraceReq,
+};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -193,6 +196,52 @@ pub async fn dlq(
     Extension(ctx): Extension<RequestCtx>,
     Query(p): Query<Params>,
 ) -> Result<Response, ApiError> {
+    let q = dlq_query(&p)?;
+    let rows = q.limit;
+    read_messages(app, ctx, ReadReq::Dlq(q), rows).await
+}
+
+pub async fn analytics(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+    Query(p): Query<Params>,
+) -> Result<Response, ApiError> {
+    let time = |k: &str| -> Result<Option<i64>, ApiError> {
+        match p.get(k).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(v) => parse_iso(v)
+                .map(Some)
+                .ok_or_else(|| ApiError::bad(format!("{k} is not an ISO-8601 time"))),
+        }
+    };
+    let interval = match p.get("interval").map(String::as_str) {
+        None | Some("") => AnalyticsInterval::Hour,
+        Some(v) => AnalyticsInterval::parse(v).ok_or_else(|| {
+            ApiError::bad(format!("interval must be minute, hour or day, got {v:?}"))
+        })?,
+    };
+    let label = |k: &str| -> Result<Option<String>, ApiError> {
+        match p.get(k).filter(|v| !v.is_empty()) {
+            Some(v) => {
+                limits::check_name(k, v)?;
+                Ok(Some(v.clone()))
+            }
+            None => Ok(None),
+        }
+    };
+    let q = AnalyticsQuery {
+        from_us: time("from")?,
+        to_us: time("to")?,
+        interval,
+        queue: label("queue")?,
+        namespace: label("namespace")?,
+        task: label("task")?,
+    };
+    read(app, ctx, ReadReq::Analytics(q)).await
+}
+
+/// The DLQ filter of a listing, which a purge takes too.
+pub fn dlq_query(p: &Params) -> Result<DlqQuery, ApiError> {
     let time = |k: &str| -> Result<Option<i64>, ApiError> {
         match p.get(k) {
             None => Ok(None),
@@ -201,17 +250,15 @@ pub async fn dlq(
                 .ok_or_else(|| ApiError::bad(format!("{k} is not an ISO-8601 time"))),
         }
     };
-    let rows = limit(&p, 100)?;
-    let q = DlqQuery {
+    Ok(DlqQuery {
         queue: p.get("queue").cloned(),
         group: p.get("consumerGroup").cloned(),
         partition: p.get("partition").cloned(),
-        limit: rows,
-        offset: offset(&p)?,
+        limit: limit(p, 100)?,
+        offset: offset(p)?,
         from_us: time("from")?,
         to_us: time("to")?,
-    };
-    read_messages(app, ctx, ReadReq::Dlq(q), rows).await
+    })
 }
 
 pub async fn trace_names(

@@ -9,8 +9,8 @@ use queenmq_protocol::{rows, CommandMeta, ErrorCode};
 use serde_json::json;
 
 use crate::{
-    ack, auth, groups, health, http_metrics, kv, locks, offset_reads, pop, push, queues, reads,
-    timers, txn, AppState,
+    ack, auth, dlq_admin, groups, health, http_metrics, kv, locks, offset_reads, pop, push, queues,
+    reads, timers, txn, AppState,
 };
 
 /// Every route names the row of the command table its handler sends, and [`auth::needs`]
@@ -123,9 +123,16 @@ pub fn router(app: AppState) -> Router {
         .route("/api/v1/messages", sends(&rows::READ, get(reads::messages)))
         .route(
             "/api/v1/messages/{p}/{t}",
-            sends(&rows::READ, get(reads::message)).delete(health::unsupported),
+            sends(&rows::READ, get(reads::message)),
         )
-        .route("/api/v1/messages/{p}/{t}/retry", post(health::unsupported))
+        .route(
+            "/api/v1/messages/{p}/{t}",
+            sends(&rows::DLQ_ADMIN, delete(dlq_admin::delete_message)),
+        )
+        .route(
+            "/api/v1/messages/{p}/{t}/retry",
+            sends(&rows::DLQ_ADMIN, post(dlq_admin::retry_message)),
+        )
         .route(
             "/api/v1/traces/names",
             sends(&rows::READ, get(reads::trace_names)),
@@ -151,8 +158,14 @@ pub fn router(app: AppState) -> Router {
             "/api/v1/stats/refresh",
             sends(&rows::STATS_REFRESH, post(health::stats_refresh)),
         )
-        .route("/api/v1/dlq", delete(health::unsupported))
-        .route("/api/v1/status/analytics", get(health::unsupported))
+        .route(
+            "/api/v1/dlq",
+            sends(&rows::DLQ_PURGE, delete(dlq_admin::purge)),
+        )
+        .route(
+            "/api/v1/status/analytics",
+            sends(&rows::READ, get(reads::analytics)),
+        )
         .route("/api/v1/analytics/{what}", get(health::unsupported))
         .route("/api/v1/kv", sends(&rows::KV, post(kv::kv)))
         .route("/api/v1/locks", sends(&rows::LOCKS, post(locks::locks)))

@@ -82,6 +82,8 @@ pub mod rows {
     pub const GROUP_SEEK: CommandMeta = row("group_seek", ReplicatedWrite, ReadWrite);
     pub const GROUP_SUBSCRIPTION: CommandMeta =
         row("group_subscription", ReplicatedWrite, ReadWrite);
+    pub const DLQ_ADMIN: CommandMeta = row("dlq_admin", ReplicatedWrite, ReadWrite);
+    pub const DLQ_PURGE: CommandMeta = row("dlq_purge", ReplicatedWrite, Admin);
     pub const READ: CommandMeta = row("read", LinearizableRead, ReadOnly);
     pub const HEALTH: CommandMeta = row("health", NodeLocal, ReadOnly);
     pub const METRICS: CommandMeta = row("metrics", NodeLocal, ReadOnly);
@@ -111,6 +113,8 @@ pub const COMMAND_TABLE: &[CommandMeta] = &[
     rows::GROUP_DELETE,
     rows::GROUP_SEEK,
     rows::GROUP_SUBSCRIPTION,
+    rows::DLQ_ADMIN,
+    rows::DLQ_PURGE,
     rows::READ,
     rows::HEALTH,
     rows::METRICS,
@@ -139,6 +143,7 @@ pub enum Command {
     Trace(TraceReq),
     Timers(crate::timers::TimersReq),
     GroupAdmin(GroupAdminReq),
+    DlqAdmin(crate::dlq_admin::DlqAdminReq),
     Read(ReadReq),
     Health,
     Metrics(MetricsFormat),
@@ -170,6 +175,8 @@ impl Command {
             Command::GroupAdmin(GroupAdminReq::Delete { .. }) => &rows::GROUP_DELETE,
             Command::GroupAdmin(GroupAdminReq::Seek { .. }) => &rows::GROUP_SEEK,
             Command::GroupAdmin(GroupAdminReq::Subscription { .. }) => &rows::GROUP_SUBSCRIPTION,
+            Command::DlqAdmin(crate::dlq_admin::DlqAdminReq::Purge(_)) => &rows::DLQ_PURGE,
+            Command::DlqAdmin(_) => &rows::DLQ_ADMIN,
             Command::Read(_) => &rows::READ,
             Command::Health => &rows::HEALTH,
             Command::Metrics(_) => &rows::METRICS,

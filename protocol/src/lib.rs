@@ -7,6 +7,7 @@
 pub mod binary;
 pub mod bus;
 pub mod command;
+pub mod dlq_admin;
 pub mod error;
 pub mod fetch;
 pub mod kafka_groups;
@@ -22,6 +23,7 @@ pub mod views;
 
 pub use bus::{Access, Bus, BusFuture, RequestCtx};
 pub use command::{rows, Command, CommandClass, CommandMeta, Role, COMMAND_TABLE};
+pub use dlq_admin::{DlqAdminOutcome, DlqAdminReq};
 pub use error::{ErrorCode, QueenError};
 pub use fetch::*;
 pub use kv::*;

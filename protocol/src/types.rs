@@ -97,6 +97,19 @@ pub struct PopReq {
     pub subscription: Subscription,
     pub lease_seconds: Option<u64>,
     pub autopilot: bool,
+    /// The client asked for last-value delivery (`conflation=true`, spec §2.5.4).
+    pub conflation: bool,
+    /// What an empty answer to this pop says about conflation: the planner sets it when it
+    /// parks the pop, so a long poll that ends empty still echoes the group's stored policy.
+    pub parked_echo: ConflationEcho,
+}
+
+/// The conflation keys of a pop answer: `conflation` when the group's stored policy is
+/// last-value delivery, `conflict` when the pop asked for the opposite of that policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConflationEcho {
+    pub conflation: bool,
+    pub conflict: bool,
 }
 
 /// A delivered message. `payload` is the stored JSON text.
@@ -127,6 +140,7 @@ pub struct PopResult {
     pub messages: Vec<PoppedMessage>,
     /// Set when the broker chose batch/partitions for an autopilot pop: (partitions, batch, wait ms).
     pub autopilot: Option<(u32, u32, u64)>,
+    pub echo: ConflationEcho,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -309,6 +323,7 @@ pub enum ReadReq {
     Fetch(crate::fetch::FetchReq),
     Changed(crate::fetch::ChangedReq),
     ListOffsets(Vec<crate::fetch::OffsetQuery>),
+    Analytics(crate::views::AnalyticsQuery),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -342,6 +357,7 @@ pub enum Outcome {
     Traced(TraceOutcome),
     Timers(Vec<crate::timers::TimerResult>),
     GroupAdmin(GroupAdminOutcome),
+    DlqAdmin(crate::dlq_admin::DlqAdminOutcome),
     Read(ReadAnswer),
     Health(HealthView),
     Metrics(MetricsView),

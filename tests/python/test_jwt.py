@@ -111,9 +111,9 @@ def test_roles_follow_the_command_table(broker_factory):
 
         # A route of a feature not built answers `unsupported` to any valid token, and 401
         # without one.
-        retry = http.post("/api/v1/messages/p/t/retry", json={}, headers=reader)
-        assert retry.status_code != 403 and retry.json()["code"] == "unsupported", retry.text
-        assert http.post("/api/v1/messages/p/t/retry", json={}).status_code == 401
+        eph = http.post("/api/v1/ephemeral/push", json={}, headers=reader)
+        assert eph.status_code != 403 and eph.json()["code"] == "unsupported", eph.text
+        assert http.post("/api/v1/ephemeral/push", json={}).status_code == 401
 
         # KV and locks are read-write commands: a reader is refused before the body.
         get = {"operations": [{"op": "get", "ns": "jwt", "key": "k"}]}

@@ -97,6 +97,15 @@ def test_every_documented_series_with_depth_lag_and_request_counts(broker_factor
             assert time.monotonic() < deadline, "the timer never fired"
             time.sleep(0.1)
 
+        # Two more messages behind the fired one; a conflating pop delivers the newest and
+        # retires the two before it: the conflation series appears.
+        timers_q = f"{QUEUE}-timers"
+        more = [item(timers_q, "Default", f"c-{i}", {}) for i in range(2)]
+        assert all(r["status"] == "queued" for r in push(http, b.url, more))
+        lv = {"consumerGroup": "metrics-lv", "conflation": "true", "subscriptionMode": "all", "wait": "false"}
+        res = http.get(f"/api/v1/pop/queue/{timers_q}", params=lv)
+        assert res.status_code == 200 and [m["transactionId"] for m in res.json()["messages"]] == ["c-1"], res.text
+
         # A message maxWaitTimeSeconds removes a second later: the retention series appears.
         retained = f"{QUEUE}-retention"
         res = http.post("/api/v1/configure", json={"queue": retained, "options": {"maxWaitTimeSeconds": 1}})
@@ -127,6 +136,7 @@ def test_every_documented_series_with_depth_lag_and_request_counts(broker_factor
         assert s.one("queen_queues") == 3
         assert s.one("queen_partitions") == 5
         assert s.one("queen_retention_removed_messages_total", queue=retained) == 1
+        assert s.one("queen_messages_conflated_total", queue=timers_q) == 2
 
         assert s.one("queen_messages_pushed_total", queue=QUEUE) == pushed
         assert s.one("queen_messages_popped_total", queue=QUEUE) == done

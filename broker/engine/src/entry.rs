@@ -157,7 +157,31 @@ pub enum Effect<'a> {
         pid: u64,
         low: u64,
     },
+    /// The group registered by the GroupRegister before it in the same entry takes
+    /// last-value delivery as its policy (spec native-api §2.5.4); a group without one
+    /// delivers every message.
+    GroupConflation {
+        gid: u64,
+    },
+    /// Every dead-letter row of the message at (`pid`, `offset`) removed, whichever group
+    /// dead-lettered it (a delete or a retry of that message).
+    DlqDelete {
+        pid: u64,
+        offset: u64,
+    },
+    /// The dead-letter rows of queue `qid` that match removed: `group` "" and `pid`
+    /// [`ANY_PARTITION`] match any; rows failed outside `from_us..=to_us` stay.
+    DlqPurge {
+        qid: u64,
+        group: &'a str,
+        pid: u64,
+        from_us: i64,
+        to_us: i64,
+    },
 }
+
+/// `DlqPurge.pid` of a purge over every partition of the queue.
+pub const ANY_PARTITION: u64 = u64::MAX;
 
 const K_QUEUE_UPSERT: u8 = 1;
 const K_QUEUE_DELETE: u8 = 2;
@@ -182,6 +206,9 @@ const K_KAFKA_PRODUCER_BATCH: u8 = 51;
 const K_KAFKA_PRODUCER_EXPIRE: u8 = 52;
 const K_KAFKA_PRODUCER_ID_TAKEN: u8 = 53;
 const K_KAFKA_DELETE_RECORDS: u8 = 54;
+const K_GROUP_CONFLATION: u8 = 60;
+const K_DLQ_DELETE: u8 = 61;
+const K_DLQ_PURGE: u8 = 62;
 
 pub struct EntryHeader {
     pub cycle: u64,
@@ -420,6 +447,29 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
             w.u8(K_TIMER_DELETE);
             w.str(queue);
             w.str(key);
+        }
+        Effect::GroupConflation { gid } => {
+            w.u8(K_GROUP_CONFLATION);
+            w.u64(*gid);
+        }
+        Effect::DlqDelete { pid, offset } => {
+            w.u8(K_DLQ_DELETE);
+            w.u64(*pid);
+            w.u64(*offset);
+        }
+        Effect::DlqPurge {
+            qid,
+            group,
+            pid,
+            from_us,
+            to_us,
+        } => {
+            w.u8(K_DLQ_PURGE);
+            w.u64(*qid);
+            w.str(group);
+            w.u64(*pid);
+            w.i64(*from_us);
+            w.i64(*to_us);
         }
         Effect::RetentionTrim { pid, low } => {
             w.u8(K_RETENTION_TRIM);
@@ -676,6 +726,18 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
             partition: r.u32()? as i32,
         },
         K_KAFKA_GROUP_DELETE => Effect::KafkaGroupDelete { group: r.str()? },
+        K_GROUP_CONFLATION => Effect::GroupConflation { gid: r.u64()? },
+        K_DLQ_DELETE => Effect::DlqDelete {
+            pid: r.u64()?,
+            offset: r.u64()?,
+        },
+        K_DLQ_PURGE => Effect::DlqPurge {
+            qid: r.u64()?,
+            group: r.str()?,
+            pid: r.u64()?,
+            from_us: r.i64()?,
+            to_us: r.i64()?,
+        },
         K_RETENTION_TRIM => Effect::RetentionTrim {
             pid: r.u64()?,
             low: r.u64()?,
@@ -853,6 +915,25 @@ mod tests {
             b.push(&e);
             assert!(decode_entry(&b.finish()).is_err(), "{e:?} decoded");
         }
+    }
+
+    #[test]
+    fn conflation_and_dead_letter_effects_round_trip() {
+        let effects = [
+            Effect::GroupConflation { gid: u64::MAX - 1 },
+            Effect::DlqDelete {
+                pid: 7,
+                offset: 1 << 40,
+            },
+            Effect::DlqPurge {
+                qid: 3,
+                group: "g ü",
+                pid: ANY_PARTITION,
+                from_us: i64::MIN,
+                to_us: i64::MAX,
+            },
+        ];
+        assert_round_trips(&effects);
     }
 
     #[test]

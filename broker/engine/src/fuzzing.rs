@@ -194,6 +194,16 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             ns: "ns",
             key: "gone",
         },
+        Effect::GroupConflation { gid: 1 },
+        // Neither matches the row above: the state keeps a DLQ row to encode.
+        Effect::DlqDelete { pid: 1, offset: 5 },
+        Effect::DlqPurge {
+            qid: 1,
+            group: "other",
+            pid: crate::entry::ANY_PARTITION,
+            from_us: i64::MIN,
+            to_us: i64::MAX,
+        },
         Effect::GroupDelete { gid: 9 },
         Effect::QueueDelete { qid: 9 },
     ];

@@ -10,8 +10,8 @@ use std::collections::HashSet;
 
 use queenmq_protocol::limits::MAX_LOCK_OWNER_BYTES;
 use queenmq_protocol::{
-    Command, ErrorCode, GroupAdminReq, KvOp, LockOp, PopSource, PushItem, QueenError, TxnOp,
-    LOCKS_NS,
+    Command, DlqAdminReq, ErrorCode, GroupAdminReq, KvOp, LockOp, PopSource, PushItem, QueenError,
+    TxnOp, LOCKS_NS,
 };
 
 use crate::state::State;
@@ -69,7 +69,10 @@ impl Limits {
         cmd: &Command,
         producer: Option<&str>,
     ) -> Result<usize, QueenError> {
-        let bytes = entry_bound(st, cmd, producer);
+        let mut bytes = entry_bound(st, cmd, producer);
+        if let Command::DlqAdmin(DlqAdminReq::Retry { .. }) = cmd {
+            bytes = bytes.min(self.max_entry_bytes);
+        }
         if bytes > self.max_entry_bytes {
             return Err(QueenError::new(
                 ErrorCode::PayloadTooLarge,
@@ -204,9 +207,11 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
             .min(if p.batch == 0 { 200 } else { p.batch as usize })
             // A pop claims each partition at most once: a huge `partitions` is not refused.
             .min(st.partitions.len().max(1));
+            // A group registered by a conflating pop adds its GroupConflation effect.
+            let policy = if p.conflation { GROUP_EFFECT } else { 0 };
             claims
                 .saturating_mul(CURSOR_PUT)
-                .saturating_add(queues.saturating_mul(GROUP_EFFECT + group))
+                .saturating_add(queues.saturating_mul(GROUP_EFFECT + group + policy))
         }
         Command::ExtendLease { lease_id } => {
             let holders = crate::plan::parse_lease(lease_id)
@@ -251,6 +256,22 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
                 .queues
                 .len()
                 .saturating_mul(2 * (GROUP_EFFECT + group.len())),
+        },
+        Command::DlqAdmin(d) => match d {
+            DlqAdminReq::Delete { .. } => DLQ_INSERT,
+            DlqAdminReq::Purge(q) => DLQ_INSERT + q.group.as_deref().map_or(0, str::len),
+            // The replay is one stored message of the partition again: bounded by what the
+            // partition holds (clamped in `admit`: the message came in one entry, so it fits
+            // one), plus its new transaction id and the row delete.
+            DlqAdminReq::Retry { partition_id, .. } => {
+                let held = partition_id
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+                    .and_then(|pid| st.partitions.get(&pid))
+                    .map_or(0, |p| usize::try_from(p.bytes).unwrap_or(usize::MAX));
+                held.saturating_add(PER_PARTITION + FRAME_FIXED + HASH + 64 + DLQ_INSERT)
+            }
         },
         Command::DeleteQueue { .. }
         | Command::Read(_)

@@ -60,6 +60,8 @@ mod tests {
             subscription: Subscription::Default,
             lease_seconds: None,
             autopilot: false,
+            conflation: false,
+            parked_echo: Default::default(),
         })
     }
 

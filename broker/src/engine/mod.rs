@@ -24,7 +24,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use queenmq_protocol::{Command, Outcome, QueenError, RequestCtx};
+use queenmq_protocol::{Command, Outcome, PopResult, QueenError, RequestCtx};
 use queenmq_storage::StateStore;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -389,11 +389,8 @@ impl Engine {
                     Planned::Reply(reply, out) => replies.push((reply, out, writes)),
                     Planned::Park(job) => {
                         if Instant::now() + REPLY_MARGIN >= deadline {
-                            replies.push((
-                                job.reply,
-                                Ok(Outcome::Popped(Default::default())),
-                                writes,
-                            ));
+                            let empty = empty_pop(&job);
+                            replies.push((job.reply, empty, writes));
                         } else {
                             self.waiters.park_holding(job, deadline, slot);
                         }
@@ -709,12 +706,25 @@ fn approx_size(cmd: &Command) -> usize {
     }
 }
 
+/// The answer of a parked pop that ends empty: it still echoes the conflation policy the
+/// planner saw when it parked the pop.
+pub fn empty_pop(job: &Job) -> Result<Outcome, QueenError> {
+    let echo = match &job.cmd {
+        Command::Pop(req) => req.parked_echo,
+        _ => Default::default(),
+    };
+    Ok(Outcome::Popped(PopResult {
+        echo,
+        ..Default::default()
+    }))
+}
+
 enum Planned {
     Reply(Reply, Result<Outcome, QueenError>),
     Park(Job),
 }
 
-fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
+fn plan_job(p: &mut Planner<'_>, mut job: Job) -> Planned {
     // A read or pop whose client went away (or whose bus wait ran out: a stalled disk) is not
     // planned: nobody would take the answer. A read's reserved room was given back when the
     // client left; a pop would lease messages to nobody, or with auto_ack consume them unseen.
@@ -736,10 +746,18 @@ fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
             .map(Outcome::Pushed),
         Command::Pop(req) => match p.plan_pop(req) {
             Ok(PopPlan::Delivered(r)) => Ok(Outcome::Popped(r)),
-            Ok(PopPlan::Empty) if req.wait && req.timeout_ms > REPLY_MARGIN.as_millis() as u64 => {
-                return Planned::Park(job)
+            Ok(PopPlan::Empty(echo))
+                if req.wait && req.timeout_ms > REPLY_MARGIN.as_millis() as u64 =>
+            {
+                if let Command::Pop(req) = &mut job.cmd {
+                    req.parked_echo = echo;
+                }
+                return Planned::Park(job);
             }
-            Ok(PopPlan::Empty) => Ok(Outcome::Popped(Default::default())),
+            Ok(PopPlan::Empty(echo)) => Ok(Outcome::Popped(PopResult {
+                echo,
+                ..Default::default()
+            })),
             Err(e) => Err(e),
         },
         Command::Ack(req) => Ok(Outcome::Acked(p.plan_acks(&req.items, &req.group))),
@@ -759,6 +777,7 @@ fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
         Command::Trace(t) => p.plan_trace(t).map(Outcome::Traced),
         Command::Timers(t) => p.plan_timers(t).map(Outcome::Timers),
         Command::GroupAdmin(g) => p.plan_group_admin(g).map(Outcome::GroupAdmin),
+        Command::DlqAdmin(d) => p.plan_dlq_admin(d).map(Outcome::DlqAdmin),
         Command::Kv(k) => p.plan_kv(k).map(Outcome::Kv),
         Command::Locks(l) => p.plan_locks(l).map(Outcome::Locks),
         Command::KafkaGroups(k) => p.plan_kafka_groups(k).map(Outcome::KafkaGroups),
@@ -770,8 +789,10 @@ fn plan_job(p: &mut Planner<'_>, job: Job) -> Planned {
             .plan_kafka_delete_records(d)
             .map(Outcome::KafkaRecordsDeleted),
         Command::Read(r) => {
+            // A series without `to` ends at this cycle's time, not at the last write's.
+            let now = p.now();
             let mut reader = p.reader_parts();
-            crate::reads::answer(reader.0, &mut reader.1, r).map(Outcome::Read)
+            crate::reads::answer_at(reader.0, &mut reader.1, r, now).map(Outcome::Read)
         }
         Command::Health | Command::Metrics(_) | Command::StatsRefresh => Err(QueenError::new(
             queenmq_protocol::ErrorCode::Internal,

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use queenmq_protocol::{Command, Outcome, PopSource, QueenError};
+use queenmq_protocol::{Command, PopSource, QueenError};
 
 use super::long_poll_slots::{GroupMembership, LongPollSlot, LongPollSlots};
 use super::Job;
@@ -126,7 +126,8 @@ impl Waiters {
     /// Parks a pop that already holds its slot (a waiter re-planned and still empty).
     pub fn park_holding(&mut self, job: Job, deadline: Instant, slot: LongPollSlot) {
         let Some(key) = key_of(&job) else {
-            let _ = job.reply.send(Ok(Outcome::Popped(Default::default())));
+            let empty = super::empty_pop(&job);
+            let _ = job.reply.send(empty);
             return;
         };
         let id = self.next_id;
@@ -329,7 +330,8 @@ impl Waiters {
                 break;
             }
             if let Some(w) = self.remove(id) {
-                let _ = w.job.reply.send(Ok(Outcome::Popped(Default::default())));
+                let empty = super::empty_pop(&w.job);
+                let _ = w.job.reply.send(empty);
             } else {
                 self.by_deadline.remove(&(deadline, id));
             }
@@ -340,7 +342,8 @@ impl Waiters {
         let ids: Vec<u64> = self.parked.keys().copied().collect();
         for id in ids {
             if let Some(w) = self.remove(id) {
-                let _ = w.job.reply.send(Ok(Outcome::Popped(Default::default())));
+                let empty = super::empty_pop(&w.job);
+                let _ = w.job.reply.send(empty);
             }
         }
     }
@@ -360,7 +363,7 @@ fn label_keys(queue: &crate::state::model::Queue) -> [(Option<String>, Option<St
 
 #[cfg(test)]
 mod tests {
-    use queenmq_protocol::{PopReq, Subscription};
+    use queenmq_protocol::{Outcome, PopReq, Subscription};
     use tokio::sync::oneshot;
 
     use super::*;
@@ -389,6 +392,8 @@ mod tests {
             subscription: Subscription::All,
             lease_seconds: None,
             autopilot: false,
+            conflation: false,
+            parked_echo: Default::default(),
         })
     }
 

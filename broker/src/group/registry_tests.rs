@@ -63,6 +63,8 @@ async fn everything(bus: &EngineBus, tenant: &str) -> BTreeSet<String> {
         subscription: Subscription::All,
         lease_seconds: None,
         autopilot: false,
+        conflation: false,
+        parked_echo: Default::default(),
     };
     match bus.call(ctx(tenant), Command::Pop(req)).await {
         Ok(Outcome::Popped(r)) => r.messages.into_iter().map(|m| m.transaction_id).collect(),
@@ -344,6 +346,8 @@ async fn long_polls_are_capped_per_node_across_groups() {
             subscription: Subscription::Default,
             lease_seconds: None,
             autopilot: false,
+            conflation: false,
+            parked_echo: Default::default(),
         })
     };
     push(&bus, "a", "seed-a").await.unwrap();

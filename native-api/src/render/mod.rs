@@ -41,7 +41,23 @@ pub fn read(a: &ReadAnswer) -> Value {
             .iter()
             .map(|f| json!({ "offset": f.offset, "timestampUs": f.time_us }))
             .collect::<Vec<_>>()),
+        ReadAnswer::Analytics(s) => analytics(s),
     }
+}
+
+/// The shape of the reference broker's `get_analytics_v1`.
+fn analytics(s: &queenmq_protocol::AnalyticsSeries) -> serde_json::Value {
+    let points: Vec<_> = s
+        .points
+        .iter()
+        .map(|(at, n)| json!({ "timestamp": crate::iso_ms(*at), "messages": n }))
+        .collect();
+    json!({
+        "dataPoints": points,
+        "interval": s.interval.name(),
+        "from": crate::iso_ms(s.from_us),
+        "to": crate::iso_ms(s.to_us),
+    })
 }
 
 /// A route got the answer of another command: a bug between this door and the engine, never
@@ -58,6 +74,7 @@ pub fn unexpected(o: &Outcome) -> ApiError {
         Outcome::Traced(_) => "trace",
         Outcome::Timers(_) => "timers",
         Outcome::GroupAdmin(_) => "group administration",
+        Outcome::DlqAdmin(_) => "dead-letter administration",
         Outcome::Read(_) => "read",
         Outcome::Health(_) => "health",
         Outcome::Metrics(_) => "metrics",

@@ -103,12 +103,18 @@ pub fn depth(d: &QueueDepth) -> Value {
                 "ready": p.ready})
         })
         .collect();
+    // The work left, in handler runs: a conflating group runs once per partition that owes.
+    let (effective_pending, effective_ready) = if d.conflation {
+        (d.partitions_pending, d.partitions_ready)
+    } else {
+        (d.pending, d.ready)
+    };
     json!({
         "queue": d.queue, "group": d.group, "pending": d.pending, "processing": d.processing,
         "ready": d.ready, "partitionsPending": d.partitions_pending,
-        "partitionsReady": d.partitions_ready, "conflation": false,
-        "effectivePending": d.pending, "effectiveReady": d.ready, "partitions": parts,
-        "partitionsPage": page(d.page),
+        "partitionsReady": d.partitions_ready, "conflation": d.conflation,
+        "effectivePending": effective_pending, "effectiveReady": effective_ready,
+        "partitions": parts, "partitionsPage": page(d.page),
     })
 }
 

@@ -141,6 +141,7 @@ pub fn pop_result() -> PopResult {
             message("p2", 8, 0, 1_700_000_000_000_000),
         ],
         autopilot: None,
+        echo: Default::default(),
     }
 }
 

@@ -3,12 +3,14 @@
 //! stay the raw JSON text they were written as; only a door decides how to show them.
 
 pub mod admin;
+pub mod analytics;
 pub mod groups;
 pub mod messages;
 pub mod node;
 pub mod queues;
 
 pub use admin::*;
+pub use analytics::*;
 pub use groups::*;
 pub use messages::*;
 pub use node::*;
@@ -47,4 +49,5 @@ pub enum ReadAnswer {
     Fetch(crate::fetch::FetchAnswer),
     Changed(crate::fetch::ChangedAnswer),
     Offsets(Vec<crate::fetch::OffsetFound>),
+    Analytics(AnalyticsSeries),
 }

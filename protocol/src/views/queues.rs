@@ -91,6 +91,9 @@ pub struct QueueDepth {
     pub ready: u64,
     pub partitions_pending: u64,
     pub partitions_ready: u64,
+    /// The group's stored policy is last-value delivery: one handler run per partition owes
+    /// work, whatever its backlog.
+    pub conflation: bool,
     pub partitions: Vec<PartitionDepth>,
     pub page: PageInfo,
 }

@@ -221,7 +221,7 @@ impl Fixture {
         req.lease_seconds = lease_seconds;
         match self.planner().plan_pop(&req) {
             Ok(PopPlan::Delivered(r)) => r,
-            Ok(PopPlan::Empty) => PopResult::default(),
+            Ok(PopPlan::Empty(_)) => PopResult::default(),
             Err(e) => panic!("pop of {queue}: {}", e.message),
         }
     }
@@ -284,6 +284,8 @@ pub fn pop_req(queue: &str, batch: u32) -> PopReq {
         subscription: Subscription::All,
         lease_seconds: None,
         autopilot: false,
+        conflation: false,
+        parked_echo: Default::default(),
     }
 }
 

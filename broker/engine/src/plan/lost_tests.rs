@@ -59,7 +59,7 @@ fn plan_pop(fx: &mut Fixture) -> Result<Vec<(u64, String)>, String> {
             .into_iter()
             .map(|m| (m.offset, m.transaction_id))
             .collect()),
-        Ok(PopPlan::Empty) => Ok(Vec::new()),
+        Ok(PopPlan::Empty(_)) => Ok(Vec::new()),
         Err(e) => {
             assert_eq!(e.code, ErrorCode::Internal);
             Err(e.message)

@@ -5,6 +5,9 @@ mod ack;
 mod admin;
 #[cfg(test)]
 mod clock_tests;
+mod dlq_admin;
+#[cfg(test)]
+mod dlq_admin_tests;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fixture;
 mod id_space;

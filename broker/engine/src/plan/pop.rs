@@ -6,7 +6,8 @@ use std::cmp::Reverse;
 use std::sync::Arc;
 
 use queenmq_protocol::{
-    PopReq, PopResult, PopSource, PoppedMessage, QueenError, Subscription, QUEUE_MODE_GROUP,
+    ConflationEcho, PopReq, PopResult, PopSource, PoppedMessage, QueenError, Subscription,
+    QUEUE_MODE_GROUP,
 };
 
 use super::{group_name, lease_text, Planner};
@@ -23,12 +24,13 @@ pub struct NewGroup {
     qid: u64,
     gid: u64,
     start_from_us: i64,
+    conflation: bool,
 }
 
 pub enum PopPlan {
     Delivered(PopResult),
-    /// Nothing deliverable now.
-    Empty,
+    /// Nothing deliverable now; what the empty answer says about conflation.
+    Empty(ConflationEcho),
 }
 
 impl Planner<'_> {
@@ -37,6 +39,15 @@ impl Planner<'_> {
         if req.group.is_some() && group.len() > 255 {
             return Err(QueenError::bad_request(
                 "consumerGroup is longer than 255 bytes",
+            ));
+        }
+        // The HTTP door refuses these first; the planner holds the rule for every door.
+        if req.conflation && (req.group.is_none() || group == QUEUE_MODE_GROUP) {
+            return Err(QueenError::bad_request("conflation needs a consumerGroup"));
+        }
+        if req.conflation && req.auto_ack {
+            return Err(QueenError::bad_request(
+                "conflation cannot be combined with autoAck",
             ));
         }
         let batch = if req.batch == 0 {
@@ -132,6 +143,9 @@ impl Planner<'_> {
                 name: &group,
                 start_from_us: ng.start_from_us,
             });
+            if ng.conflation {
+                self.emit(Effect::GroupConflation { gid: ng.gid });
+            }
             // The stand-in's derived lists (partitions taken off the ready list, wake times)
             // are what the planning left: they carry over to the registered group.
             if let Some(g) = self.st.groups.get_mut(&ng.gid) {
@@ -146,11 +160,16 @@ impl Planner<'_> {
         if req.autopilot {
             out.autopilot = Some((max_parts, batch, AUTOPILOT_WAIT_MS));
         }
+        // No group met (no such queue yet): the policy asked is the one its registration
+        // will store.
+        if !out.echo.conflation && !out.echo.conflict {
+            out.echo.conflation = req.conflation;
+        }
         if out.messages.is_empty() {
             if let (true, Some(m)) = (passed_over, self.memory) {
                 return Err(m.refusal());
             }
-            return Ok(PopPlan::Empty);
+            return Ok(PopPlan::Empty(out.echo));
         }
         metrics::counter!(
             "queen_messages_popped_total",
@@ -195,6 +214,7 @@ impl Planner<'_> {
         qid: u64,
         group: &str,
         sub: &Subscription,
+        conflation: bool,
         new_groups: &mut Vec<NewGroup>,
     ) -> Result<u64, QueenError> {
         if let Some(gid) = self.st.queues.get(&qid).and_then(|q| q.groups.get(group)) {
@@ -221,12 +241,15 @@ impl Planner<'_> {
             .max(1)
             .saturating_add(new_groups.len() as u64);
         super::id_space::new_group(gid)?;
-        if let Some(g) = self.st.new_group(qid, gid, group, start_from_us, now) {
+        if let Some(mut g) = self.st.new_group(qid, gid, group, start_from_us, now) {
+            // The policy is stored at the first registration, from the pop that registers.
+            g.conflation = conflation;
             self.st.groups.insert(gid, g);
             new_groups.push(NewGroup {
                 qid,
                 gid,
                 start_from_us,
+                conflation,
             });
         }
         Ok(gid)
@@ -246,8 +269,12 @@ impl Planner<'_> {
         claims: &mut Vec<(u64, u64, CursorRow)>,
         new_groups: &mut Vec<NewGroup>,
     ) -> Result<(), QueenError> {
-        let gid = self.group_id(qid, group, &req.subscription, new_groups)?;
+        let gid = self.group_id(qid, group, &req.subscription, req.conflation, new_groups)?;
         let now = self.now();
+        // The stored policy wins over what the pop asked; a mismatch is echoed (§2.5.4).
+        let conflation = self.st.groups.get(&gid).is_some_and(|g| g.conflation);
+        out.echo.conflation |= conflation;
+        out.echo.conflict |= conflation != req.conflation;
         let Some(q) = self.st.queues.get(&qid) else {
             return Ok(());
         };
@@ -333,10 +360,30 @@ impl Planner<'_> {
             }
             // A cursor below the partition's first held offset (messages forgotten after an
             // accepted data loss, state/forget.rs) starts at it: nothing below can be read.
-            let start = row.committed.max(p.low_offset());
+            let mut start = row.committed.max(p.low_offset());
             if start >= end {
                 continue;
             }
+            // Last-value delivery: only the newest visible message goes out, and the claim's
+            // cursor row commits everything behind it (retired for this group only).
+            if conflation {
+                let retired = end - 1 - start;
+                if retired > 0 {
+                    metrics::counter!(
+                        "queen_messages_conflated_total",
+                        "queue" => qname.clone(),
+                        "tenant" => self.tenant.to_owned()
+                    )
+                    .increment(retired);
+                }
+                start = end - 1;
+            }
+            // Failures charged to a retired message are not the newest one's.
+            let failures = if req.auto_ack || start != row.committed {
+                0
+            } else {
+                row.failures
+            };
             let claim_end = end.min(start + u64::from(*remaining));
             let pname = p.name.clone();
             // The answers this cycle's pops build must fit the room answers have; the first
@@ -395,7 +442,7 @@ impl Planner<'_> {
                     expires_us: now.saturating_add(secs_us(i64::from(lease_secs))),
                     seconds: lease_secs,
                 }),
-                failures: if req.auto_ack { 0 } else { row.failures },
+                failures,
                 attempt,
                 delivered_end: row.delivered_end.max(claim_end),
             };

@@ -15,8 +15,9 @@ use std::hash::{BuildHasher, Hasher};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 use queenmq_protocol::{
-    AckStatus, ConfigureReq, GroupAdminReq, KvExpiry, KvOp, KvReq, LockOp, LockReq, PopResult,
-    PopSource, PushItem, QueueOptions, Setting, Subscription, TraceReq, TxnOp, TxnReq,
+    AckStatus, ConfigureReq, DlqAdminReq, DlqQuery, GroupAdminReq, KvExpiry, KvOp, KvReq, LockOp,
+    LockReq, PopResult, PopSource, PushItem, QueueOptions, Setting, Subscription, TraceReq, TxnOp,
+    TxnReq,
 };
 
 use super::fixture::{ack_items, item, pop_req, Fixture, SECOND};
@@ -51,6 +52,13 @@ enum Cmd {
         lease: Option<u64>,
         auto_ack: bool,
         partition: bool,
+        conflation: bool,
+    },
+    /// Dead-letter administration of the first message of an earlier pop (`kind`: delete,
+    /// retry, purge of its queue).
+    DlqAdmin {
+        pop: usize,
+        kind: usize,
     },
     /// Acks the messages of an earlier pop (by position among the pops that delivered).
     Ack {
@@ -130,10 +138,11 @@ fn cmd() -> impl Strategy<Value = Cmd> {
         4 => (0..2usize, 0..2usize, 1..4usize, prop::option::weighted(0.3, 0..4u8))
             .prop_map(|(q, p, n, txn)| Cmd::Push { q, p, n, txn }),
         4 => (0..2usize, 0..3usize, 1..5u32, prop::option::of(1..20u64), prop::bool::weighted(0.2),
-              prop::bool::weighted(0.2))
-            .prop_map(|(q, g, batch, lease, auto_ack, partition)| Cmd::Pop {
-                q, g, batch, lease, auto_ack, partition
+              prop::bool::weighted(0.2), prop::bool::weighted(0.3))
+            .prop_map(|(q, g, batch, lease, auto_ack, partition, conflation)| Cmd::Pop {
+                q, g, batch, lease, auto_ack, partition, conflation
             }),
+        1 => (0..8usize, 0..3usize).prop_map(|(pop, kind)| Cmd::DlqAdmin { pop, kind }),
         4 => (0..8usize, 0..4usize).prop_map(|(pop, status)| Cmd::Ack { pop, status }),
         1 => (0..8usize).prop_map(|pop| Cmd::Extend { pop }),
         1 => (0..8usize, 0..2usize, any::<bool>())
@@ -210,11 +219,13 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                 lease,
                 auto_ack,
                 partition,
+                conflation,
             } => {
                 let mut req = pop_req(QUEUES[*q], *batch);
                 req.group = GROUPS[*g].map(str::to_string);
                 req.lease_seconds = *lease;
                 req.auto_ack = *auto_ack;
+                req.conflation = *conflation;
                 if *partition {
                     req.source = PopSource::Partition(QUEUES[*q].into(), PARTITIONS[0].into());
                 }
@@ -298,6 +309,31 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                     },
                 };
                 let _ = fx.planner().plan_group_admin(&req);
+            }
+            Cmd::DlqAdmin { pop, kind } => {
+                let Some(m) = pops
+                    .get(*pop % pops.len().max(1))
+                    .and_then(|r| r.messages.first())
+                else {
+                    continue;
+                };
+                let (partition_id, transaction_id) =
+                    (m.partition_id.to_string(), m.transaction_id.clone());
+                let req = match kind {
+                    0 => DlqAdminReq::Delete {
+                        partition_id,
+                        transaction_id,
+                    },
+                    1 => DlqAdminReq::Retry {
+                        partition_id,
+                        transaction_id,
+                    },
+                    _ => DlqAdminReq::Purge(DlqQuery {
+                        queue: Some(m.queue.to_string()),
+                        ..Default::default()
+                    }),
+                };
+                let _ = fx.planner().plan_dlq_admin(&req);
             }
             Cmd::Trace { pop } => {
                 let Some(m) = pops

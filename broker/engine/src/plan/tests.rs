@@ -45,6 +45,8 @@ fn pop(partitions: u32, lease_seconds: Option<u64>) -> PopReq {
         subscription: Subscription::All,
         lease_seconds,
         autopilot: false,
+        conflation: false,
+        parked_echo: Default::default(),
     }
 }
 
@@ -166,7 +168,7 @@ fn a_huge_lease_saturates_instead_of_wrapping() {
     );
     // A second pop of the same group gets nothing while the lease lives.
     let mut p = fx.planner();
-    assert!(matches!(p.plan_pop(&req), Ok(PopPlan::Empty)));
+    assert!(matches!(p.plan_pop(&req), Ok(PopPlan::Empty(_))));
 }
 
 /// Queue "t" without dedup, message X pushed and delivered under a lease (all in the cycle's

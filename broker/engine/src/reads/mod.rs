@@ -2,6 +2,7 @@
 //! doors render them (the Queen API's JSON of spec/native-api.md §2.2, §2.10, §2.11 and the
 //! admin reads lives in native-api/src/render).
 
+mod analytics;
 mod fetch;
 #[cfg(test)]
 mod fetch_tests;
@@ -18,6 +19,25 @@ pub use queues::queue_depth;
 use crate::reader::MessageReader;
 use crate::state::model::{cursor_start, Group, Partition};
 use crate::state::State;
+
+/// [`answer`] at time `now_us` (the cycle's), for the reads whose window defaults to now.
+pub fn answer_at(
+    st: &State,
+    rd: &mut MessageReader<'_>,
+    req: &ReadReq,
+    now_us: i64,
+) -> Result<ReadAnswer, QueenError> {
+    match req {
+        ReadReq::Analytics(q) if q.to_us.is_none() => {
+            let q = queenmq_protocol::AnalyticsQuery {
+                to_us: Some(now_us),
+                ..q.clone()
+            };
+            Ok(ReadAnswer::Analytics(analytics::series(st, &q)?))
+        }
+        _ => answer(st, rd, req),
+    }
+}
 
 pub fn answer(
     st: &State,
@@ -77,6 +97,7 @@ pub fn answer(
         ReadReq::Fetch(f) => A::Fetch(fetch::fetch(st, rd, f)?),
         ReadReq::Changed(c) => A::Changed(fetch::changed(st, c)),
         ReadReq::ListOffsets(q) => A::Offsets(fetch::offsets(st, q)),
+        ReadReq::Analytics(q) => A::Analytics(analytics::series(st, q)?),
     })
 }
 

@@ -209,6 +209,7 @@ pub fn depth(
         ready: pending.saturating_sub(processing),
         partitions_pending: pp,
         partitions_ready: pr,
+        conflation: g.is_some_and(|g| g.conflation),
         partitions: parts,
         page: page_info(page, q.partition_order.len()),
     })

@@ -92,8 +92,8 @@ pub fn canonical(st: &State) -> String {
         let cursors: BTreeMap<_, _> = g.cursors.iter().collect();
         let _ = writeln!(
             o,
-            "group {id} q{} {:?} from {} created {} cursors {cursors:?}",
-            g.queue, g.name, g.start_from_us, g.created_us
+            "group {id} q{} {:?} from {} created {} conflation {} cursors {cursors:?}",
+            g.queue, g.name, g.start_from_us, g.created_us, g.conflation
         );
     }
     let leases: BTreeMap<_, _> = st

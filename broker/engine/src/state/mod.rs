@@ -124,6 +124,7 @@ impl State {
             name: name.to_string(),
             start_from_us,
             created_us: now_us,
+            conflation: false,
             cursors: HashMap::new(),
             ready: VecDeque::new(),
             in_ready: Default::default(),
@@ -408,6 +409,32 @@ impl State {
             }
             Effect::RetentionTrim { pid, low } => self.trim_partition(*pid, *low),
             Effect::KafkaDeleteRecords { pid, low } => self.delete_records(*pid, *low),
+            Effect::GroupConflation { gid } => {
+                if let Some(g) = self.groups.get_mut(gid) {
+                    g.conflation = true;
+                }
+            }
+            Effect::DlqDelete { pid, offset } => {
+                let Some(qid) = self.partitions.get(pid).map(|p| p.queue) else {
+                    return;
+                };
+                if let Some(q) = self.queues.get_mut(&qid) {
+                    q.dlq
+                        .retain(|d| !(d.partition == *pid && d.offset == *offset));
+                }
+            }
+            Effect::DlqPurge {
+                qid,
+                group,
+                pid,
+                from_us,
+                to_us,
+            } => {
+                if let Some(q) = self.queues.get_mut(qid) {
+                    q.dlq
+                        .retain(|d| !d.purged_by(group, *pid, *from_us, *to_us));
+                }
+            }
         }
     }
 

@@ -145,6 +145,8 @@ pub struct Group {
     /// Where a partition's cursor starts the first time this group touches it.
     pub start_from_us: i64,
     pub created_us: i64,
+    /// Last-value delivery (spec native-api §2.5.4), fixed when the group registered.
+    pub conflation: bool,
     pub cursors: HashMap<u64, CursorRow>,
     /// Derived: partitions that may have deliverable messages, oldest hint first.
     pub ready: VecDeque<u64>,
@@ -169,6 +171,16 @@ pub struct DlqRow {
     pub error: String,
     pub failed_us: i64,
     pub retries: u32,
+}
+
+impl DlqRow {
+    /// Whether a purge of `group` ("" = any), partition `pid` ([`crate::entry::ANY_PARTITION`]
+    /// = any), failed within `from_us..=to_us`, removes this row.
+    pub fn purged_by(&self, group: &str, pid: u64, from_us: i64, to_us: i64) -> bool {
+        (group.is_empty() || self.group == group)
+            && (pid == crate::entry::ANY_PARTITION || self.partition == pid)
+            && (from_us..=to_us).contains(&self.failed_us)
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -19,6 +19,8 @@ const SECTION_KV: u8 = 1;
 const SECTION_TIMERS: u8 = 2;
 const SECTION_KAFKA_GROUPS: u8 = 3;
 const SECTION_KAFKA_PRODUCERS: u8 = 4;
+/// The ids of the groups whose policy is last-value delivery (`Group::conflation`).
+const SECTION_CONFLATION: u8 = 5;
 /// Partition ids index a dense table (`PartitionTable`), so an id read from a checkpoint sizes
 /// an allocation: ids must lie below `next_partition_id`, as apply keeps them, and that at or
 /// below 2^32 (a chunk index of 24 MiB at most). A corrupt id once asked for 6 GiB (fuzz
@@ -263,7 +265,16 @@ fn encode_sections(s: &State, w: &mut Writer) {
         .map(|p| (p.id, p.floor))
         .collect();
     let producers = !s.kafka_producers.is_empty() || !floors.is_empty();
-    w.u32(2 + u32::from(kafka) + u32::from(producers));
+    // And the conflation section, once a group conflates.
+    let mut conflating: Vec<u64> = s
+        .groups
+        .values()
+        .filter(|g| g.conflation)
+        .map(|g| g.id)
+        .collect();
+    conflating.sort_unstable();
+    let conflation = !conflating.is_empty();
+    w.u32(2 + u32::from(kafka) + u32::from(producers) + u32::from(conflation));
     section(w, SECTION_KV, |w| s.kv.encode(w));
     section(w, SECTION_TIMERS, |w| s.timers.encode(w));
     if kafka {
@@ -275,6 +286,28 @@ fn encode_sections(s: &State, w: &mut Writer) {
             encode_floors(w, &floors);
         });
     }
+    if conflation {
+        section(w, SECTION_CONFLATION, |w| {
+            w.u32(conflating.len() as u32);
+            for gid in conflating {
+                w.u64(gid);
+            }
+        });
+    }
+}
+
+/// Marks the groups the conflation section names; a group the checkpoint does not hold fails
+/// the decode (its policy would be lost silently).
+fn decode_conflation(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError> {
+    let n = r.count(8)?;
+    for _ in 0..n {
+        let gid = r.u64()?;
+        match s.groups.get_mut(&gid) {
+            Some(g) => g.conflation = true,
+            None => return Err(r.malformed(format!("conflating group {gid} is not held"))),
+        }
+    }
+    Ok(())
 }
 
 /// The Kafka DeleteRecords floors, after the producers in section 4 (the section's second
@@ -357,6 +390,7 @@ fn decode_sections(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError>
                 )?;
                 decode_floors(&mut sr, s)?;
             }
+            SECTION_CONFLATION => decode_conflation(&mut sr, s)?,
             t => return Err(r.malformed(format!("unknown checkpoint section tag {t}"))),
         }
         if !sr.is_done() {
@@ -522,6 +556,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                 name: gname,
                 start_from_us: r.i64()?,
                 created_us: r.i64()?,
+                conflation: false,
                 cursors: HashMap::new(),
                 ready: VecDeque::new(),
                 in_ready: Default::default(),
@@ -677,6 +712,65 @@ mod tests {
             encode_state(&back),
             blob,
             "decode then encode is the identity"
+        );
+    }
+
+    #[test]
+    fn a_groups_conflation_and_what_dead_letter_deletes_leave_survive_a_checkpoint() {
+        let mut s = sample();
+        for (gid, name) in [(1, "last"), (2, "every")] {
+            s.apply(
+                &Effect::GroupRegister {
+                    qid: 1,
+                    gid,
+                    name,
+                    start_from_us: i64::MIN,
+                },
+                22,
+                loc(),
+            );
+        }
+        s.apply(&Effect::GroupConflation { gid: 1 }, 22, loc());
+        for (gid, pid, offset) in [(1, 1, 0), (2, 1, 0), (1, 1, 1), (2, 2, 0)] {
+            s.apply(
+                &Effect::DlqInsert {
+                    gid,
+                    pid,
+                    offset,
+                    retries: 3,
+                    error: "e",
+                },
+                23,
+                loc(),
+            );
+        }
+        s.apply(&Effect::DlqDelete { pid: 1, offset: 0 }, 24, loc());
+        s.apply(
+            &Effect::DlqPurge {
+                qid: 1,
+                group: "every",
+                pid: crate::entry::ANY_PARTITION,
+                from_us: i64::MIN,
+                to_us: i64::MAX,
+            },
+            25,
+            loc(),
+        );
+        let back = decode_state(&encode_state(&s)).unwrap();
+        assert_eq!(
+            super::super::canonical::canonical(&back),
+            super::super::canonical::canonical(&s)
+        );
+        assert!(back.groups[&1].conflation && !back.groups[&2].conflation);
+        let left: Vec<_> = back.queues[&1]
+            .dlq
+            .iter()
+            .map(|d| (d.group.as_str(), d.offset))
+            .collect();
+        assert_eq!(
+            left,
+            vec![("last", 1)],
+            "both rows of (1, 0) and every row of 'every' went"
         );
     }
 
