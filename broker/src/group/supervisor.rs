@@ -147,6 +147,12 @@ pub async fn supervise(
     let restarts =
         metrics::counter!("queen_group_restarts_total", "tenant" => ecfg.tenant.to_string());
     restarts.increment(0);
+    for series in [
+        "queen_log_reclaim_failures_total",
+        "queen_kafka_producer_evictions_total",
+    ] {
+        metrics::counter!(series, "tenant" => ecfg.tenant.to_string()).increment(0);
+    }
     let mut cfg = cfg;
     cfg.accept_data_loss = false;
     let mut current = first;
