@@ -25,6 +25,7 @@ mod entry_codec;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+mod horizons;
 mod index_cell;
 mod log_store;
 mod log_writer;
@@ -40,5 +41,10 @@ mod tests;
 pub use apply::ApplyHandler;
 pub use config::RaftConfig;
 pub use error::RaftError;
+// The storage pair openraft runs on, public so openraft's own storage suite can drive it
+// (tests/openraft_suite.rs) and so can the cluster to come; `RaftNode` is what the broker uses.
+pub use log_store::LogStore;
 pub use meta::{accept_missing_log_start, read_persisted, Persisted};
 pub use node::{RaftNode, RaftStatus};
+pub use state_machine::StateMachine;
+pub use types::TypeConfig;

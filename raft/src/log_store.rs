@@ -4,8 +4,15 @@
 //! - **No holes.** Records are consecutive by index; SegmentLog refuses anything else. Purge
 //!   moves only the Raft horizon (meta `raft/purged`), because message bytes live in the log:
 //!   segment files are deleted only by `reclaim_upto`, which the engine calls once a durable
-//!   checkpoint covers them and nothing points into them; reads below the horizon answer
-//!   nothing.
+//!   checkpoint covers them and nothing points into them.
+//! - **Two horizons, one answer per index.** openraft's horizon moves only through `purge`
+//!   (and is read at open); `reclaim_upto` moves the durable one past it behind openraft's
+//!   back. A read below openraft's horizon starts at the horizon, as openraft's contract and
+//!   suite ask; a read of an index openraft still believes present but which reclamation
+//!   deleted is an error, never a vector that starts later than asked (docs/raft-storage.md).
+//! - **No reclamation under a multi-node membership.** A peer may need any entry openraft has
+//!   not purged; until snapshots carry the log (issue 13) `reclaim_upto` refuses once a
+//!   membership naming more than one node was seen.
 //! - **Serialised writes.** Appends and truncations go through the single log-writer thread in
 //!   call order; openraft itself never overlaps calls on `&mut self`.
 //! - **Readable on return, durable on callback.** `append` returns once the records are written;
@@ -31,9 +38,12 @@ use openraft::{AnyError, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, V
 use crate::backend::{SegmentLog, StateStore};
 use crate::committed_saver::CommittedSaver;
 use crate::entry_codec;
+use crate::horizons::{later, Horizons};
 use crate::log_writer::{LogWriter, Record, WriterError};
 use crate::meta;
-use crate::types::{io_err, log_id, Entry, NodeId, OrStorageError, RaftLogId, TypeConfig};
+use crate::types::{
+    io_err, is_multi_node, log_id, Entry, NodeId, OrStorageError, RaftLogId, TypeConfig,
+};
 
 /// Cheap to clone: every clone is the same store (openraft's log reader is a clone).
 #[derive(Clone)]
@@ -46,8 +56,17 @@ struct Inner {
     store: Arc<StateStore>,
     writer: LogWriter,
     committed: CommittedSaver,
-    /// Mirrors meta `raft/purged`; std Mutex, never held across an await.
-    purged: Mutex<Option<RaftLogId>>,
+    /// std Mutex, never held across an await.
+    horizons: Mutex<Horizons>,
+    /// A membership naming more than one node was appended or stored: reclamation is refused
+    /// from then on (until a restart re-reads a single-node membership).
+    multi_node: AtomicBool,
+    /// Held by `reclaim_upto` for its whole run, and taken once by an append that carries a
+    /// multi-node membership after it set `multi_node`: so no reclamation is still deleting
+    /// when openraft, after that append, starts replicating to the new node.
+    reclaim_gate: tokio::sync::Mutex<()>,
+    /// The refusal is logged once per process, not after every checkpoint.
+    refusal_logged: AtomicBool,
     /// An append met ENOSPC: openraft keeps only the text of a storage error, and the node's
     /// callers must tell a full disk (retriable once space is freed) from a failed one.
     out_of_space: AtomicBool,
@@ -58,6 +77,9 @@ impl LogStore {
     /// (redb reads, thread spawn): call before the runtime is busy or from a blocking context.
     pub fn open(log: Arc<SegmentLog>, store: Arc<StateStore>) -> Result<LogStore, OrStorageError> {
         let purged: Option<RaftLogId> = meta::get(&store, meta::PURGED, ErrorSubject::Logs)?;
+        let membership: Option<crate::types::StoredMembership> =
+            meta::get(&store, meta::MEMBERSHIP, ErrorSubject::StateMachine)?;
+        let multi_node = membership.is_some_and(|m| is_multi_node(m.membership()));
         let committed: Option<RaftLogId> =
             meta::get(&store, meta::COMMITTED, ErrorSubject::Store)?.flatten();
         let writer = LogWriter::spawn(log.clone())
@@ -70,7 +92,13 @@ impl LogStore {
                 store,
                 writer,
                 committed,
-                purged: Mutex::new(purged),
+                horizons: Mutex::new(Horizons {
+                    raft: purged,
+                    durable: purged,
+                }),
+                multi_node: AtomicBool::new(multi_node),
+                reclaim_gate: tokio::sync::Mutex::new(()),
+                refusal_logged: AtomicBool::new(false),
                 out_of_space: AtomicBool::new(false),
             }),
         })
@@ -94,12 +122,26 @@ impl LogStore {
 
     /// Deletes the sealed segments whose records are all `<= upto`, for space: the caller
     /// vouches that a durable checkpoint covers `upto` and that no state still points into
-    /// them (docs/storage-format.md "Space reclamation"). The purge horizon is made durable
+    /// them (docs/storage-format.md "Space reclamation"). The durable purge horizon is written
     /// first, then each file is unlinked with a directory fsync after it, so a crash between
     /// any two steps leaves a horizon at or above what the log still holds and a contiguous
-    /// suffix of it. The segment appends go to always stays. Blocking (redb commit, unlinks).
-    /// The number of segment files deleted.
+    /// suffix of it. The segment appends go to always stays. openraft's own horizon does not
+    /// move: reads it makes of the deleted range fail instead (`try_get_log_entries`).
+    /// Refused (0 files, nothing changed) once a membership naming more than one node was
+    /// seen: a peer may need any entry openraft has not purged. Blocking (redb commit,
+    /// unlinks): never call it from a runtime worker. The number of segment files deleted.
     pub fn reclaim_upto(&self, upto: u64) -> Result<usize, crate::backend::StorageError> {
+        let _gate = self.inner.reclaim_gate.blocking_lock();
+        if self.inner.multi_node.load(Ordering::SeqCst) {
+            if !self.inner.refusal_logged.swap(true, Ordering::SeqCst) {
+                tracing::warn!(
+                    upto,
+                    "log segments are not reclaimed: the membership names more than one node, \
+                     and a peer may still need them (snapshots that carry the log are issue 13)"
+                );
+            }
+            return Ok(0);
+        }
         let log = &self.inner.log;
         let Some(through) = log.sealed_through(upto) else {
             return Ok(0);
@@ -108,7 +150,7 @@ impl LogStore {
             return Ok(0);
         };
         let horizon = log_id(term, through);
-        if self.purged().is_none_or(|p| p.index < through) {
+        if self.horizons().durable.is_none_or(|p| p.index < through) {
             let bytes =
                 serde_json::to_vec(&horizon).map_err(|e| crate::backend::StorageError::Io {
                     op: "encode the purge horizon",
@@ -116,7 +158,7 @@ impl LogStore {
                     source: std::io::Error::other(e),
                 })?;
             self.inner.store.put_meta(meta::PURGED, &bytes)?;
-            *self.inner.purged.lock().unwrap_or_else(|p| p.into_inner()) = Some(horizon);
+            self.lock_horizons().durable = Some(horizon);
         }
         log.purge_upto(through)
     }
@@ -127,8 +169,22 @@ impl LogStore {
         self.inner.log.sealed_bytes_through(upto)
     }
 
-    fn purged(&self) -> Option<RaftLogId> {
-        *self.inner.purged.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock_horizons(&self) -> std::sync::MutexGuard<'_, Horizons> {
+        // Plain data: a panic while holding the lock leaves a usable value behind.
+        self.inner
+            .horizons
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn horizons(&self) -> Horizons {
+        *self.lock_horizons()
+    }
+
+    /// Records that a membership naming more than one node exists in the log or the state
+    /// machine (read from openraft at start), so reclamation is refused from now on.
+    pub(crate) fn note_multi_node(&self) {
+        self.inner.multi_node.store(true, Ordering::SeqCst);
     }
 
     fn last_present(&self) -> Option<RaftLogId> {
@@ -147,24 +203,39 @@ impl RaftLogReader<TypeConfig> for LogStore {
         let Some((last, _)) = self.inner.log.last() else {
             return Ok(Vec::new());
         };
-        let floor = match self.purged() {
-            Some(p) => p.index + 1,
-            None => 0,
-        };
-        let first = self.inner.log.first_index().unwrap_or(0);
+        // Below openraft's own horizon openraft knows nothing is left: its contract (and its
+        // suite) wants the entries from the horizon on.
+        let h = self.horizons();
+        let floor = h.raft.map_or(0, |p| p.index.saturating_add(1));
         let start = match range.start_bound() {
             Bound::Included(s) => *s,
             Bound::Excluded(s) => s.saturating_add(1),
             Bound::Unbounded => 0,
         }
-        .max(floor)
-        .max(first);
+        .max(floor);
         let end = match range.end_bound() {
             Bound::Included(e) => e.saturating_add(1),
             Bound::Excluded(e) => *e,
             Bound::Unbounded => u64::MAX,
         }
         .min(last.saturating_add(1));
+        // Between openraft's horizon and the durable one openraft believes entries present
+        // that reclamation deleted: the read fails, because a vector starting later than
+        // asked would be taken for `start..`.
+        let reclaimed_through = h.durable.map_or(0, |p| p.index.saturating_add(1));
+        if start < end && start < reclaimed_through {
+            return Err(io_err(
+                ErrorSubject::LogIndex(start),
+                ErrorVerb::Read,
+                AnyError::error(format!(
+                    "log entries {start}..{reclaimed_through} were reclaimed above the horizon \
+                     openraft knows ({floor}); they can no longer be read"
+                )),
+            ));
+        }
+        // Below the first record and above both horizons nothing was ever stored (a log that
+        // began past 0): "not found" is allowed, so the answer starts at the first record.
+        let start = start.max(self.inner.log.first_index().unwrap_or(0));
 
         let mut out = Vec::with_capacity(end.saturating_sub(start).min(1024) as usize);
         for index in start..end {
@@ -188,7 +259,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, OrStorageError> {
-        let purged = self.purged();
+        // openraft reads this at start, when both horizons are the durable one.
+        let purged = self.horizons().raft;
         let last = match (self.last_present(), purged) {
             (Some(last), Some(p)) if last.index <= p.index => Some(p),
             (Some(last), _) => Some(last),
@@ -245,14 +317,38 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut records: Vec<Record> = Vec::new();
+        let mut widens = false;
+        // At or below openraft's horizon an entry is purged by definition (covered by the
+        // applied state): it is not stored, so the log still continues right after the horizon.
+        let horizon = self.horizons().raft;
+        let mut below = 0u64;
         for entry in entries {
+            if horizon.is_some_and(|h| entry.log_id.index <= h.index) {
+                below += 1;
+                continue;
+            }
+            if let openraft::EntryPayload::Membership(m) = &entry.payload {
+                widens |= is_multi_node(m);
+            }
             let payload = entry_codec::encode(&entry)
                 .map_err(|e| io_err(ErrorSubject::Log(entry.log_id), ErrorVerb::Write, &e))?;
             records.push((entry.log_id.index, entry.log_id.leader_id.term, payload));
         }
+        if below > 0 {
+            tracing::warn!(
+                entries = below, horizon = ?horizon,
+                "append at or below the purge horizon: those entries are already purged and are not stored"
+            );
+        }
         if records.is_empty() {
             callback.log_io_completed(Ok(()));
             return Ok(());
+        }
+        if widens {
+            // Flag first, then wait out a reclamation already running: openraft replicates to
+            // the new node only after this append returns.
+            self.note_multi_node();
+            drop(self.inner.reclaim_gate.lock().await);
         }
         self.inner
             .writer
@@ -277,11 +373,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, upto: RaftLogId) -> Result<(), OrStorageError> {
         // Horizon first: if we crash right after, the restart reads from the new horizon and
         // the records below it are merely unreachable, never a hole.
-        meta::blocking(&self.inner.store, ErrorSubject::Logs, move |s| {
-            meta::put(s, meta::PURGED, &upto, ErrorSubject::Logs)
-        })
-        .await?;
-        *self.inner.purged.lock().unwrap_or_else(|p| p.into_inner()) = Some(upto);
+        // The durable horizon never moves back below what a reclamation already deleted; the
+        // gate keeps one from writing it between our read and our write.
+        let _gate = self.inner.reclaim_gate.lock().await;
+        let durable = later(self.horizons().durable, Some(upto));
+        if durable != self.horizons().durable {
+            meta::blocking(&self.inner.store, ErrorSubject::Logs, move |s| {
+                meta::put(s, meta::PURGED, &durable, ErrorSubject::Logs)
+            })
+            .await?;
+        }
+        {
+            let mut h = self.lock_horizons();
+            h.durable = later(h.durable, durable);
+            h.raft = later(h.raft, Some(upto));
+        }
 
         // Purging past the last record (a follower installing a snapshot) makes every record
         // stale, and the next append starts at upto+1: clear the log so it accepts that index.

@@ -86,6 +86,10 @@ impl RaftNode {
         let raft = Raft::new(id, config, NoPeers, log_store.clone(), state_machine)
             .await
             .map_err(|e| RaftError::Startup(e.to_string()))?;
+        // The effective membership may sit in the log, above what the state machine stored.
+        if crate::types::is_multi_node(raft.metrics().borrow().membership_config.membership()) {
+            log_store.note_multi_node();
+        }
         let node = RaftNode {
             inner: Arc::new(Inner {
                 id,
@@ -192,10 +196,22 @@ impl RaftNode {
     /// Deletes the log's sealed segments whose records are all `<= upto`, the purge horizon
     /// made durable first (`LogStore::reclaim_upto`); the number of files deleted. The caller
     /// vouches that a durable checkpoint covers `upto` and that nothing points into them.
-    /// Blocking: call from a blocking thread. openraft's own view of the horizon is not
-    /// moved: it reads the log only from the applied index on (no snapshots, no peers yet).
+    /// Blocking: call from a blocking thread (it panics on a runtime worker). openraft's own
+    /// view of the horizon is not moved: it reads the log only from the applied index on (no
+    /// snapshots, no peers yet), and a read of a deleted index fails. Refused (Ok(0)) once a
+    /// membership names more than one node.
     pub fn reclaim_upto(&self, upto: u64) -> Result<usize, RaftError> {
         Ok(self.inner.log_store.reclaim_upto(upto)?)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn log_store(&self) -> &LogStore {
+        &self.inner.log_store
+    }
+
+    #[cfg(test)]
+    pub(crate) fn raft(&self) -> &Raft<TypeConfig> {
+        &self.inner.raft
     }
 
     /// Bytes `reclaim_upto(upto)` would free now.

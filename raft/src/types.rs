@@ -42,3 +42,8 @@ pub fn log_id(term: u64, index: u64) -> RaftLogId {
 pub fn term_of(id: &RaftLogId) -> u64 {
     id.leader_id.term
 }
+
+/// Whether a membership names more than one node (voters and learners).
+pub fn is_multi_node(m: &Membership) -> bool {
+    m.nodes().nth(1).is_some()
+}

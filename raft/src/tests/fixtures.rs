@@ -76,6 +76,18 @@ pub fn open_stores(dir: &Path) -> (Arc<SegmentLog>, Arc<StateStore>) {
     (Arc::new(log), Arc::new(store))
 }
 
+/// Opens the log with 4 KiB segments (so a few hundred small entries span several) and the
+/// state store under `dir`.
+pub fn open_small_segments(dir: &Path) -> (Arc<SegmentLog>, Arc<StateStore>) {
+    let opts = LogOptions {
+        segment_bytes: 4096,
+        ..LogOptions::default()
+    };
+    let (log, _) = SegmentLog::open(&dir.join("log"), opts).unwrap();
+    let store = StateStore::open(&dir.join("state.redb")).unwrap();
+    (Arc::new(log), Arc::new(store))
+}
+
 /// Opens the segment log on an injected backend (crash images, failing fsyncs) and the state
 /// store under `dir`.
 pub fn open_on(dir: &Path, backend: Arc<dyn IoBackend>) -> (Arc<SegmentLog>, Arc<StateStore>) {

@@ -2,32 +2,18 @@
 //! the segment appends go to always stays, and a restart on a checkpoint at or above the
 //! horizon replays the tail and continues.
 
-use std::sync::Arc;
-
 use openraft::ErrorSubject;
 
-use crate::backend::{SegmentLog, StateStore};
 use crate::meta;
 use crate::types::RaftLogId;
 use crate::{RaftConfig, RaftNode};
-use queenmq_storage::LogOptions;
 
-use super::fixtures::{start_fresh, Recorder};
-
-fn open(dir: &std::path::Path) -> (Arc<SegmentLog>, Arc<StateStore>) {
-    let opts = LogOptions {
-        segment_bytes: 4096,
-        ..LogOptions::default()
-    };
-    let (log, _) = SegmentLog::open(&dir.join("log"), opts).unwrap();
-    let store = StateStore::open(&dir.join("state.redb")).unwrap();
-    (Arc::new(log), Arc::new(store))
-}
+use super::fixtures::{open_small_segments, start_fresh, Recorder};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reclaimed_segments_go_after_the_horizon_and_a_restart_continues() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, store) = open(dir.path());
+    let (log, store) = open_small_segments(dir.path());
     let node = start_fresh(&log, &store).await;
     let mut proposed = Vec::new();
     for i in 0..120u32 {
@@ -81,7 +67,7 @@ async fn reclaimed_segments_go_after_the_horizon_and_a_restart_continues() {
     drop((log, store));
 
     // The engine's checkpoint covers everything deleted: the restart replays what follows it.
-    let (log, store) = open(dir.path());
+    let (log, store) = open_small_segments(dir.path());
     assert_eq!(log.first_index(), Some(first));
     let at = first - 1;
     let h = Recorder::new(Some((

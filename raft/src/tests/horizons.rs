@@ -1,0 +1,139 @@
+//! openraft's horizon and the durable one (review s10 §9): a read of an index reclamation
+//! deleted behind openraft's back fails instead of answering from a later index; an openraft
+//! purge never moves the durable horizon back; reclamation stops once a second node is named.
+
+use std::sync::Arc;
+
+use openraft::storage::RaftLogStorage;
+use openraft::{BasicNode, ErrorSubject, RaftLogReader};
+
+use crate::backend::{SegmentLog, StateStore};
+use crate::log_store::LogStore;
+use crate::meta;
+use crate::types::{log_id, RaftLogId};
+use crate::{RaftConfig, RaftNode};
+
+use super::fixtures::{open_small_segments, start_fresh, Recorder};
+
+/// A node with 120 application entries over several 4 KiB segments.
+async fn filled(log: &Arc<SegmentLog>, store: &Arc<StateStore>) -> RaftNode {
+    let node = start_fresh(log, store).await;
+    for i in 0..120u32 {
+        let payload = format!("message {i} {}", "y".repeat(200)).into_bytes();
+        node.propose(payload).await.unwrap();
+    }
+    assert!(log.segment_count() > 4, "{}", log.segment_count());
+    node
+}
+
+async fn restart(log: &Arc<SegmentLog>, store: &Arc<StateStore>) -> RaftNode {
+    RaftNode::start_single(
+        RaftConfig::default(),
+        log.clone(),
+        store.clone(),
+        Recorder::new(None),
+    )
+    .await
+    .unwrap()
+}
+
+async fn reclaim(node: &RaftNode, upto: u64) -> usize {
+    let n = node.clone();
+    tokio::task::spawn_blocking(move || n.reclaim_upto(upto))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+fn durable(store: &StateStore) -> Option<RaftLogId> {
+    meta::get(store, meta::PURGED, ErrorSubject::Logs).unwrap()
+}
+
+fn log_store(node: &RaftNode) -> LogStore {
+    node.log_store().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_of_a_reclaimed_index_fails_and_one_above_it_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, store) = open_small_segments(dir.path());
+    let node = filled(&log, &store).await;
+    assert!(reclaim(&node, 60).await > 0);
+    let first = log.first_index().unwrap();
+    let mut r = log_store(&node);
+
+    for range in [0..first + 1, first - 1..first + 2, 1..2] {
+        let err = r.try_get_log_entries(range.clone()).await.unwrap_err();
+        assert!(err.to_string().contains("reclaimed"), "{range:?}: {err}");
+    }
+    let got = r.try_get_log_entries(first..first + 2).await.unwrap();
+    let indexes: Vec<u64> = got.iter().map(|e| e.log_id.index).collect();
+    assert_eq!(indexes, vec![first, first + 1]);
+    assert!(r.try_get_log_entries(3..3).await.unwrap().is_empty());
+    node.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openraft_purge_below_the_reclaimed_horizon_keeps_the_durable_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, store) = open_small_segments(dir.path());
+    let node = filled(&log, &store).await;
+    reclaim(&node, 60).await;
+    let first = log.first_index().unwrap();
+    let reclaimed = durable(&store).unwrap();
+    assert_eq!(reclaimed.index, first - 1);
+
+    let mut w = log_store(&node);
+    w.purge(log_id(reclaimed.leader_id.term, 5)).await.unwrap();
+    assert_eq!(durable(&store), Some(reclaimed), "never moved back");
+    // openraft now knows 0..=5 gone: a read from 0 starts at 6, which was reclaimed.
+    assert!(w.try_get_log_entries(0..first + 1).await.is_err());
+    let state = w.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id.map(|p| p.index), Some(5));
+
+    // Purging openraft's horizon up to the durable one makes the rest readable from there.
+    w.purge(reclaimed).await.unwrap();
+    let got = w.try_get_log_entries(0..first + 1).await.unwrap();
+    assert_eq!(got.first().map(|e| e.log_id.index), Some(first));
+    assert_eq!(durable(&store), Some(reclaimed));
+    node.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclamation_is_refused_once_a_second_node_is_named_and_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, store) = open_small_segments(dir.path());
+    let node = filled(&log, &store).await;
+    // The learner is unreachable (no transport yet); the single voter still commits the
+    // membership entry on its own.
+    node.raft()
+        .add_learner(2, BasicNode::default(), false)
+        .await
+        .unwrap();
+    let segments = log.segment_count();
+    assert_eq!(reclaim(&node, u64::MAX).await, 0);
+    assert_eq!(log.segment_count(), segments);
+    assert_eq!(durable(&store), None);
+    node.shutdown().await.unwrap();
+    drop(node);
+    drop((log, store));
+
+    let (log, store) = open_small_segments(dir.path());
+    let node = restart(&log, &store).await;
+    assert_eq!(reclaim(&node, u64::MAX).await, 0);
+    assert_eq!(log.segment_count(), segments);
+    node.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_node_membership_still_reclaims_after_a_restart() {
+    // The control for the test above: the same steps without the learner do free segments.
+    let dir = tempfile::tempdir().unwrap();
+    let (log, store) = open_small_segments(dir.path());
+    let node = filled(&log, &store).await;
+    node.shutdown().await.unwrap();
+    drop(node);
+    let node = restart(&log, &store).await;
+    assert!(reclaim(&node, 60).await > 0);
+    node.shutdown().await.unwrap();
+}
