@@ -264,6 +264,14 @@ async fn start_kafka(
         sasl = security.users.is_some(),
         "kafka port is serving"
     );
+    if security.users.is_some() && security.tls.is_none() {
+        tracing::warn!(
+            "the Kafka port asks SASL logins without TLS (SASL_PLAINTEXT): PLAIN passwords \
+             cross the network in clear and SCRAM exchanges can be recorded for offline \
+             guessing; set kafka_tls_cert_file and kafka_tls_key_file unless the network \
+             is trusted"
+        );
+    }
     let kcfg = queenmq_kafka_port::KafkaConfig {
         node_id: 0,
         advertised_host: host,
@@ -274,6 +282,11 @@ async fn start_kafka(
             .min(limits.inflight_bytes.max(64 << 10)),
         max_records: limits.max_records,
         max_connections: limits.connections,
+        max_prelogin_connections: usize::try_from(cfg.kafka_max_prelogin_connections)
+            .unwrap_or(usize::MAX)
+            .min(limits.connections),
+        max_prelogin_per_ip: usize::try_from(cfg.kafka_max_prelogin_connections_per_ip)
+            .unwrap_or(usize::MAX),
         inflight_bytes: limits.inflight_bytes.max(64 << 10),
         idle_timeout: Duration::from_secs(600),
         io_timeout: Duration::from_secs(60),

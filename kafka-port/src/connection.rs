@@ -4,14 +4,17 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, ResponseHeader};
 use kafka_protocol::protocol::Encodable;
 use tokio::io::{AsyncRead, AsyncWrite, BufWriter};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::header::{self, RequestHeader};
+use crate::prelogin::PreLogin;
 use crate::sasl::{self, Login};
 use crate::wire::Reader;
 use crate::{
@@ -37,7 +40,8 @@ pub enum Reply {
 
 /// Who the connection acts as: nobody yet while a login is required, else a door.
 enum Who {
-    LoggingIn(Login),
+    /// Boxed: the login's state (SCRAM's messages) is larger than a door's handle.
+    LoggingIn(Box<Login>),
     Door(Arc<Door>),
 }
 
@@ -46,31 +50,53 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     stream: S,
     peer: SocketAddr,
     mut shutdown: watch::Receiver<bool>,
+    mut prelogin: Option<PreLogin>,
 ) {
     metrics::gauge!("queen_kafka_connections").increment(1.0);
     let (mut rd, wr) = tokio::io::split(stream);
     let mut wr = BufWriter::new(wr);
     let (idle, io) = (shared.cfg.idle_timeout, shared.cfg.io_timeout);
-    // A connection that has not logged in holds a connection slot for nobody yet: it must
-    // log in within the handshake deadline, not within the idle timeout (10 minutes).
-    let login_by = tokio::time::Instant::now() + shared.cfg.handshake_timeout;
+    // A connection that has not logged in holds a connection slot for nobody yet: every
+    // step of its login — each frame's length and body, the password check, the answer —
+    // must end by this deadline, not within the idle or I/O timeouts.
+    let login_by = Instant::now() + shared.cfg.handshake_timeout;
     let mut who = match &shared.users {
-        Some(_) => Who::LoggingIn(Login::default()),
+        Some(_) => Who::LoggingIn(Box::default()),
         None => Who::Door(Arc::new(shared.door(shared.cfg.ctx.clone()))),
     };
+    let mut frames_before_login = 0usize;
     loop {
+        let logging_in = matches!(who, Who::LoggingIn(_));
+        // Each step's deadline: the login's while logging in, else a fresh I/O timeout.
+        let by = |logged_in_wait: Duration| {
+            if logging_in {
+                login_by
+            } else {
+                Instant::now() + logged_in_wait
+            }
+        };
+        if logging_in {
+            frames_before_login += 1;
+            // A timeout polls its future before its clock: bytes already buffered would
+            // be served after the deadline without this check.
+            if Instant::now() >= login_by {
+                tracing::debug!(%peer, "kafka connection closed: no SASL login in time");
+                break;
+            }
+            if frames_before_login > sasl::MAX_FRAMES_BEFORE_LOGIN {
+                tracing::debug!(%peer, "kafka connection closed: too many requests before login");
+                break;
+            }
+        }
         // A connection that has not logged in may only send small frames: it cannot make
         // the node set room aside for a big request before it is known.
-        let max = match &who {
-            Who::LoggingIn(_) => sasl::MAX_FRAME_BEFORE_LOGIN.min(shared.cfg.max_request_bytes),
-            Who::Door(_) => shared.cfg.max_request_bytes,
-        };
-        let wait = match &who {
-            Who::LoggingIn(_) => login_by.saturating_duration_since(tokio::time::Instant::now()),
-            Who::Door(_) => idle,
+        let max = if logging_in {
+            sasl::MAX_FRAME_BEFORE_LOGIN.min(shared.cfg.max_request_bytes)
+        } else {
+            shared.cfg.max_request_bytes
         };
         let next = tokio::select! {
-            f = tokio::time::timeout(wait, frame::read_len(&mut rd, max)) => f,
+            f = tokio::time::timeout_at(by(idle), frame::read_len(&mut rd, max)) => f,
             _ = shutdown.changed() => break,
         };
         let len = match next {
@@ -82,31 +108,42 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 break;
             }
             Err(_) => {
-                match &who {
-                    Who::LoggingIn(_) => {
-                        tracing::info!(%peer, "kafka connection closed: no SASL login in time")
-                    }
-                    Who::Door(_) => tracing::debug!(%peer, "kafka connection closed: idle"),
+                if logging_in {
+                    tracing::debug!(%peer, "kafka connection closed: no SASL login in time");
+                } else {
+                    tracing::debug!(%peer, "kafka connection closed: idle");
                 }
                 break;
             }
         };
         // Room for the request before its bytes are read: the node's request bytes stay
         // bounded however many connections announce big frames. Held until it is answered.
-        let want = u32::try_from(crate::kib(len)).unwrap_or(u32::MAX);
-        let room = shared.inflight.clone().acquire_many_owned(want);
-        let _room = match tokio::time::timeout(io, room).await {
-            Ok(Ok(permit)) => permit,
-            _ => {
-                tracing::info!(%peer, len, "kafka connection closed: no room for its request in time");
-                break;
+        // Frames before login take none: at most MAX_FRAME_BEFORE_LOGIN bytes, at most
+        // MAX_FRAMES_BEFORE_LOGIN of them, one at a time per connection, and those
+        // connections are capped by `max_prelogin_connections` — a fixed side budget that
+        // strangers cannot use to starve logged-in clients' produce requests.
+        let _room = if logging_in {
+            None
+        } else {
+            let want = u32::try_from(crate::kib(len)).unwrap_or(u32::MAX);
+            let room = shared.inflight.clone().acquire_many_owned(want);
+            match tokio::time::timeout_at(by(io), room).await {
+                Ok(Ok(permit)) => Some(permit),
+                _ => {
+                    tracing::info!(%peer, len, "kafka connection closed: no room for its request in time");
+                    break;
+                }
             }
         };
-        let body = match tokio::time::timeout(io, frame::read_body(&mut rd, len)).await {
+        let body = match tokio::time::timeout_at(by(io), frame::read_body(&mut rd, len)).await {
             Ok(Ok(b)) => b,
             Ok(Err(e)) => {
                 tracing::info!(%peer, error = %e, "kafka connection closed: bad frame");
                 metrics::counter!("queen_kafka_bad_frames_total").increment(1);
+                break;
+            }
+            Err(_) if logging_in => {
+                tracing::debug!(%peer, len, "kafka connection closed: no SASL login in time");
                 break;
             }
             Err(_) => {
@@ -117,23 +154,21 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         // After a v0 SaslHandshake the tokens come bare, without a request header.
         if let Who::LoggingIn(login) = &mut who {
             if login.raw() {
-                let Some(users) = shared.users.as_deref() else {
-                    break;
-                };
-                let (out, user) = match login.token(users, &body) {
+                let (out, user) = match check_token(&shared, login, body, peer, login_by).await {
                     sasl::Token::Continue(out) => (out, None),
                     sasl::Token::Success(out, user) => (out, Some(user)),
                     sasl::Token::Failed(why) => {
-                        tracing::info!(%peer, "kafka connection closed: {why}");
+                        tracing::debug!(%peer, "kafka connection closed: {why}");
                         break;
                     }
                 };
-                let sent = tokio::time::timeout(io, frame::write_frame(&mut wr, &out)).await;
+                let sent = tokio::time::timeout_at(by(io), frame::write_frame(&mut wr, &out)).await;
                 if !matches!(sent, Ok(Ok(()))) {
                     break;
                 }
                 if let Some(user) = user {
                     who = Who::Door(Arc::new(shared.user_door(&user)));
+                    prelogin = None;
                 }
                 continue;
             }
@@ -143,10 +178,12 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let reply = match &mut who {
                     Who::Door(door) => dispatch(door, &hdr, reader, peer).await,
                     Who::LoggingIn(login) => {
-                        let (reply, user) = before_login(&shared, login, &hdr, reader);
+                        let (reply, user) =
+                            before_login(&shared, login, &hdr, reader, peer, login_by).await;
                         if let Some(user) = user {
                             tracing::debug!(%peer, user = %user.name, tenant = %user.tenant, "kafka login");
                             who = Who::Door(Arc::new(shared.user_door(&user)));
+                            prelogin = None;
                         }
                         reply
                     }
@@ -162,6 +199,12 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             Reply::Nothing => continue,
             Reply::Send { version, body } => (version, body, None),
             Reply::Last { version, body, why } => (version, body, Some(why)),
+            Reply::Close(why) if logging_in => {
+                // Strangers' refusals are counted and logged, rate-limited, by the login;
+                // one line per connection here would let them flood the log.
+                tracing::debug!(%peer, api = hdr.api_key, version = hdr.api_version, "kafka connection closed: {why}");
+                break;
+            }
             Reply::Close(why) => {
                 tracing::info!(%peer, api = hdr.api_key, version = hdr.api_version, client = ?hdr.client_id, "kafka connection closed: {why}");
                 break;
@@ -174,7 +217,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 break;
             }
         };
-        match tokio::time::timeout(io, frame::write_frame(&mut wr, &out)).await {
+        match tokio::time::timeout_at(by(io), frame::write_frame(&mut wr, &out)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 tracing::debug!(%peer, error = %e, "kafka write failed");
@@ -186,22 +229,29 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             }
         }
         if let Some(why) = then_close {
-            tracing::info!(%peer, api = hdr.api_key, client = ?hdr.client_id, "kafka connection closed: {why}");
+            if logging_in {
+                tracing::debug!(%peer, api = hdr.api_key, "kafka connection closed: {why}");
+            } else {
+                tracing::info!(%peer, api = hdr.api_key, client = ?hdr.client_id, "kafka connection closed: {why}");
+            }
             break;
         }
     }
+    drop(prelogin);
     metrics::gauge!("queen_kafka_connections").decrement(1.0);
 }
 
 /// What a connection that must log in may send: ApiVersions and the SASL exchange. Anything
 /// else closes it, as Kafka does.
-fn before_login(
+async fn before_login(
     shared: &Shared,
     login: &mut Login,
     hdr: &RequestHeader,
     reader: Option<Reader>,
+    peer: SocketAddr,
+    login_by: Instant,
 ) -> (Reply, Option<Arc<sasl::User>>) {
-    let (Some(api), Some(reader), Some(users)) = (hdr.api, reader, shared.users.as_deref()) else {
+    let (Some(api), Some(reader)) = (hdr.api, reader) else {
         return (
             Reply::Close(format!(
                 "api key {} before SASL authentication",
@@ -218,13 +268,51 @@ fn before_login(
             (login.handshake(v, reader), None)
         }
         ApiKey::SaslAuthenticate if sasl::AUTHENTICATE_VERSIONS.contains(&v) => {
-            login.authenticate(users, v, reader)
+            match login.authenticate(v, reader) {
+                Ok(bytes) => {
+                    sasl::answer(v, check_token(shared, login, bytes, peer, login_by).await)
+                }
+                Err(reply) => (reply, None),
+            }
         }
         _ => (
             Reply::Close(format!("{api:?} v{v} before SASL authentication")),
             None,
         ),
     }
+}
+
+/// Checks one SASL token: a PLAIN password on the blocking pool under the node's limit,
+/// SCRAM's cheap steps here. A failure is counted, logged (rate-limited) and answered late,
+/// the later the more this peer IP failed recently (but by the login deadline).
+async fn check_token(
+    shared: &Shared,
+    login: &mut Login,
+    bytes: Bytes,
+    peer: SocketAddr,
+    login_by: Instant,
+) -> sasl::Token {
+    let Some(users) = shared.users.clone() else {
+        login.refuse();
+        return sasl::Token::Failed("no SASL users".into());
+    };
+    let token = if login.costly() {
+        shared.kdf.token(login, users, bytes, login_by).await
+    } else {
+        login.token(&users, &bytes)
+    };
+    match &token {
+        sasl::Token::Failed(why) => {
+            shared
+                .auth_failures
+                .record(peer, login.mechanism(), login.tried(), why);
+            let delay = shared.backoff.failed(peer.ip(), std::time::Instant::now());
+            tokio::time::sleep_until(login_by.min(Instant::now() + delay)).await;
+        }
+        sasl::Token::Success(..) => shared.backoff.succeeded(peer.ip()),
+        sasl::Token::Continue(_) => {}
+    }
+    token
 }
 
 async fn dispatch(

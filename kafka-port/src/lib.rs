@@ -29,6 +29,7 @@ pub mod list_offsets;
 pub mod mapping;
 pub mod metadata;
 pub mod offset_reads;
+pub mod prelogin;
 pub mod produce;
 pub mod records;
 pub mod sasl;
@@ -66,6 +67,11 @@ pub struct KafkaConfig {
     pub max_records: usize,
     /// Connections served at once; one more is closed at accept.
     pub max_connections: usize,
+    /// Of those, connections that have not finished TLS and login yet, at once
+    /// (`kafka_max_prelogin_connections`); only with TLS or SASL on.
+    pub max_prelogin_connections: usize,
+    /// Of those, from one source IP (`kafka_max_prelogin_connections_per_ip`).
+    pub max_prelogin_per_ip: usize,
     /// Request bytes held by all connections at once (frames being read or answered): a
     /// frame waits for room before its body is read. At least `max_request_bytes`.
     pub inflight_bytes: usize,
@@ -102,6 +108,12 @@ pub struct Shared {
     /// Each tenant's group coordinator.
     pub tenants: group::Tenants,
     pub users: Option<Arc<sasl::Users>>,
+    /// PLAIN password checks running at once.
+    pub kdf: sasl::kdf::KdfLimit,
+    /// Delays of failed logins per source IP.
+    pub backoff: sasl::backoff::Backoff,
+    /// Failed logins: their counter and rate-limited log.
+    pub auth_failures: sasl::failures::FailureLog,
 }
 
 impl Shared {
@@ -189,6 +201,16 @@ pub async fn run(
         cfg: Arc::new(cfg),
         inflight,
         users: security.users.clone(),
+        kdf: sasl::kdf::KdfLimit::for_this_machine(),
+        backoff: sasl::backoff::Backoff::default(),
+        auth_failures: sasl::failures::FailureLog::default(),
+    });
+    // Strangers get their own, smaller cap before they are known (TLS and login done).
+    let gate = (security.tls.is_some() || security.users.is_some()).then(|| {
+        prelogin::PreLoginGate::new(
+            shared.cfg.max_prelogin_connections,
+            shared.cfg.max_prelogin_per_ip,
+        )
     });
     {
         let (shared, stop) = (shared.clone(), shutdown.clone());
@@ -199,6 +221,7 @@ pub async fn run(
     metrics::counter!("queen_kafka_bad_frames_total").increment(0);
     metrics::counter!("queen_kafka_refused_connections_total").increment(0);
     metrics::gauge!("queen_kafka_group_member_bytes").set(0.0);
+    shared.auth_failures.export();
     for api in connection::API_NAMES {
         metrics::counter!("queen_kafka_requests_total", "api" => *api).increment(0);
     }
@@ -212,11 +235,23 @@ pub async fn run(
                         drop(stream);
                         continue;
                     };
+                    let prelogin = match &gate {
+                        None => None,
+                        Some(gate) => match gate.admit(peer.ip()) {
+                            Some(p) => Some(p),
+                            None => {
+                                metrics::counter!("queen_kafka_refused_connections_total").increment(1);
+                                tracing::debug!(%peer, "kafka connection refused: at the pre-login cap");
+                                drop(stream);
+                                continue;
+                            }
+                        },
+                    };
                     let shared = shared.clone();
                     let stop = shutdown.clone();
                     let tls = security.tls.clone();
                     tokio::spawn(async move {
-                        accepted_connection(shared, stream, peer, tls, stop).await;
+                        accepted_connection(shared, stream, peer, tls, stop, prelogin).await;
                         drop(slot);
                     });
                 }
@@ -245,15 +280,29 @@ async fn accepted_connection(
     peer: std::net::SocketAddr,
     tls: Option<tokio_rustls::TlsAcceptor>,
     stop: watch::Receiver<bool>,
+    mut prelogin: Option<prelogin::PreLogin>,
 ) {
     let _ = stream.set_nodelay(true);
     let Some(tls) = tls else {
-        connection::serve(shared, stream, peer, stop).await;
+        connection::serve(shared, stream, peer, stop, prelogin).await;
         return;
     };
-    match tokio::time::timeout(shared.cfg.handshake_timeout, tls.accept(stream)).await {
-        Ok(Ok(stream)) => connection::serve(shared, stream, peer, stop).await,
+    // rustls buffers up to 64 KiB of outgoing records by default; a connection's answers
+    // are written and flushed one at a time, so a record's worth is enough and keeps a TLS
+    // connection's buffers within the per-connection share (docs/memory.md).
+    let accept = tls.accept_with(stream, |c| c.set_buffer_limit(Some(TLS_SEND_BUFFER)));
+    match tokio::time::timeout(shared.cfg.handshake_timeout, accept).await {
+        Ok(Ok(stream)) => {
+            // Known enough once TLS is done when there is no login to wait for.
+            if shared.users.is_none() {
+                prelogin = None;
+            }
+            connection::serve(shared, stream, peer, stop, prelogin).await
+        }
         Ok(Err(e)) => tracing::info!(%peer, error = %e, "kafka TLS handshake failed"),
         Err(_) => tracing::info!(%peer, "kafka connection closed: TLS handshake too slow"),
     }
 }
+
+/// Outgoing TLS bytes a connection buffers at most (one full record and its overhead).
+const TLS_SEND_BUFFER: usize = 16 << 10;

@@ -389,6 +389,30 @@ pub(crate) const KEYS: &[KeySpec] = &[
             max: 86_400_000,
         },
     },
+    KeySpec {
+        name: "kafka_max_prelogin_connections",
+        env: "QUEEN_KAFKA_MAX_PRELOGIN_CONNECTIONS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 100_000,
+        },
+    },
+    KeySpec {
+        name: "kafka_max_prelogin_connections_per_ip",
+        env: "QUEEN_KAFKA_MAX_PRELOGIN_CONNECTIONS_PER_IP",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 100_000,
+        },
+    },
+    KeySpec {
+        name: "http_auth_disabled",
+        env: "QUEEN_HTTP_AUTH_DISABLED",
+        flag: None,
+        kind: Kind::Bool,
+    },
 ];
 
 /// The environment variable naming the config file (the twin of `--config`).

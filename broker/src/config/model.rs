@@ -121,6 +121,16 @@ pub struct Config {
     pub kafka_max_producer_ids: u64,
     /// The least idleness that lets a producer state be evicted at the cap.
     pub kafka_producer_evict_min_idle_ms: u64,
+    /// Kafka connections that have not finished TLS and SASL login yet, at once (only with
+    /// TLS or SASL on); one more is closed at accept.
+    pub kafka_max_prelogin_connections: u64,
+    /// Of those, from one source IP.
+    pub kafka_max_prelogin_connections_per_ip: u64,
+    /// Says that the HTTP API runs without authentication on purpose while the Kafka port
+    /// asks SASL logins (`kafka_sasl_users_file` set, `jwt_secret` not): without it that
+    /// start is refused, as anyone reaching the HTTP port would act as admin on the tenant
+    /// the Kafka users' data lives in.
+    pub http_auth_disabled: bool,
 }
 
 impl Default for Config {
@@ -174,6 +184,9 @@ impl Default for Config {
             kafka_max_producer_ids: queenmq_protocol::kafka_producers::DEFAULT_MAX_PRODUCER_IDS,
             kafka_producer_evict_min_idle_ms:
                 queenmq_protocol::kafka_producers::DEFAULT_PRODUCER_EVICT_MIN_IDLE_MS,
+            kafka_max_prelogin_connections: 64,
+            kafka_max_prelogin_connections_per_ip: 16,
+            http_auth_disabled: false,
         }
     }
 }
@@ -264,6 +277,29 @@ impl Config {
                 }
                 _ => {}
             }
+        }
+        match (
+            self.jwt_secret.is_some(),
+            self.http_auth_disabled,
+            self.kafka_enabled && self.kafka_sasl_users_file.is_some(),
+        ) {
+            (true, true, _) => {
+                return Err(ValueError::Bad {
+                    key: "http_auth_disabled",
+                    message: "is true while jwt_secret is set; set one or the other".into(),
+                })
+            }
+            (false, false, true) => {
+                return Err(ValueError::Bad {
+                    key: "kafka_sasl_users_file",
+                    message: "is set but jwt_secret is not: the HTTP API would serve anyone \
+                              as admin, on the tenants the Kafka users act in; set jwt_secret, \
+                              or http_auth_disabled = true if the HTTP port is deliberately \
+                              open (e.g. reachable from localhost only)"
+                        .into(),
+                })
+            }
+            _ => {}
         }
         if self.log.trim().is_empty() {
             return Err(ValueError::Bad {
@@ -357,6 +393,8 @@ impl Config {
             "kafka_producer_id_expiration_ms" => self.kafka_producer_id_expiration_ms,
             "kafka_max_producer_ids" => self.kafka_max_producer_ids,
             "kafka_producer_evict_min_idle_ms" => self.kafka_producer_evict_min_idle_ms,
+            "kafka_max_prelogin_connections" => self.kafka_max_prelogin_connections,
+            "kafka_max_prelogin_connections_per_ip" => self.kafka_max_prelogin_connections_per_ip,
             _ => 0,
         }
     }
@@ -378,6 +416,7 @@ impl Config {
             "accept_data_loss" => (Some(self.accept_data_loss.to_string()), None),
             "kafka_enabled" => (Some(self.kafka_enabled.to_string()), None),
             "reclaim_enabled" => (Some(self.reclaim_enabled.to_string()), None),
+            "http_auth_disabled" => (Some(self.http_auth_disabled.to_string()), None),
             "kafka_addr" => (Some(toml_string(&self.kafka_addr.to_string())), None),
             "kafka_advertised_addr" => {
                 (self.kafka_advertised_addr.as_deref().map(toml_string), None)

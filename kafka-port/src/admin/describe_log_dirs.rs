@@ -98,6 +98,16 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
         Ok(a) => a,
         Err(e) => return Reply::Close(e.to_string()),
     };
+    // The node's disk totals and data path are the whole node's, every tenant's: an admin's
+    // (Kafka asks DESCRIBE on CLUSTER). Kafka's refusal: no result, the top-level error
+    // from v3 (which has one).
+    if !door.may(&queenmq_protocol::rows::STATS_REFRESH) {
+        let mut resp = DescribeLogDirsResponse::default();
+        if version >= 3 {
+            resp = resp.with_error_code(errors::CLUSTER_AUTHORIZATION_FAILED);
+        }
+        return encode(&resp, version);
+    }
     let named: Vec<(String, Option<BTreeSet<i32>>)> = match asked {
         Some(a) => a.into_iter().map(|(t, p)| (t, Some(p))).collect(),
         None => match topics::names(door).await {

@@ -164,6 +164,14 @@ fn join_response(version: i16, a: JoinAnswer) -> JoinGroupResponse {
     }
 }
 
+/// Whether the connection's user may be a group member. The coordinator acts in its own
+/// context, so the member's roles are checked here, for every membership call (join, sync,
+/// heartbeat, leave) as its commits are by the bus: a user whose role reaches no group must
+/// not evict or stall the members of one.
+fn may_join(door: &Door) -> bool {
+    door.may(&queenmq_protocol::rows::KAFKA_GROUPS)
+}
+
 pub async fn join(door: &Door, version: i16, mut r: Reader, client_id: &str, host: &str) -> Reply {
     let args = match decode_join(version, &mut r, client_id, host) {
         Ok(a) => a,
@@ -171,9 +179,7 @@ pub async fn join(door: &Door, version: i16, mut r: Reader, client_id: &str, hos
     };
     let answer = if !valid_group_id(&args.group) {
         JoinAnswer::error(e::INVALID_GROUP_ID, &args.member_id)
-    } else if !door.may(&queenmq_protocol::rows::KAFKA_GROUPS) {
-        // The coordinator mints generations in its own context: the member's roles are
-        // checked here, as its commits are by the bus.
+    } else if !may_join(door) {
         JoinAnswer::error(e::GROUP_AUTHORIZATION_FAILED, &args.member_id)
     } else {
         door.groups.join(door, args).await
@@ -211,6 +217,8 @@ pub async fn sync(door: &Door, version: i16, mut r: Reader) -> Reply {
     };
     let answer = if !valid_group_id(&group) {
         SyncAnswer::error(e::INVALID_GROUP_ID)
+    } else if !may_join(door) {
+        SyncAnswer::error(e::GROUP_AUTHORIZATION_FAILED)
     } else {
         let too_big = assignments.iter().map(|(_, b)| b.len()).sum::<usize>()
             > super::machine::MAX_MEMBER_BYTES * 8;
@@ -256,7 +264,11 @@ pub async fn heartbeat(door: &Door, version: i16, mut r: Reader) -> Reply {
         Ok(d) => d,
         Err(err) => return Reply::Close(err.to_string()),
     };
-    let code = if valid_group_id(&group) {
+    let code = if !valid_group_id(&group) {
+        e::INVALID_GROUP_ID
+    } else if !may_join(door) {
+        e::GROUP_AUTHORIZATION_FAILED
+    } else {
         door.groups.lock().heartbeat(
             &group,
             generation,
@@ -264,8 +276,6 @@ pub async fn heartbeat(door: &Door, version: i16, mut r: Reader) -> Reply {
             instance.as_deref(),
             door.groups.now(),
         )
-    } else {
-        e::INVALID_GROUP_ID
     };
     encode(&HeartbeatResponse::default().with_error_code(code), version)
 }
@@ -297,6 +307,13 @@ pub async fn leave(door: &Door, version: i16, mut r: Reader) -> Reply {
     if !valid_group_id(&group) {
         return encode(
             &LeaveGroupResponse::default().with_error_code(e::INVALID_GROUP_ID),
+            version,
+        );
+    }
+    if !may_join(door) {
+        // Kafka's answer: the top-level error, no member list.
+        return encode(
+            &LeaveGroupResponse::default().with_error_code(e::GROUP_AUTHORIZATION_FAILED),
             version,
         );
     }

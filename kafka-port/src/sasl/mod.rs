@@ -7,6 +7,9 @@
 //! After a v0 handshake the tokens travel as bare length-prefixed frames (Kafka's original
 //! layout, kept for old clients); after v1, inside SaslAuthenticate requests.
 
+pub mod backoff;
+pub mod failures;
+pub mod kdf;
 pub mod plain;
 pub mod scram;
 pub mod users;
@@ -28,6 +31,10 @@ pub const AUTHENTICATE_VERSIONS: std::ops::RangeInclusive<i16> = 0..=2;
 /// Largest frame an unauthenticated connection may announce: the SASL messages are small,
 /// and a stranger must not make the node set aside `max_request_bytes` for it.
 pub const MAX_FRAME_BEFORE_LOGIN: usize = 8 << 10;
+/// Frames a connection may send before it has logged in: ApiVersions twice (a client
+/// retries at v0 when its first version is refused), SaslHandshake and two tokens (SCRAM's
+/// two messages). One more closes it.
+pub const MAX_FRAMES_BEFORE_LOGIN: usize = 5;
 pub const MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 
 const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
@@ -74,6 +81,10 @@ enum Step {
 /// One connection's login.
 pub struct Login {
     step: Step,
+    /// The mechanism the handshake asked for, kept for the failure counter's label.
+    mech: Option<Mechanism>,
+    /// The user name the last token named, for the failure log (never the password).
+    tried: Option<String>,
 }
 
 /// What a token led to.
@@ -88,7 +99,11 @@ pub enum Token {
 
 impl Default for Login {
     fn default() -> Self {
-        Login { step: Step::Start }
+        Login {
+            step: Step::Start,
+            mech: None,
+            tried: None,
+        }
     }
 }
 
@@ -104,6 +119,38 @@ impl Login {
     /// Whether the login is done.
     pub fn done(&self) -> bool {
         matches!(self.step, Step::Done)
+    }
+
+    /// Whether the next token costs a key derivation (a PLAIN password check: PBKDF2 with
+    /// up to 65 536 iterations), which must run off the async workers and under a limit.
+    pub fn costly(&self) -> bool {
+        matches!(
+            self.step,
+            Step::Chosen {
+                mech: Mechanism::Plain,
+                ..
+            }
+        )
+    }
+
+    /// The `mechanism` label of a failure: the one the handshake asked for.
+    pub fn mechanism(&self) -> &'static str {
+        match self.mech {
+            Some(Mechanism::Plain) => "PLAIN",
+            Some(Mechanism::Scram(h)) => h.mechanism(),
+            None => "none",
+        }
+    }
+
+    /// The user name the client last named, cut short, for the failure log.
+    pub fn tried(&self) -> Option<&str> {
+        self.tried.as_deref()
+    }
+
+    /// Ends the login as refused without looking at the token (the node is too busy to
+    /// check a password now).
+    pub fn refuse(&mut self) {
+        self.step = Step::Failed;
     }
 
     /// SaslHandshake: the mechanism asked. Answered with the list either way; a second
@@ -127,6 +174,7 @@ impl Login {
         }
         match Mechanism::parse(&mechanism) {
             Some(mech) => {
+                self.mech = Some(mech);
                 self.step = Step::Chosen {
                     mech,
                     raw: version == 0,
@@ -144,53 +192,31 @@ impl Login {
         }
     }
 
-    /// SaslAuthenticate: one token in, the answer out; a failure is answered with its
-    /// message, then the connection closes.
-    pub fn authenticate(
-        &mut self,
-        users: &Users,
-        version: i16,
-        mut r: Reader,
-    ) -> (Reply, Option<Arc<User>>) {
+    /// SaslAuthenticate: the token it carries, or the answer that ends the login when it
+    /// comes out of turn or does not parse. [`Login::token`] then checks the token and
+    /// [`answer`] makes the response.
+    pub fn authenticate(&mut self, version: i16, mut r: Reader) -> Result<Bytes, Reply> {
         let bytes = match r.nullable_bytes() {
             Ok(Some(b)) => b,
             Ok(None) => Bytes::new(),
-            Err(e) => return (Reply::Close(format!("SaslAuthenticate: {}", e.0)), None),
+            Err(e) => return Err(Reply::Close(format!("SaslAuthenticate: {}", e.0))),
         };
-        let resp = SaslAuthenticateResponse::default();
         if matches!(self.step, Step::Start | Step::Done | Step::Failed) {
             self.step = Step::Failed;
-            let resp = resp
+            let resp = SaslAuthenticateResponse::default()
                 .with_error_code(ILLEGAL_SASL_STATE)
                 .with_error_message(Some(StrBytes::from_static_str(
                     "SaslAuthenticate without a SaslHandshake, or after the login",
                 )));
-            return (
-                last(encode(&resp, version), "SaslAuthenticate out of turn"),
-                None,
-            );
+            return Err(last(encode(&resp, version), "SaslAuthenticate out of turn"));
         }
-        match self.token(users, &bytes) {
-            Token::Continue(out) => (
-                encode(&resp.with_auth_bytes(Bytes::from(out)), version),
-                None,
-            ),
-            Token::Success(out, user) => (
-                encode(&resp.with_auth_bytes(Bytes::from(out)), version),
-                Some(user),
-            ),
-            Token::Failed(why) => {
-                let resp = resp
-                    .with_error_code(SASL_AUTHENTICATION_FAILED)
-                    .with_error_message(Some(StrBytes::from_string(why.clone())));
-                (last(encode(&resp, version), &why), None)
-            }
-        }
+        Ok(bytes)
     }
 
     /// The next token of the chosen mechanism.
     pub fn token(&mut self, users: &Users, bytes: &[u8]) -> Token {
         let step = std::mem::replace(&mut self.step, Step::Failed);
+        self.tried = named_user(&step, bytes).or(self.tried.take());
         let (next, out) = match step {
             Step::Chosen {
                 mech: Mechanism::Plain,
@@ -233,6 +259,43 @@ impl Login {
     }
 }
 
+/// SaslAuthenticate's answer to what a token led to; a refusal closes after it.
+pub fn answer(version: i16, token: Token) -> (Reply, Option<Arc<User>>) {
+    let resp = SaslAuthenticateResponse::default();
+    match token {
+        Token::Continue(out) => (
+            encode(&resp.with_auth_bytes(Bytes::from(out)), version),
+            None,
+        ),
+        Token::Success(out, user) => (
+            encode(&resp.with_auth_bytes(Bytes::from(out)), version),
+            Some(user),
+        ),
+        Token::Failed(why) => {
+            let resp = resp
+                .with_error_code(SASL_AUTHENTICATION_FAILED)
+                .with_error_message(Some(StrBytes::from_string(why.clone())));
+            (last(encode(&resp, version), &why), None)
+        }
+    }
+}
+
+/// The user name a token names (PLAIN's, SCRAM's first message), cut to 64 characters.
+fn named_user(step: &Step, bytes: &[u8]) -> Option<String> {
+    let name = match step {
+        Step::Chosen {
+            mech: Mechanism::Plain,
+            ..
+        } => plain::parse(bytes).ok()?.0,
+        Step::Chosen {
+            mech: Mechanism::Scram(_),
+            ..
+        } => scram::client_first(bytes).ok()?.user,
+        _ => return None,
+    };
+    Some(truncated(&name))
+}
+
 /// A reply after which the connection closes.
 fn last(reply: Reply, why: &str) -> Reply {
     match reply {
@@ -262,25 +325,16 @@ fn truncated(s: &str) -> String {
 fn plain_login(users: &Users, bytes: &[u8]) -> Result<Arc<User>, String> {
     let (name, password) = plain::parse(bytes).map_err(failure)?;
     let Some(user) = users.get(&name) else {
-        // The same key derivation a known user's check costs: how long a refusal takes
-        // must not tell which names exist.
-        std::hint::black_box(ScramCredential::derive(
-            Hash::Sha256,
-            password,
-            b"unknown-user",
-            scram::MIN_ITERATIONS,
-        ));
+        // The key derivation most known users' check costs: how long a refusal takes must
+        // not tell which names exist.
+        if let Some((hash, c)) = users.unknown() {
+            std::hint::black_box(c.matches(*hash, password));
+        }
         return Err(FAILED.to_string());
     };
-    let ok = match (&user.sha256, &user.sha512) {
-        (Some(c), _) => c.matches(Hash::Sha256, password),
-        (None, Some(c)) => c.matches(Hash::Sha512, password),
-        (None, None) => false,
-    };
-    if ok {
-        Ok(user.clone())
-    } else {
-        Err(FAILED.to_string())
+    match users::plain_credential(user) {
+        Some((hash, c)) if c.matches(hash, password) => Ok(user.clone()),
+        _ => Err(FAILED.to_string()),
     }
 }
 

@@ -18,7 +18,7 @@ pub const MAX_MESSAGE: usize = 2048;
 /// Longest client nonce accepted (clients send 24 to 48 characters).
 const MAX_NONCE: usize = 256;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, std::hash::Hash)]
 pub enum Hash {
     Sha256,
     Sha512,

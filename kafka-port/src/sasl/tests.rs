@@ -12,11 +12,11 @@ fn users() -> Users {
 }
 
 fn chosen(mech: &str) -> Login {
+    let mech = Mechanism::parse(mech).expect("known");
     Login {
-        step: Step::Chosen {
-            mech: Mechanism::parse(mech).expect("known"),
-            raw: false,
-        },
+        step: Step::Chosen { mech, raw: false },
+        mech: Some(mech),
+        tried: None,
     }
 }
 
@@ -165,4 +165,35 @@ fn refusals_do_not_tell_which_users_exist() {
     assert_eq!(why("SCRAM-SHA-512", b"n,,n=only256,r=abc"), unknown);
     assert_eq!(why("PLAIN", b"\0nobody\0pw"), unknown);
     assert_eq!(why("PLAIN", b"\0only256\0pw"), unknown);
+}
+
+/// An unknown PLAIN name pays what most users' checks cost, and a failure keeps the name
+/// tried (for the log) and the mechanism (for the counter), never the password.
+#[test]
+fn unknown_names_cost_the_common_check_and_failures_say_who_was_tried() {
+    let key = B64.encode([7u8; 64]);
+    let stored = |iterations: u32| {
+        format!(
+            "[user.scram_sha_512]\nsalt='c2FsdA=='\niterations={iterations}\n\
+             stored_key='{key}'\nserver_key='{key}'\n"
+        )
+    };
+    let file: users::UsersFile = toml::from_str(&format!(
+        "[[user]]\nname='a'\n{}[[user]]\nname='b'\n{}[[user]]\nname='c'\npassword='pw'\n",
+        stored(8192),
+        stored(8192),
+    ))
+    .expect("toml");
+    let u = Users::build(file, fill_random).expect("users");
+    let (hash, cred) = u.unknown().expect("a cost");
+    assert_eq!((*hash, cred.iterations), (Hash::Sha512, 8192));
+    assert!(!cred.matches(*hash, b"pw"));
+    let mut login = chosen("PLAIN");
+    assert!(login.costly());
+    assert!(matches!(login.token(&u, b"\0nobody\0pw"), Token::Failed(_)));
+    assert_eq!(
+        (login.tried(), login.mechanism()),
+        (Some("nobody"), "PLAIN")
+    );
+    assert!(!login.costly());
 }

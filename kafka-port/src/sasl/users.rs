@@ -18,14 +18,15 @@ const SALT_BYTES: usize = 16;
 const MAX_NAME: usize = 255;
 
 /// The users file as written (TOML: `[[user]]` tables).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UsersFile {
     #[serde(default)]
     pub user: Vec<UserSpec>,
 }
 
-#[derive(Debug, Deserialize)]
+/// No `Debug`: it holds the password, which must never reach a log line.
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UserSpec {
     pub name: String,
@@ -71,6 +72,10 @@ impl User {
 #[derive(Debug, Default)]
 pub struct Users {
     by_name: HashMap<String, Arc<User>>,
+    /// What a PLAIN login of an unknown name is checked against: the hash and iteration
+    /// count most users' PLAIN check costs, so that how long a refusal takes does not tell
+    /// which names exist. Its keys match no password.
+    unknown: Option<(Hash, ScramCredential)>,
 }
 
 impl Users {
@@ -80,6 +85,11 @@ impl Users {
 
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
+    }
+
+    /// The credential a PLAIN login of an unknown name pays for (see `unknown`).
+    pub fn unknown(&self) -> Option<&(Hash, ScramCredential)> {
+        self.unknown.as_ref()
     }
 
     /// Every tenant a user acts in (each gets its own group coordinator).
@@ -101,8 +111,47 @@ impl Users {
                 return Err(format!("user {name:?} is listed twice"));
             }
         }
-        Ok(Users { by_name })
+        let unknown = unknown_credential(&by_name, &mut fill)?;
+        Ok(Users { by_name, unknown })
     }
+}
+
+/// The credential a PLAIN login checks for `user`: SCRAM-SHA-256's when it has one.
+pub fn plain_credential(user: &User) -> Option<(Hash, &ScramCredential)> {
+    match (&user.sha256, &user.sha512) {
+        (Some(c), _) => Some((Hash::Sha256, c)),
+        (None, Some(c)) => Some((Hash::Sha512, c)),
+        (None, None) => None,
+    }
+}
+
+/// A credential with the most common PLAIN cost among `users`, a random salt and keys no
+/// password derives (all zero).
+fn unknown_credential(
+    users: &HashMap<String, Arc<User>>,
+    fill: &mut impl FnMut(&mut [u8]) -> Result<(), String>,
+) -> Result<Option<(Hash, ScramCredential)>, String> {
+    let mut costs: HashMap<(Hash, u32), usize> = HashMap::new();
+    for (hash, c) in users.values().filter_map(|u| plain_credential(u)) {
+        *costs.entry((hash, c.iterations)).or_default() += 1;
+    }
+    let Some(((hash, iterations), _)) = costs
+        .into_iter()
+        .max_by_key(|((h, i), n)| (*n, *h == Hash::Sha256, *i))
+    else {
+        return Ok(None);
+    };
+    let mut salt = [0u8; SALT_BYTES];
+    fill(&mut salt)?;
+    Ok(Some((
+        hash,
+        ScramCredential {
+            salt: salt.to_vec(),
+            iterations,
+            stored_key: vec![0; hash.output_len()],
+            server_key: vec![0; hash.output_len()],
+        },
+    )))
 }
 
 fn user(
