@@ -106,6 +106,35 @@ async fn get(
     }
 }
 
+/// One page of the rows under `prefix`: the rows, whether more follow, and where they resume.
+async fn list_page(
+    app: &AppState,
+    ctx: &RequestCtx,
+    prefix: String,
+    after: Option<String>,
+    limit: usize,
+    keys_only: bool,
+) -> Result<(Vec<KvRowView>, bool, Option<String>), StreamsError> {
+    let op = KvOp::GetPrefix {
+        ns: STREAMS_NS.to_string(),
+        prefix,
+        after,
+        limit,
+        keys_only,
+    };
+    match kv(app, ctx, vec![op]).await? {
+        KvOutcome::Results(mut r) => match r.pop() {
+            Some(KvResult::GetPrefix {
+                rows,
+                truncated,
+                next_after,
+            }) => Ok((rows, truncated, next_after)),
+            _ => Err(StreamsError::internal("a listing answered no rows")),
+        },
+        KvOutcome::Precondition(_) => Err(StreamsError::internal("a listing lost a precondition")),
+    }
+}
+
 /// The fence row of a query id: absent for an unknown (or reset) query.
 async fn fence(
     app: &AppState,

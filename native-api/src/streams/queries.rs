@@ -7,12 +7,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use queenmq_protocol::limits::{self, MAX_KV_PREFIX_LIMIT};
-use queenmq_protocol::{KvExpiry, KvOp, KvOutcome, KvResult, RequestCtx, STREAMS_NS};
+use queenmq_protocol::limits::{self, MAX_KV_OPS, MAX_KV_PREFIX_LIMIT};
+use queenmq_protocol::{KvExpiry, KvOp, KvOutcome, RequestCtx, STREAMS_NS};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{get, id_key, kv, query_key, rows_prefix, StreamsError};
+use super::{get, id_key, kv, list_page, query_key, rows_prefix, StreamsError};
 use crate::{body, AppState};
 
 #[derive(Deserialize)]
@@ -142,22 +142,8 @@ fn answer(id: &str, q: &QueryJson, fresh: bool, reset: bool) -> Response {
 async fn purge(app: &AppState, ctx: &RequestCtx, old_id: &str) -> Result<(), StreamsError> {
     let prefix = rows_prefix(old_id, None);
     loop {
-        let list = KvOp::GetPrefix {
-            ns: STREAMS_NS.to_string(),
-            prefix: prefix.clone(),
-            after: None,
-            limit: MAX_KV_PREFIX_LIMIT.min(queenmq_protocol::limits::MAX_KV_OPS),
-            keys_only: true,
-        };
-        let rows = match kv(app, ctx, vec![list]).await? {
-            KvOutcome::Results(mut r) => match r.pop() {
-                Some(KvResult::GetPrefix { rows, .. }) => rows,
-                _ => return Err(StreamsError::internal("a listing answered no rows")),
-            },
-            KvOutcome::Precondition(_) => {
-                return Err(StreamsError::internal("a listing lost a precondition"))
-            }
-        };
+        let limit = MAX_KV_PREFIX_LIMIT.min(MAX_KV_OPS);
+        let (rows, _, _) = list_page(app, ctx, prefix.clone(), None, limit, true).await?;
         if rows.is_empty() {
             return Ok(());
         }

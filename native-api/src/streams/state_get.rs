@@ -12,7 +12,7 @@ use queenmq_protocol::{KvOp, KvOutcome, KvResult, KvRowView, RequestCtx, STREAMS
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{check_partition_id, fence, kv, row_key, rows_prefix, StreamsError};
+use super::{check_partition_id, fence, kv, list_page, row_key, rows_prefix, StreamsError};
 use crate::capped::{self, Capped};
 use crate::reserve::Reserved;
 use crate::{body, iso_ms, AppState};
@@ -100,26 +100,15 @@ async fn list(
     let mut bytes = 0usize;
     let mut after = None;
     loop {
-        let op = KvOp::GetPrefix {
-            ns: STREAMS_NS.to_string(),
-            prefix: prefix.clone(),
-            after: after.take(),
-            limit: MAX_KV_PREFIX_LIMIT,
-            keys_only: false,
-        };
-        let (rows, truncated, next) = match kv(app, ctx, vec![op]).await? {
-            KvOutcome::Results(mut r) => match r.pop() {
-                Some(KvResult::GetPrefix {
-                    rows,
-                    truncated,
-                    next_after,
-                }) => (rows, truncated, next_after),
-                _ => return Err(StreamsError::internal("a listing answered no rows")),
-            },
-            KvOutcome::Precondition(_) => {
-                return Err(StreamsError::internal("a listing lost a precondition"))
-            }
-        };
+        let (rows, truncated, next) = list_page(
+            app,
+            ctx,
+            prefix.clone(),
+            after.take(),
+            MAX_KV_PREFIX_LIMIT,
+            false,
+        )
+        .await?;
         bytes += rows
             .iter()
             .map(|r| r.key.len() + r.value.as_ref().map_or(0, String::len))
