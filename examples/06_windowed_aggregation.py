@@ -6,10 +6,10 @@ sum to a KV counter, and commits the counters in the SAME transaction as the ack
 batch: a batch is counted exactly once, because a redelivered batch (after a lost lease)
 can only commit if the first attempt did not.
 
-Not served yet: the client's `Stream` builder (`window_tumbling(...).aggregate(...)`) runs
-its state and sink commits through the broker's `/streams/v1/*` routes, which this broker
-answers with 501 `unsupported` (docs/api.md rows 31-33). This example is the same pattern
-built from what is served: transactions with KV riders (docs/api.md rows 10 and 17).
+The client's `Stream` builder (`window_tumbling(...).reduce(...)`) does the same through the
+broker's `/streams/v1/*` routes (docs/api.md rows 31-33, "Streams runtime"; driven end to end
+in tests/python/test_streams.py). This example shows the pattern underneath, built by hand:
+transactions with KV riders (docs/api.md rows 10 and 17).
 
 Checks: the sum per region per window read back from KV equals the one computed here;
 an aggregator that stalled past its lease cannot commit its counters once the batch went to

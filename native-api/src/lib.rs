@@ -27,6 +27,7 @@ mod render;
 mod reserve;
 mod router;
 mod serve;
+mod streams;
 #[cfg(test)]
 mod test_pool;
 mod timed_io;

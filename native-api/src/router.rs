@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::{
     ack, auth, dlq_admin, groups, health, http_metrics, kv, locks, offset_reads, pop, push, queues,
-    reads, timers, txn, AppState,
+    reads, streams, timers, txn, AppState,
 };
 
 /// Every route names the row of the command table its handler sends, and [`auth::needs`]
@@ -184,6 +184,19 @@ pub fn router(app: AppState) -> Router {
             get(health::unsupported)
                 .post(health::unsupported)
                 .delete(health::unsupported),
+        )
+        // The streams runtime reads and writes what a transaction does (its pushes and acks).
+        .route(
+            "/streams/v1/queries",
+            sends(&rows::TRANSACTION, post(streams::queries)),
+        )
+        .route(
+            "/streams/v1/state/get",
+            sends(&rows::TRANSACTION, post(streams::state_get)),
+        )
+        .route(
+            "/streams/v1/cycle",
+            sends(&rows::TRANSACTION, post(streams::cycle)),
         )
         .route("/streams/v1/{*rest}", post(health::unsupported))
         .fallback(no_route)

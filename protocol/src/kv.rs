@@ -260,11 +260,16 @@ pub const LOCKS_NS: &str = "queen-locks";
 /// write there would change a topic's partition count behind the door's checks.
 pub const KAFKA_PARTITIONS_NS: &str = "queen-kafka-partitions";
 
+/// The namespace the streams runtime (/streams/v1) keeps its query registry and state rows
+/// in: a KV write there would bypass the query's reset fence and the cycle's atomicity.
+pub const STREAMS_NS: &str = "queen-streams";
+
 /// Namespaces the KV API may read but never write: each is written by the one door that
 /// keeps its invariants.
-pub const READ_ONLY_NAMESPACES: [(&str, &str); 2] = [
+pub const READ_ONLY_NAMESPACES: [(&str, &str); 3] = [
     (LOCKS_NS, "/locks"),
     (KAFKA_PARTITIONS_NS, "the Kafka port"),
+    (STREAMS_NS, "/streams/v1"),
 ];
 
 /// The key of a permit's row.
