@@ -4,7 +4,7 @@
 use queenmq_protocol::kafka_groups::KafkaGroupsReq;
 use queenmq_protocol::kv::{KvOp, LockOp};
 use queenmq_protocol::timers::TimerOp;
-use queenmq_protocol::{Command, DlqAdminReq, PushItem, TxnOp};
+use queenmq_protocol::{Command, DlqAdminReq, EphemeralConfigReq, PushItem, TxnOp};
 
 /// Bytes a row costs on disk beyond what the client sent (record framing, ids minted by the
 /// planner, times): a generous bound, so the estimate errs on the side of refusing.
@@ -151,6 +151,9 @@ pub fn need(cmd: &Command) -> Need {
         // A retry appends a copy of a message: data. Deletes and purges only remove rows.
         Command::DlqAdmin(DlqAdminReq::Retry { .. }) => Need::Data(ROW_OVERHEAD),
         Command::DlqAdmin(_) => Need::Bookkeeping,
+        // A declaration is one small row (its contents never reach the disk).
+        Command::EphemeralConfig(EphemeralConfigReq::List) => Need::Nothing,
+        Command::EphemeralConfig(_) => Need::Bookkeeping,
         Command::Read(_) | Command::Health | Command::Metrics(_) | Command::StatsRefresh => {
             Need::Nothing
         }

@@ -6,6 +6,7 @@ pub mod config;
 pub mod disk_gate;
 mod disk_need;
 pub mod engine;
+pub mod ephemeral;
 pub mod group;
 mod log_backing;
 pub mod memory;

@@ -132,6 +132,16 @@ pub async fn serve(
     .into_render();
     let bus = Arc::new(EngineBus::new(groups.clone(), prometheus).with_memory(memory.clone()));
 
+    let ephemeral = Arc::new(crate::ephemeral::Store::new(
+        crate::ephemeral::StoreLimits {
+            enabled: cfg.ephemeral_enabled,
+            max_bytes: cfg.ephemeral_max_bytes,
+            implicit_idle: Duration::from_secs(cfg.ephemeral_implicit_idle_s),
+            max_waiters: door_caps.long_polls,
+        },
+        Some(memory.clone()),
+    ));
+    let sweeper = crate::ephemeral::spawn_sweeper(ephemeral.clone());
     let listener = tokio::net::TcpListener::bind(cfg.http_addr)
         .await
         .with_context(|| format!("binding {}", cfg.http_addr))?;
@@ -154,6 +164,7 @@ pub async fn serve(
         max_ack_items: cfg.max_ack_items as usize,
         max_txn_ops: cfg.max_txn_ops as usize,
         max_trace_bytes: cfg.max_trace_bytes as usize,
+        ephemeral: Some(ephemeral.clone()),
     };
     let (kafka_stop_tx, kafka_stop_rx) = tokio::sync::watch::channel(false);
     // Kafka request bytes in flight: two of the largest requests, within a quarter of the
@@ -187,6 +198,7 @@ pub async fn serve(
     ));
 
     shutdown_signal().await?;
+    sweeper.abort();
     tracing::info!("shutdown requested: draining in-flight requests");
     let _ = kafka_stop_tx.send(true);
     let _ = http_stop_tx.send(());

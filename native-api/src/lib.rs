@@ -8,6 +8,8 @@ mod binary_body;
 mod body;
 mod capped;
 mod dlq_admin;
+mod ephemeral;
+pub mod ephemeral_door;
 mod error;
 mod groups;
 mod health;
@@ -79,6 +81,8 @@ pub struct ApiOptions {
     pub max_txn_ops: usize,
     /// Largest trace `data` (as JSON text).
     pub max_trace_bytes: usize,
+    /// The RAM store of ephemeral queues; None answers their routes 501 `unsupported`.
+    pub ephemeral: Option<Arc<dyn ephemeral_door::EphemeralDoor>>,
 }
 
 impl Default for ApiOptions {
@@ -100,6 +104,7 @@ impl Default for ApiOptions {
             max_ack_items: 10_000,
             max_txn_ops: 10_000,
             max_trace_bytes: 64 << 10,
+            ephemeral: None,
         }
     }
 }

@@ -9,8 +9,8 @@ use queenmq_protocol::{rows, CommandMeta, ErrorCode};
 use serde_json::json;
 
 use crate::{
-    ack, auth, dlq_admin, groups, health, http_metrics, kv, locks, offset_reads, pop, push, queues,
-    reads, streams, timers, txn, AppState,
+    ack, auth, dlq_admin, ephemeral, groups, health, http_metrics, kv, locks, offset_reads, pop,
+    push, queues, reads, streams, timers, txn, AppState,
 };
 
 /// Every route names the row of the command table its handler sends, and [`auth::needs`]
@@ -180,10 +180,36 @@ pub fn router(app: AppState) -> Router {
             sends(&rows::READ, get(timers::peek)),
         )
         .route(
-            "/api/v1/ephemeral/{*rest}",
-            get(health::unsupported)
-                .post(health::unsupported)
-                .delete(health::unsupported),
+            "/api/v1/ephemeral/configure",
+            sends(&rows::EPHEMERAL_CONFIGURE, post(ephemeral::configure)),
+        )
+        .route(
+            "/api/v1/ephemeral/reset",
+            sends(&rows::EPHEMERAL_CONFIGURE, post(ephemeral::reset)),
+        )
+        .route(
+            "/api/v1/ephemeral/queue/{q}",
+            sends(&rows::EPHEMERAL_DELETE, delete(ephemeral::delete)),
+        )
+        .route(
+            "/api/v1/ephemeral/push",
+            sends(&rows::PUSH, post(ephemeral::push)),
+        )
+        .route(
+            "/api/v1/ephemeral/pop",
+            sends(&rows::POP, get(ephemeral::pop)),
+        )
+        .route(
+            "/api/v1/ephemeral/ack",
+            sends(&rows::ACK, post(ephemeral::ack)),
+        )
+        .route(
+            "/api/v1/ephemeral/queues",
+            sends(&rows::READ, get(ephemeral::queues)),
+        )
+        .route(
+            "/api/v1/ephemeral/queues/{q}/depth",
+            sends(&rows::READ, get(ephemeral::depth)),
         )
         // The streams runtime reads and writes what a transaction does (its pushes and acks).
         .route(

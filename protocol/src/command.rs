@@ -2,6 +2,7 @@
 //! and who may send it (its role). Both doors translate requests into these commands; the bus
 //! refuses a command whose row the caller's roles do not grant, whichever door it came from.
 
+use crate::ephemeral::EphemeralConfigReq;
 use crate::kv::{KvReq, LockReq};
 use crate::types::*;
 
@@ -97,6 +98,10 @@ pub mod rows {
     /// Deleting records is an admin act, as deleting a queue is.
     pub const KAFKA_DELETE_RECORDS: CommandMeta =
         row("kafka_delete_records", ReplicatedWrite, Admin);
+    pub const EPHEMERAL_CONFIGURE: CommandMeta =
+        row("ephemeral_configure", ReplicatedWrite, ReadWrite);
+    /// Deleting a declaration is an admin act, as deleting a durable queue is.
+    pub const EPHEMERAL_DELETE: CommandMeta = row("ephemeral_delete", ReplicatedWrite, Admin);
 }
 
 /// The command table. Doors translate into these; nothing else decides routing or roles.
@@ -125,6 +130,8 @@ pub const COMMAND_TABLE: &[CommandMeta] = &[
     rows::KAFKA_INIT_PRODUCER,
     rows::KAFKA_PRODUCE,
     rows::KAFKA_DELETE_RECORDS,
+    rows::EPHEMERAL_CONFIGURE,
+    rows::EPHEMERAL_DELETE,
 ];
 
 #[derive(Debug, Clone)]
@@ -157,6 +164,8 @@ pub enum Command {
     KafkaProduce(crate::kafka_producers::KafkaProduceReq),
     /// Kafka DeleteRecords: partitions' log start offsets move up.
     KafkaDeleteRecords(crate::kafka_records::DeleteRecordsReq),
+    /// The replicated declarations of ephemeral queues (their contents never reach the bus).
+    EphemeralConfig(crate::ephemeral::EphemeralConfigReq),
 }
 
 impl Command {
@@ -187,6 +196,9 @@ impl Command {
             Command::KafkaProducers(_) => &rows::KAFKA_INIT_PRODUCER,
             Command::KafkaProduce(_) => &rows::KAFKA_PRODUCE,
             Command::KafkaDeleteRecords(_) => &rows::KAFKA_DELETE_RECORDS,
+            Command::EphemeralConfig(EphemeralConfigReq::Set { .. }) => &rows::EPHEMERAL_CONFIGURE,
+            Command::EphemeralConfig(EphemeralConfigReq::Delete { .. }) => &rows::EPHEMERAL_DELETE,
+            Command::EphemeralConfig(EphemeralConfigReq::List) => &rows::READ,
         }
     }
 }

@@ -371,4 +371,5 @@ pub enum Outcome {
     KafkaProducerId(crate::kafka_producers::InitProducerOutcome),
     KafkaProduced(crate::kafka_producers::KafkaProduceOutcome),
     KafkaRecordsDeleted(Vec<crate::kafka_records::DeleteRecordsVerdict>),
+    EphemeralConfig(crate::ephemeral::EphemeralConfigOutcome),
 }

@@ -111,9 +111,9 @@ def test_roles_follow_the_command_table(broker_factory):
 
         # A route of a feature not built answers `unsupported` to any valid token, and 401
         # without one.
-        eph = http.post("/api/v1/ephemeral/push", json={}, headers=reader)
-        assert eph.status_code != 403 and eph.json()["code"] == "unsupported", eph.text
-        assert http.post("/api/v1/ephemeral/push", json={}).status_code == 401
+        metrics = http.get("/api/v1/analytics/system-metrics", headers=reader)
+        assert metrics.status_code != 403 and metrics.json()["code"] == "unsupported", metrics.text
+        assert http.get("/api/v1/analytics/system-metrics").status_code == 401
 
         # KV and locks are read-write commands: a reader is refused before the body.
         get = {"operations": [{"op": "get", "ns": "jwt", "key": "k"}]}

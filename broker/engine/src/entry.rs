@@ -7,6 +7,7 @@
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::state::config::QueueConfig;
 use crate::state::model::{CursorRow, LeaseRow};
+use queenmq_protocol::EphemeralOptions;
 
 pub const ENTRY_VERSION: u8 = 1;
 
@@ -178,6 +179,16 @@ pub enum Effect<'a> {
         from_us: i64,
         to_us: i64,
     },
+    /// An ephemeral queue declared (or re-declared) with these bounds; its contents live in
+    /// the broker's RAM and never reach the log.
+    EphemeralConfigSet {
+        queue: &'a str,
+        options: EphemeralOptions,
+    },
+    /// An ephemeral queue's declaration removed (none is a no-op).
+    EphemeralConfigDelete {
+        queue: &'a str,
+    },
 }
 
 /// `DlqPurge.pid` of a purge over every partition of the queue.
@@ -209,6 +220,8 @@ const K_KAFKA_DELETE_RECORDS: u8 = 54;
 const K_GROUP_CONFLATION: u8 = 60;
 const K_DLQ_DELETE: u8 = 61;
 const K_DLQ_PURGE: u8 = 62;
+const K_EPHEMERAL_CONFIG_SET: u8 = 63;
+const K_EPHEMERAL_CONFIG_DELETE: u8 = 64;
 
 pub struct EntryHeader {
     pub cycle: u64,
@@ -470,6 +483,15 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
             w.u64(*pid);
             w.i64(*from_us);
             w.i64(*to_us);
+        }
+        Effect::EphemeralConfigSet { queue, options } => {
+            w.u8(K_EPHEMERAL_CONFIG_SET);
+            w.str(queue);
+            encode_ephemeral_options(w, options);
+        }
+        Effect::EphemeralConfigDelete { queue } => {
+            w.u8(K_EPHEMERAL_CONFIG_DELETE);
+            w.str(queue);
         }
         Effect::RetentionTrim { pid, low } => {
             w.u8(K_RETENTION_TRIM);
@@ -738,6 +760,11 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
             from_us: r.i64()?,
             to_us: r.i64()?,
         },
+        K_EPHEMERAL_CONFIG_SET => Effect::EphemeralConfigSet {
+            queue: r.str()?,
+            options: decode_ephemeral_options(r)?,
+        },
+        K_EPHEMERAL_CONFIG_DELETE => Effect::EphemeralConfigDelete { queue: r.str()? },
         K_RETENTION_TRIM => Effect::RetentionTrim {
             pid: r.u64()?,
             low: r.u64()?,
@@ -768,6 +795,44 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
         k => return Err(r.malformed(format!("unknown effect kind {k}"))),
     };
     Ok((e, r.pos() as u32))
+}
+
+/// `max_bytes u64 | max_length u32 | policy u8 (0 reject, 1 dropOldest) | ttl_seconds u32 |
+/// lease_seconds u32 | retry_limit u32 | window_ms u32 | window_count u32`; shared by effect 63
+/// and checkpoint section 7.
+pub fn encode_ephemeral_options(w: &mut Writer, o: &EphemeralOptions) {
+    w.u64(o.max_bytes);
+    w.u32(o.max_length);
+    w.u8(u8::from(o.drop_oldest));
+    w.u32(o.ttl_seconds);
+    w.u32(o.lease_seconds);
+    w.u32(o.retry_limit);
+    w.u32(o.window_ms);
+    w.u32(o.window_count);
+}
+
+/// Refuses an unknown policy or a bound outside the documented ranges: apply never writes one.
+pub fn decode_ephemeral_options(r: &mut Reader<'_>) -> Result<EphemeralOptions, DecodeError> {
+    let max_bytes = r.u64()?;
+    let max_length = r.u32()?;
+    let drop_oldest = match r.u8()? {
+        0 => false,
+        1 => true,
+        p => return Err(r.malformed(format!("ephemeral policy {p}"))),
+    };
+    let o = EphemeralOptions {
+        max_bytes,
+        max_length,
+        drop_oldest,
+        ttl_seconds: r.u32()?,
+        lease_seconds: r.u32()?,
+        retry_limit: r.u32()?,
+        window_ms: r.u32()?,
+        window_count: r.u32()?,
+    };
+    o.check()
+        .map_err(|e| r.malformed(format!("ephemeral options: {}", e.message)))?;
+    Ok(o)
 }
 
 #[cfg(test)]
@@ -934,6 +999,36 @@ mod tests {
             },
         ];
         assert_round_trips(&effects);
+    }
+
+    #[test]
+    fn ephemeral_config_effects_round_trip() {
+        let effects = [
+            Effect::EphemeralConfigSet {
+                queue: "presence ü",
+                options: EphemeralOptions {
+                    drop_oldest: true,
+                    ttl_seconds: 60,
+                    window_ms: 5,
+                    window_count: 7,
+                    ..Default::default()
+                },
+            },
+            Effect::EphemeralConfigDelete {
+                queue: "presence ü",
+            },
+        ];
+        assert_round_trips(&effects);
+        let mut b = EntryBuilder::new(1, 1);
+        b.push(&Effect::EphemeralConfigSet {
+            queue: "q",
+            options: EphemeralOptions::default(),
+        });
+        let mut buf = b.finish();
+        // The policy byte sits after the name (4 + 1) and max_bytes, max_length (12).
+        let at = buf.len() - 4 * 5 - 1;
+        buf[at] = 9;
+        assert!(decode_entry(&buf).is_err(), "unknown policy decoded");
     }
 
     #[test]

@@ -204,6 +204,19 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             from_us: i64::MIN,
             to_us: i64::MAX,
         },
+        // Two declared, one deleted: the state keeps an ephemeral section to encode.
+        Effect::EphemeralConfigSet {
+            queue: "eph",
+            options: queenmq_protocol::EphemeralOptions::default(),
+        },
+        Effect::EphemeralConfigSet {
+            queue: "eph-gone",
+            options: queenmq_protocol::EphemeralOptions {
+                drop_oldest: true,
+                ..Default::default()
+            },
+        },
+        Effect::EphemeralConfigDelete { queue: "eph-gone" },
         Effect::GroupDelete { gid: 9 },
         Effect::QueueDelete { qid: 9 },
     ];

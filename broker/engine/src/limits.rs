@@ -225,6 +225,12 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
             .saturating_add(p.guards.len().saturating_mul(PRODUCER_BATCH))
             .saturating_add(PRODUCER_SWEEP),
         Command::KafkaProducers(_) => PRODUCER_BATCH + PRODUCER_SWEEP,
+        // Kind, the name (u32 length + bytes) and 33 bytes of options.
+        Command::EphemeralConfig(e) => match e {
+            queenmq_protocol::EphemeralConfigReq::Set { queue, .. } => 1 + 4 + queue.len() + 33,
+            queenmq_protocol::EphemeralConfigReq::Delete { queue } => 1 + 4 + queue.len(),
+            queenmq_protocol::EphemeralConfigReq::List => 0,
+        },
         // One KafkaDeleteRecords effect per partition at most: kind, pid, low.
         Command::KafkaDeleteRecords(d) => d.targets.len().saturating_mul(1 + 8 + 8 + 8),
         Command::Trace(t) => {

@@ -243,6 +243,30 @@ pub(crate) const KEYS: &[KeySpec] = &[
         },
     },
     KeySpec {
+        name: "ephemeral_enabled",
+        env: "QUEEN_EPHEMERAL_ENABLED",
+        flag: None,
+        kind: Kind::Bool,
+    },
+    KeySpec {
+        name: "ephemeral_max_bytes",
+        env: "QUEEN_EPHEMERAL_MAX_BYTES",
+        flag: None,
+        kind: Kind::Uint {
+            min: MIB,
+            max: 64 * GIB,
+        },
+    },
+    KeySpec {
+        name: "ephemeral_implicit_idle_s",
+        env: "QUEEN_EPHEMERAL_IMPLICIT_IDLE_S",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 604_800,
+        },
+    },
+    KeySpec {
         name: "log_json",
         env: "QUEEN_LOG_JSON",
         flag: None,

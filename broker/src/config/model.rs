@@ -70,6 +70,15 @@ pub struct Config {
     pub max_new_partitions_per_request: u64,
     /// Long-poll pops parked at once on this node (more are answered 503).
     pub max_long_polls: u64,
+    /// Ephemeral (RAM) queues answer; off: every ephemeral route answers 503
+    /// `ephemeral_disabled`.
+    pub ephemeral_enabled: bool,
+    /// Bytes all ephemeral queues of this node hold at most; past it pushes get 503
+    /// `ephemeral_unavailable`.
+    pub ephemeral_max_bytes: u64,
+    /// An ephemeral queue created by a push or pop (never configured) is removed after this
+    /// many seconds without use.
+    pub ephemeral_implicit_idle_s: u64,
     /// Groups this node runs at most, `default` included: a token naming one more tenant is
     /// refused (403: retrying cannot help, the operator raises the cap).
     pub max_tenants: u64,
@@ -161,6 +170,9 @@ impl Default for Config {
             max_trace_bytes: 64 * KIB,
             max_new_partitions_per_request: 10_000,
             max_long_polls: 20_000,
+            ephemeral_enabled: true,
+            ephemeral_max_bytes: 256 * MIB,
+            ephemeral_implicit_idle_s: 300,
             max_tenants: 64,
             log_json: false,
             log: "info".to_owned(),
@@ -383,6 +395,8 @@ impl Config {
             "max_trace_bytes" => self.max_trace_bytes,
             "max_new_partitions_per_request" => self.max_new_partitions_per_request,
             "max_long_polls" => self.max_long_polls,
+            "ephemeral_max_bytes" => self.ephemeral_max_bytes,
+            "ephemeral_implicit_idle_s" => self.ephemeral_implicit_idle_s,
             "max_tenants" => self.max_tenants,
             "memory_limit_bytes" => self.memory_limit_bytes,
             "http_min_write_rate_bytes" => self.http_min_write_rate_bytes,
@@ -417,6 +431,7 @@ impl Config {
             "kafka_enabled" => (Some(self.kafka_enabled.to_string()), None),
             "reclaim_enabled" => (Some(self.reclaim_enabled.to_string()), None),
             "http_auth_disabled" => (Some(self.http_auth_disabled.to_string()), None),
+            "ephemeral_enabled" => (Some(self.ephemeral_enabled.to_string()), None),
             "kafka_addr" => (Some(toml_string(&self.kafka_addr.to_string())), None),
             "kafka_advertised_addr" => {
                 (self.kafka_advertised_addr.as_deref().map(toml_string), None)

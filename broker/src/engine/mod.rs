@@ -788,6 +788,7 @@ fn plan_job(p: &mut Planner<'_>, mut job: Job) -> Planned {
         Command::KafkaDeleteRecords(d) => p
             .plan_kafka_delete_records(d)
             .map(Outcome::KafkaRecordsDeleted),
+        Command::EphemeralConfig(e) => p.plan_ephemeral_config(e).map(Outcome::EphemeralConfig),
         Command::Read(r) => {
             // A series without `to` ends at this cycle's time, not at the last write's.
             let now = p.now();

@@ -22,10 +22,13 @@ pub enum Pool {
     /// HTTP connections and the requests in flight on them (hyper's buffers, the tasks):
     /// bounded by the connection and long-poll caps derived from the budget, not by refusal.
     Connections,
+    /// Ephemeral (RAM) queues' rings and payloads. Not held: the queues have their own cap
+    /// (`ephemeral_max_bytes`), so their traffic never refuses durable writes.
+    Ephemeral,
 }
 
 impl Pool {
-    pub const ALL: [Pool; 7] = [
+    pub const ALL: [Pool; 8] = [
         Pool::EntryCache,
         Pool::Dedup,
         Pool::State,
@@ -33,6 +36,7 @@ impl Pool {
         Pool::Requests,
         Pool::Checkpoint,
         Pool::Connections,
+        Pool::Ephemeral,
     ];
 
     /// The `pool` label of `queen_memory_bytes`.
@@ -45,6 +49,7 @@ impl Pool {
             Pool::Requests => "requests",
             Pool::Checkpoint => "checkpoint",
             Pool::Connections => "connections",
+            Pool::Ephemeral => "ephemeral",
         }
     }
 
@@ -60,7 +65,7 @@ impl Pool {
 
 #[derive(Debug, Default)]
 pub struct Pools {
-    bytes: [AtomicUsize; 7],
+    bytes: [AtomicUsize; 8],
 }
 
 impl Pools {

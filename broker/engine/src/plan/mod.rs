@@ -8,6 +8,7 @@ mod clock_tests;
 mod dlq_admin;
 #[cfg(test)]
 mod dlq_admin_tests;
+mod ephemeral;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fixture;
 mod id_space;

@@ -126,6 +126,9 @@ pub fn canonical(st: &State) -> String {
     for (ns, key, row) in st.kv.iter() {
         let _ = writeln!(o, "kv {ns:?} {key:?} {row:?}");
     }
+    for (name, options) in &st.ephemeral {
+        let _ = writeln!(o, "ephemeral {name:?} {options:?}");
+    }
     let _ = writeln!(o, "kv sweep {:?}", st.kv.expired(i64::MAX, usize::MAX));
     let _ = writeln!(o, "kafka groups bytes {}", st.kafka_groups.bytes());
     for (name, g) in st.kafka_groups.iter() {

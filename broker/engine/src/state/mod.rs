@@ -91,6 +91,8 @@ pub struct State {
     pub run_floor: run_floor::RunFloor,
     /// Kafka idempotent producers: ids handed out and their partitions' last batches.
     pub kafka_producers: kafka_producers::KafkaProducers,
+    /// Declared ephemeral queues by name; their contents are RAM of the broker, not state.
+    pub ephemeral: BTreeMap<String, queenmq_protocol::EphemeralOptions>,
 }
 
 /// Where an effect's bytes live, so runs can point at them.
@@ -434,6 +436,12 @@ impl State {
                     q.dlq
                         .retain(|d| !d.purged_by(group, *pid, *from_us, *to_us));
                 }
+            }
+            Effect::EphemeralConfigSet { queue, options } => {
+                self.ephemeral.insert((*queue).to_string(), *options);
+            }
+            Effect::EphemeralConfigDelete { queue } => {
+                self.ephemeral.remove(*queue);
             }
         }
     }

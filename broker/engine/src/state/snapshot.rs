@@ -21,6 +21,8 @@ const SECTION_KAFKA_GROUPS: u8 = 3;
 const SECTION_KAFKA_PRODUCERS: u8 = 4;
 /// The ids of the groups whose policy is last-value delivery (`Group::conflation`).
 const SECTION_CONFLATION: u8 = 5;
+/// The declared ephemeral queues (`State::ephemeral`).
+const SECTION_EPHEMERAL: u8 = 7;
 /// Partition ids index a dense table (`PartitionTable`), so an id read from a checkpoint sizes
 /// an allocation: ids must lie below `next_partition_id`, as apply keeps them, and that at or
 /// below 2^32 (a chunk index of 24 MiB at most). A corrupt id once asked for 6 GiB (fuzz
@@ -274,7 +276,11 @@ fn encode_sections(s: &State, w: &mut Writer) {
         .collect();
     conflating.sort_unstable();
     let conflation = !conflating.is_empty();
-    w.u32(2 + u32::from(kafka) + u32::from(producers) + u32::from(conflation));
+    // And the ephemeral section, once a queue is declared.
+    let ephemeral = !s.ephemeral.is_empty();
+    w.u32(
+        2 + u32::from(kafka) + u32::from(producers) + u32::from(conflation) + u32::from(ephemeral),
+    );
     section(w, SECTION_KV, |w| s.kv.encode(w));
     section(w, SECTION_TIMERS, |w| s.timers.encode(w));
     if kafka {
@@ -294,6 +300,32 @@ fn encode_sections(s: &State, w: &mut Writer) {
             }
         });
     }
+    if ephemeral {
+        section(w, SECTION_EPHEMERAL, |w| encode_ephemeral(w, s));
+    }
+}
+
+/// `count u32`, then per declared queue in name order: name str, the options of effect 63.
+fn encode_ephemeral(w: &mut Writer, s: &State) {
+    w.u32(s.ephemeral.len() as u32);
+    for (name, options) in &s.ephemeral {
+        w.str(name);
+        crate::entry::encode_ephemeral_options(w, options);
+    }
+}
+
+/// A name given twice fails the decode: which bounds are the state would be unknowable.
+fn decode_ephemeral(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError> {
+    // A row is at least a 4-byte name length and 33 bytes of options.
+    let n = r.count(37)?;
+    for _ in 0..n {
+        let name = r.string()?;
+        let options = crate::entry::decode_ephemeral_options(r)?;
+        if s.ephemeral.insert(name.clone(), options).is_some() {
+            return Err(r.malformed(format!("ephemeral queue {name:?} appears twice")));
+        }
+    }
+    Ok(())
 }
 
 /// Marks the groups the conflation section names; a group the checkpoint does not hold fails
@@ -391,6 +423,7 @@ fn decode_sections(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError>
                 decode_floors(&mut sr, s)?;
             }
             SECTION_CONFLATION => decode_conflation(&mut sr, s)?,
+            SECTION_EPHEMERAL => decode_ephemeral(&mut sr, s)?,
             t => return Err(r.malformed(format!("unknown checkpoint section tag {t}"))),
         }
         if !sr.is_done() {
@@ -713,6 +746,50 @@ mod tests {
             blob,
             "decode then encode is the identity"
         );
+    }
+
+    #[test]
+    fn declared_ephemeral_queues_survive_a_checkpoint_and_duplicates_are_refused() {
+        let mut s = sample();
+        let blob_without = encode_state(&s);
+        let drop_oldest = queenmq_protocol::EphemeralOptions {
+            drop_oldest: true,
+            ttl_seconds: 9,
+            ..Default::default()
+        };
+        for (name, o) in [
+            ("a", drop_oldest),
+            ("b", Default::default()),
+            ("c", drop_oldest),
+        ] {
+            s.apply(
+                &Effect::EphemeralConfigSet {
+                    queue: name,
+                    options: o,
+                },
+                22,
+                loc(),
+            );
+        }
+        s.apply(&Effect::EphemeralConfigDelete { queue: "c" }, 23, loc());
+        let blob = encode_state(&s);
+        let back = decode_state(&blob).unwrap();
+        let names: Vec<_> = back.ephemeral.keys().cloned().collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(back.ephemeral["a"], drop_oldest);
+        assert_eq!(encode_state(&back), blob);
+        // Without a declaration the section is not written: the blob is as before.
+        s.apply(&Effect::EphemeralConfigDelete { queue: "a" }, 24, loc());
+        s.apply(&Effect::EphemeralConfigDelete { queue: "b" }, 24, loc());
+        assert_eq!(encode_state(&s), blob_without);
+        // "b" renamed to "a" in place: one name twice.
+        let mut twice = blob.clone();
+        let at = twice
+            .windows(5)
+            .rposition(|w| w == [1, 0, 0, 0, b'b'])
+            .expect("the second name");
+        twice[at + 4] = b'a';
+        assert!(decode_state(&twice).is_err());
     }
 
     #[test]
