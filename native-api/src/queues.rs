@@ -29,10 +29,19 @@ pub async fn configure(
         }
         Some(_) => return Err(ApiError::bad("queue must be a string")),
     };
+    let opts = obj.get("options").and_then(Value::as_object);
+    // A label may come top-level or inside `options` (the official clients put a `.config()`
+    // label there and send the top-level one as null): a top-level label counts only when it
+    // is a non-empty string, so a null or "" beside it never clears what `options` gives.
     let label = |k: &str| -> Result<Option<String>, ApiError> {
+        let inner = match opts.and_then(|o| o.get(k)) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => return Err(ApiError::bad(format!("options.{k} must be a string"))),
+        };
         match obj.get(k) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+            None | Some(Value::Null) | Some(Value::String(_)) => Ok(inner),
             Some(_) => Err(ApiError::bad(format!("{k} must be a string"))),
         }
     };

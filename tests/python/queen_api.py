@@ -6,6 +6,7 @@ a broker restarts), returns parsed answers and raises on HTTP errors.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import httpx
@@ -113,3 +114,17 @@ def drain(
         failed = [r for r in results if not r.get("success")]
         assert not failed, f"acks refused while draining {queue}: {failed[:3]}"
     raise AssertionError(f"{queue} not drained by group {group} within {deadline_s} s")
+
+
+def with_client(url: str, body):
+    """Runs `body(client)` with an official `queen` client on `url`, closed after."""
+    from queen import Queen
+
+    async def run():
+        client = Queen(url)
+        try:
+            return await body(client)
+        finally:
+            await client.close()
+
+    return asyncio.run(run())

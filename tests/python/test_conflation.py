@@ -8,7 +8,6 @@ is retired for that group only; the policy is the group's, stored at its first r
 group and with commit-on-delivery.
 """
 
-import asyncio
 
 import httpx
 import pytest
@@ -31,19 +30,6 @@ async def pop(client: Queen, queue: str, group: str, conflation: bool) -> list[d
 
 def values(messages: list[dict]) -> list[tuple[str, int]]:
     return sorted((m["partition"], m["data"]["v"]) for m in messages)
-
-
-def with_client(url: str, body):
-    """Runs `body(client)` with an official client on `url`, closed after."""
-
-    async def run():
-        client = Queen(url)
-        try:
-            return await body(client)
-        finally:
-            await client.close()
-
-    return asyncio.run(run())
 
 
 def raw_pop(http: httpx.Client, base: str, queue: str, group: str, conflation: bool) -> httpx.Response:
@@ -70,7 +56,7 @@ def test_a_conflating_group_gets_the_newest_per_partition_and_keeps_its_policy(b
         assert values(every) == [("a", 1), ("a", 2), ("a", 3), ("b", 10), ("b", 20)]
         await push(client, "lv", "a", [4, 5])
 
-    with_client(broker.url, first)
+    queen_api.with_client(broker.url, first)
     with httpx.Client(timeout=10.0) as http:
         empty = raw_pop(http, broker.url, "lv-none", "last", True)
         assert empty.status_code == 200, empty.text
@@ -86,7 +72,7 @@ def test_a_conflating_group_gets_the_newest_per_partition_and_keeps_its_policy(b
         )
 
     # Depth reads the policy too: two messages behind, one handler run owed.
-    last, every = with_client(broker.url, depths)
+    last, every = queen_api.with_client(broker.url, depths)
     assert (last["conflation"], last["pending"], last["effectivePending"]) == (True, 2, 1), last
     assert every["conflation"] is False and every["effectivePending"] == every["pending"], every
 
@@ -112,7 +98,7 @@ def test_the_stored_policy_wins_over_a_conflicting_declaration(broker):
         second = await pop(client, "plain", "g", True)
         assert values(second) == [("a", 3), ("a", 4)]
 
-    with_client(broker.url, declared)
+    queen_api.with_client(broker.url, declared)
     with httpx.Client(timeout=10.0) as http:
         res = raw_pop(http, broker.url, "plain", "g", True)
         # Nothing left: an empty answer, with the conflict and without the conflation key.
@@ -134,7 +120,7 @@ def test_conflation_is_refused_without_a_group_and_with_commit_on_delivery(broke
         left = await pop(client, "refused", "g", False)
         assert values(left) == [("a", 1)]
 
-    with_client(broker.url, refused)
+    queen_api.with_client(broker.url, refused)
 
 
 def test_a_long_poll_that_ends_empty_still_echoes(broker, http):

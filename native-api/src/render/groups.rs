@@ -28,6 +28,7 @@ pub fn list(gs: &[GroupView]) -> Value {
     json!({ "consumerGroups": rows })
 }
 
+/// A bare array: the dashboard and the other official clients read the rows directly.
 pub fn lagging(rows: &[LaggingRow]) -> Value {
     let rows: Vec<Value> = rows
         .iter()
@@ -37,5 +38,5 @@ pub fn lagging(rows: &[LaggingRow]) -> Value {
             v
         })
         .collect();
-    json!({ "lagging": rows })
+    Value::Array(rows)
 }

@@ -1,8 +1,11 @@
 //! Message, DLQ and trace documents.
 
-use queenmq_protocol::{DlqPage, MessageDoc, MessagePage, TraceNames, TraceView, TracesPage};
+use queenmq_protocol::{
+    DlqPage, MessageDoc, MessagePage, MessageStatus, TraceNames, TraceView, TracesPage,
+};
 use serde_json::{json, Value};
 
+use super::queues::settings;
 use super::raw_json;
 use crate::iso_ms;
 
@@ -18,10 +21,21 @@ pub fn doc(m: &MessageDoc) -> Value {
             })
         })
         .collect();
+    let data = raw_json(&m.data);
+    let status = match m.status {
+        MessageStatus::DeadLetter => "dead_letter",
+        MessageStatus::Processing => "processing",
+        MessageStatus::Completed => "completed",
+        MessageStatus::Pending => "pending",
+    };
     json!({
         "id": m.id, "transactionId": m.transaction_id, "partitionId": m.partition_id.to_string(),
         "queue": m.queue, "partition": m.partition, "offset": m.offset,
-        "data": raw_json(&m.data), "producerSub": m.producer_sub,
+        "namespace": m.namespace, "task": m.task,
+        "queuePath": format!("{}/{}/{}", m.namespace, m.task, m.queue),
+        "status": status, "retryCount": m.retry_count,
+        "queueConfig": settings(&m.queue_config, &m.namespace, &m.task),
+        "payload": data.clone(), "data": data, "producerSub": m.producer_sub,
         "traceId": m.trace_id,
         "createdAt": iso_ms(m.created_us), "consumerGroups": groups,
     })
@@ -67,7 +81,7 @@ pub fn trace_names(t: &TraceNames) -> Value {
         .iter()
         .map(|n| json!({"traceName": n.name, "count": n.count}))
         .collect();
-    json!({ "names": rows, "total": t.page.total, "limit": t.page.limit,
+    json!({ "trace_names": rows, "total": t.page.total, "limit": t.page.limit,
         "offset": t.page.offset })
 }
 

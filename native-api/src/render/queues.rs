@@ -2,7 +2,7 @@
 
 use queenmq_protocol::{
     LabelRow, MessageTotals, Overview, PartitionRows, QueueDepth, QueueDoc, QueueSettings,
-    QueueView, StatusView,
+    QueueView, Spread, StatusView,
 };
 use serde_json::{json, Map, Value};
 
@@ -61,6 +61,8 @@ fn queue(q: &QueueView) -> Value {
         "namespace": q.namespace, "task": q.task, "storage": "segments",
         "partitions": q.partitions,
         "messages": totals(&q.messages),
+        // What is stored, consumed or not: a client waits on it to see a push land.
+        "segments": {"messages": q.messages.total},
         "retainedBytes": q.retained_bytes,
         "options": settings(&q.options, &q.namespace, &q.task),
         "createdAt": iso_ms(q.created_us),
@@ -118,11 +120,16 @@ pub fn depth(d: &QueueDepth) -> Value {
     })
 }
 
+fn spread(s: &Spread) -> Value {
+    json!({"avg": s.avg, "median": s.median, "min": s.min, "max": s.max})
+}
+
 pub fn overview(o: &Overview) -> Value {
     json!({
         "queues": o.queues, "partitions": o.partitions,
         "namespaces": o.namespaces, "tasks": o.tasks,
         "messages": totals(&o.messages),
+        "lag": {"time": spread(&o.lag.time), "offset": spread(&o.lag.offset)},
         "timestamp": iso_ms(o.at_us), "statsAge": 0,
     })
 }
@@ -143,7 +150,7 @@ pub fn partitions(p: &PartitionRows) -> Value {
         .map(|r| {
             json!({
                 "id": r.id.to_string(), "name": r.name, "queue": r.queue,
-                "messages": r.messages, "createdAt": iso_ms(r.created_us),
+                "messages": r.messages, "pending": r.pending, "createdAt": iso_ms(r.created_us),
                 "lastActivity": iso_ms(r.last_write_us),
             })
         })

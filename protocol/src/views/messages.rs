@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use super::PageInfo;
+use super::{PageInfo, QueueSettings};
 
 /// Where one consumer group stands on a message.
 #[derive(Debug, Clone)]
@@ -13,12 +13,28 @@ pub struct MessageGroupState {
     pub lease_expires_us: Option<i64>,
 }
 
+/// Where a message stands, the first that holds: a dead-letter row of some group; a group's live
+/// lease over it; every group of the queue (at least one) past it; else pending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageStatus {
+    DeadLetter,
+    Processing,
+    Completed,
+    Pending,
+}
+
 #[derive(Debug, Clone)]
 pub struct MessageDoc {
     pub id: String,
     pub transaction_id: String,
     pub partition_id: u64,
     pub queue: String,
+    pub namespace: String,
+    pub task: String,
+    pub queue_config: QueueSettings,
+    pub status: MessageStatus,
+    /// Failures charged to the message: the most any group's dead-letter row or cursor holds.
+    pub retry_count: u32,
     pub partition: String,
     pub offset: u64,
     pub data: Bytes,

@@ -98,6 +98,44 @@ pub struct QueueDepth {
     pub page: PageInfo,
 }
 
+/// Average, median, least and most of a set of numbers; all 0 for an empty set.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spread {
+    pub avg: f64,
+    pub median: f64,
+    pub min: u64,
+    pub max: u64,
+}
+
+impl Spread {
+    pub fn of(mut v: Vec<u64>) -> Spread {
+        if v.is_empty() {
+            return Spread::default();
+        }
+        v.sort_unstable();
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2] as f64
+        } else {
+            (v[n / 2 - 1] as f64 + v[n / 2] as f64) / 2.0
+        };
+        Spread {
+            avg: v.iter().map(|&x| x as f64).sum::<f64>() / n as f64,
+            median,
+            min: v[0],
+            max: v[n - 1],
+        }
+    }
+}
+
+/// How far behind the consumer groups are, over every (group, queue) with a queue: in seconds
+/// since the oldest message each has not completed, and in messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LagSpread {
+    pub time: Spread,
+    pub offset: Spread,
+}
+
 #[derive(Debug, Clone)]
 pub struct Overview {
     pub queues: usize,
@@ -105,6 +143,7 @@ pub struct Overview {
     pub namespaces: usize,
     pub tasks: usize,
     pub messages: MessageTotals,
+    pub lag: LagSpread,
     /// When the answer was made (µs since the epoch).
     pub at_us: i64,
 }
@@ -125,6 +164,8 @@ pub struct PartitionRow {
     pub name: String,
     pub queue: String,
     pub messages: u64,
+    /// What its slowest group of the queue has not completed.
+    pub pending: u64,
     pub created_us: i64,
     pub last_write_us: i64,
 }
@@ -149,4 +190,18 @@ pub struct QueueStatus {
 pub struct StatusView {
     pub queues: Vec<QueueStatus>,
     pub overview: Overview,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Spread;
+
+    #[test]
+    fn a_spread_of_nothing_is_zero_and_an_even_count_has_a_middle_median() {
+        assert_eq!(Spread::of(Vec::new()), Spread::default());
+        let s = Spread::of(vec![4, 1, 9, 2]);
+        assert_eq!((s.min, s.max, s.avg, s.median), (1, 9, 4.0, 3.0));
+        let odd = Spread::of(vec![7, 3, 5]);
+        assert_eq!((odd.min, odd.max, odd.avg, odd.median), (3, 7, 5.0, 5.0));
+    }
 }

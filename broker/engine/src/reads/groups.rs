@@ -1,6 +1,6 @@
 //! Consumer-group answers.
 
-use queenmq_protocol::{GroupQueueLag, GroupView, LaggingRow, QueenError};
+use queenmq_protocol::{GroupQueueLag, GroupView, LagSpread, LaggingRow, QueenError, Spread};
 
 use super::committed_of;
 use crate::state::model::Group;
@@ -35,6 +35,17 @@ pub fn group_lag(st: &State, g: &Group) -> Option<GroupLag> {
     Some(lag)
 }
 
+/// The instant the group reads from: the one a subscription-timestamp change (or a
+/// `subscriptionFrom`) stored, to the millisecond it was sent; the registration time for a group
+/// that reads everything.
+fn subscribed_us(g: &Group) -> i64 {
+    if g.start_from_us == i64::MIN {
+        g.created_us
+    } else {
+        g.start_from_us
+    }
+}
+
 fn group_queue_lag(st: &State, g: &Group) -> Option<GroupQueueLag> {
     let (q, lag) = (st.queues.get(&g.queue)?, group_lag(st, g)?);
     let lag_seconds = lag
@@ -45,8 +56,21 @@ fn group_queue_lag(st: &State, g: &Group) -> Option<GroupQueueLag> {
         pending: lag.messages,
         lag_seconds,
         partitions: g.cursors.len(),
-        subscribed_us: g.created_us,
+        subscribed_us: subscribed_us(g),
     })
+}
+
+/// The overview's lag block: over every group whose queue exists.
+pub fn lag_spread(st: &State) -> LagSpread {
+    let (mut secs, mut msgs) = (Vec::new(), Vec::new());
+    for lag in st.groups.values().filter_map(|g| group_queue_lag(st, g)) {
+        secs.push(lag.lag_seconds.max(0) as u64);
+        msgs.push(lag.pending);
+    }
+    LagSpread {
+        time: Spread::of(secs),
+        offset: Spread::of(msgs),
+    }
 }
 
 pub fn list(st: &State) -> Vec<GroupView> {

@@ -1,8 +1,8 @@
 //! Message, DLQ and trace answers.
 
 use queenmq_protocol::{
-    DlqPage, DlqQuery, DlqRow, MessageDoc, MessageGroupState, MessagePage, MessageRow, PageInfo,
-    QueenError, TraceNameCount, TraceNames, TraceView, TracesPage,
+    DlqPage, DlqQuery, DlqRow, MessageDoc, MessageGroupState, MessagePage, MessageRow,
+    MessageStatus, PageInfo, QueenError, TraceNameCount, TraceNames, TraceView, TracesPage,
 };
 
 use super::committed_of;
@@ -30,6 +30,7 @@ pub fn one(
     let m = msg.filter(|m| m.txn == txn).ok_or_else(not_found)?;
     let now = st.last_now_us;
     let mut groups = Vec::new();
+    let mut retry_count = 0u32;
     let mut names: Vec<(&String, &u64)> = q.groups.iter().collect();
     names.sort();
     for (name, gid) in names {
@@ -37,9 +38,11 @@ pub fn one(
             continue;
         };
         let committed = committed_of(g, p);
-        let lease = g
-            .cursors
-            .get(&pid)
+        let cursor = g.cursors.get(&pid);
+        if let Some(c) = cursor.filter(|c| c.committed == m.offset) {
+            retry_count = retry_count.max(c.failures);
+        }
+        let lease = cursor
             .and_then(|c| c.live_lease(now))
             .filter(|l| m.offset >= committed && m.offset < l.end);
         groups.push(MessageGroupState {
@@ -48,12 +51,35 @@ pub fn one(
             lease_expires_us: lease.map(|l| l.expires_us),
         });
     }
+    let mut dead = false;
+    for d in q
+        .dlq
+        .iter()
+        .filter(|d| d.partition == pid && d.offset == m.offset)
+    {
+        dead = true;
+        retry_count = retry_count.max(d.retries);
+    }
+    let status = if dead {
+        MessageStatus::DeadLetter
+    } else if groups.iter().any(|g| g.lease_expires_us.is_some()) {
+        MessageStatus::Processing
+    } else if !groups.is_empty() && groups.iter().all(|g| g.consumed) {
+        MessageStatus::Completed
+    } else {
+        MessageStatus::Pending
+    };
     Ok(MessageDoc {
         id: m.id_text(),
         trace_id: m.trace.map(|t| uuid::Uuid::from_bytes(t).to_string()),
         transaction_id: m.txn,
         partition_id: pid,
         queue: q.name.clone(),
+        namespace: q.namespace.clone(),
+        task: q.task.clone(),
+        queue_config: q.config.settings(),
+        status,
+        retry_count,
         partition: p.name.clone(),
         offset: m.offset,
         data: m.payload,

@@ -8,7 +8,7 @@ use queenmq_protocol::{
 
 use super::committed_of;
 use crate::plan::queue_uuid;
-use crate::state::model::Queue;
+use crate::state::model::{Partition, Queue};
 use crate::state::State;
 
 struct Counts {
@@ -249,6 +249,7 @@ pub fn overview(st: &State) -> Overview {
             failed: 0,
             dead_letter: dlq,
         },
+        lag: super::groups::lag_spread(st),
         at_us: crate::time::wall_clock_us(),
     }
 }
@@ -278,13 +279,65 @@ pub fn labels(st: &State, namespaces: bool) -> Vec<LabelRow> {
         .collect()
 }
 
+/// Messages of partition `p` its slowest group of `q` has not completed (all it holds while no
+/// group reads the queue), as `counts` sees a queue.
+fn partition_pending(st: &State, q: &Queue, p: &Partition) -> u64 {
+    let groups = q.groups.values().filter_map(|gid| st.groups.get(gid));
+    let worst = groups
+        .map(|g| p.next_offset.saturating_sub(committed_of(g, p)))
+        .max();
+    worst.unwrap_or(p.next_offset - p.low_offset())
+}
+
+fn partition_row(st: &State, q: &Queue, p: &Partition) -> PartitionRow {
+    PartitionRow {
+        id: p.id,
+        name: p.name.clone(),
+        queue: q.name.clone(),
+        messages: p.next_offset - p.low_offset(),
+        pending: partition_pending(st, q, p),
+        created_us: p.created_us,
+        last_write_us: p.last_write_us,
+    }
+}
+
+/// With `queue` the queue's partitions ranked by pending count, most first (the dashboard's
+/// "where is the backlog"); the work is that queue's partitions. Without it every queue's
+/// partitions in creation order, of which only the page is built.
 pub fn partitions(st: &State, queue: Option<&str>, limit: usize, offset: usize) -> PartitionRows {
+    if let Some(name) = queue {
+        let Some(q) = st.queue_named(name) else {
+            return PartitionRows {
+                rows: Vec::new(),
+                page: PageInfo {
+                    limit,
+                    offset,
+                    total: 0,
+                },
+            };
+        };
+        let mut rows: Vec<PartitionRow> = q
+            .partition_order
+            .iter()
+            .filter_map(|pid| st.partitions.get(pid))
+            .map(|p| partition_row(st, q, p))
+            .collect();
+        let total = rows.len();
+        // Stable: equal counts keep creation order.
+        rows.sort_by_key(|r| std::cmp::Reverse(r.pending));
+        let rows = rows.into_iter().skip(offset).take(limit).collect();
+        return PartitionRows {
+            rows,
+            page: PageInfo {
+                limit,
+                offset,
+                total,
+            },
+        };
+    }
     let mut rows = Vec::new();
     let (mut total, mut skipped) = (0usize, 0usize);
     for q in sorted_queues(st) {
-        if queue.is_some_and(|n| n != q.name) {
-            continue;
-        }
         total += q.partition_order.len();
         for pid in &q.partition_order {
             if rows.len() >= limit {
@@ -295,14 +348,7 @@ pub fn partitions(st: &State, queue: Option<&str>, limit: usize, offset: usize) 
                 continue;
             }
             if let Some(p) = st.partitions.get(pid) {
-                rows.push(PartitionRow {
-                    id: p.id,
-                    name: p.name.clone(),
-                    queue: q.name.clone(),
-                    messages: p.next_offset - p.low_offset(),
-                    created_us: p.created_us,
-                    last_write_us: p.last_write_us,
-                });
+                rows.push(partition_row(st, q, p));
             }
         }
     }
