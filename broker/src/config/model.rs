@@ -121,6 +121,9 @@ pub struct Config {
     pub kafka_max_producer_ids: u64,
     /// The least idleness that lets a producer state be evicted at the cap.
     pub kafka_producer_evict_min_idle_ms: u64,
+    /// Kafka fetch sessions (KIP-227) the node keeps at most (Kafka's
+    /// `max.incremental.fetch.session.cache.slots`); 0 answers every fetch sessionless.
+    pub kafka_fetch_session_slots: u64,
 }
 
 impl Default for Config {
@@ -174,6 +177,7 @@ impl Default for Config {
             kafka_max_producer_ids: queenmq_protocol::kafka_producers::DEFAULT_MAX_PRODUCER_IDS,
             kafka_producer_evict_min_idle_ms:
                 queenmq_protocol::kafka_producers::DEFAULT_PRODUCER_EVICT_MIN_IDLE_MS,
+            kafka_fetch_session_slots: 1_000,
         }
     }
 }
@@ -357,6 +361,7 @@ impl Config {
             "kafka_producer_id_expiration_ms" => self.kafka_producer_id_expiration_ms,
             "kafka_max_producer_ids" => self.kafka_max_producer_ids,
             "kafka_producer_evict_min_idle_ms" => self.kafka_producer_evict_min_idle_ms,
+            "kafka_fetch_session_slots" => self.kafka_fetch_session_slots,
             _ => 0,
         }
     }
