@@ -43,6 +43,12 @@ fn asked(topic: &str, indexes: &[i32]) -> Vec<(String, Vec<FetchPartition>)> {
     )]
 }
 
+const NOT_FOUND: Begin = Begin::Refused(errors::FETCH_SESSION_ID_NOT_FOUND);
+
+fn on(b: &Begin) -> bool {
+    matches!(b, Begin::Incremental { .. })
+}
+
 /// An incremental fetch naming nothing new.
 fn poll(c: &FetchSessions, who: &Owner, id: i32, epoch: i32) -> Begin {
     c.begin(who, id, epoch, &[], &[], Instant::now())
@@ -88,15 +94,9 @@ fn a_session_goes_on_epoch_by_epoch() {
         now,
     );
     assert_eq!(parts(&b), [("t".into(), 1), ("u".into(), 3)]);
-    assert_eq!(
-        poll(&c, &alice, id.wrapping_add(1), 3),
-        Begin::Refused(errors::FETCH_SESSION_ID_NOT_FOUND)
-    );
-    assert_eq!(
-        poll(&c, &alice, NO_SESSION, 3),
-        Begin::Refused(errors::FETCH_SESSION_ID_NOT_FOUND)
-    );
-    assert!(matches!(poll(&c, &alice, id, 3), Begin::Incremental { .. }));
+    assert_eq!(poll(&c, &alice, id.wrapping_add(1), 3), NOT_FOUND);
+    assert_eq!(poll(&c, &alice, NO_SESSION, 3), NOT_FOUND);
+    assert!(on(&poll(&c, &alice, id, 3)));
 }
 
 #[test]
@@ -105,25 +105,19 @@ fn another_users_session_is_unknown_to_them_and_theirs_to_close_only() {
     let (alice, bob) = (owner("alice"), owner("bob"));
     let now = Instant::now();
     let id = c.create(alice.clone(), &answered("t", 1), now);
-    assert_eq!(
-        poll(&c, &bob, id, 1),
-        Begin::Refused(errors::FETCH_SESSION_ID_NOT_FOUND)
-    );
+    assert_eq!(poll(&c, &bob, id, 1), NOT_FOUND);
     let other_tenant = Owner {
         tenant: "acme".into(),
         principal: Some("alice".into()),
     };
-    assert_eq!(
-        poll(&c, &other_tenant, id, 1),
-        Begin::Refused(errors::FETCH_SESSION_ID_NOT_FOUND)
-    );
+    assert_eq!(poll(&c, &other_tenant, id, 1), NOT_FOUND);
     // Bob's "close" of it closes nothing.
     assert_eq!(
         c.begin(&bob, id, FINAL_EPOCH, &[], &[], now),
         Begin::Sessionless
     );
     assert_eq!(c.begin(&bob, id, INITIAL_EPOCH, &[], &[], now), Begin::Full);
-    assert!(matches!(poll(&c, &alice, id, 1), Begin::Incremental { .. }));
+    assert!(on(&poll(&c, &alice, id, 1)));
 }
 
 #[test]
@@ -144,10 +138,7 @@ fn full_fetches_close_the_session_they_name() {
     );
     assert!(c.is_empty());
     assert_eq!(c.bytes(), 0);
-    assert_eq!(
-        poll(&c, &alice, two, 1),
-        Begin::Refused(errors::FETCH_SESSION_ID_NOT_FOUND)
-    );
+    assert_eq!(poll(&c, &alice, two, 1), NOT_FOUND);
 }
 
 #[test]
@@ -174,19 +165,13 @@ fn at_the_cap_a_larger_session_evicts_the_smallest_and_a_smaller_gets_none() {
     let three = c.create(alice.clone(), &answered("t", 3), now);
     assert!(three > 0 && three != two);
     assert_eq!(c.len(), 1);
-    assert_eq!(
-        poll(&c, &alice, two, 1),
-        Begin::Refused(errors::FETCH_SESSION_ID_NOT_FOUND)
-    );
+    assert_eq!(poll(&c, &alice, two, 1), NOT_FOUND);
     // Idle long enough, any session gives way.
     let later = now + EVICT_IDLE;
     let one = c.create(alice.clone(), &answered("t", 1), later);
     assert!(one > 0);
     assert_eq!(c.len(), 1);
-    assert!(matches!(
-        c.begin(&alice, one, 1, &[], &[], later),
-        Begin::Incremental { .. }
-    ));
+    assert!(on(&c.begin(&alice, one, 1, &[], &[], later)));
 }
 
 #[test]
@@ -197,20 +182,11 @@ fn the_least_recently_used_idle_session_goes_first() {
     let old = c.create(alice.clone(), &answered("t", 5), t0);
     let used = c.create(alice.clone(), &answered("t", 5), t0);
     let t1 = t0 + EVICT_IDLE;
-    assert!(matches!(
-        c.begin(&alice, used, 1, &[], &[], t1),
-        Begin::Incremental { .. }
-    ));
+    assert!(on(&c.begin(&alice, used, 1, &[], &[], t1)));
     let new = c.create(alice.clone(), &answered("t", 1), t1);
     assert!(new > 0);
-    assert_eq!(
-        poll(&c, &alice, old, 1),
-        Begin::Refused(errors::FETCH_SESSION_ID_NOT_FOUND)
-    );
-    assert!(matches!(
-        poll(&c, &alice, used, 2),
-        Begin::Incremental { .. }
-    ));
+    assert_eq!(poll(&c, &alice, old, 1), NOT_FOUND);
+    assert!(on(&poll(&c, &alice, used, 2)));
 }
 
 #[test]
