@@ -313,6 +313,7 @@ async fn start_kafka(
             access: queenmq_protocol::Access::Open,
         },
         log_dir: cfg.data_dir.display().to_string(),
+        fetch_session_slots: usize::try_from(cfg.kafka_fetch_session_slots).unwrap_or(usize::MAX),
     };
     Ok(Some(tokio::spawn(queenmq_kafka_port::run(
         listener, bus, kcfg, security, stop,

@@ -28,6 +28,9 @@ pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
 pub const UNKNOWN_PRODUCER_ID: i16 = 59;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
+// Fetch sessions (fetch_sessions/): the client starts a new session on either.
+pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
 // Consumer groups (group/).
 pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
 pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;

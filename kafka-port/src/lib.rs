@@ -19,6 +19,7 @@ pub mod codecs;
 pub mod connection;
 pub mod errors;
 pub mod fetch;
+pub mod fetch_sessions;
 pub mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -88,6 +89,9 @@ pub struct KafkaConfig {
     pub ctx: RequestCtx,
     /// The data directory, shown as the broker's one log dir (DescribeLogDirs).
     pub log_dir: String,
+    /// Fetch sessions kept at most (`kafka_fetch_session_slots`; 0: none, every fetch is
+    /// answered sessionless).
+    pub fetch_session_slots: usize,
 }
 
 /// How connections are secured: TLS on the socket, SASL logins on top.
@@ -114,6 +118,8 @@ pub struct Shared {
     pub backoff: sasl::backoff::Backoff,
     /// Failed logins: their counter and rate-limited log.
     pub auth_failures: sasl::failures::FailureLog,
+    /// The node's fetch sessions (KIP-227), each its user's.
+    pub fetch_sessions: Arc<fetch_sessions::FetchSessions>,
 }
 
 impl Shared {
@@ -124,6 +130,7 @@ impl Shared {
             cfg: self.cfg.clone(),
             inflight: self.inflight.clone(),
             groups: self.tenants.get(&ctx.tenant),
+            fetch_sessions: self.fetch_sessions.clone(),
             sasl: self.users.is_some(),
             ctx,
         }
@@ -150,6 +157,8 @@ pub struct Door {
     /// Consumer group membership of the connection's tenant (in memory; offsets and
     /// generations are engine state).
     pub groups: Arc<group::Coordinator>,
+    /// The node's fetch sessions; a connection reaches only its own user's.
+    pub fetch_sessions: Arc<fetch_sessions::FetchSessions>,
     /// Whether logins are required (ApiVersions then lists the SASL APIs).
     pub sasl: bool,
 }
@@ -197,6 +206,7 @@ pub async fn run(
     ));
     let shared = Arc::new(Shared {
         tenants: group::Tenants::default(),
+        fetch_sessions: Arc::new(fetch_sessions::FetchSessions::new(cfg.fetch_session_slots)),
         bus,
         cfg: Arc::new(cfg),
         inflight,
@@ -222,6 +232,9 @@ pub async fn run(
     metrics::counter!("queen_kafka_refused_connections_total").increment(0);
     metrics::gauge!("queen_kafka_group_member_bytes").set(0.0);
     shared.auth_failures.export();
+    metrics::gauge!("queen_kafka_fetch_sessions").set(0.0);
+    metrics::gauge!("queen_kafka_fetch_session_bytes").set(0.0);
+    metrics::counter!("queen_kafka_fetch_session_evictions_total").increment(0);
     for api in connection::API_NAMES {
         metrics::counter!("queen_kafka_requests_total", "api" => *api).increment(0);
     }

@@ -437,6 +437,16 @@ pub(crate) const KEYS: &[KeySpec] = &[
         flag: None,
         kind: Kind::Bool,
     },
+    KeySpec {
+        name: "kafka_fetch_session_slots",
+        env: "QUEEN_KAFKA_FETCH_SESSION_SLOTS",
+        flag: None,
+        // 0 turns sessions off; all sessions together stay within 64 MiB whatever the count.
+        kind: Kind::Uint {
+            min: 0,
+            max: 100_000,
+        },
+    },
 ];
 
 /// The environment variable naming the config file (the twin of `--config`).

@@ -140,6 +140,9 @@ pub struct Config {
     /// start is refused, as anyone reaching the HTTP port would act as admin on the tenant
     /// the Kafka users' data lives in.
     pub http_auth_disabled: bool,
+    /// Kafka fetch sessions (KIP-227) the node keeps at most (Kafka's
+    /// `max.incremental.fetch.session.cache.slots`); 0 answers every fetch sessionless.
+    pub kafka_fetch_session_slots: u64,
 }
 
 impl Default for Config {
@@ -199,6 +202,7 @@ impl Default for Config {
             kafka_max_prelogin_connections: 64,
             kafka_max_prelogin_connections_per_ip: 16,
             http_auth_disabled: false,
+            kafka_fetch_session_slots: 1_000,
         }
     }
 }
@@ -409,6 +413,7 @@ impl Config {
             "kafka_producer_evict_min_idle_ms" => self.kafka_producer_evict_min_idle_ms,
             "kafka_max_prelogin_connections" => self.kafka_max_prelogin_connections,
             "kafka_max_prelogin_connections_per_ip" => self.kafka_max_prelogin_connections_per_ip,
+            "kafka_fetch_session_slots" => self.kafka_fetch_session_slots,
             _ => 0,
         }
     }

@@ -305,6 +305,15 @@ fn refuses_out_of_range_from_each_layer() {
 }
 
 #[test]
+fn fetch_session_slots_may_be_zero_but_are_bounded() {
+    for (value, ok) in [(0, true), (100_000, true), (100_001, false)] {
+        let (_d, path) = file(&format!("kafka_fetch_session_slots = {value}\n"));
+        let res = load_env(&with_file(&path), &[]);
+        assert_eq!(res.is_ok(), ok, "{value}: {:?}", res.err());
+    }
+}
+
+#[test]
 fn every_range_bound_is_enforced() {
     let cases: &[(&str, u64, u64)] = &[
         ("max_body_bytes", 1024, 255 << 20),

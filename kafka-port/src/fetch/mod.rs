@@ -1,11 +1,16 @@
 //! Fetch: records of partitions from an offset, as uncompressed record batches v2 with their
 //! real offsets, read through the engine's "fetch by offset" (no lease, no cursor).
 //!
-//! No fetch sessions: every answer has session id 0, which clients read as "sessionless"
-//! and so send full requests. read_committed and read_uncommitted answer the same while no
-//! transactions are served. A fetch that finds nothing waits up to `max_wait_ms` (at most
-//! [`MAX_WAIT`]) by asking again every [`RECHECK`].
+//! From v7 a consumer may keep a fetch session ([`crate::fetch_sessions`]): its full fetch
+//! is answered whole and offered a session id, then its incremental fetches read all the
+//! session's partitions and are answered only those with something new. read_committed and
+//! read_uncommitted answer the same while no transactions are served. A fetch that finds
+//! nothing waits up to `max_wait_ms` (at most [`MAX_WAIT`]) by asking again every
+//! [`RECHECK`], incremental or not.
 
+mod request;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -22,8 +27,11 @@ use queenmq_protocol::fetch::{
 use queenmq_protocol::QueenError;
 
 use crate::connection::{encode, Reply};
-use crate::wire::{Malformed, Reader};
+use crate::fetch_sessions::session::{Cached, Key, Owner, Seen, Told};
+use crate::fetch_sessions::{Begin, NO_SESSION};
+use crate::wire::Reader;
 use crate::{errors, offset_reads, topics, unmapping, Door};
+pub use request::{decode, FetchPartition, FetchRequest};
 
 /// v4 (the first with record batches v2) ..= v12 (v13 names topics by id).
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 4..=12;
@@ -31,80 +39,11 @@ pub const VERSIONS: std::ops::RangeInclusive<i16> = 4..=12;
 pub const MAX_WAIT: Duration = Duration::from_secs(30);
 /// How often a waiting fetch asks the engine again.
 pub const RECHECK: Duration = Duration::from_millis(50);
+/// The first version with fetch sessions (KIP-227).
+pub const SESSION_VERSION: i16 = 7;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetchPartition {
-    pub index: i32,
-    pub offset: i64,
-    pub max_bytes: i32,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetchRequest {
-    pub max_wait_ms: i32,
-    pub min_bytes: i32,
-    pub max_bytes: i32,
-    pub topics: Vec<(String, Vec<FetchPartition>)>,
-}
-
-pub fn decode(version: i16, r: &mut Reader) -> Result<FetchRequest, Malformed> {
-    let _replica_id = r.i32()?;
-    let max_wait_ms = r.i32()?;
-    let min_bytes = r.i32()?;
-    let max_bytes = r.i32()?;
-    let _isolation_level = r.i8()?;
-    if version >= 7 {
-        let _session_id = r.i32()?;
-        let _session_epoch = r.i32()?;
-    }
-    let mut topics = Vec::new();
-    for _ in 0..r.array_len()?.unwrap_or(0) {
-        let name = r.string()?;
-        let mut parts = Vec::new();
-        for _ in 0..r.array_len()?.unwrap_or(0) {
-            let index = r.i32()?;
-            if version >= 9 {
-                let _current_leader_epoch = r.i32()?;
-            }
-            let offset = r.i64()?;
-            if version >= 12 {
-                let _last_fetched_epoch = r.i32()?;
-            }
-            if version >= 5 {
-                let _log_start_offset = r.i64()?;
-            }
-            let max_bytes = r.i32()?;
-            r.skip_tags()?;
-            parts.push(FetchPartition {
-                index,
-                offset,
-                max_bytes,
-            });
-        }
-        r.skip_tags()?;
-        topics.push((name, parts));
-    }
-    if version >= 7 {
-        // Forgotten topics only matter to fetch sessions, which are not kept.
-        for _ in 0..r.array_len()?.unwrap_or(0) {
-            let _topic = r.string()?;
-            for _ in 0..r.array_len()?.unwrap_or(0) {
-                let _partition = r.i32()?;
-            }
-            r.skip_tags()?;
-        }
-    }
-    if version >= 11 {
-        let _rack_id = r.string()?;
-    }
-    r.skip_tags()?;
-    Ok(FetchRequest {
-        max_wait_ms,
-        min_bytes,
-        max_bytes,
-        topics,
-    })
-}
+/// A partition to read: its topic and what is asked of it.
+type Asked = (Arc<str>, FetchPartition);
 
 /// A client's byte count as a budget: at least 1, at most what one read serves.
 fn budget(n: i32) -> usize {
@@ -112,33 +51,31 @@ fn budget(n: i32) -> usize {
 }
 
 /// What each partition asks, or the error it gets without asking the engine.
-fn plan(req: &FetchRequest) -> (Vec<Result<usize, i16>>, Vec<FetchEntry>) {
-    let mut plan = Vec::new();
+fn plan(asked: &[Asked]) -> (Vec<Result<usize, i16>>, Vec<FetchEntry>) {
+    let mut plan = Vec::with_capacity(asked.len());
     let mut entries = Vec::new();
-    for (topic, parts) in &req.topics {
-        for p in parts {
-            let code = if !topics::valid_topic_name(topic) {
-                Some(errors::INVALID_TOPIC_EXCEPTION)
-            } else if !u32::try_from(p.index).is_ok_and(|i| i < topics::MAX_TOPIC_PARTITIONS) {
-                Some(errors::UNKNOWN_TOPIC_OR_PARTITION)
-            } else if p.offset < 0 {
-                Some(errors::OFFSET_OUT_OF_RANGE)
-            } else {
-                None
-            };
-            plan.push(match code {
-                Some(code) => Err(code),
-                None => {
-                    entries.push(FetchEntry {
-                        queue: topic.clone(),
-                        partition: p.index.to_string(),
-                        offset: p.offset.unsigned_abs(),
-                        max_bytes: budget(p.max_bytes),
-                    });
-                    Ok(entries.len() - 1)
-                }
-            });
-        }
+    for (topic, p) in asked {
+        let code = if !topics::valid_topic_name(topic) {
+            Some(errors::INVALID_TOPIC_EXCEPTION)
+        } else if !u32::try_from(p.index).is_ok_and(|i| i < topics::MAX_TOPIC_PARTITIONS) {
+            Some(errors::UNKNOWN_TOPIC_OR_PARTITION)
+        } else if p.offset < 0 {
+            Some(errors::OFFSET_OUT_OF_RANGE)
+        } else {
+            None
+        };
+        plan.push(match code {
+            Some(code) => Err(code),
+            None => {
+                entries.push(FetchEntry {
+                    queue: topic.to_string(),
+                    partition: p.index.to_string(),
+                    offset: p.offset.unsigned_abs(),
+                    max_bytes: budget(p.max_bytes),
+                });
+                Ok(entries.len() - 1)
+            }
+        });
     }
     (plan, entries)
 }
@@ -246,12 +183,15 @@ fn settle_unknown(entries: &mut [FetchedEntry], asked: &[FetchEntry]) {
     }
 }
 
-pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
-    let req = match decode(version, &mut r) {
-        Ok(req) => req,
-        Err(e) => return Reply::Close(e.to_string()),
-    };
-    let (plan, entries) = plan(&req);
+/// Reads `asked` (waiting up to the request's `max_wait_ms` for `min_bytes`): per
+/// partition what was read, or its error code.
+async fn read(
+    door: &Door,
+    version: i16,
+    req: &FetchRequest,
+    asked: &[Asked],
+) -> Vec<Result<FetchedEntry, i16>> {
+    let (plan, entries) = plan(asked);
     let wait = Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0)).min(MAX_WAIT);
     let deadline = tokio::time::Instant::now() + wait;
     let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
@@ -271,36 +211,152 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
             Err(e) => break Err(e),
         }
     };
-    let mut plan = plan.into_iter();
-    let mut responses = Vec::new();
-    for (topic, parts) in &req.topics {
-        let mut partitions = Vec::with_capacity(parts.len());
-        for p in parts {
-            let one = match (plan.next(), &read) {
-                (Some(Ok(i)), Ok(got)) => match got.get(i) {
-                    Some(e) => Ok(e),
-                    None => Err(errors::UNKNOWN_SERVER_ERROR),
-                },
-                // KAFKA_STORAGE_ERROR from Fetch v6 on, as Kafka.
-                (Some(Ok(_)), Err(e)) => Err(errors::from_queen_in(e, version >= 6)),
-                (Some(Err(code)), _) => Err(code),
-                (None, _) => Err(errors::UNKNOWN_SERVER_ERROR),
-            };
-            match partition_data(version, p.index, one) {
-                Ok(d) => partitions.push(d),
-                Err(e) => return Reply::Close(format!("fetch records did not encode: {e}")),
+    let mut got: Vec<Option<FetchedEntry>> = match read {
+        Ok(got) => got.into_iter().map(Some).collect(),
+        Err(e) => {
+            // KAFKA_STORAGE_ERROR from Fetch v6 on, as Kafka.
+            let code = errors::from_queen_in(&e, version >= 6);
+            return plan
+                .into_iter()
+                .map(|p| Err(p.err().unwrap_or(code)))
+                .collect();
+        }
+    };
+    plan.into_iter()
+        .map(|p| match p {
+            Ok(i) => got
+                .get_mut(i)
+                .and_then(Option::take)
+                .ok_or(errors::UNKNOWN_SERVER_ERROR),
+            Err(code) => Err(code),
+        })
+        .collect()
+}
+
+/// What a session remembers of an answered partition.
+fn seen(d: &PartitionData) -> Seen {
+    Seen {
+        records: d.records.as_ref().is_some_and(|r| !r.is_empty()),
+        error: d.error_code != errors::NONE,
+        told: Told {
+            high_watermark: d.high_watermark,
+            last_stable: d.last_stable_offset,
+            log_start: d.log_start_offset,
+        },
+    }
+}
+
+/// The answered partitions grouped by topic, consecutive ones together (as Kafka does: a
+/// session whose partitions moved may name a topic twice).
+fn by_topic(answered: Vec<(Arc<str>, PartitionData)>) -> Vec<FetchableTopicResponse> {
+    let mut out: Vec<FetchableTopicResponse> = Vec::new();
+    let mut last: Option<Arc<str>> = None;
+    for (topic, d) in answered {
+        match out.last_mut() {
+            Some(t) if last.as_deref() == Some(&*topic) => t.partitions.push(d),
+            _ => {
+                out.push(
+                    FetchableTopicResponse::default()
+                        .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+                        .with_partitions(vec![d]),
+                );
+                last = Some(topic);
             }
         }
-        responses.push(
-            FetchableTopicResponse::default()
-                .with_topic(TopicName(StrBytes::from_string(topic.clone())))
-                .with_partitions(partitions),
-        );
     }
+    out
+}
+
+pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let req = match decode(version, &mut r) {
+        Ok(req) => req,
+        Err(e) => return Reply::Close(e.to_string()),
+    };
+    let owner = Owner::of(&door.ctx);
+    let begin = if version >= SESSION_VERSION {
+        door.fetch_sessions.begin(
+            &owner,
+            req.session_id,
+            req.session_epoch,
+            &req.topics,
+            &req.forgotten,
+            tokio::time::Instant::now(),
+        )
+    } else {
+        Begin::Sessionless
+    };
+    let asked: Vec<Asked> = match &begin {
+        Begin::Refused(code) => {
+            let resp = FetchResponse::default()
+                .with_error_code(*code)
+                .with_session_id(NO_SESSION);
+            return encode(&resp, version);
+        }
+        Begin::Incremental { parts, .. } => parts
+            .iter()
+            .map(|((topic, index), c)| {
+                let p = FetchPartition {
+                    index: *index,
+                    offset: c.offset,
+                    max_bytes: c.max_bytes,
+                };
+                (topic.clone(), p)
+            })
+            .collect(),
+        Begin::Sessionless | Begin::Full => req
+            .topics
+            .iter()
+            .flat_map(|(topic, parts)| {
+                let name: Arc<str> = Arc::from(topic.as_str());
+                parts.iter().map(move |p| (name.clone(), p.clone()))
+            })
+            .collect(),
+    };
+    let read = read(door, version, &req, &asked).await;
+    let mut answered = Vec::with_capacity(asked.len());
+    for ((topic, p), one) in asked.iter().zip(&read) {
+        match partition_data(version, p.index, one.as_ref().map_err(|c| *c)) {
+            Ok(d) => answered.push((topic.clone(), d)),
+            Err(e) => return Reply::Close(format!("fetch records did not encode: {e}")),
+        }
+    }
+    let now = tokio::time::Instant::now();
+    let (session_id, answered) = match begin {
+        Begin::Full => {
+            let cached: Vec<(Key, Cached)> = asked
+                .iter()
+                .zip(&answered)
+                .map(|((topic, p), (_, d))| {
+                    ((topic.clone(), p.index), Cached::answered(p, &seen(d)))
+                })
+                .collect();
+            (door.fetch_sessions.create(owner, &cached, now), answered)
+        }
+        Begin::Incremental { id, parts } => {
+            let seen: Vec<(Key, Seen)> = parts
+                .iter()
+                .zip(&answered)
+                .map(|((key, _), (_, d))| (key.clone(), seen(d)))
+                .collect();
+            let news: Vec<bool> = parts
+                .iter()
+                .zip(&seen)
+                .map(|((_, c), (_, s))| c.must_respond(s))
+                .collect();
+            door.fetch_sessions.settle(&owner, id, &seen, now);
+            let news = answered
+                .into_iter()
+                .zip(news)
+                .filter_map(|(a, new)| new.then_some(a))
+                .collect();
+            (id, news)
+        }
+        Begin::Sessionless | Begin::Refused(_) => (NO_SESSION, answered),
+    };
     encode(
         &FetchResponse::default()
-            .with_session_id(0)
-            .with_responses(responses),
+            .with_session_id(session_id)
+            .with_responses(by_topic(answered)),
         version,
     )
 }
@@ -389,32 +445,26 @@ mod tests {
 
     #[test]
     fn bad_partitions_are_answered_without_the_engine() {
-        let req = FetchRequest {
-            max_wait_ms: 0,
-            min_bytes: 1,
-            max_bytes: i32::MAX,
-            topics: vec![(
-                "t".into(),
-                vec![
-                    FetchPartition {
-                        index: 0,
-                        offset: 3,
-                        max_bytes: -5,
-                    },
-                    FetchPartition {
-                        index: -1,
-                        offset: 0,
-                        max_bytes: 10,
-                    },
-                    FetchPartition {
-                        index: 1,
-                        offset: -2,
-                        max_bytes: 10,
-                    },
-                ],
-            )],
-        };
-        let (plan, entries) = plan(&req);
+        let t: Arc<str> = Arc::from("t");
+        let asked = [
+            FetchPartition {
+                index: 0,
+                offset: 3,
+                max_bytes: -5,
+            },
+            FetchPartition {
+                index: -1,
+                offset: 0,
+                max_bytes: 10,
+            },
+            FetchPartition {
+                index: 1,
+                offset: -2,
+                max_bytes: 10,
+            },
+        ]
+        .map(|p| (t.clone(), p));
+        let (plan, entries) = plan(&asked);
         assert_eq!(
             plan,
             vec![
@@ -425,5 +475,32 @@ mod tests {
         );
         assert_eq!((entries[0].offset, entries[0].max_bytes), (3, 1));
         assert_eq!(budget(i32::MAX), MAX_FETCH_BYTES);
+    }
+
+    #[test]
+    fn consecutive_partitions_of_a_topic_share_its_entry() {
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        let d = |i| PartitionData::default().with_partition_index(i);
+        let grouped = by_topic(vec![
+            (a.clone(), d(0)),
+            (a.clone(), d(1)),
+            (b, d(0)),
+            (a, d(2)),
+        ]);
+        let shape: Vec<(String, Vec<i32>)> = grouped
+            .iter()
+            .map(|t| {
+                let idx = t.partitions.iter().map(|p| p.partition_index).collect();
+                (t.topic.0.to_string(), idx)
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                ("a".into(), vec![0, 1]),
+                ("b".into(), vec![0]),
+                ("a".into(), vec![2])
+            ]
+        );
     }
 }
