@@ -292,6 +292,7 @@ fn need_counts_what_every_data_writer_keeps() {
         required_leases: vec![],
         kv: vec![kv_put(10)],
         timers: vec![schedule(20)],
+        ..Default::default()
     });
     assert_eq!(
         need(&txn),

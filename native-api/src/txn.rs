@@ -165,6 +165,7 @@ pub async fn transaction(
         required_leases,
         kv: kv_ops,
         timers,
+        ..Default::default()
     };
     match call(&app, ctx, Command::Transaction(req)).await? {
         Outcome::Transaction(r) if r.kv_precondition.is_some() => {

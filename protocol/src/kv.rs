@@ -264,6 +264,16 @@ pub const KAFKA_PARTITIONS_NS: &str = "queen-kafka-partitions";
 /// in: a KV write there would bypass the query's reset fence and the cycle's atomicity.
 pub const STREAMS_NS: &str = "queen-streams";
 
+/// A row `purging/<query_id>` of [`STREAMS_NS`] asks the engine to delete every row under
+/// `row/<query_id>/`, a bounded number per cycle, then the marker: a reset's purge survives
+/// the client going away and the broker restarting.
+pub const STREAMS_PURGE_PREFIX: &str = "purging/";
+
+/// The prefix of every state row of a streams query id.
+pub fn streams_rows_prefix(query_id: &str) -> String {
+    format!("row/{query_id}/")
+}
+
 /// Namespaces the KV API may read but never write: each is written by the one door that
 /// keeps its invariants.
 pub const READ_ONLY_NAMESPACES: [(&str, &str); 3] = [

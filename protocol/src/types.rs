@@ -199,6 +199,13 @@ pub struct TxnReq {
     pub kv: Vec<crate::kv::KvOp>,
     /// Timer riders (§2.8): applied with the bundle; their results follow the others'.
     pub timers: Vec<crate::timers::TimerOp>,
+    /// Set by a door whose bundle must apply at most once (a streams cycle): an ack already
+    /// covered by its group's cursor makes the bundle a replay, answered with
+    /// [`TxnResult::replayed`] and nothing applied, instead of a no-op ack beside effects
+    /// applied a second time.
+    pub strict_acks: bool,
+    /// With `strict_acks`: the queue every ack must be on (a streams query's source).
+    pub ack_queue: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -215,6 +222,9 @@ pub struct TxnResult {
     pub results: Vec<TxnOpResult>,
     /// A `required` KV op of the rider did not hold: nothing was applied, `results` is empty.
     pub kv_precondition: Option<crate::kv::KvPrecondition>,
+    /// Under `strict_acks`, an ack was already covered: nothing was applied, `results` is
+    /// empty.
+    pub replayed: bool,
 }
 
 #[derive(Debug, Clone)]

@@ -6,6 +6,9 @@ worker is SIGKILLed mid-stream and restarted, and when the broker is killed -9 a
 state rows, sink pushes and the source ack of a cycle commit as one. A token-bucket gate holds
 messages (partial ack, lease kept) and releases them in order. A changed config_hash is a 409
 until reset, which starts from fresh state; a cycle with a stale lease changes nothing.
+A cycle applies at most once: a replayed or late cycle (with or without an ack) applies
+nothing and answers success. A reset's purge of the old rows finishes though the client hangs
+up and the broker is killed; a state past what one read answers is refused, never cut.
 """
 
 import asyncio
@@ -180,14 +183,15 @@ def test_a_token_bucket_gate_holds_messages_and_releases_them_in_order(broker, h
     assert row["value"]["allowedTotal"] == 20
 
 
-def register(http: httpx.Client, url: str, name: str, config_hash: str | None, reset: bool = False) -> dict:
+def register(http: httpx.Client, url: str, name: str, config_hash: str | None, reset: bool = False,
+             source: str = "src") -> dict:
     """The registry row of `name` as the runner left it (the same hash: no reset)."""
     if config_hash is None:
         listing = http.post(f"{url}/api/v1/kv", json={"operations": [
             {"op": "get", "ns": "queen-streams", "key": f"query/{name}"}]})
         config_hash = listing.json()["results"][0]["value"]["config_hash"]
     res = http.post(f"{url}/streams/v1/queries", json={
-        "name": name, "source_queue": "src", "config_hash": config_hash, "reset": reset})
+        "name": name, "source_queue": source, "config_hash": config_hash, "reset": reset})
     assert res.status_code == 200, res.text
     return res.json()
 
@@ -206,25 +210,40 @@ def partition_id_of(http: httpx.Client, url: str, queue: str, partition: str) ->
     return pid
 
 
+def popped(http: httpx.Client, url: str, queue: str, group: str, n: int) -> list[dict]:
+    """`n` fresh messages of `queue`, leased to `group`."""
+    queen_api.push(http, url, [queen_api.item(queue, "p", f"{queue}-{group}-{i}", {"i": i}) for i in range(n)])
+    got = queen_api.pop(http, url, queue, group=group, batch=n, wait=False, mode="all")
+    assert len(got) == n, got
+    return got
+
+
+def acked_cycle(qid: str, m: dict, group: str, state_ops: list, push_items: list | None = None) -> dict:
+    return {"query_id": qid, "partition_id": m["partitionId"], "consumer_group": group,
+            "state_ops": state_ops, "push_items": push_items or [],
+            "ack": {"transactionId": m["transactionId"], "leaseId": m["leaseId"], "status": "completed", "count": 1},
+            "release_lease": False}
+
+
 def test_a_changed_config_hash_is_refused_until_reset_which_starts_fresh(broker, http):
     url = broker.url
-    first = register(http, url, "q1", "hash-1")
+    first = register(http, url, "q1", "hash-1", source="src")
     assert first["fresh"] is True and first["reset"] is False
     again = register(http, url, "q1", "hash-1")
     assert again["query_id"] == first["query_id"] and again["fresh"] is False
 
     qid = first["query_id"]
-    res = http.post(f"{url}/streams/v1/cycle", json={
-        "query_id": qid, "partition_id": "p1", "consumer_group": "g",
-        "state_ops": [{"type": "upsert", "key": "k", "value": {"acc": 3, "windowEnd": 10}},
-                      {"type": "upsert", "key": "late", "value": {"acc": 1, "windowEnd": 99}}],
-        "push_items": [], "ack": None, "release_lease": True})
+    [m] = popped(http, url, "src", "g", 1)
+    p1 = m["partitionId"]
+    res = http.post(f"{url}/streams/v1/cycle", json=acked_cycle(qid, m, "g", [
+        {"type": "upsert", "key": "k", "value": {"acc": 3, "windowEnd": 10}},
+        {"type": "upsert", "key": "late", "value": {"acc": 1, "windowEnd": 99}}]))
     assert res.status_code == 200 and res.json()["success"] is True, res.text
-    ripe = state_get(http, url, qid, "p1", ripe_at_or_before=10).json()["rows"]
+    ripe = state_get(http, url, qid, p1, ripe_at_or_before=10).json()["rows"]
     assert [r["key"] for r in ripe] == ["k"] and ripe[0]["value"]["acc"] == 3
-    under = state_get(http, url, qid, "p1", key_prefix="la").json()["rows"]
+    under = state_get(http, url, qid, p1, key_prefix="la").json()["rows"]
     assert [r["key"] for r in under] == ["late"]
-    named = http.post(f"{url}/streams/v1/state/get", json={"query_id": qid, "partition_id": "p1",
+    named = http.post(f"{url}/streams/v1/state/get", json={"query_id": qid, "partition_id": p1,
                                                            "keys": ["late", "absent"]}).json()["rows"]
     assert [r["key"] for r in named] == ["late"]
 
@@ -235,15 +254,15 @@ def test_a_changed_config_hash_is_refused_until_reset_which_starts_fresh(broker,
 
     reset = register(http, url, "q1", "hash-2", reset=True)
     assert reset["reset"] is True and reset["query_id"] != qid
-    assert state_get(http, url, reset["query_id"], "p1").json()["rows"] == []
+    assert state_get(http, url, reset["query_id"], p1).json()["rows"] == []
     # The same chain again, reset or not, is the same query with its state.
     assert register(http, url, "q1", "hash-2", reset=True)["query_id"] == reset["query_id"]
-    gone = state_get(http, url, qid, "p1")
+    gone = state_get(http, url, qid, p1)
     assert gone.status_code == 404 and gone.json() == {"error": "not found"}
     # The old id is fenced: its cycles apply nothing.
     late = http.post(f"{url}/streams/v1/cycle", json={
-        "query_id": qid, "partition_id": "p1", "consumer_group": "g",
-        "state_ops": [{"type": "upsert", "key": "k", "value": 1}], "push_items": [], "ack": None})
+        "query_id": qid, "partition_id": p1, "consumer_group": "g",
+        "state_ops": [{"type": "delete", "key": "k"}], "push_items": [], "ack": None})
     assert late.status_code == 404 and late.json() == {"error": "not found"}
     # KV may read the namespace, never write it.
     write = http.post(f"{url}/api/v1/kv", json={"operations": [
@@ -270,7 +289,7 @@ def test_the_official_client_raises_on_a_changed_operator_chain(broker, http):
 
 def test_a_cycle_with_a_stale_lease_changes_nothing(broker, http):
     url = broker.url
-    q = register(http, url, "stale", "h")
+    q = register(http, url, "stale", "h", source="in")
     queen_api.push(http, url, [queen_api.item("in", "p", f"m{i}", {"i": i}) for i in range(3)])
     [m0, _, m2] = queen_api.pop(http, url, "in", group="streams.stale", batch=3, wait=False,
                                  mode="all")
@@ -304,6 +323,11 @@ def test_a_cycle_with_a_stale_lease_changes_nothing(broker, http):
     ({"state_ops": [{"type": "merge", "key": "k", "value": 1}]}, 400),
     ({"state_ops": [{"type": "upsert", "key": "k"}]}, 400),
     ({"partition_id": "a/b"}, 400),
+    ({"partition_id": "07"}, 400),
+    ({"partition_id": " 7"}, 400),
+    ({"partition_id": "+7"}, 400),
+    ({"state_ops": [{"type": "upsert", "key": "k", "value": 1}]}, 400),
+    ({"state_ops": []}, 400),
     ({"query_id": "not-a-query"}, 400),
     ({"ack": {"transactionId": "t", "leaseId": "l", "status": "failed", "count": 1}}, 400),
 ])
@@ -311,8 +335,189 @@ def test_a_cycle_out_of_bounds_is_refused_whole(broker, http, change, status):
     url = broker.url
     q = register(http, url, "bounds", "h")
     body = {"query_id": q["query_id"], "partition_id": "p1", "consumer_group": "g",
-            "state_ops": [], "push_items": [{"queue": "out", "partition": "p", "payload": {}}], "ack": None}
+            "state_ops": [{"type": "delete", "key": "k"}],
+            "push_items": [{"queue": "out", "partition": "p", "payload": {}}], "ack": None}
     res = http.post(f"{url}/streams/v1/cycle", json={**body, **change})
     assert res.status_code == status, res.text
     assert res.json()["success"] is False
     assert queen_api.pop(http, url, "out", group="check", wait=False, mode="all") == []
+
+
+def sink_payloads(http: httpx.Client, url: str, queue: str) -> list:
+    return [m["data"] for m in queen_api.drain(http, url, queue, "check")]
+
+
+def cycle_post(http: httpx.Client, url: str, body: dict) -> httpx.Response:
+    return http.post(f"{url}/streams/v1/cycle", json=body)
+
+
+def test_a_replayed_cycle_applies_nothing_and_answers_success(broker, http):
+    """The client retries a cycle whose answer it lost, and an older copy may arrive late:
+    neither may push again or rewind the state."""
+    url = broker.url
+    q = register(http, url, "replay", "h", source="in")
+    group = "streams.replay"
+    m0, _, m2 = popped(http, url, "in", group, 3)
+
+    def body(m: dict, n: int) -> dict:
+        return acked_cycle(q["query_id"], m, group, [{"type": "upsert", "key": "sum", "value": {"n": n}}],
+                           [{"queue": "out", "partition": "p", "payload": {"n": n}}])
+
+    first = cycle_post(http, url, body(m0, 1))
+    assert first.status_code == 200 and first.json()["success"] is True, first.text
+    assert "replayed" not in first.json()
+    again = cycle_post(http, url, body(m0, 1))
+    assert again.status_code == 200, again.text
+    assert again.json()["success"] is True and again.json()["replayed"] is True
+    later = cycle_post(http, url, body(m2, 3))
+    assert later.status_code == 200 and later.json()["success"] is True, later.text
+    assert "replayed" not in later.json()
+    # The older copy arrives after the newer cycle: it must not rewind the sum.
+    older = cycle_post(http, url, body(m0, 1))
+    assert older.status_code == 200 and older.json()["replayed"] is True, older.text
+    [row] = state_get(http, url, q["query_id"], m0["partitionId"]).json()["rows"]
+    assert row["value"] == {"n": 3}
+    assert sink_payloads(http, url, "out") == [{"n": 1}, {"n": 3}]
+
+
+def test_a_replayed_flush_applies_nothing(broker, http):
+    """A cycle without an ack (the client's flush of ripe windows) is fenced by the rows it
+    deletes: sent twice, its windows are emitted once."""
+    url = broker.url
+    q = register(http, url, "flush", "h", source="in")
+    group = "streams.flush"
+    [m] = popped(http, url, "in", group, 1)
+    pid = m["partitionId"]
+    seed = cycle_post(http, url, acked_cycle(q["query_id"], m, group, [
+        {"type": "upsert", "key": "w1", "value": {"acc": 5, "windowEnd": 1}}]))
+    assert seed.json()["success"] is True, seed.text
+    flush = {"query_id": q["query_id"], "partition_id": pid, "consumer_group": group,
+             "state_ops": [{"type": "delete", "key": "w1"}],
+             "push_items": [{"queue": "out", "partition": "p", "payload": {"sum": 5}}], "ack": None}
+    first = cycle_post(http, url, flush)
+    assert first.status_code == 200 and first.json()["success"] is True, first.text
+    assert "replayed" not in first.json()
+    again = cycle_post(http, url, flush)
+    assert again.status_code == 200 and again.json()["replayed"] is True, again.text
+    assert state_get(http, url, q["query_id"], pid).json()["rows"] == []
+    assert sink_payloads(http, url, "out") == [{"sum": 5}]
+
+
+def test_a_cycle_acks_only_its_query_source_and_names_partitions_one_way(broker, http):
+    url = broker.url
+    q = register(http, url, "sourced", "h", source="in")
+    [m] = popped(http, url, "other", "g", 1)
+    res = cycle_post(http, url, acked_cycle(q["query_id"], m, "g", [{"type": "upsert", "key": "k", "value": 1}]))
+    assert res.json()["success"] is False and "is not of queue in" in res.json()["error"], res.text
+    assert state_get(http, url, q["query_id"], m["partitionId"]).json()["rows"] == []
+    # The same partition spelled another way would key other rows.
+    aliased = state_get(http, url, q["query_id"], "0" + m["partitionId"])
+    assert aliased.status_code == 400, aliased.text
+
+
+def rows_left(http: httpx.Client, url: str, qid: str) -> int:
+    """State rows of `qid` plus its purge marker (at most one of each counted)."""
+    res = http.post(f"{url}/api/v1/kv", json={"operations": [
+        {"op": "getPrefix", "ns": "queen-streams", "prefix": f"row/{qid}/", "keysOnly": True, "limit": 1},
+        {"op": "getPrefix", "ns": "queen-streams", "prefix": f"purging/{qid}", "keysOnly": True, "limit": 1}]})
+    assert res.status_code == 200, res.text
+    return sum(len(r["rows"]) for r in res.json()["results"])
+
+
+def registered_hash(http: httpx.Client, url: str, name: str) -> str:
+    res = http.post(f"{url}/api/v1/kv", json={"operations": [
+        {"op": "get", "ns": "queen-streams", "key": f"query/{name}"}]})
+    return res.json()["results"][0]["value"]["config_hash"]
+
+
+def send_and_hang_up(url: str, path: str, body: dict) -> None:
+    """Sends one request and closes the connection without reading the answer."""
+    import json
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    data = json.dumps(body).encode()
+    head = (f"POST {path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n").encode()
+    with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+        s.sendall(head + data)
+
+
+def test_a_reset_purge_finishes_after_the_client_hangs_up_and_across_a_broker_kill(broker_factory):
+    broker = broker_factory("streams-purge").start()
+    with httpx.Client(timeout=30.0) as http:
+        url = broker.url
+        q = register(http, url, "big", "h1", source="in")
+        msgs = popped(http, url, "in", "g", 5)
+        for i, m in enumerate(msgs):
+            ops = [{"type": "upsert", "key": f"k{i}-{j}", "value": j} for j in range(4096)]
+            res = cycle_post(http, url, acked_cycle(q["query_id"], m, "g", ops))
+            assert res.json()["success"] is True, res.text
+        # 20,480 rows: twenty engine cycles of purge, many more than one request's worth.
+        assert rows_left(http, url, q["query_id"]) == 1
+        reset = {"name": "big", "source_queue": "in", "config_hash": "h2", "reset": True}
+        # The client goes away at once; a hang-up before the reset committed changes nothing,
+        # so try again (a bounded number of times) until the registry names the new hash.
+        for _ in range(5):
+            send_and_hang_up(url, "/streams/v1/queries", reset)
+            for _ in range(50):
+                if registered_hash(http, url, "big") == "h2":
+                    break
+            else:
+                continue
+            break
+        assert registered_hash(http, url, "big") == "h2"
+        broker.kill()
+        broker.start()
+        url = broker.url
+        for _ in range(600):
+            if rows_left(http, url, q["query_id"]) == 0:
+                break
+        assert rows_left(http, url, q["query_id"]) == 0, "the old id's rows were never purged"
+        fresh = register(http, url, "big", "h2", source="in")
+        assert fresh["query_id"] != q["query_id"]
+        assert state_get(http, url, fresh["query_id"], msgs[0]["partitionId"]).json()["rows"] == []
+
+
+def test_a_state_past_what_one_read_answers_is_refused_not_cut(broker, http):
+    """The official client neither pages nor reads a `truncated` flag: a partial answer would
+    restart windows from `initial`. So a state past the read budget (16 MiB) is a 413."""
+    url = broker.url
+    q = register(http, url, "huge", "h", source="in")
+    msgs = popped(http, url, "in", "g", 11)
+    value = "v" * (200 * 1024)
+    for i, m in enumerate(msgs):
+        ops = [{"type": "upsert", "key": f"k{i}-{j}", "value": value} for j in range(8)]
+        res = cycle_post(http, url, acked_cycle(q["query_id"], m, "g", ops))
+        assert res.json()["success"] is True, res.text
+    pid = msgs[0]["partitionId"]
+    whole = state_get(http, url, q["query_id"], pid)
+    assert whole.status_code == 413, whole.text[:200]
+    assert whole.json()["success"] is False and "rows" not in whole.json()
+    named = http.post(f"{url}/streams/v1/state/get", json={"query_id": q["query_id"], "partition_id": pid,
+                                                           "keys": ["k0-0", "k10-7"]})
+    assert named.status_code == 200, named.text[:200]
+    assert [r["key"] for r in named.json()["rows"]] == ["k0-0", "k10-7"]
+    under = state_get(http, url, q["query_id"], pid, key_prefix="k1-")
+    assert under.status_code == 200 and len(under.json()["rows"]) == 8
+
+
+def test_state_get_needs_read_write_a_documented_departure_from_the_spec(broker_factory):
+    """Spec §1.2 lets a read-only role call state/get; here it needs read-write (the read goes
+    through the KV command), as docs/api.md says."""
+    import jwt
+
+    secret = "streams-test-secret-that-is-long-enough-for-hs256-0123"
+    b = broker_factory("streams-jwt", env={"QUEEN_JWT_SECRET": secret}).start()
+
+    def bearer(role: str) -> dict:
+        now = int(time.time())
+        body = {"sub": "t", "iat": now, "exp": now + 600, "role": role}
+        return {"Authorization": f"Bearer {jwt.encode(body, secret, algorithm='HS256')}"}
+
+    get = {"query_id": "00000000-0000-7000-8000-000000000000", "partition_id": "1", "keys": []}
+    with httpx.Client(base_url=b.url, timeout=10) as http:
+        assert http.post("/streams/v1/state/get", json=get, headers=bearer("read-only")).status_code == 403
+        unknown = http.post("/streams/v1/state/get", json=get, headers=bearer("read-write"))
+        assert unknown.status_code == 404, unknown.text

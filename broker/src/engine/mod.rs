@@ -455,6 +455,7 @@ impl Engine {
                 }
             }
             planner.plan_kv_sweep(plan::KV_SWEEP_PER_CYCLE, self.limits.max_entry_bytes);
+            planner.plan_streams_purge(plan::STREAMS_PURGE_PER_CYCLE, self.limits.max_entry_bytes);
             if let Some(m) = &mut self.memory {
                 let engine = crate::memory::account::EngineSide {
                     cache_held: self.cache.held_bytes(),

@@ -2,7 +2,14 @@
 //! refuses a cycle of the old id), the state ops as the `kv` rider, the sink pushes, and the
 //! source ack (a completed ack commits the cursor through `transactionId`; a partial ack keeps
 //! the lease on the un-acked tail, which is what `release_lease:false` asks).
-
+//!
+//! A cycle applies at most once. The client retries a cycle whose answer it lost, and a late
+//! copy of an older cycle may arrive after newer ones: applied again, its pushes would be
+//! duplicated and its absolute upserts would rewind the state. So a cycle with an ack is a
+//! strict transaction (an ack its group's cursor already covers makes it a replay), and a
+//! cycle without one (the client's flush of ripe windows) must delete the rows it flushes,
+//! each delete required (a row already gone makes it a replay). A replay applies nothing and
+//! answers success with `replayed:true`: its effects are there, from the copy that committed.
 use std::collections::HashSet;
 
 use axum::body::Body;
@@ -18,7 +25,9 @@ use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::{check_partition_id, fence, id_key, row_key, rows_prefix, StreamsError};
+use super::{
+    check_acked_partition_id, check_partition_id, fence, id_key, row_key, rows_prefix, StreamsError,
+};
 use crate::capped::{self, Capped};
 use crate::push::ItemJson;
 use crate::{body, AppState};
@@ -45,6 +54,14 @@ struct AckJson {
     status: Option<String>,
     #[serde(default)]
     count: Option<u64>,
+}
+
+/// What a cycle reads of the fence row (ids registered before it named the source have
+/// none, and their acks are not checked against a queue).
+#[derive(Deserialize)]
+struct FenceJson {
+    #[serde(default)]
+    source_queue: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -93,13 +110,25 @@ pub async fn cycle(
     if let Some(g) = &group {
         limits::check_name("consumer_group", g).map_err(|e| StreamsError::bad(e.message))?;
     }
-    let prefix = rows_prefix(&c.query_id, Some(&c.partition_id));
-    let kv_ops = read_state_ops(&prefix, state_ops)?;
+    let prefix = rows_prefix(&c.query_id, &c.partition_id);
+    let acked = c.ack.is_some();
+    let kv_ops = read_state_ops(&prefix, state_ops, !acked)?;
+    if !acked && !kv_ops.iter().any(|o| matches!(o, KvOp::Delete { .. })) {
+        return Err(StreamsError::bad(
+            "a cycle without an ack deletes the state rows it flushes (nothing else tells it \
+             from a replay)",
+        ));
+    }
     let ack = c
         .ack
         .map(|a| read_ack(a, &c.partition_id, group))
         .transpose()?;
     let fenced = fence(&app, &ctx, &c.query_id).await?;
+    let source = fenced
+        .value
+        .as_deref()
+        .and_then(|v| serde_json::from_str::<FenceJson>(v).ok())
+        .and_then(|f| f.source_queue);
 
     let n_state = kv_ops.len();
     let n_pushed = items.len();
@@ -109,7 +138,6 @@ pub async fn cycle(
             items.into_iter().map(|i| i.into_item(&bytes)).collect(),
         ));
     }
-    let acked = ack.is_some();
     if let Some(a) = ack {
         ops.push(TxnOp::Ack(a));
     }
@@ -126,8 +154,27 @@ pub async fn cycle(
         required_leases: Vec::new(),
         kv,
         timers: Vec::new(),
+        strict_acks: acked,
+        ack_queue: source.filter(|_| acked),
+    };
+    let replayed = || {
+        Json(
+            json!({"success": true, "replayed": true, "state_ops": 0, "pushed": 0,
+            "acked": false}),
+        )
+        .into_response()
     };
     match crate::call(&app, ctx, Command::Transaction(req)).await? {
+        Outcome::Transaction(r) if r.replayed => Ok(replayed()),
+        // The rider's first op (after the pushes and the ack, in the answer's flat index) is
+        // the fence; a later one is a flush's delete whose row is gone.
+        Outcome::Transaction(r)
+            if r.kv_precondition
+                .as_ref()
+                .is_some_and(|p| p.index > n_pushed + usize::from(acked)) =>
+        {
+            Ok(replayed())
+        }
         Outcome::Transaction(r) if r.kv_precondition.is_some() => Err(StreamsError::Refused(
             StatusCode::CONFLICT,
             format!(
@@ -148,8 +195,13 @@ fn over(what: &str, n: usize, max: usize) -> StreamsError {
 }
 
 /// The state ops as KV writes under the partition's prefix; a key written twice keeps its
-/// last op (the order the operator meant), since a KV call writes a key once.
-fn read_state_ops(prefix: &str, ops: Vec<StateOpJson<'_>>) -> Result<Vec<KvOp>, StreamsError> {
+/// last op (the order the operator meant), since a KV call writes a key once. With
+/// `deletes_required` a delete of a row that is gone refuses the whole cycle (a replay).
+fn read_state_ops(
+    prefix: &str,
+    ops: Vec<StateOpJson<'_>>,
+    deletes_required: bool,
+) -> Result<Vec<KvOp>, StreamsError> {
     let mut seen = HashSet::new();
     let mut out = Vec::with_capacity(ops.len());
     for (i, op) in ops.into_iter().enumerate().rev() {
@@ -182,7 +234,7 @@ fn read_state_ops(prefix: &str, ops: Vec<StateOpJson<'_>>) -> Result<Vec<KvOp>, 
                 ns: STREAMS_NS.to_string(),
                 key: key.clone(),
                 expect: None,
-                required: false,
+                required: deletes_required,
             },
             other => {
                 return Err(StreamsError::bad(format!(
@@ -204,6 +256,7 @@ fn read_ack(
     group: Option<String>,
 ) -> Result<AckItem, StreamsError> {
     let bad = |e: queenmq_protocol::QueenError| StreamsError::bad(e.message);
+    check_acked_partition_id(partition_id)?;
     if !matches!(a.status.as_deref(), None | Some("completed")) {
         return Err(StreamsError::bad("a cycle's ack status is \"completed\""));
     }

@@ -5,8 +5,10 @@
 //!
 //! Rows of the namespace:
 //! * `query/<name>` → `{"query_id","config_hash","source_queue","sink_queue"}`
-//! * `id/<query_id>` → `{"name"}`: the fence a cycle checks; a reset replaces the query id,
-//!   so a cycle of the old id is refused and the old rows are no one's.
+//! * `id/<query_id>` → `{"name","source_queue"}`: the fence a cycle checks; a reset replaces
+//!   the query id, so a cycle of the old id is refused and the old rows are no one's.
+//! * `purging/<query_id>` → `{}`: written by the reset that fenced the id; the engine deletes
+//!   the id's rows a page per cycle, then this marker (plan/streams_purge.rs).
 //! * `row/<query_id>/<partition_id>/<key>` → the operator's JSON value.
 
 mod cycle;
@@ -37,11 +39,15 @@ fn id_key(query_id: &str) -> String {
     format!("id/{query_id}")
 }
 
-fn rows_prefix(query_id: &str, partition_id: Option<&str>) -> String {
-    match partition_id {
-        Some(p) => format!("row/{query_id}/{p}/"),
-        None => format!("row/{query_id}/"),
-    }
+fn rows_prefix(query_id: &str, partition_id: &str) -> String {
+    format!(
+        "{}{partition_id}/",
+        queenmq_protocol::streams_rows_prefix(query_id)
+    )
+}
+
+fn purge_key(query_id: &str) -> String {
+    format!("{}{query_id}", queenmq_protocol::STREAMS_PURGE_PREFIX)
 }
 
 /// A query id is one this door minted (a UUID), so it can sit inside a row key unescaped.
@@ -52,14 +58,27 @@ fn check_query_id(id: &str) -> Result<(), StreamsError> {
 }
 
 /// The pop's `partitionId`; a `/` would let one partition's prefix cover another's rows.
+/// A number is taken only in its canonical decimal form: the engine reads `"07"` and `" 7"`
+/// as partition 7, and each spelling would key its own state rows.
 fn check_partition_id(id: &str) -> Result<(), StreamsError> {
     limits::check_name("partition_id", id).map_err(|e| StreamsError::bad(e.message))?;
-    if id.is_empty() || id.contains('/') {
+    let aliased = id.trim().parse::<u64>().is_ok_and(|n| n.to_string() != id);
+    if id.is_empty() || id.contains('/') || aliased {
         return Err(StreamsError::bad(format!(
             "partition_id {id:?} is not a partition id"
         )));
     }
     Ok(())
+}
+
+/// A partition id an ack can name: the canonical decimal form the pop answers.
+fn check_acked_partition_id(id: &str) -> Result<(), StreamsError> {
+    match id.parse::<u64>() {
+        Ok(n) if n.to_string() == id => Ok(()),
+        _ => Err(StreamsError::bad(format!(
+            "partition_id {id:?}: an ack names a partition by its number"
+        ))),
+    }
 }
 
 /// A state key as stored: the row prefix and the operator's key within the KV key limit.

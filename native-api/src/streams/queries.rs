@@ -1,18 +1,19 @@
 //! POST /streams/v1/queries: register a query by name, idempotently; a changed config_hash
-//! needs `reset`, which gives the query a new id (so the old state rows are fenced off at
-//! once, then deleted).
+//! needs `reset`, which gives the query a new id: the old state rows are fenced off at once,
+//! and the same KV call marks the old id for purging, which the engine then carries out
+//! (plan/streams_purge.rs) whatever becomes of this request.
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use queenmq_protocol::limits::{self, MAX_KV_OPS, MAX_KV_PREFIX_LIMIT};
+use queenmq_protocol::limits;
 use queenmq_protocol::{KvExpiry, KvOp, KvOutcome, RequestCtx, STREAMS_NS};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{get, id_key, kv, list_page, query_key, rows_prefix, StreamsError};
+use super::{get, id_key, kv, purge_key, query_key, StreamsError};
 use crate::{body, AppState};
 
 #[derive(Deserialize)]
@@ -109,24 +110,17 @@ async fn register_once(
             expect: None,
             required: false,
         });
+        ops.push(put(purge_key(old), "{}".to_string(), None));
     }
+    // The fence row names the source queue: a cycle's ack must be on it.
     ops.push(put(
         id_key(&new_id),
-        json!({"name": q.name}).to_string(),
+        json!({"name": q.name, "source_queue": q.source_queue}).to_string(),
         None,
     ));
     match kv(app, ctx, ops).await? {
         KvOutcome::Precondition(_) => Ok(None),
-        KvOutcome::Results(_) => {
-            if let Some((_, old, _)) = &existing {
-                // The old id is fenced already: a purge cut short leaves rows nothing reads.
-                if let Err(e) = purge(app, ctx, old).await {
-                    tracing::warn!(query = %q.name, old_id = %old, error = ?e,
-                        "streams reset: the old state rows were not all deleted");
-                }
-            }
-            Ok(Some(answer(&new_id, q, true, existing.is_some())))
-        }
+        KvOutcome::Results(_) => Ok(Some(answer(&new_id, q, true, existing.is_some()))),
     }
 }
 
@@ -134,28 +128,4 @@ fn answer(id: &str, q: &QueryJson, fresh: bool, reset: bool) -> Response {
     Json(json!({"success": true, "query_id": id, "name": q.name,
         "config_hash": q.config_hash, "fresh": fresh, "reset": reset}))
     .into_response()
-}
-
-/// Deletes the rows of a query id no longer registered, a bounded page per call. Rows a crash
-/// (or a refused page) leaves behind are unreachable and still count against the tenant's KV
-/// bytes.
-async fn purge(app: &AppState, ctx: &RequestCtx, old_id: &str) -> Result<(), StreamsError> {
-    let prefix = rows_prefix(old_id, None);
-    loop {
-        let limit = MAX_KV_PREFIX_LIMIT.min(MAX_KV_OPS);
-        let (rows, _, _) = list_page(app, ctx, prefix.clone(), None, limit, true).await?;
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let deletes = rows
-            .into_iter()
-            .map(|r| KvOp::Delete {
-                ns: STREAMS_NS.to_string(),
-                key: r.key,
-                expect: None,
-                required: false,
-            })
-            .collect();
-        kv(app, ctx, deletes).await?;
-    }
 }

@@ -38,6 +38,9 @@ mod replay_props;
 mod retention;
 #[cfg(test)]
 mod retention_tests;
+mod streams_purge;
+#[cfg(test)]
+mod streams_purge_tests;
 #[cfg(test)]
 mod tests;
 mod timers;
@@ -63,6 +66,7 @@ pub use kv::KV_SWEEP_PER_CYCLE;
 pub use memory_gate::MemoryGate;
 pub use pop::PopPlan;
 pub use retention::{has_retention, retention_low, RetentionSweep};
+pub use streams_purge::STREAMS_PURGE_PER_CYCLE;
 pub use timers::{
     check_op as check_timer_op, check_ops as check_timer_ops, fire_bound as timer_fire_bound,
 };

@@ -91,6 +91,17 @@ impl Planner<'_> {
             )));
         }
         let decided = self.decide_acks(req, &acks, pushed_results)?;
+        // A strict bundle whose ack is already covered was applied before (a replay, or an
+        // older copy arriving late): applying its other operations again would duplicate
+        // pushes and rewind state, so it applies nothing and says so.
+        if req.strict_acks && decided.iter().any(|d| d.result.noop) {
+            return Ok(TxnResult {
+                transaction_id: uuid::Uuid::now_v7().to_string(),
+                results: Vec::new(),
+                kv_precondition: None,
+                replayed: true,
+            });
+        }
         self.check_txn_timers(req)?;
         let kv = match self.judge_txn_kv(&req.kv, items.len() + acks.len())? {
             Ok(kv) => kv,
@@ -99,6 +110,7 @@ impl Planner<'_> {
                     transaction_id: uuid::Uuid::now_v7().to_string(),
                     results: Vec::new(),
                     kv_precondition: Some(precondition),
+                    replayed: false,
                 })
             }
         };
@@ -140,6 +152,7 @@ impl Planner<'_> {
             transaction_id: uuid::Uuid::now_v7().to_string(),
             results,
             kv_precondition: None,
+            replayed: false,
         })
     }
 
@@ -179,6 +192,20 @@ impl Planner<'_> {
                     let (ack, noop) = self
                         .check_ack_over(a, &group, Some(&scratch), Some(&in_bundle))
                         .map_err(refuse)?;
+                    if let Some(want) = &req.ack_queue {
+                        let on = self
+                            .st
+                            .partitions
+                            .get(&ack.pid)
+                            .and_then(|p| self.st.queues.get(&p.queue))
+                            .map(|q| q.name.as_str());
+                        if on != Some(want.as_str()) {
+                            return Err(refuse(QueenError::new(
+                                queenmq_protocol::ErrorCode::Conflict,
+                                format!("partition {} is not of queue {want}", ack.pid),
+                            )));
+                        }
+                    }
                     let mut result = AckResult {
                         transaction_id: a.transaction_id.clone(),
                         success: true,

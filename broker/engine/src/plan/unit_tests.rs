@@ -265,3 +265,38 @@ fn an_empty_pop_of_an_unknown_queue_emits_nothing() {
     assert!(fx.cycle.entry.is_empty());
     assert!(fx.st.groups.is_empty());
 }
+
+#[test]
+fn a_strict_transaction_whose_ack_is_covered_is_a_replay_that_writes_nothing() {
+    let (mut fx, got) = popped_in();
+    let ack = ack_items(&got, AckStatus::Completed).remove(0);
+    let req = TxnReq {
+        strict_acks: true,
+        ack_queue: Some("in".into()),
+        ..bundle(vec![
+            TxnOp::Ack(ack),
+            TxnOp::Push(vec![item("out", "p", "result")]),
+        ])
+    };
+    let first = fx.planner().plan_transaction(&req, None).expect("passes");
+    assert!(!first.replayed);
+    fx.commit();
+    let again = fx
+        .planner()
+        .plan_transaction(&req, None)
+        .expect("a replay is not an error");
+    assert!(again.replayed && again.results.is_empty());
+    assert!(fx.cycle.entry.is_empty(), "nothing was emitted");
+    let elsewhere = TxnReq {
+        ack_queue: Some("other".into()),
+        ..req.clone()
+    };
+    let e = fx
+        .planner()
+        .plan_transaction(&elsewhere, None)
+        .expect_err("the ack is not on the named queue");
+    assert!(e.message.contains("is not of queue other"), "{}", e.message);
+    assert_eq!(fx.pop("out", None, 10, None).messages.len(), 1);
+    fx.commit();
+    fx.assert_replays();
+}
