@@ -246,6 +246,12 @@ def test_another_users_session_id_is_not_found(broker_factory, tmp_path):
         bob.close()
 
 
+def gauges(broker, *names: str) -> tuple:
+    """The broker's metrics of these names, scraped once."""
+    m = scrape(httpx.Client(base_url=broker.url, timeout=15.0))
+    return tuple(m.one(n) for n in names)
+
+
 def test_no_slots_and_a_full_cache_answer_sessionless(broker_factory):
     off = broker_factory("off", env={"QUEEN_KAFKA_FETCH_SESSION_SLOTS": "0"}).start()
     http = httpx.Client(timeout=15.0)
@@ -284,9 +290,8 @@ def test_no_slots_and_a_full_cache_answer_sessionless(broker_factory):
         three = c.fetch(0, 0, {"t": {0: 0, 1: 0, 2: 0}})
         assert (three.error, three.session_id, len(three.parts)) == (0, 0, 3)
         assert c.fetch(two, 2, {}).error == 0
-        m = scrape(httpx.Client(base_url=one.url, timeout=15.0))
-        assert m.one("queen_kafka_fetch_sessions") == 1
-        assert m.one("queen_kafka_fetch_session_evictions_total") == 0
+        evictions = "queen_kafka_fetch_session_evictions_total"
+        assert gauges(one, "queen_kafka_fetch_sessions", evictions) == (1, 0)
     finally:
         c.close()
         http.close()
@@ -312,9 +317,8 @@ def test_an_incremental_fetch_over_the_cap_is_answered_sessionless(broker_factor
         bad = other.fetch(keep, 2, {"a/b": {0: 0}})
         assert (bad.session_id, set(bad.parts)) == (0, {("a/b", 0)})
         assert other.fetch(keep, 3, {}).error == NOT_FOUND
-        m = scrape(httpx.Client(base_url=b.url, timeout=15.0))
-        assert m.one("queen_kafka_fetch_sessions") == 0
-        assert m.one("queen_kafka_fetch_session_bytes") == 0
+        held = gauges(b, "queen_kafka_fetch_sessions", "queen_kafka_fetch_session_bytes")
+        assert held == (0, 0)
     finally:
         c.close()
         other.close()
