@@ -368,10 +368,18 @@ fn one_sessions_work_does_not_hold_the_node_lock() {
     let b = c.create(bob.clone(), &answered("t", 1), now);
     let held = c.inner().sessions.get(&a).map(|h| h.session.clone());
     let held = held.expect("alice's session");
+    let c = Arc::new(c);
+    let (tx, rx) = std::sync::mpsc::channel();
     let _busy = lock(&held);
-    assert!(on(&poll(&c, &bob, b, 1)));
-    assert!(c.create(bob.clone(), &answered("u", 1), now) > 0);
-    assert_eq!(c.len(), 3);
+    let other = c.clone();
+    // On another thread, so that a regression shows as a failure, not a hung test.
+    std::thread::spawn(move || {
+        let went_on = on(&poll(&other, &bob, b, 1));
+        let made = other.create(bob.clone(), &answered("u", 1), now) > 0;
+        let _ = tx.send((went_on, made, other.len()));
+    });
+    let done = rx.recv_timeout(Duration::from_secs(30));
+    assert_eq!(done, Ok((true, true, 3)));
 }
 
 #[test]
