@@ -2,12 +2,11 @@
 //! of each and what it was last told, so that an incremental fetch names only the partitions
 //! whose position moved and its answer only the partitions with something new.
 
-use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::mem::size_of;
 use std::sync::Arc;
 
-use kafka_protocol::indexmap::map::Entry;
-use kafka_protocol::indexmap::IndexMap;
 use queenmq_protocol::RequestCtx;
 
 use crate::fetch::FetchPartition;
@@ -31,7 +30,7 @@ impl Owner {
         }
     }
 
-    fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.tenant.capacity() + self.principal.as_ref().map_or(0, String::capacity)
     }
 }
@@ -100,18 +99,17 @@ const UNTOLD: Told = Told {
     log_start: i64::MIN,
 };
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Session {
-    pub owner: Owner,
-    /// The epoch the next incremental fetch must carry.
-    pub next_epoch: i32,
-    pub last_used: tokio::time::Instant,
     /// The topic names the partitions share (one allocation per topic), with how many
     /// partitions of the session name each.
     names: HashMap<Arc<str>, usize>,
-    /// In answer order: partitions that served records move to the end, so that a byte
-    /// budget spent on the first partitions does not starve the last ones.
-    parts: IndexMap<Key, Cached>,
+    /// Each partition with its place in answer order (a stamp from `next_order`):
+    /// partitions that served records take a new stamp, so that a byte budget spent on the
+    /// first partitions does not starve the last ones. Stamps make every change O(1); only
+    /// [`Session::snapshot`] sorts, once per fetch.
+    parts: HashMap<Key, (u64, Cached)>,
+    next_order: u64,
 }
 
 /// Kafka's epoch after `epoch`: 1 after `i32::MAX`.
@@ -125,13 +123,10 @@ pub fn next_epoch(epoch: i32) -> i32 {
 
 impl Session {
     /// A new session of the partitions a full fetch asked, told what its answer said.
-    pub fn new(owner: Owner, now: tokio::time::Instant, answered: &[(Key, Cached)]) -> Self {
+    pub fn new(answered: &[(Key, Cached)]) -> Self {
         let mut s = Session {
-            owner,
-            next_epoch: 1,
-            last_used: now,
-            names: HashMap::new(),
-            parts: IndexMap::with_capacity(answered.len()),
+            parts: HashMap::with_capacity(answered.len()),
+            ..Session::default()
         };
         for ((topic, index), cached) in answered {
             s.put(topic, *index, |c| *c = *cached, *cached);
@@ -147,16 +142,22 @@ impl Session {
         self.parts.is_empty()
     }
 
+    fn stamp(&mut self) -> u64 {
+        self.next_order = self.next_order.wrapping_add(1);
+        self.next_order
+    }
+
     /// Adds the partition as `new`, or applies `change` to it if the session has it.
     fn put(&mut self, topic: &str, index: i32, change: impl FnOnce(&mut Cached), new: Cached) {
         let name = match self.names.get_key_value(topic) {
             Some((name, _)) => name.clone(),
             None => Arc::from(topic),
         };
+        let order = self.stamp();
         match self.parts.entry((name.clone(), index)) {
-            Entry::Occupied(mut e) => change(e.get_mut()),
+            Entry::Occupied(mut e) => change(&mut e.get_mut().1),
             Entry::Vacant(e) => {
-                e.insert(new);
+                e.insert((order, new));
                 *self.names.entry(name).or_insert(0) += 1;
             }
         }
@@ -167,7 +168,7 @@ impl Session {
             return;
         };
         let (name, count) = (name.clone(), *count);
-        if self.parts.shift_remove(&(name.clone(), index)).is_none() {
+        if self.parts.remove(&(name.clone(), index)).is_none() {
             return;
         }
         if count <= 1 {
@@ -175,6 +176,38 @@ impl Session {
         } else {
             self.names.insert(name, count - 1);
         }
+    }
+
+    fn has(&self, topic: &str, index: i32) -> bool {
+        self.names
+            .get_key_value(topic)
+            .is_some_and(|(name, _)| self.parts.contains_key(&(name.clone(), index)))
+    }
+
+    /// How many partitions the session would hold after [`Session::update`], found without
+    /// changing anything: O(listed + forgotten).
+    pub fn len_after(
+        &self,
+        asked: &[(String, Vec<FetchPartition>)],
+        forgotten: &[Forgotten],
+    ) -> usize {
+        let mut added: HashSet<(&str, i32)> = HashSet::new();
+        for (topic, parts) in asked {
+            for p in parts {
+                if !self.has(topic, p.index) {
+                    added.insert((topic, p.index));
+                }
+            }
+        }
+        let mut removed: HashSet<(&str, i32)> = HashSet::new();
+        for (topic, indexes) in forgotten {
+            for &index in indexes {
+                if added.contains(&(topic.as_str(), index)) || self.has(topic, index) {
+                    removed.insert((topic, index));
+                }
+            }
+        }
+        (self.len() + added.len()).saturating_sub(removed.len())
     }
 
     /// An incremental fetch's changes, in Kafka's order: the partitions it lists are added
@@ -204,30 +237,38 @@ impl Session {
 
     /// The partitions in answer order, as the fetch reads them.
     pub fn snapshot(&self) -> Vec<(Key, Cached)> {
-        self.parts.iter().map(|(k, c)| (k.clone(), *c)).collect()
+        let mut all: Vec<(u64, Key, Cached)> = self
+            .parts
+            .iter()
+            .map(|(k, (order, c))| (*order, k.clone(), *c))
+            .collect();
+        all.sort_unstable_by_key(|(order, _, _)| *order);
+        all.into_iter().map(|(_, k, c)| (k, c)).collect()
     }
 
     /// Remembers what an answer told, and moves the partitions that served records to the
-    /// end. A partition forgotten meanwhile (another request of the session) stays gone.
+    /// end (in the order answered). A partition forgotten meanwhile (another request of the
+    /// session) stays gone.
     pub fn settle(&mut self, results: &[(Key, Seen)]) {
         for (key, seen) in results {
-            if let Some(cached) = self.parts.get_mut(key) {
+            let order = if seen.records {
+                Some(self.stamp())
+            } else {
+                None
+            };
+            if let Some((place, cached)) = self.parts.get_mut(key) {
                 cached.told = seen.told();
-            }
-        }
-        for (key, seen) in results {
-            if seen.records {
-                if let Some(cached) = self.parts.shift_remove(key) {
-                    self.parts.insert(key.clone(), cached);
+                if let Some(order) = order {
+                    *place = order;
                 }
             }
         }
     }
 
-    /// What the session holds, counted by capacity: its table (entries, their hashes and
-    /// the index), the names (Arc header and text), the owner.
+    /// What the session holds, counted by capacity: its table (entries and a control byte
+    /// each, rounded up to a word), the names (Arc header and text).
     pub fn bytes(&self) -> usize {
-        let entry = size_of::<Key>() + size_of::<Cached>() + 3 * size_of::<usize>();
+        let entry = size_of::<Key>() + size_of::<(u64, Cached)>() + size_of::<usize>();
         let name_slot = size_of::<(Arc<str>, usize)>() + size_of::<usize>();
         let names: usize = self
             .names
@@ -238,7 +279,6 @@ impl Session {
             + self.parts.capacity() * entry
             + self.names.capacity() * name_slot
             + names
-            + self.owner.bytes()
     }
 }
 
@@ -273,13 +313,6 @@ mod tests {
         }
     }
 
-    fn owner() -> Owner {
-        Owner {
-            tenant: "default".into(),
-            principal: None,
-        }
-    }
-
     fn keys(s: &Session) -> Vec<(String, i32)> {
         s.snapshot()
             .into_iter()
@@ -310,20 +343,15 @@ mod tests {
 
     #[test]
     fn an_error_is_remembered_as_an_unknown_high_watermark() {
-        let now = tokio::time::Instant::now();
         let key: Key = (Arc::from("t"), 0);
-        let mut s = Session::new(
-            owner(),
-            now,
-            &[(
-                key.clone(),
-                Cached {
-                    offset: 0,
-                    max_bytes: 1,
-                    told: told(5),
-                },
-            )],
-        );
+        let mut s = Session::new(&[(
+            key.clone(),
+            Cached {
+                offset: 0,
+                max_bytes: 1,
+                told: told(5),
+            },
+        )]);
         s.settle(&[(key.clone(), seen(false, true, 5))]);
         let (_, cached) = &s.snapshot()[0];
         assert_eq!(cached.told.high_watermark, -1);
@@ -333,8 +361,7 @@ mod tests {
 
     #[test]
     fn updates_add_and_move_then_forgotten_partitions_leave() {
-        let now = tokio::time::Instant::now();
-        let mut s = Session::new(owner(), now, &[]);
+        let mut s = Session::new(&[]);
         s.update(
             &[
                 ("a".into(), vec![part(0, 0), part(1, 0)]),
@@ -371,8 +398,7 @@ mod tests {
 
     #[test]
     fn partitions_that_served_records_move_to_the_end() {
-        let now = tokio::time::Instant::now();
-        let mut s = Session::new(owner(), now, &[]);
+        let mut s = Session::new(&[]);
         s.update(
             &[("a".into(), vec![part(0, 0), part(1, 0), part(2, 0)])],
             &[],
@@ -389,14 +415,52 @@ mod tests {
 
     #[test]
     fn bytes_grow_with_partitions_and_names() {
-        let now = tokio::time::Instant::now();
-        let mut s = Session::new(owner(), now, &[]);
+        let mut s = Session::new(&[]);
         let empty = s.bytes();
         s.update(
             &[("x".repeat(200), (0..100).map(|i| part(i, 0)).collect())],
             &[],
         );
         assert!(s.bytes() >= empty + 100 * (size_of::<Key>() + size_of::<Cached>()) + 200);
+    }
+
+    #[test]
+    fn the_size_after_an_update_is_known_before_it() {
+        let mut s = Session::new(&[]);
+        s.update(&[("a".into(), vec![part(0, 0), part(1, 0)])], &[]);
+        let asked = vec![
+            ("a".to_string(), vec![part(1, 0), part(2, 0), part(2, 0)]),
+            ("b".to_string(), vec![part(0, 0)]),
+        ];
+        let forgotten = vec![
+            ("a".to_string(), vec![0, 0, 9]),
+            ("b".to_string(), vec![0]),
+            ("z".to_string(), vec![0]),
+        ];
+        let before = s.len_after(&asked, &forgotten);
+        assert_eq!(s.len(), 2, "nothing changed");
+        s.update(&asked, &forgotten);
+        assert_eq!((before, s.len()), (2, 2));
+    }
+
+    #[test]
+    fn forgetting_and_rotating_at_the_cap_touch_each_partition_once() {
+        // Stamps, not shifts: rotating every partition keeps their relative order and
+        // costs one stamp each (counted, not timed).
+        let n = 10_000;
+        let mut s = Session::new(&[]);
+        s.update(&[("a".into(), (0..n).map(|i| part(i, 0)).collect())], &[]);
+        let stamped = s.next_order;
+        let served: Vec<(Key, Seen)> = s
+            .snapshot()
+            .into_iter()
+            .map(|(k, _)| (k, seen(true, false, 1)))
+            .collect();
+        s.settle(&served);
+        assert_eq!(s.next_order - stamped, n as u64);
+        assert_eq!(keys(&s)[0], ("a".into(), 0));
+        s.update(&[], &[("a".into(), (0..n - 1).collect())]);
+        assert_eq!(keys(&s), vec![("a".into(), n - 1)]);
     }
 
     #[test]
