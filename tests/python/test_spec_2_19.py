@@ -340,13 +340,10 @@ def test_the_partitions_resource_ranks_a_queue_s_partitions_by_pending(broker, h
 # --- Bullet 6: the dead-letter switch -----------------------------------------------------------
 
 
-ONE_SWITCH = pytest.mark.xfail(strict=True, reason="the broker dead-letters only when both switches are on")
-
-
 @pytest.mark.parametrize("dlq, after, kept", [
     (True, True, True),
-    pytest.param(True, False, True, marks=ONE_SWITCH),
-    pytest.param(False, True, True, marks=ONE_SWITCH),
+    (True, False, True),
+    (False, True, True),
     (False, False, False)])
 def test_exhausted_retries_dead_letter_unless_both_switches_are_off(broker, http, dlq, after, kept):
     """§2.19 bullet 6: exhausted retries dead-letter unless both `deadLetterQueue` and

@@ -316,7 +316,9 @@ impl Planner<'_> {
                 if i64::from(failures) > cfg.retry_limit {
                     row.committed = off + 1;
                     row.failures = 0;
-                    let dlq = cfg.dead_letter_queue && cfg.dlq_after_max_retries;
+                    // Spec §2.19: either switch keeps the dead-letter queue on; only both
+                    // off drop the exhausted message.
+                    let dlq = cfg.dead_letter_queue || cfg.dlq_after_max_retries;
                     (row, dlq)
                 } else {
                     row.failures = failures;
