@@ -91,11 +91,6 @@ def test_a_dotted_queue_created_by_a_push_gets_namespace_and_task(broker, http):
 # --- Bullet 2: a batch nack of a whole claim ----------------------------------------------------
 
 
-NACK_LEASE = pytest.mark.xfail(strict=True, reason="the first failed item releases the lease and "
-                               "the later items of the same call are refused as under an expired lease")
-
-
-@NACK_LEASE
 def test_a_batch_nack_of_a_whole_claim_succeeds_and_the_claim_comes_back(broker, http):
     """§2.19 bullet 2: every item `failed` under the claim's lease in one /ack/batch succeeds
     (judged against the lease as the call began), the lease is released once after the call,

@@ -99,6 +99,59 @@ fn a_completed_ack_commits_releases_and_lets_the_next_pop_continue() {
 }
 
 #[test]
+fn a_batch_nack_of_a_whole_claim_succeeds_once_and_the_claim_comes_back() {
+    let mut fx = Fixture::new();
+    fx.push("q", "p", 3);
+    fx.commit();
+    let got = fx.pop("q", None, 10, None);
+    fx.commit();
+    let nacked = fx.ack(&got, AckStatus::Failed);
+    assert!(nacked.iter().all(|a| a.success), "{nacked:?}");
+    let released: Vec<bool> = nacked.iter().map(|a| a.lease_released).collect();
+    assert_eq!(
+        released,
+        vec![true, false, false],
+        "the lease is released once"
+    );
+    fx.commit();
+    let again = fx.pop("q", None, 10, None);
+    let offsets: Vec<u64> = again.messages.iter().map(|m| m.offset).collect();
+    assert_eq!(offsets, vec![0, 1, 2]);
+    let attempts: Vec<u32> = again.messages.iter().map(|m| m.delivery_attempt).collect();
+    assert_eq!(attempts, vec![2, 2, 2]);
+    fx.assert_replays();
+}
+
+#[test]
+fn a_batch_nack_clamps_the_cursor_at_its_first_failure_and_refuses_a_later_completion() {
+    let mut fx = Fixture::new();
+    fx.push("q", "p", 4);
+    fx.commit();
+    let got = fx.pop("q", None, 10, None);
+    fx.commit();
+    let mut items = ack_items(&got, AckStatus::Failed);
+    items[0].status = AckStatus::Completed;
+    items[3].status = AckStatus::Completed;
+    let group = Some(got.consumer_group.clone());
+    let r = fx.planner().plan_acks(&items, &group);
+    let success: Vec<bool> = r.iter().map(|a| a.success).collect();
+    assert_eq!(success, vec![true, true, true, false], "{r:?}");
+    assert!(r[3]
+        .error
+        .as_ref()
+        .is_some_and(|e| e.message.contains("not committed")));
+    fx.commit();
+    let again = fx.pop("q", None, 10, None);
+    let offsets: Vec<u64> = again.messages.iter().map(|m| m.offset).collect();
+    assert_eq!(
+        offsets,
+        vec![1, 2, 3],
+        "completed before the nack stays done"
+    );
+    fx.assert_replays();
+}
+
+#[test]
 fn an_ack_under_another_lease_is_refused_and_changes_nothing() {
     let mut fx = Fixture::new();
     fx.push("q", "p", 1);
