@@ -67,7 +67,6 @@ def test_top_level_labels_are_kept_and_discovered(broker, http):
     assert [m["transactionId"] for m in queen_api.with_client(broker.url, discover)] == ["s-1"]
 
 
-@pytest.mark.xfail(strict=True, reason="a queue created by a push gets no labels from a dotted name")
 def test_a_dotted_queue_created_by_a_push_gets_namespace_and_task(broker, http):
     """§2.19 bullet 1: a never-configured queue named `A.B.rest` gets namespace A and task B;
     the queue listing, the namespace and task listings and a discovery pop all see them."""
@@ -117,7 +116,6 @@ def test_a_batch_nack_of_a_whole_claim_succeeds_and_the_claim_comes_back(broker,
     assert [m["deliveryAttempt"] for m in again] == [m["deliveryAttempt"] + 1 for m in first], (first, again)
 
 
-@NACK_LEASE
 def test_a_batch_nack_from_the_middle_clamps_the_cursor_at_the_first_failure(broker, http):
     """§2.19 bullet 2: completed items before the first failure stay done; the cursor is
     clamped at the first failed item, which comes back with everything after it."""

@@ -81,6 +81,24 @@ fn a_live_lease_is_never_handed_twice_but_other_groups_read_the_same_messages() 
 }
 
 #[test]
+fn a_dotted_queue_a_push_creates_carries_its_labels_in_the_entry() {
+    let mut fx = Fixture::new();
+    fx.push("Orders.Ship.eu", "p", 1);
+    fx.push("plain", "p", 1);
+    fx.commit();
+    let q = fx
+        .st
+        .queue_named("Orders.Ship.eu")
+        .expect("created by the push");
+    assert_eq!((q.namespace.as_str(), q.task.as_str()), ("Orders", "Ship"));
+    let q = fx.st.queue_named("plain").expect("created by the push");
+    assert_eq!((q.namespace.as_str(), q.task.as_str()), ("", ""));
+    assert_eq!(super::push::dotted_labels("a.b"), ("a", "b"));
+    assert_eq!(super::push::dotted_labels("a."), ("a", ""));
+    fx.assert_replays();
+}
+
+#[test]
 fn a_completed_ack_commits_releases_and_lets_the_next_pop_continue() {
     let mut fx = Fixture::new();
     fx.push("q", "p", 4);
