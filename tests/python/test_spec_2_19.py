@@ -67,7 +67,6 @@ def test_top_level_labels_are_kept_and_discovered(broker, http):
     assert [m["transactionId"] for m in queen_api.with_client(broker.url, discover)] == ["s-1"]
 
 
-@pytest.mark.xfail(strict=True, reason="a queue created by a push gets no labels from a dotted name")
 def test_a_dotted_queue_created_by_a_push_gets_namespace_and_task(broker, http):
     """§2.19 bullet 1: a never-configured queue named `A.B.rest` gets namespace A and task B;
     the queue listing, the namespace and task listings and a discovery pop all see them."""
@@ -91,11 +90,6 @@ def test_a_dotted_queue_created_by_a_push_gets_namespace_and_task(broker, http):
 # --- Bullet 2: a batch nack of a whole claim ----------------------------------------------------
 
 
-NACK_LEASE = pytest.mark.xfail(strict=True, reason="the first failed item releases the lease and "
-                               "the later items of the same call are refused as under an expired lease")
-
-
-@NACK_LEASE
 def test_a_batch_nack_of_a_whole_claim_succeeds_and_the_claim_comes_back(broker, http):
     """§2.19 bullet 2: every item `failed` under the claim's lease in one /ack/batch succeeds
     (judged against the lease as the call began), the lease is released once after the call,
@@ -122,7 +116,6 @@ def test_a_batch_nack_of_a_whole_claim_succeeds_and_the_claim_comes_back(broker,
     assert [m["deliveryAttempt"] for m in again] == [m["deliveryAttempt"] + 1 for m in first], (first, again)
 
 
-@NACK_LEASE
 def test_a_batch_nack_from_the_middle_clamps_the_cursor_at_the_first_failure(broker, http):
     """§2.19 bullet 2: completed items before the first failure stay done; the cursor is
     clamped at the first failed item, which comes back with everything after it."""
@@ -340,13 +333,10 @@ def test_the_partitions_resource_ranks_a_queue_s_partitions_by_pending(broker, h
 # --- Bullet 6: the dead-letter switch -----------------------------------------------------------
 
 
-ONE_SWITCH = pytest.mark.xfail(strict=True, reason="the broker dead-letters only when both switches are on")
-
-
 @pytest.mark.parametrize("dlq, after, kept", [
     (True, True, True),
-    pytest.param(True, False, True, marks=ONE_SWITCH),
-    pytest.param(False, True, True, marks=ONE_SWITCH),
+    (True, False, True),
+    (False, True, True),
     (False, False, False)])
 def test_exhausted_retries_dead_letter_unless_both_switches_are_off(broker, http, dlq, after, kept):
     """§2.19 bullet 6: exhausted retries dead-letter unless both `deadLetterQueue` and

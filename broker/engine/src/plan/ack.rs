@@ -1,9 +1,10 @@
 //! Ack as an offset commit (spec/native-api.md §2.6): completing message N commits everything
 //! before it; a nack releases the lease and rewinds to the nacked message; retries are charged
 //! and exhausted ones dead-lettered; later items of a partition nacked in the same call are
-//! clamped (never committed past a nack).
+//! clamped (never committed past a nack) and judged against the lease as the call began
+//! (§2.19: a batch nack of a whole claim succeeds for every item).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use queenmq_protocol::{AckItem, AckResult, AckStatus, ErrorCode, QueenError};
 
@@ -34,6 +35,10 @@ fn status_name(s: AckStatus) -> &'static str {
         AckStatus::Dlq => "dlq",
     }
 }
+
+/// Cursor rows of the partitions an ack call has nacked so far, each with the lease it had
+/// when the call began; keyed by (group id, partition id).
+pub type Rewound = HashMap<(u64, u64), CursorRow>;
 
 /// Where an ack lands, once resolved and checked.
 pub struct ResolvedAck {
@@ -162,7 +167,7 @@ impl Planner<'_> {
     }
 
     pub fn plan_acks(&mut self, items: &[AckItem], call_group: &Option<String>) -> Vec<AckResult> {
-        let mut nacked: HashSet<(u64, u64)> = HashSet::new();
+        let mut rewound: Rewound = HashMap::new();
         let mut out = Vec::with_capacity(items.len());
         // Counted per (partition, status) and labelled per queue once per call: a metrics
         // lookup per acked message is measurable at 100k msg/s.
@@ -173,7 +178,7 @@ impl Planner<'_> {
             } else {
                 call_group
             });
-            let (res, pid) = self.plan_one_ack(item, group, &mut nacked);
+            let (res, pid) = self.plan_one_ack(item, group, &mut rewound);
             if let Some(pid) = pid {
                 let c = counts.entry((pid, item.status)).or_default();
                 c.0 += 1;
@@ -217,17 +222,20 @@ impl Planner<'_> {
         }
     }
 
+    /// One item of an ack call. `rewound` holds the partitions an earlier item of the call
+    /// nacked: the later items of such a partition are checked against its row with the lease
+    /// it had when the call began, so the nack's own release does not refuse them.
     pub fn plan_one_ack(
         &mut self,
         item: &AckItem,
         group: &str,
-        nacked: &mut HashSet<(u64, u64)>,
+        rewound: &mut Rewound,
     ) -> (AckResult, Option<u64>) {
         let mut res = AckResult {
             transaction_id: item.transaction_id.clone(),
             ..Default::default()
         };
-        let (ack, noop) = match self.check_ack(item, group) {
+        let (ack, noop) = match self.check_ack_over(item, group, Some(rewound), None) {
             Ok(v) => v,
             Err(e) => {
                 res.error = Some(e);
@@ -239,7 +247,14 @@ impl Planner<'_> {
             res.noop = true;
             return (res, None);
         }
-        if nacked.contains(&(ack.gid, ack.pid)) {
+        if rewound.contains_key(&(ack.gid, ack.pid)) {
+            // The cursor stays clamped at the call's first nack: a later failed or retry item
+            // comes back with it (its lease was valid when the call began), while a later
+            // completion or dead-letter would need the cursor past that nack.
+            if matches!(item.status, AckStatus::Failed | AckStatus::Retry) {
+                res.success = true;
+                return (res, Some(ack.pid));
+            }
             res.error = Some(conflict(
                 "not committed: an earlier nack in this call rewound the partition",
             ));
@@ -247,7 +262,8 @@ impl Planner<'_> {
         }
         let (row, dlq) = self.next_row(&ack, item);
         if item.status != AckStatus::Completed {
-            nacked.insert((ack.gid, ack.pid));
+            let lease = ack.row.lease;
+            rewound.insert((ack.gid, ack.pid), CursorRow { lease, ..row });
         }
         res.success = true;
         res.lease_released = ack.row.lease.is_some() && row.lease.is_none();
@@ -316,7 +332,9 @@ impl Planner<'_> {
                 if i64::from(failures) > cfg.retry_limit {
                     row.committed = off + 1;
                     row.failures = 0;
-                    let dlq = cfg.dead_letter_queue && cfg.dlq_after_max_retries;
+                    // Spec §2.19: either switch keeps the dead-letter queue on; only both
+                    // off drop the exhausted message.
+                    let dlq = cfg.dead_letter_queue || cfg.dlq_after_max_retries;
                     (row, dlq)
                 } else {
                     row.failures = failures;

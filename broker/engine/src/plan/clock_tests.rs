@@ -121,6 +121,40 @@ fn failures_past_the_retry_limit_go_to_the_dead_letter_queue() {
 }
 
 #[test]
+fn either_dead_letter_switch_alone_keeps_the_dead_letter_queue_on() {
+    // Spec §2.19: only both switches off drop an exhausted message.
+    for (dlq, after, kept) in [(true, false, 1), (false, true, 1), (false, false, 0)] {
+        let mut fx = Fixture::new();
+        fx.configure(
+            "q",
+            opts(|o| {
+                o.retry_limit = Some(Setting::Value(0));
+                o.dead_letter_queue = Some(Setting::Value(dlq));
+                o.dlq_after_max_retries = Some(Setting::Value(after));
+            }),
+        );
+        fx.push("q", "p", 2);
+        fx.commit();
+        let got = fx.pop("q", None, 1, None);
+        fx.commit();
+        let r = fx.ack(&got, AckStatus::Failed);
+        assert_eq!(r[0].dlq, kept == 1, "{dlq}/{after}: {r:?}");
+        fx.commit();
+        assert_eq!(
+            fx.st.queue_named("q").unwrap().dlq.len(),
+            kept,
+            "{dlq}/{after}"
+        );
+        let next = fx.pop("q", None, 1, None);
+        assert_eq!(
+            next.messages[0].offset, 1,
+            "the exhausted message is passed over"
+        );
+        fx.assert_replays();
+    }
+}
+
+#[test]
 fn a_retry_ack_redelivers_without_charging_a_failure() {
     let mut fx = Fixture::new();
     fx.configure("q", opts(|o| o.retry_limit = Some(Setting::Value(0))));

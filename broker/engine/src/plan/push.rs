@@ -236,11 +236,13 @@ impl Planner<'_> {
                 lease_time: IMPLICIT_LEASE_SECONDS,
                 ..QueueConfig::default()
             };
+            // Decided here, carried by the entry: replay never re-derives a label.
+            let (namespace, task) = dotted_labels(name);
             self.emit(Effect::QueueUpsert {
                 qid: *qid,
                 name,
-                namespace: "",
-                task: "",
+                namespace,
+                task,
                 configured: false,
                 config,
             });
@@ -347,5 +349,15 @@ fn metrics_for(tenant: &str, results: &[PushResult]) {
             "tenant" => tenant.to_owned()
         )
         .increment(n);
+    }
+}
+
+/// Labels of a queue a push creates (spec/native-api.md §2.19): a dotted name `A.B.rest` gets
+/// namespace `A` and task `B`; an undotted one gets none.
+pub fn dotted_labels(name: &str) -> (&str, &str) {
+    let mut parts = name.split('.');
+    match (parts.next(), parts.next()) {
+        (Some(namespace), Some(task)) => (namespace, task),
+        _ => ("", ""),
     }
 }

@@ -81,30 +81,95 @@ fn a_live_lease_is_never_handed_twice_but_other_groups_read_the_same_messages() 
 }
 
 #[test]
-fn a_completed_ack_commits_releases_and_lets_the_next_pop_continue() {
+fn a_dotted_queue_a_push_creates_carries_its_labels_in_the_entry() {
     let mut fx = Fixture::new();
-    fx.push("q", "p", 4);
+    fx.push("Orders.Ship.eu", "p", 1);
+    fx.push("plain", "p", 1);
     fx.commit();
-    let got = fx.pop("q", None, 2, None);
+    let q = fx
+        .st
+        .queue_named("Orders.Ship.eu")
+        .expect("created by the push");
+    assert_eq!((q.namespace.as_str(), q.task.as_str()), ("Orders", "Ship"));
+    let q = fx.st.queue_named("plain").expect("created by the push");
+    assert_eq!((q.namespace.as_str(), q.task.as_str()), ("", ""));
+    assert_eq!(super::push::dotted_labels("a.b"), ("a", "b"));
+    assert_eq!(super::push::dotted_labels("a."), ("a", ""));
+    fx.assert_replays();
+}
+
+/// `n` messages pushed to queue "q" and a claim of up to `batch` of them (both committed).
+fn claimed(n: usize, batch: u32) -> (Fixture, PopResult) {
+    let mut fx = Fixture::new();
+    fx.push("q", "p", n);
     fx.commit();
+    let got = fx.pop("q", None, batch, None);
+    fx.commit();
+    (fx, got)
+}
+
+fn offsets(popped: &PopResult) -> Vec<u64> {
+    popped.messages.iter().map(|m| m.offset).collect()
+}
+
+#[test]
+fn a_completed_ack_commits_releases_and_lets_the_next_pop_continue() {
+    let (mut fx, got) = claimed(4, 2);
     let acked = fx.ack(&got, AckStatus::Completed);
     assert!(acked.iter().all(|a| a.success), "{acked:?}");
     assert!(acked.last().is_some_and(|a| a.lease_released));
     assert!(fx.st.leases.is_empty());
-    let next = fx.pop("q", None, 10, None);
-    let offsets: Vec<u64> = next.messages.iter().map(|m| m.offset).collect();
-    assert_eq!(offsets, vec![2, 3]);
+    assert_eq!(offsets(&fx.pop("q", None, 10, None)), vec![2, 3]);
     assert_eq!(fx.st.queue_named("q").map(|q| q.counters.acked), Some(2));
     fx.assert_replays();
 }
 
 #[test]
+fn a_batch_nack_of_a_whole_claim_succeeds_once_and_the_claim_comes_back() {
+    let (mut fx, got) = claimed(3, 10);
+    let nacked = fx.ack(&got, AckStatus::Failed);
+    assert!(nacked.iter().all(|a| a.success), "{nacked:?}");
+    let released: Vec<bool> = nacked.iter().map(|a| a.lease_released).collect();
+    assert_eq!(
+        released,
+        vec![true, false, false],
+        "the lease is released once"
+    );
+    fx.commit();
+    let again = fx.pop("q", None, 10, None);
+    assert_eq!(offsets(&again), vec![0, 1, 2]);
+    let attempts: Vec<u32> = again.messages.iter().map(|m| m.delivery_attempt).collect();
+    assert_eq!(attempts, vec![2, 2, 2]);
+    fx.assert_replays();
+}
+
+#[test]
+fn a_batch_nack_clamps_the_cursor_at_its_first_failure_and_refuses_a_later_completion() {
+    let (mut fx, got) = claimed(4, 10);
+    let mut items = ack_items(&got, AckStatus::Failed);
+    items[0].status = AckStatus::Completed;
+    items[3].status = AckStatus::Completed;
+    let group = Some(got.consumer_group.clone());
+    let r = fx.planner().plan_acks(&items, &group);
+    let success: Vec<bool> = r.iter().map(|a| a.success).collect();
+    assert_eq!(success, vec![true, true, true, false], "{r:?}");
+    assert!(r[3]
+        .error
+        .as_ref()
+        .is_some_and(|e| e.message.contains("not committed")));
+    fx.commit();
+    let again = fx.pop("q", None, 10, None);
+    assert_eq!(
+        offsets(&again),
+        vec![1, 2, 3],
+        "completed before the nack stays done"
+    );
+    fx.assert_replays();
+}
+
+#[test]
 fn an_ack_under_another_lease_is_refused_and_changes_nothing() {
-    let mut fx = Fixture::new();
-    fx.push("q", "p", 1);
-    fx.commit();
-    let mut got = fx.pop("q", None, 1, None);
-    fx.commit();
+    let (mut fx, mut got) = claimed(1, 1);
     got.lease_id = uuid::Uuid::from_u128(7).to_string();
     let r = fx.ack(&got, AckStatus::Completed);
     assert!(!r[0].success);
