@@ -137,3 +137,50 @@ async fn a_single_node_membership_still_reclaims_after_a_restart() {
     assert!(reclaim(&node, 60).await > 0);
     node.shutdown().await.unwrap();
 }
+
+/// A kill -9 inside `purge` past the last record: the horizon (1, 171) is committed, the
+/// records ..=121 are not deleted yet. What the crash leaves is written here directly, since
+/// `purge` commits the horizon before anything else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_after_a_crash_between_the_purge_horizon_and_the_truncation_continues() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, store) = open_small_segments(dir.path());
+    let node = filled(&log, &store).await;
+    let last = log.last().unwrap().0;
+    assert!(last < 171, "{last}");
+    node.shutdown().await.unwrap();
+    drop(node);
+    meta::put(
+        &store,
+        meta::PURGED,
+        &Some(log_id(1, 171)),
+        ErrorSubject::Logs,
+    )
+    .unwrap();
+
+    let node = RaftNode::start_single(
+        RaftConfig::default(),
+        log.clone(),
+        store.clone(),
+        Recorder::new(Some((171, 1))),
+    )
+    .await
+    .unwrap();
+    let (index, _) = node.propose(b"after".to_vec()).await.unwrap();
+    assert!(index > 171, "{index}");
+    assert!(log.first_index().unwrap() > 171, "stale records deleted");
+    node.shutdown().await.unwrap();
+    drop(node);
+
+    // And the start after that one finds nothing left to finish.
+    let node = RaftNode::start_single(
+        RaftConfig::default(),
+        log.clone(),
+        store.clone(),
+        Recorder::new(Some((171, 1))),
+    )
+    .await
+    .unwrap();
+    node.propose(b"again".to_vec()).await.unwrap();
+    node.shutdown().await.unwrap();
+}
