@@ -184,3 +184,25 @@ async fn a_start_after_a_crash_between_the_purge_horizon_and_the_truncation_cont
     node.propose(b"again".to_vec()).await.unwrap();
     node.shutdown().await.unwrap();
 }
+
+/// openraft's start-up builds a snapshot when a purge horizon exists and none is current:
+/// after a reclamation that would be a full engine encode inside `Raft::new`, held for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_after_a_reclamation_encodes_no_engine_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, store) = open_small_segments(dir.path());
+    let node = filled(&log, &store).await;
+    assert!(reclaim(&node, 60).await > 0);
+    let (last, term) = log.last().unwrap();
+    node.shutdown().await.unwrap();
+    drop(node);
+
+    // The engine's checkpoint covers the log (reclamation needs one at or above its bound).
+    let h = Recorder::new(Some((last, term)));
+    let node = RaftNode::start_single(RaftConfig::default(), log.clone(), store.clone(), h.clone())
+        .await
+        .unwrap();
+    assert_eq!(h.snapshots.load(std::sync::atomic::Ordering::SeqCst), 0);
+    node.propose(b"after".to_vec()).await.unwrap();
+    node.shutdown().await.unwrap();
+}
