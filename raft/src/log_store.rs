@@ -165,8 +165,12 @@ impl LogStore {
     }
 
     /// Bytes `reclaim_upto(upto)` would free now: the files of the sealed segments whose
-    /// records are all `<= upto`.
+    /// records are all `<= upto`; 0 while reclamation is refused (a multi-node membership), so
+    /// the disk gate never lets a checkpoint into the reserve on space nothing will free.
     pub fn reclaimable_bytes(&self, upto: u64) -> u64 {
+        if self.inner.multi_node.load(Ordering::SeqCst) {
+            return 0;
+        }
         self.inner.log.sealed_bytes_through(upto)
     }
 

@@ -111,6 +111,11 @@ async fn reclamation_is_refused_once_a_second_node_is_named_and_after_a_restart(
         .await
         .unwrap();
     let segments = log.segment_count();
+    assert_eq!(
+        node.reclaimable_bytes(u64::MAX),
+        0,
+        "agrees with the refusal"
+    );
     assert_eq!(reclaim(&node, u64::MAX).await, 0);
     assert_eq!(log.segment_count(), segments);
     assert_eq!(durable(&store), None);
@@ -134,6 +139,7 @@ async fn a_single_node_membership_still_reclaims_after_a_restart() {
     node.shutdown().await.unwrap();
     drop(node);
     let node = restart(&log, &store).await;
+    assert!(node.reclaimable_bytes(60) > 0);
     assert!(reclaim(&node, 60).await > 0);
     node.shutdown().await.unwrap();
 }
