@@ -27,14 +27,17 @@ async fn filled(log: &Arc<SegmentLog>, store: &Arc<StateStore>) -> RaftNode {
 }
 
 async fn restart(log: &Arc<SegmentLog>, store: &Arc<StateStore>) -> RaftNode {
-    RaftNode::start_single(
-        RaftConfig::default(),
-        log.clone(),
-        store.clone(),
-        Recorder::new(None),
-    )
-    .await
-    .unwrap()
+    restart_with(log, store, Recorder::new(None)).await
+}
+
+async fn restart_with(
+    log: &Arc<SegmentLog>,
+    store: &Arc<StateStore>,
+    handler: Arc<Recorder>,
+) -> RaftNode {
+    RaftNode::start_single(RaftConfig::default(), log.clone(), store.clone(), handler)
+        .await
+        .unwrap()
 }
 
 async fn reclaim(node: &RaftNode, upto: u64) -> usize {
@@ -164,14 +167,7 @@ async fn a_start_after_a_crash_between_the_purge_horizon_and_the_truncation_cont
     )
     .unwrap();
 
-    let node = RaftNode::start_single(
-        RaftConfig::default(),
-        log.clone(),
-        store.clone(),
-        Recorder::new(Some((171, 1))),
-    )
-    .await
-    .unwrap();
+    let node = restart_with(&log, &store, Recorder::new(Some((171, 1)))).await;
     let (index, _) = node.propose(b"after".to_vec()).await.unwrap();
     assert!(index > 171, "{index}");
     assert!(log.first_index().unwrap() > 171, "stale records deleted");
@@ -179,14 +175,7 @@ async fn a_start_after_a_crash_between_the_purge_horizon_and_the_truncation_cont
     drop(node);
 
     // And the start after that one finds nothing left to finish.
-    let node = RaftNode::start_single(
-        RaftConfig::default(),
-        log.clone(),
-        store.clone(),
-        Recorder::new(Some((171, 1))),
-    )
-    .await
-    .unwrap();
+    let node = restart_with(&log, &store, Recorder::new(Some((171, 1)))).await;
     node.propose(b"again".to_vec()).await.unwrap();
     node.shutdown().await.unwrap();
 }
@@ -205,9 +194,7 @@ async fn a_restart_after_a_reclamation_encodes_no_engine_snapshot() {
 
     // The engine's checkpoint covers the log (reclamation needs one at or above its bound).
     let h = Recorder::new(Some((last, term)));
-    let node = RaftNode::start_single(RaftConfig::default(), log.clone(), store.clone(), h.clone())
-        .await
-        .unwrap();
+    let node = restart_with(&log, &store, h.clone()).await;
     assert_eq!(h.snapshots.load(std::sync::atomic::Ordering::SeqCst), 0);
     node.propose(b"after".to_vec()).await.unwrap();
     node.shutdown().await.unwrap();
