@@ -77,6 +77,7 @@ impl LogStore {
     /// (redb reads, thread spawn): call before the runtime is busy or from a blocking context.
     pub fn open(log: Arc<SegmentLog>, store: Arc<StateStore>) -> Result<LogStore, OrStorageError> {
         let purged: Option<RaftLogId> = meta::get(&store, meta::PURGED, ErrorSubject::Logs)?;
+        finish_interrupted_purge(&log, purged)?;
         let membership: Option<crate::types::StoredMembership> =
             meta::get(&store, meta::MEMBERSHIP, ErrorSubject::StateMachine)?;
         let multi_node = membership.is_some_and(|m| is_multi_node(m.membership()));
@@ -164,8 +165,12 @@ impl LogStore {
     }
 
     /// Bytes `reclaim_upto(upto)` would free now: the files of the sealed segments whose
-    /// records are all `<= upto`.
+    /// records are all `<= upto`; 0 while reclamation is refused (a multi-node membership), so
+    /// the disk gate never lets a checkpoint into the reserve on space nothing will free.
     pub fn reclaimable_bytes(&self, upto: u64) -> u64 {
+        if self.inner.multi_node.load(Ordering::SeqCst) {
+            return 0;
+        }
         self.inner.log.sealed_bytes_through(upto)
     }
 
@@ -407,6 +412,31 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         Ok(())
     }
+}
+
+/// `purge` past the last record commits the horizon before it deletes the records (so a crash
+/// never leaves a hole below a horizon that is not durable yet). A kill -9 between the two
+/// leaves records that all lie at or below the horizon, and the next append (horizon + 1)
+/// could never follow them: delete them now, as the interrupted purge would have, before
+/// openraft reads the log state. Deleting the whole log cannot fail half-way into a state this
+/// check does not finish next time: removal is newest first and every survivor stays stale.
+fn finish_interrupted_purge(
+    log: &SegmentLog,
+    purged: Option<RaftLogId>,
+) -> Result<(), OrStorageError> {
+    let (Some(p), Some((last, _)), Some(first)) = (purged, log.last(), log.first_index()) else {
+        return Ok(());
+    };
+    if p.index <= last {
+        return Ok(());
+    }
+    tracing::warn!(
+        purge_horizon = %p, first, last,
+        "finishing a purge a crash interrupted: every record is at or below the purge horizon \
+         and is deleted"
+    );
+    log.truncate_from(first)
+        .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Delete, &e))
 }
 
 fn is_enospc(e: &WriterError) -> bool {

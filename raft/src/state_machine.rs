@@ -196,6 +196,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), OrStorageError> {
         let data = (*snapshot).into_inner();
+        if data.is_empty() {
+            // A position-only snapshot (get_current_snapshot) carries no state to install.
+            return Err(io_err(
+                ErrorSubject::Snapshot(Some(meta.signature())),
+                ErrorVerb::Write,
+                AnyError::error("a snapshot without state (a position only) cannot be installed"),
+            ));
+        }
         let Some(last) = meta.last_log_id else {
             return Err(io_err(
                 ErrorSubject::Snapshot(Some(meta.signature())),
@@ -226,6 +234,25 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, OrStorageError> {
+        // openraft's start-up (`get_initial_state`) asks for one, and builds a full engine
+        // snapshot if there is none while a purge horizon exists (any reclamation writes one).
+        // A single voter never sends a snapshot (and no peer can be added after a
+        // reclamation), so it gets the position only: no engine encode, nothing held.
+        if self.snapshot.is_none() {
+            let purged: Option<RaftLogId> =
+                meta::get(&self.store, meta::PURGED, ErrorSubject::Logs)?;
+            if purged.is_some() {
+                self.snapshot_seq += 1;
+                self.snapshot = Some(StoredSnapshot {
+                    meta: SnapshotMeta {
+                        last_log_id: self.last_applied,
+                        last_membership: self.membership.clone(),
+                        snapshot_id: format!("position-only-{}", self.snapshot_seq),
+                    },
+                    data: Vec::new(),
+                });
+            }
+        }
         Ok(self.snapshot.clone().map(to_snapshot))
     }
 }

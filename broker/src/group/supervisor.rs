@@ -88,7 +88,6 @@ pub async fn start(
     if let Tail::SyncedThrough(synced) = tail {
         drop_unsynced_tail(&log, &state, synced)?;
     }
-    let log_first = log.first_index();
     let log = Arc::new(log);
     let store = Arc::new(store);
     let shared = Shared::new(state);
@@ -96,6 +95,9 @@ pub async fn start(
     let node = RaftNode::start_single(RaftConfig::default(), log.clone(), store.clone(), handler)
         .await
         .map_err(|e| anyhow!("starting raft: {e}"))?;
+    // Read after the start: when the log ended below the checkpoint, openraft's start-up purge
+    // deleted every record left (raft LogStore::purge), and the messages in them are lost too.
+    let log_first = log.first_index();
     if let (true, Some(first)) = (cfg.accept_data_loss, log_first) {
         if let Err(e) = forget_lost_messages(&shared, &store, first) {
             if let Err(stop) = node.shutdown().await {

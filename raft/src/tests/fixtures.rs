@@ -15,6 +15,8 @@ use crate::ApplyHandler;
 pub struct Recorder {
     checkpoint: Option<(u64, u64)>,
     applied: Mutex<Vec<(u64, u64, Vec<u8>)>>,
+    /// How often `snapshot` (a full engine encode) was asked for.
+    pub snapshots: AtomicU64,
 }
 
 impl Recorder {
@@ -22,6 +24,7 @@ impl Recorder {
         Arc::new(Recorder {
             checkpoint,
             applied: Mutex::new(Vec::new()),
+            snapshots: AtomicU64::new(0),
         })
     }
 
@@ -44,6 +47,7 @@ impl ApplyHandler for Recorder {
     }
 
     fn snapshot(&self) -> (Option<(u64, u64)>, Vec<u8>) {
+        self.snapshots.fetch_add(1, Ordering::SeqCst);
         let applied = self.applied.lock().unwrap();
         let last = applied.last().map(|(i, t, _)| (*i, *t)).or(self.checkpoint);
         (last, applied.len().to_le_bytes().to_vec())

@@ -27,14 +27,17 @@ async fn filled(log: &Arc<SegmentLog>, store: &Arc<StateStore>) -> RaftNode {
 }
 
 async fn restart(log: &Arc<SegmentLog>, store: &Arc<StateStore>) -> RaftNode {
-    RaftNode::start_single(
-        RaftConfig::default(),
-        log.clone(),
-        store.clone(),
-        Recorder::new(None),
-    )
-    .await
-    .unwrap()
+    restart_with(log, store, Recorder::new(None)).await
+}
+
+async fn restart_with(
+    log: &Arc<SegmentLog>,
+    store: &Arc<StateStore>,
+    handler: Arc<Recorder>,
+) -> RaftNode {
+    RaftNode::start_single(RaftConfig::default(), log.clone(), store.clone(), handler)
+        .await
+        .unwrap()
 }
 
 async fn reclaim(node: &RaftNode, upto: u64) -> usize {
@@ -111,6 +114,11 @@ async fn reclamation_is_refused_once_a_second_node_is_named_and_after_a_restart(
         .await
         .unwrap();
     let segments = log.segment_count();
+    assert_eq!(
+        node.reclaimable_bytes(u64::MAX),
+        0,
+        "agrees with the refusal"
+    );
     assert_eq!(reclaim(&node, u64::MAX).await, 0);
     assert_eq!(log.segment_count(), segments);
     assert_eq!(durable(&store), None);
@@ -134,6 +142,60 @@ async fn a_single_node_membership_still_reclaims_after_a_restart() {
     node.shutdown().await.unwrap();
     drop(node);
     let node = restart(&log, &store).await;
+    assert!(node.reclaimable_bytes(60) > 0);
     assert!(reclaim(&node, 60).await > 0);
+    node.shutdown().await.unwrap();
+}
+
+/// A kill -9 inside `purge` past the last record: the horizon (1, 171) is committed, the
+/// records ..=121 are not deleted yet. What the crash leaves is written here directly, since
+/// `purge` commits the horizon before anything else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_after_a_crash_between_the_purge_horizon_and_the_truncation_continues() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, store) = open_small_segments(dir.path());
+    let node = filled(&log, &store).await;
+    let last = log.last().unwrap().0;
+    assert!(last < 171, "{last}");
+    node.shutdown().await.unwrap();
+    drop(node);
+    meta::put(
+        &store,
+        meta::PURGED,
+        &Some(log_id(1, 171)),
+        ErrorSubject::Logs,
+    )
+    .unwrap();
+
+    let node = restart_with(&log, &store, Recorder::new(Some((171, 1)))).await;
+    let (index, _) = node.propose(b"after".to_vec()).await.unwrap();
+    assert!(index > 171, "{index}");
+    assert!(log.first_index().unwrap() > 171, "stale records deleted");
+    node.shutdown().await.unwrap();
+    drop(node);
+
+    // And the start after that one finds nothing left to finish.
+    let node = restart_with(&log, &store, Recorder::new(Some((171, 1)))).await;
+    node.propose(b"again".to_vec()).await.unwrap();
+    node.shutdown().await.unwrap();
+}
+
+/// openraft's start-up builds a snapshot when a purge horizon exists and none is current:
+/// after a reclamation that would be a full engine encode inside `Raft::new`, held for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_after_a_reclamation_encodes_no_engine_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, store) = open_small_segments(dir.path());
+    let node = filled(&log, &store).await;
+    assert!(reclaim(&node, 60).await > 0);
+    let (last, term) = log.last().unwrap();
+    node.shutdown().await.unwrap();
+    drop(node);
+
+    // The engine's checkpoint covers the log (reclamation needs one at or above its bound).
+    let h = Recorder::new(Some((last, term)));
+    let node = restart_with(&log, &store, h.clone()).await;
+    assert_eq!(h.snapshots.load(std::sync::atomic::Ordering::SeqCst), 0);
+    node.propose(b"after".to_vec()).await.unwrap();
     node.shutdown().await.unwrap();
 }
