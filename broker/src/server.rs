@@ -136,6 +136,10 @@ pub async fn serve(
         crate::ephemeral::StoreLimits {
             enabled: cfg.ephemeral_enabled,
             max_bytes: cfg.ephemeral_max_bytes,
+            tenant_max_bytes: match cfg.ephemeral_tenant_max_bytes {
+                0 => cfg.ephemeral_max_bytes,
+                n => n.min(cfg.ephemeral_max_bytes),
+            },
             implicit_idle: Duration::from_secs(cfg.ephemeral_implicit_idle_s),
             max_waiters: door_caps.long_polls,
         },

@@ -69,6 +69,7 @@ impl From<EphemeralRefusal> for EphError {
                 "no such ephemeral queue".into(),
             ),
             EphemeralRefusal::Full(m) => (StatusCode::TOO_MANY_REQUESTS, "queue_full", m),
+            EphemeralRefusal::Quota(m) => (StatusCode::FORBIDDEN, "ephemeral_quota_exceeded", m),
             EphemeralRefusal::Unavailable(m) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "ephemeral_unavailable", m)
             }
@@ -400,13 +401,18 @@ pub async fn pop(
             let rung = gate.notified();
             tokio::pin!(rung);
             rung.as_mut().enable();
-            let more = store.pop(
+            let more = match store.pop(
                 &ctx.tenant,
                 &PopAsk {
                     batch: batch - got.len(),
                     ..ask.clone()
                 },
-            )?;
+            ) {
+                Ok(more) => more,
+                // What this pop already took is answered, never thrown away.
+                Err(_) if !got.is_empty() => break,
+                Err(e) => return Err(e.into()),
+            };
             if more.is_empty() {
                 tokio::select! {
                     _ = &mut rung => {}

@@ -14,6 +14,9 @@ pub enum EphemeralRefusal {
     NotFound,
     /// 429 `queue_full`: the queue's bounds under policy `reject`.
     Full(String),
+    /// 403 `ephemeral_quota_exceeded`: a per-tenant bound (queues, groups of a partition,
+    /// the tenant's share of the node's bytes); retrying does not help until it frees.
+    Quota(String),
     /// 503 `ephemeral_unavailable`: the node's ephemeral byte budget, or too many waiters.
     Unavailable(String),
     /// 503 `ephemeral_disabled`: the kill switch.

@@ -258,6 +258,15 @@ pub(crate) const KEYS: &[KeySpec] = &[
         },
     },
     KeySpec {
+        name: "ephemeral_tenant_max_bytes",
+        env: "QUEEN_EPHEMERAL_TENANT_MAX_BYTES",
+        flag: None,
+        kind: Kind::Uint {
+            min: 0,
+            max: 64 * GIB,
+        },
+    },
+    KeySpec {
         name: "ephemeral_implicit_idle_s",
         env: "QUEEN_EPHEMERAL_IMPLICIT_IDLE_S",
         flag: None,

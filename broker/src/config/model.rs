@@ -76,6 +76,9 @@ pub struct Config {
     /// Bytes all ephemeral queues of this node hold at most; past it pushes get 503
     /// `ephemeral_unavailable`.
     pub ephemeral_max_bytes: u64,
+    /// Bytes one tenant's ephemeral queues hold at most (403 `ephemeral_quota_exceeded`
+    /// past it); 0: no share, one tenant may use the whole node cap.
+    pub ephemeral_tenant_max_bytes: u64,
     /// An ephemeral queue created by a push or pop (never configured) is removed after this
     /// many seconds without use.
     pub ephemeral_implicit_idle_s: u64,
@@ -175,6 +178,7 @@ impl Default for Config {
             max_long_polls: 20_000,
             ephemeral_enabled: true,
             ephemeral_max_bytes: 256 * MIB,
+            ephemeral_tenant_max_bytes: 0,
             ephemeral_implicit_idle_s: 300,
             max_tenants: 64,
             log_json: false,
@@ -400,6 +404,7 @@ impl Config {
             "max_new_partitions_per_request" => self.max_new_partitions_per_request,
             "max_long_polls" => self.max_long_polls,
             "ephemeral_max_bytes" => self.ephemeral_max_bytes,
+            "ephemeral_tenant_max_bytes" => self.ephemeral_tenant_max_bytes,
             "ephemeral_implicit_idle_s" => self.ephemeral_implicit_idle_s,
             "max_tenants" => self.max_tenants,
             "memory_limit_bytes" => self.memory_limit_bytes,

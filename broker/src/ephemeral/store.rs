@@ -1,5 +1,10 @@
 //! The tenants' ephemeral queues behind one lock: every call is a few ring operations, never
 //! I/O, so one mutex keeps the byte budget and the rings consistent without ordering rules.
+//!
+//! The node's cap counts what the store holds, not only the payloads: each ring prices its
+//! slots by capacity, its cursors, leases and redeliveries ([`Ring::charge`]); each queue adds
+//! its name and a fixed cost. A queue keeps the sum of its rings (`charged`), the tenant and
+//! the node the sums of theirs, and the sweep recounts them from the rings every second.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,18 +17,23 @@ use queenmq_native_api::ephemeral_door::{
 use queenmq_protocol::{EphemeralOptions, DEFAULT_PARTITION, QUEUE_MODE_GROUP};
 use serde_json::{json, Value};
 
-use super::ring::{Dropped, Nack, Ring, ITEM_OVERHEAD};
+use super::ring::{Dropped, Nack, Ring, CURSOR_COST, ENTRY_COST, ITEM_OVERHEAD, MAX_GROUPS};
 
 /// Partitions one queue keeps at most: each is a ring with its own cursors.
 pub const MAX_PARTITIONS: usize = 10_000;
 /// Queues one tenant keeps at most, declared and implicit.
 pub const MAX_QUEUES: usize = 10_000;
+/// A queue's fixed cost besides its name and rings: the map entry, options, the wake gate.
+const QUEUE_COST: u64 = 256;
 
 #[derive(Debug, Clone, Copy)]
 pub struct StoreLimits {
     pub enabled: bool,
-    /// Bytes every tenant's queues hold at most together.
+    /// Bytes every tenant's queues hold at most together (pushes stop there; consumers'
+    /// cursors and leases may take a quarter more, so a full node can still be drained).
     pub max_bytes: u64,
+    /// Bytes one tenant's queues hold at most: its share of `max_bytes`.
+    pub tenant_max_bytes: u64,
     pub implicit_idle: Duration,
     /// Pops waiting at once.
     pub max_waiters: usize,
@@ -41,13 +51,18 @@ pub struct Store {
 #[derive(Default)]
 struct Inner {
     tenants: HashMap<String, Tenant>,
+    /// What every queue of the node holds, as the cap counts it.
     bytes: u64,
+    /// The last delivery number handed out: ids name a delivery, never reused in the process.
+    deliveries: u64,
 }
 
 #[derive(Default)]
 struct Tenant {
     loaded: bool,
     queues: BTreeMap<String, Queue>,
+    /// Σ its queues' `charged`.
+    charged: u64,
 }
 
 struct Queue {
@@ -55,15 +70,18 @@ struct Queue {
     declared: bool,
     used: Instant,
     rings: BTreeMap<String, Ring>,
+    /// Payloads plus [`ITEM_OVERHEAD`] each: what `maxBytes` bounds.
     bytes: u64,
     length: u64,
+    /// What the queue holds as the node's cap counts it: name, rings, cursors, leases.
+    charged: u64,
     wake: Arc<tokio::sync::Notify>,
     /// Where a pop without a partition starts, so one busy partition does not starve others.
     turn: usize,
 }
 
 impl Queue {
-    fn new(options: EphemeralOptions, declared: bool, now: Instant) -> Queue {
+    fn new(name: &str, options: EphemeralOptions, declared: bool, now: Instant) -> Queue {
         Queue {
             options,
             declared,
@@ -71,18 +89,39 @@ impl Queue {
             rings: BTreeMap::new(),
             bytes: 0,
             length: 0,
+            charged: queue_cost(name),
             wake: Arc::new(tokio::sync::Notify::new()),
             turn: 0,
         }
     }
 }
 
+fn queue_cost(name: &str) -> u64 {
+    QUEUE_COST + name.len() as u64
+}
+
+fn ring_charge(name: &str, ring: &Ring) -> u64 {
+    name.len() as u64 + ring.charge()
+}
+
 impl Queue {
-    /// What the queue's rings hold: slots by capacity, payload allocations, cursor maps.
-    fn held_bytes(&self) -> usize {
-        self.rings.values().fold(0usize, |a, r| {
-            a.saturating_add(r.held_bytes()).saturating_add(64)
-        })
+    /// Recounts `charged` from the rings.
+    fn recount(&mut self, name: &str) -> u64 {
+        self.charged = self
+            .rings
+            .iter()
+            .fold(queue_cost(name), |a, (p, r)| a + ring_charge(p, r));
+        self.charged
+    }
+
+    /// Runs `f` on the ring of `partition` and moves `charged` by what that changed.
+    fn on_ring<T>(&mut self, partition: &str, f: impl FnOnce(&mut Ring) -> T) -> Option<T> {
+        let ring = self.rings.get_mut(partition)?;
+        let before = ring.charge();
+        let out = f(ring);
+        let after = ring.charge();
+        self.charged = (self.charged + after).saturating_sub(before);
+        Some(out)
     }
 }
 
@@ -133,66 +172,131 @@ impl Store {
         }
     }
 
-    /// Bytes held by every ephemeral queue of the node.
+    /// What every ephemeral queue of the node holds, as the cap counts it.
     pub fn bytes(&self) -> u64 {
         lock(&self.inner).bytes
     }
 
-    /// The gauges and the memory pool, from the sweep: a walk of every ring, once a second.
+    /// The gauges and the memory pool, from the sweep.
     fn publish(&self, inner: &Inner) {
-        let (mut messages, mut held) = (0u64, 0usize);
-        for q in inner.tenants.values().flat_map(|t| t.queues.values()) {
-            messages += q.length;
-            held = held.saturating_add(q.held_bytes());
-        }
+        let messages: u64 = inner
+            .tenants
+            .values()
+            .flat_map(|t| t.queues.values())
+            .map(|q| q.length)
+            .sum();
         metrics::gauge!("queen_ephemeral_bytes").set(inner.bytes as f64);
         metrics::gauge!("queen_ephemeral_messages").set(messages as f64);
         if let Some(m) = &self.memory {
+            let held = usize::try_from(inner.bytes).unwrap_or(usize::MAX);
             m.pools.set(crate::memory::Pool::Ephemeral, held);
         }
     }
 
-    /// Ages out messages past their ttl and removes implicit queues idle too long.
+    /// Ages out messages past their ttl, forgets idle groups, drops vacant rings, removes
+    /// implicit queues idle too long (not while a pop waits on one), and recounts the charges.
     pub fn sweep(&self, now: Instant) {
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
         let idle = self.limits.implicit_idle;
-        let mut freed = 0;
+        let mut node = 0u64;
         for t in inner.tenants.values_mut() {
             t.queues.retain(|_, q| {
-                if !q.declared && now.saturating_duration_since(q.used) >= idle {
+                let waited_on = Arc::strong_count(&q.wake) > 1;
+                if !q.declared && !waited_on && now.saturating_duration_since(q.used) >= idle {
                     count_drops("removed", q.length);
-                    freed += q.bytes;
                     return false;
                 }
-                freed += age_out(q, now);
+                age_out(q, now);
+                let mut freed = (0, 0);
+                for ring in q.rings.values_mut() {
+                    if ring.forget_idle(now, idle) > 0 {
+                        let before = ring.items.len() as u64;
+                        let b = ring.trim();
+                        freed.0 += before - ring.items.len() as u64;
+                        freed.1 += b;
+                    }
+                    ring.shrink();
+                }
+                q.length -= freed.0.min(q.length);
+                q.bytes -= freed.1.min(q.bytes);
+                q.rings.retain(|_, r| !r.is_vacant());
                 true
             });
+            let mut tenant = 0u64;
+            for (name, q) in t.queues.iter_mut() {
+                tenant += q.recount(name);
+            }
+            t.charged = tenant;
+            node += tenant;
         }
-        inner.bytes -= freed.min(inner.bytes);
+        inner.bytes = node;
         self.publish(inner);
     }
 
-    fn parse_id<'a>(&self, id: &'a str) -> Result<(&'a str, u64), AckOutcome> {
+    /// `e:<incarnation>:<partition>:<seq>.<delivery>` → (partition, seq, delivery).
+    fn parse_id<'a>(&self, id: &'a str) -> Result<(&'a str, u64, u64), AckOutcome> {
         let rest = id.strip_prefix("e:").ok_or(AckOutcome::Unknown)?;
         let (inc, rest) = rest.split_once(':').ok_or(AckOutcome::Unknown)?;
         let (partition, n) = rest.rsplit_once(':').ok_or(AckOutcome::Unknown)?;
-        let n: u64 = n.parse().map_err(|_| AckOutcome::Unknown)?;
+        let (seq, delivery) = n.split_once('.').ok_or(AckOutcome::Unknown)?;
+        let seq: u64 = seq.parse().map_err(|_| AckOutcome::Unknown)?;
+        let delivery: u64 = delivery.parse().map_err(|_| AckOutcome::Unknown)?;
         if inc != self.incarnation {
             return Err(AckOutcome::Stale);
         }
-        Ok((partition, n))
+        Ok((partition, seq, delivery))
+    }
+
+    /// Refuses growth of `grow` bytes past the node's cap (503), then past the tenant's share
+    /// (403). A pop (`consumer`) may pass both by a quarter: cursors and leases never block
+    /// the drain of a full node.
+    fn admit(
+        &self,
+        inner: &Inner,
+        tenant: &str,
+        grow: u64,
+        consumer: bool,
+    ) -> Result<(), EphemeralRefusal> {
+        let room = |cap: u64| match consumer {
+            true => cap.saturating_add(cap / 4),
+            false => cap,
+        };
+        if inner.bytes.saturating_add(grow) > room(self.limits.max_bytes) {
+            return Err(EphemeralRefusal::Unavailable(format!(
+                "the node's ephemeral queues hold {} of {} bytes (ephemeral_max_bytes)",
+                inner.bytes, self.limits.max_bytes
+            )));
+        }
+        let held = inner.tenants.get(tenant).map_or(0, |t| t.charged);
+        if held.saturating_add(grow) > room(self.limits.tenant_max_bytes) {
+            return Err(EphemeralRefusal::Quota(format!(
+                "the tenant's ephemeral queues hold {held} of {} bytes (ephemeral_tenant_max_bytes)",
+                self.limits.tenant_max_bytes
+            )));
+        }
+        Ok(())
     }
 }
 
-/// Drops the messages older than the queue's ttl; bytes freed.
+/// Moves the tenant's and the node's charge by a queue's change from `before` to `after`.
+fn settle(inner: &mut Inner, tenant: &str, before: u64, after: u64) {
+    if let Some(t) = inner.tenants.get_mut(tenant) {
+        t.charged = (t.charged + after).saturating_sub(before);
+    }
+    inner.bytes = (inner.bytes + after).saturating_sub(before);
+}
+
+/// Drops the messages older than the queue's ttl (with their leases); bytes freed.
 fn age_out(q: &mut Queue, now: Instant) -> u64 {
     if q.options.ttl_seconds == 0 {
         return 0;
     }
     let ttl = Duration::from_secs(q.options.ttl_seconds.into());
     let (mut n, mut freed) = (0, 0);
-    for ring in q.rings.values_mut() {
+    let mut charge = 0i128;
+    for (name, ring) in q.rings.iter_mut() {
+        let before = ring_charge(name, ring);
         while ring
             .oldest_at()
             .is_some_and(|at| now.saturating_duration_since(at) >= ttl)
@@ -200,7 +304,10 @@ fn age_out(q: &mut Queue, now: Instant) -> u64 {
             freed += ring.drop_oldest().unwrap_or(0);
             n += 1;
         }
+        ring.shrink();
+        charge += i128::from(ring_charge(name, ring)) - i128::from(before);
     }
+    q.charged = u64::try_from(i128::from(q.charged) + charge).unwrap_or(0);
     q.length -= n.min(q.length);
     q.bytes -= freed.min(q.bytes);
     count_drops("ttl", n);
@@ -209,18 +316,20 @@ fn age_out(q: &mut Queue, now: Instant) -> u64 {
 
 /// After consumption: items every group is past leave, their bytes given back.
 fn trim(q: &mut Queue, partition: &str) -> (u64, u64) {
-    let Some(ring) = q.rings.get_mut(partition) else {
+    let Some((n, freed)) = q.on_ring(partition, |ring| {
+        let before = ring.items.len() as u64;
+        let freed = ring.trim();
+        (before - ring.items.len() as u64, freed)
+    }) else {
         return (0, 0);
     };
-    let before = ring.items.len() as u64;
-    let freed = ring.trim();
-    let n = before - ring.items.len() as u64;
     q.length -= n.min(q.length);
     q.bytes -= freed.min(q.bytes);
     (n, freed)
 }
 
 impl Inner {
+    /// The queue, made implicit if need be (its cost charged at once).
     fn queue(
         &mut self,
         tenant: &str,
@@ -228,15 +337,19 @@ impl Inner {
         now: Instant,
     ) -> Result<&mut Queue, EphemeralRefusal> {
         let t = self.tenants.entry(tenant.to_string()).or_default();
-        if !t.queues.contains_key(queue) && t.queues.len() >= MAX_QUEUES {
-            return Err(EphemeralRefusal::Unavailable(format!(
-                "a tenant holds at most {MAX_QUEUES} ephemeral queues"
-            )));
+        if !t.queues.contains_key(queue) {
+            if t.queues.len() >= MAX_QUEUES {
+                return Err(EphemeralRefusal::Quota(format!(
+                    "a tenant holds at most {MAX_QUEUES} ephemeral queues"
+                )));
+            }
+            t.charged += queue_cost(queue);
+            self.bytes += queue_cost(queue);
         }
         let q = t
             .queues
             .entry(queue.to_string())
-            .or_insert_with(|| Queue::new(EphemeralOptions::default(), false, now));
+            .or_insert_with(|| Queue::new(queue, EphemeralOptions::default(), false, now));
         q.used = now;
         Ok(q)
     }
@@ -256,17 +369,22 @@ impl EphemeralDoor for Store {
 
     fn seed(&self, tenant: &str, declared: Vec<(String, EphemeralOptions)>) {
         let now = Instant::now();
-        let mut inner = lock(&self.inner);
+        let mut guard = lock(&self.inner);
+        let inner = &mut *guard;
         let t = inner.tenants.entry(tenant.to_string()).or_default();
         if t.loaded {
             return;
         }
         t.loaded = true;
         for (name, options) in declared {
+            if !t.queues.contains_key(&name) {
+                t.charged += queue_cost(&name);
+                inner.bytes += queue_cost(&name);
+            }
             let q = t
                 .queues
-                .entry(name)
-                .or_insert_with(|| Queue::new(options, true, now));
+                .entry(name.clone())
+                .or_insert_with(|| Queue::new(&name, options, true, now));
             q.options = options;
             q.declared = true;
         }
@@ -274,12 +392,17 @@ impl EphemeralDoor for Store {
 
     fn declare(&self, tenant: &str, queue: &str, options: EphemeralOptions) {
         let now = Instant::now();
-        let mut inner = lock(&self.inner);
+        let mut guard = lock(&self.inner);
+        let inner = &mut *guard;
         let t = inner.tenants.entry(tenant.to_string()).or_default();
+        if !t.queues.contains_key(queue) {
+            t.charged += queue_cost(queue);
+            inner.bytes += queue_cost(queue);
+        }
         let q = t
             .queues
             .entry(queue.to_string())
-            .or_insert_with(|| Queue::new(options, true, now));
+            .or_insert_with(|| Queue::new(queue, options, true, now));
         q.options = options;
         q.declared = true;
         q.used = now;
@@ -296,7 +419,7 @@ impl EphemeralDoor for Store {
             return false;
         };
         count_drops("removed", q.length);
-        inner.bytes -= q.bytes.min(inner.bytes);
+        settle(inner, tenant, q.charged, 0);
         // A pop waiting on it answers now rather than at its timeout.
         q.wake.notify_waiters();
         true
@@ -313,10 +436,12 @@ impl EphemeralDoor for Store {
             return 0;
         };
         let dropped = q.length;
-        inner.bytes -= q.bytes.min(inner.bytes);
+        let before = q.charged;
         q.rings.clear();
         q.bytes = 0;
         q.length = 0;
+        let after = q.recount(queue);
+        settle(inner, tenant, before, after);
         count_drops("reset", dropped);
         dropped
     }
@@ -340,13 +465,8 @@ impl EphemeralDoor for Store {
             .sum();
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
-        if inner.bytes.saturating_add(bytes) > self.limits.max_bytes {
-            return Err(EphemeralRefusal::Unavailable(format!(
-                "the node's ephemeral queues hold {} of {} bytes (ephemeral_max_bytes)",
-                inner.bytes, self.limits.max_bytes
-            )));
-        }
         let q = inner.queue(tenant, queue, now)?;
+        let before = q.charged;
         let o = q.options;
         if n > u64::from(o.max_length) || bytes > o.max_bytes {
             return Err(EphemeralRefusal::Full(format!(
@@ -359,11 +479,24 @@ impl EphemeralDoor for Store {
                 "an ephemeral queue holds at most {MAX_PARTITIONS} partitions"
             )));
         }
+        age_out(q, now);
+        let grow = bytes
+            + match q.rings.get(partition) {
+                Some(r) => r.growth_for(payloads.len()),
+                None => {
+                    ring_charge(partition, &Ring::default())
+                        + Ring::default().growth_for(payloads.len())
+                }
+            };
+        let aged = q.charged;
+        settle(inner, tenant, before, aged);
+        self.admit(inner, tenant, grow, false)?;
+        let Ok(q) = inner.queue(tenant, queue, now) else {
+            return Err(EphemeralRefusal::Unavailable("the queue went away".into()));
+        };
         let over =
             |q: &Queue| q.length + n > u64::from(o.max_length) || q.bytes + bytes > o.max_bytes;
-        let mut freed = age_out(q, now);
         if over(q) && !o.drop_oldest {
-            inner.bytes -= freed.min(inner.bytes);
             return Err(EphemeralRefusal::Full(format!(
                 "queue {queue} is full (maxLength {}, maxBytes {}, policy reject)",
                 o.max_length, o.max_bytes
@@ -378,25 +511,28 @@ impl EphemeralDoor for Store {
                 .filter_map(|(name, r)| r.oldest_at().map(|at| (at, name.clone())))
                 .min();
             let Some((_, name)) = oldest else { break };
-            let b = q
-                .rings
-                .get_mut(&name)
-                .and_then(Ring::drop_oldest)
-                .unwrap_or(0);
+            let b = q.on_ring(&name, Ring::drop_oldest).flatten().unwrap_or(0);
             q.bytes -= b.min(q.bytes);
             q.length = q.length.saturating_sub(1);
-            freed += b;
             pushed_out += 1;
         }
         count_drops("drop_oldest", pushed_out);
-        let ring = q.rings.entry(partition.to_string()).or_default();
-        for p in payloads {
-            ring.push(Arc::from(p), now);
+        if !q.rings.contains_key(partition) {
+            let ring = Ring::default();
+            q.charged += ring_charge(partition, &ring);
+            q.rings.insert(partition.to_string(), ring);
         }
+        q.on_ring(partition, |ring| {
+            for p in payloads {
+                ring.push(Arc::from(p), now);
+            }
+            ring.shrink();
+        });
         q.length += n;
         q.bytes += bytes;
         q.wake.notify_waiters();
-        inner.bytes = inner.bytes - freed.min(inner.bytes) + bytes;
+        let after = q.charged;
+        settle(inner, tenant, aged, after);
         Ok(n as usize)
     }
 
@@ -412,8 +548,30 @@ impl EphemeralDoor for Store {
         let group = ask.group.unwrap_or(QUEUE_MODE_GROUP);
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
+        // The most this pop can add: a cursor in every ring it visits, a lease per message.
+        let (before, grow) = {
+            let q = inner
+                .tenants
+                .get(tenant)
+                .and_then(|t| t.queues.get(ask.queue));
+            let rings = match (q, ask.partition) {
+                (None, _) => 0,
+                (Some(_), Some(_)) => 1,
+                (Some(q), None) => q.rings.len() as u64,
+            };
+            let leases = if ask.auto_ack {
+                0
+            } else {
+                q.map_or(0, |q| q.length).min(ask.batch as u64)
+            };
+            let grow = rings * (CURSOR_COST + group.len() as u64) + leases * ENTRY_COST;
+            (q.map_or(0, |q| q.charged), grow)
+        };
+        self.admit(inner, tenant, grow, true)?;
+        let mut deliveries = inner.deliveries;
         let q = inner.queue(tenant, ask.queue, now)?;
-        let mut freed = age_out(q, now);
+        let created = if before == 0 { q.charged } else { 0 };
+        age_out(q, now);
         let names: Vec<String> = match ask.partition {
             Some(p) => vec![p.to_string()],
             None => {
@@ -435,32 +593,46 @@ impl EphemeralDoor for Store {
             if out.len() >= ask.batch {
                 break;
             }
-            let Some(ring) = q.rings.get_mut(&name) else {
+            let want = ask.batch - out.len();
+            let Some(taken) = q.on_ring(&name, |ring| {
+                ring.take(
+                    group,
+                    want,
+                    lease,
+                    retry_limit,
+                    now,
+                    &mut dropped,
+                    &mut deliveries,
+                )
+            }) else {
                 continue;
             };
-            let want = ask.batch - out.len();
-            let Ok(got) = ring.take(group, want, lease, retry_limit, now, &mut dropped) else {
-                refused = Some(EphemeralRefusal::Unavailable(format!(
-                    "partition {name} keeps cursors for at most {} groups",
-                    super::ring::MAX_GROUPS
-                )));
-                break;
+            let Ok(got) = taken else {
+                // What earlier rings gave is kept: the pop answers with it.
+                refused.get_or_insert_with(|| {
+                    EphemeralRefusal::Quota(format!(
+                        "partition {name} keeps cursors for at most {MAX_GROUPS} groups"
+                    ))
+                });
+                continue;
             };
             for d in got {
                 out.push(EphemeralMessage {
-                    id: format!("e:{}:{}:{}", self.incarnation, name, d.seq),
+                    id: format!("e:{}:{}:{}.{}", self.incarnation, name, d.seq, d.delivery),
                     partition: name.clone(),
                     payload: d.payload,
                     attempts: d.attempts,
                 });
             }
-            freed += trim(q, &name).1;
+            trim(q, &name);
         }
+        let after = q.charged;
+        inner.deliveries = deliveries;
+        settle(inner, tenant, before.max(created), after);
         count_drops("retry_limit", dropped.retries);
-        inner.bytes -= freed.min(inner.bytes);
         match refused {
-            Some(r) => Err(r),
-            None => Ok(out),
+            Some(r) if out.is_empty() => Err(r),
+            _ => Ok(out),
         }
     }
 
@@ -514,47 +686,54 @@ impl EphemeralDoor for Store {
                 .collect();
         };
         q.used = now;
+        let before = q.charged;
         let retry_limit = q.options.retry_limit;
-        let mut dropped = 0;
+        let (mut dropped, mut redelivered) = (0, false);
         for (id, status) in acks {
-            let (partition, seq) = match self.parse_id(id) {
+            let (partition, seq, delivery) = match self.parse_id(id) {
                 Ok(v) => v,
                 Err(o) => {
                     out.push(o);
                     continue;
                 }
             };
-            let Some(ring) = q.rings.get_mut(partition) else {
-                out.push(AckOutcome::Unknown);
-                continue;
-            };
-            let outcome = match status {
-                AckStatus::Completed if ring.ack(group, seq) => AckOutcome::Acked,
-                AckStatus::Completed => AckOutcome::Unknown,
-                AckStatus::Failed | AckStatus::Retry => match ring.nack(group, seq, retry_limit) {
-                    Nack::Redelivered if ring.holds(seq) => AckOutcome::Redelivered,
-                    // Pushed out of the ring meanwhile: nothing comes back.
-                    Nack::Redelivered => AckOutcome::Acked,
-                    Nack::Dropped => {
-                        dropped += 1;
+            let outcome = q
+                .on_ring(partition, |ring| match status {
+                    AckStatus::Completed if ring.ack(group, seq, delivery, now) => {
                         AckOutcome::Acked
                     }
-                    Nack::Unknown => AckOutcome::Unknown,
-                },
-            };
+                    AckStatus::Completed => AckOutcome::Unknown,
+                    AckStatus::Failed | AckStatus::Retry => {
+                        match ring.nack(group, seq, delivery, retry_limit, now) {
+                            Nack::Redelivered if ring.holds(seq) => AckOutcome::Redelivered,
+                            // Pushed out of the ring meanwhile: nothing comes back.
+                            Nack::Redelivered => AckOutcome::Acked,
+                            Nack::Dropped => {
+                                dropped += 1;
+                                AckOutcome::Acked
+                            }
+                            Nack::Unknown => AckOutcome::Unknown,
+                        }
+                    }
+                })
+                .unwrap_or(AckOutcome::Unknown);
+            redelivered |= outcome == AckOutcome::Redelivered;
             if outcome != AckOutcome::Unknown && !touched.iter().any(|t| t == partition) {
                 touched.push(partition.to_string());
             }
             out.push(outcome);
         }
         count_drops("retry_limit", dropped);
-        let mut freed = 0;
         for p in &touched {
-            freed += trim(q, p).1;
+            trim(q, p);
         }
-        // A nacked message is due again: a waiting pop may take it.
-        q.wake.notify_waiters();
-        inner.bytes -= freed.min(inner.bytes);
+        // A nacked message is due again: a waiting pop may take it. A completed ack gives
+        // no waiter anything, so it wakes none.
+        if redelivered {
+            q.wake.notify_waiters();
+        }
+        let after = q.charged;
+        settle(inner, tenant, before, after);
         out
     }
 
@@ -618,5 +797,187 @@ impl EphemeralDoor for Store {
                 "windowBuffer": {"ms": o.window_ms, "count": o.window_count},
             },
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(max_bytes: u64, tenant_max_bytes: u64) -> Store {
+        Store::new(
+            StoreLimits {
+                enabled: true,
+                max_bytes,
+                tenant_max_bytes,
+                implicit_idle: Duration::from_secs(300),
+                max_waiters: 10,
+            },
+            None,
+        )
+    }
+
+    fn ask<'a>(queue: &'a str, partition: Option<&'a str>, group: &'a str) -> PopAsk<'a> {
+        PopAsk {
+            queue,
+            partition,
+            group: Some(group),
+            batch: 10_000,
+            auto_ack: false,
+        }
+    }
+
+    fn msgs(n: usize) -> Vec<String> {
+        (0..n).map(|i| i.to_string()).collect()
+    }
+
+    /// The store's charge equals a recount from the rings (what the sweep does).
+    fn assert_consistent(s: &Store) {
+        let held = s.bytes();
+        s.sweep(Instant::now());
+        assert_eq!(
+            held,
+            s.bytes(),
+            "incremental charge drifted from the recount"
+        );
+    }
+
+    #[test]
+    fn the_charge_returns_to_the_queue_cost_after_consumption_and_reset() {
+        let s = store(1 << 30, 1 << 30);
+        let empty = queue_cost("q");
+        let options = EphemeralOptions {
+            max_length: 100_000,
+            ..EphemeralOptions::default()
+        };
+        s.declare("t", "q", options);
+        s.push("t", "q", Some("p"), msgs(50_000)).unwrap();
+        assert!(s.bytes() > 50_000 * ITEM_OVERHEAD);
+        assert_consistent(&s);
+        let mut a = ask("q", Some("p"), "g");
+        a.auto_ack = true;
+        assert_eq!(s.pop("t", &a).unwrap().len(), 10_000);
+        assert_consistent(&s);
+        while !s.pop("t", &a).unwrap().is_empty() {}
+        // Drained: the slots went back; what is left is the ring, its cursor, a few slots.
+        assert!(s.bytes() < empty + 2_048, "{}", s.bytes());
+        assert_consistent(&s);
+        s.push("t", "q", None, msgs(10)).unwrap();
+        assert_eq!(s.reset("t", "q"), 10);
+        assert_eq!(s.bytes(), empty);
+        assert!(s.forget("t", "q"));
+        assert_eq!(s.bytes(), 0);
+    }
+
+    /// E2: cursors and leases count, so many groups on many partitions hit the cap.
+    #[test]
+    fn fan_out_state_is_charged_and_refused_at_the_cap() {
+        let s = store(1 << 20, 1 << 20);
+        let mut refused = None;
+        'outer: for p in 0..10_000 {
+            let part = format!("p{p}");
+            if let Err(e) = s.push("t", "q", Some(&part), msgs(1)) {
+                refused = Some(e);
+                break;
+            }
+            for g in 0..100 {
+                if let Err(e) = s.pop("t", &ask("q", Some(&part), &format!("g{g}"))) {
+                    refused = Some(e);
+                    break 'outer;
+                }
+            }
+        }
+        assert!(
+            matches!(refused, Some(EphemeralRefusal::Unavailable(_))),
+            "{refused:?}"
+        );
+        assert!(s.bytes() <= (1 << 20) + (1 << 18), "{}", s.bytes());
+        assert_consistent(&s);
+    }
+
+    /// E6: a reset does not let an old id settle a new delivery of the same sequence.
+    #[test]
+    fn an_id_from_before_a_reset_answers_unknown() {
+        let s = store(1 << 30, 1 << 30);
+        s.push("t", "q", None, msgs(1)).unwrap();
+        let old = s.pop("t", &ask("q", None, "g")).unwrap().remove(0);
+        s.reset("t", "q");
+        s.push("t", "q", None, msgs(1)).unwrap();
+        let new = s.pop("t", &ask("q", None, "g")).unwrap().remove(0);
+        assert_ne!(old.id, new.id);
+        let done = |id: &str| vec![(id.to_string(), AckStatus::Completed)];
+        assert_eq!(
+            s.ack("t", "q", Some("g"), &done(&old.id)),
+            [AckOutcome::Unknown]
+        );
+        assert_eq!(
+            s.ack("t", "q", Some("g"), &done(&new.id)),
+            [AckOutcome::Acked]
+        );
+        // Another queue's ack of the id finds no lease either.
+        assert_eq!(
+            s.ack("t", "r", Some("g"), &done(&new.id)),
+            [AckOutcome::Unknown]
+        );
+    }
+
+    /// E9: a ring that refuses the group does not throw away what others gave.
+    #[test]
+    fn a_refusal_at_a_later_partition_keeps_what_was_taken() {
+        let s = store(1 << 30, 1 << 30);
+        s.push("t", "q", Some("a"), msgs(1)).unwrap();
+        s.push("t", "q", Some("b"), msgs(3)).unwrap();
+        for g in 0..super::super::ring::MAX_GROUPS {
+            s.pop("t", &ask("q", Some("a"), &format!("g{g}"))).unwrap();
+        }
+        let mut a = ask("q", None, "new");
+        a.auto_ack = true;
+        let got = s.pop("t", &a).unwrap();
+        assert_eq!(got.len(), 3);
+        assert!(got.iter().all(|m| m.partition == "b"));
+        let only_a = ask("q", Some("a"), "new");
+        assert!(matches!(
+            s.pop("t", &only_a),
+            Err(EphemeralRefusal::Quota(_))
+        ));
+    }
+
+    /// E11: a tenant's share refuses it with 403 while another tenant still pushes.
+    #[test]
+    fn a_tenant_past_its_share_gets_quota_and_others_still_push() {
+        let s = store(1 << 20, 1 << 19);
+        let big = vec!["x".repeat(1_000); 100];
+        let mut last = Ok(0);
+        for _ in 0..10 {
+            last = s.push("a", "q", None, big.clone());
+            if last.is_err() {
+                break;
+            }
+        }
+        assert!(matches!(last, Err(EphemeralRefusal::Quota(_))), "{last:?}");
+        assert_eq!(s.push("b", "q", None, big.clone()), Ok(100));
+        assert_consistent(&s);
+    }
+
+    /// E4: the sweep forgets idle groups, so the group bound is not a permanent wall.
+    #[test]
+    fn the_sweep_forgets_idle_groups_and_drops_vacant_rings() {
+        let s = store(1 << 30, 1 << 30);
+        s.push("t", "q", Some("p"), msgs(1)).unwrap();
+        let mut a = ask("q", Some("p"), "g");
+        a.auto_ack = true;
+        assert_eq!(s.pop("t", &a).unwrap().len(), 1);
+        s.sweep(Instant::now() + Duration::from_secs(301));
+        // The implicit queue went idle too: gone with its charge.
+        assert_eq!(s.bytes(), 0);
+        s.declare("t", "d", EphemeralOptions::default());
+        s.push("t", "d", Some("p"), msgs(1)).unwrap();
+        assert_eq!(s.pop("t", &ask("q", Some("p"), "g")).unwrap().len(), 0);
+        let mut d = ask("d", Some("p"), "g");
+        d.auto_ack = true;
+        assert_eq!(s.pop("t", &d).unwrap().len(), 1);
+        s.sweep(Instant::now() + Duration::from_secs(301));
+        let depth = s.depth("t", "d").unwrap();
+        assert_eq!(depth["partitions"], 0, "{depth}");
     }
 }
