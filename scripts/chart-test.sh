@@ -207,6 +207,28 @@ def schema_refusals(chart):
             ok(f"values.schema.json refuses {label}")
 
 
+def template_refusals(chart):
+    """Values the schema accepts but the templates refuse with a message (`fail`)."""
+    users = {"usersSecret": "queen-kafka-users"}
+    cases = {
+        "SASL users without a JWT secret or kafka.sasl.httpAuthDisabled": (
+            {"kafka": {"sasl": users}}, "httpAuthDisabled"),
+        "kafka.sasl.httpAuthDisabled beside a JWT secret": (
+            {"kafka": {"sasl": {**users, "httpAuthDisabled": True}},
+             "auth": {"jwtSecret": "test-only-secret-with-more-than-32-bytes"}},
+            "contradicts"),
+    }
+    for label, (values, words) in cases.items():
+        try:
+            chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+            fail(f"the templates accepted {label}")
+        except helm.HelmError as e:
+            if words in str(e):
+                ok(f"the templates refuse {label}")
+            else:
+                fail(f"the templates refuse {label} without saying why: {e}")
+
+
 def find(objects, kind):
     return [o for _, o in objects if o.get("kind") == kind]
 
@@ -326,6 +348,7 @@ value_sets = [("default", None)] + [
 print(f"helm-python-sdk {helm.__version__}, helm SDK {helm.helm_sdk_version()}, Kubernetes schemas {K8S_VERSION}")
 with helm.Chart.load(CHART) as chart:
     schema_refusals(chart)
+    template_refusals(chart)
     for label, path in value_sets:
         values = load_values(path)
         lint(label, values)

@@ -28,10 +28,11 @@ pub fn load(path: &Path) -> anyhow::Result<Users> {
     Ok(users)
 }
 
-/// Where the file does not parse and why, without the offending line: toml's own message
-/// quotes it, and it may be the password line.
+/// Where the file does not parse and why, in fixed words: toml's own message quotes the
+/// offending line, and serde's quotes the value found (`string "..."` for a password
+/// written where a table belongs), either of which may be the password.
 fn parse_error(text: &str, e: &toml::de::Error) -> String {
-    let what = without_values(e.message());
+    let what = fixed_message(e.message());
     match e.span() {
         Some(span) => {
             let upto = text.get(..span.start).unwrap_or(text);
@@ -39,22 +40,32 @@ fn parse_error(text: &str, e: &toml::de::Error) -> String {
             let column = upto.len() - upto.rfind('\n').map_or(0, |i| i + 1) + 1;
             format!("line {line}, column {column}: {what}")
         }
-        None => what.to_string(),
+        None => what,
     }
 }
 
-/// serde's "invalid type: string `...`" quotes the value found (a password of the wrong
-/// type): what is between backticks goes, unless it names a key (unknown field messages).
-fn without_values(message: &str) -> String {
-    if !message.starts_with("invalid") {
-        return message.to_string();
+/// The kind of mistake and, from serde, what was expected there (this program's own type
+/// and key names) — never anything the file holds.
+fn fixed_message(message: &str) -> String {
+    let kind = if message.starts_with("invalid type") || message.starts_with("invalid value") {
+        "a value of the wrong type"
+    } else if message.starts_with("unknown field") {
+        "an unknown key"
+    } else if message.starts_with("missing field") {
+        "a required key is missing"
+    } else if message.starts_with("duplicate") {
+        "a key given twice"
+    } else {
+        return "not valid TOML".to_string();
+    };
+    // serde puts "expected <our type or keys>" last; whatever comes before it may quote
+    // the file.
+    match message.rsplit_once("expected ") {
+        Some((_, expected)) if !expected.contains('"') && !expected.contains('\'') => {
+            format!("{kind}, expected {expected}")
+        }
+        _ => kind.to_string(),
     }
-    message
-        .split('`')
-        .enumerate()
-        .map(|(i, part)| if i % 2 == 1 { "…" } else { part })
-        .collect::<Vec<_>>()
-        .join("`")
 }
 
 #[cfg(test)]
@@ -67,12 +78,18 @@ mod tests {
             "[[user]]\nname = 'a'\npasword = 'hunter2-secret'\n",
             "[[user]]\nname = 'a'\npassword = 'hunter2-secret\n",
             "[[user]]\nname = 'a'\npassword = 4242424242\n",
+            "[[user]]\nname = 'a'\nscram_sha_256 = 'hunter2-secret'\n",
+            "[[user]]\nname = 'a'\nscram_sha_512 = \"hunter2-secret\"\n",
+            "[[user]]\nname = 'a'\nhunter2-secret = 1\n",
+            "[[user]]\nname = 'a'\n[user.scram_sha_256]\niterations = 'hunter2'\n",
+            "[[user]]\nname = 'a'\npassword = 'x'\npassword = 'hunter2-secret'\n",
+            "[[user]]\nname = 'a'\nhunter2-secret\n",
         ] {
             let Err(e) = toml::from_str::<UsersFile>(text) else {
                 panic!("{text} parsed");
             };
             let shown = parse_error(text, &e);
-            assert!(shown.starts_with("line 3, column "), "{shown}");
+            assert!(shown.starts_with("line "), "{shown}");
             assert!(!shown.contains("hunter2"), "{shown}");
             assert!(!shown.contains("4242424242"), "{shown}");
         }

@@ -52,7 +52,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     mut shutdown: watch::Receiver<bool>,
     mut prelogin: Option<PreLogin>,
 ) {
-    metrics::gauge!("queen_kafka_connections").increment(1.0);
+    let _open = OpenConnection::counted();
     let (mut rd, wr) = tokio::io::split(stream);
     let mut wr = BufWriter::new(wr);
     let (idle, io) = (shared.cfg.idle_timeout, shared.cfg.io_timeout);
@@ -103,7 +103,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             Ok(Ok(Some(n))) => n,
             Ok(Ok(None)) => break,
             Ok(Err(e)) => {
-                tracing::info!(%peer, error = %e, "kafka connection closed: bad frame");
+                closed(&shared, peer, logging_in, &format!("bad frame: {e}"));
                 metrics::counter!("queen_kafka_bad_frames_total").increment(1);
                 break;
             }
@@ -138,7 +138,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         let body = match tokio::time::timeout_at(by(io), frame::read_body(&mut rd, len)).await {
             Ok(Ok(b)) => b,
             Ok(Err(e)) => {
-                tracing::info!(%peer, error = %e, "kafka connection closed: bad frame");
+                closed(&shared, peer, logging_in, &format!("bad frame: {e}"));
                 metrics::counter!("queen_kafka_bad_frames_total").increment(1);
                 break;
             }
@@ -159,6 +159,10 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     sasl::Token::Success(out, user) => (out, Some(user)),
                     sasl::Token::Failed(why) => {
                         tracing::debug!(%peer, "kafka connection closed: {why}");
+                        break;
+                    }
+                    sasl::Token::Busy => {
+                        tracing::debug!(%peer, "kafka connection closed: {}", sasl::kdf::BUSY);
                         break;
                     }
                 };
@@ -191,7 +195,12 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 (hdr, reply)
             }
             Err(e) => {
-                tracing::info!(%peer, error = %e, "kafka connection closed: bad request header");
+                closed(
+                    &shared,
+                    peer,
+                    logging_in,
+                    &format!("bad request header: {e}"),
+                );
                 break;
             }
         };
@@ -224,7 +233,12 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 break;
             }
             Err(_) => {
-                tracing::info!(%peer, "kafka connection closed: the client does not read its answers");
+                closed(
+                    &shared,
+                    peer,
+                    logging_in,
+                    "the client does not read its answers",
+                );
                 break;
             }
         }
@@ -238,7 +252,23 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         }
     }
     drop(prelogin);
-    metrics::gauge!("queen_kafka_connections").decrement(1.0);
+}
+
+/// Counts a connection in `queen_kafka_connections` while it lives: a stranger evicted by
+/// the pre-login gate is dropped mid-`serve`, and must leave the gauge too.
+struct OpenConnection;
+
+impl OpenConnection {
+    fn counted() -> Self {
+        metrics::gauge!("queen_kafka_connections").increment(1.0);
+        OpenConnection
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        metrics::gauge!("queen_kafka_connections").decrement(1.0);
+    }
 }
 
 /// What a connection that must log in may send: ApiVersions and the SASL exchange. Anything
@@ -282,6 +312,16 @@ async fn before_login(
     }
 }
 
+/// Logs why a connection closed: a stranger's reason (one it can cause at will, as often as
+/// it likes) through the rate-limited log, a logged-in client's at info.
+fn closed(shared: &Shared, peer: SocketAddr, logging_in: bool, why: &str) {
+    if logging_in {
+        shared.strangers.note(peer, why);
+    } else {
+        tracing::info!(%peer, "kafka connection closed: {why}");
+    }
+}
+
 /// Checks one SASL token: a PLAIN password on the blocking pool under the node's limit,
 /// SCRAM's cheap steps here. A failure is counted, logged (rate-limited) and answered late,
 /// the later the more this peer IP failed recently (but by the login deadline).
@@ -309,8 +349,10 @@ async fn check_token(
             let delay = shared.backoff.failed(peer.ip(), std::time::Instant::now());
             tokio::time::sleep_until(login_by.min(Instant::now() + delay)).await;
         }
-        sasl::Token::Success(..) => shared.backoff.succeeded(peer.ip()),
-        sasl::Token::Continue(_) => {}
+        // A success forgives nothing: the back-off only ever delays failures, and a
+        // success from the same address (another account, a neighbour behind the NAT)
+        // must not reset the delay an attacker earned.
+        sasl::Token::Success(..) | sasl::Token::Continue(_) | sasl::Token::Busy => {}
     }
     token
 }

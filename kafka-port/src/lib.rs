@@ -32,6 +32,7 @@ pub mod metadata;
 pub mod offset_reads;
 pub mod prelogin;
 pub mod produce;
+pub mod quiet_log;
 pub mod records;
 pub mod sasl;
 pub mod topics;
@@ -120,6 +121,9 @@ pub struct Shared {
     pub auth_failures: sasl::failures::FailureLog,
     /// The node's fetch sessions (KIP-227), each its user's.
     pub fetch_sessions: Arc<fetch_sessions::FetchSessions>,
+    /// Why connections that had not logged in closed (bad frames, failed TLS handshakes):
+    /// rate-limited, as strangers cause these at will.
+    pub strangers: quiet_log::QuietLog,
 }
 
 impl Shared {
@@ -214,6 +218,7 @@ pub async fn run(
         kdf: sasl::kdf::KdfLimit::for_this_machine(),
         backoff: sasl::backoff::Backoff::default(),
         auth_failures: sasl::failures::FailureLog::default(),
+        strangers: quiet_log::QuietLog::new("kafka connection closed before login"),
     });
     // Strangers get their own, smaller cap before they are known (TLS and login done).
     let gate = (security.tls.is_some() || security.users.is_some()).then(|| {
@@ -229,7 +234,13 @@ pub async fn run(
     // The series exist from the start (docs/metrics.md lists them; a scrape shows them).
     metrics::gauge!("queen_kafka_connections").set(0.0);
     metrics::counter!("queen_kafka_bad_frames_total").increment(0);
-    metrics::counter!("queen_kafka_refused_connections_total").increment(0);
+    for reason in ["connections", "prelogin_ip"] {
+        metrics::counter!("queen_kafka_refused_connections_total", "reason" => reason).increment(0);
+    }
+    metrics::counter!("queen_kafka_prelogin_evictions_total").increment(0);
+    metrics::counter!("queen_kafka_auth_busy_total").increment(0);
+    metrics::counter!("queen_kafka_tls_handshake_failures_total").increment(0);
+    let refusals = quiet_log::QuietLog::new("kafka connections refused at accept");
     metrics::gauge!("queen_kafka_group_member_bytes").set(0.0);
     shared.auth_failures.export();
     metrics::gauge!("queen_kafka_fetch_sessions").set(0.0);
@@ -243,18 +254,23 @@ pub async fn run(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let Ok(slot) = connections.clone().try_acquire_owned() else {
-                        metrics::counter!("queen_kafka_refused_connections_total").increment(1);
-                        tracing::debug!(%peer, "kafka connection refused: at the connection cap");
+                        metrics::counter!("queen_kafka_refused_connections_total", "reason" => "connections").increment(1);
+                        refusals.note(peer, "the port serves max_connections");
                         drop(stream);
                         continue;
                     };
-                    let prelogin = match &gate {
-                        None => None,
+                    let (prelogin, evicted) = match &gate {
+                        None => (None, None),
                         Some(gate) => match gate.admit(peer.ip()) {
-                            Some(p) => Some(p),
-                            None => {
-                                metrics::counter!("queen_kafka_refused_connections_total").increment(1);
-                                tracing::debug!(%peer, "kafka connection refused: at the pre-login cap");
+                            prelogin::Admission::In { slot, evicted, evicted_oldest } => {
+                                if evicted_oldest {
+                                    metrics::counter!("queen_kafka_prelogin_evictions_total").increment(1);
+                                }
+                                (Some(slot), Some(evicted))
+                            }
+                            prelogin::Admission::SourceFull => {
+                                metrics::counter!("queen_kafka_refused_connections_total", "reason" => "prelogin_ip").increment(1);
+                                refusals.note(peer, "its source holds kafka_max_prelogin_connections_per_ip strangers");
                                 drop(stream);
                                 continue;
                             }
@@ -264,7 +280,17 @@ pub async fn run(
                     let stop = shutdown.clone();
                     let tls = security.tls.clone();
                     tokio::spawn(async move {
-                        accepted_connection(shared, stream, peer, tls, stop, prelogin).await;
+                        let work = accepted_connection(shared, stream, peer, tls, stop, prelogin);
+                        match evicted {
+                            None => work.await,
+                            // Dropping the connection's future closes its socket.
+                            Some(evicted) => tokio::select! {
+                                () = work => {}
+                                () = evicted.wait() => {
+                                    tracing::debug!(%peer, "kafka stranger closed: the pre-login gate admitted a newer one");
+                                }
+                            },
+                        }
                         drop(slot);
                     });
                 }
@@ -312,8 +338,16 @@ async fn accepted_connection(
             }
             connection::serve(shared, stream, peer, stop, prelogin).await
         }
-        Ok(Err(e)) => tracing::info!(%peer, error = %e, "kafka TLS handshake failed"),
-        Err(_) => tracing::info!(%peer, "kafka connection closed: TLS handshake too slow"),
+        Ok(Err(e)) => {
+            metrics::counter!("queen_kafka_tls_handshake_failures_total").increment(1);
+            shared
+                .strangers
+                .note(peer, &format!("TLS handshake failed: {e}"));
+        }
+        Err(_) => {
+            metrics::counter!("queen_kafka_tls_handshake_failures_total").increment(1);
+            shared.strangers.note(peer, "TLS handshake too slow");
+        }
     }
 }
 

@@ -4,8 +4,11 @@ failed logins are counted and logged without the password, the HTTP API cannot b
 by mistake beside SASL, SASL without TLS is warned about, group membership calls and
 DescribeLogDirs check the user's role, and a users file that does not parse is not quoted."""
 
+import shutil
 import socket
 import struct
+import subprocess
+import time
 
 import httpx
 import pytest
@@ -77,9 +80,10 @@ def test_a_frame_trickled_past_the_login_deadline_is_not_served(broker_factory, 
 def test_more_frames_than_a_login_needs_close_the_connection(broker_factory, tmp_path):
     b = sasl_broker(broker_factory, tmp_path).start()
     s = socket.create_connection(("127.0.0.1", b.kafka_port), timeout=10)
-    # Six ApiVersions in one write: five are answered (what a login may need), then closed.
-    s.sendall(b"".join(request(18, 0, corr) for corr in range(1, 7)))
-    for corr in range(1, 6):
+    # Eight ApiVersions in one write: seven are answered (what a login may need and two of
+    # margin), then closed.
+    s.sendall(b"".join(request(18, 0, corr) for corr in range(1, 9)))
+    for corr in range(1, 8):
         assert struct.unpack(">i", read_frame(s)[:4])[0] == corr
     assert closed_by_server(s, 15)
     s.close()
@@ -103,18 +107,103 @@ def test_strangers_are_capped_in_all_and_per_source_ip(broker_factory, tmp_path)
     assert closed_by_server(third, 5)
     other = connect_from(b, "127.0.0.2")
     assert api_versions_answered(other)
-    # The gate is full (3): a third IP is refused too.
-    assert closed_by_server(connect_from(b, "127.0.0.3"), 5)
-    # A stranger that logs in gives its slot back: 127.0.0.1 may open one more.
-    s = held[0]
+    # The gate is full (3): a newcomer from a third IP gets in, and the OLDEST stranger is
+    # closed for it, so idle strangers cannot keep new logins out.
+    newest = connect_from(b, "127.0.0.3")
+    assert api_versions_answered(newest)
+    assert closed_by_server(held[0], 5)
+    # A stranger that logs in gives its slot back and is no stranger any more: it is
+    # never evicted.
+    s = held[1]
     assert handshake(s, "PLAIN", corr=2) == 0
     assert authenticate(s, b"\0alice\0alice-pw", corr=3)[0] == 0
-    again = connect_from(b, "127.0.0.1")
-    assert api_versions_answered(again)
+    # The gate holds `other` and `newest`: a1 fits, a2 closes the oldest (`other`).
+    a1 = connect_from(b, "127.0.0.1")
+    assert api_versions_answered(a1)
+    a2 = connect_from(b, "127.0.0.1")
+    assert api_versions_answered(a2)
+    assert closed_by_server(other, 5)
+    # 127.0.0.1 holds a1 and a2 now: its share is full, and nobody is evicted for a third.
+    assert closed_by_server(connect_from(b, "127.0.0.1"), 5)
+    assert api_versions_answered(newest, 12)
     # Logged-in connections are not strangers: the logged-in one still works.
     assert api_versions_answered(s, 11)
-    for c in held + [other, again]:
+    for c in held + [other, newest, a1, a2]:
         c.close()
+
+
+def metric(b, line: str) -> float:
+    text = httpx.get(f"{b.url}/metrics/prometheus", timeout=10, verify=b.verify).text
+    found = [l for l in text.splitlines() if l.startswith(line + " ")]
+    assert found, f"no {line!r} in the scrape"
+    return float(found[0].split()[-1])
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_idle_strangers_filling_the_gate_do_not_keep_a_login_out(broker_factory, tmp_path):
+    # The default caps: 64 strangers, 16 per source. 16 idle sockets from each of four
+    # addresses fill the gate; a real client must still log in, and the oldest idle
+    # strangers are closed for it.
+    b = sasl_broker(broker_factory, tmp_path, name="crowd").start()
+    idle = [connect_from(b, f"127.0.0.{2 + i // 16}") for i in range(64)]
+    # Every one is admitted (each answers), so the gate holds 64 now.
+    for n, s in enumerate(idle):
+        assert api_versions_answered(s, n + 1)
+    assert metric(b, "queen_kafka_prelogin_evictions_total") == 0
+    x = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanisms=PLAIN",
+         "-X", "sasl.username=alice", "-X", "sasl.password=alice-pw"]
+    meta = subprocess.run(["kcat", "-b", b.kafka_bootstrap, *x, "-L", "-m", "10"],
+                          timeout=60, capture_output=True)
+    assert meta.returncode == 0, meta.stderr
+    assert metric(b, "queen_kafka_prelogin_evictions_total") >= 1
+    assert closed_by_server(idle[0], 5)
+    assert api_versions_answered(idle[-1], 99), "the newest strangers stay"
+    for s in idle:
+        s.close()
+    # Evicted connections leave the open-connections gauge like any other.
+    for _ in range(100):
+        if metric(b, "queen_kafka_connections") == 0:
+            break
+        time.sleep(0.1)
+    assert metric(b, "queen_kafka_connections") == 0
+
+
+def test_a_success_does_not_forgive_another_users_failures(broker_factory, tmp_path):
+    b = sasl_broker(broker_factory, tmp_path, name="forgive").start()
+    took = []
+    for _ in range(4):
+        with socket.create_connection(("127.0.0.1", b.kafka_port), timeout=15) as s:
+            assert handshake(s, "PLAIN") == 0
+            start = time.monotonic()
+            assert authenticate(s, b"\0alice\0guess")[0] == SASL_AUTHENTICATION_FAILED
+            took.append(time.monotonic() - start)
+        # A right login for another user from the same address between guesses.
+        with login(b, "writer") as w:
+            assert api_versions_answered(w)
+    # The delays double (0.2, 0.4, 0.8, 1.6 s): the successes reset nothing.
+    assert took[3] >= 1.5, took
+
+
+def garbage_adds_a_count_not_log_lines(b, counter: str) -> None:
+    """200 connections that each send `ff ff ff ff` (not a TLS record; an impossible frame
+    length) and are closed: the counter rises by 200, the log by one rate-limited line."""
+    before = metric(b, counter)
+    lines_before = len(b.log_text().splitlines())
+    for _ in range(200):
+        with socket.create_connection(("127.0.0.1", b.kafka_port), timeout=10) as s:
+            s.sendall(b"\xff\xff\xff\xff")
+            assert closed_by_server(s, 10)
+    assert metric(b, counter) - before == 200
+    assert len(b.log_text().splitlines()) - lines_before < 5
+
+
+def test_strangers_bad_frames_and_tls_failures_do_not_flood_the_log(
+    broker_factory, tmp_path, certs
+):
+    tls = sasl_broker(broker_factory, tmp_path, name="noisy", certs=certs).start()
+    garbage_adds_a_count_not_log_lines(tls, "queen_kafka_tls_handshake_failures_total")
+    plain = sasl_broker(broker_factory, tmp_path, name="noisy-plain").start()
+    garbage_adds_a_count_not_log_lines(plain, "queen_kafka_bad_frames_total")
 
 
 def test_failed_logins_are_counted_and_logged_without_the_password(broker_factory, tmp_path):
@@ -219,3 +308,18 @@ def test_a_users_file_that_does_not_parse_is_not_quoted(broker_factory, tmp_path
     log = b.log_text()
     assert "kafka_sasl_users_file" in log and "line 3" in log
     assert "hunter2" not in log
+
+
+def test_list_groups_without_the_group_role_lists_nothing(broker_factory, tmp_path):
+    b = sasl_broker(broker_factory, tmp_path, name="lg").start()
+    with login(b, "alice") as a, login(b, "writer") as w:
+        # alice holds a live member of g-live (JoinGroup v0, session 10 s).
+        join = s16("g-live") + struct.pack(">i", 10_000) + s16("") + s16("consumer") + arr(
+            [s16("range") + struct.pack(">i", 0)]
+        )
+        assert struct.unpack(">h", call(a, 11, 0, join)[:2])[0] == 0
+        assert b"g-live" in call(a, 16, 1, b"")
+        # ListGroups v1: throttle, error, groups. The writer gets the error and no group.
+        body = call(w, 16, 1, b"")
+        assert struct.unpack(">hi", body[4:10]) == (GROUP_AUTHORIZATION_FAILED, 0)
+        assert b"g-live" not in body

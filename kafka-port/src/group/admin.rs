@@ -125,14 +125,20 @@ pub async fn list(door: &Door, version: i16, mut r: Reader) -> Reply {
         Err(err) => return Reply::Close(err.to_string()),
     };
     let mut all: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
-    let code = match durable_groups(door).await {
+    match durable_groups(door).await {
         Ok(gs) => {
             for (id, g) in gs {
                 all.insert(id, (g.protocol_type, "Empty"));
             }
-            e::NONE
         }
-        Err(code) => code,
+        // Refused (a user without the group role) or failed: no live group either, or
+        // the answer would list what the error code says may not be listed.
+        Err(code) => {
+            return encode(
+                &ListGroupsResponse::default().with_error_code(code),
+                version,
+            )
+        }
     };
     for (id, g) in door.groups.lock().iter() {
         if !g.members.is_empty() || all.contains_key(id) {
@@ -163,7 +169,7 @@ pub async fn list(door: &Door, version: i16, mut r: Reader) -> Reply {
         .collect();
     encode(
         &ListGroupsResponse::default()
-            .with_error_code(code)
+            .with_error_code(e::NONE)
             .with_groups(groups),
         version,
     )

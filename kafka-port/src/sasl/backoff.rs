@@ -1,6 +1,8 @@
 //! A failed login's answer is delayed, longer for each recent failure from the same source
-//! IP: password guessing from one host slows down geometrically, while a client that
-//! mistyped once waits a fraction of a second. The delay holds the connection's pre-login
+//! (an IPv4 address, an IPv6 /64): password guessing from one host slows down geometrically,
+//! while a client that mistyped once waits a fraction of a second. Only the `WINDOW` forgets
+//! failures, never a success: a success is not delayed anyway, and one from the same source
+//! (another account, a neighbour behind the same NAT) must not reset a guesser's delay. The delay holds the connection's pre-login
 //! slot, of which each IP has few (`kafka_max_prelogin_connections_per_ip`), and ends at the
 //! login deadline at the latest.
 
@@ -31,6 +33,7 @@ struct Recent {
 impl Backoff {
     /// Records a failed login from `ip` and returns how long its answer waits.
     pub fn failed(&self, ip: IpAddr, now: Instant) -> Duration {
+        let ip = crate::prelogin::source_key(ip);
         let mut by_ip = self.by_ip.lock().unwrap_or_else(|e| e.into_inner());
         if by_ip.len() >= MAX_PEERS && !by_ip.contains_key(&ip) {
             by_ip.retain(|_, r| now.saturating_duration_since(r.last) < WINDOW);
@@ -49,14 +52,6 @@ impl Backoff {
         r.last = now;
         delay(r.failures)
     }
-
-    /// A login from `ip` succeeded: its past failures are forgiven.
-    pub fn succeeded(&self, ip: IpAddr) {
-        self.by_ip
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&ip);
-    }
 }
 
 fn delay(failures: u32) -> Duration {
@@ -69,7 +64,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn delays_grow_per_ip_reset_on_success_and_after_the_window() {
+    fn delays_grow_per_source_and_reset_only_after_the_window() {
         let b = Backoff::default();
         let (ip, other) = (IpAddr::from([1, 2, 3, 4]), IpAddr::from([5, 6, 7, 8]));
         let t = Instant::now();
@@ -78,8 +73,13 @@ mod tests {
         assert_eq!(got[1], FIRST * 2);
         assert_eq!(got[6], MOST);
         assert_eq!(b.failed(other, t), FIRST, "each IP counts its own");
-        b.succeeded(ip);
-        assert_eq!(b.failed(ip, t), FIRST);
+        let v6 = |s: &str| s.parse::<IpAddr>().expect("ip");
+        b.failed(v6("2001:db8::1"), t);
+        assert_eq!(
+            b.failed(v6("2001:db8::2"), t),
+            FIRST * 2,
+            "one /64 is one source"
+        );
         assert_eq!(
             b.failed(ip, t + WINDOW),
             FIRST,

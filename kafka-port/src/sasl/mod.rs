@@ -33,8 +33,10 @@ pub const AUTHENTICATE_VERSIONS: std::ops::RangeInclusive<i16> = 0..=2;
 pub const MAX_FRAME_BEFORE_LOGIN: usize = 8 << 10;
 /// Frames a connection may send before it has logged in: ApiVersions twice (a client
 /// retries at v0 when its first version is refused), SaslHandshake and two tokens (SCRAM's
-/// two messages). One more closes it.
-pub const MAX_FRAMES_BEFORE_LOGIN: usize = 5;
+/// two messages), and two more of margin (a client that retries ApiVersions at another
+/// version, as kafka-python does after UNSUPPORTED_VERSION). One more closes it: the login
+/// deadline and the 8 KiB frame cap bound the work anyway.
+pub const MAX_FRAMES_BEFORE_LOGIN: usize = 7;
 pub const MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 
 const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
@@ -95,6 +97,10 @@ pub enum Token {
     Success(Vec<u8>, Arc<User>),
     /// Refused with this message; the connection closes after the answer.
     Failed(String),
+    /// Not checked: the node is busy checking other passwords. The connection closes
+    /// without an answer, which clients retry like any network error; it is neither a
+    /// failed login nor charged to the client's back-off.
+    Busy,
 }
 
 impl Default for Login {
@@ -277,6 +283,7 @@ pub fn answer(version: i16, token: Token) -> (Reply, Option<Arc<User>>) {
                 .with_error_message(Some(StrBytes::from_string(why.clone())));
             (last(encode(&resp, version), &why), None)
         }
+        Token::Busy => (Reply::Close(kdf::BUSY.into()), None),
     }
 }
 

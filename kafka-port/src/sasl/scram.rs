@@ -211,6 +211,7 @@ pub struct ServerFirst {
     hash: Hash,
     gs2: String,
     nonce: String,
+    client_nonce_len: usize,
     auth_prefix: String,
 }
 
@@ -233,6 +234,7 @@ pub fn server_first(
         hash,
         gs2: first.gs2.clone(),
         nonce,
+        client_nonce_len: first.nonce.len(),
         auth_prefix,
     }
 }
@@ -265,7 +267,7 @@ pub fn client_final(
     if B64.decode(cb).ok().as_deref() != Some(state.gs2.as_bytes()) {
         return Err("SCRAM channel binding does not match the GS2 header");
     }
-    if nonce != state.nonce {
+    if !nonce_echoed(state, nonce) {
         return Err("SCRAM nonce does not match");
     }
     let proof = B64.decode(proof).map_err(|_| "SCRAM proof is not base64")?;
@@ -281,6 +283,21 @@ pub fn client_final(
     }
     let server_sig = hash.hmac(&cred.server_key, auth_message.as_bytes());
     Ok(format!("v={}", B64.encode(server_sig)))
+}
+
+/// Whether the client-final nonce echoes the server-first one. RFC 5802 asks for the
+/// server-first nonce as sent; librdkafka (kcat, confluent-kafka, the Go, .NET and node
+/// clients) sends its own nonce in front of it once more, which Kafka's ScramSaslServer
+/// accepts (it checks `endsWith`). Exactly these two forms are accepted: the proof covers
+/// the message as received, and the server's random part must be there either way.
+fn nonce_echoed(state: &ServerFirst, nonce: &str) -> bool {
+    if nonce == state.nonce {
+        return true;
+    }
+    let client = &state.nonce[..state.client_nonce_len.min(state.nonce.len())];
+    nonce.len() == client.len() + state.nonce.len()
+        && nonce.starts_with(client)
+        && nonce.ends_with(&state.nonce)
 }
 
 #[cfg(test)]

@@ -43,8 +43,14 @@ fn plain_logs_in_and_refuses_a_wrong_password() {
     }
 }
 
-/// The client side of SCRAM, written from RFC 5802 with ring, to drive the server.
+/// The client side of SCRAM, written from RFC 5802 with ring, to drive the server. `echo`
+/// goes in front of the server-first nonce in the final message (librdkafka sends its own
+/// nonce there once more; RFC clients send nothing).
 fn scram_client(u: &Users, mech: &str, password: &str) -> Token {
+    scram_client_echoing(u, mech, password, "")
+}
+
+fn scram_client_echoing(u: &Users, mech: &str, password: &str, echo: &str) -> Token {
     let (dalg, halg, palg, len) = match mech {
         "SCRAM-SHA-256" => (
             &digest::SHA256,
@@ -83,7 +89,7 @@ fn scram_client(u: &Users, mech: &str, password: &str) -> Token {
     let key = hmac::Key::new(halg, &salted);
     let client_key = hmac::sign(&key, b"Client Key");
     let stored = digest::digest(dalg, client_key.as_ref());
-    let without_proof = format!("c=biws,r={nonce}");
+    let without_proof = format!("c=biws,r={echo}{nonce}");
     let auth = format!("{bare},{sf},{without_proof}");
     let sig = hmac::sign(&hmac::Key::new(halg, stored.as_ref()), auth.as_bytes());
     let proof: Vec<u8> = client_key
@@ -115,6 +121,26 @@ fn scram_both_hashes_log_in_and_a_wrong_password_fails() {
         match scram_client(&u, mech, "wrong") {
             Token::Failed(why) => assert!(why.contains("invalid credentials"), "{why}"),
             _ => panic!("{mech} wrong password must fail"),
+        }
+    }
+}
+
+#[test]
+fn librdkafka_s_doubled_client_nonce_logs_in_and_other_prefixes_fail() {
+    let u = users();
+    for mech in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
+        let doubled = scram_client_echoing(&u, mech, "secret", "clientnonce123");
+        assert!(matches!(doubled, Token::Success(..)), "{mech}");
+        for other in [
+            "x",
+            "clientnonce12",
+            "clientnonce1234",
+            "clientnonce123clientnonce123",
+        ] {
+            match scram_client_echoing(&u, mech, "secret", other) {
+                Token::Failed(why) => assert!(why.contains("nonce"), "{why}"),
+                _ => panic!("{mech} with prefix {other:?} must fail"),
+            }
         }
     }
 }
