@@ -284,24 +284,8 @@ pub async fn push(
 ) -> Answer {
     let m = json_body(&app, &headers, b).await?;
     let queue = queue_of(&m)?;
-    let partition = match m.get("partition") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(p)) => {
-            check_ephemeral_name(p).map_err(|e| bad(format!("partition: {}", e.message)))?;
-            Some(p.clone())
-        }
-        Some(_) => return Err(bad("partition must be a string")),
-    };
-    let messages = m
-        .get("messages")
-        .and_then(Value::as_array)
-        .ok_or_else(|| bad("messages (an array) is required"))?;
-    if messages.len() > MAX_ITEMS {
-        return Err(bad(format!(
-            "{} messages; at most {MAX_ITEMS} per push",
-            messages.len()
-        )));
-    }
+    let partition = optional_name(&m, "partition")?;
+    let messages = capped_list(&m, "messages", "push")?;
     let payloads = messages
         .iter()
         .enumerate()
@@ -447,24 +431,8 @@ pub async fn ack(
 ) -> Answer {
     let m = json_body(&app, &headers, b).await?;
     let queue = queue_of(&m)?;
-    let group = match m.get("group") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(g)) => {
-            check_ephemeral_name(g).map_err(|e| bad(format!("group: {}", e.message)))?;
-            Some(g.clone())
-        }
-        Some(_) => return Err(bad("group must be a string")),
-    };
-    let list = m
-        .get("acks")
-        .and_then(Value::as_array)
-        .ok_or_else(|| bad("acks (an array) is required"))?;
-    if list.len() > MAX_ITEMS {
-        return Err(bad(format!(
-            "{} acks; at most {MAX_ITEMS} per call",
-            list.len()
-        )));
-    }
+    let group = optional_name(&m, "group")?;
+    let list = capped_list(&m, "acks", "call")?;
     let acks = list
         .iter()
         .enumerate()
@@ -513,4 +481,36 @@ pub async fn depth(
         .depth(&ctx.tenant, &queue)
         .ok_or(EphemeralRefusal::NotFound)?;
     Ok(Json(d).into_response())
+}
+
+/// An optional name field (`partition`, `group`): absent or null is none; a string must pass
+/// the ephemeral name rules.
+fn optional_name(m: &Map<String, Value>, key: &str) -> Result<Option<String>, EphError> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(v)) => {
+            check_ephemeral_name(v).map_err(|e| bad(format!("{key}: {}", e.message)))?;
+            Ok(Some(v.clone()))
+        }
+        Some(_) => Err(bad(format!("{key} must be a string"))),
+    }
+}
+
+/// A required array field of at most `MAX_ITEMS` items (`per` names the call in the refusal).
+fn capped_list<'a>(
+    m: &'a Map<String, Value>,
+    key: &str,
+    per: &str,
+) -> Result<&'a Vec<Value>, EphError> {
+    let list = m
+        .get(key)
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad(format!("{key} (an array) is required")))?;
+    if list.len() > MAX_ITEMS {
+        return Err(bad(format!(
+            "{} {key}; at most {MAX_ITEMS} per {per}",
+            list.len()
+        )));
+    }
+    Ok(list)
 }
