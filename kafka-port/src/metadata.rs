@@ -127,6 +127,15 @@ async fn topic(
             // Retriable: the client asks again and the next request creates the next ones.
             return base.with_error_code(errors::LEADER_NOT_AVAILABLE);
         }
+        match topics::collision(door, name).await {
+            Ok(None) => {}
+            Ok(Some(existing)) => {
+                let why = topics::collision_message(name, &existing);
+                tracing::info!(topic = name, why = %why, "metadata: auto-creation refused");
+                return base.with_error_code(errors::INVALID_TOPIC_EXCEPTION);
+            }
+            Err(e) => return base.with_error_code(errors::from_queen(&e)),
+        }
         *creations_left -= 1;
         count = match topics::create(door, name).await {
             Ok(_) => topics::partition_count(door, name).await,

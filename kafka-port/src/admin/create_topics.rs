@@ -187,6 +187,12 @@ async fn create(door: &Door, t: &NewTopic, validate_only: bool) -> Result<u32, R
         Ok(false) => {}
         Err(e) => return Err(queen(e)),
     }
+    if let Some(existing) = topics::collision(door, &t.name).await.map_err(queen)? {
+        return Err(Refusal::new(
+            errors::INVALID_TOPIC_EXCEPTION,
+            topics::collision_message(&t.name, &existing),
+        ));
+    }
     if validate_only {
         return Ok(count);
     }
