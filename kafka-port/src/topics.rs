@@ -43,25 +43,6 @@ pub fn kafka_index(name: &str) -> Option<u32> {
         .filter(|n| *n < MAX_TOPIC_PARTITIONS)
 }
 
-/// Whether two distinct names are one after `.` -> `_`, the rule by which Kafka refuses a
-/// new topic (its metrics names replace `.` with `_`, so `a.b` and `a_b` would share them).
-pub fn collide(a: &str, b: &str) -> bool {
-    a != b
-        && a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .all(|(x, y)| x == y || (matches!(x, b'.' | b'_') && matches!(y, b'.' | b'_')))
-}
-
-/// The existing queue a new topic `topic` would collide with ([`collide`]), if any. Only a
-/// name with a `.` or `_` can collide, so only such a creation pays for reading every name.
-pub async fn collision(door: &Door, topic: &str) -> Result<Option<String>, QueenError> {
-    if !topic.bytes().any(|b| matches!(b, b'.' | b'_')) {
-        return Ok(None);
-    }
-    Ok(names(door).await?.into_iter().find(|n| collide(n, topic)))
-}
-
 /// Kafka's words for a collision (`Topic.validate`'s, so tools that match them still do).
 pub fn collision_message(topic: &str, existing: &str) -> String {
     format!("Topic '{topic}' collides with existing topic: {existing}")
@@ -229,16 +210,6 @@ mod tests {
         ] {
             assert_eq!(kafka_index(bad), None, "{bad}");
         }
-    }
-
-    #[test]
-    fn names_collide_only_where_dots_and_underscores_stand_for_each_other() {
-        assert!(collide("a.b", "a_b"));
-        assert!(collide("a_b.c", "a.b_c"));
-        assert!(!collide("a.b", "a.b"));
-        assert!(!collide("a.b", "a-b"));
-        assert!(!collide("a.b", "a_bc"));
-        assert!(!collide("ab", "a_"));
     }
 
     #[test]

@@ -413,10 +413,15 @@ def test_names_that_collide_once_dots_are_underscores_are_refused(broker, http):
             for validate_only in (True, False):
                 with pytest.raises(InvalidTopicError, match=f"collides with existing topic: {existing}"):
                     admin.create_topics([NewTopic(name, 1, 1)], validate_only=validate_only)
-        admin.create_topics([NewTopic("metrics-cpu", 1, 1), NewTopic("metrics.cpu2", 1, 1)])
+        admin.create_topics([NewTopic("metrics-cpu", 1, 1), NewTopic("metrics.cpu2", 1, 1),
+                             NewTopic("Logs.app", 1, 1)])
+        # Two colliding names in one request: the first is made, the second collides with it.
+        with pytest.raises(InvalidTopicError, match="Topic 'pair_one' collides with existing topic: pair.one"):
+            admin.create_topics([NewTopic("pair.one", 1, 1), NewTopic("pair_one", 1, 1)])
         topics = set(admin.list_topics())
-        assert {"metrics.cpu", "logs_app", "metrics-cpu", "metrics.cpu2"} <= topics
-        assert not {"metrics_cpu", "logs.app"} & topics
+        # Case counts, as in Kafka: "Logs.app" is no "logs_app".
+        assert {"metrics.cpu", "logs_app", "metrics-cpu", "metrics.cpu2", "Logs.app", "pair.one"} <= topics
+        assert not {"metrics_cpu", "logs.app", "pair_one"} & topics
     finally:
         admin.close()
 
@@ -434,5 +439,7 @@ def test_auto_creation_refuses_a_colliding_name(broker, http):
     p.produce("orders.eu", b"{}", on_delivery=lambda err, msg: (failed if err else delivered).append(err))
     assert p.flush(15) == 0
     assert len(failed) == 1 and len(delivered) == 1, (failed, delivered)
+    # Refused for the collision (Metadata's INVALID_TOPIC_EXCEPTION), not timed out.
+    assert failed[0].code() == confluent.KafkaError.TOPIC_EXCEPTION, failed[0]
     assert http.get("/api/v1/resources/queues/orders_eu").status_code == 404
     assert http.get("/api/v1/resources/queues/orders.eu").status_code == 200
