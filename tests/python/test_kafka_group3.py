@@ -34,6 +34,11 @@ class Members:
         self.consumed: list[tuple[int, int]] = []  # (partition, offset), in consumption order
         self.committed: set[tuple[int, int]] = set()
         self.consumed_after_commit: list[tuple[int, int]] = []
+        # Each consumption of a record, in order, with the poll batch it came in; a batch's
+        # commit verdict is in `batch_ok` (True: answered, False: refused).
+        self.consumptions: list[tuple[tuple[int, int], int]] = []
+        self.batch_ok: dict[int, bool] = {}
+        self.wrong_values: list[tuple[int, int, bytes]] = []
         self.errors: list[str] = []
         self.held: dict[str, set[int]] = {}  # member -> partitions it last saw assigned
         self.commit_failures = 0
@@ -95,11 +100,17 @@ class Members:
                 raise AssertionError(m.error())
             assert m.topic() == TOPIC
             records.append((m.partition(), m.offset()))
+            if m.value() != expected_value(m.partition(), m.offset()):
+                with self.lock:
+                    self.wrong_values.append((m.partition(), m.offset(), m.value()))
         if not records:
             return
         with self.lock:
             self.consumed_after_commit += [r for r in records if r in self.committed]
             self.consumed += records
+            batch = len(self.batch_ok)
+            self.batch_ok[batch] = False
+            self.consumptions += [(r, batch) for r in records]
         last: dict[int, int] = {}
         for p, o in records:
             last[p] = max(o, last.get(p, -1))
@@ -114,6 +125,18 @@ class Members:
             return
         with self.lock:
             self.committed.update(records)
+            self.batch_ok[batch] = True
+
+    def consumed_again_after_a_commit(self) -> list[tuple[int, int]]:
+        """Records consumed again although an earlier consumption's commit was answered:
+        only the last consumption of a record may have had its commit succeed. This catches
+        a commit a broker took from a stale generation after the partition moved, which the
+        other member had already read past."""
+        with self.lock:
+            events = list(self.consumptions)
+            ok = dict(self.batch_ok)
+        last = {r: i for i, (r, _) in enumerate(events)}
+        return sorted({r for i, (r, batch) in enumerate(events) if i != last[r] and ok[batch]})
 
     def assignments(self) -> dict[str, set[int]]:
         with self.lock:
@@ -150,6 +173,15 @@ class Members:
             self.leave(name)
 
 
+PHASES = ("a", "b", "c")
+
+
+def expected_value(partition: int, offset: int) -> bytes:
+    """What produce() put there: each phase appends PER_PARTITION records to every partition."""
+    phase = PHASES[offset // PER_PARTITION] if offset < len(PHASES) * PER_PARTITION else "?"
+    return f"{phase}-{partition}-{offset % PER_PARTITION}".encode()
+
+
 def produce(broker, phase: str) -> None:
     p = confluent.Producer({"bootstrap.servers": broker.kafka_bootstrap, "acks": "all"})
     failed = []
@@ -160,7 +192,8 @@ def produce(broker, phase: str) -> None:
     assert p.flush(30) == 0 and not failed, failed
 
 
-@pytest.mark.timeout(200)
+# The test's own deadlines (3 settles of 60 s, 3 flushes of 30 s, 4 closes of 30 s) fit.
+@pytest.mark.timeout(420)
 @pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
 def test_three_members_share_six_partitions_through_a_leave_and_a_join(broker_factory, strategy):
     broker = broker_factory("group3", env=ENV).start()
@@ -187,8 +220,11 @@ def test_three_members_share_six_partitions_through_a_leave_and_a_join(broker_fa
     assert not members.errors, (members.errors, members.log)
     want = {(p, o) for p in range(PARTITIONS) for o in range(3 * PER_PARTITION)}
     assert set(members.consumed) == want, "records lost or from nowhere"
+    assert not members.wrong_values, f"records with values not produced there: {members.wrong_values[:10]}"
     assert not members.consumed_after_commit, \
         f"consumed again after a commit: {members.consumed_after_commit[:10]}; {members.log}"
+    again = members.consumed_again_after_a_commit()
+    assert not again, f"consumed again although its commit was answered: {again[:10]}; {members.log}"
     twice = [k for k, n in Counter(members.consumed).items() if n > 1]
     print(f"{strategy}: {len(members.consumed)} consumptions, {len(twice)} again, "
           f"{members.commit_failures} failed commits; {members.log}")
