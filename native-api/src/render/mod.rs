@@ -42,6 +42,8 @@ pub fn read(a: &ReadAnswer) -> Value {
             .map(|f| json!({ "offset": f.offset, "timestampUs": f.time_us }))
             .collect::<Vec<_>>()),
         ReadAnswer::Analytics(s) => analytics(s),
+        // Asked by the Kafka door only; the colliding name of each asked one, or null.
+        ReadAnswer::TopicCollisions(hits) => json!(hits),
     }
 }
 

@@ -50,4 +50,6 @@ pub enum ReadAnswer {
     Changed(crate::fetch::ChangedAnswer),
     Offsets(Vec<crate::fetch::OffsetFound>),
     Analytics(AnalyticsSeries),
+    /// One per asked name, in order: the smallest colliding queue name, if any.
+    TopicCollisions(Vec<Option<String>>),
 }

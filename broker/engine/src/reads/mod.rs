@@ -3,6 +3,7 @@
 //! admin reads lives in native-api/src/render).
 
 mod analytics;
+mod collisions;
 mod fetch;
 #[cfg(test)]
 mod fetch_tests;
@@ -47,6 +48,9 @@ pub fn answer(
     use ReadAnswer as A;
     Ok(match req {
         ReadReq::Queues => A::Queues(queues::list(st)),
+        ReadReq::TopicCollisions { names } => {
+            A::TopicCollisions(collisions::collisions(st, names)?)
+        }
         ReadReq::Queue { queue, page } => A::Queue(queues::one(st, queue, *page)?),
         ReadReq::QueueDepth { queue, group, page } => {
             A::Depth(queues::depth(st, queue, group.as_deref(), *page)?)
