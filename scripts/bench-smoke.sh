@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # A few seconds of every queen-bench scenario at tiny scale against a real broker, so the
-# load tool never rots: each run must exit 0 and report lost == 0 (push/txn with --verify).
-# Not a measurement. Part of scripts/test.sh; whole run <= 30 s once built.
+# load tool never rots: each run must exit 0 and report lost == 0 (push/txn with --verify),
+# no malformed or changed payload, and the body/answer forms it was asked for. The binary
+# forms (QPB1, QPB1 frames, QTB1, QPF1) run too: every popped payload is compared byte for
+# byte with the one pushed, so a wrong encoder fails here. Not a measurement. Part of
+# scripts/test.sh; whole run <= 45 s once built.
 #
 #   scripts/bench-smoke.sh
 #
 # Builds queen and queen-bench (release; a no-op when test.sh built the workspace), starts
 # `queen serve` on a temp data dir and a free 127.0.0.1 port, runs push, consume, e2e
-# (closed and open loop, two consumer groups) and txn, and kills the broker.
+# (closed and open loop, two consumer groups), txn, and the binary forms, and kills the broker.
 # SMOKE_NO_BUILD=1 skips the build (binaries from $QUEEN_BIN / $BENCH_BIN).
 set -euo pipefail
 SCRIPT_NAME=bench-smoke
@@ -31,15 +34,26 @@ check() {
     local out=$BENCH_TMP/$name.json
     run_bench "$out" "$@" "${tiny[@]}"
     local verdict
-    verdict=$(python3 - "$out" <<'PY'
+    verdict=$(python3 - "$out" "$@" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
+args = sys.argv[2:]
+def asked(flag):
+    return args[args.index(flag) + 1] if flag in args else "json"
 moved = (r.get("consume") if r["scenario"] == "consume" else r.get("produce")) or {}
 problems = []
 if r.get("exit_code") != 0:
     problems.append(f"exit {r.get('exit_code')}")
 if r.get("lost") != 0:
     problems.append(f"lost {r.get('lost')}")
+if not r.get("accepted"):
+    problems.append("nothing accepted and verified")
+for key in ("malformed", "payload_mismatches"):
+    if r.get(key):
+        problems.append(f"{key} {r[key]}")
+for key, flag in (("push_form", "--push-form"), ("pop_form", "--pop-form")):
+    if r["config"].get(key) != asked(flag):
+        problems.append(f"{key} {r['config'].get(key)} (asked {asked(flag)})")
 if not moved.get("messages"):
     problems.append("no messages")
 summary = f"{moved.get('messages', 0)} msgs, {moved.get('msg_per_sec', 0)} msg/s, errors {r.get('errors')}"
@@ -57,8 +71,13 @@ check consume consume --prefill 2000
 check e2e e2e --groups 2
 check e2e-open e2e --rate 2000
 check txn txn --txn-size 10 --verify
+check push-qpb1 push --verify --push-form qpb1 --pop-form qpf1
+check push-frames push --verify --push-form qpb1-frames --pop-form qpf1
+check consume-qpf1 consume --prefill 2000 --pop-form qpf1
+check txn-qtb1 txn --txn-size 10 --verify --push-form qpb1-frames --pop-form qpf1
+check e2e-binary e2e --push-form qpb1-frames --pop-form qpf1
 
 stop_broker
 rm -rf "$data"
-((failures == 0)) || die "$failures of 5 runs failed"
+((failures == 0)) || die "$failures of 10 runs failed"
 log "all runs passed in ${SECONDS}s"

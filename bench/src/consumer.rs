@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use crate::clock::{micros_between, Clock};
 use crate::driver::{Driver, PopRequest};
 use crate::ledger::Ledger;
+use crate::payload::{PayloadBuilder, PayloadFields};
 use crate::stats::Stats;
 
 /// Pause after a failed request, so a dead broker is not hammered in a tight loop.
@@ -28,11 +29,15 @@ pub struct ConsumerPlan {
     /// (epoch microseconds, half open); `None` records none (pre-filled messages).
     pub e2e_window: Option<(u64, u64)>,
     pub stop: watch::Receiver<bool>,
+    /// Payload size pushed, to rebuild each delivered payload and compare it byte for byte.
+    pub msg_bytes: usize,
 }
 
 pub async fn run_consumer<D: Driver>(mut driver: D, mut plan: ConsumerPlan) -> Stats {
     let mut stats = Stats::default();
     let group = plan.request.group.clone();
+    let mut expected = PayloadBuilder::new(plan.msg_bytes);
+    let mut scratch = String::with_capacity(plan.msg_bytes.max(64));
     loop {
         if *plan.stop.borrow() {
             break;
@@ -67,17 +72,25 @@ pub async fn run_consumer<D: Driver>(mut driver: D, mut plan: ConsumerPlan) -> S
         }
 
         let done_us = plan.clock.epoch_us(done);
-        let mut malformed = 0u64;
+        let (mut malformed, mut mismatched) = (0u64, 0u64);
+        // Only a delivery whose bytes are exactly the pushed ones counts as delivered, so a
+        // form that mangles payloads shows up as lost, never as fast.
         plan.ledger.record_delivered(
             plan.group_slot,
-            deliveries.iter().filter_map(|d| {
-                if d.fields.is_none() {
+            deliveries.iter().filter_map(|d| match d.fields {
+                None => {
                     malformed += 1;
+                    None
                 }
-                d.fields.map(|f| f.seq)
+                Some(f) if !same_payload(&mut expected, &mut scratch, f, &d.payload) => {
+                    mismatched += 1;
+                    None
+                }
+                Some(f) => Some(f.seq),
             }),
         );
         stats.malformed += malformed;
+        stats.payload_mismatches += mismatched;
         if let Some((from, to)) = plan.e2e_window {
             for fields in deliveries.iter().filter_map(|d| d.fields) {
                 if (from..to).contains(&fields.ts) {
@@ -114,4 +127,52 @@ pub async fn run_consumer<D: Driver>(mut driver: D, mut plan: ConsumerPlan) -> S
         }
     }
     stats
+}
+
+/// Whether `got` is byte for byte the payload pushed for `fields`.
+fn same_payload(
+    builder: &mut PayloadBuilder,
+    scratch: &mut String,
+    fields: PayloadFields,
+    got: &[u8],
+) -> bool {
+    scratch.clear();
+    builder.write_to(fields, scratch);
+    scratch.as_bytes() == got
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_exact_pushed_bytes_match() {
+        let mut builder = PayloadBuilder::new(128);
+        let mut scratch = String::new();
+        let fields = PayloadFields {
+            seq: 5,
+            p: 1,
+            ts: 9,
+        };
+        let pushed = builder.build(fields);
+        assert!(same_payload(
+            &mut builder,
+            &mut scratch,
+            fields,
+            pushed.as_bytes()
+        ));
+        let reordered = pushed.replacen(r#"{"seq":5,"p":1"#, r#"{"p":1,"seq":5"#, 1);
+        assert!(!same_payload(
+            &mut builder,
+            &mut scratch,
+            fields,
+            reordered.as_bytes()
+        ));
+        assert!(!same_payload(
+            &mut builder,
+            &mut scratch,
+            fields,
+            &pushed.as_bytes()[1..]
+        ));
+    }
 }

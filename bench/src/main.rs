@@ -33,7 +33,7 @@ use crate::driver::Connector;
 use crate::report::Report;
 use crate::scenario::Scenario;
 
-/// Exit status when the run found lost messages.
+/// Exit status when the run found lost messages or payloads that came back changed.
 const EXIT_LOST: u8 = 2;
 
 fn main() -> ExitCode {
@@ -61,7 +61,8 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
             &queue,
             &run_tag,
             Duration::from_millis(cli.request_timeout_ms),
-        )?,
+        )?
+        .with_forms(plan.forms),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -81,6 +82,7 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
                     &run_tag,
                     Duration::from_millis(cli.request_timeout_ms),
                 )
+                .map(|c| c.with_forms(plan.forms))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let (m, samples) = runtime.block_on(scenario::soak::run(lanes, &plan, &opts))?;
@@ -103,6 +105,13 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
     if let Some(samples) = &rss_samples {
         // The RSS table goes to stderr so `--json` keeps stdout one JSON document.
         eprintln!("broker RSS per minute (VmRSS):\n{}", rss::render(samples));
+    }
+    if report.payload_mismatches > 0 {
+        eprintln!(
+            "queen-bench: {} deliveries carried other bytes than were pushed",
+            report.payload_mismatches
+        );
+        return Ok(ExitCode::from(EXIT_LOST));
     }
     if report.lost.is_some_and(|lost| lost > 0) {
         eprintln!(

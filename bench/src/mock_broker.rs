@@ -8,13 +8,43 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
+/// A pushed item: its transaction id and its payload exactly as it arrived.
+#[derive(Deserialize)]
+struct Item<'a> {
+    #[serde(rename = "transactionId")]
+    transaction_id: String,
+    #[serde(borrow)]
+    payload: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct Push<'a> {
+    #[serde(borrow)]
+    items: Vec<Item<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Operation<'a> {
+    #[serde(borrow)]
+    items: Vec<Item<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Transaction<'a> {
+    #[serde(borrow)]
+    operations: Vec<Operation<'a>>,
+}
+
 #[derive(Default)]
 struct State {
-    messages: Vec<Value>,
+    /// Transaction id and payload text, as pushed.
+    messages: Vec<(String, String)>,
     cursors: HashMap<String, usize>,
     accepted: usize,
 }
@@ -82,7 +112,7 @@ impl MockBroker {
         }
     }
 
-    fn store(&self, items: &[Value]) -> Vec<Value> {
+    fn store(&self, items: &[Item<'_>]) -> Vec<Value> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         items
             .iter()
@@ -91,29 +121,34 @@ impl MockBroker {
                 state.accepted += 1;
                 let dropped = self.drop_every.is_some_and(|n| state.accepted % n == 0);
                 if !dropped {
-                    state.messages.push(item.clone());
+                    let payload = item.payload.get().to_string();
+                    state.messages.push((item.transaction_id.clone(), payload));
                 }
                 json!({"index": index, "status": "queued",
-                       "transaction_id": item["transactionId"], "message_id": "m"})
+                       "transaction_id": item.transaction_id, "message_id": "m"})
             })
             .collect()
     }
 
-    fn take(&self, group: &str, batch: usize) -> Vec<Value> {
+    /// The JSON text of up to `batch` messages, the payloads written as they were pushed.
+    fn take(&self, group: &str, batch: usize) -> Vec<String> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let from = state.cursors.get(group).copied().unwrap_or(0);
         let to = (from + batch).min(state.messages.len());
         state.cursors.insert(group.to_string(), to);
         state.messages[from..to]
             .iter()
-            .map(|m| {
-                json!({"transactionId": m["transactionId"], "partitionId": "1",
-                       "leaseId": "lease", "data": m["payload"]})
+            .map(|(txn, payload)| {
+                format!(
+                    r#"{{"transactionId":{},"partitionId":"1","leaseId":"lease","data":{payload}}}"#,
+                    Value::from(txn.as_str())
+                )
             })
             .collect()
     }
 
     async fn route(&self, method: &str, target: &str, body: &[u8]) -> (u16, String) {
+        let raw = body;
         let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
         let param = |name: &str| {
@@ -125,14 +160,14 @@ impl MockBroker {
         };
         match (method, path) {
             ("POST", "/api/v1/push") => {
-                let items = body["items"].as_array().cloned().unwrap_or_default();
+                let items = serde_json::from_slice::<Push<'_>>(raw).map_or(Vec::new(), |p| p.items);
                 (201, Value::Array(self.store(&items)).to_string())
             }
             ("POST", "/api/v1/transaction") => {
-                let items = body["operations"][0]["items"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default();
+                let items = serde_json::from_slice::<Transaction<'_>>(raw)
+                    .ok()
+                    .and_then(|t| t.operations.into_iter().next())
+                    .map_or(Vec::new(), |o| o.items);
                 self.store(&items);
                 (200, json!({"success": true, "results": []}).to_string())
             }
@@ -151,10 +186,11 @@ impl MockBroker {
                 loop {
                     let messages = self.take(&group, batch);
                     if !messages.is_empty() {
-                        return (
-                            200,
-                            json!({"messages": messages, "leaseId": "lease"}).to_string(),
+                        let text = format!(
+                            r#"{{"messages":[{}],"leaseId":"lease"}}"#,
+                            messages.join(",")
                         );
+                        return (200, text);
                     }
                     if Instant::now() >= until {
                         return (204, String::new());

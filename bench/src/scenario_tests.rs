@@ -29,6 +29,7 @@ fn plan(scenario: Scenario) -> Plan {
         drain_idle: Duration::from_millis(600),
         pop_wait_ms: 100,
         lease_secs: None,
+        forms: crate::queen_http::Forms::default(),
     }
 }
 
