@@ -129,11 +129,9 @@ impl Encoder {
         run_tag: &str,
         batch: &[OutMessage],
     ) -> anyhow::Result<Encoded> {
-        let mut body = Vec::with_capacity(64 + batch.len() * 64);
-        body.extend_from_slice(PUSH_MAGIC);
-        body.push(FLAG_FRAMES);
-        let order = self.frame_groups(&mut body, queue, run_tag, batch)?;
-        Ok(Encoded { body, order })
+        let mut head = PUSH_MAGIC.to_vec();
+        head.push(FLAG_FRAMES);
+        self.framed(head, queue, run_tag, batch)
     }
 
     /// QTB1: `u8 flags (0) | bytes32 head | u32 groups | groups` as in QPB1 flag 8; the head
@@ -144,10 +142,21 @@ impl Encoder {
         run_tag: &str,
         batch: &[OutMessage],
     ) -> anyhow::Result<Encoded> {
-        let mut body = Vec::with_capacity(64 + batch.len() * 64);
-        body.extend_from_slice(TXN_MAGIC);
-        body.push(0);
-        bytes32(&mut body, EMPTY_TXN_HEAD, "head")?;
+        let mut head = TXN_MAGIC.to_vec();
+        head.push(0);
+        bytes32(&mut head, EMPTY_TXN_HEAD, "head")?;
+        self.framed(head, queue, run_tag, batch)
+    }
+
+    /// `head`, then the batch as frame groups.
+    fn framed(
+        &mut self,
+        mut body: Vec<u8>,
+        queue: &str,
+        run_tag: &str,
+        batch: &[OutMessage],
+    ) -> anyhow::Result<Encoded> {
+        body.reserve(64 + batch.len() * 64);
         let order = self.frame_groups(&mut body, queue, run_tag, batch)?;
         Ok(Encoded { body, order })
     }

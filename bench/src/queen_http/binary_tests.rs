@@ -106,24 +106,21 @@ fn framed_pop_reads_what_the_broker_writes() -> anyhow::Result<()> {
     };
     let answer = Bytes::from(answer);
     let got = framed_pop::decode(&answer)?;
-    let want: Vec<(String, String, Vec<u8>)> = result
-        .messages
-        .iter()
+    let want: Vec<_> = (result.messages.iter())
         .map(|m| {
             (
-                m.transaction_id.clone(),
+                m.transaction_id.as_str(),
                 m.partition_id.to_string(),
-                m.payload.to_vec(),
+                &m.payload[..],
             )
         })
         .collect();
-    let seen: Vec<(String, String, Vec<u8>)> = got
-        .iter()
+    let seen: Vec<_> = (got.iter())
         .map(|p| {
             (
-                p.transaction_id.clone(),
+                p.transaction_id.as_str(),
                 p.partition_id.clone(),
-                p.payload.to_vec(),
+                &p.payload[..],
             )
         })
         .collect();
