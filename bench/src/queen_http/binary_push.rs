@@ -201,10 +201,15 @@ fn now_ms() -> u64 {
 }
 
 /// A version-7 UUID: the time in milliseconds, then the message's run-unique id where the
-/// random bits go (unique without a random number per message).
+/// random bits go (unique without a random number per message). The builder keeps only the
+/// low nibble of `tail[0]` and the low 6 bits of `tail[2]` (version and variant go there), so
+/// the id goes in the bytes it keeps whole: its low 7 bytes in `tail[3..10]`, its top byte
+/// in `tail[1]`.
 fn message_id(ms: u64, id: u64) -> [u8; 16] {
+    let bytes = id.to_le_bytes();
     let mut tail = [0u8; 10];
-    tail[..8].copy_from_slice(&id.to_le_bytes());
+    tail[1] = bytes[7];
+    tail[3..].copy_from_slice(&bytes[..7]);
     uuid::Builder::from_unix_timestamp_millis(ms, &tail)
         .into_uuid()
         .into_bytes()
@@ -238,5 +243,18 @@ mod tests {
         assert_eq!(a.get_version_num(), 7);
         assert_eq!(a.get_variant(), uuid::Variant::RFC4122);
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn message_ids_of_one_millisecond_never_collide() {
+        let ms = 1_700_000_000_000;
+        for stride in [1u64, 4, 17, 64] {
+            let ids: std::collections::HashSet<[u8; 16]> =
+                (0..10_000u64).map(|k| message_id(ms, k * stride)).collect();
+            assert_eq!(ids.len(), 10_000, "stride {stride}");
+        }
+        // The top byte of the id survives too.
+        assert_ne!(message_id(ms, 0), message_id(ms, 1 << 56));
+        assert_ne!(message_id(ms, 0), message_id(ms, 1 << 63));
     }
 }
