@@ -139,3 +139,85 @@ fn framed_pop_reads_what_the_broker_writes() -> anyhow::Result<()> {
     assert!(framed_pop::decode(&Bytes::from(longer)).is_err());
     Ok(())
 }
+
+/// A QPF1 answer of one claim (partition 9, offsets 0..count) holding one record.
+fn one_record_answer(codec: u8, count: u32, record: &[u8]) -> Bytes {
+    let mut out = b"QPF1\x01".to_vec();
+    out.extend_from_slice(&2u32.to_le_bytes());
+    out.extend_from_slice(b"{}");
+    for text in ["q", "lease", ""] {
+        out.extend_from_slice(&(text.len() as u16).to_le_bytes());
+        out.extend_from_slice(text.as_bytes());
+    }
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&9u64.to_le_bytes());
+    out.extend_from_slice(&2u16.to_le_bytes());
+    out.extend_from_slice(b"p9");
+    out.extend_from_slice(&0u64.to_le_bytes());
+    out.extend_from_slice(&u64::from(count - 1).to_le_bytes());
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes());
+    out.extend_from_slice(&0i64.to_le_bytes());
+    out.extend_from_slice(&count.to_le_bytes());
+    out.push(codec);
+    out.extend_from_slice(&(record.len() as u32).to_le_bytes());
+    out.extend_from_slice(record);
+    Bytes::from(out)
+}
+
+/// `count` frames (flags 0) with transaction ids `t0…` and payloads `payload-0…`.
+fn raw_frames(count: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in 0..count {
+        let txn = format!("t{i}");
+        let payload = format!("payload-{i}");
+        let len = 1 + 16 + 2 + txn.len() + payload.len();
+        out.extend_from_slice(&(len as u32).to_le_bytes());
+        out.push(0);
+        out.extend_from_slice(&[7u8; 16]);
+        out.extend_from_slice(&(txn.len() as u16).to_le_bytes());
+        out.extend_from_slice(txn.as_bytes());
+        out.extend_from_slice(payload.as_bytes());
+    }
+    out
+}
+
+#[test]
+fn a_zstd_record_reads_as_its_raw_twin() -> anyhow::Result<()> {
+    let frames = raw_frames(5);
+    let raw = framed_pop::decode(&one_record_answer(0, 5, &frames))?;
+    let packed = zstd::bulk::compress(&frames, 3)?;
+    let zstd = framed_pop::decode(&one_record_answer(1, 5, &packed))?;
+    assert_eq!(raw.len(), 5);
+    let view = |v: &[super::wire::Popped]| -> Vec<(String, String, Vec<u8>)> {
+        v.iter()
+            .map(|p| {
+                let id = (p.transaction_id.clone(), p.partition_id.clone());
+                (id.0, id.1, p.payload.to_vec())
+            })
+            .collect()
+    };
+    assert_eq!(view(&zstd), view(&raw));
+    assert_eq!(zstd[4].payload.as_ref(), b"payload-4");
+    Ok(())
+}
+
+#[test]
+fn a_zstd_record_must_declare_a_size_within_the_cap() -> anyhow::Result<()> {
+    let frames = raw_frames(5);
+    let packed = zstd::bulk::compress(&frames, 3)?;
+    assert_eq!(
+        framed_pop::inflate(&packed, frames.len())?.len(),
+        frames.len()
+    );
+    let too_big = framed_pop::inflate(&packed, frames.len() - 1);
+    assert!(too_big.is_err(), "{too_big:?}");
+
+    let mut compressor = zstd::bulk::Compressor::new(3)?;
+    compressor.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(false))?;
+    let sizeless = compressor.compress(&frames)?;
+    assert!(framed_pop::decode(&one_record_answer(1, 5, &sizeless)).is_err());
+    assert!(framed_pop::decode(&one_record_answer(1, 5, b"not zstd")).is_err());
+    Ok(())
+}

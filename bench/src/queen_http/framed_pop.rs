@@ -116,9 +116,7 @@ pub fn decode(body: &Bytes) -> anyhow::Result<Vec<Popped>> {
             let raw = r.bytes32("frames")?;
             let frames = match codec {
                 CODEC_RAW => body.slice_ref(raw),
-                CODEC_ZSTD => Bytes::from(
-                    zstd::bulk::decompress(raw, MAX_RECORD).context("framed pop answer: zstd")?,
-                ),
+                CODEC_ZSTD => inflate(raw, MAX_RECORD)?,
                 other => bail!("framed pop answer: unknown codec {other}"),
             };
             let mut f = In::new(&frames);
@@ -144,6 +142,29 @@ pub fn decode(body: &Bytes) -> anyhow::Result<Vec<Popped>> {
         bail!("framed pop answer: bytes after the last claim");
     }
     Ok(out)
+}
+
+/// A zstd record's frames. The buffer is sized from the size the zstd frame declares, which
+/// must be present and at most `cap`: a fixed `cap`-sized buffer per record would set aside
+/// 64 MiB for each one and keep it alive as long as any of its payloads.
+pub(super) fn inflate(raw: &[u8], cap: usize) -> anyhow::Result<Bytes> {
+    let declared = zstd::zstd_safe::get_frame_content_size(raw)
+        .map_err(|_| anyhow!("framed pop answer: a zstd record is not a zstd frame"))?
+        .ok_or_else(|| anyhow!("framed pop answer: a zstd record does not declare its size"))?;
+    let size = usize::try_from(declared)
+        .ok()
+        .filter(|&n| n <= cap)
+        .ok_or_else(|| {
+            anyhow!("framed pop answer: a zstd record of {declared} bytes (cap {cap})")
+        })?;
+    let frames = zstd::bulk::decompress(raw, size).context("framed pop answer: zstd")?;
+    if frames.len() != size {
+        bail!(
+            "framed pop answer: a zstd record declares {size} bytes and holds {}",
+            frames.len()
+        );
+    }
+    Ok(Bytes::from(frames))
 }
 
 /// A frame's transaction id and payload.
