@@ -55,6 +55,8 @@ pub async fn run_consumer<D: Driver>(mut driver: D, mut plan: ConsumerPlan) -> S
             Err(error) => {
                 if measuring {
                     stats.pop.failure();
+                } else {
+                    stats.unmeasured_errors += 1;
                 }
                 stats.note_error(&error);
                 tokio::time::sleep(ERROR_PAUSE).await;
@@ -72,7 +74,7 @@ pub async fn run_consumer<D: Driver>(mut driver: D, mut plan: ConsumerPlan) -> S
         }
 
         let done_us = plan.clock.epoch_us(done);
-        let (mut malformed, mut mismatched) = (0u64, 0u64);
+        let (mut malformed, mut mismatched, mut verified) = (0u64, 0u64, 0u64);
         // Only a delivery whose bytes are exactly the pushed ones counts as delivered, so a
         // form that mangles payloads shows up as lost, never as fast.
         plan.ledger.record_delivered(
@@ -86,7 +88,10 @@ pub async fn run_consumer<D: Driver>(mut driver: D, mut plan: ConsumerPlan) -> S
                     mismatched += 1;
                     None
                 }
-                Some(f) => Some(f.seq),
+                Some(f) => {
+                    verified += 1;
+                    Some(f.seq)
+                }
             }),
         );
         stats.malformed += malformed;
@@ -99,7 +104,8 @@ pub async fn run_consumer<D: Driver>(mut driver: D, mut plan: ConsumerPlan) -> S
             }
         }
         if measuring {
-            stats.consumed += deliveries.len() as u64;
+            // Only verified deliveries count towards the rate.
+            stats.consumed += verified;
             stats.last_consume = Some(done);
         }
 
@@ -120,6 +126,8 @@ pub async fn run_consumer<D: Driver>(mut driver: D, mut plan: ConsumerPlan) -> S
             Err(error) => {
                 if measuring {
                     stats.ack.failure();
+                } else {
+                    stats.unmeasured_errors += 1;
                 }
                 stats.note_error(&error);
                 tokio::time::sleep(ERROR_PAUSE).await;
@@ -174,5 +182,29 @@ mod tests {
             fields,
             &pushed.as_bytes()[1..]
         ));
+    }
+
+    /// A broker that changes a field's digits (same length) must not pass: the expected bytes
+    /// are rebuilt from the delivered fields, so the pad's digest is what catches it.
+    #[test]
+    fn a_changed_p_or_ts_is_a_mismatch() -> anyhow::Result<()> {
+        let mut builder = PayloadBuilder::new(256);
+        let mut scratch = String::new();
+        let pushed = PayloadFields {
+            seq: 5,
+            p: 3,
+            ts: 1_767_225_600_000_000,
+        };
+        let bytes = builder.build(pushed);
+        for (from, to) in [(r#""p":3"#, r#""p":4"#), (r#""ts":1"#, r#""ts":9"#)] {
+            let changed = bytes.replacen(from, to, 1);
+            assert_ne!(changed, bytes);
+            let fields: PayloadFields = serde_json::from_str(&changed)?;
+            assert!(
+                !same_payload(&mut builder, &mut scratch, fields, changed.as_bytes()),
+                "{changed}"
+            );
+        }
+        Ok(())
     }
 }

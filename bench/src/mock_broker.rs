@@ -1,7 +1,7 @@
 //! A tiny in-memory stand-in for the Queen HTTP API (push, pop, ack, transaction), enough to
 //! run every scenario end to end in unit tests. Pops hand each message once per group; leases
-//! and ordering are not modelled. `drop_every` silently discards every n-th accepted message
-//! to prove that `lost` is counted.
+//! and ordering are not modelled. `Faults` make it misbehave, to prove the tool notices:
+//! silently dropped messages, refused items, refused acks.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -19,6 +19,8 @@ use tokio::net::{TcpListener, TcpStream};
 struct Item<'a> {
     #[serde(rename = "transactionId")]
     transaction_id: String,
+    #[serde(default)]
+    partition: String,
     #[serde(borrow)]
     payload: &'a RawValue,
 }
@@ -43,26 +45,37 @@ struct Transaction<'a> {
 
 #[derive(Default)]
 struct State {
-    /// Transaction id and payload text, as pushed.
-    messages: Vec<(String, String)>,
+    /// Transaction id, partition name and payload text, as pushed.
+    messages: Vec<(String, String, String)>,
     cursors: HashMap<String, usize>,
     accepted: usize,
+}
+
+/// How the mock misbehaves; the default is not at all.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    /// Answer `queued` for every n-th pushed item but store nothing.
+    pub drop_every: Option<usize>,
+    /// Answer `failed` for every n-th pushed item (and store nothing).
+    pub refuse_every: Option<usize>,
+    /// Answer every ack with `success: false`.
+    pub refuse_acks: bool,
 }
 
 #[derive(Clone)]
 pub struct MockBroker {
     state: Arc<Mutex<State>>,
-    drop_every: Option<usize>,
+    faults: Faults,
 }
 
 impl MockBroker {
     /// Starts listening on a free loopback port; returns the base URL.
-    pub async fn start(drop_every: Option<usize>) -> anyhow::Result<String> {
+    pub async fn start(faults: Faults) -> anyhow::Result<String> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr: SocketAddr = listener.local_addr()?;
         let broker = MockBroker {
             state: Arc::default(),
-            drop_every,
+            faults,
         };
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -119,10 +132,14 @@ impl MockBroker {
             .enumerate()
             .map(|(index, item)| {
                 state.accepted += 1;
-                let dropped = self.drop_every.is_some_and(|n| state.accepted % n == 0);
-                if !dropped {
+                let nth = |every: Option<usize>| every.is_some_and(|n| state.accepted % n == 0);
+                if nth(self.faults.refuse_every) {
+                    return json!({"index": index, "status": "failed", "error": "refused"});
+                }
+                if !nth(self.faults.drop_every) {
                     let payload = item.payload.get().to_string();
-                    state.messages.push((item.transaction_id.clone(), payload));
+                    let stored = (item.transaction_id.clone(), item.partition.clone(), payload);
+                    state.messages.push(stored);
                 }
                 json!({"index": index, "status": "queued",
                        "transaction_id": item.transaction_id, "message_id": "m"})
@@ -138,10 +155,11 @@ impl MockBroker {
         state.cursors.insert(group.to_string(), to);
         state.messages[from..to]
             .iter()
-            .map(|(txn, payload)| {
+            .map(|(txn, partition, payload)| {
                 format!(
-                    r#"{{"transactionId":{},"partitionId":"1","leaseId":"lease","data":{payload}}}"#,
-                    Value::from(txn.as_str())
+                    r#"{{"transactionId":{},"partitionId":"1","partition":{},"leaseId":"lease","data":{payload}}}"#,
+                    Value::from(txn.as_str()),
+                    Value::from(partition.as_str())
                 )
             })
             .collect()
@@ -174,7 +192,10 @@ impl MockBroker {
             ("POST", "/api/v1/ack/batch") => {
                 let n = body["acknowledgments"].as_array().map_or(0, Vec::len);
                 let results: Vec<Value> = (0..n)
-                    .map(|i| json!({"index": i, "success": true, "error": null}))
+                    .map(|i| match self.faults.refuse_acks {
+                        false => json!({"index": i, "success": true, "error": null}),
+                        true => json!({"index": i, "success": false, "error": "no such message"}),
+                    })
                     .collect();
                 (200, Value::Array(results).to_string())
             }

@@ -101,7 +101,7 @@ pub struct Report {
     /// Per operation (`push`, `txn`, `pop`, `ack`) and `e2e`, microseconds.
     pub latency_us: BTreeMap<&'static str, Latency>,
     pub requests: BTreeMap<&'static str, Requests>,
-    /// Failed requests plus items the broker refused one by one.
+    /// Failed requests (measured or not) plus items the broker refused one by one.
     pub errors: u64,
     pub push_items_refused: u64,
     pub ack_items_refused: u64,
@@ -209,7 +209,8 @@ impl Report {
         if let Some(l) = Latency::from_histogram(&s.e2e) {
             latency.insert("e2e", l);
         }
-        let failed_requests = s.push.errors + s.txn.errors + s.pop.errors + s.ack.errors;
+        let failed_requests =
+            s.push.errors + s.txn.errors + s.pop.errors + s.ack.errors + s.unmeasured_errors;
         let ledger = measured.ledger.as_ref();
         Self {
             scenario: plan.scenario,

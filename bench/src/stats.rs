@@ -57,6 +57,9 @@ pub struct Stats {
     pub payload_mismatches: u64,
     /// Acknowledgements refused item by item.
     pub ack_item_failures: u64,
+    /// Failed requests outside the measured window (the verify drain), which the per-op
+    /// counts leave out.
+    pub unmeasured_errors: u64,
     /// When the last measured request of this worker completed.
     pub last_produce: Option<Instant>,
     pub last_consume: Option<Instant>,
@@ -93,6 +96,7 @@ impl Stats {
         self.malformed += other.malformed;
         self.payload_mismatches += other.payload_mismatches;
         self.ack_item_failures += other.ack_item_failures;
+        self.unmeasured_errors += other.unmeasured_errors;
         self.last_produce = later(self.last_produce, other.last_produce);
         self.last_consume = later(self.last_consume, other.last_consume);
         for text in &other.errors_seen {

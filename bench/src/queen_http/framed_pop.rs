@@ -103,7 +103,7 @@ pub fn decode(body: &Bytes) -> anyhow::Result<Vec<Popped>> {
     let mut out = Vec::new();
     for _ in 0..claims {
         let partition_id = r.u64("partitionId")?.to_string();
-        r.text("partition")?;
+        let partition = r.text("partition")?;
         let start = r.u64("start")?;
         let end = r.u64("end")?;
         r.u32("deliveryAttempt")?;
@@ -128,6 +128,7 @@ pub fn decode(body: &Bytes) -> anyhow::Result<Vec<Popped>> {
                     out.push(Popped {
                         transaction_id: transaction_id.to_string(),
                         partition_id: partition_id.clone(),
+                        partition: partition.to_string(),
                         lease_id: lease_id.clone(),
                         payload: frames.slice_ref(payload),
                     });

@@ -123,11 +123,14 @@ fn batch_order(wire: Vec<PushStatus>, order: &[usize], items: usize) -> Vec<Push
     out
 }
 
-/// A popped message as the consumer sees it: our fields only when the payload is ours and the
-/// transaction id is the one it was pushed with.
+/// A popped message as the consumer sees it: our fields only when the payload is ours, the
+/// transaction id is the one it was pushed with and it came from the partition it was pushed
+/// to (`p{n}`, as every push form names it).
 fn delivery(run_tag: &str, p: Popped) -> Delivery<QueenAck> {
-    let fields = wire::payload_fields(&p.payload)
-        .filter(|f| p.transaction_id == binary_push::txn_id(run_tag, f.seq));
+    let fields = wire::payload_fields(&p.payload).filter(|f| {
+        p.transaction_id == binary_push::txn_id(run_tag, f.seq)
+            && p.partition.strip_prefix('p') == Some(f.p.to_string().as_str())
+    });
     Delivery {
         fields,
         payload: p.payload,
@@ -259,5 +262,62 @@ impl Driver for QueenHttpDriver {
             failed: acks.len() - ok,
             first_error,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::{PayloadBuilder, PayloadFields};
+
+    #[test]
+    fn statuses_go_back_to_their_batch_index() {
+        // Batch partitions 3, 5, 3, 8: the encoder groups by partition, so the wire order is
+        // batch items 0, 2, 1, 3. Only item 2 (wire position 1) was refused.
+        let wire = vec![
+            PushStatus::Accepted,
+            PushStatus::Failed,
+            PushStatus::Duplicate,
+            PushStatus::Accepted,
+        ];
+        let got = batch_order(wire, &[0, 2, 1, 3], 4);
+        let want = [
+            PushStatus::Accepted,
+            PushStatus::Duplicate,
+            PushStatus::Failed,
+            PushStatus::Accepted,
+        ];
+        assert_eq!(got, want);
+        // A short answer leaves the rest failed; an index past the batch is ignored.
+        let got = batch_order(vec![PushStatus::Accepted; 2], &[3, 9], 4);
+        assert_eq!(got[3], PushStatus::Accepted);
+        assert_eq!(got.iter().filter(|s| s.is_accepted()).count(), 1);
+    }
+
+    fn popped(transaction_id: &str, partition: &str, payload: String) -> Popped {
+        Popped {
+            transaction_id: transaction_id.to_string(),
+            partition_id: "1".to_string(),
+            partition: partition.to_string(),
+            lease_id: None,
+            payload: payload.into(),
+        }
+    }
+
+    #[test]
+    fn a_delivery_must_match_its_transaction_id_and_partition() {
+        let payload = PayloadBuilder::new(128).build(PayloadFields {
+            seq: 7,
+            p: 3,
+            ts: 1,
+        });
+        let ok = delivery("r1", popped("r1-7", "p3", payload.clone()));
+        assert_eq!(ok.fields.map(|f| f.seq), Some(7));
+        for (txn, partition) in [("r1-8", "p3"), ("r2-7", "p3"), ("r1-7", "p4"), ("r1-7", "")] {
+            let d = delivery("r1", popped(txn, partition, payload.clone()));
+            assert!(d.fields.is_none(), "{txn} {partition}");
+        }
+        let foreign = delivery("r1", popped("r1-7", "p3", r#"{"x":1}"#.to_string()));
+        assert!(foreign.fields.is_none());
     }
 }

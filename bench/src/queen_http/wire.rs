@@ -152,6 +152,9 @@ struct PopMessage<'a> {
     transaction_id: String,
     #[serde(deserialize_with = "string_or_number")]
     partition_id: String,
+    /// Missing reads as "", which no payload of ours names, so the delivery is refused.
+    #[serde(default)]
+    partition: String,
     #[serde(default)]
     lease_id: Option<String>,
     #[serde(default, borrow)]
@@ -173,6 +176,8 @@ struct PopAnswer<'a> {
 pub struct Popped {
     pub transaction_id: String,
     pub partition_id: String,
+    /// The partition's name, checked against the payload's `p`.
+    pub partition: String,
     pub lease_id: Option<String>,
     pub payload: Bytes,
 }
@@ -196,6 +201,7 @@ pub fn parse_pop_answer(body: &Bytes) -> anyhow::Result<Vec<Popped>> {
             Popped {
                 transaction_id: m.transaction_id,
                 partition_id: m.partition_id,
+                partition: m.partition,
                 lease_id,
                 payload,
             }
