@@ -24,6 +24,8 @@ if [[ ${SMOKE_NO_BUILD:-0} != 1 ]]; then
     cargo build --release --quiet -p queenmq-bench -p queenmq-broker
 fi
 need_tools
+python3 "$REPO/scripts/bench/test_binary_table.py" 2>&1 | tail -1 | grep -qx OK ||
+    die "scripts/bench/test_binary_table.py failed"
 export RUN_TIMEOUT=${RUN_TIMEOUT:-60}
 data=$(mktemp -d)
 start_broker "$data"
