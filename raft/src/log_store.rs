@@ -10,9 +10,11 @@
 //!   back. A read below openraft's horizon starts at the horizon, as openraft's contract and
 //!   suite ask; a read of an index openraft still believes present but which reclamation
 //!   deleted is an error, never a vector that starts later than asked (docs/raft-storage.md).
-//! - **No reclamation under a multi-node membership.** A peer may need any entry openraft has
-//!   not purged; until snapshots carry the log (issue 13) `reclaim_upto` refuses once a
-//!   membership naming more than one node was seen.
+//! - **No reclamation under a multi-node membership, no new node after a reclamation.** A peer
+//!   may need any entry openraft has not purged; until snapshots carry the log (issue 13)
+//!   `reclaim_upto` refuses for good once a membership naming more than one node was seen
+//!   (meta `raft/multi_node`, sticky), and `begin_widening` refuses to name a new node once
+//!   anything was reclaimed.
 //! - **Serialised writes.** Appends and truncations go through the single log-writer thread in
 //!   call order; openraft itself never overlaps calls on `&mut self`.
 //! - **Readable on return, durable on callback.** `append` returns once the records are written;
@@ -38,7 +40,7 @@ use openraft::{AnyError, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, V
 use crate::backend::{SegmentLog, StateStore};
 use crate::committed_saver::CommittedSaver;
 use crate::entry_codec;
-use crate::horizons::{later, Horizons};
+use crate::horizons::{at_horizon, later, AtHorizon, Horizons};
 use crate::log_writer::{LogWriter, Record, WriterError};
 use crate::meta;
 use crate::types::{
@@ -58,8 +60,8 @@ struct Inner {
     committed: CommittedSaver,
     /// std Mutex, never held across an await.
     horizons: Mutex<Horizons>,
-    /// A membership naming more than one node was appended or stored: reclamation is refused
-    /// from then on (until a restart re-reads a single-node membership).
+    /// A membership naming more than one node was seen (meta `raft/multi_node`, sticky, read
+    /// again while false because the state machine writes it too): reclamation is refused.
     multi_node: AtomicBool,
     /// Held by `reclaim_upto` for its whole run, and taken once by an append that carries a
     /// multi-node membership after it set `multi_node`: so no reclamation is still deleting
@@ -80,7 +82,13 @@ impl LogStore {
         finish_interrupted_purge(&log, purged)?;
         let membership: Option<crate::types::StoredMembership> =
             meta::get(&store, meta::MEMBERSHIP, ErrorSubject::StateMachine)?;
-        let multi_node = membership.is_some_and(|m| is_multi_node(m.membership()));
+        let applied_multi = membership.is_some_and(|m| is_multi_node(m.membership()));
+        // The applied membership of a store written before the sticky key existed counts too.
+        let noted = meta::multi_node_noted(&store)?;
+        if applied_multi && !noted {
+            meta::note_multi_node(&store)?;
+        }
+        let multi_node = applied_multi || noted;
         let committed: Option<RaftLogId> =
             meta::get(&store, meta::COMMITTED, ErrorSubject::Store)?.flatten();
         let writer = LogWriter::spawn(log.clone())
@@ -133,7 +141,7 @@ impl LogStore {
     /// unlinks): never call it from a runtime worker. The number of segment files deleted.
     pub fn reclaim_upto(&self, upto: u64) -> Result<usize, crate::backend::StorageError> {
         let _gate = self.inner.reclaim_gate.blocking_lock();
-        if self.inner.multi_node.load(Ordering::SeqCst) {
+        if self.multi_node() {
             if !self.inner.refusal_logged.swap(true, Ordering::SeqCst) {
                 tracing::warn!(
                     upto,
@@ -168,12 +176,56 @@ impl LogStore {
     /// records are all `<= upto`; 0 while reclamation is refused (a multi-node membership), so
     /// the disk gate never lets a checkpoint into the reserve on space nothing will free.
     pub fn reclaimable_bytes(&self, upto: u64) -> u64 {
-        if self.inner.multi_node.load(Ordering::SeqCst) {
+        if self.multi_node() {
             return 0;
         }
         self.inner.log.sealed_bytes_through(upto)
     }
 
+    /// Why `reclaim_upto` deletes nothing whatever it is given, if it does not: `"multi_node"`
+    /// (the metric label of `queen_log_reclaim_refused_total`). A redb read while not refused.
+    pub fn reclaim_refusal(&self) -> Option<&'static str> {
+        self.multi_node().then_some("multi_node")
+    }
+
+    /// Whether a multi-node membership was ever seen: the in-memory flag, else the sticky meta
+    /// key (the state machine writes it on apply and install without telling this store).
+    /// An unreadable key refuses, since a wrong "no" deletes what a peer may need.
+    fn multi_node(&self) -> bool {
+        if self.inner.multi_node.load(Ordering::SeqCst) {
+            return true;
+        }
+        let noted = meta::multi_node_noted(&self.inner.store).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "reading {}: reclamation is refused", meta::MULTI_NODE);
+            true
+        });
+        if noted {
+            self.inner.multi_node.store(true, Ordering::SeqCst);
+        }
+        noted
+    }
+
+    /// Before a membership change that names a node the membership does not (review s12 F1):
+    /// refused once anything was reclaimed or purged (`raft/purged` set), because openraft
+    /// still believes those entries present (its horizon is not moved by reclamation), would
+    /// read them to replicate to the new node, fail, and stop the whole group; and a snapshot
+    /// cannot carry the log yet. Otherwise reclamation is refused from here on (sticky), under
+    /// the gate, so none can run between this check and the change. A change openraft then
+    /// refuses still leaves reclamation off: a node asked to join a cluster keeps its log.
+    pub(crate) async fn begin_widening(&self) -> Result<(), crate::RaftError> {
+        let _gate = self.inner.reclaim_gate.lock().await;
+        if let Some(h) = self.horizons().durable {
+            return Err(crate::RaftError::Membership(format!(
+                "this node deleted its log up to index {} (space reclamation or a purge), and a \
+                 new node could not be sent those entries: adding a node is refused until \
+                 snapshots carry the log (issue 13)",
+                h.index
+            )));
+        }
+        self.note_multi_node()
+            .await
+            .map_err(|e| crate::RaftError::Fatal(e.to_string()))
+    }
     fn lock_horizons(&self) -> std::sync::MutexGuard<'_, Horizons> {
         // Plain data: a panic while holding the lock leaves a usable value behind.
         self.inner
@@ -186,10 +238,18 @@ impl LogStore {
         *self.lock_horizons()
     }
 
-    /// Records that a membership naming more than one node exists in the log or the state
-    /// machine (read from openraft at start), so reclamation is refused from now on.
-    pub(crate) fn note_multi_node(&self) {
-        self.inner.multi_node.store(true, Ordering::SeqCst);
+    /// Records, in memory at once and in meta `raft/multi_node` before it returns, that a
+    /// membership naming more than one node was seen: reclamation is refused for good.
+    pub(crate) async fn note_multi_node(&self) -> Result<(), OrStorageError> {
+        if self.inner.multi_node.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        meta::blocking(
+            &self.inner.store,
+            ErrorSubject::Store,
+            meta::note_multi_node,
+        )
+        .await
     }
 
     fn last_present(&self) -> Option<RaftLogId> {
@@ -328,9 +388,24 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let horizon = self.horizons().raft;
         let mut below = 0u64;
         for entry in entries {
-            if horizon.is_some_and(|h| entry.log_id.index <= h.index) {
-                below += 1;
-                continue;
+            let (term, index) = (entry.log_id.leader_id.term, entry.log_id.index);
+            match at_horizon(term, index, horizon, |i| self.inner.log.term_of(i)) {
+                AtHorizon::Store => {}
+                AtHorizon::Drop => {
+                    below += 1;
+                    continue;
+                }
+                AtHorizon::Conflict { known } => {
+                    return Err(io_err(
+                        ErrorSubject::Log(entry.log_id),
+                        ErrorVerb::Write,
+                        AnyError::error(format!(
+                            "append of ({term}, {index}) at or below the purge horizon \
+                             {horizon:?}, where term {known} is already applied: two entries \
+                             with one index and two terms (a Raft safety violation)"
+                        )),
+                    ));
+                }
             }
             if let openraft::EntryPayload::Membership(m) = &entry.payload {
                 widens |= is_multi_node(m);
@@ -352,7 +427,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         if widens {
             // Flag first, then wait out a reclamation already running: openraft replicates to
             // the new node only after this append returns.
-            self.note_multi_node();
+            self.note_multi_node().await?;
             drop(self.inner.reclaim_gate.lock().await);
         }
         self.inner

@@ -4,5 +4,8 @@ mod fixtures;
 mod group_commit;
 mod horizons;
 mod latency;
+mod multi_node;
 mod node_restart;
 mod reclaim;
+mod router;
+mod two_nodes;
