@@ -1,0 +1,285 @@
+//! The frames of the Raft network between nodes: the first layer of issue 13's transport
+//! (docs/raft-storage.md "Next: the Raft network"). Everything read off a peer's connection is
+//! checked here before a byte of it is allocated; connections and the `RaftNetworkFactory` on
+//! top are not built yet.
+//!
+//! A frame is a kind (1 byte), a body length (4 bytes, little-endian) and the body. The first
+//! frame on a connection is `Hello` with the cluster token; a connection whose first frame is
+//! anything else, or whose token differs, is closed by the caller without an answer.
+
+use std::io;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// What a frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Hello = 1,
+    Append = 2,
+    Vote = 3,
+    Snapshot = 4,
+    Reply = 5,
+}
+
+impl Kind {
+    fn from_byte(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Hello,
+            2 => Kind::Append,
+            3 => Kind::Vote,
+            4 => Kind::Snapshot,
+            5 => Kind::Reply,
+            _ => return None,
+        })
+    }
+}
+
+/// The largest body of each kind this node accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub append: u32,
+    pub vote: u32,
+    pub snapshot: u32,
+    pub reply: u32,
+}
+
+/// A token longer than this is not a token.
+const HELLO_MAX: u32 = 1024;
+/// Room for the encoding around the entries of an append and a snapshot chunk's header.
+const ENVELOPE: u32 = 64 * 1024;
+
+impl Limits {
+    /// From what openraft may send: at most `max_entries` entries of at most `max_entry_bytes`
+    /// each per append (openraft's `max_payload_entries`, the log's record limit), snapshot
+    /// chunks of `snapshot_chunk` bytes (`snapshot_max_chunk_size`). Saturates at 4 GiB - 1,
+    /// the largest length a frame can state.
+    pub fn new(max_entry_bytes: u32, max_entries: u32, snapshot_chunk: u32) -> Limits {
+        Limits {
+            append: max_entry_bytes
+                .saturating_mul(max_entries)
+                .saturating_add(ENVELOPE),
+            vote: 1024,
+            snapshot: snapshot_chunk.saturating_add(ENVELOPE),
+            // An append reply names a log id or a conflict: small; errors carry text.
+            reply: ENVELOPE,
+        }
+    }
+
+    fn of(&self, kind: Kind) -> u32 {
+        match kind {
+            Kind::Hello => HELLO_MAX,
+            Kind::Append => self.append,
+            Kind::Vote => self.vote,
+            Kind::Snapshot => self.snapshot,
+            Kind::Reply => self.reply,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("the peer connection failed: {0}")]
+    Io(#[from] io::Error),
+    #[error("a frame of unknown kind {0}")]
+    UnknownKind(u8),
+    #[error("a {kind:?} frame of {len} bytes is over the limit of {max}")]
+    TooLarge { kind: Kind, len: u64, max: u32 },
+    #[error("expected a {expected:?} frame, got {got:?}")]
+    Unexpected { expected: Kind, got: Kind },
+    #[error("the peer's cluster token is wrong")]
+    BadToken,
+}
+
+/// Reads one frame; its length is checked against `limits` before the body is allocated.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    limits: &Limits,
+) -> Result<(Kind, Vec<u8>), WireError> {
+    let mut head = [0u8; 5];
+    r.read_exact(&mut head).await?;
+    let kind = Kind::from_byte(head[0]).ok_or(WireError::UnknownKind(head[0]))?;
+    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
+    let max = limits.of(kind);
+    if len > max {
+        return Err(WireError::TooLarge {
+            kind,
+            len: len.into(),
+            max,
+        });
+    }
+    let mut body = vec![0u8; len as usize];
+    r.read_exact(&mut body).await?;
+    Ok((kind, body))
+}
+
+/// Writes one frame; a body whose length does not fit the 4-byte field is refused unsent.
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    kind: Kind,
+    body: &[u8],
+) -> Result<(), WireError> {
+    let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge {
+        kind,
+        len: body.len() as u64,
+        max: u32::MAX,
+    })?;
+    let mut head = [0u8; 5];
+    head[0] = kind as u8;
+    head[1..].copy_from_slice(&len.to_le_bytes());
+    w.write_all(&head).await?;
+    w.write_all(body).await?;
+    w.flush().await?;
+    Ok(())
+}
+
+/// Reads the connection's first frame and checks it is a `Hello` with `token`. The comparison
+/// takes the same time wherever the first difference is (only the length can leak, and the
+/// token's length is not the secret).
+pub async fn accept_hello<R: AsyncRead + Unpin>(r: &mut R, token: &[u8]) -> Result<(), WireError> {
+    // Only the Hello limit applies before the peer is known.
+    let before_hello = Limits {
+        append: 0,
+        vote: 0,
+        snapshot: 0,
+        reply: 0,
+    };
+    let (kind, body) = read_frame(r, &before_hello).await?;
+    if kind != Kind::Hello {
+        return Err(WireError::Unexpected {
+            expected: Kind::Hello,
+            got: kind,
+        });
+    }
+    if bool::from(subtle::ConstantTimeEq::ct_eq(body.as_slice(), token)) {
+        Ok(())
+    } else {
+        Err(WireError::BadToken)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits::new(1 << 20, 300, 3 << 20)
+    }
+
+    fn frame(kind: u8, len: u32, body: &[u8]) -> Vec<u8> {
+        let mut f = vec![kind];
+        f.extend_from_slice(&len.to_le_bytes());
+        f.extend_from_slice(body);
+        f
+    }
+
+    #[tokio::test]
+    async fn frames_of_every_kind_read_back() {
+        let mut buf = Vec::new();
+        let kinds = [
+            Kind::Hello,
+            Kind::Append,
+            Kind::Vote,
+            Kind::Snapshot,
+            Kind::Reply,
+        ];
+        for (i, k) in kinds.iter().enumerate() {
+            write_frame(&mut buf, *k, &vec![i as u8; i * 3])
+                .await
+                .unwrap();
+        }
+        let mut r = buf.as_slice();
+        for (i, k) in kinds.iter().enumerate() {
+            let (kind, body) = read_frame(&mut r, &limits()).await.unwrap();
+            assert_eq!((kind, body), (*k, vec![i as u8; i * 3]));
+        }
+        assert!(r.is_empty());
+    }
+
+    /// A length over the kind's limit is refused from the 5-byte header alone: the body is
+    /// neither allocated nor read (here there is none to read).
+    #[tokio::test]
+    async fn an_oversized_length_is_refused_before_the_body() {
+        let l = limits();
+        for (kind, max) in [(2u8, l.append), (3, l.vote), (4, l.snapshot), (5, l.reply)] {
+            let bytes = frame(kind, max + 1, b"");
+            let err = read_frame(&mut bytes.as_slice(), &l).await.unwrap_err();
+            assert!(
+                matches!(err, WireError::TooLarge { len, max: m, .. } if len == u64::from(max) + 1 && m == max),
+                "{err}"
+            );
+            // At the limit the length is fine and the missing body is what fails.
+            let bytes = frame(kind, max, b"");
+            let err = read_frame(&mut bytes.as_slice(), &l).await.unwrap_err();
+            assert!(
+                matches!(err, WireError::Io(ref e) if e.kind() == io::ErrorKind::UnexpectedEof),
+                "{err}"
+            );
+        }
+        let huge = frame(2, u32::MAX, b"");
+        assert!(matches!(
+            read_frame(&mut huge.as_slice(), &l).await,
+            Err(WireError::TooLarge { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_short_body_an_unknown_kind_and_a_short_header_fail() {
+        let short = frame(3, 10, b"abc");
+        assert!(matches!(
+            read_frame(&mut short.as_slice(), &limits()).await,
+            Err(WireError::Io(_))
+        ));
+        let unknown = frame(9, 0, b"");
+        assert!(matches!(
+            read_frame(&mut unknown.as_slice(), &limits()).await,
+            Err(WireError::UnknownKind(9))
+        ));
+        let head: &[u8] = &[2, 0, 0];
+        assert!(matches!(
+            read_frame(&mut &head[..], &limits()).await,
+            Err(WireError::Io(_))
+        ));
+    }
+
+    #[test]
+    fn limits_saturate_instead_of_wrapping() {
+        let l = Limits::new(u32::MAX, 2, u32::MAX);
+        assert_eq!((l.append, l.snapshot), (u32::MAX, u32::MAX));
+    }
+
+    #[tokio::test]
+    async fn only_a_hello_with_the_token_opens_a_connection() {
+        let token = b"0123456789abcdef0123456789abcdef";
+        let ok = frame(1, token.len() as u32, token);
+        accept_hello(&mut ok.as_slice(), token).await.unwrap();
+
+        let mut wrong = *token;
+        wrong[31] ^= 1;
+        let bad = frame(1, 32, &wrong);
+        assert!(matches!(
+            accept_hello(&mut bad.as_slice(), token).await,
+            Err(WireError::BadToken)
+        ));
+        let short = frame(1, 31, &token[..31]);
+        assert!(matches!(
+            accept_hello(&mut short.as_slice(), token).await,
+            Err(WireError::BadToken)
+        ));
+        // Anything before the Hello is refused, and an append is held to the Hello's size.
+        let first_append = frame(2, 4, b"data");
+        assert!(matches!(
+            accept_hello(&mut first_append.as_slice(), token).await,
+            Err(WireError::TooLarge { max: 0, .. })
+        ));
+        let empty_append = frame(2, 0, b"");
+        assert!(matches!(
+            accept_hello(&mut empty_append.as_slice(), token).await,
+            Err(WireError::Unexpected { .. })
+        ));
+        let big_hello = frame(1, HELLO_MAX + 1, b"");
+        assert!(matches!(
+            accept_hello(&mut big_hello.as_slice(), token).await,
+            Err(WireError::TooLarge { .. })
+        ));
+    }
+}
