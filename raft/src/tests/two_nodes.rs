@@ -58,6 +58,16 @@ async fn empty_node(dir: &Path, router: &Router) -> Raft<TypeConfig> {
     raft
 }
 
+/// A leader that reclaimed part of its log, and an empty node 2 it can reach.
+async fn reclaimed_leader_and_empty_node() -> (tempfile::TempDir, RaftNode, Raft<TypeConfig>) {
+    let dir = tempfile::tempdir().unwrap();
+    let router = Router::default();
+    let (node, _log) = leader(dir.path(), &router).await;
+    assert!(reclaim(&node, 60).await > 0);
+    let learner = empty_node(dir.path(), &router).await;
+    (dir, node, learner)
+}
+
 /// The control: with nothing reclaimed the learner is sent the whole log and applies it, so
 /// the network of the test below does replicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,11 +91,7 @@ async fn a_learner_added_before_any_reclamation_catches_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_learner_is_refused_after_a_reclamation_and_the_leader_stays_healthy() {
-    let dir = tempfile::tempdir().unwrap();
-    let router = Router::default();
-    let (node, _log) = leader(dir.path(), &router).await;
-    assert!(reclaim(&node, 60).await > 0);
-    let learner = empty_node(dir.path(), &router).await;
+    let (_dir, node, learner) = reclaimed_leader_and_empty_node().await;
 
     let refused = node.add_learner(2, BasicNode::default()).await;
     assert!(
@@ -114,11 +120,7 @@ async fn a_learner_is_refused_after_a_reclamation_and_the_leader_stays_healthy()
 /// version), this fails and the refusal can be revisited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn around_the_refusal_the_leader_stops_on_the_reclaimed_entries() {
-    let dir = tempfile::tempdir().unwrap();
-    let router = Router::default();
-    let (node, _log) = leader(dir.path(), &router).await;
-    assert!(reclaim(&node, 60).await > 0);
-    let learner = empty_node(dir.path(), &router).await;
+    let (_dir, node, learner) = reclaimed_leader_and_empty_node().await;
 
     let _ = node
         .raft()
