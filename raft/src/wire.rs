@@ -8,6 +8,7 @@
 //! anything else, or whose token differs, is closed by the caller without an answer.
 
 use std::io;
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -88,7 +89,15 @@ pub enum WireError {
     Unexpected { expected: Kind, got: Kind },
     #[error("the peer's cluster token is wrong")]
     BadToken,
+    #[error("the configured cluster token is shorter than {MIN_TOKEN} bytes")]
+    WeakToken,
+    #[error("no Hello within the deadline")]
+    HelloTimeout,
 }
+
+/// The shortest cluster token this node runs with: an empty or short token would let anyone
+/// who reaches the cluster port vote and append in every tenant's group.
+pub const MIN_TOKEN: usize = 32;
 
 /// Reads one frame; its length is checked against `limits` before the body is allocated.
 pub async fn read_frame<R: AsyncRead + Unpin>(
@@ -132,10 +141,20 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// Reads the connection's first frame and checks it is a `Hello` with `token`. The comparison
-/// takes the same time wherever the first difference is (only the length can leak, and the
-/// token's length is not the secret).
-pub async fn accept_hello<R: AsyncRead + Unpin>(r: &mut R, token: &[u8]) -> Result<(), WireError> {
+/// Reads the connection's first frame and checks it is a `Hello` with `token`, within
+/// `deadline` (a peer that connects and then sends nothing, or trickles its Hello, holds a
+/// connection only that long; the caller closes it on any error). A configured token shorter
+/// than [`MIN_TOKEN`] refuses every peer before a byte is read, so an unset token never opens
+/// the port. The comparison takes the same time wherever the first difference is (only the
+/// length can leak, and the token's length is not the secret).
+pub async fn accept_hello<R: AsyncRead + Unpin>(
+    r: &mut R,
+    token: &[u8],
+    deadline: Duration,
+) -> Result<(), WireError> {
+    if token.len() < MIN_TOKEN {
+        return Err(WireError::WeakToken);
+    }
     // Only the Hello limit applies before the peer is known.
     let before_hello = Limits {
         append: 0,
@@ -143,7 +162,9 @@ pub async fn accept_hello<R: AsyncRead + Unpin>(r: &mut R, token: &[u8]) -> Resu
         snapshot: 0,
         reply: 0,
     };
-    let (kind, body) = read_frame(r, &before_hello).await?;
+    let (kind, body) = tokio::time::timeout(deadline, read_frame(r, &before_hello))
+        .await
+        .map_err(|_| WireError::HelloTimeout)??;
     if kind != Kind::Hello {
         return Err(WireError::Unexpected {
             expected: Kind::Hello,
@@ -160,6 +181,8 @@ pub async fn accept_hello<R: AsyncRead + Unpin>(r: &mut R, token: &[u8]) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const WAIT: Duration = Duration::from_secs(10);
 
     fn limits() -> Limits {
         Limits::new(1 << 20, 300, 3 << 20)
@@ -251,35 +274,73 @@ mod tests {
     async fn only_a_hello_with_the_token_opens_a_connection() {
         let token = b"0123456789abcdef0123456789abcdef";
         let ok = frame(1, token.len() as u32, token);
-        accept_hello(&mut ok.as_slice(), token).await.unwrap();
+        accept_hello(&mut ok.as_slice(), token, WAIT).await.unwrap();
 
         let mut wrong = *token;
         wrong[31] ^= 1;
         let bad = frame(1, 32, &wrong);
         assert!(matches!(
-            accept_hello(&mut bad.as_slice(), token).await,
+            accept_hello(&mut bad.as_slice(), token, WAIT).await,
             Err(WireError::BadToken)
         ));
         let short = frame(1, 31, &token[..31]);
         assert!(matches!(
-            accept_hello(&mut short.as_slice(), token).await,
+            accept_hello(&mut short.as_slice(), token, WAIT).await,
             Err(WireError::BadToken)
         ));
         // Anything before the Hello is refused, and an append is held to the Hello's size.
         let first_append = frame(2, 4, b"data");
         assert!(matches!(
-            accept_hello(&mut first_append.as_slice(), token).await,
+            accept_hello(&mut first_append.as_slice(), token, WAIT).await,
             Err(WireError::TooLarge { max: 0, .. })
         ));
         let empty_append = frame(2, 0, b"");
         assert!(matches!(
-            accept_hello(&mut empty_append.as_slice(), token).await,
+            accept_hello(&mut empty_append.as_slice(), token, WAIT).await,
             Err(WireError::Unexpected { .. })
         ));
         let big_hello = frame(1, HELLO_MAX + 1, b"");
         assert!(matches!(
-            accept_hello(&mut big_hello.as_slice(), token).await,
+            accept_hello(&mut big_hello.as_slice(), token, WAIT).await,
             Err(WireError::TooLarge { .. })
         ));
+    }
+
+    /// Review s13 F4: an empty configured token admitted an empty Hello (`ct_eq` of two empty
+    /// slices is true); a short one is refused too, before anything is read.
+    #[tokio::test]
+    async fn an_empty_or_short_token_refuses_every_hello() {
+        let empty_hello = frame(1, 0, b"");
+        assert!(matches!(
+            accept_hello(&mut empty_hello.as_slice(), b"", WAIT).await,
+            Err(WireError::WeakToken)
+        ));
+        let short = [7u8; MIN_TOKEN - 1];
+        let hello = frame(1, short.len() as u32, &short);
+        assert!(matches!(
+            accept_hello(&mut hello.as_slice(), &short, WAIT).await,
+            Err(WireError::WeakToken)
+        ));
+        // An empty Hello against a real token is a wrong token.
+        let token = [7u8; MIN_TOKEN];
+        assert!(matches!(
+            accept_hello(&mut empty_hello.as_slice(), &token, WAIT).await,
+            Err(WireError::BadToken)
+        ));
+    }
+
+    /// Review s13 F4: a peer that connects and sends nothing (or part of a Hello) is cut at
+    /// the deadline instead of holding the connection for ever.
+    #[tokio::test]
+    async fn a_silent_or_trickling_peer_is_cut_at_the_deadline() {
+        let token = [7u8; MIN_TOKEN];
+        let (_silent, mut server) = tokio::io::duplex(64);
+        let r = accept_hello(&mut server, &token, Duration::from_millis(20)).await;
+        assert!(matches!(r, Err(WireError::HelloTimeout)), "{r:?}");
+
+        let (mut trickle, mut server) = tokio::io::duplex(64);
+        trickle.write_all(&[1, 32, 0]).await.unwrap();
+        let r = accept_hello(&mut server, &token, Duration::from_millis(20)).await;
+        assert!(matches!(r, Err(WireError::HelloTimeout)), "{r:?}");
     }
 }
