@@ -48,17 +48,28 @@ pub struct Limits {
 const HELLO_MAX: u32 = 1024;
 /// Room for the encoding around the entries of an append and a snapshot chunk's header.
 const ENVELOPE: u32 = 64 * 1024;
+/// The largest append body whatever the record limit: about 0.13 s at 1 Gbit/s, the order of
+/// openraft's append timeout (`heartbeat_ms`). `max_record_bytes` (256 MiB by default) times
+/// `max_payload_entries` would be 4 GiB; the client must shrink a batch to this budget
+/// (openraft retries with fewer entries on `PayloadTooLarge`), and a single record bigger than
+/// `APPEND_MAX - ENVELOPE` cannot go by append at all: it needs a chunked path (as snapshot
+/// chunks are), not built yet, so a clustered group must keep its records under it.
+pub const APPEND_MAX: u32 = 16 * 1024 * 1024;
+/// What a body reserves before its bytes arrive; the buffer grows as they do, so a declared
+/// length costs memory only once the peer actually sends it.
+const READ_CHUNK: usize = 64 * 1024;
 
 impl Limits {
     /// From what openraft may send: at most `max_entries` entries of at most `max_entry_bytes`
-    /// each per append (openraft's `max_payload_entries`, the log's record limit), snapshot
-    /// chunks of `snapshot_chunk` bytes (`snapshot_max_chunk_size`). Saturates at 4 GiB - 1,
-    /// the largest length a frame can state.
+    /// each per append (openraft's `max_payload_entries`, the log's record limit), capped at
+    /// [`APPEND_MAX`]; snapshot chunks of `snapshot_chunk` bytes (`snapshot_max_chunk_size`),
+    /// saturating at 4 GiB - 1, the largest length a frame can state.
     pub fn new(max_entry_bytes: u32, max_entries: u32, snapshot_chunk: u32) -> Limits {
         Limits {
             append: max_entry_bytes
                 .saturating_mul(max_entries)
-                .saturating_add(ENVELOPE),
+                .saturating_add(ENVELOPE)
+                .min(APPEND_MAX),
             vote: 1024,
             snapshot: snapshot_chunk.saturating_add(ENVELOPE),
             // An append reply names a log id or a conflict: small; errors carry text.
@@ -116,9 +127,30 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             max,
         });
     }
-    let mut body = vec![0u8; len as usize];
-    r.read_exact(&mut body).await?;
+    let mut body = Vec::new();
+    read_body(r, len, &mut body).await?;
     Ok((kind, body))
+}
+
+/// Reads exactly `len` bytes into `body`, growing it as they arrive (never reserving `len` up
+/// front: a peer that declares a large body and sends little holds little).
+async fn read_body<R: AsyncRead + Unpin>(
+    r: &mut R,
+    len: u32,
+    body: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    let len = len as usize;
+    body.reserve(len.min(READ_CHUNK));
+    let mut chunk = [0u8; 8 * 1024];
+    while body.len() < len {
+        let want = (len - body.len()).min(chunk.len());
+        let n = r.read(&mut chunk[..want]).await?;
+        if n == 0 {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    Ok(())
 }
 
 /// Writes one frame; a body whose length does not fit the 4-byte field is refused unsent.
@@ -267,7 +299,41 @@ mod tests {
     #[test]
     fn limits_saturate_instead_of_wrapping() {
         let l = Limits::new(u32::MAX, 2, u32::MAX);
-        assert_eq!((l.append, l.snapshot), (u32::MAX, u32::MAX));
+        assert_eq!((l.append, l.snapshot), (APPEND_MAX, u32::MAX));
+    }
+
+    /// Review s13 F2: under the shipped defaults (256 MiB records, 300 entries per append) the
+    /// append limit was 4 GiB - 1, i.e. no limit; it is the byte budget now.
+    #[test]
+    fn the_append_limit_is_a_byte_budget_under_the_default_record_limit() {
+        let max_record = queenmq_storage::LogOptions::default().max_record_bytes;
+        let l = Limits::new(max_record, 300, 3 << 20);
+        assert_eq!(l.append, APPEND_MAX);
+        assert!(Limits::new(1024, 300, 3 << 20).append < APPEND_MAX);
+    }
+
+    /// Review s13 F2: a frame declaring the whole budget whose peer then sends 1000 bytes and
+    /// stops costs about what arrived, not the declared length.
+    #[tokio::test]
+    async fn a_declared_body_is_not_reserved_before_it_arrives() {
+        let mut bytes = vec![7u8; 1000];
+        let mut body = Vec::new();
+        let err = read_body(&mut bytes.as_slice(), APPEND_MAX, &mut body)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, WireError::Io(ref e) if e.kind() == io::ErrorKind::UnexpectedEof),
+            "{err}"
+        );
+        assert_eq!(body.len(), 1000);
+        assert!(body.capacity() <= 2 * READ_CHUNK, "{}", body.capacity());
+        // And a complete body reads back whole.
+        bytes.truncate(600);
+        let mut body = Vec::new();
+        read_body(&mut bytes.as_slice(), 600, &mut body)
+            .await
+            .unwrap();
+        assert_eq!(body, vec![7u8; 600]);
     }
 
     #[tokio::test]
