@@ -3,9 +3,14 @@
 //! checked here before a byte of it is allocated; connections and the `RaftNetworkFactory` on
 //! top are not built yet.
 //!
-//! A frame is a kind (1 byte), a body length (4 bytes, little-endian) and the body. The first
-//! frame on a connection is `Hello` with the cluster token; a connection whose first frame is
-//! anything else, or whose token differs, is closed by the caller without an answer.
+//! A frame is a kind (1 byte), a request id (8 bytes, little-endian), a body length (4 bytes,
+//! little-endian) and the body. The first frame on a connection is `Hello` (id 0) with the
+//! cluster token; a connection whose first frame is anything else, or whose token differs, is
+//! closed by the caller without an answer. Every request carries an id the client has not used
+//! on that connection, and its `Reply` echoes it: openraft drops an RPC future at its timeout,
+//! possibly after the request went out, and the answer then still arrives. A reply read with
+//! another id than the one awaited ([`read_reply`]) is a protocol error and the caller drops
+//! the connection, so a stale `Success` is never counted for another request.
 
 use std::io;
 use std::time::Duration;
@@ -98,6 +103,8 @@ pub enum WireError {
     TooLarge { kind: Kind, len: u64, max: u32 },
     #[error("expected a {expected:?} frame, got {got:?}")]
     Unexpected { expected: Kind, got: Kind },
+    #[error("a reply to request {got} while awaiting request {expected}")]
+    ReplyMismatch { expected: u64, got: u64 },
     #[error("the peer's cluster token is wrong")]
     BadToken,
     #[error("the configured cluster token is shorter than {MIN_TOKEN} bytes")]
@@ -110,15 +117,29 @@ pub enum WireError {
 /// who reaches the cluster port vote and append in every tenant's group.
 pub const MIN_TOKEN: usize = 32;
 
-/// Reads one frame; its length is checked against `limits` before the body is allocated.
+/// One frame read off a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub kind: Kind,
+    /// The request's id, echoed by its `Reply`; 0 for the `Hello`.
+    pub id: u64,
+    pub body: Vec<u8>,
+}
+
+const HEAD: usize = 13;
+
+/// Reads one frame; its length is checked against `limits` before the body is read.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     limits: &Limits,
-) -> Result<(Kind, Vec<u8>), WireError> {
-    let mut head = [0u8; 5];
+) -> Result<Frame, WireError> {
+    let mut head = [0u8; HEAD];
     r.read_exact(&mut head).await?;
     let kind = Kind::from_byte(head[0]).ok_or(WireError::UnknownKind(head[0]))?;
-    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]);
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&head[1..9]);
+    let id = u64::from_le_bytes(id);
+    let len = u32::from_le_bytes([head[9], head[10], head[11], head[12]]);
     let max = limits.of(kind);
     if len > max {
         return Err(WireError::TooLarge {
@@ -129,7 +150,31 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     }
     let mut body = Vec::new();
     read_body(r, len, &mut body).await?;
-    Ok((kind, body))
+    Ok(Frame { kind, id, body })
+}
+
+/// Reads the answer to request `id`: anything but a `Reply` with that id is an error, after
+/// which the caller must drop the connection (its stream holds another request's answer, or
+/// is out of step).
+pub async fn read_reply<R: AsyncRead + Unpin>(
+    r: &mut R,
+    limits: &Limits,
+    id: u64,
+) -> Result<Vec<u8>, WireError> {
+    let f = read_frame(r, limits).await?;
+    if f.kind != Kind::Reply {
+        return Err(WireError::Unexpected {
+            expected: Kind::Reply,
+            got: f.kind,
+        });
+    }
+    if f.id != id {
+        return Err(WireError::ReplyMismatch {
+            expected: id,
+            got: f.id,
+        });
+    }
+    Ok(f.body)
 }
 
 /// Reads exactly `len` bytes into `body`, growing it as they arrive (never reserving `len` up
@@ -157,6 +202,7 @@ async fn read_body<R: AsyncRead + Unpin>(
 pub async fn write_frame<W: AsyncWrite + Unpin>(
     w: &mut W,
     kind: Kind,
+    id: u64,
     body: &[u8],
 ) -> Result<(), WireError> {
     let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge {
@@ -164,9 +210,10 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
         len: body.len() as u64,
         max: u32::MAX,
     })?;
-    let mut head = [0u8; 5];
+    let mut head = [0u8; HEAD];
     head[0] = kind as u8;
-    head[1..].copy_from_slice(&len.to_le_bytes());
+    head[1..9].copy_from_slice(&id.to_le_bytes());
+    head[9..].copy_from_slice(&len.to_le_bytes());
     w.write_all(&head).await?;
     w.write_all(body).await?;
     w.flush().await?;
@@ -194,7 +241,7 @@ pub async fn accept_hello<R: AsyncRead + Unpin>(
         snapshot: 0,
         reply: 0,
     };
-    let (kind, body) = tokio::time::timeout(deadline, read_frame(r, &before_hello))
+    let Frame { kind, body, .. } = tokio::time::timeout(deadline, read_frame(r, &before_hello))
         .await
         .map_err(|_| WireError::HelloTimeout)??;
     if kind != Kind::Hello {
@@ -222,6 +269,7 @@ mod tests {
 
     fn frame(kind: u8, len: u32, body: &[u8]) -> Vec<u8> {
         let mut f = vec![kind];
+        f.extend_from_slice(&0u64.to_le_bytes());
         f.extend_from_slice(&len.to_le_bytes());
         f.extend_from_slice(body);
         f
@@ -238,14 +286,17 @@ mod tests {
             Kind::Reply,
         ];
         for (i, k) in kinds.iter().enumerate() {
-            write_frame(&mut buf, *k, &vec![i as u8; i * 3])
+            write_frame(&mut buf, *k, i as u64 * 1000, &vec![i as u8; i * 3])
                 .await
                 .unwrap();
         }
         let mut r = buf.as_slice();
         for (i, k) in kinds.iter().enumerate() {
-            let (kind, body) = read_frame(&mut r, &limits()).await.unwrap();
-            assert_eq!((kind, body), (*k, vec![i as u8; i * 3]));
+            let f = read_frame(&mut r, &limits()).await.unwrap();
+            assert_eq!(
+                (f.kind, f.id, f.body),
+                (*k, i as u64 * 1000, vec![i as u8; i * 3])
+            );
         }
         assert!(r.is_empty());
     }
@@ -289,7 +340,7 @@ mod tests {
             read_frame(&mut unknown.as_slice(), &limits()).await,
             Err(WireError::UnknownKind(9))
         ));
-        let head: &[u8] = &[2, 0, 0];
+        let head: &[u8] = &[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
         assert!(matches!(
             read_frame(&mut &head[..], &limits()).await,
             Err(WireError::Io(_))
@@ -405,8 +456,51 @@ mod tests {
         assert!(matches!(r, Err(WireError::HelloTimeout)), "{r:?}");
 
         let (mut trickle, mut server) = tokio::io::duplex(64);
-        trickle.write_all(&[1, 32, 0]).await.unwrap();
+        trickle.write_all(&[1, 0, 0, 0]).await.unwrap();
         let r = accept_hello(&mut server, &token, Duration::from_millis(20)).await;
         assert!(matches!(r, Err(WireError::HelloTimeout)), "{r:?}");
+    }
+
+    /// Review s13 F1: openraft cancels an append at its timeout after the request went out;
+    /// the peer still answers it. The next request on that connection must not take that
+    /// answer for its own: the id differs, the read fails, and the caller drops the connection.
+    #[tokio::test]
+    async fn a_reply_to_a_cancelled_request_is_not_taken_for_the_next_one() {
+        let (mut client, mut peer) = tokio::io::duplex(4096);
+        let l = limits();
+        write_frame(&mut client, Kind::Append, 1, b"entries 1..=300")
+            .await
+            .unwrap();
+        // The client gives up on request 1 (its future dropped) and sends request 2.
+        write_frame(&mut client, Kind::Append, 2, b"entries 1..=400")
+            .await
+            .unwrap();
+        // The peer answers in order: request 1 first.
+        let first = read_frame(&mut peer, &l).await.unwrap();
+        assert_eq!((first.kind, first.id), (Kind::Append, 1));
+        write_frame(&mut peer, Kind::Reply, first.id, b"Success")
+            .await
+            .unwrap();
+        let r = read_reply(&mut client, &l, 2).await;
+        assert!(
+            matches!(
+                r,
+                Err(WireError::ReplyMismatch {
+                    expected: 2,
+                    got: 1
+                })
+            ),
+            "{r:?}"
+        );
+        // The matching reply is accepted, and a request is never taken for a reply.
+        write_frame(&mut peer, Kind::Reply, 2, b"Success")
+            .await
+            .unwrap();
+        assert_eq!(read_reply(&mut client, &l, 2).await.unwrap(), b"Success");
+        write_frame(&mut peer, Kind::Vote, 3, b"").await.unwrap();
+        assert!(matches!(
+            read_reply(&mut client, &l, 3).await,
+            Err(WireError::Unexpected { .. })
+        ));
     }
 }
