@@ -20,7 +20,8 @@ pub const PURGED: &str = "raft/purged";
 pub const MEMBERSHIP: &str = "raft/membership";
 /// `true` once any membership naming more than one node was appended, applied, installed or
 /// found at start: reclamation stays refused for good (review s12 F6), whatever membership a
-/// later truncation or restart shows. Cleared by nothing today.
+/// later truncation or restart shows. Cleared by nothing: there is no operator switch either
+/// (docs/raft-storage.md). A membership change openraft refuses never writes it.
 pub const MULTI_NODE: &str = "raft/multi_node";
 
 /// Whether `MULTI_NODE` was ever written.

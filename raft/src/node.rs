@@ -197,13 +197,15 @@ impl RaftNode {
 
     /// Adds `id` as a learner (returns once the membership entry is committed, not once the
     /// learner caught up): its (index, term). Refused while this node has reclaimed any of its
-    /// log (`LogStore::begin_widening`); once asked, this node never reclaims again.
+    /// log (`LogStore::begin_widening`); once the change is in the log, this node never
+    /// reclaims again (a refused change leaves reclamation as it was).
     pub async fn add_learner(&self, id: u64, node: BasicNode) -> Result<(u64, u64), RaftError> {
-        self.guard_widening(&ChangeMembers::AddNodes(BTreeMap::from([(
-            id,
-            node.clone(),
-        )])))
-        .await?;
+        let _widening = self
+            .guard_widening(&ChangeMembers::AddNodes(BTreeMap::from([(
+                id,
+                node.clone(),
+            )])))
+            .await?;
         self.written(self.inner.raft.add_learner(id, node, false).await)
     }
 
@@ -214,20 +216,20 @@ impl RaftNode {
         changes: ChangeMembers<u64, BasicNode>,
         retain: bool,
     ) -> Result<(u64, u64), RaftError> {
-        self.guard_widening(&changes).await?;
+        let _widening = self.guard_widening(&changes).await?;
         self.written(self.inner.raft.change_membership(changes, retain).await)
     }
 
     async fn guard_widening(
         &self,
         changes: &ChangeMembers<u64, BasicNode>,
-    ) -> Result<(), RaftError> {
+    ) -> Result<Option<crate::log_store::Widening>, RaftError> {
         let m = self.inner.raft.metrics().borrow().membership_config.clone();
         let known: BTreeSet<u64> = m.membership().nodes().map(|(id, _)| *id).collect();
         if named_ids(changes).is_subset(&known) {
-            return Ok(());
+            return Ok(None);
         }
-        self.inner.log_store.begin_widening().await
+        self.inner.log_store.begin_widening().await.map(Some)
     }
 
     fn written(

@@ -2,6 +2,7 @@ mod committed_lag;
 mod crash;
 mod fixtures;
 mod group_commit;
+mod guards;
 mod horizons;
 mod latency;
 mod multi_node;
