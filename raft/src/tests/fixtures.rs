@@ -196,3 +196,19 @@ impl SegmentFile for CountingFile {
         self.inner.sync_data()
     }
 }
+
+/// A fresh single voter on small segments under `dir`, filled (`fill`).
+pub async fn filled_node(dir: &Path) -> (Arc<SegmentLog>, Arc<StateStore>, crate::RaftNode) {
+    let (log, store) = open_small_segments(dir);
+    let node = start_fresh(&log, &store).await;
+    fill(&node, &log).await;
+    (log, store, node)
+}
+
+/// `filled_node`, shut down again: the stores of a filled log with no node on them.
+pub async fn filled_then_stopped(dir: &Path) -> (Arc<SegmentLog>, Arc<StateStore>) {
+    let (log, store, node) = filled_node(dir).await;
+    node.shutdown().await.unwrap();
+    drop(node);
+    (log, store)
+}

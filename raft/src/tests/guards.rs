@@ -11,7 +11,7 @@ use crate::log_store::LogStore;
 use crate::meta;
 use crate::types::{log_id, Entry, Membership};
 
-use super::fixtures::{fill, open_small_segments, reclaim, restart_with, start_fresh, Recorder};
+use super::fixtures::{filled_node, filled_then_stopped, reclaim, restart_with, Recorder};
 
 /// A change openraft refuses before appending anything (here: a voter that is not a
 /// learner) leaves reclamation on, now and after a restart (review s13 F3: it used to switch
@@ -19,9 +19,7 @@ use super::fixtures::{fill, open_small_segments, reclaim, restart_with, start_fr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_membership_change_leaves_reclamation_on() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, store) = open_small_segments(dir.path());
-    let node = start_fresh(&log, &store).await;
-    fill(&node, &log).await;
+    let (log, store, node) = filled_node(dir.path()).await;
     let r = node
         .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([7])), false)
         .await;
@@ -46,9 +44,7 @@ async fn a_refused_membership_change_leaves_reclamation_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_reclamation_runs_while_a_widening_change_is_in_hand() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, store) = open_small_segments(dir.path());
-    let node = start_fresh(&log, &store).await;
-    fill(&node, &log).await;
+    let (_log, _store, node) = filled_node(dir.path()).await;
     let widening = node.log_store().begin_widening().await.unwrap();
     assert_eq!(node.log_store().reclaim_refusal(), Some("widening"));
     assert_eq!(node.reclaimable_bytes(60), 0);
@@ -68,11 +64,7 @@ async fn no_reclamation_runs_while_a_widening_change_is_in_hand() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_start_up_check_notes_an_unapplied_multi_node_membership() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, store) = open_small_segments(dir.path());
-    let node = start_fresh(&log, &store).await;
-    fill(&node, &log).await;
-    node.shutdown().await.unwrap();
-    drop(node);
+    let (log, store) = filled_then_stopped(dir.path()).await;
     let (last, term) = log.last().unwrap();
     let voters_2 = Membership::new(
         vec![BTreeSet::from([2])],
@@ -109,11 +101,7 @@ async fn the_start_up_check_notes_an_unapplied_multi_node_membership() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_append_below_the_horizon_with_another_term_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, store) = open_small_segments(dir.path());
-    let node = start_fresh(&log, &store).await;
-    fill(&node, &log).await;
-    node.shutdown().await.unwrap();
-    drop(node);
+    let (log, store) = filled_then_stopped(dir.path()).await;
     let term = log.term_of(5).unwrap();
     let last = log.last();
 

@@ -12,18 +12,14 @@ use crate::meta;
 use crate::state_machine::StateMachine;
 use crate::types::{log_id, Membership, StoredMembership};
 
-use super::fixtures::{fill, open_small_segments, reclaim, restart_with, start_fresh, Recorder};
+use super::fixtures::{filled_node, filled_then_stopped, reclaim, restart_with, Recorder};
 
 /// A follower that installs a snapshot naming two nodes stops reclaiming at once, with no
 /// restart and no append in between.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_installed_multi_node_snapshot_refuses_reclamation_without_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, store) = open_small_segments(dir.path());
-    let node = start_fresh(&log, &store).await;
-    fill(&node, &log).await;
-    node.shutdown().await.unwrap();
-    drop(node);
+    let (log, store) = filled_then_stopped(dir.path()).await;
     let (last, term) = log.last().unwrap();
 
     let log_store = LogStore::open(log.clone(), store.clone()).unwrap();
@@ -62,9 +58,7 @@ async fn an_installed_multi_node_snapshot_refuses_reclamation_without_a_restart(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_committed_multi_node_membership_under_a_single_node_one_refuses_reclamation() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, store) = open_small_segments(dir.path());
-    let node = start_fresh(&log, &store).await;
-    fill(&node, &log).await;
+    let (log, store, node) = filled_node(dir.path()).await;
     let single: StoredMembership = meta::get(&store, meta::MEMBERSHIP, ErrorSubject::StateMachine)
         .unwrap()
         .unwrap();
