@@ -5,6 +5,7 @@
 pub mod config;
 pub mod disk_gate;
 mod disk_need;
+pub mod encryption;
 pub mod engine;
 pub mod ephemeral;
 pub mod group;

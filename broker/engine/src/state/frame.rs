@@ -1,23 +1,27 @@
 //! Stored message frames: the bytes of one message inside an Append effect. The same layout as
 //! the 2.x binary push/pop wire (spec/native-api.md §2.4), so a framed pop can ship them as stored.
 //!
-//! `body_len: u32 LE | flags: u8 (1 trace id, 2 producer) | id: [u8;16] | [trace: [u8;16]] |
-//!  txn: u16 LE len + UTF-8 | [producer: u16 LE len + UTF-8] | payload (JSON text)`
+//! `body_len: u32 LE | flags: u8 (1 trace id, 2 producer, 4 encrypted) | id: [u8;16] |
+//!  [trace: [u8;16]] | txn: u16 LE len + UTF-8 | [producer: u16 LE len + UTF-8] |
+//!  payload (JSON text, or with flag 4 its envelope: docs/storage-format.md "Payload envelope")`
 
 use crate::codec::{DecodeError, Reader};
 
 pub const FLAG_TRACE: u8 = 1;
 pub const FLAG_PRODUCER: u8 = 2;
+pub const FLAG_ENCRYPTED: u8 = 4;
 
 pub struct FrameRef<'a> {
     pub id: [u8; 16],
     pub trace: Option<[u8; 16]>,
     pub txn: &'a str,
     pub producer: Option<&'a str>,
+    /// The payload is a sealed envelope ([`crate::seal`]), not the message's text.
+    pub encrypted: bool,
     pub payload: &'a [u8],
 }
 
-/// Appends one frame. Lengths were checked by the planner (txn and producer ≤ u16::MAX).
+/// Appends one plain frame. Lengths were checked by the planner (txn and producer ≤ u16::MAX).
 pub fn write_frame(
     out: &mut Vec<u8>,
     id: &[u8; 16],
@@ -26,7 +30,20 @@ pub fn write_frame(
     producer: Option<&str>,
     payload: &[u8],
 ) {
-    let mut flags = 0u8;
+    write_frame_as(out, id, trace, txn, producer, payload, false);
+}
+
+/// [`write_frame`], flagged encrypted when `payload` is a sealed envelope.
+pub fn write_frame_as(
+    out: &mut Vec<u8>,
+    id: &[u8; 16],
+    trace: Option<&[u8; 16]>,
+    txn: &str,
+    producer: Option<&str>,
+    payload: &[u8],
+    encrypted: bool,
+) {
+    let mut flags = if encrypted { FLAG_ENCRYPTED } else { 0 };
     let mut body = 1 + 16 + 2 + txn.len() + payload.len();
     if trace.is_some() {
         flags |= FLAG_TRACE;
@@ -96,6 +113,7 @@ pub fn read_frame(buf: &[u8]) -> Result<(FrameRef<'_>, usize), DecodeError> {
             trace,
             txn,
             producer,
+            encrypted: flags & FLAG_ENCRYPTED != 0,
             payload,
         },
         4 + len,
