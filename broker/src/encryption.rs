@@ -24,6 +24,8 @@ const HEADER_LEN: usize = 1 + KEY_ID_LEN + NONCE_LEN;
 const TAG_LEN: usize = 16;
 /// What an envelope adds to its payload.
 pub const ENVELOPE_OVERHEAD: usize = HEADER_LEN + TAG_LEN;
+// The engine's entry bounds count on at most this much.
+const _: () = assert!(ENVELOPE_OVERHEAD <= queenmq_engine::seal::MAX_SEAL_OVERHEAD);
 
 /// The 32 key bytes of 64 hex digits; the error never quotes the value.
 pub fn parse_key(hex: &str) -> Result<[u8; 32], String> {
@@ -182,7 +184,6 @@ mod tests {
         let a = k.seal(&[7; 16], plain).unwrap();
         let b = k.seal(&[7; 16], plain).unwrap();
         assert_eq!(a.len(), plain.len() + ENVELOPE_OVERHEAD);
-        assert!(ENVELOPE_OVERHEAD <= queenmq_engine::seal::MAX_SEAL_OVERHEAD);
         assert_eq!(a[0], ENVELOPE_VERSION);
         assert_ne!(a, b, "nonces must differ");
         assert!(!a.windows(11).any(|w| w == b"distinctive"));

@@ -13,7 +13,7 @@ use queenmq_protocol::{ErrorCode, PushItem, PushResult, PushStatus, QueenError};
 use super::{check_name, id_space, Planner};
 use crate::entry::Effect;
 use crate::state::config::{QueueConfig, IMPLICIT_LEASE_SECONDS};
-use crate::state::frame::write_frame_as;
+use crate::state::frame::{write_frame_ref, FrameRef};
 use crate::state::model::secs_us;
 use crate::state::State;
 
@@ -217,14 +217,16 @@ impl Planner<'_> {
             };
             let pa = &mut pending[slot];
             let offset = pa.base + pa.hashes.len() as u64;
-            write_frame_as(
+            write_frame_ref(
                 &mut pa.frames,
-                id.as_bytes(),
-                item.trace_id.as_ref(),
-                &txn,
-                producer,
-                sealed.as_deref().unwrap_or(&item.payload),
-                sealed.is_some(),
+                &FrameRef {
+                    id: *id.as_bytes(),
+                    trace: item.trace_id,
+                    txn: &txn,
+                    producer,
+                    encrypted: sealed.is_some(),
+                    payload: sealed.as_deref().unwrap_or(&item.payload),
+                },
             );
             pa.hashes.push(hash);
             pa.txns.insert(hash, results.len());

@@ -9,16 +9,22 @@ fn encrypted(on: bool) -> queenmq_protocol::QueueOptions {
     opts(|o| o.encryption_enabled = Some(Setting::Value(on)))
 }
 
+/// A fixture holding the key, with queue `enc` encrypted and `n` messages pushed into it.
+fn with_encrypted(n: usize) -> Fixture {
+    let mut fx = Fixture::new();
+    fx.sealed = true;
+    fx.configure("enc", encrypted(true));
+    fx.push("enc", "p", n);
+    fx
+}
+
 fn holds(bytes: &[u8], needle: &[u8]) -> bool {
     bytes.windows(needle.len()).any(|w| w == needle)
 }
 
 #[test]
 fn an_encrypted_queue_is_sealed_in_the_entry_and_opened_on_every_read() {
-    let mut fx = Fixture::new();
-    fx.sealed = true;
-    fx.configure("enc", encrypted(true));
-    fx.push("enc", "p", 2);
+    let mut fx = with_encrypted(2);
     fx.push("plain", "p", 1);
     let entry = fx.cycle.entry.bytes().to_vec();
     // The fixture's payloads are the quoted transaction ids ("m1", "m2", "m3").
@@ -41,10 +47,7 @@ fn an_encrypted_queue_is_sealed_in_the_entry_and_opened_on_every_read() {
 
 #[test]
 fn without_a_key_encrypted_queues_are_refused_and_stored_ones_do_not_read() {
-    let mut fx = Fixture::new();
-    fx.sealed = true;
-    fx.configure("enc", encrypted(true));
-    fx.push("enc", "p", 1);
+    let mut fx = with_encrypted(1);
     fx.commit();
     fx.sealed = false;
     let e = fx

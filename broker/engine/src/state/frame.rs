@@ -30,20 +30,30 @@ pub fn write_frame(
     producer: Option<&str>,
     payload: &[u8],
 ) {
-    write_frame_as(out, id, trace, txn, producer, payload, false);
+    write_frame_ref(
+        out,
+        &FrameRef {
+            id: *id,
+            trace: trace.copied(),
+            txn,
+            producer,
+            encrypted: false,
+            payload,
+        },
+    );
 }
 
-/// [`write_frame`], flagged encrypted when `payload` is a sealed envelope.
-pub fn write_frame_as(
-    out: &mut Vec<u8>,
-    id: &[u8; 16],
-    trace: Option<&[u8; 16]>,
-    txn: &str,
-    producer: Option<&str>,
-    payload: &[u8],
-    encrypted: bool,
-) {
-    let mut flags = if encrypted { FLAG_ENCRYPTED } else { 0 };
+/// Appends one frame as described, flag 4 included (the payload is then a sealed envelope).
+pub fn write_frame_ref(out: &mut Vec<u8>, f: &FrameRef<'_>) {
+    let FrameRef {
+        id,
+        trace,
+        txn,
+        producer,
+        encrypted,
+        payload,
+    } = f;
+    let mut flags = if *encrypted { FLAG_ENCRYPTED } else { 0 };
     let mut body = 1 + 16 + 2 + txn.len() + payload.len();
     if trace.is_some() {
         flags |= FLAG_TRACE;
