@@ -52,6 +52,8 @@ pub struct PayloadKey {
     key: LessSafeKey,
     id: [u8; KEY_ID_LEN],
     rng: SystemRandom,
+    /// Records the key id in the data directory before the first seal (crate::key_record).
+    recorder: Option<crate::key_record::Recorder>,
 }
 
 impl fmt::Debug for PayloadKey {
@@ -78,7 +80,20 @@ impl PayloadKey {
             key: LessSafeKey::new(unbound),
             id,
             rng: SystemRandom::new(),
+            recorder: None,
         })
+    }
+
+    /// Checks the key against the id recorded in `dir` (refusing another key) and records it
+    /// there at the first seal.
+    pub fn bound_to(mut self, dir: &std::path::Path) -> anyhow::Result<Self> {
+        let already = crate::key_record::check(dir, Some(&self.id_text()))?;
+        self.recorder = Some(crate::key_record::Recorder::new(
+            dir,
+            self.id_text(),
+            already,
+        ));
+        Ok(self)
     }
 
     /// The key id envelopes carry, as hex (safe to log).
@@ -96,6 +111,9 @@ fn aad(header: &[u8], id: &[u8; 16]) -> [u8; 1 + KEY_ID_LEN + 16] {
 
 impl PayloadSeal for PayloadKey {
     fn seal(&self, id: &[u8; 16], plain: &[u8]) -> Result<Vec<u8>, SealError> {
+        if let Some(r) = &self.recorder {
+            r.ensure().map_err(SealError::Failed)?;
+        }
         let mut out = Vec::with_capacity(plain.len() + ENVELOPE_OVERHEAD);
         out.push(ENVELOPE_VERSION);
         out.extend_from_slice(&self.id);

@@ -9,6 +9,7 @@ pub mod encryption;
 pub mod engine;
 pub mod ephemeral;
 pub mod group;
+mod key_record;
 mod log_backing;
 pub mod memory;
 mod memory_gate;

@@ -47,6 +47,7 @@ pub fn lock_data_dir(dir: &Path) -> anyhow::Result<DirLock> {
 /// is logged so operators can tell which key sealed what.
 fn payload_key(cfg: &Config) -> anyhow::Result<Option<Arc<crate::encryption::PayloadKey>>> {
     let Some(secret) = &cfg.encryption_key else {
+        crate::key_record::check(&cfg.data_dir, None)?;
         tracing::info!("no encryption_key: queues with encryptionEnabled are refused");
         return Ok(None);
     };
@@ -54,6 +55,7 @@ fn payload_key(cfg: &Config) -> anyhow::Result<Option<Arc<crate::encryption::Pay
         crate::encryption::parse_key(secret.expose()).map_err(|e| anyhow!("encryption_key {e}"))?;
     let key =
         crate::encryption::PayloadKey::new(&bytes).map_err(|e| anyhow!("encryption_key: {e}"))?;
+    let key = key.bound_to(&cfg.data_dir)?;
     tracing::info!(key_id = %key.id_text(), "payloads of encrypted queues are sealed with AES-256-GCM");
     Ok(Some(Arc::new(key)))
 }

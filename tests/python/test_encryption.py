@@ -150,6 +150,9 @@ def test_without_a_key_encrypted_queues_are_refused_never_stored_in_plain(broker
         push_json(http, ENC, "a", {"s": secret})
     broker.stop()
 
+    # Without the key the start is refused (KEY_ID, see the test below); an operator who means
+    # to run without it removes the record, and the sealed payloads stay unreadable.
+    (Path(broker.data_dir) / "KEY_ID").unlink()
     broker.env = {}
     broker.start()
     with httpx.Client(base_url=broker.url, timeout=10.0) as http:
@@ -165,7 +168,9 @@ def test_without_a_key_encrypted_queues_are_refused_never_stored_in_plain(broker
         # Turning encryption off is allowed; the stored message stays unreadable without the key.
         assert configure(http, ENC, False).status_code == 200
         metrics = http.get("/metrics/prometheus").text
-        assert "queen_payload_decrypt_failures_total" in metrics
+        counted = [line for line in metrics.splitlines()
+                   if line.startswith("queen_payload_decrypt_failures_total")]
+        assert counted and float(counted[0].split()[-1]) >= 1, counted
     broker.stop()
     assert files_holding(broker.data_dir, secret) == []
 
@@ -251,3 +256,34 @@ def test_a_timer_into_an_encrypted_queue_keeps_its_payload_sealed_until_it_fires
         assert got == {"tx-now": {"s": secret}}, got
     broker.stop()
     assert files_holding(broker.data_dir, secret) == []
+
+
+def test_another_key_or_no_key_is_refused_once_payloads_were_sealed(broker_factory):
+    broker = broker_factory(env={"QUEEN_ENCRYPTION_KEY": OTHER_KEY}).start()
+    broker.stop()
+    assert not (Path(broker.data_dir) / "KEY_ID").exists(), "nothing sealed: nothing recorded"
+
+    broker.env = {"QUEEN_ENCRYPTION_KEY": KEY}
+    broker.start()
+    secret = marker("keyid")
+    with httpx.Client(base_url=broker.url, timeout=10.0) as http:
+        assert configure(http, ENC, True).status_code == 200
+        push_json(http, ENC, "a", {"s": secret})
+    broker.stop()
+    recorded = (Path(broker.data_dir) / "KEY_ID").read_text().strip()
+    assert len(recorded) == 8, recorded
+
+    for env, said in (({"QUEEN_ENCRYPTION_KEY": OTHER_KEY}, "refusing to start"),
+                      ({}, "no encryption_key")):
+        broker.env = env
+        with pytest.raises(Exception):
+            broker.start(ready_timeout=20)
+        text = broker.log_text()
+        assert said in text and f"sealed under key id {recorded}" in text, text
+        assert OTHER_KEY not in text and KEY not in text
+
+    broker.env = {"QUEEN_ENCRYPTION_KEY": KEY}
+    broker.start()
+    with httpx.Client(base_url=broker.url, timeout=10.0) as http:
+        assert pop_all(http, ENC, "after") == {"a": {"s": secret}}
+    broker.stop()
