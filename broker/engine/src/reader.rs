@@ -168,6 +168,24 @@ impl MessageReader<'_> {
         Ok(self.read(p, offset, offset + 1)?.pop())
     }
 
+    /// The id and transaction id of the message at `offset`, from the plain frame header: the
+    /// payload is never opened (a dedup check must not cost a decryption, nor fail on one).
+    pub fn frame_meta(
+        &mut self,
+        p: &Partition,
+        offset: u64,
+    ) -> Result<Option<([u8; 16], String)>, ReadError> {
+        if offset >= p.next_offset {
+            return Ok(None);
+        }
+        let mut found = None;
+        self.visit_frames(p, offset, offset + 1, |_, _, f, _| {
+            found = Some((f.id, f.txn.to_string()));
+            false
+        })?;
+        Ok(found)
+    }
+
     /// Whether the message at `offset` carries transaction id `txn` (no copies made).
     pub fn txn_is(&mut self, p: &Partition, offset: u64, txn: &str) -> bool {
         if offset >= p.next_offset {

@@ -338,14 +338,14 @@ impl Planner<'_> {
         };
         // Fail closed: a frame that cannot be read might be this very message, so the push is
         // neither accepted as new nor called a duplicate.
-        let m = reader.read_one(p, off).map_err(|e| {
+        let m = reader.frame_meta(p, off).map_err(|e| {
             tracing::warn!(partition = pid, offset = off, error = %e, "dedup lookup could not read a stored message");
             QueenError::unavailable(format!(
                 "could not check transactionId {txn} against the stored message it may repeat                  ({e}); nothing was written, retry the push"
             ))
         })?;
         Ok(match m {
-            Some(m) if m.txn == txn => Some((off, m.id_text())),
+            Some((id, t)) if t == txn => Some((off, uuid::Uuid::from_bytes(id).to_string())),
             _ => None,
         })
     }

@@ -77,3 +77,38 @@ fn without_a_key_encrypted_queues_are_refused_and_stored_ones_do_not_read() {
     // Turning it off needs no key; the message sealed before stays sealed.
     fx.configure("enc", encrypted(false));
 }
+
+/// Breaks the stand-in envelope of payload `"mN"` in the committed log: it no longer opens.
+fn corrupt(fx: &mut Fixture, n: u32) {
+    let sealed: Vec<u8> = std::iter::once(0xE5)
+        .chain(format!("\"m{n}\"").bytes().map(|b| !b))
+        .collect();
+    let mut hit = false;
+    for bytes in fx.log.entries.values_mut() {
+        if let Some(at) = bytes.windows(sealed.len()).position(|w| w == sealed) {
+            bytes[at] = 0;
+            hit = true;
+        }
+    }
+    assert!(hit, "the envelope of m{n} is in the log");
+    fx.cache = crate::cache::EntryCache::new(1 << 20);
+}
+
+#[test]
+fn a_repeated_transaction_id_is_a_duplicate_without_opening_the_stored_payload() {
+    let mut fx = with_encrypted(1);
+    let first = fx
+        .planner()
+        .plan_push(&[super::fixture::item("enc", "p", "m1")], None);
+    assert_eq!(first.unwrap()[0].status, PushStatus::Duplicate);
+    fx.commit();
+    corrupt(&mut fx, 1);
+    let again = fx
+        .planner()
+        .plan_push(&[super::fixture::item("enc", "p", "m1")], None)
+        .expect("a payload that does not open has no bearing on dedup");
+    assert_eq!(
+        (again[0].status, again[0].offset),
+        (PushStatus::Duplicate, 0)
+    );
+}
