@@ -189,6 +189,7 @@ def test_a_flipped_ciphertext_byte_is_an_error_never_garbage(broker_factory):
     with httpx.Client(base_url=broker.url, timeout=10.0) as http:
         assert configure(http, ENC, True).status_code == 200
         push_json(http, ENC, "victim", {"s": "x" * 64})
+        push_json(http, PLAIN, "bystander", {"s": "plain"})
     broker.stop()
 
     # The segment records carry a CRC32C: flip a byte inside the envelope's ciphertext and fix
@@ -215,8 +216,16 @@ def test_a_flipped_ciphertext_byte_is_an_error_never_garbage(broker_factory):
         res = http.get(f"/api/v1/pop/queue/{ENC}", params={"batch": 10, "wait": "false"})
         assert res.status_code == 500, res.text
         assert "could not be decrypted" in res.text and "authentication" in res.text, res.text
-        res = http.post("/api/v1/fetch", json={"entries": [{"queue": ENC, "partition": "p", "offset": 0}]})
-        assert res.status_code == 500 or "error" in res.json()["entries"][0], res.text
+        # Only the damaged message fails: a fetch and a listing that cover other queues answer.
+        res = http.post("/api/v1/fetch", json={"entries": [
+            {"queue": ENC, "partition": "p", "offset": 0}, {"queue": PLAIN, "partition": "p", "offset": 0}]})
+        assert res.status_code == 200, res.text
+        bad, good = res.json()["entries"]
+        assert bad.get("error") == "CORRUPT_MESSAGE", bad
+        assert [r["transactionId"] for r in good["records"]] == ["bystander"], good
+        res = http.get("/api/v1/messages", params={"limit": 10})
+        assert res.status_code == 200, res.text
+        assert [m["transactionId"] for m in res.json()["messages"]] == ["bystander"], res.text
         metrics = http.get("/metrics/prometheus").text
         counted = [line for line in metrics.splitlines()
                    if line.startswith("queen_payload_decrypt_failures_total")]

@@ -51,6 +51,14 @@ pub enum ReadError {
     },
 }
 
+impl ReadError {
+    /// A payload that does not open (no key, another key, changed bytes): a failure of that
+    /// one message, which a read covering others reports for it alone.
+    pub fn is_unopened(&self) -> bool {
+        matches!(self, ReadError::NoKey { .. } | ReadError::Sealed { .. })
+    }
+}
+
 pub struct MessageReader<'a> {
     pub pending: &'a [u8],
     pub cache: &'a mut EntryCache,
@@ -151,9 +159,11 @@ impl MessageReader<'_> {
             });
             true
         })?;
+        // A payload that does not open fails only when it is the first of the range: the
+        // messages before it are served, and the next read starts at it.
         match failed {
-            Some(e) => Err(e),
-            None => Ok(out),
+            Some(e) if out.is_empty() => Err(e),
+            _ => Ok(out),
         }
     }
 

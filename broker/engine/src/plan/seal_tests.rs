@@ -112,3 +112,42 @@ fn a_repeated_transaction_id_is_a_duplicate_without_opening_the_stored_payload()
         (PushStatus::Duplicate, 0)
     );
 }
+
+#[test]
+fn a_payload_that_does_not_open_fails_only_itself() {
+    use queenmq_protocol::fetch::{FetchEntry, FetchError, FetchReq};
+    let mut fx = with_encrypted(3);
+    fx.push("plain", "p", 1);
+    fx.commit();
+    corrupt(&mut fx, 2);
+    // A pop gets the message before the damaged one; the next pop fails at it.
+    let popped = fx.pop("enc", Some("a"), 10, None);
+    let got: Vec<u64> = popped.messages.iter().map(|m| m.offset).collect();
+    assert_eq!(got, vec![0]);
+    // A fetch of both queues answers the plain one and marks only the damaged entry.
+    let entry = |queue: &str, offset| FetchEntry {
+        queue: queue.into(),
+        partition: "p".into(),
+        offset,
+        max_bytes: 1 << 20,
+    };
+    let req = FetchReq {
+        entries: vec![entry("enc", 1), entry("plain", 0), entry("enc", 0)],
+        max_bytes: 1 << 20,
+    };
+    let mut rd = crate::reader::MessageReader {
+        pending: &[],
+        cache: &mut fx.cache,
+        log: &fx.log,
+        seal: Some(&crate::seal::TestSeal),
+    };
+    let a = crate::reads::fetch::fetch(&fx.st, &mut rd, &req).expect("answered per entry");
+    assert_eq!(a.entries[0].error, Some(FetchError::Corrupt));
+    assert_eq!(a.entries[1].error, None);
+    assert_eq!(&a.entries[1].records[0].payload[..], b"\"m4\"");
+    assert_eq!(
+        a.entries[2].records.len(),
+        1,
+        "the record before it is served"
+    );
+}

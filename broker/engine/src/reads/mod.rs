@@ -3,7 +3,7 @@
 //! admin reads lives in native-api/src/render).
 
 mod analytics;
-mod fetch;
+pub(crate) mod fetch;
 #[cfg(test)]
 mod fetch_tests;
 mod groups;
