@@ -96,6 +96,14 @@ pub fn read_frame(buf: &[u8]) -> Result<(FrameRef<'_>, usize), DecodeError> {
     let body = outer.take(len)?;
     let mut r = Reader::new(body);
     let flags = r.u8()?;
+    // An unknown flag is a format this build does not know: reading past it could serve
+    // bytes as what they are not (an older build reading flag 4 served envelopes), so refuse.
+    if flags & !(FLAG_TRACE | FLAG_PRODUCER | FLAG_ENCRYPTED) != 0 {
+        return Err(DecodeError::Malformed {
+            offset: 4,
+            what: format!("frame flags {flags:#04x} hold a bit this build does not know"),
+        });
+    }
     let mut id = [0u8; 16];
     id.copy_from_slice(r.take(16)?);
     let trace = if flags & FLAG_TRACE != 0 {
@@ -156,5 +164,18 @@ mod tests {
             ("tx2", Some("alice"), Some([9; 16]))
         );
         assert!(skip_frames(&buf[..5], 1).is_err());
+    }
+
+    #[test]
+    fn a_frame_with_an_unknown_flag_is_refused() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &[1; 16], None, "tx1", None, b"1");
+        assert!(read_frame(&buf).is_ok());
+        for bit in [8u8, 0x80] {
+            let mut bad = buf.clone();
+            bad[4] |= bit;
+            let e = read_frame(&bad).map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains("does not know"), "{e}");
+        }
     }
 }
