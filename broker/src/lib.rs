@@ -5,9 +5,11 @@
 pub mod config;
 pub mod disk_gate;
 mod disk_need;
+pub mod encryption;
 pub mod engine;
 pub mod ephemeral;
 pub mod group;
+mod key_record;
 mod log_backing;
 pub mod memory;
 mod memory_gate;

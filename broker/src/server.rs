@@ -43,6 +43,23 @@ pub fn lock_data_dir(dir: &Path) -> anyhow::Result<DirLock> {
 }
 
 /// The node's free-space gate and its reading thread; None when `min_free_disk_bytes` is 0.
+/// The broker key of `encryption_key` (checked by `Config::validate`); its id, never the key,
+/// is logged so operators can tell which key sealed what.
+fn payload_key(cfg: &Config) -> anyhow::Result<Option<Arc<crate::encryption::PayloadKey>>> {
+    let Some(secret) = &cfg.encryption_key else {
+        crate::key_record::check(&cfg.data_dir, None)?;
+        tracing::info!("no encryption_key: queues with encryptionEnabled are refused");
+        return Ok(None);
+    };
+    let bytes =
+        crate::encryption::parse_key(secret.expose()).map_err(|e| anyhow!("encryption_key {e}"))?;
+    let key =
+        crate::encryption::PayloadKey::new(&bytes).map_err(|e| anyhow!("encryption_key: {e}"))?;
+    let key = key.bound_to(&cfg.data_dir)?;
+    tracing::info!(key_id = %key.id_text(), "payloads of encrypted queues are sealed with AES-256-GCM");
+    Ok(Some(Arc::new(key)))
+}
+
 fn disk_gate(cfg: &Config) -> anyhow::Result<Option<Arc<crate::disk_gate::DiskGate>>> {
     use crate::disk_gate::{DiskGate, StatVfs, REFRESH};
     if cfg.min_free_disk_bytes == 0 {
@@ -109,6 +126,7 @@ pub async fn serve(
             cfg.reclaim_enabled,
             Some(cfg.data_dir.join(crate::engine::reclaim::PAUSE_FILE)),
         ),
+        encryption: payload_key(&cfg)?,
         ..EngineConfig::default()
     };
     // A default group that fails to start stops the process with its reason: the operator

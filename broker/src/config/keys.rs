@@ -55,6 +55,12 @@ pub(crate) const KEYS: &[KeySpec] = &[
         kind: Kind::Secret,
     },
     KeySpec {
+        name: "encryption_key",
+        env: "QUEEN_ENCRYPTION_KEY",
+        flag: None,
+        kind: Kind::Secret,
+    },
+    KeySpec {
         name: "max_body_bytes",
         env: "QUEEN_MAX_BODY_BYTES",
         flag: Some("--max-body-bytes"),

@@ -23,6 +23,9 @@ pub struct Config {
     pub http_addr: SocketAddr,
     /// HS256 secret for bearer tokens; `None` turns authentication off.
     pub jwt_secret: Option<Secret>,
+    /// The AES-256 key (64 hex digits) that seals the payloads of queues with
+    /// `encryptionEnabled`; `None` refuses such queues (docs/configuration.md).
+    pub encryption_key: Option<Secret>,
     /// Largest accepted HTTP request body.
     pub max_body_bytes: u64,
     /// Size at which a log segment file is rolled.
@@ -154,6 +157,7 @@ impl Default for Config {
             data_dir: PathBuf::from("./queen-data"),
             http_addr: SocketAddr::from(([0, 0, 0, 0], 6632)),
             jwt_secret: None,
+            encryption_key: None,
             max_body_bytes: 64 * MIB,
             segment_bytes: 64 * MIB,
             reclaim_enabled: true,
@@ -251,6 +255,12 @@ impl Config {
                     message: "is empty; leave it unset to run without authentication".into(),
                 });
             }
+        }
+        if let Some(key) = &self.encryption_key {
+            crate::encryption::parse_key(key.expose()).map_err(|message| ValueError::Bad {
+                key: "encryption_key",
+                message,
+            })?;
         }
         if let Some(aud) = &self.jwt_audience {
             if aud.trim().is_empty() {
@@ -433,6 +443,10 @@ impl Config {
             ),
             "http_addr" => (Some(toml_string(&self.http_addr.to_string())), None),
             "jwt_secret" => (self.jwt_secret.as_ref().map(|_| toml_string("<set>")), None),
+            "encryption_key" => (
+                self.encryption_key.as_ref().map(|_| toml_string("<set>")),
+                None,
+            ),
             "log_json" => (Some(self.log_json.to_string()), None),
             "jwt_audience" => (self.jwt_audience.as_deref().map(toml_string), None),
             "metrics_require_auth" => (self.metrics_require_auth.map(|b| b.to_string()), None),

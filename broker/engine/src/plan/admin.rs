@@ -25,6 +25,10 @@ impl Planner<'_> {
             _ => QueueConfig::default(),
         };
         let config = base.merge(&req.options);
+        // Never accept a queue whose payloads would have to be stored in plain text.
+        if config.encryption_enabled && self.seal.is_none() {
+            return Err(super::push::no_key(&req.queue));
+        }
         let pick = |given: &Option<String>, old: Option<&String>| -> String {
             match given {
                 Some(s) if !s.is_empty() => s.clone(),

@@ -38,6 +38,8 @@ mod replay_props;
 mod retention;
 #[cfg(test)]
 mod retention_tests;
+#[cfg(test)]
+mod seal_tests;
 mod streams_purge;
 #[cfg(test)]
 mod streams_purge_tests;
@@ -60,6 +62,7 @@ use crate::cycle::Cycle;
 use crate::entry::Effect;
 use crate::log::ReplicatedLog;
 use crate::reader::MessageReader;
+use crate::seal::PayloadSeal;
 use crate::state::State;
 
 pub use kv::KV_SWEEP_PER_CYCLE;
@@ -81,6 +84,9 @@ pub struct Planner<'a> {
     pub memory: Option<&'a dyn MemoryGate>,
     /// The group's tenant: the `tenant` label of the message counters.
     pub tenant: &'a str,
+    /// Seals the payloads of queues with `encryptionEnabled` and opens them on every read;
+    /// None when the broker has no `encryption_key` (such queues are then refused).
+    pub seal: Option<&'a dyn PayloadSeal>,
 }
 
 /// Names are used verbatim in paths by the SDKs: refuse what cannot travel there.
@@ -145,6 +151,7 @@ impl Planner<'_> {
             pending,
             cache,
             log,
+            seal: self.seal,
         };
         if let Some(off) = candidate {
             if reader.txn_is(p, off, txn) {
@@ -167,6 +174,7 @@ impl Planner<'_> {
                 pending: self.cycle.entry.bytes(),
                 cache: self.cache,
                 log: self.log,
+                seal: self.seal,
             },
         )
     }

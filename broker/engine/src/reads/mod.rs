@@ -4,7 +4,7 @@
 
 mod analytics;
 mod collisions;
-mod fetch;
+pub(crate) mod fetch;
 #[cfg(test)]
 mod fetch_tests;
 mod groups;

@@ -450,6 +450,7 @@ mod tests {
                 pending: &[],
                 cache: &mut fx.cache,
                 log: &fx.log,
+                seal: None,
             };
             let listed = super::super::messages::dlq(&fx.st, &mut rd, &query).expect("dlq");
             (
