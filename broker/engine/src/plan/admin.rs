@@ -161,6 +161,14 @@ impl Planner<'_> {
                     });
                     updated += 1;
                 }
+                // The instant sent is kept: the group's detail shows it back (spec
+                // native-api §2.19 bullet 5). A seek to the end names no instant.
+                if let (Some(t), false) = (timestamp_us, to_end) {
+                    self.emit(Effect::GroupStartFrom {
+                        gid,
+                        start_from_us: *t,
+                    });
+                }
                 Ok(GroupAdminOutcome::Seeked {
                     group: group.clone(),
                     queue: queue.clone(),

@@ -8,6 +8,7 @@ mod fetch;
 mod fetch_tests;
 mod groups;
 mod messages;
+mod partition_stats;
 mod queues;
 pub mod timers;
 

@@ -145,6 +145,7 @@ pub fn one(st: &State, name: &str, page: Page) -> Result<QueueDoc, QueenError> {
                 .filter(|_| p.low_offset() < p.next_offset)
                 .map(|r| r.created_us),
             retained_bytes: p.bytes,
+            stats: super::partition_stats::partition_stats(st, q, p),
         })
         .collect();
     Ok(QueueDoc {
