@@ -11,6 +11,7 @@ pub mod group;
 mod log_backing;
 pub mod memory;
 mod memory_gate;
+pub mod node_metrics;
 mod raft_log;
 mod sasl_users;
 mod scrape;

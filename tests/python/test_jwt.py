@@ -111,8 +111,11 @@ def test_roles_follow_the_command_table(broker_factory):
 
         # A route of a feature not built answers `unsupported` to any valid token, and 401
         # without one.
-        metrics = http.get("/api/v1/analytics/system-metrics", headers=reader)
-        assert metrics.status_code != 403 and metrics.json()["code"] == "unsupported", metrics.text
+        lag = http.get("/api/v1/analytics/queue-lag", headers=reader)
+        assert lag.status_code != 403 and lag.json()["code"] == "unsupported", lag.text
+        assert http.get("/api/v1/analytics/queue-lag").status_code == 401
+        # The node's series are a read: a reader gets them, a caller without a token does not.
+        assert http.get("/api/v1/analytics/system-metrics", headers=reader).status_code == 200
         assert http.get("/api/v1/analytics/system-metrics").status_code == 401
 
         # KV and locks are read-write commands: a reader is refused before the body.

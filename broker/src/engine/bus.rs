@@ -25,6 +25,8 @@ pub struct EngineBus {
     /// The node's memory budget: admission of writes and the requests pool.
     memory: Option<Arc<crate::memory::Memory>>,
     waits: BusWaits,
+    /// Counts what the bus serves and answers the node's sampled series.
+    node: Option<Arc<crate::node_metrics::NodeMetrics>>,
 }
 
 impl EngineBus {
@@ -35,7 +37,14 @@ impl EngineBus {
             started: std::time::Instant::now(),
             memory: None,
             waits: BusWaits::default(),
+            node: None,
         }
+    }
+
+    /// Counts every command it serves into `node` and answers its series.
+    pub fn with_node_metrics(mut self, node: Arc<crate::node_metrics::NodeMetrics>) -> Self {
+        self.node = Some(node);
+        self
     }
 
     /// Replaces the default bounds on a request's wait (tests use short ones).
@@ -139,6 +148,21 @@ fn raft_view(s: &super::log::LogStatus) -> RaftView {
 
 impl Bus for EngineBus {
     fn call(&self, ctx: RequestCtx, cmd: Command) -> BusFuture {
+        let Some(node) = self.node.clone() else {
+            return self.dispatch(ctx, cmd);
+        };
+        let counted = crate::node_metrics::Counted::of(&cmd);
+        let answer = self.dispatch(ctx, cmd);
+        Box::pin(async move {
+            let out = answer.await;
+            node.record(counted, &out);
+            out
+        })
+    }
+}
+
+impl EngineBus {
+    fn dispatch(&self, ctx: RequestCtx, cmd: Command) -> BusFuture {
         // Whichever door it came through, a command is refused here unless the caller's
         // roles grant its row of the command table.
         if let Err(e) = ctx.authorize(cmd.meta()) {
@@ -148,6 +172,20 @@ impl Bus for EngineBus {
             let out = match cmd {
                 Command::Health => Ok(self.health()),
                 Command::StatsRefresh => Ok(Outcome::StatsLive),
+                Command::NodeMetrics(_) if ctx.tenant != queenmq_protocol::DEFAULT_TENANT => {
+                    Err(QueenError::new(
+                        queenmq_protocol::ErrorCode::Forbidden,
+                        "the node's process series cover every tenant's requests: they are \
+                         served to tokens without a tenant claim",
+                    ))
+                }
+                Command::NodeMetrics(q) => match &self.node {
+                    Some(n) => n.query(&q).map(Outcome::NodeMetrics),
+                    None => Err(QueenError::new(
+                        queenmq_protocol::ErrorCode::Internal,
+                        "this bus keeps no node series",
+                    )),
+                },
                 Command::Metrics(MetricsFormat::Json) => return self.metrics_json(ctx.tenant),
                 Command::Metrics(MetricsFormat::Prometheus)
                     if ctx.tenant != queenmq_protocol::DEFAULT_TENANT =>
