@@ -125,6 +125,16 @@ pub fn one(st: &State, name: &str, page: Page) -> Result<QueueDoc, QueenError> {
     let q = st
         .queue_named(name)
         .ok_or_else(|| QueenError::not_found("Queue not found"))?;
+    let listed: std::collections::HashSet<u64> = q
+        .partition_order
+        .iter()
+        .skip(page.offset)
+        .take(page.limit)
+        .copied()
+        .collect();
+    let dead = super::partition_stats::held_dead_letters_by_partition(st, &q.dlq, |pid| {
+        listed.contains(&pid)
+    });
     let partitions = q
         .partition_order
         .iter()
@@ -145,7 +155,12 @@ pub fn one(st: &State, name: &str, page: Page) -> Result<QueueDoc, QueenError> {
                 .filter(|_| p.low_offset() < p.next_offset)
                 .map(|r| r.created_us),
             retained_bytes: p.bytes,
-            stats: super::partition_stats::partition_stats(st, q, p),
+            stats: super::partition_stats::partition_stats(
+                st,
+                q,
+                p,
+                dead.get(&p.id).copied().unwrap_or(0),
+            ),
         })
         .collect();
     Ok(QueueDoc {
