@@ -38,6 +38,8 @@ mod replay_props;
 mod retention;
 #[cfg(test)]
 mod retention_tests;
+#[cfg(test)]
+mod seek_tests;
 mod streams_purge;
 #[cfg(test)]
 mod streams_purge_tests;
