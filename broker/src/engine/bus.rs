@@ -148,25 +148,28 @@ fn raft_view(s: &super::log::LogStatus) -> RaftView {
 
 impl Bus for EngineBus {
     fn call(&self, ctx: RequestCtx, cmd: Command) -> BusFuture {
-        let Some(node) = self.node.clone() else {
-            return self.dispatch(ctx, cmd);
-        };
-        let counted = crate::node_metrics::Counted::of(&cmd);
-        let answer = self.dispatch(ctx, cmd);
-        Box::pin(async move {
-            let out = answer.await;
-            node.record(counted, &out);
-            out
-        })
+        self.dispatch(ctx, cmd)
     }
 }
 
 impl EngineBus {
     fn dispatch(&self, ctx: RequestCtx, cmd: Command) -> BusFuture {
+        // Counted when taken (atomics, no lock: every door's task passes here); the answer's
+        // messages inside the one future below, or here for an answer known at once.
+        let node = self.node.as_ref();
+        if let Some(n) = node {
+            n.started(crate::node_metrics::Counted::of(&cmd));
+        }
+        let at_once = |out: Result<Outcome, QueenError>| -> BusFuture {
+            if let Some(n) = node {
+                n.answered(&out);
+            }
+            Box::pin(async move { out })
+        };
         // Whichever door it came through, a command is refused here unless the caller's
         // roles grant its row of the command table.
         if let Err(e) = ctx.authorize(cmd.meta()) {
-            return Box::pin(async move { Err(e) });
+            return at_once(Err(e));
         }
         if cmd.meta().class == CommandClass::NodeLocal {
             let out = match cmd {
@@ -216,7 +219,7 @@ impl EngineBus {
                     "command table and bus disagree",
                 )),
             };
-            return Box::pin(async move { out });
+            return at_once(out);
         }
         let groups = self.groups.clone();
         let running = groups.get(&ctx.tenant);
@@ -226,46 +229,54 @@ impl EngineBus {
                 .as_ref()
                 .map_or(0, |g| g.held.load(std::sync::atomic::Ordering::Relaxed));
             if let Err(e) = m.admit(&cmd, group_held) {
-                return Box::pin(async move { Err(e) });
+                return at_once(Err(e));
             }
             queued = Some(crate::memory::Queued::new(m.clone(), &cmd));
         }
         let waits = self.waits;
         let answer_bound = waits.answer_bound(&cmd);
+        let node = node.cloned();
         Box::pin(async move {
-            let (reply, rx) = oneshot::channel();
-            let enqueue = async {
-                let group = match running {
-                    Some(g) => g,
-                    None => groups.group(&ctx.tenant).await?,
-                };
-                group
-                    .tx
-                    .send(Job { ctx, cmd, reply })
-                    .await
-                    .map_err(|_| QueenError::unavailable("the engine is shutting down"))
-            };
-            match tokio::time::timeout(waits.enqueue, enqueue).await {
-                Ok(sent) => sent?,
-                Err(_) => {
-                    return Err(QueenError::unavailable(
-                        "this queue group takes no commands (its engine is stalled, e.g. on a \
+            let out =
+                async move {
+                    let (reply, rx) = oneshot::channel();
+                    let enqueue = async {
+                        let group = match running {
+                            Some(g) => g,
+                            None => groups.group(&ctx.tenant).await?,
+                        };
+                        group
+                            .tx
+                            .send(Job { ctx, cmd, reply })
+                            .await
+                            .map_err(|_| QueenError::unavailable("the engine is shutting down"))
+                    };
+                    match tokio::time::timeout(waits.enqueue, enqueue).await {
+                        Ok(sent) => sent?,
+                        Err(_) => return Err(QueenError::unavailable(
+                            "this queue group takes no commands (its engine is stalled, e.g. on a \
                          hung disk); retry",
-                    ))
-                }
-            }
-            // In the engine's queue now: the engine subtracts it when it takes it.
-            if let Some(q) = queued {
-                q.handed_over();
-            }
-            match tokio::time::timeout(answer_bound, rx).await {
-                Ok(answer) => answer
-                    .map_err(|_| QueenError::unavailable("the engine stopped before answering"))?,
-                Err(_) => Err(QueenError::unavailable(
-                    "the engine did not answer in time (a stalled disk?); the outcome is \
+                        )),
+                    }
+                    // In the engine's queue now: the engine subtracts it when it takes it.
+                    if let Some(q) = queued {
+                        q.handed_over();
+                    }
+                    match tokio::time::timeout(answer_bound, rx).await {
+                        Ok(answer) => answer.map_err(|_| {
+                            QueenError::unavailable("the engine stopped before answering")
+                        })?,
+                        Err(_) => Err(QueenError::unavailable(
+                            "the engine did not answer in time (a stalled disk?); the outcome is \
                      unknown: retry with the same transaction id",
-                )),
+                        )),
+                    }
+                }
+                .await;
+            if let Some(n) = node {
+                n.answered(&out);
             }
+            out
         })
     }
 }
