@@ -3,14 +3,17 @@
 //!
 //! They read like the queue's own `messages` block, narrowed to the partition: the slowest
 //! group on this partition (queue mode included) decides pending, processing and completed;
-//! with no group every held message is pending.
+//! with no group every held message is pending. Both use [`group_on_partition`]; the queue
+//! block picks its slowest group over the whole queue, so the partitions' pending may add up
+//! to more than the queue's when different groups lag on different partitions. `failed` is,
+//! at both levels, the messages waiting for a retry after a failed delivery.
 
 use std::collections::{HashMap, HashSet};
 
 use queenmq_protocol::MessageTotals;
 
 use super::committed_of;
-use crate::state::model::{DlqRow, Partition, Queue};
+use crate::state::model::{DlqRow, Group, Partition, Queue};
 use crate::state::State;
 
 /// Held dead-letter rows per partition, in one pass over `rows`: a queue holds up to
@@ -31,6 +34,35 @@ pub(super) fn held_dead_letters_by_partition<'a>(
     held
 }
 
+/// What group `g` has on partition `p`: (pending, processing, the committed offset when it
+/// waits for a retry of a failed delivery). Shared by the partition stats and the queue's
+/// `messages` block so the two read alike; the cursor is clamped to the partition's floor
+/// (retention removed what lies below it: it is neither pending nor completed).
+pub(super) fn group_on_partition(st: &State, g: &Group, p: &Partition) -> (u64, u64, Option<u64>) {
+    let committed = committed_of(g, p).max(p.low_offset());
+    let pending = p.next_offset.saturating_sub(committed);
+    let cursor = g.cursors.get(&p.id);
+    let processing = cursor
+        .and_then(|c| c.live_lease(st.last_now_us))
+        .map_or(0, |l| l.end.saturating_sub(committed));
+    let retrying = cursor
+        .is_some_and(|c| c.failures > 0 && c.committed < p.next_offset)
+        .then_some(committed);
+    (pending, processing, retrying)
+}
+
+/// Messages of `p` whose delivery failed and that wait for a retry, counted once whichever
+/// groups failed them: the `failed` of the partition stats and, summed, of the queue.
+pub(super) fn retrying_on_partition(st: &State, q: &Queue, p: &Partition) -> u64 {
+    let offsets: HashSet<u64> = q
+        .groups
+        .values()
+        .filter_map(|gid| st.groups.get(gid))
+        .filter_map(|g| group_on_partition(st, g, p).2)
+        .collect();
+    offsets.len() as u64
+}
+
 /// `dead_letter` is the partition's entry of [`held_dead_letters_by_partition`].
 pub(super) fn partition_stats(
     st: &State,
@@ -38,23 +70,11 @@ pub(super) fn partition_stats(
     p: &Partition,
     dead_letter: u64,
 ) -> MessageTotals {
-    let now = st.last_now_us;
     // What is held: retention removed what lies below the first held offset.
     let total = p.next_offset - p.low_offset();
     let mut worst: Option<(u64, u64)> = None;
-    // A message whose delivery failed and that waits for its retry, counted once whichever
-    // groups failed it.
-    let mut retrying = HashSet::new();
     for g in q.groups.values().filter_map(|gid| st.groups.get(gid)) {
-        let committed = committed_of(g, p).max(p.low_offset());
-        let pending = p.next_offset.saturating_sub(committed);
-        let cursor = g.cursors.get(&p.id);
-        let processing = cursor
-            .and_then(|c| c.live_lease(now))
-            .map_or(0, |l| l.end.saturating_sub(committed));
-        if cursor.is_some_and(|c| c.failures > 0 && c.committed < p.next_offset) {
-            retrying.insert(committed);
-        }
+        let (pending, processing, _) = group_on_partition(st, g, p);
         if worst.is_none_or(|w| pending > w.0) {
             worst = Some((pending, processing));
         }
@@ -65,7 +85,7 @@ pub(super) fn partition_stats(
         pending: pending.saturating_sub(processing),
         processing,
         completed: total.saturating_sub(pending),
-        failed: retrying.len() as u64,
+        failed: retrying_on_partition(st, q, p),
         dead_letter,
     }
 }
@@ -133,5 +153,56 @@ mod tests {
         let held = super::held_dead_letters_by_partition(&fx.st, rows, |_| true);
         assert_eq!(pulled.get(), ROWS, "each row read once");
         assert_eq!(held.values().sum::<u64>(), ROWS);
+    }
+
+    #[test]
+    fn the_queue_block_and_its_partitions_count_alike() {
+        use queenmq_protocol::kafka_records::{DeleteRecordsReq, DeleteRecordsTarget};
+        use queenmq_protocol::{AckStatus, Setting};
+
+        use crate::plan::fixture::opts;
+
+        let mut fx = Fixture::new();
+        fx.configure("q", opts(|o| o.retry_limit = Some(Setting::Value(5))));
+        fx.push("q", "a", 2);
+        fx.push("q", "b", 4);
+        fx.commit();
+        let got = fx.pop("q", None, 1, None);
+        fx.commit();
+        assert!(fx.ack(&got, AckStatus::Failed)[0].success);
+        fx.commit();
+        // Retention removes three unread messages of "b": below the group's cursor there.
+        let req = DeleteRecordsReq {
+            targets: vec![DeleteRecordsTarget {
+                queue: "q".into(),
+                partition: "b".into(),
+                offset: 3,
+            }],
+        };
+        assert!(fx.planner().plan_kafka_delete_records(&req).is_ok());
+        fx.commit();
+        let page = Page {
+            limit: 10,
+            offset: 0,
+        };
+        let doc = super::super::queues::one(&fx.st, "q", page).expect("doc");
+        let m = &doc.queue.messages;
+        let sum = |f: fn(&queenmq_protocol::MessageTotals) -> u64| -> u64 {
+            doc.partitions.iter().map(|p| f(&p.stats)).sum()
+        };
+        assert_eq!(m.failed, 1, "the failed delivery waits for its retry");
+        assert_eq!(m.failed, sum(|s| s.failed));
+        assert_eq!(m.total, sum(|s| s.total));
+        assert_eq!(m.pending, sum(|s| s.pending));
+        assert_eq!(m.processing, sum(|s| s.processing));
+        assert_eq!(m.completed, sum(|s| s.completed));
+        assert!(m.pending + m.processing <= m.total, "{m:?}");
+        for p in &doc.partitions {
+            assert!(
+                p.stats.pending + p.stats.processing <= p.stats.total,
+                "{:?}",
+                p.stats
+            );
+        }
     }
 }
