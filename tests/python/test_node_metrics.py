@@ -50,9 +50,14 @@ def sampled(broker_factory):
 
 def test_system_metrics_show_the_process_as_one_replica(sampled):
     with httpx.Client(base_url=sampled.url, timeout=10.0) as http:
-        # Two samples: the second was taken while this client's connection was open.
+        # A sample taken after this client's connection opened (its first GET): the count
+        # must grow past what that GET saw, whatever the broker sampled before it.
+        def samples(b):
+            return sum(p["sampleCount"] for r in b["replicas"] for p in r["timeSeries"])
+
+        seen = samples(http.get("/api/v1/analytics/system-metrics").json())
         body = until(http, "/api/v1/analytics/system-metrics",
-                     lambda b: sum(p["sampleCount"] for r in b["replicas"] for p in r["timeSeries"]) >= 2)
+                     lambda b: samples(b) > seen and samples(b) >= 2)
         assert body["replicaCount"] == 1 and body["bucketMinutes"] == 1, body
         replica = body["replicas"][0]
         assert replica["hostname"] == socket.gethostname(), replica["hostname"]
