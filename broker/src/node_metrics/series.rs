@@ -62,9 +62,13 @@ pub fn series<'a>(
         }
     }
     let since = now_us.saturating_sub(RECENT_US);
-    let recent: Vec<&NodeSample> = samples.clone().filter(|s| s.at_us >= since).collect();
+    // Another replica's or worker's filter leaves this node's workers row and summary out too.
+    let recent: Vec<&NodeSample> = samples
+        .clone()
+        .filter(|s| mine && s.at_us >= since)
+        .collect();
     let mut totals = NodeCounts::default();
-    for s in samples {
+    for s in samples.filter(|_| mine) {
         totals.add(&s.counts);
     }
     Ok(NodeSeries {
@@ -222,5 +226,20 @@ mod tests {
         assert_eq!((out.from_us, out.to_us), (now - 60 * MIN, now));
         assert_eq!(out.points.len(), 1);
         assert!(out.recent.is_none(), "nothing in the last five minutes");
+    }
+
+    #[test]
+    fn another_worker_gets_no_workers_row_nor_summary_of_this_one() {
+        let now = 1_000 * MIN;
+        let s = [sample(now - MIN, 1, 3)];
+        let mut q = query(0, now);
+        q.worker_id = Some("worker-1".into());
+        let out = series(s.iter(), &q, now, &me()).unwrap();
+        assert!(out.recent.is_none() && out.recent_last_us.is_none());
+        assert_eq!((out.totals.push_requests, out.totals.push_messages), (0, 0));
+        q.worker_id = Some(WORKER_ID.into());
+        let out = series(s.iter(), &q, now, &me()).unwrap();
+        assert!(out.recent.is_some());
+        assert_eq!((out.totals.push_requests, out.totals.push_messages), (1, 3));
     }
 }
