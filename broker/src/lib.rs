@@ -13,6 +13,7 @@ mod key_record;
 mod log_backing;
 pub mod memory;
 mod memory_gate;
+pub mod node_metrics;
 mod raft_log;
 mod sasl_users;
 mod scrape;

@@ -377,6 +377,7 @@ pub enum Outcome {
     Read(ReadAnswer),
     Health(HealthView),
     Metrics(MetricsView),
+    NodeMetrics(crate::views::NodeSeries),
     /// Statistics are live: nothing was refreshed.
     StatsLive,
     /// Text (Prometheus exposition format).

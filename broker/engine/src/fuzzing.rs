@@ -188,6 +188,10 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             key: "gone",
         },
         Effect::GroupConflation { gid: 1 },
+        Effect::GroupStartFrom {
+            gid: 1,
+            start_from_us: 1_000,
+        },
         // Neither matches the row above: the state keeps a DLQ row to encode.
         Effect::DlqDelete { pid: 1, offset: 5 },
         Effect::DlqPurge {

@@ -261,7 +261,8 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
             GroupAdminReq::Seek { queue, .. } => st
                 .queue_named(queue)
                 .map_or(0, |q| q.partition_order.len())
-                .saturating_mul(CURSOR_PUT),
+                .saturating_mul(CURSOR_PUT)
+                .saturating_add(GROUP_EFFECT),
             GroupAdminReq::Subscription { group, .. } => st
                 .queues
                 .len()
@@ -287,6 +288,7 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
         | Command::Read(_)
         | Command::Health
         | Command::Metrics(_)
+        | Command::NodeMetrics(_)
         | Command::StatsRefresh => 64,
     }
 }

@@ -282,6 +282,21 @@ pub(crate) const KEYS: &[KeySpec] = &[
         },
     },
     KeySpec {
+        name: "metrics_sample_s",
+        env: "QUEEN_METRICS_SAMPLE_S",
+        flag: None,
+        kind: Kind::Uint { min: 1, max: 3_600 },
+    },
+    KeySpec {
+        name: "metrics_history_samples",
+        env: "QUEEN_METRICS_HISTORY_SAMPLES",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 100_000,
+        },
+    },
+    KeySpec {
         name: "log_json",
         env: "QUEEN_LOG_JSON",
         flag: None,

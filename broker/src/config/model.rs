@@ -85,6 +85,11 @@ pub struct Config {
     /// An ephemeral queue created by a push or pop (never configured) is removed after this
     /// many seconds without use.
     pub ephemeral_implicit_idle_s: u64,
+    /// Seconds between two samples of the process (CPU, memory, requests) kept for
+    /// `/api/v1/analytics/system-metrics` and `/worker-metrics`.
+    pub metrics_sample_s: u64,
+    /// Samples kept in memory; the oldest goes past it (history is lost on restart).
+    pub metrics_history_samples: u64,
     /// Groups this node runs at most, `default` included: a token naming one more tenant is
     /// refused (403: retrying cannot help, the operator raises the cap).
     pub max_tenants: u64,
@@ -184,6 +189,8 @@ impl Default for Config {
             ephemeral_max_bytes: 256 * MIB,
             ephemeral_tenant_max_bytes: 0,
             ephemeral_implicit_idle_s: 300,
+            metrics_sample_s: 10,
+            metrics_history_samples: 8_640,
             max_tenants: 64,
             log_json: false,
             log: "info".to_owned(),
@@ -416,6 +423,8 @@ impl Config {
             "ephemeral_max_bytes" => self.ephemeral_max_bytes,
             "ephemeral_tenant_max_bytes" => self.ephemeral_tenant_max_bytes,
             "ephemeral_implicit_idle_s" => self.ephemeral_implicit_idle_s,
+            "metrics_sample_s" => self.metrics_sample_s,
+            "metrics_history_samples" => self.metrics_history_samples,
             "max_tenants" => self.max_tenants,
             "memory_limit_bytes" => self.memory_limit_bytes,
             "http_min_write_rate_bytes" => self.http_min_write_rate_bytes,

@@ -804,10 +804,12 @@ fn plan_job(p: &mut Planner<'_>, mut job: Job) -> Planned {
             let mut reader = p.reader_parts();
             crate::reads::answer_at(reader.0, &mut reader.1, r, now).map(Outcome::Read)
         }
-        Command::Health | Command::Metrics(_) | Command::StatsRefresh => Err(QueenError::new(
-            queenmq_protocol::ErrorCode::Internal,
-            "node-local command reached the engine",
-        )),
+        Command::Health | Command::Metrics(_) | Command::NodeMetrics(_) | Command::StatsRefresh => {
+            Err(QueenError::new(
+                queenmq_protocol::ErrorCode::Internal,
+                "node-local command reached the engine",
+            ))
+        }
     };
     Planned::Reply(job.reply, out)
 }

@@ -5,10 +5,12 @@ mod admin;
 mod groups;
 mod messages;
 mod node;
+mod node_metrics;
 mod queues;
 
 pub use admin::{configured, deleted, group_admin, traced};
 pub use node::{health, metrics, ready, STATS_LIVE};
+pub use node_metrics::{system as node_system, worker as node_worker};
 
 use queenmq_protocol::{ErrorCode, Outcome, PageInfo, QueenError, ReadAnswer};
 use serde_json::{json, Value};
@@ -80,6 +82,7 @@ pub fn unexpected(o: &Outcome) -> ApiError {
         Outcome::Read(_) => "read",
         Outcome::Health(_) => "health",
         Outcome::Metrics(_) => "metrics",
+        Outcome::NodeMetrics(_) => "node metrics",
         Outcome::StatsLive => "stats refresh",
         Outcome::Text(_) => "text",
         Outcome::Kv(_) => "kv",

@@ -40,6 +40,8 @@ mod retention;
 mod retention_tests;
 #[cfg(test)]
 mod seal_tests;
+#[cfg(test)]
+mod seek_tests;
 mod streams_purge;
 #[cfg(test)]
 mod streams_purge_tests;

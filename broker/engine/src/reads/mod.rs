@@ -9,6 +9,7 @@ pub(crate) mod fetch;
 mod fetch_tests;
 mod groups;
 mod messages;
+mod partition_stats;
 mod queues;
 pub mod timers;
 
