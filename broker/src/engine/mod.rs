@@ -9,6 +9,7 @@
 pub mod apply_handler;
 mod bus;
 mod bus_waits;
+mod compactor;
 mod long_poll_slots;
 #[cfg(test)]
 mod loop_tests;
@@ -180,6 +181,7 @@ pub struct Engine {
     /// state, lets it go (else an idle node keeps dead segments until something is written).
     reclaim_pending: bool,
     reclaimer: reclaim::Reclaimer,
+    compactor: compactor::Compactor,
 }
 
 /// A checkpoint written, skipped for want of space (None), or failed.
@@ -252,6 +254,7 @@ impl Engine {
             reclaim_bound: None,
             reclaim_pending: false,
             reclaimer: reclaim::Reclaimer::new(cfg.reclaim.enabled, cfg.reclaim.pause_file.clone()),
+            compactor: compactor::Compactor::new(cfg.reclaim.enabled),
         }
     }
 
@@ -341,7 +344,8 @@ impl Engine {
         let mut replies: Vec<(Reply, Result<Outcome, QueenError>, bool)> =
             Vec::with_capacity(jobs.len());
         let removed: Vec<(String, u64)>;
-        let (entry, appended, number) = {
+        let compacted;
+        let (entry, appended, copied, number) = {
             let mut st = self.shared.lock();
             let mut cycle = Cycle::next(&st, self.cfg.clock.now_us());
             let now = cycle.now_us;
@@ -388,6 +392,12 @@ impl Engine {
                 self.retention.start_at(now, since_us);
             }
             removed = planner.plan_retention(&mut self.retention, self.limits.max_entry_bytes);
+            // After retention, so nothing it removes is copied. Not held to the disk gate's
+            // room: a copy of at most a quarter of a segment lets the whole segment go, so it
+            // gives back more than it takes (docs/storage-format.md "A full disk").
+            compacted =
+                self.compactor
+                    .plan(&mut planner, self.log.as_ref(), self.limits.max_entry_bytes);
             let woken = std::mem::take(&mut self.woken);
             let due = self.waiters.take_due(&woken, ticked, now, planner.st);
             for w in due {
@@ -474,7 +484,7 @@ impl Engine {
             }
             self.woken = std::mem::take(&mut cycle.woken_queues);
             if cycle.entry.is_empty() {
-                (None, Vec::new(), 0)
+                (None, Vec::new(), Vec::new(), 0)
             } else {
                 if let Some(n) = self.panic_after {
                     panic_guard::maybe_panic(n);
@@ -482,7 +492,8 @@ impl Engine {
                 st.last_cycle = cycle.number;
                 st.last_now_us = cycle.now_us;
                 let appended = std::mem::take(&mut cycle.appended);
-                (Some(cycle.entry.finish()), appended, cycle.number)
+                let copied = std::mem::take(&mut cycle.copied);
+                (Some(cycle.entry.finish()), appended, copied, cycle.number)
             }
         };
         if let Some(entry) = entry {
@@ -501,13 +512,27 @@ impl Engine {
             let _writing = self.cfg.disk.as_ref().map(|d| d.begin_write(size as u64));
             match self.log.propose(entry).await {
                 Ok((index, _term)) => {
-                    self.shared.lock().commit_pending_runs(&appended, index);
+                    {
+                        let mut st = self.shared.lock();
+                        st.commit_pending_runs(&appended, index);
+                        st.commit_copied_runs(&copied, index);
+                    }
                     self.cache.insert_vec(index, cached);
                     let tenant = self.cfg.tenant.to_string();
                     // Counted once the log holds the trims: a failed proposal removed nothing.
                     for (queue, n) in removed {
                         metrics::counter!("queen_retention_removed_messages_total", "queue" => queue, "tenant" => tenant.clone())
                             .increment(n);
+                    }
+                    if let Some(c) = compacted.filter(|c| c.runs > 0) {
+                        metrics::counter!("queen_compaction_bytes_copied_total", "tenant" => tenant.clone())
+                            .increment(c.bytes);
+                        metrics::counter!("queen_compaction_runs_copied_total", "tenant" => tenant.clone())
+                            .increment(c.runs as u64);
+                        if c.segment_done {
+                            metrics::counter!("queen_compaction_segments_total", "tenant" => tenant.clone())
+                                .increment(1);
+                        }
                     }
                     metrics::histogram!("queen_group_commit_commands", "tenant" => tenant.clone())
                         .record(replies.len() as f64);
@@ -652,6 +677,7 @@ impl Engine {
             }))) => {
                 self.checkpointed_index = Some(index);
                 self.reclaim_bound = reclaim_bound;
+                self.compactor.after_checkpoint();
                 self.reclaim_pending = self.reclaimer.enabled
                     && reclaim_bound.is_some_and(|b| reclaimed_upto.is_none_or(|u| u < b));
                 let tenant = self.cfg.tenant.to_string();
