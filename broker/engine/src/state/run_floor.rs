@@ -55,6 +55,12 @@ impl RunFloor {
         }
     }
 
+    /// Memory the counts hold, roughly: a B-tree slot (key, count and the node's share)
+    /// per distinct index.
+    pub fn bytes(&self) -> usize {
+        self.firsts.len().saturating_mul(32)
+    }
+
     /// The lowest committed log index a message still held lives in; None when no committed
     /// run is held (runs still being planned lie above every committed index).
     pub fn lowest(&self) -> Option<u64> {
