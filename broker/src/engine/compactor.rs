@@ -1,7 +1,7 @@
 //! When the leader runs the compactor (docs/storage-format.md "Pinning and the compactor"):
-//! once after each checkpoint, and again in the next cycles while it makes progress, with one
-//! segment's worth of bytes to copy per checkpoint interval. The copies themselves are
-//! planned in `queenmq_engine::plan::compaction`.
+//! once after each checkpoint of this incarnation, and again in the next cycles while it makes
+//! progress, with a quarter of a segment's bytes to copy per checkpoint interval. The copies
+//! themselves are planned in `queenmq_engine::plan::compaction`.
 
 use queenmq_engine::log::ReplicatedLog;
 use queenmq_engine::plan::{Compacted, CompactionBudget, Planner, Segment};
@@ -16,21 +16,39 @@ pub struct Compactor {
 }
 
 impl Compactor {
+    /// Not due before this incarnation's first checkpoint: the budget lives in memory only,
+    /// so an engine rebuilt after a failed proposal (an ENOSPC above all) or a restarted
+    /// process must not copy again at once, with a fresh budget, what the failed entry held
+    /// (review C1: a rebuild livelock on a full disk, one segment per crash otherwise).
     pub fn new(enabled: bool) -> Self {
         Compactor {
             enabled,
-            due: enabled,
+            due: false,
             budget: CompactionBudget::default(),
         }
     }
 
-    /// A checkpoint was written: one more segment's worth may be copied, and looked for.
+    /// A checkpoint was written: one more quarter segment may be copied, and looked for.
     pub fn after_checkpoint(&mut self) {
         self.budget.reset();
         self.due = self.enabled;
     }
 
-    /// Copies live runs of the oldest pinned sealed segment into the cycle's entry, if due.
+    /// Whether a look may start now, and with how many bytes of budget for a segment of
+    /// `segment_bytes`. `room`: how large the cycle's entry may grow with the copy, from the
+    /// disk gate (0 while the node is full, or when any copy would eat into the reserve). A
+    /// look without room stays due: it costs nothing, and copies once space is back.
+    fn start(&mut self, room: usize, segment_bytes: u64) -> Option<u64> {
+        if !self.due || room == 0 {
+            return None;
+        }
+        self.due = false;
+        let budget = self.budget.left(segment_bytes);
+        (budget > 0).then_some(budget)
+    }
+
+    /// Copies live runs of the oldest pinned sealed segment into the cycle's entry, if due,
+    /// without the entry passing `max_entry_bytes` (already held to the disk gate's room).
     pub fn plan(
         &mut self,
         planner: &mut Planner<'_>,
@@ -40,13 +58,10 @@ impl Compactor {
         if !self.due {
             return None;
         }
-        self.due = false;
+        let room = max_entry_bytes.saturating_sub(planner.cycle.entry.len());
         let floor = planner.st.run_floor.lowest()?;
         let (first, last, bytes) = log.sealed_segment_of(floor)?;
-        let budget = self.budget.left(bytes);
-        if budget == 0 {
-            return None;
-        }
+        let budget = self.start(room, bytes)?;
         let seg = Segment { first, last, bytes };
         match planner.plan_compaction(seg, budget, max_entry_bytes) {
             Ok(c) => {
@@ -61,5 +76,53 @@ impl Compactor {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Compactor;
+
+    const SEGMENT: u64 = 64 << 20;
+
+    #[test]
+    fn a_new_compactor_waits_for_its_first_checkpoint() {
+        // A rebuild or a restart builds a new one: it must not copy before a checkpoint.
+        let mut c = Compactor::new(true);
+        assert_eq!(c.start(usize::MAX, SEGMENT), None);
+        c.after_checkpoint();
+        assert_eq!(c.start(usize::MAX, SEGMENT), Some(SEGMENT / 4));
+        // One look per checkpoint unless it made progress (`plan` sets that).
+        assert_eq!(c.start(usize::MAX, SEGMENT), None);
+    }
+
+    #[test]
+    fn no_look_without_room_and_it_stays_due_until_there_is() {
+        let mut c = Compactor::new(true);
+        c.after_checkpoint();
+        assert_eq!(c.start(0, SEGMENT), None);
+        assert_eq!(c.start(0, SEGMENT), None);
+        assert_eq!(c.start(1, SEGMENT), Some(SEGMENT / 4));
+    }
+
+    #[test]
+    fn the_budget_is_a_quarter_segment_per_checkpoint_interval() {
+        let mut c = Compactor::new(true);
+        c.after_checkpoint();
+        c.budget.spend(SEGMENT / 4 - 10);
+        c.due = true;
+        assert_eq!(c.start(usize::MAX, SEGMENT), Some(10));
+        c.budget.spend(10);
+        c.due = true;
+        assert_eq!(c.start(usize::MAX, SEGMENT), None, "the quarter is spent");
+        c.after_checkpoint();
+        assert_eq!(c.start(usize::MAX, SEGMENT), Some(SEGMENT / 4));
+    }
+
+    #[test]
+    fn a_compactor_with_reclamation_off_never_looks() {
+        let mut c = Compactor::new(false);
+        c.after_checkpoint();
+        assert_eq!(c.start(usize::MAX, SEGMENT), None);
     }
 }

@@ -368,19 +368,11 @@ impl Engine {
             };
             // Due timers write data the gate never saw as a request: they fire only into the
             // room the gate leaves above the reserve, and otherwise stay due (no write at all).
-            let (cycle_bytes, max_entry_bytes) = match &self.cfg.disk {
-                Some(d) => {
-                    let planned = planner.cycle.entry.len();
-                    let room = usize::try_from(d.data_room(planned as u64))
-                        .unwrap_or(usize::MAX)
-                        .saturating_add(planned);
-                    (
-                        self.limits.cycle_bytes.min(room),
-                        self.limits.max_entry_bytes.min(room),
-                    )
-                }
-                None => (self.limits.cycle_bytes, self.limits.max_entry_bytes),
-            };
+            let (cycle_bytes, max_entry_bytes) = gated_limits(
+                &self.limits,
+                self.cfg.disk.as_deref(),
+                planner.cycle.entry.len(),
+            );
             planner.fire_timers(TIMERS_FIRED_PER_CYCLE, cycle_bytes, max_entry_bytes);
             // Before any pop of the cycle, so none delivers a message this entry removes.
             if !self.retention.running()
@@ -392,12 +384,18 @@ impl Engine {
                 self.retention.start_at(now, since_us);
             }
             removed = planner.plan_retention(&mut self.retention, self.limits.max_entry_bytes);
-            // After retention, so nothing it removes is copied. Not held to the disk gate's
-            // room: a copy of at most a quarter of a segment lets the whole segment go, so it
-            // gives back more than it takes (docs/storage-format.md "A full disk").
-            compacted =
-                self.compactor
-                    .plan(&mut planner, self.log.as_ref(), self.limits.max_entry_bytes);
+            // After retention, so nothing it removes is copied. Held to the disk gate's room
+            // like a due timer: the space a copy gives back comes only at a later checkpoint,
+            // and a copy that met ENOSPC would rebuild the group and be planned again (review
+            // C1, docs/storage-format.md "A full disk").
+            let (_, copy_max) = gated_limits(
+                &self.limits,
+                self.cfg.disk.as_deref(),
+                planner.cycle.entry.len(),
+            );
+            compacted = self
+                .compactor
+                .plan(&mut planner, self.log.as_ref(), copy_max);
             let woken = std::mem::take(&mut self.woken);
             let due = self.waiters.take_due(&woken, ticked, now, planner.st);
             for w in due {
@@ -842,3 +840,25 @@ fn plan_job(p: &mut Planner<'_>, mut job: Job) -> Planned {
 
 pub type ReaderHandle<'a> = reader::MessageReader<'a>;
 pub use plan::queue_uuid as plan_queue_uuid;
+
+/// The cycle cap and the entry cap for writes the engine makes on its own (due timers,
+/// compaction copies), for an entry already holding `planned` bytes: held to the room the disk
+/// gate leaves above the reserve, so none while the node is full.
+fn gated_limits(
+    limits: &Limits,
+    disk: Option<&crate::disk_gate::DiskGate>,
+    planned: usize,
+) -> (usize, usize) {
+    match disk {
+        Some(d) => {
+            let room = usize::try_from(d.data_room(planned as u64))
+                .unwrap_or(usize::MAX)
+                .saturating_add(planned);
+            (
+                limits.cycle_bytes.min(room),
+                limits.max_entry_bytes.min(room),
+            )
+        }
+        None => (limits.cycle_bytes, limits.max_entry_bytes),
+    }
+}

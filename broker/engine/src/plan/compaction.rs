@@ -5,7 +5,7 @@
 //! moves past it and reclamation deletes it like any dead segment.
 //!
 //! Two bounds keep the writes small: a segment is compacted only when its live bytes are at
-//! most a quarter of its size, and the engine gives at most one segment's worth of bytes per
+//! most a quarter of its size, and the engine gives at most a quarter of a segment's bytes per
 //! checkpoint interval ([`CompactionBudget`]). A copy never changes what a client sees: the
 //! run keeps its offsets and creation time, and the frames (ids, transaction ids, sealed
 //! payloads) are copied byte for byte.
@@ -48,7 +48,7 @@ pub struct CompactionBudget {
 }
 
 impl CompactionBudget {
-    /// A checkpoint was written: one more segment's worth may be copied.
+    /// A checkpoint was written: one more quarter segment may be copied.
     pub fn reset(&mut self) {
         self.copied = 0;
     }
@@ -57,9 +57,10 @@ impl CompactionBudget {
         self.copied = self.copied.saturating_add(bytes);
     }
 
-    /// What is left of one segment of `segment_bytes`.
+    /// What is left of a quarter of a segment of `segment_bytes`: copies write at most a
+    /// quarter of what they let go, per checkpoint interval too (review C1).
     pub fn left(&self, segment_bytes: u64) -> u64 {
-        segment_bytes.saturating_sub(self.copied)
+        (segment_bytes / 4).saturating_sub(self.copied)
     }
 }
 
