@@ -38,11 +38,22 @@ impl Compactor {
     /// `segment_bytes`. `room`: how large the cycle's entry may grow with the copy, from the
     /// disk gate (0 while the node is full, or when any copy would eat into the reserve). A
     /// look without room stays due: it costs nothing, and copies once space is back.
-    fn start(&mut self, room: usize, segment_bytes: u64) -> Option<u64> {
+    /// `deletes`: whether reclamation would delete now; while it is paused (`RECLAIM_PAUSED`,
+    /// a live backup) a copy frees nothing, so none is made until a checkpoint after the pause
+    /// (review C5). Asked only when a look is due (it reads the file system).
+    fn start(
+        &mut self,
+        room: usize,
+        segment_bytes: u64,
+        deletes: impl FnOnce() -> bool,
+    ) -> Option<u64> {
         if !self.due || room == 0 {
             return None;
         }
         self.due = false;
+        if !deletes() {
+            return None;
+        }
         let budget = self.budget.left(segment_bytes);
         (budget > 0).then_some(budget)
     }
@@ -54,6 +65,7 @@ impl Compactor {
         planner: &mut Planner<'_>,
         log: &dyn ReplicatedLog,
         max_entry_bytes: usize,
+        deletes: impl FnOnce() -> bool,
     ) -> Option<Compacted> {
         if !self.due {
             return None;
@@ -61,7 +73,7 @@ impl Compactor {
         let room = max_entry_bytes.saturating_sub(planner.cycle.entry.len());
         let floor = planner.st.run_floor.lowest()?;
         let (first, last, bytes) = log.sealed_segment_of(floor)?;
-        let budget = self.start(room, bytes)?;
+        let budget = self.start(room, bytes, deletes)?;
         let seg = Segment { first, last, bytes };
         match planner.plan_compaction(seg, budget, max_entry_bytes) {
             Ok(c) => {
@@ -89,20 +101,20 @@ mod tests {
     fn a_new_compactor_waits_for_its_first_checkpoint() {
         // A rebuild or a restart builds a new one: it must not copy before a checkpoint.
         let mut c = Compactor::new(true);
-        assert_eq!(c.start(usize::MAX, SEGMENT), None);
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), None);
         c.after_checkpoint();
-        assert_eq!(c.start(usize::MAX, SEGMENT), Some(SEGMENT / 4));
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(SEGMENT / 4));
         // One look per checkpoint unless it made progress (`plan` sets that).
-        assert_eq!(c.start(usize::MAX, SEGMENT), None);
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), None);
     }
 
     #[test]
     fn no_look_without_room_and_it_stays_due_until_there_is() {
         let mut c = Compactor::new(true);
         c.after_checkpoint();
-        assert_eq!(c.start(0, SEGMENT), None);
-        assert_eq!(c.start(0, SEGMENT), None);
-        assert_eq!(c.start(1, SEGMENT), Some(SEGMENT / 4));
+        assert_eq!(c.start(0, SEGMENT, || true), None);
+        assert_eq!(c.start(0, SEGMENT, || true), None);
+        assert_eq!(c.start(1, SEGMENT, || true), Some(SEGMENT / 4));
     }
 
     #[test]
@@ -111,18 +123,45 @@ mod tests {
         c.after_checkpoint();
         c.budget.spend(SEGMENT / 4 - 10);
         c.due = true;
-        assert_eq!(c.start(usize::MAX, SEGMENT), Some(10));
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(10));
         c.budget.spend(10);
         c.due = true;
-        assert_eq!(c.start(usize::MAX, SEGMENT), None, "the quarter is spent");
+        assert_eq!(
+            c.start(usize::MAX, SEGMENT, || true),
+            None,
+            "the quarter is spent"
+        );
         c.after_checkpoint();
-        assert_eq!(c.start(usize::MAX, SEGMENT), Some(SEGMENT / 4));
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(SEGMENT / 4));
     }
 
     #[test]
     fn a_compactor_with_reclamation_off_never_looks() {
         let mut c = Compactor::new(false);
         c.after_checkpoint();
-        assert_eq!(c.start(usize::MAX, SEGMENT), None);
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), None);
+    }
+
+    #[test]
+    fn no_copy_while_reclamation_is_paused_and_due_again_after_a_checkpoint() {
+        let mut c = Compactor::new(true);
+        c.after_checkpoint();
+        assert_eq!(c.start(usize::MAX, SEGMENT, || false), None, "paused");
+        assert_eq!(
+            c.start(usize::MAX, SEGMENT, || true),
+            None,
+            "not before a checkpoint"
+        );
+        c.after_checkpoint();
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(SEGMENT / 4));
+    }
+
+    #[test]
+    fn the_pause_file_is_asked_only_when_a_look_is_due() {
+        let mut c = Compactor::new(true);
+        assert_eq!(
+            c.start(usize::MAX, SEGMENT, || panic!("asked while not due")),
+            None
+        );
     }
 }

@@ -395,7 +395,9 @@ impl Engine {
             );
             compacted = self
                 .compactor
-                .plan(&mut planner, self.log.as_ref(), copy_max);
+                .plan(&mut planner, self.log.as_ref(), copy_max, || {
+                    self.reclaimer.would_run()
+                });
             let woken = std::mem::take(&mut self.woken);
             let due = self.waiters.take_due(&woken, ticked, now, planner.st);
             for w in due {
