@@ -384,20 +384,6 @@ impl Engine {
                 self.retention.start_at(now, since_us);
             }
             removed = planner.plan_retention(&mut self.retention, self.limits.max_entry_bytes);
-            // After retention, so nothing it removes is copied. Held to the disk gate's room
-            // like a due timer: the space a copy gives back comes only at a later checkpoint,
-            // and a copy that met ENOSPC would rebuild the group and be planned again (review
-            // C1, docs/storage-format.md "A full disk").
-            let (_, copy_max) = gated_limits(
-                &self.limits,
-                self.cfg.disk.as_deref(),
-                planner.cycle.entry.len(),
-            );
-            compacted = self
-                .compactor
-                .plan(&mut planner, self.log.as_ref(), copy_max, || {
-                    self.reclaimer.would_run()
-                });
             let woken = std::mem::take(&mut self.woken);
             let due = self.waiters.take_due(&woken, ticked, now, planner.st);
             for w in due {
@@ -472,6 +458,22 @@ impl Engine {
                     }
                 }
             }
+            // Background work, after the clients' (review C4): within what the cycle cap
+            // leaves, or alone in an otherwise empty entry up to the entry cap (a run longer
+            // than the cycle cap was once an Append alone). After retention, so nothing it
+            // removes is copied. Held to the disk gate's room like a due timer: the space a
+            // copy gives back comes only at a later checkpoint, and a copy that met ENOSPC
+            // would rebuild the group and be planned again (review C1, docs/storage-format.md
+            // "A full disk").
+            let planned = planner.cycle.entry.len();
+            let (cycle_cap, entry_cap) =
+                gated_limits(&self.limits, self.cfg.disk.as_deref(), planned);
+            compacted = self.compactor.plan(
+                &mut planner,
+                self.log.as_ref(),
+                copy_cap(planned, cycle_cap, entry_cap),
+                || self.reclaimer.would_run(),
+            );
             planner.plan_kv_sweep(plan::KV_SWEEP_PER_CYCLE, self.limits.max_entry_bytes);
             planner.plan_streams_purge(plan::STREAMS_PURGE_PER_CYCLE, self.limits.max_entry_bytes);
             if let Some(m) = &mut self.memory {
@@ -862,5 +864,15 @@ fn gated_limits(
             )
         }
         None => (limits.cycle_bytes, limits.max_entry_bytes),
+    }
+}
+
+/// How large the cycle's entry may grow with compaction copies, once the clients' work of the
+/// cycle is planned: the cycle cap, unless the entry is still empty (then the entry cap).
+fn copy_cap(planned: usize, cycle_cap: usize, entry_cap: usize) -> usize {
+    if planned == 0 {
+        entry_cap
+    } else {
+        cycle_cap
     }
 }
