@@ -4,7 +4,7 @@
 //! themselves are planned in `queenmq_engine::plan::compaction`.
 
 use queenmq_engine::log::ReplicatedLog;
-use queenmq_engine::plan::{Compacted, CompactionBudget, Planner, Segment};
+use queenmq_engine::plan::{Compacted, CompactionBudget, Planner, Segment, TooLive};
 
 #[derive(Debug)]
 pub struct Compactor {
@@ -13,6 +13,9 @@ pub struct Compactor {
     /// Whether the next cycle looks at the oldest pinned segment (each look walks the runs).
     due: bool,
     budget: CompactionBudget,
+    /// The last segment a look found more than a quarter live: not read again while it holds
+    /// the same runs (review C2).
+    too_live: Option<TooLive>,
 }
 
 impl Compactor {
@@ -25,6 +28,7 @@ impl Compactor {
             enabled,
             due: false,
             budget: CompactionBudget::default(),
+            too_live: None,
         }
     }
 
@@ -75,8 +79,9 @@ impl Compactor {
         let (first, last, bytes) = log.sealed_segment_of(floor)?;
         let budget = self.start(room, bytes, deletes)?;
         let seg = Segment { first, last, bytes };
-        match planner.plan_compaction(seg, budget, max_entry_bytes) {
+        match planner.plan_compaction(seg, budget, max_entry_bytes, self.too_live) {
             Ok(c) => {
+                self.too_live = c.too_live;
                 self.budget.spend(c.bytes);
                 // Progress, and room left: the rest of this segment, or the next pinned one,
                 // in the next cycle. A look that copied nothing waits for the next checkpoint.

@@ -39,6 +39,18 @@ pub struct Compacted {
     pub segment_done: bool,
     /// Runs of the segment are left for a later cycle (the entry or the budget was full).
     pub more: bool,
+    /// The segment was judged more than a quarter live (or still is, unread: `known`).
+    pub too_live: Option<TooLive>,
+}
+
+/// A segment judged more than a quarter live, and how many runs it held then. A sealed
+/// segment never gains a run (appends and copies go to newer entries), so while it holds as
+/// many it holds the same ones, with the same bytes: it is still too live, and a look need not
+/// read them again (review C2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TooLive {
+    pub first: u64,
+    pub held: usize,
 }
 
 /// Bytes the engine still lets the compactor copy before the next checkpoint.
@@ -76,12 +88,14 @@ impl Planner<'_> {
     /// size, up to `budget` bytes and what fits in `max_entry_bytes`. Walks every run of every
     /// partition once (the engine calls it at most once per checkpoint interval unless a
     /// previous call left `more`). A run whose bytes cannot be read leaves the segment alone:
-    /// it stays pinned, nothing is lost.
+    /// it stays pinned, nothing is lost. `known`: what an earlier look judged too live; the
+    /// same segment holding the same number of runs is not read again.
     pub fn plan_compaction(
         &mut self,
         seg: Segment,
         budget: u64,
         max_entry_bytes: usize,
+        known: Option<TooLive>,
     ) -> Result<Compacted, ReadError> {
         let mut out = Compacted::default();
         let mut held: Vec<(u64, Run)> = Vec::new();
@@ -94,6 +108,14 @@ impl Planner<'_> {
         }
         if held.is_empty() {
             out.segment_done = true;
+            return Ok(out);
+        }
+        let judged = TooLive {
+            first: seg.first,
+            held: held.len(),
+        };
+        if known == Some(judged) {
+            out.too_live = known;
             return Ok(out);
         }
         // Entry order: each old entry is read once, from the cache or the log.
@@ -114,6 +136,7 @@ impl Planner<'_> {
             let frames = run_frames(&bytes, &run)?;
             total = total.saturating_add(frames.len() as u64);
             if total > quarter {
+                out.too_live = Some(judged);
                 return Ok(out);
             }
             live.push(Live { pid, run, frames });

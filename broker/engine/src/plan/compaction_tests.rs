@@ -68,7 +68,7 @@ fn ids(popped: &PopResult) -> Vec<(String, String)> {
 }
 
 fn compact(f: &mut Fixture, s: Segment) -> Compacted {
-    match f.planner().plan_compaction(s, u64::MAX, usize::MAX) {
+    match f.planner().plan_compaction(s, u64::MAX, usize::MAX, None) {
         Ok(c) => c,
         Err(e) => panic!("compaction failed: {e}"),
     }
@@ -107,10 +107,15 @@ fn a_segment_more_than_a_quarter_live_or_a_budget_too_small_copies_nothing() {
     let (mut f, _, last) = pinned();
     let live = compact(&mut pinned().0, seg(last, 1 << 20)).bytes;
     let c = compact(&mut f, seg(last, 4 * live - 1));
-    assert_eq!(c, Compacted::default(), "more than a quarter is live");
+    assert_eq!(
+        (c.runs, c.bytes, c.segment_done),
+        (0, 0, false),
+        "more than a quarter is live"
+    );
+    assert!(c.too_live.is_some());
     let c = match f
         .planner()
-        .plan_compaction(seg(last, 4 * live), live - 1, usize::MAX)
+        .plan_compaction(seg(last, 4 * live), live - 1, usize::MAX, None)
     {
         Ok(c) => c,
         Err(e) => panic!("{e}"),
@@ -203,4 +208,29 @@ fn a_copied_run_ahead_of_later_runs_keeps_the_floor_at_the_lowest_run() {
         "everything up to the last lost run goes"
     );
     assert_eq!(f.st.run_floor.lowest(), None);
+}
+
+#[test]
+fn a_segment_judged_too_live_is_not_read_again_while_it_holds_the_same_runs() {
+    // Review C2: every look read every live run of the floor segment from disk, after every
+    // checkpoint, for as long as the segment stayed just over a quarter live.
+    let (mut f, _, last) = pinned();
+    let live = compact(&mut pinned().0, seg(last, 1 << 20)).bytes;
+    let s = seg(last, 4 * live - 1);
+    let judged = compact(&mut f, s).too_live;
+    assert!(judged.is_some());
+    // Any read would now fail: the second look must not read.
+    f.log.failing = true;
+    f.cache = crate::cache::EntryCache::new(1 << 20);
+    let c = match f.planner().plan_compaction(s, u64::MAX, usize::MAX, judged) {
+        Ok(c) => c,
+        Err(e) => panic!("the second look read the log: {e}"),
+    };
+    assert_eq!((c.runs, c.too_live), (0, judged));
+    // Another segment (the floor moved) is read again.
+    let other = Segment { first: 0, ..s };
+    assert!(f
+        .planner()
+        .plan_compaction(other, u64::MAX, usize::MAX, judged)
+        .is_err());
 }

@@ -70,7 +70,7 @@ use crate::reader::MessageReader;
 use crate::seal::PayloadSeal;
 use crate::state::State;
 
-pub use compaction::{Compacted, CompactionBudget, Segment};
+pub use compaction::{Compacted, CompactionBudget, Segment, TooLive};
 pub use kv::KV_SWEEP_PER_CYCLE;
 pub use memory_gate::MemoryGate;
 pub use pop::PopPlan;
