@@ -226,6 +226,6 @@ fn a_copy_gets_no_room_on_a_full_disk_and_never_the_reserve() {
 fn copies_take_what_the_cycle_cap_leaves_and_the_entry_cap_only_alone() {
     // Review C4: with client work planned, a copy may not grow the entry past the cycle cap
     // (it was given the entry cap, 256 MiB, and held back every later job).
-    assert_eq!(super::copy_cap(100, 4 << 20, 256 << 20), 4 << 20);
-    assert_eq!(super::copy_cap(0, 4 << 20, 256 << 20), 256 << 20);
+    assert_eq!(super::copy_cap(false, 4 << 20, 256 << 20), 4 << 20);
+    assert_eq!(super::copy_cap(true, 4 << 20, 256 << 20), 256 << 20);
 }

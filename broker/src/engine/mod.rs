@@ -471,7 +471,7 @@ impl Engine {
             compacted = self.compactor.plan(
                 &mut planner,
                 self.log.as_ref(),
-                copy_cap(planned, cycle_cap, entry_cap),
+                copy_cap(planner.cycle.entry.is_empty(), cycle_cap, entry_cap),
                 || self.reclaimer.would_run(),
             );
             planner.plan_kv_sweep(plan::KV_SWEEP_PER_CYCLE, self.limits.max_entry_bytes);
@@ -868,9 +868,9 @@ fn gated_limits(
 }
 
 /// How large the cycle's entry may grow with compaction copies, once the clients' work of the
-/// cycle is planned: the cycle cap, unless the entry is still empty (then the entry cap).
-fn copy_cap(planned: usize, cycle_cap: usize, entry_cap: usize) -> usize {
-    if planned == 0 {
+/// cycle is planned: the cycle cap, unless the entry holds no effect yet (then the entry cap).
+fn copy_cap(empty: bool, cycle_cap: usize, entry_cap: usize) -> usize {
+    if empty {
         entry_cap
     } else {
         cycle_cap
