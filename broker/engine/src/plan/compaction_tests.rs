@@ -234,3 +234,19 @@ fn a_segment_judged_too_live_is_not_read_again_while_it_holds_the_same_runs() {
         .plan_compaction(other, u64::MAX, usize::MAX, judged)
         .is_err());
 }
+
+#[test]
+fn the_bounds_count_the_copy_headers_not_the_frames_alone() {
+    // Review C6: a segment whose frames are exactly a quarter, but frames plus RunCopy
+    // headers are over it, is not copied; what a copy reports is what the entry grew by.
+    let (mut f, _, last) = pinned();
+    let before = f.cycle.entry.len();
+    let c = compact(&mut f, seg(last, 1 << 20));
+    assert_eq!(c.runs, 1);
+    assert_eq!(c.bytes, (f.cycle.entry.len() - before) as u64);
+    let frames = c.bytes - 25;
+    let (mut g, _, last) = pinned();
+    let c = compact(&mut g, seg(last, 4 * frames));
+    assert_eq!(c.runs, 0);
+    assert!(c.too_live.is_some());
+}
