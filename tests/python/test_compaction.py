@@ -53,6 +53,10 @@ def test_old_messages_of_a_queue_without_retention_stop_pinning_the_log(broker_f
     broker = broker_factory("compaction", env=ENV).start()
     with httpx.Client(base_url=broker.url, timeout=15.0) as http:
         base = broker.url
+        # Exported at 0 before any copy (review C8).
+        scraped = http.get("/metrics/prometheus").text
+        for series in ("queen_compaction_bytes_copied_total", "queen_compaction_segments_total"):
+            assert f"{series}{{" in scraped, series
         configure(http, "cp-age", retentionEnabled=True, retentionSeconds=1)
         configure(http, "cp-keep")
         kept_items = [
