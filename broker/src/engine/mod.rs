@@ -468,12 +468,12 @@ impl Engine {
             let planned = planner.cycle.entry.len();
             let (cycle_cap, entry_cap) =
                 gated_limits(&self.limits, self.cfg.disk.as_deref(), planned);
-            compacted = self.compactor.plan(
-                &mut planner,
-                self.log.as_ref(),
-                copy_cap(planner.cycle.entry.is_empty(), cycle_cap, entry_cap),
-                || self.reclaimer.would_run(),
-            );
+            let copy_max = copy_cap(planner.cycle.entry.is_empty(), cycle_cap, entry_cap);
+            compacted = self
+                .compactor
+                .plan(&mut planner, self.log.as_ref(), copy_max, || {
+                    self.reclaimer.would_run()
+                });
             planner.plan_kv_sweep(plan::KV_SWEEP_PER_CYCLE, self.limits.max_entry_bytes);
             planner.plan_streams_purge(plan::STREAMS_PURGE_PER_CYCLE, self.limits.max_entry_bytes);
             if let Some(m) = &mut self.memory {
