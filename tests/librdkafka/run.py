@@ -5,10 +5,13 @@ librdkafka 2.12.1 and its test suite are built from the rdkafka-sys 4.10.0+2.12.
 scripts/librdkafka-build.sh (into .cache, never committed). The tests that run are the ones in
 allowlist.txt beside this file; docs/kafka-compat.md says why every other one is left out.
 Each test gets a fresh broker (its own ports and data dir) and its own test.conf; a test
-passes when test-runner exits 0 within its time limit.
+passes when test-runner exits 0 within its time limit. Tests run in quick mode (`-Q`), except
+those marked `full` in the allowlist: their every subtest is a non-quick one, so quick mode would
+pass them without ever reaching the broker.
 
     python tests/librdkafka/run.py                 # the whole allowlist
     python tests/librdkafka/run.py 0001 0002       # some tests (allowlisted or not)
+    python tests/librdkafka/run.py --full 0050     # a test not in the allowlist, in full mode
     python tests/librdkafka/run.py --results DIR   # JUnit XML and logs into DIR
 """
 
@@ -38,12 +41,16 @@ KAFKA_VERSION = "3.7.0"
 BROKER_ENV = {"QUEEN_KAFKA_DEFAULT_PARTITIONS": "4"}
 
 
-def allowlist() -> list[str]:
-    tests = []
+def allowlist() -> dict[str, bool]:
+    """Every allowlisted test, and whether it runs in full mode (the word `full` after it)."""
+    tests = {}
     for line in (HERE / "allowlist.txt").read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            tests.append(line)
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if len(words) > 2 or (len(words) == 2 and words[1] != "full"):
+            raise SystemExit(f"allowlist.txt: cannot read {line!r}")
+        tests[words[0]] = len(words) == 2
     return tests
 
 
@@ -55,7 +62,7 @@ def build() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def run_one(test: str, tests_dir: Path, logs: Path) -> tuple[str, bool, float, str]:
+def run_one(test: str, full: bool, tests_dir: Path, logs: Path) -> tuple[str, bool, float, str]:
     started = time.monotonic()
     log = logs / f"{test}.log"
     data = Path(tempfile.mkdtemp(prefix=f"librdkafka-{test}-"))
@@ -79,8 +86,9 @@ def run_one(test: str, tests_dir: Path, logs: Path) -> tuple[str, bool, float, s
         )
         with open(log, "w") as out:
             try:
+                mode = [] if full else ["-Q"]
                 proc = subprocess.run(
-                    ["./test-runner", "-p1", "-Q", "-E", "-K"],
+                    ["./test-runner", "-p1", *mode, "-E", "-K"],
                     cwd=tests_dir, env=env, stdout=out, stderr=subprocess.STDOUT,
                     timeout=TEST_TIMEOUT_S,
                 )
@@ -115,11 +123,15 @@ def junit(results, path: Path, logs: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("tests", nargs="*")
+    ap.add_argument("--full", action="store_true",
+                    help="run the named tests in full mode (default: as the allowlist says)")
     ap.add_argument("--results", type=Path, default=REPO / ".cache" / "test-results" / "librdkafka")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--tests-dir", type=Path, help="a built librdkafka tests/ folder (default: build one)")
     args = ap.parse_args()
-    tests = args.tests or allowlist()
+    listed = allowlist()
+    names = args.tests or list(listed)
+    tests = [(t, args.full or listed.get(t, False)) for t in names]
     if not tests:
         print("librdkafka: no tests to run", file=sys.stderr)
         return 1
@@ -129,7 +141,7 @@ def main() -> int:
     print(f"librdkafka: {len(tests)} tests, {args.jobs} at a time, from {tests_dir}", flush=True)
     results = []
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for test, ok, secs, why in pool.map(lambda t: run_one(t, tests_dir, logs), tests):
+        for test, ok, secs, why in pool.map(lambda t: run_one(*t, tests_dir, logs), tests):
             print(f"{'PASS' if ok else 'FAIL'} {test} ({secs:.0f} s){'' if ok else ': ' + why}", flush=True)
             results.append((test, ok, secs, why))
     junit(results, args.results / "librdkafka.xml", logs)
