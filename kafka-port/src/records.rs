@@ -182,7 +182,8 @@ fn decode_record(r: &mut Reader, base_timestamp: i64) -> Result<Record, Malforme
         return Err(Malformed("bytes left after the record's headers"));
     }
     Ok(Record {
-        timestamp: base_timestamp.saturating_add(delta),
+        // The writer's delta may have wrapped (Java and librdkafka write and read it so).
+        timestamp: base_timestamp.wrapping_add(delta),
         key,
         value,
         headers,

@@ -52,7 +52,8 @@ fn record(out: &mut BytesMut, rec: &Record, offset_delta: i64, base_ts: i64) {
     out.put_slice(&body);
 }
 
-/// One batch of `records` (offset, record), their offsets consecutive.
+/// One batch of `records` (offset, record), their offsets ascending within an int32 of the
+/// first.
 fn batch(out: &mut BytesMut, records: &[(i64, Record)]) {
     let Some((base_offset, first)) = records.first() else {
         return;
@@ -88,15 +89,21 @@ fn batch(out: &mut BytesMut, records: &[(i64, Record)]) {
     (&mut out[start + CRC_AT..start + CRC_AT + 4]).put_u32(crc);
 }
 
-/// `records` (offset, record) as batches: a new batch wherever an offset is not the one
-/// after the last (a batch's offsets are its base plus the record's index).
+/// `records` (offset, record) as batches. A record's offset is its batch's base offset plus
+/// its own offset delta, so ascending offsets with gaps between them (records deleted or
+/// expired) share one batch, as Kafka writes a compacted log's: a fresh 61-byte header at
+/// every gap would make a fetch of sparse offsets overshoot its `max_bytes` by far more than
+/// Kafka's one batch. A new batch starts only where an offset does not ascend, or where its
+/// delta from the base would not fit the int32 the format holds it in.
 pub fn encode(records: &[(i64, Record)]) -> Bytes {
     let mut out = BytesMut::new();
     let mut from = 0;
     for i in 1..=records.len() {
-        let ends = records
-            .get(i)
-            .is_none_or(|(o, _)| Some(*o) != records[i - 1].0.checked_add(1));
+        let ends = records.get(i).is_none_or(|(o, _)| {
+            *o <= records[i - 1].0
+                || o.checked_sub(records[from].0)
+                    .is_none_or(|delta| delta > i64::from(i32::MAX))
+        });
         if ends {
             batch(&mut out, &records[from..i]);
             from = i;
@@ -140,17 +147,62 @@ mod tests {
     }
 
     #[test]
-    fn offsets_that_do_not_follow_start_a_new_batch() {
+    fn offsets_that_do_not_ascend_start_a_new_batch() {
         let out = encode(&[
             (5, rec(1, &[])),
             (6, rec(2, &[])),
             (9, rec(3, &[])),
             (3, rec(4, &[])),
+            (3, rec(5, &[])),
         ]);
-        let batches = decode_batches(out.clone(), &mut Budget::new(1 << 20, 100)).unwrap();
-        let counts: Vec<_> = batches.iter().map(|b| b.records.len()).collect();
-        assert_eq!(counts, [2, 1, 1]);
+        // Our own decoder reads produced batches, whose offsets Kafka requires consecutive.
+        assert_eq!(
+            read_back(out.clone()),
+            [vec![(5, 1), (6, 2), (9, 3)], vec![(3, 4)], vec![(3, 5)]]
+        );
         assert_eq!(bytes::Buf::get_i64(&mut &out[..8]), 5);
+    }
+
+    /// Offsets and timestamps as an independent reader (kafka-protocol's decoder) sees them.
+    fn read_back(out: Bytes) -> Vec<Vec<(i64, i64)>> {
+        let mut buf = out;
+        let mut batches = Vec::new();
+        while bytes::Buf::has_remaining(&buf) {
+            let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf).unwrap();
+            batches.push(
+                set.records
+                    .iter()
+                    .map(|r| (r.offset, r.timestamp))
+                    .collect(),
+            );
+        }
+        batches
+    }
+
+    #[test]
+    fn offsets_with_gaps_share_one_batch_with_their_deltas() {
+        let out = encode(&[(5, rec(10, &[])), (7, rec(30, &[])), (9, rec(20, &[]))]);
+        assert_eq!(read_back(out.clone()), [vec![(5, 10), (7, 30), (9, 20)]]);
+        // lastOffsetDelta = 9 - 5, maxTimestamp = 30, three records, in the one header.
+        assert_eq!(bytes::Buf::get_i32(&mut &out[23..27]), 4);
+        assert_eq!(bytes::Buf::get_i64(&mut &out[35..43]), 30);
+        assert_eq!(bytes::Buf::get_i32(&mut &out[57..61]), 3);
+    }
+
+    #[test]
+    fn timestamp_deltas_wrap_as_kafka_reads_them() {
+        // i64::MAX - i64::MIN does not fit an i64: the delta wraps, and readers wrap it back.
+        let records = [(0, rec(i64::MIN, &[])), (1, rec(i64::MAX, &[]))];
+        let batches = decode_batches(encode(&records), &mut Budget::new(1 << 20, 100)).unwrap();
+        let got: Vec<_> = batches[0].records.iter().map(|r| r.timestamp).collect();
+        assert_eq!(got, [i64::MIN, i64::MAX]);
+    }
+
+    #[test]
+    fn a_delta_beyond_int32_starts_a_new_batch() {
+        let far = 5 + i64::from(i32::MAX) + 1;
+        let out = encode(&[(5, rec(1, &[])), (far, rec(2, &[])), (far + 1, rec(3, &[]))]);
+        assert_eq!(read_back(out), [vec![(5, 1)], vec![(far, 2), (far + 1, 3)]]);
     }
 
     #[test]
