@@ -437,8 +437,9 @@ def test_binary_records_cross_to_the_official_client_and_back(broker):
                     "value_b64": b64(b"\xc3\x28 not utf-8")}},
     ]
 
+    # check.crcs: librdkafka checks every batch's CRC32C, which it skips by default.
     c = confluent.Consumer({"bootstrap.servers": broker.kafka_bootstrap, "group.id": "xproto-reader",
-                            "enable.auto.commit": False})
+                            "enable.auto.commit": False, "check.crcs": True})
     try:
         c.assign([confluent.TopicPartition(topic, 0, 0)])
         got = []
@@ -470,7 +471,7 @@ def test_duplicate_header_keys_all_come_back_in_order(broker):
     p.produce(topic, b"v", partition=0, headers=headers)
     assert p.flush(30) == 0
     c = confluent.Consumer({"bootstrap.servers": broker.kafka_bootstrap, "group.id": "dupheaders",
-                            "enable.auto.commit": False})
+                            "enable.auto.commit": False, "check.crcs": True})
     try:
         c.assign([confluent.TopicPartition(topic, 0, 0)])
         got = None
