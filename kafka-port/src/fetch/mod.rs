@@ -8,19 +8,16 @@
 //! nothing waits up to `max_wait_ms` (at most [`MAX_WAIT`]) by asking again every
 //! [`RECHECK`], incremental or not.
 
+pub(crate) mod batches;
 mod request;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::indexmap::IndexMap;
+use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use queenmq_protocol::fetch::{
     FetchEntry, FetchError, FetchedEntry, FetchedRecord, MAX_FETCH_BYTES,
 };
@@ -80,45 +77,19 @@ fn plan(asked: &[Asked]) -> (Vec<Result<usize, i16>>, Vec<FetchEntry>) {
     (plan, entries)
 }
 
-/// The records as uncompressed batches v2 (the encoder starts a new batch where record
-/// properties change), with their stored offsets.
+/// The records as uncompressed batches v2, with their stored offsets.
 pub fn encode_records(records: &[FetchedRecord]) -> Result<Bytes, String> {
-    if records.is_empty() {
-        return Ok(Bytes::new());
-    }
-    let batch: Vec<KafkaRecord> = records
+    let records: Vec<_> = records
         .iter()
         .map(|r| {
-            let rec = unmapping::record(&r.payload, r.created_us.div_euclid(1000));
-            let headers: IndexMap<StrBytes, Option<Bytes>> = rec
-                .headers
-                .into_iter()
-                .map(|(k, v)| (StrBytes::from_string(k), v))
-                .collect();
-            KafkaRecord {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i64::try_from(r.offset).unwrap_or(i64::MAX),
-                sequence: -1,
-                timestamp: rec.timestamp,
-                key: rec.key,
-                value: rec.value,
-                headers,
-            }
+            let offset = i64::try_from(r.offset).map_err(|_| "offset beyond int64".to_string())?;
+            Ok((
+                offset,
+                unmapping::record(&r.payload, r.created_us.div_euclid(1000)),
+            ))
         })
-        .collect();
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, &batch, &options).map_err(|e| e.to_string())?;
-    Ok(buf.freeze())
+        .collect::<Result<_, String>>()?;
+    Ok(batches::encode(&records))
 }
 
 fn partition_data(
