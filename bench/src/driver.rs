@@ -1,6 +1,6 @@
 //! The seam between scenarios and a broker's wire: a scenario only pushes batches, pops
 //! batches and acks batches through these traits. The Queen HTTP driver is one
-//! implementation; a Kafka driver (produce / fetch / commit offsets) is meant to be another.
+//! implementation; the Kafka driver (produce / fetch / commit offsets) is another.
 
 use std::future::Future;
 
@@ -46,6 +46,10 @@ pub struct PopRequest {
     pub wait_ms: u64,
     /// Lease length override, if any.
     pub lease_secs: Option<u64>,
+    /// This consumer's place in its group, `worker` of `workers` (0-based), for drivers that
+    /// assign partitions statically (Kafka); the Queen broker leases partitions itself.
+    pub worker: usize,
+    pub workers: usize,
 }
 
 /// One delivered message. `fields` is `None` when the payload was not ours (malformed).

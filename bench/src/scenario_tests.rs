@@ -183,3 +183,67 @@ async fn a_framed_pop_answered_in_json_is_an_error() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+async fn run_kafka(plan: &Plan, drop_every: Option<usize>) -> anyhow::Result<Report> {
+    let addr = crate::kafka::mock_kafka::MockKafka::start(drop_every).await?;
+    let connector =
+        crate::kafka::Kafka::new(&addr, "bench-test", plan.partitions, Duration::from_secs(5))?;
+    let name = connector.name();
+    let measured = scenario::run(connector, plan).await?;
+    Ok(Report::build(plan, &measured, name, &addr, "bench-test"))
+}
+
+/// The Kafka driver through the same scenarios: two groups each read every message, from
+/// partitions split between two consumers (one owns 0 and 2, the other 1 and 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_e2e_push_and_consume_lose_nothing() -> anyhow::Result<()> {
+    let two_groups = Plan {
+        groups: 2,
+        consumers: 2,
+        ..plan(Scenario::E2e)
+    };
+    let report = run_kafka(&two_groups, None).await?;
+    let produced = report.produce.as_ref().map_or(0, |t| t.messages);
+    assert!(produced > 0, "{report:?}");
+    assert_eq!(report.accepted, Some(produced));
+    assert_eq!(report.lost, Some(0), "{report:?}");
+    assert_eq!(report.duplicates, Some(0));
+    assert_eq!(report.malformed, 0);
+    assert_eq!(report.errors, 0, "{:?}", report.error_samples);
+    assert!(report.latency_us.contains_key("e2e"));
+
+    let report = run_kafka(&plan(Scenario::Push), None).await?;
+    assert_eq!((report.accepted, report.lost), (Some(2_000), Some(0)));
+    let consume = Plan {
+        duration: Duration::from_secs(20),
+        ..plan(Scenario::Consume)
+    };
+    let report = run_kafka(&consume, None).await?;
+    assert_eq!(report.consume.as_ref().map(|t| t.messages), Some(500));
+    assert_eq!(report.lost, Some(0));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_records_a_broker_drops_show_as_lost() -> anyhow::Result<()> {
+    let report = run_kafka(&plan(Scenario::Push), Some(7)).await?;
+    assert_eq!(report.accepted, Some(2_000));
+    assert_eq!(report.lost, Some(2_000 / 7), "{report:?}");
+    assert_eq!(report.drained, Some(false));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_transactions_are_refused_not_faked() -> anyhow::Result<()> {
+    let report = run_kafka(&plan(Scenario::Txn), None).await?;
+    assert_eq!(report.accepted, Some(0));
+    assert!(
+        report
+            .error_samples
+            .iter()
+            .any(|e| e.contains("unsupported with --driver kafka")),
+        "{:?}",
+        report.error_samples
+    );
+    Ok(())
+}

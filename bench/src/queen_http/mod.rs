@@ -127,7 +127,7 @@ fn batch_order(wire: Vec<PushStatus>, order: &[usize], items: usize) -> Vec<Push
 /// transaction id is the one it was pushed with and it came from the partition it was pushed
 /// to (`p{n}`, as every push form names it).
 fn delivery(run_tag: &str, p: Popped) -> Delivery<QueenAck> {
-    let fields = wire::payload_fields(&p.payload).filter(|f| {
+    let fields = crate::payload::payload_fields(&p.payload).filter(|f| {
         p.transaction_id == binary_push::txn_id(run_tag, f.seq)
             && p.partition.strip_prefix('p') == Some(f.p.to_string().as_str())
     });

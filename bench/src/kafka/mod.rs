@@ -1,0 +1,422 @@
+//! The Kafka driver: the same scenarios through the broker's Kafka door, as a plain Kafka
+//! client would drive it. Push = one Produce (acks=-1) per batch; pop = Fetch from the
+//! partitions this consumer owns by static assignment (consumer `i` of `n` owns the
+//! partitions `p` with `p % n == i`), starting at the group's committed offset; ack =
+//! OffsetCommit of the next offset per partition as a simple consumer (generation -1, no
+//! member id). Kafka has no per-message transaction id or lease: a record's key carries the
+//! message id instead, and the partition it was produced to is checked on the way back.
+
+mod answers;
+#[cfg(test)]
+mod answers_tests;
+mod conn;
+#[cfg(test)]
+pub mod mock_kafka;
+mod reader;
+mod records;
+mod requests;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, bail, Context};
+use bytes::Bytes;
+use tokio::sync::OnceCell;
+
+use crate::driver::{AckOutcome, Connector, Delivery, Driver, OutMessage, PopRequest, PushStatus};
+use crate::payload::payload_fields;
+
+use conn::KafkaConn;
+use records::Fetched;
+
+/// Most record bytes one fetch asks for, over all partitions, and per partition.
+const FETCH_MAX_BYTES: i32 = 16 << 20;
+const FETCH_PARTITION_MAX_BYTES: i32 = 1 << 20;
+/// Slack over the long-poll time before a fetch counts as timed out.
+const FETCH_SLACK: Duration = Duration::from_secs(5);
+/// Kafka's own limit on topic names.
+const MAX_TOPIC_BYTES: usize = 249;
+
+#[derive(Debug, Clone)]
+pub struct Kafka {
+    addr: String,
+    topic: String,
+    /// Partitions to create the topic with.
+    partitions: i32,
+    request_timeout: Duration,
+    /// The topic's real partition count, learnt once per run by the first worker.
+    topic_partitions: Arc<OnceCell<i32>>,
+}
+
+impl Kafka {
+    pub fn new(
+        addr: &str,
+        topic: &str,
+        partitions: u32,
+        request_timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        if topic.is_empty()
+            || topic.len() > MAX_TOPIC_BYTES
+            || !topic
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        {
+            bail!("topic name {topic:?}: 1 to 249 letters, digits, '-', '_' or '.'");
+        }
+        Ok(Self {
+            addr: addr.to_string(),
+            topic: topic.to_string(),
+            partitions: i32::try_from(partitions).context("--partitions above 2^31")?,
+            request_timeout,
+            topic_partitions: Arc::default(),
+        })
+    }
+
+    fn timeout_ms(&self) -> i32 {
+        i32::try_from(self.request_timeout.as_millis()).unwrap_or(i32::MAX)
+    }
+
+    /// Checks the broker serves every API version used, creates the topic (or finds it) and
+    /// answers its partition count.
+    async fn set_up(&self, conn: &mut KafkaConn) -> anyhow::Result<i32> {
+        let timeout = self.request_timeout;
+        let answer = conn
+            .request(requests::API_VERSIONS, &requests::api_versions(), timeout)
+            .await?;
+        let served = answers::api_versions(answer)?;
+        for (key, version) in requests::NEEDED {
+            match served.get(&(key as i16)) {
+                Some(&(min, max)) if (min..=max).contains(&version) => {}
+                other => bail!(
+                    "the broker serves {key:?} {:?}, this tool needs v{version}",
+                    other.map(|(min, max)| format!("v{min}..=v{max}"))
+                ),
+            }
+        }
+        let create = requests::create_topic(&self.topic, self.partitions, self.timeout_ms());
+        let answer = conn
+            .request(requests::CREATE_TOPICS, &create, timeout)
+            .await?;
+        for (name, error, message) in answers::create_topics(answer)? {
+            if name == self.topic && !matches!(error, answers::NONE | answers::TOPIC_ALREADY_EXISTS)
+            {
+                bail!(
+                    "creating topic {name}: {} {}",
+                    answers::error_name(error),
+                    message.unwrap_or_default()
+                );
+            }
+        }
+        let answer = conn
+            .request(
+                requests::METADATA,
+                &requests::metadata(&self.topic),
+                timeout,
+            )
+            .await?;
+        let topics = answers::metadata(answer)?;
+        let (_, error, count) = topics
+            .into_iter()
+            .find(|(name, _, _)| *name == self.topic)
+            .ok_or_else(|| anyhow!("metadata does not name topic {}", self.topic))?;
+        if error != answers::NONE {
+            bail!("metadata of {}: {}", self.topic, answers::error_name(error));
+        }
+        let count = i32::try_from(count)
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| anyhow!("topic {} has {count} partitions", self.topic))?;
+        Ok(count)
+    }
+}
+
+impl Connector for Kafka {
+    type Driver = KafkaDriver;
+
+    fn name(&self) -> &'static str {
+        "kafka"
+    }
+
+    async fn connect(&self) -> anyhow::Result<KafkaDriver> {
+        let mut conn = KafkaConn::new(&self.addr);
+        let partitions = *self
+            .topic_partitions
+            .get_or_try_init(|| self.set_up(&mut conn))
+            .await?;
+        Ok(KafkaDriver {
+            conn,
+            config: self.clone(),
+            partitions,
+            positions: None,
+            buffered: VecDeque::new(),
+        })
+    }
+}
+
+/// What a commit needs back: the record's partition and offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KafkaAck {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// A fetched record not yet handed out.
+struct Buffered {
+    partition: i32,
+    record: Fetched,
+}
+
+pub struct KafkaDriver {
+    conn: KafkaConn,
+    config: Kafka,
+    partitions: i32,
+    /// Next offset to fetch per owned partition, once read from the group's commits.
+    positions: Option<BTreeMap<i32, i64>>,
+    buffered: VecDeque<Buffered>,
+}
+
+/// The Kafka group of a consumer: its consumer group, or in queue mode one group per topic
+/// whose members split the partitions.
+fn group_name(topic: &str, group: Option<&str>) -> String {
+    group.map_or_else(|| format!("{topic}-queue"), str::to_string)
+}
+
+/// The partitions consumer `worker` of `workers` owns.
+fn owned_partitions(partitions: i32, worker: usize, workers: usize) -> Vec<i32> {
+    let workers = workers.max(1);
+    (0..partitions)
+        .filter(|&p| usize::try_from(p).is_ok_and(|p| p % workers == worker))
+        .collect()
+}
+
+/// A record as the consumer sees it: our fields only when the value is our payload, the key
+/// is that payload's id and it came from the partition that payload was produced to.
+fn delivery(partitions: i32, b: Buffered) -> Delivery<KafkaAck> {
+    let value = b.record.value.unwrap_or_default();
+    let fields = payload_fields(&value).filter(|f| {
+        b.record.key.as_deref() == Some(f.seq.to_string().as_bytes())
+            && kafka_partition(f.p, partitions) == b.partition
+    });
+    Delivery {
+        fields,
+        payload: value,
+        ack: KafkaAck {
+            partition: b.partition,
+            offset: b.record.offset,
+        },
+    }
+}
+
+/// The Kafka partition a message of bench partition `p` goes to.
+fn kafka_partition(p: u32, partitions: i32) -> i32 {
+    // `partitions` is positive (checked at set-up), so the result fits.
+    (i64::from(p) % i64::from(partitions.max(1))) as i32
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl KafkaDriver {
+    /// The owned partitions' positions: the group's committed offsets, else 0.
+    async fn positions(&mut self, group: &str, request: &PopRequest) -> anyhow::Result<()> {
+        if self.positions.is_some() {
+            return Ok(());
+        }
+        let owned = owned_partitions(self.partitions, request.worker, request.workers);
+        let mut positions = BTreeMap::new();
+        if !owned.is_empty() {
+            let topic = &self.config.topic;
+            let message = requests::offset_fetch(group, topic, owned.clone());
+            let answer = self
+                .conn
+                .request(
+                    requests::OFFSET_FETCH,
+                    &message,
+                    self.config.request_timeout,
+                )
+                .await?;
+            let committed = answers::offset_fetch(answer, topic)?;
+            for p in owned {
+                let (offset, error) = committed.get(&p).copied().unwrap_or((-1, 0));
+                if error != answers::NONE {
+                    bail!(
+                        "committed offset of {topic}/{p}: {}",
+                        answers::error_name(error)
+                    );
+                }
+                positions.insert(p, offset.max(0));
+            }
+        }
+        self.positions = Some(positions);
+        Ok(())
+    }
+
+    /// One fetch of every owned partition; new records go to the buffer. Positions move only
+    /// when the whole answer was read without error.
+    async fn fetch(&mut self, wait_ms: u64) -> anyhow::Result<()> {
+        let positions: Vec<(i32, i64)> = self
+            .positions
+            .as_ref()
+            .map(|p| p.iter().map(|(&k, &v)| (k, v)).collect())
+            .unwrap_or_default();
+        let wait = Duration::from_millis(wait_ms);
+        if positions.is_empty() {
+            // More consumers than partitions: this one owns none.
+            tokio::time::sleep(wait).await;
+            return Ok(());
+        }
+        let topic = &self.config.topic;
+        let message = requests::fetch(
+            topic,
+            &positions,
+            i32::try_from(wait_ms).unwrap_or(i32::MAX),
+            FETCH_MAX_BYTES,
+            FETCH_PARTITION_MAX_BYTES,
+        );
+        let answer = self
+            .conn
+            .request(requests::FETCH, &message, wait + FETCH_SLACK)
+            .await?;
+        let mut fresh: Vec<(i32, Vec<Fetched>)> = Vec::new();
+        for part in answers::fetch(answer)? {
+            let from = match self.positions.as_ref().and_then(|p| p.get(&part.partition)) {
+                Some(&from) if part.topic == *topic => from,
+                _ => bail!(
+                    "fetch answered {}/{}, which was not asked",
+                    part.topic,
+                    part.partition
+                ),
+            };
+            if part.error != answers::NONE {
+                bail!(
+                    "fetch {topic}/{} at {from}: {}",
+                    part.partition,
+                    answers::error_name(part.error)
+                );
+            }
+            let records = records::decode_batches(part.records.unwrap_or_default())
+                .with_context(|| format!("records of {topic}/{}", part.partition))?;
+            // A batch may start before the asked offset; its earlier records were read before.
+            let records: Vec<Fetched> = records.into_iter().filter(|r| r.offset >= from).collect();
+            fresh.push((part.partition, records));
+        }
+        for (partition, records) in fresh {
+            if let (Some(last), Some(positions)) = (records.last(), self.positions.as_mut()) {
+                positions.insert(partition, last.offset.saturating_add(1));
+            }
+            self.buffered.extend(
+                records
+                    .into_iter()
+                    .map(|record| Buffered { partition, record }),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Driver for KafkaDriver {
+    type Ack = KafkaAck;
+
+    async fn push(&mut self, batch: &[OutMessage]) -> anyhow::Result<Vec<PushStatus>> {
+        // One record batch per partition, partitions in the order they first appear.
+        let mut order: Vec<i32> = Vec::new();
+        let mut by_partition: HashMap<i32, Vec<usize>> = HashMap::new();
+        for (i, m) in batch.iter().enumerate() {
+            let p = kafka_partition(m.partition, self.partitions);
+            by_partition
+                .entry(p)
+                .or_insert_with(|| {
+                    order.push(p);
+                    Vec::new()
+                })
+                .push(i);
+        }
+        let ts = now_ms();
+        let mut batches = Vec::with_capacity(order.len());
+        for &p in &order {
+            let items = by_partition.get(&p).map_or(&[][..], Vec::as_slice);
+            let records = items.iter().map(|&i| {
+                let m = &batch[i];
+                (
+                    Bytes::from(m.id.to_string()),
+                    Bytes::copy_from_slice(m.payload.as_bytes()),
+                )
+            });
+            batches.push((p, records::encode_batch(records, ts)?));
+        }
+        let message = requests::produce(&self.config.topic, batches, self.config.timeout_ms());
+        let answer = self
+            .conn
+            .request(requests::PRODUCE, &message, self.config.request_timeout)
+            .await?;
+        let errors = answers::produce(answer)?;
+        let mut statuses = vec![PushStatus::Failed; batch.len()];
+        for (p, items) in by_partition {
+            if errors.get(&(self.config.topic.clone(), p)) == Some(&answers::NONE) {
+                for i in items {
+                    statuses[i] = PushStatus::Accepted;
+                }
+            }
+        }
+        Ok(statuses)
+    }
+
+    async fn push_transaction(&mut self, _batch: &[OutMessage]) -> anyhow::Result<Vec<PushStatus>> {
+        bail!("transactions are unsupported with --driver kafka")
+    }
+
+    async fn pop(&mut self, request: &PopRequest) -> anyhow::Result<Vec<Delivery<KafkaAck>>> {
+        let group = group_name(&self.config.topic, request.group.as_deref());
+        self.positions(&group, request).await?;
+        if self.buffered.is_empty() {
+            self.fetch(request.wait_ms).await?;
+        }
+        let n = request.batch.min(self.buffered.len());
+        let partitions = self.partitions;
+        Ok(self
+            .buffered
+            .drain(..n)
+            .map(|b| delivery(partitions, b))
+            .collect())
+    }
+
+    async fn ack(&mut self, group: Option<&str>, acks: &[KafkaAck]) -> anyhow::Result<AckOutcome> {
+        let group = group_name(&self.config.topic, group);
+        let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+        for a in acks {
+            let offset = next.entry(a.partition).or_insert(0);
+            *offset = (*offset).max(a.offset.saturating_add(1));
+        }
+        let offsets: Vec<(i32, i64)> = next.into_iter().collect();
+        let message = requests::offset_commit(&group, &self.config.topic, &offsets);
+        let answer = self
+            .conn
+            .request(
+                requests::OFFSET_COMMIT,
+                &message,
+                self.config.request_timeout,
+            )
+            .await?;
+        let errors = answers::offset_commit(answer, &self.config.topic)?;
+        let mut outcome = AckOutcome::default();
+        for a in acks {
+            match errors.get(&a.partition) {
+                Some(&answers::NONE) => outcome.ok += 1,
+                other => {
+                    outcome.failed += 1;
+                    if outcome.first_error.is_none() {
+                        outcome.first_error = Some(match other {
+                            Some(&code) => format!("commit: {}", answers::error_name(code)),
+                            None => format!("commit: partition {} not answered", a.partition),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(outcome)
+    }
+}
