@@ -2,7 +2,7 @@
 //! them), and against every cut of those answers: a reader drift or a missing length check
 //! fails here.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::metadata_response::{
@@ -164,9 +164,9 @@ fn metadata_and_api_versions_are_read() -> anyhow::Result<()> {
 #[test]
 fn a_huge_count_is_an_error() {
     let mut huge = BytesMut::new();
-    huge.extend_from_slice(&0i32.to_be_bytes()); // throttle
-    huge.extend_from_slice(&0i16.to_be_bytes()); // error
-    huge.extend_from_slice(&0i32.to_be_bytes()); // session
-    huge.extend_from_slice(&i32::MAX.to_be_bytes()); // topics
+    huge.put_i32(0); // throttle
+    huge.put_i16(0); // error
+    huge.put_i32(0); // session
+    huge.put_i32(i32::MAX); // topics
     assert!(answers::fetch(Reader::new(huge.freeze())).is_err());
 }

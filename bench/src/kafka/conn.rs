@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
-use bytes::{Buf, Bytes};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Encodable, HeaderVersion};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -81,8 +81,8 @@ impl KafkaConn {
             .ok_or_else(|| anyhow!("no connection to {}", self.addr))?;
         let len = u32::try_from(body.len()).context("request larger than 4 GiB")?;
         // One write: with TCP_NODELAY a separate length would go out as its own packet.
-        let mut frame = Vec::with_capacity(4 + body.len());
-        frame.extend_from_slice(&len.to_be_bytes());
+        let mut frame = BytesMut::with_capacity(4 + body.len());
+        frame.put_u32(len);
         frame.extend_from_slice(&body);
         stream.write_all(&frame).await?;
         let len = stream

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::indexmap::IndexMap;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
@@ -85,8 +85,8 @@ impl MockKafka {
             let version = header.request_api_version;
             // Length (filled in last) and correlation id, then the body: one write.
             let mut answer = BytesMut::new();
-            answer.extend_from_slice(&0i32.to_be_bytes());
-            answer.extend_from_slice(&header.correlation_id.to_be_bytes());
+            answer.put_i32(0);
+            answer.put_i32(header.correlation_id);
             match ApiKey::try_from(header.request_api_key) {
                 Ok(ApiKey::ApiVersions) => {
                     let keys = requests::NEEDED
@@ -213,7 +213,7 @@ impl MockKafka {
                 other => anyhow::bail!("mock Kafka: no {other:?}"),
             }
             let len = i32::try_from(answer.len() - 4)?;
-            answer[..4].copy_from_slice(&len.to_be_bytes());
+            (&mut answer[..4]).put_i32(len);
             stream.write_all(&answer).await?;
         }
     }

@@ -162,6 +162,7 @@ fn varint_bytes(r: &mut Reader) -> anyhow::Result<Option<Bytes>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BufMut;
     use kafka_protocol::records::RecordBatchDecoder;
 
     fn sample() -> anyhow::Result<Bytes> {
@@ -182,7 +183,7 @@ mod tests {
         assert_eq!(info[0].producer_id, -1);
         // A broker stores it at base offset 40; two batches back to back.
         let mut two = BytesMut::from(&batch[..]);
-        two[..8].copy_from_slice(&40i64.to_be_bytes());
+        (&mut two[..8]).put_i64(40);
         two.extend_from_slice(&batch);
         let got = decode_batches(two.freeze())?;
         let offsets: Vec<i64> = got.iter().map(|f| f.offset).collect();
@@ -212,9 +213,9 @@ mod tests {
         assert!(decode_batches(bad.freeze()).is_err());
         // A record count of two billion, CRC made good again.
         let mut huge = BytesMut::from(&batch[..]);
-        huge[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+        (&mut huge[57..61]).put_i32(i32::MAX);
         let crc = crc32c::crc32c(&huge[21..]);
-        huge[17..21].copy_from_slice(&crc.to_be_bytes());
+        (&mut huge[17..21]).put_u32(crc);
         assert!(decode_batches(huge.freeze()).is_err());
         // Every cut and every single-byte change either decodes or fails cleanly.
         for cut in 0..batch.len() {
@@ -224,7 +225,7 @@ mod tests {
             let _ = decode_batches(changed.freeze());
         }
         let mut negative = BytesMut::from(&batch[..]);
-        negative[8..12].copy_from_slice(&(-5i32).to_be_bytes());
+        (&mut negative[8..12]).put_i32(-5);
         assert!(decode_batches(negative.freeze()).is_err());
         Ok(())
     }
