@@ -134,7 +134,8 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
             (m, name, cli.url.clone())
         }
         (_, DriverKind::Kafka) => {
-            let connector = kafka::Kafka::new(&cli.kafka_addr, &queue, plan.partitions, timeout)?;
+            let connector =
+                kafka::Kafka::new(&cli.kafka_addr, &queue, &run_tag, plan.partitions, timeout)?;
             let name = connector.name();
             let m = runtime.block_on(scenario::run(connector, &plan))?;
             (m, name, format!("kafka://{}", cli.kafka_addr))

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::driver::Connector;
 use crate::http_conn::Endpoint;
+use crate::kafka::mock_kafka::{KafkaFaults, MockKafka};
 use crate::mock_broker::{Faults, MockBroker};
 use crate::queen_http::QueenHttp;
 use crate::report::Report;
@@ -185,12 +186,26 @@ async fn a_framed_pop_answered_in_json_is_an_error() -> anyhow::Result<()> {
 }
 
 async fn run_kafka(plan: &Plan, drop_every: Option<usize>) -> anyhow::Result<Report> {
-    let addr = crate::kafka::mock_kafka::MockKafka::start(drop_every).await?;
-    let connector =
-        crate::kafka::Kafka::new(&addr, "bench-test", plan.partitions, Duration::from_secs(5))?;
+    let faults = KafkaFaults {
+        drop_every,
+        ..KafkaFaults::default()
+    };
+    let (addr, _) = MockKafka::start(faults).await?;
+    run_kafka_at(&addr, "t", plan).await
+}
+
+/// One run of `plan` with run tag `run_tag` against the mock Kafka at `addr`.
+async fn run_kafka_at(addr: &str, run_tag: &str, plan: &Plan) -> anyhow::Result<Report> {
+    let connector = crate::kafka::Kafka::new(
+        addr,
+        "bench-test",
+        run_tag,
+        plan.partitions,
+        Duration::from_secs(5),
+    )?;
     let name = connector.name();
     let measured = scenario::run(connector, plan).await?;
-    Ok(Report::build(plan, &measured, name, &addr, "bench-test"))
+    Ok(Report::build(plan, &measured, name, addr, "bench-test"))
 }
 
 /// The Kafka driver through the same scenarios: two groups each read every message, from
@@ -245,5 +260,27 @@ async fn kafka_transactions_are_refused_not_faked() -> anyhow::Result<()> {
         "{:?}",
         report.error_samples
     );
+    Ok(())
+}
+
+/// K1: a reused topic holds another run's records, with valid payloads and keys of the same
+/// ids. Groups without commits read them from offset 0; they must be refused (malformed),
+/// never counted as this run's deliveries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_records_of_another_run_are_refused() -> anyhow::Result<()> {
+    let (addr, _) = MockKafka::start(KafkaFaults::default()).await?;
+    let first = Plan {
+        verify: false,
+        ..plan(Scenario::Push)
+    };
+    let report = run_kafka_at(&addr, "r1", &first).await?;
+    assert_eq!(report.produce.as_ref().map(|t| t.messages), Some(2_000));
+    let second = Plan {
+        groups: 2,
+        ..plan(Scenario::E2e)
+    };
+    let report = run_kafka_at(&addr, "r2", &second).await?;
+    assert!(report.malformed >= 2 * 2_000, "{report:?}");
+    assert_eq!(report.unexpected, Some(0), "{report:?}");
     Ok(())
 }

@@ -1,10 +1,10 @@
 //! A tiny in-memory Kafka broker (one node) for the Kafka driver's scenario tests: the APIs
 //! and versions the driver speaks, topics as per-partition record logs, committed offsets
 //! per group. Requests are decoded with `kafka-protocol` (they are this tool's own, so
-//! trusted here). `drop_every` answers every n-th produced record as stored but drops it, to
-//! prove the tool notices.
+//! trusted here). `KafkaFaults` makes it misbehave, to prove the tool notices.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -44,21 +44,35 @@ struct State {
     produced: usize,
 }
 
+/// How the mock misbehaves.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KafkaFaults {
+    /// Answer every n-th produced record as stored but drop it.
+    pub drop_every: Option<usize>,
+    /// Answer every fetch of this partition with this error code.
+    pub fail_partition: Option<(i32, i16)>,
+}
+
 #[derive(Clone)]
 pub struct MockKafka {
     state: Arc<Mutex<State>>,
-    drop_every: Option<usize>,
+    faults: KafkaFaults,
+    /// Fetch requests served.
+    fetches: Arc<AtomicUsize>,
 }
 
 impl MockKafka {
-    /// Starts listening on a free loopback port; returns `host:port`.
-    pub async fn start(drop_every: Option<usize>) -> anyhow::Result<String> {
+    /// Starts listening on a free loopback port; returns `host:port` and the broker (to read
+    /// its counters).
+    pub async fn start(faults: KafkaFaults) -> anyhow::Result<(String, MockKafka)> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let broker = MockKafka {
             state: Arc::default(),
-            drop_every,
+            faults,
+            fetches: Arc::default(),
         };
+        let handle = broker.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let broker = broker.clone();
@@ -67,7 +81,12 @@ impl MockKafka {
                 });
             }
         });
-        Ok(addr.to_string())
+        Ok((addr.to_string(), handle))
+    }
+
+    /// Fetch requests served so far.
+    pub fn fetches(&self) -> usize {
+        self.fetches.load(Ordering::Relaxed)
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -230,7 +249,10 @@ impl MockKafka {
                 let mut error = 0;
                 for r in set.records {
                     state.produced += 1;
-                    let drop = self.drop_every.is_some_and(|n| state.produced % n == 0);
+                    let drop = self
+                        .faults
+                        .drop_every
+                        .is_some_and(|n| state.produced % n == 0);
                     let log = state
                         .topics
                         .get_mut(&name)
@@ -259,6 +281,7 @@ impl MockKafka {
     }
 
     async fn fetch(&self, req: FetchRequest) -> anyhow::Result<FetchResponse> {
+        self.fetches.fetch_add(1, Ordering::Relaxed);
         let until = Instant::now() + Duration::from_millis(u64::try_from(req.max_wait_ms)?);
         loop {
             let (responses, any) = self.fetch_now(&req)?;
@@ -286,6 +309,14 @@ impl MockKafka {
                     .map(|(offset, (key, value))| record(offset as i64, key, value))
                     .collect();
                 let mut data = PartitionData::default().with_partition_index(p.partition);
+                if let Some((_, code)) = self
+                    .faults
+                    .fail_partition
+                    .filter(|&(bad, _)| bad == p.partition)
+                {
+                    parts.push(data.with_error_code(code));
+                    continue;
+                }
                 if !records.is_empty() {
                     any = true;
                     let mut buf = BytesMut::new();

@@ -4,7 +4,9 @@
 //! partitions `p` with `p % n == i`), starting at the group's committed offset; ack =
 //! OffsetCommit of the next offset per partition as a simple consumer (generation -1, no
 //! member id). Kafka has no per-message transaction id or lease: a record's key carries the
-//! message id instead, and the partition it was produced to is checked on the way back.
+//! run tag and the message id instead (`{run_tag}-{id}`, as the HTTP driver's transaction id),
+//! so a record another run left in a reused topic is refused as malformed, never counted as
+//! this run's; the partition it was produced to is checked on the way back.
 
 mod answers;
 #[cfg(test)]
@@ -26,6 +28,7 @@ use tokio::sync::OnceCell;
 
 use crate::driver::{AckOutcome, Connector, Delivery, Driver, OutMessage, PopRequest, PushStatus};
 use crate::payload::payload_fields;
+use crate::queen_http::txn_id;
 
 use conn::KafkaConn;
 use records::Fetched;
@@ -42,6 +45,8 @@ const MAX_TOPIC_BYTES: usize = 249;
 pub struct Kafka {
     addr: String,
     topic: String,
+    /// This run's tag: every record key carries it.
+    run_tag: Arc<str>,
     /// Partitions to create the topic with.
     partitions: i32,
     request_timeout: Duration,
@@ -53,6 +58,7 @@ impl Kafka {
     pub fn new(
         addr: &str,
         topic: &str,
+        run_tag: &str,
         partitions: u32,
         request_timeout: Duration,
     ) -> anyhow::Result<Self> {
@@ -67,6 +73,7 @@ impl Kafka {
         Ok(Self {
             addr: addr.to_string(),
             topic: topic.to_string(),
+            run_tag: run_tag.into(),
             partitions: i32::try_from(partitions).context("--partitions above 2^31")?,
             request_timeout,
             topic_partitions: Arc::default(),
@@ -191,11 +198,12 @@ fn owned_partitions(partitions: i32, worker: usize, workers: usize) -> Vec<i32> 
 }
 
 /// A record as the consumer sees it: our fields only when the value is our payload, the key
-/// is that payload's id and it came from the partition that payload was produced to.
-fn delivery(partitions: i32, b: Buffered) -> Delivery<KafkaAck> {
+/// is this run's key of that payload's id and it came from the partition that payload was
+/// produced to.
+fn delivery(run_tag: &str, partitions: i32, b: Buffered) -> Delivery<KafkaAck> {
     let value = b.record.value.unwrap_or_default();
     let fields = payload_fields(&value).filter(|f| {
-        b.record.key.as_deref() == Some(f.seq.to_string().as_bytes())
+        b.record.key.as_deref() == Some(txn_id(run_tag, f.seq).as_bytes())
             && kafka_partition(f.p, partitions) == b.partition
     });
     Delivery {
@@ -342,7 +350,7 @@ impl Driver for KafkaDriver {
             let records = items.iter().map(|&i| {
                 let m = &batch[i];
                 (
-                    Bytes::from(m.id.to_string()),
+                    Bytes::from(txn_id(&self.config.run_tag, m.id)),
                     Bytes::copy_from_slice(m.payload.as_bytes()),
                 )
             });
@@ -377,10 +385,11 @@ impl Driver for KafkaDriver {
         }
         let n = request.batch.min(self.buffered.len());
         let partitions = self.partitions;
+        let run_tag = &self.config.run_tag;
         Ok(self
             .buffered
             .drain(..n)
-            .map(|b| delivery(partitions, b))
+            .map(|b| delivery(run_tag, partitions, b))
             .collect())
     }
 

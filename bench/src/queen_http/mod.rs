@@ -2,6 +2,7 @@
 //! forms of docs/binary-forms.md (`Forms`).
 
 mod binary_push;
+pub use binary_push::txn_id;
 #[cfg(test)]
 mod binary_tests;
 mod forms;
