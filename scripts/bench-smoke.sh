@@ -7,7 +7,8 @@
 # wrong encoder fails here; a QPF1 pop answered in JSON is an error in the tool, so a binary
 # run cannot pass as JSON. The Kafka driver runs e2e and consume through the broker's Kafka
 # door (a fixed KAFKA_PORT): produce, fetch and offset commits, every record checked the same
-# way. Not a measurement. Part of scripts/test.sh; about 25 s once built
+# way; a Kafka run also fails on any duplicate or unexpected id, and every report must name
+# the driver the run asked for (scripts/bench/smoke_check.py). Not a measurement. Part of scripts/test.sh; about 25 s once built
 # on an idle machine, under 60 s at load 10; each run is cut at RUN_TIMEOUT (60 s).
 #
 #   scripts/bench-smoke.sh
@@ -29,6 +30,8 @@ fi
 need_tools
 python3 "$REPO/scripts/bench/test_binary_table.py" 2>&1 | tail -1 | grep -qx OK ||
     die "scripts/bench/test_binary_table.py failed"
+python3 "$REPO/scripts/bench/test_smoke_check.py" 2>&1 | tail -1 | grep -qx OK ||
+    die "scripts/bench/test_smoke_check.py failed"
 export RUN_TIMEOUT=${RUN_TIMEOUT:-60}
 data=$(mktemp -d)
 KAFKA_PORT=$(free_port)
@@ -44,31 +47,7 @@ check() {
     local out=$BENCH_TMP/$name.json
     run_bench "$out" "$@" "${tiny[@]}"
     local verdict
-    verdict=$(python3 - "$out" "$@" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-moved = (r.get("consume") if r["scenario"] == "consume" else r.get("produce")) or {}
-problems = []
-if r.get("exit_code") != 0:
-    problems.append(f"exit {r.get('exit_code')}")
-if r.get("lost") != 0:
-    problems.append(f"lost {r.get('lost')}")
-if not r.get("accepted"):
-    problems.append("nothing accepted and verified")
-for key in ("malformed", "payload_mismatches", "errors", "push_items_refused",
-            "ack_items_refused"):
-    if r.get(key) != 0:
-        problems.append(f"{key} {r.get(key)}")
-if r.get("error_samples"):
-    problems.append(f"{len(r['error_samples'])} error texts")
-if not moved.get("messages"):
-    problems.append("no messages")
-summary = f"{moved.get('messages', 0)} msgs, {moved.get('msg_per_sec', 0)} msg/s, errors {r.get('errors')}"
-print(("FAIL " + ", ".join(problems) + " · " if problems else "ok · ") + summary)
-for text in r.get("error_samples", [])[:3]:
-    print("  error: " + text)
-PY
-)
+    verdict=$(python3 "$REPO/scripts/bench/smoke_check.py" "$out" "$@")
     log "$name: $verdict"
     [[ $verdict == ok* ]] || failures=$((failures + 1))
 }
