@@ -96,6 +96,14 @@ pub trait Driver: Send + 'static {
         request: &PopRequest,
     ) -> impl Future<Output = anyhow::Result<Vec<Delivery<Self::Ack>>>> + Send;
 
+    /// Whether the last `pop` sent a request to the broker. A driver that buffers (Kafka:
+    /// one Fetch answers many pops) answers false for a pop served from its buffer, or for
+    /// a wait with nothing to ask; only pops that hit the wire count as pop requests and
+    /// pop latency.
+    fn last_pop_on_wire(&self) -> bool {
+        true
+    }
+
     /// Acknowledges deliveries as processed.
     fn ack(
         &mut self,

@@ -284,3 +284,50 @@ async fn kafka_records_of_another_run_are_refused() -> anyhow::Result<()> {
     assert_eq!(report.unexpected, Some(0), "{report:?}");
     Ok(())
 }
+
+/// K6: partition 0 answers every fetch with OFFSET_OUT_OF_RANGE; the consumer's other
+/// partitions are still read, so only partition 0's messages are lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_one_failing_partition_does_not_starve_the_others() -> anyhow::Result<()> {
+    let faults = KafkaFaults {
+        fail_partition: Some((0, 1)),
+        ..KafkaFaults::default()
+    };
+    let (addr, _) = MockKafka::start(faults).await?;
+    let report = run_kafka_at(&addr, "t", &plan(Scenario::Push)).await?;
+    assert_eq!(report.accepted, Some(2_000), "{report:?}");
+    assert_eq!(report.lost, Some(2_000 / 4), "{report:?}");
+    assert!(
+        report
+            .error_samples
+            .iter()
+            .any(|e| e.contains("OFFSET_OUT_OF_RANGE")),
+        "{:?}",
+        report.error_samples
+    );
+    Ok(())
+}
+
+/// K2: one Fetch answers the whole prefill (125 records per partition) and `--batch 10` hands
+/// it out in 50 pops; only the Fetch requests count as pops. A second consumer owning no
+/// partition (5 consumers, 4 partitions) counts none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_pops_count_fetches_not_buffer_drains() -> anyhow::Result<()> {
+    let (addr, mock) = MockKafka::start(KafkaFaults::default()).await?;
+    let consume = Plan {
+        batch: 10,
+        consumers: 5,
+        duration: Duration::from_secs(20),
+        ..plan(Scenario::Consume)
+    };
+    let report = run_kafka_at(&addr, "t", &consume).await?;
+    assert_eq!(report.consume.as_ref().map(|t| t.messages), Some(500));
+    let pops = report.requests.get("pop").map_or(0, |r| r.count);
+    assert!(pops > 0, "{report:?}");
+    assert!(
+        pops <= mock.fetches() as u64,
+        "{pops} pops counted, {} fetches sent",
+        mock.fetches()
+    );
+    Ok(())
+}

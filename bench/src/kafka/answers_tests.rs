@@ -85,7 +85,7 @@ fn fetch_answers_carry_records_and_errors() -> anyhow::Result<()> {
     let got = answers::fetch(Reader::new(whole.clone()))?;
     assert_eq!(got.len(), 2);
     assert_eq!((got[0].partition, got[0].error), (2, 0));
-    let recs = records::decode_batches(got[0].records.clone().unwrap_or_default())?;
+    let recs = records::decode_batches(got[0].records.clone().unwrap_or_default())?.records;
     assert_eq!(recs[0].key.as_deref(), Some(&b"7"[..]));
     assert_eq!((got[1].partition, got[1].error), (5, 1));
     cuts(&whole, answers::fetch);

@@ -157,6 +157,7 @@ impl Connector for Kafka {
             partitions,
             positions: None,
             buffered: VecDeque::new(),
+            fetched: false,
         })
     }
 }
@@ -181,6 +182,8 @@ pub struct KafkaDriver {
     /// Next offset to fetch per owned partition, once read from the group's commits.
     positions: Option<BTreeMap<i32, i64>>,
     buffered: VecDeque<Buffered>,
+    /// Whether the last pop sent a Fetch (see `Driver::last_pop_on_wire`).
+    fetched: bool,
 }
 
 /// The Kafka group of a consumer: its consumer group, or in queue mode one group per topic
@@ -263,8 +266,9 @@ impl KafkaDriver {
         Ok(())
     }
 
-    /// One fetch of every owned partition; new records go to the buffer. Positions move only
-    /// when the whole answer was read without error.
+    /// One fetch of every owned partition; new records go to the buffer and each read
+    /// partition's position moves past its last batch. A partition's error is answered after
+    /// the others' records were buffered.
     async fn fetch(&mut self, wait_ms: u64) -> anyhow::Result<()> {
         let positions: Vec<(i32, i64)> = self
             .positions
@@ -273,10 +277,11 @@ impl KafkaDriver {
             .unwrap_or_default();
         let wait = Duration::from_millis(wait_ms);
         if positions.is_empty() {
-            // More consumers than partitions: this one owns none.
+            // More consumers than partitions: this one owns none, and asks nothing.
             tokio::time::sleep(wait).await;
             return Ok(());
         }
+        self.fetched = true;
         let topic = &self.config.topic;
         let message = requests::fetch(
             topic,
@@ -289,7 +294,11 @@ impl KafkaDriver {
             .conn
             .request(requests::FETCH, &message, wait + FETCH_SLACK)
             .await?;
-        let mut fresh: Vec<(i32, Vec<Fetched>)> = Vec::new();
+        // A partition in error or with bad bytes is reported, but the other partitions'
+        // records are kept and their positions move: one bad partition must not starve the
+        // rest of this worker's.
+        let mut fresh: Vec<(i32, Option<i64>, Vec<Fetched>)> = Vec::new();
+        let mut failures: Vec<String> = Vec::new();
         for part in answers::fetch(answer)? {
             let from = match self.positions.as_ref().and_then(|p| p.get(&part.partition)) {
                 Some(&from) if part.topic == *topic => from,
@@ -300,27 +309,42 @@ impl KafkaDriver {
                 ),
             };
             if part.error != answers::NONE {
-                bail!(
+                failures.push(format!(
                     "fetch {topic}/{} at {from}: {}",
                     part.partition,
                     answers::error_name(part.error)
-                );
+                ));
+                continue;
             }
-            let records = records::decode_batches(part.records.unwrap_or_default())
-                .with_context(|| format!("records of {topic}/{}", part.partition))?;
+            let decoded = match records::decode_batches(part.records.unwrap_or_default()) {
+                Ok(decoded) => decoded,
+                Err(error) => {
+                    failures.push(format!("records of {topic}/{}: {error:#}", part.partition));
+                    continue;
+                }
+            };
             // A batch may start before the asked offset; its earlier records were read before.
-            let records: Vec<Fetched> = records.into_iter().filter(|r| r.offset >= from).collect();
-            fresh.push((part.partition, records));
+            let records: Vec<Fetched> = decoded
+                .records
+                .into_iter()
+                .filter(|r| r.offset >= from)
+                .collect();
+            fresh.push((part.partition, decoded.next_offset, records));
         }
-        for (partition, records) in fresh {
-            if let (Some(last), Some(positions)) = (records.last(), self.positions.as_mut()) {
-                positions.insert(partition, last.offset.saturating_add(1));
+        for (partition, next, records) in fresh {
+            let last = records.last().map(|r| r.offset.saturating_add(1));
+            if let (Some(next), Some(positions)) = (next.max(last), self.positions.as_mut()) {
+                let position = positions.entry(partition).or_insert(next);
+                *position = (*position).max(next);
             }
             self.buffered.extend(
                 records
                     .into_iter()
                     .map(|record| Buffered { partition, record }),
             );
+        }
+        if !failures.is_empty() {
+            bail!("{}", failures.join("; "));
         }
         Ok(())
     }
@@ -379,6 +403,7 @@ impl Driver for KafkaDriver {
 
     async fn pop(&mut self, request: &PopRequest) -> anyhow::Result<Vec<Delivery<KafkaAck>>> {
         let group = group_name(&self.config.topic, request.group.as_deref());
+        self.fetched = false;
         self.positions(&group, request).await?;
         if self.buffered.is_empty() {
             self.fetch(request.wait_ms).await?;
@@ -391,6 +416,10 @@ impl Driver for KafkaDriver {
             .drain(..n)
             .map(|b| delivery(run_tag, partitions, b))
             .collect())
+    }
+
+    fn last_pop_on_wire(&self) -> bool {
+        self.fetched
     }
 
     async fn ack(&mut self, group: Option<&str>, acks: &[KafkaAck]) -> anyhow::Result<AckOutcome> {

@@ -31,6 +31,15 @@ pub struct Fetched {
     pub value: Option<Bytes>,
 }
 
+/// What one fetched partition's records hold: the records a consumer sees, and the offset
+/// after the last batch read (control and empty batches included), where the next fetch
+/// starts; `None` when no whole batch was read.
+#[derive(Debug, Default)]
+pub struct Decoded {
+    pub records: Vec<Fetched>,
+    pub next_offset: Option<i64>,
+}
+
 /// One uncompressed v2 batch of `(key, value)` records stamped `timestamp_ms`.
 pub fn encode_batch(
     records: impl Iterator<Item = (Bytes, Bytes)>,
@@ -68,9 +77,9 @@ pub fn encode_batch(
 /// Every record of the batches in a fetched partition's `records`. A last batch cut short is
 /// dropped (a broker may cut the last batch at the byte limit; the next fetch reads it
 /// again); anything else malformed is an error.
-pub fn decode_batches(records: Bytes) -> anyhow::Result<Vec<Fetched>> {
+pub fn decode_batches(records: Bytes) -> anyhow::Result<Decoded> {
     let mut r = Reader::new(records);
-    let mut out = Vec::new();
+    let mut out = Decoded::default();
     while r.remaining() >= 12 {
         let base_offset = r.i64()?;
         let len = r.i32()?;
@@ -84,12 +93,14 @@ pub fn decode_batches(records: Bytes) -> anyhow::Result<Vec<Fetched>> {
             break;
         }
         let batch = Reader::new(r.take(len, "record batch")?);
-        decode_batch(base_offset, batch, &mut out)?;
+        let end = decode_batch(base_offset, batch, &mut out.records)?;
+        out.next_offset = Some(out.next_offset.map_or(end, |n| n.max(end)));
     }
     Ok(out)
 }
 
-fn decode_batch(base_offset: i64, mut b: Reader, out: &mut Vec<Fetched>) -> anyhow::Result<()> {
+/// Reads one batch's records into `out`; answers the offset after the batch.
+fn decode_batch(base_offset: i64, mut b: Reader, out: &mut Vec<Fetched>) -> anyhow::Result<i64> {
     let _leader_epoch = b.i32()?;
     let magic = b.i8()?;
     if magic != 2 {
@@ -103,7 +114,14 @@ fn decode_batch(base_offset: i64, mut b: Reader, out: &mut Vec<Fetched>) -> anyh
     }
     let mut b = Reader::new(rest);
     let attributes = b.i16()?;
-    let _last_offset_delta = b.i32()?;
+    let last_offset_delta = b.i32()?;
+    // A control or empty batch still moves the position past it: else the same bytes come
+    // back on every fetch and the partition stalls.
+    let end = base_offset
+        .checked_add(i64::from(last_offset_delta))
+        .and_then(|o| o.checked_add(1))
+        .filter(|&end| end > base_offset)
+        .context("record batch end offset out of range")?;
     let _base_timestamp = b.i64()?;
     let _max_timestamp = b.i64()?;
     let _producer_id = b.i64()?;
@@ -112,7 +130,7 @@ fn decode_batch(base_offset: i64, mut b: Reader, out: &mut Vec<Fetched>) -> anyh
     let count = b.count(MIN_RECORD)?;
     if attributes & CONTROL_BIT != 0 {
         // Transaction markers: not records a consumer sees.
-        return Ok(());
+        return Ok(end);
     }
     if attributes & CODEC_BITS != 0 {
         bail!(
@@ -144,7 +162,7 @@ fn decode_batch(base_offset: i64, mut b: Reader, out: &mut Vec<Fetched>) -> anyh
             value,
         });
     }
-    Ok(())
+    Ok(end)
 }
 
 /// Bytes with a varint length, -1 = null.
@@ -186,6 +204,8 @@ mod tests {
         (&mut two[..8]).put_i64(40);
         two.extend_from_slice(&batch);
         let got = decode_batches(two.freeze())?;
+        assert_eq!(got.next_offset, Some(43));
+        let got = got.records;
         let offsets: Vec<i64> = got.iter().map(|f| f.offset).collect();
         assert_eq!(offsets, vec![40, 41, 42, 0, 1, 2]);
         assert_eq!(got[1].key.as_deref(), Some(&b"k\x01"[..]));
@@ -198,8 +218,8 @@ mod tests {
         let batch = sample()?;
         let mut two = BytesMut::from(&batch[..]);
         two.extend_from_slice(&batch[..batch.len() - 5]);
-        assert_eq!(decode_batches(two.freeze())?.len(), 3);
-        assert!(decode_batches(batch.slice(..7))?.is_empty());
+        assert_eq!(decode_batches(two.freeze())?.records.len(), 3);
+        assert!(decode_batches(batch.slice(..7))?.records.is_empty());
         Ok(())
     }
 
@@ -227,6 +247,35 @@ mod tests {
         let mut negative = BytesMut::from(&batch[..]);
         (&mut negative[8..12]).put_i32(-5);
         assert!(decode_batches(negative.freeze()).is_err());
+        Ok(())
+    }
+
+    /// K5: a control batch (a transaction marker) at 5 then data at 6: the data is read and
+    /// the next fetch starts at 7, past both.
+    #[test]
+    fn a_control_batch_moves_the_position() -> anyhow::Result<()> {
+        let one = |key: &'static [u8]| {
+            encode_batch(
+                std::iter::once((Bytes::from_static(key), Bytes::from_static(b"v"))),
+                1,
+            )
+        };
+        let mut control = BytesMut::from(&one(b"marker")?[..]);
+        (&mut control[..8]).put_i64(5);
+        let attributes = i16::from_be_bytes([control[21], control[22]]) | CONTROL_BIT;
+        (&mut control[21..23]).put_i16(attributes);
+        let crc = crc32c::crc32c(&control[21..]);
+        (&mut control[17..21]).put_u32(crc);
+        let only_control = decode_batches(control.clone().freeze())?;
+        assert!(only_control.records.is_empty());
+        assert_eq!(only_control.next_offset, Some(6));
+        let mut data = BytesMut::from(&one(b"k")?[..]);
+        (&mut data[..8]).put_i64(6);
+        control.extend_from_slice(&data);
+        let got = decode_batches(control.freeze())?;
+        let offsets: Vec<i64> = got.records.iter().map(|f| f.offset).collect();
+        assert_eq!(offsets, vec![6]);
+        assert_eq!(got.next_offset, Some(7));
         Ok(())
     }
 }
