@@ -180,7 +180,7 @@ fn varint_bytes(r: &mut Reader) -> anyhow::Result<Option<Bytes>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::BufMut;
+    use bytes::{Buf, BufMut};
     use kafka_protocol::records::RecordBatchDecoder;
 
     fn sample() -> anyhow::Result<Bytes> {
@@ -262,7 +262,7 @@ mod tests {
         };
         let mut control = BytesMut::from(&one(b"marker")?[..]);
         (&mut control[..8]).put_i64(5);
-        let attributes = i16::from_be_bytes([control[21], control[22]]) | CONTROL_BIT;
+        let attributes = (&control[21..23]).get_i16() | CONTROL_BIT;
         (&mut control[21..23]).put_i16(attributes);
         let crc = crc32c::crc32c(&control[21..]);
         (&mut control[17..21]).put_u32(crc);
