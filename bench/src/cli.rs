@@ -157,6 +157,13 @@ impl Cli {
             if self.push_form != PushForm::Json || self.pop_form != PopForm::Json {
                 bail!("--push-form and --pop-form are Queen HTTP bodies: not with --driver kafka");
             }
+            // Kafka has no lease, and a consumer reads the partitions it owns: these would
+            // be accepted and do nothing.
+            if self.lease_secs.is_some() || self.pop_partitions.is_some() {
+                bail!(
+                    "--lease-secs and --pop-partitions are Queen leases: not with --driver kafka"
+                );
+            }
         }
         if self.scenario == Scenario::Consume && self.prefill == 0 {
             bail!("--prefill must be at least 1 for consume");
@@ -244,6 +251,12 @@ mod tests {
             .plan()
             .err();
         assert!(format!("{err:?}").contains("--push-form"));
+        for flag in ["--lease-secs", "--pop-partitions"] {
+            let err = parse(&["e2e", "--driver", "kafka", flag, "5"])?
+                .plan()
+                .err();
+            assert!(format!("{err:?}").contains(flag), "{flag}");
+        }
         assert!(parse(&["e2e", "--driver", "kafka"])?.plan().is_ok());
         let err = parse(&["soak", "--soak-minutes", "0"])?.plan().err();
         assert!(format!("{err:?}").contains("--soak-minutes"));

@@ -134,6 +134,14 @@ impl Kafka {
             .ok()
             .filter(|&n| n > 0)
             .ok_or_else(|| anyhow!("topic {} has {count} partitions", self.topic))?;
+        if count != self.partitions {
+            // A reused topic keeps its own count; the report's `partitions` is the flag's.
+            eprintln!(
+                "queen-bench: topic {} exists with {count} partitions, not --partitions {}; \
+                 the run uses {count}",
+                self.topic, self.partitions
+            );
+        }
         Ok(count)
     }
 }
