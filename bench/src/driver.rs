@@ -90,6 +90,12 @@ pub trait Driver: Send + 'static {
         async { anyhow::bail!("this driver has no transactions") }
     }
 
+    /// The broker's reason for the first item the last `push` answered `Failed`, when the
+    /// answer carried one outside the statuses (Kafka: a partition's error code).
+    fn take_push_error(&mut self) -> Option<String> {
+        None
+    }
+
     /// Pops up to `request.batch` messages; an empty vector means nothing arrived in time.
     fn pop(
         &mut self,

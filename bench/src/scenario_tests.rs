@@ -331,3 +331,25 @@ async fn kafka_pops_count_fetches_not_buffer_drains() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// K7: a partition's produce error reaches the error texts by name, not "no error text".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_refused_produces_carry_the_error_name() -> anyhow::Result<()> {
+    let faults = KafkaFaults {
+        refuse_partition: Some((1, 10)),
+        ..KafkaFaults::default()
+    };
+    let (addr, _) = MockKafka::start(faults).await?;
+    let report = run_kafka_at(&addr, "t", &plan(Scenario::Push)).await?;
+    assert_eq!(report.accepted, Some(2_000 - 2_000 / 4), "{report:?}");
+    assert_eq!(report.push_items_refused, 2_000 / 4);
+    assert!(
+        report
+            .error_samples
+            .iter()
+            .any(|e| e.contains("produce bench-test/1: MESSAGE_TOO_LARGE")),
+        "{:?}",
+        report.error_samples
+    );
+    Ok(())
+}

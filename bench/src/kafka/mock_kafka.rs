@@ -51,6 +51,8 @@ pub struct KafkaFaults {
     pub drop_every: Option<usize>,
     /// Answer every fetch of this partition with this error code.
     pub fail_partition: Option<(i32, i16)>,
+    /// Refuse every produce to this partition with this error code (nothing stored).
+    pub refuse_partition: Option<(i32, i16)>,
 }
 
 #[derive(Clone)]
@@ -246,6 +248,18 @@ impl MockKafka {
             for p in t.partition_data {
                 let mut records = p.records.unwrap_or_default();
                 let set = RecordBatchDecoder::decode(&mut records)?;
+                if let Some((_, code)) = self
+                    .faults
+                    .refuse_partition
+                    .filter(|&(bad, _)| bad == p.index)
+                {
+                    parts.push(
+                        PartitionProduceResponse::default()
+                            .with_index(p.index)
+                            .with_error_code(code),
+                    );
+                    continue;
+                }
                 let mut error = 0;
                 for r in set.records {
                     state.produced += 1;

@@ -38,6 +38,9 @@ const FETCH_MAX_BYTES: i32 = 16 << 20;
 const FETCH_PARTITION_MAX_BYTES: i32 = 1 << 20;
 /// Slack over the long-poll time before a fetch counts as timed out.
 const FETCH_SLACK: Duration = Duration::from_secs(5);
+/// Slack over the broker's produce timeout before the tool gives up on the answer: the
+/// broker's REQUEST_TIMED_OUT must arrive before the client drops the connection.
+const PRODUCE_SLACK: Duration = Duration::from_secs(5);
 /// Kafka's own limit on topic names.
 const MAX_TOPIC_BYTES: usize = 249;
 
@@ -166,6 +169,7 @@ impl Connector for Kafka {
             positions: None,
             buffered: VecDeque::new(),
             fetched: false,
+            push_error: None,
         })
     }
 }
@@ -192,6 +196,8 @@ pub struct KafkaDriver {
     buffered: VecDeque<Buffered>,
     /// Whether the last pop sent a Fetch (see `Driver::last_pop_on_wire`).
     fetched: bool,
+    /// The first partition error of the last Produce (see `Driver::take_push_error`).
+    push_error: Option<String>,
 }
 
 /// The Kafka group of a consumer: its consumer group, or in queue mode one group per topic
@@ -391,14 +397,34 @@ impl Driver for KafkaDriver {
         let message = requests::produce(&self.config.topic, batches, self.config.timeout_ms());
         let answer = self
             .conn
-            .request(requests::PRODUCE, &message, self.config.request_timeout)
+            .request(
+                requests::PRODUCE,
+                &message,
+                self.config.request_timeout + PRODUCE_SLACK,
+            )
             .await?;
         let errors = answers::produce(answer)?;
         let mut statuses = vec![PushStatus::Failed; batch.len()];
-        for (p, items) in by_partition {
-            if errors.get(&(self.config.topic.clone(), p)) == Some(&answers::NONE) {
-                for i in items {
-                    statuses[i] = PushStatus::Accepted;
+        self.push_error = None;
+        for &p in &order {
+            let items = by_partition.get(&p).map_or(&[][..], Vec::as_slice);
+            match errors.get(&(self.config.topic.clone(), p)) {
+                Some(&answers::NONE) => {
+                    for &i in items {
+                        statuses[i] = PushStatus::Accepted;
+                    }
+                }
+                other => {
+                    self.push_error.get_or_insert_with(|| match other {
+                        Some(&code) => format!(
+                            "produce {}/{p}: {}",
+                            self.config.topic,
+                            answers::error_name(code)
+                        ),
+                        None => {
+                            format!("produce {}/{p}: partition not answered", self.config.topic)
+                        }
+                    });
                 }
             }
         }
@@ -428,6 +454,10 @@ impl Driver for KafkaDriver {
 
     fn last_pop_on_wire(&self) -> bool {
         self.fetched
+    }
+
+    fn take_push_error(&mut self) -> Option<String> {
+        self.push_error.take()
     }
 
     async fn ack(&mut self, group: Option<&str>, acks: &[KafkaAck]) -> anyhow::Result<AckOutcome> {
