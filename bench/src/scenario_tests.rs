@@ -353,3 +353,23 @@ async fn kafka_refused_produces_carry_the_error_name() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// K4: a broker that answers every fetch from offset 0 is reported, not silently filtered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_records_below_the_fetch_offset_are_reported() -> anyhow::Result<()> {
+    let faults = KafkaFaults {
+        ignore_fetch_offset: true,
+        ..KafkaFaults::default()
+    };
+    let (addr, _) = MockKafka::start(faults).await?;
+    let report = run_kafka_at(&addr, "t", &plan(Scenario::Push)).await?;
+    assert!(
+        report
+            .error_samples
+            .iter()
+            .any(|e| e.contains("records of batches below that offset")),
+        "{:?}",
+        report.error_samples
+    );
+    Ok(())
+}

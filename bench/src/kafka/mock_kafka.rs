@@ -51,6 +51,8 @@ pub struct KafkaFaults {
     pub drop_every: Option<usize>,
     /// Answer every fetch of this partition with this error code.
     pub fail_partition: Option<(i32, i16)>,
+    /// Answer every fetch from offset 0, whatever was asked.
+    pub ignore_fetch_offset: bool,
     /// Refuse every produce to this partition with this error code (nothing stored).
     pub refuse_partition: Option<(i32, i16)>,
 }
@@ -314,7 +316,12 @@ impl MockKafka {
             let log = state.topics.get(&t.topic.0.to_string());
             let mut parts = Vec::new();
             for p in &t.partitions {
-                let from = usize::try_from(p.fetch_offset)?;
+                let asked = if self.faults.ignore_fetch_offset {
+                    0
+                } else {
+                    p.fetch_offset
+                };
+                let from = usize::try_from(asked)?;
                 let records: Vec<Record> = log
                     .and_then(|l| l.get(usize::try_from(p.partition).ok()?))
                     .map(|l| l.iter().enumerate().skip(from).take(FETCH_RECORDS))

@@ -337,12 +337,24 @@ impl KafkaDriver {
                     continue;
                 }
             };
-            // A batch may start before the asked offset; its earlier records were read before.
+            // The batch holding the asked offset may start before it (its earlier records
+            // were read before); a record of a batch wholly below it is the broker ignoring
+            // the fetch offset, reported rather than dropped in silence.
+            let mut below = 0usize;
             let records: Vec<Fetched> = decoded
                 .records
                 .into_iter()
-                .filter(|r| r.offset >= from)
+                .filter(|r| {
+                    below += usize::from(r.offset < from && r.batch_end <= from);
+                    r.offset >= from
+                })
                 .collect();
+            if below > 0 {
+                failures.push(format!(
+                    "fetch {topic}/{} at {from}: {below} records of batches below that offset",
+                    part.partition
+                ));
+            }
             fresh.push((part.partition, decoded.next_offset, records));
         }
         for (partition, next, records) in fresh {

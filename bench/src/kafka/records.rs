@@ -27,6 +27,8 @@ const CONTROL_BIT: i16 = 0x20;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fetched {
     pub offset: i64,
+    /// The offset after the batch that held this record.
+    pub batch_end: i64,
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,
 }
@@ -158,6 +160,7 @@ fn decode_batch(base_offset: i64, mut b: Reader, out: &mut Vec<Fetched>) -> anyh
             offset: base_offset
                 .checked_add(i64::from(offset_delta))
                 .context("record offset overflows")?,
+            batch_end: end,
             key,
             value,
         });
@@ -276,6 +279,23 @@ mod tests {
         let offsets: Vec<i64> = got.records.iter().map(|f| f.offset).collect();
         assert_eq!(offsets, vec![6]);
         assert_eq!(got.next_offset, Some(7));
+        Ok(())
+    }
+
+    /// K4: each record knows where its batch ends, so a fetch can tell the first batch's
+    /// earlier records (allowed) from a whole batch below the asked offset (a door bug).
+    #[test]
+    fn records_know_their_batch_end() -> anyhow::Result<()> {
+        let batch = sample()?;
+        let mut two = BytesMut::from(&batch[..]);
+        (&mut two[..8]).put_i64(40);
+        two.extend_from_slice(&batch);
+        let ends: Vec<i64> = decode_batches(two.freeze())?
+            .records
+            .iter()
+            .map(|f| f.batch_end)
+            .collect();
+        assert_eq!(ends, vec![43, 43, 43, 3, 3, 3]);
         Ok(())
     }
 }
