@@ -9,7 +9,7 @@
 # door (a fixed KAFKA_PORT): produce, fetch and offset commits, every record checked the same
 # way; a Kafka run also fails on any duplicate or unexpected id, and every report must name
 # the driver the run asked for (scripts/bench/smoke_check.py). Not a measurement. Part of
-# scripts/test.sh (so of CI): 24 s once built for all 12 runs, the two Kafka ones included,
+# scripts/test.sh (so of CI): 24-27 s once built for all 12 runs, the two Kafka ones included,
 # measured at load 10 on the 2-core box (2026-12-04); each run stops at --messages 20000 or
 # 2 s, and is cut at RUN_TIMEOUT (60 s).
 #
