@@ -185,6 +185,15 @@ async fn a_framed_pop_answered_in_json_is_an_error() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Asserts one of the report's error texts contains `needle`.
+fn assert_error_text(report: &Report, needle: &str) {
+    assert!(
+        report.error_samples.iter().any(|e| e.contains(needle)),
+        "{needle:?} not in {:?}",
+        report.error_samples
+    );
+}
+
 async fn run_kafka(plan: &Plan, drop_every: Option<usize>) -> anyhow::Result<Report> {
     let faults = KafkaFaults {
         drop_every,
@@ -252,14 +261,7 @@ async fn kafka_records_a_broker_drops_show_as_lost() -> anyhow::Result<()> {
 async fn kafka_transactions_are_refused_not_faked() -> anyhow::Result<()> {
     let report = run_kafka(&plan(Scenario::Txn), None).await?;
     assert_eq!(report.accepted, Some(0));
-    assert!(
-        report
-            .error_samples
-            .iter()
-            .any(|e| e.contains("unsupported with --driver kafka")),
-        "{:?}",
-        report.error_samples
-    );
+    assert_error_text(&report, "unsupported with --driver kafka");
     Ok(())
 }
 
@@ -297,14 +299,7 @@ async fn kafka_one_failing_partition_does_not_starve_the_others() -> anyhow::Res
     let report = run_kafka_at(&addr, "t", &plan(Scenario::Push)).await?;
     assert_eq!(report.accepted, Some(2_000), "{report:?}");
     assert_eq!(report.lost, Some(2_000 / 4), "{report:?}");
-    assert!(
-        report
-            .error_samples
-            .iter()
-            .any(|e| e.contains("OFFSET_OUT_OF_RANGE")),
-        "{:?}",
-        report.error_samples
-    );
+    assert_error_text(&report, "OFFSET_OUT_OF_RANGE");
     Ok(())
 }
 
@@ -343,14 +338,7 @@ async fn kafka_refused_produces_carry_the_error_name() -> anyhow::Result<()> {
     let report = run_kafka_at(&addr, "t", &plan(Scenario::Push)).await?;
     assert_eq!(report.accepted, Some(2_000 - 2_000 / 4), "{report:?}");
     assert_eq!(report.push_items_refused, 2_000 / 4);
-    assert!(
-        report
-            .error_samples
-            .iter()
-            .any(|e| e.contains("produce bench-test/1: MESSAGE_TOO_LARGE")),
-        "{:?}",
-        report.error_samples
-    );
+    assert_error_text(&report, "produce bench-test/1: MESSAGE_TOO_LARGE");
     Ok(())
 }
 
@@ -363,13 +351,6 @@ async fn kafka_records_below_the_fetch_offset_are_reported() -> anyhow::Result<(
     };
     let (addr, _) = MockKafka::start(faults).await?;
     let report = run_kafka_at(&addr, "t", &plan(Scenario::Push)).await?;
-    assert!(
-        report
-            .error_samples
-            .iter()
-            .any(|e| e.contains("records of batches below that offset")),
-        "{:?}",
-        report.error_samples
-    );
+    assert_error_text(&report, "records of batches below that offset");
     Ok(())
 }
