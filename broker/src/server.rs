@@ -86,6 +86,14 @@ pub async fn serve(
     let kafka_security = kafka_security(&cfg)?;
     let memory = crate::memory::Memory::from_config(cfg.memory_limit_bytes);
     let cache_bytes = memory.budget.cache_bytes(cfg.entry_cache_bytes);
+    // A configured budget was checked with the config; a derived one is known only now.
+    memory
+        .budget
+        .check_metrics_ring(
+            cfg.metrics_history_samples,
+            crate::node_metrics::SAMPLE_BYTES,
+        )
+        .map_err(|e| anyhow!("metrics_history_samples {e}"))?;
     tracing::info!(
         budget = memory.budget.total,
         from = memory.budget.source,
@@ -203,6 +211,8 @@ pub async fn serve(
         max_ack_items: cfg.max_ack_items as usize,
         max_txn_ops: cfg.max_txn_ops as usize,
         max_trace_bytes: cfg.max_trace_bytes as usize,
+        streams_state_max_keys: cfg.streams_state_max_keys,
+        streams_state_max_bytes: cfg.streams_state_max_bytes,
         ephemeral: Some(ephemeral.clone()),
     };
     let (kafka_stop_tx, kafka_stop_rx) = tokio::sync::watch::channel(false);

@@ -89,7 +89,9 @@ pub fn doc(d: &QueueDoc) -> Value {
                 "retainedBytes": p.retained_bytes,
                 "stats": totals(&p.stats),
                 // Batches are not counted by this broker: null, never a made-up 0.
-                "cursor": {"totalConsumed": p.stats.completed, "batchesConsumed": null},
+                // The slowest group's cursor: it counts what retention removed since, so it
+                // never shrinks as `stats.completed` does.
+                "cursor": {"totalConsumed": p.consumed, "batchesConsumed": null},
             })
         })
         .collect();
