@@ -119,6 +119,8 @@ pub async fn serve(
         cfg.jwt_secret.is_some() || kafka_security.users.is_some(),
         max_groups,
     );
+    // One cap on parked polls for the node: the engines' and the ephemeral store's.
+    let long_polls = crate::engine::LongPollSlots::new(door_caps.long_polls);
     let ecfg = EngineConfig {
         max_batch: cfg.commit_max_batch as usize,
         max_bytes: cfg.commit_max_bytes as usize,
@@ -128,7 +130,7 @@ pub async fn serve(
         memory: Some(memory.clone()),
         max_new_partitions: usize::try_from(cfg.max_new_partitions_per_request)
             .unwrap_or(usize::MAX),
-        long_polls: crate::engine::LongPollSlots::new(door_caps.long_polls),
+        long_polls: long_polls.clone(),
         disk: disk_gate(&cfg)?,
         reclaim: crate::engine::reclaim::Reclaimer::new(
             cfg.reclaim_enabled,
@@ -175,9 +177,9 @@ pub async fn serve(
                 n => n.min(cfg.ephemeral_max_bytes),
             },
             implicit_idle: Duration::from_secs(cfg.ephemeral_implicit_idle_s),
-            max_waiters: door_caps.long_polls,
         },
         Some(memory.clone()),
+        long_polls,
     ));
     let sweeper = crate::ephemeral::spawn_sweeper(ephemeral.clone());
     let listener = tokio::net::TcpListener::bind(cfg.http_addr)

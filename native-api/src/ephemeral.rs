@@ -9,7 +9,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use queenmq_protocol::ephemeral::check_ephemeral_name;
+use queenmq_protocol::ephemeral::{check_ephemeral_field, check_ephemeral_name};
 use queenmq_protocol::{
     Access, Command, EphemeralConfigOutcome, EphemeralConfigReq, EphemeralOptions, Outcome,
     RequestCtx,
@@ -344,7 +344,7 @@ pub async fn pop(
     check_ephemeral_name(&queue).map_err(|e| bad(e.message))?;
     for (name, v) in [("partition", &p.partition), ("group", &p.group)] {
         if let Some(v) = v {
-            check_ephemeral_name(v).map_err(|e| bad(format!("{name}: {}", e.message)))?;
+            check_ephemeral_field(name, v).map_err(|e| bad(e.message))?;
         }
     }
     let batch = bounded(&p.batch, "batch", 1, 1, MAX_BATCH)? as usize;
@@ -362,7 +362,7 @@ pub async fn pop(
     let mut got = store.pop(&ctx.tenant, &ask)?;
     if wait {
         let _slot = store
-            .wait_slot()
+            .wait_slot(&ctx.tenant)
             .ok_or_else(|| EphemeralRefusal::Unavailable("too many waiting pops".into()))?;
         let start = tokio::time::Instant::now();
         let deadline = start + Duration::from_millis(timeout);
@@ -381,7 +381,9 @@ pub async fn pop(
             if tokio::time::Instant::now() >= until {
                 break;
             }
-            let gate = store.wake(&ctx.tenant, &queue);
+            let Some(gate) = store.wake(&ctx.tenant, &queue) else {
+                break;
+            };
             let rung = gate.notified();
             tokio::pin!(rung);
             rung.as_mut().enable();
@@ -489,7 +491,7 @@ fn optional_name(m: &Map<String, Value>, key: &str) -> Result<Option<String>, Ep
     match m.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(v)) => {
-            check_ephemeral_name(v).map_err(|e| bad(format!("{key}: {}", e.message)))?;
+            check_ephemeral_field(key, v).map_err(|e| bad(e.message))?;
             Ok(Some(v.clone()))
         }
         Some(_) => Err(bad(format!("{key} must be a string"))),

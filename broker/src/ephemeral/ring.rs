@@ -23,7 +23,7 @@ pub const ENTRY_COST: u64 = 64;
 /// A ring keeps at least this many slots when it shrinks, so a steady trickle does not
 /// reallocate on every message.
 const MIN_SLOTS: usize = 16;
-const SLOT: u64 = std::mem::size_of::<Item>() as u64;
+pub const SLOT: u64 = std::mem::size_of::<Item>() as u64;
 
 pub struct Item {
     pub seq: u64,
