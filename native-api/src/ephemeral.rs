@@ -2,7 +2,6 @@
 //! go through the bus first (replicated), then to the store; contents never touch the bus.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -359,58 +358,11 @@ pub async fn pop(
         batch,
         auto_ack,
     };
-    let mut got = store.pop(&ctx.tenant, &ask)?;
-    if wait {
-        let _slot = store
-            .wait_slot(&ctx.tenant)
-            .ok_or_else(|| EphemeralRefusal::Unavailable("too many waiting pops".into()))?;
-        let start = tokio::time::Instant::now();
-        let deadline = start + Duration::from_millis(timeout);
-        // Until something arrives; then, with a windowBuffer, a little longer to fatten it.
-        let mut until = deadline;
-        loop {
-            let (window_ms, window_count) = store.window(&ctx.tenant, &queue);
-            let want = (window_count as usize).clamp(1, batch);
-            if !got.is_empty() {
-                if window_ms == 0 || got.len() >= want {
-                    break;
-                }
-                until = until
-                    .min(tokio::time::Instant::now() + Duration::from_millis(window_ms.into()));
-            }
-            if tokio::time::Instant::now() >= until {
-                break;
-            }
-            let Some(gate) = store.wake(&ctx.tenant, &queue) else {
-                break;
-            };
-            let rung = gate.notified();
-            tokio::pin!(rung);
-            rung.as_mut().enable();
-            let more = match store.pop(
-                &ctx.tenant,
-                &PopAsk {
-                    batch: batch - got.len(),
-                    ..ask.clone()
-                },
-            ) {
-                Ok(more) => more,
-                // What this pop already took is answered, never thrown away.
-                Err(_) if !got.is_empty() => break,
-                Err(e) => return Err(e.into()),
-            };
-            if more.is_empty() {
-                tokio::select! {
-                    _ = &mut rung => {}
-                    _ = tokio::time::sleep_until(until) => {}
-                }
-            }
-            got.extend(more);
-            if got.len() >= batch {
-                break;
-            }
-        }
-    }
+    let got = if wait {
+        crate::ephemeral_wait::pop_waiting(&*store, &ctx.tenant, &ask, timeout).await?
+    } else {
+        store.pop(&ctx.tenant, &ask)?
+    };
     let messages: Vec<Value> = got
         .into_iter()
         .map(|m| {

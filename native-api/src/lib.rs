@@ -10,6 +10,7 @@ mod capped;
 mod dlq_admin;
 mod ephemeral;
 pub mod ephemeral_door;
+pub mod ephemeral_wait;
 mod error;
 mod groups;
 mod health;

@@ -1249,4 +1249,22 @@ mod tests {
         // Another queue of the tenant, which frees nothing, is still refused.
         assert!(s.push("t", "other", None, vec!["z".repeat(1_000)]).is_err());
     }
+
+    /// R1 (review s14): a waiting pop that finds no free long-poll slot is refused before
+    /// it takes anything, so the message is still there for the next pop.
+    #[tokio::test]
+    async fn a_waiting_pop_without_a_slot_takes_nothing() {
+        let slots = LongPollSlots::new(1);
+        let s = store_with(1 << 30, 1 << 30, slots.clone());
+        s.push("t", "q", None, msgs(1)).unwrap();
+        let durable = slots.try_take();
+        assert!(durable.is_some());
+        let mut a = ask("q", None, "g");
+        a.auto_ack = true;
+        let refused = queenmq_native_api::ephemeral_wait::pop_waiting(&s, "t", &a, 0).await;
+        assert!(matches!(refused, Err(EphemeralRefusal::Unavailable(_))));
+        drop(durable);
+        let got = queenmq_native_api::ephemeral_wait::pop_waiting(&s, "t", &a, 0).await;
+        assert_eq!(got.unwrap().len(), 1, "the refused pop took the message");
+    }
 }
