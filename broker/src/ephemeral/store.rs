@@ -83,6 +83,9 @@ struct Queue {
     /// The ring the last pop without a partition started at: the next starts after it, so one
     /// busy partition does not starve others.
     turn: Option<String>,
+    /// No message held is smaller than this (payload plus `ITEM_OVERHEAD`): the least pushed since the
+    /// queue was last empty. Lets `dropOldest` bound what a push frees without a walk.
+    least_item: u64,
 }
 
 impl Queue {
@@ -97,6 +100,7 @@ impl Queue {
             charged: queue_cost(name),
             wake: Arc::new(tokio::sync::Notify::new()),
             turn: None,
+            least_item: u64::MAX,
         }
     }
 }
@@ -361,42 +365,21 @@ fn age_out(q: &mut Queue, now: Instant) -> u64 {
     freed
 }
 
-/// What `dropOldest` will free, as the cap counts it, for a push of `n` messages of `bytes`:
-/// the messages it will push out (the queue's oldest first, as the push drops them) give back
-/// their bytes and leave their slot empty. Read only, before anything is dropped, so the node
-/// and tenant caps judge the push on its balance (review s12 E14). Leases dropped with them
-/// are not counted: an underestimate, never an overestimate.
+/// What `dropOldest` will free, as the cap counts it, for a push of `n` messages of `bytes`,
+/// read before anything is dropped so the node and tenant caps judge the push on its balance
+/// (review s12 E14). A lower bound from counters, never a walk of the rings (review s14 R3):
+/// the push drops at least enough messages to get back under `maxLength` (and one if it is
+/// over `maxBytes`), each gives back at least the queue's least message and leaves its slot
+/// empty. Leases dropped with them are not counted either: an underestimate, never more.
 fn drop_oldest_frees(q: &Queue, n: u64, bytes: u64) -> u64 {
     let o = &q.options;
-    if !o.drop_oldest {
+    if !o.drop_oldest || q.length == 0 {
         return 0;
     }
-    let over =
-        |length: u64, held: u64| length + n > u64::from(o.max_length) || held + bytes > o.max_bytes;
-    let (mut length, mut held, mut freed) = (q.length, q.bytes, 0u64);
-    let mut next: BinaryHeap<Reverse<(Instant, &str, usize)>> = q
-        .rings
-        .iter()
-        .filter_map(|(name, r)| r.items.front().map(|i| Reverse((i.at, name.as_str(), 0))))
-        .collect();
-    while over(length, held) {
-        let Some(Reverse((_, name, i))) = next.pop() else {
-            break;
-        };
-        let Some(ring) = q.rings.get(name) else {
-            continue;
-        };
-        let Some(item) = ring.items.get(i) else {
-            continue;
-        };
-        freed += item.bytes().saturating_sub(SLOT);
-        held = held.saturating_sub(item.bytes());
-        length = length.saturating_sub(1);
-        if let Some(after) = ring.items.get(i + 1) {
-            next.push(Reverse((after.at, name, i + 1)));
-        }
-    }
-    freed
+    let by_length = (q.length + n).saturating_sub(u64::from(o.max_length));
+    let by_bytes = u64::from(q.bytes + bytes > o.max_bytes);
+    let dropped = by_length.max(by_bytes).min(q.length);
+    dropped.saturating_mul(q.least_item.saturating_sub(SLOT))
 }
 
 /// After consumption: items every group is past leave, their bytes given back.
@@ -548,6 +531,10 @@ impl EphemeralDoor for Store {
             .iter()
             .map(|p| p.len() as u64 + ITEM_OVERHEAD)
             .sum();
+        let payloads_least = payloads
+            .iter()
+            .map(|p| p.len() as u64 + ITEM_OVERHEAD)
+            .min();
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
         let q = inner.queue(tenant, queue, now)?;
@@ -624,6 +611,11 @@ impl EphemeralDoor for Store {
             }
             ring.shrink();
         });
+        if q.length == 0 {
+            q.least_item = u64::MAX;
+        }
+        let least = payloads_least.unwrap_or(u64::MAX);
+        q.least_item = q.least_item.min(least);
         q.length += n;
         q.bytes += bytes;
         q.wake.notify_waiters();
@@ -1266,5 +1258,33 @@ mod tests {
         drop(durable);
         let got = queenmq_native_api::ephemeral_wait::pop_waiting(&s, "t", &a, 0).await;
         assert_eq!(got.unwrap().len(), 1, "the refused pop took the message");
+    }
+
+    /// R3 (review s14): dropOldest's estimate is read from counters: nothing while the queue
+    /// is under its bounds, and past them no more than the drops really give back.
+    #[test]
+    fn drop_oldest_frees_is_a_counter_bound() {
+        let s = store(1 << 30, 1 << 30);
+        let options = EphemeralOptions {
+            max_length: 3,
+            drop_oldest: true,
+            ..EphemeralOptions::default()
+        };
+        s.declare("t", "d", options);
+        s.push("t", "d", Some("a"), vec!["x".repeat(500)]).unwrap();
+        s.push("t", "d", Some("b"), vec!["y".into()]).unwrap();
+        s.push("t", "d", Some("c"), vec!["z".repeat(900)]).unwrap();
+        let mut g = lock(&s.inner);
+        let q = g.queue("t", "d", Instant::now()).unwrap();
+        assert_eq!(q.least_item, 1 + ITEM_OVERHEAD);
+        // Over by two: at least two drops, each at least the least message less its slot,
+        // though the two oldest (500 and 1 bytes) give back more.
+        assert_eq!(drop_oldest_frees(q, 2, 2), 2 * (1 + ITEM_OVERHEAD - SLOT));
+        q.options.max_length = 10;
+        assert_eq!(
+            drop_oldest_frees(q, 2, 2),
+            0,
+            "under its bounds nothing is freed"
+        );
     }
 }
