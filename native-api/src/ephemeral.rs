@@ -357,6 +357,7 @@ pub async fn pop(
         group: p.group.as_deref(),
         batch,
         auto_ack,
+        existing: false,
     };
     let got = if wait {
         crate::ephemeral_wait::pop_waiting(&*store, &ctx.tenant, &ask, timeout).await?

@@ -42,6 +42,9 @@ pub struct PopAsk<'a> {
     pub batch: usize,
     /// Commit at delivery: no lease, nothing to ack.
     pub auto_ack: bool,
+    /// Only a queue that exists: a missing one is `NotFound`, not made implicit. A waiting
+    /// pop's repeats ask this, so a DELETE while it waited does not bring the queue back.
+    pub existing: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

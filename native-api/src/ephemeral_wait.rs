@@ -43,10 +43,13 @@ pub async fn pop_waiting(
             tenant,
             &PopAsk {
                 batch: ask.batch - got.len(),
+                existing: true,
                 ..ask.clone()
             },
         ) {
             Ok(more) => more,
+            // Deleted since `wake` (review s14 R6): answered with what it has.
+            Err(EphemeralRefusal::NotFound) => break,
             // What this pop already took is answered, never thrown away.
             Err(_) if !got.is_empty() => break,
             Err(e) => return Err(e),

@@ -642,6 +642,9 @@ impl EphemeralDoor for Store {
                 .tenants
                 .get(tenant)
                 .and_then(|t| t.queues.get(ask.queue));
+            if q.is_none() && ask.existing {
+                return Err(EphemeralRefusal::NotFound);
+            }
             let rings = match (q, ask.partition) {
                 (None, _) => 0,
                 (Some(_), Some(_)) => 1,
@@ -938,6 +941,7 @@ mod tests {
             group: Some(group),
             batch: 10_000,
             auto_ack: false,
+            existing: false,
         }
     }
 
@@ -1286,5 +1290,20 @@ mod tests {
             0,
             "under its bounds nothing is freed"
         );
+    }
+
+    /// R6 (review s14): the repeats of a waiting pop never make the queue again after a
+    /// DELETE that came between its `wake` and its pop.
+    #[test]
+    fn a_repeat_pop_after_a_delete_does_not_bring_the_queue_back() {
+        let s = store(1 << 30, 1 << 30);
+        s.declare("t", "q", EphemeralOptions::default());
+        assert!(s.wake("t", "q").is_some());
+        assert!(s.forget("t", "q"));
+        let mut again = ask("q", None, "g");
+        again.existing = true;
+        assert_eq!(s.pop("t", &again), Err(EphemeralRefusal::NotFound));
+        assert_eq!(s.queues("t")["queues"], json!([]));
+        assert_eq!(s.bytes(), 0);
     }
 }
