@@ -750,7 +750,6 @@ impl EphemeralDoor for Store {
         // One cap for the node's parked polls, durable and ephemeral alike (the memory share
         // it was sized from holds that many), and a tenant's ephemeral waits within its part
         // of it, so one tenant cannot take every slot (review s12 E10).
-        let node = self.slots.try_take()?;
         let mut waiting = lock_waiting(&self.waiting);
         let held = waiting.entry(tenant.to_string()).or_insert(0);
         if *held >= self.slots.group_quota() {
@@ -1305,5 +1304,17 @@ mod tests {
         assert_eq!(s.pop("t", &again), Err(EphemeralRefusal::NotFound));
         assert_eq!(s.queues("t")["queues"], json!([]));
         assert_eq!(s.bytes(), 0);
+    }
+
+    /// R2 (review s14): a waiting pop refused at the node's cap asks every group to forget
+    /// the durable polls whose clients are gone, as a durable refusal does.
+    #[test]
+    fn a_wait_refused_at_the_node_cap_asks_for_a_sweep() {
+        let slots = LongPollSlots::new(1);
+        let s = store_with(1 << 30, 1 << 30, slots.clone());
+        let _durable = slots.try_take();
+        let epoch = slots.sweep_epoch();
+        assert!(s.wait_slot("t").is_none());
+        assert!(slots.sweep_epoch() > epoch);
     }
 }
