@@ -90,7 +90,8 @@ pub fn doc(d: &QueueDoc) -> Value {
                 "stats": totals(&p.stats),
                 // Batches are not counted by this broker: null, never a made-up 0.
                 // The slowest group's cursor: it counts what retention removed since, so it
-                // never shrinks as `stats.completed` does.
+                // does not shrink under retention as `stats.completed` does (a new group from
+                // the beginning or a seek back still moves it down: docs/api.md).
                 "cursor": {"totalConsumed": p.consumed, "batchesConsumed": null},
             })
         })
