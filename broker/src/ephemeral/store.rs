@@ -371,15 +371,19 @@ fn age_out(q: &mut Queue, now: Instant) -> u64 {
 /// the push drops at least enough messages to get back under `maxLength` (and one if it is
 /// over `maxBytes`), each gives back at least the queue's least message and leaves its slot
 /// empty. Leases dropped with them are not counted either: an underestimate, never more.
-fn drop_oldest_frees(q: &Queue, n: u64, bytes: u64) -> u64 {
+/// Answers (messages dropped at least, bytes freed at least).
+fn drop_oldest_frees(q: &Queue, n: u64, bytes: u64) -> (u64, u64) {
     let o = &q.options;
     if !o.drop_oldest || q.length == 0 {
-        return 0;
+        return (0, 0);
     }
     let by_length = (q.length + n).saturating_sub(u64::from(o.max_length));
     let by_bytes = u64::from(q.bytes + bytes > o.max_bytes);
     let dropped = by_length.max(by_bytes).min(q.length);
-    dropped.saturating_mul(q.least_item.saturating_sub(SLOT))
+    (
+        dropped,
+        dropped.saturating_mul(q.least_item.saturating_sub(SLOT)),
+    )
 }
 
 /// After consumption: items every group is past leave, their bytes given back.
@@ -552,15 +556,21 @@ impl EphemeralDoor for Store {
             )));
         }
         age_out(q, now);
+        let (dropped, frees) = drop_oldest_frees(q, n, bytes);
+        // A lone ring gives the drops from its own slots, so they make room for the push
+        // before the deque would double (review s14 R4).
+        let dropped_here = if q.rings.len() == 1 { dropped } else { 0 };
         let grow = bytes
             + match q.rings.get(partition) {
-                Some(r) => r.growth_for(payloads.len()),
+                Some(r) => r.growth_after(
+                    usize::try_from(dropped_here).unwrap_or(usize::MAX),
+                    payloads.len(),
+                ),
                 None => {
                     ring_charge(partition, &Ring::default())
                         + Ring::default().growth_for(payloads.len())
                 }
             };
-        let frees = drop_oldest_frees(q, n, bytes);
         let aged = q.charged;
         settle(inner, tenant, before, aged);
         // Judged on the balance: a dropOldest feed at its bound takes out what it brings in.
@@ -750,6 +760,12 @@ impl EphemeralDoor for Store {
         // One cap for the node's parked polls, durable and ephemeral alike (the memory share
         // it was sized from holds that many), and a tenant's ephemeral waits within its part
         // of it, so one tenant cannot take every slot (review s12 E10).
+        let Some(node) = self.slots.try_take() else {
+            // Durable polls whose clients are gone may hold the node's slots: every group is
+            // asked to forget them, as a durable refusal does (review s14 R2).
+            self.slots.ask_sweep();
+            return None;
+        };
         let mut waiting = lock_waiting(&self.waiting);
         let held = waiting.entry(tenant.to_string()).or_insert(0);
         if *held >= self.slots.group_quota() {
@@ -1282,13 +1298,28 @@ mod tests {
         assert_eq!(q.least_item, 1 + ITEM_OVERHEAD);
         // Over by two: at least two drops, each at least the least message less its slot,
         // though the two oldest (500 and 1 bytes) give back more.
-        assert_eq!(drop_oldest_frees(q, 2, 2), 2 * (1 + ITEM_OVERHEAD - SLOT));
+        assert_eq!(
+            drop_oldest_frees(q, 2, 2),
+            (2, 2 * (1 + ITEM_OVERHEAD - SLOT))
+        );
         q.options.max_length = 10;
         assert_eq!(
             drop_oldest_frees(q, 2, 2),
-            0,
+            (0, 0),
             "under its bounds nothing is freed"
         );
+    }
+
+    /// R2 (review s14): a waiting pop refused at the node's cap asks every group to forget
+    /// the durable polls whose clients are gone, as a durable refusal does.
+    #[test]
+    fn a_wait_refused_at_the_node_cap_asks_for_a_sweep() {
+        let slots = LongPollSlots::new(1);
+        let s = store_with(1 << 30, 1 << 30, slots.clone());
+        let _durable = slots.try_take();
+        let epoch = slots.sweep_epoch();
+        assert!(s.wait_slot("t").is_none());
+        assert!(slots.sweep_epoch() > epoch);
     }
 
     /// R6 (review s14): the repeats of a waiting pop never make the queue again after a
@@ -1306,15 +1337,30 @@ mod tests {
         assert_eq!(s.bytes(), 0);
     }
 
-    /// R2 (review s14): a waiting pop refused at the node's cap asks every group to forget
-    /// the durable polls whose clients are gone, as a durable refusal does.
+    /// R4 (review s14): a lone ring full to its deque's capacity still takes a dropOldest
+    /// push at the node cap: the drop frees the slot the push needs, no doubling happens.
     #[test]
-    fn a_wait_refused_at_the_node_cap_asks_for_a_sweep() {
-        let slots = LongPollSlots::new(1);
-        let s = store_with(1 << 30, 1 << 30, slots.clone());
-        let _durable = slots.try_take();
-        let epoch = slots.sweep_epoch();
-        assert!(s.wait_slot("t").is_none());
-        assert!(slots.sweep_epoch() > epoch);
+    fn a_drop_oldest_ring_at_its_capacity_is_judged_on_its_balance() {
+        let options = EphemeralOptions {
+            max_length: 16,
+            drop_oldest: true,
+            ..EphemeralOptions::default()
+        };
+        let fill = |s: &Store| {
+            s.declare("t", "d", options);
+            for _ in 0..16 {
+                s.push("t", "d", None, vec!["x".repeat(1_000)]).unwrap();
+            }
+        };
+        let a = store(1 << 30, 1 << 30);
+        fill(&a);
+        let full = a.bytes();
+        let cap = full + 64;
+        let s = store(cap, cap);
+        fill(&s);
+        assert_eq!(s.bytes(), full);
+        assert_eq!(s.push("t", "d", None, vec!["y".repeat(1_000)]), Ok(1));
+        assert!(s.bytes() <= cap, "{} > {cap}", s.bytes());
+        assert_consistent(&s);
     }
 }
