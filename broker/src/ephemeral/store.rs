@@ -1226,30 +1226,32 @@ mod tests {
         assert!(s.wake("t", "q").is_some());
         assert!(s.forget("t", "q"));
         assert!(s.wake("t", "q").is_none());
+        // R6 (review s14): nor by the waiter's next pop, when the DELETE came between its
+        // `wake` and that pop.
+        let mut again = ask("q", None, "g");
+        again.existing = true;
+        assert_eq!(s.pop("t", &again), Err(EphemeralRefusal::NotFound));
         assert_eq!(s.queues("t")["queues"], json!([]));
         assert_eq!(s.bytes(), 0);
     }
 
-    /// E14: at the node's cap a full dropOldest feed still takes a message that pushes out
-    /// one of its own size.
-    #[test]
-    fn a_full_drop_oldest_feed_is_judged_on_its_balance_at_the_node_cap() {
+    /// A dropOldest feed of `max_length` 1 000-byte messages in one partition, at a node cap
+    /// with less room left than one message: only the push's balance lets one more in.
+    fn a_full_feed_takes_one_more_at_the_node_cap(max_length: u32) -> Store {
         let options = EphemeralOptions {
-            max_length: 100,
+            max_length,
             drop_oldest: true,
             ..EphemeralOptions::default()
         };
-        // One at a time, so each push's estimate of ring growth is small.
         let fill = |s: &Store| {
             s.declare("t", "d", options);
-            for _ in 0..100 {
+            for _ in 0..max_length {
                 s.push("t", "d", None, vec!["x".repeat(1_000)]).unwrap();
             }
         };
         let a = store(1 << 30, 1 << 30);
         fill(&a);
         let full = a.bytes();
-        // Less room left than one message: only the balance lets it in.
         let cap = full + 64;
         let s = store(cap, cap);
         fill(&s);
@@ -1257,6 +1259,14 @@ mod tests {
         assert_eq!(s.push("t", "d", None, vec!["y".repeat(1_000)]), Ok(1));
         assert!(s.bytes() <= cap, "{} > {cap}", s.bytes());
         assert_consistent(&s);
+        s
+    }
+
+    /// E14: at the node's cap a full dropOldest feed still takes a message that pushes out
+    /// one of its own size.
+    #[test]
+    fn a_full_drop_oldest_feed_is_judged_on_its_balance_at_the_node_cap() {
+        let s = a_full_feed_takes_one_more_at_the_node_cap(100);
         // Another queue of the tenant, which frees nothing, is still refused.
         assert!(s.push("t", "other", None, vec!["z".repeat(1_000)]).is_err());
     }
@@ -1322,45 +1332,10 @@ mod tests {
         assert!(slots.sweep_epoch() > epoch);
     }
 
-    /// R6 (review s14): the repeats of a waiting pop never make the queue again after a
-    /// DELETE that came between its `wake` and its pop.
-    #[test]
-    fn a_repeat_pop_after_a_delete_does_not_bring_the_queue_back() {
-        let s = store(1 << 30, 1 << 30);
-        s.declare("t", "q", EphemeralOptions::default());
-        assert!(s.wake("t", "q").is_some());
-        assert!(s.forget("t", "q"));
-        let mut again = ask("q", None, "g");
-        again.existing = true;
-        assert_eq!(s.pop("t", &again), Err(EphemeralRefusal::NotFound));
-        assert_eq!(s.queues("t")["queues"], json!([]));
-        assert_eq!(s.bytes(), 0);
-    }
-
-    /// R4 (review s14): a lone ring full to its deque's capacity still takes a dropOldest
-    /// push at the node cap: the drop frees the slot the push needs, no doubling happens.
+    /// R4 (review s14): a lone ring full to its deque's capacity (16) still takes a
+    /// dropOldest push at the node cap: the drop frees the slot the push needs.
     #[test]
     fn a_drop_oldest_ring_at_its_capacity_is_judged_on_its_balance() {
-        let options = EphemeralOptions {
-            max_length: 16,
-            drop_oldest: true,
-            ..EphemeralOptions::default()
-        };
-        let fill = |s: &Store| {
-            s.declare("t", "d", options);
-            for _ in 0..16 {
-                s.push("t", "d", None, vec!["x".repeat(1_000)]).unwrap();
-            }
-        };
-        let a = store(1 << 30, 1 << 30);
-        fill(&a);
-        let full = a.bytes();
-        let cap = full + 64;
-        let s = store(cap, cap);
-        fill(&s);
-        assert_eq!(s.bytes(), full);
-        assert_eq!(s.push("t", "d", None, vec!["y".repeat(1_000)]), Ok(1));
-        assert!(s.bytes() <= cap, "{} > {cap}", s.bytes());
-        assert_consistent(&s);
+        a_full_feed_takes_one_more_at_the_node_cap(16);
     }
 }
