@@ -282,6 +282,24 @@ pub(crate) const KEYS: &[KeySpec] = &[
         },
     },
     KeySpec {
+        name: "streams_state_max_keys",
+        env: "QUEEN_STREAMS_STATE_MAX_KEYS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 100_000_000,
+        },
+    },
+    KeySpec {
+        name: "streams_state_max_bytes",
+        env: "QUEEN_STREAMS_STATE_MAX_BYTES",
+        flag: None,
+        kind: Kind::Uint {
+            min: 4 * KIB,
+            max: 256 * MIB,
+        },
+    },
+    KeySpec {
         name: "metrics_sample_s",
         env: "QUEEN_METRICS_SAMPLE_S",
         flag: None,

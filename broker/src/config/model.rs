@@ -73,6 +73,10 @@ pub struct Config {
     pub max_new_partitions_per_request: u64,
     /// Long-poll pops parked at once on this node (more are answered 503).
     pub max_long_polls: u64,
+    /// State rows one streams query may hold (every partition's); a cycle past it is 413.
+    pub streams_state_max_keys: u64,
+    /// Bytes one streams query's state rows may hold (as the KV cap counts them).
+    pub streams_state_max_bytes: u64,
     /// Ephemeral (RAM) queues answer; off: every ephemeral route answers 503
     /// `ephemeral_disabled`.
     pub ephemeral_enabled: bool,
@@ -185,6 +189,8 @@ impl Default for Config {
             max_trace_bytes: 64 * KIB,
             max_new_partitions_per_request: 10_000,
             max_long_polls: 20_000,
+            streams_state_max_keys: 1_000_000,
+            streams_state_max_bytes: 64 * MIB,
             ephemeral_enabled: true,
             ephemeral_max_bytes: 256 * MIB,
             ephemeral_tenant_max_bytes: 0,
@@ -248,6 +254,17 @@ impl Config {
                     self.memory_limit_bytes
                 ),
             });
+        }
+        if self.memory_limit_bytes != 0 {
+            crate::memory::budget::Budget::derive(self.memory_limit_bytes, None, None)
+                .check_metrics_ring(
+                    self.metrics_history_samples,
+                    crate::node_metrics::SAMPLE_BYTES,
+                )
+                .map_err(|message| ValueError::Bad {
+                    key: "metrics_history_samples",
+                    message,
+                })?;
         }
         if self.data_dir.as_os_str().is_empty() {
             return Err(ValueError::Bad {
@@ -420,6 +437,8 @@ impl Config {
             "max_trace_bytes" => self.max_trace_bytes,
             "max_new_partitions_per_request" => self.max_new_partitions_per_request,
             "max_long_polls" => self.max_long_polls,
+            "streams_state_max_keys" => self.streams_state_max_keys,
+            "streams_state_max_bytes" => self.streams_state_max_bytes,
             "ephemeral_max_bytes" => self.ephemeral_max_bytes,
             "ephemeral_tenant_max_bytes" => self.ephemeral_tenant_max_bytes,
             "ephemeral_implicit_idle_s" => self.ephemeral_implicit_idle_s,

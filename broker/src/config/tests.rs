@@ -619,3 +619,25 @@ fn reclaim_is_on_by_default_and_turned_off_by_env() {
     .expect("env loads");
     assert!(!loaded.config.reclaim_enabled);
 }
+
+#[test]
+fn a_metrics_ring_past_its_share_of_the_budget_is_refused() {
+    let sample = crate::node_metrics::SAMPLE_BYTES;
+    // 10 % of a 32 MiB budget.
+    let fits = (32u64 << 20) / 10 / sample;
+    let (_d, path) = file(&format!(
+        "memory_limit_bytes = {}\nmetrics_history_samples = {fits}\n",
+        32u64 << 20
+    ));
+    assert!(load_env(&with_file(&path), &[]).is_ok());
+    let (_d, path) = file(&format!(
+        "memory_limit_bytes = {}\nmetrics_history_samples = {}\n",
+        32u64 << 20,
+        fits + 1
+    ));
+    let err = load_env(&with_file(&path), &[]).unwrap_err();
+    assert!(err.to_string().contains("metrics_history_samples"), "{err}");
+    // The default ring fits the smallest budget.
+    let (_d, path) = file(&format!("memory_limit_bytes = {}\n", 32u64 << 20));
+    assert!(load_env(&with_file(&path), &[]).is_ok());
+}
