@@ -1,7 +1,7 @@
 //! The frames of the Raft network between nodes: the first layer of issue 13's transport
 //! (docs/raft-storage.md "Next: the Raft network"). Everything read off a peer's connection is
-//! checked here before a byte of it is allocated; connections and the `RaftNetworkFactory` on
-//! top are not built yet.
+//! checked here before a byte of it is allocated; the connections on top are `tcp_client`
+//! (the `RaftNetworkFactory`) and `tcp_server` (the listener), the bodies `rpc_codec`.
 //!
 //! A frame is a kind (1 byte), a request id (8 bytes, little-endian), a body length (4 bytes,
 //! little-endian) and the body. The first frame on a connection is `Hello` (id 0) with the

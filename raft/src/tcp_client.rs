@@ -1,0 +1,244 @@
+//! The calling side of the Raft network between `queen` processes: a `RaftNetworkFactory` whose
+//! clients each open one TCP connection, lazily, on the peer's cluster address taken from the
+//! membership (`BasicNode.addr`, never from a request), say `Hello` with the cluster token,
+//! then send one request at a time and read its `Reply` (docs/raft-storage.md "the Raft
+//! network").
+//!
+//! The connection is taken out of the client for the length of an RPC and put back only once
+//! the reply was read: if openraft drops the RPC future at its timeout, the connection goes
+//! with it, half-written frame or unread reply included, and the next RPC reconnects.
+
+// openraft's network trait returns `RPCError` (~130 bytes) by value; helpers return the same
+// type so `?` reaches the trait boundary without boxing.
+#![allow(clippy::result_large_err)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::Deserialize;
+use tokio::io::BufStream;
+use tokio::net::TcpStream;
+
+use crate::rpc_codec::{self, Reply};
+use crate::types::{NodeId, TypeConfig};
+use crate::wire::{self, Kind, Limits, WireError};
+
+/// The Raft network of one group: what `RaftNode::start_with` takes in a cluster.
+#[derive(Clone)]
+pub struct TcpNetwork {
+    group: Arc<str>,
+    token: Arc<[u8]>,
+    limits: Limits,
+}
+
+impl TcpNetwork {
+    /// `limits` must be those of the peers' listeners (the same configuration on every node):
+    /// an append is kept under their `append` budget before it is sent.
+    pub fn new(group: &str, token: &[u8], limits: Limits) -> TcpNetwork {
+        TcpNetwork {
+            group: group.into(),
+            token: token.into(),
+            limits,
+        }
+    }
+}
+
+/// One peer, as openraft sees it: one connection, opened on first use.
+pub struct PeerClient {
+    net: TcpNetwork,
+    target: NodeId,
+    addr: String,
+    conn: Option<BufStream<TcpStream>>,
+    /// The last request id used; ids only need to be new on a connection.
+    last_id: u64,
+}
+
+impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+        PeerClient {
+            net: self.clone(),
+            target,
+            addr: node.addr.clone(),
+            conn: None,
+            last_id: 0,
+        }
+    }
+}
+
+/// Why an RPC got no answer, before it is shaped as openraft's `RPCError`.
+#[derive(Debug, thiserror::Error)]
+enum CallError {
+    /// The peer could not be reached or did not answer in time: openraft backs off.
+    #[error("node {target} at {addr}: {why}")]
+    Unreachable {
+        target: NodeId,
+        addr: String,
+        why: String,
+    },
+    /// The peer answered something this node cannot read.
+    #[error("node {target} at {addr} answered garbage: {why}")]
+    Garbage {
+        target: NodeId,
+        addr: String,
+        why: String,
+    },
+}
+
+impl CallError {
+    fn into_rpc<E: std::error::Error>(self) -> RPCError<NodeId, BasicNode, E> {
+        match self {
+            CallError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&self)),
+            CallError::Garbage { .. } => RPCError::Network(NetworkError::new(&self)),
+        }
+    }
+}
+
+impl PeerClient {
+    fn unreachable(&self, why: impl ToString) -> CallError {
+        CallError::Unreachable {
+            target: self.target,
+            addr: self.addr.clone(),
+            why: why.to_string(),
+        }
+    }
+
+    fn garbage(&self, why: impl ToString) -> CallError {
+        CallError::Garbage {
+            target: self.target,
+            addr: self.addr.clone(),
+            why: why.to_string(),
+        }
+    }
+
+    async fn connect(&self) -> Result<BufStream<TcpStream>, CallError> {
+        let tcp = TcpStream::connect(self.addr.as_str())
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        // One small frame per RPC: waiting to coalesce would only add latency.
+        tcp.set_nodelay(true).map_err(|e| self.unreachable(e))?;
+        let mut conn = BufStream::new(tcp);
+        wire::write_frame(&mut conn, Kind::Hello, 0, &self.net.token)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        Ok(conn)
+    }
+
+    /// Sends one request and reads its reply body, within `ttl`.
+    async fn call(&mut self, kind: Kind, body: &[u8], ttl: Duration) -> Result<Vec<u8>, CallError> {
+        match tokio::time::timeout(ttl, self.exchange(kind, body)).await {
+            Ok(r) => r,
+            Err(_) => Err(self.unreachable(format!("no reply within {ttl:?}"))),
+        }
+    }
+
+    async fn exchange(&mut self, kind: Kind, body: &[u8]) -> Result<Vec<u8>, CallError> {
+        // Taken, not borrowed: a cancelled call drops the connection with itself.
+        let mut conn = match self.conn.take() {
+            Some(c) => c,
+            None => self.connect().await?,
+        };
+        self.last_id += 1;
+        let id = self.last_id;
+        wire::write_frame(&mut conn, kind, id, body)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let reply = match wire::read_reply(&mut conn, &self.net.limits, id).await {
+            Ok(r) => r,
+            Err(WireError::Io(e)) => return Err(self.unreachable(e)),
+            Err(e) => return Err(self.garbage(e)),
+        };
+        self.conn = Some(conn);
+        Ok(reply)
+    }
+
+    /// One RPC end to end: the reply decoded, a refusal as `RemoteError`, a peer stopped or
+    /// not hosting the group as `Unreachable`.
+    async fn rpc<T, E>(
+        &mut self,
+        kind: Kind,
+        body: Result<Vec<u8>, rpc_codec::DecodeError>,
+        ttl: Duration,
+    ) -> Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        T: for<'de> Deserialize<'de>,
+        E: std::error::Error + for<'de> Deserialize<'de>,
+    {
+        let body = body.map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let reply = self
+            .call(kind, &body, ttl)
+            .await
+            .map_err(CallError::into_rpc)?;
+        match rpc_codec::decode_reply::<T, RaftError<NodeId, E>>(&reply) {
+            Ok(Reply::Ok(v)) => Ok(v),
+            // A peer whose core stopped is gone from the caller's side, as an unreachable one.
+            Ok(Reply::Refused(RaftError::Fatal(f))) => Err(self.unreachable(f).into_rpc()),
+            Ok(Reply::Refused(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
+            Ok(Reply::Unavailable(why)) => Err(self.unreachable(why).into_rpc()),
+            Err(e) => {
+                // Out of step with the peer: start over on a new connection.
+                self.conn = None;
+                Err(self.garbage(e).into_rpc())
+            }
+        }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let n = rpc.entries.len() as u64;
+        let body = rpc_codec::encode_append(&self.net.group, &rpc);
+        if let Ok(b) = &body {
+            if b.len() as u64 > u64::from(self.net.limits.append) {
+                // openraft retries with at most the hinted number of entries; one entry too
+                // big for any append cannot be sent (docs/raft-storage.md, the append budget).
+                if n > 1 {
+                    return Err(PayloadTooLarge::new_entries_hint(n / 2).into());
+                }
+                let why = format!(
+                    "one entry of {} bytes is over the append budget of {} bytes",
+                    b.len(),
+                    self.net.limits.append
+                );
+                return Err(self.garbage(why).into_rpc());
+            }
+        }
+        self.rpc(Kind::Append, body, option.hard_ttl()).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        let body = rpc_codec::encode_snapshot(&self.net.group, &rpc);
+        self.rpc(Kind::Snapshot, body, option.hard_ttl()).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let body = rpc_codec::encode_vote(&self.net.group, &rpc);
+        self.rpc(Kind::Vote, body, option.hard_ttl()).await
+    }
+}

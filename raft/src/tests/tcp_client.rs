@@ -1,0 +1,195 @@
+//! `PeerClient` against a scripted peer on a raw socket: a cancelled RPC never leaves its
+//! connection to the next one, and each kind of failure maps to the openraft error the design
+//! names (docs/raft-storage.md "Errors").
+
+// The replies are openraft's own `Result`s, large error and all.
+#![allow(clippy::result_large_err)]
+
+use std::time::Duration;
+
+use openraft::error::{Fatal, InstallSnapshotError, RPCError, RaftError, SnapshotMismatch};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{InstallSnapshotRequest, VoteRequest, VoteResponse};
+use openraft::{BasicNode, SnapshotMeta, SnapshotSegmentId, Vote};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::rpc_codec;
+use crate::tcp_client::PeerClient;
+use crate::types::TypeConfig;
+use crate::wire::{self, Frame, Kind};
+use crate::TcpNetwork;
+
+use super::tcp_cluster::{limits, GROUP, TOKEN};
+
+const BOUND: Duration = Duration::from_secs(20);
+
+fn vote() -> VoteRequest<u64> {
+    VoteRequest {
+        vote: Vote::new(2, 1),
+        last_log_id: None,
+    }
+}
+
+fn granted() -> Result<VoteResponse<u64>, RaftError<u64>> {
+    Ok(VoteResponse {
+        vote: Vote::new(2, 1),
+        vote_granted: true,
+        last_log_id: None,
+    })
+}
+
+async fn client(listener: &TcpListener) -> PeerClient {
+    let addr = listener.local_addr().unwrap().to_string();
+    let mut net = TcpNetwork::new(GROUP, TOKEN, limits());
+    net.new_client(2, &BasicNode::new(addr)).await
+}
+
+/// The scripted peer's side: accept, check the Hello, read one request.
+async fn accept_request(listener: &TcpListener) -> (TcpStream, Frame) {
+    let (mut s, _) = tokio::time::timeout(BOUND, listener.accept())
+        .await
+        .expect("no connection came")
+        .unwrap();
+    wire::accept_hello(&mut s, TOKEN, BOUND).await.unwrap();
+    let f = wire::read_frame(&mut s, &limits()).await.unwrap();
+    let (group, _) = rpc_codec::group_of(&f.body).unwrap();
+    assert_eq!(group, GROUP);
+    (s, f)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_rpc_gives_up_its_connection_and_the_next_reconnects() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut c = client(&listener).await;
+    let peer = async {
+        // The first connection is held and never answered (whether its request arrived
+        // before the client gave up does not matter).
+        let (first, _) = tokio::time::timeout(BOUND, listener.accept())
+            .await
+            .expect("no connection came")
+            .unwrap();
+        // The next RPC comes on a new connection, with a new Hello.
+        let (mut second, f) = accept_request(&listener).await;
+        let reply = rpc_codec::encode_reply(&granted());
+        wire::write_frame(&mut second, Kind::Reply, f.id, &reply)
+            .await
+            .unwrap();
+        (first, second)
+    };
+    let calls = async {
+        let r = c
+            .vote(vote(), RPCOption::new(Duration::from_millis(200)))
+            .await;
+        assert!(matches!(r, Err(RPCError::Unreachable(_))), "{r:?}");
+        c.vote(vote(), RPCOption::new(BOUND)).await
+    };
+    let (_conns, r) = tokio::join!(peer, calls);
+    assert!(r.unwrap().vote_granted);
+}
+
+/// A future dropped mid-RPC (openraft's own timeout) takes its connection with it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_rpc_future_gives_up_its_connection() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut c = client(&listener).await;
+    let (sent, sent_rx) = tokio::sync::oneshot::channel();
+    let peer = async {
+        let (first, _) = accept_request(&listener).await;
+        let _ = sent.send(());
+        let (mut second, f) = accept_request(&listener).await;
+        let reply = rpc_codec::encode_reply(&granted());
+        wire::write_frame(&mut second, Kind::Reply, f.id, &reply)
+            .await
+            .unwrap();
+        (first, second)
+    };
+    let calls = async {
+        {
+            let pending = c.vote(vote(), RPCOption::new(BOUND));
+            tokio::pin!(pending);
+            // Polled until the peer has read the request, then dropped unanswered.
+            tokio::select! {
+                r = &mut pending => panic!("answered without a reply: {r:?}"),
+                _ = sent_rx => {}
+            }
+        }
+        c.vote(vote(), RPCOption::new(BOUND)).await
+    };
+    let (_conns, r) = tokio::join!(peer, calls);
+    assert!(r.unwrap().vote_granted);
+}
+
+fn snapshot() -> InstallSnapshotRequest<TypeConfig> {
+    InstallSnapshotRequest {
+        vote: Vote::new_committed(2, 1),
+        meta: SnapshotMeta::default(),
+        offset: 0,
+        data: vec![5; 100],
+        done: false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_garbage_and_foreign_ids_map_to_their_errors() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut c = client(&listener).await;
+    let peer = async {
+        let (mut s, f) = accept_request(&listener).await;
+        // The group is not served there (yet): unreachable.
+        let text = rpc_codec::encode_unavailable("not here");
+        wire::write_frame(&mut s, Kind::Reply, f.id, &text)
+            .await
+            .unwrap();
+        // The peer's Raft stopped: unreachable too.
+        let f = wire::read_frame(&mut s, &limits()).await.unwrap();
+        let stopped: Result<VoteResponse<u64>, RaftError<u64>> =
+            Err(RaftError::Fatal(Fatal::Stopped));
+        let reply = rpc_codec::encode_reply(&stopped);
+        wire::write_frame(&mut s, Kind::Reply, f.id, &reply)
+            .await
+            .unwrap();
+        // The peer's Raft refuses a snapshot chunk: a remote error.
+        let f = wire::read_frame(&mut s, &limits()).await.unwrap();
+        assert_eq!(f.kind, Kind::Snapshot);
+        let seg = |offset| SnapshotSegmentId {
+            id: "s".into(),
+            offset,
+        };
+        let refused: Result<VoteResponse<u64>, RaftError<u64, InstallSnapshotError>> = Err(
+            RaftError::APIError(InstallSnapshotError::SnapshotMismatch(SnapshotMismatch {
+                expect: seg(0),
+                got: seg(7),
+            })),
+        );
+        let reply = rpc_codec::encode_reply(&refused);
+        wire::write_frame(&mut s, Kind::Reply, f.id, &reply)
+            .await
+            .unwrap();
+        // Garbage with the right id.
+        let f = wire::read_frame(&mut s, &limits()).await.unwrap();
+        let junk = b"\x00not json";
+        wire::write_frame(&mut s, Kind::Reply, f.id, junk)
+            .await
+            .unwrap();
+        // The next request comes on a new connection; it is answered with another id.
+        let (mut s2, f) = accept_request(&listener).await;
+        let reply = rpc_codec::encode_reply(&granted());
+        wire::write_frame(&mut s2, Kind::Reply, f.id + 1, &reply)
+            .await
+            .unwrap();
+        (s, s2)
+    };
+    let calls = async {
+        let r = c.vote(vote(), RPCOption::new(BOUND)).await;
+        assert!(matches!(r, Err(RPCError::Unreachable(_))), "{r:?}");
+        let r = c.vote(vote(), RPCOption::new(BOUND)).await;
+        assert!(matches!(r, Err(RPCError::Unreachable(_))), "{r:?}");
+        let r = c.install_snapshot(snapshot(), RPCOption::new(BOUND)).await;
+        assert!(matches!(r, Err(RPCError::RemoteError(_))), "{r:?}");
+        let r = c.vote(vote(), RPCOption::new(BOUND)).await;
+        assert!(matches!(r, Err(RPCError::Network(_))), "{r:?}");
+        let r = c.vote(vote(), RPCOption::new(BOUND)).await;
+        assert!(matches!(r, Err(RPCError::Network(_))), "{r:?}");
+    };
+    let _ = tokio::join!(peer, calls);
+}
