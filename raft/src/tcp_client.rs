@@ -36,6 +36,8 @@ use crate::wire::{self, Kind, Limits, WireError};
 /// The Raft network of one group: what `RaftNode::start_with` takes in a cluster.
 #[derive(Clone)]
 pub struct TcpNetwork {
+    /// This node's id, named in every Hello as its sender.
+    me: NodeId,
     group: Arc<str>,
     token: Arc<[u8]>,
     limits: Limits,
@@ -44,8 +46,9 @@ pub struct TcpNetwork {
 impl TcpNetwork {
     /// `limits` must be those of the peers' listeners (the same configuration on every node):
     /// an append is kept under their `append` budget before it is sent.
-    pub fn new(group: &str, token: &[u8], limits: Limits) -> TcpNetwork {
+    pub fn new(me: NodeId, group: &str, token: &[u8], limits: Limits) -> TcpNetwork {
         TcpNetwork {
+            me,
             group: group.into(),
             token: token.into(),
             limits,
@@ -129,7 +132,9 @@ impl PeerClient {
         // One small frame per RPC: waiting to coalesce would only add latency.
         tcp.set_nodelay(true).map_err(|e| self.unreachable(e))?;
         let mut conn = BufStream::new(tcp);
-        wire::write_frame(&mut conn, Kind::Hello, 0, &self.net.token)
+        // Named to the target id: a node at this address that is not `target` refuses it.
+        let hello = wire::hello_body(self.net.me, self.target, &self.net.token);
+        wire::write_frame(&mut conn, Kind::Hello, 0, &hello)
             .await
             .map_err(|e| self.unreachable(e))?;
         Ok(conn)

@@ -54,6 +54,8 @@ impl Groups {
 /// How the listener treats its peers.
 #[derive(Clone)]
 pub struct ServerConfig {
+    /// This node's id: a Hello meant for another id is refused (review s14 F1).
+    pub node_id: u64,
     pub token: Arc<[u8]>,
     pub limits: Limits,
     /// How long a new connection has to send its Hello (10 s in the broker).
@@ -123,8 +125,23 @@ async fn serve_conn(tcp: TcpStream, cfg: ServerConfig, groups: Groups, pending: 
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .retain(|(c, _)| *c != id);
-    if let Err(e) = hello {
-        tracing::debug!(conn = id, error = %e, "raft connection refused");
+    let ids = match hello {
+        Ok(ids) => ids,
+        Err(e) => {
+            tracing::debug!(conn = id, error = %e, "raft connection refused");
+            return;
+        }
+    };
+    if ids.to != cfg.node_id {
+        // A wrong or reused address in some node's membership: answering would count this
+        // node's acks and votes as another member's.
+        tracing::warn!(
+            conn = id,
+            from = ids.from,
+            meant_for = ids.to,
+            me = cfg.node_id,
+            "raft connection refused: its Hello is meant for another node id (check peers)"
+        );
         return;
     }
     if let Err(e) = answer(&mut conn, &cfg.limits, &groups).await {

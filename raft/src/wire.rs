@@ -220,6 +220,30 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// Who a `Hello` says it comes from and which node it is meant for (review s14 F1): openraft
+/// counts an ack or a vote for the id it called, so a listener must never answer as a node it
+/// is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HelloIds {
+    pub from: u64,
+    pub to: u64,
+}
+
+/// The bytes of a Hello before the token: the sender's id, then the intended receiver's.
+const HELLO_IDS: usize = 16;
+
+/// The longest cluster token a Hello can carry (the Hello frame is capped at `HELLO_MAX`).
+pub const MAX_TOKEN: usize = HELLO_MAX as usize - HELLO_IDS;
+
+/// The body of a Hello from node `from` to node `to`.
+pub fn hello_body(from: u64, to: u64, token: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(HELLO_IDS + token.len());
+    b.extend_from_slice(&from.to_le_bytes());
+    b.extend_from_slice(&to.to_le_bytes());
+    b.extend_from_slice(token);
+    b
+}
+
 /// Reads the connection's first frame and checks it is a `Hello` with `token`, within
 /// `deadline` (a peer that connects and then sends nothing, or trickles its Hello, holds a
 /// connection only that long; the caller closes it on any error). A configured token shorter
@@ -230,7 +254,7 @@ pub async fn accept_hello<R: AsyncRead + Unpin>(
     r: &mut R,
     token: &[u8],
     deadline: Duration,
-) -> Result<(), WireError> {
+) -> Result<HelloIds, WireError> {
     if token.len() < MIN_TOKEN {
         return Err(WireError::WeakToken);
     }
@@ -250,8 +274,13 @@ pub async fn accept_hello<R: AsyncRead + Unpin>(
             got: kind,
         });
     }
-    if bool::from(subtle::ConstantTimeEq::ct_eq(body.as_slice(), token)) {
-        Ok(())
+    let (ids, given) = body.split_at(HELLO_IDS.min(body.len()));
+    if ids.len() == HELLO_IDS && bool::from(subtle::ConstantTimeEq::ct_eq(given, token)) {
+        let id = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+        Ok(HelloIds {
+            from: id(&ids[..8]),
+            to: id(&ids[8..]),
+        })
     } else {
         Err(WireError::BadToken)
     }
@@ -390,8 +419,16 @@ mod tests {
     #[tokio::test]
     async fn only_a_hello_with_the_token_opens_a_connection() {
         let token = b"0123456789abcdef0123456789abcdef";
-        let ok = frame(1, token.len() as u32, token);
-        accept_hello(&mut ok.as_slice(), token, WAIT).await.unwrap();
+        let body = hello_body(3, 4, token);
+        let ok = frame(1, body.len() as u32, &body);
+        let ids = accept_hello(&mut ok.as_slice(), token, WAIT).await.unwrap();
+        assert_eq!(ids, HelloIds { from: 3, to: 4 });
+        // The token alone, without the ids, is not a Hello.
+        let bare = frame(1, token.len() as u32, token);
+        assert!(matches!(
+            accept_hello(&mut bare.as_slice(), token, WAIT).await,
+            Err(WireError::BadToken)
+        ));
 
         let mut wrong = *token;
         wrong[31] ^= 1;

@@ -48,6 +48,17 @@ pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, ValueError> {
                 format!("entry {entry:?}: the address must be host:port with a port above 0"),
             ));
         }
+        // One process answers at one address: two ids on it would count its acks and votes
+        // twice toward a quorum (review s14 F1).
+        if let Some((other, _)) = peers
+            .iter()
+            .find(|(_, a): &(&u64, &String)| a.eq_ignore_ascii_case(addr))
+        {
+            return Err(bad(
+                "peers",
+                format!("nodes {other} and {id} have the same address {addr}"),
+            ));
+        }
         if peers.insert(id, addr.to_string()).is_some() {
             return Err(bad("peers", format!("node id {id} is named twice")));
         }
@@ -75,6 +86,17 @@ impl Config {
                 format!("is shorter than {MIN_CLUSTER_TOKEN} bytes; use a long random secret"),
             ));
         }
+        // A longer token passes every node's config and is then refused at every Hello
+        // (review s14 F8).
+        if token.expose().len() > queenmq_raft::wire::MAX_TOKEN {
+            return Err(bad(
+                "cluster_token",
+                format!(
+                    "is longer than {} bytes, the most a Hello carries",
+                    queenmq_raft::wire::MAX_TOKEN
+                ),
+            ));
+        }
         let addr = self
             .cluster_addr
             .ok_or_else(|| bad("cluster_addr", "is unset while other cluster keys are set"))?;
@@ -87,6 +109,19 @@ impl Config {
             return Err(bad(
                 "peers",
                 format!("does not name this node (node_id = {})", self.node_id),
+            ));
+        }
+        // The listener binds `cluster_addr`; the others reach this node at its `peers` entry.
+        let own_port = split_host_port(&peers[&self.node_id]).map(|(_, p)| p);
+        if own_port != Some(addr.port()) {
+            return Err(bad(
+                "cluster_addr",
+                format!(
+                    "listens on port {} but peers names node {} at {}",
+                    addr.port(),
+                    self.node_id,
+                    peers[&self.node_id]
+                ),
             ));
         }
         Ok(Some(Cluster {

@@ -670,12 +670,21 @@ fn cluster_refusals_name_their_key() {
             "cluster_token",
         ),
         (full(CLUSTER_TOKEN, "1", "1=a:1,1=b:1"), "peers"),
+        // Review s14 F8: a token too long for a Hello.
+        (full(&"t".repeat(1009), "1", "1=a:7100"), "cluster_token"),
         (full(CLUSTER_TOKEN, "3", "1=a:1,2=b:1"), "peers"),
         (full(CLUSTER_TOKEN, "1", "1=a:1,x=b:1"), "peers"),
         (full(CLUSTER_TOKEN, "1", "1=a:1,0=b:1"), "peers"),
         (full(CLUSTER_TOKEN, "1", "1=a:1,2=b"), "peers"),
         (full(CLUSTER_TOKEN, "1", "1=a:1,2"), "peers"),
         (full(CLUSTER_TOKEN, "0", "1=a:1"), "node_id"),
+        // Review s14 F1: two ids at one address, and a listener port its peers do not use.
+        (full(CLUSTER_TOKEN, "1", "1=a:7100,2=a:7100"), "peers"),
+        (full(CLUSTER_TOKEN, "1", "1=a:7100,2=A:7100"), "peers"),
+        (
+            full(CLUSTER_TOKEN, "1", "1=a:7101,2=b:7100"),
+            "cluster_addr",
+        ),
         (vec![("QUEEN_PEERS", "1=a:1".to_string())], "cluster_token"),
         (
             vec![
@@ -699,7 +708,7 @@ fn cluster_refusals_name_their_key() {
         assert!(!err.to_string().contains(CLUSTER_TOKEN), "{err}");
     }
     // The control: the same keys, right.
-    let pairs = full(CLUSTER_TOKEN, "2", "1=a:1,2=b:1");
+    let pairs = full(CLUSTER_TOKEN, "2", "1=a:7100,2=b:7100");
     let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let loaded = load_env(&ConfigArgs::default(), &refs).expect("valid");
     assert!(loaded.config.cluster().expect("valid").is_some());

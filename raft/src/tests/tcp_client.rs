@@ -40,7 +40,7 @@ fn granted() -> Result<VoteResponse<u64>, RaftError<u64>> {
 
 async fn client(listener: &TcpListener) -> PeerClient {
     let addr = listener.local_addr().unwrap().to_string();
-    let mut net = TcpNetwork::new(GROUP, TOKEN, limits());
+    let mut net = TcpNetwork::new(1, GROUP, TOKEN, limits());
     net.new_client(2, &BasicNode::new(addr)).await
 }
 
@@ -50,7 +50,8 @@ async fn accept_request(listener: &TcpListener) -> (TcpStream, Frame) {
         .await
         .expect("no connection came")
         .unwrap();
-    wire::accept_hello(&mut s, TOKEN, BOUND).await.unwrap();
+    let ids = wire::accept_hello(&mut s, TOKEN, BOUND).await.unwrap();
+    assert_eq!((ids.from, ids.to), (1, 2));
     let f = wire::read_frame(&mut s, &limits()).await.unwrap();
     let (group, _) = rpc_codec::group_of(&f.body).unwrap();
     assert_eq!(group, GROUP);

@@ -28,8 +28,9 @@ pub fn limits() -> Limits {
     Limits::new(1 << 20, 300, 3 << 20)
 }
 
-pub fn server_config(hello_deadline: Duration, max_pre_hello: usize) -> ServerConfig {
+pub fn server_config(node_id: u64, hello_deadline: Duration, max_pre_hello: usize) -> ServerConfig {
     ServerConfig {
+        node_id,
         token: TOKEN.into(),
         limits: limits(),
         hello_deadline,
@@ -72,7 +73,7 @@ async fn member(dir: &Path, id: u64, listener: TcpListener) -> Member {
     let raft = Raft::new(
         id,
         Arc::new(cfg.to_openraft().unwrap()),
-        TcpNetwork::new(GROUP, TOKEN, limits()),
+        TcpNetwork::new(id, GROUP, TOKEN, limits()),
         log_store,
         sm,
     )
@@ -80,7 +81,11 @@ async fn member(dir: &Path, id: u64, listener: TcpListener) -> Member {
     .unwrap();
     let groups = Groups::default();
     groups.add(GROUP, raft.clone());
-    let stop = listen(listener, server_config(Duration::from_secs(10), 64), groups);
+    let stop = listen(
+        listener,
+        server_config(id, Duration::from_secs(10), 64),
+        groups,
+    );
     Member {
         raft,
         recorder,

@@ -29,6 +29,9 @@ struct Served {
     _dir: tempfile::TempDir,
 }
 
+/// The id of the single voter `served` runs (`start_fresh`).
+const SERVED: u64 = 1;
+
 /// A single-voter group served on a fresh listener.
 async fn served(hello_deadline: Duration, max_pre_hello: usize) -> Served {
     let dir = tempfile::tempdir().unwrap();
@@ -40,7 +43,7 @@ async fn served(hello_deadline: Duration, max_pre_hello: usize) -> Served {
     let addr = listener.local_addr().unwrap();
     let stop = listen(
         listener,
-        server_config(hello_deadline, max_pre_hello),
+        server_config(SERVED, hello_deadline, max_pre_hello),
         groups,
     );
     Served {
@@ -60,7 +63,8 @@ fn raw_frame(kind: u8, id: u64, len: u32, body: &[u8]) -> Vec<u8> {
 }
 
 fn hello(token: &[u8]) -> Vec<u8> {
-    raw_frame(Kind::Hello as u8, 0, token.len() as u32, token)
+    let body = wire::hello_body(9, SERVED, token);
+    raw_frame(Kind::Hello as u8, 0, body.len() as u32, &body)
 }
 
 /// The listener closed `s` without answering: EOF (or a reset) and no byte.
@@ -87,9 +91,45 @@ async fn vote_on(
     openraft::raft::VoteResponse<u64>,
     RPCError<u64, BasicNode, openraft::error::RaftError<u64>>,
 > {
-    let mut net = TcpNetwork::new(group, TOKEN, limits());
-    let mut c = net.new_client(9, &BasicNode::new(addr.to_string())).await;
+    vote_as(addr, group, SERVED).await
+}
+
+/// A client that believes the node at `addr` is node `target` votes.
+async fn vote_as(
+    addr: SocketAddr,
+    group: &str,
+    target: u64,
+) -> Result<
+    openraft::raft::VoteResponse<u64>,
+    RPCError<u64, BasicNode, openraft::error::RaftError<u64>>,
+> {
+    let mut net = TcpNetwork::new(9, group, TOKEN, limits());
+    let mut c = net
+        .new_client(target, &BasicNode::new(addr.to_string()))
+        .await;
     c.vote(vote(), RPCOption::new(BOUND)).await
+}
+
+/// Review s14 F1: node 1's listener reached under node 4's address refuses to answer as
+/// node 4, so a wrong or reused address cannot count one node's vote twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hello_meant_for_another_node_id_is_refused() {
+    let s = served(Duration::from_secs(10), 64).await;
+    let r = vote_as(s.addr, GROUP, 4).await;
+    assert!(matches!(r, Err(RPCError::Unreachable(_))), "{r:?}");
+    // A raw Hello naming node 4 is closed unanswered.
+    let body = wire::hello_body(9, 4, TOKEN);
+    let good = crate::rpc_codec::encode_vote(GROUP, &vote()).unwrap();
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(&raw_frame(Kind::Hello as u8, 0, body.len() as u32, &body))
+        .await
+        .unwrap();
+    c.write_all(&raw_frame(Kind::Vote as u8, 1, good.len() as u32, &good))
+        .await
+        .unwrap();
+    assert_closed_unanswered(c).await;
+    still_answers(&s).await;
+    s.node.shutdown().await.unwrap();
 }
 
 async fn still_answers(s: &Served) {
