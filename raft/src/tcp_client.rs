@@ -16,8 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
-    Unreachable,
+    InstallSnapshotError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -90,7 +89,9 @@ enum CallError {
         addr: String,
         why: String,
     },
-    /// The peer answered something this node cannot read.
+    /// The peer answered something this node cannot read, or the request cannot be sent at
+    /// all. Also `Unreachable` to openraft: it backs off only on that (review s14 F3), so any
+    /// other error would be retried at once, reconnecting in a tight loop.
     #[error("node {target} at {addr} answered garbage: {why}")]
     Garbage {
         target: NodeId,
@@ -102,8 +103,9 @@ enum CallError {
 impl CallError {
     fn into_rpc<E: std::error::Error>(self) -> RPCError<NodeId, BasicNode, E> {
         match self {
-            CallError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&self)),
-            CallError::Garbage { .. } => RPCError::Network(NetworkError::new(&self)),
+            CallError::Unreachable { .. } | CallError::Garbage { .. } => {
+                RPCError::Unreachable(Unreachable::new(&self))
+            }
         }
     }
 }
@@ -180,7 +182,7 @@ impl PeerClient {
         T: for<'de> Deserialize<'de>,
         E: std::error::Error + for<'de> Deserialize<'de>,
     {
-        let body = body.map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let body = body.map_err(|e| self.garbage(format!("cannot encode: {e}")).into_rpc())?;
         let reply = self
             .call(kind, &body, ttl)
             .await

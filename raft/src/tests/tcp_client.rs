@@ -187,10 +187,30 @@ async fn refusals_garbage_and_foreign_ids_map_to_their_errors() {
         assert!(matches!(r, Err(RPCError::Unreachable(_))), "{r:?}");
         let r = c.install_snapshot(snapshot(), RPCOption::new(BOUND)).await;
         assert!(matches!(r, Err(RPCError::RemoteError(_))), "{r:?}");
+        // Review s14 F3: garbage and a foreign id are Unreachable, so openraft backs off
+        // instead of reconnecting at once (it retries `Network` errors without a pause).
         let r = c.vote(vote(), RPCOption::new(BOUND)).await;
-        assert!(matches!(r, Err(RPCError::Network(_))), "{r:?}");
+        assert!(matches!(r, Err(RPCError::Unreachable(_))), "{r:?}");
         let r = c.vote(vote(), RPCOption::new(BOUND)).await;
-        assert!(matches!(r, Err(RPCError::Network(_))), "{r:?}");
+        assert!(matches!(r, Err(RPCError::Unreachable(_))), "{r:?}");
     };
     let _ = tokio::join!(peer, calls);
+}
+
+/// Review s14 F3: a peer that is not a queen listener (here an HTTP server answering 400, as
+/// when `peers` names the HTTP port) is Unreachable, which openraft backs off on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_answer_is_unreachable() {
+    use tokio::io::AsyncWriteExt;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut c = client(&listener).await;
+    let peer = async {
+        let (mut s, _) = listener.accept().await.unwrap();
+        s.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        s
+    };
+    let (r, _s) = tokio::join!(c.vote(vote(), RPCOption::new(BOUND)), peer);
+    assert!(matches!(r, Err(RPCError::Unreachable(_))), "{r:?}");
 }
