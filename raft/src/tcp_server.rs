@@ -78,6 +78,12 @@ pub async fn run(
     if cfg.token.len() < wire::MIN_TOKEN {
         return Err(WireError::WeakToken);
     }
+    // Either at 0 would close every peer, real ones included (review s14 F10).
+    if cfg.max_pre_hello == 0 || cfg.hello_deadline.is_zero() {
+        return Err(WireError::Config(
+            "max_pre_hello and hello_deadline must be above 0",
+        ));
+    }
     let pending: PreHello = Arc::default();
     let mut conns = JoinSet::new();
     let mut next = 0u64;

@@ -111,6 +111,8 @@ pub enum WireError {
     WeakToken,
     #[error("no Hello within the deadline")]
     HelloTimeout,
+    #[error("the listener's configuration is unusable: {0}")]
+    Config(&'static str),
 }
 
 /// The shortest cluster token this node runs with: an empty or short token would let anyone

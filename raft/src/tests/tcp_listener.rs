@@ -237,3 +237,22 @@ async fn replies_echo_the_request_id_in_order() {
     }
     s.node.shutdown().await.unwrap();
 }
+
+/// Review s14 F10: a listener that would close every peer refuses to start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_would_refuse_everyone_does_not_start() {
+    for cfg in [
+        server_config(SERVED, Duration::from_secs(10), 0),
+        server_config(SERVED, Duration::ZERO, 64),
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let r = crate::serve_cluster(
+            listener,
+            cfg,
+            Groups::default(),
+            std::future::pending::<()>(),
+        )
+        .await;
+        assert!(matches!(r, Err(wire::WireError::Config(_))), "{r:?}");
+    }
+}
