@@ -53,13 +53,15 @@ pub struct Limits {
 const HELLO_MAX: u32 = 1024;
 /// Room for the encoding around the entries of an append and a snapshot chunk's header.
 const ENVELOPE: u32 = 64 * 1024;
-/// The largest append body whatever the record limit: about 0.13 s at 1 Gbit/s, the order of
-/// openraft's append timeout (`heartbeat_ms`). `max_record_bytes` (256 MiB by default) times
+/// The largest append body whatever the record limit: about 17 ms at 1 Gbit/s, a fifth of
+/// openraft's append timeout (`heartbeat_ms`, 100 ms), which must also cover the follower's
+/// write and fsync (review s14 F2: 16 MiB took 134 ms, over the timeout, and never arrived).
+/// The client also halves its own budget after an append times out. `max_record_bytes` (256 MiB by default) times
 /// `max_payload_entries` would be 4 GiB; the client must shrink a batch to this budget
 /// (openraft retries with fewer entries on `PayloadTooLarge`), and a single record bigger than
 /// `APPEND_MAX - ENVELOPE` cannot go by append at all: it needs a chunked path (as snapshot
 /// chunks are), not built yet, so a clustered group must keep its records under it.
-pub const APPEND_MAX: u32 = 16 * 1024 * 1024;
+pub const APPEND_MAX: u32 = 2 * 1024 * 1024;
 /// What a body reserves before its bytes arrive; the buffer grows as they do, so a declared
 /// length costs memory only once the peer actually sends it.
 const READ_CHUNK: usize = 64 * 1024;
@@ -460,6 +462,18 @@ mod tests {
             accept_hello(&mut big_hello.as_slice(), token, WAIT).await,
             Err(WireError::TooLarge { .. })
         ));
+    }
+
+    /// Review s14 F2: a full append crosses a 1 Gbit/s link in at most a fifth of the default
+    /// append timeout (the heartbeat), leaving the rest for the follower's fsync.
+    #[test]
+    fn a_full_append_fits_well_inside_the_append_timeout() {
+        let heartbeat_ms = crate::RaftConfig::default().heartbeat_ms;
+        let wire_ms = u64::from(APPEND_MAX) * 8 * 1000 / 1_000_000_000;
+        assert!(
+            wire_ms * 5 <= heartbeat_ms,
+            "{wire_ms} ms of {heartbeat_ms} ms"
+        );
     }
 
     /// Review s13 F4: an empty configured token admitted an empty Hello (`ct_eq` of two empty

@@ -214,3 +214,70 @@ async fn an_http_answer_is_unreachable() {
     let (r, _s) = tokio::join!(c.vote(vote(), RPCOption::new(BOUND)), peer);
     assert!(matches!(r, Err(RPCError::Unreachable(_))), "{r:?}");
 }
+
+fn append(n: u64, bytes: usize) -> openraft::raft::AppendEntriesRequest<TypeConfig> {
+    openraft::raft::AppendEntriesRequest {
+        vote: Vote::new_committed(2, 1),
+        prev_log_id: None,
+        entries: (1..=n)
+            .map(|i| openraft::Entry {
+                log_id: crate::types::log_id(2, i),
+                payload: openraft::EntryPayload::Normal(vec![7; bytes]),
+            })
+            .collect(),
+        leader_commit: None,
+    }
+}
+
+/// Review s14 F2: an append of several entries that times out halves the client's budget, so
+/// the same batch is then refused with `PayloadTooLarge` (nothing sent) and openraft retries
+/// with fewer entries; a batch within the budget is sent. Review s14 F4/F3: a batch over the
+/// listener's limit is `PayloadTooLarge` and one entry over it `Unreachable`, unsent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_append_shrinks_the_next_batch() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut c = client(&listener).await;
+    let peer = async {
+        // The first append is never answered; the second comes on a new connection.
+        let (first, _) = accept_request(&listener).await;
+        let (second, f) = accept_request(&listener).await;
+        (first, second, f)
+    };
+    let calls = async {
+        let r = c
+            .append_entries(
+                append(40, 10_000),
+                RPCOption::new(Duration::from_millis(300)),
+            )
+            .await;
+        assert!(matches!(r, Err(RPCError::Unreachable(_))), "{r:?}");
+        let r = c
+            .append_entries(append(40, 10_000), RPCOption::new(BOUND))
+            .await;
+        match r {
+            Err(RPCError::PayloadTooLarge(p)) => {
+                assert!((1..40).contains(&p.entries_hint()), "{p:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // Over the listener's limit whatever the budget: refused before sending.
+        let r = c
+            .append_entries(append(4, 1 << 20), RPCOption::new(BOUND))
+            .await;
+        assert!(matches!(r, Err(RPCError::PayloadTooLarge(_))), "{r:?}");
+        let r = c
+            .append_entries(append(1, 3 << 20), RPCOption::new(BOUND))
+            .await;
+        assert!(matches!(r, Err(RPCError::Unreachable(_))), "{r:?}");
+        // A quarter of the batch fits and is sent (the peer holds it unanswered).
+        let r = c
+            .append_entries(
+                append(10, 10_000),
+                RPCOption::new(Duration::from_millis(300)),
+            )
+            .await;
+        assert!(matches!(r, Err(RPCError::Unreachable(_))), "{r:?}");
+    };
+    let ((_a, _b, f), ()) = tokio::join!(peer, calls);
+    assert_eq!(f.kind, Kind::Append);
+}
