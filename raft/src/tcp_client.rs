@@ -258,6 +258,19 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
         let body = rpc_codec::encode_snapshot(&self.net.group, &rpc);
+        if let Ok(b) = &body {
+            if b.len() as u64 > u64::from(self.net.limits.snapshot) {
+                // The peer would close at the header and the same chunk would be retried
+                // unseen: say why, send nothing (review s14 F11).
+                let why = format!(
+                    "a snapshot chunk of {} bytes is over the limit of {} bytes \
+                     (snapshot_max_chunk_size must be the same on every node)",
+                    b.len(),
+                    self.net.limits.snapshot
+                );
+                return Err(self.garbage(why).into_rpc());
+            }
+        }
         self.rpc(Kind::Snapshot, body, option.hard_ttl()).await
     }
 

@@ -281,3 +281,20 @@ async fn a_timed_out_append_shrinks_the_next_batch() {
     let ((_a, _b, f), ()) = tokio::join!(peer, calls);
     assert_eq!(f.kind, Kind::Append);
 }
+
+/// Review s14 F11: a snapshot chunk over the peers' limit is refused before anything is sent,
+/// with a message naming the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_chunk_over_the_limit_is_not_sent() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut c = client(&listener).await;
+    let mut big = snapshot();
+    big.data = vec![5; limits().snapshot as usize];
+    let r = c.install_snapshot(big, RPCOption::new(BOUND)).await;
+    match r {
+        Err(RPCError::Unreachable(u)) => assert!(u.to_string().contains("over the limit"), "{u}"),
+        other => panic!("{other:?}"),
+    }
+    let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+    assert!(accepted.is_err(), "a connection was opened");
+}
