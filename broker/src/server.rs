@@ -77,6 +77,17 @@ pub async fn serve(
     cfg: Config,
     prometheus: crate::engine::bus_prometheus::Render,
 ) -> anyhow::Result<()> {
+    if let Some(c) = cfg.cluster()? {
+        // The Raft transport exists (queenmq-raft's TcpNetwork), the broker's multi-node
+        // group does not: running single-node under a cluster configuration would split the
+        // data without saying so (docs/cluster.md).
+        anyhow::bail!(
+            "a cluster is configured (node {} of {} nodes) but this build runs only a single \
+             node: unset cluster_token, cluster_addr, node_id and peers (docs/cluster.md)",
+            c.node_id,
+            c.peers.len()
+        );
+    }
     let _lock = lock_data_dir(&cfg.data_dir)?;
     // Certificates and users are read before anything starts: a bad file stops the start.
     let http_tls = match (&cfg.tls_cert_file, &cfg.tls_key_file) {

@@ -495,6 +495,33 @@ pub(crate) const KEYS: &[KeySpec] = &[
             max: 100_000,
         },
     },
+    KeySpec {
+        name: "cluster_token",
+        env: "QUEEN_CLUSTER_TOKEN",
+        flag: None,
+        kind: Kind::Secret,
+    },
+    KeySpec {
+        name: "cluster_addr",
+        env: "QUEEN_CLUSTER_ADDR",
+        flag: None,
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "node_id",
+        env: "QUEEN_NODE_ID",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: u32::MAX as u64,
+        },
+    },
+    KeySpec {
+        name: "peers",
+        env: "QUEEN_PEERS",
+        flag: None,
+        kind: Kind::Text,
+    },
 ];
 
 /// The environment variable naming the config file (the twin of `--config`).

@@ -158,6 +158,14 @@ pub struct Config {
     /// Kafka fetch sessions (KIP-227) the node keeps at most (Kafka's
     /// `max.incremental.fetch.session.cache.slots`); 0 answers every fetch sessionless.
     pub kafka_fetch_session_slots: u64,
+    /// The shared secret of the nodes of a cluster (at least 32 bytes); unset: single node.
+    pub cluster_token: Option<Secret>,
+    /// This node's Raft listener (the cluster port), with peers set.
+    pub cluster_addr: Option<SocketAddr>,
+    /// This node's id in `peers`; 1 for a single node.
+    pub node_id: u64,
+    /// Every member of the cluster as `id=host:port` (Raft listeners), comma-separated.
+    pub peers: Option<String>,
 }
 
 impl Default for Config {
@@ -224,6 +232,10 @@ impl Default for Config {
             kafka_max_prelogin_connections_per_ip: 16,
             http_auth_disabled: false,
             kafka_fetch_session_slots: 1_000,
+            cluster_token: None,
+            cluster_addr: None,
+            node_id: 1,
+            peers: None,
         }
     }
 }
@@ -286,6 +298,7 @@ impl Config {
                 message,
             })?;
         }
+        self.cluster()?;
         if let Some(aud) = &self.jwt_audience {
             if aud.trim().is_empty() {
                 return Err(ValueError::Bad {
@@ -457,6 +470,7 @@ impl Config {
             "kafka_max_prelogin_connections" => self.kafka_max_prelogin_connections,
             "kafka_max_prelogin_connections_per_ip" => self.kafka_max_prelogin_connections_per_ip,
             "kafka_fetch_session_slots" => self.kafka_fetch_session_slots,
+            "node_id" => self.node_id,
             _ => 0,
         }
     }
@@ -477,6 +491,12 @@ impl Config {
             ),
             "log_json" => (Some(self.log_json.to_string()), None),
             "jwt_audience" => (self.jwt_audience.as_deref().map(toml_string), None),
+            "cluster_token" => (
+                self.cluster_token.as_ref().map(|_| toml_string("<set>")),
+                None,
+            ),
+            "cluster_addr" => (self.cluster_addr.map(|a| toml_string(&a.to_string())), None),
+            "peers" => (self.peers.as_deref().map(toml_string), None),
             "metrics_require_auth" => (self.metrics_require_auth.map(|b| b.to_string()), None),
             "log" => (Some(toml_string(&self.log)), None),
             "accept_data_loss" => (Some(self.accept_data_loss.to_string()), None),
@@ -502,7 +522,7 @@ impl Config {
 }
 
 /// `host:port` (an IPv6 host in brackets) with a port above 0.
-fn split_host_port(s: &str) -> Option<(String, u16)> {
+pub(super) fn split_host_port(s: &str) -> Option<(String, u16)> {
     let (host, port) = s.rsplit_once(':')?;
     let port: u16 = port.parse().ok().filter(|p| *p > 0)?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
