@@ -63,8 +63,9 @@ pub(crate) async fn serve(
     limits: DoorLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    // The series exists from the start (docs/metrics.md lists it; a scrape shows it).
+    // The series exist from the start (docs/metrics.md lists it; a scrape shows it).
     metrics::counter!("queen_http_connections_refused_total").increment(0);
+    metrics::counter!("queen_streams_state_refused_total").increment(0);
     let general = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let reserve = Arc::new(Semaphore::new(limits.probe_reserve));
     let graceful = GracefulShutdown::new();

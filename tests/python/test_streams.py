@@ -523,6 +523,15 @@ def test_state_get_needs_read_write_a_documented_departure_from_the_spec(broker_
         assert unknown.status_code == 404, unknown.text
 
 
+def refused_total(http) -> float:
+    """`queen_streams_state_refused_total` from the scrape (review s14 R7: a query stuck at its
+    bound must be visible)."""
+    text = http.get("/metrics/prometheus").text
+    found = [l for l in text.splitlines() if l.startswith("queen_streams_state_refused_total ")]
+    assert found, "no queen_streams_state_refused_total in the scrape"
+    return float(found[0].split()[-1])
+
+
 def test_a_cycle_past_the_query_state_bound_is_refused_whole(broker_factory):
     """`streams_state_max_keys` bounds one query's rows at write time: a cycle that would pass
     it applies nothing (no state op, no sink push, no ack); one that does not grow passes."""
@@ -530,6 +539,7 @@ def test_a_cycle_past_the_query_state_bound_is_refused_whole(broker_factory):
     with httpx.Client(base_url=b.url, timeout=10.0) as http:
         url = b.url
         q = register(http, url, "capped", "h", source="in")
+        assert refused_total(http) == 0
         qid = q["query_id"]
         [m0, m1] = popped(http, url, "in", "g", 2)
         pid = m0["partitionId"]
@@ -543,6 +553,7 @@ def test_a_cycle_past_the_query_state_bound_is_refused_whole(broker_factory):
         assert refused.status_code == 413, refused.text
         body = refused.json()
         assert body["success"] is False and "streams_state_max_keys" in body["error"], body
+        assert refused_total(http) == 1
         rows = state_get(http, url, qid, pid).json()["rows"]
         assert sorted(r["key"] for r in rows) == ["a", "b", "c"]
         assert queen_api.pop(http, url, "out", group="check", wait=False, mode="all") == []

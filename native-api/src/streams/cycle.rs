@@ -19,8 +19,8 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use queenmq_protocol::limits::{self, MAX_KV_VALUE_BYTES};
 use queenmq_protocol::{
-    AckItem, AckStatus, Command, KvExpiry, KvOp, Outcome, RequestCtx, StateCap, TxnOp, TxnReq,
-    STREAMS_NS,
+    AckItem, AckStatus, Command, ErrorCode, KvExpiry, KvOp, Outcome, RequestCtx, StateCap, TxnOp,
+    TxnReq, STREAMS_NS,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -170,7 +170,16 @@ pub async fn cycle(
         )
         .into_response()
     };
-    match crate::call(&app, ctx, Command::Transaction(req)).await? {
+    let outcome = crate::call(&app, ctx, Command::Transaction(req))
+        .await
+        .inspect_err(|e| {
+            // The state cap's refusal (plan/streams_cap.rs) is the only 413 the engine gives a
+            // cycle; a query stuck at its bound shows here (review s14 R7).
+            if e.0.code == ErrorCode::PayloadTooLarge {
+                metrics::counter!("queen_streams_state_refused_total").increment(1);
+            }
+        })?;
+    match outcome {
         Outcome::Transaction(r) if r.replayed => Ok(replayed()),
         // The rider's first op (after the pushes and the ack, in the answer's flat index) is
         // the fence; a later one is a flush's delete whose row is gone.
