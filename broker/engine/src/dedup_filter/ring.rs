@@ -50,6 +50,8 @@ pub enum RingError {
          generation and one more generation) and at most {max}"
     )]
     Bytes { bytes: u64, min: u64, max: u64 },
+    #[error("the {0} bytes of dedup_filter_bytes could not be allocated")]
+    Alloc(u64),
     #[error("dedup_filter_generations is {0}; it must be 1..={MAX_GENERATIONS}")]
     Generations(u32),
     #[error("dedup_filter_bits_per_id is {0}; it must be 1..={MAX_BITS_PER_KEY}")]
@@ -130,9 +132,14 @@ impl GenerationRing {
     pub fn new(config: FilterConfig, window_us: i64) -> Result<Self, RingError> {
         config.validate()?;
         let n = (config.bytes / BLOCK_BYTES as u64) as usize;
-        let mut blocks = vec![[0u64; 8]; n].into_boxed_slice();
-        // A zeroed allocation is mapped lazily; a store the optimiser cannot prove redundant
-        // makes each 4 KiB page resident now.
+        let mut blocks = Vec::new();
+        blocks
+            .try_reserve_exact(n)
+            .map_err(|_| RingError::Alloc(config.bytes))?;
+        blocks.resize(n, [0u64; 8]);
+        let mut blocks = blocks.into_boxed_slice();
+        // Pages may be mapped lazily; a store the optimiser cannot prove redundant makes each
+        // 4 KiB page resident now.
         for b in blocks.iter_mut().step_by(4096 / BLOCK_BYTES) {
             b[0] = std::hint::black_box(0);
         }
@@ -242,8 +249,9 @@ impl GenerationRing {
     }
 
     /// Blocks for a generation opened at `at_us`: the previous generation's rate over one span,
-    /// with headroom, at the configured bits per id; never less than an equal share of the
-    /// allocation among G + 1 generations (the window and the open one), never more than half.
+    /// with headroom, at the configured bits per id, at most twice the previous share; never
+    /// less than an equal share of the allocation among G + 1 generations (the window and the
+    /// open one), never more than half.
     fn share(&self, at_us: i64) -> usize {
         let total = self.blocks.len() as u64;
         let equal = total / (u64::from(self.config.generations) + 1);
@@ -256,7 +264,11 @@ impl GenerationRing {
                     * u128::from(HEADROOM_QUARTERS)
                     / 4;
                 let bits = ids * u128::from(self.config.bits_per_key);
-                u64::try_from(bits.div_ceil(BLOCK_BYTES as u128 * 8)).unwrap_or(u64::MAX)
+                let blocks =
+                    u64::try_from(bits.div_ceil(BLOCK_BYTES as u128 * 8)).unwrap_or(u64::MAX);
+                // At most twice the previous share: ids of one entry share one time, so a
+                // single big batch reads as an endless rate and must not take half the ring.
+                blocks.min(2 * prev.blocks as u64)
             }
             None => 0,
         };

@@ -136,8 +136,8 @@ fn a_generation_past_its_share_closes_early_and_old_ones_give_way() {
     assert_eq!(gens.len(), 2);
     assert!(gens[0].closed && gens[0].keys == 102 && gens[0].capacity == 102);
     // The next share follows the rate: 102 ids in 1 µs over a 1 s span is far beyond the
-    // allocation, so it takes the most one generation may: half of it.
-    assert_eq!(gens[1].capacity, 13 * 512 / 10);
+    // allocation, so it takes the most one generation may: twice the previous share.
+    assert_eq!(gens[1].capacity, 4 * 512 / 10);
     for i in 103..2_000 {
         ring.insert(0, key(4, i));
     }
