@@ -54,6 +54,16 @@ pub enum StorageError {
         source: Box<redb::Error>,
     },
 
+    #[error(
+        "id file {path} is damaged at block {block}: {reason}; it is not trusted and must be \
+         written again from its segment"
+    )]
+    CorruptIdFile {
+        path: PathBuf,
+        block: u64,
+        reason: String,
+    },
+
     #[error("the stored checkpoint is corrupt: {reason}")]
     CorruptCheckpoint { reason: String },
 

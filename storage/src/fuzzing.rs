@@ -267,3 +267,41 @@ pub fn replay_corpus(manifest_dir: &str, target: &str, check: fn(&[u8]) -> bool)
     assert!(decoded > 0, "no file of corpus {} decodes", dir.display());
     (files, decoded)
 }
+
+/// An id file of the dedup index (`g…9-s…9.qidx`) as `IdFiles` meets it: opened (header and
+/// length checked before any block is read), read whole, then every pair it verified must be
+/// found again by the binary search.
+pub fn id_file(data: &[u8]) -> bool {
+    let mem = MemBackend::new();
+    let source = crate::IdSource::Segment(9);
+    let Some(name) = crate::id_file_name(9, source) else {
+        return false;
+    };
+    mem.set_file_bytes(&name, data.to_vec());
+    let files = crate::IdFiles::new(Arc::new(mem));
+    let Ok(reader) = files.open(9, source) else {
+        return false;
+    };
+    let mut pairs = Vec::new();
+    let mut cursor = reader.cursor();
+    loop {
+        match cursor.next_pair() {
+            Ok(Some(p)) => pairs.push(p),
+            Ok(None) => break,
+            Err(_) => return false,
+        }
+    }
+    assert_eq!(
+        pairs.len() as u64,
+        reader.pairs(),
+        "pairs read differ from the header"
+    );
+    for &(key, offset) in &pairs {
+        let found = reader.find(key, |o| o == offset);
+        assert!(
+            matches!(found, Ok(Some(o)) if o == offset),
+            "pair ({key}, {offset}) verified but not found: {found:?}"
+        );
+    }
+    true
+}

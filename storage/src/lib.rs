@@ -11,6 +11,7 @@ mod error;
 mod format;
 #[doc(hidden)]
 pub mod fuzzing;
+mod ids;
 mod log;
 mod options;
 mod state;
@@ -23,6 +24,7 @@ pub use backend::{
 };
 pub use error::StorageError;
 pub use format::segment_name as segment_file_name;
+pub use ids::{id_file_name, parse_id_file_name, IdFileReader, IdFiles, IdSource, PairCursor};
 pub use log::SegmentLog;
 pub use options::{LogLoss, LogOptions, RecoveryReport, TornTail};
 pub use state::{

@@ -20,3 +20,8 @@ fn segment_record_corpus_replays() {
 fn segment_log_corpus_replays() {
     replay_corpus(DIR, "segment_log", fuzzing::segment_log);
 }
+
+#[test]
+fn id_file_corpus_replays() {
+    replay_corpus(DIR, "id_file", fuzzing::id_file);
+}

@@ -10,6 +10,7 @@ pub mod apply;
 pub mod cache;
 pub mod codec;
 pub mod cycle;
+pub mod dedup_filter;
 pub mod entry;
 #[doc(hidden)]
 pub mod fuzzing;

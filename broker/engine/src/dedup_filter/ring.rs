@@ -1,0 +1,315 @@
+//! The generation ring: the longest dedup window cut into G generations, each a blocked Bloom
+//! filter carved out of one allocation whose size is configured (`dedup_filter_bytes`), so the
+//! filters' memory is fixed whatever the push rate.
+//!
+//! Generations are laid out in the allocation as a circular FIFO: a new generation takes the
+//! blocks right after the newest one (or from block 0 when they do not fit before the end),
+//! and the oldest generations give their blocks back when they leave the window or when a new
+//! generation needs them. The second case drops ids that are still inside the window: the
+//! window is then shorter than configured, never the memory larger and never a push refused.
+
+use std::collections::VecDeque;
+
+use super::bloom::{contains, probes_for, Block, BlockedBloom, BLOCK_BYTES};
+
+/// Shares are sized for the previous generation's rate plus this much (in quarters): a
+/// steady rate fills a generation to 80 % of its share, a rate rising by more than a quarter
+/// within one generation closes it early.
+const HEADROOM_QUARTERS: u64 = 5;
+/// Room for this many generations is the least `dedup_filter_bytes` may give.
+const MIN_BLOCKS_PER_GENERATION: u64 = 2;
+/// Range checks of the configuration (the key is read from the operator's file).
+pub const MAX_FILTER_BYTES: u64 = 1 << 40;
+pub const MAX_GENERATIONS: u32 = 1024;
+pub const MAX_BITS_PER_KEY: u32 = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FilterConfig {
+    /// Bytes of the one allocation holding every generation's filter.
+    pub bytes: u64,
+    /// Generations per longest window (G).
+    pub generations: u32,
+    /// Filter bits per id at a generation's share (10: about 1 % false positives).
+    pub bits_per_key: u32,
+}
+
+impl Default for FilterConfig {
+    fn default() -> Self {
+        FilterConfig {
+            bytes: 256 << 20,
+            generations: 12,
+            bits_per_key: 10,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RingError {
+    #[error(
+        "dedup_filter_bytes is {bytes}; it must be at least {min} (two 64-byte blocks per \
+         generation and one more generation) and at most {max}"
+    )]
+    Bytes { bytes: u64, min: u64, max: u64 },
+    #[error("the {0} bytes of dedup_filter_bytes could not be allocated")]
+    Alloc(u64),
+    #[error("dedup_filter_generations is {0}; it must be 1..={MAX_GENERATIONS}")]
+    Generations(u32),
+    #[error("dedup_filter_bits_per_id is {0}; it must be 1..={MAX_BITS_PER_KEY}")]
+    BitsPerKey(u32),
+}
+
+impl FilterConfig {
+    pub fn validate(&self) -> Result<(), RingError> {
+        if self.generations == 0 || self.generations > MAX_GENERATIONS {
+            return Err(RingError::Generations(self.generations));
+        }
+        if self.bits_per_key == 0 || self.bits_per_key > MAX_BITS_PER_KEY {
+            return Err(RingError::BitsPerKey(self.bits_per_key));
+        }
+        let min =
+            (u64::from(self.generations) + 1) * MIN_BLOCKS_PER_GENERATION * BLOCK_BYTES as u64;
+        if self.bytes < min || self.bytes > MAX_FILTER_BYTES {
+            return Err(RingError::Bytes {
+                bytes: self.bytes,
+                min,
+                max: MAX_FILTER_BYTES,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What one generation covers. Public so the id files (one set per generation) and the
+/// checkpoint can name and describe generations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Generation {
+    /// Numbers grow by one per generation opened, from 0, and are never reused.
+    pub number: u64,
+    /// Entry time of its first id.
+    pub opened_us: i64,
+    /// Entry time of its newest id.
+    pub last_us: i64,
+    pub keys: u64,
+    /// Ids it takes before it closes early.
+    pub capacity: u64,
+    pub closed: bool,
+    first_block: usize,
+    blocks: usize,
+}
+
+impl Generation {
+    fn overlaps(&self, first: usize, blocks: usize) -> bool {
+        self.first_block < first + blocks && first < self.first_block + self.blocks
+    }
+}
+
+/// Counters of the ring since it was built; each event is also counted by the metric
+/// `queen_dedup_window_shortened_total`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FilterStats {
+    /// Generations closed because they reached their share before their time span.
+    pub early_closes: u64,
+    /// Generations dropped for room while some of their ids were still inside the window.
+    pub evicted_in_window: u64,
+}
+
+pub struct GenerationRing {
+    blocks: Box<[Block]>,
+    config: FilterConfig,
+    k: u32,
+    window_us: i64,
+    /// Oldest first; the back one takes new ids unless it is closed.
+    live: VecDeque<Generation>,
+    next_number: u64,
+    newest_us: i64,
+    stats: FilterStats,
+}
+
+impl GenerationRing {
+    /// Allocates and touches every page of the filters, so the memory they cost is resident
+    /// from the start and RSS does not grow as they fill. `window_us` is the longest dedup
+    /// window (at least 1 µs is used).
+    pub fn new(config: FilterConfig, window_us: i64) -> Result<Self, RingError> {
+        config.validate()?;
+        let n = (config.bytes / BLOCK_BYTES as u64) as usize;
+        let mut blocks = Vec::new();
+        blocks
+            .try_reserve_exact(n)
+            .map_err(|_| RingError::Alloc(config.bytes))?;
+        blocks.resize(n, [0u64; 8]);
+        let mut blocks = blocks.into_boxed_slice();
+        // Pages may be mapped lazily; a store the optimiser cannot prove redundant makes each
+        // 4 KiB page resident now.
+        for b in blocks.iter_mut().step_by(4096 / BLOCK_BYTES) {
+            b[0] = std::hint::black_box(0);
+        }
+        Ok(GenerationRing {
+            blocks,
+            k: probes_for(config.bits_per_key),
+            config,
+            window_us: window_us.max(1),
+            live: VecDeque::new(),
+            next_number: 0,
+            newest_us: i64::MIN,
+            stats: FilterStats::default(),
+        })
+    }
+
+    pub fn config(&self) -> FilterConfig {
+        self.config
+    }
+
+    pub fn stats(&self) -> FilterStats {
+        self.stats
+    }
+
+    pub fn window_us(&self) -> i64 {
+        self.window_us
+    }
+
+    /// Live generations, oldest first.
+    pub fn generations(&self) -> impl DoubleEndedIterator<Item = &Generation> {
+        self.live.iter()
+    }
+
+    /// The longest window changed (a queue was created, altered or deleted): generations
+    /// opened from now on span 1/G of it, and expiry follows it at once.
+    pub fn set_window(&mut self, window_us: i64) {
+        self.window_us = window_us.max(1);
+    }
+
+    fn span_us(&self) -> i64 {
+        (self.window_us / i64::from(self.config.generations)).max(1)
+    }
+
+    /// Records `key`, pushed by an entry applied at `at_us`. Entry times only grow; an older
+    /// time is taken as the newest seen, so a replay builds the same ring.
+    pub fn insert(&mut self, at_us: i64, key: u64) {
+        let at = at_us.max(self.newest_us);
+        self.newest_us = at;
+        self.expire(at);
+        let span = self.span_us();
+        let need_new = match self.live.back_mut() {
+            None => true,
+            Some(g) if g.closed => true,
+            Some(g) if at.saturating_sub(g.opened_us) >= span => {
+                g.closed = true;
+                true
+            }
+            Some(g) if g.keys >= g.capacity => {
+                g.closed = true;
+                self.stats.early_closes += 1;
+                metrics::counter!("queen_dedup_window_shortened_total", "reason" => "share")
+                    .increment(1);
+                true
+            }
+            Some(_) => false,
+        };
+        if need_new {
+            self.open(at);
+        }
+        let k = self.k;
+        if let Some(g) = self.live.back_mut() {
+            let range = g.first_block..g.first_block + g.blocks;
+            BlockedBloom::new(&mut self.blocks[range], k).insert(key);
+            g.keys += 1;
+            g.last_us = at;
+        }
+    }
+
+    /// Drops the generations whose newest id is older than the window at `now_us`.
+    pub fn expire(&mut self, now_us: i64) {
+        let horizon = now_us.saturating_sub(self.window_us);
+        while self.live.front().is_some_and(|g| g.last_us < horizon) {
+            self.live.pop_front();
+        }
+    }
+
+    /// Numbers of the generations, newest first, that may hold `key` among those with an id
+    /// inside `window_us` (a queue's own window) of `now_us`. Empty means the key was not
+    /// recorded inside that window (as far as the ring still covers it: see `stats`).
+    pub fn lookup(&self, key: u64, now_us: i64, window_us: i64) -> impl Iterator<Item = u64> + '_ {
+        let horizon = now_us.saturating_sub(window_us);
+        self.live
+            .iter()
+            .rev()
+            .take_while(move |g| g.last_us >= horizon)
+            .filter(move |g| {
+                contains(
+                    &self.blocks[g.first_block..g.first_block + g.blocks],
+                    self.k,
+                    key,
+                )
+            })
+            .map(|g| g.number)
+    }
+
+    pub fn may_contain(&self, key: u64, now_us: i64, window_us: i64) -> bool {
+        self.lookup(key, now_us, window_us).next().is_some()
+    }
+
+    /// Blocks for a generation opened at `at_us`: the previous generation's rate over one span,
+    /// with headroom, at the configured bits per id, at most twice the previous share; never
+    /// less than an equal share of the allocation among G + 1 generations (the window and the
+    /// open one), never more than half.
+    fn share(&self, at_us: i64) -> usize {
+        let total = self.blocks.len() as u64;
+        let equal = total / (u64::from(self.config.generations) + 1);
+        let wanted = match self.live.back() {
+            Some(prev) => {
+                let lasted = (at_us.min(prev.opened_us.saturating_add(self.span_us()))
+                    - prev.opened_us)
+                    .max(1) as u128;
+                let ids = u128::from(prev.keys) * self.span_us() as u128 / lasted
+                    * u128::from(HEADROOM_QUARTERS)
+                    / 4;
+                let bits = ids * u128::from(self.config.bits_per_key);
+                let blocks =
+                    u64::try_from(bits.div_ceil(BLOCK_BYTES as u128 * 8)).unwrap_or(u64::MAX);
+                // At most twice the previous share: ids of one entry share one time, so a
+                // single big batch reads as an endless rate and must not take half the ring.
+                blocks.min(2 * prev.blocks as u64)
+            }
+            None => 0,
+        };
+        wanted.clamp(equal.max(1), (total / 2).max(1)) as usize
+    }
+
+    fn open(&mut self, at_us: i64) {
+        let blocks = self.share(at_us);
+        let total = self.blocks.len();
+        let mut first = self.live.back().map_or(0, |g| g.first_block + g.blocks);
+        if first + blocks > total {
+            first = 0;
+        }
+        let horizon = at_us.saturating_sub(self.window_us);
+        while self.live.iter().any(|g| g.overlaps(first, blocks)) {
+            let Some(old) = self.live.pop_front() else {
+                break;
+            };
+            if old.last_us >= horizon {
+                self.stats.evicted_in_window += 1;
+                metrics::counter!("queen_dedup_window_shortened_total", "reason" => "evicted")
+                    .increment(1);
+            }
+        }
+        self.blocks[first..first + blocks].fill([0; 8]);
+        let capacity =
+            (blocks as u64 * BLOCK_BYTES as u64 * 8) / u64::from(self.config.bits_per_key);
+        self.live.push_back(Generation {
+            number: self.next_number,
+            opened_us: at_us,
+            last_us: at_us,
+            keys: 0,
+            capacity: capacity.max(1),
+            closed: false,
+            first_block: first,
+            blocks,
+        });
+        self.next_number += 1;
+    }
+}
+
+#[cfg(test)]
+#[path = "ring_tests.rs"]
+mod tests;

@@ -1,0 +1,184 @@
+use super::*;
+
+const S: i64 = 1_000_000;
+
+/// Seeded ids: every run inserts and asks the same keys.
+fn key(seed: u64, i: u64) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(&[seed.to_le_bytes(), i.to_le_bytes()].concat())
+}
+
+fn config(bytes: u64, generations: u32) -> FilterConfig {
+    FilterConfig {
+        bytes,
+        generations,
+        bits_per_key: 10,
+    }
+}
+
+#[test]
+fn config_is_range_checked() {
+    assert!(FilterConfig::default().validate().is_ok());
+    assert_eq!(
+        config(64, 12).validate(),
+        Err(RingError::Bytes {
+            bytes: 64,
+            min: 13 * 2 * 64,
+            max: MAX_FILTER_BYTES
+        })
+    );
+    assert!(config(MAX_FILTER_BYTES + 1, 12).validate().is_err());
+    assert_eq!(
+        config(1 << 20, 0).validate(),
+        Err(RingError::Generations(0))
+    );
+    assert!(config(1 << 20, MAX_GENERATIONS + 1).validate().is_err());
+    let mut c = config(1 << 20, 12);
+    c.bits_per_key = 0;
+    assert_eq!(c.validate(), Err(RingError::BitsPerKey(0)));
+    assert!(GenerationRing::new(config(64, 12), S).is_err());
+}
+
+#[test]
+fn no_false_negative_inside_the_window_and_false_positives_near_the_target() {
+    // 60 s window, 12 generations of 5 s; 1 000 ids per second for 120 s, so generations
+    // open, fill and expire many times over. 1 MiB holds 13 equal shares of ~6 450 ids.
+    let window = 60 * S;
+    let mut ring = GenerationRing::new(config(1 << 20, 12), window).unwrap();
+    let per_sec = 1_000u64;
+    let mut pushed = Vec::new();
+    for sec in 0..120i64 {
+        for j in 0..per_sec {
+            let i = sec as u64 * per_sec + j;
+            ring.insert(sec * S, key(1, i));
+            pushed.push((sec * S, key(1, i)));
+        }
+        let now = sec * S;
+        for &(t, k) in pushed.iter().rev().take_while(|(t, _)| *t >= now - window) {
+            assert!(
+                ring.may_contain(k, now, window),
+                "false negative for an id pushed at {t} asked at {now}"
+            );
+        }
+    }
+    assert_eq!(
+        ring.stats(),
+        FilterStats::default(),
+        "the rate fits its share"
+    );
+    let now = 119 * S;
+    let probes = 50_000u64;
+    let fp = (0..probes)
+        .filter(|&i| ring.may_contain(key(2, i), now, window))
+        .count();
+    // Each of the ~13 generations asked answers a stranger "maybe" well below 1 % at 80 % of
+    // its share; summed over them the rate stays near the per-id target.
+    let rate = fp as f64 / probes as f64;
+    assert!(rate < 0.05, "false-positive rate {rate} over the window");
+    let newest_only = (0..probes)
+        .filter(|&i| ring.may_contain(key(2, i), now, 4 * S))
+        .count() as f64
+        / probes as f64;
+    assert!(newest_only < 0.01, "one generation's rate {newest_only}");
+}
+
+#[test]
+fn generations_expire_by_time_and_a_short_window_asks_only_recent_ones() {
+    let window = 12 * S;
+    let mut ring = GenerationRing::new(config(64 << 10, 12), window).unwrap();
+    ring.insert(0, 42);
+    ring.insert(5 * S, 43);
+    assert!(ring.may_contain(42, 12 * S, window), "at the window's edge");
+    assert!(
+        !ring.may_contain(42, 12 * S, 6 * S),
+        "a queue with a 6 s window does not ask the generation of second 0"
+    );
+    assert!(ring.may_contain(43, 12 * S, 7 * S));
+    ring.expire(12 * S + 1);
+    assert!(!ring.may_contain(42, 12 * S + 1, window), "expired");
+    assert_eq!(ring.generations().count(), 1);
+    ring.insert(30 * S, 44);
+    assert_eq!(
+        ring.generations().map(|g| g.number).collect::<Vec<_>>(),
+        vec![2],
+        "second 5's generation left the window, numbers are never reused"
+    );
+    assert!(!ring.may_contain(43, 30 * S, window));
+    assert!(ring.may_contain(44, 30 * S, window));
+    assert_eq!(ring.stats(), FilterStats::default());
+}
+
+#[test]
+fn one_generation_spans_a_twelfth_of_the_window() {
+    let mut ring = GenerationRing::new(config(64 << 10, 12), 12 * S).unwrap();
+    for t in 0..24 {
+        ring.insert(t * S / 2, key(3, t as u64));
+    }
+    let opened: Vec<i64> = ring.generations().map(|g| g.opened_us).collect();
+    assert_eq!(opened, (0..12).map(|s| s * S).collect::<Vec<_>>());
+    assert!(ring.generations().rev().skip(1).all(|g| g.closed));
+}
+
+#[test]
+fn a_generation_past_its_share_closes_early_and_old_ones_give_way() {
+    // 13 × 2 blocks: an equal share is 2 blocks = 102 ids at 10 bits.
+    let bytes = 13 * 2 * 64;
+    let window = 12 * S;
+    let mut ring = GenerationRing::new(config(bytes, 12), window).unwrap();
+    let first = ring.generations().count();
+    assert_eq!(first, 0);
+    for i in 0..102 {
+        ring.insert(0, key(4, i));
+    }
+    assert_eq!(ring.stats().early_closes, 0, "exactly at its share");
+    ring.insert(0, key(4, 102));
+    assert_eq!(ring.stats().early_closes, 1);
+    let gens: Vec<Generation> = ring.generations().copied().collect();
+    assert_eq!(gens.len(), 2);
+    assert!(gens[0].closed && gens[0].keys == 102 && gens[0].capacity == 102);
+    // The next share follows the rate: 102 ids in 1 µs over a 1 s span is far beyond the
+    // allocation, so it takes the most one generation may: twice the previous share.
+    assert_eq!(gens[1].capacity, 4 * 512 / 10);
+    for i in 103..2_000 {
+        ring.insert(0, key(4, i));
+    }
+    let stats = ring.stats();
+    assert!(stats.early_closes > 2);
+    assert!(
+        stats.evicted_in_window > 0,
+        "the window got shorter: {stats:?}"
+    );
+    // Whatever was dropped, the ids of the generations still live are all found.
+    let live_keys: u64 = ring.generations().map(|g| g.keys).sum();
+    let found = (2_000 - live_keys..2_000)
+        .filter(|&i| ring.may_contain(key(4, i), 0, window))
+        .count() as u64;
+    assert_eq!(found, live_keys, "no false negative among the newest ids");
+}
+
+#[test]
+fn the_same_inputs_build_the_same_bits() {
+    let build = || {
+        let mut ring = GenerationRing::new(config(16 << 10, 4), 8 * S).unwrap();
+        for i in 0..5_000u64 {
+            ring.insert((i / 50) as i64 * S / 10, key(5, i));
+        }
+        ring
+    };
+    let (a, b) = (build(), build());
+    assert!(a.blocks == b.blocks);
+    assert_eq!(
+        a.generations().copied().collect::<Vec<_>>(),
+        b.generations().copied().collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn an_entry_time_going_back_counts_as_the_newest_seen() {
+    let mut ring = GenerationRing::new(config(64 << 10, 12), 12 * S).unwrap();
+    ring.insert(10 * S, 1);
+    ring.insert(3 * S, 2);
+    let g: Vec<Generation> = ring.generations().copied().collect();
+    assert_eq!(g.len(), 1);
+    assert_eq!(g[0].last_us, 10 * S);
+    assert!(ring.may_contain(2, 10 * S, S));
+}

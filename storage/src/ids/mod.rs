@@ -1,0 +1,189 @@
+//! Per-generation id files of the dedup index (issue 12): the exact (key, offset) pairs of the
+//! pushes of each sealed segment, split by window-filter generation, so a filter hit is
+//! confirmed with a few block reads instead of an in-memory row per id.
+//!
+//! Bytes and numbers only: what a key is (xxh3 of partition and id hash) and which generation
+//! a push belongs to are the engine's. A damaged file is reported (`CorruptIdFile`) and never
+//! trusted; the caller removes it and writes it again from its segment, which is why every
+//! file is rebuildable from the log alone. docs/storage-format.md ("Id files") has the format.
+
+mod format;
+mod reader;
+mod writer;
+
+use std::sync::Arc;
+
+pub use format::{id_file_name, parse_id_file_name, IdSource};
+pub use reader::{IdFileReader, PairCursor};
+
+use crate::backend::IoBackend;
+use crate::StorageError;
+use writer::IdFileWriter;
+
+/// The id files of one directory (`<data_dir>/ids/`).
+pub struct IdFiles {
+    backend: Arc<dyn IoBackend>,
+}
+
+impl IdFiles {
+    pub fn new(backend: Arc<dyn IoBackend>) -> IdFiles {
+        IdFiles { backend }
+    }
+
+    fn name(generation: u64, source: IdSource) -> Result<String, StorageError> {
+        id_file_name(generation, source).ok_or_else(|| StorageError::InvalidOptions {
+            reason: format!("id file source {source:?} is out of range (2^63 or more)"),
+        })
+    }
+
+    fn sync_dir(&self) -> Result<(), StorageError> {
+        self.backend.sync_dir().map_err(StorageError::io(
+            "fsync the directory",
+            self.backend.locate("."),
+        ))
+    }
+
+    /// Every id file present, by (generation, source); names of other files are ignored.
+    pub fn list(&self) -> Result<Vec<(u64, IdSource)>, StorageError> {
+        let mut files: Vec<(u64, IdSource)> = self
+            .backend
+            .list()
+            .map_err(StorageError::io("list", self.backend.locate(".")))?
+            .iter()
+            .filter_map(|n| parse_id_file_name(n))
+            .collect();
+        files.sort_unstable();
+        Ok(files)
+    }
+
+    /// Writes the pairs of the segment starting at `first_index` that belong to `generation`
+    /// (sorted here, exact repeats dropped), durable with its name when this returns: the
+    /// segment may be reclaimed after. Writing it again replaces it (the rebuild of a damaged
+    /// file). Answers the pairs written.
+    pub fn write_segment(
+        &self,
+        generation: u64,
+        first_index: u64,
+        pairs: &mut [(u64, u64)],
+    ) -> Result<u64, StorageError> {
+        let source = IdSource::Segment(first_index);
+        let name = Self::name(generation, source)?;
+        pairs.sort_unstable();
+        let mut w = IdFileWriter::create(&*self.backend, &name, generation, first_index)?;
+        for &p in pairs.iter() {
+            w.push(p)?;
+        }
+        let n = w.finish()?;
+        self.sync_dir()?;
+        Ok(n)
+    }
+
+    pub fn open(&self, generation: u64, source: IdSource) -> Result<IdFileReader, StorageError> {
+        IdFileReader::open(
+            &*self.backend,
+            &Self::name(generation, source)?,
+            generation,
+            source,
+        )
+    }
+
+    /// Merges every file of `generation` into one (`m<n+1>` after the newest merged `m<n>`),
+    /// durable before any input is removed, so a crash leaves either the inputs or a complete
+    /// merged file (plus inputs whose pairs it already holds: a later merge drops the
+    /// repeats). Reads one block per input at a time. Call it once every segment holding ids
+    /// of the generation is sealed and written. A damaged input stops the merge with
+    /// `CorruptIdFile` and changes nothing.
+    pub fn merge_generation(&self, generation: u64) -> Result<Option<IdSource>, StorageError> {
+        let inputs: Vec<IdSource> = self
+            .list()?
+            .into_iter()
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, s)| s)
+            .collect();
+        if inputs.len() < 2 {
+            return Ok(inputs.first().copied());
+        }
+        let next = inputs
+            .iter()
+            .filter_map(|s| match s {
+                IdSource::Merged(n) => Some(n + 1),
+                IdSource::Segment(_) => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let out = IdSource::Merged(next);
+        let out_name = Self::name(generation, out)?;
+        let readers = inputs
+            .iter()
+            .map(|s| self.open(generation, *s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut cursors: Vec<PairCursor<'_>> = readers.iter().map(|r| r.cursor()).collect();
+        let mut heads = Vec::with_capacity(cursors.len());
+        for c in cursors.iter_mut() {
+            heads.push(c.next_pair()?);
+        }
+        let field = out.to_field().unwrap_or(u64::MAX);
+        let written = (|| {
+            let mut w = IdFileWriter::create(&*self.backend, &out_name, generation, field)?;
+            // A linear scan of the heads: a generation has one file per segment it spans, a
+            // handful, so a heap would not pay for itself.
+            while let Some((i, pair)) = heads
+                .iter()
+                .enumerate()
+                .filter_map(|(i, h)| h.map(|p| (i, p)))
+                .min_by_key(|(_, p)| *p)
+            {
+                w.push(pair)?;
+                heads[i] = cursors[i].next_pair()?;
+            }
+            w.finish()
+        })();
+        if let Err(e) = written {
+            // Best effort: the half-written output is not trusted by anyone (no valid header).
+            let _ = self.backend.remove(&out_name);
+            return Err(e);
+        }
+        self.sync_dir()?;
+        drop(cursors);
+        drop(readers);
+        for s in inputs {
+            let name = Self::name(generation, s)?;
+            self.backend
+                .remove(&name)
+                .map_err(StorageError::io("remove", self.backend.locate(&name)))?;
+        }
+        self.sync_dir()?;
+        Ok(Some(out))
+    }
+
+    /// Removes one file (a damaged one, before it is rebuilt from its segment).
+    pub fn remove(&self, generation: u64, source: IdSource) -> Result<(), StorageError> {
+        let name = Self::name(generation, source)?;
+        self.backend
+            .remove(&name)
+            .map_err(StorageError::io("remove", self.backend.locate(&name)))?;
+        self.sync_dir()
+    }
+
+    /// Removes the files of every generation before `generation` (they left the window).
+    pub fn remove_before(&self, generation: u64) -> Result<usize, StorageError> {
+        let old: Vec<(u64, IdSource)> = self
+            .list()?
+            .into_iter()
+            .filter(|(g, _)| *g < generation)
+            .collect();
+        for &(g, s) in &old {
+            let name = Self::name(g, s)?;
+            self.backend
+                .remove(&name)
+                .map_err(StorageError::io("remove", self.backend.locate(&name)))?;
+        }
+        if !old.is_empty() {
+            self.sync_dir()?;
+        }
+        Ok(old.len())
+    }
+}
+
+#[cfg(test)]
+mod tests;

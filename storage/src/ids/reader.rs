@@ -1,0 +1,182 @@
+//! Reading one id file: its header is checked against its name and its length before any
+//! block is read, and every block's CRC32C, count and order when it is read. A reader holds
+//! one 4 KiB block at a time, whatever the file claims.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::format::{
+    data_blocks, decode_block, decode_header, file_len, pairs_in_block, Header, IdSource, BLOCK,
+};
+use crate::backend::{IoBackend, SegmentFile};
+use crate::StorageError;
+
+pub struct IdFileReader {
+    file: Arc<dyn SegmentFile>,
+    path: PathBuf,
+    header: Header,
+}
+
+fn corrupt(path: &std::path::Path, block: u64, reason: String) -> StorageError {
+    StorageError::CorruptIdFile {
+        path: path.to_path_buf(),
+        block,
+        reason,
+    }
+}
+
+impl IdFileReader {
+    /// Opens `name`, which must be the file of `(generation, source)`.
+    pub(crate) fn open(
+        backend: &dyn IoBackend,
+        name: &str,
+        generation: u64,
+        source: IdSource,
+    ) -> Result<IdFileReader, StorageError> {
+        let path = backend.locate(name);
+        let file = backend
+            .open(name)
+            .map_err(StorageError::io("open the id file", &path))?;
+        let len = file
+            .len()
+            .map_err(StorageError::io("read the length of", &path))?;
+        if len < BLOCK as u64 {
+            return Err(corrupt(
+                &path,
+                0,
+                format!("{len} bytes, shorter than its header"),
+            ));
+        }
+        let mut b = [0u8; BLOCK];
+        file.read_at(0, &mut b)
+            .map_err(StorageError::io("read the header of", &path))?;
+        let header = decode_header(&b).map_err(|r| corrupt(&path, 0, r))?;
+        if header.generation != generation || IdSource::from_field(header.source) != source {
+            return Err(corrupt(
+                &path,
+                0,
+                format!(
+                    "the header names generation {} source {:?}, the file name generation \
+                     {generation} source {source:?}",
+                    header.generation,
+                    IdSource::from_field(header.source)
+                ),
+            ));
+        }
+        if len != file_len(header.pairs) {
+            return Err(corrupt(
+                &path,
+                0,
+                format!(
+                    "{len} bytes; {} pairs take exactly {}",
+                    header.pairs,
+                    file_len(header.pairs)
+                ),
+            ));
+        }
+        Ok(IdFileReader { file, path, header })
+    }
+
+    pub fn pairs(&self) -> u64 {
+        self.header.pairs
+    }
+
+    fn blocks(&self) -> u64 {
+        data_blocks(self.header.pairs)
+    }
+
+    /// Reads data block `i` (0-based) into `out`.
+    fn read_block(&self, i: u64, out: &mut Vec<(u64, u64)>) -> Result<(), StorageError> {
+        let mut b = [0u8; BLOCK];
+        self.file
+            .read_at((i + 1) * BLOCK as u64, &mut b)
+            .map_err(StorageError::io("read a block of", &self.path))?;
+        decode_block(&b, pairs_in_block(self.header.pairs, i), out)
+            .map_err(|r| corrupt(&self.path, i + 1, r))
+    }
+
+    /// Calls `accept` with the offset of each pair of `key`, in ascending offset order, until
+    /// it returns true; answers that offset, or None when no pair of `key` was accepted.
+    /// Binary search over blocks: about log2(blocks) + 1 block reads.
+    pub fn find(
+        &self,
+        key: u64,
+        mut accept: impl FnMut(u64) -> bool,
+    ) -> Result<Option<u64>, StorageError> {
+        let mut buf = Vec::with_capacity(super::format::PAIRS_PER_BLOCK);
+        let (mut lo, mut hi) = (0, self.blocks());
+        // The first block whose last key is >= key.
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            self.read_block(mid, &mut buf)?;
+            match buf.last() {
+                Some(&(last, _)) if last < key => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        let mut i = lo;
+        while i < self.blocks() {
+            self.read_block(i, &mut buf)?;
+            for &(k, offset) in buf.iter().skip_while(|(k, _)| *k < key) {
+                if k != key {
+                    return Ok(None);
+                }
+                if accept(offset) {
+                    return Ok(Some(offset));
+                }
+            }
+            i += 1;
+        }
+        Ok(None)
+    }
+
+    /// Every pair in order, block by block, checking the order across blocks too.
+    pub fn cursor(&self) -> PairCursor<'_> {
+        PairCursor {
+            reader: self,
+            next_block: 0,
+            buf: Vec::new(),
+            at: 0,
+            last: None,
+        }
+    }
+
+    /// Reads the whole file: Ok only if every block verifies.
+    pub fn verify(&self) -> Result<(), StorageError> {
+        let mut c = self.cursor();
+        while c.next_pair()?.is_some() {}
+        Ok(())
+    }
+}
+
+pub struct PairCursor<'a> {
+    reader: &'a IdFileReader,
+    next_block: u64,
+    buf: Vec<(u64, u64)>,
+    at: usize,
+    last: Option<(u64, u64)>,
+}
+
+impl PairCursor<'_> {
+    pub fn next_pair(&mut self) -> Result<Option<(u64, u64)>, StorageError> {
+        if self.at == self.buf.len() {
+            if self.next_block == self.reader.blocks() {
+                return Ok(None);
+            }
+            self.reader.read_block(self.next_block, &mut self.buf)?;
+            self.next_block += 1;
+            self.at = 0;
+        }
+        let pair = self.buf[self.at];
+        self.at += 1;
+        if self.last.is_some_and(|l| l > pair) {
+            return Err(corrupt(
+                &self.reader.path,
+                self.next_block,
+                "its first pair sorts before the previous block's last".to_owned(),
+            ));
+        }
+        self.last = Some(pair);
+        Ok(Some(pair))
+    }
+}

@@ -1,0 +1,303 @@
+use std::sync::Arc;
+
+use super::format::{encode_header, Header, BLOCK, PAIRS_PER_BLOCK};
+use super::*;
+use crate::MemBackend;
+
+/// A seeded generator: every run tests the same bytes.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+fn files() -> (MemBackend, IdFiles) {
+    let mem = MemBackend::new();
+    (mem.clone(), IdFiles::new(Arc::new(mem)))
+}
+
+fn all(files: &IdFiles, generation: u64, source: IdSource) -> Vec<(u64, u64)> {
+    let r = files.open(generation, source).unwrap();
+    let mut c = r.cursor();
+    let mut out = Vec::new();
+    while let Some(p) = c.next_pair().unwrap() {
+        out.push(p);
+    }
+    out
+}
+
+fn offsets_of(files: &IdFiles, generation: u64, source: IdSource, key: u64) -> Vec<u64> {
+    let r = files.open(generation, source).unwrap();
+    let mut seen = Vec::new();
+    let found = r
+        .find(key, |o| {
+            seen.push(o);
+            false
+        })
+        .unwrap();
+    assert_eq!(found, None, "nothing was accepted");
+    seen
+}
+
+#[test]
+fn names_round_trip_and_other_names_are_not_id_files() {
+    let seg = id_file_name(3, IdSource::Segment(42)).unwrap();
+    assert_eq!(seg, "g00000000000000000003-s00000000000000000042.qidx");
+    assert_eq!(parse_id_file_name(&seg), Some((3, IdSource::Segment(42))));
+    let m = id_file_name(3, IdSource::Merged(1)).unwrap();
+    assert_eq!(parse_id_file_name(&m), Some((3, IdSource::Merged(1))));
+    assert_eq!(id_file_name(3, IdSource::Segment(1 << 63)), None);
+    for bad in [
+        "seg-00000000000000000001.qlog",
+        "g3-s42.qidx",
+        "g00000000000000000003-x00000000000000000042.qidx",
+        "g00000000000000000003-s99999999999999999999.qidx",
+        "g00000000000000000003-s00000000000000000042.qidx.tmp",
+    ] {
+        assert_eq!(parse_id_file_name(bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn pairs_round_trip_and_find_answers_every_offset_of_a_key_across_blocks() {
+    let (_, files) = files();
+    let mut rng = Rng(1);
+    let mut pairs: Vec<(u64, u64)> = (0..3 * PAIRS_PER_BLOCK as u64 + 17)
+        .map(|i| (rng.next() | 1, i))
+        .collect();
+    // One key with 300 offsets: it spans a block boundary whatever its place.
+    let repeated = pairs[5].0;
+    pairs.extend((10_000..10_300).map(|o| (repeated, o)));
+    pairs.push(pairs[7]);
+    let n = files.write_segment(2, 100, &mut pairs.clone()).unwrap();
+    assert_eq!(n, pairs.len() as u64 - 1, "the exact repeat is dropped");
+    let mut sorted = pairs.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(all(&files, 2, IdSource::Segment(100)), sorted);
+    let r = files.open(2, IdSource::Segment(100)).unwrap();
+    assert_eq!(r.pairs(), sorted.len() as u64);
+    for &(k, o) in sorted.iter().step_by(37) {
+        assert_eq!(r.find(k, |x| x == o).unwrap(), Some(o), "key {k:#x}");
+    }
+    let mut want: Vec<u64> = vec![5];
+    want.extend(10_000..10_300);
+    assert_eq!(
+        offsets_of(&files, 2, IdSource::Segment(100), repeated),
+        want
+    );
+    // Absent keys: below every key, above every key, between two.
+    for k in [0, u64::MAX, sorted[100].0 + 1] {
+        if sorted.binary_search_by_key(&k, |p| p.0).is_err() {
+            assert_eq!(r.find(k, |_| true).unwrap(), None);
+        }
+    }
+    r.verify().unwrap();
+}
+
+#[test]
+fn an_empty_segment_file_is_one_header_block() {
+    let (mem, files) = files();
+    files.write_segment(0, 1, &mut []).unwrap();
+    let name = id_file_name(0, IdSource::Segment(1)).unwrap();
+    assert_eq!(mem.file_bytes(&name).unwrap().len(), BLOCK);
+    let r = files.open(0, IdSource::Segment(1)).unwrap();
+    assert_eq!(r.pairs(), 0);
+    assert_eq!(r.find(7, |_| true).unwrap(), None);
+}
+
+#[test]
+fn a_merge_keeps_every_pair_once_and_removes_its_inputs_durably() {
+    let (mem, files) = files();
+    let mut a: Vec<(u64, u64)> = (0..600).map(|i| (i * 2, i)).collect();
+    let mut b: Vec<(u64, u64)> = (0..600).map(|i| (i * 3, 1_000 + i)).collect();
+    files.write_segment(4, 10, &mut a).unwrap();
+    files.write_segment(4, 20, &mut b).unwrap();
+    files.write_segment(5, 20, &mut [(1, 1)]).unwrap();
+    assert_eq!(
+        files.merge_generation(4).unwrap(),
+        Some(IdSource::Merged(0))
+    );
+    let mut want: Vec<(u64, u64)> = a.iter().chain(b.iter()).copied().collect();
+    want.sort_unstable();
+    assert_eq!(all(&files, 4, IdSource::Merged(0)), want);
+    // What a power cut right now leaves: the merged file and generation 5's, nothing else.
+    let after = IdFiles::new(Arc::new(mem.crash()));
+    assert_eq!(
+        after.list().unwrap(),
+        vec![(4, IdSource::Merged(0)), (5, IdSource::Segment(20))]
+    );
+    assert_eq!(all(&after, 4, IdSource::Merged(0)), want);
+    // A late input merges into the next merged file, repeats of pairs already held dropped.
+    files.write_segment(4, 30, &mut [(0, 0), (7, 7)]).unwrap();
+    assert_eq!(
+        files.merge_generation(4).unwrap(),
+        Some(IdSource::Merged(1))
+    );
+    want.push((7, 7));
+    want.sort_unstable();
+    assert_eq!(all(&files, 4, IdSource::Merged(1)), want);
+    assert_eq!(
+        files.merge_generation(4).unwrap(),
+        Some(IdSource::Merged(1))
+    );
+    assert_eq!(files.remove_before(5).unwrap(), 1);
+    assert_eq!(files.list().unwrap(), vec![(5, IdSource::Segment(20))]);
+}
+
+#[test]
+fn a_damaged_input_stops_the_merge_and_changes_nothing() {
+    let (mem, files) = files();
+    files.write_segment(1, 10, &mut [(1, 1), (2, 2)]).unwrap();
+    files.write_segment(1, 20, &mut [(3, 3)]).unwrap();
+    let name = id_file_name(1, IdSource::Segment(20)).unwrap();
+    let mut bytes = mem.file_bytes(&name).unwrap();
+    bytes[BLOCK + 3] ^= 0x10;
+    mem.set_file_bytes(&name, bytes);
+    let err = files.merge_generation(1).unwrap_err();
+    assert!(
+        matches!(err, StorageError::CorruptIdFile { block: 1, .. }),
+        "{err}"
+    );
+    assert_eq!(
+        files.list().unwrap(),
+        vec![(1, IdSource::Segment(10)), (1, IdSource::Segment(20))]
+    );
+    // The rebuild: written again from its segment, the merge goes through.
+    files.write_segment(1, 20, &mut [(3, 3)]).unwrap();
+    assert_eq!(
+        files.merge_generation(1).unwrap(),
+        Some(IdSource::Merged(0))
+    );
+}
+
+#[test]
+fn every_crash_while_writing_leaves_a_complete_file_or_one_that_is_refused() {
+    let (mem, files) = files();
+    let mut pairs: Vec<(u64, u64)> = (0..2 * PAIRS_PER_BLOCK as u64).map(|i| (i, i)).collect();
+    mem.record_steps();
+    files.write_segment(0, 5, &mut pairs).unwrap();
+    let steps = mem.take_steps();
+    assert!(steps.len() > 2);
+    let mut complete = 0;
+    for image in steps {
+        let image = IdFiles::new(Arc::new(image.crash()));
+        match image.open(0, IdSource::Segment(5)) {
+            Ok(r) => {
+                r.verify().unwrap();
+                assert_eq!(r.pairs(), pairs.len() as u64);
+                complete += 1;
+            }
+            Err(StorageError::CorruptIdFile { .. } | StorageError::Io { .. }) => {}
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert!(
+        complete >= 1,
+        "the image after the last step holds the file"
+    );
+}
+
+/// Opens, verifies and searches `bytes` as an id file; any answer but a panic is fine, and
+/// none may read more than the blocks the file has.
+fn probe(bytes: Vec<u8>) -> Result<(), StorageError> {
+    let (mem, files) = files();
+    let name = id_file_name(9, IdSource::Segment(9)).unwrap();
+    mem.set_file_bytes(&name, bytes);
+    let r = files.open(9, IdSource::Segment(9))?;
+    r.find(12345, |_| false)?;
+    r.find(0, |_| true)?;
+    r.verify()
+}
+
+#[test]
+fn every_single_bit_flip_is_detected() {
+    let (mem, files) = files();
+    let mut rng = Rng(2);
+    let mut pairs: Vec<(u64, u64)> = (0..300).map(|i| (rng.next(), i)).collect();
+    files.write_segment(9, 9, &mut pairs).unwrap();
+    let good = mem
+        .file_bytes(&id_file_name(9, IdSource::Segment(9)).unwrap())
+        .unwrap();
+    assert!(probe(good.clone()).is_ok());
+    for at in 0..good.len() {
+        let bit = (rng.next() % 8) as u8;
+        let mut bad = good.clone();
+        bad[at] ^= 1 << bit;
+        assert!(
+            probe(bad).is_err(),
+            "a flip of bit {bit} at byte {at} went unseen"
+        );
+    }
+    for len in [
+        0,
+        1,
+        BLOCK - 1,
+        BLOCK,
+        BLOCK + 1,
+        good.len() - 1,
+        good.len() + BLOCK,
+    ] {
+        let mut cut = good.clone();
+        cut.resize(len, 0);
+        assert!(probe(cut).is_err(), "length {len}");
+    }
+}
+
+#[test]
+fn garbage_and_huge_claims_are_refused_without_a_panic_or_a_big_allocation() {
+    let mut rng = Rng(3);
+    for round in 0..2_000 {
+        let len = (rng.next() % (3 * BLOCK as u64 + 7)) as usize;
+        let mut bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        if round % 2 == 0 && len >= BLOCK {
+            // A valid header over random blocks: only the CRCs and counts stand in the way.
+            let pairs = rng.next() % (2 * PAIRS_PER_BLOCK as u64 + 1);
+            let header = encode_header(Header {
+                pairs,
+                generation: 9,
+                source: 9,
+            });
+            bytes[..BLOCK].copy_from_slice(&header);
+        }
+        let _ = probe(bytes);
+    }
+    // A header that claims 2^47 pairs over a file of one block is refused on its length,
+    // before any block is read.
+    let header = encode_header(Header {
+        pairs: 1 << 47,
+        generation: 9,
+        source: 9,
+    });
+    let err = probe(header.to_vec()).unwrap_err();
+    assert!(
+        matches!(err, StorageError::CorruptIdFile { block: 0, .. }),
+        "{err}"
+    );
+    let header = encode_header(Header {
+        pairs: u64::MAX,
+        generation: 9,
+        source: 9,
+    });
+    assert!(probe(header.to_vec()).is_err());
+}
+
+#[test]
+fn a_file_under_another_name_is_refused() {
+    let (mem, files) = files();
+    files.write_segment(1, 10, &mut [(1, 1)]).unwrap();
+    let bytes = mem
+        .file_bytes(&id_file_name(1, IdSource::Segment(10)).unwrap())
+        .unwrap();
+    mem.set_file_bytes(&id_file_name(2, IdSource::Segment(10)).unwrap(), bytes);
+    assert!(matches!(
+        files.open(2, IdSource::Segment(10)),
+        Err(StorageError::CorruptIdFile { block: 0, .. })
+    ));
+}
