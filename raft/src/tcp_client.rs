@@ -223,8 +223,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         let n = rpc.entries.len() as u64;
-        let body = rpc_codec::encode_append(&self.net.group, &rpc);
-        let len = body.as_ref().map_or(0, |b| b.len() as u64);
+        // Sized from the payload lengths: a batch over the budget is refused before a byte of
+        // it is copied (review s14 F4).
+        let len = rpc_codec::append_len(&self.net.group, &rpc)
+            .map_err(|e| self.garbage(format!("cannot encode: {e}")).into_rpc())?;
         if n > 1 && len > u64::from(self.budget) {
             // openraft retries with at most the hinted number of entries.
             let hint = (n * u64::from(self.budget) / len).clamp(1, n - 1);
@@ -239,6 +241,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             );
             return Err(self.garbage(why).into_rpc());
         }
+        let body = rpc_codec::encode_append(&self.net.group, &rpc);
         let r = self.rpc(Kind::Append, body, option.hard_ttl()).await;
         if r.is_ok() {
             self.budget = self.budget.saturating_mul(2).min(self.net.limits.append);

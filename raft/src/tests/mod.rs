@@ -5,6 +5,7 @@ mod group_commit;
 mod guards;
 mod horizons;
 mod latency;
+mod limited_read;
 mod multi_node;
 mod node_restart;
 mod reclaim;
