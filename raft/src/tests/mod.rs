@@ -1,3 +1,4 @@
+mod clustered_start;
 mod committed_lag;
 mod crash;
 mod fixtures;
