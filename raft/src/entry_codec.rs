@@ -52,6 +52,20 @@ pub fn encode(entry: &Entry) -> Result<Vec<u8>, CodecError> {
     })
 }
 
+/// The length of `encode(entry)`, without building it: an application entry (all the bulk of
+/// the log) costs nothing to measure; a membership is small and serialised to count it.
+pub fn encoded_len(entry: &Entry) -> Result<usize, CodecError> {
+    Ok(match &entry.payload {
+        EntryPayload::Blank => 1,
+        EntryPayload::Normal(data) => 1 + data.len(),
+        EntryPayload::Membership(m) => {
+            1 + serde_json::to_vec(m)
+                .map_err(CodecError::EncodeMembership)?
+                .len()
+        }
+    })
+}
+
 /// The entry stored at (`index`, `term`) with record payload `payload`.
 pub fn decode(index: u64, term: u64, mut payload: Vec<u8>) -> Result<Entry, CodecError> {
     let kind = *payload.first().ok_or(CodecError::Empty { index })?;

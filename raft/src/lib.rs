@@ -32,6 +32,7 @@ mod error;
 pub mod fuzzing;
 mod horizons;
 mod index_cell;
+mod keepalive;
 mod log_store;
 mod log_writer;
 mod meta;
@@ -42,6 +43,7 @@ mod state_machine;
 mod tcp_client;
 mod tcp_server;
 mod types;
+mod warn_limit;
 pub mod wire;
 
 #[cfg(test)]

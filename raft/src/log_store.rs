@@ -346,6 +346,30 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, OrStorageError> {
+        self.read_entries(range, u64::MAX)
+    }
+
+    /// What replication reads for one append: the entries from `start` up to the one that
+    /// would take the batch over `wire::APPEND_ENTRIES_MAX` (at least one), counted from the
+    /// record lengths before anything is decoded, so openraft never reads 300 large records
+    /// that the client then refuses to send (review s14 F4).
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, OrStorageError> {
+        self.read_entries(start..end, u64::from(crate::wire::APPEND_ENTRIES_MAX))
+    }
+}
+
+impl LogStore {
+    /// The entries of `range`, stopping before the one whose record would take the sum of
+    /// record lengths (each with its wire head) over `max_bytes`; the first is always read.
+    fn read_entries<RB: RangeBounds<u64>>(
+        &self,
+        range: RB,
+        max_bytes: u64,
+    ) -> Result<Vec<Entry>, OrStorageError> {
         let Some((last, _)) = self.inner.log.last() else {
             return Ok(Vec::new());
         };
@@ -384,6 +408,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         let start = start.max(self.inner.log.first_index().unwrap_or(0));
 
         let mut out = Vec::with_capacity(end.saturating_sub(start).min(1024) as usize);
+        let mut bytes = 0u64;
         for index in start..end {
             let record = self
                 .inner
@@ -393,6 +418,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
             // A record can vanish under us only through a concurrent truncate; stop at the gap
             // rather than return a log with a hole.
             let Some((term, payload)) = record else { break };
+            bytes = bytes.saturating_add((payload.len() + crate::rpc_codec::ENTRY_HEAD) as u64);
+            if bytes > max_bytes && !out.is_empty() {
+                break;
+            }
             let entry = entry_codec::decode(index, term, payload)
                 .map_err(|e| io_err(ErrorSubject::LogIndex(index), ErrorVerb::Read, &e))?;
             out.push(entry);

@@ -80,9 +80,67 @@ impl RaftNode {
         handler: Arc<dyn ApplyHandler>,
         network: N,
     ) -> Result<RaftNode, RaftError> {
+        let last_at_open = log.last().map(|(index, _)| index);
+        let node = RaftNode::open(cfg, log, store, handler, network).await?;
+        let ready = node.lead_and_replay(last_at_open).await;
+        node.started(ready, last_at_open).await
+    }
+
+    /// Opens a member of a multi-node group over `network` (a `TcpNetwork` between `queen`
+    /// processes) without waiting to lead: it returns once this node has applied every entry
+    /// it knew committed at open, whoever leads. `initial`, given on one node only (the lowest
+    /// id of `peers`), initialises the membership with those voters when this node's log and
+    /// vote are empty; a node that already holds the group never initialises it again, and
+    /// the other nodes wait to be contacted by a leader. `serve` is handed the openraft handle
+    /// as soon as openraft runs, before any wait: the cluster listener must answer for the
+    /// group (`Groups::add`) for a leader to reach this node at all.
+    pub async fn start_clustered<N: RaftNetworkFactory<TypeConfig>>(
+        cfg: RaftConfig,
+        log: Arc<SegmentLog>,
+        store: Arc<StateStore>,
+        handler: Arc<dyn ApplyHandler>,
+        network: N,
+        initial: Option<BTreeMap<u64, BasicNode>>,
+        serve: impl FnOnce(Raft<TypeConfig>),
+    ) -> Result<RaftNode, RaftError> {
+        let node = RaftNode::open(cfg, log, store, handler, network).await?;
+        serve(node.inner.raft.clone());
+        let committed_at_open = node.inner.log_store.committed().map(|c| c.index);
+        let ready = node.join_and_replay(initial, committed_at_open).await;
+        node.started(ready, committed_at_open).await
+    }
+
+    /// openraft is running once `open` returned: stop it again if start-up did not finish, so
+    /// a failed start leaves no task or thread touching the log and the store.
+    async fn started(
+        self,
+        ready: Result<(), RaftError>,
+        replayed_to: Option<u64>,
+    ) -> Result<RaftNode, RaftError> {
+        match ready {
+            Ok(()) => {
+                tracing::info!(node = self.inner.id, ?replayed_to, "raft group ready");
+                Ok(self)
+            }
+            Err(e) => {
+                if let Err(stop) = self.shutdown().await {
+                    tracing::warn!(error = %stop, "stopping raft after a failed start failed too");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The stores opened and openraft started on them; nothing waited for.
+    async fn open<N: RaftNetworkFactory<TypeConfig>>(
+        cfg: RaftConfig,
+        log: Arc<SegmentLog>,
+        store: Arc<StateStore>,
+        handler: Arc<dyn ApplyHandler>,
+        network: N,
+    ) -> Result<RaftNode, RaftError> {
         let config = Arc::new(cfg.to_openraft()?);
         let id = cfg.node_id;
-        let last_at_open = log.last().map(|(index, _)| index);
 
         let (l, s) = (log.clone(), store.clone());
         let (log_store, state_machine, sm_gone) = tokio::task::spawn_blocking(move || {
@@ -117,7 +175,7 @@ impl RaftNode {
                 .await
                 .map_err(|e| RaftError::Startup(e.to_string()))?;
         }
-        let node = RaftNode {
+        Ok(RaftNode {
             inner: Arc::new(Inner {
                 id,
                 raft,
@@ -126,22 +184,53 @@ impl RaftNode {
                 applied,
                 sm_gone: tokio::sync::Mutex::new(Some(sm_gone)),
             }),
-        };
+        })
+    }
 
-        // openraft is running from here on: stop it again if start-up does not finish, so a
-        // failed start leaves no task or thread touching `log` and `store`.
-        match node.lead_and_replay(last_at_open).await {
-            Ok(()) => {
-                tracing::info!(node = id, replayed_to = ?last_at_open, "raft group ready");
-                Ok(node)
-            }
-            Err(e) => {
-                if let Err(stop) = node.shutdown().await {
-                    tracing::warn!(error = %stop, "stopping raft after a failed start failed too");
+    async fn join_and_replay(
+        &self,
+        initial: Option<BTreeMap<u64, BasicNode>>,
+        committed_at_open: Option<u64>,
+    ) -> Result<(), RaftError> {
+        let raft = &self.inner.raft;
+        // Not initialised = no vote, no log, no membership: an empty directory. One that
+        // holds anything of the group is never initialised again.
+        if !raft.is_initialized().await.map_err(fatal)? {
+            if let Some(members) = initial {
+                if !members.contains_key(&self.inner.id) {
+                    return Err(RaftError::Startup(format!(
+                        "node {} initialises a membership that does not name it",
+                        self.inner.id
+                    )));
                 }
-                Err(e)
+                raft.initialize(members)
+                    .await
+                    .map_err(|e| RaftError::Startup(e.to_string()))?;
             }
         }
+        let mut rx = raft.metrics();
+        loop {
+            let m = rx.borrow_and_update().clone();
+            if let Err(e) = &m.running_state {
+                return Err(fatal(e));
+            }
+            if m.last_applied.map(|l| l.index) >= committed_at_open {
+                return Ok(());
+            }
+            rx.changed().await.map_err(|_| {
+                RaftError::Fatal("the raft core stopped during start-up".to_string())
+            })?;
+        }
+    }
+
+    /// The openraft handle, for the cluster listener (`Groups::add`).
+    pub fn raft_handle(&self) -> Raft<TypeConfig> {
+        self.inner.raft.clone()
+    }
+
+    /// This node's id in the group.
+    pub fn id(&self) -> u64 {
+        self.inner.id
     }
 
     async fn lead_and_replay(&self, last_at_open: Option<u64>) -> Result<(), RaftError> {

@@ -116,7 +116,23 @@ struct AppendHead {
 }
 
 /// Bytes an entry costs besides its payload: index, term, length.
-const ENTRY_HEAD: usize = 20;
+pub const ENTRY_HEAD: usize = 20;
+
+/// The length `encode_append` would give, from the payload lengths, encoding nothing: the
+/// client checks it against the peers' append budget before building the body (review s14 F4).
+pub fn append_len(group: &str, rpc: &AppendEntriesRequest<TypeConfig>) -> Result<u64, DecodeError> {
+    let head = AppendHead {
+        vote: rpc.vote,
+        prev_log_id: rpc.prev_log_id,
+        leader_commit: rpc.leader_commit,
+    };
+    let mut len = (2 + group.len() + 4 + to_json(&head)?.len() + 4) as u64;
+    for e in &rpc.entries {
+        let payload = entry_codec::encoded_len(e).map_err(|e| bad(e.to_string()))?;
+        len = len.saturating_add((ENTRY_HEAD + payload) as u64);
+    }
+    Ok(len)
+}
 
 pub fn encode_append(
     group: &str,

@@ -139,12 +139,27 @@ impl PeerClient {
         }
     }
 
+    /// A connection that failed: one the peer closed right after our Hello most likely
+    /// refused it, and a wrong token otherwise looks just like a node that is down (review
+    /// s14 F9).
+    fn closed(&self, fresh: bool, e: std::io::Error) -> CallError {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
+        if fresh && matches!(e.kind(), UnexpectedEof | ConnectionReset | BrokenPipe) {
+            return self.unreachable(format!(
+                "closed after Hello: wrong cluster_token? (or a peers entry naming another \
+                 node at this address): {e}"
+            ));
+        }
+        self.unreachable(e)
+    }
+
     async fn connect(&self) -> Result<BufStream<TcpStream>, CallError> {
         let tcp = TcpStream::connect(self.addr.as_str())
             .await
             .map_err(|e| self.unreachable(e))?;
         // One small frame per RPC: waiting to coalesce would only add latency.
         tcp.set_nodelay(true).map_err(|e| self.unreachable(e))?;
+        crate::keepalive::enable(&tcp).map_err(|e| self.unreachable(e))?;
         let mut conn = BufStream::new(tcp);
         // Named to the target id: a node at this address that is not `target` refuses it.
         let hello = wire::hello_body(self.net.me, self.target, &self.net.token);
@@ -166,18 +181,20 @@ impl PeerClient {
 
     async fn exchange(&mut self, kind: Kind, body: &[u8]) -> Result<Vec<u8>, CallError> {
         // Taken, not borrowed: a cancelled call drops the connection with itself.
-        let mut conn = match self.conn.take() {
-            Some(c) => c,
-            None => self.connect().await?,
+        let (mut conn, fresh) = match self.conn.take() {
+            Some(c) => (c, false),
+            None => (self.connect().await?, true),
         };
         self.last_id += 1;
         let id = self.last_id;
-        wire::write_frame(&mut conn, kind, id, body)
-            .await
-            .map_err(|e| self.unreachable(e))?;
+        match wire::write_frame(&mut conn, kind, id, body).await {
+            Ok(()) => {}
+            Err(WireError::Io(e)) => return Err(self.closed(fresh, e)),
+            Err(e) => return Err(self.unreachable(e)),
+        }
         let reply = match wire::read_reply(&mut conn, &self.net.limits, id).await {
             Ok(r) => r,
-            Err(WireError::Io(e)) => return Err(self.unreachable(e)),
+            Err(WireError::Io(e)) => return Err(self.closed(fresh, e)),
             Err(e) => return Err(self.garbage(e)),
         };
         self.conn = Some(conn);
@@ -223,8 +240,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         let n = rpc.entries.len() as u64;
-        let body = rpc_codec::encode_append(&self.net.group, &rpc);
-        let len = body.as_ref().map_or(0, |b| b.len() as u64);
+        // Sized from the payload lengths: a batch over the budget is refused before a byte of
+        // it is copied (review s14 F4).
+        let len = rpc_codec::append_len(&self.net.group, &rpc)
+            .map_err(|e| self.garbage(format!("cannot encode: {e}")).into_rpc())?;
         if n > 1 && len > u64::from(self.budget) {
             // openraft retries with at most the hinted number of entries.
             let hint = (n * u64::from(self.budget) / len).clamp(1, n - 1);
@@ -239,6 +258,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             );
             return Err(self.garbage(why).into_rpc());
         }
+        let body = rpc_codec::encode_append(&self.net.group, &rpc);
         let r = self.rpc(Kind::Append, body, option.hard_ttl()).await;
         if r.is_ok() {
             self.budget = self.budget.saturating_mul(2).min(self.net.limits.append);

@@ -9,8 +9,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use openraft::Raft;
 use tokio::io::BufStream;
@@ -19,7 +20,13 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use crate::rpc_codec;
 use crate::types::TypeConfig;
+use crate::warn_limit::WarnLimit;
 use crate::wire::{self, Frame, Kind, Limits, WireError};
+
+/// A wrong token is warned about at most once per source address per minute...
+const BAD_TOKEN_WARN_EVERY: Duration = Duration::from_secs(60);
+/// ...tracking at most this many sources.
+const BAD_TOKEN_SOURCES: usize = 1024;
 
 /// The groups this node answers for, by name. Clones share them.
 #[derive(Clone, Default)]
@@ -85,6 +92,7 @@ pub async fn run(
         ));
     }
     let pending: PreHello = Arc::default();
+    let bad_token = Arc::new(WarnLimit::new(BAD_TOKEN_WARN_EVERY, BAD_TOKEN_SOURCES));
     let mut conns = JoinSet::new();
     let mut next = 0u64;
     tokio::pin!(shutdown);
@@ -107,7 +115,14 @@ pub async fn run(
         let id = next;
         // Held across the spawn, so the task cannot leave the queue before it is in it.
         let mut queue = pending.lock().unwrap_or_else(PoisonError::into_inner);
-        let task = serve_conn(tcp, cfg.clone(), groups.clone(), pending.clone(), id);
+        let task = serve_conn(
+            tcp,
+            cfg.clone(),
+            groups.clone(),
+            pending.clone(),
+            (id, peer),
+            bad_token.clone(),
+        );
         queue.push_back((id, conns.spawn(task)));
         while queue.len() > cfg.max_pre_hello {
             if let Some((old, h)) = queue.pop_front() {
@@ -123,7 +138,14 @@ pub async fn run(
     }
 }
 
-async fn serve_conn(tcp: TcpStream, cfg: ServerConfig, groups: Groups, pending: PreHello, id: u64) {
+async fn serve_conn(
+    tcp: TcpStream,
+    cfg: ServerConfig,
+    groups: Groups,
+    pending: PreHello,
+    (id, peer): (u64, SocketAddr),
+    bad_token: Arc<WarnLimit>,
+) {
     let _ = tcp.set_nodelay(true);
     let mut conn = BufStream::new(tcp);
     let hello = wire::accept_hello(&mut conn, &cfg.token, cfg.hello_deadline).await;
@@ -133,6 +155,19 @@ async fn serve_conn(tcp: TcpStream, cfg: ServerConfig, groups: Groups, pending: 
         .retain(|(c, _)| *c != id);
     let ids = match hello {
         Ok(ids) => ids,
+        Err(WireError::BadToken) => {
+            // A node configured with another token looks, from its side, like this node
+            // being down: say so here, once per source per period, never the token.
+            if bad_token.allow(peer.ip(), Instant::now()) {
+                tracing::warn!(
+                    conn = id,
+                    %peer,
+                    "raft connection refused: its Hello carries a wrong cluster_token \
+                     (is cluster_token the same on every node?)"
+                );
+            }
+            return;
+        }
         Err(e) => {
             tracing::debug!(conn = id, error = %e, "raft connection refused");
             return;
@@ -148,6 +183,12 @@ async fn serve_conn(tcp: TcpStream, cfg: ServerConfig, groups: Groups, pending: 
             me = cfg.node_id,
             "raft connection refused: its Hello is meant for another node id (check peers)"
         );
+        return;
+    }
+    // Past the Hello no read has a deadline: without keepalive a peer that vanished would
+    // hold this task for ever (review s14 F7).
+    if let Err(e) = crate::keepalive::enable(conn.get_ref()) {
+        tracing::debug!(conn = id, error = %e, "raft connection closed: cannot set keepalive");
         return;
     }
     if let Err(e) = answer(&mut conn, &cfg.limits, &groups).await {

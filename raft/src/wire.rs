@@ -52,7 +52,7 @@ pub struct Limits {
 /// A token longer than this is not a token.
 const HELLO_MAX: u32 = 1024;
 /// Room for the encoding around the entries of an append and a snapshot chunk's header.
-const ENVELOPE: u32 = 64 * 1024;
+pub const ENVELOPE: u32 = 64 * 1024;
 /// The largest append body whatever the record limit: about 17 ms at 1 Gbit/s, a fifth of
 /// openraft's append timeout (`heartbeat_ms`, 100 ms), which must also cover the follower's
 /// write and fsync (review s14 F2: 16 MiB took 134 ms, over the timeout, and never arrived).
@@ -62,6 +62,10 @@ const ENVELOPE: u32 = 64 * 1024;
 /// `APPEND_MAX - ENVELOPE` cannot go by append at all: it needs a chunked path (as snapshot
 /// chunks are), not built yet, so a clustered group must keep its records under it.
 pub const APPEND_MAX: u32 = 2 * 1024 * 1024;
+/// The entry bytes one append carries at most: what the log reader hands openraft per batch
+/// (`LogStore::limited_get_log_entries`), so a batch is never read and encoded only to be
+/// refused (review s14 F4).
+pub const APPEND_ENTRIES_MAX: u32 = APPEND_MAX - ENVELOPE;
 /// What a body reserves before its bytes arrive; the buffer grows as they do, so a declared
 /// length costs memory only once the peer actually sends it.
 const READ_CHUNK: usize = 64 * 1024;

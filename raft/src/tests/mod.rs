@@ -1,3 +1,4 @@
+mod clustered_start;
 mod committed_lag;
 mod crash;
 mod fixtures;
@@ -5,6 +6,7 @@ mod group_commit;
 mod guards;
 mod horizons;
 mod latency;
+mod limited_read;
 mod multi_node;
 mod node_restart;
 mod reclaim;

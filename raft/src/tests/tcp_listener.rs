@@ -256,3 +256,25 @@ async fn a_listener_that_would_refuse_everyone_does_not_start() {
         assert!(matches!(r, Err(wire::WireError::Config(_))), "{r:?}");
     }
 }
+
+/// Review s14 F9: a client with another token is closed after its Hello, and its error says
+/// why it probably was, instead of looking like a node that is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_is_named_on_the_calling_side() {
+    let s = served(BOUND, 16).await;
+    let other = b"another cluster token, also over 32 bytes long";
+    let mut net = TcpNetwork::new(2, GROUP, other, limits());
+    let mut c = net
+        .new_client(SERVED, &BasicNode::new(s.addr.to_string()))
+        .await;
+    let r = c.vote(vote(), RPCOption::new(BOUND)).await;
+    match r {
+        Err(RPCError::Unreachable(u)) => {
+            let text = u.to_string();
+            assert!(text.contains("wrong cluster_token?"), "{text}");
+            assert!(!text.contains("another cluster token"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    still_answers(&s).await;
+}

@@ -1,0 +1,164 @@
+//! `RaftNode::start_clustered` over loopback TCP: the lowest id initialises an empty group,
+//! the others wait to be contacted, nobody waits to lead, followers apply what the leader
+//! commits, and a restart on a directory that holds the group does not initialise it again.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::BasicNode;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::tcp_server::Groups;
+use crate::{RaftConfig, RaftNode, TcpNetwork};
+
+use super::fixtures::{open_stores, Recorder};
+use super::tcp_cluster::{limits, listen, server_config, GROUP, TOKEN};
+
+/// A safety bound on every wait, never an assertion about time.
+const BOUND: Duration = Duration::from_secs(30);
+
+struct Member {
+    node: RaftNode,
+    recorder: Arc<Recorder>,
+    _stop: oneshot::Sender<()>,
+}
+
+async fn start(
+    dir: &Path,
+    id: u64,
+    listener: TcpListener,
+    initial: Option<BTreeMap<u64, BasicNode>>,
+) -> Member {
+    let (log, store) = open_stores(&dir.join(id.to_string()));
+    let recorder = Recorder::new(None);
+    let cfg = RaftConfig {
+        node_id: id,
+        heartbeat_ms: 100,
+        election_timeout_min_ms: 1000,
+        election_timeout_max_ms: 2000,
+    };
+    // The listener must answer before the start returns: a follower is ready only once a
+    // leader reached it. Its group is registered as soon as openraft runs.
+    let groups = Groups::default();
+    let stop = listen(listener, server_config(id, BOUND, 64), groups.clone());
+    let net = TcpNetwork::new(id, GROUP, TOKEN, limits());
+    let node = RaftNode::start_clustered(cfg, log, store, recorder.clone(), net, initial, |raft| {
+        groups.add(GROUP, raft)
+    })
+    .await
+    .unwrap();
+    Member {
+        node,
+        recorder,
+        _stop: stop,
+    }
+}
+
+async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + BOUND;
+    while !f() {
+        assert!(tokio::time::Instant::now() < deadline, "waited for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lowest_id_initialises_and_followers_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut listeners = BTreeMap::new();
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3u64 {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        nodes.insert(id, BasicNode::new(l.local_addr().unwrap().to_string()));
+        listeners.insert(id, l);
+    }
+    let addr1 = nodes[&1].addr.clone();
+    let (l1, l2, l3) = (
+        listeners.remove(&1).unwrap(),
+        listeners.remove(&2).unwrap(),
+        listeners.remove(&3).unwrap(),
+    );
+    let (m1, m2, m3) = tokio::join!(
+        start(dir.path(), 1, l1, Some(nodes.clone())),
+        start(dir.path(), 2, l2, None),
+        start(dir.path(), 3, l3, None),
+    );
+    let members = [&m1, &m2, &m3];
+    wait_until("one leader known to all", || {
+        let leaders: Vec<_> = members.iter().map(|m| m.node.status().leader).collect();
+        leaders[0].is_some() && leaders.iter().all(|l| *l == leaders[0])
+    })
+    .await;
+    let leader = m1.node.status().leader.unwrap();
+    let lead = members[(leader - 1) as usize];
+    let mut last = 0;
+    for i in 0..20u32 {
+        last = lead
+            .node
+            .propose(format!("e{i}").into_bytes())
+            .await
+            .unwrap()
+            .0;
+    }
+    let follower = members.iter().find(|m| m.node.id() != leader).unwrap();
+    assert!(matches!(
+        follower.node.propose(b"no".to_vec()).await,
+        Err(crate::RaftError::NotLeader { leader: Some(l) }) if l == leader
+    ));
+    wait_until("every member applied the writes", || {
+        members
+            .iter()
+            .all(|m| m.node.status().applied >= Some(last))
+    })
+    .await;
+    for m in members {
+        assert_eq!(m.recorder.applied().len(), 20);
+        assert_eq!(m.node.status().term, lead.node.status().term);
+    }
+
+    // Node 1 again on its own directory, given `initial` as at first start: it rejoins and
+    // catches up; the group keeps its three voters (nothing initialised again).
+    let Member { node, _stop, .. } = m1;
+    node.shutdown().await.unwrap();
+    drop((node, _stop));
+    wait_until("a leader among 2 and 3", || {
+        [&m2, &m3].iter().any(|m| m.node.status().role == "leader")
+    })
+    .await;
+    let lead = [&m2, &m3]
+        .into_iter()
+        .find(|m| m.node.status().role == "leader")
+        .unwrap();
+    let more = lead.node.propose(b"after".to_vec()).await.unwrap().0;
+    // The old listener lets go of the port once its task has seen the stop.
+    let deadline = tokio::time::Instant::now() + BOUND;
+    let l1 = loop {
+        match TcpListener::bind(addr1.as_str()).await {
+            Ok(l) => break l,
+            Err(e) => assert!(tokio::time::Instant::now() < deadline, "{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let back = start(dir.path(), 1, l1, Some(nodes.clone())).await;
+    wait_until("the restarted node caught up", || {
+        back.node.status().applied >= Some(more)
+    })
+    .await;
+    assert_eq!(back.node.status().role, "follower");
+    let voters: Vec<u64> = back
+        .node
+        .raft_handle()
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .voter_ids()
+        .collect();
+    assert_eq!(voters, vec![1, 2, 3]);
+    for m in [&back, &m2, &m3] {
+        m.node.shutdown().await.unwrap();
+    }
+}
