@@ -8,11 +8,15 @@ Each test gets a fresh broker (its own ports and data dir) and its own test.conf
 passes when test-runner exits 0 within its time limit and at least one of its parts ran: a
 test whose every part "passed" in 0.000 s skipped all its subtests and never reached the broker,
 and fails here. Tests run in quick mode (`-Q`), except those marked `full` in the allowlist:
-what they exercise is in non-quick subtests, which quick mode skips.
+what they exercise is in non-quick subtests, which quick mode skips. Socket-emulation tests
+are left out (`-E`) except for those marked `sockem`: librdkafka's sockem is built into
+test-runner and proxies each connection inside the test process (delays, throughput limits,
+refused and closed connections), so they need nothing beside the broker.
 
     python tests/librdkafka/run.py                 # the whole allowlist
     python tests/librdkafka/run.py 0001 0002       # some tests (allowlisted or not)
     python tests/librdkafka/run.py --full 0050     # a test not in the allowlist, in full mode
+    python tests/librdkafka/run.py --sockem 0049   # ... with socket emulation
     python tests/librdkafka/run.py --results DIR   # JUnit XML and logs into DIR
 """
 
@@ -58,17 +62,34 @@ def something_ran(log: str) -> bool:
                for name, state, secs in rows)
 
 
-def allowlist() -> dict[str, bool]:
-    """Every allowlisted test, and whether it runs in full mode (the word `full` after it)."""
+# The words that may follow a test in the allowlist: how it runs.
+MARKERS = {"full", "sockem"}
+
+
+def parse_allowlist(text: str) -> dict[str, set[str]]:
+    """Every test of an allowlist and its markers: `full` (no quick mode), `sockem` (with
+    socket emulation)."""
     tests = {}
-    for line in (HERE / "allowlist.txt").read_text().splitlines():
+    for line in text.splitlines():
         words = line.split("#", 1)[0].split()
         if not words:
             continue
-        if len(words) > 2 or (len(words) == 2 and words[1] != "full"):
+        marks = set(words[1:])
+        if not marks <= MARKERS or len(marks) != len(words) - 1:
             raise SystemExit(f"allowlist.txt: cannot read {line!r}")
-        tests[words[0]] = len(words) == 2
+        tests[words[0]] = marks
     return tests
+
+
+def allowlist() -> dict[str, set[str]]:
+    return parse_allowlist((HERE / "allowlist.txt").read_text())
+
+
+def runner_flags(marks: set[str]) -> list[str]:
+    """test-runner's flags for a test with these markers: one test at a time, no known-issue
+    tests, quick mode unless `full`, no socket emulation unless `sockem`."""
+    return (["-p1"] + ([] if "full" in marks else ["-Q"])
+            + ([] if "sockem" in marks else ["-E"]) + ["-K"])
 
 
 def build() -> Path:
@@ -79,7 +100,7 @@ def build() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def run_one(test: str, full: bool, tests_dir: Path, logs: Path) -> tuple[str, bool, float, str]:
+def run_one(test: str, marks: set[str], tests_dir: Path, logs: Path) -> tuple[str, bool, float, str]:
     started = time.monotonic()
     log = logs / f"{test}.log"
     data = Path(tempfile.mkdtemp(prefix=f"librdkafka-{test}-"))
@@ -103,9 +124,8 @@ def run_one(test: str, full: bool, tests_dir: Path, logs: Path) -> tuple[str, bo
         )
         with open(log, "w") as out:
             try:
-                mode = [] if full else ["-Q"]
                 proc = subprocess.run(
-                    ["./test-runner", "-p1", *mode, "-E", "-K"],
+                    ["./test-runner", *runner_flags(marks)],
                     cwd=tests_dir, env=env, stdout=out, stderr=subprocess.STDOUT,
                     timeout=TEST_TIMEOUT_S,
                 )
@@ -144,13 +164,16 @@ def main() -> int:
     ap.add_argument("tests", nargs="*")
     ap.add_argument("--full", action="store_true",
                     help="run the named tests in full mode (default: as the allowlist says)")
+    ap.add_argument("--sockem", action="store_true",
+                    help="run the named tests with socket emulation (default: as the allowlist says)")
     ap.add_argument("--results", type=Path, default=REPO / ".cache" / "test-results" / "librdkafka")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--tests-dir", type=Path, help="a built librdkafka tests/ folder (default: build one)")
     args = ap.parse_args()
     listed = allowlist()
     names = args.tests or list(listed)
-    tests = [(t, args.full or listed.get(t, False)) for t in names]
+    forced = {m for m in ("full", "sockem") if getattr(args, m)}
+    tests = [(t, listed.get(t, set()) | forced) for t in names]
     if not tests:
         print("librdkafka: no tests to run", file=sys.stderr)
         return 1

@@ -443,3 +443,67 @@ def test_auto_creation_refuses_a_colliding_name(broker, http):
     assert failed[0].code() == confluent.KafkaError.TOPIC_EXCEPTION, failed[0]
     assert http.get("/api/v1/resources/queues/orders_eu").status_code == 404
     assert http.get("/api/v1/resources/queues/orders.eu").status_code == 200
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_alter_configs_takes_back_what_holds_and_message_format_version_changes_nothing(
+    broker, incremental
+):
+    """librdkafka's 0092 sends AlterConfigs every config DescribeConfigs showed, with
+    message.format.version=0.10.0.0 (Kafka 3.7 ignores the config: every batch is v2). What
+    holds is accepted and nothing changes; another value of a fixed config is refused."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    def alter(configs):
+        res = ConfigResource(ConfigResourceType.TOPIC, "mixed", configs=configs)
+        out = admin.alter_configs([res], raise_on_unknown=False, incremental=incremental)
+        return out["topic"]["mixed"]
+
+    def produce(values):
+        p = KafkaProducer(
+            bootstrap_servers=broker.kafka_bootstrap, acks="all", enable_idempotence=False
+        )
+        for v in values:
+            p.send("mixed", value=v, partition=0)
+        p.flush()
+        p.close()
+
+    admin = admin_for(broker)
+    try:
+        admin.create_topics([NewTopic("mixed", 1, 1, topic_configs={"retention.ms": "3600000"})])
+        produce([b"v2-%d" % i for i in range(3)])
+        got = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, "mixed")], config_filter="all"
+        )["topic"]["mixed"]
+        back = {k: c["value"] for k, c in got.items() if c["value"] is not None}
+        back["message.format.version"] = "0.10.0.0"
+        assert alter(back) == "OK"
+        assert topic_config(admin, "mixed", "message.format.version")["value"] == "3.0-IV1"
+        assert topic_config(admin, "mixed", "retention.ms")["value"] == "3600000", "sent back"
+        for bad in (
+            {"compression.type": "gzip"},
+            {"max.message.bytes": "1000"},
+            {"message.format.version": "0.7.0"},
+        ):
+            assert "InvalidConfig" in alter(bad), bad
+        assert topic_config(admin, "mixed", "retention.ms")["value"] == "3600000", "refused"
+        # (kafka-python's AlterConfigs sends the topic's dynamic retention.ms back with it.)
+        assert alter({"message.format.version": "0.10.0-IV1"}) == "OK"
+        assert topic_config(admin, "mixed", "message.format.version")["value"] == "3.0-IV1"
+        assert topic_config(admin, "mixed", "retention.ms")["value"] == "3600000"
+        produce([b"after-%d" % i for i in range(3)])
+        c = KafkaConsumer(
+            bootstrap_servers=broker.kafka_bootstrap,
+            auto_offset_reset="earliest",
+            consumer_timeout_ms=5_000,
+        )
+        c.assign([TopicPartition("mixed", 0)])
+        values = []
+        for m in c:
+            values.append(m.value)
+            if len(values) == 6:
+                break
+        c.close()
+        assert values == [b"v2-%d" % i for i in range(3)] + [b"after-%d" % i for i in range(3)]
+    finally:
+        admin.close()

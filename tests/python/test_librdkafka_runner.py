@@ -60,3 +60,34 @@ def test_one_part_that_took_time_is_enough():
 def test_main_alone_does_not_count():
     run = runner()
     assert not run.something_ran(summary(("<MAIN>", "PASSED", "5.000")))
+
+
+def test_allowlist_markers_choose_the_runner_flags():
+    run = runner()
+    listed = run.parse_allowlist(
+        "# a comment\n0012  # plain\n0018 full  # c\n0049 sockem  # c\n0094 sockem full\n"
+    )
+    assert listed == {"0012": set(), "0018": {"full"}, "0049": {"sockem"},
+                      "0094": {"sockem", "full"}}
+    assert run.runner_flags(listed["0012"]) == ["-p1", "-Q", "-E", "-K"]
+    assert run.runner_flags(listed["0018"]) == ["-p1", "-E", "-K"]
+    assert run.runner_flags(listed["0049"]) == ["-p1", "-Q", "-K"]
+    assert run.runner_flags(listed["0094"]) == ["-p1", "-K"]
+
+
+def test_an_unknown_or_repeated_marker_is_refused():
+    run = runner()
+    for line in ["0049 sockme", "0049 full full", "0049 quick"]:
+        try:
+            run.parse_allowlist(line)
+        except SystemExit as e:
+            assert line in str(e)
+        else:
+            raise AssertionError(f"{line!r} was read")
+
+
+def test_the_committed_allowlist_reads():
+    run = runner()
+    listed = run.allowlist()
+    assert len(listed) >= 64
+    assert all(m <= run.MARKERS for m in listed.values())

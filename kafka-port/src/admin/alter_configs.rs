@@ -11,7 +11,7 @@ use kafka_protocol::messages::{AlterConfigsResponse, IncrementalAlterConfigsResp
 use kafka_protocol::protocol::StrBytes;
 
 use super::codes::{INVALID_CONFIG, INVALID_REQUEST};
-use super::describe_configs::{topic_config_names, BROKER, TOPIC};
+use super::describe_configs::{topic_configs, BROKER, TOPIC};
 use super::topic_configs::{options, Change, CLEANUP_POLICY, RETENTION_MS};
 use super::{duplicates, Refusal, MAX_CONFIGS, MAX_TOPICS};
 use crate::connection::{encode, Reply};
@@ -166,7 +166,10 @@ async fn alter(
             format!("topic {:?} does not exist", res.name),
         ));
     }
-    let opts = options(&changes(incremental, res)?, &topic_config_names())?;
+    let opts = options(
+        &changes(incremental, res)?,
+        &topic_configs(door.cfg.max_request_bytes),
+    )?;
     match topics::exists(door, &res.name).await {
         Ok(true) => {}
         Ok(false) => {
@@ -351,7 +354,7 @@ mod tests {
             APPEND,
             Some("compact".into()),
         )]);
-        let opts = changes(true, &append).and_then(|c| options(&c, &["cleanup.policy"]));
+        let opts = changes(true, &append).and_then(|c| options(&c, &topic_configs(1 << 20)));
         assert_eq!(opts.map_err(|r| r.code), Err(INVALID_CONFIG));
         let subtract = res(vec![(
             "cleanup.policy".into(),

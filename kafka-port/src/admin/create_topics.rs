@@ -11,7 +11,7 @@ use kafka_protocol::messages::{CreateTopicsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 use super::codes::*;
-use super::describe_configs::topic_config_names;
+use super::describe_configs::topic_configs;
 use super::topic_configs::{options, Change};
 use super::{duplicates, floor, Refusal, MAX_ASSIGNMENTS, MAX_CONFIGS, MAX_TOPICS};
 use crate::connection::{encode, Reply};
@@ -101,7 +101,12 @@ pub fn decode(r: &mut Reader) -> Result<CreateTopicsRequest, Malformed> {
 }
 
 /// The partition count a topic asks for, or why it cannot be made; checks nothing stored.
-pub fn check(t: &NewTopic, node_id: i32, default_partitions: u32) -> Result<u32, Refusal> {
+pub fn check(
+    t: &NewTopic,
+    node_id: i32,
+    default_partitions: u32,
+    max_request_bytes: usize,
+) -> Result<u32, Refusal> {
     if !topics::valid_topic_name(&t.name) {
         return Err(Refusal::new(
             errors::INVALID_TOPIC_EXCEPTION,
@@ -111,7 +116,7 @@ pub fn check(t: &NewTopic, node_id: i32, default_partitions: u32) -> Result<u32,
     if let Err(e) = queenmq_protocol::limits::check_name("topic", &t.name) {
         return Err(Refusal::new(errors::INVALID_TOPIC_EXCEPTION, e.to_string()));
     }
-    topic_options(t)?;
+    topic_options(t, max_request_bytes)?;
     if !t.assignments.is_empty() {
         if t.num_partitions != -1 || t.replication_factor != -1 {
             return Err(Refusal::new(
@@ -163,13 +168,16 @@ fn exists(name: &str) -> Refusal {
 }
 
 /// The queue options a topic's configs ask (the same code as AlterConfigs).
-fn topic_options(t: &NewTopic) -> Result<queenmq_protocol::QueueOptions, Refusal> {
+fn topic_options(
+    t: &NewTopic,
+    max_request_bytes: usize,
+) -> Result<queenmq_protocol::QueueOptions, Refusal> {
     let changes: Vec<(String, Change)> = t
         .configs
         .iter()
         .map(|(k, v)| (k.clone(), v.clone().map_or(Change::Default, Change::Set)))
         .collect();
-    options(&changes, &topic_config_names())
+    options(&changes, &topic_configs(max_request_bytes))
 }
 
 async fn create(
@@ -184,8 +192,9 @@ async fn create(
         &[rows::CONFIGURE, rows::KV],
         errors::TOPIC_AUTHORIZATION_FAILED,
     )?;
-    let count = check(t, door.cfg.node_id, door.cfg.default_partitions)?;
-    let opts = topic_options(t)?;
+    let max = door.cfg.max_request_bytes;
+    let count = check(t, door.cfg.node_id, door.cfg.default_partitions, max)?;
+    let opts = topic_options(t, max)?;
     let queen = |e: queenmq_protocol::QueenError| Refusal::from_queen(&e);
     match topics::exists(door, &t.name).await {
         Ok(true) => return Err(exists(&t.name)),
@@ -345,46 +354,52 @@ mod tests {
 
     #[test]
     fn counts_and_replication_are_checked_as_kafka_does() {
-        assert_eq!(check(&topic("t", 7, 1), 1, 4), Ok(7));
-        assert_eq!(check(&topic("t", -1, -1), 1, 4), Ok(4));
+        assert_eq!(check(&topic("t", 7, 1), 1, 4, 1 << 20), Ok(7));
+        assert_eq!(check(&topic("t", -1, -1), 1, 4, 1 << 20), Ok(4));
         for bad in [0, -2, 10_001] {
             assert_eq!(
-                check(&topic("t", bad, 1), 1, 4).map_err(|r| r.code),
+                check(&topic("t", bad, 1), 1, 4, 1 << 20).map_err(|r| r.code),
                 Err(INVALID_PARTITIONS)
             );
         }
         assert_eq!(
-            check(&topic("t", 3, 3), 1, 4).map_err(|r| r.code),
+            check(&topic("t", 3, 3), 1, 4, 1 << 20).map_err(|r| r.code),
             Err(INVALID_REPLICATION_FACTOR)
         );
         assert_eq!(
-            check(&topic("a b", 3, 1), 1, 4).map_err(|r| r.code),
+            check(&topic("a b", 3, 1), 1, 4, 1 << 20).map_err(|r| r.code),
             Err(errors::INVALID_TOPIC_EXCEPTION)
         );
         let mut cfg = topic("t", 1, 1);
         cfg.configs
             .push(("cleanup.policy".into(), Some("compact".into())));
-        assert_eq!(check(&cfg, 1, 4).map_err(|r| r.code), Err(INVALID_CONFIG));
+        assert_eq!(
+            check(&cfg, 1, 4, 1 << 20).map_err(|r| r.code),
+            Err(INVALID_CONFIG)
+        );
         cfg.configs = vec![("retention.ms".into(), Some("60000".into()))];
-        assert_eq!(check(&cfg, 1, 4), Ok(1), "a config that holds");
+        assert_eq!(check(&cfg, 1, 4, 1 << 20), Ok(1), "a config that holds");
     }
 
     #[test]
     fn manual_assignments_must_be_dense_and_on_this_broker() {
         let mut t = topic("t", -1, -1);
         t.assignments = vec![(0, vec![1]), (1, vec![1])];
-        assert_eq!(check(&t, 1, 4), Ok(2));
+        assert_eq!(check(&t, 1, 4, 1 << 20), Ok(2));
         t.assignments[1] = (2, vec![1]);
         assert_eq!(
-            check(&t, 1, 4).map_err(|r| r.code),
+            check(&t, 1, 4, 1 << 20).map_err(|r| r.code),
             Err(INVALID_REPLICA_ASSIGNMENT)
         );
         t.assignments[1] = (1, vec![1, 2]);
         assert_eq!(
-            check(&t, 1, 4).map_err(|r| r.code),
+            check(&t, 1, 4, 1 << 20).map_err(|r| r.code),
             Err(INVALID_REPLICA_ASSIGNMENT)
         );
         t.num_partitions = 2;
-        assert_eq!(check(&t, 1, 4).map_err(|r| r.code), Err(INVALID_REQUEST));
+        assert_eq!(
+            check(&t, 1, 4, 1 << 20).map_err(|r| r.code),
+            Err(INVALID_REQUEST)
+        );
     }
 }

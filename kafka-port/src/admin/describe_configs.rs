@@ -1,8 +1,10 @@
 //! DescribeConfigs: every topic and broker config a Kafka 3.7 broker lists, with the value
 //! that holds here. `retention.ms` comes from the queue's options (source
 //! DYNAMIC_TOPIC_CONFIG when set); it and `cleanup.policy` are alterable
-//! ([`super::topic_configs`]), every other config is read-only from the default source. A resource is never answered with an empty config list: clients and
-//! tools take that for a broken broker.
+//! ([`super::topic_configs`]), every other config is read-only from the default source (an
+//! AlterConfigs that sends it back unchanged is accepted; `message.format.version` shows the
+//! v2 format that always holds, whatever was set). A resource is never answered with an empty
+//! config list: clients and tools take that for a broken broker.
 
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult,
@@ -122,11 +124,6 @@ pub fn topic_configs(max_request_bytes: usize) -> Vec<(&'static str, String, i8)
     out.push(("max.message.bytes", max_request_bytes.to_string(), INT));
     out.sort_by(|a, b| a.0.cmp(b.0));
     out
-}
-
-/// Every topic config name (the ones AlterConfigs may name, changeable or not).
-pub fn topic_config_names() -> Vec<&'static str> {
-    topic_configs(0).into_iter().map(|c| c.0).collect()
 }
 
 /// A topic's configs with what its queue's options set: `(name, value, type, source,

@@ -3,10 +3,16 @@
 //! state: replicated, durable, and the same settings the HTTP API shows).
 //!
 //! Honoured: `retention.ms` (the queue's `retentionSeconds` with `retentionEnabled`, in whole
-//! seconds, rounded up) and `cleanup.policy=delete` (what always holds). Refused with
-//! INVALID_CONFIG: `cleanup.policy` with `compact` (records are never compacted here), every
-//! other Kafka topic config (not honoured, so not stored: a stored value that does not hold
-//! would be a lie to the client), and unknown names.
+//! seconds, rounded up) and `cleanup.policy=delete` (what always holds). Every other Kafka
+//! topic config is accepted only where it asks for what already holds: set to the value
+//! DescribeConfigs shows for it, or back to its default (clients such as librdkafka's
+//! `test_AlterConfigs_simple` send back every described config with the one they change,
+//! as AlterConfigs replaces the whole set). Such a request changes and stores nothing.
+//! `message.format.version` is accepted with any version Kafka knows and changes nothing: every
+//! batch is v2 here, as on Kafka 3.x, which ignores the config (KIP-724). Refused with
+//! INVALID_CONFIG: `cleanup.policy` with `compact` (records are never compacted here), any other
+//! value of a config that cannot change (not honoured, so not stored: a stored value that does
+//! not hold would be a lie to the client), and unknown names.
 
 use queenmq_protocol::{limits, QueueOptions, QueueSettings, Setting};
 
@@ -24,6 +30,39 @@ pub enum Change {
 
 pub const RETENTION_MS: &str = "retention.ms";
 pub const CLEANUP_POLICY: &str = "cleanup.policy";
+pub const MESSAGE_FORMAT_VERSION: &str = "message.format.version";
+
+/// The release names Kafka 3.7 reads as a `message.format.version` (`MetadataVersion`'s short
+/// versions); three segments before 1.0, two after.
+const KAFKA_RELEASES: &[&str] = &[
+    "0.8.0", "0.8.1", "0.8.2", "0.9.0", "0.10.0", "0.10.1", "0.10.2", "0.11.0", "1.0", "1.1",
+    "2.0", "2.1", "2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "3.0", "3.1", "3.2", "3.3",
+    "3.4", "3.5", "3.6", "3.7",
+];
+
+/// Whether Kafka 3.7 takes `value` as a version: a release (`0.10.0`, `3.7`), with more
+/// segments (`0.10.0.0`, `3.7.1`), or an inter-version (`0.10.0-IV1`, `3.7-IV4`).
+fn known_version(value: &str) -> bool {
+    let (release, iv) = match value.split_once("-IV") {
+        Some((r, n)) => (r, Some(n)),
+        None => (value, None),
+    };
+    if iv.is_some_and(|n| n.is_empty() || n.len() > 2 || !n.bytes().all(|b| b.is_ascii_digit())) {
+        return false;
+    }
+    let segments: Vec<&str> = release.split('.').collect();
+    let keep = if release.starts_with("0.") { 3 } else { 2 };
+    if segments.len() < keep || (iv.is_some() && segments.len() != keep) {
+        return false;
+    }
+    if segments[keep..]
+        .iter()
+        .any(|s| s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return false;
+    }
+    KAFKA_RELEASES.contains(&segments[..keep].join(".").as_str())
+}
 
 fn invalid(message: String) -> Refusal {
     Refusal::new(INVALID_CONFIG, message)
@@ -52,9 +91,12 @@ fn retention_seconds(value: &str) -> Result<i64, Refusal> {
     }
 }
 
-/// The queue options `changes` ask for, or the first refusal. `known` lists every Kafka topic
-/// config name (for the refusal's wording).
-pub fn options(changes: &[(String, Change)], known: &[&str]) -> Result<QueueOptions, Refusal> {
+/// The queue options `changes` ask for, or the first refusal. `held` is every Kafka topic
+/// config with the value that holds here (DescribeConfigs' list).
+pub fn options(
+    changes: &[(String, Change)],
+    held: &[(&'static str, String, i8)],
+) -> Result<QueueOptions, Refusal> {
     let mut o = QueueOptions::default();
     let mut seen = std::collections::HashSet::new();
     for (name, change) in changes {
@@ -80,12 +122,23 @@ pub fn options(changes: &[(String, Change)], known: &[&str]) -> Result<QueueOpti
                     "cleanup.policy {v:?} cannot be honoured: records are never compacted here"
                 )))
             }
-            (n, _) if known.contains(&n) => {
+            (MESSAGE_FORMAT_VERSION, Change::Set(v)) if known_version(v.trim()) => {}
+            (MESSAGE_FORMAT_VERSION, Change::Set(v)) => {
                 return Err(invalid(format!(
-                    "topic config {n:?} cannot be changed on this broker"
+                    "message.format.version {v:?} is not a Kafka version"
                 )))
             }
-            (n, _) => return Err(invalid(format!("unknown topic config {n:?}"))),
+            (n, change) => match (held.iter().find(|c| c.0 == n), change) {
+                (Some(_), Change::Default) => {}
+                (Some((_, value, _)), Change::Set(v)) if v.trim() == value => {}
+                (Some((_, value, _)), Change::Set(v)) => {
+                    return Err(invalid(format!(
+                        "topic config {n:?} cannot be changed on this broker: it holds \
+                         {value:?}, not {v:?}"
+                    )))
+                }
+                (None, _) => return Err(invalid(format!("unknown topic config {n:?}"))),
+            },
         }
     }
     Ok(o)
@@ -102,7 +155,9 @@ pub fn retention_ms(s: &QueueSettings) -> Option<i64> {
 pub(crate) mod tests {
     use super::*;
 
-    const KNOWN: &[&str] = &["retention.ms", "cleanup.policy", "segment.ms"];
+    fn known() -> Vec<(&'static str, String, i8)> {
+        super::super::describe_configs::topic_configs(1 << 20)
+    }
 
     fn set(n: &str, v: &str) -> (String, Change) {
         (n.into(), Change::Set(v.into()))
@@ -110,10 +165,10 @@ pub(crate) mod tests {
 
     #[test]
     fn retention_maps_onto_whole_seconds_and_minus_one_turns_it_off() {
-        let o = options(&[set("retention.ms", "1500")], KNOWN).expect("honoured");
+        let o = options(&[set("retention.ms", "1500")], &known()).expect("honoured");
         assert_eq!(o.retention_seconds, Some(Setting::Value(2)));
         assert_eq!(o.retention_enabled, Some(Setting::Value(true)));
-        let o = options(&[set("retention.ms", "-1")], KNOWN).expect("honoured");
+        let o = options(&[set("retention.ms", "-1")], &known()).expect("honoured");
         assert_eq!(o.retention_seconds, Some(Setting::Value(0)));
         assert_eq!(
             o.retention_enabled, None,
@@ -121,7 +176,7 @@ pub(crate) mod tests {
         );
         for bad in ["0", "-2", "x", "", "9223372036854775807", "1.5"] {
             assert_eq!(
-                options(&[set("retention.ms", bad)], KNOWN).map_err(|r| r.code),
+                options(&[set("retention.ms", bad)], &known()).map_err(|r| r.code),
                 Err(INVALID_CONFIG),
                 "{bad}"
             );
@@ -130,24 +185,84 @@ pub(crate) mod tests {
 
     #[test]
     fn only_what_holds_is_accepted() {
-        assert!(options(&[set("cleanup.policy", "delete")], KNOWN).is_ok());
+        assert!(options(&[set("cleanup.policy", "delete")], &known()).is_ok());
         for (n, v) in [
             ("cleanup.policy", "compact"),
             ("cleanup.policy", "compact,delete"),
             ("segment.ms", "1000"),
+            ("compression.type", "gzip"),
+            ("max.message.bytes", "1000"),
+            ("message.format.version", "0.10.0.9x"),
             ("no.such.config", "1"),
         ] {
             assert_eq!(
-                options(&[set(n, v)], KNOWN).map_err(|r| r.code),
+                options(&[set(n, v)], &known()).map_err(|r| r.code),
                 Err(INVALID_CONFIG),
                 "{n}={v}"
             );
         }
         let twice = [set("retention.ms", "1000"), set("retention.ms", "2000")];
         assert_eq!(
-            options(&twice, KNOWN).map_err(|r| r.code),
+            options(&twice, &known()).map_err(|r| r.code),
             Err(super::super::codes::INVALID_REQUEST)
         );
+    }
+
+    #[test]
+    fn what_already_holds_is_accepted_and_changes_nothing() {
+        // Every described config sent back as it is described, as AlterConfigs clients do.
+        let back: Vec<(String, Change)> = known()
+            .into_iter()
+            .filter(|c| c.0 != "retention.ms")
+            .map(|(n, v, _)| set(n, &v))
+            .collect();
+        let o = options(&back, &known()).expect("what holds is accepted");
+        assert_eq!(o.given(), 0, "nothing to store");
+        let defaults: Vec<(String, Change)> = ["segment.ms", "compression.type", "no.such"]
+            .iter()
+            .map(|n| (n.to_string(), Change::Default))
+            .collect();
+        assert_eq!(options(&defaults[..2], &known()).map(|o| o.given()), Ok(0));
+        assert_eq!(
+            options(&defaults, &known()).map_err(|r| r.code),
+            Err(INVALID_CONFIG),
+            "an unknown name is refused even as a default"
+        );
+    }
+
+    #[test]
+    fn message_format_version_takes_kafka_versions_and_changes_nothing() {
+        for v in [
+            "0.10.0.0",
+            "0.10.0",
+            "0.10.0-IV1",
+            "0.8.2",
+            "2.8",
+            "3.0-IV1",
+            "3.7.1",
+            " 1.0 ",
+        ] {
+            let o = options(&[set("message.format.version", v)], &known());
+            assert_eq!(o.map(|o| o.given()), Ok(0), "{v}");
+        }
+        for v in [
+            "",
+            "0.10",
+            "0.7.0",
+            "4.0",
+            "3.0-IV",
+            "3.0.1-IV1",
+            "3.x",
+            "3..0",
+            "0.10.0.0.",
+            "latest",
+        ] {
+            assert_eq!(
+                options(&[set("message.format.version", v)], &known()).map_err(|r| r.code),
+                Err(INVALID_CONFIG),
+                "{v:?}"
+            );
+        }
     }
 
     #[test]
