@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 pub use bus::EngineBus;
 pub use bus_waits::BusWaits;
-pub use long_poll_slots::{LongPollSlot, LongPollSlots};
+pub use long_poll_slots::{LongPollSlot, LongPollSlots, NoSlot};
 pub mod bus_prometheus {
     pub use super::bus::PrometheusRender as Render;
 }
@@ -237,7 +237,7 @@ impl Engine {
             cache: EntryCache::new(cfg.cache_bytes),
             cfg: cfg.clone(),
             rx,
-            waiters: Waiters::new(cfg.long_polls.clone()),
+            waiters: Waiters::new(cfg.long_polls.clone(), cfg.tenant.clone()),
             limits: Limits::new(cfg.record_limit, cfg.max_bytes, cfg.max_new_partitions),
             carry: VecDeque::new(),
             panic_after: panic_guard::test_panic_after(),

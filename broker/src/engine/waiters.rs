@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use queenmq_protocol::{Command, PopSource, QueenError};
 
-use super::long_poll_slots::{GroupMembership, LongPollSlot, LongPollSlots};
+use super::long_poll_slots::{GroupMembership, LongPollSlot, LongPollSlots, NoSlot};
 use super::Job;
 use crate::state::State;
 use queenmq_engine::plan::group_name;
@@ -65,6 +65,9 @@ pub struct Waiters {
     by_label: HashMap<LabelKey, HashMap<String, HashSet<u64>>>,
     by_deadline: BTreeSet<(Instant, u64)>,
     slots: GroupMembership,
+    /// This group's tenant: its polls count in the tenant's part of the node's cap, with the
+    /// tenant's ephemeral waits (review s14 R2).
+    tenant: Arc<str>,
     /// The node's sweep request this group has answered.
     swept_epoch: u64,
     /// Group and queue lookups the last tick made for label timers (tests bound it).
@@ -72,7 +75,7 @@ pub struct Waiters {
 }
 
 impl Waiters {
-    pub fn new(slots: Arc<LongPollSlots>) -> Self {
+    pub fn new(slots: Arc<LongPollSlots>, tenant: Arc<str>) -> Self {
         Waiters {
             parked: HashMap::new(),
             next_id: 0,
@@ -81,6 +84,7 @@ impl Waiters {
             by_deadline: BTreeSet::new(),
             swept_epoch: slots.sweep_epoch(),
             slots: slots.join(),
+            tenant,
             label_tick_work: 0,
         }
     }
@@ -108,19 +112,15 @@ impl Waiters {
 
     fn take_slot(&mut self) -> Option<LongPollSlot> {
         let node = self.slots.slots().clone();
-        if self.parked.len() >= node.group_quota() {
-            self.drop_closed();
-            if self.parked.len() >= node.group_quota() {
-                return None;
-            }
+        match node.try_take_for(&self.tenant) {
+            Ok(slot) => return Some(slot),
+            Err(NoSlot::TenantQuota) => {}
+            // Other groups may hold polls whose clients are gone.
+            Err(NoSlot::NodeCap) => node.ask_sweep(),
         }
-        if let Some(slot) = node.try_take() {
-            return Some(slot);
-        }
-        // At the node's cap: other groups may hold polls whose clients are gone.
-        node.ask_sweep();
+        // This group's own polls whose clients are gone give their slots back first.
         self.drop_closed();
-        node.try_take()
+        node.try_take_for(&self.tenant).ok()
     }
 
     /// Parks a pop that already holds its slot (a waiter re-planned and still empty).
@@ -460,7 +460,7 @@ mod tests {
             );
             lease(&mut st, gid, gid, later);
         }
-        let mut waiters = Waiters::new(LongPollSlots::new(10_000));
+        let mut waiters = Waiters::new(LongPollSlots::new(10_000), Arc::from("t"));
         let mut receivers = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(60);
         for gid in 1..=GROUPS {
@@ -514,7 +514,7 @@ mod tests {
             0,
             loc,
         );
-        let mut waiters = Waiters::new(LongPollSlots::new(10));
+        let mut waiters = Waiters::new(LongPollSlots::new(10), Arc::from("t"));
         let mut receivers = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(60);
         for g in ["a", "b", "a"] {
@@ -548,8 +548,8 @@ mod tests {
     #[test]
     fn the_node_cap_sweeps_abandoned_polls_of_other_groups() {
         let node = LongPollSlots::new(1);
-        let mut a = Waiters::new(node.clone());
-        let mut b = Waiters::new(node.clone());
+        let mut a = Waiters::new(node.clone(), Arc::from("ta"));
+        let mut b = Waiters::new(node.clone(), Arc::from("tb"));
         let deadline = Instant::now() + Duration::from_secs(60);
         let (gone, rx) = job("a");
         a.park(gone, deadline);
@@ -573,7 +573,7 @@ mod tests {
     #[test]
     fn a_re_planned_poll_keeps_its_slot() {
         let node = LongPollSlots::new(1);
-        let mut a = Waiters::new(node.clone());
+        let mut a = Waiters::new(node.clone(), Arc::from("t"));
         let deadline = Instant::now() + Duration::from_secs(60);
         let (j, _rx) = job("g");
         a.park(j, deadline);

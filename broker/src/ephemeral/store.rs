@@ -18,7 +18,7 @@ use queenmq_native_api::ephemeral_door::{
 use queenmq_protocol::{EphemeralOptions, DEFAULT_PARTITION, QUEUE_MODE_GROUP};
 use serde_json::{json, Value};
 
-use crate::engine::{LongPollSlot, LongPollSlots};
+use crate::engine::{LongPollSlots, NoSlot};
 
 use super::ring::{Dropped, Nack, Ring, CURSOR_COST, ENTRY_COST, ITEM_OVERHEAD, MAX_GROUPS, SLOT};
 
@@ -48,8 +48,6 @@ pub struct Store {
     inner: Mutex<Inner>,
     /// The node's long-poll slots, shared with the engines' parked pops.
     slots: Arc<LongPollSlots>,
-    /// Parked ephemeral pops per tenant (only tenants with one), for the tenant's quota.
-    waiting: Waiting,
 }
 
 #[derive(Default)]
@@ -169,31 +167,6 @@ impl std::fmt::Debug for Store {
     }
 }
 
-type Waiting = Arc<Mutex<HashMap<String, usize>>>;
-
-fn lock_waiting(m: &Mutex<HashMap<String, usize>>) -> MutexGuard<'_, HashMap<String, usize>> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A parked ephemeral pop: the node's slot and the tenant's count, both given back on drop.
-struct TenantWait {
-    _node: LongPollSlot,
-    tenant: String,
-    waiting: Waiting,
-}
-
-impl Drop for TenantWait {
-    fn drop(&mut self) {
-        let mut waiting = lock_waiting(&self.waiting);
-        if let Some(n) = waiting.get_mut(&self.tenant) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                waiting.remove(&self.tenant);
-            }
-        }
-    }
-}
-
 impl Store {
     pub fn new(
         limits: StoreLimits,
@@ -211,7 +184,6 @@ impl Store {
             incarnation: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
             inner: Mutex::new(Inner::default()),
             slots,
-            waiting: Arc::default(),
         }
     }
 
@@ -758,28 +730,19 @@ impl EphemeralDoor for Store {
 
     fn wait_slot(&self, tenant: &str) -> Option<WaitSlot> {
         // One cap for the node's parked polls, durable and ephemeral alike (the memory share
-        // it was sized from holds that many), and a tenant's ephemeral waits within its part
-        // of it, so one tenant cannot take every slot (review s12 E10).
-        let Some(node) = self.slots.try_take() else {
-            // Durable polls whose clients are gone may hold the node's slots: every group is
-            // asked to forget them, as a durable refusal does (review s14 R2).
-            self.slots.ask_sweep();
-            return None;
-        };
-        let mut waiting = lock_waiting(&self.waiting);
-        let held = waiting.entry(tenant.to_string()).or_insert(0);
-        if *held >= self.slots.group_quota() {
-            if *held == 0 {
-                waiting.remove(tenant);
+        // it was sized from holds that many), and one count per tenant for both kinds, within
+        // its part of the cap, so one tenant cannot take every slot (review s12 E10) nor
+        // twice its part, once per kind (review s14 R2).
+        match self.slots.try_take_for(&Arc::from(tenant)) {
+            Ok(slot) => Some(Box::new(slot)),
+            Err(NoSlot::TenantQuota) => None,
+            Err(NoSlot::NodeCap) => {
+                // Durable polls whose clients are gone may hold the node's slots: every group
+                // is asked to forget them, as a durable refusal does (review s14 R2).
+                self.slots.ask_sweep();
+                None
             }
-            return None;
         }
-        *held += 1;
-        Some(Box::new(TenantWait {
-            _node: node,
-            tenant: tenant.to_string(),
-            waiting: self.waiting.clone(),
-        }))
     }
 
     fn window(&self, tenant: &str, queue: &str) -> (u32, u32) {
@@ -1216,6 +1179,27 @@ mod tests {
         assert!(s.wait_slot("b").is_some(), "tenant b still parks");
         drop(held);
         assert!(s.wait_slot("a").is_some());
+    }
+
+    /// R2 (review s14): a tenant's durable polls and ephemeral waits are one count, so the
+    /// tenant holds its part of the cap once, not once per kind.
+    #[test]
+    fn durable_polls_and_ephemeral_waits_of_a_tenant_share_its_part() {
+        let slots = LongPollSlots::new(200);
+        let _groups: Vec<_> = (0..4).map(|_| slots.join()).collect();
+        let s = store_with(1 << 30, 1 << 30, slots.clone());
+        let a: Arc<str> = Arc::from("a");
+        let durable: Vec<_> = (0..40)
+            .filter_map(|_| slots.try_take_for(&a).ok())
+            .collect();
+        assert_eq!(durable.len(), 40);
+        let waits: Vec<_> = (0..64).filter_map(|_| s.wait_slot("a")).collect();
+        assert_eq!(waits.len(), 24, "64 for the tenant, 40 of them durable");
+        assert!(s.wait_slot("b").is_some(), "tenant b still parks");
+        drop(durable);
+        assert!(s.wait_slot("a").is_some());
+        drop(waits);
+        assert_eq!(slots.tenant_held("a"), 0);
     }
 
     /// E13: a queue deleted while a pop waits is not brought back by the waiter.
