@@ -11,6 +11,7 @@ pub mod cache;
 pub mod codec;
 pub mod cycle;
 pub mod entry;
+pub mod entry_kafka_txns;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod limits;

@@ -8,6 +8,9 @@ mod forget;
 pub mod frame;
 pub mod kafka_groups;
 pub mod kafka_producers;
+pub mod kafka_txns;
+mod kafka_txns_apply;
+mod kafka_txns_section;
 pub mod kv;
 mod label_index;
 pub mod model;
@@ -91,6 +94,8 @@ pub struct State {
     pub run_floor: run_floor::RunFloor,
     /// Kafka idempotent producers: ids handed out and their partitions' last batches.
     pub kafka_producers: kafka_producers::KafkaProducers,
+    /// Kafka transactions: the coordinator's rows and what readers must hide per partition.
+    pub kafka_txns: kafka_txns::KafkaTxns,
     /// Declared ephemeral queues by name; their contents are RAM of the broker, not state.
     pub ephemeral: BTreeMap<String, queenmq_protocol::EphemeralOptions>,
 }
@@ -443,6 +448,7 @@ impl State {
             Effect::EphemeralConfigDelete { queue } => {
                 self.ephemeral.remove(*queue);
             }
+            Effect::KafkaTxn(t) => self.apply_kafka_txn(t, now_us),
         }
     }
 
@@ -594,6 +600,7 @@ impl State {
             if let Some(p) = self.partitions.remove(pid) {
                 self.run_floor.moved(run_floor::first_index(&p), None);
             }
+            self.kafka_txns.forget_partition(*pid);
         }
     }
 
