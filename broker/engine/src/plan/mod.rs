@@ -22,6 +22,9 @@ mod kafka_producers_tests;
 mod kafka_records;
 #[cfg(test)]
 mod kafka_records_tests;
+mod kafka_txns;
+#[cfg(test)]
+mod kafka_txns_tests;
 mod kv;
 #[cfg(test)]
 mod kv_bounds_tests;

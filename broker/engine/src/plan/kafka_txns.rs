@@ -1,0 +1,418 @@
+//! Kafka's transaction coordinator (docs/kafka-transactions.md): InitProducerId with a
+//! transactional id, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn and the
+//! timeout sweep. Each request is judged against the tenant's rows and emits effects 55–59;
+//! an EndTxn's markers, group offsets and end are one entry.
+
+use bytes::Bytes;
+use queenmq_protocol::kafka_producers::MAX_PRODUCER_ID;
+use queenmq_protocol::kafka_txns::*;
+use queenmq_protocol::{ErrorCode, PushItem, PushStatus, QueenError};
+
+use super::Planner;
+use crate::entry::Effect;
+use crate::entry_kafka_txns::TxnEffect;
+use crate::state::kafka_txns::{TxnEnd, TxnResult, TxnRow, TxnState, MAX_TRANSACTIONAL_ID_BYTES};
+
+/// The payload of a control record's message: never delivered (readers skip markers).
+const MARKER_PAYLOAD: &[u8] = b"null";
+
+/// The highest epoch bumped in place; past it the transactional id gets a new producer id.
+const LAST_EPOCH: i16 = i16::MAX - 1;
+
+/// Kafka's check of the producer a request names against the transactional id's row.
+fn check_producer(row: Option<&TxnRow>, producer_id: i64, epoch: i16) -> TxnCode {
+    match row {
+        None => TxnCode::InvalidMapping,
+        Some(r) if r.producer_id != producer_id => TxnCode::InvalidMapping,
+        Some(r) if r.epoch != epoch => TxnCode::Fenced,
+        Some(_) => TxnCode::None,
+    }
+}
+
+fn busy(why: &str) -> QueenError {
+    QueenError::new(ErrorCode::Unavailable, format!("kafka transaction: {why}"))
+}
+
+impl Planner<'_> {
+    pub fn plan_kafka_txn(&mut self, req: &KafkaTxnReq) -> Result<KafkaTxnOutcome, QueenError> {
+        match req {
+            KafkaTxnReq::Init {
+                txn_id,
+                timeout_ms,
+                current,
+                limits,
+            } => self.txn_init(txn_id, *timeout_ms, *current, limits),
+            KafkaTxnReq::AddPartitions {
+                txn_id,
+                producer_id,
+                epoch,
+                partitions,
+                limits,
+            } => Ok(KafkaTxnOutcome::Codes(self.txn_add_partitions(
+                txn_id,
+                *producer_id,
+                *epoch,
+                partitions,
+                limits,
+            ))),
+            KafkaTxnReq::AddOffsets {
+                txn_id,
+                producer_id,
+                epoch,
+                group,
+                limits,
+            } => {
+                let code = self.txn_open(txn_id, *producer_id, *epoch, limits);
+                if code == TxnCode::None {
+                    self.emit(Effect::KafkaTxn(TxnEffect::Add {
+                        txn_id,
+                        producer_id: *producer_id,
+                        epoch: *epoch,
+                        pids: Vec::new(),
+                        groups: vec![group],
+                    }));
+                }
+                Ok(KafkaTxnOutcome::Codes(vec![code]))
+            }
+            KafkaTxnReq::OffsetCommit {
+                txn_id,
+                producer_id,
+                epoch,
+                group,
+                offsets,
+                limits,
+            } => Ok(KafkaTxnOutcome::Codes(self.txn_offsets(
+                txn_id,
+                *producer_id,
+                *epoch,
+                group,
+                offsets,
+                limits,
+            ))),
+            KafkaTxnReq::End {
+                txn_id,
+                producer_id,
+                epoch,
+                commit,
+            } => {
+                let code = self.txn_end_request(txn_id, *producer_id, *epoch, *commit)?;
+                Ok(KafkaTxnOutcome::Codes(vec![code]))
+            }
+        }
+    }
+
+    fn txn_init(
+        &mut self,
+        txn_id: &str,
+        timeout_ms: i32,
+        current: Option<(i64, i16)>,
+        limits: &TxnLimits,
+    ) -> Result<KafkaTxnOutcome, QueenError> {
+        let refused = |code| KafkaTxnOutcome::Init {
+            code,
+            producer_id: -1,
+            epoch: -1,
+        };
+        if txn_id.is_empty() || txn_id.len() > MAX_TRANSACTIONAL_ID_BYTES {
+            return Err(QueenError::bad_request(
+                "transactional id empty or longer than 1024 bytes",
+            ));
+        }
+        let timeout = u32::try_from(timeout_ms).unwrap_or(0);
+        if timeout == 0 || timeout > limits.max_timeout_ms {
+            return Ok(refused(TxnCode::InvalidTimeout));
+        }
+        let row = self.st.kafka_txns.get(txn_id).cloned();
+        if let (Some((id, epoch)), Some(r)) = (current, &row) {
+            if (id, epoch) != (r.producer_id, r.epoch) {
+                return Ok(refused(TxnCode::Fenced));
+            }
+        }
+        if row.is_none() && self.st.kafka_txns.len() as u64 >= limits.max_ids {
+            return Ok(refused(TxnCode::Busy));
+        }
+        // The previous incarnation's open transaction ends before the new epoch begins.
+        if row.as_ref().is_some_and(|r| r.state == TxnState::Ongoing) {
+            self.txn_finish(txn_id, false)?;
+        }
+        let (producer_id, epoch) = match &row {
+            Some(r) if r.epoch < LAST_EPOCH => (r.producer_id, r.epoch + 1),
+            _ => {
+                let id = self.st.kafka_producers.next_id();
+                if id > MAX_PRODUCER_ID {
+                    return Ok(refused(TxnCode::Busy));
+                }
+                self.emit(Effect::KafkaProducerIdTaken { producer_id: id });
+                (id, 0)
+            }
+        };
+        // The producer row's epoch fences the old epoch's idempotent batches.
+        self.emit(Effect::KafkaProducerInit { producer_id, epoch });
+        self.emit(Effect::KafkaTxn(TxnEffect::Init {
+            txn_id,
+            producer_id,
+            epoch,
+            timeout_ms: timeout,
+        }));
+        Ok(KafkaTxnOutcome::Init {
+            code: TxnCode::None,
+            producer_id,
+            epoch,
+        })
+    }
+
+    /// The checks of a request that opens the transaction if it is not open.
+    fn txn_open(&self, txn_id: &str, producer_id: i64, epoch: i16, limits: &TxnLimits) -> TxnCode {
+        let row = self.st.kafka_txns.get(txn_id);
+        let code = check_producer(row, producer_id, epoch);
+        if code != TxnCode::None {
+            return code;
+        }
+        let opening = row.is_some_and(|r| r.state == TxnState::Empty);
+        if opening && self.st.kafka_txns.open_count() as u64 >= limits.max_open {
+            return TxnCode::Busy;
+        }
+        TxnCode::None
+    }
+
+    /// AddPartitionsToTxn: all or nothing, as Kafka (a failed partition makes the others
+    /// OPERATION_NOT_ATTEMPTED). A partition of an existing topic that was never written is
+    /// created, so that the transaction can name it.
+    fn txn_add_partitions(
+        &mut self,
+        txn_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+        limits: &TxnLimits,
+    ) -> Vec<TxnCode> {
+        let code = self.txn_open(txn_id, producer_id, epoch, limits);
+        if code != TxnCode::None {
+            return vec![code; partitions.len()];
+        }
+        let held = self
+            .st
+            .kafka_txns
+            .get(txn_id)
+            .map_or(0, |r| r.partitions.len());
+        let mut codes = Vec::with_capacity(partitions.len());
+        let mut found = Vec::with_capacity(partitions.len());
+        for (n, (topic, index)) in partitions.iter().enumerate() {
+            let qid = self.st.queue_by_name.get(topic).copied();
+            let code = if qid.is_none() || *index < 0 {
+                TxnCode::UnknownPartition
+            } else if (held + n) as u64 >= limits.max_partitions {
+                TxnCode::TooMany
+            } else {
+                TxnCode::None
+            };
+            codes.push(code);
+            found.push(qid);
+        }
+        if codes.iter().any(|c| *c != TxnCode::None) {
+            return codes
+                .into_iter()
+                .map(|c| {
+                    if c == TxnCode::None {
+                        TxnCode::NotAttempted
+                    } else {
+                        c
+                    }
+                })
+                .collect();
+        }
+        let mut pids = Vec::with_capacity(partitions.len());
+        for ((_, index), qid) in partitions.iter().zip(found) {
+            let Some(qid) = qid else { continue };
+            match self.txn_partition(qid, &index.to_string()) {
+                Some(pid) => pids.push(pid),
+                None => return vec![TxnCode::Busy; partitions.len()],
+            }
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        self.emit(Effect::KafkaTxn(TxnEffect::Add {
+            txn_id,
+            producer_id,
+            epoch,
+            pids,
+            groups: Vec::new(),
+        }));
+        codes
+    }
+
+    /// The engine partition `name` of queue `qid`, created if it does not exist yet.
+    fn txn_partition(&mut self, qid: u64, name: &str) -> Option<u64> {
+        let q = self.st.queues.get(&qid)?;
+        if let Some(pid) = q.partitions.get(name, &self.st.partitions) {
+            return Some(pid);
+        }
+        let pid = self.st.next_partition_id.max(1);
+        super::id_space::new_partition(pid).ok()?;
+        self.emit(Effect::PartitionCreate { qid, pid, name });
+        Some(pid)
+    }
+
+    fn txn_offsets(
+        &mut self,
+        txn_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group: &str,
+        offsets: &[TxnOffset],
+        limits: &TxnLimits,
+    ) -> Vec<TxnCode> {
+        let row = self.st.kafka_txns.get(txn_id);
+        let mut code = check_producer(row, producer_id, epoch);
+        // Kafka answers a TxnOffsetCommit before AddOffsetsToTxn as a state error too.
+        let joined = row.is_some_and(|r| r.state == TxnState::Ongoing && r.groups.contains(group));
+        if code == TxnCode::None && !joined {
+            code = TxnCode::InvalidState;
+        }
+        if code != TxnCode::None {
+            return vec![code; offsets.len()];
+        }
+        let held = row.map_or(0, |r| r.pending.len());
+        let mut codes = Vec::with_capacity(offsets.len());
+        for (n, o) in offsets.iter().enumerate() {
+            if (held + n) as u64 >= limits.max_partitions {
+                codes.push(TxnCode::TooMany);
+                continue;
+            }
+            self.emit(Effect::KafkaTxn(TxnEffect::Offset {
+                txn_id,
+                group,
+                topic: &o.topic,
+                partition: o.partition,
+                offset: o.offset,
+                leader_epoch: o.leader_epoch,
+                metadata: &o.metadata,
+            }));
+            codes.push(TxnCode::None);
+        }
+        codes
+    }
+
+    fn txn_end_request(
+        &mut self,
+        txn_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+    ) -> Result<TxnCode, QueenError> {
+        let row = self.st.kafka_txns.get(txn_id);
+        let code = check_producer(row, producer_id, epoch);
+        if code != TxnCode::None {
+            return Ok(code);
+        }
+        let Some(row) = row else {
+            return Ok(TxnCode::InvalidMapping);
+        };
+        if row.state == TxnState::Empty {
+            // A retry of the EndTxn that ended it is answered as it was.
+            let same = matches!(
+                (row.last_result, commit),
+                (TxnResult::Committed, true) | (TxnResult::Aborted, false)
+            );
+            return Ok(if same {
+                TxnCode::None
+            } else {
+                TxnCode::InvalidState
+            });
+        }
+        self.txn_finish(txn_id, commit)?;
+        Ok(TxnCode::None)
+    }
+
+    /// Ends the open transaction of `txn_id`: a marker appended to each partition it wrote,
+    /// its pending offsets committed (commit only), then its end, in this entry. A marker
+    /// the push refuses (a full queue, memory) fails the end whole, retriable.
+    fn txn_finish(&mut self, txn_id: &str, commit: bool) -> Result<(), QueenError> {
+        let Some(row) = self.st.kafka_txns.get(txn_id).cloned() else {
+            return Err(busy("no such transactional id"));
+        };
+        let mut items = Vec::new();
+        for (pid, first) in &row.partitions {
+            if first.is_none() {
+                continue;
+            }
+            let Some(p) = self.st.partitions.get(pid) else {
+                continue;
+            };
+            let Some(q) = self.st.queues.get(&p.queue) else {
+                continue;
+            };
+            items.push(PushItem {
+                queue: q.name.clone(),
+                partition: p.name.clone(),
+                payload: Bytes::from_static(MARKER_PAYLOAD),
+                transaction_id: None,
+                trace_id: None,
+            });
+        }
+        let prepared = self.prepare_push(&items, None)?;
+        if prepared
+            .results
+            .iter()
+            .any(|r| r.status != PushStatus::Queued)
+        {
+            return Err(busy("a transaction marker could not be appended"));
+        }
+        let results = self.commit_push(prepared);
+        if commit {
+            for ((group, topic, partition), v) in &row.pending {
+                self.emit(Effect::KafkaOffsetPut {
+                    group,
+                    topic,
+                    partition: *partition,
+                    offset: v.offset,
+                    leader_epoch: v.leader_epoch,
+                    metadata: &v.metadata,
+                });
+            }
+        }
+        let markers = results.iter().map(|r| (r.partition_id, r.offset)).collect();
+        self.emit(Effect::KafkaTxn(TxnEffect::End {
+            txn_id,
+            how: if commit {
+                TxnEnd::Commit
+            } else {
+                TxnEnd::Abort
+            },
+            markers,
+        }));
+        Ok(())
+    }
+
+    /// Aborts up to [`TXN_TIMEOUTS_PER_SWEEP`] transactions open past their timeout and
+    /// fences each one's producer with a new epoch, as Kafka's coordinator does. Returns how
+    /// many it aborted; one whose marker cannot be written now waits for the next sweep.
+    pub fn sweep_kafka_txns(&mut self) -> usize {
+        let due = self.st.kafka_txns.due(self.now(), TXN_TIMEOUTS_PER_SWEEP);
+        let mut aborted = 0;
+        for txn_id in due {
+            if self.txn_finish(&txn_id, false).is_err() {
+                continue;
+            }
+            aborted += 1;
+            let Some(r) = self.st.kafka_txns.get(&txn_id) else {
+                continue;
+            };
+            let (producer_id, timeout_ms) = (r.producer_id, r.timeout_ms);
+            if r.epoch >= LAST_EPOCH {
+                // Its next InitProducerId gets a new producer id; the old epoch stays fenced
+                // by the row, which names no other.
+                continue;
+            }
+            let epoch = r.epoch + 1;
+            self.emit(Effect::KafkaProducerInit { producer_id, epoch });
+            self.emit(Effect::KafkaTxn(TxnEffect::Init {
+                txn_id: &txn_id,
+                producer_id,
+                epoch,
+                timeout_ms,
+            }));
+        }
+        aborted
+    }
+}

@@ -1,0 +1,283 @@
+//! The transaction coordinator on the fixture: epochs and fencing, all-or-nothing
+//! AddPartitionsToTxn, offsets visible only at commit, markers, the timeout sweep. Each test
+//! ends by checking that a follower and a checkpoint reach the leader's state.
+
+use queenmq_protocol::kafka_txns::*;
+
+use super::fixture::{Fixture, SECOND};
+use crate::entry::Effect;
+use crate::entry_kafka_txns::TxnEffect;
+use crate::state::kafka_txns::{StretchKind, TxnResult, TxnState};
+
+fn limits() -> TxnLimits {
+    TxnLimits::default()
+}
+
+fn run(fx: &mut Fixture, req: KafkaTxnReq) -> KafkaTxnOutcome {
+    match fx.planner().plan_kafka_txn(&req) {
+        Ok(o) => o,
+        Err(e) => panic!("refused: {e}"),
+    }
+}
+
+fn init(fx: &mut Fixture, txn_id: &str, timeout_ms: i32) -> (TxnCode, i64, i16) {
+    let req = KafkaTxnReq::Init {
+        txn_id: txn_id.into(),
+        timeout_ms,
+        current: None,
+        limits: limits(),
+    };
+    match run(fx, req) {
+        KafkaTxnOutcome::Init {
+            code,
+            producer_id,
+            epoch,
+        } => (code, producer_id, epoch),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn codes(o: KafkaTxnOutcome) -> Vec<TxnCode> {
+    match o {
+        KafkaTxnOutcome::Codes(c) => c,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn add(fx: &mut Fixture, id: i64, epoch: i16, parts: &[(&str, i32)]) -> Vec<TxnCode> {
+    codes(run(
+        fx,
+        KafkaTxnReq::AddPartitions {
+            txn_id: "tx".into(),
+            producer_id: id,
+            epoch,
+            partitions: parts.iter().map(|(t, p)| ((*t).into(), *p)).collect(),
+            limits: limits(),
+        },
+    ))
+}
+
+fn end(fx: &mut Fixture, id: i64, epoch: i16, commit: bool) -> TxnCode {
+    let req = KafkaTxnReq::End {
+        txn_id: "tx".into(),
+        producer_id: id,
+        epoch,
+        commit,
+    };
+    codes(run(fx, req))[0]
+}
+
+/// `n` records of the transaction appended to partition `partition` of "t", as the produce
+/// path will: a push and the KafkaTxnRecords of the same entry.
+fn produce(fx: &mut Fixture, partition: &str, n: usize) -> u64 {
+    let results = fx.push("t", partition, n);
+    let first = &results[0];
+    fx.planner().emit(Effect::KafkaTxn(TxnEffect::Records {
+        txn_id: "tx",
+        pid: first.partition_id,
+        base_offset: first.offset,
+        count: n as u32,
+    }));
+    fx.commit();
+    first.partition_id
+}
+
+#[test]
+fn init_bumps_the_epoch_and_checks_the_timeout_and_the_named_producer() {
+    let mut fx = Fixture::new();
+    assert_eq!(init(&mut fx, "tx", 0).0, TxnCode::InvalidTimeout);
+    assert_eq!(init(&mut fx, "tx", 900_001).0, TxnCode::InvalidTimeout);
+    let (code, id, epoch) = init(&mut fx, "tx", 60_000);
+    assert_eq!((code, epoch), (TxnCode::None, 0));
+    assert_eq!(init(&mut fx, "tx", 60_000), (TxnCode::None, id, 1));
+    let (other, _, _) = init(&mut fx, "other", 60_000);
+    assert_eq!(other, TxnCode::None);
+    assert_ne!(
+        fx.st.kafka_txns.get("other").map(|r| r.producer_id),
+        Some(id)
+    );
+    let named = |current| KafkaTxnReq::Init {
+        txn_id: "tx".into(),
+        timeout_ms: 60_000,
+        current: Some(current),
+        limits: limits(),
+    };
+    let fenced = run(&mut fx, named((id, 0)));
+    assert!(matches!(
+        fenced,
+        KafkaTxnOutcome::Init {
+            code: TxnCode::Fenced,
+            ..
+        }
+    ));
+    let bumped = run(&mut fx, named((id, 1)));
+    assert!(matches!(
+        bumped,
+        KafkaTxnOutcome::Init {
+            code: TxnCode::None,
+            epoch: 2,
+            ..
+        }
+    ));
+    let full = KafkaTxnReq::Init {
+        txn_id: "third".into(),
+        timeout_ms: 60_000,
+        current: None,
+        limits: TxnLimits {
+            max_ids: 2,
+            ..limits()
+        },
+    };
+    assert!(matches!(
+        run(&mut fx, full),
+        KafkaTxnOutcome::Init {
+            code: TxnCode::Busy,
+            ..
+        }
+    ));
+    fx.assert_replays();
+}
+
+#[test]
+fn add_partitions_is_all_or_nothing_and_creates_the_partition() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    assert_eq!(
+        add(&mut fx, id, epoch, &[("t", 3), ("nope", 0)]),
+        vec![TxnCode::NotAttempted, TxnCode::UnknownPartition]
+    );
+    assert_eq!(
+        fx.st.kafka_txns.get("tx").map(|r| r.state),
+        Some(TxnState::Empty),
+        "nothing opened"
+    );
+    assert_eq!(
+        add(&mut fx, id, epoch + 1, &[("t", 3)]),
+        vec![TxnCode::Fenced]
+    );
+    assert_eq!(
+        add(&mut fx, id + 7, epoch, &[("t", 3)]),
+        vec![TxnCode::InvalidMapping]
+    );
+    assert_eq!(
+        add(&mut fx, id, epoch, &[("t", 3), ("t", 0)]),
+        vec![TxnCode::None; 2]
+    );
+    let row = fx.st.kafka_txns.get("tx").expect("row");
+    assert_eq!((row.state, row.partitions.len()), (TxnState::Ongoing, 2));
+    assert!(fx
+        .st
+        .queue_named("t")
+        .is_some_and(|q| q.partitions.len() == 2));
+    let many = KafkaTxnReq::AddPartitions {
+        txn_id: "tx".into(),
+        producer_id: id,
+        epoch,
+        partitions: vec![("t".into(), 5)],
+        limits: TxnLimits {
+            max_partitions: 2,
+            ..limits()
+        },
+    };
+    assert_eq!(codes(run(&mut fx, many)), vec![TxnCode::TooMany]);
+    fx.assert_replays();
+}
+
+#[test]
+fn a_commit_writes_its_markers_and_its_offsets_in_one_entry() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 2);
+    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    assert_eq!(add(&mut fx, id, epoch, &[("t", 0)]), vec![TxnCode::None]);
+    let pid = produce(&mut fx, "0", 3);
+    let add_group = KafkaTxnReq::AddOffsets {
+        txn_id: "tx".into(),
+        producer_id: id,
+        epoch,
+        group: "g".into(),
+        limits: limits(),
+    };
+    let offset = |group: &str| KafkaTxnReq::OffsetCommit {
+        txn_id: "tx".into(),
+        producer_id: id,
+        epoch,
+        group: group.into(),
+        offsets: vec![TxnOffset {
+            topic: "in".into(),
+            partition: 0,
+            offset: 42,
+            leader_epoch: -1,
+            metadata: "m".into(),
+        }],
+        limits: limits(),
+    };
+    assert_eq!(
+        codes(run(&mut fx, offset("g"))),
+        vec![TxnCode::InvalidState]
+    );
+    assert_eq!(codes(run(&mut fx, add_group)), vec![TxnCode::None]);
+    assert_eq!(codes(run(&mut fx, offset("g"))), vec![TxnCode::None]);
+    fx.commit();
+    assert!(
+        fx.st.kafka_groups.get("g").is_none(),
+        "invisible until commit"
+    );
+    assert_eq!(fx.st.kafka_txns.lso(pid, 5), 2);
+    assert_eq!(end(&mut fx, id, epoch, true), TxnCode::None);
+    fx.commit();
+    let committed = fx.st.kafka_groups.get("g").map(|g| g.offsets.len());
+    assert_eq!(committed, Some(1));
+    let next = fx.st.partitions.get(&pid).map(|p| p.next_offset);
+    assert_eq!(next, Some(6), "the marker took offset 5");
+    assert_eq!(fx.st.kafka_txns.lso(pid, 6), 6);
+    assert!(fx.st.kafka_txns.hidden(pid, 5) && !fx.st.kafka_txns.hidden(pid, 2));
+    assert_eq!(end(&mut fx, id, epoch, true), TxnCode::None, "a retry");
+    assert_eq!(end(&mut fx, id, epoch, false), TxnCode::InvalidState);
+    fx.assert_replays();
+}
+
+#[test]
+fn a_new_incarnation_aborts_the_open_transaction() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    add(&mut fx, id, epoch, &[("t", 0)]);
+    let pid = produce(&mut fx, "0", 2);
+    let (code, id2, epoch2) = init(&mut fx, "tx", 60_000);
+    assert_eq!((code, id2, epoch2), (TxnCode::None, id, epoch + 1));
+    fx.commit();
+    for o in 1..=3 {
+        assert!(fx.st.kafka_txns.hidden(pid, o), "offset {o}");
+    }
+    assert_eq!(fx.st.kafka_txns.aborted_in(pid, 0, 4).len(), 1);
+    assert_eq!(end(&mut fx, id, epoch, true), TxnCode::Fenced);
+    fx.assert_replays();
+}
+
+#[test]
+fn the_sweep_aborts_a_hung_transaction_and_fences_its_producer() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    let (_, id, epoch) = init(&mut fx, "tx", 1_000);
+    add(&mut fx, id, epoch, &[("t", 0)]);
+    let pid = produce(&mut fx, "0", 1);
+    fx.advance(SECOND / 2);
+    assert_eq!(fx.planner().sweep_kafka_txns(), 0);
+    fx.advance(SECOND);
+    assert_eq!(fx.planner().sweep_kafka_txns(), 1);
+    fx.commit();
+    let row = fx.st.kafka_txns.get("tx").expect("row");
+    assert_eq!((row.state, row.epoch), (TxnState::Empty, epoch + 1));
+    assert_eq!(row.last_result, TxnResult::None);
+    let kinds: Vec<_> = fx
+        .st
+        .kafka_txns
+        .stretches_in(pid, 0, 10)
+        .into_iter()
+        .map(|(_, s)| s.kind)
+        .collect();
+    assert_eq!(kinds, vec![StretchKind::Aborted, StretchKind::AbortMarker]);
+    assert_eq!(end(&mut fx, id, epoch, true), TxnCode::Fenced);
+    fx.assert_replays();
+}
