@@ -95,6 +95,8 @@ pub mod rows {
     pub const KAFKA_INIT_PRODUCER: CommandMeta =
         row("kafka_init_producer", ReplicatedWrite, WriteOnly);
     pub const KAFKA_PRODUCE: CommandMeta = row("kafka_produce", ReplicatedWrite, WriteOnly);
+    /// The transaction coordinator's requests: a transactional producer writes.
+    pub const KAFKA_TXN: CommandMeta = row("kafka_txn", ReplicatedWrite, WriteOnly);
     /// Deleting records is an admin act, as deleting a queue is.
     pub const KAFKA_DELETE_RECORDS: CommandMeta =
         row("kafka_delete_records", ReplicatedWrite, Admin);
@@ -129,6 +131,7 @@ pub const COMMAND_TABLE: &[CommandMeta] = &[
     rows::KAFKA_GROUPS,
     rows::KAFKA_INIT_PRODUCER,
     rows::KAFKA_PRODUCE,
+    rows::KAFKA_TXN,
     rows::KAFKA_DELETE_RECORDS,
     rows::EPHEMERAL_CONFIGURE,
     rows::EPHEMERAL_DELETE,
@@ -162,6 +165,8 @@ pub enum Command {
     KafkaProducers(crate::kafka_producers::KafkaProducersReq),
     /// A Kafka produce with idempotent batches: checked and appended in one planner step.
     KafkaProduce(crate::kafka_producers::KafkaProduceReq),
+    /// Kafka's transaction coordinator (docs/kafka-transactions.md).
+    KafkaTxn(crate::kafka_txns::KafkaTxnReq),
     /// Kafka DeleteRecords: partitions' log start offsets move up.
     KafkaDeleteRecords(crate::kafka_records::DeleteRecordsReq),
     /// The replicated declarations of ephemeral queues (their contents never reach the bus).
@@ -195,6 +200,7 @@ impl Command {
             Command::KafkaGroups(_) => &rows::KAFKA_GROUPS,
             Command::KafkaProducers(_) => &rows::KAFKA_INIT_PRODUCER,
             Command::KafkaProduce(_) => &rows::KAFKA_PRODUCE,
+            Command::KafkaTxn(_) => &rows::KAFKA_TXN,
             Command::KafkaDeleteRecords(_) => &rows::KAFKA_DELETE_RECORDS,
             Command::EphemeralConfig(EphemeralConfigReq::Set { .. }) => &rows::EPHEMERAL_CONFIGURE,
             Command::EphemeralConfig(EphemeralConfigReq::Delete { .. }) => &rows::EPHEMERAL_DELETE,

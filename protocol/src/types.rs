@@ -380,6 +380,7 @@ pub enum Outcome {
     KafkaGroups(crate::kafka_groups::KafkaGroupsOutcome),
     KafkaProducerId(crate::kafka_producers::InitProducerOutcome),
     KafkaProduced(crate::kafka_producers::KafkaProduceOutcome),
+    KafkaTxn(crate::kafka_txns::KafkaTxnOutcome),
     KafkaRecordsDeleted(Vec<crate::kafka_records::DeleteRecordsVerdict>),
     EphemeralConfig(crate::ephemeral::EphemeralConfigOutcome),
 }

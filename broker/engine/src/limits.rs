@@ -225,6 +225,9 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
             .saturating_add(p.guards.len().saturating_mul(PRODUCER_BATCH))
             .saturating_add(PRODUCER_SWEEP),
         Command::KafkaProducers(_) => PRODUCER_BATCH + PRODUCER_SWEEP,
+        Command::KafkaTxn(t) => crate::plan::kafka_txn_entry_bound(st, t)
+            .saturating_add(PRODUCER_BATCH)
+            .saturating_add(PER_PARTITION),
         // Kind, the name (u32 length + bytes) and 33 bytes of options.
         Command::EphemeralConfig(e) => match e {
             queenmq_protocol::EphemeralConfigReq::Set { queue, .. } => 1 + 4 + queue.len() + 33,

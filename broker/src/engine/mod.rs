@@ -370,6 +370,9 @@ impl Engine {
                 None => (self.limits.cycle_bytes, self.limits.max_entry_bytes),
             };
             planner.fire_timers(TIMERS_FIRED_PER_CYCLE, cycle_bytes, max_entry_bytes);
+            // Transactions open past their timeout end here, as Kafka's coordinator's timer
+            // aborts them; their markers are data and fit the same room as the timers.
+            planner.sweep_kafka_txns(max_entry_bytes);
             // Before any pop of the cycle, so none delivers a message this entry removes.
             if !self.retention.running()
                 && self.last_retention.elapsed() >= self.cfg.retention_interval
@@ -783,6 +786,7 @@ fn plan_job(p: &mut Planner<'_>, mut job: Job) -> Planned {
         Command::Locks(l) => p.plan_locks(l).map(Outcome::Locks),
         Command::KafkaGroups(k) => p.plan_kafka_groups(k).map(Outcome::KafkaGroups),
         Command::KafkaProducers(k) => p.plan_kafka_producers(k).map(Outcome::KafkaProducerId),
+        Command::KafkaTxn(t) => p.plan_kafka_txn(t).map(Outcome::KafkaTxn),
         Command::KafkaProduce(k) => p
             .plan_kafka_produce(k, job.ctx.principal.as_deref())
             .map(Outcome::KafkaProduced),

@@ -29,6 +29,60 @@ fn check_producer(row: Option<&TxnRow>, producer_id: i64, epoch: i16) -> TxnCode
     }
 }
 
+/// One marker's bytes in the entry: its frame (fixed part, generated transaction id,
+/// payload), its hash and its Append's header and 16 bytes in the end effect, rounded up.
+const MARKER_BYTES: usize = 160;
+/// One effect's fixed part (kind, ids, epochs, counts, lengths), rounded up.
+const TXN_EFFECT: usize = 64;
+
+/// The bytes ending `row`'s open transaction may add to an entry: its markers, its pending
+/// offsets, the end and the re-init of a fenced epoch.
+fn end_bound(txn_id: &str, row: &TxnRow) -> usize {
+    let offsets: usize = row
+        .pending
+        .iter()
+        .map(|((g, t, _), v)| TXN_EFFECT + g.len() + t.len() + v.metadata.len())
+        .sum();
+    row.partitions
+        .len()
+        .saturating_mul(MARKER_BYTES)
+        .saturating_add(offsets)
+        .saturating_add(3 * (TXN_EFFECT + txn_id.len()))
+}
+
+/// An upper bound of the bytes `req` adds to an entry (crate::limits), from the request and
+/// the row it names.
+pub fn entry_bound(st: &crate::state::State, req: &KafkaTxnReq) -> usize {
+    let ending = |txn_id: &str| {
+        st.kafka_txns
+            .get(txn_id)
+            .map_or(0, |r| end_bound(txn_id, r))
+    };
+    match req {
+        KafkaTxnReq::Init { txn_id, .. } => ending(txn_id) + 3 * (TXN_EFFECT + txn_id.len()),
+        KafkaTxnReq::AddPartitions {
+            txn_id, partitions, ..
+        } => partitions
+            .iter()
+            .map(|(t, _)| TXN_EFFECT + t.len() + 16)
+            .sum::<usize>()
+            .saturating_add(TXN_EFFECT + txn_id.len()),
+        KafkaTxnReq::AddOffsets { txn_id, group, .. } => {
+            2 * TXN_EFFECT + txn_id.len() + group.len()
+        }
+        KafkaTxnReq::OffsetCommit {
+            txn_id,
+            group,
+            offsets,
+            ..
+        } => offsets
+            .iter()
+            .map(|o| TXN_EFFECT + txn_id.len() + group.len() + o.topic.len() + o.metadata.len())
+            .sum(),
+        KafkaTxnReq::End { txn_id, .. } => ending(txn_id),
+    }
+}
+
 fn busy(why: &str) -> QueenError {
     QueenError::new(ErrorCode::Unavailable, format!("kafka transaction: {why}"))
 }
@@ -387,10 +441,20 @@ impl Planner<'_> {
     /// Aborts up to [`TXN_TIMEOUTS_PER_SWEEP`] transactions open past their timeout and
     /// fences each one's producer with a new epoch, as Kafka's coordinator does. Returns how
     /// many it aborted; one whose marker cannot be written now waits for the next sweep.
-    pub fn sweep_kafka_txns(&mut self) -> usize {
+    /// The sweep stops before an abort whose bytes would take the entry past
+    /// `max_entry_bytes`.
+    pub fn sweep_kafka_txns(&mut self, max_entry_bytes: usize) -> usize {
         let due = self.st.kafka_txns.due(self.now(), TXN_TIMEOUTS_PER_SWEEP);
         let mut aborted = 0;
         for txn_id in due {
+            let bound = self
+                .st
+                .kafka_txns
+                .get(&txn_id)
+                .map_or(0, |r| end_bound(&txn_id, r));
+            if self.cycle.entry.len().saturating_add(bound) > max_entry_bytes {
+                break;
+            }
             if self.txn_finish(&txn_id, false).is_err() {
                 continue;
             }

@@ -263,9 +263,10 @@ fn the_sweep_aborts_a_hung_transaction_and_fences_its_producer() {
     add(&mut fx, id, epoch, &[("t", 0)]);
     let pid = produce(&mut fx, "0", 1);
     fx.advance(SECOND / 2);
-    assert_eq!(fx.planner().sweep_kafka_txns(), 0);
+    assert_eq!(fx.planner().sweep_kafka_txns(1 << 20), 0);
     fx.advance(SECOND);
-    assert_eq!(fx.planner().sweep_kafka_txns(), 1);
+    assert_eq!(fx.planner().sweep_kafka_txns(0), 0, "no room in the entry");
+    assert_eq!(fx.planner().sweep_kafka_txns(1 << 20), 1);
     fx.commit();
     let row = fx.st.kafka_txns.get("tx").expect("row");
     assert_eq!((row.state, row.epoch), (TxnState::Empty, epoch + 1));

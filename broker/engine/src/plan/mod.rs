@@ -65,6 +65,7 @@ use crate::log::ReplicatedLog;
 use crate::reader::MessageReader;
 use crate::state::State;
 
+pub use kafka_txns::entry_bound as kafka_txn_entry_bound;
 pub use kv::KV_SWEEP_PER_CYCLE;
 pub use memory_gate::MemoryGate;
 pub use pop::PopPlan;
