@@ -221,6 +221,10 @@ fn verdict_answer(v: GuardVerdict) -> Option<(i16, i64, Option<String>)> {
             errors::INVALID_PRODUCER_EPOCH,
             "the producer epoch is older than the partition's",
         ),
+        GuardVerdict::NotInTransaction => refused(
+            errors::INVALID_TXN_STATE,
+            "the partition is not in the producer's open transaction",
+        ),
         GuardVerdict::UnknownProducer => refused(
             errors::UNKNOWN_PRODUCER_ID,
             "this producer id was not handed out by this broker (InitProducerId)",
@@ -376,6 +380,9 @@ async fn push(door: &Door, items: Vec<PushItem>, guards: Vec<ProducerGuard>) -> 
         expiration_ms: door.cfg.producer_id_expiration_ms,
         max_producers: door.cfg.max_producer_ids,
         evict_min_idle_ms: door.cfg.producer_evict_min_idle_ms,
+        // Transactional produces are refused before they get here until the door serves
+        // transactions (docs/kafka-transactions.md, layer 3).
+        transactional_id: None,
     };
     match door.bus.call(ctx, Command::KafkaProduce(req)).await {
         Ok(Outcome::KafkaProduced(o)) if o.verdicts.len() == starts.len() => {

@@ -196,6 +196,11 @@ impl Planner<'_> {
         if !named.contains(&b.producer_id) && named.len() as u64 >= req.max_producers {
             return GuardVerdict::Full;
         }
+        if let Some(txn_id) = &req.transactional_id {
+            if let Some(v) = self.judge_transactional(txn_id, g) {
+                return v;
+            }
+        }
         let held = row
             .zip(self.guard_partition(g))
             .and_then(|(r, pid)| r.partitions.get(&pid));
@@ -209,6 +214,27 @@ impl Planner<'_> {
             named.insert(b.producer_id);
         }
         verdict
+    }
+
+    /// A transactional batch's refusal, if any: the transactional id must name this producer
+    /// at this epoch (an older epoch is fenced) with an open transaction that added the
+    /// partition.
+    fn judge_transactional(&self, txn_id: &str, g: &ProducerGuard) -> Option<GuardVerdict> {
+        let b = &g.batch;
+        let Some(row) = self.st.kafka_txns.get(txn_id) else {
+            return Some(GuardVerdict::NotInTransaction);
+        };
+        if row.producer_id != b.producer_id {
+            return Some(GuardVerdict::NotInTransaction);
+        }
+        if b.epoch < row.epoch {
+            return Some(GuardVerdict::Fenced);
+        }
+        let added = self
+            .guard_partition(g)
+            .is_some_and(|pid| row.partitions.contains_key(&pid));
+        let open = row.state == crate::state::kafka_txns::TxnState::Ongoing;
+        (b.epoch != row.epoch || !open || !added).then_some(GuardVerdict::NotInTransaction)
     }
 
     /// Makes room for the request's new producers (Appended, no live state) at the cap:
@@ -399,6 +425,16 @@ impl Planner<'_> {
                 base_offset: first.offset,
                 records: u32::try_from(b.records).unwrap_or(u32::MAX),
             });
+            if let Some(txn_id) = &req.transactional_id {
+                self.emit(Effect::KafkaTxn(
+                    crate::entry_kafka_txns::TxnEffect::Records {
+                        txn_id,
+                        pid: first.partition_id,
+                        base_offset: first.offset,
+                        count: u32::try_from(b.records).unwrap_or(u32::MAX),
+                    },
+                ));
+            }
         }
         // Above a lowered cap the rest of the picks trim toward it.
         while self.st.kafka_producers.len() > max && self.evict_next(&mut victims) {}

@@ -68,6 +68,7 @@ fn produce_req_to(
         expiration_ms: DAY_MS,
         max_producers: DEFAULT_MAX_PRODUCER_IDS,
         evict_min_idle_ms: DEFAULT_PRODUCER_EVICT_MIN_IDLE_MS,
+        transactional_id: None,
     }
 }
 

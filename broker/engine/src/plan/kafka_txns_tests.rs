@@ -2,7 +2,10 @@
 //! AddPartitionsToTxn, offsets visible only at commit, markers, the timeout sweep. Each test
 //! ends by checking that a follower and a checkpoint reach the leader's state.
 
+use bytes::Bytes;
+use queenmq_protocol::kafka_producers::*;
 use queenmq_protocol::kafka_txns::*;
+use queenmq_protocol::PushItem;
 
 use super::fixture::{Fixture, SECOND};
 use crate::entry::Effect;
@@ -280,5 +283,93 @@ fn the_sweep_aborts_a_hung_transaction_and_fences_its_producer() {
         .collect();
     assert_eq!(kinds, vec![StretchKind::Aborted, StretchKind::AbortMarker]);
     assert_eq!(end(&mut fx, id, epoch, true), TxnCode::Fenced);
+    fx.assert_replays();
+}
+
+/// A transactional produce of `n` records to partition `partition` of "t" through the
+/// idempotent produce path: the guard's verdict and the partition's first offset.
+fn txn_produce(
+    fx: &mut Fixture,
+    id: i64,
+    epoch: i16,
+    partition: &str,
+    seq: i32,
+    n: usize,
+) -> (GuardVerdict, u64) {
+    let items: Vec<PushItem> = (0..n)
+        .map(|i| PushItem {
+            queue: "t".into(),
+            partition: partition.into(),
+            payload: Bytes::from(format!("{i}")),
+            transaction_id: None,
+            trace_id: None,
+        })
+        .collect();
+    let req = KafkaProduceReq {
+        guards: vec![ProducerGuard {
+            queue: "t".into(),
+            partition: partition.into(),
+            start: 0,
+            end: n,
+            batch: ProducerBatch {
+                producer_id: id,
+                epoch,
+                first_seq: seq,
+                last_seq: seq + n as i32 - 1,
+                records: n,
+            },
+        }],
+        items,
+        expiration_ms: DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        max_producers: DEFAULT_MAX_PRODUCER_IDS,
+        evict_min_idle_ms: DEFAULT_PRODUCER_EVICT_MIN_IDLE_MS,
+        transactional_id: Some("tx".into()),
+    };
+    let out = match fx.planner().plan_kafka_produce(&req, None) {
+        Ok(o) => o,
+        Err(e) => panic!("produce refused: {e}"),
+    };
+    fx.commit();
+    (out.verdicts[0], out.results[0].offset)
+}
+
+#[test]
+fn transactional_batches_land_only_in_added_partitions_at_the_current_epoch() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    fx.push("t", "1", 1);
+    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    let (refused, _) = txn_produce(&mut fx, id, epoch, "0", 0, 1);
+    assert_eq!(refused, GuardVerdict::NotInTransaction, "nothing added yet");
+    add(&mut fx, id, epoch, &[("t", 0)]);
+    let (v, base) = txn_produce(&mut fx, id, epoch, "0", 0, 2);
+    assert_eq!((v, base), (GuardVerdict::Appended, 1));
+    let pid = fx
+        .st
+        .queue_named("t")
+        .and_then(|q| q.partitions.get("0", &fx.st.partitions));
+    let pid = pid.expect("partition 0");
+    assert_eq!(
+        fx.st.kafka_txns.lso(pid, 3),
+        1,
+        "the open records hold the LSO"
+    );
+    let (other, _) = txn_produce(&mut fx, id, epoch, "1", 0, 1);
+    assert_eq!(other, GuardVerdict::NotInTransaction);
+    let (_, id2, epoch2) = init(&mut fx, "tx", 60_000);
+    assert_eq!(id2, id);
+    let (fenced, _) = txn_produce(&mut fx, id, epoch, "0", 2, 1);
+    assert_eq!(fenced, GuardVerdict::Fenced);
+    add(&mut fx, id, epoch2, &[("t", 0)]);
+    let (v, base) = txn_produce(&mut fx, id, epoch2, "0", 0, 1);
+    assert_eq!(
+        (v, base),
+        (GuardVerdict::Appended, 4),
+        "after the abort marker at 3"
+    );
+    assert_eq!(end(&mut fx, id, epoch2, true), TxnCode::None);
+    fx.commit();
+    assert!(fx.st.kafka_txns.hidden(pid, 1) && fx.st.kafka_txns.hidden(pid, 3));
+    assert!(!fx.st.kafka_txns.hidden(pid, 4) && fx.st.kafka_txns.hidden(pid, 5));
     fx.assert_replays();
 }

@@ -476,6 +476,7 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                     max_producers: 3,
                     // Replay props run in fixture time: any idleness is enough.
                     evict_min_idle_ms: 0,
+                    transactional_id: None,
                 };
                 let _ = fx.planner().plan_kafka_produce(&req, None);
             }
