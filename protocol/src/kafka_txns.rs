@@ -34,15 +34,8 @@ impl Default for TxnLimits {
     }
 }
 
-/// One TxnOffsetCommit partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TxnOffset {
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-    pub leader_epoch: i32,
-    pub metadata: String,
-}
+/// One TxnOffsetCommit partition: what an OffsetCommit partition carries.
+pub use crate::kafka_groups::KafkaOffsetCommit as TxnOffset;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KafkaTxnReq {

@@ -2,10 +2,8 @@
 //! AddPartitionsToTxn, offsets visible only at commit, markers, the timeout sweep. Each test
 //! ends by checking that a follower and a checkpoint reach the leader's state.
 
-use bytes::Bytes;
-use queenmq_protocol::kafka_producers::*;
+use queenmq_protocol::kafka_producers::GuardVerdict;
 use queenmq_protocol::kafka_txns::*;
-use queenmq_protocol::PushItem;
 
 use super::fixture::{Fixture, SECOND};
 use crate::entry::Effect;
@@ -296,35 +294,8 @@ fn txn_produce(
     seq: i32,
     n: usize,
 ) -> (GuardVerdict, u64) {
-    let items: Vec<PushItem> = (0..n)
-        .map(|i| PushItem {
-            queue: "t".into(),
-            partition: partition.into(),
-            payload: Bytes::from(format!("{i}")),
-            transaction_id: None,
-            trace_id: None,
-        })
-        .collect();
-    let req = KafkaProduceReq {
-        guards: vec![ProducerGuard {
-            queue: "t".into(),
-            partition: partition.into(),
-            start: 0,
-            end: n,
-            batch: ProducerBatch {
-                producer_id: id,
-                epoch,
-                first_seq: seq,
-                last_seq: seq + n as i32 - 1,
-                records: n,
-            },
-        }],
-        items,
-        expiration_ms: DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-        max_producers: DEFAULT_MAX_PRODUCER_IDS,
-        evict_min_idle_ms: DEFAULT_PRODUCER_EVICT_MIN_IDLE_MS,
-        transactional_id: Some("tx".into()),
-    };
+    let mut req = super::kafka_producers_tests::produce_req_to(partition, id, epoch, seq, n);
+    req.transactional_id = Some("tx".into());
     let out = match fx.planner().plan_kafka_produce(&req, None) {
         Ok(o) => o,
         Err(e) => panic!("produce refused: {e}"),
