@@ -75,6 +75,10 @@ pub enum KafkaTxnReq {
         producer_id: i64,
         epoch: i16,
         commit: bool,
+        /// Whether the caller holds the role of [`crate::command::rows::KAFKA_TXN_OFFSETS`]:
+        /// set by the bus (`Command::stamp_access`), never by a door. A commit that holds
+        /// pending offsets is refused without it.
+        may_commit_offsets: bool,
     },
 }
 
@@ -99,6 +103,9 @@ pub enum TxnCode {
     Busy,
     /// POLICY_VIOLATION (44): past `kafka_max_partitions_per_transaction`.
     TooMany,
+    /// GROUP_AUTHORIZATION_FAILED (30): a commit holding group offsets by a caller without
+    /// the consumer role.
+    GroupAuthorization,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

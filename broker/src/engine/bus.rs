@@ -138,12 +138,13 @@ fn raft_view(s: &super::log::LogStatus) -> RaftView {
 }
 
 impl Bus for EngineBus {
-    fn call(&self, ctx: RequestCtx, cmd: Command) -> BusFuture {
+    fn call(&self, ctx: RequestCtx, mut cmd: Command) -> BusFuture {
         // Whichever door it came through, a command is refused here unless the caller's
         // roles grant its row of the command table.
         if let Err(e) = ctx.authorize(cmd.meta()) {
             return Box::pin(async move { Err(e) });
         }
+        cmd.stamp_access(&ctx);
         if cmd.meta().class == CommandClass::NodeLocal {
             let out = match cmd {
                 Command::Health => Ok(self.health()),

@@ -148,8 +148,15 @@ impl Planner<'_> {
                 producer_id,
                 epoch,
                 commit,
+                may_commit_offsets,
             } => {
-                let code = self.txn_end_request(txn_id, *producer_id, *epoch, *commit)?;
+                let code = self.txn_end_request(
+                    txn_id,
+                    *producer_id,
+                    *epoch,
+                    *commit,
+                    *may_commit_offsets,
+                )?;
                 Ok(KafkaTxnOutcome::Codes(vec![code]))
             }
         }
@@ -353,6 +360,7 @@ impl Planner<'_> {
         producer_id: i64,
         epoch: i16,
         commit: bool,
+        may_commit_offsets: bool,
     ) -> Result<TxnCode, QueenError> {
         let row = self.st.kafka_txns.get(txn_id);
         let code = check_producer(row, producer_id, epoch);
@@ -373,6 +381,11 @@ impl Planner<'_> {
             } else {
                 TxnCode::InvalidState
             });
+        }
+        // Committing moves group offsets: a producer-only caller may end a transaction that
+        // holds none, or abort one that does, but not commit it.
+        if commit && !row.pending.is_empty() && !may_commit_offsets {
+            return Ok(TxnCode::GroupAuthorization);
         }
         self.txn_finish(txn_id, commit)?;
         Ok(TxnCode::None)

@@ -59,11 +59,22 @@ fn add(fx: &mut Fixture, id: i64, epoch: i16, parts: &[(&str, i32)]) -> Vec<TxnC
 }
 
 fn end(fx: &mut Fixture, id: i64, epoch: i16, commit: bool) -> TxnCode {
+    end_as(fx, id, epoch, commit, true)
+}
+
+fn end_as(
+    fx: &mut Fixture,
+    id: i64,
+    epoch: i16,
+    commit: bool,
+    may_commit_offsets: bool,
+) -> TxnCode {
     let req = KafkaTxnReq::End {
         txn_id: "tx".into(),
         producer_id: id,
         epoch,
         commit,
+        may_commit_offsets,
     };
     codes(run(fx, req))[0]
 }
@@ -225,6 +236,13 @@ fn a_commit_writes_its_markers_and_its_offsets_in_one_entry() {
         "invisible until commit"
     );
     assert_eq!(fx.st.kafka_txns.lso(pid, 5), 2);
+    let before = fx.cycle.entry.len();
+    assert_eq!(
+        end_as(&mut fx, id, epoch, true, false),
+        TxnCode::GroupAuthorization,
+        "a producer-only caller cannot commit group offsets"
+    );
+    assert_eq!(fx.cycle.entry.len(), before, "and it wrote nothing");
     assert_eq!(end(&mut fx, id, epoch, true), TxnCode::None);
     fx.commit();
     let committed = fx.st.kafka_groups.get("g").map(|g| g.offsets.len());
