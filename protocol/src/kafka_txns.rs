@@ -7,7 +7,8 @@ pub const DEFAULT_TRANSACTION_MAX_TIMEOUT_MS: u32 = 900_000;
 pub const DEFAULT_MAX_TRANSACTIONAL_IDS: u64 = 10_000;
 /// `kafka_max_open_transactions`: open transactions per tenant.
 pub const DEFAULT_MAX_OPEN_TRANSACTIONS: u64 = 1_000;
-/// `kafka_max_partitions_per_transaction`; pending offsets per transaction have the same bound.
+/// `kafka_max_partitions_per_transaction`; pending offsets and groups per transaction have
+/// the same bound.
 pub const DEFAULT_MAX_PARTITIONS_PER_TRANSACTION: u64 = 1_000;
 /// Kafka's `transactional.id.expiration.ms` default (7 days).
 pub const DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS: u64 = 604_800_000;
@@ -106,6 +107,11 @@ pub enum TxnCode {
     /// GROUP_AUTHORIZATION_FAILED (30): a commit holding group offsets by a caller without
     /// the consumer role.
     GroupAuthorization,
+    /// INVALID_TOPIC_EXCEPTION (17): an offset for a topic the broker does not have, or a
+    /// negative partition, as OffsetCommit answers.
+    InvalidTopic,
+    /// OFFSET_METADATA_TOO_LARGE (12).
+    MetadataTooLarge,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,12 @@
 //! timeout sweep. Each request is judged against the tenant's rows and emits effects 55–59;
 //! an EndTxn's markers, group offsets and end are one entry.
 
+use std::collections::BTreeSet;
+
 use bytes::Bytes;
+use queenmq_protocol::kafka_groups::{
+    valid_group_id, KafkaPartitionResult, MAX_KAFKA_OFFSETS_PER_REQUEST,
+};
 use queenmq_protocol::kafka_producers::MAX_PRODUCER_ID;
 use queenmq_protocol::kafka_txns::*;
 use queenmq_protocol::{ErrorCode, PushItem, PushStatus, QueenError};
@@ -11,6 +16,7 @@ use queenmq_protocol::{ErrorCode, PushItem, PushStatus, QueenError};
 use super::Planner;
 use crate::entry::Effect;
 use crate::entry_kafka_txns::TxnEffect;
+use crate::state::kafka_groups::{group_bytes, offset_bytes};
 use crate::state::kafka_txns::{TxnEnd, TxnResult, TxnRow, TxnState, MAX_TRANSACTIONAL_ID_BYTES};
 
 /// The payload of a control record's message: never delivered (readers skip markers).
@@ -116,7 +122,18 @@ impl Planner<'_> {
                 group,
                 limits,
             } => {
-                let code = self.txn_open(txn_id, *producer_id, *epoch, limits);
+                if !valid_group_id(group) {
+                    return Err(QueenError::bad_request(
+                        "kafka transaction: invalid group id",
+                    ));
+                }
+                let mut code = self.txn_open(txn_id, *producer_id, *epoch, limits);
+                let groups = self.st.kafka_txns.get(txn_id).map(|r| &r.groups);
+                let new = groups.is_some_and(|g| !g.contains(group.as_str()));
+                let held = groups.map_or(0, |g| g.len());
+                if code == TxnCode::None && new && held as u64 >= limits.max_partitions {
+                    code = TxnCode::TooMany;
+                }
                 if code == TxnCode::None {
                     self.emit(Effect::KafkaTxn(TxnEffect::Add {
                         txn_id,
@@ -142,7 +159,7 @@ impl Planner<'_> {
                 group,
                 offsets,
                 limits,
-            ))),
+            )?)),
             KafkaTxnReq::End {
                 txn_id,
                 producer_id,
@@ -322,7 +339,12 @@ impl Planner<'_> {
         group: &str,
         offsets: &[TxnOffset],
         limits: &TxnLimits,
-    ) -> Vec<TxnCode> {
+    ) -> Result<Vec<TxnCode>, QueenError> {
+        if !valid_group_id(group) || offsets.len() > MAX_KAFKA_OFFSETS_PER_REQUEST {
+            return Err(QueenError::bad_request(
+                "kafka transaction: invalid group id or too many offsets",
+            ));
+        }
         let row = self.st.kafka_txns.get(txn_id);
         let mut code = check_producer(row, producer_id, epoch);
         // Kafka answers a TxnOffsetCommit before AddOffsetsToTxn as a state error too.
@@ -331,27 +353,52 @@ impl Planner<'_> {
             code = TxnCode::InvalidState;
         }
         if code != TxnCode::None {
-            return vec![code; offsets.len()];
+            return Ok(vec![code; offsets.len()]);
         }
-        let held = row.map_or(0, |r| r.pending.len());
+        // A key already pending is replaced and costs no room under the cap.
+        let mut keys: BTreeSet<(&str, i32)> = BTreeSet::new();
+        let pending = row.map(|r| &r.pending);
+        let mut held = row.map_or(0, |r| r.pending.len());
         let mut codes = Vec::with_capacity(offsets.len());
-        for (n, o) in offsets.iter().enumerate() {
-            if (held + n) as u64 >= limits.max_partitions {
-                codes.push(TxnCode::TooMany);
-                continue;
+        for o in offsets {
+            // Every check a plain OffsetCommit makes (plan/kafka_groups.rs).
+            match self.kafka_offset_check(o) {
+                KafkaPartitionResult::Ok => {}
+                KafkaPartitionResult::InvalidTopic => {
+                    codes.push(TxnCode::InvalidTopic);
+                    continue;
+                }
+                KafkaPartitionResult::MetadataTooLarge => {
+                    codes.push(TxnCode::MetadataTooLarge);
+                    continue;
+                }
             }
-            self.emit(Effect::KafkaTxn(TxnEffect::Offset {
-                txn_id,
-                group,
-                topic: &o.topic,
-                partition: o.partition,
-                offset: o.offset,
-                leader_epoch: o.leader_epoch,
-                metadata: &o.metadata,
-            }));
+            let key = (group.to_owned(), o.topic.clone(), o.partition);
+            let known = pending.is_some_and(|p| p.contains_key(&key))
+                || !keys.insert((o.topic.as_str(), o.partition));
+            if !known {
+                if held as u64 >= limits.max_partitions {
+                    codes.push(TxnCode::TooMany);
+                    continue;
+                }
+                held += 1;
+            }
             codes.push(TxnCode::None);
         }
-        codes
+        for (o, code) in offsets.iter().zip(&codes) {
+            if *code == TxnCode::None {
+                self.emit(Effect::KafkaTxn(TxnEffect::Offset {
+                    txn_id,
+                    group,
+                    topic: &o.topic,
+                    partition: o.partition,
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: &o.metadata,
+                }));
+            }
+        }
+        Ok(codes)
     }
 
     fn txn_end_request(
@@ -387,8 +434,31 @@ impl Planner<'_> {
         if commit && !row.pending.is_empty() && !may_commit_offsets {
             return Ok(TxnCode::GroupAuthorization);
         }
+        if commit && self.txn_room_for_offsets(row).is_err() {
+            // The group caps of a plain OffsetCommit, judged before any marker: a refused
+            // commit writes nothing and the client retries.
+            return Ok(TxnCode::Busy);
+        }
         self.txn_finish(txn_id, commit)?;
         Ok(TxnCode::None)
+    }
+
+    /// Whether the tenant's group caps take `row`'s pending offsets, as
+    /// `kafka_commit` judges a plain OffsetCommit.
+    fn txn_room_for_offsets(&self, row: &TxnRow) -> Result<(), QueenError> {
+        let mut grow = 0usize;
+        let mut new_groups: BTreeSet<&str> = BTreeSet::new();
+        for ((group, topic, _), v) in &row.pending {
+            grow = grow.saturating_add(offset_bytes(topic, &v.metadata));
+            if self.st.kafka_groups.get(group).is_none() && new_groups.insert(group) {
+                grow = grow.saturating_add(group_bytes(group, "", ""));
+            }
+        }
+        if grow == 0 {
+            return Ok(());
+        }
+        self.kafka_room_for_groups(new_groups.len())?;
+        self.kafka_room_for_bytes(grow)
     }
 
     /// Ends the open transaction of `txn_id`: a marker appended to each partition it wrote,

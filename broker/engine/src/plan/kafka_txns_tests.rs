@@ -216,7 +216,7 @@ fn a_commit_writes_its_markers_and_its_offsets_in_one_entry() {
         epoch,
         group: group.into(),
         offsets: vec![TxnOffset {
-            topic: "in".into(),
+            topic: "t".into(),
             partition: 0,
             offset: 42,
             leader_epoch: -1,
@@ -253,6 +253,150 @@ fn a_commit_writes_its_markers_and_its_offsets_in_one_entry() {
     assert!(fx.st.kafka_txns.hidden(pid, 5) && !fx.st.kafka_txns.hidden(pid, 2));
     assert_eq!(end(&mut fx, id, epoch, true), TxnCode::None, "a retry");
     assert_eq!(end(&mut fx, id, epoch, false), TxnCode::InvalidState);
+    fx.assert_replays();
+}
+
+fn add_group(fx: &mut Fixture, id: i64, epoch: i16, group: &str, l: TxnLimits) -> TxnCode {
+    let req = KafkaTxnReq::AddOffsets {
+        txn_id: "tx".into(),
+        producer_id: id,
+        epoch,
+        group: group.into(),
+        limits: l,
+    };
+    codes(run(fx, req))[0]
+}
+
+fn txn_offset(topic: &str, partition: i32, metadata: usize) -> TxnOffset {
+    TxnOffset {
+        topic: topic.into(),
+        partition,
+        offset: 7,
+        leader_epoch: -1,
+        metadata: "m".repeat(metadata),
+    }
+}
+
+fn commit_offsets(
+    fx: &mut Fixture,
+    id: i64,
+    epoch: i16,
+    group: &str,
+    offsets: Vec<TxnOffset>,
+    l: TxnLimits,
+) -> Vec<TxnCode> {
+    let req = KafkaTxnReq::OffsetCommit {
+        txn_id: "tx".into(),
+        producer_id: id,
+        epoch,
+        group: group.into(),
+        offsets,
+        limits: l,
+    };
+    codes(run(fx, req))
+}
+
+#[test]
+fn transactional_offsets_pass_the_checks_of_offset_commit() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    let two = TxnLimits {
+        max_partitions: 2,
+        ..limits()
+    };
+    let bad_group = KafkaTxnReq::AddOffsets {
+        txn_id: "tx".into(),
+        producer_id: id,
+        epoch,
+        group: String::new(),
+        limits: two,
+    };
+    assert!(fx.planner().plan_kafka_txn(&bad_group).is_err());
+    assert_eq!(add_group(&mut fx, id, epoch, "g", two), TxnCode::None);
+    assert_eq!(add_group(&mut fx, id, epoch, "h", two), TxnCode::None);
+    assert_eq!(add_group(&mut fx, id, epoch, "g", two), TxnCode::None);
+    assert_eq!(
+        add_group(&mut fx, id, epoch, "third", two),
+        TxnCode::TooMany,
+        "groups per transaction are capped"
+    );
+    let got = commit_offsets(
+        &mut fx,
+        id,
+        epoch,
+        "g",
+        vec![
+            txn_offset("t", 0, 4097),
+            txn_offset("t", -1, 0),
+            txn_offset("missing", 0, 0),
+            txn_offset("t", 0, 10),
+            txn_offset("t", 0, 10),
+            txn_offset("t", 1, 0),
+            txn_offset("t", 2, 0),
+        ],
+        two,
+    );
+    use TxnCode::*;
+    assert_eq!(
+        got,
+        vec![
+            MetadataTooLarge,
+            InvalidTopic,
+            InvalidTopic,
+            None,
+            None,
+            None,
+            TooMany
+        ],
+        "a replaced key costs no room under the cap"
+    );
+    assert_eq!(fx.st.kafka_txns.get("tx").map(|r| r.pending.len()), Some(2));
+    fx.commit();
+    fx.assert_replays();
+}
+
+#[test]
+fn a_commit_past_the_group_caps_writes_nothing() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    let names: Vec<String> = (0..crate::state::kafka_groups::MAX_KAFKA_GROUPS)
+        .map(|n| format!("full{n}"))
+        .collect();
+    for name in &names {
+        fx.planner().emit(Effect::KafkaOffsetPut {
+            group: name,
+            topic: "t",
+            partition: 0,
+            offset: 0,
+            leader_epoch: -1,
+            metadata: "",
+        });
+    }
+    fx.commit();
+    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    assert_eq!(add_group(&mut fx, id, epoch, "g", limits()), TxnCode::None);
+    let got = commit_offsets(
+        &mut fx,
+        id,
+        epoch,
+        "g",
+        vec![txn_offset("t", 0, 0)],
+        limits(),
+    );
+    assert_eq!(got, vec![TxnCode::None]);
+    fx.commit();
+    let groups = fx.st.kafka_groups.len();
+    let before = fx.cycle.entry.len();
+    assert_eq!(end(&mut fx, id, epoch, true), TxnCode::Busy);
+    assert_eq!(fx.cycle.entry.len(), before, "nothing written");
+    assert_eq!(fx.st.kafka_groups.len(), groups);
+    assert_eq!(
+        end(&mut fx, id, epoch, false),
+        TxnCode::None,
+        "abort is free"
+    );
+    fx.commit();
     fx.assert_replays();
 }
 
