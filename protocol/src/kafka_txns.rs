@@ -35,6 +35,20 @@ impl Default for TxnLimits {
     }
 }
 
+/// The most partitions a Kafka topic shows (the door's `topics::MAX_TOPIC_PARTITIONS`).
+pub const MAX_KAFKA_TOPIC_PARTITIONS: u32 = 10_000;
+
+/// One AddPartitionsToTxn partition, with the topic's partition count as the door shows it
+/// (its floor row is not engine state): an index at or past it is refused, as a produce to
+/// it is, so that a transaction never creates a partition that changes every client's
+/// key-to-partition mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnPartition {
+    pub topic: String,
+    pub index: i32,
+    pub count: u32,
+}
+
 /// One TxnOffsetCommit partition: what an OffsetCommit partition carries.
 pub use crate::kafka_groups::KafkaOffsetCommit as TxnOffset;
 
@@ -48,12 +62,12 @@ pub enum KafkaTxnReq {
         current: Option<(i64, i16)>,
         limits: TxnLimits,
     },
-    /// AddPartitionsToTxn: (topic, partition index) pairs.
+    /// AddPartitionsToTxn.
     AddPartitions {
         txn_id: String,
         producer_id: i64,
         epoch: i16,
-        partitions: Vec<(String, i32)>,
+        partitions: Vec<TxnPartition>,
         limits: TxnLimits,
     },
     AddOffsets {

@@ -87,6 +87,10 @@ impl Limits {
         let new = match cmd {
             Command::Push(p) => new_partitions(st, &p.items, self.max_new_partitions),
             Command::KafkaProduce(p) => new_partitions(st, &p.items, self.max_new_partitions),
+            Command::KafkaTxn(queenmq_protocol::kafka_txns::KafkaTxnReq::AddPartitions {
+                partitions,
+                ..
+            }) => new_txn_partitions(st, partitions),
             Command::Transaction(t) => {
                 let items: Vec<&PushItem> = t
                     .ops
@@ -341,6 +345,24 @@ fn new_partitions(st: &State, items: &[PushItem], max: usize) -> usize {
     new_partitions_of(st, items.iter(), max)
 }
 
+/// Distinct partitions an AddPartitionsToTxn names that do not exist yet (it creates them).
+fn new_txn_partitions(
+    st: &State,
+    partitions: &[queenmq_protocol::kafka_txns::TxnPartition],
+) -> usize {
+    let mut seen: HashSet<(&str, i32)> = HashSet::new();
+    for p in partitions {
+        let exists = st
+            .queue_named(&p.topic)
+            .and_then(|q| q.partitions.get(&p.index.to_string(), &st.partitions))
+            .is_some();
+        if !exists {
+            seen.insert((&p.topic, p.index));
+        }
+    }
+    seen.len()
+}
+
 /// Partitions the items would create, counted exactly only when the cheap bound (runs of equal
 /// pairs) passes `max`; stops counting once past `max`.
 fn new_partitions_of<'a>(
@@ -402,6 +424,31 @@ mod tests {
         });
         let e = limits.admit(&st, &big, None).unwrap_err();
         assert_eq!(e.code, ErrorCode::PayloadTooLarge);
+    }
+
+    #[test]
+    fn add_partitions_to_txn_is_bounded_by_max_new_partitions() {
+        use queenmq_protocol::kafka_txns::{KafkaTxnReq, TxnLimits, TxnPartition};
+        let limits = Limits::new(64 * 1024 * 1024, 1 << 20, 10);
+        let st = State::default();
+        let add = |n: i32| {
+            Command::KafkaTxn(KafkaTxnReq::AddPartitions {
+                txn_id: "tx".into(),
+                producer_id: 1,
+                epoch: 0,
+                partitions: (0..n)
+                    .map(|i| TxnPartition {
+                        topic: "t".into(),
+                        index: i,
+                        count: 10_000,
+                    })
+                    .collect(),
+                limits: TxnLimits::default(),
+            })
+        };
+        assert!(limits.admit(&st, &add(10), None).is_ok());
+        let e = limits.admit(&st, &add(11), None).err().map(|e| e.code);
+        assert_eq!(e, Some(ErrorCode::PayloadTooLarge));
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub fn entry_bound(st: &crate::state::State, req: &KafkaTxnReq) -> usize {
             txn_id, partitions, ..
         } => partitions
             .iter()
-            .map(|(t, _)| TXN_EFFECT + t.len() + 16)
+            .map(|p| TXN_EFFECT + p.topic.len() + 16)
             .sum::<usize>()
             .saturating_add(TXN_EFFECT + txn_id.len()),
         KafkaTxnReq::AddOffsets { txn_id, group, .. } => {
@@ -254,14 +254,15 @@ impl Planner<'_> {
     }
 
     /// AddPartitionsToTxn: all or nothing, as Kafka (a failed partition makes the others
-    /// OPERATION_NOT_ATTEMPTED). A partition of an existing topic that was never written is
-    /// created, so that the transaction can name it.
+    /// OPERATION_NOT_ATTEMPTED). A partition below the topic's shown count that was never
+    /// written is created, so that the transaction can name it; `admit` bounds how many one
+    /// request creates (max_new_partitions_per_request).
     fn txn_add_partitions(
         &mut self,
         txn_id: &str,
         producer_id: i64,
         epoch: i16,
-        partitions: &[(String, i32)],
+        partitions: &[TxnPartition],
         limits: &TxnLimits,
     ) -> Vec<TxnCode> {
         let code = self.txn_open(txn_id, producer_id, epoch, limits);
@@ -275,9 +276,10 @@ impl Planner<'_> {
             .map_or(0, |r| r.partitions.len());
         let mut codes = Vec::with_capacity(partitions.len());
         let mut found = Vec::with_capacity(partitions.len());
-        for (n, (topic, index)) in partitions.iter().enumerate() {
-            let qid = self.st.queue_by_name.get(topic).copied();
-            let code = if qid.is_none() || *index < 0 {
+        for (n, p) in partitions.iter().enumerate() {
+            let qid = self.st.queue_by_name.get(&p.topic).copied();
+            let shown = p.count.min(MAX_KAFKA_TOPIC_PARTITIONS);
+            let code = if qid.is_none() || !u32::try_from(p.index).is_ok_and(|i| i < shown) {
                 TxnCode::UnknownPartition
             } else if (held + n) as u64 >= limits.max_partitions {
                 TxnCode::TooMany
@@ -300,9 +302,9 @@ impl Planner<'_> {
                 .collect();
         }
         let mut pids = Vec::with_capacity(partitions.len());
-        for ((_, index), qid) in partitions.iter().zip(found) {
+        for (p, qid) in partitions.iter().zip(found) {
             let Some(qid) = qid else { continue };
-            match self.txn_partition(qid, &index.to_string()) {
+            match self.txn_partition(qid, &p.index.to_string()) {
                 Some(pid) => pids.push(pid),
                 None => return vec![TxnCode::Busy; partitions.len()],
             }

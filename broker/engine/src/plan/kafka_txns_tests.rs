@@ -10,6 +10,9 @@ use crate::entry::Effect;
 use crate::entry_kafka_txns::TxnEffect;
 use crate::state::kafka_txns::{StretchKind, TxnResult, TxnState};
 
+/// The partition count the door shows for topic "t" in these tests.
+const SHOWN: u32 = 4;
+
 fn limits() -> TxnLimits {
     TxnLimits::default()
 }
@@ -52,7 +55,14 @@ fn add(fx: &mut Fixture, id: i64, epoch: i16, parts: &[(&str, i32)]) -> Vec<TxnC
             txn_id: "tx".into(),
             producer_id: id,
             epoch,
-            partitions: parts.iter().map(|(t, p)| ((*t).into(), *p)).collect(),
+            partitions: parts
+                .iter()
+                .map(|(t, p)| TxnPartition {
+                    topic: (*t).into(),
+                    index: *p,
+                    count: SHOWN,
+                })
+                .collect(),
             limits: limits(),
         },
     ))
@@ -186,13 +196,47 @@ fn add_partitions_is_all_or_nothing_and_creates_the_partition() {
         txn_id: "tx".into(),
         producer_id: id,
         epoch,
-        partitions: vec![("t".into(), 5)],
+        partitions: vec![TxnPartition {
+            topic: "t".into(),
+            index: 2,
+            count: SHOWN,
+        }],
         limits: TxnLimits {
             max_partitions: 2,
             ..limits()
         },
     };
     assert_eq!(codes(run(&mut fx, many)), vec![TxnCode::TooMany]);
+    fx.assert_replays();
+}
+
+#[test]
+fn add_partitions_never_passes_the_topics_shown_count() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    let before = fx.st.partitions.len();
+    assert_eq!(
+        add(&mut fx, id, epoch, &[("t", 0), ("t", 9999)]),
+        vec![TxnCode::NotAttempted, TxnCode::UnknownPartition]
+    );
+    assert_eq!(
+        add(&mut fx, id, epoch, &[("t", SHOWN as i32)]),
+        vec![TxnCode::UnknownPartition]
+    );
+    let huge = KafkaTxnReq::AddPartitions {
+        txn_id: "tx".into(),
+        producer_id: id,
+        epoch,
+        partitions: vec![TxnPartition {
+            topic: "t".into(),
+            index: 20_000,
+            count: u32::MAX,
+        }],
+        limits: limits(),
+    };
+    assert_eq!(codes(run(&mut fx, huge)), vec![TxnCode::UnknownPartition]);
+    assert_eq!(fx.st.partitions.len(), before, "no partition created");
     fx.assert_replays();
 }
 
