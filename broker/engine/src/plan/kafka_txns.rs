@@ -547,13 +547,21 @@ impl Planner<'_> {
             let Some(r) = self.st.kafka_txns.get(&txn_id) else {
                 continue;
             };
-            let (producer_id, timeout_ms) = (r.producer_id, r.timeout_ms);
-            if r.epoch >= LAST_EPOCH {
-                // Its next InitProducerId gets a new producer id; the old epoch stays fenced
-                // by the row, which names no other.
-                continue;
-            }
-            let epoch = r.epoch + 1;
+            let (mut producer_id, timeout_ms) = (r.producer_id, r.timeout_ms);
+            let epoch = if r.epoch < LAST_EPOCH {
+                r.epoch + 1
+            } else {
+                // No epoch is left to fence with: the row moves to a new producer id, handed
+                // to no one, so the zombie's (id, epoch) maps to nothing. Its next
+                // InitProducerId bumps from there.
+                let id = self.st.kafka_producers.next_id();
+                if id > MAX_PRODUCER_ID {
+                    continue;
+                }
+                self.emit(Effect::KafkaProducerIdTaken { producer_id: id });
+                producer_id = id;
+                0
+            };
             self.emit(Effect::KafkaProducerInit { producer_id, epoch });
             self.emit(Effect::KafkaTxn(TxnEffect::Init {
                 txn_id: &txn_id,

@@ -490,6 +490,36 @@ fn the_sweep_aborts_a_hung_transaction_and_fences_its_producer() {
     fx.assert_replays();
 }
 
+#[test]
+fn the_sweep_fences_a_producer_at_the_last_epoch() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    let (_, id, _) = init(&mut fx, "tx", 1_000);
+    let last = i16::MAX - 1;
+    fx.planner().emit(Effect::KafkaTxn(TxnEffect::Init {
+        txn_id: "tx",
+        producer_id: id,
+        epoch: last,
+        timeout_ms: 1_000,
+    }));
+    fx.commit();
+    assert_eq!(add(&mut fx, id, last, &[("t", 0)]), vec![TxnCode::None]);
+    produce(&mut fx, "0", 1);
+    fx.advance(2 * SECOND);
+    assert_eq!(fx.planner().sweep_kafka_txns(1 << 20), 1);
+    fx.commit();
+    let code = add(&mut fx, id, last, &[("t", 0)])[0];
+    assert!(
+        matches!(code, TxnCode::Fenced | TxnCode::InvalidMapping),
+        "the zombie opened a new transaction: {code:?}"
+    );
+    assert_eq!(end(&mut fx, id, last, true), code);
+    let (code, fresh, epoch) = init(&mut fx, "tx", 1_000);
+    assert_eq!(code, TxnCode::None);
+    assert!(fresh != id && epoch == 1, "{fresh} {epoch}");
+    fx.assert_replays();
+}
+
 /// A transactional produce of `n` records to partition `partition` of "t" through the
 /// idempotent produce path: the guard's verdict and the partition's first offset.
 fn txn_produce(
