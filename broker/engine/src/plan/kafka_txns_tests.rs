@@ -401,6 +401,28 @@ fn transactional_offsets_pass_the_checks_of_offset_commit() {
 }
 
 #[test]
+fn a_replaced_pending_offset_keeps_the_byte_count_of_a_rebuild() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    assert_eq!(add_group(&mut fx, id, epoch, "g", limits()), TxnCode::None);
+    for metadata in [0, 4000, 10] {
+        let got = commit_offsets(
+            &mut fx,
+            id,
+            epoch,
+            "g",
+            vec![txn_offset("t", 0, metadata)],
+            limits(),
+        );
+        assert_eq!(got, vec![TxnCode::None]);
+    }
+    let bytes = fx.st.kafka_txns.bytes();
+    fx.assert_replays();
+    assert_eq!(fx.replay().kafka_txns.bytes(), bytes);
+}
+
+#[test]
 fn a_commit_past_the_group_caps_writes_nothing() {
     let mut fx = Fixture::new();
     fx.push("t", "0", 1);

@@ -368,9 +368,11 @@ impl KafkaTxns {
             return false;
         }
         row.last_us = now_us;
-        let size = ENTRY_BYTES + key.0.len() + key.1.len() + value.metadata.len();
-        if row.pending.insert(key, value).is_none() {
-            self.bytes = self.bytes.saturating_add(size);
+        let keyed = ENTRY_BYTES + key.0.len() + key.1.len();
+        self.bytes = self.bytes.saturating_add(keyed + value.metadata.len());
+        if let Some(old) = row.pending.insert(key, value) {
+            // A replaced offset frees what it held, so the count stays what rebuild computes.
+            self.bytes = self.bytes.saturating_sub(keyed + old.metadata.len());
         }
         true
     }
