@@ -38,6 +38,8 @@ const GROUP_EFFECT: usize = 32;
 /// One KafkaProducerBatch effect, with the KafkaProducerExpire a stale producer adds and the
 /// one a new producer at the cap evicts.
 const PRODUCER_BATCH: usize = 96;
+/// Effect 59's fixed part (kind, id length, partition, offset, count), rounded up.
+const TXN_RECORDS_EFFECT: usize = 32;
 /// What a Kafka producer command's expiry sweep may add: one KafkaProducerExpire each.
 const PRODUCER_SWEEP: usize = queenmq_protocol::kafka_producers::PRODUCER_EXPIRY_PER_COMMAND * 16;
 
@@ -227,6 +229,12 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
         Command::KafkaGroups(k) => kafka_groups_bound(k),
         Command::KafkaProduce(p) => push_bound(p.items.iter(), producer)
             .saturating_add(p.guards.len().saturating_mul(PRODUCER_BATCH))
+            // A transactional batch adds its effect 59 (kind, id, pid, offset, count).
+            .saturating_add(p.transactional_id.as_ref().map_or(0, |t| {
+                p.guards
+                    .len()
+                    .saturating_mul(TXN_RECORDS_EFFECT.saturating_add(t.len()))
+            }))
             .saturating_add(PRODUCER_SWEEP),
         Command::KafkaProducers(_) => PRODUCER_BATCH + PRODUCER_SWEEP,
         Command::KafkaTxn(t) => crate::plan::kafka_txn_entry_bound(st, t)
@@ -424,6 +432,37 @@ mod tests {
         });
         let e = limits.admit(&st, &big, None).unwrap_err();
         assert_eq!(e.code, ErrorCode::PayloadTooLarge);
+    }
+
+    #[test]
+    fn a_transactional_produce_bounds_its_records_effects() {
+        use queenmq_protocol::kafka_producers::{KafkaProduceReq, ProducerBatch, ProducerGuard};
+        let st = State::default();
+        let guard = |p: &str| ProducerGuard {
+            queue: "t".into(),
+            partition: p.into(),
+            start: 0,
+            end: 1,
+            batch: ProducerBatch {
+                producer_id: 1,
+                epoch: 0,
+                first_seq: 0,
+                last_seq: 0,
+                records: 1,
+            },
+        };
+        let mut req = KafkaProduceReq {
+            items: vec![item("t", "0", b"1"), item("t", "1", b"1")],
+            guards: vec![guard("0"), guard("1")],
+            expiration_ms: 60_000,
+            max_producers: 3,
+            evict_min_idle_ms: 0,
+            transactional_id: None,
+        };
+        let plain = entry_bound(&st, &Command::KafkaProduce(req.clone()), None);
+        req.transactional_id = Some("x".repeat(1024));
+        let txn = entry_bound(&st, &Command::KafkaProduce(req), None);
+        assert!(txn >= plain + 2 * (1 + 4 + 1024 + 20), "{txn} vs {plain}");
     }
 
     #[test]
