@@ -144,7 +144,11 @@ impl Planner<'_> {
         // transactional id).
         if let Some((id, epoch)) = *current {
             let live = self.live_producer(id, expiration_us).map(|r| r.epoch);
-            if live == Some(epoch) && (0..i16::MAX - 1).contains(&epoch) {
+            // An id a transactional id owns is bumped only by its coordinator (the
+            // transactional InitProducerId): a plain one would fence the transactional
+            // producer behind the coordinator's back. The caller gets a new id instead.
+            let owned = self.st.kafka_txns.by_producer(id).is_some();
+            if live == Some(epoch) && !owned && (0..i16::MAX - 1).contains(&epoch) {
                 let epoch = epoch + 1;
                 self.emit(Effect::KafkaProducerInit {
                     producer_id: id,
@@ -200,6 +204,10 @@ impl Planner<'_> {
             if let Some(v) = self.judge_transactional(txn_id, g) {
                 return v;
             }
+        } else if self.st.kafka_txns.by_producer(b.producer_id).is_some() {
+            // A transactional producer's batch outside its transaction would be visible at
+            // once and survive an abort (Kafka: INVALID_TXN_STATE).
+            return GuardVerdict::NotInTransaction;
         }
         let held = row
             .zip(self.guard_partition(g))

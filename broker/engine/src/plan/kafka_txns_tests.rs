@@ -602,3 +602,35 @@ fn transactional_batches_land_only_in_added_partitions_at_the_current_epoch() {
     assert!(!fx.st.kafka_txns.hidden(pid, 4) && fx.st.kafka_txns.hidden(pid, 5));
     fx.assert_replays();
 }
+
+#[test]
+fn plain_requests_cannot_use_a_transactional_producer_id() {
+    use queenmq_protocol::kafka_producers::{InitProducerOutcome, KafkaProducersReq};
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    add(&mut fx, id, epoch, &[("t", 0)]);
+    fx.commit();
+    let plain = super::kafka_producers_tests::produce_req_to("0", id, epoch, 0, 1);
+    let out = match fx.planner().plan_kafka_produce(&plain, None) {
+        Ok(o) => o,
+        Err(e) => panic!("produce refused: {e}"),
+    };
+    assert_eq!(out.verdicts[0], GuardVerdict::NotInTransaction);
+    let kip360 = KafkaProducersReq::InitProducerId {
+        current: Some((id, epoch)),
+        expiration_ms: 60_000,
+    };
+    match fx.planner().plan_kafka_producers(&kip360) {
+        Ok(InitProducerOutcome::Granted { producer_id, .. }) => {
+            assert_ne!(
+                producer_id, id,
+                "a plain init bumped the transactional producer"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    let row = fx.st.kafka_txns.get("tx").map(|r| (r.producer_id, r.epoch));
+    assert_eq!(row, Some((id, epoch)));
+    fx.assert_replays();
+}
