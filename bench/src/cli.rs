@@ -5,6 +5,7 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Parser;
 
+use crate::queen_http::{Forms, PopForm, PushForm};
 use crate::scenario::{Plan, Scenario};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -26,6 +27,12 @@ pub struct Cli {
     pub url: String,
     #[arg(long, value_enum, default_value = "queen-http")]
     pub driver: DriverKind,
+    /// Body of pushes and transactions: JSON, QPB1, or QPB1 frames (transactions: QTB1).
+    #[arg(long, value_enum, default_value = "json")]
+    pub push_form: PushForm,
+    /// Answer pops ask for: JSON, or QPF1 framed (`frames=true`).
+    #[arg(long, value_enum, default_value = "json")]
+    pub pop_form: PopForm,
     /// Producer workers, one connection each.
     #[arg(long, default_value_t = 1)]
     pub producers: usize,
@@ -132,6 +139,9 @@ impl Cli {
                 bail!("--rate must be a positive number of msg/s, got {rate}");
             }
         }
+        if self.scenario == Scenario::Txn && self.push_form == PushForm::Qpb1 {
+            bail!("--push-form qpb1 has no transaction form: QTB1 carries frames (qpb1-frames)");
+        }
         if self.scenario == Scenario::Consume && self.prefill == 0 {
             bail!("--prefill must be at least 1 for consume");
         }
@@ -161,6 +171,10 @@ impl Cli {
             drain_idle: positive_secs("drain-secs", self.drain_secs)?,
             pop_wait_ms: self.pop_wait_ms,
             lease_secs: self.lease_secs,
+            forms: Forms {
+                push: self.push_form,
+                pop: self.pop_form,
+            },
         })
     }
 }
@@ -183,6 +197,10 @@ mod tests {
         assert_eq!(plan.batch, 100);
         assert_eq!(plan.pop_partitions, 1);
         assert_eq!(plan.rate, None);
+        assert_eq!(plan.forms, Forms::default());
+        let plan = parse(&["e2e", "--push-form", "qpb1-frames", "--pop-form", "qpf1"])?.plan()?;
+        assert_eq!(plan.forms.push, PushForm::Qpb1Frames);
+        assert_eq!(plan.forms.pop, PopForm::Qpf1);
         Ok(())
     }
 
@@ -202,6 +220,8 @@ mod tests {
         let err = parse(&["consume", "--consumers", "0"])?.plan().err();
         assert!(format!("{err:?}").contains("--consumers"));
         assert!(parse(&["nope"]).is_err());
+        let err = parse(&["txn", "--push-form", "qpb1"])?.plan().err();
+        assert!(format!("{err:?}").contains("--push-form"));
         let err = parse(&["soak", "--soak-minutes", "0"])?.plan().err();
         assert!(format!("{err:?}").contains("--soak-minutes"));
         let err = parse(&["soak", "--rss-every-secs=-1"])?

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use crate::clock::{micros_between, Clock};
 use crate::driver::{Driver, PopRequest};
 use crate::ledger::Ledger;
+use crate::payload::{PayloadBuilder, PayloadFields};
 use crate::stats::Stats;
 
 /// Pause after a failed request, so a dead broker is not hammered in a tight loop.
@@ -28,11 +29,15 @@ pub struct ConsumerPlan {
     /// (epoch microseconds, half open); `None` records none (pre-filled messages).
     pub e2e_window: Option<(u64, u64)>,
     pub stop: watch::Receiver<bool>,
+    /// Payload size pushed, to rebuild each delivered payload and compare it byte for byte.
+    pub msg_bytes: usize,
 }
 
 pub async fn run_consumer<D: Driver>(mut driver: D, mut plan: ConsumerPlan) -> Stats {
     let mut stats = Stats::default();
     let group = plan.request.group.clone();
+    let mut expected = PayloadBuilder::new(plan.msg_bytes);
+    let mut scratch = String::with_capacity(plan.msg_bytes.max(64));
     loop {
         if *plan.stop.borrow() {
             break;
@@ -50,6 +55,8 @@ pub async fn run_consumer<D: Driver>(mut driver: D, mut plan: ConsumerPlan) -> S
             Err(error) => {
                 if measuring {
                     stats.pop.failure();
+                } else {
+                    stats.unmeasured_errors += 1;
                 }
                 stats.note_error(&error);
                 tokio::time::sleep(ERROR_PAUSE).await;
@@ -67,17 +74,28 @@ pub async fn run_consumer<D: Driver>(mut driver: D, mut plan: ConsumerPlan) -> S
         }
 
         let done_us = plan.clock.epoch_us(done);
-        let mut malformed = 0u64;
+        let (mut malformed, mut mismatched, mut verified) = (0u64, 0u64, 0u64);
+        // Only a delivery whose bytes are exactly the pushed ones counts as delivered, so a
+        // form that mangles payloads shows up as lost, never as fast.
         plan.ledger.record_delivered(
             plan.group_slot,
-            deliveries.iter().filter_map(|d| {
-                if d.fields.is_none() {
+            deliveries.iter().filter_map(|d| match d.fields {
+                None => {
                     malformed += 1;
+                    None
                 }
-                d.fields.map(|f| f.seq)
+                Some(f) if !same_payload(&mut expected, &mut scratch, f, &d.payload) => {
+                    mismatched += 1;
+                    None
+                }
+                Some(f) => {
+                    verified += 1;
+                    Some(f.seq)
+                }
             }),
         );
         stats.malformed += malformed;
+        stats.payload_mismatches += mismatched;
         if let Some((from, to)) = plan.e2e_window {
             for fields in deliveries.iter().filter_map(|d| d.fields) {
                 if (from..to).contains(&fields.ts) {
@@ -86,7 +104,8 @@ pub async fn run_consumer<D: Driver>(mut driver: D, mut plan: ConsumerPlan) -> S
             }
         }
         if measuring {
-            stats.consumed += deliveries.len() as u64;
+            // Only verified deliveries count towards the rate.
+            stats.consumed += verified;
             stats.last_consume = Some(done);
         }
 
@@ -107,6 +126,8 @@ pub async fn run_consumer<D: Driver>(mut driver: D, mut plan: ConsumerPlan) -> S
             Err(error) => {
                 if measuring {
                     stats.ack.failure();
+                } else {
+                    stats.unmeasured_errors += 1;
                 }
                 stats.note_error(&error);
                 tokio::time::sleep(ERROR_PAUSE).await;
@@ -114,4 +135,76 @@ pub async fn run_consumer<D: Driver>(mut driver: D, mut plan: ConsumerPlan) -> S
         }
     }
     stats
+}
+
+/// Whether `got` is byte for byte the payload pushed for `fields`.
+fn same_payload(
+    builder: &mut PayloadBuilder,
+    scratch: &mut String,
+    fields: PayloadFields,
+    got: &[u8],
+) -> bool {
+    scratch.clear();
+    builder.write_to(fields, scratch);
+    scratch.as_bytes() == got
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_exact_pushed_bytes_match() {
+        let mut builder = PayloadBuilder::new(128);
+        let mut scratch = String::new();
+        let fields = PayloadFields {
+            seq: 5,
+            p: 1,
+            ts: 9,
+        };
+        let pushed = builder.build(fields);
+        assert!(same_payload(
+            &mut builder,
+            &mut scratch,
+            fields,
+            pushed.as_bytes()
+        ));
+        let reordered = pushed.replacen(r#"{"seq":5,"p":1"#, r#"{"p":1,"seq":5"#, 1);
+        assert!(!same_payload(
+            &mut builder,
+            &mut scratch,
+            fields,
+            reordered.as_bytes()
+        ));
+        assert!(!same_payload(
+            &mut builder,
+            &mut scratch,
+            fields,
+            &pushed.as_bytes()[1..]
+        ));
+    }
+
+    /// A broker that changes a field's digits (same length) must not pass: the expected bytes
+    /// are rebuilt from the delivered fields, so the pad's digest is what catches it.
+    #[test]
+    fn a_changed_p_or_ts_is_a_mismatch() -> anyhow::Result<()> {
+        let mut builder = PayloadBuilder::new(256);
+        let mut scratch = String::new();
+        let pushed = PayloadFields {
+            seq: 5,
+            p: 3,
+            ts: 1_767_225_600_000_000,
+        };
+        let bytes = builder.build(pushed);
+        for (from, to) in [(r#""p":3"#, r#""p":4"#), (r#""ts":1"#, r#""ts":9"#)] {
+            let changed = bytes.replacen(from, to, 1);
+            assert_ne!(changed, bytes);
+            let fields: PayloadFields = serde_json::from_str(&changed)?;
+            assert!(
+                !same_payload(&mut builder, &mut scratch, fields, changed.as_bytes()),
+                "{changed}"
+            );
+        }
+        Ok(())
+    }
 }

@@ -4,6 +4,8 @@
 
 use std::future::Future;
 
+use bytes::Bytes;
+
 use crate::payload::PayloadFields;
 
 /// One message to push. `payload` is the serialised JSON built by `PayloadBuilder`.
@@ -50,6 +52,8 @@ pub struct PopRequest {
 #[derive(Debug, Clone)]
 pub struct Delivery<A> {
     pub fields: Option<PayloadFields>,
+    /// The payload bytes as delivered, compared with what was pushed.
+    pub payload: Bytes,
     pub ack: A,
 }
 

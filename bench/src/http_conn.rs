@@ -40,10 +40,27 @@ impl Endpoint {
     }
 }
 
-/// An answer: status and the whole body.
+/// A request body and its `Content-Type`.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    pub bytes: Bytes,
+    pub content_type: &'static str,
+}
+
+impl Outgoing {
+    pub fn json(text: String) -> Self {
+        Self {
+            bytes: Bytes::from(text),
+            content_type: "application/json",
+        }
+    }
+}
+
+/// An answer: status, `Content-Type` and the whole body.
 #[derive(Debug)]
 pub struct Answer {
     pub status: StatusCode,
+    pub content_type: Option<String>,
     pub body: Bytes,
 }
 
@@ -93,7 +110,7 @@ impl HttpConn {
         &mut self,
         method: Method,
         path_and_query: &str,
-        body: Option<String>,
+        body: Option<Outgoing>,
         timeout: Duration,
     ) -> anyhow::Result<Answer> {
         let result =
@@ -111,7 +128,7 @@ impl HttpConn {
         &mut self,
         method: Method,
         path_and_query: &str,
-        body: Option<String>,
+        body: Option<Outgoing>,
     ) -> anyhow::Result<Answer> {
         let uri = format!("{}{}", self.endpoint.base_path, path_and_query);
         let mut builder = Request::builder()
@@ -119,9 +136,9 @@ impl HttpConn {
             .uri(uri)
             .header(hyper::header::HOST, self.endpoint.authority.as_str());
         let body = match body {
-            Some(text) => {
-                builder = builder.header(hyper::header::CONTENT_TYPE, "application/json");
-                Full::new(Bytes::from(text))
+            Some(out) => {
+                builder = builder.header(hyper::header::CONTENT_TYPE, out.content_type);
+                Full::new(out.bytes)
             }
             None => Full::new(Bytes::new()),
         };
@@ -133,13 +150,22 @@ impl HttpConn {
             .await
             .context("sending request")?;
         let status = response.status();
+        let content_type = response
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let body = response
             .into_body()
             .collect()
             .await
             .context("reading answer body")?
             .to_bytes();
-        Ok(Answer { status, body })
+        Ok(Answer {
+            status,
+            content_type,
+            body,
+        })
     }
 }
 

@@ -33,8 +33,52 @@ use crate::driver::Connector;
 use crate::report::Report;
 use crate::scenario::Scenario;
 
-/// Exit status when the run found lost messages.
+/// Exit status when the run found lost messages or payloads that came back changed.
 const EXIT_LOST: u8 = 2;
+/// Exit status when requests failed or the broker refused pushed items or acks: the figures
+/// then describe a run that did not do what it says.
+const EXIT_REFUSED: u8 = 3;
+
+/// Why a finished run failed its checks, with its exit status; `None` when it passed.
+fn verdict(report: &Report) -> Option<(u8, String)> {
+    if report.payload_mismatches > 0 {
+        let n = report.payload_mismatches;
+        return Some((
+            EXIT_LOST,
+            format!("{n} deliveries carried other bytes than were pushed"),
+        ));
+    }
+    if let Some(lost) = report.lost.filter(|&n| n > 0) {
+        return Some((
+            EXIT_LOST,
+            format!("{lost} accepted messages were never delivered"),
+        ));
+    }
+    if report.malformed > 0 {
+        let n = report.malformed;
+        return Some((
+            EXIT_LOST,
+            format!("{n} deliveries were not the messages pushed"),
+        ));
+    }
+    if report.errors > 0 {
+        return Some((
+            EXIT_REFUSED,
+            format!(
+                "{} errors: {} failed requests, {} pushed items refused, {} acks refused ({})",
+                report.errors,
+                report.errors - report.push_items_refused - report.ack_items_refused,
+                report.push_items_refused,
+                report.ack_items_refused,
+                report
+                    .error_samples
+                    .first()
+                    .map_or("no error text", String::as_str)
+            ),
+        ));
+    }
+    None
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -61,7 +105,8 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
             &queue,
             &run_tag,
             Duration::from_millis(cli.request_timeout_ms),
-        )?,
+        )?
+        .with_forms(plan.forms),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -81,6 +126,7 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
                     &run_tag,
                     Duration::from_millis(cli.request_timeout_ms),
                 )
+                .map(|c| c.with_forms(plan.forms))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let (m, samples) = runtime.block_on(scenario::soak::run(lanes, &plan, &opts))?;
@@ -104,12 +150,9 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         // The RSS table goes to stderr so `--json` keeps stdout one JSON document.
         eprintln!("broker RSS per minute (VmRSS):\n{}", rss::render(samples));
     }
-    if report.lost.is_some_and(|lost| lost > 0) {
-        eprintln!(
-            "queen-bench: {} accepted messages were never delivered",
-            report.lost.unwrap_or(0)
-        );
-        return Ok(ExitCode::from(EXIT_LOST));
+    if let Some((code, why)) = verdict(&report) {
+        eprintln!("queen-bench: {why}");
+        return Ok(ExitCode::from(code));
     }
     let moved = match plan.scenario {
         Scenario::Consume => report.consume.as_ref().map(|t| t.messages),
@@ -124,4 +167,36 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         anyhow::bail!("no message went through ({why})");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_items_acks_and_errors_fail_the_run() -> anyhow::Result<()> {
+        let measured = scenario::Measured {
+            stats: stats::Stats::default(),
+            start: std::time::Instant::now(),
+            ledger: Some(ledger::LedgerSummary::default()),
+            drained: Some(true),
+            prefilled: None,
+        };
+        let plan = scenario_tests::plan(Scenario::Push);
+        let mut report = Report::build(&plan, &measured, "queen-http", "http://x", "q");
+        assert_eq!(report.lost, Some(0));
+        assert_eq!(verdict(&report), None);
+        for (refused_pushes, refused_acks, failed) in [(490, 0, 0), (0, 500, 0), (0, 0, 1)] {
+            report.push_items_refused = refused_pushes;
+            report.ack_items_refused = refused_acks;
+            report.errors = refused_pushes + refused_acks + failed;
+            assert_eq!(verdict(&report).map(|v| v.0), Some(EXIT_REFUSED));
+        }
+        report.malformed = 1;
+        assert_eq!(verdict(&report).map(|v| v.0), Some(EXIT_LOST));
+        report.malformed = 0;
+        report.lost = Some(1);
+        assert_eq!(verdict(&report).map(|v| v.0), Some(EXIT_LOST));
+        Ok(())
+    }
 }

@@ -1,38 +1,81 @@
 //! A tiny in-memory stand-in for the Queen HTTP API (push, pop, ack, transaction), enough to
 //! run every scenario end to end in unit tests. Pops hand each message once per group; leases
-//! and ordering are not modelled. `drop_every` silently discards every n-th accepted message
-//! to prove that `lost` is counted.
+//! and ordering are not modelled. `Faults` make it misbehave, to prove the tool notices:
+//! silently dropped messages, refused items, refused acks.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
+/// A pushed item: its transaction id and its payload exactly as it arrived.
+#[derive(Deserialize)]
+struct Item<'a> {
+    #[serde(rename = "transactionId")]
+    transaction_id: String,
+    #[serde(default)]
+    partition: String,
+    #[serde(borrow)]
+    payload: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct Push<'a> {
+    #[serde(borrow)]
+    items: Vec<Item<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Operation<'a> {
+    #[serde(borrow)]
+    items: Vec<Item<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Transaction<'a> {
+    #[serde(borrow)]
+    operations: Vec<Operation<'a>>,
+}
+
 #[derive(Default)]
 struct State {
-    messages: Vec<Value>,
+    /// Transaction id, partition name and payload text, as pushed.
+    messages: Vec<(String, String, String)>,
     cursors: HashMap<String, usize>,
     accepted: usize,
+}
+
+/// How the mock misbehaves; the default is not at all.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    /// Answer `queued` for every n-th pushed item but store nothing.
+    pub drop_every: Option<usize>,
+    /// Answer `failed` for every n-th pushed item (and store nothing).
+    pub refuse_every: Option<usize>,
+    /// Answer every ack with `success: false`.
+    pub refuse_acks: bool,
 }
 
 #[derive(Clone)]
 pub struct MockBroker {
     state: Arc<Mutex<State>>,
-    drop_every: Option<usize>,
+    faults: Faults,
 }
 
 impl MockBroker {
     /// Starts listening on a free loopback port; returns the base URL.
-    pub async fn start(drop_every: Option<usize>) -> anyhow::Result<String> {
+    pub async fn start(faults: Faults) -> anyhow::Result<String> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr: SocketAddr = listener.local_addr()?;
         let broker = MockBroker {
             state: Arc::default(),
-            drop_every,
+            faults,
         };
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -82,38 +125,48 @@ impl MockBroker {
         }
     }
 
-    fn store(&self, items: &[Value]) -> Vec<Value> {
+    fn store(&self, items: &[Item<'_>]) -> Vec<Value> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         items
             .iter()
             .enumerate()
             .map(|(index, item)| {
                 state.accepted += 1;
-                let dropped = self.drop_every.is_some_and(|n| state.accepted % n == 0);
-                if !dropped {
-                    state.messages.push(item.clone());
+                let nth = |every: Option<usize>| every.is_some_and(|n| state.accepted % n == 0);
+                if nth(self.faults.refuse_every) {
+                    return json!({"index": index, "status": "failed", "error": "refused"});
+                }
+                if !nth(self.faults.drop_every) {
+                    let payload = item.payload.get().to_string();
+                    let stored = (item.transaction_id.clone(), item.partition.clone(), payload);
+                    state.messages.push(stored);
                 }
                 json!({"index": index, "status": "queued",
-                       "transaction_id": item["transactionId"], "message_id": "m"})
+                       "transaction_id": item.transaction_id, "message_id": "m"})
             })
             .collect()
     }
 
-    fn take(&self, group: &str, batch: usize) -> Vec<Value> {
+    /// The JSON text of up to `batch` messages, the payloads written as they were pushed.
+    fn take(&self, group: &str, batch: usize) -> Vec<String> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let from = state.cursors.get(group).copied().unwrap_or(0);
         let to = (from + batch).min(state.messages.len());
         state.cursors.insert(group.to_string(), to);
         state.messages[from..to]
             .iter()
-            .map(|m| {
-                json!({"transactionId": m["transactionId"], "partitionId": "1",
-                       "leaseId": "lease", "data": m["payload"]})
+            .map(|(txn, partition, payload)| {
+                format!(
+                    r#"{{"transactionId":{},"partitionId":"1","partition":{},"leaseId":"lease","data":{payload}}}"#,
+                    Value::from(txn.as_str()),
+                    Value::from(partition.as_str())
+                )
             })
             .collect()
     }
 
     async fn route(&self, method: &str, target: &str, body: &[u8]) -> (u16, String) {
+        let raw = body;
         let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
         let param = |name: &str| {
@@ -125,21 +178,24 @@ impl MockBroker {
         };
         match (method, path) {
             ("POST", "/api/v1/push") => {
-                let items = body["items"].as_array().cloned().unwrap_or_default();
+                let items = serde_json::from_slice::<Push<'_>>(raw).map_or(Vec::new(), |p| p.items);
                 (201, Value::Array(self.store(&items)).to_string())
             }
             ("POST", "/api/v1/transaction") => {
-                let items = body["operations"][0]["items"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default();
+                let items = serde_json::from_slice::<Transaction<'_>>(raw)
+                    .ok()
+                    .and_then(|t| t.operations.into_iter().next())
+                    .map_or(Vec::new(), |o| o.items);
                 self.store(&items);
                 (200, json!({"success": true, "results": []}).to_string())
             }
             ("POST", "/api/v1/ack/batch") => {
                 let n = body["acknowledgments"].as_array().map_or(0, Vec::len);
                 let results: Vec<Value> = (0..n)
-                    .map(|i| json!({"index": i, "success": true, "error": null}))
+                    .map(|i| match self.faults.refuse_acks {
+                        false => json!({"index": i, "success": true, "error": null}),
+                        true => json!({"index": i, "success": false, "error": "no such message"}),
+                    })
                     .collect();
                 (200, Value::Array(results).to_string())
             }
@@ -151,10 +207,11 @@ impl MockBroker {
                 loop {
                     let messages = self.take(&group, batch);
                     if !messages.is_empty() {
-                        return (
-                            200,
-                            json!({"messages": messages, "leaseId": "lease"}).to_string(),
+                        let text = format!(
+                            r#"{{"messages":[{}],"leaseId":"lease"}}"#,
+                            messages.join(",")
                         );
+                        return (200, text);
                     }
                     if Instant::now() >= until {
                         return (204, String::new());

@@ -1,6 +1,11 @@
-//! The message payload every driver carries: `{"seq":n,"p":partition,"ts":micros,"pad":"xxx…"}`,
-//! padded with `x` so the serialised JSON is exactly the requested size (when the requested
-//! size is at least the unpadded length; smaller sizes give the unpadded payload).
+//! The message payload every driver carries:
+//! `{"seq":n,"p":partition,"ts":micros,"pad":"<16 hex digits>xxx…"}`, padded with `x` so the
+//! serialised JSON is exactly the requested size (when the requested size is at least the
+//! length with no `x`; smaller sizes give that length).
+//!
+//! The pad starts with a digest of (`seq`, `p`, `ts`) under a key of this tool, so a consumer
+//! that rebuilds a payload from the fields it reads back also checks those fields: a broker
+//! that changed `p` or `ts` (same number of digits) no longer yields the same bytes.
 
 use serde::Deserialize;
 
@@ -13,6 +18,24 @@ pub struct PayloadFields {
     pub p: u32,
     /// Microseconds since the Unix epoch at which the push was sent (open loop: scheduled).
     pub ts: u64,
+}
+
+/// Hex digits of the fields' digest at the head of the pad.
+const DIGEST_CHARS: usize = 16;
+/// FNV-1a 64 offset basis, mixed with a constant of this tool so the digest is ours.
+const DIGEST_KEY: u64 = 0xcbf2_9ce4_8422_2325 ^ 0x5175_6565_6e42_656e;
+
+/// FNV-1a 64 over the fields' little-endian bytes: not for secrecy, to catch any change.
+fn digest(fields: PayloadFields) -> u64 {
+    let mut hash = DIGEST_KEY;
+    let bytes = (fields.seq.to_le_bytes().into_iter())
+        .chain(fields.p.to_le_bytes())
+        .chain(fields.ts.to_le_bytes());
+    for byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
 }
 
 /// Builds padded payloads of one target size, reusing its buffer.
@@ -37,8 +60,12 @@ impl PayloadBuilder {
         // Writing into a String cannot fail.
         let _ = write!(
             self.buf,
-            r#"{{"seq":{},"p":{},"ts":{},"pad":""#,
-            fields.seq, fields.p, fields.ts
+            r#"{{"seq":{},"p":{},"ts":{},"pad":"{:0w$x}"#,
+            fields.seq,
+            fields.p,
+            fields.ts,
+            digest(fields),
+            w = DIGEST_CHARS
         );
         // The closing `"}` adds two bytes.
         let pad = self.target_bytes.saturating_sub(self.buf.len() + 2);
@@ -86,15 +113,18 @@ mod tests {
         assert_eq!(back, fields());
         let value: serde_json::Value = serde_json::from_str(&payload)?;
         let pad = value["pad"].as_str().unwrap_or_default();
-        assert!(pad.chars().all(|c| c == 'x'));
+        let (digest_hex, xs) = pad.split_at(DIGEST_CHARS);
+        assert_eq!(u64::from_str_radix(digest_hex, 16)?, digest(fields()));
+        assert!(xs.chars().all(|c| c == 'x'));
         Ok(())
     }
 
     #[test]
-    fn too_small_a_target_gives_the_unpadded_payload() -> anyhow::Result<()> {
+    fn too_small_a_target_gives_the_digest_alone() -> anyhow::Result<()> {
         let mut builder = PayloadBuilder::new(8);
         let payload = builder.build(fields());
-        assert!(payload.ends_with(r#""pad":""}"#), "{payload}");
+        let tail = format!(r#""pad":"{:016x}"}}"#, digest(fields()));
+        assert!(payload.ends_with(&tail), "{payload}");
         let back: PayloadFields = serde_json::from_str(&payload)?;
         assert_eq!(back, fields());
         Ok(())
@@ -108,5 +138,23 @@ mod tests {
         assert_eq!(n, 100);
         assert_eq!(out.len(), 101);
         assert!(out.starts_with("[{\"seq\":123456,"));
+    }
+
+    #[test]
+    fn every_field_changes_the_digest() {
+        let base = digest(fields());
+        for other in [
+            PayloadFields {
+                seq: 123_457,
+                ..fields()
+            },
+            PayloadFields { p: 43, ..fields() },
+            PayloadFields {
+                ts: 9_767_225_600_000_000,
+                ..fields()
+            },
+        ] {
+            assert_ne!(digest(other), base, "{other:?}");
+        }
     }
 }

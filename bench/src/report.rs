@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::histogram::Histogram;
+use crate::queen_http::{PopForm, PushForm};
 use crate::scenario::{Measured, Plan, Scenario};
 use crate::stats::{OpStats, Stats};
 
@@ -84,6 +85,8 @@ pub struct RunConfig {
     pub txn_size: Option<usize>,
     pub verify: bool,
     pub mode: &'static str,
+    pub push_form: PushForm,
+    pub pop_form: PopForm,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -98,12 +101,14 @@ pub struct Report {
     /// Per operation (`push`, `txn`, `pop`, `ack`) and `e2e`, microseconds.
     pub latency_us: BTreeMap<&'static str, Latency>,
     pub requests: BTreeMap<&'static str, Requests>,
-    /// Failed requests plus items the broker refused one by one.
+    /// Failed requests (measured or not) plus items the broker refused one by one.
     pub errors: u64,
     pub push_items_refused: u64,
     pub ack_items_refused: u64,
     pub empty_pops: u64,
     pub malformed: u64,
+    /// Deliveries whose payload bytes were not the pushed ones. Must be 0.
+    pub payload_mismatches: u64,
     pub prefilled: Option<u64>,
     pub accepted: Option<u64>,
     /// Accepted pushes some group never received (summed over groups). Must be 0.
@@ -204,7 +209,8 @@ impl Report {
         if let Some(l) = Latency::from_histogram(&s.e2e) {
             latency.insert("e2e", l);
         }
-        let failed_requests = s.push.errors + s.txn.errors + s.pop.errors + s.ack.errors;
+        let failed_requests =
+            s.push.errors + s.txn.errors + s.pop.errors + s.ack.errors + s.unmeasured_errors;
         let ledger = measured.ledger.as_ref();
         Self {
             scenario: plan.scenario,
@@ -230,6 +236,8 @@ impl Report {
                 } else {
                     "closed-loop"
                 },
+                push_form: plan.forms.push,
+                pop_form: plan.forms.pop,
             },
             produce,
             consume,
@@ -240,6 +248,7 @@ impl Report {
             ack_items_refused: s.ack_item_failures,
             empty_pops: s.empty_pops,
             malformed: s.malformed,
+            payload_mismatches: s.payload_mismatches,
             prefilled: measured.prefilled,
             accepted: ledger.map(|l| l.accepted),
             lost: ledger.map(|l| l.lost),

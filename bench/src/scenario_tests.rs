@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use crate::driver::Connector;
 use crate::http_conn::Endpoint;
-use crate::mock_broker::MockBroker;
+use crate::mock_broker::{Faults, MockBroker};
 use crate::queen_http::QueenHttp;
 use crate::report::Report;
 use crate::scenario::{self, Plan, Scenario};
 
-fn plan(scenario: Scenario) -> Plan {
+pub fn plan(scenario: Scenario) -> Plan {
     Plan {
         scenario,
         producers: 2,
@@ -29,17 +29,19 @@ fn plan(scenario: Scenario) -> Plan {
         drain_idle: Duration::from_millis(600),
         pop_wait_ms: 100,
         lease_secs: None,
+        forms: crate::queen_http::Forms::default(),
     }
 }
 
-async fn run(plan: &Plan, drop_every: Option<usize>) -> anyhow::Result<Report> {
-    let url = MockBroker::start(drop_every).await?;
+async fn run(plan: &Plan, faults: Faults) -> anyhow::Result<Report> {
+    let url = MockBroker::start(faults).await?;
     let connector = QueenHttp::new(
         Endpoint::parse(&url)?,
         "bench-test",
         "t",
         Duration::from_secs(5),
-    )?;
+    )?
+    .with_forms(plan.forms);
     let name = connector.name();
     let measured = scenario::run(connector, plan).await?;
     Ok(Report::build(plan, &measured, name, &url, "bench-test"))
@@ -51,7 +53,7 @@ async fn e2e_with_two_groups_loses_nothing() -> anyhow::Result<()> {
         groups: 2,
         ..plan(Scenario::E2e)
     };
-    let report = run(&plan, None).await?;
+    let report = run(&plan, Faults::default()).await?;
     let produced = report.produce.as_ref().map_or(0, |t| t.messages);
     assert!(produced > 0, "{report:?}");
     assert_eq!(report.accepted, Some(produced));
@@ -68,7 +70,7 @@ async fn e2e_with_two_groups_loses_nothing() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_and_txn_verify_count_every_message() -> anyhow::Result<()> {
     for scenario in [Scenario::Push, Scenario::Txn] {
-        let report = run(&plan(scenario), None).await?;
+        let report = run(&plan(scenario), Faults::default()).await?;
         assert_eq!(report.accepted, Some(2_000), "{scenario:?}");
         assert_eq!(report.lost, Some(0), "{scenario:?}");
         let op = if scenario == Scenario::Txn {
@@ -88,7 +90,7 @@ async fn push_without_verify_reports_no_loss_figure() -> anyhow::Result<()> {
         verify: false,
         ..plan(Scenario::Push)
     };
-    let report = run(&plan, None).await?;
+    let report = run(&plan, Faults::default()).await?;
     assert_eq!(report.lost, None);
     assert!(report.consume.is_none());
     Ok(())
@@ -101,7 +103,7 @@ async fn consume_reads_the_prefill() -> anyhow::Result<()> {
         duration: Duration::from_secs(20),
         ..plan(Scenario::Consume)
     };
-    let report = run(&plan, None).await?;
+    let report = run(&plan, Faults::default()).await?;
     assert_eq!(report.prefilled, Some(500));
     assert_eq!(report.consume.as_ref().map(|t| t.messages), Some(500));
     assert!(report.produce.is_none());
@@ -112,7 +114,11 @@ async fn consume_reads_the_prefill() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropping_broker_shows_lost_messages() -> anyhow::Result<()> {
-    let report = run(&plan(Scenario::E2e), Some(7)).await?;
+    let faults = Faults {
+        drop_every: Some(7),
+        ..Faults::default()
+    };
+    let report = run(&plan(Scenario::E2e), faults).await?;
     let accepted = report.accepted.unwrap_or(0);
     assert_eq!(report.lost, Some(accepted / 7), "{report:?}");
     assert_eq!(report.drained, Some(false));
@@ -128,9 +134,52 @@ async fn open_loop_keeps_to_the_rate() -> anyhow::Result<()> {
         verify: false,
         ..plan(Scenario::Push)
     };
-    let report = run(&plan, None).await?;
+    let report = run(&plan, Faults::default()).await?;
     let sent = report.produce.as_ref().map_or(0, |t| t.messages);
     // 4 000 msg/s for 0.5 s in batches of 20 = 100 batches, the last one due just before 0.5 s.
     assert_eq!(sent, 2_000, "{report:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_items_and_acks_are_reported() -> anyhow::Result<()> {
+    let faults = Faults {
+        refuse_every: Some(2),
+        ..Faults::default()
+    };
+    let report = run(&plan(Scenario::Push), faults).await?;
+    assert_eq!(report.push_items_refused, 1_000, "{report:?}");
+    assert_eq!(report.accepted, Some(1_000));
+    assert!(report.errors >= 1_000);
+
+    let faults = Faults {
+        refuse_acks: true,
+        ..Faults::default()
+    };
+    let report = run(&plan(Scenario::Push), faults).await?;
+    assert_eq!(report.lost, Some(0));
+    assert!(report.ack_items_refused >= 2_000, "{report:?}");
+    assert!(report.errors >= 2_000);
+    Ok(())
+}
+
+/// The mock answers every pop in JSON: a run asked for QPF1 must not count those answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_framed_pop_answered_in_json_is_an_error() -> anyhow::Result<()> {
+    let plan = Plan {
+        forms: crate::queen_http::Forms {
+            pop: crate::queen_http::PopForm::Qpf1,
+            ..crate::queen_http::Forms::default()
+        },
+        ..plan(Scenario::Push)
+    };
+    let report = run(&plan, Faults::default()).await?;
+    assert_eq!(report.lost, Some(2_000), "{report:?}");
+    assert!(report.errors > 0);
+    assert!(
+        report.error_samples.iter().any(|e| e.contains("QPF1")),
+        "{:?}",
+        report.error_samples
+    );
     Ok(())
 }

@@ -50,10 +50,16 @@ pub struct Stats {
     /// Messages delivered inside the measured window.
     pub consumed: u64,
     pub empty_pops: u64,
-    /// Deliveries whose payload was not one of ours.
+    /// Deliveries whose payload was not one of ours (or whose transaction id was not the one
+    /// pushed with it).
     pub malformed: u64,
+    /// Deliveries whose payload bytes differ from the bytes pushed for that message.
+    pub payload_mismatches: u64,
     /// Acknowledgements refused item by item.
     pub ack_item_failures: u64,
+    /// Failed requests outside the measured window (the verify drain), which the per-op
+    /// counts leave out.
+    pub unmeasured_errors: u64,
     /// When the last measured request of this worker completed.
     pub last_produce: Option<Instant>,
     pub last_consume: Option<Instant>,
@@ -88,7 +94,9 @@ impl Stats {
         self.consumed += other.consumed;
         self.empty_pops += other.empty_pops;
         self.malformed += other.malformed;
+        self.payload_mismatches += other.payload_mismatches;
         self.ack_item_failures += other.ack_item_failures;
+        self.unmeasured_errors += other.unmeasured_errors;
         self.last_produce = later(self.last_produce, other.last_produce);
         self.last_consume = later(self.last_consume, other.last_consume);
         for text in &other.errors_seen {

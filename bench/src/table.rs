@@ -37,8 +37,8 @@ pub fn render(report: &Report) -> String {
     let c = &report.config;
     let _ = writeln!(
         out,
-        "queen-bench {:?} · {} · {} · queue {}",
-        report.scenario, report.driver, report.url, report.queue
+        "queen-bench {:?} · {} (push {:?}, pop {:?}) · {} · queue {}",
+        report.scenario, report.driver, c.push_form, c.pop_form, report.url, report.queue
     );
     let _ = writeln!(
         out,
@@ -87,12 +87,13 @@ pub fn render(report: &Report) -> String {
     }
     let _ = writeln!(
         out,
-        "errors {} (push items refused {}, ack items refused {}) · empty pops {} · malformed {}",
+        "errors {} (push items refused {}, ack items refused {}) · empty pops {} · malformed {} · payloads changed {}",
         report.errors,
         report.push_items_refused,
         report.ack_items_refused,
         report.empty_pops,
-        report.malformed
+        report.malformed,
+        report.payload_mismatches
     );
     if let Some(p) = report.prefilled {
         let _ = writeln!(out, "prefilled {p}");

@@ -157,8 +157,10 @@ pub fn need(cmd: &Command) -> Need {
         // A declaration is one small row (its contents never reach the disk).
         Command::EphemeralConfig(EphemeralConfigReq::List) => Need::Nothing,
         Command::EphemeralConfig(_) => Need::Bookkeeping,
-        Command::Read(_) | Command::Health | Command::Metrics(_) | Command::StatsRefresh => {
-            Need::Nothing
-        }
+        Command::Read(_)
+        | Command::Health
+        | Command::Metrics(_)
+        | Command::NodeMetrics(_)
+        | Command::StatsRefresh => Need::Nothing,
     }
 }

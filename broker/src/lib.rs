@@ -5,12 +5,15 @@
 pub mod config;
 pub mod disk_gate;
 mod disk_need;
+pub mod encryption;
 pub mod engine;
 pub mod ephemeral;
 pub mod group;
+mod key_record;
 mod log_backing;
 pub mod memory;
 mod memory_gate;
+pub mod node_metrics;
 mod raft_log;
 mod sasl_users;
 mod scrape;

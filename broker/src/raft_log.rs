@@ -33,6 +33,10 @@ impl ReplicatedLog for RaftLog {
         self.0.reclaimable_bytes(upto)
     }
 
+    fn reclaim_refusal(&self) -> Option<&'static str> {
+        self.0.reclaim_refusal()
+    }
+
     fn status(&self) -> LogStatus {
         let s = self.0.status();
         LogStatus {

@@ -43,6 +43,23 @@ pub fn lock_data_dir(dir: &Path) -> anyhow::Result<DirLock> {
 }
 
 /// The node's free-space gate and its reading thread; None when `min_free_disk_bytes` is 0.
+/// The broker key of `encryption_key` (checked by `Config::validate`); its id, never the key,
+/// is logged so operators can tell which key sealed what.
+fn payload_key(cfg: &Config) -> anyhow::Result<Option<Arc<crate::encryption::PayloadKey>>> {
+    let Some(secret) = &cfg.encryption_key else {
+        crate::key_record::check(&cfg.data_dir, None)?;
+        tracing::info!("no encryption_key: queues with encryptionEnabled are refused");
+        return Ok(None);
+    };
+    let bytes =
+        crate::encryption::parse_key(secret.expose()).map_err(|e| anyhow!("encryption_key {e}"))?;
+    let key =
+        crate::encryption::PayloadKey::new(&bytes).map_err(|e| anyhow!("encryption_key: {e}"))?;
+    let key = key.bound_to(&cfg.data_dir)?;
+    tracing::info!(key_id = %key.id_text(), "payloads of encrypted queues are sealed with AES-256-GCM");
+    Ok(Some(Arc::new(key)))
+}
+
 fn disk_gate(cfg: &Config) -> anyhow::Result<Option<Arc<crate::disk_gate::DiskGate>>> {
     use crate::disk_gate::{DiskGate, StatVfs, REFRESH};
     if cfg.min_free_disk_bytes == 0 {
@@ -109,6 +126,7 @@ pub async fn serve(
             cfg.reclaim_enabled,
             Some(cfg.data_dir.join(crate::engine::reclaim::PAUSE_FILE)),
         ),
+        encryption: payload_key(&cfg)?,
         ..EngineConfig::default()
     };
     // A default group that fails to start stops the process with its reason: the operator
@@ -130,7 +148,15 @@ pub async fn serve(
         render: prometheus,
     }
     .into_render();
-    let bus = Arc::new(EngineBus::new(groups.clone(), prometheus).with_memory(memory.clone()));
+    let node = crate::node_metrics::NodeMetrics::new(
+        cfg.metrics_sample_s,
+        usize::try_from(cfg.metrics_history_samples).unwrap_or(usize::MAX),
+    );
+    let bus = Arc::new(
+        EngineBus::new(groups.clone(), prometheus)
+            .with_memory(memory.clone())
+            .with_node_metrics(node.clone()),
+    );
 
     let ephemeral = Arc::new(crate::ephemeral::Store::new(
         crate::ephemeral::StoreLimits {
@@ -149,6 +175,12 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(cfg.http_addr)
         .await
         .with_context(|| format!("binding {}", cfg.http_addr))?;
+    node.set_port(
+        listener
+            .local_addr()
+            .map_or(cfg.http_addr.port(), |a| a.port()),
+    );
+    let sampler = crate::node_metrics::spawn(node.clone(), groups.clone());
     tracing::info!(addr = %cfg.http_addr, data_dir = %cfg.data_dir.display(), tls = http_tls.is_some(), "queen is serving");
     let api = ApiOptions {
         jwt_secret: cfg.jwt_secret.as_ref().map(|s| s.expose().to_string()),
@@ -163,7 +195,10 @@ pub async fn serve(
             .unwrap_or(usize::MAX),
         min_write_rate: cfg.http_min_write_rate_bytes,
         write_rate_window: Duration::from_millis(cfg.http_write_rate_window_ms),
-        meter: Some(Arc::new(crate::memory::door::DoorMeter(memory.clone()))),
+        meter: Some(Arc::new(crate::memory::door::DoorMeter(
+            memory.clone(),
+            Some(node.clone()),
+        ))),
         max_push_items: cfg.max_push_items as usize,
         max_ack_items: cfg.max_ack_items as usize,
         max_txn_ops: cfg.max_txn_ops as usize,
@@ -203,6 +238,7 @@ pub async fn serve(
 
     shutdown_signal().await?;
     sweeper.abort();
+    sampler.abort();
     tracing::info!("shutdown requested: draining in-flight requests");
     let _ = kafka_stop_tx.send(true);
     let _ = http_stop_tx.send(());

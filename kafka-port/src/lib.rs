@@ -16,6 +16,9 @@
 pub mod admin;
 pub mod api_versions;
 pub mod codecs;
+pub mod collisions;
+#[cfg(test)]
+mod collisions_tests;
 pub mod connection;
 pub mod errors;
 pub mod fetch;

@@ -1,5 +1,7 @@
 //! Metadata: this node is the only broker and leads every partition; topics are queues.
 
+use std::collections::HashSet;
+
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -9,7 +11,7 @@ use queenmq_protocol::ErrorCode;
 
 use crate::connection::{encode, Reply};
 use crate::wire::{Malformed, Reader};
-use crate::{errors, topics, Door};
+use crate::{collisions, errors, topics, Door};
 
 /// v0..=v12: every version a client from 2017 on sends (v13 only moves an error code).
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 0..=12;
@@ -83,18 +85,54 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
             Err(e) => return Reply::Close(format!("listing the topics failed: {e}")),
         },
     };
-    let mut out = Vec::new();
-    let mut creations_left = MAX_CREATIONS;
-    for name in wanted {
+    // Kafka answers a name once however often a request names it.
+    let mut seen = HashSet::new();
+    let wanted: Vec<String> = wanted
+        .into_iter()
+        .filter(|n| seen.insert(n.clone()))
+        .collect();
+    let mut counts = Vec::with_capacity(wanted.len());
+    for name in &wanted {
+        counts.push(match topics::valid_topic_name(name) {
+            true => Some(topics::partition_count(door, name).await),
+            false => None,
+        });
+    }
+    // The names that will try to auto-create, in order: their collision check is one read.
+    let creating = wanted
+        .iter()
+        .zip(&counts)
+        .filter(|(_, c)| {
+            req.allow_auto_topic_creation
+                && matches!(c, Some(Err(e)) if e.code == ErrorCode::NotFound)
+        })
+        .map(|(n, _)| n.as_str())
+        .take(MAX_CREATIONS);
+    let mut creation = Creation {
+        left: MAX_CREATIONS,
+        check: collisions::Check::new(creating),
+        refused: Vec::new(),
+    };
+    let mut out = Vec::with_capacity(wanted.len());
+    for (name, count) in wanted.iter().zip(counts) {
         out.push(
             topic(
                 door,
                 node,
-                &name,
+                name,
+                count,
                 req.allow_auto_topic_creation,
-                &mut creations_left,
+                &mut creation,
             )
             .await,
+        );
+    }
+    if let Some(first) = creation.refused.first() {
+        // Once per request: a client may name colliding topics at will.
+        tracing::info!(
+            refused = creation.refused.len(),
+            first = %first,
+            "metadata: auto-creations refused, the names collide with existing topics"
         );
     }
     let broker = MetadataResponseBroker::default()
@@ -109,27 +147,51 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     encode(&resp, version)
 }
 
+/// What auto-creation has left in one request.
+struct Creation {
+    /// Creations still allowed; every attempt takes one, refused or not, so that the limit
+    /// bounds what one request costs.
+    left: usize,
+    check: collisions::Check,
+    /// Names refused for a collision (logged once per request).
+    refused: Vec<String>,
+}
+
+/// `count`: the topic's partition count as read, `None` for a name Kafka does not allow.
 async fn topic(
     door: &Door,
     node: BrokerId,
     name: &str,
+    count: Option<Result<u32, queenmq_protocol::QueenError>>,
     auto_create: bool,
-    creations_left: &mut usize,
+    creation: &mut Creation,
 ) -> MetadataResponseTopic {
     let base = MetadataResponseTopic::default()
         .with_name(Some(TopicName(StrBytes::from_string(name.to_owned()))));
-    if !topics::valid_topic_name(name) {
+    let Some(mut count) = count else {
         return base.with_error_code(errors::INVALID_TOPIC_EXCEPTION);
-    }
-    let mut count = topics::partition_count(door, name).await;
+    };
     if auto_create && matches!(&count, Err(e) if e.code == ErrorCode::NotFound) {
-        if *creations_left == 0 {
+        if creation.left == 0 {
             // Retriable: the client asks again and the next request creates the next ones.
             return base.with_error_code(errors::LEADER_NOT_AVAILABLE);
         }
-        *creations_left -= 1;
+        creation.left -= 1;
+        match creation.check.existing(door, name).await {
+            Ok(None) => {}
+            Ok(Some(existing)) => {
+                let why = topics::collision_message(name, &existing);
+                tracing::debug!(topic = name, why = %why, "metadata: auto-creation refused");
+                creation.refused.push(name.to_owned());
+                return base.with_error_code(errors::INVALID_TOPIC_EXCEPTION);
+            }
+            Err(e) => return base.with_error_code(errors::from_queen(&e)),
+        }
         count = match topics::create(door, name).await {
-            Ok(_) => topics::partition_count(door, name).await,
+            Ok(_) => {
+                creation.check.created(name);
+                topics::partition_count(door, name).await
+            }
             Err(e) => Err(e),
         };
     }

@@ -43,6 +43,11 @@ pub fn kafka_index(name: &str) -> Option<u32> {
         .filter(|n| *n < MAX_TOPIC_PARTITIONS)
 }
 
+/// Kafka's words for a collision (`Topic.validate`'s, so tools that match them still do).
+pub fn collision_message(topic: &str, existing: &str) -> String {
+    format!("Topic '{topic}' collides with existing topic: {existing}")
+}
+
 /// Every queue name, sorted.
 pub async fn names(door: &Door) -> Result<Vec<String>, QueenError> {
     match door

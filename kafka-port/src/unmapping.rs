@@ -149,5 +149,25 @@ mod tests {
         // A native payload that only looks like an envelope stays a value.
         let native = Bytes::from_static(br#"{"$kafka":{"timestamp":1,"extra":true}}"#);
         assert_eq!(record(&native, 7).value, Some(native));
+        // Each rule of docs/kafka-compat.md's envelope list, broken alone.
+        for text in [
+            r#"{"$kafka":{"key":"k","value":1}}"#,
+            r#"{"$kafka":{"timestamp":"1","value":1}}"#,
+            r#"{"$kafka":{"timestamp":1.5,"value":1}}"#,
+            r#"{"$kafka":{"timestamp":1,"value":1},"other":2}"#,
+            r#"{"$kafka":{"timestamp":1,"key":"k","key_b64":"aw=="}}"#,
+            r#"{"$kafka":{"timestamp":1,"value":1,"value_b64":"AA=="}}"#,
+            r#"{"$kafka":{"timestamp":1,"headers":[{"key":"h","value":"a","value_b64":"AA=="}]}}"#,
+            r#"{"$kafka":{"timestamp":1,"headers":[{"key":"h","x":1}]}}"#,
+            r#"{"$kafka":{"timestamp":1,"key":1}}"#,
+            r#"{"$kafka":{"timestamp":1,"value_b64":"not base64!"}}"#,
+        ] {
+            let native = Bytes::from(text);
+            let back = record(&native, 7);
+            assert_eq!((back.timestamp, back.key), (7, None), "{text}");
+            assert_eq!(back.value, Some(native), "{text}");
+        }
+        let fine = Bytes::from_static(br#"{"$kafka":{"timestamp":1,"key":"k","value":1}}"#);
+        assert_eq!(record(&fine, 7).key.as_deref(), Some(&b"k"[..]));
     }
 }

@@ -19,6 +19,7 @@ mod kv;
 mod kv_ops;
 mod locks;
 mod meter;
+mod node_metrics;
 mod offset_reads;
 mod pop;
 mod push;

@@ -19,7 +19,7 @@ use crate::error::ApiError;
 use crate::reserve::{self, Reserved};
 use crate::{body, call, parse_iso, render, AppState};
 
-type Params = HashMap<String, String>;
+pub(crate) type Params = HashMap<String, String>;
 
 async fn read(app: AppState, ctx: RequestCtx, req: ReadReq) -> Result<Response, ApiError> {
     match call(&app, ctx, Command::Read(req)).await? {

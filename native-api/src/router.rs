@@ -9,8 +9,8 @@ use queenmq_protocol::{rows, CommandMeta, ErrorCode};
 use serde_json::json;
 
 use crate::{
-    ack, auth, dlq_admin, ephemeral, groups, health, http_metrics, kv, locks, offset_reads, pop,
-    push, queues, reads, streams, timers, txn, AppState,
+    ack, auth, dlq_admin, ephemeral, groups, health, http_metrics, kv, locks, node_metrics,
+    offset_reads, pop, push, queues, reads, streams, timers, txn, AppState,
 };
 
 /// Every route names the row of the command table its handler sends, and [`auth::needs`]
@@ -166,6 +166,16 @@ pub fn router(app: AppState) -> Router {
             "/api/v1/status/analytics",
             sends(&rows::READ, get(reads::analytics)),
         )
+        .route(
+            "/api/v1/analytics/system-metrics",
+            sends(&rows::NODE_METRICS, get(node_metrics::system)),
+        )
+        .route(
+            "/api/v1/analytics/worker-metrics",
+            sends(&rows::NODE_METRICS, get(node_metrics::worker)),
+        )
+        // The reference dashboard's other series (queue-lag, queue-ops, ...): outside the
+        // client inventory of spec native-api §2.1, not kept by this broker.
         .route("/api/v1/analytics/{what}", get(health::unsupported))
         .route("/api/v1/kv", sends(&rows::KV, post(kv::kv)))
         .route("/api/v1/locks", sends(&rows::LOCKS, post(locks::locks)))

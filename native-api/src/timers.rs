@@ -408,7 +408,7 @@ fn view_json(t: &TimerView, with_payload: bool) -> Value {
     });
     if let Some(p) = t.payload.as_ref().filter(|_| with_payload) {
         v["payload"] = json!(base64::engine::general_purpose::STANDARD.encode(p));
-        v["encrypted"] = json!(false);
+        v["encrypted"] = json!(t.encrypted);
     }
     v
 }

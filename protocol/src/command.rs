@@ -88,6 +88,8 @@ pub mod rows {
     pub const READ: CommandMeta = row("read", LinearizableRead, ReadOnly);
     pub const HEALTH: CommandMeta = row("health", NodeLocal, ReadOnly);
     pub const METRICS: CommandMeta = row("metrics", NodeLocal, ReadOnly);
+    /// The node's sampled process series (CPU, memory, request counts): node-wide numbers.
+    pub const NODE_METRICS: CommandMeta = row("node_metrics", NodeLocal, ReadOnly);
     pub const STATS_REFRESH: CommandMeta = row("stats_refresh", NodeLocal, Admin);
     pub const KV: CommandMeta = row("kv", ReplicatedWrite, ReadWrite);
     pub const LOCKS: CommandMeta = row("locks", ReplicatedWrite, ReadWrite);
@@ -128,6 +130,7 @@ pub const COMMAND_TABLE: &[CommandMeta] = &[
     rows::READ,
     rows::HEALTH,
     rows::METRICS,
+    rows::NODE_METRICS,
     rows::STATS_REFRESH,
     rows::KV,
     rows::LOCKS,
@@ -161,6 +164,8 @@ pub enum Command {
     Read(ReadReq),
     Health,
     Metrics(MetricsFormat),
+    /// The node's sampled series over a window (spec native-api §2.1 rows 58-59).
+    NodeMetrics(crate::views::NodeMetricsQuery),
     /// Recompute consumer statistics: ours are live, so there is nothing to do but answer.
     StatsRefresh,
     Kv(KvReq),
@@ -210,6 +215,7 @@ impl Command {
             Command::Read(_) => &rows::READ,
             Command::Health => &rows::HEALTH,
             Command::Metrics(_) => &rows::METRICS,
+            Command::NodeMetrics(_) => &rows::NODE_METRICS,
             Command::StatsRefresh => &rows::STATS_REFRESH,
             Command::Kv(_) => &rows::KV,
             Command::Locks(_) => &rows::LOCKS,

@@ -39,6 +39,9 @@ pub enum FetchError {
     OffsetOutOfRange,
     /// No such partition in the queue (nothing was ever pushed to it).
     UnknownPartition,
+    /// The record at the fetch offset is stored encrypted and does not open (no key, another
+    /// key, changed bytes): only this entry fails, and the records before it were served.
+    Corrupt,
     /// No such queue.
     UnknownQueue,
 }
@@ -47,6 +50,7 @@ impl FetchError {
     pub fn code(self) -> &'static str {
         match self {
             FetchError::OffsetOutOfRange => "OFFSET_OUT_OF_RANGE",
+            FetchError::Corrupt => "CORRUPT_MESSAGE",
             FetchError::UnknownPartition | FetchError::UnknownQueue => "UNKNOWN_TOPIC_OR_PARTITION",
         }
     }

@@ -20,6 +20,7 @@ pub mod limits;
 pub mod queue_options;
 pub mod tenant;
 pub mod timers;
+pub mod topic_collision;
 pub mod types;
 pub mod views;
 

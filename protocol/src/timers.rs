@@ -76,6 +76,8 @@ pub struct TimerView {
     pub partition: String,
     /// Only for a peek: a listing never sends payloads, so a page does not copy them.
     pub payload: Option<Bytes>,
+    /// The payload is the sealed envelope of an encrypted queue's timer, shown as stored.
+    pub encrypted: bool,
     pub txn: String,
     pub message_id: String,
     pub deliver_at_us: i64,

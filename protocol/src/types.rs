@@ -334,6 +334,12 @@ pub enum ReadReq {
     Changed(crate::fetch::ChangedReq),
     ListOffsets(Vec<crate::fetch::OffsetQuery>),
     Analytics(crate::views::AnalyticsQuery),
+    /// For each name (at most [`crate::topic_collision::MAX_COLLISION_NAMES`]), an existing
+    /// queue it collides with ([`crate::topic_collision::collide`]): one pass over the
+    /// queue names, so a Kafka request checks all its new topics at the cost of one read.
+    TopicCollisions {
+        names: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -371,6 +377,7 @@ pub enum Outcome {
     Read(ReadAnswer),
     Health(HealthView),
     Metrics(MetricsView),
+    NodeMetrics(crate::views::NodeSeries),
     /// Statistics are live: nothing was refreshed.
     StatsLive,
     /// Text (Prometheus exposition format).

@@ -5,7 +5,10 @@
 //! - `state_machine`: `RaftStateMachine` handing committed entries to the engine's
 //!   `ApplyHandler`.
 //! - `network`: the `RaftNetworkFactory` boundary (no peers yet).
-//! - `node`: `RaftNode`, what the engine uses: start, propose, read back, status, shutdown.
+//! - `node`: `RaftNode`, what the engine uses: start, propose, read back, status, shutdown,
+//!   and the membership changes (refused after a reclamation).
+//! - `wire`: the frames of the network between nodes, size-checked before allocating (the
+//!   transport on top is issue 13's next step).
 //!
 //! Decisions a reader should know before changing anything here:
 //! - openraft runs with `single-term-leader` (standard Raft: one leader per term), so a LogId is
@@ -34,6 +37,7 @@ mod network;
 mod node;
 mod state_machine;
 mod types;
+pub mod wire;
 
 #[cfg(test)]
 mod tests;

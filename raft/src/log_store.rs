@@ -10,9 +10,12 @@
 //!   back. A read below openraft's horizon starts at the horizon, as openraft's contract and
 //!   suite ask; a read of an index openraft still believes present but which reclamation
 //!   deleted is an error, never a vector that starts later than asked (docs/raft-storage.md).
-//! - **No reclamation under a multi-node membership.** A peer may need any entry openraft has
-//!   not purged; until snapshots carry the log (issue 13) `reclaim_upto` refuses once a
-//!   membership naming more than one node was seen.
+//! - **No reclamation under a multi-node membership, no new node after a reclamation.** A peer
+//!   may need any entry openraft has not purged; until snapshots carry the log (issue 13)
+//!   `reclaim_upto` refuses for good once a membership naming more than one node was seen
+//!   (meta `raft/multi_node`, sticky, written by the append of such a membership before its
+//!   record), and `begin_widening` refuses to name a new node once anything was reclaimed and
+//!   holds reclamation off, in memory, while openraft handles the change.
 //! - **Serialised writes.** Appends and truncations go through the single log-writer thread in
 //!   call order; openraft itself never overlaps calls on `&mut self`.
 //! - **Readable on return, durable on callback.** `append` returns once the records are written;
@@ -29,7 +32,7 @@
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
@@ -38,12 +41,21 @@ use openraft::{AnyError, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, V
 use crate::backend::{SegmentLog, StateStore};
 use crate::committed_saver::CommittedSaver;
 use crate::entry_codec;
-use crate::horizons::{later, Horizons};
+use crate::horizons::{at_horizon, later, AtHorizon, Horizons};
 use crate::log_writer::{LogWriter, Record, WriterError};
 use crate::meta;
 use crate::types::{
     io_err, is_multi_node, log_id, Entry, NodeId, OrStorageError, RaftLogId, TypeConfig,
 };
+
+/// Reclamation stays refused while this lives (`LogStore::begin_widening`).
+pub(crate) struct Widening(Arc<Inner>);
+
+impl Drop for Widening {
+    fn drop(&mut self) {
+        self.0.widening.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// Cheap to clone: every clone is the same store (openraft's log reader is a clone).
 #[derive(Clone)]
@@ -58,9 +70,14 @@ struct Inner {
     committed: CommittedSaver,
     /// std Mutex, never held across an await.
     horizons: Mutex<Horizons>,
-    /// A membership naming more than one node was appended or stored: reclamation is refused
-    /// from then on (until a restart re-reads a single-node membership).
+    /// A membership naming more than one node was seen (meta `raft/multi_node`, sticky, read
+    /// again while false because the state machine writes it too): reclamation is refused.
     multi_node: AtomicBool,
+    /// Membership changes naming a new node that openraft is handling (`Widening` guards):
+    /// reclamation is refused while any is. In memory only: a change openraft refuses, or a
+    /// crash before its proposal, leaves nothing behind, and one that reached the log set the
+    /// sticky `multi_node` in `append` before its record was written.
+    widening: AtomicUsize,
     /// Held by `reclaim_upto` for its whole run, and taken once by an append that carries a
     /// multi-node membership after it set `multi_node`: so no reclamation is still deleting
     /// when openraft, after that append, starts replicating to the new node.
@@ -80,7 +97,13 @@ impl LogStore {
         finish_interrupted_purge(&log, purged)?;
         let membership: Option<crate::types::StoredMembership> =
             meta::get(&store, meta::MEMBERSHIP, ErrorSubject::StateMachine)?;
-        let multi_node = membership.is_some_and(|m| is_multi_node(m.membership()));
+        let applied_multi = membership.is_some_and(|m| is_multi_node(m.membership()));
+        // The applied membership of a store written before the sticky key existed counts too.
+        let noted = meta::multi_node_noted(&store)?;
+        if applied_multi && !noted {
+            meta::note_multi_node(&store)?;
+        }
+        let multi_node = applied_multi || noted;
         let committed: Option<RaftLogId> =
             meta::get(&store, meta::COMMITTED, ErrorSubject::Store)?.flatten();
         let writer = LogWriter::spawn(log.clone())
@@ -98,6 +121,7 @@ impl LogStore {
                     durable: purged,
                 }),
                 multi_node: AtomicBool::new(multi_node),
+                widening: AtomicUsize::new(0),
                 reclaim_gate: tokio::sync::Mutex::new(()),
                 refusal_logged: AtomicBool::new(false),
                 out_of_space: AtomicBool::new(false),
@@ -133,8 +157,8 @@ impl LogStore {
     /// unlinks): never call it from a runtime worker. The number of segment files deleted.
     pub fn reclaim_upto(&self, upto: u64) -> Result<usize, crate::backend::StorageError> {
         let _gate = self.inner.reclaim_gate.blocking_lock();
-        if self.inner.multi_node.load(Ordering::SeqCst) {
-            if !self.inner.refusal_logged.swap(true, Ordering::SeqCst) {
+        if let Some(reason) = self.refusal() {
+            if reason == "multi_node" && !self.inner.refusal_logged.swap(true, Ordering::SeqCst) {
                 tracing::warn!(
                     upto,
                     "log segments are not reclaimed: the membership names more than one node, \
@@ -168,10 +192,116 @@ impl LogStore {
     /// records are all `<= upto`; 0 while reclamation is refused (a multi-node membership), so
     /// the disk gate never lets a checkpoint into the reserve on space nothing will free.
     pub fn reclaimable_bytes(&self, upto: u64) -> u64 {
-        if self.inner.multi_node.load(Ordering::SeqCst) {
+        if self.refusal().is_some() {
             return 0;
         }
         self.inner.log.sealed_bytes_through(upto)
+    }
+
+    /// Why `reclaim_upto` deletes nothing whatever it is given, if it does not (the metric label
+    /// of `queen_log_reclaim_refused_total`): `"multi_node"` (sticky), `"widening"` (a
+    /// membership change naming a new node is in openraft's hands) or `"meta_unreadable"` (the
+    /// sticky key could not be read: refused this time, read again next time). A redb read
+    /// while not refused.
+    pub fn reclaim_refusal(&self) -> Option<&'static str> {
+        self.refusal()
+    }
+
+    /// The in-memory flag, else the sticky meta key (the state machine writes it on apply and
+    /// install without telling this store), else a change in progress. An unreadable key
+    /// refuses, since a wrong "no" deletes what a peer may need, but is not latched.
+    fn refusal(&self) -> Option<&'static str> {
+        if self.inner.multi_node.load(Ordering::SeqCst) {
+            return Some("multi_node");
+        }
+        match meta::multi_node_noted(&self.inner.store) {
+            Ok(true) => {
+                self.inner.multi_node.store(true, Ordering::SeqCst);
+                return Some("multi_node");
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "reading {}: reclamation is refused", meta::MULTI_NODE);
+                return Some("meta_unreadable");
+            }
+        }
+        (self.inner.widening.load(Ordering::SeqCst) > 0).then_some("widening")
+    }
+
+    /// Before a membership change that names a node the membership does not (review s12 F1):
+    /// refused once anything was reclaimed or purged (`raft/purged` set), because openraft
+    /// still believes those entries present (its horizon is not moved by reclamation), would
+    /// read them to replicate to the new node, fail, and stop the whole group; and a snapshot
+    /// cannot carry the log yet. Otherwise reclamation is refused, under the gate, until the
+    /// returned guard is dropped: the caller holds it across openraft's call, so none can run
+    /// between this check and the membership's append, which makes the refusal sticky before
+    /// the record is written (review s13 F3). A change openraft refuses before appending
+    /// anything (not the leader, a change in progress, an unknown learner), or a crash before
+    /// the proposal, leaves reclamation as it was.
+    pub(crate) async fn begin_widening(&self) -> Result<Widening, crate::RaftError> {
+        let _gate = self.inner.reclaim_gate.lock().await;
+        if let Some(h) = self.horizons().durable {
+            return Err(crate::RaftError::Membership(format!(
+                "this node deleted its log up to index {} (space reclamation or a purge), and a \
+                 new node could not be sent those entries: adding a node is refused until \
+                 snapshots carry the log (issue 13)",
+                h.index
+            )));
+        }
+        self.inner.widening.fetch_add(1, Ordering::SeqCst);
+        Ok(Widening(self.inner.clone()))
+    }
+
+    /// What `append` stores of `entries`: their records, and whether one is a membership naming
+    /// more than one node. At or below openraft's horizon an entry of the stored term is dropped
+    /// (already purged), and one of another term is an error (review s12 F7), never dropped.
+    pub(crate) fn records_to_store<I>(
+        &self,
+        entries: I,
+    ) -> Result<(Vec<Record>, bool), OrStorageError>
+    where
+        I: IntoIterator<Item = Entry>,
+    {
+        let mut records: Vec<Record> = Vec::new();
+        let mut widens = false;
+        // At or below openraft's horizon an entry is purged by definition (covered by the
+        // applied state): it is not stored, so the log still continues right after the horizon.
+        let horizon = self.horizons().raft;
+        let mut below = 0u64;
+        for entry in entries {
+            let (term, index) = (entry.log_id.leader_id.term, entry.log_id.index);
+            match at_horizon(term, index, horizon, |i| self.inner.log.term_of(i)) {
+                AtHorizon::Store => {}
+                AtHorizon::Drop => {
+                    below += 1;
+                    continue;
+                }
+                AtHorizon::Conflict { known } => {
+                    return Err(io_err(
+                        ErrorSubject::Log(entry.log_id),
+                        ErrorVerb::Write,
+                        AnyError::error(format!(
+                            "append of ({term}, {index}) at or below the purge horizon \
+                             {horizon:?}, where term {known} is already applied: two entries \
+                             with one index and two terms (a Raft safety violation)"
+                        )),
+                    ));
+                }
+            }
+            if let openraft::EntryPayload::Membership(m) = &entry.payload {
+                widens |= is_multi_node(m);
+            }
+            let payload = entry_codec::encode(&entry)
+                .map_err(|e| io_err(ErrorSubject::Log(entry.log_id), ErrorVerb::Write, &e))?;
+            records.push((entry.log_id.index, entry.log_id.leader_id.term, payload));
+        }
+        if below > 0 {
+            tracing::warn!(
+                entries = below, horizon = ?horizon,
+                "append at or below the purge horizon: those entries are already purged and are not stored"
+            );
+        }
+        Ok((records, widens))
     }
 
     fn lock_horizons(&self) -> std::sync::MutexGuard<'_, Horizons> {
@@ -186,10 +316,21 @@ impl LogStore {
         *self.lock_horizons()
     }
 
-    /// Records that a membership naming more than one node exists in the log or the state
-    /// machine (read from openraft at start), so reclamation is refused from now on.
-    pub(crate) fn note_multi_node(&self) {
+    /// Records in meta `raft/multi_node`, then in memory, that a membership naming more than
+    /// one node was seen: reclamation is refused for good. A failed write is returned and
+    /// retried by the next call (the in-memory flag is set only once the key is durable).
+    pub(crate) async fn note_multi_node(&self) -> Result<(), OrStorageError> {
+        if self.inner.multi_node.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        meta::blocking(
+            &self.inner.store,
+            ErrorSubject::Store,
+            meta::note_multi_node,
+        )
+        .await?;
         self.inner.multi_node.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     fn last_present(&self) -> Option<RaftLogId> {
@@ -321,30 +462,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut records: Vec<Record> = Vec::new();
-        let mut widens = false;
-        // At or below openraft's horizon an entry is purged by definition (covered by the
-        // applied state): it is not stored, so the log still continues right after the horizon.
-        let horizon = self.horizons().raft;
-        let mut below = 0u64;
-        for entry in entries {
-            if horizon.is_some_and(|h| entry.log_id.index <= h.index) {
-                below += 1;
-                continue;
-            }
-            if let openraft::EntryPayload::Membership(m) = &entry.payload {
-                widens |= is_multi_node(m);
-            }
-            let payload = entry_codec::encode(&entry)
-                .map_err(|e| io_err(ErrorSubject::Log(entry.log_id), ErrorVerb::Write, &e))?;
-            records.push((entry.log_id.index, entry.log_id.leader_id.term, payload));
-        }
-        if below > 0 {
-            tracing::warn!(
-                entries = below, horizon = ?horizon,
-                "append at or below the purge horizon: those entries are already purged and are not stored"
-            );
-        }
+        let (records, widens) = self.records_to_store(entries)?;
         if records.is_empty() {
             callback.log_io_completed(Ok(()));
             return Ok(());
@@ -352,7 +470,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         if widens {
             // Flag first, then wait out a reclamation already running: openraft replicates to
             // the new node only after this append returns.
-            self.note_multi_node();
+            self.note_multi_node().await?;
             drop(self.inner.reclaim_gate.lock().await);
         }
         self.inner

@@ -18,6 +18,21 @@ pub const VOTE: &str = "raft/vote";
 pub const COMMITTED: &str = "raft/committed";
 pub const PURGED: &str = "raft/purged";
 pub const MEMBERSHIP: &str = "raft/membership";
+/// `true` once any membership naming more than one node was appended, applied, installed or
+/// found at start: reclamation stays refused for good (review s12 F6), whatever membership a
+/// later truncation or restart shows. Cleared by nothing: there is no operator switch either
+/// (docs/raft-storage.md). A membership change openraft refuses never writes it.
+pub const MULTI_NODE: &str = "raft/multi_node";
+
+/// Whether `MULTI_NODE` was ever written.
+pub fn multi_node_noted(store: &StateStore) -> Result<bool, OrStorageError> {
+    Ok(get::<bool>(store, MULTI_NODE, ErrorSubject::Store)?.unwrap_or(false))
+}
+
+/// Writes `MULTI_NODE` (a redb commit): reclamation is refused from now on, restarts included.
+pub fn note_multi_node(store: &StateStore) -> Result<(), OrStorageError> {
+    put(store, MULTI_NODE, &true, ErrorSubject::Store)
+}
 
 pub fn get<T: DeserializeOwned>(
     store: &StateStore,

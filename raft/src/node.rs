@@ -4,11 +4,13 @@
 // return the same type so `?` reaches the trait boundary without boxing and unboxing.
 #![allow(clippy::result_large_err)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use openraft::error::ClientWriteError;
-use openraft::{BasicNode, Raft, ServerState};
+use openraft::network::RaftNetworkFactory;
+use openraft::raft::ClientWriteResponse;
+use openraft::{BasicNode, ChangeMembers, Raft, ServerState};
 
 use crate::apply::ApplyHandler;
 use crate::backend::{SegmentLog, StateStore};
@@ -19,7 +21,7 @@ use crate::index_cell::IndexCell;
 use crate::log_store::LogStore;
 use crate::network::NoPeers;
 use crate::state_machine::StateMachine;
-use crate::types::{term_of, TypeConfig};
+use crate::types::{is_multi_node, term_of, TypeConfig};
 
 /// What `RaftNode::status` reports, copied out of openraft's metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +68,18 @@ impl RaftNode {
         store: Arc<StateStore>,
         handler: Arc<dyn ApplyHandler>,
     ) -> Result<RaftNode, RaftError> {
+        RaftNode::start_with(cfg, log, store, handler, NoPeers).await
+    }
+
+    /// `start_single` over a given network: what a test with peers in the same process uses
+    /// (`NoPeers` answers every RPC with `Unreachable`).
+    pub(crate) async fn start_with<N: RaftNetworkFactory<TypeConfig>>(
+        cfg: RaftConfig,
+        log: Arc<SegmentLog>,
+        store: Arc<StateStore>,
+        handler: Arc<dyn ApplyHandler>,
+        network: N,
+    ) -> Result<RaftNode, RaftError> {
         let config = Arc::new(cfg.to_openraft()?);
         let id = cfg.node_id;
         let last_at_open = log.last().map(|(index, _)| index);
@@ -83,12 +97,25 @@ impl RaftNode {
         let applied = state_machine.applied_cell();
         // Raft::new reads the initial state and re-applies entries up to the persisted
         // committed id; whatever follows is committed once this node leads again.
-        let raft = Raft::new(id, config, NoPeers, log_store.clone(), state_machine)
+        let raft = Raft::new(id, config, network, log_store.clone(), state_machine)
             .await
             .map_err(|e| RaftError::Startup(e.to_string()))?;
-        // The effective membership may sit in the log, above what the state machine stored.
-        if crate::types::is_multi_node(raft.metrics().borrow().membership_config.membership()) {
-            log_store.note_multi_node();
+        // The committed and the effective membership may sit in the log, above what the state
+        // machine stored; while either names a second node, so may the one a truncation brings
+        // back (review s12 F6).
+        let multi = raft
+            .with_raft_state(|st| {
+                let m = &st.membership_state;
+                is_multi_node(m.committed().membership())
+                    || is_multi_node(m.effective().membership())
+            })
+            .await
+            .map_err(|e| RaftError::Startup(e.to_string()))?;
+        if multi {
+            log_store
+                .note_multi_node()
+                .await
+                .map_err(|e| RaftError::Startup(e.to_string()))?;
         }
         let node = RaftNode {
             inner: Arc::new(Inner {
@@ -165,7 +192,54 @@ impl RaftNode {
     /// Proposes one application entry; resolves once it is committed (fsynced) and applied,
     /// with its (index, term).
     pub async fn propose(&self, payload: Vec<u8>) -> Result<(u64, u64), RaftError> {
-        match self.inner.raft.client_write(payload).await {
+        self.written(self.inner.raft.client_write(payload).await)
+    }
+
+    /// Adds `id` as a learner (returns once the membership entry is committed, not once the
+    /// learner caught up): its (index, term). Refused while this node has reclaimed any of its
+    /// log (`LogStore::begin_widening`); once the change is in the log, this node never
+    /// reclaims again (a refused change leaves reclamation as it was).
+    pub async fn add_learner(&self, id: u64, node: BasicNode) -> Result<(u64, u64), RaftError> {
+        let _widening = self
+            .guard_widening(&ChangeMembers::AddNodes(BTreeMap::from([(
+                id,
+                node.clone(),
+            )])))
+            .await?;
+        self.written(self.inner.raft.add_learner(id, node, false).await)
+    }
+
+    /// openraft's `change_membership` behind the same guard as `add_learner` when the change
+    /// names a node the effective membership does not.
+    pub async fn change_membership(
+        &self,
+        changes: ChangeMembers<u64, BasicNode>,
+        retain: bool,
+    ) -> Result<(u64, u64), RaftError> {
+        let _widening = self.guard_widening(&changes).await?;
+        self.written(self.inner.raft.change_membership(changes, retain).await)
+    }
+
+    async fn guard_widening(
+        &self,
+        changes: &ChangeMembers<u64, BasicNode>,
+    ) -> Result<Option<crate::log_store::Widening>, RaftError> {
+        let m = self.inner.raft.metrics().borrow().membership_config.clone();
+        let known: BTreeSet<u64> = m.membership().nodes().map(|(id, _)| *id).collect();
+        if named_ids(changes).is_subset(&known) {
+            return Ok(None);
+        }
+        self.inner.log_store.begin_widening().await.map(Some)
+    }
+
+    fn written(
+        &self,
+        res: Result<
+            ClientWriteResponse<TypeConfig>,
+            openraft::error::RaftError<u64, ClientWriteError<u64, BasicNode>>,
+        >,
+    ) -> Result<(u64, u64), RaftError> {
+        match res {
             Ok(resp) => Ok((resp.log_id.index, term_of(&resp.log_id))),
             Err(openraft::error::RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 Err(RaftError::NotLeader {
@@ -202,6 +276,11 @@ impl RaftNode {
     /// membership names more than one node.
     pub fn reclaim_upto(&self, upto: u64) -> Result<usize, RaftError> {
         Ok(self.inner.log_store.reclaim_upto(upto)?)
+    }
+
+    /// Why `reclaim_upto` deletes nothing, if it is refused (`LogStore::reclaim_refusal`).
+    pub fn reclaim_refusal(&self) -> Option<&'static str> {
+        self.inner.log_store.reclaim_refusal()
     }
 
     #[cfg(test)]
@@ -255,5 +334,18 @@ impl RaftNode {
             .await
             .map_err(fatal);
         core.and(threads)
+    }
+}
+
+/// Every node id a membership change would have in the membership after it (removals name
+/// none).
+fn named_ids(changes: &ChangeMembers<u64, BasicNode>) -> BTreeSet<u64> {
+    match changes {
+        ChangeMembers::RemoveVoters(_) | ChangeMembers::RemoveNodes(_) => BTreeSet::new(),
+        ChangeMembers::AddVoterIds(ids) | ChangeMembers::ReplaceAllVoters(ids) => ids.clone(),
+        ChangeMembers::AddVoters(nodes)
+        | ChangeMembers::AddNodes(nodes)
+        | ChangeMembers::SetNodes(nodes)
+        | ChangeMembers::ReplaceAllNodes(nodes) => nodes.keys().copied().collect(),
     }
 }

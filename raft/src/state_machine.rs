@@ -26,7 +26,8 @@ use crate::backend::StateStore;
 use crate::index_cell::IndexCell;
 use crate::meta;
 use crate::types::{
-    io_err, log_id, term_of, Entry, NodeId, OrStorageError, RaftLogId, StoredMembership, TypeConfig,
+    io_err, is_multi_node, log_id, term_of, Entry, NodeId, OrStorageError, RaftLogId,
+    StoredMembership, TypeConfig,
 };
 
 type Meta = SnapshotMeta<NodeId, openraft::BasicNode>;
@@ -122,9 +123,15 @@ impl StateMachine {
         Ok(snap)
     }
 
+    /// Saves the applied membership; one naming more than one node also sets the sticky
+    /// `raft/multi_node` first, which the log store reads before any reclamation (an installed
+    /// snapshot's membership reaches no append, review s12 F6).
     async fn save_membership(&self) -> Result<(), OrStorageError> {
         let m = self.membership.clone();
         meta::blocking(&self.store, ErrorSubject::StateMachine, move |s| {
+            if is_multi_node(m.membership()) {
+                meta::note_multi_node(s)?;
+            }
             meta::put(s, meta::MEMBERSHIP, &m, ErrorSubject::StateMachine)
         })
         .await

@@ -142,15 +142,18 @@ cpu_secs() {
 }
 
 # run_bench OUT_FILE ARGS...: queen-bench against the broker, JSON report into OUT_FILE
-# with the tool's exit status added as "exit_code" (2 = lost messages) and the broker's CPU
-# seconds during the run as "broker_cpu_secs". Dies only when the tool gave no report.
+# with the tool's exit status added as "exit_code" (2 = lost, malformed or changed messages,
+# 3 = failed requests or refused items/acks) and the broker's CPU seconds during the run as
+# "broker_cpu_secs". Dies only when the tool gave no report. RUN_TIMEOUT (seconds, 0 = none)
+# bounds one run, so a broker that accepts connections and never answers cannot stall a script.
 run_bench() {
     local out=$1
     shift
     log "queen-bench $*"
     local code=0 cpu_before cpu_after
     cpu_before=$(cpu_secs "$BROKER_PID")
-    "$BENCH_BIN" "$@" --url "$BROKER_URL" --json >"$out" || code=$?
+    timeout --kill-after=10 "${RUN_TIMEOUT:-0}" "$BENCH_BIN" "$@" --url "$BROKER_URL" --json \
+        >"$out" || code=$?
     cpu_after=$(cpu_secs "$BROKER_PID")
     python3 - "$out" "$code" "$cpu_before" "$cpu_after" <<'PY' || die "queen-bench exited $code without a report"
 import json, sys

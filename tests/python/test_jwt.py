@@ -111,9 +111,18 @@ def test_roles_follow_the_command_table(broker_factory):
 
         # A route of a feature not built answers `unsupported` to any valid token, and 401
         # without one.
-        metrics = http.get("/api/v1/analytics/system-metrics", headers=reader)
-        assert metrics.status_code != 403 and metrics.json()["code"] == "unsupported", metrics.text
+        lag = http.get("/api/v1/analytics/queue-lag", headers=reader)
+        assert lag.status_code != 403 and lag.json()["code"] == "unsupported", lag.text
+        assert http.get("/api/v1/analytics/queue-lag").status_code == 401
+        # The node's series are a read: a reader gets them, a caller without a token does not.
+        assert http.get("/api/v1/analytics/system-metrics", headers=reader).status_code == 200
         assert http.get("/api/v1/analytics/system-metrics").status_code == 401
+        # They count every tenant's requests: a tenant's token is refused them, even with the
+        # read role; a tenant-less one is not (worker-metrics alike).
+        tenant_reader = bearer(token(role="read-only", tenant="a"))
+        for path in ("/api/v1/analytics/system-metrics", "/api/v1/analytics/worker-metrics"):
+            assert http.get(path, headers=tenant_reader).status_code == 403, path
+            assert http.get(path, headers=reader).status_code == 200, path
 
         # KV and locks are read-write commands: a reader is refused before the body.
         get = {"operations": [{"op": "get", "ns": "jwt", "key": "k"}]}

@@ -400,3 +400,46 @@ def test_create_topics_configs_go_through_the_same_mapping(broker):
         assert topic_config(admin, "born-kept", "retention.ms")["value"] == "3600000"
     finally:
         admin.close()
+
+
+def test_names_that_collide_once_dots_are_underscores_are_refused(broker, http):
+    # Kafka refuses a topic whose name equals an existing one after '.' -> '_' (its metrics
+    # names would be shared); here a queue made over HTTP counts as well.
+    admin = admin_for(broker)
+    try:
+        admin.create_topics([NewTopic("metrics.cpu", 1, 1)])
+        assert http.post("/api/v1/configure", json={"queue": "logs_app"}).status_code == 200
+        for name, existing in (("metrics_cpu", "metrics.cpu"), ("logs.app", "logs_app")):
+            for validate_only in (True, False):
+                with pytest.raises(InvalidTopicError, match=f"collides with existing topic: {existing}"):
+                    admin.create_topics([NewTopic(name, 1, 1)], validate_only=validate_only)
+        admin.create_topics([NewTopic("metrics-cpu", 1, 1), NewTopic("metrics.cpu2", 1, 1),
+                             NewTopic("Logs.app", 1, 1)])
+        # Two colliding names in one request: the first is made, the second collides with it.
+        with pytest.raises(InvalidTopicError, match="Topic 'pair_one' collides with existing topic: pair.one"):
+            admin.create_topics([NewTopic("pair.one", 1, 1), NewTopic("pair_one", 1, 1)])
+        topics = set(admin.list_topics())
+        # Case counts, as in Kafka: "Logs.app" is no "logs_app".
+        assert {"metrics.cpu", "logs_app", "metrics-cpu", "metrics.cpu2", "Logs.app", "pair.one"} <= topics
+        assert not {"metrics_cpu", "logs.app", "pair_one"} & topics
+    finally:
+        admin.close()
+
+
+def test_auto_creation_refuses_a_colliding_name(broker, http):
+    confluent = pytest.importorskip("confluent_kafka")
+    admin = admin_for(broker)
+    try:
+        admin.create_topics([NewTopic("orders.eu", 1, 1)])
+    finally:
+        admin.close()
+    failed, delivered = [], []
+    p = confluent.Producer({"bootstrap.servers": broker.kafka_bootstrap, "message.timeout.ms": 5000})
+    p.produce("orders_eu", b"{}", on_delivery=lambda err, msg: (failed if err else delivered).append(err))
+    p.produce("orders.eu", b"{}", on_delivery=lambda err, msg: (failed if err else delivered).append(err))
+    assert p.flush(15) == 0
+    assert len(failed) == 1 and len(delivered) == 1, (failed, delivered)
+    # Refused for the collision (Metadata's INVALID_TOPIC_EXCEPTION), not timed out.
+    assert failed[0].code() == confluent.KafkaError.TOPIC_EXCEPTION, failed[0]
+    assert http.get("/api/v1/resources/queues/orders_eu").status_code == 404
+    assert http.get("/api/v1/resources/queues/orders.eu").status_code == 200

@@ -2,6 +2,7 @@
 raw sockets for what no client sends. A record produced over Kafka is popped over the
 Queen HTTP API to check the record mapping (docs/kafka-compat.md)."""
 
+import base64
 import json
 import shutil
 import socket
@@ -10,6 +11,7 @@ import subprocess
 
 import pytest
 
+import queen_api
 from raw_socket import closed_by_server, kafka_connect as connect
 from raw_socket import kafka_frame as frame, kafka_request as request
 from raw_socket import read_kafka_frame as read_frame
@@ -391,3 +393,68 @@ def test_a_native_push_is_fetched_over_kafka_at_the_same_offset(broker, http):
         assert c.end_offsets([tp]) == {tp: 3}
     finally:
         c.close()
+
+
+def test_binary_records_cross_to_the_official_client_and_back(broker):
+    """Done-when 3 of issue 10 with values that are not JSON (docs/kafka-compat.md, "Record
+    mapping"): a Kafka record's bytes reach a queen-mq consumer as base64 in the envelope and
+    are acked there; an envelope pushed over HTTP is fetched over Kafka as the key, headers,
+    value and timestamp it names, at the offsets that follow."""
+    confluent = pytest.importorskip("confluent_kafka")
+    topic, raw = "xproto", bytes(range(256))
+    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    p = confluent.Producer({"bootstrap.servers": broker.kafka_bootstrap, "enable.idempotence": True})
+    reports = []
+    on = lambda err, msg: reports.append((err, msg.offset()))  # noqa: E731
+    p.produce(topic, raw, key=b"k\xff", partition=0, headers=[("bin", b"\x00\xfe"), ("txt", b"ok")],
+              timestamp=1_700_000_000_000, on_delivery=on)
+    p.produce(topic, None, key=b"gone", partition=0, timestamp=1_700_000_000_001, on_delivery=on)
+    p.produce(topic, b"\xc3\x28 not utf-8", partition=0, on_delivery=on)
+    assert p.flush(30) == 0
+    assert reports == [(None, 0), (None, 1), (None, 2)]
+
+    envelope = {"$kafka": {"timestamp": 1_700_000_000_500, "key": "user-1", "value_b64": b64(raw),
+                           "headers": [{"key": "bin", "value_b64": b64(b"\x00\xfe")}, {"key": "nil"}]}}
+
+    async def over_http(client):
+        pop = lambda: client.queue(topic).group("g").subscription_mode("all").batch(10).wait(False).pop()  # noqa: E731
+        popped = await pop()
+        acked = await client.ack(popped, True, {"group": "g"})
+        await client.queue(topic).partition("0").push([{"data": envelope}, {"data": {"n": 1}}])
+        # A live lease holds the partition: were the ack a no-op, this pop would answer []
+        # (until the lease ran out, then the acked three again). Taken, only the new two come.
+        after = await pop()
+        return popped, acked, after
+
+    popped, acked, after = queen_api.with_client(broker.url, over_http)
+    assert acked.get("success") is True and len(acked.get("results") or []) == 3, acked
+    assert [m["data"] for m in after] == [envelope, {"n": 1}], "the ack did not take"
+    assert [m["data"] for m in popped] == [
+        {"$kafka": {"timestamp": 1_700_000_000_000, "key_b64": b64(b"k\xff"), "value_b64": b64(raw),
+                    "headers": [{"key": "bin", "value_b64": "AP4="}, {"key": "txt", "value": "ok"}]}},
+        {"$kafka": {"timestamp": 1_700_000_000_001, "key": "gone"}},
+        {"$kafka": {"timestamp": popped[2]["data"]["$kafka"]["timestamp"],
+                    "value_b64": b64(b"\xc3\x28 not utf-8")}},
+    ]
+
+    c = confluent.Consumer({"bootstrap.servers": broker.kafka_bootstrap, "group.id": "xproto-reader",
+                            "enable.auto.commit": False})
+    try:
+        c.assign([confluent.TopicPartition(topic, 0, 0)])
+        got = []
+        for _ in range(30):
+            for m in c.consume(num_messages=10, timeout=1.0):
+                assert m.error() is None, m.error()
+                got.append(m)
+            if len(got) >= 5:
+                break
+    finally:
+        c.close()
+    assert [m.offset() for m in got] == [0, 1, 2, 3, 4]
+    first, tomb, _, pushed, plain = got
+    assert (first.key(), first.value(), first.headers()) == (b"k\xff", raw, [("bin", b"\x00\xfe"), ("txt", b"ok")])
+    assert first.timestamp()[1] == 1_700_000_000_000
+    assert (tomb.key(), tomb.value()) == (b"gone", None)
+    assert (pushed.key(), pushed.value(), pushed.headers()) == (b"user-1", raw, [("bin", b"\x00\xfe"), ("nil", None)])
+    assert pushed.timestamp()[1] == 1_700_000_000_500
+    assert (plain.key(), json.loads(plain.value()), plain.headers()) == (None, {"n": 1}, None)

@@ -47,6 +47,9 @@ SDIST_FILE = "queen_mq-2.6.0.tar.gz"
 SDIST_SHA256 = "c6657ad706ef5d9a826d9fb7e576cd8d27e70489f21a0b9230e29a78beccce88"
 SDIST_TESTS = "queen_mq-2.6.0/tests/"
 JWT_SECRET = "queenmq-sdk-suite-secret-0123456789abcdef"
+# The suite's encrypted round trip (test_push_encrypted_payload) needs the broker key: without
+# one this broker refuses encryptionEnabled instead of storing plain text.
+ENCRYPTION_KEY = "5ae1" * 16
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,13 @@ def lay_out_suite(tarball: Path, suite: Path) -> None:
         shutil.copy(HERE / name, suite / name)
 
 
+def suite_env(run: Run) -> dict[str, str]:
+    env = {"QUEEN_ENCRYPTION_KEY": ENCRYPTION_KEY}
+    if run.jwt:
+        env["QUEEN_JWT_SECRET"] = JWT_SECRET
+    return env
+
+
 def run_one(run: Run, suite: Path, results: Path, timeout: float, extra: list[str],
             binary: bool = False) -> Counts:
     report = results / f"{run.label}.xml"
@@ -128,7 +138,7 @@ def run_one(run: Run, suite: Path, results: Path, timeout: float, extra: list[st
             Path(tmp) / "data",
             results / "logs",
             name=run.label,
-            env={"QUEEN_JWT_SECRET": JWT_SECRET} if run.jwt else {},
+            env=suite_env(run),
         )
         try:
             broker.start()

@@ -1,7 +1,9 @@
 //! The JSON bodies of the Queen HTTP API (spec/native-api.md §2.3, §2.5, §2.6, §2.8): built
 //! and read here, with no I/O, so they can be tested alone.
 
+use bytes::Bytes;
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 
 use crate::driver::{OutMessage, PushStatus};
 use crate::payload::PayloadFields;
@@ -134,56 +136,75 @@ struct LooseFields {
     ts: Option<u64>,
 }
 
+/// Our fields of a payload, `None` when it is not one of ours.
+pub fn payload_fields(payload: &[u8]) -> Option<PayloadFields> {
+    let d: LooseFields = serde_json::from_slice(payload).ok()?;
+    Some(PayloadFields {
+        seq: d.seq?,
+        p: d.p?,
+        ts: d.ts?,
+    })
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct PopMessage {
+struct PopMessage<'a> {
     transaction_id: String,
     #[serde(deserialize_with = "string_or_number")]
     partition_id: String,
+    /// Missing reads as "", which no payload of ours names, so the delivery is refused.
+    #[serde(default)]
+    partition: String,
     #[serde(default)]
     lease_id: Option<String>,
-    #[serde(default)]
-    data: Option<LooseFields>,
+    #[serde(default, borrow)]
+    data: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct PopAnswer {
-    #[serde(default)]
-    messages: Vec<PopMessage>,
+struct PopAnswer<'a> {
+    #[serde(default, borrow)]
+    messages: Vec<PopMessage<'a>>,
     #[serde(default)]
     lease_id: Option<String>,
 }
 
-/// One popped message as the driver hands it on.
-pub type PoppedMessage = (Option<PayloadFields>, QueenAck);
+/// One popped message as either answer form gives it: what an ack needs, and the payload
+/// bytes exactly as the answer carried them (a view of the answer, not a copy).
+#[derive(Debug, Clone)]
+pub struct Popped {
+    pub transaction_id: String,
+    pub partition_id: String,
+    /// The partition's name, checked against the payload's `p`.
+    pub partition: String,
+    pub lease_id: Option<String>,
+    pub payload: Bytes,
+}
 
-/// Reads a 200 pop answer.
-pub fn parse_pop_answer(body: &[u8]) -> anyhow::Result<Vec<PoppedMessage>> {
-    let answer: PopAnswer = serde_json::from_slice(body)
+/// Reads a 200 JSON pop answer.
+pub fn parse_pop_answer(body: &Bytes) -> anyhow::Result<Vec<Popped>> {
+    let answer: PopAnswer<'_> = serde_json::from_slice(body)
         .map_err(|e| anyhow::anyhow!("pop answer is not understood: {e}"))?;
     let claim_lease = answer.lease_id.filter(|l| !l.is_empty());
     Ok(answer
         .messages
         .into_iter()
         .map(|m| {
-            let fields = m.data.and_then(|d| {
-                Some(PayloadFields {
-                    seq: d.seq?,
-                    p: d.p?,
-                    ts: d.ts?,
-                })
-            });
             let lease_id = m
                 .lease_id
                 .filter(|l| !l.is_empty())
                 .or_else(|| claim_lease.clone());
-            let ack = QueenAck {
+            let payload = m
+                .data
+                .map_or_else(Bytes::new, |raw| body.slice_ref(raw.get().as_bytes()));
+            Popped {
                 transaction_id: m.transaction_id,
                 partition_id: m.partition_id,
+                partition: m.partition,
                 lease_id,
-            };
-            (fields, ack)
+                payload,
+            }
         })
         .collect())
 }
@@ -361,26 +382,29 @@ mod tests {
     }
 
     #[test]
-    fn pop_answer_reads_fields_and_leases() -> anyhow::Result<()> {
-        let body = br#"{"success":true,"leaseId":"L","messages":[
+    fn pop_answer_reads_payload_bytes_and_leases() -> anyhow::Result<()> {
+        let body = Bytes::from_static(
+            br#"{"success":true,"leaseId":"L","messages":[
             {"transactionId":"t1","partitionId":"17","leaseId":"","data":{"seq":1,"p":2,"ts":3,"pad":"xx"}},
             {"transactionId":"t2","partitionId":18,"leaseId":"M","data":{"other":true}},
-            {"transactionId":"t3","partitionId":"19","data":null}]}"#;
-        let got = parse_pop_answer(body)?;
+            {"transactionId":"t3","partitionId":"19","data":null}]}"#,
+        );
+        let got = parse_pop_answer(&body)?;
         assert_eq!(got.len(), 3);
+        assert_eq!(&got[0].payload[..], br#"{"seq":1,"p":2,"ts":3,"pad":"xx"}"#);
         assert_eq!(
-            got[0].0,
+            payload_fields(&got[0].payload),
             Some(PayloadFields {
                 seq: 1,
                 p: 2,
                 ts: 3
             })
         );
-        assert_eq!(got[0].1.lease_id.as_deref(), Some("L"));
-        assert_eq!(got[1].0, None);
-        assert_eq!(got[1].1.partition_id, "18");
-        assert_eq!(got[1].1.lease_id.as_deref(), Some("M"));
-        assert_eq!(got[2].0, None);
+        assert_eq!(got[0].lease_id.as_deref(), Some("L"));
+        assert_eq!(payload_fields(&got[1].payload), None);
+        assert_eq!(got[1].partition_id, "18");
+        assert_eq!(got[1].lease_id.as_deref(), Some("M"));
+        assert_eq!(payload_fields(&got[2].payload), None);
         Ok(())
     }
 

@@ -102,6 +102,7 @@ pub fn start_consumers<C: Connector>(
                 measuring: Arc::clone(measuring),
                 e2e_window,
                 stop: stop_rx.clone(),
+                msg_bytes: plan.msg_bytes,
             };
             set.spawn(async move {
                 let driver = connector.connect().await?;

@@ -52,6 +52,8 @@ pub struct Plan {
     pub drain_idle: Duration,
     pub pop_wait_ms: u64,
     pub lease_secs: Option<u64>,
+    /// Push body and pop answer forms (JSON or binary).
+    pub forms: crate::queen_http::Forms,
 }
 
 /// What a scenario measured, before it is turned into a report.

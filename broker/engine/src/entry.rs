@@ -164,6 +164,12 @@ pub enum Effect<'a> {
     GroupConflation {
         gid: u64,
     },
+    /// A seek of group `gid` to a time: the group now reads from `start_from_us`, the instant
+    /// the seek was sent, to the microsecond (state/group_start.rs).
+    GroupStartFrom {
+        gid: u64,
+        start_from_us: i64,
+    },
     /// Every dead-letter row of the message at (`pid`, `offset`) removed, whichever group
     /// dead-lettered it (a delete or a retry of that message).
     DlqDelete {
@@ -224,6 +230,7 @@ const K_DLQ_DELETE: u8 = 61;
 const K_DLQ_PURGE: u8 = 62;
 const K_EPHEMERAL_CONFIG_SET: u8 = 63;
 const K_EPHEMERAL_CONFIG_DELETE: u8 = 64;
+const K_GROUP_START_FROM: u8 = 65;
 
 pub struct EntryHeader {
     pub cycle: u64,
@@ -466,6 +473,11 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
         Effect::GroupConflation { gid } => {
             w.u8(K_GROUP_CONFLATION);
             w.u64(*gid);
+        }
+        Effect::GroupStartFrom { gid, start_from_us } => {
+            w.u8(K_GROUP_START_FROM);
+            w.u64(*gid);
+            w.i64(*start_from_us);
         }
         Effect::DlqDelete { pid, offset } => {
             w.u8(K_DLQ_DELETE);
@@ -752,6 +764,10 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
         },
         K_KAFKA_GROUP_DELETE => Effect::KafkaGroupDelete { group: r.str()? },
         K_GROUP_CONFLATION => Effect::GroupConflation { gid: r.u64()? },
+        K_GROUP_START_FROM => Effect::GroupStartFrom {
+            gid: r.u64()?,
+            start_from_us: r.i64()?,
+        },
         K_DLQ_DELETE => Effect::DlqDelete {
             pid: r.u64()?,
             offset: r.u64()?,
@@ -992,6 +1008,10 @@ mod tests {
     fn conflation_and_dead_letter_effects_round_trip() {
         let effects = [
             Effect::GroupConflation { gid: u64::MAX - 1 },
+            Effect::GroupStartFrom {
+                gid: 9,
+                start_from_us: 1_709_618_828_123_000,
+            },
             Effect::DlqDelete {
                 pid: 7,
                 offset: 1 << 40,

@@ -4,7 +4,7 @@
 //! reports it. Each returns whether the input decoded.
 
 use crate::entry::{decode_entry, EntryBuilder};
-use crate::state::frame::{read_frame, skip_frames, write_frame};
+use crate::state::frame::{read_frame, skip_frames, write_frame, write_frame_ref};
 use crate::state::{decode_state, encode_state};
 
 /// An engine entry (the application body of a Raft record). The encoding is canonical, so
@@ -82,20 +82,13 @@ pub fn frames(data: &[u8]) -> bool {
             rest.len()
         );
         let mut out = Vec::new();
-        write_frame(
-            &mut out,
-            &f.id,
-            f.trace.as_ref(),
-            f.txn,
-            f.producer,
-            f.payload,
-        );
+        write_frame_ref(&mut out, &f);
         match read_frame(&out) {
             Ok((g, len)) => {
                 assert_eq!(len, out.len(), "rewritten frame length");
                 assert_eq!(
-                    (g.id, g.trace, g.txn, g.producer, g.payload),
-                    (f.id, f.trace, f.txn, f.producer, f.payload),
+                    (g.id, g.trace, g.txn, g.producer, g.encrypted, g.payload),
+                    (f.id, f.trace, f.txn, f.producer, f.encrypted, f.payload),
                     "frame does not round-trip"
                 );
             }
@@ -196,6 +189,10 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             key: "gone",
         },
         Effect::GroupConflation { gid: 1 },
+        Effect::GroupStartFrom {
+            gid: 1,
+            start_from_us: 1_000,
+        },
         // Neither matches the row above: the state keeps a DLQ row to encode.
         Effect::DlqDelete { pid: 1, offset: 5 },
         Effect::DlqPurge {

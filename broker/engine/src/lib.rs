@@ -19,5 +19,6 @@ pub mod log;
 pub mod plan;
 pub mod reader;
 pub mod reads;
+pub mod seal;
 pub mod state;
 pub mod time;

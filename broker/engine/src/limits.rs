@@ -14,6 +14,7 @@ use queenmq_protocol::{
     TxnOp, LOCKS_NS,
 };
 
+use crate::seal::MAX_SEAL_OVERHEAD;
 use crate::state::State;
 
 /// Bytes the Raft layer adds around an engine entry in a log record (term, index, type and
@@ -156,14 +157,17 @@ fn timer_ops_bound(ops: &[queenmq_protocol::TimerOp]) -> usize {
                 + s.key.len()
                 + s.partition.len()
                 + s.txn.len()
-                + s.payload.len())
-            .max(crate::plan::timer_fire_bound(
-                &s.queue,
-                &s.key,
-                &s.partition,
-                &s.txn,
-                s.payload.len(),
-            )),
+                + s.payload.len()
+                // A timer into an encrypted queue stores a mark byte and the envelope.
+                + 1
+                + MAX_SEAL_OVERHEAD)
+                .max(crate::plan::timer_fire_bound(
+                    &s.queue,
+                    &s.key,
+                    &s.partition,
+                    &s.txn,
+                    s.payload.len(),
+                )),
             queenmq_protocol::TimerOp::Cancel { queue, key, .. } => 16 + queue.len() + key.len(),
         })
     })
@@ -172,13 +176,13 @@ fn timer_ops_bound(ops: &[queenmq_protocol::TimerOp]) -> usize {
 /// An upper bound of the bytes `cmd` adds to a cycle's entry.
 pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
     match cmd {
-        Command::Push(p) => push_bound(p.items.iter(), producer),
+        Command::Push(p) => push_bound(st, p.items.iter(), producer),
         Command::Transaction(t) => t
             .ops
             .iter()
             .fold(kv_bound(&t.kv), |acc, op| {
                 acc.saturating_add(match op {
-                    TxnOp::Push(items) => push_bound(items.iter(), producer),
+                    TxnOp::Push(items) => push_bound(st, items.iter(), producer),
                     TxnOp::Ack(a) => ack_bound(a.error.as_deref()),
                 })
             })
@@ -227,7 +231,7 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
         }
         Command::Timers(t) => timer_ops_bound(&t.ops),
         Command::KafkaGroups(k) => kafka_groups_bound(k),
-        Command::KafkaProduce(p) => push_bound(p.items.iter(), producer)
+        Command::KafkaProduce(p) => push_bound(st, p.items.iter(), producer)
             .saturating_add(p.guards.len().saturating_mul(PRODUCER_BATCH))
             // A transactional batch adds its effect 59 (kind, id, pid, offset, count).
             .saturating_add(p.transactional_id.as_ref().map_or(0, |t| {
@@ -272,7 +276,8 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
             GroupAdminReq::Seek { queue, .. } => st
                 .queue_named(queue)
                 .map_or(0, |q| q.partition_order.len())
-                .saturating_mul(CURSOR_PUT),
+                .saturating_mul(CURSOR_PUT)
+                .saturating_add(GROUP_EFFECT),
             GroupAdminReq::Subscription { group, .. } => st
                 .queues
                 .len()
@@ -298,6 +303,7 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
         | Command::Read(_)
         | Command::Health
         | Command::Metrics(_)
+        | Command::NodeMetrics(_)
         | Command::StatsRefresh => 64,
     }
 }
@@ -328,7 +334,12 @@ fn ack_bound(error: Option<&str>) -> usize {
 /// Frames and hashes of every item, a PartitionCreate + Append header wherever the (queue,
 /// partition) pair changes from the item before, and a QueueUpsert wherever the queue changes.
 /// Every distinct pair starts at least one such run, so the count never falls short.
-fn push_bound<'a>(items: impl Iterator<Item = &'a PushItem>, producer: Option<&str>) -> usize {
+/// An item of a queue with `encryptionEnabled` also carries its envelope's overhead.
+fn push_bound<'a>(
+    st: &State,
+    items: impl Iterator<Item = &'a PushItem>,
+    producer: Option<&str>,
+) -> usize {
     let producer = producer.map_or(0, str::len);
     let mut total = 0usize;
     let mut prev: Option<(&str, &str)> = None;
@@ -338,6 +349,12 @@ fn push_bound<'a>(items: impl Iterator<Item = &'a PushItem>, producer: Option<&s
             _ => GENERATED_TXN,
         };
         let mut n = HASH + FRAME_FIXED + txn + producer + i.payload.len();
+        if st
+            .queue_named(&i.queue)
+            .is_some_and(|q| q.config.encryption_enabled)
+        {
+            n += MAX_SEAL_OVERHEAD;
+        }
         match prev {
             Some((q, p)) if q == i.queue && p == i.partition => {}
             Some((q, _)) if q == i.queue => n += PER_PARTITION + i.partition.len(),
@@ -550,6 +567,6 @@ mod tests {
                 frames: &frames,
             });
         }
-        assert!(push_bound(items.iter(), Some("producer")) >= b.len() - before);
+        assert!(push_bound(&State::default(), items.iter(), Some("producer")) >= b.len() - before);
     }
 }

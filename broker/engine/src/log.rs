@@ -54,6 +54,11 @@ pub trait ReplicatedLog: Send + Sync + 'static {
         let _ = upto;
         0
     }
+    /// Why `reclaim` deletes nothing whatever it is given, if it is refused: a short reason,
+    /// the `reason` label of `queen_log_reclaim_refused_total` (the Raft log: "multi_node").
+    fn reclaim_refusal(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 #[derive(Debug, Clone, Default)]

@@ -7,6 +7,7 @@ use uuid::Uuid;
 use crate::cache::EntryCache;
 use crate::codec::DecodeError;
 use crate::log::{LogError, ReplicatedLog};
+use crate::seal::{PayloadSeal, SealError};
 use crate::state::frame::{read_frame, skip_frames, FrameRef};
 use crate::state::model::{Partition, Run, PENDING_INDEX};
 
@@ -40,12 +41,57 @@ pub enum ReadError {
     PastEnd { pos: u32 },
     #[error(transparent)]
     Frame(#[from] DecodeError),
+    #[error("message {offset} of partition {partition} is encrypted and this broker has no encryption_key (QUEEN_ENCRYPTION_KEY)")]
+    NoKey { offset: u64, partition: u64 },
+    #[error("message {offset} of partition {partition} could not be decrypted: {reason}")]
+    Sealed {
+        offset: u64,
+        partition: u64,
+        reason: SealError,
+    },
+}
+
+impl ReadError {
+    /// A payload that does not open (no key, another key, changed bytes): a failure of that
+    /// one message, which a read covering others reports for it alone.
+    pub fn is_unopened(&self) -> bool {
+        matches!(self, ReadError::NoKey { .. } | ReadError::Sealed { .. })
+    }
 }
 
 pub struct MessageReader<'a> {
     pub pending: &'a [u8],
     pub cache: &'a mut EntryCache,
     pub log: &'a dyn ReplicatedLog,
+    /// Opens encrypted payloads; None when the broker has no key (an encrypted message then
+    /// reads as [`ReadError::NoKey`], never as its envelope).
+    pub seal: Option<&'a dyn PayloadSeal>,
+}
+
+/// The payload of an encrypted frame, opened; counted in `queen_payload_decrypt_failures_total`
+/// when it does not open.
+fn open_payload(
+    seal: Option<&dyn PayloadSeal>,
+    partition: u64,
+    offset: u64,
+    f: &FrameRef<'_>,
+) -> Result<Bytes, ReadError> {
+    let opened = match seal {
+        None => Err(ReadError::NoKey { offset, partition }),
+        Some(s) => s
+            .open(&f.id, f.payload)
+            .map(Bytes::from)
+            .map_err(|reason| ReadError::Sealed {
+                offset,
+                partition,
+                reason,
+            }),
+    };
+    if let Err(e) = &opened {
+        metrics::counter!("queen_payload_decrypt_failures_total").increment(1);
+        tracing::error!(partition, offset, error = %e, "an encrypted payload did not open");
+    }
+    opened
 }
 
 impl MessageReader<'_> {
@@ -83,6 +129,8 @@ impl MessageReader<'_> {
         // The capacity is a guess from the row count; it must not be a client's huge number.
         let mut out = Vec::with_capacity(usize::try_from(rows.min(4096)).unwrap_or(4096));
         let mut bytes = 0usize;
+        let mut failed = None;
+        let seal = self.seal;
         self.visit_frames(p, from, to, |offset, run, f, entry| {
             if !out.is_empty() && bytes.saturating_add(f.payload.len()) > max_bytes {
                 return false;
@@ -90,6 +138,13 @@ impl MessageReader<'_> {
             bytes = bytes.saturating_add(f.payload.len());
             // Share the cached entry's bytes; frames of the entry being planned are copied.
             let payload = match entry {
+                _ if f.encrypted => match open_payload(seal, p.id, offset, f) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        failed = Some(e);
+                        return false;
+                    }
+                },
                 Some(e) => e.slice_ref(f.payload),
                 None => Bytes::copy_from_slice(f.payload),
             };
@@ -104,7 +159,12 @@ impl MessageReader<'_> {
             });
             true
         })?;
-        Ok(out)
+        // A payload that does not open fails only when it is the first of the range: the
+        // messages before it are served, and the next read starts at it.
+        match failed {
+            Some(e) if out.is_empty() => Err(e),
+            _ => Ok(out),
+        }
     }
 
     pub fn read_one(
@@ -116,6 +176,24 @@ impl MessageReader<'_> {
             return Ok(None);
         }
         Ok(self.read(p, offset, offset + 1)?.pop())
+    }
+
+    /// The id and transaction id of the message at `offset`, from the plain frame header: the
+    /// payload is never opened (a dedup check must not cost a decryption, nor fail on one).
+    pub fn frame_meta(
+        &mut self,
+        p: &Partition,
+        offset: u64,
+    ) -> Result<Option<([u8; 16], String)>, ReadError> {
+        if offset >= p.next_offset {
+            return Ok(None);
+        }
+        let mut found = None;
+        self.visit_frames(p, offset, offset + 1, |_, _, f, _| {
+            found = Some((f.id, f.txn.to_string()));
+            false
+        })?;
+        Ok(found)
     }
 
     /// Whether the message at `offset` carries transaction id `txn` (no copies made).

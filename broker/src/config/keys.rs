@@ -55,6 +55,12 @@ pub(crate) const KEYS: &[KeySpec] = &[
         kind: Kind::Secret,
     },
     KeySpec {
+        name: "encryption_key",
+        env: "QUEEN_ENCRYPTION_KEY",
+        flag: None,
+        kind: Kind::Secret,
+    },
+    KeySpec {
         name: "max_body_bytes",
         env: "QUEEN_MAX_BODY_BYTES",
         flag: Some("--max-body-bytes"),
@@ -273,6 +279,21 @@ pub(crate) const KEYS: &[KeySpec] = &[
         kind: Kind::Uint {
             min: 1,
             max: 604_800,
+        },
+    },
+    KeySpec {
+        name: "metrics_sample_s",
+        env: "QUEEN_METRICS_SAMPLE_S",
+        flag: None,
+        kind: Kind::Uint { min: 1, max: 3_600 },
+    },
+    KeySpec {
+        name: "metrics_history_samples",
+        env: "QUEEN_METRICS_HISTORY_SAMPLES",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 100_000,
         },
     },
     KeySpec {

@@ -23,6 +23,9 @@ pub struct Config {
     pub http_addr: SocketAddr,
     /// HS256 secret for bearer tokens; `None` turns authentication off.
     pub jwt_secret: Option<Secret>,
+    /// The AES-256 key (64 hex digits) that seals the payloads of queues with
+    /// `encryptionEnabled`; `None` refuses such queues (docs/configuration.md).
+    pub encryption_key: Option<Secret>,
     /// Largest accepted HTTP request body.
     pub max_body_bytes: u64,
     /// Size at which a log segment file is rolled.
@@ -82,6 +85,11 @@ pub struct Config {
     /// An ephemeral queue created by a push or pop (never configured) is removed after this
     /// many seconds without use.
     pub ephemeral_implicit_idle_s: u64,
+    /// Seconds between two samples of the process (CPU, memory, requests) kept for
+    /// `/api/v1/analytics/system-metrics` and `/worker-metrics`.
+    pub metrics_sample_s: u64,
+    /// Samples kept in memory; the oldest goes past it (history is lost on restart).
+    pub metrics_history_samples: u64,
     /// Groups this node runs at most, `default` included: a token naming one more tenant is
     /// refused (403: retrying cannot help, the operator raises the cap).
     pub max_tenants: u64,
@@ -154,6 +162,7 @@ impl Default for Config {
             data_dir: PathBuf::from("./queen-data"),
             http_addr: SocketAddr::from(([0, 0, 0, 0], 6632)),
             jwt_secret: None,
+            encryption_key: None,
             max_body_bytes: 64 * MIB,
             segment_bytes: 64 * MIB,
             reclaim_enabled: true,
@@ -180,6 +189,8 @@ impl Default for Config {
             ephemeral_max_bytes: 256 * MIB,
             ephemeral_tenant_max_bytes: 0,
             ephemeral_implicit_idle_s: 300,
+            metrics_sample_s: 10,
+            metrics_history_samples: 8_640,
             max_tenants: 64,
             log_json: false,
             log: "info".to_owned(),
@@ -251,6 +262,12 @@ impl Config {
                     message: "is empty; leave it unset to run without authentication".into(),
                 });
             }
+        }
+        if let Some(key) = &self.encryption_key {
+            crate::encryption::parse_key(key.expose()).map_err(|message| ValueError::Bad {
+                key: "encryption_key",
+                message,
+            })?;
         }
         if let Some(aud) = &self.jwt_audience {
             if aud.trim().is_empty() {
@@ -406,6 +423,8 @@ impl Config {
             "ephemeral_max_bytes" => self.ephemeral_max_bytes,
             "ephemeral_tenant_max_bytes" => self.ephemeral_tenant_max_bytes,
             "ephemeral_implicit_idle_s" => self.ephemeral_implicit_idle_s,
+            "metrics_sample_s" => self.metrics_sample_s,
+            "metrics_history_samples" => self.metrics_history_samples,
             "max_tenants" => self.max_tenants,
             "memory_limit_bytes" => self.memory_limit_bytes,
             "http_min_write_rate_bytes" => self.http_min_write_rate_bytes,
@@ -433,6 +452,10 @@ impl Config {
             ),
             "http_addr" => (Some(toml_string(&self.http_addr.to_string())), None),
             "jwt_secret" => (self.jwt_secret.as_ref().map(|_| toml_string("<set>")), None),
+            "encryption_key" => (
+                self.encryption_key.as_ref().map(|_| toml_string("<set>")),
+                None,
+            ),
             "log_json" => (Some(self.log_json.to_string()), None),
             "jwt_audience" => (self.jwt_audience.as_deref().map(toml_string), None),
             "metrics_require_auth" => (self.metrics_require_auth.map(|b| b.to_string()), None),

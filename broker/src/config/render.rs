@@ -39,6 +39,7 @@ pub fn render(loaded: &Loaded) -> String {
 fn unset_meaning(name: &str) -> &'static str {
     match name {
         "jwt_secret" => "authentication off",
+        "encryption_key" => "no key: queues with encryptionEnabled are refused",
         "jwt_audience" => "tokens with any audience accepted",
         "metrics_require_auth" => "metrics need a token exactly when jwt_secret is set",
         "kafka_advertised_addr" => "kafka_addr, with 127.0.0.1 for 0.0.0.0",

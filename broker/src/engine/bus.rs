@@ -25,6 +25,8 @@ pub struct EngineBus {
     /// The node's memory budget: admission of writes and the requests pool.
     memory: Option<Arc<crate::memory::Memory>>,
     waits: BusWaits,
+    /// Counts what the bus serves and answers the node's sampled series.
+    node: Option<Arc<crate::node_metrics::NodeMetrics>>,
 }
 
 impl EngineBus {
@@ -35,7 +37,14 @@ impl EngineBus {
             started: std::time::Instant::now(),
             memory: None,
             waits: BusWaits::default(),
+            node: None,
         }
+    }
+
+    /// Counts every command it serves into `node` and answers its series.
+    pub fn with_node_metrics(mut self, node: Arc<crate::node_metrics::NodeMetrics>) -> Self {
+        self.node = Some(node);
+        self
     }
 
     /// Replaces the default bounds on a request's wait (tests use short ones).
@@ -138,17 +147,49 @@ fn raft_view(s: &super::log::LogStatus) -> RaftView {
 }
 
 impl Bus for EngineBus {
-    fn call(&self, ctx: RequestCtx, mut cmd: Command) -> BusFuture {
+    fn call(&self, ctx: RequestCtx, cmd: Command) -> BusFuture {
+        self.dispatch(ctx, cmd)
+    }
+}
+
+impl EngineBus {
+    fn dispatch(&self, ctx: RequestCtx, mut cmd: Command) -> BusFuture {
+        // Counted when taken (atomics, no lock: every door's task passes here); the answer's
+        // messages inside the one future below, or here for an answer known at once.
+        let node = self.node.as_ref();
+        if let Some(n) = node {
+            n.started(crate::node_metrics::Counted::of(&cmd));
+        }
+        let at_once = |out: Result<Outcome, QueenError>| -> BusFuture {
+            if let Some(n) = node {
+                n.answered(&out);
+            }
+            Box::pin(async move { out })
+        };
         // Whichever door it came through, a command is refused here unless the caller's
         // roles grant its row of the command table.
         if let Err(e) = ctx.authorize(cmd.meta()) {
-            return Box::pin(async move { Err(e) });
+            return at_once(Err(e));
         }
         cmd.stamp_access(&ctx);
         if cmd.meta().class == CommandClass::NodeLocal {
             let out = match cmd {
                 Command::Health => Ok(self.health()),
                 Command::StatsRefresh => Ok(Outcome::StatsLive),
+                Command::NodeMetrics(_) if ctx.tenant != queenmq_protocol::DEFAULT_TENANT => {
+                    Err(QueenError::new(
+                        queenmq_protocol::ErrorCode::Forbidden,
+                        "the node's process series cover every tenant's requests: they are \
+                         served to tokens without a tenant claim",
+                    ))
+                }
+                Command::NodeMetrics(q) => match &self.node {
+                    Some(n) => n.query(&q).map(Outcome::NodeMetrics),
+                    None => Err(QueenError::new(
+                        queenmq_protocol::ErrorCode::Internal,
+                        "this bus keeps no node series",
+                    )),
+                },
                 Command::Metrics(MetricsFormat::Json) => return self.metrics_json(ctx.tenant),
                 Command::Metrics(MetricsFormat::Prometheus)
                     if ctx.tenant != queenmq_protocol::DEFAULT_TENANT =>
@@ -179,7 +220,7 @@ impl Bus for EngineBus {
                     "command table and bus disagree",
                 )),
             };
-            return Box::pin(async move { out });
+            return at_once(out);
         }
         let groups = self.groups.clone();
         let running = groups.get(&ctx.tenant);
@@ -189,46 +230,54 @@ impl Bus for EngineBus {
                 .as_ref()
                 .map_or(0, |g| g.held.load(std::sync::atomic::Ordering::Relaxed));
             if let Err(e) = m.admit(&cmd, group_held) {
-                return Box::pin(async move { Err(e) });
+                return at_once(Err(e));
             }
             queued = Some(crate::memory::Queued::new(m.clone(), &cmd));
         }
         let waits = self.waits;
         let answer_bound = waits.answer_bound(&cmd);
+        let node = node.cloned();
         Box::pin(async move {
-            let (reply, rx) = oneshot::channel();
-            let enqueue = async {
-                let group = match running {
-                    Some(g) => g,
-                    None => groups.group(&ctx.tenant).await?,
-                };
-                group
-                    .tx
-                    .send(Job { ctx, cmd, reply })
-                    .await
-                    .map_err(|_| QueenError::unavailable("the engine is shutting down"))
-            };
-            match tokio::time::timeout(waits.enqueue, enqueue).await {
-                Ok(sent) => sent?,
-                Err(_) => {
-                    return Err(QueenError::unavailable(
-                        "this queue group takes no commands (its engine is stalled, e.g. on a \
+            let out =
+                async move {
+                    let (reply, rx) = oneshot::channel();
+                    let enqueue = async {
+                        let group = match running {
+                            Some(g) => g,
+                            None => groups.group(&ctx.tenant).await?,
+                        };
+                        group
+                            .tx
+                            .send(Job { ctx, cmd, reply })
+                            .await
+                            .map_err(|_| QueenError::unavailable("the engine is shutting down"))
+                    };
+                    match tokio::time::timeout(waits.enqueue, enqueue).await {
+                        Ok(sent) => sent?,
+                        Err(_) => return Err(QueenError::unavailable(
+                            "this queue group takes no commands (its engine is stalled, e.g. on a \
                          hung disk); retry",
-                    ))
-                }
-            }
-            // In the engine's queue now: the engine subtracts it when it takes it.
-            if let Some(q) = queued {
-                q.handed_over();
-            }
-            match tokio::time::timeout(answer_bound, rx).await {
-                Ok(answer) => answer
-                    .map_err(|_| QueenError::unavailable("the engine stopped before answering"))?,
-                Err(_) => Err(QueenError::unavailable(
-                    "the engine did not answer in time (a stalled disk?); the outcome is \
+                        )),
+                    }
+                    // In the engine's queue now: the engine subtracts it when it takes it.
+                    if let Some(q) = queued {
+                        q.handed_over();
+                    }
+                    match tokio::time::timeout(answer_bound, rx).await {
+                        Ok(answer) => answer.map_err(|_| {
+                            QueenError::unavailable("the engine stopped before answering")
+                        })?,
+                        Err(_) => Err(QueenError::unavailable(
+                            "the engine did not answer in time (a stalled disk?); the outcome is \
                      unknown: retry with the same transaction id",
-                )),
+                        )),
+                    }
+                }
+                .await;
+            if let Some(n) = node {
+                n.answered(&out);
             }
+            out
         })
     }
 }

@@ -109,6 +109,8 @@ pub struct EngineConfig {
     pub disk: Option<Arc<crate::disk_gate::DiskGate>>,
     /// Whether dead log segments are deleted after checkpoints, and the file that pauses it.
     pub reclaim: reclaim::Reclaimer,
+    /// The broker key that seals the payloads of encrypted queues; None refuses them.
+    pub encryption: Option<Arc<crate::encryption::PayloadKey>>,
 }
 
 /// A group's log backend, shown by name only.
@@ -141,6 +143,7 @@ impl Default for EngineConfig {
             log_backend: None,
             disk: None,
             reclaim: reclaim::Reclaimer::default(),
+            encryption: None,
         }
     }
 }
@@ -353,6 +356,11 @@ impl Engine {
                     .as_deref()
                     .map(|m| m as &dyn plan::MemoryGate),
                 tenant: &self.cfg.tenant,
+                seal: self
+                    .cfg
+                    .encryption
+                    .as_deref()
+                    .map(|k| k as &dyn queenmq_engine::seal::PayloadSeal),
             };
             // Due timers write data the gate never saw as a request: they fire only into the
             // room the gate leaves above the reserve, and otherwise stay due (no write at all).
@@ -800,10 +808,12 @@ fn plan_job(p: &mut Planner<'_>, mut job: Job) -> Planned {
             let mut reader = p.reader_parts();
             crate::reads::answer_at(reader.0, &mut reader.1, r, now).map(Outcome::Read)
         }
-        Command::Health | Command::Metrics(_) | Command::StatsRefresh => Err(QueenError::new(
-            queenmq_protocol::ErrorCode::Internal,
-            "node-local command reached the engine",
-        )),
+        Command::Health | Command::Metrics(_) | Command::NodeMetrics(_) | Command::StatsRefresh => {
+            Err(QueenError::new(
+                queenmq_protocol::ErrorCode::Internal,
+                "node-local command reached the engine",
+            ))
+        }
     };
     Planned::Reply(job.reply, out)
 }

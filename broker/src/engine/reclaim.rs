@@ -112,6 +112,16 @@ impl Reclaimer {
                 // Counted at 0 too, so the series exists from the first checkpoint on.
                 metrics::counter!("queen_log_segments_deleted_total", "tenant" => tenant.to_owned())
                     .increment(n as u64);
+                // The log store logs a refusal once; the operator sees the disk grow, and why
+                // here, once per checkpoint (review s12 F2).
+                if let Some(reason) = log.reclaim_refusal().filter(|_| n == 0) {
+                    metrics::counter!(
+                        "queen_log_reclaim_refused_total",
+                        "tenant" => tenant.to_owned(),
+                        "reason" => reason
+                    )
+                    .increment(1);
+                }
                 if n > 0 {
                     tracing::info!(
                         tenant,
@@ -191,6 +201,8 @@ mod tests {
     struct Failing {
         asked: Mutex<Vec<u64>>,
         fail: AtomicBool,
+        /// Deletes nothing and says why, as the Raft log under a multi-node membership.
+        refused: AtomicBool,
     }
 
     impl ReplicatedLog for Failing {
@@ -212,8 +224,33 @@ mod tests {
                     source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
                 }));
             }
+            if self.refused.load(Ordering::SeqCst) {
+                return Ok(0);
+            }
             Ok(1)
         }
+        fn reclaim_refusal(&self) -> Option<&'static str> {
+            self.refused.load(Ordering::SeqCst).then_some("multi_node")
+        }
+    }
+
+    /// Each checkpoint a refusal lets go by counts once, under its reason; a reclamation that
+    /// deletes does not.
+    #[test]
+    fn refused_reclamations_are_counted_with_their_reason() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let log = Failing::default();
+        let r = Reclaimer::default();
+        metrics::with_local_recorder(&recorder, || {
+            r.after_checkpoint(&log, "t", Some(9)).unwrap();
+            log.refused.store(true, Ordering::SeqCst);
+            r.after_checkpoint(&log, "t", Some(9)).unwrap();
+            r.after_checkpoint(&log, "t", Some(10)).unwrap();
+        });
+        let text = handle.render();
+        let want = r#"queen_log_reclaim_refused_total{tenant="t",reason="multi_node"} 2"#;
+        assert!(text.contains(want), "missing {want} in\n{text}");
     }
 
     #[test]

@@ -155,6 +155,14 @@ pub async fn supervise(
     ] {
         metrics::counter!(series, "tenant" => ecfg.tenant.to_string()).increment(0);
     }
+    // Node-wide, but exported at 0 from the first start so a dashboard's rate() has a series.
+    metrics::counter!("queen_payload_decrypt_failures_total").increment(0);
+    metrics::counter!(
+        "queen_log_reclaim_refused_total",
+        "tenant" => ecfg.tenant.to_string(),
+        "reason" => "multi_node"
+    )
+    .increment(0);
     let mut cfg = cfg;
     cfg.accept_data_loss = false;
     let mut current = first;

@@ -13,12 +13,24 @@ use queenmq_native_api::ConnectionMeter;
 use super::size::{CONNECTION_BYTES, IN_FLIGHT_BYTES};
 use super::{Memory, Pool};
 
-#[derive(Debug)]
-pub struct DoorMeter(pub Arc<Memory>);
+/// The node's sampled series count open connections too (crate::node_metrics), when given.
+pub struct DoorMeter(
+    pub Arc<Memory>,
+    pub Option<Arc<crate::node_metrics::NodeMetrics>>,
+);
+
+impl std::fmt::Debug for DoorMeter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("DoorMeter").field(&self.0).finish()
+    }
+}
 
 impl ConnectionMeter for DoorMeter {
     fn connection(&self, open: bool) {
         self.change(open, CONNECTION_BYTES);
+        if let Some(n) = &self.1 {
+            n.connection(open);
+        }
     }
 
     fn request(&self, started: bool) {
@@ -86,7 +98,7 @@ mod tests {
     #[test]
     fn connections_and_requests_count_what_they_hold_and_give_it_back() {
         let mem = Memory::new(Budget::derive(64 << 20, None, None));
-        let m = DoorMeter(mem.clone());
+        let m = DoorMeter(mem.clone(), None);
         m.connection(true);
         m.connection(true);
         m.request(true);
@@ -113,7 +125,7 @@ mod tests {
     #[test]
     fn answers_past_the_share_put_the_pool_over_it() {
         let mem = Memory::new(Budget::derive(64 << 20, None, None));
-        let m = DoorMeter(mem.clone());
+        let m = DoorMeter(mem.clone(), None);
         let share = mem.budget.connections_bytes();
         assert_eq!(
             m.answer_room(),

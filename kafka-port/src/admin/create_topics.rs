@@ -17,7 +17,7 @@ use super::{duplicates, floor, Refusal, MAX_ASSIGNMENTS, MAX_CONFIGS, MAX_TOPICS
 use crate::connection::{encode, Reply};
 use crate::topics::{self, MAX_TOPIC_PARTITIONS};
 use crate::wire::{Malformed, Reader};
-use crate::{errors, Door};
+use crate::{collisions, errors, Door};
 use queenmq_protocol::rows;
 
 /// v2..=v7: v0/v1 differ only in the response; every client since 2018 sends v2 or later.
@@ -172,7 +172,12 @@ fn topic_options(t: &NewTopic) -> Result<queenmq_protocol::QueueOptions, Refusal
     options(&changes, &topic_config_names())
 }
 
-async fn create(door: &Door, t: &NewTopic, validate_only: bool) -> Result<u32, Refusal> {
+async fn create(
+    door: &Door,
+    t: &NewTopic,
+    validate_only: bool,
+    check_collision: &mut collisions::Check,
+) -> Result<u32, Refusal> {
     // The queue's configure and its partition floor.
     super::authorized(
         door,
@@ -186,6 +191,16 @@ async fn create(door: &Door, t: &NewTopic, validate_only: bool) -> Result<u32, R
         Ok(true) => return Err(exists(&t.name)),
         Ok(false) => {}
         Err(e) => return Err(queen(e)),
+    }
+    if let Some(existing) = check_collision
+        .existing(door, &t.name)
+        .await
+        .map_err(queen)?
+    {
+        return Err(Refusal::new(
+            errors::INVALID_TOPIC_EXCEPTION,
+            topics::collision_message(&t.name, &existing),
+        ));
     }
     if validate_only {
         return Ok(count);
@@ -212,6 +227,7 @@ async fn create(door: &Door, t: &NewTopic, validate_only: bool) -> Result<u32, R
             return Err(queen(e));
         }
     };
+    check_collision.created(&t.name);
     match floor::put(door, &t.name, count, Some(&queue_id), Some(pending)).await {
         Ok(Some(_)) => Ok(count),
         // Another CreateTopics rewrote the row after ours: it is the one that created it.
@@ -227,6 +243,13 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     };
     let names: Vec<String> = req.topics.iter().map(|t| t.name.clone()).collect();
     let twice = duplicates(&names);
+    // One engine read checks every new name (at most MAX_TOPICS) for collisions.
+    let mut check_collision = collisions::Check::new(
+        names
+            .iter()
+            .filter(|n| !twice.contains(*n) && topics::valid_topic_name(n))
+            .map(String::as_str),
+    );
     let mut out = Vec::new();
     for t in &req.topics {
         let verdict = if twice.contains(&t.name) {
@@ -235,7 +258,7 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
                 format!("topic '{}' is named more than once", t.name),
             ))
         } else {
-            create(door, t, req.validate_only).await
+            create(door, t, req.validate_only, &mut check_collision).await
         };
         out.push(result(version, &t.name, verdict));
     }

@@ -147,6 +147,8 @@ fn partition_data(
         None => errors::NONE,
         Some(FetchError::OffsetOutOfRange) => errors::OFFSET_OUT_OF_RANGE,
         Some(FetchError::UnknownQueue) => errors::UNKNOWN_TOPIC_OR_PARTITION,
+        // A stored payload that does not open: this partition only (the others are answered).
+        Some(FetchError::Corrupt) => errors::CORRUPT_MESSAGE,
         // Nothing pushed to it yet: an empty partition, fetched from 0.
         Some(FetchError::UnknownPartition) => errors::NONE,
     };

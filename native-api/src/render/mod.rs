@@ -5,10 +5,12 @@ mod admin;
 mod groups;
 mod messages;
 mod node;
+mod node_metrics;
 mod queues;
 
 pub use admin::{configured, deleted, group_admin, traced};
 pub use node::{health, metrics, ready, STATS_LIVE};
+pub use node_metrics::{system as node_system, worker as node_worker};
 
 use queenmq_protocol::{ErrorCode, Outcome, PageInfo, QueenError, ReadAnswer};
 use serde_json::{json, Value};
@@ -42,6 +44,8 @@ pub fn read(a: &ReadAnswer) -> Value {
             .map(|f| json!({ "offset": f.offset, "timestampUs": f.time_us }))
             .collect::<Vec<_>>()),
         ReadAnswer::Analytics(s) => analytics(s),
+        // Asked by the Kafka door only; the colliding name of each asked one, or null.
+        ReadAnswer::TopicCollisions(hits) => json!(hits),
     }
 }
 
@@ -78,6 +82,7 @@ pub fn unexpected(o: &Outcome) -> ApiError {
         Outcome::Read(_) => "read",
         Outcome::Health(_) => "health",
         Outcome::Metrics(_) => "metrics",
+        Outcome::NodeMetrics(_) => "node metrics",
         Outcome::StatsLive => "stats refresh",
         Outcome::Text(_) => "text",
         Outcome::Kv(_) => "kv",

@@ -87,6 +87,9 @@ pub fn doc(d: &QueueDoc) -> Value {
                 "oldestMessage": p.oldest_us.map(iso_ms),
                 "newestMessage": p.newest_us.map(iso_ms),
                 "retainedBytes": p.retained_bytes,
+                "stats": totals(&p.stats),
+                // Batches are not counted by this broker: null, never a made-up 0.
+                "cursor": {"totalConsumed": p.stats.completed, "batchesConsumed": null},
             })
         })
         .collect();

@@ -7,6 +7,7 @@ pub mod analytics;
 pub mod groups;
 pub mod messages;
 pub mod node;
+pub mod node_metrics;
 pub mod queues;
 
 pub use admin::*;
@@ -14,6 +15,7 @@ pub use analytics::*;
 pub use groups::*;
 pub use messages::*;
 pub use node::*;
+pub use node_metrics::*;
 pub use queues::*;
 
 /// Where a page of rows sits in the whole listing.
@@ -50,4 +52,6 @@ pub enum ReadAnswer {
     Changed(crate::fetch::ChangedAnswer),
     Offsets(Vec<crate::fetch::OffsetFound>),
     Analytics(AnalyticsSeries),
+    /// One per asked name, in order: the smallest colliding queue name, if any.
+    TopicCollisions(Vec<Option<String>>),
 }

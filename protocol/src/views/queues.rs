@@ -62,6 +62,8 @@ pub struct PartitionSummary {
     pub oldest_us: Option<i64>,
     pub newest_us: Option<i64>,
     pub retained_bytes: u64,
+    /// The partition's per-state counts, read like the queue's `messages`.
+    pub stats: MessageTotals,
 }
 
 /// One queue with a page of its partitions.

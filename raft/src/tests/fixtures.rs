@@ -71,6 +71,41 @@ pub async fn start_fresh(log: &Arc<SegmentLog>, store: &Arc<StateStore>) -> crat
     .unwrap()
 }
 
+/// Proposes 120 application entries of ~200 bytes: several 4 KiB segments
+/// (`open_small_segments`), so a reclamation has sealed ones to delete.
+pub async fn fill(node: &crate::RaftNode, log: &SegmentLog) {
+    for i in 0..120u32 {
+        let payload = format!("message {i} {}", "y".repeat(200)).into_bytes();
+        node.propose(payload).await.unwrap();
+    }
+    assert!(log.segment_count() > 4, "{}", log.segment_count());
+}
+
+/// `reclaim_upto` from a blocking thread, as the engine calls it.
+pub async fn reclaim(node: &crate::RaftNode, upto: u64) -> usize {
+    let n = node.clone();
+    tokio::task::spawn_blocking(move || n.reclaim_upto(upto))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// A single-voter start on existing stores with the given handler.
+pub async fn restart_with(
+    log: &Arc<SegmentLog>,
+    store: &Arc<StateStore>,
+    handler: Arc<Recorder>,
+) -> crate::RaftNode {
+    crate::RaftNode::start_single(
+        crate::RaftConfig::default(),
+        log.clone(),
+        store.clone(),
+        handler,
+    )
+    .await
+    .unwrap()
+}
+
 /// Opens the segment log and state store under `dir`, as the broker lays them out.
 pub fn open_stores(dir: &Path) -> (Arc<SegmentLog>, Arc<StateStore>) {
     let log_dir = dir.join("log");
@@ -160,4 +195,20 @@ impl SegmentFile for CountingFile {
         std::thread::sleep(self.sync_delay);
         self.inner.sync_data()
     }
+}
+
+/// A fresh single voter on small segments under `dir`, filled (`fill`).
+pub async fn filled_node(dir: &Path) -> (Arc<SegmentLog>, Arc<StateStore>, crate::RaftNode) {
+    let (log, store) = open_small_segments(dir);
+    let node = start_fresh(&log, &store).await;
+    fill(&node, &log).await;
+    (log, store, node)
+}
+
+/// `filled_node`, shut down again: the stores of a filled log with no node on them.
+pub async fn filled_then_stopped(dir: &Path) -> (Arc<SegmentLog>, Arc<StateStore>) {
+    let (log, store, node) = filled_node(dir).await;
+    node.shutdown().await.unwrap();
+    drop(node);
+    (log, store)
 }

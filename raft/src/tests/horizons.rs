@@ -11,41 +11,19 @@ use crate::backend::{SegmentLog, StateStore};
 use crate::log_store::LogStore;
 use crate::meta;
 use crate::types::{log_id, RaftLogId};
-use crate::{RaftConfig, RaftNode};
+use crate::RaftNode;
 
-use super::fixtures::{open_small_segments, start_fresh, Recorder};
+use super::fixtures::{fill, open_small_segments, reclaim, restart_with, start_fresh, Recorder};
 
 /// A node with 120 application entries over several 4 KiB segments.
 async fn filled(log: &Arc<SegmentLog>, store: &Arc<StateStore>) -> RaftNode {
     let node = start_fresh(log, store).await;
-    for i in 0..120u32 {
-        let payload = format!("message {i} {}", "y".repeat(200)).into_bytes();
-        node.propose(payload).await.unwrap();
-    }
-    assert!(log.segment_count() > 4, "{}", log.segment_count());
+    fill(&node, log).await;
     node
 }
 
 async fn restart(log: &Arc<SegmentLog>, store: &Arc<StateStore>) -> RaftNode {
     restart_with(log, store, Recorder::new(None)).await
-}
-
-async fn restart_with(
-    log: &Arc<SegmentLog>,
-    store: &Arc<StateStore>,
-    handler: Arc<Recorder>,
-) -> RaftNode {
-    RaftNode::start_single(RaftConfig::default(), log.clone(), store.clone(), handler)
-        .await
-        .unwrap()
-}
-
-async fn reclaim(node: &RaftNode, upto: u64) -> usize {
-    let n = node.clone();
-    tokio::task::spawn_blocking(move || n.reclaim_upto(upto))
-        .await
-        .unwrap()
-        .unwrap()
 }
 
 fn durable(store: &StateStore) -> Option<RaftLogId> {
@@ -109,10 +87,7 @@ async fn reclamation_is_refused_once_a_second_node_is_named_and_after_a_restart(
     let node = filled(&log, &store).await;
     // The learner is unreachable (no transport yet); the single voter still commits the
     // membership entry on its own.
-    node.raft()
-        .add_learner(2, BasicNode::default(), false)
-        .await
-        .unwrap();
+    node.add_learner(2, BasicNode::default()).await.unwrap();
     let segments = log.segment_count();
     assert_eq!(
         node.reclaimable_bytes(u64::MAX),

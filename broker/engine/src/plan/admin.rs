@@ -25,6 +25,10 @@ impl Planner<'_> {
             _ => QueueConfig::default(),
         };
         let config = base.merge(&req.options);
+        // Never accept a queue whose payloads would have to be stored in plain text.
+        if config.encryption_enabled && self.seal.is_none() {
+            return Err(super::push::no_key(&req.queue));
+        }
         let pick = |given: &Option<String>, old: Option<&String>| -> String {
             match given {
                 Some(s) if !s.is_empty() => s.clone(),
@@ -161,6 +165,18 @@ impl Planner<'_> {
                     });
                     updated += 1;
                 }
+                // The instant sent is kept: the group's detail shows it back (spec
+                // native-api §2.19 bullet 5), and a partition created after the seek starts
+                // from it. Clamped to the node's clock: a later instant (a client clock
+                // ahead, a unit slip) would start such partitions at their end, so their
+                // messages would never reach this group and completed-retention would
+                // count them done. A seek to the end reads from now on.
+                let now = self.now();
+                let start_from_us = match timestamp_us {
+                    Some(t) if !to_end => (*t).min(now),
+                    _ => now,
+                };
+                self.emit(Effect::GroupStartFrom { gid, start_from_us });
                 Ok(GroupAdminOutcome::Seeked {
                     group: group.clone(),
                     queue: queue.clone(),

@@ -18,6 +18,7 @@ use crate::apply::apply_entry;
 use crate::cache::EntryCache;
 use crate::cycle::Cycle;
 use crate::log::{LogError, LogStatus, ProposeFuture, ReplicatedLog};
+use crate::seal::{PayloadSeal, TestSeal};
 use crate::state::canonical::canonical;
 use crate::state::model::Group;
 use crate::state::{decode_state, encode_state, State};
@@ -62,6 +63,8 @@ pub struct Fixture {
     pub clock: i64,
     /// Numbers the transaction ids of `push`, so every pushed message is new.
     pushed: u64,
+    /// The planner holds the broker key (the [`TestSeal`] stand-in).
+    pub sealed: bool,
 }
 
 impl Default for Fixture {
@@ -81,6 +84,7 @@ impl Fixture {
             log: MemLog::default(),
             clock: NOW,
             pushed: 0,
+            sealed: false,
         }
     }
 
@@ -103,6 +107,7 @@ impl Fixture {
             log: &self.log,
             memory: None,
             tenant: queenmq_protocol::DEFAULT_TENANT,
+            seal: self.sealed.then_some(&TestSeal as &dyn PayloadSeal),
         }
     }
 

@@ -84,6 +84,7 @@ fn the_survivors_of_a_forgotten_log_start_are_popped() {
         pending: &[],
         cache: &mut fx.cache,
         log: &fx.log,
+        seal: None,
     };
     let p = fx.st.partitions.get(&1).unwrap();
     let listed: Vec<u64> = reader

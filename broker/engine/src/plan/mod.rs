@@ -41,6 +41,10 @@ mod replay_props;
 mod retention;
 #[cfg(test)]
 mod retention_tests;
+#[cfg(test)]
+mod seal_tests;
+#[cfg(test)]
+mod seek_tests;
 mod streams_purge;
 #[cfg(test)]
 mod streams_purge_tests;
@@ -63,6 +67,7 @@ use crate::cycle::Cycle;
 use crate::entry::Effect;
 use crate::log::ReplicatedLog;
 use crate::reader::MessageReader;
+use crate::seal::PayloadSeal;
 use crate::state::State;
 
 pub use kafka_txns::entry_bound as kafka_txn_entry_bound;
@@ -85,6 +90,9 @@ pub struct Planner<'a> {
     pub memory: Option<&'a dyn MemoryGate>,
     /// The group's tenant: the `tenant` label of the message counters.
     pub tenant: &'a str,
+    /// Seals the payloads of queues with `encryptionEnabled` and opens them on every read;
+    /// None when the broker has no `encryption_key` (such queues are then refused).
+    pub seal: Option<&'a dyn PayloadSeal>,
 }
 
 /// Names are used verbatim in paths by the SDKs: refuse what cannot travel there.
@@ -149,6 +157,7 @@ impl Planner<'_> {
             pending,
             cache,
             log,
+            seal: self.seal,
         };
         if let Some(off) = candidate {
             if reader.txn_is(p, off, txn) {
@@ -171,6 +180,7 @@ impl Planner<'_> {
                 pending: self.cycle.entry.bytes(),
                 cache: self.cache,
                 log: self.log,
+                seal: self.seal,
             },
         )
     }

@@ -404,6 +404,7 @@ impl Planner<'_> {
                     pending: self.cycle.entry.bytes(),
                     cache: self.cache,
                     log: self.log,
+                    seal: self.seal,
                 };
                 match reader.read_upto(p, start, claim_end, room) {
                     Ok(m) => m,

@@ -8,12 +8,12 @@
 
 use std::collections::HashMap;
 
-use queenmq_protocol::{PushItem, PushResult, PushStatus, QueenError};
+use queenmq_protocol::{ErrorCode, PushItem, PushResult, PushStatus, QueenError};
 
 use super::{check_name, id_space, Planner};
 use crate::entry::Effect;
 use crate::state::config::{QueueConfig, IMPLICIT_LEASE_SECONDS};
-use crate::state::frame::write_frame;
+use crate::state::frame::{write_frame_ref, FrameRef};
 use crate::state::model::secs_us;
 use crate::state::State;
 
@@ -151,13 +151,23 @@ impl Planner<'_> {
                 results.push(failed(item, e));
                 continue;
             }
-            let pid = match ids.assign(self.st, item, &mut new_queues, &mut new_partitions) {
-                Ok((_, pid)) => pid,
+            let (qid, pid) = match ids.assign(self.st, item, &mut new_queues, &mut new_partitions) {
+                Ok(ids) => ids,
                 Err(e) => {
                     results.push(failed(item, e));
                     continue;
                 }
             };
+            // A queue this push creates is never encrypted (only configure turns it on).
+            let encrypted = self
+                .st
+                .queues
+                .get(&qid)
+                .is_some_and(|q| q.config.encryption_enabled);
+            if encrypted && self.seal.is_none() {
+                results.push(failed(item, no_key(&item.queue)));
+                continue;
+            }
             let slot = *by_pid.entry(pid).or_insert_with(|| {
                 let base = self.st.partitions.get(&pid).map_or(0, |p| p.next_offset);
                 pending.push(PendingAppend {
@@ -191,15 +201,32 @@ impl Planner<'_> {
                 });
                 continue;
             }
+            let sealed = match self.seal.filter(|_| encrypted) {
+                Some(seal) => match seal.seal(id.as_bytes(), &item.payload) {
+                    Ok(b) => Some(b),
+                    Err(e) => {
+                        tracing::error!(queue = %item.queue, error = %e, "sealing a payload failed");
+                        results.push(failed(
+                            item,
+                            QueenError::unavailable(format!("encrypting the payload failed: {e}")),
+                        ));
+                        continue;
+                    }
+                },
+                None => None,
+            };
             let pa = &mut pending[slot];
             let offset = pa.base + pa.hashes.len() as u64;
-            write_frame(
+            write_frame_ref(
                 &mut pa.frames,
-                id.as_bytes(),
-                item.trace_id.as_ref(),
-                &txn,
-                producer,
-                &item.payload,
+                &FrameRef {
+                    id: *id.as_bytes(),
+                    trace: item.trace_id,
+                    txn: &txn,
+                    producer,
+                    encrypted: sealed.is_some(),
+                    payload: sealed.as_deref().unwrap_or(&item.payload),
+                },
             );
             pa.hashes.push(hash);
             pa.txns.insert(hash, results.len());
@@ -307,20 +334,32 @@ impl Planner<'_> {
             pending: self.cycle.entry.bytes(),
             cache: self.cache,
             log: self.log,
+            seal: self.seal,
         };
         // Fail closed: a frame that cannot be read might be this very message, so the push is
         // neither accepted as new nor called a duplicate.
-        let m = reader.read_one(p, off).map_err(|e| {
+        let m = reader.frame_meta(p, off).map_err(|e| {
             tracing::warn!(partition = pid, offset = off, error = %e, "dedup lookup could not read a stored message");
             QueenError::unavailable(format!(
                 "could not check transactionId {txn} against the stored message it may repeat                  ({e}); nothing was written, retry the push"
             ))
         })?;
         Ok(match m {
-            Some(m) if m.txn == txn => Some((off, m.id_text())),
+            Some((id, t)) if t == txn => Some((off, uuid::Uuid::from_bytes(id).to_string())),
             _ => None,
         })
     }
+}
+
+/// The refusal of an encrypted queue's payload on a broker without a key: never stored in plain.
+pub fn no_key(queue: &str) -> QueenError {
+    QueenError::new(
+        ErrorCode::Unsupported,
+        format!(
+            "queue {queue} has encryptionEnabled but this broker has no encryption_key \
+             (QUEEN_ENCRYPTION_KEY): its payloads are not stored in plain text"
+        ),
+    )
 }
 
 fn failed(item: &PushItem, error: QueenError) -> PushResult {

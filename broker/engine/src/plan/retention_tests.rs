@@ -7,7 +7,7 @@ use super::retention::{RetentionSweep, RETENTION_TRIMS_PER_CYCLE, RETENTION_WORK
 use crate::state::model::Partition;
 
 /// Runs one whole sweep, a cycle at a time; messages removed.
-fn sweep(f: &mut Fixture) -> u64 {
+pub(super) fn sweep(f: &mut Fixture) -> u64 {
     let mut s = RetentionSweep::default();
     s.start();
     let mut removed = 0;

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::{check_name, Planner};
 use crate::entry::Effect;
-use crate::state::timers::TimerRow;
+use crate::state::timers::{TimerRow, SEALED_TIMER};
 
 /// What one fired timer adds to the entry besides its payload and names (the QueueUpsert and
 /// PartitionUpsert a fire may imply, the Append and TimerDelete headers, the frame's id and
@@ -48,6 +48,11 @@ pub fn check_op(op: &TimerOp) -> Result<(), QueenError> {
             check_name("partition", &s.partition)?;
             if s.txn.is_empty() || s.txn.len() > usize::from(u16::MAX) {
                 return Err(QueenError::bad_request("txn must be 1 to 65535 bytes"));
+            }
+            if s.payload.first() == Some(&SEALED_TIMER) {
+                return Err(QueenError::bad_request(
+                    "the timer payload is not JSON text (it starts with NUL)",
+                ));
             }
             if s.payload.len() > MAX_TIMER_PAYLOAD_BYTES {
                 return Err(QueenError::new(
@@ -130,6 +135,15 @@ impl Planner<'_> {
     /// the memory budget for the rows the schedules add.
     pub fn check_timers(&self, ops: &[TimerOp]) -> Result<(), QueenError> {
         check_ops(ops)?;
+        if self.seal.is_none() {
+            for op in ops {
+                if let TimerOp::Schedule(s) = op {
+                    if self.timer_sealed(&s.queue) {
+                        return Err(super::push::no_key(&s.queue));
+                    }
+                }
+            }
+        }
         let (mut rows, mut bytes) = (self.st.timers.len(), self.st.timers.held_bytes());
         let mut grows = false;
         for op in ops {
@@ -204,12 +218,39 @@ impl Planner<'_> {
         }
     }
 
+    /// Whether a timer into `queue` keeps its payload sealed: the queue has `encryptionEnabled`
+    /// now (one a fire would create is never encrypted).
+    fn timer_sealed(&self, queue: &str) -> bool {
+        self.st
+            .queue_named(queue)
+            .is_some_and(|q| q.config.encryption_enabled)
+    }
+
     fn schedule(&mut self, s: &TimerSchedule) -> TimerResult {
         let now = self.now();
         // A negative delay is due now (§2.15): clamped, so the due index never reaches back.
         let deliver_at_us = now.saturating_add(s.delay_ms.max(0).saturating_mul(1000));
         let id = super::ids::message_id(now);
         let replaced = self.st.timers.get(&s.queue, &s.key).is_some();
+        // check_timers refused an encrypted queue without a key; the seal can still fail (the
+        // OS random source): nothing is stored then, and the answer says the timer is absent.
+        let sealed = match self.seal.filter(|_| self.timer_sealed(&s.queue)) {
+            Some(seal) => match seal.seal(id.as_bytes(), &s.payload) {
+                Ok(env) => Some([&[SEALED_TIMER][..], &env].concat()),
+                Err(e) => {
+                    tracing::error!(queue = %s.queue, key = %s.key, error = %e, "sealing a timer payload failed; nothing was scheduled");
+                    return TimerResult {
+                        status: TimerStatus::Absent,
+                        queue: s.queue.clone(),
+                        key: s.key.clone(),
+                        txn: None,
+                        message_id: None,
+                        deliver_at_us: None,
+                    };
+                }
+            },
+            None => None,
+        };
         self.emit(Effect::TimerPut {
             queue: &s.queue,
             key: &s.key,
@@ -217,7 +258,7 @@ impl Planner<'_> {
             txn: &s.txn,
             message_id: id.as_u128(),
             deliver_at_us,
-            payload: &s.payload,
+            payload: sealed.as_deref().unwrap_or(&s.payload),
         });
         let status = if replaced {
             TimerStatus::Rescheduled
@@ -268,10 +309,19 @@ impl Planner<'_> {
             if self.cycle.entry.len().saturating_add(size) > room {
                 break;
             }
+            let payload = match self.timer_payload(&row) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!(queue, key, error = %e, "a due timer's sealed payload did not open; it is retried");
+                    metrics::counter!("queen_payload_decrypt_failures_total").increment(1);
+                    self.retry_later(&queue, &key, &row);
+                    continue;
+                }
+            };
             let item = PushItem {
                 queue: queue.clone(),
                 partition: row.partition.clone(),
-                payload: Bytes::copy_from_slice(&row.payload),
+                payload,
                 transaction_id: Some(row.txn.clone()),
                 trace_id: None,
             };
@@ -310,6 +360,21 @@ impl Planner<'_> {
                 .increment(fired as u64);
         }
         fired
+    }
+
+    /// The JSON text a fire pushes: a sealed row's envelope opened (the push seals it again,
+    /// with a new nonce, if the queue is still encrypted).
+    fn timer_payload(&self, row: &TimerRow) -> Result<Bytes, String> {
+        if !row.sealed() {
+            return Ok(Bytes::copy_from_slice(&row.payload));
+        }
+        let seal = self
+            .seal
+            .ok_or("the timer's payload is encrypted and this broker has no encryption_key")?;
+        let id = Uuid::from_u128(row.message_id);
+        seal.open(id.as_bytes(), row.stored_payload())
+            .map(Bytes::from)
+            .map_err(|e| e.to_string())
     }
 
     /// Moves a timer whose fire was refused forward (same id, txn and payload), so the rows

@@ -56,7 +56,17 @@ pub fn fetch(
         // the budget before anything is read.
         let rows = (budget / FETCH_RECORD_OVERHEAD).max(1) as u64;
         let to = high.min(e.offset.saturating_add(rows));
-        let msgs = rd.read_upto(p, e.offset, to, budget).map_err(internal)?;
+        // A payload that does not open fails this entry only: the request may cover other
+        // queues (read_upto already returned the records before it, if any).
+        let msgs = match rd.read_upto(p, e.offset, to, budget) {
+            Ok(m) => m,
+            Err(e) if e.is_unopened() => {
+                out.error = Some(FetchError::Corrupt);
+                entries.push(out);
+                continue;
+            }
+            Err(e) => return Err(internal(e)),
+        };
         let mut spent = 0usize;
         for m in msgs {
             let cost = m.payload.len().saturating_add(FETCH_RECORD_OVERHEAD);

@@ -125,9 +125,18 @@ pub fn list(
             let start = end
                 .saturating_sub(limit.saturating_sub(out.len()) as u64)
                 .max(p.low_offset());
-            let msgs = rd.read(p, start, end).map_err(|e| {
-                QueenError::new(queenmq_protocol::ErrorCode::Internal, e.to_string())
-            })?;
+            // A payload that does not open ends this partition's rows (read stops before it);
+            // the listing of the other partitions and queues goes on.
+            let msgs = match rd.read(p, start, end) {
+                Ok(m) => m,
+                Err(e) if e.is_unopened() => Vec::new(),
+                Err(e) => {
+                    return Err(QueenError::new(
+                        queenmq_protocol::ErrorCode::Internal,
+                        e.to_string(),
+                    ))
+                }
+            };
             for m in msgs {
                 if out.len() >= limit {
                     break 'outer;
@@ -188,9 +197,17 @@ pub fn dlq(
     let total = rows.len();
     let mut messages = Vec::new();
     for (q, p, d) in rows.into_iter().skip(query.offset).take(query.limit.max(1)) {
-        let m = rd
-            .read_one(p, d.offset)
-            .map_err(|e| QueenError::new(queenmq_protocol::ErrorCode::Internal, e.to_string()))?;
+        // A dead-lettered payload that does not open is left out of the page, not the page.
+        let m = match rd.read_one(p, d.offset) {
+            Ok(m) => m,
+            Err(e) if e.is_unopened() => None,
+            Err(e) => {
+                return Err(QueenError::new(
+                    queenmq_protocol::ErrorCode::Internal,
+                    e.to_string(),
+                ))
+            }
+        };
         let Some(m) = m else { continue };
         messages.push(DlqRow {
             id: m.id_text(),

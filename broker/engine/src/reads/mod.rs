@@ -3,11 +3,13 @@
 //! admin reads lives in native-api/src/render).
 
 mod analytics;
-mod fetch;
+mod collisions;
+pub(crate) mod fetch;
 #[cfg(test)]
 mod fetch_tests;
 mod groups;
 mod messages;
+mod partition_stats;
 mod queues;
 pub mod timers;
 
@@ -47,6 +49,9 @@ pub fn answer(
     use ReadAnswer as A;
     Ok(match req {
         ReadReq::Queues => A::Queues(queues::list(st)),
+        ReadReq::TopicCollisions { names } => {
+            A::TopicCollisions(collisions::collisions(st, names)?)
+        }
         ReadReq::Queue { queue, page } => A::Queue(queues::one(st, queue, *page)?),
         ReadReq::QueueDepth { queue, group, page } => {
             A::Depth(queues::depth(st, queue, group.as_deref(), *page)?)

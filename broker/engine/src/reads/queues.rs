@@ -19,7 +19,6 @@ struct Counts {
 
 /// Totals of a queue as its slowest named group (or queue mode) sees them.
 fn counts(st: &State, q: &Queue, group: Option<&str>) -> Counts {
-    let now = st.last_now_us;
     let total: u64 = q
         .partition_order
         .iter()
@@ -40,11 +39,9 @@ fn counts(st: &State, q: &Queue, group: Option<&str>) -> Counts {
             let Some(p) = st.partitions.get(pid) else {
                 continue;
             };
-            let committed = committed_of(g, p);
-            pending += p.next_offset.saturating_sub(committed);
-            if let Some(l) = g.cursors.get(pid).and_then(|c| c.live_lease(now)) {
-                processing += l.end.saturating_sub(committed);
-            }
+            let (pend, proc_, _) = super::partition_stats::group_on_partition(st, g, p);
+            pending += pend;
+            processing += proc_;
         }
         if worst.is_none_or(|w| pending > w.0) {
             worst = Some((pending, processing));
@@ -83,7 +80,14 @@ fn totals(st: &State, q: &Queue) -> MessageTotals {
         pending: c.pending.saturating_sub(c.processing),
         processing: c.processing,
         completed: c.total.saturating_sub(c.pending),
-        failed: q.counters.failed,
+        // The messages waiting for a retry after a failed delivery, as the partitions count
+        // them (`counters.failed` is not charged anywhere).
+        failed: q
+            .partition_order
+            .iter()
+            .filter_map(|pid| st.partitions.get(pid))
+            .map(|p| super::partition_stats::retrying_on_partition(st, q, p))
+            .sum(),
         dead_letter: held_dead_letters(st, q),
     }
 }
@@ -125,6 +129,16 @@ pub fn one(st: &State, name: &str, page: Page) -> Result<QueueDoc, QueenError> {
     let q = st
         .queue_named(name)
         .ok_or_else(|| QueenError::not_found("Queue not found"))?;
+    let listed: std::collections::HashSet<u64> = q
+        .partition_order
+        .iter()
+        .skip(page.offset)
+        .take(page.limit)
+        .copied()
+        .collect();
+    let dead = super::partition_stats::held_dead_letters_by_partition(st, &q.dlq, |pid| {
+        listed.contains(&pid)
+    });
     let partitions = q
         .partition_order
         .iter()
@@ -145,6 +159,12 @@ pub fn one(st: &State, name: &str, page: Page) -> Result<QueueDoc, QueenError> {
                 .filter(|_| p.low_offset() < p.next_offset)
                 .map(|r| r.created_us),
             retained_bytes: p.bytes,
+            stats: super::partition_stats::partition_stats(
+                st,
+                q,
+                p,
+                dead.get(&p.id).copied().unwrap_or(0),
+            ),
         })
         .collect();
     Ok(QueueDoc {
@@ -450,6 +470,7 @@ mod tests {
                 pending: &[],
                 cache: &mut fx.cache,
                 log: &fx.log,
+                seal: None,
             };
             let listed = super::super::messages::dlq(&fx.st, &mut rd, &query).expect("dlq");
             (

@@ -1,23 +1,27 @@
 //! Stored message frames: the bytes of one message inside an Append effect. The same layout as
 //! the 2.x binary push/pop wire (spec/native-api.md §2.4), so a framed pop can ship them as stored.
 //!
-//! `body_len: u32 LE | flags: u8 (1 trace id, 2 producer) | id: [u8;16] | [trace: [u8;16]] |
-//!  txn: u16 LE len + UTF-8 | [producer: u16 LE len + UTF-8] | payload (JSON text)`
+//! `body_len: u32 LE | flags: u8 (1 trace id, 2 producer, 4 encrypted) | id: [u8;16] |
+//!  [trace: [u8;16]] | txn: u16 LE len + UTF-8 | [producer: u16 LE len + UTF-8] |
+//!  payload (JSON text, or with flag 4 its envelope: docs/storage-format.md "Payload envelope")`
 
 use crate::codec::{DecodeError, Reader};
 
 pub const FLAG_TRACE: u8 = 1;
 pub const FLAG_PRODUCER: u8 = 2;
+pub const FLAG_ENCRYPTED: u8 = 4;
 
 pub struct FrameRef<'a> {
     pub id: [u8; 16],
     pub trace: Option<[u8; 16]>,
     pub txn: &'a str,
     pub producer: Option<&'a str>,
+    /// The payload is a sealed envelope ([`crate::seal`]), not the message's text.
+    pub encrypted: bool,
     pub payload: &'a [u8],
 }
 
-/// Appends one frame. Lengths were checked by the planner (txn and producer ≤ u16::MAX).
+/// Appends one plain frame. Lengths were checked by the planner (txn and producer ≤ u16::MAX).
 pub fn write_frame(
     out: &mut Vec<u8>,
     id: &[u8; 16],
@@ -26,7 +30,30 @@ pub fn write_frame(
     producer: Option<&str>,
     payload: &[u8],
 ) {
-    let mut flags = 0u8;
+    write_frame_ref(
+        out,
+        &FrameRef {
+            id: *id,
+            trace: trace.copied(),
+            txn,
+            producer,
+            encrypted: false,
+            payload,
+        },
+    );
+}
+
+/// Appends one frame as described, flag 4 included (the payload is then a sealed envelope).
+pub fn write_frame_ref(out: &mut Vec<u8>, f: &FrameRef<'_>) {
+    let FrameRef {
+        id,
+        trace,
+        txn,
+        producer,
+        encrypted,
+        payload,
+    } = f;
+    let mut flags = if *encrypted { FLAG_ENCRYPTED } else { 0 };
     let mut body = 1 + 16 + 2 + txn.len() + payload.len();
     if trace.is_some() {
         flags |= FLAG_TRACE;
@@ -69,6 +96,14 @@ pub fn read_frame(buf: &[u8]) -> Result<(FrameRef<'_>, usize), DecodeError> {
     let body = outer.take(len)?;
     let mut r = Reader::new(body);
     let flags = r.u8()?;
+    // An unknown flag is a format this build does not know: reading past it could serve
+    // bytes as what they are not (an older build reading flag 4 served envelopes), so refuse.
+    if flags & !(FLAG_TRACE | FLAG_PRODUCER | FLAG_ENCRYPTED) != 0 {
+        return Err(DecodeError::Malformed {
+            offset: 4,
+            what: format!("frame flags {flags:#04x} hold a bit this build does not know"),
+        });
+    }
     let mut id = [0u8; 16];
     id.copy_from_slice(r.take(16)?);
     let trace = if flags & FLAG_TRACE != 0 {
@@ -96,6 +131,7 @@ pub fn read_frame(buf: &[u8]) -> Result<(FrameRef<'_>, usize), DecodeError> {
             trace,
             txn,
             producer,
+            encrypted: flags & FLAG_ENCRYPTED != 0,
             payload,
         },
         4 + len,
@@ -128,5 +164,18 @@ mod tests {
             ("tx2", Some("alice"), Some([9; 16]))
         );
         assert!(skip_frames(&buf[..5], 1).is_err());
+    }
+
+    #[test]
+    fn a_frame_with_an_unknown_flag_is_refused() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &[1; 16], None, "tx1", None, b"1");
+        assert!(read_frame(&buf).is_ok());
+        for bit in [8u8, 0x80] {
+            let mut bad = buf.clone();
+            bad[4] |= bit;
+            let e = read_frame(&bad).map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains("does not know"), "{e}");
+        }
     }
 }

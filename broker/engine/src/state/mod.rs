@@ -6,6 +6,7 @@ pub mod config;
 mod fifo;
 mod forget;
 pub mod frame;
+mod group_start;
 pub mod kafka_groups;
 pub mod kafka_producers;
 pub mod kafka_txns;
@@ -420,6 +421,9 @@ impl State {
                 if let Some(g) = self.groups.get_mut(gid) {
                     g.conflation = true;
                 }
+            }
+            Effect::GroupStartFrom { gid, start_from_us } => {
+                self.set_group_start(*gid, *start_from_us)
             }
             Effect::DlqDelete { pid, offset } => {
                 let Some(qid) = self.partitions.get(pid).map(|p| p.queue) else {

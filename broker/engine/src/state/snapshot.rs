@@ -810,6 +810,42 @@ mod tests {
     }
 
     #[test]
+    fn a_seek_instant_replaces_the_group_start_and_survives_a_checkpoint() {
+        let mut s = sample();
+        s.apply(
+            &Effect::GroupRegister {
+                qid: 1,
+                gid: 40,
+                name: "sought",
+                start_from_us: i64::MIN,
+            },
+            22,
+            loc(),
+        );
+        let at = 1_709_618_828_123_000;
+        s.apply(
+            &Effect::GroupStartFrom {
+                gid: 40,
+                start_from_us: at,
+            },
+            23,
+            loc(),
+        );
+        // A group deleted earlier in the entry: nothing to do, no error.
+        s.apply(
+            &Effect::GroupStartFrom {
+                gid: 99,
+                start_from_us: 1,
+            },
+            23,
+            loc(),
+        );
+        let back = decode_state(&encode_state(&s)).unwrap();
+        assert_eq!(back.groups[&40].start_from_us, at);
+        assert!(!back.groups.contains_key(&99));
+    }
+
+    #[test]
     fn a_groups_conflation_and_what_dead_letter_deletes_leave_survive_a_checkpoint() {
         let mut s = sample();
         for (gid, name) in [(1, "last"), (2, "every")] {

@@ -16,8 +16,28 @@ pub struct TimerRow {
     pub message_id: u128,
     pub deliver_at_us: i64,
     pub created_us: i64,
-    /// Compact JSON text, pushed as the message's data.
+    /// Compact JSON text, pushed as the message's data; or, for a queue with
+    /// `encryptionEnabled`, [`SEALED_TIMER`] followed by the payload's envelope (sealed for
+    /// `message_id`), which JSON text can never start with.
     pub payload: Vec<u8>,
+}
+
+/// The first byte of a sealed timer payload (no JSON text starts with NUL).
+pub const SEALED_TIMER: u8 = 0;
+
+impl TimerRow {
+    pub fn sealed(&self) -> bool {
+        self.payload.first() == Some(&SEALED_TIMER)
+    }
+
+    /// The payload as stored: the JSON text, or the envelope without its mark.
+    pub fn stored_payload(&self) -> &[u8] {
+        if self.sealed() {
+            &self.payload[1..]
+        } else {
+            &self.payload
+        }
+    }
 }
 
 /// Per-row overhead besides its strings and payload: the map node share of the row and of
