@@ -347,6 +347,7 @@ async fn start_kafka(
         producer_id_expiration_ms: cfg.kafka_producer_id_expiration_ms,
         max_producer_ids: cfg.kafka_max_producer_ids,
         producer_evict_min_idle_ms: cfg.kafka_producer_evict_min_idle_ms,
+        txn_limits: queenmq_protocol::kafka_txns::TxnLimits::default(),
         ctx: queenmq_protocol::RequestCtx {
             tenant: queenmq_protocol::DEFAULT_TENANT.to_owned(),
             principal: None,

@@ -59,6 +59,12 @@ pub fn group_refusal(err: &QueenError) -> i16 {
     }
 }
 
+pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+pub const POLICY_VIOLATION: i16 = 44;
+pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
+pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+pub const PRODUCER_FENCED: i16 = 90;
+
 /// The Kafka code for an engine refusal. Retriable conditions (the broker is busy or cannot
 /// write now) get REQUEST_TIMED_OUT, which every client retries; bad names get
 /// INVALID_TOPIC_EXCEPTION, which none does; a full disk NOT_LEADER_OR_FOLLOWER, retriable

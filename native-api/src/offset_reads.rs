@@ -75,7 +75,11 @@ fn fetch_req(bytes: &[u8]) -> Result<FetchReq, ApiError> {
             })
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
-    Ok(FetchReq { entries, max_bytes })
+    Ok(FetchReq {
+        entries,
+        max_bytes,
+        read_committed: false,
+    })
 }
 
 /// What the rendered answer of a fetch can weigh: its payloads (parsed into JSON values, which

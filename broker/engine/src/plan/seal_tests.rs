@@ -134,6 +134,7 @@ fn a_payload_that_does_not_open_fails_only_itself() {
     let req = FetchReq {
         entries: vec![entry("enc", 1), entry("plain", 0), entry("enc", 0)],
         max_bytes: 1 << 20,
+        read_committed: false,
     };
     let mut rd = crate::reader::MessageReader {
         pending: &[],

@@ -5,6 +5,7 @@ use queenmq_protocol::fetch::*;
 use queenmq_protocol::{ErrorCode, QueenError};
 
 use crate::reader::MessageReader;
+use crate::state::kafka_txns::StretchKind;
 use crate::state::State;
 
 fn internal(e: impl std::fmt::Display) -> QueenError {
@@ -28,7 +29,7 @@ pub fn fetch(
             continue;
         };
         let found = q.partitions.get(&e.partition, &st.partitions);
-        let Some(p) = found.and_then(|pid| st.partitions.get(&pid)) else {
+        let Some((pid, p)) = found.and_then(|pid| st.partitions.get(&pid).map(|p| (pid, p))) else {
             entries.push(FetchedEntry {
                 error: Some(FetchError::UnknownPartition),
                 ..FetchedEntry::default()
@@ -36,11 +37,12 @@ pub fn fetch(
             continue;
         };
         let (low, high) = (p.low_offset(), p.next_offset);
+        let lso = last_stable(st, pid, low, high);
         let mut out = FetchedEntry {
             high_watermark: high,
             log_start: low,
-            records: Vec::new(),
-            error: None,
+            last_stable: lso,
+            ..FetchedEntry::default()
         };
         if e.offset < low || e.offset > high {
             out.error = Some(FetchError::OffsetOutOfRange);
@@ -55,7 +57,10 @@ pub fn fetch(
         // Each record costs its payload and a fixed overhead, so the row count is bounded by
         // the budget before anything is read.
         let rows = (budget / FETCH_RECORD_OVERHEAD).max(1) as u64;
-        let to = high.min(e.offset.saturating_add(rows));
+        let mut to = high.min(e.offset.saturating_add(rows));
+        if req.read_committed {
+            to = to.min(lso).max(e.offset);
+        }
         // A payload that does not open fails this entry only: the request may cover other
         // queues (read_upto already returned the records before it, if any).
         let msgs = match rd.read_upto(p, e.offset, to, budget) {
@@ -85,9 +90,52 @@ pub fn fetch(
             });
         }
         left = left.saturating_sub(spent);
+        txn_marks(st, pid, req.read_committed, &mut out);
         entries.push(out);
     }
     Ok(FetchAnswer { entries })
+}
+
+/// The partition's last stable offset, never below its log start (an open transaction's
+/// first offset may have been trimmed: Kafka's `updateFirstUnstableOffset`).
+fn last_stable(st: &State, pid: u64, low: u64, high: u64) -> u64 {
+    st.kafka_txns.lso(pid, high).max(low).min(high)
+}
+
+/// The transactions' stretches among the served records, and for `read_committed` the
+/// aborted transactions they overlap: read from the index, never a scan of the partition.
+fn txn_marks(st: &State, pid: u64, read_committed: bool, out: &mut FetchedEntry) {
+    let (Some(first), Some(last)) = (out.records.first(), out.records.last()) else {
+        return;
+    };
+    let (from, to) = (first.offset, last.offset.saturating_add(1));
+    out.txn_marks = st
+        .kafka_txns
+        .stretches_in(pid, from, to)
+        .into_iter()
+        .map(|(base_offset, s)| TxnMark {
+            base_offset,
+            count: s.count,
+            producer_id: s.producer_id,
+            epoch: s.epoch,
+            kind: match s.kind {
+                StretchKind::Open | StretchKind::Aborted => TxnMarkKind::Data,
+                StretchKind::CommitMarker => TxnMarkKind::CommitMarker,
+                StretchKind::AbortMarker => TxnMarkKind::AbortMarker,
+            },
+        })
+        .collect();
+    if read_committed {
+        out.aborted = st
+            .kafka_txns
+            .aborted_in(pid, from, to)
+            .into_iter()
+            .map(|a| AbortedTxn {
+                producer_id: a.producer_id,
+                first_offset: a.first_offset,
+            })
+            .collect();
+    }
 }
 
 pub fn changed(st: &State, req: &ChangedReq) -> ChangedAnswer {
@@ -149,10 +197,11 @@ pub fn offsets(st: &State, queries: &[OffsetQuery]) -> Vec<OffsetFound> {
                 };
             };
             let found = queue.partitions.get(&q.partition, &st.partitions);
-            let Some(p) = found.and_then(|pid| st.partitions.get(&pid)) else {
+            let Some((pid, p)) = found.and_then(|pid| st.partitions.get(&pid).map(|p| (pid, p)))
+            else {
                 // Nothing pushed yet: an empty partition, whose start and end are 0.
                 let offset = match q.at {
-                    OffsetAt::Earliest | OffsetAt::Latest => 0,
+                    OffsetAt::Earliest | OffsetAt::Latest | OffsetAt::Stable => 0,
                     OffsetAt::Time(_) | OffsetAt::MaxTime => -1,
                 };
                 return OffsetFound {
@@ -164,6 +213,10 @@ pub fn offsets(st: &State, queries: &[OffsetQuery]) -> Vec<OffsetFound> {
             let (offset, time_us) = match q.at {
                 OffsetAt::Earliest => (as_i64(p.low_offset()), -1),
                 OffsetAt::Latest => (as_i64(p.next_offset), -1),
+                OffsetAt::Stable => (
+                    as_i64(last_stable(st, pid, p.low_offset(), p.next_offset)),
+                    -1,
+                ),
                 OffsetAt::Time(us) => {
                     let o = p.first_offset_at_or_after(us);
                     match p.created_of(o) {
