@@ -100,6 +100,10 @@ pub fn encode_records(records: &[FetchedRecord], marks: &[TxnMark]) -> Result<By
         return Ok(Bytes::new());
     }
     let mut marks = marks.iter().peekable();
+    // The encoder keeps records in one batch while `offset - sequence` stays the same: each
+    // run's first record gets -1 (the base sequence of a batch with no producer, as Kafka
+    // writes) and the next ones follow it.
+    let mut run: Option<(bool, bool, i64, i16, u64)> = None;
     let batch: Vec<KafkaRecord> = records
         .iter()
         .map(|r| {
@@ -112,6 +116,15 @@ pub fn encode_records(records: &[FetchedRecord], marks: &[TxnMark]) -> Result<By
             let mark = marks.peek().filter(|m| m.base_offset <= r.offset);
             let offset = i64::try_from(r.offset).unwrap_or(i64::MAX);
             let (producer_id, producer_epoch) = mark.map_or((-1, -1), |m| (m.producer_id, m.epoch));
+            let control = mark.is_some_and(|m| m.kind != TxnMarkKind::Data);
+            let class = (mark.is_some(), control, producer_id, producer_epoch);
+            let start = match run {
+                Some((t, c, p, e, start)) if (t, c, p, e) == class && !control => start,
+                _ => r.offset,
+            };
+            run = Some((class.0, class.1, class.2, class.3, start));
+            let sequence =
+                i32::try_from(r.offset.saturating_sub(start)).map_or(-1, |d| d.wrapping_sub(1));
             let base = KafkaRecord {
                 transactional: mark.is_some(),
                 control: false,
@@ -121,7 +134,7 @@ pub fn encode_records(records: &[FetchedRecord], marks: &[TxnMark]) -> Result<By
                 producer_epoch,
                 timestamp_type: TimestampType::Creation,
                 offset,
-                sequence: -1,
+                sequence,
                 timestamp: r.created_us.div_euclid(1000),
                 key: None,
                 value: None,

@@ -25,7 +25,7 @@ struct Request {
     generation: i32,
     member: String,
     instance: Option<String>,
-    topics: Vec<(String, Vec<Part>)>,
+    topics: crate::group::offsets::Topics<Part>,
 }
 
 fn decode(version: i16, r: &mut Reader) -> Result<Request, Malformed> {
@@ -88,19 +88,7 @@ fn member_check(door: &Door, req: &Request) -> Result<(), i16> {
 }
 
 async fn codes(door: &Door, version: i16, req: &Request) -> Vec<i16> {
-    let offsets: Vec<TxnOffset> = req
-        .topics
-        .iter()
-        .flat_map(|(t, parts)| {
-            parts.iter().map(|(p, o, epoch, m)| TxnOffset {
-                topic: t.clone(),
-                partition: *p,
-                offset: *o,
-                leader_epoch: *epoch,
-                metadata: m.clone(),
-            })
-        })
-        .collect();
+    let offsets: Vec<TxnOffset> = crate::group::offsets::flatten(&req.topics);
     let total = offsets.len();
     let gate = if !valid_txn_id(&req.producer.txn_id) {
         Err(errors::INVALID_REQUEST)
