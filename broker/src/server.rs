@@ -116,6 +116,7 @@ pub async fn serve(
         max_bytes: cfg.commit_max_bytes as usize,
         checkpoint_interval: cfg.checkpoint_interval(),
         retention_interval: cfg.retention_interval(),
+        kafka_max_aborted_per_partition: cfg.kafka_max_aborted_per_partition,
         cache_bytes: default_cache,
         memory: Some(memory.clone()),
         max_new_partitions: usize::try_from(cfg.max_new_partitions_per_request)

@@ -11,10 +11,15 @@ fn internal(e: impl std::fmt::Display) -> QueenError {
     QueenError::new(ErrorCode::Internal, e.to_string())
 }
 
+/// `visible` (the native API's fetch): Kafka transactions' hidden records are left out and
+/// the read stops at the last stable offset, which the entry's high watermark then is
+/// (docs/kafka-transactions.md, "HTTP never delivers"). Without it (the Kafka door) every
+/// record up to the next offset is read.
 pub fn fetch(
     st: &State,
     rd: &mut MessageReader<'_>,
     req: &FetchReq,
+    visible: bool,
 ) -> Result<FetchAnswer, QueenError> {
     let mut left = req.max_bytes.min(MAX_FETCH_BYTES);
     let mut delivered = false;
@@ -35,14 +40,19 @@ pub fn fetch(
             });
             continue;
         };
-        let (low, high) = (p.low_offset(), p.next_offset);
+        let (low, next) = (p.low_offset(), p.next_offset);
+        let high = if visible {
+            st.kafka_txns.lso(p.id, low, next)
+        } else {
+            next
+        };
         let mut out = FetchedEntry {
             high_watermark: high,
             log_start: low,
             records: Vec::new(),
             error: None,
         };
-        if e.offset < low || e.offset > high {
+        if e.offset < low || e.offset > next {
             out.error = Some(FetchError::OffsetOutOfRange);
             entries.push(out);
             continue;
@@ -58,7 +68,15 @@ pub fn fetch(
         let to = high.min(e.offset.saturating_add(rows));
         // A payload that does not open fails this entry only: the request may cover other
         // queues (read_upto already returned the records before it, if any).
-        let msgs = match rd.read_upto(p, e.offset, to, budget) {
+        let read = if visible {
+            let hidden = st.kafka_txns.hidden_ranges(p.id, e.offset, high);
+            let most = usize::try_from(rows).unwrap_or(usize::MAX);
+            rd.read_visible(p, e.offset, high, budget, &hidden, most)
+                .map(|(m, _)| m)
+        } else {
+            rd.read_upto(p, e.offset, to, budget)
+        };
+        let msgs = match read {
             Ok(m) => m,
             Err(e) if e.is_unopened() => {
                 out.error = Some(FetchError::Corrupt);
