@@ -530,7 +530,7 @@ impl Planner<'_> {
             let Some(p) = self.st.partitions.get(pid) else {
                 continue;
             };
-            if self.st.queues.get(&p.queue).is_none() {
+            if !self.st.queues.contains_key(&p.queue) {
                 continue;
             }
             marks.push((*pid, p.next_offset));
