@@ -262,19 +262,21 @@ impl MessageReader<'_> {
     }
 
     /// The last offset of `from..to` an HTTP reader may deliver (see [`Self::read_visible`]),
-    /// walking back over `hidden` ranges at once and over control markers one frame each.
+    /// walking back over hidden runs at once (`hidden_start(o)`: the first offset of the
+    /// hidden run holding `o`, `KafkaTxns::hidden_run_start`) and over control markers one
+    /// frame each.
     pub fn last_visible(
         &mut self,
         p: &Partition,
         from: u64,
         to: u64,
-        hidden: &[(u64, u64)],
+        hidden_start: impl Fn(u64) -> Option<u64>,
     ) -> Result<Option<u64>, ReadError> {
         let mut o = to.min(p.next_offset);
         while o > from {
             let at = o - 1;
-            if let Some((start, _)) = hidden.iter().rev().find(|(s, e)| *s <= at && at < *e) {
-                o = (*start).max(from);
+            if let Some(start) = hidden_start(at) {
+                o = start.max(from);
                 continue;
             }
             let mut marker = false;

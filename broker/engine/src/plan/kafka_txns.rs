@@ -527,12 +527,21 @@ impl Planner<'_> {
             if first.is_none() {
                 continue;
             }
-            let Some(p) = self.st.partitions.get(pid) else {
-                continue;
+            // Deleting a queue takes its partitions out of every row, so a written partition
+            // is always there; were it not, apply would refuse an end without its marker,
+            // and nothing is emitted for it (review K15).
+            let Some(p) = self
+                .st
+                .partitions
+                .get(pid)
+                .filter(|p| self.st.queues.contains_key(&p.queue))
+            else {
+                tracing::error!(txn_id, pid, "a written partition of a transaction is gone");
+                return Err(QueenError::new(
+                    ErrorCode::Internal,
+                    "kafka transaction: a partition it wrote is gone",
+                ));
             };
-            if !self.st.queues.contains_key(&p.queue) {
-                continue;
-            }
             marks.push((*pid, p.next_offset));
         }
         if !commit && !self.abort_fits(&row, max_aborted) {

@@ -598,6 +598,22 @@ fn txn_produce(
 }
 
 #[test]
+fn a_transactional_produce_refuses_items_outside_its_batches() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    add(&mut fx, id, epoch, &[("t", 0)]);
+    let mut req = super::kafka_producers_tests::produce_req_to("0", id, epoch, 0, 1);
+    req.transactional_id = Some("tx".into());
+    let stray = req.items[0].clone();
+    req.items.push(stray);
+    let before = fx.cycle.entry.len();
+    assert!(fx.planner().plan_kafka_produce(&req, None).is_err());
+    assert_eq!(fx.cycle.entry.len(), before, "nothing appended");
+    fx.assert_replays();
+}
+
+#[test]
 fn transactional_batches_land_only_in_added_partitions_at_the_current_epoch() {
     let mut fx = Fixture::new();
     fx.push("t", "0", 1);

@@ -367,7 +367,6 @@ impl Planner<'_> {
             if start >= end {
                 continue;
             }
-            let hidden = self.st.kafka_txns.hidden_ranges(pid, start, end);
             // Last-value delivery: only the newest visible message goes out, and the claim's
             // cursor row commits everything behind it (retired for this group only).
             if conflation {
@@ -378,7 +377,8 @@ impl Planner<'_> {
                         log: self.log,
                         seal: self.seal,
                     };
-                    reader.last_visible(p, start, end, &hidden)
+                    let txns = &self.st.kafka_txns;
+                    reader.last_visible(p, start, end, |o| txns.hidden_run_start(pid, o))
                 };
                 let last = match last {
                     Ok(Some(o)) => o,
@@ -387,15 +387,7 @@ impl Planner<'_> {
                         claims.push((gid, pid, passed_hidden(row, end)));
                         continue;
                     }
-                    Err(e) => {
-                        if let Some(g) = self.st.groups.get_mut(&gid) {
-                            g.mark_ready(pid);
-                        }
-                        return Err(QueenError::new(
-                            queenmq_protocol::ErrorCode::Internal,
-                            e.to_string(),
-                        ));
-                    }
+                    Err(e) => return Err(self.unread(gid, pid, e)),
                 };
                 end = last + 1;
                 let retired = end - 1 - start;
@@ -437,18 +429,14 @@ impl Planner<'_> {
                     seal: self.seal,
                 };
                 let max_msgs = usize::try_from(*remaining).unwrap_or(usize::MAX);
-                match reader.read_visible(p, start, end, room, &hidden, max_msgs) {
+                // A bounded piece of the index per claim: past it, the next pop goes on.
+                let (hidden, upto) =
+                    self.st
+                        .kafka_txns
+                        .hidden_ranges_upto(pid, start, end, HIDDEN_RANGES_PER_CLAIM);
+                match reader.read_visible(p, start, upto, room, &hidden, max_msgs) {
                     Ok(m) => m,
-                    Err(e) => {
-                        // This partition was taken off the ready list: put it back.
-                        if let Some(g) = self.st.groups.get_mut(&gid) {
-                            g.mark_ready(pid);
-                        }
-                        return Err(QueenError::new(
-                            queenmq_protocol::ErrorCode::Internal,
-                            e.to_string(),
-                        ));
-                    }
+                    Err(e) => return Err(self.unread(gid, pid, e)),
                 }
             };
             let (msgs, passed) = msgs;
@@ -519,6 +507,9 @@ impl Planner<'_> {
     }
 }
 
+/// Stretches of a Kafka transaction index one claim looks at (docs/kafka-transactions.md).
+const HIDDEN_RANGES_PER_CLAIM: usize = 1024;
+
 /// The cursor row of a claim that met only hidden offsets up to `end`: committed past them,
 /// no lease, nothing delivered.
 fn passed_hidden(row: CursorRow, end: u64) -> CursorRow {
@@ -528,5 +519,15 @@ fn passed_hidden(row: CursorRow, end: u64) -> CursorRow {
         failures: 0,
         attempt: row.attempt,
         delivered_end: row.delivered_end.max(end),
+    }
+}
+
+impl Planner<'_> {
+    /// A claim's read failed: the partition, taken off the ready list, goes back on.
+    fn unread(&mut self, gid: u64, pid: u64, e: crate::reader::ReadError) -> QueenError {
+        if let Some(g) = self.st.groups.get_mut(&gid) {
+            g.mark_ready(pid);
+        }
+        QueenError::new(queenmq_protocol::ErrorCode::Internal, e.to_string())
     }
 }

@@ -69,9 +69,9 @@ pub fn fetch(
         // A payload that does not open fails this entry only: the request may cover other
         // queues (read_upto already returned the records before it, if any).
         let read = if visible {
-            let hidden = st.kafka_txns.hidden_ranges(p.id, e.offset, high);
+            let (hidden, upto) = st.kafka_txns.hidden_ranges_upto(p.id, e.offset, high, 1024);
             let most = usize::try_from(rows).unwrap_or(usize::MAX);
-            rd.read_visible(p, e.offset, high, budget, &hidden, most)
+            rd.read_visible(p, e.offset, upto, budget, &hidden, most)
                 .map(|(m, _)| m)
         } else {
             rd.read_upto(p, e.offset, to, budget)

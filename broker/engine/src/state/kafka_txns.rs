@@ -229,15 +229,62 @@ impl KafkaTxns {
     /// The offsets of `from..to` readers skip, as ascending disjoint ranges `[start, end)`
     /// clipped to `from..to`: one walk of the index per read instead of a look-up per offset.
     pub fn hidden_ranges(&self, pid: u64, from: u64, to: u64) -> Vec<(u64, u64)> {
+        self.hidden_ranges_upto(pid, from, to, usize::MAX).0
+    }
+
+    /// [`Self::hidden_ranges`] of at most `max` stretches, and how far they describe the
+    /// range: `to`, or the base of the first stretch left out (always past `from`), so a
+    /// reader reads only below it. A claim of a few messages then never walks a long index.
+    pub fn hidden_ranges_upto(
+        &self,
+        pid: u64,
+        from: u64,
+        to: u64,
+        max: usize,
+    ) -> (Vec<(u64, u64)>, u64) {
         let mut out: Vec<(u64, u64)> = Vec::new();
-        for (b, s) in self.stretches_in(pid, from, to) {
-            let (start, end) = (b.max(from), (b + u64::from(s.count)).min(to));
+        let Some(p) = self.parts.get(&pid) else {
+            return (out, to);
+        };
+        let before = p
+            .stretches
+            .range(..from)
+            .next_back()
+            .filter(|(b, s)| **b + u64::from(s.count) > from);
+        for (n, (b, s)) in before
+            .into_iter()
+            .chain(p.stretches.range(from..to))
+            .enumerate()
+        {
+            if n >= max.max(1) {
+                return (out, (*b).max(from));
+            }
+            let (start, end) = ((*b).max(from), (b + u64::from(s.count)).min(to));
             match out.last_mut() {
                 Some(last) if last.1 >= start => last.1 = last.1.max(end),
                 _ => out.push((start, end)),
             }
         }
-        out
+        (out, to)
+    }
+
+    /// The first offset of the hidden run (adjacent stretches together) holding `offset`,
+    /// if it is hidden: a reader walking back jumps over the run at once.
+    pub fn hidden_run_start(&self, pid: u64, offset: u64) -> Option<u64> {
+        let p = self.parts.get(&pid)?;
+        let mut at = offset;
+        let mut start = None;
+        while let Some((b, s)) = p.stretches.range(..=at).next_back() {
+            if b + u64::from(s.count) <= at {
+                break;
+            }
+            start = Some(*b);
+            match b.checked_sub(1) {
+                Some(prev) => at = prev,
+                None => break,
+            }
+        }
+        start
     }
 
     /// The partition's aborted transactions whose offsets overlap `from..to`, oldest first

@@ -369,6 +369,22 @@ fn aborts_of_two_producers_interleaved_keep_their_rows_apart() {
         "one walk, ranges joined"
     );
     assert_eq!(t.hidden_ranges(1, 10, 12), vec![(10, 12)]);
+    assert_eq!(
+        t.hidden_ranges_upto(1, 1, 200, 3),
+        (vec![(1, 6)], 6),
+        "three stretches, and where they stop describing"
+    );
+    assert_eq!(
+        t.hidden_ranges_upto(1, 1, 200, 0),
+        (vec![(1, 2)], 2),
+        "always progress"
+    );
+    assert_eq!(
+        t.hidden_run_start(1, 199),
+        Some(0),
+        "adjacent stretches are one run"
+    );
+    assert_eq!(t.hidden_run_start(1, 200), None);
 }
 
 #[test]
