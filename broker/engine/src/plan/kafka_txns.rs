@@ -35,8 +35,9 @@ fn check_producer(row: Option<&TxnRow>, producer_id: i64, epoch: i16) -> TxnCode
     }
 }
 
-/// One marker's bytes in the entry: its frame (fixed part, generated transaction id,
-/// payload), its hash and its Append's header and 16 bytes in the end effect, rounded up.
+/// One marker's bytes in the entry: its frame (fixed part, empty transaction id, payload),
+/// its hash and its Append's header and 16 bytes in the end effect, rounded up (an over-
+/// estimate since markers stopped carrying a generated transaction id; kept as the bound).
 const MARKER_BYTES: usize = 160;
 /// One effect's fixed part (kind, ids, epochs, counts, lengths), rounded up.
 const TXN_EFFECT: usize = 64;
