@@ -116,6 +116,7 @@ pub async fn serve(
         max_bytes: cfg.commit_max_bytes as usize,
         checkpoint_interval: cfg.checkpoint_interval(),
         retention_interval: cfg.retention_interval(),
+        kafka_max_aborted_per_partition: cfg.kafka_max_aborted_per_partition,
         cache_bytes: default_cache,
         memory: Some(memory.clone()),
         max_new_partitions: usize::try_from(cfg.max_new_partitions_per_request)
@@ -347,7 +348,10 @@ async fn start_kafka(
         producer_id_expiration_ms: cfg.kafka_producer_id_expiration_ms,
         max_producer_ids: cfg.kafka_max_producer_ids,
         producer_evict_min_idle_ms: cfg.kafka_producer_evict_min_idle_ms,
-        txn_limits: queenmq_protocol::kafka_txns::TxnLimits::default(),
+        txn_limits: queenmq_protocol::kafka_txns::TxnLimits {
+            max_aborted: cfg.kafka_max_aborted_per_partition,
+            ..queenmq_protocol::kafka_txns::TxnLimits::default()
+        },
         ctx: queenmq_protocol::RequestCtx {
             tenant: queenmq_protocol::DEFAULT_TENANT.to_owned(),
             principal: None,

@@ -129,7 +129,7 @@ pub async fn fetch(
     let bytes = body::read(&headers, b, &app.opts).await?;
     let req = fetch_req(&bytes)?;
     let reserved = app.room.take(answer_bound(&req)).await?;
-    let mut resp = match call(&app, ctx, Command::Read(ReadReq::Fetch(req))).await? {
+    let mut resp = match call(&app, ctx, Command::Read(ReadReq::VisibleFetch(req))).await? {
         Outcome::Read(ReadAnswer::Fetch(a)) => Json(render_fetch(&a)).into_response(),
         other => return Err(render::unexpected(&other)),
     };

@@ -331,6 +331,7 @@ mod tests {
             epoch: 0,
             commit: true,
             may_commit_offsets: true,
+            limits: TxnLimits::default(),
         });
         assert!(writer.authorize(end.meta()).is_ok());
         let mut stamped = end;

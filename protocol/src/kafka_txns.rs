@@ -10,6 +10,9 @@ pub const DEFAULT_MAX_OPEN_TRANSACTIONS: u64 = 1_000;
 /// `kafka_max_partitions_per_transaction`; pending offsets and groups per transaction have
 /// the same bound.
 pub const DEFAULT_MAX_PARTITIONS_PER_TRANSACTION: u64 = 1_000;
+/// `kafka_max_aborted_per_partition`: aborted transactions one partition remembers (rows of
+/// its index in RAM; an abort that would add one past it is refused, retriable).
+pub const DEFAULT_MAX_ABORTED_PER_PARTITION: u64 = 10_000;
 /// Kafka's `transactional.id.expiration.ms` default (7 days).
 pub const DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS: u64 = 604_800_000;
 /// The most timed-out transactions one sweep aborts (the rest wait for the next).
@@ -22,6 +25,7 @@ pub struct TxnLimits {
     pub max_ids: u64,
     pub max_open: u64,
     pub max_partitions: u64,
+    pub max_aborted: u64,
 }
 
 impl Default for TxnLimits {
@@ -31,6 +35,7 @@ impl Default for TxnLimits {
             max_ids: DEFAULT_MAX_TRANSACTIONAL_IDS,
             max_open: DEFAULT_MAX_OPEN_TRANSACTIONS,
             max_partitions: DEFAULT_MAX_PARTITIONS_PER_TRANSACTION,
+            max_aborted: DEFAULT_MAX_ABORTED_PER_PARTITION,
         }
     }
 }
@@ -94,6 +99,8 @@ pub enum KafkaTxnReq {
         /// set by the bus (`Command::stamp_access`), never by a door. A commit that holds
         /// pending offsets is refused without it.
         may_commit_offsets: bool,
+        /// Its `max_aborted` bounds what an abort adds to each partition's index.
+        limits: TxnLimits,
     },
 }
 

@@ -330,7 +330,11 @@ pub enum ReadReq {
         after: Option<String>,
         limit: usize,
     },
+    /// Records by offset for the Kafka door: every record up to the next offset.
     Fetch(crate::fetch::FetchReq),
+    /// Records by offset for the native API: what a Kafka transaction hides (open and
+    /// aborted records, control markers) left out, up to the last stable offset.
+    VisibleFetch(crate::fetch::FetchReq),
     Changed(crate::fetch::ChangedReq),
     ListOffsets(Vec<crate::fetch::OffsetQuery>),
     Analytics(crate::views::AnalyticsQuery),

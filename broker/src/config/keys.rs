@@ -434,6 +434,15 @@ pub(crate) const KEYS: &[KeySpec] = &[
         },
     },
     KeySpec {
+        name: "kafka_max_aborted_per_partition",
+        env: "QUEEN_KAFKA_MAX_ABORTED_PER_PARTITION",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 1_000_000,
+        },
+    },
+    KeySpec {
         name: "kafka_producer_evict_min_idle_ms",
         env: "QUEEN_KAFKA_PRODUCER_EVICT_MIN_IDLE_MS",
         flag: None,

@@ -141,6 +141,9 @@ pub struct Config {
     pub kafka_max_producer_ids: u64,
     /// The least idleness that lets a producer state be evicted at the cap.
     pub kafka_producer_evict_min_idle_ms: u64,
+    /// Aborted Kafka transactions one partition remembers (its index in RAM,
+    /// docs/kafka-transactions.md); an abort that would add one past it is refused, retriable.
+    pub kafka_max_aborted_per_partition: u64,
     /// Kafka connections that have not finished TLS and SASL login yet, at once (only with
     /// TLS or SASL on); one more is closed at accept.
     pub kafka_max_prelogin_connections: u64,
@@ -212,6 +215,8 @@ impl Default for Config {
             kafka_producer_id_expiration_ms:
                 queenmq_protocol::kafka_producers::DEFAULT_PRODUCER_ID_EXPIRATION_MS,
             kafka_max_producer_ids: queenmq_protocol::kafka_producers::DEFAULT_MAX_PRODUCER_IDS,
+            kafka_max_aborted_per_partition:
+                queenmq_protocol::kafka_txns::DEFAULT_MAX_ABORTED_PER_PARTITION,
             kafka_producer_evict_min_idle_ms:
                 queenmq_protocol::kafka_producers::DEFAULT_PRODUCER_EVICT_MIN_IDLE_MS,
             kafka_max_prelogin_connections: 64,
@@ -434,6 +439,7 @@ impl Config {
             "kafka_default_partitions" => self.kafka_default_partitions,
             "kafka_producer_id_expiration_ms" => self.kafka_producer_id_expiration_ms,
             "kafka_max_producer_ids" => self.kafka_max_producer_ids,
+            "kafka_max_aborted_per_partition" => self.kafka_max_aborted_per_partition,
             "kafka_producer_evict_min_idle_ms" => self.kafka_producer_evict_min_idle_ms,
             "kafka_max_prelogin_connections" => self.kafka_max_prelogin_connections,
             "kafka_max_prelogin_connections_per_ip" => self.kafka_max_prelogin_connections_per_ip,

@@ -111,6 +111,9 @@ pub struct EngineConfig {
     pub reclaim: reclaim::Reclaimer,
     /// The broker key that seals the payloads of encrypted queues; None refuses them.
     pub encryption: Option<Arc<crate::encryption::PayloadKey>>,
+    /// Aborted transactions a partition remembers (`kafka_max_aborted_per_partition`): the
+    /// timeout sweep's bound, as every EndTxn's limits carry it.
+    pub kafka_max_aborted_per_partition: u64,
 }
 
 /// A group's log backend, shown by name only.
@@ -135,6 +138,8 @@ impl Default for EngineConfig {
             queue_depth: 16_384,
             record_limit: queenmq_storage::LogOptions::default().max_record_bytes as usize,
             max_new_partitions: 10_000,
+            kafka_max_aborted_per_partition:
+                queenmq_protocol::kafka_txns::DEFAULT_MAX_ABORTED_PER_PARTITION,
             long_polls: LongPollSlots::new(20_000),
             group_held: Default::default(),
             memory: None,
@@ -380,7 +385,7 @@ impl Engine {
             planner.fire_timers(TIMERS_FIRED_PER_CYCLE, cycle_bytes, max_entry_bytes);
             // Transactions open past their timeout end here, as Kafka's coordinator's timer
             // aborts them; their markers are data and fit the same room as the timers.
-            planner.sweep_kafka_txns(max_entry_bytes);
+            planner.sweep_kafka_txns(max_entry_bytes, self.cfg.kafka_max_aborted_per_partition);
             // Before any pop of the cycle, so none delivers a message this entry removes.
             if !self.retention.running()
                 && self.last_retention.elapsed() >= self.cfg.retention_interval

@@ -27,6 +27,7 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
             commit,
             // Stamped by the bus from the caller's roles.
             may_commit_offsets: false,
+            limits: door.cfg.txn_limits,
         };
         single(call(door, req).await, version >= 2)
     } else {

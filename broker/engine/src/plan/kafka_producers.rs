@@ -103,6 +103,14 @@ fn check_guards(req: &KafkaProduceReq) -> Result<(), QueenError> {
             return Err(bad_guard("items of another partition"));
         }
     }
+    // A transactional produce appends only transactional batches: an item outside every
+    // guard would be visible at once, and no abort could hide it (review K5 c).
+    let guarded: usize = req.guards.iter().map(|g| g.end - g.start).sum();
+    if req.transactional_id.is_some() && guarded != req.items.len() {
+        return Err(bad_guard(
+            "a transactional produce holds items outside its transactional batches",
+        ));
+    }
     Ok(())
 }
 

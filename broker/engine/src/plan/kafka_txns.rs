@@ -5,17 +5,17 @@
 
 use std::collections::BTreeSet;
 
-use bytes::Bytes;
 use queenmq_protocol::kafka_groups::{
     valid_group_id, KafkaPartitionResult, MAX_KAFKA_OFFSETS_PER_REQUEST,
 };
 use queenmq_protocol::kafka_producers::MAX_PRODUCER_ID;
 use queenmq_protocol::kafka_txns::*;
-use queenmq_protocol::{ErrorCode, PushItem, PushStatus, QueenError};
+use queenmq_protocol::{ErrorCode, QueenError};
 
 use super::Planner;
 use crate::entry::Effect;
 use crate::entry_kafka_txns::TxnEffect;
+use crate::state::frame::{marker_id, write_frame};
 use crate::state::kafka_groups::{group_bytes, offset_bytes};
 use crate::state::kafka_txns::{TxnEnd, TxnResult, TxnRow, TxnState, MAX_TRANSACTIONAL_ID_BYTES};
 
@@ -35,8 +35,9 @@ fn check_producer(row: Option<&TxnRow>, producer_id: i64, epoch: i16) -> TxnCode
     }
 }
 
-/// One marker's bytes in the entry: its frame (fixed part, generated transaction id,
-/// payload), its hash and its Append's header and 16 bytes in the end effect, rounded up.
+/// One marker's bytes in the entry: its frame (fixed part, empty transaction id, payload),
+/// its hash and its Append's header and 16 bytes in the end effect, rounded up (an over-
+/// estimate since markers stopped carrying a generated transaction id; kept as the bound).
 const MARKER_BYTES: usize = 160;
 /// One effect's fixed part (kind, ids, epochs, counts, lengths), rounded up.
 const TXN_EFFECT: usize = 64;
@@ -166,6 +167,7 @@ impl Planner<'_> {
                 epoch,
                 commit,
                 may_commit_offsets,
+                limits,
             } => {
                 let code = self.txn_end_request(
                     txn_id,
@@ -173,6 +175,7 @@ impl Planner<'_> {
                     *epoch,
                     *commit,
                     *may_commit_offsets,
+                    limits,
                 )?;
                 Ok(KafkaTxnOutcome::Codes(vec![code]))
             }
@@ -210,8 +213,11 @@ impl Planner<'_> {
             return Ok(refused(TxnCode::Busy));
         }
         // The previous incarnation's open transaction ends before the new epoch begins.
-        if row.as_ref().is_some_and(|r| r.state == TxnState::Ongoing) {
-            self.txn_finish(txn_id, false)?;
+        if let Some(r) = row.as_ref().filter(|r| r.state == TxnState::Ongoing) {
+            if !self.abort_fits(r, limits.max_aborted) {
+                return Ok(refused(TxnCode::Busy));
+            }
+            self.txn_finish(txn_id, false, limits.max_aborted)?;
         }
         let (producer_id, epoch) = match &row {
             Some(r) if r.epoch < LAST_EPOCH => (r.producer_id, r.epoch + 1),
@@ -300,6 +306,30 @@ impl Planner<'_> {
                     }
                 })
                 .collect();
+        }
+        // Every partition to create is judged before the first is: a refusal halfway would
+        // leave the earlier PartitionCreate effects in the entry behind a Busy answer.
+        let mut fresh: BTreeSet<(u64, String)> = BTreeSet::new();
+        for (p, qid) in partitions.iter().zip(&found) {
+            let Some(qid) = qid else { continue };
+            let name = p.index.to_string();
+            let known = self
+                .st
+                .queues
+                .get(qid)
+                .map(|q| q.partitions.get(&name, &self.st.partitions).is_some());
+            match known {
+                None => return vec![TxnCode::Busy; partitions.len()],
+                Some(false) => {
+                    fresh.insert((*qid, name));
+                }
+                Some(true) => {}
+            }
+        }
+        let next = self.st.next_partition_id.max(1);
+        let last = next.saturating_add(fresh.len() as u64);
+        if !fresh.is_empty() && super::id_space::new_partition(last - 1).is_err() {
+            return vec![TxnCode::Busy; partitions.len()];
         }
         let mut pids = Vec::with_capacity(partitions.len());
         for (p, qid) in partitions.iter().zip(found) {
@@ -410,6 +440,7 @@ impl Planner<'_> {
         epoch: i16,
         commit: bool,
         may_commit_offsets: bool,
+        limits: &TxnLimits,
     ) -> Result<TxnCode, QueenError> {
         let row = self.st.kafka_txns.get(txn_id);
         let code = check_producer(row, producer_id, epoch);
@@ -441,7 +472,12 @@ impl Planner<'_> {
             // commit writes nothing and the client retries.
             return Ok(TxnCode::Busy);
         }
-        self.txn_finish(txn_id, commit)?;
+        if !commit && !self.abort_fits(row, limits.max_aborted) {
+            // The partitions' index of aborted transactions is full: retriable, and
+            // retention (or a commit, which adds nothing) frees it.
+            return Ok(TxnCode::Busy);
+        }
+        self.txn_finish(txn_id, commit, limits.max_aborted)?;
         Ok(TxnCode::None)
     }
 
@@ -463,41 +499,77 @@ impl Planner<'_> {
         self.kafka_room_for_bytes(grow)
     }
 
+    /// Whether aborting `row`'s transaction keeps every partition it wrote within
+    /// `max_aborted` aborted rows (an abort that merges into the last row always fits).
+    fn abort_fits(&self, row: &TxnRow, max_aborted: u64) -> bool {
+        row.partitions.iter().all(|(pid, first)| {
+            first.is_none_or(|f| {
+                (self.st.kafka_txns.aborted_count(*pid) as u64) < max_aborted
+                    || !self.st.kafka_txns.abort_adds_row(*pid, row.producer_id, f)
+            })
+        })
+    }
+
     /// Ends the open transaction of `txn_id`: a marker appended to each partition it wrote,
-    /// its pending offsets committed (commit only), then its end, in this entry. A marker
-    /// the push refuses (a full queue, memory) fails the end whole, retriable.
-    fn txn_finish(&mut self, txn_id: &str, commit: bool) -> Result<(), QueenError> {
+    /// its pending offsets committed (commit only), then its end, in this entry. An abort
+    /// that would add an aborted row to a partition holding `max_aborted` of them fails whole,
+    /// retriable (the partition's index in RAM stays bounded; retention frees rows).
+    fn txn_finish(
+        &mut self,
+        txn_id: &str,
+        commit: bool,
+        max_aborted: u64,
+    ) -> Result<(), QueenError> {
         let Some(row) = self.st.kafka_txns.get(txn_id).cloned() else {
             return Err(busy("no such transactional id"));
         };
-        let mut items = Vec::new();
+        let mut marks: Vec<(u64, u64)> = Vec::new();
         for (pid, first) in &row.partitions {
             if first.is_none() {
                 continue;
             }
-            let Some(p) = self.st.partitions.get(pid) else {
-                continue;
+            // Deleting a queue takes its partitions out of every row, so a written partition
+            // is always there; were it not, apply would refuse an end without its marker,
+            // and nothing is emitted for it (review K15).
+            let Some(p) = self
+                .st
+                .partitions
+                .get(pid)
+                .filter(|p| self.st.queues.contains_key(&p.queue))
+            else {
+                tracing::error!(txn_id, pid, "a written partition of a transaction is gone");
+                return Err(QueenError::new(
+                    ErrorCode::Internal,
+                    "kafka transaction: a partition it wrote is gone",
+                ));
             };
-            let Some(q) = self.st.queues.get(&p.queue) else {
-                continue;
-            };
-            items.push(PushItem {
-                queue: q.name.clone(),
-                partition: p.name.clone(),
-                payload: Bytes::from_static(MARKER_PAYLOAD),
-                transaction_id: None,
-                trace_id: None,
+            marks.push((*pid, p.next_offset));
+        }
+        if !commit && !self.abort_fits(&row, max_aborted) {
+            return Err(busy(
+                "a partition holds kafka_max_aborted_per_partition aborted transactions",
+            ));
+        }
+        // Markers are written here, not pushed: their frame is the reserved control frame
+        // (never a minted id), and they take no dedup transaction id of their own.
+        let mut frame = Vec::with_capacity(64);
+        write_frame(
+            &mut frame,
+            &marker_id(commit),
+            None,
+            "",
+            None,
+            MARKER_PAYLOAD,
+        );
+        let hash = xxhash_rust::xxh3::xxh3_64(b"");
+        for (pid, offset) in &marks {
+            self.emit(Effect::Append {
+                pid: *pid,
+                base_offset: *offset,
+                hashes: vec![hash],
+                frames: &frame,
             });
         }
-        let prepared = self.prepare_push(&items, None)?;
-        if prepared
-            .results
-            .iter()
-            .any(|r| r.status != PushStatus::Queued)
-        {
-            return Err(busy("a transaction marker could not be appended"));
-        }
-        let results = self.commit_push(prepared);
         if commit {
             for ((group, topic, partition), v) in &row.pending {
                 self.emit(Effect::KafkaOffsetPut {
@@ -510,7 +582,6 @@ impl Planner<'_> {
                 });
             }
         }
-        let markers = results.iter().map(|r| (r.partition_id, r.offset)).collect();
         self.emit(Effect::KafkaTxn(TxnEffect::End {
             txn_id,
             how: if commit {
@@ -518,17 +589,31 @@ impl Planner<'_> {
             } else {
                 TxnEnd::Abort
             },
-            markers,
+            markers: marks,
         }));
+        // Apply refuses an end the state does not take (markers not matching the written
+        // partitions): answering NONE then would leave the transaction open behind it.
+        if self
+            .st
+            .kafka_txns
+            .get(txn_id)
+            .is_some_and(|r| r.state != TxnState::Empty)
+        {
+            tracing::error!(txn_id, "a transaction's end did not apply");
+            return Err(QueenError::new(
+                ErrorCode::Internal,
+                "kafka transaction: its end did not apply",
+            ));
+        }
         Ok(())
     }
 
     /// Aborts up to [`TXN_TIMEOUTS_PER_SWEEP`] transactions open past their timeout and
     /// fences each one's producer with a new epoch, as Kafka's coordinator does. Returns how
     /// many it aborted; one whose marker cannot be written now waits for the next sweep.
-    /// The sweep stops before an abort whose bytes would take the entry past
-    /// `max_entry_bytes`.
-    pub fn sweep_kafka_txns(&mut self, max_entry_bytes: usize) -> usize {
+    /// An abort whose bytes would take the entry past `max_entry_bytes`, or that a full
+    /// aborted index refuses, is skipped (logged) and retried at the next sweep.
+    pub fn sweep_kafka_txns(&mut self, max_entry_bytes: usize, max_aborted: u64) -> usize {
         let due = self.st.kafka_txns.due(self.now(), TXN_TIMEOUTS_PER_SWEEP);
         let mut aborted = 0;
         for txn_id in due {
@@ -538,9 +623,16 @@ impl Planner<'_> {
                 .get(&txn_id)
                 .map_or(0, |r| end_bound(&txn_id, r));
             if self.cycle.entry.len().saturating_add(bound) > max_entry_bytes {
-                break;
+                // A big abort waits for room; a smaller one behind it need not (review K10).
+                tracing::debug!(
+                    txn_id,
+                    bound,
+                    "a timed-out transaction waits for entry room"
+                );
+                continue;
             }
-            if self.txn_finish(&txn_id, false).is_err() {
+            if let Err(e) = self.txn_finish(&txn_id, false, max_aborted) {
+                tracing::warn!(txn_id, error = %e, "a timed-out transaction could not be aborted yet");
                 continue;
             }
             aborted += 1;

@@ -13,18 +13,18 @@ use crate::state::kafka_txns::{StretchKind, TxnResult, TxnState};
 /// The partition count the door shows for topic "t" in these tests.
 const SHOWN: u32 = 4;
 
-fn limits() -> TxnLimits {
+pub(super) fn limits() -> TxnLimits {
     TxnLimits::default()
 }
 
-fn run(fx: &mut Fixture, req: KafkaTxnReq) -> KafkaTxnOutcome {
+pub(super) fn run(fx: &mut Fixture, req: KafkaTxnReq) -> KafkaTxnOutcome {
     match fx.planner().plan_kafka_txn(&req) {
         Ok(o) => o,
         Err(e) => panic!("refused: {e}"),
     }
 }
 
-fn init(fx: &mut Fixture, txn_id: &str, timeout_ms: i32) -> (TxnCode, i64, i16) {
+pub(super) fn init(fx: &mut Fixture, txn_id: &str, timeout_ms: i32) -> (TxnCode, i64, i16) {
     let req = KafkaTxnReq::Init {
         txn_id: txn_id.into(),
         timeout_ms,
@@ -41,14 +41,14 @@ fn init(fx: &mut Fixture, txn_id: &str, timeout_ms: i32) -> (TxnCode, i64, i16) 
     }
 }
 
-fn codes(o: KafkaTxnOutcome) -> Vec<TxnCode> {
+pub(super) fn codes(o: KafkaTxnOutcome) -> Vec<TxnCode> {
     match o {
         KafkaTxnOutcome::Codes(c) => c,
         other => panic!("{other:?}"),
     }
 }
 
-fn add(fx: &mut Fixture, id: i64, epoch: i16, parts: &[(&str, i32)]) -> Vec<TxnCode> {
+pub(super) fn add(fx: &mut Fixture, id: i64, epoch: i16, parts: &[(&str, i32)]) -> Vec<TxnCode> {
     codes(run(
         fx,
         KafkaTxnReq::AddPartitions {
@@ -68,11 +68,11 @@ fn add(fx: &mut Fixture, id: i64, epoch: i16, parts: &[(&str, i32)]) -> Vec<TxnC
     ))
 }
 
-fn end(fx: &mut Fixture, id: i64, epoch: i16, commit: bool) -> TxnCode {
+pub(super) fn end(fx: &mut Fixture, id: i64, epoch: i16, commit: bool) -> TxnCode {
     end_as(fx, id, epoch, commit, true)
 }
 
-fn end_as(
+pub(super) fn end_as(
     fx: &mut Fixture,
     id: i64,
     epoch: i16,
@@ -85,13 +85,24 @@ fn end_as(
         epoch,
         commit,
         may_commit_offsets,
+        limits: limits(),
     };
     codes(run(fx, req))[0]
 }
 
+/// The control type of the frame at `offset` of `pid` (`Some(true)` commit), None for a
+/// record.
+pub(super) fn marker_at(fx: &mut Fixture, pid: u64, offset: u64) -> Option<bool> {
+    let mut p = fx.planner();
+    let (st, mut rd) = p.reader_parts();
+    let part = st.partitions.get(&pid).expect("partition");
+    let m = rd.read_one(part, offset).expect("read").expect("held");
+    m.is_control_marker().then(|| m.id[15] == 1)
+}
+
 /// `n` records of the transaction appended to partition `partition` of "t", as the produce
 /// path will: a push and the KafkaTxnRecords of the same entry.
-fn produce(fx: &mut Fixture, partition: &str, n: usize) -> u64 {
+pub(super) fn produce(fx: &mut Fixture, partition: &str, n: usize) -> u64 {
     let results = fx.push("t", partition, n);
     let first = &results[0];
     fx.planner().emit(Effect::KafkaTxn(TxnEffect::Records {
@@ -279,7 +290,7 @@ fn a_commit_writes_its_markers_and_its_offsets_in_one_entry() {
         fx.st.kafka_groups.get("g").is_none(),
         "invisible until commit"
     );
-    assert_eq!(fx.st.kafka_txns.lso(pid, 5), 2);
+    assert_eq!(fx.st.kafka_txns.lso(pid, 0, 5), 2);
     let before = fx.cycle.entry.len();
     assert_eq!(
         end_as(&mut fx, id, epoch, true, false),
@@ -293,8 +304,11 @@ fn a_commit_writes_its_markers_and_its_offsets_in_one_entry() {
     assert_eq!(committed, Some(1));
     let next = fx.st.partitions.get(&pid).map(|p| p.next_offset);
     assert_eq!(next, Some(6), "the marker took offset 5");
-    assert_eq!(fx.st.kafka_txns.lso(pid, 6), 6);
-    assert!(fx.st.kafka_txns.hidden(pid, 5) && !fx.st.kafka_txns.hidden(pid, 2));
+    assert_eq!(fx.st.kafka_txns.lso(pid, 0, 6), 6);
+    // A commit leaves nothing in the index: its marker is known by its frame.
+    assert!(fx.st.kafka_txns.part(pid).is_none());
+    assert_eq!(marker_at(&mut fx, pid, 5), Some(true));
+    assert_eq!(marker_at(&mut fx, pid, 2), None);
     assert_eq!(end(&mut fx, id, epoch, true), TxnCode::None, "a retry");
     assert_eq!(end(&mut fx, id, epoch, false), TxnCode::InvalidState);
     fx.assert_replays();
@@ -492,10 +506,23 @@ fn the_sweep_aborts_a_hung_transaction_and_fences_its_producer() {
     add(&mut fx, id, epoch, &[("t", 0)]);
     let pid = produce(&mut fx, "0", 1);
     fx.advance(SECOND / 2);
-    assert_eq!(fx.planner().sweep_kafka_txns(1 << 20), 0);
+    assert_eq!(
+        fx.planner()
+            .sweep_kafka_txns(1 << 20, DEFAULT_MAX_ABORTED_PER_PARTITION),
+        0
+    );
     fx.advance(SECOND);
-    assert_eq!(fx.planner().sweep_kafka_txns(0), 0, "no room in the entry");
-    assert_eq!(fx.planner().sweep_kafka_txns(1 << 20), 1);
+    assert_eq!(
+        fx.planner()
+            .sweep_kafka_txns(0, DEFAULT_MAX_ABORTED_PER_PARTITION),
+        0,
+        "no room in the entry"
+    );
+    assert_eq!(
+        fx.planner()
+            .sweep_kafka_txns(1 << 20, DEFAULT_MAX_ABORTED_PER_PARTITION),
+        1
+    );
     fx.commit();
     let row = fx.st.kafka_txns.get("tx").expect("row");
     assert_eq!((row.state, row.epoch), (TxnState::Empty, epoch + 1));
@@ -507,7 +534,11 @@ fn the_sweep_aborts_a_hung_transaction_and_fences_its_producer() {
         .into_iter()
         .map(|(_, s)| s.kind)
         .collect();
-    assert_eq!(kinds, vec![StretchKind::Aborted, StretchKind::AbortMarker]);
+    assert_eq!(
+        kinds,
+        vec![StretchKind::Aborted],
+        "records and marker, one stretch"
+    );
     assert_eq!(end(&mut fx, id, epoch, true), TxnCode::Fenced);
     fx.assert_replays();
 }
@@ -528,7 +559,11 @@ fn the_sweep_fences_a_producer_at_the_last_epoch() {
     assert_eq!(add(&mut fx, id, last, &[("t", 0)]), vec![TxnCode::None]);
     produce(&mut fx, "0", 1);
     fx.advance(2 * SECOND);
-    assert_eq!(fx.planner().sweep_kafka_txns(1 << 20), 1);
+    assert_eq!(
+        fx.planner()
+            .sweep_kafka_txns(1 << 20, DEFAULT_MAX_ABORTED_PER_PARTITION),
+        1
+    );
     fx.commit();
     let code = add(&mut fx, id, last, &[("t", 0)])[0];
     assert!(
@@ -563,6 +598,22 @@ fn txn_produce(
 }
 
 #[test]
+fn a_transactional_produce_refuses_items_outside_its_batches() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    add(&mut fx, id, epoch, &[("t", 0)]);
+    let mut req = super::kafka_producers_tests::produce_req_to("0", id, epoch, 0, 1);
+    req.transactional_id = Some("tx".into());
+    let stray = req.items[0].clone();
+    req.items.push(stray);
+    let before = fx.cycle.entry.len();
+    assert!(fx.planner().plan_kafka_produce(&req, None).is_err());
+    assert_eq!(fx.cycle.entry.len(), before, "nothing appended");
+    fx.assert_replays();
+}
+
+#[test]
 fn transactional_batches_land_only_in_added_partitions_at_the_current_epoch() {
     let mut fx = Fixture::new();
     fx.push("t", "0", 1);
@@ -579,7 +630,7 @@ fn transactional_batches_land_only_in_added_partitions_at_the_current_epoch() {
         .and_then(|q| q.partitions.get("0", &fx.st.partitions));
     let pid = pid.expect("partition 0");
     assert_eq!(
-        fx.st.kafka_txns.lso(pid, 3),
+        fx.st.kafka_txns.lso(pid, 0, 3),
         1,
         "the open records hold the LSO"
     );
@@ -599,7 +650,9 @@ fn transactional_batches_land_only_in_added_partitions_at_the_current_epoch() {
     assert_eq!(end(&mut fx, id, epoch2, true), TxnCode::None);
     fx.commit();
     assert!(fx.st.kafka_txns.hidden(pid, 1) && fx.st.kafka_txns.hidden(pid, 3));
-    assert!(!fx.st.kafka_txns.hidden(pid, 4) && fx.st.kafka_txns.hidden(pid, 5));
+    assert!(!fx.st.kafka_txns.hidden(pid, 4) && !fx.st.kafka_txns.hidden(pid, 5));
+    assert_eq!(marker_at(&mut fx, pid, 3), Some(false), "the abort marker");
+    assert_eq!(marker_at(&mut fx, pid, 5), Some(true), "the commit marker");
     fx.assert_replays();
 }
 

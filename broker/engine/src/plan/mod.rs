@@ -24,6 +24,8 @@ mod kafka_records;
 mod kafka_records_tests;
 mod kafka_txns;
 #[cfg(test)]
+mod kafka_txns_hide_tests;
+#[cfg(test)]
 mod kafka_txns_tests;
 mod kv;
 #[cfg(test)]

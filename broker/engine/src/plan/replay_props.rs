@@ -640,9 +640,10 @@ fn kafka_txn(fx: &mut Fixture, tx: usize, kind: usize, a: usize) {
             epoch,
             commit: kind == 5,
             may_commit_offsets: true,
+            limits,
         },
         _ => {
-            fx.planner().sweep_kafka_txns(1 << 20);
+            fx.planner().sweep_kafka_txns(1 << 20, limits.max_aborted);
             return;
         }
     };

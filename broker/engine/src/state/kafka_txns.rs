@@ -186,12 +186,15 @@ impl KafkaTxns {
     }
 
     /// The partition's last stable offset: the first offset of its oldest open transaction,
-    /// else `next_offset`.
-    pub fn lso(&self, pid: u64, next_offset: u64) -> u64 {
+    /// else `next_offset`, never below the log start `low` (retention and DeleteRecords may
+    /// pass an open transaction's first offset; Kafka's `updateFirstUnstableOffset` clamps
+    /// alike, or ListOffsets(read_committed) would answer an offset that no longer exists).
+    pub fn lso(&self, pid: u64, low: u64, next_offset: u64) -> u64 {
         self.parts
             .get(&pid)
             .and_then(|p| p.open.keys().next().copied())
             .map_or(next_offset, |o| o.min(next_offset))
+            .max(low.min(next_offset))
     }
 
     /// The stretches overlapping `from..to`, in offset order: (base offset, stretch).
@@ -211,23 +214,118 @@ impl KafkaTxns {
             .collect()
     }
 
-    /// Whether HTTP and read_committed readers must skip `offset`: an aborted record or a
-    /// control marker (open records lie at or past the LSO, where they stop anyway).
+    /// Whether HTTP readers must skip `offset`: a record of an aborted (or, below the LSO,
+    /// impossibly, open) transaction, or an abort marker. Commit markers have no stretch:
+    /// readers know them from their frame ([`super::frame::control_marker`]).
     pub fn hidden(&self, pid: u64, offset: u64) -> bool {
-        self.stretches_in(pid, offset, offset.saturating_add(1))
-            .iter()
-            .any(|(_, s)| s.kind != StretchKind::Open)
+        self.parts.get(&pid).is_some_and(|p| {
+            p.stretches
+                .range(..=offset)
+                .next_back()
+                .is_some_and(|(b, s)| b + u64::from(s.count) > offset)
+        })
     }
 
-    /// The partition's aborted transactions whose offsets overlap `from..to`, oldest first.
+    /// The offsets of `from..to` readers skip, as ascending disjoint ranges `[start, end)`
+    /// clipped to `from..to`: one walk of the index per read instead of a look-up per offset.
+    pub fn hidden_ranges(&self, pid: u64, from: u64, to: u64) -> Vec<(u64, u64)> {
+        self.hidden_ranges_upto(pid, from, to, usize::MAX).0
+    }
+
+    /// [`Self::hidden_ranges`] of at most `max` stretches, and how far they describe the
+    /// range: `to`, or the base of the first stretch left out (always past `from`), so a
+    /// reader reads only below it. A claim of a few messages then never walks a long index.
+    pub fn hidden_ranges_upto(
+        &self,
+        pid: u64,
+        from: u64,
+        to: u64,
+        max: usize,
+    ) -> (Vec<(u64, u64)>, u64) {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        let Some(p) = self.parts.get(&pid) else {
+            return (out, to);
+        };
+        let before = p
+            .stretches
+            .range(..from)
+            .next_back()
+            .filter(|(b, s)| **b + u64::from(s.count) > from);
+        for (n, (b, s)) in before
+            .into_iter()
+            .chain(p.stretches.range(from..to))
+            .enumerate()
+        {
+            if n >= max.max(1) {
+                return (out, (*b).max(from));
+            }
+            let (start, end) = ((*b).max(from), (b + u64::from(s.count)).min(to));
+            match out.last_mut() {
+                Some(last) if last.1 >= start => last.1 = last.1.max(end),
+                _ => out.push((start, end)),
+            }
+        }
+        (out, to)
+    }
+
+    /// The first offset of the hidden run (adjacent stretches together) holding `offset`,
+    /// if it is hidden: a reader walking back jumps over the run at once.
+    pub fn hidden_run_start(&self, pid: u64, offset: u64) -> Option<u64> {
+        let p = self.parts.get(&pid)?;
+        let mut at = offset;
+        let mut start = None;
+        while let Some((b, s)) = p.stretches.range(..=at).next_back() {
+            if b + u64::from(s.count) <= at {
+                break;
+            }
+            start = Some(*b);
+            match b.checked_sub(1) {
+                Some(prev) => at = prev,
+                None => break,
+            }
+        }
+        start
+    }
+
+    /// The partition's aborted transactions whose offsets overlap `from..to`, oldest first
+    /// (rows are kept in marker order, so a binary search finds the first).
+    ///
+    /// A row may stand for several aborted transactions of its producer that follow one
+    /// another without a gap (merged, so that a loop of aborts costs one row): each abort
+    /// marker `m` of that producer inside the row, below its `last_offset`, begins another
+    /// aborted transaction at `m + 1`. A Fetch must list that start too, since Kafka's
+    /// clients forget an aborted producer at each abort marker.
     pub fn aborted_in(&self, pid: u64, from: u64, to: u64) -> Vec<AbortedRow> {
-        self.parts.get(&pid).map_or_else(Vec::new, |p| {
-            p.aborted
-                .iter()
-                .filter(|a| a.first_offset < to && a.last_offset >= from)
-                .copied()
-                .collect()
-        })
+        let Some(p) = self.parts.get(&pid) else {
+            return Vec::new();
+        };
+        let start = p.aborted.partition_point(|a| a.last_offset < from);
+        p.aborted
+            .range(start..)
+            .take_while(|a| a.first_offset < to)
+            .copied()
+            .collect()
+    }
+
+    /// Whether an HTTP reader must not deliver `offset` of `pid` (its index alone; control
+    /// markers are known by their frame): at or past the last stable offset, or hidden.
+    pub fn withheld(&self, pid: u64, low: u64, next_offset: u64, offset: u64) -> bool {
+        offset >= self.lso(pid, low, next_offset) || self.hidden(pid, offset)
+    }
+
+    /// How many aborted rows the partition holds (capped by `kafka_max_aborted_per_partition`).
+    pub fn aborted_count(&self, pid: u64) -> usize {
+        self.parts.get(&pid).map_or(0, |p| p.aborted.len())
+    }
+
+    /// Whether aborting `producer_id`'s transaction that began at `first` on `pid` adds an
+    /// aborted row (it does not when it follows the producer's last aborted one at once).
+    pub fn abort_adds_row(&self, pid: u64, producer_id: i64, first: u64) -> bool {
+        !self
+            .parts
+            .get(&pid)
+            .and_then(|p| p.aborted.back())
+            .is_some_and(|a| joins(a, producer_id, first))
     }
 
     /// Up to `limit` open transactions whose deadline is before `now_us`, oldest first.
@@ -498,8 +596,12 @@ impl KafkaTxns {
         true
     }
 
-    /// One partition's part of an end: its open stretches of the producer from `first` on
-    /// are dropped (commit) or turned aborted, and the marker takes its offset.
+    /// One partition's part of an end. Commit: its open stretches of the producer from
+    /// `first` on are dropped (the records are ordinary from now on, and the marker is
+    /// known by its frame), so a commit leaves nothing here. Abort: they and the marker
+    /// turn aborted, each merged into the producer's aborted stretch right before it, and
+    /// the transaction joins the producer's last aborted row when it follows it at once; a
+    /// loop of aborts on one partition is then one stretch and one row.
     fn end_partition(
         &mut self,
         pid: u64,
@@ -517,39 +619,47 @@ impl KafkaTxns {
             .filter(|(_, s)| s.producer_id == producer_id && s.kind == StretchKind::Open)
             .map(|(b, _)| *b)
             .collect();
-        let mut dropped = 0usize;
+        let mut freed = 0usize;
+        let mut added = 0usize;
         for b in mine {
+            let Some(mut s) = part.stretches.remove(&b) else {
+                continue;
+            };
+            freed += STRETCH_BYTES;
             if how == TxnEnd::Commit {
-                part.stretches.remove(&b);
-                dropped += 1;
-            } else if let Some(s) = part.stretches.get_mut(&b) {
-                s.kind = StretchKind::Aborted;
+                continue;
+            }
+            s.kind = StretchKind::Aborted;
+            if !merge_aborted(&mut part.stretches, b, s) {
+                added += STRETCH_BYTES;
             }
         }
-        let kind = if how == TxnEnd::Commit {
-            StretchKind::CommitMarker
-        } else {
-            part.aborted.push_back(AbortedRow {
-                producer_id,
-                first_offset: first,
-                last_offset: marker,
-            });
-            self.bytes = self.bytes.saturating_add(ABORTED_BYTES);
-            StretchKind::AbortMarker
-        };
-        part.stretches.insert(
-            marker,
-            Stretch {
+        if how != TxnEnd::Commit {
+            let mark = Stretch {
                 count: 1,
                 producer_id,
                 epoch,
-                kind,
-            },
-        );
-        self.bytes = self
-            .bytes
-            .saturating_add(STRETCH_BYTES)
-            .saturating_sub(dropped.saturating_mul(STRETCH_BYTES));
+                kind: StretchKind::Aborted,
+            };
+            if !merge_aborted(&mut part.stretches, marker, mark) {
+                added += STRETCH_BYTES;
+            }
+            match part.aborted.back_mut() {
+                Some(last) if joins(last, producer_id, first) => last.last_offset = marker,
+                _ => {
+                    part.aborted.push_back(AbortedRow {
+                        producer_id,
+                        first_offset: first,
+                        last_offset: marker,
+                    });
+                    added += ABORTED_BYTES;
+                }
+            }
+        }
+        if part.is_empty() {
+            self.parts.remove(&pid);
+        }
+        self.bytes = self.bytes.saturating_add(added).saturating_sub(freed);
     }
 
     /// Retention or DeleteRecords moved `pid`'s first held offset up to `low`: what lies
@@ -595,6 +705,24 @@ impl KafkaTxns {
                 self.bytes = self.bytes.saturating_sub(ENTRY_BYTES);
             }
         }
+    }
+
+    /// The topic (a queue) is deleted: pending offsets of it go, so that a later commit does
+    /// not bring back offsets of a topic that no longer exists (a topic created again under
+    /// the name starts without them, as its plain group offsets do).
+    pub fn forget_topic(&mut self, topic: &str) {
+        let mut freed = 0usize;
+        for row in self.rows.values_mut() {
+            row.pending.retain(|k, v| {
+                let keep = k.1 != topic;
+                if !keep {
+                    freed = freed
+                        .saturating_add(ENTRY_BYTES + k.0.len() + k.1.len() + v.metadata.len());
+                }
+                keep
+            });
+        }
+        self.bytes = self.bytes.saturating_sub(freed);
     }
 
     /// Rebuilds the derived indexes and the byte count from the rows and partitions (after
@@ -645,6 +773,32 @@ impl KafkaTxns {
     pub(crate) fn insert_decoded_part(&mut self, pid: u64, part: PartTxns) -> bool {
         self.parts.insert(pid, part).is_none()
     }
+}
+
+/// Whether an aborted transaction of `producer_id` beginning at `first` continues `row`
+/// without a gap (so one row stands for both; see [`KafkaTxns::aborted_in`]).
+fn joins(row: &AbortedRow, producer_id: i64, first: u64) -> bool {
+    row.producer_id == producer_id && row.last_offset.checked_add(1) == Some(first)
+}
+
+/// Inserts the aborted stretch `s` at `base`, or extends the stretch ending right before it
+/// when that one is the same producer's and epoch's aborted stretch. True when it merged.
+fn merge_aborted(stretches: &mut BTreeMap<u64, Stretch>, base: u64, s: Stretch) -> bool {
+    if let Some((b, prev)) = stretches.range_mut(..base).next_back() {
+        let touches = b.checked_add(u64::from(prev.count)) == Some(base);
+        if touches
+            && prev.kind == StretchKind::Aborted
+            && prev.producer_id == s.producer_id
+            && prev.epoch == s.epoch
+        {
+            if let Some(count) = prev.count.checked_add(s.count) {
+                prev.count = count;
+                return true;
+            }
+        }
+    }
+    stretches.insert(base, s);
+    false
 }
 
 #[cfg(test)]

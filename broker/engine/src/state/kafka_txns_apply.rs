@@ -154,7 +154,7 @@ mod tests {
             count: 2,
         };
         apply(&mut st, records, 30);
-        assert_eq!(st.kafka_txns.lso(1, 4), 2);
+        assert_eq!(st.kafka_txns.lso(1, 0, 4), 2);
         let end = |offset| TxnEffect::End {
             txn_id: "tx",
             how: TxnEnd::Abort,
@@ -162,7 +162,7 @@ mod tests {
         };
         apply(&mut st, end(4), 40);
         assert_eq!(
-            st.kafka_txns.lso(1, 4),
+            st.kafka_txns.lso(1, 0, 4),
             2,
             "a marker past the end is skipped"
         );
@@ -177,7 +177,7 @@ mod tests {
             });
         }
         apply(&mut st, end(4), 40);
-        assert_eq!(st.kafka_txns.lso(1, 5), 5);
+        assert_eq!(st.kafka_txns.lso(1, 0, 5), 5);
         let kinds: Vec<_> = st
             .kafka_txns
             .stretches_in(1, 0, 5)
@@ -186,7 +186,8 @@ mod tests {
             .collect();
         assert_eq!(
             kinds,
-            vec![(2, StretchKind::Aborted), (4, StretchKind::AbortMarker)]
+            vec![(2, StretchKind::Aborted)],
+            "records and marker merge"
         );
         st.last_now_us = 40;
         // A checkpoint carries it all (section 8) and a tenant without it writes none.

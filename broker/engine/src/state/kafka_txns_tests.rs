@@ -11,27 +11,27 @@ fn open() -> KafkaTxns {
 }
 
 #[test]
-fn a_commit_releases_the_lso_and_hides_only_its_markers() {
+fn a_commit_releases_the_lso_and_leaves_no_stretch() {
     let mut t = open();
-    assert_eq!(t.lso(1, 10), 10, "nothing written yet");
+    assert_eq!(t.lso(1, 0, 10), 10, "nothing written yet");
     assert!(t.records("tx", 1, 4, 3, 7));
     assert!(t.records("tx", 1, 8, 1, 9));
-    assert_eq!(t.lso(1, 9), 4);
-    assert_eq!(t.lso(2, 9), 9, "partition 2 added but unwritten");
-    assert!(!t.hidden(1, 5), "open records are past the LSO, not hidden");
+    assert_eq!(t.lso(1, 0, 9), 4);
+    assert_eq!(t.lso(2, 0, 9), 9, "partition 2 added but unwritten");
+    assert!(
+        t.hidden(1, 5),
+        "open records are hidden too (past the LSO anyway)"
+    );
     assert!(
         !t.end("tx", TxnEnd::Commit, &[(1, 9), (2, 3)], 200),
         "a marker on an unwritten partition"
     );
     assert!(!t.end("tx", TxnEnd::Commit, &[(1, 3)], 200), "marker below");
     assert!(t.end("tx", TxnEnd::Commit, &[(1, 9)], 200));
-    assert_eq!(t.lso(1, 10), 10);
-    assert!(t.hidden(1, 9) && !t.hidden(1, 4) && !t.hidden(1, 8));
-    assert_eq!(
-        t.stretches_in(1, 0, 10).len(),
-        1,
-        "committed records drop out"
-    );
+    assert_eq!(t.lso(1, 0, 10), 10);
+    // The commit marker is known by its frame, not by the index (review K3).
+    assert!(!t.hidden(1, 9) && !t.hidden(1, 4) && !t.hidden(1, 8));
+    assert!(t.part(1).is_none(), "a commit leaves nothing in the index");
     assert!(t.aborted_in(1, 0, 10).is_empty());
     let row = t.get("tx").expect("row");
     assert_eq!(
@@ -138,9 +138,13 @@ fn trimming_forgets_what_lies_below_and_keeps_open_transactions() {
     t.trim(1, 4);
     assert!(t.aborted_in(1, 0, 10).is_empty());
     assert!(t.bytes() < before);
-    assert_eq!(t.lso(1, 10), 3, "the open transaction still holds the LSO");
+    assert_eq!(
+        t.lso(1, 0, 10),
+        3,
+        "the open transaction still holds the LSO"
+    );
     t.forget_partition(1);
-    assert_eq!(t.lso(1, 10), 10);
+    assert_eq!(t.lso(1, 0, 10), 10);
     assert!(t.get("tx").is_some_and(|r| r.partitions.is_empty()));
 }
 
@@ -179,7 +183,7 @@ fn the_section_round_trips_with_its_derived_indexes() {
     assert_eq!(back.get("done"), t.get("done"));
     for pid in 1..=3 {
         assert_eq!(back.part(pid), t.part(pid), "partition {pid}");
-        assert_eq!(back.lso(pid, 20), t.lso(pid, 20));
+        assert_eq!(back.lso(pid, 0, 20), t.lso(pid, 0, 20));
     }
     assert_eq!(back.bytes(), t.bytes());
     assert_eq!(back.due(i64::MAX, 10), t.due(i64::MAX, 10));
@@ -272,4 +276,144 @@ fn the_section_refuses_what_apply_never_makes() {
     ] {
         assert!(decode(&w).is_err(), "{why} decoded");
     }
+}
+
+/// Review K3: the index holds no commit and one row and stretch for a loop of aborts.
+#[test]
+fn ten_thousand_commits_leave_no_stretch_and_adjacent_aborts_one() {
+    let mut t = KafkaTxns::default();
+    assert!(t.init("tx", 7, 0, 1000, 0));
+    let base_bytes = t.bytes();
+    let mut next = 0u64;
+    for _ in 0..10_000 {
+        assert!(t.add("tx", 7, 0, &[1], &[], 1));
+        assert!(t.records("tx", 1, next, 1, next + 1));
+        assert!(t.end("tx", TxnEnd::Commit, &[(1, next + 1)], 2));
+        next += 2;
+    }
+    assert!(t.part(1).is_none(), "commits leave nothing in the index");
+    assert_eq!(t.bytes(), base_bytes);
+    let first_abort = next;
+    for _ in 0..10_000 {
+        assert!(t.add("tx", 7, 0, &[1], &[], 3));
+        assert!(t.records("tx", 1, next, 1, next + 1));
+        assert!(t.end("tx", TxnEnd::Abort, &[(1, next + 1)], 4));
+        next += 2;
+    }
+    let part = t.part(1).expect("aborted index");
+    assert_eq!(part.stretches.len(), 1, "adjacent aborts merge");
+    let (base, s) = part
+        .stretches
+        .iter()
+        .next()
+        .map(|(b, s)| (*b, *s))
+        .expect("one");
+    assert_eq!(
+        (base, s.count, s.kind),
+        (first_abort, 20_000, StretchKind::Aborted)
+    );
+    assert_eq!(
+        part.aborted.iter().copied().collect::<Vec<_>>(),
+        vec![AbortedRow {
+            producer_id: 7,
+            first_offset: first_abort,
+            last_offset: next - 1,
+        }]
+    );
+    assert!(
+        !t.abort_adds_row(1, 7, next),
+        "the next adjacent abort joins the row"
+    );
+    assert!(t.abort_adds_row(1, 7, next + 1), "one after a gap does not");
+    assert!(t.abort_adds_row(1, 8, next), "nor another producer's");
+    let far = |pid: u64| (pid < 5).then_some(100_000);
+    let back = KafkaTxns::decode(&mut Reader::new(&encoded(&t).buf), 1_000, &far);
+    assert_eq!(
+        back.map(|b| b.bytes()).ok(),
+        Some(t.bytes()),
+        "the byte count survives a checkpoint"
+    );
+}
+
+#[test]
+fn aborts_of_two_producers_interleaved_keep_their_rows_apart() {
+    let mut t = KafkaTxns::default();
+    assert!(t.init("a", 1, 0, 1000, 0));
+    assert!(t.init("b", 2, 0, 1000, 0));
+    let mut next = 0u64;
+    for _ in 0..50 {
+        for (id, pid) in [("a", 1i64), ("b", 2)] {
+            assert!(t.add(id, pid, 0, &[1], &[], 1));
+            assert!(t.records(id, 1, next, 1, next + 1));
+            assert!(t.end(id, TxnEnd::Abort, &[(1, next + 1)], 2));
+            next += 2;
+        }
+    }
+    assert_eq!(t.aborted_count(1), 100);
+    // The binary search answers what a scan would.
+    let all: Vec<AbortedRow> = t
+        .part(1)
+        .map(|p| p.aborted.iter().copied().collect())
+        .unwrap_or_default();
+    for (from, to) in [(0, 1), (0, 200), (3, 4), (57, 90), (199, 300), (200, 300)] {
+        let scan: Vec<AbortedRow> = all
+            .iter()
+            .filter(|a| a.first_offset < to && a.last_offset >= from)
+            .copied()
+            .collect();
+        assert_eq!(t.aborted_in(1, from, to), scan, "{from}..{to}");
+    }
+    assert_eq!(
+        t.hidden_ranges(1, 0, 200),
+        vec![(0, 200)],
+        "one walk, ranges joined"
+    );
+    assert_eq!(t.hidden_ranges(1, 10, 12), vec![(10, 12)]);
+    assert_eq!(
+        t.hidden_ranges_upto(1, 1, 200, 3),
+        (vec![(1, 6)], 6),
+        "three stretches, and where they stop describing"
+    );
+    assert_eq!(
+        t.hidden_ranges_upto(1, 1, 200, 0),
+        (vec![(1, 2)], 2),
+        "always progress"
+    );
+    assert_eq!(
+        t.hidden_run_start(1, 199),
+        Some(0),
+        "adjacent stretches are one run"
+    );
+    assert_eq!(t.hidden_run_start(1, 200), None);
+}
+
+#[test]
+fn the_lso_never_falls_below_the_log_start() {
+    let mut t = open();
+    assert!(t.records("tx", 1, 3, 2, 5));
+    assert_eq!(t.lso(1, 0, 10), 3);
+    t.trim(1, 6);
+    assert_eq!(t.lso(1, 6, 10), 6, "clamped to the log start");
+    assert_eq!(t.lso(1, 12, 10), 10, "and never past the next offset");
+    assert!(t.withheld(1, 6, 10, 6) && !t.withheld(2, 0, 10, 9));
+}
+
+#[test]
+fn deleting_a_topic_forgets_its_pending_offsets() {
+    let mut t = open();
+    let po = |o| PendingOffset {
+        offset: o,
+        leader_epoch: -1,
+        metadata: "m".into(),
+    };
+    assert!(t.offset("tx", ("g".into(), "gone".into(), 0), po(5), 1));
+    assert!(t.offset("tx", ("g".into(), "kept".into(), 0), po(6), 1));
+    t.forget_topic("gone");
+    let keys: Vec<_> = t
+        .get("tx")
+        .map(|r| r.pending.keys().cloned().collect())
+        .unwrap_or_default();
+    assert_eq!(keys, vec![("g".to_string(), "kept".to_string(), 0)]);
+    let back = decode(&encoded(&t)).expect("decodes");
+    assert_eq!(back.bytes(), t.bytes());
 }

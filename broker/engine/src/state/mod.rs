@@ -597,6 +597,7 @@ impl State {
         self.labels.remove(qid, &q.namespace, &q.task);
         // A topic is a queue: its Kafka offsets go with it (docs/kafka-compat.md "Topic admin").
         self.kafka_groups.forget_topic(&q.name);
+        self.kafka_txns.forget_topic(&q.name);
         for gid in q.groups.values() {
             self.delete_group(*gid);
         }
