@@ -287,8 +287,11 @@ impl KafkaTxns {
         start
     }
 
-    /// The partition's aborted transactions whose offsets overlap `from..to`, oldest first
-    /// (rows are kept in marker order, so a binary search finds the first).
+    /// The partition's aborted transactions whose offsets overlap `from..to`, in marker
+    /// order. Rows are kept in marker order, so a binary search on `last_offset` finds the
+    /// first; first offsets are not monotone (a transaction that began earlier may end
+    /// later), so the rest is filtered, not cut at the first row past `to` (review F1): at
+    /// most `kafka_max_aborted_per_partition` rows.
     ///
     /// A row may stand for several aborted transactions of its producer that follow one
     /// another without a gap (merged, so that a loop of aborts costs one row): each abort
@@ -302,7 +305,7 @@ impl KafkaTxns {
         let start = p.aborted.partition_point(|a| a.last_offset < from);
         p.aborted
             .range(start..)
-            .take_while(|a| a.first_offset < to)
+            .filter(|a| a.first_offset < to)
             .copied()
             .collect()
     }

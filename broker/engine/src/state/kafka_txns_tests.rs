@@ -417,3 +417,27 @@ fn deleting_a_topic_forgets_its_pending_offsets() {
     let back = decode(&encoded(&t)).expect("decodes");
     assert_eq!(back.bytes(), t.bytes());
 }
+
+#[test]
+fn an_aborted_transaction_that_began_first_and_ended_last_is_listed() {
+    // Review F1: b writes 0, a writes 1, a aborts (marker 2), b aborts (marker 3). Rows are
+    // in marker order [a(1..=2), b(0..=3)]: b's first offset is below a's.
+    let mut t = KafkaTxns::default();
+    assert!(t.init("a", 1, 0, 1000, 0));
+    assert!(t.init("b", 2, 0, 1000, 0));
+    assert!(t.add("b", 2, 0, &[1], &[], 1));
+    assert!(t.records("b", 1, 0, 1, 1));
+    assert!(t.add("a", 1, 0, &[1], &[], 1));
+    assert!(t.records("a", 1, 1, 1, 2));
+    assert!(t.end("a", TxnEnd::Abort, &[(1, 2)], 2));
+    assert!(t.end("b", TxnEnd::Abort, &[(1, 3)], 2));
+    let producers = |from, to| -> Vec<i64> {
+        t.aborted_in(1, from, to)
+            .iter()
+            .map(|a| a.producer_id)
+            .collect()
+    };
+    assert_eq!(producers(0, 1), vec![2], "b's record 0");
+    assert_eq!(producers(0, 4), vec![1, 2]);
+    assert_eq!(producers(2, 3), vec![1, 2]);
+}
