@@ -12,6 +12,8 @@ use crate::scenario::{Plan, Scenario};
 pub enum DriverKind {
     /// The Queen HTTP/1.1 API with JSON bodies.
     QueenHttp,
+    /// The Kafka wire protocol (--kafka-addr): produce, fetch, commit offsets.
+    Kafka,
 }
 
 /// Load tool for QueenMQ: drives a live broker through its real door and reports throughput,
@@ -27,6 +29,9 @@ pub struct Cli {
     pub url: String,
     #[arg(long, value_enum, default_value = "queen-http")]
     pub driver: DriverKind,
+    /// The broker's Kafka port, for --driver kafka.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub kafka_addr: String,
     /// Body of pushes and transactions: JSON, QPB1, or QPB1 frames (transactions: QTB1).
     #[arg(long, value_enum, default_value = "json")]
     pub push_form: PushForm,
@@ -142,6 +147,24 @@ impl Cli {
         if self.scenario == Scenario::Txn && self.push_form == PushForm::Qpb1 {
             bail!("--push-form qpb1 has no transaction form: QTB1 carries frames (qpb1-frames)");
         }
+        if self.driver == DriverKind::Kafka {
+            if matches!(self.scenario, Scenario::Txn | Scenario::Soak) {
+                bail!(
+                    "{:?} is unsupported with --driver kafka (push, consume and e2e are)",
+                    self.scenario
+                );
+            }
+            if self.push_form != PushForm::Json || self.pop_form != PopForm::Json {
+                bail!("--push-form and --pop-form are Queen HTTP bodies: not with --driver kafka");
+            }
+            // Kafka has no lease, and a consumer reads the partitions it owns: these would
+            // be accepted and do nothing.
+            if self.lease_secs.is_some() || self.pop_partitions.is_some() {
+                bail!(
+                    "--lease-secs and --pop-partitions are Queen leases: not with --driver kafka"
+                );
+            }
+        }
         if self.scenario == Scenario::Consume && self.prefill == 0 {
             bail!("--prefill must be at least 1 for consume");
         }
@@ -222,6 +245,19 @@ mod tests {
         assert!(parse(&["nope"]).is_err());
         let err = parse(&["txn", "--push-form", "qpb1"])?.plan().err();
         assert!(format!("{err:?}").contains("--push-form"));
+        let err = parse(&["txn", "--driver", "kafka"])?.plan().err();
+        assert!(format!("{err:?}").contains("--driver kafka"));
+        let err = parse(&["push", "--driver", "kafka", "--push-form", "qpb1"])?
+            .plan()
+            .err();
+        assert!(format!("{err:?}").contains("--push-form"));
+        for flag in ["--lease-secs", "--pop-partitions"] {
+            let err = parse(&["e2e", "--driver", "kafka", flag, "5"])?
+                .plan()
+                .err();
+            assert!(format!("{err:?}").contains(flag), "{flag}");
+        }
+        assert!(parse(&["e2e", "--driver", "kafka"])?.plan().is_ok());
         let err = parse(&["soak", "--soak-minutes", "0"])?.plan().err();
         assert!(format!("{err:?}").contains("--soak-minutes"));
         let err = parse(&["soak", "--rss-every-secs=-1"])?

@@ -63,11 +63,14 @@ pub async fn run_consumer<D: Driver>(mut driver: D, mut plan: ConsumerPlan) -> S
                 continue;
             }
         };
-        if measuring {
+        // A pop served from the driver's own buffer is no request: it would count as a
+        // near-zero "pop" beside the real ones.
+        let on_wire = driver.last_pop_on_wire();
+        if measuring && on_wire {
             stats.pop.success(micros_between(started, done));
         }
         if deliveries.is_empty() {
-            if measuring {
+            if measuring && on_wire {
                 stats.empty_pops += 1;
             }
             continue;

@@ -1,6 +1,6 @@
 //! The seam between scenarios and a broker's wire: a scenario only pushes batches, pops
 //! batches and acks batches through these traits. The Queen HTTP driver is one
-//! implementation; a Kafka driver (produce / fetch / commit offsets) is meant to be another.
+//! implementation; the Kafka driver (produce / fetch / commit offsets) is another.
 
 use std::future::Future;
 
@@ -46,6 +46,10 @@ pub struct PopRequest {
     pub wait_ms: u64,
     /// Lease length override, if any.
     pub lease_secs: Option<u64>,
+    /// This consumer's place in its group, `worker` of `workers` (0-based), for drivers that
+    /// assign partitions statically (Kafka); the Queen broker leases partitions itself.
+    pub worker: usize,
+    pub workers: usize,
 }
 
 /// One delivered message. `fields` is `None` when the payload was not ours (malformed).
@@ -86,11 +90,25 @@ pub trait Driver: Send + 'static {
         async { anyhow::bail!("this driver has no transactions") }
     }
 
+    /// The broker's reason for the first item the last `push` answered `Failed`, when the
+    /// answer carried one outside the statuses (Kafka: a partition's error code).
+    fn take_push_error(&mut self) -> Option<String> {
+        None
+    }
+
     /// Pops up to `request.batch` messages; an empty vector means nothing arrived in time.
     fn pop(
         &mut self,
         request: &PopRequest,
     ) -> impl Future<Output = anyhow::Result<Vec<Delivery<Self::Ack>>>> + Send;
+
+    /// Whether the last `pop` sent a request to the broker. A driver that buffers (Kafka:
+    /// one Fetch answers many pops) answers false for a pop served from its buffer, or for
+    /// a wait with nothing to ask; only pops that hit the wire count as pop requests and
+    /// pop latency.
+    fn last_pop_on_wire(&self) -> bool {
+        true
+    }
 
     /// Acknowledges deliveries as processed.
     fn ack(

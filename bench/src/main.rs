@@ -7,6 +7,7 @@ mod cpu_usage;
 mod driver;
 mod histogram;
 mod http_conn;
+mod kafka;
 mod ledger;
 #[cfg(test)]
 mod mock_broker;
@@ -99,43 +100,48 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         format!("bench-{name}-{run_tag}")
     });
     let endpoint = http_conn::Endpoint::parse(&cli.url)?;
-    let connector = match cli.driver {
-        DriverKind::QueenHttp => queen_http::QueenHttp::new(
-            endpoint.clone(),
-            &queue,
-            &run_tag,
-            Duration::from_millis(cli.request_timeout_ms),
-        )?
-        .with_forms(plan.forms),
-    };
+    let timeout = Duration::from_millis(cli.request_timeout_ms);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let driver_name = connector.name();
     let cpu_before = cpu_usage::process_cpu_secs();
     let wall = std::time::Instant::now();
     let mut rss_samples = None;
-    let measured = if plan.scenario == Scenario::Soak {
-        let opts = cli.soak_options()?;
-        let lanes = scenario::soak::BATCHES
-            .iter()
-            .map(|b| {
-                queen_http::QueenHttp::new(
-                    endpoint.clone(),
-                    &format!("{queue}-b{b}"),
-                    &run_tag,
-                    Duration::from_millis(cli.request_timeout_ms),
-                )
-                .map(|c| c.with_forms(plan.forms))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        let (m, samples) = runtime.block_on(scenario::soak::run(lanes, &plan, &opts))?;
-        rss_samples = Some(samples);
-        m
-    } else {
-        runtime.block_on(scenario::run(connector, &plan))?
+    let (measured, driver_name, target) = match (plan.scenario, cli.driver) {
+        (Scenario::Soak, _) => {
+            let opts = cli.soak_options()?;
+            let lanes = scenario::soak::BATCHES
+                .iter()
+                .map(|b| {
+                    queen_http::QueenHttp::new(
+                        endpoint.clone(),
+                        &format!("{queue}-b{b}"),
+                        &run_tag,
+                        timeout,
+                    )
+                    .map(|c| c.with_forms(plan.forms))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let (m, samples) = runtime.block_on(scenario::soak::run(lanes, &plan, &opts))?;
+            rss_samples = Some(samples);
+            (m, "queen-http", cli.url.clone())
+        }
+        (_, DriverKind::QueenHttp) => {
+            let connector = queen_http::QueenHttp::new(endpoint, &queue, &run_tag, timeout)?
+                .with_forms(plan.forms);
+            let name = connector.name();
+            let m = runtime.block_on(scenario::run(connector, &plan))?;
+            (m, name, cli.url.clone())
+        }
+        (_, DriverKind::Kafka) => {
+            let connector =
+                kafka::Kafka::new(&cli.kafka_addr, &queue, &run_tag, plan.partitions, timeout)?;
+            let name = connector.name();
+            let m = runtime.block_on(scenario::run(connector, &plan))?;
+            (m, name, format!("kafka://{}", cli.kafka_addr))
+        }
     };
-    let mut report = Report::build(&plan, &measured, driver_name, &cli.url, &queue);
+    let mut report = Report::build(&plan, &measured, driver_name, &target, &queue);
     report.tool = report::ToolUsage::new(
         wall.elapsed(),
         cpu_before.zip(cpu_usage::process_cpu_secs()),

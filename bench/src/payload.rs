@@ -20,6 +20,25 @@ pub struct PayloadFields {
     pub ts: u64,
 }
 
+/// Our payload fields, each optional so a foreign payload is reported, not fatal.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct LooseFields {
+    seq: Option<u64>,
+    p: Option<u32>,
+    ts: Option<u64>,
+}
+
+/// Our fields of a payload, `None` when it is not one of ours.
+pub fn payload_fields(payload: &[u8]) -> Option<PayloadFields> {
+    let d: LooseFields = serde_json::from_slice(payload).ok()?;
+    Some(PayloadFields {
+        seq: d.seq?,
+        p: d.p?,
+        ts: d.ts?,
+    })
+}
+
 /// Hex digits of the fields' digest at the head of the pad.
 const DIGEST_CHARS: usize = 16;
 /// FNV-1a 64 offset basis, mixed with a constant of this tool so the digest is ours.

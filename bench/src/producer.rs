@@ -134,6 +134,9 @@ pub async fn run_producer<D: Driver>(mut driver: D, plan: ProducerPlan) -> Stats
                 stats.produced += count;
                 stats.produced_bytes += bytes;
                 stats.push_item_failures += batch.len() as u64 - count;
+                if let Some(text) = driver.take_push_error() {
+                    stats.note_error(&anyhow::anyhow!("push refused: {text}"));
+                }
                 stats.last_produce = Some(done);
             }
             Err(error) => {

@@ -77,6 +77,17 @@ pub async fn serve(
     cfg: Config,
     prometheus: crate::engine::bus_prometheus::Render,
 ) -> anyhow::Result<()> {
+    if let Some(c) = cfg.cluster()? {
+        // The Raft transport exists (queenmq-raft's TcpNetwork), the broker's multi-node
+        // group does not: running single-node under a cluster configuration would split the
+        // data without saying so (docs/cluster.md).
+        anyhow::bail!(
+            "a cluster is configured (node {} of {} nodes) but this build runs only a single \
+             node: unset cluster_token, cluster_addr, node_id and peers (docs/cluster.md)",
+            c.node_id,
+            c.peers.len()
+        );
+    }
     let _lock = lock_data_dir(&cfg.data_dir)?;
     // Certificates and users are read before anything starts: a bad file stops the start.
     let http_tls = match (&cfg.tls_cert_file, &cfg.tls_key_file) {
@@ -86,6 +97,14 @@ pub async fn serve(
     let kafka_security = kafka_security(&cfg)?;
     let memory = crate::memory::Memory::from_config(cfg.memory_limit_bytes);
     let cache_bytes = memory.budget.cache_bytes(cfg.entry_cache_bytes);
+    // A configured budget was checked with the config; a derived one is known only now.
+    memory
+        .budget
+        .check_metrics_ring(
+            cfg.metrics_history_samples,
+            crate::node_metrics::SAMPLE_BYTES,
+        )
+        .map_err(|e| anyhow!("metrics_history_samples {e}"))?;
     tracing::info!(
         budget = memory.budget.total,
         from = memory.budget.source,
@@ -111,6 +130,8 @@ pub async fn serve(
         cfg.jwt_secret.is_some() || kafka_security.users.is_some(),
         max_groups,
     );
+    // One cap on parked polls for the node: the engines' and the ephemeral store's.
+    let long_polls = crate::engine::LongPollSlots::new(door_caps.long_polls);
     let ecfg = EngineConfig {
         max_batch: cfg.commit_max_batch as usize,
         max_bytes: cfg.commit_max_bytes as usize,
@@ -121,7 +142,7 @@ pub async fn serve(
         memory: Some(memory.clone()),
         max_new_partitions: usize::try_from(cfg.max_new_partitions_per_request)
             .unwrap_or(usize::MAX),
-        long_polls: crate::engine::LongPollSlots::new(door_caps.long_polls),
+        long_polls: long_polls.clone(),
         disk: disk_gate(&cfg)?,
         reclaim: crate::engine::reclaim::Reclaimer::new(
             cfg.reclaim_enabled,
@@ -168,9 +189,9 @@ pub async fn serve(
                 n => n.min(cfg.ephemeral_max_bytes),
             },
             implicit_idle: Duration::from_secs(cfg.ephemeral_implicit_idle_s),
-            max_waiters: door_caps.long_polls,
         },
         Some(memory.clone()),
+        long_polls,
     ));
     let sweeper = crate::ephemeral::spawn_sweeper(ephemeral.clone());
     let listener = tokio::net::TcpListener::bind(cfg.http_addr)
@@ -204,6 +225,8 @@ pub async fn serve(
         max_ack_items: cfg.max_ack_items as usize,
         max_txn_ops: cfg.max_txn_ops as usize,
         max_trace_bytes: cfg.max_trace_bytes as usize,
+        streams_state_max_keys: cfg.streams_state_max_keys,
+        streams_state_max_bytes: cfg.streams_state_max_bytes,
         ephemeral: Some(ephemeral.clone()),
     };
     let (kafka_stop_tx, kafka_stop_rx) = tokio::sync::watch::channel(false);

@@ -182,7 +182,8 @@ fn decode_record(r: &mut Reader, base_timestamp: i64) -> Result<Record, Malforme
         return Err(Malformed("bytes left after the record's headers"));
     }
     Ok(Record {
-        timestamp: base_timestamp.saturating_add(delta),
+        // The writer's delta may have wrapped (Java and librdkafka write and read it so).
+        timestamp: base_timestamp.wrapping_add(delta),
         key,
         value,
         headers,
@@ -228,30 +229,8 @@ pub fn seed_batch() -> Vec<u8> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::fetch::batches::{nullable as put_nullable, zigzag};
     use bytes::{BufMut, BytesMut};
-
-    fn zigzag(out: &mut BytesMut, v: i64) {
-        let mut z = ((v << 1) ^ (v >> 63)) as u64;
-        loop {
-            let b = (z & 0x7f) as u8;
-            z >>= 7;
-            if z == 0 {
-                out.put_u8(b);
-                return;
-            }
-            out.put_u8(b | 0x80);
-        }
-    }
-
-    fn put_nullable(out: &mut BytesMut, v: Option<&[u8]>) {
-        match v {
-            None => zigzag(out, -1),
-            Some(v) => {
-                zigzag(out, v.len() as i64);
-                out.put_slice(v);
-            }
-        }
-    }
 
     /// A test record: timestamp, key, value, headers.
     pub type TestRecord<'a> = (

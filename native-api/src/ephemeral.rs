@@ -2,14 +2,13 @@
 //! go through the bus first (replicated), then to the store; contents never touch the bus.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use queenmq_protocol::ephemeral::check_ephemeral_name;
+use queenmq_protocol::ephemeral::{check_ephemeral_field, check_ephemeral_name};
 use queenmq_protocol::{
     Access, Command, EphemeralConfigOutcome, EphemeralConfigReq, EphemeralOptions, Outcome,
     RequestCtx,
@@ -344,7 +343,7 @@ pub async fn pop(
     check_ephemeral_name(&queue).map_err(|e| bad(e.message))?;
     for (name, v) in [("partition", &p.partition), ("group", &p.group)] {
         if let Some(v) = v {
-            check_ephemeral_name(v).map_err(|e| bad(format!("{name}: {}", e.message)))?;
+            check_ephemeral_field(name, v).map_err(|e| bad(e.message))?;
         }
     }
     let batch = bounded(&p.batch, "batch", 1, 1, MAX_BATCH)? as usize;
@@ -358,57 +357,13 @@ pub async fn pop(
         group: p.group.as_deref(),
         batch,
         auto_ack,
+        existing: false,
     };
-    let mut got = store.pop(&ctx.tenant, &ask)?;
-    if wait {
-        let _slot = store
-            .wait_slot()
-            .ok_or_else(|| EphemeralRefusal::Unavailable("too many waiting pops".into()))?;
-        let start = tokio::time::Instant::now();
-        let deadline = start + Duration::from_millis(timeout);
-        // Until something arrives; then, with a windowBuffer, a little longer to fatten it.
-        let mut until = deadline;
-        loop {
-            let (window_ms, window_count) = store.window(&ctx.tenant, &queue);
-            let want = (window_count as usize).clamp(1, batch);
-            if !got.is_empty() {
-                if window_ms == 0 || got.len() >= want {
-                    break;
-                }
-                until = until
-                    .min(tokio::time::Instant::now() + Duration::from_millis(window_ms.into()));
-            }
-            if tokio::time::Instant::now() >= until {
-                break;
-            }
-            let gate = store.wake(&ctx.tenant, &queue);
-            let rung = gate.notified();
-            tokio::pin!(rung);
-            rung.as_mut().enable();
-            let more = match store.pop(
-                &ctx.tenant,
-                &PopAsk {
-                    batch: batch - got.len(),
-                    ..ask.clone()
-                },
-            ) {
-                Ok(more) => more,
-                // What this pop already took is answered, never thrown away.
-                Err(_) if !got.is_empty() => break,
-                Err(e) => return Err(e.into()),
-            };
-            if more.is_empty() {
-                tokio::select! {
-                    _ = &mut rung => {}
-                    _ = tokio::time::sleep_until(until) => {}
-                }
-            }
-            got.extend(more);
-            if got.len() >= batch {
-                break;
-            }
-        }
-    }
+    let got = if wait {
+        crate::ephemeral_wait::pop_waiting(&*store, &ctx.tenant, &ask, timeout).await?
+    } else {
+        store.pop(&ctx.tenant, &ask)?
+    };
     let messages: Vec<Value> = got
         .into_iter()
         .map(|m| {
@@ -489,7 +444,7 @@ fn optional_name(m: &Map<String, Value>, key: &str) -> Result<Option<String>, Ep
     match m.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(v)) => {
-            check_ephemeral_name(v).map_err(|e| bad(format!("{key}: {}", e.message)))?;
+            check_ephemeral_field(key, v).map_err(|e| bad(e.message))?;
             Ok(Some(v.clone()))
         }
         Some(_) => Err(bad(format!("{key} must be a string"))),

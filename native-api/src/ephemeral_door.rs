@@ -42,6 +42,9 @@ pub struct PopAsk<'a> {
     pub batch: usize,
     /// Commit at delivery: no lease, nothing to ack.
     pub auto_ack: bool,
+    /// Only a queue that exists: a missing one is `NotFound`, not made implicit. A waiting
+    /// pop's repeats ask this, so a DELETE while it waited does not bring the queue back.
+    pub existing: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,10 +108,12 @@ pub trait EphemeralDoor: Send + Sync + std::fmt::Debug + 'static {
         tenant: &str,
         ask: &PopAsk<'_>,
     ) -> Result<Vec<EphemeralMessage>, EphemeralRefusal>;
-    /// Notified on every push to the queue (creating it if need be), for long polls.
-    fn wake(&self, tenant: &str, queue: &str) -> Arc<tokio::sync::Notify>;
-    /// A waiting pop's slot; None when the node's waiters are at their bound.
-    fn wait_slot(&self) -> Option<WaitSlot>;
+    /// Notified on every push to the queue, for long polls; None once the queue is gone (a
+    /// DELETE while the pop waited): the pop answers rather than bring it back as implicit.
+    fn wake(&self, tenant: &str, queue: &str) -> Option<Arc<tokio::sync::Notify>>;
+    /// A waiting pop's slot, out of the node's long-poll slots that durable pops share and
+    /// within the tenant's part of them; None past either.
+    fn wait_slot(&self, tenant: &str) -> Option<WaitSlot>;
     /// The queue's `windowBuffer` as (ms, count); (0, 0) when off or unknown.
     fn window(&self, tenant: &str, queue: &str) -> (u32, u32);
     fn ack(

@@ -10,6 +10,7 @@ mod capped;
 mod dlq_admin;
 mod ephemeral;
 pub mod ephemeral_door;
+pub mod ephemeral_wait;
 mod error;
 mod groups;
 mod health;
@@ -82,6 +83,10 @@ pub struct ApiOptions {
     pub max_txn_ops: usize,
     /// Largest trace `data` (as JSON text).
     pub max_trace_bytes: usize,
+    /// What one streams query's state rows may hold: rows, and bytes as the KV cap counts
+    /// them (docs/api.md "Streams runtime").
+    pub streams_state_max_keys: u64,
+    pub streams_state_max_bytes: u64,
     /// The RAM store of ephemeral queues; None answers their routes 501 `unsupported`.
     pub ephemeral: Option<Arc<dyn ephemeral_door::EphemeralDoor>>,
 }
@@ -105,6 +110,8 @@ impl Default for ApiOptions {
             max_ack_items: 10_000,
             max_txn_ops: 10_000,
             max_trace_bytes: 64 << 10,
+            streams_state_max_keys: 1_000_000,
+            streams_state_max_bytes: 64 << 20,
             ephemeral: None,
         }
     }

@@ -107,16 +107,23 @@ impl EphemeralOptions {
 
 /// Names travel in URL paths and metric labels: bounded, no control characters.
 pub fn check_ephemeral_name(name: &str) -> Result<(), QueenError> {
+    check_ephemeral_field("queue", name)
+}
+
+/// [`check_ephemeral_name`] for the field `kind` (a partition, a group), named in the error.
+pub fn check_ephemeral_field(kind: &str, name: &str) -> Result<(), QueenError> {
     if name.is_empty() {
-        return Err(QueenError::bad_request("queue is required"));
+        return Err(QueenError::bad_request(format!("{kind} is required")));
     }
     if name.len() > MAX_EPHEMERAL_NAME_BYTES {
         return Err(QueenError::bad_request(format!(
-            "queue is longer than {MAX_EPHEMERAL_NAME_BYTES} bytes"
+            "{kind} is longer than {MAX_EPHEMERAL_NAME_BYTES} bytes"
         )));
     }
     if name.chars().any(char::is_control) {
-        return Err(QueenError::bad_request("queue contains control characters"));
+        return Err(QueenError::bad_request(format!(
+            "{kind} contains control characters"
+        )));
     }
     Ok(())
 }
@@ -174,5 +181,7 @@ mod tests {
         assert!(check_ephemeral_name(&"a".repeat(513)).is_err());
         assert!(check_ephemeral_name("a\nb").is_err());
         assert!(check_ephemeral_name("").is_err());
+        let e = check_ephemeral_field("partition", "").unwrap_err();
+        assert_eq!(e.message, "partition is required");
     }
 }

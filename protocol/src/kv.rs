@@ -274,6 +274,23 @@ pub fn streams_rows_prefix(query_id: &str) -> String {
     format!("row/{query_id}/")
 }
 
+/// The query id a state row of [`STREAMS_NS`] belongs to (`row/<query_id>/...`).
+pub fn streams_row_query(key: &str) -> Option<&str> {
+    key.strip_prefix("row/")?.split_once('/').map(|(q, _)| q)
+}
+
+/// A bound on what one streams query's state rows (every partition's) may hold, set by the
+/// streams door from its config (`streams_state_max_keys`, `streams_state_max_bytes`): a
+/// cycle whose writes would take the query past either is refused whole. A cycle that does
+/// not grow the state passes, so a query over a lowered bound can still shrink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateCap {
+    pub query_id: String,
+    pub max_keys: u64,
+    /// Counted as the KV cap counts a row (`row_bytes`: namespace, key, value, overhead).
+    pub max_bytes: u64,
+}
+
 /// Namespaces the KV API may read but never write: each is written by the one door that
 /// keeps its invariants.
 pub const READ_ONLY_NAMESPACES: [(&str, &str); 3] = [

@@ -206,6 +206,8 @@ pub struct TxnReq {
     pub strict_acks: bool,
     /// With `strict_acks`: the queue every ack must be on (a streams query's source).
     pub ack_queue: Option<String>,
+    /// A streams cycle's bound on its query's state rows, judged with the `kv` rider.
+    pub state_cap: Option<crate::kv::StateCap>,
 }
 
 #[derive(Debug, Clone)]

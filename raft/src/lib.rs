@@ -4,7 +4,9 @@
 //!   (group-committed appends on one writer thread) and the StateStore's meta table.
 //! - `state_machine`: `RaftStateMachine` handing committed entries to the engine's
 //!   `ApplyHandler`.
-//! - `network`: the `RaftNetworkFactory` boundary (no peers yet).
+//! - `network`: `NoPeers`, the network of a single-voter group.
+//! - `tcp_client` + `tcp_server` + `rpc_codec`: the Raft network between `queen` processes
+//!   (one TCP connection per openraft client, a listener serving every hosted group).
 //! - `node`: `RaftNode`, what the engine uses: start, propose, read back, status, shutdown,
 //!   and the membership changes (refused after a reclamation).
 //! - `wire`: the frames of the network between nodes, size-checked before allocating (the
@@ -35,7 +37,10 @@ mod log_writer;
 mod meta;
 mod network;
 mod node;
+mod rpc_codec;
 mod state_machine;
+mod tcp_client;
+mod tcp_server;
 mod types;
 pub mod wire;
 
@@ -51,4 +56,6 @@ pub use log_store::LogStore;
 pub use meta::{accept_missing_log_start, read_persisted, Persisted};
 pub use node::{RaftNode, RaftStatus};
 pub use state_machine::StateMachine;
+pub use tcp_client::TcpNetwork;
+pub use tcp_server::{run as serve_cluster, Groups, ServerConfig};
 pub use types::TypeConfig;

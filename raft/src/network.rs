@@ -2,8 +2,8 @@
 //! answers `Unreachable`, which openraft treats as "back off and retry", never as fatal. A
 //! node never builds a client to itself (openraft FAQ: replicating to oneself panics).
 //!
-//! The HTTP transport with a shared token replaces `NoPeers` behind `RaftNetworkFactory`
-//! without touching the storage or the node; only `RaftNode` names this type.
+//! A group with peers runs on `TcpNetwork` (`tcp_client`) instead, without touching the storage
+//! or the node; only `RaftNode` names this type.
 
 use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};

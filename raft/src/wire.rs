@@ -1,7 +1,7 @@
 //! The frames of the Raft network between nodes: the first layer of issue 13's transport
 //! (docs/raft-storage.md "Next: the Raft network"). Everything read off a peer's connection is
-//! checked here before a byte of it is allocated; connections and the `RaftNetworkFactory` on
-//! top are not built yet.
+//! checked here before a byte of it is allocated; the connections on top are `tcp_client`
+//! (the `RaftNetworkFactory`) and `tcp_server` (the listener), the bodies `rpc_codec`.
 //!
 //! A frame is a kind (1 byte), a request id (8 bytes, little-endian), a body length (4 bytes,
 //! little-endian) and the body. The first frame on a connection is `Hello` (id 0) with the
@@ -53,13 +53,15 @@ pub struct Limits {
 const HELLO_MAX: u32 = 1024;
 /// Room for the encoding around the entries of an append and a snapshot chunk's header.
 const ENVELOPE: u32 = 64 * 1024;
-/// The largest append body whatever the record limit: about 0.13 s at 1 Gbit/s, the order of
-/// openraft's append timeout (`heartbeat_ms`). `max_record_bytes` (256 MiB by default) times
+/// The largest append body whatever the record limit: about 17 ms at 1 Gbit/s, a fifth of
+/// openraft's append timeout (`heartbeat_ms`, 100 ms), which must also cover the follower's
+/// write and fsync (review s14 F2: 16 MiB took 134 ms, over the timeout, and never arrived).
+/// The client also halves its own budget after an append times out. `max_record_bytes` (256 MiB by default) times
 /// `max_payload_entries` would be 4 GiB; the client must shrink a batch to this budget
 /// (openraft retries with fewer entries on `PayloadTooLarge`), and a single record bigger than
 /// `APPEND_MAX - ENVELOPE` cannot go by append at all: it needs a chunked path (as snapshot
 /// chunks are), not built yet, so a clustered group must keep its records under it.
-pub const APPEND_MAX: u32 = 16 * 1024 * 1024;
+pub const APPEND_MAX: u32 = 2 * 1024 * 1024;
 /// What a body reserves before its bytes arrive; the buffer grows as they do, so a declared
 /// length costs memory only once the peer actually sends it.
 const READ_CHUNK: usize = 64 * 1024;
@@ -111,6 +113,8 @@ pub enum WireError {
     WeakToken,
     #[error("no Hello within the deadline")]
     HelloTimeout,
+    #[error("the listener's configuration is unusable: {0}")]
+    Config(&'static str),
 }
 
 /// The shortest cluster token this node runs with: an empty or short token would let anyone
@@ -220,6 +224,30 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// Who a `Hello` says it comes from and which node it is meant for (review s14 F1): openraft
+/// counts an ack or a vote for the id it called, so a listener must never answer as a node it
+/// is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HelloIds {
+    pub from: u64,
+    pub to: u64,
+}
+
+/// The bytes of a Hello before the token: the sender's id, then the intended receiver's.
+const HELLO_IDS: usize = 16;
+
+/// The longest cluster token a Hello can carry (the Hello frame is capped at `HELLO_MAX`).
+pub const MAX_TOKEN: usize = HELLO_MAX as usize - HELLO_IDS;
+
+/// The body of a Hello from node `from` to node `to`.
+pub fn hello_body(from: u64, to: u64, token: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(HELLO_IDS + token.len());
+    b.extend_from_slice(&from.to_le_bytes());
+    b.extend_from_slice(&to.to_le_bytes());
+    b.extend_from_slice(token);
+    b
+}
+
 /// Reads the connection's first frame and checks it is a `Hello` with `token`, within
 /// `deadline` (a peer that connects and then sends nothing, or trickles its Hello, holds a
 /// connection only that long; the caller closes it on any error). A configured token shorter
@@ -230,7 +258,7 @@ pub async fn accept_hello<R: AsyncRead + Unpin>(
     r: &mut R,
     token: &[u8],
     deadline: Duration,
-) -> Result<(), WireError> {
+) -> Result<HelloIds, WireError> {
     if token.len() < MIN_TOKEN {
         return Err(WireError::WeakToken);
     }
@@ -250,8 +278,13 @@ pub async fn accept_hello<R: AsyncRead + Unpin>(
             got: kind,
         });
     }
-    if bool::from(subtle::ConstantTimeEq::ct_eq(body.as_slice(), token)) {
-        Ok(())
+    let (ids, given) = body.split_at(HELLO_IDS.min(body.len()));
+    if ids.len() == HELLO_IDS && bool::from(subtle::ConstantTimeEq::ct_eq(given, token)) {
+        let id = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+        Ok(HelloIds {
+            from: id(&ids[..8]),
+            to: id(&ids[8..]),
+        })
     } else {
         Err(WireError::BadToken)
     }
@@ -390,8 +423,16 @@ mod tests {
     #[tokio::test]
     async fn only_a_hello_with_the_token_opens_a_connection() {
         let token = b"0123456789abcdef0123456789abcdef";
-        let ok = frame(1, token.len() as u32, token);
-        accept_hello(&mut ok.as_slice(), token, WAIT).await.unwrap();
+        let body = hello_body(3, 4, token);
+        let ok = frame(1, body.len() as u32, &body);
+        let ids = accept_hello(&mut ok.as_slice(), token, WAIT).await.unwrap();
+        assert_eq!(ids, HelloIds { from: 3, to: 4 });
+        // The token alone, without the ids, is not a Hello.
+        let bare = frame(1, token.len() as u32, token);
+        assert!(matches!(
+            accept_hello(&mut bare.as_slice(), token, WAIT).await,
+            Err(WireError::BadToken)
+        ));
 
         let mut wrong = *token;
         wrong[31] ^= 1;
@@ -421,6 +462,18 @@ mod tests {
             accept_hello(&mut big_hello.as_slice(), token, WAIT).await,
             Err(WireError::TooLarge { .. })
         ));
+    }
+
+    /// Review s14 F2: a full append crosses a 1 Gbit/s link in at most a fifth of the default
+    /// append timeout (the heartbeat), leaving the rest for the follower's fsync.
+    #[test]
+    fn a_full_append_fits_well_inside_the_append_timeout() {
+        let heartbeat_ms = crate::RaftConfig::default().heartbeat_ms;
+        let wire_ms = u64::from(APPEND_MAX) * 8 * 1000 / 1_000_000_000;
+        assert!(
+            wire_ms * 5 <= heartbeat_ms,
+            "{wire_ms} ms of {heartbeat_ms} ms"
+        );
     }
 
     /// Review s13 F4: an empty configured token admitted an empty Hello (`ct_eq` of two empty

@@ -8,7 +8,9 @@
 #   scripts/bench/e2e.sh > e2e.json
 #
 # Env (defaults): PRODUCERS (2) CONSUMERS (4 per group) PARTITIONS (100) BATCH (100)
-# MSG_BYTES (256) CONSUMER_GROUPS (0 = queue mode) DURATION (30 s) HALF_FACTOR (0.5) RATE (unset).
+# MSG_BYTES (256) CONSUMER_GROUPS (0 = queue mode) DURATION (30 s) HALF_FACTOR (0.5) RATE (unset)
+# DRIVER (queen-http; kafka = the same runs through the broker's Kafka door on a fixed
+# KAFKA_PORT: one Produce per batch with acks=-1, Fetch, OffsetCommit; see bench/README.md).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -24,10 +26,20 @@ CONSUMER_GROUPS=${CONSUMER_GROUPS:-0}
 DURATION=${DURATION:-30}
 HALF_FACTOR=${HALF_FACTOR:-0.5}
 RATE=${RATE:-}
+DRIVER=${DRIVER:-queen-http}
 
 need_tools
 common=(e2e --producers "$PRODUCERS" --consumers "$CONSUMERS" --partitions "$PARTITIONS"
-    --batch "$BATCH" --msg-bytes "$MSG_BYTES" --groups "$CONSUMER_GROUPS" --duration-secs "$DURATION")
+    --batch "$BATCH" --msg-bytes "$MSG_BYTES" --groups "$CONSUMER_GROUPS" --duration-secs "$DURATION"
+    --driver "$DRIVER")
+case $DRIVER in
+queen-http) ;;
+kafka)
+    KAFKA_PORT=${KAFKA_PORT:-$(free_port)}
+    common+=(--kafka-addr "127.0.0.1:$KAFKA_PORT")
+    ;;
+*) die "DRIVER=$DRIVER: queen-http or kafka" ;;
+esac
 
 data=$(new_data_dir)
 start_broker "$data"
@@ -53,4 +65,4 @@ drop_data_dir "$data"
 
 emit e2e "$(params_json producers="$PRODUCERS" consumers="$CONSUMERS" partitions="$PARTITIONS" \
     batch="$BATCH" msg_bytes="$MSG_BYTES" groups="$CONSUMER_GROUPS" duration_secs="$DURATION" \
-    open_loop_rate="$RATE")" "$BENCH_TMP/closed.json" "$BENCH_TMP/open.json"
+    open_loop_rate="$RATE" driver="$DRIVER")" "$BENCH_TMP/closed.json" "$BENCH_TMP/open.json"

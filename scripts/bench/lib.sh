@@ -80,9 +80,10 @@ launch_broker() {
     BROKER_LOG=$BENCH_TMP/queen-$BROKER_STARTS.log
     # Only what we pass here configures the broker's address and data. The Kafka port (if the
     # binary has one) on a free loopback port, through the environment: an older binary run
-    # as BASE by compare.sh knows no --kafka-addr flag and ignores the variable.
+    # as BASE by compare.sh knows no --kafka-addr flag and ignores the variable. KAFKA_PORT
+    # fixes it for a script that drives the Kafka door (kafka-perf.sh).
     env -u QUEEN_CONFIG -u QUEEN_JWT_SECRET -u QUEEN_HTTP_ADDR -u QUEEN_DATA_DIR \
-        QUEEN_KAFKA_ADDR=127.0.0.1:0 \
+        QUEEN_KAFKA_ADDR="127.0.0.1:${KAFKA_PORT:-0}" \
         "$QUEEN_BIN" serve --data-dir "$data_dir" --http-addr "127.0.0.1:$BROKER_PORT" \
         >"$BROKER_LOG" 2>&1 &
     BROKER_PID=$!

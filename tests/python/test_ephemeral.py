@@ -299,3 +299,29 @@ def test_an_idle_implicit_queue_is_removed_a_declared_one_stays(broker_factory):
                 break
             time.sleep(0.2)
         assert names == ["declared"]
+
+
+def test_a_window_buffer_never_answers_a_message_twice(broker, http):
+    """windowBuffer.ms (5 s) past the lease (1 s): the answer is held at most half the lease, so
+    a lease of what the pop took cannot end inside it and the message be taken again into the
+    same answer (review s12 E8). The second push lands after the first message's lease ended."""
+    q = "window-lease"
+    r = http.post("/api/v1/ephemeral/configure", json={"queue": q, "options": {
+        "leaseSeconds": 1, "windowBuffer": {"ms": 5000, "count": 100}}})
+    assert r.status_code == 200, r.text
+    assert http.post("/api/v1/ephemeral/push", json={"queue": q, "messages": [{"payload": "m"}]}).status_code == 201
+
+    async def body():
+        async with httpx.AsyncClient(base_url=broker.url, timeout=20.0) as c:
+            waiter = asyncio.create_task(c.get("/api/v1/ephemeral/pop", params={
+                "queue": q, "batch": 10, "wait": "true", "timeout": 10000}))
+            # Past the 1 s lease of "m": a held answer would take it again on this push.
+            await asyncio.sleep(1.5)
+            pushed = await c.post("/api/v1/ephemeral/push", json={"queue": q, "messages": [{"payload": "n"}]})
+            assert pushed.status_code == 201, pushed.text
+            return await waiter
+
+    got = asyncio.run(body())
+    assert got.status_code == 200, got.text
+    payloads = [m["payload"] for m in got.json()["messages"]]
+    assert "m" in payloads and len(payloads) == len(set(payloads)), payloads

@@ -141,3 +141,42 @@ def test_roles_follow_the_command_table(broker_factory):
         head = s.recv(4096)
         assert head.startswith(b"HTTP/1.1 403"), head[:200]
         assert b"connection: close" in head.lower(), head[:400]
+
+
+def test_ephemeral_routes_follow_the_command_table(broker_factory):
+    """The eight ephemeral routes take the roles of the commands they stand for (review s12
+    E16): push is a push (write-only may, read-only may not), pop and ack are consumption
+    (read-write), configure and reset are read-write, DELETE is admin, the listings are reads."""
+    b = broker_factory("jwt-eph", env={"QUEEN_JWT_SECRET": SECRET}).start()
+    writer, reader = bearer(token(role="write-only")), bearer(token(role="read-only"))
+    rw, admin = bearer(token(role="read-write")), bearer(token(role="admin"))
+    eph = "/api/v1/ephemeral"
+    push = {"queue": "e", "messages": [{"payload": 1}]}
+    ack = {"queue": "e", "acks": [{"id": "e:x:p:1.1"}]}
+    calls = {
+        "push": lambda h: http.post(f"{eph}/push", json=push, headers=h),
+        "pop": lambda h: http.get(f"{eph}/pop", params={"queue": "e"}, headers=h),
+        "ack": lambda h: http.post(f"{eph}/ack", json=ack, headers=h),
+        "configure": lambda h: http.post(f"{eph}/configure", json={"queue": "e", "options": {}}, headers=h),
+        "reset": lambda h: http.post(f"{eph}/reset", json={"queue": "e"}, headers=h),
+        "delete": lambda h: http.delete(f"{eph}/queue/e", headers=h),
+        "queues": lambda h: http.get(f"{eph}/queues", headers=h),
+        "depth": lambda h: http.get(f"{eph}/queues/e/depth", headers=h),
+    }
+    allowed = {
+        "write-only": {"push"},
+        "read-only": {"queues", "depth"},
+        "read-write": {"push", "pop", "ack", "configure", "reset", "queues", "depth"},
+        "admin": set(calls),
+    }
+    with httpx.Client(base_url=b.url, timeout=10) as http:
+        for role, h in (("write-only", writer), ("read-only", reader), ("read-write", rw), ("admin", admin)):
+            # A declared queue, so depth and delete answer 200 rather than 404.
+            assert calls["configure"](admin).status_code == 200
+            for name, call in calls.items():
+                status = call(h).status_code
+                if name in allowed[role]:
+                    assert status != 403, (role, name, status)
+                else:
+                    assert status == 403, (role, name, status)
+        assert calls["push"]({}).status_code == 401

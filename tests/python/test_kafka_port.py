@@ -437,8 +437,9 @@ def test_binary_records_cross_to_the_official_client_and_back(broker):
                     "value_b64": b64(b"\xc3\x28 not utf-8")}},
     ]
 
+    # check.crcs: librdkafka checks every batch's CRC32C, which it skips by default.
     c = confluent.Consumer({"bootstrap.servers": broker.kafka_bootstrap, "group.id": "xproto-reader",
-                            "enable.auto.commit": False})
+                            "enable.auto.commit": False, "check.crcs": True})
     try:
         c.assign([confluent.TopicPartition(topic, 0, 0)])
         got = []
@@ -458,3 +459,27 @@ def test_binary_records_cross_to_the_official_client_and_back(broker):
     assert (pushed.key(), pushed.value(), pushed.headers()) == (b"user-1", raw, [("bin", b"\x00\xfe"), ("nil", None)])
     assert pushed.timestamp()[1] == 1_700_000_000_500
     assert (plain.key(), json.loads(plain.value()), plain.headers()) == (None, {"n": 1}, None)
+
+
+def test_duplicate_header_keys_all_come_back_in_order(broker):
+    """librdkafka's 0085: Kafka keeps a record's headers as the list the producer sent, so a
+    key given twice comes back twice, in its place (the fetch encoder once kept one)."""
+    confluent = pytest.importorskip("confluent_kafka")
+    topic = "dupheaders"
+    headers = [("a", b"1"), ("b", b"x"), ("a", b"2"), ("a", None), ("a", b"")]
+    p = confluent.Producer({"bootstrap.servers": broker.kafka_bootstrap})
+    p.produce(topic, b"v", partition=0, headers=headers)
+    assert p.flush(30) == 0
+    c = confluent.Consumer({"bootstrap.servers": broker.kafka_bootstrap, "group.id": "dupheaders",
+                            "enable.auto.commit": False, "check.crcs": True})
+    try:
+        c.assign([confluent.TopicPartition(topic, 0, 0)])
+        got = None
+        for _ in range(30):
+            got = c.poll(1.0)
+            if got is not None:
+                break
+    finally:
+        c.close()
+    assert got is not None and got.error() is None, got and got.error()
+    assert got.headers() == headers

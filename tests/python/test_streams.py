@@ -521,3 +521,39 @@ def test_state_get_needs_read_write_a_documented_departure_from_the_spec(broker_
         assert http.post("/streams/v1/state/get", json=get, headers=bearer("read-only")).status_code == 403
         unknown = http.post("/streams/v1/state/get", json=get, headers=bearer("read-write"))
         assert unknown.status_code == 404, unknown.text
+
+
+def test_a_cycle_past_the_query_state_bound_is_refused_whole(broker_factory):
+    """`streams_state_max_keys` bounds one query's rows at write time: a cycle that would pass
+    it applies nothing (no state op, no sink push, no ack); one that does not grow passes."""
+    b = broker_factory(env={"QUEEN_STREAMS_STATE_MAX_KEYS": "3"}).start()
+    with httpx.Client(base_url=b.url, timeout=10.0) as http:
+        url = b.url
+        q = register(http, url, "capped", "h", source="in")
+        qid = q["query_id"]
+        [m0, m1] = popped(http, url, "in", "g", 2)
+        pid = m0["partitionId"]
+        ups = [{"type": "upsert", "key": k, "value": {"n": 1}} for k in ("a", "b", "c")]
+        res = cycle_post(http, url, acked_cycle(qid, m0, "g", ups))
+        assert res.status_code == 200 and res.json()["success"] is True, res.text
+
+        grow = acked_cycle(qid, m1, "g", [{"type": "upsert", "key": "d", "value": {"n": 1}}],
+                           [{"queue": "out", "partition": "p", "payload": {"n": 1}}])
+        refused = cycle_post(http, url, grow)
+        assert refused.status_code == 413, refused.text
+        body = refused.json()
+        assert body["success"] is False and "streams_state_max_keys" in body["error"], body
+        rows = state_get(http, url, qid, pid).json()["rows"]
+        assert sorted(r["key"] for r in rows) == ["a", "b", "c"]
+        assert queen_api.pop(http, url, "out", group="check", wait=False, mode="all") == []
+
+        # One row in and one out keeps the count at the bound: it passes, ack and push too.
+        swap = acked_cycle(qid, m1, "g", [{"type": "upsert", "key": "d", "value": {"n": 2}},
+                                          {"type": "delete", "key": "a"}],
+                           [{"queue": "out", "partition": "p", "payload": {"n": 2}}])
+        res = cycle_post(http, url, swap)
+        assert res.status_code == 200 and res.json()["success"] is True, res.text
+        rows = state_get(http, url, qid, pid).json()["rows"]
+        assert sorted(r["key"] for r in rows) == ["b", "c", "d"]
+        out = queen_api.pop(http, url, "out", group="check", wait=False, mode="all")
+        assert [m["data"] for m in out] == [{"n": 2}]

@@ -2,6 +2,7 @@
 //! forms of docs/binary-forms.md (`Forms`).
 
 mod binary_push;
+pub use binary_push::txn_id;
 #[cfg(test)]
 mod binary_tests;
 mod forms;
@@ -127,7 +128,7 @@ fn batch_order(wire: Vec<PushStatus>, order: &[usize], items: usize) -> Vec<Push
 /// transaction id is the one it was pushed with and it came from the partition it was pushed
 /// to (`p{n}`, as every push form names it).
 fn delivery(run_tag: &str, p: Popped) -> Delivery<QueenAck> {
-    let fields = wire::payload_fields(&p.payload).filter(|f| {
+    let fields = crate::payload::payload_fields(&p.payload).filter(|f| {
         p.transaction_id == binary_push::txn_id(run_tag, f.seq)
             && p.partition.strip_prefix('p') == Some(f.p.to_string().as_str())
     });

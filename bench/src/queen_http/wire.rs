@@ -6,7 +6,6 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
 use crate::driver::{OutMessage, PushStatus};
-use crate::payload::PayloadFields;
 
 /// Appends the JSON array of push items for `batch`. Partition index `n` is named `p{n}`;
 /// the transaction id `{run_tag}-{id}` is unique per run, so the broker's dedup never fires.
@@ -125,25 +124,6 @@ pub struct QueenAck {
     pub transaction_id: String,
     pub partition_id: String,
     pub lease_id: Option<String>,
-}
-
-/// Our payload fields, each optional so a foreign payload is reported, not fatal.
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct LooseFields {
-    seq: Option<u64>,
-    p: Option<u32>,
-    ts: Option<u64>,
-}
-
-/// Our fields of a payload, `None` when it is not one of ours.
-pub fn payload_fields(payload: &[u8]) -> Option<PayloadFields> {
-    let d: LooseFields = serde_json::from_slice(payload).ok()?;
-    Some(PayloadFields {
-        seq: d.seq?,
-        p: d.p?,
-        ts: d.ts?,
-    })
 }
 
 #[derive(Deserialize)]
@@ -293,6 +273,7 @@ fn string_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error>
 mod tests {
     use super::*;
     use crate::driver::PopRequest;
+    use crate::payload::{payload_fields, PayloadFields};
     use serde_json::Value;
 
     fn batch() -> Vec<OutMessage> {
@@ -368,6 +349,8 @@ mod tests {
             partitions: 10,
             wait_ms: 1000,
             lease_secs: None,
+            worker: 0,
+            workers: 1,
         };
         assert_eq!(
             pop_query(&request),

@@ -86,7 +86,8 @@ pub fn start_consumers<C: Connector>(
     let (stop, stop_rx) = watch::channel(false);
     let mut set = JoinSet::new();
     for (slot, group) in group_names(plan.groups).into_iter().enumerate() {
-        for _ in 0..plan.consumers.max(1) {
+        let workers = plan.consumers.max(1);
+        for index in 0..workers {
             let connector = connector.clone();
             let worker = ConsumerPlan {
                 group_slot: slot,
@@ -96,6 +97,8 @@ pub fn start_consumers<C: Connector>(
                     partitions: plan.pop_partitions,
                     wait_ms: plan.pop_wait_ms,
                     lease_secs: plan.lease_secs,
+                    worker: index,
+                    workers,
                 },
                 clock,
                 ledger: Arc::clone(ledger),

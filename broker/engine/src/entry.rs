@@ -780,10 +780,12 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
             to_us: r.i64()?,
         },
         K_EPHEMERAL_CONFIG_SET => Effect::EphemeralConfigSet {
-            queue: r.str()?,
+            queue: decode_ephemeral_name(r)?,
             options: decode_ephemeral_options(r)?,
         },
-        K_EPHEMERAL_CONFIG_DELETE => Effect::EphemeralConfigDelete { queue: r.str()? },
+        K_EPHEMERAL_CONFIG_DELETE => Effect::EphemeralConfigDelete {
+            queue: decode_ephemeral_name(r)?,
+        },
         K_RETENTION_TRIM => Effect::RetentionTrim {
             pid: r.u64()?,
             low: r.u64()?,
@@ -831,6 +833,15 @@ pub fn encode_ephemeral_options(w: &mut Writer, o: &EphemeralOptions) {
     w.u32(o.retry_limit);
     w.u32(o.window_ms);
     w.u32(o.window_count);
+}
+
+/// An ephemeral queue's name as the planner took it (≤ 512 bytes, no control characters,
+/// not empty): the RAM store is seeded with it, so a name no route accepts is refused here.
+pub fn decode_ephemeral_name<'a>(r: &mut Reader<'a>) -> Result<&'a str, DecodeError> {
+    let name = r.str()?;
+    queenmq_protocol::ephemeral::check_ephemeral_name(name)
+        .map_err(|e| r.malformed(format!("ephemeral queue name: {}", e.message)))?;
+    Ok(name)
 }
 
 /// Refuses an unknown policy or a bound outside the documented ranges: apply never writes one.
@@ -1055,6 +1066,28 @@ mod tests {
         let at = buf.len() - 4 * 5 - 1;
         buf[at] = 9;
         assert!(decode_entry(&buf).is_err(), "unknown policy decoded");
+    }
+
+    #[test]
+    fn an_ephemeral_name_no_route_accepts_is_refused_on_decode() {
+        let long = "q".repeat(513);
+        for queue in [long.as_str(), "", "a\nb"] {
+            for effect in [
+                Effect::EphemeralConfigSet {
+                    queue,
+                    options: EphemeralOptions::default(),
+                },
+                Effect::EphemeralConfigDelete { queue },
+            ] {
+                let mut b = EntryBuilder::new(1, 1);
+                b.push(&effect);
+                assert!(decode_entry(&b.finish()).is_err(), "{effect:?} decoded");
+            }
+        }
+        let ok = "q".repeat(512);
+        let mut b = EntryBuilder::new(1, 1);
+        b.push(&Effect::EphemeralConfigDelete { queue: &ok });
+        assert!(decode_entry(&b.finish()).is_ok());
     }
 
     #[test]

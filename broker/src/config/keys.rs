@@ -282,6 +282,24 @@ pub(crate) const KEYS: &[KeySpec] = &[
         },
     },
     KeySpec {
+        name: "streams_state_max_keys",
+        env: "QUEEN_STREAMS_STATE_MAX_KEYS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 100_000_000,
+        },
+    },
+    KeySpec {
+        name: "streams_state_max_bytes",
+        env: "QUEEN_STREAMS_STATE_MAX_BYTES",
+        flag: None,
+        kind: Kind::Uint {
+            min: 4 * KIB,
+            max: 256 * MIB,
+        },
+    },
+    KeySpec {
         name: "metrics_sample_s",
         env: "QUEEN_METRICS_SAMPLE_S",
         flag: None,
@@ -485,6 +503,33 @@ pub(crate) const KEYS: &[KeySpec] = &[
             min: 0,
             max: 100_000,
         },
+    },
+    KeySpec {
+        name: "cluster_token",
+        env: "QUEEN_CLUSTER_TOKEN",
+        flag: None,
+        kind: Kind::Secret,
+    },
+    KeySpec {
+        name: "cluster_addr",
+        env: "QUEEN_CLUSTER_ADDR",
+        flag: None,
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "node_id",
+        env: "QUEEN_NODE_ID",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: u32::MAX as u64,
+        },
+    },
+    KeySpec {
+        name: "peers",
+        env: "QUEEN_PEERS",
+        flag: None,
+        kind: Kind::Text,
     },
 ];
 

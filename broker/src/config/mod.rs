@@ -12,6 +12,7 @@
 //! operator's view of the same table ([`keys::KEYS`]).
 
 mod args;
+mod cluster;
 mod error;
 mod keys;
 mod load;
@@ -23,6 +24,8 @@ mod tests;
 use std::path::Path;
 
 pub use args::ConfigArgs;
+#[allow(unused_imports)]
+pub use cluster::Cluster;
 pub use error::ConfigError;
 pub use load::Loaded;
 // The whole public surface, even where the binary does not name a type.

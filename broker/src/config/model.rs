@@ -73,6 +73,10 @@ pub struct Config {
     pub max_new_partitions_per_request: u64,
     /// Long-poll pops parked at once on this node (more are answered 503).
     pub max_long_polls: u64,
+    /// State rows one streams query may hold (every partition's); a cycle past it is 413.
+    pub streams_state_max_keys: u64,
+    /// Bytes one streams query's state rows may hold (as the KV cap counts them).
+    pub streams_state_max_bytes: u64,
     /// Ephemeral (RAM) queues answer; off: every ephemeral route answers 503
     /// `ephemeral_disabled`.
     pub ephemeral_enabled: bool,
@@ -157,6 +161,14 @@ pub struct Config {
     /// Kafka fetch sessions (KIP-227) the node keeps at most (Kafka's
     /// `max.incremental.fetch.session.cache.slots`); 0 answers every fetch sessionless.
     pub kafka_fetch_session_slots: u64,
+    /// The shared secret of the nodes of a cluster (at least 32 bytes); unset: single node.
+    pub cluster_token: Option<Secret>,
+    /// This node's Raft listener (the cluster port), with peers set.
+    pub cluster_addr: Option<SocketAddr>,
+    /// This node's id in `peers`; 1 for a single node.
+    pub node_id: u64,
+    /// Every member of the cluster as `id=host:port` (Raft listeners), comma-separated.
+    pub peers: Option<String>,
 }
 
 impl Default for Config {
@@ -188,6 +200,8 @@ impl Default for Config {
             max_trace_bytes: 64 * KIB,
             max_new_partitions_per_request: 10_000,
             max_long_polls: 20_000,
+            streams_state_max_keys: 1_000_000,
+            streams_state_max_bytes: 64 * MIB,
             ephemeral_enabled: true,
             ephemeral_max_bytes: 256 * MIB,
             ephemeral_tenant_max_bytes: 0,
@@ -223,6 +237,10 @@ impl Default for Config {
             kafka_max_prelogin_connections_per_ip: 16,
             http_auth_disabled: false,
             kafka_fetch_session_slots: 1_000,
+            cluster_token: None,
+            cluster_addr: None,
+            node_id: 1,
+            peers: None,
         }
     }
 }
@@ -254,6 +272,17 @@ impl Config {
                 ),
             });
         }
+        if self.memory_limit_bytes != 0 {
+            crate::memory::budget::Budget::derive(self.memory_limit_bytes, None, None)
+                .check_metrics_ring(
+                    self.metrics_history_samples,
+                    crate::node_metrics::SAMPLE_BYTES,
+                )
+                .map_err(|message| ValueError::Bad {
+                    key: "metrics_history_samples",
+                    message,
+                })?;
+        }
         if self.data_dir.as_os_str().is_empty() {
             return Err(ValueError::Bad {
                 key: "data_dir",
@@ -274,6 +303,7 @@ impl Config {
                 message,
             })?;
         }
+        self.cluster()?;
         if let Some(aud) = &self.jwt_audience {
             if aud.trim().is_empty() {
                 return Err(ValueError::Bad {
@@ -425,6 +455,8 @@ impl Config {
             "max_trace_bytes" => self.max_trace_bytes,
             "max_new_partitions_per_request" => self.max_new_partitions_per_request,
             "max_long_polls" => self.max_long_polls,
+            "streams_state_max_keys" => self.streams_state_max_keys,
+            "streams_state_max_bytes" => self.streams_state_max_bytes,
             "ephemeral_max_bytes" => self.ephemeral_max_bytes,
             "ephemeral_tenant_max_bytes" => self.ephemeral_tenant_max_bytes,
             "ephemeral_implicit_idle_s" => self.ephemeral_implicit_idle_s,
@@ -444,6 +476,7 @@ impl Config {
             "kafka_max_prelogin_connections" => self.kafka_max_prelogin_connections,
             "kafka_max_prelogin_connections_per_ip" => self.kafka_max_prelogin_connections_per_ip,
             "kafka_fetch_session_slots" => self.kafka_fetch_session_slots,
+            "node_id" => self.node_id,
             _ => 0,
         }
     }
@@ -464,6 +497,12 @@ impl Config {
             ),
             "log_json" => (Some(self.log_json.to_string()), None),
             "jwt_audience" => (self.jwt_audience.as_deref().map(toml_string), None),
+            "cluster_token" => (
+                self.cluster_token.as_ref().map(|_| toml_string("<set>")),
+                None,
+            ),
+            "cluster_addr" => (self.cluster_addr.map(|a| toml_string(&a.to_string())), None),
+            "peers" => (self.peers.as_deref().map(toml_string), None),
             "metrics_require_auth" => (self.metrics_require_auth.map(|b| b.to_string()), None),
             "log" => (Some(toml_string(&self.log)), None),
             "accept_data_loss" => (Some(self.accept_data_loss.to_string()), None),
@@ -489,7 +528,7 @@ impl Config {
 }
 
 /// `host:port` (an IPv6 host in brackets) with a port above 0.
-fn split_host_port(s: &str) -> Option<(String, u16)> {
+pub(super) fn split_host_port(s: &str) -> Option<(String, u16)> {
     let (host, port) = s.rsplit_once(':')?;
     let port: u16 = port.parse().ok().filter(|p| *p > 0)?;
     let host = host.trim_start_matches('[').trim_end_matches(']');

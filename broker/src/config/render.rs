@@ -46,6 +46,7 @@ fn unset_meaning(name: &str) -> &'static str {
         "tls_cert_file" | "tls_key_file" => "plain HTTP",
         "kafka_tls_cert_file" | "kafka_tls_key_file" => "plain TCP on the Kafka port",
         "kafka_sasl_users_file" => "no SASL: the Kafka port runs only with authentication off",
+        "cluster_token" | "cluster_addr" | "peers" => "a single node",
         _ => "default",
     }
 }

@@ -620,3 +620,119 @@ fn reclaim_is_on_by_default_and_turned_off_by_env() {
     .expect("env loads");
     assert!(!loaded.config.reclaim_enabled);
 }
+
+#[test]
+fn a_metrics_ring_past_its_share_of_the_budget_is_refused() {
+    let sample = crate::node_metrics::SAMPLE_BYTES;
+    // 10 % of a 32 MiB budget.
+    let fits = (32u64 << 20) / 10 / sample;
+    let (_d, path) = file(&format!(
+        "memory_limit_bytes = {}\nmetrics_history_samples = {fits}\n",
+        32u64 << 20
+    ));
+    assert!(load_env(&with_file(&path), &[]).is_ok());
+    let (_d, path) = file(&format!(
+        "memory_limit_bytes = {}\nmetrics_history_samples = {}\n",
+        32u64 << 20,
+        fits + 1
+    ));
+    let err = load_env(&with_file(&path), &[]).unwrap_err();
+    assert!(err.to_string().contains("metrics_history_samples"), "{err}");
+    // The default ring fits the smallest budget.
+    let (_d, path) = file(&format!("memory_limit_bytes = {}\n", 32u64 << 20));
+    assert!(load_env(&with_file(&path), &[]).is_ok());
+}
+
+const CLUSTER_TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+#[test]
+fn no_cluster_key_is_the_single_node_broker() {
+    let loaded = load_env(&ConfigArgs::default(), &[]).expect("defaults load");
+    assert_eq!(loaded.config.cluster().expect("valid"), None);
+    assert_eq!(loaded.config.node_id, 1);
+}
+
+#[test]
+fn a_cluster_loads_from_file_and_env_with_the_token_from_env() {
+    let (_d, path) = file(
+        "node_id = 2\ncluster_addr = \"127.0.0.1:7100\"\npeers = \"1=10.0.0.1:7100, 2=127.0.0.1:7100,3=queen-2.queen:7100\"\n",
+    );
+    let loaded = load_env(&with_file(&path), &[("QUEEN_CLUSTER_TOKEN", CLUSTER_TOKEN)])
+        .expect("a cluster loads");
+    let c = loaded.config.cluster().expect("valid").expect("a cluster");
+    assert_eq!(c.node_id, 2);
+    assert_eq!(c.addr.to_string(), "127.0.0.1:7100");
+    assert_eq!(
+        c.peers.into_iter().collect::<Vec<_>>(),
+        vec![
+            (1, "10.0.0.1:7100".to_string()),
+            (2, "127.0.0.1:7100".to_string()),
+            (3, "queen-2.queen:7100".to_string()),
+        ]
+    );
+    assert_eq!(
+        loaded.source_of("cluster_token"),
+        Some("env QUEEN_CLUSTER_TOKEN")
+    );
+    assert!(!render(&loaded).contains(CLUSTER_TOKEN));
+}
+
+#[test]
+fn cluster_refusals_name_their_key() {
+    let full = |token: &str, node: &str, peers: &str| {
+        vec![
+            ("QUEEN_CLUSTER_TOKEN", token.to_string()),
+            ("QUEEN_CLUSTER_ADDR", "127.0.0.1:7100".to_string()),
+            ("QUEEN_NODE_ID", node.to_string()),
+            ("QUEEN_PEERS", peers.to_string()),
+        ]
+    };
+    let cases: Vec<(Vec<(&str, String)>, &str)> = vec![
+        (
+            full(&CLUSTER_TOKEN[..31], "1", "1=a:1,2=b:1"),
+            "cluster_token",
+        ),
+        (full(CLUSTER_TOKEN, "1", "1=a:1,1=b:1"), "peers"),
+        // Review s14 F8: a token too long for a Hello.
+        (full(&"t".repeat(1009), "1", "1=a:7100"), "cluster_token"),
+        (full(CLUSTER_TOKEN, "3", "1=a:1,2=b:1"), "peers"),
+        (full(CLUSTER_TOKEN, "1", "1=a:1,x=b:1"), "peers"),
+        (full(CLUSTER_TOKEN, "1", "1=a:1,0=b:1"), "peers"),
+        (full(CLUSTER_TOKEN, "1", "1=a:1,2=b"), "peers"),
+        (full(CLUSTER_TOKEN, "1", "1=a:1,2"), "peers"),
+        (full(CLUSTER_TOKEN, "0", "1=a:1"), "node_id"),
+        // Review s14 F1: two ids at one address, and a listener port its peers do not use.
+        (full(CLUSTER_TOKEN, "1", "1=a:7100,2=a:7100"), "peers"),
+        (full(CLUSTER_TOKEN, "1", "1=a:7100,2=A:7100"), "peers"),
+        (
+            full(CLUSTER_TOKEN, "1", "1=a:7101,2=b:7100"),
+            "cluster_addr",
+        ),
+        (vec![("QUEEN_PEERS", "1=a:1".to_string())], "cluster_token"),
+        (
+            vec![
+                ("QUEEN_PEERS", "1=a:1".to_string()),
+                ("QUEEN_CLUSTER_TOKEN", CLUSTER_TOKEN.to_string()),
+            ],
+            "cluster_addr",
+        ),
+        (
+            vec![
+                ("QUEEN_CLUSTER_ADDR", "127.0.0.1:7100".to_string()),
+                ("QUEEN_CLUSTER_TOKEN", CLUSTER_TOKEN.to_string()),
+            ],
+            "peers",
+        ),
+    ];
+    for (pairs, key) in cases {
+        let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let err = load_env(&ConfigArgs::default(), &refs).expect_err(key);
+        assert_eq!(err.key(), Some(key), "{refs:?}: {err}");
+        assert!(!err.to_string().contains(CLUSTER_TOKEN), "{err}");
+    }
+    // The control: the same keys, right.
+    let pairs = full(CLUSTER_TOKEN, "2", "1=a:7100,2=b:7100");
+    let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let loaded = load_env(&ConfigArgs::default(), &refs).expect("valid");
+    assert!(loaded.config.cluster().expect("valid").is_some());
+}

@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 pub use bus::EngineBus;
 pub use bus_waits::BusWaits;
-pub use long_poll_slots::LongPollSlots;
+pub use long_poll_slots::{LongPollSlot, LongPollSlots};
 pub mod bus_prometheus {
     pub use super::bus::PrometheusRender as Render;
 }

@@ -23,7 +23,7 @@ pub const ENTRY_COST: u64 = 64;
 /// A ring keeps at least this many slots when it shrinks, so a steady trickle does not
 /// reallocate on every message.
 const MIN_SLOTS: usize = 16;
-const SLOT: u64 = std::mem::size_of::<Item>() as u64;
+pub const SLOT: u64 = std::mem::size_of::<Item>() as u64;
 
 pub struct Item {
     pub seq: u64,
@@ -134,7 +134,15 @@ impl Ring {
 
     /// The most `charge` can grow by when `n` more items arrive (the deque doubles).
     pub fn growth_for(&self, n: usize) -> u64 {
-        let (len, cap) = (self.items.len(), self.items.capacity());
+        self.growth_after(0, n)
+    }
+
+    /// `growth_for` when `dropped` of the ring's items leave first (a `dropOldest` push).
+    pub fn growth_after(&self, dropped: usize, n: usize) -> u64 {
+        let (len, cap) = (
+            self.items.len().saturating_sub(dropped),
+            self.items.capacity(),
+        );
         if len + n <= cap {
             return 0;
         }

@@ -6,8 +6,9 @@
 //! its name and a fixed cost. A queue keeps the sum of its rings (`charged`), the tenant and
 //! the node the sums of theirs, and the sweep recounts them from the rings every second.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,9 @@ use queenmq_native_api::ephemeral_door::{
 use queenmq_protocol::{EphemeralOptions, DEFAULT_PARTITION, QUEUE_MODE_GROUP};
 use serde_json::{json, Value};
 
-use super::ring::{Dropped, Nack, Ring, CURSOR_COST, ENTRY_COST, ITEM_OVERHEAD, MAX_GROUPS};
+use crate::engine::{LongPollSlot, LongPollSlots};
+
+use super::ring::{Dropped, Nack, Ring, CURSOR_COST, ENTRY_COST, ITEM_OVERHEAD, MAX_GROUPS, SLOT};
 
 /// Partitions one queue keeps at most: each is a ring with its own cursors.
 pub const MAX_PARTITIONS: usize = 10_000;
@@ -35,8 +38,6 @@ pub struct StoreLimits {
     /// Bytes one tenant's queues hold at most: its share of `max_bytes`.
     pub tenant_max_bytes: u64,
     pub implicit_idle: Duration,
-    /// Pops waiting at once.
-    pub max_waiters: usize,
 }
 
 pub struct Store {
@@ -45,7 +46,10 @@ pub struct Store {
     memory: Option<Arc<crate::memory::Memory>>,
     incarnation: String,
     inner: Mutex<Inner>,
-    waiters: Arc<AtomicUsize>,
+    /// The node's long-poll slots, shared with the engines' parked pops.
+    slots: Arc<LongPollSlots>,
+    /// Parked ephemeral pops per tenant (only tenants with one), for the tenant's quota.
+    waiting: Waiting,
 }
 
 #[derive(Default)]
@@ -76,8 +80,12 @@ struct Queue {
     /// What the queue holds as the node's cap counts it: name, rings, cursors, leases.
     charged: u64,
     wake: Arc<tokio::sync::Notify>,
-    /// Where a pop without a partition starts, so one busy partition does not starve others.
-    turn: usize,
+    /// The ring the last pop without a partition started at: the next starts after it, so one
+    /// busy partition does not starve others.
+    turn: Option<String>,
+    /// No message held is smaller than this (payload plus `ITEM_OVERHEAD`): the least pushed since the
+    /// queue was last empty. Lets `dropOldest` bound what a push frees without a walk.
+    least_item: u64,
 }
 
 impl Queue {
@@ -91,9 +99,22 @@ impl Queue {
             length: 0,
             charged: queue_cost(name),
             wake: Arc::new(tokio::sync::Notify::new()),
-            turn: 0,
+            turn: None,
+            least_item: u64::MAX,
         }
     }
+}
+
+/// The ring after `after` in name order, wrapping to the first (the first with no `after`).
+fn ring_after(rings: &BTreeMap<String, Ring>, after: Option<&str>) -> Option<String> {
+    after
+        .and_then(|a| {
+            rings
+                .range::<str, _>((Bound::Excluded(a), Bound::Unbounded))
+                .next()
+        })
+        .or_else(|| rings.iter().next())
+        .map(|(name, _)| name.clone())
 }
 
 fn queue_cost(name: &str) -> u64 {
@@ -148,16 +169,37 @@ impl std::fmt::Debug for Store {
     }
 }
 
-struct WaitGuard(Arc<AtomicUsize>);
+type Waiting = Arc<Mutex<HashMap<String, usize>>>;
 
-impl Drop for WaitGuard {
+fn lock_waiting(m: &Mutex<HashMap<String, usize>>) -> MutexGuard<'_, HashMap<String, usize>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A parked ephemeral pop: the node's slot and the tenant's count, both given back on drop.
+struct TenantWait {
+    _node: LongPollSlot,
+    tenant: String,
+    waiting: Waiting,
+}
+
+impl Drop for TenantWait {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        let mut waiting = lock_waiting(&self.waiting);
+        if let Some(n) = waiting.get_mut(&self.tenant) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                waiting.remove(&self.tenant);
+            }
+        }
     }
 }
 
 impl Store {
-    pub fn new(limits: StoreLimits, memory: Option<Arc<crate::memory::Memory>>) -> Store {
+    pub fn new(
+        limits: StoreLimits,
+        memory: Option<Arc<crate::memory::Memory>>,
+        slots: Arc<LongPollSlots>,
+    ) -> Store {
         metrics::gauge!("queen_ephemeral_bytes").set(0.0);
         metrics::gauge!("queen_ephemeral_messages").set(0.0);
         for reason in DROP_REASONS {
@@ -168,7 +210,8 @@ impl Store {
             memory,
             incarnation: uuid::Uuid::new_v4().simple().to_string()[..12].to_string(),
             inner: Mutex::new(Inner::default()),
-            waiters: Arc::new(AtomicUsize::new(0)),
+            slots,
+            waiting: Arc::default(),
         }
     }
 
@@ -279,6 +322,14 @@ impl Store {
     }
 }
 
+/// How long a waiting pop may hold what it took to fatten its answer: `windowBuffer.ms`, but
+/// at most half the lease. The leases run from the take, so a longer hold would let them end
+/// inside the handler: the same message taken again into the same answer, or given to another
+/// consumer while this one still holds it (review s12 E8).
+fn window_ms(o: &EphemeralOptions) -> u32 {
+    o.window_ms.min(o.lease_seconds.saturating_mul(1_000) / 2)
+}
+
 /// Moves the tenant's and the node's charge by a queue's change from `before` to `after`.
 fn settle(inner: &mut Inner, tenant: &str, before: u64, after: u64) {
     if let Some(t) = inner.tenants.get_mut(tenant) {
@@ -312,6 +363,27 @@ fn age_out(q: &mut Queue, now: Instant) -> u64 {
     q.bytes -= freed.min(q.bytes);
     count_drops("ttl", n);
     freed
+}
+
+/// What `dropOldest` will free, as the cap counts it, for a push of `n` messages of `bytes`,
+/// read before anything is dropped so the node and tenant caps judge the push on its balance
+/// (review s12 E14). A lower bound from counters, never a walk of the rings (review s14 R3):
+/// the push drops at least enough messages to get back under `maxLength` (and one if it is
+/// over `maxBytes`), each gives back at least the queue's least message and leaves its slot
+/// empty. Leases dropped with them are not counted either: an underestimate, never more.
+/// Answers (messages dropped at least, bytes freed at least).
+fn drop_oldest_frees(q: &Queue, n: u64, bytes: u64) -> (u64, u64) {
+    let o = &q.options;
+    if !o.drop_oldest || q.length == 0 {
+        return (0, 0);
+    }
+    let by_length = (q.length + n).saturating_sub(u64::from(o.max_length));
+    let by_bytes = u64::from(q.bytes + bytes > o.max_bytes);
+    let dropped = by_length.max(by_bytes).min(q.length);
+    (
+        dropped,
+        dropped.saturating_mul(q.least_item.saturating_sub(SLOT)),
+    )
 }
 
 /// After consumption: items every group is past leave, their bytes given back.
@@ -463,6 +535,10 @@ impl EphemeralDoor for Store {
             .iter()
             .map(|p| p.len() as u64 + ITEM_OVERHEAD)
             .sum();
+        let payloads_least = payloads
+            .iter()
+            .map(|p| p.len() as u64 + ITEM_OVERHEAD)
+            .min();
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
         let q = inner.queue(tenant, queue, now)?;
@@ -480,9 +556,16 @@ impl EphemeralDoor for Store {
             )));
         }
         age_out(q, now);
+        let (dropped, frees) = drop_oldest_frees(q, n, bytes);
+        // A lone ring gives the drops from its own slots, so they make room for the push
+        // before the deque would double (review s14 R4).
+        let dropped_here = if q.rings.len() == 1 { dropped } else { 0 };
         let grow = bytes
             + match q.rings.get(partition) {
-                Some(r) => r.growth_for(payloads.len()),
+                Some(r) => r.growth_after(
+                    usize::try_from(dropped_here).unwrap_or(usize::MAX),
+                    payloads.len(),
+                ),
                 None => {
                     ring_charge(partition, &Ring::default())
                         + Ring::default().growth_for(payloads.len())
@@ -490,7 +573,8 @@ impl EphemeralDoor for Store {
             };
         let aged = q.charged;
         settle(inner, tenant, before, aged);
-        self.admit(inner, tenant, grow, false)?;
+        // Judged on the balance: a dropOldest feed at its bound takes out what it brings in.
+        self.admit(inner, tenant, grow.saturating_sub(frees), false)?;
         let Ok(q) = inner.queue(tenant, queue, now) else {
             return Err(EphemeralRefusal::Unavailable("the queue went away".into()));
         };
@@ -502,19 +586,28 @@ impl EphemeralDoor for Store {
                 o.max_length, o.max_bytes
             )));
         }
-        // dropOldest: the oldest message of the whole queue goes first, ring by ring.
+        // dropOldest: the oldest message of the whole queue goes first, ring by ring. The
+        // rings' oldest instants are read once into a heap, not scanned per dropped message
+        // (review s12 E7).
         let mut pushed_out = 0;
-        while over(q) {
-            let oldest = q
+        if over(q) {
+            let mut oldest: BinaryHeap<Reverse<(Instant, String)>> = q
                 .rings
                 .iter()
-                .filter_map(|(name, r)| r.oldest_at().map(|at| (at, name.clone())))
-                .min();
-            let Some((_, name)) = oldest else { break };
-            let b = q.on_ring(&name, Ring::drop_oldest).flatten().unwrap_or(0);
-            q.bytes -= b.min(q.bytes);
-            q.length = q.length.saturating_sub(1);
-            pushed_out += 1;
+                .filter_map(|(name, r)| r.oldest_at().map(|at| Reverse((at, name.clone()))))
+                .collect();
+            while over(q) {
+                let Some(Reverse((_, name))) = oldest.pop() else {
+                    break;
+                };
+                let b = q.on_ring(&name, Ring::drop_oldest).flatten().unwrap_or(0);
+                q.bytes -= b.min(q.bytes);
+                q.length = q.length.saturating_sub(1);
+                pushed_out += 1;
+                if let Some(at) = q.rings.get(&name).and_then(Ring::oldest_at) {
+                    oldest.push(Reverse((at, name)));
+                }
+            }
         }
         count_drops("drop_oldest", pushed_out);
         if !q.rings.contains_key(partition) {
@@ -528,6 +621,11 @@ impl EphemeralDoor for Store {
             }
             ring.shrink();
         });
+        if q.length == 0 {
+            q.least_item = u64::MAX;
+        }
+        let least = payloads_least.unwrap_or(u64::MAX);
+        q.least_item = q.least_item.min(least);
         q.length += n;
         q.bytes += bytes;
         q.wake.notify_waiters();
@@ -554,6 +652,9 @@ impl EphemeralDoor for Store {
                 .tenants
                 .get(tenant)
                 .and_then(|t| t.queues.get(ask.queue));
+            if q.is_none() && ask.existing {
+                return Err(EphemeralRefusal::NotFound);
+            }
             let rings = match (q, ask.partition) {
                 (None, _) => 0,
                 (Some(_), Some(_)) => 1,
@@ -572,26 +673,35 @@ impl EphemeralDoor for Store {
         let q = inner.queue(tenant, ask.queue, now)?;
         let created = if before == 0 { q.charged } else { 0 };
         age_out(q, now);
-        let names: Vec<String> = match ask.partition {
-            Some(p) => vec![p.to_string()],
+        // Without a partition the rings are visited in name order from the one after where the
+        // last such pop started, one name looked up at a time: a pop that fills its batch
+        // from the first ring copies one name, not every partition's (review s12 E7).
+        let first = match ask.partition {
+            Some(p) => Some(p.to_string()),
             None => {
-                let mut all: Vec<String> = q.rings.keys().cloned().collect();
-                if !all.is_empty() {
-                    let k = q.turn % all.len();
-                    all.rotate_left(k);
-                    q.turn = q.turn.wrapping_add(1);
-                }
-                all
+                let first = ring_after(&q.rings, q.turn.as_deref());
+                q.turn.clone_from(&first);
+                first
             }
+        };
+        let rings = if ask.partition.is_some() {
+            1
+        } else {
+            q.rings.len()
         };
         let lease = (!ask.auto_ack).then(|| Duration::from_secs(q.options.lease_seconds.into()));
         let retry_limit = q.options.retry_limit;
         let mut out = Vec::new();
         let mut dropped = Dropped::default();
         let mut refused = None;
-        for name in names {
+        let mut next = first.clone();
+        for _ in 0..rings {
+            let Some(name) = next.take() else { break };
             if out.len() >= ask.batch {
                 break;
+            }
+            if ask.partition.is_none() {
+                next = ring_after(&q.rings, Some(&name)).filter(|n| Some(n) != first.as_ref());
             }
             let want = ask.batch - out.len();
             let Some(taken) = q.on_ring(&name, |ring| {
@@ -636,22 +746,40 @@ impl EphemeralDoor for Store {
         }
     }
 
-    fn wake(&self, tenant: &str, queue: &str) -> Arc<tokio::sync::Notify> {
-        let mut inner = lock(&self.inner);
-        match inner.queue(tenant, queue, Instant::now()) {
-            Ok(q) => q.wake.clone(),
-            // Past the queue bound nothing will push to it: a gate nobody rings.
-            Err(_) => Arc::new(tokio::sync::Notify::new()),
-        }
+    fn wake(&self, tenant: &str, queue: &str) -> Option<Arc<tokio::sync::Notify>> {
+        // Never creates: the pop that waits made the queue already, so a missing one was
+        // deleted meanwhile (review s12 E13).
+        lock(&self.inner)
+            .tenants
+            .get(tenant)
+            .and_then(|t| t.queues.get(queue))
+            .map(|q| q.wake.clone())
     }
 
-    fn wait_slot(&self) -> Option<WaitSlot> {
-        let held = self.waiters.fetch_add(1, Ordering::AcqRel);
-        let guard = WaitGuard(self.waiters.clone());
-        if held >= self.limits.max_waiters {
+    fn wait_slot(&self, tenant: &str) -> Option<WaitSlot> {
+        // One cap for the node's parked polls, durable and ephemeral alike (the memory share
+        // it was sized from holds that many), and a tenant's ephemeral waits within its part
+        // of it, so one tenant cannot take every slot (review s12 E10).
+        let Some(node) = self.slots.try_take() else {
+            // Durable polls whose clients are gone may hold the node's slots: every group is
+            // asked to forget them, as a durable refusal does (review s14 R2).
+            self.slots.ask_sweep();
+            return None;
+        };
+        let mut waiting = lock_waiting(&self.waiting);
+        let held = waiting.entry(tenant.to_string()).or_insert(0);
+        if *held >= self.slots.group_quota() {
+            if *held == 0 {
+                waiting.remove(tenant);
+            }
             return None;
         }
-        Some(Box::new(guard))
+        *held += 1;
+        Some(Box::new(TenantWait {
+            _node: node,
+            tenant: tenant.to_string(),
+            waiting: self.waiting.clone(),
+        }))
     }
 
     fn window(&self, tenant: &str, queue: &str) -> (u32, u32) {
@@ -659,7 +787,7 @@ impl EphemeralDoor for Store {
             .tenants
             .get(tenant)
             .and_then(|t| t.queues.get(queue))
-            .map_or((0, 0), |q| (q.options.window_ms, q.options.window_count))
+            .map_or((0, 0), |q| (window_ms(&q.options), q.options.window_count))
     }
 
     fn ack(
@@ -805,15 +933,19 @@ mod tests {
     use super::*;
 
     fn store(max_bytes: u64, tenant_max_bytes: u64) -> Store {
+        store_with(max_bytes, tenant_max_bytes, LongPollSlots::new(10))
+    }
+
+    fn store_with(max_bytes: u64, tenant_max_bytes: u64, slots: Arc<LongPollSlots>) -> Store {
         Store::new(
             StoreLimits {
                 enabled: true,
                 max_bytes,
                 tenant_max_bytes,
                 implicit_idle: Duration::from_secs(300),
-                max_waiters: 10,
             },
             None,
+            slots,
         )
     }
 
@@ -824,6 +956,7 @@ mod tests {
             group: Some(group),
             batch: 10_000,
             auto_ack: false,
+            existing: false,
         }
     }
 
@@ -979,5 +1112,237 @@ mod tests {
         s.sweep(Instant::now() + Duration::from_secs(301));
         let depth = s.depth("t", "d").unwrap();
         assert_eq!(depth["partitions"], 0, "{depth}");
+    }
+
+    /// E8: a window longer than half the lease is cut to it, so no lease of what a waiting
+    /// pop took can end while the answer is held.
+    #[test]
+    fn a_window_buffer_never_outlasts_half_the_lease() {
+        let s = store(1 << 30, 1 << 30);
+        let window = |lease_seconds, window_ms| {
+            s.declare(
+                "t",
+                "q",
+                EphemeralOptions {
+                    lease_seconds,
+                    window_ms,
+                    window_count: 100,
+                    ..EphemeralOptions::default()
+                },
+            );
+            s.window("t", "q")
+        };
+        assert_eq!(window(1, 5_000), (500, 100));
+        assert_eq!(window(30, 5_000), (5_000, 100));
+        assert_eq!(window(30, 60_000), (15_000, 100));
+        assert_eq!(window(30, 0), (0, 100));
+    }
+
+    /// E7: pops without a partition start one ring further each time, and dropOldest takes
+    /// the oldest message of the whole queue first across partitions.
+    #[test]
+    fn pops_rotate_over_partitions_and_drop_oldest_goes_by_age_across_them() {
+        let s = store(1 << 30, 1 << 30);
+        for p in ["a", "b", "c"] {
+            s.push("t", "q", Some(p), msgs(2)).unwrap();
+        }
+        let mut one = ask("q", None, "g");
+        one.batch = 1;
+        one.auto_ack = true;
+        let firsts: Vec<String> = (0..4)
+            .map(|_| s.pop("t", &one).unwrap().remove(0).partition)
+            .collect();
+        assert_eq!(firsts, ["a", "b", "c", "a"]);
+        // A batch past one ring goes on to the next ones: what "g" left is b1 and c1.
+        let mut all = ask("q", None, "h");
+        all.auto_ack = true;
+        let mut parts: Vec<String> = s
+            .pop("t", &all)
+            .unwrap()
+            .into_iter()
+            .map(|m| m.partition)
+            .collect();
+        parts.sort();
+        assert_eq!(parts, ["b", "c"]);
+
+        let options = EphemeralOptions {
+            max_length: 3,
+            drop_oldest: true,
+            ..EphemeralOptions::default()
+        };
+        s.declare("t", "d", options);
+        s.push("t", "d", Some("y"), vec!["y0".into()]).unwrap();
+        s.push("t", "d", Some("x"), vec!["x0".into()]).unwrap();
+        s.push("t", "d", Some("y"), vec!["y1".into()]).unwrap();
+        // Two more push out y0 then x0 (the two oldest, in two rings).
+        s.push("t", "d", Some("z"), vec!["z0".into(), "z1".into()])
+            .unwrap();
+        let mut drain = ask("d", None, "g");
+        drain.auto_ack = true;
+        let mut left: Vec<String> = s
+            .pop("t", &drain)
+            .unwrap()
+            .into_iter()
+            .map(|m| m.payload.to_string())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["y1", "z0", "z1"]);
+        assert_consistent(&s);
+    }
+
+    /// E10: ephemeral waits take the node's long-poll slots, which durable pops hold too,
+    /// and a tenant stops at its part of them while another still parks.
+    #[test]
+    fn waits_share_the_node_slots_and_a_tenant_stops_at_its_part() {
+        let slots = LongPollSlots::new(10);
+        let s = store_with(1 << 30, 1 << 30, slots.clone());
+        let durable: Vec<_> = (0..8).filter_map(|_| slots.try_take()).collect();
+        assert_eq!(durable.len(), 8);
+        let a = s.wait_slot("a");
+        let b = s.wait_slot("b");
+        assert!(a.is_some() && b.is_some());
+        assert!(s.wait_slot("a").is_none(), "the node's ten are taken");
+        drop(durable);
+        drop(a);
+        assert_eq!(slots.held(), 1, "a wait gives its slot back");
+
+        // 200 slots over four group engines: a part of 64 each (the floor).
+        let slots = LongPollSlots::new(200);
+        let _groups: Vec<_> = (0..4).map(|_| slots.join()).collect();
+        let s = store_with(1 << 30, 1 << 30, slots.clone());
+        let held: Vec<_> = (0..64).filter_map(|_| s.wait_slot("a")).collect();
+        assert_eq!(held.len(), 64);
+        assert!(s.wait_slot("a").is_none(), "tenant a is at its part");
+        assert!(s.wait_slot("b").is_some(), "tenant b still parks");
+        drop(held);
+        assert!(s.wait_slot("a").is_some());
+    }
+
+    /// E13: a queue deleted while a pop waits is not brought back by the waiter.
+    #[test]
+    fn a_waiter_of_a_deleted_queue_does_not_bring_it_back() {
+        let s = store(1 << 30, 1 << 30);
+        s.declare("t", "q", EphemeralOptions::default());
+        assert!(s.wake("t", "q").is_some());
+        assert!(s.forget("t", "q"));
+        assert!(s.wake("t", "q").is_none());
+        // R6 (review s14): nor by the waiter's next pop, when the DELETE came between its
+        // `wake` and that pop.
+        let mut again = ask("q", None, "g");
+        again.existing = true;
+        assert_eq!(s.pop("t", &again), Err(EphemeralRefusal::NotFound));
+        assert_eq!(s.queues("t")["queues"], json!([]));
+        assert_eq!(s.bytes(), 0);
+    }
+
+    /// A dropOldest feed of `max_length` 1 000-byte messages in one partition, at a node cap
+    /// with less room left than one message: only the push's balance lets one more in.
+    fn a_full_feed_takes_one_more_at_the_node_cap(max_length: u32) -> Store {
+        let options = EphemeralOptions {
+            max_length,
+            drop_oldest: true,
+            ..EphemeralOptions::default()
+        };
+        let fill = |s: &Store| {
+            s.declare("t", "d", options);
+            for _ in 0..max_length {
+                s.push("t", "d", None, vec!["x".repeat(1_000)]).unwrap();
+            }
+        };
+        let a = store(1 << 30, 1 << 30);
+        fill(&a);
+        let full = a.bytes();
+        let cap = full + 64;
+        let s = store(cap, cap);
+        fill(&s);
+        assert_eq!(s.bytes(), full);
+        assert_eq!(s.push("t", "d", None, vec!["y".repeat(1_000)]), Ok(1));
+        assert!(s.bytes() <= cap, "{} > {cap}", s.bytes());
+        assert_consistent(&s);
+        s
+    }
+
+    /// E14: at the node's cap a full dropOldest feed still takes a message that pushes out
+    /// one of its own size.
+    #[test]
+    fn a_full_drop_oldest_feed_is_judged_on_its_balance_at_the_node_cap() {
+        let s = a_full_feed_takes_one_more_at_the_node_cap(100);
+        // Another queue of the tenant, which frees nothing, is still refused.
+        assert!(s.push("t", "other", None, vec!["z".repeat(1_000)]).is_err());
+    }
+
+    /// R1 (review s14): a waiting pop that finds no free long-poll slot answers at once what
+    /// is there, and is refused only when that is nothing: what it takes is never dropped.
+    #[tokio::test]
+    async fn a_waiting_pop_without_a_slot_answers_what_is_there_or_is_refused() {
+        let slots = LongPollSlots::new(1);
+        let s = store_with(1 << 30, 1 << 30, slots.clone());
+        let durable = slots.try_take();
+        assert!(durable.is_some());
+        let mut a = ask("q", None, "g");
+        a.auto_ack = true;
+        s.push("t", "q", None, msgs(1)).unwrap();
+        let got = queenmq_native_api::ephemeral_wait::pop_waiting(&s, "t", &a, 0).await;
+        assert_eq!(
+            got.unwrap().len(),
+            1,
+            "a waiting message is answered without a slot"
+        );
+        let refused = queenmq_native_api::ephemeral_wait::pop_waiting(&s, "t", &a, 0).await;
+        assert!(matches!(refused, Err(EphemeralRefusal::Unavailable(_))));
+        drop(durable);
+        s.push("t", "q", None, msgs(1)).unwrap();
+        let got = queenmq_native_api::ephemeral_wait::pop_waiting(&s, "t", &a, 0).await;
+        assert_eq!(got.unwrap().len(), 1);
+    }
+
+    /// R3 (review s14): dropOldest's estimate is read from counters: nothing while the queue
+    /// is under its bounds, and past them no more than the drops really give back.
+    #[test]
+    fn drop_oldest_frees_is_a_counter_bound() {
+        let s = store(1 << 30, 1 << 30);
+        let options = EphemeralOptions {
+            max_length: 3,
+            drop_oldest: true,
+            ..EphemeralOptions::default()
+        };
+        s.declare("t", "d", options);
+        s.push("t", "d", Some("a"), vec!["x".repeat(500)]).unwrap();
+        s.push("t", "d", Some("b"), vec!["y".into()]).unwrap();
+        s.push("t", "d", Some("c"), vec!["z".repeat(900)]).unwrap();
+        let mut g = lock(&s.inner);
+        let q = g.queue("t", "d", Instant::now()).unwrap();
+        assert_eq!(q.least_item, 1 + ITEM_OVERHEAD);
+        // Over by two: at least two drops, each at least the least message less its slot,
+        // though the two oldest (500 and 1 bytes) give back more.
+        assert_eq!(
+            drop_oldest_frees(q, 2, 2),
+            (2, 2 * (1 + ITEM_OVERHEAD - SLOT))
+        );
+        q.options.max_length = 10;
+        assert_eq!(
+            drop_oldest_frees(q, 2, 2),
+            (0, 0),
+            "under its bounds nothing is freed"
+        );
+    }
+
+    /// R2 (review s14): a waiting pop refused at the node's cap asks every group to forget
+    /// the durable polls whose clients are gone, as a durable refusal does.
+    #[test]
+    fn a_wait_refused_at_the_node_cap_asks_for_a_sweep() {
+        let slots = LongPollSlots::new(1);
+        let s = store_with(1 << 30, 1 << 30, slots.clone());
+        let _durable = slots.try_take();
+        let epoch = slots.sweep_epoch();
+        assert!(s.wait_slot("t").is_none());
+        assert!(slots.sweep_epoch() > epoch);
+    }
+
+    /// R4 (review s14): a lone ring full to its deque's capacity (16) still takes a
+    /// dropOldest push at the node cap: the drop frees the slot the push needs.
+    #[test]
+    fn a_drop_oldest_ring_at_its_capacity_is_judged_on_its_balance() {
+        a_full_feed_takes_one_more_at_the_node_cap(16);
     }
 }

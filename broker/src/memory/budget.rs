@@ -18,6 +18,10 @@ pub const MIN_LONG_POLLS: usize = 64;
 /// Refused writes are accepted again once the held pools are below this share of theirs,
 /// so admission does not flap around the line.
 pub const RESUME_PERCENT: u64 = 90;
+/// The node metrics ring (`metrics_history_samples`, allocated whole at start) may take at
+/// most this share of the budget: half of the 20 % "the rest" that no share claims, so the
+/// checkpoint, stacks and allocator slack keep the other half (docs/memory.md).
+pub const METRICS_RING_PERCENT: u64 = 10;
 /// The smallest budget accepted (and used when nothing can be read).
 pub const MIN_BUDGET: u64 = 32 << 20;
 
@@ -59,6 +63,21 @@ impl Budget {
     pub fn cache_bytes(&self, entry_cache_bytes: u64) -> usize {
         let b = entry_cache_bytes.min(percent(self.total, CACHE_PERCENT));
         usize::try_from(b).unwrap_or(usize::MAX)
+    }
+
+    /// Refuses a node metrics ring of `samples` × `sample_bytes` past its share of the budget.
+    pub fn check_metrics_ring(&self, samples: u64, sample_bytes: u64) -> Result<(), String> {
+        let ring = samples.saturating_mul(sample_bytes);
+        let share = percent(self.total, METRICS_RING_PERCENT);
+        if ring <= share {
+            return Ok(());
+        }
+        Err(format!(
+            "= {samples} takes {ring} bytes ({sample_bytes} a sample), more than the \
+             {METRICS_RING_PERCENT} % of the {} byte memory budget it may use ({share}); \
+             lower it or raise memory_limit_bytes",
+            self.total
+        ))
     }
 
     /// The share of the pools that cannot be evicted.

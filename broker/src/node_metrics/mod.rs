@@ -5,6 +5,7 @@
 //! the last sample, into a ring of `metrics_history_samples` kept in memory. Nothing of it is
 //! written down: history starts again at every start (docs/api.md).
 
+mod cpu_rate;
 mod proc_stat;
 mod ring;
 mod sampler;
@@ -16,6 +17,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use queenmq_protocol::{Command, NodeCounts, NodeMetricsQuery, NodeSeries, Outcome, QueenError};
 
 pub use sampler::spawn;
+
+/// What one kept sample costs in the ring, for the memory budget's check of
+/// `metrics_history_samples` (docs/memory.md).
+pub const SAMPLE_BYTES: u64 = std::mem::size_of::<ring::NodeSample>() as u64;
 pub use series::WORKER_ID;
 
 /// What kind of request the bus counted a command as, when it took it.

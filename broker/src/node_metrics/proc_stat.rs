@@ -1,5 +1,5 @@
 //! The process's CPU time and threads from `/proc/self/stat` (Linux; elsewhere the file is
-//! missing and these read as zero). Times there are in clock ticks of `USER_HZ`, which the
+//! missing and these read as unknown). Times there are in clock ticks of `USER_HZ`, which the
 //! kernel fixes at 100 for every `/proc` interface whatever `CONFIG_HZ` is, so no libc lookup.
 
 /// Microseconds per clock tick of `/proc/<pid>/stat` (USER_HZ = 100).
@@ -12,11 +12,12 @@ pub struct CpuThreads {
     pub threads: u64,
 }
 
-pub fn read() -> CpuThreads {
+/// `None` when the file cannot be read (EMFILE in a connection flood, hidepid, not Linux):
+/// unknown, which the sampler must not take for a process that used no CPU.
+pub fn read() -> Option<CpuThreads> {
     std::fs::read_to_string("/proc/self/stat")
         .ok()
         .and_then(|t| parse_stat(&t))
-        .unwrap_or_default()
 }
 
 /// The fields after the command name, which is in parentheses and may hold spaces or `)`:
@@ -60,6 +61,6 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn this_process_has_threads() {
-        assert!(read().threads >= 1);
+        assert!(read().is_some_and(|r| r.threads >= 1));
     }
 }

@@ -9,12 +9,13 @@ use queenmq_protocol::NodeCounts;
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct NodeSample {
     pub at_us: i64,
-    /// CPU time over the interval before the sample, percent × 100.
-    pub cpu_user: f64,
-    pub cpu_system: f64,
-    pub rss_bytes: u64,
-    pub virtual_bytes: u64,
-    pub threads: u64,
+    /// CPU time over the interval before the sample, percent × 100. `None` (here and in the
+    /// next three) when `/proc` could not be read: unknown, never stored as a zero.
+    pub cpu_user: Option<f64>,
+    pub cpu_system: Option<f64>,
+    pub rss_bytes: Option<u64>,
+    pub virtual_bytes: Option<u64>,
+    pub threads: Option<u64>,
     pub http_connections: u64,
     pub engine_queued: u64,
     pub loop_lag_ms: f64,
@@ -70,5 +71,11 @@ mod tests {
         let kept: Vec<i64> = r.iter().map(|s| s.at_us).collect();
         assert_eq!(kept, vec![3, 4, 5]);
         assert_eq!(r.bytes(), 3 * std::mem::size_of::<NodeSample>());
+    }
+
+    #[test]
+    fn a_sample_weighs_what_docs_memory_and_configuration_say() {
+        // docs/memory.md and docs/configuration.md quote 200 bytes a sample.
+        assert_eq!(std::mem::size_of::<NodeSample>(), 200);
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::cpu_rate::CpuRate;
 use super::ring::NodeSample;
 use super::{proc_stat, NodeMetrics};
 use crate::group::Registry;
@@ -13,7 +14,8 @@ use crate::group::Registry;
 pub fn spawn(node: Arc<NodeMetrics>, groups: Arc<Registry>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let every = Duration::from_secs(node.sample_seconds);
-        let mut before = proc_stat::read();
+        let mut cpu = CpuRate::default();
+        cpu.step(proc_stat::read(), Instant::now());
         let mut due = Instant::now() + every;
         loop {
             tokio::time::sleep_until(due).await;
@@ -24,8 +26,8 @@ pub fn spawn(node: Arc<NodeMetrics>, groups: Arc<Registry>) -> tokio::task::Join
                 due = Instant::now() + every;
             }
             // /proc files are answered from kernel memory: reading them does not block on disk.
-            let now = proc_stat::read();
-            let secs = every.as_secs_f64();
+            let stat = proc_stat::read();
+            let rate = cpu.step(stat, Instant::now());
             let mem = std::fs::read_to_string("/proc/self/status")
                 .map(|t| crate::scrape::memory::parse_status(&t))
                 .unwrap_or_default();
@@ -36,12 +38,11 @@ pub fn spawn(node: Arc<NodeMetrics>, groups: Arc<Registry>) -> tokio::task::Join
                 .sum();
             node.push(NodeSample {
                 at_us: super::now_us(),
-                // µs of CPU per second of wall time / 100: percent × 100.
-                cpu_user: now.user_us.saturating_sub(before.user_us) as f64 / (secs * 100.0),
-                cpu_system: now.system_us.saturating_sub(before.system_us) as f64 / (secs * 100.0),
-                rss_bytes: mem.resident_bytes.unwrap_or(0),
-                virtual_bytes: mem.virtual_bytes.unwrap_or(0),
-                threads: now.threads,
+                cpu_user: rate.map(|r| r.0),
+                cpu_system: rate.map(|r| r.1),
+                rss_bytes: mem.resident_bytes,
+                virtual_bytes: mem.virtual_bytes,
+                threads: stat.map(|s| s.threads),
                 http_connections: node
                     .http_connections
                     .load(std::sync::atomic::Ordering::Relaxed),
@@ -49,7 +50,6 @@ pub fn spawn(node: Arc<NodeMetrics>, groups: Arc<Registry>) -> tokio::task::Join
                 loop_lag_ms: late.as_secs_f64() * 1_000.0,
                 counts: node.take_counts(),
             });
-            before = now;
         }
     })
 }

@@ -90,7 +90,9 @@ pub fn series<'a>(
 
 /// `members` is not empty and oldest first.
 fn point(bucket_us: i64, members: &[&NodeSample]) -> NodePoint {
-    let g = |f: fn(&NodeSample) -> f64| gauge(members.iter().map(|s| f(s)));
+    let g = |f: fn(&NodeSample) -> f64| gauge(members.iter().map(|s| f(s))).unwrap_or_default();
+    // A sample whose /proc read failed has no value: it is left out, not counted as 0.
+    let k = |f: fn(&NodeSample) -> Option<f64>| gauge(members.iter().filter_map(|s| f(s)));
     let mut counts = NodeCounts::default();
     for s in members {
         counts.add(&s.counts);
@@ -98,11 +100,11 @@ fn point(bucket_us: i64, members: &[&NodeSample]) -> NodePoint {
     NodePoint {
         bucket_us,
         samples: u32::try_from(members.len()).unwrap_or(u32::MAX),
-        cpu_user: g(|s| s.cpu_user),
-        cpu_system: g(|s| s.cpu_system),
-        rss_bytes: g(|s| s.rss_bytes as f64),
-        virtual_bytes: g(|s| s.virtual_bytes as f64),
-        threads: g(|s| s.threads as f64),
+        cpu_user: k(|s| s.cpu_user),
+        cpu_system: k(|s| s.cpu_system),
+        rss_bytes: k(|s| s.rss_bytes.map(|v| v as f64)),
+        virtual_bytes: k(|s| s.virtual_bytes.map(|v| v as f64)),
+        threads: k(|s| s.threads.map(|v| v as f64)),
         http_connections: g(|s| s.http_connections as f64),
         engine_queued: g(|s| s.engine_queued as f64),
         loop_lag_ms: g(|s| s.loop_lag_ms),
@@ -110,7 +112,8 @@ fn point(bucket_us: i64, members: &[&NodeSample]) -> NodePoint {
     }
 }
 
-fn gauge(values: impl Iterator<Item = f64>) -> Gauge {
+/// `None` when there is no value.
+fn gauge(values: impl Iterator<Item = f64>) -> Option<Gauge> {
     let (mut sum, mut n) = (0.0, 0u32);
     let mut g = Gauge {
         min: f64::INFINITY,
@@ -125,10 +128,10 @@ fn gauge(values: impl Iterator<Item = f64>) -> Gauge {
         g.last = v;
     }
     if n == 0 {
-        return Gauge::default();
+        return None;
     }
     g.avg = sum / f64::from(n);
-    g
+    Some(g)
 }
 
 #[cfg(test)]
@@ -140,7 +143,7 @@ mod tests {
     fn sample(at_us: i64, rss: u64, pushes: u64) -> NodeSample {
         NodeSample {
             at_us,
-            rss_bytes: rss,
+            rss_bytes: Some(rss),
             counts: NodeCounts {
                 push_requests: 1,
                 push_messages: pushes,
@@ -182,7 +185,7 @@ mod tests {
         let first = &out.points[0];
         assert_eq!((first.bucket_us, first.samples), (t0, 2));
         assert_eq!(
-            first.rss_bytes,
+            first.rss_bytes.unwrap(),
             Gauge {
                 avg: 200.0,
                 min: 100.0,

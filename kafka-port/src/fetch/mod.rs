@@ -10,21 +10,19 @@
 //! nothing waits up to `max_wait_ms` (at most [`MAX_WAIT`]) by asking again every
 //! [`RECHECK`], incremental or not.
 
+pub(crate) mod batches;
 mod request;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::indexmap::IndexMap;
+use batches::Framing;
+use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::AbortedTransaction;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::ProducerId;
 use kafka_protocol::messages::{FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record as KafkaRecord, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use queenmq_protocol::fetch::{
     FetchEntry, FetchError, FetchedEntry, FetchedRecord, TxnMark, TxnMarkKind, MAX_FETCH_BYTES,
 };
@@ -92,19 +90,12 @@ fn control_key(commit: bool) -> Bytes {
 /// A control record's value: version 0, coordinator epoch 0.
 const CONTROL_VALUE: &[u8] = &[0, 0, 0, 0, 0, 0];
 
-/// The records as uncompressed batches v2 (the encoder starts a new batch where record
-/// properties change: a transaction's stretch, a marker), with their stored offsets.
+/// The records as uncompressed batches v2 with their stored offsets: a transaction's stretch
+/// in transactional batches of its producer, each marker in a control batch of its own.
 /// `marks` are the transactions' stretches among them, in offset order.
 pub fn encode_records(records: &[FetchedRecord], marks: &[TxnMark]) -> Result<Bytes, String> {
-    if records.is_empty() {
-        return Ok(Bytes::new());
-    }
     let mut marks = marks.iter().peekable();
-    // The encoder keeps records in one batch while `offset - sequence` stays the same: each
-    // run's first record gets -1 (the base sequence of a batch with no producer, as Kafka
-    // writes) and the next ones follow it.
-    let mut run: Option<(bool, bool, i64, i16, u64)> = None;
-    let batch: Vec<KafkaRecord> = records
+    let records: Vec<_> = records
         .iter()
         .map(|r| {
             while marks
@@ -114,66 +105,29 @@ pub fn encode_records(records: &[FetchedRecord], marks: &[TxnMark]) -> Result<By
                 marks.next();
             }
             let mark = marks.peek().filter(|m| m.base_offset <= r.offset);
-            let offset = i64::try_from(r.offset).unwrap_or(i64::MAX);
-            let (producer_id, producer_epoch) = mark.map_or((-1, -1), |m| (m.producer_id, m.epoch));
-            let control = mark.is_some_and(|m| m.kind != TxnMarkKind::Data);
-            let class = (mark.is_some(), control, producer_id, producer_epoch);
-            let start = match run {
-                Some((t, c, p, e, start)) if (t, c, p, e) == class && !control => start,
-                _ => r.offset,
-            };
-            run = Some((class.0, class.1, class.2, class.3, start));
-            let sequence =
-                i32::try_from(r.offset.saturating_sub(start)).map_or(-1, |d| d.wrapping_sub(1));
-            let base = KafkaRecord {
-                transactional: mark.is_some(),
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id,
-                producer_epoch,
-                timestamp_type: TimestampType::Creation,
-                offset,
-                sequence,
-                timestamp: r.created_us.div_euclid(1000),
-                key: None,
-                value: None,
-                headers: IndexMap::new(),
-            };
-            match mark.map(|m| m.kind) {
-                Some(TxnMarkKind::CommitMarker | TxnMarkKind::AbortMarker) => KafkaRecord {
-                    control: true,
-                    key: Some(control_key(
-                        mark.is_some_and(|m| m.kind == TxnMarkKind::CommitMarker),
-                    )),
-                    value: Some(Bytes::from_static(CONTROL_VALUE)),
-                    ..base
-                },
-                Some(TxnMarkKind::Data) | None => {
-                    let rec = unmapping::record(&r.payload, r.created_us.div_euclid(1000));
-                    let headers: IndexMap<StrBytes, Option<Bytes>> = rec
-                        .headers
-                        .into_iter()
-                        .map(|(k, v)| (StrBytes::from_string(k), v))
-                        .collect();
-                    KafkaRecord {
-                        timestamp: rec.timestamp,
-                        key: rec.key,
-                        value: rec.value,
-                        headers,
-                        ..base
+            let offset = i64::try_from(r.offset).map_err(|_| "offset beyond int64".to_string())?;
+            let ms = r.created_us.div_euclid(1000);
+            let framing = mark.map_or(Framing::PLAIN, |m| Framing {
+                producer_id: m.producer_id,
+                epoch: m.epoch,
+                transactional: true,
+                control: m.kind != TxnMarkKind::Data,
+            });
+            let record = match mark.map(|m| m.kind) {
+                Some(kind @ (TxnMarkKind::CommitMarker | TxnMarkKind::AbortMarker)) => {
+                    crate::records::Record {
+                        timestamp: ms,
+                        key: Some(control_key(kind == TxnMarkKind::CommitMarker)),
+                        value: Some(Bytes::from_static(CONTROL_VALUE)),
+                        headers: Vec::new(),
                     }
                 }
-            }
+                Some(TxnMarkKind::Data) | None => unmapping::record(&r.payload, ms),
+            };
+            Ok((offset, framing, record))
         })
-        .collect();
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, &batch, &options).map_err(|e| e.to_string())?;
-    Ok(buf.freeze())
+        .collect::<Result<_, String>>()?;
+    Ok(batches::encode(&records))
 }
 
 fn partition_data(
@@ -541,7 +495,7 @@ mod tests {
                 vec![(4, true, true, 9)],
             ]
         );
-        let key = |b: &Vec<KafkaRecord>| b[0].key.clone().expect("control key");
+        let key = |b: &Vec<kafka_protocol::records::Record>| b[0].key.clone().expect("control key");
         assert_eq!(&key(&batches[1])[..], &[0, 0, 0, 0], "abort");
         assert_eq!(&key(&batches[3])[..], &[0, 0, 0, 1], "commit");
         assert_eq!(batches[1][0].producer_epoch, 2);

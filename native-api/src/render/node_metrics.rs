@@ -14,6 +14,10 @@ fn leaf(g: &Gauge) -> Value {
     json!({"avg": g.avg, "min": g.min, "max": g.max, "last": g.last})
 }
 
+fn known(g: &Option<Gauge>) -> Value {
+    g.as_ref().map_or_else(absent, leaf)
+}
+
 fn absent() -> Value {
     json!({"avg": null, "min": null, "max": null, "last": null})
 }
@@ -36,8 +40,8 @@ fn system_point(p: &NodePoint) -> Value {
         "timestamp": iso_ms(p.bucket_us),
         "sampleCount": p.samples,
         "metrics": {
-            "cpu": {"user_us": leaf(&p.cpu_user), "system_us": leaf(&p.cpu_system)},
-            "memory": {"rss_bytes": leaf(&p.rss_bytes), "virtual_bytes": leaf(&p.virtual_bytes)},
+            "cpu": {"user_us": known(&p.cpu_user), "system_us": known(&p.cpu_system)},
+            "memory": {"rss_bytes": known(&p.rss_bytes), "virtual_bytes": known(&p.virtual_bytes)},
             "database": {"pool_size": absent(), "pool_idle": absent(), "pool_active": absent()},
             "threadpool": {
                 "db": {"pool_size": absent(), "queue_size": absent()},
@@ -46,7 +50,7 @@ fn system_point(p: &NodePoint) -> Value {
             // Requests waiting for an engine's cycle: the broker's pending answers.
             "registries": {"response": leaf(&p.engine_queued)},
             "broker": {
-                "threads": leaf(&p.threads),
+                "threads": known(&p.threads),
                 "http_connections": leaf(&p.http_connections),
                 "engine_queued": leaf(&p.engine_queued),
                 "loop_lag_ms": leaf(&p.loop_lag_ms),

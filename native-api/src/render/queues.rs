@@ -89,7 +89,10 @@ pub fn doc(d: &QueueDoc) -> Value {
                 "retainedBytes": p.retained_bytes,
                 "stats": totals(&p.stats),
                 // Batches are not counted by this broker: null, never a made-up 0.
-                "cursor": {"totalConsumed": p.stats.completed, "batchesConsumed": null},
+                // The slowest group's cursor: it counts what retention removed since, so it
+                // does not shrink under retention as `stats.completed` does (a new group from
+                // the beginning or a seek back still moves it down: docs/api.md).
+                "cursor": {"totalConsumed": p.consumed, "batchesConsumed": null},
             })
         })
         .collect();

@@ -19,7 +19,8 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use queenmq_protocol::limits::{self, MAX_KV_VALUE_BYTES};
 use queenmq_protocol::{
-    AckItem, AckStatus, Command, KvExpiry, KvOp, Outcome, RequestCtx, TxnOp, TxnReq, STREAMS_NS,
+    AckItem, AckStatus, Command, KvExpiry, KvOp, Outcome, RequestCtx, StateCap, TxnOp, TxnReq,
+    STREAMS_NS,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -156,6 +157,11 @@ pub async fn cycle(
         timers: Vec::new(),
         strict_acks: acked,
         ack_queue: source.filter(|_| acked),
+        state_cap: Some(StateCap {
+            query_id: c.query_id.clone(),
+            max_keys: app.opts.streams_state_max_keys,
+            max_bytes: app.opts.streams_state_max_bytes,
+        }),
     };
     let replayed = || {
         Json(

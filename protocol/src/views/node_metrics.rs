@@ -66,11 +66,13 @@ pub struct NodePoint {
     pub bucket_us: i64,
     pub samples: u32,
     /// CPU time over each sample's interval, in percent × 100 (10 000 = one core busy).
-    pub cpu_user: Gauge,
-    pub cpu_system: Gauge,
-    pub rss_bytes: Gauge,
-    pub virtual_bytes: Gauge,
-    pub threads: Gauge,
+    /// These five come from `/proc`: `None` when no sample of the bucket could read it (a
+    /// failed read is unknown, never a zero).
+    pub cpu_user: Option<Gauge>,
+    pub cpu_system: Option<Gauge>,
+    pub rss_bytes: Option<Gauge>,
+    pub virtual_bytes: Option<Gauge>,
+    pub threads: Option<Gauge>,
     pub http_connections: Gauge,
     /// Requests queued for the engines, waiting for their cycle.
     pub engine_queued: Gauge,

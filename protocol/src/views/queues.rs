@@ -64,6 +64,10 @@ pub struct PartitionSummary {
     pub retained_bytes: u64,
     /// The partition's per-state counts, read like the queue's `messages`.
     pub stats: MessageTotals,
+    /// Offsets the slowest group's committed cursor has passed on this partition (0 with no
+    /// group): the messages it consumed, or skipped by a seek or its subscription start. It
+    /// never goes down as retention removes consumed messages, unlike `stats.completed`.
+    pub consumed: u64,
 }
 
 /// One queue with a page of its partitions.

@@ -9,4 +9,7 @@ mod multi_node;
 mod node_restart;
 mod reclaim;
 mod router;
+mod tcp_client;
+mod tcp_cluster;
+mod tcp_listener;
 mod two_nodes;

@@ -49,6 +49,13 @@ pub(super) struct Judged {
     writes: Vec<KvWrite>,
 }
 
+impl Judged {
+    /// The writes in the order judged (a key written twice appears twice; the last holds).
+    pub(super) fn writes(&self) -> &[KvWrite] {
+        &self.writes
+    }
+}
+
 impl<'s> KvJudge<'s> {
     pub fn new(st: &'s crate::state::State, now: i64) -> Self {
         KvJudge {

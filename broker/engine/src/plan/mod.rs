@@ -47,6 +47,7 @@ mod retention_tests;
 mod seal_tests;
 #[cfg(test)]
 mod seek_tests;
+mod streams_cap;
 mod streams_purge;
 #[cfg(test)]
 mod streams_purge_tests;

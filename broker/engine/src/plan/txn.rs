@@ -104,7 +104,12 @@ impl Planner<'_> {
         }
         self.check_txn_timers(req)?;
         let kv = match self.judge_txn_kv(&req.kv, items.len() + acks.len())? {
-            Ok(kv) => kv,
+            Ok(kv) => {
+                if let Some(cap) = &req.state_cap {
+                    self.check_state_cap(cap, kv.as_ref())?;
+                }
+                kv
+            }
             Err(precondition) => {
                 return Ok(TxnResult {
                     transaction_id: uuid::Uuid::now_v7().to_string(),

@@ -63,6 +63,17 @@ pub(super) fn retrying_on_partition(st: &State, q: &Queue, p: &Partition) -> u64
     offsets.len() as u64
 }
 
+/// The slowest group's committed cursor on `p`, not clamped to the partition's floor: what
+/// retention removed below it stays counted, so the figure never shrinks under retention.
+pub(super) fn consumed_on_partition(st: &State, q: &Queue, p: &Partition) -> u64 {
+    q.groups
+        .values()
+        .filter_map(|gid| st.groups.get(gid))
+        .map(|g| committed_of(g, p))
+        .min()
+        .unwrap_or(0)
+}
+
 /// `dead_letter` is the partition's entry of [`held_dead_letters_by_partition`].
 pub(super) fn partition_stats(
     st: &State,
@@ -204,5 +215,41 @@ mod tests {
                 p.stats
             );
         }
+    }
+
+    #[test]
+    fn total_consumed_does_not_shrink_as_retention_removes_consumed_messages() {
+        use queenmq_protocol::kafka_records::{DeleteRecordsReq, DeleteRecordsTarget};
+        use queenmq_protocol::AckStatus;
+
+        let mut fx = Fixture::new();
+        fx.push("q", "a", 5);
+        fx.commit();
+        let got = fx.pop("q", None, 3, None);
+        fx.commit();
+        assert!(fx.ack(&got, AckStatus::Completed).iter().all(|r| r.success));
+        fx.commit();
+        let page = Page {
+            limit: 10,
+            offset: 0,
+        };
+        let read = |fx: &Fixture| {
+            let doc = super::super::queues::one(&fx.st, "q", page).expect("doc");
+            let p = &doc.partitions[0];
+            (p.consumed, p.stats.completed, p.stats.total)
+        };
+        assert_eq!(read(&fx), (3, 3, 5));
+        // Retention removes the three consumed messages: `completed` counts what is held,
+        // the consumed count stays.
+        let req = DeleteRecordsReq {
+            targets: vec![DeleteRecordsTarget {
+                queue: "q".into(),
+                partition: "a".into(),
+                offset: 3,
+            }],
+        };
+        assert!(fx.planner().plan_kafka_delete_records(&req).is_ok());
+        fx.commit();
+        assert_eq!(read(&fx), (3, 0, 2));
     }
 }

@@ -165,6 +165,7 @@ pub fn one(st: &State, name: &str, page: Page) -> Result<QueueDoc, QueenError> {
                 p,
                 dead.get(&p.id).copied().unwrap_or(0),
             ),
+            consumed: super::partition_stats::consumed_on_partition(st, q, p),
         })
         .collect();
     Ok(QueueDoc {

@@ -3,8 +3,10 @@
 //! A row past its expiry still sits here until the planner's sweep deletes it; readers and
 //! judges never see it (`live`), so when the sweep runs changes no answer.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
+
+use queenmq_protocol::{streams_row_query, STREAMS_NS};
 
 use crate::codec::{DecodeError, Reader, Writer};
 
@@ -35,6 +37,11 @@ impl KvRow {
     }
 }
 
+/// The streams query whose state row (ns, key) is, if it is one.
+pub fn streams_query<'k>(ns: &str, key: &'k str) -> Option<&'k str> {
+    (ns == STREAMS_NS).then(|| streams_row_query(key)).flatten()
+}
+
 /// What one row holds in memory, strings at their length (apply builds them from the entry's
 /// text, so capacity is length) and the namespace and key twice (map and expiry index).
 pub fn row_bytes(ns: &str, key: &str, value: &str) -> usize {
@@ -50,6 +57,9 @@ pub struct KvTable {
     expiry: BTreeSet<(i64, String, String)>,
     /// Derived: the sum of `row_bytes` over the rows.
     bytes: usize,
+    /// Derived: (rows, `row_bytes`) of each streams query's state rows, for its cap
+    /// (plan/streams_cap.rs) without a walk of the query's rows per cycle.
+    streams: HashMap<String, (u64, u64)>,
     /// [`MAX_KV_BYTES`]; lower only in tests, which cannot fill 256 MiB.
     cap: usize,
 }
@@ -61,6 +71,7 @@ impl Default for KvTable {
             last_version: 0,
             expiry: BTreeSet::new(),
             bytes: 0,
+            streams: HashMap::new(),
             cap: MAX_KV_BYTES,
         }
     }
@@ -124,7 +135,13 @@ impl KvTable {
     pub fn put(&mut self, ns: &str, key: &str, row: KvRow) {
         self.last_version = self.last_version.max(row.version);
         self.remove(ns, key);
-        self.bytes = self.bytes.saturating_add(row_bytes(ns, key, &row.value));
+        let bytes = row_bytes(ns, key, &row.value);
+        self.bytes = self.bytes.saturating_add(bytes);
+        if let Some(q) = streams_query(ns, key) {
+            let held = self.streams.entry(q.to_string()).or_default();
+            held.0 += 1;
+            held.1 = held.1.saturating_add(bytes as u64);
+        }
         if let Some(at) = row.expires_at_us {
             self.expiry.insert((at, ns.to_string(), key.to_string()));
         }
@@ -133,11 +150,26 @@ impl KvTable {
 
     pub fn remove(&mut self, ns: &str, key: &str) -> Option<KvRow> {
         let old = self.rows.remove(&(ns.to_string(), key.to_string()))?;
-        self.bytes = self.bytes.saturating_sub(row_bytes(ns, key, &old.value));
+        let bytes = row_bytes(ns, key, &old.value);
+        self.bytes = self.bytes.saturating_sub(bytes);
+        if let Some(q) = streams_query(ns, key) {
+            if let Some(held) = self.streams.get_mut(q) {
+                held.0 = held.0.saturating_sub(1);
+                held.1 = held.1.saturating_sub(bytes as u64);
+                if held.0 == 0 {
+                    self.streams.remove(q);
+                }
+            }
+        }
         if let Some(at) = old.expires_at_us {
             self.expiry.remove(&(at, ns.to_string(), key.to_string()));
         }
         Some(old)
+    }
+
+    /// (rows, bytes as [`row_bytes`] counts them) of a streams query's state rows.
+    pub fn streams_state(&self, query_id: &str) -> (u64, u64) {
+        self.streams.get(query_id).copied().unwrap_or_default()
     }
 
     /// Up to `max` rows expired at `now_us`, oldest expiry first.
@@ -256,6 +288,31 @@ mod tests {
         assert_eq!(t.expired(100, 10).len(), 1, "the old expiry entry left");
         t.remove("ns", "a");
         assert_eq!((t.bytes(), t.expired(100, 10).len()), (0, 0));
+    }
+
+    #[test]
+    fn a_streams_query_state_is_counted_as_its_rows_come_and_go() {
+        let mut t = KvTable::default();
+        let ns = STREAMS_NS;
+        t.put(ns, "row/q1/7/a", row(1, None));
+        t.put(ns, "row/q1/8/b", row(2, None));
+        t.put(ns, "row/q2/7/a", row(3, None));
+        t.put(ns, "id/q1", row(4, None));
+        t.put("other", "row/q1/7/z", row(5, None));
+        let a = row_bytes(ns, "row/q1/7/a", "1") as u64;
+        let b = row_bytes(ns, "row/q1/8/b", "2") as u64;
+        assert_eq!(t.streams_state("q1"), (2, a + b));
+        t.put(ns, "row/q1/7/a", row(100, None));
+        let a2 = row_bytes(ns, "row/q1/7/a", "100") as u64;
+        assert_eq!(t.streams_state("q1"), (2, a2 + b));
+        t.remove(ns, "row/q1/7/a");
+        t.remove(ns, "row/q1/8/b");
+        assert_eq!(t.streams_state("q1"), (0, 0));
+        assert_eq!(t.streams_state("q2").0, 1);
+        assert!(
+            !t.streams.contains_key("q1"),
+            "an empty query leaves the map"
+        );
     }
 
     #[test]

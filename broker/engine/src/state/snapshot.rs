@@ -331,7 +331,7 @@ fn decode_ephemeral(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError
     // A row is at least a 4-byte name length and 33 bytes of options.
     let n = r.count(37)?;
     for _ in 0..n {
-        let name = r.string()?;
+        let name = crate::entry::decode_ephemeral_name(r)?.to_string();
         let options = crate::entry::decode_ephemeral_options(r)?;
         if s.ephemeral.insert(name.clone(), options).is_some() {
             return Err(r.malformed(format!("ephemeral queue {name:?} appears twice")));
@@ -807,6 +807,10 @@ mod tests {
             .expect("the second name");
         twice[at + 4] = b'a';
         assert!(decode_state(&twice).is_err());
+        // A name with a control character, which no route accepts: refused, not seeded.
+        let mut control = blob.clone();
+        control[at + 4] = b'\n';
+        assert!(decode_state(&control).is_err());
     }
 
     #[test]

@@ -1,0 +1,133 @@
+//! The cluster keys (`cluster_token`, `cluster_addr`, `node_id`, `peers`): what a node of a
+//! multi-node Raft group needs, checked together. All unset is the single-node broker,
+//! unchanged; any one set asks for all of them (docs/cluster.md).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use super::model::{split_host_port, Config, ValueError};
+
+/// The shortest `cluster_token`: the token is a bearer secret that lets its holder vote and
+/// append in every tenant's group (the Raft listener refuses to start under it too).
+pub const MIN_CLUSTER_TOKEN: usize = 32;
+
+/// A checked cluster configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cluster {
+    pub node_id: u64,
+    /// The Raft listener of this node.
+    pub addr: SocketAddr,
+    /// Every member by id, this node included: `host:port` of its Raft listener.
+    pub peers: BTreeMap<u64, String>,
+}
+
+fn bad(key: &'static str, message: impl Into<String>) -> ValueError {
+    ValueError::Bad {
+        key,
+        message: message.into(),
+    }
+}
+
+/// `id=host:port` entries separated by commas (blanks around them ignored).
+pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, ValueError> {
+    let mut peers = BTreeMap::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (id, addr) = entry
+            .split_once('=')
+            .ok_or_else(|| bad("peers", format!("entry {entry:?} is not id=host:port")))?;
+        let id: u64 = id.trim().parse().ok().filter(|id| *id > 0).ok_or_else(|| {
+            bad(
+                "peers",
+                format!("entry {entry:?}: the id must be a number above 0"),
+            )
+        })?;
+        let addr = addr.trim();
+        if split_host_port(addr).is_none() {
+            return Err(bad(
+                "peers",
+                format!("entry {entry:?}: the address must be host:port with a port above 0"),
+            ));
+        }
+        // One process answers at one address: two ids on it would count its acks and votes
+        // twice toward a quorum (review s14 F1).
+        if let Some((other, _)) = peers
+            .iter()
+            .find(|(_, a): &(&u64, &String)| a.eq_ignore_ascii_case(addr))
+        {
+            return Err(bad(
+                "peers",
+                format!("nodes {other} and {id} have the same address {addr}"),
+            ));
+        }
+        if peers.insert(id, addr.to_string()).is_some() {
+            return Err(bad("peers", format!("node id {id} is named twice")));
+        }
+    }
+    Ok(peers)
+}
+
+impl Config {
+    /// The cluster this node belongs to: `None` for the single-node broker (none of
+    /// `cluster_token`, `cluster_addr`, `peers` set; `node_id` is then ignored).
+    pub fn cluster(&self) -> Result<Option<Cluster>, ValueError> {
+        let any =
+            self.cluster_token.is_some() || self.cluster_addr.is_some() || self.peers.is_some();
+        if !any {
+            // `node_id` alone changes nothing: the single-node group is node 1.
+            return Ok(None);
+        }
+        let token = self
+            .cluster_token
+            .as_ref()
+            .ok_or_else(|| bad("cluster_token", "is unset while other cluster keys are set"))?;
+        if token.expose().len() < MIN_CLUSTER_TOKEN {
+            return Err(bad(
+                "cluster_token",
+                format!("is shorter than {MIN_CLUSTER_TOKEN} bytes; use a long random secret"),
+            ));
+        }
+        // A longer token passes every node's config and is then refused at every Hello
+        // (review s14 F8).
+        if token.expose().len() > queenmq_raft::wire::MAX_TOKEN {
+            return Err(bad(
+                "cluster_token",
+                format!(
+                    "is longer than {} bytes, the most a Hello carries",
+                    queenmq_raft::wire::MAX_TOKEN
+                ),
+            ));
+        }
+        let addr = self
+            .cluster_addr
+            .ok_or_else(|| bad("cluster_addr", "is unset while other cluster keys are set"))?;
+        let text = self
+            .peers
+            .as_deref()
+            .ok_or_else(|| bad("peers", "is unset while other cluster keys are set"))?;
+        let peers = parse_peers(text)?;
+        if !peers.contains_key(&self.node_id) {
+            return Err(bad(
+                "peers",
+                format!("does not name this node (node_id = {})", self.node_id),
+            ));
+        }
+        // The listener binds `cluster_addr`; the others reach this node at its `peers` entry.
+        let own_port = split_host_port(&peers[&self.node_id]).map(|(_, p)| p);
+        if own_port != Some(addr.port()) {
+            return Err(bad(
+                "cluster_addr",
+                format!(
+                    "listens on port {} but peers names node {} at {}",
+                    addr.port(),
+                    self.node_id,
+                    peers[&self.node_id]
+                ),
+            ));
+        }
+        Ok(Some(Cluster {
+            node_id: self.node_id,
+            addr,
+            peers,
+        }))
+    }
+}

@@ -1,0 +1,285 @@
+//! The calling side of the Raft network between `queen` processes: a `RaftNetworkFactory` whose
+//! clients each open one TCP connection, lazily, on the peer's cluster address taken from the
+//! membership (`BasicNode.addr`, never from a request), say `Hello` with the cluster token,
+//! then send one request at a time and read its `Reply` (docs/raft-storage.md "the Raft
+//! network").
+//!
+//! The connection is taken out of the client for the length of an RPC and put back only once
+//! the reply was read: if openraft drops the RPC future at its timeout, the connection goes
+//! with it, half-written frame or unread reply included, and the next RPC reconnects.
+
+// openraft's network trait returns `RPCError` (~130 bytes) by value; helpers return the same
+// type so `?` reaches the trait boundary without boxing.
+#![allow(clippy::result_large_err)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::Deserialize;
+use tokio::io::BufStream;
+use tokio::net::TcpStream;
+
+use crate::rpc_codec::{self, Reply};
+use crate::types::{NodeId, TypeConfig};
+use crate::wire::{self, Kind, Limits, WireError};
+
+/// The Raft network of one group: what `RaftNode::start_with` takes in a cluster.
+#[derive(Clone)]
+pub struct TcpNetwork {
+    /// This node's id, named in every Hello as its sender.
+    me: NodeId,
+    group: Arc<str>,
+    token: Arc<[u8]>,
+    limits: Limits,
+}
+
+impl TcpNetwork {
+    /// `limits` must be those of the peers' listeners (the same configuration on every node):
+    /// an append is kept under their `append` budget before it is sent.
+    pub fn new(me: NodeId, group: &str, token: &[u8], limits: Limits) -> TcpNetwork {
+        TcpNetwork {
+            me,
+            group: group.into(),
+            token: token.into(),
+            limits,
+        }
+    }
+}
+
+/// One peer, as openraft sees it: one connection, opened on first use.
+pub struct PeerClient {
+    net: TcpNetwork,
+    target: NodeId,
+    addr: String,
+    conn: Option<BufStream<TcpStream>>,
+    /// The last request id used; ids only need to be new on a connection.
+    last_id: u64,
+    /// The largest append body this client sends now: halved (to half the batch that failed)
+    /// when an append of several entries times out, doubled back after each success, never
+    /// above `limits.append` (review s14 F2: without it a batch too slow for the timeout was
+    /// resent whole for ever).
+    budget: u32,
+    /// Whether the last call ended at its timeout.
+    timed_out: bool,
+}
+
+/// The smallest budget a timeout shrinks to; a single entry is always sent whatever its size.
+const MIN_BUDGET: u32 = 64 * 1024;
+
+impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+        PeerClient {
+            net: self.clone(),
+            target,
+            addr: node.addr.clone(),
+            conn: None,
+            last_id: 0,
+            budget: self.limits.append,
+            timed_out: false,
+        }
+    }
+}
+
+/// Why an RPC got no answer, before it is shaped as openraft's `RPCError`.
+#[derive(Debug, thiserror::Error)]
+enum CallError {
+    /// The peer could not be reached or did not answer in time: openraft backs off.
+    #[error("node {target} at {addr}: {why}")]
+    Unreachable {
+        target: NodeId,
+        addr: String,
+        why: String,
+    },
+    /// The peer answered something this node cannot read, or the request cannot be sent at
+    /// all. Also `Unreachable` to openraft: it backs off only on that (review s14 F3), so any
+    /// other error would be retried at once, reconnecting in a tight loop.
+    #[error("node {target} at {addr} answered garbage: {why}")]
+    Garbage {
+        target: NodeId,
+        addr: String,
+        why: String,
+    },
+}
+
+impl CallError {
+    fn into_rpc<E: std::error::Error>(self) -> RPCError<NodeId, BasicNode, E> {
+        match self {
+            CallError::Unreachable { .. } | CallError::Garbage { .. } => {
+                RPCError::Unreachable(Unreachable::new(&self))
+            }
+        }
+    }
+}
+
+impl PeerClient {
+    fn unreachable(&self, why: impl ToString) -> CallError {
+        CallError::Unreachable {
+            target: self.target,
+            addr: self.addr.clone(),
+            why: why.to_string(),
+        }
+    }
+
+    fn garbage(&self, why: impl ToString) -> CallError {
+        CallError::Garbage {
+            target: self.target,
+            addr: self.addr.clone(),
+            why: why.to_string(),
+        }
+    }
+
+    async fn connect(&self) -> Result<BufStream<TcpStream>, CallError> {
+        let tcp = TcpStream::connect(self.addr.as_str())
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        // One small frame per RPC: waiting to coalesce would only add latency.
+        tcp.set_nodelay(true).map_err(|e| self.unreachable(e))?;
+        let mut conn = BufStream::new(tcp);
+        // Named to the target id: a node at this address that is not `target` refuses it.
+        let hello = wire::hello_body(self.net.me, self.target, &self.net.token);
+        wire::write_frame(&mut conn, Kind::Hello, 0, &hello)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        Ok(conn)
+    }
+
+    /// Sends one request and reads its reply body, within `ttl`.
+    async fn call(&mut self, kind: Kind, body: &[u8], ttl: Duration) -> Result<Vec<u8>, CallError> {
+        let r = tokio::time::timeout(ttl, self.exchange(kind, body)).await;
+        self.timed_out = r.is_err();
+        match r {
+            Ok(r) => r,
+            Err(_) => Err(self.unreachable(format!("no reply within {ttl:?}"))),
+        }
+    }
+
+    async fn exchange(&mut self, kind: Kind, body: &[u8]) -> Result<Vec<u8>, CallError> {
+        // Taken, not borrowed: a cancelled call drops the connection with itself.
+        let mut conn = match self.conn.take() {
+            Some(c) => c,
+            None => self.connect().await?,
+        };
+        self.last_id += 1;
+        let id = self.last_id;
+        wire::write_frame(&mut conn, kind, id, body)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let reply = match wire::read_reply(&mut conn, &self.net.limits, id).await {
+            Ok(r) => r,
+            Err(WireError::Io(e)) => return Err(self.unreachable(e)),
+            Err(e) => return Err(self.garbage(e)),
+        };
+        self.conn = Some(conn);
+        Ok(reply)
+    }
+
+    /// One RPC end to end: the reply decoded, a refusal as `RemoteError`, a peer stopped or
+    /// not hosting the group as `Unreachable`.
+    async fn rpc<T, E>(
+        &mut self,
+        kind: Kind,
+        body: Result<Vec<u8>, rpc_codec::DecodeError>,
+        ttl: Duration,
+    ) -> Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        T: for<'de> Deserialize<'de>,
+        E: std::error::Error + for<'de> Deserialize<'de>,
+    {
+        let body = body.map_err(|e| self.garbage(format!("cannot encode: {e}")).into_rpc())?;
+        let reply = self
+            .call(kind, &body, ttl)
+            .await
+            .map_err(CallError::into_rpc)?;
+        match rpc_codec::decode_reply::<T, RaftError<NodeId, E>>(&reply) {
+            Ok(Reply::Ok(v)) => Ok(v),
+            // A peer whose core stopped is gone from the caller's side, as an unreachable one.
+            Ok(Reply::Refused(RaftError::Fatal(f))) => Err(self.unreachable(f).into_rpc()),
+            Ok(Reply::Refused(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
+            Ok(Reply::Unavailable(why)) => Err(self.unreachable(why).into_rpc()),
+            Err(e) => {
+                // Out of step with the peer: start over on a new connection.
+                self.conn = None;
+                Err(self.garbage(e).into_rpc())
+            }
+        }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let n = rpc.entries.len() as u64;
+        let body = rpc_codec::encode_append(&self.net.group, &rpc);
+        let len = body.as_ref().map_or(0, |b| b.len() as u64);
+        if n > 1 && len > u64::from(self.budget) {
+            // openraft retries with at most the hinted number of entries.
+            let hint = (n * u64::from(self.budget) / len).clamp(1, n - 1);
+            return Err(PayloadTooLarge::new_entries_hint(hint).into());
+        }
+        if len > u64::from(self.net.limits.append) {
+            // One entry too big for any append cannot be sent (docs/raft-storage.md, the
+            // append budget); Unreachable, so openraft backs off (review s14 F3).
+            let why = format!(
+                "one entry of {len} bytes is over the append budget of {} bytes",
+                self.net.limits.append
+            );
+            return Err(self.garbage(why).into_rpc());
+        }
+        let r = self.rpc(Kind::Append, body, option.hard_ttl()).await;
+        if r.is_ok() {
+            self.budget = self.budget.saturating_mul(2).min(self.net.limits.append);
+        } else if self.timed_out && n > 1 {
+            // Too slow for the timeout: the next batch is half of this one.
+            self.budget = u32::try_from(len / 2).unwrap_or(u32::MAX).max(MIN_BUDGET);
+        }
+        r
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        let body = rpc_codec::encode_snapshot(&self.net.group, &rpc);
+        if let Ok(b) = &body {
+            if b.len() as u64 > u64::from(self.net.limits.snapshot) {
+                // The peer would close at the header and the same chunk would be retried
+                // unseen: say why, send nothing (review s14 F11).
+                let why = format!(
+                    "a snapshot chunk of {} bytes is over the limit of {} bytes \
+                     (snapshot_max_chunk_size must be the same on every node)",
+                    b.len(),
+                    self.net.limits.snapshot
+                );
+                return Err(self.garbage(why).into_rpc());
+            }
+        }
+        self.rpc(Kind::Snapshot, body, option.hard_ttl()).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let body = rpc_codec::encode_vote(&self.net.group, &rpc);
+        self.rpc(Kind::Vote, body, option.hard_ttl()).await
+    }
+}

@@ -1,0 +1,212 @@
+//! The answering side of the Raft network: the cluster listener. It accepts, holds a
+//! connection to `accept_hello` (the cluster token within a deadline), then reads one request
+//! at a time, hands it to the named group's `Raft` handle and writes the `Reply` with the
+//! request's id. Anything malformed closes that one connection; the listener keeps going.
+//!
+//! Connections that have not said `Hello` are capped: past the cap the oldest is closed, so
+//! an anonymous peer opening sockets and staying silent holds at most `max_pre_hello` of them,
+//! each for at most the Hello deadline (as the Kafka port's pre-login gate).
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use openraft::Raft;
+use tokio::io::BufStream;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{AbortHandle, JoinSet};
+
+use crate::rpc_codec;
+use crate::types::TypeConfig;
+use crate::wire::{self, Frame, Kind, Limits, WireError};
+
+/// The groups this node answers for, by name. Clones share them.
+#[derive(Clone, Default)]
+pub struct Groups {
+    inner: Arc<RwLock<HashMap<String, Raft<TypeConfig>>>>,
+}
+
+impl Groups {
+    pub fn add(&self, name: &str, raft: Raft<TypeConfig>) {
+        self.inner
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_string(), raft);
+    }
+
+    pub fn remove(&self, name: &str) {
+        self.inner
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+    }
+
+    fn get(&self, name: &str) -> Option<Raft<TypeConfig>> {
+        self.inner
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+}
+
+/// How the listener treats its peers.
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// This node's id: a Hello meant for another id is refused (review s14 F1).
+    pub node_id: u64,
+    pub token: Arc<[u8]>,
+    pub limits: Limits,
+    /// How long a new connection has to send its Hello (10 s in the broker).
+    pub hello_deadline: Duration,
+    /// How many connections may be waiting for their Hello at once.
+    pub max_pre_hello: usize,
+}
+
+/// Connections accepted and not yet past their Hello, oldest first.
+type PreHello = Arc<Mutex<VecDeque<(u64, AbortHandle)>>>;
+
+/// Serves `listener` until `shutdown` resolves; every connection task ends with it. Refuses
+/// to start with a token under `wire::MIN_TOKEN` bytes.
+pub async fn run(
+    listener: TcpListener,
+    cfg: ServerConfig,
+    groups: Groups,
+    shutdown: impl Future,
+) -> Result<(), WireError> {
+    if cfg.token.len() < wire::MIN_TOKEN {
+        return Err(WireError::WeakToken);
+    }
+    // Either at 0 would close every peer, real ones included (review s14 F10).
+    if cfg.max_pre_hello == 0 || cfg.hello_deadline.is_zero() {
+        return Err(WireError::Config(
+            "max_pre_hello and hello_deadline must be above 0",
+        ));
+    }
+    let pending: PreHello = Arc::default();
+    let mut conns = JoinSet::new();
+    let mut next = 0u64;
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            a = listener.accept() => a,
+        };
+        while conns.try_join_next().is_some() {}
+        let (tcp, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of descriptors and the like: the next accept may succeed.
+                tracing::warn!(error = %e, "raft listener accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        next += 1;
+        let id = next;
+        // Held across the spawn, so the task cannot leave the queue before it is in it.
+        let mut queue = pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let task = serve_conn(tcp, cfg.clone(), groups.clone(), pending.clone(), id);
+        queue.push_back((id, conns.spawn(task)));
+        while queue.len() > cfg.max_pre_hello {
+            if let Some((old, h)) = queue.pop_front() {
+                tracing::debug!(
+                    conn = old,
+                    "raft listener: too many connections before Hello, closing the oldest"
+                );
+                h.abort();
+            }
+        }
+        drop(queue);
+        tracing::trace!(conn = id, %peer, "raft connection accepted");
+    }
+}
+
+async fn serve_conn(tcp: TcpStream, cfg: ServerConfig, groups: Groups, pending: PreHello, id: u64) {
+    let _ = tcp.set_nodelay(true);
+    let mut conn = BufStream::new(tcp);
+    let hello = wire::accept_hello(&mut conn, &cfg.token, cfg.hello_deadline).await;
+    pending
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .retain(|(c, _)| *c != id);
+    let ids = match hello {
+        Ok(ids) => ids,
+        Err(e) => {
+            tracing::debug!(conn = id, error = %e, "raft connection refused");
+            return;
+        }
+    };
+    if ids.to != cfg.node_id {
+        // A wrong or reused address in some node's membership: answering would count this
+        // node's acks and votes as another member's.
+        tracing::warn!(
+            conn = id,
+            from = ids.from,
+            meant_for = ids.to,
+            me = cfg.node_id,
+            "raft connection refused: its Hello is meant for another node id (check peers)"
+        );
+        return;
+    }
+    if let Err(e) = answer(&mut conn, &cfg.limits, &groups).await {
+        tracing::debug!(conn = id, error = %e, "raft connection closed");
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    #[error(transparent)]
+    Decode(#[from] rpc_codec::DecodeError),
+    #[error("a {0:?} frame where a request belongs")]
+    NotARequest(Kind),
+}
+
+/// Answers requests in order until the peer leaves or sends something malformed.
+async fn answer(
+    conn: &mut BufStream<TcpStream>,
+    limits: &Limits,
+    groups: &Groups,
+) -> Result<(), ConnError> {
+    loop {
+        let Frame { kind, id, body } = match wire::read_frame(conn, limits).await {
+            Ok(f) => f,
+            Err(WireError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let reply = dispatch(kind, &body, groups).await?;
+        wire::write_frame(conn, Kind::Reply, id, &reply).await?;
+    }
+}
+
+async fn dispatch(kind: Kind, body: &[u8], groups: &Groups) -> Result<Vec<u8>, ConnError> {
+    if !matches!(kind, Kind::Append | Kind::Vote | Kind::Snapshot) {
+        return Err(ConnError::NotARequest(kind));
+    }
+    let (group, rest) = rpc_codec::group_of(body)?;
+    // Decoded before the group is looked up: garbage closes the connection either way.
+    let request = match kind {
+        Kind::Append => Request::Append(rpc_codec::decode_append(rest)?),
+        Kind::Vote => Request::Vote(rpc_codec::decode_vote(rest)?),
+        _ => Request::Snapshot(rpc_codec::decode_snapshot(rest)?),
+    };
+    let Some(raft) = groups.get(group) else {
+        return Ok(rpc_codec::encode_unavailable(&format!(
+            "group {group:?} is not served by this node"
+        )));
+    };
+    Ok(match request {
+        Request::Append(r) => rpc_codec::encode_reply(&raft.append_entries(r).await),
+        Request::Vote(r) => rpc_codec::encode_reply(&raft.vote(r).await),
+        Request::Snapshot(r) => rpc_codec::encode_reply(&raft.install_snapshot(r).await),
+    })
+}
+
+enum Request {
+    Append(openraft::raft::AppendEntriesRequest<TypeConfig>),
+    Vote(openraft::raft::VoteRequest<u64>),
+    Snapshot(openraft::raft::InstallSnapshotRequest<TypeConfig>),
+}
