@@ -109,7 +109,7 @@ pub(crate) fn render_fetch(a: &FetchAnswer) -> Value {
                 .collect();
             let mut v = json!({
                 "highWatermark": e.high_watermark, "logStartOffset": e.log_start,
-                "records": records,
+                "nextOffset": e.next_offset, "records": records,
             });
             if let Some(err) = e.error {
                 v["error"] = json!(err.code());

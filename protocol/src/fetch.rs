@@ -75,6 +75,10 @@ pub struct FetchedEntry {
     pub high_watermark: u64,
     /// The oldest offset still kept.
     pub log_start: u64,
+    /// Where the next read of this partition starts: past the last record served, and past
+    /// the hidden records (an open or aborted Kafka transaction's, markers) the read stepped
+    /// over, so that a reader whose whole window is hidden still moves on (review F3).
+    pub next_offset: u64,
     pub records: Vec<FetchedRecord>,
     pub error: Option<FetchError>,
     /// The first offset of the partition's oldest open Kafka transaction, else

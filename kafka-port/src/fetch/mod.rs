@@ -506,6 +506,7 @@ mod tests {
         let read = FetchedEntry {
             high_watermark: 3,
             log_start: 1,
+            next_offset: 2,
             records: vec![FetchedRecord {
                 offset: 1,
                 transaction_id: String::new(),

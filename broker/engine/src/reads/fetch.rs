@@ -47,6 +47,7 @@ pub fn fetch(
         let mut out = FetchedEntry {
             high_watermark: high,
             log_start: low,
+            next_offset: e.offset,
             last_stable: lso,
             ..FetchedEntry::default()
         };
@@ -73,11 +74,13 @@ pub fn fetch(
             let (hidden, upto) = st.kafka_txns.hidden_ranges_upto(p.id, e.offset, high, 1024);
             let most = usize::try_from(rows).unwrap_or(usize::MAX);
             rd.read_visible(p, e.offset, upto, budget, &hidden, most)
-                .map(|(m, _)| m)
         } else {
-            rd.read_upto(p, e.offset, to, budget)
+            rd.read_upto(p, e.offset, to, budget).map(|m| {
+                let passed = m.last().map_or(e.offset, |l| l.offset.saturating_add(1));
+                (m, passed)
+            })
         };
-        let msgs = match read {
+        let (msgs, passed) = match read {
             Ok(m) => m,
             Err(e) if e.is_unopened() => {
                 out.error = Some(FetchError::Corrupt);
@@ -88,11 +91,13 @@ pub fn fetch(
         };
         let mut spent = 0usize;
         let mut markers = Vec::new();
+        let mut cut = None;
         for m in msgs {
             let cost = m.payload.len().saturating_add(FETCH_RECORD_OVERHEAD);
             // The first record of the call is served whatever its size (else a record bigger
             // than the budget could never be read); later ones only within what is left.
             if delivered && spent.saturating_add(cost) > budget {
+                cut = Some(m.offset);
                 break;
             }
             spent = spent.saturating_add(cost);
@@ -107,6 +112,9 @@ pub fn fetch(
                 created_us: m.created_us,
             });
         }
+        // A record left out for the budget is where the next read starts; otherwise past
+        // everything the read passed, hidden records included.
+        out.next_offset = cut.unwrap_or(passed).max(e.offset);
         left = left.saturating_sub(spent);
         if !visible {
             txn_marks(st, pid, req.read_committed, &markers, &mut out);
