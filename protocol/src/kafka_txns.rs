@@ -17,6 +17,8 @@ pub const DEFAULT_MAX_ABORTED_PER_PARTITION: u64 = 10_000;
 pub const DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS: u64 = 604_800_000;
 /// The most timed-out transactions one sweep aborts (the rest wait for the next).
 pub const TXN_TIMEOUTS_PER_SWEEP: usize = 64;
+/// The most idle transactional ids one expiry sweep forgets (the rest wait for the next).
+pub const TXN_EXPIRIES_PER_SWEEP: usize = 256;
 
 /// The configured bounds, sent with every request (the engine keeps no configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

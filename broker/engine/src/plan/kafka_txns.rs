@@ -167,7 +167,7 @@ impl Planner<'_> {
                 epoch,
                 commit,
                 may_commit_offsets,
-                limits,
+                limits: _,
             } => {
                 let code = self.txn_end_request(
                     txn_id,
@@ -175,7 +175,6 @@ impl Planner<'_> {
                     *epoch,
                     *commit,
                     *may_commit_offsets,
-                    limits,
                 )?;
                 Ok(KafkaTxnOutcome::Codes(vec![code]))
             }
@@ -213,11 +212,8 @@ impl Planner<'_> {
             return Ok(refused(TxnCode::Busy));
         }
         // The previous incarnation's open transaction ends before the new epoch begins.
-        if let Some(r) = row.as_ref().filter(|r| r.state == TxnState::Ongoing) {
-            if !self.abort_fits(r, limits.max_aborted) {
-                return Ok(refused(TxnCode::Busy));
-            }
-            self.txn_finish(txn_id, false, limits.max_aborted)?;
+        if row.as_ref().is_some_and(|r| r.state == TxnState::Ongoing) {
+            self.txn_finish(txn_id, false)?;
         }
         let (producer_id, epoch) = match &row {
             Some(r) if r.epoch < LAST_EPOCH => (r.producer_id, r.epoch + 1),
@@ -289,6 +285,8 @@ impl Planner<'_> {
                 TxnCode::UnknownPartition
             } else if (held + n) as u64 >= limits.max_partitions {
                 TxnCode::TooMany
+            } else if self.aborted_index_full(qid, p.index, txn_id, limits.max_aborted) {
+                TxnCode::Busy
             } else {
                 TxnCode::None
             };
@@ -417,6 +415,19 @@ impl Planner<'_> {
             }
             codes.push(TxnCode::None);
         }
+        let taken: Vec<&TxnOffset> = offsets
+            .iter()
+            .zip(&codes)
+            .filter(|(_, c)| **c == TxnCode::None)
+            .map(|(o, _)| o)
+            .collect();
+        if self.txn_room_for_offsets(row, group, &taken).is_err() {
+            // Retriable: the client sends them again once groups free room.
+            return Ok(codes
+                .into_iter()
+                .map(|c| if c == TxnCode::None { TxnCode::Busy } else { c })
+                .collect());
+        }
         for (o, code) in offsets.iter().zip(&codes) {
             if *code == TxnCode::None {
                 self.emit(Effect::KafkaTxn(TxnEffect::Offset {
@@ -440,7 +451,6 @@ impl Planner<'_> {
         epoch: i16,
         commit: bool,
         may_commit_offsets: bool,
-        limits: &TxnLimits,
     ) -> Result<TxnCode, QueenError> {
         let row = self.st.kafka_txns.get(txn_id);
         let code = check_producer(row, producer_id, epoch);
@@ -467,27 +477,53 @@ impl Planner<'_> {
         if commit && !row.pending.is_empty() && !may_commit_offsets {
             return Ok(TxnCode::GroupAuthorization);
         }
-        if commit && self.txn_room_for_offsets(row).is_err() {
-            // The group caps of a plain OffsetCommit, judged before any marker: a refused
-            // commit writes nothing and the client retries.
-            return Ok(TxnCode::Busy);
-        }
-        if !commit && !self.abort_fits(row, limits.max_aborted) {
-            // The partitions' index of aborted transactions is full: retriable, and
-            // retention (or a commit, which adds nothing) frees it.
-            return Ok(TxnCode::Busy);
-        }
-        self.txn_finish(txn_id, commit, limits.max_aborted)?;
+        // No cap is judged here (review F2): an open transaction that could not end would
+        // hold the last stable offset of every partition it wrote. The caps are met where
+        // a transaction takes room: its partitions (AddPartitionsToTxn, against the aborted
+        // index) and its pending offsets (TxnOffsetCommit, against the group caps).
+        self.txn_finish(txn_id, commit)?;
         Ok(TxnCode::None)
     }
 
-    /// Whether the tenant's group caps take `row`'s pending offsets, as
-    /// `kafka_commit` judges a plain OffsetCommit.
-    fn txn_room_for_offsets(&self, row: &TxnRow) -> Result<(), QueenError> {
+    /// Whether partition `index` of queue `qid` already remembers `max_aborted` aborted
+    /// transactions and `txn_id`'s open transaction does not hold it yet: a transaction
+    /// that may abort there is not begun, so that every abort of one that was begun fits
+    /// (the index holds at most `max_aborted` plus the open transactions' rows).
+    fn aborted_index_full(&self, qid: Option<u64>, index: i32, txn_id: &str, max: u64) -> bool {
+        let Some(pid) = qid
+            .and_then(|q| self.st.queues.get(&q))
+            .and_then(|q| q.partitions.get(&index.to_string(), &self.st.partitions))
+        else {
+            return false;
+        };
+        let held = self
+            .st
+            .kafka_txns
+            .get(txn_id)
+            .is_some_and(|r| r.partitions.contains_key(&pid));
+        !held && self.st.kafka_txns.aborted_count(pid) as u64 >= max
+    }
+
+    /// Whether the tenant's group caps take `row`'s pending offsets with `group`'s `new`
+    /// ones, as `kafka_commit` judges a plain OffsetCommit: judged when the offsets are
+    /// sent, so that their commit is never refused (review F2).
+    fn txn_room_for_offsets(
+        &self,
+        row: Option<&TxnRow>,
+        group: &str,
+        new: &[&TxnOffset],
+    ) -> Result<(), QueenError> {
         let mut grow = 0usize;
         let mut new_groups: BTreeSet<&str> = BTreeSet::new();
-        for ((group, topic, _), v) in &row.pending {
-            grow = grow.saturating_add(offset_bytes(topic, &v.metadata));
+        let pending = row
+            .into_iter()
+            .flat_map(|r| &r.pending)
+            .map(|((g, t, _), v)| (g.as_str(), t.as_str(), v.metadata.as_str()));
+        let sent = new
+            .iter()
+            .map(|o| (group, o.topic.as_str(), o.metadata.as_str()));
+        for (group, topic, metadata) in pending.chain(sent) {
+            grow = grow.saturating_add(offset_bytes(topic, metadata));
             if self.st.kafka_groups.get(group).is_none() && new_groups.insert(group) {
                 grow = grow.saturating_add(group_bytes(group, "", ""));
             }
@@ -499,27 +535,10 @@ impl Planner<'_> {
         self.kafka_room_for_bytes(grow)
     }
 
-    /// Whether aborting `row`'s transaction keeps every partition it wrote within
-    /// `max_aborted` aborted rows (an abort that merges into the last row always fits).
-    fn abort_fits(&self, row: &TxnRow, max_aborted: u64) -> bool {
-        row.partitions.iter().all(|(pid, first)| {
-            first.is_none_or(|f| {
-                (self.st.kafka_txns.aborted_count(*pid) as u64) < max_aborted
-                    || !self.st.kafka_txns.abort_adds_row(*pid, row.producer_id, f)
-            })
-        })
-    }
-
     /// Ends the open transaction of `txn_id`: a marker appended to each partition it wrote,
-    /// its pending offsets committed (commit only), then its end, in this entry. An abort
-    /// that would add an aborted row to a partition holding `max_aborted` of them fails whole,
-    /// retriable (the partition's index in RAM stays bounded; retention frees rows).
-    fn txn_finish(
-        &mut self,
-        txn_id: &str,
-        commit: bool,
-        max_aborted: u64,
-    ) -> Result<(), QueenError> {
+    /// its pending offsets committed (commit only), then its end, in this entry. No cap
+    /// refuses it: the room it takes was judged when the transaction took it.
+    fn txn_finish(&mut self, txn_id: &str, commit: bool) -> Result<(), QueenError> {
         let Some(row) = self.st.kafka_txns.get(txn_id).cloned() else {
             return Err(busy("no such transactional id"));
         };
@@ -544,11 +563,6 @@ impl Planner<'_> {
                 ));
             };
             marks.push((*pid, p.next_offset));
-        }
-        if !commit && !self.abort_fits(&row, max_aborted) {
-            return Err(busy(
-                "a partition holds kafka_max_aborted_per_partition aborted transactions",
-            ));
         }
         // Markers are written here, not pushed: their frame is the reserved control frame
         // (never a minted id), and they take no dedup transaction id of their own.
@@ -611,9 +625,9 @@ impl Planner<'_> {
     /// Aborts up to [`TXN_TIMEOUTS_PER_SWEEP`] transactions open past their timeout and
     /// fences each one's producer with a new epoch, as Kafka's coordinator does. Returns how
     /// many it aborted; one whose marker cannot be written now waits for the next sweep.
-    /// An abort whose bytes would take the entry past `max_entry_bytes`, or that a full
-    /// aborted index refuses, is skipped (logged) and retried at the next sweep.
-    pub fn sweep_kafka_txns(&mut self, max_entry_bytes: usize, max_aborted: u64) -> usize {
+    /// An abort whose bytes would take the entry past `max_entry_bytes` is skipped (logged)
+    /// and retried at the next sweep; no cap refuses one (review F2).
+    pub fn sweep_kafka_txns(&mut self, max_entry_bytes: usize) -> usize {
         let due = self.st.kafka_txns.due(self.now(), TXN_TIMEOUTS_PER_SWEEP);
         let mut aborted = 0;
         for txn_id in due {
@@ -631,7 +645,7 @@ impl Planner<'_> {
                 );
                 continue;
             }
-            if let Err(e) = self.txn_finish(&txn_id, false, max_aborted) {
+            if let Err(e) = self.txn_finish(&txn_id, false) {
                 tracing::warn!(txn_id, error = %e, "a timed-out transaction could not be aborted yet");
                 continue;
             }
@@ -663,5 +677,33 @@ impl Planner<'_> {
             }));
         }
         aborted
+    }
+
+    /// Forgets up to [`TXN_EXPIRIES_PER_SWEEP`] transactional ids with no open transaction
+    /// and nothing done for `expiration_ms` (Kafka's `transactional.id.expiration.ms`),
+    /// judged against this entry's time, so that every replica and every replay forgets the
+    /// same ones. Returns how many. A full scan of the rows (bounded by
+    /// `kafka_max_transactional_ids`): the engine calls it seldom, not every cycle.
+    pub fn expire_kafka_txn_ids(&mut self, max_entry_bytes: usize, expiration_ms: u64) -> usize {
+        let expiration_us = i64::try_from(expiration_ms.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let cutoff = self.now().saturating_sub(expiration_us);
+        let idle = self
+            .st
+            .kafka_txns
+            .idle_before(cutoff, TXN_EXPIRIES_PER_SWEEP);
+        let mut expired = 0;
+        for txn_id in idle {
+            let bound = TXN_EFFECT + txn_id.len();
+            if self.cycle.entry.len().saturating_add(bound) > max_entry_bytes {
+                break;
+            }
+            self.emit(Effect::KafkaTxn(TxnEffect::End {
+                txn_id: &txn_id,
+                how: TxnEnd::Expire,
+                markers: Vec::new(),
+            }));
+            expired += 1;
+        }
+        expired
     }
 }

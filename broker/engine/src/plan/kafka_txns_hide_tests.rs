@@ -10,9 +10,12 @@ use queenmq_protocol::kafka_txns::*;
 use queenmq_protocol::{AckStatus, PopResult, ReadAnswer, ReadReq};
 
 use super::fixture::{opts, pop_req, Fixture};
-use super::kafka_txns_tests::{add, end, init, limits, produce, run};
+use super::kafka_txns_tests::{add, codes, end, init, limits, produce, run};
 use super::PopPlan;
+use crate::entry::Effect;
+use crate::entry_kafka_txns::TxnEffect;
 use crate::state::canonical::canonical;
+use crate::state::kafka_txns::TxnState;
 use crate::state::{decode_state, encode_state};
 
 fn ask(fx: &mut Fixture, req: ReadReq) -> ReadAnswer {
@@ -51,6 +54,53 @@ fn fetched(fx: &mut Fixture, from: u64) -> (Vec<u64>, u64) {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// The native fetch of partition "0" of "t" from `from`, within `max_bytes`: the offsets it
+/// serves and where it says to read next.
+fn fetched_next(fx: &mut Fixture, from: u64, max_bytes: usize) -> (Vec<u64>, u64) {
+    let req = FetchReq {
+        entries: vec![FetchEntry {
+            queue: "t".into(),
+            partition: "0".into(),
+            offset: from,
+            max_bytes,
+        }],
+        max_bytes,
+        read_committed: false,
+    };
+    match ask(fx, ReadReq::VisibleFetch(req)) {
+        ReadAnswer::Fetch(a) => {
+            let e = &a.entries[0];
+            (e.records.iter().map(|r| r.offset).collect(), e.next_offset)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_native_fetch_moves_past_a_window_that_is_all_hidden() {
+    let mut fx = Fixture::new();
+    fx.configure("t", opts(|_| {}));
+    // 0-1 aborted, 2 its marker, 3 plain, 4 committed, 5 its marker.
+    aborted_then_committed(&mut fx);
+    assert_eq!(
+        fetched_next(&mut fx, 0, MAX_FETCH_BYTES),
+        (vec![3, 4], 6),
+        "past the commit marker too"
+    );
+    // A budget of one record: the hidden 0-2 are passed, 3 served, and 4 is next.
+    assert_eq!(fetched_next(&mut fx, 0, 1), (vec![3], 4));
+    // A window holding only the aborted records and their marker still moves on (review F3):
+    // nothing is served, and the next read starts past them, not where it began.
+    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    add(&mut fx, id, epoch, &[("t", 0)]);
+    produce(&mut fx, "0", 3);
+    assert_eq!(end(&mut fx, id, epoch, false), TxnCode::None);
+    fx.commit();
+    assert_eq!(fetched_next(&mut fx, 6, MAX_FETCH_BYTES), (vec![], 10));
+    assert_eq!(fetched_next(&mut fx, 10, MAX_FETCH_BYTES), (vec![], 10), "at the end");
+    fx.assert_replays();
 }
 
 /// Offsets the admin listing shows for "t".
@@ -216,7 +266,7 @@ fn conflation_delivers_the_last_visible_record() {
 }
 
 #[test]
-fn the_aborted_cap_refuses_an_abort_that_adds_a_row() {
+fn at_the_aborted_cap_a_new_transaction_waits_but_an_open_one_always_aborts() {
     let mut fx = Fixture::new();
     fx.configure("t", opts(|_| {}));
     let one = TxnLimits {
@@ -224,6 +274,22 @@ fn the_aborted_cap_refuses_an_abort_that_adds_a_row() {
         ..limits()
     };
     let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    let add_with = |fx: &mut Fixture| {
+        codes(run(
+            fx,
+            KafkaTxnReq::AddPartitions {
+                txn_id: "tx".into(),
+                producer_id: id,
+                epoch,
+                partitions: vec![TxnPartition {
+                    topic: "t".into(),
+                    index: 0,
+                    count: 1,
+                }],
+                limits: one,
+            },
+        ))
+    };
     let end_with = |fx: &mut Fixture, commit: bool| {
         let req = KafkaTxnReq::End {
             txn_id: "tx".into(),
@@ -233,36 +299,63 @@ fn the_aborted_cap_refuses_an_abort_that_adds_a_row() {
             may_commit_offsets: true,
             limits: one,
         };
-        match run(fx, req) {
-            KafkaTxnOutcome::Codes(c) => c[0],
-            other => panic!("{other:?}"),
-        }
+        codes(run(fx, req))[0]
     };
-    add(&mut fx, id, epoch, &[("t", 0)]);
-    produce(&mut fx, "0", 1);
-    assert_eq!(end_with(&mut fx, false), TxnCode::None);
-    add(&mut fx, id, epoch, &[("t", 0)]);
-    produce(&mut fx, "0", 1);
-    assert_eq!(
-        end_with(&mut fx, false),
-        TxnCode::None,
-        "adjacent: it merges"
-    );
-    fx.push("t", "0", 1);
-    add(&mut fx, id, epoch, &[("t", 0)]);
+    assert_eq!(add_with(&mut fx), vec![TxnCode::None]);
     let pid = produce(&mut fx, "0", 1);
+    assert_eq!(end_with(&mut fx, false), TxnCode::None);
+    assert_eq!(fx.st.kafka_txns.aborted_count(pid), 1, "the cap is reached");
     let before = fx.cycle.entry.len();
     assert_eq!(
-        end_with(&mut fx, false),
-        TxnCode::Busy,
-        "a second row is past the cap"
+        add_with(&mut fx),
+        vec![TxnCode::Busy],
+        "a transaction that could abort past the cap is not begun"
     );
     assert_eq!(fx.cycle.entry.len(), before, "and nothing was written");
-    assert_eq!(fx.st.kafka_txns.aborted_count(pid), 1);
+    // One begun below the cap, the cap reached behind it: its abort is never refused
+    // (review F2), else the partition's last stable offset would stay behind it forever.
+    let (_, other, oe) = init(&mut fx, "tx2", 60_000);
+    let add_other = KafkaTxnReq::AddPartitions {
+        txn_id: "tx2".into(),
+        producer_id: other,
+        epoch: oe,
+        partitions: vec![TxnPartition {
+            topic: "t".into(),
+            index: 0,
+            count: 1,
+        }],
+        limits: TxnLimits {
+            max_aborted: 2,
+            ..one
+        },
+    };
+    assert_eq!(codes(run(&mut fx, add_other)), vec![TxnCode::None]);
+    fx.push("t", "0", 1);
+    let first = fx.push("t", "0", 1)[0].offset;
+    fx.planner().emit(Effect::KafkaTxn(TxnEffect::Records {
+        txn_id: "tx2",
+        pid,
+        base_offset: first,
+        count: 1,
+    }));
+    fx.commit();
+    let abort_other = KafkaTxnReq::End {
+        txn_id: "tx2".into(),
+        producer_id: other,
+        epoch: oe,
+        commit: false,
+        may_commit_offsets: true,
+        limits: one,
+    };
+    assert_eq!(codes(run(&mut fx, abort_other)), vec![TxnCode::None]);
     assert_eq!(
-        end_with(&mut fx, true),
-        TxnCode::None,
-        "a commit adds no row"
+        fx.st.kafka_txns.aborted_count(pid),
+        2,
+        "past the cap by the open one"
+    );
+    assert_eq!(
+        fx.st.kafka_txns.get("tx2").map(|r| r.state),
+        Some(TxnState::Empty)
     );
     fx.assert_replays();
 }

@@ -506,23 +506,10 @@ fn the_sweep_aborts_a_hung_transaction_and_fences_its_producer() {
     add(&mut fx, id, epoch, &[("t", 0)]);
     let pid = produce(&mut fx, "0", 1);
     fx.advance(SECOND / 2);
-    assert_eq!(
-        fx.planner()
-            .sweep_kafka_txns(1 << 20, DEFAULT_MAX_ABORTED_PER_PARTITION),
-        0
-    );
+    assert_eq!(fx.planner().sweep_kafka_txns(1 << 20), 0);
     fx.advance(SECOND);
-    assert_eq!(
-        fx.planner()
-            .sweep_kafka_txns(0, DEFAULT_MAX_ABORTED_PER_PARTITION),
-        0,
-        "no room in the entry"
-    );
-    assert_eq!(
-        fx.planner()
-            .sweep_kafka_txns(1 << 20, DEFAULT_MAX_ABORTED_PER_PARTITION),
-        1
-    );
+    assert_eq!(fx.planner().sweep_kafka_txns(0), 0, "no room in the entry");
+    assert_eq!(fx.planner().sweep_kafka_txns(1 << 20), 1);
     fx.commit();
     let row = fx.st.kafka_txns.get("tx").expect("row");
     assert_eq!((row.state, row.epoch), (TxnState::Empty, epoch + 1));
@@ -559,11 +546,7 @@ fn the_sweep_fences_a_producer_at_the_last_epoch() {
     assert_eq!(add(&mut fx, id, last, &[("t", 0)]), vec![TxnCode::None]);
     produce(&mut fx, "0", 1);
     fx.advance(2 * SECOND);
-    assert_eq!(
-        fx.planner()
-            .sweep_kafka_txns(1 << 20, DEFAULT_MAX_ABORTED_PER_PARTITION),
-        1
-    );
+    assert_eq!(fx.planner().sweep_kafka_txns(1 << 20), 1);
     fx.commit();
     let code = add(&mut fx, id, last, &[("t", 0)])[0];
     assert!(
@@ -685,5 +668,49 @@ fn plain_requests_cannot_use_a_transactional_producer_id() {
     }
     let row = fx.st.kafka_txns.get("tx").map(|r| (r.producer_id, r.epoch));
     assert_eq!(row, Some((id, epoch)));
+    fx.assert_replays();
+}
+
+#[test]
+fn an_idle_transactional_id_expires_by_the_entry_time_and_an_open_one_never() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    let (_, other, oe) = init(&mut fx, "open", 60_000);
+    let add_open = KafkaTxnReq::AddPartitions {
+        txn_id: "open".into(),
+        producer_id: other,
+        epoch: oe,
+        partitions: vec![TxnPartition {
+            topic: "t".into(),
+            index: 0,
+            count: SHOWN,
+        }],
+        limits: TxnLimits {
+            max_timeout_ms: u32::MAX,
+            ..limits()
+        },
+    };
+    // "open" holds a transaction with a timeout longer than the expiration asked below.
+    fx.planner().emit(Effect::KafkaTxn(TxnEffect::Init {
+        txn_id: "open",
+        producer_id: other,
+        epoch: oe,
+        timeout_ms: u32::MAX,
+    }));
+    fx.commit();
+    assert_eq!(codes(run(&mut fx, add_open)), vec![TxnCode::None]);
+    fx.commit();
+    fx.advance(SECOND / 2);
+    assert_eq!(fx.planner().expire_kafka_txn_ids(1 << 20, 1_000), 0, "not idle long enough");
+    fx.advance(SECOND);
+    assert_eq!(fx.planner().expire_kafka_txn_ids(0, 1_000), 0, "no room in the entry");
+    assert_eq!(fx.planner().expire_kafka_txn_ids(1 << 20, 1_000), 1);
+    fx.commit();
+    assert!(fx.st.kafka_txns.get("tx").is_none(), "forgotten");
+    assert!(fx.st.kafka_txns.get("open").is_some(), "an open transaction stays");
+    assert_eq!(end(&mut fx, id, epoch, true), TxnCode::InvalidMapping);
+    let (code, _, fresh_epoch) = init(&mut fx, "tx", 60_000);
+    assert_eq!((code, fresh_epoch), (TxnCode::None, 0), "a new row");
     fx.assert_replays();
 }

@@ -643,7 +643,7 @@ fn kafka_txn(fx: &mut Fixture, tx: usize, kind: usize, a: usize) {
             limits,
         },
         _ => {
-            fx.planner().sweep_kafka_txns(1 << 20, limits.max_aborted);
+            fx.planner().sweep_kafka_txns(1 << 20);
             return;
         }
     };
