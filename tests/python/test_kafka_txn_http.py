@@ -49,7 +49,7 @@ def check_every_reader(b, http: httpx.Client, group: str) -> None:
     assert [r["offset"] for r in res["records"]] == [6]
     assert res["nextOffset"] == 8, res
     assert read_values(b.kafka_bootstrap, TOPIC, "read_committed") == [1, 2, 5]
-    popped = pop(http, b.url, TOPIC, group=group, batch=100, timeout_ms=2000)
+    popped = pop(http, b.url, TOPIC, group=group, batch=100, timeout_ms=2000, mode="all")
     assert [m["data"]["v"] for m in popped] == [1, 2, 5], popped
     results = ack_batch(http, b.url, popped, group)
     assert all(r.get("success") for r in results), results
