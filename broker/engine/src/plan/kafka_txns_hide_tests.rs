@@ -99,7 +99,11 @@ fn the_native_fetch_moves_past_a_window_that_is_all_hidden() {
     assert_eq!(end(&mut fx, id, epoch, false), TxnCode::None);
     fx.commit();
     assert_eq!(fetched_next(&mut fx, 6, MAX_FETCH_BYTES), (vec![], 10));
-    assert_eq!(fetched_next(&mut fx, 10, MAX_FETCH_BYTES), (vec![], 10), "at the end");
+    assert_eq!(
+        fetched_next(&mut fx, 10, MAX_FETCH_BYTES),
+        (vec![], 10),
+        "at the end"
+    );
     fx.assert_replays();
 }
 

@@ -437,7 +437,7 @@ fn a_replaced_pending_offset_keeps_the_byte_count_of_a_rebuild() {
 }
 
 #[test]
-fn a_commit_past_the_group_caps_writes_nothing() {
+fn offsets_past_the_group_caps_are_refused_when_sent_and_the_commit_goes_through() {
     let mut fx = Fixture::new();
     fx.push("t", "0", 1);
     let names: Vec<String> = (0..crate::state::kafka_groups::MAX_KAFKA_GROUPS)
@@ -464,19 +464,17 @@ fn a_commit_past_the_group_caps_writes_nothing() {
         vec![txn_offset("t", 0, 0)],
         limits(),
     );
-    assert_eq!(got, vec![TxnCode::None]);
+    // Judged when sent (review F2): the commit that follows never meets a cap.
+    assert_eq!(got, vec![TxnCode::Busy]);
     fx.commit();
     let groups = fx.st.kafka_groups.len();
-    let before = fx.cycle.entry.len();
-    assert_eq!(end(&mut fx, id, epoch, true), TxnCode::Busy);
-    assert_eq!(fx.cycle.entry.len(), before, "nothing written");
-    assert_eq!(fx.st.kafka_groups.len(), groups);
-    assert_eq!(
-        end(&mut fx, id, epoch, false),
-        TxnCode::None,
-        "abort is free"
-    );
+    assert_eq!(end(&mut fx, id, epoch, true), TxnCode::None);
     fx.commit();
+    assert_eq!(
+        fx.st.kafka_groups.len(),
+        groups,
+        "no group added by the commit"
+    );
     fx.assert_replays();
 }
 
@@ -677,40 +675,46 @@ fn an_idle_transactional_id_expires_by_the_entry_time_and_an_open_one_never() {
     fx.push("t", "0", 1);
     let (_, id, epoch) = init(&mut fx, "tx", 60_000);
     let (_, other, oe) = init(&mut fx, "open", 60_000);
-    let add_open = KafkaTxnReq::AddPartitions {
-        txn_id: "open".into(),
-        producer_id: other,
-        epoch: oe,
-        partitions: vec![TxnPartition {
-            topic: "t".into(),
-            index: 0,
-            count: SHOWN,
-        }],
-        limits: TxnLimits {
-            max_timeout_ms: u32::MAX,
-            ..limits()
-        },
-    };
-    // "open" holds a transaction with a timeout longer than the expiration asked below.
-    fx.planner().emit(Effect::KafkaTxn(TxnEffect::Init {
-        txn_id: "open",
-        producer_id: other,
-        epoch: oe,
-        timeout_ms: u32::MAX,
-    }));
-    fx.commit();
-    assert_eq!(codes(run(&mut fx, add_open)), vec![TxnCode::None]);
+    assert_eq!(add_named(&mut fx, "open", other, oe), vec![TxnCode::None]);
     fx.commit();
     fx.advance(SECOND / 2);
-    assert_eq!(fx.planner().expire_kafka_txn_ids(1 << 20, 1_000), 0, "not idle long enough");
+    assert_eq!(
+        fx.planner().expire_kafka_txn_ids(1 << 20, 1_000),
+        0,
+        "not idle long enough"
+    );
     fx.advance(SECOND);
-    assert_eq!(fx.planner().expire_kafka_txn_ids(0, 1_000), 0, "no room in the entry");
+    assert_eq!(
+        fx.planner().expire_kafka_txn_ids(0, 1_000),
+        0,
+        "no room in the entry"
+    );
     assert_eq!(fx.planner().expire_kafka_txn_ids(1 << 20, 1_000), 1);
     fx.commit();
     assert!(fx.st.kafka_txns.get("tx").is_none(), "forgotten");
-    assert!(fx.st.kafka_txns.get("open").is_some(), "an open transaction stays");
+    assert!(
+        fx.st.kafka_txns.get("open").is_some(),
+        "an open transaction stays"
+    );
     assert_eq!(end(&mut fx, id, epoch, true), TxnCode::InvalidMapping);
     let (code, _, fresh_epoch) = init(&mut fx, "tx", 60_000);
     assert_eq!((code, fresh_epoch), (TxnCode::None, 0), "a new row");
     fx.assert_replays();
+}
+
+fn add_named(fx: &mut Fixture, txn_id: &str, id: i64, epoch: i16) -> Vec<TxnCode> {
+    codes(run(
+        fx,
+        KafkaTxnReq::AddPartitions {
+            txn_id: txn_id.into(),
+            producer_id: id,
+            epoch,
+            partitions: vec![TxnPartition {
+                topic: "t".into(),
+                index: 0,
+                count: SHOWN,
+            }],
+            limits: limits(),
+        },
+    ))
 }
