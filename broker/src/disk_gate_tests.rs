@@ -345,6 +345,7 @@ fn kafka_idempotent_produce_is_data_and_so_is_a_new_producer_id() {
         expiration_ms: DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         max_producers: DEFAULT_MAX_PRODUCER_IDS,
         evict_min_idle_ms: 0,
+        transactional_id: None,
     });
     let one_item = 100 + 1 + 1 + crate::disk_need::ROW_OVERHEAD;
     assert_eq!(

@@ -141,6 +141,9 @@ pub fn need(cmd: &Command) -> Need {
         // A new id is a counter bump and a KIP-360 bump one epoch of a row: no new row, but
         // the entry still grows the log; kept with the data it is for, as a produce is.
         Command::KafkaProducers(_) => Need::Data(ROW_OVERHEAD),
+        // An EndTxn appends its markers, an InitProducerId may abort (markers too): data, as
+        // the records of the transaction are.
+        Command::KafkaTxn(_) => Need::Data(ROW_OVERHEAD),
         Command::Configure(_)
         | Command::DeleteQueue { .. }
         | Command::KafkaDeleteRecords(_)

@@ -137,6 +137,7 @@ pub async fn serve(
         max_bytes: cfg.commit_max_bytes as usize,
         checkpoint_interval: cfg.checkpoint_interval(),
         retention_interval: cfg.retention_interval(),
+        kafka_transactional_id_expiration_ms: cfg.kafka_transactional_id_expiration_ms,
         cache_bytes: default_cache,
         memory: Some(memory.clone()),
         max_new_partitions: usize::try_from(cfg.max_new_partitions_per_request)
@@ -370,6 +371,14 @@ async fn start_kafka(
         producer_id_expiration_ms: cfg.kafka_producer_id_expiration_ms,
         max_producer_ids: cfg.kafka_max_producer_ids,
         producer_evict_min_idle_ms: cfg.kafka_producer_evict_min_idle_ms,
+        txn_limits: queenmq_protocol::kafka_txns::TxnLimits {
+            max_aborted: cfg.kafka_max_aborted_per_partition,
+            max_ids: cfg.kafka_max_transactional_ids,
+            max_open: cfg.kafka_max_open_transactions,
+            max_partitions: cfg.kafka_max_partitions_per_transaction,
+            // The key's range (at most a day) fits a u32 of ms.
+            max_timeout_ms: u32::try_from(cfg.kafka_transaction_max_timeout_ms).unwrap_or(u32::MAX),
+        },
         ctx: queenmq_protocol::RequestCtx {
             tenant: queenmq_protocol::DEFAULT_TENANT.to_owned(),
             principal: None,

@@ -71,6 +71,7 @@ fn door(stub: &Arc<Stub>) -> Door {
         producer_id_expiration_ms: 60_000,
         max_producer_ids: 10,
         producer_evict_min_idle_ms: 1_000,
+        txn_limits: queenmq_protocol::kafka_txns::TxnLimits::default(),
         max_records: 100,
         max_connections: 10,
         max_prelogin_connections: 10,

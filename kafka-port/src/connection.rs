@@ -19,7 +19,7 @@ use crate::sasl::{self, Login};
 use crate::wire::Reader;
 use crate::{
     admin, api_versions, fetch, frame, group, init_producer_id, list_offsets, metadata, produce,
-    Door, Shared,
+    txn, Door, Shared,
 };
 
 /// What a handler decided for one request.
@@ -422,6 +422,9 @@ async fn dispatch(
         {
             admin::describe_log_dirs::answer(door, hdr.api_version, reader).await
         }
+        _ if txn::is_txn_api(api, hdr.api_version) => {
+            txn::dispatch(door, api, hdr.api_version, reader).await
+        }
         _ if group::is_group_api(api, hdr.api_version) => {
             group::dispatch(door, api, hdr, reader, peer).await
         }
@@ -463,6 +466,10 @@ pub const API_NAMES: &[&str] = &[
     "describe_cluster",
     "describe_log_dirs",
     "delete_records",
+    "add_partitions_to_txn",
+    "add_offsets_to_txn",
+    "end_txn",
+    "txn_offset_commit",
     "other",
 ];
 
@@ -496,6 +503,10 @@ fn api_name(api: ApiKey) -> &'static str {
         ApiKey::DescribeCluster => "describe_cluster",
         ApiKey::DescribeLogDirs => "describe_log_dirs",
         ApiKey::DeleteRecords => "delete_records",
+        ApiKey::AddPartitionsToTxn => "add_partitions_to_txn",
+        ApiKey::AddOffsetsToTxn => "add_offsets_to_txn",
+        ApiKey::EndTxn => "end_txn",
+        ApiKey::TxnOffsetCommit => "txn_offset_commit",
         _ => "other",
     }
 }

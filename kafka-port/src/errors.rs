@@ -25,6 +25,7 @@ pub const INVALID_RECORD: i16 = 87;
 pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+pub const INVALID_TXN_STATE: i16 = 48;
 pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
 pub const UNKNOWN_PRODUCER_ID: i16 = 59;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
@@ -57,6 +58,12 @@ pub fn group_refusal(err: &QueenError) -> i16 {
         _ => COORDINATOR_NOT_AVAILABLE,
     }
 }
+
+pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+pub const POLICY_VIOLATION: i16 = 44;
+pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
+pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+pub const PRODUCER_FENCED: i16 = 90;
 
 /// The Kafka code for an engine refusal. Retriable conditions (the broker is busy or cannot
 /// write now) get REQUEST_TIMED_OUT, which every client retries; bad names get

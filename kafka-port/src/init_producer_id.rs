@@ -2,12 +2,13 @@
 //! engine's replicated state so they stay unique across restarts (docs/kafka-compat.md
 //! "Idempotent producers").
 //!
-//! Transactions are not served: a request naming a transactional id gets what a Kafka broker
-//! answers while its transaction coordinator is unavailable, COORDINATOR_NOT_AVAILABLE, after
-//! the checks Kafka makes first (its timeout, trap 6).
+//! A request naming a transactional id goes to the engine's transaction coordinator
+//! (docs/kafka-transactions.md): the id's epoch is bumped, which fences the previous
+//! incarnation and aborts its open transaction.
 
 use kafka_protocol::messages::{InitProducerIdResponse, ProducerId};
 use queenmq_protocol::kafka_producers::{InitProducerOutcome, KafkaProducersReq};
+use queenmq_protocol::kafka_txns::{KafkaTxnOutcome, KafkaTxnReq};
 use queenmq_protocol::{Command, ErrorCode, Outcome};
 
 use crate::connection::{encode, Reply};
@@ -16,9 +17,6 @@ use crate::{errors, topics, Door};
 
 /// Every version `kafka-protocol` 0.18 has; v3 adds the producer id and epoch (KIP-360).
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 0..=5;
-
-/// Kafka's `transaction.max.timeout.ms` default (15 minutes).
-pub const MAX_TRANSACTION_TIMEOUT_MS: i32 = 900_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitProducerIdRequest {
@@ -46,18 +44,20 @@ pub fn decode(version: i16, r: &mut Reader) -> Result<InitProducerIdRequest, Mal
     })
 }
 
-/// What a request is answered without asking the engine: a code, or `None` to ask it.
-/// Non-transactional requests are not checked for their timeout, as in Kafka (librdkafka's
-/// idempotent producer sends -1).
-pub fn precheck(req: &InitProducerIdRequest) -> Option<i16> {
+/// What a transactional request is answered without asking the engine: a code, or `None`
+/// to ask it. Non-transactional requests are not checked for their timeout, as in Kafka
+/// (librdkafka's idempotent producer sends -1).
+pub fn precheck(req: &InitProducerIdRequest, max_timeout_ms: u32) -> Option<i16> {
     let txn = req.transactional_id.as_deref()?;
-    Some(if txn.is_empty() {
-        errors::INVALID_REQUEST
-    } else if !(1..=MAX_TRANSACTION_TIMEOUT_MS).contains(&req.transaction_timeout_ms) {
-        errors::INVALID_TRANSACTION_TIMEOUT
+    if !crate::txn::valid_txn_id(txn) {
+        Some(errors::INVALID_REQUEST)
+    } else if !u32::try_from(req.transaction_timeout_ms)
+        .is_ok_and(|t| (1..=max_timeout_ms).contains(&t))
+    {
+        Some(errors::INVALID_TRANSACTION_TIMEOUT)
     } else {
-        errors::COORDINATOR_NOT_AVAILABLE
-    })
+        None
+    }
 }
 
 /// The (id, epoch) a KIP-360 client names, when it names a valid one.
@@ -66,41 +66,77 @@ fn current(req: &InitProducerIdRequest) -> Option<(i64, i16)> {
         .then_some((req.producer_id, req.producer_epoch))
 }
 
+/// InitProducerId for a transactional id: one coordinator command.
+async fn transactional(
+    door: &Door,
+    version: i16,
+    txn_id: String,
+    req: &InitProducerIdRequest,
+) -> (i16, i64, i16) {
+    let cmd = KafkaTxnReq::Init {
+        txn_id,
+        timeout_ms: req.transaction_timeout_ms,
+        current: current(req),
+        limits: door.cfg.txn_limits,
+    };
+    match crate::txn::call(door, cmd).await {
+        Ok(KafkaTxnOutcome::Init {
+            code,
+            producer_id,
+            epoch,
+        }) => {
+            let code = crate::txn::code(code, version >= 4);
+            if code == errors::NONE {
+                (code, producer_id, epoch)
+            } else {
+                (code, -1, -1)
+            }
+        }
+        Ok(_) => (errors::UNKNOWN_SERVER_ERROR, -1, -1),
+        Err(code) => (code, -1, -1),
+    }
+}
+
+/// InitProducerId without a transactional id: an idempotent producer's id.
+async fn idempotent(door: &Door, req: &InitProducerIdRequest) -> (i16, i64, i16) {
+    let cmd = Command::KafkaProducers(KafkaProducersReq::InitProducerId {
+        current: current(req),
+        expiration_ms: door.cfg.producer_id_expiration_ms,
+    });
+    match door.bus.call(door.ctx.clone(), cmd).await {
+        Ok(Outcome::KafkaProducerId(InitProducerOutcome::Granted { producer_id, epoch })) => {
+            (errors::NONE, producer_id, epoch)
+        }
+        // Kafka's answer when its producer id manager has no id to hand out.
+        Ok(Outcome::KafkaProducerId(InitProducerOutcome::Full)) => {
+            (errors::COORDINATOR_LOAD_IN_PROGRESS, -1, -1)
+        }
+        Ok(other) => {
+            let e = topics::unexpected(&other);
+            tracing::warn!(error = %e, "InitProducerId got an unexpected answer");
+            (errors::UNKNOWN_SERVER_ERROR, -1, -1)
+        }
+        // A user without a write role: final, as Kafka answers one without
+        // IdempotentWrite.
+        Err(e) if matches!(e.code, ErrorCode::Unauthorized | ErrorCode::Forbidden) => {
+            (errors::CLUSTER_AUTHORIZATION_FAILED, -1, -1)
+        }
+        // Busy, disk full, memory: all retriable for the client.
+        Err(_) => (errors::COORDINATOR_LOAD_IN_PROGRESS, -1, -1),
+    }
+}
+
 pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     let req = match decode(version, &mut r) {
         Ok(req) => req,
         Err(e) => return Reply::Close(e.to_string()),
     };
-    let (code, id, epoch) = match precheck(&req) {
-        Some(code) => (code, -1, -1),
-        None => {
-            let cmd = Command::KafkaProducers(KafkaProducersReq::InitProducerId {
-                current: current(&req),
-                expiration_ms: door.cfg.producer_id_expiration_ms,
-            });
-            match door.bus.call(door.ctx.clone(), cmd).await {
-                Ok(Outcome::KafkaProducerId(InitProducerOutcome::Granted {
-                    producer_id,
-                    epoch,
-                })) => (errors::NONE, producer_id, epoch),
-                // Kafka's answer when its producer id manager has no id to hand out.
-                Ok(Outcome::KafkaProducerId(InitProducerOutcome::Full)) => {
-                    (errors::COORDINATOR_LOAD_IN_PROGRESS, -1, -1)
-                }
-                Ok(other) => {
-                    let e = topics::unexpected(&other);
-                    tracing::warn!(error = %e, "InitProducerId got an unexpected answer");
-                    (errors::UNKNOWN_SERVER_ERROR, -1, -1)
-                }
-                // A user without a write role: final, as Kafka answers one without
-                // IdempotentWrite.
-                Err(e) if matches!(e.code, ErrorCode::Unauthorized | ErrorCode::Forbidden) => {
-                    (errors::CLUSTER_AUTHORIZATION_FAILED, -1, -1)
-                }
-                // Busy, disk full, memory: all retriable for the client.
-                Err(_) => (errors::COORDINATOR_LOAD_IN_PROGRESS, -1, -1),
-            }
-        }
+    let (code, id, epoch) = match &req.transactional_id {
+        Some(txn_id) => match precheck(&req, door.cfg.txn_limits.max_timeout_ms) {
+            Some(code) => (code, -1, -1),
+            None => transactional(door, version, txn_id.clone(), &req).await,
+        },
+        None => idempotent(door, &req).await,
     };
     encode(
         &InitProducerIdResponse::default()
@@ -147,29 +183,29 @@ mod tests {
     }
 
     #[test]
-    fn transactional_requests_are_checked_then_told_the_coordinator_is_away() {
+    fn transactional_requests_are_checked_before_the_coordinator() {
         let req = |txn: Option<&str>, timeout| InitProducerIdRequest {
             transactional_id: txn.map(str::to_owned),
             transaction_timeout_ms: timeout,
             producer_id: -1,
             producer_epoch: -1,
         };
-        assert_eq!(precheck(&req(None, -1)), None, "librdkafka sends -1");
+        let max = 900_000;
+        assert_eq!(precheck(&req(None, -1), max), None, "librdkafka sends -1");
         assert_eq!(
-            precheck(&req(Some("tx"), 0)),
+            precheck(&req(Some("tx"), 0), max),
             Some(errors::INVALID_TRANSACTION_TIMEOUT)
         );
         assert_eq!(
-            precheck(&req(Some("tx"), MAX_TRANSACTION_TIMEOUT_MS + 1)),
+            precheck(&req(Some("tx"), 900_001), max),
             Some(errors::INVALID_TRANSACTION_TIMEOUT)
         );
+        assert_eq!(precheck(&req(Some("tx"), 60_000), max), None);
         assert_eq!(
-            precheck(&req(Some("tx"), 60_000)),
-            Some(errors::COORDINATOR_NOT_AVAILABLE)
-        );
-        assert_eq!(
-            precheck(&req(Some(""), 60_000)),
+            precheck(&req(Some(""), 60_000), max),
             Some(errors::INVALID_REQUEST)
         );
+        // KIP-360: (-1, -1) names no producer.
+        assert_eq!(current(&req(Some("tx"), 60_000)), None);
     }
 }

@@ -39,6 +39,7 @@ pub mod quiet_log;
 pub mod records;
 pub mod sasl;
 pub mod topics;
+pub mod txn;
 pub mod unmapping;
 pub mod wire;
 
@@ -68,6 +69,9 @@ pub struct KafkaConfig {
     /// Producer states younger than this are never evicted at the cap
     /// (`kafka_producer_evict_min_idle_ms`).
     pub producer_evict_min_idle_ms: u64,
+    /// The transaction coordinator's bounds (`kafka_transaction_max_timeout_ms` and the
+    /// caps of docs/kafka-transactions.md).
+    pub txn_limits: queenmq_protocol::kafka_txns::TxnLimits,
     /// Records one Produce request may carry (the HTTP door's `max_push_items`).
     pub max_records: usize,
     /// Connections served at once; one more is closed at accept.

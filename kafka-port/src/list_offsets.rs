@@ -36,14 +36,14 @@ const TIME_SCAN_STEP: usize = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListOffsetsRequest {
+    /// Isolation level 1 (v2+): LATEST is the last stable offset.
+    pub read_committed: bool,
     pub topics: Vec<(String, Vec<(i32, i64)>)>,
 }
 
 pub fn decode(version: i16, r: &mut Reader) -> Result<ListOffsetsRequest, Malformed> {
     let _replica_id = r.i32()?;
-    if version >= 2 {
-        let _isolation_level = r.i8()?;
-    }
+    let read_committed = version >= 2 && r.i8()? == 1;
     let mut topics = Vec::new();
     for _ in 0..r.array_len()?.unwrap_or(0) {
         let name = r.string()?;
@@ -61,11 +61,19 @@ pub fn decode(version: i16, r: &mut Reader) -> Result<ListOffsetsRequest, Malfor
         topics.push((name, parts));
     }
     r.skip_tags()?;
-    Ok(ListOffsetsRequest { topics })
+    Ok(ListOffsetsRequest {
+        read_committed,
+        topics,
+    })
 }
 
 /// What one partition asks, or the error it gets without asking the engine.
-fn query(topic: &str, index: i32, timestamp: i64) -> Result<OffsetQuery, i16> {
+fn query(
+    topic: &str,
+    index: i32,
+    timestamp: i64,
+    read_committed: bool,
+) -> Result<OffsetQuery, i16> {
     if !topics::valid_topic_name(topic) {
         return Err(errors::INVALID_TOPIC_EXCEPTION);
     }
@@ -73,6 +81,7 @@ fn query(topic: &str, index: i32, timestamp: i64) -> Result<OffsetQuery, i16> {
         return Err(errors::UNKNOWN_TOPIC_OR_PARTITION);
     }
     let at = match timestamp {
+        LATEST if read_committed => OffsetAt::Stable,
         LATEST => OffsetAt::Latest,
         EARLIEST => OffsetAt::Earliest,
         MAX_TIMESTAMP => OffsetAt::MaxTime,
@@ -161,7 +170,7 @@ async fn by_own_time(
             offset: from,
             max_bytes: step,
         };
-        let read = match offset_reads::fetch(door, vec![entry], step).await {
+        let read = match offset_reads::fetch(door, vec![entry], step, false).await {
             Ok(mut got) if got.len() == 1 => got.swap_remove(0),
             _ => return stored,
         };
@@ -220,7 +229,7 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     let mut queries = Vec::new();
     for (topic, parts) in &req.topics {
         for (index, timestamp) in parts {
-            plan.push(match query(topic, *index, *timestamp) {
+            plan.push(match query(topic, *index, *timestamp, req.read_committed) {
                 Ok(q) => {
                     queries.push(q);
                     Ok(queries.len() - 1)
@@ -346,14 +355,18 @@ mod tests {
 
     #[test]
     fn special_timestamps_map_to_their_reads() {
-        let at = |t| query("t", 0, t).map(|q| q.at);
+        let at = |t| query("t", 0, t, false).map(|q| q.at);
         assert_eq!(at(EARLIEST), Ok(OffsetAt::Earliest));
         assert_eq!(at(LATEST), Ok(OffsetAt::Latest));
+        assert_eq!(
+            query("t", 0, LATEST, true).map(|q| q.at),
+            Ok(OffsetAt::Stable)
+        );
         assert_eq!(at(MAX_TIMESTAMP), Ok(OffsetAt::MaxTime));
         assert_eq!(at(7), Ok(OffsetAt::Time(7_000)));
         assert!(at(-4).is_err());
         assert_eq!(
-            query("t", -1, 0).map(|q| q.at),
+            query("t", -1, 0, false).map(|q| q.at),
             Err(errors::UNKNOWN_TOPIC_OR_PARTITION)
         );
     }

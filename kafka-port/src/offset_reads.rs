@@ -12,6 +12,7 @@ pub async fn fetch(
     door: &Door,
     entries: Vec<FetchEntry>,
     max_bytes: usize,
+    read_committed: bool,
 ) -> Result<Vec<FetchedEntry>, QueenError> {
     let mut left = max_bytes.clamp(1, MAX_FETCH_BYTES);
     let mut out = Vec::with_capacity(entries.len());
@@ -22,6 +23,7 @@ pub async fn fetch(
         let req = FetchReq {
             entries: chunk.to_vec(),
             max_bytes: left.max(1),
+            read_committed,
         };
         let answer = match door
             .bus

@@ -97,11 +97,8 @@ pub fn plan_partition(
     if !u32::try_from(index).is_ok_and(|i| i < topics::MAX_TOPIC_PARTITIONS) {
         return refuse(errors::UNKNOWN_TOPIC_OR_PARTITION, "no such partition");
     }
-    if transactional_id.is_some() {
-        return refuse(
-            errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            "transactions are not served by this broker yet",
-        );
+    if transactional_id.is_some_and(|t| !crate::txn::valid_txn_id(t)) {
+        return refuse(errors::INVALID_REQUEST, "transactional id not acceptable");
     }
     let batches: Vec<Batch> = match records::decode_batches(records.unwrap_or_default(), budget) {
         Ok(b) => b,
@@ -133,10 +130,21 @@ pub fn plan_partition(
             "a produce request carries exactly one record batch per partition",
         );
     }
-    if batches.iter().any(|b| b.transactional) {
+    // A transactional request carries only its transaction's batches, and a transactional
+    // batch needs the request's transactional id to be judged against.
+    if batches
+        .iter()
+        .any(|b| b.transactional != transactional_id.is_some())
+    {
         return refuse(
-            errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            "transactional batches are not served by this broker yet",
+            errors::INVALID_RECORD,
+            "transactional batches travel in, and only in, a transactional produce",
+        );
+    }
+    if transactional_id.is_some() && batches.iter().any(|b| b.producer_id < 0) {
+        return refuse(
+            errors::INVALID_RECORD,
+            "a transactional batch needs a producer id",
         );
     }
     if batches.iter().any(|b| b.control) {
@@ -221,6 +229,10 @@ fn verdict_answer(v: GuardVerdict) -> Option<(i16, i64, Option<String>)> {
             errors::INVALID_PRODUCER_EPOCH,
             "the producer epoch is older than the partition's",
         ),
+        GuardVerdict::NotInTransaction => refused(
+            errors::INVALID_TXN_STATE,
+            "the partition is not in the producer's open transaction",
+        ),
         GuardVerdict::UnknownProducer => refused(
             errors::UNKNOWN_PRODUCER_ID,
             "this producer id was not handed out by this broker (InitProducerId)",
@@ -302,7 +314,7 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
         }
         plan.push((topic, fates));
     }
-    let pushed = push(door, items, guards.list).await;
+    let pushed = push(door, items, guards.list, req.transactional_id.clone()).await;
     if req.acks == 0 {
         return unacked(&plan, &pushed);
     }
@@ -357,7 +369,12 @@ type Pushed = Result<(Vec<PushResult>, HashMap<usize, GuardVerdict>), QueenError
 
 /// One bus call for the whole request: a plain push, or a Kafka produce when a partition
 /// has idempotent batches.
-async fn push(door: &Door, items: Vec<PushItem>, guards: Vec<ProducerGuard>) -> Pushed {
+async fn push(
+    door: &Door,
+    items: Vec<PushItem>,
+    guards: Vec<ProducerGuard>,
+    transactional_id: Option<String>,
+) -> Pushed {
     if items.is_empty() {
         return Ok((Vec::new(), HashMap::new()));
     }
@@ -376,6 +393,7 @@ async fn push(door: &Door, items: Vec<PushItem>, guards: Vec<ProducerGuard>) -> 
         expiration_ms: door.cfg.producer_id_expiration_ms,
         max_producers: door.cfg.max_producer_ids,
         evict_min_idle_ms: door.cfg.producer_evict_min_idle_ms,
+        transactional_id,
     };
     match door.bus.call(ctx, Command::KafkaProduce(req)).await {
         Ok(Outcome::KafkaProduced(o)) if o.verdicts.len() == starts.len() => {
@@ -516,7 +534,8 @@ mod tests {
         );
         assert_eq!(
             code(plan(good.clone(), 0, Some("tx")).0),
-            errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            errors::INVALID_RECORD,
+            "a plain batch in a transactional produce"
         );
         let no_sequence = batch_seq(7, 0, -1, 0, &[(0, None, Some(b"1"), &[])]);
         assert_eq!(code(plan(no_sequence, 0, None).0), errors::INVALID_RECORD);

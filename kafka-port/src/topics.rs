@@ -16,7 +16,7 @@ use crate::Door;
 /// The most partitions a topic shows, and one above the highest partition index a produce
 /// may name: Kafka's partition index is an int32, but a queue this wide over Kafka is a
 /// mistake, and the count bounds every Metadata answer.
-pub const MAX_TOPIC_PARTITIONS: u32 = 10_000;
+pub const MAX_TOPIC_PARTITIONS: u32 = queenmq_protocol::kafka_txns::MAX_KAFKA_TOPIC_PARTITIONS;
 /// Partition rows asked of the engine per read.
 const PAGE: usize = 10_000;
 

@@ -75,7 +75,11 @@ fn fetch_req(bytes: &[u8]) -> Result<FetchReq, ApiError> {
             })
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
-    Ok(FetchReq { entries, max_bytes })
+    Ok(FetchReq {
+        entries,
+        max_bytes,
+        read_committed: false,
+    })
 }
 
 /// What the rendered answer of a fetch can weigh: its payloads (parsed into JSON values, which
@@ -105,7 +109,7 @@ pub(crate) fn render_fetch(a: &FetchAnswer) -> Value {
                 .collect();
             let mut v = json!({
                 "highWatermark": e.high_watermark, "logStartOffset": e.log_start,
-                "records": records,
+                "nextOffset": e.next_offset, "records": records,
             });
             if let Some(err) = e.error {
                 v["error"] = json!(err.code());
@@ -125,7 +129,7 @@ pub async fn fetch(
     let bytes = body::read(&headers, b, &app.opts).await?;
     let req = fetch_req(&bytes)?;
     let reserved = app.room.take(answer_bound(&req)).await?;
-    let mut resp = match call(&app, ctx, Command::Read(ReadReq::Fetch(req))).await? {
+    let mut resp = match call(&app, ctx, Command::Read(ReadReq::VisibleFetch(req))).await? {
         Outcome::Read(ReadAnswer::Fetch(a)) => Json(render_fetch(&a)).into_response(),
         other => return Err(render::unexpected(&other)),
     };

@@ -97,6 +97,11 @@ pub mod rows {
     pub const KAFKA_INIT_PRODUCER: CommandMeta =
         row("kafka_init_producer", ReplicatedWrite, WriteOnly);
     pub const KAFKA_PRODUCE: CommandMeta = row("kafka_produce", ReplicatedWrite, WriteOnly);
+    /// The transaction coordinator's requests: a transactional producer writes.
+    pub const KAFKA_TXN: CommandMeta = row("kafka_txn", ReplicatedWrite, WriteOnly);
+    /// AddOffsetsToTxn and TxnOffsetCommit move a group's committed offsets at commit: the
+    /// consumer's right, as the `kafka_groups` row (Kafka asks READ on the group).
+    pub const KAFKA_TXN_OFFSETS: CommandMeta = row("kafka_txn_offsets", ReplicatedWrite, ReadWrite);
     /// Deleting records is an admin act, as deleting a queue is.
     pub const KAFKA_DELETE_RECORDS: CommandMeta =
         row("kafka_delete_records", ReplicatedWrite, Admin);
@@ -132,6 +137,8 @@ pub const COMMAND_TABLE: &[CommandMeta] = &[
     rows::KAFKA_GROUPS,
     rows::KAFKA_INIT_PRODUCER,
     rows::KAFKA_PRODUCE,
+    rows::KAFKA_TXN,
+    rows::KAFKA_TXN_OFFSETS,
     rows::KAFKA_DELETE_RECORDS,
     rows::EPHEMERAL_CONFIGURE,
     rows::EPHEMERAL_DELETE,
@@ -167,6 +174,8 @@ pub enum Command {
     KafkaProducers(crate::kafka_producers::KafkaProducersReq),
     /// A Kafka produce with idempotent batches: checked and appended in one planner step.
     KafkaProduce(crate::kafka_producers::KafkaProduceReq),
+    /// Kafka's transaction coordinator (docs/kafka-transactions.md).
+    KafkaTxn(crate::kafka_txns::KafkaTxnReq),
     /// Kafka DeleteRecords: partitions' log start offsets move up.
     KafkaDeleteRecords(crate::kafka_records::DeleteRecordsReq),
     /// The replicated declarations of ephemeral queues (their contents never reach the bus).
@@ -174,6 +183,18 @@ pub enum Command {
 }
 
 impl Command {
+    /// Writes into the command what the caller's roles allow beyond its row, so the engine
+    /// judges what only the state tells (an EndTxn commits group offsets only if it holds
+    /// some). The bus calls it on every command; a door's own value is overwritten.
+    pub fn stamp_access(&mut self, ctx: &crate::bus::RequestCtx) {
+        if let Command::KafkaTxn(crate::kafka_txns::KafkaTxnReq::End {
+            may_commit_offsets, ..
+        }) = self
+        {
+            *may_commit_offsets = ctx.authorize(&rows::KAFKA_TXN_OFFSETS).is_ok();
+        }
+    }
+
     /// This command's row of [`COMMAND_TABLE`].
     pub fn meta(&self) -> &'static CommandMeta {
         match self {
@@ -201,6 +222,11 @@ impl Command {
             Command::KafkaGroups(_) => &rows::KAFKA_GROUPS,
             Command::KafkaProducers(_) => &rows::KAFKA_INIT_PRODUCER,
             Command::KafkaProduce(_) => &rows::KAFKA_PRODUCE,
+            Command::KafkaTxn(
+                crate::kafka_txns::KafkaTxnReq::AddOffsets { .. }
+                | crate::kafka_txns::KafkaTxnReq::OffsetCommit { .. },
+            ) => &rows::KAFKA_TXN_OFFSETS,
+            Command::KafkaTxn(_) => &rows::KAFKA_TXN,
             Command::KafkaDeleteRecords(_) => &rows::KAFKA_DELETE_RECORDS,
             Command::EphemeralConfig(EphemeralConfigReq::Set { .. }) => &rows::EPHEMERAL_CONFIGURE,
             Command::EphemeralConfig(EphemeralConfigReq::Delete { .. }) => &rows::EPHEMERAL_DELETE,
@@ -271,5 +297,51 @@ mod tests {
         let delete_records =
             Command::KafkaDeleteRecords(crate::kafka_records::DeleteRecordsReq { targets: vec![] });
         assert_eq!(delete_records.meta().role, Role::Admin);
+    }
+
+    #[test]
+    fn transactional_offsets_need_the_consumer_role() {
+        use crate::bus::{Access, RequestCtx};
+        use crate::kafka_txns::{KafkaTxnReq, TxnLimits};
+        let writer = RequestCtx {
+            access: Access::Roles(vec![Role::WriteOnly]),
+            ..RequestCtx::default()
+        };
+        let add_offsets = Command::KafkaTxn(KafkaTxnReq::AddOffsets {
+            txn_id: "tx".into(),
+            producer_id: 1,
+            epoch: 0,
+            group: "billing".into(),
+            limits: TxnLimits::default(),
+        });
+        let commit = Command::KafkaTxn(KafkaTxnReq::OffsetCommit {
+            txn_id: "tx".into(),
+            producer_id: 1,
+            epoch: 0,
+            group: "billing".into(),
+            offsets: vec![],
+            limits: TxnLimits::default(),
+        });
+        let refused = writer.authorize(add_offsets.meta()).err().map(|e| e.code);
+        assert_eq!(refused, Some(crate::ErrorCode::Forbidden));
+        assert!(writer.authorize(commit.meta()).is_err());
+        let end = Command::KafkaTxn(KafkaTxnReq::End {
+            txn_id: "tx".into(),
+            producer_id: 1,
+            epoch: 0,
+            commit: true,
+            may_commit_offsets: true,
+            limits: TxnLimits::default(),
+        });
+        assert!(writer.authorize(end.meta()).is_ok());
+        let mut stamped = end;
+        stamped.stamp_access(&writer);
+        assert!(matches!(
+            stamped,
+            Command::KafkaTxn(KafkaTxnReq::End {
+                may_commit_offsets: false,
+                ..
+            })
+        ));
     }
 }

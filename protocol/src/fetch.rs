@@ -31,6 +31,9 @@ pub struct FetchReq {
     pub entries: Vec<FetchEntry>,
     /// The whole call's payload budget, clamped like an entry's.
     pub max_bytes: usize,
+    /// Kafka's `read_committed` isolation: each entry stops at its partition's last stable
+    /// offset and lists the aborted transactions of what it serves.
+    pub read_committed: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,8 +75,45 @@ pub struct FetchedEntry {
     pub high_watermark: u64,
     /// The oldest offset still kept.
     pub log_start: u64,
+    /// Where the next read of this partition starts: past the last record served, and past
+    /// the hidden records (an open or aborted Kafka transaction's, markers) the read stepped
+    /// over, so that a reader whose whole window is hidden still moves on (review F3).
+    pub next_offset: u64,
     pub records: Vec<FetchedRecord>,
     pub error: Option<FetchError>,
+    /// The first offset of the partition's oldest open Kafka transaction, else
+    /// `high_watermark` (docs/kafka-transactions.md).
+    pub last_stable: u64,
+    /// The Kafka transactions' stretches among `records`, in offset order: what the Kafka
+    /// door encodes as transactional and control batches.
+    pub txn_marks: Vec<TxnMark>,
+    /// `read_committed` only: the aborted transactions overlapping `records`, oldest first.
+    pub aborted: Vec<AbortedTxn>,
+}
+
+/// What a stretch of offsets of a Kafka transaction is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnMarkKind {
+    /// Records of a transaction (open or aborted: a committed one's are plain records).
+    Data,
+    CommitMarker,
+    AbortMarker,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnMark {
+    pub base_offset: u64,
+    pub count: u32,
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub kind: TxnMarkKind,
+}
+
+/// An aborted transaction as Kafka's Fetch lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: u64,
 }
 
 /// Index-aligned with the request's entries.
@@ -120,6 +160,8 @@ pub struct ChangedAnswer {
 pub enum OffsetAt {
     Earliest,
     Latest,
+    /// The last stable offset (Latest for Kafka's `read_committed`).
+    Stable,
     /// The first record stored at or after this time.
     Time(i64),
     /// The record with the largest store time (the last one).

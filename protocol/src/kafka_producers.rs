@@ -63,6 +63,10 @@ pub struct KafkaProduceReq {
     pub max_producers: u64,
     /// `kafka_producer_evict_min_idle_ms`: no state younger than this is evicted.
     pub evict_min_idle_ms: u64,
+    /// The produce request's transactional id: every guard's batch is then a record batch
+    /// of that transaction, appended only into a partition it added, at its current epoch
+    /// (docs/kafka-transactions.md).
+    pub transactional_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,8 +101,12 @@ pub enum GuardVerdict {
     Duplicate { base_offset: u64 },
     /// A sequence number that does not follow the partition's last (OUT_OF_ORDER_SEQUENCE).
     OutOfOrder,
-    /// An epoch older than the partition has seen (INVALID_PRODUCER_EPOCH).
+    /// An epoch older than the partition has seen, or than the transactional id's
+    /// (INVALID_PRODUCER_EPOCH).
     Fenced,
+    /// A transactional batch for a partition not in the open transaction of its
+    /// transactional id, or of another producer (INVALID_TXN_STATE).
+    NotInTransaction,
     /// A producer id this broker never handed out (UNKNOWN_PRODUCER_ID).
     UnknownProducer,
     /// A new producer's first batch finds `kafka_max_producer_ids` states held and none

@@ -332,7 +332,11 @@ pub enum ReadReq {
         after: Option<String>,
         limit: usize,
     },
+    /// Records by offset for the Kafka door: every record up to the next offset.
     Fetch(crate::fetch::FetchReq),
+    /// Records by offset for the native API: what a Kafka transaction hides (open and
+    /// aborted records, control markers) left out, up to the last stable offset.
+    VisibleFetch(crate::fetch::FetchReq),
     Changed(crate::fetch::ChangedReq),
     ListOffsets(Vec<crate::fetch::OffsetQuery>),
     Analytics(crate::views::AnalyticsQuery),
@@ -389,6 +393,7 @@ pub enum Outcome {
     KafkaGroups(crate::kafka_groups::KafkaGroupsOutcome),
     KafkaProducerId(crate::kafka_producers::InitProducerOutcome),
     KafkaProduced(crate::kafka_producers::KafkaProduceOutcome),
+    KafkaTxn(crate::kafka_txns::KafkaTxnOutcome),
     KafkaRecordsDeleted(Vec<crate::kafka_records::DeleteRecordsVerdict>),
     EphemeralConfig(crate::ephemeral::EphemeralConfigOutcome),
 }

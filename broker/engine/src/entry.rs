@@ -195,6 +195,8 @@ pub enum Effect<'a> {
     EphemeralConfigDelete {
         queue: &'a str,
     },
+    /// Kafka transactions, kinds 55..=59 (crate::entry_kafka_txns).
+    KafkaTxn(crate::entry_kafka_txns::TxnEffect<'a>),
 }
 
 /// `DlqPurge.pid` of a purge over every partition of the queue.
@@ -546,6 +548,7 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
             w.u64(*pid);
             w.u64(*low);
         }
+        Effect::KafkaTxn(t) => crate::entry_kafka_txns::encode(w, t),
     }
     w.len() as u32
 }
@@ -810,7 +813,10 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
             pid: r.u64()?,
             low: r.u64()?,
         },
-        k => return Err(r.malformed(format!("unknown effect kind {k}"))),
+        k => match crate::entry_kafka_txns::decode(k, r) {
+            Some(t) => Effect::KafkaTxn(t?),
+            None => return Err(r.malformed(format!("unknown effect kind {k}"))),
+        },
     };
     Ok((e, r.pos() as u32))
 }

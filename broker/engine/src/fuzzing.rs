@@ -109,6 +109,7 @@ pub fn frames(data: &[u8]) -> bool {
 /// of the corpus replay test calls this.
 pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     use crate::entry::Effect;
+    use crate::entry_kafka_txns::TxnEffect;
     use crate::state::config::QueueConfig;
     use crate::state::model::{CursorRow, LeaseRow};
     use crate::state::{Loc, State};
@@ -214,6 +215,24 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             },
         },
         Effect::EphemeralConfigDelete { queue: "eph-gone" },
+        Effect::KafkaTxn(TxnEffect::Init {
+            txn_id: "tx",
+            producer_id: 0,
+            epoch: 0,
+            timeout_ms: 60_000,
+        }),
+        Effect::KafkaTxn(TxnEffect::Add {
+            txn_id: "tx",
+            producer_id: 0,
+            epoch: 0,
+            pids: vec![],
+            groups: vec!["g"],
+        }),
+        Effect::KafkaTxn(TxnEffect::End {
+            txn_id: "tx",
+            how: crate::state::kafka_txns::TxnEnd::Abort,
+            markers: vec![],
+        }),
         Effect::GroupDelete { gid: 9 },
         Effect::QueueDelete { qid: 9 },
     ];

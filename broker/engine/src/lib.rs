@@ -12,6 +12,7 @@ pub mod codec;
 pub mod cycle;
 pub mod dedup_filter;
 pub mod entry;
+pub mod entry_kafka_txns;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod limits;

@@ -39,6 +39,8 @@ const GROUP_EFFECT: usize = 32;
 /// One KafkaProducerBatch effect, with the KafkaProducerExpire a stale producer adds and the
 /// one a new producer at the cap evicts.
 const PRODUCER_BATCH: usize = 96;
+/// Effect 59's fixed part (kind, id length, partition, offset, count), rounded up.
+const TXN_RECORDS_EFFECT: usize = 32;
 /// What a Kafka producer command's expiry sweep may add: one KafkaProducerExpire each.
 const PRODUCER_SWEEP: usize = queenmq_protocol::kafka_producers::PRODUCER_EXPIRY_PER_COMMAND * 16;
 
@@ -88,6 +90,10 @@ impl Limits {
         let new = match cmd {
             Command::Push(p) => new_partitions(st, &p.items, self.max_new_partitions),
             Command::KafkaProduce(p) => new_partitions(st, &p.items, self.max_new_partitions),
+            Command::KafkaTxn(queenmq_protocol::kafka_txns::KafkaTxnReq::AddPartitions {
+                partitions,
+                ..
+            }) => new_txn_partitions(st, partitions),
             Command::Transaction(t) => {
                 let items: Vec<&PushItem> = t
                     .ops
@@ -227,8 +233,17 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
         Command::KafkaGroups(k) => kafka_groups_bound(k),
         Command::KafkaProduce(p) => push_bound(st, p.items.iter(), producer)
             .saturating_add(p.guards.len().saturating_mul(PRODUCER_BATCH))
+            // A transactional batch adds its effect 59 (kind, id, pid, offset, count).
+            .saturating_add(p.transactional_id.as_ref().map_or(0, |t| {
+                p.guards
+                    .len()
+                    .saturating_mul(TXN_RECORDS_EFFECT.saturating_add(t.len()))
+            }))
             .saturating_add(PRODUCER_SWEEP),
         Command::KafkaProducers(_) => PRODUCER_BATCH + PRODUCER_SWEEP,
+        Command::KafkaTxn(t) => crate::plan::kafka_txn_entry_bound(st, t)
+            .saturating_add(PRODUCER_BATCH)
+            .saturating_add(PER_PARTITION),
         // Kind, the name (u32 length + bytes) and 33 bytes of options.
         Command::EphemeralConfig(e) => match e {
             queenmq_protocol::EphemeralConfigReq::Set { queue, .. } => 1 + 4 + queue.len() + 33,
@@ -355,6 +370,24 @@ fn new_partitions(st: &State, items: &[PushItem], max: usize) -> usize {
     new_partitions_of(st, items.iter(), max)
 }
 
+/// Distinct partitions an AddPartitionsToTxn names that do not exist yet (it creates them).
+fn new_txn_partitions(
+    st: &State,
+    partitions: &[queenmq_protocol::kafka_txns::TxnPartition],
+) -> usize {
+    let mut seen: HashSet<(&str, i32)> = HashSet::new();
+    for p in partitions {
+        let exists = st
+            .queue_named(&p.topic)
+            .and_then(|q| q.partitions.get(&p.index.to_string(), &st.partitions))
+            .is_some();
+        if !exists {
+            seen.insert((&p.topic, p.index));
+        }
+    }
+    seen.len()
+}
+
 /// Partitions the items would create, counted exactly only when the cheap bound (runs of equal
 /// pairs) passes `max`; stops counting once past `max`.
 fn new_partitions_of<'a>(
@@ -416,6 +449,62 @@ mod tests {
         });
         let e = limits.admit(&st, &big, None).unwrap_err();
         assert_eq!(e.code, ErrorCode::PayloadTooLarge);
+    }
+
+    #[test]
+    fn a_transactional_produce_bounds_its_records_effects() {
+        use queenmq_protocol::kafka_producers::{KafkaProduceReq, ProducerBatch, ProducerGuard};
+        let st = State::default();
+        let guard = |p: &str| ProducerGuard {
+            queue: "t".into(),
+            partition: p.into(),
+            start: 0,
+            end: 1,
+            batch: ProducerBatch {
+                producer_id: 1,
+                epoch: 0,
+                first_seq: 0,
+                last_seq: 0,
+                records: 1,
+            },
+        };
+        let mut req = KafkaProduceReq {
+            items: vec![item("t", "0", b"1"), item("t", "1", b"1")],
+            guards: vec![guard("0"), guard("1")],
+            expiration_ms: 60_000,
+            max_producers: 3,
+            evict_min_idle_ms: 0,
+            transactional_id: None,
+        };
+        let plain = entry_bound(&st, &Command::KafkaProduce(req.clone()), None);
+        req.transactional_id = Some("x".repeat(1024));
+        let txn = entry_bound(&st, &Command::KafkaProduce(req), None);
+        assert!(txn >= plain + 2 * (1 + 4 + 1024 + 20), "{txn} vs {plain}");
+    }
+
+    #[test]
+    fn add_partitions_to_txn_is_bounded_by_max_new_partitions() {
+        use queenmq_protocol::kafka_txns::{KafkaTxnReq, TxnLimits, TxnPartition};
+        let limits = Limits::new(64 * 1024 * 1024, 1 << 20, 10);
+        let st = State::default();
+        let add = |n: i32| {
+            Command::KafkaTxn(KafkaTxnReq::AddPartitions {
+                txn_id: "tx".into(),
+                producer_id: 1,
+                epoch: 0,
+                partitions: (0..n)
+                    .map(|i| TxnPartition {
+                        topic: "t".into(),
+                        index: i,
+                        count: 10_000,
+                    })
+                    .collect(),
+                limits: TxnLimits::default(),
+            })
+        };
+        assert!(limits.admit(&st, &add(10), None).is_ok());
+        let e = limits.admit(&st, &add(11), None).err().map(|e| e.code);
+        assert_eq!(e, Some(ErrorCode::PayloadTooLarge));
     }
 
     #[test]

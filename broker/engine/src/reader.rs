@@ -8,7 +8,7 @@ use crate::cache::EntryCache;
 use crate::codec::DecodeError;
 use crate::log::{LogError, ReplicatedLog};
 use crate::seal::{PayloadSeal, SealError};
-use crate::state::frame::{read_frame, skip_frames, FrameRef};
+use crate::state::frame::{control_marker, is_marker_id, read_frame, skip_frames, FrameRef};
 use crate::state::model::{Partition, Run, PENDING_INDEX};
 
 pub struct StoredMessage {
@@ -24,6 +24,11 @@ pub struct StoredMessage {
 impl StoredMessage {
     pub fn id_text(&self) -> String {
         Uuid::from_bytes(self.id).to_string()
+    }
+
+    /// A Kafka transaction's control record (never delivered over HTTP).
+    pub fn is_control_marker(&self) -> bool {
+        is_marker_id(&self.id) && self.txn.is_empty() && self.producer.is_none()
     }
 }
 
@@ -124,15 +129,98 @@ impl MessageReader<'_> {
         to: u64,
         max_bytes: usize,
     ) -> Result<Vec<StoredMessage>, ReadError> {
+        Ok(self
+            .read_filtered(p, from, to, max_bytes, false, usize::MAX, false)?
+            .0)
+    }
+
+    /// What an HTTP reader may deliver of `from..to` (docs/kafka-transactions.md, "HTTP never
+    /// delivers"): [`Self::read_upto`] of at most `max_msgs` messages, without the offsets of
+    /// `hidden` (ascending disjoint ranges, `KafkaTxns::hidden_ranges`, jumped over unread)
+    /// and without Kafka control markers, known by their frame. Also returns where the read
+    /// stopped: the offset after the last one it passed, hidden ones included, so a claim of
+    /// only hidden offsets can move past them.
+    pub fn read_visible(
+        &mut self,
+        p: &Partition,
+        from: u64,
+        to: u64,
+        max_bytes: usize,
+        hidden: &[(u64, u64)],
+        max_msgs: usize,
+    ) -> Result<(Vec<StoredMessage>, u64), ReadError> {
+        let to = to.min(p.next_offset);
+        let mut out: Vec<StoredMessage> = Vec::new();
+        let mut bytes = 0usize;
+        let mut at = from.max(p.low_offset());
+        let mut skip = hidden.iter().peekable();
+        while at < to && out.len() < max_msgs {
+            while skip.peek().is_some_and(|(_, end)| *end <= at) {
+                skip.next();
+            }
+            let seg_end = match skip.peek() {
+                Some((start, end)) if *start <= at => {
+                    at = (*end).min(to);
+                    continue;
+                }
+                Some((start, _)) => (*start).min(to),
+                None => to,
+            };
+            let first = out.is_empty();
+            let (mut got, passed) = self.read_filtered(
+                p,
+                at,
+                seg_end,
+                max_bytes.saturating_sub(bytes),
+                true,
+                max_msgs - out.len(),
+                !first,
+            )?;
+            bytes = got
+                .iter()
+                .fold(bytes, |b, m| b.saturating_add(m.payload.len()));
+            out.append(&mut got);
+            at = passed;
+            if passed < seg_end {
+                break;
+            }
+        }
+        Ok((out, at))
+    }
+
+    /// Messages `from..to` within `max_bytes` (the first whatever its size, unless `strict`)
+    /// and `max_msgs`, control markers left out when `skip_markers`; and the offset after the
+    /// last one passed (below `to` when a bound or an unopened payload stopped it).
+    #[allow(clippy::too_many_arguments)]
+    fn read_filtered(
+        &mut self,
+        p: &Partition,
+        from: u64,
+        to: u64,
+        max_bytes: usize,
+        skip_markers: bool,
+        max_msgs: usize,
+        strict: bool,
+    ) -> Result<(Vec<StoredMessage>, u64), ReadError> {
         let held_from = from.max(p.low_offset());
         let rows = to.min(p.next_offset).saturating_sub(held_from);
         // The capacity is a guess from the row count; it must not be a client's huge number.
         let mut out = Vec::with_capacity(usize::try_from(rows.min(4096)).unwrap_or(4096));
         let mut bytes = 0usize;
         let mut failed = None;
+        let mut stopped = false;
+        let mut passed = held_from;
         let seal = self.seal;
         self.visit_frames(p, from, to, |offset, run, f, entry| {
-            if !out.is_empty() && bytes.saturating_add(f.payload.len()) > max_bytes {
+            if skip_markers && control_marker(f).is_some() {
+                passed = offset + 1;
+                return true;
+            }
+            if out.len() >= max_msgs
+                || ((strict || !out.is_empty())
+                    && bytes.saturating_add(f.payload.len()) > max_bytes)
+            {
+                stopped = true;
                 return false;
             }
             bytes = bytes.saturating_add(f.payload.len());
@@ -142,12 +230,14 @@ impl MessageReader<'_> {
                     Ok(b) => b,
                     Err(e) => {
                         failed = Some(e);
+                        stopped = true;
                         return false;
                     }
                 },
                 Some(e) => e.slice_ref(f.payload),
                 None => Bytes::copy_from_slice(f.payload),
             };
+            passed = offset + 1;
             out.push(StoredMessage {
                 offset,
                 id: f.id,
@@ -159,12 +249,47 @@ impl MessageReader<'_> {
             });
             true
         })?;
+        if !stopped {
+            // Nothing stopped the walk: it passed everything that exists below `to`.
+            passed = passed.max(to.min(p.next_offset));
+        }
         // A payload that does not open fails only when it is the first of the range: the
         // messages before it are served, and the next read starts at it.
         match failed {
-            Some(e) if out.is_empty() => Err(e),
-            _ => Ok(out),
+            Some(e) if out.is_empty() && !strict => Err(e),
+            _ => Ok((out, passed)),
         }
+    }
+
+    /// The last offset of `from..to` an HTTP reader may deliver (see [`Self::read_visible`]),
+    /// walking back over hidden runs at once (`hidden_start(o)`: the first offset of the
+    /// hidden run holding `o`, `KafkaTxns::hidden_run_start`) and over control markers one
+    /// frame each.
+    pub fn last_visible(
+        &mut self,
+        p: &Partition,
+        from: u64,
+        to: u64,
+        hidden_start: impl Fn(u64) -> Option<u64>,
+    ) -> Result<Option<u64>, ReadError> {
+        let mut o = to.min(p.next_offset);
+        while o > from {
+            let at = o - 1;
+            if let Some(start) = hidden_start(at) {
+                o = start.max(from);
+                continue;
+            }
+            let mut marker = false;
+            self.visit_frames(p, at, o, |_, _, f, _| {
+                marker = control_marker(f).is_some();
+                false
+            })?;
+            if !marker {
+                return Ok(Some(at));
+            }
+            o = at;
+        }
+        Ok(None)
     }
 
     pub fn read_one(

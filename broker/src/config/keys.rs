@@ -452,6 +452,61 @@ pub(crate) const KEYS: &[KeySpec] = &[
         },
     },
     KeySpec {
+        name: "kafka_max_aborted_per_partition",
+        env: "QUEEN_KAFKA_MAX_ABORTED_PER_PARTITION",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 1_000_000,
+        },
+    },
+    KeySpec {
+        name: "kafka_max_transactional_ids",
+        env: "QUEEN_KAFKA_MAX_TRANSACTIONAL_IDS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 1_000_000,
+        },
+    },
+    KeySpec {
+        name: "kafka_max_open_transactions",
+        env: "QUEEN_KAFKA_MAX_OPEN_TRANSACTIONS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 100_000,
+        },
+    },
+    KeySpec {
+        name: "kafka_max_partitions_per_transaction",
+        env: "QUEEN_KAFKA_MAX_PARTITIONS_PER_TRANSACTION",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 100_000,
+        },
+    },
+    KeySpec {
+        name: "kafka_transaction_max_timeout_ms",
+        env: "QUEEN_KAFKA_TRANSACTION_MAX_TIMEOUT_MS",
+        flag: None,
+        // The engine keeps timeouts in a u32 of ms; a day is far past any use.
+        kind: Kind::Uint {
+            min: 1_000,
+            max: 86_400_000,
+        },
+    },
+    KeySpec {
+        name: "kafka_transactional_id_expiration_ms",
+        env: "QUEEN_KAFKA_TRANSACTIONAL_ID_EXPIRATION_MS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1_000,
+            max: 365 * 86_400_000,
+        },
+    },
+    KeySpec {
         name: "kafka_producer_evict_min_idle_ms",
         env: "QUEEN_KAFKA_PRODUCER_EVICT_MIN_IDLE_MS",
         flag: None,

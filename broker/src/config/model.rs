@@ -145,6 +145,22 @@ pub struct Config {
     pub kafka_max_producer_ids: u64,
     /// The least idleness that lets a producer state be evicted at the cap.
     pub kafka_producer_evict_min_idle_ms: u64,
+    /// Aborted Kafka transactions one partition remembers (its index in RAM,
+    /// docs/kafka-transactions.md); an abort that would add one past it is refused, retriable.
+    pub kafka_max_aborted_per_partition: u64,
+    /// Transactional ids a tenant keeps (Kafka's coordinator rows); past it a new id's
+    /// InitProducerId is refused, retriable.
+    pub kafka_max_transactional_ids: u64,
+    /// Transactions open at once per tenant; past it a new one is refused, retriable.
+    pub kafka_max_open_transactions: u64,
+    /// Partitions (and groups, and pending offsets) one transaction may hold.
+    pub kafka_max_partitions_per_transaction: u64,
+    /// The longest `transaction.timeout.ms` a producer may ask (Kafka's
+    /// `transaction.max.timeout.ms`).
+    pub kafka_transaction_max_timeout_ms: u64,
+    /// A transactional id with no open transaction and nothing done this long is forgotten
+    /// (Kafka's `transactional.id.expiration.ms`).
+    pub kafka_transactional_id_expiration_ms: u64,
     /// Kafka connections that have not finished TLS and SASL login yet, at once (only with
     /// TLS or SASL on); one more is closed at accept.
     pub kafka_max_prelogin_connections: u64,
@@ -226,6 +242,19 @@ impl Default for Config {
             kafka_producer_id_expiration_ms:
                 queenmq_protocol::kafka_producers::DEFAULT_PRODUCER_ID_EXPIRATION_MS,
             kafka_max_producer_ids: queenmq_protocol::kafka_producers::DEFAULT_MAX_PRODUCER_IDS,
+            kafka_max_aborted_per_partition:
+                queenmq_protocol::kafka_txns::DEFAULT_MAX_ABORTED_PER_PARTITION,
+            kafka_max_transactional_ids:
+                queenmq_protocol::kafka_txns::DEFAULT_MAX_TRANSACTIONAL_IDS,
+            kafka_max_open_transactions:
+                queenmq_protocol::kafka_txns::DEFAULT_MAX_OPEN_TRANSACTIONS,
+            kafka_max_partitions_per_transaction:
+                queenmq_protocol::kafka_txns::DEFAULT_MAX_PARTITIONS_PER_TRANSACTION,
+            kafka_transaction_max_timeout_ms: u64::from(
+                queenmq_protocol::kafka_txns::DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+            ),
+            kafka_transactional_id_expiration_ms:
+                queenmq_protocol::kafka_txns::DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
             kafka_producer_evict_min_idle_ms:
                 queenmq_protocol::kafka_producers::DEFAULT_PRODUCER_EVICT_MIN_IDLE_MS,
             kafka_max_prelogin_connections: 64,
@@ -466,6 +495,12 @@ impl Config {
             "kafka_default_partitions" => self.kafka_default_partitions,
             "kafka_producer_id_expiration_ms" => self.kafka_producer_id_expiration_ms,
             "kafka_max_producer_ids" => self.kafka_max_producer_ids,
+            "kafka_max_aborted_per_partition" => self.kafka_max_aborted_per_partition,
+            "kafka_max_transactional_ids" => self.kafka_max_transactional_ids,
+            "kafka_max_open_transactions" => self.kafka_max_open_transactions,
+            "kafka_max_partitions_per_transaction" => self.kafka_max_partitions_per_transaction,
+            "kafka_transaction_max_timeout_ms" => self.kafka_transaction_max_timeout_ms,
+            "kafka_transactional_id_expiration_ms" => self.kafka_transactional_id_expiration_ms,
             "kafka_producer_evict_min_idle_ms" => self.kafka_producer_evict_min_idle_ms,
             "kafka_max_prelogin_connections" => self.kafka_max_prelogin_connections,
             "kafka_max_prelogin_connections_per_ip" => self.kafka_max_prelogin_connections_per_ip,

@@ -332,6 +332,16 @@ fn every_range_bound_is_enforced() {
         ("kafka_default_partitions", 1, 10_000),
         ("kafka_producer_id_expiration_ms", 1_000, 365 * 86_400_000),
         ("kafka_max_producer_ids", 1, 1_000_000),
+        ("kafka_max_aborted_per_partition", 1, 1_000_000),
+        ("kafka_max_transactional_ids", 1, 1_000_000),
+        ("kafka_max_open_transactions", 1, 100_000),
+        ("kafka_max_partitions_per_transaction", 1, 100_000),
+        ("kafka_transaction_max_timeout_ms", 1_000, 86_400_000),
+        (
+            "kafka_transactional_id_expiration_ms",
+            1_000,
+            365 * 86_400_000,
+        ),
     ];
     for (key, min, max) in cases {
         for (value, ok) in [

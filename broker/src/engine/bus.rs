@@ -153,7 +153,7 @@ impl Bus for EngineBus {
 }
 
 impl EngineBus {
-    fn dispatch(&self, ctx: RequestCtx, cmd: Command) -> BusFuture {
+    fn dispatch(&self, ctx: RequestCtx, mut cmd: Command) -> BusFuture {
         // Counted when taken (atomics, no lock: every door's task passes here); the answer's
         // messages inside the one future below, or here for an answer known at once.
         let node = self.node.as_ref();
@@ -171,6 +171,7 @@ impl EngineBus {
         if let Err(e) = ctx.authorize(cmd.meta()) {
             return at_once(Err(e));
         }
+        cmd.stamp_access(&ctx);
         if cmd.meta().class == CommandClass::NodeLocal {
             let out = match cmd {
                 Command::Health => Ok(self.health()),

@@ -111,6 +111,9 @@ pub struct EngineConfig {
     pub reclaim: reclaim::Reclaimer,
     /// The broker key that seals the payloads of encrypted queues; None refuses them.
     pub encryption: Option<Arc<crate::encryption::PayloadKey>>,
+    /// A transactional id with no open transaction and nothing done this long is forgotten
+    /// (`kafka_transactional_id_expiration_ms`).
+    pub kafka_transactional_id_expiration_ms: u64,
 }
 
 /// A group's log backend, shown by name only.
@@ -135,6 +138,8 @@ impl Default for EngineConfig {
             queue_depth: 16_384,
             record_limit: queenmq_storage::LogOptions::default().max_record_bytes as usize,
             max_new_partitions: 10_000,
+            kafka_transactional_id_expiration_ms:
+                queenmq_protocol::kafka_txns::DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
             long_polls: LongPollSlots::new(20_000),
             group_held: Default::default(),
             memory: None,
@@ -173,6 +178,7 @@ pub struct Engine {
     /// Where the running retention sweep is, and when the last one started.
     retention: plan::RetentionSweep,
     last_retention: Instant,
+    last_txn_expiry: Instant,
     /// How far the log may be reclaimed once the next checkpoint is durable: what the
     /// generation that becomes the older one kept allows (reclaim.rs). None: nothing.
     reclaim_bound: Option<u64>,
@@ -201,6 +207,8 @@ const TICK: Duration = Duration::from_millis(100);
 /// Due timers fired per cycle at most; the rest fire in the next cycles (one per tick at
 /// least), so a burst of due timers never holds the requests of a cycle behind it.
 const TIMERS_FIRED_PER_CYCLE: usize = 256;
+/// How often the leader looks for idle transactional ids to forget.
+const TXN_EXPIRY_INTERVAL: Duration = Duration::from_secs(1);
 /// Where a long poll's deadline lands when the client's timeout does not fit in an Instant.
 const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 
@@ -249,6 +257,7 @@ impl Engine {
             memory,
             retention: Default::default(),
             last_retention: Instant::now(),
+            last_txn_expiry: Instant::now(),
             reclaim_bound: None,
             reclaim_pending: false,
             reclaimer: reclaim::Reclaimer::new(cfg.reclaim.enabled, cfg.reclaim.pause_file.clone()),
@@ -378,6 +387,17 @@ impl Engine {
                 None => (self.limits.cycle_bytes, self.limits.max_entry_bytes),
             };
             planner.fire_timers(TIMERS_FIRED_PER_CYCLE, cycle_bytes, max_entry_bytes);
+            // Transactions open past their timeout end here, as Kafka's coordinator's timer
+            // aborts them; their markers are data and fit the same room as the timers.
+            planner.sweep_kafka_txns(max_entry_bytes);
+            // Idle transactional ids: a scan of every row, so once a second, not per cycle.
+            if self.last_txn_expiry.elapsed() >= TXN_EXPIRY_INTERVAL {
+                self.last_txn_expiry = Instant::now();
+                planner.expire_kafka_txn_ids(
+                    max_entry_bytes,
+                    self.cfg.kafka_transactional_id_expiration_ms,
+                );
+            }
             // Before any pop of the cycle, so none delivers a message this entry removes.
             if !self.retention.running()
                 && self.last_retention.elapsed() >= self.cfg.retention_interval
@@ -791,6 +811,7 @@ fn plan_job(p: &mut Planner<'_>, mut job: Job) -> Planned {
         Command::Locks(l) => p.plan_locks(l).map(Outcome::Locks),
         Command::KafkaGroups(k) => p.plan_kafka_groups(k).map(Outcome::KafkaGroups),
         Command::KafkaProducers(k) => p.plan_kafka_producers(k).map(Outcome::KafkaProducerId),
+        Command::KafkaTxn(t) => p.plan_kafka_txn(t).map(Outcome::KafkaTxn),
         Command::KafkaProduce(k) => p
             .plan_kafka_produce(k, job.ctx.principal.as_deref())
             .map(Outcome::KafkaProduced),

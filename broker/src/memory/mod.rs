@@ -13,6 +13,7 @@ pub mod size;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use queenmq_protocol::kafka_txns::KafkaTxnReq;
 use queenmq_protocol::{Command, QueenError, TxnOp};
 
 pub use account::Accountant;
@@ -221,6 +222,14 @@ impl Drop for Transient {
 fn grows(cmd: &Command) -> bool {
     match cmd {
         Command::Push(_) | Command::KafkaProduce(_) => true,
+        // What grows a transaction's row (docs/kafka-transactions.md). Init and EndTxn are
+        // never refused for memory: either may abort an open transaction, which frees.
+        Command::KafkaTxn(t) => matches!(
+            t,
+            KafkaTxnReq::AddPartitions { .. }
+                | KafkaTxnReq::AddOffsets { .. }
+                | KafkaTxnReq::OffsetCommit { .. }
+        ),
         Command::Transaction(t) => {
             t.ops.iter().any(|op| matches!(op, TxnOp::Push(_)))
                 || t.timers

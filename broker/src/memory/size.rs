@@ -113,6 +113,9 @@ pub fn state_bytes(st: &State) -> usize {
     b = b.saturating_add(st.kafka_groups.bytes());
     // And Kafka producer states (capped by `kafka_max_producer_ids`, state/kafka_producers.rs).
     b = b.saturating_add(st.kafka_producers.bytes());
+    // And Kafka transactions: rows, pending offsets, each partition's open and aborted
+    // stretches and aborted rows (capped per partition, state/kafka_txns.rs).
+    b = b.saturating_add(st.kafka_txns.bytes());
     b = b.saturating_add(buf_bytes(st.traces.capacity(), size_of::<TraceRow>()));
     for t in &st.traces {
         b = b
@@ -349,6 +352,41 @@ mod tests {
         assert!(state_bytes(&st) > before);
         st.apply(&Effect::QueueDelete { qid: 1 }, 2, loc());
         assert!(state_bytes(&st) < before + 1024, "{}", state_bytes(&st));
+    }
+
+    #[test]
+    fn kafka_transactions_count_their_aborted_rows() {
+        use crate::state::kafka_txns::TxnEnd;
+        let mut st = State::default();
+        let t = &mut st.kafka_txns;
+        assert!(t.init("a", 1, 0, 1000, 0) && t.init("b", 2, 0, 1000, 0));
+        let rows_only = state_bytes(&st);
+        let mut next = 0u64;
+        let mut abort_both = |st: &mut State, n: usize| {
+            for _ in 0..n {
+                for (id, pid) in [("a", 1i64), ("b", 2)] {
+                    let t = &mut st.kafka_txns;
+                    assert!(t.add(id, pid, 0, &[1], &[], 1));
+                    assert!(t.records(id, 1, next, 1, next + 1));
+                    assert!(t.end(id, TxnEnd::Abort, &[(1, next + 1)], 2));
+                    next += 2;
+                }
+            }
+        };
+        abort_both(&mut st, 50);
+        let hundred = state_bytes(&st);
+        abort_both(&mut st, 50);
+        let two_hundred = state_bytes(&st);
+        assert_eq!(
+            st.kafka_txns.aborted_count(1),
+            200,
+            "interleaved: no row merges"
+        );
+        let per_row = (two_hundred - hundred) / 100;
+        assert!(
+            hundred > rows_only && per_row >= 24,
+            "{per_row} bytes per aborted row"
+        );
     }
 
     #[test]

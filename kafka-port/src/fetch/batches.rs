@@ -8,6 +8,34 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::records::Record;
 
+/// What a batch says of its records' producer: a run of records with the same framing shares
+/// a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Framing {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// Records of a Kafka transaction (attribute bit 4).
+    pub transactional: bool,
+    /// A transaction's commit or abort marker (attribute bit 5), one to a batch as Kafka
+    /// writes them.
+    pub control: bool,
+}
+
+impl Framing {
+    /// Records of no producer: plain queue messages, and a committed transaction's.
+    pub const PLAIN: Framing = Framing {
+        producer_id: -1,
+        epoch: -1,
+        transactional: false,
+        control: false,
+    };
+
+    fn attributes(self) -> i16 {
+        // No compression, create time.
+        (if self.transactional { 0x10 } else { 0 }) | (if self.control { 0x20 } else { 0 })
+    }
+}
+
 /// A batch's fixed part before its records: base offset .. record count.
 const HEADER_LEN: usize = 61;
 /// The bytes of the header the batch length does not count (base offset, the length itself).
@@ -52,35 +80,36 @@ fn record(out: &mut BytesMut, rec: &Record, offset_delta: i64, base_ts: i64) {
     out.put_slice(&body);
 }
 
-/// One batch of `records` (offset, record), their offsets ascending within an int32 of the
-/// first.
-fn batch(out: &mut BytesMut, records: &[(i64, Record)]) {
-    let Some((base_offset, first)) = records.first() else {
+/// One batch of `records` (offset, framing, record), their offsets ascending within an int32
+/// of the first, all of the first one's framing.
+fn batch(out: &mut BytesMut, records: &[(i64, Framing, Record)]) {
+    let Some((base_offset, framing, first)) = records.first() else {
         return;
     };
     let base_ts = first.timestamp;
     let max_ts = records
         .iter()
-        .map(|(_, r)| r.timestamp)
+        .map(|(_, _, r)| r.timestamp)
         .max()
         .unwrap_or(base_ts);
-    let last_delta = records.last().map_or(0, |(o, _)| o - base_offset);
+    let last_delta = records.last().map_or(0, |(o, _, _)| o - base_offset);
     let start = out.len();
     out.put_i64(*base_offset);
     out.put_i32(0); // the batch length, set below
     out.put_i32(0); // partition leader epoch
     out.put_u8(2);
     out.put_u32(0); // the CRC, set below
-    out.put_i16(0); // attributes: no compression, create time, not transactional
+    out.put_i16(framing.attributes());
     out.put_i32(i32::try_from(last_delta).unwrap_or(i32::MAX));
     out.put_i64(base_ts);
     out.put_i64(max_ts);
-    out.put_i64(-1); // producer id
-    out.put_i16(-1); // producer epoch
-    out.put_i32(-1); // base sequence
+    out.put_i64(framing.producer_id);
+    out.put_i16(framing.epoch);
+    // Sequences are not kept past the produce that checked them; consumers do not read them.
+    out.put_i32(-1);
     out.put_i32(i32::try_from(records.len()).unwrap_or(i32::MAX));
     debug_assert_eq!(out.len() - start, HEADER_LEN);
-    for (offset, rec) in records {
+    for (offset, _, rec) in records {
         record(out, rec, offset - base_offset, base_ts);
     }
     let length = i32::try_from(out.len() - start - LENGTH_EXCLUDES).unwrap_or(i32::MAX);
@@ -89,18 +118,22 @@ fn batch(out: &mut BytesMut, records: &[(i64, Record)]) {
     (&mut out[start + CRC_AT..start + CRC_AT + 4]).put_u32(crc);
 }
 
-/// `records` (offset, record) as batches. A record's offset is its batch's base offset plus
+/// `records` (offset, framing, record) as batches. A record's offset is its batch's base offset plus
 /// its own offset delta, so ascending offsets with gaps between them (records deleted or
 /// expired) share one batch, as Kafka writes a compacted log's: a fresh 61-byte header at
 /// every gap would make a fetch of sparse offsets overshoot its `max_bytes` by far more than
 /// Kafka's one batch. A new batch starts only where an offset does not ascend, or where its
-/// delta from the base would not fit the int32 the format holds it in.
-pub fn encode(records: &[(i64, Record)]) -> Bytes {
+/// delta from the base would not fit the int32 the format holds it in, where the framing
+/// changes, and around every control record.
+pub fn encode(records: &[(i64, Framing, Record)]) -> Bytes {
     let mut out = BytesMut::new();
     let mut from = 0;
     for i in 1..=records.len() {
-        let ends = records.get(i).is_none_or(|(o, _)| {
+        let (_, before, _) = records[i - 1];
+        let ends = records.get(i).is_none_or(|(o, framing, _)| {
             *o <= records[i - 1].0
+                || *framing != before
+                || before.control
                 || o.checked_sub(records[from].0)
                     .is_none_or(|delta| delta > i64::from(i32::MAX))
         });
@@ -116,6 +149,14 @@ pub fn encode(records: &[(i64, Record)]) -> Bytes {
 mod tests {
     use super::*;
     use crate::records::{decode_batches, Budget};
+
+    fn plain(records: &[(i64, Record)]) -> Bytes {
+        let framed: Vec<_> = records
+            .iter()
+            .map(|(o, r)| (*o, Framing::PLAIN, r.clone()))
+            .collect();
+        encode(&framed)
+    }
 
     fn rec(ts: i64, headers: &[(&str, Option<&[u8]>)]) -> Record {
         Record {
@@ -137,7 +178,7 @@ mod tests {
             ("a", Some(b"2")),
             ("a", Some(b"")),
         ];
-        let out = encode(&[(7, rec(100, headers)), (8, rec(90, &[]))]);
+        let out = plain(&[(7, rec(100, headers)), (8, rec(90, &[]))]);
         let batches = decode_batches(out, &mut Budget::new(1 << 20, 100)).unwrap();
         assert_eq!(batches.len(), 1);
         let got = &batches[0].records;
@@ -148,7 +189,7 @@ mod tests {
 
     #[test]
     fn offsets_that_do_not_ascend_start_a_new_batch() {
-        let out = encode(&[
+        let out = plain(&[
             (5, rec(1, &[])),
             (6, rec(2, &[])),
             (9, rec(3, &[])),
@@ -181,7 +222,7 @@ mod tests {
 
     #[test]
     fn offsets_with_gaps_share_one_batch_with_their_deltas() {
-        let out = encode(&[(5, rec(10, &[])), (7, rec(30, &[])), (9, rec(20, &[]))]);
+        let out = plain(&[(5, rec(10, &[])), (7, rec(30, &[])), (9, rec(20, &[]))]);
         assert_eq!(read_back(out.clone()), [vec![(5, 10), (7, 30), (9, 20)]]);
         // lastOffsetDelta = 9 - 5, maxTimestamp = 30, three records, in the one header.
         assert_eq!(bytes::Buf::get_i32(&mut &out[23..27]), 4);
@@ -193,7 +234,7 @@ mod tests {
     fn timestamp_deltas_wrap_as_kafka_reads_them() {
         // i64::MAX - i64::MIN does not fit an i64: the delta wraps, and readers wrap it back.
         let records = [(0, rec(i64::MIN, &[])), (1, rec(i64::MAX, &[]))];
-        let batches = decode_batches(encode(&records), &mut Budget::new(1 << 20, 100)).unwrap();
+        let batches = decode_batches(plain(&records), &mut Budget::new(1 << 20, 100)).unwrap();
         let got: Vec<_> = batches[0].records.iter().map(|r| r.timestamp).collect();
         assert_eq!(got, [i64::MIN, i64::MAX]);
     }
@@ -201,12 +242,12 @@ mod tests {
     #[test]
     fn a_delta_beyond_int32_starts_a_new_batch() {
         let far = 5 + i64::from(i32::MAX) + 1;
-        let out = encode(&[(5, rec(1, &[])), (far, rec(2, &[])), (far + 1, rec(3, &[]))]);
+        let out = plain(&[(5, rec(1, &[])), (far, rec(2, &[])), (far + 1, rec(3, &[]))]);
         assert_eq!(read_back(out), [vec![(5, 1)], vec![(far, 2), (far + 1, 3)]]);
     }
 
     #[test]
     fn nothing_is_no_bytes() {
-        assert!(encode(&[]).is_empty());
+        assert!(plain(&[]).is_empty());
     }
 }

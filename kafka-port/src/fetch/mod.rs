@@ -3,8 +3,10 @@
 //!
 //! From v7 a consumer may keep a fetch session ([`crate::fetch_sessions`]): its full fetch
 //! is answered whole and offered a session id, then its incremental fetches read all the
-//! session's partitions and are answered only those with something new. read_committed and
-//! read_uncommitted answer the same while no transactions are served. A fetch that finds
+//! session's partitions and are answered only those with something new. Records of Kafka
+//! transactions travel in transactional batches and their commit/abort markers in control
+//! batches, at their offsets; read_committed stops at the last stable offset and lists the
+//! aborted transactions of what it answers (docs/kafka-transactions.md). A fetch that finds
 //! nothing waits up to `max_wait_ms` (at most [`MAX_WAIT`]) by asking again every
 //! [`RECHECK`], incremental or not.
 
@@ -14,12 +16,15 @@ mod request;
 use std::sync::Arc;
 use std::time::Duration;
 
+use batches::Framing;
 use bytes::Bytes;
+use kafka_protocol::messages::fetch_response::AbortedTransaction;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::ProducerId;
 use kafka_protocol::messages::{FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use queenmq_protocol::fetch::{
-    FetchEntry, FetchError, FetchedEntry, FetchedRecord, MAX_FETCH_BYTES,
+    FetchEntry, FetchError, FetchedEntry, FetchedRecord, TxnMark, TxnMarkKind, MAX_FETCH_BYTES,
 };
 use queenmq_protocol::QueenError;
 
@@ -77,16 +82,49 @@ fn plan(asked: &[Asked]) -> (Vec<Result<usize, i16>>, Vec<FetchEntry>) {
     (plan, entries)
 }
 
-/// The records as uncompressed batches v2, with their stored offsets.
-pub fn encode_records(records: &[FetchedRecord]) -> Result<Bytes, String> {
+/// A control record's key: version 0, type 0 (abort) or 1 (commit).
+fn control_key(commit: bool) -> Bytes {
+    Bytes::from_static(if commit { &[0, 0, 0, 1] } else { &[0, 0, 0, 0] })
+}
+
+/// A control record's value: version 0, coordinator epoch 0.
+const CONTROL_VALUE: &[u8] = &[0, 0, 0, 0, 0, 0];
+
+/// The records as uncompressed batches v2 with their stored offsets: a transaction's stretch
+/// in transactional batches of its producer, each marker in a control batch of its own.
+/// `marks` are the transactions' stretches among them, in offset order.
+pub fn encode_records(records: &[FetchedRecord], marks: &[TxnMark]) -> Result<Bytes, String> {
+    let mut marks = marks.iter().peekable();
     let records: Vec<_> = records
         .iter()
         .map(|r| {
+            while marks
+                .peek()
+                .is_some_and(|m| m.base_offset.saturating_add(u64::from(m.count)) <= r.offset)
+            {
+                marks.next();
+            }
+            let mark = marks.peek().filter(|m| m.base_offset <= r.offset);
             let offset = i64::try_from(r.offset).map_err(|_| "offset beyond int64".to_string())?;
-            Ok((
-                offset,
-                unmapping::record(&r.payload, r.created_us.div_euclid(1000)),
-            ))
+            let ms = r.created_us.div_euclid(1000);
+            let framing = mark.map_or(Framing::PLAIN, |m| Framing {
+                producer_id: m.producer_id,
+                epoch: m.epoch,
+                transactional: true,
+                control: m.kind != TxnMarkKind::Data,
+            });
+            let record = match mark.map(|m| m.kind) {
+                Some(kind @ (TxnMarkKind::CommitMarker | TxnMarkKind::AbortMarker)) => {
+                    crate::records::Record {
+                        timestamp: ms,
+                        key: Some(control_key(kind == TxnMarkKind::CommitMarker)),
+                        value: Some(Bytes::from_static(CONTROL_VALUE)),
+                        headers: Vec::new(),
+                    }
+                }
+                Some(TxnMarkKind::Data) | None => unmapping::record(&r.payload, ms),
+            };
+            Ok((offset, framing, record))
         })
         .collect::<Result<_, String>>()?;
     Ok(batches::encode(&records))
@@ -95,6 +133,7 @@ pub fn encode_records(records: &[FetchedRecord]) -> Result<Bytes, String> {
 fn partition_data(
     version: i16,
     index: i32,
+    read_committed: bool,
     read: Result<&FetchedEntry, i16>,
 ) -> Result<PartitionData, String> {
     let p = PartitionData::default().with_partition_index(index);
@@ -123,11 +162,24 @@ fn partition_data(
         // Nothing pushed to it yet: an empty partition, fetched from 0.
         Some(FetchError::UnknownPartition) => errors::NONE,
     };
+    let lso = i64::try_from(e.last_stable).unwrap_or(i64::MAX);
+    // Kafka answers null (not empty) to read_uncommitted and where nothing was aborted.
+    let aborted = (read_committed && !e.aborted.is_empty()).then(|| {
+        e.aborted
+            .iter()
+            .map(|a| {
+                AbortedTransaction::default()
+                    .with_producer_id(ProducerId(a.producer_id))
+                    .with_first_offset(i64::try_from(a.first_offset).unwrap_or(i64::MAX))
+            })
+            .collect()
+    });
     Ok(p.with_error_code(code)
         .with_high_watermark(hw)
-        .with_last_stable_offset(hw)
+        .with_last_stable_offset(lso)
         .with_log_start_offset(low)
-        .with_records(Some(encode_records(&e.records)?)))
+        .with_aborted_transactions(aborted)
+        .with_records(Some(encode_records(&e.records, &e.txn_marks)?)))
 }
 
 /// Whether an answer is worth sending now rather than waiting for more.
@@ -172,7 +224,8 @@ async fn read(
         if entries.is_empty() {
             break Ok(Vec::new());
         }
-        match offset_reads::fetch(door, entries.clone(), budget(req.max_bytes)).await {
+        let asked = entries.clone();
+        match offset_reads::fetch(door, asked, budget(req.max_bytes), req.read_committed).await {
             Ok(mut got) => {
                 settle_unknown(&mut got, &entries);
                 let now = tokio::time::Instant::now();
@@ -288,7 +341,12 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     let read = read(door, version, &req, &asked).await;
     let mut answered = Vec::with_capacity(asked.len());
     for ((topic, p), one) in asked.iter().zip(&read) {
-        match partition_data(version, p.index, one.as_ref().map_err(|c| *c)) {
+        match partition_data(
+            version,
+            p.index,
+            req.read_committed,
+            one.as_ref().map_err(|c| *c),
+        ) {
             Ok(d) => answered.push((topic.clone(), d)),
             Err(e) => return Reply::Close(format!("fetch records did not encode: {e}")),
         }
@@ -361,7 +419,7 @@ mod tests {
                 created_us: 6_000_000,
             },
         ];
-        let mut bytes = encode_records(&records).expect("encodes");
+        let mut bytes = encode_records(&records, &[]).expect("encodes");
         let mut all = Vec::new();
         while !bytes.is_empty() {
             all.extend(
@@ -387,7 +445,60 @@ mod tests {
             ]
         );
         assert_eq!(all[1].headers.len(), 1);
-        assert!(encode_records(&[]).expect("empty").is_empty());
+        assert!(encode_records(&[], &[]).expect("empty").is_empty());
+    }
+
+    #[test]
+    fn transaction_stretches_encode_as_transactional_and_control_batches() {
+        let rec = |offset| FetchedRecord {
+            offset,
+            transaction_id: String::new(),
+            payload: Bytes::from_static(b"1"),
+            created_us: 0,
+        };
+        let mark = |base_offset, count, kind| TxnMark {
+            base_offset,
+            count,
+            producer_id: 9,
+            epoch: 2,
+            kind,
+        };
+        let records: Vec<_> = (0..5).map(rec).collect();
+        let marks = [
+            mark(0, 2, TxnMarkKind::Data),
+            mark(2, 1, TxnMarkKind::AbortMarker),
+            mark(4, 1, TxnMarkKind::CommitMarker),
+        ];
+        let mut bytes = encode_records(&records, &marks).expect("encodes");
+        let mut batches = Vec::new();
+        while !bytes.is_empty() {
+            batches.push(
+                RecordBatchDecoder::decode(&mut bytes)
+                    .expect("decodes")
+                    .records,
+            );
+        }
+        let shape: Vec<Vec<(i64, bool, bool, i64)>> = batches
+            .iter()
+            .map(|b| {
+                b.iter()
+                    .map(|r| (r.offset, r.transactional, r.control, r.producer_id))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                vec![(0, true, false, 9), (1, true, false, 9)],
+                vec![(2, true, true, 9)],
+                vec![(3, false, false, -1)],
+                vec![(4, true, true, 9)],
+            ]
+        );
+        let key = |b: &Vec<kafka_protocol::records::Record>| b[0].key.clone().expect("control key");
+        assert_eq!(&key(&batches[1])[..], &[0, 0, 0, 0], "abort");
+        assert_eq!(&key(&batches[3])[..], &[0, 0, 0, 1], "commit");
+        assert_eq!(batches[1][0].producer_epoch, 2);
     }
 
     #[test]
@@ -395,6 +506,7 @@ mod tests {
         let read = FetchedEntry {
             high_watermark: 3,
             log_start: 1,
+            next_offset: 2,
             records: vec![FetchedRecord {
                 offset: 1,
                 transaction_id: String::new(),
@@ -402,11 +514,17 @@ mod tests {
                 created_us: 0,
             }],
             error: None,
+            last_stable: 1,
+            txn_marks: Vec::new(),
+            aborted: vec![queenmq_protocol::fetch::AbortedTxn {
+                producer_id: 4,
+                first_offset: 0,
+            }],
         };
         for v in VERSIONS {
             let parts = vec![
-                partition_data(v, 0, Ok(&read)).expect("data"),
-                partition_data(v, 1, Err(errors::UNKNOWN_TOPIC_OR_PARTITION)).expect("data"),
+                partition_data(v, 0, true, Ok(&read)).expect("data"),
+                partition_data(v, 1, false, Err(errors::UNKNOWN_TOPIC_OR_PARTITION)).expect("data"),
             ];
             let resp =
                 FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()

@@ -34,6 +34,8 @@ pub struct FetchRequest {
     /// KIP-227 (v7+; before, a sessionless fetch: id 0, epoch -1).
     pub session_id: i32,
     pub session_epoch: i32,
+    /// Isolation level 1: stop at the last stable offset, list aborted transactions.
+    pub read_committed: bool,
     pub topics: Vec<(String, Vec<FetchPartition>)>,
     /// Partitions that leave the session (v7+).
     pub forgotten: Vec<Forgotten>,
@@ -44,7 +46,11 @@ pub fn decode(version: i16, r: &mut Reader) -> Result<FetchRequest, Malformed> {
     let max_wait_ms = r.i32()?;
     let min_bytes = r.i32()?;
     let max_bytes = r.i32()?;
-    let _isolation_level = r.i8()?;
+    let read_committed = match r.i8()? {
+        0 => false,
+        1 => true,
+        _ => return Err(Malformed("isolation level is 0 or 1")),
+    };
     let (session_id, session_epoch) = if version >= 7 {
         (r.i32()?, r.i32()?)
     } else {
@@ -108,6 +114,7 @@ pub fn decode(version: i16, r: &mut Reader) -> Result<FetchRequest, Malformed> {
         max_bytes,
         session_id,
         session_epoch,
+        read_committed,
         topics,
         forgotten,
     })

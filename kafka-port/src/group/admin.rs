@@ -25,7 +25,8 @@ pub const LIST_VERSIONS: std::ops::RangeInclusive<i16> = 0..=5;
 pub const DESCRIBE_VERSIONS: std::ops::RangeInclusive<i16> = 0..=5;
 pub const DELETE_VERSIONS: std::ops::RangeInclusive<i16> = 0..=2;
 
-/// FindCoordinator key type of a transactional id.
+/// FindCoordinator key types: a group id, a transactional id.
+const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
 pub async fn find_coordinator(door: &Door, version: i16, mut r: Reader) -> Reply {
@@ -53,11 +54,11 @@ pub async fn find_coordinator(door: &Door, version: i16, mut r: Reader) -> Reply
         Err(err) => return Reply::Close(err.to_string()),
     };
     let cfg = &door.cfg;
-    // Transactions do not exist yet: their coordinator is not available (retriable).
-    let code = if key_type == KEY_TYPE_TRANSACTION {
-        e::COORDINATOR_NOT_AVAILABLE
-    } else {
+    // This node coordinates every group and every transactional id of the tenant.
+    let code = if key_type == KEY_TYPE_GROUP || key_type == KEY_TYPE_TRANSACTION {
         e::NONE
+    } else {
+        e::INVALID_REQUEST
     };
     let (node, host, port) = if code == e::NONE {
         (
@@ -88,7 +89,7 @@ pub async fn find_coordinator(door: &Door, version: i16, mut r: Reader) -> Reply
             .with_host(s(host))
             .with_port(port);
         if version >= 1 && code != e::NONE {
-            resp.with_error_message(Some(s("transactions are not served yet")))
+            resp.with_error_message(Some(s("unknown coordinator key type")))
         } else {
             resp
         }

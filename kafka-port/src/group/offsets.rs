@@ -29,7 +29,7 @@ pub const COMMIT_VERSIONS: std::ops::RangeInclusive<i16> = 2..=9;
 pub const FETCH_VERSIONS: std::ops::RangeInclusive<i16> = 1..=9;
 pub const DELETE_VERSIONS: std::ops::RangeInclusive<i16> = 0..=0;
 
-type Topics<T> = Vec<(String, Vec<T>)>;
+pub type Topics<T> = Vec<(String, Vec<T>)>;
 
 /// A topic name as a request carries it, refused past Kafka's own limit: every partition of
 /// the request later carries a copy, so an unbounded name multiplies the request's size.
@@ -106,6 +106,23 @@ fn decode_commit(version: i16, r: &mut Reader) -> Result<CommitReq, Malformed> {
     })
 }
 
+/// A commit's offsets as the engine takes them, in request order (OffsetCommit and
+/// TxnOffsetCommit alike): (partition, offset, leader epoch, metadata) per topic.
+pub fn flatten(topics: &Topics<(i32, i64, i32, String)>) -> Vec<KafkaOffsetCommit> {
+    topics
+        .iter()
+        .flat_map(|(t, parts)| {
+            parts.iter().map(|(p, o, epoch, m)| KafkaOffsetCommit {
+                topic: t.clone(),
+                partition: *p,
+                offset: *o,
+                leader_epoch: *epoch,
+                metadata: m.clone(),
+            })
+        })
+        .collect()
+}
+
 fn partition_code(r: KafkaPartitionResult) -> i16 {
     match r {
         KafkaPartitionResult::Ok => e::NONE,
@@ -119,19 +136,7 @@ pub async fn commit(door: &Door, version: i16, mut r: Reader) -> Reply {
         Ok(req) => req,
         Err(err) => return Reply::Close(err.to_string()),
     };
-    let flat: Vec<KafkaOffsetCommit> = req
-        .topics
-        .iter()
-        .flat_map(|(t, parts)| {
-            parts.iter().map(|(p, o, epoch, m)| KafkaOffsetCommit {
-                topic: t.clone(),
-                partition: *p,
-                offset: *o,
-                leader_epoch: *epoch,
-                metadata: m.clone(),
-            })
-        })
-        .collect();
+    let flat = flatten(&req.topics);
     let gate = if valid_group_id(&req.group) {
         door.groups.lock().may_commit(
             &req.group,

@@ -90,6 +90,7 @@ pub fn unexpected(o: &Outcome) -> ApiError {
         Outcome::KafkaGroups(_) => "kafka groups",
         Outcome::KafkaProducerId(_) | Outcome::KafkaProduced(_) => "kafka producers",
         Outcome::KafkaRecordsDeleted(_) => "kafka delete records",
+        Outcome::KafkaTxn(_) => "kafka transactions",
         Outcome::EphemeralConfig(_) => "ephemeral configuration",
     };
     ApiError(QueenError::new(

@@ -120,6 +120,17 @@ impl Planner<'_> {
                 "the dead-lettered message is no longer held (retention removed it)",
             ));
         };
+        // A record a Kafka transaction hides is never re-pushed as a visible message.
+        let withheld = self.st.partitions.get(&pid).is_some_and(|part| {
+            self.st
+                .kafka_txns
+                .withheld(pid, part.low_offset(), part.next_offset, offset)
+        });
+        if withheld || msg.is_control_marker() {
+            return Err(QueenError::not_found(
+                "the dead-lettered offset holds a record of an open or aborted Kafka transaction",
+            ));
+        }
         let new_txn = format!("dlq:{pid}:{offset}");
         let item = PushItem {
             queue: queue.clone(),

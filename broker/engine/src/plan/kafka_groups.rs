@@ -170,7 +170,12 @@ impl Planner<'_> {
     }
 
     fn kafka_room_for_group(&self) -> Result<(), QueenError> {
-        if self.st.kafka_groups.len() >= MAX_KAFKA_GROUPS {
+        self.kafka_room_for_groups(1)
+    }
+
+    /// Room for `new` more group rows under [`MAX_KAFKA_GROUPS`].
+    pub(super) fn kafka_room_for_groups(&self, new: usize) -> Result<(), QueenError> {
+        if self.st.kafka_groups.len().saturating_add(new) > MAX_KAFKA_GROUPS {
             return Err(kafka_groups_full(&format!(
                 "the tenant holds {MAX_KAFKA_GROUPS} Kafka groups, the cap"
             )));
@@ -178,13 +183,29 @@ impl Planner<'_> {
         Ok(())
     }
 
-    fn kafka_room_for_bytes(&self, grow: usize) -> Result<(), QueenError> {
+    pub(super) fn kafka_room_for_bytes(&self, grow: usize) -> Result<(), QueenError> {
         if self.st.kafka_groups.bytes().saturating_add(grow) > MAX_KAFKA_GROUP_BYTES {
             return Err(kafka_groups_full(&format!(
                 "the tenant's Kafka groups hold {MAX_KAFKA_GROUP_BYTES} bytes, the cap"
             )));
         }
         Ok(())
+    }
+
+    /// One committed offset's checks, shared by OffsetCommit and TxnOffsetCommit.
+    pub(super) fn kafka_offset_check(&self, o: &KafkaOffsetCommit) -> KafkaPartitionResult {
+        match check_partition(&o.topic, o.partition) {
+            // Kafka refuses a commit to a topic it does not have (librdkafka's 0030
+            // checks it); keeping it would also let a client grow group rows at will
+            // under names no topic will ever read.
+            KafkaPartitionResult::Ok if !self.st.queue_by_name.contains_key(&o.topic) => {
+                KafkaPartitionResult::InvalidTopic
+            }
+            KafkaPartitionResult::Ok if o.metadata.len() > MAX_KAFKA_OFFSET_METADATA_BYTES => {
+                KafkaPartitionResult::MetadataTooLarge
+            }
+            r => r,
+        }
     }
 
     /// Judges every partition first; the whole commit is refused (retriable) before any
@@ -194,21 +215,8 @@ impl Planner<'_> {
         group: &str,
         offsets: &[KafkaOffsetCommit],
     ) -> Result<Vec<KafkaPartitionResult>, QueenError> {
-        let results: Vec<KafkaPartitionResult> = offsets
-            .iter()
-            .map(|o| match check_partition(&o.topic, o.partition) {
-                // Kafka refuses a commit to a topic it does not have (librdkafka's 0030
-                // checks it); keeping it would also let a client grow group rows at will
-                // under names no topic will ever read.
-                KafkaPartitionResult::Ok if !self.st.queue_by_name.contains_key(&o.topic) => {
-                    KafkaPartitionResult::InvalidTopic
-                }
-                KafkaPartitionResult::Ok if o.metadata.len() > MAX_KAFKA_OFFSET_METADATA_BYTES => {
-                    KafkaPartitionResult::MetadataTooLarge
-                }
-                r => r,
-            })
-            .collect();
+        let results: Vec<KafkaPartitionResult> =
+            offsets.iter().map(|o| self.kafka_offset_check(o)).collect();
         let mut grow = 0usize;
         let mut seen = HashSet::new();
         for (o, r) in offsets.iter().zip(&results) {

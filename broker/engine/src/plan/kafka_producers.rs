@@ -103,6 +103,14 @@ fn check_guards(req: &KafkaProduceReq) -> Result<(), QueenError> {
             return Err(bad_guard("items of another partition"));
         }
     }
+    // A transactional produce appends only transactional batches: an item outside every
+    // guard would be visible at once, and no abort could hide it (review K5 c).
+    let guarded: usize = req.guards.iter().map(|g| g.end - g.start).sum();
+    if req.transactional_id.is_some() && guarded != req.items.len() {
+        return Err(bad_guard(
+            "a transactional produce holds items outside its transactional batches",
+        ));
+    }
     Ok(())
 }
 
@@ -144,7 +152,11 @@ impl Planner<'_> {
         // transactional id).
         if let Some((id, epoch)) = *current {
             let live = self.live_producer(id, expiration_us).map(|r| r.epoch);
-            if live == Some(epoch) && (0..i16::MAX - 1).contains(&epoch) {
+            // An id a transactional id owns is bumped only by its coordinator (the
+            // transactional InitProducerId): a plain one would fence the transactional
+            // producer behind the coordinator's back. The caller gets a new id instead.
+            let owned = self.st.kafka_txns.by_producer(id).is_some();
+            if live == Some(epoch) && !owned && (0..i16::MAX - 1).contains(&epoch) {
                 let epoch = epoch + 1;
                 self.emit(Effect::KafkaProducerInit {
                     producer_id: id,
@@ -196,6 +208,15 @@ impl Planner<'_> {
         if !named.contains(&b.producer_id) && named.len() as u64 >= req.max_producers {
             return GuardVerdict::Full;
         }
+        if let Some(txn_id) = &req.transactional_id {
+            if let Some(v) = self.judge_transactional(txn_id, g) {
+                return v;
+            }
+        } else if self.st.kafka_txns.by_producer(b.producer_id).is_some() {
+            // A transactional producer's batch outside its transaction would be visible at
+            // once and survive an abort (Kafka: INVALID_TXN_STATE).
+            return GuardVerdict::NotInTransaction;
+        }
         let held = row
             .zip(self.guard_partition(g))
             .and_then(|(r, pid)| r.partitions.get(&pid));
@@ -209,6 +230,27 @@ impl Planner<'_> {
             named.insert(b.producer_id);
         }
         verdict
+    }
+
+    /// A transactional batch's refusal, if any: the transactional id must name this producer
+    /// at this epoch (an older epoch is fenced) with an open transaction that added the
+    /// partition.
+    fn judge_transactional(&self, txn_id: &str, g: &ProducerGuard) -> Option<GuardVerdict> {
+        let b = &g.batch;
+        let Some(row) = self.st.kafka_txns.get(txn_id) else {
+            return Some(GuardVerdict::NotInTransaction);
+        };
+        if row.producer_id != b.producer_id {
+            return Some(GuardVerdict::NotInTransaction);
+        }
+        if b.epoch < row.epoch {
+            return Some(GuardVerdict::Fenced);
+        }
+        let added = self
+            .guard_partition(g)
+            .is_some_and(|pid| row.partitions.contains_key(&pid));
+        let open = row.state == crate::state::kafka_txns::TxnState::Ongoing;
+        (b.epoch != row.epoch || !open || !added).then_some(GuardVerdict::NotInTransaction)
     }
 
     /// Makes room for the request's new producers (Appended, no live state) at the cap:
@@ -399,6 +441,16 @@ impl Planner<'_> {
                 base_offset: first.offset,
                 records: u32::try_from(b.records).unwrap_or(u32::MAX),
             });
+            if let Some(txn_id) = &req.transactional_id {
+                self.emit(Effect::KafkaTxn(
+                    crate::entry_kafka_txns::TxnEffect::Records {
+                        txn_id,
+                        pid: first.partition_id,
+                        base_offset: first.offset,
+                        count: u32::try_from(b.records).unwrap_or(u32::MAX),
+                    },
+                ));
+            }
         }
         // Above a lowered cap the rest of the picks trim toward it.
         while self.st.kafka_producers.len() > max && self.evict_next(&mut victims) {}

@@ -33,7 +33,7 @@ fn produce_req(id: i64, epoch: i16, first_seq: i32, n: usize) -> KafkaProduceReq
     produce_req_to("0", id, epoch, first_seq, n)
 }
 
-fn produce_req_to(
+pub(super) fn produce_req_to(
     partition: &str,
     id: i64,
     epoch: i16,
@@ -68,6 +68,7 @@ fn produce_req_to(
         expiration_ms: DAY_MS,
         max_producers: DEFAULT_MAX_PRODUCER_IDS,
         evict_min_idle_ms: DEFAULT_PRODUCER_EVICT_MIN_IDLE_MS,
+        transactional_id: None,
     }
 }
 

@@ -22,6 +22,11 @@ mod kafka_producers_tests;
 mod kafka_records;
 #[cfg(test)]
 mod kafka_records_tests;
+mod kafka_txns;
+#[cfg(test)]
+mod kafka_txns_hide_tests;
+#[cfg(test)]
+mod kafka_txns_tests;
 mod kv;
 #[cfg(test)]
 mod kv_bounds_tests;
@@ -68,6 +73,7 @@ use crate::reader::MessageReader;
 use crate::seal::PayloadSeal;
 use crate::state::State;
 
+pub use kafka_txns::entry_bound as kafka_txn_entry_bound;
 pub use kv::KV_SWEEP_PER_CYCLE;
 pub use memory_gate::MemoryGate;
 pub use pop::PopPlan;

@@ -358,6 +358,9 @@ impl Planner<'_> {
                     continue;
                 }
             }
+            // Kafka transactions (docs/kafka-transactions.md): HTTP stops at the last stable
+            // offset. The end's marker Append re-readies a partition this drops meanwhile.
+            end = end.min(self.st.kafka_txns.lso(pid, p.low_offset(), p.next_offset));
             // A cursor below the partition's first held offset (messages forgotten after an
             // accepted data loss, state/forget.rs) starts at it: nothing below can be read.
             let mut start = row.committed.max(p.low_offset());
@@ -367,6 +370,26 @@ impl Planner<'_> {
             // Last-value delivery: only the newest visible message goes out, and the claim's
             // cursor row commits everything behind it (retired for this group only).
             if conflation {
+                let last = {
+                    let mut reader = super::MessageReader {
+                        pending: self.cycle.entry.bytes(),
+                        cache: self.cache,
+                        log: self.log,
+                        seal: self.seal,
+                    };
+                    let txns = &self.st.kafka_txns;
+                    reader.last_visible(p, start, end, |o| txns.hidden_run_start(pid, o))
+                };
+                let last = match last {
+                    Ok(Some(o)) => o,
+                    Ok(None) => {
+                        // Only hidden records: the cursor passes them, nothing is delivered.
+                        claims.push((gid, pid, passed_hidden(row, end)));
+                        continue;
+                    }
+                    Err(e) => return Err(self.unread(gid, pid, e)),
+                };
+                end = last + 1;
                 let retired = end - 1 - start;
                 if retired > 0 {
                     metrics::counter!(
@@ -384,7 +407,6 @@ impl Planner<'_> {
             } else {
                 row.failures
             };
-            let claim_end = end.min(start + u64::from(*remaining));
             let pname = p.name.clone();
             // The answers this cycle's pops build must fit the room answers have; the first
             // message of a pop goes whatever its size, so every pop makes progress.
@@ -406,26 +428,29 @@ impl Planner<'_> {
                     log: self.log,
                     seal: self.seal,
                 };
-                match reader.read_upto(p, start, claim_end, room) {
+                let max_msgs = usize::try_from(*remaining).unwrap_or(usize::MAX);
+                // A bounded piece of the index per claim: past it, the next pop goes on.
+                let (hidden, upto) =
+                    self.st
+                        .kafka_txns
+                        .hidden_ranges_upto(pid, start, end, HIDDEN_RANGES_PER_CLAIM);
+                match reader.read_visible(p, start, upto, room, &hidden, max_msgs) {
                     Ok(m) => m,
-                    Err(e) => {
-                        // This partition was taken off the ready list: put it back.
-                        if let Some(g) = self.st.groups.get_mut(&gid) {
-                            g.mark_ready(pid);
-                        }
-                        return Err(QueenError::new(
-                            queenmq_protocol::ErrorCode::Internal,
-                            e.to_string(),
-                        ));
-                    }
+                    Err(e) => return Err(self.unread(gid, pid, e)),
                 }
             };
-            // Fewer than asked when the room ran out: the lease covers what is delivered.
-            let claim_end = msgs
-                .last()
-                .map(|m| m.offset + 1)
-                .filter(|&e| e < claim_end)
-                .unwrap_or(claim_end);
+            let (msgs, passed) = msgs;
+            let Some(last) = msgs.last() else {
+                // Every offset it passed is hidden (aborted records, markers): the cursor
+                // moves past them with no lease, so they never park a consumer.
+                if passed > start {
+                    claims.push((gid, pid, passed_hidden(row, passed)));
+                }
+                continue;
+            };
+            // The lease covers what is delivered (fewer than asked when the room ran out),
+            // never hidden offsets after it: acking the last message must release it.
+            let claim_end = last.offset + 1;
             self.cycle.pop_bytes = msgs.iter().fold(self.cycle.pop_bytes, |a, m| {
                 a.saturating_add(m.payload.len())
             });
@@ -479,5 +504,30 @@ impl Planner<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Stretches of a Kafka transaction index one claim looks at (docs/kafka-transactions.md).
+const HIDDEN_RANGES_PER_CLAIM: usize = 1024;
+
+/// The cursor row of a claim that met only hidden offsets up to `end`: committed past them,
+/// no lease, nothing delivered.
+fn passed_hidden(row: CursorRow, end: u64) -> CursorRow {
+    CursorRow {
+        committed: row.committed.max(end),
+        lease: None,
+        failures: 0,
+        attempt: row.attempt,
+        delivered_end: row.delivered_end.max(end),
+    }
+}
+
+impl Planner<'_> {
+    /// A claim's read failed: the partition, taken off the ready list, goes back on.
+    fn unread(&mut self, gid: u64, pid: u64, e: crate::reader::ReadError) -> QueenError {
+        if let Some(g) = self.st.groups.get_mut(&gid) {
+            g.mark_ready(pid);
+        }
+        QueenError::new(queenmq_protocol::ErrorCode::Internal, e.to_string())
     }
 }

@@ -123,6 +123,15 @@ enum Cmd {
         seq: i32,
         n: usize,
     },
+    /// A Kafka transaction request of transactional id tx<tx> at its current (id, epoch):
+    /// `kind` 0 init, 1 add partition `a % 2`, 2 add group g<a % 2>, 3 offset of that group
+    /// with `a` bytes of metadata, 4 a transactional produce to partition `a % 2`, 5 commit,
+    /// 6 abort, 7 the timeout sweep.
+    KafkaTxn {
+        tx: usize,
+        kind: usize,
+        a: usize,
+    },
     /// A whole retention sweep, in the open cycle.
     Retain,
     /// Ends the cycle: what was planned is committed.
@@ -161,6 +170,8 @@ fn cmd() -> impl Strategy<Value = Cmd> {
             .prop_map(|(group, kind, offset)| Cmd::Kafka { group, kind, offset }),
         2 => (0..4usize, 0..4i64, prop_oneof![0..6i32, Just(i32::MAX - 1)], 1..3usize)
             .prop_map(|(kind, producer, seq, n)| Cmd::KafkaProducer { kind, producer, seq, n }),
+        6 => (prop::sample::select(vec![0usize, 0, 0, 1]), 0..8usize, 0..4usize)
+            .prop_map(|(tx, kind, a)| Cmd::KafkaTxn { tx, kind, a }),
         2 => Just(Cmd::Commit),
         2 => prop_oneof![Just(1i64), Just(SECOND), Just(5 * SECOND), Just(30 * SECOND),
                          Just(700 * SECOND)]
@@ -476,9 +487,11 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                     max_producers: 3,
                     // Replay props run in fixture time: any idleness is enough.
                     evict_min_idle_ms: 0,
+                    transactional_id: None,
                 };
                 let _ = fx.planner().plan_kafka_produce(&req, None);
             }
+            Cmd::KafkaTxn { tx, kind, a } => kafka_txn(fx, *tx, *kind, *a),
             Cmd::Timer { q, key, delay_ms } => {
                 let (queue, key) = (QUEUES[*q].to_string(), format!("k{key}"));
                 let op = match delay_ms {
@@ -518,6 +531,123 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
             Cmd::Commit | Cmd::Advance { .. } => {}
         }
     }
+}
+
+/// One [`Cmd::KafkaTxn`]: transactions on partitions "0" and "1" of q0.
+fn kafka_txn(fx: &mut Fixture, tx: usize, kind: usize, a: usize) {
+    use queenmq_protocol::kafka_producers::*;
+    use queenmq_protocol::kafka_txns::*;
+    let txn_id = format!("tx{tx}");
+    let row = fx.st.kafka_txns.get(&txn_id);
+    let (producer_id, epoch) = row.map_or((0, 0), |r| (r.producer_id, r.epoch));
+    // Without a row every request is INVALID_PRODUCER_ID_MAPPING: init first.
+    let kind = if row.is_none() { 0 } else { kind };
+    let limits = TxnLimits::default();
+    let (topic, index, group) = (QUEUES[0].to_string(), (a % 2) as i32, format!("g{}", a % 2));
+    let req = match kind {
+        0 => KafkaTxnReq::Init {
+            txn_id,
+            timeout_ms: 30_000,
+            current: None,
+            limits,
+        },
+        1 => KafkaTxnReq::AddPartitions {
+            txn_id,
+            producer_id,
+            epoch,
+            partitions: vec![TxnPartition {
+                topic,
+                index,
+                count: 2,
+            }],
+            limits,
+        },
+        2 => KafkaTxnReq::AddOffsets {
+            txn_id,
+            producer_id,
+            epoch,
+            group,
+            limits,
+        },
+        3 => {
+            // The group is added first, as a client does before TxnOffsetCommit.
+            let _ = fx.planner().plan_kafka_txn(&KafkaTxnReq::AddOffsets {
+                txn_id: txn_id.clone(),
+                producer_id,
+                epoch,
+                group: group.clone(),
+                limits,
+            });
+            KafkaTxnReq::OffsetCommit {
+                txn_id,
+                producer_id,
+                epoch,
+                group,
+                offsets: vec![TxnOffset {
+                    topic,
+                    partition: index,
+                    offset: a as i64,
+                    leader_epoch: -1,
+                    metadata: "m".repeat(a * 100),
+                }],
+                limits,
+            }
+        }
+        4 => {
+            let partition = index.to_string();
+            // The next sequence of this producer on this partition, so that batches land.
+            let pid = fx
+                .st
+                .queue_named(&topic)
+                .and_then(|q| q.partitions.get(&partition, &fx.st.partitions));
+            let seq = pid
+                .and_then(|pid| fx.st.kafka_producers.get(producer_id)?.partitions.get(&pid))
+                .filter(|p| p.epoch == epoch)
+                .and_then(|p| p.batches.back())
+                .map_or(0, |b| b.last_seq.wrapping_add(1));
+            let req = KafkaProduceReq {
+                items: vec![PushItem {
+                    queue: topic.clone(),
+                    partition: partition.clone(),
+                    payload: bytes::Bytes::from_static(b"1"),
+                    transaction_id: None,
+                    trace_id: None,
+                }],
+                guards: vec![ProducerGuard {
+                    queue: topic,
+                    partition,
+                    start: 0,
+                    end: 1,
+                    batch: ProducerBatch {
+                        producer_id,
+                        epoch,
+                        first_seq: seq,
+                        last_seq: seq,
+                        records: 1,
+                    },
+                }],
+                expiration_ms: 60_000,
+                max_producers: 3,
+                evict_min_idle_ms: 0,
+                transactional_id: Some(txn_id),
+            };
+            let _ = fx.planner().plan_kafka_produce(&req, None);
+            return;
+        }
+        5 | 6 => KafkaTxnReq::End {
+            txn_id,
+            producer_id,
+            epoch,
+            commit: kind == 5,
+            may_commit_offsets: true,
+            limits,
+        },
+        _ => {
+            fx.planner().sweep_kafka_txns(1 << 20);
+            return;
+        }
+    };
+    let _ = fx.planner().plan_kafka_txn(&req);
 }
 
 fn check(label: &str, got: &str, want: &str) -> Result<(), TestCaseError> {

@@ -134,6 +134,7 @@ fn a_payload_that_does_not_open_fails_only_itself() {
     let req = FetchReq {
         entries: vec![entry("enc", 1), entry("plain", 0), entry("enc", 0)],
         max_bytes: 1 << 20,
+        read_committed: false,
     };
     let mut rd = crate::reader::MessageReader {
         pending: &[],
@@ -141,7 +142,7 @@ fn a_payload_that_does_not_open_fails_only_itself() {
         log: &fx.log,
         seal: Some(&crate::seal::TestSeal),
     };
-    let a = crate::reads::fetch::fetch(&fx.st, &mut rd, &req).expect("answered per entry");
+    let a = crate::reads::fetch::fetch(&fx.st, &mut rd, &req, true).expect("answered per entry");
     assert_eq!(a.entries[0].error, Some(FetchError::Corrupt));
     assert_eq!(a.entries[1].error, None);
     assert_eq!(&a.entries[1].records[0].payload[..], b"\"m4\"");

@@ -26,7 +26,14 @@ fn entry(partition: &str, offset: u64) -> FetchEntry {
 }
 
 fn fetch(f: &mut Fixture, entries: Vec<FetchEntry>, max_bytes: usize) -> Vec<FetchedEntry> {
-    match ask(f, ReadReq::Fetch(FetchReq { entries, max_bytes })) {
+    match ask(
+        f,
+        ReadReq::Fetch(FetchReq {
+            entries,
+            max_bytes,
+            read_committed: false,
+        }),
+    ) {
         ReadAnswer::Fetch(a) => a.entries,
         _ => panic!("not a fetch answer"),
     }

@@ -27,7 +27,14 @@ pub fn one(
             .map_err(|e| QueenError::new(queenmq_protocol::ErrorCode::Internal, e.to_string()))?,
         None => None,
     };
-    let m = msg.filter(|m| m.txn == txn).ok_or_else(not_found)?;
+    // What a Kafka transaction hides is not a message over HTTP (docs/kafka-transactions.md).
+    let m = msg
+        .filter(|m| m.txn == txn && !m.is_control_marker())
+        .filter(|m| {
+            !st.kafka_txns
+                .withheld(pid, p.low_offset(), p.next_offset, m.offset)
+        })
+        .ok_or_else(not_found)?;
     let now = st.last_now_us;
     let mut groups = Vec::new();
     let mut retry_count = 0u32;
@@ -140,6 +147,15 @@ pub fn list(
             for m in msgs {
                 if out.len() >= limit {
                     break 'outer;
+                }
+                // Hidden records and control markers are offsets, not messages: the page
+                // counts them but lists none (docs/kafka-transactions.md).
+                if m.is_control_marker()
+                    || st
+                        .kafka_txns
+                        .withheld(p.id, p.low_offset(), p.next_offset, m.offset)
+                {
+                    continue;
                 }
                 out.push(MessageRow {
                     id: m.id_text(),

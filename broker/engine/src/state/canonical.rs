@@ -144,5 +144,19 @@ pub fn canonical(st: &State) -> String {
     for (id, row) in st.kafka_producers.iter() {
         let _ = writeln!(o, "kafka producer {id} {row:?}");
     }
+    let t = &st.kafka_txns;
+    let _ = writeln!(
+        o,
+        "kafka txns bytes {} due {:?}",
+        t.bytes(),
+        t.due(i64::MAX, usize::MAX)
+    );
+    for (id, row) in t.rows() {
+        let by = t.by_producer(row.producer_id);
+        let _ = writeln!(o, "kafka txn {id:?} {row:?} by producer {by:?}");
+    }
+    for (pid, part) in t.parts() {
+        let _ = writeln!(o, "kafka txn partition {pid} {part:?}");
+    }
     out
 }

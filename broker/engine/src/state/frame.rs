@@ -21,6 +21,27 @@ pub struct FrameRef<'a> {
     pub payload: &'a [u8],
 }
 
+/// A Kafka transaction's control record (docs/kafka-transactions.md) is a frame whose id is
+/// fifteen zero bytes then its Kafka control type (0 abort, 1 commit), with an empty
+/// transaction id and no producer: no minted id looks so (a UUIDv7 carries its version
+/// nibble and a clock), so every reader knows a marker from its frame alone, and commit
+/// markers need no index in RAM.
+pub fn marker_id(commit: bool) -> [u8; 16] {
+    let mut id = [0u8; 16];
+    id[15] = u8::from(commit);
+    id
+}
+
+/// `Some(true)` for a commit marker's frame, `Some(false)` for an abort marker's, else `None`.
+pub fn control_marker(f: &FrameRef<'_>) -> Option<bool> {
+    (is_marker_id(&f.id) && f.txn.is_empty() && f.producer.is_none()).then_some(f.id[15] == 1)
+}
+
+/// Whether `id` is a control marker's ([`marker_id`]).
+pub fn is_marker_id(id: &[u8; 16]) -> bool {
+    id[..15].iter().all(|b| *b == 0) && id[15] <= 1
+}
+
 /// Appends one plain frame. Lengths were checked by the planner (txn and producer ≤ u16::MAX).
 pub fn write_frame(
     out: &mut Vec<u8>,

@@ -9,6 +9,9 @@ pub mod frame;
 mod group_start;
 pub mod kafka_groups;
 pub mod kafka_producers;
+pub mod kafka_txns;
+mod kafka_txns_apply;
+mod kafka_txns_section;
 pub mod kv;
 mod label_index;
 pub mod model;
@@ -92,6 +95,8 @@ pub struct State {
     pub run_floor: run_floor::RunFloor,
     /// Kafka idempotent producers: ids handed out and their partitions' last batches.
     pub kafka_producers: kafka_producers::KafkaProducers,
+    /// Kafka transactions: the coordinator's rows and what readers must hide per partition.
+    pub kafka_txns: kafka_txns::KafkaTxns,
     /// Declared ephemeral queues by name; their contents are RAM of the broker, not state.
     pub ephemeral: BTreeMap<String, queenmq_protocol::EphemeralOptions>,
 }
@@ -447,6 +452,7 @@ impl State {
             Effect::EphemeralConfigDelete { queue } => {
                 self.ephemeral.remove(*queue);
             }
+            Effect::KafkaTxn(t) => self.apply_kafka_txn(t, now_us),
         }
     }
 
@@ -591,6 +597,7 @@ impl State {
         self.labels.remove(qid, &q.namespace, &q.task);
         // A topic is a queue: its Kafka offsets go with it (docs/kafka-compat.md "Topic admin").
         self.kafka_groups.forget_topic(&q.name);
+        self.kafka_txns.forget_topic(&q.name);
         for gid in q.groups.values() {
             self.delete_group(*gid);
         }
@@ -598,6 +605,7 @@ impl State {
             if let Some(p) = self.partitions.remove(pid) {
                 self.run_floor.moved(run_floor::first_index(&p), None);
             }
+            self.kafka_txns.forget_partition(*pid);
         }
     }
 

@@ -43,6 +43,7 @@ impl State {
         if to <= from {
             return;
         }
+        self.kafka_txns.trim(pid, to);
         let gids: Vec<u64> = match self.queues.get(&qid) {
             Some(q) => q.groups.values().copied().collect(),
             None => Vec::new(),

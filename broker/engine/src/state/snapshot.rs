@@ -23,6 +23,8 @@ const SECTION_KAFKA_PRODUCERS: u8 = 4;
 const SECTION_CONFLATION: u8 = 5;
 /// The declared ephemeral queues (`State::ephemeral`).
 const SECTION_EPHEMERAL: u8 = 7;
+/// Kafka transactions (docs/kafka-transactions.md "Checkpoint section 8").
+const SECTION_KAFKA_TXNS: u8 = 8;
 /// Partition ids index a dense table (`PartitionTable`), so an id read from a checkpoint sizes
 /// an allocation: ids must lie below `next_partition_id`, as apply keeps them, and that at or
 /// below 2^32 (a chunk index of 24 MiB at most). A corrupt id once asked for 6 GiB (fuzz
@@ -126,6 +128,7 @@ fn size_hint(s: &State) -> usize {
         + s.timers.held_bytes()
         + s.kafka_groups.bytes()
         + s.kafka_producers.bytes()
+        + s.kafka_txns.bytes()
 }
 
 /// Writes `version` 3, or an older version (only so tests can check that upgrades read it).
@@ -278,8 +281,14 @@ fn encode_sections(s: &State, w: &mut Writer) {
     let conflation = !conflating.is_empty();
     // And the ephemeral section, once a queue is declared.
     let ephemeral = !s.ephemeral.is_empty();
+    // And the transactions section, once a transactional id exists.
+    let txns = !s.kafka_txns.is_empty();
     w.u32(
-        2 + u32::from(kafka) + u32::from(producers) + u32::from(conflation) + u32::from(ephemeral),
+        2 + u32::from(kafka)
+            + u32::from(producers)
+            + u32::from(conflation)
+            + u32::from(ephemeral)
+            + u32::from(txns),
     );
     section(w, SECTION_KV, |w| s.kv.encode(w));
     section(w, SECTION_TIMERS, |w| s.timers.encode(w));
@@ -302,6 +311,9 @@ fn encode_sections(s: &State, w: &mut Writer) {
     }
     if ephemeral {
         section(w, SECTION_EPHEMERAL, |w| encode_ephemeral(w, s));
+    }
+    if txns {
+        section(w, SECTION_KAFKA_TXNS, |w| s.kafka_txns.encode(w));
     }
 }
 
@@ -424,6 +436,11 @@ fn decode_sections(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError>
             }
             SECTION_CONFLATION => decode_conflation(&mut sr, s)?,
             SECTION_EPHEMERAL => decode_ephemeral(&mut sr, s)?,
+            SECTION_KAFKA_TXNS => {
+                let parts = &s.partitions;
+                let next = |pid: u64| parts.get(&pid).map(|p| p.next_offset);
+                s.kafka_txns = super::kafka_txns::KafkaTxns::decode(&mut sr, s.last_now_us, &next)?;
+            }
             t => return Err(r.malformed(format!("unknown checkpoint section tag {t}"))),
         }
         if !sr.is_done() {
