@@ -87,6 +87,8 @@ pub fn state_bytes(st: &State) -> usize {
         }
     }
     b = b.saturating_add(partitions_bytes(st));
+    // The run floor counts every run's log index (one slot per distinct index).
+    b = b.saturating_add(st.run_floor.bytes());
     b = b.saturating_add(table_bytes(st.groups.capacity(), size_of::<(u64, Group)>()));
     for g in st.groups.values() {
         b = b

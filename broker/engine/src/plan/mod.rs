@@ -5,6 +5,9 @@ mod ack;
 mod admin;
 #[cfg(test)]
 mod clock_tests;
+mod compaction;
+#[cfg(test)]
+mod compaction_tests;
 mod dlq_admin;
 #[cfg(test)]
 mod dlq_admin_tests;
@@ -68,6 +71,7 @@ use crate::reader::MessageReader;
 use crate::seal::PayloadSeal;
 use crate::state::State;
 
+pub use compaction::{Compacted, CompactionBudget, Segment, TooLive};
 pub use kv::KV_SWEEP_PER_CYCLE;
 pub use memory_gate::MemoryGate;
 pub use pop::PopPlan;

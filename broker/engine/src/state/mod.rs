@@ -2,6 +2,7 @@
 
 #[cfg(any(test, feature = "test-support"))]
 pub mod canonical;
+pub mod compaction;
 pub mod config;
 mod fifo;
 mod forget;
@@ -209,7 +210,7 @@ impl State {
                     );
                     // A create over an existing id (never planned) must not pin the floor.
                     if let Some(old) = replaced {
-                        self.run_floor.moved(run_floor::first_index(&old), None);
+                        self.run_floor.remove_runs(&old.runs);
                     }
                     q.partitions.insert(name, *pid, &self.partitions);
                 }
@@ -411,6 +412,12 @@ impl State {
                 self.timers.remove(queue, key);
             }
             Effect::RetentionTrim { pid, low } => self.trim_partition(*pid, *low),
+            Effect::RunCopy {
+                pid,
+                base_offset,
+                count,
+                ..
+            } => self.copy_run(*pid, *base_offset, *count, loc),
             Effect::KafkaDeleteRecords { pid, low } => self.delete_records(*pid, *low),
             Effect::GroupConflation { gid } => {
                 if let Some(g) = self.groups.get_mut(gid) {
@@ -478,8 +485,8 @@ impl State {
             // A first push would reserve room for four runs (128 bytes); most partitions of a
             // wide queue hold one or two runs at a time.
             p.runs.reserve_exact(1);
-            self.run_floor.moved(None, Some(loc.index));
         }
+        self.run_floor.moved(None, Some(loc.index));
         p.runs.push(Run {
             base_offset: base,
             count: hashes.len() as u32,
@@ -596,7 +603,7 @@ impl State {
         }
         for pid in &q.partition_order {
             if let Some(p) = self.partitions.remove(pid) {
-                self.run_floor.moved(run_floor::first_index(&p), None);
+                self.run_floor.remove_runs(&p.runs);
             }
         }
     }
@@ -605,14 +612,13 @@ impl State {
     pub fn commit_pending_runs(&mut self, touched: &[u64], index: u64) {
         for pid in touched {
             if let Some(p) = self.partitions.get_mut(pid) {
-                let before = run_floor::first_index(p);
                 for run in p.runs.iter_mut().rev() {
                     if run.index != PENDING_INDEX {
                         break;
                     }
                     run.index = index;
+                    self.run_floor.moved(Some(PENDING_INDEX), Some(index));
                 }
-                self.run_floor.moved(before, run_floor::first_index(p));
             }
         }
     }

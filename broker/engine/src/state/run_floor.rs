@@ -1,29 +1,41 @@
 //! Derived: the lowest Raft log index whose entry still holds a message the state keeps, so
 //! the segments below it can be deleted (docs/storage-format.md "Space reclamation").
 //!
-//! Kept incrementally, one count per partition's first run: runs are appended in log order,
-//! so a partition's first run names its lowest index, and the floor is the smallest first
-//! index of all. Every change to a partition's first run (the first push into it, retention,
-//! forgetting, its queue's deletion, a pending run getting its index, a checkpoint read back)
-//! moves one count: O(log n) per change, never a walk of the partitions.
+//! Kept incrementally, one count per held run by the log index it names. A partition's runs
+//! are not in log order once the compactor copied one forward (a `RunCopy` points an old run
+//! at a new entry while later runs keep older ones), so the first run is not always the
+//! lowest: every run counts. Every change to a run (a push, retention, forgetting, its
+//! queue's deletion, a pending run getting its index, a copy, a checkpoint read back) moves
+//! one count: O(log n) per run changed, never a walk of the partitions.
 
 use std::collections::BTreeMap;
 
-use super::model::{Partition, PENDING_INDEX};
+#[cfg(any(test, feature = "test-support"))]
+use super::model::Partition;
+use super::model::{Run, PENDING_INDEX};
 
 #[derive(Default, Debug, Clone, PartialEq, Eq)]
 pub struct RunFloor {
-    /// First-run log index → how many partitions' first run it is.
+    /// Log index → how many held runs name it.
     firsts: BTreeMap<u64, u32>,
 }
 
-/// The log index of a partition's first run, if it holds any.
-pub fn first_index(p: &Partition) -> Option<u64> {
-    p.runs.first().map(|r| r.index)
-}
-
 impl RunFloor {
-    /// A partition's first run moved from `before` to `after` (None: it holds no run).
+    /// Counts runs that came into the state.
+    pub fn add_runs(&mut self, runs: &[Run]) {
+        for r in runs {
+            self.moved(None, Some(r.index));
+        }
+    }
+
+    /// Uncounts runs that left the state.
+    pub fn remove_runs(&mut self, runs: &[Run]) {
+        for r in runs {
+            self.moved(Some(r.index), None);
+        }
+    }
+
+    /// A run moved from naming `before` to naming `after` (None: not held).
     pub fn moved(&mut self, before: Option<u64>, after: Option<u64>) {
         if before == after {
             return;
@@ -35,12 +47,18 @@ impl RunFloor {
                     self.firsts.remove(&b);
                 }
                 // Only a bug in a caller reaches this; the floor then stays lower (safe).
-                None => debug_assert!(false, "first run at {b} was not counted"),
+                None => debug_assert!(false, "a run at {b} was not counted"),
             }
         }
         if let Some(a) = after {
             *self.firsts.entry(a).or_default() += 1;
         }
+    }
+
+    /// Memory the counts hold, roughly: a B-tree slot (key, count and the node's share)
+    /// per distinct index.
+    pub fn bytes(&self) -> usize {
+        self.firsts.len().saturating_mul(32)
     }
 
     /// The lowest committed log index a message still held lives in; None when no committed
@@ -53,8 +71,8 @@ impl RunFloor {
             .filter(|&i| i != PENDING_INDEX)
     }
 
-    /// The same, by walking every run of every partition (not only the first ones, so it
-    /// does not share the assumption it checks): what tests hold the incremental one to.
+    /// The same, by walking every run of every partition: what tests hold the incremental one
+    /// to.
     #[cfg(any(test, feature = "test-support"))]
     pub fn walked<'a>(parts: impl Iterator<Item = &'a Partition>) -> Option<u64> {
         parts
@@ -69,7 +87,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_floor_is_the_lowest_counted_first_run_and_pending_runs_do_not_count() {
+    fn the_floor_is_the_lowest_counted_run_and_pending_runs_do_not_count() {
         let mut f = RunFloor::default();
         assert_eq!(f.lowest(), None);
         f.moved(None, Some(PENDING_INDEX));

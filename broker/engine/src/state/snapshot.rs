@@ -535,16 +535,6 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                     index: r.u64()?,
                     pos: r.u32()?,
                 };
-                // Apply appends runs in log order, so a partition's first run names its
-                // lowest entry; the segments below the lowest first run are deleted
-                // (run_floor.rs), so a run out of that order must not be believed.
-                if runs.last().is_some_and(|prev: &Run| prev.index > run.index) {
-                    return Err(r.malformed(format!(
-                        "partition {pid} has a run in log entry {} after one in entry {}",
-                        run.index,
-                        runs.last().map_or(0, |prev: &Run| prev.index)
-                    )));
-                }
                 runs.push(run);
             }
             if v == 1 {
@@ -569,7 +559,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                 floor: 0,
             };
             q.partition_order.push(pid);
-            s.run_floor.moved(None, super::run_floor::first_index(&p));
+            s.run_floor.add_runs(&p.runs);
             s.partitions.insert(pid, p);
             q.partitions.insert(&pname, pid, &s.partitions);
         }

@@ -1,0 +1,252 @@
+//! The compactor: the live runs of a pinned segment are copied forward, and nothing a client
+//! sees changes, whether the copy races a pop, an ack or a lease, is replayed alone, or a
+//! restart lands between the copy and the deletion of the old segment.
+
+use queenmq_protocol::{AckStatus, PopResult, Setting};
+
+use super::compaction::{Compacted, Segment};
+use super::fixture::{opts, Fixture, SECOND};
+use super::retention_tests::sweep;
+use crate::apply::apply_entry;
+use crate::state::{decode_state, encode_state};
+
+/// Queue "keep" (no retention) holds 2 messages written first; queue "hot" (retention 10 s)
+/// wrote 40 more after them, all since removed. The old segment is every entry so far: the
+/// index of the last one is returned.
+fn pinned() -> (Fixture, Vec<(String, String)>, u64) {
+    let mut f = Fixture::new();
+    f.configure(
+        "hot",
+        opts(|o| {
+            o.retention_enabled = Some(Setting::Value(true));
+            o.retention_seconds = Some(Setting::Value(10));
+        }),
+    );
+    let kept: Vec<(String, String)> = f
+        .push("keep", "p", 2)
+        .into_iter()
+        .map(|r| (r.message_id, r.transaction_id))
+        .collect();
+    f.commit();
+    for _ in 0..4 {
+        f.push("hot", "p", 10);
+        f.commit();
+    }
+    f.advance(11 * SECOND);
+    assert_eq!(sweep(&mut f), 40);
+    let last = *f.log.entries.keys().last().expect("entries");
+    (f, kept, last)
+}
+
+/// A segment over entries `..=last` of `bytes` bytes.
+fn seg(last: u64, bytes: u64) -> Segment {
+    Segment {
+        first: 1,
+        last,
+        bytes,
+    }
+}
+
+fn keep_index(f: &Fixture) -> Vec<u64> {
+    let q = f.st.queue_named("keep").expect("keep");
+    let pid = q.partitions.get("p", &f.st.partitions).expect("p");
+    f.st.partitions
+        .get(&pid)
+        .expect("row")
+        .runs
+        .iter()
+        .map(|r| r.index)
+        .collect()
+}
+
+fn ids(popped: &PopResult) -> Vec<(String, String)> {
+    popped
+        .messages
+        .iter()
+        .map(|m| (m.id.clone(), m.transaction_id.clone()))
+        .collect()
+}
+
+fn compact(f: &mut Fixture, s: Segment) -> Compacted {
+    match f.planner().plan_compaction(s, u64::MAX, usize::MAX, None) {
+        Ok(c) => c,
+        Err(e) => panic!("compaction failed: {e}"),
+    }
+}
+
+#[test]
+fn the_live_runs_of_a_pinned_segment_are_copied_and_read_back_unchanged() {
+    let (mut f, kept, last) = pinned();
+    assert!(f.st.run_floor.lowest().is_some_and(|i| i <= last));
+    let c = compact(&mut f, seg(last, 1 << 20));
+    assert_eq!((c.runs, c.segment_done, c.more), (1, true, false));
+    assert!(c.bytes > 0);
+    let copy = f.commit().expect("the copy is an entry");
+    assert_eq!(keep_index(&f), vec![copy]);
+    assert_eq!(
+        f.st.run_floor.lowest(),
+        Some(copy),
+        "nothing pins the old segment"
+    );
+    // The old entries are not needed any more: a pop reads the copy.
+    for i in 1..=last {
+        f.log.entries.remove(&i);
+    }
+    f.cache = crate::cache::EntryCache::new(1 << 20);
+    let got = f.pop("keep", None, 10, None);
+    assert_eq!(ids(&got), kept, "ids and transaction ids unchanged");
+    let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
+    assert_eq!(offsets, vec![0, 1]);
+    assert!(got.messages.iter().all(|m| !m.payload.is_empty()));
+    let c = compact(&mut f, seg(last, 1 << 20));
+    assert_eq!((c.runs, c.segment_done), (0, true), "nothing left to copy");
+}
+
+#[test]
+fn a_segment_more_than_a_quarter_live_or_a_budget_too_small_copies_nothing() {
+    let (mut f, _, last) = pinned();
+    let live = compact(&mut pinned().0, seg(last, 1 << 20)).bytes;
+    let c = compact(&mut f, seg(last, 4 * live - 1));
+    assert_eq!(
+        (c.runs, c.bytes, c.segment_done),
+        (0, 0, false),
+        "more than a quarter is live"
+    );
+    assert!(c.too_live.is_some());
+    let c = match f
+        .planner()
+        .plan_compaction(seg(last, 4 * live), live - 1, usize::MAX, None)
+    {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(
+        (c.runs, c.more),
+        (0, true),
+        "the budget holds less than the run"
+    );
+    assert!(f.cycle.entry.is_empty());
+    let c = compact(&mut f, seg(last, 4 * live));
+    assert_eq!(c.runs, 1, "exactly a quarter is copied");
+}
+
+#[test]
+fn a_copy_racing_a_pop_an_ack_and_a_lease_changes_nothing_they_see() {
+    let (mut f, kept, last) = pinned();
+    // Group a's lease, taken before the copy, is acked after it.
+    let first = f.pop("keep", Some("a"), 1, Some(60));
+    assert_eq!(ids(&first), kept[..1].to_vec());
+    f.commit();
+    compact(&mut f, seg(last, 1 << 20));
+    // Group b's pop, planned in the copy's own cycle, reads the frames of the entry being built.
+    let second = f.pop("keep", Some("b"), 10, Some(60));
+    assert_eq!(ids(&second), kept);
+    f.commit();
+    let acked = f.ack(&first, AckStatus::Completed);
+    assert!(acked.iter().all(|a| a.success), "{acked:?}");
+    f.commit();
+    assert_eq!(ids(&f.pop("keep", Some("a"), 10, None)), kept[1..].to_vec());
+    // Group b's lease expires; its messages come back from the copy, unchanged.
+    f.advance(61 * SECOND);
+    assert_eq!(ids(&f.pop("keep", Some("b"), 10, None)), kept);
+    f.assert_replays();
+}
+
+#[test]
+fn a_restart_between_the_copy_and_the_deletion_replays_the_copy_alone() {
+    let (mut f, kept, last) = pinned();
+    // The checkpoint before the copy, then the copy entry; the process dies before a later
+    // checkpoint lets the old segment go.
+    let checkpoint = encode_state(&f.st);
+    compact(&mut f, seg(last, 1 << 20));
+    let copy = f.commit().expect("copy entry");
+    let mut st = match decode_state(&checkpoint) {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    };
+    assert!(st.run_floor.lowest().is_some_and(|i| i <= last), "pinned");
+    if let Err(e) = apply_entry(&mut st, copy, 1, &f.log.entries[&copy]) {
+        panic!("{e}");
+    }
+    assert_eq!(
+        st.run_floor.lowest(),
+        Some(copy),
+        "the replayed copy alone moves the floor"
+    );
+    // Even with the old segment gone, the restarted node serves every message.
+    for i in 1..=last {
+        f.log.entries.remove(&i);
+    }
+    f.st = st;
+    f.cache = crate::cache::EntryCache::new(1 << 20);
+    f.cycle = crate::cycle::Cycle::next(&f.st, f.clock);
+    assert_eq!(ids(&f.pop("keep", None, 10, None)), kept);
+    // A checkpoint holding the copied runs reads back the same.
+    let back = match decode_state(&encode_state(&f.st)) {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(back.run_floor, f.st.run_floor);
+}
+
+#[test]
+fn a_copied_run_ahead_of_later_runs_keeps_the_floor_at_the_lowest_run() {
+    let (mut f, _, last) = pinned();
+    // A later push lands between the old segment and the copy.
+    f.push("keep", "p", 1);
+    let later = f.commit().expect("push");
+    compact(&mut f, seg(last, 1 << 20));
+    let copy = f.commit().expect("copy");
+    assert_eq!(keep_index(&f), vec![copy, later], "runs out of log order");
+    assert_eq!(f.st.run_floor.lowest(), Some(later));
+    f.assert_replays();
+    // Retention of the whole partition, then forgetting, drop what the runs name.
+    let gone = f.st.forget_runs_below(later + 1);
+    assert_eq!(
+        gone[0].count(),
+        3,
+        "everything up to the last lost run goes"
+    );
+    assert_eq!(f.st.run_floor.lowest(), None);
+}
+
+#[test]
+fn a_segment_judged_too_live_is_not_read_again_while_it_holds_the_same_runs() {
+    // Review C2: every look read every live run of the floor segment from disk, after every
+    // checkpoint, for as long as the segment stayed just over a quarter live.
+    let (mut f, _, last) = pinned();
+    let live = compact(&mut pinned().0, seg(last, 1 << 20)).bytes;
+    let s = seg(last, 4 * live - 1);
+    let judged = compact(&mut f, s).too_live;
+    assert!(judged.is_some());
+    // Any read would now fail: the second look must not read.
+    f.log.failing = true;
+    f.cache = crate::cache::EntryCache::new(1 << 20);
+    let c = match f.planner().plan_compaction(s, u64::MAX, usize::MAX, judged) {
+        Ok(c) => c,
+        Err(e) => panic!("the second look read the log: {e}"),
+    };
+    assert_eq!((c.runs, c.too_live), (0, judged));
+    // Another segment (the floor moved) is read again.
+    let other = Segment { first: 0, ..s };
+    assert!(f
+        .planner()
+        .plan_compaction(other, u64::MAX, usize::MAX, judged)
+        .is_err());
+}
+
+#[test]
+fn the_bounds_count_the_copy_headers_not_the_frames_alone() {
+    // Review C6: a segment whose frames are exactly a quarter, but frames plus RunCopy
+    // headers are over it, is not copied; what a copy reports is what the entry grew by.
+    let (mut f, _, last) = pinned();
+    let before = f.cycle.entry.len();
+    let c = compact(&mut f, seg(last, 1 << 20));
+    assert_eq!(c.runs, 1);
+    assert_eq!(c.bytes, (f.cycle.entry.len() - before) as u64);
+    let frames = c.bytes - 25;
+    let (mut g, _, last) = pinned();
+    let c = compact(&mut g, seg(last, 4 * frames));
+    assert_eq!(c.runs, 0);
+    assert!(c.too_live.is_some());
+}
