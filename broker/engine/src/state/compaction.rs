@@ -15,15 +15,13 @@ impl State {
             return;
         };
         let i = p.runs.partition_point(|r| r.base_offset < base);
-        let Some(run) = p.runs.get_mut(i) else {
-            return;
-        };
-        if run.base_offset != base || run.count != count {
+        if p.runs
+            .get(i)
+            .is_none_or(|r| r.base_offset != base || r.count != count)
+        {
             return;
         }
-        self.run_floor.moved(Some(run.index), Some(loc.index));
-        run.index = loc.index;
-        run.pos = loc.pos;
+        self.run_floor.set_index(p, i, loc.index, loc.pos, true);
     }
 
     /// Replaces the PENDING log index of the runs the cycle copied with the committed index.
@@ -33,13 +31,13 @@ impl State {
                 continue;
             };
             let i = p.runs.partition_point(|r| r.base_offset < base);
-            if let Some(run) = p
+            if let Some(pos) = p
                 .runs
-                .get_mut(i)
+                .get(i)
                 .filter(|r| r.base_offset == base && r.index == PENDING_INDEX)
+                .map(|r| r.pos)
             {
-                run.index = index;
-                self.run_floor.moved(Some(PENDING_INDEX), Some(index));
+                self.run_floor.set_index(p, i, index, pos, false);
             }
         }
     }

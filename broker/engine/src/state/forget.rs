@@ -50,8 +50,7 @@ impl State {
                 .iter()
                 .rposition(|r| lost(r.index))
                 .map_or(0, |i| i + 1);
-            self.run_floor.remove_runs(&p.runs[..drop]);
-            p.runs.drain(..drop);
+            self.run_floor.drop_front(p, drop);
             let to = p.low_offset();
             let (qid, next_offset, partition) = (p.queue, p.next_offset, p.name.clone());
             let (queue, gids) = match self.queues.get(&qid) {

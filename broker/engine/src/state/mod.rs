@@ -206,11 +206,12 @@ impl State {
                             bytes: 0,
                             runs: Vec::new(),
                             floor: 0,
+                            copied: None,
                         },
                     );
                     // A create over an existing id (never planned) must not pin the floor.
                     if let Some(old) = replaced {
-                        self.run_floor.remove_runs(&old.runs);
+                        self.run_floor.remove_partition(&old);
                     }
                     q.partitions.insert(name, *pid, &self.partitions);
                 }
@@ -486,14 +487,16 @@ impl State {
             // wide queue hold one or two runs at a time.
             p.runs.reserve_exact(1);
         }
-        self.run_floor.moved(None, Some(loc.index));
-        p.runs.push(Run {
-            base_offset: base,
-            count: hashes.len() as u32,
-            created_us: now_us,
-            index: loc.index,
-            pos: loc.pos,
-        });
+        self.run_floor.push(
+            p,
+            Run {
+                base_offset: base,
+                count: hashes.len() as u32,
+                created_us: now_us,
+                index: loc.index,
+                pos: loc.pos,
+            },
+        );
         p.next_offset = base + n;
         p.last_write_us = now_us;
         p.bytes += bytes as u64;
@@ -603,7 +606,7 @@ impl State {
         }
         for pid in &q.partition_order {
             if let Some(p) = self.partitions.remove(pid) {
-                self.run_floor.remove_runs(&p.runs);
+                self.run_floor.remove_partition(&p);
             }
         }
     }
@@ -612,12 +615,12 @@ impl State {
     pub fn commit_pending_runs(&mut self, touched: &[u64], index: u64) {
         for pid in touched {
             if let Some(p) = self.partitions.get_mut(pid) {
-                for run in p.runs.iter_mut().rev() {
-                    if run.index != PENDING_INDEX {
+                for i in (0..p.runs.len()).rev() {
+                    let Some(run) = p.runs.get(i).filter(|r| r.index == PENDING_INDEX) else {
                         break;
-                    }
-                    run.index = index;
-                    self.run_floor.moved(Some(PENDING_INDEX), Some(index));
+                    };
+                    let pos = run.pos;
+                    self.run_floor.set_index(p, i, index, pos, false);
                 }
             }
         }

@@ -88,8 +88,7 @@ fn drop_below(p: &mut Partition, low: u64, exact: bool, floor: &mut RunFloor) {
     let whole = p
         .runs
         .partition_point(|r| r.base_offset + u64::from(r.count) <= low);
-    floor.remove_runs(&p.runs[..whole]);
-    p.runs.drain(..whole);
+    floor.drop_front(p, whole);
     // Memory is counted by capacity (memory/size.rs): give it back once mostly unused, as
     // txn_ids.expire does, so the shrink's copy is paid for by the trims that emptied it.
     if p.runs.len() < p.runs.capacity() / 4 {

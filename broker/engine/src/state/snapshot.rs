@@ -547,7 +547,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                     v1_rows.push((created_us, TxnRow { pid, offset, hash }));
                 }
             }
-            let p = Partition {
+            let mut p = Partition {
                 id: pid,
                 queue: id,
                 name: pname.clone(),
@@ -557,9 +557,10 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                 bytes,
                 runs,
                 floor: 0,
+                copied: None,
             };
             q.partition_order.push(pid);
-            s.run_floor.add_runs(&p.runs);
+            s.run_floor.add_partition(&mut p);
             s.partitions.insert(pid, p);
             q.partitions.insert(&pname, pid, &s.partitions);
         }
