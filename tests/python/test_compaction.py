@@ -6,8 +6,12 @@ payload, also after kill -9 and a restart (docs/storage-format.md "Pinning and t
 compactor").
 
 Segments are 1 MiB, checkpoints come every second and retention sweeps every 50 ms at its
-floor of 1 s. Nothing is timed: every check polls for the expected state with a deadline.
+floor of 1 s (the smallest each key takes). Nothing is timed: the load runs until the
+compactor's work shows on disk, bounded only by a generous deadline and push count that fail
+with what was seen, so a slow or loaded machine needs more time, never a different result.
 """
+
+import time
 
 import httpx
 
@@ -17,11 +21,14 @@ from segments import segment_files
 # reclamation test.
 from test_space import ENV, FILLER, MIB, configure, log_bytes, wait_until
 
-# The load: pushes of 4 messages of 16 KiB, steady; at most 1024 of them (64 MiB) before
-# the pinned segment must have gone (it takes a few checkpoints of 1 s, a few MiB at the rate
-# a test client pushes; the bound only keeps a broken compactor from filling the disk).
+# The load: pushes of 4 messages of 16 KiB (a segment every 16 pushes), paced so that it
+# spans checkpoints rather than racing them: the pinned segment goes after a few checkpoints
+# of 1 s whatever the push rate, so the pace bounds the disk a broken compactor would fill
+# (at most MAX_PUSHES pushes, 160 MiB) without making a slow machine fail.
 LOAD_BATCH = 4
-MAX_PUSHES = 1024
+LOAD_PAUSE_S = 0.02
+MAX_PUSHES = 2560
+LOAD_DEADLINE_S = 90.0
 
 
 def metric(http: httpx.Client, name: str) -> float:
@@ -71,10 +78,20 @@ def test_old_messages_of_a_queue_without_retention_stop_pinning_the_log(broker_f
         # The load runs until the segment the kept messages were written to was compacted
         # and deleted; without the compactor they would pin it, and every later one.
         pushes = 0
+        started = time.monotonic()
         while segment_files(broker.data_dir)[0].name == first_segment:
-            assert pushes < MAX_PUSHES, "the pinned first segment was never deleted under load"
+            elapsed = time.monotonic() - started
+            assert pushes < MAX_PUSHES and elapsed < LOAD_DEADLINE_S, (
+                f"the pinned first segment {first_segment} was not deleted after {pushes} pushes"
+                f" in {elapsed:.0f} s: {len(segment_files(broker.data_dir))} segments,"
+                f" {log_bytes(broker.data_dir)} bytes, compacted segments"
+                f" {metric(http, 'queen_compaction_segments_total')}, bytes copied"
+                f" {metric(http, 'queen_compaction_bytes_copied_total')}, segments deleted"
+                f" {metric(http, 'queen_log_segments_deleted_total')}"
+            )
             push_load(http, base, pushes)
             pushes += 1
+            time.sleep(LOAD_PAUSE_S)
         assert metric(http, "queen_compaction_segments_total") >= 1
         assert metric(http, "queen_compaction_bytes_copied_total") > 0
         # More load, then none: the log shrinks to the few segments appends and the last
@@ -82,7 +99,11 @@ def test_old_messages_of_a_queue_without_retention_stop_pinning_the_log(broker_f
         for n in range(pushes, pushes + 128):
             push_load(http, base, n)
         assert (pushes + 128) * LOAD_BATCH * len(FILLER) > 8 * MIB
-        wait_until(lambda: log_bytes(broker.data_dir) <= 4 * MIB, "the log shrank to a bound")
+        wait_until(
+            lambda: log_bytes(broker.data_dir) <= 4 * MIB,
+            "the log shrank to a bound",
+            seconds=LOAD_DEADLINE_S,
+        )
 
         assert read_kept(http, base, "before") == kept
         after = log_bytes(broker.data_dir)
