@@ -17,10 +17,12 @@ use super::model::{Partition, Run, PENDING_INDEX};
 pub struct RunFloor {
     /// A partition's lowest run index → how many partitions have it.
     firsts: BTreeMap<u64, u32>,
-    /// Copied runs held in every partition's [`CopiedRuns`], and partitions holding any: what
+    /// Copied runs held in every partition's [`CopiedRuns`], partitions holding any, and the
+    /// B-tree nodes their sets may need beyond the first (see [`tree_nodes`]): what
     /// [`RunFloor::bytes`] charges for them.
     copied_runs: usize,
     copied_parts: usize,
+    copied_nodes: usize,
 }
 
 /// A partition's runs that no longer sit in log order because a copy moved their frames
@@ -34,8 +36,23 @@ pub struct CopiedRuns {
     plain_from: u64,
 }
 
-/// What a B-tree slot costs, roughly (key, value and the node's share).
-const SLOT_BYTES: usize = 32;
+/// The allocator's header and rounding per allocation (glibc), as `memory/size.rs` counts it.
+const ALLOC_OVERHEAD: usize = 16;
+/// std's B-tree nodes hold up to 11 keys; a leaf is the parent pointer, two `u16` and the
+/// key and value arrays: 104 B for a `BTreeSet<u64>` (8 + 4 + 88, aligned) and 144 B for a
+/// `BTreeMap<u64, u32>` (8 + 4 + 88 + 44). An internal node adds 12 edge pointers. Even a
+/// one-element tree holds a whole leaf (review M2: 304 B measured for one copied run, with
+/// the box, where 120 B were charged).
+const SET_LEAF: usize = 104;
+const MAP_LEAF: usize = 144;
+const EDGES: usize = 12 * 8;
+/// A partition's box and the first node of each of its two trees.
+const COPIED_PART_BYTES: usize =
+    std::mem::size_of::<CopiedRuns>() + SET_LEAF + MAP_LEAF + 3 * ALLOC_OVERHEAD;
+/// Each further node of both trees, charged as an internal one (an upper bound).
+const COPIED_NODE_BYTES: usize = SET_LEAF + MAP_LEAF + 2 * EDGES + 2 * ALLOC_OVERHEAD;
+/// A node of `firsts` (a `BTreeMap<u64, u32>`), charged as an internal one.
+const FIRSTS_NODE_BYTES: usize = MAP_LEAF + EDGES + ALLOC_OVERHEAD;
 
 impl RunFloor {
     /// Appends `run` at the end of `p` (the planner appends at the partition's end, at an
@@ -53,18 +70,19 @@ impl RunFloor {
             return;
         }
         let before = lowest(p);
+        let held = copied_len(p);
         if let Some(c) = p.copied.as_deref_mut() {
             let end = p.runs.get(n).map_or(u64::MAX, |r| r.base_offset);
             for r in &p.runs[..n] {
                 if c.bases.remove(&r.base_offset) {
                     uncount(&mut c.indexes, r.index);
-                    self.copied_runs = self.copied_runs.saturating_sub(1);
                 }
             }
             c.plain_from = c.plain_from.max(end);
         }
         p.runs.drain(..n);
         self.settle(p);
+        self.recount(held, copied_len(p));
         self.moved(before, lowest(p));
     }
 
@@ -76,14 +94,12 @@ impl RunFloor {
             return;
         };
         let before = lowest(p);
+        let held = copied_len(p);
         let copied = p
             .copied
             .as_deref()
             .is_some_and(|c| c.bases.contains(&run.base_offset));
         if copied || copy {
-            if p.copied.is_none() {
-                self.copied_parts += 1;
-            }
             let c = p.copied.get_or_insert_with(|| {
                 // Plain from the first run on: until now every run was in log order.
                 Box::default()
@@ -92,7 +108,6 @@ impl RunFloor {
                 uncount(&mut c.indexes, run.index);
             } else {
                 c.bases.insert(run.base_offset);
-                self.copied_runs += 1;
             }
             *c.indexes.entry(index).or_default() += 1;
         }
@@ -101,6 +116,7 @@ impl RunFloor {
             r.pos = pos;
         }
         self.settle(p);
+        self.recount(held, copied_len(p));
         self.moved(before, lowest(p));
     }
 
@@ -120,20 +136,16 @@ impl RunFloor {
         }
         p.copied = None;
         if !c.bases.is_empty() {
-            self.copied_runs += c.bases.len();
-            self.copied_parts += 1;
             p.copied = Some(Box::new(c));
             self.settle(p);
         }
+        self.recount(0, copied_len(p));
         self.moved(None, lowest(p));
     }
 
     /// Uncounts a partition that left the state (its queue's deletion, a create over it).
     pub fn remove_partition(&mut self, p: &Partition) {
-        if let Some(c) = p.copied.as_deref() {
-            self.copied_runs = self.copied_runs.saturating_sub(c.bases.len());
-            self.copied_parts = self.copied_parts.saturating_sub(1);
-        }
+        self.recount(copied_len(p), 0);
         self.moved(lowest(p), None);
     }
 
@@ -146,7 +158,6 @@ impl RunFloor {
         };
         if c.bases.is_empty() {
             p.copied = None;
-            self.copied_parts = self.copied_parts.saturating_sub(1);
             return;
         }
         let mut i = p.runs.partition_point(|r| r.base_offset < c.plain_from);
@@ -158,6 +169,18 @@ impl RunFloor {
             i += 1;
         }
         c.plain_from = p.runs.get(i).map_or(p.next_offset, |r| r.base_offset);
+    }
+
+    /// A partition's copied set went from `before` runs to `after` (0: no set).
+    fn recount(&mut self, before: usize, after: usize) {
+        if before == after {
+            return;
+        }
+        self.copied_runs = (self.copied_runs + after).saturating_sub(before);
+        self.copied_parts =
+            (self.copied_parts + usize::from(after > 0)).saturating_sub(usize::from(before > 0));
+        self.copied_nodes = (self.copied_nodes + tree_nodes(after).saturating_sub(1))
+            .saturating_sub(tree_nodes(before).saturating_sub(1));
     }
 
     fn moved(&mut self, before: Option<u64>, after: Option<u64>) {
@@ -172,17 +195,14 @@ impl RunFloor {
         }
     }
 
-    /// Memory the floor holds, roughly: a B-tree slot per distinct partition minimum, two per
-    /// copied run (its base and its index) and a boxed set per partition holding copies.
+    /// Memory the floor holds, as allocated: the nodes of the distinct partition minimums'
+    /// tree, and per partition holding copies its box and the nodes of its two trees (at
+    /// least one leaf each, however few runs). Node counts are upper bounds ([`tree_nodes`]).
     pub fn bytes(&self) -> usize {
-        self.firsts
-            .len()
-            .saturating_add(self.copied_runs.saturating_mul(2))
-            .saturating_mul(SLOT_BYTES)
-            .saturating_add(
-                self.copied_parts
-                    .saturating_mul(std::mem::size_of::<CopiedRuns>()),
-            )
+        tree_nodes(self.firsts.len())
+            .saturating_mul(FIRSTS_NODE_BYTES)
+            .saturating_add(self.copied_parts.saturating_mul(COPIED_PART_BYTES))
+            .saturating_add(self.copied_nodes.saturating_mul(COPIED_NODE_BYTES))
     }
 
     /// The lowest committed log index a message still held lives in; None when no committed
@@ -218,6 +238,21 @@ fn lowest(p: &Partition) -> Option<u64> {
     match (plain, copied) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
+    }
+}
+
+/// How many copied runs `p` keeps aside (0: none, no set).
+fn copied_len(p: &Partition) -> usize {
+    p.copied.as_deref().map_or(0, |c| c.bases.len())
+}
+
+/// At most how many nodes a std B-tree of `n` keys holds: one up to a node's 11 keys; past
+/// that every node but the root holds at least 5 keys, so no more than `1 + n / 5`.
+fn tree_nodes(n: usize) -> usize {
+    match n {
+        0 => 0,
+        1..=11 => 1,
+        _ => 1 + n.div_ceil(5),
     }
 }
 

@@ -146,6 +146,13 @@ impl Model {
             .map(|c| c.bases.len())
             .sum();
         prop_assert_eq!(self.floor.copied_runs, copied);
+        let nodes: usize = self
+            .parts
+            .iter()
+            .filter_map(|p| p.copied.as_deref())
+            .map(|c| tree_nodes(c.bases.len()) - 1)
+            .sum();
+        prop_assert_eq!(self.floor.copied_nodes, nodes);
         prop_assert_eq!(
             self.floor.copied_parts,
             self.parts.iter().filter(|p| p.copied.is_some()).count()
@@ -208,11 +215,11 @@ fn the_floor_is_the_lowest_run_and_planned_runs_do_not_count() {
         m.parts[0].copied.is_none(),
         "dropping the copied run frees the set"
     );
-    assert_eq!(m.floor.bytes(), SLOT_BYTES);
+    assert_eq!(m.floor.bytes(), FIRSTS_NODE_BYTES);
 }
 
 #[test]
-fn a_plain_partition_costs_one_slot_whatever_its_runs() {
+fn a_plain_partition_costs_one_node_whatever_its_runs() {
     let mut m = Model::new();
     for _ in 0..1000 {
         m.apply(&Op::Append {
@@ -220,6 +227,6 @@ fn a_plain_partition_costs_one_slot_whatever_its_runs() {
             pending: false,
         });
     }
-    assert_eq!(m.floor.bytes(), SLOT_BYTES);
+    assert_eq!(m.floor.bytes(), FIRSTS_NODE_BYTES);
     assert_eq!(m.floor.firsts.len(), 1);
 }
