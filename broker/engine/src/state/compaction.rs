@@ -3,14 +3,29 @@
 //! reads nothing: the frames travel in the `RunCopy` effect itself, so a follower and a
 //! replay point the run at the copy alone, exactly as the leader did.
 
+use super::frame::skip_frames;
 use super::model::PENDING_INDEX;
 use super::{Loc, State};
 
 impl State {
-    /// Points run `base..base+count` of partition `pid` at the frames at `loc`. A run that is
-    /// no longer held whole as it was copied (retention removed it, its queue went) is left
-    /// alone: the copy's bytes are then dead, like any removed message's.
-    pub fn copy_run(&mut self, pid: u64, base: u64, count: u32, loc: Loc) {
+    /// Points run `base..base+count` of partition `pid` at the `frames` at `loc`. A run that
+    /// is no longer held whole as it was copied (retention removed it, its queue went) is left
+    /// alone: the copy's bytes are then dead, like any removed message's. So is a run whose
+    /// copy does not hold exactly `count` frames: once re-pointed, its old bytes would be
+    /// deleted and the run read from a copy that is not it (review L2). The frames travel in
+    /// the entry, so every node refuses the same copy.
+    pub fn copy_run(&mut self, pid: u64, base: u64, count: u32, frames: &[u8], loc: Loc) {
+        if !skip_frames(frames, u64::from(count)).is_ok_and(|rest| rest.is_empty()) {
+            tracing::error!(
+                pid,
+                base,
+                count,
+                len = frames.len(),
+                index = loc.index,
+                "a run copy does not hold exactly its run's frames; the run stays where it is"
+            );
+            return;
+        }
         let Some(p) = self.partitions.get_mut(&pid) else {
             return;
         };

@@ -417,8 +417,8 @@ impl State {
                 pid,
                 base_offset,
                 count,
-                ..
-            } => self.copy_run(*pid, *base_offset, *count, loc),
+                frames,
+            } => self.copy_run(*pid, *base_offset, *count, frames, loc),
             Effect::KafkaDeleteRecords { pid, low } => self.delete_records(*pid, *low),
             Effect::GroupConflation { gid } => {
                 if let Some(g) = self.groups.get_mut(gid) {
