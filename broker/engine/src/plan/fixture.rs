@@ -124,7 +124,13 @@ impl Fixture {
         let appended = std::mem::take(&mut cycle.appended);
         let copied = std::mem::take(&mut cycle.copied);
         let entry = cycle.entry.finish();
-        let index = self.log.entries.last_key_value().map_or(1, |(i, _)| i + 1);
+        // Above the last entry, and above what a state built by hand says it applied.
+        let index = self
+            .log
+            .entries
+            .last_key_value()
+            .map_or(1, |(i, _)| i + 1)
+            .max(self.st.applied.map_or(1, |(i, _)| i + 1));
         // The log applies what it commits before the proposal resolves; on the leader that
         // only moves the applied position.
         if let Err(e) = apply_entry(&mut self.st, index, TERM, &entry) {

@@ -433,6 +433,40 @@ fn decode_sections(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError>
     Ok(())
 }
 
+/// What a checkpoint's run must be (review L3): copies put runs out of log order, so the
+/// order of their indexes says nothing, but the floor and every read search a partition's
+/// runs by base offset, and a run naming an entry the checkpoint has not applied (or one still
+/// being planned) would let the floor delete what it holds.
+fn check_run(
+    r: &Reader<'_>,
+    pid: u64,
+    prev: Option<&Run>,
+    run: &Run,
+    applied: Option<(u64, u64)>,
+) -> Result<(), DecodeError> {
+    if let Some(prev) = prev.filter(|p| p.base_offset >= run.base_offset) {
+        return Err(r.malformed(format!(
+            "partition {pid}: run at offset {} after one at {}",
+            run.base_offset, prev.base_offset
+        )));
+    }
+    if run.index == PENDING_INDEX {
+        return Err(r.malformed(format!(
+            "partition {pid}: run at offset {} names no committed entry",
+            run.base_offset
+        )));
+    }
+    // Every checkpoint written holds its applied position (an entry applied set it); a state
+    // without one (built by hand) has nothing to hold the index to.
+    if let Some((applied, _)) = applied.filter(|&(a, _)| run.index > a) {
+        return Err(r.malformed(format!(
+            "partition {pid}: run at offset {} names entry {} above the applied {applied}",
+            run.base_offset, run.index
+        )));
+    }
+    Ok(())
+}
+
 pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
     let mut r = Reader::new(buf);
     let v = r.u8()?;
@@ -526,7 +560,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
             let last_write_us = r.i64()?;
             let bytes = r.u64()?;
             let nr = r.count(32)?;
-            let mut runs = Vec::with_capacity(nr);
+            let mut runs: Vec<Run> = Vec::with_capacity(nr);
             for _ in 0..nr {
                 let run = Run {
                     base_offset: r.u64()?,
@@ -535,6 +569,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                     index: r.u64()?,
                     pos: r.u32()?,
                 };
+                check_run(&r, pid, runs.last(), &run, s.applied)?;
                 runs.push(run);
             }
             if v == 1 {
