@@ -16,7 +16,14 @@ pub struct Compactor {
     /// The last segment a look found more than a quarter live: not read again while it holds
     /// the same runs (review C2).
     too_live: Option<TooLive>,
+    /// Looks left this checkpoint interval that may follow one short of room.
+    room_retries: u32,
 }
+
+/// How many looks a checkpoint interval may spend on runs the cycle had no room for: each
+/// walks every run (review M3), and under a steady load a run larger than what client work
+/// leaves may never fit (review H2, docs/storage-format.md "Open").
+const ROOM_RETRIES: u32 = 16;
 
 impl Compactor {
     /// Not due before this incarnation's first checkpoint: the budget lives in memory only,
@@ -29,6 +36,7 @@ impl Compactor {
             due: false,
             budget: CompactionBudget::default(),
             too_live: None,
+            room_retries: 0,
         }
     }
 
@@ -36,6 +44,7 @@ impl Compactor {
     pub fn after_checkpoint(&mut self) {
         self.budget.reset();
         self.due = self.enabled;
+        self.room_retries = ROOM_RETRIES;
     }
 
     /// Whether a look may start now, and with how many bytes of budget for a segment of
@@ -62,6 +71,15 @@ impl Compactor {
         (budget > 0).then_some(budget)
     }
 
+    /// Whether a look that left runs for lack of room is tried again next cycle.
+    fn retry_for_room(&mut self, c: &Compacted) -> bool {
+        if !c.short_of_room || self.room_retries == 0 {
+            return false;
+        }
+        self.room_retries -= 1;
+        true
+    }
+
     /// Copies live runs of the oldest pinned sealed segment into the cycle's entry, if due,
     /// without the entry passing `max_entry_bytes` (already held to the disk gate's room).
     pub fn plan(
@@ -84,8 +102,10 @@ impl Compactor {
                 self.too_live = c.too_live;
                 self.budget.spend(c.bytes);
                 // Progress, and room left: the rest of this segment, or the next pinned one,
-                // in the next cycle. A look that copied nothing waits for the next checkpoint.
-                self.due = c.runs > 0;
+                // in the next cycle. So too a look that left runs for lack of room (a later
+                // cycle may leave more), a bounded number of times. A look that copied nothing
+                // otherwise waits for the next checkpoint.
+                self.due = c.runs > 0 || self.retry_for_room(&c);
                 Some(c)
             }
             Err(e) => {
@@ -99,6 +119,7 @@ impl Compactor {
 #[cfg(test)]
 mod tests {
     use super::Compactor;
+    use queenmq_engine::plan::Compacted;
 
     const SEGMENT: u64 = 64 << 20;
 
@@ -138,6 +159,33 @@ mod tests {
         );
         c.after_checkpoint();
         assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(SEGMENT / 4));
+    }
+
+    #[test]
+    fn a_look_short_of_room_stays_due_a_bounded_number_of_times() {
+        // Review H2: a look that left runs for lack of room waited for the next checkpoint.
+        let mut c = Compactor::new(true);
+        c.after_checkpoint();
+        let short = Compacted {
+            more: true,
+            short_of_room: true,
+            ..Compacted::default()
+        };
+        for _ in 0..super::ROOM_RETRIES {
+            assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(SEGMENT / 4));
+            c.due = c.retry_for_room(&short);
+        }
+        assert!(!c.due, "the retries are spent until the next checkpoint");
+        let budget_only = Compacted {
+            more: true,
+            ..Compacted::default()
+        };
+        c.after_checkpoint();
+        c.due = c.retry_for_room(&budget_only);
+        assert!(
+            !c.due,
+            "a look stopped by the budget waits for the next checkpoint"
+        );
     }
 
     #[test]

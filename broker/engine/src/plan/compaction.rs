@@ -39,6 +39,9 @@ pub struct Compacted {
     pub segment_done: bool,
     /// Runs of the segment are left for a later cycle (the entry or the budget was full).
     pub more: bool,
+    /// Some of them were left because the cycle's entry had no room for them (not for lack of
+    /// budget): a later cycle with more room may take them before the next checkpoint.
+    pub short_of_room: bool,
     /// The segment was judged more than a quarter live (or still is, unread: `known`).
     pub too_live: Option<TooLive>,
 }
@@ -143,13 +146,20 @@ impl Planner<'_> {
             }
             live.push(Live { pid, run, frames });
         }
+        // A run that does not fit is left for a later cycle, but the smaller ones after it are
+        // still copied: one large run must not hold back all the others (review H2).
         let mut left = budget;
         for l in &live {
             let n = copy_bytes(&l.frames);
             let room = max_entry_bytes.saturating_sub(self.cycle.entry.len());
-            if n > left || !usize::try_from(n).is_ok_and(|n| n <= room) {
+            if n > left {
                 out.more = true;
-                return Ok(out);
+                continue;
+            }
+            if !usize::try_from(n).is_ok_and(|n| n <= room) {
+                out.more = true;
+                out.short_of_room = true;
+                continue;
             }
             self.emit(Effect::RunCopy {
                 pid: l.pid,
@@ -161,7 +171,7 @@ impl Planner<'_> {
             out.bytes = out.bytes.saturating_add(n);
             out.runs += 1;
         }
-        out.segment_done = true;
+        out.segment_done = !out.more;
         Ok(out)
     }
 

@@ -250,3 +250,111 @@ fn the_bounds_count_the_copy_headers_not_the_frames_alone() {
     assert_eq!(c.runs, 0);
     assert!(c.too_live.is_some());
 }
+
+fn pid_of(f: &Fixture, queue: &str) -> u64 {
+    let q = f.st.queue_named(queue).expect("queue");
+    q.partitions.get("p", &f.st.partitions).expect("p")
+}
+
+#[test]
+fn a_run_without_room_is_skipped_and_the_smaller_ones_after_it_are_copied() {
+    // Review H2: the first run that did not fit ended the look, so one large run held back
+    // every run after it for as long as the cycles left it no room.
+    let (mut f, _, _) = pinned();
+    f.push("small", "p", 1);
+    let last = f.commit().expect("push");
+    let big = keep_index(&f);
+    let s = seg(last, 1 << 20);
+    let base = f.cycle.entry.len();
+    // The least room in which anything is copied: the small run's, not the large one's.
+    let mut copied = None;
+    for room in 0..4096 {
+        let c = match f.planner().plan_compaction(s, u64::MAX, base + room, None) {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        };
+        if c.runs > 0 {
+            copied = Some(c);
+            break;
+        }
+    }
+    let c = copied.expect("a copy within 4 KiB of room");
+    assert_eq!(c.runs, 1);
+    assert!(c.more && c.short_of_room && !c.segment_done, "{c:?}");
+    let copy = f.commit().expect("copy");
+    let small = pid_of(&f, "small");
+    let moved = f.st.partitions.get(&small).map(|p| p.runs[0].index);
+    assert_eq!(moved, Some(copy), "the small run moved");
+    assert_eq!(keep_index(&f), big, "the large run waits for room");
+    // With room, the next look takes it, and the segment is done.
+    let c = compact(&mut f, s);
+    assert_eq!((c.runs, c.segment_done, c.short_of_room), (1, true, false));
+    f.assert_replays();
+}
+
+#[test]
+fn a_copy_that_does_not_hold_exactly_its_runs_frames_is_refused() {
+    // Review L2: apply re-pointed the run whatever the copy held, and the old bytes went.
+    let (mut f, _, last) = pinned();
+    let pid = pid_of(&f, "keep");
+    let before = (keep_index(&f), f.st.run_floor.lowest());
+    // A frame is its u32 length and that many bytes; the kept run is 2 frames.
+    let frame = [1u8, 0, 0, 0, 7];
+    let at = crate::state::Loc {
+        index: last + 1,
+        pos: 0,
+    };
+    for n in [0usize, 1, 3] {
+        let frames = frame.repeat(n);
+        f.st.copy_run(pid, 0, 2, &frames, at);
+        assert_eq!(
+            (keep_index(&f), f.st.run_floor.lowest()),
+            before,
+            "{n} frames"
+        );
+    }
+    f.st.copy_run(pid, 0, 2, &[&frame[..], &frame[..], &[0]].concat(), at);
+    assert_eq!(keep_index(&f), before.0, "trailing bytes");
+    f.st.copy_run(pid, 0, 2, &frame.repeat(2), at);
+    assert_eq!(
+        keep_index(&f),
+        vec![last + 1],
+        "exactly 2 frames are applied"
+    );
+}
+
+/// The checkpoint of `f` after `change` to partition "keep"'s runs, decoded.
+fn decode_changed(f: &Fixture, change: impl FnOnce(&mut Vec<crate::state::model::Run>)) -> String {
+    let pid = pid_of(f, "keep");
+    let mut st = match decode_state(&encode_state(&f.st)) {
+        Ok(s) => s,
+        Err(e) => panic!("the unchanged checkpoint: {e}"),
+    };
+    if let Some(p) = st.partitions.get_mut(&pid) {
+        change(&mut p.runs);
+    }
+    match decode_state(&encode_state(&st)) {
+        Ok(_) => "accepted".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn the_checkpoint_decoder_refuses_runs_the_floor_cannot_trust() {
+    // Review L3.
+    let (mut f, _, _) = pinned();
+    f.push("keep", "p", 1);
+    f.commit();
+    let applied = f.st.applied.expect("applied").0;
+    assert_eq!(decode_changed(&f, |_| {}), "accepted");
+    let e = decode_changed(&f, |runs| runs[0].index = applied + 1);
+    assert!(e.contains("above the applied"), "{e}");
+    let e = decode_changed(&f, |runs| {
+        runs[1].index = crate::state::model::PENDING_INDEX
+    });
+    assert!(e.contains("no committed entry"), "{e}");
+    let e = decode_changed(&f, |runs| runs[1].base_offset = runs[0].base_offset);
+    assert!(e.contains("after one at"), "{e}");
+    let e = decode_changed(&f, |runs| runs.swap(0, 1));
+    assert!(e.contains("after one at"), "{e}");
+}
