@@ -33,6 +33,10 @@ impl ReplicatedLog for RaftLog {
         self.0.reclaimable_bytes(upto)
     }
 
+    fn sealed_segment_of(&self, index: u64) -> Option<(u64, u64, u64)> {
+        self.0.sealed_segment_of(index)
+    }
+
     fn reclaim_refusal(&self) -> Option<&'static str> {
         self.0.reclaim_refusal()
     }

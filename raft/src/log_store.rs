@@ -198,6 +198,15 @@ impl LogStore {
         self.inner.log.sealed_bytes_through(upto)
     }
 
+    /// (first, last, bytes) of the sealed segment holding `index`; None while reclamation is
+    /// refused, since a compaction would then free nothing.
+    pub fn sealed_segment_of(&self, index: u64) -> Option<(u64, u64, u64)> {
+        if self.refusal().is_some() {
+            return None;
+        }
+        self.inner.log.sealed_segment_of(index)
+    }
+
     /// Why `reclaim_upto` deletes nothing whatever it is given, if it does not (the metric label
     /// of `queen_log_reclaim_refused_total`): `"multi_node"` (sticky), `"widening"` (a
     /// membership change naming a new node is in openraft's hands) or `"meta_unreadable"` (the

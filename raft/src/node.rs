@@ -382,6 +382,11 @@ impl RaftNode {
         &self.inner.raft
     }
 
+    /// The sealed segment holding `index` (`LogStore::sealed_segment_of`).
+    pub fn sealed_segment_of(&self, index: u64) -> Option<(u64, u64, u64)> {
+        self.inner.log_store.sealed_segment_of(index)
+    }
+
     /// Bytes `reclaim_upto(upto)` would free now.
     pub fn reclaimable_bytes(&self, upto: u64) -> u64 {
         self.inner.log_store.reclaimable_bytes(upto)

@@ -15,6 +15,9 @@ pub struct Cycle {
     /// scan here held the engine 38 s for one push to 300 000 partitions).
     pub appended: Vec<u64>,
     appended_set: HashSet<u64>,
+    /// Runs the compactor copied in this cycle, (partition, first offset): they point at
+    /// PENDING_INDEX too, wherever they stand among their partition's runs.
+    pub copied: Vec<(u64, u64)>,
     /// Queues whose deliverable set may have grown: wake their parked pops after commit.
     pub woken_queues: HashSet<String>,
     /// Payload bytes the cycle's pops read so far (their answers are built from them).
@@ -29,6 +32,7 @@ impl Cycle {
             entry: EntryBuilder::new(number, now_us),
             appended: Vec::new(),
             appended_set: HashSet::new(),
+            copied: Vec::new(),
             woken_queues: HashSet::new(),
             pop_bytes: 0,
         }
@@ -61,6 +65,9 @@ impl Cycle {
             {
                 self.wake_partition(st, *pid);
             }
+            Effect::RunCopy {
+                pid, base_offset, ..
+            } => self.copied.push((*pid, *base_offset)),
             // A trim may end a lease or make a partition ready for a group.
             Effect::RetentionTrim { pid, .. } | Effect::KafkaDeleteRecords { pid, .. } => {
                 self.wake_partition(st, *pid)

@@ -125,6 +125,14 @@ pub enum Effect<'a> {
         pid: u64,
         low: u64,
     },
+    /// The compactor copied the frames of run `base_offset..base_offset+count` of a partition
+    /// forward, unchanged: the run now points at this entry (plan/compaction.rs).
+    RunCopy {
+        pid: u64,
+        base_offset: u64,
+        count: u32,
+        frames: &'a [u8],
+    },
     /// InitProducerId handed out `producer_id` at `epoch` (a new id, or a bumped epoch); the
     /// producer's last activity is the entry's `now_us`.
     KafkaProducerInit {
@@ -231,6 +239,7 @@ const K_DLQ_PURGE: u8 = 62;
 const K_EPHEMERAL_CONFIG_SET: u8 = 63;
 const K_EPHEMERAL_CONFIG_DELETE: u8 = 64;
 const K_GROUP_START_FROM: u8 = 65;
+const K_RUN_COPY: u8 = 80;
 
 pub struct EntryHeader {
     pub cycle: u64,
@@ -512,6 +521,21 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
             w.u64(*pid);
             w.u64(*low);
         }
+        Effect::RunCopy {
+            pid,
+            base_offset,
+            count,
+            frames,
+        } => {
+            w.u8(K_RUN_COPY);
+            w.u64(*pid);
+            w.u64(*base_offset);
+            w.u32(*count);
+            w.u32(frames.len() as u32);
+            let pos = w.len() as u32;
+            w.buf.extend_from_slice(frames);
+            return pos;
+        }
         Effect::KafkaProducerInit { producer_id, epoch } => {
             w.u8(K_KAFKA_PRODUCER_INIT);
             w.i64(*producer_id);
@@ -790,6 +814,23 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
             pid: r.u64()?,
             low: r.u64()?,
         },
+        K_RUN_COPY => {
+            let pid = r.u64()?;
+            let base_offset = r.u64()?;
+            let count = r.u32()?;
+            let len = r.u32()? as usize;
+            let pos = r.pos() as u32;
+            let frames = r.take(len)?;
+            return Ok((
+                Effect::RunCopy {
+                    pid,
+                    base_offset,
+                    count,
+                    frames,
+                },
+                pos,
+            ));
+        }
         K_KAFKA_PRODUCER_INIT => Effect::KafkaProducerInit {
             producer_id: producer_id(r)?,
             epoch: producer_epoch(r)?,
@@ -1112,13 +1153,22 @@ mod tests {
             pid: 7,
             low: 1 << 40,
         };
-        for e in [&put, &forever, &delete, &trim] {
-            b.push(e);
+        let copy = Effect::RunCopy {
+            pid: 9,
+            base_offset: 1 << 33,
+            count: 2,
+            frames: b"COPIED",
+        };
+        let mut copy_pos = 0;
+        for e in [&put, &forever, &delete, &trim, &copy] {
+            copy_pos = b.push(e);
         }
         let buf = b.finish();
+        assert_eq!(&buf[copy_pos as usize..copy_pos as usize + 6], b"COPIED");
         let (_, effects) = decode_entry(&buf).unwrap();
+        assert_eq!(effects.last().map(|(_, pos)| *pos), Some(copy_pos));
         let got: Vec<_> = effects.into_iter().map(|(e, _)| e).collect();
-        assert_eq!(got, vec![put, forever, delete, trim]);
+        assert_eq!(got, vec![put, forever, delete, trim, copy]);
     }
 
     #[test]

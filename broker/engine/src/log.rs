@@ -54,6 +54,13 @@ pub trait ReplicatedLog: Send + Sync + 'static {
         let _ = upto;
         0
     }
+    /// (first index, last index, file bytes) of the sealed segment holding `index`, the one
+    /// the compactor may rewrite the live runs of; None when there is none (the segment
+    /// appends go to, a log that keeps nothing on disk, or reclamation refused).
+    fn sealed_segment_of(&self, index: u64) -> Option<(u64, u64, u64)> {
+        let _ = index;
+        None
+    }
     /// Why `reclaim` deletes nothing whatever it is given, if it is refused: a short reason,
     /// the `reason` label of `queen_log_reclaim_refused_total` (the Raft log: "multi_node").
     fn reclaim_refusal(&self) -> Option<&'static str> {

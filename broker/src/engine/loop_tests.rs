@@ -199,3 +199,33 @@ fn a_failed_cycle_keeps_refusals_and_answers_reads_503() {
         .expect_err("not made");
     assert_eq!(write.code, ErrorCode::Unavailable);
 }
+
+#[test]
+fn a_copy_gets_no_room_on_a_full_disk_and_never_the_reserve() {
+    // Review C1: compaction copies are held to the gate like due timers. The entry cap equals
+    // what is already planned, so the compactor has no room at all.
+    let limits = queenmq_engine::limits::Limits::new(64 << 20, 4 << 20, 16);
+    let full = crate::disk_gate::DiskGate::new(Box::new(Fixed(1_000)), 1 << 20);
+    full.refresh();
+    assert!(full.is_full());
+    assert_eq!(super::gated_limits(&limits, Some(&full), 300), (300, 300));
+    // 2 MiB free over a 1 MiB reserve: a copy may take the MiB above it, never the reserve.
+    let room = crate::disk_gate::DiskGate::new(Box::new(Fixed(2 << 20)), 1 << 20);
+    room.refresh();
+    assert!(!room.is_full());
+    let (_, copy_max) = super::gated_limits(&limits, Some(&room), 0);
+    assert!(copy_max <= 1 << 20, "{copy_max}");
+    assert!(copy_max > 0);
+    assert_eq!(
+        super::gated_limits(&limits, None, 0),
+        (limits.cycle_bytes, limits.max_entry_bytes)
+    );
+}
+
+#[test]
+fn copies_take_what_the_cycle_cap_leaves_and_the_entry_cap_only_alone() {
+    // Review C4: with client work planned, a copy may not grow the entry past the cycle cap
+    // (it was given the entry cap, 256 MiB, and held back every later job).
+    assert_eq!(super::copy_cap(false, 4 << 20, 256 << 20), 4 << 20);
+    assert_eq!(super::copy_cap(true, 4 << 20, 256 << 20), 256 << 20);
+}

@@ -9,6 +9,7 @@
 pub mod apply_handler;
 mod bus;
 mod bus_waits;
+mod compactor;
 mod long_poll_slots;
 #[cfg(test)]
 mod loop_tests;
@@ -186,6 +187,7 @@ pub struct Engine {
     /// state, lets it go (else an idle node keeps dead segments until something is written).
     reclaim_pending: bool,
     reclaimer: reclaim::Reclaimer,
+    compactor: compactor::Compactor,
 }
 
 /// A checkpoint written, skipped for want of space (None), or failed.
@@ -261,6 +263,7 @@ impl Engine {
             reclaim_bound: None,
             reclaim_pending: false,
             reclaimer: reclaim::Reclaimer::new(cfg.reclaim.enabled, cfg.reclaim.pause_file.clone()),
+            compactor: compactor::Compactor::new(cfg.reclaim.enabled),
         }
     }
 
@@ -350,7 +353,8 @@ impl Engine {
         let mut replies: Vec<(Reply, Result<Outcome, QueenError>, bool)> =
             Vec::with_capacity(jobs.len());
         let removed: Vec<(String, u64)>;
-        let (entry, appended, number) = {
+        let compacted;
+        let (entry, appended, copied, number) = {
             let mut st = self.shared.lock();
             let mut cycle = Cycle::next(&st, self.cfg.clock.now_us());
             let now = cycle.now_us;
@@ -373,19 +377,11 @@ impl Engine {
             };
             // Due timers write data the gate never saw as a request: they fire only into the
             // room the gate leaves above the reserve, and otherwise stay due (no write at all).
-            let (cycle_bytes, max_entry_bytes) = match &self.cfg.disk {
-                Some(d) => {
-                    let planned = planner.cycle.entry.len();
-                    let room = usize::try_from(d.data_room(planned as u64))
-                        .unwrap_or(usize::MAX)
-                        .saturating_add(planned);
-                    (
-                        self.limits.cycle_bytes.min(room),
-                        self.limits.max_entry_bytes.min(room),
-                    )
-                }
-                None => (self.limits.cycle_bytes, self.limits.max_entry_bytes),
-            };
+            let (cycle_bytes, max_entry_bytes) = gated_limits(
+                &self.limits,
+                self.cfg.disk.as_deref(),
+                planner.cycle.entry.len(),
+            );
             planner.fire_timers(TIMERS_FIRED_PER_CYCLE, cycle_bytes, max_entry_bytes);
             // Transactions open past their timeout end here, as Kafka's coordinator's timer
             // aborts them; their markers are data and fit the same room as the timers.
@@ -482,6 +478,22 @@ impl Engine {
                     }
                 }
             }
+            // Background work, after the clients' (review C4): within what the cycle cap
+            // leaves, or alone in an otherwise empty entry up to the entry cap (a run longer
+            // than the cycle cap was once an Append alone). After retention, so nothing it
+            // removes is copied. Held to the disk gate's room like a due timer: the space a
+            // copy gives back comes only at a later checkpoint, and a copy that met ENOSPC
+            // would rebuild the group and be planned again (review C1, docs/storage-format.md
+            // "A full disk").
+            let planned = planner.cycle.entry.len();
+            let (cycle_cap, entry_cap) =
+                gated_limits(&self.limits, self.cfg.disk.as_deref(), planned);
+            let copy_max = copy_cap(planner.cycle.entry.is_empty(), cycle_cap, entry_cap);
+            compacted = self
+                .compactor
+                .plan(&mut planner, self.log.as_ref(), copy_max, || {
+                    self.reclaimer.would_run()
+                });
             planner.plan_kv_sweep(plan::KV_SWEEP_PER_CYCLE, self.limits.max_entry_bytes);
             planner.plan_streams_purge(plan::STREAMS_PURGE_PER_CYCLE, self.limits.max_entry_bytes);
             if let Some(m) = &mut self.memory {
@@ -494,7 +506,7 @@ impl Engine {
             }
             self.woken = std::mem::take(&mut cycle.woken_queues);
             if cycle.entry.is_empty() {
-                (None, Vec::new(), 0)
+                (None, Vec::new(), Vec::new(), 0)
             } else {
                 if let Some(n) = self.panic_after {
                     panic_guard::maybe_panic(n);
@@ -502,7 +514,8 @@ impl Engine {
                 st.last_cycle = cycle.number;
                 st.last_now_us = cycle.now_us;
                 let appended = std::mem::take(&mut cycle.appended);
-                (Some(cycle.entry.finish()), appended, cycle.number)
+                let copied = std::mem::take(&mut cycle.copied);
+                (Some(cycle.entry.finish()), appended, copied, cycle.number)
             }
         };
         if let Some(entry) = entry {
@@ -521,13 +534,27 @@ impl Engine {
             let _writing = self.cfg.disk.as_ref().map(|d| d.begin_write(size as u64));
             match self.log.propose(entry).await {
                 Ok((index, _term)) => {
-                    self.shared.lock().commit_pending_runs(&appended, index);
+                    {
+                        let mut st = self.shared.lock();
+                        st.commit_pending_runs(&appended, index);
+                        st.commit_copied_runs(&copied, index);
+                    }
                     self.cache.insert_vec(index, cached);
                     let tenant = self.cfg.tenant.to_string();
                     // Counted once the log holds the trims: a failed proposal removed nothing.
                     for (queue, n) in removed {
                         metrics::counter!("queen_retention_removed_messages_total", "queue" => queue, "tenant" => tenant.clone())
                             .increment(n);
+                    }
+                    if let Some(c) = compacted.filter(|c| c.runs > 0) {
+                        metrics::counter!("queen_compaction_bytes_copied_total", "tenant" => tenant.clone())
+                            .increment(c.bytes);
+                        metrics::counter!("queen_compaction_runs_copied_total", "tenant" => tenant.clone())
+                            .increment(c.runs as u64);
+                        if c.segment_done {
+                            metrics::counter!("queen_compaction_segments_total", "tenant" => tenant.clone())
+                                .increment(1);
+                        }
                     }
                     metrics::histogram!("queen_group_commit_commands", "tenant" => tenant.clone())
                         .record(replies.len() as f64);
@@ -672,6 +699,7 @@ impl Engine {
             }))) => {
                 self.checkpointed_index = Some(index);
                 self.reclaim_bound = reclaim_bound;
+                self.compactor.after_checkpoint();
                 self.reclaim_pending = self.reclaimer.enabled
                     && reclaim_bound.is_some_and(|b| reclaimed_upto.is_none_or(|u| u < b));
                 let tenant = self.cfg.tenant.to_string();
@@ -837,3 +865,35 @@ fn plan_job(p: &mut Planner<'_>, mut job: Job) -> Planned {
 
 pub type ReaderHandle<'a> = reader::MessageReader<'a>;
 pub use plan::queue_uuid as plan_queue_uuid;
+
+/// The cycle cap and the entry cap for writes the engine makes on its own (due timers,
+/// compaction copies), for an entry already holding `planned` bytes: held to the room the disk
+/// gate leaves above the reserve, so none while the node is full.
+fn gated_limits(
+    limits: &Limits,
+    disk: Option<&crate::disk_gate::DiskGate>,
+    planned: usize,
+) -> (usize, usize) {
+    match disk {
+        Some(d) => {
+            let room = usize::try_from(d.data_room(planned as u64))
+                .unwrap_or(usize::MAX)
+                .saturating_add(planned);
+            (
+                limits.cycle_bytes.min(room),
+                limits.max_entry_bytes.min(room),
+            )
+        }
+        None => (limits.cycle_bytes, limits.max_entry_bytes),
+    }
+}
+
+/// How large the cycle's entry may grow with compaction copies, once the clients' work of the
+/// cycle is planned: the cycle cap, unless the entry holds no effect yet (then the entry cap).
+fn copy_cap(empty: bool, cycle_cap: usize, entry_cap: usize) -> usize {
+    if empty {
+        entry_cap
+    } else {
+        cycle_cap
+    }
+}

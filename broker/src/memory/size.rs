@@ -87,6 +87,9 @@ pub fn state_bytes(st: &State) -> usize {
         }
     }
     b = b.saturating_add(partitions_bytes(st));
+    // The run floor: a tree of the partitions' lowest indexes, and a box with two trees per
+    // partition holding copied runs, each node counted as allocated (state/run_floor.rs).
+    b = b.saturating_add(st.run_floor.bytes());
     b = b.saturating_add(table_bytes(st.groups.capacity(), size_of::<(u64, Group)>()));
     for g in st.groups.values() {
         b = b

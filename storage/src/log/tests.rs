@@ -346,6 +346,26 @@ fn sealed_through_names_whole_segments_and_never_the_one_appends_go_to() {
 }
 
 #[test]
+fn sealed_segment_of_names_the_sealed_segment_holding_an_index_and_never_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = SegmentLog::open(dir.path(), small()).unwrap();
+    assert_eq!(log.sealed_segment_of(1), None);
+    fill(&log, 1, 60, 1);
+    let (first, last, bytes) = log
+        .sealed_segment_of(1)
+        .expect("the first segment is sealed");
+    assert_eq!(first, 1);
+    assert_eq!(log.sealed_through(last), Some(last), "a whole segment");
+    assert_eq!(log.sealed_segment_of(last), Some((first, last, bytes)));
+    assert_eq!(bytes, log.sealed_bytes_through(last));
+    let next = log.sealed_segment_of(last + 1).map(|s| s.0);
+    assert!(next.is_none_or(|n| n == last + 1));
+    let (end, _) = log.last().unwrap();
+    assert_eq!(log.sealed_segment_of(end), None, "appends go there");
+    assert_eq!(log.sealed_segment_of(end + 1), None);
+}
+
+#[test]
 fn read_verifies_the_crc_of_records_on_disk() {
     let backend = MemBackend::new();
     let log = mem_log(&backend);

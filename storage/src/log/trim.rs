@@ -72,6 +72,18 @@ impl SegmentLog {
         Some(idx.segments[n.checked_sub(1)?].last_index())
     }
 
+    /// (first index, last index, file bytes) of the sealed segment (not the one appends go to)
+    /// holding `index`: what the compactor measures its live runs against.
+    pub fn sealed_segment_of(&self, index: u64) -> Option<(u64, u64, u64)> {
+        let idx = read(&self.index);
+        let at = idx.segment_for(index)?;
+        if at + 1 >= idx.segments.len() {
+            return None;
+        }
+        let s = &idx.segments[at];
+        Some((s.first_index, s.last_index(), s.end))
+    }
+
     /// Bytes of the files `purge_upto(index)` would delete now.
     pub fn sealed_bytes_through(&self, index: u64) -> u64 {
         let idx = read(&self.index);

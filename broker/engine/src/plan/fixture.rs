@@ -122,14 +122,22 @@ impl Fixture {
         self.st.last_cycle = cycle.number;
         self.st.last_now_us = cycle.now_us;
         let appended = std::mem::take(&mut cycle.appended);
+        let copied = std::mem::take(&mut cycle.copied);
         let entry = cycle.entry.finish();
-        let index = self.log.entries.last_key_value().map_or(1, |(i, _)| i + 1);
+        // Above the last entry, and above what a state built by hand says it applied.
+        let index = self
+            .log
+            .entries
+            .last_key_value()
+            .map_or(1, |(i, _)| i + 1)
+            .max(self.st.applied.map_or(1, |(i, _)| i + 1));
         // The log applies what it commits before the proposal resolves; on the leader that
         // only moves the applied position.
         if let Err(e) = apply_entry(&mut self.st, index, TERM, &entry) {
             panic!("the planned entry does not decode: {e}");
         }
         self.st.commit_pending_runs(&appended, index);
+        self.st.commit_copied_runs(&copied, index);
         self.log.entries.insert(index, entry);
         self.cycle = Cycle::next(&self.st, self.clock);
         Some(index)

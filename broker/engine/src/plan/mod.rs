@@ -5,6 +5,9 @@ mod ack;
 mod admin;
 #[cfg(test)]
 mod clock_tests;
+mod compaction;
+#[cfg(test)]
+mod compaction_tests;
 mod dlq_admin;
 #[cfg(test)]
 mod dlq_admin_tests;
@@ -73,6 +76,7 @@ use crate::reader::MessageReader;
 use crate::seal::PayloadSeal;
 use crate::state::State;
 
+pub use compaction::{Compacted, CompactionBudget, Segment, TooLive};
 pub use kafka_txns::entry_bound as kafka_txn_entry_bound;
 pub use kv::KV_SWEEP_PER_CYCLE;
 pub use memory_gate::MemoryGate;

@@ -26,6 +26,8 @@ fn fixture() -> Fixture {
         loc,
     );
     st.last_cycle = 1;
+    // As if entries up to 5 were applied: a checkpoint holds its runs to that.
+    st.applied = Some((5, 1));
     let log = MemLog {
         failing: true,
         ..MemLog::default()
@@ -308,7 +310,9 @@ fn partitions_past_the_checkpoint_limit_are_refused_per_item() {
     );
     assert_eq!(fx.st.next_partition_id, MAX_NEXT_PARTITION_ID);
     assert_eq!(fx.st.next_queue_id, 2);
-    // The checkpoint of a state at the limit reads back.
+    // The checkpoint of a state at the limit reads back (taken between cycles, as always:
+    // a checkpoint refuses runs still being planned).
+    fx.commit();
     let back = decode_state(&encode_state(&fx.st)).expect("the checkpoint is readable");
     assert_eq!(back.next_partition_id, MAX_NEXT_PARTITION_ID);
     let mut p = fx.planner();
@@ -373,7 +377,9 @@ fn queues_and_groups_past_their_limit_are_refused_and_apply_does_not_overflow() 
     };
     assert!(e.message.contains("no consumer group"), "{}", e.message);
     assert!(p.st.groups.is_empty(), "no stand-in is left behind");
-    // Apply at the edge: no overflow, and no group row a checkpoint would misread.
+    // Apply at the edge: no overflow, and no group row a checkpoint would misread (taken
+    // between cycles, as always).
+    fx.commit();
     let loc = Loc { index: 6, pos: 0 };
     fx.st.apply(
         &Effect::GroupRegister {

@@ -5,7 +5,6 @@
 //! delivered. The repaired state is checkpointed at once, so later starts find nothing missing.
 
 use super::model::PENDING_INDEX;
-use super::run_floor::first_index;
 use super::State;
 
 /// The messages of one partition that were forgotten.
@@ -29,14 +28,15 @@ impl Forgotten {
 impl State {
     /// Drops every run whose entry lies below `log_first` and moves each cursor (with its
     /// lease, when the lease covered only forgotten messages) up to the partition's first
-    /// held offset. Runs are appended in log order, so the lost ones are a prefix of each
-    /// partition's runs. What was dropped, by partition.
+    /// held offset. Runs are appended in log order, but a compacted run points past later
+    /// ones, so everything up to the last lost run goes (a partition's held offsets stay one
+    /// stretch). What was dropped, by partition.
     pub fn forget_runs_below(&mut self, log_first: u64) -> Vec<Forgotten> {
         let lost = |index: u64| index < log_first && index != PENDING_INDEX;
         let pids: Vec<u64> = self
             .partitions
             .values()
-            .filter(|p| p.runs.first().is_some_and(|r| lost(r.index)))
+            .filter(|p| p.runs.iter().any(|r| lost(r.index)))
             .map(|p| p.id)
             .collect();
         let mut out = Vec::with_capacity(pids.len());
@@ -45,14 +45,12 @@ impl State {
                 continue;
             };
             let from = p.low_offset();
-            let keep = p
+            let drop = p
                 .runs
                 .iter()
-                .position(|r| !lost(r.index))
-                .unwrap_or(p.runs.len());
-            let first = first_index(p);
-            p.runs.drain(..keep);
-            self.run_floor.moved(first, first_index(p));
+                .rposition(|r| lost(r.index))
+                .map_or(0, |i| i + 1);
+            self.run_floor.drop_front(p, drop);
             let to = p.low_offset();
             let (qid, next_offset, partition) = (p.queue, p.next_offset, p.name.clone());
             let (queue, gids) = match self.queues.get(&qid) {

@@ -2,6 +2,7 @@
 
 #[cfg(any(test, feature = "test-support"))]
 pub mod canonical;
+pub mod compaction;
 pub mod config;
 mod fifo;
 mod forget;
@@ -210,11 +211,12 @@ impl State {
                             bytes: 0,
                             runs: Vec::new(),
                             floor: 0,
+                            copied: None,
                         },
                     );
                     // A create over an existing id (never planned) must not pin the floor.
                     if let Some(old) = replaced {
-                        self.run_floor.moved(run_floor::first_index(&old), None);
+                        self.run_floor.remove_partition(&old);
                     }
                     q.partitions.insert(name, *pid, &self.partitions);
                 }
@@ -416,6 +418,12 @@ impl State {
                 self.timers.remove(queue, key);
             }
             Effect::RetentionTrim { pid, low } => self.trim_partition(*pid, *low),
+            Effect::RunCopy {
+                pid,
+                base_offset,
+                count,
+                frames,
+            } => self.copy_run(*pid, *base_offset, *count, frames, loc),
             Effect::KafkaDeleteRecords { pid, low } => self.delete_records(*pid, *low),
             Effect::GroupConflation { gid } => {
                 if let Some(g) = self.groups.get_mut(gid) {
@@ -484,15 +492,17 @@ impl State {
             // A first push would reserve room for four runs (128 bytes); most partitions of a
             // wide queue hold one or two runs at a time.
             p.runs.reserve_exact(1);
-            self.run_floor.moved(None, Some(loc.index));
         }
-        p.runs.push(Run {
-            base_offset: base,
-            count: hashes.len() as u32,
-            created_us: now_us,
-            index: loc.index,
-            pos: loc.pos,
-        });
+        self.run_floor.push(
+            p,
+            Run {
+                base_offset: base,
+                count: hashes.len() as u32,
+                created_us: now_us,
+                index: loc.index,
+                pos: loc.pos,
+            },
+        );
         p.next_offset = base + n;
         p.last_write_us = now_us;
         p.bytes += bytes as u64;
@@ -603,7 +613,7 @@ impl State {
         }
         for pid in &q.partition_order {
             if let Some(p) = self.partitions.remove(pid) {
-                self.run_floor.moved(run_floor::first_index(&p), None);
+                self.run_floor.remove_partition(&p);
             }
             self.kafka_txns.forget_partition(*pid);
         }
@@ -613,14 +623,13 @@ impl State {
     pub fn commit_pending_runs(&mut self, touched: &[u64], index: u64) {
         for pid in touched {
             if let Some(p) = self.partitions.get_mut(pid) {
-                let before = run_floor::first_index(p);
-                for run in p.runs.iter_mut().rev() {
-                    if run.index != PENDING_INDEX {
+                for i in (0..p.runs.len()).rev() {
+                    let Some(run) = p.runs.get(i).filter(|r| r.index == PENDING_INDEX) else {
                         break;
-                    }
-                    run.index = index;
+                    };
+                    let pos = run.pos;
+                    self.run_floor.set_index(p, i, index, pos, false);
                 }
-                self.run_floor.moved(before, run_floor::first_index(p));
             }
         }
     }

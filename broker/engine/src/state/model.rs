@@ -61,6 +61,9 @@ pub struct Partition {
     /// Kafka DeleteRecords' log start offset: messages below it are gone even where their
     /// run is kept (a run is only dropped whole). 0 when never set.
     pub floor: u64,
+    /// Derived: the runs the compactor moved out of log order (None: all in order); changed
+    /// only through [`super::run_floor::RunFloor`].
+    pub copied: Option<Box<super::run_floor::CopiedRuns>>,
 }
 
 /// An empty partition of queue 1, for tests.
@@ -76,6 +79,7 @@ pub fn test_partition(id: u64, name: &str) -> Partition {
         bytes: 0,
         runs: Vec::new(),
         floor: 0,
+        copied: None,
     }
 }
 

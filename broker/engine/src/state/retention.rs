@@ -9,7 +9,7 @@
 //! the leader did. The runs' vector gives its memory back as it empties.
 
 use super::model::Partition;
-use super::run_floor::first_index;
+use super::run_floor::RunFloor;
 use super::State;
 
 impl State {
@@ -36,9 +36,7 @@ impl State {
         if low.min(p.next_offset) <= from {
             return;
         }
-        let first = first_index(p);
-        drop_below(p, low, exact);
-        self.run_floor.moved(first, first_index(p));
+        drop_below(p, low, exact, &mut self.run_floor);
         let (qid, next_offset, to) = (p.queue, p.next_offset, p.low_offset());
         if to <= from {
             return;
@@ -85,13 +83,13 @@ impl State {
 /// Drops the runs of `p` that end at or below `low`. The bytes the partition reports shrink
 /// in proportion to the messages removed: the frames' own sizes would need the log, and apply
 /// reads nothing.
-fn drop_below(p: &mut Partition, low: u64, exact: bool) {
+fn drop_below(p: &mut Partition, low: u64, exact: bool, floor: &mut RunFloor) {
     let from = p.low_offset();
     let held = p.next_offset.saturating_sub(from);
     let whole = p
         .runs
         .partition_point(|r| r.base_offset + u64::from(r.count) <= low);
-    p.runs.drain(..whole);
+    floor.drop_front(p, whole);
     // Memory is counted by capacity (memory/size.rs): give it back once mostly unused, as
     // txn_ids.expire does, so the shrink's copy is paid for by the trims that emptied it.
     if p.runs.len() < p.runs.capacity() / 4 {

@@ -1,46 +1,208 @@
 //! Derived: the lowest Raft log index whose entry still holds a message the state keeps, so
-//! the segments below it can be deleted (docs/storage-format.md "Space reclamation").
+//! the segments below it can be deleted (docs/storage-format.md "The run floor with copies").
 //!
-//! Kept incrementally, one count per partition's first run: runs are appended in log order,
-//! so a partition's first run names its lowest index, and the floor is the smallest first
-//! index of all. Every change to a partition's first run (the first push into it, retention,
-//! forgetting, its queue's deletion, a pending run getting its index, a checkpoint read back)
-//! moves one count: O(log n) per change, never a walk of the partitions.
+//! Kept in O(partitions), not O(runs): one count per partition with runs, by the lowest
+//! index its runs name. A partition's runs are in log order except those the compactor
+//! copied forward (a copy names the newest entry while later runs keep older ones), so its
+//! lowest index is the smaller of its first plain run's and its copied runs' lowest; the
+//! copied runs are the few a partition keeps in [`CopiedRuns`]. Every change to a run goes
+//! through here and moves at most one count, so a push costs O(log partitions) and a queue
+//! delete or a checkpoint load one update per partition, never one per run (review C9).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::model::{Partition, PENDING_INDEX};
+use super::model::{Partition, Run, PENDING_INDEX};
 
 #[derive(Default, Debug, Clone, PartialEq, Eq)]
 pub struct RunFloor {
-    /// First-run log index → how many partitions' first run it is.
+    /// A partition's lowest run index → how many partitions have it.
     firsts: BTreeMap<u64, u32>,
+    /// Copied runs held in every partition's [`CopiedRuns`], partitions holding any, and the
+    /// B-tree nodes their sets may need beyond the first (see [`tree_nodes`]): what
+    /// [`RunFloor::bytes`] charges for them.
+    copied_runs: usize,
+    copied_parts: usize,
+    copied_nodes: usize,
 }
 
-/// The log index of a partition's first run, if it holds any.
-pub fn first_index(p: &Partition) -> Option<u64> {
-    p.runs.first().map(|r| r.index)
+/// A partition's runs that no longer sit in log order because a copy moved their frames
+/// forward. Every run whose base offset is below `plain_from` is copied, and the run at
+/// `plain_from` (if any) is not: that run is the lowest of the plain ones.
+#[derive(Default, Debug, Clone, PartialEq, Eq)]
+pub struct CopiedRuns {
+    bases: BTreeSet<u64>,
+    /// Log index → how many of the copied runs name it.
+    indexes: BTreeMap<u64, u32>,
+    plain_from: u64,
 }
+
+/// The allocator's header and rounding per allocation (glibc), as `memory/size.rs` counts it.
+const ALLOC_OVERHEAD: usize = 16;
+/// std's B-tree nodes hold up to 11 keys; a leaf is the parent pointer, two `u16` and the
+/// key and value arrays: 104 B for a `BTreeSet<u64>` (8 + 4 + 88, aligned) and 144 B for a
+/// `BTreeMap<u64, u32>` (8 + 4 + 88 + 44). An internal node adds 12 edge pointers. Even a
+/// one-element tree holds a whole leaf (review M2: 304 B measured for one copied run, with
+/// the box, where 120 B were charged).
+const SET_LEAF: usize = 104;
+const MAP_LEAF: usize = 144;
+const EDGES: usize = 12 * 8;
+/// A partition's box and the first node of each of its two trees.
+const COPIED_PART_BYTES: usize =
+    std::mem::size_of::<CopiedRuns>() + SET_LEAF + MAP_LEAF + 3 * ALLOC_OVERHEAD;
+/// Each further node of both trees, charged as an internal one (an upper bound).
+const COPIED_NODE_BYTES: usize = SET_LEAF + MAP_LEAF + 2 * EDGES + 2 * ALLOC_OVERHEAD;
+/// A node of `firsts` (a `BTreeMap<u64, u32>`), charged as an internal one.
+const FIRSTS_NODE_BYTES: usize = MAP_LEAF + EDGES + ALLOC_OVERHEAD;
 
 impl RunFloor {
-    /// A partition's first run moved from `before` to `after` (None: it holds no run).
-    pub fn moved(&mut self, before: Option<u64>, after: Option<u64>) {
+    /// Appends `run` at the end of `p` (the planner appends at the partition's end, at an
+    /// index no held run is above).
+    pub fn push(&mut self, p: &mut Partition, run: Run) {
+        let before = lowest(p);
+        p.runs.push(run);
+        self.moved(before, lowest(p));
+    }
+
+    /// Removes the first `n` runs of `p` (retention, forgetting).
+    pub fn drop_front(&mut self, p: &mut Partition, n: usize) {
+        let n = n.min(p.runs.len());
+        if n == 0 {
+            return;
+        }
+        let before = lowest(p);
+        let held = copied_len(p);
+        if let Some(c) = p.copied.as_deref_mut() {
+            let end = p.runs.get(n).map_or(u64::MAX, |r| r.base_offset);
+            for r in &p.runs[..n] {
+                if c.bases.remove(&r.base_offset) {
+                    uncount(&mut c.indexes, r.index);
+                }
+            }
+            c.plain_from = c.plain_from.max(end);
+        }
+        p.runs.drain(..n);
+        self.settle(p);
+        self.recount(held, copied_len(p));
+        self.moved(before, lowest(p));
+    }
+
+    /// Points run `i` of `p` at `index`/`pos`. `copy`: the compactor moved its frames, so the
+    /// run leaves log order; otherwise (a planned run getting its committed index) it keeps
+    /// whatever order it had.
+    pub fn set_index(&mut self, p: &mut Partition, i: usize, index: u64, pos: u32, copy: bool) {
+        let Some(run) = p.runs.get(i).copied() else {
+            return;
+        };
+        let before = lowest(p);
+        let held = copied_len(p);
+        let copied = p
+            .copied
+            .as_deref()
+            .is_some_and(|c| c.bases.contains(&run.base_offset));
+        if copied || copy {
+            let c = p.copied.get_or_insert_with(|| {
+                // Plain from the first run on: until now every run was in log order.
+                Box::default()
+            });
+            if copied {
+                uncount(&mut c.indexes, run.index);
+            } else {
+                c.bases.insert(run.base_offset);
+            }
+            *c.indexes.entry(index).or_default() += 1;
+        }
+        if let Some(r) = p.runs.get_mut(i) {
+            r.index = index;
+            r.pos = pos;
+        }
+        self.settle(p);
+        self.recount(held, copied_len(p));
+        self.moved(before, lowest(p));
+    }
+
+    /// Counts a partition read back from a checkpoint, whose runs may be in any log order:
+    /// walking back from its end, a run naming a higher index than some later run is taken
+    /// as copied, which leaves the others in log order.
+    pub fn add_partition(&mut self, p: &mut Partition) {
+        let mut below = u64::MAX;
+        let mut c = CopiedRuns::default();
+        for r in p.runs.iter().rev() {
+            if r.index > below {
+                c.bases.insert(r.base_offset);
+                *c.indexes.entry(r.index).or_default() += 1;
+            } else {
+                below = r.index;
+            }
+        }
+        p.copied = None;
+        if !c.bases.is_empty() {
+            p.copied = Some(Box::new(c));
+            self.settle(p);
+        }
+        self.recount(0, copied_len(p));
+        self.moved(None, lowest(p));
+    }
+
+    /// Uncounts a partition that left the state (its queue's deletion, a create over it).
+    pub fn remove_partition(&mut self, p: &Partition) {
+        self.recount(copied_len(p), 0);
+        self.moved(lowest(p), None);
+    }
+
+    /// Moves `plain_from` to the first plain run, and frees the copied set once empty. Each
+    /// copied run is stepped over once between two removals of the first plain run, so this
+    /// is amortised O(log n) per change.
+    fn settle(&mut self, p: &mut Partition) {
+        let Some(c) = p.copied.as_deref_mut() else {
+            return;
+        };
+        if c.bases.is_empty() {
+            p.copied = None;
+            return;
+        }
+        let mut i = p.runs.partition_point(|r| r.base_offset < c.plain_from);
+        while p
+            .runs
+            .get(i)
+            .is_some_and(|r| c.bases.contains(&r.base_offset))
+        {
+            i += 1;
+        }
+        c.plain_from = p.runs.get(i).map_or(p.next_offset, |r| r.base_offset);
+    }
+
+    /// A partition's copied set went from `before` runs to `after` (0: no set).
+    fn recount(&mut self, before: usize, after: usize) {
+        if before == after {
+            return;
+        }
+        self.copied_runs = (self.copied_runs + after).saturating_sub(before);
+        self.copied_parts =
+            (self.copied_parts + usize::from(after > 0)).saturating_sub(usize::from(before > 0));
+        self.copied_nodes = (self.copied_nodes + tree_nodes(after).saturating_sub(1))
+            .saturating_sub(tree_nodes(before).saturating_sub(1));
+    }
+
+    fn moved(&mut self, before: Option<u64>, after: Option<u64>) {
         if before == after {
             return;
         }
         if let Some(b) = before {
-            match self.firsts.get_mut(&b) {
-                Some(n) if *n > 1 => *n -= 1,
-                Some(_) => {
-                    self.firsts.remove(&b);
-                }
-                // Only a bug in a caller reaches this; the floor then stays lower (safe).
-                None => debug_assert!(false, "first run at {b} was not counted"),
-            }
+            uncount(&mut self.firsts, b);
         }
         if let Some(a) = after {
             *self.firsts.entry(a).or_default() += 1;
         }
+    }
+
+    /// Memory the floor holds, as allocated: the nodes of the distinct partition minimums'
+    /// tree, and per partition holding copies its box and the nodes of its two trees (at
+    /// least one leaf each, however few runs). Node counts are upper bounds ([`tree_nodes`]).
+    pub fn bytes(&self) -> usize {
+        tree_nodes(self.firsts.len())
+            .saturating_mul(FIRSTS_NODE_BYTES)
+            .saturating_add(self.copied_parts.saturating_mul(COPIED_PART_BYTES))
+            .saturating_add(self.copied_nodes.saturating_mul(COPIED_NODE_BYTES))
     }
 
     /// The lowest committed log index a message still held lives in; None when no committed
@@ -53,8 +215,8 @@ impl RunFloor {
             .filter(|&i| i != PENDING_INDEX)
     }
 
-    /// The same, by walking every run of every partition (not only the first ones, so it
-    /// does not share the assumption it checks): what tests hold the incremental one to.
+    /// The same, by walking every run of every partition: what tests hold the incremental one
+    /// to.
     #[cfg(any(test, feature = "test-support"))]
     pub fn walked<'a>(parts: impl Iterator<Item = &'a Partition>) -> Option<u64> {
         parts
@@ -64,28 +226,47 @@ impl RunFloor {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_floor_is_the_lowest_counted_first_run_and_pending_runs_do_not_count() {
-        let mut f = RunFloor::default();
-        assert_eq!(f.lowest(), None);
-        f.moved(None, Some(PENDING_INDEX));
-        assert_eq!(f.lowest(), None);
-        f.moved(Some(PENDING_INDEX), Some(9));
-        f.moved(None, Some(5));
-        f.moved(None, Some(5));
-        assert_eq!(f.lowest(), Some(5));
-        f.moved(Some(5), Some(12));
-        assert_eq!(f.lowest(), Some(5), "one partition still starts at 5");
-        f.moved(Some(5), None);
-        assert_eq!(f.lowest(), Some(9));
-        f.moved(Some(9), Some(9));
-        assert_eq!(f.lowest(), Some(9));
-        f.moved(Some(9), None);
-        f.moved(Some(12), None);
-        assert_eq!(f, RunFloor::default());
+/// The lowest index `p`'s runs name: its first plain run's (plain runs are in log order) or
+/// its lowest copied run's.
+fn lowest(p: &Partition) -> Option<u64> {
+    let Some(c) = p.copied.as_deref() else {
+        return p.runs.first().map(|r| r.index);
+    };
+    let i = p.runs.partition_point(|r| r.base_offset < c.plain_from);
+    let plain = p.runs.get(i).map(|r| r.index);
+    let copied = c.indexes.keys().next().copied();
+    match (plain, copied) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
+
+/// How many copied runs `p` keeps aside (0: none, no set).
+fn copied_len(p: &Partition) -> usize {
+    p.copied.as_deref().map_or(0, |c| c.bases.len())
+}
+
+/// At most how many nodes a std B-tree of `n` keys holds: one up to a node's 11 keys; past
+/// that every node but the root holds at least 5 keys, so no more than `1 + n / 5`.
+fn tree_nodes(n: usize) -> usize {
+    match n {
+        0 => 0,
+        1..=11 => 1,
+        _ => 1 + n.div_ceil(5),
+    }
+}
+
+fn uncount(counts: &mut BTreeMap<u64, u32>, key: u64) {
+    match counts.get_mut(&key) {
+        Some(n) if *n > 1 => *n -= 1,
+        Some(_) => {
+            counts.remove(&key);
+        }
+        // Only a bug in a caller reaches this; the floor then stays lower (safe).
+        None => debug_assert!(false, "index {key} was not counted"),
+    }
+}
+
+#[cfg(test)]
+#[path = "run_floor_tests.rs"]
+mod tests;

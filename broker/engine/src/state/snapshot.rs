@@ -450,6 +450,40 @@ fn decode_sections(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError>
     Ok(())
 }
 
+/// What a checkpoint's run must be (review L3): copies put runs out of log order, so the
+/// order of their indexes says nothing, but the floor and every read search a partition's
+/// runs by base offset, and a run naming an entry the checkpoint has not applied (or one still
+/// being planned) would let the floor delete what it holds.
+fn check_run(
+    r: &Reader<'_>,
+    pid: u64,
+    prev: Option<&Run>,
+    run: &Run,
+    applied: Option<(u64, u64)>,
+) -> Result<(), DecodeError> {
+    if let Some(prev) = prev.filter(|p| p.base_offset >= run.base_offset) {
+        return Err(r.malformed(format!(
+            "partition {pid}: run at offset {} after one at {}",
+            run.base_offset, prev.base_offset
+        )));
+    }
+    if run.index == PENDING_INDEX {
+        return Err(r.malformed(format!(
+            "partition {pid}: run at offset {} names no committed entry",
+            run.base_offset
+        )));
+    }
+    // Every checkpoint written holds its applied position (an entry applied set it); a state
+    // without one (built by hand) has nothing to hold the index to.
+    if let Some((applied, _)) = applied.filter(|&(a, _)| run.index > a) {
+        return Err(r.malformed(format!(
+            "partition {pid}: run at offset {} names entry {} above the applied {applied}",
+            run.base_offset, run.index
+        )));
+    }
+    Ok(())
+}
+
 pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
     let mut r = Reader::new(buf);
     let v = r.u8()?;
@@ -543,7 +577,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
             let last_write_us = r.i64()?;
             let bytes = r.u64()?;
             let nr = r.count(32)?;
-            let mut runs = Vec::with_capacity(nr);
+            let mut runs: Vec<Run> = Vec::with_capacity(nr);
             for _ in 0..nr {
                 let run = Run {
                     base_offset: r.u64()?,
@@ -552,16 +586,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                     index: r.u64()?,
                     pos: r.u32()?,
                 };
-                // Apply appends runs in log order, so a partition's first run names its
-                // lowest entry; the segments below the lowest first run are deleted
-                // (run_floor.rs), so a run out of that order must not be believed.
-                if runs.last().is_some_and(|prev: &Run| prev.index > run.index) {
-                    return Err(r.malformed(format!(
-                        "partition {pid} has a run in log entry {} after one in entry {}",
-                        run.index,
-                        runs.last().map_or(0, |prev: &Run| prev.index)
-                    )));
-                }
+                check_run(&r, pid, runs.last(), &run, s.applied)?;
                 runs.push(run);
             }
             if v == 1 {
@@ -574,7 +599,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                     v1_rows.push((created_us, TxnRow { pid, offset, hash }));
                 }
             }
-            let p = Partition {
+            let mut p = Partition {
                 id: pid,
                 queue: id,
                 name: pname.clone(),
@@ -584,9 +609,10 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                 bytes,
                 runs,
                 floor: 0,
+                copied: None,
             };
             q.partition_order.push(pid);
-            s.run_floor.moved(None, super::run_floor::first_index(&p));
+            s.run_floor.add_partition(&mut p);
             s.partitions.insert(pid, p);
             q.partitions.insert(&pname, pid, &s.partitions);
         }

@@ -1,0 +1,203 @@
+//! The compactor (docs/storage-format.md "Pinning and the compactor"): all queues of a tenant
+//! share one log, so one held message pins its whole segment, and every later one, until it
+//! goes. The leader copies the live runs of the oldest pinned segment forward into an
+//! ordinary replicated entry (`RunCopy`); once no run names the old segment the run floor
+//! moves past it and reclamation deletes it like any dead segment.
+//!
+//! Two bounds keep the writes small: a segment is compacted only when its live bytes are at
+//! most a quarter of its size, and the engine gives at most a quarter of a segment's bytes per
+//! checkpoint interval ([`CompactionBudget`]). A copy never changes what a client sees: the
+//! run keeps its offsets and creation time, and the frames (ids, transaction ids, sealed
+//! payloads) are copied byte for byte.
+
+use bytes::Bytes;
+
+use super::Planner;
+use crate::entry::Effect;
+use crate::reader::ReadError;
+use crate::state::frame::skip_frames;
+use crate::state::model::{Run, PENDING_INDEX};
+
+/// A `RunCopy` effect's encoded size without its frames: kind, pid, base, count, length.
+const COPY_OVERHEAD: usize = 1 + 8 + 8 + 4 + 4;
+
+/// The sealed segment the compactor looks at: (first index, last index, file bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub first: u64,
+    pub last: u64,
+    pub bytes: u64,
+}
+
+/// What one call of [`Planner::plan_compaction`] did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Compacted {
+    /// Bytes copied into this cycle's entry: the frames and each `RunCopy`'s own header.
+    pub bytes: u64,
+    pub runs: usize,
+    /// No run names the segment any more (it goes at a later reclamation).
+    pub segment_done: bool,
+    /// Runs of the segment are left for a later cycle (the entry or the budget was full).
+    pub more: bool,
+    /// Some of them were left because the cycle's entry had no room for them (not for lack of
+    /// budget): a later cycle with more room may take them before the next checkpoint.
+    pub short_of_room: bool,
+    /// The segment was judged more than a quarter live (or still is, unread: `known`).
+    pub too_live: Option<TooLive>,
+}
+
+/// A segment judged more than a quarter live, and how many runs it held then. A sealed
+/// segment never gains a run (appends and copies go to newer entries), so while it holds as
+/// many it holds the same ones, with the same bytes: it is still too live, and a look need not
+/// read them again (review C2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TooLive {
+    pub first: u64,
+    pub held: usize,
+}
+
+/// Bytes the engine still lets the compactor copy before the next checkpoint.
+#[derive(Debug, Default)]
+pub struct CompactionBudget {
+    copied: u64,
+}
+
+impl CompactionBudget {
+    /// A checkpoint was written: one more quarter segment may be copied.
+    pub fn reset(&mut self) {
+        self.copied = 0;
+    }
+
+    pub fn spend(&mut self, bytes: u64) {
+        self.copied = self.copied.saturating_add(bytes);
+    }
+
+    /// What is left of a quarter of a segment of `segment_bytes`: copies write at most a
+    /// quarter of what they let go, per checkpoint interval too (review C1).
+    pub fn left(&self, segment_bytes: u64) -> u64 {
+        (segment_bytes / 4).saturating_sub(self.copied)
+    }
+}
+
+/// One live run of the segment: where it is held and its frames.
+struct Live {
+    pid: u64,
+    run: Run,
+    frames: Bytes,
+}
+
+impl Planner<'_> {
+    /// Copies the live runs of `seg` forward, if their bytes are at most a quarter of its
+    /// size, up to `budget` bytes and what fits in `max_entry_bytes`. Walks every run of every
+    /// partition once (the engine calls it at most once per checkpoint interval unless a
+    /// previous call left `more`). A run whose bytes cannot be read leaves the segment alone:
+    /// it stays pinned, nothing is lost. `known`: what an earlier look judged too live; the
+    /// same segment holding the same number of runs is not read again.
+    pub fn plan_compaction(
+        &mut self,
+        seg: Segment,
+        budget: u64,
+        max_entry_bytes: usize,
+        known: Option<TooLive>,
+    ) -> Result<Compacted, ReadError> {
+        let mut out = Compacted::default();
+        let mut held: Vec<(u64, Run)> = Vec::new();
+        for p in self.st.partitions.values() {
+            for r in &p.runs {
+                if r.index != PENDING_INDEX && (seg.first..=seg.last).contains(&r.index) {
+                    held.push((p.id, *r));
+                }
+            }
+        }
+        if held.is_empty() {
+            out.segment_done = true;
+            return Ok(out);
+        }
+        let judged = TooLive {
+            first: seg.first,
+            held: held.len(),
+        };
+        if known == Some(judged) {
+            out.too_live = known;
+            return Ok(out);
+        }
+        // Entry order: each old entry is read once, from the cache or the log.
+        held.sort_unstable_by_key(|(pid, r)| (r.index, r.pos, *pid));
+        let quarter = seg.bytes / 4;
+        let mut live = Vec::with_capacity(held.len());
+        let mut total = 0u64;
+        let mut entry: Option<(u64, Bytes)> = None;
+        for (pid, run) in held {
+            let bytes = match &entry {
+                Some((i, b)) if *i == run.index => b.clone(),
+                _ => {
+                    let b = self.entry_bytes(run.index)?;
+                    entry = Some((run.index, b.clone()));
+                    b
+                }
+            };
+            let frames = run_frames(&bytes, &run)?;
+            // What the copy writes, header included: with many tiny runs the headers are a
+            // large part of it (review C6).
+            total = total.saturating_add(copy_bytes(&frames));
+            if total > quarter {
+                out.too_live = Some(judged);
+                return Ok(out);
+            }
+            live.push(Live { pid, run, frames });
+        }
+        // A run that does not fit is left for a later cycle, but the smaller ones after it are
+        // still copied: one large run must not hold back all the others (review H2).
+        let mut left = budget;
+        for l in &live {
+            let n = copy_bytes(&l.frames);
+            let room = max_entry_bytes.saturating_sub(self.cycle.entry.len());
+            if n > left {
+                out.more = true;
+                continue;
+            }
+            if !usize::try_from(n).is_ok_and(|n| n <= room) {
+                out.more = true;
+                out.short_of_room = true;
+                continue;
+            }
+            self.emit(Effect::RunCopy {
+                pid: l.pid,
+                base_offset: l.run.base_offset,
+                count: l.run.count,
+                frames: &l.frames,
+            });
+            left -= n;
+            out.bytes = out.bytes.saturating_add(n);
+            out.runs += 1;
+        }
+        out.segment_done = !out.more;
+        Ok(out)
+    }
+
+    /// An old entry's payload, without putting it in the cache: fresh entries are what pops
+    /// want there, not the segment being emptied.
+    fn entry_bytes(&self, index: u64) -> Result<Bytes, ReadError> {
+        if let Some(e) = self.cache.get(index) {
+            return Ok(e);
+        }
+        let bytes = self.log.read(index)?.ok_or(ReadError::Missing { index })?;
+        Ok(Bytes::from(bytes))
+    }
+}
+
+/// What copying `frames` adds to the entry: the frames and the `RunCopy` header.
+fn copy_bytes(frames: &Bytes) -> u64 {
+    (frames.len() as u64).saturating_add(COPY_OVERHEAD as u64)
+}
+
+/// The frames of `run` as they lie in its entry, whatever they hold (sealed ones unopened).
+fn run_frames(entry: &Bytes, run: &Run) -> Result<Bytes, ReadError> {
+    let start = run.pos as usize;
+    let tail = entry
+        .get(start..)
+        .ok_or(ReadError::PastEnd { pos: run.pos })?;
+    let rest = skip_frames(tail, u64::from(run.count))?;
+    let len = tail.len() - rest.len();
+    Ok(entry.slice(start..start + len))
+}

@@ -1,0 +1,360 @@
+//! The compactor: the live runs of a pinned segment are copied forward, and nothing a client
+//! sees changes, whether the copy races a pop, an ack or a lease, is replayed alone, or a
+//! restart lands between the copy and the deletion of the old segment.
+
+use queenmq_protocol::{AckStatus, PopResult, Setting};
+
+use super::compaction::{Compacted, Segment};
+use super::fixture::{opts, Fixture, SECOND};
+use super::retention_tests::sweep;
+use crate::apply::apply_entry;
+use crate::state::{decode_state, encode_state};
+
+/// Queue "keep" (no retention) holds 2 messages written first; queue "hot" (retention 10 s)
+/// wrote 40 more after them, all since removed. The old segment is every entry so far: the
+/// index of the last one is returned.
+fn pinned() -> (Fixture, Vec<(String, String)>, u64) {
+    let mut f = Fixture::new();
+    f.configure(
+        "hot",
+        opts(|o| {
+            o.retention_enabled = Some(Setting::Value(true));
+            o.retention_seconds = Some(Setting::Value(10));
+        }),
+    );
+    let kept: Vec<(String, String)> = f
+        .push("keep", "p", 2)
+        .into_iter()
+        .map(|r| (r.message_id, r.transaction_id))
+        .collect();
+    f.commit();
+    for _ in 0..4 {
+        f.push("hot", "p", 10);
+        f.commit();
+    }
+    f.advance(11 * SECOND);
+    assert_eq!(sweep(&mut f), 40);
+    let last = *f.log.entries.keys().last().expect("entries");
+    (f, kept, last)
+}
+
+/// A segment over entries `..=last` of `bytes` bytes.
+fn seg(last: u64, bytes: u64) -> Segment {
+    Segment {
+        first: 1,
+        last,
+        bytes,
+    }
+}
+
+fn keep_index(f: &Fixture) -> Vec<u64> {
+    let q = f.st.queue_named("keep").expect("keep");
+    let pid = q.partitions.get("p", &f.st.partitions).expect("p");
+    f.st.partitions
+        .get(&pid)
+        .expect("row")
+        .runs
+        .iter()
+        .map(|r| r.index)
+        .collect()
+}
+
+fn ids(popped: &PopResult) -> Vec<(String, String)> {
+    popped
+        .messages
+        .iter()
+        .map(|m| (m.id.clone(), m.transaction_id.clone()))
+        .collect()
+}
+
+fn compact(f: &mut Fixture, s: Segment) -> Compacted {
+    match f.planner().plan_compaction(s, u64::MAX, usize::MAX, None) {
+        Ok(c) => c,
+        Err(e) => panic!("compaction failed: {e}"),
+    }
+}
+
+#[test]
+fn the_live_runs_of_a_pinned_segment_are_copied_and_read_back_unchanged() {
+    let (mut f, kept, last) = pinned();
+    assert!(f.st.run_floor.lowest().is_some_and(|i| i <= last));
+    let c = compact(&mut f, seg(last, 1 << 20));
+    assert_eq!((c.runs, c.segment_done, c.more), (1, true, false));
+    assert!(c.bytes > 0);
+    let copy = f.commit().expect("the copy is an entry");
+    assert_eq!(keep_index(&f), vec![copy]);
+    assert_eq!(
+        f.st.run_floor.lowest(),
+        Some(copy),
+        "nothing pins the old segment"
+    );
+    // The old entries are not needed any more: a pop reads the copy.
+    for i in 1..=last {
+        f.log.entries.remove(&i);
+    }
+    f.cache = crate::cache::EntryCache::new(1 << 20);
+    let got = f.pop("keep", None, 10, None);
+    assert_eq!(ids(&got), kept, "ids and transaction ids unchanged");
+    let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
+    assert_eq!(offsets, vec![0, 1]);
+    assert!(got.messages.iter().all(|m| !m.payload.is_empty()));
+    let c = compact(&mut f, seg(last, 1 << 20));
+    assert_eq!((c.runs, c.segment_done), (0, true), "nothing left to copy");
+}
+
+#[test]
+fn a_segment_more_than_a_quarter_live_or_a_budget_too_small_copies_nothing() {
+    let (mut f, _, last) = pinned();
+    let live = compact(&mut pinned().0, seg(last, 1 << 20)).bytes;
+    let c = compact(&mut f, seg(last, 4 * live - 1));
+    assert_eq!(
+        (c.runs, c.bytes, c.segment_done),
+        (0, 0, false),
+        "more than a quarter is live"
+    );
+    assert!(c.too_live.is_some());
+    let c = match f
+        .planner()
+        .plan_compaction(seg(last, 4 * live), live - 1, usize::MAX, None)
+    {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(
+        (c.runs, c.more),
+        (0, true),
+        "the budget holds less than the run"
+    );
+    assert!(f.cycle.entry.is_empty());
+    let c = compact(&mut f, seg(last, 4 * live));
+    assert_eq!(c.runs, 1, "exactly a quarter is copied");
+}
+
+#[test]
+fn a_copy_racing_a_pop_an_ack_and_a_lease_changes_nothing_they_see() {
+    let (mut f, kept, last) = pinned();
+    // Group a's lease, taken before the copy, is acked after it.
+    let first = f.pop("keep", Some("a"), 1, Some(60));
+    assert_eq!(ids(&first), kept[..1].to_vec());
+    f.commit();
+    compact(&mut f, seg(last, 1 << 20));
+    // Group b's pop, planned in the copy's own cycle, reads the frames of the entry being built.
+    let second = f.pop("keep", Some("b"), 10, Some(60));
+    assert_eq!(ids(&second), kept);
+    f.commit();
+    let acked = f.ack(&first, AckStatus::Completed);
+    assert!(acked.iter().all(|a| a.success), "{acked:?}");
+    f.commit();
+    assert_eq!(ids(&f.pop("keep", Some("a"), 10, None)), kept[1..].to_vec());
+    // Group b's lease expires; its messages come back from the copy, unchanged.
+    f.advance(61 * SECOND);
+    assert_eq!(ids(&f.pop("keep", Some("b"), 10, None)), kept);
+    f.assert_replays();
+}
+
+#[test]
+fn a_restart_between_the_copy_and_the_deletion_replays_the_copy_alone() {
+    let (mut f, kept, last) = pinned();
+    // The checkpoint before the copy, then the copy entry; the process dies before a later
+    // checkpoint lets the old segment go.
+    let checkpoint = encode_state(&f.st);
+    compact(&mut f, seg(last, 1 << 20));
+    let copy = f.commit().expect("copy entry");
+    let mut st = match decode_state(&checkpoint) {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    };
+    assert!(st.run_floor.lowest().is_some_and(|i| i <= last), "pinned");
+    if let Err(e) = apply_entry(&mut st, copy, 1, &f.log.entries[&copy]) {
+        panic!("{e}");
+    }
+    assert_eq!(
+        st.run_floor.lowest(),
+        Some(copy),
+        "the replayed copy alone moves the floor"
+    );
+    // Even with the old segment gone, the restarted node serves every message.
+    for i in 1..=last {
+        f.log.entries.remove(&i);
+    }
+    f.st = st;
+    f.cache = crate::cache::EntryCache::new(1 << 20);
+    f.cycle = crate::cycle::Cycle::next(&f.st, f.clock);
+    assert_eq!(ids(&f.pop("keep", None, 10, None)), kept);
+    // A checkpoint holding the copied runs reads back the same.
+    let back = match decode_state(&encode_state(&f.st)) {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(back.run_floor.lowest(), f.st.run_floor.lowest());
+}
+
+#[test]
+fn a_copied_run_ahead_of_later_runs_keeps_the_floor_at_the_lowest_run() {
+    let (mut f, _, last) = pinned();
+    // A later push lands between the old segment and the copy.
+    f.push("keep", "p", 1);
+    let later = f.commit().expect("push");
+    compact(&mut f, seg(last, 1 << 20));
+    let copy = f.commit().expect("copy");
+    assert_eq!(keep_index(&f), vec![copy, later], "runs out of log order");
+    assert_eq!(f.st.run_floor.lowest(), Some(later));
+    f.assert_replays();
+    // Retention of the whole partition, then forgetting, drop what the runs name.
+    let gone = f.st.forget_runs_below(later + 1);
+    assert_eq!(
+        gone[0].count(),
+        3,
+        "everything up to the last lost run goes"
+    );
+    assert_eq!(f.st.run_floor.lowest(), None);
+}
+
+#[test]
+fn a_segment_judged_too_live_is_not_read_again_while_it_holds_the_same_runs() {
+    // Review C2: every look read every live run of the floor segment from disk, after every
+    // checkpoint, for as long as the segment stayed just over a quarter live.
+    let (mut f, _, last) = pinned();
+    let live = compact(&mut pinned().0, seg(last, 1 << 20)).bytes;
+    let s = seg(last, 4 * live - 1);
+    let judged = compact(&mut f, s).too_live;
+    assert!(judged.is_some());
+    // Any read would now fail: the second look must not read.
+    f.log.failing = true;
+    f.cache = crate::cache::EntryCache::new(1 << 20);
+    let c = match f.planner().plan_compaction(s, u64::MAX, usize::MAX, judged) {
+        Ok(c) => c,
+        Err(e) => panic!("the second look read the log: {e}"),
+    };
+    assert_eq!((c.runs, c.too_live), (0, judged));
+    // Another segment (the floor moved) is read again.
+    let other = Segment { first: 0, ..s };
+    assert!(f
+        .planner()
+        .plan_compaction(other, u64::MAX, usize::MAX, judged)
+        .is_err());
+}
+
+#[test]
+fn the_bounds_count_the_copy_headers_not_the_frames_alone() {
+    // Review C6: a segment whose frames are exactly a quarter, but frames plus RunCopy
+    // headers are over it, is not copied; what a copy reports is what the entry grew by.
+    let (mut f, _, last) = pinned();
+    let before = f.cycle.entry.len();
+    let c = compact(&mut f, seg(last, 1 << 20));
+    assert_eq!(c.runs, 1);
+    assert_eq!(c.bytes, (f.cycle.entry.len() - before) as u64);
+    let frames = c.bytes - 25;
+    let (mut g, _, last) = pinned();
+    let c = compact(&mut g, seg(last, 4 * frames));
+    assert_eq!(c.runs, 0);
+    assert!(c.too_live.is_some());
+}
+
+fn pid_of(f: &Fixture, queue: &str) -> u64 {
+    let q = f.st.queue_named(queue).expect("queue");
+    q.partitions.get("p", &f.st.partitions).expect("p")
+}
+
+#[test]
+fn a_run_without_room_is_skipped_and_the_smaller_ones_after_it_are_copied() {
+    // Review H2: the first run that did not fit ended the look, so one large run held back
+    // every run after it for as long as the cycles left it no room.
+    let (mut f, _, _) = pinned();
+    f.push("small", "p", 1);
+    let last = f.commit().expect("push");
+    let big = keep_index(&f);
+    let s = seg(last, 1 << 20);
+    let base = f.cycle.entry.len();
+    // The least room in which anything is copied: the small run's, not the large one's.
+    let mut copied = None;
+    for room in 0..4096 {
+        let c = match f.planner().plan_compaction(s, u64::MAX, base + room, None) {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        };
+        if c.runs > 0 {
+            copied = Some(c);
+            break;
+        }
+    }
+    let c = copied.expect("a copy within 4 KiB of room");
+    assert_eq!(c.runs, 1);
+    assert!(c.more && c.short_of_room && !c.segment_done, "{c:?}");
+    let copy = f.commit().expect("copy");
+    let small = pid_of(&f, "small");
+    let moved = f.st.partitions.get(&small).map(|p| p.runs[0].index);
+    assert_eq!(moved, Some(copy), "the small run moved");
+    assert_eq!(keep_index(&f), big, "the large run waits for room");
+    // With room, the next look takes it, and the segment is done.
+    let c = compact(&mut f, s);
+    assert_eq!((c.runs, c.segment_done, c.short_of_room), (1, true, false));
+    f.assert_replays();
+}
+
+#[test]
+fn a_copy_that_does_not_hold_exactly_its_runs_frames_is_refused() {
+    // Review L2: apply re-pointed the run whatever the copy held, and the old bytes went.
+    let (mut f, _, last) = pinned();
+    let pid = pid_of(&f, "keep");
+    let before = (keep_index(&f), f.st.run_floor.lowest());
+    // A frame is its u32 length and that many bytes; the kept run is 2 frames.
+    let frame = [1u8, 0, 0, 0, 7];
+    let at = crate::state::Loc {
+        index: last + 1,
+        pos: 0,
+    };
+    for n in [0usize, 1, 3] {
+        let frames = frame.repeat(n);
+        f.st.copy_run(pid, 0, 2, &frames, at);
+        assert_eq!(
+            (keep_index(&f), f.st.run_floor.lowest()),
+            before,
+            "{n} frames"
+        );
+    }
+    f.st.copy_run(pid, 0, 2, &[&frame[..], &frame[..], &[0]].concat(), at);
+    assert_eq!(keep_index(&f), before.0, "trailing bytes");
+    f.st.copy_run(pid, 0, 2, &frame.repeat(2), at);
+    assert_eq!(
+        keep_index(&f),
+        vec![last + 1],
+        "exactly 2 frames are applied"
+    );
+}
+
+/// The checkpoint of `f` after `change` to partition "keep"'s runs, decoded.
+fn decode_changed(f: &Fixture, change: impl FnOnce(&mut Vec<crate::state::model::Run>)) -> String {
+    let pid = pid_of(f, "keep");
+    let mut st = match decode_state(&encode_state(&f.st)) {
+        Ok(s) => s,
+        Err(e) => panic!("the unchanged checkpoint: {e}"),
+    };
+    if let Some(p) = st.partitions.get_mut(&pid) {
+        change(&mut p.runs);
+    }
+    match decode_state(&encode_state(&st)) {
+        Ok(_) => "accepted".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn the_checkpoint_decoder_refuses_runs_the_floor_cannot_trust() {
+    // Review L3.
+    let (mut f, _, _) = pinned();
+    f.push("keep", "p", 1);
+    f.commit();
+    let applied = f.st.applied.expect("applied").0;
+    assert_eq!(decode_changed(&f, |_| {}), "accepted");
+    let e = decode_changed(&f, |runs| runs[0].index = applied + 1);
+    assert!(e.contains("above the applied"), "{e}");
+    let e = decode_changed(&f, |runs| {
+        runs[1].index = crate::state::model::PENDING_INDEX
+    });
+    assert!(e.contains("no committed entry"), "{e}");
+    let e = decode_changed(&f, |runs| runs[1].base_offset = runs[0].base_offset);
+    assert!(e.contains("after one at"), "{e}");
+    let e = decode_changed(&f, |runs| runs.swap(0, 1));
+    assert!(e.contains("after one at"), "{e}");
+}

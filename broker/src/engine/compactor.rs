@@ -1,0 +1,220 @@
+//! When the leader runs the compactor (docs/storage-format.md "Pinning and the compactor"):
+//! once after each checkpoint of this incarnation, and again in the next cycles while it makes
+//! progress, with a quarter of a segment's bytes to copy per checkpoint interval. The copies
+//! themselves are planned in `queenmq_engine::plan::compaction`.
+
+use queenmq_engine::log::ReplicatedLog;
+use queenmq_engine::plan::{Compacted, CompactionBudget, Planner, Segment, TooLive};
+
+#[derive(Debug)]
+pub struct Compactor {
+    /// False when reclamation is off: a copy would then free nothing.
+    enabled: bool,
+    /// Whether the next cycle looks at the oldest pinned segment (each look walks the runs).
+    due: bool,
+    budget: CompactionBudget,
+    /// The last segment a look found more than a quarter live: not read again while it holds
+    /// the same runs (review C2).
+    too_live: Option<TooLive>,
+    /// Looks left this checkpoint interval that may follow one short of room.
+    room_retries: u32,
+}
+
+/// How many looks a checkpoint interval may spend on runs the cycle had no room for: each
+/// walks every run (review M3), and under a steady load a run larger than what client work
+/// leaves may never fit (review H2, docs/storage-format.md "Open").
+const ROOM_RETRIES: u32 = 16;
+
+impl Compactor {
+    /// Not due before this incarnation's first checkpoint: the budget lives in memory only,
+    /// so an engine rebuilt after a failed proposal (an ENOSPC above all) or a restarted
+    /// process must not copy again at once, with a fresh budget, what the failed entry held
+    /// (review C1: a rebuild livelock on a full disk, one segment per crash otherwise).
+    pub fn new(enabled: bool) -> Self {
+        Compactor {
+            enabled,
+            due: false,
+            budget: CompactionBudget::default(),
+            too_live: None,
+            room_retries: 0,
+        }
+    }
+
+    /// A checkpoint was written: one more quarter segment may be copied, and looked for.
+    pub fn after_checkpoint(&mut self) {
+        self.budget.reset();
+        self.due = self.enabled;
+        self.room_retries = ROOM_RETRIES;
+    }
+
+    /// Whether a look may start now, and with how many bytes of budget for a segment of
+    /// `segment_bytes`. `room`: how large the cycle's entry may grow with the copy, from the
+    /// disk gate (0 while the node is full, or when any copy would eat into the reserve). A
+    /// look without room stays due: it costs nothing, and copies once space is back.
+    /// `deletes`: whether reclamation would delete now; while it is paused (`RECLAIM_PAUSED`,
+    /// a live backup) a copy frees nothing, so none is made until a checkpoint after the pause
+    /// (review C5). Asked only when a look is due (it reads the file system).
+    fn start(
+        &mut self,
+        room: usize,
+        segment_bytes: u64,
+        deletes: impl FnOnce() -> bool,
+    ) -> Option<u64> {
+        if !self.due || room == 0 {
+            return None;
+        }
+        self.due = false;
+        if !deletes() {
+            return None;
+        }
+        let budget = self.budget.left(segment_bytes);
+        (budget > 0).then_some(budget)
+    }
+
+    /// Whether a look that left runs for lack of room is tried again next cycle.
+    fn retry_for_room(&mut self, c: &Compacted) -> bool {
+        if !c.short_of_room || self.room_retries == 0 {
+            return false;
+        }
+        self.room_retries -= 1;
+        true
+    }
+
+    /// Copies live runs of the oldest pinned sealed segment into the cycle's entry, if due,
+    /// without the entry passing `max_entry_bytes` (already held to the disk gate's room).
+    pub fn plan(
+        &mut self,
+        planner: &mut Planner<'_>,
+        log: &dyn ReplicatedLog,
+        max_entry_bytes: usize,
+        deletes: impl FnOnce() -> bool,
+    ) -> Option<Compacted> {
+        if !self.due {
+            return None;
+        }
+        let room = max_entry_bytes.saturating_sub(planner.cycle.entry.len());
+        let floor = planner.st.run_floor.lowest()?;
+        let (first, last, bytes) = log.sealed_segment_of(floor)?;
+        let budget = self.start(room, bytes, deletes)?;
+        let seg = Segment { first, last, bytes };
+        match planner.plan_compaction(seg, budget, max_entry_bytes, self.too_live) {
+            Ok(c) => {
+                self.too_live = c.too_live;
+                self.budget.spend(c.bytes);
+                // Progress, and room left: the rest of this segment, or the next pinned one,
+                // in the next cycle. So too a look that left runs for lack of room (a later
+                // cycle may leave more), a bounded number of times. A look that copied nothing
+                // otherwise waits for the next checkpoint.
+                self.due = c.runs > 0 || self.retry_for_room(&c);
+                Some(c)
+            }
+            Err(e) => {
+                tracing::warn!(segment_first = first, error = %e, "the compactor could not read a live run; the segment stays until its messages go");
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Compactor;
+    use queenmq_engine::plan::Compacted;
+
+    const SEGMENT: u64 = 64 << 20;
+
+    #[test]
+    fn a_new_compactor_waits_for_its_first_checkpoint() {
+        // A rebuild or a restart builds a new one: it must not copy before a checkpoint.
+        let mut c = Compactor::new(true);
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), None);
+        c.after_checkpoint();
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(SEGMENT / 4));
+        // One look per checkpoint unless it made progress (`plan` sets that).
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), None);
+    }
+
+    #[test]
+    fn no_look_without_room_and_it_stays_due_until_there_is() {
+        let mut c = Compactor::new(true);
+        c.after_checkpoint();
+        assert_eq!(c.start(0, SEGMENT, || true), None);
+        assert_eq!(c.start(0, SEGMENT, || true), None);
+        assert_eq!(c.start(1, SEGMENT, || true), Some(SEGMENT / 4));
+    }
+
+    #[test]
+    fn the_budget_is_a_quarter_segment_per_checkpoint_interval() {
+        let mut c = Compactor::new(true);
+        c.after_checkpoint();
+        c.budget.spend(SEGMENT / 4 - 10);
+        c.due = true;
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(10));
+        c.budget.spend(10);
+        c.due = true;
+        assert_eq!(
+            c.start(usize::MAX, SEGMENT, || true),
+            None,
+            "the quarter is spent"
+        );
+        c.after_checkpoint();
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(SEGMENT / 4));
+    }
+
+    #[test]
+    fn a_look_short_of_room_stays_due_a_bounded_number_of_times() {
+        // Review H2: a look that left runs for lack of room waited for the next checkpoint.
+        let mut c = Compactor::new(true);
+        c.after_checkpoint();
+        let short = Compacted {
+            more: true,
+            short_of_room: true,
+            ..Compacted::default()
+        };
+        for _ in 0..super::ROOM_RETRIES {
+            assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(SEGMENT / 4));
+            c.due = c.retry_for_room(&short);
+        }
+        assert!(!c.due, "the retries are spent until the next checkpoint");
+        let budget_only = Compacted {
+            more: true,
+            ..Compacted::default()
+        };
+        c.after_checkpoint();
+        c.due = c.retry_for_room(&budget_only);
+        assert!(
+            !c.due,
+            "a look stopped by the budget waits for the next checkpoint"
+        );
+    }
+
+    #[test]
+    fn a_compactor_with_reclamation_off_never_looks() {
+        let mut c = Compactor::new(false);
+        c.after_checkpoint();
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), None);
+    }
+
+    #[test]
+    fn no_copy_while_reclamation_is_paused_and_due_again_after_a_checkpoint() {
+        let mut c = Compactor::new(true);
+        c.after_checkpoint();
+        assert_eq!(c.start(usize::MAX, SEGMENT, || false), None, "paused");
+        assert_eq!(
+            c.start(usize::MAX, SEGMENT, || true),
+            None,
+            "not before a checkpoint"
+        );
+        c.after_checkpoint();
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(SEGMENT / 4));
+    }
+
+    #[test]
+    fn the_pause_file_is_asked_only_when_a_look_is_due() {
+        let mut c = Compactor::new(true);
+        assert_eq!(
+            c.start(usize::MAX, SEGMENT, || panic!("asked while not due")),
+            None
+        );
+    }
+}
