@@ -171,11 +171,13 @@ mod tests {
             short_of_room: true,
             ..Compacted::default()
         };
-        for _ in 0..super::ROOM_RETRIES {
+        // The first look after the checkpoint, then ROOM_RETRIES more that it earns.
+        for _ in 0..=super::ROOM_RETRIES {
             assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(SEGMENT / 4));
             c.due = c.retry_for_room(&short);
         }
         assert!(!c.due, "the retries are spent until the next checkpoint");
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), None);
         let budget_only = Compacted {
             more: true,
             ..Compacted::default()
