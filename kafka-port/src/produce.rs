@@ -233,6 +233,10 @@ fn verdict_answer(v: GuardVerdict) -> Option<(i16, i64, Option<String>)> {
             errors::INVALID_TXN_STATE,
             "the partition is not in the producer's open transaction",
         ),
+        GuardVerdict::TxnIndexFull => refused(
+            errors::POLICY_VIOLATION,
+            "the partition holds the most transactional stretches it keeps; abort",
+        ),
         GuardVerdict::UnknownProducer => refused(
             errors::UNKNOWN_PRODUCER_ID,
             "this producer id was not handed out by this broker (InitProducerId)",
@@ -670,6 +674,10 @@ mod tests {
             Some(errors::UNKNOWN_PRODUCER_ID)
         );
         assert_eq!(code(GuardVerdict::Full), Some(errors::REQUEST_TIMED_OUT));
+        assert_eq!(
+            code(GuardVerdict::TxnIndexFull),
+            Some(errors::POLICY_VIOLATION)
+        );
     }
 
     fn result(offset: u64, error: Option<QueenError>) -> PushResult {

@@ -107,6 +107,9 @@ pub enum GuardVerdict {
     /// A transactional batch for a partition not in the open transaction of its
     /// transactional id, or of another producer (INVALID_TXN_STATE).
     NotInTransaction,
+    /// A transactional batch that would pass the partition's cap on transactional stretches
+    /// (POLICY_VIOLATION: the client aborts the transaction; nothing was appended).
+    TxnIndexFull,
     /// A producer id this broker never handed out (UNKNOWN_PRODUCER_ID).
     UnknownProducer,
     /// A new producer's first batch finds `kafka_max_producer_ids` states held and none

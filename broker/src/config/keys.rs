@@ -482,9 +482,16 @@ pub(crate) const KEYS: &[KeySpec] = &[
         name: "kafka_max_partitions_per_transaction",
         env: "QUEEN_KAFKA_MAX_PARTITIONS_PER_TRANSACTION",
         flag: None,
+        // A transaction's end must fit one entry, or it can never end and pins the last
+        // stable offset for ever (review M2). The key bounds its partitions, its groups and
+        // its pending offsets; the end's bound (plan/kafka_txns.rs end_bound) is per
+        // partition a marker (160) plus an offset (effect 64 + group id 512 + topic 249 +
+        // metadata 4096) = 5081 bytes, plus 3 × (64 + 1024) for the end and re-init. The
+        // entry limit is 256 MiB - 64 KiB = 268_369_920, so at most 52_818 partitions:
+        // 50_000 leaves room.
         kind: Kind::Uint {
             min: 1,
-            max: 100_000,
+            max: 50_000,
         },
     },
     KeySpec {

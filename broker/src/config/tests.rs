@@ -335,7 +335,7 @@ fn every_range_bound_is_enforced() {
         ("kafka_max_aborted_per_partition", 1, 1_000_000),
         ("kafka_max_transactional_ids", 1, 1_000_000),
         ("kafka_max_open_transactions", 1, 100_000),
-        ("kafka_max_partitions_per_transaction", 1, 100_000),
+        ("kafka_max_partitions_per_transaction", 1, 50_000),
         ("kafka_transaction_max_timeout_ms", 1_000, 86_400_000),
         (
             "kafka_transactional_id_expiration_ms",
@@ -355,6 +355,14 @@ fn every_range_bound_is_enforced() {
             assert_eq!(res.is_ok(), ok, "{key} = {value}: {:?}", res.err());
         }
     }
+}
+
+#[test]
+fn a_transaction_end_beyond_one_entry_is_refused_as_configuration() {
+    // 100_000 was the key's maximum before review M2: its end could pass the entry limit.
+    let (_d, path) = file("kafka_max_partitions_per_transaction = 100000\n");
+    let err = load_env(&with_file(&path), &[]).expect_err("above the entry limit's room");
+    assert_eq!(err.key(), Some("kafka_max_partitions_per_transaction"));
 }
 
 #[test]

@@ -246,11 +246,24 @@ impl Planner<'_> {
         if b.epoch < row.epoch {
             return Some(GuardVerdict::Fenced);
         }
-        let added = self
-            .guard_partition(g)
-            .is_some_and(|pid| row.partitions.contains_key(&pid));
+        let pid = self.guard_partition(g);
+        let written = pid.and_then(|pid| row.partitions.get(&pid));
         let open = row.state == crate::state::kafka_txns::TxnState::Ongoing;
-        (b.epoch != row.epoch || !open || !added).then_some(GuardVerdict::NotInTransaction)
+        if b.epoch != row.epoch || !open || written.is_none() {
+            return Some(GuardVerdict::NotInTransaction);
+        }
+        let next = pid.and_then(|pid| self.st.partitions.get(&pid).map(|p| (pid, p.next_offset)));
+        let room = next.is_none_or(|(pid, next)| {
+            self.st.kafka_txns.stretch_room(
+                pid,
+                row.producer_id,
+                row.epoch,
+                next,
+                written.is_some_and(Option::is_some),
+                crate::state::kafka_txns::MAX_STRETCHES_PER_PARTITION,
+            )
+        });
+        (!room).then_some(GuardVerdict::TxnIndexFull)
     }
 
     /// Makes room for the request's new producers (Appended, no live state) at the cap:

@@ -29,6 +29,8 @@ mod kafka_txns;
 #[cfg(test)]
 mod kafka_txns_hide_tests;
 #[cfg(test)]
+mod kafka_txns_stretch_tests;
+#[cfg(test)]
 mod kafka_txns_tests;
 mod kv;
 #[cfg(test)]

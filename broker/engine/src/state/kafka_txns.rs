@@ -129,6 +129,12 @@ impl PartTxns {
     }
 }
 
+/// The most stretches plus open transactions a partition's index holds: a transactional
+/// batch that would pass it is refused (POLICY_VIOLATION, abortable). 65536 × ~64 B is
+/// ~4 MiB a partition. Alternating producers that abort leave one stretch a batch that only
+/// retention or DeleteRecords frees (docs/kafka-transactions.md).
+pub const MAX_STRETCHES_PER_PARTITION: usize = 65_536;
+
 /// What a row costs beside its strings and maps' entries (B-tree slack included).
 const ROW_BYTES: usize = 2 * std::mem::size_of::<(String, TxnRow)>();
 const ENTRY_BYTES: usize = 64;
@@ -319,6 +325,44 @@ impl KafkaTxns {
     /// How many aborted rows the partition holds (capped by `kafka_max_aborted_per_partition`).
     pub fn aborted_count(&self, pid: u64) -> usize {
         self.parts.get(&pid).map_or(0, |p| p.aborted.len())
+    }
+
+    /// Whether a transactional batch of `producer_id` at `epoch` appended at `next_offset` of
+    /// `pid` fits the partition's stretch cap (review H1). It fits at once when it extends
+    /// the transaction's own open stretch; else it takes a stretch, and `written` false
+    /// means a first write here, whose end may add one marker stretch more. The count kept
+    /// under `max` is stretches plus transactions open here, since an abort adds at most one
+    /// stretch (its marker) per transaction and a commit none: no end is ever refused and
+    /// the index never passes `max`.
+    pub fn stretch_room(
+        &self,
+        pid: u64,
+        producer_id: i64,
+        epoch: i16,
+        next_offset: u64,
+        written: bool,
+        max: usize,
+    ) -> bool {
+        let Some(p) = self.parts.get(&pid) else {
+            return max >= 2;
+        };
+        let extends = p
+            .stretches
+            .range(..next_offset)
+            .next_back()
+            .is_some_and(|(b, s)| {
+                s.kind == StretchKind::Open
+                    && s.producer_id == producer_id
+                    && s.epoch == epoch
+                    && b + u64::from(s.count) == next_offset
+            });
+        let need = 1 + usize::from(!written);
+        extends || p.stretches.len() + p.open.len() + need <= max
+    }
+
+    /// How many stretches the partition holds (capped by [`MAX_STRETCHES_PER_PARTITION`]).
+    pub fn stretch_count(&self, pid: u64) -> usize {
+        self.parts.get(&pid).map_or(0, |p| p.stretches.len())
     }
 
     /// Whether aborting `producer_id`'s transaction that began at `first` on `pid` adds an
@@ -513,6 +557,18 @@ impl KafkaTxns {
         if first.is_none() {
             *first = Some(base);
             part.open.insert(base, row.producer_id);
+        }
+        // A batch right after the transaction's own open stretch extends it (review H1): a
+        // transaction of many batches on a partition is one stretch, not one per batch.
+        if let Some((b, s)) = part.stretches.range_mut(..base).next_back() {
+            let own = s.kind == StretchKind::Open
+                && s.producer_id == row.producer_id
+                && s.epoch == row.epoch
+                && b + u64::from(s.count) == base;
+            if let Some(grown) = s.count.checked_add(count).filter(|_| own) {
+                s.count = grown;
+                return true;
+            }
         }
         part.stretches.insert(
             base,
