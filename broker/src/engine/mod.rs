@@ -110,6 +110,8 @@ pub struct EngineConfig {
     pub disk: Option<Arc<crate::disk_gate::DiskGate>>,
     /// Whether dead log segments are deleted after checkpoints, and the file that pauses it.
     pub reclaim: reclaim::Reclaimer,
+    /// `compaction_enabled`: false copies nothing (reclamation off copies nothing either).
+    pub compaction_enabled: bool,
     /// The broker key that seals the payloads of encrypted queues; None refuses them.
     pub encryption: Option<Arc<crate::encryption::PayloadKey>>,
     /// A transactional id with no open transaction and nothing done this long is forgotten
@@ -149,6 +151,7 @@ impl Default for EngineConfig {
             log_backend: None,
             disk: None,
             reclaim: reclaim::Reclaimer::default(),
+            compaction_enabled: true,
             encryption: None,
         }
     }
@@ -263,7 +266,10 @@ impl Engine {
             reclaim_bound: None,
             reclaim_pending: false,
             reclaimer: reclaim::Reclaimer::new(cfg.reclaim.enabled, cfg.reclaim.pause_file.clone()),
-            compactor: compactor::Compactor::new(cfg.reclaim.enabled),
+            compactor: compactor::Compactor::new(
+                cfg.reclaim.enabled && cfg.compaction_enabled,
+                cfg.tenant.clone(),
+            ),
         }
     }
 

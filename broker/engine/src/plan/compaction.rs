@@ -50,7 +50,7 @@ pub struct Compacted {
 /// segment never gains a run (appends and copies go to newer entries), so while it holds as
 /// many it holds the same ones, with the same bytes: it is still too live, and a look need not
 /// read them again (review C2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TooLive {
     pub first: u64,
     pub held: usize,
