@@ -251,6 +251,95 @@ fn the_bounds_count_the_copy_headers_not_the_frames_alone() {
     assert!(c.too_live.is_some());
 }
 
+#[test]
+fn a_dense_floor_segment_is_copied_when_the_dead_segments_after_it_go_with_it() {
+    // Review C3: the quarter rule compared the live bytes with the floor segment alone, so a
+    // floor segment more than a quarter live kept every later segment, even wholly dead ones.
+    let (mut f, _, last) = pinned();
+    let live = compact(&mut pinned().0, seg(last, 1 << 20)).bytes;
+    let keep = keep_index(&f)[0];
+    f.push("later", "p", 1);
+    let later = f.commit().expect("push");
+    // The floor segment holds the kept run and is half live; the next one holds only the
+    // dead "hot" entries; the later run is in the segment appends go to.
+    let floor = Segment {
+        first: 1,
+        last: keep,
+        bytes: 2 * live,
+    };
+    f.log.sealed = vec![(1, keep, 2 * live), (keep + 1, last, 2 * live)];
+    let c = compact(&mut f, floor);
+    assert_eq!((c.runs, c.segment_done), (1, true), "{c:?}");
+    assert_eq!(c.too_live, None);
+
+    // The same floor segment, but a live run in the next one: only the floor segment would
+    // go, and it is half live.
+    let (mut g, _, last) = pinned();
+    g.push("later", "p", 1);
+    let later_g = g.commit().expect("push");
+    assert_eq!(later_g, later);
+    g.log.sealed = vec![(1, keep, 2 * live), (keep + 1, later, 2 * live)];
+    let c = compact(&mut g, floor);
+    assert_eq!(c.runs, 0);
+    let judged = c.too_live.expect("too live");
+    assert_eq!((judged.next, judged.frees), (Some(later), 2 * live));
+    assert!(last < later);
+}
+
+#[test]
+fn a_segment_known_too_live_is_not_walked_until_a_run_leaves() {
+    // Review M3: every look walked every run of every partition, also for a segment already
+    // known to be too live.
+    let (mut f, _, last) = pinned();
+    let live = compact(&mut pinned().0, seg(last, 1 << 20)).bytes;
+    let s = seg(last, 4 * live - 1);
+    let judged = compact(&mut f, s).too_live.expect("too live");
+    assert_eq!(judged.drops, f.st.run_floor.drops());
+    // Take the kept run out behind the floor's back (no real change does): a walk would see
+    // one run fewer and read the log, which now fails. The look trusts the epoch instead.
+    let keep = pid_of(&f, "keep");
+    let taken =
+        f.st.partitions
+            .get_mut(&keep)
+            .map(|p| std::mem::take(&mut p.runs))
+            .expect("keep");
+    f.log.failing = true;
+    f.cache = crate::cache::EntryCache::new(1 << 20);
+    let c = match f
+        .planner()
+        .plan_compaction(s, u64::MAX, usize::MAX, Some(judged))
+    {
+        Ok(c) => c,
+        Err(e) => panic!("the look walked and read: {e}"),
+    };
+    assert_eq!(c.too_live, Some(judged));
+    // Once a run left (the epoch moved), the look walks again.
+    let older = crate::plan::TooLive {
+        drops: judged.drops.wrapping_sub(1),
+        ..judged
+    };
+    if let Some(p) = f.st.partitions.get_mut(&keep) {
+        p.runs = taken;
+    }
+    let c = f
+        .planner()
+        .plan_compaction(s, u64::MAX, usize::MAX, Some(older));
+    // The same runs as judged: the walk finds them and still reads nothing (review C2).
+    assert_eq!(
+        c.map(|c| c.too_live.map(|t| t.held)).ok(),
+        Some(Some(judged.held))
+    );
+    // A real drop moves the epoch.
+    let before = f.st.run_floor.drops();
+    let hot = pid_of(&f, "hot");
+    f.push("hot", "p", 1);
+    f.commit();
+    if let Some(p) = f.st.partitions.get_mut(&hot) {
+        f.st.run_floor.drop_front(p, 1);
+    }
+    assert_ne!(f.st.run_floor.drops(), before);
+}
+
 fn pid_of(f: &Fixture, queue: &str) -> u64 {
     let q = f.st.queue_named(queue).expect("queue");
     q.partitions.get("p", &f.st.partitions).expect("p")
