@@ -24,6 +24,9 @@ pub struct Compactor {
     /// Whether the look waiting for disk room was counted already: it stays due and is
     /// tried every cycle, but one wait is one skip.
     full_counted: bool,
+    /// Bytes of the free-space reserve copies borrowed since the last checkpoint (review H1):
+    /// at most an eighth of the reserve per interval, given back two checkpoints later.
+    lent: u64,
     /// The `tenant` label of `queen_compaction_skipped_total`.
     tenant: Arc<str>,
 }
@@ -104,6 +107,7 @@ impl Compactor {
             too_live: None,
             room_retries: 0,
             full_counted: false,
+            lent: 0,
             tenant,
         }
     }
@@ -114,6 +118,7 @@ impl Compactor {
         self.due = self.enabled;
         self.room_retries = ROOM_RETRIES;
         self.full_counted = false;
+        self.lent = 0;
     }
 
     fn skipped(&self, why: Skip) {
@@ -164,19 +169,36 @@ impl Compactor {
         true
     }
 
+    /// How large the entry may grow with copies: `gated` (held to the disk gate's room), or
+    /// up to `ungated` (the caps alone) with what is left of `lend`, the reserve a copy may
+    /// borrow, this interval. Whether it borrows.
+    fn copy_room(&self, planned: usize, gated: usize, ungated: usize, lend: u64) -> (usize, bool) {
+        let lend = usize::try_from(lend.saturating_sub(self.lent)).unwrap_or(usize::MAX);
+        let borrowed = ungated.min(planned.saturating_add(lend));
+        if borrowed > gated {
+            (borrowed, true)
+        } else {
+            (gated, false)
+        }
+    }
+
     /// Copies live runs of the oldest pinned sealed segment into the cycle's entry, if due,
-    /// without the entry passing `max_entry_bytes` (already held to the disk gate's room).
+    /// without the entry passing `max_entry_bytes` (already held to the disk gate's room),
+    /// or `ungated` when the copy borrows at most `lend` bytes of the reserve and empties
+    /// its segment (review H1).
     pub fn plan(
         &mut self,
         planner: &mut Planner<'_>,
         log: &dyn ReplicatedLog,
-        max_entry_bytes: usize,
+        (max_entry_bytes, ungated, lend): (usize, usize, u64),
         deletes: impl FnOnce() -> bool,
     ) -> Option<Compacted> {
         if !self.due {
             return None;
         }
-        let room = max_entry_bytes.saturating_sub(planner.cycle.entry.len());
+        let planned = planner.cycle.entry.len();
+        let (max_entry_bytes, borrows) = self.copy_room(planned, max_entry_bytes, ungated, lend);
+        let room = max_entry_bytes.saturating_sub(planned);
         let floor = planner.st.run_floor.lowest()?;
         let (first, last, bytes) = log.sealed_segment_of(floor)?;
         let budget = match self.start(room, bytes, deletes) {
@@ -189,12 +211,19 @@ impl Compactor {
             }
         };
         let seg = Segment { first, last, bytes };
-        match planner.plan_compaction(seg, budget, max_entry_bytes, self.too_live) {
+        match planner.plan_compaction(seg, budget, max_entry_bytes, self.too_live, borrows) {
             Ok(c) => {
                 self.too_live = c.too_live;
                 self.budget.spend(c.bytes);
-                if let Some(why) = Skip::of(&c) {
-                    self.skipped(why);
+                if borrows {
+                    // Counted whole: part of it may have fitted above the reserve.
+                    self.lent = self.lent.saturating_add(c.bytes);
+                }
+                match Skip::of(&c) {
+                    // The segment did not fit whole in what the reserve may lend.
+                    Some(Skip::EntryFull) if borrows && c.runs == 0 => self.skipped(Skip::DiskFull),
+                    Some(why) => self.skipped(why),
+                    None => {}
                 }
                 // Progress, and room left: the rest of this segment, or the next pinned one,
                 // in the next cycle. So too a look that left runs for lack of room (a later
@@ -349,5 +378,25 @@ mod tests {
         assert_eq!(Skip::of(&done), None);
         let labels: std::collections::BTreeSet<_> = Skip::ALL.iter().map(|s| s.label()).collect();
         assert_eq!(labels.len(), Skip::ALL.len(), "one label each");
+    }
+
+    #[test]
+    fn a_copy_borrows_at_most_an_eighth_of_the_reserve_per_interval() {
+        // Review H1: the gate lends up to reserve/8 (`copy_lend`); the compactor spends it
+        // once per checkpoint interval, the space coming back two checkpoints later.
+        let mut c = Compactor::new(true, Arc::from("t"));
+        c.after_checkpoint();
+        // Full: no room above the reserve, 1000 bytes to lend, caps of 4 MiB.
+        assert_eq!(c.copy_room(100, 100, 4 << 20, 1_000), (1_100, true));
+        // Room above the reserve larger than the loan: no borrowing.
+        assert_eq!(c.copy_room(100, 5_000, 4 << 20, 1_000), (5_000, false));
+        // Never past the caps.
+        assert_eq!(c.copy_room(100, 100, 600, 1_000), (600, true));
+        c.lent = 700;
+        assert_eq!(c.copy_room(0, 0, 4 << 20, 1_000), (300, true));
+        c.lent = 1_000;
+        assert_eq!(c.copy_room(0, 0, 4 << 20, 1_000), (0, false));
+        c.after_checkpoint();
+        assert_eq!(c.copy_room(0, 0, 4 << 20, 1_000), (1_000, true));
     }
 }

@@ -494,12 +494,22 @@ impl Engine {
             let planned = planner.cycle.entry.len();
             let (cycle_cap, entry_cap) =
                 gated_limits(&self.limits, self.cfg.disk.as_deref(), planned);
-            let copy_max = copy_cap(planner.cycle.entry.is_empty(), cycle_cap, entry_cap);
-            compacted = self
-                .compactor
-                .plan(&mut planner, self.log.as_ref(), copy_max, || {
-                    self.reclaimer.would_run()
-                });
+            let empty = planner.cycle.entry.is_empty();
+            let copy_max = copy_cap(empty, cycle_cap, entry_cap);
+            // A copy that empties its segment may borrow a little of the reserve: on a full
+            // node it is the only way a pinning segment goes (review H1).
+            let ungated = copy_cap(empty, self.limits.cycle_bytes, self.limits.max_entry_bytes);
+            let lend = self
+                .cfg
+                .disk
+                .as_deref()
+                .map_or(0, |d| d.copy_lend(planned as u64));
+            compacted = self.compactor.plan(
+                &mut planner,
+                self.log.as_ref(),
+                (copy_max, ungated, lend),
+                || self.reclaimer.would_run(),
+            );
             planner.plan_kv_sweep(plan::KV_SWEEP_PER_CYCLE, self.limits.max_entry_bytes);
             planner.plan_streams_purge(plan::STREAMS_PURGE_PER_CYCLE, self.limits.max_entry_bytes);
             if let Some(m) = &mut self.memory {

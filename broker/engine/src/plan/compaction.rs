@@ -110,13 +110,16 @@ impl Planner<'_> {
     /// partition once (the engine calls it at most once per checkpoint interval unless a
     /// previous call left `more`). A run whose bytes cannot be read leaves the segment alone:
     /// it stays pinned, nothing is lost. `known`: what an earlier look judged too live; the
-    /// same segment holding the same number of runs is not read again.
+    /// same segment holding the same number of runs is not read again. `whole`: copy every
+    /// live run of the segment in this entry or none (a copy that borrows the free-space
+    /// reserve must give the segment back).
     pub fn plan_compaction(
         &mut self,
         seg: Segment,
         budget: u64,
         max_entry_bytes: usize,
         known: Option<TooLive>,
+        whole: bool,
     ) -> Result<Compacted, ReadError> {
         let mut out = Compacted::default();
         let drops = self.st.run_floor.drops();
@@ -185,6 +188,14 @@ impl Planner<'_> {
                 return Ok(out);
             }
             live.push(Live { pid, run, frames });
+        }
+        // A copy into the free-space reserve frees nothing unless it empties the segment: all
+        // of it in this entry, or none (review H1).
+        let room = max_entry_bytes.saturating_sub(self.cycle.entry.len());
+        if whole && !(total <= budget && usize::try_from(total).is_ok_and(|t| t <= room)) {
+            out.more = true;
+            out.short_of_room = true;
+            return Ok(out);
         }
         // A run that does not fit is left for a later cycle, but the smaller ones after it are
         // still copied: one large run must not hold back all the others (review H2).

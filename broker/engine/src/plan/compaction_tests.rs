@@ -68,7 +68,10 @@ fn ids(popped: &PopResult) -> Vec<(String, String)> {
 }
 
 fn compact(f: &mut Fixture, s: Segment) -> Compacted {
-    match f.planner().plan_compaction(s, u64::MAX, usize::MAX, None) {
+    match f
+        .planner()
+        .plan_compaction(s, u64::MAX, usize::MAX, None, false)
+    {
         Ok(c) => c,
         Err(e) => panic!("compaction failed: {e}"),
     }
@@ -113,13 +116,14 @@ fn a_segment_more_than_a_quarter_live_or_a_budget_too_small_copies_nothing() {
         "more than a quarter is live"
     );
     assert!(c.too_live.is_some());
-    let c = match f
-        .planner()
-        .plan_compaction(seg(last, 4 * live), live - 1, usize::MAX, None)
-    {
-        Ok(c) => c,
-        Err(e) => panic!("{e}"),
-    };
+    let c =
+        match f
+            .planner()
+            .plan_compaction(seg(last, 4 * live), live - 1, usize::MAX, None, false)
+        {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        };
     assert_eq!(
         (c.runs, c.more),
         (0, true),
@@ -222,7 +226,10 @@ fn a_segment_judged_too_live_is_not_read_again_while_it_holds_the_same_runs() {
     // Any read would now fail: the second look must not read.
     f.log.failing = true;
     f.cache = crate::cache::EntryCache::new(1 << 20);
-    let c = match f.planner().plan_compaction(s, u64::MAX, usize::MAX, judged) {
+    let c = match f
+        .planner()
+        .plan_compaction(s, u64::MAX, usize::MAX, judged, false)
+    {
         Ok(c) => c,
         Err(e) => panic!("the second look read the log: {e}"),
     };
@@ -231,7 +238,7 @@ fn a_segment_judged_too_live_is_not_read_again_while_it_holds_the_same_runs() {
     let other = Segment { first: 0, ..s };
     assert!(f
         .planner()
-        .plan_compaction(other, u64::MAX, usize::MAX, judged)
+        .plan_compaction(other, u64::MAX, usize::MAX, judged, false)
         .is_err());
 }
 
@@ -307,7 +314,7 @@ fn a_segment_known_too_live_is_not_walked_until_a_run_leaves() {
     f.cache = crate::cache::EntryCache::new(1 << 20);
     let c = match f
         .planner()
-        .plan_compaction(s, u64::MAX, usize::MAX, Some(judged))
+        .plan_compaction(s, u64::MAX, usize::MAX, Some(judged), false)
     {
         Ok(c) => c,
         Err(e) => panic!("the look walked and read: {e}"),
@@ -323,7 +330,7 @@ fn a_segment_known_too_live_is_not_walked_until_a_run_leaves() {
     }
     let c = f
         .planner()
-        .plan_compaction(s, u64::MAX, usize::MAX, Some(older));
+        .plan_compaction(s, u64::MAX, usize::MAX, Some(older), false);
     // The same runs as judged: the walk finds them and still reads nothing (review C2).
     assert_eq!(
         c.map(|c| c.too_live.map(|t| t.held)).ok(),
@@ -338,6 +345,43 @@ fn a_segment_known_too_live_is_not_walked_until_a_run_leaves() {
         f.st.run_floor.drop_front(p, 1);
     }
     assert_ne!(f.st.run_floor.drops(), before);
+}
+
+#[test]
+fn a_copy_into_the_reserve_empties_its_segment_or_copies_nothing() {
+    // Review H1: a copy borrowing the reserve frees nothing unless the segment goes with it.
+    let (mut f, _, _) = pinned();
+    f.push("small", "p", 1);
+    let last = f.commit().expect("push");
+    let s = seg(last, 1 << 20);
+    let all = compact(&mut pinned_with_small().0, s).bytes as usize;
+    let base = f.cycle.entry.len();
+    let c = match f
+        .planner()
+        .plan_compaction(s, u64::MAX, base + all - 1, None, true)
+    {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!((c.runs, c.short_of_room), (0, true), "{c:?}");
+    assert!(f.cycle.entry.len() == base, "nothing copied");
+    let c = match f
+        .planner()
+        .plan_compaction(s, u64::MAX, base + all, None, true)
+    {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!((c.runs, c.segment_done), (2, true), "{c:?}");
+    f.commit();
+    f.assert_replays();
+}
+
+fn pinned_with_small() -> (Fixture, u64) {
+    let (mut f, _, _) = pinned();
+    f.push("small", "p", 1);
+    let last = f.commit().expect("push");
+    (f, last)
 }
 
 fn pid_of(f: &Fixture, queue: &str) -> u64 {
@@ -358,7 +402,10 @@ fn a_run_without_room_is_skipped_and_the_smaller_ones_after_it_are_copied() {
     // The least room in which anything is copied: the small run's, not the large one's.
     let mut copied = None;
     for room in 0..4096 {
-        let c = match f.planner().plan_compaction(s, u64::MAX, base + room, None) {
+        let c = match f
+            .planner()
+            .plan_compaction(s, u64::MAX, base + room, None, false)
+        {
             Ok(c) => c,
             Err(e) => panic!("{e}"),
         };
