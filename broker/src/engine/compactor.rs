@@ -27,6 +27,10 @@ pub struct Compactor {
     /// Bytes of the free-space reserve copies borrowed since the last checkpoint (review H1):
     /// at most an eighth of the reserve per interval, given back two checkpoints later.
     lent: u64,
+    /// A look left runs for lack of room in a cycle holding client work: the next look gets
+    /// a cycle to itself (review H2), once per checkpoint interval (`alone_left`).
+    wants_alone: bool,
+    alone_left: bool,
     /// The `tenant` label of `queen_compaction_skipped_total`.
     tenant: Arc<str>,
 }
@@ -108,6 +112,8 @@ impl Compactor {
             room_retries: 0,
             full_counted: false,
             lent: 0,
+            wants_alone: false,
+            alone_left: false,
             tenant,
         }
     }
@@ -119,6 +125,22 @@ impl Compactor {
         self.room_retries = ROOM_RETRIES;
         self.full_counted = false;
         self.lent = 0;
+        self.wants_alone = false;
+        self.alone_left = true;
+    }
+
+    /// Whether this cycle is given to the compactor alone: its client jobs wait for the next
+    /// cycle, and the copy may grow the entry up to the entry cap (review H2: under a steady
+    /// load every cycle held client work, and a run larger than what it left was never
+    /// copied, pinning its segment and every later one). Once per checkpoint interval, after
+    /// a look that left runs for lack of room; it costs the clients one cycle's delay.
+    pub fn take_cycle_alone(&mut self) -> bool {
+        if !(self.due && self.wants_alone && self.alone_left) {
+            return false;
+        }
+        self.wants_alone = false;
+        self.alone_left = false;
+        true
     }
 
     fn skipped(&self, why: Skip) {
@@ -230,6 +252,7 @@ impl Compactor {
                 // cycle may leave more), a bounded number of times. A look that copied nothing
                 // otherwise waits for the next checkpoint.
                 self.due = c.runs > 0 || self.retry_for_room(&c);
+                self.wants_alone = c.short_of_room;
                 Some(c)
             }
             Err(e) => {
@@ -398,5 +421,35 @@ mod tests {
         assert_eq!(c.copy_room(0, 0, 4 << 20, 1_000), (0, false));
         c.after_checkpoint();
         assert_eq!(c.copy_room(0, 0, 4 << 20, 1_000), (1_000, true));
+    }
+
+    #[test]
+    fn a_look_short_of_room_gets_one_cycle_alone_per_interval() {
+        // Review H2: a run larger than what client work leaves in a cycle was never copied
+        // under a steady load.
+        let mut c = Compactor::new(true, Arc::from("t"));
+        assert!(!c.take_cycle_alone(), "nothing looked yet");
+        c.after_checkpoint();
+        assert!(!c.take_cycle_alone(), "no look was short of room");
+        let short = Compacted {
+            more: true,
+            short_of_room: true,
+            ..Compacted::default()
+        };
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Ok(SEGMENT / 4));
+        c.due = c.retry_for_room(&short);
+        c.wants_alone = short.short_of_room;
+        assert!(c.take_cycle_alone());
+        assert!(!c.take_cycle_alone(), "one cycle");
+        // Still short in that cycle: no second one before the next checkpoint.
+        c.wants_alone = true;
+        assert!(!c.take_cycle_alone());
+        c.after_checkpoint();
+        assert!(
+            !c.take_cycle_alone(),
+            "a new interval waits for a look short of room"
+        );
+        c.wants_alone = true;
+        assert!(c.take_cycle_alone());
     }
 }

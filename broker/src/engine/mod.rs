@@ -428,6 +428,12 @@ impl Engine {
                 }
             }
             let mut jobs = jobs.into_iter();
+            // A cycle given to the compactor (review H2): its jobs wait, in order, for the
+            // next one.
+            let alone = self.compactor.take_cycle_alone();
+            if alone {
+                self.carry.extend(jobs.by_ref());
+            }
             let mut planned = 0usize;
             while let Some(job) = jobs.next() {
                 // The limits first: a request too big or not allowed is refused for good,
@@ -494,7 +500,7 @@ impl Engine {
             let planned = planner.cycle.entry.len();
             let (cycle_cap, entry_cap) =
                 gated_limits(&self.limits, self.cfg.disk.as_deref(), planned);
-            let empty = planner.cycle.entry.is_empty();
+            let empty = alone || planner.cycle.entry.is_empty();
             let copy_max = copy_cap(empty, cycle_cap, entry_cap);
             // A copy that empties its segment may borrow a little of the reserve: on a full
             // node it is the only way a pinning segment goes (review H1).
