@@ -22,6 +22,11 @@ export SOAK_SECONDS
 
 mkdir -p "$RESULTS"
 rm -rf "$BASETEMP"
+mkdir -p "$REPO/.cache/soak-bin"
+# A copy: cargo test, running beside the soak, may rebuild target/release/queen in place, and
+# the start after the kill must run the same build as the first.
+cp "$QUEEN_BIN" "$REPO/.cache/soak-bin/queen"
+export QUEEN_BIN=$REPO/.cache/soak-bin/queen
 # The test's own bound is the soak plus its checks; pytest-timeout stops a hang past it.
 exec "$VENV/bin/python" -m pytest -p no:cacheprovider -rfEs -q \
     -o timeout=$((${SOAK_SECONDS%.*} + 300)) --basetemp="$BASETEMP" \

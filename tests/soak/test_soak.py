@@ -51,6 +51,8 @@ FILL = "s" * 1024
 # One kept message every KEEP_EVERY pushes: a queue that is never consumed and never expires.
 KEEP_EVERY = 300
 SAMPLE_EVERY_S = 5.0
+# How long the producer runs alone before the kill: the answered pushes the check looks for.
+TAIL_S = 5.0
 # What the directory may hold beyond the retention window's records: the segments a checkpoint
 # and a sweep have not let go yet (two checkpoint intervals and a sweep at the load's rate),
 # the active segment, the kept queue's copied runs, the checkpoint files and the state store.
@@ -91,6 +93,7 @@ class Load:
     def __init__(self, url: str) -> None:
         self.url = url
         self.stop = threading.Event()
+        self.stop_consumer = threading.Event()
         self.lock = threading.Lock()
         self.pushed_age: dict[str, float] = {}  # txn -> when its push was answered
         self.kept: dict[str, dict] = {}  # txn -> payload, answered
@@ -109,8 +112,15 @@ class Load:
 
     def halt(self) -> None:
         self.stop.set()
+        self.stop_consumer.set()
         for t in self.threads:
             t.join(timeout=60)
+
+    def halt_consumer(self) -> None:
+        """Stops the consumer after its last ack was answered: no lease of it outlives the
+        kill (a queue-mode pop leases its partition for 300 s, which a restart keeps)."""
+        self.stop_consumer.set()
+        self.threads[1].join(timeout=60)
 
     def _produce(self) -> None:
         n = 0
@@ -124,6 +134,7 @@ class Load:
                 if n % KEEP_EVERY == 0:
                     keep = queen_api.item("soak-keep", "k", f"keep-{n}", {"n": n, "kept": True})
                     items.append(keep)
+                sent = time.monotonic()
                 try:
                     answer = queen_api.push(http, self.url, items)
                 except (httpx.HTTPError, AssertionError):
@@ -131,7 +142,6 @@ class Load:
                     if not self.stop.is_set():
                         time.sleep(0.05)
                     continue
-                now = time.monotonic()
                 with self.lock:
                     for it, r in zip(items, answer):
                         if not queen_api.accepted(r):
@@ -139,13 +149,13 @@ class Load:
                         elif it is keep:
                             self.kept[it["transactionId"]] = it["payload"]
                         else:
-                            self.pushed_age[it["transactionId"]] = now
+                            self.pushed_age[it["transactionId"]] = sent
                 n += 1
                 self.stop.wait(PUSH_PAUSE_S)
 
     def _consume(self) -> None:
         with httpx.Client(timeout=15.0) as http:
-            while not self.stop.is_set():
+            while not self.stop_consumer.is_set():
                 try:
                     got = queen_api.pop(http, self.url, "soak-age", batch=200, wait=True, timeout_ms=500)
                     if not got:
@@ -154,7 +164,7 @@ class Load:
                         self.popped.update(m["transactionId"] for m in got)
                     results = queen_api.ack_batch(http, self.url, got, None)
                 except (httpx.HTTPError, AssertionError):
-                    if not self.stop.is_set():
+                    if not self.stop_consumer.is_set():
                         time.sleep(0.05)
                     continue
                 with self.lock:
@@ -191,7 +201,10 @@ def test_the_data_directory_levels_off_under_a_steady_load_and_kill_9_loses_noth
             deleted_end = metric(http, "queen_log_segments_deleted_total")
             compacted = metric(http, "queen_compaction_segments_total")
 
-        # Kill -9 under the load, then restart on the same directory.
+        # Kill -9 under the producer's load, the consumer stopped first so that a few seconds
+        # of answered pushes wait unconsumed, then restart on the same directory.
+        load.halt_consumer()
+        time.sleep(TAIL_S)
         broker.kill()
         load.halt()
         assert not load.errors, load.errors[:5]
@@ -245,6 +258,11 @@ def test_the_data_directory_levels_off_under_a_steady_load_and_kill_9_loses_noth
             looked = time.monotonic()
             again = delivered & load.acked
             assert not again, f"{len(again)} messages delivered again after their ack was answered"
+            checked = [
+                t for t, when in load.pushed_age.items()
+                if t not in load.popped and looked - when < RETENTION_S - 2
+            ]
+            assert len(checked) >= 100, f"only {len(checked)} unconsumed young pushes to check"
             young_lost = [
                 t for t, when in load.pushed_age.items()
                 if t not in load.popped and t not in delivered and looked - when < RETENTION_S - 2
