@@ -26,6 +26,7 @@ mod apply;
 mod backend;
 mod committed_saver;
 mod config;
+mod election_nudge;
 mod entry_codec;
 mod error;
 #[doc(hidden)]

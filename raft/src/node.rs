@@ -15,6 +15,7 @@ use openraft::{BasicNode, ChangeMembers, Raft, ServerState};
 use crate::apply::ApplyHandler;
 use crate::backend::{SegmentLog, StateStore};
 use crate::config::RaftConfig;
+use crate::election_nudge;
 use crate::entry_codec;
 use crate::error::RaftError;
 use crate::index_cell::IndexCell;
@@ -49,6 +50,8 @@ struct Inner {
     applied: Arc<IndexCell>,
     /// Resolves once openraft has dropped the state machine (see `StateMachine::open`).
     sm_gone: tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+    /// Retries campaigns stuck in a split vote (`election_nudge`); stopped by `shutdown`.
+    nudge: tokio::task::JoinHandle<()>,
 }
 
 fn fatal(e: impl std::fmt::Display) -> RaftError {
@@ -175,9 +178,16 @@ impl RaftNode {
                 .await
                 .map_err(|e| RaftError::Startup(e.to_string()))?;
         }
+        let nudge = election_nudge::spawn(
+            raft.clone(),
+            id,
+            cfg.election_timeout_min_ms,
+            cfg.election_timeout_max_ms,
+        );
         Ok(RaftNode {
             inner: Arc::new(Inner {
                 id,
+                nudge,
                 raft,
                 log,
                 log_store,
@@ -418,6 +428,7 @@ impl RaftNode {
     /// writes `log` or `store` any more; drop every `RaftNode` clone before reopening them.
     /// Every step runs even if an earlier one failed; the first failure is returned.
     pub async fn shutdown(&self) -> Result<(), RaftError> {
+        self.inner.nudge.abort();
         let core = self.inner.raft.shutdown().await.map_err(fatal);
         if let Some(gone) = self.inner.sm_gone.lock().await.take() {
             // Err is the expected outcome: the sender is dropped, never used.

@@ -11,6 +11,7 @@ mod multi_node;
 mod node_restart;
 mod reclaim;
 mod router;
+mod split_vote;
 mod tcp_client;
 mod tcp_cluster;
 mod tcp_listener;

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -25,11 +26,22 @@ use crate::types::{NodeId, TypeConfig};
 #[derive(Clone, Default)]
 pub struct Router {
     nodes: Arc<Mutex<BTreeMap<NodeId, Raft<TypeConfig>>>>,
+    /// How long every vote request travels before it reaches its target.
+    vote_delay: Arc<Mutex<Duration>>,
 }
 
 impl Router {
     pub fn add(&self, id: NodeId, raft: Raft<TypeConfig>) {
         self.nodes.lock().unwrap().insert(id, raft);
+    }
+
+    /// The node becomes unreachable, as if its process had gone.
+    pub fn remove(&self, id: NodeId) {
+        self.nodes.lock().unwrap().remove(&id);
+    }
+
+    pub fn delay_votes(&self, by: Duration) {
+        *self.vote_delay.lock().unwrap() = by;
     }
 
     fn get(&self, id: NodeId) -> Option<Raft<TypeConfig>> {
@@ -105,6 +117,8 @@ impl RaftNetwork<TypeConfig> for Client {
         rpc: VoteRequest<NodeId>,
         _option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let delay = *self.router.vote_delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
         let raft = self.raft()?;
         raft.vote(rpc).await.map_err(|e| self.remote(e))
     }
