@@ -66,7 +66,9 @@ pub(crate) fn random_pause(node_id: u64, below: Duration) -> Duration {
 }
 
 /// Watches `raft` until it shuts down, retrying stuck campaigns as the module says.
-/// `min_ms` and `max_ms` are the node's election timeout range.
+/// `min_ms` and `max_ms` are the node's election timeout range. It reads the server metrics,
+/// which change with the role, the vote and the membership only (never per write), and looks
+/// on a timer only while the node campaigns: a leader or follower costs nothing.
 pub(crate) fn spawn(
     raft: Raft<TypeConfig>,
     node_id: u64,
@@ -77,12 +79,12 @@ pub(crate) fn spawn(
         let min = Duration::from_millis(min_ms.max(1));
         let look_every = min / 4;
         let mut campaigns = Campaigns::new(Duration::from_millis(max_ms));
-        let mut metrics = raft.metrics();
+        let mut server = raft.server_metrics();
         loop {
-            let campaigning = metrics.borrow().state == ServerState::Candidate;
+            let campaigning = server.borrow().state == ServerState::Candidate;
             if campaigns.due(campaigning, Instant::now()) {
                 tokio::time::sleep(random_pause(node_id, min)).await;
-                if metrics.borrow().state == ServerState::Candidate {
+                if server.borrow().state == ServerState::Candidate {
                     tracing::info!(node = node_id, "a campaign is stuck: starting another");
                     if raft.trigger().elect().await.is_err() {
                         return; // the core stopped
@@ -91,13 +93,16 @@ pub(crate) fn spawn(
                 campaigns.retried(Instant::now());
                 continue;
             }
-            tokio::select! {
-                changed = metrics.changed() => {
-                    if changed.is_err() {
-                        return; // the core stopped and dropped its metrics
-                    }
+            let changed = if campaigning {
+                tokio::select! {
+                    changed = server.changed() => changed,
+                    _ = tokio::time::sleep(look_every) => Ok(()),
                 }
-                _ = tokio::time::sleep(look_every) => {}
+            } else {
+                server.changed().await
+            };
+            if changed.is_err() {
+                return; // the core stopped and dropped its metrics
             }
         }
     })
