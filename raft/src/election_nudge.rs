@@ -18,11 +18,12 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::time::Duration;
 
-use openraft::{Raft, ServerState};
+use openraft::metrics::RaftServerMetrics;
+use openraft::{BasicNode, Raft, ServerState};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::types::TypeConfig;
+use crate::types::{NodeId, TypeConfig};
 
 /// Decides, from what the node's metrics show, when a stuck campaign is retried: the pure
 /// part of the nudge, tested without a Raft.
@@ -65,6 +66,21 @@ pub(crate) fn random_pause(node_id: u64, below: Duration) -> Duration {
     Duration::from_millis(draw % below_ms)
 }
 
+/// Campaigning on its own behalf with nobody known to lead, in a group of two voters or more.
+/// A node that granted its vote to another, or heard from a leader, shows that vote or that
+/// leader once openraft flushed its metrics after the vote's fsync; until then it may still
+/// look stuck, and a retry then costs one election round, never the group's liveness.
+fn stuck(m: &RaftServerMetrics<NodeId, BasicNode>, node_id: NodeId) -> bool {
+    m.state == ServerState::Candidate
+        && m.current_leader.is_none()
+        && m.vote.leader_id().voted_for() == Some(node_id)
+        && m.membership_config
+            .membership()
+            .voter_ids()
+            .nth(1)
+            .is_some()
+}
+
 /// Watches `raft` until it shuts down, retrying stuck campaigns as the module says.
 /// `min_ms` and `max_ms` are the node's election timeout range. It reads the server metrics,
 /// which change with the role, the vote and the membership only (never per write), and looks
@@ -81,10 +97,10 @@ pub(crate) fn spawn(
         let mut campaigns = Campaigns::new(Duration::from_millis(max_ms));
         let mut server = raft.server_metrics();
         loop {
-            let campaigning = server.borrow().state == ServerState::Candidate;
+            let campaigning = stuck(&server.borrow(), node_id);
             if campaigns.due(campaigning, Instant::now()) {
                 tokio::time::sleep(random_pause(node_id, min)).await;
-                if server.borrow().state == ServerState::Candidate {
+                if stuck(&server.borrow(), node_id) {
                     tracing::info!(node = node_id, "a campaign is stuck: starting another");
                     if raft.trigger().elect().await.is_err() {
                         return; // the core stopped
@@ -110,7 +126,56 @@ pub(crate) fn spawn(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use openraft::Vote;
+
     use super::*;
+    use crate::types::{Membership, StoredMembership};
+
+    fn metrics(
+        state: ServerState,
+        voted_for: u64,
+        leader: Option<u64>,
+        voters: &[u64],
+    ) -> RaftServerMetrics<NodeId, BasicNode> {
+        let members = Membership::new(vec![voters.iter().copied().collect::<BTreeSet<_>>()], ());
+        RaftServerMetrics {
+            id: 1,
+            vote: Vote::new(7, voted_for),
+            state,
+            current_leader: leader,
+            membership_config: Arc::new(StoredMembership::new(None, members)),
+        }
+    }
+
+    #[test]
+    fn only_a_leaderless_self_voting_candidate_among_voters_is_stuck() {
+        assert!(stuck(
+            &metrics(ServerState::Candidate, 1, None, &[1, 2, 3]),
+            1
+        ));
+        assert!(
+            !stuck(&metrics(ServerState::Candidate, 2, None, &[1, 2, 3]), 1),
+            "voted for another"
+        );
+        assert!(
+            !stuck(&metrics(ServerState::Candidate, 1, Some(2), &[1, 2, 3]), 1),
+            "a leader is known"
+        );
+        assert!(
+            !stuck(&metrics(ServerState::Candidate, 1, None, &[1]), 1),
+            "a single voter"
+        );
+        for state in [
+            ServerState::Follower,
+            ServerState::Leader,
+            ServerState::Learner,
+        ] {
+            assert!(!stuck(&metrics(state, 1, None, &[1, 2, 3]), 1), "{state:?}");
+        }
+    }
 
     #[test]
     fn a_campaign_is_retried_only_once_it_outlasted_the_range() {

@@ -54,6 +54,14 @@ struct Inner {
     nudge: tokio::task::JoinHandle<()>,
 }
 
+impl Drop for Inner {
+    /// A node dropped without `shutdown` (a panic unwinding its owner) must not leave the
+    /// nudge holding its Raft, and with it the log and the store, for ever.
+    fn drop(&mut self) {
+        self.nudge.abort();
+    }
+}
+
 fn fatal(e: impl std::fmt::Display) -> RaftError {
     RaftError::Fatal(e.to_string())
 }

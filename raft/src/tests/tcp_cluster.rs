@@ -80,7 +80,12 @@ async fn member(dir: &Path, id: u64, listener: TcpListener) -> Member {
     .await
     .unwrap();
     // As `RaftNode` does: without it two survivors can split their votes for ever.
-    crate::election_nudge::spawn(raft.clone(), id, 1000, 2000);
+    crate::election_nudge::spawn(
+        raft.clone(),
+        id,
+        cfg.election_timeout_min_ms,
+        cfg.election_timeout_max_ms,
+    );
     let groups = Groups::default();
     groups.add(GROUP, raft.clone());
     let stop = listen(
