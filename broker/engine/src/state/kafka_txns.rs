@@ -174,6 +174,11 @@ impl KafkaTxns {
         self.rows.get(txn_id)
     }
 
+    /// The row of `txn_id` with its key, as [`KafkaTxns::rows`] yields it.
+    pub fn row_entry(&self, txn_id: &str) -> Option<(&String, &TxnRow)> {
+        self.rows.get_key_value(txn_id)
+    }
+
     pub fn rows(&self) -> impl Iterator<Item = (&String, &TxnRow)> {
         self.rows.iter()
     }
