@@ -84,6 +84,10 @@ pub enum KafkaTxnRead {
         group: String,
         partitions: Vec<(String, i32)>,
     },
+    /// OffsetFetch `require_stable` with every partition asked: the (topic, partition
+    /// index) where an open transaction holds a pending offset of `group`, read before the
+    /// offsets are (at most [`MAX_ENTRIES_PER_ANSWER`]).
+    GroupPending { group: String },
 }
 
 /// One transactional id as DescribeTransactions shows it.
@@ -156,4 +160,10 @@ pub enum KafkaTxnReadAnswer {
     Producers(Vec<PartitionProducers>),
     /// One per asked partition, in order: true where an offset is pending.
     Pending(Vec<bool>),
+    /// The group's pending (topic, partition index) in order; `complete` is false when
+    /// [`MAX_ENTRIES_PER_ANSWER`] of them were listed and more are pending.
+    GroupPending {
+        pairs: Vec<(String, i32)>,
+        complete: bool,
+    },
 }

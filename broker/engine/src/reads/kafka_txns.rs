@@ -48,6 +48,10 @@ pub fn answer(st: &State, req: &KafkaTxnRead) -> Result<KafkaTxnReadAnswer, Quee
             }
             KafkaTxnReadAnswer::Pending(st.kafka_txns.pending_of(group, partitions))
         }
+        KafkaTxnRead::GroupPending { group } => {
+            let (pairs, complete) = st.kafka_txns.pending_in(group, MAX_ENTRIES_PER_ANSWER);
+            KafkaTxnReadAnswer::GroupPending { pairs, complete }
+        }
     })
 }
 
