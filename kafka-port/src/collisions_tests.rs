@@ -3,7 +3,6 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::BytesMut;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
@@ -13,10 +12,9 @@ use queenmq_protocol::topic_collision::collide;
 use queenmq_protocol::{
     Bus, BusFuture, Command, ErrorCode, Outcome, QueenError, ReadAnswer, ReadReq, RequestCtx,
 };
-use tokio::sync::Semaphore;
 
 use crate::wire::Reader;
-use crate::{collisions, connection::Reply, errors, metadata, Door, KafkaConfig};
+use crate::{collisions, connection::Reply, errors, metadata, Door};
 
 /// A tenant with one queue, `a.b`, in which every other topic is missing and every create
 /// fails; it counts the collision reads and the names they ask about.
@@ -62,37 +60,7 @@ impl Bus for StubBus {
 }
 
 fn door(stub: &Arc<Stub>) -> Door {
-    let cfg = KafkaConfig {
-        node_id: 1,
-        advertised_host: "127.0.0.1".into(),
-        advertised_port: 9092,
-        max_request_bytes: 1 << 20,
-        default_partitions: 1,
-        producer_id_expiration_ms: 60_000,
-        max_producer_ids: 10,
-        producer_evict_min_idle_ms: 1_000,
-        txn_limits: queenmq_protocol::kafka_txns::TxnLimits::default(),
-        max_records: 100,
-        max_connections: 10,
-        max_prelogin_connections: 10,
-        max_prelogin_per_ip: 10,
-        inflight_bytes: 1 << 20,
-        idle_timeout: Duration::from_secs(60),
-        io_timeout: Duration::from_secs(10),
-        handshake_timeout: Duration::from_secs(10),
-        ctx: RequestCtx::default(),
-        log_dir: "/tmp".into(),
-        fetch_session_slots: 0,
-    };
-    Door {
-        bus: Arc::new(StubBus(stub.clone())),
-        cfg: Arc::new(cfg),
-        ctx: RequestCtx::default(),
-        inflight: Arc::new(Semaphore::new(1024)),
-        groups: Arc::new(crate::group::Coordinator::default()),
-        fetch_sessions: Arc::new(crate::fetch_sessions::FetchSessions::new(0)),
-        sasl: false,
-    }
+    crate::test_door::over(Arc::new(StubBus(stub.clone())))
 }
 
 /// Metadata v4 with auto-creation naming `names`; the error code of each answered topic.

@@ -38,6 +38,8 @@ pub mod produce;
 pub mod quiet_log;
 pub mod records;
 pub mod sasl;
+#[cfg(test)]
+mod test_door;
 pub mod topics;
 pub mod txn;
 pub mod unmapping;

@@ -12,6 +12,18 @@ pub const MAX_PRODUCER_PARTITIONS: usize = 10_000;
 pub const MAX_PRODUCERS_PER_PARTITION: usize = 1_000;
 /// The most filter values (states or producer ids) one ListTransactions may carry.
 pub const MAX_LIST_FILTERS: usize = 1_000;
+/// The most entries one DescribeTransactions or DescribeProducers answer holds: partitions
+/// summed over every described transaction, producers summed over every described
+/// partition. The engine counts while it builds the answer; the item that would pass it and
+/// every item after it are answered [`TxnDescribed::OverBudget`] /
+/// [`PartitionProducers::OverBudget`], which the door turns into a retriable per-item error
+/// (docs/kafka-transactions.md "Reading the coordinator"). It is above one transaction's
+/// most partitions (`kafka_max_partitions_per_transaction` is at most 50 000) and one
+/// partition's most producers, so every answer serves its first item and a client that
+/// retries the rest always progresses.
+pub const MAX_ENTRIES_PER_ANSWER: usize = 100_000;
+const _: () = assert!(MAX_PRODUCERS_PER_PARTITION < MAX_ENTRIES_PER_ANSWER);
+const _: () = assert!(50_000 < MAX_ENTRIES_PER_ANSWER);
 
 /// A transaction's state under Kafka's names (`TransactionState` in Kafka's coordinator).
 /// Here an end is one entry, so the Prepare* states are never shown.
@@ -52,7 +64,8 @@ impl TxnStateName {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KafkaTxnRead {
-    /// DescribeTransactions: each id, in order (at most [`MAX_TXNS_PER_ANSWER`]).
+    /// DescribeTransactions: each id, in order (at most [`MAX_TXNS_PER_ANSWER`]; the door
+    /// drops repeats, and the answer is bounded by [`MAX_ENTRIES_PER_ANSWER`] anyway).
     Describe { txn_ids: Vec<String> },
     /// ListTransactions: every id whose state is one of `states` (Kafka names; empty: any)
     /// and whose producer id is one of `producer_ids` (empty: any). (v1's duration filter
@@ -61,7 +74,8 @@ pub enum KafkaTxnRead {
         states: Vec<String>,
         producer_ids: Vec<i64>,
     },
-    /// DescribeProducers: per (topic, partition index), in order.
+    /// DescribeProducers: per (topic, partition index), in order (the door drops repeats;
+    /// the answer is bounded by [`MAX_ENTRIES_PER_ANSWER`] anyway).
     Producers { partitions: Vec<(String, i32)> },
     /// OffsetFetch `require_stable`: per (topic, partition index) of `group`, in order,
     /// whether an open transaction holds a pending offset there (at most
@@ -70,6 +84,10 @@ pub enum KafkaTxnRead {
         group: String,
         partitions: Vec<(String, i32)>,
     },
+    /// OffsetFetch `require_stable` with every partition asked: the (topic, partition
+    /// index) where an open transaction holds a pending offset of `group`, read before the
+    /// offsets are (at most [`MAX_ENTRIES_PER_ANSWER`]).
+    GroupPending { group: String },
 }
 
 /// One transactional id as DescribeTransactions shows it.
@@ -107,13 +125,31 @@ pub struct ProducerView {
     pub txn_start_offset: i64,
 }
 
-/// A partition's answer: `None` when the topic does not exist.
-pub type PartitionProducers = Option<Vec<ProducerView>>;
+/// One asked id of a DescribeTransactions answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnDescribed {
+    Known(TxnView),
+    /// The coordinator does not know the id.
+    Unknown,
+    /// Past [`MAX_ENTRIES_PER_ANSWER`]: not described, ask again.
+    OverBudget,
+}
+
+/// One asked partition of a DescribeProducers answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PartitionProducers {
+    /// At most [`MAX_PRODUCERS_PER_PARTITION`] producers with state there.
+    Listed(Vec<ProducerView>),
+    /// The topic does not exist.
+    NoTopic,
+    /// Past [`MAX_ENTRIES_PER_ANSWER`]: not described, ask again.
+    OverBudget,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KafkaTxnReadAnswer {
-    /// One per asked id, in order: `None` for an id the coordinator does not know.
-    Described(Vec<Option<TxnView>>),
+    /// One per asked id, in order.
+    Described(Vec<TxnDescribed>),
     /// At most [`MAX_TXNS_PER_ANSWER`] rows in transactional id order; `unknown_states` are
     /// the filters that name no Kafka state.
     Listed {
@@ -124,4 +160,10 @@ pub enum KafkaTxnReadAnswer {
     Producers(Vec<PartitionProducers>),
     /// One per asked partition, in order: true where an offset is pending.
     Pending(Vec<bool>),
+    /// The group's pending (topic, partition index) in order; `complete` is false when
+    /// [`MAX_ENTRIES_PER_ANSWER`] of them were listed and more are pending.
+    GroupPending {
+        pairs: Vec<(String, i32)>,
+        complete: bool,
+    },
 }

@@ -150,3 +150,144 @@ def test_require_stable_answers_unstable_while_a_transaction_holds_the_groups_of
         assert offset_fetch_v7(port, "g-stable", "stable-in", 0, stable=True) == (0, 5)
     finally:
         consumer.close()
+
+
+def uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    out, shift = 0, 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        out |= (b & 0x7F) << shift
+        if b < 0x80:
+            return out, pos
+        shift += 7
+
+
+def cstr(v: str) -> bytes:
+    raw = v.encode()
+    n = len(raw) + 1
+    head = b""
+    while n >= 0x80:
+        head += bytes([(n & 0x7F) | 0x80])
+        n >>= 7
+    return head + bytes([n]) + raw
+
+
+def test_a_describe_naming_one_transaction_many_times_answers_it_once(broker):
+    """Review s16 kafka H1: 10 000 repeats of one open transaction's id used to make the
+    engine build (and the door send) 10 000 copies of its partitions."""
+    import socket
+    import struct
+
+    from raw_socket import kafka_request, read_kafka_frame
+
+    parts = 40
+    create_topic(broker.kafka_bootstrap, "wide", parts)
+    p = txn_producer(broker.kafka_bootstrap, "wide-writer")
+    try:
+        p.begin_transaction()
+        for i in range(parts):
+            p.produce("wide", value=b"x", partition=i)
+        p.flush(30)
+        repeats = 10_000
+        body = b""
+        n = repeats + 1
+        while n >= 0x80:
+            body += bytes([(n & 0x7F) | 0x80])
+            n >>= 7
+        body += bytes([n]) + cstr("wide-writer") * repeats + b"\x00"
+        with socket.create_connection(("127.0.0.1", broker.kafka_port), timeout=30) as s:
+            s.sendall(kafka_request(65, 0, 7, body, tags=True))
+            resp = read_kafka_frame(s)
+            # One state of 40 partitions is well under 1 KB; 10 000 copies are over 2 MB.
+            assert len(resp) < 1024, f"{len(resp)} bytes"
+            corr, _tags, _throttle = struct.unpack(">iBi", resp[:9])
+            assert corr == 7
+            count, pos = uvarint(resp, 9)
+            assert count - 1 == 1, "the id is described once"
+            (code,) = struct.unpack(">h", resp[pos : pos + 2])
+            assert code == 0
+            # The broker still serves this connection: ApiVersions v0.
+            s.sendall(kafka_request(18, 0, 8))
+            corr, code = struct.unpack(">ih", read_kafka_frame(s)[:6])
+            assert (corr, code) == (8, 0)
+        d = KafkaAdminClient(bootstrap_servers=broker.kafka_bootstrap)
+        try:
+            got = d.describe_transactions(["wide-writer"])["wide-writer"]
+            assert len(got.topic_partitions) == parts
+        finally:
+            d.close()
+        p.abort_transaction(30)
+    finally:
+        p.flush(5)
+
+
+def offset_fetch_all(port: int, group: str, version: int) -> dict:
+    """OffsetFetch (v7 or v8) of every partition of `group` with require_stable over a raw
+    socket: (topic, partition) -> (error code, committed offset)."""
+    import socket
+    import struct
+
+    from raw_socket import kafka_request, read_kafka_frame
+
+    if version == 7:
+        body = cstr(group) + b"\x00" + b"\x01" + b"\x00"
+    else:
+        body = b"\x02" + cstr(group) + b"\x00" + b"\x00" + b"\x01" + b"\x00"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(kafka_request(9, version, 5, body, tags=True))
+        resp = read_kafka_frame(s)
+    corr, _tags, _throttle = struct.unpack(">iBi", resp[:9])
+    assert corr == 5
+    pos = 9
+    if version >= 8:
+        ngroups, pos = uvarint(resp, pos)
+        assert ngroups - 1 == 1
+        glen, pos = uvarint(resp, pos)
+        pos += glen - 1
+    out = {}
+    ntopics, pos = uvarint(resp, pos)
+    for _ in range(ntopics - 1):
+        tlen, pos = uvarint(resp, pos)
+        topic = resp[pos : pos + tlen - 1].decode()
+        pos += tlen - 1
+        nparts, pos = uvarint(resp, pos)
+        for _ in range(nparts - 1):
+            index, offset, _epoch = struct.unpack(">iqi", resp[pos : pos + 16])
+            pos += 16
+            mlen, pos = uvarint(resp, pos)
+            pos += max(mlen - 1, 0)
+            (code,) = struct.unpack(">h", resp[pos : pos + 2])
+            pos += 2
+            _t, pos = uvarint(resp, pos)
+            out[(topic, index)] = (code, offset)
+        _t, pos = uvarint(resp, pos)
+    (top,) = struct.unpack(">h", resp[pos : pos + 2])
+    assert top == 0
+    return out
+
+
+def test_require_stable_with_every_partition_asked_marks_the_pending_one(broker):
+    """Review s16 kafka L1: OffsetFetch v7 and v8 with null topics and require_stable."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CTp
+
+    create_topic(broker.kafka_bootstrap, "all-in", 2)
+    create_topic(broker.kafka_bootstrap, "all-out", 1)
+    consumer = Consumer({"bootstrap.servers": broker.kafka_bootstrap, "group.id": "g-all"})
+    p = txn_producer(broker.kafka_bootstrap, "all-writer")
+    try:
+        consumer.commit(offsets=[CTp("all-in", 0, 3), CTp("all-in", 1, 7)], asynchronous=False)
+        p.begin_transaction()
+        send(p, "all-out", [1])
+        p.send_offsets_to_transaction([CTp("all-in", 0, 5)], consumer.consumer_group_metadata(), 30)
+        for version in (7, 8):
+            got = offset_fetch_all(broker.kafka_port, "g-all", version)
+            assert got[("all-in", 0)] == (88, -1), f"v{version}: {got}"
+            assert got[("all-in", 1)] == (0, 7), f"v{version}: {got}"
+        p.commit_transaction(30)
+        for version in (7, 8):
+            got = offset_fetch_all(broker.kafka_port, "g-all", version)
+            assert got[("all-in", 0)] == (0, 5), f"v{version}: {got}"
+    finally:
+        consumer.close()

@@ -165,6 +165,8 @@ pub async fn supervise(
     for reason in ["aborted_cap", "stretch_cap", "open_cap", "ids_cap"] {
         metrics::counter!("queen_kafka_txn_refused_total", "reason" => reason).increment(0);
     }
+    // Counted by the engine's ListTransactions read (reads/kafka_txns.rs; docs/metrics.md).
+    metrics::counter!("queen_kafka_txn_list_truncated_total").increment(0);
     metrics::counter!(
         "queen_log_reclaim_refused_total",
         "tenant" => ecfg.tenant.to_string(),

@@ -1,7 +1,7 @@
 //! OffsetCommit, OffsetFetch and OffsetDelete. The coordinator judges the member and
 //! generation; the engine stores the offsets and answers once the entry is committed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
@@ -306,11 +306,41 @@ fn asked_pairs(topics: &Topics<Fetched>) -> Vec<(String, i32)> {
 /// A partition's answer: its index, its committed offset, its error code.
 type Fetched = (i32, Option<KafkaCommitted>, i16);
 
+/// The group's pending partitions, read before its offsets (every partition asked); the
+/// set is complete unless more than `MAX_ENTRIES_PER_ANSWER` are pending.
+async fn group_pending(door: &Door, group: &str) -> Result<(HashSet<(String, i32)>, bool), i16> {
+    use queenmq_protocol::kafka_txn_reads::{KafkaTxnRead, KafkaTxnReadAnswer};
+    use queenmq_protocol::{Command, Outcome, ReadAnswer, ReadReq};
+    let q = KafkaTxnRead::GroupPending {
+        group: group.to_string(),
+    };
+    match door
+        .bus
+        .call(door.ctx.clone(), Command::Read(ReadReq::KafkaTxns(q)))
+        .await
+    {
+        Ok(Outcome::Read(ReadAnswer::KafkaTxns(KafkaTxnReadAnswer::GroupPending {
+            pairs,
+            complete,
+        }))) => Ok((pairs.into_iter().collect(), complete)),
+        Ok(_) => Err(e::UNKNOWN_SERVER_ERROR),
+        Err(err) => Err(commit_error(&err)),
+    }
+}
+
+/// What was pending before the offsets were read: per asked partition, or the group's
+/// pending partitions (and whether that is all of them).
+enum Before {
+    Asked(Vec<bool>),
+    Group(HashSet<(String, i32)>, bool),
+}
+
 /// [`fetch_group`], then, when the client requires stable offsets, each partition with an
-/// offset pending in an open transaction answered UNSTABLE_OFFSET_COMMIT. Asked partitions
-/// are checked before their offsets are read, so a transaction that commits in between
-/// shows its committed offset, never the one before it; when every partition is asked the
-/// check follows the read (the partitions are known only then).
+/// offset pending in an open transaction answered UNSTABLE_OFFSET_COMMIT. The pending
+/// offsets are checked before the committed ones are read, so a transaction that commits
+/// in between shows its committed offset, never the one before it marked stable (review
+/// s16 kafka L1). With every partition asked, the group's pending partitions are read
+/// first; only past `MAX_ENTRIES_PER_ANSWER` of them are the rest checked after the read.
 async fn fetch_group_stable(
     door: &Door,
     group: &str,
@@ -327,20 +357,31 @@ async fn fetch_group_stable(
                 .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
                 .collect();
             match pending(door, group, pairs).await {
-                Ok(v) => Some(v),
+                Ok(v) => Before::Asked(v),
                 Err(code) => return (code, Vec::new()),
             }
         }
-        None => None,
+        None => match group_pending(door, group).await {
+            Ok((held, complete)) => Before::Group(held, complete),
+            Err(code) => return (code, Vec::new()),
+        },
     };
     let (code, mut topics) = fetch_group(door, group, asked).await;
     if code != e::NONE {
         return (code, topics);
     }
     let unstable = match before {
-        Some(v) => v,
-        None => match pending(door, group, asked_pairs(&topics)).await {
-            Ok(v) => v,
+        Before::Asked(v) => v,
+        Before::Group(held, true) => asked_pairs(&topics)
+            .into_iter()
+            .map(|pair| held.contains(&pair))
+            .collect(),
+        Before::Group(held, false) => match pending(door, group, asked_pairs(&topics)).await {
+            Ok(after) => asked_pairs(&topics)
+                .into_iter()
+                .zip(after)
+                .map(|(pair, late)| late || held.contains(&pair))
+                .collect(),
             Err(code) => return (code, Vec::new()),
         },
     };
@@ -587,6 +628,9 @@ pub async fn delete(door: &Door, version: i16, mut r: Reader) -> Reply {
     )
 }
 
+#[cfg(test)]
+#[path = "offsets_stable_tests.rs"]
+mod stable_tests;
 #[cfg(test)]
 #[path = "offsets_tests.rs"]
 mod tests;

@@ -7,6 +7,8 @@ pub mod add_partitions;
 pub mod end;
 pub mod offset_commit;
 pub mod reads;
+#[cfg(test)]
+mod reads_tests;
 
 use std::ops::RangeInclusive;
 

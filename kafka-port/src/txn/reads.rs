@@ -2,6 +2,7 @@
 //! views of the coordinator and the producers' state (`ReadReq::KafkaTxns`), no entry.
 //! Kafka 3.7 serves v0 of each; so does this door.
 
+use std::collections::{HashMap, HashSet};
 use std::ops::RangeInclusive;
 
 use kafka_protocol::messages::describe_producers_response::{
@@ -18,7 +19,8 @@ use queenmq_protocol::kafka_txn_reads::*;
 use queenmq_protocol::{Command, ErrorCode, Outcome, QueenError, ReadAnswer, ReadReq};
 
 use crate::connection::{encode, Reply};
-use crate::group::members::capped_array;
+use crate::group::members::{capped_array, dedup_by_key};
+use crate::txn::valid_txn_id;
 use crate::wire::{Malformed, Reader};
 use crate::{errors, topics, Door};
 
@@ -57,6 +59,8 @@ fn refusal(e: &QueenError, unauthorized: i16) -> i16 {
     }
 }
 
+/// The asked ids, each once (its first time): the answer describes each id once, so naming
+/// one large transaction many times cannot multiply it (review s16 kafka H1).
 pub fn decode_describe(r: &mut Reader) -> Result<Vec<String>, Malformed> {
     let ids = capped_array(
         r,
@@ -66,7 +70,7 @@ pub fn decode_describe(r: &mut Reader) -> Result<Vec<String>, Malformed> {
     )?
     .unwrap_or_default();
     r.skip_tags()?;
-    Ok(ids)
+    Ok(dedup_by_key(ids, |id| id.as_str()))
 }
 
 pub async fn describe(door: &Door, version: i16, mut r: Reader) -> Reply {
@@ -74,37 +78,44 @@ pub async fn describe(door: &Door, version: i16, mut r: Reader) -> Reply {
         Ok(ids) => ids,
         Err(e) => return Reply::Close(e.to_string()),
     };
-    let found = if ids.is_empty() {
-        Ok(Vec::new())
+    // An id the coordinator cannot keep (empty, past 1024 bytes) is not found without
+    // asking the engine.
+    let asked: Vec<String> = ids.iter().filter(|id| valid_txn_id(id)).cloned().collect();
+    let mut found = if asked.is_empty() {
+        Ok(Vec::new().into_iter())
     } else {
-        match read(
-            door,
-            KafkaTxnRead::Describe {
-                txn_ids: ids.clone(),
-            },
-        )
-        .await
-        {
-            Ok(KafkaTxnReadAnswer::Described(v)) if v.len() == ids.len() => Ok(v),
+        let n = asked.len();
+        match read(door, KafkaTxnRead::Describe { txn_ids: asked }).await {
+            Ok(KafkaTxnReadAnswer::Described(v)) if v.len() == n => Ok(v.into_iter()),
             Ok(_) => Err(errors::UNKNOWN_SERVER_ERROR),
             Err(e) => Err(refusal(&e, errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)),
         }
     };
     let states = ids
         .iter()
-        .enumerate()
-        .map(|(i, id)| {
+        .map(|id| {
             let blank = TransactionState::default()
                 .with_transactional_id(TransactionalId(s(id)))
                 .with_transaction_state(StrBytes::from_static_str(""))
                 .with_transaction_start_time_ms(-1)
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1);
-            match &found {
+            if !valid_txn_id(id) {
+                return blank.with_error_code(TRANSACTIONAL_ID_NOT_FOUND);
+            }
+            match &mut found {
                 Err(code) => blank.with_error_code(*code),
-                Ok(v) => match v.get(i).cloned().flatten() {
-                    None => blank.with_error_code(TRANSACTIONAL_ID_NOT_FOUND),
-                    Some(t) => described(t),
+                Ok(it) => match it.next() {
+                    Some(TxnDescribed::Known(t)) => described(t),
+                    Some(TxnDescribed::Unknown) => {
+                        blank.with_error_code(TRANSACTIONAL_ID_NOT_FOUND)
+                    }
+                    // Past the answer's budget: Kafka's clients retry this code for the
+                    // id alone, so the next request describes it.
+                    Some(TxnDescribed::OverBudget) => {
+                        blank.with_error_code(errors::COORDINATOR_LOAD_IN_PROGRESS)
+                    }
+                    None => blank.with_error_code(errors::UNKNOWN_SERVER_ERROR),
                 },
             }
         })
@@ -218,7 +229,33 @@ pub fn decode_producers(r: &mut Reader) -> Result<AskedTopics, Malformed> {
     )?
     .unwrap_or_default();
     r.skip_tags()?;
-    Ok(topics)
+    Ok(merge_repeats(topics))
+}
+
+/// Each topic once (at its first place, with the partitions of all its listings) and each
+/// partition once (its first time): a repeat would multiply the look-ups and the answer
+/// (review s16 kafka H1, M1).
+fn merge_repeats(asked: AskedTopics) -> AskedTopics {
+    let mut at: HashMap<String, usize> = HashMap::new();
+    let mut out: AskedTopics = Vec::with_capacity(asked.len());
+    for (name, parts) in asked {
+        let i = match at.get(&name) {
+            Some(i) => *i,
+            None => {
+                at.insert(name.clone(), out.len());
+                out.push((name, Vec::new()));
+                out.len() - 1
+            }
+        };
+        if let Some((_, all)) = out.get_mut(i) {
+            all.extend(parts);
+        }
+    }
+    for (_, parts) in &mut out {
+        let mut seen = HashSet::new();
+        parts.retain(|p| seen.insert(*p));
+    }
+    out
 }
 
 pub async fn producers(door: &Door, version: i16, mut r: Reader) -> Reply {
@@ -226,9 +263,14 @@ pub async fn producers(door: &Door, version: i16, mut r: Reader) -> Reply {
         Ok(a) => a,
         Err(e) => return Reply::Close(e.to_string()),
     };
-    // Per topic: the partition count it shows (`None`: no such topic), or a code for all.
+    // Per topic (each named once): the partition count it shows (`None`: no such topic), or
+    // a code for all. A name no topic can have is not looked up.
     let mut counts: Vec<Result<Option<u32>, i16>> = Vec::with_capacity(asked.len());
     for (topic, _) in &asked {
+        if !topics::valid_topic_name(topic) {
+            counts.push(Err(errors::INVALID_TOPIC_EXCEPTION));
+            continue;
+        }
         counts.push(match topics::partition_count(door, topic).await {
             Ok(n) => Ok(Some(n)),
             Err(e) if e.code == ErrorCode::NotFound => Ok(None),
@@ -277,11 +319,17 @@ pub async fn producers(door: &Door, version: i16, mut r: Reader) -> Reply {
                         (Ok(_), true) => match &mut answers {
                             Err(code) => blank.with_error_code(*code),
                             Ok(it) => match it.next() {
-                                Some(Some(list)) => blank.with_active_producers(
-                                    list.into_iter().map(producer_state).collect(),
-                                ),
+                                Some(PartitionProducers::Listed(list)) => blank
+                                    .with_active_producers(
+                                        list.into_iter().map(producer_state).collect(),
+                                    ),
+                                // Past the answer's budget: Kafka's admin client retries
+                                // this code for the partition alone.
+                                Some(PartitionProducers::OverBudget) => {
+                                    blank.with_error_code(errors::NOT_LEADER_OR_FOLLOWER)
+                                }
                                 // The topic went between the look-up and the read.
-                                Some(None) | None => {
+                                Some(PartitionProducers::NoTopic) | None => {
                                     blank.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION)
                                 }
                             },

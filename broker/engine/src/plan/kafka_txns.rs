@@ -280,6 +280,7 @@ impl Planner<'_> {
             .map_or(0, |r| r.partitions.len());
         let mut codes = Vec::with_capacity(partitions.len());
         let mut found = Vec::with_capacity(partitions.len());
+        let mut aborted_full = false;
         for (n, p) in partitions.iter().enumerate() {
             let qid = self.st.queue_by_name.get(&p.topic).copied();
             let shown = p.count.min(MAX_KAFKA_TOPIC_PARTITIONS);
@@ -288,13 +289,18 @@ impl Planner<'_> {
             } else if (held + n) as u64 >= limits.max_partitions {
                 TxnCode::TooMany
             } else if self.aborted_index_full(qid, p.index, txn_id, limits.max_aborted) {
-                count_refusal("aborted_cap");
+                aborted_full = true;
                 TxnCode::Busy
             } else {
                 TxnCode::None
             };
             codes.push(code);
             found.push(qid);
+        }
+        // Once per request, however many of its partitions are full (review s16 kafka L3):
+        // the metric counts refused requests.
+        if aborted_full {
+            count_refusal("aborted_cap");
         }
         if codes.iter().any(|c| *c != TxnCode::None) {
             return codes

@@ -440,3 +440,46 @@ fn kafka_fetch_knows_markers_by_their_frame_and_lists_each_merged_abort() {
     assert!(got.aborted.is_empty(), "read_uncommitted lists nothing");
     assert_eq!(got.txn_marks.len(), 5);
 }
+
+/// Review s16 kafka L3: a request naming several partitions at the aborted cap counts once
+/// in `queen_kafka_txn_refused_total{reason="aborted_cap"}`, which counts requests.
+#[test]
+fn a_request_refused_at_the_aborted_cap_counts_once() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let mut fx = Fixture::new();
+    fx.configure("t", opts(|_| {}));
+    let one = TxnLimits {
+        max_aborted: 1,
+        ..limits()
+    };
+    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    let add_three = |fx: &mut Fixture| {
+        codes(run(
+            fx,
+            KafkaTxnReq::AddPartitions {
+                txn_id: "tx".into(),
+                producer_id: id,
+                epoch,
+                partitions: (0..3)
+                    .map(|index| TxnPartition {
+                        topic: "t".into(),
+                        index,
+                        count: 3,
+                    })
+                    .collect(),
+                limits: one,
+            },
+        ))
+    };
+    assert_eq!(add_three(&mut fx), vec![TxnCode::None; 3]);
+    for p in ["0", "1", "2"] {
+        produce(&mut fx, p, 1);
+    }
+    assert_eq!(end(&mut fx, id, epoch, false), TxnCode::None);
+    let refused = metrics::with_local_recorder(&recorder, || add_three(&mut fx));
+    assert_eq!(refused, vec![TxnCode::Busy; 3]);
+    let text = handle.render();
+    let want = r#"queen_kafka_txn_refused_total{reason="aborted_cap"} 1"#;
+    assert!(text.contains(want), "missing {want} in\n{text}");
+}

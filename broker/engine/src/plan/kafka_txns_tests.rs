@@ -560,7 +560,7 @@ fn the_sweep_fences_a_producer_at_the_last_epoch() {
 
 /// A transactional produce of `n` records to partition `partition` of "t" through the
 /// idempotent produce path: the guard's verdict and the partition's first offset.
-fn txn_produce(
+pub(super) fn txn_produce(
     fx: &mut Fixture,
     id: i64,
     epoch: i16,

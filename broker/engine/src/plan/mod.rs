@@ -25,6 +25,8 @@ mod kafka_producers_tests;
 mod kafka_records;
 #[cfg(test)]
 mod kafka_records_tests;
+#[cfg(test)]
+mod kafka_txn_reads_tests;
 mod kafka_txns;
 #[cfg(test)]
 mod kafka_txns_hide_tests;

@@ -7,7 +7,7 @@
 //! transaction) is refused with `false` and changes nothing, alike on every replica, so a
 //! buggy entry can never make a checkpoint that [`KafkaTxns::decode`] refuses.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// The longest transactional id kept (Kafka has no bound; 1 KiB is far past any client's).
 pub const MAX_TRANSACTIONAL_ID_BYTES: usize = 1024;
@@ -141,6 +141,11 @@ const ENTRY_BYTES: usize = 64;
 const STRETCH_BYTES: usize = 2 * std::mem::size_of::<(u64, Stretch)>();
 const ABORTED_BYTES: usize = std::mem::size_of::<AbortedRow>();
 
+/// What one key of the pending-offset index holds, roughly.
+fn held_bytes(key: &OffsetKey) -> usize {
+    ENTRY_BYTES + key.0.len() + key.1.len()
+}
+
 #[derive(Debug, Default)]
 pub struct KafkaTxns {
     rows: BTreeMap<String, TxnRow>,
@@ -149,6 +154,10 @@ pub struct KafkaTxns {
     deadlines: BTreeSet<(i64, String)>,
     /// Derived: producer id → transactional id.
     by_producer: HashMap<i64, String>,
+    /// Derived: (group, topic, partition) → how many open transactions hold a pending
+    /// offset there, so that a `require_stable` check probes what it asks for instead of
+    /// collecting every pending offset of the group (review s16 kafka M2).
+    pending_held: BTreeMap<OffsetKey, u32>,
     /// Derived: what the rows and partitions hold, roughly (docs/memory.md).
     bytes: usize,
 }
@@ -174,6 +183,11 @@ impl KafkaTxns {
         self.rows.get(txn_id)
     }
 
+    /// The row of `txn_id` with its key, as [`KafkaTxns::rows`] yields it.
+    pub fn row_entry(&self, txn_id: &str) -> Option<(&String, &TxnRow)> {
+        self.rows.get_key_value(txn_id)
+    }
+
     pub fn rows(&self) -> impl Iterator<Item = (&String, &TxnRow)> {
         self.rows.iter()
     }
@@ -190,26 +204,54 @@ impl KafkaTxns {
     /// offset of `group` there (OffsetFetch `require_stable`). Walks the open transactions
     /// (at most `kafka_max_open_transactions`) and the group's pending rows of each.
     pub fn pending_of(&self, group: &str, asked: &[(String, i32)]) -> Vec<bool> {
-        let mut held: HashSet<(&str, i32)> = HashSet::new();
-        for (_, id) in &self.deadlines {
-            let Some(row) = self.rows.get(id) else {
-                continue;
-            };
-            if !row.groups.contains(group) {
-                continue;
-            }
-            let from = (group.to_string(), String::new(), i32::MIN);
-            for ((g, t, p), _) in row.pending.range(from..) {
-                if g != group {
-                    break;
-                }
-                held.insert((t.as_str(), *p));
-            }
-        }
+        let mut key: OffsetKey = (group.to_owned(), String::new(), 0);
         asked
             .iter()
-            .map(|(t, p)| held.contains(&(t.as_str(), *p)))
+            .map(|(t, p)| {
+                t.clone_into(&mut key.1);
+                key.2 = *p;
+                self.pending_held.contains_key(&key)
+            })
             .collect()
+    }
+
+    /// Up to `limit` (topic, partition) where an open transaction holds a pending offset of
+    /// `group`, in order, and whether that is all of them.
+    pub fn pending_in(&self, group: &str, limit: usize) -> (Vec<(String, i32)>, bool) {
+        let from = (group.to_owned(), String::new(), i32::MIN);
+        let mut out = Vec::new();
+        for (g, t, p) in self.pending_held.range(from..).map(|(k, _)| k) {
+            if g != group {
+                break;
+            }
+            if out.len() == limit {
+                return (out, false);
+            }
+            out.push((t.clone(), *p));
+        }
+        (out, true)
+    }
+
+    /// Counts one more open transaction holding `key`.
+    fn hold(&mut self, key: &OffsetKey) {
+        match self.pending_held.get_mut(key) {
+            Some(n) => *n = n.saturating_add(1),
+            None => {
+                self.bytes = self.bytes.saturating_add(held_bytes(key));
+                self.pending_held.insert(key.clone(), 1);
+            }
+        }
+    }
+
+    /// Counts one open transaction fewer holding `key`.
+    fn release(&mut self, key: &OffsetKey) {
+        if let Some(n) = self.pending_held.get_mut(key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.pending_held.remove(key);
+                self.bytes = self.bytes.saturating_sub(held_bytes(key));
+            }
+        }
     }
 
     /// The transactional id whose current producer id is `producer_id`.
@@ -541,9 +583,14 @@ impl KafkaTxns {
         row.last_us = now_us;
         let keyed = ENTRY_BYTES + key.0.len() + key.1.len();
         self.bytes = self.bytes.saturating_add(keyed + value.metadata.len());
+        let fresh = !row.pending.contains_key(&key);
+        let held = fresh.then(|| key.clone());
         if let Some(old) = row.pending.insert(key, value) {
             // A replaced offset frees what it held, so the count stays what rebuild computes.
             self.bytes = self.bytes.saturating_sub(keyed + old.metadata.len());
+        }
+        if let Some(k) = held {
+            self.hold(&k);
         }
         true
     }
@@ -671,8 +718,11 @@ impl KafkaTxns {
         };
         row.partitions.clear();
         row.groups.clear();
-        row.pending.clear();
+        let released = std::mem::take(&mut row.pending);
         self.bytes = self.bytes.saturating_sub(freed);
+        for key in released.keys() {
+            self.release(key);
+        }
         self.set_deadline(txn_id, old, None);
         for (pid, first) in written {
             let marker = marks.get(&pid).copied().unwrap_or(first);
@@ -797,17 +847,22 @@ impl KafkaTxns {
     /// the name starts without them, as its plain group offsets do).
     pub fn forget_topic(&mut self, topic: &str) {
         let mut freed = 0usize;
+        let mut released: Vec<OffsetKey> = Vec::new();
         for row in self.rows.values_mut() {
             row.pending.retain(|k, v| {
                 let keep = k.1 != topic;
                 if !keep {
                     freed = freed
                         .saturating_add(ENTRY_BYTES + k.0.len() + k.1.len() + v.metadata.len());
+                    released.push(k.clone());
                 }
                 keep
             });
         }
         self.bytes = self.bytes.saturating_sub(freed);
+        for key in &released {
+            self.release(key);
+        }
     }
 
     /// Rebuilds the derived indexes and the byte count from the rows and partitions (after
@@ -815,6 +870,7 @@ impl KafkaTxns {
     pub(crate) fn rebuild(&mut self) {
         self.deadlines.clear();
         self.by_producer.clear();
+        self.pending_held.clear();
         let mut bytes = 0usize;
         for part in self.parts.values_mut() {
             part.open.clear();
@@ -834,6 +890,9 @@ impl KafkaTxns {
                         .sum(),
                 );
             self.by_producer.insert(row.producer_id, id.clone());
+            for key in row.pending.keys() {
+                *self.pending_held.entry(key.clone()).or_insert(0) += 1;
+            }
             if let Some(at) = row.deadline_us() {
                 self.deadlines.insert((at, id.clone()));
             }
@@ -847,6 +906,7 @@ impl KafkaTxns {
                 }
             }
         }
+        bytes = bytes.saturating_add(self.pending_held.keys().map(held_bytes).sum());
         self.bytes = bytes;
     }
 

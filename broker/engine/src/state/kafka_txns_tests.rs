@@ -457,3 +457,86 @@ fn pending_offsets_are_unstable_until_their_transaction_ends() {
     assert!(t.end("tx", TxnEnd::Commit, &[], 2));
     assert_eq!(t.pending_of("g", &asked), vec![false, false]);
 }
+
+/// What `pending_of` must answer, by a walk of every open transaction's pending offsets.
+fn pending_scan(t: &KafkaTxns, group: &str) -> BTreeSet<(String, i32)> {
+    t.rows()
+        .filter(|(_, r)| r.state == TxnState::Ongoing)
+        .flat_map(|(_, r)| r.pending.keys())
+        .filter(|(g, _, _)| g == group)
+        .map(|(_, t, p)| (t.clone(), *p))
+        .collect()
+}
+
+fn check_pending(t: &KafkaTxns) -> Result<(), proptest::test_runner::TestCaseError> {
+    use proptest::{prop_assert, prop_assert_eq};
+    let asked: Vec<(String, i32)> = ["t0", "t1"]
+        .iter()
+        .flat_map(|t| (0..3).map(move |p| (t.to_string(), p)))
+        .collect();
+    for g in ["g0", "g1", "g2"] {
+        let want = pending_scan(t, g);
+        let got = t.pending_of(g, &asked);
+        let expected: Vec<bool> = asked.iter().map(|a| want.contains(a)).collect();
+        prop_assert_eq!(got, expected, "group {}", g);
+        let (listed, complete) = t.pending_in(g, 100);
+        prop_assert!(complete);
+        prop_assert_eq!(listed.into_iter().collect::<BTreeSet<_>>(), want);
+    }
+    Ok(())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Review s16 kafka M2: the pending-offset index answers what a walk of every open
+    /// transaction answers, through adds, offsets, ends, a deleted topic and a checkpoint.
+    #[test]
+    fn the_pending_offset_index_matches_a_walk_of_the_open_transactions(
+        ops in proptest::collection::vec((0u8..6, 0u8..3, 0u8..3, 0u8..2, 0i32..3), 1..60)
+    ) {
+        let mut t = KafkaTxns::default();
+        let mut epochs = [0i16; 3];
+        for (n, tx) in ["x0", "x1", "x2"].iter().enumerate() {
+            proptest::prop_assert!(t.init(tx, n as i64 + 1, 0, 1000, 1));
+        }
+        for (step, (op, x, g, topic, p)) in ops.into_iter().enumerate() {
+            let now = step as i64 + 10;
+            let tx = ["x0", "x1", "x2"][x as usize];
+            let pid = i64::from(x) + 1;
+            let epoch = epochs[x as usize];
+            let group = ["g0", "g1", "g2"][g as usize];
+            let topic = ["t0", "t1"][topic as usize];
+            match op {
+                0 => {
+                    t.add(tx, pid, epoch, &[], &[group], now);
+                }
+                1 | 2 => {
+                    t.offset(
+                        tx,
+                        (group.to_owned(), topic.to_owned(), p),
+                        PendingOffset { offset: now, leader_epoch: 0, metadata: "m".into() },
+                        now,
+                    );
+                }
+                3 => {
+                    let how = if p == 0 { TxnEnd::Commit } else { TxnEnd::Abort };
+                    if t.end(tx, how, &[], now) {
+                        epochs[x as usize] += 1;
+                        proptest::prop_assert!(t.init(tx, pid, epoch + 1, 1000, now));
+                    }
+                }
+                4 => t.forget_topic(topic),
+                _ => {
+                    let back = decode(&encoded(&t)).expect("decodes");
+                    proptest::prop_assert_eq!(back.bytes(), t.bytes());
+                    t = back;
+                }
+            }
+            check_pending(&t)?;
+        }
+        let back = decode(&encoded(&t)).expect("decodes");
+        proptest::prop_assert_eq!(back.bytes(), t.bytes(), "the index's bytes are rebuilt");
+        check_pending(&back)?;
+    }
+}

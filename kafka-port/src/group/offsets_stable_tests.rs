@@ -1,0 +1,91 @@
+//! OffsetFetch `require_stable` over a stub bus whose transaction commits right after the
+//! committed offsets are read: the pending check must come first (review s16 kafka L1).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use queenmq_protocol::kafka_groups::{KafkaCommitted, KafkaGroupsOutcome, KafkaGroupsReq};
+use queenmq_protocol::kafka_txn_reads::{KafkaTxnRead, KafkaTxnReadAnswer};
+use queenmq_protocol::{
+    Bus, BusFuture, Command, ErrorCode, Outcome, QueenError, ReadAnswer, ReadReq, RequestCtx,
+};
+
+use super::*;
+
+/// Group "g" has offset 3 committed on ("t", 0) and 5 pending in an open transaction,
+/// which commits as soon as the offsets have been read once.
+#[derive(Default)]
+struct Racing {
+    committed: AtomicBool,
+}
+
+struct RacingBus(Arc<Racing>);
+
+impl Bus for RacingBus {
+    fn call(&self, _ctx: RequestCtx, command: Command) -> BusFuture {
+        let done = self.0.committed.load(Ordering::SeqCst);
+        let pending: Vec<(String, i32)> = if done {
+            Vec::new()
+        } else {
+            vec![("t".into(), 0)]
+        };
+        let out = match command {
+            Command::KafkaGroups(KafkaGroupsReq::Fetch { .. }) => {
+                self.0.committed.store(true, Ordering::SeqCst);
+                Ok(Outcome::KafkaGroups(KafkaGroupsOutcome::Fetched(vec![
+                    KafkaCommitted {
+                        topic: "t".into(),
+                        partition: 0,
+                        offset: if done { 5 } else { 3 },
+                        leader_epoch: -1,
+                        metadata: String::new(),
+                        commit_time_us: 0,
+                    },
+                ])))
+            }
+            Command::Read(ReadReq::KafkaTxns(KafkaTxnRead::GroupPending { .. })) => Ok(
+                Outcome::Read(ReadAnswer::KafkaTxns(KafkaTxnReadAnswer::GroupPending {
+                    pairs: pending,
+                    complete: true,
+                })),
+            ),
+            Command::Read(ReadReq::KafkaTxns(KafkaTxnRead::PendingOffsets {
+                partitions, ..
+            })) => Ok(Outcome::Read(ReadAnswer::KafkaTxns(
+                KafkaTxnReadAnswer::Pending(
+                    partitions.iter().map(|p| pending.contains(p)).collect(),
+                ),
+            ))),
+            other => Err(QueenError::new(
+                ErrorCode::Internal,
+                format!("the stub does not answer {other:?}"),
+            )),
+        };
+        Box::pin(async move { out })
+    }
+}
+
+#[tokio::test]
+async fn with_every_partition_asked_a_commit_after_the_read_never_shows_the_old_offset_stable() {
+    let door = crate::test_door::over(Arc::new(RacingBus(Arc::new(Racing::default()))));
+    let (code, topics) = fetch_group_stable(&door, "g", &None, true).await;
+    assert_eq!(code, e::NONE);
+    assert_eq!(topics.len(), 1);
+    let (topic, parts) = &topics[0];
+    assert_eq!(topic, "t");
+    let (index, committed, code) = &parts[0];
+    assert_eq!(*index, 0);
+    assert!(
+        *code == e::UNSTABLE_OFFSET_COMMIT && committed.is_none(),
+        "offset 3 was read while 5 was pending: it must not be shown stable ({code}, {committed:?})"
+    );
+}
+
+#[tokio::test]
+async fn with_partitions_asked_the_check_comes_first_too() {
+    let door = crate::test_door::over(Arc::new(RacingBus(Arc::new(Racing::default()))));
+    let asked = Some(vec![("t".to_string(), vec![0])]);
+    let (code, topics) = fetch_group_stable(&door, "g", &asked, true).await;
+    assert_eq!(code, e::NONE);
+    assert_eq!(topics[0].1[0].2, e::UNSTABLE_OFFSET_COMMIT);
+}
