@@ -24,6 +24,7 @@
 
 mod apply;
 mod backend;
+mod cluster_start;
 mod committed_saver;
 mod config;
 mod entry_codec;
@@ -50,6 +51,7 @@ pub mod wire;
 mod tests;
 
 pub use apply::ApplyHandler;
+pub use cluster_start::{ClusterStart, CLUSTER_ENTRY_MAX};
 pub use config::RaftConfig;
 pub use error::RaftError;
 // The storage pair openraft runs on, public so openraft's own storage suite can drive it
