@@ -4,7 +4,8 @@ use queenmq_raft::RaftNode;
 
 use crate::engine::log::{LogError, LogStatus, ProposeFuture, ReplicatedLog};
 
-pub struct RaftLog(pub RaftNode);
+/// The node, and whether it runs clustered.
+pub struct RaftLog(pub RaftNode, pub bool);
 
 impl ReplicatedLog for RaftLog {
     fn propose(&self, payload: Vec<u8>) -> ProposeFuture {
@@ -50,6 +51,7 @@ impl ReplicatedLog for RaftLog {
             last_log_index: s.last_log_index.unwrap_or(0),
             committed: s.committed.unwrap_or(0),
             applied: s.applied.unwrap_or(0),
+            clustered: self.1,
         }
     }
 }

@@ -59,6 +59,7 @@ pub use error::RaftError;
 pub use log_store::LogStore;
 pub use meta::{accept_missing_log_start, read_persisted, Persisted};
 pub use node::{RaftNode, RaftStatus};
+pub use openraft::BasicNode;
 pub use state_machine::StateMachine;
 pub use tcp_client::TcpNetwork;
 pub use tcp_server::{run as serve_cluster, Groups, ServerConfig};

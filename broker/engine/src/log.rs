@@ -76,6 +76,8 @@ pub struct LogStatus {
     pub last_log_index: u64,
     pub committed: u64,
     pub applied: u64,
+    /// A member of a multi-node cluster (a follower is then a normal state, not a fault).
+    pub clustered: bool,
 }
 
 pub type SharedLog = Arc<dyn ReplicatedLog>;

@@ -584,6 +584,12 @@ pub(crate) const KEYS: &[KeySpec] = &[
         flag: None,
         kind: Kind::Text,
     },
+    KeySpec {
+        name: "peer_http",
+        env: "QUEEN_PEER_HTTP",
+        flag: None,
+        kind: Kind::Text,
+    },
 ];
 
 /// The environment variable naming the config file (the twin of `--config`).

@@ -182,6 +182,9 @@ pub struct Config {
     pub node_id: u64,
     /// Every member of the cluster as `id=host:port` (Raft listeners), comma-separated.
     pub peers: Option<String>,
+    /// Each member's HTTP address as `id=http://host:port`, comma-separated: what a follower
+    /// names as `leaderUrl` when it refuses a write. Optional; ids must be in `peers`.
+    pub peer_http: Option<String>,
 }
 
 impl Default for Config {
@@ -265,6 +268,7 @@ impl Default for Config {
             cluster_addr: None,
             node_id: 1,
             peers: None,
+            peer_http: None,
         }
     }
 }
@@ -532,6 +536,7 @@ impl Config {
             ),
             "cluster_addr" => (self.cluster_addr.map(|a| toml_string(&a.to_string())), None),
             "peers" => (self.peers.as_deref().map(toml_string), None),
+            "peer_http" => (self.peer_http.as_deref().map(toml_string), None),
             "metrics_require_auth" => (self.metrics_require_auth.map(|b| b.to_string()), None),
             "log" => (Some(toml_string(&self.log)), None),
             "accept_data_loss" => (Some(self.accept_data_loss.to_string()), None),

@@ -115,6 +115,9 @@ pub struct EngineConfig {
     /// A transactional id with no open transaction and nothing done this long is forgotten
     /// (`kafka_transactional_id_expiration_ms`).
     pub kafka_transactional_id_expiration_ms: u64,
+    /// This node as a cluster member (the `default` group then runs over TCP and plans only
+    /// while it leads); None: the single-node broker.
+    pub cluster: Option<crate::cluster_member::Member>,
 }
 
 /// A group's log backend, shown by name only.
@@ -150,6 +153,7 @@ impl Default for EngineConfig {
             disk: None,
             reclaim: reclaim::Reclaimer::default(),
             encryption: None,
+            cluster: None,
         }
     }
 }
@@ -327,7 +331,10 @@ impl Engine {
                 });
                 crate::memory::Queued::counted(m.memory().clone(), bytes)
             });
-            self.cycle(jobs, ticked).await?;
+            match self.follower_refusal() {
+                Some(refusal) => self.refuse(jobs, refusal),
+                None => self.cycle(jobs, ticked).await?,
+            }
             self.refresh_sample();
             if self.saving.as_ref().is_some_and(|h| h.is_finished()) {
                 if let Some(h) = self.saving.take() {
@@ -344,6 +351,28 @@ impl Engine {
         self.waiters.answer_all_empty();
         self.checkpoint(true).await;
         Ok(())
+    }
+
+    /// In a cluster, why this engine may not plan now (a follower, a candidate, a leader not
+    /// yet caught up with its log); None when it may, and always on a single node. Committed
+    /// entries reach the state through `EngineApply` meanwhile.
+    fn follower_refusal(&self) -> Option<QueenError> {
+        let member = self.cfg.cluster.as_ref()?;
+        let s = self.log.status();
+        if crate::cluster_member::may_plan(&s) {
+            return None;
+        }
+        Some(member.refusal(&s))
+    }
+
+    /// Answers every job, and every parked pop, without planning anything: on a follower
+    /// the state changes only by what the leader commits.
+    fn refuse(&mut self, jobs: Vec<Job>, refusal: QueenError) {
+        for job in jobs {
+            let _ = job.reply.send(Err(refusal.clone()));
+        }
+        self.waiters.answer_all_empty();
+        self.woken.clear();
     }
 
     async fn cycle(&mut self, jobs: Vec<Job>, ticked: bool) -> Result<(), String> {

@@ -92,9 +92,21 @@ pub async fn start(
     let store = Arc::new(store);
     let shared = Shared::new(state);
     let handler = Arc::new(EngineApply::new(shared.clone()));
-    let node = RaftNode::start_single(RaftConfig::default(), log.clone(), store.clone(), handler)
-        .await
-        .map_err(|e| anyhow!("starting raft: {e}"))?;
+    let node = match &ecfg.cluster {
+        None => RaftNode::start_single(RaftConfig::default(), log.clone(), store.clone(), handler)
+            .await
+            .map_err(|e| anyhow!("starting raft: {e}"))?,
+        Some(member) => member
+            .start(
+                &ecfg.tenant,
+                log.clone(),
+                store.clone(),
+                handler,
+                ecfg.record_limit as u64,
+            )
+            .await
+            .map_err(|e| anyhow!("starting raft as cluster node {}: {e}", member.node_id))?,
+    };
     // Read after the start: when the log ended below the checkpoint, openraft's start-up purge
     // deleted every record left (raft LogStore::purge), and the messages in them are lost too.
     let log_first = log.first_index();
@@ -111,9 +123,10 @@ pub async fn start(
         records = report.records,
         segments = report.segments,
         elapsed_ms = started.elapsed().as_millis() as u64,
-        "log replayed; this node leads"
+        clustered = ecfg.cluster.is_some(),
+        "log replayed; the group is ready"
     );
-    let rlog: SharedLog = Arc::new(RaftLog(node.clone()));
+    let rlog: SharedLog = Arc::new(RaftLog(node.clone(), ecfg.cluster.is_some()));
     // The previous engine let go of the queue when it ended (or unwound).
     let rx = jobs.clone().lock_owned().await;
     let engine = Engine::new(

@@ -9,6 +9,7 @@ fn raft(r: &RaftView) -> Value {
     json!({
         "role": r.role, "term": r.term, "leader": r.leader,
         "lastLogIndex": r.last_log_index, "committed": r.committed, "applied": r.applied,
+        "commit": r.committed, "lag": r.committed.saturating_sub(r.applied),
     })
 }
 
@@ -63,7 +64,13 @@ pub fn ready(h: &HealthView) -> (bool, Value) {
         HealthView::Running {
             healthy, raft: r, ..
         } => {
-            let ok = *healthy && r.applied.saturating_add(1000) >= r.committed;
+            // A cluster member is ready once a leader is known and it has applied all it knows
+            // committed; a single node while it leads and is close behind its own commit.
+            let ok = if r.clustered {
+                *healthy && r.leader.is_some() && r.applied >= r.committed
+            } else {
+                *healthy && r.applied.saturating_add(1000) >= r.committed
+            };
             (ok, json!({"ready": ok, "raft": raft(r)}))
         }
     }

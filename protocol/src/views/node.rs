@@ -8,6 +8,9 @@ pub struct RaftView {
     pub last_log_index: u64,
     pub committed: u64,
     pub applied: u64,
+    /// A member of a multi-node cluster: a follower is healthy, and ready once it knows a
+    /// leader and has applied the commit it knows.
+    pub clustered: bool,
 }
 
 #[derive(Debug, Clone)]
