@@ -9,7 +9,8 @@
 # our pytest suite (tests/python), the official queen-mq 2.6.0 suite
 # (tests/sdk/run.py), librdkafka's own integration tests from an allowlist
 # (tests/librdkafka/run.py, built by scripts/librdkafka-build.sh) and
-# scripts/bench-smoke.sh when it exists.
+# scripts/bench-smoke.sh when it exists. The soak test (scripts/soak-test.sh) starts after
+# the build and runs in the background beside them; it is waited for after the suites.
 # Python packages go into .venv (pinned in scripts/lib/requirements.txt);
 # downloads and reports into .cache (both ignored by git).
 set -euo pipefail
@@ -20,17 +21,21 @@ RESULTS=$REPO/.cache/test-results
 REQUIREMENTS=$REPO/scripts/lib/requirements.txt
 VENV=$REPO/.venv
 child=""
+soak=""
 python_ran=0
 
 say() { printf '\n==> %s\n' "$*"; }
 
 on_exit() {
     local code=$?
-    if [[ -n $child ]] && kill -0 "$child" 2>/dev/null; then
-        kill -TERM "$child" 2>/dev/null || true
-        sleep 1
-        kill -KILL "$child" 2>/dev/null || true
-    fi
+    local pid
+    for pid in $child $soak; do
+        if kill -0 "$pid" 2>/dev/null; then
+            kill -TERM "$pid" 2>/dev/null || true
+            sleep 1
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+    done
     echo
     if [[ $code != 0 ]]; then
         echo "test.sh: FAILED (exit $code) after $SECONDS s"
@@ -91,6 +96,13 @@ step "cargo fmt" cargo fmt --all --check
 step "cargo clippy" cargo clippy --workspace --all-targets -- -D warnings
 step "engine deps" bash scripts/engine-deps.sh
 step "cargo build" cargo build --release --workspace
+# The soak test paces a light load for ten minutes: it runs in the background beside cargo
+# test and the suites, and is waited for after the loopback suites.
+mkdir -p "$RESULTS/logs"
+say "soak test: started in the background"
+python_ran=1
+bash scripts/soak-test.sh >"$RESULTS/logs/soak.log" 2>&1 &
+soak=$!
 step "cargo test" cargo test --release --workspace
 step "chart test" bash scripts/chart-test.sh
 step "prometheus test" bash scripts/prometheus-test.sh
@@ -123,6 +135,14 @@ suites() {
     return "$code"
 }
 step "loopback suites" suites
+# The soak test is a child of this shell, not of the suites' subshell: waited for here.
+say "soak test"
+soak_code=0
+wait "$soak" || soak_code=$?
+soak=""
+cat "$RESULTS/logs/soak.log"
+echo "--- soak test: exit $soak_code (after $SECONDS s)"
+if [[ $soak_code != 0 ]]; then exit "$soak_code"; fi
 if [[ -f scripts/bench-smoke.sh ]]; then
     step "bench smoke" bash scripts/bench-smoke.sh
 fi

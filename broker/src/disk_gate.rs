@@ -253,6 +253,21 @@ impl DiskGate {
         self.left(available, planned).saturating_sub(self.reserve)
     }
 
+    /// How many bytes of the reserve a compaction copy may borrow beyond [`Self::data_room`],
+    /// for a cycle whose entry holds `planned` bytes: an eighth of the reserve, never more
+    /// than is free. A copy gives back at least four times what it writes two checkpoints
+    /// later (the compactor's quarter rule, the copy emptying its segment), as a checkpoint
+    /// whose reclamation repays it may use the reserve ([`Self::checkpoint_fits`]): on a full
+    /// node a pinning segment is otherwise never freed (review H1). 0 while the free space is
+    /// unknown (`data_room` is unbounded then).
+    pub fn copy_lend(&self, planned: u64) -> u64 {
+        let available = self.available.load(Ordering::SeqCst);
+        if available == UNKNOWN {
+            return 0;
+        }
+        (self.reserve / 8).min(self.left(available, planned))
+    }
+
     /// Counts an entry of `bytes` handed to the log until the guard is dropped.
     pub fn begin_write(self: &Arc<Self>, bytes: u64) -> Writing {
         self.in_flight.fetch_add(bytes, Ordering::SeqCst);

@@ -176,6 +176,29 @@ fn a_checkpoint_whose_reclamation_repays_it_may_use_the_reserve() {
 }
 
 #[test]
+fn a_compaction_copy_may_borrow_an_eighth_of_the_reserve_never_more_than_is_free() {
+    // Review H1: while full, data_room is 0, and the copy that would free a pinning segment
+    // was never made.
+    let fake = Fake::default();
+    fake.set(1_000);
+    let g = gate(&fake, 8_000);
+    assert!(g.is_full());
+    assert_eq!(g.data_room(0), 0);
+    assert_eq!(g.copy_lend(0), 1_000, "what is free");
+    assert_eq!(g.copy_lend(600), 400, "minus what the cycle planned");
+    fake.set(7_000);
+    g.refresh();
+    assert_eq!(g.copy_lend(0), 1_000, "an eighth of the reserve");
+    fake.set(u64::MAX);
+    g.refresh();
+    assert_eq!(
+        g.copy_lend(0),
+        0,
+        "unknown: data_room is unbounded, nothing to lend"
+    );
+}
+
+#[test]
 fn an_unknown_free_space_does_not_refuse_and_comes_back() {
     let fake = Fake::default();
     fake.set(u64::MAX);

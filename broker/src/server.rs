@@ -138,6 +138,7 @@ pub async fn serve(
             cfg.reclaim_enabled,
             Some(cfg.data_dir.join(crate::engine::reclaim::PAUSE_FILE)),
         ),
+        compaction_enabled: cfg.compaction_enabled,
         encryption: payload_key(&cfg)?,
         ..EngineConfig::default()
     };

@@ -160,7 +160,7 @@ mod tests {
                 keys,
                 vec![
                     0, 1, 2, 3, 18, 19, 20, 37, 32, 22, 33, 44, 35, 60, 21, 10, 11, 14, 12, 13, 8,
-                    9, 47, 16, 15, 42, 24, 25, 26, 28
+                    9, 47, 16, 15, 42, 24, 25, 26, 28, 61, 65, 66
                 ]
             );
         }
@@ -170,11 +170,11 @@ mod tests {
     fn an_unknown_version_gets_unsupported_in_the_v0_layout() {
         let (layout, r) = decoded(answer(9, false));
         assert_eq!((layout, r.error_code), (0, errors::UNSUPPORTED_VERSION));
-        assert_eq!(r.api_keys.len(), 30);
+        assert_eq!(r.api_keys.len(), 33);
         let (_, r) = decoded(answer(3, true));
         let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
         assert_eq!(
-            &keys[30..],
+            &keys[33..],
             &[17, 36],
             "the SASL APIs where logins are required"
         );

@@ -470,6 +470,9 @@ pub const API_NAMES: &[&str] = &[
     "add_offsets_to_txn",
     "end_txn",
     "txn_offset_commit",
+    "describe_producers",
+    "describe_transactions",
+    "list_transactions",
     "other",
 ];
 
@@ -507,6 +510,9 @@ fn api_name(api: ApiKey) -> &'static str {
         ApiKey::AddOffsetsToTxn => "add_offsets_to_txn",
         ApiKey::EndTxn => "end_txn",
         ApiKey::TxnOffsetCommit => "txn_offset_commit",
+        ApiKey::DescribeProducers => "describe_producers",
+        ApiKey::DescribeTransactions => "describe_transactions",
+        ApiKey::ListTransactions => "list_transactions",
         _ => "other",
     }
 }

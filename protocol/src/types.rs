@@ -346,6 +346,8 @@ pub enum ReadReq {
     TopicCollisions {
         names: Vec<String>,
     },
+    /// The Kafka transaction coordinator's and producers' state, read only.
+    KafkaTxns(crate::kafka_txn_reads::KafkaTxnRead),
 }
 
 #[derive(Debug, Clone, Default)]

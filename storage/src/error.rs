@@ -23,6 +23,12 @@ pub enum StorageError {
     #[error("append refused: expected index {expected}, got {got}")]
     NonContiguous { expected: u64, got: u64 },
 
+    #[error(
+        "append refused: the log holds index {}, the highest there is, so {got} cannot follow",
+        u64::MAX
+    )]
+    IndexSpaceExhausted { got: u64 },
+
     #[error("segment {path} has an unusable header: {reason}")]
     BadSegmentHeader { path: PathBuf, reason: String },
 

@@ -113,3 +113,60 @@ def test_old_messages_of_a_queue_without_retention_stop_pinning_the_log(broker_f
     with httpx.Client(base_url=broker.url, timeout=15.0) as http:
         assert log_bytes(broker.data_dir) <= after + MIB, "deleted segments stayed deleted"
         assert read_kept(http, broker.url, "after") == kept
+
+
+def test_a_kill_between_the_copy_and_the_deletion_of_the_old_segment_loses_nothing(broker_factory):
+    """Review C10: kill -9 after the copy is committed and before the checkpoints that let
+    the old segment go. RECLAIM_PAUSED, created as soon as the first segment is compacted,
+    holds the old segment (and stops the compactor) across the kill: the restart replays the
+    copy over the checkpoint before it, the kept messages read back unchanged, and once the
+    pause is lifted the old segment goes and they still do."""
+    broker = broker_factory("compaction-kill", env=ENV).start()
+    pause = broker.data_dir / "RECLAIM_PAUSED"
+    with httpx.Client(base_url=broker.url, timeout=15.0) as http:
+        base = broker.url
+        configure(http, "cp-age", retentionEnabled=True, retentionSeconds=1)
+        configure(http, "cp-keep")
+        kept_items = [
+            queen_api.item("cp-keep", "p", f"keep-{i}", {"n": i, "note": "copied, then killed"})
+            for i in range(5)
+        ]
+        answer = queen_api.push(http, base, kept_items)
+        assert all(queen_api.accepted(r) for r in answer)
+        kept = {r["transactionId"]: (r["message_id"], it["payload"]) for r, it in zip(answer, kept_items)}
+        first_segment = segment_files(broker.data_dir)[0].name
+
+        pushes = 0
+        started = time.monotonic()
+        while metric(http, "queen_compaction_segments_total") < 1:
+            elapsed = time.monotonic() - started
+            assert pushes < MAX_PUSHES and elapsed < LOAD_DEADLINE_S, (
+                f"no segment was compacted after {pushes} pushes in {elapsed:.0f} s: skipped"
+                f" {metric(http, 'queen_compaction_skipped_total')}, bytes copied"
+                f" {metric(http, 'queen_compaction_bytes_copied_total')}"
+            )
+            push_load(http, base, pushes)
+            pushes += 1
+            time.sleep(LOAD_PAUSE_S)
+        pause.write_text("hold the compacted segment across the kill\n")
+
+    broker.kill()
+    # The old segment goes two checkpoints after the copy: the pause came first, so the kill
+    # landed between the committed copy and the deletion.
+    assert first_segment in [p.name for p in segment_files(broker.data_dir)], (
+        "the compacted segment was deleted before the pause: the kill missed the window"
+    )
+    broker.start()
+    with httpx.Client(base_url=broker.url, timeout=15.0) as http:
+        base = broker.url
+        assert read_kept(http, base, "after-kill") == kept
+        pause.unlink()
+        ticks = iter(range(1 << 20))
+
+        def old_segment_gone() -> bool:
+            # Checkpoints are written only when something was applied.
+            push_load(http, base, 100_000 + next(ticks))
+            return first_segment not in [p.name for p in segment_files(broker.data_dir)]
+
+        wait_until(old_segment_gone, "the compacted segment deleted once the pause is lifted")
+        assert read_kept(http, base, "after-deletion") == kept

@@ -145,7 +145,7 @@ def test_api_versions_lists_only_served_apis_and_answers_unknown_versions_in_v0(
             8: (2, 9), 9: (1, 9), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5),
             14: (0, 5), 15: (0, 5), 16: (0, 5), 42: (0, 2), 47: (0, 0),
             # Transactions (test_kafka_transactions.py).
-            24: (0, 3), 25: (0, 3), 26: (0, 3), 28: (0, 3),
+            24: (0, 3), 25: (0, 3), 26: (0, 3), 28: (0, 3), 61: (0, 0), 65: (0, 0), 66: (0, 0),
             # Topic admin (test_kafka_admin.py).
             19: (2, 7), 20: (1, 6), 32: (1, 4), 37: (0, 3),
             # Idempotent producers (test_kafka_idempotence.py).

@@ -83,6 +83,12 @@ pub(crate) const KEYS: &[KeySpec] = &[
         kind: Kind::Bool,
     },
     KeySpec {
+        name: "compaction_enabled",
+        env: "QUEEN_COMPACTION_ENABLED",
+        flag: None,
+        kind: Kind::Bool,
+    },
+    KeySpec {
         name: "min_free_disk_bytes",
         env: "QUEEN_MIN_FREE_DISK_BYTES",
         flag: None,

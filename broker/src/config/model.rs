@@ -33,6 +33,10 @@ pub struct Config {
     /// Whether the log's dead segments are deleted after checkpoints (docs/storage-format.md
     /// "Space reclamation"); while `<data_dir>/RECLAIM_PAUSED` exists none is.
     pub reclaim_enabled: bool,
+    /// Whether the compactor copies the live messages of old pinned segments forward so
+    /// reclamation can delete them (docs/storage-format.md "Pinning and the compactor");
+    /// nothing is copied while reclamation is off either.
+    pub compaction_enabled: bool,
     /// Free bytes kept on the data directory's file system: under them, writes that add data
     /// are refused 507 `storage_full` (retriable) until space is freed; 0 turns that off.
     pub min_free_disk_bytes: u64,
@@ -197,6 +201,7 @@ impl Default for Config {
             max_body_bytes: 64 * MIB,
             segment_bytes: 64 * MIB,
             reclaim_enabled: true,
+            compaction_enabled: true,
             min_free_disk_bytes: 256 * MIB,
             commit_max_batch: 4_096,
             commit_max_bytes: 4 * MIB,
@@ -542,6 +547,7 @@ impl Config {
             "accept_data_loss" => (Some(self.accept_data_loss.to_string()), None),
             "kafka_enabled" => (Some(self.kafka_enabled.to_string()), None),
             "reclaim_enabled" => (Some(self.reclaim_enabled.to_string()), None),
+            "compaction_enabled" => (Some(self.compaction_enabled.to_string()), None),
             "http_auth_disabled" => (Some(self.http_auth_disabled.to_string()), None),
             "ephemeral_enabled" => (Some(self.ephemeral_enabled.to_string()), None),
             "kafka_addr" => (Some(toml_string(&self.kafka_addr.to_string())), None),

@@ -639,6 +639,19 @@ fn reclaim_is_on_by_default_and_turned_off_by_env() {
 }
 
 #[test]
+fn compaction_is_on_by_default_and_turned_off_alone_by_env() {
+    let loaded = load_env(&ConfigArgs::default(), &[]).expect("defaults load");
+    assert!(loaded.config.compaction_enabled);
+    let loaded = load_env(
+        &ConfigArgs::default(),
+        &[("QUEEN_COMPACTION_ENABLED", "false")],
+    )
+    .expect("env loads");
+    assert!(!loaded.config.compaction_enabled);
+    assert!(loaded.config.reclaim_enabled, "reclamation stays on");
+}
+
+#[test]
 fn a_metrics_ring_past_its_share_of_the_budget_is_refused() {
     let sample = crate::node_metrics::SAMPLE_BYTES;
     // 10 % of a 32 MiB budget.

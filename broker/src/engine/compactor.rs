@@ -3,12 +3,15 @@
 //! progress, with a quarter of a segment's bytes to copy per checkpoint interval. The copies
 //! themselves are planned in `queenmq_engine::plan::compaction`.
 
+use std::sync::Arc;
+
 use queenmq_engine::log::ReplicatedLog;
 use queenmq_engine::plan::{Compacted, CompactionBudget, Planner, Segment, TooLive};
 
 #[derive(Debug)]
 pub struct Compactor {
-    /// False when reclamation is off: a copy would then free nothing.
+    /// False when reclamation or compaction is off: a copy would then free nothing, or the
+    /// operator wants none.
     enabled: bool,
     /// Whether the next cycle looks at the oldest pinned segment (each look walks the runs).
     due: bool,
@@ -18,6 +21,18 @@ pub struct Compactor {
     too_live: Option<TooLive>,
     /// Looks left this checkpoint interval that may follow one short of room.
     room_retries: u32,
+    /// Whether the look waiting for disk room was counted already: it stays due and is
+    /// tried every cycle, but one wait is one skip.
+    full_counted: bool,
+    /// Bytes of the free-space reserve copies borrowed since the last checkpoint (review H1):
+    /// at most an eighth of the reserve per interval, given back two checkpoints later.
+    lent: u64,
+    /// A look left runs for lack of room in a cycle holding client work: the next look gets
+    /// a cycle to itself (review H2), once per checkpoint interval (`alone_left`).
+    wants_alone: bool,
+    alone_left: bool,
+    /// The `tenant` label of `queen_compaction_skipped_total`.
+    tenant: Arc<str>,
 }
 
 /// How many looks a checkpoint interval may spend on runs the cycle had no room for: each
@@ -25,18 +40,81 @@ pub struct Compactor {
 /// leaves may never fit (review H2, docs/storage-format.md "Open").
 const ROOM_RETRIES: u32 = 16;
 
+/// Why a look left the oldest pinned segment where it is: the `reason` label of
+/// `queen_compaction_skipped_total` (review C8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Skip {
+    /// Its live bytes are more than a quarter of what copying them would free.
+    TooLive,
+    /// The cycle's entry had no room for some of its runs.
+    EntryFull,
+    /// This checkpoint interval's quarter segment is spent.
+    Budget,
+    /// `RECLAIM_PAUSED` exists: a copy would free nothing.
+    Paused,
+    /// The disk gate leaves no room above the reserve.
+    DiskFull,
+    /// A live run's bytes could not be read.
+    ReadError,
+}
+
+impl Skip {
+    pub const ALL: [Skip; 6] = [
+        Skip::TooLive,
+        Skip::EntryFull,
+        Skip::Budget,
+        Skip::Paused,
+        Skip::DiskFull,
+        Skip::ReadError,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Skip::TooLive => "too_live",
+            Skip::EntryFull => "entry_full",
+            Skip::Budget => "budget",
+            Skip::Paused => "paused",
+            Skip::DiskFull => "disk_full",
+            Skip::ReadError => "read_error",
+        }
+    }
+
+    /// Why a look that ran left runs of its segment, if it did.
+    fn of(c: &Compacted) -> Option<Skip> {
+        if c.too_live.is_some() {
+            Some(Skip::TooLive)
+        } else if c.short_of_room {
+            Some(Skip::EntryFull)
+        } else if c.more {
+            Some(Skip::Budget)
+        } else {
+            None
+        }
+    }
+}
+
 impl Compactor {
     /// Not due before this incarnation's first checkpoint: the budget lives in memory only,
     /// so an engine rebuilt after a failed proposal (an ENOSPC above all) or a restarted
     /// process must not copy again at once, with a fresh budget, what the failed entry held
     /// (review C1: a rebuild livelock on a full disk, one segment per crash otherwise).
-    pub fn new(enabled: bool) -> Self {
+    pub fn new(enabled: bool, tenant: Arc<str>) -> Self {
+        // Exported at 0 from the start, so a dashboard tells "never" from "not scraped".
+        for s in Skip::ALL {
+            metrics::counter!("queen_compaction_skipped_total", "tenant" => tenant.to_string(), "reason" => s.label())
+                .increment(0);
+        }
         Compactor {
             enabled,
             due: false,
             budget: CompactionBudget::default(),
             too_live: None,
             room_retries: 0,
+            full_counted: false,
+            lent: 0,
+            wants_alone: false,
+            alone_left: false,
+            tenant,
         }
     }
 
@@ -45,30 +123,63 @@ impl Compactor {
         self.budget.reset();
         self.due = self.enabled;
         self.room_retries = ROOM_RETRIES;
+        self.full_counted = false;
+        self.lent = 0;
+        self.wants_alone = false;
+        self.alone_left = true;
+    }
+
+    /// Whether this cycle is given to the compactor alone: its client jobs wait for the next
+    /// cycle, and the copy may grow the entry up to the entry cap (review H2: under a steady
+    /// load every cycle held client work, and a run larger than what it left was never
+    /// copied, pinning its segment and every later one). Once per checkpoint interval, after
+    /// a look that left runs for lack of room; it costs the clients one cycle's delay.
+    pub fn take_cycle_alone(&mut self) -> bool {
+        if !(self.due && self.wants_alone && self.alone_left) {
+            return false;
+        }
+        self.wants_alone = false;
+        self.alone_left = false;
+        true
+    }
+
+    fn skipped(&self, why: Skip) {
+        metrics::counter!("queen_compaction_skipped_total", "tenant" => self.tenant.to_string(), "reason" => why.label())
+            .increment(1);
     }
 
     /// Whether a look may start now, and with how many bytes of budget for a segment of
-    /// `segment_bytes`. `room`: how large the cycle's entry may grow with the copy, from the
-    /// disk gate (0 while the node is full, or when any copy would eat into the reserve). A
-    /// look without room stays due: it costs nothing, and copies once space is back.
-    /// `deletes`: whether reclamation would delete now; while it is paused (`RECLAIM_PAUSED`,
-    /// a live backup) a copy frees nothing, so none is made until a checkpoint after the pause
-    /// (review C5). Asked only when a look is due (it reads the file system).
+    /// `segment_bytes`; else why not (`None`: not due, nothing to count). `room`: how large
+    /// the cycle's entry may grow with the copy, from the disk gate (0 while the node is full,
+    /// or when any copy would eat into the reserve). A look without room stays due: it costs
+    /// nothing, and copies once space is back. `deletes`: whether reclamation would delete
+    /// now; while it is paused (`RECLAIM_PAUSED`, a live backup) a copy frees nothing, so none
+    /// is made until a checkpoint after the pause (review C5). Asked only when a look is due
+    /// (it reads the file system).
     fn start(
         &mut self,
         room: usize,
         segment_bytes: u64,
         deletes: impl FnOnce() -> bool,
-    ) -> Option<u64> {
-        if !self.due || room == 0 {
-            return None;
+    ) -> Result<u64, Option<Skip>> {
+        if !self.due {
+            return Err(None);
+        }
+        if room == 0 {
+            if std::mem::replace(&mut self.full_counted, true) {
+                return Err(None);
+            }
+            return Err(Some(Skip::DiskFull));
         }
         self.due = false;
         if !deletes() {
-            return None;
+            return Err(Some(Skip::Paused));
         }
         let budget = self.budget.left(segment_bytes);
-        (budget > 0).then_some(budget)
+        if budget == 0 {
+            return Err(Some(Skip::Budget));
+        }
+        Ok(budget)
     }
 
     /// Whether a look that left runs for lack of room is tried again next cycle.
@@ -80,35 +191,72 @@ impl Compactor {
         true
     }
 
+    /// How large the entry may grow with copies: `gated` (held to the disk gate's room), or
+    /// up to `ungated` (the caps alone) with what is left of `lend`, the reserve a copy may
+    /// borrow, this interval. Whether it borrows.
+    fn copy_room(&self, planned: usize, gated: usize, ungated: usize, lend: u64) -> (usize, bool) {
+        let lend = usize::try_from(lend.saturating_sub(self.lent)).unwrap_or(usize::MAX);
+        let borrowed = ungated.min(planned.saturating_add(lend));
+        if borrowed > gated {
+            (borrowed, true)
+        } else {
+            (gated, false)
+        }
+    }
+
     /// Copies live runs of the oldest pinned sealed segment into the cycle's entry, if due,
-    /// without the entry passing `max_entry_bytes` (already held to the disk gate's room).
+    /// without the entry passing `max_entry_bytes` (already held to the disk gate's room),
+    /// or `ungated` when the copy borrows at most `lend` bytes of the reserve and empties
+    /// its segment (review H1).
     pub fn plan(
         &mut self,
         planner: &mut Planner<'_>,
         log: &dyn ReplicatedLog,
-        max_entry_bytes: usize,
+        (max_entry_bytes, ungated, lend): (usize, usize, u64),
         deletes: impl FnOnce() -> bool,
     ) -> Option<Compacted> {
         if !self.due {
             return None;
         }
-        let room = max_entry_bytes.saturating_sub(planner.cycle.entry.len());
+        let planned = planner.cycle.entry.len();
+        let (max_entry_bytes, borrows) = self.copy_room(planned, max_entry_bytes, ungated, lend);
+        let room = max_entry_bytes.saturating_sub(planned);
         let floor = planner.st.run_floor.lowest()?;
         let (first, last, bytes) = log.sealed_segment_of(floor)?;
-        let budget = self.start(room, bytes, deletes)?;
+        let budget = match self.start(room, bytes, deletes) {
+            Ok(b) => b,
+            Err(why) => {
+                if let Some(why) = why {
+                    self.skipped(why);
+                }
+                return None;
+            }
+        };
         let seg = Segment { first, last, bytes };
-        match planner.plan_compaction(seg, budget, max_entry_bytes, self.too_live) {
+        match planner.plan_compaction(seg, budget, max_entry_bytes, self.too_live, borrows) {
             Ok(c) => {
                 self.too_live = c.too_live;
                 self.budget.spend(c.bytes);
+                if borrows {
+                    // Counted whole: part of it may have fitted above the reserve.
+                    self.lent = self.lent.saturating_add(c.bytes);
+                }
+                match Skip::of(&c) {
+                    // The segment did not fit whole in what the reserve may lend.
+                    Some(Skip::EntryFull) if borrows && c.runs == 0 => self.skipped(Skip::DiskFull),
+                    Some(why) => self.skipped(why),
+                    None => {}
+                }
                 // Progress, and room left: the rest of this segment, or the next pinned one,
                 // in the next cycle. So too a look that left runs for lack of room (a later
                 // cycle may leave more), a bounded number of times. A look that copied nothing
                 // otherwise waits for the next checkpoint.
                 self.due = c.runs > 0 || self.retry_for_room(&c);
+                self.wants_alone = c.short_of_room;
                 Some(c)
             }
             Err(e) => {
+                self.skipped(Skip::ReadError);
                 tracing::warn!(segment_first = first, error = %e, "the compactor could not read a live run; the segment stays until its messages go");
                 None
             }
@@ -118,53 +266,56 @@ impl Compactor {
 
 #[cfg(test)]
 mod tests {
-    use super::Compactor;
-    use queenmq_engine::plan::Compacted;
+    use std::sync::Arc;
+
+    use super::{Compactor, Skip};
+    use queenmq_engine::plan::{Compacted, TooLive};
 
     const SEGMENT: u64 = 64 << 20;
 
     #[test]
     fn a_new_compactor_waits_for_its_first_checkpoint() {
         // A rebuild or a restart builds a new one: it must not copy before a checkpoint.
-        let mut c = Compactor::new(true);
-        assert_eq!(c.start(usize::MAX, SEGMENT, || true), None);
+        let mut c = Compactor::new(true, Arc::from("t"));
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Err(None));
         c.after_checkpoint();
-        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(SEGMENT / 4));
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Ok(SEGMENT / 4));
         // One look per checkpoint unless it made progress (`plan` sets that).
-        assert_eq!(c.start(usize::MAX, SEGMENT, || true), None);
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Err(None));
     }
 
     #[test]
     fn no_look_without_room_and_it_stays_due_until_there_is() {
-        let mut c = Compactor::new(true);
+        let mut c = Compactor::new(true, Arc::from("t"));
         c.after_checkpoint();
-        assert_eq!(c.start(0, SEGMENT, || true), None);
-        assert_eq!(c.start(0, SEGMENT, || true), None);
-        assert_eq!(c.start(1, SEGMENT, || true), Some(SEGMENT / 4));
+        // One wait for room is one skip, however many cycles it lasts.
+        assert_eq!(c.start(0, SEGMENT, || true), Err(Some(Skip::DiskFull)));
+        assert_eq!(c.start(0, SEGMENT, || true), Err(None));
+        assert_eq!(c.start(1, SEGMENT, || true), Ok(SEGMENT / 4));
     }
 
     #[test]
     fn the_budget_is_a_quarter_segment_per_checkpoint_interval() {
-        let mut c = Compactor::new(true);
+        let mut c = Compactor::new(true, Arc::from("t"));
         c.after_checkpoint();
         c.budget.spend(SEGMENT / 4 - 10);
         c.due = true;
-        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(10));
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Ok(10));
         c.budget.spend(10);
         c.due = true;
         assert_eq!(
             c.start(usize::MAX, SEGMENT, || true),
-            None,
+            Err(Some(Skip::Budget)),
             "the quarter is spent"
         );
         c.after_checkpoint();
-        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(SEGMENT / 4));
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Ok(SEGMENT / 4));
     }
 
     #[test]
     fn a_look_short_of_room_stays_due_a_bounded_number_of_times() {
         // Review H2: a look that left runs for lack of room waited for the next checkpoint.
-        let mut c = Compactor::new(true);
+        let mut c = Compactor::new(true, Arc::from("t"));
         c.after_checkpoint();
         let short = Compacted {
             more: true,
@@ -173,11 +324,11 @@ mod tests {
         };
         // The first look after the checkpoint, then ROOM_RETRIES more that it earns.
         for _ in 0..=super::ROOM_RETRIES {
-            assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(SEGMENT / 4));
+            assert_eq!(c.start(usize::MAX, SEGMENT, || true), Ok(SEGMENT / 4));
             c.due = c.retry_for_room(&short);
         }
         assert!(!c.due, "the retries are spent until the next checkpoint");
-        assert_eq!(c.start(usize::MAX, SEGMENT, || true), None);
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Err(None));
         let budget_only = Compacted {
             more: true,
             ..Compacted::default()
@@ -192,31 +343,113 @@ mod tests {
 
     #[test]
     fn a_compactor_with_reclamation_off_never_looks() {
-        let mut c = Compactor::new(false);
+        let mut c = Compactor::new(false, Arc::from("t"));
         c.after_checkpoint();
-        assert_eq!(c.start(usize::MAX, SEGMENT, || true), None);
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Err(None));
     }
 
     #[test]
     fn no_copy_while_reclamation_is_paused_and_due_again_after_a_checkpoint() {
-        let mut c = Compactor::new(true);
+        let mut c = Compactor::new(true, Arc::from("t"));
         c.after_checkpoint();
-        assert_eq!(c.start(usize::MAX, SEGMENT, || false), None, "paused");
+        assert_eq!(
+            c.start(usize::MAX, SEGMENT, || false),
+            Err(Some(Skip::Paused))
+        );
         assert_eq!(
             c.start(usize::MAX, SEGMENT, || true),
-            None,
+            Err(None),
             "not before a checkpoint"
         );
         c.after_checkpoint();
-        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Some(SEGMENT / 4));
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Ok(SEGMENT / 4));
     }
 
     #[test]
     fn the_pause_file_is_asked_only_when_a_look_is_due() {
-        let mut c = Compactor::new(true);
+        let mut c = Compactor::new(true, Arc::from("t"));
         assert_eq!(
             c.start(usize::MAX, SEGMENT, || panic!("asked while not due")),
-            None
+            Err(None)
         );
+    }
+
+    #[test]
+    fn each_look_that_leaves_runs_names_why() {
+        // Review C8: a dashboard sees why a segment stays pinned.
+        let too_live = Compacted {
+            too_live: Some(TooLive::default()),
+            ..Compacted::default()
+        };
+        assert_eq!(Skip::of(&too_live), Some(Skip::TooLive));
+        let short = Compacted {
+            more: true,
+            short_of_room: true,
+            ..Compacted::default()
+        };
+        assert_eq!(Skip::of(&short), Some(Skip::EntryFull));
+        let budget = Compacted {
+            more: true,
+            ..Compacted::default()
+        };
+        assert_eq!(Skip::of(&budget), Some(Skip::Budget));
+        let done = Compacted {
+            runs: 3,
+            segment_done: true,
+            ..Compacted::default()
+        };
+        assert_eq!(Skip::of(&done), None);
+        let labels: std::collections::BTreeSet<_> = Skip::ALL.iter().map(|s| s.label()).collect();
+        assert_eq!(labels.len(), Skip::ALL.len(), "one label each");
+    }
+
+    #[test]
+    fn a_copy_borrows_at_most_an_eighth_of_the_reserve_per_interval() {
+        // Review H1: the gate lends up to reserve/8 (`copy_lend`); the compactor spends it
+        // once per checkpoint interval, the space coming back two checkpoints later.
+        let mut c = Compactor::new(true, Arc::from("t"));
+        c.after_checkpoint();
+        // Full: no room above the reserve, 1000 bytes to lend, caps of 4 MiB.
+        assert_eq!(c.copy_room(100, 100, 4 << 20, 1_000), (1_100, true));
+        // Room above the reserve larger than the loan: no borrowing.
+        assert_eq!(c.copy_room(100, 5_000, 4 << 20, 1_000), (5_000, false));
+        // Never past the caps.
+        assert_eq!(c.copy_room(100, 100, 600, 1_000), (600, true));
+        c.lent = 700;
+        assert_eq!(c.copy_room(0, 0, 4 << 20, 1_000), (300, true));
+        c.lent = 1_000;
+        assert_eq!(c.copy_room(0, 0, 4 << 20, 1_000), (0, false));
+        c.after_checkpoint();
+        assert_eq!(c.copy_room(0, 0, 4 << 20, 1_000), (1_000, true));
+    }
+
+    #[test]
+    fn a_look_short_of_room_gets_one_cycle_alone_per_interval() {
+        // Review H2: a run larger than what client work leaves in a cycle was never copied
+        // under a steady load.
+        let mut c = Compactor::new(true, Arc::from("t"));
+        assert!(!c.take_cycle_alone(), "nothing looked yet");
+        c.after_checkpoint();
+        assert!(!c.take_cycle_alone(), "no look was short of room");
+        let short = Compacted {
+            more: true,
+            short_of_room: true,
+            ..Compacted::default()
+        };
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Ok(SEGMENT / 4));
+        c.due = c.retry_for_room(&short);
+        c.wants_alone = short.short_of_room;
+        assert!(c.take_cycle_alone());
+        assert!(!c.take_cycle_alone(), "one cycle");
+        // Still short in that cycle: no second one before the next checkpoint.
+        c.wants_alone = true;
+        assert!(!c.take_cycle_alone());
+        c.after_checkpoint();
+        assert!(
+            !c.take_cycle_alone(),
+            "a new interval waits for a look short of room"
+        );
+        c.wants_alone = true;
+        assert!(c.take_cycle_alone());
     }
 }

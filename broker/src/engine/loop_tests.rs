@@ -201,21 +201,25 @@ fn a_failed_cycle_keeps_refusals_and_answers_reads_503() {
 }
 
 #[test]
-fn a_copy_gets_no_room_on_a_full_disk_and_never_the_reserve() {
+fn a_copy_gets_no_room_on_a_full_disk_but_a_loan_of_the_reserve_that_is_free() {
     // Review C1: compaction copies are held to the gate like due timers. The entry cap equals
-    // what is already planned, so the compactor has no room at all.
+    // what is already planned, so the compactor has no room above the reserve at all.
     let limits = queenmq_engine::limits::Limits::new(64 << 20, 4 << 20, 16);
     let full = crate::disk_gate::DiskGate::new(Box::new(Fixed(1_000)), 1 << 20);
     full.refresh();
     assert!(full.is_full());
     assert_eq!(super::gated_limits(&limits, Some(&full), 300), (300, 300));
-    // 2 MiB free over a 1 MiB reserve: a copy may take the MiB above it, never the reserve.
+    // Review H1: only the loan, an eighth of the reserve at most and never more than is
+    // free beyond what the cycle planned, for a copy that empties its segment.
+    assert_eq!(full.copy_lend(300), 700);
+    // 2 MiB free over a 1 MiB reserve: a copy may take the MiB above it, and the loan.
     let room = crate::disk_gate::DiskGate::new(Box::new(Fixed(2 << 20)), 1 << 20);
     room.refresh();
     assert!(!room.is_full());
     let (_, copy_max) = super::gated_limits(&limits, Some(&room), 0);
     assert!(copy_max <= 1 << 20, "{copy_max}");
     assert!(copy_max > 0);
+    assert_eq!(room.copy_lend(0), (1 << 20) / 8);
     assert_eq!(
         super::gated_limits(&limits, None, 0),
         (limits.cycle_bytes, limits.max_entry_bytes)

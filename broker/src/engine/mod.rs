@@ -110,6 +110,8 @@ pub struct EngineConfig {
     pub disk: Option<Arc<crate::disk_gate::DiskGate>>,
     /// Whether dead log segments are deleted after checkpoints, and the file that pauses it.
     pub reclaim: reclaim::Reclaimer,
+    /// `compaction_enabled`: false copies nothing (reclamation off copies nothing either).
+    pub compaction_enabled: bool,
     /// The broker key that seals the payloads of encrypted queues; None refuses them.
     pub encryption: Option<Arc<crate::encryption::PayloadKey>>,
     /// A transactional id with no open transaction and nothing done this long is forgotten
@@ -152,6 +154,7 @@ impl Default for EngineConfig {
             log_backend: None,
             disk: None,
             reclaim: reclaim::Reclaimer::default(),
+            compaction_enabled: true,
             encryption: None,
             cluster: None,
         }
@@ -267,7 +270,10 @@ impl Engine {
             reclaim_bound: None,
             reclaim_pending: false,
             reclaimer: reclaim::Reclaimer::new(cfg.reclaim.enabled, cfg.reclaim.pause_file.clone()),
-            compactor: compactor::Compactor::new(cfg.reclaim.enabled),
+            compactor: compactor::Compactor::new(
+                cfg.reclaim.enabled && cfg.compaction_enabled,
+                cfg.tenant.clone(),
+            ),
         }
     }
 
@@ -451,6 +457,12 @@ impl Engine {
                 }
             }
             let mut jobs = jobs.into_iter();
+            // A cycle given to the compactor (review H2): its jobs wait, in order, for the
+            // next one.
+            let alone = self.compactor.take_cycle_alone();
+            if alone {
+                self.carry.extend(jobs.by_ref());
+            }
             let mut planned = 0usize;
             while let Some(job) = jobs.next() {
                 // The limits first: a request too big or not allowed is refused for good,
@@ -517,12 +529,22 @@ impl Engine {
             let planned = planner.cycle.entry.len();
             let (cycle_cap, entry_cap) =
                 gated_limits(&self.limits, self.cfg.disk.as_deref(), planned);
-            let copy_max = copy_cap(planner.cycle.entry.is_empty(), cycle_cap, entry_cap);
-            compacted = self
-                .compactor
-                .plan(&mut planner, self.log.as_ref(), copy_max, || {
-                    self.reclaimer.would_run()
-                });
+            let empty = alone || planner.cycle.entry.is_empty();
+            let copy_max = copy_cap(empty, cycle_cap, entry_cap);
+            // A copy that empties its segment may borrow a little of the reserve: on a full
+            // node it is the only way a pinning segment goes (review H1).
+            let ungated = copy_cap(empty, self.limits.cycle_bytes, self.limits.max_entry_bytes);
+            let lend = self
+                .cfg
+                .disk
+                .as_deref()
+                .map_or(0, |d| d.copy_lend(planned as u64));
+            compacted = self.compactor.plan(
+                &mut planner,
+                self.log.as_ref(),
+                (copy_max, ungated, lend),
+                || self.reclaimer.would_run(),
+            );
             planner.plan_kv_sweep(plan::KV_SWEEP_PER_CYCLE, self.limits.max_entry_bytes);
             planner.plan_streams_purge(plan::STREAMS_PURGE_PER_CYCLE, self.limits.max_entry_bytes);
             if let Some(m) = &mut self.memory {

@@ -206,7 +206,13 @@ fn commit_error(err: &queenmq_protocol::QueenError) -> i16 {
 /// One group of an OffsetFetch: its id and the partitions asked (`None`: all).
 type FetchGroup = (String, Option<Topics<i32>>);
 
-fn decode_fetch(version: i16, r: &mut Reader) -> Result<Vec<FetchGroup>, Malformed> {
+#[cfg(test)]
+pub(super) fn decode_fetch(version: i16, r: &mut Reader) -> Result<Vec<FetchGroup>, Malformed> {
+    decode_fetch_stable(version, r).map(|(groups, _)| groups)
+}
+
+/// The groups asked and whether the client requires stable offsets (v7+, KIP-447).
+fn decode_fetch_stable(version: i16, r: &mut Reader) -> Result<(Vec<FetchGroup>, bool), Malformed> {
     let mut budget = PartitionBudget::new();
     let mut topics = |r: &mut Reader| {
         array(r, |r| {
@@ -241,13 +247,105 @@ fn decode_fetch(version: i16, r: &mut Reader) -> Result<Vec<FetchGroup>, Malform
         let id = r.string()?;
         vec![(id, topics(r)?)]
     };
-    if version >= 7 {
-        let _require_stable = r.bool()?;
-    }
+    let require_stable = version >= 7 && r.bool()?;
     r.skip_tags()?;
     // A group named twice is answered once (its first listing): every answer may carry the
     // group's whole table, so repeats would multiply the response.
-    Ok(dedup_by_key(groups, |(id, _)| id.as_str()))
+    Ok((dedup_by_key(groups, |(id, _)| id.as_str()), require_stable))
+}
+
+/// Per partition, in order: whether an open transaction holds a pending offset of the
+/// group there; `Err` with a group-level code when the read is refused.
+async fn pending(door: &Door, group: &str, asked: Vec<(String, i32)>) -> Result<Vec<bool>, i16> {
+    use queenmq_protocol::kafka_txn_reads::{KafkaTxnRead, KafkaTxnReadAnswer};
+    use queenmq_protocol::{Command, Outcome, ReadAnswer, ReadReq};
+    let mut out = Vec::with_capacity(asked.len());
+    for chunk in asked.chunks(queenmq_protocol::kafka_txn_reads::MAX_PRODUCER_PARTITIONS) {
+        let q = KafkaTxnRead::PendingOffsets {
+            group: group.to_string(),
+            partitions: chunk.to_vec(),
+        };
+        match door
+            .bus
+            .call(door.ctx.clone(), Command::Read(ReadReq::KafkaTxns(q)))
+            .await
+        {
+            Ok(Outcome::Read(ReadAnswer::KafkaTxns(KafkaTxnReadAnswer::Pending(v))))
+                if v.len() == chunk.len() =>
+            {
+                out.extend(v)
+            }
+            Ok(_) => return Err(e::UNKNOWN_SERVER_ERROR),
+            Err(err) => return Err(commit_error(&err)),
+        }
+    }
+    Ok(out)
+}
+
+/// Marks each partition whose offset is pending in an open transaction UNSTABLE_OFFSET_COMMIT
+/// (retriable; its offset is not shown), as Kafka answers a `require_stable` fetch.
+fn mark_unstable(topics: &mut Topics<Fetched>, unstable: &[bool]) {
+    let mut flags = unstable.iter();
+    for (_, parts) in topics.iter_mut() {
+        for (_, c, code) in parts.iter_mut() {
+            if flags.next().copied().unwrap_or(false) {
+                *c = None;
+                *code = e::UNSTABLE_OFFSET_COMMIT;
+            }
+        }
+    }
+}
+
+fn asked_pairs(topics: &Topics<Fetched>) -> Vec<(String, i32)> {
+    topics
+        .iter()
+        .flat_map(|(t, ps)| ps.iter().map(move |(p, _, _)| (t.clone(), *p)))
+        .collect()
+}
+
+/// A partition's answer: its index, its committed offset, its error code.
+type Fetched = (i32, Option<KafkaCommitted>, i16);
+
+/// [`fetch_group`], then, when the client requires stable offsets, each partition with an
+/// offset pending in an open transaction answered UNSTABLE_OFFSET_COMMIT. Asked partitions
+/// are checked before their offsets are read, so a transaction that commits in between
+/// shows its committed offset, never the one before it; when every partition is asked the
+/// check follows the read (the partitions are known only then).
+async fn fetch_group_stable(
+    door: &Door,
+    group: &str,
+    asked: &Option<Topics<i32>>,
+    require_stable: bool,
+) -> (i16, Topics<Fetched>) {
+    if !require_stable || !valid_group_id(group) {
+        return fetch_group(door, group, asked).await;
+    }
+    let before = match asked {
+        Some(ts) => {
+            let pairs: Vec<(String, i32)> = ts
+                .iter()
+                .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
+                .collect();
+            match pending(door, group, pairs).await {
+                Ok(v) => Some(v),
+                Err(code) => return (code, Vec::new()),
+            }
+        }
+        None => None,
+    };
+    let (code, mut topics) = fetch_group(door, group, asked).await;
+    if code != e::NONE {
+        return (code, topics);
+    }
+    let unstable = match before {
+        Some(v) => v,
+        None => match pending(door, group, asked_pairs(&topics)).await {
+            Ok(v) => v,
+            Err(code) => return (code, Vec::new()),
+        },
+    };
+    mark_unstable(&mut topics, &unstable);
+    (code, topics)
 }
 
 /// Every committed offset asked for, grouped by topic in the request's order (or in the
@@ -256,7 +354,7 @@ async fn fetch_group(
     door: &Door,
     group: &str,
     asked: &Option<Topics<i32>>,
-) -> (i16, Topics<(i32, Option<KafkaCommitted>)>) {
+) -> (i16, Topics<Fetched>) {
     if !valid_group_id(group) {
         return (e::INVALID_GROUP_ID, Vec::new());
     }
@@ -294,18 +392,20 @@ async fn fetch_group(
                 .map(|(t, ps)| {
                     let parts = ps
                         .iter()
-                        .map(|p| (*p, by.remove(&(t.clone(), *p))))
+                        .map(|p| (*p, by.remove(&(t.clone(), *p)), e::NONE))
                         .collect();
                     (t.clone(), parts)
                 })
                 .collect()
         }
         None => {
-            let mut out: Topics<(i32, Option<KafkaCommitted>)> = Vec::new();
+            let mut out: Topics<Fetched> = Vec::new();
             for c in found {
                 match out.last_mut() {
-                    Some((t, parts)) if *t == c.topic => parts.push((c.partition, Some(c))),
-                    _ => out.push((c.topic.clone(), vec![(c.partition, Some(c))])),
+                    Some((t, parts)) if *t == c.topic => {
+                        parts.push((c.partition, Some(c), e::NONE))
+                    }
+                    _ => out.push((c.topic.clone(), vec![(c.partition, Some(c), e::NONE)])),
                 }
             }
             out
@@ -322,13 +422,16 @@ fn offset_and_meta(c: &Option<KafkaCommitted>) -> (i64, i32, String) {
 }
 
 pub async fn fetch(door: &Door, version: i16, mut r: Reader) -> Reply {
-    let groups = match decode_fetch(version, &mut r) {
+    let (groups, require_stable) = match decode_fetch_stable(version, &mut r) {
         Ok(g) => g,
         Err(err) => return Reply::Close(err.to_string()),
     };
     let mut answers = Vec::with_capacity(groups.len());
     for (group, asked) in &groups {
-        answers.push((group.clone(), fetch_group(door, group, asked).await));
+        answers.push((
+            group.clone(),
+            fetch_group_stable(door, group, asked, require_stable).await,
+        ));
     }
     let resp = if version >= 8 {
         let out = answers
@@ -342,10 +445,11 @@ pub async fn fetch(door: &Door, version: i16, mut r: Reader) -> Reply {
                             .with_partitions(
                                 parts
                                     .iter()
-                                    .map(|(p, c)| {
+                                    .map(|(p, c, code)| {
                                         let (o, epoch, m) = offset_and_meta(c);
                                         OffsetFetchResponsePartitions::default()
                                             .with_partition_index(*p)
+                                            .with_error_code(*code)
                                             .with_committed_offset(o)
                                             .with_committed_leader_epoch(epoch)
                                             .with_metadata(Some(s(&m)))
@@ -375,10 +479,11 @@ pub async fn fetch(door: &Door, version: i16, mut r: Reader) -> Reply {
                     .with_partitions(
                         parts
                             .iter()
-                            .map(|(p, c)| {
+                            .map(|(p, c, code)| {
                                 let (o, epoch, m) = offset_and_meta(c);
                                 let part = OffsetFetchResponsePartition::default()
                                     .with_partition_index(*p)
+                                    .with_error_code(*code)
                                     .with_committed_offset(o)
                                     .with_metadata(Some(s(&m)));
                                 // The field exists from v5 on.

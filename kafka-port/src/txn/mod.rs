@@ -6,6 +6,7 @@ pub mod add_offsets;
 pub mod add_partitions;
 pub mod end;
 pub mod offset_commit;
+pub mod reads;
 
 use std::ops::RangeInclusive;
 
@@ -33,6 +34,15 @@ const SERVED: &[(ApiKey, RangeInclusive<i16>)] = &[
     (ApiKey::AddOffsetsToTxn, ADD_OFFSETS_VERSIONS),
     (ApiKey::EndTxn, END_VERSIONS),
     (ApiKey::TxnOffsetCommit, OFFSET_COMMIT_VERSIONS),
+    (
+        ApiKey::DescribeProducers,
+        reads::DESCRIBE_PRODUCERS_VERSIONS,
+    ),
+    (
+        ApiKey::DescribeTransactions,
+        reads::DESCRIBE_TRANSACTIONS_VERSIONS,
+    ),
+    (ApiKey::ListTransactions, reads::LIST_TRANSACTIONS_VERSIONS),
 ];
 
 pub fn served() -> impl Iterator<Item = (ApiKey, i16, i16)> {
@@ -51,6 +61,9 @@ pub async fn dispatch(door: &Door, api: ApiKey, version: i16, r: Reader) -> Repl
         ApiKey::AddOffsetsToTxn => add_offsets::answer(door, version, r).await,
         ApiKey::EndTxn => end::answer(door, version, r).await,
         ApiKey::TxnOffsetCommit => offset_commit::answer(door, version, r).await,
+        ApiKey::DescribeProducers => reads::producers(door, version, r).await,
+        ApiKey::DescribeTransactions => reads::describe(door, version, r).await,
+        ApiKey::ListTransactions => reads::list(door, version, r).await,
         _ => Reply::Close(format!("{api:?} is not a transaction api")),
     }
 }

@@ -46,6 +46,8 @@ pub fn read(a: &ReadAnswer) -> Value {
         ReadAnswer::Analytics(s) => analytics(s),
         // Asked by the Kafka door only; the colliding name of each asked one, or null.
         ReadAnswer::TopicCollisions(hits) => json!(hits),
+        // Asked by the Kafka door only (DescribeTransactions and kin); never routed here.
+        ReadAnswer::KafkaTxns(_) => json!(null),
     }
 }
 

@@ -54,4 +54,5 @@ pub enum ReadAnswer {
     Analytics(AnalyticsSeries),
     /// One per asked name, in order: the smallest colliding queue name, if any.
     TopicCollisions(Vec<Option<String>>),
+    KafkaTxns(crate::kafka_txn_reads::KafkaTxnReadAnswer),
 }

@@ -35,20 +35,26 @@ impl SegmentLog {
         let Some(&(first, _, _)) = records.first() else {
             return Ok(());
         };
-        let start = self.last().map_or(first, |(l, _)| l + 1);
-        for (expected, &(index, _, payload)) in (start..).zip(records) {
+        // Checked, not `l + 1` or `(start..)`: a log may hold the record of index u64::MAX,
+        // and nothing can follow it.
+        let mut next = self.last().map_or(Some(first), |(l, _)| l.checked_add(1));
+        for &(index, _, payload) in records {
             if payload.len() > self.opts.max_record_bytes as usize {
                 return Err(StorageError::RecordTooLarge {
                     have: payload.len(),
                     max: self.opts.max_record_bytes,
                 });
             }
+            let Some(expected) = next else {
+                return Err(StorageError::IndexSpaceExhausted { got: index });
+            };
             if index != expected {
                 return Err(StorageError::NonContiguous {
                     expected,
                     got: index,
                 });
             }
+            next = expected.checked_add(1);
         }
 
         let mut target = self.active_target();

@@ -41,7 +41,7 @@ impl FileScan {
     }
 
     pub fn last_entry(&self) -> Option<u64> {
-        (!self.entries.is_empty()).then(|| self.first + self.entries.len() as u64 - 1)
+        (!self.entries.is_empty()).then(|| self.first + (self.entries.len() as u64 - 1))
     }
 
     pub fn segment(&self, entries: Vec<(u64, u64)>, end: u64) -> Segment {

@@ -149,6 +149,27 @@ fn append_with_a_wrong_index_is_refused_and_changes_nothing() {
 }
 
 #[test]
+fn nothing_follows_the_record_of_the_highest_index() {
+    let log = mem_log(&MemBackend::new());
+    let err = log
+        .append_batch(&[(u64::MAX, 1, b"last"), (0, 1, b"wrapped")])
+        .unwrap_err();
+    assert!(
+        matches!(err, StorageError::IndexSpaceExhausted { got: 0 }),
+        "{err}"
+    );
+    assert_eq!(log.last(), None, "the refused batch changed nothing");
+    log.append(u64::MAX, 1, b"last").unwrap();
+    assert_eq!(log.last(), Some((u64::MAX, 1)));
+    let err = log.append(0, 1, b"wrapped").unwrap_err();
+    assert!(
+        matches!(err, StorageError::IndexSpaceExhausted { got: 0 }),
+        "{err}"
+    );
+    assert_eq!(log.last(), Some((u64::MAX, 1)));
+}
+
+#[test]
 fn oversize_record_is_refused_and_changes_nothing() {
     let log = mem_log(&MemBackend::new());
     let limit = small().max_record_bytes as usize;

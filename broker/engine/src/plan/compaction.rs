@@ -5,7 +5,8 @@
 //! moves past it and reclamation deletes it like any dead segment.
 //!
 //! Two bounds keep the writes small: a segment is compacted only when its live bytes are at
-//! most a quarter of its size, and the engine gives at most a quarter of a segment's bytes per
+//! most a quarter of what copying them frees (the segment, and the wholly dead sealed ones
+//! after it that only it kept: review C3), and the engine gives at most a quarter of a segment's bytes per
 //! checkpoint interval ([`CompactionBudget`]). A copy never changes what a client sees: the
 //! run keeps its offsets and creation time, and the frames (ids, transaction ids, sealed
 //! payloads) are copied byte for byte.
@@ -46,14 +47,31 @@ pub struct Compacted {
     pub too_live: Option<TooLive>,
 }
 
-/// A segment judged more than a quarter live, and how many runs it held then. A sealed
-/// segment never gains a run (appends and copies go to newer entries), so while it holds as
-/// many it holds the same ones, with the same bytes: it is still too live, and a look need not
-/// read them again (review C2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A segment judged more than a quarter live, how many runs it held then, and what copying
+/// them would have freed. A sealed segment never gains a run (appends and copies go to newer
+/// entries), so while it holds as many it holds the same ones, with the same bytes: it is
+/// still too live unless the copy would free more, and a look need not read them again
+/// (review C2). While no run was dropped since (`drops`, [`RunFloor::drops`]) it holds the
+/// same runs for certain, and a look need not even walk them (review M3).
+///
+/// [`RunFloor::drops`]: crate::state::run_floor::RunFloor::drops
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TooLive {
     pub first: u64,
     pub held: usize,
+    /// The lowest index a held run names past the segment, if any.
+    pub next: Option<u64>,
+    /// Bytes copying every run of the segment would have let go.
+    pub frees: u64,
+    pub drops: u64,
+}
+
+impl TooLive {
+    /// Whether a look that walked the runs found what `self` judged.
+    fn same_look(&self, other: &TooLive) -> bool {
+        (self.first, self.held, self.next, self.frees)
+            == (other.first, other.held, other.next, other.frees)
+    }
 }
 
 /// Bytes the engine still lets the compactor copy before the next checkpoint.
@@ -92,20 +110,39 @@ impl Planner<'_> {
     /// partition once (the engine calls it at most once per checkpoint interval unless a
     /// previous call left `more`). A run whose bytes cannot be read leaves the segment alone:
     /// it stays pinned, nothing is lost. `known`: what an earlier look judged too live; the
-    /// same segment holding the same number of runs is not read again.
+    /// same segment holding the same number of runs is not read again. `whole`: copy every
+    /// live run of the segment in this entry or none (a copy that borrows the free-space
+    /// reserve must give the segment back).
     pub fn plan_compaction(
         &mut self,
         seg: Segment,
         budget: u64,
         max_entry_bytes: usize,
         known: Option<TooLive>,
+        whole: bool,
     ) -> Result<Compacted, ReadError> {
         let mut out = Compacted::default();
+        let drops = self.st.run_floor.drops();
+        // No run left any partition since the segment was judged: it holds the same runs, and
+        // the one past it is the same (runs committed since name newer entries). Only the
+        // sealed segments the copy would free may have grown (a roll, with nothing past it).
+        if let Some(k) = known.filter(|k| k.first == seg.first && k.drops == drops) {
+            if self.freed_by(seg, k.next) == k.frees {
+                out.too_live = Some(k);
+                return Ok(out);
+            }
+        }
         let mut held: Vec<(u64, Run)> = Vec::new();
+        let mut next: Option<u64> = None;
         for p in self.st.partitions.values() {
             for r in &p.runs {
-                if r.index != PENDING_INDEX && (seg.first..=seg.last).contains(&r.index) {
+                if r.index == PENDING_INDEX || r.index < seg.first {
+                    continue;
+                }
+                if r.index <= seg.last {
                     held.push((p.id, *r));
+                } else if next.is_none_or(|n| r.index < n) {
+                    next = Some(r.index);
                 }
             }
         }
@@ -113,17 +150,23 @@ impl Planner<'_> {
             out.segment_done = true;
             return Ok(out);
         }
+        let frees = self.freed_by(seg, next);
         let judged = TooLive {
             first: seg.first,
             held: held.len(),
+            next,
+            frees,
+            drops,
         };
-        if known == Some(judged) {
-            out.too_live = known;
+        if known.is_some_and(|k| k.same_look(&judged)) {
+            out.too_live = Some(judged);
             return Ok(out);
         }
         // Entry order: each old entry is read once, from the cache or the log.
         held.sort_unstable_by_key(|(pid, r)| (r.index, r.pos, *pid));
-        let quarter = seg.bytes / 4;
+        // Copies write at most a quarter of what they let go: the segment, and after it the
+        // sealed ones only it kept (review C3: one dense floor segment pinned every later one).
+        let quarter = frees / 4;
         let mut live = Vec::with_capacity(held.len());
         let mut total = 0u64;
         let mut entry: Option<(u64, Bytes)> = None;
@@ -145,6 +188,14 @@ impl Planner<'_> {
                 return Ok(out);
             }
             live.push(Live { pid, run, frames });
+        }
+        // A copy into the free-space reserve frees nothing unless it empties the segment: all
+        // of it in this entry, or none (review H1).
+        let room = max_entry_bytes.saturating_sub(self.cycle.entry.len());
+        if whole && !(total <= budget && usize::try_from(total).is_ok_and(|t| t <= room)) {
+            out.more = true;
+            out.short_of_room = true;
+            return Ok(out);
         }
         // A run that does not fit is left for a later cycle, but the smaller ones after it are
         // still copied: one large run must not hold back all the others (review H2).
@@ -173,6 +224,25 @@ impl Planner<'_> {
         }
         out.segment_done = !out.more;
         Ok(out)
+    }
+
+    /// Bytes that go once no run names `seg`: the floor then moves to `next` (the copies
+    /// name the newest entry), so the segment and every sealed one wholly below `next` go.
+    /// One look-up per segment freed.
+    fn freed_by(&self, seg: Segment, next: Option<u64>) -> u64 {
+        let below = next.unwrap_or(u64::MAX);
+        let mut total = seg.bytes;
+        let mut at = seg.last.saturating_add(1);
+        while at < below {
+            match self.log.sealed_segment_of(at) {
+                Some((first, last, bytes)) if first == at && last >= at && last < below => {
+                    total = total.saturating_add(bytes);
+                    at = last.saturating_add(1);
+                }
+                _ => break,
+            }
+        }
+        total
     }
 
     /// An old entry's payload, without putting it in the cache: fresh entries are what pops

@@ -68,7 +68,10 @@ fn ids(popped: &PopResult) -> Vec<(String, String)> {
 }
 
 fn compact(f: &mut Fixture, s: Segment) -> Compacted {
-    match f.planner().plan_compaction(s, u64::MAX, usize::MAX, None) {
+    match f
+        .planner()
+        .plan_compaction(s, u64::MAX, usize::MAX, None, false)
+    {
         Ok(c) => c,
         Err(e) => panic!("compaction failed: {e}"),
     }
@@ -113,13 +116,14 @@ fn a_segment_more_than_a_quarter_live_or_a_budget_too_small_copies_nothing() {
         "more than a quarter is live"
     );
     assert!(c.too_live.is_some());
-    let c = match f
-        .planner()
-        .plan_compaction(seg(last, 4 * live), live - 1, usize::MAX, None)
-    {
-        Ok(c) => c,
-        Err(e) => panic!("{e}"),
-    };
+    let c =
+        match f
+            .planner()
+            .plan_compaction(seg(last, 4 * live), live - 1, usize::MAX, None, false)
+        {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        };
     assert_eq!(
         (c.runs, c.more),
         (0, true),
@@ -222,7 +226,10 @@ fn a_segment_judged_too_live_is_not_read_again_while_it_holds_the_same_runs() {
     // Any read would now fail: the second look must not read.
     f.log.failing = true;
     f.cache = crate::cache::EntryCache::new(1 << 20);
-    let c = match f.planner().plan_compaction(s, u64::MAX, usize::MAX, judged) {
+    let c = match f
+        .planner()
+        .plan_compaction(s, u64::MAX, usize::MAX, judged, false)
+    {
         Ok(c) => c,
         Err(e) => panic!("the second look read the log: {e}"),
     };
@@ -231,7 +238,7 @@ fn a_segment_judged_too_live_is_not_read_again_while_it_holds_the_same_runs() {
     let other = Segment { first: 0, ..s };
     assert!(f
         .planner()
-        .plan_compaction(other, u64::MAX, usize::MAX, judged)
+        .plan_compaction(other, u64::MAX, usize::MAX, judged, false)
         .is_err());
 }
 
@@ -249,6 +256,132 @@ fn the_bounds_count_the_copy_headers_not_the_frames_alone() {
     let c = compact(&mut g, seg(last, 4 * frames));
     assert_eq!(c.runs, 0);
     assert!(c.too_live.is_some());
+}
+
+#[test]
+fn a_dense_floor_segment_is_copied_when_the_dead_segments_after_it_go_with_it() {
+    // Review C3: the quarter rule compared the live bytes with the floor segment alone, so a
+    // floor segment more than a quarter live kept every later segment, even wholly dead ones.
+    let (mut f, _, last) = pinned();
+    let live = compact(&mut pinned().0, seg(last, 1 << 20)).bytes;
+    let keep = keep_index(&f)[0];
+    f.push("later", "p", 1);
+    let later = f.commit().expect("push");
+    // The floor segment holds the kept run and is half live; the next one holds only the
+    // dead "hot" entries; the later run is in the segment appends go to.
+    let floor = Segment {
+        first: 1,
+        last: keep,
+        bytes: 2 * live,
+    };
+    f.log.sealed = vec![(1, keep, 2 * live), (keep + 1, last, 2 * live)];
+    let c = compact(&mut f, floor);
+    assert_eq!((c.runs, c.segment_done), (1, true), "{c:?}");
+    assert_eq!(c.too_live, None);
+
+    // The same floor segment, but a live run in the next one: only the floor segment would
+    // go, and it is half live.
+    let (mut g, _, last) = pinned();
+    g.push("later", "p", 1);
+    let later_g = g.commit().expect("push");
+    assert_eq!(later_g, later);
+    g.log.sealed = vec![(1, keep, 2 * live), (keep + 1, later, 2 * live)];
+    let c = compact(&mut g, floor);
+    assert_eq!(c.runs, 0);
+    let judged = c.too_live.expect("too live");
+    assert_eq!((judged.next, judged.frees), (Some(later), 2 * live));
+    assert!(last < later);
+}
+
+#[test]
+fn a_segment_known_too_live_is_not_walked_until_a_run_leaves() {
+    // Review M3: every look walked every run of every partition, also for a segment already
+    // known to be too live.
+    let (mut f, _, last) = pinned();
+    let live = compact(&mut pinned().0, seg(last, 1 << 20)).bytes;
+    let s = seg(last, 4 * live - 1);
+    let judged = compact(&mut f, s).too_live.expect("too live");
+    assert_eq!(judged.drops, f.st.run_floor.drops());
+    // Take the kept run out behind the floor's back (no real change does): a walk would see
+    // one run fewer and read the log, which now fails. The look trusts the epoch instead.
+    let keep = pid_of(&f, "keep");
+    let taken =
+        f.st.partitions
+            .get_mut(&keep)
+            .map(|p| std::mem::take(&mut p.runs))
+            .expect("keep");
+    f.log.failing = true;
+    f.cache = crate::cache::EntryCache::new(1 << 20);
+    let c = match f
+        .planner()
+        .plan_compaction(s, u64::MAX, usize::MAX, Some(judged), false)
+    {
+        Ok(c) => c,
+        Err(e) => panic!("the look walked and read: {e}"),
+    };
+    assert_eq!(c.too_live, Some(judged));
+    // Once a run left (the epoch moved), the look walks again.
+    let older = crate::plan::TooLive {
+        drops: judged.drops.wrapping_sub(1),
+        ..judged
+    };
+    if let Some(p) = f.st.partitions.get_mut(&keep) {
+        p.runs = taken;
+    }
+    let c = f
+        .planner()
+        .plan_compaction(s, u64::MAX, usize::MAX, Some(older), false);
+    // The same runs as judged: the walk finds them and still reads nothing (review C2).
+    assert_eq!(
+        c.map(|c| c.too_live.map(|t| t.held)).ok(),
+        Some(Some(judged.held))
+    );
+    // A real drop moves the epoch.
+    let before = f.st.run_floor.drops();
+    let hot = pid_of(&f, "hot");
+    f.push("hot", "p", 1);
+    f.commit();
+    if let Some(p) = f.st.partitions.get_mut(&hot) {
+        f.st.run_floor.drop_front(p, 1);
+    }
+    assert_ne!(f.st.run_floor.drops(), before);
+}
+
+#[test]
+fn a_copy_into_the_reserve_empties_its_segment_or_copies_nothing() {
+    // Review H1: a copy borrowing the reserve frees nothing unless the segment goes with it.
+    let (mut f, _, _) = pinned();
+    f.push("small", "p", 1);
+    let last = f.commit().expect("push");
+    let s = seg(last, 1 << 20);
+    let all = compact(&mut pinned_with_small().0, s).bytes as usize;
+    let base = f.cycle.entry.len();
+    let c = match f
+        .planner()
+        .plan_compaction(s, u64::MAX, base + all - 1, None, true)
+    {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!((c.runs, c.short_of_room), (0, true), "{c:?}");
+    assert!(f.cycle.entry.len() == base, "nothing copied");
+    let c = match f
+        .planner()
+        .plan_compaction(s, u64::MAX, base + all, None, true)
+    {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!((c.runs, c.segment_done), (2, true), "{c:?}");
+    f.commit();
+    f.assert_replays();
+}
+
+fn pinned_with_small() -> (Fixture, u64) {
+    let (mut f, _, _) = pinned();
+    f.push("small", "p", 1);
+    let last = f.commit().expect("push");
+    (f, last)
 }
 
 fn pid_of(f: &Fixture, queue: &str) -> u64 {
@@ -269,7 +402,10 @@ fn a_run_without_room_is_skipped_and_the_smaller_ones_after_it_are_copied() {
     // The least room in which anything is copied: the small run's, not the large one's.
     let mut copied = None;
     for room in 0..4096 {
-        let c = match f.planner().plan_compaction(s, u64::MAX, base + room, None) {
+        let c = match f
+            .planner()
+            .plan_compaction(s, u64::MAX, base + room, None, false)
+        {
             Ok(c) => c,
             Err(e) => panic!("{e}"),
         };

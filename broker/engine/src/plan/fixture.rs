@@ -34,6 +34,9 @@ const TERM: u64 = 1;
 pub struct MemLog {
     pub entries: BTreeMap<u64, Vec<u8>>,
     pub failing: bool,
+    /// Sealed segments as (first index, last index, file bytes), for the compactor; none by
+    /// default (a log that keeps nothing on disk).
+    pub sealed: Vec<(u64, u64, u64)>,
 }
 
 impl ReplicatedLog for MemLog {
@@ -51,6 +54,12 @@ impl ReplicatedLog for MemLog {
     }
     fn status(&self) -> LogStatus {
         LogStatus::default()
+    }
+    fn sealed_segment_of(&self, index: u64) -> Option<(u64, u64, u64)> {
+        self.sealed
+            .iter()
+            .copied()
+            .find(|&(first, last, _)| (first..=last).contains(&index))
     }
 }
 

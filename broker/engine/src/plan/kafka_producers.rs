@@ -263,6 +263,9 @@ impl Planner<'_> {
                 crate::state::kafka_txns::MAX_STRETCHES_PER_PARTITION,
             )
         });
+        if !room {
+            super::kafka_txns::count_refusal("stretch_cap");
+        }
         (!room).then_some(GuardVerdict::TxnIndexFull)
     }
 

@@ -209,6 +209,7 @@ impl Planner<'_> {
             }
         }
         if row.is_none() && self.st.kafka_txns.len() as u64 >= limits.max_ids {
+            count_refusal("ids_cap");
             return Ok(refused(TxnCode::Busy));
         }
         // The previous incarnation's open transaction ends before the new epoch begins.
@@ -250,6 +251,7 @@ impl Planner<'_> {
         }
         let opening = row.is_some_and(|r| r.state == TxnState::Empty);
         if opening && self.st.kafka_txns.open_count() as u64 >= limits.max_open {
+            count_refusal("open_cap");
             return TxnCode::Busy;
         }
         TxnCode::None
@@ -286,6 +288,7 @@ impl Planner<'_> {
             } else if (held + n) as u64 >= limits.max_partitions {
                 TxnCode::TooMany
             } else if self.aborted_index_full(qid, p.index, txn_id, limits.max_aborted) {
+                count_refusal("aborted_cap");
                 TxnCode::Busy
             } else {
                 TxnCode::None
@@ -706,4 +709,10 @@ impl Planner<'_> {
         }
         expired
     }
+}
+
+/// Counts a request refused by one of the coordinator's bounds (`queen_kafka_txn_refused_total`,
+/// docs/metrics.md), so an operator sees which bound a retrying client is stuck behind.
+pub(crate) fn count_refusal(reason: &'static str) {
+    metrics::counter!("queen_kafka_txn_refused_total", "reason" => reason).increment(1);
 }

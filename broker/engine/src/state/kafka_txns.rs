@@ -7,7 +7,7 @@
 //! transaction) is refused with `false` and changes nothing, alike on every replica, so a
 //! buggy entry can never make a checkpoint that [`KafkaTxns::decode`] refuses.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 /// The longest transactional id kept (Kafka has no bound; 1 KiB is far past any client's).
 pub const MAX_TRANSACTIONAL_ID_BYTES: usize = 1024;
@@ -184,6 +184,32 @@ impl KafkaTxns {
 
     pub fn part(&self, pid: u64) -> Option<&PartTxns> {
         self.parts.get(&pid)
+    }
+
+    /// For each asked (topic, partition), whether an open transaction holds a pending
+    /// offset of `group` there (OffsetFetch `require_stable`). Walks the open transactions
+    /// (at most `kafka_max_open_transactions`) and the group's pending rows of each.
+    pub fn pending_of(&self, group: &str, asked: &[(String, i32)]) -> Vec<bool> {
+        let mut held: HashSet<(&str, i32)> = HashSet::new();
+        for (_, id) in &self.deadlines {
+            let Some(row) = self.rows.get(id) else {
+                continue;
+            };
+            if !row.groups.contains(group) {
+                continue;
+            }
+            let from = (group.to_string(), String::new(), i32::MIN);
+            for ((g, t, p), _) in row.pending.range(from..) {
+                if g != group {
+                    break;
+                }
+                held.insert((t.as_str(), *p));
+            }
+        }
+        asked
+            .iter()
+            .map(|(t, p)| held.contains(&(t.as_str(), *p)))
+            .collect()
     }
 
     /// The transactional id whose current producer id is `producer_id`.

@@ -441,3 +441,19 @@ fn an_aborted_transaction_that_began_first_and_ended_last_is_listed() {
     assert_eq!(producers(0, 4), vec![1, 2]);
     assert_eq!(producers(2, 3), vec![1, 2]);
 }
+
+#[test]
+fn pending_offsets_are_unstable_until_their_transaction_ends() {
+    let mut t = open();
+    let po = PendingOffset {
+        offset: 5,
+        leader_epoch: -1,
+        metadata: String::new(),
+    };
+    assert!(t.offset("tx", ("g".into(), "in".into(), 0), po, 1));
+    let asked = vec![("in".to_string(), 0), ("in".to_string(), 1)];
+    assert_eq!(t.pending_of("g", &asked), vec![true, false]);
+    assert_eq!(t.pending_of("other", &asked), vec![false, false]);
+    assert!(t.end("tx", TxnEnd::Commit, &[], 2));
+    assert_eq!(t.pending_of("g", &asked), vec![false, false]);
+}

@@ -23,6 +23,9 @@ pub struct RunFloor {
     copied_runs: usize,
     copied_parts: usize,
     copied_nodes: usize,
+    /// Counts every change that took a run off an index: a drop, a partition's removal, a
+    /// copy. While it stands still no segment lost a run (review M3).
+    drops: u64,
 }
 
 /// A partition's runs that no longer sit in log order because a copy moved their frames
@@ -69,6 +72,7 @@ impl RunFloor {
         if n == 0 {
             return;
         }
+        self.drops = self.drops.wrapping_add(1);
         let before = lowest(p);
         let held = copied_len(p);
         if let Some(c) = p.copied.as_deref_mut() {
@@ -100,6 +104,7 @@ impl RunFloor {
             .as_deref()
             .is_some_and(|c| c.bases.contains(&run.base_offset));
         if copied || copy {
+            self.drops = self.drops.wrapping_add(1);
             let c = p.copied.get_or_insert_with(|| {
                 // Plain from the first run on: until now every run was in log order.
                 Box::default()
@@ -145,6 +150,7 @@ impl RunFloor {
 
     /// Uncounts a partition that left the state (its queue's deletion, a create over it).
     pub fn remove_partition(&mut self, p: &Partition) {
+        self.drops = self.drops.wrapping_add(1);
         self.recount(copied_len(p), 0);
         self.moved(lowest(p), None);
     }
@@ -203,6 +209,12 @@ impl RunFloor {
             .saturating_mul(FIRSTS_NODE_BYTES)
             .saturating_add(self.copied_parts.saturating_mul(COPIED_PART_BYTES))
             .saturating_add(self.copied_nodes.saturating_mul(COPIED_NODE_BYTES))
+    }
+
+    /// Changes so far that took a run off the index it named (drops, removals, copies): the
+    /// compactor walks a segment it found too live again only once this moved.
+    pub fn drops(&self) -> u64 {
+        self.drops
     }
 
     /// The lowest committed log index a message still held lives in; None when no committed

@@ -1,0 +1,311 @@
+//! DescribeTransactions (65), ListTransactions (66) and DescribeProducers (61): read-only
+//! views of the coordinator and the producers' state (`ReadReq::KafkaTxns`), no entry.
+//! Kafka 3.7 serves v0 of each; so does this door.
+
+use std::ops::RangeInclusive;
+
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
+use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
+use kafka_protocol::messages::list_transactions_response::TransactionState as Listed;
+use kafka_protocol::messages::{
+    DescribeProducersResponse, DescribeTransactionsResponse, ListTransactionsResponse, ProducerId,
+    TopicName, TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+use queenmq_protocol::kafka_txn_reads::*;
+use queenmq_protocol::{Command, ErrorCode, Outcome, QueenError, ReadAnswer, ReadReq};
+
+use crate::connection::{encode, Reply};
+use crate::group::members::capped_array;
+use crate::wire::{Malformed, Reader};
+use crate::{errors, topics, Door};
+
+pub const DESCRIBE_PRODUCERS_VERSIONS: RangeInclusive<i16> = 0..=0;
+pub const DESCRIBE_TRANSACTIONS_VERSIONS: RangeInclusive<i16> = 0..=0;
+/// v1 (the duration filter) and v2 (the id pattern) are Kafka 3.8's and 4.0's.
+pub const LIST_TRANSACTIONS_VERSIONS: RangeInclusive<i16> = 0..=0;
+
+/// Kafka's TRANSACTIONAL_ID_NOT_FOUND.
+pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
+/// The most topics one DescribeProducers may name (each costs a topic look-up).
+const MAX_PRODUCER_TOPICS: usize = 1_000;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+async fn read(door: &Door, q: KafkaTxnRead) -> Result<KafkaTxnReadAnswer, QueenError> {
+    match door
+        .bus
+        .call(door.ctx.clone(), Command::Read(ReadReq::KafkaTxns(q)))
+        .await?
+    {
+        Outcome::Read(ReadAnswer::KafkaTxns(a)) => Ok(a),
+        other => Err(topics::unexpected(&other)),
+    }
+}
+
+/// One code for a refused read: authorization is the client's fault, anything else
+/// (not the leader, busy) is worth a retry.
+fn refusal(e: &QueenError, unauthorized: i16) -> i16 {
+    match e.code {
+        ErrorCode::Unauthorized | ErrorCode::Forbidden => unauthorized,
+        ErrorCode::BadRequest => errors::INVALID_REQUEST,
+        _ => errors::COORDINATOR_LOAD_IN_PROGRESS,
+    }
+}
+
+pub fn decode_describe(r: &mut Reader) -> Result<Vec<String>, Malformed> {
+    let ids = capped_array(
+        r,
+        MAX_TXNS_PER_ANSWER,
+        "DescribeTransactions names more than 10000 transactional ids",
+        |r| r.string(),
+    )?
+    .unwrap_or_default();
+    r.skip_tags()?;
+    Ok(ids)
+}
+
+pub async fn describe(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let ids = match decode_describe(&mut r) {
+        Ok(ids) => ids,
+        Err(e) => return Reply::Close(e.to_string()),
+    };
+    let found = if ids.is_empty() {
+        Ok(Vec::new())
+    } else {
+        match read(
+            door,
+            KafkaTxnRead::Describe {
+                txn_ids: ids.clone(),
+            },
+        )
+        .await
+        {
+            Ok(KafkaTxnReadAnswer::Described(v)) if v.len() == ids.len() => Ok(v),
+            Ok(_) => Err(errors::UNKNOWN_SERVER_ERROR),
+            Err(e) => Err(refusal(&e, errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)),
+        }
+    };
+    let states = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let blank = TransactionState::default()
+                .with_transactional_id(TransactionalId(s(id)))
+                .with_transaction_state(StrBytes::from_static_str(""))
+                .with_transaction_start_time_ms(-1)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1);
+            match &found {
+                Err(code) => blank.with_error_code(*code),
+                Ok(v) => match v.get(i).cloned().flatten() {
+                    None => blank.with_error_code(TRANSACTIONAL_ID_NOT_FOUND),
+                    Some(t) => described(t),
+                },
+            }
+        })
+        .collect();
+    encode(
+        &DescribeTransactionsResponse::default().with_transaction_states(states),
+        version,
+    )
+}
+
+fn described(t: TxnView) -> TransactionState {
+    let mut topics: Vec<TopicData> = Vec::new();
+    for (topic, index) in t.partitions {
+        match topics.last_mut() {
+            Some(last) if last.topic.0.as_str() == topic => last.partitions.push(index),
+            _ => topics.push(
+                TopicData::default()
+                    .with_topic(TopicName(s(&topic)))
+                    .with_partitions(vec![index]),
+            ),
+        }
+    }
+    TransactionState::default()
+        .with_error_code(errors::NONE)
+        .with_transactional_id(TransactionalId(s(&t.txn_id)))
+        .with_transaction_state(StrBytes::from_static_str(t.state.kafka_name()))
+        .with_transaction_timeout_ms(i32::try_from(t.timeout_ms).unwrap_or(i32::MAX))
+        .with_transaction_start_time_ms(t.start_ms)
+        .with_producer_id(ProducerId(t.producer_id))
+        .with_producer_epoch(t.epoch)
+        .with_topics(topics)
+}
+
+pub fn decode_list(r: &mut Reader) -> Result<(Vec<String>, Vec<i64>), Malformed> {
+    let states = capped_array(
+        r,
+        MAX_LIST_FILTERS,
+        "ListTransactions carries more than 1000 state filters",
+        |r| r.string(),
+    )?
+    .unwrap_or_default();
+    let producers = capped_array(
+        r,
+        MAX_LIST_FILTERS,
+        "ListTransactions carries more than 1000 producer id filters",
+        |r| r.i64(),
+    )?
+    .unwrap_or_default();
+    r.skip_tags()?;
+    Ok((states, producers))
+}
+
+pub async fn list(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let (states, producer_ids) = match decode_list(&mut r) {
+        Ok(d) => d,
+        Err(e) => return Reply::Close(e.to_string()),
+    };
+    let q = KafkaTxnRead::List {
+        states,
+        producer_ids,
+    };
+    let resp = match read(door, q).await {
+        Ok(KafkaTxnReadAnswer::Listed {
+            rows,
+            unknown_states,
+        }) => ListTransactionsResponse::default()
+            .with_unknown_state_filters(unknown_states.iter().map(|u| s(u)).collect())
+            .with_transaction_states(
+                rows.into_iter()
+                    .map(|t| {
+                        Listed::default()
+                            .with_transactional_id(TransactionalId(s(&t.txn_id)))
+                            .with_producer_id(ProducerId(t.producer_id))
+                            .with_transaction_state(StrBytes::from_static_str(t.state.kafka_name()))
+                    })
+                    .collect(),
+            ),
+        Ok(_) => ListTransactionsResponse::default().with_error_code(errors::UNKNOWN_SERVER_ERROR),
+        Err(e) => ListTransactionsResponse::default()
+            .with_error_code(refusal(&e, errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)),
+    };
+    encode(&resp, version)
+}
+
+type AskedTopics = Vec<(String, Vec<i32>)>;
+
+pub fn decode_producers(r: &mut Reader) -> Result<AskedTopics, Malformed> {
+    let mut budget = 0usize;
+    let topics = capped_array(
+        r,
+        MAX_PRODUCER_TOPICS,
+        "DescribeProducers names more than 1000 topics",
+        |r| {
+            let name = r.string()?;
+            let parts = capped_array(
+                r,
+                MAX_PRODUCER_PARTITIONS,
+                "DescribeProducers names more than 10000 partitions",
+                |r| r.i32(),
+            )?
+            .unwrap_or_default();
+            budget = budget.saturating_add(parts.len());
+            if budget > MAX_PRODUCER_PARTITIONS {
+                return Err(Malformed(
+                    "DescribeProducers names more than 10000 partitions",
+                ));
+            }
+            r.skip_tags()?;
+            Ok((name, parts))
+        },
+    )?
+    .unwrap_or_default();
+    r.skip_tags()?;
+    Ok(topics)
+}
+
+pub async fn producers(door: &Door, version: i16, mut r: Reader) -> Reply {
+    let asked = match decode_producers(&mut r) {
+        Ok(a) => a,
+        Err(e) => return Reply::Close(e.to_string()),
+    };
+    // Per topic: the partition count it shows (`None`: no such topic), or a code for all.
+    let mut counts: Vec<Result<Option<u32>, i16>> = Vec::with_capacity(asked.len());
+    for (topic, _) in &asked {
+        counts.push(match topics::partition_count(door, topic).await {
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.code == ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(refusal(&e, errors::TOPIC_AUTHORIZATION_FAILED)),
+        });
+    }
+    let mut query: Vec<(String, i32)> = Vec::new();
+    for ((topic, parts), count) in asked.iter().zip(&counts) {
+        if let Ok(Some(n)) = count {
+            for p in parts {
+                if u32::try_from(*p).is_ok_and(|p| p < *n) {
+                    query.push((topic.clone(), *p));
+                }
+            }
+        }
+    }
+    let mut answers = if query.is_empty() {
+        Ok(Vec::new().into_iter())
+    } else {
+        match read(
+            door,
+            KafkaTxnRead::Producers {
+                partitions: query.clone(),
+            },
+        )
+        .await
+        {
+            Ok(KafkaTxnReadAnswer::Producers(v)) if v.len() == query.len() => Ok(v.into_iter()),
+            Ok(_) => Err(errors::UNKNOWN_SERVER_ERROR),
+            Err(e) => Err(refusal(&e, errors::TOPIC_AUTHORIZATION_FAILED)),
+        }
+    };
+    let topics = asked
+        .iter()
+        .zip(&counts)
+        .map(|((topic, parts), count)| {
+            let partitions = parts
+                .iter()
+                .map(|p| {
+                    let blank = PartitionResponse::default().with_partition_index(*p);
+                    let exists =
+                        matches!(count, Ok(Some(n)) if u32::try_from(*p).is_ok_and(|p| p < *n));
+                    match (count, exists) {
+                        (Err(code), _) => blank.with_error_code(*code),
+                        (Ok(_), false) => blank.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION),
+                        (Ok(_), true) => match &mut answers {
+                            Err(code) => blank.with_error_code(*code),
+                            Ok(it) => match it.next() {
+                                Some(Some(list)) => blank.with_active_producers(
+                                    list.into_iter().map(producer_state).collect(),
+                                ),
+                                // The topic went between the look-up and the read.
+                                Some(None) | None => {
+                                    blank.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION)
+                                }
+                            },
+                        },
+                    }
+                })
+                .collect();
+            TopicResponse::default()
+                .with_name(TopicName(s(topic)))
+                .with_partitions(partitions)
+        })
+        .collect();
+    encode(
+        &DescribeProducersResponse::default().with_topics(topics),
+        version,
+    )
+}
+
+fn producer_state(v: ProducerView) -> ProducerState {
+    ProducerState::default()
+        .with_producer_id(ProducerId(v.producer_id))
+        .with_producer_epoch(i32::from(v.epoch))
+        .with_last_sequence(v.last_sequence)
+        .with_last_timestamp(v.last_ms)
+        .with_coordinator_epoch(-1)
+        .with_current_txn_start_offset(v.txn_start_offset)
+}
