@@ -15,7 +15,7 @@ use queenmq_raft::{
 };
 use queenmq_storage::{SegmentLog, StateStore};
 
-use crate::config::Cluster;
+use crate::config::{Cluster, Timing};
 use crate::engine::log::LogStatus;
 
 /// How long a new cluster connection has to send its Hello.
@@ -37,6 +37,7 @@ pub struct Member {
     /// Members' HTTP addresses (`peer_http`), named in a not_leader answer.
     peer_http: BTreeMap<u64, String>,
     token: Arc<[u8]>,
+    pub timing: Timing,
     /// The groups the cluster listener answers for.
     pub groups: Groups,
 }
@@ -48,6 +49,7 @@ impl std::fmt::Debug for Member {
             .field("node_id", &self.node_id)
             .field("peers", &self.peers)
             .field("peer_http", &self.peer_http)
+            .field("timing", &self.timing)
             .finish_non_exhaustive()
     }
 }
@@ -70,6 +72,7 @@ impl Member {
                 .collect(),
             peer_http: c.peer_http.clone(),
             token: Arc::from(token.as_bytes()),
+            timing: c.timing,
             groups: Groups::default(),
         }
     }
@@ -117,13 +120,14 @@ impl Member {
         handler: Arc<dyn ApplyHandler>,
         entry_limit: u64,
     ) -> Result<RaftNode, RaftError> {
+        // Wider than a single node's (review s16 B5): openraft's heartbeat is also the whole
+        // timeout of an append, the follower's fsync included, and peers on loaded machines
+        // must not call elections on every late heartbeat.
         let cfg = RaftConfig {
             node_id: self.node_id,
-            heartbeat_ms: 100,
-            // Wider than a single node's: peers on loaded machines must not call elections
-            // on every late heartbeat.
-            election_timeout_min_ms: 1000,
-            election_timeout_max_ms: 2000,
+            heartbeat_ms: self.timing.heartbeat_ms,
+            election_timeout_min_ms: self.timing.election_timeout_ms,
+            election_timeout_max_ms: self.timing.election_timeout_ms.saturating_mul(2),
         };
         let network = TcpNetwork::new(self.node_id, group, &self.token, limits());
         let start = ClusterStart {
@@ -144,9 +148,19 @@ impl Member {
     /// elected and has not applied its whole log yet.
     pub fn refusal(&self, s: &LogStatus) -> QueenError {
         match s.leader {
-            Some(id) if id == self.node_id => QueenError::unavailable(
-                "this node was just elected leader and is applying its log; retry",
-            ),
+            Some(id) if id == self.node_id && s.applied < s.last_log_index => {
+                QueenError::unavailable(
+                    "this node was just elected leader and is applying its log; retry",
+                )
+            }
+            // openraft 0.9 has no check-quorum: a leader cut off from the majority stays
+            // leader, and only the missing acknowledgements tell (review s16 B1).
+            Some(id) if id == self.node_id => QueenError::unavailable(format!(
+                "this node leads but no majority has acknowledged it for {} ms (cut off from \
+                 the cluster?); retry, or ask another node",
+                s.quorum_ack_ms
+                    .map_or_else(|| "a while".to_string(), |ms| ms.to_string())
+            )),
             leader => QueenError::not_leader(leader.map(|id| LeaderHint {
                 id,
                 url: self.peer_http.get(&id).cloned(),
@@ -155,10 +169,34 @@ impl Member {
     }
 }
 
+impl Timing {
+    /// How long a leader may go unacknowledged by a majority and still plan: a follower that
+    /// heard nothing for the election timeout may call an election, so past it another node
+    /// may lead (and commit) while this one would still plan on a state that no longer
+    /// counts.
+    pub fn lease_ms(&self) -> u64 {
+        self.election_timeout_ms
+    }
+
+    /// The longest one proposal may wait to commit while this node keeps its lease (a quorum
+    /// that acknowledges heartbeats but does not commit: stuck disks): twice the upper
+    /// election timeout (review s16 B1).
+    pub fn write_limit(&self) -> Duration {
+        Duration::from_millis(self.election_timeout_ms.saturating_mul(4))
+    }
+}
+
+/// Whether a leader acknowledged by a majority `quorum_ack_ms` ago is within its lease.
+pub fn quorum_contact(quorum_ack_ms: Option<u64>, timing: &Timing) -> bool {
+    quorum_ack_ms.is_some_and(|ms| ms <= timing.lease_ms())
+}
+
 /// Whether an engine may plan now: only the leader, once it has applied its whole log (the
-/// planner changes the state before it proposes, so it must start from every entry).
+/// planner changes the state before it proposes, so it must start from every entry), and
+/// while a majority acknowledged it within the lease (openraft 0.9 keeps a leader cut off
+/// from the majority leading: review s16 B1).
 pub fn may_plan(s: &LogStatus) -> bool {
-    s.role == "leader" && s.applied >= s.last_log_index
+    s.role == "leader" && s.applied >= s.last_log_index && s.quorum_contact
 }
 
 #[cfg(test)]
@@ -171,9 +209,15 @@ mod tests {
             addr: "127.0.0.1:7102".parse().unwrap(),
             peers: (1..=3).map(|i| (i, format!("127.0.0.1:710{i}"))).collect(),
             peer_http: BTreeMap::from([(1, "http://127.0.0.1:6631".to_string())]),
+            timing: TIMING,
         };
         Member::new(&c, &"t".repeat(32))
     }
+
+    const TIMING: Timing = Timing {
+        heartbeat_ms: 500,
+        election_timeout_ms: 5_000,
+    };
 
     fn status(role: &'static str, leader: Option<u64>, applied: u64, last: u64) -> LogStatus {
         LogStatus {
@@ -181,6 +225,8 @@ mod tests {
             leader,
             applied,
             last_log_index: last,
+            quorum_ack_ms: (role == "leader").then_some(10),
+            quorum_contact: role == "leader",
             ..LogStatus::default()
         }
     }
@@ -191,6 +237,24 @@ mod tests {
         assert!(!may_plan(&status("leader", Some(2), 8, 9)));
         assert!(!may_plan(&status("follower", Some(1), 9, 9)));
         assert!(!may_plan(&status("candidate", None, 9, 9)));
+    }
+
+    /// Review s16 B1: a leader no majority acknowledged within the lease (cut off from the
+    /// cluster, or not yet acknowledged once elected) plans nothing, and says why.
+    #[test]
+    fn a_leader_without_recent_quorum_contact_does_not_plan() {
+        let lease = TIMING.lease_ms();
+        let with_ack = |ms| LogStatus {
+            quorum_ack_ms: ms,
+            quorum_contact: quorum_contact(ms, &TIMING),
+            ..status("leader", Some(2), 9, 9)
+        };
+        assert!(may_plan(&with_ack(Some(lease))));
+        assert!(!may_plan(&with_ack(Some(lease + 1))));
+        assert!(!may_plan(&with_ack(None)));
+        let e = member().refusal(&with_ack(Some(lease + 1)));
+        assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable);
+        assert!(e.message.contains("no majority"), "{}", e.message);
     }
 
     #[test]

@@ -34,6 +34,11 @@ pub struct RaftStatus {
     pub last_log_index: Option<u64>,
     pub committed: Option<u64>,
     pub applied: Option<u64>,
+    /// On a leader, how long ago a majority last acknowledged it (openraft's
+    /// `millis_since_quorum_ack`, as of its last metrics report, at most one tick old); None on
+    /// any other role and on a leader not yet acknowledged. openraft 0.9 has no check-quorum:
+    /// a leader cut off from the majority stays leader, and this is how a caller sees it.
+    pub quorum_ack_ms: Option<u64>,
 }
 
 /// A running Raft group member. Clones share it.
@@ -427,6 +432,7 @@ impl RaftNode {
             last_log_index: self.inner.log.last().map(|(index, _)| index),
             committed: self.inner.log_store.committed().map(|c| c.index),
             applied: self.inner.applied.get(),
+            quorum_ack_ms: m.millis_since_quorum_ack,
         }
     }
 

@@ -21,7 +21,21 @@ pub struct Cluster {
     pub peers: BTreeMap<u64, String>,
     /// Members' HTTP addresses (`peer_http`), for the `leaderUrl` of a not_leader answer.
     pub peer_http: BTreeMap<u64, String>,
+    pub timing: Timing,
 }
+
+/// How often a cluster member's leader sends heartbeats and how long a follower waits for
+/// one (`cluster_heartbeat_ms`, `cluster_election_timeout_ms`; review s16 B5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub heartbeat_ms: u64,
+    /// The lower end of the election timeout; the upper end is twice it.
+    pub election_timeout_ms: u64,
+}
+
+/// The least ratio of the election timeout to the heartbeat: a follower must miss several
+/// heartbeats (each possibly late by a slow fsync) before it calls an election.
+pub const MIN_ELECTION_HEARTBEATS: u64 = 3;
 
 fn bad(key: &'static str, message: impl Into<String>) -> ValueError {
     ValueError::Bad {
@@ -171,11 +185,25 @@ impl Config {
             Some(text) => parse_peer_http(text, &peers)?,
             None => BTreeMap::new(),
         };
+        if self.cluster_election_timeout_ms < MIN_ELECTION_HEARTBEATS * self.cluster_heartbeat_ms {
+            return Err(bad(
+                "cluster_election_timeout_ms",
+                format!(
+                    "{} ms is under {MIN_ELECTION_HEARTBEATS} x cluster_heartbeat_ms ({} ms): \
+                     followers would call elections on late heartbeats",
+                    self.cluster_election_timeout_ms, self.cluster_heartbeat_ms
+                ),
+            ));
+        }
         Ok(Some(Cluster {
             node_id: self.node_id,
             addr,
             peers,
             peer_http,
+            timing: Timing {
+                heartbeat_ms: self.cluster_heartbeat_ms,
+                election_timeout_ms: self.cluster_election_timeout_ms,
+            },
         }))
     }
 }

@@ -189,6 +189,14 @@ pub struct Config {
     /// Each member's HTTP address as `id=http://host:port`, comma-separated: what a follower
     /// names as `leaderUrl` when it refuses a write. Optional; ids must be in `peers`.
     pub peer_http: Option<String>,
+    /// A cluster member's Raft heartbeat, which openraft also takes as the whole timeout of
+    /// one append to a follower (its fsync included): it must exceed the followers' worst
+    /// fsync. Ignored on a single node.
+    pub cluster_heartbeat_ms: u64,
+    /// A cluster member's election timeout: a follower that hears nothing from the leader for
+    /// a random time between this and twice this calls an election; a leader not acknowledged
+    /// by a majority for this long stops planning. Ignored on a single node.
+    pub cluster_election_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -274,6 +282,8 @@ impl Default for Config {
             node_id: 1,
             peers: None,
             peer_http: None,
+            cluster_heartbeat_ms: 500,
+            cluster_election_timeout_ms: 5_000,
         }
     }
 }
@@ -515,6 +525,8 @@ impl Config {
             "kafka_max_prelogin_connections_per_ip" => self.kafka_max_prelogin_connections_per_ip,
             "kafka_fetch_session_slots" => self.kafka_fetch_session_slots,
             "node_id" => self.node_id,
+            "cluster_heartbeat_ms" => self.cluster_heartbeat_ms,
+            "cluster_election_timeout_ms" => self.cluster_election_timeout_ms,
             _ => 0,
         }
     }

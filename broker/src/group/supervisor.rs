@@ -126,7 +126,10 @@ pub async fn start(
         clustered = ecfg.cluster.is_some(),
         "log replayed; the group is ready"
     );
-    let rlog: SharedLog = Arc::new(RaftLog(node.clone(), ecfg.cluster.is_some()));
+    let rlog: SharedLog = Arc::new(RaftLog {
+        node: node.clone(),
+        cluster: ecfg.cluster.as_ref().map(|m| m.timing),
+    });
     // The previous engine let go of the queue when it ended (or unwound).
     let rx = jobs.clone().lock_owned().await;
     let engine = Engine::new(
@@ -210,19 +213,26 @@ pub async fn supervise(
         }
         // Read once Raft has stopped: its last flush (and the commit it allows) is in.
         let synced = running.segments.synced_through();
-        let Err(why) = end else {
+        let Err(failure) = end else {
             // Stopped: the doors may still read the slot until the process ends.
             return;
         };
         let segments = running.segments.clone();
         drop((node, running));
         let_go(segments, store).await;
-        tracing::error!(tenant = %ecfg.tenant, reason = %why, "the group's engine failed: rebuilding it from checkpoint and log");
-        let first_wait = if rebuilt && born.elapsed() < STABLE {
+        let first_wait = if failure.deposed {
+            // Losing the lead is an event of a cluster, not a crash that may repeat: the
+            // node rejoins at once, as a voter (review s16 B2), and the count starts over.
+            tracing::warn!(tenant = %ecfg.tenant, reason = %failure, "this node lost the lead: reloading the group from checkpoint and log");
+            backoff = FIRST_BACKOFF;
+            None
+        } else if rebuilt && born.elapsed() < STABLE {
+            tracing::error!(tenant = %ecfg.tenant, reason = %failure, "the group's engine failed: rebuilding it from checkpoint and log");
             let wait = backoff;
             backoff = (backoff * 2).min(MAX_BACKOFF);
             Some(wait)
         } else {
+            tracing::error!(tenant = %ecfg.tenant, reason = %failure, "the group's engine failed: rebuilding it from checkpoint and log");
             backoff = FIRST_BACKOFF;
             None
         };

@@ -64,9 +64,13 @@ pub fn ready(h: &HealthView) -> (bool, Value) {
         HealthView::Running {
             healthy, raft: r, ..
         } => {
-            // A cluster member is ready once a leader is known and it has applied all it knows
-            // committed; a single node while it leads and is close behind its own commit.
-            let ok = if r.clustered {
+            // A cluster leader is ready while it may plan (a leader cut off from the majority
+            // stays leader in openraft 0.9, but no longer plans: review s16 B1); a follower
+            // once a leader is known and it has applied all it knows committed; a single node
+            // while it leads and is close behind its own commit.
+            let ok = if r.clustered && r.role == "leader" {
+                *healthy && r.plans
+            } else if r.clustered {
                 *healthy && r.leader.is_some() && r.applied >= r.committed
             } else {
                 *healthy && r.applied.saturating_add(1000) >= r.committed
@@ -103,4 +107,44 @@ pub fn metrics(m: &MetricsView) -> Value {
     out["raft"] = json!({"role": m.raft.role, "term": m.raft.term,
         "committed": m.raft.committed, "applied": m.raft.applied});
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(r: RaftView) -> HealthView {
+        HealthView::Running {
+            healthy: true,
+            storage_ready: true,
+            uptime_seconds: 1,
+            version: "test",
+            raft: r,
+            groups: GroupCounts {
+                running: 1,
+                rebuilding: 0,
+            },
+        }
+    }
+
+    fn member(role: &'static str, applied: u64, committed: u64, plans: bool) -> RaftView {
+        RaftView {
+            role,
+            term: 2,
+            leader: Some(1),
+            last_log_index: committed,
+            committed,
+            applied,
+            clustered: true,
+            plans,
+        }
+    }
+
+    /// Review s16 B1: a cluster leader that may not plan (cut off from the majority, or still
+    /// applying its log) is not ready, whatever its applied and commit say.
+    #[test]
+    fn a_cluster_leader_is_ready_only_while_it_plans() {
+        assert!(ready(&running(member("leader", 9, 9, true))).0);
+        assert!(!ready(&running(member("leader", 9, 9, false))).0);
+    }
 }

@@ -11,6 +11,9 @@ pub struct RaftView {
     /// A member of a multi-node cluster: a follower is healthy, and ready once it knows a
     /// leader and has applied the commit it knows.
     pub clustered: bool,
+    /// A cluster leader that may plan now: it applied its whole log and a majority
+    /// acknowledged it within its lease (review s16 B1, B3).
+    pub plans: bool,
 }
 
 #[derive(Debug, Clone)]
