@@ -9,6 +9,7 @@ is timed.
 """
 
 import signal
+import threading
 import time
 
 import httpx
@@ -303,3 +304,44 @@ def test_a_leader_cut_off_from_the_majority_stops_serving_and_recovers(broker_fa
         for i in set(cut):
             log = nodes[i].log_text()
             assert "waiting before the rebuild" not in log, nodes[i].log_tail(80)
+
+
+def test_a_follower_stays_ready_under_write_load(broker_factory):
+    """Review s16 B3: commit moves before apply, so a follower under steady replication
+    trails by an entry at times; its /ready keeps the single node's slack and does not flap.
+    200 polls of a follower while another thread pushes to the leader: all 200."""
+    nodes = make_cluster(broker_factory)
+    for n in nodes.values():
+        spawn(n)
+    with httpx.Client(timeout=10.0) as http:
+        views = wait_settled(http, nodes)
+        lead = next(i for i, v in views.items() if v["role"] == "leader")
+        follower = nodes[next(i for i in nodes if i != lead)]
+        stop = threading.Event()
+        pushed = []
+
+        def push_loop():
+            with httpx.Client(timeout=10.0) as client:
+                k = 0
+                while not stop.is_set():
+                    items = [queen_api.item(QUEUE, f"p{j}", f"load{k}-{j}", {"k": k})
+                             for j in range(4)]
+                    res = client.post(f"{nodes[lead].url}/api/v1/push", json={"items": items})
+                    if res.status_code in (200, 201):
+                        pushed.append(k)
+                    k += 1
+
+        writer = threading.Thread(target=push_loop)
+        writer.start()
+        try:
+            deadline = time.monotonic() + FORM_S
+            while len(pushed) < 5:
+                assert time.monotonic() < deadline, "the leader acknowledged no pushes"
+                time.sleep(0.05)
+            answers = [http.get(f"{follower.url}/ready") for _ in range(200)]
+        finally:
+            stop.set()
+            writer.join()
+        bad = [(r.status_code, r.text[:200]) for r in answers if r.status_code != 200]
+        assert not bad, bad[:5]
+        assert len(pushed) > 5, "the writes stopped during the polls"
