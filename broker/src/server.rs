@@ -77,17 +77,7 @@ pub async fn serve(
     cfg: Config,
     prometheus: crate::engine::bus_prometheus::Render,
 ) -> anyhow::Result<()> {
-    if let Some(c) = cfg.cluster()? {
-        // The Raft transport exists (queenmq-raft's TcpNetwork), the broker's multi-node
-        // group does not: running single-node under a cluster configuration would split the
-        // data without saying so (docs/cluster.md).
-        anyhow::bail!(
-            "a cluster is configured (node {} of {} nodes) but this build runs only a single \
-             node: unset cluster_token, cluster_addr, node_id and peers (docs/cluster.md)",
-            c.node_id,
-            c.peers.len()
-        );
-    }
+    let cluster = cfg.cluster()?;
     let _lock = lock_data_dir(&cfg.data_dir)?;
     // Certificates and users are read before anything starts: a bad file stops the start.
     let http_tls = match (&cfg.tls_cert_file, &cfg.tls_key_file) {
@@ -151,6 +141,34 @@ pub async fn serve(
         compaction_enabled: cfg.compaction_enabled,
         encryption: payload_key(&cfg)?,
         ..EngineConfig::default()
+    };
+    let (cluster_stop_tx, cluster_stop_rx) = tokio::sync::watch::channel(false);
+    let (ecfg, cluster_listener) = match &cluster {
+        None => (ecfg, None),
+        Some(c) => {
+            refuse_tenants_in_cluster(&cfg.data_dir)?;
+            let token = cfg
+                .cluster_token
+                .as_ref()
+                .ok_or_else(|| anyhow!("cluster_token is unset"))?;
+            let member = crate::cluster_member::Member::new(c, token.expose());
+            // Before the group starts: a leader must reach this node for it to catch up.
+            let listening = member.listen(c.addr, cluster_stop_rx).await?;
+            tracing::info!(
+                node = c.node_id,
+                peers = c.peers.len(),
+                "starting as a cluster member"
+            );
+            let ecfg = EngineConfig {
+                // One entry must fit one Raft append to a follower (review s15 A5).
+                record_limit: ecfg
+                    .record_limit
+                    .min(queenmq_raft::CLUSTER_ENTRY_MAX as usize),
+                cluster: Some(member),
+                ..ecfg
+            };
+            (ecfg, Some(listening))
+        }
     };
     // A default group that fails to start stops the process with its reason: the operator
     // must act.
@@ -283,7 +301,37 @@ pub async fn serve(
         .saturating_sub(Duration::from_millis(100))
         .max(Duration::from_secs(1));
     groups.stop_all(remaining).await;
+    let _ = cluster_stop_tx.send(true);
+    if let Some(listening) = cluster_listener {
+        if let Err(e) = listening.await {
+            tracing::warn!(error = %e, "raft cluster listener task failed");
+        }
+    }
     tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+/// Only the `default` tenant is clustered: a data directory holding other tenants' groups
+/// cannot start as a cluster member (they would stay single-node beside the cluster).
+fn refuse_tenants_in_cluster(data_dir: &Path) -> anyhow::Result<()> {
+    let dir = data_dir.join(crate::group::TENANTS_DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(anyhow!("listing {}: {e}", dir.display())),
+    };
+    for entry in entries {
+        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            anyhow::bail!(
+                "{} holds tenant groups ({:?}), but a cluster member serves only the default \
+                 tenant: tenant groups are not clustered yet (docs/cluster.md); unset the \
+                 cluster keys or use a data directory without tenants",
+                dir.display(),
+                entry.file_name()
+            );
+        }
+    }
     Ok(())
 }
 

@@ -85,6 +85,8 @@ pub fn from_queen_in(e: &QueenError, storage_error_known: bool) -> i16 {
         // Retriable in Kafka too: the producer retries the partition once space is freed.
         ErrorCode::StorageFull if storage_error_known => KAFKA_STORAGE_ERROR,
         ErrorCode::StorageFull => NOT_LEADER_OR_FOLLOWER,
+        // A follower of a cluster: the client refreshes its metadata and retries.
+        ErrorCode::NotLeader => NOT_LEADER_OR_FOLLOWER,
         ErrorCode::Unauthorized | ErrorCode::Forbidden => TOPIC_AUTHORIZATION_FAILED,
         ErrorCode::NoSuchRoute
         | ErrorCode::Unsupported

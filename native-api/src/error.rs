@@ -41,7 +41,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::NoSuchRoute | ErrorCode::NotFound => StatusCode::NOT_FOUND,
         ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
         ErrorCode::Forbidden => StatusCode::FORBIDDEN,
-        ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::Unavailable | ErrorCode::NotLeader => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::Unsupported => StatusCode::NOT_IMPLEMENTED,
         ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorCode::TransactionRolledBack => StatusCode::OK,
@@ -58,6 +58,13 @@ impl IntoResponse for ApiError {
         let mut body = json!({"error": e.message, "code": e.code.as_str()});
         if e.code == ErrorCode::TransactionRolledBack {
             body["success"] = json!(false);
+        }
+        if let Some(l) = &e.leader {
+            body["leader"] = json!(l.id);
+            body["leaderUrl"] = json!(l.url);
+        } else if e.code == ErrorCode::NotLeader {
+            body["leader"] = serde_json::Value::Null;
+            body["leaderUrl"] = serde_json::Value::Null;
         }
         let mut resp = (status, axum::Json(body)).into_response();
         if status == StatusCode::REQUEST_TIMEOUT {

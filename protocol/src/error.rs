@@ -38,6 +38,9 @@ pub enum ErrorCode {
     /// The data directory's file system is under its free-space reserve: writes that add
     /// data are refused until space is freed (retriable; reads still answer).
     StorageFull = 14,
+    /// This node of a cluster does not lead its Raft group: the request was not planned
+    /// here (retriable against the leader, which `QueenError::leader` names when known).
+    NotLeader = 15,
 }
 
 impl ErrorCode {
@@ -58,6 +61,7 @@ impl ErrorCode {
             ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Conflict => "conflict",
             ErrorCode::StorageFull => "storage_full",
+            ErrorCode::NotLeader => "not_leader",
         }
     }
 }
@@ -67,6 +71,16 @@ impl ErrorCode {
 pub struct QueenError {
     pub code: ErrorCode,
     pub message: String,
+    /// With `NotLeader`: the leader, when this node knows one.
+    pub leader: Option<LeaderHint>,
+}
+
+/// Where a client should send what a follower refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderHint {
+    pub id: u64,
+    /// Its HTTP address (`peer_http`), when configured.
+    pub url: Option<String>,
 }
 
 impl QueenError {
@@ -74,6 +88,24 @@ impl QueenError {
         QueenError {
             code,
             message: message.into(),
+            leader: None,
+        }
+    }
+    /// A follower's refusal: nothing was planned or written here.
+    pub fn not_leader(leader: Option<LeaderHint>) -> Self {
+        let message = match &leader {
+            Some(l) => format!(
+                "this node does not lead the cluster; node {} does: send the request there",
+                l.id
+            ),
+            None => "this node does not lead the cluster and no leader is known yet; retry \
+                     later"
+                .to_string(),
+        };
+        QueenError {
+            code: ErrorCode::NotLeader,
+            message,
+            leader,
         }
     }
     pub fn bad_request(message: impl Into<String>) -> Self {

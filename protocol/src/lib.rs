@@ -29,7 +29,7 @@ pub use bus::{Access, Bus, BusFuture, RequestCtx};
 pub use command::{rows, Command, CommandClass, CommandMeta, Role, COMMAND_TABLE};
 pub use dlq_admin::{DlqAdminOutcome, DlqAdminReq};
 pub use ephemeral::{EphemeralConfigOutcome, EphemeralConfigReq, EphemeralOptions};
-pub use error::{ErrorCode, QueenError};
+pub use error::{ErrorCode, LeaderHint, QueenError};
 pub use fetch::*;
 pub use kv::*;
 pub use queue_options::{QueueOptions, Setting};

@@ -24,6 +24,7 @@
 
 mod apply;
 mod backend;
+mod cluster_start;
 mod committed_saver;
 mod config;
 mod election_nudge;
@@ -51,6 +52,7 @@ pub mod wire;
 mod tests;
 
 pub use apply::ApplyHandler;
+pub use cluster_start::{ClusterStart, CLUSTER_ENTRY_MAX};
 pub use config::RaftConfig;
 pub use error::RaftError;
 // The storage pair openraft runs on, public so openraft's own storage suite can drive it
@@ -58,6 +60,7 @@ pub use error::RaftError;
 pub use log_store::LogStore;
 pub use meta::{accept_missing_log_start, read_persisted, Persisted};
 pub use node::{RaftNode, RaftStatus};
+pub use openraft::BasicNode;
 pub use state_machine::StateMachine;
 pub use tcp_client::TcpNetwork;
 pub use tcp_server::{run as serve_cluster, Groups, ServerConfig};

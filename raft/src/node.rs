@@ -14,6 +14,7 @@ use openraft::{BasicNode, ChangeMembers, Raft, ServerState};
 
 use crate::apply::ApplyHandler;
 use crate::backend::{SegmentLog, StateStore};
+use crate::cluster_start::{check_stored_membership, initialised, ClusterStart};
 use crate::config::RaftConfig;
 use crate::election_nudge;
 use crate::entry_codec;
@@ -34,6 +35,11 @@ pub struct RaftStatus {
     pub last_log_index: Option<u64>,
     pub committed: Option<u64>,
     pub applied: Option<u64>,
+    /// On a leader, how long ago a majority last acknowledged it (openraft's
+    /// `millis_since_quorum_ack`, as of its last metrics report, at most one tick old); None on
+    /// any other role and on a leader not yet acknowledged. openraft 0.9 has no check-quorum:
+    /// a leader cut off from the majority stays leader, and this is how a caller sees it.
+    pub quorum_ack_ms: Option<u64>,
 }
 
 /// A running Raft group member. Clones share it.
@@ -99,26 +105,39 @@ impl RaftNode {
 
     /// Opens a member of a multi-node group over `network` (a `TcpNetwork` between `queen`
     /// processes) without waiting to lead: it returns once this node has applied every entry
-    /// it knew committed at open, whoever leads. `initial`, given on one node only (the lowest
-    /// id of `peers`), initialises the membership with those voters when this node's log and
-    /// vote are empty; a node that already holds the group never initialises it again, and
-    /// the other nodes wait to be contacted by a leader. `serve` is handed the openraft handle
-    /// as soon as openraft runs, before any wait: the cluster listener must answer for the
-    /// group (`Groups::add`) for a leader to reach this node at all.
+    /// it knew committed at open (at most its log's last, review s15 A3), whoever leads.
+    /// `start.initialise`, true on one node only (the lowest id of `peers`), initialises the
+    /// membership with `start.peers` when this node's log and vote are empty; a directory that
+    /// already holds the group is never initialised again, and its stored membership must fit
+    /// `peers` (`check_stored_membership`, A1). An entry limit a follower could not receive is
+    /// refused before anything opens (A5). `serve` is handed the openraft handle as soon as
+    /// openraft runs, before any wait: the cluster listener must answer for the group
+    /// (`Groups::add`) for a leader to reach this node at all.
     pub async fn start_clustered<N: RaftNetworkFactory<TypeConfig>>(
         cfg: RaftConfig,
         log: Arc<SegmentLog>,
         store: Arc<StateStore>,
         handler: Arc<dyn ApplyHandler>,
         network: N,
-        initial: Option<BTreeMap<u64, BasicNode>>,
+        start: ClusterStart,
         serve: impl FnOnce(Raft<TypeConfig>),
     ) -> Result<RaftNode, RaftError> {
+        start.check_entry_limit()?;
+        if !start.peers.contains_key(&cfg.node_id) {
+            return Err(RaftError::Config(format!(
+                "peers does not name this node ({})",
+                cfg.node_id
+            )));
+        }
+        let last_at_open = log.last().map(|(index, _)| index);
         let node = RaftNode::open(cfg, log, store, handler, network).await?;
         serve(node.inner.raft.clone());
+        // openraft ignores a stored committed id past the log's end (a cut-off tail): waiting
+        // for it would never end.
         let committed_at_open = node.inner.log_store.committed().map(|c| c.index);
-        let ready = node.join_and_replay(initial, committed_at_open).await;
-        node.started(ready, committed_at_open).await
+        let wait_for = committed_at_open.min(last_at_open);
+        let ready = node.join_and_replay(start, last_at_open, wait_for).await;
+        node.started(ready, wait_for).await
     }
 
     /// openraft is running once `open` returned: stop it again if start-up did not finish, so
@@ -207,24 +226,27 @@ impl RaftNode {
 
     async fn join_and_replay(
         &self,
-        initial: Option<BTreeMap<u64, BasicNode>>,
-        committed_at_open: Option<u64>,
+        start: ClusterStart,
+        last_at_open: Option<u64>,
+        wait_for: Option<u64>,
     ) -> Result<(), RaftError> {
         let raft = &self.inner.raft;
         // Not initialised = no vote, no log, no membership: an empty directory. One that
         // holds anything of the group is never initialised again.
-        if !raft.is_initialized().await.map_err(fatal)? {
-            if let Some(members) = initial {
-                if !members.contains_key(&self.inner.id) {
-                    return Err(RaftError::Startup(format!(
-                        "node {} initialises a membership that does not name it",
-                        self.inner.id
-                    )));
-                }
-                raft.initialize(members)
-                    .await
-                    .map_err(|e| RaftError::Startup(e.to_string()))?;
-            }
+        if raft.is_initialized().await.map_err(fatal)? {
+            let voters = raft
+                .with_raft_state(|st| {
+                    st.membership_state
+                        .effective()
+                        .membership()
+                        .voter_ids()
+                        .collect::<BTreeSet<u64>>()
+                })
+                .await
+                .map_err(fatal)?;
+            check_stored_membership(self.inner.id, &start.peers, &voters, last_at_open.is_none())?;
+        } else if start.initialise {
+            initialised(self.inner.id, raft.initialize(start.peers).await)?;
         }
         let mut rx = raft.metrics();
         loop {
@@ -232,7 +254,7 @@ impl RaftNode {
             if let Err(e) = &m.running_state {
                 return Err(fatal(e));
             }
-            if m.last_applied.map(|l| l.index) >= committed_at_open {
+            if m.last_applied.map(|l| l.index) >= wait_for {
                 return Ok(());
             }
             rx.changed().await.map_err(|_| {
@@ -428,6 +450,7 @@ impl RaftNode {
             last_log_index: self.inner.log.last().map(|(index, _)| index),
             committed: self.inner.log_store.committed().map(|c| c.index),
             applied: self.inner.applied.get(),
+            quorum_ack_ms: m.millis_since_quorum_ack,
         }
     }
 

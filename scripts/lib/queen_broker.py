@@ -90,6 +90,7 @@ class Broker:
         args: list[str] | None = None,
         ca: Path | None = None,
         kafka_port: int | None = None,
+        http_port: int | None = None,
     ) -> None:
         self.binary = queen_binary()
         self.data_dir = Path(data_dir)
@@ -105,6 +106,8 @@ class Broker:
         # A Kafka port kept across restarts: Kafka clients reconnect only to the addresses
         # they know, so a crash test with one keeps its port (`None`: a new one per start).
         self.fixed_kafka_port = kafka_port
+        # An HTTP port kept across restarts: a cluster's members name each other's (peer_http).
+        self.fixed_http_port = http_port
         self.starts = 0
         self.log_path: Path | None = None
 
@@ -149,7 +152,7 @@ class Broker:
         """Starts the process on a fresh port with its own log file; does not wait."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.starts += 1
-        self.port = free_port()
+        self.port = self.fixed_http_port or free_port()
         self.kafka_port = self.fixed_kafka_port or free_port()
         self.log_path = self.log_dir / f"{self.name}-{self.starts}.log"
         with open(self.log_path, "wb") as log:

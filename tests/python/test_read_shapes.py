@@ -22,7 +22,7 @@ ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 # Values that depend on when the scenario ran or how the engine batched it: only their type
 # is compared.
 VOLATILE = {"uptimeSeconds", "uptime", "lagSeconds", "statsAge", "term", "lastLogIndex",
-            "committed", "applied", "leader", "expiresAt", "leaseExpiresAt"}
+            "committed", "applied", "leader", "expiresAt", "leaseExpiresAt", "commit", "lag"}
 
 
 def _norm(value, key=None):

@@ -19,6 +19,10 @@ pub enum LogError {
     Read(Box<dyn StdError + Send + Sync>),
     #[error(transparent)]
     Reclaim(Box<dyn StdError + Send + Sync>),
+    /// A cluster member lost the lead, or contact with a majority, with the entry in flight:
+    /// the entry may yet commit under a new leader, or be cut.
+    #[error("{0}")]
+    Deposed(String),
 }
 
 impl LogError {
@@ -76,6 +80,14 @@ pub struct LogStatus {
     pub last_log_index: u64,
     pub committed: u64,
     pub applied: u64,
+    /// A member of a multi-node cluster (a follower is then a normal state, not a fault).
+    pub clustered: bool,
+    /// On a leader, how long ago a majority last acknowledged it; None otherwise (and on a
+    /// leader not yet acknowledged). A single node's own acknowledgement is its quorum.
+    pub quorum_ack_ms: Option<u64>,
+    /// A leader whose quorum acknowledgement is within its lease (a single node's leader
+    /// always): what a cluster leader needs to plan.
+    pub quorum_contact: bool,
 }
 
 pub type SharedLog = Arc<dyn ReplicatedLog>;

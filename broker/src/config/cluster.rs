@@ -19,7 +19,23 @@ pub struct Cluster {
     pub addr: SocketAddr,
     /// Every member by id, this node included: `host:port` of its Raft listener.
     pub peers: BTreeMap<u64, String>,
+    /// Members' HTTP addresses (`peer_http`), for the `leaderUrl` of a not_leader answer.
+    pub peer_http: BTreeMap<u64, String>,
+    pub timing: Timing,
 }
+
+/// How often a cluster member's leader sends heartbeats and how long a follower waits for
+/// one (`cluster_heartbeat_ms`, `cluster_election_timeout_ms`; review s16 B5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub heartbeat_ms: u64,
+    /// The lower end of the election timeout; the upper end is twice it.
+    pub election_timeout_ms: u64,
+}
+
+/// The least ratio of the election timeout to the heartbeat: a follower must miss several
+/// heartbeats (each possibly late by a slow fsync) before it calls an election.
+pub const MIN_ELECTION_HEARTBEATS: u64 = 3;
 
 fn bad(key: &'static str, message: impl Into<String>) -> ValueError {
     ValueError::Bad {
@@ -66,12 +82,53 @@ pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, ValueError> {
     Ok(peers)
 }
 
+/// `id=http://host:port` entries separated by commas, each id one of `peers`, each URL
+/// `http://` or `https://` with a host and a port and nothing after it.
+pub fn parse_peer_http(
+    text: &str,
+    peers: &BTreeMap<u64, String>,
+) -> Result<BTreeMap<u64, String>, ValueError> {
+    let mut out = BTreeMap::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (id, url) = entry.split_once('=').ok_or_else(|| {
+            bad(
+                "peer_http",
+                format!("entry {entry:?} is not id=http://host:port"),
+            )
+        })?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| bad("peer_http", format!("{id:?} is not a node id")))?;
+        if !peers.contains_key(&id) {
+            return Err(bad("peer_http", format!("node {id} is not in peers")));
+        }
+        let url = url.trim();
+        let rest = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"))
+            .ok_or_else(|| bad("peer_http", format!("{url:?} does not start with http://")))?;
+        if rest.contains('/') || split_host_port(rest).is_none() {
+            return Err(bad(
+                "peer_http",
+                format!("{url:?} is not http://host:port (a port, no path)"),
+            ));
+        }
+        if out.insert(id, url.to_string()).is_some() {
+            return Err(bad("peer_http", format!("node id {id} is named twice")));
+        }
+    }
+    Ok(out)
+}
+
 impl Config {
     /// The cluster this node belongs to: `None` for the single-node broker (none of
     /// `cluster_token`, `cluster_addr`, `peers` set; `node_id` is then ignored).
     pub fn cluster(&self) -> Result<Option<Cluster>, ValueError> {
-        let any =
-            self.cluster_token.is_some() || self.cluster_addr.is_some() || self.peers.is_some();
+        let any = self.cluster_token.is_some()
+            || self.cluster_addr.is_some()
+            || self.peers.is_some()
+            || self.peer_http.is_some();
         if !any {
             // `node_id` alone changes nothing: the single-node group is node 1.
             return Ok(None);
@@ -124,10 +181,29 @@ impl Config {
                 ),
             ));
         }
+        let peer_http = match self.peer_http.as_deref() {
+            Some(text) => parse_peer_http(text, &peers)?,
+            None => BTreeMap::new(),
+        };
+        if self.cluster_election_timeout_ms < MIN_ELECTION_HEARTBEATS * self.cluster_heartbeat_ms {
+            return Err(bad(
+                "cluster_election_timeout_ms",
+                format!(
+                    "{} ms is under {MIN_ELECTION_HEARTBEATS} x cluster_heartbeat_ms ({} ms): \
+                     followers would call elections on late heartbeats",
+                    self.cluster_election_timeout_ms, self.cluster_heartbeat_ms
+                ),
+            ));
+        }
         Ok(Some(Cluster {
             node_id: self.node_id,
             addr,
             peers,
+            peer_http,
+            timing: Timing {
+                heartbeat_ms: self.cluster_heartbeat_ms,
+                election_timeout_ms: self.cluster_election_timeout_ms,
+            },
         }))
     }
 }

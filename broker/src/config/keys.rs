@@ -590,6 +590,30 @@ pub(crate) const KEYS: &[KeySpec] = &[
         flag: None,
         kind: Kind::Text,
     },
+    KeySpec {
+        name: "peer_http",
+        env: "QUEEN_PEER_HTTP",
+        flag: None,
+        kind: Kind::Text,
+    },
+    KeySpec {
+        name: "cluster_heartbeat_ms",
+        env: "QUEEN_CLUSTER_HEARTBEAT_MS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 50,
+            max: 10_000,
+        },
+    },
+    KeySpec {
+        name: "cluster_election_timeout_ms",
+        env: "QUEEN_CLUSTER_ELECTION_TIMEOUT_MS",
+        flag: None,
+        kind: Kind::Uint {
+            min: 150,
+            max: 120_000,
+        },
+    },
 ];
 
 /// The environment variable naming the config file (the twin of `--config`).

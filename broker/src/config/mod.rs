@@ -25,7 +25,7 @@ use std::path::Path;
 
 pub use args::ConfigArgs;
 #[allow(unused_imports)]
-pub use cluster::Cluster;
+pub use cluster::{Cluster, Timing};
 pub use error::ConfigError;
 pub use load::Loaded;
 // The whole public surface, even where the binary does not name a type.

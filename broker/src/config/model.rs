@@ -186,6 +186,17 @@ pub struct Config {
     pub node_id: u64,
     /// Every member of the cluster as `id=host:port` (Raft listeners), comma-separated.
     pub peers: Option<String>,
+    /// Each member's HTTP address as `id=http://host:port`, comma-separated: what a follower
+    /// names as `leaderUrl` when it refuses a write. Optional; ids must be in `peers`.
+    pub peer_http: Option<String>,
+    /// A cluster member's Raft heartbeat, which openraft also takes as the whole timeout of
+    /// one append to a follower (its fsync included): it must exceed the followers' worst
+    /// fsync. Ignored on a single node.
+    pub cluster_heartbeat_ms: u64,
+    /// A cluster member's election timeout: a follower that hears nothing from the leader for
+    /// a random time between this and twice this calls an election; a leader not acknowledged
+    /// by a majority for this long stops planning. Ignored on a single node.
+    pub cluster_election_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -270,6 +281,9 @@ impl Default for Config {
             cluster_addr: None,
             node_id: 1,
             peers: None,
+            peer_http: None,
+            cluster_heartbeat_ms: 500,
+            cluster_election_timeout_ms: 5_000,
         }
     }
 }
@@ -511,6 +525,8 @@ impl Config {
             "kafka_max_prelogin_connections_per_ip" => self.kafka_max_prelogin_connections_per_ip,
             "kafka_fetch_session_slots" => self.kafka_fetch_session_slots,
             "node_id" => self.node_id,
+            "cluster_heartbeat_ms" => self.cluster_heartbeat_ms,
+            "cluster_election_timeout_ms" => self.cluster_election_timeout_ms,
             _ => 0,
         }
     }
@@ -537,6 +553,7 @@ impl Config {
             ),
             "cluster_addr" => (self.cluster_addr.map(|a| toml_string(&a.to_string())), None),
             "peers" => (self.peers.as_deref().map(toml_string), None),
+            "peer_http" => (self.peer_http.as_deref().map(toml_string), None),
             "metrics_require_auth" => (self.metrics_require_auth.map(|b| b.to_string()), None),
             "log" => (Some(toml_string(&self.log)), None),
             "accept_data_loss" => (Some(self.accept_data_loss.to_string()), None),

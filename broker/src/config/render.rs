@@ -47,6 +47,7 @@ fn unset_meaning(name: &str) -> &'static str {
         "kafka_tls_cert_file" | "kafka_tls_key_file" => "plain TCP on the Kafka port",
         "kafka_sasl_users_file" => "no SASL: the Kafka port runs only with authentication off",
         "cluster_token" | "cluster_addr" | "peers" => "a single node",
+        "peer_http" => "no leaderUrl in a follower's not_leader answer",
         _ => "default",
     }
 }

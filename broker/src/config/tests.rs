@@ -766,3 +766,83 @@ fn cluster_refusals_name_their_key() {
     let loaded = load_env(&ConfigArgs::default(), &refs).expect("valid");
     assert!(loaded.config.cluster().expect("valid").is_some());
 }
+
+#[test]
+fn peer_http_is_range_checked_against_peers() {
+    let with = |http: &str| {
+        vec![
+            ("QUEEN_CLUSTER_TOKEN", CLUSTER_TOKEN.to_string()),
+            ("QUEEN_CLUSTER_ADDR", "127.0.0.1:7100".to_string()),
+            ("QUEEN_NODE_ID", "1".to_string()),
+            ("QUEEN_PEERS", "1=a:7100,2=b:7100".to_string()),
+            ("QUEEN_PEER_HTTP", http.to_string()),
+        ]
+    };
+    for bad in [
+        "3=http://c:6632",
+        "1=ftp://a:6632",
+        "1=http://a",
+        "1=http://a:6632/x",
+        "1=http://a:6632,1=http://b:6632",
+        "x=http://a:6632",
+        "1",
+    ] {
+        let pairs = with(bad);
+        let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let err = load_env(&ConfigArgs::default(), &refs).expect_err(bad);
+        assert_eq!(err.key(), Some("peer_http"), "{bad}: {err}");
+    }
+    let pairs = with("1=http://127.0.0.1:6632, 2=https://b:443");
+    let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let c = load_env(&ConfigArgs::default(), &refs)
+        .expect("valid")
+        .config
+        .cluster()
+        .expect("valid")
+        .expect("a cluster");
+    assert_eq!(c.peer_http[&1], "http://127.0.0.1:6632");
+    assert_eq!(c.peer_http[&2], "https://b:443");
+}
+
+/// Review s16 B5: a cluster's heartbeat and election timeout are keys, with defaults wider
+/// than a single node's 100 ms (the heartbeat is openraft's whole append timeout, a
+/// follower's fsync included), and an election timeout too close to the heartbeat is refused.
+#[test]
+fn cluster_timing_has_wide_defaults_and_a_checked_ratio() {
+    let with = |extra: &[(&'static str, &str)]| {
+        let mut v = vec![
+            ("QUEEN_CLUSTER_TOKEN", CLUSTER_TOKEN.to_string()),
+            ("QUEEN_CLUSTER_ADDR", "127.0.0.1:7100".to_string()),
+            ("QUEEN_NODE_ID", "1".to_string()),
+            ("QUEEN_PEERS", "1=a:7100,2=b:7100".to_string()),
+        ];
+        v.extend(extra.iter().map(|(k, val)| (*k, val.to_string())));
+        v
+    };
+    let cluster = |pairs: Vec<(&'static str, String)>| {
+        let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        load_env(&ConfigArgs::default(), &refs).map(|l| {
+            l.config
+                .cluster()
+                .expect("checked at load")
+                .expect("a cluster")
+        })
+    };
+    let t = cluster(with(&[])).unwrap().timing;
+    assert_eq!((t.heartbeat_ms, t.election_timeout_ms), (500, 5_000));
+    let t = cluster(with(&[
+        ("QUEEN_CLUSTER_HEARTBEAT_MS", "300"),
+        ("QUEEN_CLUSTER_ELECTION_TIMEOUT_MS", "900"),
+    ]))
+    .unwrap()
+    .timing;
+    assert_eq!((t.heartbeat_ms, t.election_timeout_ms), (300, 900));
+    let err = cluster(with(&[
+        ("QUEEN_CLUSTER_HEARTBEAT_MS", "300"),
+        ("QUEEN_CLUSTER_ELECTION_TIMEOUT_MS", "899"),
+    ]))
+    .expect_err("under three heartbeats");
+    assert_eq!(err.key(), Some("cluster_election_timeout_ms"), "{err}");
+    let err = cluster(with(&[("QUEEN_CLUSTER_HEARTBEAT_MS", "49")])).expect_err("range");
+    assert_eq!(err.key(), Some("cluster_heartbeat_ms"), "{err}");
+}

@@ -94,7 +94,8 @@ impl EngineBus {
         let s = live.log.status();
         let storage_ready = !default.tx.is_closed();
         Outcome::Health(HealthView::Running {
-            healthy: s.role == "leader" && storage_ready,
+            // A follower of a cluster serves too (it refuses writes, naming the leader).
+            healthy: (s.role == "leader" || (s.clustered && s.role == "follower")) && storage_ready,
             storage_ready,
             uptime_seconds,
             version,
@@ -143,6 +144,8 @@ fn raft_view(s: &super::log::LogStatus) -> RaftView {
         last_log_index: s.last_log_index,
         committed: s.committed,
         applied: s.applied,
+        clustered: s.clustered,
+        plans: s.clustered && crate::cluster_member::may_plan(s),
     }
 }
 

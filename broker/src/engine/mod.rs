@@ -10,6 +10,7 @@ pub mod apply_handler;
 mod bus;
 mod bus_waits;
 mod compactor;
+mod failure;
 mod long_poll_slots;
 #[cfg(test)]
 mod loop_tests;
@@ -31,6 +32,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 pub use bus::EngineBus;
 pub use bus_waits::BusWaits;
+pub use failure::Failure;
 pub use long_poll_slots::{LongPollSlot, LongPollSlots, NoSlot};
 pub mod bus_prometheus {
     pub use super::bus::PrometheusRender as Render;
@@ -117,6 +119,9 @@ pub struct EngineConfig {
     /// A transactional id with no open transaction and nothing done this long is forgotten
     /// (`kafka_transactional_id_expiration_ms`).
     pub kafka_transactional_id_expiration_ms: u64,
+    /// This node as a cluster member (the `default` group then runs over TCP and plans only
+    /// while it leads); None: the single-node broker.
+    pub cluster: Option<crate::cluster_member::Member>,
 }
 
 /// A group's log backend, shown by name only.
@@ -153,6 +158,7 @@ impl Default for EngineConfig {
             reclaim: reclaim::Reclaimer::default(),
             compaction_enabled: true,
             encryption: None,
+            cluster: None,
         }
     }
 }
@@ -287,11 +293,11 @@ impl Engine {
     /// group's supervisor drops it and rebuilds the group from checkpoint and log. Requests
     /// of the failed cycle are answered `unavailable` (retriable); the others wait in the
     /// job queue for the rebuilt engine.
-    pub async fn run(self, shutdown: watch::Receiver<bool>) -> Result<(), String> {
+    pub async fn run(self, shutdown: watch::Receiver<bool>) -> Result<(), Failure> {
         panic_guard::CatchPanic::new(self.run_inner(shutdown)).await
     }
 
-    async fn run_inner(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), String> {
+    async fn run_inner(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), Failure> {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -333,7 +339,10 @@ impl Engine {
                 });
                 crate::memory::Queued::counted(m.memory().clone(), bytes)
             });
-            self.cycle(jobs, ticked).await?;
+            match self.follower_refusal() {
+                Some(refusal) => self.refuse(jobs, refusal),
+                None => self.cycle(jobs, ticked).await?,
+            }
             self.refresh_sample();
             if self.saving.as_ref().is_some_and(|h| h.is_finished()) {
                 if let Some(h) = self.saving.take() {
@@ -344,7 +353,7 @@ impl Engine {
                 self.checkpoint(false).await;
             }
             if let Some(e) = self.store_failed.take() {
-                return Err(format!("writing a checkpoint failed: {e}"));
+                return Err(format!("writing a checkpoint failed: {e}").into());
             }
         }
         self.waiters.answer_all_empty();
@@ -352,7 +361,29 @@ impl Engine {
         Ok(())
     }
 
-    async fn cycle(&mut self, jobs: Vec<Job>, ticked: bool) -> Result<(), String> {
+    /// In a cluster, why this engine may not plan now (a follower, a candidate, a leader not
+    /// yet caught up with its log); None when it may, and always on a single node. Committed
+    /// entries reach the state through `EngineApply` meanwhile.
+    fn follower_refusal(&self) -> Option<QueenError> {
+        let member = self.cfg.cluster.as_ref()?;
+        let s = self.log.status();
+        if crate::cluster_member::may_plan(&s) {
+            return None;
+        }
+        Some(member.refusal(&s))
+    }
+
+    /// Answers every job, and every parked pop, without planning anything: on a follower
+    /// the state changes only by what the leader commits.
+    fn refuse(&mut self, jobs: Vec<Job>, refusal: QueenError) {
+        for job in jobs {
+            let _ = job.reply.send(Err(refusal.clone()));
+        }
+        self.waiters.answer_all_empty();
+        self.woken.clear();
+    }
+
+    async fn cycle(&mut self, jobs: Vec<Job>, ticked: bool) -> Result<(), Failure> {
         let started = Instant::now();
         // Each reply with whether its command writes: a cycle whose append fails answers a write
         // 507/503, a read 503 (its answer saw state the log never got), a refusal as decided.
@@ -585,6 +616,20 @@ impl Engine {
                     metrics::histogram!("queen_group_commit_seconds", "tenant" => tenant)
                         .record(started.elapsed().as_secs_f64());
                 }
+                Err(crate::engine::log::LogError::Deposed(why)) => {
+                    // The entry may still commit (a new leader may hold it), or be cut: the
+                    // state planned for it is not known to match the log either way.
+                    tracing::warn!(cycle = number, reason = %why, "this node lost the lead with a cycle in flight: its state is reloaded from checkpoint and log, at once");
+                    for (reply, out, _) in replies {
+                        let _ = reply.send(out.and(Err(QueenError::unavailable(format!(
+                            "{why}: the request may or may not be done; retry on the leader"
+                        )))));
+                    }
+                    return Err(Failure {
+                        why: format!("cycle {number} in flight when {why}"),
+                        deposed: true,
+                    });
+                }
                 Err(e) => {
                     tracing::error!(cycle = number, error = %e, "proposing a cycle failed: memory is ahead of the log; the group is rebuilt from checkpoint and log");
                     // The disk filled between the gate's look and the write (another process,
@@ -600,7 +645,7 @@ impl Engine {
                     for (reply, out, writes) in replies {
                         let _ = reply.send(failed_cycle_reply(out, writes, full));
                     }
-                    return Err(format!("proposing cycle {number} failed: {e}"));
+                    return Err(format!("proposing cycle {number} failed: {e}").into());
                 }
             }
         }
@@ -774,6 +819,7 @@ fn log_error_is_enospc(e: &crate::engine::log::LogError) -> bool {
         | crate::engine::log::LogError::Reclaim(cause) => {
             crate::disk_gate::is_enospc(cause.as_ref())
         }
+        crate::engine::log::LogError::Deposed(_) => false,
     }
 }
 

@@ -18,7 +18,10 @@ pub struct CatchPanic<F> {
     inner: Pin<Box<F>>,
 }
 
-impl<F: Future<Output = Result<(), String>>> CatchPanic<F> {
+impl<F, E> CatchPanic<F>
+where
+    F: Future<Output = Result<(), E>>,
+{
     pub fn new(inner: F) -> Self {
         CatchPanic {
             inner: Box::pin(inner),
@@ -26,10 +29,14 @@ impl<F: Future<Output = Result<(), String>>> CatchPanic<F> {
     }
 }
 
-impl<F: Future<Output = Result<(), String>>> Future for CatchPanic<F> {
-    type Output = Result<(), String>;
+impl<F, E> Future for CatchPanic<F>
+where
+    F: Future<Output = Result<(), E>>,
+    E: From<String>,
+{
+    type Output = Result<(), E>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), String>> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), E>> {
         let this = self.get_mut();
         match catch_unwind(AssertUnwindSafe(|| this.inner.as_mut().poll(cx))) {
             Ok(p) => p,
@@ -40,7 +47,7 @@ impl<F: Future<Output = Result<(), String>>> Future for CatchPanic<F> {
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".to_string());
                 tracing::error!(panic = %why, "the engine task panicked; the group is rebuilt from checkpoint and log");
-                Poll::Ready(Err(format!("the engine panicked: {why}")))
+                Poll::Ready(Err(E::from(format!("the engine panicked: {why}"))))
             }
         }
     }
@@ -85,7 +92,10 @@ mod tests {
 
     #[test]
     fn a_future_that_does_not_panic_passes_through() {
-        assert_eq!(block_on(CatchPanic::new(async { Ok(()) })), Ok(()));
+        assert_eq!(
+            block_on(CatchPanic::new(async { Ok::<(), String>(()) })),
+            Ok(())
+        );
         let failed = block_on(CatchPanic::new(async { Err("log failed".to_string()) }));
         assert_eq!(failed, Err("log failed".to_string()));
     }

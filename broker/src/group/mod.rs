@@ -15,7 +15,7 @@ use queenmq_storage::SegmentLog;
 use crate::engine::log::SharedLog;
 use crate::engine::Shared;
 
-pub use registry::{Group, Registry, RegistryOptions};
+pub use registry::{Group, Registry, RegistryOptions, TENANTS_DIR};
 pub use supervisor::{start, supervise, Started, Tail};
 
 /// What the doors and the scrape read of a group that runs.

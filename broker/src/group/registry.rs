@@ -210,6 +210,17 @@ impl Registry {
                 return Err(QueenError::unavailable("the node is shutting down"));
             }
             check_tenant_name(tenant).map_err(QueenError::bad_request)?;
+            // Only `default` is one Raft group across the cluster: a tenant group started on
+            // one node alone would hold writes the others never see (docs/cluster.md).
+            if self.ecfg.cluster.is_some() && tenant != DEFAULT_TENANT {
+                return Err(QueenError::new(
+                    ErrorCode::Unsupported,
+                    format!(
+                        "unsupported: tenant {tenant:?}: a clustered node serves only the \
+                         default tenant (tenant groups are not clustered yet)"
+                    ),
+                ));
+            }
             if !slots.contains_key(tenant) && slots.len() >= self.opts.max_groups {
                 return Err(QueenError::new(
                     ErrorCode::Forbidden,

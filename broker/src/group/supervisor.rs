@@ -92,9 +92,21 @@ pub async fn start(
     let store = Arc::new(store);
     let shared = Shared::new(state);
     let handler = Arc::new(EngineApply::new(shared.clone()));
-    let node = RaftNode::start_single(RaftConfig::default(), log.clone(), store.clone(), handler)
-        .await
-        .map_err(|e| anyhow!("starting raft: {e}"))?;
+    let node = match &ecfg.cluster {
+        None => RaftNode::start_single(RaftConfig::default(), log.clone(), store.clone(), handler)
+            .await
+            .map_err(|e| anyhow!("starting raft: {e}"))?,
+        Some(member) => member
+            .start(
+                &ecfg.tenant,
+                log.clone(),
+                store.clone(),
+                handler,
+                ecfg.record_limit as u64,
+            )
+            .await
+            .map_err(|e| anyhow!("starting raft as cluster node {}: {e}", member.node_id))?,
+    };
     // Read after the start: when the log ended below the checkpoint, openraft's start-up purge
     // deleted every record left (raft LogStore::purge), and the messages in them are lost too.
     let log_first = log.first_index();
@@ -111,9 +123,13 @@ pub async fn start(
         records = report.records,
         segments = report.segments,
         elapsed_ms = started.elapsed().as_millis() as u64,
-        "log replayed; this node leads"
+        clustered = ecfg.cluster.is_some(),
+        "log replayed; the group is ready"
     );
-    let rlog: SharedLog = Arc::new(RaftLog(node.clone()));
+    let rlog: SharedLog = Arc::new(RaftLog {
+        node: node.clone(),
+        cluster: ecfg.cluster.as_ref().map(|m| m.timing),
+    });
     // The previous engine let go of the queue when it ended (or unwound).
     let rx = jobs.clone().lock_owned().await;
     let engine = Engine::new(
@@ -199,19 +215,26 @@ pub async fn supervise(
         }
         // Read once Raft has stopped: its last flush (and the commit it allows) is in.
         let synced = running.segments.synced_through();
-        let Err(why) = end else {
+        let Err(failure) = end else {
             // Stopped: the doors may still read the slot until the process ends.
             return;
         };
         let segments = running.segments.clone();
         drop((node, running));
         let_go(segments, store).await;
-        tracing::error!(tenant = %ecfg.tenant, reason = %why, "the group's engine failed: rebuilding it from checkpoint and log");
-        let first_wait = if rebuilt && born.elapsed() < STABLE {
+        let first_wait = if failure.deposed {
+            // Losing the lead is an event of a cluster, not a crash that may repeat: the
+            // node rejoins at once, as a voter (review s16 B2), and the count starts over.
+            tracing::warn!(tenant = %ecfg.tenant, reason = %failure, "this node lost the lead: reloading the group from checkpoint and log");
+            backoff = FIRST_BACKOFF;
+            None
+        } else if rebuilt && born.elapsed() < STABLE {
+            tracing::error!(tenant = %ecfg.tenant, reason = %failure, "the group's engine failed: rebuilding it from checkpoint and log");
             let wait = backoff;
             backoff = (backoff * 2).min(MAX_BACKOFF);
             Some(wait)
         } else {
+            tracing::error!(tenant = %ecfg.tenant, reason = %failure, "the group's engine failed: rebuilding it from checkpoint and log");
             backoff = FIRST_BACKOFF;
             None
         };

@@ -9,6 +9,7 @@ fn raft(r: &RaftView) -> Value {
     json!({
         "role": r.role, "term": r.term, "leader": r.leader,
         "lastLogIndex": r.last_log_index, "committed": r.committed, "applied": r.applied,
+        "commit": r.committed, "lag": r.committed.saturating_sub(r.applied),
     })
 }
 
@@ -56,6 +57,11 @@ pub fn health(h: &HealthView) -> (bool, Value) {
     }
 }
 
+/// How far apply may trail the commit a node knows and it still counts as ready: commit
+/// always moves before apply, so a node under steady writes is behind by a few entries at
+/// any moment, and a probe without slack would flap (review s16 B3).
+const READY_APPLY_SLACK: u64 = 1000;
+
 /// Ready when this node leads (so writes are accepted) and has applied what it committed.
 pub fn ready(h: &HealthView) -> (bool, Value) {
     match h {
@@ -63,7 +69,18 @@ pub fn ready(h: &HealthView) -> (bool, Value) {
         HealthView::Running {
             healthy, raft: r, ..
         } => {
-            let ok = *healthy && r.applied.saturating_add(1000) >= r.committed;
+            // A cluster leader is ready while it may plan (a leader cut off from the majority
+            // stays leader in openraft 0.9, but no longer plans: review s16 B1); a follower
+            // once a leader is known and it is close behind the commit it knows; a single
+            // node while it leads and is close behind its own commit.
+            let close = r.applied.saturating_add(READY_APPLY_SLACK) >= r.committed;
+            let ok = if r.clustered && r.role == "leader" {
+                *healthy && r.plans
+            } else if r.clustered {
+                *healthy && r.leader.is_some() && close
+            } else {
+                *healthy && close
+            };
             (ok, json!({"ready": ok, "raft": raft(r)}))
         }
     }
@@ -96,4 +113,76 @@ pub fn metrics(m: &MetricsView) -> Value {
     out["raft"] = json!({"role": m.raft.role, "term": m.raft.term,
         "committed": m.raft.committed, "applied": m.raft.applied});
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(r: RaftView) -> HealthView {
+        HealthView::Running {
+            healthy: true,
+            storage_ready: true,
+            uptime_seconds: 1,
+            version: "test",
+            raft: r,
+            groups: GroupCounts {
+                running: 1,
+                rebuilding: 0,
+            },
+        }
+    }
+
+    fn member(role: &'static str, applied: u64, committed: u64, plans: bool) -> RaftView {
+        RaftView {
+            role,
+            term: 2,
+            leader: Some(1),
+            last_log_index: committed,
+            committed,
+            applied,
+            clustered: true,
+            plans,
+        }
+    }
+
+    /// Review s16 B1: a cluster leader that may not plan (cut off from the majority, or still
+    /// applying its log) is not ready, whatever its applied and commit say.
+    #[test]
+    fn a_cluster_leader_is_ready_only_while_it_plans() {
+        assert!(ready(&running(member("leader", 9, 9, true))).0);
+        assert!(!ready(&running(member("leader", 9, 9, false))).0);
+    }
+
+    /// Review s16 B3: commit moves before apply, so a follower under steady writes trails by
+    /// an entry or a few; it stays ready within the slack a single node has, and a leader
+    /// still applying its log (it may not plan) is not ready.
+    #[test]
+    fn a_follower_trailing_within_the_slack_is_ready() {
+        assert!(ready(&running(member("follower", 8, 9, false))).0);
+        assert!(
+            ready(&running(member(
+                "follower",
+                9,
+                9 + READY_APPLY_SLACK,
+                false
+            )))
+            .0
+        );
+        assert!(
+            !ready(&running(member(
+                "follower",
+                8,
+                9 + READY_APPLY_SLACK,
+                false
+            )))
+            .0
+        );
+        let mut unknown = member("follower", 9, 9, false);
+        unknown.leader = None;
+        assert!(!ready(&running(unknown)).0);
+        let mut applying = member("leader", 8, 9, false);
+        applying.last_log_index = 9;
+        assert!(!ready(&running(applying)).0);
+    }
 }

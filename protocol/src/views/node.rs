@@ -8,6 +8,12 @@ pub struct RaftView {
     pub last_log_index: u64,
     pub committed: u64,
     pub applied: u64,
+    /// A member of a multi-node cluster: a follower is healthy, and ready once it knows a
+    /// leader and has applied the commit it knows.
+    pub clustered: bool,
+    /// A cluster leader that may plan now: it applied its whole log and a majority
+    /// acknowledged it within its lease (review s16 B1, B3).
+    pub plans: bool,
 }
 
 #[derive(Debug, Clone)]

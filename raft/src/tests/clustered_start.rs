@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::tcp_server::Groups;
-use crate::{RaftConfig, RaftNode, TcpNetwork};
+use crate::{ClusterStart, RaftConfig, RaftNode, TcpNetwork, CLUSTER_ENTRY_MAX};
 
 use super::fixtures::{open_stores, Recorder};
 use super::tcp_cluster::{limits, listen, server_config, GROUP, TOKEN};
@@ -30,7 +30,7 @@ async fn start(
     dir: &Path,
     id: u64,
     listener: TcpListener,
-    initial: Option<BTreeMap<u64, BasicNode>>,
+    peers: &BTreeMap<u64, BasicNode>,
 ) -> Member {
     let (log, store) = open_stores(&dir.join(id.to_string()));
     let recorder = Recorder::new(None);
@@ -45,7 +45,12 @@ async fn start(
     let groups = Groups::default();
     let stop = listen(listener, server_config(id, BOUND, 64), groups.clone());
     let net = TcpNetwork::new(id, GROUP, TOKEN, limits());
-    let node = RaftNode::start_clustered(cfg, log, store, recorder.clone(), net, initial, |raft| {
+    let start = ClusterStart {
+        peers: peers.clone(),
+        initialise: id == 1,
+        entry_limit: CLUSTER_ENTRY_MAX,
+    };
+    let node = RaftNode::start_clustered(cfg, log, store, recorder.clone(), net, start, |raft| {
         groups.add(GROUP, raft)
     })
     .await
@@ -82,9 +87,9 @@ async fn the_lowest_id_initialises_and_followers_apply() {
         listeners.remove(&3).unwrap(),
     );
     let (m1, m2, m3) = tokio::join!(
-        start(dir.path(), 1, l1, Some(nodes.clone())),
-        start(dir.path(), 2, l2, None),
-        start(dir.path(), 3, l3, None),
+        start(dir.path(), 1, l1, &nodes),
+        start(dir.path(), 2, l2, &nodes),
+        start(dir.path(), 3, l3, &nodes),
     );
     let members = [&m1, &m2, &m3];
     wait_until("one leader known to all", || {
@@ -119,7 +124,7 @@ async fn the_lowest_id_initialises_and_followers_apply() {
         assert_eq!(m.node.status().term, lead.node.status().term);
     }
 
-    // Node 1 again on its own directory, given `initial` as at first start: it rejoins and
+    // Node 1 again on its own directory, told to initialise as at first start: it rejoins and
     // catches up; the group keeps its three voters (nothing initialised again).
     let Member { node, _stop, .. } = m1;
     node.shutdown().await.unwrap();
@@ -142,7 +147,7 @@ async fn the_lowest_id_initialises_and_followers_apply() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let back = start(dir.path(), 1, l1, Some(nodes.clone())).await;
+    let back = start(dir.path(), 1, l1, &nodes).await;
     wait_until("the restarted node caught up", || {
         back.node.status().applied >= Some(more)
     })

@@ -1,3 +1,4 @@
+mod cluster_checks;
 mod clustered_start;
 mod committed_lag;
 mod crash;

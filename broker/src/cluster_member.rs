@@ -1,0 +1,285 @@
+//! This node as a member of a cluster (docs/cluster.md): the Raft listener every peer reaches,
+//! the start of the `default` group's member over TCP, and the answer a follower gives to a
+//! request it must not plan.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use queenmq_protocol::{LeaderHint, QueenError};
+use queenmq_raft::wire::Limits;
+use queenmq_raft::{
+    ApplyHandler, BasicNode, ClusterStart, Groups, RaftConfig, RaftError, RaftNode, ServerConfig,
+    TcpNetwork, CLUSTER_ENTRY_MAX,
+};
+use queenmq_storage::{SegmentLog, StateStore};
+
+use crate::config::{Cluster, Timing};
+use crate::engine::log::LogStatus;
+
+/// How long a new cluster connection has to send its Hello.
+const HELLO_DEADLINE: Duration = Duration::from_secs(10);
+/// Connections waiting for their Hello at once.
+const MAX_PRE_HELLO: usize = 64;
+/// openraft's `max_payload_entries` default: the entries one append may carry.
+const MAX_APPEND_ENTRIES: u32 = 300;
+/// openraft's `snapshot_max_chunk_size` default.
+const SNAPSHOT_CHUNK: u32 = 3 << 20;
+
+/// What a clustered group needs to start and to answer as a follower. Clones share the
+/// listener's table of groups.
+#[derive(Clone)]
+pub struct Member {
+    pub node_id: u64,
+    /// Every voter's Raft listener by id, this node included.
+    peers: BTreeMap<u64, BasicNode>,
+    /// Members' HTTP addresses (`peer_http`), named in a not_leader answer.
+    peer_http: BTreeMap<u64, String>,
+    token: Arc<[u8]>,
+    pub timing: Timing,
+    /// The groups the cluster listener answers for.
+    pub groups: Groups,
+}
+
+impl std::fmt::Debug for Member {
+    // The token never reaches a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("node_id", &self.node_id)
+            .field("peers", &self.peers)
+            .field("peer_http", &self.peer_http)
+            .field("timing", &self.timing)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Append and snapshot limits, the same on the listener and the client side.
+fn limits() -> Limits {
+    // CLUSTER_ENTRY_MAX is under 2 MiB: it fits a u32.
+    let entry = u32::try_from(CLUSTER_ENTRY_MAX).unwrap_or(u32::MAX);
+    Limits::new(entry, MAX_APPEND_ENTRIES, SNAPSHOT_CHUNK)
+}
+
+impl Member {
+    pub fn new(c: &Cluster, token: &str) -> Member {
+        Member {
+            node_id: c.node_id,
+            peers: c
+                .peers
+                .iter()
+                .map(|(id, addr)| (*id, BasicNode::new(addr.clone())))
+                .collect(),
+            peer_http: c.peer_http.clone(),
+            token: Arc::from(token.as_bytes()),
+            timing: c.timing,
+            groups: Groups::default(),
+        }
+    }
+
+    /// Binds `addr` and serves every group in `groups` until `stop` turns true.
+    pub async fn listen(
+        &self,
+        addr: std::net::SocketAddr,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding cluster_addr {addr}"))?;
+        let cfg = ServerConfig {
+            node_id: self.node_id,
+            token: self.token.clone(),
+            limits: limits(),
+            hello_deadline: HELLO_DEADLINE,
+            max_pre_hello: MAX_PRE_HELLO,
+        };
+        let groups = self.groups.clone();
+        tracing::info!(%addr, node = self.node_id, "raft cluster listener");
+        Ok(tokio::spawn(async move {
+            let stopped = async move {
+                while !*stop.borrow() {
+                    if stop.changed().await.is_err() {
+                        break;
+                    }
+                }
+            };
+            if let Err(e) = queenmq_raft::serve_cluster(listener, cfg, groups, stopped).await {
+                tracing::error!(error = %e, "the raft cluster listener stopped");
+            }
+        }))
+    }
+
+    /// Starts this node's member of `group`: the lowest id of `peers` initialises an empty
+    /// directory, the others wait to be contacted; returns once it has applied what it knew
+    /// committed, whoever leads.
+    pub async fn start(
+        &self,
+        group: &str,
+        log: Arc<SegmentLog>,
+        store: Arc<StateStore>,
+        handler: Arc<dyn ApplyHandler>,
+        entry_limit: u64,
+    ) -> Result<RaftNode, RaftError> {
+        // Wider than a single node's (review s16 B5): openraft's heartbeat is also the whole
+        // timeout of an append, the follower's fsync included, and peers on loaded machines
+        // must not call elections on every late heartbeat.
+        let cfg = RaftConfig {
+            node_id: self.node_id,
+            heartbeat_ms: self.timing.heartbeat_ms,
+            election_timeout_min_ms: self.timing.election_timeout_ms,
+            election_timeout_max_ms: self.timing.election_timeout_ms.saturating_mul(2),
+        };
+        let network = TcpNetwork::new(self.node_id, group, &self.token, limits());
+        let start = ClusterStart {
+            peers: self.peers.clone(),
+            initialise: self.peers.keys().next() == Some(&self.node_id),
+            entry_limit,
+        };
+        let groups = self.groups.clone();
+        let name = group.to_string();
+        RaftNode::start_clustered(cfg, log, store, handler, network, start, move |raft| {
+            groups.add(&name, raft)
+        })
+        .await
+    }
+
+    /// The refusal of a request that reached this node while it may not plan: naming the
+    /// leader when one is known and it is another node; "applying" when this node was just
+    /// elected and has not applied its whole log yet.
+    pub fn refusal(&self, s: &LogStatus) -> QueenError {
+        match s.leader {
+            Some(id) if id == self.node_id && s.applied < s.last_log_index => {
+                QueenError::unavailable(
+                    "this node was just elected leader and is applying its log; retry",
+                )
+            }
+            // openraft 0.9 has no check-quorum: a leader cut off from the majority stays
+            // leader, and only the missing acknowledgements tell (review s16 B1).
+            Some(id) if id == self.node_id => QueenError::unavailable(format!(
+                "this node leads but no majority has acknowledged it for {} ms (cut off from \
+                 the cluster?); retry, or ask another node",
+                s.quorum_ack_ms
+                    .map_or_else(|| "a while".to_string(), |ms| ms.to_string())
+            )),
+            leader => QueenError::not_leader(leader.map(|id| LeaderHint {
+                id,
+                url: self.peer_http.get(&id).cloned(),
+            })),
+        }
+    }
+}
+
+impl Timing {
+    /// How long a leader may go unacknowledged by a majority and still plan: a follower that
+    /// heard nothing for the election timeout may call an election, so past it another node
+    /// may lead (and commit) while this one would still plan on a state that no longer
+    /// counts.
+    pub fn lease_ms(&self) -> u64 {
+        self.election_timeout_ms
+    }
+
+    /// The longest one proposal may wait to commit while this node keeps its lease (a quorum
+    /// that acknowledges heartbeats but does not commit: stuck disks): twice the upper
+    /// election timeout (review s16 B1).
+    pub fn write_limit(&self) -> Duration {
+        Duration::from_millis(self.election_timeout_ms.saturating_mul(4))
+    }
+}
+
+/// Whether a leader acknowledged by a majority `quorum_ack_ms` ago is within its lease.
+pub fn quorum_contact(quorum_ack_ms: Option<u64>, timing: &Timing) -> bool {
+    quorum_ack_ms.is_some_and(|ms| ms <= timing.lease_ms())
+}
+
+/// Whether an engine may plan now: only the leader, once it has applied its whole log (the
+/// planner changes the state before it proposes, so it must start from every entry), and
+/// while a majority acknowledged it within the lease (openraft 0.9 keeps a leader cut off
+/// from the majority leading: review s16 B1).
+pub fn may_plan(s: &LogStatus) -> bool {
+    s.role == "leader" && s.applied >= s.last_log_index && s.quorum_contact
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member() -> Member {
+        let c = Cluster {
+            node_id: 2,
+            addr: "127.0.0.1:7102".parse().unwrap(),
+            peers: (1..=3).map(|i| (i, format!("127.0.0.1:710{i}"))).collect(),
+            peer_http: BTreeMap::from([(1, "http://127.0.0.1:6631".to_string())]),
+            timing: TIMING,
+        };
+        Member::new(&c, &"t".repeat(32))
+    }
+
+    const TIMING: Timing = Timing {
+        heartbeat_ms: 500,
+        election_timeout_ms: 5_000,
+    };
+
+    fn status(role: &'static str, leader: Option<u64>, applied: u64, last: u64) -> LogStatus {
+        LogStatus {
+            role,
+            leader,
+            applied,
+            last_log_index: last,
+            quorum_ack_ms: (role == "leader").then_some(10),
+            quorum_contact: role == "leader",
+            ..LogStatus::default()
+        }
+    }
+
+    #[test]
+    fn only_a_leader_that_applied_its_log_plans() {
+        assert!(may_plan(&status("leader", Some(2), 9, 9)));
+        assert!(!may_plan(&status("leader", Some(2), 8, 9)));
+        assert!(!may_plan(&status("follower", Some(1), 9, 9)));
+        assert!(!may_plan(&status("candidate", None, 9, 9)));
+    }
+
+    /// Review s16 B1: a leader no majority acknowledged within the lease (cut off from the
+    /// cluster, or not yet acknowledged once elected) plans nothing, and says why.
+    #[test]
+    fn a_leader_without_recent_quorum_contact_does_not_plan() {
+        let lease = TIMING.lease_ms();
+        let with_ack = |ms| LogStatus {
+            quorum_ack_ms: ms,
+            quorum_contact: quorum_contact(ms, &TIMING),
+            ..status("leader", Some(2), 9, 9)
+        };
+        assert!(may_plan(&with_ack(Some(lease))));
+        assert!(!may_plan(&with_ack(Some(lease + 1))));
+        assert!(!may_plan(&with_ack(None)));
+        let e = member().refusal(&with_ack(Some(lease + 1)));
+        assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable);
+        assert!(e.message.contains("no majority"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_follower_names_the_leader_and_its_url() {
+        let m = member();
+        let e = m.refusal(&status("follower", Some(1), 3, 3));
+        assert_eq!(e.code, queenmq_protocol::ErrorCode::NotLeader);
+        let hint = e.leader.unwrap();
+        assert_eq!(
+            (hint.id, hint.url.as_deref()),
+            (1, Some("http://127.0.0.1:6631"))
+        );
+        let e = m.refusal(&status("follower", Some(3), 3, 3));
+        assert_eq!(e.leader.unwrap().url, None);
+        let e = m.refusal(&status("candidate", None, 3, 3));
+        assert!(e.leader.is_none());
+        let e = m.refusal(&status("leader", Some(2), 3, 4));
+        assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable);
+    }
+
+    #[test]
+    fn the_lowest_id_initialises() {
+        let m = member();
+        assert_eq!(m.peers.keys().next(), Some(&1));
+        assert!(format!("{m:?}").contains("node_id: 2"));
+        assert!(!format!("{m:?}").contains("tttt"));
+    }
+}

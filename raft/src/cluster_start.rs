@@ -1,0 +1,166 @@
+//! What a member of a multi-node group is started with, and the checks a start makes before
+//! it may take part: the stored membership against `peers` (review s15 A1) and the engine's
+//! entry limit against the append budget (A5).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use openraft::error::InitializeError;
+use openraft::BasicNode;
+
+use crate::error::RaftError;
+use crate::rpc_codec::ENTRY_HEAD;
+use crate::wire::APPEND_ENTRIES_MAX;
+
+/// The largest application entry a clustered group can replicate: one append carries at most
+/// `APPEND_ENTRIES_MAX` entry bytes, each entry its 20-byte head and the codec's kind byte on
+/// top of the payload. A larger entry would be refused by every follower for good and stall
+/// the group (no chunked append exists).
+pub const CLUSTER_ENTRY_MAX: u64 = APPEND_ENTRIES_MAX as u64 - ENTRY_HEAD as u64 - 1;
+
+/// A clustered start's inputs besides the stores and the network.
+#[derive(Debug, Clone)]
+pub struct ClusterStart {
+    /// Every voter by id, this node included: the `peers` of the configuration.
+    pub peers: BTreeMap<u64, BasicNode>,
+    /// Initialise the membership with `peers` if the directory holds nothing of the group:
+    /// true on one node only (the lowest id of `peers`).
+    pub initialise: bool,
+    /// The largest entry the engine may propose (its entry limit, from `max_record_bytes`).
+    pub entry_limit: u64,
+}
+
+impl ClusterStart {
+    /// Refuses an entry limit a follower could never receive.
+    pub(crate) fn check_entry_limit(&self) -> Result<(), RaftError> {
+        if self.entry_limit > CLUSTER_ENTRY_MAX {
+            return Err(RaftError::Config(format!(
+                "max_record_bytes (the engine's entry limit) is {} bytes, above the {} bytes one \
+                 Raft append can carry to a follower; a clustered group needs it at most that",
+                self.entry_limit, CLUSTER_ENTRY_MAX
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a stored membership this node must not run with under `peers`: an empty one in a
+/// directory whose log holds entries, a lone `{me}` while `peers` names others (a single-node
+/// directory reused in a cluster would lead alone and acknowledge writes nobody else holds),
+/// or one that does not name this node (a directory of another group). A vote without any
+/// log (a member asked to vote before it received the membership) waits to be contacted.
+pub(crate) fn check_stored_membership(
+    me: u64,
+    peers: &BTreeMap<u64, BasicNode>,
+    voters: &BTreeSet<u64>,
+    log_empty: bool,
+) -> Result<(), RaftError> {
+    let named: BTreeSet<u64> = peers.keys().copied().collect();
+    let refuse = |why: String| {
+        Err(RaftError::Startup(format!(
+            "the data directory's stored Raft membership {voters:?} {why}; peers names {named:?}. \
+             Point this node at the group's own data directory, or at an empty one to join"
+        )))
+    };
+    if voters.is_empty() {
+        if log_empty {
+            return Ok(());
+        }
+        return refuse("is empty while its log holds entries".to_string());
+    }
+    if !voters.contains(&me) {
+        return refuse(format!("does not name this node ({me})"));
+    }
+    if voters.len() == 1 && named.len() > 1 {
+        return refuse(format!(
+            "is this node ({me}) alone: a single-node directory cannot join a cluster"
+        ));
+    }
+    Ok(())
+}
+
+/// `initialize`'s outcome on an empty directory: "not allowed" means a leader reached this
+/// node between `is_initialized` and `initialize` (review s15 A7), so the group is
+/// initialised, by the one that leads it, and the start goes on.
+pub(crate) fn initialised(
+    me: u64,
+    res: Result<(), openraft::error::RaftError<u64, InitializeError<u64, BasicNode>>>,
+) -> Result<(), RaftError> {
+    match res {
+        Ok(()) => Ok(()),
+        Err(openraft::error::RaftError::APIError(InitializeError::NotAllowed(e))) => {
+            tracing::info!(node = me, reason = %e, "raft group initialised by a peer first");
+            Ok(())
+        }
+        Err(e) => Err(RaftError::Startup(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peers(ids: &[u64]) -> BTreeMap<u64, BasicNode> {
+        ids.iter().map(|i| (*i, BasicNode::default())).collect()
+    }
+
+    fn voters(ids: &[u64]) -> BTreeSet<u64> {
+        ids.iter().copied().collect()
+    }
+
+    #[test]
+    fn the_group_s_own_membership_passes() {
+        let p = peers(&[1, 2, 3]);
+        assert!(check_stored_membership(2, &p, &voters(&[1, 2, 3]), false).is_ok());
+        // A single-node cluster's directory is its own.
+        assert!(check_stored_membership(1, &peers(&[1]), &voters(&[1]), false).is_ok());
+        // Voted, nothing logged: waits for the leader.
+        assert!(check_stored_membership(3, &p, &voters(&[]), true).is_ok());
+    }
+
+    #[test]
+    fn a_foreign_membership_is_refused_naming_peers() {
+        let p = peers(&[1, 2, 3]);
+        for (me, v, empty) in [
+            (1, voters(&[1]), false),
+            (2, voters(&[2]), false),
+            (3, voters(&[1, 2]), false),
+            (1, voters(&[]), false),
+        ] {
+            let e = check_stored_membership(me, &p, &v, empty)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("peers names"), "{e}");
+        }
+    }
+
+    #[test]
+    fn initialise_not_allowed_is_taken_as_initialised() {
+        let not_allowed = openraft::error::NotAllowed {
+            last_log_id: None,
+            vote: openraft::Vote::new(3, 2),
+        };
+        let res = Err(openraft::error::RaftError::APIError(
+            InitializeError::NotAllowed(not_allowed),
+        ));
+        assert!(initialised(1, res).is_ok());
+        let fatal = Err(openraft::error::RaftError::Fatal(
+            openraft::error::Fatal::Stopped,
+        ));
+        assert!(matches!(initialised(1, fatal), Err(RaftError::Startup(_))));
+    }
+
+    #[test]
+    fn an_entry_limit_above_the_append_budget_is_refused_naming_the_key() {
+        let mut s = ClusterStart {
+            peers: peers(&[1, 2, 3]),
+            initialise: true,
+            entry_limit: CLUSTER_ENTRY_MAX,
+        };
+        assert!(s.check_entry_limit().is_ok());
+        s.entry_limit = CLUSTER_ENTRY_MAX + 1;
+        let e = s.check_entry_limit().unwrap_err().to_string();
+        assert!(e.contains("max_record_bytes"), "{e}");
+        s.entry_limit = 256 << 20;
+        assert!(s.check_entry_limit().is_err());
+    }
+}
