@@ -145,7 +145,7 @@ fn raft_view(s: &super::log::LogStatus) -> RaftView {
         committed: s.committed,
         applied: s.applied,
         clustered: s.clustered,
-        plans: s.clustered && crate::cluster_member::may_plan(s),
+        quorum_contact: s.clustered && s.quorum_contact,
     }
 }
 

@@ -69,13 +69,18 @@ pub fn ready(h: &HealthView) -> (bool, Value) {
         HealthView::Running {
             healthy, raft: r, ..
         } => {
-            // A cluster leader is ready while it may plan (a leader cut off from the majority
-            // stays leader in openraft 0.9, but no longer plans: review s16 B1); a follower
-            // once a leader is known and it is close behind the commit it knows; a single
-            // node while it leads and is close behind its own commit.
+            // A cluster leader is ready while a majority acknowledges it (one cut off from the
+            // majority stays leader in openraft 0.9 but plans nothing: review s16 B1) and it
+            // is close behind its own log: its in-flight cycle is appended but not yet
+            // applied at almost any moment under writes, so "applied everything", the
+            // planner's own rule, would make the only writable node flap (review s17 C1). A
+            // follower once a leader is known and it is close behind the commit it knows; a
+            // single node while it leads and is close behind its own commit.
             let close = r.applied.saturating_add(READY_APPLY_SLACK) >= r.committed;
             let ok = if r.clustered && r.role == "leader" {
-                *healthy && r.plans
+                *healthy
+                    && r.quorum_contact
+                    && r.applied.saturating_add(READY_APPLY_SLACK) >= r.last_log_index
             } else if r.clustered {
                 *healthy && r.leader.is_some() && close
             } else {
@@ -133,7 +138,7 @@ mod tests {
         }
     }
 
-    fn member(role: &'static str, applied: u64, committed: u64, plans: bool) -> RaftView {
+    fn member(role: &'static str, applied: u64, committed: u64, quorum_contact: bool) -> RaftView {
         RaftView {
             role,
             term: 2,
@@ -142,21 +147,24 @@ mod tests {
             committed,
             applied,
             clustered: true,
-            plans,
+            quorum_contact,
         }
     }
 
-    /// Review s16 B1: a cluster leader that may not plan (cut off from the majority, or still
-    /// applying its log) is not ready, whatever its applied and commit say.
+    /// Review s16 B1: a cluster leader cut off from the majority is not ready, whatever its
+    /// applied and commit say. Review s17 C1: one with a cycle in flight (appended, not yet
+    /// applied) is ready; one far behind its own log (just elected) is not.
     #[test]
-    fn a_cluster_leader_is_ready_only_while_it_plans() {
+    fn a_cluster_leader_is_ready_while_a_majority_acknowledges_it() {
         assert!(ready(&running(member("leader", 9, 9, true))).0);
         assert!(!ready(&running(member("leader", 9, 9, false))).0);
+        assert!(ready(&running(member("leader", 8, 9, true))).0);
+        assert!(!ready(&running(member("leader", 9, 10 + READY_APPLY_SLACK, true))).0);
     }
 
     /// Review s16 B3: commit moves before apply, so a follower under steady writes trails by
     /// an entry or a few; it stays ready within the slack a single node has, and a leader
-    /// still applying its log (it may not plan) is not ready.
+    /// without a majority's acknowledgement is not ready.
     #[test]
     fn a_follower_trailing_within_the_slack_is_ready() {
         assert!(ready(&running(member("follower", 8, 9, false))).0);

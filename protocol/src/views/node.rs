@@ -11,9 +11,9 @@ pub struct RaftView {
     /// A member of a multi-node cluster: a follower is healthy, and ready once it knows a
     /// leader and has applied the commit it knows.
     pub clustered: bool,
-    /// A cluster leader that may plan now: it applied its whole log and a majority
-    /// acknowledged it within its lease (review s16 B1, B3).
-    pub plans: bool,
+    /// A cluster leader that a majority acknowledged within its lease (review s16 B1): one
+    /// cut off from the majority stays leader in openraft 0.9 but plans nothing.
+    pub quorum_contact: bool,
 }
 
 #[derive(Debug, Clone)]
