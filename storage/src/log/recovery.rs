@@ -32,19 +32,30 @@ pub(crate) fn recover(
     let mut index = LogIndex::default();
     let mut damage = None;
     for (at, scan) in scans.iter_mut().enumerate() {
-        let expected = index.last().map(|(last, _)| last + 1);
-        if let Some(e) = expected.filter(|&e| e != scan.first) {
-            damage = Some(Damage::at(
-                at,
-                0,
-                e,
-                format!(
-                    "segment starts at index {} but the previous one ends at {}",
-                    scan.first,
-                    e - 1
-                ),
-            ));
-            break;
+        if let Some((last, _)) = index.last() {
+            // Checked: a file may follow the record of the highest index, and no index can.
+            let follows = match last.checked_add(1) {
+                None => Some((
+                    u64::MAX,
+                    format!(
+                        "segment file {} follows the record of index {last}, the highest index \
+                         there is",
+                        scan.path.display()
+                    ),
+                )),
+                Some(e) if e != scan.first => Some((
+                    e,
+                    format!(
+                        "segment starts at index {} but the previous one ends at {last}",
+                        scan.first
+                    ),
+                )),
+                Some(_) => None,
+            };
+            if let Some((first_lost, reason)) = follows {
+                damage = Some(Damage::at(at, 0, first_lost, reason));
+                break;
+            }
         }
         let entries = std::mem::take(&mut scan.entries);
         if let Some((offset, reason)) = scan.problem.clone() {

@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::tests::{assert_records, fill, small};
-use crate::format::{le_u32, SEGMENT_HEADER_LEN};
+use crate::format::{encode_header, encode_record, le_u32, segment_name, SEGMENT_HEADER_LEN};
 use crate::{LogLoss, LogOptions, SegmentLog, StorageError, TornTail};
 
 const RECORDS: u64 = 20;
@@ -420,4 +420,34 @@ fn bytes_after_the_record_holding_the_highest_index_are_a_tail_not_a_wrapped_ind
     let torn = report.truncated.expect("the bytes after it are cut");
     assert!(torn.reason.contains("highest index"), "{}", torn.reason);
     assert_eq!(fs::metadata(&seg).unwrap().len(), whole);
+}
+
+/// Review s16 storage L4: the contiguity check computed `last + 1` on the record of the highest
+/// index (a panic in a debug build, a refusal naming the wrong range in a release one).
+#[test]
+fn a_segment_file_after_the_highest_index_refuses_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = encode_header(u64::MAX - 1).to_vec();
+    encode_record(&mut first, u64::MAX - 1, 1, b"before last");
+    encode_record(&mut first, u64::MAX, 1, b"last");
+    fs::write(dir.path().join(segment_name(u64::MAX - 1)), first).unwrap();
+    let mut after = encode_header(u64::MAX).to_vec();
+    encode_record(&mut after, u64::MAX, 1, b"after last");
+    let after_path = dir.path().join(segment_name(u64::MAX));
+    fs::write(&after_path, after).unwrap();
+
+    let loss = assert_refused(dir.path(), small());
+    assert_eq!((loss.segment.clone(), loss.offset), (after_path.clone(), 0));
+    assert!(
+        loss.reason.contains("highest index") && loss.reason.contains(&segment_name(u64::MAX)),
+        "{}",
+        loss.reason
+    );
+    let (log, report) = SegmentLog::open(dir.path(), accepting()).unwrap();
+    assert!(report.truncated.unwrap().accepted_loss.is_some());
+    assert!(
+        !after_path.exists(),
+        "the file after the highest index is cut"
+    );
+    assert_eq!(log.last(), Some((u64::MAX, 1)));
 }
