@@ -8,7 +8,7 @@ use tracing::{error, info, warn};
 use super::index::LogIndex;
 use super::scan::{scan_file, FileScan};
 use crate::backend::IoBackend;
-use crate::format::{parse_segment_name, SEGMENT_HEADER_LEN};
+use crate::format::{next_index, parse_segment_name, HIGHEST_INDEX, SEGMENT_HEADER_LEN};
 use crate::{LogLoss, LogOptions, RecoveryReport, StorageError, TornTail};
 
 pub(crate) fn recover(
@@ -34,7 +34,7 @@ pub(crate) fn recover(
     for (at, scan) in scans.iter_mut().enumerate() {
         if let Some((last, _)) = index.last() {
             // Checked: a file may follow the record of the highest index, and no index can.
-            let follows = match last.checked_add(1) {
+            let follows = match next_index(last) {
                 None => Some((
                     u64::MAX,
                     format!(
@@ -53,7 +53,9 @@ pub(crate) fn recover(
                 Some(_) => None,
             };
             if let Some((first_lost, reason)) = follows {
-                damage = Some(Damage::at(at, 0, first_lost, reason));
+                let mut d = Damage::at(at, 0, first_lost, reason);
+                d.past_the_end = first_lost == u64::MAX;
+                damage = Some(d);
                 break;
             }
         }
@@ -120,6 +122,8 @@ struct Damage {
     /// The index the first unreadable record should have held.
     first_lost: u64,
     reason: String,
+    /// The break is a file after the record of the highest index.
+    past_the_end: bool,
 }
 
 impl Damage {
@@ -129,6 +133,7 @@ impl Damage {
             offset,
             first_lost,
             reason,
+            past_the_end: false,
         }
     }
 
@@ -163,7 +168,19 @@ impl Damage {
         // entries is a whole later segment after a gap.)
         let later =
             rest[1..].iter().map(FileScan::readable).sum::<u64>() + rest[0].entries.len() as u64;
-        let why = if later > 0 {
+        // The writer never creates a file whose records would lie past the highest index, so
+        // such a file is no torn write of this log: someone else put it there.
+        let foreign = rest
+            .iter()
+            .find(|s| s.first > HIGHEST_INDEX)
+            .or(self.past_the_end.then_some(&rest[0]));
+        let why = if let Some(f) = foreign {
+            Some(format!(
+                "no write of this log made {}: its records would lie past index {HIGHEST_INDEX}, \
+                 the highest a log holds",
+                f.path.display()
+            ))
+        } else if later > 0 {
             Some(format!(
                 "{later} valid records follow in later segments, so it is not a torn write at \
                  the end of the log"
