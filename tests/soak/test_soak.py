@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO / "scripts" / "lib"))
 sys.path.insert(0, str(REPO / "tests" / "python"))
 
 import queen_api  # noqa: E402
+from queen_api import metric  # noqa: E402
 from queen_broker import Broker  # noqa: E402
 
 SOAK_SECONDS = float(os.environ.get("SOAK_SECONDS", "600"))
@@ -76,15 +77,6 @@ def dir_bytes(root: Path) -> int:
             except FileNotFoundError:
                 pass  # deleted between the listing and the stat
     return total
-
-
-def metric(http: httpx.Client, name: str) -> float:
-    text = http.get("/metrics/prometheus").text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name + "{") or line.startswith(name + " ")
-    )
 
 
 class Load:
