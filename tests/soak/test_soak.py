@@ -77,8 +77,8 @@ MIN_WARM_UP_S = RETENTION_S + RECLAIM_LAG_S
 MIN_SOAK_S = 2 * MIN_WARM_UP_S
 # Log bytes per message answered (its record's share: payload, JSON envelope, frame, and the
 # pop and ack entries that follow it), a ceiling the run checks against what the broker says it
-# wrote (`queen_log_fsync_bytes`; 1 181 measured at 153 msg/s: smaller pop batches on a slower
-# runner cost a little more per message).
+# wrote (`queen_log_fsync_bytes`; 1 181 to 1 213 measured at 153 to 165 msg/s: smaller pop
+# batches on a slower runner cost a little more per message).
 RECORD_BYTES = 1536
 # Segments beyond the window's records: the active segment, the oldest (deleted whole, once its
 # newest message goes) and one pinned by a kept message until the compactor copies it away.
@@ -86,10 +86,11 @@ SEGMENT_SLACK = 3 * SEGMENT_BYTES
 # What the segments may grow by over the settled part of the run (least-squares slope times its
 # length): two segments, the granularity of reclamation.
 SLOPE_SLACK = 2 * SEGMENT_BYTES
-# The rest of the directory per transaction id answered (its dedup row in the two checkpoint
-# generations redb keeps, and redb's copy-on-write pages), and beyond the ids.
-STATE_BYTES_PER_ID = 400
-STATE_SLACK = 8 * MIB
+# The rest of the directory per transaction id answered (its dedup row in the checkpoints redb
+# keeps, about 100 B measured, twice over: redb doubles its file as it grows), and beyond the
+# ids. The default run ends at about 8.5 MiB for 100 000 ids.
+STATE_BYTES_PER_ID = 256
+STATE_SLACK = 4 * MIB
 
 
 def dir_bytes(root: Path) -> tuple[int, int]:
