@@ -35,15 +35,22 @@ pub(crate) fn recover(
         if let Some((last, _)) = index.last() {
             // Checked: a file may follow the record of the highest index, and no index can.
             let follows = match next_index(last) {
-                None => Some((
-                    u64::MAX,
-                    format!(
-                        "segment file {} follows the record of index {last}, the highest index \
-                         there is",
-                        scan.path.display()
-                    ),
-                )),
-                Some(e) if e != scan.first => Some((
+                None => Some(Damage {
+                    past_the_end: true,
+                    ..Damage::at(
+                        at,
+                        0,
+                        u64::MAX,
+                        format!(
+                            "segment file {} follows the record of index {last}, the highest \
+                             index a log holds",
+                            scan.path.display()
+                        ),
+                    )
+                }),
+                Some(e) if e != scan.first => Some(Damage::at(
+                    at,
+                    0,
                     e,
                     format!(
                         "segment starts at index {} but the previous one ends at {last}",
@@ -52,10 +59,8 @@ pub(crate) fn recover(
                 )),
                 Some(_) => None,
             };
-            if let Some((first_lost, reason)) = follows {
-                let mut d = Damage::at(at, 0, first_lost, reason);
-                d.past_the_end = first_lost == u64::MAX;
-                damage = Some(d);
+            if follows.is_some() {
+                damage = follows;
                 break;
             }
         }
