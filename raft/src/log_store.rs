@@ -397,6 +397,7 @@ impl LogStore {
             Bound::Excluded(e) => *e,
             Bound::Unbounded => u64::MAX,
         }
+        // Exact, not saturated: the log never holds u64::MAX (`queenmq_storage::HIGHEST_INDEX`).
         .min(last.saturating_add(1));
         // Between openraft's horizon and the durable one openraft believes entries present
         // that reclamation deleted: the read fails, because a vector starting later than

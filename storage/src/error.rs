@@ -24,8 +24,9 @@ pub enum StorageError {
     NonContiguous { expected: u64, got: u64 },
 
     #[error(
-        "append refused: the log holds index {}, the highest there is, so {got} cannot follow",
-        u64::MAX
+        "append refused: index {got} is not available: the highest index a log holds is {} \
+         (u64::MAX is reserved) and nothing follows it",
+        crate::HIGHEST_INDEX
     )]
     IndexSpaceExhausted { got: u64 },
 

@@ -13,6 +13,16 @@ pub(crate) const RECORD_FIXED: u32 = 4 + 8 + 8;
 /// Largest payload a u32 `len` can frame.
 pub(crate) const MAX_PAYLOAD_LIMIT: u32 = u32::MAX - RECORD_FIXED;
 
+/// The highest index a log holds. `u64::MAX` is reserved so that every caller's `index + 1`
+/// and exclusive range end (`..last + 1`) stays in range: the raft log store, the
+/// supervisor's cut of an unsynced tail, openraft itself.
+pub const HIGHEST_INDEX: u64 = u64::MAX - 1;
+
+/// The index after `index`, or None when `index` is the highest a log holds (or past it).
+pub(crate) fn next_index(index: u64) -> Option<u64> {
+    index.checked_add(1).filter(|&n| n <= HIGHEST_INDEX)
+}
+
 const SUFFIX: &str = ".qlog";
 const PREFIX: &str = "seg-";
 

@@ -23,7 +23,7 @@ pub use backend::{
     create_dir_durable, sync_parent, FileBackend, IoBackend, MemBackend, SegmentFile,
 };
 pub use error::StorageError;
-pub use format::segment_name as segment_file_name;
+pub use format::{segment_name as segment_file_name, HIGHEST_INDEX};
 pub use ids::{id_file_name, parse_id_file_name, IdFileReader, IdFiles, IdSource, PairCursor};
 pub use log::SegmentLog;
 pub use options::{LogLoss, LogOptions, RecoveryReport, TornTail};

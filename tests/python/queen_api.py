@@ -116,6 +116,17 @@ def drain(
     raise AssertionError(f"{queue} not drained by group {group} within {deadline_s} s")
 
 
+def metric(http: httpx.Client, name: str) -> float:
+    """The sum of every series of `name` in GET /metrics/prometheus (on the client's base_url),
+    0 when the broker exports none."""
+    text = http.get("/metrics/prometheus").text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    )
+
+
 def with_client(url: str, body):
     """Runs `body(client)` with an official `queen` client on `url`, closed after."""
     from queen import Queen

@@ -335,6 +335,7 @@ fn drop_unsynced_tail(
         return Ok(());
     };
     let from = match synced {
+        // Exact: the log never holds u64::MAX (`queenmq_storage::HIGHEST_INDEX`).
         Some(s) => s.saturating_add(1),
         None => log.first_index().unwrap_or(1),
     };

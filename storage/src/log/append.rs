@@ -5,7 +5,10 @@ use std::sync::Arc;
 use super::index::Segment;
 use super::SegmentLog;
 use crate::backend::SegmentFile;
-use crate::format::{encode_header, encode_record, record_len, segment_name, SEGMENT_HEADER_LEN};
+use crate::format::{
+    encode_header, encode_record, next_index, record_len, segment_name, HIGHEST_INDEX,
+    SEGMENT_HEADER_LEN,
+};
 use crate::sync::{lock, write};
 use crate::StorageError;
 
@@ -35,9 +38,12 @@ impl SegmentLog {
         let Some(&(first, _, _)) = records.first() else {
             return Ok(());
         };
-        // Checked, not `l + 1` or `(start..)`: a log may hold the record of index u64::MAX,
-        // and nothing can follow it.
-        let mut next = self.last().map_or(Some(first), |(l, _)| l.checked_add(1));
+        // Checked, not `l + 1` or `(start..)`: nothing follows HIGHEST_INDEX, and u64::MAX is
+        // never stored (format.rs says why).
+        let mut next = match self.last() {
+            None => Some(first).filter(|&f| f <= HIGHEST_INDEX),
+            Some((l, _)) => next_index(l),
+        };
         for &(index, _, payload) in records {
             if payload.len() > self.opts.max_record_bytes as usize {
                 return Err(StorageError::RecordTooLarge {
@@ -54,7 +60,7 @@ impl SegmentLog {
                     got: index,
                 });
             }
-            next = expected.checked_add(1);
+            next = next_index(expected);
         }
 
         let mut target = self.active_target();

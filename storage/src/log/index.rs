@@ -19,7 +19,7 @@ pub(crate) struct Segment {
 
 impl Segment {
     /// Invariant of `LogIndex`: never called on an empty segment. The one is taken from the
-    /// count, not the sum: a segment holding the record of index `u64::MAX` is valid.
+    /// count, not the sum, so the arithmetic holds up to any index.
     pub fn last_index(&self) -> u64 {
         debug_assert!(!self.entries.is_empty(), "last_index of an empty segment");
         self.first_index + (self.entries.len() as u64).saturating_sub(1)

@@ -8,7 +8,7 @@ use tracing::{error, info, warn};
 use super::index::LogIndex;
 use super::scan::{scan_file, FileScan};
 use crate::backend::IoBackend;
-use crate::format::{parse_segment_name, SEGMENT_HEADER_LEN};
+use crate::format::{next_index, parse_segment_name, HIGHEST_INDEX, SEGMENT_HEADER_LEN};
 use crate::{LogLoss, LogOptions, RecoveryReport, StorageError, TornTail};
 
 pub(crate) fn recover(
@@ -32,19 +32,37 @@ pub(crate) fn recover(
     let mut index = LogIndex::default();
     let mut damage = None;
     for (at, scan) in scans.iter_mut().enumerate() {
-        let expected = index.last().map(|(last, _)| last + 1);
-        if let Some(e) = expected.filter(|&e| e != scan.first) {
-            damage = Some(Damage::at(
-                at,
-                0,
-                e,
-                format!(
-                    "segment starts at index {} but the previous one ends at {}",
-                    scan.first,
-                    e - 1
-                ),
-            ));
-            break;
+        if let Some((last, _)) = index.last() {
+            // Checked: a file may follow the record of the highest index, and no index can.
+            let follows = match next_index(last) {
+                None => Some(Damage {
+                    past_the_end: true,
+                    ..Damage::at(
+                        at,
+                        0,
+                        u64::MAX,
+                        format!(
+                            "segment file {} follows the record of index {last}, the highest \
+                             index a log holds",
+                            scan.path.display()
+                        ),
+                    )
+                }),
+                Some(e) if e != scan.first => Some(Damage::at(
+                    at,
+                    0,
+                    e,
+                    format!(
+                        "segment starts at index {} but the previous one ends at {last}",
+                        scan.first
+                    ),
+                )),
+                Some(_) => None,
+            };
+            if follows.is_some() {
+                damage = follows;
+                break;
+            }
         }
         let entries = std::mem::take(&mut scan.entries);
         if let Some((offset, reason)) = scan.problem.clone() {
@@ -109,6 +127,8 @@ struct Damage {
     /// The index the first unreadable record should have held.
     first_lost: u64,
     reason: String,
+    /// The break is a file after the record of the highest index.
+    past_the_end: bool,
 }
 
 impl Damage {
@@ -118,6 +138,7 @@ impl Damage {
             offset,
             first_lost,
             reason,
+            past_the_end: false,
         }
     }
 
@@ -152,7 +173,19 @@ impl Damage {
         // entries is a whole later segment after a gap.)
         let later =
             rest[1..].iter().map(FileScan::readable).sum::<u64>() + rest[0].entries.len() as u64;
-        let why = if later > 0 {
+        // The writer never creates a file whose records would lie past the highest index, so
+        // such a file is no torn write of this log: someone else put it there.
+        let foreign = rest
+            .iter()
+            .find(|s| s.first > HIGHEST_INDEX)
+            .or(self.past_the_end.then_some(&rest[0]));
+        let why = if let Some(f) = foreign {
+            Some(format!(
+                "no write of this log made {}: its records would lie past index {HIGHEST_INDEX}, \
+                 the highest a log holds",
+                f.path.display()
+            ))
+        } else if later > 0 {
             Some(format!(
                 "{later} valid records follow in later segments, so it is not a torn write at \
                  the end of the log"

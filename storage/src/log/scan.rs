@@ -9,8 +9,8 @@ use super::index::Segment;
 use super::resync::{count_after, After, Break};
 use crate::backend::{IoBackend, SegmentFile};
 use crate::format::{
-    check_len, decode_body, decode_header, le_u32, HeaderProblem, FORMAT_VERSION, LEN_FIELD,
-    SEGMENT_HEADER_LEN,
+    check_len, decode_body, decode_header, le_u32, next_index, HeaderProblem, FORMAT_VERSION,
+    HIGHEST_INDEX, LEN_FIELD, SEGMENT_HEADER_LEN,
 };
 use crate::StorageError;
 
@@ -122,6 +122,12 @@ fn check_header(
     let mut header = vec![0u8; file_len.min(SEGMENT_HEADER_LEN) as usize];
     file.read_at(0, &mut header)
         .map_err(StorageError::io("read header of", path))?;
+    if name_first > HIGHEST_INDEX {
+        return Ok(Some(format!(
+            "the file name claims first index {name_first}, past {HIGHEST_INDEX}, the highest \
+             index a log holds (u64::MAX is reserved)"
+        )));
+    }
     Ok(match decode_header(&header) {
         Ok(first) if first == name_first => None,
         Ok(first) => Some(format!(
@@ -150,7 +156,8 @@ fn scan_records(
     scan: &mut FileScan,
     max_payload: u32,
 ) -> Result<Option<String>, StorageError> {
-    // None once a record held u64::MAX: nothing can follow it.
+    // None once a record held HIGHEST_INDEX: nothing can follow it (u64::MAX is reserved, so a
+    // record claiming it is damage). `check_header` refused a name past it.
     let mut expected = Some(scan.first);
     loop {
         let off = scan.end;
@@ -160,8 +167,8 @@ fn scan_records(
         }
         let Some(expected_index) = expected else {
             return Ok(Some(format!(
-                "{remaining} bytes follow the record holding index {}, the highest index there is",
-                u64::MAX
+                "{remaining} bytes of records follow index {HIGHEST_INDEX}, the highest index a \
+                 log holds (u64::MAX is reserved)"
             )));
         };
         if remaining < LEN_FIELD {
@@ -186,7 +193,7 @@ fn scan_records(
         }
         scan.entries.push((off, record.term));
         scan.end = off + LEN_FIELD + len;
-        expected = expected_index.checked_add(1);
+        expected = next_index(expected_index);
     }
 }
 

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::{LogOptions, MemBackend, SegmentLog, StorageError};
+use crate::backend::IoBackend;
+use crate::{LogOptions, MemBackend, SegmentLog, StorageError, HIGHEST_INDEX};
 
 pub(crate) fn small() -> LogOptions {
     LogOptions {
@@ -152,21 +153,44 @@ fn append_with_a_wrong_index_is_refused_and_changes_nothing() {
 fn nothing_follows_the_record_of_the_highest_index() {
     let log = mem_log(&MemBackend::new());
     let err = log
-        .append_batch(&[(u64::MAX, 1, b"last"), (0, 1, b"wrapped")])
+        .append_batch(&[(HIGHEST_INDEX, 1, b"last"), (u64::MAX, 1, b"reserved")])
         .unwrap_err();
     assert!(
-        matches!(err, StorageError::IndexSpaceExhausted { got: 0 }),
+        matches!(err, StorageError::IndexSpaceExhausted { got: u64::MAX }),
         "{err}"
     );
     assert_eq!(log.last(), None, "the refused batch changed nothing");
-    log.append(u64::MAX, 1, b"last").unwrap();
-    assert_eq!(log.last(), Some((u64::MAX, 1)));
-    let err = log.append(0, 1, b"wrapped").unwrap_err();
+    log.append(HIGHEST_INDEX, 1, b"last").unwrap();
+    assert_eq!(log.last(), Some((HIGHEST_INDEX, 1)));
+    for got in [u64::MAX, 0] {
+        let err = log.append(got, 1, b"after").unwrap_err();
+        assert!(
+            matches!(err, StorageError::IndexSpaceExhausted { got: g } if g == got),
+            "{err}"
+        );
+    }
+    assert_eq!(log.last(), Some((HIGHEST_INDEX, 1)));
+}
+
+/// Review s16 storage L5: u64::MAX is reserved (the raft log store's exclusive range end and
+/// the supervisor's cut compute `index + 1`), so a log never takes it, even as its first record.
+#[test]
+fn the_reserved_index_is_refused_and_changes_nothing() {
+    let backend = MemBackend::new();
+    let log = mem_log(&backend);
+    let err = log.append(u64::MAX, 1, b"reserved").unwrap_err();
     assert!(
-        matches!(err, StorageError::IndexSpaceExhausted { got: 0 }),
+        matches!(err, StorageError::IndexSpaceExhausted { got: u64::MAX }),
         "{err}"
     );
-    assert_eq!(log.last(), Some((u64::MAX, 1)));
+    assert!(err.to_string().contains("reserved"), "{err}");
+    assert_eq!(log.last(), None);
+    assert_eq!(log.disk_bytes(), 0);
+    assert_eq!(
+        backend.list().unwrap(),
+        Vec::<String>::new(),
+        "no segment was created"
+    );
 }
 
 #[test]

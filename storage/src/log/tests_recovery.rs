@@ -6,8 +6,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::tests::{assert_records, fill, small};
-use crate::format::{le_u32, SEGMENT_HEADER_LEN};
-use crate::{LogLoss, LogOptions, SegmentLog, StorageError, TornTail};
+use crate::format::{encode_header, encode_record, le_u32, segment_name, SEGMENT_HEADER_LEN};
+use crate::{LogLoss, LogOptions, SegmentLog, StorageError, TornTail, HIGHEST_INDEX};
 
 const RECORDS: u64 = 20;
 
@@ -405,7 +405,7 @@ fn foreign_files_are_left_alone() {
 fn bytes_after_the_record_holding_the_highest_index_are_a_tail_not_a_wrapped_index() {
     let dir = tempfile::tempdir().unwrap();
     let (log, _) = SegmentLog::open(dir.path(), small()).unwrap();
-    log.append(u64::MAX, 1, b"last").unwrap();
+    log.append(HIGHEST_INDEX, 1, b"last").unwrap();
     log.sync().unwrap();
     drop(log);
     let seg = segments(dir.path()).pop().unwrap();
@@ -416,8 +416,65 @@ fn bytes_after_the_record_holding_the_highest_index_are_a_tail_not_a_wrapped_ind
     bytes.extend_from_slice(&record);
     fs::write(&seg, bytes).unwrap();
     let (log, report) = SegmentLog::open(dir.path(), small()).unwrap();
-    assert_eq!(log.last(), Some((u64::MAX, 1)));
+    assert_eq!(log.last(), Some((HIGHEST_INDEX, 1)));
     let torn = report.truncated.expect("the bytes after it are cut");
     assert!(torn.reason.contains("highest index"), "{}", torn.reason);
     assert_eq!(fs::metadata(&seg).unwrap().len(), whole);
+}
+
+/// Review s16 storage L4: the contiguity check computed `last + 1` on the record of the highest
+/// index (a panic in a debug build, a refusal naming the wrong range in a release one).
+#[test]
+fn a_segment_file_after_the_highest_index_refuses_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = encode_header(HIGHEST_INDEX).to_vec();
+    encode_record(&mut first, HIGHEST_INDEX, 1, b"last");
+    fs::write(dir.path().join(segment_name(HIGHEST_INDEX)), first).unwrap();
+    let mut after = encode_header(u64::MAX).to_vec();
+    encode_record(&mut after, u64::MAX, 1, b"after last");
+    let after_path = dir.path().join(segment_name(u64::MAX));
+    fs::write(&after_path, after).unwrap();
+
+    let loss = assert_refused(dir.path(), small());
+    assert_eq!((loss.segment.clone(), loss.offset), (after_path.clone(), 0));
+    assert!(
+        loss.reason.contains("highest index") && loss.reason.contains(&segment_name(u64::MAX)),
+        "{}",
+        loss.reason
+    );
+    let (log, report) = SegmentLog::open(dir.path(), accepting()).unwrap();
+    assert!(report.truncated.unwrap().accepted_loss.is_some());
+    assert!(
+        !after_path.exists(),
+        "the file after the highest index is cut"
+    );
+    assert_eq!(log.last(), Some((HIGHEST_INDEX, 1)));
+}
+
+/// Review s16 storage L5: a stored record claiming the reserved index u64::MAX is damage like any
+/// record out of the run: cut at the end of the log, refused when valid records follow it.
+#[test]
+fn a_record_claiming_the_reserved_index_is_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = encode_header(HIGHEST_INDEX).to_vec();
+    encode_record(&mut bytes, HIGHEST_INDEX, 1, b"last");
+    let whole = bytes.len() as u64;
+    encode_record(&mut bytes, u64::MAX, 1, b"reserved");
+    let seg = dir.path().join(segment_name(HIGHEST_INDEX));
+    fs::write(&seg, &bytes).unwrap();
+    let (log, report) = SegmentLog::open(dir.path(), small()).unwrap();
+    assert_eq!(log.last(), Some((HIGHEST_INDEX, 1)));
+    let torn = report.truncated.expect("the reserved record is cut");
+    assert!(torn.reason.contains("reserved"), "{}", torn.reason);
+    assert_eq!(fs::metadata(&seg).unwrap().len(), whole);
+    drop(log);
+
+    // The same record with a valid one after it, in a later file: acknowledged data is damaged.
+    fs::write(&seg, &bytes).unwrap();
+    let mut later = encode_header(u64::MAX).to_vec();
+    encode_record(&mut later, u64::MAX, 1, b"after");
+    fs::write(dir.path().join(segment_name(u64::MAX)), later).unwrap();
+    let loss = assert_refused(dir.path(), small());
+    assert_eq!((loss.segment, loss.offset), (seg, whole));
+    assert!(loss.reason.contains("reserved"), "{}", loss.reason);
 }
