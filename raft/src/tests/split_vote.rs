@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use openraft::BasicNode;
 
-use crate::{RaftConfig, RaftNode};
+use crate::{ClusterStart, RaftConfig, RaftNode, CLUSTER_ENTRY_MAX};
 
 use super::fixtures::{open_stores, Recorder};
 use super::router::Router;
@@ -16,12 +16,7 @@ use super::router::Router;
 /// A safety bound on every wait, never an assertion about time.
 const BOUND: Duration = Duration::from_secs(60);
 
-async fn start(
-    dir: &Path,
-    id: u64,
-    router: &Router,
-    initial: Option<BTreeMap<u64, BasicNode>>,
-) -> RaftNode {
+async fn start(dir: &Path, id: u64, router: &Router, peers: &BTreeMap<u64, BasicNode>) -> RaftNode {
     let (log, store) = open_stores(&dir.join(id.to_string()));
     // min..max holds one value: every node draws the same election timeout.
     let cfg = RaftConfig {
@@ -31,6 +26,11 @@ async fn start(
         election_timeout_max_ms: 1001,
     };
     let r = router.clone();
+    let initial = ClusterStart {
+        peers: peers.clone(),
+        initialise: id == 1,
+        entry_limit: CLUSTER_ENTRY_MAX,
+    };
     RaftNode::start_clustered(
         cfg,
         log,
@@ -61,9 +61,9 @@ async fn survivors_with_equal_timeouts_and_slow_votes_elect_a_leader() {
     let router = Router::default();
     let nodes: BTreeMap<u64, BasicNode> = (1..=3).map(|id| (id, BasicNode::default())).collect();
     let (n1, n2, n3) = tokio::join!(
-        start(dir.path(), 1, &router, Some(nodes.clone())),
-        start(dir.path(), 2, &router, None),
-        start(dir.path(), 3, &router, None),
+        start(dir.path(), 1, &router, &nodes),
+        start(dir.path(), 2, &router, &nodes),
+        start(dir.path(), 3, &router, &nodes),
     );
     let all = [n1, n2, n3];
     let first = wait_for_leader(&all.iter().collect::<Vec<_>>(), "the first leader").await;
