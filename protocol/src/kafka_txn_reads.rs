@@ -10,8 +10,12 @@ pub const MAX_TXNS_PER_ANSWER: usize = 10_000;
 pub const MAX_PRODUCER_PARTITIONS: usize = 10_000;
 /// The most producers listed per partition (the rest are left out).
 pub const MAX_PRODUCERS_PER_PARTITION: usize = 1_000;
-/// The most filter values (states or producer ids) one ListTransactions may carry.
+/// The most state filters one ListTransactions may carry (Kafka knows eight names).
 pub const MAX_LIST_FILTERS: usize = 1_000;
+/// The most producer id filters one ListTransactions may carry: they are matched as a set
+/// through the by-producer index, and Java's `kafka-transactions.sh find-hanging` sends all
+/// its candidates in one request (review s17 kafka L1: a cap of 1 000 closed its connection).
+pub const MAX_LIST_PRODUCER_FILTERS: usize = 100_000;
 /// The most entries one DescribeTransactions or DescribeProducers answer holds: partitions
 /// summed over every described transaction, producers summed over every described
 /// partition. The engine counts while it builds the answer; the item that would pass it and
@@ -23,6 +27,13 @@ pub const MAX_LIST_FILTERS: usize = 1_000;
 /// retries the rest always progresses.
 pub const MAX_ENTRIES_PER_ANSWER: usize = 100_000;
 const _: () = assert!(MAX_PRODUCERS_PER_PARTITION < MAX_ENTRIES_PER_ANSWER);
+/// DescribeProducers' own budget: a producer entry is fixed-size (about 40 bytes, no name
+/// copied), so half a million stay near 20 MB, and a whole batch of Java's find-hanging (500
+/// partitions) at the most producers a partition lists fits. Past the budget the door answers
+/// NOT_LEADER_OR_FOLLOWER per partition, which Java treats as fatal when the caller pinned a
+/// broker id (review s17 kafka M1): the budget keeps that out of reach of real batches.
+pub const MAX_PRODUCER_ENTRIES_PER_ANSWER: usize = 500_000;
+const _: () = assert!(500 * MAX_PRODUCERS_PER_PARTITION <= MAX_PRODUCER_ENTRIES_PER_ANSWER);
 const _: () = assert!(50_000 < MAX_ENTRIES_PER_ANSWER);
 
 /// A transaction's state under Kafka's names (`TransactionState` in Kafka's coordinator).

@@ -159,8 +159,8 @@ pub fn decode_list(r: &mut Reader) -> Result<(Vec<String>, Vec<i64>), Malformed>
     .unwrap_or_default();
     let producers = capped_array(
         r,
-        MAX_LIST_FILTERS,
-        "ListTransactions carries more than 1000 producer id filters",
+        MAX_LIST_PRODUCER_FILTERS,
+        "ListTransactions carries more than 100000 producer id filters",
         |r| r.i64(),
     )?
     .unwrap_or_default();

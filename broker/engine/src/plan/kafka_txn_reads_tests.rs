@@ -201,8 +201,11 @@ fn describe_producers_naming_one_busy_partition_many_times_stays_within_the_budg
             _ => 0,
         })
         .sum();
-    assert!(total <= MAX_ENTRIES_PER_ANSWER, "{total} producers");
-    let served = MAX_ENTRIES_PER_ANSWER / MAX_PRODUCERS_PER_PARTITION;
+    assert!(
+        total <= MAX_PRODUCER_ENTRIES_PER_ANSWER,
+        "{total} producers"
+    );
+    let served = MAX_PRODUCER_ENTRIES_PER_ANSWER / MAX_PRODUCERS_PER_PARTITION;
     assert!(got[..served].iter().all(
         |p| matches!(p, PartitionProducers::Listed(v) if v.len() == MAX_PRODUCERS_PER_PARTITION)
     ));
@@ -277,7 +280,7 @@ fn each_request_past_its_cap_is_refused() {
     assert!(ask(&mut fx, q).is_err());
     let q = KafkaTxnRead::List {
         states: Vec::new(),
-        producer_ids: vec![1; MAX_LIST_FILTERS + 1],
+        producer_ids: vec![1; MAX_LIST_PRODUCER_FILTERS + 1],
     };
     assert!(ask(&mut fx, q).is_err());
     let q = KafkaTxnRead::Producers {
@@ -293,7 +296,7 @@ fn each_request_past_its_cap_is_refused() {
         &mut fx,
         KafkaTxnRead::List {
             states: vec!["Ongoing".into(); MAX_LIST_FILTERS],
-            producer_ids: vec![1; MAX_LIST_FILTERS],
+            producer_ids: vec![1; MAX_LIST_PRODUCER_FILTERS],
         }
     )
     .is_ok());

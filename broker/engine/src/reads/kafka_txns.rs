@@ -1,7 +1,8 @@
 //! DescribeTransactions, ListTransactions and DescribeProducers from applied state
 //! (protocol/src/kafka_txn_reads.rs): no entry. Every answer is bounded by the caps there,
-//! and DescribeTransactions and DescribeProducers by one total, `MAX_ENTRIES_PER_ANSWER`,
-//! counted before anything is copied (review s16 kafka H1: the per-item caps multiplied).
+//! and DescribeTransactions and DescribeProducers by one total each
+//! (`MAX_ENTRIES_PER_ANSWER`, `MAX_PRODUCER_ENTRIES_PER_ANSWER`), counted before anything is
+//! copied (review s16 kafka H1: the per-item caps multiplied).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -25,10 +26,11 @@ pub fn answer(st: &State, req: &KafkaTxnRead) -> Result<KafkaTxnReadAnswer, Quee
             states,
             producer_ids,
         } => {
-            if states.len() > MAX_LIST_FILTERS || producer_ids.len() > MAX_LIST_FILTERS {
-                return Err(QueenError::bad_request(
-                    "ListTransactions carries more than 1000 filter values",
-                ));
+            if states.len() > MAX_LIST_FILTERS || producer_ids.len() > MAX_LIST_PRODUCER_FILTERS {
+                return Err(QueenError::bad_request(format!(
+                    "ListTransactions carries more than {MAX_LIST_FILTERS} state filters or \
+                     {MAX_LIST_PRODUCER_FILTERS} producer id filters"
+                )));
             }
             list(st, states, producer_ids)
         }
@@ -38,7 +40,11 @@ pub fn answer(st: &State, req: &KafkaTxnRead) -> Result<KafkaTxnReadAnswer, Quee
                     "DescribeProducers names more than 10000 partitions",
                 ));
             }
-            KafkaTxnReadAnswer::Producers(producers(st, partitions, MAX_ENTRIES_PER_ANSWER))
+            KafkaTxnReadAnswer::Producers(producers(
+                st,
+                partitions,
+                MAX_PRODUCER_ENTRIES_PER_ANSWER,
+            ))
         }
         KafkaTxnRead::PendingOffsets { group, partitions } => {
             if partitions.len() > MAX_PRODUCER_PARTITIONS {
