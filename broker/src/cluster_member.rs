@@ -173,9 +173,13 @@ impl Timing {
     /// How long a leader may go unacknowledged by a majority and still plan: a follower that
     /// heard nothing for the election timeout may call an election, so past it another node
     /// may lead (and commit) while this one would still plan on a state that no longer
-    /// counts.
+    /// counts. Two heartbeats short of it: openraft's acknowledgement age is up to one and
+    /// a half heartbeats old when read, and the engine reads it once per cycle (review s17
+    /// C5). The configuration keeps the election timeout at 3 heartbeats or more.
     pub fn lease_ms(&self) -> u64 {
         self.election_timeout_ms
+            .saturating_sub(self.heartbeat_ms.saturating_mul(2))
+            .max(self.heartbeat_ms)
     }
 
     /// The longest one proposal may wait to commit while this node keeps its lease (a quorum
@@ -252,6 +256,8 @@ mod tests {
         assert!(may_plan(&with_ack(Some(lease))));
         assert!(!may_plan(&with_ack(Some(lease + 1))));
         assert!(!may_plan(&with_ack(None)));
+        // Review s17 C5: the lease is two heartbeats short of the election timeout.
+        assert_eq!(lease, TIMING.election_timeout_ms - 2 * TIMING.heartbeat_ms);
         let e = member().refusal(&with_ack(Some(lease + 1)));
         assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable);
         assert!(e.message.contains("no majority"), "{}", e.message);

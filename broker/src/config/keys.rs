@@ -609,9 +609,11 @@ pub(crate) const KEYS: &[KeySpec] = &[
         name: "cluster_election_timeout_ms",
         env: "QUEEN_CLUSTER_ELECTION_TIMEOUT_MS",
         flag: None,
+        // 4 x this is the write limit, which must stay under the bus's 30 s answer bound so
+        // a cut-off leader answers its own 503, not "a stalled disk?" (review s17 C4).
         kind: Kind::Uint {
             min: 150,
-            max: 120_000,
+            max: 7_000,
         },
     },
 ];

@@ -845,4 +845,8 @@ fn cluster_timing_has_wide_defaults_and_a_checked_ratio() {
     assert_eq!(err.key(), Some("cluster_election_timeout_ms"), "{err}");
     let err = cluster(with(&[("QUEEN_CLUSTER_HEARTBEAT_MS", "49")])).expect_err("range");
     assert_eq!(err.key(), Some("cluster_heartbeat_ms"), "{err}");
+    // Review s17 C4: 4 x the election timeout (the write limit) stays under the 30 s answer
+    // bound.
+    let err = cluster(with(&[("QUEEN_CLUSTER_ELECTION_TIMEOUT_MS", "7001")])).expect_err("range");
+    assert_eq!(err.key(), Some("cluster_election_timeout_ms"), "{err}");
 }
