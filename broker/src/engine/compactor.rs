@@ -143,6 +143,11 @@ impl Compactor {
         true
     }
 
+    /// Whether the next cycle looks at the oldest pinned segment.
+    pub fn is_due(&self) -> bool {
+        self.due
+    }
+
     fn skipped(&self, why: Skip) {
         metrics::counter!("queen_compaction_skipped_total", "tenant" => self.tenant.to_string(), "reason" => why.label())
             .increment(1);
@@ -405,7 +410,7 @@ mod tests {
 
     #[test]
     fn a_copy_borrows_at_most_an_eighth_of_the_reserve_per_interval() {
-        // Review H1: the gate lends up to reserve/8 (`copy_lend`); the compactor spends it
+        // Review H1: the gate lends up to reserve/8 (`DiskGate::lend`); the compactor spends it
         // once per checkpoint interval, the space coming back two checkpoints later.
         let mut c = Compactor::new(true, Arc::from("t"));
         c.after_checkpoint();
