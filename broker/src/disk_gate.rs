@@ -66,6 +66,13 @@ pub struct DiskGate {
     in_flight: AtomicU64,
     /// Bytes written since the last reading began: not in it, maybe.
     since_reading: AtomicU64,
+    /// Bytes of the reserve lent to compaction copies ([`Loan`]) whose entries are not yet
+    /// counted by `begin_write`: every group's loans come out of the one reading (review s16
+    /// compactor H1: each tenant once lent from the whole free space by itself).
+    lent: AtomicU64,
+    /// The most a checkpoint of this node needed (its encoded size, twice): a loan leaves room
+    /// for it above the bookkeeping floor, so the checkpoint that repays the loan is written.
+    checkpoint_own: AtomicU64,
     full: AtomicBool,
     /// Whether the last reading failed: the warning is logged once per failing stretch.
     blind: AtomicBool,
@@ -100,6 +107,32 @@ impl Drop for Writing {
     }
 }
 
+/// Bytes of the reserve lent to a compaction copy ([`DiskGate::lend`]): counted against the
+/// free space of every group until dropped.
+pub struct Loan {
+    gate: Arc<DiskGate>,
+    bytes: u64,
+}
+
+impl Loan {
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Gives back what the copy did not use: at most `used` stays lent.
+    pub fn keep(&mut self, used: u64) {
+        let back = self.bytes.saturating_sub(used);
+        self.gate.lent.fetch_sub(back, Ordering::SeqCst);
+        self.bytes -= back;
+    }
+}
+
+impl Drop for Loan {
+    fn drop(&mut self) {
+        self.gate.lent.fetch_sub(self.bytes, Ordering::SeqCst);
+    }
+}
+
 impl DiskGate {
     /// A gate keeping `reserve` bytes free on `source`. It knows nothing until `refresh` (or
     /// the thread of `spawn_refresher`) has asked the file system.
@@ -113,6 +146,8 @@ impl DiskGate {
             available: AtomicU64::new(UNKNOWN),
             in_flight: AtomicU64::new(0),
             since_reading: AtomicU64::new(0),
+            lent: AtomicU64::new(0),
+            checkpoint_own: AtomicU64::new(0),
             full: AtomicBool::new(false),
             blind: AtomicBool::new(false),
             reading: std::sync::Mutex::new(()),
@@ -231,6 +266,12 @@ impl DiskGate {
     /// The bytes of a reading not yet spoken for: minus what is being written, what was
     /// written since the reading began and what this cycle has planned.
     fn left(&self, available: u64, planned: u64) -> u64 {
+        self.unlent(available, planned)
+            .saturating_sub(self.lent.load(Ordering::SeqCst))
+    }
+
+    /// `left` before the loans taken.
+    fn unlent(&self, available: u64, planned: u64) -> u64 {
         available
             .saturating_sub(self.in_flight.load(Ordering::SeqCst))
             .saturating_sub(self.since_reading.load(Ordering::SeqCst))
@@ -253,19 +294,58 @@ impl DiskGate {
         self.left(available, planned).saturating_sub(self.reserve)
     }
 
-    /// How many bytes of the reserve a compaction copy may borrow beyond [`Self::data_room`],
-    /// for a cycle whose entry holds `planned` bytes: an eighth of the reserve, never more
-    /// than is free. A copy gives back at least four times what it writes two checkpoints
-    /// later (the compactor's quarter rule, the copy emptying its segment), as a checkpoint
-    /// whose reclamation repays it may use the reserve ([`Self::checkpoint_fits`]): on a full
-    /// node a pinning segment is otherwise never freed (review H1). 0 while the free space is
-    /// unknown (`data_room` is unbounded then).
-    pub fn copy_lend(&self, planned: u64) -> u64 {
+    /// Lends a compaction copy bytes of the reserve beyond [`Self::data_room`], for a cycle
+    /// whose entry holds `planned` bytes: at most an eighth of the reserve, and never so much
+    /// that the free space, less every loan of every group, falls under [`Self::lend_floor`]
+    /// (half the reserve, and room for a checkpoint above the bookkeeping floor). A copy gives
+    /// back at least four times what it writes two checkpoints later (the compactor's quarter
+    /// rule, the copy emptying its segment), as a checkpoint whose reclamation repays it may
+    /// use the reserve ([`Self::checkpoint_fits`]): on a full node a pinning segment is
+    /// otherwise never freed (review s16 H1). Nothing while the free space is unknown
+    /// (`data_room` is unbounded then). The loan counts against the free space until it is
+    /// dropped: hold it until the cycle's entry is counted by [`Self::begin_write`].
+    pub fn lend(self: &Arc<Self>, planned: u64) -> Loan {
         let available = self.available.load(Ordering::SeqCst);
+        let mut loan = Loan {
+            gate: self.clone(),
+            bytes: 0,
+        };
         if available == UNKNOWN {
-            return 0;
+            return loan;
         }
-        (self.reserve / 8).min(self.left(available, planned))
+        let floor = self.lend_floor();
+        // Taken with a compare-and-swap: two groups planning at once each see the other's loan.
+        let mut out = self.lent.load(Ordering::SeqCst);
+        loop {
+            let bytes = self
+                .unlent(available, planned)
+                .saturating_sub(out)
+                .saturating_sub(floor)
+                .min(self.reserve / 8);
+            if bytes == 0 {
+                return loan;
+            }
+            match self.lent.compare_exchange(
+                out,
+                out.saturating_add(bytes),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => {
+                    loan.bytes = bytes;
+                    return loan;
+                }
+                Err(now) => out = now,
+            }
+        }
+    }
+
+    /// The free space no loan goes under: half the reserve, and the bookkeeping floor (a
+    /// quarter) plus the largest checkpoint seen, so loans alone never starve the checkpoint
+    /// that repays them (review s16 H1).
+    fn lend_floor(&self) -> u64 {
+        let own = self.checkpoint_own.load(Ordering::SeqCst);
+        (self.reserve / 2).max((self.reserve / 4).saturating_add(own))
     }
 
     /// Counts an entry of `bytes` handed to the log until the guard is dropped.
@@ -296,6 +376,7 @@ impl DiskGate {
         };
         let left = available.saturating_sub(self.in_flight.load(Ordering::SeqCst));
         let own = encoded.saturating_mul(CHECKPOINT_MARGIN);
+        self.checkpoint_own.fetch_max(own, Ordering::SeqCst);
         let needs = own.saturating_add(self.reserve);
         if left >= needs {
             return true;

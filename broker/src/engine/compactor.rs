@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use queenmq_engine::log::ReplicatedLog;
-use queenmq_engine::plan::{Compacted, CompactionBudget, Planner, Segment, TooLive};
+use queenmq_engine::plan::{Compacted, CompactionBudget, DeadSpan, Planner, Segment, TooLive};
 
 #[derive(Debug)]
 pub struct Compactor {
@@ -19,6 +19,9 @@ pub struct Compactor {
     /// The last segment a look found more than a quarter live: not read again while it holds
     /// the same runs (review C2).
     too_live: Option<TooLive>,
+    /// The dead segments after the floor segment a look measured: not asked of the log
+    /// again (review s16 M1).
+    dead: DeadSpan,
     /// Looks left this checkpoint interval that may follow one short of room.
     room_retries: u32,
     /// Whether the look waiting for disk room was counted already: it stays due and is
@@ -50,6 +53,10 @@ pub enum Skip {
     EntryFull,
     /// This checkpoint interval's quarter segment is spent.
     Budget,
+    /// A copy borrowing the reserve must take every live run of its segment at once, and
+    /// they are more than the interval's budget (review s16 M0: once counted `disk_full`,
+    /// and retried every cycle without a chance).
+    OverBudget,
     /// `RECLAIM_PAUSED` exists: a copy would free nothing.
     Paused,
     /// The disk gate leaves no room above the reserve.
@@ -59,10 +66,11 @@ pub enum Skip {
 }
 
 impl Skip {
-    pub const ALL: [Skip; 6] = [
+    pub const ALL: [Skip; 7] = [
         Skip::TooLive,
         Skip::EntryFull,
         Skip::Budget,
+        Skip::OverBudget,
         Skip::Paused,
         Skip::DiskFull,
         Skip::ReadError,
@@ -73,6 +81,7 @@ impl Skip {
             Skip::TooLive => "too_live",
             Skip::EntryFull => "entry_full",
             Skip::Budget => "budget",
+            Skip::OverBudget => "over_budget",
             Skip::Paused => "paused",
             Skip::DiskFull => "disk_full",
             Skip::ReadError => "read_error",
@@ -83,6 +92,8 @@ impl Skip {
     fn of(c: &Compacted) -> Option<Skip> {
         if c.too_live.is_some() {
             Some(Skip::TooLive)
+        } else if c.over_budget {
+            Some(Skip::OverBudget)
         } else if c.short_of_room {
             Some(Skip::EntryFull)
         } else if c.more {
@@ -109,6 +120,7 @@ impl Compactor {
             due: false,
             budget: CompactionBudget::default(),
             too_live: None,
+            dead: DeadSpan::default(),
             room_retries: 0,
             full_counted: false,
             lent: 0,
@@ -141,6 +153,11 @@ impl Compactor {
         self.wants_alone = false;
         self.alone_left = false;
         true
+    }
+
+    /// Whether the next cycle looks at the oldest pinned segment.
+    pub fn is_due(&self) -> bool {
+        self.due
     }
 
     fn skipped(&self, why: Skip) {
@@ -233,7 +250,15 @@ impl Compactor {
             }
         };
         let seg = Segment { first, last, bytes };
-        match planner.plan_compaction(seg, budget, max_entry_bytes, self.too_live, borrows) {
+        let look = planner.plan_compaction(
+            seg,
+            budget,
+            max_entry_bytes,
+            self.too_live,
+            borrows,
+            &mut self.dead,
+        );
+        match look {
             Ok(c) => {
                 self.too_live = c.too_live;
                 self.budget.spend(c.bytes);
@@ -269,7 +294,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::{Compactor, Skip};
-    use queenmq_engine::plan::{Compacted, TooLive};
+    use queenmq_engine::plan::fixture::{opts, Fixture, MemLog};
+    use queenmq_engine::plan::{Compacted, DeadSpan, Segment, TooLive};
 
     const SEGMENT: u64 = 64 << 20;
 
@@ -393,6 +419,12 @@ mod tests {
             ..Compacted::default()
         };
         assert_eq!(Skip::of(&budget), Some(Skip::Budget));
+        let over = Compacted {
+            more: true,
+            over_budget: true,
+            ..Compacted::default()
+        };
+        assert_eq!(Skip::of(&over), Some(Skip::OverBudget));
         let done = Compacted {
             runs: 3,
             segment_done: true,
@@ -405,7 +437,7 @@ mod tests {
 
     #[test]
     fn a_copy_borrows_at_most_an_eighth_of_the_reserve_per_interval() {
-        // Review H1: the gate lends up to reserve/8 (`copy_lend`); the compactor spends it
+        // Review H1: the gate lends up to reserve/8 (`DiskGate::lend`); the compactor spends it
         // once per checkpoint interval, the space coming back two checkpoints later.
         let mut c = Compactor::new(true, Arc::from("t"));
         c.after_checkpoint();
@@ -451,5 +483,81 @@ mod tests {
         );
         c.wants_alone = true;
         assert!(c.take_cycle_alone());
+    }
+
+    /// A node whose oldest pinned segment (entry 1, `floor_bytes` on disk) holds two live
+    /// messages, followed by a wholly dead sealed segment (entry 2) of `dead_bytes` and a
+    /// later run in the segment appends go to; and a log naming the same segments.
+    fn pinned(floor_bytes: u64, dead_bytes: u64) -> (Fixture, MemLog) {
+        let mut f = Fixture::new();
+        f.push("keep", "p", 2);
+        f.commit();
+        f.configure("other", opts(|_| {}));
+        f.commit();
+        f.push("later", "p", 1);
+        f.commit();
+        let sealed = vec![(1, 1, floor_bytes), (2, 2, dead_bytes)];
+        f.log.sealed = sealed.clone();
+        let log = MemLog {
+            sealed,
+            ..MemLog::default()
+        };
+        (f, log)
+    }
+
+    /// What copying the live runs of `pinned`'s floor segment writes.
+    fn live_bytes() -> u64 {
+        let (mut f, _) = pinned(1 << 30, 0);
+        match f.planner().plan_compaction(
+            seg(1 << 30),
+            u64::MAX,
+            usize::MAX,
+            None,
+            false,
+            &mut DeadSpan::default(),
+        ) {
+            Ok(c) => c.bytes,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn seg(bytes: u64) -> Segment {
+        Segment {
+            first: 1,
+            last: 1,
+            bytes,
+        }
+    }
+
+    #[test]
+    fn a_borrowing_look_over_the_budget_is_neither_retried_nor_given_a_cycle_alone() {
+        // Review s16 M0: a copy into the reserve must take the segment whole; when that is
+        // more than the interval's budget it was called short of room, retried 16 times (each
+        // reading the segment again under the state lock), given a cycle alone, and counted
+        // `disk_full`, with no chance of success before the next checkpoint.
+        let live = live_bytes();
+        // The floor segment's quarter (the budget) is one byte short; with the dead segment
+        // after it the copy frees enough for the quarter rule.
+        let (mut f, log) = pinned(4 * (live - 1), 4 * live);
+        let mut c = Compactor::new(true, Arc::from("t"));
+        c.after_checkpoint();
+        // A full node: no room above the reserve, a loan of 1 MiB.
+        let got = c
+            .plan(&mut f.planner(), &log, (0, 4 << 20, 1 << 20), || true)
+            .expect("a look");
+        assert!(got.over_budget, "{got:?}");
+        assert!(!got.short_of_room, "{got:?}");
+        assert_eq!((got.runs, got.too_live), (0, None), "{got:?}");
+        assert_eq!(Skip::of(&got), Some(Skip::OverBudget));
+        assert!(!c.is_due(), "no retry before the next checkpoint");
+        assert!(!c.take_cycle_alone(), "no cycle alone for it");
+        // With the budget whole (a larger floor segment) the same look copies.
+        let (mut f, log) = pinned(4 * live, 4 * live);
+        let mut c = Compactor::new(true, Arc::from("t"));
+        c.after_checkpoint();
+        let got = c
+            .plan(&mut f.planner(), &log, (0, 4 << 20, 1 << 20), || true)
+            .expect("a look");
+        assert_eq!((got.runs, got.segment_done), (1, true), "{got:?}");
     }
 }

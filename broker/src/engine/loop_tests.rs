@@ -201,7 +201,7 @@ fn a_failed_cycle_keeps_refusals_and_answers_reads_503() {
 }
 
 #[test]
-fn a_copy_gets_no_room_on_a_full_disk_but_a_loan_of_the_reserve_that_is_free() {
+fn a_copy_gets_no_room_on_a_full_disk_and_no_loan_under_half_the_reserve() {
     // Review C1: compaction copies are held to the gate like due timers. The entry cap equals
     // what is already planned, so the compactor has no room above the reserve at all.
     let limits = queenmq_engine::limits::Limits::new(64 << 20, 4 << 20, 16);
@@ -209,9 +209,8 @@ fn a_copy_gets_no_room_on_a_full_disk_but_a_loan_of_the_reserve_that_is_free() {
     full.refresh();
     assert!(full.is_full());
     assert_eq!(super::gated_limits(&limits, Some(&full), 300), (300, 300));
-    // Review H1: only the loan, an eighth of the reserve at most and never more than is
-    // free beyond what the cycle planned, for a copy that empties its segment.
-    assert_eq!(full.copy_lend(300), 700);
+    // Review s16 H1: no loan under half the reserve (it once lent all 700 bytes left).
+    assert_eq!(full.lend(300).bytes(), 0);
     // 2 MiB free over a 1 MiB reserve: a copy may take the MiB above it, and the loan.
     let room = crate::disk_gate::DiskGate::new(Box::new(Fixed(2 << 20)), 1 << 20);
     room.refresh();
@@ -219,7 +218,7 @@ fn a_copy_gets_no_room_on_a_full_disk_but_a_loan_of_the_reserve_that_is_free() {
     let (_, copy_max) = super::gated_limits(&limits, Some(&room), 0);
     assert!(copy_max <= 1 << 20, "{copy_max}");
     assert!(copy_max > 0);
-    assert_eq!(room.copy_lend(0), (1 << 20) / 8);
+    assert_eq!(room.lend(0).bytes(), (1 << 20) / 8);
     assert_eq!(
         super::gated_limits(&limits, None, 0),
         (limits.cycle_bytes, limits.max_entry_bytes)

@@ -391,6 +391,7 @@ impl Engine {
             Vec::with_capacity(jobs.len());
         let removed: Vec<(String, u64)>;
         let compacted;
+        let mut loan;
         let (entry, appended, copied, number) = {
             let mut st = self.shared.lock();
             let mut cycle = Cycle::next(&st, self.cfg.clock.now_us());
@@ -536,17 +537,24 @@ impl Engine {
             // A copy that empties its segment may borrow a little of the reserve: on a full
             // node it is the only way a pinning segment goes (review H1).
             let ungated = copy_cap(empty, self.limits.cycle_bytes, self.limits.max_entry_bytes);
-            let lend = self
+            // Only when a look is due: a loan counts against every group's free space.
+            loan = self
                 .cfg
                 .disk
-                .as_deref()
-                .map_or(0, |d| d.copy_lend(planned as u64));
+                .as_ref()
+                .filter(|_| self.compactor.is_due())
+                .map(|d| d.lend(planned as u64));
             compacted = self.compactor.plan(
                 &mut planner,
                 self.log.as_ref(),
-                (copy_max, ungated, lend),
+                (copy_max, ungated, loan.as_ref().map_or(0, |l| l.bytes())),
                 || self.reclaimer.would_run(),
             );
+            // What the copy did not take goes back now; the rest stays counted until the
+            // entry is (`begin_write`).
+            if let Some(l) = &mut loan {
+                l.keep(compacted.as_ref().map_or(0, |c| c.bytes));
+            }
             planner.plan_kv_sweep(plan::KV_SWEEP_PER_CYCLE, self.limits.max_entry_bytes);
             planner.plan_streams_purge(plan::STREAMS_PURGE_PER_CYCLE, self.limits.max_entry_bytes);
             if let Some(m) = &mut self.memory {
@@ -585,6 +593,7 @@ impl Engine {
             // Counted against the free space while it is written, and until the next
             // reading of the file system has it.
             let _writing = self.cfg.disk.as_ref().map(|d| d.begin_write(size as u64));
+            drop(loan);
             match self.log.propose(entry).await {
                 Ok((index, _term)) => {
                     {

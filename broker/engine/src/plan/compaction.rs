@@ -45,6 +45,10 @@ pub struct Compacted {
     pub short_of_room: bool,
     /// The segment was judged more than a quarter live (or still is, unread: `known`).
     pub too_live: Option<TooLive>,
+    /// A copy that had to take every live run at once (`whole`) needed more than the
+    /// interval's budget: no later cycle of this interval can do better, so it is not short
+    /// of room (review s16 compactor M0).
+    pub over_budget: bool,
 }
 
 /// A segment judged more than a quarter live, how many runs it held then, and what copying
@@ -72,6 +76,21 @@ impl TooLive {
         (self.first, self.held, self.next, self.frees)
             == (other.first, other.held, other.next, other.frees)
     }
+}
+
+/// What [`Planner::plan_compaction`] learned of the wholly dead sealed segments after the
+/// floor segment: sealed segments never change (reclamation deletes only below the floor, a
+/// roll adds one past the last), so the next look asks the log only past them. Each question
+/// may be a redb read under the state lock (the Raft log checks whether reclamation is
+/// refused), once per dead segment on every look before (review s16 compactor M1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeadSpan {
+    /// The index right after the floor segment the span was measured from.
+    from: u64,
+    /// The first index not counted: where the next look asks the log again.
+    to: u64,
+    /// Bytes of the sealed segments in `from..to`.
+    bytes: u64,
 }
 
 /// Bytes the engine still lets the compactor copy before the next checkpoint.
@@ -112,7 +131,8 @@ impl Planner<'_> {
     /// it stays pinned, nothing is lost. `known`: what an earlier look judged too live; the
     /// same segment holding the same number of runs is not read again. `whole`: copy every
     /// live run of the segment in this entry or none (a copy that borrows the free-space
-    /// reserve must give the segment back).
+    /// reserve must give the segment back). `dead`: what an earlier look learned of the dead
+    /// segments after this one, kept by the caller between looks.
     pub fn plan_compaction(
         &mut self,
         seg: Segment,
@@ -120,6 +140,7 @@ impl Planner<'_> {
         max_entry_bytes: usize,
         known: Option<TooLive>,
         whole: bool,
+        dead: &mut DeadSpan,
     ) -> Result<Compacted, ReadError> {
         let mut out = Compacted::default();
         let drops = self.st.run_floor.drops();
@@ -127,7 +148,7 @@ impl Planner<'_> {
         // the one past it is the same (runs committed since name newer entries). Only the
         // sealed segments the copy would free may have grown (a roll, with nothing past it).
         if let Some(k) = known.filter(|k| k.first == seg.first && k.drops == drops) {
-            if self.freed_by(seg, k.next) == k.frees {
+            if self.freed_by(seg, k.next, dead) == k.frees {
                 out.too_live = Some(k);
                 return Ok(out);
             }
@@ -150,7 +171,7 @@ impl Planner<'_> {
             out.segment_done = true;
             return Ok(out);
         }
-        let frees = self.freed_by(seg, next);
+        let frees = self.freed_by(seg, next, dead);
         let judged = TooLive {
             first: seg.first,
             held: held.len(),
@@ -167,13 +188,25 @@ impl Planner<'_> {
         // Copies write at most a quarter of what they let go: the segment, and after it the
         // sealed ones only it kept (review C3: one dense floor segment pinned every later one).
         let quarter = frees / 4;
-        let mut live = Vec::with_capacity(held.len());
+        // Only the runs this look copies are kept, copied out of their entries, so it holds at
+        // most the budget (or the entry's room) and the one entry being read: each run once
+        // kept its whole entry alive until the look ended, up to a whole segment under the
+        // state lock in memory no pool counts (review s16 M2, C3 having raised the cut-off
+        // from a quarter segment to a quarter of what the copy frees). Which runs fit is
+        // decided as they are read, as the copy below takes them: a run that does not fit
+        // is left for a later cycle, but the smaller ones after it are still taken, so one
+        // large run does not hold back all the others (review H2).
+        let mut room = max_entry_bytes.saturating_sub(self.cycle.entry.len());
+        let (entry_room, mut left) = (room, budget);
+        let mut live = Vec::new();
         let mut total = 0u64;
         let mut entry: Option<(u64, Bytes)> = None;
         for (pid, run) in held {
             let bytes = match &entry {
                 Some((i, b)) if *i == run.index => b.clone(),
                 _ => {
+                    // The one read before is let go first.
+                    drop(entry.take());
                     let b = self.entry_bytes(run.index)?;
                     entry = Some((run.index, b.clone()));
                     b
@@ -182,44 +215,56 @@ impl Planner<'_> {
             let frames = run_frames(&bytes, &run)?;
             // What the copy writes, header included: with many tiny runs the headers are a
             // large part of it (review C6).
-            total = total.saturating_add(copy_bytes(&frames));
+            let n = copy_bytes(&frames);
+            total = total.saturating_add(n);
             if total > quarter {
                 out.too_live = Some(judged);
                 return Ok(out);
             }
-            live.push(Live { pid, run, frames });
+            let fits = usize::try_from(n).ok().filter(|&n| n <= room);
+            match fits {
+                Some(n_room) if n <= left => {
+                    left -= n;
+                    room -= n_room;
+                    live.push(Live {
+                        pid,
+                        run,
+                        frames: Bytes::copy_from_slice(&frames),
+                    });
+                }
+                Some(_) => out.more = true,
+                None if n > left => out.more = true,
+                None => {
+                    out.more = true;
+                    out.short_of_room = true;
+                }
+            }
         }
+        drop(entry);
         // A copy into the free-space reserve frees nothing unless it empties the segment: all
         // of it in this entry, or none (review H1).
-        let room = max_entry_bytes.saturating_sub(self.cycle.entry.len());
-        if whole && !(total <= budget && usize::try_from(total).is_ok_and(|t| t <= room)) {
-            out.more = true;
-            out.short_of_room = true;
-            return Ok(out);
+        if whole && total > budget {
+            return Ok(Compacted {
+                more: true,
+                over_budget: true,
+                ..Compacted::default()
+            });
         }
-        // A run that does not fit is left for a later cycle, but the smaller ones after it are
-        // still copied: one large run must not hold back all the others (review H2).
-        let mut left = budget;
+        if whole && !usize::try_from(total).is_ok_and(|t| t <= entry_room) {
+            return Ok(Compacted {
+                more: true,
+                short_of_room: true,
+                ..Compacted::default()
+            });
+        }
         for l in &live {
-            let n = copy_bytes(&l.frames);
-            let room = max_entry_bytes.saturating_sub(self.cycle.entry.len());
-            if n > left {
-                out.more = true;
-                continue;
-            }
-            if !usize::try_from(n).is_ok_and(|n| n <= room) {
-                out.more = true;
-                out.short_of_room = true;
-                continue;
-            }
             self.emit(Effect::RunCopy {
                 pid: l.pid,
                 base_offset: l.run.base_offset,
                 count: l.run.count,
                 frames: &l.frames,
             });
-            left -= n;
-            out.bytes = out.bytes.saturating_add(n);
+            out.bytes = out.bytes.saturating_add(copy_bytes(&l.frames));
             out.runs += 1;
         }
         out.segment_done = !out.more;
@@ -228,11 +273,16 @@ impl Planner<'_> {
 
     /// Bytes that go once no run names `seg`: the floor then moves to `next` (the copies
     /// name the newest entry), so the segment and every sealed one wholly below `next` go.
-    /// One look-up per segment freed.
-    fn freed_by(&self, seg: Segment, next: Option<u64>) -> u64 {
+    /// The log is asked only past what `dead` already counts.
+    fn freed_by(&self, seg: Segment, next: Option<u64>, dead: &mut DeadSpan) -> u64 {
         let below = next.unwrap_or(u64::MAX);
-        let mut total = seg.bytes;
-        let mut at = seg.last.saturating_add(1);
+        let from = seg.last.saturating_add(1);
+        // Every segment counted ends before `dead.to`, so wholly below `below` too.
+        let (mut at, mut total) = if dead.from == from && dead.to <= below {
+            (dead.to, dead.bytes)
+        } else {
+            (from, 0)
+        };
         while at < below {
             match self.log.sealed_segment_of(at) {
                 Some((first, last, bytes)) if first == at && last >= at && last < below => {
@@ -242,7 +292,12 @@ impl Planner<'_> {
                 _ => break,
             }
         }
-        total
+        *dead = DeadSpan {
+            from,
+            to: at,
+            bytes: total,
+        };
+        seg.bytes.saturating_add(total)
     }
 
     /// An old entry's payload, without putting it in the cache: fresh entries are what pops

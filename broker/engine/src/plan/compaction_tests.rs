@@ -4,7 +4,7 @@
 
 use queenmq_protocol::{AckStatus, PopResult, Setting};
 
-use super::compaction::{Compacted, Segment};
+use super::compaction::{Compacted, DeadSpan, Segment};
 use super::fixture::{opts, Fixture, SECOND};
 use super::retention_tests::sweep;
 use crate::apply::apply_entry;
@@ -68,10 +68,14 @@ fn ids(popped: &PopResult) -> Vec<(String, String)> {
 }
 
 fn compact(f: &mut Fixture, s: Segment) -> Compacted {
-    match f
-        .planner()
-        .plan_compaction(s, u64::MAX, usize::MAX, None, false)
-    {
+    match f.planner().plan_compaction(
+        s,
+        u64::MAX,
+        usize::MAX,
+        None,
+        false,
+        &mut DeadSpan::default(),
+    ) {
         Ok(c) => c,
         Err(e) => panic!("compaction failed: {e}"),
     }
@@ -116,14 +120,17 @@ fn a_segment_more_than_a_quarter_live_or_a_budget_too_small_copies_nothing() {
         "more than a quarter is live"
     );
     assert!(c.too_live.is_some());
-    let c =
-        match f
-            .planner()
-            .plan_compaction(seg(last, 4 * live), live - 1, usize::MAX, None, false)
-        {
-            Ok(c) => c,
-            Err(e) => panic!("{e}"),
-        };
+    let c = match f.planner().plan_compaction(
+        seg(last, 4 * live),
+        live - 1,
+        usize::MAX,
+        None,
+        false,
+        &mut DeadSpan::default(),
+    ) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
     assert_eq!(
         (c.runs, c.more),
         (0, true),
@@ -226,10 +233,14 @@ fn a_segment_judged_too_live_is_not_read_again_while_it_holds_the_same_runs() {
     // Any read would now fail: the second look must not read.
     f.log.failing = true;
     f.cache = crate::cache::EntryCache::new(1 << 20);
-    let c = match f
-        .planner()
-        .plan_compaction(s, u64::MAX, usize::MAX, judged, false)
-    {
+    let c = match f.planner().plan_compaction(
+        s,
+        u64::MAX,
+        usize::MAX,
+        judged,
+        false,
+        &mut DeadSpan::default(),
+    ) {
         Ok(c) => c,
         Err(e) => panic!("the second look read the log: {e}"),
     };
@@ -238,7 +249,14 @@ fn a_segment_judged_too_live_is_not_read_again_while_it_holds_the_same_runs() {
     let other = Segment { first: 0, ..s };
     assert!(f
         .planner()
-        .plan_compaction(other, u64::MAX, usize::MAX, judged, false)
+        .plan_compaction(
+            other,
+            u64::MAX,
+            usize::MAX,
+            judged,
+            false,
+            &mut DeadSpan::default()
+        )
         .is_err());
 }
 
@@ -312,10 +330,14 @@ fn a_segment_known_too_live_is_not_walked_until_a_run_leaves() {
             .expect("keep");
     f.log.failing = true;
     f.cache = crate::cache::EntryCache::new(1 << 20);
-    let c = match f
-        .planner()
-        .plan_compaction(s, u64::MAX, usize::MAX, Some(judged), false)
-    {
+    let c = match f.planner().plan_compaction(
+        s,
+        u64::MAX,
+        usize::MAX,
+        Some(judged),
+        false,
+        &mut DeadSpan::default(),
+    ) {
         Ok(c) => c,
         Err(e) => panic!("the look walked and read: {e}"),
     };
@@ -328,9 +350,14 @@ fn a_segment_known_too_live_is_not_walked_until_a_run_leaves() {
     if let Some(p) = f.st.partitions.get_mut(&keep) {
         p.runs = taken;
     }
-    let c = f
-        .planner()
-        .plan_compaction(s, u64::MAX, usize::MAX, Some(older), false);
+    let c = f.planner().plan_compaction(
+        s,
+        u64::MAX,
+        usize::MAX,
+        Some(older),
+        false,
+        &mut DeadSpan::default(),
+    );
     // The same runs as judged: the walk finds them and still reads nothing (review C2).
     assert_eq!(
         c.map(|c| c.too_live.map(|t| t.held)).ok(),
@@ -356,19 +383,27 @@ fn a_copy_into_the_reserve_empties_its_segment_or_copies_nothing() {
     let s = seg(last, 1 << 20);
     let all = compact(&mut pinned_with_small().0, s).bytes as usize;
     let base = f.cycle.entry.len();
-    let c = match f
-        .planner()
-        .plan_compaction(s, u64::MAX, base + all - 1, None, true)
-    {
+    let c = match f.planner().plan_compaction(
+        s,
+        u64::MAX,
+        base + all - 1,
+        None,
+        true,
+        &mut DeadSpan::default(),
+    ) {
         Ok(c) => c,
         Err(e) => panic!("{e}"),
     };
     assert_eq!((c.runs, c.short_of_room), (0, true), "{c:?}");
     assert!(f.cycle.entry.len() == base, "nothing copied");
-    let c = match f
-        .planner()
-        .plan_compaction(s, u64::MAX, base + all, None, true)
-    {
+    let c = match f.planner().plan_compaction(
+        s,
+        u64::MAX,
+        base + all,
+        None,
+        true,
+        &mut DeadSpan::default(),
+    ) {
         Ok(c) => c,
         Err(e) => panic!("{e}"),
     };
@@ -402,10 +437,14 @@ fn a_run_without_room_is_skipped_and_the_smaller_ones_after_it_are_copied() {
     // The least room in which anything is copied: the small run's, not the large one's.
     let mut copied = None;
     for room in 0..4096 {
-        let c = match f
-            .planner()
-            .plan_compaction(s, u64::MAX, base + room, None, false)
-        {
+        let c = match f.planner().plan_compaction(
+            s,
+            u64::MAX,
+            base + room,
+            None,
+            false,
+            &mut DeadSpan::default(),
+        ) {
             Ok(c) => c,
             Err(e) => panic!("{e}"),
         };
@@ -493,4 +532,86 @@ fn the_checkpoint_decoder_refuses_runs_the_floor_cannot_trust() {
     assert!(e.contains("after one at"), "{e}");
     let e = decode_changed(&f, |runs| runs.swap(0, 1));
     assert!(e.contains("after one at"), "{e}");
+}
+
+#[test]
+fn a_look_asks_the_log_once_per_dead_segment_once_and_judges_the_same() {
+    // Review s16 M1: every look (each retry and the "known too live" shortcut too) asked the
+    // log once per dead sealed segment after the floor segment, a redb read each on the Raft
+    // log, under the state lock.
+    use std::sync::atomic::Ordering;
+    let (mut f, _, last) = pinned();
+    let live = compact(&mut pinned().0, seg(last, 1 << 20)).bytes;
+    let keep = keep_index(&f)[0];
+    // The floor segment is half live; 100 dead one-byte segments follow, the last index a
+    // run would name being far past them (nothing is past the segment: `next` is None).
+    let floor = Segment {
+        first: 1,
+        last: keep,
+        bytes: 2 * live,
+    };
+    let mut sealed = vec![(1, keep, 2 * live), (keep + 1, last, 1)];
+    sealed.extend((1..100).map(|i| (last + i, last + i, 1)));
+    f.log.sealed = sealed.clone();
+    let asked = |f: &Fixture| f.log.sealed_asked.swap(0, Ordering::SeqCst);
+    let mut dead = DeadSpan::default();
+    let look = |f: &mut Fixture, known, dead: &mut DeadSpan| match f.planner().plan_compaction(
+        floor,
+        u64::MAX,
+        usize::MAX,
+        known,
+        false,
+        dead,
+    ) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    let first = look(&mut f, None, &mut dead);
+    let judged = first.too_live.expect("too live");
+    assert_eq!(judged.frees, 2 * live + 100);
+    assert!(asked(&f) <= 102, "one pass");
+    // The shortcut, and a look that walks (a retry): the same judgement, one question each.
+    assert_eq!(look(&mut f, Some(judged), &mut dead).too_live, Some(judged));
+    assert!(asked(&f) <= 1);
+    let older = crate::plan::TooLive {
+        drops: judged.drops.wrapping_sub(1),
+        ..judged
+    };
+    assert_eq!(look(&mut f, Some(older), &mut dead).too_live, Some(judged));
+    assert!(asked(&f) <= 1);
+    assert_eq!(look(&mut f, None, &mut dead), first, "behaviour unchanged");
+    assert!(asked(&f) <= 1);
+    // A roll seals one more dead segment: counted, as a fresh look counts it.
+    f.log.sealed.push((last + 100, last + 100, 1));
+    let grown = look(&mut f, None, &mut dead);
+    assert_eq!(grown.too_live.map(|t| t.frees), Some(2 * live + 101));
+    assert!(asked(&f) <= 2);
+    assert_eq!(look(&mut f, None, &mut DeadSpan::default()), grown);
+}
+
+#[test]
+fn a_whole_copy_over_the_budget_is_not_short_of_room() {
+    // Review s16 M0: a copy into the reserve that needed more than the interval's budget was
+    // called short of room, so it was retried and given a cycle alone without a chance.
+    let (mut f, last) = pinned_with_small();
+    let s = seg(last, 1 << 20);
+    let all = compact(&mut pinned_with_small().0, s).bytes;
+    let base = f.cycle.entry.len();
+    let c = match f.planner().plan_compaction(
+        s,
+        all - 1,
+        usize::MAX,
+        None,
+        true,
+        &mut DeadSpan::default(),
+    ) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(
+        (c.runs, c.more, c.over_budget, c.short_of_room),
+        (0, true, true, false),
+        "{c:?}"
+    );
+    assert_eq!(f.cycle.entry.len(), base, "nothing copied");
 }

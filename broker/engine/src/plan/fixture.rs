@@ -37,6 +37,8 @@ pub struct MemLog {
     /// Sealed segments as (first index, last index, file bytes), for the compactor; none by
     /// default (a log that keeps nothing on disk).
     pub sealed: Vec<(u64, u64, u64)>,
+    /// How many times `sealed_segment_of` was asked (the Raft log reads redb each time).
+    pub sealed_asked: std::sync::atomic::AtomicUsize,
 }
 
 impl ReplicatedLog for MemLog {
@@ -56,6 +58,8 @@ impl ReplicatedLog for MemLog {
         LogStatus::default()
     }
     fn sealed_segment_of(&self, index: u64) -> Option<(u64, u64, u64)> {
+        self.sealed_asked
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.sealed
             .iter()
             .copied()
