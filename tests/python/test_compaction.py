@@ -31,15 +31,6 @@ MAX_PUSHES = 2560
 LOAD_DEADLINE_S = 90.0
 
 
-def metric(http: httpx.Client, name: str) -> float:
-    text = http.get("/metrics/prometheus").text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name + "{") or line.startswith(name + " ")
-    )
-
-
 def push_load(http: httpx.Client, base: str, n: int) -> None:
     items = [queen_api.item("cp-age", "p", f"age-{n}-{i}", {"fill": FILLER}) for i in range(LOAD_BATCH)]
     assert all(queen_api.accepted(r) for r in queen_api.push(http, base, items))
@@ -101,13 +92,13 @@ def test_old_messages_of_a_queue_without_retention_stop_pinning_the_log(broker_f
                 f"the pinned first segment {first_segment} was not deleted:"
                 f" {len(segment_files(broker.data_dir))} segments,"
                 f" {log_bytes(broker.data_dir)} bytes, compacted segments"
-                f" {metric(http, 'queen_compaction_segments_total')}, bytes copied"
-                f" {metric(http, 'queen_compaction_bytes_copied_total')}, segments deleted"
-                f" {metric(http, 'queen_log_segments_deleted_total')}"
+                f" {queen_api.metric(http, 'queen_compaction_segments_total')}, bytes copied"
+                f" {queen_api.metric(http, 'queen_compaction_bytes_copied_total')}, segments deleted"
+                f" {queen_api.metric(http, 'queen_log_segments_deleted_total')}"
             ),
         )
-        assert metric(http, "queen_compaction_segments_total") >= 1
-        assert metric(http, "queen_compaction_bytes_copied_total") > 0
+        assert queen_api.metric(http, "queen_compaction_segments_total") >= 1
+        assert queen_api.metric(http, "queen_compaction_bytes_copied_total") > 0
         # More load, then none: the log shrinks to the few segments appends and the last
         # checkpoints still need, though cp-keep's messages are older than all of it.
         for n in range(pushes, pushes + 128):
@@ -153,11 +144,11 @@ def kill_after_the_first_copy(broker, kept_note: str):
         load_until(
             http,
             base,
-            lambda: metric(http, "queen_compaction_segments_total") >= 1,
+            lambda: queen_api.metric(http, "queen_compaction_segments_total") >= 1,
             lambda: (
                 f"no segment was compacted: skipped"
-                f" {metric(http, 'queen_compaction_skipped_total')}, bytes copied"
-                f" {metric(http, 'queen_compaction_bytes_copied_total')}"
+                f" {queen_api.metric(http, 'queen_compaction_skipped_total')}, bytes copied"
+                f" {queen_api.metric(http, 'queen_compaction_bytes_copied_total')}"
             ),
         )
     broker.kill()
