@@ -4,38 +4,16 @@
 //! alive until the look ended, so a look held about the whole segment under the state lock.
 //! Its own binary, so the allocator counts this test alone.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use queenmq_engine::plan::fixture::Fixture;
 use queenmq_engine::plan::{DeadSpan, Segment};
 use queenmq_protocol::PushItem;
 
-struct Counting;
-
-static HELD: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is passed on unchanged to the system allocator, which upholds the
-// `GlobalAlloc` contract; the counters only add up the sizes.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let now = HELD.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
-        PEAK.fetch_max(now, Ordering::SeqCst);
-        // SAFETY: the caller's layout contract is the system allocator's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        HELD.fetch_sub(layout.size(), Ordering::SeqCst);
-        // SAFETY: `ptr` came from `alloc` above with this layout, so from the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
+#[path = "../engine/tests/support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::{HELD, PEAK};
 
 const ENTRIES: usize = 32;
 const PAYLOAD: usize = 64 << 10;

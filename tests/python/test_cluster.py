@@ -157,27 +157,7 @@ def test_three_nodes_form_replicate_and_survive_losing_the_leader(broker_factory
         acked += push_acknowledged(http, base, 5, 100)
 
         # Every acknowledged message is there, once: popped and acked from the new leader.
-        got = []
-        last = None
-        deadline = time.monotonic() + FORM_S
-        while set(acked) - set(got):
-            assert time.monotonic() < deadline, (
-                f"missing {sorted(set(acked) - set(got))}; last answer {last}")
-            res = http.get(f"{base}/api/v1/pop/queue/{QUEUE}",
-                           params={"batch": 100, "wait": "true", "timeout": 1000,
-                                   "consumerGroup": GROUP, "subscriptionMode": "all"},
-                           timeout=15.0)
-            last = (res.status_code, res.text[:300])
-            if res.status_code == 204:
-                continue
-            if res.status_code == 503:
-                time.sleep(0.2)
-                continue
-            res.raise_for_status()
-            messages = [m for m in res.json().get("messages") or [] if m]
-            got += [m["transactionId"] for m in messages]
-            results = queen_api.ack_batch(http, base, messages, GROUP)
-            assert all(r.get("success") for r in results), results
+        got = pop_all(http, base, acked)
         assert sorted(got) == sorted(acked), "a message was delivered twice or is foreign"
 
         # The killed node comes back on its directory: a follower that catches up.

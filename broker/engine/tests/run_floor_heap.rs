@@ -2,34 +2,13 @@
 //! allocator sees every byte its trees and boxes hold, for partitions keeping 1, 2, 12 and
 //! 100 copied runs aside. Its own binary, so the allocator counts this test alone.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use queenmq_engine::state::model::{Partition, Run};
 use queenmq_engine::state::run_floor::RunFloor;
 
-struct Counting;
-
-static HELD: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is passed on unchanged to the system allocator, which upholds the
-// `GlobalAlloc` contract; the counter only adds up the sizes.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        HELD.fetch_add(layout.size(), Ordering::SeqCst);
-        // SAFETY: the caller's layout contract is the system allocator's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        HELD.fetch_sub(layout.size(), Ordering::SeqCst);
-        // SAFETY: `ptr` came from `alloc` above with this layout, so from the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
+mod support;
+use support::counting_alloc::HELD;
 
 const PARTS: u64 = 50;
 const RUNS: u64 = 120;
