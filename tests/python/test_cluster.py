@@ -286,10 +286,12 @@ def test_a_leader_cut_off_from_the_majority_stops_serving_and_recovers(broker_fa
             assert "waiting before the rebuild" not in log, nodes[i].log_tail(80)
 
 
-def test_a_follower_stays_ready_under_write_load(broker_factory):
+def test_leader_and_follower_stay_ready_under_write_load(broker_factory):
     """Review s16 B3: commit moves before apply, so a follower under steady replication
     trails by an entry at times; its /ready keeps the single node's slack and does not flap.
-    200 polls of a follower while another thread pushes to the leader: all 200."""
+    Review s17 C1: the leader's own cycle is appended and unapplied at almost any moment
+    under writes; its /ready must not flap either. 200 polls of each while another thread
+    pushes to the leader: all 200."""
     nodes = make_cluster(broker_factory)
     for n in nodes.values():
         spawn(n)
@@ -318,7 +320,8 @@ def test_a_follower_stays_ready_under_write_load(broker_factory):
             while len(pushed) < 5:
                 assert time.monotonic() < deadline, "the leader acknowledged no pushes"
                 time.sleep(0.05)
-            answers = [http.get(f"{follower.url}/ready") for _ in range(200)]
+            answers = [http.get(f"{node.url}/ready")
+                       for _ in range(200) for node in (follower, nodes[lead])]
         finally:
             stop.set()
             writer.join()

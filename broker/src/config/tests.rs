@@ -832,16 +832,18 @@ fn cluster_timing_has_wide_defaults_and_a_checked_ratio() {
     assert_eq!((t.heartbeat_ms, t.election_timeout_ms), (500, 5_000));
     let t = cluster(with(&[
         ("QUEEN_CLUSTER_HEARTBEAT_MS", "300"),
-        ("QUEEN_CLUSTER_ELECTION_TIMEOUT_MS", "900"),
+        ("QUEEN_CLUSTER_ELECTION_TIMEOUT_MS", "1500"),
     ]))
     .unwrap()
     .timing;
-    assert_eq!((t.heartbeat_ms, t.election_timeout_ms), (300, 900));
+    assert_eq!((t.heartbeat_ms, t.election_timeout_ms), (300, 1500));
+    // Review s17 lead H2: the lease keeps three heartbeats at the least ratio.
+    assert_eq!(t.lease_ms(), 3 * t.heartbeat_ms);
     let err = cluster(with(&[
         ("QUEEN_CLUSTER_HEARTBEAT_MS", "300"),
-        ("QUEEN_CLUSTER_ELECTION_TIMEOUT_MS", "899"),
+        ("QUEEN_CLUSTER_ELECTION_TIMEOUT_MS", "1499"),
     ]))
-    .expect_err("under three heartbeats");
+    .expect_err("under five heartbeats");
     assert_eq!(err.key(), Some("cluster_election_timeout_ms"), "{err}");
     let err = cluster(with(&[("QUEEN_CLUSTER_HEARTBEAT_MS", "49")])).expect_err("range");
     assert_eq!(err.key(), Some("cluster_heartbeat_ms"), "{err}");
