@@ -540,3 +540,37 @@ proptest::proptest! {
         check_pending(&back)?;
     }
 }
+
+#[test]
+fn a_retry_pair_rides_after_the_partitions_and_a_bad_one_is_refused() {
+    let mut t = KafkaTxns::default();
+    assert!(t.init("tx", 7, 1, 1000, 100));
+    let plain = encoded(&t);
+    assert!(t.bumped_from("tx", (7, 0)));
+    let with_pair = encoded(&t);
+    assert_eq!(&with_pair.buf[..plain.buf.len()], &plain.buf[..]);
+    let back = decode(&with_pair).expect("decodes");
+    assert_eq!(back.get("tx").and_then(|r| r.bumped_from), Some((7, 0)));
+    // A checkpoint written before the pairs existed reads as none.
+    assert_eq!(
+        decode(&plain)
+            .ok()
+            .and_then(|b| b.get("tx").map(|r| r.bumped_from)),
+        Some(None)
+    );
+    // A later init forgets the pair; the effect is refused for an unknown row.
+    assert!(t.init("tx", 7, 2, 1000, 200));
+    assert_eq!(t.get("tx").and_then(|r| r.bumped_from), None);
+    assert!(!t.bumped_from("nope", (7, 0)));
+    // A pair naming an unknown row, a negative epoch or another layout fails the decode.
+    for (id, epoch, layout) in [("nope", 0u16, 1u8), ("tx", u16::MAX, 1), ("tx", 0, 2)] {
+        let mut w = Writer::default();
+        w.buf = plain.buf.clone();
+        w.u8(layout);
+        w.u32(1);
+        w.str(id);
+        w.i64(7);
+        w.u16(epoch);
+        assert!(decode(&w).is_err(), "{id} {epoch} {layout} decoded");
+    }
+}
