@@ -17,13 +17,12 @@ use crate::entry::Effect;
 use crate::entry_kafka_txns::TxnEffect;
 use crate::state::frame::{marker_id, write_frame};
 use crate::state::kafka_groups::{group_bytes, offset_bytes};
-use crate::state::kafka_txns::{TxnEnd, TxnResult, TxnRow, TxnState, MAX_TRANSACTIONAL_ID_BYTES};
+use crate::state::kafka_txns::{
+    TxnEnd, TxnResult, TxnRow, TxnState, LAST_EPOCH, MAX_TRANSACTIONAL_ID_BYTES,
+};
 
 /// The payload of a control record's message: never delivered (readers skip markers).
 const MARKER_PAYLOAD: &[u8] = b"null";
-
-/// The highest epoch bumped in place; past it the transactional id gets a new producer id.
-const LAST_EPOCH: i16 = i16::MAX - 1;
 
 /// Kafka's check of the producer a request names against the transactional id's row.
 fn check_producer(row: Option<&TxnRow>, producer_id: i64, epoch: i16) -> TxnCode {

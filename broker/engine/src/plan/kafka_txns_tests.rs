@@ -219,6 +219,25 @@ fn a_retried_kip_360_init_gets_the_pair_it_was_given() {
 }
 
 #[test]
+fn the_sweeps_fence_forgets_the_retry_pair() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    let (_, id, _) = init(&mut fx, "tx", 1_000);
+    assert_eq!(init_named(&mut fx, (id, 0)), (TxnCode::None, id, 1));
+    fx.commit();
+    assert_eq!(add(&mut fx, id, 1, &[("t", 0)]), vec![TxnCode::None]);
+    produce(&mut fx, "0", 1);
+    // The bump set the timeout init_named asks for, 60 s.
+    fx.advance(61 * SECOND);
+    assert_eq!(fx.planner().sweep_kafka_txns(1 << 20), 1);
+    fx.commit();
+    assert_eq!(fx.st.kafka_txns.get("tx").and_then(|r| r.bumped_from), None);
+    assert_eq!(init_named(&mut fx, (id, 0)).0, TxnCode::Fenced);
+    assert_eq!(init_named(&mut fx, (id, 1)).0, TxnCode::Fenced);
+    fx.assert_replays();
+}
+
+#[test]
 fn a_retried_kip_360_init_past_the_last_epoch_gets_the_new_producer() {
     let mut fx = Fixture::new();
     let (_, id, _) = init(&mut fx, "tx", 60_000);

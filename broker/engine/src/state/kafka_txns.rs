@@ -64,7 +64,20 @@ pub struct TxnRow {
     pub bumped_from: Option<(i64, i16)>,
 }
 
+/// The last epoch a producer id is used at: the bump past it moves to a new id at epoch 0.
+pub const LAST_EPOCH: i16 = i16::MAX - 1;
+
 impl TxnRow {
+    /// Whether a bump from `from` makes the row's pair: the same id one epoch on, or a new id
+    /// at epoch 0 after the last epoch. Only such a pair is recorded (apply and decode), so a
+    /// recorded pair never stands for any other.
+    pub fn is_bumped_from(&self, from: (i64, i16)) -> bool {
+        let (id, epoch) = from;
+        let next = id == self.producer_id && epoch.checked_add(1) == Some(self.epoch);
+        let rotated = id != self.producer_id && epoch == LAST_EPOCH && self.epoch == 0;
+        next || rotated
+    }
+
     /// When the open transaction times out (µs); `None` when none is open.
     pub fn deadline_us(&self) -> Option<i64> {
         (self.state == TxnState::Ongoing).then(|| {
@@ -526,10 +539,11 @@ impl KafkaTxns {
     }
 
     /// Effect 66: the pair the KIP-360 init of the same entry named, just after its effect
-    /// 55. Refused unless the row exists with no open transaction.
+    /// 55. Refused unless the row exists with no open transaction and `from` is the pair
+    /// its current one was bumped from.
     pub fn bumped_from(&mut self, txn_id: &str, from: (i64, i16)) -> bool {
         match self.rows.get_mut(txn_id) {
-            Some(row) if row.state == TxnState::Empty => {
+            Some(row) if row.state == TxnState::Empty && row.is_bumped_from(from) => {
                 row.bumped_from = Some(from);
                 true
             }

@@ -75,16 +75,18 @@ impl KafkaTxns {
     /// epoch u16)` in id order. Written only when a row has one, so a section written before
     /// them (ending after the partitions) still reads, as none.
     fn encode_bumped_from(&self, w: &mut Writer) {
-        let pairs: Vec<_> = self
-            .rows()
-            .filter_map(|(id, row)| row.bumped_from.map(|p| (id, p)))
-            .collect();
-        if pairs.is_empty() {
+        // Counted, then written: nothing is collected while the engine waits on the encode.
+        let pairs = || {
+            self.rows()
+                .filter_map(|(id, row)| row.bumped_from.map(|p| (id, p)))
+        };
+        let n = pairs().count();
+        if n == 0 {
             return;
         }
         w.u8(BUMPED_FROM_VERSION);
-        w.u32(pairs.len() as u32);
-        for (id, (producer_id, epoch)) in pairs {
+        w.u32(n as u32);
+        for (id, (producer_id, epoch)) in pairs() {
             w.str(id);
             w.i64(producer_id);
             w.u16(epoch as u16);
@@ -106,12 +108,18 @@ impl KafkaTxns {
             let epoch = r.u16()? as i16;
             let in_order = last.as_ref().is_none_or(|l| *l < id);
             let fits = (0..=MAX_PRODUCER_ID).contains(&producer_id) && epoch >= 0;
-            // A row keeps its pair while a transaction opens and ends at the bumped epoch.
-            let row = self.row_mut(&id).filter(|_| in_order && fits);
+            // A row keeps its pair while a transaction opens and ends at the bumped epoch;
+            // the pair is always the one its current pair was bumped from.
+            let row = self.row_mut(&id).filter(|row| {
+                in_order
+                    && fits
+                    && row.bumped_from.is_none()
+                    && row.is_bumped_from((producer_id, epoch))
+            });
             let Some(row) = row else {
                 return Err(r.malformed(format!(
-                    "kafka transaction {id:?}: a retry pair out of order or range, or of an \
-                     unknown row"
+                    "kafka transaction {id:?}: a retry pair out of order or range, repeated, \
+                     of an unknown row or not the one its pair was bumped from"
                 )));
             };
             row.bumped_from = Some((producer_id, epoch));
