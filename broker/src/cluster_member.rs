@@ -144,23 +144,29 @@ impl Member {
     }
 
     /// The refusal of a request that reached this node while it may not plan: naming the
-    /// leader when one is known and it is another node; "applying" when this node was just
-    /// elected and has not applied its whole log yet.
+    /// leader when one is known and it is another node; "no majority" when this node leads
+    /// without a majority's acknowledgement within its lease; "applying" when it leads, is
+    /// acknowledged, and has not applied its whole log yet (just elected).
     pub fn refusal(&self, s: &LogStatus) -> QueenError {
         match s.leader {
-            Some(id) if id == self.node_id && s.applied < s.last_log_index => {
-                QueenError::unavailable(
-                    "this node was just elected leader and is applying its log; retry",
-                )
-            }
             // openraft 0.9 has no check-quorum: a leader cut off from the majority stays
-            // leader, and only the missing acknowledgements tell (review s16 B1).
-            Some(id) if id == self.node_id => QueenError::unavailable(format!(
-                "this node leads but no majority has acknowledged it for {} ms (cut off from \
-                 the cluster?); retry, or ask another node",
-                s.quorum_ack_ms
-                    .map_or_else(|| "a while".to_string(), |ms| ms.to_string())
-            )),
+            // leader, and only the missing acknowledgements tell (review s16 B1). Tested
+            // first: a leader reloaded while cut off has its given-up entry unapplied, and
+            // "applying" would hide the partition (review s17 C6).
+            Some(id) if id == self.node_id && !s.quorum_contact => {
+                QueenError::unavailable(match s.quorum_ack_ms {
+                    Some(ms) => format!(
+                        "this node leads but no majority has acknowledged it for {ms} ms (cut \
+                         off from the cluster?); retry, or ask another node"
+                    ),
+                    None => "this node leads but no majority has acknowledged it yet (just \
+                             elected, or cut off from the cluster?); retry, or ask another node"
+                        .to_string(),
+                })
+            }
+            Some(id) if id == self.node_id => QueenError::unavailable(
+                "this node was just elected leader and is applying its log; retry",
+            ),
             leader => QueenError::not_leader(leader.map(|id| LeaderHint {
                 id,
                 url: self.peer_http.get(&id).cloned(),
@@ -261,6 +267,32 @@ mod tests {
         let e = member().refusal(&with_ack(Some(lease + 1)));
         assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable);
         assert!(e.message.contains("no majority"), "{}", e.message);
+    }
+
+    /// Review s17 C6: a leader reloaded while cut off restores its leadership with its
+    /// given-up entry still in its log, unapplied: the refusal names the missing majority,
+    /// not an apply.
+    #[test]
+    fn a_cut_off_leader_behind_its_log_says_no_majority() {
+        let cut_off = LogStatus {
+            quorum_ack_ms: None,
+            quorum_contact: false,
+            ..status("leader", Some(2), 8, 9)
+        };
+        let e = member().refusal(&cut_off);
+        assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable);
+        assert!(e.message.contains("no majority"), "{}", e.message);
+        let stale = LogStatus {
+            quorum_ack_ms: Some(TIMING.lease_ms() + 1),
+            ..cut_off
+        };
+        assert!(member().refusal(&stale).message.contains("no majority"));
+        let applying = member().refusal(&status("leader", Some(2), 8, 9));
+        assert!(
+            applying.message.contains("applying"),
+            "{}",
+            applying.message
+        );
     }
 
     #[test]

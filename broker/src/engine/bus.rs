@@ -146,6 +146,7 @@ fn raft_view(s: &super::log::LogStatus) -> RaftView {
         applied: s.applied,
         clustered: s.clustered,
         quorum_contact: s.clustered && s.quorum_contact,
+        proposal_fresh: s.clustered && s.proposal_fresh,
     }
 }
 

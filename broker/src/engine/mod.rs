@@ -625,10 +625,17 @@ impl Engine {
                     metrics::histogram!("queen_group_commit_seconds", "tenant" => tenant)
                         .record(started.elapsed().as_secs_f64());
                 }
-                Err(crate::engine::log::LogError::Deposed(why)) => {
+                Err(
+                    e @ (crate::engine::log::LogError::Deposed(_)
+                    | crate::engine::log::LogError::NotCommitted(_)),
+                ) => {
                     // The entry may still commit (a new leader may hold it), or be cut: the
-                    // state planned for it is not known to match the log either way.
-                    tracing::warn!(cycle = number, reason = %why, "this node lost the lead with a cycle in flight: its state is reloaded from checkpoint and log, at once");
+                    // state planned for it is not known to match the log either way. Only a
+                    // lost lead is reloaded without the backoff: an entry that did not commit
+                    // under a leader that kept its majority would fail again (review s17 C7).
+                    let deposed = matches!(e, crate::engine::log::LogError::Deposed(_));
+                    let why = e.to_string();
+                    tracing::warn!(cycle = number, reason = %why, deposed, "a cluster leader gave its cycle in flight up: its state is reloaded from checkpoint and log");
                     for (reply, out, _) in replies {
                         let _ = reply.send(out.and(Err(QueenError::unavailable(format!(
                             "{why}: the request may or may not be done; retry on the leader"
@@ -636,7 +643,7 @@ impl Engine {
                     }
                     return Err(Failure {
                         why: format!("cycle {number} in flight when {why}"),
-                        deposed: true,
+                        deposed,
                     });
                 }
                 Err(e) => {
@@ -828,7 +835,8 @@ fn log_error_is_enospc(e: &crate::engine::log::LogError) -> bool {
         | crate::engine::log::LogError::Reclaim(cause) => {
             crate::disk_gate::is_enospc(cause.as_ref())
         }
-        crate::engine::log::LogError::Deposed(_) => false,
+        crate::engine::log::LogError::Deposed(_)
+        | crate::engine::log::LogError::NotCommitted(_) => false,
     }
 }
 

@@ -126,10 +126,10 @@ pub async fn start(
         clustered = ecfg.cluster.is_some(),
         "log replayed; the group is ready"
     );
-    let rlog: SharedLog = Arc::new(RaftLog {
-        node: node.clone(),
-        cluster: ecfg.cluster.as_ref().map(|m| m.timing),
-    });
+    let rlog: SharedLog = Arc::new(RaftLog::new(
+        node.clone(),
+        ecfg.cluster.as_ref().map(|m| m.timing),
+    ));
     // The previous engine let go of the queue when it ended (or unwound).
     let rx = jobs.clone().lock_owned().await;
     let engine = Engine::new(

@@ -14,6 +14,9 @@ pub struct RaftView {
     /// A cluster leader that a majority acknowledged within its lease (review s16 B1): one
     /// cut off from the majority stays leader in openraft 0.9 but plans nothing.
     pub quorum_contact: bool,
+    /// A cluster leader whose latest proposal started within its lease: its own entry in
+    /// flight is why its applied index trails its log, not a stuck disk (review s17 lead M1).
+    pub proposal_fresh: bool,
 }
 
 #[derive(Debug, Clone)]
