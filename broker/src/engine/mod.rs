@@ -122,6 +122,18 @@ pub struct EngineConfig {
     /// This node as a cluster member (the `default` group then runs over TCP and plans only
     /// while it leads); None: the single-node broker.
     pub cluster: Option<crate::cluster_member::Member>,
+    /// Tests: wraps the group's log as each incarnation starts (a log that fails on cue).
+    pub log_wrap: Option<LogWrap>,
+}
+
+/// Wraps a group's log (tests: the supervisor's reaction to a log's failures).
+#[derive(Clone)]
+pub struct LogWrap(pub Arc<dyn Fn(log::SharedLog) -> log::SharedLog + Send + Sync>);
+
+impl std::fmt::Debug for LogWrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogWrap")
+    }
 }
 
 /// A group's log backend, shown by name only.
@@ -159,6 +171,7 @@ impl Default for EngineConfig {
             compaction_enabled: true,
             encryption: None,
             cluster: None,
+            log_wrap: None,
         }
     }
 }

@@ -36,6 +36,22 @@ pub fn health(h: &HealthView) -> (bool, Value) {
                 "groups": groups(g),
             }),
         ),
+        HealthView::Reloading {
+            reason,
+            uptime_seconds,
+            version,
+            groups: g,
+        } => (
+            true,
+            json!({
+                "status": "reloading",
+                "storageReady": false,
+                "reason": reason,
+                "uptimeSeconds": uptime_seconds,
+                "version": version,
+                "groups": groups(g),
+            }),
+        ),
         HealthView::Running {
             healthy,
             storage_ready,
@@ -65,7 +81,9 @@ const READY_APPLY_SLACK: u64 = 1000;
 /// Ready when this node leads (so writes are accepted) and has applied what it committed.
 pub fn ready(h: &HealthView) -> (bool, Value) {
     match h {
-        HealthView::NoStorage { .. } => (false, json!({"ready": false, "raft": null})),
+        HealthView::NoStorage { .. } | HealthView::Reloading { .. } => {
+            (false, json!({"ready": false, "raft": null}))
+        }
         HealthView::Running {
             healthy, raft: r, ..
         } => {
@@ -172,6 +190,26 @@ mod tests {
         let mut cut_off = in_flight(true);
         cut_off.quorum_contact = false;
         assert!(!ready(&running(cut_off)).0);
+    }
+
+    /// Review s17 C2: a node reloading its group after it lost the lead is alive (a liveness
+    /// probe must not restart it in the middle of its replay) and not ready.
+    #[test]
+    fn a_node_reloading_after_a_deposition_is_healthy_and_not_ready() {
+        let reloading = HealthView::Reloading {
+            reason: "the group is being reloaded: this node lost the lead".into(),
+            uptime_seconds: 1,
+            version: "test",
+            groups: GroupCounts {
+                running: 1,
+                rebuilding: 1,
+            },
+        };
+        let (healthy, doc) = health(&reloading);
+        assert!(healthy);
+        assert_eq!(doc["status"], "reloading");
+        assert_eq!(doc["storageReady"], false);
+        assert!(!ready(&reloading).0);
     }
 
     /// Review s16 B3: commit moves before apply, so a follower under steady writes trails by

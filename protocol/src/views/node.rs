@@ -28,6 +28,14 @@ pub enum HealthView {
         version: &'static str,
         groups: GroupCounts,
     },
+    /// The default group is being reloaded after its node lost the lead of its cluster: the
+    /// node is alive (healthy) but serves nothing (not ready) until the replay is done.
+    Reloading {
+        reason: String,
+        uptime_seconds: u64,
+        version: &'static str,
+        groups: GroupCounts,
+    },
     Running {
         /// The default group leads and its engine runs.
         healthy: bool,
