@@ -181,7 +181,7 @@ impl Timing {
     /// may lead (and commit) while this one would still plan on a state that no longer
     /// counts. Two heartbeats short of it: openraft's acknowledgement age is up to one and
     /// a half heartbeats old when read, and the engine reads it once per cycle (review s17
-    /// C5). The configuration keeps the election timeout at 3 heartbeats or more.
+    /// C5). The configuration keeps the election timeout at 5 heartbeats or more.
     pub fn lease_ms(&self) -> u64 {
         self.election_timeout_ms
             .saturating_sub(self.heartbeat_ms.saturating_mul(2))
@@ -189,10 +189,18 @@ impl Timing {
     }
 
     /// The longest one proposal may wait to commit while this node keeps its lease (a quorum
-    /// that acknowledges heartbeats but does not commit: stuck disks): twice the upper
-    /// election timeout (review s16 B1).
+    /// that acknowledges heartbeats but does not commit: stuck disks): four election timeouts
+    /// (review s16 B1), but short enough that the check, made once a heartbeat, gives the
+    /// write up before the bus's answer bound (`BusWaits::default().answer`) answers it "a
+    /// stalled disk?", with a second of margin for the wait before its cycle started (review
+    /// s17 C4, lead L1).
     pub fn write_limit(&self) -> Duration {
-        Duration::from_millis(self.election_timeout_ms.saturating_mul(4))
+        let heartbeats = Duration::from_millis(self.heartbeat_ms.saturating_mul(2));
+        let room = crate::engine::BusWaits::default()
+            .answer
+            .saturating_sub(heartbeats)
+            .saturating_sub(Duration::from_secs(1));
+        Duration::from_millis(self.election_timeout_ms.saturating_mul(4)).min(room)
     }
 }
 
