@@ -122,6 +122,18 @@ pub struct EngineConfig {
     /// This node as a cluster member (the `default` group then runs over TCP and plans only
     /// while it leads); None: the single-node broker.
     pub cluster: Option<crate::cluster_member::Member>,
+    /// Tests: wraps the group's log as each incarnation starts (a log that fails on cue).
+    pub log_wrap: Option<LogWrap>,
+}
+
+/// Wraps a group's log (tests: the supervisor's reaction to a log's failures).
+#[derive(Clone)]
+pub struct LogWrap(pub Arc<dyn Fn(log::SharedLog) -> log::SharedLog + Send + Sync>);
+
+impl std::fmt::Debug for LogWrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogWrap")
+    }
 }
 
 /// A group's log backend, shown by name only.
@@ -159,6 +171,7 @@ impl Default for EngineConfig {
             compaction_enabled: true,
             encryption: None,
             cluster: None,
+            log_wrap: None,
         }
     }
 }
@@ -625,10 +638,17 @@ impl Engine {
                     metrics::histogram!("queen_group_commit_seconds", "tenant" => tenant)
                         .record(started.elapsed().as_secs_f64());
                 }
-                Err(crate::engine::log::LogError::Deposed(why)) => {
+                Err(
+                    e @ (crate::engine::log::LogError::Deposed(_)
+                    | crate::engine::log::LogError::NotCommitted(_)),
+                ) => {
                     // The entry may still commit (a new leader may hold it), or be cut: the
-                    // state planned for it is not known to match the log either way.
-                    tracing::warn!(cycle = number, reason = %why, "this node lost the lead with a cycle in flight: its state is reloaded from checkpoint and log, at once");
+                    // state planned for it is not known to match the log either way. Only a
+                    // lost lead is reloaded without the backoff: an entry that did not commit
+                    // under a leader that kept its majority would fail again (review s17 C7).
+                    let deposed = matches!(e, crate::engine::log::LogError::Deposed(_));
+                    let why = e.to_string();
+                    tracing::warn!(cycle = number, reason = %why, deposed, "a cluster leader gave its cycle in flight up: its state is reloaded from checkpoint and log");
                     for (reply, out, _) in replies {
                         let _ = reply.send(out.and(Err(QueenError::unavailable(format!(
                             "{why}: the request may or may not be done; retry on the leader"
@@ -636,7 +656,7 @@ impl Engine {
                     }
                     return Err(Failure {
                         why: format!("cycle {number} in flight when {why}"),
-                        deposed: true,
+                        deposed,
                     });
                 }
                 Err(e) => {
@@ -828,7 +848,8 @@ fn log_error_is_enospc(e: &crate::engine::log::LogError) -> bool {
         | crate::engine::log::LogError::Reclaim(cause) => {
             crate::disk_gate::is_enospc(cause.as_ref())
         }
-        crate::engine::log::LogError::Deposed(_) => false,
+        crate::engine::log::LogError::Deposed(_)
+        | crate::engine::log::LogError::NotCommitted(_) => false,
     }
 }
 

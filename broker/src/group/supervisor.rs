@@ -126,10 +126,14 @@ pub async fn start(
         clustered = ecfg.cluster.is_some(),
         "log replayed; the group is ready"
     );
-    let rlog: SharedLog = Arc::new(RaftLog {
-        node: node.clone(),
-        cluster: ecfg.cluster.as_ref().map(|m| m.timing),
-    });
+    let rlog: SharedLog = Arc::new(RaftLog::new(
+        node.clone(),
+        ecfg.cluster.as_ref().map(|m| m.timing),
+    ));
+    let rlog = match &ecfg.log_wrap {
+        Some(wrap) => (wrap.0)(rlog),
+        None => rlog,
+    };
     // The previous engine let go of the queue when it ended (or unwound).
     let rx = jobs.clone().lock_owned().await;
     let engine = Engine::new(
@@ -205,10 +209,18 @@ pub async fn supervise(
         } = current;
         let born = Instant::now();
         let end = engine.run(stop.clone()).await;
-        if let Err(why) = &end {
-            // Nothing may read the failed state from here on.
-            live.set(Err(format!("the group is being rebuilt: {why}")));
-            restarts.increment(1);
+        match &end {
+            // Nothing may read the failed state from here on. A lost lead is a cluster event:
+            // the node stays healthy (not ready) through the reload (review s17 C2).
+            Err(why) if why.deposed => {
+                live.set_reloading(format!("the group is being reloaded: {why}"));
+                restarts.increment(1);
+            }
+            Err(why) => {
+                live.set(Err(format!("the group is being rebuilt: {why}")));
+                restarts.increment(1);
+            }
+            Ok(()) => {}
         }
         if let Err(e) = node.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");

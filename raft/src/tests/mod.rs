@@ -6,6 +6,7 @@ mod fixtures;
 mod group_commit;
 mod guards;
 mod horizons;
+mod idle_leader;
 mod latency;
 mod limited_read;
 mod multi_node;
