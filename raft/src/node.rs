@@ -21,7 +21,7 @@ use crate::entry_codec;
 use crate::error::RaftError;
 use crate::index_cell::IndexCell;
 use crate::log_store::LogStore;
-use crate::metrics_clock::{ack_age, MetricsClock};
+use crate::metrics_clock::MetricsClock;
 use crate::network::NoPeers;
 use crate::state_machine::StateMachine;
 use crate::types::{is_multi_node, term_of, TypeConfig};
@@ -215,7 +215,9 @@ impl RaftNode {
             cfg.election_timeout_min_ms,
             cfg.election_timeout_max_ms,
         );
-        let reported = MetricsClock::spawn(raft.metrics());
+        // openraft ticks every 1.5 heartbeats (its `heartbeat_interval * 3 / 2`).
+        let tick = std::time::Duration::from_millis(cfg.heartbeat_ms.saturating_mul(3) / 2);
+        let reported = MetricsClock::spawn(raft.metrics(), |m| m.millis_since_quorum_ack, tick);
         Ok(RaftNode {
             inner: Arc::new(Inner {
                 id,
@@ -442,7 +444,6 @@ impl RaftNode {
     /// once); the three positions come from the log and the adapters, which are never behind
     /// what a `propose` caller has already been told.
     pub fn status(&self) -> RaftStatus {
-        let since_report = self.inner.reported.since_report();
         let m = self.inner.raft.metrics().borrow().clone();
         RaftStatus {
             role: match m.state {
@@ -457,7 +458,7 @@ impl RaftNode {
             last_log_index: self.inner.log.last().map(|(index, _)| index),
             committed: self.inner.log_store.committed().map(|c| c.index),
             applied: self.inner.applied.get(),
-            quorum_ack_ms: ack_age(m.millis_since_quorum_ack, since_report),
+            quorum_ack_ms: self.inner.reported.ack_age(),
         }
     }
 

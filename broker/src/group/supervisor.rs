@@ -209,21 +209,22 @@ pub async fn supervise(
         } = current;
         let born = Instant::now();
         let end = engine.run(stop.clone()).await;
-        match &end {
-            // Nothing may read the failed state from here on. A lost lead is a cluster event:
-            // the node stays healthy (not ready) through the reload (review s17 C2).
-            Err(why) if why.deposed => {
-                live.set_reloading(format!("the group is being reloaded: {why}"));
-                restarts.increment(1);
-            }
-            Err(why) => {
-                live.set(Err(format!("the group is being rebuilt: {why}")));
-                restarts.increment(1);
-            }
-            Ok(()) => {}
+        // Nothing may read the failed state from here on.
+        if let Err(why) = &end {
+            live.set(Err(format!("the group is being rebuilt: {why}")));
+            restarts.increment(1);
         }
-        if let Err(e) = node.shutdown().await {
+        let stopped = node.shutdown().await;
+        if let Err(e) = &stopped {
             tracing::warn!(error = %e, "raft shutdown");
+        }
+        // A lost lead is a cluster event: once Raft has stopped, the node is healthy (not
+        // ready) through the reload (review s17 C2). Not before: a shutdown that hangs on
+        // this node's own disk keeps it unhealthy, so a liveness probe restarts it (s18 K1).
+        if let (Err(why), Ok(())) = (&end, &stopped) {
+            if why.deposed {
+                live.set_reloading(format!("the group is being reloaded: {why}"));
+            }
         }
         // Read once Raft has stopped: its last flush (and the commit it allows) is in.
         let synced = running.segments.synced_through();
