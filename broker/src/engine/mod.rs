@@ -945,6 +945,10 @@ fn plan_job(p: &mut Planner<'_>, mut job: Job) -> Planned {
             .plan_kafka_delete_records(d)
             .map(Outcome::KafkaRecordsDeleted),
         Command::EphemeralConfig(e) => p.plan_ephemeral_config(e).map(Outcome::EphemeralConfig),
+        // The cycle's Kafka transaction reads share one answer budget (review s17 lead H1).
+        Command::Read(queenmq_protocol::ReadReq::KafkaTxns(q)) => p
+            .plan_kafka_txn_read(q)
+            .map(|a| Outcome::Read(queenmq_protocol::ReadAnswer::KafkaTxns(a))),
         Command::Read(r) => {
             // A series without `to` ends at this cycle's time, not at the last write's.
             let now = p.now();
