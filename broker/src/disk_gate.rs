@@ -150,7 +150,7 @@ impl CheckpointSlot {
     /// does: at open, the stored checkpoint's size, so a restarted node's loans allow for it
     /// before the tenant writes a new one (L1: the floor was half the reserve until every
     /// tenant had checkpointed once).
-    pub fn expect(&self, encoded: u64) {
+    pub fn anticipate(&self, encoded: u64) {
         let own = encoded.saturating_mul(CHECKPOINT_MARGIN);
         // Added before the old value is taken off: a concurrent loan never sees too little.
         self.gate.checkpoints_own.fetch_add(own, Ordering::SeqCst);
@@ -169,7 +169,7 @@ impl CheckpointSlot {
     /// and loans see it (review s17 compactor M3: two checkpoints judged at once each saw the
     /// whole free space).
     pub fn fits(&self, encoded: u64, frees: u64) -> Option<Writing> {
-        self.expect(encoded);
+        self.anticipate(encoded);
         let gate = &self.gate;
         let Some(available) = gate.refresh() else {
             return Some(gate.begin_write(0));

@@ -307,7 +307,7 @@ fn the_loan_floor_follows_the_last_checkpoint_not_the_largest_ever() {
     let g = gate(&fake, 8_000);
     let slot = g.checkpoint_slot();
     // As at open, from the stored checkpoint: no loan leaves it less than its room.
-    slot.expect(8_000);
+    slot.anticipate(8_000);
     assert_eq!(g.lend(0).bytes(), 0, "2_000 + 16_000 is more than is free");
     assert!(slot.fits(1_000, 1 << 40).is_some());
     g.refresh();

@@ -286,7 +286,7 @@ impl Engine {
     /// its own, loans allow for one that size (review s17 compactor L1).
     pub fn expecting_checkpoint(self, encoded: u64) -> Engine {
         if let Some(c) = &self.checkpoints {
-            c.expect(encoded);
+            c.anticipate(encoded);
         }
         self
     }
