@@ -210,6 +210,8 @@ pub struct Engine {
     reclaim_pending: bool,
     reclaimer: reclaim::Reclaimer,
     compactor: compactor::Compactor,
+    /// This tenant's checkpoints in the disk gate's loan floor (review s17 compactor M3).
+    checkpoints: Option<Arc<crate::disk_gate::CheckpointSlot>>,
 }
 
 /// A checkpoint written, skipped for want of space (None), or failed.
@@ -289,7 +291,17 @@ impl Engine {
                 cfg.reclaim.enabled && cfg.compaction_enabled,
                 cfg.tenant.clone(),
             ),
+            checkpoints: cfg.disk.as_ref().map(|d| Arc::new(d.checkpoint_slot())),
         }
+    }
+
+    /// The state was loaded from a checkpoint of `encoded` bytes: until this engine writes
+    /// its own, loans allow for one that size (review s17 compactor L1).
+    pub fn expecting_checkpoint(self, encoded: u64) -> Engine {
+        if let Some(c) = &self.checkpoints {
+            c.anticipate(encoded);
+        }
+        self
     }
 
     /// The state was loaded from a checkpoint that allows reclaiming the log up to `bound`
@@ -719,7 +731,7 @@ impl Engine {
             ))
         });
         let store = self.store.clone();
-        let disk = self.cfg.disk.clone();
+        let checkpoints = self.checkpoints.clone();
         let log = self.log.clone();
         let tenant = self.cfg.tenant.to_string();
         let reclaimer = self.reclaimer.clone();
@@ -737,15 +749,20 @@ impl Engine {
             // Unless the segments its save lets go repay it (a full node gets space back):
             // those this save frees, or half of those the next one will (two checkpoints are
             // written before they go).
-            if let Some(d) = disk {
+            // Counted as being written until saved: other tenants' checkpoints see it.
+            let mut writing = None;
+            if let Some(c) = checkpoints {
                 let bytes = |b: Option<u64>| {
                     b.filter(|_| reclaimer.would_run())
                         .map_or(0, |u| log.reclaimable_bytes(u))
                 };
                 let frees = bytes(upto).max(bytes(reclaim_bound) / 2);
-                if !d.checkpoint_fits(size as u64, frees) {
-                    drop(held);
-                    return Ok(None);
+                match c.fits(size as u64, frees) {
+                    Some(w) => writing = Some(w),
+                    None => {
+                        drop(held);
+                        return Ok(None);
+                    }
                 }
             }
             store
@@ -753,6 +770,7 @@ impl Engine {
                     pending.emit(|piece| sink.write(piece))
                 })
                 .map_err(|e| e.to_string())?;
+            drop(writing);
             let saved = Saved {
                 index: applied.0,
                 bytes: size,

@@ -71,6 +71,7 @@ pub async fn start(
         store,
         state,
         reclaim_bound,
+        checkpoint_bytes,
     } = tokio::task::spawn_blocking(move || open_storage(&opening, backend, store_cache))
         .await
         .map_err(|e| anyhow!("opening the storage stopped: {e}"))??;
@@ -143,7 +144,8 @@ pub async fn start(
         ecfg.clone(),
         rx,
     )
-    .reclaiming_from(reclaim_bound);
+    .reclaiming_from(reclaim_bound)
+    .expecting_checkpoint(checkpoint_bytes);
     Ok(Started {
         engine,
         node,

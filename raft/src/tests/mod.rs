@@ -14,6 +14,7 @@ mod node_restart;
 mod reclaim;
 mod router;
 mod split_vote;
+mod stored_ids;
 mod tcp_client;
 mod tcp_cluster;
 mod tcp_listener;
