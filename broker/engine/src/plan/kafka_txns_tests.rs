@@ -400,7 +400,13 @@ fn a_commit_writes_its_markers_and_its_offsets_in_one_entry() {
     fx.assert_replays();
 }
 
-fn add_group(fx: &mut Fixture, id: i64, epoch: i16, group: &str, l: TxnLimits) -> TxnCode {
+pub(super) fn add_group(
+    fx: &mut Fixture,
+    id: i64,
+    epoch: i16,
+    group: &str,
+    l: TxnLimits,
+) -> TxnCode {
     let req = KafkaTxnReq::AddOffsets {
         txn_id: "tx".into(),
         producer_id: id,
@@ -411,7 +417,7 @@ fn add_group(fx: &mut Fixture, id: i64, epoch: i16, group: &str, l: TxnLimits) -
     codes(run(fx, req))[0]
 }
 
-fn txn_offset(topic: &str, partition: i32, metadata: usize) -> TxnOffset {
+pub(super) fn txn_offset(topic: &str, partition: i32, metadata: usize) -> TxnOffset {
     TxnOffset {
         topic: topic.into(),
         partition,
@@ -421,7 +427,7 @@ fn txn_offset(topic: &str, partition: i32, metadata: usize) -> TxnOffset {
     }
 }
 
-fn commit_offsets(
+pub(super) fn commit_offsets(
     fx: &mut Fixture,
     id: i64,
     epoch: i16,

@@ -70,8 +70,11 @@ pub fn answer(
             (KafkaTxnReadAnswer::Pending(v), 0)
         }
         KafkaTxnRead::GroupPending { group } => {
-            // A cut set is read again per partition by the door after the offsets.
-            let budget = MAX_ENTRIES_PER_ANSWER.min(granted);
+            // Never cut by the cycle's grant (review s18 kafka M4): a set cut below what the
+            // group holds is checked by the door only after the offsets are read, and a
+            // transaction committing in between would show an old offset as stable (review
+            // s16 kafka L1). Its own per-answer bound still holds; what it lists is counted.
+            let budget = MAX_ENTRIES_PER_ANSWER;
             let (pairs, complete) = st.kafka_txns.pending_in(group, budget);
             let n = pairs.len();
             (KafkaTxnReadAnswer::GroupPending { pairs, complete }, n)
