@@ -572,8 +572,9 @@ fn a_retry_pair_rides_after_the_partitions_and_a_bad_one_is_refused() {
     assert!(!t.bumped_from("tx", (7, 2)));
     assert!(t.bumped_from("tx", (7, 1)));
     let trailer = |layout: u8, count: u32, pairs: &[(&str, i64, u16)]| {
-        let mut w = Writer::default();
-        w.buf = plain.buf.clone();
+        let mut w = Writer {
+            buf: plain.buf.clone(),
+        };
         w.u8(layout);
         w.u32(count);
         for (id, producer_id, epoch) in pairs {
