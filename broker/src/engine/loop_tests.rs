@@ -30,6 +30,17 @@ struct InstantLog {
     shared: Arc<Shared>,
 }
 
+/// A state store in `dir`, an empty state and an [`InstantLog`] applying to it.
+fn instant_group(dir: &std::path::Path) -> (Arc<StateStore>, Arc<Shared>, Arc<InstantLog>) {
+    let store = Arc::new(StateStore::open(&dir.join("state.redb")).unwrap());
+    let shared = Shared::new(State::default());
+    let log = Arc::new(InstantLog {
+        entries: Mutex::new(Vec::new()),
+        shared: shared.clone(),
+    });
+    (store, shared, log)
+}
+
 impl ReplicatedLog for InstantLog {
     fn propose(&self, payload: Vec<u8>) -> ProposeFuture {
         let mut entries = self.entries.lock().unwrap();
@@ -75,12 +86,7 @@ async fn pop(tx: &mpsc::Sender<Job>) -> PopResult {
 #[tokio::test]
 async fn a_lease_expires_when_the_injected_clock_passes_it() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(StateStore::open(&dir.path().join("state.redb")).unwrap());
-    let shared = Shared::new(State::default());
-    let log = Arc::new(InstantLog {
-        entries: Mutex::new(Vec::new()),
-        shared: shared.clone(),
-    });
+    let (store, shared, log) = instant_group(dir.path());
     let clock = Arc::new(ManualClock(AtomicI64::new(NOW)));
     let cfg = EngineConfig {
         clock: clock.clone(),
@@ -129,12 +135,7 @@ impl crate::disk_gate::FreeSpace for Fixed {
 #[tokio::test]
 async fn a_push_above_the_limits_is_refused_for_good_even_on_a_full_disk() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(StateStore::open(&dir.path().join("state.redb")).unwrap());
-    let shared = Shared::new(State::default());
-    let log = Arc::new(InstantLog {
-        entries: Mutex::new(Vec::new()),
-        shared: shared.clone(),
-    });
+    let (store, shared, log) = instant_group(dir.path());
     let disk = crate::disk_gate::DiskGate::new(Box::new(Fixed(1_000)), 1 << 20);
     disk.refresh();
     assert!(disk.is_full());
@@ -245,12 +246,7 @@ async fn the_kafka_reads_of_one_cycle_share_one_answer_budget() {
     const PARTITIONS: i32 = 100;
     const READS: usize = 64;
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(StateStore::open(&dir.path().join("state.redb")).unwrap());
-    let shared = Shared::new(State::default());
-    let log = Arc::new(InstantLog {
-        entries: Mutex::new(Vec::new()),
-        shared: shared.clone(),
-    });
+    let (store, shared, log) = instant_group(dir.path());
     let cfg = EngineConfig::default();
     assert!(cfg.max_batch >= READS);
     let (tx, jobs) = super::job_queue(cfg.queue_depth);

@@ -74,6 +74,18 @@ pub(super) async fn start_timed(
     }
 }
 
+/// Loopback listeners for nodes 1, 2 and 3, and the members they make.
+pub(super) async fn three_listeners() -> (BTreeMap<u64, TcpListener>, BTreeMap<u64, BasicNode>) {
+    let mut listeners = BTreeMap::new();
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3u64 {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        nodes.insert(id, BasicNode::new(l.local_addr().unwrap().to_string()));
+        listeners.insert(id, l);
+    }
+    (listeners, nodes)
+}
+
 pub(super) async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + BOUND;
     while !f() {
@@ -85,13 +97,7 @@ pub(super) async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lowest_id_initialises_and_followers_apply() {
     let dir = tempfile::tempdir().unwrap();
-    let mut listeners = BTreeMap::new();
-    let mut nodes = BTreeMap::new();
-    for id in 1..=3u64 {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        nodes.insert(id, BasicNode::new(l.local_addr().unwrap().to_string()));
-        listeners.insert(id, l);
-    }
+    let (mut listeners, nodes) = three_listeners().await;
     let addr1 = nodes[&1].addr.clone();
     let (l1, l2, l3) = (
         listeners.remove(&1).unwrap(),

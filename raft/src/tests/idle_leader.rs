@@ -4,15 +4,11 @@
 //! metrics report (review s17 lead M1): an idle core still reports at every tick and every
 //! heartbeat answer, so the added age stays under a tick.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::BasicNode;
-use tokio::net::TcpListener;
-
-use super::clustered_start::{start_timed, wait_until};
+use super::clustered_start::{start_timed, three_listeners, wait_until};
 
 // Heartbeats as slow as the default's order, so a loaded CI machine's scheduling delays stay
 // well inside the lease (review s18 K8); the ratio is still the tightest accepted.
@@ -24,14 +20,8 @@ const LEASE_MS: u64 = ETO_MS - 2 * HB_MS;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_leader_stays_within_its_lease() {
     let dir = tempfile::tempdir().unwrap();
-    let mut listeners = Vec::new();
-    let mut peers = BTreeMap::new();
-    for id in 1..=3u64 {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        peers.insert(id, BasicNode::new(l.local_addr().unwrap().to_string()));
-        listeners.push(l);
-    }
-    let mut it = listeners.into_iter();
+    let (listeners, peers) = three_listeners().await;
+    let mut it = listeners.into_values();
     let (l1, l2, l3) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
     let (m1, m2, m3) = tokio::join!(
         start_timed(dir.path(), 1, l1, &peers, HB_MS, ETO_MS),

@@ -68,9 +68,15 @@ fn ids(popped: &PopResult) -> Vec<(String, String)> {
 }
 
 fn compact(f: &mut Fixture, s: Segment) -> Compacted {
+    look_once(f, s, u64::MAX, usize::MAX, false)
+}
+
+/// One look with nothing remembered: `budget` bytes of copies, entries up to `room`, and
+/// whether the copy must take the whole segment.
+fn look_once(f: &mut Fixture, s: Segment, budget: u64, room: usize, whole: bool) -> Compacted {
     match f
         .planner()
-        .plan_compaction(s, u64::MAX, usize::MAX, None, false, &mut Memo::default())
+        .plan_compaction(s, budget, room, None, whole, &mut Memo::default())
     {
         Ok(c) => c,
         Err(e) => panic!("compaction failed: {e}"),
@@ -695,17 +701,7 @@ fn a_whole_copy_stops_reading_once_it_cannot_fit() {
     let mut f = one_run_per_entry(N);
     let s = seg(N as u64, 1 << 20);
     let base = f.cycle.entry.len();
-    let c = match f.planner().plan_compaction(
-        s,
-        u64::MAX,
-        base + one + one / 2,
-        None,
-        true,
-        &mut Memo::default(),
-    ) {
-        Ok(c) => c,
-        Err(e) => panic!("{e}"),
-    };
+    let c = look_once(&mut f, s, u64::MAX, base + one + one / 2, true);
     assert_eq!(
         (c.runs, c.short_of_room, c.over_budget),
         (0, true, false),
@@ -713,17 +709,7 @@ fn a_whole_copy_stops_reading_once_it_cannot_fit() {
     );
     assert!(reads(&f) <= 2, "read up to the run that does not fit");
     // Over the budget: settled as early.
-    let c = match f.planner().plan_compaction(
-        s,
-        one as u64,
-        usize::MAX,
-        None,
-        true,
-        &mut Memo::default(),
-    ) {
-        Ok(c) => c,
-        Err(e) => panic!("{e}"),
-    };
+    let c = look_once(&mut f, s, one as u64, usize::MAX, true);
     assert_eq!(
         (c.runs, c.short_of_room, c.over_budget),
         (0, false, true),

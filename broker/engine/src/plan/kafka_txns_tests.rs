@@ -25,10 +25,20 @@ pub(super) fn run(fx: &mut Fixture, req: KafkaTxnReq) -> KafkaTxnOutcome {
 }
 
 pub(super) fn init(fx: &mut Fixture, txn_id: &str, timeout_ms: i32) -> (TxnCode, i64, i16) {
+    init_as(fx, txn_id, timeout_ms, None)
+}
+
+/// InitProducerId for `txn_id`, naming `current` (KIP-360) or no producer.
+fn init_as(
+    fx: &mut Fixture,
+    txn_id: &str,
+    timeout_ms: i32,
+    current: Option<(i64, i16)>,
+) -> (TxnCode, i64, i16) {
     let req = KafkaTxnReq::Init {
         txn_id: txn_id.into(),
         timeout_ms,
-        current: None,
+        current,
         limits: limits(),
     };
     match run(fx, req) {
@@ -172,20 +182,7 @@ fn init_bumps_the_epoch_and_checks_the_timeout_and_the_named_producer() {
 }
 
 fn init_named(fx: &mut Fixture, current: (i64, i16)) -> (TxnCode, i64, i16) {
-    let req = KafkaTxnReq::Init {
-        txn_id: "tx".into(),
-        timeout_ms: 60_000,
-        current: Some(current),
-        limits: limits(),
-    };
-    match run(fx, req) {
-        KafkaTxnOutcome::Init {
-            code,
-            producer_id,
-            epoch,
-        } => (code, producer_id, epoch),
-        other => panic!("{other:?}"),
-    }
+    init_as(fx, "tx", 60_000, Some(current))
 }
 
 #[test]
