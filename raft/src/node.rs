@@ -60,8 +60,9 @@ struct Inner {
     sm_gone: tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
     /// Retries campaigns stuck in a split vote (`election_nudge`); stopped by `shutdown`.
     nudge: tokio::task::JoinHandle<()>,
-    /// When openraft last reported its metrics.
-    reported: MetricsClock,
+    /// When openraft last reported its metrics; only a cluster member reads the age it keeps
+    /// (a lone voter acknowledges itself), so only one runs the watcher (review s18 K7).
+    reported: Option<MetricsClock>,
 }
 
 impl Drop for Inner {
@@ -102,7 +103,7 @@ impl RaftNode {
         network: N,
     ) -> Result<RaftNode, RaftError> {
         let last_at_open = log.last().map(|(index, _)| index);
-        let node = RaftNode::open(cfg, log, store, handler, network).await?;
+        let node = RaftNode::open(cfg, log, store, handler, network, false).await?;
         let ready = node.lead_and_replay(last_at_open).await;
         node.started(ready, last_at_open).await
     }
@@ -134,7 +135,7 @@ impl RaftNode {
             )));
         }
         let last_at_open = log.last().map(|(index, _)| index);
-        let node = RaftNode::open(cfg, log, store, handler, network).await?;
+        let node = RaftNode::open(cfg, log, store, handler, network, true).await?;
         serve(node.inner.raft.clone());
         // openraft ignores a stored committed id past the log's end (a cut-off tail): waiting
         // for it would never end.
@@ -165,13 +166,15 @@ impl RaftNode {
         }
     }
 
-    /// The stores opened and openraft started on them; nothing waited for.
+    /// The stores opened and openraft started on them; nothing waited for. `clustered`: keep
+    /// the acknowledgement age current between openraft's reports (`MetricsClock`).
     async fn open<N: RaftNetworkFactory<TypeConfig>>(
         cfg: RaftConfig,
         log: Arc<SegmentLog>,
         store: Arc<StateStore>,
         handler: Arc<dyn ApplyHandler>,
         network: N,
+        clustered: bool,
     ) -> Result<RaftNode, RaftError> {
         let config = Arc::new(cfg.to_openraft()?);
         let id = cfg.node_id;
@@ -217,7 +220,8 @@ impl RaftNode {
         );
         // openraft ticks every 1.5 heartbeats (its `heartbeat_interval * 3 / 2`).
         let tick = std::time::Duration::from_millis(cfg.heartbeat_ms.saturating_mul(3) / 2);
-        let reported = MetricsClock::spawn(raft.metrics(), |m| m.millis_since_quorum_ack, tick);
+        let reported = clustered
+            .then(|| MetricsClock::spawn(raft.metrics(), |m| m.millis_since_quorum_ack, tick));
         Ok(RaftNode {
             inner: Arc::new(Inner {
                 id,
@@ -458,7 +462,10 @@ impl RaftNode {
             last_log_index: self.inner.log.last().map(|(index, _)| index),
             committed: self.inner.log_store.committed().map(|c| c.index),
             applied: self.inner.applied.get(),
-            quorum_ack_ms: self.inner.reported.ack_age(),
+            quorum_ack_ms: match &self.inner.reported {
+                Some(clock) => clock.ack_age(),
+                None => m.millis_since_quorum_ack,
+            },
         }
     }
 
@@ -468,7 +475,9 @@ impl RaftNode {
     /// Every step runs even if an earlier one failed; the first failure is returned.
     pub async fn shutdown(&self) -> Result<(), RaftError> {
         self.inner.nudge.abort();
-        self.inner.reported.stop();
+        if let Some(clock) = &self.inner.reported {
+            clock.stop();
+        }
         let core = self.inner.raft.shutdown().await.map_err(fatal);
         if let Some(gone) = self.inner.sm_gone.lock().await.take() {
             // Err is the expected outcome: the sender is dropped, never used.

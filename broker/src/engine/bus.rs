@@ -87,8 +87,7 @@ impl EngineBus {
         let s = live.log.status();
         let storage_ready = !default.tx.is_closed();
         Outcome::Health(HealthView::Running {
-            // A follower of a cluster serves too (it refuses writes, naming the leader).
-            healthy: (s.role == "leader" || (s.clustered && s.role == "follower")) && storage_ready,
+            healthy: serving(s.role, s.clustered) && storage_ready,
             storage_ready,
             uptime_seconds,
             version,
@@ -148,6 +147,19 @@ fn health_down(down: Down, uptime_seconds: u64, groups: GroupCounts) -> HealthVi
             version,
             groups,
         }
+    }
+}
+
+/// Whether a node in this Raft role is alive for the liveness probe. A cluster member that is
+/// not the leader serves too (it refuses writes, naming the leader); a candidate or a learner
+/// is a member waiting for or catching up with a leader, and a probe that failed it would
+/// restart a node cut off from the leader into another replay (review s18 K6). A single node
+/// serves only as its own leader; a stopped core serves nothing.
+fn serving(role: &str, clustered: bool) -> bool {
+    match role {
+        "leader" => true,
+        "follower" | "candidate" | "learner" => clustered,
+        _ => false,
     }
 }
 
@@ -330,5 +342,19 @@ mod tests {
             health_down(failed, 1, COUNTS),
             HealthView::NoStorage { .. }
         ));
+    }
+
+    /// Review s18 K6: a cluster member cut off from its leader campaigns; it is alive (not
+    /// ready: render/node.rs), where a lone node that is not leading is not.
+    #[test]
+    fn a_campaigning_cluster_member_is_alive() {
+        for role in ["leader", "follower", "candidate", "learner"] {
+            assert!(serving(role, true), "{role}");
+        }
+        assert!(!serving("shutdown", true));
+        assert!(serving("leader", false));
+        for role in ["follower", "candidate", "learner", "shutdown"] {
+            assert!(!serving(role, false), "{role}");
+        }
     }
 }

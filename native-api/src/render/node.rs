@@ -101,7 +101,8 @@ pub fn ready(h: &HealthView) -> (bool, Value) {
             let ok = if r.clustered && r.role == "leader" {
                 *healthy && r.quorum_contact && (r.applied >= r.last_log_index || r.proposal_fresh)
             } else if r.clustered {
-                *healthy && r.leader.is_some() && close
+                // A candidate is alive but serves nothing until an election ends (s18 K6).
+                *healthy && r.role != "candidate" && r.leader.is_some() && close
             } else {
                 *healthy && close
             };
@@ -242,5 +243,12 @@ mod tests {
         let mut applying = member("leader", 8, 9, false);
         applying.last_log_index = 9;
         assert!(!ready(&running(applying)).0);
+    }
+
+    /// Review s18 K6: a candidate is alive but not ready, even if it still names the leader
+    /// it lost.
+    #[test]
+    fn a_candidate_is_not_ready() {
+        assert!(!ready(&running(member("candidate", 9, 9, false))).0);
     }
 }
