@@ -77,23 +77,23 @@ fn log_error(e: RaftError, clustered: bool) -> LogError {
 /// Resolves once a cluster leader may no longer wait for its proposal (review s16 B1),
 /// polling its status every heartbeat.
 async fn lost_lead(node: &RaftNode, t: Timing) -> LogError {
-    let started = Instant::now();
     let every = Duration::from_millis(t.heartbeat_ms);
     loop {
         tokio::time::sleep(every).await;
-        if let Some(e) = give_up(&node.status(), &t, started.elapsed()) {
+        if let Some(e) = give_up(&node.status(), &t) {
             return e;
         }
     }
 }
 
-/// Whether a leader that proposed `waited` ago gives its entry up, and why: deposed when it is
-/// no longer leader or no majority acknowledged it within the lease (openraft 0.9 keeps a
-/// leader cut off from the majority leading, and its entry would wait for as long as the
-/// partition lasts); not committed once the write limit passed while it kept both (a quorum
-/// that acknowledges but does not commit), which is no deposition: the node still leads, and
-/// a reload without the backoff would repeat it every write limit (review s17 C7).
-fn give_up(s: &RaftStatus, t: &Timing, waited: Duration) -> Option<LogError> {
+/// Whether a leader gives its entry up, and why: deposed when it is no longer leader or no
+/// majority acknowledged it within the lease (openraft 0.9 keeps a leader cut off from the
+/// majority leading, and its entry would wait for as long as the partition lasts). A leader
+/// that keeps both waits for its entry however long it takes (a quorum that acknowledges but
+/// does not commit: stalled disks); its requests are answered at the write limit
+/// (`answer_limit`), and the group is neither reloaded nor rebuilt (review s18 K4; before, a
+/// rebuild with the backoff, review s17 C7).
+fn give_up(s: &RaftStatus, t: &Timing) -> Option<LogError> {
     if s.role != "leader" {
         return Some(LogError::Deposed(format!(
             "this node is no longer the leader (now {})",
@@ -106,12 +106,7 @@ fn give_up(s: &RaftStatus, t: &Timing, waited: Duration) -> Option<LogError> {
             None => "no majority acknowledged this leader".to_string(),
         }));
     }
-    (waited >= t.write_limit()).then(|| {
-        LogError::NotCommitted(format!(
-            "the write did not commit within {} ms",
-            t.write_limit().as_millis()
-        ))
-    })
+    None
 }
 
 impl ReplicatedLog for RaftLog {
@@ -130,6 +125,13 @@ impl ReplicatedLog for RaftLog {
                 gave_up = lost_lead(&node, timing) => Err(gave_up),
             }
         })
+    }
+
+    /// A cluster leader answers a cycle's requests at the write limit and keeps waiting for
+    /// its entry (review s18 K4): while it keeps the lead and its majority the entry cannot be
+    /// lost, only late (the followers' disks stalled), and a rebuild would not make it sooner.
+    fn answer_limit(&self) -> Option<Duration> {
+        self.cluster.map(|t| t.write_limit())
     }
 
     fn read(&self, index: u64) -> Result<Option<Vec<u8>>, LogError> {
@@ -219,21 +221,15 @@ mod tests {
         assert!(single.quorum_contact && !single.proposal_fresh && !single.clustered);
     }
 
-    /// Review s17 C7: only a lost lead or a lapsed lease is a deposition (reloaded at once);
-    /// a write-limit expiry under a leader that kept its majority is a failure, reloaded with
-    /// the crash-loop backoff.
+    /// Review s17 C7, s18 K4: only a lost lead or a lapsed lease gives the entry up (a
+    /// deposition, reloaded at once); a leader that keeps both waits for it, however long.
     #[test]
-    fn only_a_lost_lead_or_lease_is_a_deposition() {
-        let limit = TIMING.write_limit();
+    fn only_a_lost_lead_or_lease_gives_the_entry_up() {
         let in_contact = leader(8, 9, Some(10));
-        assert!(give_up(&in_contact, &TIMING, limit / 2).is_none());
-        assert!(matches!(
-            give_up(&in_contact, &TIMING, limit),
-            Some(LogError::NotCommitted(_))
-        ));
+        assert!(give_up(&in_contact, &TIMING).is_none());
         let lapsed = leader(8, 9, Some(TIMING.lease_ms() + 1));
         assert!(matches!(
-            give_up(&lapsed, &TIMING, limit),
+            give_up(&lapsed, &TIMING),
             Some(LogError::Deposed(_))
         ));
         let follower = RaftStatus {
@@ -241,7 +237,7 @@ mod tests {
             ..in_contact
         };
         assert!(matches!(
-            give_up(&follower, &TIMING, Duration::ZERO),
+            give_up(&follower, &TIMING),
             Some(LogError::Deposed(_))
         ));
     }

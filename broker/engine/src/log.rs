@@ -23,11 +23,6 @@ pub enum LogError {
     /// the entry may yet commit under a new leader, or be cut.
     #[error("{0}")]
     Deposed(String),
-    /// A cluster leader that kept the lead and its majority gave its entry up after the write
-    /// limit (a quorum that acknowledges but does not commit: stuck disks). Not a deposition:
-    /// it would repeat at once (review s17 C7); the entry may still commit.
-    #[error("{0}")]
-    NotCommitted(String),
 }
 
 impl LogError {
@@ -47,6 +42,12 @@ impl LogError {
 pub trait ReplicatedLog: Send + Sync + 'static {
     /// Resolves once the entry is committed (fsynced on a quorum) and applied: its (index, term).
     fn propose(&self, payload: Vec<u8>) -> ProposeFuture;
+    /// How long a proposal may wait before the requests it carries are answered that they
+    /// may or may not be done; the engine goes on waiting for the entry itself, since it
+    /// planned its state ahead of it (review s18 K4). `None`: they wait with the entry.
+    fn answer_limit(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// The application payload of a committed entry.
     fn read(&self, index: u64) -> Result<Option<Vec<u8>>, LogError>;
     /// Raft facts for health and metrics: (role, term, last log index, committed, applied).

@@ -619,7 +619,9 @@ impl Engine {
             // reading of the file system has it.
             let _writing = self.cfg.disk.as_ref().map(|d| d.begin_write(size as u64));
             drop(loan);
-            match self.log.propose(entry).await {
+            let proposed = self.log.propose(entry);
+            let commands = replies.len();
+            match answered_at_limit(proposed, self.log.answer_limit(), &mut replies, number).await {
                 Ok((index, _term)) => {
                     {
                         let mut st = self.shared.lock();
@@ -644,23 +646,18 @@ impl Engine {
                         }
                     }
                     metrics::histogram!("queen_group_commit_commands", "tenant" => tenant.clone())
-                        .record(replies.len() as f64);
+                        .record(commands as f64);
                     metrics::histogram!("queen_group_commit_bytes", "tenant" => tenant.clone())
                         .record(size as f64);
                     metrics::histogram!("queen_group_commit_seconds", "tenant" => tenant)
                         .record(started.elapsed().as_secs_f64());
                 }
-                Err(
-                    e @ (crate::engine::log::LogError::Deposed(_)
-                    | crate::engine::log::LogError::NotCommitted(_)),
-                ) => {
+                Err(e @ crate::engine::log::LogError::Deposed(_)) => {
                     // The entry may still commit (a new leader may hold it), or be cut: the
-                    // state planned for it is not known to match the log either way. Only a
-                    // lost lead is reloaded without the backoff: an entry that did not commit
-                    // under a leader that kept its majority would fail again (review s17 C7).
-                    let deposed = matches!(e, crate::engine::log::LogError::Deposed(_));
+                    // state planned for it is not known to match the log either way. A lost
+                    // lead is reloaded without the backoff.
                     let why = e.to_string();
-                    tracing::warn!(cycle = number, reason = %why, deposed, "a cluster leader gave its cycle in flight up: its state is reloaded from checkpoint and log");
+                    tracing::warn!(cycle = number, reason = %why, "a cluster leader gave its cycle in flight up: its state is reloaded from checkpoint and log");
                     for (reply, out, _) in replies {
                         let _ = reply.send(out.and(Err(QueenError::unavailable(format!(
                             "{why}: the request may or may not be done; retry on the leader"
@@ -668,7 +665,7 @@ impl Engine {
                     }
                     return Err(Failure {
                         why: format!("cycle {number} in flight when {why}"),
-                        deposed,
+                        deposed: true,
                     });
                 }
                 Err(e) => {
@@ -866,9 +863,35 @@ fn log_error_is_enospc(e: &crate::engine::log::LogError) -> bool {
         | crate::engine::log::LogError::Reclaim(cause) => {
             crate::disk_gate::is_enospc(cause.as_ref())
         }
-        crate::engine::log::LogError::Deposed(_)
-        | crate::engine::log::LogError::NotCommitted(_) => false,
+        crate::engine::log::LogError::Deposed(_) => false,
     }
+}
+
+/// Waits for a cycle's entry; past `limit` its requests are answered that they may or may not
+/// be done, and the wait goes on: the engine planned its state ahead of the entry, so it may
+/// plan nothing else until the log says whether the entry is in (review s18 K4).
+async fn answered_at_limit(
+    proposed: log::ProposeFuture,
+    limit: Option<Duration>,
+    replies: &mut Vec<(Reply, Result<Outcome, QueenError>, bool)>,
+    number: u64,
+) -> Result<(u64, u64), log::LogError> {
+    let Some(limit) = limit else {
+        return proposed.await;
+    };
+    let mut proposed = proposed;
+    tokio::select! {
+        written = &mut proposed => return written,
+        () = tokio::time::sleep(limit) => {}
+    }
+    tracing::warn!(cycle = number, limit_ms = limit.as_millis() as u64, "a cycle's entry did not commit within the write limit: its requests are answered, the engine waits for the entry");
+    for (reply, out, _) in replies.drain(..) {
+        let _ = reply.send(out.and(Err(QueenError::unavailable(format!(
+            "the write did not commit within {} ms: the request may or may not be done; retry",
+            limit.as_millis()
+        )))));
+    }
+    proposed.await
 }
 
 fn approx_size(cmd: &Command) -> usize {

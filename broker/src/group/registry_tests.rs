@@ -51,7 +51,7 @@ async fn push_until_served(bus: &EngineBus, tenant: &str, txn: &str) -> bool {
 }
 
 /// The transaction ids of every message of queue `q`, popped by a group of its own.
-async fn everything(bus: &EngineBus, tenant: &str) -> BTreeSet<String> {
+pub(super) async fn everything(bus: &EngineBus, tenant: &str) -> BTreeSet<String> {
     let req = PopReq {
         source: PopSource::Queue("q".into()),
         group: Some("audit".into()),
