@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use queenmq_protocol::ErrorCode;
@@ -14,6 +14,7 @@ use queenmq_protocol::ErrorCode;
 use super::registry_tests::{everything, open_with, push};
 use crate::engine::log::{LogError, LogStatus, ProposeFuture, ReplicatedLog, SharedLog};
 use crate::engine::{EngineBus, EngineConfig, LogWrap};
+use crate::group::registry::Registry;
 
 /// The group's real log, except that its first `failures` proposals (counted across the
 /// group's incarnations) fail at once with what `fail` makes, nothing written.
@@ -43,13 +44,22 @@ impl ReplicatedLog for FailingLog {
 }
 
 /// Pushes to tenant `a` until one is served after every failure was spent; the refusals
-/// met on the way.
-async fn refusals_until_served(fail: fn() -> LogError) -> Vec<String> {
+/// met on the way, and for each rebuild or reload, whether the group's slot said
+/// "reloading" while the new incarnation's log was being opened (in the middle of it).
+async fn refusals_until_served(fail: fn() -> LogError) -> (Vec<String>, Vec<bool>) {
     let dir = tempfile::tempdir().unwrap();
     let proposed = Arc::new(AtomicUsize::new(0));
     let counted = proposed.clone();
+    let registry: Arc<OnceLock<Arc<Registry>>> = Arc::default();
+    let reloading = Arc::new(Mutex::new(Vec::new()));
+    let (seen, marks) = (registry.clone(), reloading.clone());
     let ecfg = EngineConfig {
         log_wrap: Some(LogWrap(Arc::new(move |inner| {
+            // Unset during the first start: only rebuilds and reloads are looked at.
+            if let Some(group) = seen.get().and_then(|r| r.get("a")) {
+                let mark = matches!(group.live.get_or_down(), Err(d) if d.reloading);
+                marks.lock().unwrap().push(mark);
+            }
             Arc::new(FailingLog {
                 inner,
                 proposed: counted.clone(),
@@ -60,6 +70,7 @@ async fn refusals_until_served(fail: fn() -> LogError) -> Vec<String> {
         ..EngineConfig::default()
     };
     let groups = open_with(dir.path(), HashMap::new(), ecfg).await;
+    assert!(registry.set(groups.clone()).is_ok());
     let bus = EngineBus::new(groups.clone(), Arc::new(String::new));
     let mut refusals = Vec::new();
     // Bounded only so that a group that never serves fails the test.
@@ -76,15 +87,21 @@ async fn refusals_until_served(fail: fn() -> LogError) -> Vec<String> {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     groups.stop_all(Duration::from_secs(10)).await;
-    refusals
+    let marks = reloading.lock().unwrap().clone();
+    (refusals, marks)
 }
 
 /// Review s17 C3: two depositions in a row, the second of an incarnation that was itself a
 /// reload, are both reloaded at once: no request meets the backoff's pause.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposition_twice_in_a_row_is_reloaded_at_once_both_times() {
-    let refusals =
+    let (refusals, reloading) =
         refusals_until_served(|| LogError::Deposed("this node lost the lead".into())).await;
+    // Review s18 K5: healthy (not ready) through each reload, not a failed group.
+    assert!(
+        reloading.len() >= 2 && reloading.iter().all(|r| *r),
+        "a reload after a deposition was not marked reloading: {reloading:?}"
+    );
     assert!(
         refusals
             .iter()
