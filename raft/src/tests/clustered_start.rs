@@ -11,6 +11,7 @@ use openraft::BasicNode;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+use crate::backend::{SegmentLog, StateStore};
 use crate::tcp_server::Groups;
 use crate::{ClusterStart, RaftConfig, RaftNode, TcpNetwork, CLUSTER_ENTRY_MAX};
 
@@ -44,7 +45,19 @@ pub(super) async fn start_timed(
     hb_ms: u64,
     eto_ms: u64,
 ) -> Member {
-    let (log, store) = open_stores(&dir.join(id.to_string()));
+    let stores = open_stores(&dir.join(id.to_string()));
+    start_on(stores, id, listener, peers, hb_ms, eto_ms).await
+}
+
+/// `start_timed` on given stores (a log on an injected backend).
+pub(super) async fn start_on(
+    (log, store): (Arc<SegmentLog>, Arc<StateStore>),
+    id: u64,
+    listener: TcpListener,
+    peers: &BTreeMap<u64, BasicNode>,
+    hb_ms: u64,
+    eto_ms: u64,
+) -> Member {
     let recorder = Recorder::new(None);
     let cfg = RaftConfig {
         node_id: id,

@@ -2,7 +2,7 @@
 
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -136,17 +136,19 @@ pub fn open_on(dir: &Path, backend: Arc<dyn IoBackend>) -> (Arc<SegmentLog>, Arc
 }
 
 /// A MemBackend that counts fdatasync calls and makes each take `sync_delay`, like a disk,
-/// to see group commit at work.
+/// to see group commit at work; while `hold` is set every fdatasync waits, like a hung disk.
 pub struct CountingBackend {
     pub inner: MemBackend,
     pub syncs: Arc<AtomicU64>,
     pub sync_delay: Duration,
+    pub hold: Arc<AtomicBool>,
 }
 
 struct CountingFile {
     inner: Arc<dyn SegmentFile>,
     syncs: Arc<AtomicU64>,
     sync_delay: Duration,
+    hold: Arc<AtomicBool>,
 }
 
 impl CountingBackend {
@@ -155,6 +157,7 @@ impl CountingBackend {
             inner,
             syncs: self.syncs.clone(),
             sync_delay: self.sync_delay,
+            hold: self.hold.clone(),
         })
     }
 }
@@ -193,6 +196,9 @@ impl SegmentFile for CountingFile {
     fn sync_data(&self) -> io::Result<()> {
         self.syncs.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(self.sync_delay);
+        while self.hold.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         self.inner.sync_data()
     }
 }

@@ -20,6 +20,7 @@ async fn concurrent_proposals_apply_in_index_order_with_one_fsync_each_at_most()
         inner: MemBackend::new(),
         syncs: syncs.clone(),
         sync_delay: Duration::from_millis(2),
+        hold: Default::default(),
     };
     let (log, store) = open_on(dir.path(), Arc::new(backend));
     let h = Recorder::new(None);

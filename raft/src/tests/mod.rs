@@ -3,6 +3,7 @@ mod clustered_start;
 mod committed_lag;
 mod crash;
 mod fixtures;
+mod frozen_leader;
 mod group_commit;
 mod guards;
 mod horizons;
