@@ -868,8 +868,9 @@ fn log_error_is_enospc(e: &crate::engine::log::LogError) -> bool {
 }
 
 /// Waits for a cycle's entry; past `limit` its requests are answered that they may or may not
-/// be done, and the wait goes on: the engine planned its state ahead of the entry, so it may
-/// plan nothing else until the log says whether the entry is in (review s18 K4).
+/// be done, and the wait goes on for one more `limit`: the engine planned its state ahead of
+/// the entry, so it may plan nothing else until the log says whether the entry is in (review
+/// s18 K4).
 async fn answered_at_limit(
     proposed: log::ProposeFuture,
     limit: Option<Duration>,
@@ -881,6 +882,8 @@ async fn answered_at_limit(
     };
     let mut proposed = proposed;
     tokio::select! {
+        // Biased: an entry that committed by the limit is answered as done.
+        biased;
         written = &mut proposed => return written,
         () = tokio::time::sleep(limit) => {}
     }
@@ -891,7 +894,17 @@ async fn answered_at_limit(
             limit.as_millis()
         )))));
     }
-    proposed.await
+    // Bounded: meanwhile the engine reads no request, expires no waiter and sees no shutdown
+    // (review s19 lead M1, open); past a second limit the group is rebuilt with the crash-loop
+    // backoff, as before K4 (review s17 C7).
+    tokio::select! {
+        biased;
+        written = &mut proposed => written,
+        () = tokio::time::sleep(limit) => Err(log::LogError::propose(format!(
+            "the entry did not commit within twice the write limit ({} ms each)",
+            limit.as_millis()
+        ))),
+    }
 }
 
 fn approx_size(cmd: &Command) -> usize {
