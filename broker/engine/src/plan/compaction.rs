@@ -49,6 +49,10 @@ pub struct Compacted {
     /// interval's budget: no later cycle of this interval can do better, so it is not short
     /// of room (review s16 compactor M0).
     pub over_budget: bool,
+    /// A copy that had to take every live run at once and did not fit the entry's room: the
+    /// bytes it needs at least (what it had added up when it stopped reading). The caller
+    /// waits until it can give that much before it looks again (review s18 compactor H1).
+    pub needs: u64,
 }
 
 /// What earlier looks learned, kept by the caller between looks.
@@ -268,6 +272,7 @@ impl Planner<'_> {
                 return Ok(Compacted {
                     more: true,
                     short_of_room: true,
+                    needs: total,
                     ..Compacted::default()
                 });
             }
