@@ -751,7 +751,7 @@ impl Engine {
             // written before they go).
             // Counted as being written until saved: other tenants' checkpoints see it.
             let mut writing = None;
-            if let Some(c) = checkpoints {
+            if let Some(c) = &checkpoints {
                 let bytes = |b: Option<u64>| {
                     b.filter(|_| reclaimer.would_run())
                         .map_or(0, |u| log.reclaimable_bytes(u))
