@@ -209,7 +209,13 @@ impl CheckpointSlot {
         // Judged and counted in one step: two tenants judging at once each see the other.
         let mut in_flight = gate.in_flight.load(Ordering::SeqCst);
         loop {
-            let left = available.saturating_sub(in_flight);
+            // Less what was written since the reading and what is lent, as `admit` and `lend`
+            // count it (review s18 L3: a checkpoint guard dropped between the reading and
+            // this load, or loans taken, were not seen).
+            let left = available
+                .saturating_sub(in_flight)
+                .saturating_sub(gate.since_reading.load(Ordering::SeqCst))
+                .saturating_sub(gate.lent.load(Ordering::SeqCst));
             let into_reserve = left < needs;
             if into_reserve && !(left >= own && frees >= own) {
                 metrics::counter!("queen_checkpoints_skipped_total").increment(1);

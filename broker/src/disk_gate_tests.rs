@@ -610,3 +610,19 @@ fn bytes_written_before_a_reading_stay_counted_while_it_is_taken() {
     );
 }
 
+#[test]
+fn a_checkpoint_is_judged_less_what_is_lent() {
+    // Review s18 compactor L3: `fits` subtracted neither the outstanding loans nor the bytes
+    // written since the reading, unlike `admit` and `lend`.
+    let fake = Fake::default();
+    fake.set(10_000);
+    let g = gate(&fake, 8_000);
+    let loan = g.lend(0);
+    assert_eq!(loan.bytes(), 1_000);
+    let slot = g.checkpoint_slot();
+    // 4_999 free less 1_000 lent is short of the 4_000 a checkpoint of 2_000 bytes needs.
+    fake.set(4_999);
+    assert!(slot.fits(2_000, 1 << 40).is_none());
+    drop(loan);
+    assert!(slot.fits(2_000, 1 << 40).is_some());
+}
