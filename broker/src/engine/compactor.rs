@@ -35,6 +35,14 @@ pub struct Compactor {
     /// a cycle to itself (review H2), once per checkpoint interval (`alone_left`).
     wants_alone: bool,
     alone_left: bool,
+    /// A borrowing look needed more than was left to lend: the bytes its copy needs at least.
+    /// The look waits, due, without walking the runs, until the loan covers them, or until a
+    /// checkpoint (written or skipped) measures again (review s18 H1: it once waited for a
+    /// written checkpoint, which a full node whose floor segment pins the log never writes).
+    awaiting_loan: Option<u64>,
+    /// No checkpoint of this incarnation was written yet: only looks that borrow the reserve
+    /// (a full node) are made, bounded by the gate's loan floor (review s18 H1).
+    fresh: bool,
     /// The `tenant` label of `queen_compaction_skipped_total`.
     tenant: Arc<str>,
 }
@@ -122,10 +130,15 @@ impl Skip {
 }
 
 impl Compactor {
-    /// Not due before this incarnation's first checkpoint: the budget lives in memory only,
-    /// so an engine rebuilt after a failed proposal (an ENOSPC above all) or a restarted
-    /// process must not copy again at once, with a fresh budget, what the failed entry held
-    /// (review C1: a rebuild livelock on a full disk, one segment per crash otherwise).
+    /// Due at once, but before this incarnation's first checkpoint only for a look that
+    /// borrows the reserve. The budget lives in memory only, so an engine rebuilt after a
+    /// failed proposal or a restarted process must not copy again at once, with a fresh
+    /// budget, what the failed entry held (review C1: one segment per crash otherwise); a
+    /// borrowing copy is bounded by the disk gate's loan floor and the free space read after
+    /// the failure, so an ENOSPC cannot follow it in a loop. And it must look: on a full node
+    /// whose floor segment pins the log no checkpoint is written, and a rebuilt group (after
+    /// an ENOSPC above all) or a restarted process never compacted, so writes stayed refused
+    /// until an operator freed space (review s18 H1).
     pub fn new(enabled: bool, tenant: Arc<str>) -> Self {
         // Exported at 0 from the start, so a dashboard tells "never" from "not scraped".
         for s in Skip::ALL {
@@ -134,7 +147,7 @@ impl Compactor {
         }
         Compactor {
             enabled,
-            due: false,
+            due: enabled,
             budget: CompactionBudget::default(),
             too_live: None,
             memo: Memo::default(),
@@ -143,6 +156,8 @@ impl Compactor {
             lent: 0,
             wants_alone: false,
             alone_left: false,
+            awaiting_loan: None,
+            fresh: true,
             tenant,
         }
     }
@@ -157,6 +172,20 @@ impl Compactor {
         self.lent = 0;
         self.wants_alone = false;
         self.alone_left = true;
+        self.awaiting_loan = None;
+        self.fresh = false;
+    }
+
+    /// A checkpoint was skipped for want of space: due again, with what is left of this
+    /// interval's budget and loan (nothing was given back, so no fresh quarter). On a full
+    /// node whose floor segment pins the log every checkpoint is skipped (nothing to reclaim
+    /// repays it), and the copy is the only way out: without this, a look that stopped (a
+    /// short loan, the retries spent) stayed off for good and writes were refused 507 until
+    /// an operator freed space (review s18 H1). One look per checkpoint interval at most.
+    pub fn after_skipped_checkpoint(&mut self) {
+        self.due = self.enabled;
+        self.full_counted = false;
+        self.awaiting_loan = None;
     }
 
     /// Whether this cycle is given to the compactor alone: its client jobs wait for the next
@@ -176,6 +205,12 @@ impl Compactor {
     /// Whether the next cycle looks at the oldest pinned segment.
     pub fn is_due(&self) -> bool {
         self.due
+    }
+
+    /// A look that copied nothing, as far as being due goes (the engine's tests).
+    #[cfg(test)]
+    pub(super) fn rest(&mut self) {
+        self.due = false;
     }
 
     fn skipped(&self, why: Skip) {
@@ -263,6 +298,13 @@ impl Compactor {
         if !self.due {
             return None;
         }
+        // Waiting for a loan that covers the copy: no walk until it does (review s18 H1).
+        if let Some(needs) = self.awaiting_loan {
+            if lend.saturating_sub(self.lent) < needs {
+                return None;
+            }
+            self.awaiting_loan = None;
+        }
         let planned = planner.cycle.entry.len();
         let Room {
             max_entry_bytes,
@@ -270,6 +312,11 @@ impl Compactor {
             loan_bound,
         } = self.copy_room(planned, max_entry_bytes, ungated, lend);
         let room = max_entry_bytes.saturating_sub(planned);
+        // Before the first checkpoint only a borrowing look (see `new`); one without room is
+        // still counted as waiting for it.
+        if self.fresh && !borrows && room > 0 {
+            return None;
+        }
         let floor = planner.st.run_floor.lowest()?;
         let (first, last, bytes) = log.sealed_segment_of(floor)?;
         let budget = match self.start(room, bytes, deletes) {
@@ -298,10 +345,15 @@ impl Compactor {
                     // Counted whole: part of it may have fitted above the reserve.
                     self.lent = self.lent.saturating_add(c.bytes);
                 }
-                // The segment did not fit whole in what is left to lend: no later cycle of this
-                // interval lends more (review s17 M1), so it is neither retried nor given a
-                // cycle alone. Short of the cycle's own room, it may be (client work).
+                // The segment did not fit whole in what is left to lend (review s17 M1): neither
+                // retried every cycle nor given a cycle alone, but it waits, without reading,
+                // for the loan to cover it: it was short perhaps only while another tenant's
+                // checkpoint was being saved (review s18 H1). Short of the cycle's own room, it
+                // is retried (client work).
                 let over_loan = borrows && loan_bound && c.short_of_room;
+                if over_loan {
+                    self.awaiting_loan = Some(c.needs.max(1));
+                }
                 let why = if over_loan {
                     Some(Skip::OverLoan)
                 } else {
@@ -314,7 +366,7 @@ impl Compactor {
                 // in the next cycle. So too a look that left runs for lack of room (a later
                 // cycle may leave more), a bounded number of times. A look that copied nothing
                 // otherwise waits for the next checkpoint.
-                self.due = c.runs > 0 || (!over_loan && self.retry_for_room(&c));
+                self.due = c.runs > 0 || over_loan || self.retry_for_room(&c);
                 self.wants_alone = c.short_of_room && !over_loan;
                 Some(c)
             }
@@ -338,14 +390,35 @@ mod tests {
     const SEGMENT: u64 = 64 << 20;
 
     #[test]
-    fn a_new_compactor_waits_for_its_first_checkpoint() {
-        // A rebuild or a restart builds a new one: it must not copy before a checkpoint.
+    fn a_look_per_checkpoint_unless_it_made_progress() {
         let mut c = Compactor::new(true, Arc::from("t"));
-        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Err(None));
         c.after_checkpoint();
         assert_eq!(c.start(usize::MAX, SEGMENT, || true), Ok(SEGMENT / 4));
-        // One look per checkpoint unless it made progress (`plan` sets that).
+        // `plan` keeps it due after progress.
         assert_eq!(c.start(usize::MAX, SEGMENT, || true), Err(None));
+    }
+
+    #[test]
+    fn a_new_compactor_borrows_at_once_but_copies_above_the_reserve_only_after_a_checkpoint() {
+        // Review C1: a rebuild or a restart builds a new one, with a fresh budget: it must not
+        // copy again at once what the failed entry held. Review s18 H1: but on a full node
+        // whose floor segment pins the log no checkpoint is ever written, so it must look
+        // with the gate's loan (bounded by its floor), or the node stays full for good.
+        let live = live_bytes();
+        let (mut f, log) = pinned(4 * live, 4 * live);
+        let mut c = Compactor::new(true, Arc::from("t"));
+        assert!(c.is_due());
+        // Room above the reserve: no look before the first checkpoint, and still due.
+        assert!(c
+            .plan(&mut f.planner(), &log, (usize::MAX, 4 << 20, 0), || true)
+            .is_none());
+        assert!(c.is_due());
+        assert_eq!(f.log.reads.load(std::sync::atomic::Ordering::SeqCst), 0);
+        // A full node (no room above the reserve) and a loan: the floor segment is copied.
+        let got = c
+            .plan(&mut f.planner(), &log, (0, 4 << 20, 1 << 20), || true)
+            .expect("a look");
+        assert_eq!((got.runs, got.segment_done), (1, true), "{got:?}");
     }
 
     #[test]
@@ -408,8 +481,31 @@ mod tests {
     #[test]
     fn a_compactor_with_reclamation_off_never_looks() {
         let mut c = Compactor::new(false, Arc::from("t"));
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Err(None));
         c.after_checkpoint();
         assert_eq!(c.start(usize::MAX, SEGMENT, || true), Err(None));
+        c.after_skipped_checkpoint();
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Err(None));
+    }
+
+    #[test]
+    fn a_skipped_checkpoint_makes_the_compactor_due_again_with_what_is_left_of_the_interval() {
+        // Review s18 H1: only a written checkpoint made it due again, and on a full node whose
+        // floor segment pins the log every checkpoint is skipped: it stopped looking for good.
+        let mut c = Compactor::new(true, Arc::from("t"));
+        c.after_checkpoint();
+        assert_eq!(c.start(usize::MAX, SEGMENT, || true), Ok(SEGMENT / 4));
+        c.budget.spend(SEGMENT / 8);
+        c.lent = 100;
+        assert!(!c.is_due(), "a look that copied nothing");
+        c.after_skipped_checkpoint();
+        assert!(c.is_due());
+        assert_eq!(
+            c.start(usize::MAX, SEGMENT, || true),
+            Ok(SEGMENT / 8),
+            "no fresh quarter: nothing was given back"
+        );
+        assert_eq!(c.lent, 100, "the loan stays counted");
     }
 
     #[test]
@@ -432,6 +528,7 @@ mod tests {
     #[test]
     fn the_pause_file_is_asked_only_when_a_look_is_due() {
         let mut c = Compactor::new(true, Arc::from("t"));
+        c.due = false;
         assert_eq!(
             c.start(usize::MAX, SEGMENT, || panic!("asked while not due")),
             Err(None)
@@ -643,7 +740,7 @@ mod tests {
                 .plan(&mut f.planner(), &log, (0, 4 << 20, live - 1), || true)
                 .expect("a look");
             assert_eq!((got.runs, got.short_of_room), (0, true), "{got:?}");
-            // The next cycles: nothing more, however many.
+            // The next cycles, while the loan stays short: nothing more, however many.
             for _ in 0..3 {
                 assert!(c
                     .plan(&mut f.planner(), &log, (0, 4 << 20, live - 1), || true)
@@ -651,7 +748,7 @@ mod tests {
             }
             c
         });
-        assert!(!c.is_due(), "no retry before the next checkpoint");
+        assert!(c.is_due(), "it waits for the loan (review s18 H1)");
         assert!(!c.take_cycle_alone(), "no cycle alone for it");
         let text = handle.render();
         assert_eq!(skipped(&text, "over_loan"), 1, "{text}");
@@ -662,6 +759,12 @@ mod tests {
             1,
             "one walk"
         );
+        // Review s18 H1: the loan was short perhaps only while another tenant's checkpoint was
+        // saved; once it covers the copy (no checkpoint in between), the segment is copied.
+        let got = c
+            .plan(&mut f.planner(), &log, (0, 4 << 20, live), || true)
+            .expect("a look once the loan covers the copy");
+        assert_eq!((got.runs, got.segment_done), (1, true), "{got:?}");
 
         // Short of the cycle's own room (client work; a loan large enough): retried, and
         // given a cycle alone.

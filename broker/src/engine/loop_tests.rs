@@ -330,3 +330,22 @@ async fn the_kafka_reads_of_one_cycle_share_one_answer_budget() {
     assert!(stop.send(true).is_ok());
     assert_eq!(running.await.unwrap(), Ok(()));
 }
+
+#[tokio::test]
+async fn a_skipped_checkpoint_makes_the_compactor_due_again() {
+    // Review s18 compactor H1: a skipped checkpoint did nothing, and on a full node whose
+    // floor segment pins the log every checkpoint is skipped: a compactor that had stopped
+    // looking never looked again, and writes stayed refused until an operator freed space.
+    let dir = tempfile::tempdir().unwrap();
+    let (store, shared, log) = instant_group(dir.path());
+    let cfg = EngineConfig::default();
+    let (_tx, jobs) = super::job_queue(cfg.queue_depth);
+    let mut engine = Engine::new(shared, log, store, cfg, jobs.lock_owned().await);
+    assert!(
+        engine.compactor.is_due(),
+        "due at birth (a full node may borrow)"
+    );
+    engine.compactor.rest();
+    engine.finish_save(Ok(Ok(None)));
+    assert!(engine.compactor.is_due());
+}

@@ -49,10 +49,17 @@ pub struct Compacted {
     /// interval's budget: no later cycle of this interval can do better, so it is not short
     /// of room (review s16 compactor M0).
     pub over_budget: bool,
+    /// A copy that had to take every live run at once and did not fit the entry's room: the
+    /// bytes it needs at least (what it had added up when it stopped reading). The caller
+    /// waits until it can give that much before it looks again (review s18 compactor H1).
+    pub needs: u64,
 }
 
+/// How many runs too large for their look's room [`Memo`] remembers.
+const LARGE_KEPT: usize = 64;
+
 /// What earlier looks learned, kept by the caller between looks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Memo {
     dead: DeadSpan,
     /// The first index of a segment a look this checkpoint interval read whole and found at
@@ -61,6 +68,23 @@ pub struct Memo {
     /// A later look need not add its runs up again, and stops reading once it has taken what
     /// fits (review s17 compactor M2: each cycle re-read every remaining live entry).
     copyable: Option<u64>,
+    /// Runs of the floor segment a look read and could not take for want of room or budget,
+    /// with what their copy writes: in the copyable mode a later look does not read them
+    /// again while it has less room (review s18 compactor M2: the large runs at the front
+    /// were read again by every look before it took anything). A run is named by where its
+    /// frames lie and how many: the same key is the same frames. At most [`LARGE_KEPT`]; the
+    /// ones past that are read as before.
+    large: Vec<Large>,
+}
+
+/// A run [`Memo`] knows too large for the looks so far: its key and its copy's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Large {
+    pid: u64,
+    index: u64,
+    pos: u32,
+    count: u32,
+    bytes: u64,
 }
 
 impl Memo {
@@ -69,6 +93,27 @@ impl Memo {
     /// once per interval, the bound the docs state, should the reasoning above be wrong.
     pub fn new_interval(&mut self) {
         self.copyable = None;
+        self.large.clear();
+    }
+
+    /// What copying `run` of partition `pid` writes, if a look read it and could not take it.
+    fn large_copy(&self, pid: u64, run: &Run) -> Option<u64> {
+        self.large
+            .iter()
+            .find(|l| (l.pid, l.index, l.pos, l.count) == (pid, run.index, run.pos, run.count))
+            .map(|l| l.bytes)
+    }
+
+    fn remember_large(&mut self, pid: u64, run: &Run, bytes: u64) {
+        if self.large.len() < LARGE_KEPT && self.large_copy(pid, run).is_none() {
+            self.large.push(Large {
+                pid,
+                index: run.index,
+                pos: run.pos,
+                count: run.count,
+                bytes,
+            });
+        }
     }
 }
 
@@ -212,6 +257,9 @@ impl Planner<'_> {
         // sealed ones only it kept (review C3: one dense floor segment pinned every later one).
         // A segment judged so this interval still is (`Memo::copyable`): not added up again.
         let copyable = memo.copyable == Some(seg.first);
+        if !copyable {
+            memo.large.clear();
+        }
         let quarter = if copyable { u64::MAX } else { frees / 4 };
         // Only the runs this look copies are kept, copied out of their entries, so it holds at
         // most the budget (or the entry's room) and the one entry being read: each run once
@@ -233,6 +281,18 @@ impl Planner<'_> {
                 out.more = true;
                 out.short_of_room |= left > COPY_OVERHEAD as u64;
                 break;
+            }
+            // Known copyable, and this run read before and found larger than what is left:
+            // left unread (review s18 compactor M2). Past runs taken, the look stops there.
+            if let Some(n) = memo.large_copy(pid, &run).filter(|_| copyable && !whole) {
+                if n > left || usize::try_from(n).map_or(true, |n| n > room) {
+                    out.more = true;
+                    out.short_of_room |= n <= left;
+                    if !live.is_empty() {
+                        break;
+                    }
+                    continue;
+                }
             }
             let bytes = match &entry {
                 Some((i, b)) if *i == run.index => b.clone(),
@@ -268,6 +328,7 @@ impl Planner<'_> {
                 return Ok(Compacted {
                     more: true,
                     short_of_room: true,
+                    needs: total,
                     ..Compacted::default()
                 });
             }
@@ -289,6 +350,9 @@ impl Planner<'_> {
                     out.more = true;
                     out.short_of_room = true;
                 }
+            }
+            if !whole && live.len() == taken {
+                memo.remember_large(pid, &run, n);
             }
             // Known copyable: a look that has taken runs stops at the first it cannot take
             // (before it, one that does not fit does not hold back smaller ones: review H2).

@@ -718,3 +718,64 @@ fn a_whole_copy_stops_reading_once_it_cannot_fit() {
     assert!(reads(&f) <= 2);
     assert_eq!(f.cycle.entry.len(), base, "nothing copied");
 }
+
+#[test]
+fn runs_too_large_for_the_room_are_read_once_per_interval() {
+    // Review s18 compactor M2: in the copyable mode every look read the large runs at the
+    // front of the segment again (they never fit the cycle's room) before it took anything.
+    const LARGE: usize = 4;
+    const N: usize = 16;
+    let one = one_copy();
+    let mut f = Fixture::new();
+    for _ in 0..LARGE {
+        f.push("keep", "p", 8);
+        f.commit();
+    }
+    for _ in 0..N {
+        f.push("keep", "p", 1);
+        f.commit();
+    }
+    reads(&f);
+    let s = seg((LARGE + N) as u64, 1 << 20);
+    let mut memo = Memo::default();
+    let look = |f: &mut Fixture, memo: &mut Memo| {
+        let room = f.cycle.entry.len() + one + one / 2;
+        match f
+            .planner()
+            .plan_compaction(s, u64::MAX, room, None, false, memo)
+        {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let first = look(&mut f, &mut memo);
+    assert_eq!(
+        (first.runs, first.more, first.short_of_room),
+        (1, true, true)
+    );
+    assert_eq!(reads(&f), LARGE + N, "the first look judges the segment");
+    for _ in 0..3 {
+        f.commit();
+        let next = look(&mut f, &mut memo);
+        assert_eq!(
+            (next.runs, next.more, next.short_of_room),
+            (1, true, true),
+            "{next:?}"
+        );
+        assert!(
+            reads(&f) <= 2,
+            "the large runs are not read again: the small one taken, and one more"
+        );
+    }
+    f.commit();
+    // With room for all, the large runs are read and copied, and the segment is done.
+    let c = match f
+        .planner()
+        .plan_compaction(s, u64::MAX, usize::MAX, None, false, &mut memo)
+    {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!((c.runs, c.segment_done), (LARGE + N - 4, true), "{c:?}");
+    f.assert_replays();
+}
