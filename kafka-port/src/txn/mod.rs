@@ -9,6 +9,8 @@ pub mod offset_commit;
 pub mod producers_answer;
 pub mod reads;
 #[cfg(test)]
+mod reads_room_tests;
+#[cfg(test)]
 mod reads_tests;
 
 use std::ops::RangeInclusive;
