@@ -34,7 +34,10 @@ const _: () = assert!(MAX_PRODUCERS_PER_PARTITION < MAX_ENTRIES_PER_ANSWER);
 /// answer room: review s17 lead H1); raising it is that review's M1, not done yet.
 pub const MAX_PRODUCER_ENTRIES_PER_ANSWER: usize = 100_000;
 const _: () = assert!(MAX_PRODUCERS_PER_PARTITION < MAX_PRODUCER_ENTRIES_PER_ANSWER);
-const _: () = assert!(50_000 < MAX_ENTRIES_PER_ANSWER);
+// A described transaction is one entry beside its partitions.
+const _: () = assert!(
+    (crate::kafka_txns::MAX_PARTITIONS_PER_TRANSACTION_LIMIT as usize) < MAX_ENTRIES_PER_ANSWER
+);
 /// The most entries (described partitions, listed producers and rows, pending pairs) the
 /// Kafka transaction reads of one engine cycle are granted together (review s17 lead H1): a
 /// cycle keeps every read's answer until its entry commits, so per-answer budgets alone let
