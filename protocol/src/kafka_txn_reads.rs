@@ -34,21 +34,32 @@ const _: () = assert!(MAX_PRODUCERS_PER_PARTITION < MAX_ENTRIES_PER_ANSWER);
 /// answer room: review s17 lead H1); raising it is that review's M1, not done yet.
 pub const MAX_PRODUCER_ENTRIES_PER_ANSWER: usize = 100_000;
 const _: () = assert!(MAX_PRODUCERS_PER_PARTITION < MAX_PRODUCER_ENTRIES_PER_ANSWER);
-const _: () = assert!(50_000 < MAX_ENTRIES_PER_ANSWER);
+// A described transaction is one entry beside its partitions.
+const _: () = assert!(
+    (crate::kafka_txns::MAX_PARTITIONS_PER_TRANSACTION_LIMIT as usize) < MAX_ENTRIES_PER_ANSWER
+);
 /// The most entries (described partitions, listed producers and rows, pending pairs) the
 /// Kafka transaction reads of one engine cycle are granted together (review s17 lead H1): a
 /// cycle keeps every read's answer until its entry commits, so per-answer budgets alone let
 /// a cycle of 4096 reads hold thousands of answers. The cycle's first read that lists
 /// anything is granted its own answer's budget whatever this leaves (every cycle makes
-/// progress); the later ones share what is left, within the memory budget's answer room at
-/// [`READ_ENTRY_BYTES`] each, and an item past it is `OverBudget` (retriable).
+/// progress); the later ones share what is left, within their share of the memory budget's
+/// answer room ([`ADMIN_READ_SHARE_DIVISOR`]) at [`READ_ENTRY_BYTES`] plus their names each,
+/// and an item past it is `OverBudget` (retriable; a ListTransactions is refused whole).
 pub const MAX_READ_ENTRIES_PER_CYCLE: usize = 1_000_000;
 const _: () = assert!(MAX_PRODUCER_ENTRIES_PER_ANSWER <= MAX_READ_ENTRIES_PER_CYCLE);
 const _: () = assert!(MAX_ENTRIES_PER_ANSWER <= MAX_READ_ENTRIES_PER_CYCLE);
-/// What one listed entry is charged against the answer room while the cycle holds it: a
-/// [`ProducerView`] is 32 bytes; a described partition or a pending pair is an index plus
-/// its share of a topic name.
+/// What one listed entry is charged against the answer room while the cycle holds it,
+/// beside the bytes of the names it carries (review s18 kafka M1): a [`ProducerView`] is 32
+/// bytes; a described partition, a pending pair or a listed row is an index or a producer id
+/// plus its own copy of a topic name or transactional id, charged `READ_ENTRY_BYTES +
+/// name.len()` (a 249-byte topic name or a 1 KiB id is up to 27 times the fixed part).
 pub const READ_ENTRY_BYTES: usize = 40;
+/// The share of the cycle's answer room the Kafka transaction reads may take, as a divisor
+/// (review s18 kafka M2): they keep their own count, and the cycle's pops never take this
+/// share, so a stream of admin reads cannot cut every pop to one message, nor a pop-heavy
+/// cycle refuse every admin read.
+pub const ADMIN_READ_SHARE_DIVISOR: usize = 4;
 
 /// A transaction's state under Kafka's names (`TransactionState` in Kafka's coordinator).
 /// Here an end is one entry, so the Prepare* states are never shown.
@@ -181,6 +192,10 @@ pub enum KafkaTxnReadAnswer {
         rows: Vec<TxnListed>,
         unknown_states: Vec<String>,
     },
+    /// ListTransactions past what the cycle grants (review s18 kafka H1): Kafka's answer
+    /// has no per-row error and no "more" flag, so the whole list is refused and the door
+    /// answers COORDINATOR_LOAD_IN_PROGRESS, which Java's ListTransactionsHandler retries.
+    ListOverBudget,
     /// One per asked partition, in order.
     Producers(Vec<PartitionProducers>),
     /// One per asked partition, in order: true where an offset is pending.

@@ -10,6 +10,12 @@ pub const DEFAULT_MAX_OPEN_TRANSACTIONS: u64 = 1_000;
 /// `kafka_max_partitions_per_transaction`; pending offsets and groups per transaction have
 /// the same bound.
 pub const DEFAULT_MAX_PARTITIONS_PER_TRANSACTION: u64 = 1_000;
+/// The highest `kafka_max_partitions_per_transaction` may be set: a transaction's end must
+/// fit one entry (broker config keys.rs has the arithmetic). The reads' per-answer budgets
+/// are above it, so every answer serves its first transaction.
+pub const MAX_PARTITIONS_PER_TRANSACTION_LIMIT: u64 = 50_000;
+/// The longest transactional id the coordinator keeps (Kafka sets none; this bounds a row).
+pub const MAX_TRANSACTIONAL_ID_BYTES: usize = 1024;
 /// `kafka_max_aborted_per_partition`: aborted transactions one partition remembers (rows of
 /// its index in RAM; an abort that would add one past it is refused, retriable).
 pub const DEFAULT_MAX_ABORTED_PER_PARTITION: u64 = 10_000;

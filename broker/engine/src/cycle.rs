@@ -20,13 +20,15 @@ pub struct Cycle {
     pub copied: Vec<(u64, u64)>,
     /// Queues whose deliverable set may have grown: wake their parked pops after commit.
     pub woken_queues: HashSet<String>,
-    /// Bytes the cycle's answers were granted so far: the payloads its pops read, and the
-    /// entries its Kafka transaction reads list (`READ_ENTRY_BYTES` each). Every answer is
+    /// Bytes the cycle's pops were granted so far (the payloads they read). Every answer is
     /// held until the entry commits.
     pub answer_bytes: usize,
     /// Entries the cycle's Kafka transaction reads list so far (at most
     /// `MAX_READ_ENTRIES_PER_CYCLE` past the first that lists any).
     pub txn_read_entries: usize,
+    /// Bytes those entries hold (`READ_ENTRY_BYTES` each plus their names), counted apart
+    /// from the pops' (review s18 kafka M2: plan/kafka_txn_reads.rs).
+    pub txn_read_bytes: usize,
 }
 
 impl Cycle {
@@ -41,6 +43,7 @@ impl Cycle {
             woken_queues: HashSet::new(),
             answer_bytes: 0,
             txn_read_entries: 0,
+            txn_read_bytes: 0,
         }
     }
 

@@ -497,7 +497,7 @@ pub(crate) const KEYS: &[KeySpec] = &[
         // 50_000 leaves room.
         kind: Kind::Uint {
             min: 1,
-            max: 50_000,
+            max: queenmq_protocol::kafka_txns::MAX_PARTITIONS_PER_TRANSACTION_LIMIT,
         },
     },
     KeySpec {

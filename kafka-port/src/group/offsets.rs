@@ -20,6 +20,7 @@ use queenmq_protocol::kafka_groups::*;
 
 use super::durable;
 use super::members::{array, capped_array, dedup_by_key, s};
+use crate::answer_room::Held;
 use crate::connection::{encode, Reply};
 use crate::errors as e;
 use crate::wire::{Malformed, Reader};
@@ -307,8 +308,11 @@ fn asked_pairs(topics: &Topics<Fetched>) -> Vec<(String, i32)> {
 type Fetched = (i32, Option<KafkaCommitted>, i16);
 
 /// The group's pending partitions, read before its offsets (every partition asked); the
-/// set is complete unless more than `MAX_ENTRIES_PER_ANSWER` are pending.
-async fn group_pending(door: &Door, group: &str) -> Result<(HashSet<(String, i32)>, bool), i16> {
+/// set is complete unless more than `MAX_ENTRIES_PER_ANSWER` are pending. The set is held
+/// across the offsets' read, so its room is reserved first (review s18 kafka H1: up to
+/// 100 000 names of up to 249 bytes); without room it is dropped at once and the group
+/// answered COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
+async fn group_pending(door: &Door, group: &str) -> Result<(PendingSet, bool, Held), i16> {
     use queenmq_protocol::kafka_txn_reads::{KafkaTxnRead, KafkaTxnReadAnswer};
     use queenmq_protocol::{Command, Outcome, ReadAnswer, ReadReq};
     let q = KafkaTxnRead::GroupPending {
@@ -322,17 +326,32 @@ async fn group_pending(door: &Door, group: &str) -> Result<(HashSet<(String, i32
         Ok(Outcome::Read(ReadAnswer::KafkaTxns(KafkaTxnReadAnswer::GroupPending {
             pairs,
             complete,
-        }))) => Ok((pairs.into_iter().collect(), complete)),
+        }))) => match door.answers.take(pending_held(&pairs)) {
+            Some(room) => Ok((pairs.into_iter().collect(), complete, room)),
+            None => Err(e::COORDINATOR_LOAD_IN_PROGRESS),
+        },
         Ok(_) => Err(e::UNKNOWN_SERVER_ERROR),
         Err(err) => Err(commit_error(&err)),
     }
 }
 
+type PendingSet = HashSet<(String, i32)>;
+
+/// What a group's pending set holds from the engine's answer to the end of the fetch: the
+/// answer's pairs, then the set's (a pair, a name and the table's slot each).
+pub fn pending_held(pairs: &[(String, i32)]) -> usize {
+    const PER_PAIR: usize = 2 * std::mem::size_of::<(String, i32)>() + 16;
+    pairs
+        .iter()
+        .map(|(t, _)| PER_PAIR.saturating_add(t.len()))
+        .fold(0, usize::saturating_add)
+}
+
 /// What was pending before the offsets were read: per asked partition, or the group's
-/// pending partitions (and whether that is all of them).
+/// pending partitions (whether that is all of them, and their reserved room).
 enum Before {
     Asked(Vec<bool>),
-    Group(HashSet<(String, i32)>, bool),
+    Group(PendingSet, bool, Held),
 }
 
 /// [`fetch_group`], then, when the client requires stable offsets, each partition with an
@@ -362,7 +381,7 @@ async fn fetch_group_stable(
             }
         }
         None => match group_pending(door, group).await {
-            Ok((held, complete)) => Before::Group(held, complete),
+            Ok((held, complete, room)) => Before::Group(held, complete, room),
             Err(code) => return (code, Vec::new()),
         },
     };
@@ -372,11 +391,12 @@ async fn fetch_group_stable(
     }
     let unstable = match before {
         Before::Asked(v) => v,
-        Before::Group(held, true) => asked_pairs(&topics)
+        Before::Group(held, true, _room) => asked_pairs(&topics)
             .into_iter()
             .map(|pair| held.contains(&pair))
             .collect(),
-        Before::Group(held, false) => match pending(door, group, asked_pairs(&topics)).await {
+        Before::Group(held, false, _room) => match pending(door, group, asked_pairs(&topics)).await
+        {
             Ok(after) => asked_pairs(&topics)
                 .into_iter()
                 .zip(after)

@@ -89,3 +89,71 @@ async fn with_partitions_asked_the_check_comes_first_too() {
     assert_eq!(code, e::NONE);
     assert_eq!(topics[0].1[0].2, e::UNSTABLE_OFFSET_COMMIT);
 }
+
+/// Group "g" has 100 000 partitions pending on topics of 200-byte names (20 MB of names)
+/// and no committed offset; the offsets' read reports what the door holds meanwhile.
+struct ManyPending {
+    held_while_reading: std::sync::Mutex<Option<usize>>,
+    room: Arc<crate::answer_room::AnswerRoom>,
+}
+
+struct ManyPendingBus(Arc<ManyPending>);
+
+impl Bus for ManyPendingBus {
+    fn call(&self, _ctx: RequestCtx, command: Command) -> BusFuture {
+        let out = match command {
+            Command::KafkaGroups(KafkaGroupsReq::Fetch { .. }) => {
+                if let Ok(mut seen) = self.0.held_while_reading.lock() {
+                    *seen = Some(self.0.room.free());
+                }
+                Ok(Outcome::KafkaGroups(KafkaGroupsOutcome::Fetched(vec![])))
+            }
+            Command::Read(ReadReq::KafkaTxns(KafkaTxnRead::GroupPending { .. })) => {
+                let topic = "p".repeat(200);
+                Ok(Outcome::Read(ReadAnswer::KafkaTxns(
+                    KafkaTxnReadAnswer::GroupPending {
+                        pairs: (0..100_000).map(|i| (topic.clone(), i)).collect(),
+                        complete: true,
+                    },
+                )))
+            }
+            other => Err(QueenError::new(
+                ErrorCode::Internal,
+                format!("the stub does not answer {other:?}"),
+            )),
+        };
+        Box::pin(async move { out })
+    }
+}
+
+/// Review s18 kafka H1: a whole group's pending set is held across the offsets' read, so
+/// its room is taken first; without room the group is refused retriably before the read.
+#[tokio::test]
+async fn a_groups_pending_set_holds_its_room_across_the_read_and_is_refused_without_it() {
+    const ROOM: usize = 64 << 20;
+    let room = crate::answer_room::AnswerRoom::new(ROOM);
+    let state = Arc::new(ManyPending {
+        held_while_reading: std::sync::Mutex::new(None),
+        room: room.clone(),
+    });
+    let mut door = crate::test_door::over(Arc::new(ManyPendingBus(state.clone())));
+    door.answers = room.clone();
+    let (code, _) = fetch_group_stable(&door, "g", &None, true).await;
+    assert_eq!(code, e::NONE);
+    let free = state.held_while_reading.lock().ok().and_then(|s| *s);
+    let held = ROOM - free.expect("the offsets were read");
+    assert!(held >= 100_000 * 200, "the names are held: {held}");
+    assert_eq!(room.free(), ROOM, "given back after the fetch");
+
+    let busy = room.take(ROOM - held / 2).expect("room");
+    *state.held_while_reading.lock().expect("lock") = None;
+    let (code, topics) = fetch_group_stable(&door, "g", &None, true).await;
+    assert_eq!(code, e::COORDINATOR_LOAD_IN_PROGRESS);
+    assert!(topics.is_empty());
+    assert!(
+        state.held_while_reading.lock().expect("lock").is_none(),
+        "refused before the offsets are read"
+    );
+    drop(busy);
+    assert_eq!(room.free(), ROOM);
+}

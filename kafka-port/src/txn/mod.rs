@@ -9,6 +9,8 @@ pub mod offset_commit;
 pub mod producers_answer;
 pub mod reads;
 #[cfg(test)]
+mod reads_room_tests;
+#[cfg(test)]
 mod reads_tests;
 
 use std::ops::RangeInclusive;
@@ -110,7 +112,7 @@ pub fn code(c: TxnCode, fenced_known: bool) -> i16 {
 /// Whether a transactional id is one the coordinator keeps (the engine refuses the rest
 /// as malformed entries would be).
 pub fn valid_txn_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 1024
+    !id.is_empty() && id.len() <= queenmq_protocol::kafka_txns::MAX_TRANSACTIONAL_ID_BYTES
 }
 
 /// Asks the coordinator; a refusal of the bus is one Kafka code for the whole request.

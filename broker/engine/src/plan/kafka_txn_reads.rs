@@ -1,41 +1,52 @@
 //! The Kafka transaction reads of one cycle share one answer budget (review s17 lead H1):
 //! the engine keeps every answer of the cycle until its entry commits, so a cycle of many
 //! DescribeProducers held one full answer each. Each read is granted what the cycle has
-//! left (`MAX_READ_ENTRIES_PER_CYCLE`, and the memory budget's answer room at
-//! `READ_ENTRY_BYTES` an entry); the cycle's first read that lists anything gets its own
-//! answer's budget whatever is left, so reads always progress. What does not fit is
-//! `OverBudget`, a retriable per-item error at the door.
+//! left: `MAX_READ_ENTRIES_PER_CYCLE` entries, and bytes (each entry `READ_ENTRY_BYTES`
+//! plus its names, review s18 kafka M1) within the reads' own share of the memory budget's
+//! answer room (`1 / ADMIN_READ_SHARE_DIVISOR`, review s18 kafka M2: pops never take it,
+//! and reads never take the pops' part). The cycle's first read that lists anything gets
+//! its own answer's budget whatever is left, so reads always progress. What does not fit
+//! is `OverBudget` (a retriable per-item error at the door) or, for ListTransactions, the
+//! whole list refused retriably.
 
 use queenmq_protocol::kafka_txn_reads::{
-    KafkaTxnRead, KafkaTxnReadAnswer, MAX_READ_ENTRIES_PER_CYCLE, READ_ENTRY_BYTES,
+    KafkaTxnRead, KafkaTxnReadAnswer, ADMIN_READ_SHARE_DIVISOR, MAX_READ_ENTRIES_PER_CYCLE,
 };
 use queenmq_protocol::QueenError;
 
 use super::Planner;
+use crate::reads::kafka_txns::Grant;
 
 impl Planner<'_> {
     pub fn plan_kafka_txn_read(
         &mut self,
         q: &KafkaTxnRead,
     ) -> Result<KafkaTxnReadAnswer, QueenError> {
-        let granted = self.txn_read_room();
-        let (answer, listed) = crate::reads::kafka_txns::answer(self.st, q, granted)?;
-        self.cycle.txn_read_entries = self.cycle.txn_read_entries.saturating_add(listed);
-        self.cycle.answer_bytes = self
-            .cycle
-            .answer_bytes
-            .saturating_add(listed.saturating_mul(READ_ENTRY_BYTES));
+        let granted = self.txn_read_grant();
+        let (answer, spent) = crate::reads::kafka_txns::answer(self.st, q, granted)?;
+        self.cycle.txn_read_entries = self.cycle.txn_read_entries.saturating_add(spent.entries);
+        self.cycle.txn_read_bytes = self.cycle.txn_read_bytes.saturating_add(spent.bytes);
         Ok(answer)
     }
 
-    /// Entries the next Kafka transaction read of this cycle may list.
-    pub(crate) fn txn_read_room(&self) -> usize {
+    /// What the next Kafka transaction read of this cycle may list.
+    pub(crate) fn txn_read_grant(&self) -> Grant {
         if self.cycle.txn_read_entries == 0 {
-            return usize::MAX;
+            return Grant::UNLIMITED;
         }
-        let by_bytes = self.answer_room() / READ_ENTRY_BYTES;
-        MAX_READ_ENTRIES_PER_CYCLE
-            .saturating_sub(self.cycle.txn_read_entries)
-            .min(by_bytes)
+        Grant {
+            entries: MAX_READ_ENTRIES_PER_CYCLE.saturating_sub(self.cycle.txn_read_entries),
+            bytes: self
+                .admin_read_share()
+                .saturating_sub(self.cycle.txn_read_bytes),
+        }
+    }
+
+    /// The Kafka transaction reads' share of the answer room (without a budget, unbounded).
+    pub(crate) fn admin_read_share(&self) -> usize {
+        match self.memory {
+            Some(m) => m.answer_room() / ADMIN_READ_SHARE_DIVISOR,
+            None => usize::MAX,
+        }
     }
 }

@@ -13,6 +13,7 @@ use super::fixture::{opts, Fixture};
 use super::kafka_txns_tests::{
     add_group, codes, commit_offsets, end_as, init, limits, run, txn_offset, txn_produce,
 };
+use crate::reads::kafka_txns::Grant;
 use crate::state::kafka_txns::TxnState;
 
 fn ask(fx: &mut Fixture, q: KafkaTxnRead) -> Result<KafkaTxnReadAnswer, String> {
@@ -156,7 +157,8 @@ fn a_describe_naming_one_large_transaction_many_times_stays_within_the_budget() 
         })
         .sum();
     assert!(total <= MAX_ENTRIES_PER_ANSWER, "{total} partitions");
-    let served = MAX_ENTRIES_PER_ANSWER / 1_000;
+    // Each described transaction is one entry beside its partitions (review s18 kafka M1).
+    let served = MAX_ENTRIES_PER_ANSWER / 1_001;
     assert!(got[..served]
         .iter()
         .all(|d| matches!(d, TxnDescribed::Known(v) if v.partitions.len() == 1_000)));
@@ -426,14 +428,229 @@ fn a_groups_pending_offsets_are_never_cut_by_the_cycles_grant() {
     );
     fx.commit();
     let q = KafkaTxnRead::GroupPending { group: "g".into() };
-    match crate::reads::kafka_txns::answer(&fx.st, &q, 0) {
+    match crate::reads::kafka_txns::answer(&fx.st, &q, Grant::default()) {
         Ok((KafkaTxnReadAnswer::GroupPending { pairs, complete }, listed)) => {
             assert!(
                 complete,
                 "a cut set would be checked only after the offsets"
             );
-            assert_eq!((pairs.len(), listed), (2, 2));
+            assert_eq!((pairs.len(), listed.entries), (2, 2));
         }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// An answer room of `bytes` (the door holds nothing else).
+struct Room(usize);
+
+impl crate::plan::MemoryGate for Room {
+    fn pressed(&self) -> bool {
+        false
+    }
+    fn refusal(&self) -> queenmq_protocol::QueenError {
+        queenmq_protocol::QueenError::unavailable("memory")
+    }
+    fn answer_room(&self) -> usize {
+        self.0
+    }
+}
+
+/// AddPartitionsToTxn of partitions `0..n` of `topic` (shown with `n` partitions).
+fn add_many(fx: &mut Fixture, topic: &str, txn_id: &str, id: i64, epoch: i16, n: i32) {
+    fx.configure(topic, opts(|_| {}));
+    let req = KafkaTxnReq::AddPartitions {
+        txn_id: txn_id.into(),
+        producer_id: id,
+        epoch,
+        partitions: (0..n)
+            .map(|index| TxnPartition {
+                topic: topic.into(),
+                index,
+                count: u32::try_from(n).unwrap_or(0),
+            })
+            .collect(),
+        limits: limits(),
+    };
+    let got = codes(run(fx, req));
+    assert!(got.iter().all(|c| *c == TxnCode::None), "{got:?}");
+}
+
+/// Review s18 kafka H1 and M1: a ListTransactions of the cycle past its first read is
+/// charged each row's id and refused whole past what the reads' share grants (before, its
+/// rows were counted at 40 bytes each and never refused).
+#[test]
+fn a_list_past_the_cycles_grant_is_refused_whole_and_each_row_charged_its_id() {
+    let mut fx = Fixture::new();
+    for n in 0..100 {
+        init(&mut fx, &format!("{n:04}{}", "x".repeat(1_020)), 60_000);
+    }
+    let (_, _, _) = init(&mut fx, "first", 60_000);
+    fx.commit();
+    let all = KafkaTxnRead::List {
+        states: vec![],
+        producer_ids: vec![],
+    };
+    // The reads' share is 8 000 bytes: 101 rows at 40 bytes fit, 101 ids of 1 KiB do not.
+    let room = Room(32_000);
+    let mut p = fx.planner();
+    p.memory = Some(&room);
+    let first = KafkaTxnRead::Describe {
+        txn_ids: vec!["first".into()],
+    };
+    assert!(matches!(
+        p.plan_kafka_txn_read(&first),
+        Ok(KafkaTxnReadAnswer::Described(_))
+    ));
+    let charged = p.cycle.txn_read_bytes;
+    assert_eq!(
+        charged,
+        READ_ENTRY_BYTES + "first".len(),
+        "an idle id is charged"
+    );
+    assert_eq!(
+        p.plan_kafka_txn_read(&all),
+        Ok(KafkaTxnReadAnswer::ListOverBudget)
+    );
+    assert_eq!(
+        p.cycle.txn_read_bytes, charged,
+        "a refused list holds nothing"
+    );
+    // The cycle's first read lists whatever the room, charged its ids.
+    fx.commit();
+    let mut p = fx.planner();
+    p.memory = Some(&room);
+    match p.plan_kafka_txn_read(&all) {
+        Ok(KafkaTxnReadAnswer::Listed { rows, .. }) => assert_eq!(rows.len(), 101),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        p.cycle.txn_read_bytes,
+        100 * (READ_ENTRY_BYTES + 1_024) + READ_ENTRY_BYTES + "first".len()
+    );
+}
+
+/// Review s18 kafka M1: a described partition is charged its topic's name, so a cycle's
+/// share holds fewer partitions of long names.
+#[test]
+fn a_described_partition_is_charged_its_topic_name() {
+    let mut fx = Fixture::new();
+    let long = "t".repeat(249);
+    let (_, id, epoch) = init(&mut fx, "long", 60_000);
+    add_many(&mut fx, &long, "long", id, epoch, 20);
+    init(&mut fx, "first", 60_000);
+    fx.commit();
+    // The reads' share is 4 000 bytes: 20 partitions at 40 bytes fit, at 289 they do not.
+    let room = Room(16_000);
+    let mut p = fx.planner();
+    p.memory = Some(&room);
+    let first = KafkaTxnRead::Describe {
+        txn_ids: vec!["first".into()],
+    };
+    assert!(p.plan_kafka_txn_read(&first).is_ok());
+    let q = KafkaTxnRead::Describe {
+        txn_ids: vec!["long".into()],
+    };
+    assert_eq!(
+        p.plan_kafka_txn_read(&q),
+        Ok(KafkaTxnReadAnswer::Described(vec![
+            TxnDescribed::OverBudget
+        ]))
+    );
+    let granted = crate::reads::kafka_txns::answer(p.st, &q, Grant::UNLIMITED);
+    match granted {
+        Ok((KafkaTxnReadAnswer::Described(v), spent)) => {
+            assert_eq!(known(&v[0]).partitions.len(), 20);
+            assert_eq!(spent.entries, 21);
+            assert_eq!(
+                spent.bytes,
+                READ_ENTRY_BYTES + 4 + 20 * (READ_ENTRY_BYTES + 249)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Review s18 kafka L2: a DescribeProducers granted nothing answers every partition that
+/// exists over budget without counting its producers (before, a partition without
+/// producers cost nothing and was listed empty after a walk of every producer row).
+#[test]
+fn a_producers_read_granted_nothing_is_over_budget_without_the_walk() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    fx.commit();
+    let q = KafkaTxnRead::Producers {
+        partitions: vec![("t".into(), 0), ("nope".into(), 0)],
+    };
+    match crate::reads::kafka_txns::answer(&fx.st, &q, Grant::default()) {
+        Ok((KafkaTxnReadAnswer::Producers(v), spent)) => {
+            assert_eq!(
+                v,
+                vec![PartitionProducers::OverBudget, PartitionProducers::NoTopic]
+            );
+            assert_eq!(spent, Grant::default());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Review s18 kafka M2: admin reads take at most their share of the cycle's answer room,
+/// so a cycle's pops keep theirs (before, reads queued ahead cut every pop to one message).
+#[test]
+fn admin_reads_ahead_of_a_pop_leave_it_its_share_of_the_room() {
+    let mut fx = Fixture::new();
+    fx.push("q", "0", 100);
+    let (_, id, epoch) = init(&mut fx, "big", 60_000);
+    add_many(&mut fx, "t", "big", id, epoch, 200);
+    fx.commit();
+    let room = Room(40_000);
+    let mut p = fx.planner();
+    p.memory = Some(&room);
+    let q = KafkaTxnRead::Describe {
+        txn_ids: vec!["big".into()],
+    };
+    for _ in 0..8 {
+        assert!(p.plan_kafka_txn_read(&q).is_ok());
+    }
+    assert!(p.cycle.txn_read_bytes <= 2 * (40_000 / ADMIN_READ_SHARE_DIVISOR));
+    match p.plan_pop(&super::fixture::pop_req("q", 100)) {
+        Ok(super::PopPlan::Delivered(r)) => assert_eq!(r.messages.len(), 100),
+        other => panic!("{:?}", other.err()),
+    }
+}
+
+/// Review s18 kafka M2, the other way: a cycle whose pops filled their room still grants
+/// an admin read its share.
+#[test]
+fn a_pop_heavy_cycle_leaves_admin_reads_their_share() {
+    let mut fx = Fixture::new();
+    let items: Vec<_> = (0..100)
+        .map(|n| {
+            let mut it = super::fixture::item("q", "0", &format!("m{n}"));
+            it.payload = bytes::Bytes::from(format!("\"{}\"", "p".repeat(1_000)));
+            it
+        })
+        .collect();
+    assert!(fx.planner().plan_push(&items, None).is_ok());
+    let (_, id, epoch) = init(&mut fx, "ten", 60_000);
+    add_many(&mut fx, "t", "ten", id, epoch, 10);
+    init(&mut fx, "first", 60_000);
+    fx.commit();
+    let room = Room(40_000);
+    let mut p = fx.planner();
+    p.memory = Some(&room);
+    let first = KafkaTxnRead::Describe {
+        txn_ids: vec!["first".into()],
+    };
+    assert!(p.plan_kafka_txn_read(&first).is_ok());
+    match p.plan_pop(&super::fixture::pop_req("q", 100)) {
+        Ok(super::PopPlan::Delivered(r)) => assert!(r.messages.len() < 100, "the room ran out"),
+        other => panic!("{:?}", other.err()),
+    }
+    let q = KafkaTxnRead::Describe {
+        txn_ids: vec!["ten".into()],
+    };
+    match p.plan_kafka_txn_read(&q) {
+        Ok(KafkaTxnReadAnswer::Described(v)) => assert_eq!(known(&v[0]).partitions.len(), 10),
         other => panic!("{other:?}"),
     }
 }

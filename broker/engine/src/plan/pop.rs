@@ -180,15 +180,19 @@ impl Planner<'_> {
         Ok(PopPlan::Delivered(out))
     }
 
-    /// Bytes this cycle's answers may still take: the connections share of the memory
-    /// budget, less what the door holds (answers waiting for their clients), less what the
-    /// cycle's earlier answers took (pops' payloads, Kafka reads' entries). Their answers
-    /// reach the door only after the cycle commits, and the door counts them from then on
-    /// (native-api answer.rs): this bounds what is built before that. Without a budget
-    /// (tests), unbounded.
+    /// Bytes this cycle's pops may still take: the connections share of the memory budget,
+    /// less what the door holds (answers waiting for their clients), less what the cycle's
+    /// earlier pops took, less the Kafka transaction reads' share (or what they took, when
+    /// the cycle's first read passed it: review s18 kafka M2, plan/kafka_txn_reads.rs).
+    /// Their answers reach the door only after the cycle commits, and the door counts them
+    /// from then on (native-api answer.rs): this bounds what is built before that. Without a
+    /// budget (tests), unbounded.
     pub(crate) fn answer_room(&self) -> usize {
         match self.memory {
-            Some(m) => m.answer_room().saturating_sub(self.cycle.answer_bytes),
+            Some(m) => m
+                .answer_room()
+                .saturating_sub(self.cycle.answer_bytes)
+                .saturating_sub(self.admin_read_share().max(self.cycle.txn_read_bytes)),
             None => usize::MAX,
         }
     }

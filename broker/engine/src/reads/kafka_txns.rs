@@ -3,7 +3,8 @@
 //! and DescribeTransactions and DescribeProducers by one total each
 //! (`MAX_ENTRIES_PER_ANSWER`, `MAX_PRODUCER_ENTRIES_PER_ANSWER`), counted before anything is
 //! copied (review s16 kafka H1: the per-item caps multiplied), and lowered to what the
-//! cycle has left (`granted`: review s17 lead H1; plan/kafka_txn_reads.rs).
+//! cycle has left (`granted`: review s17 lead H1; plan/kafka_txn_reads.rs), in entries and
+//! in bytes, each entry charged its names (review s18 kafka M1).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -13,14 +14,57 @@ use queenmq_protocol::QueenError;
 use crate::state::kafka_txns::{TxnResult, TxnRow, TxnState};
 use crate::state::State;
 
-/// The answer to `req`, listing at most `granted` entries (partitions, producers, pending
-/// pairs) beside its own caps, and how many it lists. ListTransactions has no per-item
-/// error: its rows (at most [`MAX_TXNS_PER_ANSWER`]) are counted, never refused.
+/// What a read may list, or what it listed: entries (described transactions and
+/// partitions, producers, rows, pending pairs) and the bytes they hold, each entry
+/// [`READ_ENTRY_BYTES`] plus the names it copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Grant {
+    pub entries: usize,
+    pub bytes: usize,
+}
+
+impl Grant {
+    pub const UNLIMITED: Grant = Grant {
+        entries: usize::MAX,
+        bytes: usize::MAX,
+    };
+
+    /// Whether `cost` fits what is left.
+    fn fits(&self, cost: Grant) -> bool {
+        cost.entries <= self.entries && cost.bytes <= self.bytes
+    }
+
+    fn spend(&mut self, cost: Grant) {
+        self.entries = self.entries.saturating_sub(cost.entries);
+        self.bytes = self.bytes.saturating_sub(cost.bytes);
+    }
+
+    fn add(&mut self, cost: Grant) {
+        self.entries = self.entries.saturating_add(cost.entries);
+        self.bytes = self.bytes.saturating_add(cost.bytes);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.entries == 0 || self.bytes == 0
+    }
+}
+
+/// One entry carrying a name of `name_len` bytes.
+fn entry(name_len: usize) -> Grant {
+    Grant {
+        entries: 1,
+        bytes: READ_ENTRY_BYTES.saturating_add(name_len),
+    }
+}
+
+/// The answer to `req`, listing at most `granted` beside its own caps, and what it lists.
+/// ListTransactions has no per-item error: past the grant the whole list is refused
+/// ([`KafkaTxnReadAnswer::ListOverBudget`], review s18 kafka H1).
 pub fn answer(
     st: &State,
     req: &KafkaTxnRead,
-    granted: usize,
-) -> Result<(KafkaTxnReadAnswer, usize), QueenError> {
+    granted: Grant,
+) -> Result<(KafkaTxnReadAnswer, Grant), QueenError> {
     Ok(match req {
         KafkaTxnRead::Describe { txn_ids } => {
             if txn_ids.len() > MAX_TXNS_PER_ANSWER {
@@ -28,7 +72,10 @@ pub fn answer(
                     "DescribeTransactions names more than 10000 transactional ids",
                 ));
             }
-            let budget = MAX_ENTRIES_PER_ANSWER.min(granted);
+            let budget = Grant {
+                entries: MAX_ENTRIES_PER_ANSWER.min(granted.entries),
+                ..granted
+            };
             let (v, spent) = describe(st, txn_ids, budget);
             (KafkaTxnReadAnswer::Described(v), spent)
         }
@@ -42,12 +89,7 @@ pub fn answer(
                      {MAX_LIST_PRODUCER_FILTERS} producer id filters"
                 )));
             }
-            let a = list(st, states, producer_ids);
-            let n = match &a {
-                KafkaTxnReadAnswer::Listed { rows, .. } => rows.len(),
-                _ => 0,
-            };
-            (a, n)
+            list(st, states, producer_ids, granted)
         }
         KafkaTxnRead::Producers { partitions } => {
             if partitions.len() > MAX_PRODUCER_PARTITIONS {
@@ -55,7 +97,10 @@ pub fn answer(
                     "DescribeProducers names more than 10000 partitions",
                 ));
             }
-            let budget = MAX_PRODUCER_ENTRIES_PER_ANSWER.min(granted);
+            let budget = Grant {
+                entries: MAX_PRODUCER_ENTRIES_PER_ANSWER.min(granted.entries),
+                ..granted
+            };
             let (v, spent) = producers(st, partitions, budget);
             (KafkaTxnReadAnswer::Producers(v), spent)
         }
@@ -67,7 +112,7 @@ pub fn answer(
             }
             // One flag per asked partition: bounded by the request, nothing listed.
             let v = st.kafka_txns.pending_of(group, partitions);
-            (KafkaTxnReadAnswer::Pending(v), 0)
+            (KafkaTxnReadAnswer::Pending(v), Grant::default())
         }
         KafkaTxnRead::GroupPending { group } => {
             // Never cut by the cycle's grant (review s18 kafka M4): a set cut below what the
@@ -76,8 +121,11 @@ pub fn answer(
             // s16 kafka L1). Its own per-answer bound still holds; what it lists is counted.
             let budget = MAX_ENTRIES_PER_ANSWER;
             let (pairs, complete) = st.kafka_txns.pending_in(group, budget);
-            let n = pairs.len();
-            (KafkaTxnReadAnswer::GroupPending { pairs, complete }, n)
+            let mut spent = Grant::default();
+            for (topic, _) in &pairs {
+                spent.add(entry(topic.len()));
+            }
+            (KafkaTxnReadAnswer::GroupPending { pairs, complete }, spent)
         }
     })
 }
@@ -99,10 +147,32 @@ fn kafka_partition(st: &State, pid: u64) -> Option<(String, i32)> {
     Some((q.name.clone(), index))
 }
 
-/// Each id in order, and the partitions listed. An open transaction's partitions are
-/// counted against `budget` before they are copied; from the first id that would pass it,
-/// every id is `OverBudget`.
-fn describe(st: &State, ids: &[String], budget: usize) -> (Vec<TxnDescribed>, usize) {
+/// The bytes of the topic name an engine partition is shown under, when it has a Kafka index.
+fn kafka_topic_len(st: &State, pid: u64) -> Option<usize> {
+    let p = st.partitions.get(&pid)?;
+    let q = st.queues.get(&p.queue)?;
+    p.name.parse::<i32>().ok()?;
+    Some(q.name.len())
+}
+
+/// What describing `row` lists: the view and its id, and an open transaction's partitions
+/// with their topic names (review s18 kafka M1: an idle id cost nothing before).
+fn described_cost(st: &State, id: &str, row: &TxnRow) -> Grant {
+    let mut cost = entry(id.len());
+    if row.state == TxnState::Ongoing {
+        for pid in row.partitions.keys() {
+            if let Some(n) = kafka_topic_len(st, *pid) {
+                cost.add(entry(n));
+            }
+        }
+    }
+    cost
+}
+
+/// Each id in order, and what it lists. An id's cost is counted against `budget` before
+/// anything is copied; from the first id that would pass it, every id is `OverBudget`.
+fn describe(st: &State, ids: &[String], budget: Grant) -> (Vec<TxnDescribed>, Grant) {
+    let mut spent = Grant::default();
     let mut left = budget;
     let mut over = false;
     let v = ids
@@ -114,20 +184,17 @@ fn describe(st: &State, ids: &[String], budget: usize) -> (Vec<TxnDescribed>, us
             let Some(row) = st.kafka_txns.get(id) else {
                 return TxnDescribed::Unknown;
             };
-            let cost = if row.state == TxnState::Ongoing {
-                row.partitions.len()
-            } else {
-                0
-            };
-            if cost > left {
+            let cost = described_cost(st, id, row);
+            if !left.fits(cost) {
                 over = true;
                 return TxnDescribed::OverBudget;
             }
-            left -= cost;
+            left.spend(cost);
+            spent.add(cost);
             TxnDescribed::Known(view(st, id, row))
         })
         .collect();
-    (v, budget - left)
+    (v, spent)
 }
 
 fn view(st: &State, id: &str, row: &TxnRow) -> TxnView {
@@ -178,7 +245,14 @@ fn state_mask(states: &[String]) -> Option<u8> {
 /// filters the rows are found through the producer index, never by a scan of every row
 /// (review s16 kafka M3). Past [`MAX_TXNS_PER_ANSWER`] rows the list is cut: Kafka's answer
 /// has no flag to say so, so each cut counts in `queen_kafka_txn_list_truncated_total`.
-fn list(st: &State, states: &[String], producer_ids: &[i64]) -> KafkaTxnReadAnswer {
+/// Each row is charged its id as it is found, before it is copied; past `granted` the whole
+/// list is refused (review s18 kafka H1).
+fn list(
+    st: &State,
+    states: &[String],
+    producer_ids: &[i64],
+    granted: Grant,
+) -> (KafkaTxnReadAnswer, Grant) {
     let unknown_states: Vec<String> = states
         .iter()
         .filter(|s| !KAFKA_STATE_NAMES.contains(&s.as_str()))
@@ -186,17 +260,29 @@ fn list(st: &State, states: &[String], producer_ids: &[i64]) -> KafkaTxnReadAnsw
         .collect();
     let mask = state_mask(states);
     let state_ok = |row: &TxnRow| mask.is_none_or(|m| m & bit(state_of(row)) != 0);
-    let listed = |(id, row): (&String, &TxnRow)| TxnListed {
-        txn_id: id.clone(),
-        producer_id: row.producer_id,
-        state: state_of(row),
+    let mut spent = Grant::default();
+    let mut over = false;
+    let mut listed = |(id, row): (&String, &TxnRow)| {
+        let cost = entry(id.len());
+        let mut left = granted;
+        left.spend(spent);
+        if over || !left.fits(cost) {
+            over = true;
+            return None;
+        }
+        spent.add(cost);
+        Some(TxnListed {
+            txn_id: id.clone(),
+            producer_id: row.producer_id,
+            state: state_of(row),
+        })
     };
     let mut rows: Vec<TxnListed> = if producer_ids.is_empty() {
         st.kafka_txns
             .rows()
             .filter(|(_, row)| state_ok(row))
             .take(MAX_TXNS_PER_ANSWER + 1)
-            .map(listed)
+            .map_while(&mut listed)
             .collect()
     } else {
         // In transactional id order, as the scan: each producer id names at most one row.
@@ -209,28 +295,38 @@ fn list(st: &State, states: &[String], producer_ids: &[i64]) -> KafkaTxnReadAnsw
             .filter_map(|id| st.kafka_txns.row_entry(id))
             .filter(|(_, row)| wanted.contains(&row.producer_id) && state_ok(row))
             .take(MAX_TXNS_PER_ANSWER + 1)
-            .map(listed)
+            .map_while(&mut listed)
             .collect()
     };
+    if over {
+        // Nothing of a refused list is kept: the rows go with this read.
+        return (KafkaTxnReadAnswer::ListOverBudget, Grant::default());
+    }
     if rows.len() > MAX_TXNS_PER_ANSWER {
-        rows.truncate(MAX_TXNS_PER_ANSWER);
+        if let Some(cut) = rows.pop() {
+            spent.entries = spent.entries.saturating_sub(1);
+            spent.bytes = spent.bytes.saturating_sub(entry(cut.txn_id.len()).bytes);
+        }
         metrics::counter!("queen_kafka_txn_list_truncated_total").increment(1);
     }
-    KafkaTxnReadAnswer::Listed {
+    let answer = KafkaTxnReadAnswer::Listed {
         rows,
         unknown_states,
-    }
+    };
+    (answer, spent)
 }
 
-/// Each asked partition in order, and the producers listed. A first pass over the producers' partition rows counts
-/// what each asked partition would list; the budget is then spent in the asked order (from
-/// the first partition that would pass it, every one is `OverBudget`), and a second pass
-/// copies only what was granted.
+/// Each asked partition in order, and the producers listed. A first pass over the
+/// producers' partition rows counts what each asked partition would list; the budget is then
+/// spent in the asked order (from the first partition that would pass it, every one is
+/// `OverBudget`), and a second pass copies only what was granted. Given nothing, every
+/// partition that exists is `OverBudget` without either pass (review s18 kafka L2: a read
+/// refused anyway walked the whole producer table under the state lock).
 fn producers(
     st: &State,
     asked: &[(String, i32)],
-    budget: usize,
-) -> (Vec<PartitionProducers>, usize) {
+    budget: Grant,
+) -> (Vec<PartitionProducers>, Grant) {
     let mut out: Vec<PartitionProducers> = Vec::with_capacity(asked.len());
     // Per slot: the engine partition it asks for, when its topic and partition exist.
     let mut slot_pid: Vec<Option<u64>> = Vec::with_capacity(asked.len());
@@ -252,7 +348,15 @@ fn producers(
         }
     }
     if counts.is_empty() {
-        return (out, 0);
+        return (out, Grant::default());
+    }
+    if budget.is_empty() {
+        for (o, pid) in out.iter_mut().zip(&slot_pid) {
+            if pid.is_some() {
+                *o = PartitionProducers::OverBudget;
+            }
+        }
+        return (out, Grant::default());
     }
     for (_, row) in st.kafka_producers.iter() {
         for pid in row.partitions.keys() {
@@ -264,22 +368,27 @@ fn producers(
     // Engine partition id → the answers (by position) granted a list of it.
     let mut wanted: HashMap<u64, Vec<usize>> = HashMap::new();
     let mut left = budget;
+    let mut spent = Grant::default();
     let mut over = false;
     for (slot, pid) in slot_pid.iter().enumerate() {
-        let cost = pid.and_then(|p| counts.get(&p).copied()).unwrap_or(0);
-        if over || cost > left {
+        let n = pid.and_then(|p| counts.get(&p).copied()).unwrap_or(0);
+        let cost = Grant {
+            entries: n,
+            bytes: n.saturating_mul(READ_ENTRY_BYTES),
+        };
+        if over || !left.fits(cost) {
             over = true;
             if let Some(o) = out.get_mut(slot) {
                 *o = PartitionProducers::OverBudget;
             }
             continue;
         }
-        left -= cost;
-        if let Some(p) = pid.filter(|_| cost > 0) {
+        left.spend(cost);
+        spent.add(cost);
+        if let Some(p) = pid.filter(|_| n > 0) {
             wanted.entry(p).or_default().push(slot);
         }
     }
-    let spent = budget - left;
     if wanted.is_empty() {
         return (out, spent);
     }

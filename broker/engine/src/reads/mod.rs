@@ -107,7 +107,9 @@ pub fn answer(
         ReadReq::Analytics(q) => A::Analytics(analytics::series(st, q)?),
         // Whole answers here; the engine loop grants a cycle's share instead
         // (Planner::plan_kafka_txn_read).
-        ReadReq::KafkaTxns(q) => A::KafkaTxns(kafka_txns::answer(st, q, usize::MAX)?.0),
+        ReadReq::KafkaTxns(q) => {
+            A::KafkaTxns(kafka_txns::answer(st, q, kafka_txns::Grant::UNLIMITED)?.0)
+        }
     })
 }
 

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// The longest transactional id kept (Kafka has no bound; 1 KiB is far past any client's).
-pub const MAX_TRANSACTIONAL_ID_BYTES: usize = 1024;
+pub use queenmq_protocol::kafka_txns::MAX_TRANSACTIONAL_ID_BYTES;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TxnState {
