@@ -40,7 +40,7 @@ pub async fn pop_waiting(
         if tokio::time::Instant::now() >= until {
             break;
         }
-        let Some(gate) = store.wake(tenant, ask.queue) else {
+        let Some(gate) = store.wake(tenant, ask) else {
             break;
         };
         let rung = gate.notified();
