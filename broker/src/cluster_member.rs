@@ -144,23 +144,29 @@ impl Member {
     }
 
     /// The refusal of a request that reached this node while it may not plan: naming the
-    /// leader when one is known and it is another node; "applying" when this node was just
-    /// elected and has not applied its whole log yet.
+    /// leader when one is known and it is another node; "no majority" when this node leads
+    /// without a majority's acknowledgement within its lease; "applying" when it leads, is
+    /// acknowledged, and has not applied its whole log yet (just elected).
     pub fn refusal(&self, s: &LogStatus) -> QueenError {
         match s.leader {
-            Some(id) if id == self.node_id && s.applied < s.last_log_index => {
-                QueenError::unavailable(
-                    "this node was just elected leader and is applying its log; retry",
-                )
-            }
             // openraft 0.9 has no check-quorum: a leader cut off from the majority stays
-            // leader, and only the missing acknowledgements tell (review s16 B1).
-            Some(id) if id == self.node_id => QueenError::unavailable(format!(
-                "this node leads but no majority has acknowledged it for {} ms (cut off from \
-                 the cluster?); retry, or ask another node",
-                s.quorum_ack_ms
-                    .map_or_else(|| "a while".to_string(), |ms| ms.to_string())
-            )),
+            // leader, and only the missing acknowledgements tell (review s16 B1). Tested
+            // first: a leader reloaded while cut off has its given-up entry unapplied, and
+            // "applying" would hide the partition (review s17 C6).
+            Some(id) if id == self.node_id && !s.quorum_contact => {
+                QueenError::unavailable(match s.quorum_ack_ms {
+                    Some(ms) => format!(
+                        "this node leads but no majority has acknowledged it for {ms} ms (cut \
+                         off from the cluster?); retry, or ask another node"
+                    ),
+                    None => "this node leads but no majority has acknowledged it yet (just \
+                             elected, or cut off from the cluster?); retry, or ask another node"
+                        .to_string(),
+                })
+            }
+            Some(id) if id == self.node_id => QueenError::unavailable(
+                "this node was just elected leader and is applying its log; retry",
+            ),
             leader => QueenError::not_leader(leader.map(|id| LeaderHint {
                 id,
                 url: self.peer_http.get(&id).cloned(),
@@ -175,7 +181,7 @@ impl Timing {
     /// may lead (and commit) while this one would still plan on a state that no longer
     /// counts. Two heartbeats short of it: openraft's acknowledgement age is up to one and
     /// a half heartbeats old when read, and the engine reads it once per cycle (review s17
-    /// C5). The configuration keeps the election timeout at 3 heartbeats or more.
+    /// C5). The configuration keeps the election timeout at 5 heartbeats or more.
     pub fn lease_ms(&self) -> u64 {
         self.election_timeout_ms
             .saturating_sub(self.heartbeat_ms.saturating_mul(2))
@@ -183,10 +189,18 @@ impl Timing {
     }
 
     /// The longest one proposal may wait to commit while this node keeps its lease (a quorum
-    /// that acknowledges heartbeats but does not commit: stuck disks): twice the upper
-    /// election timeout (review s16 B1).
+    /// that acknowledges heartbeats but does not commit: stuck disks): four election timeouts
+    /// (review s16 B1), but short enough that the check, made once a heartbeat, gives the
+    /// write up before the bus's answer bound (`BusWaits::default().answer`) answers it "a
+    /// stalled disk?", with a second of margin for the wait before its cycle started (review
+    /// s17 C4, lead L1).
     pub fn write_limit(&self) -> Duration {
-        Duration::from_millis(self.election_timeout_ms.saturating_mul(4))
+        let heartbeats = Duration::from_millis(self.heartbeat_ms.saturating_mul(2));
+        let room = crate::engine::BusWaits::default()
+            .answer
+            .saturating_sub(heartbeats)
+            .saturating_sub(Duration::from_secs(1));
+        Duration::from_millis(self.election_timeout_ms.saturating_mul(4)).min(room)
     }
 }
 
@@ -261,6 +275,32 @@ mod tests {
         let e = member().refusal(&with_ack(Some(lease + 1)));
         assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable);
         assert!(e.message.contains("no majority"), "{}", e.message);
+    }
+
+    /// Review s17 C6: a leader reloaded while cut off restores its leadership with its
+    /// given-up entry still in its log, unapplied: the refusal names the missing majority,
+    /// not an apply.
+    #[test]
+    fn a_cut_off_leader_behind_its_log_says_no_majority() {
+        let cut_off = LogStatus {
+            quorum_ack_ms: None,
+            quorum_contact: false,
+            ..status("leader", Some(2), 8, 9)
+        };
+        let e = member().refusal(&cut_off);
+        assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable);
+        assert!(e.message.contains("no majority"), "{}", e.message);
+        let stale = LogStatus {
+            quorum_ack_ms: Some(TIMING.lease_ms() + 1),
+            ..cut_off
+        };
+        assert!(member().refusal(&stale).message.contains("no majority"));
+        let applying = member().refusal(&status("leader", Some(2), 8, 9));
+        assert!(
+            applying.message.contains("applying"),
+            "{}",
+            applying.message
+        );
     }
 
     #[test]

@@ -154,12 +154,14 @@ fn a_checkpoint_needs_twice_its_size_and_the_reserve_from_a_fresh_reading() {
     let fake = Fake::default();
     fake.set(100_000);
     let g = gate(&fake, 8_000);
-    assert!(g.checkpoint_fits(46_000, 0));
-    assert!(!g.checkpoint_fits(46_001, 0));
+    let slot = g.checkpoint_slot();
+    // Each guard is dropped at once: written, and in the next (fresh) reading.
+    assert!(slot.fits(46_000, 0).is_some());
+    assert!(slot.fits(46_001, 0).is_none());
     // Fresh: the reading of the last refresh is not trusted.
     fake.set(10_000);
-    assert!(!g.checkpoint_fits(1_001, 0));
-    assert!(g.checkpoint_fits(1_000, 0));
+    assert!(slot.fits(1_001, 0).is_none());
+    assert!(slot.fits(1_000, 0).is_some());
 }
 
 #[test]
@@ -167,10 +169,14 @@ fn a_checkpoint_whose_reclamation_repays_it_may_use_the_reserve() {
     let fake = Fake::default();
     fake.set(10_000);
     let g = gate(&fake, 8_000);
-    assert!(!g.checkpoint_fits(4_000, 7_999), "frees less than it takes");
-    assert!(g.checkpoint_fits(4_000, 8_000));
+    let slot = g.checkpoint_slot();
     assert!(
-        !g.checkpoint_fits(5_001, 1 << 40),
+        slot.fits(4_000, 7_999).is_none(),
+        "frees less than it takes"
+    );
+    assert!(slot.fits(4_000, 8_000).is_some());
+    assert!(
+        slot.fits(5_001, 1 << 40).is_none(),
         "no room even with the reserve"
     );
 }
@@ -250,8 +256,10 @@ fn a_loan_leaves_room_for_the_checkpoint_that_repays_it() {
     let fake = Fake::default();
     fake.set(7_000);
     let g = gate(&fake, 8_000);
+    let slot = g.checkpoint_slot();
     // A checkpoint of 2_000 bytes needs 4_000: the loan stops at 2_000 + 4_000.
-    assert!(g.checkpoint_fits(2_000, 1 << 40));
+    assert!(slot.fits(2_000, 1 << 40).is_some());
+    g.refresh();
     assert_eq!(g.lend(0).bytes(), 1_000);
     fake.set(6_500);
     g.refresh();
@@ -259,7 +267,51 @@ fn a_loan_leaves_room_for_the_checkpoint_that_repays_it() {
     assert_eq!(loan.bytes(), 500);
     // What bookkeeping may leave (a quarter of the reserve) plus the checkpoint still fits.
     fake.set(6_000);
-    assert!(g.checkpoint_fits(2_000, 1 << 40));
+    assert!(slot.fits(2_000, 1 << 40).is_some());
+}
+
+#[test]
+fn checkpoints_written_at_once_see_each_other_and_loans_leave_room_for_all() {
+    // Review s17 compactor M3: each tenant writes its own checkpoint on its own timer, but a
+    // checkpoint being written was counted nowhere and the loan floor allowed for the largest
+    // one alone, so several repaying checkpoints at once could meet ENOSPC in redb.
+    let fake = Fake::default();
+    fake.set(6_000);
+    let g = gate(&fake, 8_000);
+    let (a, b) = (g.checkpoint_slot(), g.checkpoint_slot());
+    let writing = a.fits(2_000, 1 << 40).expect("6_000 free, 4_000 needed");
+    assert!(
+        b.fits(2_000, 1 << 40).is_none(),
+        "only 2_000 left while the first is written"
+    );
+    drop(writing);
+    fake.set(6_000 - 4_000 + 4_000);
+    assert!(b.fits(2_000, 1 << 40).is_some(), "after it, in turn");
+
+    // Two tenants expecting checkpoints of 2_000 bytes: the loans stop at a quarter of the
+    // reserve plus 4_000 each, not plus the largest one's alone.
+    fake.set(10_500);
+    g.refresh();
+    assert_eq!(g.lend(0).bytes(), 500, "10_500 - (2_000 + 8_000)");
+    // A tenant gone (its group ended): its share goes with it.
+    drop(b);
+    assert_eq!(g.lend(0).bytes(), 1_000);
+}
+
+#[test]
+fn the_loan_floor_follows_the_last_checkpoint_not_the_largest_ever() {
+    // Review s17 compactor L1: one large checkpoint switched the loans off until the process
+    // restarted, and a restart forgot the tenants' checkpoints until each wrote one again.
+    let fake = Fake::default();
+    fake.set(7_000);
+    let g = gate(&fake, 8_000);
+    let slot = g.checkpoint_slot();
+    // As at open, from the stored checkpoint: no loan leaves it less than its room.
+    slot.anticipate(8_000);
+    assert_eq!(g.lend(0).bytes(), 0, "2_000 + 16_000 is more than is free");
+    assert!(slot.fits(1_000, 1 << 40).is_some());
+    g.refresh();
+    assert_eq!(g.lend(0).bytes(), 1_000, "as for a checkpoint of 1_000");
 }
 
 #[test]

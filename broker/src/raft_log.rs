@@ -1,8 +1,9 @@
 //! The engine's view of the Raft node.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use queenmq_raft::{RaftError, RaftNode};
+use queenmq_raft::{RaftError, RaftNode, RaftStatus};
 
 use crate::config::Timing;
 use crate::engine::log::{LogError, LogStatus, ProposeFuture, ReplicatedLog};
@@ -12,6 +13,48 @@ use crate::engine::log::{LogError, LogStatus, ProposeFuture, ReplicatedLog};
 pub struct RaftLog {
     pub node: RaftNode,
     pub cluster: Option<Timing>,
+    latest: LatestProposal,
+}
+
+impl RaftLog {
+    pub fn new(node: RaftNode, cluster: Option<Timing>) -> RaftLog {
+        RaftLog {
+            node,
+            cluster,
+            latest: LatestProposal::new(),
+        }
+    }
+}
+
+/// When the latest proposal started (the engine's cycle in flight, if one is): a leader whose
+/// own disk hangs keeps an entry appended and unapplied, and its frozen Raft metrics would
+/// still call it acknowledged; the age of that proposal tells (review s17 lead M1). Never
+/// cleared: a proposal that finished left applied at its index, so the stamp matters only while
+/// applied trails the log, which a later proposal (with a later stamp) or a stuck one explains.
+struct LatestProposal {
+    base: Instant,
+    /// Milliseconds since `base` plus one; 0 before the first proposal.
+    at: AtomicU64,
+}
+
+impl LatestProposal {
+    fn new() -> LatestProposal {
+        LatestProposal {
+            base: Instant::now(),
+            at: AtomicU64::new(0),
+        }
+    }
+
+    fn started(&self) {
+        let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        self.at.store(ms.saturating_add(1), Ordering::Release);
+    }
+
+    fn age_ms(&self) -> Option<u64> {
+        let at = self.at.load(Ordering::Acquire).checked_sub(1)?;
+        let now = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Some(now.saturating_sub(at))
+    }
 }
 
 /// `clustered`: a lost lead is a deposition; on a single node it cannot happen, and is the
@@ -31,45 +74,60 @@ fn log_error(e: RaftError, clustered: bool) -> LogError {
     }
 }
 
-/// Resolves, saying why, once a cluster leader may no longer wait for its proposal: it is no
-/// longer leader, no majority acknowledged it within the lease (openraft 0.9 keeps a leader
-/// cut off from the majority leading, and its entry would wait for as long as the partition
-/// lasts), or the write limit passed (review s16 B1).
-async fn lost_lead(node: &RaftNode, t: Timing) -> String {
+/// Resolves once a cluster leader may no longer wait for its proposal (review s16 B1),
+/// polling its status every heartbeat.
+async fn lost_lead(node: &RaftNode, t: Timing) -> LogError {
     let started = Instant::now();
     let every = Duration::from_millis(t.heartbeat_ms);
     loop {
         tokio::time::sleep(every).await;
-        let s = node.status();
-        if s.role != "leader" {
-            return format!("this node is no longer the leader (now {})", s.role);
-        }
-        if !crate::cluster_member::quorum_contact(s.quorum_ack_ms, &t) {
-            return match s.quorum_ack_ms {
-                Some(ms) => format!("no majority acknowledged this leader for {ms} ms"),
-                None => "no majority acknowledged this leader".to_string(),
-            };
-        }
-        if started.elapsed() >= t.write_limit() {
-            return format!(
-                "the write did not commit within {} ms",
-                t.write_limit().as_millis()
-            );
+        if let Some(e) = give_up(&node.status(), &t, started.elapsed()) {
+            return e;
         }
     }
+}
+
+/// Whether a leader that proposed `waited` ago gives its entry up, and why: deposed when it is
+/// no longer leader or no majority acknowledged it within the lease (openraft 0.9 keeps a
+/// leader cut off from the majority leading, and its entry would wait for as long as the
+/// partition lasts); not committed once the write limit passed while it kept both (a quorum
+/// that acknowledges but does not commit), which is no deposition: the node still leads, and
+/// a reload without the backoff would repeat it every write limit (review s17 C7).
+fn give_up(s: &RaftStatus, t: &Timing, waited: Duration) -> Option<LogError> {
+    if s.role != "leader" {
+        return Some(LogError::Deposed(format!(
+            "this node is no longer the leader (now {})",
+            s.role
+        )));
+    }
+    if !crate::cluster_member::quorum_contact(s.quorum_ack_ms, t) {
+        return Some(LogError::Deposed(match s.quorum_ack_ms {
+            Some(ms) => format!("no majority acknowledged this leader for {ms} ms"),
+            None => "no majority acknowledged this leader".to_string(),
+        }));
+    }
+    (waited >= t.write_limit()).then(|| {
+        LogError::NotCommitted(format!(
+            "the write did not commit within {} ms",
+            t.write_limit().as_millis()
+        ))
+    })
 }
 
 impl ReplicatedLog for RaftLog {
     fn propose(&self, payload: Vec<u8>) -> ProposeFuture {
         let node = self.node.clone();
         let cluster = self.cluster;
+        // Stamped before the entry is appended: whoever sees it unapplied sees this stamp or a
+        // later one.
+        self.latest.started();
         Box::pin(async move {
             let Some(timing) = cluster else {
                 return node.propose(payload).await.map_err(|e| log_error(e, false));
             };
             tokio::select! {
                 written = node.propose(payload) => written.map_err(|e| log_error(e, true)),
-                why = lost_lead(&node, timing) => Err(LogError::Deposed(why)),
+                gave_up = lost_lead(&node, timing) => Err(gave_up),
             }
         })
     }
@@ -95,20 +153,104 @@ impl ReplicatedLog for RaftLog {
     }
 
     fn status(&self) -> LogStatus {
+        // The positions first, the proposal's stamp after them (see `LatestProposal`).
         let s = self.node.status();
-        LogStatus {
-            role: s.role,
-            term: s.term,
-            leader: s.leader,
-            last_log_index: s.last_log_index.unwrap_or(0),
-            committed: s.committed.unwrap_or(0),
-            applied: s.applied.unwrap_or(0),
-            clustered: self.cluster.is_some(),
-            quorum_ack_ms: s.quorum_ack_ms,
-            quorum_contact: s.role == "leader"
-                && self
-                    .cluster
-                    .is_none_or(|t| crate::cluster_member::quorum_contact(s.quorum_ack_ms, &t)),
+        log_status(s, self.cluster, self.latest.age_ms())
+    }
+}
+
+/// What the engine and the probes see of the node, `proposal_age_ms` being how long ago the
+/// latest proposal started.
+fn log_status(s: RaftStatus, cluster: Option<Timing>, proposal_age_ms: Option<u64>) -> LogStatus {
+    let leader = s.role == "leader";
+    LogStatus {
+        role: s.role,
+        term: s.term,
+        leader: s.leader,
+        last_log_index: s.last_log_index.unwrap_or(0),
+        committed: s.committed.unwrap_or(0),
+        applied: s.applied.unwrap_or(0),
+        clustered: cluster.is_some(),
+        quorum_ack_ms: s.quorum_ack_ms,
+        quorum_contact: leader
+            && cluster.is_none_or(|t| crate::cluster_member::quorum_contact(s.quorum_ack_ms, &t)),
+        proposal_fresh: leader
+            && cluster.is_some_and(|t| proposal_age_ms.is_some_and(|ms| ms < t.lease_ms())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TIMING: Timing = Timing {
+        heartbeat_ms: 500,
+        election_timeout_ms: 5_000,
+    };
+
+    fn leader(applied: u64, last: u64, quorum_ack_ms: Option<u64>) -> RaftStatus {
+        RaftStatus {
+            role: "leader",
+            term: 2,
+            leader: Some(1),
+            last_log_index: Some(last),
+            committed: Some(applied),
+            applied: Some(applied),
+            quorum_ack_ms,
         }
+    }
+
+    /// Review s17 lead M1: a leader whose applied index trails its log by its own entry is
+    /// serving while that proposal is younger than the lease, and stuck once it is older (its
+    /// own disk hangs); its frozen metrics' acknowledgement age, which `RaftNode::status` now
+    /// ages with the clock, fails the quorum contact past the lease too.
+    #[test]
+    fn a_proposal_older_than_the_lease_is_stuck() {
+        let lease = TIMING.lease_ms();
+        let s = |age| log_status(leader(8, 9, Some(10)), Some(TIMING), age);
+        assert!(s(Some(lease - 1)).proposal_fresh);
+        assert!(!s(Some(lease)).proposal_fresh);
+        assert!(!s(None).proposal_fresh);
+        assert!(s(Some(lease - 1)).quorum_contact);
+        let frozen = log_status(leader(8, 9, Some(lease + 1)), Some(TIMING), Some(0));
+        assert!(!frozen.quorum_contact);
+        // A single node has no lease: nothing changes for it.
+        let single = log_status(leader(8, 9, Some(lease + 1)), None, Some(0));
+        assert!(single.quorum_contact && !single.proposal_fresh && !single.clustered);
+    }
+
+    /// Review s17 C7: only a lost lead or a lapsed lease is a deposition (reloaded at once);
+    /// a write-limit expiry under a leader that kept its majority is a failure, reloaded with
+    /// the crash-loop backoff.
+    #[test]
+    fn only_a_lost_lead_or_lease_is_a_deposition() {
+        let limit = TIMING.write_limit();
+        let in_contact = leader(8, 9, Some(10));
+        assert!(give_up(&in_contact, &TIMING, limit / 2).is_none());
+        assert!(matches!(
+            give_up(&in_contact, &TIMING, limit),
+            Some(LogError::NotCommitted(_))
+        ));
+        let lapsed = leader(8, 9, Some(TIMING.lease_ms() + 1));
+        assert!(matches!(
+            give_up(&lapsed, &TIMING, limit),
+            Some(LogError::Deposed(_))
+        ));
+        let follower = RaftStatus {
+            role: "follower",
+            ..in_contact
+        };
+        assert!(matches!(
+            give_up(&follower, &TIMING, Duration::ZERO),
+            Some(LogError::Deposed(_))
+        ));
+    }
+
+    #[test]
+    fn the_latest_proposal_is_stamped() {
+        let p = LatestProposal::new();
+        assert_eq!(p.age_ms(), None);
+        p.started();
+        assert!(p.age_ms().is_some());
     }
 }

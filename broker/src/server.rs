@@ -258,6 +258,9 @@ pub async fn serve(
     let kafka_limits = KafkaLimits {
         connections: door_caps.connections,
         inflight_bytes: kafka_inflight,
+        // The big admin answers' room (DescribeProducers, DescribeTransactions): another
+        // quarter of the share (docs/memory.md).
+        answer_bytes: memory.budget.connections_bytes() / 4,
         max_records: cfg.max_push_items as usize,
     };
     let kafka = start_kafka(
@@ -352,6 +355,7 @@ fn kafka_security(cfg: &Config) -> anyhow::Result<queenmq_kafka_port::Security> 
 struct KafkaLimits {
     connections: usize,
     inflight_bytes: usize,
+    answer_bytes: usize,
     max_records: usize,
 }
 
@@ -413,6 +417,7 @@ async fn start_kafka(
         max_prelogin_per_ip: usize::try_from(cfg.kafka_max_prelogin_connections_per_ip)
             .unwrap_or(usize::MAX),
         inflight_bytes: limits.inflight_bytes.max(64 << 10),
+        answer_bytes: limits.answer_bytes,
         idle_timeout: Duration::from_secs(600),
         io_timeout: Duration::from_secs(60),
         handshake_timeout: Duration::from_secs(10),

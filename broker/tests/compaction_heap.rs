@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use queenmq_engine::plan::fixture::Fixture;
-use queenmq_engine::plan::{DeadSpan, Segment};
+use queenmq_engine::plan::{Memo, Segment};
 use queenmq_protocol::PushItem;
 
 #[path = "../engine/tests/support/counting_alloc.rs"]
@@ -54,14 +54,7 @@ fn a_look_holds_what_it_copies_and_one_entry_not_the_segment() {
     let mut planner = f.planner();
     let before = HELD.load(Ordering::SeqCst);
     PEAK.store(before, Ordering::SeqCst);
-    let c = planner.plan_compaction(
-        seg,
-        budget,
-        usize::MAX,
-        None,
-        false,
-        &mut DeadSpan::default(),
-    );
+    let c = planner.plan_compaction(seg, budget, usize::MAX, None, false, &mut Memo::default());
     let peak = PEAK.load(Ordering::SeqCst) - before;
     let c = c.unwrap_or_else(|e| panic!("the look failed: {e}"));
     assert_eq!((c.runs, c.more), (1, true), "{c:?}");

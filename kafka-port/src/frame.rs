@@ -83,6 +83,25 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, body: &[u8]) -> std::
     w.flush().await
 }
 
+/// One frame of `head` then `body`, without joining them first.
+pub async fn write_frame_parts<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    head: &[u8],
+    body: &[u8],
+) -> std::io::Result<()> {
+    let len = head
+        .len()
+        .checked_add(body.len())
+        .and_then(|n| i32::try_from(n).ok())
+        .ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "response above 2 GiB")
+        })?;
+    w.write_i32(len).await?;
+    w.write_all(head).await?;
+    w.write_all(body).await?;
+    w.flush().await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

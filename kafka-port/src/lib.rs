@@ -14,6 +14,7 @@
 //! (docs/kafka-compat.md).
 
 pub mod admin;
+pub mod answer_room;
 pub mod api_versions;
 pub mod codecs;
 pub mod collisions;
@@ -86,6 +87,9 @@ pub struct KafkaConfig {
     /// Request bytes held by all connections at once (frames being read or answered): a
     /// frame waits for room before its body is read. At least `max_request_bytes`.
     pub inflight_bytes: usize,
+    /// Room for the big admin answers being written (DescribeProducers,
+    /// DescribeTransactions; [`answer_room`]), out of the memory budget's connections share.
+    pub answer_bytes: usize,
     /// A connection with no request for this long is closed (Kafka's
     /// `connections.max.idle.ms` default).
     pub idle_timeout: Duration,
@@ -119,6 +123,8 @@ pub struct Shared {
     pub cfg: Arc<KafkaConfig>,
     /// Room for request bytes, in KiB (`inflight_bytes`).
     pub inflight: Arc<Semaphore>,
+    /// Room for big answers (`answer_bytes`).
+    pub answers: Arc<answer_room::AnswerRoom>,
     /// Each tenant's group coordinator.
     pub tenants: group::Tenants,
     pub users: Option<Arc<sasl::Users>>,
@@ -142,6 +148,7 @@ impl Shared {
             bus: self.bus.clone(),
             cfg: self.cfg.clone(),
             inflight: self.inflight.clone(),
+            answers: self.answers.clone(),
             groups: self.tenants.get(&ctx.tenant),
             fetch_sessions: self.fetch_sessions.clone(),
             sasl: self.users.is_some(),
@@ -167,6 +174,8 @@ pub struct Door {
     pub ctx: RequestCtx,
     /// Room for request bytes, in KiB (`inflight_bytes`).
     pub inflight: Arc<Semaphore>,
+    /// Room for big answers (`answer_bytes`), held until they are written.
+    pub answers: Arc<answer_room::AnswerRoom>,
     /// Consumer group membership of the connection's tenant (in memory; offsets and
     /// generations are engine state).
     pub groups: Arc<group::Coordinator>,
@@ -221,6 +230,7 @@ pub async fn run(
         tenants: group::Tenants::default(),
         fetch_sessions: Arc::new(fetch_sessions::FetchSessions::new(cfg.fetch_session_slots)),
         bus,
+        answers: answer_room::AnswerRoom::new(cfg.answer_bytes),
         cfg: Arc::new(cfg),
         inflight,
         users: security.users.clone(),

@@ -29,14 +29,26 @@ pub const MAX_ENTRIES_PER_ANSWER: usize = 100_000;
 const _: () = assert!(MAX_PRODUCERS_PER_PARTITION < MAX_ENTRIES_PER_ANSWER);
 /// DescribeProducers' budget. Past it the door answers NOT_LEADER_OR_FOLLOWER per partition,
 /// which Java's find-hanging treats as fatal when the caller pinned a broker id (review s17
-/// kafka M1): a batch of 500 partitions averaging over 200 producers each meets it. It stays
-/// at 100 000 because the answer is not charged anywhere yet (the engine's copy, the door's
-/// conversion and its encode buffer hold each entry about five times, ~100 B together, and a
-/// cycle keeps every read answer until its entry commits: review s17 lead H1); raising it
-/// waits for the door to reserve the answer against the memory gate.
+/// kafka M1): a batch of 500 partitions averaging over 200 producers each meets it. The
+/// answer is now charged (the cycle's budget, [`MAX_READ_ENTRIES_PER_CYCLE`], and the door's
+/// answer room: review s17 lead H1); raising it is that review's M1, not done yet.
 pub const MAX_PRODUCER_ENTRIES_PER_ANSWER: usize = 100_000;
 const _: () = assert!(MAX_PRODUCERS_PER_PARTITION < MAX_PRODUCER_ENTRIES_PER_ANSWER);
 const _: () = assert!(50_000 < MAX_ENTRIES_PER_ANSWER);
+/// The most entries (described partitions, listed producers and rows, pending pairs) the
+/// Kafka transaction reads of one engine cycle are granted together (review s17 lead H1): a
+/// cycle keeps every read's answer until its entry commits, so per-answer budgets alone let
+/// a cycle of 4096 reads hold thousands of answers. The cycle's first read that lists
+/// anything is granted its own answer's budget whatever this leaves (every cycle makes
+/// progress); the later ones share what is left, within the memory budget's answer room at
+/// [`READ_ENTRY_BYTES`] each, and an item past it is `OverBudget` (retriable).
+pub const MAX_READ_ENTRIES_PER_CYCLE: usize = 1_000_000;
+const _: () = assert!(MAX_PRODUCER_ENTRIES_PER_ANSWER <= MAX_READ_ENTRIES_PER_CYCLE);
+const _: () = assert!(MAX_ENTRIES_PER_ANSWER <= MAX_READ_ENTRIES_PER_CYCLE);
+/// What one listed entry is charged against the answer room while the cycle holds it: a
+/// [`ProducerView`] is 32 bytes; a described partition or a pending pair is an index plus
+/// its share of a topic name.
+pub const READ_ENTRY_BYTES: usize = 40;
 
 /// A transaction's state under Kafka's names (`TransactionState` in Kafka's coordinator).
 /// Here an end is one entry, so the Prepare* states are never shown.

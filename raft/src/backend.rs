@@ -1,3 +1,3 @@
 //! The one place this crate names the storage implementation.
 
-pub use queenmq_storage::{SegmentLog, StateStore, StorageError};
+pub use queenmq_storage::{SegmentLog, StateStore, StorageError, HIGHEST_INDEX};

@@ -38,6 +38,7 @@ mod keepalive;
 mod log_store;
 mod log_writer;
 mod meta;
+mod metrics_clock;
 mod network;
 mod node;
 mod rpc_codec;

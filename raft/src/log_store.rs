@@ -94,6 +94,12 @@ impl LogStore {
     /// (redb reads, thread spawn): call before the runtime is busy or from a blocking context.
     pub fn open(log: Arc<SegmentLog>, store: Arc<StateStore>) -> Result<LogStore, OrStorageError> {
         let purged: Option<RaftLogId> = meta::get(&store, meta::PURGED, ErrorSubject::Logs)?;
+        let committed: Option<RaftLogId> =
+            meta::get(&store, meta::COMMITTED, ErrorSubject::Store)?.flatten();
+        // Both are checked before anything acts on them: a purge horizon past the last record
+        // makes the finish below delete the whole log.
+        within_index_space(meta::PURGED, purged)?;
+        within_index_space(meta::COMMITTED, committed)?;
         finish_interrupted_purge(&log, purged)?;
         let membership: Option<crate::types::StoredMembership> =
             meta::get(&store, meta::MEMBERSHIP, ErrorSubject::StateMachine)?;
@@ -104,8 +110,6 @@ impl LogStore {
             meta::note_multi_node(&store)?;
         }
         let multi_node = applied_multi || noted;
-        let committed: Option<RaftLogId> =
-            meta::get(&store, meta::COMMITTED, ErrorSubject::Store)?.flatten();
         let writer = LogWriter::spawn(log.clone())
             .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Write, &e))?;
         let committed = CommittedSaver::spawn(store.clone(), committed)
@@ -568,6 +572,25 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
         }
         Ok(())
+    }
+}
+
+/// A stored log id naming an index past `HIGHEST_INDEX` was never written by this store (no
+/// record can hold such an index): it is damage, refused naming the key, with nothing changed.
+/// Taken as it is, openraft would resume past the reserved index (review s17 S2).
+fn within_index_space(key: &str, id: Option<RaftLogId>) -> Result<(), OrStorageError> {
+    match id {
+        Some(id) if id.index > crate::backend::HIGHEST_INDEX => Err(io_err(
+            ErrorSubject::Store,
+            ErrorVerb::Read,
+            AnyError::error(format!(
+                "the state store is damaged: meta key {key} names log index {}, past the \
+                 highest index a log holds ({}); nothing was changed",
+                id.index,
+                crate::backend::HIGHEST_INDEX
+            )),
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -21,6 +21,7 @@ use crate::entry_codec;
 use crate::error::RaftError;
 use crate::index_cell::IndexCell;
 use crate::log_store::LogStore;
+use crate::metrics_clock::MetricsClock;
 use crate::network::NoPeers;
 use crate::state_machine::StateMachine;
 use crate::types::{is_multi_node, term_of, TypeConfig};
@@ -35,9 +36,10 @@ pub struct RaftStatus {
     pub last_log_index: Option<u64>,
     pub committed: Option<u64>,
     pub applied: Option<u64>,
-    /// On a leader, how long ago a majority last acknowledged it (openraft's
-    /// `millis_since_quorum_ack`, as of its last metrics report, at most one tick old); None on
-    /// any other role and on a leader not yet acknowledged. openraft 0.9 has no check-quorum:
+    /// On a leader, how long ago a majority last acknowledged it: openraft's
+    /// `millis_since_quorum_ack` as of its last metrics report plus the time since that report
+    /// (`metrics_clock`: a core frozen on its own disk reports nothing, and its last age must
+    /// not stay fresh); None on any other role and on a leader not yet acknowledged. openraft 0.9 has no check-quorum:
     /// a leader cut off from the majority stays leader, and this is how a caller sees it.
     pub quorum_ack_ms: Option<u64>,
 }
@@ -58,6 +60,8 @@ struct Inner {
     sm_gone: tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
     /// Retries campaigns stuck in a split vote (`election_nudge`); stopped by `shutdown`.
     nudge: tokio::task::JoinHandle<()>,
+    /// When openraft last reported its metrics.
+    reported: MetricsClock,
 }
 
 impl Drop for Inner {
@@ -211,10 +215,14 @@ impl RaftNode {
             cfg.election_timeout_min_ms,
             cfg.election_timeout_max_ms,
         );
+        // openraft ticks every 1.5 heartbeats (its `heartbeat_interval * 3 / 2`).
+        let tick = std::time::Duration::from_millis(cfg.heartbeat_ms.saturating_mul(3) / 2);
+        let reported = MetricsClock::spawn(raft.metrics(), |m| m.millis_since_quorum_ack, tick);
         Ok(RaftNode {
             inner: Arc::new(Inner {
                 id,
                 nudge,
+                reported,
                 raft,
                 log,
                 log_store,
@@ -450,7 +458,7 @@ impl RaftNode {
             last_log_index: self.inner.log.last().map(|(index, _)| index),
             committed: self.inner.log_store.committed().map(|c| c.index),
             applied: self.inner.applied.get(),
-            quorum_ack_ms: m.millis_since_quorum_ack,
+            quorum_ack_ms: self.inner.reported.ack_age(),
         }
     }
 
@@ -460,6 +468,7 @@ impl RaftNode {
     /// Every step runs even if an earlier one failed; the first failure is returned.
     pub async fn shutdown(&self) -> Result<(), RaftError> {
         self.inner.nudge.abort();
+        self.inner.reported.stop();
         let core = self.inner.raft.shutdown().await.map_err(fatal);
         if let Some(gone) = self.inner.sm_gone.lock().await.take() {
             // Err is the expected outcome: the sender is dropped, never used.

@@ -100,6 +100,15 @@ def wait_settled(http, nodes):
     raise AssertionError(f"no settled leader within {FORM_S} s")
 
 
+def started_cluster(broker_factory, http):
+    """Three nodes made, spawned and settled: (nodes, the leader's id)."""
+    nodes = make_cluster(broker_factory)
+    for n in nodes.values():
+        spawn(n)
+    views = wait_settled(http, nodes)
+    return nodes, next(i for i, v in views.items() if v["role"] == "leader")
+
+
 def push_acknowledged(http, base, n, start):
     """Pushes n messages one request each until answered; the accepted transactionIds."""
     done = []
@@ -123,12 +132,8 @@ def push_acknowledged(http, base, n, start):
 
 
 def test_three_nodes_form_replicate_and_survive_losing_the_leader(broker_factory):
-    nodes = make_cluster(broker_factory)
-    for n in nodes.values():
-        spawn(n)
     with httpx.Client(timeout=10.0) as http:
-        views = wait_settled(http, nodes)
-        lead = next(i for i, v in views.items() if v["role"] == "leader")
+        nodes, lead = started_cluster(broker_factory, http)
         leader = nodes[lead]
         acked = push_acknowledged(http, leader.url, 20, 0)
 
@@ -217,7 +222,7 @@ def isolate_and_heal(http, nodes, lead, k):
     acked = []
     try:
         # A write in flight when the followers stopped: it cannot commit. The leader gives it
-        # up once no majority acknowledged it within the election timeout, answers it 503,
+        # up once no majority acknowledged it within its lease, answers it 503,
         # and every later request is refused at once, never left to the stalled-engine bound.
         deadline = time.monotonic() + FORM_S
         answers = []
@@ -260,12 +265,8 @@ def test_a_leader_cut_off_from_the_majority_stops_serving_and_recovers(broker_fa
     a bound and its /ready turns 503; once they run again the cluster settles, and every
     acknowledged message is there once. Cut off twice within a minute, the deposed leader
     reloads its group at once both times, never with the crash-loop backoff."""
-    nodes = make_cluster(broker_factory)
-    for n in nodes.values():
-        spawn(n)
     with httpx.Client(timeout=10.0) as http:
-        views = wait_settled(http, nodes)
-        lead = next(i for i, v in views.items() if v["role"] == "leader")
+        nodes, lead = started_cluster(broker_factory, http)
         acked = push_acknowledged(http, nodes[lead].url, 10, 0)
         cut = []
         for k in range(2):
@@ -292,12 +293,8 @@ def test_leader_and_follower_stay_ready_under_write_load(broker_factory):
     Review s17 C1: the leader's own cycle is appended and unapplied at almost any moment
     under writes; its /ready must not flap either. 200 polls of each while another thread
     pushes to the leader: all 200."""
-    nodes = make_cluster(broker_factory)
-    for n in nodes.values():
-        spawn(n)
     with httpx.Client(timeout=10.0) as http:
-        views = wait_settled(http, nodes)
-        lead = next(i for i, v in views.items() if v["role"] == "leader")
+        nodes, lead = started_cluster(broker_factory, http)
         follower = nodes[next(i for i in nodes if i != lead)]
         stop = threading.Event()
         pushed = []

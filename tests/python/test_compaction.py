@@ -161,9 +161,11 @@ def test_a_kill_between_the_copy_and_the_deletion_of_the_old_segment_loses_nothi
     checkpoints after the copy, so a loaded machine may let it go first (review s16 M3): that
     try is dropped, not failed, and a fresh broker tries again. Once a kill found the old
     segment on disk, RECLAIM_PAUSED, written while the broker is down, holds it across the
-    restart: the copy is found (in a checkpoint or replayed from the log), the kept messages
-    read back unchanged, and once the pause is lifted the old segment goes and they still
-    do."""
+    restart: the kept messages read back unchanged, and once the pause is lifted the old
+    segment goes and they still do. The restart runs with the compactor off and reclamation
+    on (review s17 L4): the old segment can then go only because the copy came through the
+    kill (in a checkpoint or replayed from the log); a restart that dropped it would keep the
+    segment, where a running compactor would have copied it again and hidden the loss."""
     for n in range(KILL_TRIES):
         broker = broker_factory(f"compaction-kill-{n}", env=ENV)
         kept, first_segment, held = kill_after_the_first_copy(broker, "copied, then killed")
@@ -172,6 +174,7 @@ def test_a_kill_between_the_copy_and_the_deletion_of_the_old_segment_loses_nothi
     assert held, f"in {KILL_TRIES} tries the old segment was always deleted before the kill"
     pause = broker.data_dir / "RECLAIM_PAUSED"
     pause.write_text("hold the compacted segment across the restart\n")
+    broker.env["QUEEN_COMPACTION_ENABLED"] = "false"
     broker.start()
     with httpx.Client(base_url=broker.url, timeout=15.0) as http:
         base = broker.url
@@ -186,4 +189,5 @@ def test_a_kill_between_the_copy_and_the_deletion_of_the_old_segment_loses_nothi
             return first_segment not in [p.name for p in segment_files(broker.data_dir)]
 
         wait_until(old_segment_gone, "the compacted segment deleted once the pause is lifted")
+        assert queen_api.metric(http, "queen_compaction_runs_copied_total") == 0, "compactor off"
         assert read_kept(http, base, "after-deletion") == kept

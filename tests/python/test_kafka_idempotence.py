@@ -115,9 +115,11 @@ def init_producer(s, txn: str | None = None, timeout_ms: int = 60000) -> tuple[i
     return error, pid, epoch
 
 
-def bump_epoch(s, pid: int, epoch: int) -> tuple[int, int, int]:
+def bump_epoch(s, pid: int, epoch: int, txn: str | None = None) -> tuple[int, int, int]:
     """InitProducerId v3 (flexible) naming the producer's id and epoch (KIP-360)."""
-    body = b"\x00" + struct.pack(">iqh", -1, pid, epoch) + b"\x00"
+    # A compact nullable string: length + 1 as one varint byte (ids here are short), 0 null.
+    tid = b"\x00" if txn is None else bytes([len(txn) + 1]) + txn.encode()
+    body = tid + struct.pack(">iqh", 60000 if txn else -1, pid, epoch) + b"\x00"
     s.sendall(request(22, 3, 2, body, tags=True))
     resp = read_frame(s)
     # Response header v1: correlation id and an empty tag section.
@@ -189,6 +191,26 @@ def test_repeats_gaps_and_old_epochs_are_answered_as_kafka_does_across_a_crash(
     with httpx.Client(base_url=b.url, timeout=10.0) as http:
         msgs = pop_all(http, "idem-raw", 5)
     assert [m["data"]["v"] for m in msgs] == [0, 1, 2, 3, 4], "each batch stored once"
+
+
+def test_a_retried_kip_360_bump_gets_the_pair_it_was_given_across_a_crash(broker_factory):
+    """A transactional producer's KIP-360 bump whose answer was lost is asked again naming the
+    pair it bumped from: Kafka answers the current pair (lastProducerEpoch), not a fence."""
+    b = broker_factory("kip360").start()
+    with connect(b) as s:
+        error, pid, epoch = init_producer(s, "kip360")
+        assert (error, epoch) == (NONE, 0)
+        assert bump_epoch(s, pid, 0, "kip360") == (NONE, pid, 1)
+        assert bump_epoch(s, pid, 0, "kip360") == (NONE, pid, 1), "the retry is answered"
+    b.kill()
+    b.start()
+    with connect(b) as s:
+        assert bump_epoch(s, pid, 0, "kip360") == (NONE, pid, 1), "and after a crash"
+        assert bump_epoch(s, pid, 1, "kip360") == (NONE, pid, 2)
+        assert bump_epoch(s, pid, 0, "kip360")[0] == INVALID_EPOCH, "only the last pair"
+        # A new incarnation fences every older one, the retrying one included.
+        assert init_producer(s, "kip360") == (NONE, pid, 3)
+        assert bump_epoch(s, pid, 2, "kip360")[0] == INVALID_EPOCH
 
 
 def test_init_producer_id_never_fills_the_cap(broker_factory):

@@ -20,8 +20,13 @@ pub struct Cycle {
     pub copied: Vec<(u64, u64)>,
     /// Queues whose deliverable set may have grown: wake their parked pops after commit.
     pub woken_queues: HashSet<String>,
-    /// Payload bytes the cycle's pops read so far (their answers are built from them).
-    pub pop_bytes: usize,
+    /// Bytes the cycle's answers were granted so far: the payloads its pops read, and the
+    /// entries its Kafka transaction reads list (`READ_ENTRY_BYTES` each). Every answer is
+    /// held until the entry commits.
+    pub answer_bytes: usize,
+    /// Entries the cycle's Kafka transaction reads list so far (at most
+    /// `MAX_READ_ENTRIES_PER_CYCLE` past the first that lists any).
+    pub txn_read_entries: usize,
 }
 
 impl Cycle {
@@ -34,7 +39,8 @@ impl Cycle {
             appended_set: HashSet::new(),
             copied: Vec::new(),
             woken_queues: HashSet::new(),
-            pop_bytes: 0,
+            answer_bytes: 0,
+            txn_read_entries: 0,
         }
     }
 

@@ -1,4 +1,4 @@
-//! Kafka transaction effects, kinds 55..=59 (docs/kafka-transactions.md "Effects"): one
+//! Kafka transaction effects, kinds 55..=59 and 66 (docs/kafka-transactions.md "Effects"): one
 //! `Effect::KafkaTxn` variant of the entry, encoded and decoded here.
 
 use crate::codec::{DecodeError, Reader, Writer};
@@ -9,6 +9,7 @@ pub const K_KAFKA_TXN_ADD: u8 = 56;
 pub const K_KAFKA_TXN_OFFSET: u8 = 57;
 pub const K_KAFKA_TXN_END: u8 = 58;
 pub const K_KAFKA_TXN_RECORDS: u8 = 59;
+pub const K_KAFKA_TXN_BUMPED_FROM: u8 = 66;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxnEffect<'a> {
@@ -50,6 +51,13 @@ pub enum TxnEffect<'a> {
         pid: u64,
         base_offset: u64,
         count: u32,
+    },
+    /// The (producer id, epoch) a KIP-360 InitProducerId named, after the Init effect of the
+    /// same entry that bumped from it: a retry naming it again gets the bumped pair.
+    BumpedFrom {
+        txn_id: &'a str,
+        producer_id: i64,
+        epoch: i16,
     },
 }
 
@@ -131,6 +139,16 @@ pub fn encode(w: &mut Writer, e: &TxnEffect<'_>) {
             w.u64(*base_offset);
             w.u32(*count);
         }
+        TxnEffect::BumpedFrom {
+            txn_id,
+            producer_id,
+            epoch,
+        } => {
+            w.u8(K_KAFKA_TXN_BUMPED_FROM);
+            w.str(txn_id);
+            w.i64(*producer_id);
+            w.u16(*epoch as u16);
+        }
     }
 }
 
@@ -151,7 +169,7 @@ fn producer(r: &mut Reader<'_>) -> Result<(i64, i16), DecodeError> {
     Ok((id, epoch))
 }
 
-/// Decodes the effect of `kind` (one of 55..=59; `None` for any other kind).
+/// Decodes the effect of `kind` (one of 55..=59 and 66; `None` for any other kind).
 pub fn decode<'a>(kind: u8, r: &mut Reader<'a>) -> Option<Result<TxnEffect<'a>, DecodeError>> {
     let decoded = match kind {
         K_KAFKA_TXN_INIT => decode_init(r),
@@ -159,6 +177,7 @@ pub fn decode<'a>(kind: u8, r: &mut Reader<'a>) -> Option<Result<TxnEffect<'a>, 
         K_KAFKA_TXN_OFFSET => decode_offset(r),
         K_KAFKA_TXN_END => decode_end(r),
         K_KAFKA_TXN_RECORDS => decode_records(r),
+        K_KAFKA_TXN_BUMPED_FROM => decode_bumped_from(r),
         _ => return None,
     };
     Some(decoded)
@@ -242,6 +261,16 @@ fn decode_records<'a>(r: &mut Reader<'a>) -> Result<TxnEffect<'a>, DecodeError> 
     })
 }
 
+fn decode_bumped_from<'a>(r: &mut Reader<'a>) -> Result<TxnEffect<'a>, DecodeError> {
+    let txn_id = txn_id(r)?;
+    let (producer_id, epoch) = producer(r)?;
+    Ok(TxnEffect::BumpedFrom {
+        txn_id,
+        producer_id,
+        epoch,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,6 +327,11 @@ mod tests {
                 base_offset: 9,
                 count: 1,
             },
+            TxnEffect::BumpedFrom {
+                txn_id: "tx",
+                producer_id: 7,
+                epoch: i16::MAX - 1,
+            },
         ];
         for e in &effects {
             round_trip(e).expect("round trips");
@@ -331,5 +365,13 @@ mod tests {
             .expect("a transaction kind")
             .is_err());
         assert!(decode(54, &mut Reader::new(&w.buf)).is_none());
+        let bumped = |producer_id, epoch| TxnEffect::BumpedFrom {
+            txn_id: "tx",
+            producer_id,
+            epoch,
+        };
+        for e in [bumped(-1, 0), bumped(1, -1)] {
+            assert!(round_trip(&e).is_err(), "{e:?} decoded");
+        }
     }
 }

@@ -218,13 +218,19 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         Effect::KafkaTxn(TxnEffect::Init {
             txn_id: "tx",
             producer_id: 0,
-            epoch: 0,
+            epoch: 1,
             timeout_ms: 60_000,
+        }),
+        // A KIP-360 bump's pair: the transactions section carries its second layout.
+        Effect::KafkaTxn(TxnEffect::BumpedFrom {
+            txn_id: "tx",
+            producer_id: 0,
+            epoch: 0,
         }),
         Effect::KafkaTxn(TxnEffect::Add {
             txn_id: "tx",
             producer_id: 0,
-            epoch: 0,
+            epoch: 1,
             pids: vec![],
             groups: vec!["g"],
         }),

@@ -23,6 +23,11 @@ pub enum LogError {
     /// the entry may yet commit under a new leader, or be cut.
     #[error("{0}")]
     Deposed(String),
+    /// A cluster leader that kept the lead and its majority gave its entry up after the write
+    /// limit (a quorum that acknowledges but does not commit: stuck disks). Not a deposition:
+    /// it would repeat at once (review s17 C7); the entry may still commit.
+    #[error("{0}")]
+    NotCommitted(String),
 }
 
 impl LogError {
@@ -88,6 +93,10 @@ pub struct LogStatus {
     /// A leader whose quorum acknowledgement is within its lease (a single node's leader
     /// always): what a cluster leader needs to plan.
     pub quorum_contact: bool,
+    /// A cluster leader's latest proposal started within its lease: its applied index may
+    /// trail its log by that entry and it is still serving (review s17 lead M1: one whose
+    /// proposal is older is stuck, on its own disk or on the quorum's).
+    pub proposal_fresh: bool,
 }
 
 pub type SharedLog = Arc<dyn ReplicatedLog>;

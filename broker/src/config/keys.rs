@@ -600,9 +600,10 @@ pub(crate) const KEYS: &[KeySpec] = &[
         name: "cluster_heartbeat_ms",
         env: "QUEEN_CLUSTER_HEARTBEAT_MS",
         flag: None,
+        // At most a fifth of the election timeout's maximum (review s17 lead L1).
         kind: Kind::Uint {
             min: 50,
-            max: 10_000,
+            max: 1_400,
         },
     },
     KeySpec {

@@ -851,4 +851,51 @@ fn cluster_timing_has_wide_defaults_and_a_checked_ratio() {
     // bound.
     let err = cluster(with(&[("QUEEN_CLUSTER_ELECTION_TIMEOUT_MS", "7001")])).expect_err("range");
     assert_eq!(err.key(), Some("cluster_election_timeout_ms"), "{err}");
+    // Review s17 lead L1: the heartbeat's range is what the ratio lets through.
+    let err = cluster(with(&[
+        ("QUEEN_CLUSTER_HEARTBEAT_MS", "1401"),
+        ("QUEEN_CLUSTER_ELECTION_TIMEOUT_MS", "7000"),
+    ]))
+    .expect_err("range");
+    assert_eq!(err.key(), Some("cluster_heartbeat_ms"), "{err}");
+}
+
+/// Review s17 lead L1: for every timing a configuration accepts, the write limit, the one
+/// heartbeat its check may come late and a second for the request's wait before its cycle
+/// stay under the bus's answer bound, so a write that does not commit is given up by the
+/// leader before the bus answers it "a stalled disk?" (4 x 7000 ms did not, at 1400 ms).
+#[test]
+fn every_accepted_timing_gives_a_write_up_before_the_answer_bound() {
+    let answer = crate::engine::BusWaits::default().answer;
+    let mut accepted = 0;
+    let grid = |lo: u64, hi: u64| (lo..=hi + 100).step_by(50).chain([hi, hi + 1]);
+    for hb in grid(50, 1_400) {
+        for eto in grid(150, 7_000) {
+            let (hb_s, eto_s) = (hb.to_string(), eto.to_string());
+            let env = [
+                ("QUEEN_CLUSTER_TOKEN", CLUSTER_TOKEN),
+                ("QUEEN_CLUSTER_ADDR", "127.0.0.1:7100"),
+                ("QUEEN_NODE_ID", "1"),
+                ("QUEEN_PEERS", "1=a:7100,2=b:7100"),
+                ("QUEEN_CLUSTER_HEARTBEAT_MS", hb_s.as_str()),
+                ("QUEEN_CLUSTER_ELECTION_TIMEOUT_MS", eto_s.as_str()),
+            ];
+            let Ok(Ok(Some(c))) =
+                load_env(&ConfigArgs::default(), &env).map(|l| l.config.cluster())
+            else {
+                continue;
+            };
+            accepted += 1;
+            let t = c.timing;
+            // The check comes up to a heartbeat late, and the request waited for the cycle
+            // before it (a second of margin) before its proposal started.
+            let late = std::time::Duration::from_millis(t.heartbeat_ms + 1_000);
+            assert!(
+                t.write_limit() + late < answer,
+                "heartbeat {hb} ms, election timeout {eto} ms"
+            );
+            assert!(t.lease_ms() >= 3 * t.heartbeat_ms, "{hb}, {eto}");
+        }
+    }
+    assert!(accepted > 1000, "{accepted} timings accepted");
 }

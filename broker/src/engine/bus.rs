@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 
 use super::bus_waits::BusWaits;
 use super::Job;
-use crate::group::Registry;
+use crate::group::{Down, Registry};
 
 pub type PrometheusRender = Arc<dyn Fn() -> String + Send + Sync>;
 
@@ -80,16 +80,9 @@ impl EngineBus {
                 groups,
             });
         };
-        let live = match default.live.get() {
+        let live = match default.live.get_or_down() {
             Ok(live) => live,
-            Err(error) => {
-                return Outcome::Health(HealthView::NoStorage {
-                    error,
-                    uptime_seconds,
-                    version,
-                    groups,
-                })
-            }
+            Err(down) => return Outcome::Health(health_down(down, uptime_seconds, groups)),
         };
         let s = live.log.status();
         let storage_ready = !default.tx.is_closed();
@@ -136,6 +129,28 @@ impl EngineBus {
     }
 }
 
+/// The default group is down: unhealthy, unless it is reloading after a deposition, which
+/// is a cluster event the node recovers from by itself (review s17 C2: a liveness probe that
+/// failed through a long replay would restart the node into another replay).
+fn health_down(down: Down, uptime_seconds: u64, groups: GroupCounts) -> HealthView {
+    let version = env!("CARGO_PKG_VERSION");
+    if down.reloading {
+        HealthView::Reloading {
+            reason: down.why,
+            uptime_seconds,
+            version,
+            groups,
+        }
+    } else {
+        HealthView::NoStorage {
+            error: down.why,
+            uptime_seconds,
+            version,
+            groups,
+        }
+    }
+}
+
 fn raft_view(s: &super::log::LogStatus) -> RaftView {
     RaftView {
         role: s.role,
@@ -146,6 +161,7 @@ fn raft_view(s: &super::log::LogStatus) -> RaftView {
         applied: s.applied,
         clustered: s.clustered,
         quorum_contact: s.clustered && s.quorum_contact,
+        proposal_fresh: s.clustered && s.proposal_fresh,
     }
 }
 
@@ -282,5 +298,37 @@ impl EngineBus {
             }
             out
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COUNTS: GroupCounts = GroupCounts {
+        running: 1,
+        rebuilding: 1,
+    };
+
+    /// Review s17 C2: a default group down for its reload after a deposition answers the
+    /// health probe as alive; down for any other reason, as before.
+    #[test]
+    fn a_reload_after_a_deposition_is_not_a_fault() {
+        let reloading = Down {
+            why: "the group is being reloaded".into(),
+            reloading: true,
+        };
+        assert!(matches!(
+            health_down(reloading, 1, COUNTS),
+            HealthView::Reloading { .. }
+        ));
+        let failed = Down {
+            why: "the group is being rebuilt".into(),
+            reloading: false,
+        };
+        assert!(matches!(
+            health_down(failed, 1, COUNTS),
+            HealthView::NoStorage { .. }
+        ));
     }
 }

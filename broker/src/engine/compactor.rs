@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use queenmq_engine::log::ReplicatedLog;
-use queenmq_engine::plan::{Compacted, CompactionBudget, DeadSpan, Planner, Segment, TooLive};
+use queenmq_engine::plan::{Compacted, CompactionBudget, Memo, Planner, Segment, TooLive};
 
 #[derive(Debug)]
 pub struct Compactor {
@@ -20,8 +20,9 @@ pub struct Compactor {
     /// the same runs (review C2).
     too_live: Option<TooLive>,
     /// The dead segments after the floor segment a look measured: not asked of the log
-    /// again (review s16 M1).
-    dead: DeadSpan,
+    /// again (review s16 M1); and the segment judged copyable this interval, not read whole
+    /// again (review s17 M2).
+    memo: Memo,
     /// Looks left this checkpoint interval that may follow one short of room.
     room_retries: u32,
     /// Whether the look waiting for disk room was counted already: it stays due and is
@@ -36,6 +37,16 @@ pub struct Compactor {
     alone_left: bool,
     /// The `tenant` label of `queen_compaction_skipped_total`.
     tenant: Arc<str>,
+}
+
+/// The entry's limit for a look's copies ([`Compactor::copy_room`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Room {
+    max_entry_bytes: usize,
+    /// The copy borrows the reserve: every live run of its segment, or none.
+    borrows: bool,
+    /// What is left to lend is the limit, not the caps (`ungated`).
+    loan_bound: bool,
 }
 
 /// How many looks a checkpoint interval may spend on runs the cycle had no room for: each
@@ -61,18 +72,23 @@ pub enum Skip {
     Paused,
     /// The disk gate leaves no room above the reserve.
     DiskFull,
+    /// A copy borrowing the reserve must take every live run of its segment at once, and
+    /// they are more than what is left to lend (review s17 M1: once called short of room,
+    /// retried 16 times, each reading the segment again, with no chance).
+    OverLoan,
     /// A live run's bytes could not be read.
     ReadError,
 }
 
 impl Skip {
-    pub const ALL: [Skip; 7] = [
+    pub const ALL: [Skip; 8] = [
         Skip::TooLive,
         Skip::EntryFull,
         Skip::Budget,
         Skip::OverBudget,
         Skip::Paused,
         Skip::DiskFull,
+        Skip::OverLoan,
         Skip::ReadError,
     ];
 
@@ -84,6 +100,7 @@ impl Skip {
             Skip::OverBudget => "over_budget",
             Skip::Paused => "paused",
             Skip::DiskFull => "disk_full",
+            Skip::OverLoan => "over_loan",
             Skip::ReadError => "read_error",
         }
     }
@@ -120,7 +137,7 @@ impl Compactor {
             due: false,
             budget: CompactionBudget::default(),
             too_live: None,
-            dead: DeadSpan::default(),
+            memo: Memo::default(),
             room_retries: 0,
             full_counted: false,
             lent: 0,
@@ -133,6 +150,7 @@ impl Compactor {
     /// A checkpoint was written: one more quarter segment may be copied, and looked for.
     pub fn after_checkpoint(&mut self) {
         self.budget.reset();
+        self.memo.new_interval();
         self.due = self.enabled;
         self.room_retries = ROOM_RETRIES;
         self.full_counted = false;
@@ -210,14 +228,24 @@ impl Compactor {
 
     /// How large the entry may grow with copies: `gated` (held to the disk gate's room), or
     /// up to `ungated` (the caps alone) with what is left of `lend`, the reserve a copy may
-    /// borrow, this interval. Whether it borrows.
-    fn copy_room(&self, planned: usize, gated: usize, ungated: usize, lend: u64) -> (usize, bool) {
+    /// borrow, this interval. Whether it borrows, and if so whether the loan (not the caps)
+    /// is the limit.
+    fn copy_room(&self, planned: usize, gated: usize, ungated: usize, lend: u64) -> Room {
         let lend = usize::try_from(lend.saturating_sub(self.lent)).unwrap_or(usize::MAX);
-        let borrowed = ungated.min(planned.saturating_add(lend));
+        let on_loan = planned.saturating_add(lend);
+        let borrowed = ungated.min(on_loan);
         if borrowed > gated {
-            (borrowed, true)
+            Room {
+                max_entry_bytes: borrowed,
+                borrows: true,
+                loan_bound: on_loan < ungated,
+            }
         } else {
-            (gated, false)
+            Room {
+                max_entry_bytes: gated,
+                borrows: false,
+                loan_bound: false,
+            }
         }
     }
 
@@ -236,7 +264,11 @@ impl Compactor {
             return None;
         }
         let planned = planner.cycle.entry.len();
-        let (max_entry_bytes, borrows) = self.copy_room(planned, max_entry_bytes, ungated, lend);
+        let Room {
+            max_entry_bytes,
+            borrows,
+            loan_bound,
+        } = self.copy_room(planned, max_entry_bytes, ungated, lend);
         let room = max_entry_bytes.saturating_sub(planned);
         let floor = planner.st.run_floor.lowest()?;
         let (first, last, bytes) = log.sealed_segment_of(floor)?;
@@ -256,7 +288,7 @@ impl Compactor {
             max_entry_bytes,
             self.too_live,
             borrows,
-            &mut self.dead,
+            &mut self.memo,
         );
         match look {
             Ok(c) => {
@@ -266,18 +298,24 @@ impl Compactor {
                     // Counted whole: part of it may have fitted above the reserve.
                     self.lent = self.lent.saturating_add(c.bytes);
                 }
-                match Skip::of(&c) {
-                    // The segment did not fit whole in what the reserve may lend.
-                    Some(Skip::EntryFull) if borrows && c.runs == 0 => self.skipped(Skip::DiskFull),
-                    Some(why) => self.skipped(why),
-                    None => {}
+                // The segment did not fit whole in what is left to lend: no later cycle of this
+                // interval lends more (review s17 M1), so it is neither retried nor given a
+                // cycle alone. Short of the cycle's own room, it may be (client work).
+                let over_loan = borrows && loan_bound && c.short_of_room;
+                let why = if over_loan {
+                    Some(Skip::OverLoan)
+                } else {
+                    Skip::of(&c)
+                };
+                if let Some(why) = why {
+                    self.skipped(why);
                 }
                 // Progress, and room left: the rest of this segment, or the next pinned one,
                 // in the next cycle. So too a look that left runs for lack of room (a later
                 // cycle may leave more), a bounded number of times. A look that copied nothing
                 // otherwise waits for the next checkpoint.
-                self.due = c.runs > 0 || self.retry_for_room(&c);
-                self.wants_alone = c.short_of_room;
+                self.due = c.runs > 0 || (!over_loan && self.retry_for_room(&c));
+                self.wants_alone = c.short_of_room && !over_loan;
                 Some(c)
             }
             Err(e) => {
@@ -295,7 +333,7 @@ mod tests {
 
     use super::{Compactor, Skip};
     use queenmq_engine::plan::fixture::{opts, Fixture, MemLog};
-    use queenmq_engine::plan::{Compacted, DeadSpan, Segment, TooLive};
+    use queenmq_engine::plan::{Compacted, Memo, Segment, TooLive};
 
     const SEGMENT: u64 = 64 << 20;
 
@@ -435,6 +473,17 @@ mod tests {
         assert_eq!(labels.len(), Skip::ALL.len(), "one label each");
     }
 
+    fn room(
+        c: &Compactor,
+        planned: usize,
+        gated: usize,
+        ungated: usize,
+        lend: u64,
+    ) -> (usize, bool) {
+        let r = c.copy_room(planned, gated, ungated, lend);
+        (r.max_entry_bytes, r.borrows)
+    }
+
     #[test]
     fn a_copy_borrows_at_most_an_eighth_of_the_reserve_per_interval() {
         // Review H1: the gate lends up to reserve/8 (`DiskGate::lend`); the compactor spends it
@@ -442,17 +491,25 @@ mod tests {
         let mut c = Compactor::new(true, Arc::from("t"));
         c.after_checkpoint();
         // Full: no room above the reserve, 1000 bytes to lend, caps of 4 MiB.
-        assert_eq!(c.copy_room(100, 100, 4 << 20, 1_000), (1_100, true));
+        assert_eq!(room(&c, 100, 100, 4 << 20, 1_000), (1_100, true));
         // Room above the reserve larger than the loan: no borrowing.
-        assert_eq!(c.copy_room(100, 5_000, 4 << 20, 1_000), (5_000, false));
+        assert_eq!(room(&c, 100, 5_000, 4 << 20, 1_000), (5_000, false));
+        assert!(
+            c.copy_room(100, 100, 4 << 20, 1_000).loan_bound,
+            "the loan is the limit"
+        );
         // Never past the caps.
-        assert_eq!(c.copy_room(100, 100, 600, 1_000), (600, true));
+        assert_eq!(room(&c, 100, 100, 600, 1_000), (600, true));
+        assert!(
+            !c.copy_room(100, 100, 600, 1_000).loan_bound,
+            "the cap is the limit"
+        );
         c.lent = 700;
-        assert_eq!(c.copy_room(0, 0, 4 << 20, 1_000), (300, true));
+        assert_eq!(room(&c, 0, 0, 4 << 20, 1_000), (300, true));
         c.lent = 1_000;
-        assert_eq!(c.copy_room(0, 0, 4 << 20, 1_000), (0, false));
+        assert_eq!(room(&c, 0, 0, 4 << 20, 1_000), (0, false));
         c.after_checkpoint();
-        assert_eq!(c.copy_room(0, 0, 4 << 20, 1_000), (1_000, true));
+        assert_eq!(room(&c, 0, 0, 4 << 20, 1_000), (1_000, true));
     }
 
     #[test]
@@ -514,7 +571,7 @@ mod tests {
             usize::MAX,
             None,
             false,
-            &mut DeadSpan::default(),
+            &mut Memo::default(),
         ) {
             Ok(c) => c.bytes,
             Err(e) => panic!("{e}"),
@@ -559,5 +616,69 @@ mod tests {
             .plan(&mut f.planner(), &log, (0, 4 << 20, 1 << 20), || true)
             .expect("a look");
         assert_eq!((got.runs, got.segment_done), (1, true), "{got:?}");
+    }
+
+    /// `queen_compaction_skipped_total` of tenant "t" by reason, as rendered.
+    fn skipped(text: &str, reason: &str) -> u64 {
+        let key = format!("queen_compaction_skipped_total{{tenant=\"t\",reason=\"{reason}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(key.as_str()))
+            .map_or(0, |n| n.trim().parse().unwrap_or(0))
+    }
+
+    #[test]
+    fn a_borrowing_look_over_the_loan_is_counted_once_and_neither_retried_nor_alone() {
+        // Review s17 M1: a copy into the reserve that fitted the budget but not what is left
+        // to lend was called short of room: retried 16 times (each reading the segment again
+        // under the state lock), given a cycle alone, and counted `disk_full` on every try.
+        let live = live_bytes();
+        let (mut f, log) = pinned(4 * live, 4 * live);
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let mut c = metrics::with_local_recorder(&recorder, || {
+            let mut c = Compactor::new(true, Arc::from("t"));
+            c.after_checkpoint();
+            // A full node: no room above the reserve, a loan one byte short, the caps large.
+            let got = c
+                .plan(&mut f.planner(), &log, (0, 4 << 20, live - 1), || true)
+                .expect("a look");
+            assert_eq!((got.runs, got.short_of_room), (0, true), "{got:?}");
+            // The next cycles: nothing more, however many.
+            for _ in 0..3 {
+                assert!(c
+                    .plan(&mut f.planner(), &log, (0, 4 << 20, live - 1), || true)
+                    .is_none());
+            }
+            c
+        });
+        assert!(!c.is_due(), "no retry before the next checkpoint");
+        assert!(!c.take_cycle_alone(), "no cycle alone for it");
+        let text = handle.render();
+        assert_eq!(skipped(&text, "over_loan"), 1, "{text}");
+        assert_eq!(skipped(&text, "disk_full"), 0, "{text}");
+        assert_eq!(skipped(&text, "entry_full"), 0, "{text}");
+        assert_eq!(
+            f.log.reads.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "one walk"
+        );
+
+        // Short of the cycle's own room (client work; a loan large enough): retried, and
+        // given a cycle alone.
+        let (mut f, log) = pinned(4 * live, 4 * live);
+        let mut c = Compactor::new(true, Arc::from("t"));
+        c.after_checkpoint();
+        let planned = f.planner().cycle.entry.len();
+        let got = c
+            .plan(
+                &mut f.planner(),
+                &log,
+                (0, planned + live as usize - 1, 1 << 20),
+                || true,
+            )
+            .expect("a look");
+        assert_eq!((got.runs, got.short_of_room), (0, true), "{got:?}");
+        assert!(c.is_due(), "retried: a later cycle may leave more room");
+        assert!(c.take_cycle_alone());
     }
 }

@@ -30,6 +30,17 @@ struct InstantLog {
     shared: Arc<Shared>,
 }
 
+/// A state store in `dir`, an empty state and an [`InstantLog`] applying to it.
+fn instant_group(dir: &std::path::Path) -> (Arc<StateStore>, Arc<Shared>, Arc<InstantLog>) {
+    let store = Arc::new(StateStore::open(&dir.join("state.redb")).unwrap());
+    let shared = Shared::new(State::default());
+    let log = Arc::new(InstantLog {
+        entries: Mutex::new(Vec::new()),
+        shared: shared.clone(),
+    });
+    (store, shared, log)
+}
+
 impl ReplicatedLog for InstantLog {
     fn propose(&self, payload: Vec<u8>) -> ProposeFuture {
         let mut entries = self.entries.lock().unwrap();
@@ -75,12 +86,7 @@ async fn pop(tx: &mpsc::Sender<Job>) -> PopResult {
 #[tokio::test]
 async fn a_lease_expires_when_the_injected_clock_passes_it() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(StateStore::open(&dir.path().join("state.redb")).unwrap());
-    let shared = Shared::new(State::default());
-    let log = Arc::new(InstantLog {
-        entries: Mutex::new(Vec::new()),
-        shared: shared.clone(),
-    });
+    let (store, shared, log) = instant_group(dir.path());
     let clock = Arc::new(ManualClock(AtomicI64::new(NOW)));
     let cfg = EngineConfig {
         clock: clock.clone(),
@@ -129,12 +135,7 @@ impl crate::disk_gate::FreeSpace for Fixed {
 #[tokio::test]
 async fn a_push_above_the_limits_is_refused_for_good_even_on_a_full_disk() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(StateStore::open(&dir.path().join("state.redb")).unwrap());
-    let shared = Shared::new(State::default());
-    let log = Arc::new(InstantLog {
-        entries: Mutex::new(Vec::new()),
-        shared: shared.clone(),
-    });
+    let (store, shared, log) = instant_group(dir.path());
     let disk = crate::disk_gate::DiskGate::new(Box::new(Fixed(1_000)), 1 << 20);
     disk.refresh();
     assert!(disk.is_full());
@@ -231,4 +232,101 @@ fn copies_take_what_the_cycle_cap_leaves_and_the_entry_cap_only_alone() {
     // (it was given the entry cap, 256 MiB, and held back every later job).
     assert_eq!(super::copy_cap(false, 4 << 20, 256 << 20), 4 << 20);
     assert_eq!(super::copy_cap(true, 4 << 20, 256 << 20), 256 << 20);
+}
+
+/// Review s17 lead H1: a cycle keeps every read answer until its entry commits, so 64
+/// DescribeProducers of 100 000 producers each held 6.4 M views at once. The cycle's reads
+/// now share one budget: what they list together stays within it, the rest is OverBudget.
+#[tokio::test]
+async fn the_kafka_reads_of_one_cycle_share_one_answer_budget() {
+    use queenmq_engine::state::kafka_producers::BatchRow;
+    use queenmq_protocol::kafka_txn_reads::*;
+    use queenmq_protocol::{ReadAnswer, ReadReq};
+
+    const PARTITIONS: i32 = 100;
+    const READS: usize = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, shared, log) = instant_group(dir.path());
+    let cfg = EngineConfig::default();
+    assert!(cfg.max_batch >= READS);
+    let (tx, jobs) = super::job_queue(cfg.queue_depth);
+    let engine = Engine::new(shared.clone(), log, store, cfg, jobs.lock_owned().await);
+    let (stop, shutdown) = watch::channel(false);
+    let running = tokio::spawn(engine.run(shutdown));
+
+    let items = (0..PARTITIONS)
+        .map(|p| item("t", &p.to_string(), &format!("m{p}")))
+        .collect();
+    assert!(call(&tx, Command::Push(PushReq { items })).await.is_ok());
+    {
+        // Producer states put in by hand: 1 000 producers on each partition.
+        let mut st = shared.lock();
+        let pids: Vec<u64> = {
+            let q = st.queue_named("t").expect("the queue");
+            (0..PARTITIONS)
+                .filter_map(|p| q.partitions.get(&p.to_string(), &st.partitions))
+                .collect()
+        };
+        assert_eq!(pids.len(), PARTITIONS as usize);
+        let one = BatchRow {
+            first_seq: 0,
+            last_seq: 0,
+            base_offset: 0,
+            records: 1,
+        };
+        for id in 0..MAX_PRODUCERS_PER_PARTITION as i64 {
+            for pid in &pids {
+                st.kafka_producers.batch(id, *pid, 0, one, NOW);
+            }
+        }
+    }
+    let asked: Vec<(String, i32)> = (0..PARTITIONS).map(|p| ("t".to_string(), p)).collect();
+    // Queued without yielding, so the engine takes all of them into one cycle.
+    let mut answers = Vec::new();
+    for _ in 0..READS {
+        let (reply, rx) = oneshot::channel();
+        let read = KafkaTxnRead::Producers {
+            partitions: asked.clone(),
+        };
+        let job = Job {
+            ctx: Default::default(),
+            cmd: Command::Read(ReadReq::KafkaTxns(read)),
+            reply,
+        };
+        assert!(tx.try_send(job).is_ok(), "room in the job queue");
+        answers.push(rx);
+    }
+    let (mut listed, mut over, mut full) = (0usize, 0usize, 0usize);
+    for rx in answers {
+        let got = match rx.await.expect("the engine answers") {
+            Ok(Outcome::Read(ReadAnswer::KafkaTxns(KafkaTxnReadAnswer::Producers(v)))) => v,
+            other => panic!("not a producers answer: {:?}", other.err()),
+        };
+        assert_eq!(got.len(), asked.len());
+        for p in &got {
+            match p {
+                PartitionProducers::Listed(v) => listed += v.len(),
+                PartitionProducers::OverBudget => over += 1,
+                PartitionProducers::NoTopic => panic!("the topic exists"),
+            }
+        }
+        full += usize::from(
+            got.iter()
+                .all(|p| matches!(p, PartitionProducers::Listed(v) if v.len() == MAX_PRODUCERS_PER_PARTITION)),
+        );
+    }
+    assert!(listed <= MAX_READ_ENTRIES_PER_CYCLE, "{listed} listed");
+    let per_read = PARTITIONS as usize * MAX_PRODUCERS_PER_PARTITION;
+    assert!(
+        full >= MAX_READ_ENTRIES_PER_CYCLE / per_read,
+        "the budget is spent on whole reads first: {full}"
+    );
+    assert!(over > 0, "the rest is left for a retry");
+    assert_eq!(
+        listed + over * MAX_PRODUCERS_PER_PARTITION,
+        READS * per_read
+    );
+
+    assert!(stop.send(true).is_ok());
+    assert_eq!(running.await.unwrap(), Ok(()));
 }

@@ -122,6 +122,18 @@ pub struct EngineConfig {
     /// This node as a cluster member (the `default` group then runs over TCP and plans only
     /// while it leads); None: the single-node broker.
     pub cluster: Option<crate::cluster_member::Member>,
+    /// Tests: wraps the group's log as each incarnation starts (a log that fails on cue).
+    pub log_wrap: Option<LogWrap>,
+}
+
+/// Wraps a group's log (tests: the supervisor's reaction to a log's failures).
+#[derive(Clone)]
+pub struct LogWrap(pub Arc<dyn Fn(log::SharedLog) -> log::SharedLog + Send + Sync>);
+
+impl std::fmt::Debug for LogWrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogWrap")
+    }
 }
 
 /// A group's log backend, shown by name only.
@@ -159,6 +171,7 @@ impl Default for EngineConfig {
             compaction_enabled: true,
             encryption: None,
             cluster: None,
+            log_wrap: None,
         }
     }
 }
@@ -197,6 +210,8 @@ pub struct Engine {
     reclaim_pending: bool,
     reclaimer: reclaim::Reclaimer,
     compactor: compactor::Compactor,
+    /// This tenant's checkpoints in the disk gate's loan floor (review s17 compactor M3).
+    checkpoints: Option<Arc<crate::disk_gate::CheckpointSlot>>,
 }
 
 /// A checkpoint written, skipped for want of space (None), or failed.
@@ -276,7 +291,17 @@ impl Engine {
                 cfg.reclaim.enabled && cfg.compaction_enabled,
                 cfg.tenant.clone(),
             ),
+            checkpoints: cfg.disk.as_ref().map(|d| Arc::new(d.checkpoint_slot())),
         }
+    }
+
+    /// The state was loaded from a checkpoint of `encoded` bytes: until this engine writes
+    /// its own, loans allow for one that size (review s17 compactor L1).
+    pub fn expecting_checkpoint(self, encoded: u64) -> Engine {
+        if let Some(c) = &self.checkpoints {
+            c.anticipate(encoded);
+        }
+        self
     }
 
     /// The state was loaded from a checkpoint that allows reclaiming the log up to `bound`
@@ -625,10 +650,17 @@ impl Engine {
                     metrics::histogram!("queen_group_commit_seconds", "tenant" => tenant)
                         .record(started.elapsed().as_secs_f64());
                 }
-                Err(crate::engine::log::LogError::Deposed(why)) => {
+                Err(
+                    e @ (crate::engine::log::LogError::Deposed(_)
+                    | crate::engine::log::LogError::NotCommitted(_)),
+                ) => {
                     // The entry may still commit (a new leader may hold it), or be cut: the
-                    // state planned for it is not known to match the log either way.
-                    tracing::warn!(cycle = number, reason = %why, "this node lost the lead with a cycle in flight: its state is reloaded from checkpoint and log, at once");
+                    // state planned for it is not known to match the log either way. Only a
+                    // lost lead is reloaded without the backoff: an entry that did not commit
+                    // under a leader that kept its majority would fail again (review s17 C7).
+                    let deposed = matches!(e, crate::engine::log::LogError::Deposed(_));
+                    let why = e.to_string();
+                    tracing::warn!(cycle = number, reason = %why, deposed, "a cluster leader gave its cycle in flight up: its state is reloaded from checkpoint and log");
                     for (reply, out, _) in replies {
                         let _ = reply.send(out.and(Err(QueenError::unavailable(format!(
                             "{why}: the request may or may not be done; retry on the leader"
@@ -636,7 +668,7 @@ impl Engine {
                     }
                     return Err(Failure {
                         why: format!("cycle {number} in flight when {why}"),
-                        deposed: true,
+                        deposed,
                     });
                 }
                 Err(e) => {
@@ -699,7 +731,7 @@ impl Engine {
             ))
         });
         let store = self.store.clone();
-        let disk = self.cfg.disk.clone();
+        let checkpoints = self.checkpoints.clone();
         let log = self.log.clone();
         let tenant = self.cfg.tenant.to_string();
         let reclaimer = self.reclaimer.clone();
@@ -717,15 +749,20 @@ impl Engine {
             // Unless the segments its save lets go repay it (a full node gets space back):
             // those this save frees, or half of those the next one will (two checkpoints are
             // written before they go).
-            if let Some(d) = disk {
+            // Counted as being written until saved: other tenants' checkpoints see it.
+            let mut writing = None;
+            if let Some(c) = checkpoints {
                 let bytes = |b: Option<u64>| {
                     b.filter(|_| reclaimer.would_run())
                         .map_or(0, |u| log.reclaimable_bytes(u))
                 };
                 let frees = bytes(upto).max(bytes(reclaim_bound) / 2);
-                if !d.checkpoint_fits(size as u64, frees) {
-                    drop(held);
-                    return Ok(None);
+                match c.fits(size as u64, frees) {
+                    Some(w) => writing = Some(w),
+                    None => {
+                        drop(held);
+                        return Ok(None);
+                    }
                 }
             }
             store
@@ -733,6 +770,7 @@ impl Engine {
                     pending.emit(|piece| sink.write(piece))
                 })
                 .map_err(|e| e.to_string())?;
+            drop(writing);
             let saved = Saved {
                 index: applied.0,
                 bytes: size,
@@ -828,7 +866,8 @@ fn log_error_is_enospc(e: &crate::engine::log::LogError) -> bool {
         | crate::engine::log::LogError::Reclaim(cause) => {
             crate::disk_gate::is_enospc(cause.as_ref())
         }
-        crate::engine::log::LogError::Deposed(_) => false,
+        crate::engine::log::LogError::Deposed(_)
+        | crate::engine::log::LogError::NotCommitted(_) => false,
     }
 }
 
@@ -924,6 +963,10 @@ fn plan_job(p: &mut Planner<'_>, mut job: Job) -> Planned {
             .plan_kafka_delete_records(d)
             .map(Outcome::KafkaRecordsDeleted),
         Command::EphemeralConfig(e) => p.plan_ephemeral_config(e).map(Outcome::EphemeralConfig),
+        // The cycle's Kafka transaction reads share one answer budget (review s17 lead H1).
+        Command::Read(queenmq_protocol::ReadReq::KafkaTxns(q)) => p
+            .plan_kafka_txn_read(q)
+            .map(|a| Outcome::Read(queenmq_protocol::ReadAnswer::KafkaTxns(a))),
         Command::Read(r) => {
             // A series without `to` ends at this cycle's time, not at the last write's.
             let now = p.now();

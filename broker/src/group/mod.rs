@@ -27,21 +27,60 @@ pub struct Live {
 }
 
 /// The group that runs now, or why none does (it is being rebuilt, or rebuilding failed).
-pub struct LiveSlot(RwLock<Result<Live, String>>);
+pub struct LiveSlot(RwLock<Slot>);
+
+struct Slot {
+    now: Result<Live, String>,
+    /// The group is down for a reload after its node lost the lead: a cluster event, not a
+    /// fault of the process (review s17 C2).
+    reloading: bool,
+}
+
+/// Why no group runs now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Down {
+    pub why: String,
+    /// A reload after a deposition: the node is alive (a liveness probe must not restart it
+    /// in the middle of a long replay), but serves nothing until it is done.
+    pub reloading: bool,
+}
 
 impl LiveSlot {
     pub fn new(live: Live) -> Arc<LiveSlot> {
-        Arc::new(LiveSlot(RwLock::new(Ok(live))))
+        Arc::new(LiveSlot(RwLock::new(Slot {
+            now: Ok(live),
+            reloading: false,
+        })))
     }
 
     /// A copy: holding it keeps that incarnation's Raft node and files alive, so hold it only
     /// while answering (the supervisor waits for the files to be let go before reopening).
     pub fn get(&self) -> Result<Live, String> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.read().unwrap_or_else(|p| p.into_inner()).now.clone()
+    }
+
+    /// `get`, saying whether a group that is down is reloading after a deposition.
+    pub fn get_or_down(&self) -> Result<Live, Down> {
+        let slot = self.0.read().unwrap_or_else(|p| p.into_inner());
+        slot.now.clone().map_err(|why| Down {
+            why,
+            reloading: slot.reloading,
+        })
     }
 
     pub fn set(&self, now: Result<Live, String>) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = now;
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Slot {
+            now,
+            reloading: false,
+        };
+    }
+
+    /// Down for a reload after this node lost the lead (`Down::reloading`).
+    pub fn set_reloading(&self, why: String) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Slot {
+            now: Err(why),
+            reloading: true,
+        };
     }
 }
 
@@ -49,3 +88,5 @@ impl LiveSlot {
 mod open_tests;
 #[cfg(test)]
 mod registry_tests;
+#[cfg(test)]
+mod supervise_tests;

@@ -43,6 +43,9 @@ pub struct Opened {
     /// How far the log may be reclaimed while the checkpoint the state was loaded from is
     /// the older generation kept (`engine::reclaim`); None: nowhere yet.
     pub reclaim_bound: Option<u64>,
+    /// The encoded size of the largest stored checkpoint generation that verifies, 0 for
+    /// none: what the tenant's next checkpoint is expected to need (the disk gate's loans).
+    pub checkpoint_bytes: u64,
 }
 
 /// Opens the state store, then the log with every index Raft or the checkpoint says was
@@ -68,6 +71,12 @@ pub fn open_storage(
             .max()
     });
     let durable_through = raft.committed.max(cp_index).unwrap_or(0);
+    let checkpoint_bytes = generations.as_ref().map_or(0, |gens| {
+        gens.iter()
+            .filter_map(|g| g.checkpoint.as_ref().ok().map(|cp| cp.state.len() as u64))
+            .max()
+            .unwrap_or(0)
+    });
     if !log_present {
         let mut held = Vec::new();
         if raft.vote {
@@ -144,6 +153,7 @@ pub fn open_storage(
         store,
         state,
         reclaim_bound,
+        checkpoint_bytes,
     })
 }
 

@@ -17,7 +17,7 @@ use super::{Registry, RegistryOptions};
 use crate::config::Config;
 use crate::engine::{EngineBus, EngineConfig};
 
-fn ctx(tenant: &str) -> RequestCtx {
+pub(super) fn ctx(tenant: &str) -> RequestCtx {
     RequestCtx {
         tenant: tenant.into(),
         principal: None,
@@ -25,7 +25,7 @@ fn ctx(tenant: &str) -> RequestCtx {
     }
 }
 
-async fn push(bus: &EngineBus, tenant: &str, txn: &str) -> Result<(), QueenError> {
+pub(super) async fn push(bus: &EngineBus, tenant: &str, txn: &str) -> Result<(), QueenError> {
     let item = PushItem {
         queue: "q".into(),
         partition: "p".into(),
@@ -80,7 +80,7 @@ async fn open(
     open_with(data_dir, backends, EngineConfig::default()).await
 }
 
-async fn open_with(
+pub(super) async fn open_with(
     data_dir: &std::path::Path,
     backends: HashMap<String, Arc<dyn IoBackend>>,
     ecfg: EngineConfig,

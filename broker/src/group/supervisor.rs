@@ -71,6 +71,7 @@ pub async fn start(
         store,
         state,
         reclaim_bound,
+        checkpoint_bytes,
     } = tokio::task::spawn_blocking(move || open_storage(&opening, backend, store_cache))
         .await
         .map_err(|e| anyhow!("opening the storage stopped: {e}"))??;
@@ -126,10 +127,14 @@ pub async fn start(
         clustered = ecfg.cluster.is_some(),
         "log replayed; the group is ready"
     );
-    let rlog: SharedLog = Arc::new(RaftLog {
-        node: node.clone(),
-        cluster: ecfg.cluster.as_ref().map(|m| m.timing),
-    });
+    let rlog: SharedLog = Arc::new(RaftLog::new(
+        node.clone(),
+        ecfg.cluster.as_ref().map(|m| m.timing),
+    ));
+    let rlog = match &ecfg.log_wrap {
+        Some(wrap) => (wrap.0)(rlog),
+        None => rlog,
+    };
     // The previous engine let go of the queue when it ended (or unwound).
     let rx = jobs.clone().lock_owned().await;
     let engine = Engine::new(
@@ -139,7 +144,8 @@ pub async fn start(
         ecfg.clone(),
         rx,
     )
-    .reclaiming_from(reclaim_bound);
+    .reclaiming_from(reclaim_bound)
+    .expecting_checkpoint(checkpoint_bytes);
     Ok(Started {
         engine,
         node,
@@ -205,13 +211,22 @@ pub async fn supervise(
         } = current;
         let born = Instant::now();
         let end = engine.run(stop.clone()).await;
+        // Nothing may read the failed state from here on.
         if let Err(why) = &end {
-            // Nothing may read the failed state from here on.
             live.set(Err(format!("the group is being rebuilt: {why}")));
             restarts.increment(1);
         }
-        if let Err(e) = node.shutdown().await {
+        let stopped = node.shutdown().await;
+        if let Err(e) = &stopped {
             tracing::warn!(error = %e, "raft shutdown");
+        }
+        // A lost lead is a cluster event: once Raft has stopped, the node is healthy (not
+        // ready) through the reload (review s17 C2). Not before: a shutdown that hangs on
+        // this node's own disk keeps it unhealthy, so a liveness probe restarts it (s18 K1).
+        if let (Err(why), Ok(())) = (&end, &stopped) {
+            if why.deposed {
+                live.set_reloading(format!("the group is being reloaded: {why}"));
+            }
         }
         // Read once Raft has stopped: its last flush (and the commit it allows) is in.
         let synced = running.segments.synced_through();

@@ -6,6 +6,7 @@ pub mod add_offsets;
 pub mod add_partitions;
 pub mod end;
 pub mod offset_commit;
+pub mod producers_answer;
 pub mod reads;
 #[cfg(test)]
 mod reads_tests;

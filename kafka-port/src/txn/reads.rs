@@ -5,21 +5,19 @@
 use std::collections::{HashMap, HashSet};
 use std::ops::RangeInclusive;
 
-use kafka_protocol::messages::describe_producers_response::{
-    PartitionResponse, ProducerState, TopicResponse,
-};
 use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
 use kafka_protocol::messages::list_transactions_response::TransactionState as Listed;
 use kafka_protocol::messages::{
-    DescribeProducersResponse, DescribeTransactionsResponse, ListTransactionsResponse, ProducerId,
-    TopicName, TransactionalId,
+    DescribeTransactionsResponse, ListTransactionsResponse, ProducerId, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use queenmq_protocol::kafka_txn_reads::*;
 use queenmq_protocol::{Command, ErrorCode, Outcome, QueenError, ReadAnswer, ReadReq};
 
+use crate::answer_room::Held;
 use crate::connection::{encode, Reply};
-use crate::group::members::{capped_array, dedup_by_key};
+use crate::group::members::{capped_array, capped_array_of, dedup_by_key};
+use crate::txn::producers_answer::{self, refuse_listed, Slot, Topics};
 use crate::txn::valid_txn_id;
 use crate::wire::{Malformed, Reader};
 use crate::{errors, topics, Door};
@@ -81,14 +79,39 @@ pub async fn describe(door: &Door, version: i16, mut r: Reader) -> Reply {
     // An id the coordinator cannot keep (empty, past 1024 bytes) is not found without
     // asking the engine.
     let asked: Vec<String> = ids.iter().filter(|id| valid_txn_id(id)).cloned().collect();
-    let mut found = if asked.is_empty() {
-        Ok(Vec::new().into_iter())
+    let found = if asked.is_empty() {
+        Ok(Vec::new())
     } else {
         let n = asked.len();
         match read(door, KafkaTxnRead::Describe { txn_ids: asked }).await {
-            Ok(KafkaTxnReadAnswer::Described(v)) if v.len() == n => Ok(v.into_iter()),
+            Ok(KafkaTxnReadAnswer::Described(v)) if v.len() == n => Ok(v),
             Ok(_) => Err(errors::UNKNOWN_SERVER_ERROR),
             Err(e) => Err(refusal(&e, errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)),
+        }
+    };
+    // Room for the answer before it is converted (review s17 lead H1); without it every
+    // described id is retried alone, as past the engine's budget, and the views go at once.
+    let held: usize = found.as_ref().map_or(0, |v| {
+        v.iter()
+            .map(|d| match d {
+                TxnDescribed::Known(t) => described_held(t),
+                _ => 0,
+            })
+            .fold(0, usize::saturating_add)
+    });
+    let (room, mut found) = match door.answers.take(held) {
+        Some(room) => (room, found.map(Vec::into_iter)),
+        None => {
+            let over = found.map(|v| {
+                v.into_iter()
+                    .map(|d| match d {
+                        TxnDescribed::Known(_) => TxnDescribed::OverBudget,
+                        other => other,
+                    })
+                    .collect::<Vec<_>>()
+                    .into_iter()
+            });
+            (Held::nothing(), over)
         }
     };
     let states = ids
@@ -120,10 +143,32 @@ pub async fn describe(door: &Door, version: i16, mut r: Reader) -> Reply {
             }
         })
         .collect();
-    encode(
+    match encode(
         &DescribeTransactionsResponse::default().with_transaction_states(states),
         version,
-    )
+    ) {
+        Reply::Send { version, body } => Reply::Held {
+            version,
+            body,
+            room,
+        },
+        other => other,
+    }
+}
+
+/// What one described transaction holds from the engine's view to the written frame: the
+/// view's partitions, the message's and the frame's (an index each, a name per topic), and
+/// its id three times.
+pub fn described_held(t: &TxnView) -> usize {
+    const PER_TXN: usize = 256;
+    let per_partition = std::mem::size_of::<(String, i32)>() + 4 + 4;
+    t.partitions
+        .iter()
+        .map(|(topic, _)| per_partition.saturating_add(topic.len().saturating_mul(3)))
+        .fold(
+            PER_TXN.saturating_add(t.txn_id.len().saturating_mul(3)),
+            usize::saturating_add,
+        )
 }
 
 fn described(t: TxnView) -> TransactionState {
@@ -157,9 +202,10 @@ pub fn decode_list(r: &mut Reader) -> Result<(Vec<String>, Vec<i64>), Malformed>
         |r| r.string(),
     )?
     .unwrap_or_default();
-    let producers = capped_array(
+    let producers = capped_array_of(
         r,
         MAX_LIST_PRODUCER_FILTERS,
+        8,
         "ListTransactions carries more than 100000 producer id filters",
         |r| r.i64(),
     )?
@@ -210,9 +256,10 @@ pub fn decode_producers(r: &mut Reader) -> Result<AskedTopics, Malformed> {
         "DescribeProducers names more than 1000 topics",
         |r| {
             let name = r.string()?;
-            let parts = capped_array(
+            let parts = capped_array_of(
                 r,
                 MAX_PRODUCER_PARTITIONS,
+                4,
                 "DescribeProducers names more than 10000 partitions",
                 |r| r.i32(),
             )?
@@ -287,73 +334,77 @@ pub async fn producers(door: &Door, version: i16, mut r: Reader) -> Reply {
             }
         }
     }
+    let n = query.len();
     let mut answers = if query.is_empty() {
         Ok(Vec::new().into_iter())
     } else {
-        match read(
-            door,
-            KafkaTxnRead::Producers {
-                partitions: query.clone(),
-            },
-        )
-        .await
-        {
-            Ok(KafkaTxnReadAnswer::Producers(v)) if v.len() == query.len() => Ok(v.into_iter()),
+        match read(door, KafkaTxnRead::Producers { partitions: query }).await {
+            Ok(KafkaTxnReadAnswer::Producers(v)) if v.len() == n => Ok(v.into_iter()),
             Ok(_) => Err(errors::UNKNOWN_SERVER_ERROR),
             Err(e) => Err(refusal(&e, errors::TOPIC_AUTHORIZATION_FAILED)),
         }
     };
-    let topics = asked
-        .iter()
+    let mut topics: Topics = asked
+        .into_iter()
         .zip(&counts)
         .map(|((topic, parts), count)| {
             let partitions = parts
-                .iter()
+                .into_iter()
                 .map(|p| {
-                    let blank = PartitionResponse::default().with_partition_index(*p);
                     let exists =
-                        matches!(count, Ok(Some(n)) if u32::try_from(*p).is_ok_and(|p| p < *n));
-                    match (count, exists) {
-                        (Err(code), _) => blank.with_error_code(*code),
-                        (Ok(_), false) => blank.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION),
+                        matches!(count, Ok(Some(n)) if u32::try_from(p).is_ok_and(|p| p < *n));
+                    let slot = match (count, exists) {
+                        (Err(code), _) => Slot::Code(*code),
+                        (Ok(_), false) => Slot::Code(errors::UNKNOWN_TOPIC_OR_PARTITION),
                         (Ok(_), true) => match &mut answers {
-                            Err(code) => blank.with_error_code(*code),
+                            Err(code) => Slot::Code(*code),
                             Ok(it) => match it.next() {
-                                Some(PartitionProducers::Listed(list)) => blank
-                                    .with_active_producers(
-                                        list.into_iter().map(producer_state).collect(),
-                                    ),
+                                Some(PartitionProducers::Listed(list)) => Slot::Listed(list),
                                 // Past the answer's budget: Kafka's admin client retries
                                 // this code for the partition alone.
                                 Some(PartitionProducers::OverBudget) => {
-                                    blank.with_error_code(errors::NOT_LEADER_OR_FOLLOWER)
+                                    Slot::Code(errors::NOT_LEADER_OR_FOLLOWER)
                                 }
                                 // The topic went between the look-up and the read.
                                 Some(PartitionProducers::NoTopic) | None => {
-                                    blank.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION)
+                                    Slot::Code(errors::UNKNOWN_TOPIC_OR_PARTITION)
                                 }
                             },
                         },
-                    }
+                    };
+                    (p, slot)
                 })
                 .collect();
-            TopicResponse::default()
-                .with_name(TopicName(s(topic)))
-                .with_partitions(partitions)
+            (topic, partitions)
         })
         .collect();
-    encode(
-        &DescribeProducersResponse::default().with_topics(topics),
+    if version != 0 {
+        return Reply::Close(format!("DescribeProducers v{version} is not served"));
+    }
+    let room = match door.answers.take(producers_held(&topics)) {
+        Some(room) => room,
+        None => {
+            // No room for it now: every listed partition is retried alone, as past the
+            // engine's budget, and the engine's views go at once.
+            refuse_listed(&mut topics, errors::NOT_LEADER_OR_FOLLOWER);
+            // The codes alone are a few bytes per asked partition, bounded by the
+            // request whose room the connection holds until this is written.
+            door.answers
+                .take(producers_held(&topics))
+                .unwrap_or_else(Held::nothing)
+        }
+    };
+    Reply::Held {
         version,
-    )
+        body: producers_answer::encode(topics),
+        room,
+    }
 }
 
-fn producer_state(v: ProducerView) -> ProducerState {
-    ProducerState::default()
-        .with_producer_id(ProducerId(v.producer_id))
-        .with_producer_epoch(i32::from(v.epoch))
-        .with_last_sequence(v.last_sequence)
-        .with_last_timestamp(v.last_ms)
-        .with_coordinator_epoch(-1)
-        .with_current_txn_start_offset(v.txn_start_offset)
+/// What a DescribeProducers answer holds while it is written: the engine's views until
+/// their partition is encoded, and the frame.
+pub fn producers_held(topics: &Topics) -> usize {
+    producers_answer::listed(topics)
+        .saturating_mul(std::mem::size_of::<ProducerView>())
+        .saturating_add(producers_answer::encoded_len(topics))
 }

@@ -82,7 +82,7 @@ async fn describe(stub: &Arc<Stub>, ids: &[String]) -> Vec<(String, i16)> {
         .with_transactional_ids(ids.iter().map(|i| TransactionalId(s(i))).collect());
     let mut buf = BytesMut::new();
     req.encode(&mut buf, 0).expect("encodes");
-    let Reply::Send { mut body, .. } =
+    let (Reply::Send { mut body, .. } | Reply::Held { mut body, .. }) =
         reads::describe(&door, 0, Reader::new(buf.freeze(), true)).await
     else {
         panic!("no answer");
@@ -152,7 +152,7 @@ async fn describe_producers_looks_each_topic_up_once() {
     let req = DescribeProducersRequest::default().with_topics(topics);
     let mut buf = BytesMut::new();
     req.encode(&mut buf, 0).expect("encodes");
-    let Reply::Send { mut body, .. } =
+    let (Reply::Send { mut body, .. } | Reply::Held { mut body, .. }) =
         reads::producers(&door, 0, Reader::new(buf.freeze(), true)).await
     else {
         panic!("no answer");
@@ -214,5 +214,34 @@ fn decode_refuses_more_ids_than_the_cap_and_drops_repeats() {
     assert_eq!(
         reads::decode_describe(&mut r).expect("decodes"),
         vec!["r".to_string()]
+    );
+}
+
+fn list_request(ids: usize) -> bytes::Bytes {
+    let req = kafka_protocol::messages::ListTransactionsRequest::default()
+        .with_producer_id_filters(
+            (0..ids as i64)
+                .map(kafka_protocol::messages::ProducerId)
+                .collect(),
+        );
+    let mut buf = BytesMut::new();
+    req.encode(&mut buf, 0).expect("encodes");
+    buf.freeze()
+}
+
+/// Review s17 lead L2: the door's own cap on producer id filters (it closed Java's
+/// find-hanging at 1000), tested at the door rather than only in the engine.
+#[test]
+fn list_takes_thousands_of_producer_id_filters_and_refuses_past_its_cap() {
+    let mut r = Reader::new(list_request(5_000), true);
+    let (states, ids) = reads::decode_list(&mut r).expect("5000 filters decode");
+    assert!(states.is_empty());
+    assert_eq!(ids.len(), 5_000);
+    assert_eq!(ids.last(), Some(&4_999));
+    let mut r = Reader::new(list_request(MAX_LIST_PRODUCER_FILTERS + 1), true);
+    let err = reads::decode_list(&mut r).expect_err("past the cap");
+    assert!(
+        err.to_string().contains("100000 producer id filters"),
+        "{err}"
     );
 }

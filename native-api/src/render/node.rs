@@ -36,6 +36,22 @@ pub fn health(h: &HealthView) -> (bool, Value) {
                 "groups": groups(g),
             }),
         ),
+        HealthView::Reloading {
+            reason,
+            uptime_seconds,
+            version,
+            groups: g,
+        } => (
+            true,
+            json!({
+                "status": "reloading",
+                "storageReady": false,
+                "reason": reason,
+                "uptimeSeconds": uptime_seconds,
+                "version": version,
+                "groups": groups(g),
+            }),
+        ),
         HealthView::Running {
             healthy,
             storage_ready,
@@ -65,22 +81,25 @@ const READY_APPLY_SLACK: u64 = 1000;
 /// Ready when this node leads (so writes are accepted) and has applied what it committed.
 pub fn ready(h: &HealthView) -> (bool, Value) {
     match h {
-        HealthView::NoStorage { .. } => (false, json!({"ready": false, "raft": null})),
+        HealthView::NoStorage { .. } | HealthView::Reloading { .. } => {
+            (false, json!({"ready": false, "raft": null}))
+        }
         HealthView::Running {
             healthy, raft: r, ..
         } => {
             // A cluster leader is ready while a majority acknowledges it (one cut off from the
             // majority stays leader in openraft 0.9 but plans nothing: review s16 B1) and it
-            // is close behind its own log: its in-flight cycle is appended but not yet
-            // applied at almost any moment under writes, so "applied everything", the
-            // planner's own rule, would make the only writable node flap (review s17 C1). A
-            // follower once a leader is known and it is close behind the commit it knows; a
-            // single node while it leads and is close behind its own commit.
+            // has applied its whole log, or trails it only by its own entry in flight: under
+            // writes one is appended and not yet applied at almost any moment, so "applied
+            // everything", the planner's own rule, would make the only writable node flap
+            // (review s17 C1); but a proposal older than the lease is stuck (its own disk
+            // hangs, while the followers elect another leader: review s17 lead M1), and a
+            // leader just elected that is still applying serves nothing. A follower once a
+            // leader is known and it is close behind the commit it knows; a single node while
+            // it leads and is close behind its own commit.
             let close = r.applied.saturating_add(READY_APPLY_SLACK) >= r.committed;
             let ok = if r.clustered && r.role == "leader" {
-                *healthy
-                    && r.quorum_contact
-                    && r.applied.saturating_add(READY_APPLY_SLACK) >= r.last_log_index
+                *healthy && r.quorum_contact && (r.applied >= r.last_log_index || r.proposal_fresh)
             } else if r.clustered {
                 *healthy && r.leader.is_some() && close
             } else {
@@ -148,18 +167,49 @@ mod tests {
             applied,
             clustered: true,
             quorum_contact,
+            proposal_fresh: false,
         }
     }
 
     /// Review s16 B1: a cluster leader cut off from the majority is not ready, whatever its
-    /// applied and commit say. Review s17 C1: one with a cycle in flight (appended, not yet
-    /// applied) is ready; one far behind its own log (just elected) is not.
+    /// applied and commit say. Review s17 C1: one with its cycle in flight (appended, not yet
+    /// applied) is ready. Review s17 lead M1: not once that proposal is older than the lease
+    /// (its own disk hangs), nor while it applies its log without a proposal (just elected).
     #[test]
     fn a_cluster_leader_is_ready_while_a_majority_acknowledges_it() {
         assert!(ready(&running(member("leader", 9, 9, true))).0);
         assert!(!ready(&running(member("leader", 9, 9, false))).0);
-        assert!(ready(&running(member("leader", 8, 9, true))).0);
-        assert!(!ready(&running(member("leader", 9, 10 + READY_APPLY_SLACK, true))).0);
+        let in_flight = |fresh| {
+            let mut r = member("leader", 8, 8, true);
+            r.last_log_index = 9;
+            r.proposal_fresh = fresh;
+            r
+        };
+        assert!(ready(&running(in_flight(true))).0);
+        assert!(!ready(&running(in_flight(false))).0);
+        let mut cut_off = in_flight(true);
+        cut_off.quorum_contact = false;
+        assert!(!ready(&running(cut_off)).0);
+    }
+
+    /// Review s17 C2: a node reloading its group after it lost the lead is alive (a liveness
+    /// probe must not restart it in the middle of its replay) and not ready.
+    #[test]
+    fn a_node_reloading_after_a_deposition_is_healthy_and_not_ready() {
+        let reloading = HealthView::Reloading {
+            reason: "the group is being reloaded: this node lost the lead".into(),
+            uptime_seconds: 1,
+            version: "test",
+            groups: GroupCounts {
+                running: 1,
+                rebuilding: 1,
+            },
+        };
+        let (healthy, doc) = health(&reloading);
+        assert!(healthy);
+        assert_eq!(doc["status"], "reloading");
+        assert_eq!(doc["storageReady"], false);
+        assert!(!ready(&reloading).0);
     }
 
     /// Review s16 B3: commit moves before apply, so a follower under steady writes trails by

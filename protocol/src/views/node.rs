@@ -14,6 +14,9 @@ pub struct RaftView {
     /// A cluster leader that a majority acknowledged within its lease (review s16 B1): one
     /// cut off from the majority stays leader in openraft 0.9 but plans nothing.
     pub quorum_contact: bool,
+    /// A cluster leader whose latest proposal started within its lease: its own entry in
+    /// flight is why its applied index trails its log, not a stuck disk (review s17 lead M1).
+    pub proposal_fresh: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -21,6 +24,14 @@ pub enum HealthView {
     /// The default group's storage is not open (not started, or being rebuilt).
     NoStorage {
         error: String,
+        uptime_seconds: u64,
+        version: &'static str,
+        groups: GroupCounts,
+    },
+    /// The default group is being reloaded after its node lost the lead of its cluster: the
+    /// node is alive (healthy) but serves nothing (not ready) until the replay is done.
+    Reloading {
+        reason: String,
         uptime_seconds: u64,
         version: &'static str,
         groups: GroupCounts,

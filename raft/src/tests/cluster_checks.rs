@@ -87,6 +87,9 @@ async fn a_stored_committed_past_the_log_end_does_not_hang_the_start() {
         entry_limit: CLUSTER_ENTRY_MAX,
     };
     let node = clustered(dir.path(), 1, one()).await.unwrap();
+    // A clustered start returns before the lone voter has elected itself (an election
+    // timeout); a propose before that is refused `NotLeader`.
+    super::clustered_start::wait_until("node 1 to lead", || node.status().role == "leader").await;
     for i in 0..5u32 {
         node.propose(format!("e{i}").into_bytes()).await.unwrap();
     }

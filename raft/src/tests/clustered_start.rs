@@ -20,8 +20,8 @@ use super::tcp_cluster::{limits, listen, server_config, GROUP, TOKEN};
 /// A safety bound on every wait, never an assertion about time.
 const BOUND: Duration = Duration::from_secs(30);
 
-struct Member {
-    node: RaftNode,
+pub(super) struct Member {
+    pub(super) node: RaftNode,
     recorder: Arc<Recorder>,
     _stop: oneshot::Sender<()>,
 }
@@ -32,13 +32,25 @@ async fn start(
     listener: TcpListener,
     peers: &BTreeMap<u64, BasicNode>,
 ) -> Member {
+    start_timed(dir, id, listener, peers, 100, 1000).await
+}
+
+/// A member with heartbeat `hb_ms` and the broker's election range (`eto_ms` to twice it).
+pub(super) async fn start_timed(
+    dir: &Path,
+    id: u64,
+    listener: TcpListener,
+    peers: &BTreeMap<u64, BasicNode>,
+    hb_ms: u64,
+    eto_ms: u64,
+) -> Member {
     let (log, store) = open_stores(&dir.join(id.to_string()));
     let recorder = Recorder::new(None);
     let cfg = RaftConfig {
         node_id: id,
-        heartbeat_ms: 100,
-        election_timeout_min_ms: 1000,
-        election_timeout_max_ms: 2000,
+        heartbeat_ms: hb_ms,
+        election_timeout_min_ms: eto_ms,
+        election_timeout_max_ms: eto_ms * 2,
     };
     // The listener must answer before the start returns: a follower is ready only once a
     // leader reached it. Its group is registered as soon as openraft runs.
@@ -62,7 +74,19 @@ async fn start(
     }
 }
 
-async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+/// Loopback listeners for nodes 1, 2 and 3, and the members they make.
+pub(super) async fn three_listeners() -> (BTreeMap<u64, TcpListener>, BTreeMap<u64, BasicNode>) {
+    let mut listeners = BTreeMap::new();
+    let mut nodes = BTreeMap::new();
+    for id in 1..=3u64 {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        nodes.insert(id, BasicNode::new(l.local_addr().unwrap().to_string()));
+        listeners.insert(id, l);
+    }
+    (listeners, nodes)
+}
+
+pub(super) async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + BOUND;
     while !f() {
         assert!(tokio::time::Instant::now() < deadline, "waited for {what}");
@@ -73,13 +97,7 @@ async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lowest_id_initialises_and_followers_apply() {
     let dir = tempfile::tempdir().unwrap();
-    let mut listeners = BTreeMap::new();
-    let mut nodes = BTreeMap::new();
-    for id in 1..=3u64 {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        nodes.insert(id, BasicNode::new(l.local_addr().unwrap().to_string()));
-        listeners.insert(id, l);
-    }
+    let (mut listeners, nodes) = three_listeners().await;
     let addr1 = nodes[&1].addr.clone();
     let (l1, l2, l3) = (
         listeners.remove(&1).unwrap(),

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::{BasicNode, Raft};
+use openraft::Raft;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -133,13 +133,7 @@ fn payloads(r: &Recorder) -> Vec<Vec<u8>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_over_tcp_replicate_and_survive_losing_the_leader() {
     let dir = tempfile::tempdir().unwrap();
-    let mut listeners = Vec::new();
-    let mut nodes = BTreeMap::new();
-    for id in 1..=3u64 {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        nodes.insert(id, BasicNode::new(l.local_addr().unwrap().to_string()));
-        listeners.push((id, l));
-    }
+    let (listeners, nodes) = super::clustered_start::three_listeners().await;
     let mut members = BTreeMap::new();
     for (id, l) in listeners {
         members.insert(id, member(dir.path(), id, l).await);

@@ -451,6 +451,38 @@ fn a_segment_file_after_the_highest_index_refuses_naming_it() {
     assert_eq!(log.last(), Some((HIGHEST_INDEX, 1)));
 }
 
+/// Review s17 S1: the test above is refused by the file-name rule (seg-MAX claims the reserved
+/// index) before the contiguity check matters. Here the file after the highest record is named
+/// within range (seg-HIGHEST after a segment ending at HIGHEST), so only the checked contiguity
+/// check can name it: `last + 1` said "segment starts at index …".
+#[test]
+fn a_file_named_in_range_after_the_highest_record_refuses_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = encode_header(HIGHEST_INDEX - 1).to_vec();
+    encode_record(&mut first, HIGHEST_INDEX - 1, 1, b"next to last");
+    encode_record(&mut first, HIGHEST_INDEX, 1, b"last");
+    fs::write(dir.path().join(segment_name(HIGHEST_INDEX - 1)), first).unwrap();
+    let mut after = encode_header(HIGHEST_INDEX).to_vec();
+    encode_record(&mut after, HIGHEST_INDEX, 1, b"after last");
+    let after_path = dir.path().join(segment_name(HIGHEST_INDEX));
+    fs::write(&after_path, after).unwrap();
+
+    let loss = assert_refused(dir.path(), small());
+    assert_eq!((loss.segment.clone(), loss.offset), (after_path.clone(), 0));
+    let expected = format!(
+        "segment file {} follows the record of index {HIGHEST_INDEX}",
+        after_path.display()
+    );
+    assert!(loss.reason.contains(&expected), "{}", loss.reason);
+    let (log, report) = SegmentLog::open(dir.path(), accepting()).unwrap();
+    assert!(report.truncated.unwrap().accepted_loss.is_some());
+    assert!(
+        !after_path.exists(),
+        "the file after the highest record is cut"
+    );
+    assert_eq!(log.last(), Some((HIGHEST_INDEX, 1)));
+}
+
 /// Review s16 storage L5: a stored record claiming the reserved index u64::MAX is damage like any
 /// record out of the run: cut at the end of the log, refused when valid records follow it.
 #[test]
@@ -469,7 +501,9 @@ fn a_record_claiming_the_reserved_index_is_damage() {
     assert_eq!(fs::metadata(&seg).unwrap().len(), whole);
     drop(log);
 
-    // The same record with a valid one after it, in a later file: acknowledged data is damaged.
+    // The same record with a later file after it, named after the reserved index: no write of
+    // this log made that file (its record is no more valid than the one cut above), so the
+    // start is refused at the reserved record.
     fs::write(&seg, &bytes).unwrap();
     let mut later = encode_header(u64::MAX).to_vec();
     encode_record(&mut later, u64::MAX, 1, b"after");

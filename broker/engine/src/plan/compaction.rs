@@ -51,6 +51,27 @@ pub struct Compacted {
     pub over_budget: bool,
 }
 
+/// What earlier looks learned, kept by the caller between looks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Memo {
+    dead: DeadSpan,
+    /// The first index of a segment a look this checkpoint interval read whole and found at
+    /// most a quarter live. It stays so: a sealed segment never gains a run, so its live bytes
+    /// only shrink, and what its copy frees only grows (the lowest run past it only moves up).
+    /// A later look need not add its runs up again, and stops reading once it has taken what
+    /// fits (review s17 compactor M2: each cycle re-read every remaining live entry).
+    copyable: Option<u64>,
+}
+
+impl Memo {
+    /// A checkpoint was written: the next look reads the segment whole once more. Not needed
+    /// for soundness (the verdict only grows truer); it keeps a look that reads everything to
+    /// once per interval, the bound the docs state, should the reasoning above be wrong.
+    pub fn new_interval(&mut self) {
+        self.copyable = None;
+    }
+}
+
 /// A segment judged more than a quarter live, how many runs it held then, and what copying
 /// them would have freed. A sealed segment never gains a run (appends and copies go to newer
 /// entries), so while it holds as many it holds the same ones, with the same bytes: it is
@@ -79,12 +100,12 @@ impl TooLive {
 }
 
 /// What [`Planner::plan_compaction`] learned of the wholly dead sealed segments after the
-/// floor segment: sealed segments never change (reclamation deletes only below the floor, a
+/// floor segment (in [`Memo`]): sealed segments never change (reclamation deletes only below the floor, a
 /// roll adds one past the last), so the next look asks the log only past them. Each question
 /// may be a redb read under the state lock (the Raft log checks whether reclamation is
 /// refused), once per dead segment on every look before (review s16 compactor M1).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DeadSpan {
+struct DeadSpan {
     /// The index right after the floor segment the span was measured from.
     from: u64,
     /// The first index not counted: where the next look asks the log again.
@@ -131,8 +152,9 @@ impl Planner<'_> {
     /// it stays pinned, nothing is lost. `known`: what an earlier look judged too live; the
     /// same segment holding the same number of runs is not read again. `whole`: copy every
     /// live run of the segment in this entry or none (a copy that borrows the free-space
-    /// reserve must give the segment back). `dead`: what an earlier look learned of the dead
-    /// segments after this one, kept by the caller between looks.
+    /// reserve must give the segment back); it stops reading as soon as the copy can no
+    /// longer be whole (review s17 compactor M1). `memo`: what earlier looks learned, kept by
+    /// the caller between looks.
     pub fn plan_compaction(
         &mut self,
         seg: Segment,
@@ -140,8 +162,9 @@ impl Planner<'_> {
         max_entry_bytes: usize,
         known: Option<TooLive>,
         whole: bool,
-        dead: &mut DeadSpan,
+        memo: &mut Memo,
     ) -> Result<Compacted, ReadError> {
+        let dead = &mut memo.dead;
         let mut out = Compacted::default();
         let drops = self.st.run_floor.drops();
         // No run left any partition since the segment was judged: it holds the same runs, and
@@ -187,7 +210,9 @@ impl Planner<'_> {
         held.sort_unstable_by_key(|(pid, r)| (r.index, r.pos, *pid));
         // Copies write at most a quarter of what they let go: the segment, and after it the
         // sealed ones only it kept (review C3: one dense floor segment pinned every later one).
-        let quarter = frees / 4;
+        // A segment judged so this interval still is (`Memo::copyable`): not added up again.
+        let copyable = memo.copyable == Some(seg.first);
+        let quarter = if copyable { u64::MAX } else { frees / 4 };
         // Only the runs this look copies are kept, copied out of their entries, so it holds at
         // most the budget (or the entry's room) and the one entry being read: each run once
         // kept its whole entry alive until the look ended, up to a whole segment under the
@@ -202,6 +227,13 @@ impl Planner<'_> {
         let mut total = 0u64;
         let mut entry: Option<(u64, Bytes)> = None;
         for (pid, run) in held {
+            // Known copyable: once the room or the budget cannot take the smallest copy, the
+            // runs left are not read (review s17 compactor M2).
+            if copyable && !whole && (room <= COPY_OVERHEAD || left <= COPY_OVERHEAD as u64) {
+                out.more = true;
+                out.short_of_room |= left > COPY_OVERHEAD as u64;
+                break;
+            }
             let bytes = match &entry {
                 Some((i, b)) if *i == run.index => b.clone(),
                 _ => {
@@ -221,7 +253,26 @@ impl Planner<'_> {
                 out.too_live = Some(judged);
                 return Ok(out);
             }
+            // A copy into the reserve takes every run or none: once they cannot all fit, the
+            // answer is settled, and the rest is not read (review s17 compactor M1). A
+            // segment also too live is then not learnt to be: a borrowing look is not retried
+            // within the interval either way.
+            if whole && total > budget {
+                return Ok(Compacted {
+                    more: true,
+                    over_budget: true,
+                    ..Compacted::default()
+                });
+            }
+            if whole && !usize::try_from(total).is_ok_and(|t| t <= entry_room) {
+                return Ok(Compacted {
+                    more: true,
+                    short_of_room: true,
+                    ..Compacted::default()
+                });
+            }
             let fits = usize::try_from(n).ok().filter(|&n| n <= room);
+            let taken = live.len();
             match fits {
                 Some(n_room) if n <= left => {
                     left -= n;
@@ -239,24 +290,15 @@ impl Planner<'_> {
                     out.short_of_room = true;
                 }
             }
+            // Known copyable: a look that has taken runs stops at the first it cannot take
+            // (before it, one that does not fit does not hold back smaller ones: review H2).
+            if copyable && taken > 0 && live.len() == taken {
+                break;
+            }
         }
         drop(entry);
-        // A copy into the free-space reserve frees nothing unless it empties the segment: all
-        // of it in this entry, or none (review H1).
-        if whole && total > budget {
-            return Ok(Compacted {
-                more: true,
-                over_budget: true,
-                ..Compacted::default()
-            });
-        }
-        if whole && !usize::try_from(total).is_ok_and(|t| t <= entry_room) {
-            return Ok(Compacted {
-                more: true,
-                short_of_room: true,
-                ..Compacted::default()
-            });
-        }
+        // Read whole (or known so): at most a quarter live, for the rest of the interval.
+        memo.copyable = Some(seg.first);
         for l in &live {
             self.emit(Effect::RunCopy {
                 pid: l.pid,

@@ -4,7 +4,7 @@
 
 use queenmq_protocol::{AckStatus, PopResult, Setting};
 
-use super::compaction::{Compacted, DeadSpan, Segment};
+use super::compaction::{Compacted, Memo, Segment};
 use super::fixture::{opts, Fixture, SECOND};
 use super::retention_tests::sweep;
 use crate::apply::apply_entry;
@@ -68,14 +68,16 @@ fn ids(popped: &PopResult) -> Vec<(String, String)> {
 }
 
 fn compact(f: &mut Fixture, s: Segment) -> Compacted {
-    match f.planner().plan_compaction(
-        s,
-        u64::MAX,
-        usize::MAX,
-        None,
-        false,
-        &mut DeadSpan::default(),
-    ) {
+    look_once(f, s, u64::MAX, usize::MAX, false)
+}
+
+/// One look with nothing remembered: `budget` bytes of copies, entries up to `room`, and
+/// whether the copy must take the whole segment.
+fn look_once(f: &mut Fixture, s: Segment, budget: u64, room: usize, whole: bool) -> Compacted {
+    match f
+        .planner()
+        .plan_compaction(s, budget, room, None, whole, &mut Memo::default())
+    {
         Ok(c) => c,
         Err(e) => panic!("compaction failed: {e}"),
     }
@@ -126,7 +128,7 @@ fn a_segment_more_than_a_quarter_live_or_a_budget_too_small_copies_nothing() {
         usize::MAX,
         None,
         false,
-        &mut DeadSpan::default(),
+        &mut Memo::default(),
     ) {
         Ok(c) => c,
         Err(e) => panic!("{e}"),
@@ -239,7 +241,7 @@ fn a_segment_judged_too_live_is_not_read_again_while_it_holds_the_same_runs() {
         usize::MAX,
         judged,
         false,
-        &mut DeadSpan::default(),
+        &mut Memo::default(),
     ) {
         Ok(c) => c,
         Err(e) => panic!("the second look read the log: {e}"),
@@ -255,7 +257,7 @@ fn a_segment_judged_too_live_is_not_read_again_while_it_holds_the_same_runs() {
             usize::MAX,
             judged,
             false,
-            &mut DeadSpan::default()
+            &mut Memo::default()
         )
         .is_err());
 }
@@ -336,7 +338,7 @@ fn a_segment_known_too_live_is_not_walked_until_a_run_leaves() {
         usize::MAX,
         Some(judged),
         false,
-        &mut DeadSpan::default(),
+        &mut Memo::default(),
     ) {
         Ok(c) => c,
         Err(e) => panic!("the look walked and read: {e}"),
@@ -356,7 +358,7 @@ fn a_segment_known_too_live_is_not_walked_until_a_run_leaves() {
         usize::MAX,
         Some(older),
         false,
-        &mut DeadSpan::default(),
+        &mut Memo::default(),
     );
     // The same runs as judged: the walk finds them and still reads nothing (review C2).
     assert_eq!(
@@ -389,24 +391,21 @@ fn a_copy_into_the_reserve_empties_its_segment_or_copies_nothing() {
         base + all - 1,
         None,
         true,
-        &mut DeadSpan::default(),
+        &mut Memo::default(),
     ) {
         Ok(c) => c,
         Err(e) => panic!("{e}"),
     };
     assert_eq!((c.runs, c.short_of_room), (0, true), "{c:?}");
     assert!(f.cycle.entry.len() == base, "nothing copied");
-    let c = match f.planner().plan_compaction(
-        s,
-        u64::MAX,
-        base + all,
-        None,
-        true,
-        &mut DeadSpan::default(),
-    ) {
-        Ok(c) => c,
-        Err(e) => panic!("{e}"),
-    };
+    let c =
+        match f
+            .planner()
+            .plan_compaction(s, u64::MAX, base + all, None, true, &mut Memo::default())
+        {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        };
     assert_eq!((c.runs, c.segment_done), (2, true), "{c:?}");
     f.commit();
     f.assert_replays();
@@ -443,7 +442,7 @@ fn a_run_without_room_is_skipped_and_the_smaller_ones_after_it_are_copied() {
             base + room,
             None,
             false,
-            &mut DeadSpan::default(),
+            &mut Memo::default(),
         ) {
             Ok(c) => c,
             Err(e) => panic!("{e}"),
@@ -554,8 +553,8 @@ fn a_look_asks_the_log_once_per_dead_segment_once_and_judges_the_same() {
     sealed.extend((1..100).map(|i| (last + i, last + i, 1)));
     f.log.sealed = sealed.clone();
     let asked = |f: &Fixture| f.log.sealed_asked.swap(0, Ordering::SeqCst);
-    let mut dead = DeadSpan::default();
-    let look = |f: &mut Fixture, known, dead: &mut DeadSpan| match f.planner().plan_compaction(
+    let mut dead = Memo::default();
+    let look = |f: &mut Fixture, known, dead: &mut Memo| match f.planner().plan_compaction(
         floor,
         u64::MAX,
         usize::MAX,
@@ -586,7 +585,7 @@ fn a_look_asks_the_log_once_per_dead_segment_once_and_judges_the_same() {
     let grown = look(&mut f, None, &mut dead);
     assert_eq!(grown.too_live.map(|t| t.frees), Some(2 * live + 101));
     assert!(asked(&f) <= 2);
-    assert_eq!(look(&mut f, None, &mut DeadSpan::default()), grown);
+    assert_eq!(look(&mut f, None, &mut Memo::default()), grown);
 }
 
 #[test]
@@ -597,21 +596,125 @@ fn a_whole_copy_over_the_budget_is_not_short_of_room() {
     let s = seg(last, 1 << 20);
     let all = compact(&mut pinned_with_small().0, s).bytes;
     let base = f.cycle.entry.len();
-    let c = match f.planner().plan_compaction(
-        s,
-        all - 1,
-        usize::MAX,
-        None,
-        true,
-        &mut DeadSpan::default(),
-    ) {
-        Ok(c) => c,
-        Err(e) => panic!("{e}"),
-    };
+    let c =
+        match f
+            .planner()
+            .plan_compaction(s, all - 1, usize::MAX, None, true, &mut Memo::default())
+        {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        };
     assert_eq!(
         (c.runs, c.more, c.over_budget, c.short_of_room),
         (0, true, true, false),
         "{c:?}"
     );
+    assert_eq!(f.cycle.entry.len(), base, "nothing copied");
+}
+
+/// `n` entries, each holding one live message of queue "keep" (no retention), then nothing
+/// else: the segment over them (`seg(n, 1 << 20)`) is far less than a quarter live. Its
+/// reads counted from zero.
+fn one_run_per_entry(n: usize) -> Fixture {
+    let mut f = Fixture::new();
+    for _ in 0..n {
+        f.push("keep", "p", 1);
+        f.commit();
+    }
+    f.log.reads.store(0, std::sync::atomic::Ordering::SeqCst);
+    f
+}
+
+fn reads(f: &Fixture) -> usize {
+    f.log.reads.swap(0, std::sync::atomic::Ordering::SeqCst)
+}
+
+/// What one run of `one_run_per_entry` writes when copied.
+fn one_copy() -> usize {
+    let mut f = one_run_per_entry(1);
+    compact(&mut f, seg(1, 1 << 20)).bytes as usize
+}
+
+#[test]
+fn a_look_at_a_segment_judged_copyable_reads_only_what_it_takes() {
+    // Review s17 compactor M2: each look that copied part of a segment was due again next
+    // cycle and re-read every remaining live entry to add the runs up again.
+    const N: usize = 32;
+    let one = one_copy();
+    let mut f = one_run_per_entry(N);
+    let s = seg(N as u64, 1 << 20);
+    let mut memo = Memo::default();
+    let look = |f: &mut Fixture, memo: &mut Memo| {
+        let room = f.cycle.entry.len() + one + one / 2;
+        match f
+            .planner()
+            .plan_compaction(s, u64::MAX, room, None, false, memo)
+        {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let first = look(&mut f, &mut memo);
+    assert_eq!(
+        (first.runs, first.more, first.short_of_room),
+        (1, true, true)
+    );
+    assert_eq!(
+        reads(&f),
+        N,
+        "the first look reads the segment whole to judge it"
+    );
+    f.commit();
+    let second = look(&mut f, &mut memo);
+    assert_eq!(
+        (second.runs, second.more, second.short_of_room),
+        (1, true, true)
+    );
+    assert!(
+        reads(&f) <= 2,
+        "the second look reads what it copies, and one more"
+    );
+    f.commit();
+    // A new interval judges it again, whole.
+    memo.new_interval();
+    assert_eq!(look(&mut f, &mut memo).runs, 1);
+    assert_eq!(reads(&f), N - 2);
+    f.commit();
+    // With room for all, the rest is copied and the segment is done.
+    let c = match f
+        .planner()
+        .plan_compaction(s, u64::MAX, usize::MAX, None, false, &mut memo)
+    {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!((c.runs, c.segment_done), (N - 3, true), "{c:?}");
+    f.assert_replays();
+}
+
+#[test]
+fn a_whole_copy_stops_reading_once_it_cannot_fit() {
+    // Review s17 compactor M1: a copy into the reserve that fitted the budget but not the
+    // loan read every live entry of its segment before it gave up.
+    const N: usize = 32;
+    let one = one_copy();
+    let mut f = one_run_per_entry(N);
+    let s = seg(N as u64, 1 << 20);
+    let base = f.cycle.entry.len();
+    let c = look_once(&mut f, s, u64::MAX, base + one + one / 2, true);
+    assert_eq!(
+        (c.runs, c.short_of_room, c.over_budget),
+        (0, true, false),
+        "{c:?}"
+    );
+    assert!(reads(&f) <= 2, "read up to the run that does not fit");
+    // Over the budget: settled as early.
+    let c = look_once(&mut f, s, one as u64, usize::MAX, true);
+    assert_eq!(
+        (c.runs, c.short_of_room, c.over_budget),
+        (0, false, true),
+        "{c:?}"
+    );
+    assert!(reads(&f) <= 2);
     assert_eq!(f.cycle.entry.len(), base, "nothing copied");
 }

@@ -39,6 +39,8 @@ pub struct MemLog {
     pub sealed: Vec<(u64, u64, u64)>,
     /// How many times `sealed_segment_of` was asked (the Raft log reads redb each time).
     pub sealed_asked: std::sync::atomic::AtomicUsize,
+    /// How many entries `read` was asked for (each a read of the disk on the Raft log).
+    pub reads: std::sync::atomic::AtomicUsize,
 }
 
 impl ReplicatedLog for MemLog {
@@ -47,6 +49,8 @@ impl ReplicatedLog for MemLog {
         Box::pin(async { Err(LogError::propose("the fixture log takes no proposals")) })
     }
     fn read(&self, index: u64) -> Result<Option<Vec<u8>>, LogError> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if self.failing {
             return Err(LogError::read(format!(
                 "reading entry {index}: input/output error"

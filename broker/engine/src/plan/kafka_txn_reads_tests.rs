@@ -10,7 +10,9 @@ use queenmq_protocol::kafka_txns::*;
 use queenmq_protocol::{ReadAnswer, ReadReq};
 
 use super::fixture::{opts, Fixture};
-use super::kafka_txns_tests::{codes, end_as, init, limits, run, txn_produce};
+use super::kafka_txns_tests::{
+    add_group, codes, commit_offsets, end_as, init, limits, run, txn_offset, txn_produce,
+};
 use crate::state::kafka_txns::TxnState;
 
 fn ask(fx: &mut Fixture, q: KafkaTxnRead) -> Result<KafkaTxnReadAnswer, String> {
@@ -406,4 +408,32 @@ fn a_list_past_its_row_cap_is_cut_and_counted() {
     assert!(handle
         .render()
         .contains("queen_kafka_txn_list_truncated_total 2"));
+}
+
+/// Review s18 kafka M4: a group's pending offsets are listed whole whatever the cycle grants,
+/// so the door never falls back to checking them after reading the committed offsets.
+#[test]
+fn a_groups_pending_offsets_are_never_cut_by_the_cycles_grant() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    fx.push("t", "1", 1);
+    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
+    assert_eq!(add_group(&mut fx, id, epoch, "g", limits()), TxnCode::None);
+    let offsets = vec![txn_offset("t", 0, 1), txn_offset("t", 1, 1)];
+    assert_eq!(
+        commit_offsets(&mut fx, id, epoch, "g", offsets, limits()),
+        vec![TxnCode::None, TxnCode::None]
+    );
+    fx.commit();
+    let q = KafkaTxnRead::GroupPending { group: "g".into() };
+    match crate::reads::kafka_txns::answer(&fx.st, &q, 0) {
+        Ok((KafkaTxnReadAnswer::GroupPending { pairs, complete }, listed)) => {
+            assert!(
+                complete,
+                "a cut set would be checked only after the offsets"
+            );
+            assert_eq!((pairs.len(), listed), (2, 2));
+        }
+        other => panic!("{other:?}"),
+    }
 }

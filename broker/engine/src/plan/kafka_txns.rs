@@ -17,13 +17,12 @@ use crate::entry::Effect;
 use crate::entry_kafka_txns::TxnEffect;
 use crate::state::frame::{marker_id, write_frame};
 use crate::state::kafka_groups::{group_bytes, offset_bytes};
-use crate::state::kafka_txns::{TxnEnd, TxnResult, TxnRow, TxnState, MAX_TRANSACTIONAL_ID_BYTES};
+use crate::state::kafka_txns::{
+    TxnEnd, TxnResult, TxnRow, TxnState, LAST_EPOCH, MAX_TRANSACTIONAL_ID_BYTES,
+};
 
 /// The payload of a control record's message: never delivered (readers skip markers).
 const MARKER_PAYLOAD: &[u8] = b"null";
-
-/// The highest epoch bumped in place; past it the transactional id gets a new producer id.
-const LAST_EPOCH: i16 = i16::MAX - 1;
 
 /// Kafka's check of the producer a request names against the transactional id's row.
 fn check_producer(row: Option<&TxnRow>, producer_id: i64, epoch: i16) -> TxnCode {
@@ -66,7 +65,7 @@ pub fn entry_bound(st: &crate::state::State, req: &KafkaTxnReq) -> usize {
             .map_or(0, |r| end_bound(txn_id, r))
     };
     match req {
-        KafkaTxnReq::Init { txn_id, .. } => ending(txn_id) + 3 * (TXN_EFFECT + txn_id.len()),
+        KafkaTxnReq::Init { txn_id, .. } => ending(txn_id) + 4 * (TXN_EFFECT + txn_id.len()),
         KafkaTxnReq::AddPartitions {
             txn_id, partitions, ..
         } => partitions
@@ -205,6 +204,15 @@ impl Planner<'_> {
         let row = self.st.kafka_txns.get(txn_id).cloned();
         if let (Some((id, epoch)), Some(r)) = (current, &row) {
             if (id, epoch) != (r.producer_id, r.epoch) {
+                // KIP-360: the retry of a bump whose answer was lost names the pair it bumped
+                // from; it gets the pair it was given, unchanged (Kafka's lastProducerEpoch).
+                if r.state == TxnState::Empty && r.bumped_from == Some((id, epoch)) {
+                    return Ok(KafkaTxnOutcome::Init {
+                        code: TxnCode::None,
+                        producer_id: r.producer_id,
+                        epoch: r.epoch,
+                    });
+                }
                 return Ok(refused(TxnCode::Fenced));
             }
         }
@@ -235,6 +243,13 @@ impl Planner<'_> {
             epoch,
             timeout_ms: timeout,
         }));
+        if let (Some((named_id, named_epoch)), Some(_)) = (current, &row) {
+            self.emit(Effect::KafkaTxn(TxnEffect::BumpedFrom {
+                txn_id,
+                producer_id: named_id,
+                epoch: named_epoch,
+            }));
+        }
         Ok(KafkaTxnOutcome::Init {
             code: TxnCode::None,
             producer_id,

@@ -25,10 +25,20 @@ pub(super) fn run(fx: &mut Fixture, req: KafkaTxnReq) -> KafkaTxnOutcome {
 }
 
 pub(super) fn init(fx: &mut Fixture, txn_id: &str, timeout_ms: i32) -> (TxnCode, i64, i16) {
+    init_as(fx, txn_id, timeout_ms, None)
+}
+
+/// InitProducerId for `txn_id`, naming `current` (KIP-360) or no producer.
+fn init_as(
+    fx: &mut Fixture,
+    txn_id: &str,
+    timeout_ms: i32,
+    current: Option<(i64, i16)>,
+) -> (TxnCode, i64, i16) {
     let req = KafkaTxnReq::Init {
         txn_id: txn_id.into(),
         timeout_ms,
-        current: None,
+        current,
         limits: limits(),
     };
     match run(fx, req) {
@@ -168,6 +178,79 @@ fn init_bumps_the_epoch_and_checks_the_timeout_and_the_named_producer() {
             ..
         }
     ));
+    fx.assert_replays();
+}
+
+fn init_named(fx: &mut Fixture, current: (i64, i16)) -> (TxnCode, i64, i16) {
+    init_as(fx, "tx", 60_000, Some(current))
+}
+
+#[test]
+fn a_retried_kip_360_init_gets_the_pair_it_was_given() {
+    let mut fx = Fixture::new();
+    let (_, id, _) = init(&mut fx, "tx", 60_000);
+    // The bump's answer is lost: the client asks again naming the pair it bumped from.
+    assert_eq!(init_named(&mut fx, (id, 0)), (TxnCode::None, id, 1));
+    fx.commit();
+    let row = fx.st.kafka_txns.get("tx").cloned();
+    assert_eq!(init_named(&mut fx, (id, 0)), (TxnCode::None, id, 1));
+    assert!(fx.cycle.entry.is_empty(), "a retry writes nothing");
+    assert_eq!(fx.st.kafka_txns.get("tx").cloned(), row);
+    fx.assert_replays();
+    // The current pair bumps again; the pair before the last stays fenced.
+    assert_eq!(init_named(&mut fx, (id, 1)), (TxnCode::None, id, 2));
+    fx.commit();
+    assert_eq!(init_named(&mut fx, (id, 0)).0, TxnCode::Fenced);
+    assert_eq!(init_named(&mut fx, (id, 1)), (TxnCode::None, id, 2));
+    // A new incarnation (no pair named) forgets it: the old instance is fenced.
+    assert_eq!(init(&mut fx, "tx", 60_000), (TxnCode::None, id, 3));
+    fx.commit();
+    assert_eq!(init_named(&mut fx, (id, 2)).0, TxnCode::Fenced);
+    // An open transaction at the current epoch: the retry is fenced, not let in.
+    assert_eq!(init_named(&mut fx, (id, 3)), (TxnCode::None, id, 4));
+    fx.commit();
+    fx.push("t", "0", 1);
+    assert_eq!(add(&mut fx, id, 4, &[("t", 0)]), vec![TxnCode::None]);
+    assert_eq!(init_named(&mut fx, (id, 3)).0, TxnCode::Fenced);
+    fx.assert_replays();
+}
+
+#[test]
+fn the_sweeps_fence_forgets_the_retry_pair() {
+    let mut fx = Fixture::new();
+    fx.push("t", "0", 1);
+    let (_, id, _) = init(&mut fx, "tx", 1_000);
+    assert_eq!(init_named(&mut fx, (id, 0)), (TxnCode::None, id, 1));
+    fx.commit();
+    assert_eq!(add(&mut fx, id, 1, &[("t", 0)]), vec![TxnCode::None]);
+    produce(&mut fx, "0", 1);
+    // The bump set the timeout init_named asks for, 60 s.
+    fx.advance(61 * SECOND);
+    assert_eq!(fx.planner().sweep_kafka_txns(1 << 20), 1);
+    fx.commit();
+    assert_eq!(fx.st.kafka_txns.get("tx").and_then(|r| r.bumped_from), None);
+    assert_eq!(init_named(&mut fx, (id, 0)).0, TxnCode::Fenced);
+    assert_eq!(init_named(&mut fx, (id, 1)).0, TxnCode::Fenced);
+    fx.assert_replays();
+}
+
+#[test]
+fn a_retried_kip_360_init_past_the_last_epoch_gets_the_new_producer() {
+    let mut fx = Fixture::new();
+    let (_, id, _) = init(&mut fx, "tx", 60_000);
+    let last = i16::MAX - 1;
+    fx.planner().emit(Effect::KafkaTxn(TxnEffect::Init {
+        txn_id: "tx",
+        producer_id: id,
+        epoch: last,
+        timeout_ms: 60_000,
+    }));
+    fx.commit();
+    let (code, fresh, epoch) = init_named(&mut fx, (id, last));
+    assert_eq!((code, epoch), (TxnCode::None, 0));
+    assert_ne!(fresh, id);
+    fx.commit();
+    assert_eq!(init_named(&mut fx, (id, last)), (TxnCode::None, fresh, 0));
     fx.assert_replays();
 }
 
@@ -314,7 +397,13 @@ fn a_commit_writes_its_markers_and_its_offsets_in_one_entry() {
     fx.assert_replays();
 }
 
-fn add_group(fx: &mut Fixture, id: i64, epoch: i16, group: &str, l: TxnLimits) -> TxnCode {
+pub(super) fn add_group(
+    fx: &mut Fixture,
+    id: i64,
+    epoch: i16,
+    group: &str,
+    l: TxnLimits,
+) -> TxnCode {
     let req = KafkaTxnReq::AddOffsets {
         txn_id: "tx".into(),
         producer_id: id,
@@ -325,7 +414,7 @@ fn add_group(fx: &mut Fixture, id: i64, epoch: i16, group: &str, l: TxnLimits) -
     codes(run(fx, req))[0]
 }
 
-fn txn_offset(topic: &str, partition: i32, metadata: usize) -> TxnOffset {
+pub(super) fn txn_offset(topic: &str, partition: i32, metadata: usize) -> TxnOffset {
     TxnOffset {
         topic: topic.into(),
         partition,
@@ -335,7 +424,7 @@ fn txn_offset(topic: &str, partition: i32, metadata: usize) -> TxnOffset {
     }
 }
 
-fn commit_offsets(
+pub(super) fn commit_offsets(
     fx: &mut Fixture,
     id: i64,
     epoch: i16,

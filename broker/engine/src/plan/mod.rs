@@ -25,6 +25,7 @@ mod kafka_producers_tests;
 mod kafka_records;
 #[cfg(test)]
 mod kafka_records_tests;
+mod kafka_txn_reads;
 #[cfg(test)]
 mod kafka_txn_reads_tests;
 mod kafka_txns;
@@ -80,7 +81,7 @@ use crate::reader::MessageReader;
 use crate::seal::PayloadSeal;
 use crate::state::State;
 
-pub use compaction::{Compacted, CompactionBudget, DeadSpan, Segment, TooLive};
+pub use compaction::{Compacted, CompactionBudget, Memo, Segment, TooLive};
 pub use kafka_txns::entry_bound as kafka_txn_entry_bound;
 pub use kv::KV_SWEEP_PER_CYCLE;
 pub use memory_gate::MemoryGate;

@@ -180,14 +180,15 @@ impl Planner<'_> {
         Ok(PopPlan::Delivered(out))
     }
 
-    /// Payload bytes this cycle's pops may still read: the connections share of the memory
-    /// budget, less what the door holds (answers waiting for their clients), less what earlier
-    /// pops of the cycle read. Their answers reach the door only after the cycle commits, and
-    /// the door counts them from then on (native-api answer.rs): this bounds what is built
-    /// before that. Without a budget (tests), unbounded.
-    fn answer_room(&self) -> usize {
+    /// Bytes this cycle's answers may still take: the connections share of the memory
+    /// budget, less what the door holds (answers waiting for their clients), less what the
+    /// cycle's earlier answers took (pops' payloads, Kafka reads' entries). Their answers
+    /// reach the door only after the cycle commits, and the door counts them from then on
+    /// (native-api answer.rs): this bounds what is built before that. Without a budget
+    /// (tests), unbounded.
+    pub(crate) fn answer_room(&self) -> usize {
         match self.memory {
-            Some(m) => m.answer_room().saturating_sub(self.cycle.pop_bytes),
+            Some(m) => m.answer_room().saturating_sub(self.cycle.answer_bytes),
             None => usize::MAX,
         }
     }
@@ -451,7 +452,7 @@ impl Planner<'_> {
             // The lease covers what is delivered (fewer than asked when the room ran out),
             // never hidden offsets after it: acking the last message must release it.
             let claim_end = last.offset + 1;
-            self.cycle.pop_bytes = msgs.iter().fold(self.cycle.pop_bytes, |a, m| {
+            self.cycle.answer_bytes = msgs.iter().fold(self.cycle.answer_bytes, |a, m| {
                 a.saturating_add(m.payload.len())
             });
             let attempt = if start < row.delivered_end {

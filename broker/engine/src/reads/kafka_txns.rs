@@ -2,7 +2,8 @@
 //! (protocol/src/kafka_txn_reads.rs): no entry. Every answer is bounded by the caps there,
 //! and DescribeTransactions and DescribeProducers by one total each
 //! (`MAX_ENTRIES_PER_ANSWER`, `MAX_PRODUCER_ENTRIES_PER_ANSWER`), counted before anything is
-//! copied (review s16 kafka H1: the per-item caps multiplied).
+//! copied (review s16 kafka H1: the per-item caps multiplied), and lowered to what the
+//! cycle has left (`granted`: review s17 lead H1; plan/kafka_txn_reads.rs).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -12,7 +13,14 @@ use queenmq_protocol::QueenError;
 use crate::state::kafka_txns::{TxnResult, TxnRow, TxnState};
 use crate::state::State;
 
-pub fn answer(st: &State, req: &KafkaTxnRead) -> Result<KafkaTxnReadAnswer, QueenError> {
+/// The answer to `req`, listing at most `granted` entries (partitions, producers, pending
+/// pairs) beside its own caps, and how many it lists. ListTransactions has no per-item
+/// error: its rows (at most [`MAX_TXNS_PER_ANSWER`]) are counted, never refused.
+pub fn answer(
+    st: &State,
+    req: &KafkaTxnRead,
+    granted: usize,
+) -> Result<(KafkaTxnReadAnswer, usize), QueenError> {
     Ok(match req {
         KafkaTxnRead::Describe { txn_ids } => {
             if txn_ids.len() > MAX_TXNS_PER_ANSWER {
@@ -20,7 +28,9 @@ pub fn answer(st: &State, req: &KafkaTxnRead) -> Result<KafkaTxnReadAnswer, Quee
                     "DescribeTransactions names more than 10000 transactional ids",
                 ));
             }
-            KafkaTxnReadAnswer::Described(describe(st, txn_ids, MAX_ENTRIES_PER_ANSWER))
+            let budget = MAX_ENTRIES_PER_ANSWER.min(granted);
+            let (v, spent) = describe(st, txn_ids, budget);
+            (KafkaTxnReadAnswer::Described(v), spent)
         }
         KafkaTxnRead::List {
             states,
@@ -32,7 +42,12 @@ pub fn answer(st: &State, req: &KafkaTxnRead) -> Result<KafkaTxnReadAnswer, Quee
                      {MAX_LIST_PRODUCER_FILTERS} producer id filters"
                 )));
             }
-            list(st, states, producer_ids)
+            let a = list(st, states, producer_ids);
+            let n = match &a {
+                KafkaTxnReadAnswer::Listed { rows, .. } => rows.len(),
+                _ => 0,
+            };
+            (a, n)
         }
         KafkaTxnRead::Producers { partitions } => {
             if partitions.len() > MAX_PRODUCER_PARTITIONS {
@@ -40,11 +55,9 @@ pub fn answer(st: &State, req: &KafkaTxnRead) -> Result<KafkaTxnReadAnswer, Quee
                     "DescribeProducers names more than 10000 partitions",
                 ));
             }
-            KafkaTxnReadAnswer::Producers(producers(
-                st,
-                partitions,
-                MAX_PRODUCER_ENTRIES_PER_ANSWER,
-            ))
+            let budget = MAX_PRODUCER_ENTRIES_PER_ANSWER.min(granted);
+            let (v, spent) = producers(st, partitions, budget);
+            (KafkaTxnReadAnswer::Producers(v), spent)
         }
         KafkaTxnRead::PendingOffsets { group, partitions } => {
             if partitions.len() > MAX_PRODUCER_PARTITIONS {
@@ -52,11 +65,19 @@ pub fn answer(st: &State, req: &KafkaTxnRead) -> Result<KafkaTxnReadAnswer, Quee
                     "a pending-offsets read names more than 10000 partitions",
                 ));
             }
-            KafkaTxnReadAnswer::Pending(st.kafka_txns.pending_of(group, partitions))
+            // One flag per asked partition: bounded by the request, nothing listed.
+            let v = st.kafka_txns.pending_of(group, partitions);
+            (KafkaTxnReadAnswer::Pending(v), 0)
         }
         KafkaTxnRead::GroupPending { group } => {
-            let (pairs, complete) = st.kafka_txns.pending_in(group, MAX_ENTRIES_PER_ANSWER);
-            KafkaTxnReadAnswer::GroupPending { pairs, complete }
+            // Never cut by the cycle's grant (review s18 kafka M4): a set cut below what the
+            // group holds is checked by the door only after the offsets are read, and a
+            // transaction committing in between would show an old offset as stable (review
+            // s16 kafka L1). Its own per-answer bound still holds; what it lists is counted.
+            let budget = MAX_ENTRIES_PER_ANSWER;
+            let (pairs, complete) = st.kafka_txns.pending_in(group, budget);
+            let n = pairs.len();
+            (KafkaTxnReadAnswer::GroupPending { pairs, complete }, n)
         }
     })
 }
@@ -78,12 +99,14 @@ fn kafka_partition(st: &State, pid: u64) -> Option<(String, i32)> {
     Some((q.name.clone(), index))
 }
 
-/// Each id in order. An open transaction's partitions are counted against `budget` before
-/// they are copied; from the first id that would pass it, every id is `OverBudget`.
-fn describe(st: &State, ids: &[String], budget: usize) -> Vec<TxnDescribed> {
+/// Each id in order, and the partitions listed. An open transaction's partitions are
+/// counted against `budget` before they are copied; from the first id that would pass it,
+/// every id is `OverBudget`.
+fn describe(st: &State, ids: &[String], budget: usize) -> (Vec<TxnDescribed>, usize) {
     let mut left = budget;
     let mut over = false;
-    ids.iter()
+    let v = ids
+        .iter()
         .map(|id| {
             if over {
                 return TxnDescribed::OverBudget;
@@ -103,7 +126,8 @@ fn describe(st: &State, ids: &[String], budget: usize) -> Vec<TxnDescribed> {
             left -= cost;
             TxnDescribed::Known(view(st, id, row))
         })
-        .collect()
+        .collect();
+    (v, budget - left)
 }
 
 fn view(st: &State, id: &str, row: &TxnRow) -> TxnView {
@@ -198,11 +222,15 @@ fn list(st: &State, states: &[String], producer_ids: &[i64]) -> KafkaTxnReadAnsw
     }
 }
 
-/// Each asked partition in order. A first pass over the producers' partition rows counts
+/// Each asked partition in order, and the producers listed. A first pass over the producers' partition rows counts
 /// what each asked partition would list; the budget is then spent in the asked order (from
 /// the first partition that would pass it, every one is `OverBudget`), and a second pass
 /// copies only what was granted.
-fn producers(st: &State, asked: &[(String, i32)], budget: usize) -> Vec<PartitionProducers> {
+fn producers(
+    st: &State,
+    asked: &[(String, i32)],
+    budget: usize,
+) -> (Vec<PartitionProducers>, usize) {
     let mut out: Vec<PartitionProducers> = Vec::with_capacity(asked.len());
     // Per slot: the engine partition it asks for, when its topic and partition exist.
     let mut slot_pid: Vec<Option<u64>> = Vec::with_capacity(asked.len());
@@ -224,7 +252,7 @@ fn producers(st: &State, asked: &[(String, i32)], budget: usize) -> Vec<Partitio
         }
     }
     if counts.is_empty() {
-        return out;
+        return (out, 0);
     }
     for (_, row) in st.kafka_producers.iter() {
         for pid in row.partitions.keys() {
@@ -251,8 +279,9 @@ fn producers(st: &State, asked: &[(String, i32)], budget: usize) -> Vec<Partitio
             wanted.entry(p).or_default().push(slot);
         }
     }
+    let spent = budget - left;
     if wanted.is_empty() {
-        return out;
+        return (out, spent);
     }
     for (producer_id, row) in st.kafka_producers.iter() {
         for (pid, seqs) in &row.partitions {
@@ -282,5 +311,5 @@ fn producers(st: &State, asked: &[(String, i32)], budget: usize) -> Vec<Partitio
             }
         }
     }
-    out
+    (out, spent)
 }

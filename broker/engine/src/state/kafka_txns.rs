@@ -58,9 +58,26 @@ pub struct TxnRow {
     pub partitions: BTreeMap<u64, Option<u64>>,
     pub groups: BTreeSet<String>,
     pub pending: BTreeMap<OffsetKey, PendingOffset>,
+    /// The (producer id, epoch) a KIP-360 InitProducerId named when it made the row's
+    /// current pair (effect 66): a retry naming it again, its answer lost, gets the current
+    /// pair instead of being fenced, as Kafka's `lastProducerEpoch`. Any other init clears it.
+    pub bumped_from: Option<(i64, i16)>,
 }
 
+/// The last epoch a producer id is used at: the bump past it moves to a new id at epoch 0.
+pub const LAST_EPOCH: i16 = i16::MAX - 1;
+
 impl TxnRow {
+    /// Whether a bump from `from` makes the row's pair: the same id one epoch on, or a new id
+    /// at epoch 0 after the last epoch. Only such a pair is recorded (apply and decode), so a
+    /// recorded pair never stands for any other.
+    pub fn is_bumped_from(&self, from: (i64, i16)) -> bool {
+        let (id, epoch) = from;
+        let next = id == self.producer_id && epoch.checked_add(1) == Some(self.epoch);
+        let rotated = id != self.producer_id && epoch == LAST_EPOCH && self.epoch == 0;
+        next || rotated
+    }
+
     /// When the open transaction times out (µs); `None` when none is open.
     pub fn deadline_us(&self) -> Option<i64> {
         (self.state == TxnState::Ongoing).then(|| {
@@ -495,6 +512,7 @@ impl KafkaTxns {
             row.timeout_ms = timeout_ms;
             row.last_us = now_us;
             row.last_result = TxnResult::None;
+            row.bumped_from = None;
         } else {
             self.bytes = self
                 .bytes
@@ -512,11 +530,25 @@ impl KafkaTxns {
                     partitions: BTreeMap::new(),
                     groups: BTreeSet::new(),
                     pending: BTreeMap::new(),
+                    bumped_from: None,
                 },
             );
         }
         self.by_producer.insert(producer_id, txn_id.to_owned());
         true
+    }
+
+    /// Effect 66: the pair the KIP-360 init of the same entry named, just after its effect
+    /// 55. Refused unless the row exists with no open transaction and `from` is the pair
+    /// its current one was bumped from.
+    pub fn bumped_from(&mut self, txn_id: &str, from: (i64, i16)) -> bool {
+        match self.rows.get_mut(txn_id) {
+            Some(row) if row.state == TxnState::Empty && row.is_bumped_from(from) => {
+                row.bumped_from = Some(from);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The row of `txn_id` if its current (producer id, epoch) is this one.
@@ -917,6 +949,11 @@ impl KafkaTxns {
 
     pub(crate) fn insert_decoded_part(&mut self, pid: u64, part: PartTxns) -> bool {
         self.parts.insert(pid, part).is_none()
+    }
+
+    /// For the section decoder: a decoded row, to set what follows the partitions.
+    pub(crate) fn row_mut(&mut self, txn_id: &str) -> Option<&mut TxnRow> {
+        self.rows.get_mut(txn_id)
     }
 }
 

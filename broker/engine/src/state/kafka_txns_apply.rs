@@ -1,4 +1,4 @@
-//! Applying the Kafka transaction effects (55..=59) to the state. What the planner never
+//! Applying the Kafka transaction effects (55..=59, 66) to the state. What the planner never
 //! emits (a stale epoch, a partition not in the transaction, a marker past its partition's
 //! end) is skipped with a warning, alike on every replica.
 
@@ -71,6 +71,11 @@ impl State {
                     .records(txn_id, *pid, *base_offset, *count, next),
                 None => false,
             },
+            TxnEffect::BumpedFrom {
+                txn_id,
+                producer_id,
+                epoch,
+            } => self.kafka_txns.bumped_from(txn_id, (*producer_id, *epoch)),
         };
         if !applied {
             tracing::warn!(effect = ?e, "kafka transaction effect the planner never makes skipped");

@@ -9,6 +9,8 @@ use queenmq_protocol::kafka_producers::MAX_PRODUCER_ID;
 use super::kafka_txns::*;
 use crate::codec::{DecodeError, Reader, Writer};
 
+const BUMPED_FROM_VERSION: u8 = 1;
+
 impl KafkaTxns {
     pub fn encode(&self, w: &mut Writer) {
         w.u32(self.len() as u32);
@@ -65,6 +67,65 @@ impl KafkaTxns {
                 w.u64(a.last_offset);
             }
         }
+        self.encode_bumped_from(w);
+    }
+
+    /// The rows' KIP-360 pairs (effect 66) after the partitions (the section's second
+    /// layout): a version byte `1`, `count: u32`, then `(transactional id, producer id i64,
+    /// epoch u16)` in id order. Written only when a row has one, so a section written before
+    /// them (ending after the partitions) still reads, as none.
+    fn encode_bumped_from(&self, w: &mut Writer) {
+        // Counted, then written: nothing is collected while the engine waits on the encode.
+        let pairs = || {
+            self.rows()
+                .filter_map(|(id, row)| row.bumped_from.map(|p| (id, p)))
+        };
+        let n = pairs().count();
+        if n == 0 {
+            return;
+        }
+        w.u8(BUMPED_FROM_VERSION);
+        w.u32(n as u32);
+        for (id, (producer_id, epoch)) in pairs() {
+            w.str(id);
+            w.i64(producer_id);
+            w.u16(epoch as u16);
+        }
+    }
+
+    fn decode_bumped_from(&mut self, r: &mut Reader<'_>) -> Result<(), DecodeError> {
+        if r.is_done() {
+            return Ok(());
+        }
+        let v = r.u8()?;
+        if v != BUMPED_FROM_VERSION {
+            return Err(r.malformed(format!("kafka transactions section layout {v}")));
+        }
+        let mut last: Option<String> = None;
+        for _ in 0..r.count(4 + 8 + 2)? {
+            let id = r.string()?;
+            let producer_id = r.i64()?;
+            let epoch = r.u16()? as i16;
+            let in_order = last.as_ref().is_none_or(|l| *l < id);
+            let fits = (0..=MAX_PRODUCER_ID).contains(&producer_id) && epoch >= 0;
+            // A row keeps its pair while a transaction opens and ends at the bumped epoch;
+            // the pair is always the one its current pair was bumped from.
+            let row = self.row_mut(&id).filter(|row| {
+                in_order
+                    && fits
+                    && row.bumped_from.is_none()
+                    && row.is_bumped_from((producer_id, epoch))
+            });
+            let Some(row) = row else {
+                return Err(r.malformed(format!(
+                    "kafka transaction {id:?}: a retry pair out of order or range, repeated, \
+                     of an unknown row or not the one its pair was bumped from"
+                )));
+            };
+            row.bumped_from = Some((producer_id, epoch));
+            last = Some(id);
+        }
+        Ok(())
     }
 
     /// Refuses what apply never makes (docs/kafka-transactions.md). `next_offset` gives a
@@ -104,6 +165,7 @@ impl KafkaTxns {
             let part = decode_part(r, pid, next)?;
             t.insert_decoded_part(pid, part);
         }
+        t.decode_bumped_from(r)?;
         t.rebuild();
         Ok(t)
     }
@@ -195,6 +257,7 @@ fn decode_row(
         partitions,
         groups,
         pending,
+        bumped_from: None,
     })
 }
 

@@ -540,3 +540,80 @@ proptest::proptest! {
         check_pending(&back)?;
     }
 }
+
+#[test]
+fn a_retry_pair_rides_after_the_partitions_and_a_bad_one_is_refused() {
+    let mut t = KafkaTxns::default();
+    assert!(t.init("tx", 7, 1, 1000, 100));
+    let plain = encoded(&t);
+    assert!(t.bumped_from("tx", (7, 0)));
+    let with_pair = encoded(&t);
+    assert_eq!(&with_pair.buf[..plain.buf.len()], &plain.buf[..]);
+    let back = decode(&with_pair).expect("decodes");
+    assert_eq!(back.get("tx").and_then(|r| r.bumped_from), Some((7, 0)));
+    // A checkpoint written before the pairs existed reads as none.
+    assert_eq!(
+        decode(&plain)
+            .ok()
+            .and_then(|b| b.get("tx").map(|r| r.bumped_from)),
+        Some(None)
+    );
+    // A later init forgets the pair; the effect is refused for an unknown row.
+    assert!(t.init("tx", 7, 2, 1000, 200));
+    assert_eq!(t.get("tx").and_then(|r| r.bumped_from), None);
+    assert!(!t.bumped_from("nope", (7, 0)));
+    // Only the pair the current one was bumped from is taken, by apply and by decode: an
+    // unknown row, a pair that is not the predecessor, a negative epoch, a producer id out
+    // of range, a repeated row, another layout or a count past the bytes fails.
+    assert!(
+        !t.bumped_from("tx", (7, 0)),
+        "(7, 2) was not bumped from (7, 0)"
+    );
+    assert!(!t.bumped_from("tx", (7, 2)));
+    assert!(t.bumped_from("tx", (7, 1)));
+    let trailer = |layout: u8, count: u32, pairs: &[(&str, i64, u16)]| {
+        let mut w = Writer {
+            buf: plain.buf.clone(),
+        };
+        w.u8(layout);
+        w.u32(count);
+        for (id, producer_id, epoch) in pairs {
+            w.str(id);
+            w.i64(*producer_id);
+            w.u16(*epoch);
+        }
+        w
+    };
+    assert!(decode(&trailer(1, 1, &[("tx", 7, 0)])).is_ok());
+    for (layout, count, pairs) in [
+        (1u8, 1u32, vec![("nope", 7i64, 0u16)]),
+        (1, 1, vec![("tx", 7, 1)]),
+        (1, 1, vec![("tx", 7, u16::MAX)]),
+        (1, 1, vec![("tx", -1, 0)]),
+        (1, 1, vec![("tx", i64::MAX, 0)]),
+        (1, 2, vec![("tx", 7, 0), ("tx", 7, 0)]),
+        (2, 1, vec![("tx", 7, 0)]),
+        (1, u32::MAX, vec![("tx", 7, 0)]),
+    ] {
+        assert!(
+            decode(&trailer(layout, count, &pairs)).is_err(),
+            "{layout} {count} {pairs:?} decoded"
+        );
+    }
+}
+
+#[test]
+fn a_pair_past_the_last_epoch_names_the_old_producer() {
+    let mut t = KafkaTxns::default();
+    let last = crate::state::kafka_txns::LAST_EPOCH;
+    assert!(t.init("tx", 7, last, 1000, 100));
+    assert!(t.init("tx", 8, 0, 1000, 200));
+    assert!(
+        !t.bumped_from("tx", (8, last)),
+        "the same id does not rotate"
+    );
+    assert!(!t.bumped_from("tx", (7, last - 1)));
+    assert!(t.bumped_from("tx", (7, last)));
+    let back = decode(&encoded(&t)).expect("decodes");
+    assert_eq!(back.get("tx").and_then(|r| r.bumped_from), Some((7, last)));
+}
