@@ -207,6 +207,13 @@ impl Queue {
     }
 }
 
+/// The store's clock is tokio's: the same instant as `Instant::now()` in the broker, and in
+/// tests with paused time it moves only when the test advances it, so leases and ttls end on
+/// the test's word.
+pub(super) fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
     // A panic under the lock leaves rings that are still rings: keep serving.
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -490,7 +497,7 @@ impl EphemeralDoor for Store {
     }
 
     fn seed(&self, tenant: &str, declared: Vec<(String, EphemeralOptions)>) {
-        let now = Instant::now();
+        let now = now();
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
         let t = inner.tenants.entry(tenant.to_string()).or_default();
@@ -513,7 +520,7 @@ impl EphemeralDoor for Store {
     }
 
     fn declare(&self, tenant: &str, queue: &str, options: EphemeralOptions) {
-        let now = Instant::now();
+        let now = now();
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
         let t = inner.tenants.entry(tenant.to_string()).or_default();
@@ -580,7 +587,7 @@ impl EphemeralDoor for Store {
         if !self.limits.enabled {
             return Err(EphemeralRefusal::Disabled);
         }
-        let now = Instant::now();
+        let now = now();
         let partition = partition.unwrap_or(DEFAULT_PARTITION);
         let n = payloads.len() as u64;
         let bytes: u64 = payloads
@@ -696,7 +703,7 @@ impl EphemeralDoor for Store {
         if !self.limits.enabled {
             return Err(EphemeralRefusal::Disabled);
         }
-        let now = Instant::now();
+        let now = now();
         let group = ask.group.unwrap_or(QUEUE_MODE_GROUP);
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
@@ -863,7 +870,7 @@ impl EphemeralDoor for Store {
         acks: &[(String, AckStatus)],
     ) -> Vec<AckOutcome> {
         let group = group.unwrap_or(QUEUE_MODE_GROUP);
-        let now = Instant::now();
+        let now = now();
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
         let mut out = Vec::with_capacity(acks.len());

@@ -259,17 +259,28 @@ type Waiter = tokio::task::JoinHandle<Result<Vec<EphemeralMessage>, EphemeralRef
 /// A waiting pop of one message for `group`, up to a minute: the tests answer it well before,
 /// unless a wake is lost.
 fn waiter(door: &Arc<Counting>, group: &'static str) -> Waiter {
+    waiter_for(door, group, None, 60_000)
+}
+
+/// A waiting pop of one message for `group`, of `partition` (None: the whole queue), for up
+/// to `timeout_ms`.
+fn waiter_for(
+    door: &Arc<Counting>,
+    group: &'static str,
+    partition: Option<&'static str>,
+    timeout_ms: u64,
+) -> Waiter {
     let door = door.clone();
     tokio::spawn(async move {
         let ask = PopAsk {
             queue: "q",
-            partition: None,
+            partition,
             group: Some(group),
             batch: 1,
             auto_ack: true,
             existing: false,
         };
-        pop_waiting(&*door, "t", &ask, 60_000).await
+        pop_waiting(&*door, "t", &ask, timeout_ms).await
     })
 }
 
@@ -365,4 +376,46 @@ async fn a_push_between_the_check_and_the_wait_is_not_lost() {
     assert_eq!(got.len(), 1);
     assert_eq!(&*got[0].payload, "between");
     assert_eq!(door.pops.load(Ordering::SeqCst), 3);
+}
+
+/// Answers of the waiters done, and the others aborted.
+async fn answers(waiters: Vec<Waiter>) -> Vec<Option<Vec<EphemeralMessage>>> {
+    let mut out = Vec::new();
+    for w in waiters {
+        if w.is_finished() {
+            out.push(Some(w.await.unwrap().unwrap()));
+        } else {
+            w.abort();
+            out.push(None);
+        }
+    }
+    out
+}
+
+/// Review s18 ephemeral H1: the push wakes the older waiter just as its timeout ends; its
+/// `select!` may take the wake and then find its deadline passed. It must not leave with the
+/// wake unused: it pops once more (or rings the gate again), so exactly one of the two answers
+/// the message. `select!` picks its branch at random: sixteen rounds make a lost wake show.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_at_its_deadline_does_not_swallow_the_wake() {
+    for round in 0..16 {
+        let door = counting();
+        let w1 = waiter_for(&door, "g", None, 10);
+        run_ready().await;
+        let w2 = waiter_for(&door, "g", None, 60_000);
+        run_ready().await;
+        door.store.push("t", "q", None, msgs(1)).unwrap();
+        tokio::time::advance(Duration::from_millis(20)).await;
+        run_ready().await;
+        let done = answers(vec![w1, w2]).await;
+        assert!(
+            done[0].is_some(),
+            "round {round}: the first waiter timed out"
+        );
+        let taken: usize = done.iter().flatten().map(Vec::len).sum();
+        assert_eq!(
+            taken, 1,
+            "round {round}: the message was answered {taken} times"
+        );
+    }
 }
