@@ -102,6 +102,14 @@ impl Due {
         self.bytes -= freed.min(self.bytes);
     }
 
+    /// Whether a lease of `group` has ended by `now` in a ring no pop has looked at since.
+    pub fn ended_by(&self, group: &str, now: Instant) -> bool {
+        self.groups
+            .get(group)
+            .and_then(|g| g.ends.first())
+            .is_some_and(|(at, _)| *at <= now)
+    }
+
     /// The ring of `group`'s set after `after` in name order, wrapping to the first (the
     /// first with no `after`).
     pub fn next_after(&self, group: &str, after: Option<&str>) -> Option<String> {

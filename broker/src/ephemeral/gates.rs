@@ -80,6 +80,23 @@ impl Gates {
         }
     }
 
+    /// The sweep's look for what no push or nack announced (a lease that ended): one waiter
+    /// of each held gate whose scope `due` says has something for its group is rung.
+    pub fn ring_due(&self, due: impl Fn(&str, Option<&str>) -> bool) {
+        for (name, g) in &self.groups {
+            if let Some(n) = g.any.as_ref().filter(|n| held(n)) {
+                if due(name, None) {
+                    n.notify_one();
+                }
+            }
+            for (p, n) in &g.partitions {
+                if held(n) && due(name, Some(p)) {
+                    n.notify_one();
+                }
+            }
+        }
+    }
+
     /// The queue is gone: every waiter answers now rather than at its timeout.
     pub fn close(&self) {
         for g in self.groups.values() {

@@ -314,6 +314,12 @@ impl Store {
                 q.bytes -= freed.1.min(q.bytes);
                 q.rings.retain(|_, r| !r.is_vacant());
                 q.due.sweep(&q.rings);
+                // A lease's end is found only by a pop: the waiters of its group are rung, so
+                // one pops rather than sleeping to its timeout (review s18 ephemeral M3).
+                q.gates.ring_due(|group, partition| match partition {
+                    Some(p) => q.rings.get(p).is_some_and(|r| r.due_for(group, now)),
+                    None => q.due.ended_by(group, now),
+                });
                 true
             });
             let mut tenant = 0u64;

@@ -419,3 +419,71 @@ async fn a_waiter_at_its_deadline_does_not_swallow_the_wake() {
         );
     }
 }
+
+/// Review s18 ephemeral M3: consumer A's lease ends (A is gone); the sweep rings the gates of
+/// its group, so waiter B, of the whole queue or of the partition, takes the message again
+/// rather than sleeping to its timeout.
+#[tokio::test(start_paused = true)]
+async fn a_lease_that_ends_wakes_a_waiter_of_its_group() {
+    for partition in [None, Some("p")] {
+        let door = counting();
+        door.store.declare(
+            "t",
+            "q",
+            EphemeralOptions {
+                lease_seconds: 1,
+                ..EphemeralOptions::default()
+            },
+        );
+        door.store.push("t", "q", Some("p"), msgs(1)).unwrap();
+        let a = PopAsk {
+            queue: "q",
+            partition,
+            group: Some("g"),
+            batch: 1,
+            auto_ack: false,
+            existing: false,
+        };
+        assert_eq!(door.store.pop("t", &a).unwrap().len(), 1);
+        let b = waiter_for(&door, "g", partition, 60_000);
+        run_ready().await;
+        assert!(!b.is_finished(), "leased: nothing for B yet");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        run_ready().await;
+        door.store.sweep(now());
+        run_ready().await;
+        let got = answers(vec![b]).await.remove(0);
+        let got = got.unwrap_or_else(|| panic!("{partition:?}: B still sleeps"));
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].attempts, 2);
+    }
+}
+
+/// Review s18 ephemeral M3: a waiter whose timeout ends after a lease did, with no sweep in
+/// between, pops once more at its deadline and answers the message, not `[]`.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_pops_once_more_at_its_deadline() {
+    let door = counting();
+    let options = EphemeralOptions {
+        lease_seconds: 1,
+        ..EphemeralOptions::default()
+    };
+    door.store.declare("t", "q", options);
+    door.store.push("t", "q", None, msgs(1)).unwrap();
+    let a = PopAsk {
+        queue: "q",
+        partition: None,
+        group: Some("g"),
+        batch: 1,
+        auto_ack: false,
+        existing: false,
+    };
+    assert_eq!(door.store.pop("t", &a).unwrap().len(), 1);
+    let b = waiter_for(&door, "g", None, 3_000);
+    run_ready().await;
+    tokio::time::advance(Duration::from_secs(4)).await;
+    run_ready().await;
+    let got = answers(vec![b]).await.remove(0).expect("past its timeout");
+    assert_eq!(got.len(), 1, "the last pop found the ended lease");
+    assert_eq!(got[0].attempts, 2);
+}
