@@ -16,9 +16,6 @@ const NAME_SLOT: u64 = std::mem::size_of::<String>() as u64;
 #[derive(Default)]
 pub struct Heads {
     by_age: BTreeMap<Instant, Vec<String>>,
-    rings: usize,
-    /// Σ the names' lengths.
-    names: u64,
     /// What the index holds, as the node's cap counts it: slots by capacity and names.
     bytes: u64,
 }
@@ -49,8 +46,6 @@ impl Heads {
             names.push(partition.to_string());
             let after = cost(names, names.capacity());
             self.bytes = (self.bytes + after).saturating_sub(before);
-            self.rings += 1;
-            self.names += partition.len() as u64;
         }
     }
 
@@ -63,8 +58,6 @@ impl Heads {
         };
         let before = cost(names, names.capacity());
         names.swap_remove(i);
-        self.rings -= 1;
-        self.names -= (partition.len() as u64).min(self.names);
         if names.is_empty() {
             self.by_age.remove(&at);
             self.bytes = self.bytes.saturating_sub(before);
@@ -85,18 +78,10 @@ impl Heads {
         names.first().map(|n| (*at, n.as_str()))
     }
 
-    /// The rings that hold a message, in age order of their oldest.
-    pub fn rings(&self) -> impl Iterator<Item = &str> {
-        self.by_age.values().flatten().map(String::as_str)
-    }
-
+    /// The rings with an entry.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.rings
-    }
-
-    /// Σ the names' lengths: what copying every ring's name costs.
-    pub fn name_bytes(&self) -> u64 {
-        self.names
+        self.by_age.values().map(Vec::len).sum()
     }
 
     pub fn bytes(&self) -> u64 {

@@ -426,11 +426,6 @@ impl Ring {
         self.groups.get(group).and_then(|c| c.soonest)
     }
 
-    /// The groups with a cursor here.
-    pub fn group_names(&self) -> impl Iterator<Item = &str> {
-        self.groups.keys().map(String::as_str)
-    }
-
     pub fn holds(&self, seq: u64) -> bool {
         self.get(seq).is_some()
     }

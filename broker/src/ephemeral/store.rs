@@ -89,7 +89,7 @@ struct Queue {
     ring_reads: std::cell::Cell<u64>,
     /// Waiting pops' gates, per group and scope.
     gates: Gates,
-    /// Per group, the rings where it may have something due.
+    /// The push log and, per group, where it has looked and what it must look at again.
     due: Due,
     /// The ring the last pop without a partition started at: the next starts after it, so one
     /// busy partition does not starve others.
@@ -208,6 +208,9 @@ impl Queue {
         let (after, now) = (ring.charge(), ring.oldest_at());
         self.rings_charged = (self.rings_charged + after).saturating_sub(before);
         self.heads.moved(partition, was, now);
+        if now.is_none() {
+            self.due.emptied(partition);
+        }
         Some(out)
     }
 }
@@ -309,18 +312,22 @@ impl Store {
                         let b = ring.trim();
                         freed.0 += before - ring.items.len() as u64;
                         freed.1 += b;
-                        // A forgotten group starts over at the ring's head.
+                        // A forgotten group starts over at the ring's head: the ring is due
+                        // again for it, as after a push.
                         if !ring.items.is_empty() {
-                            q.due.arrived(name, None);
+                            q.due.pushed(name);
                         }
                     }
                     ring.shrink();
                     q.heads.moved(name, was, ring.oldest_at());
+                    if ring.items.is_empty() {
+                        q.due.emptied(name);
+                    }
                 }
                 q.length -= freed.0.min(q.length);
                 q.bytes -= freed.1.min(q.bytes);
                 q.rings.retain(|_, r| !r.is_vacant());
-                q.due.sweep(&q.rings);
+                q.due.sweep(&q.rings, now, idle);
                 // A lease's end is found only by a pop: the waiters of its group are rung, so
                 // one pops rather than sleeping to its timeout (review s18 ephemeral M3).
                 q.gates.ring_due(|group, partition| match partition {
@@ -643,12 +650,12 @@ impl EphemeralDoor for Store {
                         + Ring::default().growth_for(payloads.len())
                 }
             }
-            // The ring's head if it held nothing, and an entry in each group's due set.
+            // The ring's head and push log entry if it held nothing (review s18 ephemeral M2:
+            // one entry, whatever the number of groups).
             + match q.rings.get(partition).is_none_or(|r| r.items.is_empty()) {
-                true => Heads::entry_cost(partition),
+                true => Heads::entry_cost(partition) + Due::log_cost(partition),
                 false => 0,
-            }
-            + q.due.groups() * (DUE_COST + partition.len() as u64);
+            };
         let aged = q.charge();
         settle(inner, tenant, before, aged);
         // Judged on the balance: a dropOldest feed at its bound takes out what it brings in.
@@ -701,7 +708,7 @@ impl EphemeralDoor for Store {
         q.least_item = q.least_item.min(least);
         q.length += n;
         q.bytes += bytes;
-        q.due.arrived(partition, None);
+        q.due.pushed(partition);
         q.gates.arrived(partition, None);
         let after = q.charge();
         settle(inner, tenant, aged, after);
@@ -721,7 +728,7 @@ impl EphemeralDoor for Store {
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
         // The most this pop can add: a cursor and a lease end in every ring it visits, a lease
-        // per message, and a group's first due set (an entry per ring holding a message).
+        // per message, and a group's state (its name: nothing is copied, review s18 M2).
         let (before, grow) = {
             let q = inner
                 .tenants
@@ -741,12 +748,7 @@ impl EphemeralDoor for Store {
                 q.map_or(0, |q| q.length).min(ask.batch as u64)
             };
             let due = match (q, ask.partition) {
-                (Some(q), None) if !q.due.knows(group) => {
-                    DUE_GROUP_COST
-                        + group.len() as u64
-                        + q.heads.len() as u64 * DUE_COST
-                        + q.heads.name_bytes()
-                }
+                (Some(q), None) if !q.due.knows(group) => DUE_GROUP_COST + group.len() as u64,
                 _ => 0,
             };
             let grow =
@@ -794,11 +796,25 @@ impl EphemeralDoor for Store {
             Some(p) => visit(q, p, &mut out),
             None => {
                 // Only the rings where the group may have something due are visited (review
-                // s14 R3), in name order from the one after where the last such pop started,
-                // one name looked up at a time: a pop that fills its batch from the first ring
-                // copies one name (review s12 E7).
-                q.due.start(group, q.heads.rings());
+                // s14 R3): first those pushed to since it last looked, oldest push first;
+                // then those it must look at again (left unfinished, nacked, lease ended), in
+                // name order from the one after where the last such pop started, so a busy
+                // partition does not starve the others. One name is looked up at a time: a
+                // pop that fills its batch from the first ring copies one name (review s12
+                // E7).
+                q.due.start(group, now);
                 q.due.ended(group, now);
+                // What the log gave is not visited again by this pop: what it left there is
+                // for the next one (a lease of no seconds would otherwise be taken twice).
+                let mut looked = Vec::new();
+                while out.len() < ask.batch {
+                    let Some(name) = q.due.next_logged(group) else {
+                        break;
+                    };
+                    visit(q, &name, &mut out);
+                    looked.push(name);
+                }
+                looked.sort_unstable();
                 let first = q.due.next_after(group, q.turn.as_deref());
                 if first.is_some() {
                     q.turn.clone_from(&first);
@@ -813,7 +829,9 @@ impl EphemeralDoor for Store {
                         .due
                         .next_after(group, Some(&name))
                         .filter(|n| Some(n) != first.as_ref());
-                    visit(q, &name, &mut out);
+                    if looked.binary_search(&name).is_err() {
+                        visit(q, &name, &mut out);
+                    }
                 }
             }
         }
@@ -947,7 +965,7 @@ impl EphemeralDoor for Store {
         for (p, again) in &touched {
             trim(q, p);
             if *again {
-                q.due.arrived(p, Some(group));
+                q.due.arrived(p, group);
                 q.gates.arrived(p, Some(group));
             }
         }

@@ -589,3 +589,83 @@ async fn a_delete_answers_every_waiter() {
         assert_eq!(got.expect("answered on delete"), []);
     }
 }
+
+fn charge(s: &Store, queue: &str) -> u64 {
+    let mut g = lock(&s.inner);
+    g.queue("t", queue, Instant::now()).unwrap().charge()
+}
+
+/// Review s18 ephemeral M2: 100 groups new to a queue of 10 000 rings holding a message each
+/// pop one message each. A new group copies nothing: the queue's charge grows by its cursor
+/// and its state, and each pop reads the ring it takes from.
+#[test]
+fn a_new_group_copies_nothing() {
+    let s = store();
+    let options = EphemeralOptions {
+        max_length: 100_000,
+        ..EphemeralOptions::default()
+    };
+    s.declare("t", "q", options);
+    for p in 0..MAX_PARTITIONS {
+        s.push("t", "q", Some(&format!("p{p}")), msgs(1)).unwrap();
+    }
+    let before = charge(&s, "q");
+    visits(&s, "q");
+    for i in 0..100 {
+        let group = format!("g{i:02}");
+        let a = PopAsk {
+            queue: "q",
+            partition: None,
+            group: Some(&group),
+            batch: 1,
+            auto_ack: false,
+            existing: false,
+        };
+        assert_eq!(s.pop("t", &a).unwrap().len(), 1);
+        let read = visits(&s, "q");
+        assert!(read <= 2, "a new group's pop of one read {read} rings");
+    }
+    let grown = charge(&s, "q") - before;
+    let each = CURSOR_COST + ENTRY_COST + 2 * DUE_COST + DUE_GROUP_COST + 64;
+    assert!(
+        grown < 100 * each,
+        "100 new groups grew the queue by {grown}"
+    );
+    assert_indexes_consistent(&s, "q");
+    assert_consistent(&s);
+}
+
+/// Review s18 ephemeral M2: with 1 000 groups that each looked at the queue, a push touches
+/// one index entry, not one per group.
+#[test]
+fn a_push_touches_one_index_entry_whatever_the_groups() {
+    let s = store();
+    s.declare("t", "q", EphemeralOptions::default());
+    s.push("t", "q", Some("a"), msgs(1)).unwrap();
+    for i in 0..1_000 {
+        let group = format!("g{i:03}");
+        let a = PopAsk {
+            queue: "q",
+            partition: None,
+            group: Some(&group),
+            batch: 1,
+            auto_ack: false,
+            existing: false,
+        };
+        assert_eq!(s.pop("t", &a).unwrap().len(), 1);
+    }
+    let touched = |s: &Store| {
+        let mut g = lock(&s.inner);
+        let q = g.queue("t", "q", Instant::now()).unwrap();
+        std::mem::take(&mut q.due.touched)
+    };
+    touched(&s);
+    s.push("t", "q", Some("b"), msgs(1)).unwrap();
+    assert_eq!(touched(&s), 1);
+    s.push("t", "q", Some("a"), msgs(1)).unwrap();
+    assert_eq!(touched(&s), 1);
+    let got = drain(&s, "q", "g500");
+    assert_eq!(got.len(), 2, "both due for a group that looked before");
+    assert_indexes_consistent(&s, "q");
+    assert_consistent(&s);
+}
