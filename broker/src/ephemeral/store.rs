@@ -313,9 +313,10 @@ impl Store {
                         freed.0 += before - ring.items.len() as u64;
                         freed.1 += b;
                         // A forgotten group starts over at the ring's head: the ring is due
-                        // again for it, as after a push.
+                        // again for it, as after a push, and its waiters are rung.
                         if !ring.items.is_empty() {
                             q.due.pushed(name);
+                            q.gates.arrived(name, None);
                         }
                     }
                     ring.shrink();

@@ -669,3 +669,45 @@ fn a_push_touches_one_index_entry_whatever_the_groups() {
     assert_indexes_consistent(&s, "q");
     assert_consistent(&s);
 }
+
+/// Review s18 ephemeral M3: a group forgotten in a ring (idle, its lease ended) starts over at
+/// the ring's head; its waiter is rung by that sweep and takes the message.
+#[tokio::test(start_paused = true)]
+async fn a_forgotten_cursor_wakes_a_waiter_of_its_group() {
+    let door = Arc::new(Counting {
+        store: Store::new(
+            StoreLimits {
+                enabled: true,
+                max_bytes: 1 << 30,
+                tenant_max_bytes: 1 << 30,
+                implicit_idle: Duration::from_secs(2),
+            },
+            None,
+            LongPollSlots::new(64),
+        ),
+        pops: AtomicUsize::new(0),
+        push_after: AtomicUsize::new(0),
+    });
+    let options = EphemeralOptions {
+        lease_seconds: 1,
+        ..EphemeralOptions::default()
+    };
+    door.store.declare("t", "q", options);
+    door.store.push("t", "q", None, msgs(1)).unwrap();
+    let a = PopAsk {
+        queue: "q",
+        partition: None,
+        group: Some("g"),
+        batch: 1,
+        auto_ack: false,
+        existing: false,
+    };
+    assert_eq!(door.store.pop("t", &a).unwrap().len(), 1);
+    let b = waiter_for(&door, "g", None, 60_000);
+    run_ready().await;
+    tokio::time::advance(Duration::from_secs(3)).await;
+    door.store.sweep(now());
+    run_ready().await;
+    let got = answers(vec![b]).await.remove(0).expect("rung by the sweep");
+    assert_eq!(got.len(), 1);
+}
