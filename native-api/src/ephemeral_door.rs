@@ -108,9 +108,12 @@ pub trait EphemeralDoor: Send + Sync + std::fmt::Debug + 'static {
         tenant: &str,
         ask: &PopAsk<'_>,
     ) -> Result<Vec<EphemeralMessage>, EphemeralRefusal>;
-    /// Notified on every push to the queue, for long polls; None once the queue is gone (a
-    /// DELETE while the pop waited): the pop answers rather than bring it back as implicit.
-    fn wake(&self, tenant: &str, queue: &str) -> Option<Arc<tokio::sync::Notify>>;
+    /// The gate a waiting pop parks on: one per group and scope (the queue, or the pop's
+    /// partition), rung once (`notify_one`) per push that gives it something and again
+    /// while what is due there outlasts the pop that took; every waiter is woken when the
+    /// queue goes. None once the queue is gone (a DELETE while the pop waited): the pop
+    /// answers rather than bring it back as implicit.
+    fn wake(&self, tenant: &str, ask: &PopAsk<'_>) -> Option<Arc<tokio::sync::Notify>>;
     /// A waiting pop's slot, out of the node's long-poll slots that durable pops share and
     /// within the tenant's part of them; None past either.
     fn wait_slot(&self, tenant: &str) -> Option<WaitSlot>;

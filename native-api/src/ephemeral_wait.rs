@@ -1,13 +1,22 @@
 //! A waiting ephemeral pop (`wait=true`): its long-poll slot first, then messages, then, if
 //! none came or a `windowBuffer` is open, parked on the queue's gate until the deadline.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use crate::ephemeral_door::{EphemeralDoor, EphemeralMessage, EphemeralRefusal, PopAsk};
 
 /// The slot is asked for before anything is popped. Without one the pop cannot wait: it
 /// answers at once what is there, as a pop without `wait`, and only an empty answer is
 /// refused, so nothing a pop took is ever thrown away or charged an attempt (review s14 R1).
+///
+/// A push wakes one waiter of a gate (`notify_one`), and only a pop rings it for the next:
+/// so every wait is followed by a pop, even past the deadline, and a waiter that used a wake
+/// but leaves without popping (a refusal, the queue deleted) rings its gate again. Otherwise
+/// the wake dies with it and the other waiters sleep to their timeouts beside a due message
+/// (review s18 ephemeral H1; the last pop also finds a lease that ended meanwhile, M3).
 pub async fn pop_waiting(
     store: &dyn EphemeralDoor,
     tenant: &str,
@@ -24,24 +33,41 @@ pub async fn pop_waiting(
         return Ok(got);
     };
     let mut got = store.pop(tenant, ask)?;
+    // The gate whose wake this waiter used and has not popped after yet.
+    let mut woken: Option<Arc<Notify>> = None;
+    let out = waiting(store, tenant, ask, timeout_ms, &mut got, &mut woken).await;
+    if let Some(gate) = woken {
+        gate.notify_one();
+    }
+    out.map(|()| got)
+}
+
+async fn waiting(
+    store: &dyn EphemeralDoor,
+    tenant: &str,
+    ask: &PopAsk<'_>,
+    timeout_ms: u64,
+    got: &mut Vec<EphemeralMessage>,
+    woken: &mut Option<Arc<Notify>>,
+) -> Result<(), EphemeralRefusal> {
     let start = tokio::time::Instant::now();
     // Until something arrives; then, with a windowBuffer, a little longer to fatten it.
     let mut until = start + Duration::from_millis(timeout_ms);
     loop {
+        if got.len() >= ask.batch {
+            return Ok(());
+        }
         let (window_ms, window_count) = store.window(tenant, ask.queue);
         let want = (window_count as usize).clamp(1, ask.batch);
         if !got.is_empty() {
             if window_ms == 0 || got.len() >= want {
-                break;
+                return Ok(());
             }
             until =
                 until.min(tokio::time::Instant::now() + Duration::from_millis(window_ms.into()));
         }
-        if tokio::time::Instant::now() >= until {
-            break;
-        }
-        let Some(gate) = store.wake(tenant, ask.queue) else {
-            break;
+        let Some(gate) = store.wake(tenant, ask) else {
+            return Ok(());
         };
         let rung = gate.notified();
         tokio::pin!(rung);
@@ -56,21 +82,23 @@ pub async fn pop_waiting(
         ) {
             Ok(more) => more,
             // Deleted since `wake` (review s14 R6): answered with what it has.
-            Err(EphemeralRefusal::NotFound) => break,
+            Err(EphemeralRefusal::NotFound) => return Ok(()),
             // What this pop already took is answered, never thrown away.
-            Err(_) if !got.is_empty() => break,
+            Err(_) if !got.is_empty() => return Ok(()),
             Err(e) => return Err(e),
         };
-        if more.is_empty() {
-            tokio::select! {
-                _ = &mut rung => {}
-                _ = tokio::time::sleep_until(until) => {}
-            }
-        }
+        *woken = None;
+        let empty = more.is_empty();
         got.extend(more);
-        if got.len() >= ask.batch {
-            break;
+        if !empty {
+            continue;
+        }
+        if tokio::time::Instant::now() >= until {
+            return Ok(());
+        }
+        tokio::select! {
+            _ = &mut rung => *woken = Some(gate.clone()),
+            _ = tokio::time::sleep_until(until) => {}
         }
     }
-    Ok(got)
 }

@@ -3,6 +3,9 @@
 //! HTTP door. A fresh random incarnation per process start makes ids of earlier processes
 //! answer `stale`.
 
+mod due;
+mod gates;
+mod heads;
 mod ring;
 mod store;
 mod sweep;

@@ -407,6 +407,25 @@ impl Ring {
         v
     }
 
+    /// Whether `group` could take something here at `now`: a redelivery, a lease ended, or a
+    /// message it never received (all of them, for a group without a cursor yet).
+    pub fn due_for(&self, group: &str, now: Instant) -> bool {
+        let Some(c) = self.groups.get(group) else {
+            return !self.items.is_empty();
+        };
+        !c.again.is_empty()
+            || c.next.max(self.head()) < self.next_seq
+            || (c.soonest.is_some_and(|s| s <= now)
+                && c.leased
+                    .values()
+                    .any(|l| l.expires.is_some_and(|e| e <= now)))
+    }
+
+    /// No lease of `group` here ends before this (None: it holds none that ends).
+    pub fn soonest(&self, group: &str) -> Option<Instant> {
+        self.groups.get(group).and_then(|c| c.soonest)
+    }
+
     pub fn holds(&self, seq: u64) -> bool {
         self.get(seq).is_some()
     }

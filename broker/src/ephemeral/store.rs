@@ -3,12 +3,11 @@
 //!
 //! The node's cap counts what the store holds, not only the payloads: each ring prices its
 //! slots by capacity, its cursors, leases and redeliveries ([`Ring::charge`]); each queue adds
-//! its name and a fixed cost. A queue keeps the sum of its rings (`charged`), the tenant and
-//! the node the sums of theirs, and the sweep recounts them from the rings every second.
+//! its name and a fixed cost, and its indexes (ring heads) what they hold. A queue keeps the
+//! sum of its rings (`rings_charged`), the tenant and the node the sums of their queues'
+//! [`Queue::charge`], and the sweep recounts them from the rings every second.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
-use std::ops::Bound;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -20,7 +19,12 @@ use serde_json::{json, Value};
 
 use crate::engine::{LongPollSlots, NoSlot};
 
-use super::ring::{Dropped, Nack, Ring, CURSOR_COST, ENTRY_COST, ITEM_OVERHEAD, MAX_GROUPS, SLOT};
+use super::due::{Due, DUE_COST, DUE_GROUP_COST};
+use super::gates::Gates;
+use super::heads::Heads;
+use super::ring::{
+    Delivered, Dropped, Nack, Ring, CURSOR_COST, ENTRY_COST, ITEM_OVERHEAD, MAX_GROUPS, SLOT,
+};
 
 /// Partitions one queue keeps at most: each is a ring with its own cursors.
 pub const MAX_PARTITIONS: usize = 10_000;
@@ -75,9 +79,18 @@ struct Queue {
     /// Payloads plus [`ITEM_OVERHEAD`] each: what `maxBytes` bounds.
     bytes: u64,
     length: u64,
-    /// What the queue holds as the node's cap counts it: name, rings, cursors, leases.
-    charged: u64,
-    wake: Arc<tokio::sync::Notify>,
+    /// Its name and rings as the node's cap counts them: slots, cursors, leases.
+    rings_charged: u64,
+    /// The rings' oldest instants in age order, for `dropOldest` and the ttl.
+    heads: Heads,
+    /// Rings read, one by one (`on_ring`) or by a loop over `rings`, so the bound tests see
+    /// the work of a push or a pop (review s18 ephemeral M1: a loop counts too).
+    #[cfg(test)]
+    ring_reads: std::cell::Cell<u64>,
+    /// Waiting pops' gates, per group and scope.
+    gates: Gates,
+    /// The push log and, per group, where it has looked and what it must look at again.
+    due: Due,
     /// The ring the last pop without a partition started at: the next starts after it, so one
     /// busy partition does not starve others.
     turn: Option<String>,
@@ -95,24 +108,25 @@ impl Queue {
             rings: BTreeMap::new(),
             bytes: 0,
             length: 0,
-            charged: queue_cost(name),
-            wake: Arc::new(tokio::sync::Notify::new()),
+            rings_charged: queue_cost(name),
+            heads: Heads::default(),
+            #[cfg(test)]
+            ring_reads: Default::default(),
+            gates: Gates::default(),
+            due: Due::default(),
             turn: None,
             least_item: u64::MAX,
         }
     }
 }
 
-/// The ring after `after` in name order, wrapping to the first (the first with no `after`).
-fn ring_after(rings: &BTreeMap<String, Ring>, after: Option<&str>) -> Option<String> {
-    after
-        .and_then(|a| {
-            rings
-                .range::<str, _>((Bound::Excluded(a), Bound::Unbounded))
-                .next()
-        })
-        .or_else(|| rings.iter().next())
-        .map(|(name, _)| name.clone())
+/// What one pop asks of every ring it visits.
+struct Take<'a> {
+    group: &'a str,
+    /// None: committed at delivery.
+    lease: Option<Duration>,
+    retry_limit: u32,
+    now: Instant,
 }
 
 fn queue_cost(name: &str) -> u64 {
@@ -124,24 +138,88 @@ fn ring_charge(name: &str, ring: &Ring) -> u64 {
 }
 
 impl Queue {
-    /// Recounts `charged` from the rings.
+    /// Counts `_n` ring reads for the bound tests; nothing outside them.
+    fn read_rings(&self, _n: usize) {
+        #[cfg(test)]
+        self.ring_reads.set(self.ring_reads.get() + _n as u64);
+    }
+
+    /// What the queue holds as the node's cap counts it: name, rings, cursors, leases and
+    /// the indexes over its rings.
+    fn charge(&self) -> u64 {
+        self.rings_charged + self.heads.bytes() + self.gates.bytes() + self.due.bytes()
+    }
+
+    /// Recounts `rings_charged` from the rings; the queue's charge.
     fn recount(&mut self, name: &str) -> u64 {
-        self.charged = self
+        self.read_rings(self.rings.len());
+        self.rings_charged = self
             .rings
             .iter()
             .fold(queue_cost(name), |a, (p, r)| a + ring_charge(p, r));
-        self.charged
+        self.charge()
     }
 
-    /// Runs `f` on the ring of `partition` and moves `charged` by what that changed.
+    /// `take.group` takes up to `want` from the ring `partition`; what every group is past
+    /// leaves, and the group's due set learns whether the ring still has something for it.
+    /// None when there is no such ring.
+    fn visit(
+        &mut self,
+        partition: &str,
+        take: &Take<'_>,
+        want: usize,
+        dropped: &mut Dropped,
+        deliveries: &mut u64,
+    ) -> Option<Result<Vec<Delivered>, ()>> {
+        let group = take.group;
+        let taken = self.on_ring(partition, |ring| {
+            let was = ring.soonest(group);
+            let got = ring.take(
+                group,
+                want,
+                take.lease,
+                take.retry_limit,
+                take.now,
+                dropped,
+                deliveries,
+            );
+            (got, was, ring.soonest(group))
+        });
+        let Some((got, was, soonest)) = taken else {
+            self.due.visited(group, partition, false, None, None);
+            return None;
+        };
+        trim(self, partition);
+        let due = self
+            .rings
+            .get(partition)
+            .is_some_and(|r| r.due_for(group, take.now));
+        self.due.visited(group, partition, due, was, soonest);
+        Some(got)
+    }
+
+    /// Runs `f` on the ring of `partition`, moves `rings_charged` by what that changed and
+    /// the ring's head entry to its oldest message.
     fn on_ring<T>(&mut self, partition: &str, f: impl FnOnce(&mut Ring) -> T) -> Option<T> {
+        self.read_rings(1);
         let ring = self.rings.get_mut(partition)?;
-        let before = ring.charge();
+        let (before, was) = (ring.charge(), ring.oldest_at());
         let out = f(ring);
-        let after = ring.charge();
-        self.charged = (self.charged + after).saturating_sub(before);
+        let (after, now) = (ring.charge(), ring.oldest_at());
+        self.rings_charged = (self.rings_charged + after).saturating_sub(before);
+        self.heads.moved(partition, was, now);
+        if now.is_none() {
+            self.due.emptied(partition);
+        }
         Some(out)
     }
+}
+
+/// The store's clock is tokio's: the same instant as `Instant::now()` in the broker, and in
+/// tests with paused time it moves only when the test advances it, so leases and ttls end on
+/// the test's word.
+pub(super) fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
@@ -217,25 +295,46 @@ impl Store {
         let mut node = 0u64;
         for t in inner.tenants.values_mut() {
             t.queues.retain(|_, q| {
-                let waited_on = Arc::strong_count(&q.wake) > 1;
+                q.gates.prune();
+                let waited_on = q.gates.waited_on();
                 if !q.declared && !waited_on && now.saturating_duration_since(q.used) >= idle {
                     count_drops("removed", q.length);
                     return false;
                 }
                 age_out(q, now);
                 let mut freed = (0, 0);
-                for ring in q.rings.values_mut() {
+                // This loop, the retain and the due sweep read every ring.
+                q.read_rings(3 * q.rings.len());
+                for (name, ring) in q.rings.iter_mut() {
+                    let was = ring.oldest_at();
                     if ring.forget_idle(now, idle) > 0 {
                         let before = ring.items.len() as u64;
                         let b = ring.trim();
                         freed.0 += before - ring.items.len() as u64;
                         freed.1 += b;
+                        // A forgotten group starts over at the ring's head: the ring is due
+                        // again for it, as after a push, and its waiters are rung.
+                        if !ring.items.is_empty() {
+                            q.due.pushed(name);
+                            q.gates.arrived(name, None);
+                        }
                     }
                     ring.shrink();
+                    q.heads.moved(name, was, ring.oldest_at());
+                    if ring.items.is_empty() {
+                        q.due.emptied(name);
+                    }
                 }
                 q.length -= freed.0.min(q.length);
                 q.bytes -= freed.1.min(q.bytes);
                 q.rings.retain(|_, r| !r.is_vacant());
+                q.due.sweep(&q.rings, now, idle);
+                // A lease's end is found only by a pop: the waiters of its group are rung, so
+                // one pops rather than sleeping to its timeout (review s18 ephemeral M3).
+                q.gates.ring_due(|group, partition| match partition {
+                    Some(p) => q.rings.get(p).is_some_and(|r| r.due_for(group, now)),
+                    None => q.due.ended_by(group, now),
+                });
                 true
             });
             let mut tenant = 0u64;
@@ -310,27 +409,34 @@ fn settle(inner: &mut Inner, tenant: &str, before: u64, after: u64) {
     inner.bytes = (inner.bytes + after).saturating_sub(before);
 }
 
-/// Drops the messages older than the queue's ttl (with their leases); bytes freed.
+/// Drops the messages older than the queue's ttl (with their leases); bytes freed. Only the
+/// rings holding such a message are visited, oldest first, through the heads (review s14 R3).
 fn age_out(q: &mut Queue, now: Instant) -> u64 {
     if q.options.ttl_seconds == 0 {
         return 0;
     }
     let ttl = Duration::from_secs(q.options.ttl_seconds.into());
+    let expired = |at: Instant| now.saturating_duration_since(at) >= ttl;
     let (mut n, mut freed) = (0, 0);
-    let mut charge = 0i128;
-    for (name, ring) in q.rings.iter_mut() {
-        let before = ring_charge(name, ring);
-        while ring
-            .oldest_at()
-            .is_some_and(|at| now.saturating_duration_since(at) >= ttl)
-        {
-            freed += ring.drop_oldest().unwrap_or(0);
-            n += 1;
-        }
-        ring.shrink();
-        charge += i128::from(ring_charge(name, ring)) - i128::from(before);
+    while let Some((at, name)) = q.heads.oldest().filter(|(at, _)| expired(*at)) {
+        let name = name.to_string();
+        let gone = q.on_ring(&name, |ring| {
+            let (mut n, mut freed) = (0, 0);
+            while ring.oldest_at().is_some_and(expired) {
+                freed += ring.drop_oldest().unwrap_or(0);
+                n += 1;
+            }
+            ring.shrink();
+            (n, freed)
+        });
+        let Some((k @ 1.., b)) = gone else {
+            // A head naming no such message would come first for good: drop the entry.
+            q.heads.moved(&name, Some(at), None);
+            continue;
+        };
+        n += k;
+        freed += b;
     }
-    q.charged = u64::try_from(i128::from(q.charged) + charge).unwrap_or(0);
     q.length -= n.min(q.length);
     q.bytes -= freed.min(q.bytes);
     count_drops("ttl", n);
@@ -412,7 +518,7 @@ impl EphemeralDoor for Store {
     }
 
     fn seed(&self, tenant: &str, declared: Vec<(String, EphemeralOptions)>) {
-        let now = Instant::now();
+        let now = now();
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
         let t = inner.tenants.entry(tenant.to_string()).or_default();
@@ -435,7 +541,7 @@ impl EphemeralDoor for Store {
     }
 
     fn declare(&self, tenant: &str, queue: &str, options: EphemeralOptions) {
-        let now = Instant::now();
+        let now = now();
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
         let t = inner.tenants.entry(tenant.to_string()).or_default();
@@ -463,9 +569,9 @@ impl EphemeralDoor for Store {
             return false;
         };
         count_drops("removed", q.length);
-        settle(inner, tenant, q.charged, 0);
+        settle(inner, tenant, q.charge(), 0);
         // A pop waiting on it answers now rather than at its timeout.
-        q.wake.notify_waiters();
+        q.gates.close();
         true
     }
 
@@ -480,8 +586,10 @@ impl EphemeralDoor for Store {
             return 0;
         };
         let dropped = q.length;
-        let before = q.charged;
+        let before = q.charge();
         q.rings.clear();
+        q.heads.clear();
+        q.due.clear();
         q.bytes = 0;
         q.length = 0;
         let after = q.recount(queue);
@@ -500,7 +608,7 @@ impl EphemeralDoor for Store {
         if !self.limits.enabled {
             return Err(EphemeralRefusal::Disabled);
         }
-        let now = Instant::now();
+        let now = now();
         let partition = partition.unwrap_or(DEFAULT_PARTITION);
         let n = payloads.len() as u64;
         let bytes: u64 = payloads
@@ -514,7 +622,7 @@ impl EphemeralDoor for Store {
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
         let q = inner.queue(tenant, queue, now)?;
-        let before = q.charged;
+        let before = q.charge();
         let o = q.options;
         if n > u64::from(o.max_length) || bytes > o.max_bytes {
             return Err(EphemeralRefusal::Full(format!(
@@ -542,8 +650,14 @@ impl EphemeralDoor for Store {
                     ring_charge(partition, &Ring::default())
                         + Ring::default().growth_for(payloads.len())
                 }
+            }
+            // The ring's head and push log entry if it held nothing (review s18 ephemeral M2:
+            // one entry, whatever the number of groups).
+            + match q.rings.get(partition).is_none_or(|r| r.items.is_empty()) {
+                true => Heads::entry_cost(partition) + Due::log_cost(partition),
+                false => 0,
             };
-        let aged = q.charged;
+        let aged = q.charge();
         settle(inner, tenant, before, aged);
         // Judged on the balance: a dropOldest feed at its bound takes out what it brings in.
         self.admit(inner, tenant, grow.saturating_sub(frees), false)?;
@@ -558,33 +672,28 @@ impl EphemeralDoor for Store {
                 o.max_length, o.max_bytes
             )));
         }
-        // dropOldest: the oldest message of the whole queue goes first, ring by ring. The
-        // rings' oldest instants are read once into a heap, not scanned per dropped message
-        // (review s12 E7).
+        // dropOldest: the oldest message of the whole queue goes first, ring by ring, taken
+        // from the first of the ring heads, so a drop visits only the ring it drops from
+        // (review s14 R3).
         let mut pushed_out = 0;
-        if over(q) {
-            let mut oldest: BinaryHeap<Reverse<(Instant, String)>> = q
-                .rings
-                .iter()
-                .filter_map(|(name, r)| r.oldest_at().map(|at| Reverse((at, name.clone()))))
-                .collect();
-            while over(q) {
-                let Some(Reverse((_, name))) = oldest.pop() else {
-                    break;
-                };
-                let b = q.on_ring(&name, Ring::drop_oldest).flatten().unwrap_or(0);
-                q.bytes -= b.min(q.bytes);
-                q.length = q.length.saturating_sub(1);
-                pushed_out += 1;
-                if let Some(at) = q.rings.get(&name).and_then(Ring::oldest_at) {
-                    oldest.push(Reverse((at, name)));
-                }
-            }
+        while over(q) {
+            let Some((at, name)) = q.heads.oldest() else {
+                break;
+            };
+            let name = name.to_string();
+            let Some(Some(b)) = q.on_ring(&name, Ring::drop_oldest) else {
+                // A head naming no message would come first for good: drop the entry.
+                q.heads.moved(&name, Some(at), None);
+                continue;
+            };
+            q.bytes -= b.min(q.bytes);
+            q.length = q.length.saturating_sub(1);
+            pushed_out += 1;
         }
         count_drops("drop_oldest", pushed_out);
         if !q.rings.contains_key(partition) {
             let ring = Ring::default();
-            q.charged += ring_charge(partition, &ring);
+            q.rings_charged += ring_charge(partition, &ring);
             q.rings.insert(partition.to_string(), ring);
         }
         q.on_ring(partition, |ring| {
@@ -600,8 +709,9 @@ impl EphemeralDoor for Store {
         q.least_item = q.least_item.min(least);
         q.length += n;
         q.bytes += bytes;
-        q.wake.notify_waiters();
-        let after = q.charged;
+        q.due.pushed(partition);
+        q.gates.arrived(partition, None);
+        let after = q.charge();
         settle(inner, tenant, aged, after);
         Ok(n as usize)
     }
@@ -614,11 +724,12 @@ impl EphemeralDoor for Store {
         if !self.limits.enabled {
             return Err(EphemeralRefusal::Disabled);
         }
-        let now = Instant::now();
+        let now = now();
         let group = ask.group.unwrap_or(QUEUE_MODE_GROUP);
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
-        // The most this pop can add: a cursor in every ring it visits, a lease per message.
+        // The most this pop can add: a cursor and a lease end in every ring it visits, a lease
+        // per message, and a group's state (its name: nothing is copied, review s18 M2).
         let (before, grow) = {
             let q = inner
                 .tenants
@@ -637,57 +748,32 @@ impl EphemeralDoor for Store {
             } else {
                 q.map_or(0, |q| q.length).min(ask.batch as u64)
             };
-            let grow = rings * (CURSOR_COST + group.len() as u64) + leases * ENTRY_COST;
-            (q.map_or(0, |q| q.charged), grow)
+            let due = match (q, ask.partition) {
+                (Some(q), None) if !q.due.knows(group) => DUE_GROUP_COST + group.len() as u64,
+                _ => 0,
+            };
+            let grow =
+                rings * (CURSOR_COST + DUE_COST + group.len() as u64) + leases * ENTRY_COST + due;
+            (q.map_or(0, Queue::charge), grow)
         };
         self.admit(inner, tenant, grow, true)?;
         let mut deliveries = inner.deliveries;
         let q = inner.queue(tenant, ask.queue, now)?;
-        let created = if before == 0 { q.charged } else { 0 };
+        let created = if before == 0 { q.charge() } else { 0 };
         age_out(q, now);
-        // Without a partition the rings are visited in name order from the one after where the
-        // last such pop started, one name looked up at a time: a pop that fills its batch
-        // from the first ring copies one name, not every partition's (review s12 E7).
-        let first = match ask.partition {
-            Some(p) => Some(p.to_string()),
-            None => {
-                let first = ring_after(&q.rings, q.turn.as_deref());
-                q.turn.clone_from(&first);
-                first
-            }
+        let take = Take {
+            group,
+            lease: (!ask.auto_ack).then(|| Duration::from_secs(q.options.lease_seconds.into())),
+            retry_limit: q.options.retry_limit,
+            now,
         };
-        let rings = if ask.partition.is_some() {
-            1
-        } else {
-            q.rings.len()
-        };
-        let lease = (!ask.auto_ack).then(|| Duration::from_secs(q.options.lease_seconds.into()));
-        let retry_limit = q.options.retry_limit;
         let mut out = Vec::new();
         let mut dropped = Dropped::default();
         let mut refused = None;
-        let mut next = first.clone();
-        for _ in 0..rings {
-            let Some(name) = next.take() else { break };
-            if out.len() >= ask.batch {
-                break;
-            }
-            if ask.partition.is_none() {
-                next = ring_after(&q.rings, Some(&name)).filter(|n| Some(n) != first.as_ref());
-            }
+        let mut visit = |q: &mut Queue, name: &str, out: &mut Vec<EphemeralMessage>| {
             let want = ask.batch - out.len();
-            let Some(taken) = q.on_ring(&name, |ring| {
-                ring.take(
-                    group,
-                    want,
-                    lease,
-                    retry_limit,
-                    now,
-                    &mut dropped,
-                    &mut deliveries,
-                )
-            }) else {
-                continue;
+            let Some(taken) = q.visit(name, &take, want, &mut dropped, &mut deliveries) else {
+                return;
             };
             let Ok(got) = taken else {
                 // What earlier rings gave is kept: the pop answers with it.
@@ -696,19 +782,69 @@ impl EphemeralDoor for Store {
                         "partition {name} keeps cursors for at most {MAX_GROUPS} groups"
                     ))
                 });
-                continue;
+                return;
             };
             for d in got {
                 out.push(EphemeralMessage {
                     id: format!("e:{}:{}:{}.{}", self.incarnation, name, d.seq, d.delivery),
-                    partition: name.clone(),
+                    partition: name.to_string(),
                     payload: d.payload,
                     attempts: d.attempts,
                 });
             }
-            trim(q, &name);
+        };
+        match ask.partition {
+            Some(p) => visit(q, p, &mut out),
+            None => {
+                // Only the rings where the group may have something due are visited (review
+                // s14 R3): first those pushed to since it last looked, oldest push first;
+                // then those it must look at again (left unfinished, nacked, lease ended), in
+                // name order from the one after where the last such pop started, so a busy
+                // partition does not starve the others. One name is looked up at a time: a
+                // pop that fills its batch from the first ring copies one name (review s12
+                // E7).
+                q.due.start(group, now);
+                q.due.ended(group, now);
+                // What the log gave is not visited again by this pop: what it left there is
+                // for the next one (a lease of no seconds would otherwise be taken twice).
+                let mut looked = Vec::new();
+                while out.len() < ask.batch {
+                    let Some(name) = q.due.next_logged(group) else {
+                        break;
+                    };
+                    visit(q, &name, &mut out);
+                    looked.push(name);
+                }
+                looked.sort_unstable();
+                let first = q.due.next_after(group, q.turn.as_deref());
+                if first.is_some() {
+                    q.turn.clone_from(&first);
+                }
+                let mut next = first.clone();
+                for _ in 0..q.due.len(group) {
+                    let Some(name) = next.take() else { break };
+                    if out.len() >= ask.batch {
+                        break;
+                    }
+                    next = q
+                        .due
+                        .next_after(group, Some(&name))
+                        .filter(|n| Some(n) != first.as_ref());
+                    if looked.binary_search(&name).is_err() {
+                        visit(q, &name, &mut out);
+                    }
+                }
+            }
         }
-        let after = q.charged;
+        // What is due outlasts this pop: the next waiter of its gate takes its turn.
+        let still_due = match ask.partition {
+            Some(p) => q.rings.get(p).is_some_and(|r| r.due_for(group, now)),
+            None => q.due.any(group),
+        };
+        if still_due {
+            q.gates.still_due(group, ask.partition);
+        }
+        let after = q.charge();
         inner.deliveries = deliveries;
         settle(inner, tenant, before.max(created), after);
         count_drops("retry_limit", dropped.retries);
@@ -718,14 +854,19 @@ impl EphemeralDoor for Store {
         }
     }
 
-    fn wake(&self, tenant: &str, queue: &str) -> Option<Arc<tokio::sync::Notify>> {
-        // Never creates: the pop that waits made the queue already, so a missing one was
-        // deleted meanwhile (review s12 E13).
-        lock(&self.inner)
-            .tenants
-            .get(tenant)
-            .and_then(|t| t.queues.get(queue))
-            .map(|q| q.wake.clone())
+    fn wake(&self, tenant: &str, ask: &PopAsk<'_>) -> Option<Arc<tokio::sync::Notify>> {
+        // Never creates the queue: the pop that waits made it already, so a missing one was
+        // deleted meanwhile (review s12 E13). The gate's cost is charged with the queue's
+        // (the long-poll slots bound how many are held).
+        let group = ask.group.unwrap_or(QUEUE_MODE_GROUP);
+        let mut guard = lock(&self.inner);
+        let inner = &mut *guard;
+        let q = inner.tenants.get_mut(tenant)?.queues.get_mut(ask.queue)?;
+        let before = q.charge();
+        let gate = q.gates.gate(group, ask.partition);
+        let after = q.charge();
+        settle(inner, tenant, before, after);
+        Some(gate)
     }
 
     fn wait_slot(&self, tenant: &str) -> Option<WaitSlot> {
@@ -761,11 +902,12 @@ impl EphemeralDoor for Store {
         acks: &[(String, AckStatus)],
     ) -> Vec<AckOutcome> {
         let group = group.unwrap_or(QUEUE_MODE_GROUP);
-        let now = Instant::now();
+        let now = now();
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
         let mut out = Vec::with_capacity(acks.len());
-        let mut touched: Vec<String> = Vec::new();
+        // The partitions the acks settled something in, and whether one came back due.
+        let mut touched: Vec<(String, bool)> = Vec::new();
         let Some(q) = inner
             .tenants
             .get_mut(tenant)
@@ -777,9 +919,9 @@ impl EphemeralDoor for Store {
                 .collect();
         };
         q.used = now;
-        let before = q.charged;
+        let before = q.charge();
         let retry_limit = q.options.retry_limit;
-        let (mut dropped, mut redelivered) = (0, false);
+        let mut dropped = 0;
         for (id, status) in acks {
             let (partition, seq, delivery) = match self.parse_id(id) {
                 Ok(v) => v,
@@ -808,22 +950,27 @@ impl EphemeralDoor for Store {
                     }
                 })
                 .unwrap_or(AckOutcome::Unknown);
-            redelivered |= outcome == AckOutcome::Redelivered;
-            if outcome != AckOutcome::Unknown && !touched.iter().any(|t| t == partition) {
-                touched.push(partition.to_string());
+            let again = outcome == AckOutcome::Redelivered;
+            match touched.iter_mut().find(|(p, _)| p == partition) {
+                Some((_, due)) => *due |= again,
+                None if outcome != AckOutcome::Unknown => {
+                    touched.push((partition.to_string(), again));
+                }
+                None => {}
             }
             out.push(outcome);
         }
         count_drops("retry_limit", dropped);
-        for p in &touched {
+        // A nacked message is due again for its group: one of the group's waiters may take
+        // it. A completed ack gives no waiter anything, so it wakes none.
+        for (p, again) in &touched {
             trim(q, p);
+            if *again {
+                q.due.arrived(p, group);
+                q.gates.arrived(p, Some(group));
+            }
         }
-        // A nacked message is due again: a waiting pop may take it. A completed ack gives
-        // no waiter anything, so it wakes none.
-        if redelivered {
-            q.wake.notify_waiters();
-        }
-        let after = q.charged;
+        let after = q.charge();
         settle(inner, tenant, before, after);
         out
     }
@@ -855,6 +1002,7 @@ impl EphemeralDoor for Store {
         let inner = lock(&self.inner);
         let q = inner.tenants.get(tenant)?.queues.get(queue)?;
         let mut groups: BTreeMap<String, (u64, usize, usize)> = BTreeMap::new();
+        q.read_rings(q.rings.len());
         for ring in q.rings.values() {
             for (g, behind, leased, again) in ring.group_gauges() {
                 let e = groups.entry(g).or_default();
@@ -892,441 +1040,9 @@ impl EphemeralDoor for Store {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
+#[path = "store_tests.rs"]
+mod tests;
 
-    fn store(max_bytes: u64, tenant_max_bytes: u64) -> Store {
-        store_with(max_bytes, tenant_max_bytes, LongPollSlots::new(10))
-    }
-
-    fn store_with(max_bytes: u64, tenant_max_bytes: u64, slots: Arc<LongPollSlots>) -> Store {
-        Store::new(
-            StoreLimits {
-                enabled: true,
-                max_bytes,
-                tenant_max_bytes,
-                implicit_idle: Duration::from_secs(300),
-            },
-            None,
-            slots,
-        )
-    }
-
-    fn ask<'a>(queue: &'a str, partition: Option<&'a str>, group: &'a str) -> PopAsk<'a> {
-        PopAsk {
-            queue,
-            partition,
-            group: Some(group),
-            batch: 10_000,
-            auto_ack: false,
-            existing: false,
-        }
-    }
-
-    fn msgs(n: usize) -> Vec<String> {
-        (0..n).map(|i| i.to_string()).collect()
-    }
-
-    /// The store's charge equals a recount from the rings (what the sweep does).
-    fn assert_consistent(s: &Store) {
-        let held = s.bytes();
-        s.sweep(Instant::now());
-        assert_eq!(
-            held,
-            s.bytes(),
-            "incremental charge drifted from the recount"
-        );
-    }
-
-    #[test]
-    fn the_charge_returns_to_the_queue_cost_after_consumption_and_reset() {
-        let s = store(1 << 30, 1 << 30);
-        let empty = queue_cost("q");
-        let options = EphemeralOptions {
-            max_length: 100_000,
-            ..EphemeralOptions::default()
-        };
-        s.declare("t", "q", options);
-        s.push("t", "q", Some("p"), msgs(50_000)).unwrap();
-        assert!(s.bytes() > 50_000 * ITEM_OVERHEAD);
-        assert_consistent(&s);
-        let mut a = ask("q", Some("p"), "g");
-        a.auto_ack = true;
-        assert_eq!(s.pop("t", &a).unwrap().len(), 10_000);
-        assert_consistent(&s);
-        while !s.pop("t", &a).unwrap().is_empty() {}
-        // Drained: the slots went back; what is left is the ring, its cursor, a few slots.
-        assert!(s.bytes() < empty + 2_048, "{}", s.bytes());
-        assert_consistent(&s);
-        s.push("t", "q", None, msgs(10)).unwrap();
-        assert_eq!(s.reset("t", "q"), 10);
-        assert_eq!(s.bytes(), empty);
-        assert!(s.forget("t", "q"));
-        assert_eq!(s.bytes(), 0);
-    }
-
-    /// E2: cursors and leases count, so many groups on many partitions hit the cap.
-    #[test]
-    fn fan_out_state_is_charged_and_refused_at_the_cap() {
-        let s = store(1 << 20, 1 << 20);
-        let mut refused = None;
-        'outer: for p in 0..10_000 {
-            let part = format!("p{p}");
-            if let Err(e) = s.push("t", "q", Some(&part), msgs(1)) {
-                refused = Some(e);
-                break;
-            }
-            for g in 0..100 {
-                if let Err(e) = s.pop("t", &ask("q", Some(&part), &format!("g{g}"))) {
-                    refused = Some(e);
-                    break 'outer;
-                }
-            }
-        }
-        assert!(
-            matches!(refused, Some(EphemeralRefusal::Unavailable(_))),
-            "{refused:?}"
-        );
-        assert!(s.bytes() <= (1 << 20) + (1 << 18), "{}", s.bytes());
-        assert_consistent(&s);
-    }
-
-    /// E6: a reset does not let an old id settle a new delivery of the same sequence.
-    #[test]
-    fn an_id_from_before_a_reset_answers_unknown() {
-        let s = store(1 << 30, 1 << 30);
-        s.push("t", "q", None, msgs(1)).unwrap();
-        let old = s.pop("t", &ask("q", None, "g")).unwrap().remove(0);
-        s.reset("t", "q");
-        s.push("t", "q", None, msgs(1)).unwrap();
-        let new = s.pop("t", &ask("q", None, "g")).unwrap().remove(0);
-        assert_ne!(old.id, new.id);
-        let done = |id: &str| vec![(id.to_string(), AckStatus::Completed)];
-        assert_eq!(
-            s.ack("t", "q", Some("g"), &done(&old.id)),
-            [AckOutcome::Unknown]
-        );
-        assert_eq!(
-            s.ack("t", "q", Some("g"), &done(&new.id)),
-            [AckOutcome::Acked]
-        );
-        // Another queue's ack of the id finds no lease either.
-        assert_eq!(
-            s.ack("t", "r", Some("g"), &done(&new.id)),
-            [AckOutcome::Unknown]
-        );
-    }
-
-    /// E9: a ring that refuses the group does not throw away what others gave.
-    #[test]
-    fn a_refusal_at_a_later_partition_keeps_what_was_taken() {
-        let s = store(1 << 30, 1 << 30);
-        s.push("t", "q", Some("a"), msgs(1)).unwrap();
-        s.push("t", "q", Some("b"), msgs(3)).unwrap();
-        for g in 0..super::super::ring::MAX_GROUPS {
-            s.pop("t", &ask("q", Some("a"), &format!("g{g}"))).unwrap();
-        }
-        let mut a = ask("q", None, "new");
-        a.auto_ack = true;
-        let got = s.pop("t", &a).unwrap();
-        assert_eq!(got.len(), 3);
-        assert!(got.iter().all(|m| m.partition == "b"));
-        let only_a = ask("q", Some("a"), "new");
-        assert!(matches!(
-            s.pop("t", &only_a),
-            Err(EphemeralRefusal::Quota(_))
-        ));
-    }
-
-    /// E11: a tenant's share refuses it with 403 while another tenant still pushes.
-    #[test]
-    fn a_tenant_past_its_share_gets_quota_and_others_still_push() {
-        let s = store(1 << 20, 1 << 19);
-        let big = vec!["x".repeat(1_000); 100];
-        let mut last = Ok(0);
-        for _ in 0..10 {
-            last = s.push("a", "q", None, big.clone());
-            if last.is_err() {
-                break;
-            }
-        }
-        assert!(matches!(last, Err(EphemeralRefusal::Quota(_))), "{last:?}");
-        assert_eq!(s.push("b", "q", None, big.clone()), Ok(100));
-        assert_consistent(&s);
-    }
-
-    /// E4: the sweep forgets idle groups, so the group bound is not a permanent wall.
-    #[test]
-    fn the_sweep_forgets_idle_groups_and_drops_vacant_rings() {
-        let s = store(1 << 30, 1 << 30);
-        s.push("t", "q", Some("p"), msgs(1)).unwrap();
-        let mut a = ask("q", Some("p"), "g");
-        a.auto_ack = true;
-        assert_eq!(s.pop("t", &a).unwrap().len(), 1);
-        s.sweep(Instant::now() + Duration::from_secs(301));
-        // The implicit queue went idle too: gone with its charge.
-        assert_eq!(s.bytes(), 0);
-        s.declare("t", "d", EphemeralOptions::default());
-        s.push("t", "d", Some("p"), msgs(1)).unwrap();
-        assert_eq!(s.pop("t", &ask("q", Some("p"), "g")).unwrap().len(), 0);
-        let mut d = ask("d", Some("p"), "g");
-        d.auto_ack = true;
-        assert_eq!(s.pop("t", &d).unwrap().len(), 1);
-        s.sweep(Instant::now() + Duration::from_secs(301));
-        let depth = s.depth("t", "d").unwrap();
-        assert_eq!(depth["partitions"], 0, "{depth}");
-    }
-
-    /// E8: a window longer than half the lease is cut to it, so no lease of what a waiting
-    /// pop took can end while the answer is held.
-    #[test]
-    fn a_window_buffer_never_outlasts_half_the_lease() {
-        let s = store(1 << 30, 1 << 30);
-        let window = |lease_seconds, window_ms| {
-            s.declare(
-                "t",
-                "q",
-                EphemeralOptions {
-                    lease_seconds,
-                    window_ms,
-                    window_count: 100,
-                    ..EphemeralOptions::default()
-                },
-            );
-            s.window("t", "q")
-        };
-        assert_eq!(window(1, 5_000), (500, 100));
-        assert_eq!(window(30, 5_000), (5_000, 100));
-        assert_eq!(window(30, 60_000), (15_000, 100));
-        assert_eq!(window(30, 0), (0, 100));
-    }
-
-    /// E7: pops without a partition start one ring further each time, and dropOldest takes
-    /// the oldest message of the whole queue first across partitions.
-    #[test]
-    fn pops_rotate_over_partitions_and_drop_oldest_goes_by_age_across_them() {
-        let s = store(1 << 30, 1 << 30);
-        for p in ["a", "b", "c"] {
-            s.push("t", "q", Some(p), msgs(2)).unwrap();
-        }
-        let mut one = ask("q", None, "g");
-        one.batch = 1;
-        one.auto_ack = true;
-        let firsts: Vec<String> = (0..4)
-            .map(|_| s.pop("t", &one).unwrap().remove(0).partition)
-            .collect();
-        assert_eq!(firsts, ["a", "b", "c", "a"]);
-        // A batch past one ring goes on to the next ones: what "g" left is b1 and c1.
-        let mut all = ask("q", None, "h");
-        all.auto_ack = true;
-        let mut parts: Vec<String> = s
-            .pop("t", &all)
-            .unwrap()
-            .into_iter()
-            .map(|m| m.partition)
-            .collect();
-        parts.sort();
-        assert_eq!(parts, ["b", "c"]);
-
-        let options = EphemeralOptions {
-            max_length: 3,
-            drop_oldest: true,
-            ..EphemeralOptions::default()
-        };
-        s.declare("t", "d", options);
-        s.push("t", "d", Some("y"), vec!["y0".into()]).unwrap();
-        s.push("t", "d", Some("x"), vec!["x0".into()]).unwrap();
-        s.push("t", "d", Some("y"), vec!["y1".into()]).unwrap();
-        // Two more push out y0 then x0 (the two oldest, in two rings).
-        s.push("t", "d", Some("z"), vec!["z0".into(), "z1".into()])
-            .unwrap();
-        let mut drain = ask("d", None, "g");
-        drain.auto_ack = true;
-        let mut left: Vec<String> = s
-            .pop("t", &drain)
-            .unwrap()
-            .into_iter()
-            .map(|m| m.payload.to_string())
-            .collect();
-        left.sort();
-        assert_eq!(left, ["y1", "z0", "z1"]);
-        assert_consistent(&s);
-    }
-
-    /// E10: ephemeral waits take the node's long-poll slots, which durable pops hold too,
-    /// and a tenant stops at its part of them while another still parks.
-    #[test]
-    fn waits_share_the_node_slots_and_a_tenant_stops_at_its_part() {
-        let slots = LongPollSlots::new(10);
-        let s = store_with(1 << 30, 1 << 30, slots.clone());
-        let durable: Vec<_> = (0..8).filter_map(|_| slots.try_take()).collect();
-        assert_eq!(durable.len(), 8);
-        let a = s.wait_slot("a");
-        let b = s.wait_slot("b");
-        assert!(a.is_some() && b.is_some());
-        assert!(s.wait_slot("a").is_none(), "the node's ten are taken");
-        drop(durable);
-        drop(a);
-        assert_eq!(slots.held(), 1, "a wait gives its slot back");
-
-        // 200 slots over four group engines: a part of 64 each (the floor).
-        let slots = LongPollSlots::new(200);
-        let _groups: Vec<_> = (0..4).map(|_| slots.join()).collect();
-        let s = store_with(1 << 30, 1 << 30, slots.clone());
-        let held: Vec<_> = (0..64).filter_map(|_| s.wait_slot("a")).collect();
-        assert_eq!(held.len(), 64);
-        assert!(s.wait_slot("a").is_none(), "tenant a is at its part");
-        assert!(s.wait_slot("b").is_some(), "tenant b still parks");
-        drop(held);
-        assert!(s.wait_slot("a").is_some());
-    }
-
-    /// R2 (review s14): a tenant's durable polls and ephemeral waits are one count, so the
-    /// tenant holds its part of the cap once, not once per kind.
-    #[test]
-    fn durable_polls_and_ephemeral_waits_of_a_tenant_share_its_part() {
-        let slots = LongPollSlots::new(200);
-        let _groups: Vec<_> = (0..4).map(|_| slots.join()).collect();
-        let s = store_with(1 << 30, 1 << 30, slots.clone());
-        let a: Arc<str> = Arc::from("a");
-        let durable: Vec<_> = (0..40)
-            .filter_map(|_| slots.try_take_for(&a).ok())
-            .collect();
-        assert_eq!(durable.len(), 40);
-        let waits: Vec<_> = (0..64).filter_map(|_| s.wait_slot("a")).collect();
-        assert_eq!(waits.len(), 24, "64 for the tenant, 40 of them durable");
-        assert!(s.wait_slot("b").is_some(), "tenant b still parks");
-        drop(durable);
-        assert!(s.wait_slot("a").is_some());
-        drop(waits);
-        assert_eq!(slots.tenant_held("a"), 0);
-    }
-
-    /// E13: a queue deleted while a pop waits is not brought back by the waiter.
-    #[test]
-    fn a_waiter_of_a_deleted_queue_does_not_bring_it_back() {
-        let s = store(1 << 30, 1 << 30);
-        s.declare("t", "q", EphemeralOptions::default());
-        assert!(s.wake("t", "q").is_some());
-        assert!(s.forget("t", "q"));
-        assert!(s.wake("t", "q").is_none());
-        // R6 (review s14): nor by the waiter's next pop, when the DELETE came between its
-        // `wake` and that pop.
-        let mut again = ask("q", None, "g");
-        again.existing = true;
-        assert_eq!(s.pop("t", &again), Err(EphemeralRefusal::NotFound));
-        assert_eq!(s.queues("t")["queues"], json!([]));
-        assert_eq!(s.bytes(), 0);
-    }
-
-    /// A dropOldest feed of `max_length` 1 000-byte messages in one partition, at a node cap
-    /// with less room left than one message: only the push's balance lets one more in.
-    fn a_full_feed_takes_one_more_at_the_node_cap(max_length: u32) -> Store {
-        let options = EphemeralOptions {
-            max_length,
-            drop_oldest: true,
-            ..EphemeralOptions::default()
-        };
-        let fill = |s: &Store| {
-            s.declare("t", "d", options);
-            for _ in 0..max_length {
-                s.push("t", "d", None, vec!["x".repeat(1_000)]).unwrap();
-            }
-        };
-        let a = store(1 << 30, 1 << 30);
-        fill(&a);
-        let full = a.bytes();
-        let cap = full + 64;
-        let s = store(cap, cap);
-        fill(&s);
-        assert_eq!(s.bytes(), full);
-        assert_eq!(s.push("t", "d", None, vec!["y".repeat(1_000)]), Ok(1));
-        assert!(s.bytes() <= cap, "{} > {cap}", s.bytes());
-        assert_consistent(&s);
-        s
-    }
-
-    /// E14: at the node's cap a full dropOldest feed still takes a message that pushes out
-    /// one of its own size.
-    #[test]
-    fn a_full_drop_oldest_feed_is_judged_on_its_balance_at_the_node_cap() {
-        let s = a_full_feed_takes_one_more_at_the_node_cap(100);
-        // Another queue of the tenant, which frees nothing, is still refused.
-        assert!(s.push("t", "other", None, vec!["z".repeat(1_000)]).is_err());
-    }
-
-    /// R1 (review s14): a waiting pop that finds no free long-poll slot answers at once what
-    /// is there, and is refused only when that is nothing: what it takes is never dropped.
-    #[tokio::test]
-    async fn a_waiting_pop_without_a_slot_answers_what_is_there_or_is_refused() {
-        let slots = LongPollSlots::new(1);
-        let s = store_with(1 << 30, 1 << 30, slots.clone());
-        let durable = slots.try_take();
-        assert!(durable.is_some());
-        let mut a = ask("q", None, "g");
-        a.auto_ack = true;
-        s.push("t", "q", None, msgs(1)).unwrap();
-        let got = queenmq_native_api::ephemeral_wait::pop_waiting(&s, "t", &a, 0).await;
-        assert_eq!(
-            got.unwrap().len(),
-            1,
-            "a waiting message is answered without a slot"
-        );
-        let refused = queenmq_native_api::ephemeral_wait::pop_waiting(&s, "t", &a, 0).await;
-        assert!(matches!(refused, Err(EphemeralRefusal::Unavailable(_))));
-        drop(durable);
-        s.push("t", "q", None, msgs(1)).unwrap();
-        let got = queenmq_native_api::ephemeral_wait::pop_waiting(&s, "t", &a, 0).await;
-        assert_eq!(got.unwrap().len(), 1);
-    }
-
-    /// R3 (review s14): dropOldest's estimate is read from counters: nothing while the queue
-    /// is under its bounds, and past them no more than the drops really give back.
-    #[test]
-    fn drop_oldest_frees_is_a_counter_bound() {
-        let s = store(1 << 30, 1 << 30);
-        let options = EphemeralOptions {
-            max_length: 3,
-            drop_oldest: true,
-            ..EphemeralOptions::default()
-        };
-        s.declare("t", "d", options);
-        s.push("t", "d", Some("a"), vec!["x".repeat(500)]).unwrap();
-        s.push("t", "d", Some("b"), vec!["y".into()]).unwrap();
-        s.push("t", "d", Some("c"), vec!["z".repeat(900)]).unwrap();
-        let mut g = lock(&s.inner);
-        let q = g.queue("t", "d", Instant::now()).unwrap();
-        assert_eq!(q.least_item, 1 + ITEM_OVERHEAD);
-        // Over by two: at least two drops, each at least the least message less its slot,
-        // though the two oldest (500 and 1 bytes) give back more.
-        assert_eq!(
-            drop_oldest_frees(q, 2, 2),
-            (2, 2 * (1 + ITEM_OVERHEAD - SLOT))
-        );
-        q.options.max_length = 10;
-        assert_eq!(
-            drop_oldest_frees(q, 2, 2),
-            (0, 0),
-            "under its bounds nothing is freed"
-        );
-    }
-
-    /// R2 (review s14): a waiting pop refused at the node's cap asks every group to forget
-    /// the durable polls whose clients are gone, as a durable refusal does.
-    #[test]
-    fn a_wait_refused_at_the_node_cap_asks_for_a_sweep() {
-        let slots = LongPollSlots::new(1);
-        let s = store_with(1 << 30, 1 << 30, slots.clone());
-        let _durable = slots.try_take();
-        let epoch = slots.sweep_epoch();
-        assert!(s.wait_slot("t").is_none());
-        assert!(slots.sweep_epoch() > epoch);
-    }
-
-    /// R4 (review s14): a lone ring full to its deque's capacity (16) still takes a
-    /// dropOldest push at the node cap: the drop frees the slot the push needs.
-    #[test]
-    fn a_drop_oldest_ring_at_its_capacity_is_judged_on_its_balance() {
-        a_full_feed_takes_one_more_at_the_node_cap(16);
-    }
-}
+#[cfg(test)]
+#[path = "store_bounds_tests.rs"]
+mod bounds_tests;

@@ -2,7 +2,7 @@
 //! queues idle past `ephemeral_implicit_idle_s`, so neither waits for the next request.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::Store;
 
@@ -15,7 +15,7 @@ pub fn spawn_sweeper(store: Arc<Store>) -> tokio::task::JoinHandle<()> {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            store.sweep(Instant::now());
+            store.sweep(super::store::now());
         }
     })
 }
