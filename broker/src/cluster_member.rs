@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use queenmq_native_api::Leader;
 use queenmq_protocol::{LeaderHint, QueenError};
 use queenmq_raft::wire::Limits;
 use queenmq_raft::{
@@ -141,6 +142,23 @@ impl Member {
             groups.add(&name, raft)
         })
         .await
+    }
+
+    /// Who leads the group whose status is `s`, for the door's forwarding decision
+    /// (native-api `forward`): a leader answers here whatever its lease or apply state (its
+    /// engine refuses retriably meanwhile: relaying to itself could not help).
+    pub fn leader(&self, s: &LogStatus) -> Leader {
+        match s.leader {
+            _ if s.role == "leader" => Leader::Here,
+            // Named leader but not (or no longer) in the role: a hand-over under way; the
+            // engine answers as it does today.
+            Some(id) if id == self.node_id => Leader::Here,
+            Some(id) => Leader::Other {
+                id,
+                url: self.peer_http.get(&id).cloned(),
+            },
+            None => Leader::Unknown,
+        }
     }
 
     /// The refusal of a request that reached this node while it may not plan: naming the
@@ -319,6 +337,31 @@ mod tests {
         assert!(e.leader.is_none());
         let e = m.refusal(&status("leader", Some(2), 3, 4));
         assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable);
+    }
+
+    /// The door's view of who leads: the engine's refusal names the same node and URL.
+    #[test]
+    fn the_door_sees_the_leader_the_engine_names() {
+        let m = member();
+        assert_eq!(m.leader(&status("leader", Some(2), 3, 4)), Leader::Here);
+        let cut_off = LogStatus {
+            quorum_contact: false,
+            ..status("leader", Some(2), 3, 3)
+        };
+        assert_eq!(m.leader(&cut_off), Leader::Here);
+        assert_eq!(
+            m.leader(&status("follower", Some(1), 3, 3)),
+            Leader::Other {
+                id: 1,
+                url: Some("http://127.0.0.1:6631".into())
+            }
+        );
+        assert_eq!(
+            m.leader(&status("follower", Some(3), 3, 3)),
+            Leader::Other { id: 3, url: None }
+        );
+        assert_eq!(m.leader(&status("candidate", None, 3, 3)), Leader::Unknown);
+        assert_eq!(m.leader(&status("follower", Some(2), 3, 3)), Leader::Here);
     }
 
     #[test]

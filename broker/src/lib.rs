@@ -11,6 +11,7 @@ pub mod engine;
 pub mod ephemeral;
 pub mod group;
 mod key_record;
+mod leader_lookup;
 mod log_backing;
 pub mod memory;
 mod memory_gate;

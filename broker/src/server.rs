@@ -143,8 +143,8 @@ pub async fn serve(
         ..EngineConfig::default()
     };
     let (cluster_stop_tx, cluster_stop_rx) = tokio::sync::watch::channel(false);
-    let (ecfg, cluster_listener) = match &cluster {
-        None => (ecfg, None),
+    let (ecfg, cluster_listener, member) = match &cluster {
+        None => (ecfg, None, None),
         Some(c) => {
             refuse_tenants_in_cluster(&cfg.data_dir)?;
             let token = cfg
@@ -164,10 +164,10 @@ pub async fn serve(
                 record_limit: ecfg
                     .record_limit
                     .min(queenmq_raft::CLUSTER_ENTRY_MAX as usize),
-                cluster: Some(member),
+                cluster: Some(member.clone()),
                 ..ecfg
             };
-            (ecfg, Some(listening))
+            (ecfg, Some(listening), Some(member))
         }
     };
     // A default group that fails to start stops the process with its reason: the operator
@@ -247,6 +247,14 @@ pub async fn serve(
         streams_state_max_keys: cfg.streams_state_max_keys,
         streams_state_max_bytes: cfg.streams_state_max_bytes,
         ephemeral: Some(ephemeral.clone()),
+        // A follower relays what the leader must answer (docs/cluster.md "Forwarding").
+        forward: member.map(|m| {
+            crate::leader_lookup::forward_options(
+                groups.clone(),
+                m,
+                usize::try_from(cfg.forward_max_inflight).unwrap_or(usize::MAX),
+            )
+        }),
     };
     let (kafka_stop_tx, kafka_stop_rx) = tokio::sync::watch::channel(false);
     // Kafka request bytes in flight: two of the largest requests, within a quarter of the

@@ -83,7 +83,7 @@ fn refuse_unread(has_body: bool, code: ErrorCode, msg: &str) -> Response {
     resp
 }
 
-fn carries_body(req: &Request) -> bool {
+pub(crate) fn carries_body(req: &Request) -> bool {
     let h = req.headers();
     h.contains_key(axum::http::header::TRANSFER_ENCODING)
         || h.get(axum::http::header::CONTENT_LENGTH)

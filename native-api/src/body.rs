@@ -14,7 +14,16 @@ use crate::ApiOptions;
 /// Reads the whole body within `max_body_bytes` and `body_timeout`; a body still arriving at the
 /// deadline is answered 408 and its connection closed (a slow sender holds no buffer for long).
 pub async fn read(headers: &HeaderMap, body: Body, opts: &ApiOptions) -> Result<Bytes, ApiError> {
-    let limit = opts.max_body_bytes;
+    read_within(headers, body, opts.max_body_bytes, opts.body_timeout).await
+}
+
+/// [`read`] with the limit and the deadline given.
+pub async fn read_within(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError(QueenError::new(
             ErrorCode::PayloadTooLarge,
@@ -31,14 +40,14 @@ pub async fn read(headers: &HeaderMap, body: Body, opts: &ApiOptions) -> Result<
         }
     }
     let limited = http_body_util::Limited::new(body, limit);
-    let collected = match tokio::time::timeout(opts.body_timeout, limited.collect()).await {
+    let collected = match tokio::time::timeout(timeout, limited.collect()).await {
         Ok(r) => r,
         Err(_) => {
             return Err(ApiError(QueenError::new(
                 ErrorCode::RequestTimeout,
                 format!(
                     "request body not received within {} ms (http_body_timeout_ms)",
-                    opts.body_timeout.as_millis()
+                    timeout.as_millis()
                 ),
             )))
         }

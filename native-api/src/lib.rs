@@ -12,6 +12,7 @@ mod ephemeral;
 pub mod ephemeral_door;
 pub mod ephemeral_wait;
 mod error;
+mod forward;
 mod groups;
 mod health;
 mod http_metrics;
@@ -46,6 +47,7 @@ use std::time::Duration;
 use queenmq_protocol::Bus;
 
 pub use error::ApiError;
+pub use forward::{ForwardOptions, Leader, LeaderLookup, FORWARDED};
 pub use meter::ConnectionMeter;
 
 #[derive(Clone, Debug)]
@@ -89,6 +91,9 @@ pub struct ApiOptions {
     pub streams_state_max_bytes: u64,
     /// The RAM store of ephemeral queues; None answers their routes 501 `unsupported`.
     pub ephemeral: Option<Arc<dyn ephemeral_door::EphemeralDoor>>,
+    /// A cluster member's relay to the leader (docs/cluster.md "Forwarding"); None on a
+    /// single node: every request is answered here.
+    pub forward: Option<ForwardOptions>,
 }
 
 impl Default for ApiOptions {
@@ -113,6 +118,7 @@ impl Default for ApiOptions {
             streams_state_max_keys: 1_000_000,
             streams_state_max_bytes: 64 << 20,
             ephemeral: None,
+            forward: None,
         }
     }
 }
@@ -150,11 +156,21 @@ pub async fn run(
         answers,
         tls,
     };
-    let app = router::router(AppState {
-        bus,
-        opts: Arc::new(opts),
-        room,
+    let forwarder = opts.forward.as_ref().map(|f| {
+        Arc::new(forward::Forwarder::new(
+            f,
+            opts.max_body_bytes,
+            opts.body_timeout,
+        ))
     });
+    let app = router::router(
+        AppState {
+            bus,
+            opts: Arc::new(opts),
+            room,
+        },
+        forwarder,
+    );
     serve::serve(listener, app, limits, shutdown).await
 }
 

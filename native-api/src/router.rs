@@ -1,24 +1,26 @@
 //! The route table of the Queen HTTP API.
 
+use std::sync::Arc;
+
 use axum::extract::Request;
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, MethodRouter};
-use axum::Router;
+use axum::{Extension, Router};
 use queenmq_protocol::{rows, CommandMeta, ErrorCode};
 use serde_json::json;
 
 use crate::{
-    ack, auth, dlq_admin, ephemeral, groups, health, http_metrics, kv, locks, node_metrics,
-    offset_reads, pop, push, queues, reads, streams, timers, txn, AppState,
+    ack, auth, dlq_admin, ephemeral, forward, groups, health, http_metrics, kv, locks,
+    node_metrics, offset_reads, pop, push, queues, reads, streams, timers, txn, AppState,
 };
 
 /// Every route names the row of the command table its handler sends, and [`auth::needs`]
 /// checks the caller's roles against that row before the body is read. Routes of features this
 /// broker does not implement send no command: they need a valid token only, and answer
 /// `unsupported` whatever the caller's roles.
-pub fn router(app: AppState) -> Router {
-    Router::new()
+pub(crate) fn router(app: AppState, forwarder: Option<Arc<forward::Forwarder>>) -> Router {
+    let routes = Router::new()
         .route("/health", sends(&rows::HEALTH, get(health::health)))
         .route("/ready", sends(&rows::HEALTH, get(health::ready)))
         .route("/metrics", sends(&rows::METRICS, get(health::metrics_json)))
@@ -235,16 +237,25 @@ pub fn router(app: AppState) -> Router {
             sends(&rows::TRANSACTION, post(streams::cycle)),
         )
         .route("/streams/v1/{*rest}", post(health::unsupported))
-        .fallback(no_route)
+        .fallback(no_route);
+    // A cluster member's routes find the relay to the leader in the request (forward::layer).
+    let routes = match forwarder {
+        Some(f) => routes.layer(Extension(f)),
+        None => routes,
+    };
+    routes
         .layer(middleware::from_fn_with_state(app.clone(), auth::layer))
         .layer(middleware::from_fn(http_metrics::record))
         .with_state(app)
 }
 
 /// The route's handlers (added so far) send commands of `row`: callers whose roles do not
-/// grant it are refused before the handler runs.
+/// grant it are refused before the handler runs; on a cluster follower, what the leader must
+/// answer is relayed to it once the roles are checked (the leader checks them again).
 fn sends(row: &'static CommandMeta, handlers: MethodRouter<AppState>) -> MethodRouter<AppState> {
-    handlers.route_layer(middleware::from_fn_with_state(row, auth::needs))
+    handlers
+        .route_layer(middleware::from_fn_with_state(row, forward::layer))
+        .route_layer(middleware::from_fn_with_state(row, auth::needs))
 }
 
 async fn no_route(req: Request) -> Response {

@@ -26,6 +26,9 @@ FORM_S = 60.0  # the bound on every wait for the cluster to settle
 # defaults (500 / 5000) so that failovers fit the test's waits.
 HEARTBEAT_MS = 300
 ELECTION_MS = 3000
+# What a follower adds to a request it relays; a node that does not lead answers such a
+# request itself (503 not_leader) instead of relaying it again.
+RELAYED = {"x-queen-forwarded": "9"}
 
 
 def make_cluster(broker_factory):
@@ -137,11 +140,13 @@ def test_three_nodes_form_replicate_and_survive_losing_the_leader(broker_factory
         leader = nodes[lead]
         acked = push_acknowledged(http, leader.url, 20, 0)
 
-        # A follower plans nothing: 503 not_leader naming the leader and its HTTP address.
+        # A follower plans nothing. A request relayed once already (x-queen-forwarded) is
+        # not relayed again: 503 not_leader naming the leader and its HTTP address.
         follower_id = next(i for i in nodes if i != lead)
         res = http.post(
             f"{nodes[follower_id].url}/api/v1/push",
             json={"items": [queen_api.item(QUEUE, "p0", "refused", {"k": -1})]},
+            headers=RELAYED,
         )
         assert res.status_code == 503, res.text
         body = res.json()
@@ -149,7 +154,7 @@ def test_three_nodes_form_replicate_and_survive_losing_the_leader(broker_factory
         assert body["leader"] == lead, body
         assert body["leaderUrl"] == leader.url, body
         res = http.get(f"{nodes[follower_id].url}/api/v1/pop/queue/{QUEUE}",
-                       params={"batch": 1, "wait": "false"})
+                       params={"batch": 1, "wait": "false"}, headers=RELAYED)
         assert res.status_code == 503 and res.json()["code"] == "not_leader", res.text
 
         # The leader dies without a word; the other two elect one of them.
@@ -325,3 +330,103 @@ def test_leader_and_follower_stay_ready_under_write_load(broker_factory):
         bad = [(r.status_code, r.text[:200]) for r in answers if r.status_code != 200]
         assert not bad, bad[:5]
         assert len(pushed) > 5, "the writes stopped during the polls"
+
+
+def forwarded_count(http, node, outcome):
+    """queen_forwarded_requests_total{outcome} of `node`."""
+    text = http.get(f"{node.url}/metrics/prometheus").text
+    for line in text.splitlines():
+        if line.startswith("queen_forwarded_requests_total{") and f'outcome="{outcome}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_follower_relays_the_official_clients_pushes_pops_and_acks(broker_factory):
+    """Issue 13: clients may use any node. The official client pointed at a follower pushes,
+    pops and acks; the leader holds the messages (another group pops them all from it) and
+    the acknowledged ones are gone for the acking group. A relayed request carries
+    x-queen-forwarded, so one sent with it to a follower is refused, never relayed again."""
+    with httpx.Client(timeout=10.0) as http:
+        nodes, lead = started_cluster(broker_factory, http)
+        follower = nodes[next(i for i in nodes if i != lead)]
+        queue = "relayed"
+
+        async def produce_and_consume(client):
+            for k in range(10):
+                await client.queue(queue).partition("p0").push([{"data": {"k": k}}])
+            got = []
+            deadline = time.monotonic() + FORM_S
+            while len(got) < 10:
+                assert time.monotonic() < deadline, f"popped only {got}"
+                popped = await (client.queue(queue).group("relayed-group")
+                                .subscription_mode("all").batch(10).wait(False).pop())
+                if popped:
+                    await client.ack(popped, True, {"group": "relayed-group"})
+                    got += [m["data"]["k"] for m in popped]
+            return got
+
+        got = queen_api.with_client(follower.url, produce_and_consume)
+        assert sorted(got) == list(range(10)), got
+        assert forwarded_count(http, follower, "relayed") >= 12
+
+        # The leader holds them: a fresh group reads all ten from it, and the acking group
+        # has nothing left there.
+        leader = nodes[lead]
+        res = http.get(f"{leader.url}/api/v1/pop/queue/{queue}",
+                       params={"batch": 100, "wait": "false", "consumerGroup": "audit",
+                               "subscriptionMode": "all"})
+        assert res.status_code == 200, res.text
+        assert sorted(m["data"]["k"] for m in res.json()["messages"]) == list(range(10))
+        res = http.get(f"{leader.url}/api/v1/pop/queue/{queue}",
+                       params={"batch": 100, "wait": "false", "consumerGroup": "relayed-group"})
+        assert res.status_code == 204, res.text
+
+        # No loop: a request already relayed is answered by the follower itself.
+        res = http.post(f"{follower.url}/api/v1/push",
+                        json={"items": [queen_api.item(queue, "p0", "twice", {"k": -1})]},
+                        headers=RELAYED)
+        assert res.status_code == 503, res.text
+        assert res.json()["code"] == "not_leader" and res.json()["leader"] == lead, res.text
+
+
+def test_with_the_leader_killed_a_follower_answers_503_then_relays_to_the_new_leader(
+        broker_factory):
+    """The leader SIGKILLed: a follower still naming it cannot connect and answers 503 (the
+    client's own timeout is never reached: no hang) until the survivors elect a leader; then
+    the survivor that follows relays to the new leader, which holds the message."""
+    with httpx.Client(timeout=30.0) as http:
+        nodes, lead = started_cluster(broker_factory, http)
+        survivors = {i: n for i, n in nodes.items() if i != lead}
+        first = next(iter(survivors.values()))
+        assert push_acknowledged(http, first.url, 1, 0) == ["m0"]
+        nodes[lead].kill()
+
+        answers = []
+        deadline = time.monotonic() + FORM_S
+        while True:
+            assert time.monotonic() < deadline, f"no new leader: {answers[-6:]}"
+            for i, n in survivors.items():
+                res = http.post(
+                    f"{n.url}/api/v1/push",
+                    json={"items": [queen_api.item(QUEUE, "p0", f"gone{len(answers)}", {})]},
+                )
+                code = res.json().get("code") if res.status_code == 503 else None
+                answers.append((i, res.status_code, code))
+                assert res.status_code in (200, 201, 503), res.text
+                if res.status_code == 503:
+                    assert code in ("not_leader", "unavailable"), res.text
+            if settled(http, survivors) is not None:
+                break
+            time.sleep(0.2)
+        # Asked right after the kill, before any election could end: refused, not hung.
+        assert answers[0][1] == 503, answers[:4]
+
+        views = wait_settled(http, survivors)
+        new_lead = next(i for i, v in views.items() if v["role"] == "leader")
+        assert new_lead != lead
+        follower = next(n for i, n in survivors.items() if i != new_lead)
+        relayed = forwarded_count(http, follower, "relayed")
+        acked = push_acknowledged(http, follower.url, 3, 500)
+        assert forwarded_count(http, follower, "relayed") >= relayed + 3
+        got = pop_all(http, nodes[new_lead].url, acked + ["m0"])
+        assert set(acked + ["m0"]) <= set(got), got

@@ -617,6 +617,15 @@ pub(crate) const KEYS: &[KeySpec] = &[
             max: 7_000,
         },
     },
+    KeySpec {
+        name: "forward_max_inflight",
+        env: "QUEEN_FORWARD_MAX_INFLIGHT",
+        flag: None,
+        kind: Kind::Uint {
+            min: 1,
+            max: 100_000,
+        },
+    },
 ];
 
 /// The environment variable naming the config file (the twin of `--config`).

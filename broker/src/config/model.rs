@@ -197,6 +197,9 @@ pub struct Config {
     /// a random time between this and twice this calls an election; a leader not acknowledged
     /// by a majority for this long stops planning. Ignored on a single node.
     pub cluster_election_timeout_ms: u64,
+    /// Requests a cluster follower relays to the leader at once; past it 503 `unavailable`.
+    /// Ignored on a single node.
+    pub forward_max_inflight: u64,
 }
 
 impl Default for Config {
@@ -284,6 +287,7 @@ impl Default for Config {
             peer_http: None,
             cluster_heartbeat_ms: 500,
             cluster_election_timeout_ms: 5_000,
+            forward_max_inflight: 1_024,
         }
     }
 }
@@ -527,6 +531,7 @@ impl Config {
             "node_id" => self.node_id,
             "cluster_heartbeat_ms" => self.cluster_heartbeat_ms,
             "cluster_election_timeout_ms" => self.cluster_election_timeout_ms,
+            "forward_max_inflight" => self.forward_max_inflight,
             _ => 0,
         }
     }

@@ -319,6 +319,7 @@ fn every_range_bound_is_enforced() {
         ("max_body_bytes", 1024, 255 << 20),
         ("max_new_partitions_per_request", 1, 10_000_000),
         ("max_long_polls", 1, 1_000_000),
+        ("forward_max_inflight", 1, 100_000),
         ("max_tenants", 1, 4_096),
         ("segment_bytes", 1 << 20, 1 << 30),
         ("commit_max_batch", 1, 65_536),

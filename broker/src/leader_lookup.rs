@@ -1,0 +1,67 @@
+//! The door's question "who leads this tenant's group?" (native-api `forward`), answered from
+//! the group's Raft status at the moment of the request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use queenmq_native_api::{ForwardOptions, Leader, LeaderLookup};
+use queenmq_protocol::DEFAULT_TENANT;
+
+use crate::cluster_member::Member;
+use crate::group::Registry;
+
+/// How long the relay waits for a connection to the leader: a lost SYN is resent after 1 s,
+/// so one resend fits.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Beyond the leader's own bound on an answer (its bus's queue wait and answer bound), for
+/// the way there and back.
+const MARGIN: Duration = Duration::from_secs(5);
+
+pub struct GroupLeaders {
+    groups: Arc<Registry>,
+    member: Member,
+}
+
+impl std::fmt::Debug for GroupLeaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupLeaders")
+            .field("node_id", &self.member.node_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaderLookup for GroupLeaders {
+    fn leader_of(&self, tenant: &str) -> Leader {
+        // Only the default tenant's group is clustered; the others are refused 501 here.
+        if tenant != DEFAULT_TENANT {
+            return Leader::Here;
+        }
+        // A group not running or being rebuilt: the bus answers why, as before.
+        let Some(group) = self.groups.get(tenant) else {
+            return Leader::Here;
+        };
+        match group.live.get() {
+            Ok(live) => self.member.leader(&live.log.status()),
+            Err(_) => Leader::Here,
+        }
+    }
+}
+
+/// The door's relay settings of a cluster member.
+pub fn forward_options(
+    groups: Arc<Registry>,
+    member: Member,
+    max_inflight: usize,
+) -> ForwardOptions {
+    let waits = crate::engine::BusWaits::default();
+    ForwardOptions {
+        node_id: member.node_id,
+        leaders: Arc::new(GroupLeaders { groups, member }),
+        max_inflight,
+        connect_timeout: CONNECT_TIMEOUT,
+        answer_margin: waits
+            .enqueue
+            .saturating_add(waits.answer)
+            .saturating_add(MARGIN),
+    }
+}

@@ -1,0 +1,230 @@
+//! The relay of one request to the leader and of its answer back.
+//!
+//! Bounds: at most `max_inflight` relayed requests at once (503 `unavailable` past it); the
+//! request body is read as a local handler reads it (`max_body_bytes`, `http_body_timeout_ms`);
+//! the connection to the leader within `connect_timeout`; its answer head within the answer
+//! margin plus the long poll the request asks for; its body at most `max_body_bytes` (a
+//! declared larger one is answered 502 before any of it is read, an undeclared one is cut
+//! there). The answer body is streamed through, not buffered, and counted as any answer is
+//! (`crate::answer`); the in-flight slot is held until it has been handed on whole.
+//!
+//! Failures: a leader that cannot be connected to has not seen the request: 503
+//! `not_leader` naming it, as before forwarding existed (the client may retry on any node).
+//! Once the request may have been sent, a lost connection or an answer too late is 503
+//! `unavailable` saying the request "may or may not be done", as a deposed leader's answer
+//! words it: a retry may repeat it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use queenmq_protocol::{ErrorCode, LeaderHint, QueenError};
+use tokio::sync::Semaphore;
+
+use super::decide::{answer_timeout, relayed_headers, Leader, RELAYED_ANSWER_HEADERS};
+use super::{close_if_unread, ForwardOptions, LeaderLookup};
+use crate::error::ApiError;
+
+/// Idle connections to the leader are closed before the leader's own idle timeout (60 s by
+/// default) would close them under a request just sent on one.
+const POOL_IDLE: Duration = Duration::from_secs(30);
+
+/// Every outcome of a relay, the label of `queen_forwarded_requests_total`.
+const OUTCOMES: [&str; 6] = [
+    "relayed",
+    "unreachable",
+    "lost",
+    "timeout",
+    "too_large",
+    "busy",
+];
+
+/// The process's one client to the leader, shared by every connection of the door.
+#[derive(Debug)]
+pub(crate) struct Forwarder {
+    node_id: u64,
+    leaders: Arc<dyn LeaderLookup>,
+    client: Client<HttpConnector, Full<Bytes>>,
+    inflight: Arc<Semaphore>,
+    max_inflight: usize,
+    answer_margin: Duration,
+    max_body: usize,
+    body_timeout: Duration,
+}
+
+/// Why a relay gave up, each with its answer and its outcome label.
+#[derive(Debug)]
+enum Failure {
+    /// The request never left this node.
+    Unreachable(String),
+    /// The request may have reached the leader.
+    Lost(String),
+    Timeout(Duration),
+    TooLarge(u64),
+}
+
+impl Forwarder {
+    pub(crate) fn new(opts: &ForwardOptions, max_body: usize, body_timeout: Duration) -> Self {
+        for outcome in OUTCOMES {
+            metrics::counter!("queen_forwarded_requests_total", "outcome" => outcome).increment(0);
+        }
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(opts.connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(POOL_IDLE)
+            .pool_max_idle_per_host(opts.max_inflight)
+            .build(connector);
+        let max_inflight = opts.max_inflight.clamp(1, Semaphore::MAX_PERMITS);
+        Forwarder {
+            node_id: opts.node_id,
+            leaders: opts.leaders.clone(),
+            client,
+            inflight: Arc::new(Semaphore::new(max_inflight)),
+            max_inflight,
+            answer_margin: opts.answer_margin,
+            max_body,
+            body_timeout,
+        }
+    }
+
+    pub(crate) fn leader_of(&self, tenant: &str) -> Leader {
+        self.leaders.leader_of(tenant)
+    }
+
+    /// Relays `req` to node `id` at `url` and answers with what the leader answered.
+    pub(crate) async fn relay(&self, req: Request, id: u64, url: String) -> Response {
+        let Ok(permit) = self.inflight.clone().try_acquire_owned() else {
+            count("busy");
+            let unread = crate::auth::carries_body(&req);
+            let e = QueenError::unavailable(format!(
+                "{} requests are being relayed to the leader (node {id}) already, the most \
+                 this node relays at once (forward_max_inflight); retry, or send to the leader",
+                self.max_inflight
+            ));
+            return close_if_unread(ApiError(e).into_response(), unread);
+        };
+        let (parts, body) = req.into_parts();
+        // Refused here as the route's handler would refuse it (413, 408): not relayed.
+        let bytes =
+            match crate::body::read_within(&parts.headers, body, self.max_body, self.body_timeout)
+                .await
+            {
+                Ok(b) => b,
+                Err(e) => return e.into_response(),
+            };
+        let path_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let wait = answer_timeout(parts.uri.path(), parts.uri.query(), self.answer_margin);
+        let hint = LeaderHint {
+            id,
+            url: Some(url.clone()),
+        };
+        let target = match format!("{url}{path_query}").parse::<Uri>() {
+            Ok(u) => u,
+            Err(e) => return self.failed(Failure::Unreachable(e.to_string()), hint),
+        };
+        let mut out = hyper::Request::new(Full::new(bytes));
+        *out.method_mut() = parts.method;
+        *out.uri_mut() = target;
+        *out.headers_mut() = relayed_headers(&parts.headers, self.node_id);
+        let answer = match tokio::time::timeout(wait, self.client.request(out)).await {
+            Err(_) => Err(Failure::Timeout(wait)),
+            Ok(Err(e)) if e.is_connect() => Err(Failure::Unreachable(chain(&e))),
+            Ok(Err(e)) => Err(Failure::Lost(chain(&e))),
+            Ok(Ok(a)) => Ok(a),
+        };
+        let answer = match answer {
+            Ok(a) => a,
+            Err(f) => return self.failed(f, hint),
+        };
+        let (head, incoming) = answer.into_parts();
+        let declared = head
+            .headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if let Some(len) = declared.filter(|len| *len > self.max_body as u64) {
+            return self.failed(Failure::TooLarge(len), hint);
+        }
+        count("relayed");
+        // The slot rides with the body: it is free once the answer was handed on or dropped.
+        let body = Limited::new(incoming, self.max_body)
+            .map_err(axum::Error::new)
+            .map_frame(move |frame| {
+                let _slot = &permit;
+                frame
+            });
+        let mut resp = Response::new(Body::new(body));
+        *resp.status_mut() = head.status;
+        for name in RELAYED_ANSWER_HEADERS {
+            if let Some(v) = head.headers.get(&name) {
+                resp.headers_mut().insert(name, v.clone());
+            }
+        }
+        resp
+    }
+
+    fn failed(&self, f: Failure, hint: LeaderHint) -> Response {
+        let id = hint.id;
+        let (outcome, e) = match f {
+            Failure::Unreachable(why) => {
+                tracing::debug!(leader = id, error = %why, "the leader is unreachable");
+                ("unreachable", QueenError::not_leader(Some(hint)))
+            }
+            Failure::Lost(why) => (
+                "lost",
+                QueenError::unavailable(format!(
+                    "the connection to the leader (node {id}) was lost after the request was \
+                     sent ({why}): the request may or may not be done; retry"
+                )),
+            ),
+            Failure::Timeout(wait) => (
+                "timeout",
+                QueenError::unavailable(format!(
+                    "the leader (node {id}) did not answer within {} ms: the request may or \
+                     may not be done; retry",
+                    wait.as_millis()
+                )),
+            ),
+            Failure::TooLarge(len) => {
+                count("too_large");
+                let msg = format!(
+                    "the request was done on the leader (node {id}), but its {len}-byte \
+                     answer is over the {} bytes this node relays (max_body_bytes): ask for \
+                     less (a smaller batch), or send such requests to the leader",
+                    self.max_body
+                );
+                let body = ApiError(QueenError::new(ErrorCode::Internal, msg)).into_response();
+                let (mut parts, body) = body.into_parts();
+                parts.status = StatusCode::BAD_GATEWAY;
+                return Response::from_parts(parts, body);
+            }
+        };
+        count(outcome);
+        ApiError(e).into_response()
+    }
+}
+
+fn count(outcome: &'static str) {
+    metrics::counter!("queen_forwarded_requests_total", "outcome" => outcome).increment(1);
+}
+
+/// An error with its causes, for the answer (hyper's top-level text alone says little).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,107 @@
+//! The relay against a real leader on loopback (an axum app standing for it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+
+use super::{ForwardOptions, Forwarder, Leader, LeaderLookup};
+
+#[derive(Debug)]
+struct Unused;
+
+impl LeaderLookup for Unused {
+    fn leader_of(&self, _tenant: &str) -> Leader {
+        Leader::Here
+    }
+}
+
+fn forwarder(max_body: usize) -> Forwarder {
+    let opts = ForwardOptions {
+        node_id: 2,
+        leaders: Arc::new(Unused),
+        max_inflight: 4,
+        connect_timeout: Duration::from_secs(5),
+        answer_margin: Duration::from_secs(10),
+    };
+    Forwarder::new(&opts, max_body, Duration::from_secs(5))
+}
+
+/// Serves `app` on a loopback port; its base URL.
+async fn leader(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+fn push(body: &'static str) -> Request {
+    Request::builder()
+        .method("POST")
+        .uri("/api/v1/push?echo=1")
+        .header("content-type", "application/json")
+        .header("cookie", "session=1")
+        .body(Body::from(body))
+        .unwrap()
+}
+
+async fn text(resp: axum::response::Response) -> (StatusCode, HeaderMap, String) {
+    let (parts, body) = resp.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_leaders_answer_is_relayed_with_its_status_and_type() {
+    let app = axum::Router::new().route(
+        "/api/v1/push",
+        post(|headers: HeaderMap, body: String| async move {
+            let seen = format!(
+                "{}|{}|{}",
+                headers["x-queen-forwarded"].to_str().unwrap_or(""),
+                headers.contains_key("cookie"),
+                body
+            );
+            (StatusCode::CREATED, [("content-type", "text/x-test")], seen)
+        }),
+    );
+    let url = leader(app).await;
+    let (status, headers, body) = text(forwarder(1 << 20).relay(push("{}"), 1, url).await).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(headers["content-type"], "text/x-test");
+    assert_eq!(body, "2|false|{}");
+}
+
+#[tokio::test]
+async fn a_leader_that_cannot_be_reached_is_named_as_before() {
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let (status, _, body) = text(forwarder(1 << 20).relay(push("{}"), 3, url.clone()).await).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["code"], "not_leader", "{v}");
+    assert_eq!(
+        (v["leader"].as_u64(), v["leaderUrl"].as_str()),
+        (Some(3), Some(url.as_str()))
+    );
+}
+
+#[tokio::test]
+async fn an_answer_over_the_limit_is_502_and_a_body_over_it_is_not_sent() {
+    let app = axum::Router::new().route("/api/v1/push", post(|| async { "x".repeat(100) }));
+    let url = leader(app).await;
+    let (status, _, body) = text(forwarder(64).relay(push("{}"), 1, url.clone()).await).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    assert!(body.contains("max_body_bytes"), "{body}");
+    let big = Box::leak("y".repeat(100).into_boxed_str());
+    let (status, _, _) = text(forwarder(64).relay(push(big), 1, url).await).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+}
