@@ -3,10 +3,11 @@
 //! Bounds: at most `max_inflight` relayed requests at once (503 `unavailable` past it); the
 //! request body is read as a local handler reads it (`max_body_bytes`, `http_body_timeout_ms`);
 //! the connection to the leader within `connect_timeout`; its answer head within the answer
-//! margin plus the long poll the request asks for; its body at most `max_body_bytes` (a
-//! declared larger one is answered 502 before any of it is read, an undeclared one is cut
-//! there). The answer body is streamed through, not buffered, and counted as any answer is
-//! (`crate::answer`); the in-flight slot is held until it has been handed on whole.
+//! margin plus the long poll the request asks for. The answer body has no size cap of its own:
+//! the leader has already done the request (an autoAck pop has consumed what it answers), so
+//! refusing it here would lose it; it is streamed through in chunks, not buffered, and counted
+//! as any answer is (`crate::answer`), which is what bounds its memory. The in-flight slot is
+//! held until the answer has been handed on whole.
 //!
 //! Failures: a leader that cannot be connected to has not seen the request: 503
 //! `not_leader` naming it, as before forwarding existed (the client may retry on any node).
@@ -14,20 +15,23 @@
 //! `unavailable` saying the request "may or may not be done", as a deposed leader's answer
 //! words it: a retry may repeat it.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{StatusCode, Uri};
+use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use queenmq_protocol::{ErrorCode, LeaderHint, QueenError};
-use tokio::sync::Semaphore;
+use queenmq_protocol::{LeaderHint, QueenError};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::decide::{answer_timeout, relayed_headers, Leader, RELAYED_ANSWER_HEADERS};
 use super::{close_if_unread, ForwardOptions, LeaderLookup};
@@ -38,14 +42,7 @@ use crate::error::ApiError;
 const POOL_IDLE: Duration = Duration::from_secs(30);
 
 /// Every outcome of a relay, the label of `queen_forwarded_requests_total`.
-const OUTCOMES: [&str; 6] = [
-    "relayed",
-    "unreachable",
-    "lost",
-    "timeout",
-    "too_large",
-    "busy",
-];
+const OUTCOMES: [&str; 5] = ["relayed", "unreachable", "lost", "timeout", "busy"];
 
 /// The process's one client to the leader, shared by every connection of the door.
 #[derive(Debug)]
@@ -68,7 +65,6 @@ enum Failure {
     /// The request may have reached the leader.
     Lost(String),
     Timeout(Duration),
-    TooLarge(u64),
 }
 
 impl Forwarder {
@@ -146,22 +142,13 @@ impl Forwarder {
             Err(f) => return self.failed(f, hint),
         };
         let (head, incoming) = answer.into_parts();
-        let declared = head
-            .headers
-            .get(axum::http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if let Some(len) = declared.filter(|len| *len > self.max_body as u64) {
-            return self.failed(Failure::TooLarge(len), hint);
-        }
         count("relayed");
-        // The slot rides with the body: it is free once the answer was handed on or dropped.
-        let body = Limited::new(incoming, self.max_body)
-            .map_err(axum::Error::new)
-            .map_frame(move |frame| {
-                let _slot = &permit;
-                frame
-            });
+        // No cap on its size (module doc). The slot rides with the body: it is free once the
+        // answer was handed on or dropped.
+        let body = Slotted {
+            inner: incoming,
+            _slot: permit,
+        };
         let mut resp = Response::new(Body::new(body));
         *resp.status_mut() = head.status;
         for name in RELAYED_ANSWER_HEADERS {
@@ -194,22 +181,39 @@ impl Forwarder {
                     wait.as_millis()
                 )),
             ),
-            Failure::TooLarge(len) => {
-                count("too_large");
-                let msg = format!(
-                    "the request was done on the leader (node {id}), but its {len}-byte \
-                     answer is over the {} bytes this node relays (max_body_bytes): ask for \
-                     less (a smaller batch), or send such requests to the leader",
-                    self.max_body
-                );
-                let body = ApiError(QueenError::new(ErrorCode::Internal, msg)).into_response();
-                let (mut parts, body) = body.into_parts();
-                parts.status = StatusCode::BAD_GATEWAY;
-                return Response::from_parts(parts, body);
-            }
         };
         count(outcome);
         ApiError(e).into_response()
+    }
+}
+
+/// The leader's answer body with the in-flight slot it holds. It keeps the leader's size
+/// hint (its declared length), which the door's answer counting charges up front and hyper
+/// sends on as the length.
+struct Slotted {
+    inner: Incoming,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl HttpBody for Slotted {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().inner)
+            .poll_frame(cx)
+            .map_err(axum::Error::new)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
