@@ -161,6 +161,7 @@ pub async fn run(
             f,
             opts.max_body_bytes,
             opts.body_timeout,
+            opts.meter.clone(),
         ))
     });
     let app = router::router(

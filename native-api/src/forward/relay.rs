@@ -7,7 +7,10 @@
 //! the leader has already done the request (an autoAck pop has consumed what it answers), so
 //! refusing it here would lose it; it is streamed through in chunks, not buffered, and counted
 //! as any answer is (`crate::answer`), which is what bounds its memory. The in-flight slot is
-//! held until the answer has been handed on whole.
+//! held until the answer has been handed on whole. The request body, once read, is charged
+//! to the connections' share of the memory budget (`ConnectionMeter`, as answers are) for
+//! the relay's whole life; when the share is over, 503 `unavailable` (retry) and nothing is
+//! relayed.
 //!
 //! Failures: a leader that cannot be connected to has not seen the request: 503
 //! `not_leader` naming it, as before forwarding existed (the client may retry on any node).
@@ -36,6 +39,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::decide::{answer_timeout, relayed_headers, Leader, RELAYED_ANSWER_HEADERS};
 use super::{close_if_unread, ForwardOptions, LeaderLookup};
 use crate::error::ApiError;
+use crate::meter::ConnectionMeter;
 
 /// Idle connections to the leader are closed before the leader's own idle timeout (60 s by
 /// default) would close them under a request just sent on one.
@@ -55,6 +59,7 @@ pub(crate) struct Forwarder {
     answer_margin: Duration,
     max_body: usize,
     body_timeout: Duration,
+    meter: Option<Arc<dyn ConnectionMeter>>,
 }
 
 /// Why a relay gave up, each with its answer and its outcome label.
@@ -68,7 +73,12 @@ enum Failure {
 }
 
 impl Forwarder {
-    pub(crate) fn new(opts: &ForwardOptions, max_body: usize, body_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        opts: &ForwardOptions,
+        max_body: usize,
+        body_timeout: Duration,
+        meter: Option<Arc<dyn ConnectionMeter>>,
+    ) -> Self {
         for outcome in OUTCOMES {
             metrics::counter!("queen_forwarded_requests_total", "outcome" => outcome).increment(0);
         }
@@ -89,6 +99,7 @@ impl Forwarder {
             answer_margin: opts.answer_margin,
             max_body,
             body_timeout,
+            meter,
         }
     }
 
@@ -117,6 +128,16 @@ impl Forwarder {
                 Ok(b) => b,
                 Err(e) => return e.into_response(),
             };
+        let Some(charge) = Charge::take(&self.meter, bytes.len()) else {
+            count("busy");
+            return ApiError(QueenError::unavailable(format!(
+                "the {}-byte request body cannot be held for the relay to the leader (node \
+                 {id}): the connections' share of the memory budget (memory_limit_bytes) is \
+                 full; retry later, or send to the leader",
+                bytes.len()
+            )))
+            .into_response();
+        };
         let path_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let wait = answer_timeout(parts.uri.path(), parts.uri.query(), self.answer_margin);
         let hint = LeaderHint {
@@ -148,6 +169,7 @@ impl Forwarder {
         let body = Slotted {
             inner: incoming,
             _slot: permit,
+            _charge: charge,
         };
         let mut resp = Response::new(Body::new(body));
         *resp.status_mut() = head.status;
@@ -193,6 +215,38 @@ impl Forwarder {
 struct Slotted {
     inner: Incoming,
     _slot: OwnedSemaphorePermit,
+    _charge: Charge,
+}
+
+/// A relayed request body's bytes, counted in the connections' pool until dropped.
+struct Charge {
+    meter: Option<Arc<dyn ConnectionMeter>>,
+    bytes: usize,
+}
+
+impl Charge {
+    /// Counts `bytes`, or nothing and None when that leaves the pool over its share.
+    fn take(meter: &Option<Arc<dyn ConnectionMeter>>, bytes: usize) -> Option<Charge> {
+        let charge = Charge {
+            meter: meter.clone(),
+            bytes,
+        };
+        if let Some(m) = meter {
+            m.answer(bytes, true);
+            if m.over_share() {
+                return None;
+            }
+        }
+        Some(charge)
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        if let Some(m) = &self.meter {
+            m.answer(self.bytes, false);
+        }
+    }
 }
 
 impl HttpBody for Slotted {

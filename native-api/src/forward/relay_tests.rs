@@ -8,6 +8,9 @@ use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 
+use crate::meter::ConnectionMeter;
+use crate::test_pool::Pool;
+
 use super::{ForwardOptions, Forwarder, Leader, LeaderLookup};
 
 #[derive(Debug)]
@@ -20,6 +23,10 @@ impl LeaderLookup for Unused {
 }
 
 fn forwarder(max_body: usize) -> Forwarder {
+    metered(max_body, None)
+}
+
+fn metered(max_body: usize, meter: Option<Arc<dyn ConnectionMeter>>) -> Forwarder {
     let opts = ForwardOptions {
         node_id: 2,
         leaders: Arc::new(Unused),
@@ -27,7 +34,7 @@ fn forwarder(max_body: usize) -> Forwarder {
         connect_timeout: Duration::from_secs(5),
         answer_margin: Duration::from_secs(10),
     };
-    Forwarder::new(&opts, max_body, Duration::from_secs(5))
+    Forwarder::new(&opts, max_body, Duration::from_secs(5), meter)
 }
 
 /// Serves `app` on a loopback port; its base URL.
@@ -110,4 +117,58 @@ async fn an_answer_over_the_limit_is_relayed_whole_and_a_body_over_it_is_not_sen
     let big = Box::leak("y".repeat(100).into_boxed_str());
     let (status, _, _) = text(forwarder(64).relay(push(big), 1, url).await).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+fn push_bytes(len: usize) -> Request {
+    Request::builder()
+        .method("POST")
+        .uri("/api/v1/push")
+        .header("content-type", "application/json")
+        .body(Body::from(vec![b'z'; len]))
+        .unwrap()
+}
+
+/// Review s19 forward H2: a relayed body is charged to the connections' pool while the relay
+/// lives; one that would leave the pool over its share is refused 503, retriably.
+#[tokio::test]
+async fn a_relayed_body_is_charged_while_it_lives_and_refused_past_the_share() {
+    // A leader that accepts and never reads nor answers.
+    let stalled = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", stalled.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = stalled.accept().await {
+            held.push(sock);
+        }
+    });
+    let pool = Arc::new(Pool {
+        share: 1 << 20,
+        ..Pool::default()
+    });
+    let meter: Arc<dyn ConnectionMeter> = pool.clone();
+    let fwd = Arc::new(metered(4 << 20, Some(meter)));
+    let first = {
+        let (fwd, url) = (fwd.clone(), url.clone());
+        tokio::spawn(async move { fwd.relay(push_bytes(600 << 10), 1, url).await })
+    };
+    let charged = async {
+        while pool.bytes.load(std::sync::atomic::Ordering::Relaxed) < 600 << 10 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    // A bound on a hang, not a speed assertion: without the charge the count never comes.
+    tokio::time::timeout(Duration::from_secs(30), charged)
+        .await
+        .expect("the first relay's body is never charged");
+    let (status, _, body) = text(fwd.relay(push_bytes(600 << 10), 1, url).await).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["code"], "unavailable", "{v}");
+    assert_eq!(
+        pool.bytes.load(std::sync::atomic::Ordering::Relaxed),
+        600 << 10
+    );
+    first.abort();
+    let _ = first.await;
+    assert_eq!(pool.bytes.load(std::sync::atomic::Ordering::Relaxed), 0);
 }
