@@ -31,6 +31,8 @@ struct GroupDue {
     /// (the group's soonest lease end in the ring, the ring).
     ends: BTreeSet<(Instant, String)>,
     used: Instant,
+    /// Whether the group's next pop starts from `rings` rather than the log.
+    again_first: bool,
 }
 
 #[derive(Default)]
@@ -122,6 +124,7 @@ impl Due {
                     rings: BTreeSet::new(),
                     ends: BTreeSet::new(),
                     used: now,
+                    again_first: false,
                 },
             );
         }
@@ -139,6 +142,17 @@ impl Due {
             .next()?;
         g.seen = *at;
         Some(ring.clone())
+    }
+
+    /// Whether this pop of `group` starts from its rings to look at again rather than the
+    /// log; its next pop starts from the other. Strict priority to the log starved the rings
+    /// under steady pushes elsewhere (review s19 ephemeral H1).
+    pub fn again_first(&mut self, group: &str) -> bool {
+        let Some(g) = self.groups.get_mut(group) else {
+            return false;
+        };
+        g.again_first = !g.again_first;
+        !g.again_first
     }
 
     /// Moves the lease ends of `group` up to `now` into its rings.

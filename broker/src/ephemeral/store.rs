@@ -7,7 +7,7 @@
 //! sum of its rings (`rings_charged`), the tenant and the node the sums of their queues'
 //! [`Queue::charge`], and the sweep recounts them from the rings every second.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -797,41 +797,50 @@ impl EphemeralDoor for Store {
             Some(p) => visit(q, p, &mut out),
             None => {
                 // Only the rings where the group may have something due are visited (review
-                // s14 R3): first those pushed to since it last looked, oldest push first;
-                // then those it must look at again (left unfinished, nacked, lease ended), in
-                // name order from the one after where the last such pop started, so a busy
-                // partition does not starve the others. One name is looked up at a time: a
-                // pop that fills its batch from the first ring copies one name (review s12
-                // E7).
+                // s14 R3): those pushed to since it last looked, oldest push first, and those
+                // it must look at again (left unfinished, nacked, lease ended), in name order
+                // from the one after where the last such pop started, so a busy partition does
+                // not starve the others. Pops of a group alternate which of the two they start
+                // from, so steady pushes elsewhere do not starve what must be looked at again
+                // (review s19 ephemeral H1). One name is looked up at a time: a pop that fills
+                // its batch from the first ring copies one name (review s12 E7).
                 q.due.start(group, now);
                 q.due.ended(group, now);
-                // What the log gave is not visited again by this pop: what it left there is
-                // for the next one (a lease of no seconds would otherwise be taken twice).
-                let mut looked = Vec::new();
-                while out.len() < ask.batch {
-                    let Some(name) = q.due.next_logged(group) else {
-                        break;
-                    };
-                    visit(q, &name, &mut out);
-                    looked.push(name);
-                }
-                looked.sort_unstable();
-                let first = q.due.next_after(group, q.turn.as_deref());
-                if first.is_some() {
-                    q.turn.clone_from(&first);
-                }
-                let mut next = first.clone();
-                for _ in 0..q.due.len(group) {
-                    let Some(name) = next.take() else { break };
-                    if out.len() >= ask.batch {
-                        break;
+                let again_first = q.due.again_first(group);
+                // A ring is visited once per pop: what it left there is for the next one (a
+                // lease of no seconds would otherwise be taken twice).
+                let mut looked = BTreeSet::new();
+                for again in [again_first, !again_first] {
+                    if !again {
+                        while out.len() < ask.batch {
+                            let Some(name) = q.due.next_logged(group) else {
+                                break;
+                            };
+                            if !looked.contains(&name) {
+                                visit(q, &name, &mut out);
+                                looked.insert(name);
+                            }
+                        }
+                        continue;
                     }
-                    next = q
-                        .due
-                        .next_after(group, Some(&name))
-                        .filter(|n| Some(n) != first.as_ref());
-                    if looked.binary_search(&name).is_err() {
-                        visit(q, &name, &mut out);
+                    let first = q.due.next_after(group, q.turn.as_deref());
+                    if first.is_some() {
+                        q.turn.clone_from(&first);
+                    }
+                    let mut next = first.clone();
+                    for _ in 0..q.due.len(group) {
+                        let Some(name) = next.take() else { break };
+                        if out.len() >= ask.batch {
+                            break;
+                        }
+                        next = q
+                            .due
+                            .next_after(group, Some(&name))
+                            .filter(|n| Some(n) != first.as_ref());
+                        if !looked.contains(&name) {
+                            visit(q, &name, &mut out);
+                            looked.insert(name);
+                        }
                     }
                 }
             }
@@ -1046,3 +1055,7 @@ mod tests;
 #[cfg(test)]
 #[path = "store_bounds_tests.rs"]
 mod bounds_tests;
+
+#[cfg(test)]
+#[path = "store_fairness_tests.rs"]
+mod fairness_tests;
