@@ -40,9 +40,12 @@ pub struct Compactor {
     /// checkpoint (written or skipped) measures again (review s18 H1: it once waited for a
     /// written checkpoint, which a full node whose floor segment pins the log never writes).
     awaiting_loan: Option<u64>,
-    /// No checkpoint of this incarnation was written yet: only looks that borrow the reserve
-    /// (a full node) are made, bounded by the gate's loan floor (review s18 H1).
+    /// No checkpoint of this incarnation was written or skipped yet: only looks that borrow
+    /// the reserve (a full node) are made, bounded by the gate's loan floor (review s18 H1).
     fresh: bool,
+    /// A checkpoint was skipped since the last borrowing look: the next one gets a whole
+    /// budget and loan (review s19 H1).
+    skip_rearmed: bool,
     /// The `tenant` label of `queen_compaction_skipped_total`.
     tenant: Arc<str>,
 }
@@ -158,6 +161,7 @@ impl Compactor {
             alone_left: false,
             awaiting_loan: None,
             fresh: true,
+            skip_rearmed: false,
             tenant,
         }
     }
@@ -174,18 +178,28 @@ impl Compactor {
         self.alone_left = true;
         self.awaiting_loan = None;
         self.fresh = false;
+        self.skip_rearmed = false;
     }
 
-    /// A checkpoint was skipped for want of space: due again, with what is left of this
-    /// interval's budget and loan (nothing was given back, so no fresh quarter). On a full
-    /// node whose floor segment pins the log every checkpoint is skipped (nothing to reclaim
-    /// repays it), and the copy is the only way out: without this, a look that stopped (a
-    /// short loan, the retries spent) stayed off for good and writes were refused 507 until
-    /// an operator freed space (review s18 H1). One look per checkpoint interval at most.
+    /// A checkpoint was skipped for want of space: due again. On a full node whose floor
+    /// segment pins the log every checkpoint is skipped (nothing to reclaim repays it), and
+    /// the copy is the only way out: without this, a look that stopped (a short loan, the
+    /// retries spent) stayed off for good and writes were refused 507 until an operator freed
+    /// space (review s18 H1). A look that borrows the reserve gets a whole budget and loan:
+    /// a checkpoint is written only once copies freed about four times its size, which one
+    /// quarter segment and one loan may never reach, so a second pinned segment was refused
+    /// `over_budget` for good (review s19 H1); the gate's loan floor bounds it, and the skip
+    /// comes once per checkpoint interval. A look within the room above the reserve keeps
+    /// what is left (nothing was given back). It ends `fresh`: rate-limited like a written
+    /// checkpoint, which is all review C1 asks; else a restarted node with some room above
+    /// the reserve but not enough for a checkpoint never compacted until it was full (review
+    /// s19 L2).
     pub fn after_skipped_checkpoint(&mut self) {
         self.due = self.enabled;
         self.full_counted = false;
         self.awaiting_loan = None;
+        self.fresh = false;
+        self.skip_rearmed = true;
     }
 
     /// Whether this cycle is given to the compactor alone: its client jobs wait for the next
@@ -266,7 +280,12 @@ impl Compactor {
     /// borrow, this interval. Whether it borrows, and if so whether the loan (not the caps)
     /// is the limit.
     fn copy_room(&self, planned: usize, gated: usize, ungated: usize, lend: u64) -> Room {
-        let lend = usize::try_from(lend.saturating_sub(self.lent)).unwrap_or(usize::MAX);
+        Self::room_after(self.lent, planned, gated, ungated, lend)
+    }
+
+    /// [`Compactor::copy_room`] with `lent` bytes already borrowed.
+    fn room_after(lent: u64, planned: usize, gated: usize, ungated: usize, lend: u64) -> Room {
+        let lend = usize::try_from(lend.saturating_sub(lent)).unwrap_or(usize::MAX);
         let on_loan = planned.saturating_add(lend);
         let borrowed = ungated.min(on_loan);
         if borrowed > gated {
@@ -306,11 +325,22 @@ impl Compactor {
             self.awaiting_loan = None;
         }
         let planned = planner.cycle.entry.len();
+        let mut room = self.copy_room(planned, max_entry_bytes, ungated, lend);
+        if self.skip_rearmed {
+            // After a skipped checkpoint a borrowing look starts whole (review s19 H1).
+            let whole = Self::room_after(0, planned, max_entry_bytes, ungated, lend);
+            if whole.borrows {
+                self.budget.reset();
+                self.lent = 0;
+                self.skip_rearmed = false;
+                room = whole;
+            }
+        }
         let Room {
             max_entry_bytes,
             borrows,
             loan_bound,
-        } = self.copy_room(planned, max_entry_bytes, ungated, lend);
+        } = room;
         let room = max_entry_bytes.saturating_sub(planned);
         // Before the first checkpoint only a borrowing look (see `new`); one without room is
         // still counted as waiting for it.
@@ -503,9 +533,72 @@ mod tests {
         assert_eq!(
             c.start(usize::MAX, SEGMENT, || true),
             Ok(SEGMENT / 8),
-            "no fresh quarter: nothing was given back"
+            "no fresh quarter above the reserve: nothing was given back"
         );
-        assert_eq!(c.lent, 100, "the loan stays counted");
+        assert_eq!(c.lent, 100, "the loan stays counted until a look borrows");
+    }
+
+    /// A node whose two oldest sealed segments (entries 1 and 2, `bytes` each) hold two live
+    /// messages each, followed by a run in the segment appends go to.
+    fn two_pinned(bytes: u64) -> (Fixture, MemLog) {
+        let mut f = Fixture::new();
+        f.push("keep", "p", 2);
+        f.commit();
+        f.push("keep", "q", 2);
+        f.commit();
+        f.push("later", "p", 1);
+        f.commit();
+        let sealed = vec![(1, 1, bytes), (2, 2, bytes)];
+        f.log.sealed = sealed.clone();
+        let log = MemLog {
+            sealed,
+            ..MemLog::default()
+        };
+        (f, log)
+    }
+
+    #[test]
+    fn a_skipped_checkpoint_gives_a_borrowing_look_a_whole_budget_and_loan() {
+        // Review s19 H1: on a full node a checkpoint is written only once copies freed about
+        // four times its size. A skip kept what was left of one quarter segment and one loan,
+        // so the second of two segments 15 % live was refused `over_budget` for good.
+        let live = live_bytes();
+        let (mut f, log) = two_pinned(live * 20 / 3);
+        let mut c = Compactor::new(true, Arc::from("t"));
+        c.after_checkpoint();
+        // A full node: no room above the reserve, a loan for one copy and a half.
+        let full = (0, 4 << 20, live + live / 2);
+        let got = c
+            .plan(&mut f.planner(), &log, full, || true)
+            .expect("a look");
+        assert_eq!((got.runs, got.segment_done), (1, true), "{got:?}");
+        assert!(f.commit().is_some());
+        let got = c
+            .plan(&mut f.planner(), &log, full, || true)
+            .expect("a look");
+        assert!(got.over_budget, "what is left of the quarter: {got:?}");
+        assert!(!c.is_due());
+        c.after_skipped_checkpoint();
+        let got = c
+            .plan(&mut f.planner(), &log, full, || true)
+            .expect("a look after the skip");
+        assert_eq!((got.runs, got.segment_done), (1, true), "{got:?}");
+        assert_eq!(c.lent, got.bytes, "the loan counts from the skip");
+    }
+
+    #[test]
+    fn a_skipped_checkpoint_ends_the_new_compactor_s_wait() {
+        // Review s19 L2: a fresh compactor made borrowing looks only, until a checkpoint was
+        // written; a restarted node with some room above the reserve, but not enough for a
+        // checkpoint, skipped every one and never compacted until it was full.
+        let live = live_bytes();
+        let (mut f, log) = pinned(4 * live, 4 * live);
+        let mut c = Compactor::new(true, Arc::from("t"));
+        c.after_skipped_checkpoint();
+        let got = c
+            .plan(&mut f.planner(), &log, (usize::MAX, 4 << 20, 0), || true)
+            .expect("a look within the room above the reserve");
+        assert_eq!((got.runs, got.segment_done), (1, true), "{got:?}");
     }
 
     #[test]
