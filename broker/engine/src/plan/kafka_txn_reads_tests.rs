@@ -707,6 +707,7 @@ fn a_pop_heavy_cycle_leaves_admin_reads_their_share() {
     let room = Room(40_000);
     let mut p = fx.planner();
     p.memory = Some(&room);
+    p.cycle.has_admin_reads = true;
     let first = KafkaTxnRead::Describe {
         txn_ids: vec!["first".into()],
     };
@@ -721,5 +722,32 @@ fn a_pop_heavy_cycle_leaves_admin_reads_their_share() {
     match p.plan_kafka_txn_read(&q) {
         Ok(KafkaTxnReadAnswer::Described(v)) => assert_eq!(known(&v[0]).partitions.len(), 10),
         other => panic!("{other:?}"),
+    }
+}
+
+/// Review s19 kafka M2: a cycle whose batch holds no Kafka transaction read gives its pops
+/// the whole answer room (they lost the reads' quarter in every cycle).
+#[test]
+fn a_cycle_of_pops_only_gives_them_the_whole_room() {
+    let mut fx = Fixture::new();
+    let items: Vec<_> = (0..100)
+        .map(|n| {
+            let mut it = super::fixture::item("q", "0", &format!("m{n}"));
+            it.payload = bytes::Bytes::from(format!("\"{}\"", "p".repeat(1_000)));
+            it
+        })
+        .collect();
+    assert!(fx.planner().plan_push(&items, None).is_ok());
+    fx.commit();
+    let room = Room(40_000);
+    let mut p = fx.planner();
+    p.memory = Some(&room);
+    assert!(!p.cycle.has_admin_reads);
+    match p.plan_pop(&super::fixture::pop_req("q", 100)) {
+        Ok(super::PopPlan::Delivered(r)) => {
+            let n = r.messages.len();
+            assert!((35..100).contains(&n), "about 40 fit the whole room: {n}");
+        }
+        other => panic!("{:?}", other.err()),
     }
 }
