@@ -206,4 +206,9 @@ pub enum KafkaTxnReadAnswer {
         pairs: Vec<(String, i32)>,
         complete: bool,
     },
+    /// The group's pending set past what the cycle grants (review s19 kafka H1): it is never
+    /// cut, so it is refused whole and the door answers the group
+    /// COORDINATOR_LOAD_IN_PROGRESS, which Java's ListConsumerGroupOffsetsHandler and
+    /// librdkafka retry.
+    GroupPendingOverBudget,
 }

@@ -29,6 +29,9 @@ pub struct Cycle {
     /// Bytes those entries hold (`READ_ENTRY_BYTES` each plus their names), counted apart
     /// from the pops' (review s18 kafka M2: plan/kafka_txn_reads.rs).
     pub txn_read_bytes: usize,
+    /// Whether the cycle's batch holds a Kafka transaction read: only then do its pops leave
+    /// the reads their share of the answer room (review s19 kafka M2).
+    pub has_admin_reads: bool,
 }
 
 impl Cycle {
@@ -44,6 +47,7 @@ impl Cycle {
             answer_bytes: 0,
             txn_read_entries: 0,
             txn_read_bytes: 0,
+            has_admin_reads: false,
         }
     }
 

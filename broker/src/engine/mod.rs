@@ -484,6 +484,14 @@ impl Engine {
                     }
                 }
             }
+            // Before any pop of the cycle: the pops leave the Kafka transaction reads their
+            // share only when the batch holds one (review s19 kafka M2).
+            planner.cycle.has_admin_reads = jobs.iter().any(|j| {
+                matches!(
+                    j.cmd,
+                    Command::Read(queenmq_protocol::ReadReq::KafkaTxns(_))
+                )
+            });
             let mut jobs = jobs.into_iter();
             // A cycle given to the compactor (review H2): its jobs wait, in order, for the
             // next one.

@@ -157,3 +157,40 @@ async fn a_groups_pending_set_holds_its_room_across_the_read_and_is_refused_with
     drop(busy);
     assert_eq!(room.free(), ROOM);
 }
+
+/// The engine refuses group "g"'s pending set whole (past its cycle's grant); the offsets'
+/// read records that it ran.
+struct RefusedBus(Arc<AtomicBool>);
+
+impl Bus for RefusedBus {
+    fn call(&self, _ctx: RequestCtx, command: Command) -> BusFuture {
+        let out = match command {
+            Command::KafkaGroups(KafkaGroupsReq::Fetch { .. }) => {
+                self.0.store(true, Ordering::SeqCst);
+                Ok(Outcome::KafkaGroups(KafkaGroupsOutcome::Fetched(vec![])))
+            }
+            Command::Read(ReadReq::KafkaTxns(KafkaTxnRead::GroupPending { .. })) => {
+                Ok(Outcome::Read(ReadAnswer::KafkaTxns(
+                    KafkaTxnReadAnswer::GroupPendingOverBudget,
+                )))
+            }
+            other => Err(QueenError::new(
+                ErrorCode::Internal,
+                format!("the stub does not answer {other:?}"),
+            )),
+        };
+        Box::pin(async move { out })
+    }
+}
+
+/// Review s19 kafka H1: a pending set the engine refused whole is answered retriably for
+/// the group, before the offsets are read.
+#[tokio::test]
+async fn a_pending_set_refused_by_the_engine_is_retriable_for_the_group() {
+    let read = Arc::new(AtomicBool::new(false));
+    let door = crate::test_door::over(Arc::new(RefusedBus(read.clone())));
+    let (code, topics) = fetch_group_stable(&door, "g", &None, true).await;
+    assert_eq!(code, e::COORDINATOR_LOAD_IN_PROGRESS);
+    assert!(topics.is_empty());
+    assert!(!read.load(Ordering::SeqCst), "refused before the offsets");
+}

@@ -412,32 +412,101 @@ fn a_list_past_its_row_cap_is_cut_and_counted() {
         .contains("queen_kafka_txn_list_truncated_total 2"));
 }
 
-/// Review s18 kafka M4: a group's pending offsets are listed whole whatever the cycle grants,
-/// so the door never falls back to checking them after reading the committed offsets.
-#[test]
-fn a_groups_pending_offsets_are_never_cut_by_the_cycles_grant() {
-    let mut fx = Fixture::new();
-    fx.push("t", "0", 1);
-    fx.push("t", "1", 1);
-    let (_, id, epoch) = init(&mut fx, "tx", 60_000);
-    assert_eq!(add_group(&mut fx, id, epoch, "g", limits()), TxnCode::None);
-    let offsets = vec![txn_offset("t", 0, 1), txn_offset("t", 1, 1)];
-    assert_eq!(
-        commit_offsets(&mut fx, id, epoch, "g", offsets, limits()),
-        vec![TxnCode::None, TxnCode::None]
-    );
+/// Group "g" with `n` offsets of `topic` pending in transaction "tx"; its producer id.
+fn pending_group(fx: &mut Fixture, topic: &str, n: i32) -> i64 {
+    fx.configure(topic, opts(|_| {}));
+    let (_, id, epoch) = init(fx, "tx", 60_000);
+    assert_eq!(add_group(fx, id, epoch, "g", limits()), TxnCode::None);
+    let offsets = (0..n).map(|p| txn_offset(topic, p, 1)).collect();
+    let got = commit_offsets(fx, id, epoch, "g", offsets, limits());
+    assert!(got.iter().all(|c| *c == TxnCode::None), "{got:?}");
     fx.commit();
+    id
+}
+
+/// Review s18 kafka M4 and s19 kafka H1: a group's pending offsets are never cut (the door
+/// would check a cut set only after reading the committed offsets), and past the cycle's
+/// grant they are refused whole, listing nothing (before, they were always served whole).
+#[test]
+fn a_groups_pending_set_past_the_grant_is_refused_whole_and_within_it_answered_whole() {
+    let mut fx = Fixture::new();
+    pending_group(&mut fx, "t", 2);
     let q = KafkaTxnRead::GroupPending { group: "g".into() };
-    match crate::reads::kafka_txns::answer(&fx.st, &q, Grant::default()) {
+    let whole = Grant {
+        entries: 2,
+        bytes: 2 * (READ_ENTRY_BYTES + 1),
+    };
+    for short in [
+        Grant::default(),
+        Grant {
+            entries: 1,
+            ..whole
+        },
+        Grant {
+            bytes: whole.bytes - 1,
+            ..whole
+        },
+    ] {
+        assert_eq!(
+            crate::reads::kafka_txns::answer(&fx.st, &q, short),
+            Ok((KafkaTxnReadAnswer::GroupPendingOverBudget, Grant::default())),
+            "{short:?}"
+        );
+    }
+    match crate::reads::kafka_txns::answer(&fx.st, &q, whole) {
         Ok((KafkaTxnReadAnswer::GroupPending { pairs, complete }, listed)) => {
             assert!(
                 complete,
                 "a cut set would be checked only after the offsets"
             );
-            assert_eq!((pairs.len(), listed.entries), (2, 2));
+            assert_eq!(pairs, vec![("t".to_string(), 0), ("t".to_string(), 1)]);
+            assert_eq!(listed, whole);
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// Review s19 kafka H1: in a cycle past its first read, a group's pending set of long names
+/// past the reads' share is refused whole, so the cycle holds nothing for it and the pops
+/// keep their room; the cycle's first read still gets it whole.
+#[test]
+fn a_pending_set_past_the_reads_share_leaves_the_cycle_within_it() {
+    let mut fx = Fixture::new();
+    let long = "t".repeat(249);
+    pending_group(&mut fx, &long, 100);
+    init(&mut fx, "first", 60_000);
+    fx.commit();
+    // The reads' share is 8 000 bytes: 100 pairs of 249-byte names are 28 900.
+    let room = Room(32_000);
+    let q = KafkaTxnRead::GroupPending { group: "g".into() };
+    let first = KafkaTxnRead::Describe {
+        txn_ids: vec!["first".into()],
+    };
+    let mut p = fx.planner();
+    p.memory = Some(&room);
+    assert!(p.plan_kafka_txn_read(&first).is_ok());
+    let charged = p.cycle.txn_read_bytes;
+    for _ in 0..2 {
+        assert_eq!(
+            p.plan_kafka_txn_read(&q),
+            Ok(KafkaTxnReadAnswer::GroupPendingOverBudget)
+        );
+    }
+    assert_eq!(
+        p.cycle.txn_read_bytes, charged,
+        "a refused set holds nothing"
+    );
+    assert!(p.cycle.txn_read_bytes <= room.0 / ADMIN_READ_SHARE_DIVISOR);
+    fx.commit();
+    let mut p = fx.planner();
+    p.memory = Some(&room);
+    match p.plan_kafka_txn_read(&q) {
+        Ok(KafkaTxnReadAnswer::GroupPending { pairs, complete }) => {
+            assert_eq!((pairs.len(), complete), (100, true));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.cycle.txn_read_bytes, 100 * (READ_ENTRY_BYTES + 249));
 }
 
 /// An answer room of `bytes` (the door holds nothing else).
@@ -638,6 +707,7 @@ fn a_pop_heavy_cycle_leaves_admin_reads_their_share() {
     let room = Room(40_000);
     let mut p = fx.planner();
     p.memory = Some(&room);
+    p.cycle.has_admin_reads = true;
     let first = KafkaTxnRead::Describe {
         txn_ids: vec!["first".into()],
     };
@@ -652,5 +722,32 @@ fn a_pop_heavy_cycle_leaves_admin_reads_their_share() {
     match p.plan_kafka_txn_read(&q) {
         Ok(KafkaTxnReadAnswer::Described(v)) => assert_eq!(known(&v[0]).partitions.len(), 10),
         other => panic!("{other:?}"),
+    }
+}
+
+/// Review s19 kafka M2: a cycle whose batch holds no Kafka transaction read gives its pops
+/// the whole answer room (they lost the reads' quarter in every cycle).
+#[test]
+fn a_cycle_of_pops_only_gives_them_the_whole_room() {
+    let mut fx = Fixture::new();
+    let items: Vec<_> = (0..100)
+        .map(|n| {
+            let mut it = super::fixture::item("q", "0", &format!("m{n}"));
+            it.payload = bytes::Bytes::from(format!("\"{}\"", "p".repeat(1_000)));
+            it
+        })
+        .collect();
+    assert!(fx.planner().plan_push(&items, None).is_ok());
+    fx.commit();
+    let room = Room(40_000);
+    let mut p = fx.planner();
+    p.memory = Some(&room);
+    assert!(!p.cycle.has_admin_reads);
+    match p.plan_pop(&super::fixture::pop_req("q", 100)) {
+        Ok(super::PopPlan::Delivered(r)) => {
+            let n = r.messages.len();
+            assert!((35..100).contains(&n), "about 40 fit the whole room: {n}");
+        }
+        other => panic!("{:?}", other.err()),
     }
 }

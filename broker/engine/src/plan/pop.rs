@@ -182,8 +182,9 @@ impl Planner<'_> {
 
     /// Bytes this cycle's pops may still take: the connections share of the memory budget,
     /// less what the door holds (answers waiting for their clients), less what the cycle's
-    /// earlier pops took, less the Kafka transaction reads' share (or what they took, when
-    /// the cycle's first read passed it: review s18 kafka M2, plan/kafka_txn_reads.rs).
+    /// earlier pops took, less what the Kafka transaction reads took and, when the cycle's
+    /// batch holds such a read, the rest of their share (review s18 kafka M2,
+    /// plan/kafka_txn_reads.rs; s19 kafka M2: a cycle without one keeps the whole room).
     /// Their answers reach the door only after the cycle commits, and the door counts them
     /// from then on (native-api answer.rs): this bounds what is built before that. Without a
     /// budget (tests), unbounded.
@@ -192,8 +193,17 @@ impl Planner<'_> {
             Some(m) => m
                 .answer_room()
                 .saturating_sub(self.cycle.answer_bytes)
-                .saturating_sub(self.admin_read_share().max(self.cycle.txn_read_bytes)),
+                .saturating_sub(self.admin_reads_held()),
             None => usize::MAX,
+        }
+    }
+
+    /// What the cycle's Kafka transaction reads hold or may still take from the pops.
+    fn admin_reads_held(&self) -> usize {
+        if self.cycle.has_admin_reads {
+            self.admin_read_share().max(self.cycle.txn_read_bytes)
+        } else {
+            self.cycle.txn_read_bytes
         }
     }
 

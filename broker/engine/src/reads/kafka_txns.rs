@@ -59,7 +59,8 @@ fn entry(name_len: usize) -> Grant {
 
 /// The answer to `req`, listing at most `granted` beside its own caps, and what it lists.
 /// ListTransactions has no per-item error: past the grant the whole list is refused
-/// ([`KafkaTxnReadAnswer::ListOverBudget`], review s18 kafka H1).
+/// ([`KafkaTxnReadAnswer::ListOverBudget`], review s18 kafka H1), and so is a group's
+/// pending set, which is never cut ([`KafkaTxnReadAnswer::GroupPendingOverBudget`]).
 pub fn answer(
     st: &State,
     req: &KafkaTxnRead,
@@ -114,20 +115,30 @@ pub fn answer(
             let v = st.kafka_txns.pending_of(group, partitions);
             (KafkaTxnReadAnswer::Pending(v), Grant::default())
         }
-        KafkaTxnRead::GroupPending { group } => {
-            // Never cut by the cycle's grant (review s18 kafka M4): a set cut below what the
-            // group holds is checked by the door only after the offsets are read, and a
-            // transaction committing in between would show an old offset as stable (review
-            // s16 kafka L1). Its own per-answer bound still holds; what it lists is counted.
-            let budget = MAX_ENTRIES_PER_ANSWER;
-            let (pairs, complete) = st.kafka_txns.pending_in(group, budget);
-            let mut spent = Grant::default();
-            for (topic, _) in &pairs {
-                spent.add(entry(topic.len()));
-            }
-            (KafkaTxnReadAnswer::GroupPending { pairs, complete }, spent)
-        }
+        KafkaTxnRead::GroupPending { group } => group_pending(st, group, granted),
     })
+}
+
+/// The group's pending set, never cut by the cycle's grant (review s18 kafka M4): a set cut
+/// below what the group holds is checked by the door only after the offsets are read, and a
+/// transaction committing in between would show an old offset as stable (review s16 kafka
+/// L1). Its own per-answer bound still holds. Past the grant it is refused whole, its cost
+/// summed over the borrowed keys before a name is copied (review s19 kafka H1: it was
+/// charged but always served, so every such read of a cycle held the whole set).
+fn group_pending(st: &State, group: &str, granted: Grant) -> (KafkaTxnReadAnswer, Grant) {
+    let mut cost = Grant::default();
+    for (topic, _) in st
+        .kafka_txns
+        .pending_keys(group)
+        .take(MAX_ENTRIES_PER_ANSWER)
+    {
+        cost.add(entry(topic.len()));
+    }
+    if !granted.fits(cost) {
+        return (KafkaTxnReadAnswer::GroupPendingOverBudget, Grant::default());
+    }
+    let (pairs, complete) = st.kafka_txns.pending_in(group, MAX_ENTRIES_PER_ANSWER);
+    (KafkaTxnReadAnswer::GroupPending { pairs, complete }, cost)
 }
 
 fn state_of(row: &TxnRow) -> TxnStateName {

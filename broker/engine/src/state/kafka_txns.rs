@@ -232,19 +232,27 @@ impl KafkaTxns {
             .collect()
     }
 
+    /// The (topic, partition) where an open transaction holds a pending offset of `group`,
+    /// in order, borrowed: what a read lists is costed before any name is copied (review
+    /// s19 kafka H1).
+    pub fn pending_keys<'a>(&'a self, group: &'a str) -> impl Iterator<Item = (&'a str, i32)> {
+        let from = (group.to_owned(), String::new(), i32::MIN);
+        self.pending_held
+            .range(from..)
+            .map(|(k, _)| k)
+            .take_while(move |(g, _, _)| g == group)
+            .map(|(_, t, p)| (t.as_str(), *p))
+    }
+
     /// Up to `limit` (topic, partition) where an open transaction holds a pending offset of
     /// `group`, in order, and whether that is all of them.
     pub fn pending_in(&self, group: &str, limit: usize) -> (Vec<(String, i32)>, bool) {
-        let from = (group.to_owned(), String::new(), i32::MIN);
         let mut out = Vec::new();
-        for (g, t, p) in self.pending_held.range(from..).map(|(k, _)| k) {
-            if g != group {
-                break;
-            }
+        for (t, p) in self.pending_keys(group) {
             if out.len() == limit {
                 return (out, false);
             }
-            out.push((t.clone(), *p));
+            out.push((t.to_owned(), p));
         }
         (out, true)
     }
