@@ -10,7 +10,7 @@ use queenmq_native_api::ephemeral_wait::pop_waiting;
 use super::tests::{assert_consistent, msgs};
 use super::*;
 
-fn store() -> Store {
+pub(super) fn store() -> Store {
     Store::new(
         StoreLimits {
             enabled: true,
@@ -21,6 +21,26 @@ fn store() -> Store {
         None,
         LongPollSlots::new(64),
     )
+}
+
+/// Queue `q` with 1 s leases and one message in `partition`, taken without an ack by group
+/// `g`'s pop of `scope`: the message comes back once the lease ends.
+pub(super) fn leased_to_g(s: &Store, partition: Option<&str>, scope: Option<&str>) {
+    let options = EphemeralOptions {
+        lease_seconds: 1,
+        ..EphemeralOptions::default()
+    };
+    s.declare("t", "q", options);
+    s.push("t", "q", partition, msgs(1)).unwrap();
+    let a = PopAsk {
+        queue: "q",
+        partition: scope,
+        group: Some("g"),
+        batch: 1,
+        auto_ack: false,
+        existing: false,
+    };
+    assert_eq!(s.pop("t", &a).unwrap().len(), 1);
 }
 
 fn drain(s: &Store, queue: &str, group: &str) -> Vec<String> {
@@ -431,24 +451,7 @@ async fn a_waiter_at_its_deadline_does_not_swallow_the_wake() {
 async fn a_lease_that_ends_wakes_a_waiter_of_its_group() {
     for partition in [None, Some("p")] {
         let door = counting();
-        door.store.declare(
-            "t",
-            "q",
-            EphemeralOptions {
-                lease_seconds: 1,
-                ..EphemeralOptions::default()
-            },
-        );
-        door.store.push("t", "q", Some("p"), msgs(1)).unwrap();
-        let a = PopAsk {
-            queue: "q",
-            partition,
-            group: Some("g"),
-            batch: 1,
-            auto_ack: false,
-            existing: false,
-        };
-        assert_eq!(door.store.pop("t", &a).unwrap().len(), 1);
+        leased_to_g(&door.store, Some("p"), partition);
         let b = waiter_for(&door, "g", partition, 60_000);
         run_ready().await;
         assert!(!b.is_finished(), "leased: nothing for B yet");
@@ -468,21 +471,7 @@ async fn a_lease_that_ends_wakes_a_waiter_of_its_group() {
 #[tokio::test(start_paused = true)]
 async fn a_waiter_pops_once_more_at_its_deadline() {
     let door = counting();
-    let options = EphemeralOptions {
-        lease_seconds: 1,
-        ..EphemeralOptions::default()
-    };
-    door.store.declare("t", "q", options);
-    door.store.push("t", "q", None, msgs(1)).unwrap();
-    let a = PopAsk {
-        queue: "q",
-        partition: None,
-        group: Some("g"),
-        batch: 1,
-        auto_ack: false,
-        existing: false,
-    };
-    assert_eq!(door.store.pop("t", &a).unwrap().len(), 1);
+    leased_to_g(&door.store, None, None);
     let b = waiter_for(&door, "g", None, 3_000);
     run_ready().await;
     tokio::time::advance(Duration::from_secs(4)).await;
@@ -688,21 +677,7 @@ async fn a_forgotten_cursor_wakes_a_waiter_of_its_group() {
         pops: AtomicUsize::new(0),
         push_after: AtomicUsize::new(0),
     });
-    let options = EphemeralOptions {
-        lease_seconds: 1,
-        ..EphemeralOptions::default()
-    };
-    door.store.declare("t", "q", options);
-    door.store.push("t", "q", None, msgs(1)).unwrap();
-    let a = PopAsk {
-        queue: "q",
-        partition: None,
-        group: Some("g"),
-        batch: 1,
-        auto_ack: false,
-        existing: false,
-    };
-    assert_eq!(door.store.pop("t", &a).unwrap().len(), 1);
+    leased_to_g(&door.store, None, None);
     let b = waiter_for(&door, "g", None, 60_000);
     run_ready().await;
     tokio::time::advance(Duration::from_secs(3)).await;

@@ -2,21 +2,9 @@
 //! group last looked strict priority over those it must look at again (partly taken, nacked,
 //! lease ended), so a steady push elsewhere does not starve them.
 
+use super::bounds_tests::store;
 use super::tests::msgs;
 use super::*;
-
-fn store() -> Store {
-    Store::new(
-        StoreLimits {
-            enabled: true,
-            max_bytes: 1 << 30,
-            tenant_max_bytes: 1 << 30,
-            implicit_idle: Duration::from_secs(300),
-        },
-        None,
-        LongPollSlots::new(64),
-    )
-}
 
 fn one(auto_ack: bool) -> PopAsk<'static> {
     PopAsk {
