@@ -156,6 +156,7 @@ pub async fn run(
         answers,
         tls,
     };
+    forward::register_series();
     let forwarder = opts.forward.as_ref().map(|f| {
         Arc::new(forward::Forwarder::new(
             f,

@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use queenmq_protocol::{CommandMeta, RequestCtx, DEFAULT_TENANT};
 
 pub use decide::{Leader, FORWARDED};
-pub(crate) use relay::Forwarder;
+pub(crate) use relay::{register_series, Forwarder};
 
 use crate::error::ApiError;
 

@@ -72,6 +72,14 @@ enum Failure {
     Timeout(Duration),
 }
 
+/// Every outcome's series at zero, on every node: a single node exports it too, so a scrape
+/// (and the test of docs/metrics.md) sees one set of series whatever the node's role.
+pub(crate) fn register_series() {
+    for outcome in OUTCOMES {
+        metrics::counter!("queen_forwarded_requests_total", "outcome" => outcome).increment(0);
+    }
+}
+
 impl Forwarder {
     pub(crate) fn new(
         opts: &ForwardOptions,
@@ -79,9 +87,6 @@ impl Forwarder {
         body_timeout: Duration,
         meter: Option<Arc<dyn ConnectionMeter>>,
     ) -> Self {
-        for outcome in OUTCOMES {
-            metrics::counter!("queen_forwarded_requests_total", "outcome" => outcome).increment(0);
-        }
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(opts.connect_timeout));
         connector.set_nodelay(true);
