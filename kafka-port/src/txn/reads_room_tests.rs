@@ -14,7 +14,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use queenmq_protocol::kafka_txn_reads::*;
 use queenmq_protocol::{
     Bus, BusFuture, Command, ErrorCode, KvOutcome, KvResult, MessageTotals, Outcome, PageInfo,
-    QueenError, QueueDoc, QueueSettings, QueueView, ReadAnswer, ReadReq, RequestCtx,
+    QueenError, QueueDoc, QueueView, ReadAnswer, ReadReq, RequestCtx,
 };
 
 use super::reads;
@@ -40,27 +40,7 @@ fn topic_doc() -> QueueDoc {
             partitions: 0,
             messages: MessageTotals::default(),
             retained_bytes: 0,
-            options: QueueSettings {
-                priority: 0,
-                lease_time: 0,
-                retry_limit: 0,
-                retry_delay: 0,
-                max_size: 0,
-                ttl: 0,
-                dead_letter_queue: false,
-                dlq_after_max_retries: false,
-                delayed_processing: 0,
-                window_buffer: 0,
-                retention_seconds: 0,
-                completed_retention_seconds: 0,
-                retention_enabled: false,
-                encryption_enabled: false,
-                max_wait_time_seconds: 0,
-                min_pop_wait_time: 0,
-                dedup_window_seconds: 0,
-                retention_sink_hold: String::new(),
-                retention_sink_hold_max_seconds: 0,
-            },
+            options: crate::admin::topic_configs::tests::settings(),
             created_us: 0,
         },
         partitions: Vec::new(),
