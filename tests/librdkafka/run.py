@@ -17,6 +17,7 @@ refused and closed connections), so they need nothing beside the broker.
     python tests/librdkafka/run.py 0001 0002       # some tests (allowlisted or not)
     python tests/librdkafka/run.py --full 0050     # a test not in the allowlist, in full mode
     python tests/librdkafka/run.py --sockem 0049   # ... with socket emulation
+    python tests/librdkafka/run.py --full --broker 0045  # ... without its mock-cluster parts
     python tests/librdkafka/run.py --results DIR   # JUnit XML and logs into DIR
 """
 
@@ -64,12 +65,21 @@ def something_ran(log: str) -> bool:
 
 
 # The words that may follow a test in the allowlist: how it runs.
-MARKERS = {"full", "sockem"}
+MARKERS = {"full", "sockem", "broker", "sasl"}
+# A test marked `sasl` runs against a broker that requires SASL on its Kafka port, with
+# this user (the HTTP port is acknowledged open: no JWT secret in a throwaway broker), and
+# logs in with SASL PLAIN (librdkafka's SCRAM needs OpenSSL, which this build leaves out).
+SASL_USER, SASL_PASSWORD = "librdkafka", "librdkafka-test-password"
+SASL_USERS_FILE = f"""[[user]]
+name = "{SASL_USER}"
+password = "{SASL_PASSWORD}"
+role = "admin"
+"""
 
 
 def parse_allowlist(text: str) -> dict[str, set[str]]:
     """Every test of an allowlist and its markers: `full` (no quick mode), `sockem` (with
-    socket emulation)."""
+    socket emulation), `broker` (only the parts that reach a broker), `sasl` (SASL PLAIN)."""
     tests = {}
     for line in text.splitlines():
         words = line.split("#", 1)[0].split()
@@ -88,9 +98,12 @@ def allowlist() -> dict[str, set[str]]:
 
 def runner_flags(marks: set[str]) -> list[str]:
     """test-runner's flags for a test with these markers: one test at a time, no known-issue
-    tests, quick mode unless `full`, no socket emulation unless `sockem`."""
+    tests, quick mode unless `full`, no socket emulation unless `sockem`, and with `broker`
+    none of the parts flagged local (`-L`): those run against librdkafka's mock cluster,
+    never against queen, and some take minutes."""
     return (["-p1"] + ([] if "full" in marks else ["-Q"])
-            + ([] if "sockem" in marks else ["-E"]) + ["-K"])
+            + ([] if "sockem" in marks else ["-E"]) + ["-K"]
+            + (["-L"] if "broker" in marks else []))
 
 
 def build() -> Path:
@@ -105,7 +118,15 @@ def run_one(test: str, marks: set[str], tests_dir: Path, logs: Path) -> tuple[st
     started = time.monotonic()
     log = logs / f"{test}.log"
     data = Path(tempfile.mkdtemp(prefix=f"librdkafka-{test}-"))
-    broker = Broker(data / "data", logs, name=f"{test}.broker", env=BROKER_ENV)
+    env = dict(BROKER_ENV)
+    client_conf = ""
+    if "sasl" in marks:
+        users = data / "sasl-users.toml"
+        users.write_text(SASL_USERS_FILE)
+        env.update(QUEEN_KAFKA_SASL_USERS_FILE=str(users), QUEEN_HTTP_AUTH_DISABLED="true")
+        client_conf = ("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                       f"sasl.username={SASL_USER}\nsasl.password={SASL_PASSWORD}\n")
+    broker = Broker(data / "data", logs, name=f"{test}.broker", env=env)
     try:
         broker.start()
     except BrokerError as e:
@@ -116,6 +137,7 @@ def run_one(test: str, marks: set[str], tests_dir: Path, logs: Path) -> tuple[st
         conf.write_text(
             f"bootstrap.servers={broker.kafka_bootstrap}\n"
             "broker.address.family=v4\n"
+            + client_conf
         )
         env = dict(os.environ)
         env.update(
@@ -171,13 +193,17 @@ def main() -> int:
                     help="run the named tests in full mode (default: as the allowlist says)")
     ap.add_argument("--sockem", action="store_true",
                     help="run the named tests with socket emulation (default: as the allowlist says)")
+    ap.add_argument("--broker", action="store_true",
+                    help="run only the named tests' parts that reach a broker (`-L`)")
+    ap.add_argument("--sasl", action="store_true",
+                    help="run the named tests against a broker requiring SASL PLAIN")
     ap.add_argument("--results", type=Path, default=REPO / ".cache" / "test-results" / "librdkafka")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--tests-dir", type=Path, help="a built librdkafka tests/ folder (default: build one)")
     args = ap.parse_args()
     listed = allowlist()
     names = args.tests or list(listed)
-    forced = {m for m in ("full", "sockem") if getattr(args, m)}
+    forced = {m for m in ("full", "sockem", "broker", "sasl") if getattr(args, m)}
     tests = [(t, listed.get(t, set()) | forced) for t in names]
     if not tests:
         print("librdkafka: no tests to run", file=sys.stderr)

@@ -73,6 +73,9 @@ def test_allowlist_markers_choose_the_runner_flags():
     assert run.runner_flags(listed["0018"]) == ["-p1", "-E", "-K"]
     assert run.runner_flags(listed["0049"]) == ["-p1", "-Q", "-K"]
     assert run.runner_flags(listed["0094"]) == ["-p1", "-K"]
+    # `broker` leaves out the parts flagged local (mock cluster); `sasl` changes no flag.
+    assert run.runner_flags({"full", "broker"}) == ["-p1", "-E", "-K", "-L"]
+    assert run.runner_flags({"sasl"}) == ["-p1", "-Q", "-E", "-K"]
 
 
 def test_an_unknown_or_repeated_marker_is_refused():
@@ -89,5 +92,5 @@ def test_an_unknown_or_repeated_marker_is_refused():
 def test_the_committed_allowlist_reads():
     run = runner()
     listed = run.allowlist()
-    assert len(listed) >= 64
+    assert len(listed) >= 79
     assert all(m <= run.MARKERS for m in listed.values())
