@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use queenmq_raft::{RaftError, RaftNode, RaftStatus};
 
 use crate::config::Timing;
-use crate::engine::log::{LogError, LogStatus, ProposeFuture, ReplicatedLog};
+use crate::engine::log::{LogError, LogStatus, ProbeFuture, ProposeFuture, ReplicatedLog};
 
 /// The node, and its cluster timing when it is a member of a multi-node group (None: a
 /// single node).
@@ -152,6 +152,20 @@ impl ReplicatedLog for RaftLog {
 
     fn reclaim_refusal(&self) -> Option<&'static str> {
         self.node.reclaim_refusal()
+    }
+
+    /// A cluster member's core must answer within an election timeout: one that cannot has
+    /// stopped heartbeating or voting, and its peers go on without it. A single node's hung
+    /// disk shows in its status already (its proposals stop committing).
+    fn core_answers(&self) -> ProbeFuture {
+        let Some(t) = self.cluster else {
+            return Box::pin(std::future::ready(true));
+        };
+        let node = self.node.clone();
+        Box::pin(async move {
+            node.core_answers(Duration::from_millis(t.election_timeout_ms))
+                .await
+        })
     }
 
     fn status(&self) -> LogStatus {

@@ -444,6 +444,14 @@ impl RaftNode {
         self.inner.log_store.reclaimable_bytes(upto)
     }
 
+    /// Whether the Raft core answers a question within `within`. A core blocked on its own
+    /// disk (a vote or an append waiting on a hung fsync) answers nothing, while the last
+    /// metrics it reported still show it following or campaigning (review s19 lead M2).
+    pub async fn core_answers(&self, within: std::time::Duration) -> bool {
+        let asked = self.inner.raft.with_raft_state(|_| ());
+        matches!(tokio::time::timeout(within, asked).await, Ok(Ok(())))
+    }
+
     /// Role, term and leader come from openraft's metrics (cloned, the watch guard dropped at
     /// once); the three positions come from the log and the adapters, which are never behind
     /// what a `propose` caller has already been told.
