@@ -212,6 +212,8 @@ pub struct Engine {
     compactor: compactor::Compactor,
     /// This tenant's checkpoints in the disk gate's loan floor (review s17 compactor M3).
     checkpoints: Option<Arc<crate::disk_gate::CheckpointSlot>>,
+    /// The shutdown signal `run` was given, for the waits inside a cycle.
+    stop: Option<watch::Receiver<bool>>,
 }
 
 /// A checkpoint written, skipped for want of space (None), or failed.
@@ -292,6 +294,7 @@ impl Engine {
                 cfg.tenant.clone(),
             ),
             checkpoints: cfg.disk.as_ref().map(|d| Arc::new(d.checkpoint_slot())),
+            stop: None,
         }
     }
 
@@ -323,6 +326,7 @@ impl Engine {
     }
 
     async fn run_inner(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), Failure> {
+        self.stop = Some(shutdown.clone());
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -396,6 +400,80 @@ impl Engine {
             return None;
         }
         Some(member.refusal(&s))
+    }
+
+    /// Waits for a cycle's entry under a cluster's write limit. By the limit it is answered
+    /// as usual; past it its requests are answered "may or may not be done" and the engine
+    /// waits one more limit for the entry (review s18 K4), then fails (a rebuild: review s19
+    /// lead M1, bounded part). Through that second wait it refuses new requests at once,
+    /// answers parked polls empty and stops on shutdown without writing a checkpoint (its
+    /// state is ahead of the log), rather than leaving each request to the bus's bound
+    /// (review s19 lead M1, the rest).
+    async fn late_entry(
+        &mut self,
+        mut proposed: log::ProposeFuture,
+        limit: Duration,
+        replies: &mut Vec<(Reply, Result<Outcome, QueenError>, bool)>,
+        number: u64,
+    ) -> Result<(u64, u64), log::LogError> {
+        tokio::select! {
+            // Biased: an entry that committed by the limit is answered as done.
+            biased;
+            written = &mut proposed => return written,
+            () = tokio::time::sleep(limit) => {}
+        }
+        tracing::warn!(cycle = number, limit_ms = limit.as_millis() as u64, "a cycle's entry did not commit within the write limit: its requests are answered, the engine waits for the entry");
+        metrics::counter!("queen_writes_answered_at_limit_total", "tenant" => self.cfg.tenant.to_string())
+            .increment(replies.len() as u64);
+        for (reply, out, _) in replies.drain(..) {
+            let _ = reply.send(out.and(Err(QueenError::unavailable(format!(
+                "the write did not commit within {} ms: the request may or may not be done; retry",
+                limit.as_millis()
+            )))));
+        }
+        self.waiters.answer_all_empty();
+        let until = tokio::time::Instant::now() + limit;
+        let mut stop = self.stop.clone();
+        let mut open = true;
+        loop {
+            if stop.as_ref().is_some_and(|s| *s.borrow()) {
+                return Err(log::LogError::propose(
+                    "the node is stopping with an entry past its write limit: the restart \
+                     replays the log",
+                ));
+            }
+            tokio::select! {
+                biased;
+                written = &mut proposed => return written,
+                () = tokio::time::sleep_until(until) => {
+                    return Err(log::LogError::propose(format!(
+                        "the entry did not commit within twice the write limit ({} ms each)",
+                        limit.as_millis()
+                    )))
+                }
+                _ = stopped(&mut stop) => {}
+                job = self.rx.recv(), if open => match job {
+                    Some(job) => self.refuse_while_late(job, limit),
+                    None => open = false,
+                },
+            }
+        }
+    }
+
+    /// A request that arrived while the engine waits for a late entry: refused at once and
+    /// retriably (its plan would stand on state the log may never hold).
+    fn refuse_while_late(&self, job: Job, limit: Duration) {
+        let _taken = self.memory.as_ref().map(|m| {
+            crate::memory::Queued::counted(
+                m.memory().clone(),
+                crate::memory::size::request_bytes(&job.cmd),
+            )
+        });
+        let _ = job.reply.send(Err(QueenError::unavailable(format!(
+            "this node waits for a write that did not commit within {} ms (its write limit); \
+             retry",
+            limit.as_millis()
+        ))));
     }
 
     /// Answers every job, and every parked pop, without planning anything: on a follower
@@ -629,7 +707,11 @@ impl Engine {
             drop(loan);
             let proposed = self.log.propose(entry);
             let commands = replies.len();
-            match answered_at_limit(proposed, self.log.answer_limit(), &mut replies, number).await {
+            let written = match self.log.answer_limit() {
+                None => proposed.await,
+                Some(limit) => self.late_entry(proposed, limit, &mut replies, number).await,
+            };
+            match written {
                 Ok((index, _term)) => {
                     {
                         let mut st = self.shared.lock();
@@ -880,39 +962,13 @@ fn log_error_is_enospc(e: &crate::engine::log::LogError) -> bool {
 /// be done, and the wait goes on for one more `limit`: the engine planned its state ahead of
 /// the entry, so it may plan nothing else until the log says whether the entry is in (review
 /// s18 K4).
-async fn answered_at_limit(
-    proposed: log::ProposeFuture,
-    limit: Option<Duration>,
-    replies: &mut Vec<(Reply, Result<Outcome, QueenError>, bool)>,
-    number: u64,
-) -> Result<(u64, u64), log::LogError> {
-    let Some(limit) = limit else {
-        return proposed.await;
+/// Resolves when `stop` changes; never without one (or once its sender is gone).
+async fn stopped(stop: &mut Option<watch::Receiver<bool>>) {
+    let Some(s) = stop else {
+        return std::future::pending().await;
     };
-    let mut proposed = proposed;
-    tokio::select! {
-        // Biased: an entry that committed by the limit is answered as done.
-        biased;
-        written = &mut proposed => return written,
-        () = tokio::time::sleep(limit) => {}
-    }
-    tracing::warn!(cycle = number, limit_ms = limit.as_millis() as u64, "a cycle's entry did not commit within the write limit: its requests are answered, the engine waits for the entry");
-    for (reply, out, _) in replies.drain(..) {
-        let _ = reply.send(out.and(Err(QueenError::unavailable(format!(
-            "the write did not commit within {} ms: the request may or may not be done; retry",
-            limit.as_millis()
-        )))));
-    }
-    // Bounded: meanwhile the engine reads no request, expires no waiter and sees no shutdown
-    // (review s19 lead M1, open); past a second limit the group is rebuilt with the crash-loop
-    // backoff, as before K4 (review s17 C7).
-    tokio::select! {
-        biased;
-        written = &mut proposed => written,
-        () = tokio::time::sleep(limit) => Err(log::LogError::propose(format!(
-            "the entry did not commit within twice the write limit ({} ms each)",
-            limit.as_millis()
-        ))),
+    if s.changed().await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -178,6 +178,8 @@ pub async fn supervise(
         "queen_compaction_bytes_copied_total",
         "queen_compaction_runs_copied_total",
         "queen_compaction_segments_total",
+        // A cluster leader's requests answered "may or may not be done" at the write limit.
+        "queen_writes_answered_at_limit_total",
     ] {
         metrics::counter!(series, "tenant" => ecfg.tenant.to_string()).increment(0);
     }
