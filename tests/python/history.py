@@ -14,7 +14,9 @@ flags only what no such moment can explain:
   recv2 < sent1 + lease and nothing released the first lease (an ack answered success
   releases it: that case is the next check's);
 - an acked message delivered again to the group: a pop sent after the answer of an ack that
-  was answered success returned the message.
+  was answered success returned the message;
+- a duplicated push: one transactionId of a partition delivered as two messages (two ids):
+  a retry reuses its transactionId, so the broker's dedup must have answered it "duplicate".
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Delivery:
     recv: float
     lease_end: float  # the earliest the lease can end: pop sent + the queue's lease time
     batch: int  # the pop that delivered it (one id per answered pop)
+    msg_id: str = ""  # the broker's message id
 
 
 @dataclass
@@ -154,11 +157,22 @@ def acked_redelivered(h: History) -> list[str]:
     ]
 
 
+def duplicated(h: History) -> list[str]:
+    """One partition's transactionId delivered under two message ids."""
+    ids: dict[tuple[str, str], set[str]] = {}
+    for d in h.deliveries:
+        if d.msg_id:
+            ids.setdefault((d.partition, d.txn), set()).add(d.msg_id)
+    return [f"{p}/{t} delivered as {len(i)} messages: {sorted(i)}"
+            for (p, t), i in sorted(ids.items()) if len(i) > 1]
+
+
 CHECKS = {
     "lost": lost_pushes,
     "order": out_of_order,
     "leases": double_leases,
     "redelivered": acked_redelivered,
+    "duplicated": duplicated,
 }
 
 

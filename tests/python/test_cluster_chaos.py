@@ -8,8 +8,8 @@ client and record every delivery and every ack's answer. Meanwhile the leader (r
 /health) is SIGKILLed at a random moment, ROUNDS times, restarted on its directory and
 caught up before the next round. Once the load stops and the rest is drained, history.py
 checks the history: no acknowledged push lost, per-partition push order, never two live
-leases on a message, no acked message delivered again. The time from each kill to the first
-write acknowledged after it is printed and written to
+leases on a message, no acked message delivered again, no retried push stored twice. The
+time from each kill to the first write acknowledged after it is printed and written to
 .cache/test-results/cluster-failover.json, never asserted.
 
 The kill moments come from a seeded random (CHAOS_SEED, default below), printed; the
@@ -42,15 +42,20 @@ PARTITIONS = ["p0", "p1", "p2"]
 CONSUMERS = 2
 ROUNDS = 5
 SEED = int(os.environ.get("CHAOS_SEED", "2012"))
-LEASE_S = 5  # the queue's leaseTime: short, so a lease lost with its answer ends soon
+# The queue's leaseTime: longer than a failover (9-12 s here), so a lease taken before a kill
+# must still hold under the next leader; short enough that a lease lost with its answer ends
+# within the drain.
+LEASE_S = 15
 HEARTBEAT_MS = 300  # as test_cluster.py: failovers within the waits of a loaded machine
 ELECTION_MS = 3000
 SETTLE_S = 60.0  # the bound on every wait for the cluster
 DRAIN_S = 60.0  # the bound on draining what is left once the load stops
 PUSH_GAP_S = 0.02  # between one producer's pushes: a steady load the 2-core machine carries
 RETRY_GAP_S = 0.2
+PROCESS_S = 0.3  # a consumer's pause between a pop's answer and its ack
 CLIENT_TIMEOUT_MS = 15000
 FAILOVER_FILE = REPO / ".cache" / "test-results" / "cluster-failover.json"
+HISTORY_FILE = REPO / ".cache" / "test-results" / "cluster-chaos-history.json"
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -125,6 +130,18 @@ def test_the_checker_finds_an_acked_message_delivered_again():
     # A pop sent before the ack's answer came is not proof: the ack may not have been done.
     h.deliveries[-1] = Delivery("c2", "p0", "t2", "L2", 5.25, 20.1, 25.0, 2)
     assert history.acked_redelivered(h) == []
+
+
+def test_the_checker_finds_a_retried_push_stored_twice():
+    h = clean_history()
+    for d in h.deliveries:
+        d.msg_id = f"id-{d.txn}"
+    h.deliveries.append(Delivery("c2", "p0", "t1", "L2", 20.0, 20.1, 25.0, 2, "id-t1-again"))
+    found = history.violations(h)
+    assert len(found["duplicated"]) == 1 and "p0/t1" in found["duplicated"][0], found
+    # The same message delivered twice (one id) is a redelivery, not a duplicate.
+    h.deliveries[-1].msg_id = "id-t1"
+    assert history.duplicated(h) == []
 
 
 # ---------------------------------------------------------------------------------------
@@ -257,7 +274,7 @@ async def consumer(client, name: str, h: History, stop: asyncio.Event, batches) 
         try:
             messages = await asyncio.wait_for(
                 client.queue(QUEUE).group(GROUP).subscription_mode("all").batch(20)
-                .partitions(len(PARTITIONS)).wait(True).timeout_millis(1000).pop(),
+                .partitions(1).wait(True).timeout_millis(1000).pop(),
                 CLIENT_TIMEOUT_MS / 1000 * 2)
         except Exception:  # noqa: BLE001 - the client swallows most; a bound hit lands here
             messages = []
@@ -267,10 +284,12 @@ async def consumer(client, name: str, h: History, stop: asyncio.Event, batches) 
                 await asyncio.sleep(0.2)
             continue
         batch = next(batches)
+        # "Processing" before the ack: leases are open at most moments, so kills catch some.
+        await asyncio.sleep(PROCESS_S)
         for m in messages:
             h.deliveries.append(Delivery(name, m["partition"], m["transactionId"],
                                          m.get("leaseId") or "", sent, recv,
-                                         sent + LEASE_S, batch))
+                                         sent + LEASE_S, batch, m.get("id") or ""))
         sent = now()
         try:
             answer = await asyncio.wait_for(client.ack(messages, True, {"group": GROUP}),
@@ -291,10 +310,15 @@ async def consumer(client, name: str, h: History, stop: asyncio.Event, batches) 
 
 
 def drained(h: History) -> bool:
-    """Every acknowledged push delivered, and no delivery for longer than a lease: a message
-    whose ack went unanswered either was acked or comes again once its lease ends."""
+    """Every acknowledged push delivered, and either every delivery acked or none for longer
+    than a lease: a message whose ack went unanswered was acked or comes again once its lease
+    ends."""
+    if not h.acknowledged() <= h.delivered():
+        return False
+    if h.delivered() <= h.acked_ok():
+        return True
     last = max((d.recv for d in h.deliveries), default=0.0)
-    return h.acknowledged() <= h.delivered() and now() - last > LEASE_S + 1
+    return now() - last > LEASE_S + 1
 
 
 async def chaos(cluster: Cluster, rng: random.Random) -> tuple[History, list[dict]]:
@@ -319,7 +343,7 @@ async def chaos(cluster: Cluster, rng: random.Random) -> tuple[History, list[dic
                   for k in range(CONSUMERS)]
         try:
             for r in range(ROUNDS):
-                await asyncio.sleep(rng.uniform(1.0, 4.0))
+                await asyncio.sleep(rng.uniform(0.5, 4.0))
                 views = await cluster.wait_settled(http, cluster.nodes)
                 lead = leader_of(views)
                 killed_at = now()
@@ -388,7 +412,8 @@ def run(tmp_path_factory):
         cluster.kill_all()
     failovers = failover_times(h, kills)
     print(f"chaos seed {SEED}: {len(h.pushes)} push attempts, "
-          f"{len(h.acknowledged())} acknowledged, {len(h.deliveries)} deliveries")
+          f"{len(h.acknowledged())} acknowledged, {len(h.deliveries)} deliveries, "
+          f"{sum(1 for a in h.acks if not a.ok)} acks not answered success")
     for f in failovers:
         print(f"failover round {f['round']}: node {f['killed']} killed, node "
               f"{f['new_leader']} leads, first write after {f['first_write_s']} s")
@@ -396,6 +421,10 @@ def run(tmp_path_factory):
     FAILOVER_FILE.write_text(json.dumps({
         "seed": SEED, "heartbeat_ms": HEARTBEAT_MS, "election_timeout_ms": ELECTION_MS,
         "rounds": failovers}, indent=2) + "\n")
+    # The whole history, for reading a failure (times are time.monotonic(), kills included).
+    HISTORY_FILE.write_text(json.dumps({
+        "seed": SEED, "kills": kills, "pushes": [vars(p) for p in h.pushes],
+        "deliveries": [vars(d) for d in h.deliveries], "acks": [vars(a) for a in h.acks]}))
     shutil.rmtree(base, ignore_errors=True)
     return h, failovers
 
@@ -429,4 +458,9 @@ def test_never_two_live_leases_on_one_message(run):
 
 def test_no_acked_message_is_delivered_again_to_the_group(run):
     found = history.acked_redelivered(run[0])
+    assert not found, report(found)
+
+
+def test_no_retried_push_is_stored_twice(run):
+    found = history.duplicated(run[0])
     assert not found, report(found)
