@@ -234,8 +234,9 @@ def new_client(urls: list[str]):
     from queen import Queen
 
     # retry_attempts 1: the test retries itself, so that every attempt is in the history.
+    # Round-robin: successive requests go to every node, the followers' relay included.
     return Queen(urls=urls, timeout_millis=CLIENT_TIMEOUT_MS, retry_attempts=1,
-                 health_retry_after_millis=1000)
+                 load_balancing_strategy="round-robin", health_retry_after_millis=1000)
 
 
 async def producer(client, partition: str, h: History, stop: asyncio.Event) -> None:
