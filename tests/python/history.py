@@ -32,6 +32,7 @@ class Push:
     sent: float
     recv: float
     ok: bool | None  # True: acknowledged; False: refused; None: no answer or "may or may not"
+    error: str = ""  # what answered a push not acknowledged (status and code, or the exception)
 
 
 @dataclass

@@ -248,7 +248,7 @@ async def producer(client, partition: str, h: History, stop: asyncio.Event) -> N
         txn = f"{partition}-{seq}"
         while not stop.is_set():
             sent = now()
-            ok = None
+            ok, error = None, ""
             try:
                 results = await asyncio.wait_for(
                     client.queue(QUEUE).partition(partition).push(
@@ -256,9 +256,11 @@ async def producer(client, partition: str, h: History, stop: asyncio.Event) -> N
                     CLIENT_TIMEOUT_MS / 1000 * 2)
                 if isinstance(results, list) and len(results) == 1:
                     ok = results[0].get("status") in ("queued", "duplicate")
-            except Exception:  # noqa: BLE001 - any failure is "not acknowledged", retried
-                ok = None
-            h.pushes.append(Push(partition, txn, seq, sent, now(), ok))
+                    error = "" if ok else str(results[0])[:200]
+            except Exception as e:  # noqa: BLE001 - any failure is "not acknowledged", retried
+                status = getattr(getattr(e, "response", None), "status_code", None)
+                error = f"{status} {getattr(e, 'code', None)}" if status else type(e).__name__
+            h.pushes.append(Push(partition, txn, seq, sent, now(), ok, error))
             if ok:
                 break
             await asyncio.sleep(RETRY_GAP_S)
