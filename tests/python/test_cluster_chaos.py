@@ -287,12 +287,12 @@ async def consumer(client, name: str, h: History, stop: asyncio.Event, batches) 
                 await asyncio.sleep(0.2)
             continue
         batch = next(batches)
-        # "Processing" before the ack: leases are open at most moments, so kills catch some.
-        await asyncio.sleep(PROCESS_S)
         for m in messages:
             h.deliveries.append(Delivery(name, m["partition"], m["transactionId"],
                                          m.get("leaseId") or "", sent, recv,
                                          sent + LEASE_S, batch, m.get("id") or ""))
+        # "Processing" before the ack: leases are open at most moments, so kills catch some.
+        await asyncio.sleep(PROCESS_S)
         sent = now()
         try:
             answer = await asyncio.wait_for(client.ack(messages, True, {"group": GROUP}),
