@@ -1,7 +1,10 @@
 //! The relay of one request to the leader and of its answer back.
 //!
-//! Bounds: at most `max_inflight` relayed requests at once (503 `unavailable` past it); the
-//! request body is read as a local handler reads it (`max_body_bytes`, `http_body_timeout_ms`);
+//! Bounds: at most `max_inflight` relayed requests at once (503 `unavailable` past it), and
+//! as many relayed long polls beside them (a long poll holds its slot for its whole wait: a
+//! thousand parked polls through one follower must not turn its pushes away, review s19
+//! forward M2); the request body is read as a local handler reads it (`max_body_bytes`,
+//! `http_body_timeout_ms`), before a slot is taken, so a slow upload holds none;
 //! the connection to the leader within `connect_timeout`; its answer head within the answer
 //! margin plus the long poll the request asks for. The answer body has no size cap of its own:
 //! the leader has already done the request (an autoAck pop has consumed what it answers), so
@@ -37,7 +40,7 @@ use queenmq_protocol::{LeaderHint, QueenError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::decide::{answer_timeout, relayed_headers, Leader, RELAYED_ANSWER_HEADERS};
-use super::{close_if_unread, ForwardOptions, LeaderLookup};
+use super::{ForwardOptions, LeaderLookup};
 use crate::error::ApiError;
 use crate::meter::ConnectionMeter;
 
@@ -55,6 +58,8 @@ pub(crate) struct Forwarder {
     leaders: Arc<dyn LeaderLookup>,
     client: Client<HttpConnector, Full<Bytes>>,
     inflight: Arc<Semaphore>,
+    /// Slots of relayed long polls, apart from the others.
+    pub(super) polls: Arc<Semaphore>,
     max_inflight: usize,
     answer_margin: Duration,
     max_body: usize,
@@ -100,6 +105,7 @@ impl Forwarder {
             leaders: opts.leaders.clone(),
             client,
             inflight: Arc::new(Semaphore::new(max_inflight)),
+            polls: Arc::new(Semaphore::new(max_inflight)),
             max_inflight,
             answer_margin: opts.answer_margin,
             max_body,
@@ -114,16 +120,6 @@ impl Forwarder {
 
     /// Relays `req` to node `id` at `url` and answers with what the leader answered.
     pub(crate) async fn relay(&self, req: Request, id: u64, url: String) -> Response {
-        let Ok(permit) = self.inflight.clone().try_acquire_owned() else {
-            count("busy");
-            let unread = crate::auth::carries_body(&req);
-            let e = QueenError::unavailable(format!(
-                "{} requests are being relayed to the leader (node {id}) already, the most \
-                 this node relays at once (forward_max_inflight); retry, or send to the leader",
-                self.max_inflight
-            ));
-            return close_if_unread(ApiError(e).into_response(), unread);
-        };
         let (parts, body) = req.into_parts();
         // Refused here as the route's handler would refuse it (413, 408): not relayed.
         let bytes =
@@ -133,6 +129,23 @@ impl Forwarder {
                 Ok(b) => b,
                 Err(e) => return e.into_response(),
             };
+        let wait = answer_timeout(parts.uri.path(), parts.uri.query(), self.answer_margin);
+        let long_poll = wait > self.answer_margin;
+        let slots = if long_poll {
+            &self.polls
+        } else {
+            &self.inflight
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            count("busy");
+            let what = if long_poll { "long polls" } else { "requests" };
+            let e = QueenError::unavailable(format!(
+                "{} {what} are being relayed to the leader (node {id}) already, the most this \
+                 node relays at once (forward_max_inflight); retry, or send to the leader",
+                self.max_inflight
+            ));
+            return ApiError(e).into_response();
+        };
         let Some(charge) = Charge::take(&self.meter, bytes.len()) else {
             count("busy");
             return ApiError(QueenError::unavailable(format!(
@@ -144,7 +157,6 @@ impl Forwarder {
             .into_response();
         };
         let path_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let wait = answer_timeout(parts.uri.path(), parts.uri.query(), self.answer_margin);
         let hint = LeaderHint {
             id,
             url: Some(url.clone()),

@@ -172,3 +172,59 @@ async fn a_relayed_body_is_charged_while_it_lives_and_refused_past_the_share() {
     let _ = first.await;
     assert_eq!(pool.bytes.load(std::sync::atomic::Ordering::Relaxed), 0);
 }
+
+/// Review s19 forward M2: relayed long polls have their own slots: with every one of them
+/// parked at a leader that does not answer, a push through the same follower is relayed.
+#[tokio::test]
+async fn parked_long_polls_leave_the_pushes_their_slots() {
+    let app = axum::Router::new()
+        .route(
+            "/api/v1/pop",
+            axum::routing::get(|| async {
+                std::future::pending::<()>().await;
+                "never"
+            }),
+        )
+        .route(
+            "/api/v1/push",
+            post(|| async { (StatusCode::CREATED, "ok") }),
+        );
+    let url = leader(app).await;
+    let fwd = Arc::new(forwarder(1 << 20));
+    let mut polls = Vec::new();
+    for _ in 0..4 {
+        let (fwd, url) = (fwd.clone(), url.clone());
+        polls.push(tokio::spawn(async move {
+            let pop = Request::builder()
+                .uri("/api/v1/pop?wait=true&timeout=30000")
+                .body(Body::empty())
+                .unwrap();
+            fwd.relay(pop, 1, url).await
+        }));
+    }
+    // A bound on a hang, not a speed assertion: the four polls take every poll slot.
+    let parked = async {
+        while fwd.polls.available_permits() > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), parked)
+        .await
+        .expect("the polls never took their slots");
+    let pop = Request::builder()
+        .uri("/api/v1/pop?wait=true&timeout=30000")
+        .body(Body::empty())
+        .unwrap();
+    let (status, _, body) = text(fwd.relay(pop, 1, url.clone()).await).await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "a fifth poll: {body}"
+    );
+    assert!(body.contains("long polls"), "{body}");
+    let (status, _, body) = text(fwd.relay(push("{}"), 1, url).await).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    for p in polls {
+        p.abort();
+    }
+}
