@@ -226,6 +226,22 @@ async fn a_late_entry_is_answered_at_the_limit_and_waited_for() {
     groups.stop_all(Duration::from_secs(10)).await;
 }
 
+/// A group whose entries never commit, after its first push was answered "may or may not
+/// be done" at `limit`.
+async fn stuck_after_a_late_push(
+    dir: &std::path::Path,
+    limit: Duration,
+) -> (Arc<Registry>, EngineBus, Arc<AtomicUsize>) {
+    let (groups, bus, incarnations) = slow_group(dir, Duration::from_secs(3_600), limit).await;
+    let late = push(&bus, "a", "t-0").await.unwrap_err();
+    assert!(
+        late.message.contains("may or may not be done"),
+        "{}",
+        late.message
+    );
+    (groups, bus, incarnations)
+}
+
 /// Review s19 lead M1 (the rest): while the engine waits past the limit for its entry, a new
 /// request is refused by the engine itself, retriably, naming the late write: it is not left
 /// unread until the bus's own bound or the rebuild answers it.
@@ -233,18 +249,7 @@ async fn a_late_entry_is_answered_at_the_limit_and_waited_for() {
 async fn a_request_during_the_late_wait_is_refused_by_the_engine() {
     let dir = tempfile::tempdir().unwrap();
     // The second wait (one more limit) is long: the refusal must come from inside it.
-    let (groups, bus, _) = slow_group(
-        dir.path(),
-        Duration::from_secs(3_600),
-        Duration::from_secs(20),
-    )
-    .await;
-    let late = push(&bus, "a", "t-0").await.unwrap_err();
-    assert!(
-        late.message.contains("may or may not be done"),
-        "{}",
-        late.message
-    );
+    let (groups, bus, _) = stuck_after_a_late_push(dir.path(), Duration::from_secs(20)).await;
     let refused = push(&bus, "a", "t-1").await.unwrap_err();
     assert_eq!(refused.code, ErrorCode::Unavailable, "{}", refused.message);
     assert!(
@@ -262,18 +267,8 @@ async fn a_request_during_the_late_wait_is_refused_by_the_engine() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entry_not_in_after_twice_the_limit_rebuilds_the_group() {
     let dir = tempfile::tempdir().unwrap();
-    let (groups, bus, incarnations) = slow_group(
-        dir.path(),
-        Duration::from_secs(3_600),
-        Duration::from_millis(50),
-    )
-    .await;
-    let late = push(&bus, "a", "t-0").await.unwrap_err();
-    assert!(
-        late.message.contains("may or may not be done"),
-        "{}",
-        late.message
-    );
+    let (groups, bus, incarnations) =
+        stuck_after_a_late_push(dir.path(), Duration::from_millis(50)).await;
     let opened = incarnations.load(Ordering::SeqCst);
     // Bounded only so that a group that never serves again fails the test.
     let mut served = false;
