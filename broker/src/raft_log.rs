@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use queenmq_raft::{RaftError, RaftNode, RaftStatus};
 
 use crate::config::Timing;
-use crate::engine::log::{LogError, LogStatus, ProbeFuture, ProposeFuture, ReplicatedLog};
+use crate::engine::log::{LogError, LogStatus, ProposeFuture, ReplicatedLog};
 
 /// The node, and its cluster timing when it is a member of a multi-node group (None: a
 /// single node).
@@ -154,18 +154,18 @@ impl ReplicatedLog for RaftLog {
         self.node.reclaim_refusal()
     }
 
-    /// A cluster member's core must answer within an election timeout: one that cannot has
-    /// stopped heartbeating or voting, and its peers go on without it. A single node's hung
-    /// disk shows in its status already (its proposals stop committing).
-    fn core_answers(&self) -> ProbeFuture {
+    /// A cluster member's core is frozen once it has answered nothing for three election
+    /// timeouts: openraft 0.9's followers wait out a leader lease (the upper election
+    /// timeout, twice the lower here) plus their own random timeout before they campaign,
+    /// so a core slower than that has been replaced in effect, while one slowed by a long
+    /// fsync within it is still the member its peers count on (review s20 lead A2). A single
+    /// node's hung disk shows in its status already (its proposals stop committing).
+    fn core_frozen(&self) -> bool {
         let Some(t) = self.cluster else {
-            return Box::pin(std::future::ready(true));
+            return false;
         };
-        let node = self.node.clone();
-        Box::pin(async move {
-            node.core_answers(Duration::from_millis(t.election_timeout_ms))
-                .await
-        })
+        let bound = t.election_timeout_ms.saturating_mul(3);
+        self.node.core_silent_ms().is_some_and(|ms| ms > bound)
     }
 
     fn status(&self) -> LogStatus {

@@ -27,6 +27,7 @@ mod backend;
 mod cluster_start;
 mod committed_saver;
 mod config;
+mod core_probe;
 mod election_nudge;
 mod entry_codec;
 mod error;

@@ -16,6 +16,7 @@ use crate::apply::ApplyHandler;
 use crate::backend::{SegmentLog, StateStore};
 use crate::cluster_start::{check_stored_membership, initialised, ClusterStart};
 use crate::config::RaftConfig;
+use crate::core_probe::CoreProbe;
 use crate::election_nudge;
 use crate::entry_codec;
 use crate::error::RaftError;
@@ -63,6 +64,9 @@ struct Inner {
     /// When openraft last reported its metrics; only a cluster member reads the age it keeps
     /// (a lone voter acknowledges itself), so only one runs the watcher (review s18 K7).
     reported: Option<MetricsClock>,
+    /// When the core last answered a question; a cluster member's probes read it (review
+    /// s19 lead M2).
+    probe: Option<CoreProbe>,
 }
 
 impl Drop for Inner {
@@ -222,11 +226,14 @@ impl RaftNode {
         let tick = std::time::Duration::from_millis(cfg.heartbeat_ms.saturating_mul(3) / 2);
         let reported = clustered
             .then(|| MetricsClock::spawn(raft.metrics(), |m| m.millis_since_quorum_ack, tick));
+        let pause = std::time::Duration::from_millis(cfg.heartbeat_ms);
+        let probe = clustered.then(|| CoreProbe::spawn(raft.clone(), pause));
         Ok(RaftNode {
             inner: Arc::new(Inner {
                 id,
                 nudge,
                 reported,
+                probe,
                 raft,
                 log,
                 log_store,
@@ -444,12 +451,12 @@ impl RaftNode {
         self.inner.log_store.reclaimable_bytes(upto)
     }
 
-    /// Whether the Raft core answers a question within `within`. A core blocked on its own
-    /// disk (a vote or an append waiting on a hung fsync) answers nothing, while the last
-    /// metrics it reported still show it following or campaigning (review s19 lead M2).
-    pub async fn core_answers(&self, within: std::time::Duration) -> bool {
-        let asked = self.inner.raft.with_raft_state(|_| ());
-        matches!(tokio::time::timeout(within, asked).await, Ok(Ok(())))
+    /// How long ago the Raft core last answered a question, on a cluster member (`None` on a
+    /// single node). A core blocked on its own disk (a vote or an append waiting on a hung
+    /// fsync) answers nothing, while the last metrics it reported still show it following or
+    /// campaigning (review s19 lead M2).
+    pub fn core_silent_ms(&self) -> Option<u64> {
+        self.inner.probe.as_ref().map(CoreProbe::silent_ms)
     }
 
     /// Role, term and leader come from openraft's metrics (cloned, the watch guard dropped at
@@ -485,6 +492,9 @@ impl RaftNode {
         self.inner.nudge.abort();
         if let Some(clock) = &self.inner.reported {
             clock.stop();
+        }
+        if let Some(probe) = &self.inner.probe {
+            probe.stop();
         }
         let core = self.inner.raft.shutdown().await.map_err(fatal);
         if let Some(gone) = self.inner.sm_gone.lock().await.take() {

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use thiserror::Error;
 
 pub type ProposeFuture = Pin<Box<dyn Future<Output = Result<(u64, u64), LogError>> + Send>>;
-pub type ProbeFuture = Pin<Box<dyn Future<Output = bool> + Send>>;
 
 /// Why the log did not commit or give back an entry. The cause is the log's own error (the
 /// Raft node's, or a test log's), shown as it is: the engine cannot name the Raft crate's types.
@@ -53,10 +52,11 @@ pub trait ReplicatedLog: Send + Sync + 'static {
     fn read(&self, index: u64) -> Result<Option<Vec<u8>>, LogError>;
     /// Raft facts for health and metrics: (role, term, last log index, committed, applied).
     fn status(&self) -> LogStatus;
-    /// Whether the log's core answers at all within its own bound: `status` is what it last
-    /// reported, which a core frozen on its disk never updates. Logs without a core: yes.
-    fn core_answers(&self) -> ProbeFuture {
-        Box::pin(std::future::ready(true))
+    /// Whether the log's core has answered nothing for longer than its peers wait before
+    /// they replace it: `status` is what it last reported, which a core frozen on its disk
+    /// never updates (review s19 lead M2). Logs without a core: never.
+    fn core_frozen(&self) -> bool {
+        false
     }
     /// Frees the space of records `..= upto` that a durable checkpoint covers and no state
     /// points into: deletes whole sealed segments holding only such records; the number

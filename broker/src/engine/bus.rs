@@ -63,19 +63,10 @@ impl EngineBus {
     /// The node is healthy while its `default` group serves. A tenant's group being rebuilt
     /// is counted in `groups` but does not make the node unhealthy: an orchestrator that
     /// restarted the pod would take every other tenant down with it, and the rebuild happens
-    /// in the process anyway. The probe is public, so it names no tenant.
-    fn health(&self) -> BusFuture {
-        let (out, probe) = self.health_now();
-        let Some(probe) = probe else {
-            return Box::pin(std::future::ready(Ok(out)));
-        };
-        Box::pin(async move { Ok(core_verdict(out, probe.await)) })
-    }
-
-    /// What the node's state says of its health, and for a cluster member that looks healthy
-    /// the question its Raft core must answer too: its role is what the core last reported,
+    /// in the process anyway. The probe is public, so it names no tenant. A cluster member is
+    /// healthy only while its Raft core answers: its role is what the core last reported,
     /// and a core frozen on its own disk reports nothing (review s19 lead M2).
-    fn health_now(&self) -> (Outcome, Option<crate::engine::log::ProbeFuture>) {
+    fn health(&self) -> Outcome {
         let uptime_seconds = self.started.elapsed().as_secs();
         let version = env!("CARGO_PKG_VERSION");
         let running = self.groups.running();
@@ -84,34 +75,27 @@ impl EngineBus {
             rebuilding: running.iter().filter(|g| g.live.get().is_err()).count(),
         };
         let Some(default) = self.groups.get(queenmq_protocol::DEFAULT_TENANT) else {
-            let out = Outcome::Health(HealthView::NoStorage {
+            return Outcome::Health(HealthView::NoStorage {
                 error: "the default group is not running".into(),
                 uptime_seconds,
                 version,
                 groups,
             });
-            return (out, None);
         };
         let live = match default.live.get_or_down() {
             Ok(live) => live,
-            Err(down) => {
-                let out = Outcome::Health(health_down(down, uptime_seconds, groups));
-                return (out, None);
-            }
+            Err(down) => return Outcome::Health(health_down(down, uptime_seconds, groups)),
         };
         let s = live.log.status();
         let storage_ready = !default.tx.is_closed();
-        let healthy = serving(s.role, s.clustered) && storage_ready;
-        let probe = (healthy && s.clustered).then(|| live.log.core_answers());
-        let out = Outcome::Health(HealthView::Running {
-            healthy,
+        Outcome::Health(HealthView::Running {
+            healthy: serving(s.role, s.clustered) && storage_ready && !live.log.core_frozen(),
             storage_ready,
             uptime_seconds,
             version,
             raft: raft_view(&s),
             groups,
-        });
-        (out, probe)
+        })
     }
 
     /// Served from the engine's copy of the state (engine/metrics_sample.rs), off the
@@ -143,28 +127,6 @@ impl EngineBus {
                 raft: raft_view(&s),
             }))
         })
-    }
-}
-
-/// A running node whose Raft core did not answer is unhealthy, whatever its role says.
-fn core_verdict(out: Outcome, answers: bool) -> Outcome {
-    match out {
-        Outcome::Health(HealthView::Running {
-            healthy,
-            storage_ready,
-            uptime_seconds,
-            version,
-            raft,
-            groups,
-        }) => Outcome::Health(HealthView::Running {
-            healthy: healthy && answers,
-            storage_ready,
-            uptime_seconds,
-            version,
-            raft,
-            groups,
-        }),
-        other => other,
     }
 }
 
@@ -245,17 +207,7 @@ impl EngineBus {
         cmd.stamp_access(&ctx);
         if cmd.meta().class == CommandClass::NodeLocal {
             let out = match cmd {
-                Command::Health => {
-                    let health = self.health();
-                    let node = self.node.clone();
-                    return Box::pin(async move {
-                        let out = health.await;
-                        if let Some(n) = &node {
-                            n.answered(&out);
-                        }
-                        out
-                    });
-                }
+                Command::Health => Ok(self.health()),
                 Command::StatsRefresh => Ok(Outcome::StatsLive),
                 Command::NodeMetrics(_) if ctx.tenant != queenmq_protocol::DEFAULT_TENANT => {
                     Err(QueenError::new(
@@ -392,33 +344,6 @@ mod tests {
             health_down(failed, 1, COUNTS),
             HealthView::NoStorage { .. }
         ));
-    }
-
-    /// Review s19 lead M2: a follower whose core does not answer is unhealthy; one whose core
-    /// answers keeps what its role says.
-    #[test]
-    fn a_member_whose_core_does_not_answer_is_unhealthy() {
-        let running = |healthy| {
-            Outcome::Health(HealthView::Running {
-                healthy,
-                storage_ready: true,
-                uptime_seconds: 1,
-                version: "test",
-                raft: raft_view(&super::super::log::LogStatus {
-                    role: "follower",
-                    clustered: true,
-                    ..Default::default()
-                }),
-                groups: COUNTS,
-            })
-        };
-        let healthy = |out: Outcome| match out {
-            Outcome::Health(HealthView::Running { healthy, .. }) => healthy,
-            _ => panic!("not a running view"),
-        };
-        assert!(!healthy(core_verdict(running(true), false)));
-        assert!(healthy(core_verdict(running(true), true)));
-        assert!(!healthy(core_verdict(running(false), true)));
     }
 
     /// Review s18 K6: a cluster member cut off from its leader campaigns; it is alive (not

@@ -85,6 +85,8 @@ impl LiveSlot {
 }
 
 #[cfg(test)]
+mod core_frozen_tests;
+#[cfg(test)]
 mod open_tests;
 #[cfg(test)]
 mod registry_tests;
