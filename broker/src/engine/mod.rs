@@ -423,8 +423,13 @@ impl Engine {
             () = tokio::time::sleep(limit) => {}
         }
         tracing::warn!(cycle = number, limit_ms = limit.as_millis() as u64, "a cycle's entry did not commit within the write limit: its requests are answered, the engine waits for the entry");
+        // The writes whose outcome is unknown; reads and refusals keep their own answers' sense.
+        let unknown = replies
+            .iter()
+            .filter(|(_, out, writes)| *writes && out.is_ok())
+            .count();
         metrics::counter!("queen_writes_answered_at_limit_total", "tenant" => self.cfg.tenant.to_string())
-            .increment(replies.len() as u64);
+            .increment(unknown as u64);
         for (reply, out, _) in replies.drain(..) {
             let _ = reply.send(out.and(Err(QueenError::unavailable(format!(
                 "the write did not commit within {} ms: the request may or may not be done; retry",

@@ -102,12 +102,10 @@ pub fn answer_timeout(path: &str, query: Option<&str>, margin: Duration) -> Dura
     }
     let mut wait = false;
     let mut timeout_ms = 30_000u64;
-    for (k, v) in query
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-    {
-        match k {
+    // Decoded as the pop route's own query parser decodes it (review s19 forward L1:
+    // `wait=%74rue` is a long poll at the leader, so it must be one here too).
+    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        match k.as_ref() {
             "wait" => wait = v == "true" || v == "1",
             "timeout" => timeout_ms = v.parse().unwrap_or(0),
             _ => {}
@@ -254,5 +252,10 @@ mod tests {
             m + Duration::from_millis(limits::MAX_WAIT_MS)
         );
         assert_eq!(answer_timeout(pop, Some("wait=1&timeout=x"), m), m);
+        // Percent-encoded as the route decodes it (review s19 forward L1).
+        assert_eq!(
+            answer_timeout(pop, Some("wait=%74rue&timeout=%39000"), m),
+            m + Duration::from_secs(9)
+        );
     }
 }

@@ -1,9 +1,9 @@
 //! The relay of one request to the leader and of its answer back.
 //!
-//! Bounds: at most `max_inflight` relayed requests at once (503 `unavailable` past it), and
-//! as many relayed long polls beside them (a long poll holds its slot for its whole wait: a
-//! thousand parked polls through one follower must not turn its pushes away, review s19
-//! forward M2); the request body is read as a local handler reads it (`max_body_bytes`,
+//! Bounds: at most `max_inflight` relayed requests at once (503 `unavailable` past it), of
+//! which long polls take at most half (a long poll holds its slot for its whole wait: parked
+//! polls through one follower must not turn its pushes away, review s19 forward M2, nor open
+//! more connections to the leader than the cap, review s20 lead C1); the request body is read as a local handler reads it (`max_body_bytes`,
 //! `http_body_timeout_ms`), before a slot is taken, so a slow upload holds none;
 //! the connection to the leader within `connect_timeout`; its answer head within the answer
 //! margin plus the long poll the request asks for. The answer body has no size cap of its own:
@@ -57,8 +57,8 @@ pub(crate) struct Forwarder {
     node_id: u64,
     leaders: Arc<dyn LeaderLookup>,
     client: Client<HttpConnector, Full<Bytes>>,
-    inflight: Arc<Semaphore>,
-    /// Slots of relayed long polls, apart from the others.
+    pub(super) inflight: Arc<Semaphore>,
+    /// The share of `inflight` relayed long polls may hold: half of it.
     pub(super) polls: Arc<Semaphore>,
     max_inflight: usize,
     answer_margin: Duration,
@@ -105,7 +105,7 @@ impl Forwarder {
             leaders: opts.leaders.clone(),
             client,
             inflight: Arc::new(Semaphore::new(max_inflight)),
-            polls: Arc::new(Semaphore::new(max_inflight)),
+            polls: Arc::new(Semaphore::new((max_inflight / 2).max(1))),
             max_inflight,
             answer_margin: opts.answer_margin,
             max_body,
@@ -131,20 +131,30 @@ impl Forwarder {
             };
         let wait = answer_timeout(parts.uri.path(), parts.uri.query(), self.answer_margin);
         let long_poll = wait > self.answer_margin;
-        let slots = if long_poll {
-            &self.polls
-        } else {
-            &self.inflight
+        let poll_slot = match long_poll {
+            false => None,
+            true => match self.polls.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    return self.busy(format!(
+                        "{} long polls are being relayed to the leader (node {id}) already, \
+                         the most this node relays at once (half of forward_max_inflight); \
+                         retry, or send to the leader",
+                        self.polls_max()
+                    ))
+                }
+            },
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            count("busy");
-            let what = if long_poll { "long polls" } else { "requests" };
-            let e = QueenError::unavailable(format!(
-                "{} {what} are being relayed to the leader (node {id}) already, the most this \
+        let Ok(slot) = self.inflight.clone().try_acquire_owned() else {
+            return self.busy(format!(
+                "{} requests are being relayed to the leader (node {id}) already, the most this \
                  node relays at once (forward_max_inflight); retry, or send to the leader",
                 self.max_inflight
             ));
-            return ApiError(e).into_response();
+        };
+        let permit = Slots {
+            _all: slot,
+            _poll: poll_slot,
         };
         let Some(charge) = Charge::take(&self.meter, bytes.len()) else {
             count("busy");
@@ -198,6 +208,15 @@ impl Forwarder {
         resp
     }
 
+    fn polls_max(&self) -> usize {
+        (self.max_inflight / 2).max(1)
+    }
+
+    fn busy(&self, why: String) -> Response {
+        count("busy");
+        ApiError(QueenError::unavailable(why)).into_response()
+    }
+
     fn failed(&self, f: Failure, hint: LeaderHint) -> Response {
         let id = hint.id;
         let (outcome, e) = match f {
@@ -231,8 +250,14 @@ impl Forwarder {
 /// sends on as the length.
 struct Slotted {
     inner: Incoming,
-    _slot: OwnedSemaphorePermit,
+    _slot: Slots,
     _charge: Charge,
+}
+
+/// A relay's slot among all, and among the long polls when it is one.
+struct Slots {
+    _all: OwnedSemaphorePermit,
+    _poll: Option<OwnedSemaphorePermit>,
 }
 
 /// A relayed request body's bytes, counted in the connections' pool until dropped.
