@@ -64,6 +64,9 @@ class History:
     pushes: list[Push] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
     acks: list[Ack] = field(default_factory=list)
+    # What a fresh consumer group read back from the start once the run was over: the
+    # messages the cluster still holds. None when no read-back was made.
+    stored: set[tuple[str, str]] | None = None
 
     def acknowledged(self) -> set[tuple[str, str]]:
         return {(p.partition, p.txn) for p in self.pushes if p.ok}
@@ -79,6 +82,15 @@ def lost_pushes(h: History) -> list[str]:
     """Acknowledged pushes never delivered."""
     missing = sorted(h.acknowledged() - h.delivered())
     return [f"acknowledged push {p}/{t} was never delivered" for p, t in missing]
+
+
+def lost_after_delivery(h: History) -> list[str]:
+    """Acknowledged pushes the cluster no longer holds: delivered once (maybe), then lost,
+    e.g. a committed message whose ack went unanswered during a kill."""
+    if h.stored is None:
+        return []
+    missing = sorted(h.acknowledged() - h.stored)
+    return [f"acknowledged push {p}/{t} is not read back by a fresh group" for p, t in missing]
 
 
 def out_of_order(h: History) -> list[str]:
@@ -119,10 +131,6 @@ def out_of_order(h: History) -> list[str]:
 
 def double_leases(h: History) -> list[str]:
     """A message delivered while an earlier delivery's lease must still have been live."""
-    released = {}
-    for a in h.acks:
-        if a.ok:
-            released.setdefault((a.partition, a.txn, a.lease_id), a.recv)
     found = []
     by_message: dict[tuple[str, str], list[Delivery]] = {}
     for d in h.deliveries:
@@ -133,8 +141,8 @@ def double_leases(h: History) -> list[str]:
             for later in ds[i + 1:]:
                 if later.lease_id == first.lease_id and later.batch == first.batch:
                     continue
-                if (partition, txn, first.lease_id) in released:
-                    continue  # acked: a redelivery is acked_redelivered's finding
+                # Acked or not: a message handed out again inside the first lease is either
+                # a completed message given out again or two live leases, both violations.
                 if later.recv < first.lease_end:
                     found.append(
                         f"{partition}/{txn} delivered under lease {later.lease_id} "
@@ -170,6 +178,7 @@ def duplicated(h: History) -> list[str]:
 
 CHECKS = {
     "lost": lost_pushes,
+    "lost_after_delivery": lost_after_delivery,
     "order": out_of_order,
     "leases": double_leases,
     "redelivered": acked_redelivered,

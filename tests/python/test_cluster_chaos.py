@@ -38,6 +38,7 @@ from queen_broker import REPO, Broker, free_port
 TOKEN = "chaos-test-token-" + "x" * 32
 QUEUE = "chaos"
 GROUP = "chaos-group"
+AUDIT_GROUP = "chaos-read-back"
 PARTITIONS = ["p0", "p1", "p2"]
 CONSUMERS = 2
 ROUNDS = 5
@@ -120,6 +121,26 @@ def test_the_checker_finds_two_live_leases_on_one_message():
     # After the first lease's earliest end it is a redelivery, allowed.
     h.deliveries[-1] = Delivery("c2", "p0", "t1", "L2", 10.5, 10.6, 15.5, 2)
     assert history.double_leases(h) == []
+
+
+def test_the_checker_finds_a_second_lease_even_when_the_first_was_acked():
+    """Review s20 lead D1: handed out again inside the first lease, then the first lease's ack
+    answered success: a completed message given out again, or two live leases."""
+    h = clean_history()
+    h.deliveries.append(Delivery("c2", "p0", "t1", "L2", 5.15, 5.25, 10.15, 2))
+    found = history.violations(h)
+    assert len(found["leases"]) == 1 and "p0/t1" in found["leases"][0], found
+
+
+def test_the_checker_finds_an_acknowledged_push_no_longer_stored():
+    """Review s20 lead D2: delivered once, then gone (a fresh group does not read it back)."""
+    h = clean_history()
+    h.stored = {("p0", "t0"), ("p0", "t2")}
+    found = history.violations(h)
+    assert found["lost_after_delivery"] == [
+        "acknowledged push p0/t1 is not read back by a fresh group"], found
+    h.stored.add(("p0", "t1"))
+    assert history.lost_after_delivery(h) == []
 
 
 def test_the_checker_finds_an_acked_message_delivered_again():
@@ -312,6 +333,29 @@ async def consumer(client, name: str, h: History, stop: asyncio.Event, batches) 
                               m.get("leaseId") or "", sent, recv, ok))
 
 
+async def read_back(client) -> set[tuple[str, str]]:
+    """Every message the queue still holds, read from the start by a group of its own."""
+    seen: set[tuple[str, str]] = set()
+    empty = 0
+    deadline = now() + DRAIN_S
+    while empty < 3:
+        assert now() < deadline, f"the read-back did not end within {DRAIN_S} s"
+        messages = await asyncio.wait_for(
+            client.queue(QUEUE).group(AUDIT_GROUP).subscription_mode("all").batch(100)
+            .partitions(1).wait(False).pop(),
+            CLIENT_TIMEOUT_MS / 1000 * 2)
+        if not messages:
+            empty += 1
+            await asyncio.sleep(0.2)
+            continue
+        empty = 0
+        seen.update((m["partition"], m["transactionId"]) for m in messages)
+        # Acked so that the partition's next messages come to the next pop.
+        await asyncio.wait_for(client.ack(messages, True, {"group": AUDIT_GROUP}),
+                               CLIENT_TIMEOUT_MS / 1000 * 2)
+    return seen
+
+
 def drained(h: History) -> bool:
     """Every acknowledged push delivered, and either every delivery acked or none for longer
     than a lease: a message whose ack went unanswered was acked or comes again once its lease
@@ -371,6 +415,10 @@ async def chaos(cluster: Cluster, rng: random.Random) -> tuple[History, list[dic
             deadline = now() + DRAIN_S
             while not drained(h) and now() < deadline:
                 await asyncio.sleep(0.5)
+            stop_pop.set()
+            await asyncio.wait(tasks, timeout=CLIENT_TIMEOUT_MS / 1000 * 3)
+            # What the cluster still holds, whatever was delivered (review s20 lead D2).
+            h.stored = await read_back(clients[0])
         finally:
             stop_push.set()
             stop_pop.set()
@@ -413,6 +461,8 @@ def run(tmp_path_factory):
         for s, handler in saved.items():
             signal.signal(s, handler)
         cluster.kill_all()
+        # Three data dirs, on failure too (review s20 lead D3): the logs' tails are printed.
+        shutil.rmtree(base, ignore_errors=True)
     failovers = failover_times(h, kills)
     print(f"chaos seed {SEED}: {len(h.pushes)} push attempts, "
           f"{len(h.acknowledged())} acknowledged, {len(h.deliveries)} deliveries, "
@@ -427,8 +477,8 @@ def run(tmp_path_factory):
     # The whole history, for reading a failure (times are time.monotonic(), kills included).
     HISTORY_FILE.write_text(json.dumps({
         "seed": SEED, "kills": kills, "pushes": [vars(p) for p in h.pushes],
-        "deliveries": [vars(d) for d in h.deliveries], "acks": [vars(a) for a in h.acks]}))
-    shutil.rmtree(base, ignore_errors=True)
+        "deliveries": [vars(d) for d in h.deliveries], "acks": [vars(a) for a in h.acks],
+        "stored": sorted(h.stored or [])}))
     return h, failovers
 
 
@@ -461,6 +511,12 @@ def test_never_two_live_leases_on_one_message(run):
 
 def test_no_acked_message_is_delivered_again_to_the_group(run):
     found = history.acked_redelivered(run[0])
+    assert not found, report(found)
+
+
+def test_every_acknowledged_push_is_still_held(run):
+    assert run[0].stored is not None
+    found = history.lost_after_delivery(run[0])
     assert not found, report(found)
 
 
