@@ -315,6 +315,16 @@ def check_binary(label, objects, values):
         fail(f"[{label}] replicas {replicas} without a command: no per-pod node id")
         return
     fullname = sts[0]["metadata"]["name"]
+    if not values.get("affinity"):
+        anti = pod.get("affinity", {}).get("podAntiAffinity", {})
+        terms = [t.get("podAffinityTerm", {}) for t in anti.get("preferredDuringSchedulingIgnoredDuringExecution", [])]
+        pod_labels = sts[0]["spec"]["template"]["metadata"].get("labels", {})
+        if not any(t.get("topologyKey") == "kubernetes.io/hostname"
+                   and t.get("labelSelector", {}).get("matchLabels", {}).items() <= pod_labels.items()
+                   for t in terms):
+            fail(f"[{label}] replicas {replicas} without a preference for one member per Kubernetes node")
+        else:
+            ok(f"[{label}] the members prefer one Kubernetes node each")
     headless = check_headless(label, sts[0], services)
     domain = (values.get("cluster") or {}).get("clusterDomain") or "cluster.local"
     for bad in (f"{fullname}-{replicas}", f"other-{fullname}-0", f"{fullname}-01", ""):
