@@ -243,6 +243,9 @@ def template_refusals(chart):
             {"replicas": 3, "cluster": {"token": CLUSTER_TOKEN},
              "kafka": {"advertisedAddr": "kafka.example.com:9092"}},
             "leave kafka.advertisedAddr empty"),
+        "a cluster port that is also the Kafka port": (
+            {"replicas": 3, "cluster": {"token": CLUSTER_TOKEN, "port": 9092}},
+            "give the Raft listener its own port"),
         "a cluster election timeout under 5 heartbeats": (
             {"replicas": 3, "cluster": {"token": CLUSTER_TOKEN, "heartbeatMs": 1400}},
             "raise electionTimeoutMs"),

@@ -191,6 +191,10 @@ relaying (docs/cluster.md "Forwarding": no relay over TLS yet).
 {{- if .Values.kafka.advertisedAddr -}}
 {{- fail "kafka.advertisedAddr names one address for every pod; with replicas > 1 each pod advertises its own DNS name: leave kafka.advertisedAddr empty" -}}
 {{- end -}}
+{{- $port := int64 .Values.cluster.port -}}
+{{- if or (eq $port (int64 .Values.http.port)) (and (include "queen.kafkaOn" .) (eq $port (int64 .Values.kafka.port))) -}}
+{{- fail (printf "cluster.port %d is also the HTTP or Kafka port: give the Raft listener its own port" $port) -}}
+{{- end -}}
 {{- $hb := int64 (default 500 .Values.cluster.heartbeatMs) -}}
 {{- $eto := int64 (default 5000 .Values.cluster.electionTimeoutMs) -}}
 {{- if lt $eto (mul 5 $hb) -}}
