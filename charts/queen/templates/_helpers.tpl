@@ -117,3 +117,108 @@ true
 {{- printf "%s.%s.svc:%d" (include "queen.fullname" .) .Release.Namespace (int64 .Values.service.kafkaPort) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* "true" when the release is a Raft cluster (replicas 3 or 5), else empty. */}}
+{{- define "queen.clustered" -}}
+{{- if gt (int64 .Values.replicas) 1 -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the cluster token: cluster.existingSecret, else the chart's own. */}}
+{{- define "queen.clusterSecretName" -}}
+{{- if .Values.cluster.existingSecret -}}
+{{- .Values.cluster.existingSecret -}}
+{{- else if .Values.cluster.token -}}
+{{- printf "%s-cluster" (include "queen.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "queen.clusterSecretKey" -}}
+{{- if .Values.cluster.existingSecret -}}
+{{- .Values.cluster.existingSecretKey -}}
+{{- else -}}
+cluster-token
+{{- end -}}
+{{- end -}}
+
+{{/* The DNS suffix every pod's name takes in the headless Service. */}}
+{{- define "queen.podDomain" -}}
+{{- printf "%s.%s.svc.%s" (include "queen.headlessName" .) .Release.Namespace .Values.cluster.clusterDomain -}}
+{{- end -}}
+
+{{/*
+peers (QUEEN_PEERS): every pod as <ordinal + 1>=<pod>.<headless>.<ns>.svc.<domain>:<cluster.port>;
+the wrapper gives pod <fullname>-<ordinal> node id ordinal + 1.
+*/}}
+{{- define "queen.peers" -}}
+{{- $peers := list -}}
+{{- range $i := until (int .Values.replicas) -}}
+{{- $peers = append $peers (printf "%d=%s-%d.%s:%d" (add1 $i) (include "queen.fullname" $) $i (include "queen.podDomain" $) (int64 $.Values.cluster.port)) -}}
+{{- end -}}
+{{- join "," $peers -}}
+{{- end -}}
+
+{{/*
+peer_http (QUEEN_PEER_HTTP): the same pods on the HTTP port. https:// when the HTTP
+listener speaks TLS: followers then answer 503 not_leader naming the leader instead of
+relaying (docs/cluster.md "Forwarding": no relay over TLS yet).
+*/}}
+{{- define "queen.peerHttp" -}}
+{{- $scheme := ternary "https" "http" (not (empty .Values.http.tlsSecret)) -}}
+{{- $peers := list -}}
+{{- range $i := until (int .Values.replicas) -}}
+{{- $peers = append $peers (printf "%d=%s://%s-%d.%s:%d" (add1 $i) $scheme (include "queen.fullname" $) $i (include "queen.podDomain" $) (int64 $.Values.http.port)) -}}
+{{- end -}}
+{{- join "," $peers -}}
+{{- end -}}
+
+{{/* Values the schema cannot judge alone; each refusal says what to set. */}}
+{{- define "queen.clusterChecks" -}}
+{{- if include "queen.clustered" . -}}
+{{- if not (include "queen.clusterSecretName" .) -}}
+{{- fail (printf "replicas %d needs the cluster token: set cluster.existingSecret (a Secret with key cluster.existingSecretKey, 32 ..= 1008 bytes) or cluster.token" (int64 .Values.replicas)) -}}
+{{- end -}}
+{{- if and .Values.cluster.token (not .Values.cluster.existingSecret) -}}
+{{- $n := len .Values.cluster.token -}}
+{{- if or (lt $n 32) (gt $n 1008) -}}
+{{- fail (printf "cluster.token is %d bytes; the broker needs 32 ..= 1008" $n) -}}
+{{- end -}}
+{{- end -}}
+{{- if not .Values.persistence.enabled -}}
+{{- fail "persistence.enabled=false with replicas > 1: a member restarted on an empty directory rejoins as a new node (pod 0 would initialise the group again; docs/cluster.md A2): keep persistence on" -}}
+{{- end -}}
+{{- if .Values.kafka.advertisedAddr -}}
+{{- fail "kafka.advertisedAddr names one address for every pod; with replicas > 1 each pod advertises its own DNS name: leave kafka.advertisedAddr empty" -}}
+{{- end -}}
+{{- $port := int64 .Values.cluster.port -}}
+{{- if or (eq $port (int64 .Values.http.port)) (and (include "queen.kafkaOn" .) (eq $port (int64 .Values.kafka.port))) -}}
+{{- fail (printf "cluster.port %d is also the HTTP or Kafka port: give the Raft listener its own port" $port) -}}
+{{- end -}}
+{{- $hb := int64 (default 500 .Values.cluster.heartbeatMs) -}}
+{{- $eto := int64 (default 5000 .Values.cluster.electionTimeoutMs) -}}
+{{- if lt $eto (mul 5 $hb) -}}
+{{- fail (printf "cluster.electionTimeoutMs %d is under 5 x cluster.heartbeatMs %d (0 means the broker's default, 5000 and 500): raise electionTimeoutMs or lower heartbeatMs" $eto $hb) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The container command of a cluster pod: a /bin/sh wrapper that sets this pod's node id
+(ordinal + 1: the broker refuses 0, and an env value cannot add) and its Kafka advertised
+address, then execs the broker with the container's args.
+*/}}
+{{- define "queen.clusterWrapper" -}}
+set -eu
+pod="${HOSTNAME:-}"
+case "$pod" in
+  {{ include "queen.fullname" . }}-[0-{{ sub (int64 .Values.replicas) 1 }}]) ;;
+  *) echo "queen: HOSTNAME '$pod' is not {{ include "queen.fullname" . }}-<0..{{ sub (int64 .Values.replicas) 1 }}>: no node id for it" >&2; exit 1 ;;
+esac
+ordinal="${pod##*-}"
+export QUEEN_NODE_ID="$((ordinal + 1))"
+{{- if include "queen.kafkaOn" . }}
+export QUEEN_KAFKA_ADVERTISED_ADDR="$pod.{{ include "queen.podDomain" . }}:{{ int64 .Values.kafka.port }}"
+{{- end }}
+exec queen "$@"
+{{- end -}}
