@@ -80,8 +80,14 @@ impl Gates {
     }
 
     /// Rings the held gates of one scope (None: the queue-wide ones) that `ring` picks, and
-    /// drops those no waiter holds. Gates looked at.
-    fn ring_scope(&mut self, partition: Option<&str>, ring: impl Fn(&str) -> bool) -> u64 {
+    /// drops those no waiter holds; with `group`, looks at that group's gate alone. Gates
+    /// looked at.
+    fn ring_scope(
+        &mut self,
+        partition: Option<&str>,
+        group: Option<&str>,
+        ring: impl Fn(&str) -> bool,
+    ) -> u64 {
         let map = match partition {
             None => Some(&mut self.any),
             Some(p) => self.partitions.get_mut(p),
@@ -89,7 +95,22 @@ impl Gates {
         let Some(map) = map else {
             return 0;
         };
-        let (looked, freed) = ring_held(map, partition, ring);
+        let (looked, freed) = match group {
+            None => ring_held(map, partition, ring),
+            Some(g) => match map.get(g) {
+                None => (0, 0),
+                Some(n) if !held(n) => {
+                    map.remove(g);
+                    (1, cost(g, partition))
+                }
+                Some(n) => {
+                    if ring(g) {
+                        n.notify_one();
+                    }
+                    (1, 0)
+                }
+            },
+        };
         if let Some(p) = partition.filter(|_| map.is_empty()) {
             self.partitions.remove(p);
         }
@@ -106,26 +127,25 @@ impl Gates {
     /// ones. A gate no waiter holds is dropped, not rung: its stored permit would only make
     /// the next waiter pop once for nothing.
     pub fn arrived(&mut self, partition: &str, group: Option<&str>) {
-        let pick = |g: &str| group.is_none_or(|want| want == g);
-        self.ring_scope(None, pick);
-        self.ring_scope(Some(partition), pick);
+        self.ring_scope(None, group, |_| true);
+        self.ring_scope(Some(partition), group, |_| true);
     }
 
     /// A pop of `group` in that scope left something due there: the next waiter's turn.
     pub fn still_due(&mut self, group: &str, partition: Option<&str>) {
-        self.ring_scope(partition, |g| g == group);
+        self.ring_scope(partition, Some(group), |_| true);
     }
 
     /// The sweep's look at one partition's gates for what no push or nack announced (a
     /// lease that ended): the held gates of the groups `due` names are rung, the others
     /// that no waiter holds dropped. Gates looked at.
     pub fn ring_partition(&mut self, partition: &str, due: impl Fn(&str) -> bool) -> u64 {
-        self.ring_scope(Some(partition), due)
+        self.ring_scope(Some(partition), None, due)
     }
 
     /// `ring_partition` for the queue-wide gates.
     pub fn ring_queue_wide(&mut self, due: impl Fn(&str) -> bool) -> u64 {
-        self.ring_scope(None, due)
+        self.ring_scope(None, None, due)
     }
 
     /// Drops the gates no waiter holds of the partitions `has_ring` says have no ring (the
@@ -139,7 +159,7 @@ impl Gates {
             .collect();
         ringless
             .iter()
-            .map(|p| self.ring_scope(Some(p), |_| false))
+            .map(|p| self.ring_scope(Some(p), None, |_| false))
             .sum()
     }
 
@@ -218,6 +238,9 @@ mod tests {
         g.looked = 0;
         g.arrived("a", None);
         assert_eq!(g.looked, 2, "the gate of a and the queue-wide one");
+        g.looked = 0;
+        g.arrived("b", Some("g5"));
+        assert_eq!(g.looked, 1, "a nack looks at its group's gates alone");
         assert_eq!(held.len(), 102);
     }
 }

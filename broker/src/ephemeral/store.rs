@@ -5,7 +5,8 @@
 //! slots by capacity, its cursors, leases and redeliveries ([`Ring::charge`]); each queue adds
 //! its name and a fixed cost, and its indexes (ring heads) what they hold. A queue keeps the
 //! sum of its rings (`rings_charged`), the tenant and the node the sums of their queues'
-//! [`Queue::charge`], and the sweep recounts them from the rings every second.
+//! [`Queue::charge`], each moved by what a call changed: nothing recounts them (a recount
+//! walked every ring of the node under the lock, review s19 ephemeral M3).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
