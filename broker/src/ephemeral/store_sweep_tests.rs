@@ -25,6 +25,20 @@ fn ask<'a>(partition: Option<&'a str>, batch: usize) -> PopAsk<'a> {
     }
 }
 
+/// A store whose idle bound is `secs` seconds.
+fn store_idle(secs: u64) -> Store {
+    Store::new(
+        StoreLimits {
+            enabled: true,
+            max_bytes: 1 << 30,
+            tenant_max_bytes: 1 << 30,
+            implicit_idle: Duration::from_secs(secs),
+        },
+        None,
+        LongPollSlots::new(64),
+    )
+}
+
 /// A queue of 11 rings, each holding a message leased to g whose lease ended, with a waiter
 /// of g on each partition and one on the whole queue: 1 queue + 1 queue-wide gate + 11 rings
 /// + 11 partition gates = 24 entries. With a budget of 4 a pass takes ceil(24 / 4) = 6
@@ -81,16 +95,7 @@ async fn a_pass_takes_ceil_entries_over_budget_slices_and_finds_every_ended_leas
 /// removed meanwhile are met or skipped by name, and the charges stay what a recount says.
 #[test]
 fn passes_resume_by_name_and_keep_the_charges_incremental() {
-    let s = Store::new(
-        StoreLimits {
-            enabled: true,
-            max_bytes: 1 << 30,
-            tenant_max_bytes: 1 << 30,
-            implicit_idle: Duration::from_secs(1),
-        },
-        None,
-        LongPollSlots::new(64),
-    );
+    let s = store_idle(1);
     for q in ["a", "b", "c"] {
         s.push("t", q, None, msgs(2)).unwrap();
     }
@@ -105,5 +110,30 @@ fn passes_resume_by_name_and_keep_the_charges_incremental() {
     let later = t0 + Duration::from_secs(2);
     while !s.sweep_slice(later, 2) {}
     assert_eq!(s.bytes(), 0);
+    assert_consistent(&s);
+}
+
+/// Review s19 ephemeral L1: a group with a pop parked on the whole queue keeps its state past
+/// the idle bound, so a lease of it that ends later is still found by the sweep and rings the
+/// waiter (its cursor stays, held by another live lease, so nothing else rings it).
+#[tokio::test(start_paused = true)]
+async fn a_parked_groups_state_outlives_the_idle_bound() {
+    let s = store_idle(2);
+    let options = EphemeralOptions {
+        lease_seconds: 10,
+        ..EphemeralOptions::default()
+    };
+    s.declare("t", "q", options);
+    s.push("t", "q", None, msgs(2)).unwrap();
+    assert_eq!(s.pop("t", &ask(None, 1)).unwrap().len(), 1);
+    let gate = s.wake("t", &ask(None, 1)).unwrap();
+    tokio::time::advance(Duration::from_secs(3)).await;
+    let partition = ask(Some(DEFAULT_PARTITION), 1);
+    assert_eq!(s.pop("t", &partition).unwrap().len(), 1);
+    s.sweep(now());
+    assert!(!rung(&gate), "no lease has ended yet");
+    tokio::time::advance(Duration::from_secs(8)).await;
+    s.sweep(now());
+    assert!(rung(&gate), "the first lease's end was not found");
     assert_consistent(&s);
 }
