@@ -14,12 +14,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::time::{Duration, Instant};
 
-use super::ring::Ring;
-
 /// One entry's cost besides its ring's name: a B-tree slot with its share of the node.
 pub const DUE_COST: u64 = 64;
-/// A group's cost besides its name: the map slot, `seen`, the two sets' headers.
-pub const DUE_GROUP_COST: u64 = 128;
+/// A group's cost besides its name (held twice: the map and the idle order): the map slot,
+/// `seen`, the two sets' headers, the idle order's slot.
+pub const DUE_GROUP_COST: u64 = 192;
+/// The stamp map keeps at least this many slots when it shrinks.
+const MIN_STAMPS: usize = 16;
 /// A log entry's cost besides its ring's name, held twice: the B-tree slot and the map slot.
 const LOG_COST: u64 = 128;
 
@@ -43,6 +44,9 @@ pub struct Due {
     stamps: HashMap<String, u64>,
     stamp: u64,
     groups: HashMap<String, GroupDue>,
+    /// (last use, group): the sweep forgets the idle groups from its front, without a walk
+    /// of every group (review s19 ephemeral M3).
+    idle_order: BTreeSet<(Instant, String)>,
     /// What the index holds, as the node's cap counts it.
     bytes: u64,
     /// Index entries a push, nack or forgotten cursor touched, for the bound tests.
@@ -54,8 +58,9 @@ fn entry(ring: &str) -> u64 {
     DUE_COST + ring.len() as u64
 }
 
-fn group_cost(group: &str) -> u64 {
-    DUE_GROUP_COST + group.len() as u64
+/// What a group's state costs before any entry.
+pub fn group_cost(group: &str) -> u64 {
+    DUE_GROUP_COST + 2 * group.len() as u64
 }
 
 impl Due {
@@ -95,6 +100,12 @@ impl Due {
         if let Some(at) = self.stamps.remove(ring) {
             self.log.remove(&at);
             self.bytes -= Due::log_cost(ring).min(self.bytes);
+            // The map keeps its peak capacity, which no entry's cost counts: a queue once
+            // pushed to over 10 000 rings gives it back as they empty (review s19 L3).
+            let (len, cap) = (self.stamps.len(), self.stamps.capacity());
+            if cap > MIN_STAMPS && len < cap / 4 {
+                self.stamps.shrink_to((len * 2).max(MIN_STAMPS));
+            }
         }
     }
 
@@ -115,21 +126,28 @@ impl Due {
 
     /// Makes `group`'s state if it has none (nothing copied), and marks it used.
     pub fn start(&mut self, group: &str, now: Instant) {
-        if !self.groups.contains_key(group) {
-            self.bytes += group_cost(group);
-            self.groups.insert(
-                group.to_string(),
-                GroupDue {
-                    seen: 0,
-                    rings: BTreeSet::new(),
-                    ends: BTreeSet::new(),
-                    used: now,
-                    again_first: false,
-                },
-            );
-        }
-        if let Some(g) = self.groups.get_mut(group) {
-            g.used = now;
+        match self.groups.get_mut(group) {
+            Some(g) => {
+                if g.used != now {
+                    self.idle_order.remove(&(g.used, group.to_string()));
+                    g.used = now;
+                    self.idle_order.insert((now, group.to_string()));
+                }
+            }
+            None => {
+                self.bytes += group_cost(group);
+                self.groups.insert(
+                    group.to_string(),
+                    GroupDue {
+                        seen: 0,
+                        rings: BTreeSet::new(),
+                        ends: BTreeSet::new(),
+                        used: now,
+                        again_first: false,
+                    },
+                );
+                self.idle_order.insert((now, group.to_string()));
+            }
         }
     }
 
@@ -236,24 +254,37 @@ impl Due {
         self.bytes = (self.bytes + added).saturating_sub(freed);
     }
 
-    /// The sweep's repair: states of groups idle for `idle` go (a group without one reads the
-    /// log from its beginning, so nothing is lost), entries of rings gone go, and lease ends
-    /// that are no longer a cursor's soonest go.
-    pub fn sweep(&mut self, rings: &BTreeMap<String, Ring>, now: Instant, idle: Duration) {
-        self.groups
-            .retain(|_, g| now.saturating_duration_since(g.used) < idle);
-        for (name, g) in self.groups.iter_mut() {
-            g.rings.retain(|r| rings.contains_key(r));
-            g.ends.retain(|(at, r)| {
-                rings
-                    .get(r)
-                    .is_some_and(|ring| ring.soonest(name) == Some(*at))
-            });
+    /// Forgets the states of groups idle for `idle` (a group without one reads the log from
+    /// its beginning, so nothing is lost), oldest use first, so the work is the groups it
+    /// forgets. A group `waiting` names (a pop of it is parked on the queue) is kept: its
+    /// lease ends would otherwise be found only at that pop's deadline (review s19
+    /// ephemeral L1). Entries of rings gone or lease ends no longer a cursor's soonest stay
+    /// until the group's next pop visits them and finds nothing: they are charged meanwhile.
+    pub fn forget_idle(&mut self, now: Instant, idle: Duration, waiting: impl Fn(&str) -> bool) {
+        let mut kept = Vec::new();
+        while let Some((used, _)) = self.idle_order.first() {
+            if now.saturating_duration_since(*used) < idle {
+                break;
+            }
+            let Some((_, name)) = self.idle_order.pop_first() else {
+                break;
+            };
+            if waiting(&name) {
+                kept.push(name);
+                continue;
+            }
+            if let Some(g) = self.groups.remove(&name) {
+                let entries = g.rings.iter().chain(g.ends.iter().map(|(_, r)| r));
+                let freed = group_cost(&name) + entries.map(|r| entry(r)).sum::<u64>();
+                self.bytes -= freed.min(self.bytes);
+            }
         }
-        self.log.retain(|_, r| rings.contains_key(r));
-        let log = &self.log;
-        self.stamps.retain(|r, at| log.get(at) == Some(r));
-        self.bytes = self.recount();
+        for name in kept {
+            if let Some(g) = self.groups.get_mut(&name) {
+                g.used = now;
+            }
+            self.idle_order.insert((now, name));
+        }
     }
 
     pub fn clear(&mut self) {
@@ -277,6 +308,7 @@ impl Due {
     }
 
     /// `bytes` counted from the entries.
+    #[cfg(test)]
     pub fn recount(&self) -> u64 {
         let log: u64 = self.log.values().map(|r| Due::log_cost(r)).sum();
         let groups: u64 = self
@@ -295,6 +327,22 @@ impl Due {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Review s19 ephemeral L3: the stamp map gives its slots back as the rings empty.
+    #[test]
+    fn the_stamp_map_shrinks_as_rings_empty() {
+        let mut d = Due::default();
+        let names: Vec<String> = (0..10_000).map(|i| format!("p{i}")).collect();
+        names.iter().for_each(|n| d.pushed(n));
+        assert!(d.stamps.capacity() >= 10_000);
+        names[1..].iter().for_each(|n| d.emptied(n));
+        assert!(
+            d.stamps.capacity() <= 4 * MIN_STAMPS,
+            "{}",
+            d.stamps.capacity()
+        );
+        assert_eq!(d.bytes(), d.recount());
+    }
 
     #[test]
     fn entries_come_and_go_and_the_charge_follows_them() {
@@ -332,11 +380,12 @@ mod tests {
         d.emptied("b");
         d.emptied("c");
         assert_eq!(d.bytes(), group_cost("g"));
-        d.sweep(
-            &BTreeMap::new(),
-            t1 + Duration::from_secs(300),
-            Duration::from_secs(300),
-        );
+        let idle = Duration::from_secs(300);
+        d.forget_idle(t1 + idle, idle, |g| g == "g");
+        assert!(d.knows("g"), "a group with a parked pop is kept");
+        d.forget_idle(t1 + idle, idle, |_| false);
+        assert!(d.knows("g"), "kept for another idle period");
+        d.forget_idle(t1 + 2 * idle, idle, |_| false);
         assert_eq!((d.bytes(), d.knows("g")), (0, false));
     }
 }

@@ -7,6 +7,7 @@ mod due;
 mod gates;
 mod heads;
 mod ring;
+mod rings;
 mod store;
 mod sweep;
 

@@ -5,9 +5,10 @@
 //! slots by capacity, its cursors, leases and redeliveries ([`Ring::charge`]); each queue adds
 //! its name and a fixed cost, and its indexes (ring heads) what they hold. A queue keeps the
 //! sum of its rings (`rings_charged`), the tenant and the node the sums of their queues'
-//! [`Queue::charge`], and the sweep recounts them from the rings every second.
+//! [`Queue::charge`], each moved by what a call changed: nothing recounts them (a recount
+//! walked every ring of the node under the lock, review s19 ephemeral M3).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -19,12 +20,15 @@ use serde_json::{json, Value};
 
 use crate::engine::{LongPollSlots, NoSlot};
 
-use super::due::{Due, DUE_COST, DUE_GROUP_COST};
+use super::due::{group_cost, Due, DUE_COST};
 use super::gates::Gates;
 use super::heads::Heads;
 use super::ring::{
     Delivered, Dropped, Nack, Ring, CURSOR_COST, ENTRY_COST, ITEM_OVERHEAD, MAX_GROUPS, SLOT,
 };
+use super::rings::Rings;
+use sweep::SweepAt;
+pub(super) use sweep::SWEEP_BUDGET;
 
 /// Partitions one queue keeps at most: each is a ring with its own cursors.
 pub const MAX_PARTITIONS: usize = 10_000;
@@ -56,11 +60,14 @@ pub struct Store {
 
 #[derive(Default)]
 struct Inner {
-    tenants: HashMap<String, Tenant>,
+    /// In name order: the sweep resumes a pass at a name.
+    tenants: BTreeMap<String, Tenant>,
     /// What every queue of the node holds, as the cap counts it.
     bytes: u64,
     /// The last delivery number handed out: ids name a delivery, never reused in the process.
     deliveries: u64,
+    /// Where the sweep's pass stands.
+    sweep: SweepAt,
 }
 
 #[derive(Default)]
@@ -75,7 +82,7 @@ struct Queue {
     options: EphemeralOptions,
     declared: bool,
     used: Instant,
-    rings: BTreeMap<String, Ring>,
+    rings: Rings,
     /// Payloads plus [`ITEM_OVERHEAD`] each: what `maxBytes` bounds.
     bytes: u64,
     length: u64,
@@ -83,10 +90,6 @@ struct Queue {
     rings_charged: u64,
     /// The rings' oldest instants in age order, for `dropOldest` and the ttl.
     heads: Heads,
-    /// Rings read, one by one (`on_ring`) or by a loop over `rings`, so the bound tests see
-    /// the work of a push or a pop (review s18 ephemeral M1: a loop counts too).
-    #[cfg(test)]
-    ring_reads: std::cell::Cell<u64>,
     /// Waiting pops' gates, per group and scope.
     gates: Gates,
     /// The push log and, per group, where it has looked and what it must look at again.
@@ -105,13 +108,11 @@ impl Queue {
             options,
             declared,
             used: now,
-            rings: BTreeMap::new(),
+            rings: Rings::default(),
             bytes: 0,
             length: 0,
             rings_charged: queue_cost(name),
             heads: Heads::default(),
-            #[cfg(test)]
-            ring_reads: Default::default(),
             gates: Gates::default(),
             due: Due::default(),
             turn: None,
@@ -138,26 +139,10 @@ fn ring_charge(name: &str, ring: &Ring) -> u64 {
 }
 
 impl Queue {
-    /// Counts `_n` ring reads for the bound tests; nothing outside them.
-    fn read_rings(&self, _n: usize) {
-        #[cfg(test)]
-        self.ring_reads.set(self.ring_reads.get() + _n as u64);
-    }
-
     /// What the queue holds as the node's cap counts it: name, rings, cursors, leases and
     /// the indexes over its rings.
     fn charge(&self) -> u64 {
         self.rings_charged + self.heads.bytes() + self.gates.bytes() + self.due.bytes()
-    }
-
-    /// Recounts `rings_charged` from the rings; the queue's charge.
-    fn recount(&mut self, name: &str) -> u64 {
-        self.read_rings(self.rings.len());
-        self.rings_charged = self
-            .rings
-            .iter()
-            .fold(queue_cost(name), |a, (p, r)| a + ring_charge(p, r));
-        self.charge()
     }
 
     /// `take.group` takes up to `want` from the ring `partition`; what every group is past
@@ -201,7 +186,6 @@ impl Queue {
     /// Runs `f` on the ring of `partition`, moves `rings_charged` by what that changed and
     /// the ring's head entry to its oldest message.
     fn on_ring<T>(&mut self, partition: &str, f: impl FnOnce(&mut Ring) -> T) -> Option<T> {
-        self.read_rings(1);
         let ring = self.rings.get_mut(partition)?;
         let (before, was) = (ring.charge(), ring.oldest_at());
         let out = f(ring);
@@ -270,82 +254,10 @@ impl Store {
         lock(&self.inner).bytes
     }
 
-    /// The gauges and the memory pool, from the sweep.
-    fn publish(&self, inner: &Inner) {
-        let messages: u64 = inner
-            .tenants
-            .values()
-            .flat_map(|t| t.queues.values())
-            .map(|q| q.length)
-            .sum();
-        metrics::gauge!("queen_ephemeral_bytes").set(inner.bytes as f64);
-        metrics::gauge!("queen_ephemeral_messages").set(messages as f64);
-        if let Some(m) = &self.memory {
-            let held = usize::try_from(inner.bytes).unwrap_or(usize::MAX);
-            m.pools.set(crate::memory::Pool::Ephemeral, held);
-        }
-    }
-
-    /// Ages out messages past their ttl, forgets idle groups, drops vacant rings, removes
-    /// implicit queues idle too long (not while a pop waits on one), and recounts the charges.
+    /// A whole pass of the sweep (see `sweep_slice`), the lock released between slices.
+    #[cfg(test)]
     pub fn sweep(&self, now: Instant) {
-        let mut guard = lock(&self.inner);
-        let inner = &mut *guard;
-        let idle = self.limits.implicit_idle;
-        let mut node = 0u64;
-        for t in inner.tenants.values_mut() {
-            t.queues.retain(|_, q| {
-                q.gates.prune();
-                let waited_on = q.gates.waited_on();
-                if !q.declared && !waited_on && now.saturating_duration_since(q.used) >= idle {
-                    count_drops("removed", q.length);
-                    return false;
-                }
-                age_out(q, now);
-                let mut freed = (0, 0);
-                // This loop, the retain and the due sweep read every ring.
-                q.read_rings(3 * q.rings.len());
-                for (name, ring) in q.rings.iter_mut() {
-                    let was = ring.oldest_at();
-                    if ring.forget_idle(now, idle) > 0 {
-                        let before = ring.items.len() as u64;
-                        let b = ring.trim();
-                        freed.0 += before - ring.items.len() as u64;
-                        freed.1 += b;
-                        // A forgotten group starts over at the ring's head: the ring is due
-                        // again for it, as after a push, and its waiters are rung.
-                        if !ring.items.is_empty() {
-                            q.due.pushed(name);
-                            q.gates.arrived(name, None);
-                        }
-                    }
-                    ring.shrink();
-                    q.heads.moved(name, was, ring.oldest_at());
-                    if ring.items.is_empty() {
-                        q.due.emptied(name);
-                    }
-                }
-                q.length -= freed.0.min(q.length);
-                q.bytes -= freed.1.min(q.bytes);
-                q.rings.retain(|_, r| !r.is_vacant());
-                q.due.sweep(&q.rings, now, idle);
-                // A lease's end is found only by a pop: the waiters of its group are rung, so
-                // one pops rather than sleeping to its timeout (review s18 ephemeral M3).
-                q.gates.ring_due(|group, partition| match partition {
-                    Some(p) => q.rings.get(p).is_some_and(|r| r.due_for(group, now)),
-                    None => q.due.ended_by(group, now),
-                });
-                true
-            });
-            let mut tenant = 0u64;
-            for (name, q) in t.queues.iter_mut() {
-                tenant += q.recount(name);
-            }
-            t.charged = tenant;
-            node += tenant;
-        }
-        inner.bytes = node;
-        self.publish(inner);
+        while !self.sweep_slice(now, SWEEP_BUDGET) {}
     }
 
     /// `e:<incarnation>:<partition>:<seq>.<delivery>` → (partition, seq, delivery).
@@ -592,7 +504,8 @@ impl EphemeralDoor for Store {
         q.due.clear();
         q.bytes = 0;
         q.length = 0;
-        let after = q.recount(queue);
+        q.rings_charged = queue_cost(queue);
+        let after = q.charge();
         settle(inner, tenant, before, after);
         count_drops("reset", dropped);
         dropped
@@ -749,7 +662,7 @@ impl EphemeralDoor for Store {
                 q.map_or(0, |q| q.length).min(ask.batch as u64)
             };
             let due = match (q, ask.partition) {
-                (Some(q), None) if !q.due.knows(group) => DUE_GROUP_COST + group.len() as u64,
+                (Some(q), None) if !q.due.knows(group) => group_cost(group),
                 _ => 0,
             };
             let grow =
@@ -1011,8 +924,7 @@ impl EphemeralDoor for Store {
         let inner = lock(&self.inner);
         let q = inner.tenants.get(tenant)?.queues.get(queue)?;
         let mut groups: BTreeMap<String, (u64, usize, usize)> = BTreeMap::new();
-        q.read_rings(q.rings.len());
-        for ring in q.rings.values() {
+        for (_, ring) in q.rings.iter() {
             for (g, behind, leased, again) in ring.group_gauges() {
                 let e = groups.entry(g).or_default();
                 e.0 += behind;
@@ -1048,6 +960,9 @@ impl EphemeralDoor for Store {
     }
 }
 
+#[path = "store_sweep.rs"]
+mod sweep;
+
 #[cfg(test)]
 #[path = "store_tests.rs"]
 mod tests;
@@ -1059,3 +974,7 @@ mod bounds_tests;
 #[cfg(test)]
 #[path = "store_fairness_tests.rs"]
 mod fairness_tests;
+
+#[cfg(test)]
+#[path = "store_sweep_tests.rs"]
+mod sweep_tests;

@@ -1,0 +1,139 @@
+//! Review s19 ephemeral M3: the sweep goes in slices of a budget of entries (a queue, a ring,
+//! a gate looked at), resumes where it stopped, and still finds every lease that ended.
+
+use tokio::sync::Notify;
+
+use super::bounds_tests::store;
+use super::tests::{assert_consistent, msgs};
+use super::*;
+
+/// Whether `gate` holds a wake (a `notify_one` no waiter took yet).
+fn rung(gate: &Notify) -> bool {
+    let n = gate.notified();
+    tokio::pin!(n);
+    n.as_mut().enable()
+}
+
+fn ask<'a>(partition: Option<&'a str>, batch: usize) -> PopAsk<'a> {
+    PopAsk {
+        queue: "q",
+        partition,
+        group: Some("g"),
+        batch,
+        auto_ack: false,
+        existing: false,
+    }
+}
+
+/// A store whose idle bound is `secs` seconds.
+fn store_idle(secs: u64) -> Store {
+    Store::new(
+        StoreLimits {
+            enabled: true,
+            max_bytes: 1 << 30,
+            tenant_max_bytes: 1 << 30,
+            implicit_idle: Duration::from_secs(secs),
+        },
+        None,
+        LongPollSlots::new(64),
+    )
+}
+
+/// A queue of 11 rings, each holding a message leased to g whose lease ended, with a waiter
+/// of g on each partition and one on the whole queue: 1 queue + 1 queue-wide gate + 11 rings
+/// + 11 partition gates = 24 entries. With a budget of 4 a pass takes ceil(24 / 4) = 6
+/// slices, the lock let go between them (a push lands between two), and every waiter whose
+/// lease ended is rung.
+#[tokio::test(start_paused = true)]
+async fn a_pass_takes_ceil_entries_over_budget_slices_and_finds_every_ended_lease() {
+    let s = store();
+    let options = EphemeralOptions {
+        lease_seconds: 1,
+        ..EphemeralOptions::default()
+    };
+    s.declare("t", "q", options);
+    let names: Vec<String> = (0..11).map(|i| format!("p{i:02}")).collect();
+    for p in &names {
+        s.push("t", "q", Some(p), msgs(1)).unwrap();
+    }
+    assert_eq!(s.pop("t", &ask(None, 11)).unwrap().len(), 11);
+    let gates: Vec<_> = names
+        .iter()
+        .map(|p| s.wake("t", &ask(Some(p), 1)).unwrap())
+        .collect();
+    let queue_wide = s.wake("t", &ask(None, 1)).unwrap();
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let now = now();
+    let mut slices = 0;
+    loop {
+        slices += 1;
+        if s.sweep_slice(now, 4) {
+            break;
+        }
+        assert!(slices < 6, "a pass of 24 entries went past 6 slices");
+        if slices == 1 {
+            assert!(rung(&queue_wide), "the queue-wide waiter was not rung");
+        }
+        if slices == 3 {
+            // Between slices the store serves: a push to a ring the pass has not reached.
+            s.push("t", "q", Some("p10"), msgs(1)).unwrap();
+            assert!(rung(&gates[10]) && rung(&queue_wide), "the push rang");
+        }
+    }
+    assert_eq!(slices, 6);
+    for (p, gate) in names.iter().zip(&gates) {
+        assert!(rung(gate), "{p}: the ended lease was not found");
+    }
+    for p in &names {
+        let got = s.pop("t", &ask(Some(p), 1)).unwrap();
+        assert_eq!(got[0].attempts, 2, "{p}");
+    }
+    assert_consistent(&s);
+}
+
+/// A pass that starts over finds what came after its last one; queues made, emptied and
+/// removed meanwhile are met or skipped by name, and the charges stay what a recount says.
+#[test]
+fn passes_resume_by_name_and_keep_the_charges_incremental() {
+    let s = store_idle(1);
+    for q in ["a", "b", "c"] {
+        s.push("t", q, None, msgs(2)).unwrap();
+    }
+    let t0 = now();
+    // Queue a and its ring; then a goes and a2 comes, met by name.
+    assert!(!s.sweep_slice(t0, 2));
+    assert!(s.forget("t", "a"));
+    s.push("t", "a2", None, msgs(1)).unwrap();
+    while !s.sweep_slice(t0, 2) {}
+    assert_consistent(&s);
+    // Idle past the bound: every implicit queue goes, in one pass.
+    let later = t0 + Duration::from_secs(2);
+    while !s.sweep_slice(later, 2) {}
+    assert_eq!(s.bytes(), 0);
+    assert_consistent(&s);
+}
+
+/// Review s19 ephemeral L1: a group with a pop parked on the whole queue keeps its state past
+/// the idle bound, so a lease of it that ends later is still found by the sweep and rings the
+/// waiter (its cursor stays, held by another live lease, so nothing else rings it).
+#[tokio::test(start_paused = true)]
+async fn a_parked_groups_state_outlives_the_idle_bound() {
+    let s = store_idle(2);
+    let options = EphemeralOptions {
+        lease_seconds: 10,
+        ..EphemeralOptions::default()
+    };
+    s.declare("t", "q", options);
+    s.push("t", "q", None, msgs(2)).unwrap();
+    assert_eq!(s.pop("t", &ask(None, 1)).unwrap().len(), 1);
+    let gate = s.wake("t", &ask(None, 1)).unwrap();
+    tokio::time::advance(Duration::from_secs(3)).await;
+    let partition = ask(Some(DEFAULT_PARTITION), 1);
+    assert_eq!(s.pop("t", &partition).unwrap().len(), 1);
+    s.sweep(now());
+    assert!(!rung(&gate), "no lease has ended yet");
+    tokio::time::advance(Duration::from_secs(8)).await;
+    s.sweep(now());
+    assert!(rung(&gate), "the first lease's end was not found");
+    assert_consistent(&s);
+}
