@@ -71,6 +71,9 @@ pub enum StorageError {
         reason: String,
     },
 
+    #[error("the snapshot stream was refused at byte {offset}: {reason}")]
+    SnapshotRefused { offset: u64, reason: String },
+
     #[error("the stored checkpoint is corrupt: {reason}")]
     CorruptCheckpoint { reason: String },
 
