@@ -74,6 +74,9 @@ pub enum StorageError {
     #[error("the snapshot stream was refused at byte {offset}: {reason}")]
     SnapshotRefused { offset: u64, reason: String },
 
+    #[error("no snapshot can be streamed: {reason}")]
+    SnapshotUnavailable { reason: String },
+
     #[error("the stored checkpoint is corrupt: {reason}")]
     CorruptCheckpoint { reason: String },
 
