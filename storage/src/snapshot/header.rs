@@ -27,21 +27,28 @@ pub struct SnapshotHeader {
 }
 
 impl SnapshotHeader {
-    /// How many records follow the state. Only meaningful for a header that decoded.
+    /// How many records follow the state. Only meaningful for a header that decoded (the
+    /// arithmetic saturates on one that did not).
     pub fn record_count(&self) -> u64 {
-        (self.applied_index + 1).saturating_sub(self.first_record)
+        self.applied_index
+            .saturating_add(1)
+            .saturating_sub(self.first_record)
     }
 
     /// Header, state and records: the whole stream's length.
     pub fn stream_len(&self) -> u64 {
-        SNAPSHOT_HEADER_LEN as u64 + self.state_len + self.records_len
+        (SNAPSHOT_HEADER_LEN as u64)
+            .saturating_add(self.state_len)
+            .saturating_add(self.records_len)
     }
 
     /// The disk an install needs above what the node holds: the incoming file (S + R), the
-    /// new log (R) and the state in both checkpoint slots (2S). Bounded by the caps, so it
-    /// cannot overflow.
+    /// new log (R) and the state in both checkpoint slots (2S). Within the caps of a decoded
+    /// header it cannot saturate.
     pub fn install_peak_bytes(&self) -> u64 {
-        3 * self.state_len + 2 * self.records_len
+        self.state_len
+            .saturating_mul(3)
+            .saturating_add(self.records_len.saturating_mul(2))
     }
 
     pub fn encode(&self) -> [u8; SNAPSHOT_HEADER_LEN] {
@@ -160,6 +167,20 @@ mod tests {
         let h = sample();
         assert_eq!(SnapshotHeader::decode(&h.encode()), Ok(h));
         assert_eq!(h.record_count(), 3);
+        assert_eq!(h.install_peak_bytes(), 300 + 2 * h.records_len);
+        let wild = SnapshotHeader {
+            applied_index: u64::MAX,
+            state_len: u64::MAX,
+            ..h
+        };
+        assert_eq!(
+            (
+                wild.record_count(),
+                wild.stream_len(),
+                wild.install_peak_bytes()
+            ),
+            (u64::MAX - 8, u64::MAX, u64::MAX)
+        );
         let none = SnapshotHeader {
             first_record: 11,
             records_len: 0,
