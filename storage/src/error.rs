@@ -71,6 +71,12 @@ pub enum StorageError {
         reason: String,
     },
 
+    #[error("the snapshot stream was refused at byte {offset}: {reason}")]
+    SnapshotRefused { offset: u64, reason: String },
+
+    #[error("no snapshot can be streamed: {reason}")]
+    SnapshotUnavailable { reason: String },
+
     #[error("the stored checkpoint is corrupt: {reason}")]
     CorruptCheckpoint { reason: String },
 

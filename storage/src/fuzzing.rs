@@ -6,7 +6,10 @@ use std::sync::Arc;
 
 use crate::format::{decode_body, decode_header, encode_header, encode_record, segment_name};
 use crate::state::checkpoint::CheckpointHead;
-use crate::{LogOptions, MemBackend, SegmentLog};
+use crate::{
+    IoBackend, LogOptions, MemBackend, SegmentLog, SnapshotHeader, SnapshotReceiver,
+    SNAPSHOT_HEADER_LEN, SNAPSHOT_INCOMING,
+};
 
 /// The checkpoint header row (version 1 or 2) as `StateStore::read_checkpoint` meets it: decoded,
 /// its length checked before any allocation, then compared with the state bytes that follow it
@@ -176,6 +179,114 @@ fn built_segment(first: u64, spec: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A whole snapshot stream in memory: `state`, then one record per `(term, payload)` from
+/// index `first`; the applied index is the last record's (`first - 1` with none) and the
+/// applied term the last record's (`term_if_none` with none). Tests and seeds only: the sender
+/// never holds a stream whole.
+pub fn snapshot_stream_bytes(
+    state: &[u8],
+    first: u64,
+    term_if_none: u64,
+    records: &[(u64, &[u8])],
+) -> Vec<u8> {
+    let mut recs = Vec::new();
+    for (i, (term, payload)) in records.iter().enumerate() {
+        encode_record(&mut recs, first + i as u64, *term, payload);
+    }
+    let head = SnapshotHeader {
+        applied_index: (first + records.len() as u64).saturating_sub(1),
+        applied_term: records.last().map_or(term_if_none, |r| r.0),
+        first_record: first,
+        state_len: state.len() as u64,
+        records_len: recs.len() as u64,
+        state_crc: crc32c::crc32c(state),
+    };
+    [&head.encode()[..], state, &recs].concat()
+}
+
+/// A snapshot stream as `SnapshotReceiver` meets it, chunk by chunk. Layout of the input
+/// (docs/fuzzing.md): `chunk selector u8 | max_record selector u8 | flags u8 | bytes`. Flag 1
+/// builds the stream from a plan (`built_stream`) so the fuzzer gets past the CRCs; flag 2
+/// sends every chunk twice at its offset, as openraft does after a timeout. The verdict must
+/// not depend on the chunking, a resent chunk never changes it, a refusal leaves no file, and
+/// an accepted stream is exactly the file.
+pub fn snapshot_stream(data: &[u8]) -> bool {
+    let mut inp = Input(data);
+    let chunk = 1usize << (inp.u8() & 15);
+    let max_record_bytes = 16u32 << (inp.u8() & 15);
+    let flags = inp.u8();
+    let stream = if flags & 1 != 0 {
+        built_stream(inp.0)
+    } else {
+        inp.0.to_vec()
+    };
+    let receive = |chunk: usize, twice: bool| -> (bool, MemBackend) {
+        let mem = MemBackend::new();
+        let dir: Arc<dyn IoBackend> = Arc::new(mem.clone());
+        let mut rx = match SnapshotReceiver::create(dir, max_record_bytes, Box::new(|_| Ok(()))) {
+            Ok(rx) => rx,
+            Err(e) => panic!("the receiver cannot start on a memory backend: {e}"),
+        };
+        for (i, piece) in stream.chunks(chunk).enumerate() {
+            let at = (i * chunk) as u64;
+            if rx.write_at(at, piece).is_err() {
+                return (false, mem);
+            }
+            if twice {
+                if let Err(e) = rx.write_at(at, piece) {
+                    panic!("chunk {i} passed, then was refused when resent: {e}");
+                }
+            }
+        }
+        (rx.finish().is_ok(), mem)
+    };
+    let (accepted, mem) = receive(chunk, flags & 2 != 0);
+    let (whole, _) = receive(stream.len().max(1), false);
+    assert_eq!(accepted, whole, "the verdict depends on the chunking");
+    let file = mem.crash().file_bytes(SNAPSHOT_INCOMING);
+    if !accepted {
+        assert_eq!(file, None, "a refused stream left its file");
+        return false;
+    }
+    assert_eq!(
+        file.as_deref(),
+        Some(&stream[..]),
+        "the file is not the stream"
+    );
+    match SnapshotHeader::decode(&stream[..SNAPSHOT_HEADER_LEN]) {
+        Ok(h) => assert_eq!(h.stream_len(), stream.len() as u64, "length differs"),
+        Err(e) => panic!("an accepted stream's header does not decode: {e}"),
+    }
+    true
+}
+
+/// A valid stream from a plan, then damaged: `op u8 | at u16 | first u8 | state_len u8 |
+/// state | per record: term step u8 (its low bit raises the term) | len u8 | payload`; op 1
+/// flips the byte at `at`, op 2 truncates there.
+fn built_stream(spec: &[u8]) -> Vec<u8> {
+    let mut inp = Input(spec);
+    let op = inp.u8();
+    let at = usize::from(inp.u16());
+    let first = u64::from(inp.u8());
+    let state_len = usize::from(inp.u8());
+    let state = inp.take(state_len).to_vec();
+    let mut records = Vec::new();
+    let mut term = 1;
+    while !inp.0.is_empty() {
+        term += u64::from(inp.u8() & 1);
+        let len = usize::from(inp.u8());
+        records.push((term, inp.take(len).to_vec()));
+    }
+    let refs: Vec<(u64, &[u8])> = records.iter().map(|(t, p)| (*t, &p[..])).collect();
+    let mut out = snapshot_stream_bytes(&state, first, 1, &refs);
+    match op {
+        1 if at < out.len() => out[at] ^= 0x5a,
+        2 => out.truncate(at),
+        _ => {}
+    }
+    out
+}
+
 /// Starting inputs for the storage targets, around one record `payload` (a real Raft record
 /// payload in practice). Only the seed writer of the corpus replay test calls this.
 pub fn seeds(payload: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
@@ -195,6 +306,21 @@ pub fn seeds(payload: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
     let mut rec = Vec::new();
     encode_record(&mut rec, 7, 2, payload);
     out.push(("segment_record", rec[4..].to_vec()));
+    let records: [(u64, &[u8]); 3] = [(1, payload), (2, b"x"), (2, b"")];
+    let stream = snapshot_stream_bytes(payload, 5, 2, &records);
+    out.push(("snapshot_stream", [&[6u8, 12, 0][..], &stream].concat()));
+    out.push(("snapshot_stream", [&[3u8, 12, 2][..], &stream].concat()));
+    let bare = snapshot_stream_bytes(payload, 8, 2, &[]);
+    out.push(("snapshot_stream", [&[16u8, 12, 0][..], &bare].concat()));
+    let plan = [9, 3, 1, 2, 3, 1, 2, 7, 7, 0, 0];
+    out.push((
+        "snapshot_stream",
+        [&[4u8, 4, 3, 0, 0, 0][..], &plan].concat(),
+    ));
+    out.push((
+        "snapshot_stream",
+        [&[4u8, 4, 1, 1, 70, 0][..], &plan].concat(),
+    ));
     out.push(("segment_record", encode_header(7).to_vec()));
     // segment_log plans: flags, max_record selector, durable_through, then files.
     let file = |first: u64, bytes: &[u8]| {

@@ -14,6 +14,7 @@ pub mod fuzzing;
 mod ids;
 mod log;
 mod options;
+mod snapshot;
 mod state;
 mod sync;
 #[cfg(test)]
@@ -25,9 +26,13 @@ pub use backend::{
 pub use error::StorageError;
 pub use format::{segment_name as segment_file_name, HIGHEST_INDEX};
 pub use ids::{id_file_name, parse_id_file_name, IdFileReader, IdFiles, IdSource, PairCursor};
-pub use log::SegmentLog;
+pub use log::{FloorLease, SegmentLog};
 pub use options::{LogLoss, LogOptions, RecoveryReport, TornTail};
+pub use snapshot::{
+    AdmitFn, SnapshotHeader, SnapshotReceiver, SnapshotSource, SNAPSHOT_HEADER_LEN,
+    SNAPSHOT_INCOMING, SNAPSHOT_PART_CAP,
+};
 pub use state::{
-    Checkpoint, Generation, StateSink, StateStore, CHECKPOINT_CHUNK_BYTES, STATE_CACHE_BYTES,
-    STATE_MIN_CACHE_BYTES,
+    Checkpoint, Generation, StateSink, StateStore, StateView, CHECKPOINT_CHUNK_BYTES,
+    STATE_CACHE_BYTES, STATE_MIN_CACHE_BYTES,
 };

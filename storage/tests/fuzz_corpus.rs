@@ -25,3 +25,8 @@ fn segment_log_corpus_replays() {
 fn id_file_corpus_replays() {
     replay_corpus(DIR, "id_file", fuzzing::id_file);
 }
+
+#[test]
+fn snapshot_stream_corpus_replays() {
+    replay_corpus(DIR, "snapshot_stream", fuzzing::snapshot_stream);
+}

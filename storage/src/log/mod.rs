@@ -2,6 +2,7 @@
 
 mod append;
 mod index;
+mod lease;
 mod recovery;
 mod resync;
 mod scan;
@@ -26,6 +27,8 @@ use crate::format::{decode_body, le_u32, LEN_FIELD};
 use crate::sync::{lock, read};
 use crate::{LogOptions, RecoveryReport, StorageError};
 use index::LogIndex;
+pub use lease::FloorLease;
+pub(crate) use lease::RecordSpan;
 
 /// The Raft log and message store: append-only records `index, term, payload`, indexes
 /// contiguous, in segment files of about `segment_bytes` each.
@@ -70,6 +73,8 @@ pub struct SegmentLog {
     sync_lock: Mutex<()>,
     /// Serialises purges, so segments always go oldest first (`purge_upto`).
     purge_lock: Mutex<()>,
+    /// Floors snapshot streams are reading from: no purge deletes at or above the lowest.
+    leases: lease::LeaseTable,
     poisoned: AtomicBool,
     /// The last index a successful `sync` (or the recovery at open) vouches for; 0 for none.
     synced_through: AtomicU64,
@@ -112,6 +117,7 @@ impl SegmentLog {
             writer: Mutex::new(Dirty::default()),
             sync_lock: Mutex::new(()),
             purge_lock: Mutex::new(()),
+            leases: Default::default(),
             poisoned: AtomicBool::new(false),
             synced_through: AtomicU64::new(recovered),
         };

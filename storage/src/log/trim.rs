@@ -63,9 +63,10 @@ impl SegmentLog {
     }
 
     /// The last index of the newest segment, other than the one appends go to, whose records
-    /// are all `<= index`: how far `purge_upto(index)` would delete while leaving the log a
+    /// are all `<= index` (lowered below every leased floor): how far `purge_upto(index)` would delete while leaving the log a
     /// segment to append to. None when no such segment exists.
     pub fn sealed_through(&self, index: u64) -> Option<u64> {
+        let index = self.lease_clamp(index)?;
         let idx = read(&self.index);
         let sealed = idx.segments.len().checked_sub(1)?;
         let n = idx.segments[..sealed].partition_point(|s| s.last_index() <= index);
@@ -75,17 +76,22 @@ impl SegmentLog {
     /// (first index, last index, file bytes) of the sealed segment (not the one appends go to)
     /// holding `index`: what the compactor measures its live runs against.
     pub fn sealed_segment_of(&self, index: u64) -> Option<(u64, u64, u64)> {
+        let bound = self.lease_clamp(u64::MAX)?;
         let idx = read(&self.index);
         let at = idx.segment_for(index)?;
         if at + 1 >= idx.segments.len() {
             return None;
         }
         let s = &idx.segments[at];
-        Some((s.first_index, s.last_index(), s.end))
+        // A segment a lease holds frees nothing now, however little of it is live.
+        (s.last_index() <= bound).then_some((s.first_index, s.last_index(), s.end))
     }
 
     /// Bytes of the files `purge_upto(index)` would delete now.
     pub fn sealed_bytes_through(&self, index: u64) -> u64 {
+        let Some(index) = self.lease_clamp(index) else {
+            return 0;
+        };
         let idx = read(&self.index);
         let sealed = idx.segments.len().saturating_sub(1);
         idx.segments[..sealed]
@@ -97,7 +103,8 @@ impl SegmentLog {
 
     /// Deletes every whole sealed segment whose records are all `<= index`, oldest first; a
     /// segment that also holds a later record stays, and so does the one appends go to, so
-    /// `first_index` may remain below `index + 1`. The number of segment files deleted.
+    /// `first_index` may remain below `index + 1`. A floor lease (`lease_floor`) lowers
+    /// `index` to below its floor while it lives. The number of segment files deleted.
     ///
     /// Appends never wait for it: the victims are chosen under the writer lock, but unlinked
     /// and the directory fsynced outside it (purges are serialised by their own lock, which
@@ -108,6 +115,11 @@ impl SegmentLog {
     pub fn purge_upto(&self, index: u64) -> Result<usize, StorageError> {
         let _one_at_a_time = lock(&self.purge_lock);
         self.check_poisoned()?;
+        // Under the purge lock: a lease is taken either before (and bounds this purge) or
+        // after it (and is refused if this purge deleted its floor).
+        let Some(index) = self.lease_clamp(index) else {
+            return Ok(0);
+        };
         let victims: Vec<(u64, String, std::path::PathBuf)> = {
             let _writer = lock(&self.writer);
             let idx = read(&self.index);

@@ -8,6 +8,7 @@ mod sink;
 mod tests;
 #[cfg(test)]
 mod tests_crash;
+mod view;
 
 use std::path::Path;
 
@@ -23,6 +24,7 @@ pub use checkpoint::WRITE_CHUNK_BYTES as CHECKPOINT_CHUNK_BYTES;
 pub use generations::Generation;
 use generations::{newest_first, slot_to_overwrite, SLOTS};
 pub use sink::StateSink;
+pub use view::StateView;
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// One row per checkpoint generation, keyed by its slot's `head_key`: the header (see

@@ -1,0 +1,165 @@
+//! The sending side: the stream of a durable checkpoint generation and the records its runs
+//! point at, read at any offset, never held whole (docs/storage-format.md "Raft snapshot").
+
+use std::io::{self, Read, Seek, SeekFrom};
+
+use super::header::{SnapshotHeader, SNAPSHOT_HEADER_LEN};
+use crate::log::{FloorLease, RecordSpan};
+use crate::{SegmentLog, StateStore, StateView, StorageError};
+
+/// One snapshot stream: header, the generation's state (one redb read transaction), then
+/// records `F..=A` read from the segments, which its floor lease keeps on disk. Dropping it
+/// ends the lease.
+pub struct SnapshotSource {
+    head: SnapshotHeader,
+    head_bytes: [u8; SNAPSHOT_HEADER_LEN],
+    state: StateView,
+    /// The records' spans, each with the stream offset it starts at.
+    spans: Vec<(u64, RecordSpan)>,
+    /// For `Read` and `Seek`.
+    pos: u64,
+    /// Held, never read: its drop ends the lease.
+    _lease: Option<FloorLease>,
+}
+
+impl SnapshotSource {
+    /// Opens the stream of the generation at `applied_index`, carrying records
+    /// `floor..=applied_index` (`floor = applied_index + 1`: none). `floor` is that
+    /// checkpoint's run floor, which only its writer knows. The lease is taken before anything
+    /// else is read; the log must hold every record and record `A` the generation's term.
+    pub fn open(
+        store: &StateStore,
+        log: &SegmentLog,
+        applied_index: u64,
+        floor: u64,
+    ) -> Result<SnapshotSource, StorageError> {
+        let unavailable = |reason: String| StorageError::SnapshotUnavailable { reason };
+        if floor > applied_index.saturating_add(1) {
+            return Err(unavailable(format!(
+                "floor {floor} is past applied index {applied_index} + 1"
+            )));
+        }
+        let carries = floor <= applied_index;
+        let lease = carries.then(|| log.lease_floor(floor)).transpose()?;
+        let state = store.state_view(applied_index)?;
+        let (spans, records_len) = if carries {
+            if log.term_of(applied_index) != Some(state.applied_term) {
+                return Err(unavailable(format!(
+                    "the log holds term {:?} at index {applied_index}, the checkpoint term {}",
+                    log.term_of(applied_index),
+                    state.applied_term
+                )));
+            }
+            log.record_spans(floor, applied_index).ok_or_else(|| {
+                unavailable(format!(
+                    "the log does not hold every record {floor}..={applied_index}"
+                ))
+            })?
+        } else {
+            (Vec::new(), 0)
+        };
+        let head = SnapshotHeader {
+            applied_index,
+            applied_term: state.applied_term,
+            first_record: floor,
+            state_len: state.state_len,
+            records_len,
+            state_crc: state.state_crc,
+        };
+        // What the receiver would refuse is not sent: a state or log past the caps.
+        SnapshotHeader::decode(&head.encode()).map_err(unavailable)?;
+        let mut at = SNAPSHOT_HEADER_LEN as u64 + head.state_len;
+        let spans = spans
+            .into_iter()
+            .map(|s| {
+                let start = at;
+                at += s.len;
+                (start, s)
+            })
+            .collect();
+        Ok(SnapshotSource {
+            head,
+            head_bytes: head.encode(),
+            state,
+            spans,
+            pos: 0,
+            _lease: lease,
+        })
+    }
+
+    pub fn header(&self) -> &SnapshotHeader {
+        &self.head
+    }
+
+    /// Fills `buf` from stream offset `offset` as far as the stream goes; the count (0 at or
+    /// past the end).
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, StorageError> {
+        let mut done = 0;
+        let end = self.head.stream_len();
+        while done < buf.len() {
+            let at = offset + done as u64;
+            if at >= end {
+                break;
+            }
+            let out = &mut buf[done..];
+            let n = if at < SNAPSHOT_HEADER_LEN as u64 {
+                let from = at as usize;
+                let n = out.len().min(SNAPSHOT_HEADER_LEN - from);
+                out[..n].copy_from_slice(&self.head_bytes[from..from + n]);
+                n
+            } else if at < SNAPSHOT_HEADER_LEN as u64 + self.head.state_len {
+                self.state.read_at(at - SNAPSHOT_HEADER_LEN as u64, out)?
+            } else {
+                self.read_records(at, out)?
+            };
+            if n == 0 {
+                return Err(StorageError::SnapshotUnavailable {
+                    reason: format!("the stream ends early, at byte {at} of {end}"),
+                });
+            }
+            done += n;
+        }
+        Ok(done)
+    }
+
+    fn read_records(&self, at: u64, out: &mut [u8]) -> Result<usize, StorageError> {
+        let i = self.spans.partition_point(|(start, _)| *start <= at);
+        let Some((start, span)) = i.checked_sub(1).map(|i| &self.spans[i]) else {
+            return Ok(0);
+        };
+        let within = at - start;
+        let n = (span.len - within).min(out.len() as u64) as usize;
+        span.file
+            .read_at(span.offset + within, &mut out[..n])
+            .map_err(StorageError::io(
+                "read a record for a snapshot from",
+                &span.path,
+            ))?;
+        Ok(n)
+    }
+}
+
+impl Read for SnapshotSource {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.read_at(self.pos, buf).map_err(io::Error::other)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for SnapshotSource {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let base = match to {
+            SeekFrom::Start(n) => Some(n),
+            SeekFrom::End(d) => self.head.stream_len().checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = base.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "seek before the stream's start",
+            )
+        })?;
+        Ok(self.pos)
+    }
+}
