@@ -91,6 +91,7 @@ fn kafka_groups(req: &KafkaGroupsReq) -> u64 {
         KafkaGroupsReq::Fetch { .. }
         | KafkaGroupsReq::List
         | KafkaGroupsReq::Describe { .. }
+        | KafkaGroupsReq::Infos { .. }
         | KafkaGroupsReq::Delete { .. }
         | KafkaGroupsReq::OffsetDelete { .. } => 0,
     }

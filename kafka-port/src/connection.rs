@@ -44,6 +44,21 @@ pub enum Reply {
     },
 }
 
+impl Reply {
+    /// This reply keeping `room` until its frame is written (a reply sent as is; any
+    /// other, such as a close, gives the room back at once).
+    pub fn holding(self, room: crate::answer_room::Held) -> Reply {
+        match self {
+            Reply::Send { version, body } => Reply::Held {
+                version,
+                body,
+                room,
+            },
+            other => other,
+        }
+    }
+}
+
 /// Who the connection acts as: nobody yet while a login is required, else a door.
 enum Who {
     /// Boxed: the login's state (SCRAM's messages) is larger than a door's handle.

@@ -72,8 +72,12 @@ pub enum KafkaGroupsReq {
     },
     /// Every group this tenant holds durable facts for (ListGroups).
     List,
-    /// One group's facts (DescribeGroups, the coordinator's start after a restart).
+    /// One group's facts (the coordinator's start after a restart, OffsetDelete).
     Describe { group: String },
+    /// Each named group's facts, in order (DescribeGroups; at most
+    /// [`MAX_KAFKA_GROUPS_PER_REQUEST`]): bounded by the request, where a List to describe
+    /// one group copied every group (review s19 kafka H2).
+    Infos { groups: Vec<String> },
     /// Removes groups with everything committed for them. The coordinator refuses a group
     /// with live members first (NON_EMPTY_GROUP).
     Delete { groups: Vec<String> },
@@ -111,6 +115,12 @@ pub enum KafkaGroupsOutcome {
     Generation(i32),
     Groups(Vec<KafkaGroupInfo>),
     Group(Option<KafkaGroupInfo>),
+    /// One per named group of [`KafkaGroupsReq::Infos`], in order.
+    Infos(Vec<Option<KafkaGroupInfo>>),
+    /// A List or a Fetch past what the engine cycle grants its admin reads (review s19 kafka
+    /// H2): Kafka's answers have no "more" flag, so the whole answer is refused, listing
+    /// nothing; the door answers COORDINATOR_LOAD_IN_PROGRESS, which clients retry.
+    OverBudget,
     /// Per requested group: whether it existed (and is now gone).
     Deleted(Vec<bool>),
     OffsetsDeleted(Vec<KafkaPartitionResult>),

@@ -142,7 +142,7 @@ fn kafka_groups_bound(req: &queenmq_protocol::kafka_groups::KafkaGroupsReq) -> u
         K::OffsetDelete { group, partitions } => partitions.iter().fold(0usize, |acc, (t, _)| {
             acc.saturating_add(FIXED + group.len() + t.len())
         }),
-        K::Fetch { .. } | K::List | K::Describe { .. } => 0,
+        K::Fetch { .. } | K::List | K::Describe { .. } | K::Infos { .. } => 0,
     }
 }
 

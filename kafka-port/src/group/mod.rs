@@ -10,6 +10,8 @@ pub mod durable;
 pub mod machine;
 pub mod members;
 pub mod offsets;
+#[cfg(test)]
+mod reads_room_tests;
 
 pub use coordinator::{Coordinator, Tenants};
 

@@ -143,17 +143,11 @@ pub async fn describe(door: &Door, version: i16, mut r: Reader) -> Reply {
             }
         })
         .collect();
-    match encode(
+    encode(
         &DescribeTransactionsResponse::default().with_transaction_states(states),
         version,
-    ) {
-        Reply::Send { version, body } => Reply::Held {
-            version,
-            body,
-            room,
-        },
-        other => other,
-    }
+    )
+    .holding(room)
 }
 
 /// What one described transaction holds from the engine's view to the written frame: the

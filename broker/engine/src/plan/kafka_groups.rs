@@ -11,7 +11,7 @@ use queenmq_protocol::{ErrorCode, QueenError};
 use super::Planner;
 use crate::entry::Effect;
 use crate::state::kafka_groups::{
-    committed, group_bytes, offset_bytes, MAX_KAFKA_GROUPS, MAX_KAFKA_GROUP_BYTES,
+    group_bytes, offset_bytes, MAX_KAFKA_GROUPS, MAX_KAFKA_GROUP_BYTES,
 };
 
 /// The retriable refusal past the tenant's group count or byte cap.
@@ -54,6 +54,7 @@ fn check_bounds(req: &KafkaGroupsReq) -> Result<(), QueenError> {
         }
         KafkaGroupsReq::List => true,
         KafkaGroupsReq::Describe { group } => group_ok(group),
+        KafkaGroupsReq::Infos { groups } => groups.len() <= MAX_KAFKA_GROUPS_PER_REQUEST,
         KafkaGroupsReq::Delete { groups } => groups.len() <= MAX_KAFKA_GROUPS_PER_REQUEST,
         KafkaGroupsReq::OffsetDelete { group, partitions } => {
             group_ok(group) && partitions.len() <= MAX_KAFKA_OFFSETS_PER_REQUEST
@@ -83,21 +84,17 @@ impl Planner<'_> {
             KafkaGroupsReq::Commit { group, offsets } => {
                 KafkaGroupsOutcome::Committed(self.kafka_commit(group, offsets)?)
             }
+            // Under the cycle's admin-read grant, refused whole past it (review s19 kafka H2).
             KafkaGroupsReq::Fetch { group, partitions } => {
-                let kg = &self.st.kafka_groups;
-                let rows = match (partitions, kg.get(group)) {
-                    (_, None) => Vec::new(),
-                    (None, Some(g)) => g
-                        .offsets
-                        .iter()
-                        .map(|((t, p), o)| committed(t, *p, o))
-                        .collect(),
-                    (Some(ps), Some(_)) => ps
-                        .iter()
-                        .filter_map(|(t, p)| kg.committed(group, t, *p))
-                        .collect(),
-                };
-                KafkaGroupsOutcome::Fetched(rows)
+                let granted = self.txn_read_grant();
+                let (out, spent) = crate::reads::kafka_groups::fetch(
+                    self.st,
+                    group,
+                    partitions.as_deref(),
+                    granted,
+                );
+                self.charge_admin_read(spent);
+                out
             }
             KafkaGroupsReq::NextGeneration {
                 group,
@@ -128,16 +125,22 @@ impl Planner<'_> {
                 });
                 KafkaGroupsOutcome::Generation(generation)
             }
-            KafkaGroupsReq::List => KafkaGroupsOutcome::Groups(
-                self.st
-                    .kafka_groups
-                    .iter()
-                    .filter_map(|(g, _)| self.st.kafka_groups.info(g))
-                    .collect(),
-            ),
+            KafkaGroupsReq::List => {
+                let granted = self.txn_read_grant();
+                let (out, spent) = crate::reads::kafka_groups::list(self.st, granted);
+                self.charge_admin_read(spent);
+                out
+            }
             KafkaGroupsReq::Describe { group } => {
                 KafkaGroupsOutcome::Group(self.st.kafka_groups.info(group))
             }
+            // Bounded by the request: at most 1 000 rows of short strings.
+            KafkaGroupsReq::Infos { groups } => KafkaGroupsOutcome::Infos(
+                groups
+                    .iter()
+                    .map(|g| self.st.kafka_groups.info(g))
+                    .collect(),
+            ),
             KafkaGroupsReq::Delete { groups } => {
                 let mut out = Vec::with_capacity(groups.len());
                 for g in groups {

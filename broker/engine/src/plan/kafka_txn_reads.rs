@@ -24,9 +24,15 @@ impl Planner<'_> {
     ) -> Result<KafkaTxnReadAnswer, QueenError> {
         let granted = self.txn_read_grant();
         let (answer, spent) = crate::reads::kafka_txns::answer(self.st, q, granted)?;
+        self.charge_admin_read(spent);
+        Ok(answer)
+    }
+
+    /// Counts what an admin read of this cycle listed (the Kafka transaction reads, and the
+    /// groups' List and Fetch: review s19 kafka H2) against the cycle's grant.
+    pub(crate) fn charge_admin_read(&mut self, spent: Grant) {
         self.cycle.txn_read_entries = self.cycle.txn_read_entries.saturating_add(spent.entries);
         self.cycle.txn_read_bytes = self.cycle.txn_read_bytes.saturating_add(spent.bytes);
-        Ok(answer)
     }
 
     /// What the next Kafka transaction read of this cycle may list.

@@ -510,7 +510,7 @@ fn a_pending_set_past_the_reads_share_leaves_the_cycle_within_it() {
 }
 
 /// An answer room of `bytes` (the door holds nothing else).
-struct Room(usize);
+pub(super) struct Room(pub(super) usize);
 
 impl crate::plan::MemoryGate for Room {
     fn pressed(&self) -> bool {
@@ -639,27 +639,51 @@ fn a_described_partition_is_charged_its_topic_name() {
     }
 }
 
-/// Review s18 kafka L2: a DescribeProducers granted nothing answers every partition that
-/// exists over budget without counting its producers (before, a partition without
-/// producers cost nothing and was listed empty after a walk of every producer row).
+/// Review s18 kafka L2 and s19 kafka M3: a DescribeProducers granted nothing answers a
+/// partition with producers over budget, and one without producers empty, as it costs
+/// nothing (refused, it failed pinned clients such as find-hanging `--broker-id`); the
+/// counts come from the derived index, never a walk of every producer row.
 #[test]
-fn a_producers_read_granted_nothing_is_over_budget_without_the_walk() {
+fn a_producers_read_granted_nothing_serves_the_empty_partitions() {
     let mut fx = Fixture::new();
-    fx.push("t", "0", 1);
+    let (plain, pe) = init_producer(&mut fx);
+    plain_produce(&mut fx, plain, pe, "0");
+    fx.push("t", "1", 1);
     fx.commit();
     let q = KafkaTxnRead::Producers {
-        partitions: vec![("t".into(), 0), ("nope".into(), 0)],
+        partitions: vec![("t".into(), 0), ("t".into(), 1), ("nope".into(), 0)],
     };
     match crate::reads::kafka_txns::answer(&fx.st, &q, Grant::default()) {
         Ok((KafkaTxnReadAnswer::Producers(v), spent)) => {
             assert_eq!(
                 v,
-                vec![PartitionProducers::OverBudget, PartitionProducers::NoTopic]
+                vec![
+                    PartitionProducers::OverBudget,
+                    PartitionProducers::Listed(vec![]),
+                    PartitionProducers::NoTopic
+                ]
             );
             assert_eq!(spent, Grant::default());
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// Review s19 kafka M3: the per-partition count follows producers as they write and expire.
+#[test]
+fn the_producers_count_per_partition_follows_writes_and_expiry() {
+    let mut fx = Fixture::new();
+    let (plain, pe) = init_producer(&mut fx);
+    plain_produce(&mut fx, plain, pe, "0");
+    fx.commit();
+    let pid = |fx: &Fixture| {
+        let q = fx.st.queue_named("t").expect("topic");
+        q.partitions.get("0", &fx.st.partitions).expect("partition")
+    };
+    let p0 = pid(&fx);
+    assert_eq!(fx.st.kafka_producers.count_on(p0), 1);
+    fx.st.kafka_producers.expire(plain);
+    assert_eq!(fx.st.kafka_producers.count_on(p0), 0);
 }
 
 /// Review s18 kafka M2: admin reads take at most their share of the cycle's answer room,

@@ -18,6 +18,8 @@ mod id_space;
 mod ids;
 mod kafka_groups;
 #[cfg(test)]
+mod kafka_groups_reads_tests;
+#[cfg(test)]
 mod kafka_groups_tests;
 mod kafka_producers;
 #[cfg(test)]

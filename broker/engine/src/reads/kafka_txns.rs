@@ -30,22 +30,18 @@ impl Grant {
     };
 
     /// Whether `cost` fits what is left.
-    fn fits(&self, cost: Grant) -> bool {
+    pub(crate) fn fits(&self, cost: Grant) -> bool {
         cost.entries <= self.entries && cost.bytes <= self.bytes
     }
 
-    fn spend(&mut self, cost: Grant) {
+    pub(crate) fn spend(&mut self, cost: Grant) {
         self.entries = self.entries.saturating_sub(cost.entries);
         self.bytes = self.bytes.saturating_sub(cost.bytes);
     }
 
-    fn add(&mut self, cost: Grant) {
+    pub(crate) fn add(&mut self, cost: Grant) {
         self.entries = self.entries.saturating_add(cost.entries);
         self.bytes = self.bytes.saturating_add(cost.bytes);
-    }
-
-    fn is_empty(&self) -> bool {
-        self.entries == 0 || self.bytes == 0
     }
 }
 
@@ -327,12 +323,14 @@ fn list(
     (answer, spent)
 }
 
-/// Each asked partition in order, and the producers listed. A first pass over the
-/// producers' partition rows counts what each asked partition would list; the budget is then
-/// spent in the asked order (from the first partition that would pass it, every one is
-/// `OverBudget`), and a second pass copies only what was granted. Given nothing, every
-/// partition that exists is `OverBudget` without either pass (review s18 kafka L2: a read
-/// refused anyway walked the whole producer table under the state lock).
+/// Each asked partition in order, and the producers listed. The producers' per-partition
+/// count (a derived index: no walk) says what each asked partition would list; the budget is
+/// then spent in the asked order (from the first partition that would pass it, every one
+/// with producers is `OverBudget`), and one pass over the rows copies only what was granted.
+/// A partition with no producer costs nothing and is always answered, empty, even past the
+/// grant (review s19 kafka M3: refused, it failed pinned clients such as
+/// `kafka-transactions.sh find-hanging --broker-id`). Given nothing, no row is walked
+/// (review s18 kafka L2).
 fn producers(
     st: &State,
     asked: &[(String, i32)],
@@ -341,7 +339,6 @@ fn producers(
     let mut out: Vec<PartitionProducers> = Vec::with_capacity(asked.len());
     // Per slot: the engine partition it asks for, when its topic and partition exist.
     let mut slot_pid: Vec<Option<u64>> = Vec::with_capacity(asked.len());
-    let mut counts: HashMap<u64, usize> = HashMap::new();
     for (topic, index) in asked {
         match st.queue_named(topic) {
             None => {
@@ -350,39 +347,25 @@ fn producers(
             }
             Some(q) => {
                 out.push(PartitionProducers::Listed(Vec::new()));
-                let pid = q.partitions.get(&index.to_string(), &st.partitions);
-                if let Some(pid) = pid {
-                    counts.insert(pid, 0);
-                }
-                slot_pid.push(pid);
+                slot_pid.push(q.partitions.get(&index.to_string(), &st.partitions));
             }
         }
     }
-    if counts.is_empty() {
-        return (out, Grant::default());
-    }
-    if budget.is_empty() {
-        for (o, pid) in out.iter_mut().zip(&slot_pid) {
-            if pid.is_some() {
-                *o = PartitionProducers::OverBudget;
-            }
-        }
-        return (out, Grant::default());
-    }
-    for (_, row) in st.kafka_producers.iter() {
-        for pid in row.partitions.keys() {
-            if let Some(n) = counts.get_mut(pid) {
-                *n = (*n + 1).min(MAX_PRODUCERS_PER_PARTITION);
-            }
-        }
-    }
+    let count = |pid: u64| {
+        st.kafka_producers
+            .count_on(pid)
+            .min(MAX_PRODUCERS_PER_PARTITION)
+    };
     // Engine partition id → the answers (by position) granted a list of it.
     let mut wanted: HashMap<u64, Vec<usize>> = HashMap::new();
     let mut left = budget;
     let mut spent = Grant::default();
     let mut over = false;
     for (slot, pid) in slot_pid.iter().enumerate() {
-        let n = pid.and_then(|p| counts.get(&p).copied()).unwrap_or(0);
+        let n = pid.map_or(0, count);
+        if n == 0 {
+            continue;
+        }
         let cost = Grant {
             entries: n,
             bytes: n.saturating_mul(READ_ENTRY_BYTES),
@@ -396,7 +379,7 @@ fn producers(
         }
         left.spend(cost);
         spent.add(cost);
-        if let Some(p) = pid.filter(|_| n > 0) {
+        if let Some(p) = *pid {
             wanted.entry(p).or_default().push(slot);
         }
     }

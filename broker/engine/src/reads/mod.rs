@@ -8,6 +8,7 @@ pub(crate) mod fetch;
 #[cfg(test)]
 mod fetch_tests;
 mod groups;
+pub(crate) mod kafka_groups;
 pub(crate) mod kafka_txns;
 mod messages;
 mod partition_stats;
