@@ -276,8 +276,9 @@ pub async fn describe(door: &Door, version: i16, mut r: Reader) -> Reply {
             let live = door.groups.lock();
             match live.get(id) {
                 // Room for the members' copies before they are made; without it the group
-                // is refused retriably (Java's DescribeConsumerGroupsHandler and librdkafka
-                // retry COORDINATOR_LOAD_IN_PROGRESS).
+                // is refused with COORDINATOR_LOAD_IN_PROGRESS, which Java's
+                // DescribeConsumerGroupsHandler retries (librdkafka reports it as the group's
+                // error: review s20 kafka M4).
                 Some(g)
                     if !g.members.is_empty() && !room.take(&door.answers, described_held(g)) =>
                 {

@@ -446,7 +446,8 @@ async fn fetch_group(
         match durable::call(door, call).await {
             Ok(KafkaGroupsOutcome::Fetched(rows)) => found.extend(rows),
             // Past the engine cycle's grant the offsets are refused whole, never cut (review
-            // s19 kafka H2); Java's consumer and admin client and librdkafka retry this code.
+            // s19 kafka H2); Java's consumer and admin client and librdkafka retry this code for
+            // OffsetFetch.
             Ok(KafkaGroupsOutcome::OverBudget) => {
                 return (e::COORDINATOR_LOAD_IN_PROGRESS, Vec::new())
             }
@@ -580,6 +581,16 @@ pub async fn fetch(door: &Door, version: i16, mut r: Reader) -> Reply {
             .next()
             .map(|(_, a)| a)
             .unwrap_or((e::NONE, Vec::new()));
+        // v0-1 have no group-level error: each asked partition carries it, as Kafka answers
+        // them; an empty list would read as "nothing committed" and reset the consumer
+        // (review s20 kafka H1).
+        let topics = match (version < 2 && code != e::NONE, groups.first()) {
+            (true, Some((_, Some(asked)))) => asked
+                .iter()
+                .map(|(t, ps)| (t.clone(), ps.iter().map(|p| (*p, None, code)).collect()))
+                .collect(),
+            _ => topics,
+        };
         let topics = topics
             .into_iter()
             .map(|(t, parts)| {

@@ -141,6 +141,41 @@ async fn a_groups_offsets_refused_by_the_engine_are_retriable_for_the_group() {
     assert!(topics.is_empty());
 }
 
+/// Review s20 kafka H1: OffsetFetch v1 (v0 is not served) has no group-level error: a refused group's code
+/// goes on every asked partition, never an empty answer a client reads as no offsets.
+#[tokio::test]
+async fn an_old_offset_fetch_refused_carries_the_code_on_every_asked_partition() {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicName};
+    let door = crate::test_door::over(Arc::new(StubBus(stub(10, true))));
+    for version in [1i16] {
+        let req = OffsetFetchRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partition_indexes(vec![0, 1])]));
+        let mut buf = BytesMut::new();
+        req.encode(&mut buf, version).expect("encodes");
+        let reply = offsets::fetch(&door, version, Reader::new(buf.freeze(), false)).await;
+        let resp = OffsetFetchResponse::decode(&mut body(reply), version).expect("decodes");
+        let got: Vec<(String, i32, i16)> = resp
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(move |p| (t.name.0.to_string(), p.partition_index, p.error_code))
+            })
+            .collect();
+        let code = e::COORDINATOR_LOAD_IN_PROGRESS;
+        assert_eq!(
+            got,
+            vec![("t".to_string(), 0, code), ("t".to_string(), 1, code)],
+            "v{version}"
+        );
+    }
+}
+
 fn body(reply: Reply) -> BytesMut {
     let (Reply::Send { body, .. } | Reply::Held { body, .. }) = reply else {
         panic!("no answer");
