@@ -243,9 +243,19 @@ pub fn snapshot_stream(data: &[u8]) -> bool {
     let (accepted, mem) = receive(chunk, flags & 2 != 0);
     let (whole, _) = receive(stream.len().max(1), false);
     assert_eq!(accepted, whole, "the verdict depends on the chunking");
-    let file = mem.crash().file_bytes(SNAPSHOT_INCOMING);
+    let after = mem.crash();
+    let file = after.file_bytes(SNAPSHOT_INCOMING);
+    let names = match after.list() {
+        Ok(names) => names,
+        Err(e) => panic!("a memory backend cannot list: {e}"),
+    };
+    assert!(names.len() <= 1, "a part file stayed: {names:?}");
     if !accepted {
         assert_eq!(file, None, "a refused stream left its file");
+        assert!(
+            mem.list().is_ok_and(|n| n.is_empty()),
+            "a refused stream left its file"
+        );
         return false;
     }
     assert_eq!(

@@ -175,6 +175,9 @@ impl IoBackend for CountingBackend {
     fn remove(&self, name: &str) -> io::Result<()> {
         self.inner.remove(name)
     }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
     fn sync_dir(&self) -> io::Result<()> {
         self.inner.sync_dir()
     }

@@ -61,6 +61,10 @@ impl IoBackend for FileBackend {
         fs::remove_file(self.dir.join(name))
     }
 
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        fs::rename(self.dir.join(from), self.dir.join(to))
+    }
+
     fn sync_dir(&self) -> io::Result<()> {
         File::open(&self.dir)?.sync_all()
     }

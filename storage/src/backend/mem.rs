@@ -387,6 +387,18 @@ impl IoBackend for MemBackend {
         }
     }
 
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        {
+            let mut st = lock(&self.tree.state);
+            let Some(file) = st.files.remove(&self.key(from)) else {
+                return Err(not_found(from));
+            };
+            st.files.insert(self.key(to), file);
+        }
+        self.step();
+        Ok(())
+    }
+
     /// Makes the names of this directory's files and child directories durable.
     fn sync_dir(&self) -> io::Result<()> {
         while self.tree.hang_sync_dir.load(Ordering::SeqCst) {

@@ -28,6 +28,8 @@ pub trait IoBackend: Send + Sync {
     fn create(&self, name: &str) -> io::Result<Arc<dyn SegmentFile>>;
     fn open(&self, name: &str) -> io::Result<Arc<dyn SegmentFile>>;
     fn remove(&self, name: &str) -> io::Result<()>;
+    /// Gives `from` the name `to`, replacing any file named `to`, atomically (rename(2)).
+    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     /// Makes earlier creates and removes durable.
     fn sync_dir(&self) -> io::Result<()>;
     /// Where `name` lives, for error messages and reports.

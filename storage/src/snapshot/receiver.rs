@@ -1,7 +1,9 @@
-//! The receiving side of a snapshot transfer: `snapshot-incoming` in the data directory,
-//! written chunk by chunk at the offsets the sender gives, every byte judged before it is
-//! written (docs/storage-format.md "What the receiver checks, against what").
+//! The receiving side of a snapshot transfer: `snapshot-incoming.<n>.part` in the data
+//! directory, written chunk by chunk at the offsets the sender gives, every byte judged before
+//! it is written, renamed to `snapshot-incoming` when whole (docs/storage-format.md "What the
+//! receiver checks, against what").
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::check::{AdmitFn, Refusal, StreamCheck};
@@ -9,18 +11,26 @@ use super::header::SnapshotHeader;
 use crate::backend::{IoBackend, SegmentFile};
 use crate::StorageError;
 
-/// The file a snapshot is streamed into before it is installed.
+/// The file a whole, verified snapshot waits in for its install.
 pub const SNAPSHOT_INCOMING: &str = "snapshot-incoming";
+
+/// Numbers each receiver's own file: openraft creates a new stream's receiver before it drops
+/// the old one, so two receivers can be alive at once and must never share a name.
+static NEXT_PART: AtomicU64 = AtomicU64::new(0);
 
 /// What a rewind re-reads at a time when it must rebuild the verdict from the file.
 const RESCAN_BYTES: usize = 64 << 10;
 
-/// Writes one snapshot stream into `snapshot-incoming`. A chunk at an offset at or below the
+/// Writes one snapshot stream into its own part file. A chunk at an offset at or below the
 /// file's length truncates the file there and writes on (openraft resends a chunk that timed
 /// out at its old offset, and restarts a snapshot id at 0); a chunk beyond it is a hole and
-/// refused. Any refusal deletes the file and ends the receiver; so does dropping it unfinished.
+/// refused. Any refusal deletes the file; a later chunk at offset 0 starts the stream afresh
+/// (openraft keeps a receiver for as long as the snapshot id, and a refusal such as free space
+/// may pass). Dropping it unfinished deletes its file and no other.
 pub struct SnapshotReceiver {
     dir: Arc<dyn IoBackend>,
+    /// This receiver's file until `finish` renames it to `SNAPSHOT_INCOMING`.
+    part: String,
     /// None once refused or finished.
     file: Option<Arc<dyn SegmentFile>>,
     check: StreamCheck,
@@ -31,19 +41,24 @@ pub struct SnapshotReceiver {
 }
 
 impl SnapshotReceiver {
-    /// Starts a stream in `dir` (the data directory), replacing any `snapshot-incoming` left
-    /// there. Records are judged against `max_record_bytes`; `admit` judges the header (the
+    /// Starts a stream in `dir` (the data directory) under a name no other live receiver has.
+    /// Records are judged against `max_record_bytes`; `admit` judges the header (the
     /// free disk space above the reserve) before any byte past it is written.
     pub fn create(
         dir: Arc<dyn IoBackend>,
         max_record_bytes: u32,
         admit: Box<AdmitFn>,
     ) -> Result<SnapshotReceiver, StorageError> {
+        let part = format!(
+            "{SNAPSHOT_INCOMING}.{}.part",
+            NEXT_PART.fetch_add(1, Ordering::Relaxed)
+        );
         let file = dir
-            .create(SNAPSHOT_INCOMING)
-            .map_err(StorageError::io("create", dir.locate(SNAPSHOT_INCOMING)))?;
+            .create(&part)
+            .map_err(StorageError::io("create", dir.locate(&part)))?;
         Ok(SnapshotReceiver {
             dir,
+            part,
             file: Some(file),
             check: StreamCheck::new(max_record_bytes),
             before_last: None,
@@ -62,6 +77,9 @@ impl SnapshotReceiver {
 
     /// Writes `data` at `offset`, after judging it.
     pub fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<(), StorageError> {
+        if self.file.is_none() && offset == 0 {
+            self.restart()?;
+        }
         let file = self.live_file()?;
         let len = self.check.pos();
         if offset > len {
@@ -80,18 +98,16 @@ impl SnapshotReceiver {
             return Err(self.refuse(r));
         }
         if let Err(e) = file.write_at(offset, data) {
-            return Err(self.fail(StorageError::io(
-                "write",
-                self.dir.locate(SNAPSHOT_INCOMING),
-            )(e)));
+            return Err(self.fail(StorageError::io("write", self.dir.locate(&self.part))(e)));
         }
         self.before_last = Some(before);
         Ok(())
     }
 
     /// Ends the stream: refused unless record `A` (or the state, when no record is carried)
-    /// was its last byte; otherwise the file is fdatasynced and its directory fsynced, and the
-    /// header returned. The file stays for the install.
+    /// was its last byte; otherwise the file is fdatasynced, renamed to `snapshot-incoming`
+    /// (replacing an earlier stream's that was never installed), the directory fsynced, and
+    /// the header returned. The file stays for the install.
     pub fn finish(mut self) -> Result<SnapshotHeader, StorageError> {
         let file = self.live_file()?;
         let Some(head) = self.check.done() else {
@@ -101,15 +117,36 @@ impl SnapshotReceiver {
                 reason: format!("the stream ended after {pos} bytes, before its last record"),
             }));
         };
-        let path = self.dir.locate(SNAPSHOT_INCOMING);
+        let path = self.dir.locate(&self.part);
         if let Err(e) = file.sync_data() {
             return Err(self.fail(StorageError::io("fdatasync", &path)(e)));
         }
-        if let Err(e) = self.dir.sync_dir() {
-            return Err(self.fail(StorageError::io("sync the directory of", &path)(e)));
+        if let Err(e) = self.dir.rename(&self.part, SNAPSHOT_INCOMING) {
+            return Err(self.fail(StorageError::io("rename into place", &path)(e)));
         }
+        // The part name is gone: from here the file is the install's, not this receiver's.
         self.file = None;
+        let path = self.dir.locate(SNAPSHOT_INCOMING);
+        if let Err(e) = self.dir.sync_dir() {
+            if let Err(r) = self.dir.remove(SNAPSHOT_INCOMING) {
+                tracing::warn!(path = %path.display(), error = %r,
+                    "a snapshot whose name never synced could not be deleted");
+            }
+            return Err(StorageError::io("sync the directory of", &path)(e));
+        }
         Ok(head)
+    }
+
+    /// A fresh file under the same name and a fresh verdict, after a refusal.
+    fn restart(&mut self) -> Result<(), StorageError> {
+        let file = self
+            .dir
+            .create(&self.part)
+            .map_err(StorageError::io("create", self.dir.locate(&self.part)))?;
+        self.file = Some(file);
+        self.check = StreamCheck::new(self.check.max_record_bytes());
+        self.before_last = None;
+        Ok(())
     }
 
     fn live_file(&self) -> Result<Arc<dyn SegmentFile>, StorageError> {
@@ -117,13 +154,13 @@ impl SnapshotReceiver {
             .clone()
             .ok_or_else(|| StorageError::SnapshotRefused {
                 offset: self.check.pos(),
-                reason: "this stream was already refused or finished".into(),
+                reason: "this stream was refused; it starts again only at offset 0".into(),
             })
     }
 
     /// Cuts the file back to `offset` and brings the verdict back to what it was there.
     fn rewind(&mut self, file: &Arc<dyn SegmentFile>, offset: u64) -> Result<(), StorageError> {
-        let path = self.dir.locate(SNAPSHOT_INCOMING);
+        let path = self.dir.locate(&self.part);
         file.set_len(offset)
             .map_err(StorageError::io("truncate", &path))?;
         let mut check = match self.before_last.take() {
@@ -167,12 +204,13 @@ impl SnapshotReceiver {
         }
         let removed = self
             .dir
-            .remove(SNAPSHOT_INCOMING)
+            .remove(&self.part)
             .and_then(|()| self.dir.sync_dir());
         if let Err(e) = removed {
-            // A file left behind is never read as a snapshot: the next stream's `create` replaces it.
+            // A part file is never read as a snapshot; the start-up sweep of
+            // `snapshot-incoming*` (docs/storage-format.md, stage 3) removes it.
             tracing::warn!(
-                path = %self.dir.locate(SNAPSHOT_INCOMING).display(),
+                path = %self.dir.locate(&self.part).display(),
                 error = %e,
                 "a refused snapshot stream could not be deleted"
             );

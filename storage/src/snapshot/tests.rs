@@ -41,9 +41,21 @@ fn send(mem: &MemBackend, bytes: &[u8], chunk: usize) -> Result<SnapshotHeader, 
     rx.finish()
 }
 
+/// Every snapshot file in the directory, part files included.
+fn incoming(mem: &MemBackend) -> Vec<String> {
+    let mut names: Vec<String> = mem
+        .list()
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.starts_with(SNAPSHOT_INCOMING))
+        .collect();
+    names.sort();
+    names
+}
+
 /// The refusal's reason; the file must be gone.
 fn refused(mem: &MemBackend, r: Result<SnapshotHeader, StorageError>) -> String {
-    assert_eq!(mem.file_bytes(SNAPSHOT_INCOMING), None, "file left behind");
+    assert_eq!(incoming(mem), Vec::<String>::new(), "file left behind");
     match r {
         Err(StorageError::SnapshotRefused { reason, .. }) => reason,
         other => panic!("expected a refusal, got {other:?}"),
@@ -125,7 +137,7 @@ fn records_more_than_max_record_bytes_allows_are_refused_at_the_header() {
     let mut rx = receiver(&mem);
     let r = rx.write_at(0, &s[..SNAPSHOT_HEADER_LEN]);
     assert!(format!("{r:?}").contains("max_record_bytes"), "{r:?}");
-    assert_eq!(mem.file_bytes(SNAPSHOT_INCOMING), None);
+    assert_eq!(incoming(&mem), Vec::<String>::new());
 }
 
 #[test]
@@ -141,10 +153,60 @@ fn a_header_the_disk_cannot_hold_is_refused_before_a_byte_is_written() {
     .unwrap();
     let r = rx.write_at(0, &s);
     assert!(format!("{r:?}").contains("do not fit"), "{r:?}");
-    assert_eq!(mem.file_bytes(SNAPSHOT_INCOMING), None);
-    // The receiver is over: nothing more is written.
-    assert!(rx.write_at(0, &s).is_err());
-    assert_eq!(mem.file_bytes(SNAPSHOT_INCOMING), None);
+    assert_eq!(incoming(&mem), Vec::<String>::new());
+    // A refused receiver writes nothing more, but at offset 0 (review s20 snapshot M2).
+    assert!(rx
+        .write_at(SNAPSHOT_HEADER_LEN as u64, &s[SNAPSHOT_HEADER_LEN..])
+        .is_err());
+    assert_eq!(incoming(&mem), Vec::<String>::new());
+}
+
+#[test]
+fn a_refused_receiver_starts_again_at_offset_zero() {
+    // Review s20 snapshot M2: free space refuses once, then is freed; the same snapshot id
+    // (the same receiver) must accept the leader's retry from offset 0.
+    let s = stream();
+    let mem = MemBackend::new();
+    let dir: Arc<dyn IoBackend> = Arc::new(mem.clone());
+    let full = std::sync::atomic::AtomicBool::new(true);
+    let mut rx = SnapshotReceiver::create(
+        dir,
+        MAX_RECORD,
+        Box::new(move |_| {
+            if full.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                Err("the disk is full".into())
+            } else {
+                Ok(())
+            }
+        }),
+    )
+    .unwrap();
+    assert!(rx.write_at(0, &s[..100]).is_err());
+    assert_eq!(incoming(&mem), Vec::<String>::new());
+    for (i, piece) in s.chunks(64).enumerate() {
+        rx.write_at((i * 64) as u64, piece).unwrap();
+    }
+    rx.finish().unwrap();
+    assert_eq!(mem.crash().file_bytes(SNAPSHOT_INCOMING), Some(s));
+}
+
+#[test]
+fn a_dropped_receiver_leaves_its_successors_file_alone() {
+    // Review s20 snapshot H1: openraft creates the next snapshot id's receiver before it drops
+    // the old one.
+    let s = stream();
+    let mem = MemBackend::new();
+    let mut old = receiver(&mem);
+    old.write_at(0, &s[..200]).unwrap();
+    let mut new = receiver(&mem);
+    drop(old);
+    for (i, piece) in s.chunks(100).enumerate() {
+        new.write_at((i * 100) as u64, piece).unwrap();
+    }
+    new.finish().unwrap();
+    let after = mem.crash();
+    assert_eq!(after.file_bytes(SNAPSHOT_INCOMING), Some(s));
+    assert_eq!(incoming(&after), vec![SNAPSHOT_INCOMING.to_owned()]);
 }
 
 #[test]
@@ -155,7 +217,7 @@ fn a_hole_is_refused() {
     rx.write_at(0, &s[..100]).unwrap();
     let r = rx.write_at(101, &s[101..200]);
     assert!(format!("{r:?}").contains("hole"), "{r:?}");
-    assert_eq!(mem.file_bytes(SNAPSHOT_INCOMING), None);
+    assert_eq!(incoming(&mem), Vec::<String>::new());
 }
 
 #[test]
@@ -216,7 +278,7 @@ fn a_record_longer_than_max_record_bytes_is_refused_before_it_is_read() {
     let mut rx = receiver(&mem);
     let r = rx.write_at(0, &s[..SNAPSHOT_HEADER_LEN + 4]);
     assert!(format!("{r:?}").contains("max_record_bytes"), "{r:?}");
-    assert_eq!(mem.file_bytes(SNAPSHOT_INCOMING), None);
+    assert_eq!(incoming(&mem), Vec::<String>::new());
 }
 
 #[test]
@@ -286,9 +348,9 @@ fn a_receiver_dropped_unfinished_deletes_its_file() {
     let mem = MemBackend::new();
     let mut rx = receiver(&mem);
     rx.write_at(0, &s[..200]).unwrap();
-    assert!(mem.file_bytes(SNAPSHOT_INCOMING).is_some());
+    assert_eq!(incoming(&mem).len(), 1);
     drop(rx);
-    assert_eq!(mem.file_bytes(SNAPSHOT_INCOMING), None);
+    assert_eq!(incoming(&mem), Vec::<String>::new());
 }
 
 #[test]
@@ -300,7 +362,7 @@ fn a_failed_fsync_at_finish_refuses_and_deletes() {
     mem.set_fail_sync(true);
     assert!(matches!(rx.finish(), Err(StorageError::Io { .. })));
     mem.set_fail_sync(false);
-    assert_eq!(mem.file_bytes(SNAPSHOT_INCOMING), None);
+    assert_eq!(incoming(&mem), Vec::<String>::new());
 }
 
 #[test]
@@ -321,4 +383,23 @@ fn the_seeds_are_accepted_and_the_corpus_check_holds() {
         accepted += usize::from(crate::fuzzing::snapshot_stream(bytes));
     }
     assert_eq!(accepted, 4, "every seed is a valid stream");
+}
+
+#[test]
+fn on_disk_a_dropped_receiver_leaves_its_successors_file_alone() {
+    let s = stream();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir: Arc<dyn IoBackend> = Arc::new(crate::FileBackend::new(tmp.path()).unwrap());
+    let open = || SnapshotReceiver::create(dir.clone(), MAX_RECORD, Box::new(|_| Ok(()))).unwrap();
+    let mut old = open();
+    old.write_at(0, &s[..200]).unwrap();
+    let mut new = open();
+    drop(old);
+    new.write_at(0, &s).unwrap();
+    new.finish().unwrap();
+    assert_eq!(dir.list().unwrap(), vec![SNAPSHOT_INCOMING.to_owned()]);
+    assert_eq!(
+        std::fs::read(tmp.path().join(SNAPSHOT_INCOMING)).unwrap(),
+        s
+    );
 }
