@@ -9,8 +9,8 @@
 #
 #   scripts/bench/kafka-perf.sh > kafka-perf.json
 #
-# Env (defaults): SIZES ("1024 256" bytes per record) COUNT_1024 (1000000) COUNT_256
-# (3000000; COUNT_<size> for any other size, else COUNT, 1000000) PARTITIONS (8)
+# Env (defaults): SIZES ("1024 256" bytes per record) COUNT_<size> for a size (else COUNT,
+# 1000000 records) PARTITIONS (8)
 # PRODUCER_OPTS ("-X linger.ms=5 -X batch.num.messages=10000") RUN_TIMEOUT (600 s per run).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
