@@ -17,6 +17,7 @@ use openraft::Raft;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::metrics_clock::millis;
 use crate::types::TypeConfig;
 
 pub(crate) struct CoreProbe {
@@ -61,8 +62,4 @@ impl Drop for CoreProbe {
     fn drop(&mut self) {
         self.asker.abort();
     }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
