@@ -7,6 +7,10 @@ pub struct Failure {
     pub why: String,
     /// This node lost the lead (or contact with a majority) with a cycle in flight.
     pub deposed: bool,
+    /// The node is stopping while this engine waited for an entry past its write limit: its
+    /// state may be ahead of the log, so it ends without its final checkpoint. No failure:
+    /// nothing is rebuilt or counted, the restart replays the log (review s20 lead B2).
+    pub stopping: bool,
 }
 
 impl From<String> for Failure {
@@ -14,6 +18,7 @@ impl From<String> for Failure {
         Failure {
             why,
             deposed: false,
+            stopping: false,
         }
     }
 }

@@ -408,18 +408,19 @@ impl Engine {
     /// lead M1, bounded part). Through that second wait it refuses new requests at once,
     /// answers parked polls empty and stops on shutdown without writing a checkpoint (its
     /// state is ahead of the log), rather than leaving each request to the bus's bound
-    /// (review s19 lead M1, the rest).
+    /// (review s19 lead M1, the rest). `None`: the node is stopping (its requests are
+    /// answered already).
     async fn late_entry(
         &mut self,
         mut proposed: log::ProposeFuture,
         limit: Duration,
         replies: &mut Vec<(Reply, Result<Outcome, QueenError>, bool)>,
         number: u64,
-    ) -> Result<(u64, u64), log::LogError> {
+    ) -> Option<Result<(u64, u64), log::LogError>> {
         tokio::select! {
             // Biased: an entry that committed by the limit is answered as done.
             biased;
-            written = &mut proposed => return written,
+            written = &mut proposed => return Some(written),
             () = tokio::time::sleep(limit) => {}
         }
         tracing::warn!(cycle = number, limit_ms = limit.as_millis() as u64, "a cycle's entry did not commit within the write limit: its requests are answered, the engine waits for the entry");
@@ -442,19 +443,16 @@ impl Engine {
         let mut open = true;
         loop {
             if stop.as_ref().is_some_and(|s| *s.borrow()) {
-                return Err(log::LogError::propose(
-                    "the node is stopping with an entry past its write limit: the restart \
-                     replays the log",
-                ));
+                return None;
             }
             tokio::select! {
                 biased;
-                written = &mut proposed => return written,
+                written = &mut proposed => return Some(written),
                 () = tokio::time::sleep_until(until) => {
-                    return Err(log::LogError::propose(format!(
+                    return Some(Err(log::LogError::propose(format!(
                         "the entry did not commit within twice the write limit ({} ms each)",
                         limit.as_millis()
-                    )))
+                    ))))
                 }
                 _ = stopped(&mut stop) => {}
                 job = self.rx.recv(), if open => match job {
@@ -717,7 +715,18 @@ impl Engine {
             let commands = replies.len();
             let written = match self.log.answer_limit() {
                 None => proposed.await,
-                Some(limit) => self.late_entry(proposed, limit, &mut replies, number).await,
+                Some(limit) => match self.late_entry(proposed, limit, &mut replies, number).await {
+                    Some(written) => written,
+                    None => {
+                        return Err(Failure {
+                            why: format!(
+                                "the node stopped while cycle {number}'s entry was past its write limit"
+                            ),
+                            deposed: false,
+                            stopping: true,
+                        })
+                    }
+                },
             };
             match written {
                 Ok((index, _term)) => {
@@ -764,6 +773,7 @@ impl Engine {
                     return Err(Failure {
                         why: format!("cycle {number} in flight when {why}"),
                         deposed: true,
+                        stopping: false,
                     });
                 }
                 Err(e) => {

@@ -91,4 +91,6 @@ mod open_tests;
 #[cfg(test)]
 mod registry_tests;
 #[cfg(test)]
+mod supervise_late_tests;
+#[cfg(test)]
 mod supervise_tests;

@@ -5,7 +5,7 @@
 //! all: its requests are answered and the engine waits for it (review s18 K4).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -116,18 +116,19 @@ async fn a_deposition_twice_in_a_row_is_reloaded_at_once_both_times() {
     );
 }
 
-/// The group's real log, except that its first proposal is held `delay` before it is written,
-/// and requests are answered at `limit` (as a cluster leader's write limit).
+/// The group's real log, except that the first proposal made while `armed` has its answer
+/// held `delay` (its write goes ahead), and requests are answered at `limit` (as a cluster
+/// leader's write limit).
 struct SlowLog {
     inner: SharedLog,
-    proposed: Arc<AtomicUsize>,
+    armed: Arc<AtomicBool>,
     delay: Duration,
     limit: Duration,
 }
 
 impl ReplicatedLog for SlowLog {
     fn propose(&self, payload: Vec<u8>) -> ProposeFuture {
-        let delay = if self.proposed.fetch_add(1, Ordering::SeqCst) == 0 {
+        let delay = if self.armed.swap(false, Ordering::SeqCst) {
             self.delay
         } else {
             Duration::ZERO
@@ -159,7 +160,16 @@ async fn slow_group(
     delay: Duration,
     limit: Duration,
 ) -> (Arc<Registry>, EngineBus, Arc<AtomicUsize>) {
-    let proposed = Arc::new(AtomicUsize::new(0));
+    armed_slow_group(dir, delay, limit, Arc::new(AtomicBool::new(true))).await
+}
+
+/// As `slow_group`, holding the first proposal made while `armed` is set.
+pub(super) async fn armed_slow_group(
+    dir: &std::path::Path,
+    delay: Duration,
+    limit: Duration,
+    armed: Arc<AtomicBool>,
+) -> (Arc<Registry>, EngineBus, Arc<AtomicUsize>) {
     let incarnations = Arc::new(AtomicUsize::new(0));
     let started = incarnations.clone();
     let ecfg = EngineConfig {
@@ -167,7 +177,7 @@ async fn slow_group(
             started.fetch_add(1, Ordering::SeqCst);
             Arc::new(SlowLog {
                 inner,
-                proposed: proposed.clone(),
+                armed: armed.clone(),
                 delay,
                 limit,
             }) as SharedLog
@@ -228,7 +238,7 @@ async fn a_late_entry_is_answered_at_the_limit_and_waited_for() {
 
 /// A group whose entries never commit, after its first push was answered "may or may not
 /// be done" at `limit`.
-async fn stuck_after_a_late_push(
+pub(super) async fn stuck_after_a_late_push(
     dir: &std::path::Path,
     limit: Duration,
 ) -> (Arc<Registry>, EngineBus, Arc<AtomicUsize>) {

@@ -214,9 +214,17 @@ pub async fn supervise(
         let born = Instant::now();
         let end = engine.run(stop.clone()).await;
         // Nothing may read the failed state from here on.
-        if let Err(why) = &end {
-            live.set(Err(format!("the group is being rebuilt: {why}")));
-            restarts.increment(1);
+        match &end {
+            Err(why) if why.stopping => {
+                // Not a failure (review s20 lead B2): the node stops, the restart replays.
+                tracing::warn!(tenant = %ecfg.tenant, reason = %why, "stopping without a final checkpoint: the restart replays the log");
+                live.set(Err(format!("the node is stopping: {why}")));
+            }
+            Err(why) => {
+                live.set(Err(format!("the group is being rebuilt: {why}")));
+                restarts.increment(1);
+            }
+            Ok(()) => {}
         }
         let stopped = node.shutdown().await;
         if let Err(e) = &stopped {
@@ -232,9 +240,11 @@ pub async fn supervise(
         }
         // Read once Raft has stopped: its last flush (and the commit it allows) is in.
         let synced = running.segments.synced_through();
-        let Err(failure) = end else {
+        let failure = match end {
             // Stopped: the doors may still read the slot until the process ends.
-            return;
+            Ok(()) => return,
+            Err(f) if f.stopping => return,
+            Err(f) => f,
         };
         let segments = running.segments.clone();
         drop((node, running));
