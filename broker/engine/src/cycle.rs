@@ -32,6 +32,9 @@ pub struct Cycle {
     /// Whether the cycle's batch holds a Kafka transaction read: only then do its pops leave
     /// the reads their share of the answer room (review s19 kafka M2).
     pub has_admin_reads: bool,
+    /// Whether a consumer's named-partition OffsetFetch listed rows in this cycle: the next
+    /// ones are held to the pops' room (plan/kafka_groups.rs; review s20 kafka M3).
+    pub named_fetch_served: bool,
 }
 
 impl Cycle {
@@ -48,6 +51,7 @@ impl Cycle {
             txn_read_entries: 0,
             txn_read_bytes: 0,
             has_admin_reads: false,
+            named_fetch_served: false,
         }
     }
 

@@ -566,14 +566,21 @@ impl Engine {
                 }
             }
             // Before any pop of the cycle: the pops leave the Kafka admin reads their share
-            // only when the batch holds one (review s19 kafka M2; the groups' List and Fetch
-            // share the grant, review s19 kafka H2).
+            // only when the batch holds one (review s19 kafka M2; the groups' List and
+            // whole-group Fetch share the grant, review s19 kafka H2; a consumer's
+            // named-partition Fetch is consumption, charged with the pops: s20 kafka L1).
             planner.cycle.has_admin_reads = jobs.iter().any(|j| {
                 use queenmq_protocol::kafka_groups::KafkaGroupsReq as G;
                 matches!(
                     j.cmd,
                     Command::Read(queenmq_protocol::ReadReq::KafkaTxns(_))
-                        | Command::KafkaGroups(G::List | G::Fetch { .. })
+                        | Command::KafkaGroups(
+                            G::List
+                                | G::Fetch {
+                                    partitions: None,
+                                    ..
+                                }
+                        )
                 )
             });
             let mut jobs = jobs.into_iter();

@@ -10,6 +10,7 @@ use queenmq_protocol::{ErrorCode, QueenError};
 
 use super::Planner;
 use crate::entry::Effect;
+use crate::reads::kafka_txns::Grant;
 use crate::state::kafka_groups::{
     group_bytes, offset_bytes, MAX_KAFKA_GROUPS, MAX_KAFKA_GROUP_BYTES,
 };
@@ -84,15 +85,36 @@ impl Planner<'_> {
             KafkaGroupsReq::Commit { group, offsets } => {
                 KafkaGroupsOutcome::Committed(self.kafka_commit(group, offsets)?)
             }
-            // Under the cycle's admin-read grant, refused whole past it (review s19 kafka H2).
-            KafkaGroupsReq::Fetch { group, partitions } => {
+            // A consumer's own offsets (at its join, `committed()`, a Streams restore) are
+            // consumption: held with the pops' answers and charged to their room, so
+            // monitoring reads never starve them, nor they the pops' share of it; the cycle's
+            // first that lists rows is served whatever is left (review s20 kafka M3, L1).
+            KafkaGroupsReq::Fetch {
+                group,
+                partitions: Some(ps),
+            } => {
+                let granted = if self.cycle.named_fetch_served {
+                    Grant {
+                        entries: usize::MAX,
+                        bytes: self.answer_room(),
+                    }
+                } else {
+                    Grant::UNLIMITED
+                };
+                let (out, spent) =
+                    crate::reads::kafka_groups::fetch(self.st, group, Some(ps), granted);
+                self.cycle.answer_bytes = self.cycle.answer_bytes.saturating_add(spent.bytes);
+                self.cycle.named_fetch_served |= spent.entries > 0;
+                out
+            }
+            // A whole group's offsets (an admin's listConsumerGroupOffsets): under the cycle's
+            // admin-read grant, refused whole past it (review s19 kafka H2).
+            KafkaGroupsReq::Fetch {
+                group,
+                partitions: None,
+            } => {
                 let granted = self.txn_read_grant();
-                let (out, spent) = crate::reads::kafka_groups::fetch(
-                    self.st,
-                    group,
-                    partitions.as_deref(),
-                    granted,
-                );
+                let (out, spent) = crate::reads::kafka_groups::fetch(self.st, group, None, granted);
                 self.charge_admin_read(spent);
                 out
             }

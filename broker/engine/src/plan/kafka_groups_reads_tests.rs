@@ -7,7 +7,7 @@ use queenmq_protocol::kafka_txn_reads::{ADMIN_READ_SHARE_DIVISOR, READ_ENTRY_BYT
 
 use super::fixture::Fixture;
 use super::kafka_txn_reads_tests::Room;
-use crate::reads::kafka_groups::{fetch, list};
+use crate::reads::kafka_groups::{fetch, list, OFFSET_ROW_BYTES};
 use crate::reads::kafka_txns::Grant;
 
 /// Group `group` holding offsets of "t" partitions `0..n`, each with `meta` as metadata.
@@ -57,7 +57,7 @@ fn a_groups_offsets_past_the_grant_are_refused_whole_and_within_it_answered_whol
     committed_group(&mut fx, "g", 2, "mm");
     let whole = Grant {
         entries: 2,
-        bytes: 2 * (READ_ENTRY_BYTES + 1 + 2),
+        bytes: 2 * (OFFSET_ROW_BYTES + 1 + 2),
     };
     let asked = [("t".to_string(), 0), ("t".to_string(), 1)];
     for partitions in [None, Some(&asked[..])] {
@@ -129,7 +129,7 @@ fn a_cycle_of_group_reads_holds_at_most_the_reads_share() {
         other => panic!("{other:?}"),
     }
     let charged = p.cycle.txn_read_bytes;
-    assert_eq!(charged, READ_ENTRY_BYTES + 1);
+    assert_eq!(charged, OFFSET_ROW_BYTES + 1);
     for _ in 0..64 {
         assert_eq!(
             p.plan_kafka_groups(&fetch_of("big")),
@@ -173,4 +173,81 @@ fn describing_named_groups_answers_each_in_order() {
         groups: vec!["g".into(); MAX_KAFKA_GROUPS_PER_REQUEST + 1],
     };
     assert!(fx.planner().plan_kafka_groups(&many).is_err());
+}
+
+/// Review s20 kafka M2: a partition named ten thousand times is answered and charged once.
+#[test]
+fn a_partition_named_many_times_is_copied_and_charged_once() {
+    let mut fx = with_topic();
+    committed_group(&mut fx, "g", 1, &"m".repeat(4_096));
+    let asked = vec![("t".to_string(), 0); 10_000];
+    match fetch(&fx.st, "g", Some(&asked), Grant::UNLIMITED) {
+        (KafkaGroupsOutcome::Fetched(rows), spent) => {
+            assert_eq!(rows.len(), 1);
+            assert_eq!(spent.entries, 1);
+            assert_eq!(spent.bytes, OFFSET_ROW_BYTES + 1 + 4_096);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Review s20 kafka M1: a whole group whose row count alone passes the grant is refused
+/// without a row copied (in entries, and in bytes at the least a row costs).
+#[test]
+fn a_whole_group_past_the_grant_by_its_row_count_is_refused() {
+    let mut fx = with_topic();
+    committed_group(&mut fx, "g", 1_000, "");
+    let by_entries = Grant {
+        entries: 999,
+        bytes: usize::MAX,
+    };
+    let by_bytes = Grant {
+        entries: usize::MAX,
+        bytes: 1_000 * OFFSET_ROW_BYTES - 1,
+    };
+    for granted in [by_entries, by_bytes] {
+        assert_eq!(
+            fetch(&fx.st, "g", None, granted),
+            (KafkaGroupsOutcome::OverBudget, Grant::default())
+        );
+    }
+}
+
+/// Review s20 kafka M3: a consumer's named-partition fetch is not refused because monitoring
+/// reads spent the admin share; it is held to the pops' room instead, the cycle's first that
+/// lists rows served whatever is left, and what it lists is charged to that room.
+#[test]
+fn a_consumers_named_fetch_is_charged_with_the_pops_not_the_admin_share() {
+    let mut fx = with_topic();
+    committed_group(&mut fx, "small", 3, "");
+    committed_group(&mut fx, "big", 100, &"m".repeat(200));
+    let room = Room(32_000);
+    let mut p = fx.planner();
+    p.memory = Some(&room);
+    // A whole-group read of "big" as the cycle's first spends past the admin share.
+    let whole = KafkaGroupsReq::Fetch {
+        group: "big".into(),
+        partitions: None,
+    };
+    assert!(matches!(
+        p.plan_kafka_groups(&whole),
+        Ok(KafkaGroupsOutcome::Fetched(_))
+    ));
+    assert!(p.cycle.txn_read_bytes > room.0 / ADMIN_READ_SHARE_DIVISOR);
+    let named = |g: &str, n: i32| KafkaGroupsReq::Fetch {
+        group: g.into(),
+        partitions: Some((0..n).map(|i| ("t".to_string(), i)).collect()),
+    };
+    match p.plan_kafka_groups(&named("small", 3)) {
+        Ok(KafkaGroupsOutcome::Fetched(rows)) => assert_eq!(rows.len(), 3),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.cycle.answer_bytes, 3 * (OFFSET_ROW_BYTES + 1));
+    // Past the pops' room, a later named fetch of the cycle waits for the next one.
+    p.cycle.answer_bytes = room.0;
+    assert_eq!(
+        p.plan_kafka_groups(&named("small", 3)),
+        Ok(KafkaGroupsOutcome::OverBudget)
+    );
+    assert_eq!(p.cycle.answer_bytes, room.0, "a refused read holds nothing");
 }
