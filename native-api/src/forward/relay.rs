@@ -4,16 +4,17 @@
 //! which long polls take at most half (a long poll holds its slot for its whole wait: parked
 //! polls through one follower must not turn its pushes away, review s19 forward M2, nor open
 //! more connections to the leader than the cap, review s20 lead C1); the request body is read as a local handler reads it (`max_body_bytes`,
-//! `http_body_timeout_ms`), before a slot is taken, so a slow upload holds none;
+//! `http_body_timeout_ms`), before a slot is taken, so a slow upload holds none, but charged
+//! while it is read (below);
 //! the connection to the leader within `connect_timeout`; its answer head within the answer
 //! margin plus the long poll the request asks for. The answer body has no size cap of its own:
 //! the leader has already done the request (an autoAck pop has consumed what it answers), so
 //! refusing it here would lose it; it is streamed through in chunks, not buffered, and counted
 //! as any answer is (`crate::answer`), which is what bounds its memory. The in-flight slot is
-//! held until the answer has been handed on whole. The request body, once read, is charged
-//! to the connections' share of the memory budget (`ConnectionMeter`, as answers are) for
-//! the relay's whole life; when the share is over, 503 `unavailable` (retry) and nothing is
-//! relayed.
+//! held until the answer has been handed on whole. The request body is charged to the
+//! connections' share of the memory budget (`ConnectionMeter`, as answers are) from before it
+//! is read (its declared length; a chunked body once read) for the relay's whole life; when
+//! the share is over, 503 `unavailable` (retry), nothing (more) read and nothing relayed.
 //!
 //! Failures: a leader that cannot be connected to has not seen the request: 503
 //! `not_leader` naming it, as before forwarding existed (the client may retry on any node).
@@ -121,6 +122,14 @@ impl Forwarder {
     /// Relays `req` to node `id` at `url` and answers with what the leader answered.
     pub(crate) async fn relay(&self, req: Request, id: u64, url: String) -> Response {
         let (parts, body) = req.into_parts();
+        // Charged before a byte is read, for its declared length, so uploads being read for
+        // relays at once are bounded by the share, not by the connection count alone (review
+        // s20 lead C2). A body without a length (chunked) is charged once read: charging it
+        // `max_body_bytes` up front would refuse every one on a small budget.
+        let declared = declared_len(&parts.headers).map_or(0, |l| l.min(self.max_body));
+        let Some(mut charge) = Charge::take(&self.meter, declared) else {
+            return self.body_refused(declared, id);
+        };
         // Refused here as the route's handler would refuse it (413, 408): not relayed.
         let bytes =
             match crate::body::read_within(&parts.headers, body, self.max_body, self.body_timeout)
@@ -129,6 +138,10 @@ impl Forwarder {
                 Ok(b) => b,
                 Err(e) => return e.into_response(),
             };
+        charge.resize(bytes.len());
+        if declared < bytes.len() && self.meter.as_ref().is_some_and(|m| m.over_share()) {
+            return self.body_refused(bytes.len(), id);
+        }
         let wait = answer_timeout(parts.uri.path(), parts.uri.query(), self.answer_margin);
         let long_poll = wait > self.answer_margin;
         let poll_slot = match long_poll {
@@ -155,16 +168,6 @@ impl Forwarder {
         let permit = Slots {
             _all: slot,
             _poll: poll_slot,
-        };
-        let Some(charge) = Charge::take(&self.meter, bytes.len()) else {
-            count("busy");
-            return ApiError(QueenError::unavailable(format!(
-                "the {}-byte request body cannot be held for the relay to the leader (node \
-                 {id}): the connections' share of the memory budget (memory_limit_bytes) is \
-                 full; retry later, or send to the leader",
-                bytes.len()
-            )))
-            .into_response();
         };
         let path_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let hint = LeaderHint {
@@ -210,6 +213,14 @@ impl Forwarder {
 
     fn polls_max(&self) -> usize {
         (self.max_inflight / 2).max(1)
+    }
+
+    fn body_refused(&self, bytes: usize, id: u64) -> Response {
+        self.busy(format!(
+            "the {bytes}-byte request body cannot be held for the relay to the leader (node \
+             {id}): the connections' share of the memory budget (memory_limit_bytes) is full; \
+             retry later, or send to the leader"
+        ))
     }
 
     fn busy(&self, why: String) -> Response {
@@ -281,6 +292,28 @@ impl Charge {
         }
         Some(charge)
     }
+}
+
+impl Charge {
+    /// Counts `bytes` instead of what was counted (the body as read, not as declared).
+    fn resize(&mut self, bytes: usize) {
+        if let Some(m) = &self.meter {
+            m.answer(bytes, true);
+            m.answer(self.bytes, false);
+        }
+        self.bytes = bytes;
+    }
+}
+
+/// The body length the request declares, if any.
+fn declared_len(headers: &axum::http::HeaderMap) -> Option<usize> {
+    headers
+        .get(axum::http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse::<u64>()
+        .ok()
+        .map(|l| usize::try_from(l).unwrap_or(usize::MAX))
 }
 
 impl Drop for Charge {

@@ -234,3 +234,50 @@ async fn parked_long_polls_leave_the_pushes_their_slots() {
         p.abort();
     }
 }
+
+/// Review s20 lead C2: a body is charged for its declared length before it is read, so with
+/// the share full a relay is refused at once (503), its upload never read, rather than read
+/// whole (or waited for until the body timeout) and refused after.
+#[tokio::test]
+async fn a_declared_body_is_charged_before_it_is_read() {
+    let pool = Arc::new(Pool {
+        share: 1 << 20,
+        ..Pool::default()
+    });
+    let meter: Arc<dyn ConnectionMeter> = pool.clone();
+    let fwd = metered(4 << 20, Some(meter.clone()));
+    // Another 700 KiB held already: 600 KiB more would pass the 1 MiB share.
+    meter.answer(700 << 10, true);
+    // An upload that declares 600 KiB and never sends a byte: reading it would wait out the
+    // body timeout and answer 408.
+    let stalled = Body::new(NeverSends);
+    let req = Request::builder()
+        .method("POST")
+        .uri("/api/v1/push")
+        .header("content-length", (600 << 10).to_string())
+        .body(stalled)
+        .unwrap();
+    let (status, _, body) = text(fwd.relay(req, 1, "http://127.0.0.1:9".into()).await).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(body.contains("memory budget"), "{body}");
+    assert_eq!(
+        pool.bytes.load(std::sync::atomic::Ordering::Relaxed),
+        700 << 10,
+        "a refused relay holds nothing"
+    );
+}
+
+/// A request body whose bytes never come.
+struct NeverSends;
+
+impl HttpBody for NeverSends {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, std::io::Error>>> {
+        std::task::Poll::Pending
+    }
+}
