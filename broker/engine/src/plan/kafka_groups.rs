@@ -93,7 +93,7 @@ impl Planner<'_> {
                 group,
                 partitions: Some(ps),
             } => {
-                let granted = if self.cycle.named_fetch_served {
+                let granted = if self.cycle.named_fetch_served || self.memory_pressed() {
                     Grant {
                         entries: usize::MAX,
                         bytes: self.answer_room(),

@@ -251,3 +251,48 @@ fn a_consumers_named_fetch_is_charged_with_the_pops_not_the_admin_share() {
     );
     assert_eq!(p.cycle.answer_bytes, room.0, "a refused read holds nothing");
 }
+
+/// A budget that refuses writes, its answer room `0`.
+struct Pressed(usize);
+
+impl crate::plan::MemoryGate for Pressed {
+    fn pressed(&self) -> bool {
+        true
+    }
+    fn refusal(&self) -> queenmq_protocol::QueenError {
+        queenmq_protocol::QueenError::unavailable("memory")
+    }
+    fn answer_room(&self) -> usize {
+        self.0
+    }
+}
+
+/// Review s19 kafka L1: under memory pressure the cycle's first read has no exemption: a
+/// whole group, or a consumer's named partitions, past what the room allows is refused.
+#[test]
+fn under_memory_pressure_the_first_read_is_held_to_the_room() {
+    let mut fx = with_topic();
+    committed_group(&mut fx, "big", 100, &"m".repeat(200));
+    let room = Pressed(8_000);
+    let mut p = fx.planner();
+    p.memory = Some(&room);
+    let whole = KafkaGroupsReq::Fetch {
+        group: "big".into(),
+        partitions: None,
+    };
+    let named = KafkaGroupsReq::Fetch {
+        group: "big".into(),
+        partitions: Some((0..100).map(|i| ("t".to_string(), i)).collect()),
+    };
+    for req in [whole, named] {
+        assert_eq!(
+            p.plan_kafka_groups(&req),
+            Ok(KafkaGroupsOutcome::OverBudget)
+        );
+    }
+    // A read that fits the room is still served.
+    match p.plan_kafka_groups(&KafkaGroupsReq::List) {
+        Ok(KafkaGroupsOutcome::Groups(gs)) => assert_eq!(gs.len(), 1),
+        other => panic!("{other:?}"),
+    }
+}

@@ -5,9 +5,9 @@
 //! plus its names, review s18 kafka M1) within the reads' own share of the memory budget's
 //! answer room (`1 / ADMIN_READ_SHARE_DIVISOR`, review s18 kafka M2: pops never take it,
 //! and reads never take the pops' part). The cycle's first read that lists anything gets
-//! its own answer's budget whatever is left, so reads always progress. What does not fit
-//! is `OverBudget` (a retriable per-item error at the door) or, for ListTransactions, the
-//! whole list refused retriably.
+//! its own answer's budget whatever is left, so reads always progress, except under memory
+//! pressure (review s19 kafka L1). What does not fit is `OverBudget` (a retriable per-item
+//! error at the door) or, for ListTransactions, the whole list refused retriably.
 
 use queenmq_protocol::kafka_txn_reads::{
     KafkaTxnRead, KafkaTxnReadAnswer, ADMIN_READ_SHARE_DIVISOR, MAX_READ_ENTRIES_PER_CYCLE,
@@ -35,9 +35,11 @@ impl Planner<'_> {
         self.cycle.txn_read_bytes = self.cycle.txn_read_bytes.saturating_add(spent.bytes);
     }
 
-    /// What the next Kafka transaction read of this cycle may list.
+    /// What the next Kafka transaction read of this cycle may list. Under memory pressure the
+    /// first read has no exemption: an unlimited answer built every cycle while the door
+    /// refuses answers is the churn the pressure asks to stop (review s19 kafka L1).
     pub(crate) fn txn_read_grant(&self) -> Grant {
-        if self.cycle.txn_read_entries == 0 {
+        if self.cycle.txn_read_entries == 0 && !self.memory_pressed() {
             return Grant::UNLIMITED;
         }
         Grant {
@@ -46,6 +48,11 @@ impl Planner<'_> {
                 .admin_read_share()
                 .saturating_sub(self.cycle.txn_read_bytes),
         }
+    }
+
+    /// Whether the memory budget refuses writes now (reads lose their first-read exemption).
+    pub(crate) fn memory_pressed(&self) -> bool {
+        self.memory.is_some_and(|m| m.pressed())
     }
 
     /// The Kafka transaction reads' share of the answer room (without a budget, unbounded).
