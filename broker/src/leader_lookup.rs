@@ -47,6 +47,16 @@ impl LeaderLookup for GroupLeaders {
     }
 }
 
+/// The relays a follower may hold open to the leader at once: `configured`, but at most its
+/// share of the leader's connection cap (taken as this node's own, `connections`: the members
+/// run one configuration), split among the `members` so the followers together leave the
+/// leader as many connections for its own clients as each of them takes (review s19 forward
+/// M1: 1 024 relays from each follower against a leader that accepts 147 stalled its door,
+/// and the followers answered "may or may not be done" for requests it never read).
+pub fn relay_cap(configured: usize, connections: usize, members: usize) -> usize {
+    configured.min(connections / members.max(1)).max(1)
+}
+
 /// The door's relay settings of a cluster member.
 pub fn forward_options(
     groups: Arc<Registry>,
@@ -63,5 +73,21 @@ pub fn forward_options(
             .enqueue
             .saturating_add(waits.answer)
             .saturating_add(MARGIN),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::relay_cap;
+
+    #[test]
+    fn the_followers_relays_leave_the_leader_a_members_share_of_its_connections() {
+        // Three members on a 64 MiB budget (147 connections): 49 relays from each follower.
+        assert_eq!(relay_cap(1_024, 147, 3), 49);
+        assert!(2 * relay_cap(1_024, 147, 3) <= 147 - relay_cap(1_024, 147, 3));
+        // A lower configured value stands; never zero.
+        assert_eq!(relay_cap(16, 147, 3), 16);
+        assert_eq!(relay_cap(1_024, 2, 5), 1);
+        assert_eq!(relay_cap(1_024, 10_000, 0), 1_024);
     }
 }

@@ -249,11 +249,13 @@ pub async fn serve(
         ephemeral: Some(ephemeral.clone()),
         // A follower relays what the leader must answer (docs/cluster.md "Forwarding").
         forward: member.map(|m| {
-            crate::leader_lookup::forward_options(
-                groups.clone(),
-                m,
+            let relays = crate::leader_lookup::relay_cap(
                 usize::try_from(cfg.forward_max_inflight).unwrap_or(usize::MAX),
-            )
+                door_caps.connections,
+                cluster.as_ref().map_or(1, |c| c.peers.len()),
+            );
+            tracing::info!(relays, "requests relayed to the leader at once, at most");
+            crate::leader_lookup::forward_options(groups.clone(), m, relays)
         }),
     };
     let (kafka_stop_tx, kafka_stop_rx) = tokio::sync::watch::channel(false);
