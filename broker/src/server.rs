@@ -255,6 +255,9 @@ pub async fn serve(
                 cluster.as_ref().map_or(1, |c| c.peers.len()),
             );
             tracing::info!(relays, "requests relayed to the leader at once, at most");
+            if cfg.memory_limit_bytes == 0 {
+                tracing::warn!("memory_limit_bytes is 0: this member sizes its budget from its own machine, so its limits (the relay cap among them) may differ from the other members'; give every member the same memory_limit_bytes (docs/cluster.md)");
+            }
             crate::leader_lookup::forward_options(groups.clone(), m, relays)
         }),
     };

@@ -24,12 +24,7 @@ pub async fn read_within(
     limit: usize,
     timeout: std::time::Duration,
 ) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError(QueenError::new(
-            ErrorCode::PayloadTooLarge,
-            format!("request body exceeds the limit of {limit} bytes"),
-        ))
-    };
+    let too_large = || too_large(limit);
     if let Some(len) = headers
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -42,15 +37,7 @@ pub async fn read_within(
     let limited = http_body_util::Limited::new(body, limit);
     let collected = match tokio::time::timeout(timeout, limited.collect()).await {
         Ok(r) => r,
-        Err(_) => {
-            return Err(ApiError(QueenError::new(
-                ErrorCode::RequestTimeout,
-                format!(
-                    "request body not received within {} ms (http_body_timeout_ms)",
-                    timeout.as_millis()
-                ),
-            )))
-        }
+        Err(_) => return Err(too_slow(timeout)),
     };
     match collected {
         Ok(c) => Ok(c.to_bytes()),
@@ -62,6 +49,25 @@ pub async fn read_within(
         }
         Err(e) => Err(ApiError::bad(format!("bad body: {e}"))),
     }
+}
+
+/// 413: a body past `limit` bytes (declared, or as read).
+pub(crate) fn too_large(limit: usize) -> ApiError {
+    ApiError(QueenError::new(
+        ErrorCode::PayloadTooLarge,
+        format!("request body exceeds the limit of {limit} bytes"),
+    ))
+}
+
+/// 408: a body still arriving at the deadline.
+pub(crate) fn too_slow(timeout: std::time::Duration) -> ApiError {
+    ApiError(QueenError::new(
+        ErrorCode::RequestTimeout,
+        format!(
+            "request body not received within {} ms (http_body_timeout_ms)",
+            timeout.as_millis()
+        ),
+    ))
 }
 
 pub fn json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {

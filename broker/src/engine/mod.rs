@@ -417,13 +417,19 @@ impl Engine {
         replies: &mut Vec<(Reply, Result<Outcome, QueenError>, bool)>,
         number: u64,
     ) -> Option<Result<(u64, u64), log::LogError>> {
-        tokio::select! {
+        let mut stop = self.stop.clone();
+        // A stop during the limit is watched too (review s21 lead A3): the requests are then
+        // answered at once, as at the limit, and the engine ends as in the wait below.
+        let stopping = tokio::select! {
             // Biased: an entry that committed by the limit is answered as done.
             biased;
             written = &mut proposed => return Some(written),
-            () = tokio::time::sleep(limit) => {}
+            () = tokio::time::sleep(limit) => false,
+            _ = stopped(&mut stop) => true,
+        };
+        if !stopping {
+            tracing::warn!(cycle = number, limit_ms = limit.as_millis() as u64, "a cycle's entry did not commit within the write limit: its requests are answered, the engine waits for the entry");
         }
-        tracing::warn!(cycle = number, limit_ms = limit.as_millis() as u64, "a cycle's entry did not commit within the write limit: its requests are answered, the engine waits for the entry");
         // The writes whose outcome is unknown; reads and refusals keep their own answers' sense.
         let unknown = replies
             .iter()
@@ -438,8 +444,10 @@ impl Engine {
             )))));
         }
         self.waiters.answer_all_empty();
+        if stopping {
+            return None;
+        }
         let until = tokio::time::Instant::now() + limit;
-        let mut stop = self.stop.clone();
         let mut open = true;
         loop {
             if stop.as_ref().is_some_and(|s| *s.borrow()) {
@@ -569,20 +577,9 @@ impl Engine {
             // only when the batch holds one (review s19 kafka M2; the groups' List and
             // whole-group Fetch share the grant, review s19 kafka H2; a consumer's
             // named-partition Fetch is consumption, charged with the pops: s20 kafka L1).
-            planner.cycle.has_admin_reads = jobs.iter().any(|j| {
-                use queenmq_protocol::kafka_groups::KafkaGroupsReq as G;
-                matches!(
-                    j.cmd,
-                    Command::Read(queenmq_protocol::ReadReq::KafkaTxns(_))
-                        | Command::KafkaGroups(
-                            G::List
-                                | G::Fetch {
-                                    partitions: None,
-                                    ..
-                                }
-                        )
-                )
-            });
+            planner.cycle.has_admin_reads = jobs
+                .iter()
+                .any(|j| queenmq_engine::plan::kafka_txn_reads::is_admin_read(&j.cmd));
             let mut jobs = jobs.into_iter();
             // A cycle given to the compactor (review H2): its jobs wait, in order, for the
             // next one.

@@ -13,7 +13,7 @@ use queenmq_protocol::ErrorCode;
 
 use super::registry_tests::{everything, open_with, push};
 use crate::engine::log::{LogError, LogStatus, ProposeFuture, ReplicatedLog, SharedLog};
-use crate::engine::{EngineBus, EngineConfig, LogWrap};
+use crate::engine::{EngineBus, EngineConfig, LogWrap, LongPollSlots};
 use crate::group::registry::Registry;
 
 /// The group's real log, except that its first `failures` proposals (counted across the
@@ -116,9 +116,9 @@ async fn a_deposition_twice_in_a_row_is_reloaded_at_once_both_times() {
     );
 }
 
-/// The group's real log, except that the first proposal made while `armed` has its answer
-/// held `delay` (its write goes ahead), and requests are answered at `limit` (as a cluster
-/// leader's write limit).
+/// The group's real log, except that the first proposal made while `armed` is held `delay`
+/// (the inner log's future is lazy: nothing is written meanwhile), and requests are answered
+/// at `limit` (as a cluster leader's write limit).
 struct SlowLog {
     inner: SharedLog,
     armed: Arc<AtomicBool>,
@@ -160,15 +160,18 @@ async fn slow_group(
     delay: Duration,
     limit: Duration,
 ) -> (Arc<Registry>, EngineBus, Arc<AtomicUsize>) {
-    armed_slow_group(dir, delay, limit, Arc::new(AtomicBool::new(true))).await
+    let armed = Arc::new(AtomicBool::new(true));
+    armed_slow_group(dir, delay, limit, armed, LongPollSlots::new(20_000)).await
 }
 
-/// As `slow_group`, holding the first proposal made while `armed` is set.
+/// As `slow_group`, holding the first proposal made while `armed` is set, its parked polls
+/// counted in `long_polls`.
 pub(super) async fn armed_slow_group(
     dir: &std::path::Path,
     delay: Duration,
     limit: Duration,
     armed: Arc<AtomicBool>,
+    long_polls: Arc<LongPollSlots>,
 ) -> (Arc<Registry>, EngineBus, Arc<AtomicUsize>) {
     let incarnations = Arc::new(AtomicUsize::new(0));
     let started = incarnations.clone();
@@ -182,6 +185,7 @@ pub(super) async fn armed_slow_group(
                 limit,
             }) as SharedLog
         }))),
+        long_polls,
         ..EngineConfig::default()
     };
     let groups = open_with(dir, HashMap::new(), ecfg).await;
@@ -238,7 +242,7 @@ async fn a_late_entry_is_answered_at_the_limit_and_waited_for() {
 
 /// A group whose entries never commit, after its first push was answered "may or may not
 /// be done" at `limit`.
-pub(super) async fn stuck_after_a_late_push(
+async fn stuck_after_a_late_push(
     dir: &std::path::Path,
     limit: Duration,
 ) -> (Arc<Registry>, EngineBus, Arc<AtomicUsize>) {

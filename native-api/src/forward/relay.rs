@@ -3,18 +3,18 @@
 //! Bounds: at most `max_inflight` relayed requests at once (503 `unavailable` past it), of
 //! which long polls take at most half (a long poll holds its slot for its whole wait: parked
 //! polls through one follower must not turn its pushes away, review s19 forward M2, nor open
-//! more connections to the leader than the cap, review s20 lead C1); the request body is read as a local handler reads it (`max_body_bytes`,
-//! `http_body_timeout_ms`), before a slot is taken, so a slow upload holds none, but charged
-//! while it is read (below);
-//! the connection to the leader within `connect_timeout`; its answer head within the answer
-//! margin plus the long poll the request asks for. The answer body has no size cap of its own:
-//! the leader has already done the request (an autoAck pop has consumed what it answers), so
-//! refusing it here would lose it; it is streamed through in chunks, not buffered, and counted
-//! as any answer is (`crate::answer`), which is what bounds its memory. The in-flight slot is
-//! held until the answer has been handed on whole. The request body is charged to the
-//! connections' share of the memory budget (`ConnectionMeter`, as answers are) from before it
-//! is read (its declared length; a chunked body once read) for the relay's whole life; when
-//! the share is over, 503 `unavailable` (retry), nothing (more) read and nothing relayed.
+//! more connections to the leader than the cap, review s20 lead C1); the request body is read
+//! as a local handler reads it (`max_body_bytes`, `http_body_timeout_ms`), before a slot is
+//! taken, so a slow upload holds none; the connection to the leader within
+//! `connect_timeout`; its answer head within the answer margin plus the long poll the request
+//! asks for. The answer body has no size cap of its own: the leader has already done the
+//! request (an autoAck pop has consumed what it answers), so refusing it here would lose it;
+//! it is streamed through in chunks, not buffered, and counted as any answer is
+//! (`crate::answer`), which is what bounds its memory. The in-flight slot is held until the
+//! answer has been handed on whole. The request body is charged to the connections' share of
+//! the memory budget (`ConnectionMeter`, as answers are) frame by frame as it arrives (by its
+//! buffer's capacity), and for the relay's whole life; when the share is over, 503
+//! `unavailable` (retry), the rest unread, the connection closed and nothing relayed.
 //!
 //! Failures: a leader that cannot be connected to has not seen the request: 503
 //! `not_leader` naming it, as before forwarding existed (the client may retry on any node).
@@ -122,26 +122,21 @@ impl Forwarder {
     /// Relays `req` to node `id` at `url` and answers with what the leader answered.
     pub(crate) async fn relay(&self, req: Request, id: u64, url: String) -> Response {
         let (parts, body) = req.into_parts();
-        // Charged before a byte is read, for its declared length, so uploads being read for
-        // relays at once are bounded by the share, not by the connection count alone (review
-        // s20 lead C2). A body without a length (chunked) is charged once read: charging it
-        // `max_body_bytes` up front would refuse every one on a small budget.
-        let declared = declared_len(&parts.headers).map_or(0, |l| l.min(self.max_body));
-        let Some(mut charge) = Charge::take(&self.meter, declared) else {
-            return self.body_refused(declared, id);
+        // Charged as it arrives, frame by frame, so uploads being read for relays at once
+        // are bounded by the share, and an upload that sends nothing holds nothing (review
+        // s20 lead C2; s21 lead B1: charging the declared length up front let a few idle
+        // uploads hold the share).
+        let mut charge = Charge {
+            meter: self.meter.clone(),
+            bytes: 0,
         };
-        // Refused here as the route's handler would refuse it (413, 408): not relayed.
-        let bytes =
-            match crate::body::read_within(&parts.headers, body, self.max_body, self.body_timeout)
-                .await
-            {
-                Ok(b) => b,
-                Err(e) => return e.into_response(),
-            };
-        charge.resize(bytes.len());
-        if declared < bytes.len() && self.meter.as_ref().is_some_and(|m| m.over_share()) {
-            return self.body_refused(bytes.len(), id);
-        }
+        let bytes = match self
+            .read_charged(&parts.headers, body, &mut charge, id)
+            .await
+        {
+            Ok(b) => b,
+            Err(refused) => return refused,
+        };
         let wait = answer_timeout(parts.uri.path(), parts.uri.query(), self.answer_margin);
         let long_poll = wait > self.answer_margin;
         let poll_slot = match long_poll {
@@ -215,11 +210,54 @@ impl Forwarder {
         (self.max_inflight / 2).max(1)
     }
 
+    /// The request body within `max_body_bytes` and the body timeout (413, 408 as a local
+    /// handler answers), each frame charged to `charge` as it is kept (by the buffer's
+    /// capacity); past the share 503 `unavailable`, the rest unread and the connection closed.
+    async fn read_charged(
+        &self,
+        headers: &axum::http::HeaderMap,
+        mut body: Body,
+        charge: &mut Charge,
+        id: u64,
+    ) -> Result<Bytes, Response> {
+        if declared_len(headers).is_some_and(|l| l > self.max_body) {
+            return Err(unread(
+                crate::body::too_large(self.max_body).into_response(),
+            ));
+        }
+        let read = async {
+            let mut buf = bytes::BytesMut::new();
+            while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
+                let frame = frame
+                    .map_err(|e| unread(ApiError::bad(format!("bad body: {e}")).into_response()))?;
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if buf.len().saturating_add(data.len()) > self.max_body {
+                    return Err(unread(
+                        crate::body::too_large(self.max_body).into_response(),
+                    ));
+                }
+                buf.extend_from_slice(&data);
+                if !charge.resize(buf.capacity()) {
+                    return Err(unread(self.body_refused(buf.len(), id)));
+                }
+            }
+            Ok(buf.freeze())
+        };
+        match tokio::time::timeout(self.body_timeout, read).await {
+            Ok(r) => r,
+            Err(_) => Err(unread(
+                crate::body::too_slow(self.body_timeout).into_response(),
+            )),
+        }
+    }
+
     fn body_refused(&self, bytes: usize, id: u64) -> Response {
         self.busy(format!(
-            "the {bytes}-byte request body cannot be held for the relay to the leader (node \
-             {id}): the connections' share of the memory budget (memory_limit_bytes) is full; \
-             retry later, or send to the leader"
+            "the request body ({bytes} bytes so far) cannot be held for the relay to the \
+             leader (node {id}): the connections' share of the memory budget \
+             (memory_limit_bytes) is full; retry later, or send to the leader"
         ))
     }
 
@@ -278,31 +316,22 @@ struct Charge {
 }
 
 impl Charge {
-    /// Counts `bytes`, or nothing and None when that leaves the pool over its share.
-    fn take(meter: &Option<Arc<dyn ConnectionMeter>>, bytes: usize) -> Option<Charge> {
-        let charge = Charge {
-            meter: meter.clone(),
-            bytes,
+    /// Counts `bytes` instead of what was counted; false when that leaves the pool over its
+    /// share (the count stands: dropping the charge gives it back).
+    fn resize(&mut self, bytes: usize) -> bool {
+        let Some(m) = &self.meter else {
+            return true;
         };
-        if let Some(m) = meter {
-            m.answer(bytes, true);
-            if m.over_share() {
-                return None;
-            }
-        }
-        Some(charge)
+        m.answer(bytes, true);
+        m.answer(self.bytes, false);
+        self.bytes = bytes;
+        !m.over_share()
     }
 }
 
-impl Charge {
-    /// Counts `bytes` instead of what was counted (the body as read, not as declared).
-    fn resize(&mut self, bytes: usize) {
-        if let Some(m) = &self.meter {
-            m.answer(bytes, true);
-            m.answer(self.bytes, false);
-        }
-        self.bytes = bytes;
-    }
+/// A refusal sent with the rest of the body unread: the client must not reuse the connection.
+fn unread(resp: Response) -> Response {
+    super::close_if_unread(resp, true)
 }
 
 /// The body length the request declares, if any.

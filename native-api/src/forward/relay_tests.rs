@@ -235,36 +235,93 @@ async fn parked_long_polls_leave_the_pushes_their_slots() {
     }
 }
 
-/// Review s20 lead C2: a body is charged for its declared length before it is read, so with
-/// the share full a relay is refused at once (503), its upload never read, rather than read
-/// whole (or waited for until the body timeout) and refused after.
+/// Review s21 lead B1: an upload that declares a large body and sends nothing holds
+/// nothing: another relay beside it is served, not refused for memory; a body declared past
+/// `max_body_bytes` is 413 (final), not 503, whatever the share holds; B2: a refusal with the
+/// body unread closes the connection.
 #[tokio::test]
-async fn a_declared_body_is_charged_before_it_is_read() {
+async fn an_idle_upload_holds_nothing_and_a_declared_overlong_body_is_413() {
+    let app = axum::Router::new().route("/api/v1/push", post(|| async { StatusCode::CREATED }));
+    let url = leader(app).await;
     let pool = Arc::new(Pool {
         share: 1 << 20,
         ..Pool::default()
     });
     let meter: Arc<dyn ConnectionMeter> = pool.clone();
-    let fwd = metered(4 << 20, Some(meter.clone()));
-    // Another 700 KiB held already: 600 KiB more would pass the 1 MiB share.
+    let fwd = Arc::new(metered(4 << 20, Some(meter.clone())));
+    let idle = {
+        let (fwd, url) = (fwd.clone(), url.clone());
+        let req = Request::builder()
+            .method("POST")
+            .uri("/api/v1/push")
+            .header("content-length", (900 << 10).to_string())
+            .body(Body::new(NeverSends))
+            .unwrap();
+        tokio::spawn(async move { fwd.relay(req, 1, url).await })
+    };
+    tokio::task::yield_now().await;
+    let (status, _, body) = text(fwd.relay(push_bytes(10 << 10), 1, url.clone()).await).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    idle.abort();
+    let _ = idle.await;
     meter.answer(700 << 10, true);
-    // An upload that declares 600 KiB and never sends a byte: reading it would wait out the
-    // body timeout and answer 408.
-    let stalled = Body::new(NeverSends);
+    let overlong = Request::builder()
+        .method("POST")
+        .uri("/api/v1/push")
+        .header("content-length", (5 << 20).to_string())
+        .body(Body::new(NeverSends))
+        .unwrap();
+    let (status, headers, body) = text(fwd.relay(overlong, 1, url).await).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(headers["connection"], "close");
+    meter.answer(700 << 10, false);
+    assert_eq!(pool.bytes.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
+
+/// Review s21 lead B1: a chunked body (no declared length) is charged as it arrives and
+/// refused once past the share, not read whole; the connection is closed.
+#[tokio::test]
+async fn a_chunked_body_past_the_share_is_refused_as_it_arrives() {
+    let pool = Arc::new(Pool {
+        share: 1 << 20,
+        ..Pool::default()
+    });
+    let meter: Arc<dyn ConnectionMeter> = pool.clone();
+    let fwd = metered(4 << 20, Some(meter));
+    // 64 KiB chunks, 2 MiB in all, then never ending.
+    let chunks = Body::new(Chunks { left: 32 });
     let req = Request::builder()
         .method("POST")
         .uri("/api/v1/push")
-        .header("content-length", (600 << 10).to_string())
-        .body(stalled)
+        .body(chunks)
         .unwrap();
-    let (status, _, body) = text(fwd.relay(req, 1, "http://127.0.0.1:9".into()).await).await;
+    let (status, headers, body) = text(fwd.relay(req, 1, "http://127.0.0.1:9".into()).await).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert!(body.contains("memory budget"), "{body}");
-    assert_eq!(
-        pool.bytes.load(std::sync::atomic::Ordering::Relaxed),
-        700 << 10,
-        "a refused relay holds nothing"
-    );
+    assert_eq!(headers["connection"], "close");
+    assert_eq!(pool.bytes.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
+
+/// `left` chunks of 64 KiB, then a body that never ends.
+struct Chunks {
+    left: usize,
+}
+
+impl HttpBody for Chunks {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, std::io::Error>>> {
+        if self.left == 0 {
+            return std::task::Poll::Pending;
+        }
+        self.left -= 1;
+        let chunk = bytes::Bytes::from(vec![b' '; 64 << 10]);
+        std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(chunk))))
+    }
 }
 
 /// A request body whose bytes never come.

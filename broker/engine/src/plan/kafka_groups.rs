@@ -15,6 +15,9 @@ use crate::state::kafka_groups::{
     group_bytes, offset_bytes, MAX_KAFKA_GROUPS, MAX_KAFKA_GROUP_BYTES,
 };
 
+/// What the cycle's first named-partition OffsetFetch may list under memory pressure.
+pub const PRESSED_NAMED_FETCH_BYTES: usize = 1 << 20;
+
 /// The retriable refusal past the tenant's group count or byte cap.
 pub fn kafka_groups_full(what: &str) -> QueenError {
     QueenError::new(
@@ -93,13 +96,20 @@ impl Planner<'_> {
                 group,
                 partitions: Some(ps),
             } => {
-                let granted = if self.cycle.named_fetch_served || self.memory_pressed() {
-                    Grant {
-                        entries: usize::MAX,
-                        bytes: self.answer_room(),
-                    }
-                } else {
-                    Grant::UNLIMITED
+                let room = Grant {
+                    entries: usize::MAX,
+                    bytes: self.answer_room(),
+                };
+                let granted = match (self.cycle.named_fetch_served, self.memory_pressed()) {
+                    (true, _) => room,
+                    (false, false) => Grant::UNLIMITED,
+                    // Under pressure the first is still served up to a fixed size, as a pop's
+                    // first message is: a consumer's offsets are what lets consumption
+                    // resume (review s21 lead C1).
+                    (false, true) => Grant {
+                        bytes: room.bytes.max(PRESSED_NAMED_FETCH_BYTES),
+                        ..room
+                    },
                 };
                 let (out, spent) =
                     crate::reads::kafka_groups::fetch(self.st, group, Some(ps), granted);

@@ -267,32 +267,58 @@ impl crate::plan::MemoryGate for Pressed {
     }
 }
 
-/// Review s19 kafka L1: under memory pressure the cycle's first read has no exemption: a
-/// whole group, or a consumer's named partitions, past what the room allows is refused.
+/// Review s19 kafka L1: under memory pressure the cycle's first admin read has no exemption:
+/// a whole group past what the room allows is refused. A consumer's named partitions keep a
+/// first-of-cycle exemption up to `PRESSED_NAMED_FETCH_BYTES` (review s21 lead C1).
 #[test]
 fn under_memory_pressure_the_first_read_is_held_to_the_room() {
     let mut fx = with_topic();
     committed_group(&mut fx, "big", 100, &"m".repeat(200));
-    let room = Pressed(8_000);
+    committed_group(&mut fx, "huge", 300, &"m".repeat(4_000));
+    let room = Pressed(0);
     let mut p = fx.planner();
     p.memory = Some(&room);
     let whole = KafkaGroupsReq::Fetch {
         group: "big".into(),
         partitions: None,
     };
-    let named = KafkaGroupsReq::Fetch {
-        group: "big".into(),
-        partitions: Some((0..100).map(|i| ("t".to_string(), i)).collect()),
+    assert_eq!(
+        p.plan_kafka_groups(&whole),
+        Ok(KafkaGroupsOutcome::OverBudget)
+    );
+    let named = |g: &str, n: i32| KafkaGroupsReq::Fetch {
+        group: g.into(),
+        partitions: Some((0..n).map(|i| ("t".to_string(), i)).collect()),
     };
-    for req in [whole, named] {
-        assert_eq!(
-            p.plan_kafka_groups(&req),
-            Ok(KafkaGroupsOutcome::OverBudget)
-        );
-    }
-    // A read that fits the room is still served.
-    match p.plan_kafka_groups(&KafkaGroupsReq::List) {
-        Ok(KafkaGroupsOutcome::Groups(gs)) => assert_eq!(gs.len(), 1),
+    // 300 rows of 4 000 bytes: past the pressed exemption.
+    assert_eq!(
+        p.plan_kafka_groups(&named("huge", 300)),
+        Ok(KafkaGroupsOutcome::OverBudget)
+    );
+    match p.plan_kafka_groups(&named("big", 100)) {
+        Ok(KafkaGroupsOutcome::Fetched(rows)) => assert_eq!(rows.len(), 100),
         other => panic!("{other:?}"),
     }
+    // The next named fetch of the cycle is held to the (empty) room.
+    assert_eq!(
+        p.plan_kafka_groups(&named("big", 1)),
+        Ok(KafkaGroupsOutcome::OverBudget)
+    );
+}
+
+/// Review s20 kafka L1 (s21 lead C3): only the admin reads take the pops' quarter; a
+/// consumer's named-partition fetch does not.
+#[test]
+fn a_consumers_named_fetch_is_no_admin_read() {
+    use crate::plan::kafka_txn_reads::is_admin_read;
+    use queenmq_protocol::Command;
+    let fetch = |partitions| {
+        Command::KafkaGroups(KafkaGroupsReq::Fetch {
+            group: "g".into(),
+            partitions,
+        })
+    };
+    assert!(is_admin_read(&fetch(None)));
+    assert!(is_admin_read(&Command::KafkaGroups(KafkaGroupsReq::List)));
+    assert!(!is_admin_read(&fetch(Some(vec![("t".into(), 0)]))));
 }

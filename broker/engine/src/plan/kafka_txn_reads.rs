@@ -17,6 +17,26 @@ use queenmq_protocol::QueenError;
 use super::Planner;
 use crate::reads::kafka_txns::Grant;
 
+/// Whether `cmd` is a read the pops leave their share of the answer room for
+/// (`Cycle::has_admin_reads`, set before a cycle plans): the Kafka transaction reads, a
+/// ListGroups and a whole group's OffsetFetch. A consumer's named-partition OffsetFetch is
+/// consumption, charged with the pops (review s20 kafka L1).
+pub fn is_admin_read(cmd: &queenmq_protocol::Command) -> bool {
+    use queenmq_protocol::kafka_groups::KafkaGroupsReq as G;
+    use queenmq_protocol::Command;
+    matches!(
+        cmd,
+        Command::Read(queenmq_protocol::ReadReq::KafkaTxns(_))
+            | Command::KafkaGroups(
+                G::List
+                    | G::Fetch {
+                        partitions: None,
+                        ..
+                    }
+            )
+    )
+}
+
 impl Planner<'_> {
     pub fn plan_kafka_txn_read(
         &mut self,

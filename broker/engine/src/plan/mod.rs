@@ -27,7 +27,7 @@ mod kafka_producers_tests;
 mod kafka_records;
 #[cfg(test)]
 mod kafka_records_tests;
-mod kafka_txn_reads;
+pub mod kafka_txn_reads;
 #[cfg(test)]
 mod kafka_txn_reads_tests;
 mod kafka_txns;
