@@ -9,6 +9,8 @@ mod sender;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_generation;
+#[cfg(test)]
 mod tests_sender;
 
 pub use check::AdmitFn;
