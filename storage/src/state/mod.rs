@@ -4,6 +4,7 @@
 pub(crate) mod checkpoint;
 pub(crate) mod floor_row;
 pub(crate) mod generations;
+mod install;
 mod sink;
 #[cfg(test)]
 mod tests;
@@ -25,6 +26,7 @@ pub use checkpoint::WRITE_CHUNK_BYTES as CHECKPOINT_CHUNK_BYTES;
 use floor_row::{FloorRow, CHECKPOINT_FLOOR};
 pub use generations::Generation;
 use generations::{newest_first, slot_to_overwrite, SLOTS};
+pub use install::{FillState, Installing, INSTALLING_KEY};
 pub use sink::StateSink;
 pub use view::StateView;
 
