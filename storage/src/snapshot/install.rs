@@ -158,6 +158,9 @@ fn copy_records(
     let mut next = head.first_record;
     let mut body = Vec::new();
     while at < end {
+        if end - at < LEN_FIELD {
+            return Err(refused(at, "the records end inside a length field".into()));
+        }
         let mut len_field = [0u8; LEN_FIELD as usize];
         file.read_at(at, &mut len_field)
             .map_err(StorageError::io("read a record from", path))?;

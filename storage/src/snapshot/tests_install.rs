@@ -180,3 +180,34 @@ fn a_flipped_byte_in_the_file_costs_the_file_not_the_node() {
         assert_eq!(restart(&f.data.crash(), 10, 1, false), "old", "byte {at}");
     }
 }
+
+/// The same on a real directory: the leftovers of an unfinished stream go at start-up, and an
+/// install switches `log` for the snapshot's records.
+#[test]
+fn on_disk_leftovers_go_and_an_install_switches_the_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let dir = crate::DiskDataDir::new(root).unwrap();
+    let store = StateStore::open(&root.join("state.redb")).unwrap();
+    let (log, _) = SegmentLog::open(&root.join(LOG_DIR), small()).unwrap();
+    fill(&log, 1, 10, 1);
+    log.sync().unwrap();
+    std::fs::write(root.join("snapshot-incoming.7.part"), b"half").unwrap();
+    std::fs::create_dir(root.join(LOG_INCOMING)).unwrap();
+    std::fs::write(root.join(LOG_INCOMING).join("x"), b"x").unwrap();
+    assert_eq!(finish_interrupted_install(&dir, &store).unwrap(), None);
+    assert!(!root.join("snapshot-incoming.7.part").exists());
+    assert!(!root.join(LOG_INCOMING).exists());
+
+    let files: Arc<dyn IoBackend> = Arc::new(crate::FileBackend::new(root).unwrap());
+    let mut rx = SnapshotReceiver::create(files, 1024, Box::new(|_| Ok(()))).unwrap();
+    rx.write_at(0, &leader_stream()).unwrap();
+    rx.finish().unwrap();
+    let done = install_snapshot(&dir, &store, &log, small(), &[]).unwrap();
+    assert!(done.switched);
+    drop(log);
+    assert!(!root.join(SNAPSHOT_INCOMING).exists() && !root.join(LOG_OLD).exists());
+    let (log, _) = SegmentLog::open(&root.join(LOG_DIR), small()).unwrap();
+    assert_records(&log, 20, 50, 2);
+    assert_eq!(store.load_checkpoint().unwrap().unwrap().state, new_state());
+}
