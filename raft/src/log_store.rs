@@ -192,23 +192,18 @@ impl LogStore {
         log.purge_upto(through)
     }
 
-    /// Opens the snapshot stream of the checkpoint generation at `applied_index` with records
-    /// `floor..=applied_index` (docs/storage-format.md "Raft snapshot"). Under the reclaim gate,
-    /// so no reclamation is deleting while its floor lease is taken; from then on every
-    /// reclamation stops below `floor` until the stream is dropped. Blocking (redb read of the
-    /// whole generation once, to verify it): never call it from a runtime worker.
+    /// Opens the snapshot stream of the checkpoint generation at `applied_index`, with the
+    /// records from the run floor saved with it (docs/storage-format.md "Raft snapshot"). Under
+    /// the reclaim gate, so no reclamation is deleting while its floor lease is taken; from
+    /// then on every reclamation stops below the floor until the stream is dropped. The gate
+    /// covers the generation's headers and first chunk only: the state is verified as it is
+    /// streamed (review s20 M1). Blocking (redb reads): never call it from a runtime worker.
     pub fn snapshot_source(
         &self,
         applied_index: u64,
-        floor: u64,
     ) -> Result<queenmq_storage::SnapshotSource, crate::backend::StorageError> {
         let _gate = self.inner.reclaim_gate.blocking_lock();
-        queenmq_storage::SnapshotSource::open(
-            &self.inner.store,
-            &self.inner.log,
-            applied_index,
-            floor,
-        )
+        queenmq_storage::SnapshotSource::open(&self.inner.store, &self.inner.log, applied_index)
     }
 
     /// Bytes `reclaim_upto(upto)` would free now: the files of the sealed segments whose

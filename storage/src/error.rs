@@ -77,6 +77,9 @@ pub enum StorageError {
     #[error("no snapshot can be streamed: {reason}")]
     SnapshotUnavailable { reason: String },
 
+    #[error("the checkpoint was not saved: {reason}")]
+    CheckpointRefused { reason: String },
+
     #[error("the stored checkpoint is corrupt: {reason}")]
     CorruptCheckpoint { reason: String },
 

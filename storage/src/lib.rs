@@ -29,10 +29,11 @@ pub use ids::{id_file_name, parse_id_file_name, IdFileReader, IdFiles, IdSource,
 pub use log::{FloorLease, SegmentLog};
 pub use options::{LogLoss, LogOptions, RecoveryReport, TornTail};
 pub use snapshot::{
-    AdmitFn, SnapshotHeader, SnapshotReceiver, SnapshotSource, SNAPSHOT_HEADER_LEN,
-    SNAPSHOT_INCOMING, SNAPSHOT_PART_CAP,
+    finish_interrupted_install, install_snapshot, AdmitFn, DataDir, DiskDataDir, Installed,
+    SnapshotHeader, SnapshotReceiver, SnapshotSource, LOG_DIR, LOG_INCOMING, LOG_OLD,
+    SNAPSHOT_HEADER_LEN, SNAPSHOT_INCOMING, SNAPSHOT_PART_CAP,
 };
 pub use state::{
-    Checkpoint, Generation, StateSink, StateStore, StateView, CHECKPOINT_CHUNK_BYTES,
-    STATE_CACHE_BYTES, STATE_MIN_CACHE_BYTES,
+    Checkpoint, FillState, Generation, Installing, StateSink, StateStore, StateView,
+    CHECKPOINT_CHUNK_BYTES, INSTALLING_KEY, STATE_CACHE_BYTES, STATE_MIN_CACHE_BYTES,
 };

@@ -846,6 +846,11 @@ impl Engine {
         let reclaimer = self.reclaimer.clone();
         let upto = self.reclaim_bound.filter(|_| self.reclaimer.enabled);
         let reclaim_bound = reclaim::reclaimable_upto(applied.0, floor);
+        // What a Raft snapshot of this checkpoint carries from the log: records from the run
+        // floor on (docs/storage-format.md "Raft snapshot").
+        let snapshot_floor = floor.map_or(applied.0.saturating_add(1), |f| {
+            f.min(applied.0.saturating_add(1))
+        });
         let started = Instant::now();
         let save = tokio::task::spawn_blocking(move || {
             // The transaction-id rows are encoded here, off the engine (shared frozen blocks),
@@ -875,7 +880,7 @@ impl Engine {
                 }
             }
             store
-                .save_checkpoint_streamed(applied.0, applied.1, |sink| {
+                .save_checkpoint_with_floor(applied.0, applied.1, snapshot_floor, |sink| {
                     pending.emit(|piece| sink.write(piece))
                 })
                 .map_err(|e| e.to_string())?;

@@ -60,8 +60,18 @@ pub fn open_storage(
 ) -> anyhow::Result<Opened> {
     let accept = cfg.accept_data_loss;
     let log_dir = cfg.data_dir.join("log");
-    let log_present = log_backend.is_some() || log_dir.is_dir();
     let store = open_store(&cfg.data_dir, &log_dir, accept, store_cache)?;
+    // Before the log is looked at: a crash between an install's two renames leaves no `log/`
+    // (docs/storage-format.md "Raft snapshot").
+    queenmq_storage::DiskDataDir::new(&cfg.data_dir)
+        .map_err(|e| StorageError::Io {
+            op: "open the data directory",
+            path: cfg.data_dir.clone(),
+            source: e,
+        })
+        .and_then(|dir| queenmq_storage::finish_interrupted_install(&dir, &store))
+        .map_err(|e| anyhow!("finishing a snapshot install in {STATE_FILE}: {e}"))?;
+    let log_present = log_backend.is_some() || log_dir.is_dir();
     let raft = queenmq_raft::read_persisted(&store)
         .map_err(|e| anyhow!("reading the raft metadata in {STATE_FILE}: {e}"))?;
     let generations = store.load_generations();

@@ -4,7 +4,7 @@
 use std::io::SeekFrom;
 use std::sync::Arc;
 
-use queenmq_storage::{Checkpoint, IoBackend, MemBackend, SnapshotReceiver, SNAPSHOT_INCOMING};
+use queenmq_storage::{IoBackend, MemBackend, SnapshotReceiver, SNAPSHOT_INCOMING};
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 use super::fixtures::{fill, open_small_segments, reclaim, start_fresh};
@@ -37,16 +37,12 @@ async fn a_stream_holds_its_records_against_reclamation_until_dropped() {
     fill(&node, &log).await;
     let (applied, term) = log.last().unwrap();
     let state: Vec<u8> = (0..9000u32).map(|i| i as u8).collect();
-    store
-        .save_checkpoint(&Checkpoint {
-            applied_index: applied,
-            applied_term: term,
-            state: state.clone(),
-        })
-        .unwrap();
     let floor = 60;
+    store
+        .save_checkpoint_with_floor(applied, term, floor, |sink| sink.write(&state))
+        .unwrap();
     let ls = node.log_store().clone();
-    let source = tokio::task::spawn_blocking(move || ls.snapshot_source(applied, floor))
+    let source = tokio::task::spawn_blocking(move || ls.snapshot_source(applied))
         .await
         .unwrap()
         .unwrap();
@@ -91,15 +87,11 @@ async fn a_stream_from_reclaimed_records_is_refused() {
     fill(&node, &log).await;
     let (applied, term) = log.last().unwrap();
     store
-        .save_checkpoint(&Checkpoint {
-            applied_index: applied,
-            applied_term: term,
-            state: vec![1; 10],
-        })
+        .save_checkpoint_with_floor(applied, term, 2, |sink| sink.write(&[1; 10]))
         .unwrap();
     assert!(reclaim(&node, 60).await > 0);
     let ls = node.log_store().clone();
-    let refused = tokio::task::spawn_blocking(move || ls.snapshot_source(applied, 2))
+    let refused = tokio::task::spawn_blocking(move || ls.snapshot_source(applied))
         .await
         .unwrap();
     assert!(

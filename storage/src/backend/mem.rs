@@ -135,6 +135,74 @@ impl MemBackend {
         })
     }
 
+    /// Renames the child directory `from` to `to` (which must not exist), with everything in
+    /// it. Modelled as durable on return, contents and name together: a crash image shows the
+    /// old name before this call and the new one after it, never neither.
+    pub fn rename_dir(&self, from: &str, to: &str) -> io::Result<()> {
+        let (from, to) = (join(&self.path, from), join(&self.path, to));
+        {
+            let mut st = lock(&self.tree.state);
+            if !st.dirs.contains(&from) {
+                return Err(not_found(&from));
+            }
+            if st.dir_exists(&to) {
+                return Err(io::Error::new(io::ErrorKind::AlreadyExists, to));
+            }
+            let moved = |p: &str| -> Option<String> {
+                if p == from {
+                    Some(to.clone())
+                } else {
+                    p.strip_prefix(&format!("{from}/"))
+                        .map(|rest| format!("{to}/{rest}"))
+                }
+            };
+            let st = &mut *st;
+            for dirs in [&mut st.dirs, &mut st.durable_dirs] {
+                let renamed: Vec<(String, String)> = dirs
+                    .iter()
+                    .filter_map(|d| moved(d).map(|n| (d.clone(), n)))
+                    .collect();
+                for (old, new) in renamed {
+                    dirs.remove(&old);
+                    dirs.insert(new);
+                }
+            }
+            for files in [&mut st.files, &mut st.durable_files] {
+                let renamed: Vec<(String, String)> = files
+                    .keys()
+                    .filter_map(|k| moved(&k.0).map(|n| (k.0.clone(), n)))
+                    .collect();
+                for (old, new) in renamed {
+                    let keys: Vec<_> = files.keys().filter(|k| k.0 == old).cloned().collect();
+                    for k in keys {
+                        if let Some(f) = files.remove(&k) {
+                            files.insert((new.clone(), k.1), f);
+                        }
+                    }
+                }
+            }
+        }
+        self.step();
+        Ok(())
+    }
+
+    /// Removes the child directory `name` and everything in it; durable after this
+    /// directory's `sync_dir`, as with a real one.
+    pub fn remove_dir_all(&self, name: &str) -> io::Result<()> {
+        let path = join(&self.path, name);
+        {
+            let mut st = lock(&self.tree.state);
+            if !st.dirs.contains(&path) {
+                return Err(not_found(&path));
+            }
+            let inside = |p: &str| p == path || p.starts_with(&format!("{path}/"));
+            st.dirs.retain(|d| !inside(d));
+            st.files.retain(|k, _| !inside(&k.0));
+        }
+        self.step();
+        Ok(())
+    }
+
     /// The directory at `path` (relative to the root, "a/b"), if it exists.
     pub fn dir(&self, path: &str) -> Option<MemBackend> {
         let path = tree_path(Path::new(path));
@@ -424,6 +492,19 @@ impl IoBackend for MemBackend {
                 .collect();
             st.durable_dirs.retain(|d| parent(d) != here.as_str());
             st.durable_dirs.extend(children);
+            // What lay inside a child directory removed from here is gone with its name.
+            let dirs = st.dirs.clone();
+            let gone = |p: &str| {
+                let rest = if here.is_empty() {
+                    Some(p)
+                } else {
+                    p.strip_prefix(&format!("{here}/"))
+                };
+                rest.filter(|r| !r.is_empty())
+                    .is_some_and(|r| !dirs.contains(&join(here, r.split('/').next().unwrap_or(r))))
+            };
+            st.durable_dirs.retain(|d| !gone(d));
+            st.durable_files.retain(|k, _| !gone(&k.0));
         }
         self.step();
         Ok(())

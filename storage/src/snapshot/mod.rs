@@ -1,17 +1,27 @@
 //! The Raft snapshot stream: a durable checkpoint followed by the records its runs point at
-//! (docs/storage-format.md "Raft snapshot"). Built so far: the stream format, its receiver
-//! and its sender; the install and the openraft wiring are not.
+//! (docs/storage-format.md "Raft snapshot"). Built so far: the stream format, its receiver,
+//! its sender and the install (not called by openraft yet).
 
 mod check;
+mod data_dir;
 mod header;
+mod install;
 mod receiver;
 mod sender;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_generation;
+#[cfg(test)]
+mod tests_install;
+#[cfg(test)]
 mod tests_sender;
 
 pub use check::AdmitFn;
+pub use data_dir::{DataDir, DiskDataDir};
 pub use header::{SnapshotHeader, SNAPSHOT_HEADER_LEN, SNAPSHOT_PART_CAP};
+pub use install::{
+    finish_interrupted_install, install_snapshot, Installed, LOG_DIR, LOG_INCOMING, LOG_OLD,
+};
 pub use receiver::{SnapshotReceiver, SNAPSHOT_INCOMING};
 pub use sender::SnapshotSource;

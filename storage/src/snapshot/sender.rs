@@ -2,12 +2,13 @@
 //! point at, read at any offset, never held whole (docs/storage-format.md "Raft snapshot").
 
 use std::io::{self, Read, Seek, SeekFrom};
+use std::sync::Arc;
 
 use super::header::{SnapshotHeader, SNAPSHOT_HEADER_LEN};
 use crate::log::{FloorLease, RecordSpan};
 use crate::{SegmentLog, StateStore, StateView, StorageError};
 
-/// One snapshot stream: header, the generation's state (one redb read transaction), then
+/// One snapshot stream: header, the generation's state (a short redb read per chunk), then
 /// records `F..=A` read from the segments, which its floor lease keeps on disk. Dropping it
 /// ends the lease.
 pub struct SnapshotSource {
@@ -23,25 +24,21 @@ pub struct SnapshotSource {
 }
 
 impl SnapshotSource {
-    /// Opens the stream of the generation at `applied_index`, carrying records
-    /// `floor..=applied_index` (`floor = applied_index + 1`: none). `floor` is that
-    /// checkpoint's run floor, which only its writer knows. The lease is taken before anything
-    /// else is read; the log must hold every record and record `A` the generation's term.
+    /// Opens the stream of the newest streamable generation at `applied_index`, carrying
+    /// records `F..=applied_index` where `F` is the run floor recorded with it (`A + 1`: none).
+    /// Reads the generation's headers and first chunk only: the state is verified against its
+    /// CRC32C as it is streamed. The lease is taken before any record is located; the log must
+    /// hold every record and record `A` the generation's term.
     pub fn open(
-        store: &StateStore,
+        store: &Arc<StateStore>,
         log: &SegmentLog,
         applied_index: u64,
-        floor: u64,
     ) -> Result<SnapshotSource, StorageError> {
         let unavailable = |reason: String| StorageError::SnapshotUnavailable { reason };
-        if floor > applied_index.saturating_add(1) {
-            return Err(unavailable(format!(
-                "floor {floor} is past applied index {applied_index} + 1"
-            )));
-        }
+        let state = StateStore::state_view(store, applied_index)?;
+        let floor = state.first_record;
         let carries = floor <= applied_index;
         let lease = carries.then(|| log.lease_floor(floor)).transpose()?;
-        let state = store.state_view(applied_index)?;
         let (spans, records_len) = if carries {
             if log.term_of(applied_index) != Some(state.applied_term) {
                 return Err(unavailable(format!(
@@ -110,6 +107,8 @@ impl SnapshotSource {
             } else if at < SNAPSHOT_HEADER_LEN as u64 + self.head.state_len {
                 self.state.read_at(at - SNAPSHOT_HEADER_LEN as u64, out)?
             } else {
+                // The state verifies whole before anything after it is sent.
+                self.state.verify()?;
                 self.read_records(at, out)?
             };
             if n == 0 {

@@ -9,23 +9,23 @@ use crate::{
     StorageError, SNAPSHOT_HEADER_LEN, SNAPSHOT_INCOMING,
 };
 
-struct Fixture {
+pub(super) struct Fixture {
     _dir: tempfile::TempDir,
-    store: StateStore,
-    log: SegmentLog,
+    pub store: Arc<StateStore>,
+    pub log: SegmentLog,
 }
 
-/// Records 1..=60 in term 2 over segments of 256 bytes, and a checkpoint at 50 whose state
-/// spans three chunks of the store (the last one short).
-fn fixture() -> Fixture {
+/// Records 1..=60 in term 2 over segments of 256 bytes, and a checkpoint at 50 with run floor
+/// 20 whose state spans three chunks of the store (the last one short).
+pub(super) fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let store = StateStore::open(&dir.path().join("state.redb")).unwrap();
+    let store = Arc::new(StateStore::open(&dir.path().join("state.redb")).unwrap());
     let log = SegmentLog::open_with_backend(Arc::new(MemBackend::new()), small())
         .unwrap()
         .0;
     fill(&log, 1, 60, 2);
     log.sync().unwrap();
-    store.save_checkpoint(&checkpoint(50)).unwrap();
+    save(&store, 50, 20);
     Fixture {
         _dir: dir,
         store,
@@ -33,7 +33,15 @@ fn fixture() -> Fixture {
     }
 }
 
-fn checkpoint(at: u64) -> Checkpoint {
+/// Saves `checkpoint(at)` with run floor `floor`.
+pub(super) fn save(store: &StateStore, at: u64, floor: u64) {
+    let cp = checkpoint(at);
+    store
+        .save_checkpoint_with_floor(at, cp.applied_term, floor, |sink| sink.write(&cp.state))
+        .unwrap();
+}
+
+pub(super) fn checkpoint(at: u64) -> Checkpoint {
     let len = 2 * crate::CHECKPOINT_CHUNK_BYTES + 1234;
     Checkpoint {
         applied_index: at,
@@ -43,7 +51,7 @@ fn checkpoint(at: u64) -> Checkpoint {
 }
 
 /// Sends the source through a receiver in chunks of `chunk`, read with `Read`.
-fn transfer(src: &mut SnapshotSource, chunk: usize) -> Vec<u8> {
+pub(super) fn transfer(src: &mut SnapshotSource, chunk: usize) -> Vec<u8> {
     let mem = MemBackend::new();
     let dir: Arc<dyn IoBackend> = Arc::new(mem.clone());
     let mut rx = SnapshotReceiver::create(dir, 1024, Box::new(|_| Ok(()))).unwrap();
@@ -64,7 +72,7 @@ fn transfer(src: &mut SnapshotSource, chunk: usize) -> Vec<u8> {
 #[test]
 fn the_sender_s_stream_is_accepted_by_the_receiver_byte_for_byte() {
     let f = fixture();
-    let mut src = SnapshotSource::open(&f.store, &f.log, 50, 20).unwrap();
+    let mut src = SnapshotSource::open(&f.store, &f.log, 50).unwrap();
     let h = *src.header();
     assert_eq!(
         (h.applied_index, h.applied_term, h.first_record),
@@ -101,46 +109,63 @@ fn the_sender_s_stream_is_accepted_by_the_receiver_byte_for_byte() {
 #[test]
 fn a_stream_without_records_carries_the_state_alone() {
     let f = fixture();
-    let mut src = SnapshotSource::open(&f.store, &f.log, 50, 51).unwrap();
+    // Saved again over the unchanged state, with no run left: the newer generation at 50
+    // (in the other slot) is the one streamed.
+    save(&f.store, 50, 51);
+    let mut src = SnapshotSource::open(&f.store, &f.log, 50).unwrap();
     assert_eq!(src.header().records_len, 0);
     let file = transfer(&mut src, 1 << 20);
     assert_eq!(&file[SNAPSHOT_HEADER_LEN..], &checkpoint(50).state[..]);
 }
 
+/// Review s20 H2: the stream holds no read transaction, so a save over its slot is seen, and
+/// the next read of the state fails rather than reading pages redb had to keep for it.
 #[test]
-fn a_later_save_over_the_slot_does_not_change_an_open_stream() {
+fn a_save_over_the_slot_fails_the_open_stream_s_next_state_read() {
     let f = fixture();
-    let mut src = SnapshotSource::open(&f.store, &f.log, 50, 40).unwrap();
-    let before = {
-        let mut b = Vec::new();
-        src.read_to_end(&mut b).unwrap();
-        b
-    };
+    let mut src = SnapshotSource::open(&f.store, &f.log, 50).unwrap();
+    let mut first = vec![0u8; 1000];
+    src.read_exact(&mut first).unwrap();
     // Two more saves: the second overwrites the slot generation 50 lived in.
-    f.store.save_checkpoint(&checkpoint(55)).unwrap();
-    f.store.save_checkpoint(&checkpoint(58)).unwrap();
+    save(&f.store, 55, 20);
+    let mut again = vec![0u8; 1000];
+    src.seek(SeekFrom::Start(0)).unwrap();
+    src.read_exact(&mut again).unwrap();
+    assert_eq!(again, first, "the other slot's save changed nothing");
+    save(&f.store, 58, 20);
+    // The header is the stream's own; the state is gone.
+    src.seek(SeekFrom::Start(0)).unwrap();
+    src.read_exact(&mut again[..SNAPSHOT_HEADER_LEN]).unwrap();
+    let err = src.read_exact(&mut again).unwrap_err().to_string();
+    assert!(err.contains("saved over"), "{err}");
     assert!(matches!(
-        SnapshotSource::open(&f.store, &f.log, 50, 40),
+        SnapshotSource::open(&f.store, &f.log, 50),
         Err(StorageError::SnapshotUnavailable { .. })
     ));
-    src.seek(SeekFrom::Start(0)).unwrap();
-    assert_eq!(transfer(&mut src, 4096), before);
 }
 
 #[test]
 fn what_cannot_be_streamed_is_refused() {
     let f = fixture();
-    let refused = |a, floor| match SnapshotSource::open(&f.store, &f.log, a, floor) {
+    let refused = |a| match SnapshotSource::open(&f.store, &f.log, a) {
         Err(StorageError::SnapshotUnavailable { reason }) => reason,
         Err(e) => panic!("{e}"),
-        Ok(_) => panic!("opened ({a}, {floor})"),
+        Ok(_) => panic!("opened {a}"),
     };
-    assert!(refused(49, 10).contains("no checkpoint generation"));
-    assert!(refused(50, 52).contains("past applied index"));
+    assert!(refused(49).contains("no checkpoint generation"));
+    // A floor past A + 1 is refused at the save, which writes nothing.
+    let cp = checkpoint(52);
+    let err = f
+        .store
+        .save_checkpoint_with_floor(52, 2, 54, |sink| sink.write(&cp.state))
+        .unwrap_err();
+    assert!(err.to_string().contains("past applied index"), "{err}");
+    assert!(refused(52).contains("no checkpoint generation"));
+    save(&f.store, 51, 5);
     f.log.purge_upto(30).unwrap();
     let first = f.log.first_index().unwrap();
     assert!(first > 5);
-    assert!(refused(50, 5).contains("reclaimed"));
+    assert!(refused(51).contains("reclaimed"));
     // A refused open leaves no lease behind.
     assert!(f.log.lease_clamp(u64::MAX) == Some(u64::MAX));
 }
@@ -150,7 +175,7 @@ fn a_lease_holds_its_segments_against_purges_until_dropped() {
     let f = fixture();
     let before = f.log.segment_count();
     let free = f.log.sealed_bytes_through(50);
-    let src = SnapshotSource::open(&f.store, &f.log, 50, 20).unwrap();
+    let src = SnapshotSource::open(&f.store, &f.log, 50).unwrap();
     let through = f.log.sealed_through(50).unwrap();
     assert!(through < 20, "sealed_through {through} passes the floor");
     let held = f.log.sealed_bytes_through(50);

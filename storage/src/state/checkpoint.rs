@@ -70,6 +70,12 @@ impl CheckpointHead {
         b
     }
 
+    /// Whether raw header bytes are of the version whose `applied_term` its own CRC covers:
+    /// only such a generation is streamed as a snapshot.
+    pub fn is_current_version(b: &[u8]) -> bool {
+        b.first() == Some(&HEAD_VERSION)
+    }
+
     pub fn decode(b: &[u8]) -> Result<CheckpointHead, StorageError> {
         let expected_len = match b.first() {
             Some(1) => HEAD_V1_LEN,

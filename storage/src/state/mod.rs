@@ -2,7 +2,9 @@
 //! engine's checkpoint. Message payloads never go here; they live in the segment log.
 
 pub(crate) mod checkpoint;
-mod generations;
+pub(crate) mod floor_row;
+pub(crate) mod generations;
+mod install;
 mod sink;
 #[cfg(test)]
 mod tests;
@@ -14,15 +16,17 @@ use std::path::Path;
 
 use std::sync::Mutex;
 
-use redb::{Database, ReadableDatabase, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::StorageError;
 pub use checkpoint::Checkpoint;
 use checkpoint::CheckpointHead;
 /// Rows of a checkpoint in the store: a streamed save holds one in memory.
 pub use checkpoint::WRITE_CHUNK_BYTES as CHECKPOINT_CHUNK_BYTES;
+use floor_row::{FloorRow, CHECKPOINT_FLOOR};
 pub use generations::Generation;
 use generations::{newest_first, slot_to_overwrite, SLOTS};
+pub use install::{FillState, Installing, INSTALLING_KEY};
 pub use sink::StateSink;
 pub use view::StateView;
 
@@ -30,7 +34,8 @@ const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// One row per checkpoint generation, keyed by its slot's `head_key`: the header (see
 /// `CheckpointHead`). Each slot's state is in its own table of rows of `WRITE_CHUNK_BYTES`
 /// (older checkpoints: up to `CHUNK_BYTES`), keys 0.., so no redb value is huge.
-const CHECKPOINT_HEAD: TableDefinition<&str, &[u8]> = TableDefinition::new("checkpoint_head");
+pub(crate) const CHECKPOINT_HEAD: TableDefinition<&str, &[u8]> =
+    TableDefinition::new("checkpoint_head");
 /// redb's page cache. Its default (1 GiB) filled with the pages of each checkpoint written
 /// (issue 15: a broker's RSS grew by the checkpoint size every interval); the checkpoint is
 /// written once and read only at start-up, and the metadata rows are tiny.
@@ -109,6 +114,7 @@ impl StateStore {
         store.write("create tables", |txn| {
             txn.open_table(META)?;
             txn.open_table(CHECKPOINT_HEAD)?;
+            txn.open_table(CHECKPOINT_FLOOR)?;
             for slot in &SLOTS {
                 txn.open_table(slot.chunks)?;
             }
@@ -148,11 +154,43 @@ impl StateStore {
     }
 
     /// [`Self::save_checkpoint`] for a state that `fill` hands to the sink piece by piece, so
-    /// it is never held whole: memory is one chunk plus what `fill` holds.
+    /// it is never held whole: memory is one chunk plus what `fill` holds. Records no run
+    /// floor: a snapshot cannot be streamed from this generation.
     pub fn save_checkpoint_streamed(
         &self,
         applied_index: u64,
         applied_term: u64,
+        fill: impl FnOnce(&mut StateSink<'_>),
+    ) -> Result<(), StorageError> {
+        self.save(applied_index, applied_term, None, fill)
+    }
+
+    /// [`Self::save_checkpoint_streamed`] that also records, in the same transaction, the
+    /// first record `first_record` (`F`) a snapshot of this generation carries: the run floor
+    /// of the state saved, `applied_index + 1` when no run names a record. Refused (nothing
+    /// written) when `F` is past `applied_index + 1`.
+    pub fn save_checkpoint_with_floor(
+        &self,
+        applied_index: u64,
+        applied_term: u64,
+        first_record: u64,
+        fill: impl FnOnce(&mut StateSink<'_>),
+    ) -> Result<(), StorageError> {
+        if first_record > applied_index.saturating_add(1) {
+            return Err(StorageError::CheckpointRefused {
+                reason: format!(
+                    "its run floor {first_record} is past applied index {applied_index} + 1"
+                ),
+            });
+        }
+        self.save(applied_index, applied_term, Some(first_record), fill)
+    }
+
+    fn save(
+        &self,
+        applied_index: u64,
+        applied_term: u64,
+        first_record: Option<u64>,
         fill: impl FnOnce(&mut StateSink<'_>),
     ) -> Result<(), StorageError> {
         let kept = *self.kept.lock().unwrap_or_else(|p| p.into_inner());
@@ -170,6 +208,30 @@ impl StateStore {
             fill(&mut sink);
             let head = sink.finish(applied_index, applied_term)?.encode();
             heads.insert(slot.head_key, head.as_slice())?;
+            let mut floors = txn.open_table(CHECKPOINT_FLOOR)?;
+            // A row left from the slot's previous generation must never describe this one.
+            let mut highest = 0;
+            for s in &SLOTS {
+                if let Some(r) = floors
+                    .get(s.head_key)?
+                    .and_then(|v| FloorRow::decode(v.value()))
+                {
+                    highest = highest.max(r.save_number);
+                }
+            }
+            match first_record {
+                Some(first_record) => {
+                    let row = FloorRow {
+                        first_record,
+                        save_number: highest.saturating_add(1),
+                        head_crc: crc32c::crc32c(&head),
+                    };
+                    floors.insert(slot.head_key, row.encode().as_slice())?;
+                }
+                None => {
+                    floors.remove(slot.head_key)?;
+                }
+            }
             Ok(())
         })?;
         *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(target);
@@ -242,6 +304,15 @@ impl StateStore {
     /// must not overwrite it.
     pub fn keep(&self, slot: usize) {
         *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(slot.min(1));
+    }
+
+    /// A raw write, for tests that damage or hand-craft rows.
+    #[cfg(test)]
+    pub(crate) fn write_raw(
+        &self,
+        body: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
+    ) -> Result<(), StorageError> {
+        self.write("write raw rows", body)
     }
 
     fn write(

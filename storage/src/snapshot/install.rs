@@ -1,0 +1,312 @@
+//! Steps 2-5 of a snapshot install on the receiver, each durable before the next, and the
+//! start-up that finishes an interrupted one (docs/storage-format.md "Install on the
+//! receiver", "A crash, or a file that no longer verifies"). Not called by openraft yet.
+
+use std::sync::Arc;
+
+use super::data_dir::DataDir;
+use super::header::{SnapshotHeader, SNAPSHOT_HEADER_LEN};
+use super::receiver::SNAPSHOT_INCOMING;
+use crate::backend::{IoBackend, SegmentFile};
+use crate::format::{decode_body, le_u32, record_len, LEN_FIELD};
+use crate::state::{Installing, StateSink};
+use crate::{LogOptions, SegmentLog, StateStore, StorageError};
+
+pub const LOG_DIR: &str = "log";
+pub const LOG_INCOMING: &str = "log-incoming";
+pub const LOG_OLD: &str = "log-old";
+/// What one read of the file takes at a time.
+const READ_BYTES: usize = 1 << 20;
+
+/// What an install did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Installed {
+    pub header: SnapshotHeader,
+    /// Whether `log` was replaced by the snapshot's records (false: the log was kept).
+    pub switched: bool,
+}
+
+/// Installs the finished `snapshot-incoming` of `dir`. `log` is the live log in `dir/log`,
+/// read only to decide whether it is kept; the caller closes it (and every reader of it)
+/// first when the result says `switched`, and reopens `log`. `meta` are the Raft rows step 3
+/// writes with the state (the purge horizon and the snapshot's membership, in the Raft
+/// crate's encodings); `opts` open `log-incoming`. Before step 3 commits, any error deletes
+/// `snapshot-incoming` and `log-incoming` and leaves the node's state and log as they were;
+/// after it, an error leaves what the start-up finishes (`finish_interrupted_install`).
+pub fn install_snapshot(
+    dir: &dyn DataDir,
+    store: &StateStore,
+    log: &SegmentLog,
+    opts: LogOptions,
+    meta: &[(&str, &[u8])],
+) -> Result<Installed, StorageError> {
+    let files = dir.files();
+    let staged = stage(dir, &*files, store, log, opts, meta);
+    let (header, switch) = match staged {
+        Ok(s) => s,
+        Err(e) => {
+            discard_incoming(dir);
+            return Err(e);
+        }
+    };
+    finish_steps_4_and_5(dir, store, switch)?;
+    Ok(Installed {
+        header,
+        switched: switch,
+    })
+}
+
+/// Steps 2 and 3; nothing the node starts on has changed unless this returns Ok.
+fn stage(
+    dir: &dyn DataDir,
+    files: &dyn IoBackend,
+    store: &StateStore,
+    log: &SegmentLog,
+    opts: LogOptions,
+    meta: &[(&str, &[u8])],
+) -> Result<(SnapshotHeader, bool), StorageError> {
+    let path = files.locate(SNAPSHOT_INCOMING);
+    let file = files
+        .open(SNAPSHOT_INCOMING)
+        .map_err(StorageError::io("open", &path))?;
+    let mut raw = [0u8; SNAPSHOT_HEADER_LEN];
+    file.read_at(0, &mut raw)
+        .map_err(StorageError::io("read the header of", &path))?;
+    let head = SnapshotHeader::decode(&raw)
+        .map_err(|reason| StorageError::SnapshotRefused { offset: 0, reason })?;
+    let len = file.len().map_err(StorageError::io("size", &path))?;
+    if len != head.stream_len() {
+        return Err(refused(
+            len,
+            format!(
+                "the file holds {len} bytes, its header {}",
+                head.stream_len()
+            ),
+        ));
+    }
+    let (a, term, f) = (head.applied_index, head.applied_term, head.first_record);
+    // Step 2: by Log Matching a log holding A in the same term holds the sender's records up
+    // to A, and records after A may have been acknowledged: it stays.
+    let keep = log.term_of(a) == Some(term) && log.first_index().is_some_and(|first| first <= f);
+    if !keep {
+        if dir.has_dir(LOG_INCOMING) {
+            dir.remove_dir_all(LOG_INCOMING)
+                .map_err(StorageError::io("remove", files.locate(LOG_INCOMING)))?;
+        }
+        let incoming = dir
+            .make_dir(LOG_INCOMING)
+            .map_err(StorageError::io("create", files.locate(LOG_INCOMING)))?;
+        let opts = LogOptions {
+            durable_through: 0,
+            accept_data_loss: false,
+            ..opts
+        };
+        let (new_log, _) = SegmentLog::open_with_backend(incoming, opts)?;
+        copy_records(&file, &path, &head, &new_log, opts.max_record_bytes)?;
+        new_log.sync()?;
+        files.sync_dir().map_err(StorageError::io(
+            "sync the directory of",
+            files.locate(LOG_INCOMING),
+        ))?;
+    }
+    // Step 3.
+    let install = Installing {
+        applied_index: a,
+        applied_term: term,
+        first_record: f,
+        switch: !keep,
+    };
+    let mut fill = |sink: &mut StateSink<'_>| read_state(&file, &path, &head, sink);
+    store.commit_install(&install, head.state_len, head.state_crc, &mut fill, meta)?;
+    Ok((head, !keep))
+}
+
+fn refused(offset: u64, reason: String) -> StorageError {
+    StorageError::SnapshotRefused { offset, reason }
+}
+
+/// The state bytes of the file into `sink`, a piece at a time.
+fn read_state(
+    file: &Arc<dyn SegmentFile>,
+    path: &std::path::Path,
+    head: &SnapshotHeader,
+    sink: &mut StateSink<'_>,
+) -> Result<(), StorageError> {
+    let mut buf = vec![0u8; READ_BYTES];
+    let mut at = 0u64;
+    while at < head.state_len {
+        let n = buf.len().min((head.state_len - at) as usize);
+        file.read_at(SNAPSHOT_HEADER_LEN as u64 + at, &mut buf[..n])
+            .map_err(StorageError::io("read the state from", path))?;
+        sink.write(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Records `F..=A` of the file into `log`, each verified (length, CRC32C, index, term).
+fn copy_records(
+    file: &Arc<dyn SegmentFile>,
+    path: &std::path::Path,
+    head: &SnapshotHeader,
+    log: &SegmentLog,
+    max_record_bytes: u32,
+) -> Result<(), StorageError> {
+    let start = SNAPSHOT_HEADER_LEN as u64 + head.state_len;
+    let end = start + head.records_len;
+    let mut at = start;
+    let mut next = head.first_record;
+    let mut body = Vec::new();
+    while at < end {
+        if end - at < LEN_FIELD {
+            return Err(refused(at, "the records end inside a length field".into()));
+        }
+        let mut len_field = [0u8; LEN_FIELD as usize];
+        file.read_at(at, &mut len_field)
+            .map_err(StorageError::io("read a record from", path))?;
+        let len = u64::from(le_u32(&len_field));
+        // Checked before the buffer grows: the file is read again, not trusted.
+        let most = record_len(max_record_bytes as usize) - LEN_FIELD;
+        if len > most || len > end - at - LEN_FIELD {
+            return Err(refused(
+                at,
+                format!("a record of {len} bytes: above {most} or past the file's records"),
+            ));
+        }
+        body.resize(len as usize, 0);
+        file.read_at(at + LEN_FIELD, &mut body)
+            .map_err(StorageError::io("read a record from", path))?;
+        let r = decode_body(&body).map_err(|reason| refused(at, reason))?;
+        if r.index != next || r.term > head.applied_term {
+            return Err(refused(
+                at,
+                format!(
+                    "record ({}, {}) where index {next} was due",
+                    r.index, r.term
+                ),
+            ));
+        }
+        log.append(r.index, r.term, r.payload)?;
+        next += 1;
+        at += LEN_FIELD + len;
+    }
+    let carried = head.first_record <= head.applied_index;
+    if next != head.applied_index.saturating_add(1)
+        || (carried && log.term_of(head.applied_index) != Some(head.applied_term))
+    {
+        return Err(refused(
+            at,
+            format!(
+                "the records end at index {} of term {:?}, not at ({}, {})",
+                next.saturating_sub(1),
+                log.last().map(|(_, t)| t),
+                head.applied_index,
+                head.applied_term
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Steps 4 and 5, each idempotent: rename only what is still there, delete what is left.
+fn finish_steps_4_and_5(
+    dir: &dyn DataDir,
+    store: &StateStore,
+    switch: bool,
+) -> Result<(), StorageError> {
+    let files = dir.files();
+    let sync = || {
+        files
+            .sync_dir()
+            .map_err(StorageError::io("sync", files.locate("")))
+    };
+    if switch && dir.has_dir(LOG_INCOMING) {
+        if dir.has_dir(LOG_DIR) {
+            if dir.has_dir(LOG_OLD) {
+                dir.remove_dir_all(LOG_OLD)
+                    .map_err(StorageError::io("remove", files.locate(LOG_OLD)))?;
+            }
+            dir.rename_dir(LOG_DIR, LOG_OLD)
+                .map_err(StorageError::io("rename aside", files.locate(LOG_DIR)))?;
+        }
+        dir.rename_dir(LOG_INCOMING, LOG_DIR)
+            .map_err(StorageError::io(
+                "rename into place",
+                files.locate(LOG_INCOMING),
+            ))?;
+        sync()?;
+    }
+    if dir.has_dir(LOG_OLD) {
+        dir.remove_dir_all(LOG_OLD)
+            .map_err(StorageError::io("remove", files.locate(LOG_OLD)))?;
+    }
+    remove_incoming_files(&*files)?;
+    sync()?;
+    store.clear_installing()
+}
+
+/// Deletes every `snapshot-incoming*` file; whether any was there.
+fn remove_incoming_files(files: &dyn IoBackend) -> Result<bool, StorageError> {
+    let names = files
+        .list()
+        .map_err(StorageError::io("list", files.locate("")))?;
+    let mut any = false;
+    for name in names.iter().filter(|n| n.starts_with(SNAPSHOT_INCOMING)) {
+        files
+            .remove(name)
+            .map_err(StorageError::io("remove", files.locate(name)))?;
+        any = true;
+    }
+    Ok(any)
+}
+
+/// Before step 3 commits nothing depends on these: best effort, the start-up removes what
+/// is left.
+fn discard_incoming(dir: &dyn DataDir) {
+    let files = dir.files();
+    let mut result = remove_incoming_files(&*files).map(drop);
+    if result.is_ok() && dir.has_dir(LOG_INCOMING) {
+        result = dir
+            .remove_dir_all(LOG_INCOMING)
+            .map_err(StorageError::io("remove", files.locate(LOG_INCOMING)));
+    }
+    if let Err(e) = result.and_then(|()| {
+        files
+            .sync_dir()
+            .map_err(StorageError::io("sync", files.locate("")))
+    }) {
+        tracing::warn!(error = %e, "a refused snapshot install left files behind; the next start removes them");
+    }
+}
+
+/// The start-up step, before `SegmentLog::open` of `log/` and before the Raft log store's
+/// interrupted-purge finish: an install whose step 3 committed is finished (steps 4 and 5);
+/// otherwise every `snapshot-incoming*` and `log-incoming` is deleted unread. Returns the
+/// install it finished, if any.
+pub fn finish_interrupted_install(
+    dir: &dyn DataDir,
+    store: &StateStore,
+) -> Result<Option<Installing>, StorageError> {
+    if let Some(install) = store.installing()? {
+        tracing::warn!(
+            applied_index = install.applied_index,
+            switch = install.switch,
+            "finishing a snapshot install a crash interrupted"
+        );
+        finish_steps_4_and_5(dir, store, install.switch)?;
+        return Ok(Some(install));
+    }
+    let files = dir.files();
+    let mut any = remove_incoming_files(&*files)?;
+    if dir.has_dir(LOG_INCOMING) {
+        dir.remove_dir_all(LOG_INCOMING)
+            .map_err(StorageError::io("remove", files.locate(LOG_INCOMING)))?;
+        any = true;
+    }
+    if any {
+        files
+            .sync_dir()
+            .map_err(StorageError::io("sync", files.locate("")))?;
+    }
+    Ok(None)
+}

@@ -1,0 +1,213 @@
+//! The install (steps 2-5) and the start-up that finishes or discards it, against crash
+//! images taken after every durable step (docs/storage-format.md "A crash, or a file that no
+//! longer verifies").
+
+use std::io::Read;
+use std::sync::Arc;
+
+use crate::log::tests::{assert_records, fill, small};
+use crate::{
+    finish_interrupted_install, install_snapshot, IoBackend, MemBackend, SegmentLog,
+    SnapshotReceiver, SnapshotSource, StateStore, StorageError, INSTALLING_KEY, LOG_DIR,
+    LOG_INCOMING, LOG_OLD, SNAPSHOT_HEADER_LEN, SNAPSHOT_INCOMING,
+};
+
+const PURGED: &str = "raft/purged";
+
+fn new_state() -> Vec<u8> {
+    (0..3000u32).map(|i| (i * 7) as u8).collect()
+}
+
+/// The leader's stream: records 1..=60 in term 2, a checkpoint at 50 with run floor 20.
+fn leader_stream() -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(StateStore::open(&dir.path().join("state.redb")).unwrap());
+    let log = SegmentLog::open_with_backend(Arc::new(MemBackend::new()), small())
+        .unwrap()
+        .0;
+    fill(&log, 1, 60, 2);
+    let state = new_state();
+    store
+        .save_checkpoint_with_floor(50, 2, 20, |sink| sink.write(&state))
+        .unwrap();
+    let mut src = SnapshotSource::open(&store, &log, 50).unwrap();
+    let mut bytes = Vec::new();
+    src.read_to_end(&mut bytes).unwrap();
+    bytes
+}
+
+struct Follower {
+    data: MemBackend,
+    store: StateStore,
+    log: SegmentLog,
+}
+
+/// A follower whose log holds `1..=last` in `term`, with a checkpoint at 10, and the leader's
+/// stream received whole into `snapshot-incoming`.
+fn follower(last: u64, term: u64) -> Follower {
+    let data = MemBackend::new();
+    let log_dir = data.mkdir(LOG_DIR).unwrap();
+    data.sync_dir().unwrap();
+    let log = SegmentLog::open_with_backend(Arc::new(log_dir), small())
+        .unwrap()
+        .0;
+    fill(&log, 1, last, term);
+    log.sync().unwrap();
+    let store = StateStore::open_in(&data, "state.redb").unwrap();
+    store
+        .save_checkpoint_with_floor(10, term, 1, |sink| sink.write(b"old state"))
+        .unwrap();
+    let files: Arc<dyn IoBackend> = Arc::new(data.clone());
+    let mut rx = SnapshotReceiver::create(files, 1024, Box::new(|_| Ok(()))).unwrap();
+    let stream = leader_stream();
+    for (i, chunk) in stream.chunks(1000).enumerate() {
+        rx.write_at(i as u64 * 1000, chunk).unwrap();
+    }
+    rx.finish().unwrap();
+    Follower { data, store, log }
+}
+
+fn install(f: &Follower) -> Result<crate::Installed, StorageError> {
+    install_snapshot(&f.data, &f.store, &f.log, small(), &[(PURGED, b"(2, 50)")])
+}
+
+/// What a node finds on `image` after the start-up step: "old" or "new", never a mix, and
+/// nothing of an install left behind.
+fn restart(image: &MemBackend, old_last: u64, old_term: u64, kept_log: bool) -> &'static str {
+    let store = StateStore::open_in(image, "state.redb").unwrap();
+    finish_interrupted_install(image, &store).unwrap();
+    assert_eq!(store.get_meta(INSTALLING_KEY).unwrap(), None);
+    for gone in [LOG_INCOMING, LOG_OLD] {
+        assert!(image.dir(gone).is_none(), "{gone} is left");
+    }
+    let left: Vec<String> = image
+        .list()
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.starts_with(SNAPSHOT_INCOMING))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let log = SegmentLog::open_with_backend(Arc::new(image.dir(LOG_DIR).unwrap()), small())
+        .unwrap()
+        .0;
+    let gens = store.load_generations().unwrap();
+    let newest = gens[0].checkpoint.as_ref().unwrap();
+    if newest.applied_index == 10 {
+        assert_eq!(newest.state, b"old state");
+        assert_eq!(store.get_meta(PURGED).unwrap(), None);
+        assert_eq!(
+            (log.first_index(), log.last()),
+            (Some(1), Some((old_last, old_term)))
+        );
+        assert_records(&log, 1, old_last, old_term);
+        return "old";
+    }
+    assert_eq!(gens.len(), 2);
+    for g in &gens {
+        let cp = g.checkpoint.as_ref().unwrap();
+        assert_eq!((cp.applied_index, cp.applied_term), (50, 2));
+        assert_eq!(cp.state, new_state());
+    }
+    assert_eq!(
+        store.get_meta(PURGED).unwrap().as_deref(),
+        Some(&b"(2, 50)"[..])
+    );
+    if kept_log {
+        assert_eq!(
+            (log.first_index(), log.last()),
+            (Some(1), Some((old_last, 2)))
+        );
+        assert_records(&log, 1, old_last, 2);
+    } else {
+        assert_eq!((log.first_index(), log.last()), (Some(20), Some((50, 2))));
+        assert_records(&log, 20, 50, 2);
+    }
+    "new"
+}
+
+#[test]
+fn a_crash_after_any_step_restarts_into_the_old_node_or_the_new_one() {
+    let f = follower(10, 1);
+    f.data.record_steps();
+    let done = install(&f).unwrap();
+    assert!(done.switched);
+    assert_eq!(done.header.first_record, 20);
+    let images = f.data.take_steps();
+    assert!(images.len() > 10, "{} steps", images.len());
+    let seen: Vec<&str> = images.iter().map(|i| restart(i, 10, 1, false)).collect();
+    // Old up to the commit of step 3, new from it on.
+    let flip = seen.iter().position(|s| *s == "new").unwrap();
+    assert!(seen[..flip].iter().all(|s| *s == "old"));
+    assert!(seen[flip..].iter().all(|s| *s == "new"), "{seen:?}");
+    assert_eq!(restart(&f.data.crash(), 10, 1, false), "new");
+}
+
+/// Step 2's other branch: a log holding A in the snapshot's term (and records after it,
+/// which may have been acknowledged) is kept whole; no `log-incoming` is built.
+#[test]
+fn a_log_holding_a_in_the_same_term_is_kept() {
+    let f = follower(55, 2);
+    f.data.record_steps();
+    let done = install(&f).unwrap();
+    assert!(!done.switched);
+    let images = f.data.take_steps();
+    for image in &images {
+        assert!(image.dir(LOG_INCOMING).is_none());
+        restart(image, 55, 2, true);
+    }
+    assert_records(&f.log, 1, 55, 2);
+    assert_eq!(restart(&f.data.crash(), 55, 2, true), "new");
+}
+
+/// Before step 3 a file that no longer verifies costs the file: the node keeps its state and
+/// log, and nothing of the install is left.
+#[test]
+fn a_flipped_byte_in_the_file_costs_the_file_not_the_node() {
+    let stream_len = leader_stream().len();
+    for at in [20, SNAPSHOT_HEADER_LEN + 100, stream_len - 7] {
+        let f = follower(10, 1);
+        let mut bytes = f.data.file_bytes(SNAPSHOT_INCOMING).unwrap();
+        bytes[at] ^= 0x01;
+        f.data.set_file_bytes(SNAPSHOT_INCOMING, bytes);
+        let err = install(&f).unwrap_err();
+        assert!(
+            matches!(err, StorageError::SnapshotRefused { .. }),
+            "byte {at}: {err}"
+        );
+        assert!(f.data.file_bytes(SNAPSHOT_INCOMING).is_none());
+        assert!(f.data.dir(LOG_INCOMING).is_none());
+        assert_records(&f.log, 1, 10, 1);
+        assert_eq!(restart(&f.data.crash(), 10, 1, false), "old", "byte {at}");
+    }
+}
+
+/// The same on a real directory: the leftovers of an unfinished stream go at start-up, and an
+/// install switches `log` for the snapshot's records.
+#[test]
+fn on_disk_leftovers_go_and_an_install_switches_the_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let dir = crate::DiskDataDir::new(root).unwrap();
+    let store = StateStore::open(&root.join("state.redb")).unwrap();
+    let (log, _) = SegmentLog::open(&root.join(LOG_DIR), small()).unwrap();
+    fill(&log, 1, 10, 1);
+    log.sync().unwrap();
+    std::fs::write(root.join("snapshot-incoming.7.part"), b"half").unwrap();
+    std::fs::create_dir(root.join(LOG_INCOMING)).unwrap();
+    std::fs::write(root.join(LOG_INCOMING).join("x"), b"x").unwrap();
+    assert_eq!(finish_interrupted_install(&dir, &store).unwrap(), None);
+    assert!(!root.join("snapshot-incoming.7.part").exists());
+    assert!(!root.join(LOG_INCOMING).exists());
+
+    let files: Arc<dyn IoBackend> = Arc::new(crate::FileBackend::new(root).unwrap());
+    let mut rx = SnapshotReceiver::create(files, 1024, Box::new(|_| Ok(()))).unwrap();
+    rx.write_at(0, &leader_stream()).unwrap();
+    rx.finish().unwrap();
+    let done = install_snapshot(&dir, &store, &log, small(), &[]).unwrap();
+    assert!(done.switched);
+    drop(log);
+    assert!(!root.join(SNAPSHOT_INCOMING).exists() && !root.join(LOG_OLD).exists());
+    let (log, _) = SegmentLog::open(&root.join(LOG_DIR), small()).unwrap();
+    assert_records(&log, 20, 50, 2);
+    assert_eq!(store.load_checkpoint().unwrap().unwrap().state, new_state());
+}

@@ -1,0 +1,158 @@
+//! Step 3 of a snapshot install: one redb transaction that puts the snapshot's state into
+//! both checkpoint slots, writes the Raft rows the caller gives and the `raft/installing`
+//! record, and that record's reader for the start-up that finishes steps 4 and 5
+//! (docs/storage-format.md "Install on the receiver").
+
+use redb::ReadableTable;
+
+use super::floor_row::{FloorRow, CHECKPOINT_FLOOR};
+use super::generations::SLOTS;
+use super::{StateSink, StateStore, CHECKPOINT_HEAD, META};
+use crate::format::{le_u32, le_u64};
+use crate::StorageError;
+
+/// The meta key of the record an install in progress leaves from step 3 to step 5.
+pub const INSTALLING_KEY: &str = "raft/installing";
+const INSTALLING_LEN: usize = 29;
+
+/// What step 3 committed: the snapshot's `(A, term)`, its `F`, and whether step 2 built
+/// `log-incoming` (which step 4 then puts in place of `log`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Installing {
+    pub applied_index: u64,
+    pub applied_term: u64,
+    pub first_record: u64,
+    pub switch: bool,
+}
+
+impl Installing {
+    /// A u64 | term u64 | F u64 | switch u8 | crc32c of bytes 0..25 u32, little-endian.
+    fn encode(&self) -> [u8; INSTALLING_LEN] {
+        let mut b = [0u8; INSTALLING_LEN];
+        b[0..8].copy_from_slice(&self.applied_index.to_le_bytes());
+        b[8..16].copy_from_slice(&self.applied_term.to_le_bytes());
+        b[16..24].copy_from_slice(&self.first_record.to_le_bytes());
+        b[24] = u8::from(self.switch);
+        let crc = crc32c::crc32c(&b[..25]);
+        b[25..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Result<Installing, StorageError> {
+        let bad = |why: &str| StorageError::CorruptCheckpoint {
+            reason: format!(
+                "meta {INSTALLING_KEY} {why}; the install it records cannot be finished"
+            ),
+        };
+        if b.len() != INSTALLING_LEN {
+            return Err(bad(&format!("is {} bytes, not {INSTALLING_LEN}", b.len())));
+        }
+        if le_u32(&b[25..]) != crc32c::crc32c(&b[..25]) || b[24] > 1 {
+            return Err(bad("does not verify"));
+        }
+        Ok(Installing {
+            applied_index: le_u64(&b[0..]),
+            applied_term: le_u64(&b[8..]),
+            first_record: le_u64(&b[16..]),
+            switch: b[24] == 1,
+        })
+    }
+}
+
+/// Feeds the state, once per slot, into the sink it is given.
+pub type FillState<'f> = dyn FnMut(&mut StateSink<'_>) -> Result<(), StorageError> + 'f;
+
+impl StateStore {
+    /// Step 3: the state `fill` gives into both slots, verified against `state_len` and
+    /// `state_crc` before anything commits, with floor rows naming `install.first_record`,
+    /// `meta` (the Raft rows: purge horizon, membership) and the `raft/installing` record,
+    /// all in one durable transaction. Nothing is committed on any error.
+    pub fn commit_install(
+        &self,
+        install: &Installing,
+        state_len: u64,
+        state_crc: u32,
+        fill: &mut FillState<'_>,
+        meta: &[(&str, &[u8])],
+    ) -> Result<(), StorageError> {
+        let op = "install a snapshot's state";
+        let txn = self.db.begin_write().map_err(StorageError::state(op))?;
+        let mut highest = 0;
+        {
+            let floors = txn
+                .open_table(CHECKPOINT_FLOOR)
+                .map_err(StorageError::state(op))?;
+            for s in &SLOTS {
+                let row = floors.get(s.head_key).map_err(StorageError::state(op))?;
+                if let Some(r) = row.and_then(|v| FloorRow::decode(v.value())) {
+                    highest = highest.max(r.save_number);
+                }
+            }
+        }
+        for (n, slot) in SLOTS.iter().enumerate() {
+            let mut chunks = txn
+                .open_table(slot.chunks)
+                .map_err(StorageError::state(op))?;
+            chunks
+                .retain(|_, _| false)
+                .map_err(StorageError::state(op))?;
+            let mut sink = StateSink::new(chunks);
+            fill(&mut sink)?;
+            let head = sink
+                .finish(install.applied_index, install.applied_term)
+                .map_err(StorageError::state(op))?;
+            if head.state_len != state_len || head.crc != state_crc {
+                // Dropped uncommitted: the store is as it was.
+                return Err(StorageError::SnapshotRefused {
+                    offset: 0,
+                    reason: format!(
+                        "the state read back from the file holds {} bytes with crc32c {:#010x}; \
+                         its header says {state_len}, {state_crc:#010x}",
+                        head.state_len, head.crc
+                    ),
+                });
+            }
+            let head = head.encode();
+            txn.open_table(CHECKPOINT_HEAD)
+                .map_err(StorageError::state(op))?
+                .insert(slot.head_key, head.as_slice())
+                .map_err(StorageError::state(op))?;
+            let row = FloorRow {
+                first_record: install.first_record,
+                save_number: highest + 1 + n as u64,
+                head_crc: crc32c::crc32c(&head),
+            };
+            txn.open_table(CHECKPOINT_FLOOR)
+                .map_err(StorageError::state(op))?
+                .insert(slot.head_key, row.encode().as_slice())
+                .map_err(StorageError::state(op))?;
+        }
+        {
+            let mut t = txn.open_table(META).map_err(StorageError::state(op))?;
+            for (key, value) in meta {
+                t.insert(*key, *value).map_err(StorageError::state(op))?;
+            }
+            t.insert(INSTALLING_KEY, install.encode().as_slice())
+                .map_err(StorageError::state(op))?;
+        }
+        txn.commit().map_err(StorageError::state(op))?;
+        // Both slots hold it: the next save goes over slot 0 and keeps slot 1.
+        self.keep(1);
+        Ok(())
+    }
+
+    /// The install a crash interrupted after its step 3, if any.
+    pub fn installing(&self) -> Result<Option<Installing>, StorageError> {
+        self.get_meta(INSTALLING_KEY)?
+            .map(|b| Installing::decode(&b))
+            .transpose()
+    }
+
+    /// The last step of an install: durable on return.
+    pub fn clear_installing(&self) -> Result<(), StorageError> {
+        self.write("finish a snapshot install", |txn| {
+            txn.open_table(META)?.remove(INSTALLING_KEY)?;
+            Ok(())
+        })
+    }
+}
