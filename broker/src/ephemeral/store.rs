@@ -776,19 +776,56 @@ impl EphemeralDoor for Store {
         }
     }
 
-    fn wake(&self, tenant: &str, ask: &PopAsk<'_>) -> Option<Arc<tokio::sync::Notify>> {
+    fn wake(
+        &self,
+        tenant: &str,
+        ask: &PopAsk<'_>,
+    ) -> Result<Option<Arc<tokio::sync::Notify>>, EphemeralRefusal> {
         // Never creates the queue: the pop that waits made it already, so a missing one was
-        // deleted meanwhile (review s12 E13). The gate's cost is charged with the queue's
-        // (the long-poll slots bound how many are held).
+        // deleted meanwhile (review s12 E13). A new gate is admitted as the pop's own growth
+        // is (review s20 ephemeral M3: it was charged without admission, so waits could push
+        // the node past its cap); it lives as long as its waiters (`unwait`).
         let group = ask.group.unwrap_or(QUEUE_MODE_GROUP);
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
-        let q = inner.tenants.get_mut(tenant)?.queues.get_mut(ask.queue)?;
+        let Some(q) = inner
+            .tenants
+            .get(tenant)
+            .and_then(|t| t.queues.get(ask.queue))
+        else {
+            return Ok(None);
+        };
+        let grow = q.gates.would_cost(group, ask.partition);
+        self.admit(inner, tenant, grow, true)?;
+        let Some(q) = inner
+            .tenants
+            .get_mut(tenant)
+            .and_then(|t| t.queues.get_mut(ask.queue))
+        else {
+            return Ok(None);
+        };
         let before = q.charge();
         let gate = q.gates.gate(group, ask.partition);
         let after = q.charge();
         settle(inner, tenant, before, after);
-        Some(gate)
+        Ok(Some(gate))
+    }
+
+    fn unwait(&self, tenant: &str, ask: &PopAsk<'_>) {
+        let group = ask.group.unwrap_or(QUEUE_MODE_GROUP);
+        let mut guard = lock(&self.inner);
+        let inner = &mut *guard;
+        let Some(q) = inner
+            .tenants
+            .get_mut(tenant)
+            .and_then(|t| t.queues.get_mut(ask.queue))
+        else {
+            return;
+        };
+        let before = q.charge();
+        q.gates.left(group, ask.partition);
+        let after = q.charge();
+        settle(inner, tenant, before, after);
     }
 
     fn wait_slot(&self, tenant: &str) -> Option<WaitSlot> {
@@ -978,3 +1015,7 @@ mod fairness_tests;
 #[cfg(test)]
 #[path = "store_sweep_tests.rs"]
 mod sweep_tests;
+
+#[cfg(test)]
+#[path = "store_gate_tests.rs"]
+mod gate_tests;

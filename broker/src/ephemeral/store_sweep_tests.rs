@@ -59,9 +59,9 @@ async fn a_pass_takes_ceil_entries_over_budget_slices_and_finds_every_ended_leas
     assert_eq!(s.pop("t", &ask(None, 11)).unwrap().len(), 11);
     let gates: Vec<_> = names
         .iter()
-        .map(|p| s.wake("t", &ask(Some(p), 1)).unwrap())
+        .map(|p| s.wake("t", &ask(Some(p), 1)).unwrap().unwrap())
         .collect();
-    let queue_wide = s.wake("t", &ask(None, 1)).unwrap();
+    let queue_wide = s.wake("t", &ask(None, 1)).unwrap().unwrap();
     tokio::time::advance(Duration::from_secs(2)).await;
     let now = now();
     let mut slices = 0;
@@ -126,7 +126,7 @@ async fn a_parked_groups_state_outlives_the_idle_bound() {
     s.declare("t", "q", options);
     s.push("t", "q", None, msgs(2)).unwrap();
     assert_eq!(s.pop("t", &ask(None, 1)).unwrap().len(), 1);
-    let gate = s.wake("t", &ask(None, 1)).unwrap();
+    let gate = s.wake("t", &ask(None, 1)).unwrap().unwrap();
     tokio::time::advance(Duration::from_secs(3)).await;
     let partition = ask(Some(DEFAULT_PARTITION), 1);
     assert_eq!(s.pop("t", &partition).unwrap().len(), 1);
