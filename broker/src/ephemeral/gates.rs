@@ -156,10 +156,9 @@ impl Gates {
     /// Messages came into `partition` (a push, or a redelivery when `group` is named): one
     /// waiter of each gate that could take them, those of the partition and the queue-wide
     /// ones. A gate no waiter holds is dropped, not rung: its stored permit would only make
-    /// the next waiter pop once for nothing.
-    pub fn arrived(&mut self, partition: &str, group: Option<&str>) {
-        self.ring_scope(None, group, |_| true);
-        self.ring_scope(Some(partition), group, |_| true);
+    /// the next waiter pop once for nothing. Gates looked at.
+    pub fn arrived(&mut self, partition: &str, group: Option<&str>) -> u64 {
+        self.ring_scope(None, group, |_| true) + self.ring_scope(Some(partition), group, |_| true)
     }
 
     /// A pop of `group` in that scope left something due there: the next waiter's turn.

@@ -24,7 +24,7 @@ use super::due::{group_cost, Due, DUE_COST};
 use super::gates::Gates;
 use super::heads::Heads;
 use super::ring::{
-    Delivered, Dropped, Nack, Ring, CURSOR_COST, ENTRY_COST, ITEM_OVERHEAD, MAX_GROUPS, SLOT,
+    cursor_cost, Delivered, Dropped, Nack, Ring, ENTRY_COST, ITEM_OVERHEAD, MAX_GROUPS, SLOT,
 };
 use super::rings::Rings;
 use sweep::SweepAt;
@@ -665,8 +665,7 @@ impl EphemeralDoor for Store {
                 (Some(q), None) if !q.due.knows(group) => group_cost(group),
                 _ => 0,
             };
-            let grow =
-                rings * (CURSOR_COST + DUE_COST + group.len() as u64) + leases * ENTRY_COST + due;
+            let grow = rings * (cursor_cost(group) + DUE_COST) + leases * ENTRY_COST + due;
             (q.map_or(0, Queue::charge), grow)
         };
         self.admit(inner, tenant, grow, true)?;

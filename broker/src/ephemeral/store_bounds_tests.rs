@@ -8,6 +8,7 @@ use queenmq_native_api::ephemeral_wait::pop_waiting;
 
 use super::super::due::DUE_GROUP_COST;
 use super::super::gates::GATE_COST;
+use super::super::ring::CURSOR_COST;
 use super::tests::{assert_consistent, msgs};
 use super::*;
 

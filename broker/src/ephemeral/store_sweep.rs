@@ -1,9 +1,13 @@
 //! The store's sweep in slices (review s19 ephemeral M3: one pass walked every cursor and
 //! index entry of the node under the store's one lock). A slice does at most a budget of
-//! entries (a queue, a ring, a gate looked at) and remembers where it stopped; the next slice
-//! resumes there, so a pass over N entries takes ceil(N / budget) slices and the lock is let
-//! go between them. The charges stay incremental: a slice moves the tenant's and the node's
-//! by what it changed, never recounts them.
+//! entries (a queue, a ring, a cursor or a gate looked at) and remembers where it stopped;
+//! the next slice resumes there, so a pass over N entries takes about N / budget slices and
+//! the lock is let go between them. A ring's idle cursors are found in last-use order and
+//! forgotten up to the slice's budget, the rest in the next (review s20 ephemeral M1: a ring
+//! counted as one entry while its step walked all its cursors); a unit may pass the budget
+//! by the walks of one ring (trimming its cursors, at most `MAX_GROUPS`, and its gates). The
+//! charges stay incremental: a slice moves the tenant's and the node's by what it changed,
+//! never recounts them.
 //!
 //! What a pass does, queue by queue: removes an implicit queue idle too long (not while a pop
 //! waits on it), ages out messages past the ttl, forgets idle groups' states (not while a pop
@@ -92,8 +96,11 @@ impl Store {
                     }
                 }
                 Unit::Ring(name) => {
-                    let looked = ring_step(q, &name, now, idle);
-                    at.stage = Stage::Rings(Some(name));
+                    let (looked, done) = ring_step(q, &name, now, idle, budget - spent);
+                    // A ring left with idle cursors is this pass's next unit again.
+                    if done {
+                        at.stage = Stage::Rings(Some(name));
+                    }
                     (1 + looked, true)
                 }
             };
@@ -172,13 +179,25 @@ fn queue_step(q: &mut Queue, now: Instant, idle: std::time::Duration) -> u64 {
     looked + q.gates.prune_ringless(|p| rings.contains_key(p))
 }
 
-/// One ring's part of a pass; the gates it looked at.
-fn ring_step(q: &mut Queue, name: &str, now: Instant, idle: std::time::Duration) -> u64 {
+/// One ring's part of a pass, its idle cursors forgotten up to `budget` of them; (the
+/// cursors and gates it looked at, whether it finished the ring).
+fn ring_step(
+    q: &mut Queue,
+    name: &str,
+    now: Instant,
+    idle: std::time::Duration,
+    budget: u64,
+) -> (u64, bool) {
     let Some((forgot, n, freed, empty)) = q.on_ring(name, |ring| {
-        let forgot = ring.forget_idle(now, idle) > 0;
+        let forgot = ring.forget_idle(now, idle, budget);
         let before = ring.items.len() as u64;
-        let freed = if forgot { ring.trim() } else { 0 };
+        // Trimming walks the cursors left.
+        let (freed, trimmed) = match forgot.gone > 0 {
+            true => (ring.trim(), ring.cursors()),
+            false => (0, 0),
+        };
         ring.shrink();
+        let forgot = (forgot.gone > 0, forgot.looked + trimmed, forgot.done);
         (
             forgot,
             before - ring.items.len() as u64,
@@ -186,15 +205,19 @@ fn ring_step(q: &mut Queue, name: &str, now: Instant, idle: std::time::Duration)
             ring.items.is_empty(),
         )
     }) else {
-        return 0;
+        return (0, true);
     };
+    let (forgot, mut looked, done) = forgot;
     q.length -= n.min(q.length);
     q.bytes -= freed.min(q.bytes);
     // A forgotten group starts over at the ring's head: the ring is due again for it, as
     // after a push, and its waiters are rung.
     if forgot && !empty {
         q.due.pushed(name);
-        q.gates.arrived(name, None);
+        looked += q.gates.arrived(name, None);
+    }
+    if !done {
+        return (looked, false);
     }
     if q.rings.get(name).is_some_and(|r| r.is_vacant()) {
         if let Some(ring) = q.rings.remove(name) {
@@ -202,7 +225,8 @@ fn ring_step(q: &mut Queue, name: &str, now: Instant, idle: std::time::Duration)
         }
     }
     let rings = &q.rings;
-    q.gates.ring_partition(name, |group| {
+    looked += q.gates.ring_partition(name, |group| {
         rings.get(name).is_some_and(|r| r.due_for(group, now))
-    })
+    });
+    (looked, true)
 }

@@ -1,5 +1,6 @@
 //! Review s19 ephemeral M3: the sweep goes in slices of a budget of entries (a queue, a ring,
-//! a gate looked at), resumes where it stopped, and still finds every lease that ended.
+//! a cursor or a gate looked at), resumes where it stopped, and still finds every lease that
+//! ended.
 
 use tokio::sync::Notify;
 
@@ -135,5 +136,56 @@ async fn a_parked_groups_state_outlives_the_idle_bound() {
     tokio::time::advance(Duration::from_secs(8)).await;
     s.sweep(now());
     assert!(rung(&gate), "the first lease's end was not found");
+    assert_consistent(&s);
+}
+
+/// Review s20 ephemeral M1: 64 rings of 1 024 idle cursors each, swept at a budget of 1 024.
+/// Each slice looks at no more than twice its budget of cursors (forgetting them, trimming
+/// with those left), so the pass takes at least 64 slices; before the fix a ring counted one
+/// entry whatever its cursors, and the first slice walked all 65 536.
+#[test]
+fn a_slice_looks_at_no_more_cursors_than_its_budget() {
+    let s = store();
+    s.declare("t", "q", EphemeralOptions::default());
+    let names: Vec<String> = (0..64).map(|i| format!("p{i:02}")).collect();
+    for p in &names {
+        s.push("t", "q", Some(p), msgs(1)).unwrap();
+    }
+    for p in &names {
+        for g in 0..MAX_GROUPS {
+            let group = format!("g{g}");
+            let a = PopAsk {
+                group: Some(&group),
+                auto_ack: true,
+                ..ask(Some(p), 1)
+            };
+            s.pop("t", &a).unwrap();
+        }
+    }
+    let later = now() + Duration::from_secs(301);
+    super::super::ring::take_visits();
+    let mut slices = 0;
+    loop {
+        slices += 1;
+        let done = s.sweep_slice(later, 1_024);
+        let visits = super::super::ring::take_visits();
+        assert!(
+            visits <= 2 * 1_024,
+            "slice {slices} looked at {visits} cursors"
+        );
+        if done {
+            break;
+        }
+    }
+    assert!(
+        slices >= 64,
+        "a pass of 65 536 cursors took {slices} slices"
+    );
+    assert_eq!(
+        s.queues("t")["queues"][0]["partitions"],
+        0,
+        "every cursor forgotten"
+    );
+    assert_eq!(s.bytes(), queue_cost("q"));
     assert_consistent(&s);
 }
