@@ -39,6 +39,9 @@ enum Stage {
     /// The queue's own work is next.
     #[default]
     Queue,
+    /// Its idle groups' states are being forgotten, a budget at a time (review s20
+    /// ephemeral M2), then its queue-wide gates are looked at.
+    Idle,
     /// Its rings after this one (None: from the first).
     Rings(Option<String>),
 }
@@ -51,6 +54,7 @@ fn after(name: &str) -> String {
 /// The next piece of work of a pass.
 enum Unit {
     Queue,
+    Idle,
     Ring(String),
 }
 
@@ -91,9 +95,18 @@ impl Store {
                         at.queue = after(&at.queue);
                         (1, false)
                     } else {
-                        at.stage = Stage::Rings(None);
-                        (1 + queue_step(q, now, idle), true)
+                        age_out(q, now);
+                        at.stage = Stage::Idle;
+                        (1, true)
                     }
+                }
+                Unit::Idle => {
+                    let (looked, done) = idle_step(q, now, idle, budget - spent);
+                    if done {
+                        at.stage = Stage::Rings(None);
+                    }
+                    // The queue's unit paid for the queue: this one for what it looked at.
+                    (looked, true)
                 }
                 Unit::Ring(name) => {
                     let (looked, done) = ring_step(q, &name, now, idle, budget - spent);
@@ -155,6 +168,7 @@ fn next_unit(inner: &mut Inner) -> Option<Unit> {
         }
         let last = match &at.stage {
             Stage::Queue => return Some(Unit::Queue),
+            Stage::Idle => return Some(Unit::Idle),
             Stage::Rings(last) => last.as_deref(),
         };
         if let Some(ring) = q.rings.name_after(last) {
@@ -166,17 +180,24 @@ fn next_unit(inner: &mut Inner) -> Option<Unit> {
     }
 }
 
-/// The queue's own part of a pass; the gates it looked at.
-fn queue_step(q: &mut Queue, now: Instant, idle: std::time::Duration) -> u64 {
-    age_out(q, now);
+/// The queue's idle groups' states forgotten, up to `budget` of them; once none is left,
+/// the waiters a lease's end gives something are rung. (Groups and gates looked at, whether
+/// it finished.)
+fn idle_step(q: &mut Queue, now: Instant, idle: std::time::Duration, budget: u64) -> (u64, bool) {
     let gates = &q.gates;
-    q.due.forget_idle(now, idle, |group| gates.waits_any(group));
+    let (looked, done) = q
+        .due
+        .forget_idle(now, idle, |group| gates.waits_any(group), budget);
+    if !done {
+        return (looked, false);
+    }
     // A lease's end is found only by a pop: the waiters of its group are rung, so one pops
     // rather than sleeping to its timeout (review s18 ephemeral M3).
     let due = &q.due;
-    let looked = q.gates.ring_queue_wide(|group| due.ended_by(group, now));
+    let rung = q.gates.ring_queue_wide(|group| due.ended_by(group, now));
     let rings = &q.rings;
-    looked + q.gates.prune_ringless(|p| rings.contains_key(p))
+    let pruned = q.gates.prune_ringless(|p| rings.contains_key(p));
+    (looked + rung + pruned, true)
 }
 
 /// One ring's part of a pass, its idle cursors forgotten up to `budget` of them; (the

@@ -189,3 +189,51 @@ fn a_slice_looks_at_no_more_cursors_than_its_budget() {
     assert_eq!(s.bytes(), queue_cost("q"));
     assert_consistent(&s);
 }
+
+/// (states, slots of the groups map) of queue `q`'s due index.
+fn group_states(s: &Store) -> (usize, usize) {
+    let g = lock(&s.inner);
+    let due = &g.tenants["t"].queues["q"].due;
+    (due.groups_len(), due.groups_capacity())
+}
+
+/// Review s20 ephemeral M2: 100 000 pops without a partition, each of a new group, leave as
+/// many states; once idle, a slice of budget 1 000 forgets at most 1 000 of them, the pass
+/// still forgets them all, and the groups map gives its slots back. Before the fix one unit
+/// forgot all 100 000 and the map kept its peak capacity.
+#[test]
+fn idle_group_states_are_forgotten_a_budget_at_a_time() {
+    let s = store_idle(1);
+    s.declare("t", "q", EphemeralOptions::default());
+    for g in 0..100_000 {
+        let group = format!("g{g}");
+        let a = PopAsk {
+            group: Some(&group),
+            ..ask(None, 1)
+        };
+        assert!(s.pop("t", &a).unwrap().is_empty());
+    }
+    assert_eq!(group_states(&s).0, 100_000);
+    let later = now() + Duration::from_secs(2);
+    let mut slices = 0;
+    loop {
+        let (before, _) = group_states(&s);
+        slices += 1;
+        let done = s.sweep_slice(later, 1_000);
+        let (after, _) = group_states(&s);
+        assert!(
+            before - after <= 1_000,
+            "slice {slices} forgot {}",
+            before - after
+        );
+        if done {
+            break;
+        }
+    }
+    assert!(slices >= 100, "{slices} slices");
+    let (states, slots) = group_states(&s);
+    assert_eq!(states, 0);
+    assert!(slots <= 64, "the groups map kept {slots} slots");
+    assert_eq!(s.bytes(), queue_cost("q"));
+    assert_consistent(&s);
+}
