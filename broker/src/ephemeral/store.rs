@@ -34,6 +34,8 @@ pub(super) use sweep::SWEEP_BUDGET;
 pub const MAX_PARTITIONS: usize = 10_000;
 /// Queues one tenant keeps at most, declared and implicit.
 pub const MAX_QUEUES: usize = 10_000;
+/// The next queue's creation number.
+static BORN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 /// A queue's fixed cost besides its name and rings: the map entry, options, the wake gate.
 const QUEUE_COST: u64 = 256;
 
@@ -79,6 +81,9 @@ struct Tenant {
 }
 
 struct Queue {
+    /// Its creation number, unique in the process: a queue removed and made again under the
+    /// same name is another queue to the sweep (review s20 ephemeral L1).
+    born: u64,
     options: EphemeralOptions,
     declared: bool,
     used: Instant,
@@ -105,6 +110,7 @@ struct Queue {
 impl Queue {
     fn new(name: &str, options: EphemeralOptions, declared: bool, now: Instant) -> Queue {
         Queue {
+            born: BORN.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             options,
             declared,
             used: now,

@@ -29,6 +29,9 @@ pub const SWEEP_BUDGET: u64 = 8_192;
 pub struct SweepAt {
     tenant: String,
     queue: String,
+    /// The creation number of the queue it is at: one made again under the same name
+    /// between two slices starts at its own step, not at the old one's rings.
+    born: u64,
     stage: Stage,
     /// Messages of the queues the pass finished, for the gauge at its end.
     messages: u64,
@@ -162,8 +165,9 @@ fn next_unit(inner: &mut Inner) -> Option<Unit> {
             at.stage = Stage::Queue;
             continue;
         };
-        if *queue != at.queue {
+        if *queue != at.queue || q.born != at.born {
             at.queue.clone_from(queue);
+            at.born = q.born;
             at.stage = Stage::Queue;
         }
         let last = match &at.stage {

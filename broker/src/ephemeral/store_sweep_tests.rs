@@ -237,3 +237,32 @@ fn idle_group_states_are_forgotten_a_budget_at_a_time() {
     assert_eq!(s.bytes(), queue_cost("q"));
     assert_consistent(&s);
 }
+
+/// Review s20 ephemeral L1: a pass stopped in queue q's rings; q is deleted and declared again
+/// between two slices, with a queue-wide waiter whose lease ends. The new q is another queue
+/// to the pass: its own step runs and rings the waiter. Before the fix the pass went on at
+/// the old q's rings after p0, skipping the new one's step (and its ring `a`).
+#[tokio::test(start_paused = true)]
+async fn a_queue_made_again_between_slices_gets_its_own_step() {
+    let s = store();
+    s.declare("t", "q", EphemeralOptions::default());
+    for p in ["p0", "p1", "p2"] {
+        s.push("t", "q", Some(p), msgs(1)).unwrap();
+    }
+    let t0 = now();
+    assert!(!s.sweep_slice(t0, 1), "the queue's step");
+    assert!(!s.sweep_slice(t0, 1), "its idle states, then ring p0");
+    assert!(s.forget("t", "q"));
+    let options = EphemeralOptions {
+        lease_seconds: 1,
+        ..EphemeralOptions::default()
+    };
+    s.declare("t", "q", options);
+    s.push("t", "q", Some("a"), msgs(1)).unwrap();
+    assert_eq!(s.pop("t", &ask(None, 1)).unwrap().len(), 1);
+    let gate = s.wake("t", &ask(None, 1)).unwrap().unwrap();
+    tokio::time::advance(Duration::from_secs(2)).await;
+    while !s.sweep_slice(now(), 1) {}
+    assert!(rung(&gate), "the new queue's ended lease was not found");
+    assert_consistent(&s);
+}
