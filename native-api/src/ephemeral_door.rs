@@ -112,8 +112,16 @@ pub trait EphemeralDoor: Send + Sync + std::fmt::Debug + 'static {
     /// partition), rung once (`notify_one`) per push that gives it something and again
     /// while what is due there outlasts the pop that took; every waiter is woken when the
     /// queue goes. None once the queue is gone (a DELETE while the pop waited): the pop
-    /// answers rather than bring it back as implicit.
-    fn wake(&self, tenant: &str, ask: &PopAsk<'_>) -> Option<Arc<tokio::sync::Notify>>;
+    /// answers rather than bring it back as implicit. A new gate is admitted against the
+    /// node's and the tenant's byte caps as a pop's growth is: past them, the refusal.
+    fn wake(
+        &self,
+        tenant: &str,
+        ask: &PopAsk<'_>,
+    ) -> Result<Option<Arc<tokio::sync::Notify>>, EphemeralRefusal>;
+    /// The waiting pop `ask` leaves: its gate goes if no other waiter holds it, so gates
+    /// live as long as their waiters, not until a push or the sweep meets them.
+    fn unwait(&self, tenant: &str, ask: &PopAsk<'_>);
     /// A waiting pop's slot, out of the node's long-poll slots that durable pops share and
     /// within the tenant's part of them; None past either.
     fn wait_slot(&self, tenant: &str) -> Option<WaitSlot>;

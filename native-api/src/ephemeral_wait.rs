@@ -33,23 +33,50 @@ pub async fn pop_waiting(
         return Ok(got);
     };
     let mut got = store.pop(tenant, ask)?;
-    // The gate whose wake this waiter used and has not popped after yet.
-    let mut woken: Option<Arc<Notify>> = None;
-    let out = waiting(store, tenant, ask, timeout_ms, &mut got, &mut woken).await;
-    if let Some(gate) = woken {
-        gate.notify_one();
-    }
+    let mut waiter = Waiter {
+        store,
+        tenant,
+        ask,
+        gate: None,
+        woken: None,
+    };
+    let out = waiting(&mut waiter, timeout_ms, &mut got).await;
+    drop(waiter);
     out.map(|()| got)
 }
 
+/// A waiting pop's hold on its gate. Dropped when the pop answers, or when its request goes
+/// away mid-wait: either way the wake it used is handed on and its gate let go, which the
+/// store drops if no other waiter holds it (review s20 ephemeral M3: an unheld gate stayed,
+/// charged, until a push or the sweep met it). The gate lives here, not in the wait's own
+/// frame, so the wait (which borrows it) is always gone before the store is told.
+struct Waiter<'a> {
+    store: &'a dyn EphemeralDoor,
+    tenant: &'a str,
+    ask: &'a PopAsk<'a>,
+    /// The gate it parks on.
+    gate: Option<Arc<Notify>>,
+    /// The gate whose wake this waiter used and has not popped after yet.
+    woken: Option<Arc<Notify>>,
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        if let Some(gate) = self.woken.take() {
+            gate.notify_one();
+        }
+        if self.gate.take().is_some() {
+            self.store.unwait(self.tenant, self.ask);
+        }
+    }
+}
+
 async fn waiting(
-    store: &dyn EphemeralDoor,
-    tenant: &str,
-    ask: &PopAsk<'_>,
+    w: &mut Waiter<'_>,
     timeout_ms: u64,
     got: &mut Vec<EphemeralMessage>,
-    woken: &mut Option<Arc<Notify>>,
 ) -> Result<(), EphemeralRefusal> {
+    let (store, tenant, ask) = (w.store, w.tenant, w.ask);
     let start = tokio::time::Instant::now();
     // Until something arrives; then, with a windowBuffer, a little longer to fatten it.
     let mut until = start + Duration::from_millis(timeout_ms);
@@ -66,9 +93,14 @@ async fn waiting(
             until =
                 until.min(tokio::time::Instant::now() + Duration::from_millis(window_ms.into()));
         }
-        let Some(gate) = store.wake(tenant, ask) else {
-            return Ok(());
+        let gate = match store.wake(tenant, ask) {
+            Ok(Some(gate)) => gate,
+            Ok(None) => return Ok(()),
+            // No room for its gate: what this pop already took is answered.
+            Err(_) if !got.is_empty() => return Ok(()),
+            Err(e) => return Err(e),
         };
+        let gate = &*w.gate.insert(gate);
         let rung = gate.notified();
         tokio::pin!(rung);
         rung.as_mut().enable();
@@ -87,7 +119,7 @@ async fn waiting(
             Err(_) if !got.is_empty() => return Ok(()),
             Err(e) => return Err(e),
         };
-        *woken = None;
+        w.woken = None;
         let empty = more.is_empty();
         got.extend(more);
         if !empty {
@@ -97,7 +129,7 @@ async fn waiting(
             return Ok(());
         }
         tokio::select! {
-            _ = &mut rung => *woken = Some(gate.clone()),
+            _ = &mut rung => w.woken = Some(gate.clone()),
             _ = tokio::time::sleep_until(until) => {}
         }
     }

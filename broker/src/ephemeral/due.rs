@@ -21,6 +21,8 @@ pub const DUE_COST: u64 = 64;
 pub const DUE_GROUP_COST: u64 = 192;
 /// The stamp map keeps at least this many slots when it shrinks.
 const MIN_STAMPS: usize = 16;
+/// The groups map keeps at least this many slots when it shrinks.
+const MIN_GROUPS: usize = 16;
 /// A log entry's cost besides its ring's name, held twice: the B-tree slot and the map slot.
 const LOG_COST: u64 = 128;
 
@@ -256,19 +258,33 @@ impl Due {
 
     /// Forgets the states of groups idle for `idle` (a group without one reads the log from
     /// its beginning, so nothing is lost), oldest use first, so the work is the groups it
-    /// forgets. A group `waiting` names (a pop of it is parked on the queue) is kept: its
-    /// lease ends would otherwise be found only at that pop's deadline (review s19
-    /// ephemeral L1). Entries of rings gone or lease ends no longer a cursor's soonest stay
-    /// until the group's next pop visits them and finds nothing: they are charged meanwhile.
-    pub fn forget_idle(&mut self, now: Instant, idle: Duration, waiting: impl Fn(&str) -> bool) {
+    /// looks at, and at most `budget` of them (review s20 ephemeral M2: a million idle states
+    /// went in one unit of the sweep). A group `waiting` names (a pop of it is parked on the
+    /// queue) is kept: its lease ends would otherwise be found only at that pop's deadline
+    /// (review s19 ephemeral L1). Entries of rings gone or lease ends no longer a cursor's
+    /// soonest stay until the group's next pop visits them and finds nothing: they are charged
+    /// meanwhile. Answers (groups looked at, whether no idle one is left).
+    pub fn forget_idle(
+        &mut self,
+        now: Instant,
+        idle: Duration,
+        waiting: impl Fn(&str) -> bool,
+        budget: u64,
+    ) -> (u64, bool) {
+        let (mut looked, mut done) = (0, true);
         let mut kept = Vec::new();
         while let Some((used, _)) = self.idle_order.first() {
             if now.saturating_duration_since(*used) < idle {
                 break;
             }
+            if looked >= budget {
+                done = false;
+                break;
+            }
             let Some((_, name)) = self.idle_order.pop_first() else {
                 break;
             };
+            looked += 1;
             if waiting(&name) {
                 kept.push(name);
                 continue;
@@ -285,6 +301,24 @@ impl Due {
             }
             self.idle_order.insert((now, name));
         }
+        // The map keeps its peak capacity, which no state's cost counts (review s20 M2).
+        let (len, cap) = (self.groups.len(), self.groups.capacity());
+        if cap > MIN_GROUPS && len < cap / 4 {
+            self.groups.shrink_to((len * 2).max(MIN_GROUPS));
+        }
+        (looked, done)
+    }
+
+    /// The slots the groups map keeps, used or not.
+    #[cfg(test)]
+    pub fn groups_capacity(&self) -> usize {
+        self.groups.capacity()
+    }
+
+    /// Groups with a state.
+    #[cfg(test)]
+    pub fn groups_len(&self) -> usize {
+        self.groups.len()
     }
 
     pub fn clear(&mut self) {
@@ -381,11 +415,11 @@ mod tests {
         d.emptied("c");
         assert_eq!(d.bytes(), group_cost("g"));
         let idle = Duration::from_secs(300);
-        d.forget_idle(t1 + idle, idle, |g| g == "g");
+        d.forget_idle(t1 + idle, idle, |g| g == "g", 10);
         assert!(d.knows("g"), "a group with a parked pop is kept");
-        d.forget_idle(t1 + idle, idle, |_| false);
+        d.forget_idle(t1 + idle, idle, |_| false, 10);
         assert!(d.knows("g"), "kept for another idle period");
-        d.forget_idle(t1 + 2 * idle, idle, |_| false);
+        d.forget_idle(t1 + 2 * idle, idle, |_| false, 10);
         assert_eq!((d.bytes(), d.knows("g")), (0, false));
     }
 }

@@ -8,8 +8,9 @@
 //!
 //! The gates are kept by partition, so a push looks at the gates of the partition it pushed
 //! to and the queue-wide ones, never at those of other partitions (review s19 ephemeral M1);
-//! a gate no waiter holds any more is dropped by the first ring that meets it, and by the
-//! sweep.
+//! a gate no waiter holds any more is dropped when its last waiter leaves (review s20
+//! ephemeral M3: it stayed, charged, until a push or the sweep met it), and otherwise by the
+//! first ring that meets it, and by the sweep. The maps give their slots back as they empty.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,6 +19,8 @@ use tokio::sync::Notify;
 
 /// A gate's cost besides its names: the map slot, the `Arc<Notify>`.
 pub const GATE_COST: u64 = 128;
+/// A gate map keeps at least this many slots when it shrinks.
+const MIN_SLOTS: usize = 16;
 
 type ByGroup = HashMap<String, Arc<Notify>>;
 
@@ -65,7 +68,33 @@ fn ring_held(
     (looked, freed)
 }
 
+/// Gives a map's slots back once it holds under a quarter of them: a burst of waiters on
+/// rotating names does not leave its peak capacity behind, uncharged.
+fn shrink<V>(map: &mut HashMap<String, V>) {
+    let (len, cap) = (map.len(), map.capacity());
+    if cap > MIN_SLOTS && len < cap / 4 {
+        map.shrink_to((len * 2).max(MIN_SLOTS));
+    }
+}
+
 impl Gates {
+    /// What `gate` would add to the charge: nothing for a gate that exists.
+    pub fn would_cost(&self, group: &str, partition: Option<&str>) -> u64 {
+        let map = match partition {
+            None => Some(&self.any),
+            Some(p) => self.partitions.get(p),
+        };
+        match map.is_some_and(|m| m.contains_key(group)) {
+            true => 0,
+            false => cost(group, partition),
+        }
+    }
+
+    /// A waiter of `group`'s gate for `partition` left: the gate goes if no other holds it.
+    pub fn left(&mut self, group: &str, partition: Option<&str>) {
+        self.ring_scope(partition, Some(group), |_| false);
+    }
+
     /// The gate of `group`'s pops of `partition` (None: of the whole queue), made if need be.
     pub fn gate(&mut self, group: &str, partition: Option<&str>) -> Arc<Notify> {
         let map = match partition {
@@ -111,8 +140,10 @@ impl Gates {
                 }
             },
         };
+        shrink(map);
         if let Some(p) = partition.filter(|_| map.is_empty()) {
             self.partitions.remove(p);
+            shrink(&mut self.partitions);
         }
         self.bytes -= freed.min(self.bytes);
         #[cfg(test)]
@@ -125,10 +156,9 @@ impl Gates {
     /// Messages came into `partition` (a push, or a redelivery when `group` is named): one
     /// waiter of each gate that could take them, those of the partition and the queue-wide
     /// ones. A gate no waiter holds is dropped, not rung: its stored permit would only make
-    /// the next waiter pop once for nothing.
-    pub fn arrived(&mut self, partition: &str, group: Option<&str>) {
-        self.ring_scope(None, group, |_| true);
-        self.ring_scope(Some(partition), group, |_| true);
+    /// the next waiter pop once for nothing. Gates looked at.
+    pub fn arrived(&mut self, partition: &str, group: Option<&str>) -> u64 {
+        self.ring_scope(None, group, |_| true) + self.ring_scope(Some(partition), group, |_| true)
     }
 
     /// A pop of `group` in that scope left something due there: the next waiter's turn.
@@ -189,6 +219,13 @@ impl Gates {
     /// What the gates hold, as the node's cap counts it.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// The slots the maps keep, used or not.
+    #[cfg(test)]
+    pub fn capacity(&self) -> usize {
+        let partitions: usize = self.partitions.values().map(HashMap::capacity).sum();
+        self.any.capacity() + self.partitions.capacity() + partitions
     }
 
     /// `bytes` counted from the gates.

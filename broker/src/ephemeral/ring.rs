@@ -6,7 +6,7 @@
 //! node's cap: slots by capacity, payloads, cursors with their names, lease and redelivery
 //! entries, each at a fixed per-entry cost.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,8 @@ pub const ITEM_OVERHEAD: u64 = 64;
 pub const MAX_GROUPS: usize = 1_024;
 /// A ring's fixed cost besides its slots: the map entry, the deque and cursor map headers.
 pub const RING_COST: u64 = 256;
-/// A cursor's fixed cost besides its group name: the map slot, the two maps' headers.
+/// A cursor's fixed cost besides its group name (held twice: the map and the idle order):
+/// the map slot, the two maps' headers, the idle order's slot.
 pub const CURSOR_COST: u64 = 192;
 /// One lease or redelivery entry (a B-tree slot with its share of the node).
 pub const ENTRY_COST: u64 = 64;
@@ -24,6 +25,13 @@ pub const ENTRY_COST: u64 = 64;
 /// reallocate on every message.
 const MIN_SLOTS: usize = 16;
 pub const SLOT: u64 = std::mem::size_of::<Item>() as u64;
+/// The cursor map keeps at least this many slots when it shrinks.
+const MIN_CURSOR_SLOTS: usize = 16;
+
+/// What `group`'s cursor costs before any lease or redelivery entry.
+pub fn cursor_cost(group: &str) -> u64 {
+    CURSOR_COST + 2 * group.len() as u64
+}
 
 pub struct Item {
     pub seq: u64,
@@ -54,7 +62,12 @@ struct Cursor {
     again: BTreeMap<u64, u32>,
     /// No lease ends before this: `expire` skips its walk until then.
     soonest: Option<Instant>,
-    /// The last pop, ack or nack of the group here: an idle cursor is forgotten.
+    /// No lease ends after this (settling one does not lower it): an idle cursor is kept
+    /// until then without a walk of its leases.
+    latest: Option<Instant>,
+    /// Its key in the ring's idle order: the last pop, ack or nack of the group here, or,
+    /// for one found idle while a lease could still be live, that lease's end less the idle
+    /// bound.
     used: Instant,
 }
 
@@ -65,6 +78,7 @@ impl Cursor {
             leased: BTreeMap::new(),
             again: BTreeMap::new(),
             soonest: None,
+            latest: None,
             used: now,
         }
     }
@@ -83,12 +97,25 @@ impl Cursor {
     fn entries(&self) -> u64 {
         (self.leased.len() + self.again.len()) as u64
     }
+}
 
-    fn live_lease(&self, now: Instant) -> bool {
-        self.leased
-            .values()
-            .any(|l| l.expires.is_some_and(|e| e > now))
+/// Moves `group`'s cursor to `at` in the idle order.
+fn touch(idle: &mut BTreeSet<(Instant, String)>, group: &str, cursor: &mut Cursor, at: Instant) {
+    if cursor.used != at {
+        idle.remove(&(cursor.used, group.to_string()));
+        cursor.used = at;
+        idle.insert((at, group.to_string()));
     }
+}
+
+/// What one call of [`Ring::forget_idle`] did.
+pub struct Forgot {
+    /// Cursors forgotten.
+    pub gone: usize,
+    /// Cursors looked at: those forgotten and those kept for a lease.
+    pub looked: u64,
+    /// False when it stopped at its budget with idle cursors left.
+    pub done: bool,
 }
 
 pub struct Delivered {
@@ -112,10 +139,32 @@ pub struct Ring {
     pub bytes: u64,
     next_seq: u64,
     groups: HashMap<String, Cursor>,
-    /// Σ cursor (name + [`CURSOR_COST`]), kept as cursors come and go.
+    /// (`used`, group) of every cursor: the sweep forgets the idle ones from its front, so
+    /// its work is the cursors it looks at, not every cursor of the ring (review s20
+    /// ephemeral M1).
+    idle: BTreeSet<(Instant, String)>,
+    /// Σ [`cursor_cost`], kept as cursors come and go.
     cursor_bytes: u64,
     /// Σ lease and redelivery entries of every cursor.
     entries: u64,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Cursors walked or looked at (forget, trim, drop) on this thread, for the bound tests:
+    /// kept outside the rings, which the sweep may remove.
+    static VISITS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn visited(_n: u64) {
+    #[cfg(test)]
+    VISITS.set(VISITS.get() + _n);
+}
+
+/// The cursor visits counted on this thread since the last call.
+#[cfg(test)]
+pub fn take_visits() -> u64 {
+    VISITS.take()
 }
 
 pub enum Nack {
@@ -178,6 +227,7 @@ impl Ring {
         let b = self.pop_front()?;
         let head = self.head();
         let mut gone = 0;
+        visited(self.groups.len() as u64);
         for c in self.groups.values_mut() {
             while c.leased.first_key_value().is_some_and(|(s, _)| *s < head) {
                 c.leased.pop_first();
@@ -254,14 +304,15 @@ impl Ring {
             if self.groups.len() >= MAX_GROUPS {
                 return Err(());
             }
-            self.cursor_bytes += group.len() as u64 + CURSOR_COST;
+            self.cursor_bytes += cursor_cost(group);
+            self.idle.insert((now, group.to_string()));
         }
         let head = self.head();
         let cursor = self
             .groups
             .entry(group.to_string())
             .or_insert_with(|| Cursor::new(head, now));
-        cursor.used = now;
+        touch(&mut self.idle, group, cursor, now);
         let before = cursor.entries();
         let (retries, _) = Self::expire(cursor, now, retry_limit);
         dropped.retries += retries;
@@ -310,6 +361,7 @@ impl Ring {
             }
             if !out.is_empty() {
                 cursor.soonest = Some(cursor.soonest.map_or(expires, |s| s.min(expires)));
+                cursor.latest = Some(cursor.latest.map_or(expires, |l| l.max(expires)));
             }
         }
         let after = cursor.entries();
@@ -326,7 +378,7 @@ impl Ring {
         }
         let attempts = l.attempts;
         c.leased.remove(&seq);
-        c.used = now;
+        touch(&mut self.idle, group, c, now);
         self.entries = self.entries.saturating_sub(1);
         Some(attempts)
     }
@@ -359,6 +411,7 @@ impl Ring {
 
     /// Removes the items every group is past. Without a group nothing is consumed yet.
     pub fn trim(&mut self) -> u64 {
+        visited(self.groups.len() as u64);
         let Some(low) = self.groups.values().map(Cursor::low).min() else {
             return 0;
         };
@@ -370,22 +423,57 @@ impl Ring {
         freed
     }
 
-    /// Forgets the groups without a pop, ack or nack for `idle` and without a live lease:
-    /// their leases and redeliveries go, and they no longer hold items back. Groups gone.
-    pub fn forget_idle(&mut self, now: Instant, idle: Duration) -> usize {
-        let before = self.groups.len();
-        let (mut names, mut entries) = (0u64, 0u64);
-        self.groups.retain(|name, c| {
-            let keep = now.saturating_duration_since(c.used) < idle || c.live_lease(now);
-            if !keep {
-                names += name.len() as u64 + CURSOR_COST;
-                entries += c.entries();
+    /// Forgets the groups without a pop, ack or nack for `idle` and without a lease that
+    /// could be live: their leases and redeliveries go, and they no longer hold items back.
+    /// Looks at the idle cursors only, oldest use first, and at most `budget` of them; one
+    /// kept for a lease is looked at again when that lease has ended.
+    pub fn forget_idle(&mut self, now: Instant, idle: Duration, budget: u64) -> Forgot {
+        let mut out = Forgot {
+            gone: 0,
+            looked: 0,
+            done: true,
+        };
+        let mut kept = Vec::new();
+        while let Some((used, _)) = self.idle.first() {
+            if now.saturating_duration_since(*used) < idle {
+                break;
             }
-            keep
-        });
-        self.cursor_bytes -= names.min(self.cursor_bytes);
-        self.entries -= entries.min(self.entries);
-        before - self.groups.len()
+            if out.looked >= budget {
+                out.done = false;
+                break;
+            }
+            let Some((_, name)) = self.idle.pop_first() else {
+                break;
+            };
+            out.looked += 1;
+            let latest = self.groups.get(&name).and_then(|c| c.latest);
+            if let Some(end) = latest.filter(|end| *end > now) {
+                kept.push((end.checked_sub(idle).unwrap_or(now), name));
+                continue;
+            }
+            if let Some(c) = self.groups.remove(&name) {
+                self.cursor_bytes -= cursor_cost(&name).min(self.cursor_bytes);
+                self.entries -= c.entries().min(self.entries);
+                out.gone += 1;
+            }
+        }
+        for (at, name) in kept {
+            if let Some(c) = self.groups.get_mut(&name) {
+                c.used = at;
+                self.idle.insert((at, name));
+            }
+        }
+        visited(out.looked);
+        let (len, cap) = (self.groups.len(), self.groups.capacity());
+        if cap > MIN_CURSOR_SLOTS && len < cap / 4 {
+            self.groups.shrink_to((len * 2).max(MIN_CURSOR_SLOTS));
+        }
+        out
+    }
+
+    /// Cursors the ring keeps.
+    pub fn cursors(&self) -> u64 {
+        self.groups.len() as u64
     }
 
     /// Holds nothing a group could still want: no item and no cursor.
@@ -516,7 +604,7 @@ mod tests {
             r.items.capacity()
         );
         let spare = (r.items.capacity() - r.items.len()) as u64 * SLOT;
-        assert_eq!(r.charge(), RING_COST + spare + CURSOR_COST + 1);
+        assert_eq!(r.charge(), RING_COST + spare + cursor_cost("g"));
     }
 
     /// E3: leases of messages a bound pushes out go with them.
@@ -570,8 +658,11 @@ mod tests {
         let (mut d, mut n) = (Dropped::default(), 0);
         assert!(r.take("fresh", 1, None, 1, t0, &mut d, &mut n).is_err());
         let idle = Duration::from_secs(60);
-        assert_eq!(r.forget_idle(t0 + Duration::from_secs(30), idle), 0);
-        assert_eq!(r.forget_idle(t0 + idle, idle), MAX_GROUPS);
+        assert_eq!(
+            r.forget_idle(t0 + Duration::from_secs(30), idle, 10).gone,
+            0
+        );
+        assert_eq!(r.forget_idle(t0 + idle, idle, u64::MAX).gone, MAX_GROUPS);
         assert_eq!(r.entries(), 0);
         assert_eq!(
             r.charge(),
@@ -580,5 +671,41 @@ mod tests {
         assert!(r
             .take("fresh", 1, None, 1, t0 + idle, &mut d, &mut n)
             .is_ok());
+    }
+
+    /// Review s20 ephemeral M1: forgetting looks at the idle cursors only, at most a budget
+    /// of them a call, and a cursor whose lease may be live is kept until that lease ends.
+    #[test]
+    fn forgetting_looks_at_idle_cursors_only_within_a_budget() {
+        let mut r = ring(1);
+        let t0 = Instant::now();
+        let idle = Duration::from_secs(60);
+        for g in 0..100 {
+            take(&mut r, &format!("old-{g}"), 1, None, t0);
+        }
+        take(&mut r, "z-leased", 1, Some(600), t0);
+        let t1 = t0 + Duration::from_secs(30);
+        for g in 0..900 {
+            take(&mut r, &format!("busy-{g}"), 1, None, t1);
+        }
+        let at = t0 + idle;
+        take_visits();
+        let first = r.forget_idle(at, idle, 40);
+        assert_eq!((first.gone, first.looked, first.done), (40, 40, false));
+        let rest = r.forget_idle(at, idle, u64::MAX);
+        assert!(rest.done);
+        assert_eq!((rest.gone, rest.looked), (60, 61), "the leased one is kept");
+        assert_eq!(
+            take_visits(),
+            101,
+            "the 900 busy cursors were never looked at"
+        );
+        let after_lease = t0 + Duration::from_secs(600);
+        assert_eq!(r.forget_idle(after_lease, idle, u64::MAX).gone, 1 + 900);
+        assert_eq!(r.charge(), RING_COST + r.bytes + spare_slots(&r));
+    }
+
+    fn spare_slots(r: &Ring) -> u64 {
+        (r.items.capacity() - r.items.len()) as u64 * SLOT
     }
 }

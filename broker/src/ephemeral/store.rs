@@ -24,7 +24,7 @@ use super::due::{group_cost, Due, DUE_COST};
 use super::gates::Gates;
 use super::heads::Heads;
 use super::ring::{
-    Delivered, Dropped, Nack, Ring, CURSOR_COST, ENTRY_COST, ITEM_OVERHEAD, MAX_GROUPS, SLOT,
+    cursor_cost, Delivered, Dropped, Nack, Ring, ENTRY_COST, ITEM_OVERHEAD, MAX_GROUPS, SLOT,
 };
 use super::rings::Rings;
 use sweep::SweepAt;
@@ -34,6 +34,8 @@ pub(super) use sweep::SWEEP_BUDGET;
 pub const MAX_PARTITIONS: usize = 10_000;
 /// Queues one tenant keeps at most, declared and implicit.
 pub const MAX_QUEUES: usize = 10_000;
+/// The next queue's creation number.
+static BORN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 /// A queue's fixed cost besides its name and rings: the map entry, options, the wake gate.
 const QUEUE_COST: u64 = 256;
 
@@ -79,6 +81,9 @@ struct Tenant {
 }
 
 struct Queue {
+    /// Its creation number, unique in the process: a queue removed and made again under the
+    /// same name is another queue to the sweep (review s20 ephemeral L1).
+    born: u64,
     options: EphemeralOptions,
     declared: bool,
     used: Instant,
@@ -105,6 +110,7 @@ struct Queue {
 impl Queue {
     fn new(name: &str, options: EphemeralOptions, declared: bool, now: Instant) -> Queue {
         Queue {
+            born: BORN.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             options,
             declared,
             used: now,
@@ -665,8 +671,7 @@ impl EphemeralDoor for Store {
                 (Some(q), None) if !q.due.knows(group) => group_cost(group),
                 _ => 0,
             };
-            let grow =
-                rings * (CURSOR_COST + DUE_COST + group.len() as u64) + leases * ENTRY_COST + due;
+            let grow = rings * (cursor_cost(group) + DUE_COST) + leases * ENTRY_COST + due;
             (q.map_or(0, Queue::charge), grow)
         };
         self.admit(inner, tenant, grow, true)?;
@@ -776,19 +781,56 @@ impl EphemeralDoor for Store {
         }
     }
 
-    fn wake(&self, tenant: &str, ask: &PopAsk<'_>) -> Option<Arc<tokio::sync::Notify>> {
+    fn wake(
+        &self,
+        tenant: &str,
+        ask: &PopAsk<'_>,
+    ) -> Result<Option<Arc<tokio::sync::Notify>>, EphemeralRefusal> {
         // Never creates the queue: the pop that waits made it already, so a missing one was
-        // deleted meanwhile (review s12 E13). The gate's cost is charged with the queue's
-        // (the long-poll slots bound how many are held).
+        // deleted meanwhile (review s12 E13). A new gate is admitted as the pop's own growth
+        // is (review s20 ephemeral M3: it was charged without admission, so waits could push
+        // the node past its cap); it lives as long as its waiters (`unwait`).
         let group = ask.group.unwrap_or(QUEUE_MODE_GROUP);
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
-        let q = inner.tenants.get_mut(tenant)?.queues.get_mut(ask.queue)?;
+        let Some(q) = inner
+            .tenants
+            .get(tenant)
+            .and_then(|t| t.queues.get(ask.queue))
+        else {
+            return Ok(None);
+        };
+        let grow = q.gates.would_cost(group, ask.partition);
+        self.admit(inner, tenant, grow, true)?;
+        let Some(q) = inner
+            .tenants
+            .get_mut(tenant)
+            .and_then(|t| t.queues.get_mut(ask.queue))
+        else {
+            return Ok(None);
+        };
         let before = q.charge();
         let gate = q.gates.gate(group, ask.partition);
         let after = q.charge();
         settle(inner, tenant, before, after);
-        Some(gate)
+        Ok(Some(gate))
+    }
+
+    fn unwait(&self, tenant: &str, ask: &PopAsk<'_>) {
+        let group = ask.group.unwrap_or(QUEUE_MODE_GROUP);
+        let mut guard = lock(&self.inner);
+        let inner = &mut *guard;
+        let Some(q) = inner
+            .tenants
+            .get_mut(tenant)
+            .and_then(|t| t.queues.get_mut(ask.queue))
+        else {
+            return;
+        };
+        let before = q.charge();
+        q.gates.left(group, ask.partition);
+        let after = q.charge();
+        settle(inner, tenant, before, after);
     }
 
     fn wait_slot(&self, tenant: &str) -> Option<WaitSlot> {
@@ -978,3 +1020,7 @@ mod fairness_tests;
 #[cfg(test)]
 #[path = "store_sweep_tests.rs"]
 mod sweep_tests;
+
+#[cfg(test)]
+#[path = "store_gate_tests.rs"]
+mod gate_tests;

@@ -1,9 +1,13 @@
 //! The store's sweep in slices (review s19 ephemeral M3: one pass walked every cursor and
 //! index entry of the node under the store's one lock). A slice does at most a budget of
-//! entries (a queue, a ring, a gate looked at) and remembers where it stopped; the next slice
-//! resumes there, so a pass over N entries takes ceil(N / budget) slices and the lock is let
-//! go between them. The charges stay incremental: a slice moves the tenant's and the node's
-//! by what it changed, never recounts them.
+//! entries (a queue, a ring, a cursor or a gate looked at) and remembers where it stopped;
+//! the next slice resumes there, so a pass over N entries takes about N / budget slices and
+//! the lock is let go between them. A ring's idle cursors are found in last-use order and
+//! forgotten up to the slice's budget, the rest in the next (review s20 ephemeral M1: a ring
+//! counted as one entry while its step walked all its cursors); a unit may pass the budget
+//! by the walks of one ring (trimming its cursors, at most `MAX_GROUPS`, and its gates). The
+//! charges stay incremental: a slice moves the tenant's and the node's by what it changed,
+//! never recounts them.
 //!
 //! What a pass does, queue by queue: removes an implicit queue idle too long (not while a pop
 //! waits on it), ages out messages past the ttl, forgets idle groups' states (not while a pop
@@ -25,6 +29,9 @@ pub const SWEEP_BUDGET: u64 = 8_192;
 pub struct SweepAt {
     tenant: String,
     queue: String,
+    /// The creation number of the queue it is at: one made again under the same name
+    /// between two slices starts at its own step, not at the old one's rings.
+    born: u64,
     stage: Stage,
     /// Messages of the queues the pass finished, for the gauge at its end.
     messages: u64,
@@ -35,6 +42,9 @@ enum Stage {
     /// The queue's own work is next.
     #[default]
     Queue,
+    /// Its idle groups' states are being forgotten, a budget at a time (review s20
+    /// ephemeral M2), then its queue-wide gates are looked at.
+    Idle,
     /// Its rings after this one (None: from the first).
     Rings(Option<String>),
 }
@@ -47,6 +57,7 @@ fn after(name: &str) -> String {
 /// The next piece of work of a pass.
 enum Unit {
     Queue,
+    Idle,
     Ring(String),
 }
 
@@ -87,13 +98,25 @@ impl Store {
                         at.queue = after(&at.queue);
                         (1, false)
                     } else {
-                        at.stage = Stage::Rings(None);
-                        (1 + queue_step(q, now, idle), true)
+                        age_out(q, now);
+                        at.stage = Stage::Idle;
+                        (1, true)
                     }
                 }
+                Unit::Idle => {
+                    let (looked, done) = idle_step(q, now, idle, budget - spent);
+                    if done {
+                        at.stage = Stage::Rings(None);
+                    }
+                    // The queue's unit paid for the queue: this one for what it looked at.
+                    (looked, true)
+                }
                 Unit::Ring(name) => {
-                    let looked = ring_step(q, &name, now, idle);
-                    at.stage = Stage::Rings(Some(name));
+                    let (looked, done) = ring_step(q, &name, now, idle, budget - spent);
+                    // A ring left with idle cursors is this pass's next unit again.
+                    if done {
+                        at.stage = Stage::Rings(Some(name));
+                    }
                     (1 + looked, true)
                 }
             };
@@ -142,12 +165,14 @@ fn next_unit(inner: &mut Inner) -> Option<Unit> {
             at.stage = Stage::Queue;
             continue;
         };
-        if *queue != at.queue {
+        if *queue != at.queue || q.born != at.born {
             at.queue.clone_from(queue);
+            at.born = q.born;
             at.stage = Stage::Queue;
         }
         let last = match &at.stage {
             Stage::Queue => return Some(Unit::Queue),
+            Stage::Idle => return Some(Unit::Idle),
             Stage::Rings(last) => last.as_deref(),
         };
         if let Some(ring) = q.rings.name_after(last) {
@@ -159,26 +184,45 @@ fn next_unit(inner: &mut Inner) -> Option<Unit> {
     }
 }
 
-/// The queue's own part of a pass; the gates it looked at.
-fn queue_step(q: &mut Queue, now: Instant, idle: std::time::Duration) -> u64 {
-    age_out(q, now);
+/// The queue's idle groups' states forgotten, up to `budget` of them; once none is left,
+/// the waiters a lease's end gives something are rung. (Groups and gates looked at, whether
+/// it finished.)
+fn idle_step(q: &mut Queue, now: Instant, idle: std::time::Duration, budget: u64) -> (u64, bool) {
     let gates = &q.gates;
-    q.due.forget_idle(now, idle, |group| gates.waits_any(group));
+    let (looked, done) = q
+        .due
+        .forget_idle(now, idle, |group| gates.waits_any(group), budget);
+    if !done {
+        return (looked, false);
+    }
     // A lease's end is found only by a pop: the waiters of its group are rung, so one pops
     // rather than sleeping to its timeout (review s18 ephemeral M3).
     let due = &q.due;
-    let looked = q.gates.ring_queue_wide(|group| due.ended_by(group, now));
+    let rung = q.gates.ring_queue_wide(|group| due.ended_by(group, now));
     let rings = &q.rings;
-    looked + q.gates.prune_ringless(|p| rings.contains_key(p))
+    let pruned = q.gates.prune_ringless(|p| rings.contains_key(p));
+    (looked + rung + pruned, true)
 }
 
-/// One ring's part of a pass; the gates it looked at.
-fn ring_step(q: &mut Queue, name: &str, now: Instant, idle: std::time::Duration) -> u64 {
+/// One ring's part of a pass, its idle cursors forgotten up to `budget` of them; (the
+/// cursors and gates it looked at, whether it finished the ring).
+fn ring_step(
+    q: &mut Queue,
+    name: &str,
+    now: Instant,
+    idle: std::time::Duration,
+    budget: u64,
+) -> (u64, bool) {
     let Some((forgot, n, freed, empty)) = q.on_ring(name, |ring| {
-        let forgot = ring.forget_idle(now, idle) > 0;
+        let forgot = ring.forget_idle(now, idle, budget);
         let before = ring.items.len() as u64;
-        let freed = if forgot { ring.trim() } else { 0 };
+        // Trimming walks the cursors left.
+        let (freed, trimmed) = match forgot.gone > 0 {
+            true => (ring.trim(), ring.cursors()),
+            false => (0, 0),
+        };
         ring.shrink();
+        let forgot = (forgot.gone > 0, forgot.looked + trimmed, forgot.done);
         (
             forgot,
             before - ring.items.len() as u64,
@@ -186,15 +230,19 @@ fn ring_step(q: &mut Queue, name: &str, now: Instant, idle: std::time::Duration)
             ring.items.is_empty(),
         )
     }) else {
-        return 0;
+        return (0, true);
     };
+    let (forgot, mut looked, done) = forgot;
     q.length -= n.min(q.length);
     q.bytes -= freed.min(q.bytes);
     // A forgotten group starts over at the ring's head: the ring is due again for it, as
     // after a push, and its waiters are rung.
     if forgot && !empty {
         q.due.pushed(name);
-        q.gates.arrived(name, None);
+        looked += q.gates.arrived(name, None);
+    }
+    if !done {
+        return (looked, false);
     }
     if q.rings.get(name).is_some_and(|r| r.is_vacant()) {
         if let Some(ring) = q.rings.remove(name) {
@@ -202,7 +250,8 @@ fn ring_step(q: &mut Queue, name: &str, now: Instant, idle: std::time::Duration)
         }
     }
     let rings = &q.rings;
-    q.gates.ring_partition(name, |group| {
+    looked += q.gates.ring_partition(name, |group| {
         rings.get(name).is_some_and(|r| r.due_for(group, now))
-    })
+    });
+    (looked, true)
 }

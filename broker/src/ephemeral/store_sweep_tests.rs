@@ -1,5 +1,6 @@
 //! Review s19 ephemeral M3: the sweep goes in slices of a budget of entries (a queue, a ring,
-//! a gate looked at), resumes where it stopped, and still finds every lease that ended.
+//! a cursor or a gate looked at), resumes where it stopped, and still finds every lease that
+//! ended.
 
 use tokio::sync::Notify;
 
@@ -59,9 +60,9 @@ async fn a_pass_takes_ceil_entries_over_budget_slices_and_finds_every_ended_leas
     assert_eq!(s.pop("t", &ask(None, 11)).unwrap().len(), 11);
     let gates: Vec<_> = names
         .iter()
-        .map(|p| s.wake("t", &ask(Some(p), 1)).unwrap())
+        .map(|p| s.wake("t", &ask(Some(p), 1)).unwrap().unwrap())
         .collect();
-    let queue_wide = s.wake("t", &ask(None, 1)).unwrap();
+    let queue_wide = s.wake("t", &ask(None, 1)).unwrap().unwrap();
     tokio::time::advance(Duration::from_secs(2)).await;
     let now = now();
     let mut slices = 0;
@@ -126,7 +127,7 @@ async fn a_parked_groups_state_outlives_the_idle_bound() {
     s.declare("t", "q", options);
     s.push("t", "q", None, msgs(2)).unwrap();
     assert_eq!(s.pop("t", &ask(None, 1)).unwrap().len(), 1);
-    let gate = s.wake("t", &ask(None, 1)).unwrap();
+    let gate = s.wake("t", &ask(None, 1)).unwrap().unwrap();
     tokio::time::advance(Duration::from_secs(3)).await;
     let partition = ask(Some(DEFAULT_PARTITION), 1);
     assert_eq!(s.pop("t", &partition).unwrap().len(), 1);
@@ -135,5 +136,133 @@ async fn a_parked_groups_state_outlives_the_idle_bound() {
     tokio::time::advance(Duration::from_secs(8)).await;
     s.sweep(now());
     assert!(rung(&gate), "the first lease's end was not found");
+    assert_consistent(&s);
+}
+
+/// Review s20 ephemeral M1: 64 rings of 1 024 idle cursors each, swept at a budget of 1 024.
+/// Each slice looks at no more than twice its budget of cursors (forgetting them, trimming
+/// with those left), so the pass takes at least 64 slices; before the fix a ring counted one
+/// entry whatever its cursors, and the first slice walked all 65 536.
+#[test]
+fn a_slice_looks_at_no_more_cursors_than_its_budget() {
+    let s = store();
+    s.declare("t", "q", EphemeralOptions::default());
+    let names: Vec<String> = (0..64).map(|i| format!("p{i:02}")).collect();
+    for p in &names {
+        s.push("t", "q", Some(p), msgs(1)).unwrap();
+    }
+    for p in &names {
+        for g in 0..MAX_GROUPS {
+            let group = format!("g{g}");
+            let a = PopAsk {
+                group: Some(&group),
+                auto_ack: true,
+                ..ask(Some(p), 1)
+            };
+            s.pop("t", &a).unwrap();
+        }
+    }
+    let later = now() + Duration::from_secs(301);
+    super::super::ring::take_visits();
+    let mut slices = 0;
+    loop {
+        slices += 1;
+        let done = s.sweep_slice(later, 1_024);
+        let visits = super::super::ring::take_visits();
+        assert!(
+            visits <= 2 * 1_024,
+            "slice {slices} looked at {visits} cursors"
+        );
+        if done {
+            break;
+        }
+    }
+    assert!(
+        slices >= 64,
+        "a pass of 65 536 cursors took {slices} slices"
+    );
+    assert_eq!(
+        s.queues("t")["queues"][0]["partitions"],
+        0,
+        "every cursor forgotten"
+    );
+    assert_eq!(s.bytes(), queue_cost("q"));
+    assert_consistent(&s);
+}
+
+/// (states, slots of the groups map) of queue `q`'s due index.
+fn group_states(s: &Store) -> (usize, usize) {
+    let g = lock(&s.inner);
+    let due = &g.tenants["t"].queues["q"].due;
+    (due.groups_len(), due.groups_capacity())
+}
+
+/// Review s20 ephemeral M2: 100 000 pops without a partition, each of a new group, leave as
+/// many states; once idle, a slice of budget 1 000 forgets at most 1 000 of them, the pass
+/// still forgets them all, and the groups map gives its slots back. Before the fix one unit
+/// forgot all 100 000 and the map kept its peak capacity.
+#[test]
+fn idle_group_states_are_forgotten_a_budget_at_a_time() {
+    let s = store_idle(1);
+    s.declare("t", "q", EphemeralOptions::default());
+    for g in 0..100_000 {
+        let group = format!("g{g}");
+        let a = PopAsk {
+            group: Some(&group),
+            ..ask(None, 1)
+        };
+        assert!(s.pop("t", &a).unwrap().is_empty());
+    }
+    assert_eq!(group_states(&s).0, 100_000);
+    let later = now() + Duration::from_secs(2);
+    let mut slices = 0;
+    loop {
+        let (before, _) = group_states(&s);
+        slices += 1;
+        let done = s.sweep_slice(later, 1_000);
+        let (after, _) = group_states(&s);
+        assert!(
+            before - after <= 1_000,
+            "slice {slices} forgot {}",
+            before - after
+        );
+        if done {
+            break;
+        }
+    }
+    assert!(slices >= 100, "{slices} slices");
+    let (states, slots) = group_states(&s);
+    assert_eq!(states, 0);
+    assert!(slots <= 64, "the groups map kept {slots} slots");
+    assert_eq!(s.bytes(), queue_cost("q"));
+    assert_consistent(&s);
+}
+
+/// Review s20 ephemeral L1: a pass stopped in queue q's rings; q is deleted and declared again
+/// between two slices, with a queue-wide waiter whose lease ends. The new q is another queue
+/// to the pass: its own step runs and rings the waiter. Before the fix the pass went on at
+/// the old q's rings after p0, skipping the new one's step (and its ring `a`).
+#[tokio::test(start_paused = true)]
+async fn a_queue_made_again_between_slices_gets_its_own_step() {
+    let s = store();
+    s.declare("t", "q", EphemeralOptions::default());
+    for p in ["p0", "p1", "p2"] {
+        s.push("t", "q", Some(p), msgs(1)).unwrap();
+    }
+    let t0 = now();
+    assert!(!s.sweep_slice(t0, 1), "the queue's step");
+    assert!(!s.sweep_slice(t0, 1), "its idle states, then ring p0");
+    assert!(s.forget("t", "q"));
+    let options = EphemeralOptions {
+        lease_seconds: 1,
+        ..EphemeralOptions::default()
+    };
+    s.declare("t", "q", options);
+    s.push("t", "q", Some("a"), msgs(1)).unwrap();
+    assert_eq!(s.pop("t", &ask(None, 1)).unwrap().len(), 1);
+    let gate = s.wake("t", &ask(None, 1)).unwrap().unwrap();
+    tokio::time::advance(Duration::from_secs(2)).await;
+    while !s.sweep_slice(now(), 1) {}
+    assert!(rung(&gate), "the new queue's ended lease was not found");
     assert_consistent(&s);
 }

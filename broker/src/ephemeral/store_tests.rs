@@ -334,9 +334,9 @@ fn a_waiter_of_a_deleted_queue_does_not_bring_it_back() {
     let s = store(1 << 30, 1 << 30);
     s.declare("t", "q", EphemeralOptions::default());
     let waiting = ask("q", None, "g");
-    assert!(s.wake("t", &waiting).is_some());
+    assert!(s.wake("t", &waiting).unwrap().is_some());
     assert!(s.forget("t", "q"));
-    assert!(s.wake("t", &waiting).is_none());
+    assert!(s.wake("t", &waiting).unwrap().is_none());
     // R6 (review s14): nor by the waiter's next pop, when the DELETE came between its
     // `wake` and that pop.
     let mut again = ask("q", None, "g");
