@@ -8,10 +8,12 @@
 //! batch by the topic's `max.message.bytes` from its own state, without a round trip. Both
 //! read it through this module, so they cannot disagree on what a row means.
 //!
-//! A row is lines of `name=value`: `queue=<queue id>`, `max.message.bytes=10000`,
-//! `segment.bytes=20000` (not JSON: the engine, which reads it too, takes no JSON parser). A
-//! config absent from the row (or out of its range: the row is only written by the door,
-//! after the range check, but a KV row is read back from disk) holds its broker default.
+//! A row is one JSON string of `name=value` pairs joined by `;`:
+//! `"queue=<queue id>;max.message.bytes=10000;segment.bytes=20000"`. A KV value is JSON text
+//! (the native KV API shows a row by parsing it), and a string whose characters never need an
+//! escape is JSON the engine can read without a JSON parser, which it does not take. A config
+//! absent from the row (or out of its range: the row is only written by the door, after the
+//! range check, but a KV row is read back from disk) holds its broker default.
 
 pub use crate::kv::KAFKA_TOPIC_CONFIGS_NS;
 
@@ -51,28 +53,51 @@ impl TopicConfigs {
             .is_none_or(|max| usize::try_from(max).is_ok_and(|max| batch_bytes <= max))
     }
 
-    pub fn encode(&self) -> String {
-        let mut lines = Vec::new();
-        if let Some(q) = &self.queue {
-            lines.push(format!("queue={q}"));
+    /// Sets the config `name` to `value` (`None`: back to its default); false for a name
+    /// the row does not keep.
+    pub fn set(&mut self, name: &str, value: Option<i32>) -> bool {
+        match name {
+            MAX_MESSAGE_BYTES => self.max_message_bytes = value,
+            SEGMENT_BYTES => self.segment_bytes = value,
+            _ => return false,
         }
-        if let Some(n) = self.max_message_bytes {
-            lines.push(format!("{MAX_MESSAGE_BYTES}={n}"));
-        }
-        if let Some(n) = self.segment_bytes {
-            lines.push(format!("{SEGMENT_BYTES}={n}"));
-        }
-        lines.join("\n")
+        true
     }
 
-    /// A stored row's configs; a line that is not `name=value` with a known name and a value
-    /// in range is ignored.
+    /// The row's JSON text. A queue id is a UUID; one with a character outside
+    /// `[0-9A-Za-z-]` (which a JSON string might need escaped, or which would split the
+    /// pairs) is left out, and the row then holds for any queue of the name.
+    pub fn encode(&self) -> String {
+        let mut pairs = Vec::new();
+        if let Some(q) = self.queue.as_deref().filter(|q| plain_id(q)) {
+            pairs.push(format!("queue={q}"));
+        }
+        if let Some(n) = self.max_message_bytes {
+            pairs.push(format!("{MAX_MESSAGE_BYTES}={n}"));
+        }
+        if let Some(n) = self.segment_bytes {
+            pairs.push(format!("{SEGMENT_BYTES}={n}"));
+        }
+        format!("\"{}\"", pairs.join(";"))
+    }
+
+    /// A stored row's configs; a row that is not a JSON string without escapes reads as
+    /// empty, and a pair that is not `name=value` with a known name and a value in range is
+    /// ignored.
     pub fn parse(value: &str) -> TopicConfigs {
         let mut c = TopicConfigs::default();
-        for (name, v) in value.lines().filter_map(|l| l.split_once('=')) {
+        let Some(body) = value
+            .trim()
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .filter(|b| !b.contains(['"', '\\']))
+        else {
+            return c;
+        };
+        for (name, v) in body.split(';').filter_map(|l| l.split_once('=')) {
             let int = |min: i32| v.parse::<i32>().ok().filter(|n| *n >= min);
             match name {
-                "queue" if !v.is_empty() => c.queue = Some(v.to_owned()),
+                "queue" if plain_id(v) => c.queue = Some(v.to_owned()),
                 MAX_MESSAGE_BYTES => c.max_message_bytes = int(0),
                 SEGMENT_BYTES => c.segment_bytes = int(MIN_SEGMENT_BYTES),
                 _ => {}
@@ -80,6 +105,10 @@ impl TopicConfigs {
         }
         c
     }
+}
+
+fn plain_id(q: &str) -> bool {
+    !q.is_empty() && q.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 /// The value a client asks for `name`, range-checked as Kafka checks it (`max.message.bytes`
@@ -129,15 +158,23 @@ mod tests {
             segment_bytes: Some(20_000),
         };
         assert_eq!(TopicConfigs::parse(&row.encode()), row);
-        let bad = "queue=q\nmax.message.bytes=-1\nsegment.bytes=13";
+        assert_eq!(
+            row.encode(),
+            r#""queue=q1;max.message.bytes=10000;segment.bytes=20000""#,
+            "a JSON string, as every KV value is JSON text"
+        );
+        let bad = r#""queue=q;max.message.bytes=-1;segment.bytes=13""#;
         let read = TopicConfigs::parse(bad);
         assert!(read.is_empty(), "{read:?}");
         for junk in [
             "",
             "8",
-            "max.message.bytes",
-            "max.message.bytes=x",
-            "other=1",
+            r#""max.message.bytes""#,
+            r#""max.message.bytes=x""#,
+            r#""other=1""#,
+            "max.message.bytes=5",
+            r#""max.message.bytes=5"#,
+            r#""max.message.bytes=5\";segment.bytes=20""#,
         ] {
             assert!(TopicConfigs::parse(junk).is_empty(), "{junk}");
         }
@@ -145,10 +182,20 @@ mod tests {
 
     #[test]
     fn a_row_belongs_to_its_queue_or_to_any_when_it_names_none() {
-        let bound = TopicConfigs::parse("queue=q1\nmax.message.bytes=5");
+        let bound = TopicConfigs::parse(r#""queue=q1;max.message.bytes=5""#);
         assert!(bound.holds_for("q1"));
         assert!(!bound.holds_for("q2"), "a dead incarnation's configs");
-        assert!(TopicConfigs::parse("max.message.bytes=5").holds_for("any"));
+        assert!(TopicConfigs::parse(r#""max.message.bytes=5""#).holds_for("any"));
+        let odd = TopicConfigs {
+            queue: Some("q\"1".into()),
+            max_message_bytes: Some(5),
+            ..TopicConfigs::default()
+        };
+        assert_eq!(
+            odd.encode(),
+            r#""max.message.bytes=5""#,
+            "no escape is ever written"
+        );
     }
 
     #[test]
