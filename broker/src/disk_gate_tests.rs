@@ -507,6 +507,7 @@ fn need_counts_what_every_data_writer_keeps() {
 fn kafka_idempotent_produce_is_data_and_so_is_a_new_producer_id() {
     use queenmq_protocol::kafka_producers::*;
     let produce = Command::KafkaProduce(KafkaProduceReq {
+        batches: Vec::new(),
         items: vec![item(100)],
         guards: vec![ProducerGuard {
             queue: "q".into(),

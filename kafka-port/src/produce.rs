@@ -14,9 +14,9 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::{ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use queenmq_protocol::kafka_producers::{
-    increment_sequence, GuardVerdict, KafkaProduceReq, ProducerBatch, ProducerGuard,
+    increment_sequence, BatchSpan, GuardVerdict, KafkaProduceReq, ProducerBatch, ProducerGuard,
 };
-use queenmq_protocol::{Command, Outcome, PushItem, PushReq, PushResult, QueenError};
+use queenmq_protocol::{Command, Outcome, PushItem, PushResult, QueenError};
 
 use crate::connection::{encode, Reply};
 use crate::records::{self, Batch, BatchError, Budget};
@@ -67,8 +67,13 @@ pub fn decode(r: &mut Reader) -> Result<ProduceRequest, Malformed> {
 pub enum Fate {
     /// Refused before the push: this code and message.
     Refused(i16, String),
-    /// Its records are items `start..end` of the push.
-    Pushed { start: usize, end: usize },
+    /// Its records are items `start..end` of the push; its batch was `wire_bytes` long as
+    /// sent (what the topic's `max.message.bytes` bounds, judged by the engine).
+    Pushed {
+        start: usize,
+        end: usize,
+        wire_bytes: usize,
+    },
 }
 
 /// The request's idempotent partitions, and their names to find a repeat in constant time.
@@ -187,6 +192,7 @@ pub fn plan_partition(
     Fate::Pushed {
         start,
         end: items.len(),
+        wire_bytes: batches.iter().map(|b| b.wire_bytes).sum(),
     }
 }
 
@@ -240,6 +246,10 @@ fn verdict_answer(v: GuardVerdict) -> Option<(i16, i64, Option<String>)> {
         GuardVerdict::UnknownProducer => refused(
             errors::UNKNOWN_PRODUCER_ID,
             "this producer id was not handed out by this broker (InitProducerId)",
+        ),
+        GuardVerdict::TooLarge => refused(
+            errors::MESSAGE_TOO_LARGE,
+            "the record batch is larger than the topic's max.message.bytes",
         ),
         GuardVerdict::Full => refused(
             errors::REQUEST_TIMED_OUT,
@@ -318,7 +328,30 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
         }
         plan.push((topic, fates));
     }
-    let pushed = push(door, items, guards.list, req.transactional_id.clone()).await;
+    let batches = plan
+        .iter()
+        .flat_map(|(_, fates)| fates)
+        .filter_map(|(_, fate)| match fate {
+            Fate::Pushed {
+                start,
+                end,
+                wire_bytes,
+            } => Some(BatchSpan {
+                start: *start,
+                end: *end,
+                wire_bytes: *wire_bytes,
+            }),
+            Fate::Refused(..) => None,
+        })
+        .collect();
+    let pushed = push(
+        door,
+        items,
+        guards.list,
+        batches,
+        req.transactional_id.clone(),
+    )
+    .await;
     if req.acks == 0 {
         return unacked(&plan, &pushed);
     }
@@ -371,29 +404,25 @@ fn unacked(plan: &[(String, Vec<(i32, Fate)>)], pushed: &Pushed) -> Reply {
 /// Every item's result, and the verdict of each guard by its first item's index.
 type Pushed = Result<(Vec<PushResult>, HashMap<usize, GuardVerdict>), QueenError>;
 
-/// One bus call for the whole request: a plain push, or a Kafka produce when a partition
-/// has idempotent batches.
+/// One bus call for the whole request, a Kafka produce: the engine judges each partition's
+/// batch against its topic's `max.message.bytes` and its idempotent guard, and pushes the
+/// rest (a plain push when no batch is guarded or too large).
 async fn push(
     door: &Door,
     items: Vec<PushItem>,
     guards: Vec<ProducerGuard>,
+    batches: Vec<BatchSpan>,
     transactional_id: Option<String>,
 ) -> Pushed {
     if items.is_empty() {
         return Ok((Vec::new(), HashMap::new()));
     }
     let ctx = door.ctx.clone();
-    if guards.is_empty() {
-        return match door.bus.call(ctx, Command::Push(PushReq { items })).await {
-            Ok(Outcome::Pushed(results)) => Ok((results, HashMap::new())),
-            Ok(other) => Err(topics::unexpected(&other)),
-            Err(e) => Err(e),
-        };
-    }
     let starts: Vec<usize> = guards.iter().map(|g| g.start).collect();
     let req = KafkaProduceReq {
         items,
         guards,
+        batches,
         expiration_ms: door.cfg.producer_id_expiration_ms,
         max_producers: door.cfg.max_producer_ids,
         evict_min_idle_ms: door.cfg.producer_evict_min_idle_ms,
@@ -426,7 +455,7 @@ fn partition_response(
             -1,
             Some(e.message.clone()),
         ),
-        (Fate::Pushed { start, end }, Ok((results, verdicts))) => {
+        (Fate::Pushed { start, end, .. }, Ok((results, verdicts))) => {
             let verdict = verdicts.get(&start).and_then(|v| verdict_answer(*v));
             match (verdict, results.get(start..end)) {
                 (Some(answer), _) => answer,
@@ -514,7 +543,17 @@ mod tests {
             ],
         );
         let (fate, items) = plan(data, 3, None);
-        assert_eq!(fate, Fate::Pushed { start: 0, end: 2 });
+        assert!(
+            matches!(
+                fate,
+                Fate::Pushed {
+                    start: 0,
+                    end: 2,
+                    ..
+                }
+            ),
+            "{fate:?}"
+        );
         assert_eq!(items[0].queue, "orders");
         assert_eq!(items[0].partition, "3");
         assert_eq!(&items[0].payload[..], b"{\"n\":1}");
@@ -564,7 +603,17 @@ mod tests {
         let recs: &[crate::records::tests::TestRecord<'_>] =
             &[(0, None, Some(b"1"), &[]), (1, None, Some(b"2"), &[])];
         let (fate, items, guards) = plan_guarded(batch_seq(9, 3, i32::MAX, 0, recs), 4, None);
-        assert_eq!(fate, Fate::Pushed { start: 0, end: 2 });
+        assert!(
+            matches!(
+                fate,
+                Fate::Pushed {
+                    start: 0,
+                    end: 2,
+                    ..
+                }
+            ),
+            "{fate:?}"
+        );
         assert_eq!(items.len(), 2);
         assert_eq!(
             guards,
@@ -628,7 +677,17 @@ mod tests {
 
     #[test]
     fn acks_zero_closes_on_any_refusal_the_engine_gives() {
-        let plan = vec![("t".to_owned(), vec![(0, Fate::Pushed { start: 0, end: 1 })])];
+        let plan = vec![(
+            "t".to_owned(),
+            vec![(
+                0,
+                Fate::Pushed {
+                    start: 0,
+                    end: 1,
+                    wire_bytes: 1,
+                },
+            )],
+        )];
         let with = |v| Ok((vec![result(0, None)], HashMap::from([(0, v)])));
         assert!(matches!(
             unacked(&plan, &with(GuardVerdict::Appended)),
@@ -643,6 +702,7 @@ mod tests {
             GuardVerdict::Fenced,
             GuardVerdict::UnknownProducer,
             GuardVerdict::Full,
+            GuardVerdict::TooLarge,
         ] {
             assert!(matches!(unacked(&plan, &with(v)), Reply::Close(_)), "{v:?}");
         }
@@ -674,6 +734,10 @@ mod tests {
             Some(errors::UNKNOWN_PRODUCER_ID)
         );
         assert_eq!(code(GuardVerdict::Full), Some(errors::REQUEST_TIMED_OUT));
+        assert_eq!(
+            code(GuardVerdict::TooLarge),
+            Some(errors::MESSAGE_TOO_LARGE)
+        );
         assert_eq!(
             code(GuardVerdict::TxnIndexFull),
             Some(errors::POLICY_VIOLATION)

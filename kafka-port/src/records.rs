@@ -35,6 +35,9 @@ pub struct Batch {
     pub last_offset_delta: i32,
     pub transactional: bool,
     pub control: bool,
+    /// The batch's size on the wire, its offset and length fields included (Kafka's
+    /// `sizeInBytes`, compressed as sent): what a topic's `max.message.bytes` bounds.
+    pub wire_bytes: usize,
     pub records: Vec<Record>,
 }
 
@@ -91,6 +94,8 @@ fn decode_batch(r: &mut Reader, budget: &mut Budget) -> Result<Batch, BatchError
     if len < HEADER_AFTER_LENGTH {
         return Err(Malformed("batch shorter than its header").into());
     }
+    // The base offset and the length field come before what the length counts.
+    let wire_bytes = len.saturating_add(12);
     let mut b = Reader::new(r.take(len)?, false);
     let _leader_epoch = b.i32()?;
     let magic = b.i8()?;
@@ -153,6 +158,7 @@ fn decode_batch(r: &mut Reader, budget: &mut Budget) -> Result<Batch, BatchError
         last_offset_delta,
         transactional,
         control,
+        wire_bytes,
         records,
     })
 }
@@ -300,6 +306,7 @@ pub(crate) mod tests {
                 (1_005, None, None, &[]),
             ],
         );
+        let sent = data.len();
         let mut budget = Budget::new(1 << 20, usize::MAX);
         let batches = decode_batches(data, &mut budget).expect("decodes");
         assert_eq!(batches.len(), 1);
@@ -308,6 +315,7 @@ pub(crate) mod tests {
             (b.producer_id, b.transactional, b.control),
             (-1, false, false)
         );
+        assert_eq!(b.wire_bytes, sent, "the whole batch, as sent");
         assert_eq!(b.records.len(), 2);
         assert_eq!(b.records[0].key.as_deref(), Some(&b"k"[..]));
         assert_eq!(b.records[0].headers[0].0, "h");

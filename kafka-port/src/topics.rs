@@ -121,8 +121,16 @@ pub async fn settings(
     door: &Door,
     topic: &str,
 ) -> Result<Option<queenmq_protocol::QueueSettings>, QueenError> {
+    queue(door, topic).await.map(|q| q.map(|(_, s)| s))
+}
+
+/// The queue's id and options (`None`: no such queue), at the cost of one partition row.
+pub async fn queue(
+    door: &Door,
+    topic: &str,
+) -> Result<Option<(String, queenmq_protocol::QueueSettings)>, QueenError> {
     match read(door, topic, 1, 0).await {
-        Ok(doc) => Ok(Some(doc.queue.options)),
+        Ok(doc) => Ok(Some((doc.queue.id, doc.queue.options))),
         Err(e) if e.code == queenmq_protocol::ErrorCode::NotFound => Ok(None),
         Err(e) => Err(e),
     }

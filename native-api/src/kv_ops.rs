@@ -124,7 +124,8 @@ pub fn parse_list(list: &[Value], in_txn: bool) -> Result<Vec<KvOp>, KvApiError>
             e
         })?;
         // Permits are written only by /locks (a KV delete would release another's lock, a
-        // put jam one or forge its owner); topic partition counts only by the Kafka port.
+        // put jam one or forge its owner); topic partition counts and topic configs only by the
+        // Kafka port.
         if let Some((ns, door)) = READ_ONLY_NAMESPACES
             .iter()
             .find(|(ns, _)| op.is_write() && op.ns_key().0 == *ns)

@@ -51,11 +51,24 @@ pub struct ProducerGuard {
     pub batch: ProducerBatch,
 }
 
+/// One produced partition's record batch: items `start..end` of the request came from it,
+/// and `wire_bytes` is its size as sent, which its topic's `max.message.bytes` bounds
+/// (crate::kafka_topic_configs). Checked by the engine against its own state, so an alter
+/// and a produce are ordered by the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchSpan {
+    pub start: usize,
+    pub end: usize,
+    pub wire_bytes: usize,
+}
+
 /// A produce whose idempotent partitions are checked and appended in one planner step.
 #[derive(Debug, Clone, Default)]
 pub struct KafkaProduceReq {
     pub items: Vec<PushItem>,
     pub guards: Vec<ProducerGuard>,
+    /// Every produced partition's batch (guarded or not), in item order.
+    pub batches: Vec<BatchSpan>,
     /// Producer states idle longer than this are gone (`kafka_producer_id_expiration_ms`).
     pub expiration_ms: u64,
     /// States kept (`kafka_max_producer_ids`): a new producer past it evicts the one idle
@@ -112,6 +125,9 @@ pub enum GuardVerdict {
     TxnIndexFull,
     /// A producer id this broker never handed out (UNKNOWN_PRODUCER_ID).
     UnknownProducer,
+    /// A batch larger than its topic's `max.message.bytes` (MESSAGE_TOO_LARGE): refused
+    /// before its sequence is judged, so the producer's sequence does not advance.
+    TooLarge,
     /// A new producer's first batch finds `kafka_max_producer_ids` states held and none
     /// idle at least `kafka_producer_evict_min_idle_ms` (or the command's evictions spent, or
     /// the request alone names more producers than the cap): REQUEST_TIMED_OUT, retriable.

@@ -260,6 +260,11 @@ pub const LOCKS_NS: &str = "queen-locks";
 /// write there would change a topic's partition count behind the door's checks.
 pub const KAFKA_PARTITIONS_NS: &str = "queen-kafka-partitions";
 
+/// The namespace the Kafka door keeps the topic configs that have no queue option in
+/// (`crate::kafka_topic_configs`): a KV write there would change a topic's produce bound
+/// behind the door's range checks.
+pub const KAFKA_TOPIC_CONFIGS_NS: &str = "queen-kafka-topic-configs";
+
 /// The namespace the streams runtime (/streams/v1) keeps its query registry and state rows
 /// in: a KV write there would bypass the query's reset fence and the cycle's atomicity.
 pub const STREAMS_NS: &str = "queen-streams";
@@ -293,9 +298,10 @@ pub struct StateCap {
 
 /// Namespaces the KV API may read but never write: each is written by the one door that
 /// keeps its invariants.
-pub const READ_ONLY_NAMESPACES: [(&str, &str); 3] = [
+pub const READ_ONLY_NAMESPACES: [(&str, &str); 4] = [
     (LOCKS_NS, "/locks"),
     (KAFKA_PARTITIONS_NS, "the Kafka port"),
+    (KAFKA_TOPIC_CONFIGS_NS, "the Kafka port"),
     (STREAMS_NS, "/streams/v1"),
 ];
 

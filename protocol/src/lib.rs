@@ -14,6 +14,7 @@ pub mod fetch;
 pub mod kafka_groups;
 pub mod kafka_producers;
 pub mod kafka_records;
+pub mod kafka_topic_configs;
 pub mod kafka_txn_reads;
 pub mod kafka_txns;
 pub mod kv;

@@ -179,22 +179,24 @@ def test_the_locks_namespace_is_written_only_through_locks(http, op):
     assert row["found"] and row["version"] == got["token"], (row, got)
 
 
+@pytest.mark.parametrize("ns", ["queen-kafka-partitions", "queen-kafka-topic-configs"])
 @pytest.mark.parametrize(
     "op",
     [
-        put("topic", ns="queen-kafka-partitions"),
-        {"op": "delete", "ns": "queen-kafka-partitions", "key": "topic"},
-        {"op": "incr", "ns": "queen-kafka-partitions", "key": "topic", "delta": 1, "ttlSeconds": 5},
+        put("topic", ns="NS"),
+        {"op": "delete", "ns": "NS", "key": "topic"},
+        {"op": "incr", "ns": "NS", "key": "topic", "delta": 1, "ttlSeconds": 5},
     ],
 )
-def test_the_kafka_partition_counts_are_written_only_by_the_kafka_port(http, op):
+def test_the_kafka_topic_rows_are_written_only_by_the_kafka_port(http, op, ns):
+    op = {**op, "ns": ns}
     r = call(http, [op])
     assert r.status_code == 400, r.text
     assert r.json()["reason"] == "kv_bad_namespace"
     t = http.post("/api/v1/transaction", json={"operations": [], "kv": [op]})
     assert t.status_code == 400, t.text
     # Nothing was written: KV may read the namespace, and finds no row.
-    row = results(http, [{"op": "get", "ns": "queen-kafka-partitions", "key": "topic"}])[0]
+    row = results(http, [{"op": "get", "ns": ns, "key": "topic"}])[0]
     assert not row["found"], row
 
 

@@ -469,6 +469,7 @@ mod tests {
             },
         };
         let mut req = KafkaProduceReq {
+            batches: Vec::new(),
             items: vec![item("t", "0", b"1"), item("t", "1", b"1")],
             guards: vec![guard("0"), guard("1")],
             expiration_ms: 60_000,

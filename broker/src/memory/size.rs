@@ -220,9 +220,11 @@ pub fn request_bytes(cmd: &Command) -> usize {
     };
     let body = match cmd {
         Command::Push(p) => items(&p.items),
-        Command::KafkaProduce(p) => {
-            items(&p.items).saturating_add(p.guards.len().saturating_mul(PUSH_ITEM_BASE))
-        }
+        Command::KafkaProduce(p) => items(&p.items)
+            .saturating_add(p.guards.len().saturating_mul(PUSH_ITEM_BASE))
+            .saturating_add(p.batches.len().saturating_mul(std::mem::size_of::<
+                queenmq_protocol::kafka_producers::BatchSpan,
+            >())),
         Command::Transaction(t) => t
             .ops
             .iter()

@@ -12,12 +12,13 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::codes::{INVALID_CONFIG, INVALID_REQUEST};
 use super::describe_configs::{topic_configs, BROKER, TOPIC};
-use super::topic_configs::{options, Change, CLEANUP_POLICY, RETENTION_MS};
-use super::{duplicates, Refusal, MAX_CONFIGS, MAX_TOPICS};
+use super::topic_configs::{options, row_changes, Change, CLEANUP_POLICY, RETENTION_MS};
+use super::{config_row, duplicates, Refusal, MAX_CONFIGS, MAX_TOPICS};
 use crate::connection::{encode, Reply};
 use crate::topics;
 use crate::wire::{Malformed, Reader};
 use crate::{errors, Door};
+use queenmq_protocol::kafka_topic_configs::{MAX_MESSAGE_BYTES, SEGMENT_BYTES};
 use queenmq_protocol::rows;
 
 pub const VERSIONS: std::ops::RangeInclusive<i16> = 0..=2;
@@ -128,8 +129,12 @@ fn changes(incremental: bool, res: &Resource) -> Result<Vec<(String, Change)>, R
         out.push((name.clone(), change));
     }
     // AlterConfigs replaces the set: what it does not name goes back to its default.
-    if !incremental && !out.iter().any(|(n, _)| n == RETENTION_MS) {
-        out.push((RETENTION_MS.to_owned(), Change::Default));
+    if !incremental {
+        for kept in [RETENTION_MS, MAX_MESSAGE_BYTES, SEGMENT_BYTES] {
+            if !out.iter().any(|(n, _)| n == kept) {
+                out.push((kept.to_owned(), Change::Default));
+            }
+        }
     }
     Ok(out)
 }
@@ -166,25 +171,62 @@ async fn alter(
             format!("topic {:?} does not exist", res.name),
         ));
     }
-    let opts = options(
-        &changes(incremental, res)?,
-        &topic_configs(door.cfg.max_request_bytes),
-    )?;
-    match topics::exists(door, &res.name).await {
-        Ok(true) => {}
-        Ok(false) => {
+    let changes = changes(incremental, res)?;
+    let opts = options(&changes, &topic_configs(door.cfg.max_request_bytes))?;
+    let row = row_changes(&changes)?;
+    let queue_id = match topics::queue(door, &res.name).await {
+        Ok(Some((id, _))) => id,
+        Ok(None) => {
             return Err(Refusal::new(
                 errors::UNKNOWN_TOPIC_OR_PARTITION,
                 format!("topic '{}' does not exist", res.name),
             ))
         }
         Err(e) => return Err(Refusal::from_queen(&e)),
-    }
+    };
     if validate_only {
         return Ok(());
     }
-    configure(door, &res.name, opts).await
+    configure(door, &res.name, opts).await?;
+    rewrite_row(door, &res.name, &queue_id, &row).await
 }
+
+/// Rewrites the topic's config row with `row`'s changes, conditionally on the version read;
+/// a rewrite another request got to first is read and tried again, a few times.
+async fn rewrite_row(
+    door: &Door,
+    topic: &str,
+    queue_id: &str,
+    row: &[(&'static str, Option<i32>)],
+) -> Result<(), Refusal> {
+    if row.is_empty() {
+        return Ok(());
+    }
+    let queen = |e: queenmq_protocol::QueenError| Refusal::from_queen(&e);
+    for _ in 0..ROW_ATTEMPTS {
+        let stored = config_row::get(door, topic).await.map_err(queen)?;
+        let mut configs = config_row::holding(stored.as_ref(), queue_id);
+        for (name, value) in row {
+            configs.set(name, *value);
+        }
+        configs.queue = Some(queue_id.to_owned());
+        let seen = stored.map(|(_, version)| version);
+        if config_row::write(door, topic, &configs, seen)
+            .await
+            .map_err(queen)?
+            .is_some()
+        {
+            return Ok(());
+        }
+    }
+    Err(Refusal::new(
+        errors::REQUEST_TIMED_OUT,
+        format!("topic '{topic}': its configs were changed by other requests meanwhile; retry"),
+    ))
+}
+
+/// Conditional rewrites of a topic's config row one request tries before it gives up.
+const ROW_ATTEMPTS: usize = 4;
 
 /// Applies options to an existing queue (a configure merges only what it names).
 async fn configure(
@@ -344,10 +386,30 @@ mod tests {
             false,
             &res(vec![("cleanup.policy".into(), SET, Some("delete".into()))]),
         );
+        let defaults: Vec<(String, Change)> = [RETENTION_MS, MAX_MESSAGE_BYTES, SEGMENT_BYTES]
+            .iter()
+            .map(|n| (n.to_string(), Change::Default))
+            .collect();
         assert_eq!(
-            got.ok().map(|c| c.len()),
-            Some(2),
-            "retention.ms goes back to its default"
+            got.as_ref().map(|c| c[1..].to_vec()),
+            Ok(defaults),
+            "retention.ms and the config row's two go back to their defaults"
+        );
+        let row = got.and_then(|c| row_changes(&c));
+        assert_eq!(
+            row,
+            Ok(vec![(MAX_MESSAGE_BYTES, None), (SEGMENT_BYTES, None)])
+        );
+        let named = changes(
+            false,
+            &res(vec![("segment.bytes".into(), SET, Some("20000".into()))]),
+        );
+        assert_eq!(
+            named.and_then(|c| row_changes(&c)),
+            Ok(vec![
+                (SEGMENT_BYTES, Some(20_000)),
+                (MAX_MESSAGE_BYTES, None)
+            ])
         );
         let append = res(vec![(
             "cleanup.policy".into(),

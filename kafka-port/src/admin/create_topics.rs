@@ -12,12 +12,13 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::codes::*;
 use super::describe_configs::topic_configs;
-use super::topic_configs::{options, Change};
-use super::{duplicates, floor, Refusal, MAX_ASSIGNMENTS, MAX_CONFIGS, MAX_TOPICS};
+use super::topic_configs::{options, row_changes, Change};
+use super::{config_row, duplicates, floor, Refusal, MAX_ASSIGNMENTS, MAX_CONFIGS, MAX_TOPICS};
 use crate::connection::{encode, Reply};
 use crate::topics::{self, MAX_TOPIC_PARTITIONS};
 use crate::wire::{Malformed, Reader};
 use crate::{collisions, errors, Door};
+use queenmq_protocol::kafka_topic_configs::TopicConfigs;
 use queenmq_protocol::rows;
 
 /// v2..=v7: v0/v1 differ only in the response; every client since 2018 sends v2 or later.
@@ -172,12 +173,19 @@ fn topic_options(
     t: &NewTopic,
     max_request_bytes: usize,
 ) -> Result<queenmq_protocol::QueueOptions, Refusal> {
-    let changes: Vec<(String, Change)> = t
-        .configs
+    options(&changes(t), &topic_configs(max_request_bytes))
+}
+
+fn changes(t: &NewTopic) -> Vec<(String, Change)> {
+    t.configs
         .iter()
         .map(|(k, v)| (k.clone(), v.clone().map_or(Change::Default, Change::Set)))
-        .collect();
-    options(&changes, &topic_configs(max_request_bytes))
+        .collect()
+}
+
+/// The config-row changes a topic's configs ask (range-checked: INVALID_CONFIG).
+fn topic_row(t: &NewTopic) -> Result<Vec<(&'static str, Option<i32>)>, Refusal> {
+    row_changes(&changes(t))
 }
 
 async fn create(
@@ -195,6 +203,10 @@ async fn create(
     let max = door.cfg.max_request_bytes;
     let count = check(t, door.cfg.node_id, door.cfg.default_partitions, max)?;
     let opts = topic_options(t, max)?;
+    let mut configs = TopicConfigs::default();
+    for (name, value) in topic_row(t)? {
+        configs.set(name, value);
+    }
     let queen = |e: queenmq_protocol::QueenError| Refusal::from_queen(&e);
     match topics::exists(door, &t.name).await {
         Ok(true) => return Err(exists(&t.name)),
@@ -225,24 +237,57 @@ async fn create(
     else {
         return Err(exists(&t.name));
     };
+    // The config row likewise before the queue (naming no queue until it exists), so the
+    // first produce already meets the topic's bound; a dead queue's row is replaced.
+    let seen_row = match config_row::get(door, &t.name).await {
+        Ok(row) => row.map(|(_, version)| version),
+        Err(e) => return Err(take_back(door, &t.name, pending, None, queen(e)).await),
+    };
+    let row_pending = match config_row::write(door, &t.name, &configs, seen_row).await {
+        Ok(Some(v)) => (!configs.is_empty()).then_some(v),
+        Ok(None) => return Err(take_back(door, &t.name, pending, None, exists(&t.name)).await),
+        Err(e) => return Err(take_back(door, &t.name, pending, None, queen(e)).await),
+    };
     let queue_id = match topics::create_with(door, &t.name, opts).await {
         Ok(id) => id,
-        Err(e) => {
-            // Left in place, the refused request's count would go to the next queue of the
-            // name (an auto-create); a crash here leaves it, documented.
-            if let Err(back) = floor::take_back(door, &t.name, pending).await {
-                tracing::warn!(topic = %t.name, error = %back, "kafka CreateTopics: floor left");
-            }
-            return Err(queen(e));
-        }
+        Err(e) => return Err(take_back(door, &t.name, pending, row_pending, queen(e)).await),
     };
     check_collision.created(&t.name);
+    if let Some(v) = row_pending {
+        configs.queue = Some(queue_id.clone());
+        match config_row::write(door, &t.name, &configs, Some(v)).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(exists(&t.name)),
+            Err(e) => return Err(queen(e)),
+        }
+    }
     match floor::put(door, &t.name, count, Some(&queue_id), Some(pending)).await {
         Ok(Some(_)) => Ok(count),
         // Another CreateTopics rewrote the row after ours: it is the one that created it.
         Ok(None) => Err(exists(&t.name)),
         Err(e) => Err(queen(e)),
     }
+}
+
+/// Takes back the rows a refused CreateTopics wrote before its queue, and answers `why`.
+/// Left in place, the refused request's count and configs would go to the next queue of the
+/// name (an auto-create); a crash here leaves them, documented.
+async fn take_back(
+    door: &Door,
+    topic: &str,
+    floor_at: u64,
+    row_at: Option<u64>,
+    why: Refusal,
+) -> Refusal {
+    if let Err(back) = floor::take_back(door, topic, floor_at).await {
+        tracing::warn!(topic = %topic, error = %back, "kafka CreateTopics: floor left");
+    }
+    if let Some(v) = row_at {
+        if let Err(back) = config_row::take_back(door, topic, v).await {
+            tracing::warn!(topic = %topic, error = %back, "kafka CreateTopics: config row left");
+        }
+    }
+    why
 }
 
 pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {

@@ -1,4 +1,4 @@
-//! DeleteTopics: a queue delete per topic, then its partition floor.
+//! DeleteTopics: a queue delete per topic, then its partition floor and config row.
 
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{DeleteTopicsResponse, TopicName};
@@ -7,7 +7,7 @@ use queenmq_protocol::{Command, Outcome};
 use uuid::Uuid;
 
 use super::codes::INVALID_REQUEST;
-use super::{duplicates, floor, Refusal, MAX_TOPICS};
+use super::{config_row, duplicates, floor, Refusal, MAX_TOPICS};
 use crate::connection::{encode, Reply};
 use crate::topics::{self, unexpected};
 use crate::wire::{Malformed, Reader};
@@ -67,8 +67,12 @@ async fn delete(door: &Door, name: &str) -> Result<(), Refusal> {
         Ok(other) => return Err(Refusal::from_queen(&unexpected(&other))),
         Err(e) => return Err(Refusal::from_queen(&e)),
     };
-    // Cleared even when the queue was gone already: a floor must not outlive its queue.
+    // Cleared even when the queue was gone already: a floor or config row must not outlive
+    // its queue.
     floor::clear(door, name)
+        .await
+        .map_err(|e| Refusal::from_queen(&e))?;
+    config_row::clear(door, name)
         .await
         .map_err(|e| Refusal::from_queen(&e))?;
     if !existed {

@@ -1,6 +1,7 @@
 //! DescribeConfigs: every topic and broker config a Kafka 3.7 broker lists, with the value
-//! that holds here. `retention.ms` comes from the queue's options (source
-//! DYNAMIC_TOPIC_CONFIG when set); it and `cleanup.policy` are alterable
+//! that holds here. `retention.ms` comes from the queue's options, `max.message.bytes` and
+//! `segment.bytes` from the topic's config row ([`super::config_row`]; source
+//! DYNAMIC_TOPIC_CONFIG when set); these and `cleanup.policy` are alterable
 //! ([`super::topic_configs`]), every other config is read-only from the default source (an
 //! AlterConfigs that sends it back unchanged is accepted; `message.format.version` shows the
 //! v2 format that always holds, whatever was set). A resource is never answered with an empty
@@ -12,10 +13,11 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::DescribeConfigsResponse;
 use kafka_protocol::protocol::StrBytes;
 
+use queenmq_protocol::kafka_topic_configs::{TopicConfigs, MAX_MESSAGE_BYTES, SEGMENT_BYTES};
 use queenmq_protocol::QueueSettings;
 
 use super::topic_configs::{retention_ms, CLEANUP_POLICY, RETENTION_MS};
-use super::{Refusal, MAX_CONFIGS, MAX_TOPICS};
+use super::{config_row, Refusal, MAX_CONFIGS, MAX_TOPICS};
 use crate::connection::{encode, Reply};
 use crate::topics;
 use crate::wire::{Malformed, Reader};
@@ -126,12 +128,17 @@ pub fn topic_configs(max_request_bytes: usize) -> Vec<(&'static str, String, i8)
     out
 }
 
-/// A topic's configs with what its queue's options set: `(name, value, type, source,
-/// read-only)`.
+/// A topic's configs with what its queue's options and its config row set: `(name, value,
+/// type, source, read-only)`.
 pub fn topic_entries(
     max_request_bytes: usize,
     s: &QueueSettings,
+    row: &TopicConfigs,
 ) -> Vec<(&'static str, String, i8, i8, bool)> {
+    let from_row = |k, v, t, set: Option<i32>| match set {
+        Some(n) => (k, n.to_string(), t, TOPIC_SOURCE, false),
+        None => (k, v, t, DEFAULT_SOURCE, false),
+    };
     topic_configs(max_request_bytes)
         .into_iter()
         .map(|(k, v, t)| match k {
@@ -140,6 +147,8 @@ pub fn topic_entries(
                 None => (k, v, t, DEFAULT_SOURCE, false),
             },
             CLEANUP_POLICY => (k, v, t, DEFAULT_SOURCE, false),
+            MAX_MESSAGE_BYTES => from_row(k, v, t, row.max_message_bytes),
+            SEGMENT_BYTES => from_row(k, v, t, row.segment_bytes),
             _ => (k, v, t, DEFAULT_SOURCE, true),
         })
         .collect()
@@ -208,12 +217,18 @@ async fn describe(
                 ));
             }
             // The queue's options: one row, not a scan of every partition of the queue.
-            match topics::settings(door, &res.name).await {
-                Ok(Some(s)) => Ok(entries(
-                    version,
-                    topic_entries(door.cfg.max_request_bytes, &s),
-                    &res.keys,
-                )),
+            match topics::queue(door, &res.name).await {
+                Ok(Some((queue_id, s))) => {
+                    let row = config_row::get(door, &res.name)
+                        .await
+                        .map_err(|e| Refusal::from_queen(&e))?;
+                    let row = config_row::holding(row.as_ref(), &queue_id);
+                    Ok(entries(
+                        version,
+                        topic_entries(door.cfg.max_request_bytes, &s, &row),
+                        &res.keys,
+                    ))
+                }
                 Ok(None) => Err(Refusal::new(
                     errors::UNKNOWN_TOPIC_OR_PARTITION,
                     format!("topic '{}' does not exist", res.name),
@@ -306,7 +321,7 @@ mod tests {
         let s = crate::admin::topic_configs::tests::settings();
         let one = entries(
             4,
-            topic_entries(1 << 20, &s),
+            topic_entries(1 << 20, &s, &TopicConfigs::default()),
             &Some(vec!["retention.ms".into(), "nope".into()]),
         );
         assert_eq!(one.len(), 1);
@@ -319,10 +334,36 @@ mod tests {
         };
         let one = entries(
             4,
-            topic_entries(1 << 20, &set),
+            topic_entries(1 << 20, &set, &TopicConfigs::default()),
             &Some(vec!["retention.ms".into()]),
         );
         assert_eq!(one[0].value.as_deref(), Some("60000"));
         assert_eq!(one[0].config_source, TOPIC_SOURCE);
+        let row = TopicConfigs {
+            max_message_bytes: Some(10_000),
+            ..TopicConfigs::default()
+        };
+        let both = entries(
+            4,
+            topic_entries(1 << 20, &set, &row),
+            &Some(vec!["max.message.bytes".into(), "segment.bytes".into()]),
+        );
+        let shown: Vec<_> = both
+            .iter()
+            .map(|c| {
+                (
+                    c.value.as_deref().map(|v| v.to_string()),
+                    c.config_source,
+                    c.read_only,
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                (Some("10000".into()), TOPIC_SOURCE, false),
+                (Some("1073741824".into()), DEFAULT_SOURCE, false),
+            ]
+        );
     }
 }

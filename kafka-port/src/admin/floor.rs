@@ -13,11 +13,11 @@
 //! the name. Every write is conditional on the version the writer read, so racing admin
 //! requests cannot both win, nor lower a count another raised.
 
-use queenmq_protocol::kv::{KvExpiry, KvOp, KvOutcome, KvRefusal, KvReq, KvResult};
-use queenmq_protocol::{Command, ErrorCode, Outcome, QueenError, RequestCtx};
+use queenmq_protocol::QueenError;
 use serde_json::Value;
 
-use crate::topics::{unexpected, MAX_TOPIC_PARTITIONS};
+use super::kv_row;
+use crate::topics::MAX_TOPIC_PARTITIONS;
 use crate::Door;
 
 /// The reserved namespace (the native KV API may read it; only this door writes it).
@@ -44,41 +44,16 @@ impl Row {
     }
 }
 
-async fn call(door: &Door, op: KvOp) -> Result<KvResult, QueenError> {
-    call_as(door, door.ctx.clone(), op).await
-}
-
-async fn call_as(door: &Door, ctx: RequestCtx, op: KvOp) -> Result<KvResult, QueenError> {
-    let req = KvReq { ops: vec![op] };
-    match door.bus.call(ctx, Command::Kv(req)).await? {
-        Outcome::Kv(KvOutcome::Results(mut rs)) if rs.len() == 1 => Ok(rs.remove(0)),
-        other => Err(unexpected(&other)),
-    }
-}
-
 /// The stored row, if any.
 pub async fn get(door: &Door, topic: &str) -> Result<Option<Row>, QueenError> {
-    let op = KvOp::Get {
-        ns: NS.to_owned(),
-        key: topic.to_owned(),
-    };
-    // The floor is this door's own bookkeeping, read for every Metadata: a read-only or
-    // write-only user (whose roles do not reach the KV command) must still see the topics of
-    // its tenant.
-    match call_as(door, door.describe_ctx(), op).await? {
-        KvResult::Get(row) => Ok(row.map(|r| {
-            let (count, queue) = r.value.as_deref().map_or((None, None), parse);
-            Row {
-                count,
-                queue,
-                version: r.version,
-            }
-        })),
-        other => Err(QueenError::new(
-            ErrorCode::Internal,
-            format!("a KV get answered {other:?}"),
-        )),
-    }
+    Ok(kv_row::get(door, NS, topic).await?.map(|(value, version)| {
+        let (count, queue) = value.as_deref().map_or((None, None), parse);
+        Row {
+            count,
+            queue,
+            version,
+        }
+    }))
 }
 
 /// The count and owning queue a row's value holds.
@@ -116,64 +91,20 @@ pub async fn put(
     queue: Option<&str>,
     seen: Option<u64>,
 ) -> Result<Option<u64>, QueenError> {
-    let op = KvOp::Put {
-        ns: NS.to_owned(),
-        key: topic.to_owned(),
-        value: encode(count, queue),
-        expiry: KvExpiry::Forever,
-        // Version 0 is "must be absent".
-        expect: Some(seen.unwrap_or(0)),
-        if_absent: false,
-        required: false,
-    };
-    conditional(call(door, op).await?, "storing a partition floor")
+    let value = encode(count, queue);
+    kv_row::put(door, NS, topic, value, seen, "storing a partition floor").await
 }
 
 /// Takes back a floor this request wrote at `version`, unless another request rewrote it.
 pub async fn take_back(door: &Door, topic: &str, version: u64) -> Result<(), QueenError> {
-    let op = KvOp::Delete {
-        ns: NS.to_owned(),
-        key: topic.to_owned(),
-        expect: Some(version),
-        required: false,
-    };
-    conditional(call(door, op).await?, "taking back a partition floor").map(|_| ())
+    kv_row::delete_at(door, NS, topic, version, "taking back a partition floor")
+        .await
+        .map(|_| ())
 }
 
 /// Drops the floor of a deleted topic, so one created again under the name starts afresh.
 pub async fn clear(door: &Door, topic: &str) -> Result<(), QueenError> {
-    let op = KvOp::Delete {
-        ns: NS.to_owned(),
-        key: topic.to_owned(),
-        expect: None,
-        required: false,
-    };
-    match call(door, op).await? {
-        // Absent is fine: a topic that never had a floor.
-        KvResult::Write(_) => Ok(()),
-        other => Err(QueenError::new(
-            ErrorCode::Internal,
-            format!("a KV delete answered {other:?}"),
-        )),
-    }
-}
-
-fn conditional(r: KvResult, what: &str) -> Result<Option<u64>, QueenError> {
-    match r {
-        KvResult::Write(w) if w.applied => Ok(Some(w.version)),
-        KvResult::Write(w)
-            if matches!(
-                w.reason,
-                Some(KvRefusal::Exists | KvRefusal::Version | KvRefusal::Absent)
-            ) =>
-        {
-            Ok(None)
-        }
-        other => Err(QueenError::new(
-            ErrorCode::Internal,
-            format!("{what} was refused: {other:?}"),
-        )),
-    }
+    kv_row::clear(door, NS, topic).await
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! count lives in [`floor`].
 
 pub mod alter_configs;
+pub mod config_row;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_records;
@@ -12,6 +13,7 @@ pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_log_dirs;
 pub mod floor;
+pub mod kv_row;
 pub mod topic_configs;
 
 /// Kafka error codes only the admin APIs answer.

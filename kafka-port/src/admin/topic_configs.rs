@@ -3,7 +3,10 @@
 //! state: replicated, durable, and the same settings the HTTP API shows).
 //!
 //! Honoured: `retention.ms` (the queue's `retentionSeconds` with `retentionEnabled`, in whole
-//! seconds, rounded up) and `cleanup.policy=delete` (what always holds). Every other Kafka
+//! seconds, rounded up), `cleanup.policy=delete` (what always holds), and the two configs kept
+//! in the topic's config row ([`super::config_row`]): `max.message.bytes` (the engine bounds
+//! each produced batch by it) and `segment.bytes` (stored and shown, inert: the log's segments
+//! are shared by every queue, and retention is per message, finer than a segment). Every other Kafka
 //! topic config is accepted only where it asks for what already holds: set to the value
 //! DescribeConfigs shows for it, or back to its default (clients such as librdkafka's
 //! `test_AlterConfigs_simple` send back every described config with the one they change,
@@ -14,6 +17,7 @@
 //! value of a config that cannot change (not honoured, so not stored: a stored value that does
 //! not hold would be a lie to the client), and unknown names.
 
+use queenmq_protocol::kafka_topic_configs::{self, MAX_MESSAGE_BYTES, SEGMENT_BYTES};
 use queenmq_protocol::{limits, QueueOptions, QueueSettings, Setting};
 
 use super::codes::INVALID_CONFIG;
@@ -122,6 +126,11 @@ pub fn options(
                     "cleanup.policy {v:?} cannot be honoured: records are never compacted here"
                 )))
             }
+            // Kept in the topic's config row: see [`row_changes`].
+            (MAX_MESSAGE_BYTES | SEGMENT_BYTES, Change::Set(v)) => {
+                kafka_topic_configs::check(name, v).map_err(invalid)?;
+            }
+            (MAX_MESSAGE_BYTES | SEGMENT_BYTES, Change::Default) => {}
             (MESSAGE_FORMAT_VERSION, Change::Set(v)) if known_version(v.trim()) => {}
             (MESSAGE_FORMAT_VERSION, Change::Set(v)) => {
                 return Err(invalid(format!(
@@ -142,6 +151,31 @@ pub fn options(
         }
     }
     Ok(o)
+}
+
+/// The changes `changes` ask of the topic's config row (`max.message.bytes`,
+/// `segment.bytes`): a value to set (range-checked as Kafka does, INVALID_CONFIG), or `None`
+/// for the default. Every other name is [`options`]' to judge.
+pub fn row_changes(
+    changes: &[(String, Change)],
+) -> Result<Vec<(&'static str, Option<i32>)>, Refusal> {
+    let mut out = Vec::new();
+    for (name, change) in changes {
+        let Some(known) = [MAX_MESSAGE_BYTES, SEGMENT_BYTES]
+            .into_iter()
+            .find(|n| n == name)
+        else {
+            continue;
+        };
+        out.push(match change {
+            Change::Set(v) => (
+                known,
+                Some(kafka_topic_configs::check(known, v).map_err(invalid)?),
+            ),
+            Change::Default => (known, None),
+        });
+    }
+    Ok(out)
 }
 
 /// The `retention.ms` a queue's settings give: `None` when no age retention holds (-1 from the
@@ -191,7 +225,10 @@ pub(crate) mod tests {
             ("cleanup.policy", "compact,delete"),
             ("segment.ms", "1000"),
             ("compression.type", "gzip"),
-            ("max.message.bytes", "1000"),
+            ("max.message.bytes", "-1"),
+            ("max.message.bytes", "2147483648"),
+            ("max.message.bytes", "ten"),
+            ("segment.bytes", "13"),
             ("message.format.version", "0.10.0.9x"),
             ("no.such.config", "1"),
         ] {
@@ -206,6 +243,35 @@ pub(crate) mod tests {
             options(&twice, &known()).map_err(|r| r.code),
             Err(super::super::codes::INVALID_REQUEST)
         );
+    }
+
+    #[test]
+    fn the_row_configs_are_range_checked_and_change_no_queue_option() {
+        let asked = [
+            set("max.message.bytes", "10000"),
+            set("segment.bytes", "20000"),
+        ];
+        assert_eq!(options(&asked, &known()).map(|o| o.given()), Ok(0));
+        assert_eq!(
+            row_changes(&asked),
+            Ok(vec![
+                (MAX_MESSAGE_BYTES, Some(10_000)),
+                (SEGMENT_BYTES, Some(20_000))
+            ])
+        );
+        let back = [
+            ("segment.bytes".to_owned(), Change::Default),
+            set("retention.ms", "1000"),
+        ];
+        assert_eq!(row_changes(&back), Ok(vec![(SEGMENT_BYTES, None)]));
+        for bad in ["-1", "2147483648", "x", ""] {
+            let asked = [set("max.message.bytes", bad)];
+            assert_eq!(
+                row_changes(&asked).map_err(|r| r.code),
+                Err(INVALID_CONFIG),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

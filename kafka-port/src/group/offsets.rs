@@ -252,8 +252,31 @@ fn decode_fetch_stable(version: i16, r: &mut Reader) -> Result<(Vec<FetchGroup>,
     let require_stable = version >= 7 && r.bool()?;
     r.skip_tags()?;
     // A group named twice is answered once (its first listing): every answer may carry the
-    // group's whole table, so repeats would multiply the response.
-    Ok((dedup_by_key(groups, |(id, _)| id.as_str()), require_stable))
+    // group's whole table, so repeats would multiply the response. Likewise a partition named
+    // twice (review s20 M2): each mention would be read and copied again.
+    let groups = dedup_by_key(groups, |(id, _)| id.as_str())
+        .into_iter()
+        .map(|(id, topics)| (id, topics.map(dedup_partitions)))
+        .collect();
+    Ok((groups, require_stable))
+}
+
+/// Each (topic, partition) once, where it was first named, as Kafka answers (its coordinator
+/// keys the partitions it reads); a topic all of whose partitions were named before is
+/// dropped, one named with no partitions is kept.
+fn dedup_partitions(topics: Topics<i32>) -> Topics<i32> {
+    let mut seen = std::collections::HashSet::new();
+    topics
+        .into_iter()
+        .filter_map(|(name, parts)| {
+            let asked = parts.len();
+            let kept: Vec<i32> = parts
+                .into_iter()
+                .filter(|p| seen.insert((name.clone(), *p)))
+                .collect();
+            (asked == 0 || !kept.is_empty()).then_some((name, kept))
+        })
+        .collect()
 }
 
 /// Per partition, in order: whether an open transaction holds a pending offset of the

@@ -53,6 +53,22 @@ fn a_topic_name_past_kafkas_limit_is_refused_at_decode() {
 }
 
 #[test]
+fn a_partition_named_many_times_is_read_once() {
+    // Review s20 M2: topic "t" partitions 0, 0, 1, then "t" again with 1 and 0, then "u" 0.
+    let mut b = BytesMut::new();
+    str16(&mut b, "g");
+    b.put_i32(3);
+    for (topic, parts) in [("t", &[0, 0, 1][..]), ("t", &[1, 0][..]), ("u", &[0][..])] {
+        str16(&mut b, topic);
+        b.put_i32(parts.len() as i32);
+        parts.iter().for_each(|p| b.put_i32(*p));
+    }
+    let got = decode_fetch(1, &mut Reader::new(Bytes::from(b), false));
+    let want = vec![("t".to_string(), vec![0, 1]), ("u".to_string(), vec![0])];
+    assert_eq!(got, Ok(vec![("g".to_string(), Some(want))]));
+}
+
+#[test]
 fn a_request_naming_more_partitions_than_the_cap_is_refused_whole() {
     let cap = MAX_KAFKA_OFFSETS_PER_REQUEST;
     // Spread over topics: the cap is on the request, not on each topic.

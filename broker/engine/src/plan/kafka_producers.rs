@@ -13,6 +13,7 @@ use std::collections::HashSet;
 use queenmq_protocol::kafka_producers::*;
 use queenmq_protocol::{ErrorCode, PushItem, PushResult, PushStatus, QueenError};
 
+use super::kafka_batch_bound::Oversized;
 use super::push::PreparedPush;
 use super::Planner;
 use crate::entry::Effect;
@@ -343,6 +344,7 @@ impl Planner<'_> {
         &mut self,
         req: &KafkaProduceReq,
         verdicts: &[GuardVerdict],
+        oversized: &[Oversized],
         producer: Option<&str>,
     ) -> Result<(Vec<PushResult>, PreparedPush), QueenError> {
         let mut skip = vec![false; req.items.len()];
@@ -352,6 +354,14 @@ impl Planner<'_> {
             }
         }
         let mut failed: Vec<Option<PushResult>> = vec![None; req.items.len()];
+        for (start, end, why) in oversized {
+            for i in *start..*end {
+                skip[i] = true;
+                let mut r = not_pushed(&req.items[i]);
+                r.error = Some(why.clone());
+                failed[i] = Some(r);
+            }
+        }
         // Failing a guard only removes items, so a second pass finds no new partial guard
         // unless an item's fate depends on another's; then the produce is refused whole.
         for attempt in 0..2 {
@@ -416,16 +426,33 @@ impl Planner<'_> {
         producer: Option<&str>,
     ) -> Result<KafkaProduceOutcome, QueenError> {
         check_guards(req)?;
+        let oversized = self.oversized_batches(req)?;
+        if req.guards.is_empty() && oversized.is_empty() {
+            // No idempotent batch and none over its bound: the plain push it always was.
+            let results = self.plan_push(&req.items, producer)?;
+            return Ok(KafkaProduceOutcome {
+                results,
+                verdicts: Vec::new(),
+            });
+        }
         let expiration_us = ms_us(req.expiration_ms);
         self.expire_producers(expiration_us);
         let mut named = HashSet::new();
         let mut verdicts: Vec<GuardVerdict> = req
             .guards
             .iter()
-            .map(|g| self.judge_guard(g, req, &mut named))
+            .map(|g| {
+                // Refused before judged: a batch over its bound does not advance a sequence.
+                if oversized.iter().any(|(start, _, _)| *start == g.start) {
+                    GuardVerdict::TooLarge
+                } else {
+                    self.judge_guard(g, req, &mut named)
+                }
+            })
             .collect();
         let victims = self.plan_evictions(req, &mut verdicts, &named);
-        let (results, prepared) = self.prepare_guarded_push(req, &verdicts, producer)?;
+        let (results, prepared) =
+            self.prepare_guarded_push(req, &verdicts, &oversized, producer)?;
         // Nothing may be emitted between a prepare and its commit.
         self.commit_push(prepared);
         let max = usize::try_from(req.max_producers).unwrap_or(usize::MAX);

@@ -51,6 +51,7 @@ pub(super) fn produce_req_to(
         .collect();
     let last_seq = increment_sequence(first_seq, n as i32 - 1);
     KafkaProduceReq {
+        batches: Vec::new(),
         guards: vec![ProducerGuard {
             queue: "t".into(),
             partition: partition.into(),

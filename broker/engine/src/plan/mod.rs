@@ -16,6 +16,9 @@ mod ephemeral;
 pub mod fixture;
 mod id_space;
 mod ids;
+mod kafka_batch_bound;
+#[cfg(test)]
+mod kafka_batch_bound_tests;
 mod kafka_groups;
 #[cfg(test)]
 mod kafka_groups_reads_tests;

@@ -469,6 +469,7 @@ fn run(fx: &mut Fixture, cmds: &[Cmd], pops: &mut Vec<PopResult>, commits: bool)
                     })
                     .collect();
                 let req = KafkaProduceReq {
+                    batches: Vec::new(),
                     items,
                     guards: vec![ProducerGuard {
                         queue,
@@ -606,6 +607,7 @@ fn kafka_txn(fx: &mut Fixture, tx: usize, kind: usize, a: usize) {
                 .and_then(|p| p.batches.back())
                 .map_or(0, |b| b.last_seq.wrapping_add(1));
             let req = KafkaProduceReq {
+                batches: Vec::new(),
                 items: vec![PushItem {
                     queue: topic.clone(),
                     partition: partition.clone(),
