@@ -402,6 +402,14 @@ impl RaftNode {
         ))
     }
 
+    /// The HTTP address member `id` was added with (`member_addr`), if any: how a follower
+    /// reaches a leader that joined at run time.
+    pub fn http_of(&self, id: u64) -> Option<String> {
+        let m = self.inner.raft.metrics().borrow().membership_config.clone();
+        let node = m.membership().get_node(&id)?;
+        crate::member_addr::http_part(&node.addr).map(str::to_string)
+    }
+
     /// Runs one membership operation on the leader; resolves once its entry (both entries of a
     /// joint change) committed. Refused with `RaftError::ChangeRefused` when `plan` refuses it
     /// or another operation of this node is running, and with `RaftError::Membership` when
