@@ -249,3 +249,18 @@ def roll(http, nodes, load):
     got = pop_all(http, nodes[lead].url, acked)
     assert set(acked) <= set(got), sorted(set(acked) - set(got))[:10]
     assert settled(http, nodes) is not None
+
+
+def test_a_single_node_answers_the_membership_routes_unsupported(broker, http):
+    for method, path, body in [("GET", "/api/v1/cluster", None),
+                               ("POST", "/api/v1/cluster/learners",
+                                {"id": 2, "clusterAddr": "127.0.0.1:1",
+                                 "httpAddr": "http://127.0.0.1:2"}),
+                               ("POST", "/api/v1/cluster/voters", {"ids": [2]}),
+                               ("DELETE", "/api/v1/cluster/members/1", None)]:
+        res = http.request(method, path, json=body)
+        assert res.status_code == 501, (path, res.text)
+        assert res.json()["code"] == "unsupported", res.text
+    # The body's form is checked before the node is asked: 400, not 501.
+    res = http.post("/api/v1/cluster/voters", json={"ids": []})
+    assert res.status_code == 400, res.text
