@@ -37,6 +37,8 @@ pub struct Member {
     peers: BTreeMap<u64, BasicNode>,
     /// Members' HTTP addresses (`peer_http`), named in a not_leader answer.
     peer_http: BTreeMap<u64, String>,
+    /// `cluster_join`: this node never initialises the membership.
+    join: bool,
     token: Arc<[u8]>,
     pub timing: Timing,
     /// The groups the cluster listener answers for.
@@ -72,6 +74,7 @@ impl Member {
                 .map(|(id, addr)| (*id, BasicNode::new(addr.clone())))
                 .collect(),
             peer_http: c.peer_http.clone(),
+            join: c.join,
             token: Arc::from(token.as_bytes()),
             timing: c.timing,
             groups: Groups::default(),
@@ -111,7 +114,7 @@ impl Member {
     }
 
     /// Starts this node's member of `group`: the lowest id of `peers` initialises an empty
-    /// directory, the others wait to be contacted; returns once it has applied what it knew
+    /// directory unless started to join (`cluster_join`), the others wait to be contacted; returns once it has applied what it knew
     /// committed, whoever leads.
     pub async fn start(
         &self,
@@ -133,7 +136,7 @@ impl Member {
         let network = TcpNetwork::new(self.node_id, group, &self.token, limits());
         let start = ClusterStart {
             peers: self.peers.clone(),
-            initialise: self.peers.keys().next() == Some(&self.node_id),
+            initialise: self.initialises(),
             entry_limit,
         };
         let groups = self.groups.clone();
@@ -144,10 +147,19 @@ impl Member {
         .await
     }
 
+    /// Whether this node initialises an empty directory's membership: the lowest id of
+    /// `peers`, unless started to join a running group (a wiped node that would otherwise
+    /// found a second group with the same ids: review s15 A2).
+    fn initialises(&self) -> bool {
+        !self.join && self.peers.keys().next() == Some(&self.node_id)
+    }
+
     /// Who leads the group whose status is `s`, for the door's forwarding decision
     /// (native-api `forward`): a leader answers here whatever its lease or apply state (its
-    /// engine refuses retriably meanwhile: relaying to itself could not help).
-    pub fn leader(&self, s: &LogStatus) -> Leader {
+    /// engine refuses retriably meanwhile: relaying to itself could not help). The leader's
+    /// URL is the one its membership entry carries (`joined_url`, a member added at run
+    /// time), else its `peer_http` entry.
+    pub fn leader(&self, s: &LogStatus, joined_url: impl FnOnce(u64) -> Option<String>) -> Leader {
         match s.leader {
             _ if s.role == "leader" => Leader::Here,
             // Named leader but not (or no longer) in the role: a hand-over under way; the
@@ -155,7 +167,7 @@ impl Member {
             Some(id) if id == self.node_id => Leader::Here,
             Some(id) => Leader::Other {
                 id,
-                url: self.peer_http.get(&id).cloned(),
+                url: joined_url(id).or_else(|| self.peer_http.get(&id).cloned()),
             },
             None => Leader::Unknown,
         }
@@ -245,6 +257,7 @@ mod tests {
             addr: "127.0.0.1:7102".parse().unwrap(),
             peers: (1..=3).map(|i| (i, format!("127.0.0.1:710{i}"))).collect(),
             peer_http: BTreeMap::from([(1, "http://127.0.0.1:6631".to_string())]),
+            join: false,
             timing: TIMING,
         };
         Member::new(&c, &"t".repeat(32))
@@ -343,25 +356,73 @@ mod tests {
     #[test]
     fn the_door_sees_the_leader_the_engine_names() {
         let m = member();
-        assert_eq!(m.leader(&status("leader", Some(2), 3, 4)), Leader::Here);
+        assert_eq!(
+            m.leader_of_test(&status("leader", Some(2), 3, 4)),
+            Leader::Here
+        );
         let cut_off = LogStatus {
             quorum_contact: false,
             ..status("leader", Some(2), 3, 3)
         };
-        assert_eq!(m.leader(&cut_off), Leader::Here);
+        assert_eq!(m.leader_of_test(&cut_off), Leader::Here);
         assert_eq!(
-            m.leader(&status("follower", Some(1), 3, 3)),
+            m.leader_of_test(&status("follower", Some(1), 3, 3)),
             Leader::Other {
                 id: 1,
                 url: Some("http://127.0.0.1:6631".into())
             }
         );
         assert_eq!(
-            m.leader(&status("follower", Some(3), 3, 3)),
+            m.leader_of_test(&status("follower", Some(3), 3, 3)),
             Leader::Other { id: 3, url: None }
         );
-        assert_eq!(m.leader(&status("candidate", None, 3, 3)), Leader::Unknown);
-        assert_eq!(m.leader(&status("follower", Some(2), 3, 3)), Leader::Here);
+        assert_eq!(
+            m.leader_of_test(&status("candidate", None, 3, 3)),
+            Leader::Unknown
+        );
+        assert_eq!(
+            m.leader_of_test(&status("follower", Some(2), 3, 3)),
+            Leader::Here
+        );
+    }
+
+    impl Member {
+        fn leader_of_test(&self, s: &LogStatus) -> Leader {
+            self.leader(s, |_| None)
+        }
+    }
+
+    /// A leader added at run time is reached at the HTTP address its membership entry
+    /// carries, which wins over a stale `peer_http` entry.
+    #[test]
+    fn a_joined_leader_is_reached_at_its_membership_url() {
+        let m = member();
+        let joined = |id: u64| (id == 4).then(|| "http://127.0.0.1:6634".to_string());
+        assert_eq!(
+            m.leader(&status("follower", Some(4), 3, 3), joined),
+            Leader::Other {
+                id: 4,
+                url: Some("http://127.0.0.1:6634".into())
+            }
+        );
+        assert_eq!(
+            m.leader(&status("follower", Some(1), 3, 3), joined),
+            Leader::Other {
+                id: 1,
+                url: Some("http://127.0.0.1:6631".into())
+            }
+        );
+    }
+
+    /// Review s15 A2: a node started to join never initialises, even as the lowest id.
+    #[test]
+    fn a_joining_node_never_initialises() {
+        let mut m = member();
+        assert!(!m.initialises());
+        m.node_id = 1;
+        assert!(m.initialises());
+        m.join = true;
+        assert!(!m.initialises());
     }
 
     #[test]

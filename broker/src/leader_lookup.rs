@@ -41,7 +41,9 @@ impl LeaderLookup for GroupLeaders {
             return Leader::Here;
         };
         match group.live.get() {
-            Ok(live) => self.member.leader(&live.log.status()),
+            Ok(live) => self
+                .member
+                .leader(&live.log.status(), |id| live.node.http_of(id)),
             Err(_) => Leader::Here,
         }
     }

@@ -2,6 +2,7 @@
 //! the server, and the wiring of the `queen` binary. The pure core (codec, entry, state,
 //! planners, reads) is the `queenmq-engine` crate, re-exported here under its old paths.
 
+pub mod cluster_admin;
 pub mod cluster_member;
 pub mod config;
 pub mod disk_gate;

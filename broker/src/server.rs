@@ -247,6 +247,12 @@ pub async fn serve(
         streams_state_max_keys: cfg.streams_state_max_keys,
         streams_state_max_bytes: cfg.streams_state_max_bytes,
         ephemeral: Some(ephemeral.clone()),
+        cluster: member.as_ref().map(|m| {
+            Arc::new(crate::cluster_admin::GroupMembership {
+                groups: groups.clone(),
+                node_id: m.node_id,
+            }) as Arc<dyn queenmq_native_api::cluster_admin::ClusterAdmin>
+        }),
         // A follower relays what the leader must answer (docs/cluster.md "Forwarding").
         forward: member.map(|m| {
             let relays = crate::leader_lookup::relay_cap(

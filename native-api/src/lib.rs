@@ -7,6 +7,7 @@ mod auth;
 mod binary_body;
 mod body;
 mod capped;
+pub mod cluster_admin;
 mod dlq_admin;
 mod ephemeral;
 pub mod ephemeral_door;
@@ -91,6 +92,9 @@ pub struct ApiOptions {
     pub streams_state_max_bytes: u64,
     /// The RAM store of ephemeral queues; None answers their routes 501 `unsupported`.
     pub ephemeral: Option<Arc<dyn ephemeral_door::EphemeralDoor>>,
+    /// The membership operations of a cluster member; None (a single node) answers
+    /// `/api/v1/cluster` 501 `unsupported`.
+    pub cluster: Option<Arc<dyn cluster_admin::ClusterAdmin>>,
     /// A cluster member's relay to the leader (docs/cluster.md "Forwarding"); None on a
     /// single node: every request is answered here.
     pub forward: Option<ForwardOptions>,
@@ -118,6 +122,7 @@ impl Default for ApiOptions {
             streams_state_max_keys: 1_000_000,
             streams_state_max_bytes: 64 << 20,
             ephemeral: None,
+            cluster: None,
             forward: None,
         }
     }

@@ -11,8 +11,8 @@ use queenmq_protocol::{rows, CommandMeta, ErrorCode};
 use serde_json::json;
 
 use crate::{
-    ack, auth, dlq_admin, ephemeral, forward, groups, health, http_metrics, kv, locks,
-    node_metrics, offset_reads, pop, push, queues, reads, streams, timers, txn, AppState,
+    ack, auth, cluster_admin, dlq_admin, ephemeral, forward, groups, health, http_metrics, kv,
+    locks, node_metrics, offset_reads, pop, push, queues, reads, streams, timers, txn, AppState,
 };
 
 /// Every route names the row of the command table its handler sends, and [`auth::needs`]
@@ -179,6 +179,23 @@ pub(crate) fn router(app: AppState, forwarder: Option<Arc<forward::Forwarder>>) 
         // The reference dashboard's other series (queue-lag, queue-ops, ...): outside the
         // client inventory of spec native-api §2.1, not kept by this broker.
         .route("/api/v1/analytics/{what}", get(health::unsupported))
+        // Membership operations (docs/cluster.md): admin only, relayed to the leader.
+        .route(
+            "/api/v1/cluster",
+            sends(&rows::CLUSTER_ADMIN, get(cluster_admin::view)),
+        )
+        .route(
+            "/api/v1/cluster/learners",
+            sends(&rows::CLUSTER_ADMIN, post(cluster_admin::add_learner)),
+        )
+        .route(
+            "/api/v1/cluster/voters",
+            sends(&rows::CLUSTER_ADMIN, post(cluster_admin::promote)),
+        )
+        .route(
+            "/api/v1/cluster/members/{id}",
+            sends(&rows::CLUSTER_ADMIN, delete(cluster_admin::remove)),
+        )
         .route("/api/v1/kv", sends(&rows::KV, post(kv::kv)))
         .route("/api/v1/locks", sends(&rows::LOCKS, post(locks::locks)))
         .route("/api/v1/timers", sends(&rows::TIMERS, post(timers::post)))

@@ -109,6 +109,9 @@ pub mod rows {
         row("ephemeral_configure", ReplicatedWrite, ReadWrite);
     /// Deleting a declaration is an admin act, as deleting a durable queue is.
     pub const EPHEMERAL_DELETE: CommandMeta = row("ephemeral_delete", ReplicatedWrite, Admin);
+    /// The cluster's membership operations (`/api/v1/cluster`): not a bus command (openraft's
+    /// own entry), but routed as a write so a follower relays it to the leader.
+    pub const CLUSTER_ADMIN: CommandMeta = row("cluster_admin", ReplicatedWrite, Admin);
 }
 
 /// The command table. Doors translate into these; nothing else decides routing or roles.

@@ -23,7 +23,8 @@ pub struct ClusterStart {
     /// Every voter by id, this node included: the `peers` of the configuration.
     pub peers: BTreeMap<u64, BasicNode>,
     /// Initialise the membership with `peers` if the directory holds nothing of the group:
-    /// true on one node only (the lowest id of `peers`).
+    /// true on one node only (the lowest id of `peers`), and never on a node started to join
+    /// a running group (`cluster_join`: a wiped node must not found a second group, A2).
     pub initialise: bool,
     /// The largest entry the engine may propose (its entry limit, from `max_record_bytes`).
     pub entry_limit: u64,
@@ -46,19 +47,24 @@ impl ClusterStart {
 /// Refuses a stored membership this node must not run with under `peers`: an empty one in a
 /// directory whose log holds entries, a lone `{me}` while `peers` names others (a single-node
 /// directory reused in a cluster would lead alone and acknowledge writes nobody else holds),
-/// or one that does not name this node (a directory of another group). A vote without any
-/// log (a member asked to vote before it received the membership) waits to be contacted.
+/// or one that names this node neither as a voter nor as a learner (a directory of another
+/// group, or of a member since removed). A vote without any log (a member asked to vote
+/// before it received the membership) waits to be contacted. Beyond that the stored
+/// membership need not match `peers`: once the membership operations changed it, it is the
+/// group's own and `peers` only seeded the first boot.
 pub(crate) fn check_stored_membership(
     me: u64,
     peers: &BTreeMap<u64, BasicNode>,
     voters: &BTreeSet<u64>,
+    learners: &BTreeSet<u64>,
     log_empty: bool,
 ) -> Result<(), RaftError> {
     let named: BTreeSet<u64> = peers.keys().copied().collect();
     let refuse = |why: String| {
         Err(RaftError::Startup(format!(
-            "the data directory's stored Raft membership {voters:?} {why}; peers names {named:?}. \
-             Point this node at the group's own data directory, or at an empty one to join"
+            "the data directory's stored Raft membership (voters {voters:?}, learners \
+             {learners:?}) {why}; peers names {named:?}. Point this node at the group's own \
+             data directory, or at an empty one to join (cluster_join = true)"
         )))
     };
     if voters.is_empty() {
@@ -67,10 +73,10 @@ pub(crate) fn check_stored_membership(
         }
         return refuse("is empty while its log holds entries".to_string());
     }
-    if !voters.contains(&me) {
+    if !voters.contains(&me) && !learners.contains(&me) {
         return refuse(format!("does not name this node ({me})"));
     }
-    if voters.len() == 1 && named.len() > 1 {
+    if voters.len() == 1 && learners.is_empty() && named.len() > 1 {
         return refuse(format!(
             "is this node ({me}) alone: a single-node directory cannot join a cluster"
         ));
@@ -107,26 +113,53 @@ mod tests {
         ids.iter().copied().collect()
     }
 
+    fn check(me: u64, p: &[u64], v: &[u64], l: &[u64], empty: bool) -> Result<(), RaftError> {
+        check_stored_membership(me, &peers(p), &voters(v), &voters(l), empty)
+    }
+
     #[test]
     fn the_group_s_own_membership_passes() {
-        let p = peers(&[1, 2, 3]);
-        assert!(check_stored_membership(2, &p, &voters(&[1, 2, 3]), false).is_ok());
+        assert!(check(2, &[1, 2, 3], &[1, 2, 3], &[], false).is_ok());
         // A single-node cluster's directory is its own.
-        assert!(check_stored_membership(1, &peers(&[1]), &voters(&[1]), false).is_ok());
+        assert!(check(1, &[1], &[1], &[], false).is_ok());
         // Voted, nothing logged: waits for the leader.
-        assert!(check_stored_membership(3, &p, &voters(&[]), true).is_ok());
+        assert!(check(3, &[1, 2, 3], &[], &[], true).is_ok());
+    }
+
+    /// Once the membership operations changed the membership, the stored one is the group's
+    /// own: a node added at run time (a learner, or promoted) restarts whatever `peers` says.
+    #[test]
+    fn a_membership_changed_at_run_time_names_this_node_and_passes() {
+        // Node 4 joined as a learner; its `peers` lists 1, 2, 4.
+        assert!(check(4, &[1, 2, 4], &[1, 2, 3], &[4], false).is_ok());
+        // Promoted, node 3 removed; node 1 still has the first boot's peers.
+        assert!(check(4, &[1, 2, 4], &[1, 2, 4], &[], false).is_ok());
+        assert!(check(1, &[1, 2, 3], &[1, 2, 4], &[], false).is_ok());
+        // Shrunk to one voter with a learner catching up: not a single-node directory.
+        assert!(check(1, &[1, 2, 3], &[1], &[4], false).is_ok());
+    }
+
+    /// The refusals of A1 hold under run-time membership too: a removed member's directory,
+    /// and a lone single-node directory.
+    #[test]
+    fn a_removed_member_s_directory_is_refused() {
+        let e = check(3, &[1, 2, 3], &[1, 2, 4], &[], false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not name this node (3)"), "{e}");
+        assert!(e.contains("cluster_join"), "{e}");
+        assert!(check(4, &[1, 2, 4], &[4], &[], false).is_err());
     }
 
     #[test]
     fn a_foreign_membership_is_refused_naming_peers() {
-        let p = peers(&[1, 2, 3]);
         for (me, v, empty) in [
-            (1, voters(&[1]), false),
-            (2, voters(&[2]), false),
-            (3, voters(&[1, 2]), false),
-            (1, voters(&[]), false),
+            (1, &[1][..], false),
+            (2, &[2], false),
+            (3, &[1, 2], false),
+            (1, &[], false),
         ] {
-            let e = check_stored_membership(me, &p, &v, empty)
+            let e = check(me, &[1, 2, 3], v, &[], empty)
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("peers names"), "{e}");

@@ -23,12 +23,34 @@ pub enum RaftError {
     #[error("the Raft membership change was refused: {0}")]
     Membership(String),
 
+    /// A membership operation refused before openraft was asked (`membership_change::plan`).
+    #[error("the membership change was refused: {message}")]
+    ChangeRefused {
+        kind: ChangeRefusal,
+        message: String,
+    },
+
     #[error("the Raft node has stopped: {0}")]
     Fatal(String),
 
     /// The node stopped because a log append met ENOSPC (a full disk, not a failed one).
     #[error("the Raft node has stopped, its disk is full: {0}")]
     StorageFull(String),
+}
+
+/// Why a membership operation was refused, for the caller's status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeRefusal {
+    /// The request itself is malformed (an id of 0, nothing to promote).
+    BadRequest,
+    /// The id is not a member.
+    UnknownId,
+    /// The id or an address is a member's already, or the learner is a voter already.
+    Duplicate,
+    /// The change would leave the group without a voter.
+    LastVoter,
+    /// Another change has not committed yet.
+    InProgress,
 }
 
 fn leader_hint(leader: &Option<u64>) -> String {

@@ -38,6 +38,8 @@ mod index_cell;
 mod keepalive;
 mod log_store;
 mod log_writer;
+pub mod member_addr;
+mod membership_change;
 mod meta;
 mod metrics_clock;
 mod network;
@@ -57,10 +59,11 @@ mod tests;
 pub use apply::ApplyHandler;
 pub use cluster_start::{ClusterStart, CLUSTER_ENTRY_MAX};
 pub use config::RaftConfig;
-pub use error::RaftError;
+pub use error::{ChangeRefusal, RaftError};
 // The storage pair openraft runs on, public so openraft's own storage suite can drive it
 // (tests/openraft_suite.rs) and so can the cluster to come; `RaftNode` is what the broker uses.
 pub use log_store::LogStore;
+pub use membership_change::{Change, MemberView, MembershipView};
 pub use meta::{accept_missing_log_start, read_persisted, Persisted};
 pub use node::{RaftNode, RaftStatus};
 pub use openraft::BasicNode;

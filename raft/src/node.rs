@@ -19,9 +19,10 @@ use crate::config::RaftConfig;
 use crate::core_probe::CoreProbe;
 use crate::election_nudge;
 use crate::entry_codec;
-use crate::error::RaftError;
+use crate::error::{ChangeRefusal, RaftError};
 use crate::index_cell::IndexCell;
 use crate::log_store::LogStore;
+use crate::membership_change::{self, Change, MembershipView};
 use crate::metrics_clock::MetricsClock;
 use crate::network::NoPeers;
 use crate::state_machine::StateMachine;
@@ -67,6 +68,9 @@ struct Inner {
     /// When the core last answered a question; a cluster member's probes read it (review
     /// s19 lead M2).
     probe: Option<CoreProbe>,
+    /// Held while a membership operation of this node runs: a second one is refused at once
+    /// ("in progress") rather than queued behind it.
+    changing: tokio::sync::Mutex<()>,
 }
 
 impl Drop for Inner {
@@ -238,6 +242,7 @@ impl RaftNode {
                 log,
                 log_store,
                 applied,
+                changing: tokio::sync::Mutex::new(()),
                 sm_gone: tokio::sync::Mutex::new(Some(sm_gone)),
             }),
         })
@@ -253,17 +258,22 @@ impl RaftNode {
         // Not initialised = no vote, no log, no membership: an empty directory. One that
         // holds anything of the group is never initialised again.
         if raft.is_initialized().await.map_err(fatal)? {
-            let voters = raft
+            let (voters, learners) = raft
                 .with_raft_state(|st| {
-                    st.membership_state
-                        .effective()
-                        .membership()
-                        .voter_ids()
-                        .collect::<BTreeSet<u64>>()
+                    let m = st.membership_state.effective().membership();
+                    let voters: BTreeSet<u64> = m.voter_ids().collect();
+                    let learners: BTreeSet<u64> = m.learner_ids().collect();
+                    (voters, learners)
                 })
                 .await
                 .map_err(fatal)?;
-            check_stored_membership(self.inner.id, &start.peers, &voters, last_at_open.is_none())?;
+            check_stored_membership(
+                self.inner.id,
+                &start.peers,
+                &voters,
+                &learners,
+                last_at_open.is_none(),
+            )?;
         } else if start.initialise {
             initialised(self.inner.id, raft.initialize(start.peers).await)?;
         }
@@ -366,6 +376,86 @@ impl RaftNode {
     ) -> Result<(u64, u64), RaftError> {
         let _widening = self.guard_widening(&changes).await?;
         self.written(self.inner.raft.change_membership(changes, retain).await)
+    }
+
+    /// The effective membership, each member's matched index as this node (if it leads)
+    /// knows it, and whether a change is still uncommitted.
+    pub async fn membership(&self) -> Result<MembershipView, RaftError> {
+        let m = self.inner.raft.metrics().borrow().clone();
+        let matched: Option<BTreeMap<u64, Option<u64>>> = m.replication.as_ref().map(|r| {
+            r.iter()
+                .map(|(id, log_id)| (*id, log_id.map(|l| l.index)))
+                .collect()
+        });
+        let uncommitted = self
+            .inner
+            .raft
+            .with_raft_state(|st| {
+                st.membership_state.committed().log_id() != st.membership_state.effective().log_id()
+            })
+            .await
+            .map_err(fatal)?;
+        Ok(membership_change::view(
+            m.membership_config.membership(),
+            matched.as_ref(),
+            uncommitted,
+        ))
+    }
+
+    /// The HTTP address member `id` was added with (`member_addr`), if any: how a follower
+    /// reaches a leader that joined at run time.
+    pub fn http_of(&self, id: u64) -> Option<String> {
+        let m = self.inner.raft.metrics().borrow().membership_config.clone();
+        let node = m.membership().get_node(&id)?;
+        crate::member_addr::http_part(&node.addr).map(str::to_string)
+    }
+
+    /// Runs one membership operation on the leader; resolves once its entry (both entries of a
+    /// joint change) committed. Refused with `RaftError::ChangeRefused` when `plan` refuses it
+    /// or another operation of this node is running, and with `RaftError::Membership` when
+    /// openraft does (a change committed meanwhile by another leader) or the node has
+    /// reclaimed log (`guard_widening`).
+    pub async fn change(&self, change: Change) -> Result<(u64, u64), RaftError> {
+        let Ok(_one) = self.inner.changing.try_lock() else {
+            return Err(RaftError::ChangeRefused {
+                kind: ChangeRefusal::InProgress,
+                message: "another membership change is in progress on this node; retry once \
+                          it has committed"
+                    .into(),
+            });
+        };
+        let status = self.status();
+        if status.role != "leader" {
+            return Err(RaftError::NotLeader {
+                leader: status.leader,
+            });
+        }
+        let current = self.inner.raft.metrics().borrow().membership_config.clone();
+        let uncommitted = self
+            .inner
+            .raft
+            .with_raft_state(|st| {
+                st.membership_state.committed().log_id() != st.membership_state.effective().log_id()
+            })
+            .await
+            .map_err(fatal)?;
+        if uncommitted {
+            return Err(RaftError::ChangeRefused {
+                kind: ChangeRefusal::InProgress,
+                message: "the last membership change has not committed yet; retry".into(),
+            });
+        }
+        match membership_change::plan(current.membership(), &change)? {
+            ChangeMembers::AddNodes(nodes) => {
+                let Some((id, node)) = nodes.into_iter().next() else {
+                    return Err(fatal("a learner change without its node"));
+                };
+                self.add_learner(id, node).await
+            }
+            // A removed voter leaves the membership whole (`retain` false): it is not kept
+            // as a learner.
+            changes => self.change_membership(changes, false).await,
+        }
     }
 
     async fn guard_widening(

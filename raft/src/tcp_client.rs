@@ -82,7 +82,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
         PeerClient {
             net: self.clone(),
             target,
-            addr: node.addr.clone(),
+            addr: crate::member_addr::cluster_part(&node.addr).to_string(),
             conn: None,
             last_id: 0,
             budget: self.limits.append,

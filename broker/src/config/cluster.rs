@@ -21,6 +21,8 @@ pub struct Cluster {
     pub peers: BTreeMap<u64, String>,
     /// Members' HTTP addresses (`peer_http`), for the `leaderUrl` of a not_leader answer.
     pub peer_http: BTreeMap<u64, String>,
+    /// `cluster_join`: never initialise the membership; wait to be added as a learner.
+    pub join: bool,
     pub timing: Timing,
 }
 
@@ -206,6 +208,7 @@ impl Config {
             addr,
             peers,
             peer_http,
+            join: self.cluster_join,
             timing: Timing {
                 heartbeat_ms: self.cluster_heartbeat_ms,
                 election_timeout_ms: self.cluster_election_timeout_ms,

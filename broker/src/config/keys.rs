@@ -591,6 +591,12 @@ pub(crate) const KEYS: &[KeySpec] = &[
         kind: Kind::Text,
     },
     KeySpec {
+        name: "cluster_join",
+        env: "QUEEN_CLUSTER_JOIN",
+        flag: None,
+        kind: Kind::Bool,
+    },
+    KeySpec {
         name: "peer_http",
         env: "QUEEN_PEER_HTTP",
         flag: None,

@@ -186,6 +186,11 @@ pub struct Config {
     pub node_id: u64,
     /// Every member of the cluster as `id=host:port` (Raft listeners), comma-separated.
     pub peers: Option<String>,
+    /// Start as a node joining a running group: never initialise the membership, wait to be
+    /// added (docs/cluster.md "Membership operations"). A wiped node must start with it, or
+    /// the lowest id of `peers` would found a second group.
+    #[serde(default)]
+    pub cluster_join: bool,
     /// Each member's HTTP address as `id=http://host:port`, comma-separated: what a follower
     /// names as `leaderUrl` when it refuses a write. Optional; ids must be in `peers`.
     pub peer_http: Option<String>,
@@ -284,6 +289,7 @@ impl Default for Config {
             cluster_addr: None,
             node_id: 1,
             peers: None,
+            cluster_join: false,
             peer_http: None,
             cluster_heartbeat_ms: 500,
             cluster_election_timeout_ms: 5_000,
@@ -562,6 +568,7 @@ impl Config {
             "metrics_require_auth" => (self.metrics_require_auth.map(|b| b.to_string()), None),
             "log" => (Some(toml_string(&self.log)), None),
             "accept_data_loss" => (Some(self.accept_data_loss.to_string()), None),
+            "cluster_join" => (Some(self.cluster_join.to_string()), None),
             "kafka_enabled" => (Some(self.kafka_enabled.to_string()), None),
             "reclaim_enabled" => (Some(self.reclaim_enabled.to_string()), None),
             "compaction_enabled" => (Some(self.compaction_enabled.to_string()), None),

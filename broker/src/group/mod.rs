@@ -24,6 +24,8 @@ pub struct Live {
     pub shared: Arc<Shared>,
     pub log: SharedLog,
     pub segments: Arc<SegmentLog>,
+    /// The group's Raft node, for the membership operations (`cluster_admin`).
+    pub node: queenmq_raft::RaftNode,
 }
 
 /// The group that runs now, or why none does (it is being rebuilt, or rebuilding failed).

@@ -148,11 +148,12 @@ pub async fn start(
     .expecting_checkpoint(checkpoint_bytes);
     Ok(Started {
         engine,
-        node,
+        node: node.clone(),
         live: Live {
             shared,
             log: rlog,
             segments: log,
+            node,
         },
         store,
     })

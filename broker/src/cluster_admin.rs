@@ -1,0 +1,193 @@
+//! The broker's side of `/api/v1/cluster` (native-api `cluster_admin`): the `default`
+//! group's membership read from its Raft node and changed through it (docs/cluster.md
+//! "Membership operations"). Membership is openraft's own entry: nothing of the engine's
+//! state or checkpoint changes.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use queenmq_native_api::cluster_admin::{Answer, ClusterAdmin, MembershipOp};
+use queenmq_protocol::{ErrorCode, QueenError, DEFAULT_TENANT};
+use queenmq_raft::{Change, ChangeRefusal, MembershipView, RaftError, RaftNode};
+use serde_json::{json, Value};
+
+use crate::group::Registry;
+
+pub struct GroupMembership {
+    pub groups: Arc<Registry>,
+    pub node_id: u64,
+}
+
+impl std::fmt::Debug for GroupMembership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupMembership")
+            .field("node_id", &self.node_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GroupMembership {
+    fn node(&self) -> Result<RaftNode, QueenError> {
+        let group = self.groups.get(DEFAULT_TENANT).ok_or_else(|| {
+            QueenError::unavailable("the default group is not running on this node; retry")
+        })?;
+        let live = group.live.get().map_err(|why| {
+            QueenError::unavailable(format!("the default group is not running: {why}; retry"))
+        })?;
+        Ok(live.node)
+    }
+
+    async fn render(&self, node: &RaftNode) -> Result<Value, QueenError> {
+        let view = node.membership().await.map_err(answer_error)?;
+        Ok(render(self.node_id, node.status().leader, &view))
+    }
+}
+
+/// The membership as the routes answer it.
+fn render(node_id: u64, leader: Option<u64>, v: &MembershipView) -> Value {
+    let member = |voter: bool| -> Vec<Value> {
+        v.members
+            .iter()
+            .filter(|m| m.voter == voter)
+            .map(|m| {
+                json!({
+                    "id": m.id,
+                    "clusterAddr": m.cluster_addr,
+                    "httpAddr": m.http,
+                    "matched": m.matched,
+                })
+            })
+            .collect()
+    };
+    json!({
+        "nodeId": node_id,
+        "leader": leader,
+        "voters": member(true),
+        "learners": member(false),
+        "changeInProgress": v.in_progress,
+    })
+}
+
+/// The HTTP answer of a refused or failed membership operation.
+fn answer_error(e: RaftError) -> QueenError {
+    match e {
+        RaftError::ChangeRefused { kind, message } => QueenError::new(
+            match kind {
+                ChangeRefusal::BadRequest => ErrorCode::BadRequest,
+                ChangeRefusal::UnknownId => ErrorCode::NotFound,
+                ChangeRefusal::Duplicate | ChangeRefusal::LastVoter | ChangeRefusal::InProgress => {
+                    ErrorCode::Conflict
+                }
+            },
+            message,
+        ),
+        // openraft's own refusals (a change still in progress, a learner not found) and the
+        // widening guard (a leader that reclaimed log): nothing changed.
+        RaftError::Membership(m) => QueenError::new(ErrorCode::Conflict, m),
+        // The relay already took the request to the node it believed led; it no longer does.
+        RaftError::NotLeader { leader } => QueenError::unavailable(format!(
+            "this node no longer leads ({}); the change may or may not be done: read \
+             GET /api/v1/cluster and retry",
+            leader.map_or("no leader known".to_string(), |l| format!("node {l} leads"))
+        )),
+        other => QueenError::unavailable(format!(
+            "the membership change failed ({other}); it may or may not be done: read GET \
+             /api/v1/cluster and retry"
+        )),
+    }
+}
+
+fn change_of(op: MembershipOp) -> Change {
+    match op {
+        MembershipOp::AddLearner {
+            id,
+            cluster_addr,
+            http,
+        } => Change::AddLearner {
+            id,
+            cluster_addr,
+            http,
+        },
+        MembershipOp::Promote(ids) => Change::Promote(ids.into_iter().collect::<BTreeSet<_>>()),
+        MembershipOp::Remove(id) => Change::Remove(id),
+    }
+}
+
+impl ClusterAdmin for GroupMembership {
+    fn view(&self) -> Answer<'_> {
+        Box::pin(async move {
+            let node = self.node()?;
+            self.render(&node).await
+        })
+    }
+
+    fn change(&self, op: MembershipOp) -> Answer<'_> {
+        Box::pin(async move {
+            let node = self.node()?;
+            let (index, term) = node.change(change_of(op)).await.map_err(answer_error)?;
+            let mut answer = self.render(&node).await?;
+            if let Value::Object(m) = &mut answer {
+                m.insert("index".into(), json!(index));
+                m.insert("term".into(), json!(term));
+            }
+            Ok(answer)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_refusal_has_its_status() {
+        let code = |kind| {
+            answer_error(RaftError::ChangeRefused {
+                kind,
+                message: "m".into(),
+            })
+            .code
+        };
+        assert_eq!(code(ChangeRefusal::UnknownId), ErrorCode::NotFound);
+        assert_eq!(code(ChangeRefusal::Duplicate), ErrorCode::Conflict);
+        assert_eq!(code(ChangeRefusal::LastVoter), ErrorCode::Conflict);
+        assert_eq!(code(ChangeRefusal::InProgress), ErrorCode::Conflict);
+        assert_eq!(code(ChangeRefusal::BadRequest), ErrorCode::BadRequest);
+        let reclaimed = answer_error(RaftError::Membership("deleted its log".into()));
+        assert_eq!(reclaimed.code, ErrorCode::Conflict);
+        let moved = answer_error(RaftError::NotLeader { leader: Some(3) });
+        assert_eq!(moved.code, ErrorCode::Unavailable);
+        assert!(
+            moved.message.contains("may or may not"),
+            "{}",
+            moved.message
+        );
+    }
+
+    #[test]
+    fn the_view_splits_voters_and_learners() {
+        let v = MembershipView {
+            members: vec![
+                queenmq_raft::MemberView {
+                    id: 1,
+                    voter: true,
+                    cluster_addr: "h:1".into(),
+                    http: None,
+                    matched: Some(9),
+                },
+                queenmq_raft::MemberView {
+                    id: 4,
+                    voter: false,
+                    cluster_addr: "h:4".into(),
+                    http: Some("http://h:5".into()),
+                    matched: None,
+                },
+            ],
+            in_progress: false,
+        };
+        let r = render(1, Some(1), &v);
+        assert_eq!(r["voters"][0]["matched"], 9);
+        assert_eq!(r["learners"][0]["httpAddr"], "http://h:5");
+        assert_eq!(r["leader"], 1);
+    }
+}

@@ -1,0 +1,208 @@
+//! `/api/v1/cluster` (docs/cluster.md "Membership operations"): the membership of the
+//! `default` group read, and changed one operation at a time (add a learner, promote
+//! learners, remove a member). Admin only; a follower relays them to the leader like any
+//! write, and the leader answers once the membership entry committed.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use queenmq_protocol::QueenError;
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::{body, AppState};
+
+/// The most learners one promotion names: a cluster is a handful of nodes.
+const MAX_PROMOTE: usize = 16;
+/// The longest address accepted (a DNS name is at most 253 bytes, plus scheme and port).
+const MAX_ADDR: usize = 300;
+
+pub type Answer<'a> = Pin<Box<dyn Future<Output = Result<Value, QueenError>> + Send + 'a>>;
+
+/// One membership operation, checked for form at the door.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MembershipOp {
+    AddLearner {
+        id: u64,
+        cluster_addr: String,
+        http: String,
+    },
+    Promote(Vec<u64>),
+    Remove(u64),
+}
+
+/// What the broker does for these routes (it owns the Raft node).
+pub trait ClusterAdmin: Send + Sync + std::fmt::Debug {
+    /// This node's id, the leader, and the membership with each member's matched index.
+    fn view(&self) -> Answer<'_>;
+    /// Runs `op`; answers once its membership entry committed.
+    fn change(&self, op: MembershipOp) -> Answer<'_>;
+}
+
+fn admin(app: &AppState) -> Result<&dyn ClusterAdmin, ApiError> {
+    app.opts
+        .cluster
+        .as_deref()
+        .ok_or_else(|| ApiError::unsupported("membership operations on a single node"))
+}
+
+pub async fn view(State(app): State<AppState>) -> Result<Response, ApiError> {
+    Ok(Json(admin(&app)?.view().await?).into_response())
+}
+
+pub async fn add_learner(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    b: Body,
+) -> Result<Response, ApiError> {
+    let m = object(&app, &headers, b).await?;
+    let op = MembershipOp::AddLearner {
+        id: node_id(m.get("id"))?,
+        cluster_addr: cluster_addr(m.get("clusterAddr"))?,
+        http: http_addr(m.get("httpAddr"))?,
+    };
+    Ok(Json(admin(&app)?.change(op).await?).into_response())
+}
+
+pub async fn promote(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    b: Body,
+) -> Result<Response, ApiError> {
+    let m = object(&app, &headers, b).await?;
+    let Some(Value::Array(ids)) = m.get("ids") else {
+        return Err(ApiError::bad("ids must be an array of node ids"));
+    };
+    if ids.is_empty() || ids.len() > MAX_PROMOTE {
+        return Err(ApiError::bad(format!(
+            "ids must name 1 to {MAX_PROMOTE} learners"
+        )));
+    }
+    let ids = ids
+        .iter()
+        .map(|v| node_id(Some(v)))
+        .collect::<Result<Vec<u64>, ApiError>>()?;
+    Ok(Json(admin(&app)?.change(MembershipOp::Promote(ids)).await?).into_response())
+}
+
+pub async fn remove(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = id
+        .parse::<u64>()
+        .ok()
+        .filter(|i| (1..=u64::from(u32::MAX)).contains(i))
+        .ok_or_else(|| ApiError::bad(format!("{id:?} is not a node id")))?;
+    Ok(Json(admin(&app)?.change(MembershipOp::Remove(id)).await?).into_response())
+}
+
+async fn object(
+    app: &AppState,
+    headers: &HeaderMap,
+    b: Body,
+) -> Result<serde_json::Map<String, Value>, ApiError> {
+    let bytes = body::read(headers, b, &app.opts).await?;
+    match body::json::<Value>(&bytes)? {
+        Value::Object(m) => Ok(m),
+        _ => Err(ApiError::bad("bad body: expected a JSON object")),
+    }
+}
+
+/// A node id as the configuration takes it (`node_id`: 1 ..= 2^32 - 1).
+fn node_id(v: Option<&Value>) -> Result<u64, ApiError> {
+    v.and_then(Value::as_u64)
+        .filter(|i| (1..=u64::from(u32::MAX)).contains(i))
+        .ok_or_else(|| ApiError::bad("a node id must be a number from 1 to 4294967295"))
+}
+
+fn text<'a>(v: Option<&'a Value>, key: &str) -> Result<&'a str, ApiError> {
+    let s = v
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::bad(format!("{key} must be a string")))?;
+    if s.is_empty() || s.len() > MAX_ADDR || s.contains(|c: char| c == ';' || c.is_whitespace()) {
+        return Err(ApiError::bad(format!(
+            "{key} must be 1 to {MAX_ADDR} bytes without ';' or blanks"
+        )));
+    }
+    Ok(s)
+}
+
+/// `host:port` with a port above 0, as `peers` takes it.
+fn host_port(s: &str) -> bool {
+    s.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0)
+    })
+}
+
+fn cluster_addr(v: Option<&Value>) -> Result<String, ApiError> {
+    let s = text(v, "clusterAddr")?;
+    if !host_port(s) {
+        return Err(ApiError::bad(format!(
+            "clusterAddr {s:?} is not host:port with a port above 0"
+        )));
+    }
+    Ok(s.to_string())
+}
+
+/// `http://host:port` (or `https://`), nothing after the port, as `peer_http` takes it.
+fn http_addr(v: Option<&Value>) -> Result<String, ApiError> {
+    let s = text(v, "httpAddr")?;
+    let rest = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"));
+    if !rest.is_some_and(host_port) {
+        return Err(ApiError::bad(format!(
+            "httpAddr {s:?} is not http://host:port (a port, no path)"
+        )));
+    }
+    Ok(s.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn addresses_and_ids_are_checked_for_form() {
+        assert_eq!(node_id(Some(&json!(4))).unwrap(), 4);
+        for bad in [
+            json!(0),
+            json!(-1),
+            json!(1u64 << 32),
+            json!("4"),
+            json!(1.5),
+        ] {
+            assert!(node_id(Some(&bad)).is_err(), "{bad}");
+        }
+        assert!(node_id(None).is_err());
+        assert_eq!(
+            cluster_addr(Some(&json!("10.0.0.4:7100"))).unwrap(),
+            "10.0.0.4:7100"
+        );
+        for bad in [
+            "10.0.0.4",
+            "h:0",
+            ":7100",
+            "h:7100;x",
+            "h: 7100",
+            "",
+            "http://h:1",
+        ] {
+            assert!(cluster_addr(Some(&json!(bad))).is_err(), "{bad}");
+        }
+        assert!(http_addr(Some(&json!("http://10.0.0.4:6632"))).is_ok());
+        assert!(http_addr(Some(&json!("https://h:443"))).is_ok());
+        for bad in ["10.0.0.4:6632", "http://h", "http://h:1/x", "ftp://h:1"] {
+            assert!(http_addr(Some(&json!(bad))).is_err(), "{bad}");
+        }
+        let long = format!("http://{}:1", "h".repeat(MAX_ADDR));
+        assert!(http_addr(Some(&json!(long))).is_err());
+    }
+}

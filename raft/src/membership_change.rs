@@ -1,0 +1,290 @@
+//! The membership operations an operator asks for (add a learner, promote learners, remove a
+//! member), checked against the effective membership before openraft is asked, so each
+//! refusal says what is wrong in the operator's terms; and the membership as a caller reads
+//! it (docs/cluster.md "Membership operations").
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use openraft::{BasicNode, ChangeMembers};
+
+use crate::error::{ChangeRefusal, RaftError};
+use crate::member_addr;
+use crate::types::Membership;
+
+/// One membership operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A new member that receives the log but does not vote: `cluster_addr` is its Raft
+    /// listener (`host:port`), `http` its HTTP door (`http://host:port`).
+    AddLearner {
+        id: u64,
+        cluster_addr: String,
+        http: String,
+    },
+    /// Learners made voters (one joint-consensus change).
+    Promote(BTreeSet<u64>),
+    /// A voter or a learner taken out of the membership.
+    Remove(u64),
+}
+
+/// One member as `RaftNode::membership` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberView {
+    pub id: u64,
+    pub voter: bool,
+    pub cluster_addr: String,
+    /// Its HTTP address, when it was added with one (members of `peers` carry none).
+    pub http: Option<String>,
+    /// The last log index the leader knows this member holds; None off the leader, or not
+    /// known yet.
+    pub matched: Option<u64>,
+}
+
+/// The effective membership, and whether a change of it is still being committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MembershipView {
+    pub members: Vec<MemberView>,
+    pub in_progress: bool,
+}
+
+fn refuse(kind: ChangeRefusal, message: String) -> RaftError {
+    RaftError::ChangeRefused { kind, message }
+}
+
+/// The openraft change for `change` on `current`, or why it is refused: an unknown id, a
+/// duplicate id or address, the last voter removed, or a membership still in joint
+/// consensus.
+pub(crate) fn plan(
+    current: &Membership,
+    change: &Change,
+) -> Result<ChangeMembers<u64, BasicNode>, RaftError> {
+    if current.get_joint_config().len() > 1 {
+        return Err(refuse(
+            ChangeRefusal::InProgress,
+            "another membership change is in progress; retry once it has committed".into(),
+        ));
+    }
+    let voters: BTreeSet<u64> = current.voter_ids().collect();
+    let known = |id: &u64| current.get_node(id).is_some();
+    match change {
+        Change::AddLearner {
+            id,
+            cluster_addr,
+            http,
+        } => {
+            if *id == 0 {
+                return Err(refuse(
+                    ChangeRefusal::BadRequest,
+                    "a node id must be above 0".into(),
+                ));
+            }
+            if known(id) {
+                return Err(refuse(
+                    ChangeRefusal::Duplicate,
+                    format!("node {id} is already a member"),
+                ));
+            }
+            for (other, node) in current.nodes() {
+                if member_addr::cluster_part(&node.addr).eq_ignore_ascii_case(cluster_addr) {
+                    return Err(refuse(
+                        ChangeRefusal::Duplicate,
+                        format!("node {other} already has the cluster address {cluster_addr}"),
+                    ));
+                }
+                if member_addr::http_part(&node.addr).is_some_and(|h| h.eq_ignore_ascii_case(http))
+                {
+                    return Err(refuse(
+                        ChangeRefusal::Duplicate,
+                        format!("node {other} already has the HTTP address {http}"),
+                    ));
+                }
+            }
+            let node = BasicNode::new(member_addr::compose(cluster_addr, Some(http)));
+            Ok(ChangeMembers::AddNodes(BTreeMap::from([(*id, node)])))
+        }
+        Change::Promote(ids) => {
+            if ids.is_empty() {
+                return Err(refuse(
+                    ChangeRefusal::BadRequest,
+                    "name at least one learner to promote".into(),
+                ));
+            }
+            for id in ids {
+                if !known(id) {
+                    return Err(refuse(
+                        ChangeRefusal::UnknownId,
+                        format!("node {id} is not a member; add it as a learner first"),
+                    ));
+                }
+                if voters.contains(id) {
+                    return Err(refuse(
+                        ChangeRefusal::Duplicate,
+                        format!("node {id} is already a voter"),
+                    ));
+                }
+            }
+            Ok(ChangeMembers::AddVoterIds(ids.clone()))
+        }
+        Change::Remove(id) => {
+            if !known(id) {
+                return Err(refuse(
+                    ChangeRefusal::UnknownId,
+                    format!("node {id} is not a member"),
+                ));
+            }
+            if voters.contains(id) {
+                if voters.len() == 1 {
+                    return Err(refuse(
+                        ChangeRefusal::LastVoter,
+                        format!("node {id} is the last voter: the group would have none"),
+                    ));
+                }
+                Ok(ChangeMembers::RemoveVoters(BTreeSet::from([*id])))
+            } else {
+                Ok(ChangeMembers::RemoveNodes(BTreeSet::from([*id])))
+            }
+        }
+    }
+}
+
+/// `current` as a caller reads it, with the leader's `matched` index of each member.
+pub(crate) fn view(
+    current: &Membership,
+    matched: Option<&BTreeMap<u64, Option<u64>>>,
+    in_progress: bool,
+) -> MembershipView {
+    let voters: BTreeSet<u64> = current.voter_ids().collect();
+    let members = current
+        .nodes()
+        .map(|(id, node)| MemberView {
+            id: *id,
+            voter: voters.contains(id),
+            cluster_addr: member_addr::cluster_part(&node.addr).to_string(),
+            http: member_addr::http_part(&node.addr).map(str::to_string),
+            matched: matched.and_then(|m| m.get(id).copied().flatten()),
+        })
+        .collect();
+    MembershipView {
+        members,
+        in_progress: in_progress || (current.get_joint_config().len() > 1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn membership(voters: &[u64], learners: &[u64]) -> Membership {
+        let nodes: BTreeMap<u64, BasicNode> = voters
+            .iter()
+            .chain(learners)
+            .map(|i| {
+                let http = (*i > 3).then(|| format!("http://127.0.0.1:663{i}"));
+                let addr = member_addr::compose(&format!("127.0.0.1:710{i}"), http.as_deref());
+                (*i, BasicNode::new(addr))
+            })
+            .collect();
+        Membership::new(vec![voters.iter().copied().collect()], nodes)
+    }
+
+    fn kind(r: Result<ChangeMembers<u64, BasicNode>, RaftError>) -> ChangeRefusal {
+        match r {
+            Err(RaftError::ChangeRefused { kind, .. }) => kind,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    fn add(id: u64, cluster: &str, http: &str) -> Change {
+        Change::AddLearner {
+            id,
+            cluster_addr: cluster.into(),
+            http: http.into(),
+        }
+    }
+
+    #[test]
+    fn a_new_learner_is_added_with_both_addresses() {
+        let m = membership(&[1, 2], &[]);
+        let c = plan(&m, &add(4, "127.0.0.1:7104", "http://127.0.0.1:6634")).unwrap();
+        let ChangeMembers::AddNodes(nodes) = c else {
+            panic!("{c:?}")
+        };
+        assert_eq!(nodes[&4].addr, "127.0.0.1:7104;http://127.0.0.1:6634");
+    }
+
+    #[test]
+    fn a_duplicate_id_or_address_is_refused() {
+        let m = membership(&[1, 2], &[4]);
+        let dup = [
+            add(2, "127.0.0.1:7199", "http://127.0.0.1:6699"),
+            add(5, "127.0.0.1:7101", "http://127.0.0.1:6699"),
+            add(5, "127.0.0.1:7199", "http://127.0.0.1:6634"),
+        ];
+        for c in dup {
+            assert_eq!(kind(plan(&m, &c)), ChangeRefusal::Duplicate, "{c:?}");
+        }
+        assert_eq!(
+            kind(plan(&m, &add(0, "a:1", "http://a:2"))),
+            ChangeRefusal::BadRequest
+        );
+    }
+
+    #[test]
+    fn promoting_or_removing_an_unknown_id_is_refused() {
+        let m = membership(&[1, 2], &[4]);
+        let promote = |ids: &[u64]| Change::Promote(ids.iter().copied().collect());
+        assert_eq!(kind(plan(&m, &promote(&[9]))), ChangeRefusal::UnknownId);
+        assert_eq!(kind(plan(&m, &promote(&[2]))), ChangeRefusal::Duplicate);
+        assert_eq!(kind(plan(&m, &promote(&[]))), ChangeRefusal::BadRequest);
+        assert!(matches!(
+            plan(&m, &promote(&[4])),
+            Ok(ChangeMembers::AddVoterIds(_))
+        ));
+        assert_eq!(kind(plan(&m, &Change::Remove(9))), ChangeRefusal::UnknownId);
+        assert!(matches!(
+            plan(&m, &Change::Remove(4)),
+            Ok(ChangeMembers::RemoveNodes(_))
+        ));
+        assert!(matches!(
+            plan(&m, &Change::Remove(2)),
+            Ok(ChangeMembers::RemoveVoters(_))
+        ));
+    }
+
+    #[test]
+    fn the_last_voter_is_not_removed() {
+        let m = membership(&[1], &[4]);
+        assert_eq!(kind(plan(&m, &Change::Remove(1))), ChangeRefusal::LastVoter);
+    }
+
+    #[test]
+    fn a_change_during_joint_consensus_is_refused() {
+        let nodes: BTreeMap<u64, BasicNode> = (1..=4)
+            .map(|i| (i, BasicNode::new(format!("h:{i}"))))
+            .collect();
+        let joint = Membership::new(
+            vec![BTreeSet::from([1, 2, 3]), BTreeSet::from([1, 2, 4])],
+            nodes,
+        );
+        assert_eq!(
+            kind(plan(&joint, &Change::Remove(3))),
+            ChangeRefusal::InProgress
+        );
+        assert!(view(&joint, None, false).in_progress);
+    }
+
+    #[test]
+    fn the_view_names_roles_addresses_and_matched_indexes() {
+        let m = membership(&[1, 2], &[4]);
+        let matched = BTreeMap::from([(1, Some(40)), (2, Some(39)), (4, None)]);
+        let v = view(&m, Some(&matched), false);
+        assert!(!v.in_progress);
+        let four = v.members.iter().find(|m| m.id == 4).unwrap();
+        assert!(!four.voter);
+        assert_eq!(four.cluster_addr, "127.0.0.1:7104");
+        assert_eq!(four.http.as_deref(), Some("http://127.0.0.1:6634"));
+        assert_eq!(four.matched, None);
+        let one = v.members.iter().find(|m| m.id == 1).unwrap();
+        assert!(one.voter && one.matched == Some(40) && one.http.is_none());
+    }
+}
