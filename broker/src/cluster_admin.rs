@@ -75,9 +75,10 @@ fn answer_error(e: RaftError) -> QueenError {
             match kind {
                 ChangeRefusal::BadRequest => ErrorCode::BadRequest,
                 ChangeRefusal::UnknownId => ErrorCode::NotFound,
-                ChangeRefusal::Duplicate | ChangeRefusal::LastVoter | ChangeRefusal::InProgress => {
-                    ErrorCode::Conflict
-                }
+                ChangeRefusal::Duplicate
+                | ChangeRefusal::LastVoter
+                | ChangeRefusal::InProgress
+                | ChangeRefusal::Unsafe => ErrorCode::Conflict,
             },
             message,
         ),
@@ -152,6 +153,7 @@ mod tests {
         assert_eq!(code(ChangeRefusal::Duplicate), ErrorCode::Conflict);
         assert_eq!(code(ChangeRefusal::LastVoter), ErrorCode::Conflict);
         assert_eq!(code(ChangeRefusal::InProgress), ErrorCode::Conflict);
+        assert_eq!(code(ChangeRefusal::Unsafe), ErrorCode::Conflict);
         assert_eq!(code(ChangeRefusal::BadRequest), ErrorCode::BadRequest);
         let reclaimed = answer_error(RaftError::Membership("deleted its log".into()));
         assert_eq!(reclaimed.code, ErrorCode::Conflict);

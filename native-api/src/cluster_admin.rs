@@ -10,8 +10,8 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use queenmq_protocol::QueenError;
+use axum::{Extension, Json};
+use queenmq_protocol::{ErrorCode, QueenError, RequestCtx};
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -44,19 +44,38 @@ pub trait ClusterAdmin: Send + Sync + std::fmt::Debug {
     fn change(&self, op: MembershipOp) -> Answer<'_>;
 }
 
-fn admin(app: &AppState) -> Result<&dyn ClusterAdmin, ApiError> {
+/// The broker's side, for a caller whose token names no tenant: the membership is every
+/// tenant's (review s21 membership M3: an admin token scoped to one tenant could reshape the
+/// whole cluster), as the node's Prometheus page is.
+fn admin<'a>(app: &'a AppState, ctx: &RequestCtx) -> Result<&'a dyn ClusterAdmin, ApiError> {
+    node_wide(ctx)?;
     app.opts
         .cluster
         .as_deref()
         .ok_or_else(|| ApiError::unsupported("membership operations on a single node"))
 }
 
-pub async fn view(State(app): State<AppState>) -> Result<Response, ApiError> {
-    Ok(Json(admin(&app)?.view().await?).into_response())
+fn node_wide(ctx: &RequestCtx) -> Result<(), ApiError> {
+    if ctx.tenant == queenmq_protocol::DEFAULT_TENANT {
+        return Ok(());
+    }
+    Err(ApiError(QueenError::new(
+        ErrorCode::Forbidden,
+        "the cluster's membership serves every tenant: it is read and changed with a token \
+         without a tenant claim",
+    )))
+}
+
+pub async fn view(
+    State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
+) -> Result<Response, ApiError> {
+    Ok(Json(admin(&app, &ctx)?.view().await?).into_response())
 }
 
 pub async fn add_learner(
     State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
@@ -66,11 +85,12 @@ pub async fn add_learner(
         cluster_addr: cluster_addr(m.get("clusterAddr"))?,
         http: http_addr(m.get("httpAddr"))?,
     };
-    Ok(Json(admin(&app)?.change(op).await?).into_response())
+    Ok(Json(admin(&app, &ctx)?.change(op).await?).into_response())
 }
 
 pub async fn promote(
     State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
@@ -87,11 +107,17 @@ pub async fn promote(
         .iter()
         .map(|v| node_id(Some(v)))
         .collect::<Result<Vec<u64>, ApiError>>()?;
-    Ok(Json(admin(&app)?.change(MembershipOp::Promote(ids)).await?).into_response())
+    Ok(Json(
+        admin(&app, &ctx)?
+            .change(MembershipOp::Promote(ids))
+            .await?,
+    )
+    .into_response())
 }
 
 pub async fn remove(
     State(app): State<AppState>,
+    Extension(ctx): Extension<RequestCtx>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = id
@@ -99,7 +125,7 @@ pub async fn remove(
         .ok()
         .filter(|i| (1..=u64::from(u32::MAX)).contains(i))
         .ok_or_else(|| ApiError::bad(format!("{id:?} is not a node id")))?;
-    Ok(Json(admin(&app)?.change(MembershipOp::Remove(id)).await?).into_response())
+    Ok(Json(admin(&app, &ctx)?.change(MembershipOp::Remove(id)).await?).into_response())
 }
 
 async fn object(
@@ -168,6 +194,19 @@ fn http_addr(v: Option<&Value>) -> Result<String, ApiError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Review s21 membership M3: a token scoped to a tenant never reaches the membership.
+    #[test]
+    fn a_tenants_token_is_refused() {
+        let ctx = |tenant: &str| RequestCtx {
+            tenant: tenant.into(),
+            principal: None,
+            access: queenmq_protocol::Access::Roles(vec![queenmq_protocol::Role::Admin]),
+        };
+        assert!(node_wide(&ctx(queenmq_protocol::DEFAULT_TENANT)).is_ok());
+        let refused = node_wide(&ctx("acme")).unwrap_err();
+        assert_eq!(refused.0.code, ErrorCode::Forbidden);
+    }
 
     #[test]
     fn addresses_and_ids_are_checked_for_form() {

@@ -51,6 +51,9 @@ pub enum ChangeRefusal {
     LastVoter,
     /// Another change has not committed yet.
     InProgress,
+    /// The change would leave a configuration without a caught-up majority, or removes the
+    /// leader itself (review s21 membership M2, M6).
+    Unsafe,
 }
 
 fn leader_hint(leader: &Option<u64>) -> String {

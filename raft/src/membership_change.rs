@@ -51,6 +51,57 @@ fn refuse(kind: ChangeRefusal, message: String) -> RaftError {
     RaftError::ChangeRefused { kind, message }
 }
 
+/// How far behind the leader's last log index a voter may be and still count as caught up
+/// and in contact for a change's majority check.
+pub const LIVE_LAG: u64 = 1_024;
+
+/// The voters a joint configuration was heading for, when one is left unfinished.
+pub(crate) fn unfinished(current: &Membership) -> Option<BTreeSet<u64>> {
+    let joint = current.get_joint_config();
+    (joint.len() > 1).then(|| joint.last().cloned().unwrap_or_default())
+}
+
+/// Refuses a voter change unless a majority of the voters before it, and of the voters after
+/// it, are the leader or replicated to within `LIVE_LAG` of its last log index (review s21
+/// membership M2: removing a live voter beside a dead one left a joint configuration no
+/// majority could commit). A member silent since its last match still counts while the log
+/// has not moved past it: without traffic a dead node cannot be told from an idle one.
+pub(crate) fn live_majorities(
+    current: &Membership,
+    planned: &ChangeMembers<u64, BasicNode>,
+    leader: u64,
+    last_index: u64,
+    matched: Option<BTreeMap<u64, Option<u64>>>,
+) -> Result<(), RaftError> {
+    let before: BTreeSet<u64> = current.voter_ids().collect();
+    let after: BTreeSet<u64> = match planned {
+        ChangeMembers::AddVoterIds(ids) => before.union(ids).copied().collect(),
+        ChangeMembers::RemoveVoters(ids) => before.difference(ids).copied().collect(),
+        _ => return Ok(()),
+    };
+    let live = |id: &u64| {
+        *id == leader
+            || matched
+                .as_ref()
+                .and_then(|m| m.get(id).copied().flatten())
+                .is_some_and(|i| i.saturating_add(LIVE_LAG) >= last_index)
+    };
+    for (which, set) in [("before", &before), ("after", &after)] {
+        let up = set.iter().filter(|id| live(id)).count();
+        if up * 2 <= set.len() {
+            return Err(refuse(
+                ChangeRefusal::Unsafe,
+                format!(
+                    "the voters {which} the change ({set:?}) have {up} caught up with the \
+                     leader, not a majority: the group could not commit the change; bring the \
+                     members back (or let a learner catch up) first"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The openraft change for `change` on `current`, or why it is refused: an unknown id, a
 /// duplicate id or address, the last voter removed, or a membership still in joint
 /// consensus.
@@ -271,6 +322,53 @@ mod tests {
             ChangeRefusal::InProgress
         );
         assert!(view(&joint, None, false).in_progress);
+        // The node finishes it to its target before any new change (review s21 M1).
+        assert_eq!(unfinished(&joint), Some(BTreeSet::from([1, 2, 4])));
+        assert_eq!(unfinished(&membership(&[1, 2, 3], &[])), None);
+    }
+
+    /// Review s21 M2: a change whose before or after voters lack a caught-up majority is
+    /// refused; with every voter caught up it goes through.
+    #[test]
+    fn a_change_without_a_live_majority_on_both_sides_is_refused() {
+        let m = membership(&[1, 2, 3], &[4]);
+        let last = 10_000;
+        let caught = |ids: &[(u64, u64)]| {
+            Some(
+                ids.iter()
+                    .map(|(i, at)| (*i, Some(*at)))
+                    .collect::<BTreeMap<u64, Option<u64>>>(),
+            )
+        };
+        let remove2 = ChangeMembers::RemoveVoters(BTreeSet::from([2]));
+        // Node 3 is far behind (dead): removing node 2 leaves {1, 3} with one live voter.
+        let r = live_majorities(&m, &remove2, 1, last, caught(&[(2, last), (3, 10)]));
+        assert!(
+            matches!(
+                r,
+                Err(RaftError::ChangeRefused {
+                    kind: ChangeRefusal::Unsafe,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        assert!(live_majorities(&m, &remove2, 1, last, caught(&[(2, last), (3, last)])).is_ok());
+        // Promoting a learner that has not caught up while a voter is down.
+        let promote4 = ChangeMembers::AddVoterIds(BTreeSet::from([4]));
+        let r = live_majorities(&m, &promote4, 1, last, caught(&[(2, last), (3, 0), (4, 0)]));
+        assert!(r.is_err(), "{r:?}");
+        assert!(live_majorities(
+            &m,
+            &promote4,
+            1,
+            last,
+            caught(&[(2, last), (3, 0), (4, last)])
+        )
+        .is_ok());
+        // Learner changes are not voter changes.
+        let learner = ChangeMembers::AddNodes(BTreeMap::new());
+        assert!(live_majorities(&m, &learner, 1, last, None).is_ok());
     }
 
     #[test]

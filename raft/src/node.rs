@@ -416,6 +416,15 @@ impl RaftNode {
     /// openraft does (a change committed meanwhile by another leader) or the node has
     /// reclaimed log (`guard_widening`).
     pub async fn change(&self, change: Change) -> Result<(u64, u64), RaftError> {
+        // Owned by a task of its own: a client gone or a relay that gave up must not cut a
+        // joint change between its two entries (review s21 membership M1).
+        let node = self.clone();
+        tokio::spawn(async move { node.change_owned(change).await })
+            .await
+            .map_err(|e| fatal(format!("the membership change stopped: {e}")))?
+    }
+
+    async fn change_owned(&self, change: Change) -> Result<(u64, u64), RaftError> {
         let Ok(_one) = self.inner.changing.try_lock() else {
             return Err(RaftError::ChangeRefused {
                 kind: ChangeRefusal::InProgress,
@@ -430,7 +439,6 @@ impl RaftNode {
                 leader: status.leader,
             });
         }
-        let current = self.inner.raft.metrics().borrow().membership_config.clone();
         let uncommitted = self
             .inner
             .raft
@@ -445,7 +453,42 @@ impl RaftNode {
                 message: "the last membership change has not committed yet; retry".into(),
             });
         }
-        match membership_change::plan(current.membership(), &change)? {
+        // A joint configuration left by a change cut between its two entries (a leader lost
+        // or stopped meanwhile) is finished first, to its target (review s21 membership M1).
+        let joint = self.inner.raft.metrics().borrow().membership_config.clone();
+        if let Some(target) = membership_change::unfinished(joint.membership()) {
+            tracing::warn!(
+                ?target,
+                "finishing a membership change left in joint consensus"
+            );
+            self.change_membership(ChangeMembers::ReplaceAllVoters(target), false)
+                .await?;
+        }
+        let current = self.inner.raft.metrics().borrow().membership_config.clone();
+        if matches!(change, Change::Remove(id) if id == self.id()) {
+            return Err(RaftError::ChangeRefused {
+                kind: ChangeRefusal::Unsafe,
+                message: format!(
+                    "node {} leads: stop it, let the others elect a leader, and remove it \
+                     there (this version cannot hand the lead over)",
+                    self.id()
+                ),
+            });
+        }
+        let planned = membership_change::plan(current.membership(), &change)?;
+        let metrics = self.inner.raft.metrics().borrow().clone();
+        membership_change::live_majorities(
+            current.membership(),
+            &planned,
+            self.id(),
+            metrics.last_log_index.unwrap_or(0),
+            metrics.replication.as_ref().map(|r| {
+                r.iter()
+                    .map(|(id, l)| (*id, l.map(|l| l.index)))
+                    .collect::<BTreeMap<u64, Option<u64>>>()
+            }),
+        )?;
+        match planned {
             ChangeMembers::AddNodes(nodes) => {
                 let Some((id, node)) = nodes.into_iter().next() else {
                     return Err(fatal("a learner change without its node"));

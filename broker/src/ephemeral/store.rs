@@ -339,13 +339,9 @@ fn age_out(q: &mut Queue, now: Instant) -> u64 {
     while let Some((at, name)) = q.heads.oldest().filter(|(at, _)| expired(*at)) {
         let name = name.to_string();
         let gone = q.on_ring(&name, |ring| {
-            let (mut n, mut freed) = (0, 0);
-            while ring.oldest_at().is_some_and(expired) {
-                freed += ring.drop_oldest().unwrap_or(0);
-                n += 1;
-            }
+            let dropped = ring.drop_oldest_while(expired);
             ring.shrink();
-            (n, freed)
+            dropped
         });
         let Some((k @ 1.., b)) = gone else {
             // A head naming no such message would come first for good: drop the entry.

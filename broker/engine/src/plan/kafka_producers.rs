@@ -438,12 +438,15 @@ impl Planner<'_> {
         let expiration_us = ms_us(req.expiration_ms);
         self.expire_producers(expiration_us);
         let mut named = HashSet::new();
+        // A set, not a scan per guard: a request of many partitions, all idempotent and many
+        // over their bound, stays linear (review s21 kafka M2).
+        let too_large: HashSet<usize> = oversized.iter().map(|(start, _, _)| *start).collect();
         let mut verdicts: Vec<GuardVerdict> = req
             .guards
             .iter()
             .map(|g| {
                 // Refused before judged: a batch over its bound does not advance a sequence.
-                if oversized.iter().any(|(start, _, _)| *start == g.start) {
+                if too_large.contains(&g.start) {
                     GuardVerdict::TooLarge
                 } else {
                     self.judge_guard(g, req, &mut named)
