@@ -387,19 +387,23 @@ impl RaftNode {
                 .map(|(id, log_id)| (*id, log_id.map(|l| l.index)))
                 .collect()
         });
-        let uncommitted = self
-            .inner
-            .raft
-            .with_raft_state(|st| {
-                st.membership_state.committed().log_id() != st.membership_state.effective().log_id()
-            })
-            .await
-            .map_err(fatal)?;
+        let uncommitted = self.membership_uncommitted().await?;
         Ok(membership_change::view(
             m.membership_config.membership(),
             matched.as_ref(),
             uncommitted,
         ))
+    }
+
+    /// Whether the effective membership is not yet committed (a change being written).
+    async fn membership_uncommitted(&self) -> Result<bool, RaftError> {
+        self.inner
+            .raft
+            .with_raft_state(|st| {
+                st.membership_state.committed().log_id() != st.membership_state.effective().log_id()
+            })
+            .await
+            .map_err(fatal)
     }
 
     /// The HTTP address member `id` was added with (`member_addr`), if any: how a follower
@@ -439,14 +443,7 @@ impl RaftNode {
                 leader: status.leader,
             });
         }
-        let uncommitted = self
-            .inner
-            .raft
-            .with_raft_state(|st| {
-                st.membership_state.committed().log_id() != st.membership_state.effective().log_id()
-            })
-            .await
-            .map_err(fatal)?;
+        let uncommitted = self.membership_uncommitted().await?;
         if uncommitted {
             return Err(RaftError::ChangeRefused {
                 kind: ChangeRefusal::InProgress,
