@@ -26,15 +26,39 @@ pub(super) fn ctx(tenant: &str) -> RequestCtx {
 }
 
 pub(super) async fn push(bus: &EngineBus, tenant: &str, txn: &str) -> Result<(), QueenError> {
-    let item = PushItem {
-        queue: "q".into(),
-        partition: "p".into(),
-        payload: bytes::Bytes::from(format!("\"{txn}\"")),
-        transaction_id: Some(txn.into()),
-        trace_id: None,
-    };
-    let cmd = Command::Push(PushReq { items: vec![item] });
-    bus.call(ctx(tenant), cmd).await.map(|_| ())
+    bus.call(ctx(tenant), push_to("q", txn)).await.map(|_| ())
+}
+
+/// A push of one message `txn` (its payload the id as a JSON string) to partition `p`.
+pub(super) fn push_to(queue: &str, txn: &str) -> Command {
+    Command::Push(PushReq {
+        items: vec![PushItem {
+            queue: queue.into(),
+            partition: "p".into(),
+            payload: bytes::Bytes::from(format!("\"{txn}\"")),
+            transaction_id: Some(txn.into()),
+            trace_id: None,
+        }],
+    })
+}
+
+/// An auto-acked pop of up to 10 000 messages of `queue` for `group`; a long poll of 60 s
+/// when `wait`.
+pub(super) fn pop(queue: &str, group: &str, wait: bool) -> Command {
+    Command::Pop(PopReq {
+        source: PopSource::Queue(queue.into()),
+        group: Some(group.into()),
+        batch: 10_000,
+        partitions: 1,
+        wait,
+        timeout_ms: if wait { 60_000 } else { 0 },
+        auto_ack: true,
+        subscription: Subscription::All,
+        lease_seconds: None,
+        autopilot: false,
+        conflation: false,
+        parked_echo: Default::default(),
+    })
 }
 
 /// Pushes `txn` until tenant's group takes it; every refusal meanwhile must be retriable.
@@ -52,21 +76,7 @@ async fn push_until_served(bus: &EngineBus, tenant: &str, txn: &str) -> bool {
 
 /// The transaction ids of every message of queue `q`, popped by a group of its own.
 pub(super) async fn everything(bus: &EngineBus, tenant: &str) -> BTreeSet<String> {
-    let req = PopReq {
-        source: PopSource::Queue("q".into()),
-        group: Some("audit".into()),
-        batch: 10_000,
-        partitions: 1,
-        wait: false,
-        timeout_ms: 0,
-        auto_ack: true,
-        subscription: Subscription::All,
-        lease_seconds: None,
-        autopilot: false,
-        conflation: false,
-        parked_echo: Default::default(),
-    };
-    match bus.call(ctx(tenant), Command::Pop(req)).await {
+    match bus.call(ctx(tenant), pop("q", "audit", false)).await {
         Ok(Outcome::Popped(r)) => r.messages.into_iter().map(|m| m.transaction_id).collect(),
         other => panic!("a pop of {tenant} answered {:?}", other.err()),
     }

@@ -7,43 +7,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use queenmq_protocol::{
-    Bus, Command, ErrorCode, Outcome, PopReq, PopSource, PushItem, PushReq, Subscription,
-};
+use queenmq_protocol::{Bus, ErrorCode, Outcome};
 
-use super::registry_tests::{ctx, open_with, push};
+use super::registry_tests::{ctx, open_with, pop, push, push_to};
 use super::supervise_tests::armed_slow_group;
 use crate::engine::{EngineBus, EngineConfig, LongPollSlots};
 use crate::group::registry::Registry;
-
-fn push_to(queue: &str, txn: &str) -> Command {
-    Command::Push(PushReq {
-        items: vec![PushItem {
-            queue: queue.into(),
-            partition: "p".into(),
-            payload: bytes::Bytes::from(format!("\"{txn}\"")),
-            transaction_id: Some(txn.into()),
-            trace_id: None,
-        }],
-    })
-}
-
-fn pop(queue: &str, group: &str, wait: bool) -> Command {
-    Command::Pop(PopReq {
-        source: PopSource::Queue(queue.into()),
-        group: Some(group.into()),
-        batch: 10_000,
-        partitions: 1,
-        wait,
-        timeout_ms: if wait { 60_000 } else { 0 },
-        auto_ack: true,
-        subscription: Subscription::All,
-        lease_seconds: None,
-        autopilot: false,
-        conflation: false,
-        parked_echo: Default::default(),
-    })
-}
 
 /// Every message of queue `q` as popped by a fresh group, repeats kept.
 async fn held(bus: &EngineBus) -> Vec<String> {
