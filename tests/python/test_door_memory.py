@@ -116,8 +116,13 @@ def test_a_small_budget_caps_connections_and_parked_polls(broker_factory):
         refused = [r for r in got.values() if r.startswith(b"HTTP/1.1 503")]
         assert refused, f"{POLLS} parked polls under a 64 MiB budget and none refused"
         # Past the poll cap: 503 naming it; past the connection cap, 503 from a probe slot.
+        # A poll that arrives while the connections' pool is over its share (the probe slots'
+        # connections and the refusals being written count in it too, so this races with the
+        # two above under load) is refused by the door before it reaches the engine.
         assert any(b"max_long_polls" in r for r in refused), refused[0]
-        assert all(b"max_long_polls" in r or b"http_max_connections" in r for r in refused)
+        caps = (b"max_long_polls", b"http_max_connections", b"connections' share")
+        others = [r for r in refused if not any(c in r for c in caps)]
+        assert not others, others[0]
         parked = POLLS - len(got)
         print(f"{parked} polls parked, {len(refused)} refused at once; RSS {rss(pid) / MIB:.1f} MiB")
         assert parked > 0
