@@ -167,6 +167,7 @@ pub async fn run(
             f,
             opts.max_body_bytes,
             opts.body_timeout,
+            opts.idle_timeout,
             opts.meter.clone(),
         ))
     });

@@ -45,9 +45,17 @@ use super::{ForwardOptions, LeaderLookup};
 use crate::error::ApiError;
 use crate::meter::ConnectionMeter;
 
-/// Idle connections to the leader are closed before the leader's own idle timeout (60 s by
-/// default) would close them under a request just sent on one.
-const POOL_IDLE: Duration = Duration::from_secs(30);
+/// Idle connections to the leader are closed before the leader's own idle timeout would close
+/// them under a request just sent on one (a write relayed on a connection the leader is closing
+/// is answered "may or may not be done"): at most this, and at most half of the idle timeout,
+/// which is taken to be this node's own (one configuration for all members, as `relay_cap`
+/// assumes; review s19 forward L2).
+const POOL_IDLE_MAX: Duration = Duration::from_secs(30);
+
+/// How long a pooled connection to the leader may stay idle, given the leader's idle timeout.
+pub(super) fn pool_idle(leader_idle: Duration) -> Duration {
+    POOL_IDLE_MAX.min(leader_idle / 2)
+}
 
 /// Every outcome of a relay, the label of `queen_forwarded_requests_total`.
 const OUTCOMES: [&str; 5] = ["relayed", "unreachable", "lost", "timeout", "busy"];
@@ -91,13 +99,14 @@ impl Forwarder {
         opts: &ForwardOptions,
         max_body: usize,
         body_timeout: Duration,
+        leader_idle: Duration,
         meter: Option<Arc<dyn ConnectionMeter>>,
     ) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(opts.connect_timeout));
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(POOL_IDLE)
+            .pool_idle_timeout(pool_idle(leader_idle))
             .pool_max_idle_per_host(opts.max_inflight)
             .build(connector);
         let max_inflight = opts.max_inflight.clamp(1, Semaphore::MAX_PERMITS);

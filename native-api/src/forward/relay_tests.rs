@@ -34,7 +34,13 @@ fn metered(max_body: usize, meter: Option<Arc<dyn ConnectionMeter>>) -> Forwarde
         connect_timeout: Duration::from_secs(5),
         answer_margin: Duration::from_secs(10),
     };
-    Forwarder::new(&opts, max_body, Duration::from_secs(5), meter)
+    Forwarder::new(
+        &opts,
+        max_body,
+        Duration::from_secs(5),
+        Duration::from_secs(60),
+        meter,
+    )
 }
 
 /// Serves `app` on a loopback port; its base URL.
@@ -337,4 +343,17 @@ impl HttpBody for NeverSends {
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, std::io::Error>>> {
         std::task::Poll::Pending
     }
+}
+
+#[test]
+fn pooled_connections_go_before_the_leaders_idle_timeout_closes_them() {
+    use super::relay::pool_idle;
+    // The default 60 s idle timeout: 30 s, as before.
+    assert_eq!(pool_idle(Duration::from_secs(60)), Duration::from_secs(30));
+    // A short one: half of it, so the leader never closes a connection a relay just took.
+    assert_eq!(
+        pool_idle(Duration::from_millis(200)),
+        Duration::from_millis(100)
+    );
+    assert!(pool_idle(Duration::from_secs(600)) <= Duration::from_secs(30));
 }
