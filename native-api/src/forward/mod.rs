@@ -7,6 +7,7 @@
 
 mod decide;
 mod relay;
+mod resolve;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -34,6 +34,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper_util::client::legacy::connect::dns::GaiResolver;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -41,6 +42,7 @@ use queenmq_protocol::{LeaderHint, QueenError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::decide::{answer_timeout, relayed_headers, Leader, RELAYED_ANSWER_HEADERS};
+use super::resolve::TimedResolver;
 use super::{ForwardOptions, LeaderLookup};
 use crate::error::ApiError;
 use crate::meter::ConnectionMeter;
@@ -65,7 +67,7 @@ const OUTCOMES: [&str; 5] = ["relayed", "unreachable", "lost", "timeout", "busy"
 pub(crate) struct Forwarder {
     node_id: u64,
     leaders: Arc<dyn LeaderLookup>,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpConnector<TimedResolver<GaiResolver>>, Full<Bytes>>,
     pub(super) inflight: Arc<Semaphore>,
     /// The share of `inflight` relayed long polls may hold: half of it.
     pub(super) polls: Arc<Semaphore>,
@@ -102,7 +104,8 @@ impl Forwarder {
         leader_idle: Duration,
         meter: Option<Arc<dyn ConnectionMeter>>,
     ) -> Self {
-        let mut connector = HttpConnector::new();
+        let resolver = TimedResolver::new(GaiResolver::new(), opts.connect_timeout);
+        let mut connector = HttpConnector::new_with_resolver(resolver);
         connector.set_connect_timeout(Some(opts.connect_timeout));
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
