@@ -55,18 +55,39 @@ pub(crate) async fn layer(
     let tenant = req
         .extensions()
         .get::<RequestCtx>()
-        .map_or(DEFAULT_TENANT, |ctx| ctx.tenant.as_str());
+        .map_or(DEFAULT_TENANT, |ctx| ctx.tenant.as_str())
+        .to_string();
     let forwarded = req.headers().contains_key(FORWARDED);
     let decision = decide::decide(row.class, req.uri().path(), forwarded, || {
-        fwd.leader_of(tenant)
+        fwd.leader_of(&tenant)
     });
-    match decision {
-        decide::Decision::Local => next.run(req).await,
+    let id = match decision {
+        decide::Decision::Local => return next.run(req).await,
         decide::Decision::Refuse(e) => {
             let unread = crate::auth::carries_body(&req);
-            close_if_unread(ApiError(e).into_response(), unread)
+            return close_if_unread(ApiError(e).into_response(), unread);
         }
-        decide::Decision::Forward { id, url } => fwd.relay(req, id, url).await,
+        decide::Decision::Forward { id, .. } => id,
+    };
+    let (parts, body) = req.into_parts();
+    let read = match fwd.read(&parts.headers, body, id).await {
+        Ok(r) => r,
+        Err(refused) => return refused,
+    };
+    // The upload may have taken up to the body timeout, through an election: ask again who
+    // leads, so the body goes to the leader of now (review s19 forward L3).
+    match decide::decide(row.class, parts.uri.path(), forwarded, || {
+        fwd.leader_of(&tenant)
+    }) {
+        decide::Decision::Forward { id, url } => fwd.send(parts, read, id, url).await,
+        decide::Decision::Refuse(e) => ApiError(e).into_response(),
+        decide::Decision::Local => {
+            // This node leads now: its own handler answers, the body kept counted meanwhile.
+            let req = Request::from_parts(parts, axum::body::Body::from(read.bytes.clone()));
+            let resp = next.run(req).await;
+            drop(read);
+            resp
+        }
     }
 }
 

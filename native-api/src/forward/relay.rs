@@ -28,7 +28,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::Request;
 use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -132,23 +131,48 @@ impl Forwarder {
     }
 
     /// Relays `req` to node `id` at `url` and answers with what the leader answered.
-    pub(crate) async fn relay(&self, req: Request, id: u64, url: String) -> Response {
+    #[cfg(test)]
+    pub(crate) async fn relay(
+        &self,
+        req: axum::extract::Request,
+        id: u64,
+        url: String,
+    ) -> Response {
         let (parts, body) = req.into_parts();
-        // Charged as it arrives, frame by frame, so uploads being read for relays at once
-        // are bounded by the share, and an upload that sends nothing holds nothing (review
-        // s20 lead C2; s21 lead B1: charging the declared length up front let a few idle
-        // uploads hold the share).
+        match self.read(&parts.headers, body, id).await {
+            Ok(read) => self.send(parts, read, id, url).await,
+            Err(refused) => refused,
+        }
+    }
+
+    /// Reads the request body to relay, charged as it arrives, frame by frame, so uploads
+    /// being read for relays at once are bounded by the share, and an upload that sends
+    /// nothing holds nothing (review s20 lead C2; s21 lead B1: charging the declared length
+    /// up front let a few idle uploads hold the share). `id` names the leader in a refusal.
+    pub(crate) async fn read(
+        &self,
+        headers: &axum::http::HeaderMap,
+        body: Body,
+        id: u64,
+    ) -> Result<ReadBody, Response> {
         let mut charge = Charge {
             meter: self.meter.clone(),
             bytes: 0,
         };
-        let bytes = match self
-            .read_charged(&parts.headers, body, &mut charge, id)
-            .await
-        {
-            Ok(b) => b,
-            Err(refused) => return refused,
-        };
+        let bytes = self.read_charged(headers, body, &mut charge, id).await?;
+        Ok(ReadBody { bytes, charge })
+    }
+
+    /// Relays a request whose body was [`Self::read`] to node `id` at `url` and answers with
+    /// what the leader answered.
+    pub(crate) async fn send(
+        &self,
+        parts: axum::http::request::Parts,
+        read: ReadBody,
+        id: u64,
+        url: String,
+    ) -> Response {
+        let ReadBody { bytes, charge } = read;
         let wait = answer_timeout(parts.uri.path(), parts.uri.query(), self.answer_margin);
         let long_poll = wait > self.answer_margin;
         let poll_slot = match long_poll {
@@ -319,6 +343,12 @@ struct Slotted {
 struct Slots {
     _all: OwnedSemaphorePermit,
     _poll: Option<OwnedSemaphorePermit>,
+}
+
+/// A request body read for a relay, counted in the connections' pool until dropped.
+pub(crate) struct ReadBody {
+    pub(crate) bytes: Bytes,
+    charge: Charge,
 }
 
 /// A relayed request body's bytes, counted in the connections' pool until dropped.

@@ -357,3 +357,98 @@ fn pooled_connections_go_before_the_leaders_idle_timeout_closes_them() {
     );
     assert!(pool_idle(Duration::from_secs(600)) <= Duration::from_secs(30));
 }
+
+/// Who leads, as a list of answers: each lookup takes the next, the last one repeats.
+#[derive(Debug)]
+struct Changing(std::sync::Mutex<Vec<Leader>>);
+
+impl LeaderLookup for Changing {
+    fn leader_of(&self, _tenant: &str) -> Leader {
+        let mut answers = self.0.lock().unwrap();
+        if answers.len() > 1 {
+            answers.remove(0)
+        } else {
+            answers[0].clone()
+        }
+    }
+}
+
+/// The door's relay layer over a local push handler answering "local", with `leaders`.
+fn door(leaders: Vec<Leader>) -> axum::Router {
+    let opts = ForwardOptions {
+        node_id: 2,
+        leaders: Arc::new(Changing(std::sync::Mutex::new(leaders))),
+        max_inflight: 4,
+        connect_timeout: Duration::from_secs(5),
+        answer_margin: Duration::from_secs(10),
+    };
+    let fwd = Arc::new(Forwarder::new(
+        &opts,
+        1 << 20,
+        Duration::from_secs(5),
+        Duration::from_secs(60),
+        None,
+    ));
+    axum::Router::new()
+        .route(
+            "/api/v1/push",
+            post(|body: String| async move { format!("local|{body}") }),
+        )
+        .layer(axum::middleware::from_fn_with_state(
+            &queenmq_protocol::rows::PUSH,
+            super::layer,
+        ))
+        .layer(axum::Extension(fwd))
+}
+
+/// Review s19 forward L3: the leader was chosen before the body was read; an upload that
+/// spans an election now goes to the leader of when it was read, or is answered here.
+#[tokio::test]
+async fn the_leader_is_asked_again_once_the_body_is_read() {
+    use tower::ServiceExt;
+    let gone = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let old = format!("http://{}", gone.local_addr().unwrap());
+    drop(gone);
+    let new_leader = leader(axum::Router::new().route(
+        "/api/v1/push",
+        post(|b: String| async move { format!("node3|{b}") }),
+    ))
+    .await;
+
+    // Node 1 led when the request came, node 3 once its body was in: node 3 answers.
+    let app = door(vec![
+        Leader::Other {
+            id: 1,
+            url: Some(old.clone()),
+        },
+        Leader::Other {
+            id: 3,
+            url: Some(new_leader),
+        },
+    ]);
+    let (status, _, body) = text(app.oneshot(push("{}")).await.unwrap()).await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "node3|{}"));
+
+    // This node leads once the body is in: its own handler answers, with the body.
+    let app = door(vec![
+        Leader::Other {
+            id: 1,
+            url: Some(old.clone()),
+        },
+        Leader::Here,
+    ]);
+    let (status, _, body) = text(app.oneshot(push("{\"a\":1}")).await.unwrap()).await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "local|{\"a\":1}"));
+
+    // No leader once the body is in: 503 not_leader, nothing sent.
+    let app = door(vec![
+        Leader::Other {
+            id: 1,
+            url: Some(old),
+        },
+        Leader::Unknown,
+    ]);
+    let (status, _, body) = text(app.oneshot(push("{}")).await.unwrap()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body.contains("not_leader"), "{body}");
+}
