@@ -462,3 +462,58 @@ async fn the_leader_is_asked_again_once_the_body_is_read() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(body.contains("not_leader"), "{body}");
 }
+
+/// Review s19 forward M3: once the request may have reached the leader, a lost connection and
+/// an answer too late are both "may or may not be done" (a retry may repeat it), never
+/// `not_leader` (which tells the client nothing was sent).
+#[tokio::test]
+async fn a_lost_connection_and_a_late_answer_may_or_may_not_be_done() {
+    use tokio::io::AsyncReadExt;
+    // A leader that reads the request, then drops the connection without a word.
+    let hangs_up = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", hangs_up.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = hangs_up.accept().await {
+            let mut buf = [0u8; 4096];
+            let _ = sock.read(&mut buf).await;
+            drop(sock);
+        }
+    });
+    let (status, _, body) = text(forwarder(1 << 20).relay(push("{}"), 1, url).await).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["code"], "unavailable", "{v}");
+    assert!(body.contains("may or may not be done"), "{body}");
+
+    // A leader that reads the request and never answers: the answer bound ends the wait.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = silent.accept().await {
+            held.push(sock);
+        }
+    });
+    let opts = ForwardOptions {
+        node_id: 2,
+        leaders: Arc::new(Unused),
+        max_inflight: 4,
+        connect_timeout: Duration::from_secs(5),
+        answer_margin: Duration::from_millis(200),
+    };
+    let fwd = Forwarder::new(
+        &opts,
+        1 << 20,
+        Duration::from_secs(5),
+        Duration::from_secs(60),
+        None,
+    );
+    let (status, _, body) = text(fwd.relay(push("{}"), 1, url).await).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["code"], "unavailable", "{v}");
+    assert!(
+        body.contains("did not answer within 200 ms") && body.contains("may or may not be done"),
+        "{body}"
+    );
+}
