@@ -266,3 +266,44 @@ async fn a_queue_made_again_between_slices_gets_its_own_step() {
     assert!(rung(&gate), "the new queue's ended lease was not found");
     assert_consistent(&s);
 }
+
+/// Review s21 ephemeral M1: forgetting a group's state costs one unit plus the entries it
+/// holds. Two groups each leased one message in each of 3 000 rings, leases ended: a slice of
+/// budget 1 000 forgets the first (3 000 entries dropped) and leaves the second to the next
+/// slice; before the fix both went in one slice, as two units.
+#[tokio::test(start_paused = true)]
+async fn forgetting_a_group_state_costs_what_it_holds() {
+    let s = store_idle(1);
+    let options = EphemeralOptions {
+        lease_seconds: 1,
+        ..EphemeralOptions::default()
+    };
+    s.declare("t", "q", options);
+    let names: Vec<String> = (0..3_000).map(|i| format!("p{i:04}")).collect();
+    for p in &names {
+        s.push("t", "q", Some(p), msgs(1)).unwrap();
+    }
+    for group in ["g1", "g2"] {
+        let a = PopAsk {
+            group: Some(group),
+            ..ask(None, 3_000)
+        };
+        assert_eq!(s.pop("t", &a).unwrap().len(), 3_000);
+    }
+    assert_eq!(group_states(&s).0, 2);
+    let later = now() + Duration::from_secs(5);
+    let mut slices = 0;
+    while group_states(&s).0 == 2 {
+        slices += 1;
+        assert!(slices < 100, "the groups were never forgotten");
+        s.sweep_slice(later, 1_000);
+    }
+    assert_eq!(
+        group_states(&s).0,
+        1,
+        "two states of 3 000 entries in one slice"
+    );
+    while !s.sweep_slice(later, 1_000) {}
+    assert_eq!(group_states(&s).0, 0);
+    assert_consistent(&s);
+}
