@@ -31,7 +31,9 @@ pub struct Installed {
 /// Stages the finished `snapshot-incoming` of `dir`: steps 2 and 3, up to `raft/installing`
 /// committed. `log` is the live log in `dir/log`, read only to decide whether it is kept;
 /// `meta` are the Raft rows step 3 writes with the state (the purge horizon and the
-/// snapshot's membership, in the Raft crate's encodings); `opts` open `log-incoming`.
+/// snapshot's membership, in the Raft crate's encodings); `opts` open `log-incoming`;
+/// `expect` is the `(A, term)` the Raft layer was told the snapshot covers, which the file's
+/// header must name.
 ///
 /// Steps 4 and 5 are not run here: they rename `log` aside, which must not happen under an
 /// open `SegmentLog` (review s21 M2). After Ok the caller closes `log` and every reader of it
@@ -45,6 +47,7 @@ pub fn stage_install(
     log: &SegmentLog,
     opts: LogOptions,
     meta: &[(&str, &[u8])],
+    expect: (u64, u64),
 ) -> Result<Installed, StorageError> {
     // An unfinished install owns `log-incoming`: refused before anything is deleted (M1).
     if let Some(i) = store.installing()? {
@@ -54,7 +57,7 @@ pub fn stage_install(
         });
     }
     let files = dir.files();
-    match stage(dir, &*files, store, log, opts, meta) {
+    match stage(dir, &*files, store, log, opts, meta, expect) {
         Ok((header, switched)) => Ok(Installed { header, switched }),
         Err(e @ StorageError::InstallPending { .. }) => Err(e),
         Err(e) => {
@@ -72,6 +75,7 @@ fn stage(
     log: &SegmentLog,
     opts: LogOptions,
     meta: &[(&str, &[u8])],
+    expect: (u64, u64),
 ) -> Result<(SnapshotHeader, bool), StorageError> {
     let path = files.locate(SNAPSHOT_INCOMING);
     let file = files
@@ -93,6 +97,15 @@ fn stage(
         ));
     }
     let (a, term, f) = (head.applied_index, head.applied_term, head.first_record);
+    if (a, term) != expect {
+        return Err(refused(
+            0,
+            format!(
+                "the file covers ({a}, {term}), the snapshot it was sent as ({}, {})",
+                expect.0, expect.1
+            ),
+        ));
+    }
     // Step 2: by Log Matching a log holding A in the same term holds the sender's records up
     // to A, and records after A may have been acknowledged: it stays. The lease keeps a
     // reclamation from deleting records from F on between this check and step 3's commit

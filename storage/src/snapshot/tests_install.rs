@@ -78,7 +78,14 @@ fn receive(data: &MemBackend) {
 }
 
 fn stage(f: &Follower) -> Result<crate::Installed, StorageError> {
-    stage_install(&f.data, &f.store, &f.log, small(), &[(PURGED, b"(2, 50)")])
+    stage_install(
+        &f.data,
+        &f.store,
+        &f.log,
+        small(),
+        &[(PURGED, b"(2, 50)")],
+        (50, 2),
+    )
 }
 
 /// The reopen that follows a stage: the log closed first, then the start-up step.
@@ -282,7 +289,7 @@ fn on_disk_leftovers_go_and_an_install_switches_the_log() {
     let mut rx = SnapshotReceiver::create(files, 1024, Box::new(|_| Ok(()))).unwrap();
     rx.write_at(0, &leader_stream()).unwrap();
     rx.finish().unwrap();
-    let done = stage_install(&dir, &store, &log, small(), &[]).unwrap();
+    let done = stage_install(&dir, &store, &log, small(), &[], (50, 2)).unwrap();
     assert!(done.switched);
     drop(log);
     let finished = finish_interrupted_install(&dir, &store).unwrap().unwrap();
@@ -291,4 +298,19 @@ fn on_disk_leftovers_go_and_an_install_switches_the_log() {
     let (log, _) = SegmentLog::open(&root.join(LOG_DIR), small()).unwrap();
     assert_records(&log, 20, 50, 2);
     assert_eq!(store.load_checkpoint().unwrap().unwrap().state, new_state());
+}
+
+/// The file must cover the position the Raft layer was told the snapshot covers: another one
+/// is refused before anything is written, costing the file.
+#[test]
+fn a_file_covering_another_position_is_refused() {
+    let f = follower(10, 1);
+    let err = stage_install(&f.data, &f.store, &f.log, small(), &[], (50, 3)).unwrap_err();
+    assert!(
+        matches!(&err, StorageError::SnapshotRefused { reason, .. } if reason.contains("(50, 2)")),
+        "{err}"
+    );
+    assert!(f.data.file_bytes(SNAPSHOT_INCOMING).is_none());
+    assert_eq!(f.store.installing().unwrap(), None);
+    assert_eq!(restart(&f.data.crash(), 10, 1, false), "old");
 }
