@@ -45,7 +45,7 @@ use crate::horizons::{at_horizon, later, AtHorizon, Horizons};
 use crate::log_writer::{LogWriter, Record, WriterError};
 use crate::meta;
 use crate::types::{
-    io_err, is_multi_node, log_id, Entry, NodeId, OrStorageError, RaftLogId, TypeConfig,
+    io_err, is_multi_node, log_id, term_of, Entry, NodeId, OrStorageError, RaftLogId, TypeConfig,
 };
 
 /// Reclamation stays refused while this lives (`LogStore::begin_widening`).
@@ -87,6 +87,10 @@ struct Inner {
     /// An append met ENOSPC: openraft keeps only the text of a storage error, and the node's
     /// callers must tell a full disk (retriable once space is freed) from a failed one.
     out_of_space: AtomicBool,
+    /// A snapshot install was staged through this store (`stage_install`): until the group is
+    /// reopened (which finishes it, replacing `log/` when the stage built `log-incoming`),
+    /// appends fail and reclamation is refused.
+    installing: AtomicBool,
 }
 
 impl LogStore {
@@ -129,6 +133,7 @@ impl LogStore {
                 reclaim_gate: tokio::sync::Mutex::new(()),
                 refusal_logged: AtomicBool::new(false),
                 out_of_space: AtomicBool::new(false),
+                installing: AtomicBool::new(false),
             }),
         })
     }
@@ -206,6 +211,64 @@ impl LogStore {
         queenmq_storage::SnapshotSource::open(&self.inner.store, &self.inner.log, applied_index)
     }
 
+    /// Stages the snapshot received whole into `dir`'s `snapshot-incoming` (steps 2 and 3 of
+    /// docs/storage-format.md "Install on the receiver"), with `meta`'s last log id as the
+    /// purge horizon and its membership as the applied one, in step 3's transaction. Under the
+    /// reclaim gate, so no reclamation deletes between the keep check and the commit. On Ok
+    /// (and when an earlier stage is still unfinished) this store refuses every append and
+    /// reclamation from then on: the group must be closed and reopened, whose open finishes
+    /// the install (`finish_interrupted_install`) before `log/` is read; an append here could
+    /// be acknowledged and then lost with the replaced log. Any other error changed nothing
+    /// (the files of the stream are deleted). Blocking (reads the file, redb commit).
+    pub fn stage_install(
+        &self,
+        dir: &dyn queenmq_storage::DataDir,
+        opts: queenmq_storage::LogOptions,
+        snapshot: &openraft::SnapshotMeta<NodeId, openraft::BasicNode>,
+    ) -> Result<queenmq_storage::Installed, crate::backend::StorageError> {
+        let encode = |what: &'static str, e: serde_json::Error| crate::backend::StorageError::Io {
+            op: what,
+            path: std::path::PathBuf::from(meta::MEMBERSHIP),
+            source: std::io::Error::other(e),
+        };
+        let Some(last) = snapshot.last_log_id else {
+            return Err(crate::backend::StorageError::SnapshotRefused {
+                offset: 0,
+                reason: "a snapshot that covers no log entry has nothing to install".into(),
+            });
+        };
+        let purged =
+            serde_json::to_vec(&last).map_err(|e| encode("encode the purge horizon", e))?;
+        let membership = serde_json::to_vec(&snapshot.last_membership)
+            .map_err(|e| encode("encode the membership", e))?;
+        let mut rows: Vec<(&str, &[u8])> =
+            vec![(meta::PURGED, &purged), (meta::MEMBERSHIP, &membership)];
+        if is_multi_node(snapshot.last_membership.membership()) {
+            rows.push((meta::MULTI_NODE, b"true"));
+        }
+        let _gate = self.inner.reclaim_gate.blocking_lock();
+        let staged = queenmq_storage::stage_install(
+            dir,
+            &self.inner.store,
+            &self.inner.log,
+            opts,
+            &rows,
+            (last.index, term_of(&last)),
+        );
+        match &staged {
+            Ok(_) | Err(crate::backend::StorageError::InstallPending { .. }) => {
+                self.inner.installing.store(true, Ordering::SeqCst);
+            }
+            Err(_) => {}
+        }
+        staged
+    }
+
+    /// Whether a snapshot install was staged through this store (the group must be reopened).
+    pub fn install_staged(&self) -> bool {
+        self.inner.installing.load(Ordering::SeqCst)
+    }
+
     /// Bytes `reclaim_upto(upto)` would free now: the files of the sealed segments whose
     /// records are all `<= upto`; 0 while reclamation is refused (a multi-node membership), so
     /// the disk gate never lets a checkpoint into the reserve on space nothing will free.
@@ -227,17 +290,29 @@ impl LogStore {
 
     /// Why `reclaim_upto` deletes nothing whatever it is given, if it does not (the metric label
     /// of `queen_log_reclaim_refused_total`): `"multi_node"` (sticky), `"widening"` (a
-    /// membership change naming a new node is in openraft's hands) or `"meta_unreadable"` (the
-    /// sticky key could not be read: refused this time, read again next time). A redb read
-    /// while not refused.
+    /// membership change naming a new node is in openraft's hands), `"installing"` (a snapshot
+    /// install is staged and not yet finished by a reopen) or `"meta_unreadable"` (a key could
+    /// not be read: refused this time, read again next time). Redb reads while not refused.
     pub fn reclaim_refusal(&self) -> Option<&'static str> {
         self.refusal()
     }
 
-    /// The in-memory flag, else the sticky meta key (the state machine writes it on apply and
-    /// install without telling this store), else a change in progress. An unreadable key
-    /// refuses, since a wrong "no" deletes what a peer may need, but is not latched.
+    /// A staged snapshot install (its records are not yet the log's), else the in-memory flag,
+    /// else the sticky meta key (the state machine writes it on apply and install without
+    /// telling this store), else a change in progress. An unreadable key refuses, since a
+    /// wrong "no" deletes what a peer may need, but is not latched.
     fn refusal(&self) -> Option<&'static str> {
+        if self.inner.installing.load(Ordering::SeqCst) {
+            return Some("installing");
+        }
+        match self.inner.store.installing() {
+            Ok(None) => {}
+            Ok(Some(_)) => return Some("installing"),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading raft/installing: reclamation is refused");
+                return Some("meta_unreadable");
+            }
+        }
         if self.inner.multi_node.load(Ordering::SeqCst) {
             return Some("multi_node");
         }
@@ -519,6 +594,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        if self.install_staged() {
+            // Appended after a stage that replaces `log/` at the reopen, the entry would be
+            // acknowledged and then lost with the old log: the error stops the group, whose
+            // reopen finishes the install.
+            return Err(io_err(
+                ErrorSubject::Logs,
+                ErrorVerb::Write,
+                AnyError::error("a snapshot install is staged: the group must be reopened"),
+            ));
+        }
         let (records, widens) = self.records_to_store(entries)?;
         if records.is_empty() {
             callback.log_io_completed(Ok(()));

@@ -80,6 +80,15 @@ pub enum StorageError {
     #[error("the checkpoint was not saved: {reason}")]
     CheckpointRefused { reason: String },
 
+    #[error(
+        "a snapshot install staged at index {applied_index} is not finished, so {refused}; \
+         reopening the group (or restarting the node) finishes it first"
+    )]
+    InstallPending {
+        applied_index: u64,
+        refused: &'static str,
+    },
+
     #[error("the stored checkpoint is corrupt: {reason}")]
     CorruptCheckpoint { reason: String },
 

@@ -14,6 +14,7 @@ mod multi_node;
 mod node_restart;
 mod reclaim;
 mod router;
+mod snapshot_install;
 mod snapshot_stream;
 mod split_vote;
 mod stored_ids;

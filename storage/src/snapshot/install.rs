@@ -1,6 +1,8 @@
 //! Steps 2-5 of a snapshot install on the receiver, each durable before the next, and the
 //! start-up that finishes an interrupted one (docs/storage-format.md "Install on the
-//! receiver", "A crash, or a file that no longer verifies"). Not called by openraft yet.
+//! receiver", "A crash, or a file that no longer verifies"): `stage_install` runs steps 2-3
+//! under the live log, `finish_interrupted_install` steps 4-5 at the group's next open, with
+//! the log closed between. Not called by openraft yet.
 
 use std::sync::Arc;
 
@@ -26,34 +28,43 @@ pub struct Installed {
     pub switched: bool,
 }
 
-/// Installs the finished `snapshot-incoming` of `dir`. `log` is the live log in `dir/log`,
-/// read only to decide whether it is kept; the caller closes it (and every reader of it)
-/// first when the result says `switched`, and reopens `log`. `meta` are the Raft rows step 3
-/// writes with the state (the purge horizon and the snapshot's membership, in the Raft
-/// crate's encodings); `opts` open `log-incoming`. Before step 3 commits, any error deletes
-/// `snapshot-incoming` and `log-incoming` and leaves the node's state and log as they were;
-/// after it, an error leaves what the start-up finishes (`finish_interrupted_install`).
-pub fn install_snapshot(
+/// Stages the finished `snapshot-incoming` of `dir`: steps 2 and 3, up to `raft/installing`
+/// committed. `log` is the live log in `dir/log`, read only to decide whether it is kept;
+/// `meta` are the Raft rows step 3 writes with the state (the purge horizon and the
+/// snapshot's membership, in the Raft crate's encodings); `opts` open `log-incoming`;
+/// `expect` is the `(A, term)` the Raft layer was told the snapshot covers, which the file's
+/// header must name.
+///
+/// Steps 4 and 5 are not run here: they rename `log` aside, which must not happen under an
+/// open `SegmentLog` (review s21 M2). After Ok the caller closes `log` and every reader of it
+/// and runs [`finish_interrupted_install`] before anything opens `log/` again (the group's
+/// reopen does); until then checkpoint saves and further installs are refused
+/// (`InstallPending`). Any other error leaves the node's state and log as they were, with
+/// `snapshot-incoming` and `log-incoming` deleted: the sender may send again.
+pub fn stage_install(
     dir: &dyn DataDir,
     store: &StateStore,
     log: &SegmentLog,
     opts: LogOptions,
     meta: &[(&str, &[u8])],
+    expect: (u64, u64),
 ) -> Result<Installed, StorageError> {
+    // An unfinished install owns `log-incoming`: refused before anything is deleted (M1).
+    if let Some(i) = store.installing()? {
+        return Err(StorageError::InstallPending {
+            applied_index: i.applied_index,
+            refused: "no other snapshot is installed",
+        });
+    }
     let files = dir.files();
-    let staged = stage(dir, &*files, store, log, opts, meta);
-    let (header, switch) = match staged {
-        Ok(s) => s,
+    match stage(dir, &*files, store, log, opts, meta, expect) {
+        Ok((header, switched)) => Ok(Installed { header, switched }),
+        Err(e @ StorageError::InstallPending { .. }) => Err(e),
         Err(e) => {
             discard_incoming(dir);
-            return Err(e);
+            Err(e)
         }
-    };
-    finish_steps_4_and_5(dir, store, switch)?;
-    Ok(Installed {
-        header,
-        switched: switch,
-    })
+    }
 }
 
 /// Steps 2 and 3; nothing the node starts on has changed unless this returns Ok.
@@ -64,6 +75,7 @@ fn stage(
     log: &SegmentLog,
     opts: LogOptions,
     meta: &[(&str, &[u8])],
+    expect: (u64, u64),
 ) -> Result<(SnapshotHeader, bool), StorageError> {
     let path = files.locate(SNAPSHOT_INCOMING);
     let file = files
@@ -85,9 +97,37 @@ fn stage(
         ));
     }
     let (a, term, f) = (head.applied_index, head.applied_term, head.first_record);
+    if (a, term) != expect {
+        return Err(refused(
+            0,
+            format!(
+                "the file covers ({a}, {term}), the snapshot it was sent as ({}, {})",
+                expect.0, expect.1
+            ),
+        ));
+    }
     // Step 2: by Log Matching a log holding A in the same term holds the sender's records up
-    // to A, and records after A may have been acknowledged: it stays.
-    let keep = log.term_of(a) == Some(term) && log.first_index().is_some_and(|first| first <= f);
+    // to A, and records after A may have been acknowledged: it stays. The lease keeps a
+    // reclamation from deleting records from F on between this check and step 3's commit
+    // (review s21 M3); it fails when the log already starts above F.
+    let holds_a = log.term_of(a) == Some(term);
+    let _lease = if holds_a {
+        Some(log.lease_floor(f).map_err(|_| {
+            // Replacing it would drop records after A that may be acknowledged; keeping it
+            // would leave checkpoint runs naming records F.. it lacks (review s21 M4).
+            refused(
+                0,
+                format!(
+                    "the log holds ({a}, {term}) but starts at {:?}, above the snapshot's first \
+                     record {f}: neither kept nor replaced",
+                    log.first_index()
+                ),
+            )
+        })?)
+    } else {
+        None
+    };
+    let keep = holds_a;
     if !keep {
         if dir.has_dir(LOG_INCOMING) {
             dir.remove_dir_all(LOG_INCOMING)
@@ -156,6 +196,8 @@ fn copy_records(
     let end = start + head.records_len;
     let mut at = start;
     let mut next = head.first_record;
+    // Terms never fall along a log (review s21 L4).
+    let mut prev_term = 0;
     let mut body = Vec::new();
     while at < end {
         if end - at < LEN_FIELD {
@@ -177,16 +219,17 @@ fn copy_records(
         file.read_at(at + LEN_FIELD, &mut body)
             .map_err(StorageError::io("read a record from", path))?;
         let r = decode_body(&body).map_err(|reason| refused(at, reason))?;
-        if r.index != next || r.term > head.applied_term {
+        if r.index != next || r.term > head.applied_term || r.term < prev_term {
             return Err(refused(
                 at,
                 format!(
-                    "record ({}, {}) where index {next} was due",
-                    r.index, r.term
+                    "record ({}, {}) where index {next} was due in a term from {prev_term} to {}",
+                    r.index, r.term, head.applied_term
                 ),
             ));
         }
         log.append(r.index, r.term, r.payload)?;
+        prev_term = r.term;
         next += 1;
         at += LEN_FIELD + len;
     }

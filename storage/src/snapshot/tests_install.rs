@@ -1,15 +1,15 @@
-//! The install (steps 2-5) and the start-up that finishes or discards it, against crash
-//! images taken after every durable step (docs/storage-format.md "A crash, or a file that no
-//! longer verifies").
+//! The install (stage: steps 2-3; the reopen's finish: steps 4-5) and the start-up that
+//! finishes or discards it, against crash images taken after every durable step
+//! (docs/storage-format.md "A crash, or a file that no longer verifies").
 
 use std::io::Read;
 use std::sync::Arc;
 
 use crate::log::tests::{assert_records, fill, small};
 use crate::{
-    finish_interrupted_install, install_snapshot, IoBackend, MemBackend, SegmentLog,
-    SnapshotReceiver, SnapshotSource, StateStore, StorageError, INSTALLING_KEY, LOG_DIR,
-    LOG_INCOMING, LOG_OLD, SNAPSHOT_HEADER_LEN, SNAPSHOT_INCOMING,
+    finish_interrupted_install, stage_install, IoBackend, MemBackend, SegmentLog, SnapshotReceiver,
+    SnapshotSource, StateStore, StorageError, INSTALLING_KEY, LOG_DIR, LOG_INCOMING, LOG_OLD,
+    SNAPSHOT_HEADER_LEN, SNAPSHOT_INCOMING,
 };
 
 const PURGED: &str = "raft/purged";
@@ -45,18 +45,29 @@ struct Follower {
 /// A follower whose log holds `1..=last` in `term`, with a checkpoint at 10, and the leader's
 /// stream received whole into `snapshot-incoming`.
 fn follower(last: u64, term: u64) -> Follower {
+    follower_from(1, last, term)
+}
+
+/// [`follower`] with a log that starts at `first`.
+fn follower_from(first: u64, last: u64, term: u64) -> Follower {
     let data = MemBackend::new();
     let log_dir = data.mkdir(LOG_DIR).unwrap();
     data.sync_dir().unwrap();
     let log = SegmentLog::open_with_backend(Arc::new(log_dir), small())
         .unwrap()
         .0;
-    fill(&log, 1, last, term);
+    fill(&log, first, last, term);
     log.sync().unwrap();
     let store = StateStore::open_in(&data, "state.redb").unwrap();
     store
         .save_checkpoint_with_floor(10, term, 1, |sink| sink.write(b"old state"))
         .unwrap();
+    receive(&data);
+    Follower { data, store, log }
+}
+
+/// The leader's stream, received whole into `snapshot-incoming` of `data`.
+fn receive(data: &MemBackend) {
     let files: Arc<dyn IoBackend> = Arc::new(data.clone());
     let mut rx = SnapshotReceiver::create(files, 1024, Box::new(|_| Ok(()))).unwrap();
     let stream = leader_stream();
@@ -64,11 +75,25 @@ fn follower(last: u64, term: u64) -> Follower {
         rx.write_at(i as u64 * 1000, chunk).unwrap();
     }
     rx.finish().unwrap();
-    Follower { data, store, log }
 }
 
-fn install(f: &Follower) -> Result<crate::Installed, StorageError> {
-    install_snapshot(&f.data, &f.store, &f.log, small(), &[(PURGED, b"(2, 50)")])
+fn stage(f: &Follower) -> Result<crate::Installed, StorageError> {
+    stage_install(
+        &f.data,
+        &f.store,
+        &f.log,
+        small(),
+        &[(PURGED, b"(2, 50)")],
+        (50, 2),
+    )
+}
+
+/// The reopen that follows a stage: the log closed first, then the start-up step.
+fn reopen(f: Follower) -> (MemBackend, StateStore) {
+    let Follower { data, store, log } = f;
+    drop(log);
+    finish_interrupted_install(&data, &store).unwrap();
+    (data, store)
 }
 
 /// What a node finds on `image` after the start-up step: "old" or "new", never a mix, and
@@ -129,17 +154,18 @@ fn restart(image: &MemBackend, old_last: u64, old_term: u64, kept_log: bool) -> 
 fn a_crash_after_any_step_restarts_into_the_old_node_or_the_new_one() {
     let f = follower(10, 1);
     f.data.record_steps();
-    let done = install(&f).unwrap();
+    let done = stage(&f).unwrap();
     assert!(done.switched);
     assert_eq!(done.header.first_record, 20);
-    let images = f.data.take_steps();
+    let (data, _store) = reopen(f);
+    let images = data.take_steps();
     assert!(images.len() > 10, "{} steps", images.len());
     let seen: Vec<&str> = images.iter().map(|i| restart(i, 10, 1, false)).collect();
     // Old up to the commit of step 3, new from it on.
     let flip = seen.iter().position(|s| *s == "new").unwrap();
     assert!(seen[..flip].iter().all(|s| *s == "old"));
     assert!(seen[flip..].iter().all(|s| *s == "new"), "{seen:?}");
-    assert_eq!(restart(&f.data.crash(), 10, 1, false), "new");
+    assert_eq!(restart(&data.crash(), 10, 1, false), "new");
 }
 
 /// Step 2's other branch: a log holding A in the snapshot's term (and records after it,
@@ -148,15 +174,75 @@ fn a_crash_after_any_step_restarts_into_the_old_node_or_the_new_one() {
 fn a_log_holding_a_in_the_same_term_is_kept() {
     let f = follower(55, 2);
     f.data.record_steps();
-    let done = install(&f).unwrap();
+    let done = stage(&f).unwrap();
     assert!(!done.switched);
-    let images = f.data.take_steps();
-    for image in &images {
+    let (data, _store) = reopen(f);
+    for image in &data.take_steps() {
         assert!(image.dir(LOG_INCOMING).is_none());
         restart(image, 55, 2, true);
     }
-    assert_records(&f.log, 1, 55, 2);
-    assert_eq!(restart(&f.data.crash(), 55, 2, true), "new");
+    assert_eq!(restart(&data.crash(), 55, 2, true), "new");
+}
+
+/// Review s21 M4: a log holding A in the same term that starts above F can neither be kept
+/// (the runs name records F.. it lacks) nor replaced (its records after A may be
+/// acknowledged): refused, costing the file only.
+#[test]
+fn a_log_holding_a_but_starting_above_f_is_refused_not_replaced() {
+    let f = follower_from(30, 55, 2);
+    let err = stage(&f).unwrap_err();
+    assert!(
+        matches!(&err, StorageError::SnapshotRefused { reason, .. } if reason.contains("above the snapshot's first record 20")),
+        "{err}"
+    );
+    assert!(f.data.file_bytes(SNAPSHOT_INCOMING).is_none());
+    assert!(f.data.dir(LOG_INCOMING).is_none());
+    assert_eq!(f.store.installing().unwrap(), None);
+    assert_records(&f.log, 30, 55, 2);
+    assert_eq!(
+        f.store.load_checkpoint().unwrap().unwrap().state,
+        b"old state"
+    );
+}
+
+/// Review s21 M1 and M3: between the stage and the reopen that finishes it, no checkpoint is
+/// saved over the installed state and no second install deletes the first one's
+/// `log-incoming`; after the reopen both work again.
+#[test]
+fn a_staged_install_holds_off_saves_and_installs_until_the_reopen() {
+    let f = follower(10, 1);
+    stage(&f).unwrap();
+    let err = f
+        .store
+        .save_checkpoint_with_floor(11, 1, 1, |sink| sink.write(b"stale engine"))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StorageError::InstallPending {
+                applied_index: 50,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let first_log = f.data.dir(LOG_INCOMING).unwrap();
+    first_log.create("marker").unwrap();
+    receive(&f.data);
+    let err = stage(&f).unwrap_err();
+    assert!(matches!(err, StorageError::InstallPending { .. }), "{err}");
+    let kept = f.data.dir(LOG_INCOMING).unwrap();
+    let names = kept.list().unwrap();
+    assert!(
+        names.iter().any(|n| n == "marker"),
+        "the first install's log went"
+    );
+    kept.remove("marker").unwrap();
+    let (data, store) = reopen(f);
+    assert_eq!(restart(&data.crash(), 10, 1, false), "new");
+    store
+        .save_checkpoint_with_floor(51, 2, 20, |sink| sink.write(b"next"))
+        .unwrap();
 }
 
 /// Before step 3 a file that no longer verifies costs the file: the node keeps its state and
@@ -169,7 +255,7 @@ fn a_flipped_byte_in_the_file_costs_the_file_not_the_node() {
         let mut bytes = f.data.file_bytes(SNAPSHOT_INCOMING).unwrap();
         bytes[at] ^= 0x01;
         f.data.set_file_bytes(SNAPSHOT_INCOMING, bytes);
-        let err = install(&f).unwrap_err();
+        let err = stage(&f).unwrap_err();
         assert!(
             matches!(err, StorageError::SnapshotRefused { .. }),
             "byte {at}: {err}"
@@ -203,11 +289,28 @@ fn on_disk_leftovers_go_and_an_install_switches_the_log() {
     let mut rx = SnapshotReceiver::create(files, 1024, Box::new(|_| Ok(()))).unwrap();
     rx.write_at(0, &leader_stream()).unwrap();
     rx.finish().unwrap();
-    let done = install_snapshot(&dir, &store, &log, small(), &[]).unwrap();
+    let done = stage_install(&dir, &store, &log, small(), &[], (50, 2)).unwrap();
     assert!(done.switched);
     drop(log);
+    let finished = finish_interrupted_install(&dir, &store).unwrap().unwrap();
+    assert_eq!((finished.applied_index, finished.switch), (50, true));
     assert!(!root.join(SNAPSHOT_INCOMING).exists() && !root.join(LOG_OLD).exists());
     let (log, _) = SegmentLog::open(&root.join(LOG_DIR), small()).unwrap();
     assert_records(&log, 20, 50, 2);
     assert_eq!(store.load_checkpoint().unwrap().unwrap().state, new_state());
+}
+
+/// The file must cover the position the Raft layer was told the snapshot covers: another one
+/// is refused before anything is written, costing the file.
+#[test]
+fn a_file_covering_another_position_is_refused() {
+    let f = follower(10, 1);
+    let err = stage_install(&f.data, &f.store, &f.log, small(), &[], (50, 3)).unwrap_err();
+    assert!(
+        matches!(&err, StorageError::SnapshotRefused { reason, .. } if reason.contains("(50, 2)")),
+        "{err}"
+    );
+    assert!(f.data.file_bytes(SNAPSHOT_INCOMING).is_none());
+    assert_eq!(f.store.installing().unwrap(), None);
+    assert_eq!(restart(&f.data.crash(), 10, 1, false), "old");
 }

@@ -38,7 +38,7 @@ impl Installing {
         b
     }
 
-    fn decode(b: &[u8]) -> Result<Installing, StorageError> {
+    pub(super) fn decode(b: &[u8]) -> Result<Installing, StorageError> {
         let bad = |why: &str| StorageError::CorruptCheckpoint {
             reason: format!(
                 "meta {INSTALLING_KEY} {why}; the install it records cannot be finished"
@@ -77,6 +77,20 @@ impl StateStore {
     ) -> Result<(), StorageError> {
         let op = "install a snapshot's state";
         let txn = self.db.begin_write().map_err(StorageError::state(op))?;
+        // An earlier install's `log-incoming` and rows would be overwritten half-finished
+        // (review s21 M1): it is finished by a reopen first.
+        let pending = txn
+            .open_table(META)
+            .map_err(StorageError::state(op))?
+            .get(INSTALLING_KEY)
+            .map_err(StorageError::state(op))?
+            .map(|row| Installing::decode(row.value()).map_or(0, |i| i.applied_index));
+        if let Some(applied_index) = pending {
+            return Err(StorageError::InstallPending {
+                applied_index,
+                refused: "no other snapshot is installed",
+            });
+        }
         let mut highest = 0;
         {
             let floors = txn

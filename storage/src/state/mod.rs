@@ -195,7 +195,15 @@ impl StateStore {
     ) -> Result<(), StorageError> {
         let kept = *self.kept.lock().unwrap_or_else(|p| p.into_inner());
         let mut target = 0;
+        let mut pending = None;
         self.write("save the checkpoint", |txn| {
+            // Read in the save's own transaction: redb serialises writers, so no save can
+            // commit between an install's step 3 and the reload that finishes it (review s21
+            // M3: an engine not yet reloaded would write its old state over both slots).
+            if let Some(row) = txn.open_table(META)?.get(INSTALLING_KEY)? {
+                pending = Some(Installing::decode(row.value()).map_or(0, |i| i.applied_index));
+                return Ok(());
+            }
             let mut heads = txn.open_table(CHECKPOINT_HEAD)?;
             target = match kept {
                 Some(k) => 1 - k,
@@ -234,6 +242,12 @@ impl StateStore {
             }
             Ok(())
         })?;
+        if let Some(applied_index) = pending {
+            return Err(StorageError::InstallPending {
+                applied_index,
+                refused: "no checkpoint is saved",
+            });
+        }
         *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(target);
         Ok(())
     }

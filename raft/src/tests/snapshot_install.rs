@@ -1,0 +1,136 @@
+//! A snapshot staged through a running node's log store (steps 2-3): its appends (so no
+//! proposal is acknowledged), reclamation and a second install are refused until the group is
+//! reopened, and the reopen (the start-up step, then the log store's open) finds the
+//! sender's records, horizon and checkpoint.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use openraft::SnapshotMeta;
+use queenmq_storage::{
+    finish_interrupted_install, DiskDataDir, FileBackend, IoBackend, LogOptions, SegmentLog,
+    SnapshotReceiver, StorageError,
+};
+use tokio::io::AsyncReadExt;
+
+use super::fixtures::{fill, open_small_segments, start_fresh};
+use crate::log_store::LogStore;
+use crate::meta;
+use crate::types::{log_id, Membership, StoredMembership};
+use crate::SnapshotReader;
+
+fn small() -> LogOptions {
+    LogOptions {
+        segment_bytes: 4096,
+        ..LogOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staged_install_holds_reclamation_until_the_reopen_finishes_it() {
+    // The sender: 120 entries, a checkpoint at the last with run floor 60.
+    let leader_dir = tempfile::tempdir().unwrap();
+    let (log, store) = open_small_segments(leader_dir.path());
+    let node = start_fresh(&log, &store).await;
+    fill(&node, &log).await;
+    let (applied, term) = log.last().unwrap();
+    let state: Vec<u8> = (0..9000u32).map(|i| (i * 3) as u8).collect();
+    store
+        .save_checkpoint_with_floor(applied, term, 60, |sink| sink.write(&state))
+        .unwrap();
+    let ls = node.log_store().clone();
+    let source = tokio::task::spawn_blocking(move || ls.snapshot_source(applied))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut reader = SnapshotReader::new(source);
+
+    // The receiver: a node of its own, short of A, the stream written into its data directory.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let (flog, fstore) = open_small_segments(&root);
+    let receive = || {
+        let files: Arc<dyn IoBackend> = Arc::new(FileBackend::new(&root).unwrap());
+        SnapshotReceiver::create(files, 1 << 20, Box::new(|_| Ok(()))).unwrap()
+    };
+    let mut rx = receive();
+    let mut buf = vec![0u8; 5000];
+    let mut at = 0u64;
+    loop {
+        let n = reader.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        rx.write_at(at, &buf[..n]).unwrap();
+        at += n as u64;
+    }
+    rx.finish().unwrap();
+    drop(reader);
+    node.shutdown().await.unwrap();
+
+    let follower = start_fresh(&flog, &fstore).await;
+    follower.propose(b"before".to_vec()).await.unwrap();
+    let fls = follower.log_store().clone();
+    assert_eq!(fls.reclaim_refusal(), None);
+    let at = Some(log_id(term, applied));
+    let meta = SnapshotMeta {
+        last_log_id: at,
+        last_membership: StoredMembership::new(at, Membership::new(vec![BTreeSet::from([1])], ())),
+        snapshot_id: "from-the-leader".to_string(),
+    };
+    let (s, m, r) = (fls.clone(), meta.clone(), root.clone());
+    let staged = tokio::task::spawn_blocking(move || {
+        s.stage_install(&DiskDataDir::new(&r).unwrap(), small(), &m)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(staged.switched);
+    assert!(fls.install_staged());
+    assert_eq!(fls.reclaim_refusal(), Some("installing"));
+    assert_eq!(fls.reclaimable_bytes(applied), 0);
+
+    // A second install before the reopen is refused, and the first one's log stays.
+    let (s, m, r) = (fls.clone(), meta.clone(), root.clone());
+    let again = tokio::task::spawn_blocking(move || {
+        s.stage_install(&DiskDataDir::new(&r).unwrap(), small(), &m)
+    })
+    .await
+    .unwrap();
+    assert!(
+        matches!(again, Err(StorageError::InstallPending { .. })),
+        "{again:?}"
+    );
+    assert!(root.join("log-incoming").is_dir());
+
+    // An entry appended now would be acknowledged and then lost with the replaced log.
+    let before = flog.last();
+    let refused = follower.propose(b"after".to_vec()).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(flog.last(), before);
+
+    // The reopen: the group and its log closed, the start-up step, the stores opened again.
+    let _stopped_on_the_refused_append = follower.shutdown().await;
+    drop(follower);
+    drop(fls);
+    drop(flog);
+    let finished = finish_interrupted_install(&DiskDataDir::new(&root).unwrap(), &fstore)
+        .unwrap()
+        .unwrap();
+    assert_eq!((finished.applied_index, finished.switch), (applied, true));
+    let (flog, _) = SegmentLog::open(&root.join("log"), small()).unwrap();
+    assert_eq!(flog.first_index(), Some(60));
+    assert_eq!(flog.last(), Some((applied, term)));
+    assert_eq!(flog.read(60).unwrap(), log.read(60).unwrap());
+    let flog = Arc::new(flog);
+    let fls = LogStore::open(flog.clone(), fstore.clone()).unwrap();
+    assert_eq!(fls.reclaim_refusal(), None);
+    let purged: Option<crate::types::RaftLogId> =
+        meta::get(&fstore, meta::PURGED, openraft::ErrorSubject::Logs).unwrap();
+    assert_eq!(purged, at);
+    let cp = fstore.load_checkpoint().unwrap().unwrap();
+    assert_eq!((cp.applied_index, cp.state), (applied, state));
+    tokio::task::spawn_blocking(move || fls.stop())
+        .await
+        .unwrap();
+}
