@@ -14,9 +14,6 @@ pub trait ConnectionMeter: Send + Sync + fmt::Debug {
     fn connection(&self, open: bool);
     /// A request began being handled (`true`) or its handler finished (`false`).
     fn request(&self, started: bool);
-    /// A follower's relay took a connection to the leader (`true`) or gave it back
-    /// (`false`): it holds buffers as an accepted connection does.
-    fn outbound(&self, open: bool);
     /// `bytes` of an answer are held (`true`: its handler returned it) or were handed to the
     /// connection's buffers or dropped (`false`).
     fn answer(&self, bytes: usize, held: bool);
@@ -37,7 +34,6 @@ pub(crate) struct Metered {
 pub(crate) enum What {
     Connection,
     Request,
-    Outbound,
 }
 
 impl Metered {
@@ -46,7 +42,6 @@ impl Metered {
             match what {
                 What::Connection => m.connection(true),
                 What::Request => m.request(true),
-                What::Outbound => m.outbound(true),
             }
         }
         Metered {
@@ -62,7 +57,6 @@ impl Drop for Metered {
             match self.what {
                 What::Connection => m.connection(false),
                 What::Request => m.request(false),
-                What::Outbound => m.outbound(false),
             }
         }
     }

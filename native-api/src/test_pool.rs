@@ -9,20 +9,11 @@ use crate::meter::ConnectionMeter;
 pub(crate) struct Pool {
     pub(crate) bytes: AtomicUsize,
     pub(crate) share: usize,
-    /// Relays' connections to the leader in use.
-    pub(crate) outbound: AtomicUsize,
 }
 
 impl ConnectionMeter for Pool {
     fn connection(&self, _open: bool) {}
     fn request(&self, _started: bool) {}
-    fn outbound(&self, open: bool) {
-        if open {
-            self.outbound.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.outbound.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
     fn answer(&self, bytes: usize, held: bool) {
         if held {
             self.bytes.fetch_add(bytes, Ordering::Relaxed);

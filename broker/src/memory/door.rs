@@ -37,13 +37,6 @@ impl ConnectionMeter for DoorMeter {
         self.change(started, IN_FLIGHT_BYTES);
     }
 
-    /// A connection to the leader holds what an accepted one does (hyper's buffers, its
-    /// task); counted while a relay uses it. Idle ones in the relay's pool are bounded by the
-    /// relay cap, not counted (docs/memory.md).
-    fn outbound(&self, open: bool) {
-        self.change(open, CONNECTION_BYTES);
-    }
-
     fn answer(&self, bytes: usize, held: bool) {
         self.change(held, bytes);
     }

@@ -44,7 +44,7 @@ use super::decide::{answer_timeout, relayed_headers, Leader, RELAYED_ANSWER_HEAD
 use super::resolve::TimedResolver;
 use super::{ForwardOptions, LeaderLookup};
 use crate::error::ApiError;
-use crate::meter::{ConnectionMeter, Metered, What};
+use crate::meter::ConnectionMeter;
 
 /// Idle connections to the leader are closed before the leader's own idle timeout would close
 /// them under a request just sent on one (a write relayed on a connection the leader is closing
@@ -199,7 +199,6 @@ impl Forwarder {
         let permit = Slots {
             _all: slot,
             _poll: poll_slot,
-            _outbound: Metered::begin(&self.meter, What::Outbound),
         };
         let path_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let hint = LeaderHint {
@@ -340,12 +339,10 @@ struct Slotted {
     _charge: Charge,
 }
 
-/// A relay's slot among all, and among the long polls when it is one, and the connection to
-/// the leader it uses, counted in the connections' pool until the answer is handed on.
+/// A relay's slot among all, and among the long polls when it is one.
 struct Slots {
     _all: OwnedSemaphorePermit,
     _poll: Option<OwnedSemaphorePermit>,
-    _outbound: Metered,
 }
 
 /// A request body read for a relay, counted in the connections' pool until dropped.
