@@ -7,7 +7,6 @@
 
 mod decide;
 mod relay;
-mod resolve;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -33,7 +33,6 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
-use hyper_util::client::legacy::connect::dns::GaiResolver;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -41,7 +40,6 @@ use queenmq_protocol::{LeaderHint, QueenError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::decide::{answer_timeout, relayed_headers, Leader, RELAYED_ANSWER_HEADERS};
-use super::resolve::TimedResolver;
 use super::{ForwardOptions, LeaderLookup};
 use crate::error::ApiError;
 use crate::meter::ConnectionMeter;
@@ -66,7 +64,7 @@ const OUTCOMES: [&str; 5] = ["relayed", "unreachable", "lost", "timeout", "busy"
 pub(crate) struct Forwarder {
     node_id: u64,
     leaders: Arc<dyn LeaderLookup>,
-    client: Client<HttpConnector<TimedResolver<GaiResolver>>, Full<Bytes>>,
+    client: Client<HttpConnector, Full<Bytes>>,
     pub(super) inflight: Arc<Semaphore>,
     /// The share of `inflight` relayed long polls may hold: half of it.
     pub(super) polls: Arc<Semaphore>,
@@ -103,8 +101,7 @@ impl Forwarder {
         leader_idle: Duration,
         meter: Option<Arc<dyn ConnectionMeter>>,
     ) -> Self {
-        let resolver = TimedResolver::new(GaiResolver::new(), opts.connect_timeout);
-        let mut connector = HttpConnector::new_with_resolver(resolver);
+        let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(opts.connect_timeout));
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
