@@ -90,10 +90,13 @@ impl Budget {
         usize::try_from(percent(self.total, CONNECTIONS_PERCENT)).unwrap_or(usize::MAX)
     }
 
-    /// How many connections (probe slots included) three quarters of the share hold at
-    /// `per_connection` bytes each; the other quarter is for what parked polls add.
+    /// How many connections (probe slots included) fifteen sixteenths of the share hold at
+    /// `per_connection` bytes each (a connection with a request in flight: any of them may
+    /// have one, a parked poll or not); the last sixteenth is for answers being written
+    /// (review s22 lead M3: with three quarters for idle connections, requests in flight on
+    /// them ran the pool over its share at the caps with no slow client at all).
     pub fn connection_cap(&self, per_connection: usize) -> usize {
-        (self.connections_bytes() / 4 * 3 / per_connection.max(1)).max(MIN_CONNECTIONS)
+        (self.connections_bytes() / 16 * 15 / per_connection.max(1)).max(MIN_CONNECTIONS)
     }
 
     /// How many parked long polls the last quarter of the share holds at `per_poll` bytes
@@ -150,8 +153,11 @@ mod tests {
         let share = (64 << 20) / 5;
         assert_eq!(b.connections_bytes(), share);
         let (conn, poll) = (60 << 10, 26 << 10);
-        assert_eq!(b.connection_cap(conn), share / 4 * 3 / conn);
-        assert!(b.connection_cap(conn) * conn + b.long_poll_cap(poll) * poll <= share);
+        assert_eq!(
+            b.connection_cap(conn + poll),
+            share / 16 * 15 / (conn + poll)
+        );
+        assert!(b.connection_cap(conn + poll) * (conn + poll) <= share / 16 * 15);
         let tiny = Budget::derive(MIN_BUDGET, None, None);
         assert_eq!(tiny.connection_cap(usize::MAX), MIN_CONNECTIONS);
         assert_eq!(tiny.long_poll_cap(usize::MAX), MIN_LONG_POLLS);

@@ -71,8 +71,10 @@ pub struct DoorCaps {
 }
 
 /// The configured limits, lowered to what the budget's connection share holds: connections
-/// (with the `probe_reserve` slots beyond them) at `CONNECTION_BYTES` each in three quarters
-/// of it, and what parked polls add (`IN_FLIGHT_BYTES` each) in the last quarter.
+/// (with the `probe_reserve` slots beyond them) each with a request in flight
+/// (`CONNECTION_BYTES + IN_FLIGHT_BYTES`) in fifteen sixteenths of it, so the pool stays
+/// within its share at the caps whatever the requests are; parked polls at most a quarter's
+/// worth of `IN_FLIGHT_BYTES`, and never more than the connections.
 pub fn caps(
     mem: &Memory,
     max_connections: usize,
@@ -81,12 +83,15 @@ pub fn caps(
 ) -> DoorCaps {
     let b = &mem.budget;
     let held = b
-        .connection_cap(CONNECTION_BYTES)
+        .connection_cap(CONNECTION_BYTES + IN_FLIGHT_BYTES)
         .saturating_sub(probe_reserve)
         .max(super::budget::MIN_CONNECTIONS);
+    let connections = max_connections.min(held);
     DoorCaps {
-        connections: max_connections.min(held),
-        long_polls: max_long_polls.min(b.long_poll_cap(IN_FLIGHT_BYTES)),
+        connections,
+        long_polls: max_long_polls
+            .min(b.long_poll_cap(IN_FLIGHT_BYTES))
+            .min(connections.max(super::budget::MIN_LONG_POLLS)),
     }
 }
 
@@ -149,10 +154,11 @@ mod tests {
     fn a_small_budget_lowers_the_caps_and_a_large_one_keeps_the_configured_ones() {
         let small = Memory::new(Budget::derive(64 << 20, None, None));
         let c = caps(&small, 10_000, 16, 20_000);
-        // 10 000 idle connections would hold ~600 MB; the share of a 64 MiB budget holds 163
-        // (16 of them probe slots) beside 126 parked polls.
-        assert_eq!((c.connections, c.long_polls), (147, 126));
-        let worst = (c.connections + 16) * CONNECTION_BYTES + c.long_polls * IN_FLIGHT_BYTES;
+        // 10 000 idle connections would hold ~600 MB; the share of a 64 MiB budget holds 142
+        // with a request in flight on each (16 of them probe slots; 126 of those requests
+        // may be parked polls), and leaves a sixteenth for answers being written.
+        assert_eq!((c.connections, c.long_polls), (128, 126));
+        let worst = (c.connections + 16) * (CONNECTION_BYTES + IN_FLIGHT_BYTES);
         assert!(worst <= small.budget.connections_bytes(), "{worst}");
         let large = Memory::new(Budget::derive(64 << 30, None, None));
         assert_eq!(

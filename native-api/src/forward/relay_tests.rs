@@ -440,7 +440,8 @@ async fn the_leader_is_asked_again_once_the_body_is_read() {
     let (status, _, body) = text(app.oneshot(push("{\"a\":1}")).await.unwrap()).await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, "local|{\"a\":1}"));
 
-    // No leader once the body is in: 503 not_leader, nothing sent.
+    // No leader once the body is in: 503 not_leader naming none, nothing sent (a relay to
+    // the old leader would have named node 1: review s22 lead L5).
     let app = door(vec![
         Leader::Other {
             id: 1,
@@ -450,7 +451,9 @@ async fn the_leader_is_asked_again_once_the_body_is_read() {
     ]);
     let (status, _, body) = text(app.oneshot(push("{}")).await.unwrap()).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(body.contains("not_leader"), "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["code"], "not_leader", "{v}");
+    assert!(v["leader"].is_null(), "{v}");
 }
 
 /// Review s19 forward M3: once the request may have reached the leader, a lost connection and
