@@ -14,7 +14,7 @@ use openraft::{BasicNode, ChangeMembers, Raft, ServerState};
 
 use crate::apply::ApplyHandler;
 use crate::backend::{SegmentLog, StateStore};
-use crate::cluster_start::{check_stored_membership, initialised, ClusterStart};
+use crate::cluster_start::{check_stored_membership, initialised, ClusterStart, StoredMembership};
 use crate::config::RaftConfig;
 use crate::core_probe::CoreProbe;
 use crate::election_nudge;
@@ -258,20 +258,22 @@ impl RaftNode {
         // Not initialised = no vote, no log, no membership: an empty directory. One that
         // holds anything of the group is never initialised again.
         if raft.is_initialized().await.map_err(fatal)? {
-            let (voters, learners) = raft
+            let stored = raft
                 .with_raft_state(|st| {
-                    let m = st.membership_state.effective().membership();
-                    let voters: BTreeSet<u64> = m.voter_ids().collect();
-                    let learners: BTreeSet<u64> = m.learner_ids().collect();
-                    (voters, learners)
+                    let effective = st.membership_state.effective();
+                    let m = effective.membership();
+                    StoredMembership {
+                        voters: m.voter_ids().collect(),
+                        learners: m.learner_ids().collect(),
+                        changed: effective.log_id().is_some_and(|l| l.index > 0),
+                    }
                 })
                 .await
                 .map_err(fatal)?;
             check_stored_membership(
                 self.inner.id,
                 &start.peers,
-                &voters,
-                &learners,
+                &stored,
                 last_at_open.is_none(),
             )?;
         } else if start.initialise {
