@@ -28,6 +28,12 @@ pub struct ClusterStart {
     pub initialise: bool,
     /// The largest entry the engine may propose (its entry limit, from `max_record_bytes`).
     pub entry_limit: u64,
+    /// `cluster_join`: with an empty log the node starts joining (`VoteGate`).
+    pub join: bool,
+    /// Whether this member may vote and campaign (review s21 membership M5, M6); the same
+    /// gate the listener (`Groups::add_member`) and the network (`TcpNetwork::with_gate`)
+    /// hold. None: always (in-process tests).
+    pub gate: Option<crate::VoteGate>,
 }
 
 impl ClusterStart {
@@ -227,6 +233,8 @@ mod tests {
             peers: peers(&[1, 2, 3]),
             initialise: true,
             entry_limit: CLUSTER_ENTRY_MAX,
+            join: false,
+            gate: None,
         };
         assert!(s.check_entry_limit().is_ok());
         s.entry_limit = CLUSTER_ENTRY_MAX + 1;

@@ -111,7 +111,7 @@ impl RaftNode {
         network: N,
     ) -> Result<RaftNode, RaftError> {
         let last_at_open = log.last().map(|(index, _)| index);
-        let node = RaftNode::open(cfg, log, store, handler, network, false).await?;
+        let node = RaftNode::open(cfg, log, store, handler, network, None).await?;
         let ready = node.lead_and_replay(last_at_open).await;
         node.started(ready, last_at_open).await
     }
@@ -143,7 +143,16 @@ impl RaftNode {
             )));
         }
         let last_at_open = log.last().map(|(index, _)| index);
-        let node = RaftNode::open(cfg, log, store, handler, network, true).await?;
+        // Decided before openraft runs and before the listener serves the group: a wiped
+        // voter must not grant a vote or campaign even once (review s21 membership M5).
+        if let Some(gate) = &start.gate {
+            gate.prepare(start.join, last_at_open.is_none())?;
+        }
+        let node = RaftNode::open(cfg, log, store, handler, network, Some(start.gate.clone()))
+            .await?;
+        if let Some(gate) = &start.gate {
+            gate.attach(node.inner.raft.clone());
+        }
         serve(node.inner.raft.clone());
         // openraft ignores a stored committed id past the log's end (a cut-off tail): waiting
         // for it would never end.
@@ -174,17 +183,23 @@ impl RaftNode {
         }
     }
 
-    /// The stores opened and openraft started on them; nothing waited for. `clustered`: keep
-    /// the acknowledgement age current between openraft's reports (`MetricsClock`).
+    /// The stores opened and openraft started on them; nothing waited for. `clustered` (a
+    /// cluster member, with its vote gate, or None for a lone voter): keep the acknowledgement
+    /// age current between openraft's reports (`MetricsClock`), and call elections only as
+    /// the gate allows (off while joining, `VoteGate`).
     async fn open<N: RaftNetworkFactory<TypeConfig>>(
         cfg: RaftConfig,
         log: Arc<SegmentLog>,
         store: Arc<StateStore>,
         handler: Arc<dyn ApplyHandler>,
         network: N,
-        clustered: bool,
+        clustered: Option<Option<crate::VoteGate>>,
     ) -> Result<RaftNode, RaftError> {
-        let config = Arc::new(cfg.to_openraft()?);
+        let gate = clustered.clone().flatten();
+        let clustered = clustered.is_some();
+        let mut config = cfg.to_openraft()?;
+        config.enable_elect = gate.as_ref().is_none_or(crate::VoteGate::may_campaign);
+        let config = Arc::new(config);
         let id = cfg.node_id;
 
         let (l, s) = (log.clone(), store.clone());
@@ -223,8 +238,8 @@ impl RaftNode {
         let nudge = election_nudge::spawn(
             raft.clone(),
             id,
-            cfg.election_timeout_min_ms,
-            cfg.election_timeout_max_ms,
+            (cfg.election_timeout_min_ms, cfg.election_timeout_max_ms),
+            gate,
         );
         // openraft ticks every 1.5 heartbeats (its `heartbeat_interval * 3 / 2`).
         let tick = std::time::Duration::from_millis(cfg.heartbeat_ms.saturating_mul(3) / 2);
