@@ -16,6 +16,9 @@ use crate::group::Registry;
 pub struct GroupMembership {
     pub groups: Arc<Registry>,
     pub node_id: u64,
+    /// `peer_http`: the first boot's members' HTTP addresses, which their membership entries
+    /// do not carry; a learner added at one of them is a duplicate (review s21 M10).
+    pub peer_http: std::collections::BTreeMap<u64, String>,
 }
 
 impl std::fmt::Debug for GroupMembership {
@@ -128,7 +131,10 @@ impl ClusterAdmin for GroupMembership {
     fn change(&self, op: MembershipOp) -> Answer<'_> {
         Box::pin(async move {
             let node = self.node()?;
-            let (index, term) = node.change(change_of(op)).await.map_err(answer_error)?;
+            let (index, term) = node
+                .change(change_of(op), self.peer_http.clone())
+                .await
+                .map_err(answer_error)?;
             let mut answer = self.render(&node).await?;
             if let Value::Object(m) = &mut answer {
                 m.insert("index".into(), json!(index));

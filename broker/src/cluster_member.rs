@@ -84,6 +84,11 @@ impl Member {
         }
     }
 
+    /// Members' HTTP addresses as `peer_http` names them.
+    pub fn peer_http(&self) -> &BTreeMap<u64, String> {
+        &self.peer_http
+    }
+
     /// Binds `addr` and serves every group in `groups` until `stop` turns true.
     pub async fn listen(
         &self,

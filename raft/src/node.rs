@@ -148,10 +148,10 @@ impl RaftNode {
         if let Some(gate) = &start.gate {
             gate.prepare(start.join, last_at_open.is_none())?;
         }
-        let node = RaftNode::open(cfg, log, store, handler, network, Some(start.gate.clone()))
-            .await?;
+        let node =
+            RaftNode::open(cfg, log, store, handler, network, Some(start.gate.clone())).await?;
         if let Some(gate) = &start.gate {
-            gate.attach(node.inner.raft.clone());
+            gate.attach(node.inner.raft.clone(), node.inner.log.clone());
         }
         serve(node.inner.raft.clone());
         // openraft ignores a stored committed id past the log's end (a cut-off tail): waiting
@@ -285,12 +285,7 @@ impl RaftNode {
                 })
                 .await
                 .map_err(fatal)?;
-            check_stored_membership(
-                self.inner.id,
-                &start.peers,
-                &stored,
-                last_at_open.is_none(),
-            )?;
+            check_stored_membership(self.inner.id, &start.peers, &stored, last_at_open.is_none())?;
         } else if start.initialise {
             initialised(self.inner.id, raft.initialize(start.peers).await)?;
         }
@@ -436,16 +431,26 @@ impl RaftNode {
     /// or another operation of this node is running, and with `RaftError::Membership` when
     /// openraft does (a change committed meanwhile by another leader) or the node has
     /// reclaimed log (`guard_widening`).
-    pub async fn change(&self, change: Change) -> Result<(u64, u64), RaftError> {
+    /// `known_http`: this node's `peer_http`, the first boot's members' HTTP addresses
+    /// (`membership_change::plan`).
+    pub async fn change(
+        &self,
+        change: Change,
+        known_http: BTreeMap<u64, String>,
+    ) -> Result<(u64, u64), RaftError> {
         // Owned by a task of its own: a client gone or a relay that gave up must not cut a
         // joint change between its two entries (review s21 membership M1).
         let node = self.clone();
-        tokio::spawn(async move { node.change_owned(change).await })
+        tokio::spawn(async move { node.change_owned(change, known_http).await })
             .await
             .map_err(|e| fatal(format!("the membership change stopped: {e}")))?
     }
 
-    async fn change_owned(&self, change: Change) -> Result<(u64, u64), RaftError> {
+    async fn change_owned(
+        &self,
+        change: Change,
+        known_http: BTreeMap<u64, String>,
+    ) -> Result<(u64, u64), RaftError> {
         let Ok(_one) = self.inner.changing.try_lock() else {
             return Err(RaftError::ChangeRefused {
                 kind: ChangeRefusal::InProgress,
@@ -489,7 +494,7 @@ impl RaftNode {
                 ),
             });
         }
-        let planned = membership_change::plan(current.membership(), &change)?;
+        let planned = membership_change::plan(current.membership(), &change, &known_http)?;
         let metrics = self.inner.raft.metrics().borrow().clone();
         membership_change::live_majorities(
             current.membership(),

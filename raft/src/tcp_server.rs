@@ -285,7 +285,8 @@ async fn vote_refusal(
     gate: Option<&VoteGate>,
     r: &openraft::raft::VoteRequest<u64>,
 ) -> Option<Vec<u8>> {
-    if gate?.joining() {
+    let gate = gate?;
+    if gate.joining() {
         return Some(rpc_codec::encode_unavailable(
             "this node joined with an empty directory and grants no vote until it has caught              up as a learner",
         ));
@@ -294,7 +295,9 @@ async fn vote_refusal(
     let members = raft
         .with_raft_state(|st| {
             let ids = |m: &openraft::Membership<u64, openraft::BasicNode>| {
-                m.nodes().map(|(id, _)| *id).collect::<std::collections::BTreeSet<u64>>()
+                m.nodes()
+                    .map(|(id, _)| *id)
+                    .collect::<std::collections::BTreeSet<u64>>()
             };
             (
                 ids(st.membership_state.committed().membership()),
@@ -303,7 +306,12 @@ async fn vote_refusal(
         })
         .await
         .ok()?;
-    vote_gate::not_a_member(candidate, &members.0, &members.1).then(|| {
+    let theirs = r
+        .last_log_id
+        .as_ref()
+        .map(|l| (crate::types::term_of(l), l.index));
+    let mine = gate.last_log();
+    vote_gate::not_a_member(candidate, (&members.0, &members.1), mine, theirs).then(|| {
         rpc_codec::encode_not_member(&format!(
             "node {candidate} is not a member of this node's membership"
         ))

@@ -48,6 +48,8 @@ struct Inner {
     /// Said once: a wiped voter's caught-up log names it a voter.
     stuck_said: AtomicBool,
     raft: OnceLock<Raft<TypeConfig>>,
+    /// The node's log, whose last (index, term) a "not a member" refusal is weighed against.
+    log: OnceLock<Arc<crate::backend::SegmentLog>>,
     /// One catch-up check clears the marker at a time.
     opening: tokio::sync::Mutex<()>,
 }
@@ -95,17 +97,20 @@ pub(crate) fn catch_up(
 }
 
 /// Whether a member refuses the vote request of `candidate`: when neither its committed nor
-/// its effective membership names it (both empty: a node that knows no membership yet
-/// refuses nothing on this ground).
+/// its effective membership names it, and its own log, as (term, index), is at least the
+/// candidate's, so that it has seen whatever the candidate has (a member behind a newly
+/// added one must not tell it it is no member). A node that knows no membership yet refuses
+/// nothing on this ground.
 pub(crate) fn not_a_member(
     candidate: u64,
-    committed: &BTreeSet<u64>,
-    effective: &BTreeSet<u64>,
+    (committed, effective): (&BTreeSet<u64>, &BTreeSet<u64>),
+    mine: Option<(u64, u64)>,
+    theirs: Option<(u64, u64)>,
 ) -> bool {
     if committed.is_empty() && effective.is_empty() {
         return false;
     }
-    !committed.contains(&candidate) && !effective.contains(&candidate)
+    mine >= theirs && !committed.contains(&candidate) && !effective.contains(&candidate)
 }
 
 impl VoteGate {
@@ -119,6 +124,7 @@ impl VoteGate {
                 removed: AtomicBool::new(false),
                 stuck_said: AtomicBool::new(false),
                 raft: OnceLock::new(),
+                log: OnceLock::new(),
                 opening: tokio::sync::Mutex::new(()),
             }),
         }
@@ -148,9 +154,17 @@ impl VoteGate {
         Ok(!joining)
     }
 
-    /// Hands the gate the node's openraft handle, which it turns elections on and off with.
-    pub(crate) fn attach(&self, raft: Raft<TypeConfig>) {
+    /// Hands the gate the node's openraft handle, which it turns elections on and off with,
+    /// and its log.
+    pub(crate) fn attach(&self, raft: Raft<TypeConfig>, log: Arc<crate::backend::SegmentLog>) {
         let _ = self.inner.raft.set(raft);
+        let _ = self.inner.log.set(log);
+    }
+
+    /// This node's last log entry as (term, index), for ordering against a candidate's.
+    pub(crate) fn last_log(&self) -> Option<(u64, u64)> {
+        let (index, term) = self.inner.log.get()?.last()?;
+        Some((term, index))
     }
 
     /// Whether the node is joining (grants no vote).
@@ -188,6 +202,17 @@ impl VoteGate {
     /// After an append this node took from a leader that had committed `leader_commit`:
     /// clears the joining marker once the node caught up as a learner.
     pub(crate) async fn after_append(&self, leader_commit: Option<u64>) {
+        // A leader replicates to this node: it is a member after all (a peer that said
+        // otherwise was behind), and may campaign again.
+        if self.inner.removed.swap(false, Ordering::SeqCst) && !self.joining() {
+            if let Some(raft) = self.inner.raft.get() {
+                raft.runtime_config().elect(true);
+            }
+            tracing::info!(
+                node = self.inner.me,
+                "a leader replicates to this node again"
+            );
+        }
         if !self.joining() {
             return;
         }
@@ -313,12 +338,17 @@ mod tests {
     #[test]
     fn a_candidate_in_neither_membership_is_not_a_member() {
         let (c, e) = (set(&[1, 2, 4]), set(&[1, 2, 4]));
-        assert!(not_a_member(3, &c, &e));
-        assert!(!not_a_member(2, &c, &e));
+        let (mine, stale) = (Some((5, 90)), Some((4, 60)));
+        assert!(not_a_member(3, (&c, &e), mine, stale));
+        assert!(!not_a_member(2, (&c, &e), mine, stale));
         // Removal not committed here yet: node 3 still counts.
-        assert!(!not_a_member(3, &set(&[1, 2, 3]), &e));
+        assert!(!not_a_member(3, (&set(&[1, 2, 3]), &e), mine, stale));
+        // This member is behind the candidate (a newly added one it has not heard of): it
+        // does not say "no member", however long its own stale tail.
+        assert!(!not_a_member(5, (&c, &e), Some((4, 99)), Some((5, 70))));
         // A node that knows no membership refuses nothing.
-        assert!(!not_a_member(3, &BTreeSet::new(), &BTreeSet::new()));
+        let none = BTreeSet::new();
+        assert!(!not_a_member(3, (&none, &none), mine, stale));
     }
 
     #[test]

@@ -76,7 +76,7 @@ pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, ValueError> {
         // twice toward a quorum (review s14 F1).
         if let Some((other, _)) = peers
             .iter()
-            .find(|(_, a): &(&u64, &String)| a.eq_ignore_ascii_case(addr))
+            .find(|(_, a): &(&u64, &String)| queenmq_raft::member_addr::same_socket(a, addr))
         {
             return Err(bad(
                 "peers",

@@ -735,6 +735,11 @@ fn cluster_refusals_name_their_key() {
         // Review s14 F1: two ids at one address, and a listener port its peers do not use.
         (full(CLUSTER_TOKEN, "1", "1=a:7100,2=a:7100"), "peers"),
         (full(CLUSTER_TOKEN, "1", "1=a:7100,2=A:7100"), "peers"),
+        // Review s21 membership M10: other spellings of one socket.
+        (
+            full(CLUSTER_TOKEN, "1", "1=localhost:7100,2=127.0.0.1.:7100"),
+            "peers",
+        ),
         (
             full(CLUSTER_TOKEN, "1", "1=a:7101,2=b:7100"),
             "cluster_addr",

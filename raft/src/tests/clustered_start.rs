@@ -97,14 +97,21 @@ pub(super) async fn start_gated(
         join,
         gate: gate.clone(),
     };
-    let node = RaftNode::start_clustered(cfg, log, store, recorder.clone(), net, start, |raft| {
-        match gate {
-            Some(g) => groups.add_member(GROUP, raft, g),
-            None => groups.add(GROUP, raft),
-        }
-    })
-    .await
-    .unwrap();
+    let node =
+        RaftNode::start_clustered(
+            cfg,
+            log,
+            store,
+            recorder.clone(),
+            net,
+            start,
+            |raft| match gate {
+                Some(g) => groups.add_member(GROUP, raft, g),
+                None => groups.add(GROUP, raft),
+            },
+        )
+        .await
+        .unwrap();
     Member {
         node,
         recorder,

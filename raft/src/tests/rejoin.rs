@@ -82,7 +82,12 @@ async fn stop(m: Member) {
 async fn propose(m: &Member, n: u32) -> u64 {
     let mut last = 0;
     for i in 0..n {
-        last = m.node.propose(format!("e{i}").into_bytes()).await.unwrap().0;
+        last = m
+            .node
+            .propose(format!("e{i}").into_bytes())
+            .await
+            .unwrap()
+            .0;
     }
     last
 }
@@ -152,12 +157,16 @@ async fn t13_m5_a_fresh_learner_votes_once_caught_up() {
         cluster_addr: addr4,
         http: "http://127.0.0.1:1".into(),
     };
-    members[&lead].node.change(add).await.unwrap();
+    members[&lead]
+        .node
+        .change(add, BTreeMap::new())
+        .await
+        .unwrap();
     wait_until("node 4 caught up as a learner", || !g4.joining()).await;
     assert!(!dir.path().join("4-joining").exists());
     members[&lead]
         .node
-        .change(Change::Promote(BTreeSet::from([4])))
+        .change(Change::Promote(BTreeSet::from([4])), BTreeMap::new())
         .await
         .unwrap();
     wait_until("node 4 a voter", || {
@@ -186,7 +195,7 @@ async fn t13_m6_a_removed_voter_back_on_its_old_directory_stops_campaigning() {
     stop(members.remove(&victim).unwrap()).await;
     members[&lead]
         .node
-        .change(Change::Remove(victim))
+        .change(Change::Remove(victim), BTreeMap::new())
         .await
         .unwrap();
     let term = members[&lead].node.status().term;
