@@ -16,6 +16,9 @@ use crate::group::Registry;
 pub struct GroupMembership {
     pub groups: Arc<Registry>,
     pub node_id: u64,
+    /// `peer_http`: the first boot's members' HTTP addresses, which their membership entries
+    /// do not carry; a learner added at one of them is a duplicate (review s21 M10).
+    pub peer_http: std::collections::BTreeMap<u64, String>,
 }
 
 impl std::fmt::Debug for GroupMembership {
@@ -39,12 +42,14 @@ impl GroupMembership {
 
     async fn render(&self, node: &RaftNode) -> Result<Value, QueenError> {
         let view = node.membership().await.map_err(answer_error)?;
-        Ok(render(self.node_id, node.status().leader, &view))
+        let status = node.status();
+        Ok(render(self.node_id, status.role, status.leader, &view))
     }
 }
 
-/// The membership as the routes answer it.
-fn render(node_id: u64, leader: Option<u64>, v: &MembershipView) -> Value {
+/// The membership as the routes answer it: this node's view (its role, the leader it knows
+/// if any, the membership in its log), whoever leads.
+fn render(node_id: u64, role: &str, leader: Option<u64>, v: &MembershipView) -> Value {
     let member = |voter: bool| -> Vec<Value> {
         v.members
             .iter()
@@ -61,6 +66,7 @@ fn render(node_id: u64, leader: Option<u64>, v: &MembershipView) -> Value {
     };
     json!({
         "nodeId": node_id,
+        "role": role,
         "leader": leader,
         "voters": member(true),
         "learners": member(false),
@@ -125,7 +131,10 @@ impl ClusterAdmin for GroupMembership {
     fn change(&self, op: MembershipOp) -> Answer<'_> {
         Box::pin(async move {
             let node = self.node()?;
-            let (index, term) = node.change(change_of(op)).await.map_err(answer_error)?;
+            let (index, term) = node
+                .change(change_of(op), self.peer_http.clone())
+                .await
+                .map_err(answer_error)?;
             let mut answer = self.render(&node).await?;
             if let Value::Object(m) = &mut answer {
                 m.insert("index".into(), json!(index));
@@ -187,9 +196,14 @@ mod tests {
             ],
             in_progress: false,
         };
-        let r = render(1, Some(1), &v);
+        let r = render(1, "leader", Some(1), &v);
+        assert_eq!(r["role"], "leader");
         assert_eq!(r["voters"][0]["matched"], 9);
         assert_eq!(r["learners"][0]["httpAddr"], "http://h:5");
         assert_eq!(r["leader"], 1);
+        // A node that knows no leader still answers its view (review s21 membership M9).
+        let r = render(2, "candidate", None, &v);
+        assert!(r["leader"].is_null());
+        assert_eq!(r["nodeId"], 2);
     }
 }

@@ -12,7 +12,7 @@ use queenmq_protocol::{LeaderHint, QueenError};
 use queenmq_raft::wire::Limits;
 use queenmq_raft::{
     ApplyHandler, BasicNode, ClusterStart, Groups, RaftConfig, RaftError, RaftNode, ServerConfig,
-    TcpNetwork, CLUSTER_ENTRY_MAX,
+    TcpNetwork, VoteGate, CLUSTER_ENTRY_MAX,
 };
 use queenmq_storage::{SegmentLog, StateStore};
 
@@ -25,6 +25,9 @@ const HELLO_DEADLINE: Duration = Duration::from_secs(10);
 const MAX_PRE_HELLO: usize = 64;
 /// openraft's `max_payload_entries` default: the entries one append may carry.
 const MAX_APPEND_ENTRIES: u32 = 300;
+/// The file in the data directory that says this node joined with an empty directory and has
+/// not caught up as a learner yet (`VoteGate`): it grants no vote meanwhile.
+const JOIN_MARKER: &str = "cluster-joining";
 /// openraft's `snapshot_max_chunk_size` default.
 const SNAPSHOT_CHUNK: u32 = 3 << 20;
 
@@ -81,6 +84,11 @@ impl Member {
         }
     }
 
+    /// Members' HTTP addresses as `peer_http` names them.
+    pub fn peer_http(&self) -> &BTreeMap<u64, String> {
+        &self.peer_http
+    }
+
     /// Binds `addr` and serves every group in `groups` until `stop` turns true.
     pub async fn listen(
         &self,
@@ -123,6 +131,7 @@ impl Member {
         store: Arc<StateStore>,
         handler: Arc<dyn ApplyHandler>,
         entry_limit: u64,
+        data_dir: &std::path::Path,
     ) -> Result<RaftNode, RaftError> {
         // Wider than a single node's (review s16 B5): openraft's heartbeat is also the whole
         // timeout of an append, the follower's fsync included, and peers on loaded machines
@@ -133,16 +142,21 @@ impl Member {
             election_timeout_min_ms: self.timing.election_timeout_ms,
             election_timeout_max_ms: self.timing.election_timeout_ms.saturating_mul(2),
         };
-        let network = TcpNetwork::new(self.node_id, group, &self.token, limits());
+        // One gate for the listener, the network and the node (review s21 membership M5, M6).
+        let gate = VoteGate::new(self.node_id, data_dir.join(JOIN_MARKER));
+        let network =
+            TcpNetwork::new(self.node_id, group, &self.token, limits()).with_gate(gate.clone());
         let start = ClusterStart {
             peers: self.peers.clone(),
             initialise: self.initialises(),
             entry_limit,
+            join: self.join,
+            gate: Some(gate.clone()),
         };
         let groups = self.groups.clone();
         let name = group.to_string();
         RaftNode::start_clustered(cfg, log, store, handler, network, start, move |raft| {
-            groups.add(&name, raft)
+            groups.add_member(&name, raft, gate)
         })
         .await
     }

@@ -251,6 +251,7 @@ pub async fn serve(
             Arc::new(crate::cluster_admin::GroupMembership {
                 groups: groups.clone(),
                 node_id: m.node_id,
+                peer_http: m.peer_http().clone(),
             }) as Arc<dyn queenmq_native_api::cluster_admin::ClusterAdmin>
         }),
         // A follower relays what the leader must answer (docs/cluster.md "Forwarding").

@@ -1,7 +1,8 @@
 //! `/api/v1/cluster` (docs/cluster.md "Membership operations"): the membership of the
 //! `default` group read, and changed one operation at a time (add a learner, promote
-//! learners, remove a member). Admin only; a follower relays them to the leader like any
-//! write, and the leader answers once the membership entry committed.
+//! learners, remove a member). Admin only; a follower relays a change to the leader like any
+//! write, and the leader answers once the membership entry committed. The view is answered
+//! by the node asked, from its own log, leader or not (review s21 membership M9).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,7 +39,8 @@ pub enum MembershipOp {
 
 /// What the broker does for these routes (it owns the Raft node).
 pub trait ClusterAdmin: Send + Sync + std::fmt::Debug {
-    /// This node's id, the leader, and the membership with each member's matched index.
+    /// This node's id, role and known leader, and the membership in its own log (each
+    /// member's matched index when it leads); never relayed.
     fn view(&self) -> Answer<'_>;
     /// Runs `op`; answers once its membership entry committed.
     fn change(&self, op: MembershipOp) -> Answer<'_>;

@@ -179,10 +179,11 @@ pub(crate) fn router(app: AppState, forwarder: Option<Arc<forward::Forwarder>>) 
         // The reference dashboard's other series (queue-lag, queue-ops, ...): outside the
         // client inventory of spec native-api §2.1, not kept by this broker.
         .route("/api/v1/analytics/{what}", get(health::unsupported))
-        // Membership operations (docs/cluster.md): admin only, relayed to the leader.
+        // Membership operations (docs/cluster.md): admin only; the changes are relayed to
+        // the leader, the view is this node's own.
         .route(
             "/api/v1/cluster",
-            sends(&rows::CLUSTER_ADMIN, get(cluster_admin::view)),
+            sends(&rows::CLUSTER_VIEW, get(cluster_admin::view)),
         )
         .route(
             "/api/v1/cluster/learners",

@@ -112,6 +112,10 @@ pub mod rows {
     /// The cluster's membership operations (`/api/v1/cluster`): not a bus command (openraft's
     /// own entry), but routed as a write so a follower relays it to the leader.
     pub const CLUSTER_ADMIN: CommandMeta = row("cluster_admin", ReplicatedWrite, Admin);
+    /// `GET /api/v1/cluster`: this node's own view of the membership, answered by the node
+    /// asked, never relayed (review s21 membership M9: as a write, every node answered 503
+    /// while no leader was known, when the view is most needed).
+    pub const CLUSTER_VIEW: CommandMeta = row("cluster_view", NodeLocal, Admin);
 }
 
 /// The command table. Doors translate into these; nothing else decides routing or roles.

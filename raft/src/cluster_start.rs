@@ -28,6 +28,12 @@ pub struct ClusterStart {
     pub initialise: bool,
     /// The largest entry the engine may propose (its entry limit, from `max_record_bytes`).
     pub entry_limit: u64,
+    /// `cluster_join`: with an empty log the node starts joining (`VoteGate`).
+    pub join: bool,
+    /// Whether this member may vote and campaign (review s21 membership M5, M6); the same
+    /// gate the listener (`Groups::add_member`) and the network (`TcpNetwork::with_gate`)
+    /// hold. None: always (in-process tests).
+    pub gate: Option<crate::VoteGate>,
 }
 
 impl ClusterStart {
@@ -50,15 +56,23 @@ impl ClusterStart {
 /// or one that names this node neither as a voter nor as a learner (a directory of another
 /// group, or of a member since removed). A vote without any log (a member asked to vote
 /// before it received the membership) waits to be contacted. Beyond that the stored
-/// membership need not match `peers`: once the membership operations changed it, it is the
-/// group's own and `peers` only seeded the first boot.
+/// membership need not match `peers`: once the membership operations changed it (`changed`:
+/// it was written above the log's first index, where only `initialize` writes), it is the
+/// group's own and `peers` only seeded the first boot, so a group shrunk to one voter
+/// restarts whatever `peers` still names (review s21 membership M4). A single node never
+/// changes its membership (the routes answer it 501), so a lone `{me}` above index 0 is a
+/// cluster's.
 pub(crate) fn check_stored_membership(
     me: u64,
     peers: &BTreeMap<u64, BasicNode>,
-    voters: &BTreeSet<u64>,
-    learners: &BTreeSet<u64>,
+    stored: &StoredMembership,
     log_empty: bool,
 ) -> Result<(), RaftError> {
+    let StoredMembership {
+        voters,
+        learners,
+        changed,
+    } = stored;
     let named: BTreeSet<u64> = peers.keys().copied().collect();
     let refuse = |why: String| {
         Err(RaftError::Startup(format!(
@@ -76,12 +90,21 @@ pub(crate) fn check_stored_membership(
     if !voters.contains(&me) && !learners.contains(&me) {
         return refuse(format!("does not name this node ({me})"));
     }
-    if voters.len() == 1 && learners.is_empty() && named.len() > 1 {
+    if voters.len() == 1 && learners.is_empty() && named.len() > 1 && !changed {
         return refuse(format!(
             "is this node ({me}) alone: a single-node directory cannot join a cluster"
         ));
     }
     Ok(())
+}
+
+/// The effective membership a directory holds, as the start check reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StoredMembership {
+    pub voters: BTreeSet<u64>,
+    pub learners: BTreeSet<u64>,
+    /// Written by a membership change (its log index above 0), not by `initialize`.
+    pub changed: bool,
 }
 
 /// `initialize`'s outcome on an empty directory: "not allowed" means a leader reached this
@@ -114,7 +137,29 @@ mod tests {
     }
 
     fn check(me: u64, p: &[u64], v: &[u64], l: &[u64], empty: bool) -> Result<(), RaftError> {
-        check_stored_membership(me, &peers(p), &voters(v), &voters(l), empty)
+        let stored = StoredMembership {
+            voters: voters(v),
+            learners: voters(l),
+            changed: false,
+        };
+        check_stored_membership(me, &peers(p), &stored, empty)
+    }
+
+    /// Review s21 membership M4: a group shrunk to one voter by the routes restarts while
+    /// `peers` still names the first boot's members; a single node's own directory (its
+    /// membership written by `initialize`, at index 0) is still refused in a cluster.
+    #[test]
+    fn a_group_shrunk_to_one_voter_restarts_whatever_peers_names() {
+        let stored = |changed| StoredMembership {
+            voters: voters(&[1]),
+            learners: BTreeSet::new(),
+            changed,
+        };
+        assert!(check_stored_membership(1, &peers(&[1, 2, 3]), &stored(true), false).is_ok());
+        let e = check_stored_membership(1, &peers(&[1, 2, 3]), &stored(false), false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("single-node directory"), "{e}");
     }
 
     #[test]
@@ -188,6 +233,8 @@ mod tests {
             peers: peers(&[1, 2, 3]),
             initialise: true,
             entry_limit: CLUSTER_ENTRY_MAX,
+            join: false,
+            gate: None,
         };
         assert!(s.check_entry_limit().is_ok());
         s.entry_limit = CLUSTER_ENTRY_MAX + 1;

@@ -85,11 +85,13 @@ fn stuck(m: &RaftServerMetrics<NodeId, BasicNode>, node_id: NodeId) -> bool {
 /// `min_ms` and `max_ms` are the node's election timeout range. It reads the server metrics,
 /// which change with the role, the vote and the membership only (never per write), and looks
 /// on a timer only while the node campaigns: a leader or follower costs nothing.
+/// A node its `gate` keeps from campaigning (joining, or removed) is never nudged: openraft's
+/// `trigger().elect()` ignores `enable_elect`.
 pub(crate) fn spawn(
     raft: Raft<TypeConfig>,
     node_id: u64,
-    min_ms: u64,
-    max_ms: u64,
+    (min_ms, max_ms): (u64, u64),
+    gate: Option<crate::VoteGate>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let min = Duration::from_millis(min_ms.max(1));
@@ -100,7 +102,8 @@ pub(crate) fn spawn(
             let campaigning = stuck(&server.borrow(), node_id);
             if campaigns.due(campaigning, Instant::now()) {
                 tokio::time::sleep(random_pause(node_id, min)).await;
-                if stuck(&server.borrow(), node_id) {
+                let barred = gate.as_ref().is_some_and(|g| !g.may_campaign());
+                if stuck(&server.borrow(), node_id) && !barred {
                     tracing::info!(node = node_id, "a campaign is stuck: starting another");
                     if raft.trigger().elect().await.is_err() {
                         return; // the core stopped

@@ -50,6 +50,7 @@ mod state_machine;
 mod tcp_client;
 mod tcp_server;
 mod types;
+mod vote_gate;
 mod warn_limit;
 pub mod wire;
 
@@ -72,3 +73,4 @@ pub use state_machine::StateMachine;
 pub use tcp_client::TcpNetwork;
 pub use tcp_server::{run as serve_cluster, Groups, ServerConfig};
 pub use types::TypeConfig;
+pub use vote_gate::VoteGate;

@@ -28,9 +28,73 @@ pub fn http_part(addr: &str) -> Option<&str> {
         .filter(|h| !h.is_empty())
 }
 
+/// Whether two addresses (`host:port`, or `http(s)://host:port`) name one socket as far as
+/// can be told without DNS (review s21 membership M10): ports equal, and hosts equal once
+/// lower-cased, a trailing dot dropped, brackets taken off an IPv6 address, an IP written in
+/// its canonical form (an IPv4-mapped IPv6 address as the IPv4 one), and `localhost` taken
+/// for both loopback addresses. The scheme is ignored: one socket cannot serve two. Two
+/// names of one host that only DNS could match still pass.
+pub fn same_socket(a: &str, b: &str) -> bool {
+    match (socket_of(a), socket_of(b)) {
+        (Some((ha, pa)), Some((hb, pb))) => pa == pb && ha.iter().any(|h| hb.contains(h)),
+        _ => a.eq_ignore_ascii_case(b),
+    }
+}
+
+/// The host's spellings that count as it, and the port.
+fn socket_of(addr: &str) -> Option<(Vec<String>, u16)> {
+    let lower = addr.to_ascii_lowercase();
+    let rest = lower
+        .strip_prefix("http://")
+        .or_else(|| lower.strip_prefix("https://"))
+        .unwrap_or(&lower);
+    let (host, port) = rest.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let host = host.strip_suffix('.').unwrap_or(host);
+    if host == "localhost" {
+        return Some((vec!["127.0.0.1".into(), "::1".into()], port));
+    }
+    let canonical = match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => v6.to_string(),
+        },
+        Ok(ip) => ip.to_string(),
+        Err(_) => host.to_string(),
+    };
+    Some((vec![canonical], port))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spellings_of_one_socket_are_one() {
+        for (a, b) in [
+            ("localhost:7100", "127.0.0.1:7100"),
+            ("LOCALHOST.:7100", "[::1]:7100"),
+            ("Node-1.example.com.:7100", "node-1.example.com:7100"),
+            ("http://localhost:6632", "http://127.0.0.1:6632"),
+            ("http://10.0.0.4:6632", "HTTPS://10.0.0.4:6632"),
+            ("[::ffff:10.0.0.4]:7100", "10.0.0.4:7100"),
+            ("[0:0::1]:7100", "[::1]:7100"),
+        ] {
+            assert!(same_socket(a, b), "{a} {b}");
+        }
+        for (a, b) in [
+            ("127.0.0.1:7100", "127.0.0.1:7101"),
+            ("127.0.0.2:7100", "127.0.0.1:7100"),
+            ("a.example.com:7100", "b.example.com:7100"),
+            ("http://10.0.0.4:6632", "http://10.0.0.5:6632"),
+        ] {
+            assert!(!same_socket(a, b), "{a} {b}");
+        }
+    }
 
     #[test]
     fn both_addresses_travel_in_one_field() {

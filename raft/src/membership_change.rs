@@ -104,10 +104,13 @@ pub(crate) fn live_majorities(
 
 /// The openraft change for `change` on `current`, or why it is refused: an unknown id, a
 /// duplicate id or address, the last voter removed, or a membership still in joint
-/// consensus.
+/// consensus. `known_http`: the HTTP addresses of the first boot's members, whose membership
+/// entries carry none (this node's `peer_http`); only a current member's entry counts, so a
+/// removed node's host can be reused.
 pub(crate) fn plan(
     current: &Membership,
     change: &Change,
+    known_http: &BTreeMap<u64, String>,
 ) -> Result<ChangeMembers<u64, BasicNode>, RaftError> {
     if current.get_joint_config().len() > 1 {
         return Err(refuse(
@@ -135,15 +138,18 @@ pub(crate) fn plan(
                     format!("node {id} is already a member"),
                 ));
             }
+            // Compared spelling-blind (review s21 membership M10): `localhost` and
+            // `127.0.0.1` are one socket, and one process cannot be two members.
             for (other, node) in current.nodes() {
-                if member_addr::cluster_part(&node.addr).eq_ignore_ascii_case(cluster_addr) {
+                if member_addr::same_socket(member_addr::cluster_part(&node.addr), cluster_addr) {
                     return Err(refuse(
                         ChangeRefusal::Duplicate,
                         format!("node {other} already has the cluster address {cluster_addr}"),
                     ));
                 }
-                if member_addr::http_part(&node.addr).is_some_and(|h| h.eq_ignore_ascii_case(http))
-                {
+                let theirs = member_addr::http_part(&node.addr)
+                    .or_else(|| known_http.get(other).map(String::as_str));
+                if theirs.is_some_and(|h| member_addr::same_socket(h, http)) {
                     return Err(refuse(
                         ChangeRefusal::Duplicate,
                         format!("node {other} already has the HTTP address {http}"),
@@ -238,6 +244,36 @@ mod tests {
         Membership::new(vec![voters.iter().copied().collect()], nodes)
     }
 
+    fn plan_(m: &Membership, c: &Change) -> Result<ChangeMembers<u64, BasicNode>, RaftError> {
+        plan(m, c, &BTreeMap::new())
+    }
+
+    /// Review s21 membership M10: another spelling of a member's address, and the HTTP
+    /// address of a first-boot member (from `peer_http`), are duplicates; a removed member's
+    /// `peer_http` entry is not.
+    #[test]
+    fn other_spellings_and_first_boot_http_addresses_are_duplicates() {
+        let m = membership(&[1, 2], &[4]);
+        let known = BTreeMap::from([
+            (1, "http://127.0.0.1:6631".to_string()),
+            (3, "http://127.0.0.1:6633".to_string()),
+        ]);
+        for c in [
+            add(5, "localhost:7101", "http://127.0.0.1:6699"),
+            add(5, "127.0.0.1.:7199", "http://LOCALHOST:6634"),
+            add(5, "127.0.0.1:7199", "http://localhost.:6631"),
+        ] {
+            assert_eq!(
+                kind(plan(&m, &c, &known)),
+                ChangeRefusal::Duplicate,
+                "{c:?}"
+            );
+        }
+        // Node 3 is no member: its old HTTP address may be reused.
+        let reuse = add(5, "127.0.0.1:7103", "http://127.0.0.1:6633");
+        assert!(plan(&m, &reuse, &known).is_ok());
+    }
+
     fn kind(r: Result<ChangeMembers<u64, BasicNode>, RaftError>) -> ChangeRefusal {
         match r {
             Err(RaftError::ChangeRefused { kind, .. }) => kind,
@@ -256,7 +292,7 @@ mod tests {
     #[test]
     fn a_new_learner_is_added_with_both_addresses() {
         let m = membership(&[1, 2], &[]);
-        let c = plan(&m, &add(4, "127.0.0.1:7104", "http://127.0.0.1:6634")).unwrap();
+        let c = plan_(&m, &add(4, "127.0.0.1:7104", "http://127.0.0.1:6634")).unwrap();
         let ChangeMembers::AddNodes(nodes) = c else {
             panic!("{c:?}")
         };
@@ -272,10 +308,10 @@ mod tests {
             add(5, "127.0.0.1:7199", "http://127.0.0.1:6634"),
         ];
         for c in dup {
-            assert_eq!(kind(plan(&m, &c)), ChangeRefusal::Duplicate, "{c:?}");
+            assert_eq!(kind(plan_(&m, &c)), ChangeRefusal::Duplicate, "{c:?}");
         }
         assert_eq!(
-            kind(plan(&m, &add(0, "a:1", "http://a:2"))),
+            kind(plan_(&m, &add(0, "a:1", "http://a:2"))),
             ChangeRefusal::BadRequest
         );
     }
@@ -284,20 +320,23 @@ mod tests {
     fn promoting_or_removing_an_unknown_id_is_refused() {
         let m = membership(&[1, 2], &[4]);
         let promote = |ids: &[u64]| Change::Promote(ids.iter().copied().collect());
-        assert_eq!(kind(plan(&m, &promote(&[9]))), ChangeRefusal::UnknownId);
-        assert_eq!(kind(plan(&m, &promote(&[2]))), ChangeRefusal::Duplicate);
-        assert_eq!(kind(plan(&m, &promote(&[]))), ChangeRefusal::BadRequest);
+        assert_eq!(kind(plan_(&m, &promote(&[9]))), ChangeRefusal::UnknownId);
+        assert_eq!(kind(plan_(&m, &promote(&[2]))), ChangeRefusal::Duplicate);
+        assert_eq!(kind(plan_(&m, &promote(&[]))), ChangeRefusal::BadRequest);
         assert!(matches!(
-            plan(&m, &promote(&[4])),
+            plan_(&m, &promote(&[4])),
             Ok(ChangeMembers::AddVoterIds(_))
         ));
-        assert_eq!(kind(plan(&m, &Change::Remove(9))), ChangeRefusal::UnknownId);
+        assert_eq!(
+            kind(plan_(&m, &Change::Remove(9))),
+            ChangeRefusal::UnknownId
+        );
         assert!(matches!(
-            plan(&m, &Change::Remove(4)),
+            plan_(&m, &Change::Remove(4)),
             Ok(ChangeMembers::RemoveNodes(_))
         ));
         assert!(matches!(
-            plan(&m, &Change::Remove(2)),
+            plan_(&m, &Change::Remove(2)),
             Ok(ChangeMembers::RemoveVoters(_))
         ));
     }
@@ -305,7 +344,10 @@ mod tests {
     #[test]
     fn the_last_voter_is_not_removed() {
         let m = membership(&[1], &[4]);
-        assert_eq!(kind(plan(&m, &Change::Remove(1))), ChangeRefusal::LastVoter);
+        assert_eq!(
+            kind(plan_(&m, &Change::Remove(1))),
+            ChangeRefusal::LastVoter
+        );
     }
 
     #[test]
@@ -318,7 +360,7 @@ mod tests {
             nodes,
         );
         assert_eq!(
-            kind(plan(&joint, &Change::Remove(3))),
+            kind(plan_(&joint, &Change::Remove(3))),
             ChangeRefusal::InProgress
         );
         assert!(view(&joint, None, false).in_progress);

@@ -14,7 +14,7 @@ use openraft::{BasicNode, ChangeMembers, Raft, ServerState};
 
 use crate::apply::ApplyHandler;
 use crate::backend::{SegmentLog, StateStore};
-use crate::cluster_start::{check_stored_membership, initialised, ClusterStart};
+use crate::cluster_start::{check_stored_membership, initialised, ClusterStart, StoredMembership};
 use crate::config::RaftConfig;
 use crate::core_probe::CoreProbe;
 use crate::election_nudge;
@@ -111,7 +111,7 @@ impl RaftNode {
         network: N,
     ) -> Result<RaftNode, RaftError> {
         let last_at_open = log.last().map(|(index, _)| index);
-        let node = RaftNode::open(cfg, log, store, handler, network, false).await?;
+        let node = RaftNode::open(cfg, log, store, handler, network, None).await?;
         let ready = node.lead_and_replay(last_at_open).await;
         node.started(ready, last_at_open).await
     }
@@ -143,7 +143,16 @@ impl RaftNode {
             )));
         }
         let last_at_open = log.last().map(|(index, _)| index);
-        let node = RaftNode::open(cfg, log, store, handler, network, true).await?;
+        // Decided before openraft runs and before the listener serves the group: a wiped
+        // voter must not grant a vote or campaign even once (review s21 membership M5).
+        if let Some(gate) = &start.gate {
+            gate.prepare(start.join, last_at_open.is_none())?;
+        }
+        let node =
+            RaftNode::open(cfg, log, store, handler, network, Some(start.gate.clone())).await?;
+        if let Some(gate) = &start.gate {
+            gate.attach(node.inner.raft.clone(), node.inner.log.clone());
+        }
         serve(node.inner.raft.clone());
         // openraft ignores a stored committed id past the log's end (a cut-off tail): waiting
         // for it would never end.
@@ -174,17 +183,23 @@ impl RaftNode {
         }
     }
 
-    /// The stores opened and openraft started on them; nothing waited for. `clustered`: keep
-    /// the acknowledgement age current between openraft's reports (`MetricsClock`).
+    /// The stores opened and openraft started on them; nothing waited for. `clustered` (a
+    /// cluster member, with its vote gate, or None for a lone voter): keep the acknowledgement
+    /// age current between openraft's reports (`MetricsClock`), and call elections only as
+    /// the gate allows (off while joining, `VoteGate`).
     async fn open<N: RaftNetworkFactory<TypeConfig>>(
         cfg: RaftConfig,
         log: Arc<SegmentLog>,
         store: Arc<StateStore>,
         handler: Arc<dyn ApplyHandler>,
         network: N,
-        clustered: bool,
+        clustered: Option<Option<crate::VoteGate>>,
     ) -> Result<RaftNode, RaftError> {
-        let config = Arc::new(cfg.to_openraft()?);
+        let gate = clustered.clone().flatten();
+        let clustered = clustered.is_some();
+        let mut config = cfg.to_openraft()?;
+        config.enable_elect = gate.as_ref().is_none_or(crate::VoteGate::may_campaign);
+        let config = Arc::new(config);
         let id = cfg.node_id;
 
         let (l, s) = (log.clone(), store.clone());
@@ -223,8 +238,8 @@ impl RaftNode {
         let nudge = election_nudge::spawn(
             raft.clone(),
             id,
-            cfg.election_timeout_min_ms,
-            cfg.election_timeout_max_ms,
+            (cfg.election_timeout_min_ms, cfg.election_timeout_max_ms),
+            gate,
         );
         // openraft ticks every 1.5 heartbeats (its `heartbeat_interval * 3 / 2`).
         let tick = std::time::Duration::from_millis(cfg.heartbeat_ms.saturating_mul(3) / 2);
@@ -258,22 +273,19 @@ impl RaftNode {
         // Not initialised = no vote, no log, no membership: an empty directory. One that
         // holds anything of the group is never initialised again.
         if raft.is_initialized().await.map_err(fatal)? {
-            let (voters, learners) = raft
+            let stored = raft
                 .with_raft_state(|st| {
-                    let m = st.membership_state.effective().membership();
-                    let voters: BTreeSet<u64> = m.voter_ids().collect();
-                    let learners: BTreeSet<u64> = m.learner_ids().collect();
-                    (voters, learners)
+                    let effective = st.membership_state.effective();
+                    let m = effective.membership();
+                    StoredMembership {
+                        voters: m.voter_ids().collect(),
+                        learners: m.learner_ids().collect(),
+                        changed: effective.log_id().is_some_and(|l| l.index > 0),
+                    }
                 })
                 .await
                 .map_err(fatal)?;
-            check_stored_membership(
-                self.inner.id,
-                &start.peers,
-                &voters,
-                &learners,
-                last_at_open.is_none(),
-            )?;
+            check_stored_membership(self.inner.id, &start.peers, &stored, last_at_open.is_none())?;
         } else if start.initialise {
             initialised(self.inner.id, raft.initialize(start.peers).await)?;
         }
@@ -419,16 +431,26 @@ impl RaftNode {
     /// or another operation of this node is running, and with `RaftError::Membership` when
     /// openraft does (a change committed meanwhile by another leader) or the node has
     /// reclaimed log (`guard_widening`).
-    pub async fn change(&self, change: Change) -> Result<(u64, u64), RaftError> {
+    /// `known_http`: this node's `peer_http`, the first boot's members' HTTP addresses
+    /// (`membership_change::plan`).
+    pub async fn change(
+        &self,
+        change: Change,
+        known_http: BTreeMap<u64, String>,
+    ) -> Result<(u64, u64), RaftError> {
         // Owned by a task of its own: a client gone or a relay that gave up must not cut a
         // joint change between its two entries (review s21 membership M1).
         let node = self.clone();
-        tokio::spawn(async move { node.change_owned(change).await })
+        tokio::spawn(async move { node.change_owned(change, known_http).await })
             .await
             .map_err(|e| fatal(format!("the membership change stopped: {e}")))?
     }
 
-    async fn change_owned(&self, change: Change) -> Result<(u64, u64), RaftError> {
+    async fn change_owned(
+        &self,
+        change: Change,
+        known_http: BTreeMap<u64, String>,
+    ) -> Result<(u64, u64), RaftError> {
         let Ok(_one) = self.inner.changing.try_lock() else {
             return Err(RaftError::ChangeRefused {
                 kind: ChangeRefusal::InProgress,
@@ -472,7 +494,7 @@ impl RaftNode {
                 ),
             });
         }
-        let planned = membership_change::plan(current.membership(), &change)?;
+        let planned = membership_change::plan(current.membership(), &change, &known_http)?;
         let metrics = self.inner.raft.metrics().borrow().clone();
         membership_change::live_majorities(
             current.membership(),

@@ -234,6 +234,9 @@ pub fn decode_snapshot(body: &[u8]) -> Result<InstallSnapshotRequest<TypeConfig>
 const OK: u8 = 0;
 const REFUSED: u8 = 1;
 const UNAVAILABLE: u8 = 2;
+/// A vote request refused because the candidate is not a member (review s21 membership M6):
+/// the candidate stops calling elections.
+const NOT_MEMBER: u8 = 3;
 
 /// The reply to a request the peer's Raft answered, with its answer or its error.
 pub fn encode_reply<T: Serialize, E: Serialize>(r: &Result<T, E>) -> Vec<u8> {
@@ -259,12 +262,20 @@ pub fn encode_unavailable(why: &str) -> Vec<u8> {
     out
 }
 
+/// The reply to a vote request from a candidate this node's membership does not name.
+pub fn encode_not_member(why: &str) -> Vec<u8> {
+    let mut out = vec![NOT_MEMBER];
+    out.extend_from_slice(why.as_bytes());
+    out
+}
+
 /// What a reply said.
 #[derive(Debug)]
 pub enum Reply<T, E> {
     Ok(T),
     Refused(E),
     Unavailable(String),
+    NotMember(String),
 }
 
 pub fn decode_reply<T, E>(body: &[u8]) -> Result<Reply<T, E>, DecodeError>
@@ -279,6 +290,7 @@ where
         UNAVAILABLE => Ok(Reply::Unavailable(
             String::from_utf8_lossy(rest).into_owned(),
         )),
+        NOT_MEMBER => Ok(Reply::NotMember(String::from_utf8_lossy(rest).into_owned())),
         s => Err(bad(format!("reply status {s}"))),
     }
 }

@@ -40,9 +40,18 @@ pub struct TcpNetwork {
     group: Arc<str>,
     token: Arc<[u8]>,
     limits: Limits,
+    /// Told when a peer refuses a vote request as from a non-member (review s21 M6).
+    gate: Option<crate::VoteGate>,
 }
 
 impl TcpNetwork {
+    /// The network of a member whose `gate` learns when its peers no longer count it a
+    /// member.
+    pub fn with_gate(mut self, gate: crate::VoteGate) -> TcpNetwork {
+        self.gate = Some(gate);
+        self
+    }
+
     /// `limits` must be those of the peers' listeners (the same configuration on every node):
     /// an append is kept under their `append` budget before it is sent.
     pub fn new(me: NodeId, group: &str, token: &[u8], limits: Limits) -> TcpNetwork {
@@ -51,6 +60,7 @@ impl TcpNetwork {
             group: group.into(),
             token: token.into(),
             limits,
+            gate: None,
         }
     }
 }
@@ -224,6 +234,12 @@ impl PeerClient {
             Ok(Reply::Refused(RaftError::Fatal(f))) => Err(self.unreachable(f).into_rpc()),
             Ok(Reply::Refused(e)) => Err(RPCError::RemoteError(RemoteError::new(self.target, e))),
             Ok(Reply::Unavailable(why)) => Err(self.unreachable(why).into_rpc()),
+            Ok(Reply::NotMember(why)) => {
+                if let Some(gate) = &self.net.gate {
+                    gate.note_removed(self.target);
+                }
+                Err(self.unreachable(why).into_rpc())
+            }
             Err(e) => {
                 // Out of step with the peer: start over on a new connection.
                 self.conn = None;

@@ -20,6 +20,7 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use crate::rpc_codec;
 use crate::types::TypeConfig;
+use crate::vote_gate::{self, VoteGate};
 use crate::warn_limit::WarnLimit;
 use crate::wire::{self, Frame, Kind, Limits, WireError};
 
@@ -28,18 +29,37 @@ const BAD_TOKEN_WARN_EVERY: Duration = Duration::from_secs(60);
 /// ...tracking at most this many sources.
 const BAD_TOKEN_SOURCES: usize = 1024;
 
+/// One group as the listener serves it: its Raft handle and, for a broker's member, its
+/// vote gate.
+#[derive(Clone)]
+struct Served {
+    raft: Raft<TypeConfig>,
+    gate: Option<VoteGate>,
+}
+
 /// The groups this node answers for, by name. Clones share them.
 #[derive(Clone, Default)]
 pub struct Groups {
-    inner: Arc<RwLock<HashMap<String, Raft<TypeConfig>>>>,
+    inner: Arc<RwLock<HashMap<String, Served>>>,
 }
 
 impl Groups {
+    /// A group whose member always votes (in-process tests).
     pub fn add(&self, name: &str, raft: Raft<TypeConfig>) {
+        self.insert(name, Served { raft, gate: None });
+    }
+
+    /// A group whose member votes only as `gate` allows (`VoteGate`: joining, M5).
+    pub fn add_member(&self, name: &str, raft: Raft<TypeConfig>, gate: VoteGate) {
+        let gate = Some(gate);
+        self.insert(name, Served { raft, gate });
+    }
+
+    fn insert(&self, name: &str, served: Served) {
         self.inner
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(name.to_string(), raft);
+            .insert(name.to_string(), served);
     }
 
     pub fn remove(&self, name: &str) {
@@ -49,7 +69,7 @@ impl Groups {
             .remove(name);
     }
 
-    fn get(&self, name: &str) -> Option<Raft<TypeConfig>> {
+    fn get(&self, name: &str) -> Option<Served> {
         self.inner
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -234,15 +254,67 @@ async fn dispatch(kind: Kind, body: &[u8], groups: &Groups) -> Result<Vec<u8>, C
         Kind::Vote => Request::Vote(rpc_codec::decode_vote(rest)?),
         _ => Request::Snapshot(rpc_codec::decode_snapshot(rest)?),
     };
-    let Some(raft) = groups.get(group) else {
+    let Some(Served { raft, gate }) = groups.get(group) else {
         return Ok(rpc_codec::encode_unavailable(&format!(
             "group {group:?} is not served by this node"
         )));
     };
     Ok(match request {
-        Request::Append(r) => rpc_codec::encode_reply(&raft.append_entries(r).await),
-        Request::Vote(r) => rpc_codec::encode_reply(&raft.vote(r).await),
+        Request::Append(r) => {
+            let leader_commit = r.leader_commit.map(|l| l.index);
+            let answer = rpc_codec::encode_reply(&raft.append_entries(r).await);
+            if let Some(gate) = &gate {
+                gate.after_append(leader_commit).await;
+            }
+            answer
+        }
+        Request::Vote(r) => {
+            if let Some(refusal) = vote_refusal(&raft, gate.as_ref(), &r).await {
+                return Ok(refusal);
+            }
+            rpc_codec::encode_reply(&raft.vote(r).await)
+        }
         Request::Snapshot(r) => rpc_codec::encode_reply(&raft.install_snapshot(r).await),
+    })
+}
+
+/// The answer to a vote request a gated member refuses before openraft sees it (so it moves
+/// no term): while joining (M5), and from a candidate its memberships do not name (M6).
+async fn vote_refusal(
+    raft: &Raft<TypeConfig>,
+    gate: Option<&VoteGate>,
+    r: &openraft::raft::VoteRequest<u64>,
+) -> Option<Vec<u8>> {
+    let gate = gate?;
+    if gate.joining() {
+        return Some(rpc_codec::encode_unavailable(
+            "this node joined with an empty directory and grants no vote until it has caught              up as a learner",
+        ));
+    }
+    let candidate = r.vote.leader_id().voted_for()?;
+    let members = raft
+        .with_raft_state(|st| {
+            let ids = |m: &openraft::Membership<u64, openraft::BasicNode>| {
+                m.nodes()
+                    .map(|(id, _)| *id)
+                    .collect::<std::collections::BTreeSet<u64>>()
+            };
+            (
+                ids(st.membership_state.committed().membership()),
+                ids(st.membership_state.effective().membership()),
+            )
+        })
+        .await
+        .ok()?;
+    let theirs = r
+        .last_log_id
+        .as_ref()
+        .map(|l| (crate::types::term_of(l), l.index));
+    let mine = gate.last_log();
+    vote_gate::not_a_member(candidate, (&members.0, &members.1), mine, theirs).then(|| {
+        rpc_codec::encode_not_member(&format!(
+            "node {candidate} is not a member of this node's membership"
+        ))
     })
 }
 

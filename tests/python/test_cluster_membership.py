@@ -122,12 +122,29 @@ def wait_view(http, node, pred, what):
     deadline = time.monotonic() + FORM_S
     last = None
     while time.monotonic() < deadline:
-        res = cluster_call(http, node, "GET", "")
+        try:
+            res = cluster_call(http, node, "GET", "")
+        except httpx.HTTPError as e:  # a node still starting: not listening yet
+            last = repr(e)
+            time.sleep(0.2)
+            continue
         last = (res.status_code, res.text[:400])
         if res.status_code == 200 and pred(res.json()):
             return res.json()
         time.sleep(0.2)
     raise AssertionError(f"{what} not seen within {FORM_S} s: {last}")
+
+
+def joining_marker(node):
+    return list(node.data_dir.rglob("cluster-joining"))
+
+
+def wait_until_gone(node):
+    deadline = time.monotonic() + FORM_S
+    while joining_marker(node):
+        assert node.proc.poll() is None, f"node exited:\n{node.log_tail()}"
+        assert time.monotonic() < deadline, "the joining marker stayed after the catch-up"
+        time.sleep(0.2)
 
 
 def leader_commit(http, nodes):
@@ -171,15 +188,14 @@ def replace(http, broker_factory, nodes, lead, victim, load):
     assert res.status_code == 404 and res.json()["code"] == "not_found", res.text
 
     raft4, http4, kafka4 = free_port(), free_port(), free_port()
-    ids = sorted(kept) + [4]
-    peers = ",".join(
-        f"{i}={nodes[i].env['QUEEN_CLUSTER_ADDR']}" if i in kept else f"4=127.0.0.1:{raft4}"
-        for i in ids)
     new = broker_factory("node4", http_port=http4, kafka_port=kafka4, env={
         "QUEEN_CLUSTER_TOKEN": TOKEN,
         "QUEEN_CLUSTER_ADDR": f"127.0.0.1:{raft4}",
         "QUEEN_NODE_ID": "4",
-        "QUEEN_PEERS": peers,
+        # Itself alone, so node 4 is the lowest id of its `peers`: without `cluster_join` it
+        # would found a group of its own (review s21 membership M7), which the view below
+        # would show. `peer_http` names ids `peers` does not (M8).
+        "QUEEN_PEERS": f"4=127.0.0.1:{raft4}",
         # The first boot's members carry no HTTP address in the membership: node 4 relays
         # to them at these (node 4's own is in the membership once it is added).
         "QUEEN_PEER_HTTP": ",".join(f"{i}={nodes[i].url}" for i in sorted(kept)),
@@ -188,6 +204,11 @@ def replace(http, broker_factory, nodes, lead, victim, load):
         "QUEEN_CLUSTER_ELECTION_TIMEOUT_MS": str(ELECTION_MS),
     })
     spawn(new)
+    # Its own view, answered by node 4 itself (M9): no membership, no leader, and the joining
+    # marker that keeps it from voting until it has caught up as a learner (M5).
+    wait_view(http, new, lambda v: v["nodeId"] == 4 and v["voters"] == [] and v["learners"] == []
+              and v["leader"] is None, "node 4 waiting to be added")
+    assert joining_marker(new), "node 4 started to join without its joining marker"
     body = {"id": 4, "clusterAddr": f"127.0.0.1:{raft4}", "httpAddr": new.url}
     res = cluster_call(http, follower, "POST", "/learners", json=body)
     assert res.status_code == 200, res.text
@@ -201,10 +222,12 @@ def replace(http, broker_factory, nodes, lead, victim, load):
     res = cluster_call(http, follower, "POST", "/voters", json={"ids": [9]})
     assert res.status_code == 404, res.text
 
-    # The learner catches up with the leader's commit.
-    wait_view(http, follower, lambda v: any(
+    # The learner catches up with the leader's commit (the leader knows what it matched),
+    # and from then on it may vote: its joining marker is gone.
+    wait_view(http, nodes[lead], lambda v: any(
         m["id"] == 4 and m["matched"] is not None for m in v["learners"]), "node 4 matched")
     wait_applied(http, new, leader_commit(http, kept))
+    wait_until_gone(new)
     # Restarted as a learner: its stored membership names it as one, not as a voter,
     # and its `peers` differs from the first boot's.
     assert new.stop() == 0, new.log_tail()
@@ -216,9 +239,9 @@ def replace(http, broker_factory, nodes, lead, victim, load):
     assert members(res.json()) == (set(kept) | {4}, set()), res.text
     res = cluster_call(http, follower, "POST", "/voters", json={"ids": [4]})
     assert res.status_code == 409, res.text
-    view = cluster_call(http, new, "GET", "").json()
-    assert view.get("nodeId") == view.get("leader"), view
-    assert members(view) == (set(kept) | {4}, set()), view
+    view = wait_view(http, new, lambda v: members(v) == (set(kept) | {4}, set()),
+                     "node 4 a voter in its own view")
+    assert view["nodeId"] == 4 and view["leader"] == lead, view
 
     load.wait_acked(len(load.acked) + 20)
     acked = load.finish()
@@ -249,6 +272,22 @@ def roll(http, nodes, load):
     got = pop_all(http, nodes[lead].url, acked)
     assert set(acked) <= set(got), sorted(set(acked) - set(got))[:10]
     assert settled(http, nodes) is not None
+
+
+def test_the_view_is_answered_without_a_leader(broker_factory):
+    """Review s21 membership M9: routed as a write, the view was 503 on every node while no
+    leader was known. Two nodes of three stopped, the survivor answers its own view."""
+    with httpx.Client(timeout=10.0) as http:
+        nodes, lead = started_cluster(broker_factory, http)
+        survivor = next(i for i in nodes if i != lead)
+        for i, n in nodes.items():
+            if i != survivor:
+                n.kill()
+        view = wait_view(http, nodes[survivor], lambda v: v["leader"] is None,
+                         "the survivor's view without a leader")
+        assert view["nodeId"] == survivor and view["role"] in ("follower", "candidate"), view
+        assert members(view) == ({1, 2, 3}, set()), view
+        assert all(m["matched"] is None for m in view["voters"]), view
 
 
 def test_a_single_node_answers_the_membership_routes_unsupported(broker, http):

@@ -76,7 +76,7 @@ pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, ValueError> {
         // twice toward a quorum (review s14 F1).
         if let Some((other, _)) = peers
             .iter()
-            .find(|(_, a): &(&u64, &String)| a.eq_ignore_ascii_case(addr))
+            .find(|(_, a): &(&u64, &String)| queenmq_raft::member_addr::same_socket(a, addr))
         {
             return Err(bad(
                 "peers",
@@ -90,12 +90,11 @@ pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, ValueError> {
     Ok(peers)
 }
 
-/// `id=http://host:port` entries separated by commas, each id one of `peers`, each URL
-/// `http://` or `https://` with a host and a port and nothing after it.
-pub fn parse_peer_http(
-    text: &str,
-    peers: &BTreeMap<u64, String>,
-) -> Result<BTreeMap<u64, String>, ValueError> {
+/// `id=http://host:port` entries separated by commas, each id above 0, each URL `http://` or
+/// `https://` with a host and a port and nothing after it. An id need not be one of `peers`
+/// (review s21 membership M8): a node that joins at run time names itself alone in `peers`
+/// and the first boot's members here, the only place their HTTP addresses are kept.
+pub fn parse_peer_http(text: &str) -> Result<BTreeMap<u64, String>, ValueError> {
     let mut out = BTreeMap::new();
     for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let (id, url) = entry.split_once('=').ok_or_else(|| {
@@ -107,10 +106,9 @@ pub fn parse_peer_http(
         let id: u64 = id
             .trim()
             .parse()
-            .map_err(|_| bad("peer_http", format!("{id:?} is not a node id")))?;
-        if !peers.contains_key(&id) {
-            return Err(bad("peer_http", format!("node {id} is not in peers")));
-        }
+            .ok()
+            .filter(|id| *id > 0)
+            .ok_or_else(|| bad("peer_http", format!("{id:?} is not a node id above 0")))?;
         let url = url.trim();
         let rest = url
             .strip_prefix("http://")
@@ -190,7 +188,7 @@ impl Config {
             ));
         }
         let peer_http = match self.peer_http.as_deref() {
-            Some(text) => parse_peer_http(text, &peers)?,
+            Some(text) => parse_peer_http(text)?,
             None => BTreeMap::new(),
         };
         if self.cluster_election_timeout_ms < MIN_ELECTION_HEARTBEATS * self.cluster_heartbeat_ms {

@@ -735,6 +735,11 @@ fn cluster_refusals_name_their_key() {
         // Review s14 F1: two ids at one address, and a listener port its peers do not use.
         (full(CLUSTER_TOKEN, "1", "1=a:7100,2=a:7100"), "peers"),
         (full(CLUSTER_TOKEN, "1", "1=a:7100,2=A:7100"), "peers"),
+        // Review s21 membership M10: other spellings of one socket.
+        (
+            full(CLUSTER_TOKEN, "1", "1=localhost:7100,2=127.0.0.1.:7100"),
+            "peers",
+        ),
         (
             full(CLUSTER_TOKEN, "1", "1=a:7101,2=b:7100"),
             "cluster_addr",
@@ -769,7 +774,7 @@ fn cluster_refusals_name_their_key() {
 }
 
 #[test]
-fn peer_http_is_range_checked_against_peers() {
+fn peer_http_is_range_checked() {
     let with = |http: &str| {
         vec![
             ("QUEEN_CLUSTER_TOKEN", CLUSTER_TOKEN.to_string()),
@@ -780,7 +785,7 @@ fn peer_http_is_range_checked_against_peers() {
         ]
     };
     for bad in [
-        "3=http://c:6632",
+        "0=http://c:6632",
         "1=ftp://a:6632",
         "1=http://a",
         "1=http://a:6632/x",
@@ -803,6 +808,18 @@ fn peer_http_is_range_checked_against_peers() {
         .expect("a cluster");
     assert_eq!(c.peer_http[&1], "http://127.0.0.1:6632");
     assert_eq!(c.peer_http[&2], "https://b:443");
+    // Review s21 membership M8: a node joining at run time names itself alone in `peers` and
+    // the first boot's members here.
+    let mut pairs = with("1=http://a:6632,2=http://b:6632,3=http://c:6632");
+    pairs[3].1 = "1=a:7100".to_string();
+    let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let c = load_env(&ConfigArgs::default(), &refs)
+        .expect("valid")
+        .config
+        .cluster()
+        .expect("ids outside peers are accepted")
+        .expect("a cluster");
+    assert_eq!(c.peer_http[&3], "http://c:6632");
 }
 
 /// Review s16 B5: a cluster's heartbeat and election timeout are keys, with defaults wider

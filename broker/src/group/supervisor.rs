@@ -104,6 +104,7 @@ pub async fn start(
                 store.clone(),
                 handler,
                 ecfg.record_limit as u64,
+                &cfg.data_dir,
             )
             .await
             .map_err(|e| anyhow!("starting raft as cluster node {}: {e}", member.node_id))?,

@@ -59,6 +59,8 @@ async fn a_single_node_directory_cannot_join_a_cluster() {
             peers: peers(&[1, 2, 3]),
             initialise: id == 1,
             entry_limit: CLUSTER_ENTRY_MAX,
+            join: false,
+            gate: None,
         };
         let err = match clustered(dir.path(), id, start).await {
             Ok(_) => panic!("node {id} started on a single-node directory"),
@@ -70,6 +72,8 @@ async fn a_single_node_directory_cannot_join_a_cluster() {
             peers: peers(&[1]),
             initialise: true,
             entry_limit: CLUSTER_ENTRY_MAX,
+            join: false,
+            gate: None,
         };
         if id == 1 {
             let node = clustered(dir.path(), 1, again).await.unwrap();
@@ -85,6 +89,8 @@ async fn a_stored_committed_past_the_log_end_does_not_hang_the_start() {
         peers: peers(&[1]),
         initialise: true,
         entry_limit: CLUSTER_ENTRY_MAX,
+        join: false,
+        gate: None,
     };
     let node = clustered(dir.path(), 1, one()).await.unwrap();
     // A clustered start returns before the lone voter has elected itself (an election
@@ -120,6 +126,8 @@ async fn an_entry_limit_over_the_append_budget_opens_nothing() {
         peers: peers(&[1, 2, 3]),
         initialise: true,
         entry_limit: 256 << 20,
+        join: false,
+        gate: None,
     };
     let err = match clustered(dir.path(), 1, start).await {
         Ok(_) => panic!("started with a 256 MiB entry limit"),

@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 
 use crate::backend::{SegmentLog, StateStore};
 use crate::tcp_server::Groups;
-use crate::{ClusterStart, RaftConfig, RaftNode, TcpNetwork, CLUSTER_ENTRY_MAX};
+use crate::{ClusterStart, RaftConfig, RaftNode, TcpNetwork, VoteGate, CLUSTER_ENTRY_MAX};
 
 use super::fixtures::{open_stores, Recorder};
 use super::tcp_cluster::{limits, listen, server_config, GROUP, TOKEN};
@@ -24,7 +24,7 @@ const BOUND: Duration = Duration::from_secs(30);
 pub(super) struct Member {
     pub(super) node: RaftNode,
     recorder: Arc<Recorder>,
-    _stop: oneshot::Sender<()>,
+    pub(super) _stop: oneshot::Sender<()>,
 }
 
 async fn start(
@@ -51,12 +51,25 @@ pub(super) async fn start_timed(
 
 /// `start_timed` on given stores (a log on an injected backend).
 pub(super) async fn start_on(
-    (log, store): (Arc<SegmentLog>, Arc<StateStore>),
+    stores: (Arc<SegmentLog>, Arc<StateStore>),
     id: u64,
     listener: TcpListener,
     peers: &BTreeMap<u64, BasicNode>,
     hb_ms: u64,
     eto_ms: u64,
+) -> Member {
+    start_gated(stores, id, listener, peers, (hb_ms, eto_ms), None).await
+}
+
+/// `start_on` as the broker starts a member: with `cluster_join` or not, and a vote gate
+/// shared by the listener, the network and the node.
+pub(super) async fn start_gated(
+    (log, store): (Arc<SegmentLog>, Arc<StateStore>),
+    id: u64,
+    listener: TcpListener,
+    peers: &BTreeMap<u64, BasicNode>,
+    (hb_ms, eto_ms): (u64, u64),
+    gated: Option<(bool, VoteGate)>,
 ) -> Member {
     let recorder = Recorder::new(None);
     let cfg = RaftConfig {
@@ -69,17 +82,36 @@ pub(super) async fn start_on(
     // leader reached it. Its group is registered as soon as openraft runs.
     let groups = Groups::default();
     let stop = listen(listener, server_config(id, BOUND, 64), groups.clone());
-    let net = TcpNetwork::new(id, GROUP, TOKEN, limits());
+    let mut net = TcpNetwork::new(id, GROUP, TOKEN, limits());
+    let (join, gate) = match gated {
+        Some((join, gate)) => (join, Some(gate)),
+        None => (false, None),
+    };
+    if let Some(g) = &gate {
+        net = net.with_gate(g.clone());
+    }
     let start = ClusterStart {
         peers: peers.clone(),
-        initialise: id == 1,
+        initialise: id == 1 && !join,
         entry_limit: CLUSTER_ENTRY_MAX,
+        join,
+        gate: gate.clone(),
     };
-    let node = RaftNode::start_clustered(cfg, log, store, recorder.clone(), net, start, |raft| {
-        groups.add(GROUP, raft)
-    })
-    .await
-    .unwrap();
+    let node =
+        RaftNode::start_clustered(
+            cfg,
+            log,
+            store,
+            recorder.clone(),
+            net,
+            start,
+            |raft| match gate {
+                Some(g) => groups.add_member(GROUP, raft, g),
+                None => groups.add(GROUP, raft),
+            },
+        )
+        .await
+        .unwrap();
     Member {
         node,
         recorder,

@@ -13,6 +13,7 @@ mod limited_read;
 mod multi_node;
 mod node_restart;
 mod reclaim;
+mod rejoin;
 mod router;
 mod snapshot_install;
 mod snapshot_stream;

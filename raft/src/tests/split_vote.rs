@@ -30,6 +30,8 @@ async fn start(dir: &Path, id: u64, router: &Router, peers: &BTreeMap<u64, Basic
         peers: peers.clone(),
         initialise: id == 1,
         entry_limit: CLUSTER_ENTRY_MAX,
+        join: false,
+        gate: None,
     };
     RaftNode::start_clustered(
         cfg,

@@ -83,8 +83,8 @@ async fn member(dir: &Path, id: u64, listener: TcpListener) -> Member {
     crate::election_nudge::spawn(
         raft.clone(),
         id,
-        cfg.election_timeout_min_ms,
-        cfg.election_timeout_max_ms,
+        (cfg.election_timeout_min_ms, cfg.election_timeout_max_ms),
+        None,
     );
     let groups = Groups::default();
     groups.add(GROUP, raft.clone());
