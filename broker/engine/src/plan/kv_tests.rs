@@ -437,7 +437,7 @@ fn applied_gets_answer_reads_only() {
     match super::applied_gets(&fx.st, fx.clock, &reads) {
         Some(Ok(KvOutcome::Results(r))) => {
             assert!(
-                matches!(&r[0], KvResult::Get(Some(row)) if row.value == "1"),
+                matches!(&r[0], KvResult::Get(Some(row)) if row.value.as_deref() == Some("1")),
                 "{r:?}"
             );
             assert!(matches!(&r[1], KvResult::Get(None)), "{r:?}");
