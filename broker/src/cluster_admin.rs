@@ -59,6 +59,7 @@ fn render(node_id: u64, role: &str, leader: Option<u64>, v: &MembershipView) -> 
                     "id": m.id,
                     "clusterAddr": m.cluster_addr,
                     "httpAddr": m.http,
+                    "kafkaAddr": m.kafka,
                     "matched": m.matched,
                 })
             })
@@ -110,10 +111,12 @@ fn change_of(op: MembershipOp) -> Change {
             id,
             cluster_addr,
             http,
+            kafka,
         } => Change::AddLearner {
             id,
             cluster_addr,
             http,
+            kafka,
         },
         MembershipOp::Promote(ids) => Change::Promote(ids.into_iter().collect::<BTreeSet<_>>()),
         MembershipOp::Remove(id) => Change::Remove(id),
@@ -184,6 +187,7 @@ mod tests {
                     voter: true,
                     cluster_addr: "h:1".into(),
                     http: None,
+                    kafka: None,
                     matched: Some(9),
                 },
                 queenmq_raft::MemberView {
@@ -191,6 +195,7 @@ mod tests {
                     voter: false,
                     cluster_addr: "h:4".into(),
                     http: Some("http://h:5".into()),
+                    kafka: Some("h:9092".into()),
                     matched: None,
                 },
             ],
@@ -200,6 +205,8 @@ mod tests {
         assert_eq!(r["role"], "leader");
         assert_eq!(r["voters"][0]["matched"], 9);
         assert_eq!(r["learners"][0]["httpAddr"], "http://h:5");
+        assert_eq!(r["learners"][0]["kafkaAddr"], "h:9092");
+        assert_eq!(r["voters"][0]["kafkaAddr"], serde_json::Value::Null);
         assert_eq!(r["leader"], 1);
         // A node that knows no leader still answers its view (review s21 membership M9).
         let r = render(2, "candidate", None, &v);

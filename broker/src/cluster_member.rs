@@ -40,6 +40,8 @@ pub struct Member {
     peers: BTreeMap<u64, BasicNode>,
     /// Members' HTTP addresses (`peer_http`), named in a not_leader answer.
     peer_http: BTreeMap<u64, String>,
+    /// Members' Kafka advertised addresses (`peer_kafka`), the brokers of a Metadata answer.
+    pub peer_kafka: BTreeMap<u64, String>,
     /// `cluster_join`: this node never initialises the membership.
     join: bool,
     token: Arc<[u8]>,
@@ -77,6 +79,7 @@ impl Member {
                 .map(|(id, addr)| (*id, BasicNode::new(addr.clone())))
                 .collect(),
             peer_http: c.peer_http.clone(),
+            peer_kafka: c.peer_kafka.clone(),
             join: c.join,
             token: Arc::from(token.as_bytes()),
             timing: c.timing,
@@ -271,6 +274,7 @@ mod tests {
             addr: "127.0.0.1:7102".parse().unwrap(),
             peers: (1..=3).map(|i| (i, format!("127.0.0.1:710{i}"))).collect(),
             peer_http: BTreeMap::from([(1, "http://127.0.0.1:6631".to_string())]),
+            peer_kafka: BTreeMap::new(),
             join: false,
             timing: TIMING,
         };

@@ -289,6 +289,11 @@ pub async fn serve(
         kafka_stop_rx,
         kafka_limits,
         kafka_security,
+        cluster.as_ref().map(|c| KafkaMember {
+            groups: groups.clone(),
+            node_id: c.node_id,
+            peer_kafka: c.peer_kafka.clone(),
+        }),
     )
     .await?;
     let (http_stop_tx, http_stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -371,6 +376,13 @@ fn kafka_security(cfg: &Config) -> anyhow::Result<queenmq_kafka_port::Security> 
     Ok(queenmq_kafka_port::Security { tls, users })
 }
 
+/// What the Kafka port of a cluster member shows of the cluster (`kafka_cluster`).
+struct KafkaMember {
+    groups: Arc<Registry>,
+    node_id: u64,
+    peer_kafka: std::collections::BTreeMap<u64, String>,
+}
+
 /// What the memory budget and the HTTP door's limits allow the Kafka port.
 struct KafkaLimits {
     connections: usize,
@@ -388,6 +400,7 @@ async fn start_kafka(
     stop: tokio::sync::watch::Receiver<bool>,
     limits: KafkaLimits,
     security: queenmq_kafka_port::Security,
+    member: Option<KafkaMember>,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
     if !cfg.kafka_enabled {
         return Ok(None);
@@ -421,8 +434,42 @@ async fn start_kafka(
              is trusted"
         );
     }
+    // A cluster member is its Raft node id to Kafka clients (the broker ids of Metadata);
+    // a single node stays broker 0.
+    let node_id = match &member {
+        None => 0,
+        Some(m) => i32::try_from(m.node_id).map_err(|_| {
+            anyhow!(
+                "node_id {} is above 2147483647, the largest Kafka broker id: give this member \
+                 a smaller id or set kafka_enabled = false",
+                m.node_id
+            )
+        })?,
+    };
+    if let Some(m) = &member {
+        if let Some(named) = m.peer_kafka.get(&m.node_id) {
+            if *named != format!("{host}:{port}") {
+                tracing::warn!(
+                    peer_kafka = %named,
+                    advertised = %format!("{host}:{port}"),
+                    "peer_kafka names this node at another address than its Kafka port \
+                     advertises; the other members send clients to the peer_kafka one"
+                );
+            }
+        }
+    }
+    let cluster = member.map(|m| {
+        Arc::new(crate::kafka_cluster::KafkaCluster::new(
+            m.groups,
+            m.node_id,
+            (host.clone(), port),
+            m.peer_kafka,
+            bus.clone(),
+        )) as Arc<dyn queenmq_kafka_port::cluster::ClusterView>
+    });
     let kcfg = queenmq_kafka_port::KafkaConfig {
-        node_id: 0,
+        node_id,
+        cluster,
         advertised_host: host,
         advertised_port: port,
         // A request larger than the in-flight room could never be read.

@@ -35,6 +35,9 @@ pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
 // Consumer groups (group/).
 pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
 pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+/// Retriable: the client asks FindCoordinator again and goes to the node it names (a
+/// cluster's follower, for a coordinator API the leader answers).
+pub const NOT_COORDINATOR: i16 = 16;
 pub const ILLEGAL_GENERATION: i16 = 22;
 pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
 pub const INVALID_GROUP_ID: i16 = 24;
@@ -55,7 +58,17 @@ pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
 pub fn group_refusal(err: &QueenError) -> i16 {
     match err.code {
         ErrorCode::Unauthorized | ErrorCode::Forbidden => GROUP_AUTHORIZATION_FAILED,
-        _ => COORDINATOR_NOT_AVAILABLE,
+        _ => coordinator_refusal(err, COORDINATOR_NOT_AVAILABLE),
+    }
+}
+
+/// A coordinator API (group or transaction) refused by the engine: on a cluster's follower
+/// (`NotLeader`) NOT_COORDINATOR, after which clients find the coordinator again (the
+/// leader); any other refusal `otherwise`, the API's own retriable code.
+pub fn coordinator_refusal(err: &QueenError, otherwise: i16) -> i16 {
+    match err.code {
+        ErrorCode::NotLeader => NOT_COORDINATOR,
+        _ => otherwise,
     }
 }
 
@@ -113,6 +126,17 @@ mod tests {
         assert_eq!(
             from_queen(&QueenError::not_found("q")),
             UNKNOWN_TOPIC_OR_PARTITION
+        );
+        let follower = QueenError::not_leader(None);
+        assert_eq!(from_queen(&follower), NOT_LEADER_OR_FOLLOWER);
+        assert_eq!(group_refusal(&follower), NOT_COORDINATOR);
+        assert_eq!(
+            group_refusal(&QueenError::unavailable("busy")),
+            COORDINATOR_NOT_AVAILABLE
+        );
+        assert_eq!(
+            coordinator_refusal(&follower, COORDINATOR_LOAD_IN_PROGRESS),
+            NOT_COORDINATOR
         );
         let full = QueenError::new(ErrorCode::StorageFull, "disk");
         assert_eq!(from_queen_in(&full, true), KAFKA_STORAGE_ERROR);

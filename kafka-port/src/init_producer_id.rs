@@ -121,10 +121,14 @@ async fn idempotent(door: &Door, req: &InitProducerIdRequest) -> (i16, i64, i16)
         Err(e) if matches!(e.code, ErrorCode::Unauthorized | ErrorCode::Forbidden) => {
             (errors::CLUSTER_AUTHORIZATION_FAILED, -1, -1)
         }
-        // Busy, disk full, memory: all retriable for the client.
+        // Busy, disk full, memory, a cluster's follower: all retriable for the client.
         Err(_) => (errors::COORDINATOR_LOAD_IN_PROGRESS, -1, -1),
     }
 }
+
+/// Why a follower closes a connection after refusing an idempotent InitProducerId.
+const NOT_LEADER_CLOSE: &str = "InitProducerId on a follower: only the cluster's leader \
+     hands out producer ids; closed so that the client asks another broker";
 
 pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     let req = match decode(version, &mut r) {
@@ -138,13 +142,29 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
         },
         None => idempotent(door, &req).await,
     };
-    encode(
+    let reply = encode(
         &InitProducerIdResponse::default()
             .with_error_code(code)
             .with_producer_id(ProducerId(id))
             .with_producer_epoch(epoch),
         version,
-    )
+    );
+    // An idempotent producer sends InitProducerId to any broker and retries a refusal at
+    // the broker it is connected to: on a follower it would retry there for ever (Kafka has
+    // no code that sends it elsewhere). Closing the connection after the answer makes the
+    // client pick another broker (docs/kafka-compat.md "Cluster").
+    match reply {
+        Reply::Send { version, body }
+            if req.transactional_id.is_none() && code != errors::NONE && door.not_coordinator() =>
+        {
+            Reply::Last {
+                version,
+                body,
+                why: NOT_LEADER_CLOSE.to_string(),
+            }
+        }
+        other => other,
+    }
 }
 
 #[cfg(test)]

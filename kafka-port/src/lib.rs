@@ -16,6 +16,7 @@
 pub mod admin;
 pub mod answer_room;
 pub mod api_versions;
+pub mod cluster;
 pub mod codecs;
 pub mod collisions;
 #[cfg(test)]
@@ -106,6 +107,9 @@ pub struct KafkaConfig {
     /// Fetch sessions kept at most (`kafka_fetch_session_slots`; 0: none, every fetch is
     /// answered sessionless).
     pub fetch_session_slots: usize,
+    /// The cluster this node is a member of (`node_id` is then its Raft node id); `None` on
+    /// a single node, whose answers name this node alone.
+    pub cluster: Option<Arc<dyn cluster::ClusterView>>,
 }
 
 /// How connections are secured: TLS on the socket, SASL logins on top.
@@ -191,6 +195,32 @@ impl Door {
     /// change to nothing, or a join (minted in the coordinator's own context) is refused too.
     pub fn may(&self, row: &queenmq_protocol::CommandMeta) -> bool {
         self.ctx.authorize(row).is_ok()
+    }
+
+    /// The connection's tenant's cluster topology; `None` when its group is not clustered.
+    pub fn topology(&self) -> Option<cluster::Topology> {
+        self.cfg.cluster.as_ref()?.topology(&self.ctx.tenant)
+    }
+
+    /// Whether a coordinator API must be refused NOT_COORDINATOR here: the tenant's group is
+    /// clustered and this node does not lead it (FindCoordinator names the leader).
+    pub fn not_coordinator(&self) -> bool {
+        self.topology()
+            .is_some_and(|t| t.leader != Some(self.cfg.node_id))
+    }
+
+    /// This door with its engine calls sent to `bus` (a follower's Metadata reads).
+    pub fn over_bus(&self, bus: Arc<dyn Bus>) -> Door {
+        Door {
+            bus,
+            cfg: self.cfg.clone(),
+            ctx: self.ctx.clone(),
+            inflight: self.inflight.clone(),
+            answers: self.answers.clone(),
+            groups: self.groups.clone(),
+            fetch_sessions: self.fetch_sessions.clone(),
+            sasl: self.sasl,
+        }
     }
 
     /// The context that describes the tenant's topics (names, partition counts, options):

@@ -1,4 +1,7 @@
-//! Metadata: this node is the only broker and leads every partition; topics are queues.
+//! Metadata: topics are queues. On a single node (and for a tenant whose group is not
+//! clustered) this node is the only broker and leads every partition; on a cluster every
+//! member with a Kafka address is a broker and the group's leader leads every partition
+//! (docs/kafka-compat.md "Cluster").
 
 use std::collections::HashSet;
 
@@ -9,6 +12,7 @@ use kafka_protocol::messages::{BrokerId, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use queenmq_protocol::ErrorCode;
 
+use crate::cluster::Topology;
 use crate::connection::{encode, Reply};
 use crate::wire::{Malformed, Reader};
 use crate::{collisions, errors, topics, Door};
@@ -65,12 +69,71 @@ const MAX_TOPICS: usize = 10_000;
 /// Topics one Metadata request may create; the rest answer LEADER_NOT_AVAILABLE (retried).
 const MAX_CREATIONS: usize = 100;
 
+/// Who leads the partitions of one answer, and which brokers hold them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Leadership {
+    /// `None`: no leader known (a cluster between leaders): partitions answer
+    /// LEADER_NOT_AVAILABLE, which clients retry after refreshing.
+    leader: Option<BrokerId>,
+    replicas: Vec<BrokerId>,
+}
+
+impl Leadership {
+    fn of(door: &Door, topo: Option<&Topology>) -> Leadership {
+        match topo {
+            None => {
+                let node = BrokerId(door.cfg.node_id);
+                Leadership {
+                    leader: Some(node),
+                    replicas: vec![node],
+                }
+            }
+            Some(t) => Leadership {
+                leader: t.leader.map(BrokerId),
+                replicas: t.replicas.iter().copied().map(BrokerId).collect(),
+            },
+        }
+    }
+}
+
+/// The brokers of an answer: this node alone, or every member with a Kafka address.
+fn brokers(door: &Door, topo: Option<&Topology>) -> Vec<MetadataResponseBroker> {
+    match topo {
+        None => vec![MetadataResponseBroker::default()
+            .with_node_id(BrokerId(door.cfg.node_id))
+            .with_host(StrBytes::from_string(door.cfg.advertised_host.clone()))
+            .with_port(i32::from(door.cfg.advertised_port))],
+        Some(t) => t
+            .brokers
+            .iter()
+            .map(|b| {
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(b.id))
+                    .with_host(StrBytes::from_string(b.host.clone()))
+                    .with_port(i32::from(b.port))
+            })
+            .collect(),
+    }
+}
+
 pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
     let req = match decode(version, &mut r) {
         Ok(req) => req,
         Err(e) => return Reply::Close(e.to_string()),
     };
-    let node = BrokerId(door.cfg.node_id);
+    let topo = door.topology();
+    // A follower answers the topics from its own applied state (its engine plans nothing);
+    // an auto-creation still goes to the engine, which refuses it here (the client asks
+    // again and reaches the leader).
+    let follower_door;
+    let door = match (&topo, &door.cfg.cluster) {
+        (Some(t), Some(c)) if t.leader != Some(door.cfg.node_id) => {
+            follower_door = door.over_bus(c.metadata_reads());
+            &follower_door
+        }
+        _ => door,
+    };
+    let lead = Leadership::of(door, topo.as_ref());
     let wanted = match req.topics {
         Some(t) if t.len() > MAX_TOPICS => {
             return Reply::Close(format!(
@@ -118,7 +181,7 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
         out.push(
             topic(
                 door,
-                node,
+                &lead,
                 name,
                 count,
                 req.allow_auto_topic_creation,
@@ -135,14 +198,14 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
             "metadata: auto-creations refused, the names collide with existing topics"
         );
     }
-    let broker = MetadataResponseBroker::default()
-        .with_node_id(node)
-        .with_host(StrBytes::from_string(door.cfg.advertised_host.clone()))
-        .with_port(i32::from(door.cfg.advertised_port));
+    let controller = match lead.leader {
+        Some(id) if version >= 1 => id,
+        _ => BrokerId(-1),
+    };
     let resp = MetadataResponse::default()
-        .with_brokers(vec![broker])
+        .with_brokers(brokers(door, topo.as_ref()))
         .with_cluster_id((version >= 2).then(|| StrBytes::from_static_str(CLUSTER_ID)))
-        .with_controller_id(if version >= 1 { node } else { BrokerId(-1) })
+        .with_controller_id(controller)
         .with_topics(out);
     encode(&resp, version)
 }
@@ -160,7 +223,7 @@ struct Creation {
 /// `count`: the topic's partition count as read, `None` for a name Kafka does not allow.
 async fn topic(
     door: &Door,
-    node: BrokerId,
+    lead: &Leadership,
     name: &str,
     count: Option<Result<u32, queenmq_protocol::QueenError>>,
     auto_create: bool,
@@ -199,15 +262,26 @@ async fn topic(
         Ok(n) => base.with_partitions(
             (0..n)
                 .map(|i| {
-                    MetadataResponsePartition::default()
+                    let p = MetadataResponsePartition::default()
                         .with_partition_index(i as i32)
-                        .with_leader_id(node)
                         .with_leader_epoch(0)
-                        .with_replica_nodes(vec![node])
-                        .with_isr_nodes(vec![node])
+                        .with_replica_nodes(lead.replicas.clone())
+                        .with_isr_nodes(lead.replicas.clone());
+                    match lead.leader {
+                        Some(id) => p.with_leader_id(id),
+                        // Per partition, retriable: the client refreshes and asks again.
+                        None => p
+                            .with_leader_id(BrokerId(-1))
+                            .with_error_code(errors::LEADER_NOT_AVAILABLE),
+                    }
                 })
                 .collect(),
         ),
+        // An auto-creation a follower's engine refused: retriable, the client asks again
+        // (and reaches the leader, which creates it).
+        Err(e) if e.code == ErrorCode::NotLeader => {
+            base.with_error_code(errors::LEADER_NOT_AVAILABLE)
+        }
         Err(e) => {
             if e.code != ErrorCode::NotFound {
                 tracing::info!(topic = name, error = %e, "metadata: topic refused");

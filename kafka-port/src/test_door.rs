@@ -32,6 +32,7 @@ pub fn over(bus: Arc<dyn Bus>) -> Door {
         ctx: RequestCtx::default(),
         log_dir: "/tmp".into(),
         fetch_session_slots: 0,
+        cluster: None,
     };
     Door {
         bus,

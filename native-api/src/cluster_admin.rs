@@ -32,6 +32,8 @@ pub enum MembershipOp {
         id: u64,
         cluster_addr: String,
         http: String,
+        /// Its Kafka port's advertised `host:port`, named to Kafka clients (optional).
+        kafka: Option<String>,
     },
     Promote(Vec<u64>),
     Remove(u64),
@@ -86,6 +88,7 @@ pub async fn add_learner(
         id: node_id(m.get("id"))?,
         cluster_addr: cluster_addr(m.get("clusterAddr"))?,
         http: http_addr(m.get("httpAddr"))?,
+        kafka: kafka_addr(m.get("kafkaAddr"))?,
     };
     Ok(Json(admin(&app, &ctx)?.change(op).await?).into_response())
 }
@@ -178,6 +181,20 @@ fn cluster_addr(v: Option<&Value>) -> Result<String, ApiError> {
     Ok(s.to_string())
 }
 
+/// `host:port` with a port above 0, as `peer_kafka` takes it; absent or null: none.
+fn kafka_addr(v: Option<&Value>) -> Result<Option<String>, ApiError> {
+    if matches!(v, None | Some(Value::Null)) {
+        return Ok(None);
+    }
+    let s = text(v, "kafkaAddr")?;
+    if !host_port(s) {
+        return Err(ApiError::bad(format!(
+            "kafkaAddr {s:?} is not host:port with a port above 0"
+        )));
+    }
+    Ok(Some(s.to_string()))
+}
+
 /// `http://host:port` (or `https://`), nothing after the port, as `peer_http` takes it.
 fn http_addr(v: Option<&Value>) -> Result<String, ApiError> {
     let s = text(v, "httpAddr")?;
@@ -245,5 +262,17 @@ mod tests {
         }
         let long = format!("http://{}:1", "h".repeat(MAX_ADDR));
         assert!(http_addr(Some(&json!(long))).is_err());
+        assert_eq!(kafka_addr(None).unwrap(), None);
+        assert_eq!(kafka_addr(Some(&Value::Null)).unwrap(), None);
+        assert_eq!(
+            kafka_addr(Some(&json!("10.0.0.4:9092")))
+                .unwrap()
+                .as_deref(),
+            Some("10.0.0.4:9092")
+        );
+        for bad in ["10.0.0.4", "http://h:1", "h:0", ""] {
+            assert!(kafka_addr(Some(&json!(bad))).is_err(), "{bad}");
+        }
+        assert!(kafka_addr(Some(&json!(9092))).is_err());
     }
 }

@@ -15,11 +15,13 @@ use crate::types::Membership;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// A new member that receives the log but does not vote: `cluster_addr` is its Raft
-    /// listener (`host:port`), `http` its HTTP door (`http://host:port`).
+    /// listener (`host:port`), `http` its HTTP door (`http://host:port`), `kafka` its Kafka
+    /// port's advertised address (`host:port`) when it serves Kafka clients.
     AddLearner {
         id: u64,
         cluster_addr: String,
         http: String,
+        kafka: Option<String>,
     },
     /// Learners made voters (one joint-consensus change).
     Promote(BTreeSet<u64>),
@@ -35,6 +37,8 @@ pub struct MemberView {
     pub cluster_addr: String,
     /// Its HTTP address, when it was added with one (members of `peers` carry none).
     pub http: Option<String>,
+    /// Its Kafka advertised address, when it was added with one.
+    pub kafka: Option<String>,
     /// The last log index the leader knows this member holds; None off the leader, or not
     /// known yet.
     pub matched: Option<u64>,
@@ -125,6 +129,7 @@ pub(crate) fn plan(
             id,
             cluster_addr,
             http,
+            kafka,
         } => {
             if *id == 0 {
                 return Err(refuse(
@@ -155,8 +160,20 @@ pub(crate) fn plan(
                         format!("node {other} already has the HTTP address {http}"),
                     ));
                 }
+                if let Some(k) = kafka.as_deref().filter(|k| {
+                    member_addr::kafka_part(&node.addr).is_some_and(|o| o.eq_ignore_ascii_case(k))
+                }) {
+                    return Err(refuse(
+                        ChangeRefusal::Duplicate,
+                        format!("node {other} already has the Kafka address {k}"),
+                    ));
+                }
             }
-            let node = BasicNode::new(member_addr::compose(cluster_addr, Some(http)));
+            let node = BasicNode::new(member_addr::compose(
+                cluster_addr,
+                Some(http),
+                kafka.as_deref(),
+            ));
             Ok(ChangeMembers::AddNodes(BTreeMap::from([(*id, node)])))
         }
         Change::Promote(ids) => {
@@ -218,6 +235,7 @@ pub(crate) fn view(
             voter: voters.contains(id),
             cluster_addr: member_addr::cluster_part(&node.addr).to_string(),
             http: member_addr::http_part(&node.addr).map(str::to_string),
+            kafka: member_addr::kafka_part(&node.addr).map(str::to_string),
             matched: matched.and_then(|m| m.get(id).copied().flatten()),
         })
         .collect();
@@ -237,7 +255,12 @@ mod tests {
             .chain(learners)
             .map(|i| {
                 let http = (*i > 3).then(|| format!("http://127.0.0.1:663{i}"));
-                let addr = member_addr::compose(&format!("127.0.0.1:710{i}"), http.as_deref());
+                let kafka = (*i > 4).then(|| format!("127.0.0.1:909{i}"));
+                let addr = member_addr::compose(
+                    &format!("127.0.0.1:710{i}"),
+                    http.as_deref(),
+                    kafka.as_deref(),
+                );
                 (*i, BasicNode::new(addr))
             })
             .collect();
@@ -286,6 +309,7 @@ mod tests {
             id,
             cluster_addr: cluster.into(),
             http: http.into(),
+            kafka: None,
         }
     }
 
@@ -297,6 +321,23 @@ mod tests {
             panic!("{c:?}")
         };
         assert_eq!(nodes[&4].addr, "127.0.0.1:7104;http://127.0.0.1:6634");
+        let with_kafka = Change::AddLearner {
+            id: 6,
+            cluster_addr: "127.0.0.1:7106".into(),
+            http: "http://127.0.0.1:6636".into(),
+            kafka: Some("127.0.0.1:9096".into()),
+        };
+        let ChangeMembers::AddNodes(nodes) = plan(&m, &with_kafka).unwrap() else {
+            panic!("not an add")
+        };
+        assert_eq!(
+            nodes[&6].addr,
+            "127.0.0.1:7106;http://127.0.0.1:6636;127.0.0.1:9096"
+        );
+        let view = view(&membership(&[1, 5], &[]), None, false);
+        let five = view.members.iter().find(|m| m.id == 5).unwrap();
+        assert_eq!(five.kafka.as_deref(), Some("127.0.0.1:9095"));
+        assert_eq!(five.http.as_deref(), Some("http://127.0.0.1:6635"));
     }
 
     #[test]
@@ -307,6 +348,14 @@ mod tests {
             add(5, "127.0.0.1:7101", "http://127.0.0.1:6699"),
             add(5, "127.0.0.1:7199", "http://127.0.0.1:6634"),
         ];
+        let m5 = membership(&[1, 5], &[]);
+        let same_kafka = Change::AddLearner {
+            id: 7,
+            cluster_addr: "127.0.0.1:7107".into(),
+            http: "http://127.0.0.1:6637".into(),
+            kafka: Some("127.0.0.1:9095".into()),
+        };
+        assert_eq!(kind(plan(&m5, &same_kafka)), ChangeRefusal::Duplicate);
         for c in dup {
             assert_eq!(kind(plan_(&m, &c)), ChangeRefusal::Duplicate, "{c:?}");
         }

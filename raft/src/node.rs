@@ -426,6 +426,18 @@ impl RaftNode {
         crate::member_addr::http_part(&node.addr).map(str::to_string)
     }
 
+    /// Every member of the effective membership as this node knows it now: its id, its
+    /// `addr` (`member_addr`), and whether it votes. Read from openraft's latest metrics, so
+    /// it never waits on the core (the Kafka port's Metadata asks it on every request).
+    pub fn members_now(&self) -> Vec<(u64, String, bool)> {
+        let m = self.inner.raft.metrics().borrow().membership_config.clone();
+        let voters: std::collections::BTreeSet<u64> = m.membership().voter_ids().collect();
+        m.membership()
+            .nodes()
+            .map(|(id, node)| (*id, node.addr.clone(), voters.contains(id)))
+            .collect()
+    }
+
     /// Runs one membership operation on the leader; resolves once its entry (both entries of a
     /// joint change) committed. Refused with `RaftError::ChangeRefused` when `plan` refuses it
     /// or another operation of this node is running, and with `RaftError::Membership` when

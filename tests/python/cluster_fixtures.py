@@ -23,7 +23,9 @@ ELECTION_MS = 3000
 RELAYED = {"x-queen-forwarded": "9"}
 
 
-def make_cluster(broker_factory):
+def make_cluster(broker_factory, peer_kafka=False):
+    """Three unstarted members; with `peer_kafka`, each knows every member's Kafka port (the
+    brokers its Kafka Metadata lists)."""
     ids = [1, 2, 3]
     # Every port reserved up front, Kafka's too: a later pick could take a port reserved
     # for a node not started yet (review s16 A8).
@@ -32,6 +34,7 @@ def make_cluster(broker_factory):
     kafka_ports = {i: free_port() for i in ids}
     peers = ",".join(f"{i}=127.0.0.1:{raft_ports[i]}" for i in ids)
     peer_http = ",".join(f"{i}=http://127.0.0.1:{http_ports[i]}" for i in ids)
+    kafka_env = {"QUEEN_PEER_KAFKA": ",".join(f"{i}=127.0.0.1:{kafka_ports[i]}" for i in ids)}
     nodes = {}
     for i in ids:
         nodes[i] = broker_factory(
@@ -46,6 +49,7 @@ def make_cluster(broker_factory):
                 "QUEEN_PEER_HTTP": peer_http,
                 "QUEEN_CLUSTER_HEARTBEAT_MS": str(HEARTBEAT_MS),
                 "QUEEN_CLUSTER_ELECTION_TIMEOUT_MS": str(ELECTION_MS),
+                **(kafka_env if peer_kafka else {}),
             },
         )
     return nodes
@@ -95,9 +99,9 @@ def wait_settled(http, nodes):
     raise AssertionError(f"no settled leader within {FORM_S} s")
 
 
-def started_cluster(broker_factory, http):
+def started_cluster(broker_factory, http, peer_kafka=False):
     """Three nodes made, spawned and settled: (nodes, the leader's id)."""
-    nodes = make_cluster(broker_factory)
+    nodes = make_cluster(broker_factory, peer_kafka=peer_kafka)
     for n in nodes.values():
         spawn(n)
     views = wait_settled(http, nodes)

@@ -21,6 +21,9 @@ pub struct Cluster {
     pub peers: BTreeMap<u64, String>,
     /// Members' HTTP addresses (`peer_http`), for the `leaderUrl` of a not_leader answer.
     pub peer_http: BTreeMap<u64, String>,
+    /// Members' Kafka advertised addresses (`peer_kafka`, `host:port`), the brokers of a
+    /// Kafka Metadata answer.
+    pub peer_kafka: BTreeMap<u64, String>,
     /// `cluster_join`: never initialise the membership; wait to be added as a learner.
     pub join: bool,
     pub timing: Timing,
@@ -127,6 +130,52 @@ pub fn parse_peer_http(text: &str) -> Result<BTreeMap<u64, String>, ValueError> 
     Ok(out)
 }
 
+/// `id=host:port` entries separated by commas, each id above 0 and a Kafka broker id (at
+/// most 2^31 - 1), each address `host:port` with a port above 0, no two ids at one address
+/// however spelled (a client would take them for one broker). An id need not be one of
+/// `peers`, as for `peer_http` (review s21 membership M8: a node joining at run time names
+/// the first boot's members here).
+pub fn parse_peer_kafka(text: &str) -> Result<BTreeMap<u64, String>, ValueError> {
+    let mut out: BTreeMap<u64, String> = BTreeMap::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (id, addr) = entry
+            .split_once('=')
+            .ok_or_else(|| bad("peer_kafka", format!("entry {entry:?} is not id=host:port")))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .ok()
+            .filter(|id| *id > 0)
+            .ok_or_else(|| bad("peer_kafka", format!("{id:?} is not a node id above 0")))?;
+        if i32::try_from(id).is_err() {
+            return Err(bad(
+                "peer_kafka",
+                format!("node {id} is above 2147483647, the largest Kafka broker id"),
+            ));
+        }
+        let addr = addr.trim();
+        if addr.contains('/') || split_host_port(addr).is_none() {
+            return Err(bad(
+                "peer_kafka",
+                format!("entry {entry:?}: the address must be host:port with a port above 0"),
+            ));
+        }
+        if let Some((other, _)) = out
+            .iter()
+            .find(|(_, a)| queenmq_raft::member_addr::same_socket(a, addr))
+        {
+            return Err(bad(
+                "peer_kafka",
+                format!("nodes {other} and {id} have the same address {addr}"),
+            ));
+        }
+        if out.insert(id, addr.to_string()).is_some() {
+            return Err(bad("peer_kafka", format!("node id {id} is named twice")));
+        }
+    }
+    Ok(out)
+}
+
 impl Config {
     /// The cluster this node belongs to: `None` for the single-node broker (none of
     /// `cluster_token`, `cluster_addr`, `peers` set; `node_id` is then ignored).
@@ -134,7 +183,8 @@ impl Config {
         let any = self.cluster_token.is_some()
             || self.cluster_addr.is_some()
             || self.peers.is_some()
-            || self.peer_http.is_some();
+            || self.peer_http.is_some()
+            || self.peer_kafka.is_some();
         if !any {
             // `node_id` alone changes nothing: the single-node group is node 1.
             return Ok(None);
@@ -191,6 +241,10 @@ impl Config {
             Some(text) => parse_peer_http(text)?,
             None => BTreeMap::new(),
         };
+        let peer_kafka = match self.peer_kafka.as_deref() {
+            Some(text) => parse_peer_kafka(text)?,
+            None => BTreeMap::new(),
+        };
         if self.cluster_election_timeout_ms < MIN_ELECTION_HEARTBEATS * self.cluster_heartbeat_ms {
             return Err(bad(
                 "cluster_election_timeout_ms",
@@ -206,6 +260,7 @@ impl Config {
             addr,
             peers,
             peer_http,
+            peer_kafka,
             join: self.cluster_join,
             timing: Timing {
                 heartbeat_ms: self.cluster_heartbeat_ms,

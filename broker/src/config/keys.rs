@@ -603,6 +603,12 @@ pub(crate) const KEYS: &[KeySpec] = &[
         kind: Kind::Text,
     },
     KeySpec {
+        name: "peer_kafka",
+        env: "QUEEN_PEER_KAFKA",
+        flag: None,
+        kind: Kind::Text,
+    },
+    KeySpec {
         name: "cluster_heartbeat_ms",
         env: "QUEEN_CLUSTER_HEARTBEAT_MS",
         flag: None,

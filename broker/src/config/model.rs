@@ -194,6 +194,10 @@ pub struct Config {
     /// Each member's HTTP address as `id=http://host:port`, comma-separated: what a follower
     /// names as `leaderUrl` when it refuses a write. Optional; ids must be in `peers`.
     pub peer_http: Option<String>,
+    /// Each member's Kafka advertised address as `id=host:port`, comma-separated: the brokers
+    /// a member's Kafka Metadata lists, and where it sends Kafka clients for the leader.
+    /// Optional; ids must be in `peers`.
+    pub peer_kafka: Option<String>,
     /// A cluster member's Raft heartbeat, which openraft also takes as the whole timeout of
     /// one append to a follower (its fsync included): it must exceed the followers' worst
     /// fsync. Ignored on a single node.
@@ -291,6 +295,7 @@ impl Default for Config {
             peers: None,
             cluster_join: false,
             peer_http: None,
+            peer_kafka: None,
             cluster_heartbeat_ms: 500,
             cluster_election_timeout_ms: 5_000,
             forward_max_inflight: 1_024,
@@ -565,6 +570,7 @@ impl Config {
             "cluster_addr" => (self.cluster_addr.map(|a| toml_string(&a.to_string())), None),
             "peers" => (self.peers.as_deref().map(toml_string), None),
             "peer_http" => (self.peer_http.as_deref().map(toml_string), None),
+            "peer_kafka" => (self.peer_kafka.as_deref().map(toml_string), None),
             "metrics_require_auth" => (self.metrics_require_auth.map(|b| b.to_string()), None),
             "log" => (Some(toml_string(&self.log)), None),
             "accept_data_loss" => (Some(self.accept_data_loss.to_string()), None),

@@ -48,6 +48,7 @@ fn unset_meaning(name: &str) -> &'static str {
         "kafka_sasl_users_file" => "no SASL: the Kafka port runs only with authentication off",
         "cluster_token" | "cluster_addr" | "peers" => "a single node",
         "peer_http" => "no leaderUrl in a follower's not_leader answer",
+        "peer_kafka" => "Kafka Metadata lists only this node and members added with kafkaAddr",
         _ => "default",
     }
 }

@@ -822,6 +822,51 @@ fn peer_http_is_range_checked() {
     assert_eq!(c.peer_http[&3], "http://c:6632");
 }
 
+#[test]
+fn peer_kafka_is_range_checked() {
+    let with = |kafka: &str| {
+        vec![
+            ("QUEEN_CLUSTER_TOKEN", CLUSTER_TOKEN.to_string()),
+            ("QUEEN_CLUSTER_ADDR", "127.0.0.1:7100".to_string()),
+            ("QUEEN_NODE_ID", "1".to_string()),
+            (
+                "QUEEN_PEERS",
+                "1=a:7100,2=b:7100,3000000000=c:7100".to_string(),
+            ),
+            ("QUEEN_PEER_KAFKA", kafka.to_string()),
+        ]
+    };
+    for bad in [
+        "0=c:9092",
+        "1=localhost:9092,2=127.0.0.1:9092",
+        "1=a",
+        "1=a:0",
+        "1=http://a:9092",
+        "1=a:9092,1=b:9092",
+        "1=a:9092,2=A:9092",
+        "x=a:9092",
+        "3000000000=c:9092",
+        "1",
+    ] {
+        let pairs = with(bad);
+        let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let err = load_env(&ConfigArgs::default(), &refs).expect_err(bad);
+        assert_eq!(err.key(), Some("peer_kafka"), "{bad}: {err}");
+    }
+    // An id outside peers is accepted, as in peer_http (a node joining at run time).
+    let pairs = with("1=127.0.0.1:9092, 2=b:19092, 4=d:9092");
+    let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let c = load_env(&ConfigArgs::default(), &refs)
+        .expect("valid")
+        .config
+        .cluster()
+        .expect("valid")
+        .expect("a cluster");
+    assert_eq!(c.peer_kafka[&1], "127.0.0.1:9092");
+    assert_eq!(c.peer_kafka[&2], "b:19092");
+    assert!(!c.peer_kafka.contains_key(&3_000_000_000));
+}
+
 /// Review s16 B5: a cluster's heartbeat and election timeout are keys, with defaults wider
 /// than a single node's 100 ms (the heartbeat is openraft's whole append timeout, a
 /// follower's fsync included), and an election timeout too close to the heartbeat is refused.

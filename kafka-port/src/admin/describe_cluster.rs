@@ -1,5 +1,5 @@
-//! DescribeCluster (KIP-700): the one broker, which is also the controller, under the
-//! cluster id Metadata gives.
+//! DescribeCluster (KIP-700): the brokers and controller Metadata names (this one broker, or
+//! a cluster's members and its leader), under the cluster id Metadata gives.
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{BrokerId, DescribeClusterResponse};
@@ -57,11 +57,28 @@ pub fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
             )))
             .with_controller_id(BrokerId(-1))
     } else {
-        resp.with_controller_id(node)
-            .with_brokers(vec![DescribeClusterBroker::default()
-                .with_broker_id(node)
-                .with_host(StrBytes::from_string(door.cfg.advertised_host.clone()))
-                .with_port(i32::from(door.cfg.advertised_port))])
+        match door.topology() {
+            None => {
+                resp.with_controller_id(node)
+                    .with_brokers(vec![DescribeClusterBroker::default()
+                        .with_broker_id(node)
+                        .with_host(StrBytes::from_string(door.cfg.advertised_host.clone()))
+                        .with_port(i32::from(door.cfg.advertised_port))])
+            }
+            Some(t) => resp
+                .with_controller_id(BrokerId(t.leader.unwrap_or(-1)))
+                .with_brokers(
+                    t.brokers
+                        .iter()
+                        .map(|b| {
+                            DescribeClusterBroker::default()
+                                .with_broker_id(BrokerId(b.id))
+                                .with_host(StrBytes::from_string(b.host.clone()))
+                                .with_port(i32::from(b.port))
+                        })
+                        .collect(),
+                ),
+        }
     };
     encode(&resp, version)
 }

@@ -1,5 +1,6 @@
 //! FindCoordinator, ListGroups, DescribeGroups and DeleteGroups. This node coordinates every
-//! group; the list joins the live groups of the coordinator with the durable ones.
+//! group (on a cluster, the leader does); the list joins the live groups of the coordinator
+//! with the durable ones.
 
 use std::collections::BTreeMap;
 
@@ -55,20 +56,26 @@ pub async fn find_coordinator(door: &Door, version: i16, mut r: Reader) -> Reply
         Err(err) => return Reply::Close(err.to_string()),
     };
     let cfg = &door.cfg;
-    // This node coordinates every group and every transactional id of the tenant.
-    let code = if key_type == KEY_TYPE_GROUP || key_type == KEY_TYPE_TRANSACTION {
-        e::NONE
-    } else {
+    // One node coordinates every group and every transactional id of the tenant: this node,
+    // or on a cluster the group's leader (whose engine holds the generations and offsets).
+    let topo = door.topology();
+    let leader = topo.as_ref().map(|t| t.leader_broker());
+    let code = if key_type != KEY_TYPE_GROUP && key_type != KEY_TYPE_TRANSACTION {
         e::INVALID_REQUEST
+    } else if matches!(leader, Some(None)) {
+        // Between leaders: retriable, the client asks again.
+        e::COORDINATOR_NOT_AVAILABLE
+    } else {
+        e::NONE
     };
-    let (node, host, port) = if code == e::NONE {
-        (
+    let (node, host, port) = match leader {
+        _ if code != e::NONE => (-1, "", -1),
+        Some(Some(b)) => (b.id, b.host.as_str(), i32::from(b.port)),
+        _ => (
             cfg.node_id,
             cfg.advertised_host.as_str(),
             i32::from(cfg.advertised_port),
-        )
-    } else {
-        (-1, "", -1)
+        ),
     };
     let resp = if version >= 4 {
         let entries = keys
@@ -89,8 +96,10 @@ pub async fn find_coordinator(door: &Door, version: i16, mut r: Reader) -> Reply
             .with_node_id(BrokerId(node))
             .with_host(s(host))
             .with_port(port);
-        if version >= 1 && code != e::NONE {
+        if version >= 1 && code == e::INVALID_REQUEST {
             resp.with_error_message(Some(s("unknown coordinator key type")))
+        } else if version >= 1 && code != e::NONE {
+            resp.with_error_message(Some(s("no leader is known yet; retry")))
         } else {
             resp
         }

@@ -97,7 +97,8 @@ impl Coordinator {
                 Ok(generation) => self.lock().complete_join(&group, generation, self.now()),
                 Err(err) => {
                     tracing::warn!(%group, error = %err, "kafka group generation not written; members told to retry");
-                    self.lock().abort_join(&group, e::COORDINATOR_NOT_AVAILABLE);
+                    let code = e::coordinator_refusal(&err, e::COORDINATOR_NOT_AVAILABLE);
+                    self.lock().abort_join(&group, code);
                 }
             }
         }

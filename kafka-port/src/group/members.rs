@@ -194,6 +194,8 @@ pub async fn join(door: &Door, version: i16, mut r: Reader, client_id: &str, hos
         JoinAnswer::error(e::INVALID_GROUP_ID, &args.member_id)
     } else if !may_join(door) {
         JoinAnswer::error(e::GROUP_AUTHORIZATION_FAILED, &args.member_id)
+    } else if door.not_coordinator() {
+        JoinAnswer::error(e::NOT_COORDINATOR, &args.member_id)
     } else {
         door.groups.join(door, args).await
     };
@@ -281,6 +283,10 @@ pub async fn heartbeat(door: &Door, version: i16, mut r: Reader) -> Reply {
         e::INVALID_GROUP_ID
     } else if !may_join(door) {
         e::GROUP_AUTHORIZATION_FAILED
+    } else if door.not_coordinator() {
+        // A node that lost the lead keeps its members in memory: their next heartbeat sends
+        // them to the new leader, where the group's generation lives.
+        e::NOT_COORDINATOR
     } else {
         door.groups.lock().heartbeat(
             &group,

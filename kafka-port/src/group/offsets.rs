@@ -201,6 +201,7 @@ fn commit_error(err: &queenmq_protocol::QueenError) -> i16 {
     match err.code {
         ErrorCode::Unavailable | ErrorCode::RequestTimeout => e::COORDINATOR_NOT_AVAILABLE,
         ErrorCode::Unauthorized | ErrorCode::Forbidden => e::GROUP_AUTHORIZATION_FAILED,
+        ErrorCode::NotLeader => e::NOT_COORDINATOR,
         _ => e::from_queen(err),
     }
 }

@@ -131,8 +131,12 @@ pub async fn call(door: &Door, req: KafkaTxnReq) -> Result<KafkaTxnOutcome, i16>
         Err(e) if matches!(e.code, ErrorCode::Unauthorized | ErrorCode::Forbidden) => {
             Err(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         }
-        // Busy, disk full, memory, not the leader: retriable for the client.
-        Err(_) => Err(errors::COORDINATOR_LOAD_IN_PROGRESS),
+        // Busy, disk full, memory: retriable for the client; a follower sends it to the
+        // coordinator (the leader).
+        Err(e) => Err(errors::coordinator_refusal(
+            &e,
+            errors::COORDINATOR_LOAD_IN_PROGRESS,
+        )),
     }
 }
 

@@ -391,6 +391,34 @@ pub fn kv_full() -> QueenError {
     )
 }
 
+/// A KV call of reads only (get, getMany, getPrefix), answered from the applied state without
+/// planning: a cluster follower's answer to the Kafka port's Metadata reads of its rows
+/// (docs/cluster.md "Kafka clients"). `None` when an op writes.
+pub fn applied_gets(
+    st: &crate::state::State,
+    now: i64,
+    req: &KvReq,
+) -> Option<Result<KvOutcome, QueenError>> {
+    let reads_only = req.ops.iter().all(|o| {
+        matches!(
+            o,
+            KvOp::Get { .. } | KvOp::GetMany { .. } | KvOp::GetPrefix { .. }
+        )
+    });
+    if !reads_only {
+        return None;
+    }
+    Some(match KvJudge::new(st, now).judge_all(&req.ops) {
+        Ok(Ok(judged)) if judged.writes.is_empty() => Ok(KvOutcome::Results(judged.results)),
+        Ok(Ok(_)) => Err(QueenError::new(
+            ErrorCode::Internal,
+            "a KV read judged a write",
+        )),
+        Ok(Err(p)) => Ok(KvOutcome::Precondition(p)),
+        Err(e) => Err(e),
+    })
+}
+
 impl Planner<'_> {
     pub fn plan_kv(&mut self, req: &KvReq) -> Result<KvOutcome, QueenError> {
         self.refuse_kv_growth_under_pressure(&req.ops)?;

@@ -423,3 +423,30 @@ fn a_transaction_rider_refused_by_its_gate_writes_nothing_and_names_the_flat_ind
     assert_eq!(fx.st.kv.last_version, 2);
     fx.assert_replays();
 }
+
+/// A cluster follower's Metadata reads of the door's rows: answered from the applied state,
+/// and only when every op reads (docs/cluster.md "Kafka clients").
+#[test]
+fn applied_gets_answer_reads_only() {
+    let mut fx = Fixture::new();
+    write(&mut fx, put("a", "1", 3600));
+    let reads = KvReq {
+        ops: vec![get("a"), get("missing")],
+    };
+    let versions_before = fx.st.kv.last_version;
+    match super::applied_gets(&fx.st, fx.clock, &reads) {
+        Some(Ok(KvOutcome::Results(r))) => {
+            assert!(
+                matches!(&r[0], KvResult::Get(Some(row)) if row.value.as_deref() == Some("1")),
+                "{r:?}"
+            );
+            assert!(matches!(&r[1], KvResult::Get(None)), "{r:?}");
+        }
+        other => panic!("not answered: {other:?}"),
+    }
+    assert_eq!(fx.st.kv.last_version, versions_before);
+    let mixed = KvReq {
+        ops: vec![get("a"), put("b", "2", 3600)],
+    };
+    assert!(super::applied_gets(&fx.st, fx.clock, &mixed).is_none());
+}

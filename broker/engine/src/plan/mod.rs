@@ -88,7 +88,7 @@ use crate::state::State;
 
 pub use compaction::{Compacted, CompactionBudget, Memo, Segment, TooLive};
 pub use kafka_txns::entry_bound as kafka_txn_entry_bound;
-pub use kv::KV_SWEEP_PER_CYCLE;
+pub use kv::{applied_gets, KV_SWEEP_PER_CYCLE};
 pub use memory_gate::MemoryGate;
 pub use pop::PopPlan;
 pub use retention::{has_retention, retention_low, RetentionSweep};

@@ -43,6 +43,22 @@ pub fn answer_at(
     }
 }
 
+/// The reads a cluster follower answers from its applied state, for the Kafka port's
+/// Metadata (docs/cluster.md "Kafka clients"): the queue list, one queue's partitions and a
+/// collision check, none of which reads the message log. `None` for every other read, which
+/// only the leader answers.
+pub fn applied_metadata(st: &State, req: &ReadReq) -> Option<Result<ReadAnswer, QueenError>> {
+    use ReadAnswer as A;
+    Some(match req {
+        ReadReq::Queues => Ok(A::Queues(queues::list(st))),
+        ReadReq::Queue { queue, page } => queues::one(st, queue, *page).map(A::Queue),
+        ReadReq::TopicCollisions { names } => {
+            collisions::collisions(st, names).map(A::TopicCollisions)
+        }
+        _ => return None,
+    })
+}
+
 pub fn answer(
     st: &State,
     rd: &mut MessageReader<'_>,
