@@ -161,7 +161,8 @@ pub(crate) fn plan(
                     ));
                 }
                 if let Some(k) = kafka.as_deref().filter(|k| {
-                    member_addr::kafka_part(&node.addr).is_some_and(|o| o.eq_ignore_ascii_case(k))
+                    member_addr::kafka_part(&node.addr)
+                        .is_some_and(|o| member_addr::same_socket(o, k))
                 }) {
                     return Err(refuse(
                         ChangeRefusal::Duplicate,
@@ -327,7 +328,8 @@ mod tests {
             http: "http://127.0.0.1:6636".into(),
             kafka: Some("127.0.0.1:9096".into()),
         };
-        let ChangeMembers::AddNodes(nodes) = plan(&m, &with_kafka).unwrap() else {
+        let ChangeMembers::AddNodes(nodes) = plan(&m, &with_kafka, &BTreeMap::new()).unwrap()
+        else {
             panic!("not an add")
         };
         assert_eq!(
@@ -355,7 +357,10 @@ mod tests {
             http: "http://127.0.0.1:6637".into(),
             kafka: Some("127.0.0.1:9095".into()),
         };
-        assert_eq!(kind(plan(&m5, &same_kafka)), ChangeRefusal::Duplicate);
+        assert_eq!(
+            kind(plan(&m5, &same_kafka, &BTreeMap::new())),
+            ChangeRefusal::Duplicate
+        );
         for c in dup {
             assert_eq!(kind(plan_(&m, &c)), ChangeRefusal::Duplicate, "{c:?}");
         }

@@ -156,6 +156,7 @@ async fn t13_m5_a_fresh_learner_votes_once_caught_up() {
         id: 4,
         cluster_addr: addr4,
         http: "http://127.0.0.1:1".into(),
+        kafka: None,
     };
     members[&lead]
         .node
