@@ -160,14 +160,17 @@ mod tests {
         assert_eq!((c.connections, c.long_polls), (128, 126));
         let worst = (c.connections + 16) * (CONNECTION_BYTES + IN_FLIGHT_BYTES);
         assert!(worst <= small.budget.connections_bytes(), "{worst}");
+        // A large one keeps the configured caps, polls at most one per connection (an
+        // HTTP/1 connection parks one request at a time).
         let large = Memory::new(Budget::derive(64 << 30, None, None));
         assert_eq!(
-            caps(&large, 10_000, 16, 20_000),
+            caps(&large, 10_000, 16, 5_000),
             DoorCaps {
                 connections: 10_000,
-                long_polls: 20_000
+                long_polls: 5_000
             }
         );
+        assert_eq!(caps(&large, 10_000, 16, 20_000).long_polls, 10_000);
         // A reserve larger than the share leaves the floor, never zero.
         let tiny = Memory::new(Budget::derive(32 << 20, None, None));
         assert_eq!(
