@@ -149,9 +149,14 @@ impl Member {
         let gate = VoteGate::new(self.node_id, data_dir.join(JOIN_MARKER));
         let network =
             TcpNetwork::new(self.node_id, group, &self.token, limits()).with_gate(gate.clone());
+        // A node whose joining marker stands was started to join once and has not caught up
+        // as a learner: it never initialises, whatever this start's `cluster_join` says (review
+        // s22 membership M3: restarted without the flag it founded a group of its own, whose
+        // acknowledged writes the real group's log then truncated).
+        let marked = data_dir.join(JOIN_MARKER).exists();
         let start = ClusterStart {
             peers: self.peers.clone(),
-            initialise: self.initialises(),
+            initialise: self.initialises() && !marked,
             entry_limit,
             join: self.join,
             gate: Some(gate.clone()),

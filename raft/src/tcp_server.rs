@@ -261,6 +261,9 @@ async fn dispatch(kind: Kind, body: &[u8], groups: &Groups) -> Result<Vec<u8>, C
     };
     Ok(match request {
         Request::Append(r) => {
+            if let Some(refusal) = append_refusal(&raft, gate.as_ref(), &r) {
+                return Ok(refusal);
+            }
             let leader_commit = r.leader_commit.map(|l| l.index);
             let answer = rpc_codec::encode_reply(&raft.append_entries(r).await);
             if let Some(gate) = &gate {
@@ -278,6 +281,41 @@ async fn dispatch(kind: Kind, body: &[u8], groups: &Groups) -> Result<Vec<u8>, C
     })
 }
 
+/// The answer to an append a joining node refuses before openraft sees it: one that would make
+/// it hold a membership naming it a voter, or any append once its own does (review s22
+/// membership H2). A wiped voter rejoining under its old id has forgotten its vote as well as
+/// its log: a leader of an older term could otherwise count its acknowledgements toward a
+/// commit the current leader never saw. So it acknowledges nothing, and the operator removes
+/// it and adds it back (docs/cluster.md). A fresh learner is unaffected until it is promoted.
+fn append_refusal(
+    raft: &Raft<TypeConfig>,
+    gate: Option<&VoteGate>,
+    r: &openraft::raft::AppendEntriesRequest<TypeConfig>,
+) -> Option<Vec<u8>> {
+    let gate = gate?;
+    if !gate.joining() {
+        return None;
+    }
+    let me = gate.me();
+    let voter_now = raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .voter_ids()
+        .any(|v| v == me);
+    let voter_next = r.entries.iter().any(|e| match &e.payload {
+        openraft::EntryPayload::Membership(m) => m.voter_ids().any(|v| v == me),
+        _ => false,
+    });
+    (voter_now || voter_next).then(|| {
+        rpc_codec::encode_unavailable(
+            "this node joined with an empty directory but the group holds it as a voter: it \
+             acknowledges nothing (remove it and add it back as a learner)",
+        )
+    })
+}
+
 /// The answer to a vote request a gated member refuses before openraft sees it (so it moves
 /// no term): while joining (M5), and from a candidate its memberships do not name (M6).
 async fn vote_refusal(
@@ -288,7 +326,8 @@ async fn vote_refusal(
     let gate = gate?;
     if gate.joining() {
         return Some(rpc_codec::encode_unavailable(
-            "this node joined with an empty directory and grants no vote until it has caught              up as a learner",
+            "this node joined with an empty directory and grants no vote until it has caught \
+             up as a learner",
         ));
     }
     let candidate = r.vote.leader_id().voted_for()?;

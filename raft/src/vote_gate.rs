@@ -49,7 +49,10 @@ struct Inner {
     stuck_said: AtomicBool,
     raft: OnceLock<Raft<TypeConfig>>,
     /// The node's log, whose last (index, term) a "not a member" refusal is weighed against.
-    log: OnceLock<Arc<crate::backend::SegmentLog>>,
+    /// Weak: the gate outlives the group's stores (the listener keeps it), and a held log
+    /// would stop the group's rebuild, which waits for every holder of its files (it did:
+    /// a cut-off leader's reload waited for ever, test_cluster.py).
+    log: OnceLock<std::sync::Weak<crate::backend::SegmentLog>>,
     /// One catch-up check clears the marker at a time.
     opening: tokio::sync::Mutex<()>,
 }
@@ -158,16 +161,21 @@ impl VoteGate {
     /// and its log.
     pub(crate) fn attach(&self, raft: Raft<TypeConfig>, log: Arc<crate::backend::SegmentLog>) {
         let _ = self.inner.raft.set(raft);
-        let _ = self.inner.log.set(log);
+        let _ = self.inner.log.set(Arc::downgrade(&log));
     }
 
     /// This node's last log entry as (term, index), for ordering against a candidate's.
     pub(crate) fn last_log(&self) -> Option<(u64, u64)> {
-        let (index, term) = self.inner.log.get()?.last()?;
+        let (index, term) = self.inner.log.get()?.upgrade()?.last()?;
         Some((term, index))
     }
 
     /// Whether the node is joining (grants no vote).
+    /// This node's id.
+    pub(crate) fn me(&self) -> u64 {
+        self.inner.me
+    }
+
     pub fn joining(&self) -> bool {
         self.inner.joining.load(Ordering::SeqCst)
     }
