@@ -494,6 +494,9 @@ def check_member(label, out, ordinal, replicas, fullname, headless, domain, port
     if "kafka" in ports:
         want["kafka_advertised_addr"] = (f"{fullname}-{ordinal}.{suffix}:{ports['kafka']}",
                                          "env QUEEN_KAFKA_ADVERTISED_ADDR")
+        # Every member lists every pod as a Kafka broker, at the address that pod advertises.
+        want["peer_kafka"] = (",".join(f"{i + 1}={fullname}-{i}.{suffix}:{ports['kafka']}"
+                                       for i in range(replicas)), "env QUEEN_PEER_KAFKA")
     good = True
     for key, (value, origin) in want.items():
         got = line(key)
@@ -502,7 +505,7 @@ def check_member(label, out, ordinal, replicas, fullname, headless, domain, port
             fail(f"[{label}] {key} is {got[0]!r} ({got[1]}), want {value!r} ({origin})")
     if good:
         ok(f"[{label}] node {ordinal + 1} of {replicas}: peers, peer_http, cluster_addr, token"
-           + (", kafka address" if "kafka" in ports else "") + " in effect")
+           + (", kafka address, peer_kafka" if "kafka" in ports else "") + " in effect")
 
 
 def check_pdb(label, objects, sts, replicas):

@@ -156,9 +156,13 @@ fn text<'a>(v: Option<&'a Value>, key: &str) -> Result<&'a str, ApiError> {
     let s = v
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::bad(format!("{key} must be a string")))?;
-    if s.is_empty() || s.len() > MAX_ADDR || s.contains(|c: char| c == ';' || c.is_whitespace()) {
+    // Printable ASCII only: the address is replicated into the membership for good and
+    // shown in every Kafka client's Metadata and in logs (review s22 kmeta L1: control
+    // characters and terminal escapes passed).
+    if s.is_empty() || s.len() > MAX_ADDR || s.contains(|c: char| c == ';' || !c.is_ascii_graphic())
+    {
         return Err(ApiError::bad(format!(
-            "{key} must be 1 to {MAX_ADDR} bytes without ';' or blanks"
+            "{key} must be 1 to {MAX_ADDR} bytes of printable ASCII without ';' or blanks"
         )));
     }
     Ok(s)
@@ -252,8 +256,12 @@ mod tests {
             "h: 7100",
             "",
             "http://h:1",
+            "h\u{0}x:7100",
+            "h\u{1b}[2J:7100",
+            "hé:7100",
         ] {
             assert!(cluster_addr(Some(&json!(bad))).is_err(), "{bad}");
+            assert!(kafka_addr(Some(&json!(bad))).is_err(), "{bad}");
         }
         assert!(http_addr(Some(&json!("http://10.0.0.4:6632"))).is_ok());
         assert!(http_addr(Some(&json!("https://h:443"))).is_ok());

@@ -173,6 +173,19 @@ relaying (docs/cluster.md "Forwarding": no relay over TLS yet).
 {{- join "," $peers -}}
 {{- end -}}
 
+{{/*
+peer_kafka (QUEEN_PEER_KAFKA): each pod's Kafka advertised address, as its command sets it
+(QUEEN_KAFKA_ADVERTISED_ADDR below), so every member lists every pod as a broker and names
+the leader (docs/kafka-compat.md "Cluster").
+*/}}
+{{- define "queen.peerKafka" -}}
+{{- $peers := list -}}
+{{- range $i := until (int .Values.replicas) -}}
+{{- $peers = append $peers (printf "%d=%s-%d.%s:%d" (add1 $i) (include "queen.fullname" $) $i (include "queen.podDomain" $) (int64 $.Values.kafka.port)) -}}
+{{- end -}}
+{{- join "," $peers -}}
+{{- end -}}
+
 {{/* Values the schema cannot judge alone; each refusal says what to set. */}}
 {{- define "queen.clusterChecks" -}}
 {{- if include "queen.clustered" . -}}
