@@ -773,6 +773,24 @@ fn cluster_refusals_name_their_key() {
     assert!(loaded.config.cluster().expect("valid").is_some());
 }
 
+/// The cluster the env `pairs` configure; they must be valid.
+fn cluster_of(pairs: &[(&str, String)]) -> cluster::Cluster {
+    let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    load_env(&ConfigArgs::default(), &refs)
+        .expect("valid")
+        .config
+        .cluster()
+        .expect("valid")
+        .expect("a cluster")
+}
+
+/// Asserts the env `pairs` are refused, naming `key`.
+fn assert_refused(pairs: &[(&str, String)], key: &str, case: &str) {
+    let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let err = load_env(&ConfigArgs::default(), &refs).expect_err(case);
+    assert_eq!(err.key(), Some(key), "{case}: {err}");
+}
+
 #[test]
 fn peer_http_is_range_checked() {
     let with = |http: &str| {
@@ -793,19 +811,9 @@ fn peer_http_is_range_checked() {
         "x=http://a:6632",
         "1",
     ] {
-        let pairs = with(bad);
-        let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let err = load_env(&ConfigArgs::default(), &refs).expect_err(bad);
-        assert_eq!(err.key(), Some("peer_http"), "{bad}: {err}");
+        assert_refused(&with(bad), "peer_http", bad);
     }
-    let pairs = with("1=http://127.0.0.1:6632, 2=https://b:443");
-    let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let c = load_env(&ConfigArgs::default(), &refs)
-        .expect("valid")
-        .config
-        .cluster()
-        .expect("valid")
-        .expect("a cluster");
+    let c = cluster_of(&with("1=http://127.0.0.1:6632, 2=https://b:443"));
     assert_eq!(c.peer_http[&1], "http://127.0.0.1:6632");
     assert_eq!(c.peer_http[&2], "https://b:443");
     // Review s21 membership M8: a node joining at run time names itself alone in `peers` and
@@ -848,20 +856,10 @@ fn peer_kafka_is_range_checked() {
         "3000000000=c:9092",
         "1",
     ] {
-        let pairs = with(bad);
-        let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let err = load_env(&ConfigArgs::default(), &refs).expect_err(bad);
-        assert_eq!(err.key(), Some("peer_kafka"), "{bad}: {err}");
+        assert_refused(&with(bad), "peer_kafka", bad);
     }
     // An id outside peers is accepted, as in peer_http (a node joining at run time).
-    let pairs = with("1=127.0.0.1:9092, 2=b:19092, 4=d:9092");
-    let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let c = load_env(&ConfigArgs::default(), &refs)
-        .expect("valid")
-        .config
-        .cluster()
-        .expect("valid")
-        .expect("a cluster");
+    let c = cluster_of(&with("1=127.0.0.1:9092, 2=b:19092, 4=d:9092"));
     assert_eq!(c.peer_kafka[&1], "127.0.0.1:9092");
     assert_eq!(c.peer_kafka[&2], "b:19092");
     assert!(!c.peer_kafka.contains_key(&3_000_000_000));

@@ -54,16 +54,7 @@ async fn a_staged_install_holds_reclamation_until_the_reopen_finishes_it() {
         SnapshotReceiver::create(files, 1 << 20, Box::new(|_| Ok(()))).unwrap()
     };
     let mut rx = receive();
-    let mut buf = vec![0u8; 5000];
-    let mut at = 0u64;
-    loop {
-        let n = reader.read(&mut buf).await.unwrap();
-        if n == 0 {
-            break;
-        }
-        rx.write_at(at, &buf[..n]).unwrap();
-        at += n as u64;
-    }
+    super::snapshot_stream::pump(&mut reader, &mut rx, 5000).await;
     rx.finish().unwrap();
     drop(reader);
     node.shutdown().await.unwrap();

@@ -15,6 +15,13 @@ async fn through_receiver(reader: &mut SnapshotReader, chunk: usize) -> Vec<u8> 
     let mem = MemBackend::new();
     let dir: Arc<dyn IoBackend> = Arc::new(mem.clone());
     let mut rx = SnapshotReceiver::create(dir, 1 << 20, Box::new(|_| Ok(()))).unwrap();
+    pump(reader, &mut rx, chunk).await;
+    rx.finish().unwrap();
+    mem.file_bytes(SNAPSHOT_INCOMING).unwrap()
+}
+
+/// Writes the whole stream into `rx` in reads of `chunk` bytes, each at its offset.
+pub(super) async fn pump(reader: &mut SnapshotReader, rx: &mut SnapshotReceiver, chunk: usize) {
     let mut buf = vec![0u8; chunk];
     let mut at = 0u64;
     loop {
@@ -25,8 +32,6 @@ async fn through_receiver(reader: &mut SnapshotReader, chunk: usize) -> Vec<u8> 
         rx.write_at(at, &buf[..n]).unwrap();
         at += n as u64;
     }
-    rx.finish().unwrap();
-    mem.file_bytes(SNAPSHOT_INCOMING).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
