@@ -11,7 +11,6 @@ use queenmq_storage::{
     finish_interrupted_install, DiskDataDir, FileBackend, IoBackend, LogOptions, SegmentLog,
     SnapshotReceiver, StorageError,
 };
-use tokio::io::AsyncReadExt;
 
 use super::fixtures::{fill, open_small_segments, start_fresh};
 use crate::log_store::LogStore;
