@@ -11,6 +11,7 @@ the follower, produce again once a new leader is elected, and every acknowledged
 read back. Every wait is bounded; nothing is timed.
 """
 
+import struct
 import time
 
 import httpx
@@ -21,6 +22,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaConnectionError
 
 from cluster_fixtures import FORM_S, started_cluster, wait_settled
+from raw_socket import kafka_connect, kafka_request, read_kafka_frame
 
 TOPIC = "kc"
 PARTITIONS = 3
@@ -165,6 +167,36 @@ def consume_cf(bootstrap, group, want):
     return rows
 
 
+def kstr(v: str) -> bytes:
+    return struct.pack(">h", len(v)) + v.encode()
+
+
+def follower_group_codes(node, group):
+    """SyncGroup v1, LeaveGroup v1 and OffsetCommit v2 for a member of `group` sent to `node`:
+    the error code of each answer."""
+    sync = kstr(group) + struct.pack(">i", 1) + kstr("m-1") + struct.pack(">i", 0)
+    leave = kstr(group) + kstr("m-1")
+    commit = (kstr(group) + struct.pack(">i", 1) + kstr("m-1") + struct.pack(">q", -1)
+              + struct.pack(">i", 1) + kstr(TOPIC) + struct.pack(">i", 1)
+              + struct.pack(">iq", 0, 5) + struct.pack(">h", -1))
+    s = kafka_connect(node)
+    try:
+        s.sendall(kafka_request(14, 1, 1, sync))
+        body = read_kafka_frame(s)
+        (sync_code,) = struct.unpack(">h", body[8:10])  # corr, throttle, error
+        s.sendall(kafka_request(13, 1, 2, leave))
+        body = read_kafka_frame(s)
+        (leave_code,) = struct.unpack(">h", body[8:10])
+        s.sendall(kafka_request(8, 2, 3, commit))
+        body = read_kafka_frame(s)
+        # corr, [topic: name, [partition, error]]
+        at = 4 + 4 + 2 + len(TOPIC) + 4 + 4
+        (commit_code,) = struct.unpack(">h", body[at:at + 2])
+    finally:
+        s.close()
+    return sync_code, leave_code, commit_code
+
+
 def test_kafka_clients_bootstrapped_at_a_follower_reach_the_leader(broker_factory):
     with httpx.Client(timeout=10.0) as http:
         nodes, lead = started_cluster(broker_factory, http, peer_kafka=True)
@@ -205,6 +237,11 @@ def test_kafka_clients_bootstrapped_at_a_follower_reach_the_leader(broker_factor
         in_order_per_partition(rows)
         rows = consume_cf(boot, "kc-librdkafka", acked)
         in_order_per_partition(rows)
+
+        # A member's group calls sent to the follower send it to the coordinator: the
+        # follower's in-memory generations are not the group's (review s22 kmeta M4; Java's
+        # commitSync throws on ILLEGAL_GENERATION instead of finding the coordinator).
+        assert follower_group_codes(nodes[follower], "kc-kafka-python") == (16, 16, 16)
 
         # The leader dies without a word; the same producers, bootstrapped at the follower,
         # produce again once the other two elected a new leader.

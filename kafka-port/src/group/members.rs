@@ -234,6 +234,9 @@ pub async fn sync(door: &Door, version: i16, mut r: Reader) -> Reply {
         SyncAnswer::error(e::INVALID_GROUP_ID)
     } else if !may_join(door) {
         SyncAnswer::error(e::GROUP_AUTHORIZATION_FAILED)
+    } else if door.not_coordinator() {
+        // As a heartbeat: the group's generation lives on the leader (review s22 kmeta M4).
+        SyncAnswer::error(e::NOT_COORDINATOR)
     } else {
         let too_big = assignments.iter().map(|(_, b)| b.len()).sum::<usize>()
             > super::machine::MAX_MEMBER_BYTES * 8;
@@ -333,6 +336,14 @@ pub async fn leave(door: &Door, version: i16, mut r: Reader) -> Reply {
         // Kafka's answer: the top-level error, no member list.
         return encode(
             &LeaveGroupResponse::default().with_error_code(e::GROUP_AUTHORIZATION_FAILED),
+            version,
+        );
+    }
+    if door.not_coordinator() {
+        // Kafka's answer: the top-level error; the member leaves at the coordinator (review
+        // s22 kmeta M4).
+        return encode(
+            &LeaveGroupResponse::default().with_error_code(e::NOT_COORDINATOR),
             version,
         );
     }

@@ -139,7 +139,14 @@ pub async fn commit(door: &Door, version: i16, mut r: Reader) -> Reply {
         Err(err) => return Reply::Close(err.to_string()),
     };
     let flat = flatten(&req.topics);
-    let gate = if valid_group_id(&req.group) {
+    let gate = if !valid_group_id(&req.group) {
+        Err(e::INVALID_GROUP_ID)
+    } else if door.not_coordinator() {
+        // A follower's in-memory generations are not the group's: it would answer
+        // ILLEGAL_GENERATION, which the Java client's commitSync throws instead of finding the
+        // coordinator again (review s22 kmeta M4).
+        Err(e::NOT_COORDINATOR)
+    } else {
         door.groups.lock().may_commit(
             &req.group,
             req.generation,
@@ -147,8 +154,6 @@ pub async fn commit(door: &Door, version: i16, mut r: Reader) -> Reply {
             req.instance.as_deref(),
             door.groups.now(),
         )
-    } else {
-        Err(e::INVALID_GROUP_ID)
     };
     let mut codes: Vec<i16> = Vec::with_capacity(flat.len());
     match gate {
