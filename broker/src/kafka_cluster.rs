@@ -120,6 +120,21 @@ pub fn topology(
         brokers,
         leader,
         replicas,
+        term: 0,
+    }
+}
+
+/// The leader Kafka clients are sent to. This node names itself only while a majority
+/// acknowledged it within the lease: openraft 0.9 keeps a leader cut off from the majority
+/// leading, and it would name itself leader, controller and coordinator while its produces
+/// time out, which clients retry there without asking for metadata again (review s22 kmeta
+/// M2). Without that contact: no leader (LEADER_NOT_AVAILABLE, COORDINATOR_NOT_AVAILABLE),
+/// so clients ask again until the majority's leader is known.
+fn kafka_leader(s: &queenmq_engine::log::LogStatus, node_id: u64) -> Option<u64> {
+    if s.role == "leader" {
+        s.quorum_contact.then_some(node_id)
+    } else {
+        s.leader.filter(|id| *id != node_id)
     }
 }
 
@@ -133,26 +148,21 @@ impl ClusterView for KafkaCluster {
             .groups
             .get(DEFAULT_TENANT)
             .and_then(|g| g.live.get().ok());
-        let (members, leader) = match live {
+        let (members, leader, term) = match live {
             Some(live) => {
                 let s = live.log.status();
-                let leader = if s.role == "leader" {
-                    Some(self.node_id)
-                } else {
-                    s.leader
-                };
-                (live.node.members_now(), leader)
+                (
+                    live.node.members_now(),
+                    kafka_leader(&s, self.node_id),
+                    s.term,
+                )
             }
             // Being rebuilt: no leader known from here.
-            None => (Vec::new(), None),
+            None => (Vec::new(), None, 0),
         };
-        Some(topology(
-            &members,
-            leader,
-            self.node_id,
-            &self.own,
-            &self.peer_kafka,
-        ))
+        let mut t = topology(&members, leader, self.node_id, &self.own, &self.peer_kafka);
+        t.term = term;
+        Some(t)
     }
 
     fn metadata_reads(&self) -> Arc<dyn Bus> {
@@ -277,5 +287,32 @@ mod tests {
         assert_eq!(t.brokers[0].id, 2);
         assert!(t.replicas.is_empty());
         assert_eq!(t.leader, None);
+    }
+
+    #[test]
+    fn a_leader_without_a_majoritys_recent_ack_names_no_leader() {
+        use queenmq_engine::log::LogStatus;
+        let lead = |contact| LogStatus {
+            role: "leader",
+            leader: Some(2),
+            quorum_contact: contact,
+            ..LogStatus::default()
+        };
+        assert_eq!(kafka_leader(&lead(true), 2), Some(2));
+        // Cut off from the majority: clients must ask again, not retry here.
+        assert_eq!(kafka_leader(&lead(false), 2), None);
+        let follower = LogStatus {
+            role: "follower",
+            leader: Some(3),
+            ..LogStatus::default()
+        };
+        assert_eq!(kafka_leader(&follower, 2), Some(3));
+        // A follower whose last known leader is itself (deposed, not yet told) names none.
+        let deposed = LogStatus {
+            role: "follower",
+            leader: Some(2),
+            ..LogStatus::default()
+        };
+        assert_eq!(kafka_leader(&deposed, 2), None);
     }
 }

@@ -27,6 +27,9 @@ pub struct Topology {
     pub leader: Option<i32>,
     /// The voters among `brokers`: every partition's replicas (each holds the whole log).
     pub replicas: Vec<i32>,
+    /// The group's Raft term as this node knows it: a node that leads again under a new
+    /// term forgets the groups it held in memory.
+    pub term: u64,
 }
 
 impl Topology {

@@ -203,10 +203,17 @@ impl Door {
     }
 
     /// Whether a coordinator API must be refused NOT_COORDINATOR here: the tenant's group is
-    /// clustered and this node does not lead it (FindCoordinator names the leader).
+    /// clustered and this node does not lead it (FindCoordinator names the leader). When it
+    /// does lead, the coordinator learns the term it leads under (`Coordinator::lead_under`).
     pub fn not_coordinator(&self) -> bool {
-        self.topology()
-            .is_some_and(|t| t.leader != Some(self.cfg.node_id))
+        match self.topology() {
+            None => false,
+            Some(t) if t.leader == Some(self.cfg.node_id) => {
+                self.groups.lead_under(t.term);
+                false
+            }
+            Some(_) => true,
+        }
     }
 
     /// This door with its engine calls sent to `bus` (a follower's Metadata reads).

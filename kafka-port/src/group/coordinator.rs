@@ -25,6 +25,9 @@ pub struct Coordinator {
     /// The coordinator's own requests (generations it mints for a join phase, which any
     /// member's timer or join may complete): in its tenant, not as one member's user.
     ctx: RequestCtx,
+    /// On a cluster, the Raft term under which this node last led its tenant's group: the
+    /// in-memory generations and members were built under it.
+    led_term: Mutex<Option<u64>>,
 }
 
 impl Default for Coordinator {
@@ -36,17 +39,36 @@ impl Default for Coordinator {
 impl Coordinator {
     pub fn new(tenant: &str) -> Self {
         // Member ids carry this so ids of an earlier run of the node are not handed out again.
-        let boot = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64);
         Coordinator {
-            groups: Mutex::new(Groups::new(boot)),
+            groups: Mutex::new(Groups::new(boot_stamp())),
             start: Instant::now(),
             ctx: RequestCtx {
                 tenant: tenant.to_string(),
                 principal: None,
                 access: Access::Open,
             },
+            led_term: Mutex::new(None),
+        }
+    }
+
+    /// Called whenever a coordinator API finds this node leading its tenant's clustered
+    /// group under `term`. Leading under a new term forgets every in-memory group: they were
+    /// built when this node led before, and meanwhile another leader may have minted newer
+    /// generations whose members committed there. Kept, a zombie member of the old
+    /// generation would pass `may_commit` and heartbeats here again and rewind offsets
+    /// (review s22 kmeta M3); forgotten, every member rejoins and the engine mints the next
+    /// generation from the replicated one.
+    pub fn lead_under(&self, term: u64) {
+        let mut led = self
+            .led_term
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *led != Some(term) {
+            if led.is_some() {
+                tracing::info!(term, tenant = %self.ctx.tenant, "kafka groups forgotten: this node leads again under a new term");
+            }
+            *self.lock() = Groups::new(boot_stamp());
+            *led = Some(term);
         }
     }
 
@@ -113,6 +135,14 @@ impl Coordinator {
     }
 }
 
+/// Member ids carry this so ids of an earlier run (or an earlier lead) of the node are not
+/// handed out again.
+fn boot_stamp() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
 /// The coordinators of the tenants seen so far. Tenants come from the configured SASL users
 /// (or the one open context), so the map stays as small as that list.
 #[derive(Default)]
@@ -156,5 +186,40 @@ impl Tenants {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn join_args(member: &str) -> JoinArgs {
+        JoinArgs {
+            group: "g".into(),
+            member_id: member.into(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "/h".into(),
+            session_ms: 10_000,
+            rebalance_ms: 30_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".to_string(), Bytes::from_static(b"r"))],
+            require_known_member: false,
+        }
+    }
+
+    #[test]
+    fn leading_again_under_a_new_term_forgets_the_groups_held_in_memory() {
+        let c = Coordinator::default();
+        c.lead_under(3);
+        let _ = c.lock().join(join_args(""), c.now());
+        assert!(c.lock().get("g").is_some());
+        // Still the same term: the members stay.
+        c.lead_under(3);
+        assert!(c.lock().get("g").is_some());
+        // Another node led meanwhile and this one leads again: nothing old is trusted.
+        c.lead_under(5);
+        assert!(c.lock().get("g").is_none());
     }
 }
