@@ -77,7 +77,7 @@ pub fn decode(r: &mut Reader) -> Result<CreatePartitionsRequest, Malformed> {
 }
 
 /// Whether growing from `current` partitions as `g` asks is allowed, as Kafka judges it.
-pub fn check(g: &Growth, current: u32, node_id: i32) -> Result<u32, Refusal> {
+pub fn check(g: &Growth, current: u32, brokers: &[i32]) -> Result<u32, Refusal> {
     let asked = u32::try_from(g.count).unwrap_or(0);
     if asked <= current {
         return Err(Refusal::new(
@@ -105,10 +105,10 @@ pub fn check(g: &Growth, current: u32, node_id: i32) -> Result<u32, Refusal> {
                 ),
             ));
         }
-        if a.iter().any(|b| b.as_slice() != [node_id]) {
+        if a.iter().any(|b| !super::replicas_hold(b, brokers)) {
             return Err(Refusal::new(
                 INVALID_REPLICA_ASSIGNMENT,
-                format!("every replica must be broker {node_id}, the only broker"),
+                super::replicas_refusal(brokers),
             ));
         }
     }
@@ -132,7 +132,7 @@ async fn grow(door: &Door, g: &Growth, validate_only: bool) -> Result<(), Refusa
         let topic = topics::lookup(door, &g.name)
             .await
             .map_err(|e| Refusal::from_queen(&e))?;
-        let asked = check(g, topic.count, door.cfg.node_id)?;
+        let asked = check(g, topic.count, &super::replica_brokers(door))?;
         if validate_only {
             return Ok(());
         }
@@ -232,8 +232,8 @@ mod tests {
             count,
             assignments,
         };
-        assert_eq!(check(&g(5, None), 4, 1), Ok(5));
-        assert_eq!(check(&g(6, Some(vec![vec![1], vec![1]])), 4, 1), Ok(6));
+        assert_eq!(check(&g(5, None), 4, &[1]), Ok(5));
+        assert_eq!(check(&g(6, Some(vec![vec![1], vec![1]])), 4, &[1]), Ok(6));
         for (growth, code) in [
             (g(4, None), INVALID_PARTITIONS),
             (g(3, None), INVALID_PARTITIONS),
@@ -242,7 +242,7 @@ mod tests {
             (g(6, Some(vec![vec![1]])), INVALID_REPLICA_ASSIGNMENT),
             (g(5, Some(vec![vec![2]])), INVALID_REPLICA_ASSIGNMENT),
         ] {
-            assert_eq!(check(&growth, 4, 1).map_err(|r| r.code), Err(code));
+            assert_eq!(check(&growth, 4, &[1]).map_err(|r| r.code), Err(code));
         }
     }
 }

@@ -104,7 +104,7 @@ pub fn decode(r: &mut Reader) -> Result<CreateTopicsRequest, Malformed> {
 /// The partition count a topic asks for, or why it cannot be made; checks nothing stored.
 pub fn check(
     t: &NewTopic,
-    node_id: i32,
+    brokers: &[i32],
     default_partitions: u32,
     max_request_bytes: usize,
 ) -> Result<u32, Refusal> {
@@ -134,20 +134,25 @@ pub fn check(
                 "partitions must be numbered 0 to n-1, each once",
             ));
         }
-        if t.assignments.iter().any(|(_, b)| b.as_slice() != [node_id]) {
+        if t.assignments
+            .iter()
+            .any(|(_, b)| !super::replicas_hold(b, brokers))
+        {
             return Err(Refusal::new(
                 INVALID_REPLICA_ASSIGNMENT,
-                format!("every replica must be broker {node_id}, the only broker"),
+                super::replicas_refusal(brokers),
             ));
         }
         return Ok(n as u32);
     }
-    if !matches!(t.replication_factor, -1 | 1) {
+    let rf = t.replication_factor;
+    if rf != -1 && !(rf >= 1 && rf as usize <= brokers.len()) {
         return Err(Refusal::new(
             INVALID_REPLICATION_FACTOR,
             format!(
-                "replication factor: {} larger than available brokers: 1",
-                t.replication_factor
+                "replication factor: {} larger than available brokers: {}",
+                t.replication_factor,
+                brokers.len()
             ),
         ));
     }
@@ -201,7 +206,12 @@ async fn create(
         errors::TOPIC_AUTHORIZATION_FAILED,
     )?;
     let max = door.cfg.max_request_bytes;
-    let count = check(t, door.cfg.node_id, door.cfg.default_partitions, max)?;
+    let count = check(
+        t,
+        &super::replica_brokers(door),
+        door.cfg.default_partitions,
+        max,
+    )?;
     let opts = topic_options(t, max)?;
     let mut configs = TopicConfigs::default();
     for (name, value) in topic_row(t)? {
@@ -399,51 +409,72 @@ mod tests {
 
     #[test]
     fn counts_and_replication_are_checked_as_kafka_does() {
-        assert_eq!(check(&topic("t", 7, 1), 1, 4, 1 << 20), Ok(7));
-        assert_eq!(check(&topic("t", -1, -1), 1, 4, 1 << 20), Ok(4));
+        assert_eq!(check(&topic("t", 7, 1), &[1], 4, 1 << 20), Ok(7));
+        assert_eq!(check(&topic("t", -1, -1), &[1], 4, 1 << 20), Ok(4));
         for bad in [0, -2, 10_001] {
             assert_eq!(
-                check(&topic("t", bad, 1), 1, 4, 1 << 20).map_err(|r| r.code),
+                check(&topic("t", bad, 1), &[1], 4, 1 << 20).map_err(|r| r.code),
                 Err(INVALID_PARTITIONS)
             );
         }
         assert_eq!(
-            check(&topic("t", 3, 3), 1, 4, 1 << 20).map_err(|r| r.code),
+            check(&topic("t", 3, 3), &[1], 4, 1 << 20).map_err(|r| r.code),
             Err(INVALID_REPLICATION_FACTOR)
         );
         assert_eq!(
-            check(&topic("a b", 3, 1), 1, 4, 1 << 20).map_err(|r| r.code),
+            check(&topic("a b", 3, 1), &[1], 4, 1 << 20).map_err(|r| r.code),
             Err(errors::INVALID_TOPIC_EXCEPTION)
         );
         let mut cfg = topic("t", 1, 1);
         cfg.configs
             .push(("cleanup.policy".into(), Some("compact".into())));
         assert_eq!(
-            check(&cfg, 1, 4, 1 << 20).map_err(|r| r.code),
+            check(&cfg, &[1], 4, 1 << 20).map_err(|r| r.code),
             Err(INVALID_CONFIG)
         );
         cfg.configs = vec![("retention.ms".into(), Some("60000".into()))];
-        assert_eq!(check(&cfg, 1, 4, 1 << 20), Ok(1), "a config that holds");
+        assert_eq!(check(&cfg, &[1], 4, 1 << 20), Ok(1), "a config that holds");
+    }
+
+    #[test]
+    fn on_a_cluster_any_voters_are_replicas() {
+        let voters = [1, 2, 3];
+        assert_eq!(check(&topic("t", 3, 3), &voters, 4, 1 << 20), Ok(3));
+        assert_eq!(
+            check(&topic("t", 3, 4), &voters, 4, 1 << 20).map_err(|r| r.code),
+            Err(INVALID_REPLICATION_FACTOR)
+        );
+        let mut t = topic("t", -1, -1);
+        // A list copied from Metadata.
+        t.assignments = vec![(0, vec![1, 2, 3]), (1, vec![3, 1])];
+        assert_eq!(check(&t, &voters, 4, 1 << 20), Ok(2));
+        for bad in [vec![4], vec![1, 1], vec![]] {
+            t.assignments[1] = (1, bad);
+            assert_eq!(
+                check(&t, &voters, 4, 1 << 20).map_err(|r| r.code),
+                Err(INVALID_REPLICA_ASSIGNMENT)
+            );
+        }
     }
 
     #[test]
     fn manual_assignments_must_be_dense_and_on_this_broker() {
         let mut t = topic("t", -1, -1);
         t.assignments = vec![(0, vec![1]), (1, vec![1])];
-        assert_eq!(check(&t, 1, 4, 1 << 20), Ok(2));
+        assert_eq!(check(&t, &[1], 4, 1 << 20), Ok(2));
         t.assignments[1] = (2, vec![1]);
         assert_eq!(
-            check(&t, 1, 4, 1 << 20).map_err(|r| r.code),
+            check(&t, &[1], 4, 1 << 20).map_err(|r| r.code),
             Err(INVALID_REPLICA_ASSIGNMENT)
         );
         t.assignments[1] = (1, vec![1, 2]);
         assert_eq!(
-            check(&t, 1, 4, 1 << 20).map_err(|r| r.code),
+            check(&t, &[1], 4, 1 << 20).map_err(|r| r.code),
             Err(INVALID_REPLICA_ASSIGNMENT)
         );
         t.num_partitions = 2;
         assert_eq!(
-            check(&t, 1, 4, 1 << 20).map_err(|r| r.code),
+            check(&t, &[1], 4, 1 << 20).map_err(|r| r.code),
             Err(INVALID_REQUEST)
         );
     }

@@ -16,6 +16,30 @@ pub mod floor;
 pub mod kv_row;
 pub mod topic_configs;
 
+/// The brokers a replica list may name: every voter of the tenant's clustered group (each
+/// holds the whole log, so any of them is a replica of every partition), or this broker
+/// alone. A list copied from Metadata (review s22 kmeta L4) is accepted; placement is not
+/// chosen by it.
+pub fn replica_brokers(door: &crate::Door) -> Vec<i32> {
+    door.topology()
+        .map(|t| t.replicas)
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| vec![door.cfg.node_id])
+}
+
+/// Whether `list` is a replica list Kafka would take here: not empty, no broker twice, every
+/// one of `brokers`.
+pub fn replicas_hold(list: &[i32], brokers: &[i32]) -> bool {
+    !list.is_empty()
+        && list.iter().all(|b| brokers.contains(b))
+        && list.iter().enumerate().all(|(i, b)| !list[..i].contains(b))
+}
+
+/// The refusal of a replica list that does not hold.
+pub fn replicas_refusal(brokers: &[i32]) -> String {
+    format!("every replica must be one of the brokers {brokers:?}, each once")
+}
+
 /// Kafka error codes only the admin APIs answer.
 pub mod codes {
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
