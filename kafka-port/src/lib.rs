@@ -206,13 +206,13 @@ impl Door {
     /// clustered and this node does not lead it (FindCoordinator names the leader). When it
     /// does lead, the coordinator learns the term it leads under (`Coordinator::lead_under`).
     pub fn not_coordinator(&self) -> bool {
-        match self.topology() {
+        match &self.cfg.cluster {
             None => false,
-            Some(t) if t.leader == Some(self.cfg.node_id) => {
-                self.groups.lead_under(t.term);
-                false
+            Some(view) => {
+                self.groups.observe(view.as_ref(), self.cfg.node_id);
+                self.topology()
+                    .is_some_and(|t| t.leader != Some(self.cfg.node_id))
             }
-            Some(_) => true,
         }
     }
 
@@ -285,7 +285,17 @@ pub async fn run(
     });
     {
         let (shared, stop) = (shared.clone(), shutdown.clone());
-        tokio::spawn(async move { shared.tenants.run_timers(shared.bus.clone(), stop).await });
+        let cluster = shared
+            .cfg
+            .cluster
+            .clone()
+            .map(|view| (view, shared.cfg.node_id));
+        tokio::spawn(async move {
+            shared
+                .tenants
+                .run_timers(shared.bus.clone(), cluster, stop)
+                .await
+        });
     }
     // The series exist from the start (docs/metrics.md lists them; a scrape shows them).
     metrics::gauge!("queen_kafka_connections").set(0.0);

@@ -243,6 +243,15 @@ def test_kafka_clients_bootstrapped_at_a_follower_reach_the_leader(broker_factor
         # commitSync throws on ILLEGAL_GENERATION instead of finding the coordinator).
         assert follower_group_codes(nodes[follower], "kc-kafka-python") == (16, 16, 16)
 
+        # Listing groups asks every broker: the followers coordinate none and say so without
+        # an error, which would fail the whole listing (review s23 lead M4).
+        admin = KafkaAdminClient(bootstrap_servers=boot, request_timeout_ms=30_000)
+        try:
+            listed = {g["group_id"] for g in admin.list_groups()}
+        finally:
+            admin.close()
+        assert {"kc-kafka-python", "kc-librdkafka"} <= listed, listed
+
         # The leader dies without a word; the same producers, bootstrapped at the follower,
         # produce again once the other two elected a new leader.
         nodes[lead].kill()

@@ -132,7 +132,7 @@ async fn grow(door: &Door, g: &Growth, validate_only: bool) -> Result<(), Refusa
         let topic = topics::lookup(door, &g.name)
             .await
             .map_err(|e| Refusal::from_queen(&e))?;
-        let asked = check(g, topic.count, &super::replica_brokers(door))?;
+        let asked = check(g, topic.count, &super::replica_brokers(door)?)?;
         if validate_only {
             return Ok(());
         }

@@ -208,7 +208,7 @@ async fn create(
     let max = door.cfg.max_request_bytes;
     let count = check(
         t,
-        &super::replica_brokers(door),
+        &super::replica_brokers(door)?,
         door.cfg.default_partitions,
         max,
     )?;
@@ -314,6 +314,10 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
             .filter(|n| !twice.contains(*n) && topics::valid_topic_name(n))
             .map(String::as_str),
     );
+    // Every voter holds every partition: the factor a created topic really has, whatever
+    // was asked (review s23 lead L3).
+    let factor =
+        super::replica_brokers(door).map_or(1, |b| i16::try_from(b.len()).unwrap_or(i16::MAX));
     let mut out = Vec::new();
     for t in &req.topics {
         let verdict = if twice.contains(&t.name) {
@@ -324,13 +328,18 @@ pub async fn answer(door: &Door, version: i16, mut r: Reader) -> Reply {
         } else {
             create(door, t, req.validate_only, &mut check_collision).await
         };
-        out.push(result(version, &t.name, verdict));
+        out.push(result(version, &t.name, verdict, factor));
     }
     let resp = CreateTopicsResponse::default().with_topics(out);
     encode(&resp, version)
 }
 
-fn result(version: i16, name: &str, verdict: Result<u32, Refusal>) -> CreatableTopicResult {
+fn result(
+    version: i16,
+    name: &str,
+    verdict: Result<u32, Refusal>,
+    factor: i16,
+) -> CreatableTopicResult {
     let base = CreatableTopicResult::default()
         .with_name(TopicName(StrBytes::from_string(name.to_owned())));
     match verdict {
@@ -338,7 +347,7 @@ fn result(version: i16, name: &str, verdict: Result<u32, Refusal>) -> CreatableT
             let base = base.with_error_code(errors::NONE);
             if version >= 5 {
                 base.with_num_partitions(count as i32)
-                    .with_replication_factor(1)
+                    .with_replication_factor(factor)
                     .with_configs(Some(Vec::new()))
             } else {
                 base

@@ -20,11 +20,19 @@ pub mod topic_configs;
 /// holds the whole log, so any of them is a replica of every partition), or this broker
 /// alone. A list copied from Metadata (review s22 kmeta L4) is accepted; placement is not
 /// chosen by it.
-pub fn replica_brokers(door: &crate::Door) -> Vec<i32> {
-    door.topology()
-        .map(|t| t.replicas)
-        .filter(|r| !r.is_empty())
-        .unwrap_or_else(|| vec![door.cfg.node_id])
+///
+/// A clustered node whose membership is not known yet (its group being rebuilt) answers
+/// NOT_CONTROLLER, which clients retry after asking for metadata again, rather than judging
+/// by this broker alone.
+pub fn replica_brokers(door: &crate::Door) -> Result<Vec<i32>, Refusal> {
+    match door.topology() {
+        None => Ok(vec![door.cfg.node_id]),
+        Some(t) if !t.replicas.is_empty() => Ok(t.replicas),
+        Some(_) => Err(Refusal::new(
+            codes::NOT_CONTROLLER,
+            "the cluster's voters are not known on this node yet",
+        )),
+    }
 }
 
 /// Whether `list` is a replica list Kafka would take here: not empty, no broker twice, every
@@ -47,6 +55,7 @@ pub mod codes {
     pub const INVALID_REPLICATION_FACTOR: i16 = 38;
     pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
     pub const INVALID_CONFIG: i16 = 40;
+    pub const NOT_CONTROLLER: i16 = 41;
     pub const INVALID_REQUEST: i16 = 42;
 }
 

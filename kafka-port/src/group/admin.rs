@@ -196,6 +196,14 @@ pub async fn list(door: &Door, version: i16, mut r: Reader) -> Reply {
         Ok(d) => d,
         Err(err) => return Reply::Close(err.to_string()),
     };
+    if door.not_coordinator() {
+        // A Kafka broker lists the groups it coordinates: none here. Admin clients ask
+        // every broker and merge; an error would fail the whole listing (review s23 lead M4).
+        return encode(
+            &ListGroupsResponse::default().with_error_code(e::NONE),
+            version,
+        );
+    }
     let mut all: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
     match durable_groups(door).await {
         Ok(gs) => {
@@ -270,7 +278,14 @@ pub async fn describe(door: &Door, version: i16, mut r: Reader) -> Reply {
         Ok(d) => d,
         Err(err) => return Reply::Close(err.to_string()),
     };
-    let durable = durable_infos(door, &groups).await;
+    // A follower's groups are not the group's: the coordinator describes them. On the
+    // leader this also forgets groups of an earlier lead (review s23 lead M3).
+    let follower = door.not_coordinator();
+    let durable = if follower {
+        Err(e::NOT_COORDINATOR)
+    } else {
+        durable_infos(door, &groups).await
+    };
     let mut room = Gathered::new();
     let out = groups
         .iter()
@@ -356,9 +371,12 @@ pub async fn delete_groups(door: &Door, version: i16, mut r: Reader) -> Reply {
     };
     let mut codes: Vec<i16> = Vec::with_capacity(groups.len());
     let mut to_delete = Vec::new();
+    let follower = door.not_coordinator();
     for g in &groups {
         let code = if !valid_group_id(g) {
             e::INVALID_GROUP_ID
+        } else if follower {
+            e::NOT_COORDINATOR
         } else if door.groups.lock().has_members(g) {
             e::NON_EMPTY_GROUP
         } else {

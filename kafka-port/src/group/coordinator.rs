@@ -3,6 +3,7 @@
 //! Generations are minted by the engine outside the lock.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,7 @@ use tokio::sync::watch;
 
 use super::durable;
 use super::machine::{Groups, JoinAnswer, JoinArgs, Step, SyncAnswer};
+use crate::cluster::ClusterView;
 use crate::errors as e;
 use crate::Door;
 
@@ -28,6 +30,9 @@ pub struct Coordinator {
     /// On a cluster, the Raft term under which this node last led its tenant's group: the
     /// in-memory generations and members were built under it.
     led_term: Mutex<Option<u64>>,
+    /// Bumped (under the groups' lock) whenever the groups are forgotten: a generation
+    /// minted for a join phase of the forgotten groups must not complete one of the new.
+    epoch: AtomicU64,
 }
 
 impl Default for Coordinator {
@@ -48,6 +53,32 @@ impl Coordinator {
                 access: Access::Open,
             },
             led_term: Mutex::new(None),
+            epoch: AtomicU64::new(0),
+        }
+    }
+
+    fn led_term(&self) -> MutexGuard<'_, Option<u64>> {
+        self.led_term
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Forgets every group in memory. Members parked in a join or a sync are answered (their
+    /// senders dropped: UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS) and rejoin.
+    fn forget(&self) {
+        let mut groups = self.lock();
+        *groups = Groups::new(boot_stamp());
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Called when another node is known to lead this tenant's clustered group: the groups
+    /// this node held while it led go now, not when it leads again, so members parked here
+    /// are sent on at once instead of waiting out their rebalance timeout (review s23 lead
+    /// M2). A node that merely lost the majority's contact (no leader known) keeps them.
+    pub fn not_leading(&self) {
+        let mut led = self.led_term();
+        if led.take().is_some() {
+            self.forget();
         }
     }
 
@@ -59,15 +90,12 @@ impl Coordinator {
     /// (review s22 kmeta M3); forgotten, every member rejoins and the engine mints the next
     /// generation from the replicated one.
     pub fn lead_under(&self, term: u64) {
-        let mut led = self
-            .led_term
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut led = self.led_term();
         if *led != Some(term) {
             if led.is_some() {
                 tracing::info!(term, tenant = %self.ctx.tenant, "kafka groups forgotten: this node leads again under a new term");
             }
-            *self.lock() = Groups::new(boot_stamp());
+            self.forget();
             *led = Some(term);
         }
     }
@@ -113,16 +141,40 @@ impl Coordinator {
     }
 
     async fn drive_on(&self, bus: &dyn Bus) {
-        let ready = self.lock().take_ready(self.now());
+        let (ready, epoch) = {
+            let mut groups = self.lock();
+            (
+                groups.take_ready(self.now()),
+                self.epoch.load(Ordering::SeqCst),
+            )
+        };
         for (group, ptype, pname) in ready {
-            match durable::next_generation(bus, self.ctx.clone(), &group, &ptype, &pname).await {
-                Ok(generation) => self.lock().complete_join(&group, generation, self.now()),
+            let minted =
+                durable::next_generation(bus, self.ctx.clone(), &group, &ptype, &pname).await;
+            let mut groups = self.lock();
+            if self.epoch.load(Ordering::SeqCst) != epoch {
+                // The groups were forgotten while the generation was minted: its phase is
+                // gone, and a group of the same name formed since is not its.
+                return;
+            }
+            match minted {
+                Ok(generation) => groups.complete_join(&group, generation, self.now()),
                 Err(err) => {
                     tracing::warn!(%group, error = %err, "kafka group generation not written; members told to retry");
                     let code = e::coordinator_refusal(&err, e::COORDINATOR_NOT_AVAILABLE);
-                    self.lock().abort_join(&group, code);
+                    groups.abort_join(&group, code);
                 }
             }
+        }
+    }
+
+    /// Whether this node leads the tenant's clustered group, from `view`: leading under a
+    /// term, or another node leads. Neither is known: nothing changes.
+    pub fn observe(&self, view: &dyn ClusterView, node: i32) {
+        match view.topology(&self.ctx.tenant) {
+            Some(t) if t.leader == Some(node) => self.lead_under(t.term),
+            Some(t) if t.leader.is_some() => self.not_leading(),
+            _ => {}
         }
     }
 
@@ -165,8 +217,15 @@ impl Tenants {
             .clone()
     }
 
-    /// Runs until shutdown: every tenant's timers, and the member bytes of all of them.
-    pub async fn run_timers(&self, bus: Arc<dyn Bus>, mut shutdown: watch::Receiver<bool>) {
+    /// Runs until shutdown: every tenant's timers, and the member bytes of all of them. On a
+    /// cluster (`cluster`: the view and this node's broker id) each tick also tells each
+    /// tenant's coordinator whether this node leads its group.
+    pub async fn run_timers(
+        &self,
+        bus: Arc<dyn Bus>,
+        cluster: Option<(Arc<dyn ClusterView>, i32)>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
         let mut every = tokio::time::interval(TICK);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -175,6 +234,9 @@ impl Tenants {
                     let all: Vec<Arc<Coordinator>> = self.map().values().cloned().collect();
                     let mut bytes = 0usize;
                     for c in all {
+                        if let Some((view, node)) = &cluster {
+                            c.observe(view.as_ref(), *node);
+                        }
                         bytes = bytes.saturating_add(c.tick(bus.as_ref()).await);
                     }
                     metrics::gauge!("queen_kafka_group_member_bytes").set(bytes as f64);
@@ -221,5 +283,48 @@ mod tests {
         // Another node led meanwhile and this one leads again: nothing old is trusted.
         c.lead_under(5);
         assert!(c.lock().get("g").is_none());
+    }
+
+    /// A cluster whose leader and term a test sets.
+    #[derive(Debug)]
+    struct View(Mutex<(Option<i32>, u64)>);
+
+    impl ClusterView for View {
+        fn topology(&self, _tenant: &str) -> Option<crate::cluster::Topology> {
+            let (leader, term) = *self.0.lock().unwrap();
+            Some(crate::cluster::Topology {
+                brokers: Vec::new(),
+                leader,
+                replicas: vec![1, 2, 3],
+                term,
+            })
+        }
+
+        fn metadata_reads(&self) -> Arc<dyn Bus> {
+            unreachable!("not asked by these tests")
+        }
+    }
+
+    #[test]
+    fn what_the_view_says_decides_what_is_kept() {
+        let c = Coordinator::default();
+        let view = View(Mutex::new((Some(1), 3)));
+        c.observe(&view, 1);
+        let _ = c.lock().join(join_args(""), c.now());
+        // A lapse of the majority's contact names no leader: the members stay.
+        *view.0.lock().unwrap() = (None, 3);
+        c.observe(&view, 1);
+        assert!(c.lock().get("g").is_some());
+        // Node 2 leads: the groups go at once, not when this node leads again.
+        *view.0.lock().unwrap() = (Some(2), 4);
+        c.observe(&view, 1);
+        assert!(c.lock().get("g").is_none());
+        // Leading again: a fresh start, and what forms now is kept under the term.
+        *view.0.lock().unwrap() = (Some(1), 5);
+        c.observe(&view, 1);
+        let _ = c.lock().join(join_args(""), c.now());
+        c.observe(&view, 1);
+        assert!(c.lock().get("g").is_some());
+        assert_eq!(c.epoch.load(Ordering::SeqCst), 3, "three starts afresh");
     }
 }

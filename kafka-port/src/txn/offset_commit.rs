@@ -75,6 +75,11 @@ fn decode(version: i16, r: &mut Reader) -> Result<Request, Malformed> {
 /// Kafka's check of a transactional commit: a producer naming no member commits as the
 /// group's producer; one naming a member must be of the live group at its generation.
 fn member_check(door: &Door, req: &Request) -> Result<(), i16> {
+    // As OffsetCommit: a follower's generations are not the group's, and a node leading
+    // again under a new term forgets its old ones first (review s23 lead H1).
+    if door.not_coordinator() {
+        return Err(errors::NOT_COORDINATOR);
+    }
     if req.member.is_empty() && req.generation < 0 && req.instance.is_none() {
         return Ok(());
     }
