@@ -127,6 +127,10 @@ class Setup:
             return None
         return leads[0]
 
+    def term(self, i: int) -> int | None:
+        view = get_json(f"{self.nodes[i].url}/health") or {}
+        return (view.get("raft") or {}).get("term")
+
     def wait_leader(self, ids=None) -> int:
         deadline = time.monotonic() + SETTLE_S
         while time.monotonic() < deadline:
@@ -197,6 +201,7 @@ def first_write_after_kill(setup: Setup, round_no: int) -> dict:
     acknowledged; the seconds from the kill to that answer."""
     lead = setup.wait_leader()
     rest = [i for i in setup.nodes if i != lead]
+    term_before = setup.term(lead)
     killed = time.monotonic()
     setup.nodes[lead].kill()
     attempts, k = 0, 0
@@ -215,9 +220,11 @@ def first_write_after_kill(setup: Setup, round_no: int) -> dict:
         if status != 0:
             time.sleep(0.02)  # answered (503 while there is no leader): do not spin
     new_lead = setup.wait_leader(rest)
+    # The terms the election took: more than one is a split vote (or a refused one) retried.
+    terms = None if term_before is None else (setup.term(new_lead) or 0) - term_before
     setup.spawn(lead)
     setup.wait_leader()
-    return {"killed": lead, "new_leader": new_lead, "attempts": attempts,
+    return {"killed": lead, "new_leader": new_lead, "attempts": attempts, "terms": terms,
             "first_write_s": round(first, 3) if first is not None else None}
 
 
@@ -271,7 +278,9 @@ def summary(runs: list[dict]) -> list[str]:
             times = [f["first_write_s"] for f in r["failover"]]
             done = [t for t in times if t is not None]
             median = statistics.median(done) if done else None
-            lines.append(f"  first write after a leader SIGKILL: {times} s, median {median}")
+            terms = [f["terms"] for f in r["failover"]]
+            lines.append(f"  first write after a leader SIGKILL: {times} s, median {median}; "
+                         f"terms each election took: {terms}")
     return lines
 
 
