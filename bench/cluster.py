@@ -22,7 +22,8 @@ stderr; the exit status is non-zero when a run lost or refused anything.
 
 Env: QUEEN_BIN, BENCH_BIN (default target/release/{queen,queen-bench}), DURATION (20 s a
 run; --smoke 2), KILLS (5; --smoke 1), HEARTBEAT_MS / ELECTION_MS (the cluster's timing;
-default the broker's defaults, 500 / 5000).
+default the broker's defaults, 500 / 5000), KEEP_LOGS (a directory: every node's log is
+copied there, one folder per setup, before the data directories are removed).
 """
 
 from __future__ import annotations
@@ -256,6 +257,8 @@ def run_setup(size: int, cfg, timing: dict[str, str]) -> dict:
             out["failover"] = [first_write_after_kill(setup, r) for r in range(cfg.kills)]
     finally:
         setup.kill_all()
+        if cfg.keep_logs:
+            shutil.copytree(root / "logs", cfg.keep_logs / f"{size}-node", dirs_exist_ok=True)
         shutil.rmtree(root, ignore_errors=True)
     return out
 
@@ -305,7 +308,8 @@ def main() -> int:
         bench_bin=Path(os.environ.get("BENCH_BIN") or target / "release" / "queen-bench"),
         duration=int(os.environ.get("DURATION") or (2 if args.smoke else 20)),
         kills=int(os.environ.get("KILLS") or (1 if args.smoke else 5)),
-        data_root=REPO / ".cache" / "bench")
+        data_root=REPO / ".cache" / "bench",
+        keep_logs=Path(os.environ["KEEP_LOGS"]) if os.environ.get("KEEP_LOGS") else None)
     if not cfg.bench_bin.is_file():
         log(f"{cfg.bench_bin} not found: cargo build --release -p queenmq-bench")
         return 1
