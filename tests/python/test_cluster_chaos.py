@@ -172,8 +172,8 @@ def now() -> float:
 
 
 class Cluster:
-    """Nodes (three unless told) on reserved ports; every node started from the main thread (a broker dies
-    with the thread that spawned it)."""
+    """Nodes (three unless told) on reserved ports; every node started from the main thread
+    (a broker dies with the thread that spawned it)."""
 
     def __init__(self, base: Path, ids=(1, 2, 3)):
         raft = {i: free_port() for i in ids}
