@@ -1,8 +1,8 @@
 """One run that measures a single node and a 3-node loopback cluster side by side (issue 13,
 "Done when" 7; docs/benchmarks.md "Cluster").
 
-    .venv/bin/python bench/cluster.py > cluster.json       # about 6 minutes
-    .venv/bin/python bench/cluster.py --smoke > smoke.json  # about 40 seconds
+    .venv/bin/python bench/cluster.py > cluster.json       # about 7 minutes
+    .venv/bin/python bench/cluster.py --smoke > smoke.json  # about 30 seconds
 
 For each setup, on fresh data directories under .cache/bench (a real disk: every commit is
 fsynced) and free loopback ports:
