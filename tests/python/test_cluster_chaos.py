@@ -55,8 +55,6 @@ PUSH_GAP_S = 0.02  # between one producer's pushes: a steady load the 2-core mac
 RETRY_GAP_S = 0.2
 PROCESS_S = 0.3  # a consumer's pause between a pop's answer and its ack
 CLIENT_TIMEOUT_MS = 15000
-FAILOVER_FILE = REPO / ".cache" / "test-results" / "cluster-failover.json"
-HISTORY_FILE = REPO / ".cache" / "test-results" / "cluster-chaos-history.json"
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -174,11 +172,10 @@ def now() -> float:
 
 
 class Cluster:
-    """Three nodes on reserved ports; every node started from the main thread (a broker dies
-    with the thread that spawned it)."""
+    """Nodes (three unless told) on reserved ports; every node started from the main thread
+    (a broker dies with the thread that spawned it)."""
 
-    def __init__(self, base: Path):
-        ids = [1, 2, 3]
+    def __init__(self, base: Path, ids=(1, 2, 3)):
         raft = {i: free_port() for i in ids}
         http_ports = {i: free_port() for i in ids}
         kafka = {i: free_port() for i in ids}
@@ -368,7 +365,16 @@ def drained(h: History) -> bool:
     return now() - last > LEASE_S + 1
 
 
-async def chaos(cluster: Cluster, rng: random.Random) -> tuple[History, list[dict]]:
+def the_leader(_round: int, views: dict, _rng: random.Random) -> list[int]:
+    """This test's victims: the leader alone, every round."""
+    return [leader_of(views)]
+
+
+async def chaos(cluster: Cluster, rng: random.Random, pick=the_leader,
+                rounds: int = ROUNDS) -> tuple[History, list[dict]]:
+    """The load on every node, `rounds` rounds of SIGKILL to the nodes `pick(round, views,
+    rng)` names (restarted and caught up before the next round), then the drain and the
+    read-back."""
     h = History()
     kills = []
     async with httpx.AsyncClient(timeout=5.0) as http:
@@ -389,25 +395,29 @@ async def chaos(cluster: Cluster, rng: random.Random) -> tuple[History, list[dic
                                                stop_pop, batches))
                   for k in range(CONSUMERS)]
         try:
-            for r in range(ROUNDS):
+            for r in range(rounds):
                 await asyncio.sleep(rng.uniform(0.5, 4.0))
                 views = await cluster.wait_settled(http, cluster.nodes)
-                lead = leader_of(views)
+                victims = pick(r, views, rng)
                 killed_at = now()
-                cluster.nodes[lead].kill()
-                rest = [i for i in cluster.nodes if i != lead]
+                for i in victims:
+                    cluster.nodes[i].kill()
+                rest = [i for i in cluster.nodes if i not in victims]
                 views = await cluster.wait_settled(http, rest)
                 commit = views[leader_of(views)]["commit"]
-                cluster.spawn(lead)
+                for i in victims:
+                    cluster.spawn(i)
                 deadline = now() + SETTLE_S
                 while True:
                     views = await cluster.settled(http, cluster.nodes)
-                    if views is not None and views[lead]["applied"] >= commit:
+                    if views is not None and all(views[i]["applied"] >= commit
+                                                 for i in victims):
                         break
-                    assert cluster.nodes[lead].proc.poll() is None, cluster.tails()
-                    assert now() < deadline, f"node {lead} did not rejoin: {views}"
+                    for i in victims:
+                        assert cluster.nodes[i].proc.poll() is None, cluster.tails()
+                    assert now() < deadline, f"nodes {victims} did not rejoin: {views}"
                     await asyncio.sleep(0.2)
-                kills.append({"round": r, "node": lead, "at": killed_at,
+                kills.append({"round": r, "nodes": victims, "at": killed_at,
                               "new_leader": leader_of(views)})
             stop_push.set()
             await asyncio.wait_for(asyncio.gather(*tasks[:len(PARTITIONS)]),
@@ -438,22 +448,23 @@ def failover_times(h: History, kills: list[dict]) -> list[dict]:
     out = []
     for k in kills:
         firsts = [p.recv for p in h.pushes if p.ok and p.sent >= k["at"]]
-        out.append({"round": k["round"], "killed": k["node"], "new_leader": k["new_leader"],
+        out.append({"round": k["round"], "killed": k["nodes"], "new_leader": k["new_leader"],
                     "first_write_s": round(min(firsts) - k["at"], 3) if firsts else None})
     return out
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """The chaos run, once for the checks below: (history, failovers, seed)."""
-    base = tmp_path_factory.mktemp("chaos")
-    cluster = Cluster(base)
-    rng = random.Random(SEED)
-    print(f"\nchaos seed {SEED} (CHAOS_SEED to replay the kill moments)")
+def execute(base: Path, seed: int, ids=(1, 2, 3), pick=the_leader, rounds: int = ROUNDS,
+            name: str = "cluster") -> tuple[History, list[dict]]:
+    """One chaos run on fresh nodes under `base`, its data dirs removed after: (history,
+    failovers). The failovers go to .cache/test-results/<name>-failover.json and the history
+    to <name>-chaos-history.json."""
+    cluster = Cluster(base, ids)
+    rng = random.Random(seed)
+    print(f"\n{name} seed {seed} (CHAOS_SEED to replay the kill moments)")
     # The official client installs SIGINT/SIGTERM handlers; pytest's come back after.
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        h, kills = asyncio.run(chaos(cluster, rng))
+        h, kills = asyncio.run(chaos(cluster, rng, pick, rounds))
     except BaseException:
         print(cluster.tails())
         raise
@@ -461,25 +472,32 @@ def run(tmp_path_factory):
         for s, handler in saved.items():
             signal.signal(s, handler)
         cluster.kill_all()
-        # Three data dirs, on failure too (review s20 lead D3): the logs' tails are printed.
+        # Every data dir, on failure too (review s20 lead D3): the logs' tails are printed.
         shutil.rmtree(base, ignore_errors=True)
     failovers = failover_times(h, kills)
-    print(f"chaos seed {SEED}: {len(h.pushes)} push attempts, "
+    print(f"{name} seed {seed}: {len(h.pushes)} push attempts, "
           f"{len(h.acknowledged())} acknowledged, {len(h.deliveries)} deliveries, "
           f"{sum(1 for a in h.acks if not a.ok)} acks not answered success")
     for f in failovers:
-        print(f"failover round {f['round']}: node {f['killed']} killed, node "
+        print(f"failover round {f['round']}: nodes {f['killed']} killed, node "
               f"{f['new_leader']} leads, first write after {f['first_write_s']} s")
-    FAILOVER_FILE.parent.mkdir(parents=True, exist_ok=True)
-    FAILOVER_FILE.write_text(json.dumps({
-        "seed": SEED, "heartbeat_ms": HEARTBEAT_MS, "election_timeout_ms": ELECTION_MS,
-        "rounds": failovers}, indent=2) + "\n")
+    results = REPO / ".cache" / "test-results"
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{name}-failover.json").write_text(json.dumps({
+        "seed": seed, "nodes": len(ids), "heartbeat_ms": HEARTBEAT_MS,
+        "election_timeout_ms": ELECTION_MS, "rounds": failovers}, indent=2) + "\n")
     # The whole history, for reading a failure (times are time.monotonic(), kills included).
-    HISTORY_FILE.write_text(json.dumps({
-        "seed": SEED, "kills": kills, "pushes": [vars(p) for p in h.pushes],
+    (results / f"{name}-chaos-history.json").write_text(json.dumps({
+        "seed": seed, "kills": kills, "pushes": [vars(p) for p in h.pushes],
         "deliveries": [vars(d) for d in h.deliveries], "acks": [vars(a) for a in h.acks],
         "stored": sorted(h.stored or [])}))
     return h, failovers
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """The chaos run, once for the checks below: (history, failovers)."""
+    return execute(tmp_path_factory.mktemp("chaos"), SEED)
 
 
 def report(found: list[str]) -> str:
