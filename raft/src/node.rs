@@ -530,7 +530,7 @@ impl RaftNode {
                 kind: ChangeRefusal::Unsafe,
                 message: format!(
                     "node {} leads: stop it, let the others elect a leader, and remove it \
-                     there (this version cannot hand the lead over)",
+                     there (SIGTERM hands the lead over first)",
                     self.id()
                 ),
             });
