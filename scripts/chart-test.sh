@@ -452,6 +452,14 @@ def check_pod(label, proc, env, pod, container, mounts, ports, services, verbose
     g = re.search(r"^shutdown_grace_secs = (\d+)", out, re.M)
     if not g or int(g.group(1)) >= grace:
         fail(f"[{label}] terminationGracePeriodSeconds {grace} does not exceed shutdown_grace_secs")
+    # A cluster member hands its lead over before the drain: three election timeouts.
+    peers = re.search(r'^peers = "?([^"\n#]*)', out, re.M)
+    if g and peers and peers.group(1).strip():
+        eto = re.search(r"^cluster_election_timeout_ms = (\d+)", out, re.M)
+        handover = -(-3 * int(eto.group(1) if eto else 5000) // 1000)
+        if int(g.group(1)) + handover >= grace:
+            fail(f"[{label}] terminationGracePeriodSeconds {grace} does not cover shutdown_grace_secs"
+                 f" and the {handover} s hand-over")
     ok(f"[{label}] queen config print accepts the rendered config and env")
     return True
 

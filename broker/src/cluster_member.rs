@@ -11,8 +11,8 @@ use queenmq_native_api::Leader;
 use queenmq_protocol::{LeaderHint, QueenError};
 use queenmq_raft::wire::Limits;
 use queenmq_raft::{
-    ApplyHandler, BasicNode, ClusterStart, Groups, RaftConfig, RaftError, RaftNode, ServerConfig,
-    TcpNetwork, VoteGate, CLUSTER_ENTRY_MAX,
+    ApplyHandler, BasicNode, ClusterStart, Groups, HandOver, RaftConfig, RaftError, RaftNode,
+    ServerConfig, TcpNetwork, VoteGate, CLUSTER_ENTRY_MAX,
 };
 use queenmq_storage::{SegmentLog, StateStore};
 
@@ -169,6 +169,37 @@ impl Member {
         .await
     }
 
+    /// Hands over the lead of every group this node leads (SIGTERM, before the doors close),
+    /// one after another, each within `Timing::hand_over_bound`. A group not handed over
+    /// (no voter caught up, no answer) is logged and left: the process stops anyway, and
+    /// the others elect a leader as after a crash.
+    pub async fn hand_over_all(&self, groups: &crate::group::Registry) {
+        for group in groups.running() {
+            let Ok(live) = group.live.get() else {
+                continue;
+            };
+            let tenant = group.tenant.clone();
+            let net = TcpNetwork::new(self.node_id, &tenant, &self.token, limits());
+            let started = std::time::Instant::now();
+            let bound = self.timing.hand_over_bound();
+            match live.node.hand_over(&net, None, bound).await {
+                HandOver::NotLeading => {}
+                HandOver::Moved { to, leader } => tracing::info!(
+                    %tenant, to, leader, ms = started.elapsed().as_millis() as u64,
+                    "handed the lead over"
+                ),
+                HandOver::Kept(why) => tracing::warn!(
+                    %tenant, %why,
+                    "the lead was not handed over: the others elect a leader once this node stops"
+                ),
+                HandOver::TimedOut { to } => tracing::warn!(
+                    %tenant, to, ?bound,
+                    "no other leader within the hand-over bound: stopping anyway"
+                ),
+            }
+        }
+    }
+
     /// Whether this node initialises an empty directory's membership: the lowest id of
     /// `peers`, unless started to join a running group (a wiped node that would otherwise
     /// found a second group with the same ids: review s15 A2).
@@ -201,6 +232,9 @@ impl Member {
     /// acknowledged, and has not applied its whole log yet (just elected).
     pub fn refusal(&self, s: &LogStatus) -> QueenError {
         match s.leader {
+            // Stopping and handing the lead over: the next leader is not known yet, and the
+            // client retries (or is relayed) once it is.
+            _ if s.handing_over => QueenError::not_leader(None),
             // openraft 0.9 has no check-quorum: a leader cut off from the majority stays
             // leader, and only the missing acknowledgements tell (review s16 B1). Tested
             // first: a leader reloaded while cut off has its given-up entry unapplied, and
@@ -228,6 +262,14 @@ impl Member {
 }
 
 impl Timing {
+    /// How long a SIGTERM waits for the hand-over of each group this node leads: three
+    /// election timeouts, a lease of openraft's (two, the election range's maximum) for a
+    /// voter that refuses the first campaign (a group of five) and one for the campaign
+    /// after it. A group of three is handed over in a fraction of it (docs/cluster.md).
+    pub fn hand_over_bound(&self) -> Duration {
+        Duration::from_millis(self.election_timeout_ms.saturating_mul(3))
+    }
+
     /// How long a leader may go unacknowledged by a majority and still plan: a follower that
     /// heard nothing for the election timeout may call an election, so past it another node
     /// may lead (and commit) while this one would still plan on a state that no longer
@@ -264,9 +306,10 @@ pub fn quorum_contact(quorum_ack_ms: Option<u64>, timing: &Timing) -> bool {
 /// Whether an engine may plan now: only the leader, once it has applied its whole log (the
 /// planner changes the state before it proposes, so it must start from every entry), and
 /// while a majority acknowledged it within the lease (openraft 0.9 keeps a leader cut off
-/// from the majority leading: review s16 B1).
+/// from the majority leading: review s16 B1), and not while it hands its lead over (its
+/// proposals are refused: `RaftNode::hand_over`).
 pub fn may_plan(s: &LogStatus) -> bool {
-    s.role == "leader" && s.applied >= s.last_log_index && s.quorum_contact
+    s.role == "leader" && s.applied >= s.last_log_index && s.quorum_contact && !s.handing_over
 }
 
 #[cfg(test)]
@@ -373,6 +416,24 @@ mod tests {
         assert!(e.leader.is_none());
         let e = m.refusal(&status("leader", Some(2), 3, 4));
         assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable);
+    }
+
+    /// A leader handing its lead over plans nothing and answers the retriable not_leader.
+    #[test]
+    fn a_leader_handing_over_plans_nothing_and_answers_not_leader() {
+        let handing = LogStatus {
+            handing_over: true,
+            ..status("leader", Some(2), 9, 9)
+        };
+        assert!(!may_plan(&handing));
+        let e = member().refusal(&handing);
+        assert_eq!(e.code, queenmq_protocol::ErrorCode::NotLeader);
+        assert!(e.leader.is_none());
+    }
+
+    #[test]
+    fn the_hand_over_bound_covers_a_lease_and_a_campaign() {
+        assert_eq!(TIMING.hand_over_bound(), Duration::from_secs(15));
     }
 
     /// The door's view of who leads: the engine's refusal names the same node and URL.

@@ -192,6 +192,7 @@ fn log_status(s: RaftStatus, cluster: Option<Timing>, proposal_age_ms: Option<u6
             && cluster.is_none_or(|t| crate::cluster_member::quorum_contact(s.quorum_ack_ms, &t)),
         proposal_fresh: leader
             && cluster.is_some_and(|t| proposal_age_ms.is_some_and(|ms| ms < t.lease_ms())),
+        handing_over: s.handing_over,
     }
 }
 
@@ -213,6 +214,7 @@ mod tests {
             committed: Some(applied),
             applied: Some(applied),
             quorum_ack_ms,
+            handing_over: false,
         }
     }
 

@@ -170,6 +170,8 @@ pub async fn serve(
             (ecfg, Some(listening), Some(member))
         }
     };
+    // SIGTERM hands the lead over with it (`Member::hand_over_all`).
+    let handing = member.clone();
     // A default group that fails to start stops the process with its reason: the operator
     // must act.
     let groups = Registry::open(
@@ -308,6 +310,11 @@ pub async fn serve(
     ));
 
     shutdown_signal().await?;
+    // Before the doors close: meanwhile this node answers not_leader, and once another node
+    // leads it relays there like any follower (docs/cluster.md "Hand-over").
+    if let Some(m) = &handing {
+        m.hand_over_all(&groups).await;
+    }
     sweeper.abort();
     sampler.abort();
     tracing::info!("shutdown requested: draining in-flight requests");

@@ -9,6 +9,8 @@
 //!   (one TCP connection per openraft client, a listener serving every hosted group).
 //! - `node`: `RaftNode`, what the engine uses: start, propose, read back, status, shutdown,
 //!   and the membership changes (refused after a reclamation).
+//! - `hand_over` + `elect_now`: the leader hands its lead to a caught-up voter (openraft 0.9
+//!   has no leadership transfer), over the network's "elect now" request.
 //! - `wire`: the frames of the network between nodes, size-checked before allocating (the
 //!   transport on top is issue 13's next step).
 //!
@@ -28,11 +30,13 @@ mod cluster_start;
 mod committed_saver;
 mod config;
 mod core_probe;
+mod elect_now;
 mod election_nudge;
 mod entry_codec;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+mod hand_over;
 mod horizons;
 mod index_cell;
 mod keepalive;
@@ -61,6 +65,7 @@ pub use apply::ApplyHandler;
 pub use cluster_start::{ClusterStart, CLUSTER_ENTRY_MAX};
 pub use config::RaftConfig;
 pub use error::{ChangeRefusal, RaftError};
+pub use hand_over::HandOver;
 // The storage pair openraft runs on, public so openraft's own storage suite can drive it
 // (tests/openraft_suite.rs) and so can the cluster to come; `RaftNode` is what the broker uses.
 pub use log_store::LogStore;

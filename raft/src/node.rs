@@ -20,6 +20,7 @@ use crate::core_probe::CoreProbe;
 use crate::election_nudge;
 use crate::entry_codec;
 use crate::error::{ChangeRefusal, RaftError};
+use crate::hand_over::WriteFence;
 use crate::index_cell::IndexCell;
 use crate::log_store::LogStore;
 use crate::membership_change::{self, Change, MembershipView};
@@ -44,6 +45,9 @@ pub struct RaftStatus {
     /// not stay fresh); None on any other role and on a leader not yet acknowledged. openraft 0.9 has no check-quorum:
     /// a leader cut off from the majority stays leader, and this is how a caller sees it.
     pub quorum_ack_ms: Option<u64>,
+    /// This node is handing its lead over (`hand_over`): it takes no new proposal, so its
+    /// engine must not plan one.
+    pub handing_over: bool,
 }
 
 /// A running Raft group member. Clones share it.
@@ -71,6 +75,9 @@ struct Inner {
     /// Held while a membership operation of this node runs: a second one is refused at once
     /// ("in progress") rather than queued behind it.
     changing: tokio::sync::Mutex<()>,
+    /// Closed while the lead is handed over: no proposal enters once the target is being
+    /// caught up (`hand_over`).
+    fence: WriteFence,
 }
 
 impl Drop for Inner {
@@ -258,6 +265,7 @@ impl RaftNode {
                 log_store,
                 applied,
                 changing: tokio::sync::Mutex::new(()),
+                fence: WriteFence::default(),
                 sm_gone: tokio::sync::Mutex::new(Some(sm_gone)),
             }),
         })
@@ -314,6 +322,20 @@ impl RaftNode {
         self.inner.id
     }
 
+    pub(crate) fn raft(&self) -> &Raft<TypeConfig> {
+        &self.inner.raft
+    }
+
+    pub(crate) fn fence(&self) -> &WriteFence {
+        &self.inner.fence
+    }
+
+    /// The lock a membership operation holds: a hand-over holds it too, so no membership
+    /// entry lands behind the target's catch-up.
+    pub(crate) fn changing(&self) -> &tokio::sync::Mutex<()> {
+        &self.inner.changing
+    }
+
     async fn lead_and_replay(&self, last_at_open: Option<u64>) -> Result<(), RaftError> {
         let raft = &self.inner.raft;
         if raft.is_initialized().await.map_err(fatal)? {
@@ -361,7 +383,11 @@ impl RaftNode {
 
     /// Proposes one application entry; resolves once it is committed (fsynced) and applied,
     /// with its (index, term).
+    /// Refused with `NotLeader` while the lead is handed over (`hand_over`).
     pub async fn propose(&self, payload: Vec<u8>) -> Result<(u64, u64), RaftError> {
+        let Some(_in_flight) = self.inner.fence.enter().await else {
+            return Err(RaftError::NotLeader { leader: None });
+        };
         self.written(self.inner.raft.client_write(payload).await)
     }
 
@@ -463,6 +489,9 @@ impl RaftNode {
         change: Change,
         known_http: BTreeMap<u64, String>,
     ) -> Result<(u64, u64), RaftError> {
+        if self.inner.fence.is_closed() {
+            return Err(RaftError::NotLeader { leader: None });
+        }
         let Ok(_one) = self.inner.changing.try_lock() else {
             return Err(RaftError::ChangeRefused {
                 kind: ChangeRefusal::InProgress,
@@ -501,7 +530,7 @@ impl RaftNode {
                 kind: ChangeRefusal::Unsafe,
                 message: format!(
                     "node {} leads: stop it, let the others elect a leader, and remove it \
-                     there (this version cannot hand the lead over)",
+                     there (SIGTERM hands the lead over first)",
                     self.id()
                 ),
             });
@@ -600,11 +629,6 @@ impl RaftNode {
         &self.inner.log_store
     }
 
-    #[cfg(test)]
-    pub(crate) fn raft(&self) -> &Raft<TypeConfig> {
-        &self.inner.raft
-    }
-
     /// The sealed segment holding `index` (`LogStore::sealed_segment_of`).
     pub fn sealed_segment_of(&self, index: u64) -> Option<(u64, u64, u64)> {
         self.inner.log_store.sealed_segment_of(index)
@@ -645,6 +669,7 @@ impl RaftNode {
                 Some(clock) => clock.ack_age(),
                 None => m.millis_since_quorum_ack,
             },
+            handing_over: self.inner.fence.is_closed(),
         }
     }
 

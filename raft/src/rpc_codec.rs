@@ -11,6 +11,7 @@
 //! | Append | u32 header length, header JSON (vote, prev_log_id, leader_commit), u32 entry count, then per entry u64 index, u64 term, u32 length, the `entry_codec` record payload |
 //! | Vote | JSON of openraft's `VoteRequest` |
 //! | Snapshot | u32 header length, header JSON (vote, meta, offset, done), then the chunk's data to the end |
+//! | Elect | u64 the sender's term as leader, nothing after it (`hand_over`) |
 //!
 //! A Reply is a status byte then: 0 the JSON of the response, 1 the JSON of openraft's
 //! `RaftError` (the peer refused), 2 UTF-8 text (the peer cannot serve the group now).
@@ -194,6 +195,32 @@ pub fn decode_vote(body: &[u8]) -> Result<VoteRequest<NodeId>, DecodeError> {
     json(body, "vote")
 }
 
+/// An "elect now" request: the sender leads `group` in `term` and asks the receiver to
+/// campaign at once.
+pub fn encode_elect(group: &str, term: u64) -> Result<Vec<u8>, DecodeError> {
+    let mut out = Vec::new();
+    put_group(&mut out, group)?;
+    out.extend_from_slice(&term.to_le_bytes());
+    Ok(out)
+}
+
+/// The term of an "elect now" request: exactly 8 bytes after the group, a term above 0 (no
+/// node leads in term 0).
+pub fn decode_elect(body: &[u8]) -> Result<u64, DecodeError> {
+    let mut r = Reader { rest: body };
+    let term = r.u64("elect term")?;
+    if !r.rest.is_empty() {
+        return Err(bad(format!(
+            "{} bytes after an elect request's term",
+            r.rest.len()
+        )));
+    }
+    if term == 0 {
+        return Err(bad("an elect request for term 0"));
+    }
+    Ok(term)
+}
+
 #[derive(Serialize, Deserialize)]
 struct SnapshotHead {
     vote: Vote<NodeId>,
@@ -301,6 +328,19 @@ mod tests {
     use crate::types::log_id;
     use openraft::{CommittedLeaderId, EntryPayload, Membership};
     use std::collections::BTreeSet;
+
+    #[test]
+    fn an_elect_request_is_a_group_and_a_term_range_checked() {
+        let body = encode_elect("default", 7).unwrap();
+        let (group, rest) = group_of(&body).unwrap();
+        assert_eq!((group, decode_elect(rest).unwrap()), ("default", 7));
+        assert!(decode_elect(&rest[..7]).is_err(), "a short term");
+        let mut long = rest.to_vec();
+        long.push(0);
+        assert!(decode_elect(&long).is_err(), "bytes after the term");
+        assert!(decode_elect(&0u64.to_le_bytes()).is_err(), "term 0");
+        assert!(encode_elect(&"g".repeat(GROUP_MAX + 1), 1).is_err());
+    }
 
     fn append() -> AppendEntriesRequest<TypeConfig> {
         let m = Membership::new(vec![BTreeSet::from([1, 2, 3])], ());

@@ -249,6 +249,34 @@ impl PeerClient {
     }
 }
 
+impl TcpNetwork {
+    /// Asks `target` (at `addr`, its membership entry) to campaign at once: this node leads
+    /// the group in `term` and hands the lead over (`RaftNode::hand_over`). Ok once the
+    /// target accepted the request, not once it won; Err says why it refused or could not be
+    /// reached within `ttl`.
+    pub(crate) async fn elect_now(
+        &self,
+        target: NodeId,
+        addr: &str,
+        term: u64,
+        ttl: Duration,
+    ) -> Result<(), String> {
+        let mut client = self.clone().new_client(target, &BasicNode::new(addr)).await;
+        let body = rpc_codec::encode_elect(&self.group, term).map_err(|e| e.to_string())?;
+        let reply = client
+            .call(Kind::Elect, &body, ttl)
+            .await
+            .map_err(|e| e.to_string())?;
+        match rpc_codec::decode_reply::<(), String>(&reply) {
+            Ok(Reply::Ok(())) => Ok(()),
+            Ok(Reply::Refused(why) | Reply::Unavailable(why) | Reply::NotMember(why)) => {
+                Err(format!("node {target} refused to campaign: {why}"))
+            }
+            Err(e) => Err(format!("node {target} answered garbage: {e}")),
+        }
+    }
+}
+
 impl RaftNetwork<TypeConfig> for PeerClient {
     async fn append_entries(
         &mut self,

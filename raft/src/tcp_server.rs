@@ -211,7 +211,7 @@ async fn serve_conn(
         tracing::debug!(conn = id, error = %e, "raft connection closed: cannot set keepalive");
         return;
     }
-    if let Err(e) = answer(&mut conn, &cfg.limits, &groups).await {
+    if let Err(e) = answer(&mut conn, &cfg.limits, &groups, ids.from).await {
         tracing::debug!(conn = id, error = %e, "raft connection closed");
     }
 }
@@ -226,11 +226,13 @@ enum ConnError {
     NotARequest(Kind),
 }
 
-/// Answers requests in order until the peer leaves or sends something malformed.
+/// Answers requests in order until the peer leaves or sends something malformed. `from`: the
+/// peer's node id, as its Hello named it.
 async fn answer(
     conn: &mut BufStream<TcpStream>,
     limits: &Limits,
     groups: &Groups,
+    from: u64,
 ) -> Result<(), ConnError> {
     loop {
         let Frame { kind, id, body } = match wire::read_frame(conn, limits).await {
@@ -238,13 +240,21 @@ async fn answer(
             Err(WireError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e.into()),
         };
-        let reply = dispatch(kind, &body, groups).await?;
+        let reply = dispatch(kind, &body, groups, from).await?;
         wire::write_frame(conn, Kind::Reply, id, &reply).await?;
     }
 }
 
-async fn dispatch(kind: Kind, body: &[u8], groups: &Groups) -> Result<Vec<u8>, ConnError> {
-    if !matches!(kind, Kind::Append | Kind::Vote | Kind::Snapshot) {
+async fn dispatch(
+    kind: Kind,
+    body: &[u8],
+    groups: &Groups,
+    from: u64,
+) -> Result<Vec<u8>, ConnError> {
+    if !matches!(
+        kind,
+        Kind::Append | Kind::Vote | Kind::Snapshot | Kind::Elect
+    ) {
         return Err(ConnError::NotARequest(kind));
     }
     let (group, rest) = rpc_codec::group_of(body)?;
@@ -252,6 +262,7 @@ async fn dispatch(kind: Kind, body: &[u8], groups: &Groups) -> Result<Vec<u8>, C
     let request = match kind {
         Kind::Append => Request::Append(rpc_codec::decode_append(rest)?),
         Kind::Vote => Request::Vote(rpc_codec::decode_vote(rest)?),
+        Kind::Elect => Request::Elect(rpc_codec::decode_elect(rest)?),
         _ => Request::Snapshot(rpc_codec::decode_snapshot(rest)?),
     };
     let Some(Served { raft, gate }) = groups.get(group) else {
@@ -278,6 +289,7 @@ async fn dispatch(kind: Kind, body: &[u8], groups: &Groups) -> Result<Vec<u8>, C
             rpc_codec::encode_reply(&raft.vote(r).await)
         }
         Request::Snapshot(r) => rpc_codec::encode_reply(&raft.install_snapshot(r).await),
+        Request::Elect(term) => crate::elect_now::answer(&raft, gate.as_ref(), from, term).await,
     })
 }
 
@@ -361,4 +373,6 @@ enum Request {
     Append(openraft::raft::AppendEntriesRequest<TypeConfig>),
     Vote(openraft::raft::VoteRequest<u64>),
     Snapshot(openraft::raft::InstallSnapshotRequest<TypeConfig>),
+    /// "Elect now" from the leader of this term (`elect_now`).
+    Elect(u64),
 }

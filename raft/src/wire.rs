@@ -25,6 +25,9 @@ pub enum Kind {
     Vote = 3,
     Snapshot = 4,
     Reply = 5,
+    /// "Elect now": the leader of a group asks a caught-up voter to campaign at once (a
+    /// hand-over, `hand_over`).
+    Elect = 6,
 }
 
 impl Kind {
@@ -35,6 +38,7 @@ impl Kind {
             3 => Kind::Vote,
             4 => Kind::Snapshot,
             5 => Kind::Reply,
+            6 => Kind::Elect,
             _ => return None,
         })
     }
@@ -92,7 +96,8 @@ impl Limits {
         match kind {
             Kind::Hello => HELLO_MAX,
             Kind::Append => self.append,
-            Kind::Vote => self.vote,
+            // A group name and a term: as small as a vote request.
+            Kind::Vote | Kind::Elect => self.vote,
             Kind::Snapshot => self.snapshot,
             Kind::Reply => self.reply,
         }
@@ -321,6 +326,7 @@ mod tests {
             Kind::Vote,
             Kind::Snapshot,
             Kind::Reply,
+            Kind::Elect,
         ];
         for (i, k) in kinds.iter().enumerate() {
             write_frame(&mut buf, *k, i as u64 * 1000, &vec![i as u8; i * 3])

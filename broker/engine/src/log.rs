@@ -104,6 +104,9 @@ pub struct LogStatus {
     /// trail its log by that entry and it is still serving (review s17 lead M1: one whose
     /// proposal is older is stuck, on its own disk or on the quorum's).
     pub proposal_fresh: bool,
+    /// A cluster leader handing its lead over (SIGTERM): it takes no new proposal and
+    /// answers `not_leader` meanwhile.
+    pub handing_over: bool,
 }
 
 pub type SharedLog = Arc<dyn ReplicatedLog>;

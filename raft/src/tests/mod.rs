@@ -6,6 +6,7 @@ mod fixtures;
 mod frozen_leader;
 mod group_commit;
 mod guards;
+mod hand_over;
 mod horizons;
 mod idle_leader;
 mod latency;
