@@ -3,8 +3,9 @@
 //! record, and that record's reader for the start-up that finishes steps 4 and 5
 //! (docs/storage-format.md "Install on the receiver").
 
-use redb::ReadableTable;
+use redb::{ReadableDatabase, ReadableTable};
 
+use super::checkpoint::CheckpointHead;
 use super::floor_row::{FloorRow, CHECKPOINT_FLOOR};
 use super::generations::SLOTS;
 use super::{StateSink, StateStore, CHECKPOINT_HEAD, META};
@@ -160,6 +161,32 @@ impl StateStore {
         self.get_meta(INSTALLING_KEY)?
             .map(|b| Installing::decode(&b))
             .transpose()
+    }
+
+    /// The applied index of the newest generation whose header decodes (its state is not
+    /// read): what a snapshot must lie beyond to be worth installing.
+    pub fn newest_checkpoint_index(&self) -> Result<Option<u64>, StorageError> {
+        let op = "read the checkpoint headers";
+        let txn = self.db.begin_read().map_err(StorageError::state(op))?;
+        let heads = txn
+            .open_table(CHECKPOINT_HEAD)
+            .map_err(StorageError::state(op))?;
+        let mut newest = None;
+        for s in &SLOTS {
+            let Some(raw) = heads.get(s.head_key).map_err(StorageError::state(op))? else {
+                continue;
+            };
+            if let Ok(head) = CheckpointHead::decode(raw.value()) {
+                newest = newest.max(Some(head.applied_index));
+            }
+        }
+        Ok(newest)
+    }
+
+    /// Taken by a stage for its whole run, so stages run one at a time (review s22 M2).
+    pub(crate) fn stage_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        // Guards no data: a panicked stage leaves nothing the next one must repair here.
+        self.staging.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The last step of an install: durable on return.
