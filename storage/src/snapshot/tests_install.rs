@@ -83,7 +83,7 @@ fn stage(f: &Follower) -> Result<crate::Installed, StorageError> {
         &f.store,
         &f.log,
         small(),
-        &[(PURGED, b"(2, 50)")],
+        &[(PURGED, b"(2, 50)"), (crate::MEMBERSHIP_KEY, b"the leader's")],
         (50, 2),
     )
 }
@@ -128,6 +128,11 @@ fn restart(image: &MemBackend, old_last: u64, old_term: u64, kept_log: bool) -> 
         return "old";
     }
     assert_eq!(gens.len(), 2);
+    // Both generations name the snapshot's membership, so this node can send it on.
+    let store = Arc::new(store);
+    let src = crate::SnapshotSource::open(&store, &log, 50).unwrap();
+    assert_eq!(src.membership(), Some(&b"the leader's"[..]));
+    drop(src);
     for g in &gens {
         let cp = g.checkpoint.as_ref().unwrap();
         assert_eq!((cp.applied_index, cp.applied_term), (50, 2));

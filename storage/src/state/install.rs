@@ -7,6 +7,7 @@ use redb::{ReadableDatabase, ReadableTable};
 
 use super::checkpoint::CheckpointHead;
 use super::floor_row::{FloorRow, CHECKPOINT_FLOOR};
+use super::membership_row::{self, CHECKPOINT_MEMBERSHIP, MEMBERSHIP_KEY, MEMBERSHIP_MAX};
 use super::generations::SLOTS;
 use super::{StateSink, StateStore, CHECKPOINT_HEAD, META};
 use crate::format::{le_u32, le_u64};
@@ -141,6 +142,24 @@ impl StateStore {
                 .map_err(StorageError::state(op))?
                 .insert(slot.head_key, row.encode().as_slice())
                 .map_err(StorageError::state(op))?;
+            // The snapshot's membership is the one at its A: recorded with both generations,
+            // so this node can send the installed snapshot on.
+            let mut memberships = txn
+                .open_table(CHECKPOINT_MEMBERSHIP)
+                .map_err(StorageError::state(op))?;
+            let given = meta
+                .iter()
+                .find(|(key, _)| *key == MEMBERSHIP_KEY)
+                .map(|(_, m)| *m)
+                .filter(|m| m.len() <= MEMBERSHIP_MAX);
+            match given {
+                Some(m) => memberships.insert(
+                    slot.head_key,
+                    membership_row::encode(&head, m).as_slice(),
+                ),
+                None => memberships.remove(slot.head_key),
+            }
+            .map_err(StorageError::state(op))?;
         }
         {
             let mut t = txn.open_table(META).map_err(StorageError::state(op))?;

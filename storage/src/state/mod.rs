@@ -5,6 +5,7 @@ pub(crate) mod checkpoint;
 pub(crate) mod floor_row;
 pub(crate) mod generations;
 mod install;
+pub(crate) mod membership_row;
 mod sink;
 #[cfg(test)]
 mod tests;
@@ -24,6 +25,8 @@ use checkpoint::CheckpointHead;
 /// Rows of a checkpoint in the store: a streamed save holds one in memory.
 pub use checkpoint::WRITE_CHUNK_BYTES as CHECKPOINT_CHUNK_BYTES;
 use floor_row::{FloorRow, CHECKPOINT_FLOOR};
+use membership_row::{CHECKPOINT_MEMBERSHIP, MEMBERSHIP_MAX};
+pub use membership_row::MEMBERSHIP_KEY;
 pub use generations::Generation;
 use generations::{newest_first, slot_to_overwrite, SLOTS};
 pub use install::{FillState, Installing, INSTALLING_KEY};
@@ -119,6 +122,7 @@ impl StateStore {
             txn.open_table(META)?;
             txn.open_table(CHECKPOINT_HEAD)?;
             txn.open_table(CHECKPOINT_FLOOR)?;
+            txn.open_table(CHECKPOINT_MEMBERSHIP)?;
             for slot in &SLOTS {
                 txn.open_table(slot.chunks)?;
             }
@@ -242,6 +246,25 @@ impl StateStore {
                 }
                 None => {
                     floors.remove(slot.head_key)?;
+                }
+            }
+            drop(floors);
+            // The membership applied when the engine's state reached `applied_index` or later,
+            // read in this transaction: the Raft crate serves the generation only when that
+            // membership's own index is at or below it.
+            let membership = txn
+                .open_table(META)?
+                .get(MEMBERSHIP_KEY)?
+                .map(|v| v.value().to_vec())
+                .filter(|m| m.len() <= MEMBERSHIP_MAX);
+            let mut memberships = txn.open_table(CHECKPOINT_MEMBERSHIP)?;
+            match membership {
+                Some(m) => {
+                    memberships
+                        .insert(slot.head_key, membership_row::encode(&head, &m).as_slice())?;
+                }
+                None => {
+                    memberships.remove(slot.head_key)?;
                 }
             }
             Ok(())
