@@ -90,7 +90,10 @@ mod tests {
             let early = rx.recv_timeout(Duration::from_millis(300));
             assert_eq!(early, Err(RecvTimeoutError::Timeout));
             assert!(gate.is_closed());
-            assert!(gate.enter().is_none(), "an append after the close got through");
+            assert!(
+                gate.enter().is_none(),
+                "an append after the close got through"
+            );
             drop(pass);
             rx.recv().unwrap();
         });

@@ -170,7 +170,9 @@ async fn a_refused_stage_leaves_the_node_appending() {
     assert!(!matches!(err, StorageError::InstallPending { .. }), "{err}");
     assert!(!ls.install_staged());
     assert_eq!(ls.reclaim_refusal(), None);
-    node.propose(b"after the second refusal".to_vec()).await.unwrap();
+    node.propose(b"after the second refusal".to_vec())
+        .await
+        .unwrap();
     assert_eq!(log.last().unwrap().0, last + 2);
     assert_eq!(store.installing().unwrap(), None);
     node.shutdown().await.unwrap();

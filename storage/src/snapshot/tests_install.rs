@@ -83,7 +83,10 @@ fn stage(f: &Follower) -> Result<crate::Installed, StorageError> {
         &f.store,
         &f.log,
         small(),
-        &[(PURGED, b"(2, 50)"), (crate::MEMBERSHIP_KEY, b"the leader's")],
+        &[
+            (PURGED, b"(2, 50)"),
+            (crate::MEMBERSHIP_KEY, b"the leader's"),
+        ],
         (50, 2),
     )
 }

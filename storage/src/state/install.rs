@@ -7,8 +7,8 @@ use redb::{ReadableDatabase, ReadableTable};
 
 use super::checkpoint::CheckpointHead;
 use super::floor_row::{FloorRow, CHECKPOINT_FLOOR};
-use super::membership_row::{self, CHECKPOINT_MEMBERSHIP, MEMBERSHIP_KEY, MEMBERSHIP_MAX};
 use super::generations::SLOTS;
+use super::membership_row::{self, CHECKPOINT_MEMBERSHIP, MEMBERSHIP_KEY, MEMBERSHIP_MAX};
 use super::{StateSink, StateStore, CHECKPOINT_HEAD, META};
 use crate::format::{le_u32, le_u64};
 use crate::StorageError;
@@ -153,10 +153,9 @@ impl StateStore {
                 .map(|(_, m)| *m)
                 .filter(|m| m.len() <= MEMBERSHIP_MAX);
             match given {
-                Some(m) => memberships.insert(
-                    slot.head_key,
-                    membership_row::encode(&head, m).as_slice(),
-                ),
+                Some(m) => {
+                    memberships.insert(slot.head_key, membership_row::encode(&head, m).as_slice())
+                }
                 None => memberships.remove(slot.head_key),
             }
             .map_err(StorageError::state(op))?;

@@ -25,11 +25,11 @@ use checkpoint::CheckpointHead;
 /// Rows of a checkpoint in the store: a streamed save holds one in memory.
 pub use checkpoint::WRITE_CHUNK_BYTES as CHECKPOINT_CHUNK_BYTES;
 use floor_row::{FloorRow, CHECKPOINT_FLOOR};
-use membership_row::{CHECKPOINT_MEMBERSHIP, MEMBERSHIP_MAX};
-pub use membership_row::MEMBERSHIP_KEY;
 pub use generations::Generation;
 use generations::{newest_first, slot_to_overwrite, SLOTS};
 pub use install::{FillState, Installing, INSTALLING_KEY};
+pub use membership_row::MEMBERSHIP_KEY;
+use membership_row::{CHECKPOINT_MEMBERSHIP, MEMBERSHIP_MAX};
 pub use sink::StateSink;
 pub use view::StateView;
 
