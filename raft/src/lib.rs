@@ -24,6 +24,7 @@
 //! - openraft 0.9 fsyncs each append before taking the next (`log_writer`): throughput comes
 //!   from the engine putting many commands into one entry.
 
+mod append_gate;
 mod apply;
 mod backend;
 mod cluster_start;

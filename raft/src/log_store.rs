@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{AnyError, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader, Vote};
 
+use crate::append_gate::AppendGate;
 use crate::backend::{SegmentLog, StateStore};
 use crate::committed_saver::CommittedSaver;
 use crate::entry_codec;
@@ -91,6 +92,12 @@ struct Inner {
     /// reopened (which finishes it, replacing `log/` when the stage built `log-incoming`),
     /// appends fail and reclamation is refused.
     installing: AtomicBool,
+    /// Closed by a stage before it decides whether the log is kept, and left closed once it
+    /// staged: appends then fail (review s22 snapshot H2).
+    appends: AppendGate,
+    /// Held by `stage_install` for its whole run: one stage's refusal must not reopen the
+    /// append gate under another.
+    staging: Mutex<()>,
 }
 
 impl LogStore {
@@ -134,6 +141,8 @@ impl LogStore {
                 refusal_logged: AtomicBool::new(false),
                 out_of_space: AtomicBool::new(false),
                 installing: AtomicBool::new(false),
+                appends: AppendGate::default(),
+                staging: Mutex::new(()),
             }),
         })
     }
@@ -213,13 +222,17 @@ impl LogStore {
 
     /// Stages the snapshot received whole into `dir`'s `snapshot-incoming` (steps 2 and 3 of
     /// docs/storage-format.md "Install on the receiver"), with `meta`'s last log id as the
-    /// purge horizon and its membership as the applied one, in step 3's transaction. Under the
+    /// purge horizon and its membership as the applied one, in step 3's transaction. First the
+    /// append gate closes and every append already past it finishes writing, so the keep
+    /// decision sees every record that could be acknowledged (review s22 H2); a snapshot at or
+    /// below the committed index is refused then (H1: this node is past it). Under the
     /// reclaim gate, so no reclamation deletes between the keep check and the commit. On Ok
     /// (and when an earlier stage is still unfinished) this store refuses every append and
     /// reclamation from then on: the group must be closed and reopened, whose open finishes
     /// the install (`finish_interrupted_install`) before `log/` is read; an append here could
     /// be acknowledged and then lost with the replaced log. Any other error changed nothing
-    /// (the files of the stream are deleted). Blocking (reads the file, redb commit).
+    /// (the files of the stream are deleted) and opens the gate again. Blocking (waits for
+    /// appends, reads the file, redb commit): never call it from a runtime worker.
     pub fn stage_install(
         &self,
         dir: &dyn queenmq_storage::DataDir,
@@ -246,22 +259,46 @@ impl LogStore {
         if is_multi_node(snapshot.last_membership.membership()) {
             rows.push((meta::MULTI_NODE, b"true"));
         }
-        let _gate = self.inner.reclaim_gate.blocking_lock();
-        let staged = queenmq_storage::stage_install(
-            dir,
-            &self.inner.store,
-            &self.inner.log,
-            opts,
-            &rows,
-            (last.index, term_of(&last)),
-        );
+        let _one_at_a_time = self.inner.staging.lock().unwrap_or_else(|p| p.into_inner());
+        self.inner.appends.close_and_drain();
+        let staged = self.stage_closed(dir, opts, &rows, last);
         match &staged {
             Ok(_) | Err(crate::backend::StorageError::InstallPending { .. }) => {
                 self.inner.installing.store(true, Ordering::SeqCst);
             }
+            Err(_) if !self.install_staged() => self.inner.appends.open(),
             Err(_) => {}
         }
         staged
+    }
+
+    /// `stage_install` once the append gate is closed and drained.
+    fn stage_closed(
+        &self,
+        dir: &dyn queenmq_storage::DataDir,
+        opts: queenmq_storage::LogOptions,
+        rows: &[(&str, &[u8])],
+        last: RaftLogId,
+    ) -> Result<queenmq_storage::Installed, crate::backend::StorageError> {
+        if let Some(c) = self.committed().filter(|c| c.index >= last.index) {
+            return Err(crate::backend::StorageError::SnapshotRefused {
+                offset: 0,
+                reason: format!(
+                    "this node committed index {} already, at or past the snapshot's last \
+                     index {}",
+                    c.index, last.index
+                ),
+            });
+        }
+        let _gate = self.inner.reclaim_gate.blocking_lock();
+        queenmq_storage::stage_install(
+            dir,
+            &self.inner.store,
+            &self.inner.log,
+            opts,
+            rows,
+            (last.index, term_of(&last)),
+        )
     }
 
     /// Whether a snapshot install was staged through this store (the group must be reopened).
@@ -594,16 +631,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        if self.install_staged() {
-            // Appended after a stage that replaces `log/` at the reopen, the entry would be
-            // acknowledged and then lost with the old log: the error stops the group, whose
-            // reopen finishes the install.
+        // Held until the records are written, so a stage closing the gate waits for them.
+        let Some(_pass) = self.inner.appends.enter() else {
+            // Appended during or after a stage that replaces `log/` at the reopen, the entry
+            // would be acknowledged and then lost with the old log: the error stops the group,
+            // whose reopen finishes the install (or, after a refused stage, restarts it).
             return Err(io_err(
                 ErrorSubject::Logs,
                 ErrorVerb::Write,
-                AnyError::error("a snapshot install is staged: the group must be reopened"),
+                AnyError::error(
+                    "a snapshot install is being staged or is staged: the group must be reopened",
+                ),
             ));
-        }
+        };
         let (records, widens) = self.records_to_store(entries)?;
         if records.is_empty() {
             callback.log_io_completed(Ok(()));

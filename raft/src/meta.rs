@@ -17,7 +17,8 @@ use crate::types::{io_err as err, OrStorageError};
 pub const VOTE: &str = "raft/vote";
 pub const COMMITTED: &str = "raft/committed";
 pub const PURGED: &str = "raft/purged";
-pub const MEMBERSHIP: &str = "raft/membership";
+/// The same row the storage crate copies into each checkpoint generation it saves.
+pub const MEMBERSHIP: &str = queenmq_storage::MEMBERSHIP_KEY;
 /// `true` once any membership naming more than one node was appended, applied, installed or
 /// found at start: reclamation stays refused for good (review s12 F6), whatever membership a
 /// later truncation or restart shows. Cleared by nothing: there is no operator switch either

@@ -35,5 +35,6 @@ pub use snapshot::{
 };
 pub use state::{
     Checkpoint, FillState, Generation, Installing, StateSink, StateStore, StateView,
-    CHECKPOINT_CHUNK_BYTES, INSTALLING_KEY, STATE_CACHE_BYTES, STATE_MIN_CACHE_BYTES,
+    CHECKPOINT_CHUNK_BYTES, INSTALLING_KEY, MEMBERSHIP_KEY, STATE_CACHE_BYTES,
+    STATE_MIN_CACHE_BYTES,
 };

@@ -124,3 +124,56 @@ async fn a_staged_install_holds_reclamation_until_the_reopen_finishes_it() {
         .await
         .unwrap();
 }
+
+/// Review s22 H1 and H2 through the log store: a snapshot at or below the committed index is
+/// refused (the node is past it), a stage refused for any reason opens the append gate again,
+/// so the group goes on proposing, and the log and the checkpoint are as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_stage_leaves_the_node_appending() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let (log, store) = open_small_segments(&root);
+    let node = start_fresh(&log, &store).await;
+    for i in 0..5u8 {
+        node.propose(vec![i]).await.unwrap();
+    }
+    let ls = node.log_store().clone();
+    let (last, term) = log.last().unwrap();
+    let stage_at = |index: u64| {
+        let (s, r) = (ls.clone(), root.clone());
+        let at = Some(log_id(term, index));
+        let meta = SnapshotMeta {
+            last_log_id: at,
+            last_membership: StoredMembership::new(
+                at,
+                Membership::new(vec![BTreeSet::from([1])], ()),
+            ),
+            snapshot_id: "refused".to_string(),
+        };
+        tokio::task::spawn_blocking(move || {
+            s.stage_install(&DiskDataDir::new(&r).unwrap(), small(), &meta)
+        })
+    };
+    let committed = ls.committed().unwrap().index;
+    assert!(committed >= 3, "{committed}");
+    let err = stage_at(3).await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, StorageError::SnapshotRefused { reason, .. }
+            if reason.contains(&format!("committed index {committed} already"))),
+        "{err}"
+    );
+    assert!(!ls.install_staged());
+    node.propose(b"after the refusal".to_vec()).await.unwrap();
+
+    // Past the committed index but with no stream received: refused by the storage stage.
+    let err = stage_at(last + 100).await.unwrap().unwrap_err();
+    assert!(!matches!(err, StorageError::InstallPending { .. }), "{err}");
+    assert!(!ls.install_staged());
+    assert_eq!(ls.reclaim_refusal(), None);
+    node.propose(b"after the second refusal".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(log.last().unwrap().0, last + 2);
+    assert_eq!(store.installing().unwrap(), None);
+    node.shutdown().await.unwrap();
+}

@@ -49,6 +49,9 @@ pub fn stage_install(
     meta: &[(&str, &[u8])],
     expect: (u64, u64),
 ) -> Result<Installed, StorageError> {
+    // One stage at a time: a second one running beside this would replace the
+    // `log-incoming` this one builds before either commits (review s22 snapshot M2).
+    let _one_at_a_time = store.stage_lock();
     // An unfinished install owns `log-incoming`: refused before anything is deleted (M1).
     if let Some(i) = store.installing()? {
         return Err(StorageError::InstallPending {
@@ -103,6 +106,28 @@ fn stage(
             format!(
                 "the file covers ({a}, {term}), the snapshot it was sent as ({}, {})",
                 expect.0, expect.1
+            ),
+        ));
+    }
+    // Review s22 H1: a node already past A has nothing to gain and much to lose. Its log
+    // starting above A (reclaimed past it) would look like a log lacking A and be replaced,
+    // deleting entries after A that may be acknowledged; a checkpoint at or past A would be
+    // set back to A under a log and a `raft/committed` that are ahead of it.
+    if let Some(first) = log.first_index().filter(|&first| first > a) {
+        return Err(refused(
+            0,
+            format!(
+                "the log starts at index {first}, above the snapshot's last index {a}: this \
+                 node is past the snapshot"
+            ),
+        ));
+    }
+    if let Some(at) = store.newest_checkpoint_index()?.filter(|&at| at >= a) {
+        return Err(refused(
+            0,
+            format!(
+                "this node's checkpoint is at index {at}, at or past the snapshot's last \
+                 index {a}"
             ),
         ));
     }

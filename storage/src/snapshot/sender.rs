@@ -84,6 +84,12 @@ impl SnapshotSource {
         })
     }
 
+    /// The `raft/membership` bytes recorded with the generation, if any (the Raft crate
+    /// decides whether they name the membership at `A`).
+    pub fn membership(&self) -> Option<&[u8]> {
+        self.state.membership.as_deref()
+    }
+
     pub fn header(&self) -> &SnapshotHeader {
         &self.head
     }

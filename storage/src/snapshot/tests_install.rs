@@ -83,7 +83,10 @@ fn stage(f: &Follower) -> Result<crate::Installed, StorageError> {
         &f.store,
         &f.log,
         small(),
-        &[(PURGED, b"(2, 50)")],
+        &[
+            (PURGED, b"(2, 50)"),
+            (crate::MEMBERSHIP_KEY, b"the leader's"),
+        ],
         (50, 2),
     )
 }
@@ -128,6 +131,11 @@ fn restart(image: &MemBackend, old_last: u64, old_term: u64, kept_log: bool) -> 
         return "old";
     }
     assert_eq!(gens.len(), 2);
+    // Both generations name the snapshot's membership, so this node can send it on.
+    let store = Arc::new(store);
+    let src = crate::SnapshotSource::open(&store, &log, 50).unwrap();
+    assert_eq!(src.membership(), Some(&b"the leader's"[..]));
+    drop(src);
     for g in &gens {
         let cp = g.checkpoint.as_ref().unwrap();
         assert_eq!((cp.applied_index, cp.applied_term), (50, 2));
@@ -313,4 +321,65 @@ fn a_file_covering_another_position_is_refused() {
     assert!(f.data.file_bytes(SNAPSHOT_INCOMING).is_none());
     assert_eq!(f.store.installing().unwrap(), None);
     assert_eq!(restart(&f.data.crash(), 10, 1, false), "old");
+}
+
+/// Review s22 H1: a follower whose log was reclaimed past A would find no term at A and take
+/// the replace branch, deleting entries after A that may be acknowledged: refused, costing
+/// the file only.
+#[test]
+fn a_log_starting_above_a_is_refused_not_replaced() {
+    let f = follower_from(60, 70, 2);
+    let err = stage(&f).unwrap_err();
+    assert!(
+        matches!(&err, StorageError::SnapshotRefused { reason, .. } if reason.contains("starts at index 60, above the snapshot's last index 50")),
+        "{err}"
+    );
+    assert!(f.data.file_bytes(SNAPSHOT_INCOMING).is_none());
+    assert!(f.data.dir(LOG_INCOMING).is_none());
+    assert_eq!(f.store.installing().unwrap(), None);
+    assert_records(&f.log, 60, 70, 2);
+}
+
+/// Review s22 H1: a checkpoint at or past A would be set back to A under a log and a
+/// committed index ahead of it: refused, the checkpoint as it was.
+#[test]
+fn a_checkpoint_at_or_past_a_refuses_the_snapshot() {
+    for at in [50, 51] {
+        let f = follower(10, 1);
+        f.store
+            .save_checkpoint_with_floor(at, 1, 1, |sink| sink.write(b"newer state"))
+            .unwrap();
+        let err = stage(&f).unwrap_err();
+        assert!(
+            matches!(&err, StorageError::SnapshotRefused { reason, .. } if reason.contains(&format!("checkpoint is at index {at}, at or past"))),
+            "{err}"
+        );
+        assert!(f.data.file_bytes(SNAPSHOT_INCOMING).is_none());
+        assert_eq!(f.store.installing().unwrap(), None);
+        let cp = f.store.load_checkpoint().unwrap().unwrap();
+        assert_eq!((cp.applied_index, cp.state), (at, b"newer state".to_vec()));
+        assert_records(&f.log, 1, 10, 1);
+    }
+}
+
+/// Review s22 M2: a stage waits for one already running (here: the lock held) instead of
+/// building its `log-incoming` beside it.
+#[test]
+fn stages_run_one_at_a_time() {
+    let f = follower(10, 1);
+    let held = f.store.stage_lock();
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f = &f;
+        s.spawn(move || tx.send(stage(f).map(|i| i.switched)));
+        // Cannot pass falsely: a stage that ignored the lock would have answered by now.
+        let early = rx.recv_timeout(std::time::Duration::from_millis(300));
+        assert!(
+            matches!(early, Err(std::sync::mpsc::RecvTimeoutError::Timeout)),
+            "{early:?}"
+        );
+        drop(held);
+        assert!(matches!(rx.recv().unwrap(), Ok(true)));
+    });
+    assert!(f.data.dir(LOG_INCOMING).is_some());
 }

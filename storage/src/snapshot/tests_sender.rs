@@ -244,3 +244,33 @@ fn a_source_can_move_between_threads() {
     fn check<T: Send + Sync>() {}
     check::<SnapshotSource>();
 }
+
+/// Each generation keeps the `raft/membership` bytes of its own save's transaction: a later
+/// membership changes the next generation's, never an earlier one's; a save with no membership
+/// applied records none.
+#[test]
+fn a_generation_names_the_membership_saved_with_it() {
+    let f = fixture();
+    let at_50 = SnapshotSource::open(&f.store, &f.log, 50).unwrap();
+    assert_eq!(at_50.membership(), None);
+    drop(at_50);
+    f.store
+        .put_meta(crate::MEMBERSHIP_KEY, b"membership as of 52")
+        .unwrap();
+    save(&f.store, 55, 20);
+    f.store
+        .put_meta(crate::MEMBERSHIP_KEY, b"membership as of 57")
+        .unwrap();
+    let at_55 = SnapshotSource::open(&f.store, &f.log, 55).unwrap();
+    assert_eq!(at_55.membership(), Some(&b"membership as of 52"[..]));
+    assert_eq!(
+        SnapshotSource::open(&f.store, &f.log, 50)
+            .unwrap()
+            .membership(),
+        None
+    );
+    drop(at_55);
+    save(&f.store, 58, 20);
+    let at_58 = SnapshotSource::open(&f.store, &f.log, 58).unwrap();
+    assert_eq!(at_58.membership(), Some(&b"membership as of 57"[..]));
+}

@@ -3,10 +3,12 @@
 //! record, and that record's reader for the start-up that finishes steps 4 and 5
 //! (docs/storage-format.md "Install on the receiver").
 
-use redb::ReadableTable;
+use redb::{ReadableDatabase, ReadableTable};
 
+use super::checkpoint::CheckpointHead;
 use super::floor_row::{FloorRow, CHECKPOINT_FLOOR};
 use super::generations::SLOTS;
+use super::membership_row::{self, CHECKPOINT_MEMBERSHIP, MEMBERSHIP_KEY, MEMBERSHIP_MAX};
 use super::{StateSink, StateStore, CHECKPOINT_HEAD, META};
 use crate::format::{le_u32, le_u64};
 use crate::StorageError;
@@ -140,6 +142,23 @@ impl StateStore {
                 .map_err(StorageError::state(op))?
                 .insert(slot.head_key, row.encode().as_slice())
                 .map_err(StorageError::state(op))?;
+            // The snapshot's membership is the one at its A: recorded with both generations,
+            // so this node can send the installed snapshot on.
+            let mut memberships = txn
+                .open_table(CHECKPOINT_MEMBERSHIP)
+                .map_err(StorageError::state(op))?;
+            let given = meta
+                .iter()
+                .find(|(key, _)| *key == MEMBERSHIP_KEY)
+                .map(|(_, m)| *m)
+                .filter(|m| m.len() <= MEMBERSHIP_MAX);
+            match given {
+                Some(m) => {
+                    memberships.insert(slot.head_key, membership_row::encode(&head, m).as_slice())
+                }
+                None => memberships.remove(slot.head_key),
+            }
+            .map_err(StorageError::state(op))?;
         }
         {
             let mut t = txn.open_table(META).map_err(StorageError::state(op))?;
@@ -160,6 +179,32 @@ impl StateStore {
         self.get_meta(INSTALLING_KEY)?
             .map(|b| Installing::decode(&b))
             .transpose()
+    }
+
+    /// The applied index of the newest generation whose header decodes (its state is not
+    /// read): what a snapshot must lie beyond to be worth installing.
+    pub fn newest_checkpoint_index(&self) -> Result<Option<u64>, StorageError> {
+        let op = "read the checkpoint headers";
+        let txn = self.db.begin_read().map_err(StorageError::state(op))?;
+        let heads = txn
+            .open_table(CHECKPOINT_HEAD)
+            .map_err(StorageError::state(op))?;
+        let mut newest = None;
+        for s in &SLOTS {
+            let Some(raw) = heads.get(s.head_key).map_err(StorageError::state(op))? else {
+                continue;
+            };
+            if let Ok(head) = CheckpointHead::decode(raw.value()) {
+                newest = newest.max(Some(head.applied_index));
+            }
+        }
+        Ok(newest)
+    }
+
+    /// Taken by a stage for its whole run, so stages run one at a time (review s22 M2).
+    pub(crate) fn stage_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        // Guards no data: a panicked stage leaves nothing the next one must repair here.
+        self.staging.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The last step of an install: durable on return.

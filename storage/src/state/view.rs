@@ -10,6 +10,7 @@ use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase};
 use super::checkpoint::{CheckpointHead, CHUNK_BYTES};
 use super::floor_row::{FloorRow, CHECKPOINT_FLOOR};
 use super::generations::SLOTS;
+use super::membership_row::{self, CHECKPOINT_MEMBERSHIP};
 use super::{StateStore, CHECKPOINT_HEAD};
 use crate::sync::lock;
 use crate::StorageError;
@@ -27,6 +28,9 @@ pub struct StateView {
     pub state_crc: u32,
     /// `F`, as recorded with the generation.
     pub first_record: u64,
+    /// The bytes of `raft/membership` recorded with the generation (`membership_row`), None
+    /// when none was (builds before the row, or no membership applied yet).
+    pub membership: Option<Vec<u8>>,
     store: Arc<StateStore>,
     slot: usize,
     head_raw: Vec<u8>,
@@ -136,6 +140,12 @@ impl StateStore {
                 ),
             });
         }
+        let membership = txn
+            .open_table(CHECKPOINT_MEMBERSHIP)
+            .map_err(StorageError::state(OPEN))?
+            .get(SLOTS[slot].head_key)
+            .map_err(StorageError::state(OPEN))?
+            .and_then(|v| membership_row::of_head(v.value(), &head_raw).map(<[u8]>::to_vec));
         let chunks = txn
             .open_table(SLOTS[slot].chunks)
             .map_err(StorageError::state(OPEN))?;
@@ -168,6 +178,7 @@ impl StateStore {
             state_len: head.state_len,
             state_crc: head.crc,
             first_record: row.first_record,
+            membership,
             store: store.clone(),
             slot,
             head_raw,
