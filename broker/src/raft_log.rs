@@ -66,6 +66,7 @@ fn log_error(e: RaftError, clustered: bool) -> LogError {
         RaftError::StorageFull(text) => {
             LogError::propose(std::io::Error::new(std::io::ErrorKind::StorageFull, text))
         }
+        e @ RaftError::HandingOver => LogError::HandingOver(e.to_string()),
         RaftError::NotLeader { leader } if clustered => LogError::Deposed(match leader {
             Some(id) => format!("this node lost the lead to node {id}"),
             None => "this node lost the lead".to_string(),

@@ -61,7 +61,11 @@ pub(crate) async fn answer(
         return rpc_codec::encode_reply(&Ok::<(), String>(()));
     }
     if let Some(why) = refusal(&m, m.id, from, term) {
-        return rpc_codec::encode_unavailable(&why);
+        // The reason stays in this node's log: the answer names neither the term nor the
+        // leader, which would tell a caller how to word a request that passes (review s23
+        // handover M1).
+        tracing::warn!(from, term, reason = %why, "an election request was refused");
+        return rpc_codec::encode_unavailable("the election request was refused");
     }
     if let Err(e) = raft.trigger().elect().await {
         return rpc_codec::encode_unavailable(&format!("the raft core stopped: {e}"));

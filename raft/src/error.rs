@@ -33,6 +33,11 @@ pub enum RaftError {
     #[error("the Raft node has stopped: {0}")]
     Fatal(String),
 
+    /// Refused at the fence while this leader hands its lead over (`hand_over`): the entry
+    /// was never proposed.
+    #[error("this node is handing its lead over; nothing was proposed")]
+    HandingOver,
+
     /// The node stopped because a log append met ENOSPC (a full disk, not a failed one).
     #[error("the Raft node has stopped, its disk is full: {0}")]
     StorageFull(String),

@@ -383,10 +383,10 @@ impl RaftNode {
 
     /// Proposes one application entry; resolves once it is committed (fsynced) and applied,
     /// with its (index, term).
-    /// Refused with `NotLeader` while the lead is handed over (`hand_over`).
+    /// Refused with `HandingOver` while the lead is handed over (`hand_over`).
     pub async fn propose(&self, payload: Vec<u8>) -> Result<(u64, u64), RaftError> {
         let Some(_in_flight) = self.inner.fence.enter().await else {
-            return Err(RaftError::NotLeader { leader: None });
+            return Err(RaftError::HandingOver);
         };
         self.written(self.inner.raft.client_write(payload).await)
     }

@@ -23,6 +23,11 @@ pub enum LogError {
     /// the entry may yet commit under a new leader, or be cut.
     #[error("{0}")]
     Deposed(String),
+    /// The leader is handing its lead over before it stops: the entry was refused before it
+    /// was proposed, so it is not in any log. The state planned for it is ahead of the log:
+    /// the group plans nothing more and the node stops (review s23 handover H1).
+    #[error("{0}")]
+    HandingOver(String),
 }
 
 impl LogError {

@@ -763,6 +763,21 @@ impl Engine {
                     metrics::histogram!("queen_group_commit_seconds", "tenant" => tenant)
                         .record(started.elapsed().as_secs_f64());
                 }
+                Err(crate::engine::log::LogError::HandingOver(why)) => {
+                    // Never proposed: not done, safe to send again (to the next leader). The
+                    // state planned for the cycle is ahead of the log, so the engine stops
+                    // here and the node stops with it; the supervisor keeps the Raft node
+                    // running for the hand-over until then (review s23 handover H1).
+                    tracing::warn!(cycle = number, reason = %why, "a cycle was refused at the hand-over's fence: this group plans nothing more until the node stops");
+                    for (reply, out, _) in replies {
+                        let _ = reply.send(out.and(Err(QueenError::not_leader(None))));
+                    }
+                    return Err(Failure {
+                        why: format!("cycle {number} refused: {why}"),
+                        deposed: false,
+                        stopping: true,
+                    });
+                }
                 Err(e @ crate::engine::log::LogError::Deposed(_)) => {
                     // The entry may still commit (a new leader may hold it), or be cut: the
                     // state planned for it is not known to match the log either way. A lost
@@ -981,7 +996,9 @@ fn log_error_is_enospc(e: &crate::engine::log::LogError) -> bool {
         | crate::engine::log::LogError::Reclaim(cause) => {
             crate::disk_gate::is_enospc(cause.as_ref())
         }
-        crate::engine::log::LogError::Deposed(_) => false,
+        crate::engine::log::LogError::Deposed(_) | crate::engine::log::LogError::HandingOver(_) => {
+            false
+        }
     }
 }
 

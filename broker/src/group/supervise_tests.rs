@@ -300,3 +300,52 @@ async fn an_entry_not_in_after_twice_the_limit_rebuilds_the_group() {
     assert_eq!(incarnations.load(Ordering::SeqCst), opened + 1);
     groups.stop_all(Duration::from_secs(10)).await;
 }
+
+/// Review s23 handover H1: a cycle refused at the hand-over's fence ends the engine as
+/// stopping: its requests are answered not_leader (never proposed), the group is not
+/// reloaded (a reload would stop the Raft node mid-hand-over and start a fresh one), and
+/// the group still stops cleanly with the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_refused_at_the_hand_over_fence_stops_the_group_without_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let proposed = Arc::new(AtomicUsize::new(0));
+    let counted = proposed.clone();
+    let opened = Arc::new(AtomicUsize::new(0));
+    let opens = opened.clone();
+    let ecfg = EngineConfig {
+        log_wrap: Some(LogWrap(Arc::new(move |inner| {
+            opens.fetch_add(1, Ordering::SeqCst);
+            Arc::new(FailingLog {
+                inner,
+                proposed: counted.clone(),
+                failures: usize::MAX,
+                fail: || LogError::HandingOver("this node is handing its lead over".into()),
+            }) as SharedLog
+        }))),
+        ..EngineConfig::default()
+    };
+    let groups = open_with(dir.path(), HashMap::new(), ecfg).await;
+    let bus = EngineBus::new(groups.clone(), Arc::new(String::new));
+    let first = push(&bus, "a", "t-0").await.unwrap_err();
+    assert_eq!(first.code, ErrorCode::NotLeader, "{}", first.message);
+    for i in 1..20 {
+        // Answered at once, not at the bus's answer bound: the group's queue is drained.
+        let e = tokio::time::timeout(Duration::from_secs(5), push(&bus, "a", &format!("t-{i}")))
+            .await
+            .expect("a request to the stopping group waited")
+            .unwrap_err();
+        assert!(
+            matches!(e.code, ErrorCode::NotLeader | ErrorCode::Unavailable),
+            "{e:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        proposed.load(Ordering::SeqCst),
+        1,
+        "nothing planned after the refusal"
+    );
+    // One open for `default`, one for `a`: none again.
+    assert_eq!(opened.load(Ordering::SeqCst), 2, "the group was reloaded");
+    groups.stop_all(Duration::from_secs(10)).await;
+}

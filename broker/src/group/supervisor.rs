@@ -221,6 +221,20 @@ pub async fn supervise(
                 // Not a failure (review s20 lead B2): the node stops, the restart replays.
                 tracing::warn!(tenant = %ecfg.tenant, reason = %why, "stopping without a final checkpoint: the restart replays the log");
                 live.set(Err(format!("the node is stopping: {why}")));
+                // A cycle refused at the hand-over's fence ends the engine before the stop
+                // is sent: the Raft node must keep running until then, or the lead it is
+                // handing over is lost in a crash-style failover (review s23 handover H1).
+                // Meanwhile the requests that reach the group are answered at once.
+                let mut until = stop.clone();
+                while refuse_while_waiting(
+                    &jobs,
+                    &ecfg,
+                    Duration::from_secs(3_600),
+                    "this node is stopping",
+                    &mut until,
+                )
+                .await
+                {}
             }
             Err(why) => {
                 live.set(Err(format!("the group is being rebuilt: {why}")));
