@@ -254,21 +254,12 @@ impl Tenants {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
 
     fn join_args(member: &str) -> JoinArgs {
-        JoinArgs {
-            group: "g".into(),
-            member_id: member.into(),
-            instance_id: None,
-            client_id: "c".into(),
-            client_host: "/h".into(),
-            session_ms: 10_000,
-            rebalance_ms: 30_000,
-            protocol_type: "consumer".into(),
-            protocols: vec![("range".to_string(), Bytes::from_static(b"r"))],
-            require_known_member: false,
-        }
+        // A v3 member (no MEMBER_ID_REQUIRED round), so the group forms at once.
+        let mut a = super::super::machine::tests::args(member, &["range"]);
+        a.require_known_member = false;
+        a
     }
 
     #[test]

@@ -817,4 +817,4 @@ impl Groups {
 
 #[cfg(test)]
 #[path = "machine_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -1,6 +1,6 @@
 use super::*;
 
-fn args(member: &str, protocols: &[&str]) -> JoinArgs {
+pub(in crate::group) fn args(member: &str, protocols: &[&str]) -> JoinArgs {
     JoinArgs {
         group: "g".into(),
         member_id: member.into(),

@@ -230,3 +230,17 @@ async fn the_lowest_id_initialises_and_followers_apply() {
         m.node.shutdown().await.unwrap();
     }
 }
+
+/// Proposes `n` entries through `m` one after another; the last one's index.
+pub(super) async fn propose(m: &Member, n: u32) -> u64 {
+    let mut last = 0;
+    for i in 0..n {
+        last = m
+            .node
+            .propose(format!("e{i}").into_bytes())
+            .await
+            .unwrap()
+            .0;
+    }
+    last
+}

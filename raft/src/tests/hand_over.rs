@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::{HandOver, RaftError, TcpNetwork, VoteGate};
 
-use super::clustered_start::{start_gated, three_listeners, wait_until, Member};
+use super::clustered_start::{propose, start_gated, three_listeners, wait_until, Member};
 use super::fixtures::open_stores;
 use super::tcp_cluster::{limits, GROUP, TOKEN};
 
@@ -50,19 +50,6 @@ fn one_leader(members: &BTreeMap<u64, Member>) -> Option<u64> {
 
 fn net(me: u64) -> TcpNetwork {
     TcpNetwork::new(me, GROUP, TOKEN, limits())
-}
-
-async fn propose(m: &Member, n: u32) -> u64 {
-    let mut last = 0;
-    for i in 0..n {
-        last = m
-            .node
-            .propose(format!("e{i}").into_bytes())
-            .await
-            .unwrap()
-            .0;
-    }
-    last
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 
 use crate::{Change, TcpNetwork, VoteGate};
 
-use super::clustered_start::{start_gated, three_listeners, wait_until, Member};
+use super::clustered_start::{propose, start_gated, three_listeners, wait_until, Member};
 use super::fixtures::open_stores;
 use super::tcp_cluster::{limits, GROUP, TOKEN};
 
@@ -77,19 +77,6 @@ async fn rebind(addr: &str) -> TcpListener {
 async fn stop(m: Member) {
     let Member { node, _stop, .. } = m;
     node.shutdown().await.unwrap();
-}
-
-async fn propose(m: &Member, n: u32) -> u64 {
-    let mut last = 0;
-    for i in 0..n {
-        last = m
-            .node
-            .propose(format!("e{i}").into_bytes())
-            .await
-            .unwrap()
-            .0;
-    }
-    last
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
