@@ -16,7 +16,10 @@ flags only what no such moment can explain:
 - an acked message delivered again to the group: a pop sent after the answer of an ack that
   was answered success returned the message;
 - a duplicated push: one transactionId of a partition delivered as two messages (two ids):
-  a retry reuses its transactionId, so the broker's dedup must have answered it "duplicate".
+  a retry reuses its transactionId, so the broker's dedup must have answered it "duplicate";
+- a message the group lost after one delivery: delivered, every ack of it refused or
+  unanswered, never delivered again, and the broker does not count it consumed by the group
+  once the run drained (review s23 five H1: the other checks are met by one delivery).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class Delivery:
     lease_end: float  # the earliest the lease can end: pop sent + the queue's lease time
     batch: int  # the pop that delivered it (one id per answered pop)
     msg_id: str = ""  # the broker's message id
+    partition_id: str = ""  # the broker's partition id (for GET /api/v1/messages/{pid}/{txn})
 
 
 @dataclass
@@ -67,6 +71,9 @@ class History:
     # What a fresh consumer group read back from the start once the run was over: the
     # messages the cluster still holds. None when no read-back was made.
     stored: set[tuple[str, str]] | None = None
+    # For each message of `unsettled()`, whether the broker counted it consumed by the
+    # consumers' group once the run drained (None: the broker could not be asked).
+    consumed: dict[tuple[str, str], bool | None] | None = None
 
     def acknowledged(self) -> set[tuple[str, str]]:
         return {(p.partition, p.txn) for p in self.pushes if p.ok}
@@ -76,6 +83,14 @@ class History:
 
     def acked_ok(self) -> set[tuple[str, str]]:
         return {(a.partition, a.txn) for a in self.acks if a.ok}
+
+    def unsettled(self) -> dict[tuple[str, str], str]:
+        """Acknowledged pushes delivered to the group but never acked with a success answer
+        (every ack refused or unanswered), with their partition ids: each must have been
+        acked after all (the answer lost) or come again; only the broker can tell which."""
+        acknowledged, ok = self.acknowledged(), self.acked_ok()
+        return {(d.partition, d.txn): d.partition_id for d in self.deliveries
+                if (d.partition, d.txn) in acknowledged and (d.partition, d.txn) not in ok}
 
 
 def lost_pushes(h: History) -> list[str]:
@@ -91,6 +106,23 @@ def lost_after_delivery(h: History) -> list[str]:
         return []
     missing = sorted(h.acknowledged() - h.stored)
     return [f"acknowledged push {p}/{t} is not read back by a fresh group" for p, t in missing]
+
+
+def lost_for_the_group(h: History) -> list[str]:
+    """Delivered, no ack answered success, and the group neither got it again nor holds it
+    consumed: at-least-once broken for the group, though a fresh group still reads it."""
+    if h.consumed is None:
+        return []
+    found = []
+    for key in sorted(h.unsettled()):
+        state = h.consumed.get(key)
+        if state is None:
+            found.append(f"delivered {key[0]}/{key[1]}: the broker could not say whether "
+                         "the group consumed it")
+        elif not state:
+            found.append(f"delivered {key[0]}/{key[1]}, no ack of it answered success, and "
+                         "once drained the group neither got it again nor consumed it")
+    return found
 
 
 def out_of_order(h: History) -> list[str]:
@@ -183,6 +215,7 @@ CHECKS = {
     "leases": double_leases,
     "redelivered": acked_redelivered,
     "duplicated": duplicated,
+    "lost_for_the_group": lost_for_the_group,
 }
 
 

@@ -151,6 +151,40 @@ def test_the_checker_finds_an_acked_message_delivered_again():
     assert history.acked_redelivered(h) == []
 
 
+def test_the_checker_finds_a_message_the_group_lost_after_one_delivery():
+    """Review s23 five H1: delivered once, its ack unanswered, never delivered again, and
+    the broker does not count it consumed: every other check is met by that one delivery."""
+    h = clean_history()
+    h.acks[1].ok = None
+    for d in h.deliveries:
+        d.partition_id = "pid-0"
+    h.consumed = {("p0", "t1"): False}
+    found = history.violations(h)
+    assert found["lost_for_the_group"] == [
+        "delivered p0/t1, no ack of it answered success, and once drained the group neither "
+        "got it again nor consumed it"], found
+    assert all(not v for k, v in found.items() if k != "lost_for_the_group"), found
+    # The ack was done after all (its answer was lost): consumed, nothing to report.
+    h.consumed[("p0", "t1")] = True
+    assert history.lost_for_the_group(h) == []
+    # A refused ack followed by a redelivery acked with success is settled.
+    h.acks[1].ok = False
+    h.deliveries.append(Delivery("c2", "p0", "t1", "L2", 20.0, 20.1, 25.0, 2))
+    h.acks.append(Ack("c2", "p0", "t1", "L2", 20.2, 20.3, True))
+    assert h.unsettled() == {}
+    # The broker could not be asked: reported, never taken as settled.
+    h = clean_history()
+    h.acks[2].ok = False
+    h.consumed = {}
+    assert len(history.lost_for_the_group(h)) == 1
+
+
+def test_every_message_delivered_to_the_group_was_consumed_or_came_again(run):
+    assert run[0].consumed is not None
+    found = history.lost_for_the_group(run[0])
+    assert not found, report(found)
+
+
 def test_the_checker_finds_a_retried_push_stored_twice():
     h = clean_history()
     for d in h.deliveries:
@@ -308,7 +342,8 @@ async def consumer(client, name: str, h: History, stop: asyncio.Event, batches) 
         for m in messages:
             h.deliveries.append(Delivery(name, m["partition"], m["transactionId"],
                                          m.get("leaseId") or "", sent, recv,
-                                         sent + LEASE_S, batch, m.get("id") or ""))
+                                         sent + LEASE_S, batch, m.get("id") or "",
+                                         m.get("partitionId") or ""))
         # "Processing" before the ack: leases are open at most moments, so kills catch some.
         await asyncio.sleep(PROCESS_S)
         sent = now()
@@ -351,6 +386,28 @@ async def read_back(client) -> set[tuple[str, str]]:
         await asyncio.wait_for(client.ack(messages, True, {"group": AUDIT_GROUP}),
                                CLIENT_TIMEOUT_MS / 1000 * 2)
     return seen
+
+
+async def group_states(http: httpx.AsyncClient, url: str,
+                       h: History) -> dict[tuple[str, str], bool | None]:
+    """For each message delivered but never acked with a success answer, whether the
+    broker counts it consumed by the group (GET /api/v1/messages/{pid}/{txn}); None when
+    it could not be asked."""
+    states: dict[tuple[str, str], bool | None] = {}
+    for (partition, txn), pid in h.unsettled().items():
+        states[(partition, txn)] = None
+        if not pid:
+            continue
+        try:
+            res = await http.get(f"{url}/api/v1/messages/{pid}/{txn}")
+        except httpx.HTTPError:
+            continue
+        if res.status_code != 200:
+            continue
+        for g in res.json().get("consumerGroups") or []:
+            if g.get("name") == GROUP:
+                states[(partition, txn)] = g.get("consumed") is True
+    return states
 
 
 def drained(h: History) -> bool:
@@ -427,6 +484,8 @@ async def chaos(cluster: Cluster, rng: random.Random, pick=the_leader,
                 await asyncio.sleep(0.5)
             stop_pop.set()
             await asyncio.wait(tasks, timeout=CLIENT_TIMEOUT_MS / 1000 * 3)
+            views = await cluster.wait_settled(http, cluster.nodes)
+            h.consumed = await group_states(http, cluster.nodes[leader_of(views)].url, h)
             # What the cluster still holds, whatever was delivered (review s20 lead D2).
             h.stored = await read_back(clients[0])
         finally:
@@ -490,7 +549,8 @@ def execute(base: Path, seed: int, ids=(1, 2, 3), pick=the_leader, rounds: int =
     (results / f"{name}-chaos-history.json").write_text(json.dumps({
         "seed": seed, "kills": kills, "pushes": [vars(p) for p in h.pushes],
         "deliveries": [vars(d) for d in h.deliveries], "acks": [vars(a) for a in h.acks],
-        "stored": sorted(h.stored or [])}))
+        "stored": sorted(h.stored or []),
+        "consumed": sorted([p, t, v] for (p, t), v in (h.consumed or {}).items())}))
     return h, failovers
 
 

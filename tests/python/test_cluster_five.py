@@ -29,6 +29,7 @@ from test_cluster_chaos import SEED, execute, leader_of
 from test_cluster_chaos import (  # noqa: F401
     test_each_partition_delivers_in_push_order,
     test_every_acknowledged_push_is_still_held,
+    test_every_message_delivered_to_the_group_was_consumed_or_came_again,
     test_never_two_live_leases_on_one_message,
     test_no_acked_message_is_delivered_again_to_the_group,
     test_no_acknowledged_push_is_lost,
