@@ -92,9 +92,9 @@ struct Inner {
     /// reopened (which finishes it, replacing `log/` when the stage built `log-incoming`),
     /// appends fail and reclamation is refused.
     installing: AtomicBool,
-    /// Closed by a stage before it decides whether the log is kept, and left closed once it
-    /// staged: appends then fail (review s22 snapshot H2).
-    appends: AppendGate,
+    /// Closed by a stage before it decides whether the log is kept (appends wait), then opened
+    /// again or, once it staged, sealed: appends then fail (review s22 snapshot H2).
+    appends: Arc<AppendGate>,
     /// Held by `stage_install` for its whole run: one stage's refusal must not reopen the
     /// append gate under another.
     staging: Mutex<()>,
@@ -141,7 +141,7 @@ impl LogStore {
                 refusal_logged: AtomicBool::new(false),
                 out_of_space: AtomicBool::new(false),
                 installing: AtomicBool::new(false),
-                appends: AppendGate::default(),
+                appends: Arc::default(),
                 staging: Mutex::new(()),
             }),
         })
@@ -222,17 +222,19 @@ impl LogStore {
 
     /// Stages the snapshot received whole into `dir`'s `snapshot-incoming` (steps 2 and 3 of
     /// docs/storage-format.md "Install on the receiver"), with `meta`'s last log id as the
-    /// purge horizon and its membership as the applied one, in step 3's transaction. First the
-    /// append gate closes and every append already past it finishes writing, so the keep
-    /// decision sees every record that could be acknowledged (review s22 H2); a snapshot at or
-    /// below the committed index is refused then (H1: this node is past it). Under the
-    /// reclaim gate, so no reclamation deletes between the keep check and the commit. On Ok
-    /// (and when an earlier stage is still unfinished) this store refuses every append and
-    /// reclamation from then on: the group must be closed and reopened, whose open finishes
-    /// the install (`finish_interrupted_install`) before `log/` is read; an append here could
-    /// be acknowledged and then lost with the replaced log. Any other error changed nothing
-    /// (the files of the stream are deleted) and opens the gate again. Blocking (waits for
-    /// appends, reads the file, redb commit): never call it from a runtime worker.
+    /// purge horizon and its membership as the applied one, in step 3's transaction. The
+    /// checks that read no record run first, with appends flowing: a snapshot at or below the
+    /// committed index (review s22 H1: this node is past it), a file that is not the one
+    /// announced (review s23 M2). Then the append gate closes and every append already past
+    /// it finishes writing, so the keep decision sees every record that could be acknowledged
+    /// (review s22 H2); appends that arrive meanwhile wait for the outcome. Under the reclaim
+    /// gate, so no reclamation deletes between the keep check and the commit. On Ok (and when
+    /// an earlier stage is still unfinished) this store refuses every append and reclamation
+    /// from then on: the group must be closed and reopened, whose open finishes the install
+    /// (`finish_interrupted_install`) before `log/` is read; an append here could be
+    /// acknowledged and then lost with the replaced log. Any other error changed nothing (the
+    /// files of the stream are deleted) and opens the gate again. Blocking (waits for appends,
+    /// reads the file, redb commit): never call it from a runtime worker.
     pub fn stage_install(
         &self,
         dir: &dyn queenmq_storage::DataDir,
@@ -260,16 +262,43 @@ impl LogStore {
             rows.push((meta::MULTI_NODE, b"true"));
         }
         let _one_at_a_time = self.inner.staging.lock().unwrap_or_else(|p| p.into_inner());
+        let expect = (last.index, term_of(&last));
+        self.refuse_if_committed(dir, last)?;
+        queenmq_storage::precheck_install(dir, &self.inner.store, &self.inner.log, expect)?;
+        let mut outcome = GateAfterStage {
+            store: self,
+            staged: false,
+        };
         self.inner.appends.close_and_drain();
         let staged = self.stage_closed(dir, opts, &rows, last);
-        match &staged {
-            Ok(_) | Err(crate::backend::StorageError::InstallPending { .. }) => {
-                self.inner.installing.store(true, Ordering::SeqCst);
-            }
-            Err(_) if !self.install_staged() => self.inner.appends.open(),
-            Err(_) => {}
-        }
+        outcome.staged = matches!(
+            staged,
+            Ok(_) | Err(crate::backend::StorageError::InstallPending { .. })
+        );
         staged
+    }
+
+    /// The committed check of a stage (review s22 H1), before and again after the gate
+    /// closes; on a refusal the files of the stream are deleted (review s23 M3).
+    fn refuse_if_committed(
+        &self,
+        dir: &dyn queenmq_storage::DataDir,
+        last: RaftLogId,
+    ) -> Result<(), crate::backend::StorageError> {
+        let Some(c) = self.committed().filter(|c| c.index >= last.index) else {
+            return Ok(());
+        };
+        // An unfinished install owns `log-incoming`: nothing of it is deleted.
+        if matches!(self.inner.store.installing(), Ok(None)) {
+            queenmq_storage::discard_incoming(dir);
+        }
+        Err(crate::backend::StorageError::SnapshotRefused {
+            offset: 0,
+            reason: format!(
+                "this node committed index {} already, at or past the snapshot's last index {}",
+                c.index, last.index
+            ),
+        })
     }
 
     /// `stage_install` once the append gate is closed and drained.
@@ -280,16 +309,8 @@ impl LogStore {
         rows: &[(&str, &[u8])],
         last: RaftLogId,
     ) -> Result<queenmq_storage::Installed, crate::backend::StorageError> {
-        if let Some(c) = self.committed().filter(|c| c.index >= last.index) {
-            return Err(crate::backend::StorageError::SnapshotRefused {
-                offset: 0,
-                reason: format!(
-                    "this node committed index {} already, at or past the snapshot's last \
-                     index {}",
-                    c.index, last.index
-                ),
-            });
-        }
+        // Appends that passed before the close may have moved the committed index past A.
+        self.refuse_if_committed(dir, last)?;
         let _gate = self.inner.reclaim_gate.blocking_lock();
         queenmq_storage::stage_install(
             dir,
@@ -299,6 +320,18 @@ impl LogStore {
             rows,
             (last.index, term_of(&last)),
         )
+    }
+
+    /// A pass through the append gate, as an append in flight holds it (tests).
+    #[cfg(test)]
+    pub(crate) async fn hold_append(&self) -> Option<crate::append_gate::Pass> {
+        self.inner.appends.enter().await
+    }
+
+    /// Whether a stage has closed the append gate and not yet decided (tests).
+    #[cfg(test)]
+    pub(crate) fn appends_closing(&self) -> bool {
+        self.inner.appends.is_closing()
     }
 
     /// Whether a snapshot install was staged through this store (the group must be reopened).
@@ -631,11 +664,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        // Held until the records are written, so a stage closing the gate waits for them.
-        let Some(_pass) = self.inner.appends.enter() else {
-            // Appended during or after a stage that replaces `log/` at the reopen, the entry
-            // would be acknowledged and then lost with the old log: the error stops the group,
-            // whose reopen finishes the install (or, after a refused stage, restarts it).
+        // Held until the records are written (by the writer thread), so a stage closing the
+        // gate waits for them; while a stage decides, this waits for its outcome.
+        let Some(pass) = self.inner.appends.enter().await else {
+            // Appended after a stage that replaces `log/` at the reopen, the entry would be
+            // acknowledged and then lost with the old log: the error stops the group, whose
+            // reopen finishes the install.
             return Err(io_err(
                 ErrorSubject::Logs,
                 ErrorVerb::Write,
@@ -657,7 +691,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         self.inner
             .writer
-            .append(records, callback)
+            .append(records, callback, pass)
             .await
             .map_err(|e| {
                 if is_enospc(&e) {
@@ -756,6 +790,27 @@ fn finish_interrupted_purge(
     );
     log.truncate_from(first)
         .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Delete, &e))
+}
+
+/// Decides the append gate when a stage ends, however it ends (an unwinding panic too,
+/// review s23 L2): sealed when it staged or when `raft/installing` is committed or cannot be
+/// read (a commit that errs after its header reached the disk), else opened again.
+struct GateAfterStage<'s> {
+    store: &'s LogStore,
+    staged: bool,
+}
+
+impl Drop for GateAfterStage<'_> {
+    fn drop(&mut self) {
+        let inner = &self.store.inner;
+        let committed = !matches!(inner.store.installing(), Ok(None));
+        if self.staged || committed || inner.installing.load(Ordering::SeqCst) {
+            inner.installing.store(true, Ordering::SeqCst);
+            inner.appends.seal();
+        } else {
+            inner.appends.open();
+        }
+    }
 }
 
 fn is_enospc(e: &WriterError) -> bool {

@@ -28,6 +28,7 @@ use std::time::Instant;
 use openraft::storage::LogFlushed;
 use tokio::sync::oneshot;
 
+use crate::append_gate::Pass;
 use crate::backend::{SegmentLog, StorageError};
 use crate::types::TypeConfig;
 
@@ -42,6 +43,9 @@ enum Job {
         records: Vec<Record>,
         written: oneshot::Sender<Result<(), StorageError>>,
         flushed: LogFlushed<TypeConfig>,
+        /// Released once the records are written (or failed), here rather than by the
+        /// caller's future, which may be dropped after sending the job (review s23 L1).
+        pass: Pass,
     },
     Truncate {
         from: u64,
@@ -79,17 +83,20 @@ impl LogWriter {
         self.tx.send(job).map_err(|_| WriterError::Stopped)
     }
 
-    /// Writes `records`; resolves once they are readable. `flushed` fires after the fsync.
-    pub async fn append(
+    /// Writes `records`; resolves once they are readable. `flushed` fires after the fsync;
+    /// `pass` is held until the records are written, whether or not this future still waits.
+    pub(crate) async fn append(
         &self,
         records: Vec<Record>,
         flushed: LogFlushed<TypeConfig>,
+        pass: Pass,
     ) -> Result<(), WriterError> {
         let (written, rx) = oneshot::channel();
         self.send(Job::Append {
             records,
             written,
             flushed,
+            pass,
         })?;
         rx.await.map_err(|_| WriterError::Stopped)??;
         Ok(())
@@ -135,12 +142,15 @@ fn run(log: &SegmentLog, rx: &Receiver<Job>) {
                     records,
                     written,
                     flushed,
+                    pass,
                 } => {
                     let refs: Vec<(u64, u64, &[u8])> = records
                         .iter()
                         .map(|(i, t, p)| (*i, *t, p.as_slice()))
                         .collect();
-                    match log.append_batch(&refs) {
+                    let result = log.append_batch(&refs);
+                    drop(pass);
+                    match result {
                         Ok(()) => {
                             pending.callbacks.push(flushed);
                             pending.bytes += refs.iter().map(|r| r.2.len()).sum::<usize>();

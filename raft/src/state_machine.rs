@@ -218,6 +218,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 AnyError::error("a snapshot that covers no log entry cannot be installed"),
             ));
         };
+        // The membership first (review s23 M1): a checkpoint the engine saves once `restore`
+        // moved it to A records the `raft/membership` of that moment with its generation, and
+        // it must be the one in force at A. Saved before, it is never older than A's; a save
+        // before the restore records it with a state below its log id, which is never served.
+        self.membership = meta.last_membership.clone();
+        self.save_membership().await?;
         self.handler
             .restore(last.index, term_of(&last), &data)
             .map_err(|e| {
@@ -229,8 +235,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             })?;
         self.set_applied(last);
         self.last_app_applied = Some(last);
-        self.membership = meta.last_membership.clone();
-        self.save_membership().await?;
         self.snapshot = Some(StoredSnapshot {
             meta: meta.clone(),
             data,

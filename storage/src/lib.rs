@@ -29,9 +29,9 @@ pub use ids::{id_file_name, parse_id_file_name, IdFileReader, IdFiles, IdSource,
 pub use log::{FloorLease, SegmentLog};
 pub use options::{LogLoss, LogOptions, RecoveryReport, TornTail};
 pub use snapshot::{
-    finish_interrupted_install, stage_install, AdmitFn, DataDir, DiskDataDir, Installed,
-    SnapshotHeader, SnapshotReceiver, SnapshotSource, LOG_DIR, LOG_INCOMING, LOG_OLD,
-    SNAPSHOT_HEADER_LEN, SNAPSHOT_INCOMING, SNAPSHOT_PART_CAP,
+    discard_incoming, finish_interrupted_install, precheck_install, stage_install, AdmitFn,
+    DataDir, DiskDataDir, Installed, SnapshotHeader, SnapshotReceiver, SnapshotSource, LOG_DIR,
+    LOG_INCOMING, LOG_OLD, SNAPSHOT_HEADER_LEN, SNAPSHOT_INCOMING, SNAPSHOT_PART_CAP,
 };
 pub use state::{
     Checkpoint, FillState, Generation, Installing, StateSink, StateStore, StateView,

@@ -16,6 +16,7 @@ mod node_restart;
 mod reclaim;
 mod rejoin;
 mod router;
+mod snapshot_gate;
 mod snapshot_install;
 mod snapshot_stream;
 mod split_vote;

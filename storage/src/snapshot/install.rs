@@ -2,7 +2,7 @@
 //! start-up that finishes an interrupted one (docs/storage-format.md "Install on the
 //! receiver", "A crash, or a file that no longer verifies"): `stage_install` runs steps 2-3
 //! under the live log, `finish_interrupted_install` steps 4-5 at the group's next open, with
-//! the log closed between. Not called by openraft yet.
+//! the log closed between.
 
 use std::sync::Arc;
 
@@ -70,16 +70,38 @@ pub fn stage_install(
     }
 }
 
-/// Steps 2 and 3; nothing the node starts on has changed unless this returns Ok.
-fn stage(
+/// The checks of a stage that read no record and no state: the file's header against its
+/// length and `expect`, and whether this node is already past the snapshot. Cheap, so the
+/// Raft layer runs them before it holds its appends back (review s23 M2); `stage_install`
+/// runs them again under that hold. On a refusal the files of the stream are deleted.
+pub fn precheck_install(
     dir: &dyn DataDir,
+    store: &StateStore,
+    log: &SegmentLog,
+    expect: (u64, u64),
+) -> Result<(), StorageError> {
+    let _one_at_a_time = store.stage_lock();
+    if let Some(i) = store.installing()? {
+        return Err(StorageError::InstallPending {
+            applied_index: i.applied_index,
+            refused: "no other snapshot is installed",
+        });
+    }
+    let files = dir.files();
+    open_checked(&*files, store, log, expect)
+        .map(drop)
+        .inspect_err(|_| discard_incoming(dir))
+}
+
+type Opened = (Arc<dyn SegmentFile>, std::path::PathBuf, SnapshotHeader);
+
+/// `snapshot-incoming` opened, with `precheck_install`'s checks passed.
+fn open_checked(
     files: &dyn IoBackend,
     store: &StateStore,
     log: &SegmentLog,
-    opts: LogOptions,
-    meta: &[(&str, &[u8])],
     expect: (u64, u64),
-) -> Result<(SnapshotHeader, bool), StorageError> {
+) -> Result<Opened, StorageError> {
     let path = files.locate(SNAPSHOT_INCOMING);
     let file = files
         .open(SNAPSHOT_INCOMING)
@@ -99,7 +121,7 @@ fn stage(
             ),
         ));
     }
-    let (a, term, f) = (head.applied_index, head.applied_term, head.first_record);
+    let (a, term) = (head.applied_index, head.applied_term);
     if (a, term) != expect {
         return Err(refused(
             0,
@@ -131,6 +153,21 @@ fn stage(
             ),
         ));
     }
+    Ok((file, path, head))
+}
+
+/// Steps 2 and 3; nothing the node starts on has changed unless this returns Ok.
+fn stage(
+    dir: &dyn DataDir,
+    files: &dyn IoBackend,
+    store: &StateStore,
+    log: &SegmentLog,
+    opts: LogOptions,
+    meta: &[(&str, &[u8])],
+    expect: (u64, u64),
+) -> Result<(SnapshotHeader, bool), StorageError> {
+    let (file, path, head) = open_checked(files, store, log, expect)?;
+    let (a, term, f) = (head.applied_index, head.applied_term, head.first_record);
     // Step 2: by Log Matching a log holding A in the same term holds the sender's records up
     // to A, and records after A may have been acknowledged: it stays. The lease keeps a
     // reclamation from deleting records from F on between this check and step 3's commit
@@ -328,9 +365,10 @@ fn remove_incoming_files(files: &dyn IoBackend) -> Result<bool, StorageError> {
     Ok(any)
 }
 
-/// Before step 3 commits nothing depends on these: best effort, the start-up removes what
-/// is left.
-fn discard_incoming(dir: &dyn DataDir) {
+/// Deletes the files of a stream that will not be installed (`snapshot-incoming*` and
+/// `log-incoming`). Before step 3 commits nothing depends on these: best effort, the start-up
+/// removes what is left. Never while an install is staged: its `log-incoming` is the log.
+pub fn discard_incoming(dir: &dyn DataDir) {
     let files = dir.files();
     let mut result = remove_incoming_files(&*files).map(drop);
     if result.is_ok() && dir.has_dir(LOG_INCOMING) {

@@ -21,7 +21,8 @@ pub use check::AdmitFn;
 pub use data_dir::{DataDir, DiskDataDir};
 pub use header::{SnapshotHeader, SNAPSHOT_HEADER_LEN, SNAPSHOT_PART_CAP};
 pub use install::{
-    finish_interrupted_install, stage_install, Installed, LOG_DIR, LOG_INCOMING, LOG_OLD,
+    discard_incoming, finish_interrupted_install, precheck_install, stage_install, Installed,
+    LOG_DIR, LOG_INCOMING, LOG_OLD,
 };
 pub use receiver::{SnapshotReceiver, SNAPSHOT_INCOMING};
 pub use sender::SnapshotSource;

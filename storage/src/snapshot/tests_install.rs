@@ -3,6 +3,8 @@
 //! (docs/storage-format.md "A crash, or a file that no longer verifies").
 
 use std::io::Read;
+
+use redb::ReadableTable;
 use std::sync::Arc;
 
 use crate::log::tests::{assert_records, fill, small};
@@ -382,4 +384,92 @@ fn stages_run_one_at_a_time() {
         assert!(matches!(rx.recv().unwrap(), Ok(true)));
     });
     assert!(f.data.dir(LOG_INCOMING).is_some());
+}
+
+/// Damages the state of the generation at `at` (a byte of its first chunk).
+fn damage_generation(store: &StateStore, at: u64) {
+    let gens = store.load_generations().unwrap();
+    let slot = gens
+        .iter()
+        .find(|g| g.applied_index == Some(at))
+        .unwrap()
+        .slot;
+    let table = crate::state::generations::SLOTS[slot].chunks;
+    store
+        .write_raw(|txn| {
+            let mut t = txn.open_table(table)?;
+            let mut chunk = t.get(0)?.map(|v| v.value().to_vec()).unwrap_or_default();
+            chunk[0] ^= 0x40;
+            t.insert(0, chunk.as_slice())?;
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Review s23 L3: a generation at or past A whose state does not verify is not where the node
+/// runs from (it falls back to the older one): it does not refuse the snapshot.
+#[test]
+fn an_unusable_generation_past_a_does_not_refuse_the_snapshot() {
+    let f = follower(10, 1);
+    f.store
+        .save_checkpoint_with_floor(55, 1, 1, |sink| sink.write(b"newer state"))
+        .unwrap();
+    assert_eq!(f.store.newest_checkpoint_index().unwrap(), Some(55));
+    damage_generation(&f.store, 55);
+    assert_eq!(f.store.newest_checkpoint_index().unwrap(), Some(10));
+    assert!(stage(&f).unwrap().switched);
+}
+
+/// Review s23 M3: a save that commits at or past A after the stage's checks is caught in step
+/// 3's own transaction, and the newer checkpoint stays.
+#[test]
+fn a_save_past_a_after_the_checks_refuses_the_commit() {
+    let f = follower(10, 1);
+    f.store
+        .save_checkpoint_with_floor(50, 1, 1, |sink| sink.write(b"newer state"))
+        .unwrap();
+    let install = crate::Installing {
+        applied_index: 50,
+        applied_term: 2,
+        first_record: 20,
+        switch: true,
+    };
+    let state = new_state();
+    let mut fill = |sink: &mut crate::StateSink<'_>| {
+        sink.write(&state);
+        Ok::<(), StorageError>(())
+    };
+    let crc = crc32c::crc32c(&state);
+    let err = f
+        .store
+        .commit_install(&install, state.len() as u64, crc, &mut fill, &[])
+        .unwrap_err();
+    assert!(
+        matches!(&err, StorageError::SnapshotRefused { reason, .. } if reason.contains("checkpoint is at index 50")),
+        "{err}"
+    );
+    assert_eq!(f.store.installing().unwrap(), None);
+    let cp = f.store.load_checkpoint().unwrap().unwrap();
+    assert_eq!((cp.applied_index, cp.state), (50, b"newer state".to_vec()));
+    // Once that generation no longer verifies it no longer refuses.
+    damage_generation(&f.store, 50);
+    f.store
+        .commit_install(&install, state.len() as u64, crc, &mut fill, &[])
+        .unwrap();
+}
+
+/// Review s23 M2/M3: the checks that read no record refuse before anything is held, and the
+/// stream's file goes with the refusal; a stream that passes them is left for the stage.
+#[test]
+fn the_precheck_refuses_a_node_past_a_and_deletes_the_stream() {
+    let f = follower(10, 1);
+    crate::precheck_install(&f.data, &f.store, &f.log, (50, 2)).unwrap();
+    assert!(f.data.file_bytes(SNAPSHOT_INCOMING).is_some());
+    let err = crate::precheck_install(&f.data, &f.store, &f.log, (51, 2)).unwrap_err();
+    assert!(
+        matches!(&err, StorageError::SnapshotRefused { reason, .. } if reason.contains("covers (50, 2)")),
+        "{err}"
+    );
+    assert!(f.data.file_bytes(SNAPSHOT_INCOMING).is_none());
+    assert_records(&f.log, 1, 10, 1);
 }

@@ -129,14 +129,17 @@ impl CheckpointHead {
     }
 
     pub fn verify(&self, state: &[u8]) -> Result<(), StorageError> {
-        if state.len() as u64 != self.state_len {
+        self.verify_sum(state.len() as u64, crc32c::crc32c(state))
+    }
+
+    /// `verify` of a state read a chunk at a time: its length and CRC32C.
+    pub fn verify_sum(&self, len: u64, crc: u32) -> Result<(), StorageError> {
+        if len != self.state_len {
             return Err(corrupt(format!(
-                "chunks hold {} bytes, header says {}",
-                state.len(),
+                "chunks hold {len} bytes, header says {}",
                 self.state_len
             )));
         }
-        let crc = crc32c::crc32c(state);
         if crc != self.crc {
             return Err(corrupt(format!(
                 "crc32c {crc:#010x} does not match the stored {:#010x}",

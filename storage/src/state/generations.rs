@@ -36,8 +36,77 @@ pub struct Generation {
     pub slot: usize,
     /// The applied index its header names; None when the header itself is damaged.
     pub applied_index: Option<u64>,
+    /// Whether its header is of the version whose own CRC32C covers `applied_index`: a
+    /// version 1 header's index may hold a flipped bit nothing detects.
+    pub current_version: bool,
     /// The checkpoint, verified against its length and CRC32C, or why it is unusable.
     pub checkpoint: Result<Checkpoint, StorageError>,
+}
+
+/// The generation in `slot` (None when the slot is empty), its state read from the table
+/// `chunks` opens, of a read or a write transaction, and verified against the header's length
+/// and CRC32C a chunk at a time; kept in the checkpoint only when `keep_state` (otherwise the
+/// checkpoint's `state` is empty). Only a failure to read the header row is an `Err`: a
+/// damaged generation is one whose `checkpoint` says why.
+pub(crate) fn read_slot<C>(
+    slot: usize,
+    heads: &impl ReadableTable<&'static str, &'static [u8]>,
+    chunks: impl FnOnce() -> Result<C, StorageError>,
+    keep_state: bool,
+) -> Result<Option<Generation>, StorageError>
+where
+    C: ReadableTable<u32, &'static [u8]>,
+{
+    let op = "load the checkpoint";
+    let Some(raw) = heads
+        .get(SLOTS[slot].head_key)
+        .map_err(StorageError::state(op))?
+    else {
+        return Ok(None);
+    };
+    let raw = raw.value();
+    let head = CheckpointHead::decode(raw);
+    let applied_index = head.as_ref().ok().map(|h| h.applied_index);
+    let checkpoint = head.and_then(|head| {
+        let chunks = chunks()?;
+        let mut state = Vec::new();
+        if keep_state {
+            state.reserve_exact(head.checked_capacity()?);
+        }
+        let (mut len, mut crc) = (0u64, 0u32);
+        for i in 0..head.chunk_count {
+            let chunk = chunks
+                .get(i)
+                .map_err(StorageError::state(op))?
+                .ok_or_else(|| StorageError::CorruptCheckpoint {
+                    reason: format!("chunk {i} of {} is missing", head.chunk_count),
+                })?;
+            let bytes = chunk.value();
+            len = len.saturating_add(bytes.len() as u64);
+            crc = crc32c::crc32c_append(crc, bytes);
+            if keep_state {
+                // Checked before it grows: the header's length bounds the state (and the
+                // capacity reserved above).
+                if len > head.state_len {
+                    break;
+                }
+                state.extend_from_slice(bytes);
+            }
+        }
+        head.verify_sum(len, crc)?;
+        Ok(Checkpoint {
+            applied_index: head.applied_index,
+            applied_term: head.applied_term,
+            state,
+        })
+    });
+    Ok(Some(Generation {
+        slot,
+        applied_index,
+        // A current-version header that decodes passed its own CRC32C.
+        current_version: applied_index.is_some() && CheckpointHead::is_current_version(raw),
+        checkpoint,
+    }))
 }
 
 /// Newest first: the higher applied index; a generation whose header is damaged last.

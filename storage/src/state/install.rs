@@ -3,11 +3,11 @@
 //! record, and that record's reader for the start-up that finishes steps 4 and 5
 //! (docs/storage-format.md "Install on the receiver").
 
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 
 use super::checkpoint::CheckpointHead;
 use super::floor_row::{FloorRow, CHECKPOINT_FLOOR};
-use super::generations::SLOTS;
+use super::generations::{read_slot, SLOTS};
 use super::membership_row::{self, CHECKPOINT_MEMBERSHIP, MEMBERSHIP_KEY, MEMBERSHIP_MAX};
 use super::{StateSink, StateStore, CHECKPOINT_HEAD, META};
 use crate::format::{le_u32, le_u64};
@@ -61,6 +61,33 @@ impl Installing {
     }
 }
 
+/// The applied index of a generation in `txn` at or past `a` that a node could start from
+/// (`newest_checkpoint_index`'s rule); only such a generation's state is read.
+fn usable_at_or_past(txn: &redb::WriteTransaction, a: u64) -> Result<Option<u64>, StorageError> {
+    let op = "read the checkpoint headers";
+    let heads = txn
+        .open_table(CHECKPOINT_HEAD)
+        .map_err(StorageError::state(op))?;
+    let mut newest = None;
+    for (slot, s) in SLOTS.iter().enumerate() {
+        let high = heads
+            .get(s.head_key)
+            .map_err(StorageError::state(op))?
+            .and_then(|raw| CheckpointHead::decode(raw.value()).ok())
+            .is_some_and(|h| h.applied_index >= a);
+        if !high {
+            continue;
+        }
+        let chunks = || txn.open_table(s.chunks).map_err(StorageError::state(op));
+        if let Some(g) = read_slot(slot, &heads, chunks, false)? {
+            if g.current_version && g.checkpoint.is_ok() {
+                newest = newest.max(g.applied_index);
+            }
+        }
+    }
+    Ok(newest)
+}
+
 /// Feeds the state, once per slot, into the sink it is given.
 pub type FillState<'f> = dyn FnMut(&mut StateSink<'_>) -> Result<(), StorageError> + 'f;
 
@@ -91,6 +118,19 @@ impl StateStore {
             return Err(StorageError::InstallPending {
                 applied_index,
                 refused: "no other snapshot is installed",
+            });
+        }
+        // Checked again in this transaction: a save that committed since the stage's own check
+        // (the engine applies on while the stage runs) would otherwise be overwritten with
+        // the older state of the snapshot (review s23 M3).
+        if let Some(at) = usable_at_or_past(&txn, install.applied_index)? {
+            return Err(StorageError::SnapshotRefused {
+                offset: 0,
+                reason: format!(
+                    "this node's checkpoint is at index {at}, at or past the snapshot's last \
+                     index {}",
+                    install.applied_index
+                ),
             });
         }
         let mut highest = 0;
@@ -181,24 +221,18 @@ impl StateStore {
             .transpose()
     }
 
-    /// The applied index of the newest generation whose header decodes (its state is not
-    /// read): what a snapshot must lie beyond to be worth installing.
+    /// The applied index of the newest generation this node could start from, its header of
+    /// the current version (whose own CRC32C covers the index) and its state verified: what a
+    /// snapshot must lie beyond to be worth installing. A generation that decodes but does
+    /// not verify, or a version 1 header, would refuse every snapshot up to an index the node
+    /// does not run from (review s23 L3). Reads each state a chunk at a time, keeping none.
     pub fn newest_checkpoint_index(&self) -> Result<Option<u64>, StorageError> {
-        let op = "read the checkpoint headers";
-        let txn = self.db.begin_read().map_err(StorageError::state(op))?;
-        let heads = txn
-            .open_table(CHECKPOINT_HEAD)
-            .map_err(StorageError::state(op))?;
-        let mut newest = None;
-        for s in &SLOTS {
-            let Some(raw) = heads.get(s.head_key).map_err(StorageError::state(op))? else {
-                continue;
-            };
-            if let Ok(head) = CheckpointHead::decode(raw.value()) {
-                newest = newest.max(Some(head.applied_index));
-            }
-        }
-        Ok(newest)
+        Ok(self
+            .generations(false)?
+            .into_iter()
+            .filter(|g| g.current_version && g.checkpoint.is_ok())
+            .filter_map(|g| g.applied_index)
+            .max())
     }
 
     /// Taken by a stage for its whole run, so stages run one at a time (review s22 M2).

@@ -26,7 +26,7 @@ use checkpoint::CheckpointHead;
 pub use checkpoint::WRITE_CHUNK_BYTES as CHECKPOINT_CHUNK_BYTES;
 use floor_row::{FloorRow, CHECKPOINT_FLOOR};
 pub use generations::Generation;
-use generations::{newest_first, slot_to_overwrite, SLOTS};
+use generations::{newest_first, read_slot, slot_to_overwrite, SLOTS};
 pub use install::{FillState, Installing, INSTALLING_KEY};
 pub use membership_row::MEMBERSHIP_KEY;
 use membership_row::{CHECKPOINT_MEMBERSHIP, MEMBERSHIP_MAX};
@@ -300,6 +300,13 @@ impl StateStore {
     /// Every stored checkpoint generation (none, one or two), newest first, each verified or
     /// with the reason it is unusable. A caller that starts from one says so with `keep`.
     pub fn load_generations(&self) -> Result<Vec<Generation>, StorageError> {
+        self.generations(true)
+    }
+
+    /// `load_generations`, with the state verified but not kept when `keep_state` is false
+    /// (the checkpoint's `state` is then empty): what a check of which generations are usable
+    /// needs without holding a multi-GB state in memory.
+    pub(crate) fn generations(&self, keep_state: bool) -> Result<Vec<Generation>, StorageError> {
         let op = "load the checkpoint";
         let txn = self.db.begin_read().map_err(StorageError::state(op))?;
         let heads = txn
@@ -307,36 +314,10 @@ impl StateStore {
             .map_err(StorageError::state(op))?;
         let mut gens = Vec::new();
         for (slot, s) in SLOTS.iter().enumerate() {
-            let Some(raw) = heads.get(s.head_key).map_err(StorageError::state(op))? else {
-                continue;
-            };
-            let head = CheckpointHead::decode(raw.value());
-            let applied_index = head.as_ref().ok().map(|h| h.applied_index);
-            let checkpoint = head.and_then(|head| {
-                let chunks = txn.open_table(s.chunks).map_err(StorageError::state(op))?;
-                let mut state = Vec::with_capacity(head.checked_capacity()?);
-                for i in 0..head.chunk_count {
-                    let chunk =
-                        chunks
-                            .get(i)
-                            .map_err(StorageError::state(op))?
-                            .ok_or_else(|| StorageError::CorruptCheckpoint {
-                                reason: format!("chunk {i} of {} is missing", head.chunk_count),
-                            })?;
-                    state.extend_from_slice(chunk.value());
-                }
-                head.verify(&state)?;
-                Ok(Checkpoint {
-                    applied_index: head.applied_index,
-                    applied_term: head.applied_term,
-                    state,
-                })
-            });
-            gens.push(Generation {
-                slot,
-                applied_index,
-                checkpoint,
-            });
+            let chunks = || txn.open_table(s.chunks).map_err(StorageError::state(op));
+            if let Some(g) = read_slot(slot, &heads, chunks, keep_state)? {
+                gens.push(g);
+            }
         }
         Ok(newest_first(gens))
     }
