@@ -70,8 +70,9 @@ pub fn stage_install(
     }
 }
 
-/// The checks of a stage that read no record and no state: the file's header against its
-/// length and `expect`, and whether this node is already past the snapshot. Cheap, so the
+/// The checks of a stage that read no record: the file's header against its length and
+/// `expect`, and whether this node is already past the snapshot (the state of a checkpoint
+/// generation is read only when its header is at or past the snapshot). Cheap, so the
 /// Raft layer runs them before it holds its appends back (review s23 M2); `stage_install`
 /// runs them again under that hold. On a refusal the files of the stream are deleted.
 pub fn precheck_install(
@@ -144,7 +145,7 @@ fn open_checked(
             ),
         ));
     }
-    if let Some(at) = store.newest_checkpoint_index()?.filter(|&at| at >= a) {
+    if let Some(at) = store.usable_checkpoint_at_or_past(a)? {
         return Err(refused(
             0,
             format!(

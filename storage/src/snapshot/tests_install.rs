@@ -414,9 +414,11 @@ fn an_unusable_generation_past_a_does_not_refuse_the_snapshot() {
     f.store
         .save_checkpoint_with_floor(55, 1, 1, |sink| sink.write(b"newer state"))
         .unwrap();
-    assert_eq!(f.store.newest_checkpoint_index().unwrap(), Some(55));
+    assert_eq!(f.store.usable_checkpoint_at_or_past(11).unwrap(), Some(55));
+    assert_eq!(f.store.usable_checkpoint_at_or_past(56).unwrap(), None);
     damage_generation(&f.store, 55);
-    assert_eq!(f.store.newest_checkpoint_index().unwrap(), Some(10));
+    assert_eq!(f.store.usable_checkpoint_at_or_past(11).unwrap(), None);
+    assert_eq!(f.store.usable_checkpoint_at_or_past(10).unwrap(), Some(10));
     assert!(stage(&f).unwrap().switched);
 }
 

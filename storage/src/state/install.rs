@@ -3,7 +3,7 @@
 //! record, and that record's reader for the start-up that finishes steps 4 and 5
 //! (docs/storage-format.md "Install on the receiver").
 
-use redb::ReadableTable;
+use redb::{ReadableDatabase, ReadableTable};
 
 use super::checkpoint::CheckpointHead;
 use super::floor_row::{FloorRow, CHECKPOINT_FLOOR};
@@ -61,13 +61,20 @@ impl Installing {
     }
 }
 
-/// The applied index of a generation in `txn` at or past `a` that a node could start from
-/// (`newest_checkpoint_index`'s rule); only such a generation's state is read.
-fn usable_at_or_past(txn: &redb::WriteTransaction, a: u64) -> Result<Option<u64>, StorageError> {
+/// The applied index of the newest generation at or past `a` that a node could start from
+/// (a current-version header, its state verified). Headers decide first: only a slot whose
+/// header names an index at or past `a` has its state read, so the usual answer (no such
+/// slot) reads no state at all (review s24 snap M2).
+fn usable_at_or_past<H, C>(
+    heads: &H,
+    chunks: impl Fn(usize) -> Result<C, StorageError>,
+    a: u64,
+) -> Result<Option<u64>, StorageError>
+where
+    H: ReadableTable<&'static str, &'static [u8]>,
+    C: ReadableTable<u32, &'static [u8]>,
+{
     let op = "read the checkpoint headers";
-    let heads = txn
-        .open_table(CHECKPOINT_HEAD)
-        .map_err(StorageError::state(op))?;
     let mut newest = None;
     for (slot, s) in SLOTS.iter().enumerate() {
         let high = heads
@@ -78,8 +85,7 @@ fn usable_at_or_past(txn: &redb::WriteTransaction, a: u64) -> Result<Option<u64>
         if !high {
             continue;
         }
-        let chunks = || txn.open_table(s.chunks).map_err(StorageError::state(op));
-        if let Some(g) = read_slot(slot, &heads, chunks, false)? {
+        if let Some(g) = read_slot(slot, heads, || chunks(slot), false)? {
             if g.current_version && g.checkpoint.is_ok() {
                 newest = newest.max(g.applied_index);
             }
@@ -123,7 +129,16 @@ impl StateStore {
         // Checked again in this transaction: a save that committed since the stage's own check
         // (the engine applies on while the stage runs) would otherwise be overwritten with
         // the older state of the snapshot (review s23 M3).
-        if let Some(at) = usable_at_or_past(&txn, install.applied_index)? {
+        let heads = txn
+            .open_table(CHECKPOINT_HEAD)
+            .map_err(StorageError::state(op))?;
+        let chunks = |slot: usize| {
+            txn.open_table(SLOTS[slot].chunks)
+                .map_err(StorageError::state(op))
+        };
+        let usable = usable_at_or_past(&heads, chunks, install.applied_index)?;
+        drop(heads);
+        if let Some(at) = usable {
             return Err(StorageError::SnapshotRefused {
                 offset: 0,
                 reason: format!(
@@ -221,18 +236,23 @@ impl StateStore {
             .transpose()
     }
 
-    /// The applied index of the newest generation this node could start from, its header of
-    /// the current version (whose own CRC32C covers the index) and its state verified: what a
-    /// snapshot must lie beyond to be worth installing. A generation that decodes but does
-    /// not verify, or a version 1 header, would refuse every snapshot up to an index the node
-    /// does not run from (review s23 L3). Reads each state a chunk at a time, keeping none.
-    pub fn newest_checkpoint_index(&self) -> Result<Option<u64>, StorageError> {
-        Ok(self
-            .generations(false)?
-            .into_iter()
-            .filter(|g| g.current_version && g.checkpoint.is_ok())
-            .filter_map(|g| g.applied_index)
-            .max())
+    /// The applied index of the newest generation at or past `a` this node could start from:
+    /// its header of the current version (whose own CRC32C covers the index) and its state
+    /// verified. A snapshot at `a` is not worth installing past it. A generation that decodes
+    /// but does not verify, or a version 1 header, would refuse every snapshot up to an index
+    /// the node does not run from (review s23 L3). Only the states of slots whose header is
+    /// at or past `a` are read, a chunk at a time, keeping none (review s24 snap M2).
+    pub fn usable_checkpoint_at_or_past(&self, a: u64) -> Result<Option<u64>, StorageError> {
+        let op = "read the checkpoint headers";
+        let txn = self.db.begin_read().map_err(StorageError::state(op))?;
+        let heads = txn
+            .open_table(CHECKPOINT_HEAD)
+            .map_err(StorageError::state(op))?;
+        let chunks = |slot: usize| {
+            txn.open_table(SLOTS[slot].chunks)
+                .map_err(StorageError::state(op))
+        };
+        usable_at_or_past(&heads, chunks, a)
     }
 
     /// Taken by a stage for its whole run, so stages run one at a time (review s22 M2).
