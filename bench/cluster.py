@@ -13,7 +13,8 @@ fsynced) and free loopback ports:
   3. cluster only: KILLS times, SIGKILL the leader (from /health) while a writer pushes one
      message at a time to the surviving nodes; the first-write time is from the kill to the
      answer of the first push sent after it and acknowledged. The killed node is restarted
-     on its directory and caught up before the next kill.
+     on its directory and caught up (it follows the leader and has applied what the leader
+     had committed) before the next kill.
 queen-bench talks to the leader (a follower would relay: one hop more). During every
 measured run each `queen` process's CPU (utime + stime of /proc/<pid>/stat, as % of one
 core) is sampled, and its VmRSS and VmHWM read after it. Every process shares this
@@ -132,6 +133,21 @@ class Setup:
         view = get_json(f"{self.nodes[i].url}/health") or {}
         return (view.get("raft") or {}).get("term")
 
+    def wait_caught_up(self, i: int) -> None:
+        """Until node `i` follows the one leader and has applied what that leader had
+        committed when it was asked: the leader then replicates to it (review s23 five M3;
+        before, the next kill could come before the leader ever reached a restarted node)."""
+        deadline = time.monotonic() + SETTLE_S
+        lead = self.wait_leader()
+        target = ((get_json(f"{self.nodes[lead].url}/health") or {}).get("raft") or {}) \
+            .get("committed") or 0
+        while time.monotonic() < deadline:
+            raft = (get_json(f"{self.nodes[i].url}/health") or {}).get("raft") or {}
+            if raft.get("leader") == lead and (raft.get("applied") or 0) >= target:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"node {i} did not catch up with leader {lead} within {SETTLE_S} s")
+
     def wait_leader(self, ids=None) -> int:
         deadline = time.monotonic() + SETTLE_S
         while time.monotonic() < deadline:
@@ -224,7 +240,7 @@ def first_write_after_kill(setup: Setup, round_no: int) -> dict:
     # The terms the election took: more than one is a split vote (or a refused one) retried.
     terms = None if term_before is None else (setup.term(new_lead) or 0) - term_before
     setup.spawn(lead)
-    setup.wait_leader()
+    setup.wait_caught_up(lead)
     return {"killed": lead, "new_leader": new_lead, "attempts": attempts, "terms": terms,
             "first_write_s": round(first, 3) if first is not None else None}
 

@@ -97,7 +97,7 @@ pub(crate) fn pick_target(
 
 impl RaftNode {
     /// Hands this node's lead of the group over to a caught-up voter (`to`, or the most
-    /// caught up), within `bound`: its proposals are refused `NotLeader` from the start (the
+    /// caught up), within `bound`: its proposals are refused `HandingOver` from the start (the
     /// engine sees `RaftStatus::handing_over`), those in flight are answered first, and the
     /// target must hold the whole log before it is asked. `net` is the group's network (the
     /// same token and group as the node's own). What this node keeps or restores on each

@@ -41,6 +41,7 @@ mod hand_over;
 mod horizons;
 mod index_cell;
 mod keepalive;
+mod leader_gone;
 mod log_store;
 mod log_writer;
 pub mod member_addr;

@@ -35,6 +35,8 @@ const BAD_TOKEN_SOURCES: usize = 1024;
 struct Served {
     raft: Raft<TypeConfig>,
     gate: Option<VoteGate>,
+    /// Whether its leader's process is gone (`leader_gone`), checked when a peer leaves.
+    gone: Arc<crate::leader_gone::Watch>,
 }
 
 /// The groups this node answers for, by name. Clones share them.
@@ -46,13 +48,21 @@ pub struct Groups {
 impl Groups {
     /// A group whose member always votes (in-process tests).
     pub fn add(&self, name: &str, raft: Raft<TypeConfig>) {
-        self.insert(name, Served { raft, gate: None });
+        let gone = Arc::default();
+        self.insert(
+            name,
+            Served {
+                raft,
+                gate: None,
+                gone,
+            },
+        );
     }
 
     /// A group whose member votes only as `gate` allows (`VoteGate`: joining, M5).
     pub fn add_member(&self, name: &str, raft: Raft<TypeConfig>, gate: VoteGate) {
-        let gate = Some(gate);
-        self.insert(name, Served { raft, gate });
+        let (gate, gone) = (Some(gate), Arc::default());
+        self.insert(name, Served { raft, gate, gone });
     }
 
     fn insert(&self, name: &str, served: Served) {
@@ -67,6 +77,20 @@ impl Groups {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(name);
+    }
+
+    /// A connection from node `from` ended: each group it leads here checks whether its
+    /// process is gone (`leader_gone`).
+    fn peer_left(&self, from: u64) {
+        let groups = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        for served in groups.values() {
+            crate::leader_gone::connection_ended(
+                &served.raft,
+                served.gate.as_ref(),
+                &served.gone,
+                from,
+            );
+        }
     }
 
     fn get(&self, name: &str) -> Option<Served> {
@@ -214,6 +238,7 @@ async fn serve_conn(
     if let Err(e) = answer(&mut conn, &cfg.limits, &groups, ids.from).await {
         tracing::debug!(conn = id, error = %e, "raft connection closed");
     }
+    groups.peer_left(ids.from);
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -265,7 +290,7 @@ async fn dispatch(
         Kind::Elect => Request::Elect(rpc_codec::decode_elect(rest)?),
         _ => Request::Snapshot(rpc_codec::decode_snapshot(rest)?),
     };
-    let Some(Served { raft, gate }) = groups.get(group) else {
+    let Some(Served { raft, gate, .. }) = groups.get(group) else {
         return Ok(rpc_codec::encode_unavailable(&format!(
             "group {group:?} is not served by this node"
         )));

@@ -304,7 +304,9 @@ async fn an_entry_not_in_after_twice_the_limit_rebuilds_the_group() {
 /// Review s23 handover H1: a cycle refused at the hand-over's fence ends the engine as
 /// stopping: its requests are answered not_leader (never proposed), the group is not
 /// reloaded (a reload would stop the Raft node mid-hand-over and start a fresh one), and
-/// the group still stops cleanly with the node.
+/// the group still stops cleanly with the node. Here no hand-over runs (the fence is open, as
+/// after one that failed): the Raft node stops at once rather than leading on with no engine
+/// until the process exits (review s23 lead2 M1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cycle_refused_at_the_hand_over_fence_stops_the_group_without_a_reload() {
     let dir = tempfile::tempdir().unwrap();
@@ -326,8 +328,26 @@ async fn a_cycle_refused_at_the_hand_over_fence_stops_the_group_without_a_reload
     };
     let groups = open_with(dir.path(), HashMap::new(), ecfg).await;
     let bus = EngineBus::new(groups.clone(), Arc::new(String::new));
+    let node = groups
+        .group("a")
+        .await
+        .unwrap()
+        .live
+        .get()
+        .unwrap()
+        .node
+        .clone();
     let first = push(&bus, "a", "t-0").await.unwrap_err();
     assert_eq!(first.code, ErrorCode::NotLeader, "{}", first.message);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while node.status().role != "shutdown" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the raft node leads on with no engine: {:?}",
+            node.status()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     for i in 1..20 {
         // Answered at once, not at the bus's answer bound: the group's queue is drained.
         let e = tokio::time::timeout(Duration::from_secs(5), push(&bus, "a", &format!("t-{i}")))

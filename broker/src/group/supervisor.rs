@@ -30,6 +30,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// that panics the planner each time it is retried) waits the backoff first, so a failure that
 /// repeats costs a replay every 30 s at most, not one per retried request.
 const STABLE: Duration = Duration::from_secs(60);
+/// How often a group whose engine ended at the hand-over's fence looks whether the fence
+/// opened again (the hand-over failed).
+const FENCE_LOOK: Duration = Duration::from_millis(100);
 /// How long a failed incarnation may hold its files before the supervisor says so.
 const HOLD_WARNING: Duration = Duration::from_secs(10);
 
@@ -215,6 +218,7 @@ pub async fn supervise(
         } = current;
         let born = Instant::now();
         let end = engine.run(stop.clone()).await;
+        let mut stopped_early = None;
         // Nothing may read the failed state from here on.
         match &end {
             Err(why) if why.stopping => {
@@ -222,10 +226,27 @@ pub async fn supervise(
                 tracing::warn!(tenant = %ecfg.tenant, reason = %why, "stopping without a final checkpoint: the restart replays the log");
                 live.set(Err(format!("the node is stopping: {why}")));
                 // A cycle refused at the hand-over's fence ends the engine before the stop
-                // is sent: the Raft node must keep running until then, or the lead it is
-                // handing over is lost in a crash-style failover (review s23 handover H1).
+                // is sent: the Raft node must keep running while the lead is handed over,
+                // or it is lost in a crash-style failover (review s23 handover H1).
                 // Meanwhile the requests that reach the group are answered at once.
                 let mut until = stop.clone();
+                while node.status().handing_over
+                    && refuse_while_waiting(
+                        &jobs,
+                        &ecfg,
+                        FENCE_LOOK,
+                        "this node is stopping",
+                        &mut until,
+                    )
+                    .await
+                {}
+                // The fence open again: the hand-over failed and this node would lead on,
+                // heartbeating, with no engine, so nobody else campaigns until it exits
+                // (review s23 lead2 M1). Its Raft node stops now, and the others elect.
+                if !*until.borrow() && !node.status().handing_over {
+                    tracing::warn!(tenant = %ecfg.tenant, "the hand-over did not move the lead and the engine has ended: stopping this group's raft node now");
+                    stopped_early = Some(node.shutdown().await);
+                }
                 while refuse_while_waiting(
                     &jobs,
                     &ecfg,
@@ -242,7 +263,10 @@ pub async fn supervise(
             }
             Ok(()) => {}
         }
-        let stopped = node.shutdown().await;
+        let stopped = match stopped_early {
+            Some(r) => r,
+            None => node.shutdown().await,
+        };
         if let Err(e) = &stopped {
             tracing::warn!(error = %e, "raft shutdown");
         }

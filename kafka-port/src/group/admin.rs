@@ -197,10 +197,18 @@ pub async fn list(door: &Door, version: i16, mut r: Reader) -> Reply {
         Err(err) => return Reply::Close(err.to_string()),
     };
     if door.not_coordinator() {
-        // A Kafka broker lists the groups it coordinates: none here. Admin clients ask
-        // every broker and merge; an error would fail the whole listing (review s23 lead M4).
+        // A Kafka broker lists the groups it coordinates: none here, while another node
+        // leads. Admin clients ask every broker and merge; an error would fail the whole
+        // listing (review s23 lead M4). With no leader known (an election, a leader out of
+        // its majority's contact, a group reloading) every node would answer that empty
+        // listing and the merged answer would say "no groups": a retriable error instead
+        // (review s23 lead2 M2).
+        let code = match door.topology().and_then(|t| t.leader) {
+            Some(_) => e::NONE,
+            None => e::COORDINATOR_NOT_AVAILABLE,
+        };
         return encode(
-            &ListGroupsResponse::default().with_error_code(e::NONE),
+            &ListGroupsResponse::default().with_error_code(code),
             version,
         );
     }

@@ -192,6 +192,42 @@ async fn a_list_of_groups_refused_by_the_engine_is_retriable() {
     assert!(resp.groups.is_empty());
 }
 
+/// A cluster whose leader a test sets; this node is node 1.
+#[derive(Debug)]
+struct Led(Option<i32>);
+
+impl crate::cluster::ClusterView for Led {
+    fn topology(&self, _tenant: &str) -> Option<crate::cluster::Topology> {
+        Some(crate::cluster::Topology {
+            brokers: Vec::new(),
+            leader: self.0,
+            replicas: vec![1, 2, 3],
+            term: 4,
+        })
+    }
+
+    fn metadata_reads(&self) -> Arc<dyn queenmq_protocol::Bus> {
+        unreachable!("not asked by ListGroups")
+    }
+}
+
+/// Review s23 lead2 M2: a node that does not lead lists no group while another node leads
+/// (the leader lists them), and answers a retriable error while no leader is known, rather
+/// than an empty listing every node would give.
+#[tokio::test]
+async fn a_listing_with_no_leader_known_is_retriable_not_empty() {
+    for (leader, code) in [(Some(2), e::NONE), (None, e::COORDINATOR_NOT_AVAILABLE)] {
+        let mut door = crate::test_door::over(Arc::new(StubBus(stub(3, false))));
+        let mut cfg = (*door.cfg).clone();
+        cfg.cluster = Some(Arc::new(Led(leader)));
+        door.cfg = Arc::new(cfg);
+        let reply = admin::list(&door, 0, Reader::new(BytesMut::new().freeze(), false)).await;
+        let resp = ListGroupsResponse::decode(&mut body(reply), 0).expect("decodes");
+        assert_eq!(resp.error_code, code, "leader {leader:?}");
+        assert!(resp.groups.is_empty());
+    }
+}
+
 /// Review s19 kafka H2: describing a group asks the engine for that group only; before, it
 /// listed every group (and failed with it).
 #[tokio::test]

@@ -19,6 +19,12 @@ const TIMING: (u64, u64) = (100, 1000);
 const BOUND: Duration = Duration::from_secs(20);
 
 async fn three(dir: &Path) -> BTreeMap<u64, Member> {
+    three_timed(dir, TIMING).await
+}
+
+/// Three members started as the broker starts them, with (heartbeat, election timeout)
+/// `timing`, once one leader is known to all.
+pub(super) async fn three_timed(dir: &Path, timing: (u64, u64)) -> BTreeMap<u64, Member> {
     let (mut ls, nodes) = three_listeners().await;
     let mut started = Vec::new();
     for id in 1..=3u64 {
@@ -27,7 +33,7 @@ async fn three(dir: &Path) -> BTreeMap<u64, Member> {
         started.push(tokio::spawn(async move {
             let gate = VoteGate::new(id, dir.join(format!("{id}-joining")));
             let stores = open_stores(&dir.join(id.to_string()));
-            let m = start_gated(stores, id, l, &nodes, TIMING, Some((false, gate))).await;
+            let m = start_gated(stores, id, l, &nodes, timing, Some((false, gate))).await;
             (id, m)
         }));
     }
@@ -40,7 +46,7 @@ async fn three(dir: &Path) -> BTreeMap<u64, Member> {
     members
 }
 
-fn one_leader(members: &BTreeMap<u64, Member>) -> Option<u64> {
+pub(super) fn one_leader(members: &BTreeMap<u64, Member>) -> Option<u64> {
     let leaders: BTreeSet<_> = members.values().map(|m| m.node.status().leader).collect();
     match leaders.into_iter().collect::<Vec<_>>()[..] {
         [Some(l)] if members[&l].node.status().role == "leader" => Some(l),

@@ -10,6 +10,7 @@ mod hand_over;
 mod horizons;
 mod idle_leader;
 mod latency;
+mod leader_gone;
 mod limited_read;
 mod multi_node;
 mod node_restart;

@@ -1,0 +1,345 @@
+//! Replaces a leader whose process is gone without waiting out openraft 0.9's follower lease.
+//!
+//! openraft 0.9 lets a follower that heard a committed leader campaign only after that
+//! leader's lease (the election range's maximum) plus its own drawn timeout, and refuses
+//! votes while the lease holds (`handle_vote_req` checks it only while the voter's vote is
+//! committed): a crashed leader costs 3-4 election timeouts (docs/cluster.md "Timing").
+//!
+//! A killed process's sockets are closed by its kernel: the connections it opened to this
+//! node end, and a connect to its cluster address is refused. A live leader, however slow,
+//! frozen or cut off, never has its address refuse: its listener lives until its groups have
+//! stopped (`serve_cluster` ends last in the broker's stop). So when the current leader's
+//! connection ends and two connects a few milliseconds apart are both refused, this node
+//! campaigns at once. That first campaign cannot win while the other survivors still hold
+//! their committed votes, but it makes this node's own vote uncommitted, and the others do
+//! the same as they notice. The next round, after a fresh random pause (as `election_nudge`
+//! draws them, so two survivors rarely fire together), asks voters whose votes are no longer
+//! committed and whose term is lower: they grant it, and a leader is known within a few
+//! rounds of a heartbeat. Rounds stop once a leader is known, or after a lease, when
+//! openraft's own timers and the nudge are back in charge.
+//!
+//! Campaigning is always safe in Raft (a vote needs a majority and an up-to-date log); what
+//! the lease protected, a live leader's plans under the broker's `may_plan`, cannot exist
+//! once the leader's process is gone. docs/cluster.md "Timing" holds the argument and the
+//! one case that needs it (a leader process alive whose listener is closed).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::{BasicNode, Raft, RaftMetrics, ServerState};
+use tokio::net::TcpStream;
+
+use crate::election_nudge::random_pause;
+use crate::types::{NodeId, TypeConfig};
+use crate::vote_gate::VoteGate;
+
+/// Between the two connects that must both be refused in a row: a peer restarted at once
+/// answers the second.
+const PROBE_GAP: Duration = Duration::from_millis(10);
+
+/// One group's detection state, shared by the listener's connections: one detection at a
+/// time, whatever number of the leader's connections end together.
+#[derive(Debug, Default)]
+pub(crate) struct Watch {
+    busy: AtomicBool,
+    /// Another of the leader's connections ended while a detection ran: it probes on for
+    /// another window rather than miss it (the leader's old vote connections end at any time).
+    again: AtomicBool,
+}
+
+impl Watch {
+    /// The detection's token, or None while another runs; the next may start once it drops.
+    fn begin(self: &Arc<Self>) -> Option<Busy> {
+        (!self.busy.swap(true, Ordering::AcqRel)).then(|| Busy(self.clone()))
+    }
+}
+
+/// Held by the one detection running.
+struct Busy(Arc<Watch>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.busy.store(false, Ordering::Release);
+    }
+}
+
+/// Why this node does not suspect `from`, its peer whose connection ended, or None when the
+/// ending is worth a probe: `from` must be this node's leader, and this node a follower and a
+/// voter among two or more that may campaign (not joining, not removed: `VoteGate`). A
+/// leader, a candidate (already campaigning) and a learner never act.
+pub(crate) fn refusal(
+    m: &RaftMetrics<NodeId, BasicNode>,
+    from: NodeId,
+    may_campaign: bool,
+) -> Option<&'static str> {
+    if from == m.id {
+        return Some("the connection was this node's own");
+    }
+    if m.state != ServerState::Follower {
+        return Some("this node does not follow");
+    }
+    if m.current_leader != Some(from) {
+        return Some("the peer does not lead this node");
+    }
+    let voters = m.membership_config.membership();
+    if !voters.voter_ids().any(|v| v == m.id) {
+        return Some("this node does not vote");
+    }
+    if voters.voter_ids().nth(1).is_none() {
+        return Some("a single voter");
+    }
+    if !may_campaign {
+        return Some("this node may not campaign (joining or removed)");
+    }
+    None
+}
+
+/// What one round after the first campaign does.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Round {
+    /// A leader is known (this node or another), in a term past the lost leader's `term`.
+    Done,
+    /// Still a candidate on its own behalf with no leader known: campaign again.
+    Campaign,
+    /// Granted another candidate's vote (or nothing to decide yet): leave that round alone.
+    Wait,
+}
+
+/// The decision of one round, from the node's metrics; `term` is the lost leader's.
+pub(crate) fn round(m: &RaftMetrics<NodeId, BasicNode>, term: u64) -> Round {
+    if m.state == ServerState::Leader
+        || (m.current_leader.is_some() && m.current_term > term)
+        || m.state == ServerState::Shutdown
+    {
+        return Round::Done;
+    }
+    let self_vote = m.vote.leader_id().voted_for() == Some(m.id);
+    if m.state == ServerState::Candidate && m.current_leader.is_none() && self_vote {
+        return Round::Campaign;
+    }
+    Round::Wait
+}
+
+/// Whether a connect to `addr` is refused within `ttl` (a timeout, a success or any other
+/// error is not: only the peer's kernel refuses for a process that is gone).
+async fn refused(addr: &str, ttl: Duration) -> bool {
+    match tokio::time::timeout(ttl, TcpStream::connect(addr)).await {
+        Ok(Err(e)) => e.kind() == std::io::ErrorKind::ConnectionRefused,
+        _ => false,
+    }
+}
+
+/// Whether `addr` refuses two connects in a row, `PROBE_GAP` apart, within two heartbeats of
+/// the first try (or of the last connection that ended meanwhile, `Watch::again`). Tried for
+/// a while rather than once: a stopping `queen` ends its groups' Raft nodes (its
+/// connections) a few milliseconds before its listener, and a connect that succeeds then is
+/// retried a fifth of a heartbeat later.
+async fn gone(addr: &str, heartbeat: Duration, watch: &Watch) -> bool {
+    watch.again.store(false, Ordering::Release);
+    let mut until = tokio::time::Instant::now() + heartbeat * 2;
+    let mut in_a_row = 0;
+    loop {
+        if refused(addr, heartbeat).await {
+            in_a_row += 1;
+            if in_a_row == 2 {
+                return true;
+            }
+            tokio::time::sleep(PROBE_GAP).await;
+        } else {
+            in_a_row = 0;
+            let now = tokio::time::Instant::now();
+            if watch.again.swap(false, Ordering::AcqRel) {
+                until = now + heartbeat * 2;
+            } else if now >= until {
+                return false;
+            }
+            tokio::time::sleep(heartbeat / 5).await;
+        }
+    }
+}
+
+/// A connection from peer `from` to this node's listener ended: if `from` leads this node,
+/// check in the background whether it is gone, and if so campaign as the module says.
+pub(crate) fn connection_ended(
+    raft: &Raft<TypeConfig>,
+    gate: Option<&VoteGate>,
+    watch: &Arc<Watch>,
+    from: NodeId,
+) {
+    let may = gate.is_none_or(VoteGate::may_campaign);
+    if refusal(&raft.metrics().borrow(), from, may).is_some() {
+        return;
+    }
+    let Some(busy) = watch.begin() else {
+        // One detection at a time; the one running probes on for this ending too.
+        watch.again.store(true, Ordering::Release);
+        return;
+    };
+    let (raft, gate, watch) = (raft.clone(), gate.cloned(), watch.clone());
+    tokio::spawn(async move {
+        detect(&raft, gate.as_ref(), &watch, from).await;
+        drop(busy);
+    });
+}
+
+async fn detect(raft: &Raft<TypeConfig>, gate: Option<&VoteGate>, watch: &Watch, from: NodeId) {
+    let may = || gate.is_none_or(VoteGate::may_campaign);
+    let (term, addr) = {
+        let m = raft.metrics().borrow().clone();
+        let Some(node) = m.membership_config.membership().get_node(&from) else {
+            return;
+        };
+        let addr = crate::member_addr::cluster_part(&node.addr).to_string();
+        (m.current_term, addr)
+    };
+    let cfg = raft.config();
+    let heartbeat = Duration::from_millis(cfg.heartbeat_interval.max(1));
+    let lease = Duration::from_millis(cfg.election_timeout_max);
+    if !gone(&addr, heartbeat, watch).await {
+        return;
+    }
+    // Looked at again after the probes: a leader elected meanwhile is followed, not fought.
+    {
+        let m = raft.metrics().borrow().clone();
+        if m.current_term != term || refusal(&m, from, may()).is_some() {
+            return;
+        }
+    }
+    let me = raft.metrics().borrow().id;
+    tracing::info!(
+        node = me,
+        leader = from,
+        term,
+        "the leader's connection ended and its address refuses connections: campaigning"
+    );
+    if raft.trigger().elect().await.is_err() {
+        return; // the core stopped
+    }
+    let until = tokio::time::Instant::now() + lease;
+    // The first pause only waits for the other survivors' first campaigns (they noticed the
+    // same closed connections); later ones let a round's votes, fsynced, come back first.
+    let mut settle = heartbeat / 10;
+    while tokio::time::Instant::now() < until {
+        tokio::time::sleep(settle + random_pause(me, heartbeat)).await;
+        let now = round(&raft.metrics().borrow().clone(), term);
+        match now {
+            Round::Done => return,
+            Round::Wait => {}
+            Round::Campaign if !may() => return,
+            Round::Campaign => {
+                tracing::info!(
+                    node = me,
+                    "no leader yet after the lost leader: campaigning again"
+                );
+                if raft.trigger().elect().await.is_err() {
+                    return;
+                }
+            }
+        }
+        settle = heartbeat;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use openraft::{Membership, StoredMembership, Vote};
+
+    use super::*;
+
+    fn metrics(
+        me: u64,
+        state: ServerState,
+        term: u64,
+        voted_for: u64,
+        leader: Option<u64>,
+        voters: &[u64],
+    ) -> RaftMetrics<u64, BasicNode> {
+        let mut m = RaftMetrics::new_initial(me);
+        m.state = state;
+        m.current_term = term;
+        m.vote = Vote::new(term, voted_for);
+        m.current_leader = leader;
+        let members = Membership::new(vec![voters.iter().copied().collect::<BTreeSet<_>>()], ());
+        m.membership_config = Arc::new(StoredMembership::new(None, members));
+        m
+    }
+
+    #[test]
+    fn only_a_voting_follower_of_the_lost_peer_suspects_it() {
+        let follower = metrics(2, ServerState::Follower, 5, 1, Some(1), &[1, 2, 3]);
+        assert_eq!(refusal(&follower, 1, true), None);
+        assert!(refusal(&follower, 3, true).is_some(), "not the leader");
+        assert!(refusal(&follower, 2, true).is_some(), "itself");
+        assert!(refusal(&follower, 1, false).is_some(), "joining or removed");
+        for state in [
+            ServerState::Leader,
+            ServerState::Candidate,
+            ServerState::Learner,
+        ] {
+            let m = metrics(2, state, 5, 1, Some(1), &[1, 2, 3]);
+            assert!(refusal(&m, 1, true).is_some(), "{state:?}");
+        }
+        let learner = metrics(4, ServerState::Follower, 5, 1, Some(1), &[1, 2, 3]);
+        assert!(refusal(&learner, 1, true).is_some(), "not a voter");
+        let alone = metrics(2, ServerState::Follower, 5, 1, Some(1), &[2]);
+        assert!(refusal(&alone, 1, true).is_some(), "a single voter");
+    }
+
+    #[test]
+    fn rounds_go_on_only_while_this_node_campaigns_alone_with_no_leader() {
+        // Lost leader 1 of term 5; this node is 2.
+        let stuck = metrics(2, ServerState::Candidate, 6, 2, None, &[1, 2, 3]);
+        assert_eq!(round(&stuck, 5), Round::Campaign);
+        let granted = metrics(2, ServerState::Follower, 7, 3, None, &[1, 2, 3]);
+        assert_eq!(round(&granted, 5), Round::Wait, "voted for another");
+        let led = metrics(2, ServerState::Follower, 7, 3, Some(3), &[1, 2, 3]);
+        assert_eq!(round(&led, 5), Round::Done);
+        let leads = metrics(2, ServerState::Leader, 7, 2, Some(2), &[1, 2, 3]);
+        assert_eq!(round(&leads, 5), Round::Done);
+        // The lost leader still named in its own term is no new leader.
+        let stale = metrics(2, ServerState::Follower, 5, 1, Some(1), &[1, 2, 3]);
+        assert_eq!(round(&stale, 5), Round::Wait);
+        let stopped = metrics(2, ServerState::Shutdown, 6, 2, None, &[1, 2, 3]);
+        assert_eq!(round(&stopped, 5), Round::Done);
+    }
+
+    #[tokio::test]
+    async fn only_a_refused_connect_counts() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let open = listener.local_addr().unwrap().to_string();
+        let ttl = Duration::from_secs(5);
+        assert!(!refused(&open, ttl).await, "a listening address");
+        drop(listener);
+        assert!(refused(&open, ttl).await, "a closed port");
+        assert!(!refused("not an address", ttl).await);
+    }
+
+    #[tokio::test]
+    async fn gone_only_once_refused_twice_in_a_row_within_the_window() {
+        let hb = Duration::from_millis(100);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let watch = Watch::default();
+        assert!(!gone(&addr, hb, &watch).await, "listening all along");
+        // A stopping node: its listener closes a little after its connections ended.
+        let closing = tokio::spawn(async move {
+            tokio::time::sleep(hb / 2).await;
+            drop(listener);
+        });
+        assert!(gone(&addr, hb, &watch).await, "closed within the window");
+        closing.await.unwrap();
+    }
+
+    #[test]
+    fn one_detection_at_a_time_and_the_next_once_it_ended() {
+        let watch = Arc::new(Watch::default());
+        let first = watch.begin();
+        assert!(first.is_some());
+        assert!(watch.begin().is_none(), "a second while the first runs");
+        drop(first);
+        assert!(watch.begin().is_some(), "the next detection");
+    }
+}
