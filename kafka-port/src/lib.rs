@@ -206,14 +206,16 @@ impl Door {
     /// clustered and this node does not lead it (FindCoordinator names the leader). When it
     /// does lead, the coordinator learns the term it leads under (`Coordinator::lead_under`).
     pub fn not_coordinator(&self) -> bool {
-        match &self.cfg.cluster {
-            None => false,
-            Some(view) => {
-                self.groups.observe(view.as_ref(), self.cfg.node_id);
-                self.topology()
-                    .is_some_and(|t| t.leader != Some(self.cfg.node_id))
-            }
-        }
+        self.coordinator_elsewhere().is_some()
+    }
+
+    /// `not_coordinator`'s answer with the leader it read, from one look at the topology:
+    /// None when this node coordinates (or runs alone), else the leader (None: none known).
+    pub fn coordinator_elsewhere(&self) -> Option<Option<i32>> {
+        let view = self.cfg.cluster.as_ref()?;
+        self.groups.observe(view.as_ref(), self.cfg.node_id);
+        let t = self.topology()?;
+        (t.leader != Some(self.cfg.node_id)).then_some(t.leader)
     }
 
     /// This door with its engine calls sent to `bus` (a follower's Metadata reads).

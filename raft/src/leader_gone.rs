@@ -23,9 +23,9 @@
 //! once the leader's process is gone. docs/cluster.md "Timing" holds the argument and the
 //! one case that needs it (a leader process alive whose listener is closed).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use openraft::{BasicNode, Raft, RaftMetrics, ServerState};
 use tokio::net::TcpStream;
@@ -38,6 +38,20 @@ use crate::vote_gate::VoteGate;
 /// answers the second.
 const PROBE_GAP: Duration = Duration::from_millis(10);
 
+/// Campaigns one detection calls at most (the first included); openraft's own timers and
+/// `election_nudge` take over after them. Unbounded rounds let a survivor whose log is
+/// behind keep raising the term over the up-to-date one, which adopts each higher term and
+/// stays a follower (review s24 failover M1).
+const MAX_CAMPAIGNS: u32 = 4;
+
+/// Microseconds since this process's first call: the clock of the stamps (fine enough that a
+/// connection's last append and its ending never share a tick).
+fn now_us() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
 /// One group's detection state, shared by the listener's connections: one detection at a
 /// time, whatever number of the leader's connections end together.
 #[derive(Debug, Default)]
@@ -46,9 +60,37 @@ pub(crate) struct Watch {
     /// Another of the leader's connections ended while a detection ran: it probes on for
     /// another window rather than miss it (the leader's old vote connections end at any time).
     again: AtomicBool,
+    /// When an append last reached this group through the listener (`now_us`, 0: never).
+    /// A refused connect alone does not prove the leader's process gone (a firewall that
+    /// REJECTs new connections to its port, a wrong address for it): a live leader's next
+    /// append arrives on a connection it opens itself, within a heartbeat or two
+    /// (review s24 failover H1).
+    last_append_us: AtomicU64,
+    /// When a connection of a peer last ended (`now_us`): the silence is counted from the
+    /// last of the leader's connections to end, whichever detection is running.
+    last_end_us: AtomicU64,
 }
 
 impl Watch {
+    /// An append reached this group (any sender: only a leader sends them).
+    pub(crate) fn appended(&self) {
+        self.last_append_us
+            .store(now_us().max(1), Ordering::Release);
+    }
+
+    fn ended(&self) {
+        self.last_end_us.store(now_us().max(1), Ordering::Release);
+    }
+
+    fn last_end(&self) -> u64 {
+        self.last_end_us.load(Ordering::Acquire)
+    }
+
+    /// Whether an append reached this group after `since` (`now_us`).
+    fn appended_since(&self, since: u64) -> bool {
+        self.last_append_us.load(Ordering::Acquire) > since
+    }
+
     /// The detection's token, or None while another runs; the next may start once it drops.
     fn begin(self: &Arc<Self>) -> Option<Busy> {
         (!self.busy.swap(true, Ordering::AcqRel)).then(|| Busy(self.clone()))
@@ -159,6 +201,17 @@ async fn gone(addr: &str, heartbeat: Duration, watch: &Watch) -> bool {
     }
 }
 
+/// Whether no append reached the group for `silence` after `ended_at` (`now_us`), waiting
+/// out what is left of it. A refused address alone is not proof (`Watch::last_append_us`): a
+/// live leader's retries open connections of their own and arrive within a heartbeat or two.
+async fn silent(watch: &Watch, ended_at: u64, silence: Duration) -> bool {
+    let waited = Duration::from_micros(now_us().saturating_sub(ended_at));
+    if let Some(rest) = silence.checked_sub(waited) {
+        tokio::time::sleep(rest).await;
+    }
+    !watch.appended_since(ended_at)
+}
+
 /// A connection from peer `from` to this node's listener ended: if `from` leads this node,
 /// check in the background whether it is gone, and if so campaign as the module says.
 pub(crate) fn connection_ended(
@@ -171,6 +224,7 @@ pub(crate) fn connection_ended(
     if refusal(&raft.metrics().borrow(), from, may).is_some() {
         return;
     }
+    watch.ended();
     let Some(busy) = watch.begin() else {
         // One detection at a time; the one running probes on for this ending too.
         watch.again.store(true, Ordering::Release);
@@ -199,6 +253,23 @@ async fn detect(raft: &Raft<TypeConfig>, gate: Option<&VoteGate>, watch: &Watch,
     if !gone(&addr, heartbeat, watch).await {
         return;
     }
+    loop {
+        let end = watch.last_end();
+        if silent(watch, end, heartbeat * 2).await {
+            break;
+        }
+        // An append came after the last ending. A process being stopped sends its last ones
+        // while its connections end one by one: when another ended since, count from there;
+        // otherwise the leader lives.
+        if watch.last_end() == end {
+            tracing::info!(
+                leader = from,
+                "the leader's address refuses connections but its appends still arrive: not \
+                 campaigning (a firewall rejecting connections to it?)"
+            );
+            return;
+        }
+    }
     // Looked at again after the probes: a leader elected meanwhile is followed, not fought.
     {
         let m = raft.metrics().borrow().clone();
@@ -220,9 +291,23 @@ async fn detect(raft: &Raft<TypeConfig>, gate: Option<&VoteGate>, watch: &Watch,
     // The first pause only waits for the other survivors' first campaigns (they noticed the
     // same closed connections); later ones let a round's votes, fsynced, come back first.
     let mut settle = heartbeat / 10;
-    while tokio::time::Instant::now() < until {
+    let mut campaigns = 1;
+    let mut granted = None;
+    while tokio::time::Instant::now() < until && campaigns < MAX_CAMPAIGNS {
         tokio::time::sleep(settle + random_pause(me, heartbeat)).await;
-        let now = round(&raft.metrics().borrow().clone(), term);
+        let m = raft.metrics().borrow().clone();
+        let mut now = round(&m, term);
+        // A vote granted to another candidate that still leads nothing a round later: that
+        // candidate's log may be behind this node's (it cannot win while this node refuses
+        // it), so this node campaigns rather than follow its term for ever (review s24
+        // failover M1).
+        if now == Round::Wait && m.current_leader.is_none() {
+            let vote = (m.current_term, m.vote.leader_id().voted_for());
+            if granted == Some(vote) {
+                now = Round::Campaign;
+            }
+            granted = Some(vote);
+        }
         match now {
             Round::Done => return,
             Round::Wait => {}
@@ -235,6 +320,8 @@ async fn detect(raft: &Raft<TypeConfig>, gate: Option<&VoteGate>, watch: &Watch,
                 if raft.trigger().elect().await.is_err() {
                     return;
                 }
+                campaigns += 1;
+                granted = None;
             }
         }
         settle = heartbeat;
@@ -331,6 +418,25 @@ mod tests {
         });
         assert!(gone(&addr, hb, &watch).await, "closed within the window");
         closing.await.unwrap();
+    }
+
+    /// Review s24 failover H1: an address that refuses (a firewall's REJECT) while appends
+    /// still arrive is a live leader: no campaign.
+    #[tokio::test]
+    async fn a_leader_whose_appends_still_arrive_is_not_gone() {
+        let watch = Arc::new(Watch::default());
+        let ended_at = now_us();
+        assert!(silent(&watch, ended_at, Duration::from_millis(30)).await);
+        let ended_at = now_us();
+        let sender = watch.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            sender.appended();
+        });
+        assert!(!silent(&watch, ended_at, Duration::from_millis(200)).await);
+        // An append before the connection ended does not count.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(silent(&watch, now_us() + 1, Duration::ZERO).await);
     }
 
     #[test]

@@ -290,13 +290,15 @@ async fn dispatch(
         Kind::Elect => Request::Elect(rpc_codec::decode_elect(rest)?),
         _ => Request::Snapshot(rpc_codec::decode_snapshot(rest)?),
     };
-    let Some(Served { raft, gate, .. }) = groups.get(group) else {
+    let Some(Served { raft, gate, gone }) = groups.get(group) else {
         return Ok(rpc_codec::encode_unavailable(&format!(
             "group {group:?} is not served by this node"
         )));
     };
     Ok(match request {
         Request::Append(r) => {
+            // Stamped before any refusal: what counts is that a live leader still sends.
+            gone.appended();
             if let Some(refusal) = append_refusal(&raft, gate.as_ref(), &r) {
                 return Ok(refusal);
             }

@@ -43,7 +43,8 @@ PARTITIONS = ["p0", "p1", "p2"]
 CONSUMERS = 2
 ROUNDS = 5
 SEED = int(os.environ.get("CHAOS_SEED", "2012"))
-# The queue's leaseTime: longer than a failover (9-12 s here), so a lease taken before a kill
+# The queue's leaseTime: longer than a failover (about 1 s when the leader's process is gone,
+# 9-12 s when a survivor waits out its lease), so a lease taken before a kill
 # must still hold under the next leader; short enough that a lease lost with its answer ends
 # within the drain.
 LEASE_S = 15

@@ -196,14 +196,16 @@ pub async fn list(door: &Door, version: i16, mut r: Reader) -> Reply {
         Ok(d) => d,
         Err(err) => return Reply::Close(err.to_string()),
     };
-    if door.not_coordinator() {
+    if let Some(leader) = door.coordinator_elsewhere() {
         // A Kafka broker lists the groups it coordinates: none here, while another node
         // leads. Admin clients ask every broker and merge; an error would fail the whole
         // listing (review s23 lead M4). With no leader known (an election, a leader out of
         // its majority's contact, a group reloading) every node would answer that empty
         // listing and the merged answer would say "no groups": a retriable error instead
         // (review s23 lead2 M2).
-        let code = match door.topology().and_then(|t| t.leader) {
+        // One look at the topology: a second could see this node elected meanwhile and
+        // answer its empty listing with NONE (review s24 failover L3).
+        let code = match leader {
             Some(_) => e::NONE,
             None => e::COORDINATOR_NOT_AVAILABLE,
         };
