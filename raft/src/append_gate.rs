@@ -121,16 +121,7 @@ mod tests {
     async fn closing_waits_for_passes_and_a_refused_stage_lets_waiting_appends_on() {
         let gate = Arc::new(AppendGate::default());
         let pass = gate.enter().await.unwrap();
-        let (tx, rx) = channel();
-        let g = gate.clone();
-        let closer = std::thread::spawn(move || {
-            g.close_and_drain();
-            tx.send(()).unwrap();
-        });
-        assert_eq!(rx.recv_timeout(QUIET), Err(RecvTimeoutError::Timeout));
-        drop(pass);
-        rx.recv().unwrap();
-        closer.join().unwrap();
+        close_waits_for(&gate, pass);
 
         // An append meeting the closing gate waits, neither passed nor refused.
         let g = gate.clone();
@@ -180,6 +171,11 @@ mod tests {
             .unwrap();
         append.abort();
         assert!(append.await.unwrap_err().is_cancelled());
+        close_waits_for(&gate, pass);
+    }
+
+    /// Closes `gate` on a thread: the close must wait while `pass` lives, and end once it drops.
+    fn close_waits_for<P>(gate: &Arc<AppendGate>, pass: P) {
         let (tx, rx) = channel();
         let g = gate.clone();
         let closer = std::thread::spawn(move || {

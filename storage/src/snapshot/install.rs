@@ -53,12 +53,7 @@ pub fn stage_install(
     // `log-incoming` this one builds before either commits (review s22 snapshot M2).
     let _one_at_a_time = store.stage_lock();
     // An unfinished install owns `log-incoming`: refused before anything is deleted (M1).
-    if let Some(i) = store.installing()? {
-        return Err(StorageError::InstallPending {
-            applied_index: i.applied_index,
-            refused: "no other snapshot is installed",
-        });
-    }
+    refuse_while_pending(store)?;
     let files = dir.files();
     match stage(dir, &*files, store, log, opts, meta, expect) {
         Ok((header, switched)) => Ok(Installed { header, switched }),
@@ -67,6 +62,18 @@ pub fn stage_install(
             discard_incoming(dir);
             Err(e)
         }
+    }
+}
+
+/// An unfinished install owns `log-incoming`: no other stage may begin until a reopen
+/// finishes it (review s22 M1).
+fn refuse_while_pending(store: &StateStore) -> Result<(), StorageError> {
+    match store.installing()? {
+        Some(i) => Err(StorageError::InstallPending {
+            applied_index: i.applied_index,
+            refused: "no other snapshot is installed",
+        }),
+        None => Ok(()),
     }
 }
 
@@ -82,12 +89,7 @@ pub fn precheck_install(
     expect: (u64, u64),
 ) -> Result<(), StorageError> {
     let _one_at_a_time = store.stage_lock();
-    if let Some(i) = store.installing()? {
-        return Err(StorageError::InstallPending {
-            applied_index: i.applied_index,
-            refused: "no other snapshot is installed",
-        });
-    }
+    refuse_while_pending(store)?;
     let files = dir.files();
     open_checked(&*files, store, log, expect)
         .map(drop)
