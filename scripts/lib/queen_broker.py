@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import signal
 import socket
 import ssl
@@ -50,8 +51,25 @@ def queen_binary() -> Path:
     return path
 
 
+# Reserved ports come from below Linux's ephemeral range (32768-60999 by default): a port the
+# kernel hands out for port 0 is one it also hands to outbound connections, so between the
+# pick and the broker's bind a client's connection (the suites run side by side, and cluster
+# nodes probe each other) could take it, and the broker's bind fails "Address already in use".
+_PICK_LOW, _PICK_HIGH = 20000, 32767
+_pick = random.SystemRandom()
+
+
 def free_port() -> int:
-    """A port the kernel just handed out for 127.0.0.1 (bind to port 0)."""
+    """A port free on 127.0.0.1 now, chosen at random below the ephemeral range (bound once to
+    check it); the kernel's pick (bind to port 0) only when none is found."""
+    for _ in range(64):
+        port = _pick.randint(_PICK_LOW, _PICK_HIGH)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
