@@ -171,8 +171,10 @@ impl Member {
 
     /// Hands over the lead of every group this node leads (SIGTERM, before the doors close),
     /// one after another, each within `Timing::hand_over_bound`. A group not handed over
-    /// (no voter caught up, no answer) is logged and left: the process stops anyway, and
-    /// the others elect a leader as after a crash.
+    /// (no voter caught up, no answer) is logged, and every other voter is asked to
+    /// campaign before its Raft node may stop (`RaftNode::hand_over_at_stop`, review s24
+    /// failover M2): the process's listener lives on through the drain, so the followers'
+    /// fast failover (`leader_gone`) would not see it gone.
     pub async fn hand_over_all(&self, groups: &crate::group::Registry) {
         for group in groups.running() {
             let Ok(live) = group.live.get() else {
@@ -182,7 +184,10 @@ impl Member {
             let net = TcpNetwork::new(self.node_id, &tenant, &self.token, limits());
             let started = std::time::Instant::now();
             let bound = self.timing.hand_over_bound();
-            match live.node.hand_over(&net, None, bound).await {
+            let abdicate = self.timing.abdicate_bound();
+            let (out, elected) = live.node.hand_over_at_stop(&net, bound, abdicate).await;
+            let failed = !matches!(out, HandOver::NotLeading | HandOver::Moved { .. });
+            match out {
                 HandOver::NotLeading => {}
                 HandOver::Moved { to, leader } => tracing::info!(
                     %tenant, to, leader, ms = started.elapsed().as_millis() as u64,
@@ -190,12 +195,22 @@ impl Member {
                 ),
                 HandOver::Kept(why) => tracing::warn!(
                     %tenant, %why,
-                    "the lead was not handed over: the others elect a leader once this node stops"
+                    "the lead was not handed over: every other voter was asked to campaign"
                 ),
                 HandOver::TimedOut { to } => tracing::warn!(
                     %tenant, to, ?bound,
-                    "no other leader within the hand-over bound: stopping anyway"
+                    "no other leader within the hand-over bound: every other voter was asked to campaign"
                 ),
+            }
+            if failed {
+                match elected {
+                    Some(leader) => {
+                        tracing::info!(%tenant, leader, "after the failed hand-over the others elected a leader")
+                    }
+                    None => {
+                        tracing::warn!(%tenant, ?abdicate, "after the failed hand-over no other leader was elected in time")
+                    }
+                }
             }
         }
     }
@@ -268,6 +283,13 @@ impl Timing {
     /// after it. A group of three is handed over in a fraction of it (docs/cluster.md).
     pub fn hand_over_bound(&self) -> Duration {
         Duration::from_millis(self.election_timeout_ms.saturating_mul(3))
+    }
+
+    /// How long a stopping node whose hand-over failed waits for the others to elect a
+    /// leader after asking each voter to campaign (`RaftNode::abdicate`): two election
+    /// timeouts, a lease and a campaign after it.
+    pub fn abdicate_bound(&self) -> Duration {
+        Duration::from_millis(self.election_timeout_ms.saturating_mul(2))
     }
 
     /// How long a leader may go unacknowledged by a majority and still plan: a follower that

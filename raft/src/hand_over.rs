@@ -103,44 +103,119 @@ impl RaftNode {
     /// same token and group as the node's own). What this node keeps or restores on each
     /// outcome is said on `HandOver`.
     pub async fn hand_over(&self, net: &TcpNetwork, to: Option<u64>, bound: Duration) -> HandOver {
+        self.hand_over_with(net, to, bound, None).await.0
+    }
+
+    /// The hand-over of a stopping node (SIGTERM): as `hand_over` to the most caught-up
+    /// voter, and should that fail, `abdicate` within `abdicate_bound` before the fence
+    /// opens again, so the group's supervisor, which stops a Raft node once the fence reopens
+    /// with its engine ended, stops it only after the others were asked to campaign. The
+    /// second value: the leader `abdicate` saw, if it ran and one was elected.
+    pub async fn hand_over_at_stop(
+        &self,
+        net: &TcpNetwork,
+        bound: Duration,
+        abdicate_bound: Duration,
+    ) -> (HandOver, Option<u64>) {
+        self.hand_over_with(net, None, bound, Some(abdicate_bound))
+            .await
+    }
+
+    pub(crate) async fn hand_over_with(
+        &self,
+        net: &TcpNetwork,
+        to: Option<u64>,
+        bound: Duration,
+        abdicate: Option<Duration>,
+    ) -> (HandOver, Option<u64>) {
         let deadline = Instant::now() + bound;
         let raft = self.raft();
         let term = {
             let m = raft.metrics().borrow().clone();
             if m.state != ServerState::Leader {
-                return HandOver::NotLeading;
+                return (HandOver::NotLeading, None);
             }
             m.current_term
         };
         let Ok(_no_change) = tokio::time::timeout_at(deadline, self.changing().lock()).await else {
-            return HandOver::Kept("a membership change is still running".into());
+            return (
+                HandOver::Kept("a membership change is still running".into()),
+                None,
+            );
         };
-        if !self.fence().close(deadline).await {
-            self.fence().open();
-            return HandOver::Kept("proposals in flight were not answered in time".into());
-        }
-        let (target, addr) = match self.caught_up_voter(to, deadline).await {
-            Ok(t) => t,
-            Err(out) => {
-                self.fence().open();
-                return out;
+        let kept = |why: String| HandOver::Kept(why);
+        let out = if !self.fence().close(deadline).await {
+            kept("proposals in flight were not answered in time".into())
+        } else {
+            match self.caught_up_voter(to, deadline).await {
+                Err(out) => out,
+                Ok((target, addr)) => {
+                    let rc = raft.runtime_config();
+                    rc.heartbeat(false);
+                    rc.elect(false);
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match net.elect_now(target, &addr, term, left).await {
+                        Err(why) => kept(why),
+                        Ok(()) => match self.other_leader(deadline).await {
+                            Some(leader) => return (HandOver::Moved { to: target, leader }, None),
+                            None => HandOver::TimedOut { to: target },
+                        },
+                    }
+                }
             }
         };
+        // Failed: the fence is still closed here, so a supervisor waiting on it keeps the
+        // Raft node running while the others are asked to campaign.
+        let elected = match abdicate {
+            Some(b) if !matches!(out, HandOver::NotLeading) => self.abdicate(net, b).await,
+            _ => None,
+        };
+        self.restore();
+        (out, elected)
+    }
+
+    /// After a failed hand-over, as this node stops: asks every other voter to campaign at
+    /// once (not only a caught-up one), heartbeats off, and waits up to `bound` for another
+    /// leader; its id, or None (heartbeats and elections are then as configured again).
+    ///
+    /// Why (review s24 failover M2): a group whose hand-over failed has its Raft node stopped
+    /// while the process, and so its cluster listener, lives on through the drain; the
+    /// followers' `leader_gone` probes are answered, so they would wait out openraft's lease
+    /// (3-4 election timeouts). Each campaign is safe (a vote still needs a majority and an
+    /// up-to-date log), and once the followers campaign their votes are no longer committed,
+    /// so the most up-to-date of them wins the next round.
+    pub async fn abdicate(&self, net: &TcpNetwork, bound: Duration) -> Option<u64> {
+        let deadline = Instant::now() + bound;
+        let raft = self.raft();
+        let m = raft.metrics().borrow().clone();
+        if m.state != ServerState::Leader {
+            return None;
+        }
+        let term = m.current_term;
+        let membership = m.membership_config.membership().clone();
         let rc = raft.runtime_config();
         rc.heartbeat(false);
         rc.elect(false);
-        let left = deadline.saturating_duration_since(Instant::now());
-        if let Err(why) = net.elect_now(target, &addr, term, left).await {
-            self.restore();
-            return HandOver::Kept(why);
+        let mut asks = tokio::task::JoinSet::new();
+        for v in membership.voter_ids().filter(|v| *v != self.id()) {
+            let Some(node) = membership.get_node(&v) else {
+                continue;
+            };
+            let addr = crate::member_addr::cluster_part(&node.addr).to_string();
+            let net = net.clone();
+            asks.spawn(async move { (v, net.elect_now(v, &addr, term, bound).await) });
         }
-        match self.other_leader(deadline).await {
-            Some(leader) => HandOver::Moved { to: target, leader },
-            None => {
-                self.restore();
-                HandOver::TimedOut { to: target }
+        while let Some(done) = asks.join_next().await {
+            if let Ok((v, Err(why))) = done {
+                tracing::debug!(voter = v, %why, "abdicating: a voter did not campaign");
             }
         }
+        let leader = self.other_leader(deadline).await;
+        if leader.is_none() {
+            rc.heartbeat(raft.config().enable_heartbeat);
+            rc.elect(raft.config().enable_elect);
+        }
+        leader
     }
 
     /// Heartbeats and elections as configured, and proposals let in again.

@@ -56,7 +56,6 @@ fn now_us() -> u64 {
 /// time, whatever number of the leader's connections end together.
 #[derive(Debug, Default)]
 pub(crate) struct Watch {
-    busy: AtomicBool,
     /// Another of the leader's connections ended while a detection ran: it probes on for
     /// another window rather than miss it (the leader's old vote connections end at any time).
     again: AtomicBool,
@@ -69,6 +68,10 @@ pub(crate) struct Watch {
     /// When a connection of a peer last ended (`now_us`): the silence is counted from the
     /// last of the leader's connections to end, whichever detection is running.
     last_end_us: AtomicU64,
+    /// The peer the running detection probes, and another peer (a newer leader) whose
+    /// connection ended meanwhile: probed next rather than hidden behind the running one
+    /// (review s24 failover L2).
+    peers: std::sync::Mutex<(Option<NodeId>, Option<NodeId>)>,
 }
 
 impl Watch {
@@ -91,18 +94,54 @@ impl Watch {
         self.last_append_us.load(Ordering::Acquire) > since
     }
 
-    /// The detection's token, or None while another runs; the next may start once it drops.
-    fn begin(self: &Arc<Self>) -> Option<Busy> {
-        (!self.busy.swap(true, Ordering::AcqRel)).then(|| Busy(self.clone()))
+    fn peers(&self) -> std::sync::MutexGuard<'_, (Option<NodeId>, Option<NodeId>)> {
+        // Two plain values: a panic elsewhere cannot leave them half-written.
+        self.peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A connection of `from` ended: true when a detection of `from` starts now (none was
+    /// running). One detection at a time: while one runs it probes on for this ending
+    /// (`again`) when it is the same peer, else `from` (a newer leader) is probed next
+    /// rather than hidden behind it (review s24 failover L2). Decided under one lock with
+    /// `finish`, so no ending falls between a detection's end and the next one's start.
+    fn start(&self, from: NodeId) -> bool {
+        let mut p = self.peers();
+        match p.0 {
+            None => {
+                *p = (Some(from), None);
+                true
+            }
+            Some(running) if running == from => {
+                self.again.store(true, Ordering::Release);
+                false
+            }
+            Some(_) => {
+                p.1 = Some(from);
+                false
+            }
+        }
+    }
+
+    /// The detection of `from` ended: the peer to probe next (whose connection ended
+    /// meanwhile), now the running one, or None and no detection runs.
+    fn finish(&self, from: NodeId) -> Option<NodeId> {
+        let mut p = self.peers();
+        let next = p.1.take().filter(|n| *n != from);
+        p.0 = next;
+        next
     }
 }
 
-/// Held by the one detection running.
-struct Busy(Arc<Watch>);
+/// Held by the task running detections: a task that panics leaves none running.
+struct Running(Arc<Watch>);
 
-impl Drop for Busy {
+impl Drop for Running {
     fn drop(&mut self) {
-        self.0.busy.store(false, Ordering::Release);
+        if std::thread::panicking() {
+            *self.0.peers() = (None, None);
+        }
     }
 }
 
@@ -177,9 +216,14 @@ async fn refused(addr: &str, ttl: Duration) -> bool {
 /// a while rather than once: a stopping `queen` ends its groups' Raft nodes (its
 /// connections) a few milliseconds before its listener, and a connect that succeeds then is
 /// retried a fifth of a heartbeat later.
-async fn gone(addr: &str, heartbeat: Duration, watch: &Watch) -> bool {
+///
+/// `cap` bounds the whole probing however often `again` extends it: on a healthy but slow
+/// cluster every append timeout ends a connection, and the probes must not go on without end
+/// (review s24 failover L4).
+async fn gone(addr: &str, heartbeat: Duration, cap: Duration, watch: &Watch) -> bool {
     watch.again.store(false, Ordering::Release);
-    let mut until = tokio::time::Instant::now() + heartbeat * 2;
+    let hard = tokio::time::Instant::now() + cap;
+    let mut until = (tokio::time::Instant::now() + heartbeat * 2).min(hard);
     let mut in_a_row = 0;
     loop {
         if refused(addr, heartbeat).await {
@@ -192,7 +236,7 @@ async fn gone(addr: &str, heartbeat: Duration, watch: &Watch) -> bool {
             in_a_row = 0;
             let now = tokio::time::Instant::now();
             if watch.again.swap(false, Ordering::AcqRel) {
-                until = now + heartbeat * 2;
+                until = (now + heartbeat * 2).min(hard);
             } else if now >= until {
                 return false;
             }
@@ -225,15 +269,21 @@ pub(crate) fn connection_ended(
         return;
     }
     watch.ended();
-    let Some(busy) = watch.begin() else {
-        // One detection at a time; the one running probes on for this ending too.
-        watch.again.store(true, Ordering::Release);
+    if !watch.start(from) {
         return;
-    };
+    }
     let (raft, gate, watch) = (raft.clone(), gate.cloned(), watch.clone());
     tokio::spawn(async move {
-        detect(&raft, gate.as_ref(), &watch, from).await;
-        drop(busy);
+        let running = Running(watch.clone());
+        let mut peer = from;
+        loop {
+            detect(&raft, gate.as_ref(), &watch, peer).await;
+            let Some(next) = watch.finish(peer) else {
+                break;
+            };
+            peer = next;
+        }
+        drop(running);
     });
 }
 
@@ -241,6 +291,10 @@ async fn detect(raft: &Raft<TypeConfig>, gate: Option<&VoteGate>, watch: &Watch,
     let may = || gate.is_none_or(VoteGate::may_campaign);
     let (term, addr) = {
         let m = raft.metrics().borrow().clone();
+        // Checked again for a peer queued behind another detection (`Watch::start`).
+        if refusal(&m, from, may()).is_some() {
+            return;
+        }
         let Some(node) = m.membership_config.membership().get_node(&from) else {
             return;
         };
@@ -250,7 +304,7 @@ async fn detect(raft: &Raft<TypeConfig>, gate: Option<&VoteGate>, watch: &Watch,
     let cfg = raft.config();
     let heartbeat = Duration::from_millis(cfg.heartbeat_interval.max(1));
     let lease = Duration::from_millis(cfg.election_timeout_max);
-    if !gone(&addr, heartbeat, watch).await {
+    if !gone(&addr, heartbeat, lease, watch).await {
         return;
     }
     loop {
@@ -410,14 +464,47 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let watch = Watch::default();
-        assert!(!gone(&addr, hb, &watch).await, "listening all along");
+        assert!(
+            !gone(&addr, hb, hb * 20, &watch).await,
+            "listening all along"
+        );
         // A stopping node: its listener closes a little after its connections ended.
         let closing = tokio::spawn(async move {
             tokio::time::sleep(hb / 2).await;
             drop(listener);
         });
-        assert!(gone(&addr, hb, &watch).await, "closed within the window");
+        assert!(
+            gone(&addr, hb, hb * 20, &watch).await,
+            "closed within the window"
+        );
         closing.await.unwrap();
+    }
+
+    /// Review s24 failover L4: endings that keep coming (`again`, each append timeout of a
+    /// slow but healthy cluster) do not extend the probing past its cap. Without the cap this
+    /// test never ends (the setter below runs until it is dropped).
+    #[tokio::test]
+    async fn endings_that_keep_coming_do_not_extend_the_probing_past_its_cap() {
+        let hb = Duration::from_millis(20);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let watch = Arc::new(Watch::default());
+        let w = watch.clone();
+        let setter = tokio::spawn(async move {
+            loop {
+                w.again.store(true, Ordering::Release);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        let probed =
+            tokio::time::timeout(Duration::from_secs(30), gone(&addr, hb, hb * 10, &watch));
+        assert_eq!(
+            probed.await,
+            Ok(false),
+            "gave up at the cap, the leader listening"
+        );
+        setter.abort();
+        drop(listener);
     }
 
     /// Review s24 failover H1: an address that refuses (a firewall's REJECT) while appends
@@ -440,12 +527,25 @@ mod tests {
     }
 
     #[test]
-    fn one_detection_at_a_time_and_the_next_once_it_ended() {
-        let watch = Arc::new(Watch::default());
-        let first = watch.begin();
-        assert!(first.is_some());
-        assert!(watch.begin().is_none(), "a second while the first runs");
-        drop(first);
-        assert!(watch.begin().is_some(), "the next detection");
+    fn one_detection_at_a_time_and_a_newer_leader_probed_next() {
+        let watch = Watch::default();
+        assert!(watch.start(1), "the first detection");
+        assert!(
+            !watch.start(1),
+            "a second ending of the same peer while it runs"
+        );
+        assert!(
+            watch.again.load(Ordering::Acquire),
+            "probed on for it instead"
+        );
+        assert_eq!(watch.finish(1), None);
+        assert!(watch.start(1), "the next detection once it ended");
+        // Review s24 failover L2: a newer leader's ending is not hidden behind it.
+        assert!(!watch.start(2));
+        assert_eq!(watch.finish(1), Some(2), "probed next");
+        assert!(!watch.start(3), "the queued detection now runs");
+        assert_eq!(watch.finish(2), Some(3));
+        assert_eq!(watch.finish(3), None);
+        assert!(watch.start(2));
     }
 }

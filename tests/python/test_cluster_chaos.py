@@ -10,7 +10,8 @@ caught up before the next round. Once the load stops and the rest is drained, hi
 checks the history: no acknowledged push lost, per-partition push order, never two live
 leases on a message, no acked message delivered again, no retried push stored twice. The
 time from each kill to the first write acknowledged after it is printed and written to
-.cache/test-results/cluster-failover.json, never asserted.
+.cache/test-results/cluster-failover.json; only the fastest round is held to a bound, one
+that tells the fast failover (`leader_gone`) from openraft's lease alone.
 
 The kill moments come from a seeded random (CHAOS_SEED, default below), printed; the
 broker's own timing is not seeded, so a seed replays the faults, not the interleaving.
@@ -44,7 +45,7 @@ CONSUMERS = 2
 ROUNDS = 5
 SEED = int(os.environ.get("CHAOS_SEED", "2012"))
 # The queue's leaseTime: longer than a failover (about 1 s when the leader's process is gone,
-# 9-12 s when a survivor waits out its lease), so a lease taken before a kill
+# 9-12 s should a survivor wait out openraft's lease), so a lease taken before a kill
 # must still hold under the next leader; short enough that a lease lost with its answer ends
 # within the drain.
 LEASE_S = 15
@@ -571,6 +572,16 @@ def test_every_round_killed_a_leader_and_writes_resumed(run):
     # Writes resumed after every kill (how soon is printed, never asserted).
     assert all(f["first_write_s"] is not None for f in failovers), failovers
     assert len(h.acknowledged()) > 0 and len(h.deliveries) > 0
+
+
+def test_the_fast_failover_replaced_a_killed_leader_before_openraft_could(run):
+    """Review s24 failover L5: a build whose followers never detect the killed leader
+    (`leader_gone` not called) passes every other check here. openraft alone elects after
+    its lease (the election range's maximum, 2 x ELECTION_MS) plus a drawn timeout, at least
+    9 s here; the fast path took about 1 s in every round measured. Only the fastest of the
+    rounds is held, and only to the lease, so a loaded machine's slow rounds do not fail."""
+    firsts = [f["first_write_s"] for f in run[1] if f["first_write_s"] is not None]
+    assert firsts and min(firsts) < 2 * ELECTION_MS / 1000, run[1]
 
 
 def test_no_acknowledged_push_is_lost(run):

@@ -169,3 +169,39 @@ async fn only_the_leader_in_its_term_may_ask_for_an_election() {
         let _ = m.node.shutdown().await;
     }
 }
+
+/// Review s24 failover M2: a stopping leader whose hand-over failed asks every other voter to
+/// campaign before its fence opens (and its supervisor stops it). The followers' own
+/// elections are switched off here, so only that request can elect another leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_hand_over_at_stop_asks_the_others_to_campaign() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = three(dir.path()).await;
+    let lead = one_leader(&members).unwrap();
+    propose(&members[&lead], 5).await;
+    for (id, m) in &members {
+        if *id != lead {
+            m.node.raft().runtime_config().elect(false);
+        }
+    }
+    // Past the leader's own lease, so it grants the first campaign.
+    tokio::time::sleep(Duration::from_millis(TIMING.1 * 2 + 500)).await;
+    // Naming a node that is no voter fails the hand-over before any voter is asked.
+    let (out, elected) = members[&lead]
+        .node
+        .hand_over_with(&net(lead), Some(9), BOUND, Some(BOUND))
+        .await;
+    assert!(matches!(out, HandOver::Kept(_)), "{out:?}");
+    let new = elected.expect("another leader after the abdication");
+    assert_ne!(new, lead);
+    wait_until("all follow the new leader", || {
+        members
+            .values()
+            .all(|m| m.node.status().leader == Some(new))
+    })
+    .await;
+    propose(&members[&new], 1).await;
+    for (_, m) in members {
+        let _ = m.node.shutdown().await;
+    }
+}
