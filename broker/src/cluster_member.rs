@@ -11,8 +11,8 @@ use queenmq_native_api::Leader;
 use queenmq_protocol::{LeaderHint, QueenError};
 use queenmq_raft::wire::Limits;
 use queenmq_raft::{
-    ApplyHandler, BasicNode, ClusterStart, Groups, HandOver, RaftConfig, RaftError, RaftNode,
-    ServerConfig, TcpNetwork, VoteGate, CLUSTER_ENTRY_MAX,
+    Abdication, ApplyHandler, BasicNode, ClusterStart, Groups, HandOver, RaftConfig, RaftError,
+    RaftNode, ServerConfig, TcpNetwork, VoteGate, CLUSTER_ENTRY_MAX,
 };
 use queenmq_storage::{SegmentLog, StateStore};
 
@@ -184,33 +184,32 @@ impl Member {
             let net = TcpNetwork::new(self.node_id, &tenant, &self.token, limits());
             let started = std::time::Instant::now();
             let bound = self.timing.hand_over_bound();
-            let abdicate = self.timing.abdicate_bound();
-            let (out, elected) = live.node.hand_over_at_stop(&net, bound, abdicate).await;
-            let failed = !matches!(out, HandOver::NotLeading | HandOver::Moved { .. });
+            let (out, abdication) = live.node.hand_over_at_stop(&net, bound).await;
             match out {
                 HandOver::NotLeading => {}
                 HandOver::Moved { to, leader } => tracing::info!(
                     %tenant, to, leader, ms = started.elapsed().as_millis() as u64,
                     "handed the lead over"
                 ),
-                HandOver::Kept(why) => tracing::warn!(
-                    %tenant, %why,
-                    "the lead was not handed over: every other voter was asked to campaign"
-                ),
+                HandOver::Kept(why) => {
+                    tracing::warn!(%tenant, %why, "the lead was not handed over")
+                }
                 HandOver::TimedOut { to } => tracing::warn!(
                     %tenant, to, ?bound,
-                    "no other leader within the hand-over bound: every other voter was asked to campaign"
+                    "no other leader within the hand-over bound"
                 ),
             }
-            if failed {
-                match elected {
-                    Some(leader) => {
-                        tracing::info!(%tenant, leader, "after the failed hand-over the others elected a leader")
-                    }
-                    None => {
-                        tracing::warn!(%tenant, ?abdicate, "after the failed hand-over no other leader was elected in time")
-                    }
-                }
+            match abdication {
+                None => {}
+                Some(Abdication::Elected(leader)) => tracing::info!(
+                    %tenant, leader,
+                    "every other voter was asked to campaign: another leads"
+                ),
+                Some(Abdication::Abandoned) => tracing::warn!(
+                    %tenant,
+                    "every other voter was asked to campaign and none was seen to lead: this \
+                     node plans nothing more and stops its raft node now"
+                ),
             }
         }
     }
@@ -280,16 +279,11 @@ impl Timing {
     /// How long a SIGTERM waits for the hand-over of each group this node leads: three
     /// election timeouts, a lease of openraft's (two, the election range's maximum) for a
     /// voter that refuses the first campaign (a group of five) and one for the campaign
-    /// after it. A group of three is handed over in a fraction of it (docs/cluster.md).
+    /// after it. A group of three is handed over in a fraction of it (docs/cluster.md). A
+    /// failed hand-over's abdication takes its last third (`RaftNode::hand_over_at_stop`),
+    /// so the pod's grace period, which allows for this bound, holds both.
     pub fn hand_over_bound(&self) -> Duration {
         Duration::from_millis(self.election_timeout_ms.saturating_mul(3))
-    }
-
-    /// How long a stopping node whose hand-over failed waits for the others to elect a
-    /// leader after asking each voter to campaign (`RaftNode::abdicate`): two election
-    /// timeouts, a lease and a campaign after it.
-    pub fn abdicate_bound(&self) -> Duration {
-        Duration::from_millis(self.election_timeout_ms.saturating_mul(2))
     }
 
     /// How long a leader may go unacknowledged by a majority and still plan: a follower that

@@ -216,6 +216,7 @@ mod tests {
             applied: Some(applied),
             quorum_ack_ms,
             handing_over: false,
+            abandoned: false,
         }
     }
 

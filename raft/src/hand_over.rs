@@ -32,6 +32,9 @@ pub(crate) struct WriteFence {
     closed: AtomicBool,
     /// Each proposal holds a read guard until openraft answered it.
     in_flight: RwLock<()>,
+    /// A stopping leader's hand-over and abdication failed: the fence stays closed for good
+    /// and the node is to be stopped (`abandon`).
+    abandoned: AtomicBool,
 }
 
 impl WriteFence {
@@ -61,6 +64,28 @@ impl WriteFence {
     pub(crate) fn open(&self) {
         self.closed.store(false, Ordering::Release);
     }
+
+    /// Keeps the fence closed for good: once any voter was asked to campaign, this node's
+    /// acknowledgements no longer prove it leads (a voter may act on a late "elect now" at
+    /// any time), so it must not plan again in this term (review s25 failover M2).
+    pub(crate) fn abandon(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.abandoned.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Acquire)
+    }
+}
+
+/// What a stopping leader did after its hand-over failed (`hand_over_at_stop`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Abdication {
+    /// Every other voter was asked to campaign and `0` leads now.
+    Elected(u64),
+    /// Every other voter was asked, and no other leader was seen in time: the fence stays
+    /// closed for good (`RaftStatus::abandoned`), and the node is to be stopped.
+    Abandoned,
 }
 
 /// How a hand-over ended.
@@ -106,18 +131,21 @@ impl RaftNode {
         self.hand_over_with(net, to, bound, None).await.0
     }
 
-    /// The hand-over of a stopping node (SIGTERM): as `hand_over` to the most caught-up
-    /// voter, and should that fail, `abdicate` within `abdicate_bound` before the fence
-    /// opens again, so the group's supervisor, which stops a Raft node once the fence reopens
-    /// with its engine ended, stops it only after the others were asked to campaign. The
-    /// second value: the leader `abdicate` saw, if it ran and one was elected.
+    /// The hand-over of a stopping node (SIGTERM), all within `bound`: as `hand_over` to the
+    /// most caught-up voter within two thirds of it, and should that fail, `abdicate` within
+    /// the rest before the fence opens again (the group's supervisor stops a Raft node once
+    /// the fence reopens with its engine ended, so it stops only after the others were asked
+    /// to campaign; review s24 failover M2). One bound for both, so a pod's grace period
+    /// that allows for the hand-over allows for this (review s25 failover M1). The second
+    /// value: what the abdication came to, None when it did not run (this node did not lead,
+    /// the hand-over moved the lead, or a membership change held the group past the bound).
     pub async fn hand_over_at_stop(
         &self,
         net: &TcpNetwork,
         bound: Duration,
-        abdicate_bound: Duration,
-    ) -> (HandOver, Option<u64>) {
-        self.hand_over_with(net, None, bound, Some(abdicate_bound))
+    ) -> (HandOver, Option<Abdication>) {
+        let abdicate = bound / 3;
+        self.hand_over_with(net, None, bound - abdicate, Some(abdicate))
             .await
     }
 
@@ -127,7 +155,7 @@ impl RaftNode {
         to: Option<u64>,
         bound: Duration,
         abdicate: Option<Duration>,
-    ) -> (HandOver, Option<u64>) {
+    ) -> (HandOver, Option<Abdication>) {
         let deadline = Instant::now() + bound;
         let raft = self.raft();
         let term = {
@@ -166,36 +194,43 @@ impl RaftNode {
         };
         // Failed: the fence is still closed here, so a supervisor waiting on it keeps the
         // Raft node running while the others are asked to campaign.
-        let elected = match abdicate {
-            Some(b) if !matches!(out, HandOver::NotLeading) => self.abdicate(net, b).await,
+        let abdication = match abdicate {
+            Some(b) if !matches!(out, HandOver::NotLeading) => self.abdicate(net, term, b).await,
             _ => None,
         };
-        self.restore();
-        (out, elected)
+        match abdication {
+            Some(Abdication::Abandoned) => self.fence().abandon(),
+            _ => self.restore(),
+        }
+        (out, abdication)
     }
 
     /// After a failed hand-over, as this node stops: asks every other voter to campaign at
-    /// once (not only a caught-up one), heartbeats off, and waits up to `bound` for another
-    /// leader; its id, or None (heartbeats and elections are then as configured again).
+    /// once (not only a caught-up one), heartbeats and elections off, and waits up to
+    /// `bound` for another leader. None when this node no longer leads in `term` (nobody
+    /// was asked). Private: only `hand_over_with` calls it, with the fence closed.
     ///
     /// Why (review s24 failover M2): a group whose hand-over failed has its Raft node stopped
     /// while the process, and so its cluster listener, lives on through the drain; the
     /// followers' `leader_gone` probes are answered, so they would wait out openraft's lease
-    /// (3-4 election timeouts). Each campaign is safe (a vote still needs a majority and an
-    /// up-to-date log), and once the followers campaign their votes are no longer committed,
-    /// so the most up-to-date of them wins the next round.
-    pub async fn abdicate(&self, net: &TcpNetwork, bound: Duration) -> Option<u64> {
+    /// (3-4 election timeouts). Each campaign is safe for the log (a vote still needs a
+    /// majority and an up-to-date log), and once the followers campaign their votes are no
+    /// longer committed, so the most up-to-date of them wins the next round. It is not safe
+    /// for this node's lease (`may_plan`): a voter may act on its request late, so with no
+    /// other leader seen the caller abandons the term (`WriteFence::abandon`).
+    async fn abdicate(&self, net: &TcpNetwork, term: u64, bound: Duration) -> Option<Abdication> {
         let deadline = Instant::now() + bound;
         let raft = self.raft();
         let m = raft.metrics().borrow().clone();
-        if m.state != ServerState::Leader {
+        if m.state != ServerState::Leader || m.current_term != term {
             return None;
         }
-        let term = m.current_term;
         let membership = m.membership_config.membership().clone();
         let rc = raft.runtime_config();
         rc.heartbeat(false);
         rc.elect(false);
+        // Aborted on return: an ask still waiting for its answer (an unreachable voter) is
+        // not waited for (review s25 failover M1).
         let mut asks = tokio::task::JoinSet::new();
         for v in membership.voter_ids().filter(|v| *v != self.id()) {
             let Some(node) = membership.get_node(&v) else {
@@ -203,19 +238,18 @@ impl RaftNode {
             };
             let addr = crate::member_addr::cluster_part(&node.addr).to_string();
             let net = net.clone();
-            asks.spawn(async move { (v, net.elect_now(v, &addr, term, bound).await) });
-        }
-        while let Some(done) = asks.join_next().await {
-            if let Ok((v, Err(why))) = done {
-                tracing::debug!(voter = v, %why, "abdicating: a voter did not campaign");
-            }
+            asks.spawn(async move {
+                if let Err(why) = net.elect_now(v, &addr, term, bound).await {
+                    tracing::debug!(voter = v, %why, "abdicating: a voter did not campaign");
+                }
+            });
         }
         let leader = self.other_leader(deadline).await;
-        if leader.is_none() {
-            rc.heartbeat(raft.config().enable_heartbeat);
-            rc.elect(raft.config().enable_elect);
-        }
-        leader
+        asks.abort_all();
+        Some(match leader {
+            Some(l) => Abdication::Elected(l),
+            None => Abdication::Abandoned,
+        })
     }
 
     /// Heartbeats and elections as configured, and proposals let in again.

@@ -67,7 +67,7 @@ pub use apply::ApplyHandler;
 pub use cluster_start::{ClusterStart, CLUSTER_ENTRY_MAX};
 pub use config::RaftConfig;
 pub use error::{ChangeRefusal, RaftError};
-pub use hand_over::HandOver;
+pub use hand_over::{Abdication, HandOver};
 // The storage pair openraft runs on, public so openraft's own storage suite can drive it
 // (tests/openraft_suite.rs) and so can the cluster to come; `RaftNode` is what the broker uses.
 pub use log_store::LogStore;

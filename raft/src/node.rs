@@ -48,6 +48,10 @@ pub struct RaftStatus {
     /// This node is handing its lead over (`hand_over`): it takes no new proposal, so its
     /// engine must not plan one.
     pub handing_over: bool,
+    /// A stopping leader whose hand-over and abdication both failed: its fence stays closed
+    /// for good (`handing_over` stays true) and its supervisor stops it now
+    /// (`RaftNode::hand_over_at_stop`).
+    pub abandoned: bool,
 }
 
 /// A running Raft group member. Clones share it.
@@ -670,6 +674,7 @@ impl RaftNode {
                 None => m.millis_since_quorum_ack,
             },
             handing_over: self.inner.fence.is_closed(),
+            abandoned: self.inner.fence.is_abandoned(),
         }
     }
 

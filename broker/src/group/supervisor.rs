@@ -231,6 +231,7 @@ pub async fn supervise(
                 // Meanwhile the requests that reach the group are answered at once.
                 let mut until = stop.clone();
                 while node.status().handing_over
+                    && !node.status().abandoned
                     && refuse_while_waiting(
                         &jobs,
                         &ecfg,
@@ -243,7 +244,10 @@ pub async fn supervise(
                 // The fence open again: the hand-over failed and this node would lead on,
                 // heartbeating, with no engine, so nobody else campaigns until it exits
                 // (review s23 lead2 M1). Its Raft node stops now, and the others elect.
-                if !*until.borrow() && !node.status().handing_over {
+                // Or abandoned: the others were asked to campaign and none was seen to
+                // lead; the fence stays closed and the node stops now (review s25 failover M2).
+                let st = node.status();
+                if !*until.borrow() && (!st.handing_over || st.abandoned) {
                     tracing::warn!(tenant = %ecfg.tenant, "the hand-over did not move the lead and the engine has ended: stopping this group's raft node now");
                     stopped_early = Some(node.shutdown().await);
                 }

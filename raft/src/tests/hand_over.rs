@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::{HandOver, RaftError, TcpNetwork, VoteGate};
+use crate::{Abdication, HandOver, RaftError, TcpNetwork, VoteGate};
 
 use super::clustered_start::{propose, start_gated, three_listeners, wait_until, Member};
 use super::fixtures::open_stores;
@@ -172,7 +172,9 @@ async fn only_the_leader_in_its_term_may_ask_for_an_election() {
 
 /// Review s24 failover M2: a stopping leader whose hand-over failed asks every other voter to
 /// campaign before its fence opens (and its supervisor stops it). The followers' own
-/// elections are switched off here, so only that request can elect another leader.
+/// elections are switched off here, so only that request can elect another leader; the
+/// abdication runs with the production share of the bound (a third of three election
+/// timeouts).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_hand_over_at_stop_asks_the_others_to_campaign() {
     let dir = tempfile::tempdir().unwrap();
@@ -187,13 +189,17 @@ async fn a_failed_hand_over_at_stop_asks_the_others_to_campaign() {
     // Past the leader's own lease, so it grants the first campaign.
     tokio::time::sleep(Duration::from_millis(TIMING.1 * 2 + 500)).await;
     // Naming a node that is no voter fails the hand-over before any voter is asked.
-    let (out, elected) = members[&lead]
+    let abdicate = Duration::from_millis(TIMING.1);
+    let (out, abdication) = members[&lead]
         .node
-        .hand_over_with(&net(lead), Some(9), BOUND, Some(BOUND))
+        .hand_over_with(&net(lead), Some(9), BOUND, Some(abdicate))
         .await;
     assert!(matches!(out, HandOver::Kept(_)), "{out:?}");
-    let new = elected.expect("another leader after the abdication");
+    let Some(Abdication::Elected(new)) = abdication else {
+        panic!("no other leader after the abdication: {abdication:?}");
+    };
     assert_ne!(new, lead);
+    assert!(!members[&lead].node.status().abandoned);
     wait_until("all follow the new leader", || {
         members
             .values()
@@ -204,4 +210,41 @@ async fn a_failed_hand_over_at_stop_asks_the_others_to_campaign() {
     for (_, m) in members {
         let _ = m.node.shutdown().await;
     }
+}
+
+/// Review s25 failover M2: an abdication that sees no other leader (both followers gone)
+/// leaves the fence closed for good: a voter may still act on a late request, so this node
+/// must plan nothing more in its term, and its status tells the supervisor to stop it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abdication_that_elects_nobody_abandons_the_term() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = three(dir.path()).await;
+    let lead = one_leader(&members).unwrap();
+    propose(&members[&lead], 1).await;
+    for (id, m) in &members {
+        if *id != lead {
+            let _ = m.node.shutdown().await;
+        }
+    }
+    let (out, abdication) = members[&lead]
+        .node
+        .hand_over_with(
+            &net(lead),
+            None,
+            Duration::from_millis(TIMING.1),
+            Some(Duration::from_millis(TIMING.1)),
+        )
+        .await;
+    assert!(
+        !matches!(out, HandOver::Moved { .. } | HandOver::NotLeading),
+        "{out:?}"
+    );
+    assert_eq!(abdication, Some(Abdication::Abandoned));
+    let st = members[&lead].node.status();
+    assert!(st.abandoned && st.handing_over, "{st:?}");
+    assert!(matches!(
+        members[&lead].node.propose(b"late".to_vec()).await,
+        Err(RaftError::HandingOver)
+    ));
+    let _ = members[&lead].node.shutdown().await;
 }
