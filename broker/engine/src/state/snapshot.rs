@@ -85,7 +85,8 @@ pub fn begin_checkpoint(s: &State) -> PendingCheckpoint {
 }
 
 impl PendingCheckpoint {
-    /// The bytes encoded under the lock, so far: the checkpoint's head without its partitions.
+    /// The bytes encoded under the lock: the checkpoint's head without its partitions, and the
+    /// section count and producers section's tag and length still to come (9 bytes).
     pub fn taken_len(&self) -> usize {
         let sections = self.head.sections.as_ref().map_or(0, |s| {
             s.before.len() + s.producers.len() + s.after.len() + 4 + 5
@@ -94,10 +95,11 @@ impl PendingCheckpoint {
     }
 
     /// About what `encode` and `emit` will hold besides the state (the memory account counts
-    /// it before they run): the head taken, the partitions' records (at most
-    /// `partition_bytes`, the table's size in memory: a record encodes to fewer bytes than
-    /// its row and run index hold) and as much again for the chunks the engine copies while
-    /// this snapshot still shares them, and what writing the rows holds (`held_while_written`).
+    /// it before they run): the head taken, twice while `encode` splices it, the partitions'
+    /// records (at most `partition_bytes`, the table's size in memory: a record encodes to
+    /// fewer bytes than its row and run index hold) and as much again for the chunks the
+    /// engine copies while this snapshot still shares them, and what writing the rows holds
+    /// (`held_while_written`).
     pub fn held_estimate(
         &self,
         partition_bytes: usize,
@@ -106,7 +108,8 @@ impl PendingCheckpoint {
     ) -> usize {
         let head = self.taken_len().saturating_add(partition_bytes);
         let len = head.saturating_add(txn_len(&self.txn));
-        head.saturating_add(partition_bytes)
+        head.saturating_add(self.taken_len())
+            .saturating_add(partition_bytes)
             .saturating_add(len.saturating_sub(head).min(PIECE_BYTES))
             .saturating_add(len.min(store_chunk_bytes))
             .saturating_add(len.min(store_cache_bytes))
