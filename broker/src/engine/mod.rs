@@ -821,8 +821,9 @@ impl Engine {
         Ok(())
     }
 
-    /// Encodes the state (under the lock: the engine pauses for the encode only) and writes it
-    /// to the state store in the background, so cycles go on during the write. The `last`
+    /// Takes the state (under the lock: the engine pauses for what is not shared, see
+    /// `begin_checkpoint`), encodes the rest and writes it to the state store in the
+    /// background, so cycles go on during the encode and the write. The `last`
     /// checkpoint at shutdown waits for its write.
     async fn checkpoint(&mut self, last: bool) {
         if let Some(h) = self.saving.take() {
@@ -849,7 +850,8 @@ impl Engine {
         metrics::histogram!("queen_checkpoint_encode_seconds", "tenant" => self.cfg.tenant.to_string())
             .record(encoding.elapsed().as_secs_f64());
         let held = self.memory.as_ref().map(|m| {
-            m.checkpoint_started(pending.held_while_written(
+            m.checkpoint_started(pending.held_estimate(
+                m.partition_bytes(),
                 queenmq_storage::CHECKPOINT_CHUNK_BYTES,
                 queenmq_storage::STATE_CACHE_BYTES,
             ))
@@ -868,8 +870,10 @@ impl Engine {
         });
         let started = Instant::now();
         let save = tokio::task::spawn_blocking(move || {
-            // The transaction-id rows are encoded here, off the engine (shared frozen blocks),
-            // straight into the store's chunks: the checkpoint is never held whole.
+            // The partitions and the transaction-id rows are encoded here, off the engine
+            // (shared chunks and frozen blocks), the rows straight into the store's chunks:
+            // the checkpoint is never held whole.
+            let pending = pending.encode();
             let size = pending.encoded_len();
             // A write that fails in the state store latches redb's I/O error for every later
             // write there, the Raft metadata's included: so a checkpoint that would eat into

@@ -27,6 +27,8 @@ pub struct Accountant {
     last_walk: Option<Instant>,
     walk_cost: Duration,
     state: usize,
+    /// The partition table's part of `state`, at the same walk.
+    partitions: usize,
     /// What this engine put in each pool: several groups share the node's pools, so each
     /// adds the change in its own share, and takes its share out when it ends.
     mine: [usize; Pool::ALL.len()],
@@ -61,6 +63,7 @@ impl Accountant {
             last_walk: None,
             walk_cost: Duration::ZERO,
             state: 0,
+            partitions: 0,
             mine: [0; Pool::ALL.len()],
             group_held,
             active: false,
@@ -89,7 +92,7 @@ impl Accountant {
             .last_walk
             .is_none_or(|t| now.duration_since(t) >= every)
         {
-            self.state = size::state_bytes(st);
+            (self.state, self.partitions) = size::state_and_partition_bytes(st);
             self.last_walk = Some(now);
             self.walk_cost = now.elapsed();
         }
@@ -147,6 +150,12 @@ impl Accountant {
 
     /// A checkpoint that holds `bytes` while written is being written: until the returned
     /// guard is dropped (by the task writing it, once written) the pool holds that too.
+    /// The partition table's bytes at the last walk: what a checkpoint's snapshot of it can
+    /// hold at most once the engine has copied every chunk.
+    pub fn partition_bytes(&self) -> usize {
+        self.partitions
+    }
+
     pub fn checkpoint_started(&self, bytes: usize) -> CheckpointHeld {
         self.mem.pools.add(Pool::Checkpoint, bytes);
         CheckpointHeld(self.mem.clone(), bytes)

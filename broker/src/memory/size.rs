@@ -60,6 +60,12 @@ fn text(capacity: usize) -> usize {
 /// index), groups and cursors, DLQ rows, leases, traces. A walk: the accountant runs it at
 /// most as often as it can afford (docs/memory.md "How pools are counted").
 pub fn state_bytes(st: &State) -> usize {
+    state_and_partition_bytes(st).0
+}
+
+/// `state_bytes`, and the part of it the partition table holds (a checkpoint's snapshot
+/// shares it: docs/memory.md `checkpoint`).
+pub fn state_and_partition_bytes(st: &State) -> (usize, usize) {
     let mut b = 0usize;
     b = b.saturating_add(table_bytes(st.queues.capacity(), size_of::<(u64, Queue)>()));
     b = b.saturating_add(table_bytes(
@@ -86,7 +92,8 @@ pub fn state_bytes(st: &State) -> usize {
                 .saturating_add(text(d.error.capacity()));
         }
     }
-    b = b.saturating_add(partitions_bytes(st));
+    let partitions = partitions_bytes(st);
+    b = b.saturating_add(partitions);
     // The run floor: a tree of the partitions' lowest indexes, and a box with two trees per
     // partition holding copied runs, each node counted as allocated (state/run_floor.rs).
     b = b.saturating_add(st.run_floor.bytes());
@@ -133,7 +140,7 @@ pub fn state_bytes(st: &State) -> usize {
     }
     // Pending timers: each row's strings, payload and its two B-tree entries.
     b = b.saturating_add(st.timers.held_bytes());
-    b
+    (b, partitions)
 }
 
 /// Partitions live in chunks of 4096 slots (a chunk is allocated whole); each partition

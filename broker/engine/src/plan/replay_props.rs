@@ -23,6 +23,7 @@ use queenmq_protocol::{
 use super::fixture::{ack_items, item, pop_req, Fixture, SECOND};
 use super::PopPlan;
 use crate::state::canonical::canonical;
+use crate::state::offlock_tests::reference_encode;
 use crate::state::{begin_checkpoint, decode_state, encode_state};
 
 const CASES: u32 = 128;
@@ -712,14 +713,51 @@ fn followers_and_checkpoints_reach_the_leaders_state() {
             fx.commit();
             let leader = canonical(&fx.st);
             check("(a) replay", &canonical(&fx.replay()), &leader)?;
-            let pending = begin_checkpoint(&fx.st);
-            let told = pending.encoded_len();
-            let blob = pending.finish();
+            let ready = begin_checkpoint(&fx.st).encode();
+            let told = ready.encoded_len();
+            let blob = ready.finish();
             // The memory account holds a checkpoint by this length before it is built.
             prop_assert_eq!(told, blob.len(), "encoded_len");
             let back = decode_state(&blob)
                 .map_err(|e| TestCaseError::fail(format!("(b) checkpoint: {e}")))?;
             check("(b) checkpoint", &canonical(&back), &leader)
+        },
+    );
+}
+
+/// The checkpoint's partitions are encoded off the state lock from shared chunks: whatever
+/// the engine plans and commits after `begin_checkpoint`, the bytes are those of the state at
+/// that moment, as the old encoding (all under the lock) wrote them.
+#[test]
+fn a_checkpoint_holds_its_moment_while_the_engine_goes_on() {
+    property(
+        "checkpoint taken, engine goes on",
+        (
+            prop::collection::vec(cmd(), 1..48),
+            prop::collection::vec(cmd(), 1..48),
+        ),
+        |(before, during)| {
+            let mut fx = Fixture::new();
+            let mut pops = Vec::new();
+            run(&mut fx, &before, &mut pops, true);
+            fx.commit();
+            let want = reference_encode(&fx.st);
+            let pending = begin_checkpoint(&fx.st);
+            run(&mut fx, &during, &mut pops, true);
+            fx.commit();
+            let ready = pending.encode();
+            run(&mut fx, &during, &mut pops, true);
+            fx.commit();
+            let blob = ready.finish();
+            prop_assert!(
+                blob == want,
+                "the off-lock encoding differs from the old one"
+            );
+            prop_assert!(
+                encode_state(&fx.st) == reference_encode(&fx.st),
+                "and so does a checkpoint of the state the engine went on to"
+            );
+            Ok(())
         },
     );
 }

@@ -33,13 +33,15 @@ pub use forget::Forgotten;
 pub use label_index::LabelIndex;
 use model::*;
 pub use name_index::NameIndex;
-pub use partition_table::PartitionTable;
+pub use partition_table::{PartitionTable, PartitionsSnapshot};
 pub use txn_ids::{TxnIds, TxnRow, TxnSnapshot};
 pub use wake_index::WakeIndex;
 
+#[cfg(test)]
+pub(crate) use snapshot::offlock_tests;
 pub use snapshot::{
-    begin_checkpoint, decode_state, encode_state, MAX_NEXT_GROUP_ID, MAX_NEXT_PARTITION_ID,
-    MAX_NEXT_QUEUE_ID,
+    begin_checkpoint, decode_state, encode_state, PendingCheckpoint, ReadyCheckpoint,
+    MAX_NEXT_GROUP_ID, MAX_NEXT_PARTITION_ID, MAX_NEXT_QUEUE_ID,
 };
 
 /// How long ack resolution keeps transaction ids when the dedup window is shorter.

@@ -49,6 +49,7 @@ pub struct Run {
     pub pos: u32,
 }
 
+#[derive(Clone)]
 pub struct Partition {
     pub id: u64,
     pub queue: u64,

@@ -4,6 +4,12 @@
 //! and at a million partitions the hash table held twice as many buckets as rows (~220 bytes
 //! per partition for a 96-byte row). Chunks grow the array without doubling it, and a chunk
 //! whose partitions were all deleted is freed.
+//!
+//! Chunks are shared (`Arc`) and copied on write: a checkpoint takes the table by cloning one
+//! handle per chunk under the state lock and encodes the partitions after releasing it, and
+//! the engine copies a chunk only at its first write while that checkpoint still holds it.
+
+use std::sync::Arc;
 
 use super::model::Partition;
 
@@ -11,14 +17,30 @@ const CHUNK: usize = 4096;
 
 #[derive(Default)]
 pub struct PartitionTable {
-    chunks: Vec<Chunk>,
+    chunks: Vec<Arc<Chunk>>,
     len: usize,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Chunk {
     slots: Box<[Option<Partition>]>,
     used: usize,
+}
+
+/// The partitions at one moment, detached from the table (shared chunks).
+pub struct PartitionsSnapshot {
+    chunks: Vec<Arc<Chunk>>,
+}
+
+impl PartitionsSnapshot {
+    pub fn get(&self, pid: &u64) -> Option<&Partition> {
+        let (c, i) = split(*pid)?;
+        self.chunks.get(c)?.slots.get(i)?.as_ref()
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &Partition> {
+        self.chunks.iter().flat_map(|c| c.slots.iter().flatten())
+    }
 }
 
 fn split(pid: u64) -> Option<(usize, usize)> {
@@ -40,9 +62,15 @@ impl PartitionTable {
         self.chunks.get(c)?.slots.get(i)?.as_ref()
     }
 
+    /// Copies the partition's chunk first if a checkpoint still holds it, so only an id that
+    /// exists pays that copy.
     pub fn get_mut(&mut self, pid: &u64) -> Option<&mut Partition> {
+        self.get(pid)?;
         let (c, i) = split(*pid)?;
-        self.chunks.get_mut(c)?.slots.get_mut(i)?.as_mut()
+        Arc::make_mut(self.chunks.get_mut(c)?)
+            .slots
+            .get_mut(i)?
+            .as_mut()
     }
 
     pub fn contains_key(&self, pid: &u64) -> bool {
@@ -54,9 +82,9 @@ impl PartitionTable {
     pub fn insert(&mut self, pid: u64, p: Partition) -> Option<Partition> {
         let (c, i) = split(pid)?;
         if self.chunks.len() <= c {
-            self.chunks.resize_with(c + 1, Chunk::default);
+            self.chunks.resize_with(c + 1, Arc::default);
         }
-        let chunk = &mut self.chunks[c];
+        let chunk = Arc::make_mut(&mut self.chunks[c]);
         if chunk.slots.is_empty() {
             chunk.slots = std::iter::repeat_with(|| None).take(CHUNK).collect();
         }
@@ -69,8 +97,9 @@ impl PartitionTable {
     }
 
     pub fn remove(&mut self, pid: &u64) -> Option<Partition> {
+        self.get(pid)?;
         let (c, i) = split(*pid)?;
-        let chunk = self.chunks.get_mut(c)?;
+        let chunk = Arc::make_mut(self.chunks.get_mut(c)?);
         let old = chunk.slots.get_mut(i)?.take()?;
         chunk.used -= 1;
         self.len -= 1;
@@ -82,6 +111,13 @@ impl PartitionTable {
 
     pub fn values(&self) -> impl Iterator<Item = &Partition> {
         self.chunks.iter().flat_map(|c| c.slots.iter().flatten())
+    }
+
+    /// The table as it is now, in O(chunks): later writes copy the chunks they touch.
+    pub fn snapshot(&self) -> PartitionsSnapshot {
+        PartitionsSnapshot {
+            chunks: self.chunks.clone(),
+        }
     }
 }
 
@@ -117,5 +153,40 @@ mod tests {
         ids.sort_unstable();
         assert_eq!(ids, vec![1, 2, 9000]);
         assert!(t.get(&u64::MAX).is_none());
+    }
+
+    #[test]
+    fn a_snapshot_keeps_its_moment_and_writes_copy_only_the_chunk_they_touch() {
+        let mut t = PartitionTable::default();
+        for id in [1, 2, 5000] {
+            t.insert(id, part(id));
+        }
+        let snap = t.snapshot();
+        assert!(Arc::ptr_eq(&t.chunks[0], &snap.chunks[0]));
+        t.get_mut(&1).unwrap().next_offset = 9;
+        t.insert(3, part(3));
+        t.remove(&2);
+        assert!(t.get_mut(&4).is_none() && t.remove(&4).is_none());
+        assert!(
+            !Arc::ptr_eq(&t.chunks[0], &snap.chunks[0]),
+            "the written chunk was copied"
+        );
+        assert!(
+            Arc::ptr_eq(&t.chunks[1], &snap.chunks[1]),
+            "the untouched chunk is still shared"
+        );
+        assert_eq!(snap.get(&1).map(|p| p.next_offset), Some(0));
+        assert!(snap.get(&2).is_some() && snap.get(&3).is_none());
+        let ids: Vec<u64> = snap.values().map(|p| p.id).collect();
+        assert_eq!(ids, vec![1, 2, 5000]);
+        assert_eq!(t.get(&1).map(|p| p.next_offset), Some(9));
+        drop(snap);
+        let before = Arc::as_ptr(&t.chunks[1]);
+        t.get_mut(&5000).unwrap().next_offset = 1;
+        assert_eq!(
+            Arc::as_ptr(&t.chunks[1]),
+            before,
+            "no copy once no checkpoint holds the chunk"
+        );
     }
 }

@@ -6,6 +6,7 @@ use std::collections::{HashMap, VecDeque};
 
 use super::config::QueueConfig;
 use super::model::*;
+use super::partition_table::PartitionsSnapshot;
 use super::{NameIndex, State, TxnIds, TxnRow, TxnSnapshot};
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::entry::{decode_cursor, encode_cursor};
@@ -39,28 +40,146 @@ pub fn encode_state(s: &State) -> Vec<u8> {
     begin_checkpoint(s).finish()
 }
 
-/// A checkpoint taken under the state lock, to be finished after releasing it: everything but
-/// the transaction-id FIFO is encoded; the FIFO (the bulk under load) is a snapshot of shared
-/// blocks, written by `finish`.
+/// A checkpoint taken under the state lock, to be finished after releasing it. Under the lock
+/// only the rows nothing shares are encoded (queues, DLQ rows, groups with their cursors,
+/// traces, the sections); the partitions with their runs and the transaction-id FIFO, the
+/// bulk under load, are snapshots of shared blocks (`PartitionsSnapshot`, `TxnSnapshot`)
+/// that `encode` and `emit` write off the lock, in the same bytes the lock once held.
 pub struct PendingCheckpoint {
-    head: Writer,
+    head: HeadParts,
+    partitions: PartitionsSnapshot,
     txn: TxnSnapshot,
+}
+
+/// Everything up to the transaction-id FIFO with the partitions' records left out: they go at
+/// `holes` (a byte position in `buf`, and that queue's partition ids in creation order).
+struct HeadParts {
+    buf: Vec<u8>,
+    holes: Vec<(usize, Vec<u64>)>,
+    /// Version 1's transaction rows, written inside each partition's record (tests only).
+    v1_rows: Option<HashMap<u64, Vec<(i64, u64)>>>,
+    sections: Option<Sections>,
+}
+
+/// Version 3's sections, but for the count and the producers section: whether that one is
+/// written, and its DeleteRecords floors, come from the partitions.
+struct Sections {
+    /// Sections written, the producers' not counted.
+    count: u32,
+    /// KV, timers and Kafka groups, whole (tag, length, body).
+    before: Vec<u8>,
+    /// The producers section's body up to its floors.
+    producers: Vec<u8>,
+    /// A producer id was handed out: the section is written even with no floors.
+    producers_held: bool,
+    /// Conflation, ephemeral queues and Kafka transactions, whole.
+    after: Vec<u8>,
 }
 
 pub fn begin_checkpoint(s: &State) -> PendingCheckpoint {
     PendingCheckpoint {
-        head: encode_head(s, CHECKPOINT_VERSION),
+        head: take_head(s, CHECKPOINT_VERSION),
+        partitions: s.partitions.snapshot(),
         txn: s.txn_ids.snapshot(),
     }
+}
+
+impl PendingCheckpoint {
+    /// The bytes encoded under the lock: the checkpoint's head without its partitions, and the
+    /// section count and producers section's tag and length still to come (9 bytes).
+    pub fn taken_len(&self) -> usize {
+        let sections = self.head.sections.as_ref().map_or(0, |s| {
+            s.before.len() + s.producers.len() + s.after.len() + 4 + 5
+        });
+        self.head.buf.len() + sections
+    }
+
+    /// About what `encode` and `emit` will hold besides the state (the memory account counts
+    /// it before they run): the head taken, twice while `encode` splices it, the partitions'
+    /// records (at most `partition_bytes`, the table's size in memory: a record encodes to
+    /// fewer bytes than its row and run index hold) and as much again for the chunks the
+    /// engine copies while this snapshot still shares them, and what writing the rows holds
+    /// (`held_while_written`).
+    pub fn held_estimate(
+        &self,
+        partition_bytes: usize,
+        store_chunk_bytes: usize,
+        store_cache_bytes: usize,
+    ) -> usize {
+        let head = self.taken_len().saturating_add(partition_bytes);
+        let len = head.saturating_add(txn_len(&self.txn));
+        head.saturating_add(self.taken_len())
+            .saturating_add(partition_bytes)
+            .saturating_add(len.saturating_sub(head).min(PIECE_BYTES))
+            .saturating_add(len.min(store_chunk_bytes))
+            .saturating_add(len.min(store_cache_bytes))
+    }
+
+    /// Encodes the partitions into the head, off the lock: the head is then byte for byte
+    /// what encoding the state at `begin_checkpoint` gave, whatever the engine did since.
+    pub fn encode(self) -> ReadyCheckpoint {
+        let HeadParts {
+            buf,
+            holes,
+            v1_rows,
+            sections,
+        } = self.head;
+        let parts = &self.partitions;
+        let records: usize = holes
+            .iter()
+            .flat_map(|(_, pids)| pids.iter())
+            .map(|pid| {
+                parts
+                    .get(pid)
+                    .map_or(8, |p| 64 + p.name.len() + p.runs.len() * 32)
+            })
+            .sum();
+        let rest = sections.as_ref().map_or(0, |s| {
+            64 + s.before.len() + s.producers.len() + s.after.len()
+        });
+        let mut w = Writer::with_capacity(buf.len() + records + rest);
+        let mut at = 0;
+        for (pos, pids) in &holes {
+            w.buf.extend_from_slice(buf.get(at..*pos).unwrap_or(&[]));
+            at = *pos;
+            for pid in pids {
+                encode_partition(&mut w, parts.get(pid), pid, v1_rows.as_ref());
+            }
+        }
+        w.buf.extend_from_slice(buf.get(at..).unwrap_or(&[]));
+        drop(buf);
+        if let Some(sections) = sections {
+            sections.write(&mut w, parts);
+        }
+        ReadyCheckpoint {
+            head: w,
+            txn: self.txn,
+        }
+    }
+
+    /// The whole checkpoint in one buffer (start-up, tests).
+    pub fn finish(self) -> Vec<u8> {
+        self.encode().finish()
+    }
+}
+
+/// A checkpoint whose head is encoded, its transaction-id rows still shared blocks.
+pub struct ReadyCheckpoint {
+    head: Writer,
+    txn: TxnSnapshot,
 }
 
 /// The transaction-id rows are emitted in pieces of about this size.
 const PIECE_BYTES: usize = 1 << 20;
 
-impl PendingCheckpoint {
+fn txn_len(txn: &TxnSnapshot) -> usize {
+    4 + txn.groups() * 12 + txn.rows() * 24
+}
+
+impl ReadyCheckpoint {
     /// The length `finish` will return, known before the buffer is built.
     pub fn encoded_len(&self) -> usize {
-        self.head.buf.len() + 4 + self.txn.groups() * 12 + self.txn.rows() * 24
+        self.head.buf.len() + txn_len(&self.txn)
     }
 
     /// What writing it holds at most: the head, one piece of rows, the store's chunk being
@@ -76,16 +195,16 @@ impl PendingCheckpoint {
             + len.min(store_cache_bytes)
     }
 
-    /// The whole checkpoint in one buffer (start-up, tests).
+    /// The whole checkpoint in one buffer.
     pub fn finish(self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.encoded_len());
         self.emit(|b| out.extend_from_slice(b));
         out
     }
 
-    /// Hands the checkpoint to `out` in pieces: the head built under the lock, then the
-    /// transaction-id FIFO a piece at a time, so the writer never holds the FIFO's encoding
-    /// whole (it is the bulk of a checkpoint under load).
+    /// Hands the checkpoint to `out` in pieces: the head, then the transaction-id FIFO a
+    /// piece at a time, so the writer never holds the FIFO's encoding whole (it is the bulk of
+    /// a checkpoint under load).
     pub fn emit(self, mut out: impl FnMut(&[u8])) {
         out(&self.head.buf);
         drop(self.head);
@@ -109,43 +228,44 @@ impl PendingCheckpoint {
     }
 }
 
-/// About the encoded size, so the buffer is allocated once: growing a buffer of hundreds of
-/// megabytes by doubling copies it again at every step while the engine waits.
+/// About the encoded size of what is taken under the lock, so the buffer is allocated once:
+/// growing a buffer of hundreds of megabytes by doubling copies it again at every step while
+/// the engine waits. The partitions are not in it (`PendingCheckpoint::encode` sizes them).
 fn size_hint(s: &State) -> usize {
-    let runs: usize = s
-        .partitions
-        .values()
-        .map(|p| 64 + p.name.len() + p.runs.len() * 32)
-        .sum();
     let cursors: usize = s.groups.values().map(|g| 64 + g.cursors.len() * 64).sum();
     let queues: usize = s.queues.values().map(|q| 256 + q.dlq.len() * 64).sum();
-    // The KV and timer counts are of what the rows hold in memory: more than they encode to.
-    1024 + runs
-        + cursors
-        + queues
-        + s.traces.len() * 128
-        + s.kv.bytes()
-        + s.timers.held_bytes()
-        + s.kafka_groups.bytes()
-        + s.kafka_producers.bytes()
-        + s.kafka_txns.bytes()
+    1024 + cursors + queues + s.traces.len() * 128
 }
 
 /// Writes `version` 3, or an older version (only so tests can check that upgrades read it).
 #[cfg(test)]
 fn encode_version(s: &State, version: u8) -> Vec<u8> {
-    if version == 1 {
-        return encode_head(s, version).buf;
-    }
-    PendingCheckpoint {
-        head: encode_head(s, version),
+    let pending = PendingCheckpoint {
+        head: take_head(s, version),
+        partitions: s.partitions.snapshot(),
         txn: s.txn_ids.snapshot(),
+    };
+    if version == 1 {
+        return pending.encode().head.buf;
     }
-    .finish()
+    pending.finish()
 }
 
-/// Everything up to the transaction-id FIFO (version 1 had none; its rows were per partition).
+/// The head of a checkpoint in `version`: everything before the transaction-id FIFO.
+#[cfg(test)]
 fn encode_head(s: &State, version: u8) -> Writer {
+    PendingCheckpoint {
+        head: take_head(s, version),
+        partitions: s.partitions.snapshot(),
+        txn: s.txn_ids.snapshot(),
+    }
+    .encode()
+    .head
+}
+
+/// Everything up to the transaction-id FIFO but the partitions' records (version 1 had no
+/// FIFO; its rows were per partition).
+fn take_head(s: &State, version: u8) -> HeadParts {
     let v1_rows = (version == 1).then(|| {
         let mut rows: HashMap<u64, Vec<(i64, u64)>> = HashMap::new();
         for (t, r) in s.txn_ids.iter() {
@@ -154,6 +274,7 @@ fn encode_head(s: &State, version: u8) -> Writer {
         rows
     });
     let mut w = Writer::with_capacity(size_hint(s));
+    let mut holes = Vec::with_capacity(s.queues.len());
     w.u8(version);
     w.u64(s.last_cycle);
     w.i64(s.last_now_us);
@@ -191,34 +312,7 @@ fn encode_head(s: &State, version: u8) -> Writer {
             w.u32(d.retries);
         }
         w.u32(q.partition_order.len() as u32);
-        for pid in &q.partition_order {
-            let Some(p) = s.partitions.get(pid) else {
-                w.u64(u64::MAX);
-                continue;
-            };
-            w.u64(p.id);
-            w.str(&p.name);
-            w.i64(p.created_us);
-            w.u64(p.next_offset);
-            w.i64(p.last_write_us);
-            w.u64(p.bytes);
-            w.u32(p.runs.len() as u32);
-            for r in &p.runs {
-                w.u64(r.base_offset);
-                w.u32(r.count);
-                w.i64(r.created_us);
-                w.u64(r.index);
-                w.u32(r.pos);
-            }
-            if let Some(rows) = &v1_rows {
-                let rows = rows.get(pid).map_or(&[][..], Vec::as_slice);
-                w.u32(rows.len() as u32);
-                for (t, h) in rows {
-                    w.i64(*t);
-                    w.u64(*h);
-                }
-            }
-        }
+        holes.push((w.buf.len(), q.partition_order.clone()));
         w.u32(q.groups.len() as u32);
         for gid in q.groups.values() {
             let Some(g) = s.groups.get(gid) else {
@@ -249,27 +343,59 @@ fn encode_head(s: &State, version: u8) -> Writer {
         w.str(&t.data);
         w.i64(t.at_us);
     }
-    if version >= 3 {
-        encode_sections(s, &mut w);
+    HeadParts {
+        buf: w.buf,
+        holes,
+        v1_rows,
+        sections: (version >= 3).then(|| take_sections(s)),
     }
-    w
+}
+
+/// A partition's record in its queue's list (`u64::MAX` for an id the table does not hold).
+fn encode_partition(
+    w: &mut Writer,
+    p: Option<&Partition>,
+    pid: &u64,
+    v1_rows: Option<&HashMap<u64, Vec<(i64, u64)>>>,
+) {
+    let Some(p) = p else {
+        w.u64(u64::MAX);
+        return;
+    };
+    w.u64(p.id);
+    w.str(&p.name);
+    w.i64(p.created_us);
+    w.u64(p.next_offset);
+    w.i64(p.last_write_us);
+    w.u64(p.bytes);
+    w.u32(p.runs.len() as u32);
+    for r in &p.runs {
+        w.u64(r.base_offset);
+        w.u32(r.count);
+        w.i64(r.created_us);
+        w.u64(r.index);
+        w.u32(r.pos);
+    }
+    if let Some(rows) = v1_rows {
+        let rows = rows.get(pid).map_or(&[][..], Vec::as_slice);
+        w.u32(rows.len() as u32);
+        for (t, h) in rows {
+            w.i64(*t);
+            w.u64(*h);
+        }
+    }
 }
 
 /// Version 3's sections: `count: u32`, then per section `tag: u8 | len: u32 | bytes`. Each
 /// body is written in place and its length patched after, so no section is built twice.
-fn encode_sections(s: &State, w: &mut Writer) {
+/// Taken under the lock but for the producers section's floors (`Sections::write`).
+fn take_sections(s: &State) -> Sections {
     // The Kafka groups section is written only when there are groups, so a tenant without
     // Kafka consumers checkpoints exactly as before.
     let kafka = !s.kafka_groups.is_empty();
     // Likewise the producers section, once a producer id was ever handed out or a
     // DeleteRecords set a floor (carried at the section's end, see `encode_floors`).
-    let floors: Vec<(u64, u64)> = s
-        .partitions
-        .values()
-        .filter(|p| p.floor > 0)
-        .map(|p| (p.id, p.floor))
-        .collect();
-    let producers = !s.kafka_producers.is_empty() || !floors.is_empty();
+    let producers_held = !s.kafka_producers.is_empty();
     // And the conflation section, once a group conflates.
     let mut conflating: Vec<u64> = s
         .groups
@@ -283,26 +409,19 @@ fn encode_sections(s: &State, w: &mut Writer) {
     let ephemeral = !s.ephemeral.is_empty();
     // And the transactions section, once a transactional id exists.
     let txns = !s.kafka_txns.is_empty();
-    w.u32(
-        2 + u32::from(kafka)
-            + u32::from(producers)
-            + u32::from(conflation)
-            + u32::from(ephemeral)
-            + u32::from(txns),
-    );
-    section(w, SECTION_KV, |w| s.kv.encode(w));
-    section(w, SECTION_TIMERS, |w| s.timers.encode(w));
+    let mut before = Writer::default();
+    section(&mut before, SECTION_KV, |w| s.kv.encode(w));
+    section(&mut before, SECTION_TIMERS, |w| s.timers.encode(w));
     if kafka {
-        section(w, SECTION_KAFKA_GROUPS, |w| s.kafka_groups.encode(w));
-    }
-    if producers {
-        section(w, SECTION_KAFKA_PRODUCERS, |w| {
-            s.kafka_producers.encode(w);
-            encode_floors(w, &floors);
+        section(&mut before, SECTION_KAFKA_GROUPS, |w| {
+            s.kafka_groups.encode(w)
         });
     }
+    let mut producers = Writer::default();
+    s.kafka_producers.encode(&mut producers);
+    let mut after = Writer::default();
     if conflation {
-        section(w, SECTION_CONFLATION, |w| {
+        section(&mut after, SECTION_CONFLATION, |w| {
             w.u32(conflating.len() as u32);
             for gid in conflating {
                 w.u64(gid);
@@ -310,10 +429,42 @@ fn encode_sections(s: &State, w: &mut Writer) {
         });
     }
     if ephemeral {
-        section(w, SECTION_EPHEMERAL, |w| encode_ephemeral(w, s));
+        section(&mut after, SECTION_EPHEMERAL, |w| encode_ephemeral(w, s));
     }
     if txns {
-        section(w, SECTION_KAFKA_TXNS, |w| s.kafka_txns.encode(w));
+        section(&mut after, SECTION_KAFKA_TXNS, |w| s.kafka_txns.encode(w));
+    }
+    Sections {
+        count: 2
+            + u32::from(kafka)
+            + u32::from(conflation)
+            + u32::from(ephemeral)
+            + u32::from(txns),
+        before: before.buf,
+        producers: producers.buf,
+        producers_held,
+        after: after.buf,
+    }
+}
+
+impl Sections {
+    /// Writes the sections in tag order, the producers section with the floors of `parts`.
+    fn write(self, w: &mut Writer, parts: &PartitionsSnapshot) {
+        let floors: Vec<(u64, u64)> = parts
+            .values()
+            .filter(|p| p.floor > 0)
+            .map(|p| (p.id, p.floor))
+            .collect();
+        let producers = self.producers_held || !floors.is_empty();
+        w.u32(self.count + u32::from(producers));
+        w.buf.extend_from_slice(&self.before);
+        if producers {
+            section(w, SECTION_KAFKA_PRODUCERS, |w| {
+                w.buf.extend_from_slice(&self.producers);
+                encode_floors(w, &floors);
+            });
+        }
+        w.buf.extend_from_slice(&self.after);
     }
 }
 
@@ -718,6 +869,10 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
     s.trace_bytes = s.traces.iter().map(TraceRow::stored_bytes).sum();
     Ok(s)
 }
+
+#[cfg(test)]
+#[path = "snapshot_offlock_tests.rs"]
+pub(crate) mod offlock_tests;
 
 #[cfg(test)]
 mod tests {

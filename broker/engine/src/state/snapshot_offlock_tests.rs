@@ -1,0 +1,324 @@
+//! The checkpoint's encoding as it was when the whole head was encoded under the state lock
+//! (before the partitions were taken as shared chunks): the oracle the off-lock encoding must
+//! equal byte for byte, also when the state changes between `begin_checkpoint` and `encode`.
+
+use std::collections::HashMap;
+
+use super::*;
+use crate::entry::Effect;
+use crate::state::Loc;
+use crate::state::PartitionTable;
+
+/// The whole checkpoint, encoded in one pass over the state (the old way).
+pub(crate) fn reference_encode(s: &State) -> Vec<u8> {
+    let mut w = old_head(s, CHECKPOINT_VERSION);
+    let pending = PendingCheckpoint {
+        head: HeadParts {
+            buf: Vec::new(),
+            holes: Vec::new(),
+            v1_rows: None,
+            sections: None,
+        },
+        partitions: PartitionTable::default().snapshot(),
+        txn: s.txn_ids.snapshot(),
+    };
+    pending.encode().emit(|b| w.buf.extend_from_slice(b));
+    w.buf
+}
+
+fn old_head(s: &State, version: u8) -> Writer {
+    let v1_rows = (version == 1).then(|| {
+        let mut rows: HashMap<u64, Vec<(i64, u64)>> = HashMap::new();
+        for (t, r) in s.txn_ids.iter() {
+            rows.entry(r.pid).or_default().push((t, r.hash));
+        }
+        rows
+    });
+    let mut w = Writer::default();
+    w.u8(version);
+    w.u64(s.last_cycle);
+    w.i64(s.last_now_us);
+    let (ai, at) = s.applied.unwrap_or((0, 0));
+    w.bool(s.applied.is_some());
+    w.u64(ai);
+    w.u64(at);
+    w.u64(s.next_queue_id);
+    w.u64(s.next_partition_id);
+    w.u64(s.next_group_id);
+    w.u32(s.queues.len() as u32);
+    for q in s.queues.values() {
+        w.u64(q.id);
+        w.str(&q.name);
+        w.str(&q.namespace);
+        w.str(&q.task);
+        q.config.encode(&mut w);
+        w.bool(q.configured);
+        w.i64(q.created_us);
+        for c in [
+            q.counters.pushed,
+            q.counters.acked,
+            q.counters.failed,
+            q.counters.dead_lettered,
+        ] {
+            w.u64(c);
+        }
+        w.u32(q.dlq.len() as u32);
+        for d in &q.dlq {
+            w.str(&d.group);
+            w.u64(d.partition);
+            w.u64(d.offset);
+            w.str(&d.error);
+            w.i64(d.failed_us);
+            w.u32(d.retries);
+        }
+        w.u32(q.partition_order.len() as u32);
+        for pid in &q.partition_order {
+            let Some(p) = s.partitions.get(pid) else {
+                w.u64(u64::MAX);
+                continue;
+            };
+            w.u64(p.id);
+            w.str(&p.name);
+            w.i64(p.created_us);
+            w.u64(p.next_offset);
+            w.i64(p.last_write_us);
+            w.u64(p.bytes);
+            w.u32(p.runs.len() as u32);
+            for r in &p.runs {
+                w.u64(r.base_offset);
+                w.u32(r.count);
+                w.i64(r.created_us);
+                w.u64(r.index);
+                w.u32(r.pos);
+            }
+            if let Some(rows) = &v1_rows {
+                let rows = rows.get(pid).map_or(&[][..], Vec::as_slice);
+                w.u32(rows.len() as u32);
+                for (t, h) in rows {
+                    w.i64(*t);
+                    w.u64(*h);
+                }
+            }
+        }
+        w.u32(q.groups.len() as u32);
+        for gid in q.groups.values() {
+            let Some(g) = s.groups.get(gid) else {
+                w.u64(u64::MAX);
+                continue;
+            };
+            w.u64(g.id);
+            w.str(&g.name);
+            w.i64(g.start_from_us);
+            w.i64(g.created_us);
+            w.u32(g.cursors.len() as u32);
+            for (pid, row) in &g.cursors {
+                w.u64(*pid);
+                encode_cursor(&mut w, row);
+            }
+        }
+    }
+    w.u32(s.traces.len() as u32);
+    for t in &s.traces {
+        w.u64(t.partition);
+        w.str(&t.transaction_id);
+        w.str(&t.group);
+        w.u32(t.names.len() as u32);
+        for n in &t.names {
+            w.str(n);
+        }
+        w.str(&t.event_type);
+        w.str(&t.data);
+        w.i64(t.at_us);
+    }
+    if version >= 3 {
+        old_sections(s, &mut w);
+    }
+    w
+}
+
+/// Version 3's sections: `count: u32`, then per section `tag: u8 | len: u32 | bytes`. Each
+/// body is written in place and its length patched after, so no section is built twice.
+fn old_sections(s: &State, w: &mut Writer) {
+    // The Kafka groups section is written only when there are groups, so a tenant without
+    // Kafka consumers checkpoints exactly as before.
+    let kafka = !s.kafka_groups.is_empty();
+    // Likewise the producers section, once a producer id was ever handed out or a
+    // DeleteRecords set a floor (carried at the section's end, see `encode_floors`).
+    let floors: Vec<(u64, u64)> = s
+        .partitions
+        .values()
+        .filter(|p| p.floor > 0)
+        .map(|p| (p.id, p.floor))
+        .collect();
+    let producers = !s.kafka_producers.is_empty() || !floors.is_empty();
+    // And the conflation section, once a group conflates.
+    let mut conflating: Vec<u64> = s
+        .groups
+        .values()
+        .filter(|g| g.conflation)
+        .map(|g| g.id)
+        .collect();
+    conflating.sort_unstable();
+    let conflation = !conflating.is_empty();
+    // And the ephemeral section, once a queue is declared.
+    let ephemeral = !s.ephemeral.is_empty();
+    // And the transactions section, once a transactional id exists.
+    let txns = !s.kafka_txns.is_empty();
+    w.u32(
+        2 + u32::from(kafka)
+            + u32::from(producers)
+            + u32::from(conflation)
+            + u32::from(ephemeral)
+            + u32::from(txns),
+    );
+    section(w, SECTION_KV, |w| s.kv.encode(w));
+    section(w, SECTION_TIMERS, |w| s.timers.encode(w));
+    if kafka {
+        section(w, SECTION_KAFKA_GROUPS, |w| s.kafka_groups.encode(w));
+    }
+    if producers {
+        section(w, SECTION_KAFKA_PRODUCERS, |w| {
+            s.kafka_producers.encode(w);
+            encode_floors(w, &floors);
+        });
+    }
+    if conflation {
+        section(w, SECTION_CONFLATION, |w| {
+            w.u32(conflating.len() as u32);
+            for gid in conflating {
+                w.u64(gid);
+            }
+        });
+    }
+    if ephemeral {
+        section(w, SECTION_EPHEMERAL, |w| encode_ephemeral(w, s));
+    }
+    if txns {
+        section(w, SECTION_KAFKA_TXNS, |w| s.kafka_txns.encode(w));
+    }
+}
+
+fn loc(index: u64) -> Loc {
+    Loc { index, pos: 0 }
+}
+
+/// Two queues, partitions in two chunks (ids past 4096), runs, a group's cursors, a
+/// DeleteRecords floor, a KV row, transaction ids.
+fn state() -> State {
+    let mut s = State::default();
+    for (qid, name) in [(1, "q"), (2, "r")] {
+        s.apply(
+            &Effect::QueueUpsert {
+                qid,
+                name,
+                namespace: "",
+                task: "",
+                configured: true,
+                config: QueueConfig::default(),
+            },
+            10,
+            loc(1),
+        );
+    }
+    s.next_partition_id = 5000;
+    for (qid, pid, name) in [(1, 1, "a"), (1, 4097, "b"), (2, 2, "c"), (2, 4500, "d")] {
+        s.apply(&Effect::PartitionCreate { qid, pid, name }, 11, loc(2));
+        for i in 0..3u64 {
+            s.apply(
+                &Effect::Append {
+                    pid,
+                    base_offset: i * 2,
+                    hashes: vec![pid * 100 + i * 2, pid * 100 + i * 2 + 1],
+                    frames: &[0; 20],
+                },
+                20 + i as i64,
+                loc(3 + i),
+            );
+        }
+    }
+    s.apply(
+        &Effect::GroupRegister {
+            qid: 1,
+            gid: 1,
+            name: "g",
+            start_from_us: i64::MIN,
+        },
+        30,
+        loc(9),
+    );
+    if let Some(g) = s.groups.get_mut(&1) {
+        g.cursors.insert(
+            1,
+            CursorRow {
+                committed: 2,
+                ..CursorRow::default()
+            },
+        );
+    }
+    if let Some(p) = s.partitions.get_mut(&4500) {
+        p.floor = 1;
+    }
+    s
+}
+
+/// What the engine might do while a checkpoint is encoded: append, retire, create, delete,
+/// move a floor, in both chunks.
+fn mutate(s: &mut State) {
+    if let Some(p) = s.partitions.get_mut(&1) {
+        p.runs.push(Run {
+            base_offset: 6,
+            count: 1,
+            created_us: 40,
+            index: 12,
+            pos: 0,
+        });
+        p.next_offset = 7;
+    }
+    if let Some(p) = s.partitions.get_mut(&4097) {
+        p.runs.remove(0);
+        p.floor = 2;
+    }
+    s.partitions.remove(&2);
+    s.partitions.insert(3, test_partition(3, "new"));
+    if let Some(p) = s.partitions.get_mut(&4500) {
+        p.floor = 0;
+        p.name.push('x');
+    }
+}
+
+#[test]
+fn the_off_lock_encoding_is_the_old_encoding() {
+    let s = state();
+    let blob = encode_state(&s);
+    assert_eq!(blob, reference_encode(&s));
+    assert!(
+        decode_state(&blob).is_ok(),
+        "the sample is a valid checkpoint"
+    );
+    let empty = State::default();
+    assert_eq!(encode_state(&empty), reference_encode(&empty));
+}
+
+#[test]
+fn what_the_engine_writes_after_the_checkpoint_was_taken_is_not_in_it() {
+    let mut s = state();
+    let want = reference_encode(&s);
+    let pending = begin_checkpoint(&s);
+    mutate(&mut s);
+    let taken = pending.taken_len();
+    // Any bound of the partitions' encoding (the broker passes the table's size in memory).
+    let estimate = pending.held_estimate(want.len(), 1 << 23, 1 << 23);
+    let ready = pending.encode();
+    mutate(&mut s);
+    let len = ready.encoded_len();
+    assert!(estimate >= ready.held_while_written(1 << 23, 1 << 23));
+    let blob = ready.finish();
+    assert_eq!(blob, want);
+    assert_eq!(len, blob.len());
+    assert!(taken < blob.len());
+    assert_ne!(
+        reference_encode(&s),
+        want,
+        "the mutation changed what a new checkpoint holds"
+    );
+}
