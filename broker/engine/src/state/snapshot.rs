@@ -409,7 +409,10 @@ fn take_sections(s: &State) -> Sections {
     let ephemeral = !s.ephemeral.is_empty();
     // And the transactions section, once a transactional id exists.
     let txns = !s.kafka_txns.is_empty();
-    let mut before = Writer::default();
+    // Sized once, as `size_hint` sizes the head (review s25 ckpt M3): the KV and timer
+    // counts are of what the rows hold in memory, more than they encode to.
+    let mut before =
+        Writer::with_capacity(64 + s.kv.bytes() + s.timers.held_bytes() + s.kafka_groups.bytes());
     section(&mut before, SECTION_KV, |w| s.kv.encode(w));
     section(&mut before, SECTION_TIMERS, |w| s.timers.encode(w));
     if kafka {
@@ -417,9 +420,9 @@ fn take_sections(s: &State) -> Sections {
             s.kafka_groups.encode(w)
         });
     }
-    let mut producers = Writer::default();
+    let mut producers = Writer::with_capacity(16 + s.kafka_producers.bytes());
     s.kafka_producers.encode(&mut producers);
-    let mut after = Writer::default();
+    let mut after = Writer::with_capacity(64 + s.kafka_txns.bytes());
     if conflation {
         section(&mut after, SECTION_CONFLATION, |w| {
             w.u32(conflating.len() as u32);
