@@ -11,6 +11,7 @@ pub mod encryption;
 pub mod engine;
 pub mod ephemeral;
 pub mod group;
+pub mod id_store;
 pub mod kafka_cluster;
 mod key_record;
 mod leader_lookup;

@@ -222,6 +222,25 @@ pub(crate) const KEYS: &[KeySpec] = &[
         },
     },
     KeySpec {
+        name: "dedup_hot_ids",
+        env: "QUEEN_DEDUP_HOT_IDS",
+        flag: None,
+        kind: Kind::Uint {
+            min: queenmq_engine::state::MIN_HOT_IDS as u64,
+            max: 1 << 30,
+        },
+    },
+    KeySpec {
+        name: "dedup_filter_bytes",
+        env: "QUEEN_DEDUP_FILTER_BYTES",
+        flag: None,
+        // 0 derives it; a set value is range-checked by the filters (`validate`).
+        kind: Kind::Uint {
+            min: 0,
+            max: queenmq_engine::dedup_filter::MAX_FILTER_BYTES,
+        },
+    },
+    KeySpec {
         name: "max_trace_bytes",
         env: "QUEEN_MAX_TRACE_BYTES",
         flag: None,

@@ -71,6 +71,12 @@ pub struct Config {
     pub max_ack_items: u64,
     /// Most operations in one transaction.
     pub max_txn_ops: u64,
+    /// Transaction ids the dedup hot table keeps in memory; older ones of the window go to
+    /// the id files (`<data_dir>/ids`, issue 12). Always on: there is no "off".
+    pub dedup_hot_ids: u64,
+    /// Bytes of the dedup window filters of each group, allocated at its first spill; 0: an
+    /// eighth of the memory budget, at most 256 MiB.
+    pub dedup_filter_bytes: u64,
     /// Largest trace `data`, as JSON text.
     pub max_trace_bytes: u64,
     /// Partitions one push or transaction may create (more is refused whole, 413).
@@ -238,6 +244,8 @@ impl Default for Config {
             max_push_items: 10_000,
             max_ack_items: 10_000,
             max_txn_ops: 10_000,
+            dedup_hot_ids: 262_144,
+            dedup_filter_bytes: 0,
             max_trace_bytes: 64 * KIB,
             max_new_partitions_per_request: 10_000,
             max_long_polls: 20_000,
@@ -319,6 +327,18 @@ impl Config {
                         max,
                     });
                 }
+            }
+        }
+        if self.dedup_filter_bytes != 0 {
+            let f = queenmq_engine::dedup_filter::FilterConfig {
+                bytes: self.dedup_filter_bytes,
+                ..Default::default()
+            };
+            if let Err(e) = f.validate() {
+                return Err(ValueError::Bad {
+                    key: "dedup_filter_bytes",
+                    message: format!("= {}: {e}", self.dedup_filter_bytes),
+                });
             }
         }
         if self.memory_limit_bytes != 0 && self.memory_limit_bytes < 32 * MIB {
@@ -510,6 +530,8 @@ impl Config {
             "max_push_items" => self.max_push_items,
             "max_ack_items" => self.max_ack_items,
             "max_txn_ops" => self.max_txn_ops,
+            "dedup_hot_ids" => self.dedup_hot_ids,
+            "dedup_filter_bytes" => self.dedup_filter_bytes,
             "max_trace_bytes" => self.max_trace_bytes,
             "max_new_partitions_per_request" => self.max_new_partitions_per_request,
             "max_long_polls" => self.max_long_polls,

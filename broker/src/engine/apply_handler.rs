@@ -51,7 +51,10 @@ impl ApplyHandler for EngineApply {
             format!("snapshot at {index} does not decode: {e}")
         })?;
         s.applied = Some((index, term));
-        *self.shared.lock() = s;
+        let mut st = self.shared.lock();
+        // The node's own id files and filters stay: they are not state (state/txn_spill.rs).
+        s.txn_spill = st.txn_spill.take();
+        *st = s;
         Ok(())
     }
 }

@@ -157,6 +157,8 @@ pub fn open_storage(
                 .map_err(|e| anyhow!("{STATE_FILE}: {e}"))?;
         }
     }
+    let mut state = state;
+    state.txn_spill = Some(Box::new(open_txn_spill(cfg, &state)?));
     Ok(Opened {
         log,
         report,
@@ -165,6 +167,29 @@ pub fn open_storage(
         reclaim_bound,
         checkpoint_bytes,
     })
+}
+
+/// The id files of the transaction-id index (`<data_dir>/ids`), with the window filters
+/// rebuilt from them before the first push is answered. A damaged file is dropped with a
+/// warning (crate::id_store), never a refusal to start.
+fn open_txn_spill(cfg: &Config, state: &State) -> anyhow::Result<queenmq_engine::state::TxnSpill> {
+    let store = crate::id_store::DiskIdStore::open(&cfg.data_dir)
+        .map_err(|e| anyhow!("opening the id files: {e}"))?;
+    let bytes = match cfg.dedup_filter_bytes {
+        0 => crate::memory::Memory::default_dedup_filter_bytes(cfg.memory_limit_bytes),
+        b => b,
+    };
+    let filter = queenmq_engine::dedup_filter::FilterConfig {
+        bytes,
+        ..Default::default()
+    };
+    Ok(queenmq_engine::state::TxnSpill::open(
+        Box::new(store),
+        usize::try_from(cfg.dedup_hot_ids).unwrap_or(usize::MAX),
+        filter,
+        state.txn_keep_us(),
+        state.last_now_us,
+    ))
 }
 
 /// Opens `state.redb`. If redb cannot open it (a damaged file) and the log still starts at

@@ -100,7 +100,8 @@ impl Accountant {
         self.put(Pool::State, self.state);
         self.put(
             Pool::Dedup,
-            size::dedup_bytes(st.txn_ids.index_capacity(), st.txn_ids.len()),
+            size::dedup_bytes(st.txn_ids.index_capacity(), st.txn_ids.len())
+                .saturating_add(st.txn_spill.as_ref().map_or(0, |s| s.filter_bytes())),
         );
         self.put(
             Pool::Waiters,

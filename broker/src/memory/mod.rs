@@ -61,6 +61,17 @@ impl Memory {
         ))
     }
 
+    /// The size of a group's dedup filters when `dedup_filter_bytes` is 0: an eighth of the
+    /// budget, at most the 256 MiB that hold 50 000 ids a second for an hour at 1 %.
+    pub fn default_dedup_filter_bytes(memory_limit_bytes: u64) -> u64 {
+        let b = Budget::derive(
+            memory_limit_bytes,
+            cgroup::cgroup_limit(),
+            cgroup::physical_ram(),
+        );
+        (b.total / 8).min(256 << 20)
+    }
+
     pub fn refusing(&self) -> bool {
         self.refusing.load(Ordering::Relaxed)
     }

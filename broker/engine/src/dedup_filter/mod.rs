@@ -12,4 +12,4 @@ mod bloom;
 mod ring;
 
 pub use bloom::{BlockedBloom, BLOCK_BYTES};
-pub use ring::{FilterConfig, FilterStats, GenerationRing, RingError};
+pub use ring::{FilterConfig, FilterStats, GenerationRing, RingError, MAX_FILTER_BYTES};

@@ -105,12 +105,26 @@ impl Generation {
 
 /// Counters of the ring since it was built; each event is also counted by the metric
 /// `queen_dedup_window_shortened_total`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FilterStats {
     /// Generations closed because they reached their share before their time span.
     pub early_closes: u64,
     /// Generations dropped for room while some of their ids were still inside the window.
     pub evicted_in_window: u64,
+    /// The newest entry time of the generations dropped while still inside the window
+    /// (`i64::MIN`: none): the ring is no longer exact for ids at or before it, so a caller
+    /// that needs the whole window searches its exact data for them (issue 12, H3).
+    pub lost_through_us: i64,
+}
+
+impl Default for FilterStats {
+    fn default() -> Self {
+        FilterStats {
+            early_closes: 0,
+            evicted_in_window: 0,
+            lost_through_us: i64::MIN,
+        }
+    }
 }
 
 pub struct GenerationRing {
@@ -161,6 +175,16 @@ impl GenerationRing {
 
     pub fn stats(&self) -> FilterStats {
         self.stats
+    }
+
+    /// Bytes of the one allocation (the `dedup` pool counts them).
+    pub fn allocated_bytes(&self) -> usize {
+        self.blocks.len() * BLOCK_BYTES
+    }
+
+    /// The generation numbered `number`, while it is live.
+    pub fn generation(&self, number: u64) -> Option<&Generation> {
+        self.live.iter().find(|g| g.number == number)
     }
 
     pub fn window_us(&self) -> i64 {
@@ -289,6 +313,7 @@ impl GenerationRing {
             };
             if old.last_us >= horizon {
                 self.stats.evicted_in_window += 1;
+                self.stats.lost_through_us = self.stats.lost_through_us.max(old.last_us);
                 metrics::counter!("queen_dedup_window_shortened_total", "reason" => "evicted")
                     .increment(1);
             }

@@ -321,33 +321,58 @@ impl Planner<'_> {
         if window_us <= 0 {
             return Ok(None);
         }
-        let Some(off) = self.st.txn_ids.get(pid, hash) else {
-            return Ok(None);
-        };
-        let Some(created) = p.created_of(off) else {
-            return Ok(None);
-        };
-        if created < self.now().saturating_sub(window_us) {
-            return Ok(None);
-        }
+        let horizon = self.now().saturating_sub(window_us);
+        let now = self.now();
+        let hot = self.st.txn_ids.get(pid, hash);
+        let spill = self.st.txn_spill.as_deref();
         let mut reader = super::MessageReader {
             pending: self.cycle.entry.bytes(),
             cache: self.cache,
             log: self.log,
             seal: self.seal,
         };
-        // Fail closed: a frame that cannot be read might be this very message, so the push is
-        // neither accepted as new nor called a duplicate.
-        let m = reader.frame_meta(p, off).map_err(|e| {
+        let mut unreadable = None;
+        let mut found = None;
+        // The hot table first, then the id files the filters name (state/txn_spill.rs); each
+        // candidate is confirmed against its frame.
+        let mut check = |off: u64| -> bool {
+            if p.created_of(off).is_none_or(|c| c < horizon) {
+                return false;
+            }
+            match reader.frame_meta(p, off) {
+                Ok(Some((id, t))) if t == txn => {
+                    found = Some((off, uuid::Uuid::from_bytes(id).to_string()));
+                    true
+                }
+                Ok(_) => false,
+                Err(e) => {
+                    unreadable = Some((off, e.to_string()));
+                    true
+                }
+            }
+        };
+        let hit = hot.is_some_and(&mut check);
+        let lookup = match spill {
+            Some(s) if !hit => s.find(pid, hash, now, window_us, &mut check),
+            _ => Ok(None),
+        };
+        // Fail closed: a frame or an id file that cannot be read might be this very message,
+        // so the push is neither accepted as new nor called a duplicate.
+        if let Some((off, e)) = unreadable {
             tracing::warn!(partition = pid, offset = off, error = %e, "dedup lookup could not read a stored message");
-            QueenError::unavailable(format!(
-                "could not check transactionId {txn} against the stored message it may repeat                  ({e}); nothing was written, retry the push"
-            ))
-        })?;
-        Ok(match m {
-            Some((id, t)) if t == txn => Some((off, uuid::Uuid::from_bytes(id).to_string())),
-            _ => None,
-        })
+            return Err(QueenError::unavailable(format!(
+                "could not check transactionId {txn} against the stored message it may repeat \
+                 ({e}); nothing was written, retry the push"
+            )));
+        }
+        if let Err(e) = lookup {
+            tracing::warn!(partition = pid, error = %e, "dedup lookup could not read an id file");
+            return Err(QueenError::unavailable(format!(
+                "could not check transactionId {txn} against the id files ({e}); nothing was \
+                 written, retry the push"
+            )));
+        }
+        Ok(found)
     }
 }
 

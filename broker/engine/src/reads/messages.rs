@@ -20,13 +20,38 @@ pub fn one(
     let p = st.partitions.get(&pid).ok_or_else(not_found)?;
     let q = st.queues.get(&p.queue).ok_or_else(not_found)?;
     let hash = xxhash_rust::xxh3::xxh3_64(txn.as_bytes());
-    let candidate = st.txn_ids.get(pid, hash);
-    let msg = match candidate {
-        Some(off) => rd
-            .read_one(p, off)
-            .map_err(|e| QueenError::new(queenmq_protocol::ErrorCode::Internal, e.to_string()))?,
+    let internal = |e: String| QueenError::new(queenmq_protocol::ErrorCode::Internal, e);
+    let mut msg = match st.txn_ids.get(pid, hash) {
+        Some(off) => rd.read_one(p, off).map_err(|e| internal(e.to_string()))?,
         None => None,
     };
+    // Older than the hot table: the id files (state/txn_spill.rs), over the whole remembered
+    // window.
+    if let Some(spill) = st.txn_spill.as_deref().filter(|_| msg.is_none()) {
+        let mut failed = None;
+        spill
+            .find(
+                pid,
+                hash,
+                st.last_now_us,
+                st.txn_keep_us(),
+                &mut |off| match rd.read_one(p, off) {
+                    Ok(Some(m)) if m.txn == txn => {
+                        msg = Some(m);
+                        true
+                    }
+                    Ok(_) => false,
+                    Err(e) => {
+                        failed = Some(e.to_string());
+                        true
+                    }
+                },
+            )
+            .map_err(internal)?;
+        if let Some(e) = failed {
+            return Err(internal(e));
+        }
+    }
     // What a Kafka transaction hides is not a message over HTTP (docs/kafka-transactions.md).
     let m = msg
         .filter(|m| m.txn == txn && !m.is_control_marker())

@@ -23,6 +23,7 @@ pub mod run_floor;
 mod snapshot;
 pub mod timers;
 mod txn_ids;
+mod txn_spill;
 mod wake_index;
 
 use std::cmp::Reverse;
@@ -35,6 +36,7 @@ use model::*;
 pub use name_index::NameIndex;
 pub use partition_table::{PartitionTable, PartitionsSnapshot};
 pub use txn_ids::{TxnIds, TxnRow, TxnSnapshot};
+pub use txn_spill::{bucket_of, id_key, IdStore, TxnSpill, ID_BUCKET_US, MIN_HOT_IDS};
 pub use wake_index::WakeIndex;
 
 #[cfg(test)]
@@ -79,6 +81,10 @@ pub struct State {
     pub traces: VecDeque<TraceRow>,
     /// Transaction ids of the messages inside the remembered window.
     pub txn_ids: TxnIds,
+    /// Where the ids past the hot table's bound go (the broker's id files); None: the table
+    /// keeps every id of the window (tests, tools). Not state: a node's own files and
+    /// configuration, carried over when a snapshot replaces the state.
+    pub txn_spill: Option<Box<TxnSpill>>,
     /// Derived: how many queues have each dedup window (seconds). Transaction ids are kept
     /// for the longest (`txn_keep_us`), so it follows the queues that exist now: a window of
     /// "any queue ever configured" could not be rebuilt from a checkpoint, and a node that
@@ -515,8 +521,11 @@ impl State {
             }
         }
         self.txn_ids.record(now_us, pid, base, hashes);
-        self.txn_ids
-            .expire(now_us.saturating_sub(self.txn_keep_us()));
+        let keep = self.txn_keep_us();
+        self.txn_ids.expire(now_us.saturating_sub(keep));
+        if let Some(spill) = self.txn_spill.as_mut() {
+            spill.spill(&mut self.txn_ids, keep, now_us);
+        }
     }
 
     /// How long transaction ids are remembered: the longest dedup window of the queues (one

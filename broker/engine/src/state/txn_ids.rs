@@ -124,17 +124,58 @@ impl TxnIds {
                 let Some(r) = self.rows.pop_front() else {
                     break;
                 };
-                let map = &mut self.index[shard(r.hash)];
-                let key = (r.pid, r.hash);
-                // Only forget the row if a newer message did not reuse the hash.
-                if map.get(&key) == Some(&r.offset) {
-                    map.remove(&key);
-                    // A table does not shrink by itself: give memory back after a burst.
-                    if map.capacity() > 1024 && map.len() < map.capacity() / 4 {
-                        let keep = map.len() * 2;
-                        map.shrink_to(keep);
-                    }
-                }
+                self.forget_row(r);
+            }
+        }
+    }
+
+    /// How many of the oldest rows to take to take at least `n` in whole time groups (a
+    /// group's rows share a FIFO row that may be frozen, so groups are never split).
+    pub fn whole_groups_of(&self, n: usize) -> usize {
+        let mut m = 0usize;
+        for &(_, k) in self.times.iter() {
+            if m >= n {
+                break;
+            }
+            m += k as usize;
+        }
+        m
+    }
+
+    /// The oldest `n` rows with their creation times, oldest first (the spill to id files
+    /// writes them before `forget_oldest` drops them).
+    pub fn oldest(&self, n: usize) -> Vec<(i64, TxnRow)> {
+        self.iter().take(n).map(|(t, r)| (t, *r)).collect()
+    }
+
+    /// Forgets the oldest time groups until at least `n` rows are gone (`whole_groups_of`
+    /// gives the `n` this drops exactly).
+    pub fn forget_oldest(&mut self, n: usize) {
+        let mut gone = 0usize;
+        while gone < n {
+            let Some((_, k)) = self.times.pop_front() else {
+                break;
+            };
+            for _ in 0..k {
+                let Some(r) = self.rows.pop_front() else {
+                    break;
+                };
+                self.forget_row(r);
+            }
+            gone += k as usize;
+        }
+    }
+
+    fn forget_row(&mut self, r: TxnRow) {
+        let map = &mut self.index[shard(r.hash)];
+        let key = (r.pid, r.hash);
+        // Only forget the row if a newer message did not reuse the hash.
+        if map.get(&key) == Some(&r.offset) {
+            map.remove(&key);
+            // A table does not shrink by itself: give memory back after a burst.
+            if map.capacity() > 1024 && map.len() < map.capacity() / 4 {
+                let keep = map.len() * 2;
+                map.shrink_to(keep);
             }
         }
     }
