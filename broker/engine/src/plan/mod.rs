@@ -181,6 +181,15 @@ impl Planner<'_> {
                 return Some(off);
             }
         }
+        // Older than the hot table: the id files (state/txn_spill.rs). An id file that cannot
+        // be read only sends the ack on to the scan below.
+        if let Some(spill) = self.st.txn_spill.as_deref() {
+            let (now, keep) = (self.cycle.now_us, self.st.txn_keep_us());
+            let mut check = |off: u64| reader.txn_is(p, off, txn);
+            if let Ok(Some(off)) = spill.find(pid, hash, now, keep, &mut check) {
+                return Some(off);
+            }
+        }
         // Not in the id index (older than its memory, or a hash collision): look through the
         // range the caller holds.
         let (from, to) = scan?;

@@ -88,8 +88,10 @@ pub struct TxnSpill {
     /// The bucket written last and not merged yet.
     open_bucket: Option<u64>,
     removed_below: u64,
-    /// A failed write is warned about once until one succeeds.
+    /// A failed write is warned about once until one succeeds, and tried again only once
+    /// the table holds this many rows (not at every push while the disk refuses).
     failing: bool,
+    retry_at_len: usize,
 }
 
 impl TxnSpill {
@@ -114,6 +116,7 @@ impl TxnSpill {
             open_bucket: None,
             removed_below: below,
             failing: false,
+            retry_at_len: 0,
         };
         let buckets = spill.store.buckets();
         if !buckets.is_empty() {
@@ -173,7 +176,7 @@ impl TxnSpill {
             self.store.remove_before(below);
             self.removed_below = below;
         }
-        if ids.len() <= self.hot_ids {
+        if ids.len() <= self.hot_ids || ids.len() < self.retry_at_len {
             return;
         }
         let n = ids.whole_groups_of(ids.len() - self.hot_ids + self.hot_ids / 4);
@@ -196,10 +199,12 @@ impl TxnSpill {
                     tracing::warn!(error = %e, bucket = b, "transaction ids could not be written to their id file; they stay in memory until a write succeeds");
                     self.failing = true;
                 }
+                self.retry_at_len = ids.len().saturating_add(self.hot_ids / 4);
                 return;
             }
         }
         self.failing = false;
+        self.retry_at_len = 0;
         self.ensure_ring(keep_us);
         if let Some(r) = &mut self.ring {
             r.set_window(keep_us);
