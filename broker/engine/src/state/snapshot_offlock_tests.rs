@@ -351,3 +351,23 @@ fn what_the_engine_writes_after_the_checkpoint_was_taken_is_not_in_it() {
         "the mutation changed what a new checkpoint holds"
     );
 }
+
+#[test]
+fn a_group_or_queue_deleted_after_the_checkpoint_was_taken_is_still_in_it() {
+    for delete in [
+        Effect::GroupDelete { gid: 1 },
+        Effect::QueueDelete { qid: 1 },
+    ] {
+        let mut s = state();
+        let want = reference_encode(&s);
+        let pending = begin_checkpoint(&s);
+        mutate(&mut s);
+        s.apply(&delete, 40, loc(12));
+        assert!(s.groups.is_empty(), "the group went");
+        let blob = pending.finish();
+        assert_eq!(blob, want);
+        let back = decode_state(&blob).expect("decodes");
+        assert_eq!(back.groups[&1].cursors.len(), 3);
+        assert_eq!(back.groups[&1].cursors[&4097].committed, 1);
+    }
+}
