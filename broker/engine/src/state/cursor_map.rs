@@ -149,7 +149,11 @@ mod tests {
         for pid in [1, 2, 1500, 1 << 30] {
             assert!(m.insert(pid, row(pid)).is_none());
         }
-        assert_eq!(m.insert(2, row(7)), Some(row(2)), "replacing keeps the count");
+        assert_eq!(
+            m.insert(2, row(7)),
+            Some(row(2)),
+            "replacing keeps the count"
+        );
         assert_eq!(m.len(), 4);
         assert_eq!(m[&1500].committed, 1500);
         assert!(m.get(&3).is_none() && m.get_mut(&3).is_none());
@@ -171,8 +175,14 @@ mod tests {
         m.get_mut(&1).unwrap().committed = 5;
         m.insert(3, row(3));
         let (copies, _) = cow_clock::take();
-        assert_eq!(copies, 1, "the first write copied the shard, the second did not");
-        assert!(Arc::ptr_eq(&m.shards[&1], &snap.shards[1]), "untouched shard");
+        assert_eq!(
+            copies, 1,
+            "the first write copied the shard, the second did not"
+        );
+        assert!(
+            Arc::ptr_eq(&m.shards[&1], &snap.shards[1]),
+            "untouched shard"
+        );
         assert!(!Arc::ptr_eq(&m.shards[&0], &snap.shards[0]));
         let mut held: Vec<(u64, u64)> = snap.iter().map(|(p, r)| (*p, r.committed)).collect();
         held.sort_unstable();
@@ -180,6 +190,10 @@ mod tests {
         assert_eq!(snap.len(), 3);
         drop(snap);
         m.insert(1501, row(1));
-        assert_eq!(cow_clock::take().0, 0, "no copy once no checkpoint holds it");
+        assert_eq!(
+            cow_clock::take().0,
+            0,
+            "no copy once no checkpoint holds it"
+        );
     }
 }

@@ -32,10 +32,10 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::entry::Effect;
+pub use cursor_map::{CursorMap, CursorsSnapshot};
 pub use forget::Forgotten;
 pub use label_index::LabelIndex;
 use model::*;
-pub use cursor_map::{CursorMap, CursorsSnapshot};
 pub use name_index::NameIndex;
 pub use partition_order::PartitionOrder;
 pub use partition_table::{PartitionTable, PartitionsSnapshot};

@@ -105,7 +105,9 @@ impl<'a> IntoIterator for &'a PartitionOrder {
         fn ids(c: &Arc<Vec<u64>>) -> std::slice::Iter<'_, u64> {
             c.iter()
         }
-        self.chunks.iter().flat_map(ids as fn(&'a Arc<Vec<u64>>) -> _)
+        self.chunks
+            .iter()
+            .flat_map(ids as fn(&'a Arc<Vec<u64>>) -> _)
     }
 }
 
@@ -124,7 +126,10 @@ mod tests {
         assert_eq!(o[CHUNK], CHUNK as u64 * 2);
         assert_eq!(o.get(n), None);
         assert_eq!(o.iter().count(), n);
-        assert_eq!((&o).into_iter().nth(CHUNK + 1), Some(&(CHUNK as u64 * 2 + 2)));
+        assert_eq!(
+            (&o).into_iter().nth(CHUNK + 1),
+            Some(&(CHUNK as u64 * 2 + 2))
+        );
         for at in [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, n - 1, n] {
             let bound = at as u64 * 2;
             assert_eq!(o.partition_point(|p| *p < bound), at, "at {at}");

@@ -79,10 +79,7 @@ impl PartitionTable {
     pub fn get_mut(&mut self, pid: &u64) -> Option<&mut Partition> {
         self.get(pid)?;
         let (c, i) = split(*pid)?;
-        writable(self.chunks.get_mut(c)?)
-            .slots
-            .get_mut(i)?
-            .as_mut()
+        writable(self.chunks.get_mut(c)?).slots.get_mut(i)?.as_mut()
     }
 
     pub fn contains_key(&self, pid: &u64) -> bool {
