@@ -30,6 +30,7 @@ pub struct CursorMap {
 pub struct CursorsSnapshot {
     shards: Vec<Arc<Shard>>,
     len: usize,
+    held_bytes: usize,
 }
 
 impl CursorsSnapshot {
@@ -43,6 +44,12 @@ impl CursorsSnapshot {
 
     pub fn iter(&self) -> impl Iterator<Item = (&u64, &CursorRow)> {
         self.shards.iter().flat_map(|s| s.iter())
+    }
+
+    /// What the shared shards held when taken, by capacity: the most the engine's copies of
+    /// them can hold (a copy keeps the original's buckets).
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes
     }
 }
 
@@ -87,16 +94,12 @@ impl CursorMap {
         self.shards.values().flat_map(|s| s.values())
     }
 
-    /// What the cursors hold in memory: each shard's table by capacity (a control byte per
-    /// bucket), its `Arc` and its B-tree entry.
+    /// What the cursors hold in memory: each shard's table by capacity, its `Arc` and its
+    /// B-tree entry.
     pub fn held_bytes(&self) -> usize {
-        let row = std::mem::size_of::<(u64, CursorRow)>() + 1;
         self.shards
             .values()
-            .map(|s| {
-                let buckets = s.capacity().saturating_mul(8) / 7;
-                buckets.saturating_mul(row).saturating_add(96)
-            })
+            .map(|s| shard_bytes(s))
             .fold(0usize, usize::saturating_add)
     }
 
@@ -105,6 +108,7 @@ impl CursorMap {
         CursorsSnapshot {
             shards: self.shards.values().cloned().collect(),
             len: self.len,
+            held_bytes: self.held_bytes(),
         }
     }
 }
@@ -119,6 +123,24 @@ impl std::ops::Index<&u64> for CursorMap {
             None => panic!("no cursor for partition {pid}"),
         }
     }
+}
+
+/// A shard's table by capacity (hashbrown: `capacity + 1` buckets below 8, else 8/7 of it; a
+/// row and a control byte per bucket plus a 16-byte group of control bytes) and what holds it
+/// (the `Arc`'s counts and the `HashMap`, 64 B, and about 64 B of B-tree node per entry).
+fn shard_bytes(s: &Shard) -> usize {
+    const ROW: usize = std::mem::size_of::<(u64, CursorRow)>() + 1;
+    let cap = s.capacity();
+    let buckets = match cap {
+        0 => 0,
+        1..=7 => cap + 1,
+        _ => cap.saturating_mul(8) / 7,
+    };
+    let table = match buckets {
+        0 => 0,
+        b => b.saturating_mul(ROW).saturating_add(16),
+    };
+    table.saturating_add(128)
 }
 
 /// The shard, copied first (and the copy timed) if a checkpoint shares it.
@@ -188,6 +210,12 @@ mod tests {
         held.sort_unstable();
         assert_eq!(held, vec![(1, 0), (2, 0), (1500, 0)]);
         assert_eq!(snap.len(), 3);
+        let row_size = std::mem::size_of::<(u64, CursorRow)>();
+        assert!(
+            snap.held_bytes() >= 2 * 4 * row_size,
+            "two shards of at least 4 buckets each, by capacity: {}",
+            snap.held_bytes()
+        );
         drop(snap);
         m.insert(1501, row(1));
         assert_eq!(

@@ -65,6 +65,18 @@ impl PartitionOrder {
         }
     }
 
+    /// What the last chunk holds, by capacity, or a push's copy of it while a checkpoint
+    /// shares it (at most twice its ids, never past a chunk), whichever is more.
+    pub fn last_chunk_bytes(&self) -> usize {
+        self.chunks.last().map_or(0, |c| {
+            let copy = c.len().saturating_mul(2).min(CHUNK);
+            c.capacity()
+                .max(copy)
+                .saturating_mul(8)
+                .saturating_add(40)
+        })
+    }
+
     /// What the ids hold in memory, by capacity.
     pub fn held_bytes(&self) -> usize {
         let ids: usize = self.chunks.iter().map(|c| c.capacity()).sum();

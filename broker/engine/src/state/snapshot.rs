@@ -154,19 +154,18 @@ impl PendingCheckpoint {
     }
 
     /// The cursors' records at most, and what copies of the blocks this snapshot shares
-    /// besides the partition table's can hold at most: every cursor shard (a row and its
-    /// bucket) and each queue's last chunk of partition ids.
+    /// besides the partition table's can hold at most: every cursor shard and each queue's
+    /// last chunk of partition ids, by capacity (a copy keeps its original's buckets).
     fn off_lock_rows(&self) -> (usize, usize) {
-        let slot = (std::mem::size_of::<(u64, CursorRow)>() + 1) * 8 / 7;
         let (mut records, mut copies) = (0usize, 0usize);
         for (_, hole) in &self.head.holes {
             match hole {
                 Hole::Cursors(c) => {
                     records = records.saturating_add(c.len().saturating_mul(MAX_CURSOR_RECORD));
-                    copies = copies.saturating_add(c.len().saturating_mul(slot));
+                    copies = copies.saturating_add(c.held_bytes());
                 }
                 Hole::Partitions(pids) => {
-                    copies = copies.saturating_add(pids.len().min(4096).saturating_mul(8));
+                    copies = copies.saturating_add(pids.last_chunk_bytes());
                 }
             }
         }
