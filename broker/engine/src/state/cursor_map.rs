@@ -1,10 +1,20 @@
-//! A group's cursors by partition id, in shards of 1024 consecutive ids.
+//! A group's cursors by partition id, in shards of 1792 consecutive ids.
 //!
 //! Why shards: a checkpoint takes the cursors by cloning one handle per shard under the state
 //! lock and encodes them after releasing it (a queue-mode group touching a million partitions
 //! holds a million cursors; encoding them under the lock was most of the checkpoint's pause).
 //! The engine copies a shard only at its first write while a checkpoint still holds it: at
-//! most 1024 rows (2048 buckets of 113 B, about 230 KB), timed by [`super::cow_clock`].
+//! most 1792 rows (2048 buckets of 113 B, about 230 KB), timed by [`super::cow_clock`].
+//!
+//! Why 1792: hashbrown fills a table to 7/8 of its buckets (a power of two), so a full shard
+//! of 1792 rows sits in 2048 buckets at load 7/8 (129 B a row); 1024 rows would sit in the
+//! same 2048 buckets at load 1/2 (226 B a row).
+//!
+//! The sparse case: partition ids are global (shared by all queues), so a group whose queue
+//! created its partitions while other queues did can hold about one cursor per shard: a
+//! 4-bucket table, its `Arc`, map and B-tree share, about 560 B a cursor against about 230 B
+//! in one map. `held_bytes` counts it (by capacity, per shard); keying shards by the
+//! partition's index in its queue would remove it (not done).
 //!
 //! Shards are keyed by `pid / SHARD` in a B-tree, so the shards of a group touching a few
 //! partitions of a wide id space cost what they hold, and iteration is in shard order (the
@@ -16,7 +26,9 @@ use std::sync::Arc;
 use super::cow_clock;
 use super::model::CursorRow;
 
-const SHARD: u64 = 1024;
+/// Rows a full shard holds: 7/8 of 2048 buckets (see `a_full_shard_fills_its_table`).
+const FULL_SHARD: u64 = 1792;
+const SHARD: u64 = FULL_SHARD;
 
 type Shard = HashMap<u64, CursorRow>;
 
@@ -166,9 +178,27 @@ mod tests {
     }
 
     #[test]
+    fn a_full_shard_fills_its_table() {
+        let mut shard = Shard::default();
+        for pid in 0..FULL_SHARD {
+            shard.insert(pid, row(pid));
+        }
+        assert_eq!(
+            shard.capacity(),
+            FULL_SHARD as usize,
+            "no free capacity left"
+        );
+        shard.insert(FULL_SHARD, row(0));
+        assert!(
+            shard.capacity() > FULL_SHARD as usize,
+            "one more row grows the table"
+        );
+    }
+
+    #[test]
     fn insert_get_and_count_across_shards() {
         let mut m = CursorMap::default();
-        for pid in [1, 2, 1500, 1 << 30] {
+        for pid in [1, 2, SHARD + 1, 1 << 30] {
             assert!(m.insert(pid, row(pid)).is_none());
         }
         assert_eq!(
@@ -177,19 +207,22 @@ mod tests {
             "replacing keeps the count"
         );
         assert_eq!(m.len(), 4);
-        assert_eq!(m[&1500].committed, 1500);
+        assert_eq!(m[&(SHARD + 1)].committed, SHARD + 1);
         assert!(m.get(&3).is_none() && m.get_mut(&3).is_none());
         m.get_mut(&1).unwrap().committed = 9;
         let mut all: Vec<(u64, u64)> = m.iter().map(|(p, r)| (*p, r.committed)).collect();
         all.sort_unstable();
-        assert_eq!(all, vec![(1, 9), (2, 7), (1500, 1500), (1 << 30, 1 << 30)]);
+        assert_eq!(
+            all,
+            vec![(1, 9), (2, 7), (SHARD + 1, SHARD + 1), (1 << 30, 1 << 30)]
+        );
         assert!(m.held_bytes() >= 4 * std::mem::size_of::<CursorRow>());
     }
 
     #[test]
     fn a_snapshot_keeps_its_moment_and_writes_copy_only_the_shard_they_touch() {
         let mut m = CursorMap::default();
-        for pid in [1, 2, 1500] {
+        for pid in [1, 2, SHARD + 1] {
             m.insert(pid, row(0));
         }
         let snap = m.snapshot();
@@ -208,7 +241,7 @@ mod tests {
         assert!(!Arc::ptr_eq(&m.shards[&0], &snap.shards[0]));
         let mut held: Vec<(u64, u64)> = snap.iter().map(|(p, r)| (*p, r.committed)).collect();
         held.sort_unstable();
-        assert_eq!(held, vec![(1, 0), (2, 0), (1500, 0)]);
+        assert_eq!(held, vec![(1, 0), (2, 0), (SHARD + 1, 0)]);
         assert_eq!(snap.len(), 3);
         let row_size = std::mem::size_of::<(u64, CursorRow)>();
         assert!(
@@ -217,7 +250,7 @@ mod tests {
             snap.held_bytes()
         );
         drop(snap);
-        m.insert(1501, row(1));
+        m.insert(SHARD + 2, row(1));
         assert_eq!(
             cow_clock::take().0,
             0,

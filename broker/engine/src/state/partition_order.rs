@@ -70,10 +70,7 @@ impl PartitionOrder {
     pub fn last_chunk_bytes(&self) -> usize {
         self.chunks.last().map_or(0, |c| {
             let copy = c.len().saturating_mul(2).min(CHUNK);
-            c.capacity()
-                .max(copy)
-                .saturating_mul(8)
-                .saturating_add(40)
+            c.capacity().max(copy).saturating_mul(8).saturating_add(40)
         })
     }
 
