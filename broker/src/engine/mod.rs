@@ -45,7 +45,19 @@ pub use metrics_sample::MetricsSample;
 use plan::{Planner, PopPlan};
 use waiters::Waiters;
 
-use crate::state::{begin_checkpoint, State};
+use crate::state::{begin_checkpoint, cow_clock, State};
+
+/// The engine's copies of blocks a checkpoint still shared, in one stretch it held the state
+/// lock (`cow_clock`): the part of the checkpoint's pause that moved to the first writes.
+fn record_cow_copies(tenant: &str, (copies, took): (u64, Duration)) {
+    if copies == 0 {
+        return;
+    }
+    metrics::histogram!("queen_checkpoint_cow_copy_seconds", "tenant" => tenant.to_string())
+        .record(took.as_secs_f64());
+    metrics::counter!("queen_checkpoint_cow_copies_total", "tenant" => tenant.to_string())
+        .increment(copies);
+}
 
 pub type Reply = oneshot::Sender<Result<Outcome, QueenError>>;
 
@@ -508,6 +520,8 @@ impl Engine {
         let mut loan;
         let (entry, appended, copied, number) = {
             let mut st = self.shared.lock();
+            // What this thread copied before (a follower's apply) is not this cycle's.
+            let _ = cow_clock::take();
             let mut cycle = Cycle::next(&st, self.cfg.clock.now_us());
             let now = cycle.now_us;
             let mut planner = Planner {
@@ -687,6 +701,7 @@ impl Engine {
                 m.after_cycle(&st, engine);
             }
             self.woken = std::mem::take(&mut cycle.woken_queues);
+            record_cow_copies(&self.cfg.tenant, cow_clock::take());
             if cycle.entry.is_empty() {
                 (None, Vec::new(), Vec::new(), 0)
             } else {
@@ -736,8 +751,10 @@ impl Engine {
                 Ok((index, _term)) => {
                     {
                         let mut st = self.shared.lock();
+                        let _ = cow_clock::take();
                         st.commit_pending_runs(&appended, index);
                         st.commit_copied_runs(&copied, index);
+                        record_cow_copies(&self.cfg.tenant, cow_clock::take());
                     }
                     self.cache.insert_vec(index, cached);
                     let tenant = self.cfg.tenant.to_string();

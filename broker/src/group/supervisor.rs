@@ -95,7 +95,7 @@ pub async fn start(
     let log = Arc::new(log);
     let store = Arc::new(store);
     let shared = Shared::new(state);
-    let handler = Arc::new(EngineApply::new(shared.clone()));
+    let handler = Arc::new(EngineApply::new(shared.clone(), ecfg.tenant.clone()));
     let node = match &ecfg.cluster {
         None => RaftNode::start_single(RaftConfig::default(), log.clone(), store.clone(), handler)
             .await

@@ -78,7 +78,7 @@ pub fn state_and_partition_bytes(st: &State) -> (usize, usize) {
             .saturating_add(text(q.name.capacity()).saturating_mul(2))
             .saturating_add(text(q.namespace.capacity()))
             .saturating_add(text(q.task.capacity()))
-            .saturating_add(buf_bytes(q.partition_order.capacity(), size_of::<u64>()))
+            .saturating_add(q.partition_order.held_bytes())
             // The by-name partition index: one (name hash, id) row per partition.
             .saturating_add(table_bytes(q.partition_order.len(), 16))
             .saturating_add(table_bytes(q.groups.capacity(), size_of::<(String, u64)>()))
@@ -101,10 +101,8 @@ pub fn state_and_partition_bytes(st: &State) -> (usize, usize) {
     for g in st.groups.values() {
         b = b
             .saturating_add(text(g.name.capacity()))
-            .saturating_add(table_bytes(
-                g.cursors.capacity(),
-                size_of::<(u64, crate::state::model::CursorRow)>(),
-            ))
+            // In shards of 1024 ids, each a table (state/cursor_map.rs).
+            .saturating_add(g.cursors.held_bytes())
             .saturating_add(buf_bytes(g.ready.capacity(), size_of::<u64>()))
             .saturating_add(table_bytes(g.in_ready.capacity(), size_of::<u64>()))
             .saturating_add(buf_bytes(g.wake.capacity(), 16));

@@ -135,7 +135,7 @@ impl Planner<'_> {
                         "Consumer group {group} has not consumed queue {queue}"
                     )));
                 };
-                let pids = q.partition_order.clone();
+                let pids: Vec<u64> = q.partition_order.iter().copied().collect();
                 let mut updated = 0;
                 for pid in pids {
                     let Some(p) = self.st.partitions.get(&pid) else {

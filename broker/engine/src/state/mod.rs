@@ -4,6 +4,8 @@
 pub mod canonical;
 pub mod compaction;
 pub mod config;
+pub mod cow_clock;
+mod cursor_map;
 mod fifo;
 mod forget;
 pub mod frame;
@@ -17,6 +19,7 @@ pub mod kv;
 mod label_index;
 pub mod model;
 mod name_index;
+mod partition_order;
 mod partition_table;
 mod retention;
 pub mod run_floor;
@@ -30,10 +33,12 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::entry::Effect;
+pub use cursor_map::{CursorMap, CursorsSnapshot};
 pub use forget::Forgotten;
 pub use label_index::LabelIndex;
 use model::*;
 pub use name_index::NameIndex;
+pub use partition_order::PartitionOrder;
 pub use partition_table::{PartitionTable, PartitionsSnapshot};
 pub use txn_ids::{TxnIds, TxnRow, TxnSnapshot};
 pub use txn_spill::{bucket_of, id_key, IdStore, TxnSpill, ID_BUCKET_US, MIN_HOT_IDS};
@@ -142,7 +147,7 @@ impl State {
             start_from_us,
             created_us: now_us,
             conflation: false,
-            cursors: HashMap::new(),
+            cursors: CursorMap::default(),
             ready: VecDeque::new(),
             in_ready: Default::default(),
             wake: Default::default(),
@@ -176,7 +181,7 @@ impl State {
                     configured: false,
                     created_us: now_us,
                     partitions: NameIndex::default(),
-                    partition_order: Vec::new(),
+                    partition_order: PartitionOrder::default(),
                     groups: HashMap::new(),
                     dlq: VecDeque::new(),
                     counters: QueueCounters::default(),

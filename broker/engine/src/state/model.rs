@@ -5,7 +5,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 
 use super::config::QueueConfig;
+use super::cursor_map::CursorMap;
 use super::name_index::NameIndex;
+use super::partition_order::PartitionOrder;
 
 /// Log index of runs appended by the cycle being planned, not yet committed.
 pub const PENDING_INDEX: u64 = u64::MAX;
@@ -21,7 +23,7 @@ pub struct Queue {
     pub created_us: i64,
     /// Partition name → partition id, and creation order.
     pub partitions: NameIndex,
-    pub partition_order: Vec<u64>,
+    pub partition_order: PartitionOrder,
     /// Group name → group id.
     pub groups: HashMap<String, u64>,
     /// Oldest first; at most [`super::MAX_DLQ_ROWS_PER_QUEUE`], the oldest evicted past it.
@@ -152,7 +154,7 @@ pub struct Group {
     pub created_us: i64,
     /// Last-value delivery (spec native-api §2.5.4), fixed when the group registered.
     pub conflation: bool,
-    pub cursors: HashMap<u64, CursorRow>,
+    pub cursors: CursorMap,
     /// Derived: partitions that may have deliverable messages, oldest hint first.
     pub ready: VecDeque<u64>,
     pub in_ready: HashSet<u64>,

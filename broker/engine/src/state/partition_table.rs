@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use super::cow_clock;
 use super::model::Partition;
 
 const CHUNK: usize = 4096;
@@ -43,6 +44,17 @@ impl PartitionsSnapshot {
     }
 }
 
+/// The chunk, copied first (and the copy timed: `cow_clock`) if a checkpoint shares it.
+fn writable(chunk: &mut Arc<Chunk>) -> &mut Chunk {
+    if Arc::get_mut(chunk).is_none() {
+        let started = cow_clock::start();
+        let copy = Arc::make_mut(chunk);
+        cow_clock::record(started);
+        return copy;
+    }
+    Arc::make_mut(chunk)
+}
+
 fn split(pid: u64) -> Option<(usize, usize)> {
     let i = usize::try_from(pid).ok()?;
     Some((i / CHUNK, i % CHUNK))
@@ -67,10 +79,7 @@ impl PartitionTable {
     pub fn get_mut(&mut self, pid: &u64) -> Option<&mut Partition> {
         self.get(pid)?;
         let (c, i) = split(*pid)?;
-        Arc::make_mut(self.chunks.get_mut(c)?)
-            .slots
-            .get_mut(i)?
-            .as_mut()
+        writable(self.chunks.get_mut(c)?).slots.get_mut(i)?.as_mut()
     }
 
     pub fn contains_key(&self, pid: &u64) -> bool {
@@ -84,7 +93,7 @@ impl PartitionTable {
         if self.chunks.len() <= c {
             self.chunks.resize_with(c + 1, Arc::default);
         }
-        let chunk = Arc::make_mut(&mut self.chunks[c]);
+        let chunk = writable(&mut self.chunks[c]);
         if chunk.slots.is_empty() {
             chunk.slots = std::iter::repeat_with(|| None).take(CHUNK).collect();
         }
@@ -99,7 +108,7 @@ impl PartitionTable {
     pub fn remove(&mut self, pid: &u64) -> Option<Partition> {
         self.get(pid)?;
         let (c, i) = split(*pid)?;
-        let chunk = Arc::make_mut(self.chunks.get_mut(c)?);
+        let chunk = writable(self.chunks.get_mut(c)?);
         let old = chunk.slots.get_mut(i)?.take()?;
         chunk.used -= 1;
         self.len -= 1;

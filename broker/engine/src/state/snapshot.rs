@@ -7,7 +7,9 @@ use std::collections::{HashMap, VecDeque};
 use super::config::QueueConfig;
 use super::model::*;
 use super::partition_table::PartitionsSnapshot;
-use super::{NameIndex, State, TxnIds, TxnRow, TxnSnapshot};
+use super::{
+    CursorMap, CursorsSnapshot, NameIndex, PartitionOrder, State, TxnIds, TxnRow, TxnSnapshot,
+};
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::entry::{decode_cursor, encode_cursor};
 
@@ -41,25 +43,55 @@ pub fn encode_state(s: &State) -> Vec<u8> {
 }
 
 /// A checkpoint taken under the state lock, to be finished after releasing it. Under the lock
-/// only the rows nothing shares are encoded (queues, DLQ rows, groups with their cursors,
-/// traces, the sections); the partitions with their runs and the transaction-id FIFO, the
-/// bulk under load, are snapshots of shared blocks (`PartitionsSnapshot`, `TxnSnapshot`)
-/// that `encode` and `emit` write off the lock, in the same bytes the lock once held.
+/// only the rows nothing shares are encoded (queues, DLQ rows, groups, traces, the sections);
+/// the partitions with their runs, the queues' partition ids, the groups' cursors and the
+/// transaction-id FIFO, the bulk under load, are snapshots of shared blocks
+/// (`PartitionsSnapshot`, `PartitionOrder`, `CursorsSnapshot`, `TxnSnapshot`) that `encode`
+/// and `emit` write off the lock, in the same bytes the lock once held.
 pub struct PendingCheckpoint {
     head: HeadParts,
     partitions: PartitionsSnapshot,
     txn: TxnSnapshot,
 }
 
-/// Everything up to the transaction-id FIFO with the partitions' records left out: they go at
-/// `holes` (a byte position in `buf`, and that queue's partition ids in creation order).
+/// Everything up to the transaction-id FIFO with the partitions' and the cursors' records left
+/// out: they go at `holes` (a byte position in `buf`, and what is written there).
 struct HeadParts {
     buf: Vec<u8>,
-    holes: Vec<(usize, Vec<u64>)>,
+    holes: Vec<(usize, Hole)>,
     /// Version 1's transaction rows, written inside each partition's record (tests only).
     v1_rows: Option<HashMap<u64, Vec<(i64, u64)>>>,
     sections: Option<Sections>,
 }
+
+/// What goes at a hole of the head, taken under the lock as shared blocks.
+enum Hole {
+    /// A queue's partition ids in creation order: their records (the count is in the head).
+    Partitions(PartitionOrder),
+    /// A group's cursors: `(pid, row)` records (the count is in the head).
+    Cursors(CursorsSnapshot),
+}
+
+impl Hole {
+    /// About the bytes its records take, to size the buffer once.
+    fn encoded_hint(&self, parts: &PartitionsSnapshot) -> usize {
+        match self {
+            Hole::Partitions(pids) => pids
+                .iter()
+                .map(|pid| {
+                    parts
+                        .get(pid)
+                        .map_or(8, |p| 64 + p.name.len() + p.runs.len() * 32)
+                })
+                .sum(),
+            Hole::Cursors(c) => c.len() * MAX_CURSOR_RECORD,
+        }
+    }
+}
+
+/// A cursor's record at most: pid 8, committed 8, failures 4, attempt 4, delivered end 8, the
+/// lease's tag 1 and body 36.
+const MAX_CURSOR_RECORD: usize = 69;
 
 /// Version 3's sections, but for the count and the producers section: whether that one is
 /// written, and its DeleteRecords floors, come from the partitions.
@@ -98,21 +130,46 @@ impl PendingCheckpoint {
     /// it before they run): the head taken, twice while `encode` splices it, the partitions'
     /// records (at most `partition_bytes`, the table's size in memory: a record encodes to
     /// fewer bytes than its row and run index hold) and as much again for the chunks the
-    /// engine copies while this snapshot still shares them, and what writing the rows holds
-    /// (`held_while_written`).
+    /// engine copies while this snapshot still shares them, the cursors' records and the
+    /// shards and id chunks the engine may copy likewise (`off_lock_rows`), and what writing
+    /// the rows holds (`held_while_written`).
     pub fn held_estimate(
         &self,
         partition_bytes: usize,
         store_chunk_bytes: usize,
         store_cache_bytes: usize,
     ) -> usize {
-        let head = self.taken_len().saturating_add(partition_bytes);
+        let (cursor_records, copies) = self.off_lock_rows();
+        let head = self
+            .taken_len()
+            .saturating_add(partition_bytes)
+            .saturating_add(cursor_records);
         let len = head.saturating_add(txn_len(&self.txn));
         head.saturating_add(self.taken_len())
             .saturating_add(partition_bytes)
+            .saturating_add(copies)
             .saturating_add(len.saturating_sub(head).min(PIECE_BYTES))
             .saturating_add(len.min(store_chunk_bytes))
             .saturating_add(len.min(store_cache_bytes))
+    }
+
+    /// The cursors' records at most, and what copies of the blocks this snapshot shares
+    /// besides the partition table's can hold at most: every cursor shard and each queue's
+    /// last chunk of partition ids, by capacity (a copy keeps its original's buckets).
+    fn off_lock_rows(&self) -> (usize, usize) {
+        let (mut records, mut copies) = (0usize, 0usize);
+        for (_, hole) in &self.head.holes {
+            match hole {
+                Hole::Cursors(c) => {
+                    records = records.saturating_add(c.len().saturating_mul(MAX_CURSOR_RECORD));
+                    copies = copies.saturating_add(c.held_bytes());
+                }
+                Hole::Partitions(pids) => {
+                    copies = copies.saturating_add(pids.last_chunk_bytes());
+                }
+            }
+        }
+        (records, copies)
     }
 
     /// Encodes the partitions into the head, off the lock: the head is then byte for byte
@@ -125,25 +182,27 @@ impl PendingCheckpoint {
             sections,
         } = self.head;
         let parts = &self.partitions;
-        let records: usize = holes
-            .iter()
-            .flat_map(|(_, pids)| pids.iter())
-            .map(|pid| {
-                parts
-                    .get(pid)
-                    .map_or(8, |p| 64 + p.name.len() + p.runs.len() * 32)
-            })
-            .sum();
+        let records: usize = holes.iter().map(|(_, h)| h.encoded_hint(parts)).sum();
         let rest = sections.as_ref().map_or(0, |s| {
             64 + s.before.len() + s.producers.len() + s.after.len()
         });
         let mut w = Writer::with_capacity(buf.len() + records + rest);
         let mut at = 0;
-        for (pos, pids) in &holes {
+        for (pos, hole) in &holes {
             w.buf.extend_from_slice(buf.get(at..*pos).unwrap_or(&[]));
             at = *pos;
-            for pid in pids {
-                encode_partition(&mut w, parts.get(pid), pid, v1_rows.as_ref());
+            match hole {
+                Hole::Partitions(pids) => {
+                    for pid in pids {
+                        encode_partition(&mut w, parts.get(pid), pid, v1_rows.as_ref());
+                    }
+                }
+                Hole::Cursors(cursors) => {
+                    for (pid, row) in cursors.iter() {
+                        w.u64(*pid);
+                        encode_cursor(&mut w, row);
+                    }
+                }
             }
         }
         w.buf.extend_from_slice(buf.get(at..).unwrap_or(&[]));
@@ -230,11 +289,11 @@ impl ReadyCheckpoint {
 
 /// About the encoded size of what is taken under the lock, so the buffer is allocated once:
 /// growing a buffer of hundreds of megabytes by doubling copies it again at every step while
-/// the engine waits. The partitions are not in it (`PendingCheckpoint::encode` sizes them).
+/// the engine waits. The partitions and the cursors are not in it (`PendingCheckpoint::encode` sizes them).
 fn size_hint(s: &State) -> usize {
-    let cursors: usize = s.groups.values().map(|g| 64 + g.cursors.len() * 64).sum();
+    let groups = s.groups.len() * 64;
     let queues: usize = s.queues.values().map(|q| 256 + q.dlq.len() * 64).sum();
-    1024 + cursors + queues + s.traces.len() * 128
+    1024 + groups + queues + s.traces.len() * 128
 }
 
 /// Writes `version` 3, or an older version (only so tests can check that upgrades read it).
@@ -274,7 +333,7 @@ fn take_head(s: &State, version: u8) -> HeadParts {
         rows
     });
     let mut w = Writer::with_capacity(size_hint(s));
-    let mut holes = Vec::with_capacity(s.queues.len());
+    let mut holes = Vec::with_capacity(s.queues.len() + s.groups.len());
     w.u8(version);
     w.u64(s.last_cycle);
     w.i64(s.last_now_us);
@@ -312,7 +371,7 @@ fn take_head(s: &State, version: u8) -> HeadParts {
             w.u32(d.retries);
         }
         w.u32(q.partition_order.len() as u32);
-        holes.push((w.buf.len(), q.partition_order.clone()));
+        holes.push((w.buf.len(), Hole::Partitions(q.partition_order.clone())));
         w.u32(q.groups.len() as u32);
         for gid in q.groups.values() {
             let Some(g) = s.groups.get(gid) else {
@@ -324,10 +383,7 @@ fn take_head(s: &State, version: u8) -> HeadParts {
             w.i64(g.start_from_us);
             w.i64(g.created_us);
             w.u32(g.cursors.len() as u32);
-            for (pid, row) in &g.cursors {
-                w.u64(*pid);
-                encode_cursor(&mut w, row);
-            }
+            holes.push((w.buf.len(), Hole::Cursors(g.cursors.snapshot())));
         }
     }
     w.u32(s.traces.len() as u32);
@@ -704,7 +760,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
             configured,
             created_us,
             partitions: NameIndex::default(),
-            partition_order: Vec::new(),
+            partition_order: PartitionOrder::default(),
             groups: HashMap::new(),
             dlq: dlq.into(),
             counters,
@@ -787,7 +843,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                 start_from_us: r.i64()?,
                 created_us: r.i64()?,
                 conflation: false,
-                cursors: HashMap::new(),
+                cursors: CursorMap::default(),
                 ready: VecDeque::new(),
                 in_ready: Default::default(),
                 wake: Default::default(),

@@ -111,7 +111,7 @@ fn old_head(s: &State, version: u8) -> Writer {
             w.i64(g.start_from_us);
             w.i64(g.created_us);
             w.u32(g.cursors.len() as u32);
-            for (pid, row) in &g.cursors {
+            for (pid, row) in g.cursors.iter() {
                 w.u64(*pid);
                 encode_cursor(&mut w, row);
             }
@@ -246,14 +246,9 @@ fn state() -> State {
         30,
         loc(9),
     );
-    if let Some(g) = s.groups.get_mut(&1) {
-        g.cursors.insert(
-            1,
-            CursorRow {
-                committed: 2,
-                ..CursorRow::default()
-            },
-        );
+    // Cursors in two shards (1024 ids each), one leased.
+    for (pid, committed, lease) in [(1, 2, None), (4097, 1, Some(77)), (4098, 3, None)] {
+        put_cursor(&mut s, pid, committed, lease);
     }
     if let Some(p) = s.partitions.get_mut(&4500) {
         p.floor = 1;
@@ -261,9 +256,43 @@ fn state() -> State {
     s
 }
 
+fn put_cursor(s: &mut State, pid: u64, committed: u64, lease: Option<u128>) {
+    let row = CursorRow {
+        committed,
+        lease: lease.map(|id| LeaseRow {
+            id,
+            end: committed + 1,
+            expires_us: 1_000,
+            seconds: 5,
+        }),
+        delivered_end: committed,
+        ..CursorRow::default()
+    };
+    s.apply(&Effect::CursorPut { gid: 1, pid, row }, 31, loc(10));
+}
+
 /// What the engine might do while a checkpoint is encoded: append, retire, create, delete,
-/// move a floor, in both chunks.
+/// move a floor, in both chunks; commit, lease and release cursors in both shards and start
+/// one in a new shard; create a partition (its queue's id list grows).
 fn mutate(s: &mut State) {
+    put_cursor(s, 1, 4, Some(78));
+    put_cursor(s, 4097, 2, None);
+    put_cursor(s, 2100, 0, Some(79));
+    if let Some(g) = s.groups.get_mut(&1) {
+        if let Some(row) = g.cursors.get_mut(&4098) {
+            row.failures += 1;
+        }
+    }
+    let pid = s.next_partition_id;
+    s.apply(
+        &Effect::PartitionCreate {
+            qid: 1,
+            pid,
+            name: &format!("late{pid}"),
+        },
+        32,
+        loc(11),
+    );
     if let Some(p) = s.partitions.get_mut(&1) {
         p.runs.push(Run {
             base_offset: 6,
@@ -321,4 +350,24 @@ fn what_the_engine_writes_after_the_checkpoint_was_taken_is_not_in_it() {
         want,
         "the mutation changed what a new checkpoint holds"
     );
+}
+
+#[test]
+fn a_group_or_queue_deleted_after_the_checkpoint_was_taken_is_still_in_it() {
+    for delete in [
+        Effect::GroupDelete { gid: 1 },
+        Effect::QueueDelete { qid: 1 },
+    ] {
+        let mut s = state();
+        let want = reference_encode(&s);
+        let pending = begin_checkpoint(&s);
+        mutate(&mut s);
+        s.apply(&delete, 40, loc(12));
+        assert!(s.groups.is_empty(), "the group went");
+        let blob = pending.finish();
+        assert_eq!(blob, want);
+        let back = decode_state(&blob).expect("decodes");
+        assert_eq!(back.groups[&1].cursors.len(), 3);
+        assert_eq!(back.groups[&1].cursors[&4097].committed, 1);
+    }
 }

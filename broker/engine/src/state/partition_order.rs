@@ -1,0 +1,169 @@
+//! A queue's partition ids in creation order, append-only, in shared chunks of 4096 ids.
+//!
+//! Why chunks: a checkpoint writes each queue's partitions in this order, off the state lock;
+//! copying the list under the lock was 8 MB at a million partitions. Taking it is now one
+//! handle per chunk; the engine's next create copies at most the last chunk (32 KB) while a
+//! checkpoint still holds it, timed by [`super::cow_clock`]. Ids are only appended: a
+//! partition goes only with its queue.
+
+use std::sync::Arc;
+
+use super::cow_clock;
+
+#[cfg(not(test))]
+const CHUNK: usize = 4096;
+/// Small under test, so the property tests' few partitions cross chunks (review s26 ckpt M5).
+#[cfg(test)]
+const CHUNK: usize = 3;
+
+/// Cloning shares the chunks (a write copies the one it touches).
+#[derive(Default, Clone)]
+pub struct PartitionOrder {
+    chunks: Vec<Arc<Vec<u64>>>,
+    len: usize,
+}
+
+impl PartitionOrder {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn push(&mut self, pid: u64) {
+        match self.chunks.last_mut() {
+            Some(last) if last.len() < CHUNK => {
+                if Arc::get_mut(last).is_none() {
+                    let started = cow_clock::start();
+                    Arc::make_mut(last).push(pid);
+                    cow_clock::record(started);
+                } else {
+                    Arc::make_mut(last).push(pid);
+                }
+            }
+            // The first chunk grows as a `Vec` does, so a queue of a few partitions holds a
+            // few ids, not a whole chunk.
+            _ => self.chunks.push(Arc::new(vec![pid])),
+        }
+        self.len += 1;
+    }
+
+    pub fn get(&self, i: usize) -> Option<u64> {
+        self.chunks.get(i / CHUNK)?.get(i % CHUNK).copied()
+    }
+
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &u64> + Clone {
+        self.chunks.iter().flat_map(|c| c.iter())
+    }
+
+    /// The first index whose id fails `pred`, which must hold for a prefix (as the slice's).
+    pub fn partition_point(&self, mut pred: impl FnMut(&u64) -> bool) -> usize {
+        let full = self
+            .chunks
+            .partition_point(|c| c.last().is_some_and(&mut pred));
+        match self.chunks.get(full) {
+            Some(c) => full * CHUNK + c.partition_point(&mut pred),
+            None => self.len,
+        }
+    }
+
+    /// What the last chunk holds, by capacity, or a push's copy of it while a checkpoint
+    /// shares it (at most twice its ids, never past a chunk), whichever is more.
+    pub fn last_chunk_bytes(&self) -> usize {
+        self.chunks.last().map_or(0, |c| {
+            let copy = c.len().saturating_mul(2).min(CHUNK);
+            c.capacity().max(copy).saturating_mul(8).saturating_add(40)
+        })
+    }
+
+    /// What the ids hold in memory, by capacity.
+    pub fn held_bytes(&self) -> usize {
+        let ids: usize = self.chunks.iter().map(|c| c.capacity()).sum();
+        ids.saturating_mul(8)
+            .saturating_add(self.chunks.capacity().saturating_mul(8))
+            .saturating_add(self.chunks.len().saturating_mul(40))
+    }
+}
+
+/// As the `Vec` it replaced prints: the ids in order.
+impl std::fmt::Debug for PartitionOrder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl std::ops::Index<usize> for PartitionOrder {
+    type Output = u64;
+
+    /// Panics past the end, as a slice's index does.
+    fn index(&self, i: usize) -> &u64 {
+        match self.chunks.get(i / CHUNK).and_then(|c| c.get(i % CHUNK)) {
+            Some(pid) => pid,
+            None => panic!("partition index {i} past {}", self.len),
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a PartitionOrder {
+    type Item = &'a u64;
+    type IntoIter = std::iter::FlatMap<
+        std::slice::Iter<'a, Arc<Vec<u64>>>,
+        std::slice::Iter<'a, u64>,
+        fn(&'a Arc<Vec<u64>>) -> std::slice::Iter<'a, u64>,
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        fn ids(c: &Arc<Vec<u64>>) -> std::slice::Iter<'_, u64> {
+            c.iter()
+        }
+        self.chunks
+            .iter()
+            .flat_map(ids as fn(&'a Arc<Vec<u64>>) -> _)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_index_search_and_iterate_across_chunks() {
+        let mut o = PartitionOrder::default();
+        let n = CHUNK * 2 + 5;
+        for i in 0..n {
+            o.push(i as u64 * 2);
+        }
+        assert_eq!(o.len(), n);
+        assert_eq!(o[CHUNK], CHUNK as u64 * 2);
+        assert_eq!(o.get(n), None);
+        assert_eq!(o.iter().count(), n);
+        assert_eq!(
+            (&o).into_iter().nth(CHUNK + 1),
+            Some(&(CHUNK as u64 * 2 + 2))
+        );
+        for at in [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, n - 1, n] {
+            let bound = at as u64 * 2;
+            assert_eq!(o.partition_point(|p| *p < bound), at, "at {at}");
+        }
+        assert!(o.held_bytes() >= n * 8);
+    }
+
+    #[test]
+    fn a_clone_keeps_its_moment_and_a_push_copies_only_the_last_chunk() {
+        let mut o = PartitionOrder::default();
+        for i in 0..(CHUNK as u64 + 1) {
+            o.push(i);
+        }
+        let snap = o.clone();
+        let _ = cow_clock::take();
+        o.push(100_000);
+        o.push(100_001);
+        assert_eq!(cow_clock::take().0, 1, "one copy, of the last chunk");
+        assert!(Arc::ptr_eq(&o.chunks[0], &snap.chunks[0]));
+        assert_eq!(snap.len(), CHUNK + 1);
+        assert_eq!(snap.iter().last(), Some(&(CHUNK as u64)));
+        assert_eq!(o.iter().last(), Some(&100_001));
+    }
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The checkpoint's pause of the engine at COUNT partitions (issue 12): one fresh broker
+# checkpointing every INTERVAL seconds, the partitions-scale shape (a consume run whose
+# pre-fill pushes one message to each partition and pops + acks them all, so the queue-mode
+# group holds COUNT cursors, then a closed-loop e2e for DURATION s), then the checkpoint
+# series read from /metrics/prometheus: `queen_checkpoint_encode_seconds` (the pause under
+# the lock) and `queen_checkpoint_cow_copy_seconds` (the copies of shared blocks moved to the
+# engine's first writes; absent from builds before session 26).
+#
+#   COUNT=100000 scripts/bench/checkpoint-pause.sh > pause.txt
+#
+# Env (defaults): COUNT (100000) INTERVAL (5) DURATION (30) PRODUCERS (2) CONSUMERS (4)
+# BATCH (100) MSG_BYTES (256). Binaries as lib.sh says (QUEEN_BIN to compare builds).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+COUNT=${COUNT:-100000}
+INTERVAL=${INTERVAL:-5}
+DURATION=${DURATION:-30}
+PRODUCERS=${PRODUCERS:-2}
+CONSUMERS=${CONSUMERS:-4}
+BATCH=${BATCH:-100}
+MSG_BYTES=${MSG_BYTES:-256}
+
+need_tools
+data=$(new_data_dir)
+export QUEEN_CHECKPOINT_INTERVAL_SECS=$INTERVAL
+start_broker "$data"
+shape=(--queue "bench-scale-$COUNT" --partitions "$COUNT" --producers "$PRODUCERS"
+    --consumers "$CONSUMERS" --batch "$BATCH" --msg-bytes "$MSG_BYTES")
+run_bench "$BENCH_TMP/create.json" consume "${shape[@]}" --prefill "$COUNT" --duration-secs 86400
+run_bench "$BENCH_TMP/e2e.json" e2e "${shape[@]}" --duration-secs "$DURATION"
+echo "# $QUEEN_BIN COUNT=$COUNT INTERVAL=$INTERVAL DURATION=$DURATION rss_kb=$(rss_kb VmRSS)"
+curl -s "$BROKER_URL/metrics/prometheus" | grep -E '^queen_checkpoint_(encode_seconds|cow_copy_seconds|cow_copies_total|bytes)' || true
+stop_broker
+drop_data_dir "$data"
