@@ -64,6 +64,17 @@ pub struct LogStore {
     inner: Arc<Inner>,
 }
 
+/// A `LogStore` that does not keep it open (`SnapshotFeed`): the group's reopen waits until
+/// nothing holds its files, and the listener's inbox outlives the group.
+#[derive(Clone)]
+pub(crate) struct WeakLogStore(std::sync::Weak<Inner>);
+
+impl WeakLogStore {
+    pub(crate) fn upgrade(&self) -> Option<LogStore> {
+        self.0.upgrade().map(|inner| LogStore { inner })
+    }
+}
+
 struct Inner {
     log: Arc<SegmentLog>,
     store: Arc<StateStore>,
@@ -151,6 +162,10 @@ impl LogStore {
                 raft_bounded: AtomicBool::new(false),
             }),
         })
+    }
+
+    pub(crate) fn downgrade(&self) -> WeakLogStore {
+        WeakLogStore(Arc::downgrade(&self.inner))
     }
 
     /// The newest committed log id openraft reported (in memory; disk may lag).

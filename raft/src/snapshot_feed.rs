@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use crate::log_store::LogStore;
+use crate::log_store::{LogStore, WeakLogStore};
 
 /// Entries openraft keeps below the snapshot it last built (`max_in_snapshot_log_to_keep`,
 /// openraft's default too): a follower less than this far behind the newest checkpoint is
@@ -31,7 +31,9 @@ const INSTALLS: &str = "queen_raft_snapshot_installs_total";
 pub struct SnapshotFeed {
     /// The group's name, the `tenant` label of its counters.
     group: Arc<str>,
-    store: Arc<OnceLock<LogStore>>,
+    /// Weak: the feed lives in the listener's inbox and the network, and the group's reopen
+    /// waits until nothing holds its files (a strong handle here made it wait for ever).
+    store: Arc<OnceLock<WeakLogStore>>,
     sent: Arc<AtomicU64>,
     keep_below: u64,
 }
@@ -63,13 +65,14 @@ impl SnapshotFeed {
     }
 
     pub(crate) fn attach(&self, store: LogStore) {
-        if self.store.set(store).is_err() {
+        if self.store.set(store.downgrade()).is_err() {
             tracing::warn!("a snapshot feed was attached to a second log store; the first stays");
         }
     }
 
+    /// The group's log store while the group is open.
     pub(crate) fn store(&self) -> Option<LogStore> {
-        self.store.get().cloned()
+        self.store.get().and_then(WeakLogStore::upgrade)
     }
 
     pub(crate) fn count_sent(&self) {

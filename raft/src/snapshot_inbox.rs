@@ -175,7 +175,7 @@ impl SnapshotInbox {
         let inner = self.inner.clone();
         let id = meta.snapshot_id.clone();
         let Some(store) = inner.feed.store() else {
-            return Err(refused(AnyError::error("the group is still opening")));
+            return Err(refused(AnyError::error("the group is opening or closed")));
         };
         let installed = blocking(move || {
             receiver.finish()?;

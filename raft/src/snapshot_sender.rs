@@ -55,7 +55,7 @@ pub(crate) async fn send(
     let unreachable =
         |why: String| StreamingError::Unreachable(Unreachable::new(&SendError { target, why }));
     let Some(store) = feed.store() else {
-        return Err(unreachable("the group is still opening".into()));
+        return Err(unreachable("the group is opening or closed".into()));
     };
     let meta = snapshot.meta;
     let Some(last) = meta.last_log_id else {

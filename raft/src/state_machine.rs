@@ -169,6 +169,19 @@ impl StateMachine {
             self.snapshot = Some(durable.clone());
             return Ok(durable);
         }
+        if self.offer_durable {
+            // No durable generation to offer yet: nothing newer than before (openraft ignores
+            // a snapshot no newer than its own), and never an engine encode in a cluster.
+            self.snapshot_seq += 1;
+            return Ok(self.snapshot.clone().unwrap_or_else(|| StoredSnapshot {
+                meta: SnapshotMeta {
+                    last_log_id: None,
+                    last_membership: StoredMembership::default(),
+                    snapshot_id: format!("none-{}", self.snapshot_seq),
+                },
+                data: Vec::new(),
+            }));
+        }
         let (covered, data) = self.handler.snapshot();
         let covered = covered.map(|(index, term)| log_id(term, index));
         // The engine's state covers our last applied id only if it has seen every application

@@ -9,9 +9,7 @@ use std::sync::Arc;
 use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::InstallSnapshotRequest;
 use openraft::SnapshotMeta;
-use queenmq_storage::{
-    finish_interrupted_install, DataDir, DiskDataDir, LogOptions, SegmentLog, StateStore,
-};
+use queenmq_storage::{finish_interrupted_install, DataDir, DiskDataDir, LogOptions, SegmentLog};
 use tokio::io::AsyncReadExt;
 
 use super::fixtures::{fill, open_small_segments, start_fresh};
@@ -295,6 +293,5 @@ async fn a_chunk_out_of_place_or_from_an_older_leader_writes_nothing() {
         "{:?}",
         incoming_files(&root)
     );
-    let _: &Arc<StateStore> = &fstore;
     follower.shutdown().await.unwrap();
 }
