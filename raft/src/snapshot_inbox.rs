@@ -20,6 +20,9 @@
 //! part file its receiver deletes when dropped. So at most one chunk (the listener's
 //! `snapshot` frame limit) is in memory per group.
 
+// openraft's errors (~200 bytes) are returned by value to its traits' boundary.
+#![allow(clippy::result_large_err)]
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 

@@ -9,6 +9,9 @@
 //! `StorageError` from the snapshot it sends (review s25 H1), whereas `Unreachable` makes it
 //! back off and ask the state machine again, which offers the newest generation.
 
+// openraft's errors (~200 bytes) are returned by value to its traits' boundary.
+#![allow(clippy::result_large_err)]
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
