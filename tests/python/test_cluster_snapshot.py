@@ -12,7 +12,6 @@ import signal
 import time
 
 import httpx
-import pytest
 
 import queen_api
 from cluster_fixtures import FORM_S, make_cluster, raft_of, spawn, wait_settled
@@ -72,12 +71,6 @@ def wait_for(check, label, seconds=BOUND_S):
         time.sleep(0.2)
 
 
-# Strict: it must fail until the blocker is fixed, and then fail again (XPASS) so that the
-# marker is removed (docs/cluster.md "Catching up by snapshot", the open blocker).
-@pytest.mark.xfail(
-    strict=True,
-    reason="the group's rebuild after a staged install waits for files still held",
-)
 def test_a_stopped_follower_catches_up_by_snapshot_and_serves_on(broker_factory):
     nodes = make_cluster(broker_factory)
     for n in nodes.values():
@@ -150,3 +143,5 @@ def test_a_stopped_follower_catches_up_by_snapshot_and_serves_on(broker_factory)
         log = stopped.log_text()
         assert "snapshot staged" in log, stopped.log_tail(80)
         assert "waiting before the rebuild" not in log, stopped.log_tail(80)
+        # The rebuild after the stage found the failed incarnation's files let go of.
+        assert "files are still held" not in log, stopped.log_tail(80)
