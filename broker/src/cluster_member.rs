@@ -31,6 +31,13 @@ const JOIN_MARKER: &str = "cluster-joining";
 /// openraft's `snapshot_max_chunk_size` default.
 const SNAPSHOT_CHUNK: u32 = 3 << 20;
 
+/// Where a group's files are: its data directory and the options its log was opened with
+/// (a snapshot install reopens the log there).
+pub struct GroupFiles<'a> {
+    pub data_dir: &'a std::path::Path,
+    pub log_opts: LogOptions,
+}
+
 /// What a clustered group needs to start and to answer as a follower. Clones share the
 /// listener's table of groups.
 #[derive(Clone)]
@@ -127,7 +134,7 @@ impl Member {
         }))
     }
 
-    /// Starts this node's member of `group`: the lowest id of `peers` initialises an empty
+    /// Starts this node's member of `group` (in `files`): the lowest id of `peers` initialises an empty
     /// directory unless started to join (`cluster_join`), the others wait to be contacted; returns once it has applied what it knew
     /// committed, whoever leads.
     pub async fn start(
@@ -137,9 +144,9 @@ impl Member {
         store: Arc<StateStore>,
         handler: Arc<dyn ApplyHandler>,
         entry_limit: u64,
-        data_dir: &std::path::Path,
-        log_opts: LogOptions,
+        files: GroupFiles<'_>,
     ) -> Result<RaftNode, RaftError> {
+        let GroupFiles { data_dir, log_opts } = files;
         // Wider than a single node's (review s16 B5): openraft's heartbeat is also the whole
         // timeout of an append, the follower's fsync included, and peers on loaded machines
         // must not call elections on every late heartbeat.

@@ -107,10 +107,12 @@ pub async fn start(
                 store.clone(),
                 handler,
                 ecfg.record_limit as u64,
-                &cfg.data_dir,
-                queenmq_storage::LogOptions {
-                    segment_bytes: cfg.segment_bytes,
-                    ..queenmq_storage::LogOptions::default()
+                crate::cluster_member::GroupFiles {
+                    data_dir: &cfg.data_dir,
+                    log_opts: queenmq_storage::LogOptions {
+                        segment_bytes: cfg.segment_bytes,
+                        ..queenmq_storage::LogOptions::default()
+                    },
                 },
             )
             .await
