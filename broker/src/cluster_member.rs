@@ -12,9 +12,9 @@ use queenmq_protocol::{LeaderHint, QueenError};
 use queenmq_raft::wire::Limits;
 use queenmq_raft::{
     Abdication, ApplyHandler, BasicNode, ClusterStart, Groups, HandOver, RaftConfig, RaftError,
-    RaftNode, ServerConfig, TcpNetwork, VoteGate, CLUSTER_ENTRY_MAX,
+    RaftNode, ServerConfig, SnapshotFeed, SnapshotInbox, TcpNetwork, VoteGate, CLUSTER_ENTRY_MAX,
 };
-use queenmq_storage::{SegmentLog, StateStore};
+use queenmq_storage::{DiskDataDir, LogOptions, SegmentLog, StateStore};
 
 use crate::config::{Cluster, Timing};
 use crate::engine::log::LogStatus;
@@ -30,6 +30,13 @@ const MAX_APPEND_ENTRIES: u32 = 300;
 const JOIN_MARKER: &str = "cluster-joining";
 /// openraft's `snapshot_max_chunk_size` default.
 const SNAPSHOT_CHUNK: u32 = 3 << 20;
+
+/// Where a group's files are: its data directory and the options its log was opened with
+/// (a snapshot install reopens the log there).
+pub struct GroupFiles<'a> {
+    pub data_dir: &'a std::path::Path,
+    pub log_opts: LogOptions,
+}
 
 /// What a clustered group needs to start and to answer as a follower. Clones share the
 /// listener's table of groups.
@@ -48,6 +55,8 @@ pub struct Member {
     pub timing: Timing,
     /// The groups the cluster listener answers for.
     pub groups: Groups,
+    /// `cluster_snapshot_catch_up`: the entries kept below a snapshot; None: off.
+    snapshot_keep: Option<u64>,
 }
 
 impl std::fmt::Debug for Member {
@@ -84,6 +93,7 @@ impl Member {
             token: Arc::from(token.as_bytes()),
             timing: c.timing,
             groups: Groups::default(),
+            snapshot_keep: c.snapshot_keep,
         }
     }
 
@@ -124,7 +134,7 @@ impl Member {
         }))
     }
 
-    /// Starts this node's member of `group`: the lowest id of `peers` initialises an empty
+    /// Starts this node's member of `group` (in `files`): the lowest id of `peers` initialises an empty
     /// directory unless started to join (`cluster_join`), the others wait to be contacted; returns once it has applied what it knew
     /// committed, whoever leads.
     pub async fn start(
@@ -134,8 +144,9 @@ impl Member {
         store: Arc<StateStore>,
         handler: Arc<dyn ApplyHandler>,
         entry_limit: u64,
-        data_dir: &std::path::Path,
+        files: GroupFiles<'_>,
     ) -> Result<RaftNode, RaftError> {
+        let GroupFiles { data_dir, log_opts } = files;
         // Wider than a single node's (review s16 B5): openraft's heartbeat is also the whole
         // timeout of an append, the follower's fsync included, and peers on loaded machines
         // must not call elections on every late heartbeat.
@@ -147,8 +158,29 @@ impl Member {
         };
         // One gate for the listener, the network and the node (review s21 membership M5, M6).
         let gate = VoteGate::new(self.node_id, data_dir.join(JOIN_MARKER));
-        let network =
+        let mut network =
             TcpNetwork::new(self.node_id, group, &self.token, limits()).with_gate(gate.clone());
+        // Catch-up by snapshot (issue 13): the feed gets the group's log store as it opens;
+        // the network streams from it and the listener's inbox stages into it.
+        let feed = self
+            .snapshot_keep
+            .map(|keep| SnapshotFeed::new(group, keep));
+        let inbox = match &feed {
+            Some(feed) => {
+                network = network.with_snapshots(feed.clone());
+                let dir = DiskDataDir::new(data_dir).map_err(|e| {
+                    RaftError::Startup(format!("opening {} for snapshots: {e}", data_dir.display()))
+                })?;
+                let admit = crate::snapshot_admit::admit(data_dir.to_path_buf());
+                Some(SnapshotInbox::new(
+                    feed.clone(),
+                    Arc::new(dir),
+                    log_opts,
+                    admit,
+                ))
+            }
+            None => None,
+        };
         // A node whose joining marker stands was started to join once and has not caught up
         // as a learner: it never initialises, whatever this start's `cluster_join` says (review
         // s22 membership M3: restarted without the flag it founded a group of its own, whose
@@ -160,11 +192,15 @@ impl Member {
             entry_limit,
             join: self.join,
             gate: Some(gate.clone()),
+            snapshots: feed,
         };
         let groups = self.groups.clone();
         let name = group.to_string();
         RaftNode::start_clustered(cfg, log, store, handler, network, start, move |raft| {
-            groups.add_member(&name, raft, gate)
+            groups.add_member(&name, raft, gate);
+            if let Some(inbox) = inbox {
+                groups.receive_snapshots(&name, inbox);
+            }
         })
         .await
     }
@@ -341,6 +377,7 @@ mod tests {
             peer_kafka: BTreeMap::new(),
             join: false,
             timing: TIMING,
+            snapshot_keep: None,
         };
         Member::new(&c, &"t".repeat(32))
     }

@@ -23,6 +23,7 @@ mod raft_log;
 mod sasl_users;
 mod scrape;
 pub mod server;
+mod snapshot_admit;
 pub mod telemetry;
 pub mod tls;
 

@@ -155,6 +155,10 @@ impl ReplicatedLog for RaftLog {
         self.node.reclaim_refusal()
     }
 
+    fn install_staged(&self) -> bool {
+        self.node.install_staged()
+    }
+
     /// A cluster member's core is frozen once it has answered nothing for three election
     /// timeouts: openraft 0.9's followers wait out a leader lease (the upper election
     /// timeout, twice the lower here) plus their own random timeout before they campaign,

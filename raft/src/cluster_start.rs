@@ -34,6 +34,12 @@ pub struct ClusterStart {
     /// gate the listener (`Groups::add_member`) and the network (`TcpNetwork::with_gate`)
     /// hold. None: always (in-process tests).
     pub gate: Option<crate::VoteGate>,
+    /// Catch lagging peers up by snapshot (issue 13, `SnapshotFeed`): openraft builds
+    /// snapshots (the durable checkpoint) and purges behind them, reclamation under a
+    /// multi-node membership stops at that purge instead of being refused, and the feed gets
+    /// the group's log store for the network and the listener's inbox. None: today's
+    /// behaviour (openraft never snapshots; a multi-node group never reclaims).
+    pub snapshots: Option<crate::SnapshotFeed>,
 }
 
 impl ClusterStart {
@@ -235,6 +241,7 @@ mod tests {
             entry_limit: CLUSTER_ENTRY_MAX,
             join: false,
             gate: None,
+            snapshots: None,
         };
         assert!(s.check_entry_limit().is_ok());
         s.entry_limit = CLUSTER_ENTRY_MAX + 1;

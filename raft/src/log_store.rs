@@ -64,6 +64,17 @@ pub struct LogStore {
     inner: Arc<Inner>,
 }
 
+/// A `LogStore` that does not keep it open (`SnapshotFeed`): the group's reopen waits until
+/// nothing holds its files, and the listener's inbox outlives the group.
+#[derive(Clone)]
+pub(crate) struct WeakLogStore(std::sync::Weak<Inner>);
+
+impl WeakLogStore {
+    pub(crate) fn upgrade(&self) -> Option<LogStore> {
+        self.0.upgrade().map(|inner| LogStore { inner })
+    }
+}
+
 struct Inner {
     log: Arc<SegmentLog>,
     store: Arc<StateStore>,
@@ -98,6 +109,11 @@ struct Inner {
     /// Held by `stage_install` for its whole run: one stage's refusal must not reopen the
     /// append gate under another.
     staging: Mutex<()>,
+    /// The group catches lagging peers up by snapshot (`SnapshotFeed`): under a multi-node
+    /// membership reclamation is not refused but bounded by openraft's purge horizon, which
+    /// openraft moves only behind a snapshot it built (the durable checkpoint generation), so
+    /// a peer that needs a deleted entry is sent that snapshot instead.
+    raft_bounded: AtomicBool,
 }
 
 impl LogStore {
@@ -143,8 +159,13 @@ impl LogStore {
                 installing: AtomicBool::new(false),
                 appends: Arc::default(),
                 staging: Mutex::new(()),
+                raft_bounded: AtomicBool::new(false),
             }),
         })
+    }
+
+    pub(crate) fn downgrade(&self) -> WeakLogStore {
+        WeakLogStore(Arc::downgrade(&self.inner))
     }
 
     /// The newest committed log id openraft reported (in memory; disk may lag).
@@ -171,20 +192,15 @@ impl LogStore {
     /// suffix of it. The segment appends go to always stays. openraft's own horizon does not
     /// move: reads it makes of the deleted range fail instead (`try_get_log_entries`).
     /// Refused (0 files, nothing changed) once a membership naming more than one node was
-    /// seen: a peer may need any entry openraft has not purged. Blocking (redb commit,
-    /// unlinks): never call it from a runtime worker. The number of segment files deleted.
+    /// seen: a peer may need any entry openraft has not purged; unless the group catches peers
+    /// up by snapshot (`bound_by_raft_purge`), where it stops at openraft's purge horizon
+    /// instead. Blocking (redb commit, unlinks): never call it from a runtime worker. The
+    /// number of segment files deleted.
     pub fn reclaim_upto(&self, upto: u64) -> Result<usize, crate::backend::StorageError> {
         let _gate = self.inner.reclaim_gate.blocking_lock();
-        if let Some(reason) = self.refusal() {
-            if reason == "multi_node" && !self.inner.refusal_logged.swap(true, Ordering::SeqCst) {
-                tracing::warn!(
-                    upto,
-                    "log segments are not reclaimed: the membership names more than one node, \
-                     and a peer may still need them (snapshots that carry the log are issue 13)"
-                );
-            }
+        let Some(upto) = self.reclaim_bound(upto) else {
             return Ok(0);
-        }
+        };
         let log = &self.inner.log;
         let Some(through) = log.sealed_through(upto) else {
             return Ok(0);
@@ -343,19 +359,50 @@ impl LogStore {
     /// records are all `<= upto`; 0 while reclamation is refused (a multi-node membership), so
     /// the disk gate never lets a checkpoint into the reserve on space nothing will free.
     pub fn reclaimable_bytes(&self, upto: u64) -> u64 {
-        if self.refusal().is_some() {
-            return 0;
+        match self.reclaim_bound(upto) {
+            Some(upto) => self.inner.log.sealed_bytes_through(upto),
+            None => 0,
         }
-        self.inner.log.sealed_bytes_through(upto)
     }
 
     /// (first, last, bytes) of the sealed segment holding `index`; None while reclamation is
     /// refused, since a compaction would then free nothing.
     pub fn sealed_segment_of(&self, index: u64) -> Option<(u64, u64, u64)> {
-        if self.refusal().is_some() {
-            return None;
+        let bound = self.reclaim_bound(index)?;
+        self.inner
+            .log
+            .sealed_segment_of(index)
+            .filter(|(_, last, _)| *last <= bound)
+    }
+
+    /// What `reclaim_upto(upto)` may delete through now: `upto`, or less when the group
+    /// catches peers up by snapshot and openraft's purge horizon is below it; None when
+    /// reclamation is refused (`reclaim_refusal`; the multi-node refusal logged once).
+    fn reclaim_bound(&self, upto: u64) -> Option<u64> {
+        let Some(reason) = self.refusal() else {
+            return Some(upto);
+        };
+        if reason == "multi_node" && self.inner.raft_bounded.load(Ordering::SeqCst) {
+            // A change naming a new node holds reclamation off as it does on any group.
+            if self.inner.widening.load(Ordering::SeqCst) > 0 {
+                return None;
+            }
+            return self.horizons().raft.map(|h| h.index.min(upto));
         }
-        self.inner.log.sealed_segment_of(index)
+        if reason == "multi_node" && !self.inner.refusal_logged.swap(true, Ordering::SeqCst) {
+            tracing::warn!(
+                upto,
+                "log segments are not reclaimed: the membership names more than one node, and \
+                 a peer may still need them (snapshot catch-up is off for this group)"
+            );
+        }
+        None
+    }
+
+    /// From now on reclamation under a multi-node membership is bounded by openraft's purge
+    /// horizon instead of refused (`SnapshotFeed`: a peer behind it is sent a snapshot).
+    pub(crate) fn bound_by_raft_purge(&self) {
+        self.inner.raft_bounded.store(true, Ordering::SeqCst);
     }
 
     /// Why `reclaim_upto` deletes nothing whatever it is given, if it does not (the metric label
@@ -364,7 +411,12 @@ impl LogStore {
     /// install is staged and not yet finished by a reopen) or `"meta_unreadable"` (a key could
     /// not be read: refused this time, read again next time). Redb reads while not refused.
     pub fn reclaim_refusal(&self) -> Option<&'static str> {
-        self.refusal()
+        match self.refusal() {
+            Some("multi_node") if self.inner.raft_bounded.load(Ordering::SeqCst) => {
+                (self.inner.widening.load(Ordering::SeqCst) > 0).then_some("widening")
+            }
+            r => r,
+        }
     }
 
     /// A staged snapshot install (its records are not yet the log's), else the in-memory flag,

@@ -122,7 +122,7 @@ impl RaftNode {
         network: N,
     ) -> Result<RaftNode, RaftError> {
         let last_at_open = log.last().map(|(index, _)| index);
-        let node = RaftNode::open(cfg, log, store, handler, network, None).await?;
+        let node = RaftNode::open(cfg, log, store, handler, network, None, None).await?;
         let ready = node.lead_and_replay(last_at_open).await;
         node.started(ready, last_at_open).await
     }
@@ -159,8 +159,9 @@ impl RaftNode {
         if let Some(gate) = &start.gate {
             gate.prepare(start.join, last_at_open.is_none())?;
         }
-        let node =
-            RaftNode::open(cfg, log, store, handler, network, Some(start.gate.clone())).await?;
+        let clustered = Some(start.gate.clone());
+        let feed = start.snapshots.as_ref();
+        let node = RaftNode::open(cfg, log, store, handler, network, clustered, feed).await?;
         if let Some(gate) = &start.gate {
             gate.attach(node.inner.raft.clone(), node.inner.log.clone());
         }
@@ -205,16 +206,20 @@ impl RaftNode {
         handler: Arc<dyn ApplyHandler>,
         network: N,
         clustered: Option<Option<crate::VoteGate>>,
+        feed: Option<&crate::SnapshotFeed>,
     ) -> Result<RaftNode, RaftError> {
         let gate = clustered.clone().flatten();
         let clustered = clustered.is_some();
         let mut config = cfg.to_openraft()?;
         config.enable_elect = gate.as_ref().is_none_or(crate::VoteGate::may_campaign);
+        if let Some(feed) = feed {
+            feed.tune(&mut config);
+        }
         let config = Arc::new(config);
         let id = cfg.node_id;
 
         let (l, s) = (log.clone(), store.clone());
-        let (log_store, state_machine, sm_gone) = tokio::task::spawn_blocking(move || {
+        let (log_store, mut state_machine, sm_gone) = tokio::task::spawn_blocking(move || {
             let log_store = LogStore::open(l, s.clone())?;
             let (state_machine, sm_gone) = StateMachine::open(handler, s)?;
             Ok::<_, openraft::StorageError<u64>>((log_store, state_machine, sm_gone))
@@ -224,6 +229,13 @@ impl RaftNode {
         .map_err(|e| RaftError::Startup(e.to_string()))?;
 
         let applied = state_machine.applied_cell();
+        // Before openraft runs: its first snapshot and purge may follow at once, and the
+        // listener serves the group (and its inbox) only after this returns.
+        if let Some(feed) = feed {
+            state_machine.offer_durable_snapshots();
+            log_store.bound_by_raft_purge();
+            feed.attach(log_store.clone());
+        }
         // Raft::new reads the initial state and re-applies entries up to the persisted
         // committed id; whatever follows is committed once this node leads again.
         let raft = Raft::new(id, config, network, log_store.clone(), state_machine)
@@ -621,6 +633,12 @@ impl RaftNode {
     /// membership names more than one node.
     pub fn reclaim_upto(&self, upto: u64) -> Result<usize, RaftError> {
         Ok(self.inner.log_store.reclaim_upto(upto)?)
+    }
+
+    /// A snapshot install was staged under this group (`SnapshotInbox`): its log refuses
+    /// appends until the group is reopened, which finishes the install.
+    pub fn install_staged(&self) -> bool {
+        self.inner.log_store.install_staged()
     }
 
     /// Why `reclaim_upto` deletes nothing, if it is refused (`LogStore::reclaim_refusal`).

@@ -32,6 +32,9 @@ use crate::types::{
 
 type Meta = SnapshotMeta<NodeId, openraft::BasicNode>;
 
+/// How long a look for the newest durable checkpoint is reused (`StateMachine::durable`).
+const DURABLE_FRESH: std::time::Duration = std::time::Duration::from_millis(500);
+
 #[derive(Clone)]
 struct StoredSnapshot {
     meta: Meta,
@@ -48,6 +51,11 @@ pub struct StateMachine {
     membership: StoredMembership,
     snapshot: Option<StoredSnapshot>,
     snapshot_seq: u64,
+    /// Whether snapshots are the durable checkpoint generations (`SnapshotFeed`); off, they
+    /// are what they were before (an engine encode, or a position only at start-up).
+    offer_durable: bool,
+    /// The last look for a durable snapshot and when it was taken (`durable`).
+    durable_seen: Option<(std::time::Instant, Option<StoredSnapshot>)>,
     /// `last_applied.index`, readable from other tasks.
     applied_cell: Arc<IndexCell>,
     /// Dropped with the state machine: openraft does not join its state-machine task on
@@ -79,10 +87,18 @@ impl StateMachine {
             membership,
             snapshot: None,
             snapshot_seq: 0,
+            offer_durable: false,
+            durable_seen: None,
             applied_cell,
             _alive: alive,
         };
         Ok((sm, gone))
+    }
+
+    /// From now on snapshots are the newest durable checkpoint generation with a run floor,
+    /// which the network streams with its records (`SnapshotFeed`).
+    pub(crate) fn offer_durable_snapshots(&mut self) {
+        self.offer_durable = true;
     }
 
     pub fn applied_cell(&self) -> Arc<IndexCell> {
@@ -94,7 +110,78 @@ impl StateMachine {
         self.applied_cell.set(Some(id.index));
     }
 
+    /// The newest durable checkpoint generation a snapshot stream can carry (a run floor saved
+    /// with it), as openraft sees a snapshot: its `(A, term)` and the membership recorded with
+    /// it, no bytes (the network streams the generation itself, `snapshot_sender`). None when
+    /// there is none, or when its recorded membership was applied past `A` (then it does not
+    /// say which membership was in force at `A`: declined rather than guessed), or on a read
+    /// error (logged: openraft then falls back to what it had). Redb reads of the headers and
+    /// the first chunk only.
+    fn durable(&mut self) -> Option<StoredSnapshot> {
+        if !self.offer_durable {
+            return None;
+        }
+        // openraft asks again after every applied batch while its snapshot lags the committed
+        // index by `SNAPSHOT_EVERY`, and the durable one moves only at a checkpoint.
+        if let Some((at, known)) = &self.durable_seen {
+            if at.elapsed() < DURABLE_FRESH {
+                return known.clone();
+            }
+        }
+        let found = self.read_durable();
+        self.durable_seen = Some((std::time::Instant::now(), found.clone()));
+        found
+    }
+
+    fn read_durable(&self) -> Option<StoredSnapshot> {
+        let g = match self.store.newest_streamable() {
+            Ok(Some(g)) => g,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(error = %e, "no durable checkpoint can be offered as a snapshot");
+                return None;
+            }
+        };
+        let at = log_id(g.applied_term, g.applied_index);
+        let membership: StoredMembership = match g
+            .membership
+            .as_deref()
+            .map(serde_json::from_slice::<StoredMembership>)
+        {
+            Some(Ok(m)) if m.log_id().is_none_or(|l| l.index <= at.index) => m,
+            _ => return None,
+        };
+        Some(StoredSnapshot {
+            meta: SnapshotMeta {
+                last_log_id: Some(at),
+                last_membership: membership,
+                snapshot_id: format!(
+                    "ckpt-{}-{}-{}-{:08x}",
+                    g.applied_term, g.applied_index, g.first_record, g.state_crc
+                ),
+            },
+            data: Vec::new(),
+        })
+    }
+
     fn build(&mut self) -> Result<StoredSnapshot, OrStorageError> {
+        if let Some(durable) = self.durable() {
+            self.snapshot = Some(durable.clone());
+            return Ok(durable);
+        }
+        if self.offer_durable {
+            // No durable generation to offer yet: nothing newer than before (openraft ignores
+            // a snapshot no newer than its own), and never an engine encode in a cluster.
+            self.snapshot_seq += 1;
+            return Ok(self.snapshot.clone().unwrap_or_else(|| StoredSnapshot {
+                meta: SnapshotMeta {
+                    last_log_id: None,
+                    last_membership: StoredMembership::default(),
+                    snapshot_id: format!("none-{}", self.snapshot_seq),
+                },
+                data: Vec::new(),
+            }));
+        }
         let (covered, data) = self.handler.snapshot();
         let covered = covered.map(|(index, term)| log_id(term, index));
         // The engine's state covers our last applied id only if it has seen every application
@@ -247,6 +334,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<Option<Snapshot<TypeConfig>>, OrStorageError> {
         // openraft's start-up (`get_initial_state`) asks for one, and builds a full engine
         // snapshot if there is none while a purge horizon exists (any reclamation writes one).
+        // The newest durable generation with a run floor comes first: what a peer behind the
+        // purge horizon is sent (`snapshot_sender` streams it with its records).
+        if let Some(durable) = self.durable() {
+            self.snapshot = Some(durable.clone());
+            return Ok(Some(to_snapshot(durable)));
+        }
         // A single voter never sends a snapshot (and no peer can be added after a
         // reclamation), so it gets the position only: no engine encode, nothing held.
         if self.snapshot.is_none() {

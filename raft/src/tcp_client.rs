@@ -42,6 +42,9 @@ pub struct TcpNetwork {
     limits: Limits,
     /// Told when a peer refuses a vote request as from a non-member (review s21 M6).
     gate: Option<crate::VoteGate>,
+    /// With it, a snapshot is the durable checkpoint generation streamed from the group's log
+    /// store (`snapshot_sender`).
+    snapshots: Option<crate::SnapshotFeed>,
 }
 
 impl TcpNetwork {
@@ -61,7 +64,16 @@ impl TcpNetwork {
             token: token.into(),
             limits,
             gate: None,
+            snapshots: None,
         }
+    }
+
+    /// A network whose snapshots are the durable checkpoint generations of the group's log
+    /// store, streamed with their records (`snapshot_sender`); without it openraft's chunked
+    /// sender reads the snapshot's own bytes.
+    pub fn with_snapshots(mut self, feed: crate::SnapshotFeed) -> TcpNetwork {
+        self.snapshots = Some(feed);
+        self
     }
 }
 
@@ -80,6 +92,12 @@ pub struct PeerClient {
     budget: u32,
     /// Whether the last call ended at its timeout.
     timed_out: bool,
+}
+
+impl PeerClient {
+    pub(crate) fn target(&self) -> NodeId {
+        self.target
+    }
 }
 
 /// The smallest budget a timeout shrinks to; a single entry is always sent whatever its size.
@@ -336,6 +354,27 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             }
         }
         self.rpc(Kind::Snapshot, body, option.hard_ttl()).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: openraft::Vote<NodeId>,
+        snapshot: openraft::Snapshot<TypeConfig>,
+        cancel: impl std::future::Future<Output = openraft::error::ReplicationClosed>
+            + openraft::OptionalSend
+            + 'static,
+        option: RPCOption,
+    ) -> Result<
+        openraft::raft::SnapshotResponse<NodeId>,
+        openraft::error::StreamingError<TypeConfig, openraft::error::Fatal<NodeId>>,
+    > {
+        use openraft::network::snapshot_transport::{Chunked, SnapshotTransport};
+        let Some(feed) = self.net.snapshots.clone() else {
+            return Chunked::send_snapshot(self, vote, snapshot, cancel, option).await;
+        };
+        let chunk = self.net.limits.snapshot.saturating_sub(wire::ENVELOPE) as usize;
+        let what = (vote, snapshot);
+        crate::snapshot_sender::send(self, &feed, chunk, what, cancel, option).await
     }
 
     async fn vote(

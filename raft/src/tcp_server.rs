@@ -37,6 +37,9 @@ struct Served {
     gate: Option<VoteGate>,
     /// Whether its leader's process is gone (`leader_gone`), checked when a peer leaves.
     gone: Arc<crate::leader_gone::Watch>,
+    /// Receives its snapshot chunks outside openraft (`snapshot_inbox`); without one they go
+    /// to openraft's own receiver.
+    inbox: Option<crate::SnapshotInbox>,
 }
 
 /// The groups this node answers for, by name. Clones share them.
@@ -55,6 +58,7 @@ impl Groups {
                 raft,
                 gate: None,
                 gone,
+                inbox: None,
             },
         );
     }
@@ -62,7 +66,29 @@ impl Groups {
     /// A group whose member votes only as `gate` allows (`VoteGate`: joining, M5).
     pub fn add_member(&self, name: &str, raft: Raft<TypeConfig>, gate: VoteGate) {
         let (gate, gone) = (Some(gate), Arc::default());
-        self.insert(name, Served { raft, gate, gone });
+        self.insert(
+            name,
+            Served {
+                raft,
+                gate,
+                gone,
+                inbox: None,
+            },
+        );
+    }
+
+    /// From now on the snapshot chunks of group `name` (added before) go to `inbox`, which
+    /// stages the install before openraft hears of it (`snapshot_inbox`). False when the group
+    /// is not served here.
+    pub fn receive_snapshots(&self, name: &str, inbox: crate::SnapshotInbox) -> bool {
+        let mut groups = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        match groups.get_mut(name) {
+            Some(served) => {
+                served.inbox = Some(inbox);
+                true
+            }
+            None => false,
+        }
     }
 
     fn insert(&self, name: &str, served: Served) {
@@ -290,7 +316,13 @@ async fn dispatch(
         Kind::Elect => Request::Elect(rpc_codec::decode_elect(rest)?),
         _ => Request::Snapshot(rpc_codec::decode_snapshot(rest)?),
     };
-    let Some(Served { raft, gate, gone }) = groups.get(group) else {
+    let Some(Served {
+        raft,
+        gate,
+        gone,
+        inbox,
+    }) = groups.get(group)
+    else {
         return Ok(rpc_codec::encode_unavailable(&format!(
             "group {group:?} is not served by this node"
         )));
@@ -315,7 +347,10 @@ async fn dispatch(
             }
             rpc_codec::encode_reply(&raft.vote(r).await)
         }
-        Request::Snapshot(r) => rpc_codec::encode_reply(&raft.install_snapshot(r).await),
+        Request::Snapshot(r) => match inbox {
+            Some(inbox) => rpc_codec::encode_reply(&inbox.receive(&raft, r).await),
+            None => rpc_codec::encode_reply(&raft.install_snapshot(r).await),
+        },
         Request::Elect(term) => crate::elect_now::answer(&raft, gate.as_ref(), from, term).await,
     })
 }

@@ -34,7 +34,7 @@ pub use snapshot::{
     LOG_INCOMING, LOG_OLD, SNAPSHOT_HEADER_LEN, SNAPSHOT_INCOMING, SNAPSHOT_PART_CAP,
 };
 pub use state::{
-    Checkpoint, FillState, Generation, Installing, StateSink, StateStore, StateView,
+    Checkpoint, FillState, Generation, Installing, StateSink, StateStore, StateView, Streamable,
     CHECKPOINT_CHUNK_BYTES, INSTALLING_KEY, MEMBERSHIP_KEY, STATE_CACHE_BYTES,
     STATE_MIN_CACHE_BYTES,
 };

@@ -139,3 +139,17 @@ def with_client(url: str, body):
             await client.close()
 
     return asyncio.run(run())
+
+
+def metric_at(http: httpx.Client, base: str, name: str) -> float:
+    """`metric` of the broker at `base` (for a client without a base_url); 0 when the
+    broker does not answer."""
+    try:
+        text = http.get(f"{base}/metrics/prometheus", timeout=5.0).text
+    except httpx.HTTPError:
+        return 0.0
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    )

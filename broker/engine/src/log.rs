@@ -87,6 +87,12 @@ pub trait ReplicatedLog: Send + Sync + 'static {
     fn reclaim_refusal(&self) -> Option<&'static str> {
         None
     }
+    /// A snapshot install was staged under this log (a cluster follower caught up by
+    /// snapshot): the log refuses appends and the group must be reopened, which finishes the
+    /// install. Never on a log without snapshots.
+    fn install_staged(&self) -> bool {
+        false
+    }
 }
 
 #[derive(Debug, Clone, Default)]

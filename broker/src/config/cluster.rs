@@ -27,6 +27,9 @@ pub struct Cluster {
     /// `cluster_join`: never initialise the membership; wait to be added as a learner.
     pub join: bool,
     pub timing: Timing,
+    /// `cluster_snapshot_catch_up` on: the entries kept below a snapshot
+    /// (`cluster_snapshot_keep_entries`); None: off.
+    pub snapshot_keep: Option<u64>,
 }
 
 /// How often a cluster member's leader sends heartbeats and how long a follower waits for
@@ -266,6 +269,9 @@ impl Config {
                 heartbeat_ms: self.cluster_heartbeat_ms,
                 election_timeout_ms: self.cluster_election_timeout_ms,
             },
+            snapshot_keep: self
+                .cluster_snapshot_catch_up
+                .then_some(self.cluster_snapshot_keep_entries),
         }))
     }
 }

@@ -628,6 +628,21 @@ pub(crate) const KEYS: &[KeySpec] = &[
         kind: Kind::Text,
     },
     KeySpec {
+        name: "cluster_snapshot_catch_up",
+        env: "QUEEN_CLUSTER_SNAPSHOT_CATCH_UP",
+        flag: None,
+        kind: Kind::Bool,
+    },
+    KeySpec {
+        name: "cluster_snapshot_keep_entries",
+        env: "QUEEN_CLUSTER_SNAPSHOT_KEEP_ENTRIES",
+        flag: None,
+        kind: Kind::Uint {
+            min: 0,
+            max: 1_000_000_000,
+        },
+    },
+    KeySpec {
         name: "cluster_heartbeat_ms",
         env: "QUEEN_CLUSTER_HEARTBEAT_MS",
         flag: None,

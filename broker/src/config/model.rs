@@ -204,6 +204,15 @@ pub struct Config {
     /// a member's Kafka Metadata lists, and where it sends Kafka clients for the leader.
     /// Optional; ids must be in `peers`.
     pub peer_kafka: Option<String>,
+    /// A cluster member catches a peer that fell behind its reclaimed log up by snapshot (the
+    /// durable checkpoint and its records), and reclaims its log under a multi-node
+    /// membership behind openraft's purge; false: it never reclaims while clustered (today's
+    /// behaviour). Ignored on a single node.
+    #[serde(default)]
+    pub cluster_snapshot_catch_up: bool,
+    /// With `cluster_snapshot_catch_up`, the log entries kept below the snapshot: a peer less
+    /// far behind is caught up by appends.
+    pub cluster_snapshot_keep_entries: u64,
     /// A cluster member's Raft heartbeat, which openraft also takes as the whole timeout of
     /// one append to a follower (its fsync included): it must exceed the followers' worst
     /// fsync. Ignored on a single node.
@@ -304,6 +313,8 @@ impl Default for Config {
             node_id: 1,
             peers: None,
             cluster_join: false,
+            cluster_snapshot_catch_up: false,
+            cluster_snapshot_keep_entries: queenmq_raft::KEEP_BELOW_SNAPSHOT,
             peer_http: None,
             peer_kafka: None,
             cluster_heartbeat_ms: 500,
@@ -565,6 +576,7 @@ impl Config {
             "kafka_fetch_session_slots" => self.kafka_fetch_session_slots,
             "node_id" => self.node_id,
             "cluster_heartbeat_ms" => self.cluster_heartbeat_ms,
+            "cluster_snapshot_keep_entries" => self.cluster_snapshot_keep_entries,
             "cluster_election_timeout_ms" => self.cluster_election_timeout_ms,
             "forward_max_inflight" => self.forward_max_inflight,
             _ => 0,
@@ -599,6 +611,7 @@ impl Config {
             "log" => (Some(toml_string(&self.log)), None),
             "accept_data_loss" => (Some(self.accept_data_loss.to_string()), None),
             "cluster_join" => (Some(self.cluster_join.to_string()), None),
+            "cluster_snapshot_catch_up" => (Some(self.cluster_snapshot_catch_up.to_string()), None),
             "kafka_enabled" => (Some(self.kafka_enabled.to_string()), None),
             "reclaim_enabled" => (Some(self.reclaim_enabled.to_string()), None),
             "compaction_enabled" => (Some(self.compaction_enabled.to_string()), None),

@@ -347,6 +347,17 @@ impl Engine {
             if *shutdown.borrow() {
                 break;
             }
+            if self.log.install_staged() {
+                // Its state is the old one and its log refuses appends: the reopen finishes
+                // the install and starts from the installed checkpoint. No final checkpoint
+                // (saves are refused until then). A reload at once, as after a lost lead.
+                return Err(Failure {
+                    why: "a snapshot from the leader was staged; the group reopens to install it"
+                        .to_string(),
+                    deposed: true,
+                    stopping: false,
+                });
+            }
             let mut jobs: Vec<Job> = self.carry.drain(..).collect();
             // Carried jobs left the requests pool when they were first drained.
             let carried = jobs.len();

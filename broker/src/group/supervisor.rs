@@ -107,7 +107,13 @@ pub async fn start(
                 store.clone(),
                 handler,
                 ecfg.record_limit as u64,
-                &cfg.data_dir,
+                crate::cluster_member::GroupFiles {
+                    data_dir: &cfg.data_dir,
+                    log_opts: queenmq_storage::LogOptions {
+                        segment_bytes: cfg.segment_bytes,
+                        ..queenmq_storage::LogOptions::default()
+                    },
+                },
             )
             .await
             .map_err(|e| anyhow!("starting raft as cluster node {}: {e}", member.node_id))?,
@@ -284,6 +290,14 @@ pub async fn supervise(
         }
         // Read once Raft has stopped: its last flush (and the commit it allows) is in.
         let synced = running.segments.synced_through();
+        // A staged snapshot install replaces the log at the reopen (its records were synced
+        // by the stage): the failed incarnation's synced index says nothing of the new log,
+        // and cutting by it would refuse the rebuild for ever (review s22 snapshot M1).
+        let tail = if node.install_staged() {
+            Tail::AsFound
+        } else {
+            Tail::SyncedThrough(synced)
+        };
         let failure = match end {
             // Stopped: the doors may still read the slot until the process ends.
             Ok(()) => return,
@@ -309,7 +323,7 @@ pub async fn supervise(
             backoff = FIRST_BACKOFF;
             None
         };
-        match rebuild(&cfg, &ecfg, &live, &jobs, synced, first_wait, stop.clone()).await {
+        match rebuild(&cfg, &ecfg, &live, &jobs, tail, first_wait, stop.clone()).await {
             Some(s) => {
                 rebuilt = true;
                 tracing::info!(tenant = %ecfg.tenant, "the group is rebuilt and serving again");
@@ -327,7 +341,7 @@ async fn rebuild(
     ecfg: &EngineConfig,
     live: &LiveSlot,
     jobs: &JobQueue,
-    synced: Option<u64>,
+    tail: Tail,
     first_wait: Option<Duration>,
     mut stop: watch::Receiver<bool>,
 ) -> Option<Started> {
@@ -346,7 +360,7 @@ async fn rebuild(
         if *stop.borrow() {
             return None;
         }
-        let why = match start(cfg, ecfg, jobs, Tail::SyncedThrough(synced)).await {
+        let why = match start(cfg, ecfg, jobs, tail).await {
             Ok(s) => return Some(s),
             Err(e) => format!("rebuilding the group failed: {e:#}"),
         };

@@ -61,6 +61,7 @@ async fn a_single_node_directory_cannot_join_a_cluster() {
             entry_limit: CLUSTER_ENTRY_MAX,
             join: false,
             gate: None,
+            snapshots: None,
         };
         let err = match clustered(dir.path(), id, start).await {
             Ok(_) => panic!("node {id} started on a single-node directory"),
@@ -74,6 +75,7 @@ async fn a_single_node_directory_cannot_join_a_cluster() {
             entry_limit: CLUSTER_ENTRY_MAX,
             join: false,
             gate: None,
+            snapshots: None,
         };
         if id == 1 {
             let node = clustered(dir.path(), 1, again).await.unwrap();
@@ -91,6 +93,7 @@ async fn a_stored_committed_past_the_log_end_does_not_hang_the_start() {
         entry_limit: CLUSTER_ENTRY_MAX,
         join: false,
         gate: None,
+        snapshots: None,
     };
     let node = clustered(dir.path(), 1, one()).await.unwrap();
     // A clustered start returns before the lone voter has elected itself (an election
@@ -128,6 +131,7 @@ async fn an_entry_limit_over_the_append_budget_opens_nothing() {
         entry_limit: 256 << 20,
         join: false,
         gate: None,
+        snapshots: None,
     };
     let err = match clustered(dir.path(), 1, start).await {
         Ok(_) => panic!("started with a 256 MiB entry limit"),

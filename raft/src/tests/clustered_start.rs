@@ -96,6 +96,7 @@ pub(super) async fn start_gated(
         entry_limit: CLUSTER_ENTRY_MAX,
         join,
         gate: gate.clone(),
+        snapshots: None,
     };
     let node =
         RaftNode::start_clustered(

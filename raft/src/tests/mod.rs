@@ -18,6 +18,7 @@ mod reclaim;
 mod rejoin;
 mod router;
 mod snapshot_gate;
+mod snapshot_inbox;
 mod snapshot_install;
 mod snapshot_stream;
 mod split_vote;

@@ -32,6 +32,7 @@ async fn start(dir: &Path, id: u64, router: &Router, peers: &BTreeMap<u64, Basic
         entry_limit: CLUSTER_ENTRY_MAX,
         join: false,
         gate: None,
+        snapshots: None,
     };
     RaftNode::start_clustered(
         cfg,

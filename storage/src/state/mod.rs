@@ -31,7 +31,7 @@ pub use install::{FillState, Installing, INSTALLING_KEY};
 pub use membership_row::MEMBERSHIP_KEY;
 use membership_row::{CHECKPOINT_MEMBERSHIP, MEMBERSHIP_MAX};
 pub use sink::StateSink;
-pub use view::StateView;
+pub use view::{StateView, Streamable};
 
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// One row per checkpoint generation, keyed by its slot's `head_key`: the header (see

@@ -190,6 +190,72 @@ impl StateStore {
     }
 }
 
+/// What a snapshot of a generation says of itself, read from its header and rows alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Streamable {
+    pub applied_index: u64,
+    pub applied_term: u64,
+    /// `F`, as recorded with the generation.
+    pub first_record: u64,
+    pub state_crc: u32,
+    /// The bytes of `raft/membership` recorded with the generation, if any.
+    pub membership: Option<Vec<u8>>,
+}
+
+impl StateStore {
+    /// The newest generation (highest save number) a snapshot can carry: a version-2 header
+    /// and a floor row saved with it. Headers and rows only, no state byte: the state is
+    /// verified as it is streamed (`state_view`). None when no generation qualifies.
+    pub fn newest_streamable(&self) -> Result<Option<Streamable>, StorageError> {
+        let txn = self.db.begin_read().map_err(StorageError::state(OPEN))?;
+        let heads = txn
+            .open_table(CHECKPOINT_HEAD)
+            .map_err(StorageError::state(OPEN))?;
+        let floors = txn
+            .open_table(CHECKPOINT_FLOOR)
+            .map_err(StorageError::state(OPEN))?;
+        let mut best: Option<(u64, usize, CheckpointHead, Vec<u8>, FloorRow)> = None;
+        for (slot, s) in SLOTS.iter().enumerate() {
+            let Some(raw) = heads.get(s.head_key).map_err(StorageError::state(OPEN))? else {
+                continue;
+            };
+            let head_raw = raw.value().to_vec();
+            let Ok(head) = CheckpointHead::decode(&head_raw) else {
+                continue;
+            };
+            if !CheckpointHead::is_current_version(&head_raw) {
+                continue;
+            }
+            let Some(row) = floors
+                .get(s.head_key)
+                .map_err(StorageError::state(OPEN))?
+                .and_then(|v| FloorRow::of_head(v.value(), &head_raw))
+            else {
+                continue;
+            };
+            if best.as_ref().is_none_or(|b| row.save_number > b.0) {
+                best = Some((row.save_number, slot, head, head_raw, row));
+            }
+        }
+        let Some((_, slot, head, head_raw, row)) = best else {
+            return Ok(None);
+        };
+        let membership = txn
+            .open_table(CHECKPOINT_MEMBERSHIP)
+            .map_err(StorageError::state(OPEN))?
+            .get(SLOTS[slot].head_key)
+            .map_err(StorageError::state(OPEN))?
+            .and_then(|v| membership_row::of_head(v.value(), &head_raw).map(<[u8]>::to_vec));
+        Ok(Some(Streamable {
+            applied_index: head.applied_index,
+            applied_term: head.applied_term,
+            first_record: row.first_record,
+            state_crc: head.crc,
+            membership,
+        }))
+    }
+}
+
 impl StateView {
     /// Copies state bytes from `offset` into `buf`; the count copied (0 at the end). Fails when
     /// the slot was saved over since the view was opened, and on the read that would deliver

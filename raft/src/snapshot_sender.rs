@@ -1,0 +1,165 @@
+//! The sending side of a snapshot, as the network's `full_snapshot`: openraft hands over the
+//! meta of the snapshot it wants sent (the newest durable checkpoint generation,
+//! `StateMachine::durable`, no bytes), and this streams that generation and its records
+//! `F..=A` (`LogStore::snapshot_source`, under a floor lease for the stream's life) in chunks
+//! of the peers' `snapshot` frame limit.
+//!
+//! A local read failure (the generation's slot saved over, a flipped byte, a redb error) is
+//! `Unreachable`, never a storage error: openraft 0.9 stops the leader's whole core on a
+//! `StorageError` from the snapshot it sends (review s25 H1), whereas `Unreachable` makes it
+//! back off and ask the state machine again, which offers the newest generation.
+
+// openraft's errors (~200 bytes) are returned by value to its traits' boundary.
+#![allow(clippy::result_large_err)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{
+    Fatal, InstallSnapshotError, RPCError, RaftError, ReplicationClosed, StreamingError,
+    Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork};
+use openraft::raft::{InstallSnapshotRequest, SnapshotResponse};
+use openraft::{Snapshot, Vote};
+
+use crate::snapshot_feed::SnapshotFeed;
+use crate::tcp_client::PeerClient;
+use crate::types::{term_of, NodeId, TypeConfig};
+
+type Streamed = Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, Fatal<NodeId>>>;
+
+/// The slowest disk and link a chunk's deadline allows for: 10 MB/s.
+const BYTES_PER_SEC: u64 = 10_000_000;
+/// On top of that, for the receiver's fsyncs (the first chunk creates a file, the last one
+/// renames it and stages the install, which reads the whole file again: its share is the
+/// stream length at the same rate).
+const FIXED: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+#[error("snapshot to node {target}: {why}")]
+struct SendError {
+    target: NodeId,
+    why: String,
+}
+
+/// Streams the durable generation `snapshot.meta` names to the peer of `client`; `chunk` is
+/// the most data one request carries. The feed counts the snapshots the peer accepted whole.
+pub(crate) async fn send(
+    client: &mut PeerClient,
+    feed: &SnapshotFeed,
+    chunk: usize,
+    (vote, snapshot): (Vote<NodeId>, Snapshot<TypeConfig>),
+    cancel: impl Future<Output = ReplicationClosed>,
+    option: RPCOption,
+) -> Streamed {
+    let target = client.target();
+    let unreachable =
+        |why: String| StreamingError::Unreachable(Unreachable::new(&SendError { target, why }));
+    let Some(store) = feed.store() else {
+        return Err(unreachable("the group is opening or closed".into()));
+    };
+    let meta = snapshot.meta;
+    let Some(last) = meta.last_log_id else {
+        return Err(unreachable("the snapshot covers no log entry".into()));
+    };
+    let opened = tokio::task::spawn_blocking(move || store.snapshot_source(last.index)).await;
+    let source = match opened {
+        Ok(Ok(s)) => Arc::new(s),
+        Ok(Err(e)) => {
+            return Err(unreachable(format!(
+                "cannot open checkpoint {}: {e}",
+                last.index
+            )))
+        }
+        Err(e) => {
+            return Err(unreachable(format!(
+                "opening checkpoint {}: {e}",
+                last.index
+            )))
+        }
+    };
+    let head = *source.header();
+    if head.applied_term != term_of(&last) {
+        return Err(unreachable(format!(
+            "checkpoint {} is of term {}, the snapshot's of {}",
+            last.index,
+            head.applied_term,
+            term_of(&last)
+        )));
+    }
+    let len = head.stream_len();
+    let chunk = chunk.max(1);
+    tokio::pin!(cancel);
+    let mut offset = 0u64;
+    loop {
+        let src = source.clone();
+        let want = usize::try_from(len - offset)
+            .unwrap_or(usize::MAX)
+            .min(chunk);
+        let read = tokio::task::spawn_blocking(move || {
+            let mut data = vec![0u8; want];
+            let mut got = 0;
+            while got < want {
+                let n = src.read_at(offset + got as u64, &mut data[got..])?;
+                if n == 0 {
+                    break;
+                }
+                got += n;
+            }
+            data.truncate(got);
+            Ok::<_, queenmq_storage::StorageError>(data)
+        })
+        .await;
+        let data = match read {
+            Ok(Ok(d)) if d.len() == want => d,
+            Ok(Ok(d)) => {
+                return Err(unreachable(format!(
+                    "the stream ended at {} of {len} bytes",
+                    offset + d.len() as u64
+                )))
+            }
+            Ok(Err(e)) => return Err(unreachable(format!("reading at {offset}: {e}"))),
+            Err(e) => return Err(unreachable(format!("reading at {offset}: {e}"))),
+        };
+        let n = data.len() as u64;
+        let done = offset + n == len;
+        let mut budget = FIXED + Duration::from_millis(n.saturating_mul(1000) / BYTES_PER_SEC);
+        if done {
+            budget += Duration::from_millis(len.saturating_mul(1000) / BYTES_PER_SEC);
+        }
+        let ttl = option.hard_ttl().max(budget);
+        let req = InstallSnapshotRequest {
+            vote,
+            meta: meta.clone(),
+            offset,
+            data,
+            done,
+        };
+        let answer = tokio::select! {
+            closed = &mut cancel => return Err(StreamingError::Closed(closed)),
+            a = client.install_snapshot(req, RPCOption::new(ttl)) => a,
+        };
+        match answer {
+            Ok(resp) if resp.vote > vote => return Ok(SnapshotResponse::new(resp.vote)),
+            Ok(resp) if done => {
+                feed.count_sent();
+                return Ok(SnapshotResponse::new(resp.vote));
+            }
+            Ok(_) => offset += n,
+            Err(RPCError::RemoteError(e))
+                if matches!(
+                    e.source,
+                    RaftError::APIError(InstallSnapshotError::SnapshotMismatch(_))
+                ) =>
+            {
+                // The peer lost the stream (it restarted, or took another): from the start.
+                offset = 0;
+            }
+            Err(RPCError::Timeout(t)) => return Err(StreamingError::Timeout(t)),
+            Err(RPCError::Network(e)) => return Err(StreamingError::Network(e)),
+            Err(e) => return Err(unreachable(e.to_string())),
+        }
+    }
+}
