@@ -368,7 +368,9 @@ impl LogStore {
     /// (first, last, bytes) of the sealed segment holding `index`; None while reclamation is
     /// refused, since a compaction would then free nothing.
     pub fn sealed_segment_of(&self, index: u64) -> Option<(u64, u64, u64)> {
-        let bound = self.reclaim_bound(index)?;
+        // The bound of the whole log (not of `index`: a segment whose last entry is past
+        // `index` may still be compacted), less where openraft's purge holds it back.
+        let bound = self.reclaim_bound(u64::MAX)?;
         self.inner
             .log
             .sealed_segment_of(index)

@@ -3,10 +3,13 @@ use std::sync::{Arc, Mutex};
 
 use super::*;
 
+/// One id file's (key, offset) pairs.
+type File = Vec<(u64, u64)>;
+
 /// Files by bucket, shared so a "restart" opens the same ones.
 #[derive(Clone, Default)]
 struct MemStore {
-    files: Arc<Mutex<BTreeMap<u64, Vec<Vec<(u64, u64)>>>>>,
+    files: Arc<Mutex<BTreeMap<u64, Vec<File>>>>,
     reads: Arc<Mutex<usize>>,
     fail_writes: Arc<Mutex<bool>>,
     attempts: Arc<Mutex<usize>>,
