@@ -288,10 +288,21 @@ async fn answer(
         };
         let (permit, body) =
             body_budget::read_within(conn, len, &cfg.body_budget, cfg.body_deadline).await?;
-        // A peer gone meanwhile reads no answer: its body's budget goes back at once.
-        let reply = tokio::select! {
-            r = dispatch(kind, &body, groups, from) => r?,
-            () = crate::peer_closed::closed(conn) => return Ok(()),
+        // The request runs to its end even if the peer leaves: dispatch is not cancel-safe
+        // (vote_gate's marker removal, a snapshot's staging would stop half done), and
+        // openraft's append timeout makes peers drop connections mid-request often. A peer
+        // gone meanwhile reads no answer, so its body's budget goes back at once instead.
+        let reply = {
+            let work = dispatch(kind, &body, groups, from);
+            tokio::pin!(work);
+            tokio::select! {
+                r = &mut work => r?,
+                () = crate::peer_closed::closed(conn) => {
+                    drop(permit);
+                    work.await?;
+                    return Ok(());
+                }
+            }
         };
         drop((permit, body));
         wire::write_frame(conn, Kind::Reply, id, &reply).await?;
