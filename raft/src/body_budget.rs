@@ -112,7 +112,9 @@ pub async fn read_within<R: AsyncRead + Unpin>(
 ) -> Result<(BodyPermit, Vec<u8>), BodyError> {
     let read = async {
         let permit = budget.take(len).await?;
-        let mut body = Vec::new();
+        // Reserved whole once the budget holds it: grown by doubling, the buffer's capacity
+        // would reach up to twice what the budget was charged.
+        let mut body = Vec::with_capacity(len as usize);
         wire::read_body(r, len, &mut body).await?;
         Ok::<_, BodyError>((permit, body))
     };
