@@ -6,6 +6,9 @@
 //! is per source (an IPv4 address, an IPv6 /64: one host, or one subnet a host can pick its
 //! addresses from), evicting that source's own oldest; and connections from the addresses
 //! `peers` resolves to sit in a pool of their own that anonymous connections never evict.
+//! Peers are matched and capped by their exact address, not their /64: nodes sharing a
+//! subnet (a cloud subnet, a k8s node's range) each keep their own cap, and another host in
+//! that subnet is anonymous, not a peer.
 //! The anonymous pool keeps a total cap too (many sources at once), evicting its oldest.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -20,9 +23,20 @@ pub enum Source {
     V4(Ipv4Addr),
     /// The top 64 bits of an IPv6 address.
     V6Prefix(u64),
+    /// A peer's exact address (IPv4-mapped ones as IPv4).
+    Peer(IpAddr),
+}
+
+/// `ip` with an IPv4-mapped IPv6 address as the IPv4 one it maps.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(a) => a.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    }
 }
 
 impl Source {
+    /// An anonymous connection's source.
     pub fn of(ip: IpAddr) -> Source {
         match ip {
             IpAddr::V4(a) => Source::V4(a),
@@ -38,24 +52,20 @@ impl Source {
 /// The sources the peers' configured addresses resolve to. Clones share them; the broker
 /// sets them at start and again as the names resolve (a peer's name may not resolve yet).
 #[derive(Clone, Default)]
-pub struct PeerSources(Arc<RwLock<HashSet<Source>>>);
+pub struct PeerSources(Arc<RwLock<HashSet<IpAddr>>>);
 
 impl PeerSources {
     pub fn set(&self, ips: impl IntoIterator<Item = IpAddr>) {
-        let set = ips.into_iter().map(Source::of).collect();
+        let set = ips.into_iter().map(canonical).collect();
         *self.0.write().unwrap_or_else(PoisonError::into_inner) = set;
     }
 
-    /// Whether a connection from `ip` counts as a peer's.
+    /// Whether a connection from `ip` counts as a peer's: its exact address is one of theirs.
     pub fn contains_ip(&self, ip: IpAddr) -> bool {
-        self.contains(Source::of(ip))
-    }
-
-    fn contains(&self, s: Source) -> bool {
         self.0
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .contains(&s)
+            .contains(&canonical(ip))
     }
 }
 
@@ -128,8 +138,14 @@ impl PreHello {
     /// then evict (never the new one). The lock is held across the spawn, so the task cannot
     /// leave the queue before it is in it.
     pub fn admit(&self, id: u64, ip: IpAddr, spawn: impl FnOnce() -> AbortHandle) -> Vec<Eviction> {
-        let source = Source::of(ip);
-        let peer = self.peers.contains(source);
+        // A peer's key never equals an anonymous one, so a source's count lies in one pool
+        // even if a name's resolution moves an address between them.
+        let peer = self.peers.contains_ip(ip);
+        let source = if peer {
+            Source::Peer(canonical(ip))
+        } else {
+            Source::of(ip)
+        };
         let mut q = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
         let handle = spawn();
         let waiting = Waiting { id, source, handle };
@@ -288,6 +304,37 @@ mod tests {
         assert_eq!(gate.waiting(), (4, 2));
         for t in kept.into_iter().chain(more) {
             assert!(!t.is_finished());
+            t.abort();
+        }
+    }
+
+    /// Two peers in one /64 each keep their own cap, and a third host of that /64 is
+    /// anonymous: its flood evicts neither.
+    #[tokio::test]
+    async fn peers_are_matched_by_their_exact_address_not_their_64() {
+        let peers = PeerSources::default();
+        peers.set([ip("::1"), ip("::2")]);
+        let gate = PreHello::new(4, 2, peers.clone());
+        assert!(!peers.contains_ip(ip("::3")));
+        let mut kept = Vec::new();
+        for (id, from) in [(1, "::1"), (2, "::1"), (3, "::2"), (4, "::2")] {
+            let (t, h) = parked();
+            assert!(gate.admit(id, ip(from), || h).is_empty(), "{from}");
+            kept.push(t);
+        }
+        let mut flood = Vec::new();
+        for id in 10..60 {
+            let (t, h) = parked();
+            let e = gate.admit(id, ip("::3"), || h);
+            assert!(e.iter().all(|e| *e == Eviction::SourceCap), "{e:?}");
+            flood.push(t);
+        }
+        assert_eq!(gate.waiting(), (2, 4));
+        for t in kept {
+            assert!(!t.is_finished());
+            t.abort();
+        }
+        for t in flood {
             t.abort();
         }
     }
