@@ -5,6 +5,11 @@
 //! it is allocated, and given back once its request is answered; a body that cannot get it
 //! waits (in arrival order) only as long as the listener's body deadline allows.
 //!
+//! Small bodies (votes, heartbeats, appends of a few entries: at most [`SMALL_BODY`]) never
+//! queue behind large ones: declared-and-stalled large bodies could hold the whole budget for
+//! the 10 s deadline, longer than an election timeout. They take a reserve of their own
+//! ([`SMALL_RESERVE`], on top of the budget), or the budget's room if it has some free at once.
+//!
 //! The budget is part of the broker's memory budget: what is taken is charged to its
 //! `cluster_bodies` pool through [`Charge`] (docs/memory.md).
 
@@ -17,6 +22,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::wire::{self, WireError};
 
+/// The largest body that takes the small bodies' reserve.
+pub const SMALL_BODY: u32 = 64 * 1024;
+/// The small bodies' reserve: 16 bodies of the largest small size, far more votes.
+pub const SMALL_RESERVE: usize = 16 * SMALL_BODY as usize;
+
 /// Told each change of the bytes held (+ taken, − given back): the broker's pool.
 pub type Charge = Arc<dyn Fn(isize) + Send + Sync>;
 
@@ -24,6 +34,7 @@ pub type Charge = Arc<dyn Fn(isize) + Send + Sync>;
 #[derive(Clone)]
 pub struct BodyBudget {
     sem: Arc<Semaphore>,
+    small: Arc<Semaphore>,
     bytes: usize,
     held: Arc<AtomicUsize>,
     charge: Option<Charge>,
@@ -37,19 +48,22 @@ pub struct OverBudget {
 }
 
 impl BodyBudget {
-    /// A budget of `bytes` (at most tokio's largest semaphore, far above any memory).
+    /// A budget of `bytes` (at most tokio's largest semaphore, far above any memory), plus
+    /// the small bodies' reserve.
     pub fn new(bytes: usize, charge: Option<Charge>) -> BodyBudget {
-        let bytes = bytes.min(Semaphore::MAX_PERMITS);
-        metrics::gauge!("queen_cluster_body_budget_bytes").set(bytes as f64);
+        let bytes = bytes.min(Semaphore::MAX_PERMITS - SMALL_RESERVE);
+        metrics::gauge!("queen_cluster_body_budget_bytes").set((bytes + SMALL_RESERVE) as f64);
         metrics::gauge!("queen_cluster_body_bytes").set(0.0);
         BodyBudget {
             sem: Arc::new(Semaphore::new(bytes)),
+            small: Arc::new(Semaphore::new(SMALL_RESERVE)),
             bytes,
             held: Arc::default(),
             charge,
         }
     }
 
+    /// The budget for large bodies, without the small bodies' reserve.
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -59,8 +73,9 @@ impl BodyBudget {
         self.held.load(Ordering::Relaxed)
     }
 
-    /// Takes `len` bytes, waiting for them behind earlier bodies; a length the whole budget
-    /// cannot hold is refused at once (it would wait for ever).
+    /// Takes `len` bytes, waiting for them behind earlier bodies (a small one only behind
+    /// other small ones); a length the whole budget cannot hold is refused at once (it would
+    /// wait for ever).
     pub async fn take(&self, len: u32) -> Result<BodyPermit, OverBudget> {
         let over = OverBudget {
             len,
@@ -70,13 +85,17 @@ impl BodyBudget {
         if n > self.bytes {
             return Err(over);
         }
-        // The semaphore is never closed, so an error cannot happen; treated as a refusal.
-        let permit = self
-            .sem
-            .clone()
-            .acquire_many_owned(len)
-            .await
-            .map_err(|_| over)?;
+        let permit = if len <= SMALL_BODY {
+            let free = self.small.clone().try_acquire_many_owned(len);
+            match free.or_else(|_| self.sem.clone().try_acquire_many_owned(len)) {
+                Ok(p) => Ok(p),
+                Err(_) => self.small.clone().acquire_many_owned(len).await,
+            }
+        } else {
+            self.sem.clone().acquire_many_owned(len).await
+        };
+        // The semaphores are never closed, so an error cannot happen; treated as a refusal.
+        let permit = permit.map_err(|_| over)?;
         self.held.fetch_add(n, Ordering::Relaxed);
         metrics::gauge!("queen_cluster_body_bytes").increment(n as f64);
         if let Some(c) = &self.charge {
@@ -184,13 +203,16 @@ mod tests {
         let charge: Charge = Arc::new(move |d| {
             p.fetch_add(d, Ordering::Relaxed);
         });
-        let b = BodyBudget::new(1000, Some(charge));
-        let first = b.take(600).await.unwrap();
-        let second = b.take(400).await.unwrap();
-        assert_eq!((b.held(), pool.load(Ordering::Relaxed)), (1000, 1000));
+        // Units above the small bodies' size: these take the budget, not the reserve.
+        const K: u32 = SMALL_BODY + 1;
+        let b = BodyBudget::new(10 * K as usize, Some(charge));
+        let first = b.take(6 * K).await.unwrap();
+        let second = b.take(4 * K).await.unwrap();
+        let all = 10 * K as usize;
+        assert_eq!((b.held(), pool.load(Ordering::Relaxed)), (all, all as isize));
         let waiting = tokio::spawn({
             let b = b.clone();
-            async move { b.take(500).await.map(|_| ()) }
+            async move { b.take(5 * K).await.map(|_| ()) }
         });
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
@@ -198,7 +220,46 @@ mod tests {
         waiting.await.unwrap().unwrap();
         drop(second);
         assert_eq!((b.held(), pool.load(Ordering::Relaxed)), (0, 0));
-        assert_eq!(b.sem.available_permits(), 1000);
+        assert_eq!(b.sem.available_permits(), all);
+        assert_eq!(b.small.available_permits(), SMALL_RESERVE);
+    }
+
+    /// Large bodies waiting for a full budget never hold up a small one: it takes the
+    /// reserve, and once that is full, waits only for the reserve.
+    #[tokio::test]
+    async fn a_small_body_never_waits_behind_large_ones() {
+        let b = BodyBudget::new(1 << 20, None);
+        let _all = b.take(1 << 20).await.unwrap();
+        let large = tokio::spawn({
+            let b = b.clone();
+            async move { b.take(SMALL_BODY + 1).await.map(|_| ()) }
+        });
+        tokio::task::yield_now().await;
+        assert!(!large.is_finished());
+        let vote = b.take(100).await.unwrap();
+        let biggest_small = b.take(SMALL_BODY).await.unwrap();
+        assert_eq!(b.held(), (1 << 20) + 100 + SMALL_BODY as usize);
+        drop((vote, biggest_small));
+        let reserve = b.take(SMALL_BODY).await.unwrap();
+        let rest: Vec<_> = futures_take_all(&b, SMALL_RESERVE / SMALL_BODY as usize - 1).await;
+        let waiting = tokio::spawn({
+            let b = b.clone();
+            async move { b.take(1).await.map(|_| ()) }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        drop(reserve);
+        waiting.await.unwrap().unwrap();
+        drop(rest);
+        large.abort();
+    }
+
+    async fn futures_take_all(b: &BodyBudget, n: usize) -> Vec<BodyPermit> {
+        let mut v = Vec::new();
+        for _ in 0..n {
+            v.push(b.take(SMALL_BODY).await.unwrap());
+        }
+        v
     }
 
     /// A peer that declares a body and sends part of it is cut at the deadline and gives its
