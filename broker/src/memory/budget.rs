@@ -92,7 +92,6 @@ impl Budget {
         usize::try_from(percent(self.total, HELD_PERCENT)).unwrap_or(usize::MAX)
     }
 
-    /// The connections' share of the budget.
     /// The cluster listener's body budget: its share, at least `largest_body`.
     pub fn cluster_bodies_bytes(&self, largest_body: usize) -> usize {
         usize::try_from(percent(self.total, CLUSTER_BODIES_PERCENT))
@@ -100,6 +99,7 @@ impl Budget {
             .max(largest_body)
     }
 
+    /// The connections' share of the budget.
     pub fn connections_bytes(&self) -> usize {
         usize::try_from(percent(self.total, CONNECTIONS_PERCENT)).unwrap_or(usize::MAX)
     }
