@@ -53,7 +53,8 @@ impl BodyBudget {
     pub fn new(bytes: usize, charge: Option<Charge>) -> BodyBudget {
         let bytes = bytes.min(Semaphore::MAX_PERMITS - SMALL_RESERVE);
         metrics::gauge!("queen_cluster_body_budget_bytes").set((bytes + SMALL_RESERVE) as f64);
-        metrics::gauge!("queen_cluster_body_bytes").set(0.0);
+        // `queen_cluster_body_bytes` is not reset: it counts by increments, and a second
+        // budget in the process (tests, a restarted listener) would zero what others hold.
         BodyBudget {
             sem: Arc::new(Semaphore::new(bytes)),
             small: Arc::new(Semaphore::new(SMALL_RESERVE)),
