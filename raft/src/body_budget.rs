@@ -210,7 +210,10 @@ mod tests {
         let first = b.take(6 * K).await.unwrap();
         let second = b.take(4 * K).await.unwrap();
         let all = 10 * K as usize;
-        assert_eq!((b.held(), pool.load(Ordering::Relaxed)), (all, all as isize));
+        assert_eq!(
+            (b.held(), pool.load(Ordering::Relaxed)),
+            (all, all as isize)
+        );
         let waiting = tokio::spawn({
             let b = b.clone();
             async move { b.take(5 * K).await.map(|_| ()) }
