@@ -18,11 +18,21 @@ use queenmq_storage::{DiskDataDir, LogOptions, SegmentLog, StateStore};
 
 use crate::config::{Cluster, Timing};
 use crate::engine::log::LogStatus;
+use crate::memory::{Memory, Pool};
+use queenmq_raft::body_budget::{BodyBudget, Charge};
+use queenmq_raft::pre_hello::PeerSources;
 
 /// How long a new cluster connection has to send its Hello.
 const HELLO_DEADLINE: Duration = Duration::from_secs(10);
-/// Connections waiting for their Hello at once.
+/// Anonymous connections waiting for their Hello at once...
 const MAX_PRE_HELLO: usize = 64;
+/// ...and from one source (review s14 F5): a peer opens one connection per group it reaches,
+/// each waiting for its Hello one round trip.
+const MAX_PRE_HELLO_PER_SOURCE: usize = 8;
+/// How long a request body may take from its header (its wait for the body budget included):
+/// far above a 3 MiB snapshot chunk on a slow link, far below the hold a stalled peer would
+/// otherwise have (review s14 F6).
+const BODY_DEADLINE: Duration = Duration::from_secs(10);
 /// openraft's `max_payload_entries` default: the entries one append may carry.
 const MAX_APPEND_ENTRIES: u32 = 300;
 /// The file in the data directory that says this node joined with an empty directory and has
@@ -102,21 +112,54 @@ impl Member {
         &self.peer_http
     }
 
-    /// Binds `addr` and serves every group in `groups` until `stop` turns true.
+    /// Binds `addr` and serves every group in `groups` until `stop` turns true; the bodies
+    /// it reads are charged to `memory`'s `cluster_bodies` pool, within their share.
     pub async fn listen(
         &self,
         addr: std::net::SocketAddr,
         mut stop: tokio::sync::watch::Receiver<bool>,
+        memory: &Arc<Memory>,
     ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding cluster_addr {addr}"))?;
+        let limits = limits();
+        let largest = limits.largest_request() as usize;
+        let pool = memory.clone();
+        let charge: Charge = Arc::new(move |d: isize| {
+            if d >= 0 {
+                pool.pools.add(Pool::ClusterBodies, d.unsigned_abs());
+            } else {
+                pool.pools.sub(Pool::ClusterBodies, d.unsigned_abs());
+            }
+        });
+        let budget = BodyBudget::new(memory.budget.cluster_bodies_bytes(largest), Some(charge));
+        let peer_sources = PeerSources::default();
+        let others = self
+            .peers
+            .iter()
+            .filter(|(id, _)| **id != self.node_id)
+            .map(|(_, n)| n.addr.clone())
+            .collect();
+        tokio::spawn(crate::cluster_peer_sources::keep_resolved(
+            others,
+            peer_sources.clone(),
+            stop.clone(),
+        ));
+        tracing::info!(
+            body_budget = budget.bytes(),
+            "raft cluster listener: request bodies in flight capped"
+        );
         let cfg = ServerConfig {
             node_id: self.node_id,
             token: self.token.clone(),
-            limits: limits(),
+            limits,
             hello_deadline: HELLO_DEADLINE,
             max_pre_hello: MAX_PRE_HELLO,
+            max_pre_hello_per_source: MAX_PRE_HELLO_PER_SOURCE,
+            peer_sources,
+            body_budget: budget,
+            body_deadline: BODY_DEADLINE,
         };
         let groups = self.groups.clone();
         tracing::info!(%addr, node = self.node_id, "raft cluster listener");

@@ -4,6 +4,7 @@
 
 pub mod cluster_admin;
 pub mod cluster_member;
+mod cluster_peer_sources;
 pub mod config;
 pub mod disk_gate;
 mod disk_need;

@@ -142,6 +142,8 @@ pub async fn serve(
         encryption: payload_key(&cfg)?,
         ..EngineConfig::default()
     };
+    // At 0 on a single node too: one set of series whatever the node's role.
+    queenmq_raft::register_listener_series();
     let (cluster_stop_tx, cluster_stop_rx) = tokio::sync::watch::channel(false);
     let (ecfg, cluster_listener, member) = match &cluster {
         None => (ecfg, None, None),
@@ -153,7 +155,7 @@ pub async fn serve(
                 .ok_or_else(|| anyhow!("cluster_token is unset"))?;
             let member = crate::cluster_member::Member::new(c, token.expose());
             // Before the group starts: a leader must reach this node for it to catch up.
-            let listening = member.listen(c.addr, cluster_stop_rx).await?;
+            let listening = member.listen(c.addr, cluster_stop_rx, &memory).await?;
             tracing::info!(
                 node = c.node_id,
                 peers = c.peers.len(),

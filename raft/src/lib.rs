@@ -27,6 +27,7 @@
 mod append_gate;
 mod apply;
 mod backend;
+pub mod body_budget;
 mod cluster_start;
 mod committed_saver;
 mod config;
@@ -42,6 +43,7 @@ mod horizons;
 mod index_cell;
 mod keepalive;
 mod leader_gone;
+mod listener_metrics;
 mod log_store;
 mod log_writer;
 pub mod member_addr;
@@ -50,6 +52,8 @@ mod meta;
 mod metrics_clock;
 mod network;
 mod node;
+mod peer_closed;
+pub mod pre_hello;
 mod rpc_codec;
 mod snapshot_feed;
 mod snapshot_inbox;
@@ -73,6 +77,7 @@ pub use error::{ChangeRefusal, RaftError};
 pub use hand_over::{Abdication, HandOver};
 // The storage pair openraft runs on, public so openraft's own storage suite can drive it
 // (tests/openraft_suite.rs) and so can the cluster to come; `RaftNode` is what the broker uses.
+pub use listener_metrics::register_series as register_listener_series;
 pub use log_store::LogStore;
 pub use membership_change::{Change, MemberView, MembershipView};
 pub use meta::{accept_missing_log_start, read_persisted, Persisted};

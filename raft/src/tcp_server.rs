@@ -3,26 +3,29 @@
 //! at a time, hands it to the named group's `Raft` handle and writes the `Reply` with the
 //! request's id. Anything malformed closes that one connection; the listener keeps going.
 //!
-//! Connections that have not said `Hello` are capped: past the cap the oldest is closed, so
-//! an anonymous peer opening sockets and staying silent holds at most `max_pre_hello` of them,
-//! each for at most the Hello deadline (as the Kafka port's pre-login gate).
+//! Connections that have not said `Hello` are capped per source and in all (`pre_hello`), so
+//! an anonymous peer opening sockets and staying silent holds a few of them, each for at most
+//! the Hello deadline, and never evicts a peer's. Bodies are read within the listener's body
+//! budget and deadline (`body_budget`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use openraft::Raft;
 use tokio::io::BufStream;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::{AbortHandle, JoinSet};
+use tokio::task::JoinSet;
 
+use crate::body_budget::{self, BodyBudget, BodyError};
+use crate::pre_hello::{PeerSources, PreHello};
 use crate::rpc_codec;
 use crate::types::TypeConfig;
 use crate::vote_gate::{self, VoteGate};
 use crate::warn_limit::WarnLimit;
-use crate::wire::{self, Frame, Kind, Limits, WireError};
+use crate::wire::{self, Head, Kind, Limits, WireError};
 
 /// A wrong token is warned about at most once per source address per minute...
 const BAD_TOKEN_WARN_EVERY: Duration = Duration::from_secs(60);
@@ -137,12 +140,17 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// How long a new connection has to send its Hello (10 s in the broker).
     pub hello_deadline: Duration,
-    /// How many connections may be waiting for their Hello at once.
+    /// How many anonymous connections may be waiting for their Hello at once.
     pub max_pre_hello: usize,
+    /// ...and from one source (an IPv4 address, an IPv6 /64), peers included.
+    pub max_pre_hello_per_source: usize,
+    /// Where the peers connect from: their waiting connections are never evicted by others.
+    pub peer_sources: PeerSources,
+    /// The bytes all connections' request bodies may hold at once.
+    pub body_budget: BodyBudget,
+    /// How long a body may take from its header, its wait for budget included.
+    pub body_deadline: Duration,
 }
-
-/// Connections accepted and not yet past their Hello, oldest first.
-type PreHello = Arc<Mutex<VecDeque<(u64, AbortHandle)>>>;
 
 /// Serves `listener` until `shutdown` resolves; every connection task ends with it. Refuses
 /// to start with a token under `wire::MIN_TOKEN` bytes.
@@ -156,12 +164,27 @@ pub async fn run(
         return Err(WireError::WeakToken);
     }
     // Either at 0 would close every peer, real ones included (review s14 F10).
-    if cfg.max_pre_hello == 0 || cfg.hello_deadline.is_zero() {
+    if cfg.max_pre_hello == 0
+        || cfg.max_pre_hello_per_source == 0
+        || cfg.hello_deadline.is_zero()
+        || cfg.body_deadline.is_zero()
+    {
         return Err(WireError::Config(
-            "max_pre_hello and hello_deadline must be above 0",
+            "max_pre_hello, max_pre_hello_per_source, hello_deadline and body_deadline must \
+             be above 0",
         ));
     }
-    let pending: PreHello = Arc::default();
+    // Below the largest body a peer's append or snapshot chunk would never be read.
+    if cfg.body_budget.bytes() < cfg.limits.largest_request() as usize {
+        return Err(WireError::Config(
+            "the body budget is below the largest request body (append or snapshot chunk)",
+        ));
+    }
+    let pending = Arc::new(PreHello::new(
+        cfg.max_pre_hello,
+        cfg.max_pre_hello_per_source,
+        cfg.peer_sources.clone(),
+    ));
     let bad_token = Arc::new(WarnLimit::new(BAD_TOKEN_WARN_EVERY, BAD_TOKEN_SOURCES));
     let mut conns = JoinSet::new();
     let mut next = 0u64;
@@ -183,8 +206,6 @@ pub async fn run(
         };
         next += 1;
         let id = next;
-        // Held across the spawn, so the task cannot leave the queue before it is in it.
-        let mut queue = pending.lock().unwrap_or_else(PoisonError::into_inner);
         let task = serve_conn(
             tcp,
             cfg.clone(),
@@ -193,17 +214,14 @@ pub async fn run(
             (id, peer),
             bad_token.clone(),
         );
-        queue.push_back((id, conns.spawn(task)));
-        while queue.len() > cfg.max_pre_hello {
-            if let Some((old, h)) = queue.pop_front() {
-                tracing::debug!(
-                    conn = old,
-                    "raft listener: too many connections before Hello, closing the oldest"
-                );
-                h.abort();
-            }
+        for why in pending.admit(id, peer.ip(), || conns.spawn(task)) {
+            tracing::debug!(
+                %peer,
+                reason = why.name(),
+                "raft listener: too many connections before Hello, closed the oldest"
+            );
+            crate::listener_metrics::closed(why.name());
         }
-        drop(queue);
         tracing::trace!(conn = id, %peer, "raft connection accepted");
     }
 }
@@ -212,17 +230,17 @@ async fn serve_conn(
     tcp: TcpStream,
     cfg: ServerConfig,
     groups: Groups,
-    pending: PreHello,
+    pending: Arc<PreHello>,
     (id, peer): (u64, SocketAddr),
     bad_token: Arc<WarnLimit>,
 ) {
     let _ = tcp.set_nodelay(true);
     let mut conn = BufStream::new(tcp);
     let hello = wire::accept_hello(&mut conn, &cfg.token, cfg.hello_deadline).await;
-    pending
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .retain(|(c, _)| *c != id);
+    pending.leave(id);
+    if hello.is_err() {
+        crate::listener_metrics::closed("hello_refused");
+    }
     let ids = match hello {
         Ok(ids) => ids,
         Err(WireError::BadToken) => {
@@ -244,6 +262,7 @@ async fn serve_conn(
         }
     };
     if ids.to != cfg.node_id {
+        crate::listener_metrics::closed("hello_refused");
         // A wrong or reused address in some node's membership: answering would count this
         // node's acks and votes as another member's.
         tracing::warn!(
@@ -261,7 +280,7 @@ async fn serve_conn(
         tracing::debug!(conn = id, error = %e, "raft connection closed: cannot set keepalive");
         return;
     }
-    if let Err(e) = answer(&mut conn, &cfg.limits, &groups, ids.from).await {
+    if let Err(e) = answer(&mut conn, &cfg, &groups, ids.from).await {
         tracing::debug!(conn = id, error = %e, "raft connection closed");
     }
     groups.peer_left(ids.from);
@@ -275,23 +294,43 @@ enum ConnError {
     Decode(#[from] rpc_codec::DecodeError),
     #[error("a {0:?} frame where a request belongs")]
     NotARequest(Kind),
+    #[error(transparent)]
+    Body(#[from] BodyError),
 }
 
 /// Answers requests in order until the peer leaves or sends something malformed. `from`: the
 /// peer's node id, as its Hello named it.
 async fn answer(
     conn: &mut BufStream<TcpStream>,
-    limits: &Limits,
+    cfg: &ServerConfig,
     groups: &Groups,
     from: u64,
 ) -> Result<(), ConnError> {
     loop {
-        let Frame { kind, id, body } = match wire::read_frame(conn, limits).await {
-            Ok(f) => f,
+        let Head { kind, id, len } = match wire::read_head(conn, &cfg.limits).await {
+            Ok(h) => h,
             Err(WireError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e.into()),
         };
-        let reply = dispatch(kind, &body, groups, from).await?;
+        let (permit, body) =
+            body_budget::read_within(conn, len, &cfg.body_budget, cfg.body_deadline).await?;
+        // The request runs to its end even if the peer leaves: dispatch is not cancel-safe
+        // (vote_gate's marker removal, a snapshot's staging would stop half done), and
+        // openraft's append timeout makes peers drop connections mid-request often. A peer
+        // gone meanwhile reads no answer, so its body's budget goes back at once instead.
+        let reply = {
+            let work = dispatch(kind, &body, groups, from);
+            tokio::pin!(work);
+            tokio::select! {
+                r = &mut work => r?,
+                () = crate::peer_closed::closed(conn) => {
+                    drop(permit);
+                    work.await?;
+                    return Ok(());
+                }
+            }
+        };
+        drop((permit, body));
         wire::write_frame(conn, Kind::Reply, id, &reply).await?;
     }
 }

@@ -294,8 +294,14 @@ fn write_marker(path: &std::path::Path) -> Result<(), RaftError> {
     sync_parent(path).map_err(|e| fail("syncing the directory of", e))
 }
 
+/// A marker already gone counts as removed: a removal whose outcome was lost (a crash after
+/// the unlink, an earlier try cut short) must not keep the node from ever voting.
 fn remove_marker(path: &std::path::Path) -> std::io::Result<()> {
-    std::fs::remove_file(path)?;
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
     sync_parent(path)
 }
 
@@ -371,6 +377,8 @@ mod tests {
         let again = VoteGate::new(4, path.clone());
         assert!(!again.prepare(false, false).unwrap());
         assert!(again.joining());
+        remove_marker(&path).unwrap();
+        // Gone already (a removal whose outcome was lost): still a success.
         remove_marker(&path).unwrap();
         let after = VoteGate::new(4, path.clone());
         assert!(after.prepare(true, false).unwrap());

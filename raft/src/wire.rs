@@ -92,6 +92,11 @@ impl Limits {
         }
     }
 
+    /// The largest body a listener reads (a request of any kind).
+    pub fn largest_request(&self) -> u32 {
+        self.append.max(self.snapshot).max(self.vote)
+    }
+
     fn of(&self, kind: Kind) -> u32 {
         match kind {
             Kind::Hello => HELLO_MAX,
@@ -146,6 +151,26 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     limits: &Limits,
 ) -> Result<Frame, WireError> {
+    let Head { kind, id, len } = read_head(r, limits).await?;
+    let mut body = Vec::new();
+    read_body(r, len, &mut body).await?;
+    Ok(Frame { kind, id, body })
+}
+
+/// A frame's header: what it is and how long its body is (already checked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    pub kind: Kind,
+    pub id: u64,
+    pub len: u32,
+}
+
+/// Reads a frame's header and checks its length against `limits`; the caller reads the body
+/// ([`read_body`]), so it can bound what bodies hold first (the listener's `BodyBudget`).
+pub async fn read_head<R: AsyncRead + Unpin>(
+    r: &mut R,
+    limits: &Limits,
+) -> Result<Head, WireError> {
     let mut head = [0u8; HEAD];
     r.read_exact(&mut head).await?;
     let kind = Kind::from_byte(head[0]).ok_or(WireError::UnknownKind(head[0]))?;
@@ -161,9 +186,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             max,
         });
     }
-    let mut body = Vec::new();
-    read_body(r, len, &mut body).await?;
-    Ok(Frame { kind, id, body })
+    Ok(Head { kind, id, len })
 }
 
 /// Reads the answer to request `id`: anything but a `Reply` with that id is an error, after
@@ -192,7 +215,7 @@ pub async fn read_reply<R: AsyncRead + Unpin>(
 
 /// Reads exactly `len` bytes into `body`, growing it as they arrive (never reserving `len` up
 /// front: a peer that declares a large body and sends little holds little).
-async fn read_body<R: AsyncRead + Unpin>(
+pub async fn read_body<R: AsyncRead + Unpin>(
     r: &mut R,
     len: u32,
     body: &mut Vec<u8>,

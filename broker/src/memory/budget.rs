@@ -25,6 +25,10 @@ pub const RESUME_PERCENT: u64 = 90;
 /// most this share of the budget: half of the 20 % "the rest" that no share claims, so the
 /// checkpoint, stacks and allocator slack keep the other half (docs/memory.md).
 pub const METRICS_RING_PERCENT: u64 = 10;
+/// The cluster listener's request bodies in flight (review s14 F6) may hold this share of the
+/// budget, out of the 20 % "the rest" no share claims, but never less than one body of the
+/// largest kind, so a peer's snapshot chunk can always be read.
+pub const CLUSTER_BODIES_PERCENT: u64 = 5;
 /// The smallest budget accepted (and used when nothing can be read).
 pub const MIN_BUDGET: u64 = 32 << 20;
 
@@ -86,6 +90,13 @@ impl Budget {
     /// The share of the pools that cannot be evicted.
     pub fn held_bytes(&self) -> usize {
         usize::try_from(percent(self.total, HELD_PERCENT)).unwrap_or(usize::MAX)
+    }
+
+    /// The cluster listener's body budget: its share, at least `largest_body`.
+    pub fn cluster_bodies_bytes(&self, largest_body: usize) -> usize {
+        usize::try_from(percent(self.total, CLUSTER_BODIES_PERCENT))
+            .unwrap_or(usize::MAX)
+            .max(largest_body)
     }
 
     /// The connections' share of the budget.
@@ -167,6 +178,14 @@ mod tests {
         assert_eq!(tiny.long_poll_cap(0), tiny.connections_bytes() / 4);
         let huge = Budget::derive(u64::MAX, None, None);
         assert!(huge.connection_cap(1) > 1 << 40);
+    }
+
+    #[test]
+    fn the_cluster_body_budget_is_its_share_but_one_body_at_least() {
+        let b = Budget::derive(1 << 30, None, None);
+        assert_eq!(b.cluster_bodies_bytes(3 << 20), (1 << 30) / 20);
+        let tiny = Budget::derive(MIN_BUDGET, None, None);
+        assert_eq!(tiny.cluster_bodies_bytes(3 << 20), 3 << 20);
     }
 
     #[test]

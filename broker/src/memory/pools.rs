@@ -25,10 +25,14 @@ pub enum Pool {
     /// Ephemeral (RAM) queues' rings and payloads. Not held: the queues have their own cap
     /// (`ephemeral_max_bytes`), so their traffic never refuses durable writes.
     Ephemeral,
+    /// Request bodies the cluster listener holds (review s14 F6): exact, taken from its body
+    /// budget as each body's header is read and given back once it is answered. Not held: the
+    /// budget caps it (docs/memory.md).
+    ClusterBodies,
 }
 
 impl Pool {
-    pub const ALL: [Pool; 8] = [
+    pub const ALL: [Pool; 9] = [
         Pool::EntryCache,
         Pool::Dedup,
         Pool::State,
@@ -37,6 +41,7 @@ impl Pool {
         Pool::Checkpoint,
         Pool::Connections,
         Pool::Ephemeral,
+        Pool::ClusterBodies,
     ];
 
     /// The `pool` label of `queen_memory_bytes`.
@@ -50,6 +55,7 @@ impl Pool {
             Pool::Checkpoint => "checkpoint",
             Pool::Connections => "connections",
             Pool::Ephemeral => "ephemeral",
+            Pool::ClusterBodies => "cluster_bodies",
         }
     }
 
@@ -65,7 +71,7 @@ impl Pool {
 
 #[derive(Debug, Default)]
 pub struct Pools {
-    bytes: [AtomicUsize; 8],
+    bytes: [AtomicUsize; Pool::ALL.len()],
 }
 
 impl Pools {

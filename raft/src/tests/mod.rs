@@ -12,6 +12,7 @@ mod idle_leader;
 mod latency;
 mod leader_gone;
 mod limited_read;
+mod listener_flood;
 mod multi_node;
 mod node_restart;
 mod reclaim;

@@ -35,6 +35,10 @@ pub fn server_config(node_id: u64, hello_deadline: Duration, max_pre_hello: usiz
         limits: limits(),
         hello_deadline,
         max_pre_hello,
+        max_pre_hello_per_source: max_pre_hello,
+        peer_sources: Default::default(),
+        body_budget: crate::body_budget::BodyBudget::new(limits().snapshot as usize, None),
+        body_deadline: Duration::from_secs(30),
     }
 }
 
