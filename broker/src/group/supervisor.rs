@@ -191,6 +191,11 @@ pub async fn supervise(
         "queen_compaction_segments_total",
         // A cluster leader's requests answered "may or may not be done" at the write limit.
         "queen_writes_answered_at_limit_total",
+        // Copies at first write of blocks a checkpoint still shares, and snapshot catch-up
+        // (0 unless `cluster_snapshot_catch_up`): a dashboard's rate() needs the series.
+        "queen_checkpoint_cow_copies_total",
+        "queen_raft_snapshot_sent_total",
+        "queen_raft_snapshot_installs_total",
     ] {
         metrics::counter!(series, "tenant" => ecfg.tenant.to_string()).increment(0);
     }
@@ -199,6 +204,19 @@ pub async fn supervise(
     // The reasons of the engine's `count_refusal` (plan/kafka_txns.rs; docs/metrics.md).
     for reason in ["aborted_cap", "stretch_cap", "open_cap", "ids_cap"] {
         metrics::counter!("queen_kafka_txn_refused_total", "reason" => reason).increment(0);
+    }
+    // The histogram is registered without a sample, so its family is exported from the start.
+    let _ = metrics::histogram!("queen_checkpoint_cow_copy_seconds", "tenant" => ecfg.tenant.to_string());
+    // The dedup index off the heap (state/txn_spill.rs, id_store.rs, dedup_filter/ring.rs).
+    for series in [
+        "queen_dedup_spilled_ids_total",
+        "queen_dedup_spill_failures_total",
+        "queen_dedup_id_files_damaged_total",
+    ] {
+        metrics::counter!(series).increment(0);
+    }
+    for reason in ["share", "evicted"] {
+        metrics::counter!("queen_dedup_window_shortened_total", "reason" => reason).increment(0);
     }
     // Counted by the engine's ListTransactions read (reads/kafka_txns.rs; docs/metrics.md).
     metrics::counter!("queen_kafka_txn_list_truncated_total").increment(0);
