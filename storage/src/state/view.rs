@@ -67,50 +67,21 @@ impl StateStore {
         applied_index: u64,
     ) -> Result<StateView, StorageError> {
         let txn = store.db.begin_read().map_err(StorageError::state(OPEN))?;
-        let heads = txn
-            .open_table(CHECKPOINT_HEAD)
-            .map_err(StorageError::state(OPEN))?;
-        let floors = txn
-            .open_table(CHECKPOINT_FLOOR)
-            .map_err(StorageError::state(OPEN))?;
         let mut best: Option<Candidate> = None;
         let mut unusable = Vec::new();
-        for (slot, s) in SLOTS.iter().enumerate() {
-            let Some(raw) = heads.get(s.head_key).map_err(StorageError::state(OPEN))? else {
-                continue;
-            };
-            let head_raw = raw.value().to_vec();
-            let Ok(head) = CheckpointHead::decode(&head_raw) else {
-                continue;
-            };
-            if head.applied_index != applied_index {
-                continue;
-            }
-            if !CheckpointHead::is_current_version(&head_raw) {
-                unusable.push("a version-1 header, whose applied term no CRC covers");
-                continue;
-            }
-            let row_raw = floors
-                .get(s.head_key)
-                .map_err(StorageError::state(OPEN))?
-                .map(|v| v.value().to_vec());
-            let Some((row, row_raw)) =
-                row_raw.and_then(|raw| FloorRow::of_head(&raw, &head_raw).map(|r| (r, raw)))
-            else {
-                unusable.push("no run floor recorded with it");
-                continue;
-            };
-            if best
-                .as_ref()
-                .is_none_or(|b| row.save_number > b.row.save_number)
-            {
-                best = Some(Candidate {
-                    row,
-                    slot,
-                    head,
-                    head_raw,
-                    row_raw,
-                });
+        for found in slots_of(&txn)? {
+            match found {
+                Err(u) if u.applied_index == applied_index => unusable.push(u.why),
+                Err(_) => {}
+                Ok(c) if c.head.applied_index != applied_index => {}
+                Ok(c) => {
+                    if best
+                        .as_ref()
+                        .is_none_or(|b| c.row.save_number > b.row.save_number)
+                    {
+                        best = Some(c);
+                    }
+                }
             }
         }
         let Some(Candidate {
@@ -140,12 +111,7 @@ impl StateStore {
                 ),
             });
         }
-        let membership = txn
-            .open_table(CHECKPOINT_MEMBERSHIP)
-            .map_err(StorageError::state(OPEN))?
-            .get(SLOTS[slot].head_key)
-            .map_err(StorageError::state(OPEN))?
-            .and_then(|v| membership_row::of_head(v.value(), &head_raw).map(<[u8]>::to_vec));
+        let membership = membership_of(&txn, slot, &head_raw)?;
         let chunks = txn
             .open_table(SLOTS[slot].chunks)
             .map_err(StorageError::state(OPEN))?;
@@ -190,6 +156,76 @@ impl StateStore {
     }
 }
 
+/// Every slot holding a decodable header, as a candidate or, when a snapshot cannot carry it,
+/// the reason why (a version-1 header, no floor row saved with it). Empty or undecodable
+/// slots are left out: they hold no generation.
+fn slots_of(txn: &ReadTransaction) -> Result<Vec<Result<Candidate, Unusable>>, StorageError> {
+    let heads = txn
+        .open_table(CHECKPOINT_HEAD)
+        .map_err(StorageError::state(OPEN))?;
+    let floors = txn
+        .open_table(CHECKPOINT_FLOOR)
+        .map_err(StorageError::state(OPEN))?;
+    let mut found = Vec::with_capacity(SLOTS.len());
+    for (slot, s) in SLOTS.iter().enumerate() {
+        let Some(raw) = heads.get(s.head_key).map_err(StorageError::state(OPEN))? else {
+            continue;
+        };
+        let head_raw = raw.value().to_vec();
+        let Ok(head) = CheckpointHead::decode(&head_raw) else {
+            continue;
+        };
+        if !CheckpointHead::is_current_version(&head_raw) {
+            found.push(Err(Unusable {
+                applied_index: head.applied_index,
+                why: "a version-1 header, whose applied term no CRC covers",
+            }));
+            continue;
+        }
+        let row_raw = floors
+            .get(s.head_key)
+            .map_err(StorageError::state(OPEN))?
+            .map(|v| v.value().to_vec());
+        let Some((row, row_raw)) =
+            row_raw.and_then(|raw| FloorRow::of_head(&raw, &head_raw).map(|r| (r, raw)))
+        else {
+            found.push(Err(Unusable {
+                applied_index: head.applied_index,
+                why: "no run floor recorded with it",
+            }));
+            continue;
+        };
+        found.push(Ok(Candidate {
+            row,
+            slot,
+            head,
+            head_raw,
+            row_raw,
+        }));
+    }
+    Ok(found)
+}
+
+/// A generation a snapshot cannot carry, and why.
+struct Unusable {
+    applied_index: u64,
+    why: &'static str,
+}
+
+/// The bytes of `raft/membership` recorded with the generation in `slot`, if any.
+fn membership_of(
+    txn: &ReadTransaction,
+    slot: usize,
+    head_raw: &[u8],
+) -> Result<Option<Vec<u8>>, StorageError> {
+    Ok(txn
+        .open_table(CHECKPOINT_MEMBERSHIP)
+        .map_err(StorageError::state(OPEN))?
+        .get(SLOTS[slot].head_key)
+        .map_err(StorageError::state(OPEN))?
+        .and_then(|v| membership_row::of_head(v.value(), head_raw).map(<[u8]>::to_vec)))
+}
+
 /// What a snapshot of a generation says of itself, read from its header and rows alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Streamable {
@@ -208,44 +244,26 @@ impl StateStore {
     /// verified as it is streamed (`state_view`). None when no generation qualifies.
     pub fn newest_streamable(&self) -> Result<Option<Streamable>, StorageError> {
         let txn = self.db.begin_read().map_err(StorageError::state(OPEN))?;
-        let heads = txn
-            .open_table(CHECKPOINT_HEAD)
-            .map_err(StorageError::state(OPEN))?;
-        let floors = txn
-            .open_table(CHECKPOINT_FLOOR)
-            .map_err(StorageError::state(OPEN))?;
-        let mut best: Option<(u64, usize, CheckpointHead, Vec<u8>, FloorRow)> = None;
-        for (slot, s) in SLOTS.iter().enumerate() {
-            let Some(raw) = heads.get(s.head_key).map_err(StorageError::state(OPEN))? else {
-                continue;
-            };
-            let head_raw = raw.value().to_vec();
-            let Ok(head) = CheckpointHead::decode(&head_raw) else {
-                continue;
-            };
-            if !CheckpointHead::is_current_version(&head_raw) {
-                continue;
-            }
-            let Some(row) = floors
-                .get(s.head_key)
-                .map_err(StorageError::state(OPEN))?
-                .and_then(|v| FloorRow::of_head(v.value(), &head_raw))
-            else {
-                continue;
-            };
-            if best.as_ref().is_none_or(|b| row.save_number > b.0) {
-                best = Some((row.save_number, slot, head, head_raw, row));
+        let mut best: Option<Candidate> = None;
+        for c in slots_of(&txn)?.into_iter().flatten() {
+            if best
+                .as_ref()
+                .is_none_or(|b| c.row.save_number > b.row.save_number)
+            {
+                best = Some(c);
             }
         }
-        let Some((_, slot, head, head_raw, row)) = best else {
+        let Some(Candidate {
+            row,
+            slot,
+            head,
+            head_raw,
+            ..
+        }) = best
+        else {
             return Ok(None);
         };
-        let membership = txn
-            .open_table(CHECKPOINT_MEMBERSHIP)
-            .map_err(StorageError::state(OPEN))?
-            .get(SLOTS[slot].head_key)
-            .map_err(StorageError::state(OPEN))?
-            .and_then(|v| membership_row::of_head(v.value(), &head_raw).map(<[u8]>::to_vec));
+        let membership = membership_of(&txn, slot, &head_raw)?;
         Ok(Some(Streamable {
             applied_index: head.applied_index,
             applied_term: head.applied_term,
