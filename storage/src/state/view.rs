@@ -67,23 +67,18 @@ impl StateStore {
         applied_index: u64,
     ) -> Result<StateView, StorageError> {
         let txn = store.db.begin_read().map_err(StorageError::state(OPEN))?;
-        let mut best: Option<Candidate> = None;
-        let mut unusable = Vec::new();
-        for found in slots_of(&txn)? {
-            match found {
-                Err(u) if u.applied_index == applied_index => unusable.push(u.why),
-                Err(_) => {}
-                Ok(c) if c.head.applied_index != applied_index => {}
-                Ok(c) => {
-                    if best
-                        .as_ref()
-                        .is_none_or(|b| c.row.save_number > b.row.save_number)
-                    {
-                        best = Some(c);
-                    }
-                }
-            }
-        }
+        let found = slots_of(&txn)?;
+        let unusable: Vec<&str> = found
+            .iter()
+            .filter_map(|f| f.as_ref().err())
+            .filter(|u| u.applied_index == applied_index)
+            .map(|u| u.why)
+            .collect();
+        let best = found
+            .into_iter()
+            .flatten()
+            .filter(|c| c.head.applied_index == applied_index)
+            .max_by_key(|c| c.row.save_number);
         let Some(Candidate {
             row,
             slot,
@@ -244,15 +239,10 @@ impl StateStore {
     /// verified as it is streamed (`state_view`). None when no generation qualifies.
     pub fn newest_streamable(&self) -> Result<Option<Streamable>, StorageError> {
         let txn = self.db.begin_read().map_err(StorageError::state(OPEN))?;
-        let mut best: Option<Candidate> = None;
-        for c in slots_of(&txn)?.into_iter().flatten() {
-            if best
-                .as_ref()
-                .is_none_or(|b| c.row.save_number > b.row.save_number)
-            {
-                best = Some(c);
-            }
-        }
+        let best = slots_of(&txn)?
+            .into_iter()
+            .flatten()
+            .max_by_key(|c| c.row.save_number);
         let Some(Candidate {
             row,
             slot,
