@@ -1,7 +1,7 @@
 """Issue 13, Done-when 3: a follower stopped (SIGSTOP) while the leader reclaims past every
 log entry it has is caught up by snapshot once resumed (its installs counter rises), then
-holds every acknowledged message in order and takes part in later writes
-(docs/cluster.md "Catching up by snapshot").
+takes part in later writes and, elected once the leader is gone, serves every acknowledged
+message in order from its own state (docs/cluster.md "Catching up by snapshot").
 
 Three real `queen` processes with `cluster_snapshot_catch_up` on, 1 MiB segments, a
 checkpoint every second and a queue whose messages retention removes after a second, so the
@@ -128,6 +128,17 @@ def test_a_stopped_follower_catches_up_by_snapshot_and_serves_on(broker_factory)
         target = raft_of(http, nodes[lead])["applied"]
         wait_for(lambda: (raft_of(http, stopped) or {}).get("applied", 0) >= target,
                  "the caught-up follower did not apply the later writes")
+
+        # Review s26 snap M6: read the caught-up node's own state, not the leader's. The
+        # leader is killed and the other follower started again: it lacks the later writes, so
+        # only the caught-up node can be elected (Raft's up-to-date check), and every pop below
+        # is answered from the state it installed and applied.
+        nodes[lead].kill()
+        spawn(nodes[other_id])
+        pair = {stopped_id: stopped, other_id: nodes[other_id]}
+        views = wait_settled(http, pair)
+        assert views[stopped_id]["role"] == "leader", views
+        base = stopped.url
 
         # Every acknowledged message of the kept queue is there, once and in order.
         got = []
