@@ -67,12 +67,16 @@ impl ClusterStart {
 /// group's own and `peers` only seeded the first boot, so a group shrunk to one voter
 /// restarts whatever `peers` still names (review s21 membership M4). A single node never
 /// changes its membership (the routes answer it 501), so a lone `{me}` above index 0 is a
-/// cluster's.
+/// cluster's. A node still `joining` (its marker is made only on an empty directory) may hold
+/// one that does not name it: the snapshot it was caught up by was taken before it was added,
+/// and the entry adding it comes after the snapshot's index (review s26 snap M2; the start
+/// after the install's reopen was refused).
 pub(crate) fn check_stored_membership(
     me: u64,
     peers: &BTreeMap<u64, BasicNode>,
     stored: &StoredMembership,
     log_empty: bool,
+    joining: bool,
 ) -> Result<(), RaftError> {
     let StoredMembership {
         voters,
@@ -94,6 +98,9 @@ pub(crate) fn check_stored_membership(
         return refuse("is empty while its log holds entries".to_string());
     }
     if !voters.contains(&me) && !learners.contains(&me) {
+        if joining {
+            return Ok(());
+        }
         return refuse(format!("does not name this node ({me})"));
     }
     if voters.len() == 1 && learners.is_empty() && named.len() > 1 && !changed {
@@ -148,7 +155,7 @@ mod tests {
             learners: voters(l),
             changed: false,
         };
-        check_stored_membership(me, &peers(p), &stored, empty)
+        check_stored_membership(me, &peers(p), &stored, empty, false)
     }
 
     /// Review s21 membership M4: a group shrunk to one voter by the routes restarts while
@@ -161,8 +168,10 @@ mod tests {
             learners: BTreeSet::new(),
             changed,
         };
-        assert!(check_stored_membership(1, &peers(&[1, 2, 3]), &stored(true), false).is_ok());
-        let e = check_stored_membership(1, &peers(&[1, 2, 3]), &stored(false), false)
+        assert!(
+            check_stored_membership(1, &peers(&[1, 2, 3]), &stored(true), false, false).is_ok()
+        );
+        let e = check_stored_membership(1, &peers(&[1, 2, 3]), &stored(false), false, false)
             .unwrap_err()
             .to_string();
         assert!(e.contains("single-node directory"), "{e}");
@@ -188,6 +197,20 @@ mod tests {
         assert!(check(1, &[1, 2, 3], &[1, 2, 4], &[], false).is_ok());
         // Shrunk to one voter with a learner catching up: not a single-node directory.
         assert!(check(1, &[1, 2, 3], &[1], &[4], false).is_ok());
+    }
+
+    /// A joining node caught up by a snapshot taken before it was added holds a membership
+    /// that does not name it: its start is not refused; the same directory not joining is.
+    #[test]
+    fn a_joining_node_may_hold_a_membership_from_before_it_was_added() {
+        let stored = StoredMembership {
+            voters: BTreeSet::from([1, 2, 3]),
+            learners: BTreeSet::new(),
+            changed: false,
+        };
+        let peers4 = peers(&[4]);
+        assert!(check_stored_membership(4, &peers4, &stored, false, true).is_ok());
+        assert!(check_stored_membership(4, &peers4, &stored, false, false).is_err());
     }
 
     /// The refusals of A1 hold under run-time membership too: a removed member's directory,

@@ -15,7 +15,9 @@
 //!   `reclaim_upto` refuses for good once a membership naming more than one node was seen
 //!   (meta `raft/multi_node`, sticky, written by the append of such a membership before its
 //!   record), and `begin_widening` refuses to name a new node once anything was reclaimed and
-//!   holds reclamation off, in memory, while openraft handles the change.
+//!   holds reclamation off, in memory, while openraft handles the change. With snapshot
+//!   catch-up (`bound_by_raft_purge`) reclamation is bounded by openraft's purge horizon
+//!   instead, and a new node is refused only when the log was deleted past it.
 //! - **Serialised writes.** Appends and truncations go through the single log-writer thread in
 //!   call order; openraft itself never overlaps calls on `&mut self`.
 //! - **Readable on return, durable on callback.** `append` returns once the records are written;
@@ -464,13 +466,23 @@ impl LogStore {
     /// the record is written (review s13 F3). A change openraft refuses before appending
     /// anything (not the leader, a change in progress, an unknown learner), or a crash before
     /// the proposal, leaves reclamation as it was.
+    /// With snapshot catch-up (`bound_by_raft_purge`) a log deleted only up to openraft's own
+    /// purge horizon does not refuse: openraft knows those entries are gone and sends the new
+    /// node a snapshot instead (review s26 snap M2). One deleted past that horizon (a
+    /// single-node reclamation, which openraft's purge does not bound) still refuses.
     pub(crate) async fn begin_widening(&self) -> Result<Widening, crate::RaftError> {
         let _gate = self.inner.reclaim_gate.lock().await;
-        if let Some(h) = self.horizons().durable {
+        let horizons = self.horizons();
+        let known_gone = |h: RaftLogId| {
+            self.inner.raft_bounded.load(Ordering::SeqCst)
+                && horizons.raft.is_some_and(|r| r.index >= h.index)
+        };
+        if let Some(h) = horizons.durable.filter(|h| !known_gone(*h)) {
             return Err(crate::RaftError::Membership(format!(
                 "this node deleted its log up to index {} (space reclamation or a purge), and a \
-                 new node could not be sent those entries: adding a node is refused until \
-                 snapshots carry the log (issue 13)",
+                 new node could not be sent those entries: adding a node is refused unless \
+                 cluster_snapshot_catch_up is on and openraft's purge covers the deletion \
+                 (issue 13)",
                 h.index
             )));
         }

@@ -309,7 +309,14 @@ impl RaftNode {
                 })
                 .await
                 .map_err(fatal)?;
-            check_stored_membership(self.inner.id, &start.peers, &stored, last_at_open.is_none())?;
+            let joining = start.gate.as_ref().is_some_and(crate::VoteGate::joining);
+            check_stored_membership(
+                self.inner.id,
+                &start.peers,
+                &stored,
+                last_at_open.is_none(),
+                joining,
+            )?;
         } else if start.initialise {
             initialised(self.inner.id, raft.initialize(start.peers).await)?;
         }

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use openraft::error::{Fatal, InstallSnapshotError, RaftError, SnapshotMismatch};
 use openraft::raft::{InstallSnapshotRequest, InstallSnapshotResponse};
-use openraft::{AnyError, ErrorSubject, ErrorVerb, Raft};
+use openraft::{AnyError, ErrorSubject, ErrorVerb, Raft, Vote};
 use queenmq_storage::{AdmitFn, DataDir, LogOptions, SnapshotReceiver, StorageError};
 
 use crate::snapshot_feed::SnapshotFeed;
@@ -52,6 +52,11 @@ struct Inner {
     /// Turns true once a stage succeeded: the group must be reopened.
     staged: tokio::sync::watch::Sender<bool>,
     installs: AtomicU64,
+    /// The highest vote a chunk came with. openraft is never told of a stream's vote, so
+    /// without it a deposed leader and the new one could each replace the other's stream for
+    /// ever (review s26 snap M3); a lower one is answered with it, which makes that sender's
+    /// openraft step down.
+    highest: std::sync::Mutex<Option<Vote<NodeId>>>,
 }
 
 struct Incoming {
@@ -78,6 +83,7 @@ impl SnapshotInbox {
                 current: tokio::sync::Mutex::new(None),
                 staged: tokio::sync::watch::Sender::new(false),
                 installs: AtomicU64::new(0),
+                highest: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -94,8 +100,9 @@ impl SnapshotInbox {
     }
 
     /// Receives one chunk of `raft`'s group. The answer carries this node's vote, as
-    /// openraft's own receiver's does. A chunk from a leader whose vote is below this node's
-    /// is answered without being written. A receiver's refusal or a refused stage is a
+    /// openraft's own receiver's does. A chunk from a leader whose vote is below this node's,
+    /// or below the highest a chunk came with, is answered with that vote without being
+    /// written. A receiver's refusal or a refused stage is a
     /// `Fatal` answer, which the sender's client takes as `Unreachable`: it backs off and
     /// sends the snapshot again from offset 0, where a refused receiver starts afresh.
     pub async fn receive(
@@ -107,6 +114,15 @@ impl SnapshotInbox {
         let answer = InstallSnapshotResponse { vote };
         if req.vote < vote {
             return Ok(answer);
+        }
+        {
+            let mut highest = self.inner.highest.lock().unwrap_or_else(|p| p.into_inner());
+            match *highest {
+                Some(seen) if req.vote < seen => {
+                    return Ok(InstallSnapshotResponse { vote: seen });
+                }
+                _ => *highest = Some(req.vote),
+            }
         }
         if *self.inner.staged.borrow() {
             // Its `snapshot-incoming` is the reopen's to delete, not a new stream's to replace.

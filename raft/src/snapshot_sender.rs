@@ -93,6 +93,7 @@ pub(crate) async fn send(
     let chunk = chunk.max(1);
     tokio::pin!(cancel);
     let mut offset = 0u64;
+    let mut restarted = false;
     loop {
         let src = source.clone();
         let want = usize::try_from(len - offset)
@@ -154,7 +155,13 @@ pub(crate) async fn send(
                     RaftError::APIError(InstallSnapshotError::SnapshotMismatch(_))
                 ) =>
             {
-                // The peer lost the stream (it restarted, or took another): from the start.
+                // The peer lost the stream (it restarted, or took another): from the start,
+                // once. A second loss is left to openraft's backoff, so two senders can never
+                // replace each other's stream in a tight loop (review s26 snap M3).
+                if restarted {
+                    return Err(unreachable("the peer lost the stream twice".into()));
+                }
+                restarted = true;
                 offset = 0;
             }
             Err(RPCError::Timeout(t)) => return Err(StreamingError::Timeout(t)),

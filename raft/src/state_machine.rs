@@ -156,8 +156,12 @@ impl StateMachine {
                 last_log_id: Some(at),
                 last_membership: membership,
                 snapshot_id: format!(
-                    "ckpt-{}-{}-{}-{:08x}",
-                    g.applied_term, g.applied_index, g.first_record, g.state_crc
+                    "{}{}-{}-{}-{:08x}",
+                    crate::tcp_server::CHECKPOINT_STREAM,
+                    g.applied_term,
+                    g.applied_index,
+                    g.first_record,
+                    g.state_crc
                 ),
             },
             data: Vec::new(),

@@ -335,6 +335,10 @@ async fn answer(
     }
 }
 
+/// How the id of a snapshot streamed from a durable checkpoint generation begins
+/// (`StateMachine::durable`); openraft's own snapshots never begin so.
+pub(crate) const CHECKPOINT_STREAM: &str = "ckpt-";
+
 async fn dispatch(
     kind: Kind,
     body: &[u8],
@@ -388,6 +392,16 @@ async fn dispatch(
         }
         Request::Snapshot(r) => match inbox {
             Some(inbox) => rpc_codec::encode_reply(&inbox.receive(&raft, r).await),
+            // A stream of a checkpoint generation from a leader with `cluster_snapshot_catch_up`
+            // on, to this node with it off (review s26 snap H1): openraft's own receiver would
+            // purge the log to `A` and hand the stream to the engine's restore, which fails,
+            // leaving a node that cannot restart. Refused before anything is written, as
+            // unavailable, which the sender takes as Unreachable and retries later.
+            None if r.meta.snapshot_id.starts_with(CHECKPOINT_STREAM) => {
+                rpc_codec::encode_unavailable(
+                    "this node does not take snapshot streams (cluster_snapshot_catch_up is off here)",
+                )
+            }
             None => rpc_codec::encode_reply(&raft.install_snapshot(r).await),
         },
         Request::Elect(term) => crate::elect_now::answer(&raft, gate.as_ref(), from, term).await,

@@ -1,7 +1,7 @@
 """Issue 13, Done-when 3: a follower stopped (SIGSTOP) while the leader reclaims past every
 log entry it has is caught up by snapshot once resumed (its installs counter rises), then
-holds every acknowledged message in order and takes part in later writes
-(docs/cluster.md "Catching up by snapshot").
+takes part in later writes and, elected once the leader is gone, serves every acknowledged
+message in order from its own state (docs/cluster.md "Catching up by snapshot").
 
 Three real `queen` processes with `cluster_snapshot_catch_up` on, 1 MiB segments, a
 checkpoint every second and a queue whose messages retention removes after a second, so the
@@ -14,7 +14,9 @@ import time
 import httpx
 
 import queen_api
-from cluster_fixtures import FORM_S, make_cluster, raft_of, spawn, wait_settled
+from cluster_fixtures import (ELECTION_MS, FORM_S, HEARTBEAT_MS, TOKEN, make_cluster, raft_of,
+                              spawn, wait_settled)
+from queen_broker import free_port
 from segments import read_segment, segment_files
 
 ENV = {
@@ -129,6 +131,17 @@ def test_a_stopped_follower_catches_up_by_snapshot_and_serves_on(broker_factory)
         wait_for(lambda: (raft_of(http, stopped) or {}).get("applied", 0) >= target,
                  "the caught-up follower did not apply the later writes")
 
+        # Review s26 snap M6: read the caught-up node's own state, not the leader's. The
+        # leader is killed and the other follower started again: it lacks the later writes, so
+        # only the caught-up node can be elected (Raft's up-to-date check), and every pop below
+        # is answered from the state it installed and applied.
+        nodes[lead].kill()
+        spawn(nodes[other_id])
+        pair = {stopped_id: stopped, other_id: nodes[other_id]}
+        views = wait_settled(http, pair)
+        assert views[stopped_id]["role"] == "leader", views
+        base = stopped.url
+
         # Every acknowledged message of the kept queue is there, once and in order.
         got = []
         deadline = time.monotonic() + FORM_S
@@ -145,3 +158,62 @@ def test_a_stopped_follower_catches_up_by_snapshot_and_serves_on(broker_factory)
         assert "waiting before the rebuild" not in log, stopped.log_tail(80)
         # The rebuild after the stage found the failed incarnation's files let go of.
         assert "files are still held" not in log, stopped.log_tail(80)
+
+
+def test_a_learner_added_after_the_log_was_reclaimed_catches_up_by_snapshot(broker_factory):
+    """Review s26 snap M2: once the leader's log was reclaimed a new node can still be added;
+    it needs entries below the leader's first, so it is caught up by snapshot."""
+    nodes = make_cluster(broker_factory)
+    for n in nodes.values():
+        n.env.update(ENV)
+        spawn(n)
+    with httpx.Client(timeout=10.0) as http:
+        views = wait_settled(http, nodes)
+        lead = next(i for i, v in views.items() if v["role"] == "leader")
+        base = nodes[lead].url
+        configure(http, base, AGED, retentionEnabled=True, retentionSeconds=1)
+        configure(http, base, KEPT)
+        round_no = 0
+        while first_index(nodes[lead]) <= 1:
+            assert round_no < 300, "the leader never reclaimed"
+            push(http, base, AGED, [f"f{round_no}-{i}" for i in range(PER_PUSH)], FILLER)
+            round_no += 1
+            time.sleep(0.1)
+        kept = [f"kept-{i}" for i in range(5)]
+        for t in kept:
+            push(http, base, KEPT, [t])
+
+        raft4, http4, kafka4 = free_port(), free_port(), free_port()
+        new = broker_factory("node4", http_port=http4, kafka_port=kafka4, env={
+            **ENV,
+            "QUEEN_CLUSTER_TOKEN": TOKEN,
+            "QUEEN_CLUSTER_ADDR": f"127.0.0.1:{raft4}",
+            "QUEEN_NODE_ID": "4",
+            "QUEEN_PEERS": f"4=127.0.0.1:{raft4}",
+            "QUEEN_PEER_HTTP": ",".join(f"{i}={n.url}" for i, n in sorted(nodes.items())),
+            "QUEEN_CLUSTER_JOIN": "true",
+            "QUEEN_CLUSTER_HEARTBEAT_MS": str(HEARTBEAT_MS),
+            "QUEEN_CLUSTER_ELECTION_TIMEOUT_MS": str(ELECTION_MS),
+        })
+        spawn(new)
+        wait_for(lambda: raft_of(http, new) is not None or None, "node 4 never answered")
+        body = {"id": 4, "clusterAddr": f"127.0.0.1:{raft4}", "httpAddr": new.url}
+        res = http.post(f"{base}/api/v1/cluster/learners", json=body, timeout=60.0)
+        assert res.status_code == 200, res.text
+
+        # A checkpoint is served only once its applied index passes the membership change
+        # (the membership history is not built): writes go on until node 4 installed one.
+        def installed():
+            if installs(http, new) >= 1:
+                return True
+            push(http, base, AGED, [f"g{time.monotonic_ns()}"])
+            return False
+
+        wait_for(installed, "node 4 installed no snapshot")
+        target = raft_of(http, nodes[lead])["applied"]
+        wait_for(lambda: (raft_of(http, new) or {}).get("applied", 0) >= target,
+                 "node 4 never caught up after the snapshot")
+        # Caught up by snapshot: nothing at or below the leader's first index when it joined.
+        assert first_index(new) > 1, segment_files(new.data_dir)
+        assert new.proc.poll() is None, new.log_tail()
+        assert "snapshot staged" in new.log_text(), new.log_tail(80)

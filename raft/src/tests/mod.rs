@@ -28,3 +28,4 @@ mod tcp_client;
 mod tcp_cluster;
 mod tcp_listener;
 mod two_nodes;
+mod widening_bound;

@@ -295,3 +295,43 @@ async fn a_chunk_out_of_place_or_from_an_older_leader_writes_nothing() {
     );
     follower.shutdown().await.unwrap();
 }
+
+/// Review s26 snap M3: once a chunk came with a higher vote, a chunk with a lower one (still
+/// above this node's own) is answered with the higher vote and replaces nothing, so the
+/// higher leader's stream goes on where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lower_leaders_chunk_is_answered_with_the_highest_vote_and_replaces_nothing() {
+    let leader_dir = tempfile::tempdir().unwrap();
+    let (applied, term, _state, stream, _leader_log) = leader_stream(leader_dir.path()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let (flog, fstore) = open_small_segments(&root);
+    let follower = start_fresh(&flog, &fstore).await;
+    let inbox = inbox_of(&follower, &root);
+    let raft = follower.raft_handle();
+    let mine = raft.metrics().borrow().vote;
+    let high = openraft::Vote::new_committed(mine.leader_id().term + 5, 2);
+    let low = openraft::Vote::new_committed(mine.leader_id().term + 3, 3);
+    assert!(mine < low && low < high);
+
+    let first = meta_at(applied, term, "from-high");
+    let mut c = chunk(&follower, &first, &stream, 0);
+    c.vote = high;
+    assert_eq!(inbox.receive(&raft, c).await.unwrap().vote, mine);
+    let files = incoming_files(&root);
+    assert_eq!(files.len(), 1, "{files:?}");
+
+    let other = meta_at(applied, term, "from-low");
+    let mut c = chunk(&follower, &other, &stream, 0);
+    c.vote = low;
+    assert_eq!(inbox.receive(&raft, c).await.unwrap().vote, high);
+    assert_eq!(incoming_files(&root), files);
+
+    // The higher leader's stream goes on at its next offset: it was not replaced.
+    let mut c = chunk(&follower, &first, &stream, CHUNK);
+    c.vote = high;
+    assert!(!c.done);
+    assert_eq!(inbox.receive(&raft, c).await.unwrap().vote, mine);
+    drop(inbox);
+    follower.shutdown().await.unwrap();
+}

@@ -278,3 +278,48 @@ async fn a_wrong_token_is_named_on_the_calling_side() {
     }
     still_answers(&s).await;
 }
+
+/// Review s26 snap H1: a checkpoint stream from a leader with `cluster_snapshot_catch_up` on
+/// reaching a node with it off (no inbox) is refused before openraft or the disk sees it, as
+/// Unreachable on the sending side (openraft backs off and retries), and the node goes on as
+/// it was: still the leader of its own term (the stream's higher vote never reached openraft),
+/// nothing purged, no snapshot installed, and it still commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_stream_to_a_node_without_an_inbox_is_unreachable_and_changes_nothing() {
+    let s = served(Duration::from_secs(10), 64).await;
+    s.node.propose(b"before".to_vec()).await.unwrap();
+    let before = s.node.raft_handle().metrics().borrow().clone();
+    let at = Some(openraft::LogId::new(
+        openraft::CommittedLeaderId::new(9, 2),
+        500,
+    ));
+    let req = openraft::raft::InstallSnapshotRequest {
+        vote: Vote::new_committed(9, 2),
+        meta: openraft::SnapshotMeta {
+            last_log_id: at,
+            last_membership: openraft::StoredMembership::default(),
+            snapshot_id: format!("{}9-500-400-0000abcd", crate::tcp_server::CHECKPOINT_STREAM),
+        },
+        offset: 0,
+        data: vec![7; 64],
+        done: true,
+    };
+    let mut net = TcpNetwork::new(2, GROUP, TOKEN, limits());
+    let mut c = net
+        .new_client(SERVED, &BasicNode::new(s.addr.to_string()))
+        .await;
+    let r = c.install_snapshot(req, RPCOption::new(BOUND)).await;
+    assert!(matches!(r, Err(RPCError::Unreachable(_))), "{r:?}");
+    let after = s.node.raft_handle().metrics().borrow().clone();
+    assert_eq!(after.vote, before.vote);
+    assert_eq!(after.purged, before.purged);
+    assert_eq!(after.snapshot, before.snapshot);
+    s.node.propose(b"after".to_vec()).await.unwrap();
+    let files: Vec<String> = std::fs::read_dir(s._dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("snapshot"))
+        .collect();
+    assert!(files.is_empty(), "{files:?}");
+    s.node.shutdown().await.unwrap();
+}
