@@ -5,16 +5,23 @@
 # group holds COUNT cursors, then a closed-loop e2e for DURATION s), then the checkpoint
 # series read from /metrics/prometheus: `queen_checkpoint_encode_seconds` (the pause under
 # the lock) and `queen_checkpoint_cow_copy_seconds` (the copies of shared blocks moved to the
-# engine's first writes; absent from builds before session 26).
+# engine's first writes; absent from builds before session 26; per kind of block,
+# `queen_checkpoint_cow_block_seconds{block}`, from session 27).
 #
 #   COUNT=100000 scripts/bench/checkpoint-pause.sh > pause.txt
 #
-# Env (defaults): COUNT (100000) INTERVAL (5) DURATION (30) PRODUCERS (2) CONSUMERS (4)
+# IDS > 0 pushes that many more messages, each with its own transaction id, between the
+# pre-fill and the e2e, so the dedup window holds that many in-window ids (issue 12's 10 M):
+#
+#   COUNT=1000000 IDS=10000000 MSG_BYTES=64 scripts/bench/checkpoint-pause.sh > pause-ids.txt
+#
+# Env (defaults): COUNT (100000) IDS (0) INTERVAL (5) DURATION (30) PRODUCERS (2) CONSUMERS (4)
 # BATCH (100) MSG_BYTES (256). Binaries as lib.sh says (QUEEN_BIN to compare builds).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 COUNT=${COUNT:-100000}
+IDS=${IDS:-0}
 INTERVAL=${INTERVAL:-5}
 DURATION=${DURATION:-30}
 PRODUCERS=${PRODUCERS:-2}
@@ -29,8 +36,11 @@ start_broker "$data"
 shape=(--queue "bench-scale-$COUNT" --partitions "$COUNT" --producers "$PRODUCERS"
     --consumers "$CONSUMERS" --batch "$BATCH" --msg-bytes "$MSG_BYTES")
 run_bench "$BENCH_TMP/create.json" consume "${shape[@]}" --prefill "$COUNT" --duration-secs 86400
+if ((IDS > 0)); then
+    run_bench "$BENCH_TMP/ids.json" push "${shape[@]}" --messages "$IDS" --duration-secs 86400
+fi
 run_bench "$BENCH_TMP/e2e.json" e2e "${shape[@]}" --duration-secs "$DURATION"
-echo "# $QUEEN_BIN COUNT=$COUNT INTERVAL=$INTERVAL DURATION=$DURATION rss_kb=$(rss_kb VmRSS)"
-curl -s "$BROKER_URL/metrics/prometheus" | grep -E '^queen_checkpoint_(encode_seconds|cow_copy_seconds|cow_copies_total|bytes)' || true
+echo "# $QUEEN_BIN COUNT=$COUNT IDS=$IDS INTERVAL=$INTERVAL DURATION=$DURATION rss_kb=$(rss_kb VmRSS)"
+curl -s "$BROKER_URL/metrics/prometheus" | grep -E '^queen_checkpoint_(encode_seconds|cow_copy_seconds|cow_block_seconds|cow_copies_total|bytes)' || true
 stop_broker
 drop_data_dir "$data"

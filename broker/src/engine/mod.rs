@@ -49,14 +49,22 @@ use crate::state::{begin_checkpoint, cow_clock, State};
 
 /// The engine's copies of blocks a checkpoint still shared, in one stretch it held the state
 /// lock (`cow_clock`): the part of the checkpoint's pause that moved to the first writes.
-fn record_cow_copies(tenant: &str, (copies, took): (u64, Duration)) {
-    if copies == 0 {
+/// Each kind of block's share too, so a slow stretch names the block that made it slow.
+fn record_cow_copies(tenant: &str, copies: cow_clock::Copies) {
+    if copies.copies == 0 {
         return;
     }
     metrics::histogram!("queen_checkpoint_cow_copy_seconds", "tenant" => tenant.to_string())
-        .record(took.as_secs_f64());
+        .record(copies.took.as_secs_f64());
     metrics::counter!("queen_checkpoint_cow_copies_total", "tenant" => tenant.to_string())
-        .increment(copies);
+        .increment(copies.copies);
+    for block in cow_clock::Block::ALL {
+        let (n, took) = copies.by_block[block as usize];
+        if n > 0 {
+            metrics::histogram!("queen_checkpoint_cow_block_seconds", "tenant" => tenant.to_string(), "block" => block.label())
+                .record(took.as_secs_f64());
+        }
+    }
 }
 
 pub type Reply = oneshot::Sender<Result<Outcome, QueenError>>;

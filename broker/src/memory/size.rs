@@ -6,7 +6,7 @@ use std::mem::size_of;
 
 use queenmq_protocol::{Command, TxnOp};
 
-use crate::state::model::{DlqRow, Group, Partition, Queue, Run, TraceRow};
+use crate::state::model::{DlqRow, Group, Queue, Run, TraceRow};
 use crate::state::State;
 
 /// The allocator's header and rounding per allocation (glibc: 16 bytes, rounded to 16).
@@ -141,18 +141,11 @@ pub fn state_and_partition_bytes(st: &State) -> (usize, usize) {
     (b, partitions)
 }
 
-/// Partitions live in chunks of 4096 slots (a chunk is allocated whole); each partition
-/// adds its name and its run index.
+/// Partitions live in chunks of slots (a chunk is allocated whole: `PartitionTable`); each
+/// partition adds its name and its run index.
 fn partitions_bytes(st: &State) -> usize {
-    const CHUNK: u64 = 4096;
-    let mut b = 0usize;
-    let mut last_chunk = None;
+    let mut b = st.partitions.chunks_bytes();
     for p in st.partitions.values() {
-        let chunk = p.id / CHUNK;
-        if last_chunk != Some(chunk) {
-            last_chunk = Some(chunk);
-            b = b.saturating_add(buf_bytes(CHUNK as usize, size_of::<Option<Partition>>()));
-        }
         b = b
             .saturating_add(text(p.name.capacity()))
             .saturating_add(buf_bytes(p.runs.capacity(), size_of::<Run>()));
@@ -251,6 +244,7 @@ pub fn request_bytes(cmd: &Command) -> usize {
 mod tests {
     use super::*;
     use crate::entry::Effect;
+    use crate::state::model::Partition;
     use crate::state::Loc;
 
     fn loc() -> Loc {
@@ -316,7 +310,7 @@ mod tests {
         }
         let with_parts = state_bytes(&st);
         let per = (with_parts - empty) / 1000;
-        // A chunk slot per partition (4096 slots for 1000 ids), its name, its index row.
+        // A chunk slot per partition (256-slot chunks for 1000 ids), its name, its index row.
         assert!(
             per >= size_of::<Option<Partition>>(),
             "{per} bytes per partition"

@@ -5,29 +5,89 @@
 //! Per thread, because a copy happens deep inside `apply` and the planner, which take no
 //! handle to anything but the state: the broker drains it at the start and end of each
 //! stretch it holds the state lock for a cycle (synchronous, so on one thread) and records
-//! the sum as `queen_checkpoint_cow_copy_seconds`. Only metrics read it; the state never does.
+//! the sum as `queen_checkpoint_cow_copy_seconds`, and each kind of block's share as
+//! `queen_checkpoint_cow_block_seconds{block}` (so a slow stretch names the block that made
+//! it slow: review s26 ckpt L6). Only metrics read it; the state never does.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
+/// The kinds of shared block a write may copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Block {
+    /// A chunk of the partition table (`partition_table.rs`).
+    Partitions = 0,
+    /// A shard of a group's cursors (`cursor_map.rs`).
+    Cursors = 1,
+    /// A queue's last chunk of partition ids (`partition_order.rs`).
+    Ids = 2,
+}
+
+impl Block {
+    pub const ALL: [Block; 3] = [Block::Partitions, Block::Cursors, Block::Ids];
+
+    /// The `block` label of `queen_checkpoint_cow_block_seconds`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Block::Partitions => "partitions",
+            Block::Cursors => "cursors",
+            Block::Ids => "ids",
+        }
+    }
+}
+
+/// The copies of one stretch: their count and time, in all and per kind of block.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Copies {
+    pub copies: u64,
+    pub took: Duration,
+    /// Indexed by `Block as usize`: that kind's copies and their time.
+    pub by_block: [(u64, Duration); 3],
+}
+
 thread_local! {
-    static COPIES: Cell<(u64, Duration)> = const { Cell::new((0, Duration::ZERO)) };
+    static COPIES: Cell<Copies> = Cell::new(Copies::default());
 }
 
 pub fn start() -> Instant {
     Instant::now()
 }
 
-/// One copy, begun at `started`.
-pub fn record(started: Instant) {
+/// One copy of a `block`, begun at `started`.
+pub fn record(block: Block, started: Instant) {
     let took = started.elapsed();
     COPIES.with(|c| {
-        let (n, d) = c.get();
-        c.set((n.saturating_add(1), d.saturating_add(took)));
+        let mut all = c.get();
+        all.copies = all.copies.saturating_add(1);
+        all.took = all.took.saturating_add(took);
+        let (n, d) = all.by_block[block as usize];
+        all.by_block[block as usize] = (n.saturating_add(1), d.saturating_add(took));
+        c.set(all);
     });
 }
 
-/// The copies made on this thread since the last call, and their time; resets both.
-pub fn take() -> (u64, Duration) {
-    COPIES.with(|c| c.replace((0, Duration::ZERO)))
+/// The copies made on this thread since the last call; resets them.
+pub fn take() -> Copies {
+    COPIES.with(|c| c.replace(Copies::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_are_counted_per_block_and_reset_by_take() {
+        let _ = take();
+        record(Block::Cursors, start());
+        record(Block::Cursors, start());
+        record(Block::Ids, start());
+        let got = take();
+        assert_eq!(got.copies, 3);
+        assert_eq!(got.by_block[Block::Cursors as usize].0, 2);
+        assert_eq!(got.by_block[Block::Ids as usize].0, 1);
+        assert_eq!(got.by_block[Block::Partitions as usize].0, 0);
+        let parts: Duration = got.by_block.iter().map(|b| b.1).sum();
+        assert_eq!(parts, got.took, "the kinds' times add up to the sum");
+        assert_eq!(take(), Copies::default());
+    }
 }

@@ -1,14 +1,17 @@
-//! A group's cursors by partition id, in shards of 1792 consecutive ids.
+//! A group's cursors by partition id, in shards of 224 consecutive ids.
 //!
 //! Why shards: a checkpoint takes the cursors by cloning one handle per shard under the state
 //! lock and encodes them after releasing it (a queue-mode group touching a million partitions
 //! holds a million cursors; encoding them under the lock was most of the checkpoint's pause).
 //! The engine copies a shard only at its first write while a checkpoint still holds it: at
-//! most 1792 rows (2048 buckets of 113 B, about 230 KB), timed by [`super::cow_clock`].
+//! most 224 rows (256 buckets of 113 B, about 29 KB, one copy of plain bytes), timed by
+//! [`super::cow_clock`].
 //!
-//! Why 1792: hashbrown fills a table to 7/8 of its buckets (a power of two), so a full shard
-//! of 1792 rows sits in 2048 buckets at load 7/8 (129 B a row); 1024 rows would sit in the
-//! same 2048 buckets at load 1/2 (226 B a row).
+//! Why 224: hashbrown fills a table to 7/8 of its buckets (a power of two), so a full shard
+//! of 224 rows sits in 256 buckets at load 7/8 (129 B a row); a shard of 256 rows would sit
+//! in 512 buckets at load 1/2. Session 26 had 1792 rows (2048 buckets, a 230 KB copy); 224
+//! makes the copy eight times smaller for 128 B of `Arc`, map and B-tree share per shard
+//! (0.6 B a cursor), 4 465 shards for a million cursors.
 //!
 //! The sparse case: partition ids are global (shared by all queues), so a group whose queue
 //! created its partitions while other queues did can hold about one cursor per shard: a
@@ -26,8 +29,8 @@ use std::sync::Arc;
 use super::cow_clock;
 use super::model::CursorRow;
 
-/// Rows a full shard holds: 7/8 of 2048 buckets (see `a_full_shard_fills_its_table`).
-const FULL_SHARD: u64 = 1792;
+/// Rows a full shard holds: 7/8 of 256 buckets (see `a_full_shard_fills_its_table`).
+const FULL_SHARD: u64 = 224;
 #[cfg(not(test))]
 const SHARD: u64 = FULL_SHARD;
 /// Small under test, so the property tests' few partitions cross shards (review s26 ckpt M5).
@@ -164,7 +167,7 @@ fn writable(shard: &mut Arc<Shard>) -> &mut Shard {
     if Arc::get_mut(shard).is_none() {
         let started = cow_clock::start();
         let copy = Arc::make_mut(shard);
-        cow_clock::record(started);
+        cow_clock::record(cow_clock::Block::Cursors, started);
         return copy;
     }
     Arc::make_mut(shard)
@@ -233,7 +236,7 @@ mod tests {
         let _ = cow_clock::take();
         m.get_mut(&1).unwrap().committed = 5;
         m.insert(3, row(3));
-        let (copies, _) = cow_clock::take();
+        let copies = cow_clock::take().copies;
         assert_eq!(
             copies, 1,
             "the first write copied the shard, the second did not"
@@ -256,7 +259,7 @@ mod tests {
         drop(snap);
         m.insert(SHARD + 2, row(1));
         assert_eq!(
-            cow_clock::take().0,
+            cow_clock::take().copies,
             0,
             "no copy once no checkpoint holds it"
         );

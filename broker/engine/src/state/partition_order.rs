@@ -1,8 +1,8 @@
-//! A queue's partition ids in creation order, append-only, in shared chunks of 4096 ids.
+//! A queue's partition ids in creation order, append-only, in shared chunks of 512 ids.
 //!
 //! Why chunks: a checkpoint writes each queue's partitions in this order, off the state lock;
 //! copying the list under the lock was 8 MB at a million partitions. Taking it is now one
-//! handle per chunk; the engine's next create copies at most the last chunk (32 KB) while a
+//! handle per chunk; the engine's next create copies at most the last chunk (4 KB) while a
 //! checkpoint still holds it, timed by [`super::cow_clock`]. Ids are only appended: a
 //! partition goes only with its queue.
 
@@ -10,8 +10,10 @@ use std::sync::Arc;
 
 use super::cow_clock;
 
+/// 512 ids (4 KB): the most a create copies while a checkpoint holds the last chunk (4096
+/// made that 32 KB), against 48 B of handle per chunk (0.1 B an id).
 #[cfg(not(test))]
-const CHUNK: usize = 4096;
+const CHUNK: usize = 512;
 /// Small under test, so the property tests' few partitions cross chunks (review s26 ckpt M5).
 #[cfg(test)]
 const CHUNK: usize = 3;
@@ -36,9 +38,15 @@ impl PartitionOrder {
         match self.chunks.last_mut() {
             Some(last) if last.len() < CHUNK => {
                 if Arc::get_mut(last).is_none() {
+                    // The copy gets the room a push would have grown to, never past a chunk
+                    // (`make_mut` would clone at its length, and the push double that: review
+                    // s26 ckpt L1).
                     let started = cow_clock::start();
-                    Arc::make_mut(last).push(pid);
-                    cow_clock::record(started);
+                    let mut copy = Vec::with_capacity(last.len().saturating_mul(2).clamp(1, CHUNK));
+                    copy.extend_from_slice(last);
+                    copy.push(pid);
+                    *last = Arc::new(copy);
+                    cow_clock::record(cow_clock::Block::Ids, started);
                 } else {
                     Arc::make_mut(last).push(pid);
                 }
@@ -160,10 +168,24 @@ mod tests {
         let _ = cow_clock::take();
         o.push(100_000);
         o.push(100_001);
-        assert_eq!(cow_clock::take().0, 1, "one copy, of the last chunk");
+        assert_eq!(cow_clock::take().copies, 1, "one copy, of the last chunk");
         assert!(Arc::ptr_eq(&o.chunks[0], &snap.chunks[0]));
         assert_eq!(snap.len(), CHUNK + 1);
         assert_eq!(snap.iter().last(), Some(&(CHUNK as u64)));
         assert_eq!(o.iter().last(), Some(&100_001));
+    }
+
+    #[test]
+    fn a_copied_last_chunk_never_outgrows_a_chunk() {
+        let mut o = PartitionOrder::default();
+        for i in 0..(CHUNK as u64 - 1) {
+            o.push(i);
+        }
+        let snap = o.clone();
+        o.push(99);
+        let last = o.chunks.last().map_or(0, |c| c.capacity());
+        assert!(last <= CHUNK, "capacity {last} past a chunk of {CHUNK}");
+        assert!(o.last_chunk_bytes() >= last * 8);
+        assert_eq!(snap.len() + 1, o.len());
     }
 }

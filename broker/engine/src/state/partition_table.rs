@@ -5,24 +5,50 @@
 //! per partition for a 96-byte row). Chunks grow the array without doubling it, and a chunk
 //! whose partitions were all deleted is freed.
 //!
+//! Two levels (session 27): a chunk's handle sits in a group of 256 handles, and the table is
+//! a list of groups. Ids only grow (a queue's partitions go with it, new ones get new ids),
+//! so after churn the live ids sit high: a flat list of one handle per 256 ids would hold
+//! 16 M handles below id 2^32 (`MAX_NEXT_PARTITION_ID`); groups hold a 2 KB group per 65 536
+//! ids that has a live chunk, and the list at most 65 536 group slots (512 KB).
+//!
 //! Chunks are shared (`Arc`) and copied on write: a checkpoint takes the table by cloning one
 //! handle per chunk under the state lock and encodes the partitions after releasing it, and
 //! the engine copies a chunk only at its first write while that checkpoint still holds it.
+//!
+//! Why 256 slots: that copy is the chunk's slots and each partition's name and runs, made
+//! inside a cycle under the lock. At 4096 slots it was about 0.5 MB and 8 192 allocations, a
+//! cycle stall of milliseconds per chunk a cycle first touched (session 26's 20-50 ms p99 at a
+//! million partitions, issue 12). At 256 it is 30 KB and 512 allocations; a chunk's handle and
+//! header (about 64 B) is 0.3 B a partition, and `begin_checkpoint` clones 3 907 handles (in
+//! 16 groups) at a million partitions instead of 245.
 
 use std::sync::Arc;
 
 use super::cow_clock;
 use super::model::Partition;
 
-const CHUNK: usize = 4096;
+#[cfg(not(test))]
+const CHUNK: usize = 256;
+/// Small under test, so the property tests' few partitions cross chunks.
+#[cfg(test)]
+const CHUNK: usize = 4;
+/// Chunk handles in a group. Under test, with chunks of 4, a group of 1024 keeps the list of
+/// groups for ids up to 2^32 (tests at the limit) at 8 MB.
+#[cfg(not(test))]
+const GROUP: usize = 256;
+#[cfg(test)]
+const GROUP: usize = 1024;
+
+/// One group's chunk handles; `None` where no partition lives.
+type Group = Box<[Option<Arc<Chunk>>; GROUP]>;
 
 #[derive(Default)]
 pub struct PartitionTable {
-    chunks: Vec<Arc<Chunk>>,
+    groups: Vec<Option<Group>>,
     len: usize,
 }
 
-#[derive(Default, Clone)]
+#[derive(Clone)]
 struct Chunk {
     slots: Box<[Option<Partition>]>,
     used: usize,
@@ -30,17 +56,16 @@ struct Chunk {
 
 /// The partitions at one moment, detached from the table (shared chunks).
 pub struct PartitionsSnapshot {
-    chunks: Vec<Arc<Chunk>>,
+    groups: Vec<Option<Group>>,
 }
 
 impl PartitionsSnapshot {
     pub fn get(&self, pid: &u64) -> Option<&Partition> {
-        let (c, i) = split(*pid)?;
-        self.chunks.get(c)?.slots.get(i)?.as_ref()
+        get(&self.groups, *pid)
     }
 
     pub fn values(&self) -> impl Iterator<Item = &Partition> {
-        self.chunks.iter().flat_map(|c| c.slots.iter().flatten())
+        values(&self.groups)
     }
 }
 
@@ -49,15 +74,31 @@ fn writable(chunk: &mut Arc<Chunk>) -> &mut Chunk {
     if Arc::get_mut(chunk).is_none() {
         let started = cow_clock::start();
         let copy = Arc::make_mut(chunk);
-        cow_clock::record(started);
+        cow_clock::record(cow_clock::Block::Partitions, started);
         return copy;
     }
     Arc::make_mut(chunk)
 }
 
-fn split(pid: u64) -> Option<(usize, usize)> {
+/// The id's group, chunk in the group and slot in the chunk.
+fn split(pid: u64) -> Option<(usize, usize, usize)> {
     let i = usize::try_from(pid).ok()?;
-    Some((i / CHUNK, i % CHUNK))
+    let c = i / CHUNK;
+    Some((c / GROUP, c % GROUP, i % CHUNK))
+}
+
+fn get(groups: &[Option<Group>], pid: u64) -> Option<&Partition> {
+    let (g, c, i) = split(pid)?;
+    let chunk = groups.get(g)?.as_ref()?[c].as_ref()?;
+    chunk.slots.get(i)?.as_ref()
+}
+
+fn values(groups: &[Option<Group>]) -> impl Iterator<Item = &Partition> {
+    groups
+        .iter()
+        .flatten()
+        .flat_map(|g| g.iter().flatten())
+        .flat_map(|c| c.slots.iter().flatten())
 }
 
 impl PartitionTable {
@@ -70,16 +111,21 @@ impl PartitionTable {
     }
 
     pub fn get(&self, pid: &u64) -> Option<&Partition> {
-        let (c, i) = split(*pid)?;
-        self.chunks.get(c)?.slots.get(i)?.as_ref()
+        get(&self.groups, *pid)
+    }
+
+    fn chunk_mut(&mut self, pid: u64) -> Option<(&mut Arc<Chunk>, usize)> {
+        let (g, c, i) = split(pid)?;
+        let chunk = self.groups.get_mut(g)?.as_mut()?[c].as_mut()?;
+        Some((chunk, i))
     }
 
     /// Copies the partition's chunk first if a checkpoint still holds it, so only an id that
     /// exists pays that copy.
     pub fn get_mut(&mut self, pid: &u64) -> Option<&mut Partition> {
         self.get(pid)?;
-        let (c, i) = split(*pid)?;
-        writable(self.chunks.get_mut(c)?).slots.get_mut(i)?.as_mut()
+        let (chunk, i) = self.chunk_mut(*pid)?;
+        writable(chunk).slots.get_mut(i)?.as_mut()
     }
 
     pub fn contains_key(&self, pid: &u64) -> bool {
@@ -87,17 +133,22 @@ impl PartitionTable {
     }
 
     /// Stores `p` under `pid`, replacing (and returning) what was there. Ids come from the
-    /// replicated `next_partition_id`, so they are dense; an id past `usize` is not stored.
+    /// replicated `next_partition_id`, below `MAX_NEXT_PARTITION_ID`; an id past `usize` is
+    /// not stored.
     pub fn insert(&mut self, pid: u64, p: Partition) -> Option<Partition> {
-        let (c, i) = split(pid)?;
-        if self.chunks.len() <= c {
-            self.chunks.resize_with(c + 1, Arc::default);
+        let (g, c, i) = split(pid)?;
+        if self.groups.len() <= g {
+            self.groups.resize_with(g + 1, || None);
         }
-        let chunk = writable(&mut self.chunks[c]);
-        if chunk.slots.is_empty() {
-            chunk.slots = std::iter::repeat_with(|| None).take(CHUNK).collect();
-        }
-        let old = chunk.slots[i].replace(p);
+        let group = self.groups[g].get_or_insert_with(|| Box::new(std::array::from_fn(|_| None)));
+        let chunk = group[c].get_or_insert_with(|| {
+            Arc::new(Chunk {
+                slots: std::iter::repeat_with(|| None).take(CHUNK).collect(),
+                used: 0,
+            })
+        });
+        let chunk = writable(chunk);
+        let old = chunk.slots.get_mut(i)?.replace(p);
         if old.is_none() {
             chunk.used += 1;
             self.len += 1;
@@ -107,25 +158,53 @@ impl PartitionTable {
 
     pub fn remove(&mut self, pid: &u64) -> Option<Partition> {
         self.get(pid)?;
-        let (c, i) = split(*pid)?;
-        let chunk = writable(self.chunks.get_mut(c)?);
+        let (g, c, i) = split(*pid)?;
+        let group = self.groups.get_mut(g)?.as_mut()?;
+        let handle = &mut group[c];
+        let chunk = writable(handle.as_mut()?);
         let old = chunk.slots.get_mut(i)?.take()?;
         chunk.used -= 1;
         self.len -= 1;
         if chunk.used == 0 {
-            chunk.slots = Box::default();
+            *handle = None;
+            if group.iter().all(Option::is_none) {
+                self.groups[g] = None;
+            }
         }
         Some(old)
     }
 
     pub fn values(&self) -> impl Iterator<Item = &Partition> {
-        self.chunks.iter().flat_map(|c| c.slots.iter().flatten())
+        values(&self.groups)
+    }
+
+    /// What the table holds besides its partitions' names and runs, by capacity: the list of
+    /// groups, each group's handles, and each chunk's slots (a chunk is allocated whole) and
+    /// header.
+    pub fn chunks_bytes(&self) -> usize {
+        const SLOT: usize = std::mem::size_of::<Option<Partition>>();
+        const HEADER: usize = std::mem::size_of::<Chunk>() + 16;
+        const HANDLES: usize = GROUP * std::mem::size_of::<Option<Arc<Chunk>>>();
+        let list = self
+            .groups
+            .capacity()
+            .saturating_mul(std::mem::size_of::<Option<Group>>());
+        self.groups
+            .iter()
+            .flatten()
+            .map(|g| {
+                g.iter()
+                    .flatten()
+                    .map(|c| c.slots.len().saturating_mul(SLOT).saturating_add(HEADER))
+                    .fold(HANDLES, usize::saturating_add)
+            })
+            .fold(list, usize::saturating_add)
     }
 
     /// The table as it is now, in O(chunks): later writes copy the chunks they touch.
     pub fn snapshot(&self) -> PartitionsSnapshot {
         PartitionsSnapshot {
-            chunks: self.chunks.clone(),
+            groups: self.groups.clone(),
         }
     }
 }
@@ -139,63 +218,109 @@ mod tests {
         test_partition(id, &format!("p{id}"))
     }
 
+    /// The handle of chunk `c` (counted over the whole table), if allocated.
+    fn handle(groups: &[Option<Group>], c: usize) -> Option<&Arc<Chunk>> {
+        groups.get(c / GROUP)?.as_ref()?[c % GROUP].as_ref()
+    }
+
     #[test]
-    fn insert_get_remove_and_free_empty_chunks() {
+    fn insert_get_remove_and_free_empty_chunks_and_groups() {
         let mut t = PartitionTable::default();
         assert!(t.get(&1).is_none());
-        for id in [1, 2, 5000, 9000] {
+        let mid = CHUNK as u64 + 1;
+        // In the next group, past a run of absent chunks.
+        let far = (CHUNK * GROUP + 2 * CHUNK + 1) as u64;
+        for id in [1, 2, mid, far] {
             assert!(t.insert(id, part(id)).is_none());
         }
         assert_eq!(t.len(), 4);
-        assert_eq!(t.get(&5000).map(|p| p.name.as_str()), Some("p5000"));
+        assert_eq!(
+            t.get(&mid).map(|p| p.name.as_str()),
+            Some(&*format!("p{mid}"))
+        );
         assert!(t.insert(2, part(2)).is_some(), "replacing keeps the count");
         assert_eq!(t.len(), 4);
-        assert!(t.remove(&5000).is_some());
-        assert!(t.remove(&5000).is_none());
         assert!(
-            t.chunks[1].slots.is_empty(),
+            handle(&t.groups, 2).is_none(),
+            "no chunk where no partition lives"
+        );
+        let before = t.chunks_bytes();
+        assert!(t.remove(&mid).is_some());
+        assert!(t.remove(&mid).is_none());
+        assert!(
+            handle(&t.groups, 1).is_none(),
             "a chunk with no partitions is freed"
         );
-        assert!(!t.contains_key(&5000));
-        t.get_mut(&9000).unwrap().next_offset = 7;
-        let mut ids: Vec<u64> = t.values().map(|p| p.id).collect();
-        ids.sort_unstable();
-        assert_eq!(ids, vec![1, 2, 9000]);
+        let slots = CHUNK * std::mem::size_of::<Option<Partition>>();
+        assert!(
+            before - t.chunks_bytes() >= slots,
+            "a freed chunk's slots are no longer counted"
+        );
+        assert!(!t.contains_key(&mid));
+        t.get_mut(&far).unwrap().next_offset = 7;
+        let ids: Vec<u64> = t.values().map(|p| p.id).collect();
+        assert_eq!(ids, vec![1, 2, far], "in id order");
+        assert!(t.remove(&far).is_some());
+        assert!(t.groups[1].is_none(), "a group with no chunks is freed");
         assert!(t.get(&u64::MAX).is_none());
+        assert!(t.get_mut(&u64::MAX).is_none() && t.remove(&u64::MAX).is_none());
+    }
+
+    #[test]
+    fn an_id_at_the_limit_costs_a_group_not_a_handle_per_chunk_below_it() {
+        let mut t = PartitionTable::default();
+        let last = crate::state::MAX_NEXT_PARTITION_ID - 1;
+        t.insert(last, part(last));
+        assert_eq!(t.get(&last).map(|p| p.id), Some(last));
+        let chunks = usize::try_from(last).unwrap() / CHUNK;
+        assert!(
+            t.chunks_bytes() < chunks,
+            "{} bytes for one partition at the limit",
+            t.chunks_bytes()
+        );
     }
 
     #[test]
     fn a_snapshot_keeps_its_moment_and_writes_copy_only_the_chunk_they_touch() {
         let mut t = PartitionTable::default();
-        for id in [1, 2, 5000] {
+        let mid = CHUNK as u64 + 1;
+        for id in [1, 2, mid] {
             t.insert(id, part(id));
         }
         let snap = t.snapshot();
-        assert!(Arc::ptr_eq(&t.chunks[0], &snap.chunks[0]));
+        let shared = |t: &PartitionTable, snap: &PartitionsSnapshot, c| match (
+            handle(&t.groups, c),
+            handle(&snap.groups, c),
+        ) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        assert!(shared(&t, &snap, 0));
+        let _ = cow_clock::take();
         t.get_mut(&1).unwrap().next_offset = 9;
         t.insert(3, part(3));
         t.remove(&2);
         assert!(t.get_mut(&4).is_none() && t.remove(&4).is_none());
-        assert!(
-            !Arc::ptr_eq(&t.chunks[0], &snap.chunks[0]),
-            "the written chunk was copied"
-        );
-        assert!(
-            Arc::ptr_eq(&t.chunks[1], &snap.chunks[1]),
-            "the untouched chunk is still shared"
-        );
+        assert_eq!(cow_clock::take().copies, 1, "one copy, at the first write");
+        assert!(!shared(&t, &snap, 0), "the written chunk was copied");
+        assert!(shared(&t, &snap, 1), "the untouched chunk is still shared");
         assert_eq!(snap.get(&1).map(|p| p.next_offset), Some(0));
         assert!(snap.get(&2).is_some() && snap.get(&3).is_none());
         let ids: Vec<u64> = snap.values().map(|p| p.id).collect();
-        assert_eq!(ids, vec![1, 2, 5000]);
+        assert_eq!(ids, vec![1, 2, mid]);
         assert_eq!(t.get(&1).map(|p| p.next_offset), Some(9));
+        t.remove(&mid);
+        assert!(
+            snap.get(&mid).is_some(),
+            "a chunk freed after the snapshot stays in it"
+        );
         drop(snap);
-        let before = Arc::as_ptr(&t.chunks[1]);
-        t.get_mut(&5000).unwrap().next_offset = 1;
+        t.insert(mid, part(mid));
+        t.get_mut(&mid).unwrap().next_offset = 1;
         assert_eq!(
-            Arc::as_ptr(&t.chunks[1]),
-            before,
-            "no copy once no checkpoint holds the chunk"
+            cow_clock::take().copies,
+            1,
+            "no copy once no checkpoint holds the chunk (the one above: the remove)"
         );
     }
 }

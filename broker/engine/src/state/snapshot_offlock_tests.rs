@@ -202,7 +202,7 @@ fn loc(index: u64) -> Loc {
     Loc { index, pos: 0 }
 }
 
-/// Two queues, partitions in two chunks (ids past 4096), runs, a group's cursors, a
+/// Two queues, partitions in three chunks (ids 1-2, 4097, 4500), runs, a group's cursors, a
 /// DeleteRecords floor, a KV row, transaction ids.
 fn state() -> State {
     let mut s = State::default();
