@@ -125,7 +125,8 @@ impl IdStore for DiskIdStore {
         self.index().keys().copied().collect()
     }
 
-    fn keys(&self, bucket: u64, each: &mut dyn FnMut(u64)) {
+    fn keys(&self, bucket: u64, each: &mut dyn FnMut(u64)) -> Result<(), String> {
+        let mut unread = Ok(());
         for s in self.sources(bucket) {
             let read = self.files.open(bucket, s).and_then(|r| {
                 // The whole file is checked before any key is given: a damaged file adds
@@ -140,12 +141,12 @@ impl IdStore for DiskIdStore {
             match read {
                 Ok(()) => {}
                 Err(e @ StorageError::CorruptIdFile { .. }) => self.drop_damaged(bucket, s, &e),
-                Err(e) => {
-                    // Unreadable but maybe whole: kept, and lookups that reach it fail closed.
-                    tracing::warn!(bucket, error = %e, "an id file could not be read at start");
-                }
+                // Unreadable but maybe whole: kept; the caller searches its bucket at every
+                // lookup, which fails closed while the file stays unreadable.
+                Err(e) => unread = Err(format!("{s:?}: {e}")),
             }
         }
+        unread
     }
 
     fn find(

@@ -68,8 +68,9 @@ pub trait IdStore: Send + Sync {
     /// Buckets that have files, ascending.
     fn buckets(&self) -> Vec<u64>;
     /// Calls `each` with every key of the bucket's files (rebuilding the filters at start). A
-    /// damaged file is reported and dropped by the store, not answered.
-    fn keys(&self, bucket: u64, each: &mut dyn FnMut(u64));
+    /// damaged file is reported and dropped by the store, not answered. An error: a file that
+    /// could not be read at all is kept, and its keys did not all reach `each`.
+    fn keys(&self, bucket: u64, each: &mut dyn FnMut(u64)) -> Result<(), String>;
     /// Offers each offset of `key` in the bucket's files to `accept` until it takes one. A
     /// damaged file is reported and skipped; an error means a file could not be read at all,
     /// so the caller cannot tell new from duplicate.
@@ -348,9 +349,15 @@ impl TxnSpill {
             // ring keeps it at least as long as the window does.
             let at = bucket_end_us(b);
             spill.newest_us = spill.newest_us.max(at);
-            match &mut spill.ring {
+            let read = match &mut spill.ring {
                 Some(r) => spill.store.keys(b, &mut |k| r.insert(at, k)),
                 None => spill.store.keys(b, &mut |_| {}),
+            };
+            if let Err(e) = read {
+                // The filters cannot vouch for this bucket: every lookup inside the window
+                // searches it, and fails closed while the file cannot be read (review s26 M2).
+                tracing::warn!(bucket = b, error = %e, "an id file could not be read at start; its bucket is searched by every lookup");
+                spill.ring_lost_through_us = spill.ring_lost_through_us.max(at);
             }
             // Files of older buckets may be the inputs of an interrupted merge.
             spill.store.merge(b);

@@ -13,6 +13,7 @@ struct MemStore {
     reads: Arc<Mutex<usize>>,
     fail_writes: Arc<Mutex<bool>>,
     attempts: Arc<Mutex<usize>>,
+    fail_keys: Arc<Mutex<bool>>,
     /// While set, a write waits for the test to open the gate (a slow disk).
     gate: Arc<(Mutex<bool>, std::sync::Condvar)>,
 }
@@ -40,7 +41,10 @@ impl IdStore for MemStore {
     fn buckets(&self) -> Vec<u64> {
         self.files.lock().unwrap().keys().copied().collect()
     }
-    fn keys(&self, bucket: u64, each: &mut dyn FnMut(u64)) {
+    fn keys(&self, bucket: u64, each: &mut dyn FnMut(u64)) -> Result<(), String> {
+        if *self.fail_keys.lock().unwrap() {
+            return Err("EIO".into());
+        }
         for f in self
             .files
             .lock()
@@ -53,6 +57,7 @@ impl IdStore for MemStore {
                 each(*k);
             }
         }
+        Ok(())
     }
     fn find(
         &self,
@@ -311,5 +316,25 @@ fn a_spill_in_flight_over_a_replaced_table_forgets_nothing_there() {
         found(&spill, 0, 3 * SEC),
         Some(0),
         "the file's ids reach the filters"
+    );
+}
+
+#[test]
+fn a_file_unreadable_at_start_is_searched_by_every_lookup() {
+    // Review s26 M2: its keys never reached the filters, so the filters cannot skip it.
+    let store = MemStore::default();
+    let mut spill = TxnSpill::open(Box::new(store.clone()), 16, small_filter(), KEEP, 0);
+    let mut ids = TxnIds::default();
+    push(&mut ids, &mut spill, 0, 100, SEC, SEC);
+    drop(spill);
+    *store.fail_keys.lock().unwrap() = true;
+    let now = 200 * SEC;
+    let again = TxnSpill::open(Box::new(store.clone()), 16, small_filter(), KEEP, now);
+    *store.reads.lock().unwrap() = 0;
+    assert_eq!(found(&again, 3, now), Some(3));
+    assert_eq!(found(&again, 1_000_000, now), None);
+    assert!(
+        *store.reads.lock().unwrap() > 1,
+        "a new id searched the files too"
     );
 }
