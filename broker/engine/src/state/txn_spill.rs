@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::txn_ids::{TxnIds, TxnRow};
-use crate::dedup_filter::{FilterAllowance, FilterConfig, FilterDraw, GenerationRing};
+use crate::dedup_filter::{FilterAllowance, FilterConfig, FilterDraw, GenerationRing, RingError};
 
 /// Width of one id-file bucket: the `generation` number in an id file's name is
 /// `entry time / ID_BUCKET_US`. Fixed, so files of any past configuration keep their meaning.
@@ -92,6 +92,10 @@ enum Job {
     Spill {
         rows: Vec<(i64, TxnRow)>,
         newest_us: i64,
+        /// The group's first spill: the filters to allocate (for this window), here and not
+        /// under the lock, since every page of them is touched (seconds for 256 MiB on a
+        /// loaded host).
+        ring: Option<(FilterConfig, i64)>,
     },
     /// The buckets before this one left the longest window.
     RemoveBefore(u64),
@@ -103,6 +107,7 @@ struct Done {
     /// (time given, key) per row, in the rows' order: what the filters take.
     given: Vec<(i64, u64)>,
     newest_us: i64,
+    ring: Option<Result<GenerationRing, RingError>>,
 }
 
 /// The writer's own bookkeeping.
@@ -115,12 +120,16 @@ struct WriterState {
 /// Runs one job; `report` gets a spill's outcome as soon as its files are durable, before
 /// the merges that follow it.
 fn run_job(store: &dyn IdStore, st: &mut WriterState, job: Job, report: &mut dyn FnMut(Done)) {
-    let (rows, mut newest) = match job {
+    let (rows, mut newest, ring) = match job {
         Job::RemoveBefore(b) => {
             store.remove_before(b);
             return;
         }
-        Job::Spill { rows, newest_us } => (rows, newest_us),
+        Job::Spill {
+            rows,
+            newest_us,
+            ring,
+        } => (rows, newest_us, ring),
     };
     let mut per: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
     let mut given: Vec<(i64, u64)> = Vec::with_capacity(rows.len());
@@ -144,6 +153,7 @@ fn run_job(store: &dyn IdStore, st: &mut WriterState, job: Job, report: &mut dyn
         written,
         given,
         newest_us: newest,
+        ring: ring.map(|(c, window)| GenerationRing::new(c, window)),
     });
     if !ok {
         return;
@@ -375,28 +385,42 @@ impl TxnSpill {
         self.ring.as_ref().map_or(0, |r| r.allocated_bytes())
     }
 
-    fn ensure_ring(&mut self, keep_us: i64) {
+    /// The filters to allocate, when there are none yet (drawing them from the allowance).
+    fn ring_request(&mut self, keep_us: i64) -> Option<(FilterConfig, i64)> {
         if self.ring.is_some() || self.ring_lost_through_us == i64::MAX {
-            return;
+            return None;
         }
         let mut config = self.filter;
         if let Some(a) = self.allowance {
-            match a.draw(config.bytes, config.min_bytes()) {
-                Some(d) => {
-                    config.bytes = d.bytes();
-                    self.draw = Some(d);
-                }
-                None => {
-                    tracing::warn!(
-                        total = config.bytes,
-                        "the dedup filter allowance is spent by other groups: every spilled id lookup of this group reads the id files"
-                    );
-                    self.ring_lost_through_us = i64::MAX;
-                    return;
+            if self.draw.is_none() {
+                match a.draw(config.bytes, config.min_bytes()) {
+                    Some(d) => self.draw = Some(d),
+                    None => {
+                        tracing::warn!(
+                            total = config.bytes,
+                            "the dedup filter allowance is spent by other groups: every spilled id lookup of this group reads the id files"
+                        );
+                        self.ring_lost_through_us = i64::MAX;
+                        return None;
+                    }
                 }
             }
+            config.bytes = self.draw.as_ref().map_or(config.bytes, |d| d.bytes());
         }
-        match GenerationRing::new(config, keep_us) {
+        Some((config, keep_us))
+    }
+
+    fn ensure_ring(&mut self, keep_us: i64) {
+        if let Some((config, window)) = self.ring_request(keep_us) {
+            self.install_ring(GenerationRing::new(config, window));
+        }
+    }
+
+    fn install_ring(&mut self, made: Result<GenerationRing, RingError>) {
+        if self.ring.is_some() || self.ring_lost_through_us == i64::MAX {
+            return;
+        }
+        match made {
             Ok(r) => self.ring = Some(r),
             Err(e) => {
                 tracing::warn!(error = %e, "dedup filters not allocated: every spilled id lookup reads the id files");
@@ -435,11 +459,13 @@ impl TxnSpill {
                 n,
                 same_table: true,
             });
+            let ring = self.ring_request(keep_us);
             self.writer.send(
                 &*self.store,
                 Job::Spill {
                     rows,
                     newest_us: self.newest_us,
+                    ring,
                 },
             );
             // Inline, the job is already done.
@@ -478,11 +504,15 @@ impl TxnSpill {
                 written: Err("the writer thread has stopped".into()),
                 given: Vec::new(),
                 newest_us: self.newest_us,
+                ring: None,
             },
         };
         let Some(p) = self.pending.take() else {
             return false;
         };
+        if let Some(made) = done.ring {
+            self.install_ring(made);
+        }
         if let Err(e) = done.written {
             metrics::counter!("queen_dedup_spill_failures_total").increment(1);
             if !self.failing {
