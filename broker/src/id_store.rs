@@ -9,7 +9,8 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use queenmq_engine::state::IdStore;
 use queenmq_storage::{FileBackend, IdFiles, IdSource, StorageError};
@@ -23,7 +24,11 @@ pub struct DiskIdStore {
     /// (`&self`) drops the damaged files it meets.
     index: Mutex<BTreeMap<u64, Vec<IdSource>>>,
     /// The next spill's source number: one past the highest seen, so a name is never reused.
-    next: u64,
+    next: AtomicU64,
+    /// Held shared by a lookup while it opens a bucket's files, exclusively by the writer
+    /// while it takes names out of `index` that it is about to remove (a merge's inputs,
+    /// expired buckets): after that no lookup can be on its way to one of them.
+    names: RwLock<()>,
 }
 
 fn damaged(bucket: u64, source: IdSource, e: &StorageError) {
@@ -58,7 +63,8 @@ impl DiskIdStore {
         Ok(DiskIdStore {
             files,
             index: Mutex::new(index),
-            next,
+            next: AtomicU64::new(next),
+            names: RwLock::new(()),
         })
     }
 
@@ -101,12 +107,13 @@ impl DiskIdStore {
 }
 
 impl IdStore for DiskIdStore {
-    fn write(&mut self, bucket: u64, pairs: &mut [(u64, u64)]) -> Result<(), String> {
-        let source = self.next;
+    fn write(&self, bucket: u64, pairs: &mut [(u64, u64)]) -> Result<(), String> {
+        // One writer (the spill's thread, or the open before it starts): no race on `next`.
+        let source = self.next.load(Ordering::Relaxed);
         self.files
             .write_segment(bucket, source, pairs)
             .map_err(|e| e.to_string())?;
-        self.next += 1;
+        self.next.store(source + 1, Ordering::Relaxed);
         self.index()
             .entry(bucket)
             .or_default()
@@ -118,7 +125,8 @@ impl IdStore for DiskIdStore {
         self.index().keys().copied().collect()
     }
 
-    fn keys(&mut self, bucket: u64, each: &mut dyn FnMut(u64)) {
+    fn keys(&self, bucket: u64, each: &mut dyn FnMut(u64)) -> Result<(), String> {
+        let mut unread = Ok(());
         for s in self.sources(bucket) {
             let read = self.files.open(bucket, s).and_then(|r| {
                 // The whole file is checked before any key is given: a damaged file adds
@@ -133,12 +141,12 @@ impl IdStore for DiskIdStore {
             match read {
                 Ok(()) => {}
                 Err(e @ StorageError::CorruptIdFile { .. }) => self.drop_damaged(bucket, s, &e),
-                Err(e) => {
-                    // Unreadable but maybe whole: kept, and lookups that reach it fail closed.
-                    tracing::warn!(bucket, error = %e, "an id file could not be read at start");
-                }
+                // Unreadable but maybe whole: kept; the caller searches its bucket at every
+                // lookup, which fails closed while the file stays unreadable.
+                Err(e) => unread = Err(format!("{s:?}: {e}")),
             }
         }
+        unread
     }
 
     fn find(
@@ -147,6 +155,7 @@ impl IdStore for DiskIdStore {
         key: u64,
         accept: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<u64>, String> {
+        let _names = self.names.read().unwrap_or_else(PoisonError::into_inner);
         for s in self.sources(bucket).into_iter().rev() {
             match self
                 .files
@@ -162,11 +171,19 @@ impl IdStore for DiskIdStore {
         Ok(None)
     }
 
-    fn merge(&mut self, bucket: u64) {
+    fn merge(&self, bucket: u64) {
         if self.sources(bucket).len() < 2 {
             return;
         }
-        if let Err(e) = self.files.merge_generation(bucket) {
+        let swap = &mut |out: IdSource, inputs: &[IdSource]| {
+            let _names = self.names.write().unwrap_or_else(PoisonError::into_inner);
+            let mut index = self.index();
+            let v = index.entry(bucket).or_default();
+            v.retain(|s| !inputs.contains(s));
+            v.push(out);
+            v.sort_unstable();
+        };
+        if let Err(e) = self.files.merge_generation_then(bucket, swap) {
             // Merging is only for speed; a damaged input is found and dropped here, the
             // rest merged at the next close or start.
             tracing::warn!(bucket, error = %e, "id files of a bucket could not be merged");
@@ -181,10 +198,14 @@ impl IdStore for DiskIdStore {
         self.relist(bucket);
     }
 
-    fn remove_before(&mut self, bucket: u64) {
-        match self.files.remove_before(bucket) {
-            Ok(_) => self.index().retain(|b, _| *b >= bucket),
-            Err(e) => tracing::warn!(error = %e, "id files out of the window could not be removed"),
+    fn remove_before(&self, bucket: u64) {
+        {
+            let _names = self.names.write().unwrap_or_else(PoisonError::into_inner);
+            self.index().retain(|b, _| *b >= bucket);
+        }
+        if let Err(e) = self.files.remove_before(bucket) {
+            // Left on disk, out of the index: listed again (and removed) at the next start.
+            tracing::warn!(error = %e, "id files out of the window could not be removed");
         }
     }
 }

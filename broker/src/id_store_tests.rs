@@ -25,6 +25,7 @@ fn fill(spill: &mut TxnSpill, n: u64) -> TxnIds {
         let t = 10 * SEC + i as i64 * SEC;
         ids.record(t, 1, i, &[i]);
         spill.spill(&mut ids, KEEP, t);
+        spill.settle(&mut ids, KEEP);
     }
     ids
 }

@@ -74,8 +74,8 @@ pub struct Config {
     /// Transaction ids the dedup hot table keeps in memory; older ones of the window go to
     /// the id files (`<data_dir>/ids`, issue 12). Always on: there is no "off".
     pub dedup_hot_ids: u64,
-    /// Bytes of the dedup window filters of each group, allocated at its first spill; 0: an
-    /// eighth of the memory budget, at most 256 MiB.
+    /// Bytes of the node's dedup window filters, all groups together: each group draws half
+    /// of what is left at its first spill; 0: an eighth of the memory budget, at most 512 MiB.
     pub dedup_filter_bytes: u64,
     /// Largest trace `data`, as JSON text.
     pub max_trace_bytes: u64,

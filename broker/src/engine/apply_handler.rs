@@ -63,6 +63,9 @@ impl ApplyHandler for EngineApply {
         let mut st = self.shared.lock();
         // The node's own id files and filters stay: they are not state (state/txn_spill.rs).
         s.txn_spill = st.txn_spill.take();
+        if let Some(spill) = s.txn_spill.as_mut() {
+            spill.table_replaced();
+        }
         *st = s;
         Ok(())
     }

@@ -183,10 +183,11 @@ fn open_txn_spill(cfg: &Config, state: &State) -> anyhow::Result<queenmq_engine:
         bytes,
         ..Default::default()
     };
-    Ok(queenmq_engine::state::TxnSpill::open(
+    Ok(queenmq_engine::state::TxnSpill::open_shared(
         Box::new(store),
         usize::try_from(cfg.dedup_hot_ids).unwrap_or(usize::MAX),
         filter,
+        &queenmq_engine::dedup_filter::NODE_FILTERS,
         state.txn_keep_us(),
         state.last_now_us,
     ))

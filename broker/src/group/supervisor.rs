@@ -221,6 +221,7 @@ pub async fn supervise(
     for reason in ["share", "evicted"] {
         metrics::counter!("queen_dedup_window_shortened_total", "reason" => reason).increment(0);
     }
+    let _ = metrics::histogram!("queen_dedup_spill_lock_seconds");
     // Counted by the engine's ListTransactions read (reads/kafka_txns.rs; docs/metrics.md).
     metrics::counter!("queen_kafka_txn_list_truncated_total").increment(0);
     metrics::counter!(

@@ -61,15 +61,17 @@ impl Memory {
         ))
     }
 
-    /// The size of a group's dedup filters when `dedup_filter_bytes` is 0: an eighth of the
-    /// budget, at most the 256 MiB that hold 50 000 ids a second for an hour at 1 %.
+    /// The node's dedup filter allowance when `dedup_filter_bytes` is 0: an eighth of the
+    /// budget, at most 512 MiB. Every spilling group draws half of what is left
+    /// (dedup_filter/allowance.rs), so the first gets up to 256 MiB: 50 000 ids a second for
+    /// an hour at about 11 bits per id (docs/storage-format.md "Wiring (session 27)").
     pub fn default_dedup_filter_bytes(memory_limit_bytes: u64) -> u64 {
         let b = Budget::derive(
             memory_limit_bytes,
             cgroup::cgroup_limit(),
             cgroup::physical_ram(),
         );
-        (b.total / 8).min(256 << 20)
+        (b.total / 8).min(512 << 20)
     }
 
     pub fn refusing(&self) -> bool {

@@ -94,6 +94,17 @@ impl IdFiles {
     /// of the generation is sealed and written. A damaged input stops the merge with
     /// `CorruptIdFile` and changes nothing.
     pub fn merge_generation(&self, generation: u64) -> Result<Option<IdSource>, StorageError> {
+        self.merge_generation_then(generation, &mut |_, _| {})
+    }
+
+    /// `merge_generation`, calling `durable(output, inputs)` once the output is durable with
+    /// its name and before any input is removed: a caller that lists files for readers swaps
+    /// them there, so no reader is sent to a name about to disappear.
+    pub fn merge_generation_then(
+        &self,
+        generation: u64,
+        durable: &mut dyn FnMut(IdSource, &[IdSource]),
+    ) -> Result<Option<IdSource>, StorageError> {
         let inputs: Vec<IdSource> = self
             .list()?
             .into_iter()
@@ -146,6 +157,7 @@ impl IdFiles {
         self.sync_dir()?;
         drop(cursors);
         drop(readers);
+        durable(out, &inputs);
         for s in inputs {
             let name = Self::name(generation, s)?;
             self.backend

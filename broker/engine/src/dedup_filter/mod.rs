@@ -8,8 +8,10 @@
 //! keys and the entry times they were recorded at, so every replica and every replay of the
 //! log builds the same bits for the same configuration.
 
+mod allowance;
 mod bloom;
 mod ring;
 
+pub use allowance::{FilterAllowance, FilterDraw, NODE_FILTERS};
 pub use bloom::{BlockedBloom, BLOCK_BYTES};
 pub use ring::{FilterConfig, FilterStats, GenerationRing, RingError, MAX_FILTER_BYTES};

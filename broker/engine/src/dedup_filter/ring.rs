@@ -31,6 +31,12 @@ pub struct FilterConfig {
     pub generations: u32,
     /// Filter bits per id at a generation's share (10: about 1 % false positives).
     pub bits_per_key: u32,
+    /// Every generation takes 1/(G + 1) of the allocation and any number of ids (review s26
+    /// H1): the window's G + 1 generations always fit, so none is dropped while inside the
+    /// window whatever the rate; a rate above what the share holds at `bits_per_key` raises
+    /// the false-positive rate (more id-file reads) instead. False: shares follow the
+    /// previous generation's rate and a full share closes early (the session 26 ring).
+    pub equal_shares: bool,
 }
 
 impl Default for FilterConfig {
@@ -39,6 +45,7 @@ impl Default for FilterConfig {
             bytes: 256 << 20,
             generations: 12,
             bits_per_key: 10,
+            equal_shares: true,
         }
     }
 }
@@ -59,6 +66,11 @@ pub enum RingError {
 }
 
 impl FilterConfig {
+    /// The least `bytes` that `validate` accepts for these generations.
+    pub fn min_bytes(&self) -> u64 {
+        (u64::from(self.generations) + 1) * MIN_BLOCKS_PER_GENERATION * BLOCK_BYTES as u64
+    }
+
     pub fn validate(&self) -> Result<(), RingError> {
         if self.generations == 0 || self.generations > MAX_GENERATIONS {
             return Err(RingError::Generations(self.generations));
@@ -279,6 +291,9 @@ impl GenerationRing {
     fn share(&self, at_us: i64) -> usize {
         let total = self.blocks.len() as u64;
         let equal = total / (u64::from(self.config.generations) + 1);
+        if self.config.equal_shares {
+            return equal.max(1) as usize;
+        }
         let wanted = match self.live.back() {
             Some(prev) => {
                 let lasted = (at_us.min(prev.opened_us.saturating_add(self.span_us()))
@@ -319,8 +334,11 @@ impl GenerationRing {
             }
         }
         self.blocks[first..first + blocks].fill([0; 8]);
-        let capacity =
-            (blocks as u64 * BLOCK_BYTES as u64 * 8) / u64::from(self.config.bits_per_key);
+        let capacity = if self.config.equal_shares {
+            u64::MAX
+        } else {
+            (blocks as u64 * BLOCK_BYTES as u64 * 8) / u64::from(self.config.bits_per_key)
+        };
         self.live.push_back(Generation {
             number: self.next_number,
             opened_us: at_us,

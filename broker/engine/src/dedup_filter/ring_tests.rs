@@ -12,6 +12,7 @@ fn config(bytes: u64, generations: u32) -> FilterConfig {
         bytes,
         generations,
         bits_per_key: 10,
+        equal_shares: false,
     }
 }
 
@@ -181,4 +182,45 @@ fn an_entry_time_going_back_counts_as_the_newest_seen() {
     assert_eq!(g.len(), 1);
     assert_eq!(g[0].last_us, 10 * S);
     assert!(ring.may_contain(2, 10 * S, S));
+}
+
+/// Review s26 H1, scaled down 1000 times (50 ids a second instead of 50 000, the same 1 h
+/// window and G = 12, bytes for the same ~11 bits per id a generation that 256 MiB gives at
+/// 50 000/s): two hours at a steady rate drop no generation inside the window, lose no id, and
+/// the share of new ids that any generation of the window answers "maybe" for (each such id
+/// reads one bucket's id file) stays near 13 × one generation's rate.
+#[test]
+fn equal_shares_hold_a_steady_rate_for_the_whole_window() {
+    let rate = 50u64;
+    let per_gen = rate * 300;
+    let bits_per_slot = 2_147_483_648u64 / 13 / 1000;
+    let bytes = (13 * bits_per_slot / 8) / 64 * 64;
+    let c = FilterConfig {
+        bytes,
+        ..FilterConfig::default()
+    };
+    assert!(bits_per_slot / per_gen >= 10, "about 11 bits per id");
+    let window = 3600 * S;
+    let mut r = GenerationRing::new(c, window).unwrap();
+    let total = rate * 7200;
+    for i in 0..total {
+        r.insert(i as i64 * S / rate as i64, key(1, i));
+    }
+    let now = (total as i64 - 1) * S / rate as i64;
+    assert_eq!(r.stats().evicted_in_window, 0);
+    assert_eq!(r.stats().early_closes, 0);
+    assert_eq!(r.stats().lost_through_us, i64::MIN);
+    for i in (total - rate * 3600..total).step_by(7) {
+        assert!(r.may_contain(key(1, i), now, window), "id {i} lost");
+    }
+    let asked = 100_000u64;
+    let maybe = (0..asked)
+        .filter(|i| r.may_contain(key(2, *i), now, window))
+        .count() as f64
+        / asked as f64;
+    eprintln!(
+        "new ids answered maybe over a full window: {:.2} %",
+        maybe * 100.0
+    );
+    assert!(maybe < 0.15, "{maybe}");
 }

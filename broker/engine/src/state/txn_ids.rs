@@ -53,6 +53,12 @@ pub struct TxnIds {
     rows: BlockFifo<TxnRow>,
     /// (created_us, number of rows) for consecutive runs of `rows` with one creation time.
     times: BlockFifo<(i64, u32)>,
+    /// Rows ever forgotten from the front: a spill written in the background names the rows
+    /// it took by their place in this count, so rows expired meanwhile are not forgotten twice.
+    forgotten: u64,
+    /// The newest group takes no more rows: a spill in flight took it whole, and rows added
+    /// to it later would leave with it unwritten.
+    sealed: bool,
 }
 
 impl Default for TxnIds {
@@ -61,6 +67,8 @@ impl Default for TxnIds {
             index: (0..SHARDS).map(|_| HashMap::new()).collect(),
             rows: BlockFifo::default(),
             times: BlockFifo::default(),
+            forgotten: 0,
+            sealed: false,
         }
     }
 }
@@ -108,9 +116,22 @@ impl TxnIds {
     fn push_row(&mut self, created_us: i64, row: TxnRow) {
         self.rows.push_back(row);
         match self.times.back_mut() {
-            Some((t, n)) if *t == created_us && *n < u32::MAX => *n += 1,
-            _ => self.times.push_back((created_us, 1)),
+            Some((t, n)) if !self.sealed && *t == created_us && *n < u32::MAX => *n += 1,
+            _ => {
+                self.times.push_back((created_us, 1));
+                self.sealed = false;
+            }
         }
+    }
+
+    /// Rows forgotten from the front since this table was made.
+    pub fn forgotten(&self) -> u64 {
+        self.forgotten
+    }
+
+    /// Rows recorded from now on start a new time group (see `sealed`).
+    pub fn seal(&mut self) {
+        self.sealed = true;
     }
 
     /// Forgets every row created before `before_us`.
@@ -167,6 +188,7 @@ impl TxnIds {
     }
 
     fn forget_row(&mut self, r: TxnRow) {
+        self.forgotten += 1;
         let map = &mut self.index[shard(r.hash)];
         let key = (r.pid, r.hash);
         // Only forget the row if a newer message did not reuse the hash.

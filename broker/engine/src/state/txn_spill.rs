@@ -8,15 +8,26 @@
 //! numbers restart at 0 with the process, the time does not, so files written before a restart
 //! are found after it, whatever the configuration (review s25 H2).
 //!
+//! Why a writer thread (review s26 H2): the sort, the write, its two fsyncs and the minute's
+//! merge took 15 ms to 1 s under the state lock, so every request of the group waited. Now the
+//! rows taken stay in the table, still found, until the writer says their file is durable;
+//! only then, under the lock, are they given to the filters and forgotten. The writer also
+//! merges closed buckets and removes expired ones; the store keeps lookups consistent with
+//! that (a lookup never sees a name the writer is about to remove).
+//!
 //! Exactness: the filters only skip files. Every bucket a filter cannot vouch for (a generation
 //! dropped for room while inside the window, review s25 H3; filters that could not be
 //! allocated) is searched in its files. A damaged file is the store's to report and drop
 //! (H4): its ids are no longer found, nothing else is refused.
 
 use std::collections::BTreeMap;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
 
 use super::txn_ids::{TxnIds, TxnRow};
-use crate::dedup_filter::{FilterConfig, GenerationRing};
+use crate::dedup_filter::{FilterAllowance, FilterConfig, FilterDraw, GenerationRing, RingError};
 
 /// Width of one id-file bucket: the `generation` number in an id file's name is
 /// `entry time / ID_BUCKET_US`. Fixed, so files of any past configuration keep their meaning.
@@ -46,16 +57,20 @@ pub fn id_key(pid: u64, hash: u64) -> u64 {
 }
 
 /// Durable id files by bucket. The broker's is `<data_dir>/ids/` (docs/storage-format.md "Id
-/// files"); tests use one in memory.
-pub trait IdStore: Send {
+/// files"); tests use one in memory. Shared by the engine (lookups, under the state lock) and
+/// the spill's writer thread (writes, merges, removals), so every method takes `&self`: a
+/// store must let a lookup run while a file is written or merged, and must not show a lookup
+/// a file it is removing.
+pub trait IdStore: Send + Sync {
     /// Writes the (key, offset) pairs of one spill of `bucket` as a new file, durable with its
     /// name when this returns.
-    fn write(&mut self, bucket: u64, pairs: &mut [(u64, u64)]) -> Result<(), String>;
+    fn write(&self, bucket: u64, pairs: &mut [(u64, u64)]) -> Result<(), String>;
     /// Buckets that have files, ascending.
     fn buckets(&self) -> Vec<u64>;
     /// Calls `each` with every key of the bucket's files (rebuilding the filters at start). A
-    /// damaged file is reported and dropped by the store, not answered.
-    fn keys(&mut self, bucket: u64, each: &mut dyn FnMut(u64));
+    /// damaged file is reported and dropped by the store, not answered. An error: a file that
+    /// could not be read at all is kept, and its keys did not all reach `each`.
+    fn keys(&self, bucket: u64, each: &mut dyn FnMut(u64)) -> Result<(), String>;
     /// Offers each offset of `key` in the bucket's files to `accept` until it takes one. A
     /// damaged file is reported and skipped; an error means a file could not be read at all,
     /// so the caller cannot tell new from duplicate.
@@ -66,15 +81,206 @@ pub trait IdStore: Send {
         accept: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<u64>, String>;
     /// Merges a bucket's files into one (no more ids will be written to it).
-    fn merge(&mut self, bucket: u64);
+    fn merge(&self, bucket: u64);
     /// Removes the files of every bucket before `bucket`.
-    fn remove_before(&mut self, bucket: u64);
+    fn remove_before(&self, bucket: u64);
+}
+
+/// Work for the writer, in the order it was asked.
+enum Job {
+    /// Rows taken from the table, oldest first; keys are given times never before `newest_us`.
+    Spill {
+        rows: Vec<(i64, TxnRow)>,
+        newest_us: i64,
+        /// The group's first spill: the filters to allocate (for this window), here and not
+        /// under the lock, since every page of them is touched (seconds for 256 MiB on a
+        /// loaded host).
+        ring: Option<(FilterConfig, i64)>,
+    },
+    /// The buckets before this one left the longest window.
+    RemoveBefore(u64),
+}
+
+/// A spill's outcome: on success the rows' keys are in durable files.
+struct Done {
+    written: Result<(), String>,
+    /// (time given, key) per row, in the rows' order: what the filters take.
+    given: Vec<(i64, u64)>,
+    newest_us: i64,
+    ring: Option<Result<GenerationRing, RingError>>,
+}
+
+/// The writer's own bookkeeping.
+#[derive(Default)]
+struct WriterState {
+    /// The bucket written last and not merged yet.
+    open_bucket: Option<u64>,
+}
+
+/// Runs one job; `report` gets a spill's outcome as soon as its files are durable, before
+/// the merges that follow it.
+fn run_job(store: &dyn IdStore, st: &mut WriterState, job: Job, report: &mut dyn FnMut(Done)) {
+    let (rows, mut newest, ring) = match job {
+        Job::RemoveBefore(b) => {
+            store.remove_before(b);
+            return;
+        }
+        Job::Spill {
+            rows,
+            newest_us,
+            ring,
+        } => (rows, newest_us, ring),
+    };
+    let mut per: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
+    let mut given: Vec<(i64, u64)> = Vec::with_capacity(rows.len());
+    for (t, TxnRow { pid, offset, hash }) in rows {
+        newest = newest.max(t);
+        let key = id_key(pid, hash);
+        per.entry(bucket_of(newest))
+            .or_default()
+            .push((key, offset));
+        given.push((newest, key));
+    }
+    let mut written = Ok(());
+    for (b, pairs) in per.iter_mut() {
+        if let Err(e) = store.write(*b, pairs) {
+            written = Err(format!("bucket {b}: {e}"));
+            break;
+        }
+    }
+    let ok = written.is_ok();
+    report(Done {
+        written,
+        given,
+        newest_us: newest,
+        ring: ring.map(|(c, window)| GenerationRing::new(c, window)),
+    });
+    if !ok {
+        return;
+    }
+    // Buckets before the newest written get no more ids: one file each.
+    let newest_bucket = bucket_of(newest);
+    let closed: Vec<u64> = st
+        .open_bucket
+        .into_iter()
+        .chain(per.keys().copied())
+        .filter(|b| *b < newest_bucket)
+        .collect();
+    for b in closed {
+        store.merge(b);
+    }
+    st.open_bucket = Some(newest_bucket);
+}
+
+enum Writer {
+    Thread {
+        jobs: Option<mpsc::Sender<Job>>,
+        done: mpsc::Receiver<Done>,
+        handle: Option<JoinHandle<()>>,
+    },
+    /// No thread could be started: jobs run in the caller, as before session 27.
+    Inline { st: WriterState, done: Option<Done> },
+}
+
+impl Writer {
+    fn start(store: Arc<dyn IdStore>) -> Writer {
+        let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
+        let (done_tx, done_rx) = mpsc::channel::<Done>();
+        let spawned = std::thread::Builder::new()
+            .name("queen-dedup-spill".into())
+            .spawn(move || {
+                let mut st = WriterState::default();
+                while let Ok(job) = jobs_rx.recv() {
+                    run_job(&*store, &mut st, job, &mut |d| {
+                        // The engine side is gone only when it is dropping: nothing to tell.
+                        let _ = done_tx.send(d);
+                    });
+                }
+            });
+        match spawned {
+            Ok(handle) => Writer::Thread {
+                jobs: Some(jobs_tx),
+                done: done_rx,
+                handle: Some(handle),
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "no dedup spill writer thread: id files are written under the state lock");
+                Writer::Inline {
+                    st: WriterState::default(),
+                    done: None,
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, store: &dyn IdStore, job: Job) {
+        match self {
+            Writer::Thread { jobs, .. } => {
+                let sent = jobs.as_ref().map(|j| j.send(job));
+                if !matches!(sent, Some(Ok(()))) {
+                    // The thread is gone (it panicked): the job is lost, so a spill's rows
+                    // stay in the table; `poll` says so.
+                    tracing::error!("the dedup spill writer thread has stopped");
+                }
+            }
+            Writer::Inline { st, done } => run_job(store, st, job, &mut |d| *done = Some(d)),
+        }
+    }
+
+    /// A finished spill, if any; `wait` blocks until the one in flight is done. `Err` when
+    /// the writer is gone and will never answer.
+    fn poll(&mut self, wait: bool) -> Result<Option<Done>, ()> {
+        match self {
+            Writer::Thread { done, .. } => {
+                let got = if wait {
+                    done.recv().map_err(|_| mpsc::TryRecvError::Disconnected)
+                } else {
+                    done.try_recv()
+                };
+                match got {
+                    Ok(d) => Ok(Some(d)),
+                    Err(mpsc::TryRecvError::Empty) => Ok(None),
+                    Err(mpsc::TryRecvError::Disconnected) => Err(()),
+                }
+            }
+            Writer::Inline { done, .. } => Ok(done.take()),
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if let Writer::Thread { jobs, handle, .. } = self {
+            // Closing the queue ends the thread after its last job: a new incarnation of the
+            // group then opens the directory with no writer of the old one still in it.
+            jobs.take();
+            if let Some(h) = handle.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// A spill handed to the writer: its rows are still in the table.
+struct Pending {
+    /// `TxnIds::forgotten` when the rows were taken, and how many: the rows are those with
+    /// places `front_at..front_at + n` in the table's history.
+    front_at: u64,
+    n: usize,
+    /// False once the table was replaced (a snapshot install): the rows are not there to
+    /// forget, but the keys still go to the filters, since their file exists.
+    same_table: bool,
 }
 
 pub struct TxnSpill {
-    store: Box<dyn IdStore>,
+    store: Arc<dyn IdStore>,
+    writer: Writer,
+    pending: Option<Pending>,
     hot_ids: usize,
+    /// With an allowance, `filter.bytes` is its total and the ring gets what it draws.
     filter: FilterConfig,
+    allowance: Option<&'static FilterAllowance>,
+    draw: Option<FilterDraw>,
     /// Allocated at the first spill (or at start when files exist): a broker whose ids all
     /// fit the hot table never pays for it.
     ring: Option<GenerationRing>,
@@ -85,8 +291,6 @@ pub struct TxnSpill {
     /// and a key's bucket is the bucket of the time it was given, so the ring's generation
     /// times name the buckets to search.
     newest_us: i64,
-    /// The bucket written last and not merged yet.
-    open_bucket: Option<u64>,
     removed_below: u64,
     /// A failed write is warned about once until one succeeds, and tried again only once
     /// the table holds this many rows (not at every push while the disk refuses).
@@ -98,22 +302,50 @@ impl TxnSpill {
     /// A spill over `store`, its filters rebuilt from the files it holds (buckets older than
     /// `keep_us` before `now_us` are removed first).
     pub fn open(
-        mut store: Box<dyn IdStore>,
+        store: Box<dyn IdStore>,
         hot_ids: usize,
         filter: FilterConfig,
         keep_us: i64,
         now_us: i64,
     ) -> TxnSpill {
+        Self::open_inner(store, hot_ids, filter, None, keep_us, now_us)
+    }
+
+    /// `open`, the filters drawn from `allowance` (of `filter.bytes` in all) at the first
+    /// spill instead of `filter.bytes` of their own.
+    pub fn open_shared(
+        store: Box<dyn IdStore>,
+        hot_ids: usize,
+        filter: FilterConfig,
+        allowance: &'static FilterAllowance,
+        keep_us: i64,
+        now_us: i64,
+    ) -> TxnSpill {
+        Self::open_inner(store, hot_ids, filter, Some(allowance), keep_us, now_us)
+    }
+
+    fn open_inner(
+        store: Box<dyn IdStore>,
+        hot_ids: usize,
+        filter: FilterConfig,
+        allowance: Option<&'static FilterAllowance>,
+        keep_us: i64,
+        now_us: i64,
+    ) -> TxnSpill {
+        let store: Arc<dyn IdStore> = Arc::from(store);
         let below = bucket_of(now_us.saturating_sub(keep_us));
         store.remove_before(below);
         let mut spill = TxnSpill {
+            writer: Writer::start(store.clone()),
             store,
+            pending: None,
             hot_ids: hot_ids.max(MIN_HOT_IDS),
             filter,
+            allowance,
+            draw: None,
             ring: None,
             ring_lost_through_us: i64::MIN,
             newest_us: i64::MIN,
-            open_bucket: None,
             removed_below: below,
             failing: false,
             retry_at_len: 0,
@@ -127,10 +359,15 @@ impl TxnSpill {
             // ring keeps it at least as long as the window does.
             let at = bucket_end_us(b);
             spill.newest_us = spill.newest_us.max(at);
-            let TxnSpill { store, ring, .. } = &mut spill;
-            match ring {
-                Some(r) => store.keys(b, &mut |k| r.insert(at, k)),
-                None => store.keys(b, &mut |_| {}),
+            let read = match &mut spill.ring {
+                Some(r) => spill.store.keys(b, &mut |k| r.insert(at, k)),
+                None => spill.store.keys(b, &mut |_| {}),
+            };
+            if let Err(e) = read {
+                // The filters cannot vouch for this bucket: every lookup inside the window
+                // searches it, and fails closed while the file cannot be read (review s26 M2).
+                tracing::warn!(bucket = b, error = %e, "an id file could not be read at start; its bucket is searched by every lookup");
+                spill.ring_lost_through_us = spill.ring_lost_through_us.max(at);
             }
             // Files of older buckets may be the inputs of an interrupted merge.
             spill.store.merge(b);
@@ -148,14 +385,46 @@ impl TxnSpill {
         self.ring.as_ref().map_or(0, |r| r.allocated_bytes())
     }
 
+    /// The filters to allocate, when there are none yet (drawing them from the allowance).
+    fn ring_request(&mut self, keep_us: i64) -> Option<(FilterConfig, i64)> {
+        if self.ring.is_some() || self.ring_lost_through_us == i64::MAX {
+            return None;
+        }
+        let mut config = self.filter;
+        if let Some(a) = self.allowance {
+            if self.draw.is_none() {
+                match a.draw(config.bytes, config.min_bytes()) {
+                    Some(d) => self.draw = Some(d),
+                    None => {
+                        tracing::warn!(
+                            total = config.bytes,
+                            "the dedup filter allowance is spent by other groups: every spilled id lookup of this group reads the id files"
+                        );
+                        self.ring_lost_through_us = i64::MAX;
+                        return None;
+                    }
+                }
+            }
+            config.bytes = self.draw.as_ref().map_or(config.bytes, |d| d.bytes());
+        }
+        Some((config, keep_us))
+    }
+
     fn ensure_ring(&mut self, keep_us: i64) {
+        if let Some((config, window)) = self.ring_request(keep_us) {
+            self.install_ring(GenerationRing::new(config, window));
+        }
+    }
+
+    fn install_ring(&mut self, made: Result<GenerationRing, RingError>) {
         if self.ring.is_some() || self.ring_lost_through_us == i64::MAX {
             return;
         }
-        match GenerationRing::new(self.filter, keep_us) {
+        match made {
             Ok(r) => self.ring = Some(r),
             Err(e) => {
                 tracing::warn!(error = %e, "dedup filters not allocated: every spilled id lookup reads the id files");
+                self.draw = None;
                 self.ring_lost_through_us = i64::MAX;
             }
         }
@@ -167,67 +436,111 @@ impl TxnSpill {
         }
     }
 
-    /// After rows were recorded: past `hot_ids`, the oldest rows go to the files (then the
-    /// filters), down to three quarters of the bound. A failed write keeps them in the table
-    /// (warned, counted) and is tried again at the next record: no id is ever dropped.
+    /// After rows were recorded: a finished spill's rows go to the filters and leave the
+    /// table; past `hot_ids`, the oldest rows (down to three quarters of the bound) are handed
+    /// to the writer, one spill at a time. A failed write keeps them in the table (warned,
+    /// counted) and is tried again later: no id is ever dropped. The time this holds the
+    /// caller (the state lock) is `queen_dedup_spill_lock_seconds`.
     pub fn spill(&mut self, ids: &mut TxnIds, keep_us: i64, now_us: i64) {
+        let started = Instant::now();
+        let mut worked = false;
         let below = bucket_of(now_us.saturating_sub(keep_us));
         if below > self.removed_below {
-            self.store.remove_before(below);
+            self.writer.send(&*self.store, Job::RemoveBefore(below));
             self.removed_below = below;
         }
-        if ids.len() <= self.hot_ids || ids.len() < self.retry_at_len {
-            return;
+        worked |= self.collect(ids, keep_us, false);
+        if self.pending.is_none() && ids.len() > self.hot_ids && ids.len() >= self.retry_at_len {
+            let n = ids.whole_groups_of(ids.len() - self.hot_ids + self.hot_ids / 4);
+            let rows = ids.oldest(n);
+            ids.seal();
+            self.pending = Some(Pending {
+                front_at: ids.forgotten(),
+                n,
+                same_table: true,
+            });
+            let ring = self.ring_request(keep_us);
+            self.writer.send(
+                &*self.store,
+                Job::Spill {
+                    rows,
+                    newest_us: self.newest_us,
+                    ring,
+                },
+            );
+            // Inline, the job is already done.
+            self.collect(ids, keep_us, false);
+            worked = true;
         }
-        let n = ids.whole_groups_of(ids.len() - self.hot_ids + self.hot_ids / 4);
-        let rows = ids.oldest(n);
-        let mut newest = self.newest_us;
-        let mut per: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
-        let mut given: Vec<(i64, u64)> = Vec::with_capacity(rows.len());
-        for (t, TxnRow { pid, offset, hash }) in rows {
-            newest = newest.max(t);
-            let key = id_key(pid, hash);
-            per.entry(bucket_of(newest))
-                .or_default()
-                .push((key, offset));
-            given.push((newest, key));
+        if worked {
+            metrics::histogram!("queen_dedup_spill_lock_seconds")
+                .record(started.elapsed().as_secs_f64());
         }
-        for (b, pairs) in per.iter_mut() {
-            if let Err(e) = self.store.write(*b, pairs) {
-                metrics::counter!("queen_dedup_spill_failures_total").increment(1);
-                if !self.failing {
-                    tracing::warn!(error = %e, bucket = b, "transaction ids could not be written to their id file; they stay in memory until a write succeeds");
-                    self.failing = true;
-                }
-                self.retry_at_len = ids.len().saturating_add(self.hot_ids / 4);
-                return;
+    }
+
+    /// Waits for the spill in flight, if any, and applies it (tests; a caller that needs the
+    /// table at its bound).
+    pub fn settle(&mut self, ids: &mut TxnIds, keep_us: i64) {
+        self.collect(ids, keep_us, true);
+    }
+
+    /// The table was replaced (a snapshot install): the spill in flight forgets nothing.
+    pub fn table_replaced(&mut self) {
+        if let Some(p) = &mut self.pending {
+            p.same_table = false;
+        }
+    }
+
+    /// Applies a finished spill, if there is one (waiting for it with `wait`). True when one
+    /// was applied.
+    fn collect(&mut self, ids: &mut TxnIds, keep_us: i64, wait: bool) -> bool {
+        if self.pending.is_none() {
+            return false;
+        }
+        let done = match self.writer.poll(wait) {
+            Ok(Some(d)) => d,
+            Ok(None) => return false,
+            Err(()) => Done {
+                written: Err("the writer thread has stopped".into()),
+                given: Vec::new(),
+                newest_us: self.newest_us,
+                ring: None,
+            },
+        };
+        let Some(p) = self.pending.take() else {
+            return false;
+        };
+        if let Some(made) = done.ring {
+            self.install_ring(made);
+        }
+        if let Err(e) = done.written {
+            metrics::counter!("queen_dedup_spill_failures_total").increment(1);
+            if !self.failing {
+                tracing::warn!(error = %e, "transaction ids could not be written to their id file; they stay in memory until a write succeeds");
+                self.failing = true;
             }
+            self.retry_at_len = ids.len().saturating_add(self.hot_ids / 4);
+            return true;
         }
         self.failing = false;
         self.retry_at_len = 0;
         self.ensure_ring(keep_us);
         if let Some(r) = &mut self.ring {
             r.set_window(keep_us);
-            for (at, key) in given {
+            for (at, key) in done.given {
                 r.insert(at, key);
             }
         }
-        self.newest_us = newest;
+        self.newest_us = self.newest_us.max(done.newest_us);
         self.sync_lost();
-        ids.forget_oldest(n);
-        metrics::counter!("queen_dedup_spilled_ids_total").increment(n as u64);
-        // Buckets before the newest written get no more ids: one file each.
-        let newest_bucket = bucket_of(newest);
-        let closed: Vec<u64> = self
-            .open_bucket
-            .into_iter()
-            .chain(per.keys().copied())
-            .filter(|b| *b < newest_bucket)
-            .collect();
-        for b in closed {
-            self.store.merge(b);
+        if p.same_table {
+            // Rows expired while the file was written are already gone.
+            let end = p.front_at.saturating_add(p.n as u64);
+            let left = end.saturating_sub(ids.forgotten());
+            ids.forget_oldest(usize::try_from(left).unwrap_or(usize::MAX));
         }
-        self.open_bucket = Some(newest_bucket);
+        metrics::counter!("queen_dedup_spilled_ids_total").increment(p.n as u64);
+        true
     }
 
     /// The offset of a spilled id of `pid` inside `window_us` before `now_us` that `accept`
