@@ -14,10 +14,11 @@
 //! (0.6 B a cursor), 4 465 shards for a million cursors.
 //!
 //! The sparse case: partition ids are global (shared by all queues), so a group whose queue
-//! created its partitions while other queues did can hold about one cursor per shard: a
-//! 4-bucket table, its `Arc`, map and B-tree share, about 560 B a cursor against about 230 B
-//! in one map. `held_bytes` counts it (by capacity, per shard); keying shards by the
-//! partition's index in its queue would remove it (not done).
+//! created its partitions while k - 1 other queues created theirs holds about 224/k rows a
+//! shard: about 230 B a cursor at k = 64, 340 B at k = 128, and from k = 224 one row in a
+//! 4-bucket table with its `Arc`, map and B-tree share, about 596 B (docs/memory.md has the
+//! table). `held_bytes` counts it (by capacity, per shard); keying shards by the partition's
+//! index in its queue would remove it (not done).
 //!
 //! Shards are keyed by `pid / SHARD` in a B-tree, so the shards of a group touching a few
 //! partitions of a wide id space cost what they hold, and iteration is in shard order (the
