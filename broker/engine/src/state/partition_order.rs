@@ -12,11 +12,23 @@ use super::cow_clock;
 
 /// 512 ids (4 KB): the most a create copies while a checkpoint holds the last chunk (4096
 /// made that 32 KB), against 48 B of handle per chunk (0.1 B an id).
+const FULL_CHUNK: usize = 512;
 #[cfg(not(test))]
-const CHUNK: usize = 512;
+const CHUNK: usize = FULL_CHUNK;
 /// Small under test, so the property tests' few partitions cross chunks (review s26 ckpt M5).
 #[cfg(test)]
-const CHUNK: usize = 3;
+const CHUNK: usize = 4;
+
+// A chunk's `Vec` grows by doubling from a power of two (`copy_capacity`, or `vec![pid]`
+// grown to 4, 8, ...), so it fills a power-of-two chunk exactly and never passes it.
+const _: () = assert!(CHUNK.is_power_of_two() && FULL_CHUNK.is_power_of_two());
+
+/// The room a copy of a last chunk of `len` ids gets: what a push would have grown it to,
+/// rounded to a power of two so that later pushes double it to exactly `chunk`, never past
+/// (2 × 3 = 6 would double to 768 past 512: review s27 ckpt L2).
+fn copy_capacity(len: usize, chunk: usize) -> usize {
+    len.saturating_mul(2).max(1).next_power_of_two().min(chunk)
+}
 
 /// Cloning shares the chunks (a write copies the one it touches).
 #[derive(Default, Clone)]
@@ -42,7 +54,7 @@ impl PartitionOrder {
                     // (`make_mut` would clone at its length, and the push double that: review
                     // s26 ckpt L1).
                     let started = cow_clock::start();
-                    let mut copy = Vec::with_capacity(last.len().saturating_mul(2).clamp(1, CHUNK));
+                    let mut copy = Vec::with_capacity(copy_capacity(last.len(), CHUNK));
                     copy.extend_from_slice(last);
                     copy.push(pid);
                     *last = Arc::new(copy);
@@ -78,10 +90,10 @@ impl PartitionOrder {
     }
 
     /// What the last chunk holds, by capacity, or a push's copy of it while a checkpoint
-    /// shares it (at most twice its ids, never past a chunk), whichever is more.
+    /// shares it (`copy_capacity`), whichever is more.
     pub fn last_chunk_bytes(&self) -> usize {
         self.chunks.last().map_or(0, |c| {
-            let copy = c.len().saturating_mul(2).min(CHUNK);
+            let copy = copy_capacity(c.len(), CHUNK);
             c.capacity().max(copy).saturating_mul(8).saturating_add(40)
         })
     }
@@ -177,15 +189,38 @@ mod tests {
 
     #[test]
     fn a_copied_last_chunk_never_outgrows_a_chunk() {
-        let mut o = PartitionOrder::default();
-        for i in 0..(CHUNK as u64 - 1) {
-            o.push(i);
+        for held in 1..CHUNK {
+            let mut o = PartitionOrder::default();
+            for i in 0..(CHUNK + held) as u64 {
+                o.push(i);
+            }
+            let snap = o.clone();
+            // The copy, then every push until the chunk is full.
+            while o.len() < 2 * CHUNK {
+                o.push(99);
+                let last = o.chunks.last().map_or(0, |c| c.capacity());
+                assert!(
+                    last <= CHUNK,
+                    "capacity {last} past a chunk of {CHUNK} (copied at {held})"
+                );
+                assert!(o.last_chunk_bytes() >= last * 8);
+            }
+            assert_eq!(o.chunks.len(), 2, "the copied chunk was filled");
+            assert_eq!(snap.len(), CHUNK + held);
         }
-        let snap = o.clone();
-        o.push(99);
-        let last = o.chunks.last().map_or(0, |c| c.capacity());
-        assert!(last <= CHUNK, "capacity {last} past a chunk of {CHUNK}");
-        assert!(o.last_chunk_bytes() >= last * 8);
-        assert_eq!(snap.len() + 1, o.len());
+    }
+
+    /// At the real chunk size, a copy made at any length and filled by `Vec`'s own growth
+    /// stays within the chunk (with twice the length as room, 3 ids grew to 768).
+    #[test]
+    fn a_copy_at_any_length_stays_within_a_full_chunk() {
+        for held in 1..FULL_CHUNK {
+            let mut copy: Vec<u64> = Vec::with_capacity(copy_capacity(held, FULL_CHUNK));
+            copy.extend(0..held as u64);
+            while copy.len() < FULL_CHUNK {
+                copy.push(0);
+            }
+            assert!(copy.capacity() <= FULL_CHUNK, "copied at {held}");
+        }
     }
 }
