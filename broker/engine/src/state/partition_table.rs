@@ -220,6 +220,8 @@ impl PartitionTable {
 mod tests {
     use super::*;
     use crate::state::model::test_partition;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
 
     fn part(id: u64) -> Partition {
         test_partition(id, &format!("p{id}"))
@@ -339,4 +341,92 @@ mod tests {
         );
     }
 
+    /// One step of [`the_table_and_its_snapshots_match_a_map_across_a_group_boundary`].
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(u64),
+        Remove(u64),
+        Write(u64, u64),
+        Snapshot,
+        DropSnapshot,
+    }
+
+    /// Ids on both sides of the first two group boundaries (4 096 and 8 192 ids under test),
+    /// in chunks at a group's last and first slots, and a few low ones.
+    fn id() -> impl Strategy<Value = u64> {
+        let edge = (CHUNK * GROUP) as u64;
+        prop_oneof![
+            0..6u64,
+            (edge - 2 * CHUNK as u64)..(edge + 2 * CHUNK as u64),
+            (2 * edge - 3)..(2 * edge + 3),
+        ]
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => id().prop_map(Op::Insert),
+            3 => id().prop_map(Op::Remove),
+            2 => (id(), 1..1000u64).prop_map(|(id, v)| Op::Write(id, v)),
+            1 => Just(Op::Snapshot),
+            1 => Just(Op::DropSnapshot),
+        ]
+    }
+
+    /// (id, next_offset) of each partition, in id order.
+    fn rows<'a>(it: impl Iterator<Item = &'a Partition>) -> Vec<(u64, u64)> {
+        it.map(|p| (p.id, p.next_offset)).collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Review s27 ckpt L5: inserts, removes and writes across group boundaries, with
+        /// snapshots taken and dropped between them, against a `BTreeMap`.
+        #[test]
+        fn the_table_and_its_snapshots_match_a_map_across_a_group_boundary(
+            ops in prop::collection::vec(op(), 1..80)
+        ) {
+            let mut t = PartitionTable::default();
+            let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+            let mut held: Option<(PartitionsSnapshot, Vec<(u64, u64)>)> = None;
+            for op in ops {
+                match op {
+                    Op::Insert(id) => {
+                        let had = model.insert(id, 0).is_some();
+                        prop_assert_eq!(t.insert(id, part(id)).is_some(), had);
+                    }
+                    Op::Remove(id) => {
+                        let had = model.remove(&id).is_some();
+                        prop_assert_eq!(t.remove(&id).map(|p| p.id), had.then_some(id));
+                    }
+                    Op::Write(id, v) => {
+                        if let Some(m) = model.get_mut(&id) {
+                            *m = v;
+                        }
+                        if let Some(p) = t.get_mut(&id) {
+                            p.next_offset = v;
+                        }
+                    }
+                    Op::Snapshot => {
+                        let at: Vec<(u64, u64)> = model.iter().map(|(k, v)| (*k, *v)).collect();
+                        held = Some((t.snapshot(), at));
+                    }
+                    Op::DropSnapshot => held = None,
+                }
+                let want: Vec<(u64, u64)> = model.iter().map(|(k, v)| (*k, *v)).collect();
+                prop_assert_eq!(rows(t.values()), want);
+                prop_assert_eq!(t.len(), model.len());
+                if let Some((snap, at)) = &held {
+                    prop_assert_eq!(&rows(snap.values()), at);
+                    for (id, v) in at {
+                        prop_assert_eq!(snap.get(id).map(|p| p.next_offset), Some(*v));
+                    }
+                }
+            }
+            for g in 0..t.groups.len() {
+                let live = model.keys().any(|id| split(*id).is_some_and(|(at, _, _)| at == g));
+                prop_assert_eq!(t.groups[g].is_some(), live, "group {}", g);
+            }
+        }
+    }
 }
