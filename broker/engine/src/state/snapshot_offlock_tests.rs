@@ -293,18 +293,21 @@ fn mutate(s: &mut State) {
         32,
         loc(11),
     );
+    // Runs change through the run floor, as `apply` does, so that deleting the queue later
+    // uncounts what was counted (a debug assertion otherwise).
     if let Some(p) = s.partitions.get_mut(&1) {
-        p.runs.push(Run {
+        let run = Run {
             base_offset: 6,
             count: 1,
             created_us: 40,
             index: 12,
             pos: 0,
-        });
+        };
+        s.run_floor.push(p, run);
         p.next_offset = 7;
     }
     if let Some(p) = s.partitions.get_mut(&4097) {
-        p.runs.remove(0);
+        s.run_floor.drop_front(p, 1);
         p.floor = 2;
     }
     s.partitions.remove(&2);
