@@ -370,6 +370,20 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     > {
         use openraft::network::snapshot_transport::{Chunked, SnapshotTransport};
         let Some(feed) = self.net.snapshots.clone() else {
+            if snapshot.snapshot.get_ref().is_empty() {
+                // A position only (`StateMachine::get_current_snapshot`: a node that reclaimed
+                // with `cluster_snapshot_catch_up` on, restarted with it off): a peer's
+                // openraft cannot install it and its core would stop (review s27 snap, key
+                // turned back off). Unreachable: openraft backs off; nothing is sent.
+                let why = format!(
+                    "snapshot {} carries no state (this node reclaimed its log with \
+                     cluster_snapshot_catch_up on; turn it on again to catch this peer up)",
+                    snapshot.meta.snapshot_id
+                );
+                return Err(openraft::error::StreamingError::Unreachable(
+                    Unreachable::new(&self.unreachable(why)),
+                ));
+            }
             return Chunked::send_snapshot(self, vote, snapshot, cancel, option).await;
         };
         let chunk = self.net.limits.snapshot.saturating_sub(wire::ENVELOPE) as usize;

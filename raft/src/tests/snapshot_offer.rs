@@ -159,3 +159,39 @@ async fn a_leader_restarted_on_a_declined_checkpoint_streams_nothing_to_a_laggin
     assert!(peer.accept().is_ok(), "the offered checkpoint was not sent");
     node.shutdown().await.unwrap();
 }
+
+/// Review s27 snap, the key turned back off: a node that reclaimed with the key on offers a
+/// position only (no state) once restarted with it off. openraft's chunked path would send it
+/// and the peer's install would fail, stopping its core; it is Unreachable, nothing sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_position_only_snapshot_is_never_sent_through_openraft_s_path() {
+    let peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    peer.set_nonblocking(true).unwrap();
+    let mut net = TcpNetwork::new(1, GROUP, TOKEN, limits());
+    let mut client = net
+        .new_client(2, &BasicNode::new(peer.local_addr().unwrap().to_string()))
+        .await;
+    let at = Some(log_id(3, 500));
+    let position_only = SnapshotMeta {
+        last_log_id: at,
+        last_membership: StoredMembership::new(
+            Some(log_id(3, 10)),
+            Membership::new(vec![BTreeSet::from([1, 2])], ()),
+        ),
+        snapshot_id: "position-only-1".to_string(),
+    };
+    let r = client
+        .full_snapshot(
+            Vote::new_committed(3, 1),
+            snapshot(position_only),
+            std::future::pending(),
+            RPCOption::new(BOUND),
+        )
+        .await;
+    assert!(matches!(r, Err(StreamingError::Unreachable(_))), "{r:?}");
+    let accepted = peer.accept();
+    assert!(
+        matches!(&accepted, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "a position only reached the peer: {accepted:?}"
+    );
+}
