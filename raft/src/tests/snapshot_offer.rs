@@ -13,11 +13,11 @@ use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{BasicNode, ErrorSubject, Snapshot, SnapshotMeta, Vote};
 
-use super::fixtures::{fill, open_small_segments, reclaim, start_fresh, Recorder};
-use super::tcp_cluster::{limits, GROUP, TOKEN};
+use super::fixtures::{fill, open_small_segments, open_stores, reclaim, start_fresh, Recorder};
+use super::tcp_cluster::{limits, listen, server_config, GROUP, TOKEN};
 use crate::meta;
 use crate::state_machine::StateMachine;
-use crate::tcp_server::CHECKPOINT_STREAM;
+use crate::tcp_server::{Groups, CHECKPOINT_STREAM};
 use crate::types::{log_id, Membership, StoredMembership, TypeConfig};
 use crate::{SnapshotFeed, TcpNetwork};
 
@@ -194,4 +194,90 @@ async fn a_position_only_snapshot_is_never_sent_through_openraft_s_path() {
         matches!(&accepted, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
         "a position only reached the peer: {accepted:?}"
     );
+}
+
+/// Review s27 snap: a peer with the key off refuses checkpoint streams, and openraft retries
+/// every 500 ms; each retry read and shipped a whole chunk (~6 MB/s per such peer, for ever).
+/// After its refusal the sender answers locally, with no disk read and nothing sent, for a
+/// wait that doubles at each refusal up to a cap, and forgets it once the peer takes a chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_without_an_inbox_is_not_sent_to_again_before_its_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, store) = open_small_segments(dir.path());
+    let node = start_fresh(&log, &store).await;
+    fill(&node, &log).await;
+    let (applied, term) = log.last().unwrap();
+    let one = StoredMembership::new(
+        Some(log_id(term, 1)),
+        Membership::new(vec![BTreeSet::from([1])], ()),
+    );
+    meta::put(&store, meta::MEMBERSHIP, &one, ErrorSubject::StateMachine).unwrap();
+    store
+        .save_checkpoint_with_floor(applied, term, 60, |sink| sink.write(&[3; 5000]))
+        .unwrap();
+    let (mut sm, _gone) =
+        StateMachine::open(Recorder::new(Some((applied, term))), store.clone()).unwrap();
+    sm.offer_durable_snapshots();
+    let offered = sm.get_current_snapshot().await.unwrap().unwrap().meta;
+    assert!(offered.snapshot_id.starts_with(CHECKPOINT_STREAM));
+
+    // The peer: a listener with no inbox for the group (its key off).
+    let peer_dir = tempfile::tempdir().unwrap();
+    let (plog, pstore) = open_stores(peer_dir.path());
+    let peer = start_fresh(&plog, &pstore).await;
+    let groups = Groups::default();
+    groups.add(GROUP, peer.raft().clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _stop = listen(
+        listener,
+        server_config(2, Duration::from_secs(10), 64),
+        groups,
+    );
+
+    let feed = SnapshotFeed::new(GROUP, 1000);
+    feed.attach(node.log_store().clone());
+    let mut net = TcpNetwork::new(1, GROUP, TOKEN, limits()).with_snapshots(feed);
+    let mut client = net.new_client(2, &BasicNode::new(addr.to_string())).await;
+    let vote = Vote::new_committed(term, 1);
+    let refused = unreachable_text(&mut client, vote, &offered).await;
+    assert!(refused.contains(crate::tcp_server::NO_INBOX), "{refused}");
+    assert!(client.no_inbox_wait().is_some());
+    // Asked again at once (openraft's 500 ms backoff): answered here, not by the peer.
+    let local = unreachable_text(&mut client, vote, &offered).await;
+    assert!(!local.contains(crate::tcp_server::NO_INBOX), "{local}");
+    assert!(local.contains("not asked again"), "{local}");
+
+    // Each further refusal doubles the wait, up to the cap; a chunk taken forgets it.
+    let mut last = Duration::ZERO;
+    for _ in 0..12 {
+        let wait = client.note_no_inbox();
+        assert!(wait >= last && wait <= Duration::from_secs(300), "{wait:?}");
+        last = wait;
+    }
+    assert_eq!(last, Duration::from_secs(300));
+    client.note_snapshot_taken();
+    assert_eq!(client.no_inbox_wait(), None);
+    node.shutdown().await.unwrap();
+    peer.shutdown().await.unwrap();
+}
+
+/// Sends `meta`'s snapshot through `client`; the text of the Unreachable it must end in.
+async fn unreachable_text(
+    client: &mut crate::tcp_client::PeerClient,
+    vote: Vote<u64>,
+    meta: &SnapshotMeta<u64, BasicNode>,
+) -> String {
+    let r = client
+        .full_snapshot(
+            vote,
+            snapshot(meta.clone()),
+            std::future::pending(),
+            RPCOption::new(Duration::from_secs(20)),
+        )
+        .await;
+    match r {
+        Err(StreamingError::Unreachable(u)) => u.to_string(),
+        other => panic!("{other:?}"),
+    }
 }
