@@ -67,16 +67,13 @@ impl ClusterStart {
 /// group's own and `peers` only seeded the first boot, so a group shrunk to one voter
 /// restarts whatever `peers` still names (review s21 membership M4). A single node never
 /// changes its membership (the routes answer it 501), so a lone `{me}` above index 0 is a
-/// cluster's. A node still `joining` (its marker is made only on an empty directory) may hold
-/// one that does not name it: the snapshot it was caught up by was taken before it was added,
-/// and the entry adding it comes after the snapshot's index (review s26 snap M2; the start
-/// after the install's reopen was refused).
+/// cluster's. A node that `may_predate_addition` may hold one that does not name it (logged).
 pub(crate) fn check_stored_membership(
     me: u64,
     peers: &BTreeMap<u64, BasicNode>,
     stored: &StoredMembership,
     log_empty: bool,
-    joining: bool,
+    predates_addition: bool,
 ) -> Result<(), RaftError> {
     let StoredMembership {
         voters,
@@ -98,7 +95,15 @@ pub(crate) fn check_stored_membership(
         return refuse("is empty while its log holds entries".to_string());
     }
     if !voters.contains(&me) && !learners.contains(&me) {
-        if joining {
+        if predates_addition {
+            tracing::warn!(
+                node = me,
+                ?voters,
+                ?learners,
+                "the stored Raft membership does not name this node: taken as a snapshot from \
+                 before it was added (the entry adding it follows); if it was removed instead, \
+                 it stays idle: wipe its data directory"
+            );
             return Ok(());
         }
         return refuse(format!("does not name this node ({me})"));
@@ -109,6 +114,27 @@ pub(crate) fn check_stored_membership(
         ));
     }
     Ok(())
+}
+
+/// Whether a start may hold a stored membership that does not name this node: the snapshot it
+/// was caught up by was taken before it was added, and the entry adding it comes after the
+/// snapshot's index (review s26 snap M2: the start after the install's reopen was refused).
+/// So for a node still `joining` (its marker is made only on an empty directory), and for one
+/// whose log holds nothing past its purge horizon (`last_at_open` at most `purged_at_open`;
+/// a snapshot without records leaves no log at all): all it
+/// has is an installed snapshot, which only a leader counting it a member sends, as to a
+/// learner started on an empty directory without `cluster_join` (review s27 snap). Once the
+/// entry adding it is in its log, the membership read names it and the check applies again.
+/// Only once it held a membership of several nodes (`multi_node`, sticky; an install of one
+/// writes it): a single-node directory whose whole log was reclaimed is still refused (another
+/// group's data; a group of one voter adding its first learner is left out with it).
+pub(crate) fn may_predate_addition(
+    joining: bool,
+    multi_node: bool,
+    purged_at_open: Option<u64>,
+    last_at_open: Option<u64>,
+) -> bool {
+    joining || (multi_node && purged_at_open.is_some() && last_at_open <= purged_at_open)
 }
 
 /// The effective membership a directory holds, as the start check reads it.
@@ -211,6 +237,22 @@ mod tests {
         let peers4 = peers(&[4]);
         assert!(check_stored_membership(4, &peers4, &stored, false, true).is_ok());
         assert!(check_stored_membership(4, &peers4, &stored, false, false).is_err());
+    }
+
+    /// Review s27 snap: a learner started on an empty directory without `cluster_join` and
+    /// caught up by such a snapshot holds only it (its log ends at its purge horizon): its
+    /// restart is not refused; once anything was appended past the horizon, or with nothing
+    /// purged, the check applies.
+    #[test]
+    fn a_directory_holding_only_an_installed_snapshot_may_predate_its_addition() {
+        assert!(may_predate_addition(true, false, None, None));
+        assert!(may_predate_addition(false, true, Some(500), Some(500)));
+        assert!(may_predate_addition(false, true, Some(500), None));
+        assert!(!may_predate_addition(false, true, Some(500), Some(501)));
+        assert!(!may_predate_addition(false, true, None, Some(500)));
+        assert!(!may_predate_addition(false, true, None, None));
+        // A single-node directory reclaimed whole is another group's, still refused.
+        assert!(!may_predate_addition(false, false, Some(500), Some(500)));
     }
 
     /// The refusals of A1 hold under run-time membership too: a removed member's directory,

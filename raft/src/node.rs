@@ -14,7 +14,9 @@ use openraft::{BasicNode, ChangeMembers, Raft, ServerState};
 
 use crate::apply::ApplyHandler;
 use crate::backend::{SegmentLog, StateStore};
-use crate::cluster_start::{check_stored_membership, initialised, ClusterStart, StoredMembership};
+use crate::cluster_start::{
+    check_stored_membership, initialised, may_predate_addition, ClusterStart, StoredMembership,
+};
 use crate::config::RaftConfig;
 use crate::core_probe::CoreProbe;
 use crate::election_nudge;
@@ -154,6 +156,15 @@ impl RaftNode {
             )));
         }
         let last_at_open = log.last().map(|(index, _)| index);
+        let purged_at_open = crate::meta::get::<crate::types::RaftLogId>(
+            &store,
+            crate::meta::PURGED,
+            openraft::ErrorSubject::Logs,
+        )
+        .map_err(|e| RaftError::Startup(format!("reading {}: {e}", crate::meta::PURGED)))?
+        .map(|p| p.index);
+        let multi_node = crate::meta::multi_node_noted(&store)
+            .map_err(|e| RaftError::Startup(format!("reading {}: {e}", crate::meta::MULTI_NODE)))?;
         // Decided before openraft runs and before the listener serves the group: a wiped
         // voter must not grant a vote or campaign even once (review s21 membership M5).
         if let Some(gate) = &start.gate {
@@ -170,7 +181,8 @@ impl RaftNode {
         // for it would never end.
         let committed_at_open = node.inner.log_store.committed().map(|c| c.index);
         let wait_for = committed_at_open.min(last_at_open);
-        let ready = node.join_and_replay(start, last_at_open, wait_for).await;
+        let at_open = (last_at_open, purged_at_open, multi_node);
+        let ready = node.join_and_replay(start, at_open, wait_for).await;
         node.started(ready, wait_for).await
     }
 
@@ -290,7 +302,7 @@ impl RaftNode {
     async fn join_and_replay(
         &self,
         start: ClusterStart,
-        last_at_open: Option<u64>,
+        (last_at_open, purged_at_open, multi_node): (Option<u64>, Option<u64>, bool),
         wait_for: Option<u64>,
     ) -> Result<(), RaftError> {
         let raft = &self.inner.raft;
@@ -315,7 +327,7 @@ impl RaftNode {
                 &start.peers,
                 &stored,
                 last_at_open.is_none(),
-                joining,
+                may_predate_addition(joining, multi_node, purged_at_open, last_at_open),
             )?;
         } else if start.initialise {
             initialised(self.inner.id, raft.initialize(start.peers).await)?;

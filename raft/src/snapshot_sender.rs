@@ -25,8 +25,10 @@ use openraft::raft::{InstallSnapshotRequest, SnapshotResponse};
 use openraft::{Snapshot, Vote};
 
 use crate::snapshot_feed::SnapshotFeed;
+use crate::state_machine::checkpoint_meta;
 use crate::tcp_client::PeerClient;
-use crate::types::{term_of, NodeId, TypeConfig};
+use crate::tcp_server::{CHECKPOINT_STREAM, NO_INBOX};
+use crate::types::{NodeId, TypeConfig};
 
 type Streamed = Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, Fatal<NodeId>>>;
 
@@ -57,10 +59,27 @@ pub(crate) async fn send(
     let target = client.target();
     let unreachable =
         |why: String| StreamingError::Unreachable(Unreachable::new(&SendError { target, why }));
+    if let Some(wait) = client.no_inbox_wait() {
+        // Answered here: no disk read, nothing sent (review s27 snap, 6 MB/s per such peer).
+        return Err(unreachable(format!(
+            "the peer takes no snapshot streams (cluster_snapshot_catch_up off there); \
+             not asked again for {wait:?}"
+        )));
+    }
     let Some(store) = feed.store() else {
         return Err(unreachable("the group is opening or closed".into()));
     };
     let meta = snapshot.meta;
+    // Only a checkpoint generation offered as one (`StateMachine::durable`) is streamed: any
+    // other snapshot openraft holds (one that covers nothing while no generation can be
+    // offered) is answered Unreachable, so openraft backs off and asks again (review s27 snap
+    // HIGH: a position-only snapshot named a declined generation's `A`).
+    if !meta.snapshot_id.starts_with(CHECKPOINT_STREAM) {
+        return Err(unreachable(format!(
+            "snapshot {} is not a checkpoint generation",
+            meta.snapshot_id
+        )));
+    }
     let Some(last) = meta.last_log_id else {
         return Err(unreachable("the snapshot covers no log entry".into()));
     };
@@ -81,12 +100,19 @@ pub(crate) async fn send(
         }
     };
     let head = *source.header();
-    if head.applied_term != term_of(&last) {
+    // The generation opened must be the one offered, membership included, declined as the
+    // offer is (a membership applied past `A`): never a stream under another's meta.
+    let opened = checkpoint_meta(
+        head.applied_term,
+        head.applied_index,
+        head.first_record,
+        head.state_crc,
+        source.membership(),
+    );
+    if opened.as_ref() != Some(&meta) {
         return Err(unreachable(format!(
-            "checkpoint {} is of term {}, the snapshot's of {}",
-            last.index,
-            head.applied_term,
-            term_of(&last)
+            "checkpoint {} (term {}) is not the generation offered as {}",
+            last.index, head.applied_term, meta.snapshot_id
         )));
     }
     let len = head.stream_len();
@@ -143,12 +169,19 @@ pub(crate) async fn send(
             a = client.install_snapshot(req, RPCOption::new(ttl)) => a,
         };
         match answer {
-            Ok(resp) if resp.vote > vote => return Ok(SnapshotResponse::new(resp.vote)),
+            Ok(resp) if resp.vote > vote => {
+                client.note_snapshot_taken();
+                return Ok(SnapshotResponse::new(resp.vote));
+            }
             Ok(resp) if done => {
+                client.note_snapshot_taken();
                 feed.count_sent();
                 return Ok(SnapshotResponse::new(resp.vote));
             }
-            Ok(_) => offset += n,
+            Ok(_) => {
+                client.note_snapshot_taken();
+                offset += n;
+            }
             Err(RPCError::RemoteError(e))
                 if matches!(
                     e.source,
@@ -163,6 +196,10 @@ pub(crate) async fn send(
                 }
                 restarted = true;
                 offset = 0;
+            }
+            Err(RPCError::Unreachable(u)) if u.to_string().contains(NO_INBOX) => {
+                let wait = client.note_no_inbox();
+                return Err(unreachable(format!("{u}; not asked again for {wait:?}")));
             }
             Err(RPCError::Timeout(t)) => return Err(StreamingError::Timeout(t)),
             Err(RPCError::Network(e)) => return Err(StreamingError::Network(e)),

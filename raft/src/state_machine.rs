@@ -142,30 +142,33 @@ impl StateMachine {
                 return None;
             }
         };
-        let at = log_id(g.applied_term, g.applied_index);
-        let membership: StoredMembership = match g
-            .membership
-            .as_deref()
-            .map(serde_json::from_slice::<StoredMembership>)
-        {
-            Some(Ok(m)) if m.log_id().is_none_or(|l| l.index <= at.index) => m,
-            _ => return None,
-        };
+        let meta = checkpoint_meta(
+            g.applied_term,
+            g.applied_index,
+            g.first_record,
+            g.state_crc,
+            g.membership.as_deref(),
+        )?;
         Some(StoredSnapshot {
-            meta: SnapshotMeta {
-                last_log_id: Some(at),
-                last_membership: membership,
-                snapshot_id: format!(
-                    "{}{}-{}-{}-{:08x}",
-                    crate::tcp_server::CHECKPOINT_STREAM,
-                    g.applied_term,
-                    g.applied_index,
-                    g.first_record,
-                    g.state_crc
-                ),
-            },
+            meta,
             data: Vec::new(),
         })
+    }
+
+    /// What openraft holds while no durable generation can be offered: it covers no entry, so
+    /// openraft finds nothing newer in it, and its id is not a checkpoint stream's, so the
+    /// sender answers it `Unreachable` (openraft backs off and asks again) instead of streaming
+    /// anything under it (review s27 snap HIGH).
+    fn nothing_offered(&mut self) -> StoredSnapshot {
+        self.snapshot_seq += 1;
+        StoredSnapshot {
+            meta: SnapshotMeta {
+                last_log_id: None,
+                last_membership: StoredMembership::default(),
+                snapshot_id: format!("none-{}", self.snapshot_seq),
+            },
+            data: Vec::new(),
+        }
     }
 
     fn build(&mut self) -> Result<StoredSnapshot, OrStorageError> {
@@ -176,15 +179,10 @@ impl StateMachine {
         if self.offer_durable {
             // No durable generation to offer yet: nothing newer than before (openraft ignores
             // a snapshot no newer than its own), and never an engine encode in a cluster.
-            self.snapshot_seq += 1;
-            return Ok(self.snapshot.clone().unwrap_or_else(|| StoredSnapshot {
-                meta: SnapshotMeta {
-                    last_log_id: None,
-                    last_membership: StoredMembership::default(),
-                    snapshot_id: format!("none-{}", self.snapshot_seq),
-                },
-                data: Vec::new(),
-            }));
+            return Ok(match self.snapshot.clone() {
+                Some(s) => s,
+                None => self.nothing_offered(),
+            });
         }
         let (covered, data) = self.handler.snapshot();
         let covered = covered.map(|(index, term)| log_id(term, index));
@@ -227,6 +225,34 @@ impl StateMachine {
         })
         .await
     }
+}
+
+/// The snapshot meta openraft is offered for a durable checkpoint generation at `(A, term)`
+/// with run floor `first_record`, state CRC `state_crc` and the `raft/membership` bytes
+/// recorded with it; its id names all four, so the sender can tell that the generation it
+/// opens is the one offered (`snapshot_sender`). None when no membership was recorded or it
+/// was applied past `A` (then it does not say which membership was in force at `A`: declined
+/// rather than guessed, review s23 M1 / s25 H2).
+pub(crate) fn checkpoint_meta(
+    applied_term: u64,
+    applied_index: u64,
+    first_record: u64,
+    state_crc: u32,
+    membership: Option<&[u8]>,
+) -> Option<Meta> {
+    let at = log_id(applied_term, applied_index);
+    let membership = match membership.map(serde_json::from_slice::<StoredMembership>) {
+        Some(Ok(m)) if m.log_id().is_none_or(|l| l.index <= at.index) => m,
+        _ => return None,
+    };
+    Some(SnapshotMeta {
+        last_log_id: Some(at),
+        last_membership: membership,
+        snapshot_id: format!(
+            "{}{applied_term}-{applied_index}-{first_record}-{state_crc:08x}",
+            crate::tcp_server::CHECKPOINT_STREAM,
+        ),
+    })
 }
 
 fn to_snapshot(s: StoredSnapshot) -> Snapshot<TypeConfig> {
@@ -344,12 +370,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.snapshot = Some(durable.clone());
             return Ok(Some(to_snapshot(durable)));
         }
-        // A single voter never sends a snapshot (and no peer can be added after a
-        // reclamation), so it gets the position only: no engine encode, nothing held.
+        // Key off, a single voter never sends a snapshot (and no peer can be added after a
+        // reclamation), so it gets the position only: no engine encode, nothing held. Key on,
+        // never a position only (review s27 snap HIGH: one built at `last_applied` over a
+        // declined checkpoint named that checkpoint's `A` with a membership applied past it):
+        // a snapshot that covers nothing, which is never sent. Never None once the log was
+        // purged either: openraft's replication takes a missing snapshot as a storage error,
+        // which stops the leader's core.
         if self.snapshot.is_none() {
             let purged: Option<RaftLogId> =
                 meta::get(&self.store, meta::PURGED, ErrorSubject::Logs)?;
-            if purged.is_some() {
+            if purged.is_some() && self.offer_durable {
+                let none = self.nothing_offered();
+                self.snapshot = Some(none);
+            } else if purged.is_some() {
                 self.snapshot_seq += 1;
                 self.snapshot = Some(StoredSnapshot {
                     meta: SnapshotMeta {

@@ -92,11 +92,46 @@ pub struct PeerClient {
     budget: u32,
     /// Whether the last call ended at its timeout.
     timed_out: bool,
+    /// While the peer answered that it takes no snapshot streams (its
+    /// `cluster_snapshot_catch_up` off): until when none is sent to it again, and the wait
+    /// after its next such answer (`snapshot_sender`; review s27 snap: openraft retries every
+    /// 500 ms, and each retry read and shipped a whole chunk).
+    no_inbox: Option<(std::time::Instant, Duration)>,
 }
+
+/// The first wait after a peer answered that it takes no snapshot streams; doubled at each
+/// such answer up to `NO_INBOX_MAX`, which bounds how late a peer whose key was turned on is
+/// caught up.
+const NO_INBOX_FIRST: Duration = Duration::from_secs(5);
+const NO_INBOX_MAX: Duration = Duration::from_secs(300);
 
 impl PeerClient {
     pub(crate) fn target(&self) -> NodeId {
         self.target
+    }
+
+    /// How long no snapshot is sent to this peer yet, after it answered that it takes none.
+    pub(crate) fn no_inbox_wait(&self) -> Option<Duration> {
+        let (until, _) = self.no_inbox?;
+        until
+            .checked_duration_since(std::time::Instant::now())
+            .filter(|d| !d.is_zero())
+    }
+
+    /// The peer answered that it takes no snapshot streams: none is sent for the next wait,
+    /// twice the last one (at most `NO_INBOX_MAX`). The wait it set.
+    pub(crate) fn note_no_inbox(&mut self) -> Duration {
+        let wait = self.no_inbox.map_or(NO_INBOX_FIRST, |(_, w)| {
+            w.saturating_mul(2).min(NO_INBOX_MAX)
+        });
+        let until = std::time::Instant::now() + wait;
+        self.no_inbox = Some((until, wait));
+        wait
+    }
+
+    /// The peer took a snapshot chunk: it has an inbox now.
+    pub(crate) fn note_snapshot_taken(&mut self) {
+        self.no_inbox = None;
     }
 }
 
@@ -115,6 +150,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
             last_id: 0,
             budget: self.limits.append,
             timed_out: false,
+            no_inbox: None,
         }
     }
 }
@@ -370,6 +406,20 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     > {
         use openraft::network::snapshot_transport::{Chunked, SnapshotTransport};
         let Some(feed) = self.net.snapshots.clone() else {
+            if snapshot.snapshot.get_ref().is_empty() {
+                // A position only (`StateMachine::get_current_snapshot`: a node that reclaimed
+                // with `cluster_snapshot_catch_up` on, restarted with it off): a peer's
+                // openraft cannot install it and its core would stop (review s27 snap, key
+                // turned back off). Unreachable: openraft backs off; nothing is sent.
+                let why = format!(
+                    "snapshot {} carries no state (this node reclaimed its log with \
+                     cluster_snapshot_catch_up on; turn it on again to catch this peer up)",
+                    snapshot.meta.snapshot_id
+                );
+                return Err(openraft::error::StreamingError::Unreachable(
+                    Unreachable::new(&self.unreachable(why)),
+                ));
+            }
             return Chunked::send_snapshot(self, vote, snapshot, cancel, option).await;
         };
         let chunk = self.net.limits.snapshot.saturating_sub(wire::ENVELOPE) as usize;

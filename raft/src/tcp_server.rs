@@ -339,6 +339,12 @@ async fn answer(
 /// (`StateMachine::durable`); openraft's own snapshots never begin so.
 pub(crate) const CHECKPOINT_STREAM: &str = "ckpt-";
 
+/// The refusal of a checkpoint stream by a node with no inbox for the group, which the sender
+/// recognises to wait before it asks that peer again (`PeerClient::note_no_inbox`). Nodes of
+/// session 27 send the same text.
+pub(crate) const NO_INBOX: &str =
+    "this node does not take snapshot streams (cluster_snapshot_catch_up is off here)";
+
 async fn dispatch(
     kind: Kind,
     body: &[u8],
@@ -398,9 +404,7 @@ async fn dispatch(
             // leaving a node that cannot restart. Refused before anything is written, as
             // unavailable, which the sender takes as Unreachable and retries later.
             None if r.meta.snapshot_id.starts_with(CHECKPOINT_STREAM) => {
-                rpc_codec::encode_unavailable(
-                    "this node does not take snapshot streams (cluster_snapshot_catch_up is off here)",
-                )
+                rpc_codec::encode_unavailable(NO_INBOX)
             }
             None => rpc_codec::encode_reply(&raft.install_snapshot(r).await),
         },

@@ -21,6 +21,7 @@ mod router;
 mod snapshot_gate;
 mod snapshot_inbox;
 mod snapshot_install;
+mod snapshot_offer;
 mod snapshot_stream;
 mod split_vote;
 mod stored_ids;
