@@ -93,6 +93,8 @@ mod open_tests;
 #[cfg(test)]
 mod registry_tests;
 #[cfg(test)]
+mod spill_release_tests;
+#[cfg(test)]
 mod supervise_late_tests;
 #[cfg(test)]
 mod supervise_tests;

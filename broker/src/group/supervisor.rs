@@ -327,6 +327,7 @@ pub async fn supervise(
             Err(f) => f,
         };
         let segments = running.segments.clone();
+        join_spill_writer(&running.shared).await;
         drop((node, running));
         let_go(segments, store).await;
         let first_wait = if failure.deposed {
@@ -464,6 +465,20 @@ fn drop_unsynced_tail(
     );
     log.truncate_from(from)
         .map_err(|e| anyhow!("cutting the unsynced tail from the log: {e}"))
+}
+
+/// Ends the failed incarnation's id-file writer (state/txn_spill.rs) before the next one opens
+/// `ids/` (review s27 M3): `let_go` waits only for the log and the store, and anything still
+/// holding the failed state would keep a second writer merging and naming files in the same
+/// directory. Dropping the spill closes its queue and joins the thread after its last job.
+pub(super) async fn join_spill_writer(shared: &Shared) {
+    let spill = shared.lock().txn_spill.take();
+    if let Some(spill) = spill {
+        // The join waits out a merge in progress: not on a runtime worker.
+        if let Err(e) = tokio::task::spawn_blocking(move || drop(spill)).await {
+            tracing::warn!(error = %e, "stopping the dedup spill writer");
+        }
+    }
 }
 
 /// Waits until the failed incarnation's tasks (Raft, a checkpoint being written, a scrape in

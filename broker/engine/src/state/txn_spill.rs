@@ -21,6 +21,7 @@
 //! (H4): its ids are no longer found, nothing else is refused.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -119,7 +120,16 @@ struct WriterState {
 
 /// Runs one job; `report` gets a spill's outcome as soon as its files are durable, before
 /// the merges that follow it.
-fn run_job(store: &dyn IdStore, st: &mut WriterState, job: Job, report: &mut dyn FnMut(Done)) {
+///
+/// `charged` holds the bytes of filters allocated here and not yet taken by the engine side,
+/// so the `dedup` pool counts them from their allocation on (review s27 L2).
+fn run_job(
+    store: &dyn IdStore,
+    st: &mut WriterState,
+    job: Job,
+    charged: &AtomicUsize,
+    report: &mut dyn FnMut(Done),
+) {
     let (rows, mut newest, ring) = match job {
         Job::RemoveBefore(b) => {
             store.remove_before(b);
@@ -131,6 +141,13 @@ fn run_job(store: &dyn IdStore, st: &mut WriterState, job: Job, report: &mut dyn
             ring,
         } => (rows, newest_us, ring),
     };
+    let ring = ring.map(|(c, window)| {
+        let made = GenerationRing::new(c, window);
+        if let Ok(r) = &made {
+            charged.store(r.allocated_bytes(), Ordering::Release);
+        }
+        made
+    });
     let mut per: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
     let mut given: Vec<(i64, u64)> = Vec::with_capacity(rows.len());
     for (t, TxnRow { pid, offset, hash }) in rows {
@@ -153,7 +170,7 @@ fn run_job(store: &dyn IdStore, st: &mut WriterState, job: Job, report: &mut dyn
         written,
         given,
         newest_us: newest,
-        ring: ring.map(|(c, window)| GenerationRing::new(c, window)),
+        ring,
     });
     if !ok {
         return;
@@ -183,7 +200,7 @@ enum Writer {
 }
 
 impl Writer {
-    fn start(store: Arc<dyn IdStore>) -> Writer {
+    fn start(store: Arc<dyn IdStore>, charged: Arc<AtomicUsize>) -> Writer {
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
         let (done_tx, done_rx) = mpsc::channel::<Done>();
         let spawned = std::thread::Builder::new()
@@ -191,7 +208,7 @@ impl Writer {
             .spawn(move || {
                 let mut st = WriterState::default();
                 while let Ok(job) = jobs_rx.recv() {
-                    run_job(&*store, &mut st, job, &mut |d| {
+                    run_job(&*store, &mut st, job, &charged, &mut |d| {
                         // The engine side is gone only when it is dropping: nothing to tell.
                         let _ = done_tx.send(d);
                     });
@@ -213,7 +230,7 @@ impl Writer {
         }
     }
 
-    fn send(&mut self, store: &dyn IdStore, job: Job) {
+    fn send(&mut self, store: &dyn IdStore, charged: &AtomicUsize, job: Job) {
         match self {
             Writer::Thread { jobs, .. } => {
                 let sent = jobs.as_ref().map(|j| j.send(job));
@@ -223,7 +240,9 @@ impl Writer {
                     tracing::error!("the dedup spill writer thread has stopped");
                 }
             }
-            Writer::Inline { st, done } => run_job(store, st, job, &mut |d| *done = Some(d)),
+            Writer::Inline { st, done } => {
+                run_job(store, st, job, charged, &mut |d| *done = Some(d))
+            }
         }
     }
 
@@ -274,7 +293,11 @@ struct Pending {
 
 pub struct TxnSpill {
     store: Arc<dyn IdStore>,
-    writer: Writer,
+    /// Started at the first job (review s27 L1): a group that never spills, and has no id
+    /// files, runs no thread and no minute's removal.
+    writer: Option<Writer>,
+    /// Filters the writer allocated that `collect` has not taken yet (review s27 L2).
+    charged: Arc<AtomicUsize>,
     pending: Option<Pending>,
     hot_ids: usize,
     /// With an allowance, `filter.bytes` is its total and the ring gets what it draws.
@@ -336,7 +359,8 @@ impl TxnSpill {
         let below = bucket_of(now_us.saturating_sub(keep_us));
         store.remove_before(below);
         let mut spill = TxnSpill {
-            writer: Writer::start(store.clone()),
+            writer: None,
+            charged: Arc::new(AtomicUsize::new(0)),
             store,
             pending: None,
             hot_ids: hot_ids.max(MIN_HOT_IDS),
@@ -353,6 +377,8 @@ impl TxnSpill {
         let buckets = spill.store.buckets();
         if !buckets.is_empty() {
             spill.ensure_ring(keep_us);
+            // Files to merge and expire: the writer runs from the start.
+            spill.start_writer();
         }
         for b in buckets {
             // A key is given the end of its bucket: never earlier than its entry time, so the
@@ -380,9 +406,29 @@ impl TxnSpill {
         self.hot_ids
     }
 
-    /// Bytes of the filters' allocation (0 until the first spill).
+    /// Bytes of the filters' allocation (0 until the first spill), counting filters the
+    /// writer allocated that are not installed yet.
     pub fn filter_bytes(&self) -> usize {
-        self.ring.as_ref().map_or(0, |r| r.allocated_bytes())
+        self.ring
+            .as_ref()
+            .map_or(0, |r| r.allocated_bytes())
+            .saturating_add(self.charged.load(Ordering::Acquire))
+    }
+
+    /// Whether the writer thread (or its inline stand-in) was started.
+    pub fn writer_started(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    fn start_writer(&mut self) -> &mut Writer {
+        let (store, charged) = (self.store.clone(), self.charged.clone());
+        self.writer
+            .get_or_insert_with(|| Writer::start(store, charged))
+    }
+
+    fn send(&mut self, job: Job) {
+        let (store, charged) = (self.store.clone(), self.charged.clone());
+        self.start_writer().send(&*store, &charged, job);
     }
 
     /// The filters to allocate, when there are none yet (drawing them from the allowance).
@@ -445,8 +491,9 @@ impl TxnSpill {
         let started = Instant::now();
         let mut worked = false;
         let below = bucket_of(now_us.saturating_sub(keep_us));
-        if below > self.removed_below {
-            self.writer.send(&*self.store, Job::RemoveBefore(below));
+        // No writer yet: no file was written, so none to remove.
+        if below > self.removed_below && self.writer.is_some() {
+            self.send(Job::RemoveBefore(below));
             self.removed_below = below;
         }
         worked |= self.collect(ids, keep_us, false);
@@ -460,14 +507,11 @@ impl TxnSpill {
                 same_table: true,
             });
             let ring = self.ring_request(keep_us);
-            self.writer.send(
-                &*self.store,
-                Job::Spill {
-                    rows,
-                    newest_us: self.newest_us,
-                    ring,
-                },
-            );
+            self.send(Job::Spill {
+                rows,
+                newest_us: self.newest_us,
+                ring,
+            });
             // Inline, the job is already done.
             self.collect(ids, keep_us, false);
             worked = true;
@@ -497,7 +541,11 @@ impl TxnSpill {
         if self.pending.is_none() {
             return false;
         }
-        let done = match self.writer.poll(wait) {
+        let polled = match self.writer.as_mut() {
+            Some(w) => w.poll(wait),
+            None => Err(()),
+        };
+        let done = match polled {
             Ok(Some(d)) => d,
             Ok(None) => return false,
             Err(()) => Done {
@@ -512,6 +560,8 @@ impl TxnSpill {
         };
         if let Some(made) = done.ring {
             self.install_ring(made);
+            // Counted by `ring` now, or dropped.
+            self.charged.store(0, Ordering::Release);
         }
         if let Err(e) = done.written {
             metrics::counter!("queen_dedup_spill_failures_total").increment(1);

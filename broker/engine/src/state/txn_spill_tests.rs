@@ -267,7 +267,8 @@ fn rows_stay_in_the_table_until_their_file_is_durable() {
     for h in 0..40 {
         assert_eq!(ids.get(1, h), Some(h));
     }
-    // Rows recorded at the time of the newest row taken must not leave with it.
+    // A row recorded while the write is in flight (the seal itself is tested by
+    // `rows_recorded_at_the_time_of_a_group_taken_whole_stay_until_written`).
     let t_last = 40 * SEC;
     ids.record(t_last, 1, 40, &[40]);
     // The two oldest rows expire while the write is in flight.
@@ -336,5 +337,90 @@ fn a_file_unreadable_at_start_is_searched_by_every_lookup() {
     assert!(
         *store.reads.lock().unwrap() > 1,
         "a new id searched the files too"
+    );
+}
+
+#[test]
+fn a_group_that_never_spills_starts_no_writer() {
+    // Review s27 L1: under today's default nothing spills, so no thread and no minute job.
+    let store = MemStore::default();
+    let mut spill = TxnSpill::open(Box::new(store.clone()), 1000, small_filter(), KEEP, 0);
+    let mut ids = TxnIds::default();
+    push(&mut ids, &mut spill, 0, 500, SEC, 10 * SEC);
+    assert!(!spill.writer_started());
+    assert_eq!(spill.filter_bytes(), 0);
+    push(&mut ids, &mut spill, 500, 1200, 6000 * SEC, SEC);
+    assert!(spill.writer_started(), "the first spill starts it");
+    drop(spill);
+    // Files at open: the writer runs from the start, to merge and expire them.
+    let again = TxnSpill::open(
+        Box::new(store.clone()),
+        1000,
+        small_filter(),
+        KEEP,
+        7700 * SEC,
+    );
+    assert!(again.writer_started());
+}
+
+#[test]
+fn filters_the_writer_allocated_are_counted_before_they_are_installed() {
+    // Review s27 L2: the first spill's filters wait for the engine side (the group's next
+    // push); the `dedup` pool counts them from their allocation on.
+    let store = MemStore::default();
+    let mut spill = TxnSpill::open(Box::new(store.clone()), 16, small_filter(), KEEP, 0);
+    let mut ids = TxnIds::default();
+    *store.gate.0.lock().unwrap() = true;
+    for i in 0..17u64 {
+        ids.record(SEC + i as i64, 1, i, &[i]);
+        spill.spill(&mut ids, KEEP, SEC + i as i64);
+    }
+    // The writer allocates before it writes: once the write has started, the filters exist.
+    while *store.attempts.lock().unwrap() == 0 {
+        std::thread::yield_now();
+    }
+    assert!(spill.ring.is_none(), "not installed yet");
+    let charged = spill.filter_bytes();
+    assert!(charged >= 64 << 10, "counted while in flight: {charged}");
+    {
+        let (shut, cv) = &*store.gate;
+        *shut.lock().unwrap() = false;
+        cv.notify_all();
+    }
+    spill.settle(&mut ids, KEEP);
+    assert!(spill.ring.is_some());
+    assert_eq!(spill.filter_bytes(), charged, "counted once when installed");
+}
+
+#[test]
+fn rows_recorded_at_the_time_of_a_group_taken_whole_stay_until_written() {
+    // Review s27 M2: a spill that takes the newest time group whole must not forget rows
+    // recorded at that same time while the file is written (`TxnIds::seal`).
+    let store = MemStore::default();
+    let mut spill = TxnSpill::open(Box::new(store.clone()), 16, small_filter(), KEEP, 0);
+    let mut ids = TxnIds::default();
+    *store.gate.0.lock().unwrap() = true;
+    let t = 5 * SEC;
+    for i in 0..17u64 {
+        ids.record(t, 1, i, &[i]);
+        spill.spill(&mut ids, KEEP, t);
+    }
+    // All 17 rows share one time group: the spill took it whole. One more at that time.
+    ids.record(t, 1, 17, &[17]);
+    spill.spill(&mut ids, KEEP, t);
+    {
+        let (shut, cv) = &*store.gate;
+        *shut.lock().unwrap() = false;
+        cv.notify_all();
+    }
+    spill.settle(&mut ids, KEEP);
+    for h in 0..17 {
+        assert_eq!(ids.get(1, h), None, "id {h} left with its file");
+        assert_eq!(found(&spill, h, t), Some(h));
+    }
+    assert_eq!(
+        ids.get(1, 17),
+        Some(17),
+        "the row written after the take stays"
     );
 }
