@@ -54,8 +54,10 @@ async fn the_spill_writer_is_joined_while_the_failed_state_is_still_held() {
     };
     let spill = TxnSpill::open(Box::new(store), 16, filter, 3_600_000_000, 60_000_000);
     assert!(spill.writer_started(), "files at open start the writer");
-    let mut state = State::default();
-    state.txn_spill = Some(Box::new(spill));
+    let state = State {
+        txn_spill: Some(Box::new(spill)),
+        ..State::default()
+    };
     let shared = Shared::new(state);
     // A holder of the failed state that outlives the incarnation (as EngineApply may).
     let lingering = shared.clone();
