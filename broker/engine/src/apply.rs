@@ -2,7 +2,7 @@
 //! the leader.
 
 use crate::codec::DecodeError;
-use crate::entry::decode_entry;
+use crate::entry::{decode_entry, Effect};
 use crate::state::{Loc, State};
 
 /// Applies one committed entry. The leader already applied the effects while planning (its
@@ -13,7 +13,25 @@ pub fn apply_entry(
     term: u64,
     payload: &[u8],
 ) -> Result<(), DecodeError> {
+    apply_entry_noting(st, index, term, payload, &mut Vec::new())
+}
+
+/// [`apply_entry`], also pushing onto `declared` every tenant the entry declares (effect 67),
+/// on the leader as on a follower and on every replay: what the broker does on a committed
+/// declaration must happen wherever the entry commits, and be idempotent.
+pub fn apply_entry_noting(
+    st: &mut State,
+    index: u64,
+    term: u64,
+    payload: &[u8],
+    declared: &mut Vec<(String, Vec<u64>)>,
+) -> Result<(), DecodeError> {
     let (header, effects) = decode_entry(payload)?;
+    for (e, _) in &effects {
+        if let Effect::TenantDeclared(t) = e {
+            declared.push((t.tenant.to_string(), t.voters.clone()));
+        }
+    }
     if header.cycle > st.last_cycle {
         for (e, pos) in &effects {
             st.apply(e, header.now_us, Loc { index, pos: *pos });
@@ -23,4 +41,37 @@ pub fn apply_entry(
     }
     st.applied = Some((index, term));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::EntryBuilder;
+    use crate::entry_tenants::TenantDeclared;
+
+    #[test]
+    fn a_declaration_is_noted_on_the_leader_and_on_a_follower_alike() {
+        let mut b = EntryBuilder::new(5, 1_000);
+        b.push(&Effect::TenantDeclared(TenantDeclared {
+            tenant: "acme",
+            voters: vec![1, 2, 3],
+        }));
+        let payload = b.finish();
+        let want = vec![("acme".to_string(), vec![1, 2, 3])];
+        // A follower: the cycle is new to its state.
+        let mut follower = State::default();
+        let mut noted = Vec::new();
+        apply_entry_noting(&mut follower, 7, 2, &payload, &mut noted).unwrap();
+        assert_eq!(noted, want);
+        assert_eq!(follower.applied, Some((7, 2)));
+        // The leader planned the cycle already: the effects are not applied again, but the
+        // declaration is still noted, since it is the commit the broker waits for.
+        let mut leader = State {
+            last_cycle: 5,
+            ..State::default()
+        };
+        let mut noted = Vec::new();
+        apply_entry_noting(&mut leader, 7, 2, &payload, &mut noted).unwrap();
+        assert_eq!(noted, want);
+    }
 }
