@@ -37,7 +37,7 @@ const BODY_DEADLINE: Duration = Duration::from_secs(10);
 const MAX_APPEND_ENTRIES: u32 = 300;
 /// The file in the data directory that says this node joined with an empty directory and has
 /// not caught up as a learner yet (`VoteGate`): it grants no vote meanwhile.
-const JOIN_MARKER: &str = "cluster-joining";
+pub const JOIN_MARKER: &str = "cluster-joining";
 /// openraft's `snapshot_max_chunk_size` default.
 const SNAPSHOT_CHUNK: u32 = 3 << 20;
 
@@ -46,6 +46,14 @@ const SNAPSHOT_CHUNK: u32 = 3 << 20;
 pub struct GroupFiles<'a> {
     pub data_dir: &'a std::path::Path,
     pub log_opts: LogOptions,
+    /// A tenant's group (`cluster_tenant_groups`): the voters its committed declaration named,
+    /// with their addresses. Only `hosted::preferred` of them initialises an empty directory;
+    /// None: the `default` group, founded by the lowest id of `peers`.
+    pub tenant_voters: Option<BTreeMap<u64, BasicNode>>,
+    /// With `tenant_voters`: the directory was lost since this node first opened the group
+    /// (`group::hosted`), so it starts joining: no vote, no founding, until it has caught up
+    /// as a learner.
+    pub tenant_lost: bool,
 }
 
 /// What a clustered group needs to start and to answer as a follower. Clones share the
@@ -67,6 +75,10 @@ pub struct Member {
     pub groups: Groups,
     /// `cluster_snapshot_catch_up`: the entries kept below a snapshot; None: off.
     snapshot_keep: Option<u64>,
+    /// `cluster_tenant_groups`: tenants other than `default` get clustered groups.
+    pub tenant_groups: bool,
+    /// With `tenant_groups`: where the `default` group's apply records the declarations.
+    pub declarations: Option<crate::group::hosted::Declarations>,
 }
 
 impl std::fmt::Debug for Member {
@@ -104,7 +116,14 @@ impl Member {
             timing: c.timing,
             groups: Groups::default(),
             snapshot_keep: c.snapshot_keep,
+            tenant_groups: c.tenant_groups,
+            declarations: None,
         }
+    }
+
+    /// Every voter of the first boot (`peers`) by id.
+    pub fn peer_nodes(&self) -> BTreeMap<u64, BasicNode> {
+        self.peers.clone()
     }
 
     /// Members' HTTP addresses as `peer_http` names them.
@@ -189,7 +208,12 @@ impl Member {
         entry_limit: u64,
         files: GroupFiles<'_>,
     ) -> Result<RaftNode, RaftError> {
-        let GroupFiles { data_dir, log_opts } = files;
+        let GroupFiles {
+            data_dir,
+            log_opts,
+            tenant_voters,
+            tenant_lost,
+        } = files;
         // Wider than a single node's (review s16 B5): openraft's heartbeat is also the whole
         // timeout of an append, the follower's fsync included, and peers on loaded machines
         // must not call elections on every late heartbeat.
@@ -229,11 +253,22 @@ impl Member {
         // s22 membership M3: restarted without the flag it founded a group of its own, whose
         // acknowledged writes the real group's log then truncated).
         let marked = data_dir.join(JOIN_MARKER).exists();
+        // A tenant's group is founded by the preferred of its declared voters, so tenants
+        // lead on different nodes; `cluster_join` is the default group's (a node that joins
+        // the cluster learns of tenants from its log, after they were founded).
+        let (peers, initialise, join) = match tenant_voters {
+            Some(voters) => {
+                let ids: Vec<u64> = voters.keys().copied().collect();
+                let founds = crate::group::hosted::preferred(group, &ids) == Some(self.node_id);
+                (voters, founds && !tenant_lost, tenant_lost)
+            }
+            None => (self.peers.clone(), self.initialises(), self.join),
+        };
         let start = ClusterStart {
-            peers: self.peers.clone(),
-            initialise: self.initialises() && !marked,
+            peers,
+            initialise: initialise && !marked,
             entry_limit,
-            join: self.join,
+            join,
             gate: Some(gate.clone()),
             snapshots: feed,
         };
@@ -421,6 +456,7 @@ mod tests {
             join: false,
             timing: TIMING,
             snapshot_keep: None,
+            tenant_groups: false,
         };
         Member::new(&c, &"t".repeat(32))
     }

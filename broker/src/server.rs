@@ -148,12 +148,21 @@ pub async fn serve(
     let (ecfg, cluster_listener, member) = match &cluster {
         None => (ecfg, None, None),
         Some(c) => {
-            refuse_tenants_in_cluster(&cfg.data_dir)?;
+            // With `cluster_tenant_groups` the registry opens the tenants the hosted records
+            // name and refuses a tenant directory without one (group::hosted).
+            if !c.tenant_groups {
+                refuse_tenants_in_cluster(&cfg.data_dir)?;
+            }
             let token = cfg
                 .cluster_token
                 .as_ref()
                 .ok_or_else(|| anyhow!("cluster_token is unset"))?;
-            let member = crate::cluster_member::Member::new(c, token.expose());
+            let mut member = crate::cluster_member::Member::new(c, token.expose());
+            if c.tenant_groups {
+                member.declarations = Some(crate::group::hosted::Declarations::new(
+                    cfg.data_dir.clone(),
+                ));
+            }
             // Before the group starts: a leader must reach this node for it to catch up.
             let listening = member.listen(c.addr, cluster_stop_rx, &memory).await?;
             tracing::info!(
