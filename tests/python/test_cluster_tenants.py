@@ -2,7 +2,8 @@
 on, two tenants on a 3-node cluster each get a Raft group of their own, declared through the
 default group; their leaders sit on different nodes (each founded by the preferred voter of
 its name); a tenant's client never lists, reads or pops another tenant's queues on any node;
-a write through a node that does not lead the tenant's group is relayed to its leader. With
+a write through a node that does not lead the tenant's group is relayed to its leader; a
+SIGKILLed node reopens its tenants' groups from its hosted records. With
 the key off a tenant request is still answered 501. Every wait is bounded; nothing is
 timed."""
 
@@ -114,6 +115,24 @@ def test_two_tenants_lead_on_different_nodes_and_see_only_their_own(broker_facto
                               params={"batch": 10, "wait": "false"}, timeout=15.0)
             assert popped.status_code in (204, 404), (i, popped.text)
             assert "b-0" not in popped.text, (i, popped.text)
+
+        # SIGKILL of tenant A's leader: its hosted records reopen both tenants' groups at the
+        # restart, and every acknowledged message of A is there, read through the node.
+        nodes[lead_a].kill()
+        cf.spawn(nodes[lead_a])
+        cf.wait_settled(http, nodes)
+        tenant_leader(http, nodes, TENANT_A)
+        tenant_leader(http, nodes, TENANT_B)
+        deadline = time.monotonic() + cf.FORM_S
+        while True:
+            res = http.get(f"{nodes[lead_a].url}/api/v1/messages", headers=bearer(tenant=TENANT_A),
+                           params={"queue": QUEUE_A, "limit": 1000}, timeout=15.0)
+            if res.status_code == 200:
+                got = {m.get("transactionId") for m in res.json()["messages"]}
+                if got == {"a-0", "a-1", "a-2"}:
+                    break
+            assert time.monotonic() < deadline, (res.status_code, res.text[:300])
+            time.sleep(0.2)
 
         # A read of a tenant never declared declares nothing.
         res = http.get(f"{nodes[leader].url}/api/v1/resources/queues",
