@@ -114,7 +114,7 @@ mod tests {
                 w.u64(*v);
             }
             let b = w.buf;
-            decode(&mut Reader::new(&b))
+            decode(&mut Reader::new(&b)).map(|_| ())
         };
         assert!(bad("acme", &[1, 2], 2).is_ok(), "the control");
         for (tenant, voters, count) in [
