@@ -26,21 +26,50 @@ pub fn apply_entry_noting(
     payload: &[u8],
     declared: &mut Vec<(String, Vec<u64>)>,
 ) -> Result<(), DecodeError> {
-    let (header, effects) = decode_entry(payload)?;
-    for (e, _) in &effects {
-        if let Effect::TenantDeclared(t) = e {
-            declared.push((t.tenant.to_string(), t.voters.clone()));
-        }
-    }
-    if header.cycle > st.last_cycle {
-        for (e, pos) in &effects {
-            st.apply(e, header.now_us, Loc { index, pos: *pos });
-        }
-        st.last_cycle = header.cycle;
-        st.last_now_us = st.last_now_us.max(header.now_us);
-    }
-    st.applied = Some((index, term));
+    let entry = Committed::decode(payload)?;
+    declared.extend(entry.declarations());
+    entry.apply(st, index, term);
     Ok(())
+}
+
+/// A committed entry decoded but not yet applied: what it declares can be acted on (and made
+/// durable) before the state's `applied` passes its index, so a checkpoint can never record
+/// the entry applied while its declaration is not (review s27 tenants H2).
+pub struct Committed<'a> {
+    header: crate::entry::EntryHeader,
+    effects: Vec<(Effect<'a>, u32)>,
+}
+
+impl<'a> Committed<'a> {
+    pub fn decode(payload: &'a [u8]) -> Result<Committed<'a>, DecodeError> {
+        let (header, effects) = decode_entry(payload)?;
+        Ok(Committed { header, effects })
+    }
+
+    /// Every tenant the entry declares, with its voters.
+    pub fn declarations(&self) -> Vec<(String, Vec<u64>)> {
+        self.effects
+            .iter()
+            .filter_map(|(e, _)| match e {
+                Effect::TenantDeclared(t) => Some((t.tenant.to_string(), t.voters.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Applies the entry at `index`: its effects if the state has not planned its cycle yet,
+    /// and the log position in every case.
+    pub fn apply(&self, st: &mut State, index: u64, term: u64) {
+        let header = &self.header;
+        if header.cycle > st.last_cycle {
+            for (e, pos) in &self.effects {
+                st.apply(e, header.now_us, Loc { index, pos: *pos });
+            }
+            st.last_cycle = header.cycle;
+            st.last_now_us = st.last_now_us.max(header.now_us);
+        }
+        st.applied = Some((index, term));
+    }
 }
 
 #[cfg(test)]
