@@ -56,6 +56,31 @@ pub struct GroupFiles<'a> {
     pub tenant_lost: bool,
 }
 
+/// How a group starts here: its voters, whether this node initialises it, whether it starts
+/// joining. `default` is founded by the lowest id of `peers` unless started to join
+/// (`cluster_join`). A tenant's group is founded by the preferred of its declared voters only,
+/// so tenants lead on different nodes, and never by a lost directory, which starts joining.
+/// A standing joining marker (`marked`: the node has not caught up since it joined or lost
+/// the directory) never initialises, whatever the rest says (review s22 membership M3).
+fn start_role(
+    me: u64,
+    group: &str,
+    default: (&BTreeMap<u64, BasicNode>, bool, bool),
+    tenant_voters: Option<BTreeMap<u64, BasicNode>>,
+    tenant_lost: bool,
+    marked: bool,
+) -> (BTreeMap<u64, BasicNode>, bool, bool) {
+    let (peers, initialise, join) = match tenant_voters {
+        Some(voters) => {
+            let ids: Vec<u64> = voters.keys().copied().collect();
+            let founds = crate::group::hosted::preferred(group, &ids) == Some(me);
+            (voters, founds && !tenant_lost, tenant_lost)
+        }
+        None => (default.0.clone(), default.1, default.2),
+    };
+    (peers, initialise && !marked, join)
+}
+
 /// What a clustered group needs to start and to answer as a follower. Clones share the
 /// listener's table of groups.
 #[derive(Clone)]
@@ -256,17 +281,30 @@ impl Member {
         // A tenant's group is founded by the preferred of its declared voters, so tenants
         // lead on different nodes; `cluster_join` is the default group's (a node that joins
         // the cluster learns of tenants from its log, after they were founded).
-        let (peers, initialise, join) = match tenant_voters {
-            Some(voters) => {
-                let ids: Vec<u64> = voters.keys().copied().collect();
-                let founds = crate::group::hosted::preferred(group, &ids) == Some(self.node_id);
-                (voters, founds && !tenant_lost, tenant_lost)
-            }
-            None => (self.peers.clone(), self.initialises(), self.join),
-        };
+        let is_tenant = tenant_voters.is_some();
+        let (peers, initialise, join) = start_role(
+            self.node_id,
+            group,
+            (&self.peers, self.initialises(), self.join),
+            tenant_voters,
+            tenant_lost,
+            marked,
+        );
+        // A tenant's record is marked opened only now: its state store is created and its
+        // name fsynced (`StateStore::open`), and Raft has not started, so no vote was granted
+        // yet. Marked earlier, a crash or an I/O error before the store stood would read as a
+        // lost directory at the next try, and the preferred node would never found the
+        // group (review s27 tenants H1).
+        if let (true, Some(d)) = (is_tenant, &self.declarations) {
+            let (root, name) = (d.data_dir().to_path_buf(), group.to_owned());
+            tokio::task::spawn_blocking(move || crate::group::hosted::mark_opened(&root, &name))
+                .await
+                .map_err(|e| RaftError::Startup(format!("marking {group:?} opened stopped: {e}")))?
+                .map_err(|e| RaftError::Startup(format!("marking {group:?} opened: {e:#}")))?;
+        }
         let start = ClusterStart {
             peers,
-            initialise: initialise && !marked,
+            initialise,
             entry_limit,
             join,
             gate: Some(gate.clone()),
@@ -647,5 +685,41 @@ mod tests {
         assert_eq!(m.peers.keys().next(), Some(&1));
         assert!(format!("{m:?}").contains("node_id: 2"));
         assert!(!format!("{m:?}").contains("tttt"));
+    }
+
+    #[test]
+    fn only_the_preferred_voter_of_a_sound_tenant_group_founds_it() {
+        let voters: BTreeMap<u64, BasicNode> = (1..=3)
+            .map(|i| (i, BasicNode::new(format!("127.0.0.1:710{i}"))))
+            .collect();
+        let ids: Vec<u64> = voters.keys().copied().collect();
+        let founder = crate::group::hosted::preferred("acme", &ids).unwrap();
+        let peers = voters.clone();
+        let default = (&peers, true, false);
+        for me in 1..=3u64 {
+            let role = |lost, marked| {
+                let (p, init, join) =
+                    start_role(me, "acme", default, Some(voters.clone()), lost, marked);
+                assert_eq!(p, voters, "a tenant's group has its declared voters");
+                (init, join)
+            };
+            // Sound: the preferred founds, the others wait to be contacted; none joins.
+            assert_eq!(role(false, false), (me == founder, false), "node {me}");
+            // Lost since it was opened here: nobody founds, and it starts joining (gated).
+            assert_eq!(role(true, false), (false, true), "node {me}");
+            // A joining marker stands (a rejoin, or an earlier lost start): never founds.
+            assert_eq!(role(false, true), (false, false), "node {me}");
+        }
+        // `default` keeps its own rule: the founder of `peers` unless joining or marked.
+        assert_eq!(
+            start_role(1, "default", default, None, false, false).1,
+            true
+        );
+        assert!(!start_role(1, "default", default, None, false, true).1);
+        let joining = (&peers, false, true);
+        assert_eq!(
+            start_role(1, "default", joining, None, false, false),
+            (peers.clone(), false, true)
+        );
     }
 }

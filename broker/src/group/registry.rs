@@ -129,6 +129,8 @@ pub struct Registry {
     /// declarations the `default` group applied. None: a single node, or a member serving
     /// only `default`.
     declarations: Option<super::hosted::Declarations>,
+    /// Declarations under way here, each holding a place under `max_groups`.
+    declaring: Arc<super::declaring::Declaring>,
 }
 
 /// Where `tenant`'s group keeps its files.
@@ -154,6 +156,7 @@ impl Registry {
         let declarations = ecfg.cluster.as_ref().and_then(|m| m.declarations.clone());
         let reg = Arc::new(Registry {
             declarations,
+            declaring: Default::default(),
             cfg,
             ecfg,
             opts,
@@ -271,7 +274,11 @@ impl Registry {
                     ),
                 ));
             }
-            if !slots.contains_key(tenant) && slots.len() >= self.opts.max_groups {
+            // Declarations under way hold their places too (`group_or_declare`).
+            let reserved = self
+                .declaring
+                .reserved_besides(|n| n == tenant || slots.contains_key(n));
+            if !slots.contains_key(tenant) && slots.len() + reserved >= self.opts.max_groups {
                 return Err(QueenError::new(
                     ErrorCode::Forbidden,
                     format!(
@@ -402,16 +409,35 @@ impl Registry {
             Err(e) if e.code == ErrorCode::NotFound && writes && self.declarations.is_some() => {}
             other => return other,
         }
-        if self.lock().len() >= self.opts.max_groups {
-            return Err(QueenError::new(
-                ErrorCode::Forbidden,
-                format!(
-                    "this node runs at most {} tenant groups (max_tenants) and tenant \
-                     {tenant:?} would be one more",
-                    self.opts.max_groups
-                ),
-            ));
-        }
+        // A place under the cap is held from before the proposal until the group is open
+        // (or the declaration failed), counting the open groups, the hosted records (which
+        // are permanent) and the other declarations under way (review s27 tenants M1).
+        let root = self.cfg.data_dir.clone();
+        let hosted = tokio::task::spawn_blocking(move || super::declaring::hosted_names(&root))
+            .await
+            .map_err(|e| {
+                QueenError::unavailable(format!("listing the hosted records stopped: {e}"))
+            })?
+            .map_err(|e| {
+                QueenError::unavailable(format!("listing the hosted records failed: {e}"))
+            })?;
+        let _place = {
+            let slots = self.lock();
+            let mut taken = hosted;
+            taken.extend(slots.keys().cloned());
+            self.declaring
+                .reserve(tenant, &taken, self.opts.max_groups)
+                .ok_or_else(|| {
+                    QueenError::new(
+                        ErrorCode::Forbidden,
+                        format!(
+                            "this node runs at most {} tenant groups (max_tenants) and tenant \
+                             {tenant:?} would be one more",
+                            self.opts.max_groups
+                        ),
+                    )
+                })?
+        };
         let default = self.group(DEFAULT_TENANT).await?;
         let live = default
             .live
@@ -487,9 +513,10 @@ impl Registry {
                 // over an empty log).
                 super::hosted::write_joining_marker(&tenant_dir(&dir, &name))?;
             }
-            // Marked before the first open: a vote this open may grant is never forgotten
-            // by a later start that finds the directory gone.
-            super::hosted::mark_opened(&dir, &name)?;
+            // Marked opened by the start itself (`ClusterMember::start`), once the state store
+            // stands and before Raft may grant a vote: a vote is never forgotten by a later
+            // start that finds the directory gone, and a first open that failed before its
+            // store stood is not taken for a lost one (review s27 tenants H1).
             Ok(Some((hosted.voters, lost)))
         })
         .await
