@@ -306,6 +306,7 @@ pub async fn serve(
             groups: groups.clone(),
             node_id: c.node_id,
             peer_kafka: c.peer_kafka.clone(),
+            tenant_groups: c.tenant_groups,
         }),
     )
     .await?;
@@ -399,6 +400,8 @@ struct KafkaMember {
     groups: Arc<Registry>,
     node_id: u64,
     peer_kafka: std::collections::BTreeMap<u64, String>,
+    /// `cluster_tenant_groups`: a tenant's Metadata names its own group's leader.
+    tenant_groups: bool,
 }
 
 /// What the memory budget and the HTTP door's limits allow the Kafka port.
@@ -477,13 +480,16 @@ async fn start_kafka(
         }
     }
     let cluster = member.map(|m| {
-        Arc::new(crate::kafka_cluster::KafkaCluster::new(
-            m.groups,
-            m.node_id,
-            (host.clone(), port),
-            m.peer_kafka,
-            bus.clone(),
-        )) as Arc<dyn queenmq_kafka_port::cluster::ClusterView>
+        Arc::new(
+            crate::kafka_cluster::KafkaCluster::new(
+                m.groups,
+                m.node_id,
+                (host.clone(), port),
+                m.peer_kafka,
+                bus.clone(),
+            )
+            .with_tenant_groups(m.tenant_groups),
+        ) as Arc<dyn queenmq_kafka_port::cluster::ClusterView>
     });
     let kcfg = queenmq_kafka_port::KafkaConfig {
         node_id,
