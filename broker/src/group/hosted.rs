@@ -272,6 +272,23 @@ impl Declarations {
         let recorded = record(&self.data_dir, tenant, voters).map_err(|e| format!("{e:#}"))?;
         if let Recorded::New(v) = &recorded {
             tracing::info!(tenant, voters = ?v, "tenant declared; its group is opened");
+            // Recorded anew while the `default` group is joining: this node's records were
+            // wiped and are being rebuilt by replay (a rejoin, `cluster_join`), and so may
+            // its votes in T's group be. T's group then opens joining too: it neither founds
+            // nor votes until it has caught up as a learner (review s27 tenants M2). Written
+            // here, on the apply, so the default group cannot clear its own marker first.
+            if self
+                .data_dir
+                .join(crate::cluster_member::JOIN_MARKER)
+                .exists()
+            {
+                let dir = super::registry::tenant_dir(&self.data_dir, tenant);
+                write_joining_marker(&dir).map_err(|e| format!("{e:#}"))?;
+                tracing::warn!(
+                    tenant,
+                    "declared while this node rejoins: the tenant's group opens joining"
+                );
+            }
         }
         self.lock().insert(tenant.to_owned());
         self.pending.wake.notify_one();
@@ -313,8 +330,8 @@ pub fn write_joining_marker(group_dir: &Path) -> anyhow::Result<()> {
     let mut f =
         std::fs::File::create(&marker).with_context(|| format!("creating {}", marker.display()))?;
     f.write_all(
-        b"this tenant group's directory was lost after it was opened here: it does not vote \
-until it has caught up as a learner (docs/cluster.md \"Tenants\")\n",
+        b"this tenant group's directory was lost after it was opened here, or its node rejoins \
+the cluster: it does not vote until it has caught up as a learner (docs/cluster.md \"Tenants\")\n",
     )
     .and_then(|()| f.sync_all())
     .and_then(|()| queenmq_storage::sync_parent(&marker))

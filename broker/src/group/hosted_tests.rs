@@ -141,3 +141,25 @@ fn a_joining_marker_is_written_once_into_a_missing_directory() {
     write_joining_marker(&group).unwrap();
     assert_eq!(std::fs::read(&marker).unwrap(), first);
 }
+
+#[test]
+fn a_declaration_replayed_while_the_node_rejoins_opens_its_group_joining() {
+    let marker = |root: &Path, t: &str| {
+        super::super::registry::tenant_dir(root, t)
+            .join(crate::cluster_member::JOIN_MARKER)
+            .exists()
+    };
+    // An ordinary node: the tenant's group may found and vote.
+    let dir = tempfile::tempdir().unwrap();
+    let d = Declarations::new(dir.path().to_path_buf());
+    d.applied("acme", &[1, 2, 3]).unwrap();
+    assert!(!marker(dir.path(), "acme"));
+    // The default group is joining (a wiped node rejoins): every tenant it learns of opens
+    // joining, and a later re-apply of a standing record adds nothing.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(crate::cluster_member::JOIN_MARKER), b"j").unwrap();
+    let d = Declarations::new(dir.path().to_path_buf());
+    d.applied("acme", &[1, 2, 3]).unwrap();
+    assert!(marker(dir.path(), "acme"));
+    assert_eq!(d.take(), vec!["acme".to_string()]);
+}
