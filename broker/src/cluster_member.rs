@@ -37,7 +37,7 @@ const BODY_DEADLINE: Duration = Duration::from_secs(10);
 const MAX_APPEND_ENTRIES: u32 = 300;
 /// The file in the data directory that says this node joined with an empty directory and has
 /// not caught up as a learner yet (`VoteGate`): it grants no vote meanwhile.
-const JOIN_MARKER: &str = "cluster-joining";
+pub const JOIN_MARKER: &str = "cluster-joining";
 /// openraft's `snapshot_max_chunk_size` default.
 const SNAPSHOT_CHUNK: u32 = 3 << 20;
 
@@ -46,6 +46,39 @@ const SNAPSHOT_CHUNK: u32 = 3 << 20;
 pub struct GroupFiles<'a> {
     pub data_dir: &'a std::path::Path,
     pub log_opts: LogOptions,
+    /// A tenant's group (`cluster_tenant_groups`): the voters its committed declaration named,
+    /// with their addresses. Only `hosted::preferred` of them initialises an empty directory;
+    /// None: the `default` group, founded by the lowest id of `peers`.
+    pub tenant_voters: Option<BTreeMap<u64, BasicNode>>,
+    /// With `tenant_voters`: the directory was lost since this node first opened the group
+    /// (`group::hosted`), so it starts joining: no vote, no founding, until it has caught up
+    /// as a learner.
+    pub tenant_lost: bool,
+}
+
+/// How a group starts here: its voters, whether this node initialises it, whether it starts
+/// joining. `default` is founded by the lowest id of `peers` unless started to join
+/// (`cluster_join`). A tenant's group is founded by the preferred of its declared voters only,
+/// so tenants lead on different nodes, and never by a lost directory, which starts joining.
+/// A standing joining marker (`marked`: the node has not caught up since it joined or lost
+/// the directory) never initialises, whatever the rest says (review s22 membership M3).
+fn start_role(
+    me: u64,
+    group: &str,
+    default: (&BTreeMap<u64, BasicNode>, bool, bool),
+    tenant_voters: Option<BTreeMap<u64, BasicNode>>,
+    tenant_lost: bool,
+    marked: bool,
+) -> (BTreeMap<u64, BasicNode>, bool, bool) {
+    let (peers, initialise, join) = match tenant_voters {
+        Some(voters) => {
+            let ids: Vec<u64> = voters.keys().copied().collect();
+            let founds = crate::group::hosted::preferred(group, &ids) == Some(me);
+            (voters, founds && !tenant_lost, tenant_lost)
+        }
+        None => (default.0.clone(), default.1, default.2),
+    };
+    (peers, initialise && !marked, join)
 }
 
 /// What a clustered group needs to start and to answer as a follower. Clones share the
@@ -67,6 +100,10 @@ pub struct Member {
     pub groups: Groups,
     /// `cluster_snapshot_catch_up`: the entries kept below a snapshot; None: off.
     snapshot_keep: Option<u64>,
+    /// `cluster_tenant_groups`: tenants other than `default` get clustered groups.
+    pub tenant_groups: bool,
+    /// With `tenant_groups`: where the `default` group's apply records the declarations.
+    pub declarations: Option<crate::group::hosted::Declarations>,
 }
 
 impl std::fmt::Debug for Member {
@@ -104,7 +141,14 @@ impl Member {
             timing: c.timing,
             groups: Groups::default(),
             snapshot_keep: c.snapshot_keep,
+            tenant_groups: c.tenant_groups,
+            declarations: None,
         }
+    }
+
+    /// Every voter of the first boot (`peers`) by id.
+    pub fn peer_nodes(&self) -> BTreeMap<u64, BasicNode> {
+        self.peers.clone()
     }
 
     /// Members' HTTP addresses as `peer_http` names them.
@@ -189,7 +233,12 @@ impl Member {
         entry_limit: u64,
         files: GroupFiles<'_>,
     ) -> Result<RaftNode, RaftError> {
-        let GroupFiles { data_dir, log_opts } = files;
+        let GroupFiles {
+            data_dir,
+            log_opts,
+            tenant_voters,
+            tenant_lost,
+        } = files;
         // Wider than a single node's (review s16 B5): openraft's heartbeat is also the whole
         // timeout of an append, the follower's fsync included, and peers on loaded machines
         // must not call elections on every late heartbeat.
@@ -229,11 +278,35 @@ impl Member {
         // s22 membership M3: restarted without the flag it founded a group of its own, whose
         // acknowledged writes the real group's log then truncated).
         let marked = data_dir.join(JOIN_MARKER).exists();
+        // A tenant's group is founded by the preferred of its declared voters, so tenants
+        // lead on different nodes; `cluster_join` is the default group's (a node that joins
+        // the cluster learns of tenants from its log, after they were founded).
+        let is_tenant = tenant_voters.is_some();
+        let (peers, initialise, join) = start_role(
+            self.node_id,
+            group,
+            (&self.peers, self.initialises(), self.join),
+            tenant_voters,
+            tenant_lost,
+            marked,
+        );
+        // A tenant's record is marked opened only now: its state store is created and its
+        // name fsynced (`StateStore::open`), and Raft has not started, so no vote was granted
+        // yet. Marked earlier, a crash or an I/O error before the store stood would read as a
+        // lost directory at the next try, and the preferred node would never found the
+        // group (review s27 tenants H1).
+        if let (true, Some(d)) = (is_tenant, &self.declarations) {
+            let (root, name) = (d.data_dir().to_path_buf(), group.to_owned());
+            tokio::task::spawn_blocking(move || crate::group::hosted::mark_opened(&root, &name))
+                .await
+                .map_err(|e| RaftError::Startup(format!("marking {group:?} opened stopped: {e}")))?
+                .map_err(|e| RaftError::Startup(format!("marking {group:?} opened: {e:#}")))?;
+        }
         let start = ClusterStart {
-            peers: self.peers.clone(),
-            initialise: self.initialises() && !marked,
+            peers,
+            initialise,
             entry_limit,
-            join: self.join,
+            join,
             gate: Some(gate.clone()),
             snapshots: feed,
         };
@@ -421,6 +494,7 @@ mod tests {
             join: false,
             timing: TIMING,
             snapshot_keep: None,
+            tenant_groups: false,
         };
         Member::new(&c, &"t".repeat(32))
     }
@@ -611,5 +685,41 @@ mod tests {
         assert_eq!(m.peers.keys().next(), Some(&1));
         assert!(format!("{m:?}").contains("node_id: 2"));
         assert!(!format!("{m:?}").contains("tttt"));
+    }
+
+    #[test]
+    fn only_the_preferred_voter_of_a_sound_tenant_group_founds_it() {
+        let voters: BTreeMap<u64, BasicNode> = (1..=3)
+            .map(|i| (i, BasicNode::new(format!("127.0.0.1:710{i}"))))
+            .collect();
+        let ids: Vec<u64> = voters.keys().copied().collect();
+        let founder = crate::group::hosted::preferred("acme", &ids).unwrap();
+        let peers = voters.clone();
+        let default = (&peers, true, false);
+        for me in 1..=3u64 {
+            let role = |lost, marked| {
+                let (p, init, join) =
+                    start_role(me, "acme", default, Some(voters.clone()), lost, marked);
+                assert_eq!(p, voters, "a tenant's group has its declared voters");
+                (init, join)
+            };
+            // Sound: the preferred founds, the others wait to be contacted; none joins.
+            assert_eq!(role(false, false), (me == founder, false), "node {me}");
+            // Lost since it was opened here: nobody founds, and it starts joining (gated).
+            assert_eq!(role(true, false), (false, true), "node {me}");
+            // A joining marker stands (a rejoin, or an earlier lost start): never founds.
+            assert_eq!(role(false, true), (false, false), "node {me}");
+        }
+        // `default` keeps its own rule: the founder of `peers` unless joining or marked.
+        assert_eq!(
+            start_role(1, "default", default, None, false, false).1,
+            true
+        );
+        assert!(!start_role(1, "default", default, None, false, true).1);
+        let joining = (&peers, false, true);
+        assert_eq!(
+            start_role(1, "default", joining, None, false, false),
+            (peers.clone(), false, true)
+        );
     }
 }

@@ -158,6 +158,9 @@ pub fn need(cmd: &Command) -> Need {
         // A declaration is one small row (its contents never reach the disk).
         Command::EphemeralConfig(EphemeralConfigReq::List) => Need::Nothing,
         Command::EphemeralConfig(_) => Need::Bookkeeping,
+        // A tenant's declaration: one small effect, and the group it opens is refused on a
+        // full disk by the registry.
+        Command::DeclareTenant { .. } => Need::Bookkeeping,
         Command::Read(_)
         | Command::Health
         | Command::Metrics(_)

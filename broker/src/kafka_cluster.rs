@@ -1,6 +1,7 @@
 //! The cluster as the Kafka port shows it (kafka-port `cluster`, docs/kafka-compat.md
-//! "Cluster"): every member with a Kafka address is a broker, the `default` group's leader
-//! leads every partition and coordinates every group, and a follower answers Metadata's
+//! "Cluster"): every member with a Kafka address is a broker, the leader of the tenant's
+//! group (`default`, or with `cluster_tenant_groups` the tenant's own) leads every partition
+//! and coordinates every consumer group of that tenant, and a follower answers Metadata's
 //! reads from its own applied state (its engine plans nothing, so it would refuse them).
 
 use std::collections::BTreeMap;
@@ -20,7 +21,7 @@ pub struct KafkaCluster {
     own: (String, u16),
     /// `peer_kafka`: members named at boot carry no Kafka address in the membership.
     peer_kafka: BTreeMap<u64, String>,
-    reads: Arc<dyn Bus>,
+    reads: Arc<MetadataReads>,
 }
 
 impl std::fmt::Debug for KafkaCluster {
@@ -44,6 +45,7 @@ impl KafkaCluster {
         let reads = Arc::new(MetadataReads {
             groups: groups.clone(),
             engine,
+            tenant_groups: false,
         });
         KafkaCluster {
             groups,
@@ -52,6 +54,24 @@ impl KafkaCluster {
             peer_kafka,
             reads,
         }
+    }
+
+    /// `cluster_tenant_groups`: every tenant's Metadata, coordinator and follower reads come
+    /// from its own group (review s27 tenants H3: naming this node the leader of every
+    /// tenant's partitions sent produces to a follower for good, and gave each node its own
+    /// coordinator of one consumer group).
+    pub fn with_tenant_groups(mut self, on: bool) -> KafkaCluster {
+        self.reads = Arc::new(MetadataReads {
+            groups: self.reads.groups.clone(),
+            engine: self.reads.engine.clone(),
+            tenant_groups: on,
+        });
+        self
+    }
+
+    /// Whether `tenant`'s group is a clustered one here.
+    fn clustered(&self, tenant: &str) -> bool {
+        tenant == DEFAULT_TENANT || self.reads.tenant_groups
     }
 }
 
@@ -140,14 +160,13 @@ fn kafka_leader(s: &queenmq_engine::log::LogStatus, node_id: u64) -> Option<u64>
 
 impl ClusterView for KafkaCluster {
     fn topology(&self, tenant: &str) -> Option<Topology> {
-        // Only the default tenant's group is clustered; the others answer as a lone broker.
-        if tenant != DEFAULT_TENANT {
+        // Without `cluster_tenant_groups` only the default tenant's group is clustered (the
+        // others are refused before they reach a group); with it, every tenant's own group
+        // names its leader, and a group not open here yet names none (clients ask again).
+        if !self.clustered(tenant) {
             return None;
         }
-        let live = self
-            .groups
-            .get(DEFAULT_TENANT)
-            .and_then(|g| g.live.get().ok());
+        let live = self.groups.get(tenant).and_then(|g| g.live.get().ok());
         let (members, leader, term) = match live {
             Some(live) => {
                 let s = live.log.status();
@@ -175,13 +194,14 @@ impl ClusterView for KafkaCluster {
 struct MetadataReads {
     groups: Arc<Registry>,
     engine: Arc<dyn Bus>,
+    tenant_groups: bool,
 }
 
 impl MetadataReads {
     /// The answer from this node's applied state; `None` when the engine must answer
     /// (this node leads, the group is not running, or the command is not such a read).
-    fn applied(&self, cmd: &Command) -> Option<Result<Outcome, QueenError>> {
-        let live = self.groups.get(DEFAULT_TENANT)?.live.get().ok()?;
+    fn applied(&self, tenant: &str, cmd: &Command) -> Option<Result<Outcome, QueenError>> {
+        let live = self.groups.get(tenant)?.live.get().ok()?;
         if live.log.status().role == "leader" {
             return None;
         }
@@ -201,12 +221,12 @@ impl MetadataReads {
 
 impl Bus for MetadataReads {
     fn call(&self, ctx: RequestCtx, command: Command) -> BusFuture {
-        if ctx.tenant == DEFAULT_TENANT {
+        if ctx.tenant == DEFAULT_TENANT || self.tenant_groups {
             // The engine's bus checks the caller's roles; so must an answer given here.
             if let Err(e) = ctx.authorize(command.meta()) {
                 return Box::pin(async move { Err(e) });
             }
-            if let Some(out) = self.applied(&command) {
+            if let Some(out) = self.applied(&ctx.tenant, &command) {
                 return Box::pin(async move { out });
             }
         }

@@ -32,13 +32,21 @@ impl std::fmt::Debug for GroupLeaders {
 
 impl LeaderLookup for GroupLeaders {
     fn leader_of(&self, tenant: &str) -> Leader {
-        // Only the default tenant's group is clustered; the others are refused 501 here.
-        if tenant != DEFAULT_TENANT {
+        // With `cluster_tenant_groups` off only the default tenant's group is clustered; the
+        // others are refused 501 here.
+        if tenant != DEFAULT_TENANT && !self.member.tenant_groups {
             return Leader::Here;
         }
-        // A group not running or being rebuilt: the bus answers why, as before.
-        let Some(group) = self.groups.get(tenant) else {
-            return Leader::Here;
+        let group = match self.groups.get(tenant) {
+            Some(g) => g,
+            // A tenant whose group does not run here yet: its declaration (or the wait for
+            // it) is the `default` group's, so the request goes to that group's leader.
+            None if tenant != DEFAULT_TENANT => match self.groups.get(DEFAULT_TENANT) {
+                Some(g) => g,
+                None => return Leader::Here,
+            },
+            // A group not running or being rebuilt: the bus answers why, as before.
+            None => return Leader::Here,
         };
         match group.live.get() {
             Ok(live) => self

@@ -148,12 +148,21 @@ pub async fn serve(
     let (ecfg, cluster_listener, member) = match &cluster {
         None => (ecfg, None, None),
         Some(c) => {
-            refuse_tenants_in_cluster(&cfg.data_dir)?;
+            // With `cluster_tenant_groups` the registry opens the tenants the hosted records
+            // name and refuses a tenant directory without one (group::hosted).
+            if !c.tenant_groups {
+                refuse_tenants_in_cluster(&cfg.data_dir)?;
+            }
             let token = cfg
                 .cluster_token
                 .as_ref()
                 .ok_or_else(|| anyhow!("cluster_token is unset"))?;
-            let member = crate::cluster_member::Member::new(c, token.expose());
+            let mut member = crate::cluster_member::Member::new(c, token.expose());
+            if c.tenant_groups {
+                member.declarations = Some(crate::group::hosted::Declarations::new(
+                    cfg.data_dir.clone(),
+                ));
+            }
             // Before the group starts: a leader must reach this node for it to catch up.
             let listening = member.listen(c.addr, cluster_stop_rx, &memory).await?;
             tracing::info!(
@@ -297,6 +306,7 @@ pub async fn serve(
             groups: groups.clone(),
             node_id: c.node_id,
             peer_kafka: c.peer_kafka.clone(),
+            tenant_groups: c.tenant_groups,
         }),
     )
     .await?;
@@ -390,6 +400,8 @@ struct KafkaMember {
     groups: Arc<Registry>,
     node_id: u64,
     peer_kafka: std::collections::BTreeMap<u64, String>,
+    /// `cluster_tenant_groups`: a tenant's Metadata names its own group's leader.
+    tenant_groups: bool,
 }
 
 /// What the memory budget and the HTTP door's limits allow the Kafka port.
@@ -468,13 +480,16 @@ async fn start_kafka(
         }
     }
     let cluster = member.map(|m| {
-        Arc::new(crate::kafka_cluster::KafkaCluster::new(
-            m.groups,
-            m.node_id,
-            (host.clone(), port),
-            m.peer_kafka,
-            bus.clone(),
-        )) as Arc<dyn queenmq_kafka_port::cluster::ClusterView>
+        Arc::new(
+            crate::kafka_cluster::KafkaCluster::new(
+                m.groups,
+                m.node_id,
+                (host.clone(), port),
+                m.peer_kafka,
+                bus.clone(),
+            )
+            .with_tenant_groups(m.tenant_groups),
+        ) as Arc<dyn queenmq_kafka_port::cluster::ClusterView>
     });
     let kcfg = queenmq_kafka_port::KafkaConfig {
         node_id,

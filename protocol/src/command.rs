@@ -116,6 +116,10 @@ pub mod rows {
     /// asked, never relayed (review s21 membership M9: as a write, every node answered 503
     /// while no leader was known, when the view is most needed).
     pub const CLUSTER_VIEW: CommandMeta = row("cluster_view", NodeLocal, Admin);
+    /// A tenant's declaration in a cluster: the bus's own, on a tenant's first write; no door
+    /// sends it, and the bus does not check a caller's roles against it (the write that
+    /// caused it is checked against its own row).
+    pub const TENANT_DECLARE: CommandMeta = row("tenant_declare", ReplicatedWrite, Admin);
 }
 
 /// The command table. Doors translate into these; nothing else decides routing or roles.
@@ -187,6 +191,12 @@ pub enum Command {
     KafkaDeleteRecords(crate::kafka_records::DeleteRecordsReq),
     /// The replicated declarations of ephemeral queues (their contents never reach the bus).
     EphemeralConfig(crate::ephemeral::EphemeralConfigReq),
+    /// A tenant's group declared with these voters (`cluster_tenant_groups`, effect 67): sent
+    /// by the broker's bus to the `default` group on a tenant's first write, never by a door.
+    DeclareTenant {
+        tenant: String,
+        voters: Vec<u64>,
+    },
 }
 
 impl Command {
@@ -238,6 +248,7 @@ impl Command {
             Command::EphemeralConfig(EphemeralConfigReq::Set { .. }) => &rows::EPHEMERAL_CONFIGURE,
             Command::EphemeralConfig(EphemeralConfigReq::Delete { .. }) => &rows::EPHEMERAL_DELETE,
             Command::EphemeralConfig(EphemeralConfigReq::List) => &rows::READ,
+            Command::DeclareTenant { .. } => &rows::TENANT_DECLARE,
         }
     }
 }

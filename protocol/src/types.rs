@@ -398,4 +398,6 @@ pub enum Outcome {
     KafkaTxn(crate::kafka_txns::KafkaTxnOutcome),
     KafkaRecordsDeleted(Vec<crate::kafka_records::DeleteRecordsVerdict>),
     EphemeralConfig(crate::ephemeral::EphemeralConfigOutcome),
+    /// A tenant's declaration committed (or one stood already).
+    TenantDeclared,
 }

@@ -23,9 +23,9 @@ ELECTION_MS = 3000
 RELAYED = {"x-queen-forwarded": "9"}
 
 
-def make_cluster(broker_factory, peer_kafka=False):
+def make_cluster(broker_factory, peer_kafka=False, extra_env=None):
     """Three unstarted members; with `peer_kafka`, each knows every member's Kafka port (the
-    brokers its Kafka Metadata lists)."""
+    brokers its Kafka Metadata lists); `extra_env` is added to every member's."""
     ids = [1, 2, 3]
     # Every port reserved up front, Kafka's too: a later pick could take a port reserved
     # for a node not started yet (review s16 A8).
@@ -50,6 +50,7 @@ def make_cluster(broker_factory, peer_kafka=False):
                 "QUEEN_CLUSTER_HEARTBEAT_MS": str(HEARTBEAT_MS),
                 "QUEEN_CLUSTER_ELECTION_TIMEOUT_MS": str(ELECTION_MS),
                 **(kafka_env if peer_kafka else {}),
+                **(extra_env or {}),
             },
         )
     return nodes
@@ -99,9 +100,9 @@ def wait_settled(http, nodes):
     raise AssertionError(f"no settled leader within {FORM_S} s")
 
 
-def started_cluster(broker_factory, http, peer_kafka=False):
+def started_cluster(broker_factory, http, peer_kafka=False, extra_env=None):
     """Three nodes made, spawned and settled: (nodes, the leader's id)."""
-    nodes = make_cluster(broker_factory, peer_kafka=peer_kafka)
+    nodes = make_cluster(broker_factory, peer_kafka=peer_kafka, extra_env=extra_env)
     for n in nodes.values():
         spawn(n)
     views = wait_settled(http, nodes)

@@ -2,7 +2,7 @@
 //! the leader.
 
 use crate::codec::DecodeError;
-use crate::entry::decode_entry;
+use crate::entry::{decode_entry, Effect};
 use crate::state::{Loc, State};
 
 /// Applies one committed entry. The leader already applied the effects while planning (its
@@ -13,14 +13,94 @@ pub fn apply_entry(
     term: u64,
     payload: &[u8],
 ) -> Result<(), DecodeError> {
-    let (header, effects) = decode_entry(payload)?;
-    if header.cycle > st.last_cycle {
-        for (e, pos) in &effects {
-            st.apply(e, header.now_us, Loc { index, pos: *pos });
-        }
-        st.last_cycle = header.cycle;
-        st.last_now_us = st.last_now_us.max(header.now_us);
-    }
-    st.applied = Some((index, term));
+    apply_entry_noting(st, index, term, payload, &mut Vec::new())
+}
+
+/// [`apply_entry`], also pushing onto `declared` every tenant the entry declares (effect 67),
+/// on the leader as on a follower and on every replay: what the broker does on a committed
+/// declaration must happen wherever the entry commits, and be idempotent.
+pub fn apply_entry_noting(
+    st: &mut State,
+    index: u64,
+    term: u64,
+    payload: &[u8],
+    declared: &mut Vec<(String, Vec<u64>)>,
+) -> Result<(), DecodeError> {
+    let entry = Committed::decode(payload)?;
+    declared.extend(entry.declarations());
+    entry.apply(st, index, term);
     Ok(())
+}
+
+/// A committed entry decoded but not yet applied: what it declares can be acted on (and made
+/// durable) before the state's `applied` passes its index, so a checkpoint can never record
+/// the entry applied while its declaration is not (review s27 tenants H2).
+pub struct Committed<'a> {
+    header: crate::entry::EntryHeader,
+    effects: Vec<(Effect<'a>, u32)>,
+}
+
+impl<'a> Committed<'a> {
+    pub fn decode(payload: &'a [u8]) -> Result<Committed<'a>, DecodeError> {
+        let (header, effects) = decode_entry(payload)?;
+        Ok(Committed { header, effects })
+    }
+
+    /// Every tenant the entry declares, with its voters.
+    pub fn declarations(&self) -> Vec<(String, Vec<u64>)> {
+        self.effects
+            .iter()
+            .filter_map(|(e, _)| match e {
+                Effect::TenantDeclared(t) => Some((t.tenant.to_string(), t.voters.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Applies the entry at `index`: its effects if the state has not planned its cycle yet,
+    /// and the log position in every case.
+    pub fn apply(&self, st: &mut State, index: u64, term: u64) {
+        let header = &self.header;
+        if header.cycle > st.last_cycle {
+            for (e, pos) in &self.effects {
+                st.apply(e, header.now_us, Loc { index, pos: *pos });
+            }
+            st.last_cycle = header.cycle;
+            st.last_now_us = st.last_now_us.max(header.now_us);
+        }
+        st.applied = Some((index, term));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::EntryBuilder;
+    use crate::entry_tenants::TenantDeclared;
+
+    #[test]
+    fn a_declaration_is_noted_on_the_leader_and_on_a_follower_alike() {
+        let mut b = EntryBuilder::new(5, 1_000);
+        b.push(&Effect::TenantDeclared(TenantDeclared {
+            tenant: "acme",
+            voters: vec![1, 2, 3],
+        }));
+        let payload = b.finish();
+        let want = vec![("acme".to_string(), vec![1, 2, 3])];
+        // A follower: the cycle is new to its state.
+        let mut follower = State::default();
+        let mut noted = Vec::new();
+        apply_entry_noting(&mut follower, 7, 2, &payload, &mut noted).unwrap();
+        assert_eq!(noted, want);
+        assert_eq!(follower.applied, Some((7, 2)));
+        // The leader planned the cycle already: the effects are not applied again, but the
+        // declaration is still noted, since it is the commit the broker waits for.
+        let mut leader = State {
+            last_cycle: 5,
+            ..State::default()
+        };
+        let mut noted = Vec::new();
+        apply_entry_noting(&mut leader, 7, 2, &payload, &mut noted).unwrap();
+        assert_eq!(noted, want);
+    }
 }

@@ -205,6 +205,9 @@ pub enum Effect<'a> {
     },
     /// Kafka transactions, kinds 55..=59 (crate::entry_kafka_txns).
     KafkaTxn(crate::entry_kafka_txns::TxnEffect<'a>),
+    /// A tenant's group declared in a cluster, kind 67 (crate::entry_tenants); in the
+    /// `default` group's log only, no state of the engine.
+    TenantDeclared(crate::entry_tenants::TenantDeclared<'a>),
 }
 
 /// `DlqPurge.pid` of a purge over every partition of the queue.
@@ -573,6 +576,7 @@ fn encode_effect(w: &mut Writer, e: &Effect<'_>) -> u32 {
             w.u64(*low);
         }
         Effect::KafkaTxn(t) => crate::entry_kafka_txns::encode(w, t),
+        Effect::TenantDeclared(t) => crate::entry_tenants::encode(w, t),
     }
     w.len() as u32
 }
@@ -854,6 +858,9 @@ fn decode_effect<'a>(r: &mut Reader<'a>) -> Result<(Effect<'a>, u32), DecodeErro
             pid: r.u64()?,
             low: r.u64()?,
         },
+        crate::entry_tenants::K_TENANT_DECLARED => {
+            Effect::TenantDeclared(crate::entry_tenants::decode(r)?)
+        }
         k => match crate::entry_kafka_txns::decode(k, r) {
             Some(t) => Effect::KafkaTxn(t?),
             None => return Err(r.malformed(format!("unknown effect kind {k}"))),

@@ -239,6 +239,10 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             how: crate::state::kafka_txns::TxnEnd::Abort,
             markers: vec![],
         }),
+        Effect::TenantDeclared(crate::entry_tenants::TenantDeclared {
+            tenant: "acme",
+            voters: vec![1, 2, 3],
+        }),
         Effect::GroupDelete { gid: 9 },
         Effect::QueueDelete { qid: 9 },
     ];

@@ -13,6 +13,7 @@ pub mod cycle;
 pub mod dedup_filter;
 pub mod entry;
 pub mod entry_kafka_txns;
+pub mod entry_tenants;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod limits;

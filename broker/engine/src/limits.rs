@@ -250,6 +250,8 @@ pub fn entry_bound(st: &State, cmd: &Command, producer: Option<&str>) -> usize {
             queenmq_protocol::EphemeralConfigReq::Delete { queue } => 1 + 4 + queue.len(),
             queenmq_protocol::EphemeralConfigReq::List => 0,
         },
+        // `67 | tenant str | count u16 | voter u64 x count`.
+        Command::DeclareTenant { tenant, voters } => 1 + 4 + tenant.len() + 2 + 8 * voters.len(),
         // One KafkaDeleteRecords effect per partition at most: kind, pid, low.
         Command::KafkaDeleteRecords(d) => d.targets.len().saturating_mul(1 + 8 + 8 + 8),
         Command::Trace(t) => {

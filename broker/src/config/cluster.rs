@@ -30,6 +30,9 @@ pub struct Cluster {
     /// `cluster_snapshot_catch_up` on: the entries kept below a snapshot
     /// (`cluster_snapshot_keep_entries`); None: off.
     pub snapshot_keep: Option<u64>,
+    /// `cluster_tenant_groups`: tenants other than `default` are served, each in a Raft group
+    /// of its own (docs/cluster.md "Tenants").
+    pub tenant_groups: bool,
 }
 
 /// How often a cluster member's leader sends heartbeats and how long a follower waits for
@@ -258,6 +261,15 @@ impl Config {
                 ),
             ));
         }
+        // A tenant's declaration lives in the `default` group's log only (effect 67, no
+        // checkpoint section yet): a node caught up by snapshot would never learn of it.
+        if self.cluster_tenant_groups && self.cluster_snapshot_catch_up {
+            return Err(bad(
+                "cluster_tenant_groups",
+                "cannot be on with cluster_snapshot_catch_up: a node caught up by snapshot \
+                 would not learn of the tenants declared below it (docs/cluster.md \"Tenants\")",
+            ));
+        }
         Ok(Some(Cluster {
             node_id: self.node_id,
             addr,
@@ -272,6 +284,7 @@ impl Config {
             snapshot_keep: self
                 .cluster_snapshot_catch_up
                 .then_some(self.cluster_snapshot_keep_entries),
+            tenant_groups: self.cluster_tenant_groups,
         }))
     }
 }

@@ -634,6 +634,12 @@ pub(crate) const KEYS: &[KeySpec] = &[
         kind: Kind::Bool,
     },
     KeySpec {
+        name: "cluster_tenant_groups",
+        env: "QUEEN_CLUSTER_TENANT_GROUPS",
+        flag: None,
+        kind: Kind::Bool,
+    },
+    KeySpec {
         name: "cluster_snapshot_keep_entries",
         env: "QUEEN_CLUSTER_SNAPSHOT_KEEP_ENTRIES",
         flag: None,

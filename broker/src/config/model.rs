@@ -213,6 +213,12 @@ pub struct Config {
     /// With `cluster_snapshot_catch_up`, the log entries kept below the snapshot: a peer less
     /// far behind is caught up by appends.
     pub cluster_snapshot_keep_entries: u64,
+    /// A cluster member serves tenants other than `default`, each in a Raft group of its own
+    /// declared through the `default` group (docs/cluster.md "Tenants"); false: a clustered
+    /// start is refused while `<data_dir>/tenants` holds a group and other tenants are
+    /// answered 501 (today's behaviour). Ignored on a single node.
+    #[serde(default)]
+    pub cluster_tenant_groups: bool,
     /// A cluster member's Raft heartbeat, which openraft also takes as the whole timeout of
     /// one append to a follower (its fsync included): it must exceed the followers' worst
     /// fsync. Ignored on a single node.
@@ -314,6 +320,7 @@ impl Default for Config {
             peers: None,
             cluster_join: false,
             cluster_snapshot_catch_up: false,
+            cluster_tenant_groups: false,
             cluster_snapshot_keep_entries: queenmq_raft::KEEP_BELOW_SNAPSHOT,
             peer_http: None,
             peer_kafka: None,
@@ -612,6 +619,7 @@ impl Config {
             "accept_data_loss" => (Some(self.accept_data_loss.to_string()), None),
             "cluster_join" => (Some(self.cluster_join.to_string()), None),
             "cluster_snapshot_catch_up" => (Some(self.cluster_snapshot_catch_up.to_string()), None),
+            "cluster_tenant_groups" => (Some(self.cluster_tenant_groups.to_string()), None),
             "kafka_enabled" => (Some(self.kafka_enabled.to_string()), None),
             "reclaim_enabled" => (Some(self.reclaim_enabled.to_string()), None),
             "compaction_enabled" => (Some(self.compaction_enabled.to_string()), None),

@@ -960,3 +960,37 @@ fn every_accepted_timing_gives_a_write_up_before_the_answer_bound() {
     }
     assert!(accepted > 1000, "{accepted} timings accepted");
 }
+
+#[test]
+fn cluster_tenant_groups_is_off_by_default_and_refused_with_snapshot_catch_up() {
+    let with = |extra: &[(&'static str, &str)]| {
+        let mut v = vec![
+            ("QUEEN_CLUSTER_TOKEN", CLUSTER_TOKEN.to_string()),
+            ("QUEEN_CLUSTER_ADDR", "127.0.0.1:7100".to_string()),
+            ("QUEEN_NODE_ID", "1".to_string()),
+            ("QUEEN_PEERS", "1=a:7100,2=b:7100".to_string()),
+        ];
+        v.extend(extra.iter().map(|(k, val)| (*k, val.to_string())));
+        v
+    };
+    assert!(!cluster_of(&with(&[])).tenant_groups);
+    assert!(cluster_of(&with(&[("QUEEN_CLUSTER_TENANT_GROUPS", "true")])).tenant_groups);
+    // Declarations live in the default group's log only: a snapshot install would skip them.
+    assert_refused(
+        &with(&[
+            ("QUEEN_CLUSTER_TENANT_GROUPS", "true"),
+            ("QUEEN_CLUSTER_SNAPSHOT_CATCH_UP", "true"),
+        ]),
+        "cluster_tenant_groups",
+        "tenant groups with snapshot catch-up",
+    );
+    assert_refused(
+        &with(&[("QUEEN_CLUSTER_TENANT_GROUPS", "yes please")]),
+        "cluster_tenant_groups",
+        "not a bool",
+    );
+    // A single node ignores it, as it does every cluster tuning key.
+    let refs = [("QUEEN_CLUSTER_TENANT_GROUPS", "true")];
+    let loaded = load_env(&ConfigArgs::default(), &refs).expect("valid");
+    assert!(loaded.config.cluster().expect("valid").is_none());
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use queenmq_raft::ApplyHandler;
 
 use super::{record_cow_copies, Shared};
-pub use queenmq_engine::apply::apply_entry;
+pub use queenmq_engine::apply::{apply_entry, apply_entry_noting, Committed};
 use queenmq_engine::state::{cow_clock, decode_state, encode_state};
 
 pub struct EngineApply {
@@ -14,6 +14,9 @@ pub struct EngineApply {
     checkpointed: Option<(u64, u64)>,
     /// The `tenant` label of the copies a follower's apply makes.
     tenant: Arc<str>,
+    /// The `default` group of a cluster member with `cluster_tenant_groups`: where the tenant
+    /// declarations it commits (effect 67) are recorded and queued for opening.
+    declarations: Option<crate::group::hosted::Declarations>,
 }
 
 impl EngineApply {
@@ -23,26 +26,53 @@ impl EngineApply {
             shared,
             checkpointed,
             tenant,
+            declarations: None,
         }
+    }
+
+    pub fn with_declarations(mut self, d: crate::group::hosted::Declarations) -> Self {
+        self.declarations = Some(d);
+        self
     }
 }
 
 impl ApplyHandler for EngineApply {
     fn apply(&self, index: u64, term: u64, payload: &[u8]) -> Result<(), String> {
-        let mut st = self.shared.lock();
-        // A follower's apply writes blocks a checkpoint may still share, under the lock on
-        // the Raft apply thread: time its copies as a cycle's are (review s26 ckpt M4). What
-        // this thread counted before is not this stretch's.
-        let _ = cow_clock::take();
-        let applied = apply_entry(&mut st, index, term, payload);
-        record_cow_copies(&self.tenant, cow_clock::take());
-        applied.map_err(|e| {
+        let entry = Committed::decode(payload).map_err(|e| {
             // A committed entry we cannot read means a bug or corruption past the CRC:
             // applying around it would diverge, so the group stops here and its owner
             // rebuilds it.
             tracing::error!(index, error = %e, "committed entry does not decode; stopping the group");
             format!("committed entry {index} does not decode: {e}")
-        })
+        })?;
+        // A declaration is recorded BEFORE the state's `applied` passes this index: a
+        // checkpoint taken in between would otherwise save the entry as applied, and a kill -9
+        // then would never replay it, so this node would never host the tenant (review s27
+        // tenants H2). A failed record stops the group with the state still before the entry.
+        let declared = entry.declarations();
+        if !declared.is_empty() {
+            match &self.declarations {
+                Some(sink) => {
+                    for (tenant, voters) in &declared {
+                        sink.applied(tenant, voters).map_err(|e| {
+                            tracing::error!(index, tenant, error = %e, "recording a tenant declaration failed; stopping the group");
+                            format!("recording the declaration of tenant {tenant:?} at {index} failed: {e}")
+                        })?;
+                    }
+                }
+                // Only a member with the key on declares. A node with it off never hosts the
+                // tenant (its apply moves past the entry): the key is set alike on every node.
+                None => tracing::warn!(index, "a tenant declaration committed while cluster_tenant_groups is off here: this node will not host the tenant (set the key alike on every node)"),
+            }
+        }
+        let mut st = self.shared.lock();
+        // A follower's apply writes blocks a checkpoint may still share, under the lock on
+        // the Raft apply thread: time its copies as a cycle's are (review s26 ckpt M4). What
+        // this thread counted before is not this stretch's.
+        let _ = cow_clock::take();
+        entry.apply(&mut st, index, term);
+        record_cow_copies(&self.tenant, cow_clock::take());
+        Ok(())
     }
 
     fn checkpointed(&self) -> Option<(u64, u64)> {
@@ -68,5 +98,51 @@ impl ApplyHandler for EngineApply {
         }
         *st = s;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::hosted::Declarations;
+    use crate::state::State;
+    use queenmq_engine::entry::{Effect, EntryBuilder};
+    use queenmq_engine::entry_tenants::TenantDeclared;
+
+    fn declaration(tenant: &str) -> Vec<u8> {
+        let mut b = EntryBuilder::new(1, 1_000);
+        b.push(&Effect::TenantDeclared(TenantDeclared {
+            tenant,
+            voters: vec![1, 2, 3],
+        }));
+        b.finish()
+    }
+
+    #[test]
+    fn a_declaration_that_cannot_be_recorded_leaves_the_state_before_its_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        // A file where the data directory should be: the record cannot be written.
+        let data_dir = dir.path().join("not-a-dir");
+        std::fs::write(&data_dir, b"x").unwrap();
+        let shared = Shared::new(State::default());
+        let apply = EngineApply::new(shared.clone(), Arc::from("default"))
+            .with_declarations(Declarations::new(data_dir));
+        let err = apply.apply(4, 1, &declaration("acme")).unwrap_err();
+        assert!(err.contains("acme"), "{err}");
+        // A checkpoint now would save nothing past the entry: a restart replays it.
+        assert_eq!(shared.lock().applied, None);
+        assert_eq!(shared.lock().last_cycle, 0);
+    }
+
+    #[test]
+    fn a_declaration_is_recorded_by_the_time_its_entry_is_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = Shared::new(State::default());
+        let sink = Declarations::new(dir.path().to_path_buf());
+        let apply = EngineApply::new(shared.clone(), Arc::from("default")).with_declarations(sink);
+        apply.apply(4, 1, &declaration("acme")).unwrap();
+        assert_eq!(shared.lock().applied, Some((4, 1)));
+        let hosted = crate::group::hosted::read(dir.path(), "acme").unwrap();
+        assert_eq!(hosted, Some(vec![1, 2, 3]));
     }
 }

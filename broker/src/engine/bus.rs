@@ -257,6 +257,8 @@ impl EngineBus {
         }
         let groups = self.groups.clone();
         let running = groups.get(&ctx.tenant);
+        // A cluster member's tenant is declared by its first write, never by a read.
+        let writes = cmd.meta().class == CommandClass::ReplicatedWrite;
         let mut queued = None;
         if let Some(m) = &self.memory {
             let group_held = running
@@ -277,7 +279,7 @@ impl EngineBus {
                     let enqueue = async {
                         let group = match running {
                             Some(g) => g,
-                            None => groups.group(&ctx.tenant).await?,
+                            None => groups.group_or_declare(&ctx.tenant, writes).await?,
                         };
                         group
                             .tx

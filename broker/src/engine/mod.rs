@@ -142,6 +142,11 @@ pub struct EngineConfig {
     /// This node as a cluster member (the `default` group then runs over TCP and plans only
     /// while it leads); None: the single-node broker.
     pub cluster: Option<crate::cluster_member::Member>,
+    /// A tenant's group of a cluster member (`cluster_tenant_groups`): its declared voters
+    /// and their addresses (`cluster_member::GroupFiles::tenant_voters`).
+    pub tenant_voters: Option<std::collections::BTreeMap<u64, queenmq_raft::BasicNode>>,
+    /// With `tenant_voters`: the group's directory was lost since its first open here.
+    pub tenant_lost: bool,
     /// Tests: wraps the group's log as each incarnation starts (a log that fails on cue).
     pub log_wrap: Option<LogWrap>,
 }
@@ -191,6 +196,8 @@ impl Default for EngineConfig {
             compaction_enabled: true,
             encryption: None,
             cluster: None,
+            tenant_voters: None,
+            tenant_lost: false,
             log_wrap: None,
         }
     }
@@ -1148,6 +1155,9 @@ fn plan_job(p: &mut Planner<'_>, mut job: Job) -> Planned {
             .plan_kafka_delete_records(d)
             .map(Outcome::KafkaRecordsDeleted),
         Command::EphemeralConfig(e) => p.plan_ephemeral_config(e).map(Outcome::EphemeralConfig),
+        Command::DeclareTenant { tenant, voters } => p
+            .plan_declare_tenant(tenant, voters)
+            .map(|()| Outcome::TenantDeclared),
         // The cycle's Kafka transaction reads share one answer budget (review s17 lead H1).
         Command::Read(queenmq_protocol::ReadReq::KafkaTxns(q)) => p
             .plan_kafka_txn_read(q)

@@ -4,6 +4,8 @@
 //! [`LiveSlot`], which both outlive the group's incarnations. A node runs one group per
 //! tenant ([`registry`]), the `default` one always.
 
+pub mod declaring;
+pub mod hosted;
 pub mod open;
 pub mod registry;
 mod supervisor;

@@ -73,6 +73,18 @@ enum SlotState {
     },
 }
 
+/// How a cluster member's tenant group starts: its declared voters with their addresses, and
+/// whether its directory was lost since its first open here.
+pub struct TenantStart {
+    pub voters: BTreeMap<u64, queenmq_raft::BasicNode>,
+    pub lost: bool,
+}
+
+/// How long a declaring request waits, in steps, for the committed declaration to be applied
+/// here (the leader answers at commit; its apply follows).
+const DECLARED_WAIT_STEP: Duration = Duration::from_millis(20);
+const DECLARED_WAIT_STEPS: u32 = 250;
+
 /// A failed start is tried again after this, doubling up to `START_BACKOFF_MAX`.
 const START_BACKOFF_MIN: Duration = Duration::from_secs(1);
 const START_BACKOFF_MAX: Duration = Duration::from_secs(300);
@@ -113,6 +125,12 @@ pub struct Registry {
     /// `accept_data_loss` is the operator's word for the starts of this boot only: a tenant
     /// started later by a request must not drop data under it.
     booting: AtomicBool,
+    /// A cluster member with `cluster_tenant_groups`: the hosted records and the queue of
+    /// declarations the `default` group applied. None: a single node, or a member serving
+    /// only `default`.
+    declarations: Option<super::hosted::Declarations>,
+    /// Declarations under way here, each holding a place under `max_groups`.
+    declaring: Arc<super::declaring::Declaring>,
 }
 
 /// Where `tenant`'s group keeps its files.
@@ -135,7 +153,10 @@ impl Registry {
         opts: RegistryOptions,
     ) -> anyhow::Result<Arc<Registry>> {
         let (stop, _) = watch::channel(false);
+        let declarations = ecfg.cluster.as_ref().and_then(|m| m.declarations.clone());
         let reg = Arc::new(Registry {
+            declarations,
+            declaring: Default::default(),
             cfg,
             ecfg,
             opts,
@@ -150,7 +171,13 @@ impl Registry {
         // The others start in the background, one after another: the door opens as soon as
         // `default` serves, so probes answer while a big tenant replays, and a request for a
         // tenant still starting waits for that start (or starts it first).
-        let found = reg.found_on_disk()?;
+        let found = match &reg.declarations {
+            None => reg.found_on_disk()?,
+            Some(d) => reg.hosted_on_disk(d)?,
+        };
+        if let Some(d) = reg.declarations.clone() {
+            tokio::spawn(open_declared(Arc::downgrade(&reg), d, reg.stop.subscribe()));
+        }
         let boot = reg.clone();
         tokio::spawn(async move {
             for tenant in found {
@@ -188,6 +215,29 @@ impl Registry {
         Ok(found)
     }
 
+    /// A cluster member's tenants: those its hosted records name (the committed declarations
+    /// it applied), not the directories below `<data_dir>/tenants`. A directory without a
+    /// record is a single node's tenant, which this member cannot serve clustered: the start
+    /// is refused, as it is with the key off (docs/cluster.md "Tenants").
+    fn hosted_on_disk(&self, d: &super::hosted::Declarations) -> anyhow::Result<Vec<String>> {
+        let hosted: Vec<String> = super::hosted::read_all(d.data_dir())?
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect();
+        for dir in self.found_on_disk()? {
+            if hosted.binary_search(&dir).is_err() {
+                return Err(anyhow!(
+                    "{} holds the group of tenant {dir:?}, which no committed declaration of \
+                     this cluster names ({}/{dir} is missing): a single node's tenant cannot be \
+                     served clustered; move it out or restore its hosted record",
+                    self.cfg.data_dir.join(TENANTS_DIR).display(),
+                    super::hosted::HOSTED_DIR
+                ));
+            }
+        }
+        Ok(hosted)
+    }
+
     /// The running group of `tenant`, if it has started.
     pub fn get(&self, tenant: &str) -> Option<Arc<Group>> {
         self.lock().get(tenant).and_then(|s| s.running())
@@ -212,7 +262,10 @@ impl Registry {
             check_tenant_name(tenant).map_err(QueenError::bad_request)?;
             // Only `default` is one Raft group across the cluster: a tenant group started on
             // one node alone would hold writes the others never see (docs/cluster.md).
-            if self.ecfg.cluster.is_some() && tenant != DEFAULT_TENANT {
+            if self.ecfg.cluster.is_some()
+                && tenant != DEFAULT_TENANT
+                && self.declarations.is_none()
+            {
                 return Err(QueenError::new(
                     ErrorCode::Unsupported,
                     format!(
@@ -221,7 +274,11 @@ impl Registry {
                     ),
                 ));
             }
-            if !slots.contains_key(tenant) && slots.len() >= self.opts.max_groups {
+            // Declarations under way hold their places too (`group_or_declare`).
+            let reserved = self
+                .declaring
+                .reserved_besides(|n| n == tenant || slots.contains_key(n));
+            if !slots.contains_key(tenant) && slots.len() + reserved >= self.opts.max_groups {
                 return Err(QueenError::new(
                     ErrorCode::Forbidden,
                     format!(
@@ -296,7 +353,17 @@ impl Registry {
                 ));
             }
         }
-        match self.start_group(tenant).await {
+        let voters = match self.declared_voters(tenant).await {
+            Ok(v) => v,
+            Err(e) => {
+                // Undeclared: nothing started, and the name holds no place under the cap.
+                if e.code == ErrorCode::NotFound {
+                    self.forget_unstarted(tenant);
+                }
+                return Err(e);
+            }
+        };
+        match self.start_group(tenant, voters).await {
             Ok(g) => {
                 *slot.state() = SlotState::Running(g.clone());
                 Ok(g)
@@ -327,12 +394,207 @@ impl Registry {
         }
     }
 
-    async fn start_group(&self, tenant: &str) -> anyhow::Result<Arc<Group>> {
+    /// [`Registry::group`], declaring a cluster member's tenant first when its group is not
+    /// declared and `writes` (a write's first use; a read of an undeclared tenant is answered
+    /// 404 without declaring). The declaration goes through the `default` group: proposed on
+    /// its leader (a follower's door relayed the request there, `leader_lookup`), it names
+    /// the `default` group's voters, and the tenant's group opens once it committed and its
+    /// hosted record stands here.
+    pub async fn group_or_declare(
+        self: &Arc<Self>,
+        tenant: &str,
+        writes: bool,
+    ) -> Result<Arc<Group>, QueenError> {
+        match self.group(tenant).await {
+            Err(e) if e.code == ErrorCode::NotFound && writes && self.declarations.is_some() => {}
+            other => return other,
+        }
+        // A place under the cap is held from before the proposal until the group is open
+        // (or the declaration failed), counting the open groups, the hosted records (which
+        // are permanent) and the other declarations under way (review s27 tenants M1).
+        let root = self.cfg.data_dir.clone();
+        let hosted = tokio::task::spawn_blocking(move || super::declaring::hosted_names(&root))
+            .await
+            .map_err(|e| {
+                QueenError::unavailable(format!("listing the hosted records stopped: {e}"))
+            })?
+            .map_err(|e| {
+                QueenError::unavailable(format!("listing the hosted records failed: {e}"))
+            })?;
+        let _place = {
+            let slots = self.lock();
+            let mut taken = hosted;
+            taken.extend(slots.keys().cloned());
+            self.declaring
+                .reserve(tenant, &taken, self.opts.max_groups)
+                .ok_or_else(|| {
+                    QueenError::new(
+                        ErrorCode::Forbidden,
+                        format!(
+                            "this node runs at most {} tenant groups (max_tenants) and tenant \
+                             {tenant:?} would be one more",
+                            self.opts.max_groups
+                        ),
+                    )
+                })?
+        };
+        let default = self.group(DEFAULT_TENANT).await?;
+        let live = default
+            .live
+            .get()
+            .map_err(|why| QueenError::unavailable(format!("the default group is down: {why}")))?;
+        let membership = live.node.membership().await.map_err(|e| {
+            QueenError::unavailable(format!("the default group's membership is unknown: {e}"))
+        })?;
+        drop(live);
+        let mut voters: Vec<u64> = membership
+            .members
+            .iter()
+            .filter(|m| m.voter)
+            .map(|m| m.id)
+            .collect();
+        voters.sort_unstable();
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = Job {
+            ctx: queenmq_protocol::RequestCtx {
+                tenant: DEFAULT_TENANT.to_owned(),
+                principal: None,
+                access: queenmq_protocol::Access::Open,
+            },
+            cmd: queenmq_protocol::Command::DeclareTenant {
+                tenant: tenant.to_owned(),
+                voters,
+            },
+            reply,
+        };
+        default
+            .tx
+            .send(job)
+            .await
+            .map_err(|_| QueenError::unavailable("the engine is shutting down"))?;
+        answer
+            .await
+            .map_err(|_| QueenError::unavailable("the engine stopped before answering"))??;
+        // Committed: this node's apply records it and queues the opening; the leader's apply
+        // may follow its answer by a moment.
+        for _ in 0..DECLARED_WAIT_STEPS {
+            match self.group(tenant).await {
+                Err(e) if e.code == ErrorCode::NotFound => {
+                    tokio::time::sleep(DECLARED_WAIT_STEP).await
+                }
+                other => return other,
+            }
+        }
+        Err(QueenError::unavailable(format!(
+            "tenant {tenant:?} was declared but its group is not open here yet; retry"
+        )))
+    }
+
+    /// A cluster member's tenant group: the voters of its committed declaration, with their
+    /// addresses from the `default` group's membership (else `peers`), and whether its
+    /// directory was lost since it was first opened here (it then restarts joining). None for
+    /// `default` and off a member with `cluster_tenant_groups`. An undeclared tenant is not
+    /// found: only a committed declaration opens a group.
+    async fn declared_voters(&self, tenant: &str) -> Result<Option<TenantStart>, QueenError> {
+        let (Some(d), false) = (&self.declarations, tenant == DEFAULT_TENANT) else {
+            return Ok(None);
+        };
+        let (dir, name) = (d.data_dir().to_path_buf(), tenant.to_owned());
+        let read = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let Some(hosted) = super::hosted::read_hosted(&dir, &name)? else {
+                return Ok(None);
+            };
+            // Lost: opened here once, and its state store is gone whatever its log holds.
+            let state = tenant_dir(&dir, &name).join(super::open::STATE_FILE);
+            let lost = hosted.opened && !state.exists();
+            if lost {
+                // Whatever its log holds: the vote lived in the state store. The marker is
+                // written before anything reopens the directory (raft's gate writes it only
+                // over an empty log).
+                super::hosted::write_joining_marker(&tenant_dir(&dir, &name))?;
+            }
+            // Marked opened by the start itself (`ClusterMember::start`), once the state store
+            // stands and before Raft may grant a vote: a vote is never forgotten by a later
+            // start that finds the directory gone, and a first open that failed before its
+            // store stood is not taken for a lost one (review s27 tenants H1).
+            Ok(Some((hosted.voters, lost)))
+        })
+        .await
+        .map_err(|e| QueenError::unavailable(format!("reading the hosted record stopped: {e}")))?;
+        let (voters, lost) = match read {
+            Ok(Some(v)) => v,
+            Ok(None) => {
+                return Err(QueenError::not_found(format!(
+                    "tenant {tenant:?} is not declared in this cluster"
+                )))
+            }
+            Err(e) => {
+                tracing::error!(tenant, error = %format!("{e:#}"), "the tenant's hosted record does not read");
+                return Err(QueenError::unavailable(format!(
+                    "the hosted record of tenant {tenant:?} does not read (the server log says why)"
+                )));
+            }
+        };
+        let known = match self.get(DEFAULT_TENANT).map(|g| g.live.get()) {
+            Some(Ok(live)) => live.node.membership().await.ok(),
+            _ => None,
+        };
+        let peers = self.ecfg.cluster.as_ref().map(|m| m.peer_nodes());
+        let mut out = BTreeMap::new();
+        for id in voters {
+            let from_membership = known.as_ref().and_then(|m| {
+                m.members.iter().find(|v| v.id == id).map(|v| {
+                    queenmq_raft::member_addr::compose(
+                        &v.cluster_addr,
+                        v.http.as_deref(),
+                        v.kafka.as_deref(),
+                    )
+                })
+            });
+            let addr = from_membership
+                .or_else(|| {
+                    peers
+                        .as_ref()
+                        .and_then(|p| p.get(&id))
+                        .map(|n| n.addr.clone())
+                })
+                .ok_or_else(|| {
+                    QueenError::unavailable(format!(
+                        "voter {id} of tenant {tenant:?} has no known address (not in the \
+                         default group's membership nor in peers)"
+                    ))
+                })?;
+            out.insert(id, queenmq_raft::BasicNode::new(addr));
+        }
+        if lost {
+            tracing::warn!(tenant, "the tenant's group directory was lost since it was opened here: it restarts joining, votes nothing until it has caught up as a learner (docs/cluster.md \"Tenants\")");
+        }
+        Ok(Some(TenantStart { voters: out, lost }))
+    }
+
+    /// Drops the place a tenant took while it was looked up, if no start ran for it.
+    fn forget_unstarted(&self, tenant: &str) {
+        let mut slots = self.lock();
+        if slots
+            .get(tenant)
+            .is_some_and(|s| matches!(&*s.state(), SlotState::NotStarted))
+        {
+            slots.remove(tenant);
+        }
+    }
+
+    async fn start_group(
+        &self,
+        tenant: &str,
+        voters: Option<TenantStart>,
+    ) -> anyhow::Result<Arc<Group>> {
         let dir = tenant_dir(&self.cfg.data_dir, tenant);
         let mut cfg = self.cfg.clone();
         cfg.accept_data_loss &= self.booting.load(Ordering::SeqCst);
         let mut ecfg = self.ecfg.clone();
         ecfg.tenant = Arc::from(tenant);
+        ecfg.tenant_lost = voters.as_ref().is_some_and(|v| v.lost);
+        ecfg.tenant_voters = voters.map(|v| v.voters);
         ecfg.log_backend = self
             .opts
             .log_backends
@@ -414,6 +676,28 @@ impl Registry {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Slot>>> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Opens the group of every tenant the `default` group's apply declared, as the declarations
+/// arrive, until the registry stops or is gone. A failed start is logged; the tenant's next
+/// request tries again.
+async fn open_declared(
+    reg: std::sync::Weak<Registry>,
+    d: super::hosted::Declarations,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = d.queued() => {}
+            _ = stop.changed() => return,
+        }
+        for tenant in d.take() {
+            let Some(reg) = reg.upgrade() else { return };
+            if let Err(e) = reg.group(&tenant).await {
+                tracing::error!(tenant, error = %e.message, "the declared tenant's group did not start; its next request tries again");
+            }
+        }
     }
 }
 

@@ -95,7 +95,14 @@ pub async fn start(
     let log = Arc::new(log);
     let store = Arc::new(store);
     let shared = Shared::new(state);
-    let handler = Arc::new(EngineApply::new(shared.clone(), ecfg.tenant.clone()));
+    let mut handler = EngineApply::new(shared.clone(), ecfg.tenant.clone());
+    // Tenants are declared in the `default` group's log only (docs/cluster.md "Tenants").
+    if &*ecfg.tenant == queenmq_protocol::DEFAULT_TENANT {
+        if let Some(d) = ecfg.cluster.as_ref().and_then(|m| m.declarations.clone()) {
+            handler = handler.with_declarations(d);
+        }
+    }
+    let handler = Arc::new(handler);
     let node = match &ecfg.cluster {
         None => RaftNode::start_single(RaftConfig::default(), log.clone(), store.clone(), handler)
             .await
@@ -113,6 +120,8 @@ pub async fn start(
                         segment_bytes: cfg.segment_bytes,
                         ..queenmq_storage::LogOptions::default()
                     },
+                    tenant_voters: ecfg.tenant_voters.clone(),
+                    tenant_lost: ecfg.tenant_lost,
                 },
             )
             .await

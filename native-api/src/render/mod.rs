@@ -94,6 +94,7 @@ pub fn unexpected(o: &Outcome) -> ApiError {
         Outcome::KafkaRecordsDeleted(_) => "kafka delete records",
         Outcome::KafkaTxn(_) => "kafka transactions",
         Outcome::EphemeralConfig(_) => "ephemeral configuration",
+        Outcome::TenantDeclared => "tenant declaration",
     };
     ApiError(QueenError::new(
         ErrorCode::Internal,

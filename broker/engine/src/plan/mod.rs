@@ -64,6 +64,7 @@ mod streams_cap;
 mod streams_purge;
 #[cfg(test)]
 mod streams_purge_tests;
+mod tenants;
 #[cfg(test)]
 mod tests;
 mod timers;

@@ -474,6 +474,8 @@ impl State {
                 self.ephemeral.remove(*queue);
             }
             Effect::KafkaTxn(t) => self.apply_kafka_txn(t, now_us),
+            // The broker's, once committed (`apply::apply_entry_noting`): no engine state.
+            Effect::TenantDeclared(_) => {}
         }
     }
 

@@ -1,0 +1,340 @@
+//! The hosted records of a cluster member (`cluster_tenant_groups`, docs/cluster.md
+//! "Tenants"): `<data_dir>/tenants-hosted/<tenant>` says this node applied the committed
+//! declaration of `tenant` (effect 67) and with which voters its group was founded. Written
+//! durably (temporary file fsynced, renamed, directory fsynced) before the group is opened, so
+//! a group is never opened for a declaration a crash could forget; at a restart these records,
+//! not the directories under `<data_dir>/tenants`, say which groups to open. A record that
+//! does not read stops the start (the operator must act), since guessing a membership could
+//! found a second group.
+//!
+//! A record is marked `opened` before its group's first open: from then on a tenant directory
+//! without its `state.redb` is a lost one (its vote forgotten), and the group restarts joining
+//! (`cluster_member::GroupFiles::tenant_lost`), never founding or voting, as a wiped
+//! `default` member started with `cluster_join` does.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context};
+use queenmq_engine::entry_tenants::check;
+use queenmq_protocol::check_tenant_name;
+
+/// The directory below the data dir that holds the hosted records.
+pub const HOSTED_DIR: &str = "tenants-hosted";
+/// A record's first line: its format and version.
+const HEADER: &str = "queen-tenant-hosted 1";
+/// The optional third line: the group was opened here once.
+const OPENED: &str = "opened";
+/// A record is two short lines: anything longer is not one.
+const MAX_RECORD_BYTES: u64 = 4096;
+/// The suffix of a record being written; one left by a crash is removed at the next read.
+const TMP_SUFFIX: &str = ".tmp";
+
+/// What `record` found or did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// The record is written now, with these voters.
+    New(Vec<u64>),
+    /// A record stood already: the first committed declaration wins, whatever a later one
+    /// named (a second declaration of a tenant is a no-op on every node alike).
+    Existing(Vec<u64>),
+}
+
+impl Recorded {
+    pub fn voters(&self) -> &[u64] {
+        match self {
+            Recorded::New(v) | Recorded::Existing(v) => v,
+        }
+    }
+}
+
+fn path_of(data_dir: &Path, tenant: &str) -> PathBuf {
+    data_dir.join(HOSTED_DIR).join(tenant)
+}
+
+/// A record as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hosted {
+    pub voters: Vec<u64>,
+    /// The group was opened here once (marked before that open).
+    pub opened: bool,
+}
+
+fn render(voters: &[u64], opened: bool) -> String {
+    let ids: Vec<String> = voters.iter().map(u64::to_string).collect();
+    let mark = if opened { "opened\n" } else { "" };
+    format!("{HEADER}\nvoters={}\n{mark}", ids.join(","))
+}
+
+fn parse(path: &Path, text: &str) -> anyhow::Result<Hosted> {
+    let bad = |why: &str| {
+        anyhow!(
+            "{} is not a tenant's hosted record ({why}); refusing to start: restore it from \
+             another node's {HOSTED_DIR}/ (docs/cluster.md \"Tenants\")",
+            path.display()
+        )
+    };
+    let mut lines = text.split('\n');
+    if lines.next() != Some(HEADER) {
+        return Err(bad("its first line is not the header"));
+    }
+    let list = lines
+        .next()
+        .and_then(|l| l.strip_prefix("voters="))
+        .ok_or_else(|| bad("no voters line"))?;
+    let opened = match (lines.next(), lines.next(), lines.next()) {
+        (Some(""), None, _) => false,
+        (Some(OPENED), Some(""), None) => true,
+        _ => return Err(bad("text after the voters line")),
+    };
+    let voters = list
+        .split(',')
+        .map(|id| {
+            id.parse::<u64>()
+                .map_err(|_| bad("a voter id is not a number"))
+        })
+        .collect::<anyhow::Result<Vec<u64>>>()?;
+    let tenant = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    check(tenant, &voters).map_err(|e| bad(&e))?;
+    Ok(Hosted { voters, opened })
+}
+
+/// The voters `tenant`'s record names, if this node holds one.
+pub fn read(data_dir: &Path, tenant: &str) -> anyhow::Result<Option<Vec<u64>>> {
+    Ok(read_hosted(data_dir, tenant)?.map(|h| h.voters))
+}
+
+/// `tenant`'s record, if this node holds one.
+pub fn read_hosted(data_dir: &Path, tenant: &str) -> anyhow::Result<Option<Hosted>> {
+    check_tenant_name(tenant).map_err(|e| anyhow!("{e}"))?;
+    let path = path_of(data_dir, tenant);
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("opening {}", path.display())),
+    };
+    let mut text = String::new();
+    // The length is bounded before the read: a huge file is refused, never loaded.
+    let len = file
+        .metadata()
+        .with_context(|| format!("reading {}", path.display()))?
+        .len();
+    if len > MAX_RECORD_BYTES {
+        return Err(anyhow!(
+            "{} is {len} bytes, not a tenant's hosted record; refusing to start",
+            path.display()
+        ));
+    }
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_RECORD_BYTES), &mut text)
+        .with_context(|| format!("reading {}", path.display()))?;
+    parse(&path, &text).map(Some)
+}
+
+/// Every hosted record, in tenant order. A name that is not a tenant's is refused (something
+/// else wrote there), and a temporary file left by a crash is removed: its record was never
+/// renamed into place, so no group was opened for it.
+pub fn read_all(data_dir: &Path) -> anyhow::Result<Vec<(String, Vec<u64>)>> {
+    let dir = data_dir.join(HOSTED_DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(anyhow!("listing {}: {e}", dir.display())),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(TMP_SUFFIX) {
+            std::fs::remove_file(entry.path())
+                .with_context(|| format!("removing {}", entry.path().display()))?;
+            continue;
+        }
+        if check_tenant_name(&name).is_err() || name == queenmq_protocol::DEFAULT_TENANT {
+            return Err(anyhow!(
+                "{} is not a tenant's hosted record; refusing to start: move it out of {}",
+                entry.path().display(),
+                dir.display()
+            ));
+        }
+        names.push(name);
+    }
+    names.sort();
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let voters = read(data_dir, &name)?
+            .ok_or_else(|| anyhow!("{} vanished while it was read", dir.join(&name).display()))?;
+        out.push((name, voters));
+    }
+    Ok(out)
+}
+
+/// Records that this node applied the declaration of `tenant` with `voters`, durably, unless
+/// a record stands already (the first declaration wins). Blocking: call it off the runtime or
+/// where the caller may block (the Raft apply path).
+pub fn record(data_dir: &Path, tenant: &str, voters: &[u64]) -> anyhow::Result<Recorded> {
+    check(tenant, voters).map_err(|e| anyhow!("declaration of {tenant:?}: {e}"))?;
+    if let Some(existing) = read(data_dir, tenant)? {
+        return Ok(Recorded::Existing(existing));
+    }
+    write(data_dir, tenant, voters, false)?;
+    Ok(Recorded::New(voters.to_vec()))
+}
+
+/// Marks `tenant`'s record opened (before its group's first open here); a no-op if it is.
+pub fn mark_opened(data_dir: &Path, tenant: &str) -> anyhow::Result<()> {
+    let hosted = read_hosted(data_dir, tenant)?
+        .ok_or_else(|| anyhow!("tenant {tenant:?} has no hosted record to mark opened"))?;
+    if !hosted.opened {
+        write(data_dir, tenant, &hosted.voters, true)?;
+    }
+    Ok(())
+}
+
+/// Writes a record in place: a temporary file fsynced, renamed over the name, the directory
+/// fsynced, so a crash leaves the old record or the new one.
+fn write(data_dir: &Path, tenant: &str, voters: &[u64], opened: bool) -> anyhow::Result<()> {
+    let dir = data_dir.join(HOSTED_DIR);
+    // The directory's own name is fsynced on every record too: an earlier record may have
+    // made it and crashed before its parent's fsync.
+    queenmq_storage::create_dir_durable(&dir)
+        .and_then(|_| queenmq_storage::sync_parent(&dir))
+        .with_context(|| format!("creating {}", dir.display()))?;
+    let path = path_of(data_dir, tenant);
+    let tmp = dir.join(format!("{tenant}{TMP_SUFFIX}"));
+    let mut f =
+        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(render(voters, opened).as_bytes())
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    drop(f);
+    std::fs::rename(&tmp, &path)
+        .and_then(|()| queenmq_storage::sync_parent(&path))
+        .with_context(|| format!("making {} durable", path.display()))?;
+    Ok(())
+}
+
+/// The voter that founds a tenant's group, so it leads first: a choice by a hash of the name
+/// over the sorted voters, the same on every node and in every version (FNV-1a, 64 bits), so
+/// tenants spread their leaders over the nodes. `None` for no voters.
+pub fn preferred(tenant: &str, voters: &[u64]) -> Option<u64> {
+    let mut sorted = voters.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in tenant.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let n = u64::try_from(sorted.len()).ok().filter(|n| *n > 0)?;
+    let at = usize::try_from(h % n).ok()?;
+    sorted.get(at).copied()
+}
+
+#[cfg(test)]
+#[path = "hosted_tests.rs"]
+mod tests;
+
+/// Where the `default` group's apply hands the declarations it applied (effect 67): each is
+/// recorded durably on the Raft apply path, so the entry counts as applied only once its
+/// record stands, then queued for the registry to open the tenant's group. The queue holds
+/// each tenant once, so it is bounded by the tenants declared.
+#[derive(Clone)]
+pub struct Declarations {
+    data_dir: PathBuf,
+    pending: std::sync::Arc<Pending>,
+}
+
+#[derive(Default)]
+struct Pending {
+    tenants: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    wake: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for Declarations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Declarations")
+            .field("data_dir", &self.data_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Declarations {
+    pub fn new(data_dir: PathBuf) -> Declarations {
+        Declarations {
+            data_dir,
+            pending: Default::default(),
+        }
+    }
+
+    /// A committed declaration applied: recorded (a failure stops the `default` group, whose
+    /// apply must not pass an entry it did not act on), then queued for opening.
+    pub fn applied(&self, tenant: &str, voters: &[u64]) -> Result<(), String> {
+        let recorded = record(&self.data_dir, tenant, voters).map_err(|e| format!("{e:#}"))?;
+        if let Recorded::New(v) = &recorded {
+            tracing::info!(tenant, voters = ?v, "tenant declared; its group is opened");
+            // Recorded anew while the `default` group is joining: this node's records were
+            // wiped and are being rebuilt by replay (a rejoin, `cluster_join`), and so may
+            // its votes in T's group be. T's group then opens joining too: it neither founds
+            // nor votes until it has caught up as a learner (review s27 tenants M2). Written
+            // here, on the apply, so the default group cannot clear its own marker first.
+            if self
+                .data_dir
+                .join(crate::cluster_member::JOIN_MARKER)
+                .exists()
+            {
+                let dir = super::registry::tenant_dir(&self.data_dir, tenant);
+                write_joining_marker(&dir).map_err(|e| format!("{e:#}"))?;
+                tracing::warn!(
+                    tenant,
+                    "declared while this node rejoins: the tenant's group opens joining"
+                );
+            }
+        }
+        self.lock().insert(tenant.to_owned());
+        self.pending.wake.notify_one();
+        Ok(())
+    }
+
+    /// The tenants queued since the last take.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.lock()).into_iter().collect()
+    }
+
+    /// Returns once something was queued after the last `take` (or at once if it was before).
+    pub async fn queued(&self) {
+        self.pending.wake.notified().await
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+        self.pending
+            .tenants
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Writes the joining marker (`cluster_member::JOIN_MARKER`) into a lost tenant group's
+/// directory, durably, unless it stands: the member then grants no vote and calls no election
+/// until it has caught up as a learner (raft `VoteGate`).
+pub fn write_joining_marker(group_dir: &Path) -> anyhow::Result<()> {
+    let marker = group_dir.join(crate::cluster_member::JOIN_MARKER);
+    if marker.exists() {
+        return Ok(());
+    }
+    queenmq_storage::create_dir_durable(group_dir)
+        .with_context(|| format!("creating {}", group_dir.display()))?;
+    let mut f =
+        std::fs::File::create(&marker).with_context(|| format!("creating {}", marker.display()))?;
+    f.write_all(
+        b"this tenant group's directory was lost after it was opened here, or its node rejoins \
+the cluster: it does not vote until it has caught up as a learner (docs/cluster.md \"Tenants\")\n",
+    )
+    .and_then(|()| f.sync_all())
+    .and_then(|()| queenmq_storage::sync_parent(&marker))
+    .with_context(|| format!("writing {}", marker.display()))?;
+    Ok(())
+}

@@ -1,0 +1,165 @@
+use super::*;
+
+#[test]
+fn a_record_is_written_once_and_the_first_declaration_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(read(dir.path(), "acme").unwrap(), None);
+    assert_eq!(read_all(dir.path()).unwrap(), vec![]);
+    assert_eq!(
+        record(dir.path(), "acme", &[1, 2, 3]).unwrap(),
+        Recorded::New(vec![1, 2, 3])
+    );
+    // A second declaration (another membership meanwhile) changes nothing.
+    assert_eq!(
+        record(dir.path(), "acme", &[1, 2, 3, 4]).unwrap(),
+        Recorded::Existing(vec![1, 2, 3])
+    );
+    record(dir.path(), "beta", &[2]).unwrap();
+    assert_eq!(
+        read_all(dir.path()).unwrap(),
+        vec![
+            ("acme".to_string(), vec![1, 2, 3]),
+            ("beta".to_string(), vec![2])
+        ]
+    );
+    let text = std::fs::read_to_string(dir.path().join(HOSTED_DIR).join("acme")).unwrap();
+    assert_eq!(text, "queen-tenant-hosted 1\nvoters=1,2,3\n");
+}
+
+#[test]
+fn bad_declarations_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    for (tenant, voters) in [
+        ("default", &[1u64][..]),
+        ("Acme", &[1][..]),
+        ("../x", &[1][..]),
+        ("acme", &[][..]),
+        ("acme", &[2, 1][..]),
+        ("acme", &[0][..]),
+    ] {
+        assert!(
+            record(dir.path(), tenant, voters).is_err(),
+            "{tenant} {voters:?}"
+        );
+    }
+    assert!(!dir.path().join(HOSTED_DIR).join("acme").exists());
+}
+
+#[test]
+fn a_damaged_record_stops_the_read_naming_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    record(dir.path(), "acme", &[1, 2]).unwrap();
+    let path = dir.path().join(HOSTED_DIR).join("acme");
+    for damaged in [
+        "",
+        "queen-tenant-hosted 1\n",
+        "queen-tenant-hosted 2\nvoters=1,2\n",
+        "queen-tenant-hosted 1\nvoters=1,x\n",
+        "queen-tenant-hosted 1\nvoters=2,1\n",
+        "queen-tenant-hosted 1\nvoters=\n",
+        "queen-tenant-hosted 1\nvoters=1,2\nmore\n",
+        "queen-tenant-hosted 1\nvoters=1,2",
+        "queen-tenant-hosted 1\nvoters=1,2\nopened",
+        "queen-tenant-hosted 1\nvoters=1,2\nopened\nopened\n",
+    ] {
+        std::fs::write(&path, damaged).unwrap();
+        let err = format!("{:#}", read_all(dir.path()).expect_err(damaged));
+        assert!(err.contains("acme"), "{damaged:?}: {err}");
+        // A damaged record is never replaced by a later declaration either.
+        assert!(record(dir.path(), "acme", &[1, 2]).is_err(), "{damaged:?}");
+    }
+    std::fs::write(&path, vec![b'x'; 5000]).unwrap();
+    assert!(read(dir.path(), "acme").is_err());
+}
+
+#[test]
+fn a_stray_name_stops_the_read_and_a_crash_leftover_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    record(dir.path(), "acme", &[1]).unwrap();
+    let hosted = dir.path().join(HOSTED_DIR);
+    std::fs::write(hosted.join("beta.tmp"), "queen-tenant-hosted 1\n").unwrap();
+    assert_eq!(
+        read_all(dir.path()).unwrap(),
+        vec![("acme".to_string(), vec![1])]
+    );
+    assert!(!hosted.join("beta.tmp").exists());
+    std::fs::write(hosted.join("Not-A-Tenant"), "x").unwrap();
+    assert!(read_all(dir.path()).is_err());
+}
+
+#[test]
+fn the_preferred_voter_is_deterministic_and_spreads_tenants() {
+    assert_eq!(preferred("acme", &[]), None);
+    assert_eq!(preferred("acme", &[7]), Some(7));
+    // The order the voters are named in does not matter.
+    assert_eq!(preferred("acme", &[1, 2, 3]), preferred("acme", &[3, 1, 2]));
+    // The values are part of the format: every node, every version, picks the same founder.
+    let picks: Vec<u64> = ["acme", "beta", "gamma", "delta"]
+        .iter()
+        .map(|t| preferred(t, &[1, 2, 3]).unwrap())
+        .collect();
+    let distinct: std::collections::BTreeSet<u64> = picks.iter().copied().collect();
+    assert!(distinct.len() >= 2, "{picks:?}");
+    assert_eq!(picks, [3, 3, 3, 2]);
+    // The two tenants of tests/python/test_cluster_tenants.py lead on different nodes.
+    assert_eq!(preferred("tenant-a", &[1, 2, 3]), Some(1));
+    assert_eq!(preferred("tenant-b", &[1, 2, 3]), Some(2));
+}
+
+#[test]
+fn a_record_is_marked_opened_once_and_keeps_its_voters() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(
+        mark_opened(dir.path(), "acme").is_err(),
+        "no record to mark"
+    );
+    record(dir.path(), "acme", &[1, 3]).unwrap();
+    let h = read_hosted(dir.path(), "acme").unwrap().unwrap();
+    assert_eq!((h.voters.as_slice(), h.opened), (&[1, 3][..], false));
+    mark_opened(dir.path(), "acme").unwrap();
+    mark_opened(dir.path(), "acme").unwrap();
+    let h = read_hosted(dir.path(), "acme").unwrap().unwrap();
+    assert_eq!((h.voters.as_slice(), h.opened), (&[1, 3][..], true));
+    let text = std::fs::read_to_string(dir.path().join(HOSTED_DIR).join("acme")).unwrap();
+    assert_eq!(text, "queen-tenant-hosted 1\nvoters=1,3\nopened\n");
+    // A later declaration changes nothing, the mark included.
+    assert_eq!(
+        record(dir.path(), "acme", &[1, 2, 3]).unwrap(),
+        Recorded::Existing(vec![1, 3])
+    );
+    assert!(read_hosted(dir.path(), "acme").unwrap().unwrap().opened);
+}
+
+#[test]
+fn a_joining_marker_is_written_once_into_a_missing_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let group = dir.path().join("tenants").join("acme");
+    write_joining_marker(&group).unwrap();
+    let marker = group.join(crate::cluster_member::JOIN_MARKER);
+    let first = std::fs::read(&marker).unwrap();
+    assert!(!first.is_empty());
+    write_joining_marker(&group).unwrap();
+    assert_eq!(std::fs::read(&marker).unwrap(), first);
+}
+
+#[test]
+fn a_declaration_replayed_while_the_node_rejoins_opens_its_group_joining() {
+    let marker = |root: &Path, t: &str| {
+        super::super::registry::tenant_dir(root, t)
+            .join(crate::cluster_member::JOIN_MARKER)
+            .exists()
+    };
+    // An ordinary node: the tenant's group may found and vote.
+    let dir = tempfile::tempdir().unwrap();
+    let d = Declarations::new(dir.path().to_path_buf());
+    d.applied("acme", &[1, 2, 3]).unwrap();
+    assert!(!marker(dir.path(), "acme"));
+    // The default group is joining (a wiped node rejoins): every tenant it learns of opens
+    // joining, and a later re-apply of a standing record adds nothing.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(crate::cluster_member::JOIN_MARKER), b"j").unwrap();
+    let d = Declarations::new(dir.path().to_path_buf());
+    d.applied("acme", &[1, 2, 3]).unwrap();
+    assert!(marker(dir.path(), "acme"));
+    assert_eq!(d.take(), vec!["acme".to_string()]);
+}
