@@ -127,14 +127,19 @@ pub(crate) fn check_stored_membership(
 /// entry adding it is in its log, the membership read names it and the check applies again.
 /// Only once it held a membership of several nodes (`multi_node`, sticky; an install of one
 /// writes it): a single-node directory whose whole log was reclaimed is still refused (another
-/// group's data; a group of one voter adding its first learner is left out with it).
+/// group's data; a group of one voter adding its first learner is left out with it). And only
+/// with snapshot catch-up on (`catch_up`): with it off no checkpoint is ever installed, and
+/// openraft's own start-up purge can leave a foreign directory looking the same (review s27
+/// snap second pass, M1: it must stay refused).
 pub(crate) fn may_predate_addition(
     joining: bool,
+    catch_up: bool,
     multi_node: bool,
     purged_at_open: Option<u64>,
     last_at_open: Option<u64>,
 ) -> bool {
-    joining || (multi_node && purged_at_open.is_some() && last_at_open <= purged_at_open)
+    joining
+        || (catch_up && multi_node && purged_at_open.is_some() && last_at_open <= purged_at_open)
 }
 
 /// The effective membership a directory holds, as the start check reads it.
@@ -245,14 +250,43 @@ mod tests {
     /// purged, the check applies.
     #[test]
     fn a_directory_holding_only_an_installed_snapshot_may_predate_its_addition() {
-        assert!(may_predate_addition(true, false, None, None));
-        assert!(may_predate_addition(false, true, Some(500), Some(500)));
-        assert!(may_predate_addition(false, true, Some(500), None));
-        assert!(!may_predate_addition(false, true, Some(500), Some(501)));
-        assert!(!may_predate_addition(false, true, None, Some(500)));
-        assert!(!may_predate_addition(false, true, None, None));
+        assert!(may_predate_addition(true, true, false, None, None));
+        assert!(may_predate_addition(true, false, false, None, None));
+        assert!(may_predate_addition(
+            false,
+            true,
+            true,
+            Some(500),
+            Some(500)
+        ));
+        assert!(may_predate_addition(false, true, true, Some(500), None));
+        assert!(!may_predate_addition(
+            false,
+            true,
+            true,
+            Some(500),
+            Some(501)
+        ));
+        assert!(!may_predate_addition(false, true, true, None, Some(500)));
+        assert!(!may_predate_addition(false, true, true, None, None));
         // A single-node directory reclaimed whole is another group's, still refused.
-        assert!(!may_predate_addition(false, false, Some(500), Some(500)));
+        assert!(!may_predate_addition(
+            false,
+            true,
+            false,
+            Some(500),
+            Some(500)
+        ));
+        // With catch-up off nothing is installed: openraft's start-up purge of a foreign
+        // directory (its log cut below its checkpoint) looks the same and stays refused.
+        assert!(!may_predate_addition(
+            false,
+            false,
+            true,
+            Some(500),
+            Some(500)
+        ));
+        assert!(!may_predate_addition(false, false, true, Some(500), None));
     }
 
     /// The refusals of A1 hold under run-time membership too: a removed member's directory,

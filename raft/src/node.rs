@@ -327,7 +327,13 @@ impl RaftNode {
                 &start.peers,
                 &stored,
                 last_at_open.is_none(),
-                may_predate_addition(joining, multi_node, purged_at_open, last_at_open),
+                may_predate_addition(
+                    joining,
+                    start.snapshots.is_some(),
+                    multi_node,
+                    purged_at_open,
+                    last_at_open,
+                ),
             )?;
         } else if start.initialise {
             initialised(self.inner.id, raft.initialize(start.peers).await)?;
