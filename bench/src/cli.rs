@@ -104,6 +104,10 @@ pub struct Cli {
     /// soak: seconds between RSS samples.
     #[arg(long, default_value_t = 5.0)]
     pub rss_every_secs: f64,
+    /// queen-http: the `Authorization` header of every request (e.g. `Bearer <jwt>`), so a
+    /// run can drive one tenant of a broker that checks tokens.
+    #[arg(long, env = "BENCH_AUTHORIZATION", hide_env_values = true)]
+    pub authorization: Option<String>,
 }
 
 fn positive_secs(name: &str, secs: f64) -> anyhow::Result<Duration> {

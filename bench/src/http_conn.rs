@@ -7,6 +7,7 @@ use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
+use hyper::header::HeaderValue;
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -18,6 +19,8 @@ pub struct Endpoint {
     authority: String,
     /// Path prefix from the URL, without a trailing slash (usually empty).
     base_path: String,
+    /// Sent as `Authorization` on every request when set (a tenant's token).
+    authorization: Option<HeaderValue>,
 }
 
 impl Endpoint {
@@ -36,7 +39,17 @@ impl Endpoint {
         Ok(Self {
             authority: format!("{host}:{port}"),
             base_path,
+            authorization: None,
         })
+    }
+
+    /// The same endpoint with an `Authorization` header on every request.
+    pub fn with_authorization(mut self, value: &str) -> anyhow::Result<Self> {
+        let mut header =
+            HeaderValue::from_str(value).context("--authorization is not a valid header value")?;
+        header.set_sensitive(true);
+        self.authorization = Some(header);
+        Ok(self)
     }
 }
 
@@ -135,6 +148,9 @@ impl HttpConn {
             .method(method)
             .uri(uri)
             .header(hyper::header::HOST, self.endpoint.authority.as_str());
+        if let Some(value) = &self.endpoint.authorization {
+            builder = builder.header(hyper::header::AUTHORIZATION, value.clone());
+        }
         let body = match body {
             Some(out) => {
                 builder = builder.header(hyper::header::CONTENT_TYPE, out.content_type);
@@ -181,6 +197,19 @@ mod tests {
         let e = Endpoint::parse("http://broker/queen/")?;
         assert_eq!(e.authority, "broker:80");
         assert_eq!(e.base_path, "/queen");
+        Ok(())
+    }
+
+    #[test]
+    fn authorization_must_be_a_header_value() -> anyhow::Result<()> {
+        let e = Endpoint::parse("http://127.0.0.1:6632")?.with_authorization("Bearer abc")?;
+        assert_eq!(
+            e.authorization.as_ref().map(HeaderValue::as_bytes),
+            Some(&b"Bearer abc"[..])
+        );
+        assert!(Endpoint::parse("http://127.0.0.1:6632")?
+            .with_authorization("Bearer a\nb")
+            .is_err());
         Ok(())
     }
 

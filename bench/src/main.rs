@@ -99,7 +99,10 @@ fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         let name = format!("{:?}", plan.scenario).to_lowercase();
         format!("bench-{name}-{run_tag}")
     });
-    let endpoint = http_conn::Endpoint::parse(&cli.url)?;
+    let mut endpoint = http_conn::Endpoint::parse(&cli.url)?;
+    if let Some(value) = &cli.authorization {
+        endpoint = endpoint.with_authorization(value)?;
+    }
     let timeout = Duration::from_millis(cli.request_timeout_ms);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
