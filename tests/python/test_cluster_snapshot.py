@@ -35,8 +35,15 @@ BOUND_S = 90.0  # the whole catch-up, far above what it takes
 
 
 def configure(http, base, queue, **options):
-    res = http.post(f"{base}/api/v1/configure", json={"queue": queue, "options": options})
-    assert res.status_code == 200, res.text
+    """Retried while the cluster answers 503 (a leader just elected still applying its log)."""
+    deadline = time.monotonic() + FORM_S
+    while True:
+        res = http.post(f"{base}/api/v1/configure", json={"queue": queue, "options": options})
+        if res.status_code == 200:
+            return
+        assert res.status_code == 503, res.text
+        assert time.monotonic() < deadline, f"configure never accepted: {res.text}"
+        time.sleep(0.2)
 
 
 def push(http, base, queue, txns, fill=""):
