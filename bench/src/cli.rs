@@ -53,6 +53,11 @@ pub struct Cli {
     /// Partitions of the queue the producers spread messages over.
     #[arg(long, default_value_t = 1)]
     pub partitions: u32,
+    /// A producer's consecutive messages go to partitions at least this far apart, each of its
+    /// partitions still once a round (1: round robin). 256 or more scatters a batch over as
+    /// many of the broker's partition chunks as it has messages.
+    #[arg(long, default_value_t = 1)]
+    pub partition_spread: u32,
     /// Most partitions one pop may claim [default: --batch, at most --partitions].
     #[arg(long)]
     pub pop_partitions: Option<usize>,
@@ -183,6 +188,7 @@ impl Cli {
             msg_bytes: self.msg_bytes,
             batch: self.batch,
             partitions: self.partitions,
+            spread: self.partition_spread.max(1),
             pop_partitions,
             groups: self.groups,
             duration: if self.scenario == Scenario::Soak {

@@ -37,6 +37,8 @@ pub struct ProducerPlan {
     pub partitions: u32,
     pub batch: usize,
     pub msg_bytes: usize,
+    /// `PartitionCycle::spread`: consecutive messages this many partitions apart at least.
+    pub spread: u32,
     pub mode: PushMode,
     pub rate: Option<f64>,
     pub start: Instant,
@@ -52,7 +54,8 @@ pub async fn run_producer<D: Driver>(mut driver: D, plan: ProducerPlan) -> Stats
     let mut pacer = plan
         .rate
         .and_then(|rate| Pacer::new(plan.start, rate, plan.producers, plan.index, plan.batch));
-    let mut cycle = PartitionCycle::new(plan.partitions, plan.producers, plan.index);
+    let mut cycle =
+        PartitionCycle::new(plan.partitions, plan.producers, plan.index).spread(plan.spread);
     let mut payloads = PayloadBuilder::new(plan.msg_bytes);
     let stride = plan.producers.max(1) as u64;
     let mut local_seq = 0u64;

@@ -19,6 +19,7 @@ pub fn plan(scenario: Scenario) -> Plan {
         msg_bytes: 128,
         batch: 20,
         partitions: 4,
+        spread: 1,
         pop_partitions: 4,
         groups: 0,
         duration: Duration::from_millis(300),

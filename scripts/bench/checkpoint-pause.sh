@@ -15,8 +15,19 @@
 #
 #   COUNT=1000000 IDS=10000000 MSG_BYTES=64 scripts/bench/checkpoint-pause.sh > pause-ids.txt
 #
-# Env (defaults): COUNT (100000) IDS (0) INTERVAL (5) DURATION (30) PRODUCERS (2) CONSUMERS (4)
-# BATCH (100) MSG_BYTES (256). Binaries as lib.sh says (QUEEN_BIN to compare builds).
+# SPREAD > 1 scatters the producers of the e2e (and of the IDS run): a producer's consecutive
+# messages go to partitions SPREAD apart (queen-bench --partition-spread), so with SPREAD=256
+# a batch of 100 first-touches up to 100 partition chunks and cursor shards after a
+# checkpoint, where round robin touches one or two (session 28):
+#
+#   COUNT=1000000 SPREAD=256 scripts/bench/checkpoint-pause.sh > pause-scattered.txt
+#
+# KEEP_DATA=1 keeps the data dir, the broker log and the tool's JSON reports (lib.sh), and
+# QUEEN_LOG sets the broker's log filter (e.g. info,queenmq_broker=debug).
+#
+# Env (defaults): COUNT (100000) IDS (0) SPREAD (1) INTERVAL (5) DURATION (30) PRODUCERS (2)
+# CONSUMERS (4) BATCH (100) MSG_BYTES (256). Binaries as lib.sh says (QUEEN_BIN to compare
+# builds).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -28,6 +39,7 @@ PRODUCERS=${PRODUCERS:-2}
 CONSUMERS=${CONSUMERS:-4}
 BATCH=${BATCH:-100}
 MSG_BYTES=${MSG_BYTES:-256}
+SPREAD=${SPREAD:-1}
 
 need_tools
 data=$(new_data_dir)
@@ -36,11 +48,14 @@ start_broker "$data"
 shape=(--queue "bench-scale-$COUNT" --partitions "$COUNT" --producers "$PRODUCERS"
     --consumers "$CONSUMERS" --batch "$BATCH" --msg-bytes "$MSG_BYTES")
 run_bench "$BENCH_TMP/create.json" consume "${shape[@]}" --prefill "$COUNT" --duration-secs 86400
+spread=()
+((SPREAD > 1)) && spread=(--partition-spread "$SPREAD")
 if ((IDS > 0)); then
-    run_bench "$BENCH_TMP/ids.json" push "${shape[@]}" --messages "$IDS" --duration-secs 86400
+    run_bench "$BENCH_TMP/ids.json" push "${shape[@]}" "${spread[@]}" --messages "$IDS" --duration-secs 86400
+    log "ids run: $(json_get "$BENCH_TMP/ids.json" errors) errors, exit $(json_get "$BENCH_TMP/ids.json" exit_code)"
 fi
-run_bench "$BENCH_TMP/e2e.json" e2e "${shape[@]}" --duration-secs "$DURATION"
-echo "# $QUEEN_BIN COUNT=$COUNT IDS=$IDS INTERVAL=$INTERVAL DURATION=$DURATION rss_kb=$(rss_kb VmRSS)"
+run_bench "$BENCH_TMP/e2e.json" e2e "${shape[@]}" "${spread[@]}" --duration-secs "$DURATION"
+echo "# $QUEEN_BIN COUNT=$COUNT IDS=$IDS SPREAD=$SPREAD INTERVAL=$INTERVAL DURATION=$DURATION rss_kb=$(rss_kb VmRSS)"
 curl -s "$BROKER_URL/metrics/prometheus" | grep -E '^queen_checkpoint_(encode_seconds|cow_copy_seconds|cow_block_seconds|cow_copies_total|bytes)' || true
 stop_broker
 drop_data_dir "$data"

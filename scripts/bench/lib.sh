@@ -40,6 +40,12 @@ bench_cleanup() {
         log "broker log (tail of $BROKER_LOG):"
         tail -n 30 "$BROKER_LOG" >&2 || true
     fi
+    # KEEP_DATA=1 keeps the broker logs and the tool's reports with the data, also on failure.
+    if [[ ${KEEP_DATA:-0} == 1 ]] && compgen -G "$BENCH_TMP/*" >/dev/null; then
+        local kept
+        kept=$(mktemp -d "$BENCH_DATA_ROOT/logs-XXXXXX")
+        cp -a "$BENCH_TMP"/. "$kept"/ && log "kept broker logs and reports in $kept"
+    fi
     rm -rf "$BENCH_TMP"
     exit "$code"
 }

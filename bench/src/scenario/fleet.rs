@@ -45,6 +45,7 @@ pub fn start_producers<C: Connector>(
             partitions: plan.partitions,
             batch: phase.batch,
             msg_bytes: plan.msg_bytes,
+            spread: plan.spread,
             mode: phase.mode,
             rate: phase.rate,
             start: phase.start,

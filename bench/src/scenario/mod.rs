@@ -38,6 +38,8 @@ pub struct Plan {
     pub msg_bytes: usize,
     pub batch: usize,
     pub partitions: u32,
+    /// Producers' consecutive messages at least this many partitions apart (1: round robin).
+    pub spread: u32,
     pub pop_partitions: usize,
     /// Consumer groups; 0 = queue mode.
     pub groups: usize,

@@ -15,12 +15,19 @@
 //! handle per chunk under the state lock and encodes the partitions after releasing it, and
 //! the engine copies a chunk only at its first write while that checkpoint still holds it.
 //!
-//! Why 256 slots: that copy is the chunk's slots and each partition's name and runs, made
-//! inside a cycle under the lock. At 4096 slots it was about 0.5 MB and 8 192 allocations, a
-//! cycle stall of milliseconds per chunk a cycle first touched (session 26's 20-50 ms p99 at a
-//! million partitions, issue 12). At 256 it is 30 KB and 512 allocations; a chunk's handle and
-//! header (about 64 B) is 0.3 B a partition, and `begin_checkpoint` clones 3 907 handles (in
-//! 16 groups) at a million partitions instead of 245.
+//! Why 256 slots: that copy is made inside a cycle under the lock. At 4096 slots it was
+//! about 0.5 MB and 8 192 allocations, a cycle stall of milliseconds per chunk a cycle first
+//! touched (session 26's 20-50 ms p99 at a million partitions, issue 12). At 256 a chunk's
+//! handle and header (about 64 B) is 0.3 B a partition, and `begin_checkpoint` clones 3 907
+//! handles (in 16 groups) at a million partitions instead of 245.
+//!
+//! Why one `Arc` per partition (session 28, review s25 ckpt M2): with partitions in the slots,
+//! a chunk's copy copied all 256 partitions, each name and run list an allocation (about
+//! 30 KB and 512 allocations, 40 µs), whichever of them the write was for; a seek or a queue
+//! delete paid that for every chunk. Now the copy is 256 handles (2 KB, a count each), and a
+//! write copies only the partition it writes (`Arc::make_mut`), so a stretch pays for what it
+//! writes. A partition costs its 8 B handle and the `Arc`'s 16 B header more, and its chunk's
+//! slots shrink from 112 B to 8 B (docs/memory.md reckons it).
 
 use std::sync::Arc;
 
@@ -50,7 +57,7 @@ pub struct PartitionTable {
 
 #[derive(Clone)]
 struct Chunk {
-    slots: Box<[Option<Partition>]>,
+    slots: Box<[Option<Arc<Partition>>]>,
     used: usize,
 }
 
@@ -80,6 +87,18 @@ fn writable(chunk: &mut Arc<Chunk>) -> &mut Chunk {
     Arc::make_mut(chunk)
 }
 
+/// The partition, copied first (and timed, as a chunk's copy) if a checkpoint's chunk still
+/// holds it.
+fn writable_partition(p: &mut Arc<Partition>) -> &mut Partition {
+    if Arc::get_mut(p).is_none() {
+        let started = cow_clock::start();
+        let copy = Arc::make_mut(p);
+        cow_clock::record(cow_clock::Block::Partitions, started);
+        return copy;
+    }
+    Arc::make_mut(p)
+}
+
 /// The id's group, chunk in the group and slot in the chunk.
 fn split(pid: u64) -> Option<(usize, usize, usize)> {
     let i = usize::try_from(pid).ok()?;
@@ -90,7 +109,7 @@ fn split(pid: u64) -> Option<(usize, usize, usize)> {
 fn get(groups: &[Option<Group>], pid: u64) -> Option<&Partition> {
     let (g, c, i) = split(pid)?;
     let chunk = groups.get(g)?.as_ref()?[c].as_ref()?;
-    chunk.slots.get(i)?.as_ref()
+    chunk.slots.get(i)?.as_deref()
 }
 
 fn values(groups: &[Option<Group>]) -> impl Iterator<Item = &Partition> {
@@ -98,7 +117,7 @@ fn values(groups: &[Option<Group>]) -> impl Iterator<Item = &Partition> {
         .iter()
         .flatten()
         .flat_map(|g| g.iter().flatten())
-        .flat_map(|c| c.slots.iter().flatten())
+        .flat_map(|c| c.slots.iter().flatten().map(|p| &**p))
 }
 
 impl PartitionTable {
@@ -120,12 +139,14 @@ impl PartitionTable {
         Some((chunk, i))
     }
 
-    /// Copies the partition's chunk first if a checkpoint still holds it, so only an id that
-    /// exists pays that copy.
+    /// Copies the partition's chunk (its handles) and then the partition first if a
+    /// checkpoint still holds them, so only an id that exists pays those copies.
     pub fn get_mut(&mut self, pid: &u64) -> Option<&mut Partition> {
         self.get(pid)?;
         let (chunk, i) = self.chunk_mut(*pid)?;
-        writable(chunk).slots.get_mut(i)?.as_mut()
+        Some(writable_partition(
+            writable(chunk).slots.get_mut(i)?.as_mut()?,
+        ))
     }
 
     pub fn contains_key(&self, pid: &u64) -> bool {
@@ -135,7 +156,7 @@ impl PartitionTable {
     /// Stores `p` under `pid`, replacing (and returning) what was there. Ids come from the
     /// replicated `next_partition_id`, below `MAX_NEXT_PARTITION_ID`; an id past `usize` is
     /// not stored.
-    pub fn insert(&mut self, pid: u64, p: Partition) -> Option<Partition> {
+    pub fn insert(&mut self, pid: u64, p: Partition) -> Option<Arc<Partition>> {
         let (g, c, i) = split(pid)?;
         if self.groups.len() <= g {
             self.groups.resize_with(g + 1, || None);
@@ -148,7 +169,7 @@ impl PartitionTable {
             })
         });
         let chunk = writable(chunk);
-        let old = chunk.slots.get_mut(i)?.replace(p);
+        let old = chunk.slots.get_mut(i)?.replace(Arc::new(p));
         if old.is_none() {
             chunk.used += 1;
             self.len += 1;
@@ -156,7 +177,8 @@ impl PartitionTable {
         old
     }
 
-    pub fn remove(&mut self, pid: &u64) -> Option<Partition> {
+    /// Removes the partition; a checkpoint holding it keeps it (nothing is copied).
+    pub fn remove(&mut self, pid: &u64) -> Option<Arc<Partition>> {
         self.get(pid)?;
         let (g, c, i) = split(*pid)?;
         let group = self.groups.get_mut(g)?.as_mut()?;
@@ -169,7 +191,7 @@ impl PartitionTable {
             return Some(old);
         }
         // The chunk's last partition: the chunk goes, so a checkpoint sharing it keeps it and
-        // nothing is copied but this one partition (review s27 ckpt L4).
+        // nothing is copied (review s27 ckpt L4).
         let old = match Arc::try_unwrap(handle.take()?) {
             Ok(mut chunk) => chunk.slots.get_mut(i)?.take()?,
             Err(shared) => shared.slots.get(i)?.clone()?,
@@ -186,10 +208,11 @@ impl PartitionTable {
     }
 
     /// What the table holds besides its partitions' names and runs, by capacity: the list of
-    /// groups, each group's handles, and each chunk's slots (a chunk is allocated whole) and
-    /// header.
+    /// groups, each group's handles, each chunk's slots (a chunk is allocated whole) and
+    /// header, and each partition's `Arc` (its row and the count's 16 B).
     pub fn chunks_bytes(&self) -> usize {
-        const SLOT: usize = std::mem::size_of::<Option<Partition>>();
+        const SLOT: usize = std::mem::size_of::<Option<Arc<Partition>>>();
+        const ROW: usize = std::mem::size_of::<Partition>() + 16;
         const HEADER: usize = std::mem::size_of::<Chunk>() + 16;
         const HANDLES: usize = GROUP * std::mem::size_of::<Option<Arc<Chunk>>>();
         let list = self
@@ -202,7 +225,13 @@ impl PartitionTable {
             .map(|g| {
                 g.iter()
                     .flatten()
-                    .map(|c| c.slots.len().saturating_mul(SLOT).saturating_add(HEADER))
+                    .map(|c| {
+                        c.slots
+                            .len()
+                            .saturating_mul(SLOT)
+                            .saturating_add(HEADER)
+                            .saturating_add(c.used.saturating_mul(ROW))
+                    })
                     .fold(HANDLES, usize::saturating_add)
             })
             .fold(list, usize::saturating_add)
@@ -260,7 +289,8 @@ mod tests {
             handle(&t.groups, 1).is_none(),
             "a chunk with no partitions is freed"
         );
-        let slots = CHUNK * std::mem::size_of::<Option<Partition>>();
+        let slots = CHUNK * std::mem::size_of::<Option<Arc<Partition>>>()
+            + std::mem::size_of::<Partition>();
         assert!(
             before - t.chunks_bytes() >= slots,
             "a freed chunk's slots are no longer counted"
@@ -293,7 +323,7 @@ mod tests {
     fn a_snapshot_keeps_its_moment_and_writes_copy_only_the_chunk_they_touch() {
         let mut t = PartitionTable::default();
         let mid = CHUNK as u64 + 1;
-        for id in [1, 2, mid] {
+        for id in [0, 1, 2, mid] {
             t.insert(id, part(id));
         }
         let snap = t.snapshot();
@@ -310,13 +340,31 @@ mod tests {
         t.insert(3, part(3));
         t.remove(&2);
         assert!(t.get_mut(&4).is_none() && t.remove(&4).is_none());
-        assert_eq!(cow_clock::take().copies, 1, "one copy, at the first write");
+        assert_eq!(
+            cow_clock::take().copies,
+            2,
+            "at the first write, one copy of the chunk's handles and one of the partition"
+        );
         assert!(!shared(&t, &snap, 0), "the written chunk was copied");
         assert!(shared(&t, &snap, 1), "the untouched chunk is still shared");
+        let row = |groups: &[Option<Group>], id: u64| {
+            let (g, c, i) = split(id).unwrap();
+            groups[g].as_ref().unwrap()[c].as_ref().unwrap().slots[i]
+                .clone()
+                .unwrap()
+        };
+        assert!(
+            !Arc::ptr_eq(&row(&t.groups, 1), &row(&snap.groups, 1)),
+            "the written partition was copied"
+        );
+        assert!(
+            Arc::ptr_eq(&row(&t.groups, 0), &row(&snap.groups, 0)),
+            "the chunk's other partitions are shared, not copied"
+        );
         assert_eq!(snap.get(&1).map(|p| p.next_offset), Some(0));
         assert!(snap.get(&2).is_some() && snap.get(&3).is_none());
         let ids: Vec<u64> = snap.values().map(|p| p.id).collect();
-        assert_eq!(ids, vec![1, 2, mid]);
+        assert_eq!(ids, vec![0, 1, 2, mid]);
         assert_eq!(t.get(&1).map(|p| p.next_offset), Some(9));
         let _ = cow_clock::take();
         assert_eq!(t.remove(&mid).map(|p| p.id), Some(mid));
@@ -326,7 +374,7 @@ mod tests {
             "removing a shared chunk's last partition drops the handle, no copy"
         );
         assert!(handle(&t.groups, 1).is_none() && !t.contains_key(&mid));
-        assert_eq!(t.len(), 2);
+        assert_eq!(t.len(), 3);
         assert!(
             snap.get(&mid).is_some(),
             "a chunk freed after the snapshot stays in it"

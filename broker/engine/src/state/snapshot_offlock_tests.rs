@@ -374,3 +374,31 @@ fn a_group_or_queue_deleted_after_the_checkpoint_was_taken_is_still_in_it() {
         assert_eq!(back.groups[&1].cursors[&4097].committed, 1);
     }
 }
+
+#[test]
+fn a_checkpoint_takes_the_transaction_ids_by_shelf_not_by_row_or_block() {
+    let mut s = state();
+    // Under test a FIFO block holds 4 rows and a shelf 3 blocks: 40 000 rows are 10 000
+    // frozen blocks on 3 333 shelves, each group of 100 rows its own time.
+    for i in 0..400u64 {
+        let hashes: Vec<u64> = (0..100).map(|k| i * 100 + k).collect();
+        s.txn_ids.record(1_000 + i as i64, 1, i * 100, &hashes);
+    }
+    let pending = begin_checkpoint(&s);
+    let rows = s.txn_ids.len();
+    assert!(rows >= 40_000);
+    let handles = pending.txn.handles();
+    assert!(
+        handles * 2 <= rows / 4,
+        "{handles} handles cloned for {rows} rows in {} blocks",
+        rows / 4
+    );
+    let want = reference_encode(&s);
+    s.txn_ids.record(9_000, 1, 40_000, &[1, 2, 3]);
+    s.txn_ids.expire(1_200);
+    assert_eq!(
+        pending.finish(),
+        want,
+        "the rows of its moment, nothing after"
+    );
+}

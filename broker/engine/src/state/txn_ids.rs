@@ -46,6 +46,11 @@ impl TxnSnapshot {
     pub fn row_iter(&self) -> impl Iterator<Item = &TxnRow> {
         self.rows.iter()
     }
+
+    /// The block handles taking it cloned (`fifo.rs`: one per shelf and per loose block).
+    pub fn handles(&self) -> usize {
+        self.times.handles() + self.rows.handles()
+    }
 }
 
 pub struct TxnIds {
