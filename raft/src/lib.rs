@@ -41,6 +41,7 @@ pub mod fuzzing;
 mod hand_over;
 mod horizons;
 mod index_cell;
+pub mod join_horizon;
 mod keepalive;
 mod leader_gone;
 mod listener_metrics;

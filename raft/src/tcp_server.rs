@@ -380,6 +380,10 @@ async fn dispatch(
         Request::Append(r) => {
             // Stamped before any refusal: what counts is that a live leader still sends.
             gone.appended();
+            if let Some(gate) = &gate {
+                gate.before_append(crate::join_horizon::append_horizon(&r))
+                    .await;
+            }
             if let Some(refusal) = append_refusal(&raft, gate.as_ref(), &r) {
                 return Ok(refusal);
             }

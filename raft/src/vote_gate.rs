@@ -47,6 +47,8 @@ struct Inner {
     removed: AtomicBool,
     /// Said once: a wiped voter's caught-up log names it a voter.
     stuck_said: AtomicBool,
+    /// The horizon beside the marker is written (`join_horizon`).
+    horizon_known: AtomicBool,
     raft: OnceLock<Raft<TypeConfig>>,
     /// The node's log, whose last (index, term) a "not a member" refusal is weighed against.
     /// Weak: the gate outlives the group's stores (the listener keeps it), and a held log
@@ -126,6 +128,7 @@ impl VoteGate {
                 joining: AtomicBool::new(false),
                 removed: AtomicBool::new(false),
                 stuck_said: AtomicBool::new(false),
+                horizon_known: AtomicBool::new(false),
                 raft: OnceLock::new(),
                 log: OnceLock::new(),
                 opening: tokio::sync::Mutex::new(()),
@@ -142,9 +145,23 @@ impl VoteGate {
             .try_exists()
             .map_err(|e| startup(format!("reading {}: {e}", marker.display())))?;
         if !stands && join && log_empty {
+            // A horizon left from an earlier join (a crash between the two removals) is not
+            // this join's: gone before the marker stands, so it is never read as one.
+            crate::join_horizon::remove_horizon(marker).map_err(|e| {
+                startup(format!(
+                    "removing the horizon beside {}: {e}",
+                    marker.display()
+                ))
+            })?;
             write_marker(marker)?;
         }
         let joining = stands || (join && log_empty);
+        let horizon = crate::join_horizon::horizon_path(marker);
+        let known = joining
+            && horizon
+                .try_exists()
+                .map_err(|e| startup(format!("reading {}: {e}", horizon.display())))?;
+        self.inner.horizon_known.store(known, Ordering::SeqCst);
         if joining {
             tracing::info!(
                 node = self.inner.me,
@@ -207,6 +224,37 @@ impl VoteGate {
         );
     }
 
+    /// Before an append reaches openraft: a joining node keeps the horizon of the first one
+    /// durably (`join_horizon`), so nothing is applied here before it stands. A failed write
+    /// is said and tried again at the next append: a later horizon is higher, which only
+    /// counts more entries as known before the node came back.
+    pub(crate) async fn before_append(&self, horizon: u64) {
+        if !self.joining() || self.inner.horizon_known.load(Ordering::SeqCst) {
+            return;
+        }
+        let _one = self.inner.opening.lock().await;
+        if self.inner.horizon_known.load(Ordering::SeqCst) {
+            return;
+        }
+        let marker = self.inner.marker.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            crate::join_horizon::write_horizon(&marker, horizon)
+        })
+        .await;
+        match written {
+            Ok(Ok(())) => {
+                self.inner.horizon_known.store(true, Ordering::SeqCst);
+                tracing::info!(
+                    node = self.inner.me,
+                    horizon,
+                    "joining: the first append's horizon is kept"
+                );
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "the joining horizon was not written"),
+            Err(e) => tracing::warn!(error = %e, "the joining horizon was not written"),
+        }
+    }
+
     /// After an append this node took from a leader that had committed `leader_commit`:
     /// clears the joining marker once the node caught up as a learner.
     pub(crate) async fn after_append(&self, leader_commit: Option<u64>) {
@@ -244,6 +292,8 @@ impl VoteGate {
             CatchUp::Behind => {}
             CatchUp::Open => {
                 let marker = self.inner.marker.clone();
+                // The horizon stays: the apply may lag the log, and a declaration applied
+                // after the marker went is still weighed against it (`join_horizon`).
                 let removed = tokio::task::spawn_blocking(move || remove_marker(&marker)).await;
                 match removed {
                     Ok(Ok(())) => {
@@ -363,6 +413,38 @@ mod tests {
         // A node that knows no membership refuses nothing.
         let none = BTreeSet::new();
         assert!(!not_a_member(3, (&none, &none), mine, stale));
+    }
+
+    /// The first append's horizon is kept once, before openraft sees the append, and a
+    /// horizon left by an earlier join is gone before the new marker stands (review s27
+    /// tenants H1).
+    #[tokio::test]
+    async fn a_joining_gate_keeps_its_first_appends_horizon_once() {
+        use crate::join_horizon::{horizon_path, read_horizon, write_horizon};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster-joining");
+        write_horizon(&path, 99).unwrap();
+        let gate = VoteGate::new(4, path.clone());
+        assert!(!gate.prepare(true, true).unwrap());
+        assert_eq!(
+            read_horizon(&path).unwrap(),
+            None,
+            "the stale horizon stayed"
+        );
+        gate.before_append(7).await;
+        gate.before_append(20).await;
+        assert_eq!(read_horizon(&path).unwrap(), Some(7));
+        // Restarted still joining: the horizon stands; a later append moves nothing.
+        let again = VoteGate::new(4, path.clone());
+        assert!(!again.prepare(false, false).unwrap());
+        again.before_append(30).await;
+        assert_eq!(read_horizon(&path).unwrap(), Some(7));
+        // Not joining: no horizon is written.
+        let other = dir.path().join("other");
+        let plain = VoteGate::new(1, other.clone());
+        assert!(plain.prepare(false, true).unwrap());
+        plain.before_append(5).await;
+        assert!(!horizon_path(&other).exists());
     }
 
     #[test]

@@ -54,7 +54,7 @@ impl ApplyHandler for EngineApply {
             match &self.declarations {
                 Some(sink) => {
                     for (tenant, voters) in &declared {
-                        sink.applied(tenant, voters).map_err(|e| {
+                        sink.applied(index, tenant, voters).map_err(|e| {
                             tracing::error!(index, tenant, error = %e, "recording a tenant declaration failed; stopping the group");
                             format!("recording the declaration of tenant {tenant:?} at {index} failed: {e}")
                         })?;

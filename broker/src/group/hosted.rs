@@ -7,10 +7,17 @@
 //! does not read stops the start (the operator must act), since guessing a membership could
 //! found a second group.
 //!
-//! A record is marked `opened` before its group's first open: from then on a tenant directory
-//! without its `state.redb` is a lost one (its vote forgotten), and the group restarts joining
+//! A record is marked `opened` (a third line) by the group's first start here, once its
+//! `state.redb` is created and its name fsynced and before Raft starts, so before any vote
+//! (`cluster_member::Member::start`): from then on a tenant directory without its
+//! `state.redb` is a lost one (its vote forgotten), and the group restarts joining
 //! (`cluster_member::GroupFiles::tenant_lost`), never founding or voting, as a wiped
-//! `default` member started with `cluster_join` does.
+//! `default` member started with `cluster_join` does. A first open that failed before the
+//! store stood leaves the record unmarked, so the preferred voter still founds at the next try.
+//!
+//! A node rejoining with `cluster_join` rebuilds its records by replaying the `default` log;
+//! a declaration at or below its joining horizon (`queenmq_raft::join_horizon`) may predate
+//! the wipe, and its group opens joining (`Declarations::applied`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -25,7 +32,7 @@ pub const HOSTED_DIR: &str = "tenants-hosted";
 const HEADER: &str = "queen-tenant-hosted 1";
 /// The optional third line: the group was opened here once.
 const OPENED: &str = "opened";
-/// A record is two short lines: anything longer is not one.
+/// A record is two or three short lines: anything longer is not one.
 const MAX_RECORD_BYTES: u64 = 4096;
 /// The suffix of a record being written; one left by a crash is removed at the next read.
 const TMP_SUFFIX: &str = ".tmp";
@@ -266,33 +273,58 @@ impl Declarations {
         }
     }
 
-    /// A committed declaration applied: recorded (a failure stops the `default` group, whose
-    /// apply must not pass an entry it did not act on), then queued for opening.
-    pub fn applied(&self, tenant: &str, voters: &[u64]) -> Result<(), String> {
+    /// A committed declaration applied at log `index`: recorded (a failure stops the
+    /// `default` group, whose apply must not pass an entry it did not act on), then queued
+    /// for opening.
+    pub fn applied(&self, index: u64, tenant: &str, voters: &[u64]) -> Result<(), String> {
         let recorded = record(&self.data_dir, tenant, voters).map_err(|e| format!("{e:#}"))?;
         if let Recorded::New(v) = &recorded {
             tracing::info!(tenant, voters = ?v, "tenant declared; its group is opened");
-            // Recorded anew while the `default` group is joining: this node's records were
-            // wiped and are being rebuilt by replay (a rejoin, `cluster_join`), and so may
-            // its votes in T's group be. T's group then opens joining too: it neither founds
-            // nor votes until it has caught up as a learner (review s27 tenants M2). Written
-            // here, on the apply, so the default group cannot clear its own marker first.
-            if self
-                .data_dir
-                .join(crate::cluster_member::JOIN_MARKER)
-                .exists()
-            {
+        }
+        // A declaration this node may have voted on before its directory was wiped (a rejoin,
+        // `cluster_join`, rebuilding its records by replay): T's group opens joining, so it
+        // neither founds nor votes until it has caught up as a learner (review s27 tenants
+        // M2). Written here, on the apply, before the group opens. On a record that stood
+        // already too, unless the group was opened since: a kill -9 between the record and
+        // the marker replays to the record and must still write the marker (review s27
+        // tenants M1); once opened, the marker was written before that open.
+        if self.before_rejoin(index)? {
+            let pending = match &recorded {
+                Recorded::New(_) => true,
+                Recorded::Existing(_) => read_hosted(&self.data_dir, tenant)
+                    .map_err(|e| format!("{e:#}"))?
+                    .is_some_and(|h| !h.opened),
+            };
+            if pending {
                 let dir = super::registry::tenant_dir(&self.data_dir, tenant);
                 write_joining_marker(&dir).map_err(|e| format!("{e:#}"))?;
                 tracing::warn!(
                     tenant,
-                    "declared while this node rejoins: the tenant's group opens joining"
+                    index,
+                    "declared before this node rejoined: the tenant's group opens joining"
                 );
             }
         }
         self.lock().insert(tenant.to_owned());
         self.pending.wake.notify_one();
         Ok(())
+    }
+
+    /// Whether the declaration at `index` may predate this node's rejoin (review s27 tenants
+    /// H1): at or below the horizon of the first append the `default` group took after it
+    /// joined (`queenmq_raft::join_horizon`), kept durably beside its joining marker. A
+    /// declaration above it was committed after the node came back, so no group of it existed
+    /// that this node could have voted in and forgotten: it is founded as on any node (were
+    /// this node its preferred founder and marked, nobody would found it). Without a horizon
+    /// (no append taken yet under this version) a standing marker counts every declaration.
+    fn before_rejoin(&self, index: u64) -> Result<bool, String> {
+        let marker = self.data_dir.join(crate::cluster_member::JOIN_MARKER);
+        match queenmq_raft::join_horizon::read_horizon(&marker)? {
+            Some(horizon) => Ok(index <= horizon),
+            None => marker
+                .try_exists()
+                .map_err(|e| format!("reading {}: {e}", marker.display())),
+        }
     }
 
     /// The tenants queued since the last take.

@@ -152,14 +152,81 @@ fn a_declaration_replayed_while_the_node_rejoins_opens_its_group_joining() {
     // An ordinary node: the tenant's group may found and vote.
     let dir = tempfile::tempdir().unwrap();
     let d = Declarations::new(dir.path().to_path_buf());
-    d.applied("acme", &[1, 2, 3]).unwrap();
+    d.applied(4, "acme", &[1, 2, 3]).unwrap();
     assert!(!marker(dir.path(), "acme"));
     // The default group is joining (a wiped node rejoins): every tenant it learns of opens
     // joining, and a later re-apply of a standing record adds nothing.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join(crate::cluster_member::JOIN_MARKER), b"j").unwrap();
     let d = Declarations::new(dir.path().to_path_buf());
-    d.applied("acme", &[1, 2, 3]).unwrap();
+    d.applied(4, "acme", &[1, 2, 3]).unwrap();
     assert!(marker(dir.path(), "acme"));
     assert_eq!(d.take(), vec!["acme".to_string()]);
+}
+
+fn tenant_marked(root: &Path, t: &str) -> bool {
+    super::super::registry::tenant_dir(root, t)
+        .join(crate::cluster_member::JOIN_MARKER)
+        .exists()
+}
+
+/// A rejoining node whose first append named index 10: what was declared at or below it
+/// may have had a group it voted in before the wipe, and opens joining; what was declared
+/// above it is founded as on any node (review s27 tenants H1: marked, a tenant whose
+/// preferred founder is the rejoining node was founded by nobody).
+#[test]
+fn only_declarations_at_or_below_the_first_appends_horizon_open_joining() {
+    let dir = tempfile::tempdir().unwrap();
+    let default_marker = dir.path().join(crate::cluster_member::JOIN_MARKER);
+    std::fs::write(&default_marker, b"j").unwrap();
+    queenmq_raft::join_horizon::write_horizon(&default_marker, 10).unwrap();
+    let d = Declarations::new(dir.path().to_path_buf());
+    d.applied(7, "old", &[1, 2, 3]).unwrap();
+    d.applied(10, "edge", &[1, 2, 3]).unwrap();
+    d.applied(11, "new", &[1, 2, 3]).unwrap();
+    assert!(tenant_marked(dir.path(), "old"));
+    assert!(tenant_marked(dir.path(), "edge"));
+    assert!(!tenant_marked(dir.path(), "new"));
+    // The default marker cleared (caught up in the log) while the apply still lags: the
+    // horizon still decides.
+    std::fs::remove_file(&default_marker).unwrap();
+    d.applied(9, "late", &[1, 2, 3]).unwrap();
+    d.applied(12, "later", &[1, 2, 3]).unwrap();
+    assert!(tenant_marked(dir.path(), "late"));
+    assert!(!tenant_marked(dir.path(), "later"));
+    // A damaged horizon stops the apply, naming the file.
+    std::fs::write(
+        queenmq_raft::join_horizon::horizon_path(&default_marker),
+        b"x",
+    )
+    .unwrap();
+    let e = d.applied(13, "other", &[1, 2, 3]).unwrap_err();
+    assert!(e.contains("cluster-joining-commit"), "{e}");
+}
+
+/// A kill -9 between a rejoining node's record and its tenant marker: the replay finds the
+/// record and still writes the marker (review s27 tenants M1); a record whose group was
+/// opened since is left alone.
+#[test]
+fn a_replay_onto_a_standing_record_writes_the_missing_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let default_marker = dir.path().join(crate::cluster_member::JOIN_MARKER);
+    std::fs::write(&default_marker, b"j").unwrap();
+    // The record stands, the crash came before the marker.
+    record(dir.path(), "acme", &[1, 2, 3]).unwrap();
+    let d = Declarations::new(dir.path().to_path_buf());
+    d.applied(5, "acme", &[1, 2, 3]).unwrap();
+    assert!(tenant_marked(dir.path(), "acme"));
+    // Opened (its marker written before), then the marker cleared by a catch-up: a replay
+    // does not put it back.
+    record(dir.path(), "beta", &[1, 2, 3]).unwrap();
+    mark_opened(dir.path(), "beta").unwrap();
+    d.applied(6, "beta", &[1, 2, 3]).unwrap();
+    assert!(!tenant_marked(dir.path(), "beta"));
+    // Not rejoining: a standing record gets no marker.
+    let dir = tempfile::tempdir().unwrap();
+    record(dir.path(), "acme", &[1, 2, 3]).unwrap();
+    let d = Declarations::new(dir.path().to_path_buf());
+    d.applied(5, "acme", &[1, 2, 3]).unwrap();
+    assert!(!tenant_marked(dir.path(), "acme"));
 }

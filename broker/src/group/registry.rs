@@ -421,7 +421,7 @@ impl Registry {
             .map_err(|e| {
                 QueenError::unavailable(format!("listing the hosted records failed: {e}"))
             })?;
-        let _place = {
+        let place = {
             let slots = self.lock();
             let mut taken = hosted;
             taken.extend(slots.keys().cloned());
@@ -438,6 +438,24 @@ impl Registry {
                     )
                 })?
         };
+        // The proposal and the wait for the group run in a task of their own that holds the
+        // place: the caller's bound (the bus's enqueue timeout) may drop this future while the
+        // declaration sits in the `default` engine's queue and still commits, and the place
+        // must outlive it (review s27 tenants L1).
+        let reg = self.clone();
+        let name = tenant.to_owned();
+        tokio::spawn(async move { reg.declare_holding(&name, place).await })
+            .await
+            .map_err(|e| QueenError::unavailable(format!("declaring {tenant:?} stopped: {e}")))?
+    }
+
+    /// Proposes the declaration of `tenant` through the `default` group and waits for its
+    /// group to open here, holding `_place` under the cap until then.
+    async fn declare_holding(
+        self: &Arc<Self>,
+        tenant: &str,
+        _place: super::declaring::Reservation,
+    ) -> Result<Arc<Group>, QueenError> {
         let default = self.group(DEFAULT_TENANT).await?;
         let live = default
             .live

@@ -156,6 +156,9 @@ async fn t13_m5_a_fresh_learner_votes_once_caught_up() {
         .unwrap();
     wait_until("node 4 caught up as a learner", || !g4.joining()).await;
     assert!(!dir.path().join("4-joining").exists());
+    // Its first append's horizon was kept, and outlives the marker (`join_horizon`).
+    let horizon = crate::join_horizon::read_horizon(&dir.path().join("4-joining")).unwrap();
+    assert!(horizon.is_some(), "no joining horizon was written");
     members[&lead]
         .node
         .change(Change::Promote(BTreeSet::from([4])), BTreeMap::new())

@@ -1,0 +1,140 @@
+//! A joining member's horizon (docs/cluster.md "Tenants", review s27 tenants H1): the highest
+//! log index the first append it took after it joined named (the leader's commit, the
+//! entries' and their predecessor's indexes). Every entry committed before the node came
+//! back lies at or below it, since the commit only grows and a leader's log holds every
+//! committed entry. Kept durably beside the joining marker (`<marker>-commit`), written before
+//! that append reaches openraft, so no entry is applied here before its horizon is known.
+//!
+//! The broker reads it on the `default` group's apply: a tenant declared at or below it may
+//! have had a group this node voted in before its directory was wiped, and that group opens
+//! joining; one declared above it was declared after the node came back, and is founded as
+//! on any node. It outlives the marker (the apply may lag the log the marker's removal
+//! weighs) and goes only when a later join writes a fresh marker.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The horizon file's first line: its format and version.
+const HEADER: &str = "queen-join-horizon 1";
+
+/// Where the horizon of the joining marker at `marker` is kept.
+pub fn horizon_path(marker: &Path) -> PathBuf {
+    let mut name = marker.file_name().unwrap_or_default().to_os_string();
+    name.push("-commit");
+    marker.with_file_name(name)
+}
+
+/// The horizon kept beside `marker`, if one was written. A file that does not read is an
+/// error naming it: guessing a horizon could let this node found a group it voted in once.
+pub fn read_horizon(marker: &Path) -> Result<Option<u64>, String> {
+    let path = horizon_path(marker);
+    let text = match std::fs::read(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+    };
+    let bad = || {
+        format!(
+            "{} is not a joining horizon; remove it and its node's data directory and rejoin \
+             (docs/cluster.md \"Tenants\")",
+            path.display()
+        )
+    };
+    let text = std::str::from_utf8(&text).map_err(|_| bad())?;
+    let mut lines = text.split('\n');
+    if lines.next() != Some(HEADER) {
+        return Err(bad());
+    }
+    let index = lines
+        .next()
+        .and_then(|l| l.strip_prefix("index="))
+        .and_then(|n| n.parse::<u64>().ok())
+        .ok_or_else(bad)?;
+    match (lines.next(), lines.next()) {
+        (Some(""), None) => Ok(Some(index)),
+        _ => Err(bad()),
+    }
+}
+
+/// Writes the horizon beside `marker` durably (a temporary file fsynced, renamed, the
+/// directory fsynced).
+pub fn write_horizon(marker: &Path, index: u64) -> std::io::Result<()> {
+    let path = horizon_path(marker);
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = path.with_file_name(tmp_name);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(format!("{HEADER}\nindex={index}\n").as_bytes())?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, &path)?;
+    sync_parent(&path)
+}
+
+/// Removes the horizon beside `marker`; one already gone counts as removed.
+pub(crate) fn remove_horizon(marker: &Path) -> std::io::Result<()> {
+    let path = horizon_path(marker);
+    match std::fs::remove_file(&path) {
+        Ok(()) => sync_parent(&path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The index an append names at most: the leader's commit, its entries' last, their
+/// predecessor's.
+pub(crate) fn append_horizon(
+    r: &openraft::raft::AppendEntriesRequest<crate::types::TypeConfig>,
+) -> u64 {
+    let commit = r.leader_commit.map_or(0, |l| l.index);
+    let prev = r.prev_log_id.map_or(0, |l| l.index);
+    let last = r.entries.last().map_or(0, |e| e.log_id.index);
+    commit.max(prev).max(last)
+}
+
+fn sync_parent(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => std::fs::File::open(dir)?.sync_all(),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_horizon_is_kept_beside_its_marker_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("cluster-joining");
+        assert_eq!(
+            horizon_path(&marker),
+            dir.path().join("cluster-joining-commit")
+        );
+        assert_eq!(read_horizon(&marker).unwrap(), None);
+        write_horizon(&marker, 42).unwrap();
+        assert_eq!(read_horizon(&marker).unwrap(), Some(42));
+        write_horizon(&marker, 43).unwrap();
+        assert_eq!(read_horizon(&marker).unwrap(), Some(43));
+        remove_horizon(&marker).unwrap();
+        remove_horizon(&marker).unwrap();
+        assert_eq!(read_horizon(&marker).unwrap(), None);
+    }
+
+    #[test]
+    fn a_damaged_horizon_is_refused_naming_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("cluster-joining");
+        for text in [
+            "",
+            "index=4\n",
+            "queen-join-horizon 1\nindex=x\n",
+            "queen-join-horizon 1\nindex=4\nmore\n",
+            "queen-join-horizon 1\nindex=4",
+        ] {
+            std::fs::write(horizon_path(&marker), text).unwrap();
+            let e = read_horizon(&marker).unwrap_err();
+            assert!(e.contains("cluster-joining-commit"), "{text:?}: {e}");
+        }
+    }
+}
