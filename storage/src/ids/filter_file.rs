@@ -137,7 +137,7 @@ fn corrupt(backend: &dyn IoBackend, name: &str, reason: String) -> StorageError 
 
 /// Writes `f` durably: temporary name, data, `fdatasync`, rename, directory fsync.
 pub(crate) fn save(backend: &dyn IoBackend, f: &FilterFile) -> Result<(), StorageError> {
-    if f.words.len() % 8 != 0 {
+    if !f.words.len().is_multiple_of(8) {
         return Err(StorageError::InvalidOptions {
             reason: format!(
                 "{} filter words are not whole 64-byte blocks",
