@@ -7,13 +7,43 @@
 //! acknowledged message is. Only a file that cannot be read at all (an I/O error) makes a
 //! lookup fail, and the push then fails closed (retry), as an unreadable frame does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use queenmq_engine::state::IdStore;
-use queenmq_storage::{FileBackend, IdFiles, IdSource, StorageError};
+use queenmq_engine::dedup_filter::Block;
+use queenmq_engine::state::{FilterFileName, IdStore, SavedFilter};
+use queenmq_storage::{
+    FileBackend, FilterFile, FilterName, IdFileReader, IdFiles, IdSource, StorageError,
+    NO_PREV_FILTER,
+};
+
+/// Open id files kept for lookups (review s27 B1): a window's buckets (60 for 1 h) plus the
+/// unmerged files of the open bucket fit; past it the oldest opened is closed.
+const MAX_OPEN_FILES: usize = 256;
+/// What one open file costs besides its fences (the reader, its fd, the map entry).
+const OPEN_FILE_BYTES: usize = 256;
+
+/// An open id file and the last key of each of its blocks, learnt as lookups read them.
+struct OpenFile {
+    reader: IdFileReader,
+    fences: Mutex<Vec<Option<u64>>>,
+    opened_at: u64,
+}
+
+impl OpenFile {
+    fn bytes(&self) -> usize {
+        OPEN_FILE_BYTES + self.reader.data_blocks() as usize * std::mem::size_of::<Option<u64>>()
+    }
+}
+
+/// Counts of the store's I/O for lookups (tests and the measurements of issue 12).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LookupIo {
+    pub opens: u64,
+    pub block_reads: u64,
+}
 
 /// The subdirectory of a data dir holding the id files.
 pub const IDS_DIR: &str = "ids";
@@ -29,6 +59,11 @@ pub struct DiskIdStore {
     /// while it takes names out of `index` that it is about to remove (a merge's inputs,
     /// expired buckets): after that no lookup can be on its way to one of them.
     names: RwLock<()>,
+    /// Open files by (bucket, source), bounded by `MAX_OPEN_FILES`.
+    open: Mutex<HashMap<(u64, IdSource), Arc<OpenFile>>>,
+    open_bytes: AtomicU64,
+    opens: AtomicU64,
+    block_reads: AtomicU64,
 }
 
 fn damaged(bucket: u64, source: IdSource, e: &StorageError) {
@@ -65,7 +100,65 @@ impl DiskIdStore {
             index: Mutex::new(index),
             next: AtomicU64::new(next),
             names: RwLock::new(()),
+            open: Mutex::new(HashMap::new()),
+            open_bytes: AtomicU64::new(0),
+            opens: AtomicU64::new(0),
+            block_reads: AtomicU64::new(0),
         })
+    }
+
+    /// Opens and block reads done by lookups since the store was opened.
+    pub fn lookup_io(&self) -> LookupIo {
+        LookupIo {
+            opens: self.opens.load(Ordering::Relaxed),
+            block_reads: self.block_reads.load(Ordering::Relaxed),
+        }
+    }
+
+    fn open_files(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, IdSource), Arc<OpenFile>>> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn recount_open(&self, open: &HashMap<(u64, IdSource), Arc<OpenFile>>) {
+        let bytes: usize = open.values().map(|f| f.bytes()).sum();
+        self.open_bytes.store(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Forgets open files that `keep` rejects (merged away, removed, damaged).
+    fn close_where(&self, mut drop_it: impl FnMut(u64, IdSource) -> bool) {
+        let mut open = self.open_files();
+        open.retain(|(b, s), _| !drop_it(*b, *s));
+        self.recount_open(&open);
+    }
+
+    /// The open file of (bucket, source), opening it (and closing the oldest past the
+    /// bound) when it is not.
+    fn opened(&self, bucket: u64, source: IdSource) -> Result<Arc<OpenFile>, StorageError> {
+        if let Some(f) = self.open_files().get(&(bucket, source)) {
+            return Ok(f.clone());
+        }
+        let reader = self.files.open(bucket, source)?;
+        let n = self.opens.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("queen_dedup_id_file_opens_total").increment(1);
+        let f = Arc::new(OpenFile {
+            fences: Mutex::new(vec![None; reader.data_blocks() as usize]),
+            reader,
+            opened_at: n,
+        });
+        let mut open = self.open_files();
+        while open.len() >= MAX_OPEN_FILES {
+            let Some(oldest) = open
+                .iter()
+                .min_by_key(|(_, f)| f.opened_at)
+                .map(|(k, _)| *k)
+            else {
+                break;
+            };
+            open.remove(&oldest);
+        }
+        open.insert((bucket, source), f.clone());
+        self.recount_open(&open);
+        Ok(f)
     }
 
     fn index(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Vec<IdSource>>> {
@@ -79,6 +172,7 @@ impl DiskIdStore {
     /// Removes a damaged file from the directory and the index.
     fn drop_damaged(&self, bucket: u64, source: IdSource, e: &StorageError) {
         damaged(bucket, source, e);
+        self.close_where(|b, s| b == bucket && s == source);
         if let Err(re) = self.files.remove(bucket, source) {
             tracing::warn!(bucket, error = %re, "a damaged id file could not be removed");
         }
@@ -157,11 +251,17 @@ impl IdStore for DiskIdStore {
     ) -> Result<Option<u64>, String> {
         let _names = self.names.read().unwrap_or_else(PoisonError::into_inner);
         for s in self.sources(bucket).into_iter().rev() {
-            match self
-                .files
-                .open(bucket, s)
-                .and_then(|r| r.find(key, &mut *accept))
-            {
+            let found = self.opened(bucket, s).and_then(|f| {
+                let mut fences = f.fences.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut reads = 0;
+                let r = f
+                    .reader
+                    .find_fenced(key, &mut fences, &mut reads, &mut *accept);
+                self.block_reads.fetch_add(reads, Ordering::Relaxed);
+                metrics::counter!("queen_dedup_id_file_reads_total").increment(reads);
+                r
+            });
+            match found {
                 Ok(Some(off)) => return Ok(Some(off)),
                 Ok(None) => {}
                 Err(e @ StorageError::CorruptIdFile { .. }) => self.drop_damaged(bucket, s, &e),
@@ -182,6 +282,7 @@ impl IdStore for DiskIdStore {
             v.retain(|s| !inputs.contains(s));
             v.push(out);
             v.sort_unstable();
+            self.close_where(|b, s| b == bucket && inputs.contains(&s));
         };
         if let Err(e) = self.files.merge_generation_then(bucket, swap) {
             // Merging is only for speed; a damaged input is found and dropped here, the
@@ -202,11 +303,95 @@ impl IdStore for DiskIdStore {
         {
             let _names = self.names.write().unwrap_or_else(PoisonError::into_inner);
             self.index().retain(|b, _| *b >= bucket);
+            self.close_where(|b, _| b < bucket);
         }
         if let Err(e) = self.files.remove_before(bucket) {
             // Left on disk, out of the index: listed again (and removed) at the next start.
             tracing::warn!(error = %e, "id files out of the window could not be removed");
         }
+    }
+
+    fn save_filter(&self, f: &SavedFilter) -> Result<(), String> {
+        let file = FilterFile {
+            epoch: f.name.epoch,
+            number: f.name.number,
+            prev_epoch: f.prev.map_or(NO_PREV_FILTER, |p| p.0),
+            prev_number: f.prev.map_or(NO_PREV_FILTER, |p| p.1),
+            first_bucket: f.name.first_bucket,
+            last_bucket: f.name.last_bucket,
+            opened_us: f.opened_us,
+            last_us: f.last_us,
+            keys: f.keys,
+            tag_us: f.tag_us,
+            k: f.k,
+            words: f.blocks.iter().flatten().copied().collect(),
+        };
+        self.files.save_filter(&file).map_err(|e| e.to_string())
+    }
+
+    fn filters(&self) -> Vec<FilterFileName> {
+        match self.files.list_filters() {
+            Ok(v) => v
+                .into_iter()
+                .map(|n| FilterFileName {
+                    first_bucket: n.first_bucket,
+                    last_bucket: n.last_bucket,
+                    epoch: n.epoch,
+                    number: n.number,
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "dedup filter files could not be listed; the id files are read instead");
+                Vec::new()
+            }
+        }
+    }
+
+    fn load_filter(&self, name: FilterFileName) -> Result<SavedFilter, String> {
+        let n = FilterName {
+            first_bucket: name.first_bucket,
+            last_bucket: name.last_bucket,
+            epoch: name.epoch,
+            number: name.number,
+        };
+        let f = match self.files.load_filter(n) {
+            Ok(f) => f,
+            Err(e @ StorageError::CorruptIdFile { .. }) => {
+                // Never trusted: removed, and its buckets read from the id files.
+                metrics::counter!("queen_dedup_id_files_damaged_total").increment(1);
+                tracing::warn!(error = %e, "a damaged dedup filter file was removed; its buckets are read from the id files");
+                if let Err(re) = self.files.remove_filter(n) {
+                    tracing::warn!(error = %re, "a damaged dedup filter file could not be removed");
+                }
+                return Err(e.to_string());
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        let prev = (f.prev_epoch != NO_PREV_FILTER || f.prev_number != NO_PREV_FILTER)
+            .then_some((f.prev_epoch, f.prev_number));
+        let blocks: Vec<Block> = f
+            .words
+            .chunks_exact(8)
+            .map(|c| {
+                let mut b = [0u64; 8];
+                b.copy_from_slice(c);
+                b
+            })
+            .collect();
+        Ok(SavedFilter {
+            name,
+            prev,
+            opened_us: f.opened_us,
+            last_us: f.last_us,
+            keys: f.keys,
+            tag_us: f.tag_us,
+            k: f.k,
+            blocks,
+        })
+    }
+
+    fn cache_bytes(&self) -> usize {
+        self.open_bytes.load(Ordering::Relaxed) as usize
     }
 }
 

@@ -129,3 +129,115 @@ fn a_file_damaged_after_start_is_dropped_by_the_lookup() {
     );
     assert!(count() < before, "the damaged file met was removed");
 }
+
+/// `n` ids of partition 1 (offset = hash = i), `per_sec` a second from 10 s, spilled past a
+/// table of 512 rows; answers the table and the time of the last push.
+fn fill_fast(spill: &mut TxnSpill, n: u64, per_sec: u64) -> (TxnIds, i64) {
+    let mut ids = TxnIds::default();
+    let mut t = 0;
+    for i in 0..n {
+        t = 10 * SEC + (i / per_sec) as i64 * SEC;
+        ids.record(t, 1, i, &[i]);
+        if i % per_sec == per_sec - 1 {
+            ids.expire(t - KEEP);
+            spill.spill(&mut ids, KEEP, t);
+            spill.settle(&mut ids, KEEP);
+        }
+    }
+    (ids, t)
+}
+
+#[test]
+fn lookups_keep_their_files_open_and_read_one_block_each() {
+    // Review s27 B1: no open() per lookup, and once a file's fences are known one block read.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(DiskIdStore::open(dir.path()).expect("open"));
+    let mut pairs: Vec<(u64, u64)> = (0..20_000u64).map(|i| (i * 7, i)).collect();
+    store.write(3, &mut pairs).expect("write");
+    let mut pairs: Vec<(u64, u64)> = (0..5_000u64).map(|i| (i * 7 + 1, i)).collect();
+    store.write(3, &mut pairs).expect("write");
+    for i in (0..20_000u64).step_by(3) {
+        assert_eq!(store.find(3, i * 7, &mut |o| o == i), Ok(Some(i)));
+    }
+    let warm = store.lookup_io();
+    assert_eq!(warm.opens, 2, "each file opened once");
+    let n = (0..20_000u64).step_by(5).count() as u64;
+    for i in (0..20_000u64).step_by(5) {
+        assert_eq!(store.find(3, i * 7, &mut |o| o == i), Ok(Some(i)));
+    }
+    let io = store.lookup_io();
+    assert_eq!(io.opens, 2, "no open per lookup");
+    // The newer file is asked first (one block, or none when the key sorts past its last
+    // fence), then one block of the file that holds the key.
+    let reads = io.block_reads - warm.block_reads;
+    assert!(
+        reads >= n && reads <= 2 * n,
+        "{reads} block reads for {n} lookups"
+    );
+    assert!(
+        store.cache_bytes() > 0,
+        "open files are counted in the dedup pool"
+    );
+    // A merge closes its inputs; lookups open the output once.
+    store.merge(3);
+    assert_eq!(store.find(3, 7, &mut |o| o == 1), Ok(Some(1)));
+    assert_eq!(store.find(3, 14, &mut |o| o == 2), Ok(Some(2)));
+    assert_eq!(store.lookup_io().opens, 3);
+    store.remove_before(4);
+    assert_eq!(store.cache_bytes(), 0, "removed buckets' files are closed");
+}
+
+#[test]
+fn a_start_installs_the_saved_filters_and_a_damaged_one_is_rebuilt_from_the_ids() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let filter = FilterConfig {
+        bytes: 13 * 256 * 64,
+        ..FilterConfig::default()
+    };
+    let open = |now: i64| {
+        let store = DiskIdStore::open(dir.path()).expect("open");
+        TxnSpill::open(Box::new(store), 512, filter, KEEP, now)
+    };
+    let mut spill = open(0);
+    let (ids, last) = fill_fast(&mut spill, 5 * 5400, 5);
+    drop(spill);
+    let now = last + SEC;
+    let flt: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path().join(IDS_DIR))
+        .expect("list")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "qflt"))
+        .collect();
+    assert!(flt.len() >= 11, "{flt:?}");
+    let horizon_bucket = queenmq_engine::state::bucket_of(now - KEEP);
+    let check = |again: &TxnSpill| {
+        let mut n = 0;
+        for h in (0..5 * 5400u64).step_by(11) {
+            let t = 10 * SEC + (h / 5) as i64 * SEC;
+            if ids.get(1, h).is_none() && queenmq_engine::state::bucket_of(t) > horizon_bucket {
+                let got = again
+                    .find(1, h, now, KEEP, &mut |o| o == h)
+                    .expect("no I/O error");
+                assert_eq!(got, Some(h), "id {h}");
+                n += 1;
+            }
+        }
+        assert!(n > 1000, "{n}");
+    };
+    let again = open(now);
+    let r = again.restored();
+    assert!(r.installed >= 10 && r.buckets_read <= 14, "{r:?}");
+    check(&again);
+    drop(again);
+    // One flipped byte in the middle file: removed, counted, its buckets read from the ids.
+    let mut flt = flt;
+    flt.sort();
+    let victim = flt[flt.len() / 2].clone();
+    let mut bytes = std::fs::read(&victim).expect("read");
+    bytes[200] ^= 0x10;
+    std::fs::write(&victim, &bytes).expect("write");
+    let again = open(now);
+    let r2 = again.restored();
+    assert!(!victim.exists(), "the damaged filter file is removed");
+    assert!(r2.buckets_read > r.buckets_read, "{r2:?} against {r:?}");
+    check(&again);
+}

@@ -25,7 +25,10 @@ pub use backend::{
 };
 pub use error::StorageError;
 pub use format::{segment_name as segment_file_name, HIGHEST_INDEX};
-pub use ids::{id_file_name, parse_id_file_name, IdFileReader, IdFiles, IdSource, PairCursor};
+pub use ids::{
+    id_file_name, parse_id_file_name, FilterFile, FilterName, IdFileReader, IdFiles, IdSource,
+    PairCursor, NO_PREV as NO_PREV_FILTER,
+};
 pub use log::{FloorLease, SegmentLog};
 pub use options::{LogLoss, LogOptions, RecoveryReport, TornTail};
 pub use snapshot::{

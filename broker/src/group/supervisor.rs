@@ -224,6 +224,10 @@ pub async fn supervise(
         "queen_dedup_spilled_ids_total",
         "queen_dedup_spill_failures_total",
         "queen_dedup_id_files_damaged_total",
+        "queen_dedup_filter_lookups_total",
+        "queen_dedup_filter_maybes_total",
+        "queen_dedup_id_file_opens_total",
+        "queen_dedup_id_file_reads_total",
     ] {
         metrics::counter!(series).increment(0);
     }

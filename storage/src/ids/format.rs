@@ -149,7 +149,7 @@ pub(crate) fn decode_block(
 }
 
 /// What an id file holds the pairs of.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum IdSource {
     /// The segment whose first log index this is.
     Segment(u64),

@@ -7,12 +7,14 @@
 //! trusted; the caller removes it and writes it again from its segment, which is why every
 //! file is rebuildable from the log alone. docs/storage-format.md ("Id files") has the format.
 
+mod filter_file;
 mod format;
 mod reader;
 mod writer;
 
 use std::sync::Arc;
 
+pub use filter_file::{FilterFile, FilterName, NO_PREV};
 pub use format::{id_file_name, parse_id_file_name, IdSource};
 pub use reader::{IdFileReader, PairCursor};
 
@@ -190,10 +192,41 @@ impl IdFiles {
                 .remove(&name)
                 .map_err(StorageError::io("remove", self.backend.locate(&name)))?;
         }
-        if !old.is_empty() {
+        // Filter files whose last bucket left the window go with the id files.
+        let filters: Vec<FilterName> = filter_file::list(&*self.backend)?
+            .into_iter()
+            .filter(|f| f.last_bucket < generation)
+            .collect();
+        for f in &filters {
+            self.remove_filter(*f)?;
+        }
+        if !old.is_empty() || !filters.is_empty() {
             self.sync_dir()?;
         }
         Ok(old.len())
+    }
+
+    /// Persists a closed filter generation (temporary name, fdatasync, rename, dir fsync).
+    pub fn save_filter(&self, f: &FilterFile) -> Result<(), StorageError> {
+        filter_file::save(&*self.backend, f)
+    }
+
+    /// Filter files present, by name (removing temporary leftovers of interrupted saves).
+    pub fn list_filters(&self) -> Result<Vec<FilterName>, StorageError> {
+        filter_file::list(&*self.backend)
+    }
+
+    /// Reads and checks one filter file; `CorruptIdFile` when it fails a check.
+    pub fn load_filter(&self, name: FilterName) -> Result<FilterFile, StorageError> {
+        filter_file::load(&*self.backend, name)
+    }
+
+    /// Removes one filter file (not durable until the next directory fsync).
+    pub fn remove_filter(&self, name: FilterName) -> Result<(), StorageError> {
+        let n = name.file_name();
+        self.backend
+            .remove(&n)
+            .map_err(StorageError::io("remove", self.backend.locate(&n)))
     }
 }
 

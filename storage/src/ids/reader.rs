@@ -130,6 +130,72 @@ impl IdFileReader {
         Ok(None)
     }
 
+    /// Data blocks in the file.
+    pub fn data_blocks(&self) -> u64 {
+        self.blocks()
+    }
+
+    /// `find` with the blocks' last keys remembered in `fences` (one slot per data block,
+    /// None until read; review s27 B1): the binary search reads only blocks whose fence is
+    /// unknown, so once a file's fences are known a lookup reads the one block that may hold
+    /// the key. `reads` counts the block reads.
+    pub fn find_fenced(
+        &self,
+        key: u64,
+        fences: &mut [Option<u64>],
+        reads: &mut u64,
+        mut accept: impl FnMut(u64) -> bool,
+    ) -> Result<Option<u64>, StorageError> {
+        let n = self.blocks();
+        if fences.len() as u64 != n {
+            return Err(corrupt(
+                &self.path,
+                0,
+                format!("{} fences for {n} blocks", fences.len()),
+            ));
+        }
+        let mut buf = Vec::with_capacity(super::format::PAIRS_PER_BLOCK);
+        let mut held: Option<u64> = None;
+        let (mut lo, mut hi) = (0u64, n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let fence = match fences[mid as usize] {
+                Some(f) => f,
+                None => {
+                    self.read_block(mid, &mut buf)?;
+                    *reads += 1;
+                    held = Some(mid);
+                    let f = buf.last().map_or(0, |&(k, _)| k);
+                    fences[mid as usize] = Some(f);
+                    f
+                }
+            };
+            if fence < key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let mut i = lo;
+        while i < n {
+            if held != Some(i) {
+                self.read_block(i, &mut buf)?;
+                *reads += 1;
+                fences[i as usize] = buf.last().map(|&(k, _)| k);
+            }
+            for &(k, offset) in buf.iter().skip_while(|(k, _)| *k < key) {
+                if k != key {
+                    return Ok(None);
+                }
+                if accept(offset) {
+                    return Ok(Some(offset));
+                }
+            }
+            i += 1;
+        }
+        Ok(None)
+    }
+
     /// Every pair in order, block by block, checking the order across blocks too.
     pub fn cursor(&self) -> PairCursor<'_> {
         PairCursor {

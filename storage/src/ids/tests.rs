@@ -301,3 +301,147 @@ fn a_file_under_another_name_is_refused() {
         Err(StorageError::CorruptIdFile { block: 0, .. })
     ));
 }
+
+fn a_filter(first_bucket: u64, blocks: usize) -> FilterFile {
+    let mut rng = Rng(first_bucket + 1);
+    FilterFile {
+        epoch: 7,
+        number: 3,
+        prev_epoch: 7,
+        prev_number: 2,
+        first_bucket,
+        last_bucket: first_bucket + 5,
+        opened_us: first_bucket as i64 * 60_000_000 + 5,
+        last_us: (first_bucket as i64 + 5) * 60_000_000 + 9,
+        keys: 1234,
+        tag_us: 60_000_000,
+        k: 7,
+        words: (0..blocks * 8).map(|_| rng.next()).collect(),
+    }
+}
+
+#[test]
+fn a_filter_file_round_trips_and_other_names_are_ignored() {
+    let (mem, files) = files();
+    let f = a_filter(100, 3);
+    files.save_filter(&f).unwrap();
+    files.write_segment(100, 1, &mut [(1, 2)]).unwrap();
+    assert_eq!(files.list_filters().unwrap(), vec![f.name()]);
+    assert_eq!(
+        files.list().unwrap().len(),
+        1,
+        "an id file lister ignores filter files"
+    );
+    assert_eq!(files.load_filter(f.name()).unwrap(), f);
+    assert_eq!(FilterName::parse(&f.name().file_name()), Some(f.name()));
+    assert_eq!(FilterName::parse("f1-2-3-4.qflt"), None);
+    // Its last bucket leaving the window removes it with the id files.
+    files.remove_before(105).unwrap();
+    assert_eq!(files.list_filters().unwrap(), vec![f.name()]);
+    files.remove_before(106).unwrap();
+    assert!(files.list_filters().unwrap().is_empty());
+    assert!(mem.list().unwrap().is_empty());
+}
+
+#[test]
+fn every_crash_while_saving_a_filter_leaves_it_whole_or_absent() {
+    let (mem, files) = files();
+    let f = a_filter(9, 4);
+    mem.record_steps();
+    files.save_filter(&f).unwrap();
+    let steps = mem.take_steps();
+    assert!(steps.len() > 2);
+    let mut whole = 0;
+    for image in steps {
+        let image = IdFiles::new(Arc::new(image.crash()));
+        // A leftover temporary file is removed by the listing, never read.
+        let names = image.list_filters().unwrap();
+        for n in names {
+            assert_eq!(
+                image.load_filter(n).unwrap(),
+                f,
+                "a name holds the whole file"
+            );
+            whole += 1;
+        }
+    }
+    assert!(whole >= 1, "the image after the last step holds the file");
+}
+
+#[test]
+fn every_single_bit_flip_of_a_filter_file_is_detected() {
+    let (mem, files) = files();
+    let f = a_filter(1, 1);
+    files.save_filter(&f).unwrap();
+    let name = f.name().file_name();
+    let file = mem.open(&name).unwrap();
+    let len = file.len().unwrap() as usize;
+    let mut orig = vec![0u8; len];
+    file.read_at(0, &mut orig).unwrap();
+    for bit in 0..len * 8 {
+        let mut b = orig.clone();
+        b[bit / 8] ^= 1 << (bit % 8);
+        file.write_at(0, &b).unwrap();
+        match files.load_filter(f.name()) {
+            Err(StorageError::CorruptIdFile { .. }) => {}
+            other => panic!("bit {bit}: {other:?}"),
+        }
+    }
+    // A wrong length, and a header claiming huge sizes, are refused without allocating.
+    file.write_at(0, &orig).unwrap();
+    file.set_len(len as u64 - 1).unwrap();
+    assert!(matches!(
+        files.load_filter(f.name()),
+        Err(StorageError::CorruptIdFile { .. })
+    ));
+    let mut huge = orig.clone();
+    huge[96..104].copy_from_slice(&u64::MAX.to_le_bytes());
+    file.write_at(0, &huge).unwrap();
+    assert!(matches!(
+        files.load_filter(f.name()),
+        Err(StorageError::CorruptIdFile { .. })
+    ));
+}
+
+#[test]
+fn a_fenced_find_reads_one_block_once_the_fences_are_known() {
+    let (_mem, files) = files();
+    let mut pairs: Vec<(u64, u64)> = (0..40 * PAIRS_PER_BLOCK as u64)
+        .map(|i| (i * 3, i))
+        .collect();
+    files.write_segment(0, 1, &mut pairs).unwrap();
+    let r = files.open(0, IdSource::Segment(1)).unwrap();
+    let mut fences = vec![None; r.data_blocks() as usize];
+    let mut reads = 0;
+    for i in (0..40 * PAIRS_PER_BLOCK as u64).step_by(7) {
+        let before = reads;
+        assert_eq!(
+            r.find_fenced(i * 3, &mut fences, &mut reads, |o| o == i)
+                .unwrap(),
+            Some(i)
+        );
+        assert!(reads - before <= 7, "at most a binary search's reads");
+        // Absent keys between and past the pairs.
+        assert_eq!(
+            r.find_fenced(i * 3 + 1, &mut fences, &mut 0, |_| true)
+                .unwrap(),
+            None
+        );
+    }
+    assert!(fences.iter().all(Option::is_some), "every fence learnt");
+    let before = reads;
+    for i in (0..40 * PAIRS_PER_BLOCK as u64).step_by(11) {
+        r.find_fenced(i * 3, &mut fences, &mut reads, |o| o == i)
+            .unwrap();
+    }
+    let n = (0..40 * PAIRS_PER_BLOCK as u64).step_by(11).count() as u64;
+    assert_eq!(reads - before, n, "one block read per lookup");
+    assert!(
+        files
+            .open(0, IdSource::Segment(1))
+            .unwrap()
+            .find_fenced(0, &mut [None], &mut 0, |_| true)
+            .is_err(),
+        "fences of another file are refused"
+    );
+}

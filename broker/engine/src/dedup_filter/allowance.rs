@@ -3,10 +3,15 @@
 //! hold half the memory budget for good and the node refused writes. Now a group's filters
 //! are drawn from one total when it first spills and given back when it stops.
 //!
-//! Why half of what is left: the rate of a group is unknown when it draws (filters cannot
-//! grow without a rebuild), so the first group to spill gets half the total, enough for the
-//! design load on its own, and every later one half of what remains. However many groups
-//! spill, the filters never hold more than the total.
+//! How much a group draws (review s27 B2): at its first spill a group knows its rate (the
+//! spilled rows over their time span), so it draws what its window needs at that rate, with
+//! headroom, and at most half of what is left (`Want::Rate`): a quiet group that spills once
+//! no longer holds half the total for good, so a busy group spilling later is not starved.
+//! When the rate cannot be told (one batch, one entry time) it draws half of what is left
+//! (`Want::Half`, the session 27 rule). At a start with persisted filters it asks for the
+//! size they were made with (`Want::Exact`, up to all that is left), since bits made for
+//! other sizes cannot be used. However many groups spill, the filters never hold more than
+//! the total.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -40,15 +45,23 @@ impl FilterAllowance {
     /// Draws half of what is left of `total` (whole 64-byte blocks), at least `min`: None
     /// when less than `min` is left.
     pub fn draw(&'static self, total: u64, min: u64) -> Option<FilterDraw> {
+        self.draw_want(total, min, Want::Half)
+    }
+
+    /// Draws what `want` says (whole 64-byte blocks), at least `min`: None when less than
+    /// `min` is left.
+    pub fn draw_want(&'static self, total: u64, min: u64, want: Want) -> Option<FilterDraw> {
         let mut taken = 0;
+        let blocks = |b: u64| b / BLOCK_BYTES as u64 * BLOCK_BYTES as u64;
         self.drawn
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |drawn| {
                 let left = total.saturating_sub(drawn);
-                let half = (left / 2) / BLOCK_BYTES as u64 * BLOCK_BYTES as u64;
-                let want = if half >= min {
-                    half
-                } else {
-                    left / BLOCK_BYTES as u64 * BLOCK_BYTES as u64
+                let half = blocks(left / 2);
+                let want = match want {
+                    Want::Half if half >= min => half,
+                    Want::Half => blocks(left),
+                    Want::Rate(w) => blocks(w.max(min).min(half.max(min))),
+                    Want::Exact(w) => blocks(w.max(min).min(left)),
                 };
                 if want < min || want == 0 {
                     return None;
@@ -62,6 +75,17 @@ impl FilterAllowance {
             bytes: taken,
         })
     }
+}
+
+/// How much a group asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    /// Half of what is left (the rate is unknown).
+    Half,
+    /// What its rate needs: at most half of what is left.
+    Rate(u64),
+    /// The size its persisted filters were made with: up to all that is left.
+    Exact(u64),
 }
 
 /// A group's share of the allowance, given back when dropped.
@@ -107,6 +131,46 @@ mod tests {
         assert_eq!(A.drawn(), total / 4);
         drop(b);
         assert_eq!(A.drawn(), 0);
+    }
+
+    #[test]
+    fn a_quiet_group_draws_for_its_rate_and_leaves_room_for_a_busy_one() {
+        // Review s27 B2: the quiet group spills first.
+        static A: FilterAllowance = FilterAllowance::new();
+        let total = 512 << 20;
+        let quiet = A
+            .draw_want(total, 4096, Want::Rate(3 << 20))
+            .expect("quiet");
+        assert_eq!(
+            quiet.bytes(),
+            3 << 20,
+            "what its rate needs, not half the total"
+        );
+        let busy = A
+            .draw_want(total, 4096, Want::Rate(240 << 20))
+            .expect("busy");
+        assert_eq!(
+            busy.bytes(),
+            240 << 20,
+            "the later busy group gets what it needs"
+        );
+        let huge = A
+            .draw_want(total, 4096, Want::Rate(1 << 40))
+            .expect("capped");
+        assert_eq!(
+            huge.bytes(),
+            (total - (243 << 20)) / 2,
+            "at most half of what is left"
+        );
+        drop((quiet, busy, huge));
+        let exact = A
+            .draw_want(total, 4096, Want::Exact(300 << 20))
+            .expect("exact");
+        assert_eq!(
+            exact.bytes(),
+            300 << 20,
+            "a start gets the size its files were made with"
+        );
     }
 
     #[test]

@@ -85,12 +85,42 @@ impl<'a> BlockedBloom<'a> {
 
 /// `may_contain` over shared blocks, for lookups that do not hold the filter mutably.
 pub(crate) fn contains(blocks: &[Block], k: u32, key: u64) -> bool {
+    contains_tagged(blocks, k, key, 0)
+}
+
+/// What the probes of a key recorded with `tag` are salted with: 0 for tag 0, so untagged
+/// filters keep their bits.
+fn tag_salt(tag: u64) -> u64 {
+    if tag == 0 {
+        0
+    } else {
+        mix(tag.wrapping_mul(0xd6e8_feb8_6659_fd93))
+    }
+}
+
+/// Records `key` with a small tag (the slot of its id-file bucket in a generation, review s27
+/// B1): the block is the key's, the bits inside it are salted by the tag, so a lookup reads
+/// one cache line and tests each tag's probes inside it to learn which bucket may hold the
+/// key.
+pub(crate) fn insert_tagged(blocks: &mut [Block], k: u32, key: u64, tag: u64) {
+    if blocks.is_empty() {
+        return;
+    }
+    let n = blocks.len();
+    let block = &mut blocks[block_of(key, n)];
+    for_each_probe(key ^ tag_salt(tag), k.clamp(1, MAX_K), |w, m| block[w] |= m);
+}
+
+/// Whether `key` may have been recorded with `tag`.
+pub(crate) fn contains_tagged(blocks: &[Block], k: u32, key: u64, tag: u64) -> bool {
     if blocks.is_empty() {
         return false;
     }
     let block = &blocks[block_of(key, blocks.len())];
     let mut all = true;
-    for_each_probe(key, k, |w, m| all &= block[w] & m != 0);
+    for_each_probe(key ^ tag_salt(tag), k.clamp(1, MAX_K), |w, m| {
+        all &= block[w] & m != 0
+    });
     all
 }
 

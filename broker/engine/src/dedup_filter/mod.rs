@@ -12,6 +12,8 @@ mod allowance;
 mod bloom;
 mod ring;
 
-pub use allowance::{FilterAllowance, FilterDraw, NODE_FILTERS};
-pub use bloom::{BlockedBloom, BLOCK_BYTES};
-pub use ring::{FilterConfig, FilterStats, GenerationRing, RingError, MAX_FILTER_BYTES};
+pub use allowance::{FilterAllowance, FilterDraw, Want, NODE_FILTERS};
+pub use bloom::{Block, BlockedBloom, BLOCK_BYTES};
+pub use ring::{
+    FilterConfig, FilterStats, GenerationRing, RingError, SavedGeneration, MAX_FILTER_BYTES,
+};

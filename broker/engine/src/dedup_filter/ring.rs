@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use super::bloom::{contains, probes_for, Block, BlockedBloom, BLOCK_BYTES};
+use super::bloom::{contains, contains_tagged, insert_tagged, probes_for, Block, BLOCK_BYTES};
 
 /// Shares are sized for the previous generation's rate plus this much (in quarters): a
 /// steady rate fills a generation to 80 % of its share, a rate rising by more than a quarter
@@ -37,6 +37,10 @@ pub struct FilterConfig {
     /// the false-positive rate (more id-file reads) instead. False: shares follow the
     /// previous generation's rate and a full share closes early (the session 26 ring).
     pub equal_shares: bool,
+    /// Width of the id-file buckets the keys are tagged with (review s27 B1), in µs; 0: no
+    /// tags. A key recorded at `at` is tagged with the slot of `at / tag_us` inside its
+    /// generation, so a lookup names the one bucket (not the generation's 5-6) to search.
+    pub tag_us: i64,
 }
 
 impl Default for FilterConfig {
@@ -46,6 +50,7 @@ impl Default for FilterConfig {
             generations: 12,
             bits_per_key: 10,
             equal_shares: true,
+            tag_us: 0,
         }
     }
 }
@@ -63,6 +68,8 @@ pub enum RingError {
     Generations(u32),
     #[error("dedup_filter_bits_per_id is {0}; it must be 1..={MAX_BITS_PER_KEY}")]
     BitsPerKey(u32),
+    #[error("the filters' tag width is {0} µs; it must not be negative")]
+    TagWidth(i64),
 }
 
 impl FilterConfig {
@@ -77,6 +84,9 @@ impl FilterConfig {
         }
         if self.bits_per_key == 0 || self.bits_per_key > MAX_BITS_PER_KEY {
             return Err(RingError::BitsPerKey(self.bits_per_key));
+        }
+        if self.tag_us < 0 {
+            return Err(RingError::TagWidth(self.tag_us));
         }
         let min =
             (u64::from(self.generations) + 1) * MIN_BLOCKS_PER_GENERATION * BLOCK_BYTES as u64;
@@ -105,6 +115,8 @@ pub struct Generation {
     /// Ids it takes before it closes early.
     pub capacity: u64,
     pub closed: bool,
+    /// The tag (bucket) of `opened_us`; a key's tag slot counts from it.
+    pub first_tag: u64,
     first_block: usize,
     blocks: usize,
 }
@@ -149,6 +161,17 @@ pub struct GenerationRing {
     next_number: u64,
     newest_us: i64,
     stats: FilterStats,
+    /// Generations closed since `take_closed` (their bits never change again: they are what
+    /// a start may read instead of the id files).
+    closed_log: Vec<u64>,
+}
+
+/// What a persisted generation says of itself (`install`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SavedGeneration {
+    pub opened_us: i64,
+    pub last_us: i64,
+    pub keys: u64,
 }
 
 impl GenerationRing {
@@ -178,6 +201,7 @@ impl GenerationRing {
             next_number: 0,
             newest_us: i64::MIN,
             stats: FilterStats::default(),
+            closed_log: Vec::new(),
         })
     }
 
@@ -214,6 +238,111 @@ impl GenerationRing {
         self.window_us = window_us.max(1);
     }
 
+    /// The tag of an entry time (the id-file bucket when tags are on, else 0).
+    fn tag_of(&self, at_us: i64) -> u64 {
+        if self.config.tag_us > 0 {
+            (at_us.max(0) / self.config.tag_us) as u64
+        } else {
+            0
+        }
+    }
+
+    /// Probes per key (k), a function of `bits_per_key`.
+    pub fn probes(&self) -> u32 {
+        self.k
+    }
+
+    /// The newest entry time given to the ring.
+    pub fn newest_us(&self) -> i64 {
+        self.newest_us
+    }
+
+    /// Blocks each generation takes with equal shares (what a persisted one must have).
+    pub fn equal_share_blocks(&self) -> usize {
+        (self.blocks.len() as u64 / (u64::from(self.config.generations) + 1)).max(1) as usize
+    }
+
+    /// Numbers of the generations closed since the last call, oldest first.
+    pub fn take_closed(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.closed_log)
+    }
+
+    /// The bits of a live generation.
+    pub fn bits(&self, number: u64) -> Option<&[Block]> {
+        self.generation(number)
+            .map(|g| &self.blocks[g.first_block..g.first_block + g.blocks])
+    }
+
+    /// Puts a persisted, closed generation back as the newest one (a start, instead of
+    /// reading its ids). Refused (None) unless shares are equal and its bits are exactly one
+    /// share, and unless it is not older than what the ring holds (entry times only grow).
+    pub fn install(&mut self, saved: SavedGeneration, bits: &[Block]) -> Option<u64> {
+        if !self.config.equal_shares
+            || bits.len() != self.equal_share_blocks()
+            || saved.opened_us < self.newest_us
+            || saved.last_us < saved.opened_us
+        {
+            return None;
+        }
+        self.newest_us = saved.last_us;
+        self.expire(saved.last_us);
+        if let Some(g) = self.live.back_mut() {
+            if !g.closed {
+                g.closed = true;
+                self.closed_log.push(g.number);
+            }
+        }
+        self.open(saved.opened_us);
+        let tag = self.tag_of(saved.opened_us);
+        let g = self.live.back_mut()?;
+        self.blocks[g.first_block..g.first_block + g.blocks].copy_from_slice(bits);
+        g.last_us = saved.last_us;
+        g.keys = saved.keys;
+        g.closed = true;
+        g.first_tag = tag;
+        Some(g.number)
+    }
+
+    /// Records `key` at `at_us` in the live generation `number` (a start putting back ids of
+    /// a bucket an installed generation shares with one that could not be installed). False
+    /// when that generation is gone or `at_us` lies outside its buckets.
+    pub fn insert_into(&mut self, number: u64, at_us: i64, key: u64) -> bool {
+        let tag = self.tag_of(at_us);
+        let k = self.k;
+        let last_tag = |g: &Generation, c: &FilterConfig| {
+            if c.tag_us > 0 {
+                (g.last_us.max(0) / c.tag_us) as u64
+            } else {
+                0
+            }
+        };
+        let config = self.config;
+        let Some(g) = self.live.iter().find(|g| g.number == number) else {
+            return false;
+        };
+        if tag < g.first_tag || tag > last_tag(g, &config) {
+            return false;
+        }
+        let range = g.first_block..g.first_block + g.blocks;
+        insert_tagged(&mut self.blocks[range], k, key, tag - g.first_tag);
+        true
+    }
+
+    /// Like `lookup`, but with the bucket: every (generation, tag) whose bits may hold `key`,
+    /// newest generation first. One cache line per generation; the tags are tested inside it.
+    pub fn lookup_tags(&self, key: u64, now_us: i64, window_us: i64, out: &mut Vec<(u64, u64)>) {
+        let horizon = now_us.saturating_sub(window_us);
+        for g in self.live.iter().rev().take_while(|g| g.last_us >= horizon) {
+            let blocks = &self.blocks[g.first_block..g.first_block + g.blocks];
+            let last = self.tag_of(g.last_us).max(g.first_tag);
+            for tag in g.first_tag..=last {
+                if contains_tagged(blocks, self.k, key, tag - g.first_tag) {
+                    out.push((g.number, tag));
+                }
+            }
+        }
+    }
+
     fn span_us(&self) -> i64 {
         (self.window_us / i64::from(self.config.generations)).max(1)
     }
@@ -230,10 +359,12 @@ impl GenerationRing {
             Some(g) if g.closed => true,
             Some(g) if at.saturating_sub(g.opened_us) >= span => {
                 g.closed = true;
+                self.closed_log.push(g.number);
                 true
             }
             Some(g) if g.keys >= g.capacity => {
                 g.closed = true;
+                self.closed_log.push(g.number);
                 self.stats.early_closes += 1;
                 metrics::counter!("queen_dedup_window_shortened_total", "reason" => "share")
                     .increment(1);
@@ -245,9 +376,15 @@ impl GenerationRing {
             self.open(at);
         }
         let k = self.k;
+        let tag = self.tag_of(at);
         if let Some(g) = self.live.back_mut() {
             let range = g.first_block..g.first_block + g.blocks;
-            BlockedBloom::new(&mut self.blocks[range], k).insert(key);
+            insert_tagged(
+                &mut self.blocks[range],
+                k,
+                key,
+                tag.saturating_sub(g.first_tag),
+            );
             g.keys += 1;
             g.last_us = at;
         }
@@ -271,11 +408,14 @@ impl GenerationRing {
             .rev()
             .take_while(move |g| g.last_us >= horizon)
             .filter(move |g| {
-                contains(
-                    &self.blocks[g.first_block..g.first_block + g.blocks],
-                    self.k,
-                    key,
-                )
+                let blocks = &self.blocks[g.first_block..g.first_block + g.blocks];
+                if self.config.tag_us > 0 {
+                    let last = self.tag_of(g.last_us).max(g.first_tag);
+                    (g.first_tag..=last)
+                        .any(|t| contains_tagged(blocks, self.k, key, t - g.first_tag))
+                } else {
+                    contains(blocks, self.k, key)
+                }
             })
             .map(|g| g.number)
     }
@@ -346,6 +486,7 @@ impl GenerationRing {
             keys: 0,
             capacity: capacity.max(1),
             closed: false,
+            first_tag: self.tag_of(at_us),
             first_block: first,
             blocks,
         });

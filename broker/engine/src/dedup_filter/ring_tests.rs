@@ -13,6 +13,7 @@ fn config(bytes: u64, generations: u32) -> FilterConfig {
         generations,
         bits_per_key: 10,
         equal_shares: false,
+        tag_us: 0,
     }
 }
 
@@ -223,4 +224,77 @@ fn equal_shares_hold_a_steady_rate_for_the_whole_window() {
         maybe * 100.0
     );
     assert!(maybe < 0.15, "{maybe}");
+}
+
+#[test]
+fn tags_name_the_bucket_of_a_key_and_an_installed_generation_answers_as_before() {
+    // Review s27 B1 and the restart: 1 h window, G = 12, one-minute tags.
+    const MIN: i64 = 60_000_000;
+    let c = FilterConfig {
+        bytes: 13 * 64 * 64,
+        tag_us: MIN,
+        ..FilterConfig::default()
+    };
+    let mut ring = GenerationRing::new(c, 60 * MIN).unwrap();
+    for i in 0..3600u64 {
+        ring.insert(30_000_000 + i as i64 * 1_000_000, key(1, i));
+    }
+    let now = 30_000_000 + 3600 * 1_000_000;
+    let mut hits = Vec::new();
+    for i in (0..3600u64).step_by(17) {
+        hits.clear();
+        ring.lookup_tags(key(1, i), now, 60 * MIN, &mut hits);
+        let bucket = (30_000_000 + i * 1_000_000) / MIN as u64;
+        assert!(hits.iter().any(|(_, b)| *b == bucket), "id {i}: {hits:?}");
+    }
+    // Closed generations are reported once, and installing their bits in a new ring gives
+    // the same answers.
+    let closed = ring.take_closed();
+    assert!(closed.len() >= 11, "{closed:?}");
+    assert!(ring.take_closed().is_empty());
+    let mut again = GenerationRing::new(c, 60 * MIN).unwrap();
+    for n in &closed {
+        let g = *ring.generation(*n).unwrap();
+        let saved = SavedGeneration {
+            opened_us: g.opened_us,
+            last_us: g.last_us,
+            keys: g.keys,
+        };
+        assert!(again.install(saved, ring.bits(*n).unwrap()).is_some());
+        // Older than the ring's newest: refused.
+        assert!(again
+            .install(
+                SavedGeneration {
+                    opened_us: 0,
+                    last_us: 1,
+                    keys: 1
+                },
+                ring.bits(*n).unwrap()
+            )
+            .is_none());
+    }
+    for i in (0..3600u64).step_by(7) {
+        let k = key(1, i);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        ring.lookup_tags(k, now, 60 * MIN, &mut a);
+        again.lookup_tags(k, now, 60 * MIN, &mut b);
+        let from_closed: Vec<u64> = a
+            .iter()
+            .filter(|(n, _)| closed.contains(n))
+            .map(|(_, t)| *t)
+            .collect();
+        let installed: Vec<u64> = b.iter().map(|(_, t)| *t).collect();
+        assert_eq!(from_closed, installed, "id {i}");
+    }
+    // Bits of another size are refused.
+    assert!(again
+        .install(
+            SavedGeneration {
+                opened_us: now,
+                last_us: now,
+                keys: 1
+            },
+            &[[0; 8]; 3]
+        )
+        .is_none());
 }

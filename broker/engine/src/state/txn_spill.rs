@@ -27,8 +27,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use super::txn_filter_files::{restore, FilterFileName, Origins, RestoreReport, SavedFilter};
 use super::txn_ids::{TxnIds, TxnRow};
-use crate::dedup_filter::{FilterAllowance, FilterConfig, FilterDraw, GenerationRing, RingError};
+use crate::dedup_filter::{
+    FilterAllowance, FilterConfig, FilterDraw, GenerationRing, RingError, Want, BLOCK_BYTES,
+};
 
 /// Width of one id-file bucket: the `generation` number in an id file's name is
 /// `entry time / ID_BUCKET_US`. Fixed, so files of any past configuration keep their meaning.
@@ -38,15 +41,6 @@ pub const MIN_HOT_IDS: usize = 16;
 
 pub fn bucket_of(at_us: i64) -> u64 {
     (at_us.max(0) / ID_BUCKET_US) as u64
-}
-
-/// The newest entry time a bucket holds.
-fn bucket_end_us(bucket: u64) -> i64 {
-    i64::try_from(bucket)
-        .unwrap_or(i64::MAX)
-        .saturating_add(1)
-        .saturating_mul(ID_BUCKET_US)
-        .saturating_sub(1)
 }
 
 /// The key of (partition, xxh3 of the transaction id) in the filters and the id files.
@@ -83,8 +77,26 @@ pub trait IdStore: Send + Sync {
     ) -> Result<Option<u64>, String>;
     /// Merges a bucket's files into one (no more ids will be written to it).
     fn merge(&self, bucket: u64);
-    /// Removes the files of every bucket before `bucket`.
+    /// Removes the files of every bucket before `bucket` (and the filter files whose last
+    /// bucket is before it).
     fn remove_before(&self, bucket: u64);
+    /// Persists a closed filter generation, durable with its name when this returns.
+    fn save_filter(&self, _f: &SavedFilter) -> Result<(), String> {
+        Err("this store keeps no filter files".into())
+    }
+    /// The filter files present.
+    fn filters(&self) -> Vec<FilterFileName> {
+        Vec::new()
+    }
+    /// Reads one filter file; a damaged one is reported and removed by the store (an error).
+    fn load_filter(&self, name: FilterFileName) -> Result<SavedFilter, String> {
+        Err(format!("no filter file {name:?}"))
+    }
+    /// Bytes of RAM the store holds for lookups (open files, block fences), counted in the
+    /// `dedup` pool.
+    fn cache_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// Work for the writer, in the order it was asked.
@@ -100,6 +112,8 @@ enum Job {
     },
     /// The buckets before this one left the longest window.
     RemoveBefore(u64),
+    /// A closed generation's bits, to persist (a start then reads them, not its ids).
+    SaveFilter(Box<SavedFilter>),
 }
 
 /// A spill's outcome: on success the rows' keys are in durable files.
@@ -133,6 +147,13 @@ fn run_job(
     let (rows, mut newest, ring) = match job {
         Job::RemoveBefore(b) => {
             store.remove_before(b);
+            return;
+        }
+        Job::SaveFilter(f) => {
+            if let Err(e) = store.save_filter(&f) {
+                // Only the next start's speed depends on it: it reads those ids instead.
+                tracing::warn!(error = %e, "a dedup filter generation could not be saved; the next start reads its id files");
+            }
             return;
         }
         Job::Spill {
@@ -319,6 +340,11 @@ pub struct TxnSpill {
     /// the table holds this many rows (not at every push while the disk refuses).
     failing: bool,
     retry_at_len: usize,
+    /// This process's epoch in filter files' names (grows across starts).
+    epoch: u64,
+    /// Generations installed from filter files: their writers' (epoch, number).
+    origins: Origins,
+    restored: RestoreReport,
 }
 
 impl TxnSpill {
@@ -358,6 +384,16 @@ impl TxnSpill {
         let store: Arc<dyn IdStore> = Arc::from(store);
         let below = bucket_of(now_us.saturating_sub(keep_us));
         store.remove_before(below);
+        // Tags name the one bucket a "maybe" searches (review s27 B1).
+        let mut filter = filter;
+        filter.tag_us = ID_BUCKET_US;
+        let epoch = store
+            .filters()
+            .iter()
+            .map(|f| f.epoch.saturating_add(1))
+            .max()
+            .unwrap_or(0)
+            .max(u64::try_from(now_us).unwrap_or(0));
         let mut spill = TxnSpill {
             writer: None,
             charged: Arc::new(AtomicUsize::new(0)),
@@ -373,28 +409,46 @@ impl TxnSpill {
             removed_below: below,
             failing: false,
             retry_at_len: 0,
+            epoch,
+            origins: Origins::new(),
+            restored: RestoreReport::default(),
         };
         let buckets = spill.store.buckets();
         if !buckets.is_empty() {
-            spill.ensure_ring(keep_us);
+            // The size the persisted filters were made with, so their bits can be used.
+            let want = spill
+                .store
+                .filters()
+                .into_iter()
+                .max()
+                .and_then(|n| spill.store.load_filter(n).ok())
+                .map_or(Want::Half, |f| {
+                    let g = u64::from(spill.filter.generations) + 1;
+                    Want::Exact((f.blocks.len() as u64).saturating_mul(g * BLOCK_BYTES as u64))
+                });
+            spill.ensure_ring(keep_us, want);
             // Files to merge and expire: the writer runs from the start.
             spill.start_writer();
         }
-        for b in buckets {
-            // A key is given the end of its bucket: never earlier than its entry time, so the
-            // ring keeps it at least as long as the window does.
-            let at = bucket_end_us(b);
-            spill.newest_us = spill.newest_us.max(at);
-            let read = match &mut spill.ring {
-                Some(r) => spill.store.keys(b, &mut |k| r.insert(at, k)),
-                None => spill.store.keys(b, &mut |_| {}),
-            };
-            if let Err(e) = read {
-                // The filters cannot vouch for this bucket: every lookup inside the window
+        if !buckets.is_empty() {
+            // Persisted generations where they can be used, the id files of the rest (a key
+            // read from its file is given the end of its bucket: never earlier than its entry
+            // time, so the ring keeps it at least as long as the window does).
+            let mut lost = i64::MIN;
+            let newest = restore(
+                &*spill.store,
+                &mut spill.ring,
+                &mut spill.origins,
+                &mut spill.restored,
+                // The filters cannot vouch for such a bucket: every lookup inside the window
                 // searches it, and fails closed while the file cannot be read (review s26 M2).
-                tracing::warn!(bucket = b, error = %e, "an id file could not be read at start; its bucket is searched by every lookup");
-                spill.ring_lost_through_us = spill.ring_lost_through_us.max(at);
-            }
+                &mut |at| lost = lost.max(at),
+            );
+            spill.ring_lost_through_us = spill.ring_lost_through_us.max(lost);
+            spill.newest_us = spill.newest_us.max(newest);
+            spill.save_closed();
+        }
+        for b in buckets {
             // Files of older buckets may be the inputs of an interrupted merge.
             spill.store.merge(b);
         }
@@ -406,6 +460,52 @@ impl TxnSpill {
         self.hot_ids
     }
 
+    /// What the last start read: generations installed from filter files, buckets read from
+    /// id files.
+    pub fn restored(&self) -> RestoreReport {
+        self.restored
+    }
+
+    /// Hands the generations the ring closed since the last call to the writer, to persist.
+    /// Their bits are copied here, under the caller's lock (a memcpy of one share, about
+    /// 20 MiB for the default allowance, every window / G).
+    fn save_closed(&mut self) {
+        let Some(r) = self.ring.as_mut() else {
+            return;
+        };
+        let closed = r.take_closed();
+        let mut jobs = Vec::new();
+        for n in closed {
+            let (Some(g), Some(bits)) = (r.generation(n), r.bits(n)) else {
+                continue;
+            };
+            if self.origins.contains_key(&n) {
+                // Installed from a file that is still there.
+                continue;
+            }
+            let origin = |m: u64| self.origins.get(&m).copied().unwrap_or((self.epoch, m));
+            let (epoch, number) = origin(n);
+            jobs.push(SavedFilter {
+                name: FilterFileName {
+                    first_bucket: bucket_of(g.opened_us),
+                    last_bucket: bucket_of(g.last_us),
+                    epoch,
+                    number,
+                },
+                prev: n.checked_sub(1).map(origin),
+                opened_us: g.opened_us,
+                last_us: g.last_us,
+                keys: g.keys,
+                tag_us: r.config().tag_us,
+                k: r.probes(),
+                blocks: bits.to_vec(),
+            });
+        }
+        for f in jobs {
+            self.send(Job::SaveFilter(Box::new(f)));
+        }
+    }
+
     /// Bytes of the filters' allocation (0 until the first spill), counting filters the
     /// writer allocated that are not installed yet.
     pub fn filter_bytes(&self) -> usize {
@@ -413,6 +513,7 @@ impl TxnSpill {
             .as_ref()
             .map_or(0, |r| r.allocated_bytes())
             .saturating_add(self.charged.load(Ordering::Acquire))
+            .saturating_add(self.store.cache_bytes())
     }
 
     /// Whether the writer thread (or its inline stand-in) was started.
@@ -431,15 +532,31 @@ impl TxnSpill {
         self.start_writer().send(&*store, &charged, job);
     }
 
+    /// What the filters of a group spilling `rows` (oldest first) need for `keep_us` at the
+    /// rate the rows show: G + 1 generations at `bits_per_key`, plus a quarter (review s27 B2).
+    fn want_for(&self, rows: &[(i64, TxnRow)], keep_us: i64) -> Want {
+        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+            return Want::Half;
+        };
+        let span = last.0.saturating_sub(first.0);
+        if span <= 0 || rows.len() < 2 {
+            return Want::Half;
+        }
+        let g = u128::from(self.filter.generations);
+        let ids = rows.len() as u128 * keep_us.max(1) as u128 / span as u128 * (g + 1) / g;
+        let bytes = ids * u128::from(self.filter.bits_per_key) / 8 * 5 / 4;
+        Want::Rate(u64::try_from(bytes).unwrap_or(u64::MAX))
+    }
+
     /// The filters to allocate, when there are none yet (drawing them from the allowance).
-    fn ring_request(&mut self, keep_us: i64) -> Option<(FilterConfig, i64)> {
+    fn ring_request(&mut self, keep_us: i64, want: Want) -> Option<(FilterConfig, i64)> {
         if self.ring.is_some() || self.ring_lost_through_us == i64::MAX {
             return None;
         }
         let mut config = self.filter;
         if let Some(a) = self.allowance {
             if self.draw.is_none() {
-                match a.draw(config.bytes, config.min_bytes()) {
+                match a.draw_want(config.bytes, config.min_bytes(), want) {
                     Some(d) => self.draw = Some(d),
                     None => {
                         tracing::warn!(
@@ -456,8 +573,8 @@ impl TxnSpill {
         Some((config, keep_us))
     }
 
-    fn ensure_ring(&mut self, keep_us: i64) {
-        if let Some((config, window)) = self.ring_request(keep_us) {
+    fn ensure_ring(&mut self, keep_us: i64, want: Want) {
+        if let Some((config, window)) = self.ring_request(keep_us, want) {
             self.install_ring(GenerationRing::new(config, window));
         }
     }
@@ -500,13 +617,14 @@ impl TxnSpill {
         if self.pending.is_none() && ids.len() > self.hot_ids && ids.len() >= self.retry_at_len {
             let n = ids.whole_groups_of(ids.len() - self.hot_ids + self.hot_ids / 4);
             let rows = ids.oldest(n);
+            let want = self.want_for(&rows, keep_us);
             ids.seal();
             self.pending = Some(Pending {
                 front_at: ids.forgotten(),
                 n,
                 same_table: true,
             });
-            let ring = self.ring_request(keep_us);
+            let ring = self.ring_request(keep_us, want);
             self.send(Job::Spill {
                 rows,
                 newest_us: self.newest_us,
@@ -574,7 +692,7 @@ impl TxnSpill {
         }
         self.failing = false;
         self.retry_at_len = 0;
-        self.ensure_ring(keep_us);
+        self.ensure_ring(keep_us, Want::Half);
         if let Some(r) = &mut self.ring {
             r.set_window(keep_us);
             for (at, key) in done.given {
@@ -582,6 +700,7 @@ impl TxnSpill {
             }
         }
         self.newest_us = self.newest_us.max(done.newest_us);
+        self.save_closed();
         self.sync_lost();
         if p.same_table {
             // Rows expired while the file was written are already gone.
@@ -611,16 +730,21 @@ impl TxnSpill {
             search.push((lo, bucket_of(self.ring_lost_through_us.min(now_us))));
         }
         if let Some(r) = &self.ring {
-            for g in r
-                .lookup(key, now_us, window_us)
-                .filter_map(|n| r.generation(n))
-            {
-                search.push((bucket_of(g.opened_us.max(horizon)), bucket_of(g.last_us)));
+            // The tags name the bucket of each generation that may hold the key: a "maybe"
+            // costs one bucket's files, not the generation's 5-6 (review s27 B1).
+            let mut hits = Vec::new();
+            r.lookup_tags(key, now_us, window_us, &mut hits);
+            for (_, b) in hits {
+                if b >= lo {
+                    search.push((b, b));
+                }
             }
         }
+        metrics::counter!("queen_dedup_filter_lookups_total").increment(1);
         if search.is_empty() {
             return Ok(None);
         }
+        metrics::counter!("queen_dedup_filter_maybes_total").increment(1);
         let mut buckets: Vec<u64> = self
             .store
             .buckets()

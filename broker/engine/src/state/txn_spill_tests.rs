@@ -16,6 +16,11 @@ struct MemStore {
     fail_keys: Arc<Mutex<bool>>,
     /// While set, a write waits for the test to open the gate (a slow disk).
     gate: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    /// Persisted filter generations by name; names in `damaged` fail to load.
+    filters: Arc<Mutex<BTreeMap<FilterFileName, SavedFilter>>>,
+    damaged: Arc<Mutex<Vec<FilterFileName>>>,
+    /// Buckets whose keys were read (`keys`) since the last reset.
+    keys_read: Arc<Mutex<usize>>,
 }
 
 impl IdStore for MemStore {
@@ -45,6 +50,7 @@ impl IdStore for MemStore {
         if *self.fail_keys.lock().unwrap() {
             return Err("EIO".into());
         }
+        *self.keys_read.lock().unwrap() += 1;
         for f in self
             .files
             .lock()
@@ -85,6 +91,29 @@ impl IdStore for MemStore {
     }
     fn remove_before(&self, bucket: u64) {
         self.files.lock().unwrap().retain(|b, _| *b >= bucket);
+        self.filters
+            .lock()
+            .unwrap()
+            .retain(|n, _| n.last_bucket >= bucket);
+    }
+    fn save_filter(&self, f: &SavedFilter) -> Result<(), String> {
+        self.filters.lock().unwrap().insert(f.name, f.clone());
+        Ok(())
+    }
+    fn filters(&self) -> Vec<FilterFileName> {
+        self.filters.lock().unwrap().keys().copied().collect()
+    }
+    fn load_filter(&self, name: FilterFileName) -> Result<SavedFilter, String> {
+        if self.damaged.lock().unwrap().contains(&name) {
+            self.filters.lock().unwrap().remove(&name);
+            return Err("CRC".into());
+        }
+        self.filters
+            .lock()
+            .unwrap()
+            .get(&name)
+            .cloned()
+            .ok_or_else(|| "gone".into())
     }
 }
 
@@ -423,4 +452,203 @@ fn rows_recorded_at_the_time_of_a_group_taken_whole_stay_until_written() {
         Some(17),
         "the row written after the take stays"
     );
+}
+
+/// 1 h window, G = 12: generations of 5 min span 5-6 one-minute buckets. Ids at `per_sec` a
+/// second for `secs` from `t0`, spilled past a hot table of 64.
+fn an_hour_and_more(
+    store: &MemStore,
+    bytes: u64,
+    secs: i64,
+    per_sec: u64,
+) -> (TxnSpill, TxnIds, i64) {
+    let filter = FilterConfig {
+        bytes,
+        ..FilterConfig::default()
+    };
+    let mut spill = TxnSpill::open(Box::new(store.clone()), 64, filter, KEEP, 0);
+    let mut ids = TxnIds::default();
+    let t0 = 100 * SEC;
+    let mut h = 0;
+    for s in 0..secs {
+        let t = t0 + s * SEC;
+        for _ in 0..per_sec {
+            ids.record(t, 1, h, &[h]);
+            h += 1;
+        }
+        ids.expire(t - KEEP);
+        spill.spill(&mut ids, KEEP, t);
+        spill.settle(&mut ids, KEEP);
+    }
+    (spill, ids, t0 + secs * SEC)
+}
+
+#[test]
+fn a_maybe_searches_one_bucket_not_the_generations_span() {
+    // Review s27 B1: tags name the bucket inside the generation.
+    let store = MemStore::default();
+    let (spill, ids, now) = an_hour_and_more(&store, 13 * 12 * 64, 3600, 2);
+    let ring = spill.ring.as_ref().unwrap();
+    assert!(ring.generations().count() >= 12);
+    assert!(
+        store.buckets().len() >= 55,
+        "{} buckets",
+        store.buckets().len()
+    );
+    let mut maybes = 0;
+    *store.reads.lock().unwrap() = 0;
+    for h in 10_000_000..10_020_000u64 {
+        let key = id_key(1, h);
+        let gens = ring.lookup(key, now, KEEP).count();
+        let before = *store.reads.lock().unwrap();
+        assert_eq!(found(&spill, h, now), None);
+        let searched = *store.reads.lock().unwrap() - before;
+        maybes += gens;
+        // A generation that may hold the key names its buckets by tag: one each (rarely
+        // more, when a block is nearly full), not its whole span of 5-6.
+        assert!(
+            searched <= 6 * gens,
+            "{searched} buckets for {gens} generations"
+        );
+    }
+    let searched = *store.reads.lock().unwrap();
+    eprintln!("20000 new ids: {maybes} generation maybes, {searched} bucket searches");
+    assert!(maybes > 100, "the test reaches the files: {maybes}");
+    assert!(
+        (searched as f64) < 1.2 * maybes as f64,
+        "{searched} bucket searches for {maybes} generation maybes"
+    );
+    // Spilled ids are found, each in its one bucket (plus rare false positives).
+    *store.reads.lock().unwrap() = 0;
+    let mut n = 0;
+    for h in (0..7200u64).step_by(13) {
+        if ids.get(1, h).is_none()
+            && bucket_of(100 * SEC + (h as i64 / 2) * SEC) > bucket_of(now - KEEP)
+        {
+            assert_eq!(found(&spill, h, now), Some(h), "id {h}");
+            n += 1;
+        }
+    }
+    let searched = *store.reads.lock().unwrap();
+    // Its own bucket, plus the false positives of newer generations asked before it.
+    assert!(
+        searched < 2 * n,
+        "{searched} bucket searches for {n} spilled ids"
+    );
+}
+
+#[test]
+fn a_start_reads_the_persisted_filters_not_the_id_files() {
+    // Review s27 "Restart": closed generations' bits are saved; a start installs them and
+    // reads only the buckets none covers (the open generation's, a partial last one).
+    let store = MemStore::default();
+    let (spill, ids, now) = an_hour_and_more(&store, 13 * 64 * 64, 5400, 1);
+    drop(spill);
+    let saved = store.filters.lock().unwrap().len();
+    assert!(saved >= 12, "{saved} generations saved");
+    let buckets = store.buckets().len();
+    let spilled: Vec<u64> = (0..5400).filter(|h| ids.get(1, *h).is_none()).collect();
+    let filter = FilterConfig {
+        bytes: 13 * 64 * 64,
+        ..FilterConfig::default()
+    };
+    let check = |again: &TxnSpill| {
+        let horizon = now - KEEP;
+        let mut n = 0;
+        for &h in &spilled {
+            // Ids whose bucket is wholly inside the window (the oldest may have left).
+            if bucket_of(100 * SEC + h as i64 * SEC) > bucket_of(horizon) {
+                assert_eq!(found(again, h, now), Some(h), "id {h}");
+                n += 1;
+            }
+        }
+        assert!(n > 3000, "{n} ids checked");
+    };
+    *store.keys_read.lock().unwrap() = 0;
+    let again = TxnSpill::open(Box::new(store.clone()), 64, filter, KEEP, now);
+    let r = again.restored();
+    assert!(r.installed >= 11, "{r:?}");
+    assert!(r.buckets_read <= 14, "{r:?} of {buckets} buckets");
+    // Plus, at most, the first bucket of the first installed generation.
+    assert!(*store.keys_read.lock().unwrap() as u64 <= r.buckets_read + 1);
+    check(&again);
+    // New ids are still mostly answered without a file.
+    *store.reads.lock().unwrap() = 0;
+    for h in 50_000_000..50_002_000 {
+        assert_eq!(found(&again, h, now), None);
+    }
+    assert!(*store.reads.lock().unwrap() < 400);
+    drop(again);
+
+    // A damaged filter file is not trusted: its buckets are read from the id files.
+    let names: Vec<FilterFileName> = store.filters.lock().unwrap().keys().copied().collect();
+    store.damaged.lock().unwrap().push(names[names.len() / 2]);
+    let again = TxnSpill::open(Box::new(store.clone()), 64, filter, KEEP, now);
+    let r2 = again.restored();
+    assert!(r2.buckets_read > r.buckets_read, "{r2:?} against {r:?}");
+    assert!(r2.installed >= 5, "{r2:?}");
+    check(&again);
+    drop(again);
+
+    // Filters made for another size are not used; the id files are read, nothing lost.
+    let other = FilterConfig {
+        bytes: 13 * 128 * 64,
+        ..FilterConfig::default()
+    };
+    let again = TxnSpill::open(Box::new(store.clone()), 64, other, KEEP, now);
+    assert_eq!(again.restored().installed, 0);
+    check(&again);
+}
+
+#[test]
+fn a_start_after_another_start_chains_the_generations() {
+    // Generations saved by the second process follow those installed from the first.
+    let store = MemStore::default();
+    let (spill, mut ids, now) = an_hour_and_more(&store, 13 * 64 * 64, 1800, 1);
+    drop(spill);
+    let filter = FilterConfig {
+        bytes: 13 * 64 * 64,
+        ..FilterConfig::default()
+    };
+    let mut spill = TxnSpill::open(Box::new(store.clone()), 64, filter, KEEP, now);
+    for s in 0..1800 {
+        let t = now + s * SEC;
+        let h = 1800 + s as u64;
+        ids.record(t, 1, h, &[h]);
+        ids.expire(t - KEEP);
+        spill.spill(&mut ids, KEEP, t);
+        spill.settle(&mut ids, KEEP);
+    }
+    drop(spill);
+    let end = now + 1800 * SEC;
+    let again = TxnSpill::open(Box::new(store.clone()), 64, filter, KEEP, end);
+    let r = again.restored();
+    assert!(r.installed >= 11 && r.buckets_read <= 14, "{r:?}");
+    for h in (0..3600u64).step_by(3) {
+        if ids.get(1, h).is_none() {
+            assert_eq!(found(&again, h, end), Some(h), "id {h}");
+        }
+    }
+}
+
+#[test]
+fn a_slow_group_draws_filters_for_its_rate() {
+    // Review s27 B2: a group that spills one id a second draws what an hour of that needs,
+    // not half the allowance.
+    static A: crate::dedup_filter::FilterAllowance = crate::dedup_filter::FilterAllowance::new();
+    let store = MemStore::default();
+    let total = 64 << 20;
+    let filter = FilterConfig {
+        bytes: total,
+        ..FilterConfig::default()
+    };
+    let mut spill = TxnSpill::open_shared(Box::new(store.clone()), 64, filter, &A, KEEP, 0);
+    let mut ids = TxnIds::default();
+    push(&mut ids, &mut spill, 0, 200, SEC, SEC);
+    let drawn = A.drawn();
+    // 3600 ids × 13/12 × 10 bits / 8 × 5/4 ≈ 6 KiB, at least the ring's minimum.
+    assert!(drawn > 0 && drawn < 64 << 10, "drew {drawn}");
+    assert_eq!(spill.filter_bytes() as u64, drawn);
+    drop(spill);
+    assert_eq!(A.drawn(), 0);
 }
