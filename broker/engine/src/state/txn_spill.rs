@@ -415,13 +415,14 @@ impl TxnSpill {
         };
         let buckets = spill.store.buckets();
         if !buckets.is_empty() {
-            // The size the persisted filters were made with, so their bits can be used.
-            let want = spill
-                .store
-                .filters()
+            // The size the persisted filters were made with, so their bits can be used: of
+            // the newest file that loads, so one damaged or unreadable file does not make the
+            // start read the whole window (review s28 finding 5).
+            let mut names = spill.store.filters();
+            names.sort_unstable_by(|a, b| b.cmp(a));
+            let want = names
                 .into_iter()
-                .max()
-                .and_then(|n| spill.store.load_filter(n).ok())
+                .find_map(|n| spill.store.load_filter(n).ok())
                 .map_or(Want::Half, |f| {
                     let g = u64::from(spill.filter.generations) + 1;
                     Want::Exact((f.blocks.len() as u64).saturating_mul(g * BLOCK_BYTES as u64))

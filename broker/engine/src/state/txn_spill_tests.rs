@@ -687,3 +687,36 @@ fn a_bucket_unreadable_at_start_is_never_saved_as_covered() {
         }
     }
 }
+
+#[test]
+fn a_damaged_newest_filter_file_costs_its_own_buckets_only() {
+    // Review s28 finding 5: the ring's size comes from the newest file that loads; from the
+    // damaged newest one it fell back to half the allowance, and no file of a group that drew
+    // for its rate matched.
+    static A: crate::dedup_filter::FilterAllowance = crate::dedup_filter::FilterAllowance::new();
+    let store = MemStore::default();
+    let filter = FilterConfig {
+        bytes: 64 << 20,
+        ..FilterConfig::default()
+    };
+    let mut spill = TxnSpill::open_shared(Box::new(store.clone()), 64, filter, &A, KEEP, 0);
+    let mut ids = TxnIds::default();
+    push(&mut ids, &mut spill, 0, 5400, 100 * SEC, SEC);
+    drop(spill);
+    let now = 100 * SEC + 5400 * SEC;
+    let newest = store.filters().into_iter().max().unwrap();
+    store.damaged.lock().unwrap().push(newest);
+    let again = TxnSpill::open_shared(Box::new(store.clone()), 64, filter, &A, KEEP, now);
+    let r = again.restored();
+    assert!(r.installed >= 10, "{r:?}");
+    assert!(A.drawn() < 1 << 20, "drew {} for its rate again", A.drawn());
+    let mut n = 0;
+    for h in 0..5400u64 {
+        if ids.get(1, h).is_none() && bucket_of(100 * SEC + h as i64 * SEC) > bucket_of(now - KEEP)
+        {
+            assert_eq!(found(&again, h, now), Some(h), "id {h}");
+            n += 1;
+        }
+    }
+    assert!(n > 3000, "{n} ids checked");
+}
