@@ -9,8 +9,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use queenmq_engine::dedup_filter::Block;
 use queenmq_engine::state::{FilterFileName, IdStore, SavedFilter};
@@ -19,17 +19,100 @@ use queenmq_storage::{
     NO_PREV_FILTER,
 };
 
-/// Open id files kept for lookups (review s27 B1): a window's buckets (60 for 1 h) plus the
-/// unmerged files of the open bucket fit; past it the oldest opened is closed.
+/// Open id files one group keeps for lookups (review s27 B1): a window's buckets (60 for 1 h)
+/// plus the unmerged files of the open bucket fit; past it the least recently used is closed.
 const MAX_OPEN_FILES: usize = 256;
 /// What one open file costs besides its fences (the reader, its fd, the map entry).
 const OPEN_FILE_BYTES: usize = 256;
+/// The node-wide bound on cached id files when the descriptor limit cannot be read; with it,
+/// at most a quarter of the soft limit (review s28 finding 3: 256 per group × 4096 groups
+/// would pass any limit, and an exhausted limit fails accepts, segments and lookups).
+const NODE_OPEN_FILES_MAX: usize = 1024;
+
+/// Cached open id files of every group on the node, bounded together. A lookup that finds
+/// the budget spent closes its own least recently used file, or reads with a file it closes
+/// right after: it answers, it only reads more.
+pub struct OpenFileBudget {
+    /// 0: a quarter of the soft descriptor limit, at most `NODE_OPEN_FILES_MAX`.
+    fixed: usize,
+    limit: OnceLock<usize>,
+    used: AtomicUsize,
+}
+
+impl OpenFileBudget {
+    pub const fn new(fixed: usize) -> OpenFileBudget {
+        OpenFileBudget {
+            fixed,
+            limit: OnceLock::new(),
+            used: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn limit(&self) -> usize {
+        *self.limit.get_or_init(|| {
+            if self.fixed > 0 {
+                return self.fixed;
+            }
+            soft_nofile().map_or(NODE_OPEN_FILES_MAX / 4, |n| {
+                (n / 4).clamp(1, NODE_OPEN_FILES_MAX)
+            })
+        })
+    }
+
+    /// Cached files held by every store on this budget.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+
+    fn try_take(&self) -> bool {
+        let limit = self.limit();
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                (u < limit).then_some(u + 1)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, n: usize) {
+        if n > 0 {
+            self.used.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+}
+
+/// The node's budget, shared by every group's `DiskIdStore`.
+pub static NODE_OPEN_FILES: OpenFileBudget = OpenFileBudget::new(0);
+
+/// The soft limit on open descriptors (Linux: /proc/self/limits, "Max open files").
+fn soft_nofile() -> Option<usize> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    match line.split_whitespace().nth(3)? {
+        "unlimited" => Some(usize::MAX),
+        n => n.parse().ok(),
+    }
+}
+
+/// Whether the process (EMFILE) or the system (ENFILE) is out of descriptors.
+fn out_of_descriptors(e: &StorageError) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if matches!(io.raw_os_error(), Some(23 | 24)) {
+                return true;
+            }
+        }
+        cause = c.source();
+    }
+    false
+}
 
 /// An open id file and the last key of each of its blocks, learnt as lookups read them.
 struct OpenFile {
     reader: IdFileReader,
     fences: Mutex<Vec<Option<u64>>>,
-    opened_at: u64,
+    /// The store's lookup count at its last use, for closing the least recently used.
+    used_at: AtomicU64,
 }
 
 impl OpenFile {
@@ -59,8 +142,11 @@ pub struct DiskIdStore {
     /// while it takes names out of `index` that it is about to remove (a merge's inputs,
     /// expired buckets): after that no lookup can be on its way to one of them.
     names: RwLock<()>,
-    /// Open files by (bucket, source), bounded by `MAX_OPEN_FILES`.
+    /// Open files by (bucket, source), bounded by `MAX_OPEN_FILES` and `budget`; each
+    /// holds one unit of `budget`.
     open: Mutex<HashMap<(u64, IdSource), Arc<OpenFile>>>,
+    budget: &'static OpenFileBudget,
+    uses: AtomicU64,
     open_bytes: AtomicU64,
     opens: AtomicU64,
     block_reads: AtomicU64,
@@ -78,8 +164,17 @@ fn damaged(bucket: u64, source: IdSource, e: &StorageError) {
 }
 
 impl DiskIdStore {
-    /// Opens (creating it durably) `<data_dir>/ids`.
+    /// Opens (creating it durably) `<data_dir>/ids`, its cached files counted in the node's
+    /// budget.
     pub fn open(data_dir: &Path) -> Result<DiskIdStore, StorageError> {
+        DiskIdStore::open_with(data_dir, &NODE_OPEN_FILES)
+    }
+
+    /// `open` with cached files counted in `budget`.
+    pub fn open_with(
+        data_dir: &Path,
+        budget: &'static OpenFileBudget,
+    ) -> Result<DiskIdStore, StorageError> {
         let dir = data_dir.join(IDS_DIR);
         let backend = FileBackend::new(&dir).map_err(|e| StorageError::Io {
             op: "create the id file directory",
@@ -101,6 +196,8 @@ impl DiskIdStore {
             next: AtomicU64::new(next),
             names: RwLock::new(()),
             open: Mutex::new(HashMap::new()),
+            budget,
+            uses: AtomicU64::new(0),
             open_bytes: AtomicU64::new(0),
             opens: AtomicU64::new(0),
             block_reads: AtomicU64::new(0),
@@ -127,37 +224,67 @@ impl DiskIdStore {
     /// Forgets open files that `keep` rejects (merged away, removed, damaged).
     fn close_where(&self, mut drop_it: impl FnMut(u64, IdSource) -> bool) {
         let mut open = self.open_files();
+        let before = open.len();
         open.retain(|(b, s), _| !drop_it(*b, *s));
+        self.budget.give_back(before - open.len());
         self.recount_open(&open);
     }
 
-    /// The open file of (bucket, source), opening it (and closing the oldest past the
-    /// bound) when it is not.
+    /// Opens an id file; out of descriptors, closes this store's cached files and tries once
+    /// more, so a full table costs speed before it costs a lookup or a bucket at start.
+    fn open_reader(&self, bucket: u64, source: IdSource) -> Result<IdFileReader, StorageError> {
+        match self.files.open(bucket, source) {
+            Err(e) if out_of_descriptors(&e) => {
+                metrics::counter!("queen_dedup_id_file_descriptors_exhausted_total").increment(1);
+                tracing::warn!(
+                    bucket,
+                    error = %e,
+                    cached = self.open_files().len(),
+                    node_cached = self.budget.used(),
+                    "out of file descriptors opening an id file: this group's cached id \
+                     files are closed and the open is tried again (raise the open-files limit)"
+                );
+                self.close_where(|_, _| true);
+                self.files.open(bucket, source)
+            }
+            r => r,
+        }
+    }
+
+    /// The open file of (bucket, source), opening it when it is not. It is kept while the
+    /// store's bound and the node's budget allow, else in place of this store's least
+    /// recently used file, else closed once the caller drops it.
     fn opened(&self, bucket: u64, source: IdSource) -> Result<Arc<OpenFile>, StorageError> {
+        let now = self.uses.fetch_add(1, Ordering::Relaxed);
         if let Some(f) = self.open_files().get(&(bucket, source)) {
+            f.used_at.store(now, Ordering::Relaxed);
             return Ok(f.clone());
         }
-        let reader = self.files.open(bucket, source)?;
-        let n = self.opens.fetch_add(1, Ordering::Relaxed);
+        let reader = self.open_reader(bucket, source)?;
+        self.opens.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("queen_dedup_id_file_opens_total").increment(1);
         let f = Arc::new(OpenFile {
             fences: Mutex::new(vec![None; reader.data_blocks() as usize]),
             reader,
-            opened_at: n,
+            used_at: AtomicU64::new(now),
         });
         let mut open = self.open_files();
-        while open.len() >= MAX_OPEN_FILES {
-            let Some(oldest) = open
-                .iter()
-                .min_by_key(|(_, f)| f.opened_at)
-                .map(|(k, _)| *k)
-            else {
-                break;
-            };
-            open.remove(&oldest);
+        if let Some(other) = open.get(&(bucket, source)) {
+            // Another lookup opened it meanwhile.
+            return Ok(other.clone());
         }
-        open.insert((bucket, source), f.clone());
-        self.recount_open(&open);
+        let keep = (open.len() < MAX_OPEN_FILES && self.budget.try_take()) || {
+            // Its slot is handed over to the new file.
+            let lru = open
+                .iter()
+                .min_by_key(|(_, f)| f.used_at.load(Ordering::Relaxed))
+                .map(|(k, _)| *k);
+            lru.and_then(|k| open.remove(&k)).is_some()
+        };
+        if keep {
+            open.insert((bucket, source), f.clone());
+            self.recount_open(&open);
+        }
         Ok(f)
     }
 
@@ -222,7 +349,7 @@ impl IdStore for DiskIdStore {
     fn keys(&self, bucket: u64, each: &mut dyn FnMut(u64)) -> Result<(), String> {
         let mut unread = Ok(());
         for s in self.sources(bucket) {
-            let read = self.files.open(bucket, s).and_then(|r| {
+            let read = self.open_reader(bucket, s).and_then(|r| {
                 // The whole file is checked before any key is given: a damaged file adds
                 // nothing, not half of itself.
                 r.verify()?;
@@ -392,6 +519,12 @@ impl IdStore for DiskIdStore {
 
     fn cache_bytes(&self) -> usize {
         self.open_bytes.load(Ordering::Relaxed) as usize
+    }
+}
+
+impl Drop for DiskIdStore {
+    fn drop(&mut self) {
+        self.close_where(|_, _| true);
     }
 }
 

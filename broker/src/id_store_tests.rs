@@ -241,3 +241,62 @@ fn a_start_installs_the_saved_filters_and_a_damaged_one_is_rebuilt_from_the_ids(
     assert!(r2.buckets_read > r.buckets_read, "{r2:?} against {r:?}");
     check(&again);
 }
+
+#[test]
+fn cached_files_are_bounded_node_wide_and_lookups_still_answer() {
+    // Review s28 finding 3: the bound is one budget for every group of the node, not 256 per
+    // group; past it a lookup closes its own least recently used file or reads uncached.
+    static BUDGET: OpenFileBudget = OpenFileBudget::new(4);
+    let a_dir = tempfile::tempdir().expect("tempdir");
+    let b_dir = tempfile::tempdir().expect("tempdir");
+    let a = DiskIdStore::open_with(a_dir.path(), &BUDGET).expect("open");
+    let b = DiskIdStore::open_with(b_dir.path(), &BUDGET).expect("open");
+    for bucket in 0..6u64 {
+        let mut pairs: Vec<(u64, u64)> = (0..100u64).map(|i| (bucket * 1000 + i, i)).collect();
+        a.write(bucket, &mut pairs).expect("write");
+    }
+    for bucket in 0..4u64 {
+        let mut pairs: Vec<(u64, u64)> = (0..100u64).map(|i| (bucket * 1000 + i, i)).collect();
+        b.write(bucket, &mut pairs).expect("write");
+    }
+    for round in 0..3 {
+        for bucket in 0..6u64 {
+            for i in (0..100u64).step_by(9) {
+                assert_eq!(
+                    a.find(bucket, bucket * 1000 + i, &mut |o| o == i),
+                    Ok(Some(i))
+                );
+                assert!(
+                    BUDGET.used() <= 4,
+                    "round {round}: {} cached",
+                    BUDGET.used()
+                );
+            }
+        }
+        for bucket in 0..4u64 {
+            for i in (0..100u64).step_by(9) {
+                assert_eq!(
+                    b.find(bucket, bucket * 1000 + i, &mut |o| o == i),
+                    Ok(Some(i))
+                );
+                assert!(
+                    BUDGET.used() <= 4,
+                    "round {round}: {} cached",
+                    BUDGET.used()
+                );
+            }
+            assert_eq!(b.find(bucket, 999_999, &mut |_| true), Ok(None));
+        }
+    }
+    assert_eq!(BUDGET.used(), 4, "the budget is used, not exceeded");
+    // The least recently used goes first: a file asked again and again stays open.
+    let opens = a.lookup_io().opens;
+    for bucket in [0u64, 1, 0, 2, 0, 3, 0, 4, 0, 5] {
+        assert_eq!(a.find(bucket, bucket * 1000, &mut |o| o == 0), Ok(Some(0)));
+    }
+    let reopened = a.lookup_io().opens - opens;
+    assert!(reopened <= 6, "{reopened} opens: bucket 0 stayed open");
+    drop(a);
+    drop(b);
+    assert_eq!(BUDGET.used(), 0, "a dropped store gives its files back");
+}

@@ -228,6 +228,7 @@ pub async fn supervise(
         "queen_dedup_filter_maybes_total",
         "queen_dedup_id_file_opens_total",
         "queen_dedup_id_file_reads_total",
+        "queen_dedup_id_file_descriptors_exhausted_total",
     ] {
         metrics::counter!(series).increment(0);
     }

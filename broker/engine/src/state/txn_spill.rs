@@ -415,13 +415,14 @@ impl TxnSpill {
         };
         let buckets = spill.store.buckets();
         if !buckets.is_empty() {
-            // The size the persisted filters were made with, so their bits can be used.
-            let want = spill
-                .store
-                .filters()
+            // The size the persisted filters were made with, so their bits can be used: of
+            // the newest file that loads, so one damaged or unreadable file does not make the
+            // start read the whole window (review s28 finding 5).
+            let mut names = spill.store.filters();
+            names.sort_unstable_by(|a, b| b.cmp(a));
+            let want = names
                 .into_iter()
-                .max()
-                .and_then(|n| spill.store.load_filter(n).ok())
+                .find_map(|n| spill.store.load_filter(n).ok())
                 .map_or(Want::Half, |f| {
                     let g = u64::from(spill.filter.generations) + 1;
                     Want::Exact((f.blocks.len() as u64).saturating_mul(g * BLOCK_BYTES as u64))
@@ -481,6 +482,13 @@ impl TxnSpill {
             };
             if self.origins.contains_key(&n) {
                 // Installed from a file that is still there.
+                continue;
+            }
+            if g.opened_us <= self.ring_lost_through_us {
+                // Its span may hold a bucket whose keys never reached the ring (unreadable at
+                // start, or evicted): saved, it would be trusted as whole by the next start
+                // (review s28 finding 1). Left out, the chain breaks here and the next start
+                // reads those buckets from the id files.
                 continue;
             }
             let origin = |m: u64| self.origins.get(&m).copied().unwrap_or((self.epoch, m));
