@@ -927,6 +927,8 @@ impl Engine {
             // the save frees log or it is the last one (review s28 snap M3, L1).
             match store.defer_save(last || disk_short || frees > 0) {
                 Ok(true) => {
+                    metrics::counter!("queen_checkpoint_deferred_total", "tenant" => tenant.clone())
+                        .increment(1);
                     tracing::info!(
                         index = applied.0,
                         "checkpoint deferred: a snapshot stream reads the slot it would overwrite"

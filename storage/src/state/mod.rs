@@ -60,7 +60,7 @@ pub struct StateStore {
     /// beside the other's `log-incoming` (review s22 snapshot M2).
     staging: Mutex<()>,
     /// The slots snapshot streams are reading (`StateView`), and the saves deferred for them.
-    pins: slot_pins::SlotPins,
+    pub(crate) pins: slot_pins::SlotPins,
 }
 
 impl StateStore {

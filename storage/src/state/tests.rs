@@ -310,10 +310,13 @@ fn a_save_over_a_slot_a_stream_reads_is_deferred_until_the_stream_ends() {
     // The next save goes to the empty slot: not deferred.
     assert!(!store.defer_save(false).unwrap());
     save(20);
-    // The one after would overwrite generation 10, which the stream reads.
+    // The one after would overwrite generation 10, which the stream reads (and reads on).
+    let mut buf = [0u8; 100];
     for _ in 0..super::slot_pins::DEFER_MAX {
+        view.read_at(0, &mut buf).unwrap();
         assert!(store.defer_save(false).unwrap());
     }
+    view.read_at(0, &mut buf).unwrap();
     assert!(
         !store.defer_save(false).unwrap(),
         "deferred at most DEFER_MAX in a row"
@@ -341,9 +344,32 @@ fn a_pressed_save_over_a_pinned_slot_is_never_deferred() {
     save(10);
     save(20);
     let view = StateStore::state_view(&store, 10).unwrap();
+    view.read_at(0, &mut [0u8; 100]).unwrap();
     assert!(!store.defer_save(true).unwrap(), "pressed: goes ahead");
     assert!(store.defer_save(false).unwrap(), "not pressed: deferred");
     save(30);
     drop(view);
     assert!(StateStore::state_view(&store, 10).is_err());
+}
+
+/// Review s28 snap M2: a stream that stopped reading does not hold the save over its slot.
+#[test]
+fn a_save_over_a_slot_a_stuck_stream_pins_goes_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(StateStore::open(&dir.path().join("state.redb")).unwrap());
+    let save = |index: u64| {
+        store
+            .save_checkpoint_with_floor(index, 1, index + 1, |sink| sink.write(&[7; 3000]))
+            .unwrap()
+    };
+    save(10);
+    save(20);
+    let view = StateStore::state_view(&store, 10).unwrap();
+    view.read_at(0, &mut [0u8; 100]).unwrap();
+    assert!(store.defer_save(false).unwrap(), "read since the save");
+    assert!(
+        !store.defer_save(false).unwrap(),
+        "no read since the deferral: goes ahead"
+    );
+    drop(view);
 }
