@@ -335,4 +335,91 @@ mod tests {
         );
         assert_eq!(f.front(), Some(&(BLOCK * 3)));
     }
+
+    /// Review s28 ckpt L6: the FIFO with snapshots taken and dropped anywhere (with
+    /// `shelf_head` and `head` both past 0, shelving while a snapshot holds the same blocks
+    /// as loose ones) against a plain deque; each snapshot keeps exactly its moment's rows.
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Push(usize),
+            Pop(usize),
+            SetBack(u64),
+            Snapshot,
+            DropSnapshot(usize),
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                4 => (1..2 * BLOCK * SHELF).prop_map(Op::Push),
+                3 => (1..2 * BLOCK * SHELF).prop_map(Op::Pop),
+                1 => any::<u64>().prop_map(Op::SetBack),
+                2 => Just(Op::Snapshot),
+                2 => any::<usize>().prop_map(Op::DropSnapshot),
+            ]
+        }
+
+        /// No slot at or after the first shelf's head is empty: the snapshots' `flatten`
+        /// would skip live rows if one were.
+        fn slots_hold_every_unpopped_block(f: &BlockFifo<u64>) -> bool {
+            f.shelves.iter().enumerate().all(|(i, s)| {
+                s.get(if i == 0 { f.shelf_head } else { 0 }..)
+                    .is_some_and(|live| live.iter().all(Option::is_some))
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+            #[test]
+            fn the_fifo_and_its_snapshots_match_a_deque(ops in prop::collection::vec(op(), 1..60)) {
+                let mut f = BlockFifo::default();
+                let mut m: VecDeque<u64> = VecDeque::new();
+                let mut held: Vec<(FifoSnapshot<u64>, Vec<u64>)> = Vec::new();
+                let mut next = 0u64;
+                for op in ops {
+                    match op {
+                        Op::Push(n) => {
+                            for _ in 0..n {
+                                f.push_back(next);
+                                m.push_back(next);
+                                next += 1;
+                            }
+                        }
+                        Op::Pop(n) => {
+                            for _ in 0..n {
+                                prop_assert_eq!(f.pop_front(), m.pop_front());
+                            }
+                        }
+                        Op::SetBack(v) => {
+                            if let Some(b) = f.back_mut() {
+                                let last = m.back_mut();
+                                prop_assert_eq!(last.as_deref().copied(), Some(*b));
+                                *b = v;
+                                if let Some(l) = last {
+                                    *l = v;
+                                }
+                            }
+                        }
+                        Op::Snapshot => held.push((f.snapshot(), m.iter().copied().collect())),
+                        Op::DropSnapshot(i) => {
+                            if !held.is_empty() {
+                                held.remove(i % held.len());
+                            }
+                        }
+                    }
+                    prop_assert_eq!(f.len(), m.len());
+                    prop_assert_eq!(f.front(), m.front());
+                    prop_assert!(f.iter().eq(m.iter()));
+                    prop_assert!(slots_hold_every_unpopped_block(&f));
+                    for (snap, rows) in &held {
+                        prop_assert_eq!(snap.rows(), rows.len());
+                        prop_assert!(snap.iter().eq(rows.iter()), "a snapshot left its moment");
+                    }
+                }
+            }
+        }
+    }
 }
