@@ -43,7 +43,9 @@ impl PartitionCycle {
                 limit: partitions,
                 next: first,
                 jump: 1,
-                lane: 0,
+                // The pass starts where `next` does, or a spread walk repeats it at once
+                // (review s28 ckpt L3: 1, 1, 0, … for 2 partitions, 3 producers).
+                lane: first,
             }
         }
     }
@@ -100,6 +102,14 @@ mod tests {
         assert_eq!(take(&mut a, 2), vec![1, 257], "the next round starts over");
         let mut plain = PartitionCycle::new(5, 2, 0).spread(1);
         assert_eq!(take(&mut plain, 4), vec![0, 2, 4, 0], "1 is round robin");
+        let mut shared = PartitionCycle::new(2, 3, 1).spread(256);
+        assert_eq!(
+            take(&mut shared, 4),
+            vec![1, 0, 1, 0],
+            "fewer partitions than producers"
+        );
+        let mut three = PartitionCycle::new(3, 4, 1).spread(256);
+        assert_eq!(take(&mut three, 6), vec![1, 2, 0, 1, 2, 0]);
     }
 
     #[test]

@@ -17,15 +17,14 @@ fn partition(id: u64) -> Partition {
     Partition {
         id,
         queue: 1,
-        name: String::new(),
+        name: "".into(),
         created_us: 0,
         next_offset: 0,
         last_write_us: 0,
         bytes: 0,
         // Room for every run, so pushing allocates nothing the floor does not hold.
         runs: Vec::with_capacity(RUNS as usize),
-        floor: 0,
-        copied: None,
+        extra: None,
     }
 }
 

@@ -147,7 +147,8 @@ fn partitions_bytes(st: &State) -> usize {
     let mut b = st.partitions.chunks_bytes();
     for p in st.partitions.values() {
         b = b
-            .saturating_add(text(p.name.capacity()))
+            .saturating_add(text(p.name.len()))
+            .saturating_add(p.floor_box_bytes())
             .saturating_add(buf_bytes(p.runs.capacity(), size_of::<Run>()));
     }
     b

@@ -104,7 +104,7 @@ impl Planner<'_> {
                 .queues
                 .get(&p.queue)
                 .ok_or_else(|| QueenError::not_found("queue gone"))?;
-            (p.name.clone(), q.name.clone())
+            (p.name.to_string(), q.name.clone())
         };
         let msg = {
             let (st, mut rd) = self.reader_parts();

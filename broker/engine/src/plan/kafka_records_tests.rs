@@ -85,7 +85,7 @@ fn the_floor_lands_exactly_on_the_offset_even_inside_one_write() {
 }
 
 fn floor(fx: &Fixture, queue: &str) -> u64 {
-    partition(fx, queue).floor
+    partition(fx, queue).floor()
 }
 
 #[test]

@@ -266,7 +266,7 @@ pub fn changed(st: &State, req: &ChangedReq) -> ChangedAnswer {
             continue;
         }
         partitions.push(ChangedPartition {
-            name: p.name.clone(),
+            name: p.name.to_string(),
             id: p.id,
             last_offset: i64::try_from(p.next_offset).unwrap_or(i64::MAX) - 1,
             log_start: p.low_offset(),

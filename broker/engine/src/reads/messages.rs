@@ -112,7 +112,7 @@ pub fn one(
         queue_config: q.config.settings(),
         status,
         retry_count,
-        partition: p.name.clone(),
+        partition: p.name.to_string(),
         offset: m.offset,
         data: m.payload,
         producer_sub: m.producer,
@@ -186,7 +186,7 @@ pub fn list(
                     id: m.id_text(),
                     transaction_id: m.txn,
                     queue: q.name.clone(),
-                    partition: p.name.clone(),
+                    partition: p.name.to_string(),
                     partition_id: p.id,
                     offset: m.offset,
                     data: m.payload,
@@ -222,7 +222,7 @@ pub fn dlq(
             let Some(p) = st.partitions.get(&d.partition) else {
                 continue;
             };
-            if query.partition.as_deref().is_some_and(|n| n != p.name)
+            if query.partition.as_deref().is_some_and(|n| n != &*p.name)
                 || !super::queues::dead_letter_held(st, d)
             {
                 continue;
@@ -255,7 +255,7 @@ pub fn dlq(
             transaction_id: m.txn,
             partition_id: p.id,
             queue: q.name.clone(),
-            partition: p.name.clone(),
+            partition: p.name.to_string(),
             consumer_group: d.group.clone(),
             error: d.error.clone(),
             retry_count: d.retries,

@@ -147,7 +147,7 @@ pub fn one(st: &State, name: &str, page: Page) -> Result<QueueDoc, QueenError> {
         .filter_map(|pid| st.partitions.get(pid))
         .map(|p| PartitionSummary {
             id: p.id,
-            name: p.name.clone(),
+            name: p.name.to_string(),
             created_us: p.created_us,
             messages: p.next_offset - p.low_offset(),
             last_write_us: p.last_write_us,
@@ -215,7 +215,7 @@ pub fn depth(
         // Totals cover every partition; only the listed rows are paged.
         if i >= page.offset && parts.len() < page.limit {
             parts.push(PartitionDepth {
-                partition: p.name.clone(),
+                partition: p.name.to_string(),
                 pending: pend,
                 processing: proc_,
                 ready,
@@ -313,7 +313,7 @@ fn partition_pending(st: &State, q: &Queue, p: &Partition) -> u64 {
 fn partition_row(st: &State, q: &Queue, p: &Partition) -> PartitionRow {
     PartitionRow {
         id: p.id,
-        name: p.name.clone(),
+        name: p.name.to_string(),
         queue: q.name.clone(),
         messages: p.next_offset - p.low_offset(),
         pending: partition_pending(st, q, p),

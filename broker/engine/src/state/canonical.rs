@@ -73,7 +73,7 @@ pub fn canonical(st: &State) -> String {
             p.next_offset,
             p.last_write_us,
             p.bytes,
-            p.floor,
+            p.floor(),
             p.runs
         );
     }

@@ -52,7 +52,7 @@ impl State {
                 .map_or(0, |i| i + 1);
             self.run_floor.drop_front(p, drop);
             let to = p.low_offset();
-            let (qid, next_offset, partition) = (p.queue, p.next_offset, p.name.clone());
+            let (qid, next_offset, partition) = (p.queue, p.next_offset, p.name.to_string());
             let (queue, gids) = match self.queues.get(&qid) {
                 Some(q) => (q.name.clone(), q.groups.values().copied().collect()),
                 None => (String::new(), Vec::new()),

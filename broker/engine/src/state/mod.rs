@@ -219,14 +219,13 @@ impl State {
                         Partition {
                             id: *pid,
                             queue: *qid,
-                            name: name.to_string(),
+                            name: (*name).into(),
                             created_us: now_us,
                             next_offset: 0,
                             last_write_us: now_us,
                             bytes: 0,
                             runs: Vec::new(),
-                            floor: 0,
-                            copied: None,
+                            extra: None,
                         },
                     );
                     // A create over an existing id (never planned) must not pin the floor.

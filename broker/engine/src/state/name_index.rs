@@ -23,7 +23,7 @@ impl NameIndex {
     /// The id of partition `name`; `parts` holds the names the hashes stand for.
     pub fn get(&self, name: &str, parts: &PartitionTable) -> Option<u64> {
         if let Some(pid) = self.by_hash.get(&hash(name)) {
-            if parts.get(pid).is_some_and(|p| p.name == name) {
+            if parts.get(pid).is_some_and(|p| &*p.name == name) {
                 return Some(*pid);
             }
         }
@@ -37,7 +37,7 @@ impl NameIndex {
 
     fn insert_hashed(&mut self, h: u64, name: &str, pid: u64, parts: &PartitionTable) {
         match self.by_hash.get(&h) {
-            Some(other) if *other != pid && parts.get(other).is_some_and(|p| p.name != name) => {
+            Some(other) if *other != pid && parts.get(other).is_some_and(|p| &*p.name != name) => {
                 self.overflow.insert(name.to_string(), pid);
             }
             _ => {

@@ -272,10 +272,7 @@ mod tests {
             assert!(t.insert(id, part(id)).is_none());
         }
         assert_eq!(t.len(), 4);
-        assert_eq!(
-            t.get(&mid).map(|p| p.name.as_str()),
-            Some(&*format!("p{mid}"))
-        );
+        assert_eq!(t.get(&mid).map(|p| &*p.name), Some(&*format!("p{mid}")));
         assert!(t.insert(2, part(2)).is_some(), "replacing keeps the count");
         assert_eq!(t.len(), 4);
         assert!(
@@ -303,6 +300,37 @@ mod tests {
         assert!(t.groups[1].is_none(), "a group with no chunks is freed");
         assert!(t.get(&u64::MAX).is_none());
         assert!(t.get_mut(&u64::MAX).is_none() && t.remove(&u64::MAX).is_none());
+    }
+
+    /// Pins an idle partition's share of the table (review s28 ckpt M2): its 8 B slot and
+    /// its `Arc`, a 96 B row with the count's 16 B, which is exactly mimalloc's 112 B bin.
+    /// Any growth of `Partition` or of the slot lands in the next bin and must fail here,
+    /// not only in an RSS run.
+    #[test]
+    fn a_full_chunk_costs_120_bytes_a_partition_and_its_header() {
+        assert_eq!(std::mem::size_of::<Partition>(), 96, "the row");
+        assert!(
+            std::mem::size_of::<Partition>() + 16 <= 112,
+            "the Arc fits mimalloc's 112 B bin"
+        );
+        let mut t = PartitionTable::default();
+        for id in 0..CHUNK as u64 {
+            t.insert(id, part(id));
+        }
+        let one = t.chunks_bytes();
+        // The second chunk shares the first's group, so the difference is one chunk alone.
+        for id in CHUNK as u64..2 * CHUNK as u64 {
+            t.insert(id, part(id));
+        }
+        let chunk = t.chunks_bytes() - one;
+        let header = std::mem::size_of::<Chunk>() + 16;
+        assert_eq!(header, 40);
+        assert_eq!(
+            (chunk - header) / CHUNK,
+            120,
+            "bytes a partition in a full chunk, names and runs excluded"
+        );
+        assert_eq!((chunk - header) % CHUNK, 0);
     }
 
     #[test]

@@ -96,12 +96,12 @@ fn drop_below(p: &mut Partition, low: u64, exact: bool, floor: &mut RunFloor) {
         p.runs.shrink_to(p.runs.len() * 2);
     }
     if exact {
-        p.floor = p.floor.max(low.min(p.next_offset));
+        p.set_floor(p.floor().max(low.min(p.next_offset)));
     }
     // A floor at or below the first run's start (or with no run left) no longer decides the
     // low watermark: cleared, so the checkpoint is again the one without floors.
-    if p.runs.first().is_none_or(|r| p.floor <= r.base_offset) {
-        p.floor = 0;
+    if p.runs.first().is_none_or(|r| p.floor() <= r.base_offset) {
+        p.set_floor(0);
     }
     let removed = p.low_offset().saturating_sub(from);
     p.bytes = if removed >= held {

@@ -49,9 +49,10 @@ const ALLOC_OVERHEAD: usize = 16;
 const SET_LEAF: usize = 104;
 const MAP_LEAF: usize = 144;
 const EDGES: usize = 12 * 8;
-/// A partition's box and the first node of each of its two trees.
+/// A partition's box (its `PartitionExtra`, which holds the set) and the first node of each
+/// of its two trees.
 const COPIED_PART_BYTES: usize =
-    std::mem::size_of::<CopiedRuns>() + SET_LEAF + MAP_LEAF + 3 * ALLOC_OVERHEAD;
+    std::mem::size_of::<super::model::PartitionExtra>() + SET_LEAF + MAP_LEAF + 3 * ALLOC_OVERHEAD;
 /// Each further node of both trees, charged as an internal one (an upper bound).
 const COPIED_NODE_BYTES: usize = SET_LEAF + MAP_LEAF + 2 * EDGES + 2 * ALLOC_OVERHEAD;
 /// A node of `firsts` (a `BTreeMap<u64, u32>`), charged as an internal one.
@@ -75,7 +76,7 @@ impl RunFloor {
         self.drops = self.drops.wrapping_add(1);
         let before = lowest(p);
         let held = copied_len(p);
-        if let Some(c) = p.copied.as_deref_mut() {
+        if let Some(c) = p.extra.as_deref_mut().and_then(|e| e.copied.as_mut()) {
             let end = p.runs.get(n).map_or(u64::MAX, |r| r.base_offset);
             for r in &p.runs[..n] {
                 if c.bases.remove(&r.base_offset) {
@@ -100,15 +101,12 @@ impl RunFloor {
         let before = lowest(p);
         let held = copied_len(p);
         let copied = p
-            .copied
-            .as_deref()
+            .copied_runs()
             .is_some_and(|c| c.bases.contains(&run.base_offset));
         if copied || copy {
             self.drops = self.drops.wrapping_add(1);
-            let c = p.copied.get_or_insert_with(|| {
-                // Plain from the first run on: until now every run was in log order.
-                Box::default()
-            });
+            // Plain from the first run on when made: until now every run was in log order.
+            let c = p.copied_runs_or_default();
             if copied {
                 uncount(&mut c.indexes, run.index);
             } else {
@@ -139,9 +137,9 @@ impl RunFloor {
                 below = r.index;
             }
         }
-        p.copied = None;
+        p.set_copied_runs(None);
         if !c.bases.is_empty() {
-            p.copied = Some(Box::new(c));
+            p.set_copied_runs(Some(c));
             self.settle(p);
         }
         self.recount(0, copied_len(p));
@@ -159,13 +157,13 @@ impl RunFloor {
     /// copied run is stepped over once between two removals of the first plain run, so this
     /// is amortised O(log n) per change.
     fn settle(&mut self, p: &mut Partition) {
-        let Some(c) = p.copied.as_deref_mut() else {
+        if p.copied_runs().is_some_and(|c| c.bases.is_empty()) {
+            p.set_copied_runs(None);
+        }
+        // By field, not through a method, so `p.runs` stays readable beside it.
+        let Some(c) = p.extra.as_deref_mut().and_then(|e| e.copied.as_mut()) else {
             return;
         };
-        if c.bases.is_empty() {
-            p.copied = None;
-            return;
-        }
         let mut i = p.runs.partition_point(|r| r.base_offset < c.plain_from);
         while p
             .runs
@@ -241,7 +239,7 @@ impl RunFloor {
 /// The lowest index `p`'s runs name: its first plain run's (plain runs are in log order) or
 /// its lowest copied run's.
 fn lowest(p: &Partition) -> Option<u64> {
-    let Some(c) = p.copied.as_deref() else {
+    let Some(c) = p.copied_runs() else {
         return p.runs.first().map(|r| r.index);
     };
     let i = p.runs.partition_point(|r| r.base_offset < c.plain_from);
@@ -255,7 +253,7 @@ fn lowest(p: &Partition) -> Option<u64> {
 
 /// How many copied runs `p` keeps aside (0: none, no set).
 fn copied_len(p: &Partition) -> usize {
-    p.copied.as_deref().map_or(0, |c| c.bases.len())
+    p.copied_runs().map_or(0, |c| c.bases.len())
 }
 
 /// At most how many nodes a std B-tree of `n` keys holds: one up to a node's 11 keys; past

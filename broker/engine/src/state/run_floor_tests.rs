@@ -127,7 +127,7 @@ impl Model {
         for part in &self.parts {
             let min = part.runs.iter().map(|r| r.index).min();
             prop_assert_eq!(lowest(part), min, "partition {}", part.id);
-            if let Some(c) = part.copied.as_deref() {
+            if let Some(c) = part.copied_runs() {
                 // Plain runs stay in log order: the first is the lowest of them.
                 let plain: Vec<u64> = part
                     .runs
@@ -142,20 +142,23 @@ impl Model {
         let copied: usize = self
             .parts
             .iter()
-            .filter_map(|p| p.copied.as_deref())
+            .filter_map(|p| p.copied_runs())
             .map(|c| c.bases.len())
             .sum();
         prop_assert_eq!(self.floor.copied_runs, copied);
         let nodes: usize = self
             .parts
             .iter()
-            .filter_map(|p| p.copied.as_deref())
+            .filter_map(|p| p.copied_runs())
             .map(|c| tree_nodes(c.bases.len()) - 1)
             .sum();
         prop_assert_eq!(self.floor.copied_nodes, nodes);
         prop_assert_eq!(
             self.floor.copied_parts,
-            self.parts.iter().filter(|p| p.copied.is_some()).count()
+            self.parts
+                .iter()
+                .filter(|p| p.copied_runs().is_some())
+                .count()
         );
         Ok(())
     }
@@ -213,7 +216,7 @@ fn the_floor_is_the_lowest_run_and_planned_runs_do_not_count() {
     m.apply(&Op::Drop { p: 0, n: 2 });
     assert_eq!(m.floor.lowest(), Some(3));
     assert!(
-        m.parts[0].copied.is_none(),
+        m.parts[0].copied_runs().is_none(),
         "dropping the copied run frees the set"
     );
     assert_eq!(m.floor.bytes(), FIRSTS_NODE_BYTES);

@@ -511,8 +511,8 @@ impl Sections {
     fn write(self, w: &mut Writer, parts: &PartitionsSnapshot) {
         let floors: Vec<(u64, u64)> = parts
             .values()
-            .filter(|p| p.floor > 0)
-            .map(|p| (p.id, p.floor))
+            .filter(|p| p.floor() > 0)
+            .map(|p| (p.id, p.floor()))
             .collect();
         let producers = self.producers_held || !floors.is_empty();
         w.u32(self.count + u32::from(producers));
@@ -596,7 +596,7 @@ fn decode_floors(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError> {
     for _ in 0..n {
         let (pid, floor) = (r.u64()?, r.u64()?);
         match s.partitions.get_mut(&pid) {
-            Some(p) if p.floor == 0 && (1..=p.next_offset).contains(&floor) => p.floor = floor,
+            Some(p) if p.floor() == 0 && (1..=p.next_offset).contains(&floor) => p.set_floor(floor),
             _ => {
                 return Err(r.malformed(format!(
                     "records floor {floor} of partition {pid}: unknown, repeated or past its end"
@@ -812,14 +812,13 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
             let mut p = Partition {
                 id: pid,
                 queue: id,
-                name: pname.clone(),
+                name: pname.as_str().into(),
                 created_us,
                 next_offset,
                 last_write_us,
                 bytes,
                 runs,
-                floor: 0,
-                copied: None,
+                extra: None,
             };
             q.partition_order.push(pid);
             s.run_floor.add_partition(&mut p);

@@ -147,8 +147,8 @@ fn old_sections(s: &State, w: &mut Writer) {
     let floors: Vec<(u64, u64)> = s
         .partitions
         .values()
-        .filter(|p| p.floor > 0)
-        .map(|p| (p.id, p.floor))
+        .filter(|p| p.floor() > 0)
+        .map(|p| (p.id, p.floor()))
         .collect();
     let producers = !s.kafka_producers.is_empty() || !floors.is_empty();
     // And the conflation section, once a group conflates.
@@ -251,7 +251,7 @@ fn state() -> State {
         put_cursor(&mut s, pid, committed, lease);
     }
     if let Some(p) = s.partitions.get_mut(&4500) {
-        p.floor = 1;
+        p.set_floor(1);
     }
     s
 }
@@ -308,13 +308,13 @@ fn mutate(s: &mut State) {
     }
     if let Some(p) = s.partitions.get_mut(&4097) {
         s.run_floor.drop_front(p, 1);
-        p.floor = 2;
+        p.set_floor(2);
     }
     s.partitions.remove(&2);
     s.partitions.insert(3, test_partition(3, "new"));
     if let Some(p) = s.partitions.get_mut(&4500) {
-        p.floor = 0;
-        p.name.push('x');
+        p.set_floor(0);
+        p.name = format!("{}x", p.name).into();
     }
 }
 

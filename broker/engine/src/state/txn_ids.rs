@@ -153,6 +153,13 @@ impl TxnIds {
                 self.forget_row(r);
             }
         }
+        self.release_popped();
+    }
+
+    /// Frees blocks popped while a checkpoint held their shelf, once it no longer does.
+    fn release_popped(&mut self) {
+        self.times.release_popped();
+        self.rows.release_popped();
     }
 
     /// How many of the oldest rows to take to take at least `n` in whole time groups (a
@@ -190,6 +197,7 @@ impl TxnIds {
             }
             gone += k as usize;
         }
+        self.release_popped();
     }
 
     fn forget_row(&mut self, r: TxnRow) {
