@@ -315,27 +315,44 @@ def failed(runs: list[dict]) -> list[str]:
     return bad
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="seconds, not minutes")
-    args = parser.parse_args()
+def bench_config(smoke: bool) -> argparse.Namespace | None:
+    """What every cluster bench reads from the environment (QUEEN_BIN is read by the broker
+    helper), or None after saying what is wrong."""
     target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
     cfg = argparse.Namespace(
         bench_bin=Path(os.environ.get("BENCH_BIN") or target / "release" / "queen-bench"),
-        duration=int(os.environ.get("DURATION") or (2 if args.smoke else 20)),
-        kills=int(os.environ.get("KILLS") or (1 if args.smoke else 5)),
+        duration=int(os.environ.get("DURATION") or (2 if smoke else 20)),
         data_root=REPO / ".cache" / "bench",
         keep_logs=Path(os.environ["KEEP_LOGS"]) if os.environ.get("KEEP_LOGS") else None)
     if not cfg.bench_bin.is_file():
         log(f"{cfg.bench_bin} not found: cargo build --release -p queenmq-bench")
-        return 1
-    if not 1 <= cfg.duration <= 3600 or not 0 <= cfg.kills <= 100:
-        log("DURATION is 1..3600 s and KILLS 0..100")
-        return 1
+        return None
+    if not 1 <= cfg.duration <= 3600:
+        log("DURATION is 1..3600 s")
+        return None
     cfg.data_root.mkdir(parents=True, exist_ok=True)
-    timing = {k: os.environ[v] for k, v in (("QUEEN_CLUSTER_HEARTBEAT_MS", "HEARTBEAT_MS"),
-                                            ("QUEEN_CLUSTER_ELECTION_TIMEOUT_MS", "ELECTION_MS"))
-              if os.environ.get(v)}
+    return cfg
+
+
+def cluster_timing() -> dict[str, str]:
+    """The cluster's heartbeat and election timeout from HEARTBEAT_MS / ELECTION_MS."""
+    return {k: os.environ[v] for k, v in (("QUEEN_CLUSTER_HEARTBEAT_MS", "HEARTBEAT_MS"),
+                                          ("QUEEN_CLUSTER_ELECTION_TIMEOUT_MS", "ELECTION_MS"))
+            if os.environ.get(v)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="seconds, not minutes")
+    args = parser.parse_args()
+    cfg = bench_config(args.smoke)
+    if cfg is None:
+        return 1
+    cfg.kills = int(os.environ.get("KILLS") or (1 if args.smoke else 5))
+    if not 0 <= cfg.kills <= 100:
+        log("KILLS is 0..100")
+        return 1
+    timing = cluster_timing()
     runs = [run_setup(1, cfg, timing), run_setup(3, cfg, timing)]
     print(json.dumps({"scenario": "cluster", "smoke": args.smoke, "cores": os.cpu_count(),
                       "duration_secs": cfg.duration, "kills": cfg.kills, "timing": timing,

@@ -41,14 +41,13 @@ import jwt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster import (REPO, SETTLE_S, Setup, cpu_ticks, get_json, log,  # noqa: E402
-                     memory_kb)
+from cluster import (SETTLE_S, Setup, bench_config, cluster_timing, log,  # noqa: E402
+                     measured)
 
 SECRET = "tenants-bench-secret-" + "s" * 32
 TENANTS = ("tenant-a", "tenant-b")
 PUSH = ["push", "--producers", "4", "--partitions", "100", "--batch", "100",
         "--msg-bytes", "256"]
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def token(tenant: str) -> str:
@@ -143,19 +142,9 @@ def pushes(cfg, runs: dict[str, str]) -> dict[str, dict]:
 
 
 def phase(setup: Setup, cfg, runs: dict[str, str]) -> dict:
-    pids = {i: setup.nodes[i].proc.pid for i in setup.live()}
-    before = {i: cpu_ticks(p) for i, p in pids.items()}
-    start = time.monotonic()
-    result = pushes(cfg, runs)
-    wall = time.monotonic() - start
-    usage = {}
-    for i, pid in pids.items():
-        after = cpu_ticks(pid)
-        cpu = None
-        if after is not None and before[i] is not None and wall > 0:
-            cpu = round((after - before[i]) / CLK_TCK / wall * 100, 1)
-        usage[f"node{i}"] = {"cpu_percent_of_core": cpu, **memory_kb(pid)}
-    return {"loadavg_at_start": os.getloadavg(), "push": result, "usage": usage}
+    load = os.getloadavg()
+    result, usage = measured(setup, lambda: pushes(cfg, runs))
+    return {"loadavg_at_start": load, "push": result, "usage": usage}
 
 
 def run(cfg, timing: dict[str, str]) -> dict:
@@ -221,22 +210,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="seconds, not minutes")
     args = parser.parse_args()
-    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
-    cfg = argparse.Namespace(
-        bench_bin=Path(os.environ.get("BENCH_BIN") or target / "release" / "queen-bench"),
-        duration=int(os.environ.get("DURATION") or (2 if args.smoke else 20)),
-        data_root=REPO / ".cache" / "bench",
-        keep_logs=Path(os.environ["KEEP_LOGS"]) if os.environ.get("KEEP_LOGS") else None)
-    if not cfg.bench_bin.is_file():
-        log(f"{cfg.bench_bin} not found: cargo build --release -p queenmq-bench")
+    cfg = bench_config(args.smoke)
+    if cfg is None:
         return 1
-    if not 1 <= cfg.duration <= 3600:
-        log("DURATION is 1..3600 s")
-        return 1
-    cfg.data_root.mkdir(parents=True, exist_ok=True)
-    timing = {k: os.environ[v] for k, v in (("QUEEN_CLUSTER_HEARTBEAT_MS", "HEARTBEAT_MS"),
-                                            ("QUEEN_CLUSTER_ELECTION_TIMEOUT_MS", "ELECTION_MS"))
-              if os.environ.get(v)}
+    timing = cluster_timing()
     out = run(cfg, timing)
     print(json.dumps({"scenario": "cluster-tenants", "smoke": args.smoke,
                       "cores": os.cpu_count(), "duration_secs": cfg.duration,
