@@ -295,9 +295,6 @@ impl StateView {
         if at == self.state_len && done > 0 {
             self.verify()?;
         }
-        if done > 0 {
-            self.store.pins.progressed();
-        }
         Ok(done)
     }
 
