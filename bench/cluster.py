@@ -341,28 +341,37 @@ def cluster_timing() -> dict[str, str]:
             if os.environ.get(v)}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def smoke_flag(doc: str) -> bool:
+    """The one flag every cluster bench takes: --smoke (seconds, not minutes)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="seconds, not minutes")
-    args = parser.parse_args()
-    cfg = bench_config(args.smoke)
+    return parser.parse_args().smoke
+
+
+def report(document: dict, lines: list[str], bad: list[str]) -> int:
+    """The JSON document to stdout, the summary and failures to stderr; the exit status."""
+    print(json.dumps(document, indent=1))
+    for line in lines:
+        log(line)
+    for line in bad:
+        log("FAIL:", line)
+    return 3 if bad else 0
+
+
+def main() -> int:
+    smoke = smoke_flag(__doc__)
+    cfg = bench_config(smoke)
     if cfg is None:
         return 1
-    cfg.kills = int(os.environ.get("KILLS") or (1 if args.smoke else 5))
+    cfg.kills = int(os.environ.get("KILLS") or (1 if smoke else 5))
     if not 0 <= cfg.kills <= 100:
         log("KILLS is 0..100")
         return 1
     timing = cluster_timing()
     runs = [run_setup(1, cfg, timing), run_setup(3, cfg, timing)]
-    print(json.dumps({"scenario": "cluster", "smoke": args.smoke, "cores": os.cpu_count(),
-                      "duration_secs": cfg.duration, "kills": cfg.kills, "timing": timing,
-                      "runs": runs}, indent=1))
-    for line in summary(runs):
-        log(line)
-    bad = failed(runs)
-    for line in bad:
-        log("FAIL:", line)
-    return 3 if bad else 0
+    return report({"scenario": "cluster", "smoke": smoke, "cores": os.cpu_count(),
+                   "duration_secs": cfg.duration, "kills": cfg.kills, "timing": timing,
+                   "runs": runs}, summary(runs), failed(runs))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ KEEP_LOGS (a directory: every node's log is copied there).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -42,7 +41,7 @@ import jwt
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cluster import (SETTLE_S, Setup, bench_config, cluster_timing, log,  # noqa: E402
-                     measured)
+                     measured, report, smoke_flag)
 
 SECRET = "tenants-bench-secret-" + "s" * 32
 TENANTS = ("tenant-a", "tenant-b")
@@ -133,11 +132,11 @@ def pushes(cfg, runs: dict[str, str]) -> dict[str, dict]:
             out[tenant] = {"exit_code": None, "error": "no end in time"}
             continue
         try:
-            report = json.loads(stdout)
+            answer = json.loads(stdout)
         except ValueError:
-            report = {"error": stderr[-2000:]}
-        report["exit_code"] = proc.returncode
-        out[tenant] = report
+            answer = {"error": stderr[-2000:]}
+        answer["exit_code"] = proc.returncode
+        out[tenant] = answer
     return out
 
 
@@ -207,23 +206,15 @@ def failed(out: dict) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="seconds, not minutes")
-    args = parser.parse_args()
-    cfg = bench_config(args.smoke)
+    smoke = smoke_flag(__doc__)
+    cfg = bench_config(smoke)
     if cfg is None:
         return 1
     timing = cluster_timing()
     out = run(cfg, timing)
-    print(json.dumps({"scenario": "cluster-tenants", "smoke": args.smoke,
-                      "cores": os.cpu_count(), "duration_secs": cfg.duration,
-                      "timing": timing, **out}, indent=1))
-    for line in summary(out):
-        log(line)
-    bad = failed(out)
-    for line in bad:
-        log("FAIL:", line)
-    return 3 if bad else 0
+    return report({"scenario": "cluster-tenants", "smoke": smoke, "cores": os.cpu_count(),
+                   "duration_secs": cfg.duration, "timing": timing, **out},
+                  summary(out), failed(out))
 
 
 if __name__ == "__main__":
