@@ -3,12 +3,19 @@
 //! entry limit against the append budget (A5).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use openraft::error::InitializeError;
-use openraft::BasicNode;
+use openraft::storage::RaftLogStorage;
+use openraft::{BasicNode, ErrorSubject, StorageHelper, Vote};
 
+use crate::backend::StateStore;
 use crate::error::RaftError;
+use crate::log_store::LogStore;
+use crate::meta;
 use crate::rpc_codec::ENTRY_HEAD;
+use crate::state_machine::StateMachine;
+use crate::types::TypeConfig;
 use crate::wire::APPEND_ENTRIES_MAX;
 
 /// The largest application entry a clustered group can replicate: one append carries at most
@@ -120,26 +127,97 @@ pub(crate) fn check_stored_membership(
 /// was caught up by was taken before it was added, and the entry adding it comes after the
 /// snapshot's index (review s26 snap M2: the start after the install's reopen was refused).
 /// So for a node still `joining` (its marker is made only on an empty directory), and for one
-/// whose log holds nothing past its purge horizon (`last_at_open` at most `purged_at_open`;
-/// a snapshot without records leaves no log at all): all it
-/// has is an installed snapshot, which only a leader counting it a member sends, as to a
-/// learner started on an empty directory without `cluster_join` (review s27 snap). Once the
-/// entry adding it is in its log, the membership read names it and the check applies again.
-/// Only once it held a membership of several nodes (`multi_node`, sticky; an install of one
-/// writes it): a single-node directory whose whole log was reclaimed is still refused (another
-/// group's data; a group of one voter adding its first learner is left out with it). And only
-/// with snapshot catch-up on (`catch_up`): with it off no checkpoint is ever installed, and
-/// openraft's own start-up purge can leave a foreign directory looking the same (review s27
-/// snap second pass, M1: it must stay refused).
-pub(crate) fn may_predate_addition(
-    joining: bool,
-    catch_up: bool,
-    multi_node: bool,
-    purged_at_open: Option<u64>,
-    last_at_open: Option<u64>,
-) -> bool {
-    joining
-        || (catch_up && multi_node && purged_at_open.is_some() && last_at_open <= purged_at_open)
+/// whose last install recorded that its membership did not name the node
+/// (`installed_before_addition`, `meta::INSTALLED_BEFORE_ADDITION`, written in the install's
+/// own commit): a learner started on an empty directory without `cluster_join` (review s27
+/// snap), also once it appended entries after the snapshot and was killed before the one
+/// adding it (review s27 snap second pass M2: the start check used to read the log's shape
+/// instead, and refused it). Only an install writes the marker, so openraft's start-up purge
+/// cannot make a foreign directory look exempt (second pass M1), whatever the catch-up key
+/// says now. Once a start finds a membership naming the node the marker is cleared.
+pub(crate) fn may_predate_addition(joining: bool, installed_before_addition: bool) -> bool {
+    joining || installed_before_addition
+}
+
+/// The membership check of a clustered start, run on the opened stores before openraft
+/// starts on them (review s27 snap second pass LOW: run after `Raft::new`, a refused start
+/// had already let openraft snapshot and purge its log).
+pub(crate) struct MembershipCheck {
+    pub peers: BTreeMap<u64, BasicNode>,
+    /// The vote gate says this node is still joining (`VoteGate::joining`).
+    pub joining: bool,
+    /// The segment log held no entry at open.
+    pub log_empty: bool,
+}
+
+impl MembershipCheck {
+    /// Reads the effective membership openraft will start from (the applied one, or the last
+    /// in the log after it, as openraft's own start reads it) and checks it
+    /// (`check_stored_membership`). A directory without a vote or a log position (not
+    /// initialised) passes: it waits to be contacted, or is initialised by the caller. A start
+    /// whose committed membership names this node clears `meta::INSTALLED_BEFORE_ADDITION`
+    /// (durably, before openraft runs) so the exemption ends with the addition.
+    // The clearing closure returns openraft's storage error by value, as `meta` does.
+    #[allow(clippy::result_large_err)]
+    pub(crate) async fn run(
+        &self,
+        me: u64,
+        log_store: &LogStore,
+        state_machine: &mut StateMachine,
+        store: &Arc<StateStore>,
+    ) -> Result<(), RaftError> {
+        let startup = |what: &str, e: &dyn std::fmt::Display| {
+            RaftError::Startup(format!("{what} for the membership check: {e}"))
+        };
+        let mut ls = log_store.clone();
+        let vote = ls
+            .read_vote()
+            .await
+            .map_err(|e| startup("reading the vote", &e))?;
+        let state = ls
+            .get_log_state()
+            .await
+            .map_err(|e| startup("reading the log state", &e))?;
+        let voted = vote.is_some_and(|v| v != Vote::default());
+        if state.last_log_id.is_none() && !voted {
+            return Ok(());
+        }
+        let m = StorageHelper::<TypeConfig, _, _>::new(&mut ls, state_machine)
+            .get_membership()
+            .await
+            .map_err(|e| startup("reading the membership", &e))?;
+        let effective = m.effective();
+        let stored = StoredMembership {
+            voters: effective.membership().voter_ids().collect(),
+            learners: effective.membership().learner_ids().collect(),
+            changed: effective.log_id().is_some_and(|l| l.index > 0),
+        };
+        let marked = meta::installed_before_addition(store)
+            .map_err(|e| startup(&format!("reading {}", meta::INSTALLED_BEFORE_ADDITION), &e))?;
+        check_stored_membership(
+            me,
+            &self.peers,
+            &stored,
+            self.log_empty,
+            may_predate_addition(self.joining, marked),
+        )?;
+        // Cleared only once a committed membership names this node: an appended one may still
+        // be cut off by a new leader.
+        let named = m.committed().membership().get_node(&me).is_some();
+        if marked && named {
+            meta::blocking(store, ErrorSubject::Store, |s| {
+                meta::put(
+                    s,
+                    meta::INSTALLED_BEFORE_ADDITION,
+                    &false,
+                    ErrorSubject::Store,
+                )
+            })
+            .await
+            .map_err(|e| startup(&format!("clearing {}", meta::INSTALLED_BEFORE_ADDITION), &e))?;
+        }
+        Ok(())
+    }
 }
 
 /// The effective membership a directory holds, as the start check reads it.
@@ -244,49 +322,14 @@ mod tests {
         assert!(check_stored_membership(4, &peers4, &stored, false, false).is_err());
     }
 
-    /// Review s27 snap: a learner started on an empty directory without `cluster_join` and
-    /// caught up by such a snapshot holds only it (its log ends at its purge horizon): its
-    /// restart is not refused; once anything was appended past the horizon, or with nothing
-    /// purged, the check applies.
+    /// A membership not naming this node is held only while joining or while the last
+    /// install recorded it (review s27 snap second pass M2): not from the log's shape, which
+    /// openraft's own purge can fake (second pass M1).
     #[test]
-    fn a_directory_holding_only_an_installed_snapshot_may_predate_its_addition() {
-        assert!(may_predate_addition(true, true, false, None, None));
-        assert!(may_predate_addition(true, false, false, None, None));
-        assert!(may_predate_addition(
-            false,
-            true,
-            true,
-            Some(500),
-            Some(500)
-        ));
-        assert!(may_predate_addition(false, true, true, Some(500), None));
-        assert!(!may_predate_addition(
-            false,
-            true,
-            true,
-            Some(500),
-            Some(501)
-        ));
-        assert!(!may_predate_addition(false, true, true, None, Some(500)));
-        assert!(!may_predate_addition(false, true, true, None, None));
-        // A single-node directory reclaimed whole is another group's, still refused.
-        assert!(!may_predate_addition(
-            false,
-            true,
-            false,
-            Some(500),
-            Some(500)
-        ));
-        // With catch-up off nothing is installed: openraft's start-up purge of a foreign
-        // directory (its log cut below its checkpoint) looks the same and stays refused.
-        assert!(!may_predate_addition(
-            false,
-            false,
-            true,
-            Some(500),
-            Some(500)
-        ));
-        assert!(!may_predate_addition(false, false, true, Some(500), None));
+    fn only_a_joining_node_or_a_marked_install_may_predate_its_addition() {
+        assert!(may_predate_addition(true, false));
+        assert!(may_predate_addition(false, true));
+        assert!(!may_predate_addition(false, false));
     }
 
     /// The refusals of A1 hold under run-time membership too: a removed member's directory,

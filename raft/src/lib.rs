@@ -49,6 +49,7 @@ mod log_store;
 mod log_writer;
 pub mod member_addr;
 mod membership_change;
+mod membership_history;
 mod meta;
 mod metrics_clock;
 mod network;

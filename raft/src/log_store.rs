@@ -252,12 +252,15 @@ impl LogStore {
     /// (`finish_interrupted_install`) before `log/` is read; an append here could be
     /// acknowledged and then lost with the replaced log. Any other error changed nothing (the
     /// files of the stream are deleted) and opens the gate again. Blocking (waits for appends,
-    /// reads the file, redb commit): never call it from a runtime worker.
+    /// reads the file, redb commit): never call it from a runtime worker. `me` is this node:
+    /// step 3 also records whether the snapshot's membership names it
+    /// (`meta::INSTALLED_BEFORE_ADDITION`, review s27 snap second pass M2).
     pub fn stage_install(
         &self,
         dir: &dyn queenmq_storage::DataDir,
         opts: queenmq_storage::LogOptions,
         snapshot: &openraft::SnapshotMeta<NodeId, openraft::BasicNode>,
+        me: NodeId,
     ) -> Result<queenmq_storage::Installed, crate::backend::StorageError> {
         let encode = |what: &'static str, e: serde_json::Error| crate::backend::StorageError::Io {
             op: what,
@@ -274,8 +277,23 @@ impl LogStore {
             serde_json::to_vec(&last).map_err(|e| encode("encode the purge horizon", e))?;
         let membership = serde_json::to_vec(&snapshot.last_membership)
             .map_err(|e| encode("encode the membership", e))?;
-        let mut rows: Vec<(&str, &[u8])> =
-            vec![(meta::PURGED, &purged), (meta::MEMBERSHIP, &membership)];
+        // The memberships between this node's and the snapshot's were never applied here.
+        let history = serde_json::to_vec(&crate::membership_history::restart_at(
+            &snapshot.last_membership,
+        ))
+        .map_err(|e| encode("encode the membership history", e))?;
+        let named = snapshot
+            .last_membership
+            .membership()
+            .get_node(&me)
+            .is_some();
+        let before_addition: &[u8] = if named { b"false" } else { b"true" };
+        let mut rows: Vec<(&str, &[u8])> = vec![
+            (meta::PURGED, &purged),
+            (meta::MEMBERSHIP, &membership),
+            (meta::INSTALLED_BEFORE_ADDITION, before_addition),
+            (crate::membership_history::MEMBERSHIP_HISTORY, &history),
+        ];
         if is_multi_node(snapshot.last_membership.membership()) {
             rows.push((meta::MULTI_NODE, b"true"));
         }
@@ -350,6 +368,16 @@ impl LogStore {
     #[cfg(test)]
     pub(crate) fn appends_closing(&self) -> bool {
         self.inner.appends.is_closing()
+    }
+
+    /// The membership history (`membership_history`), for the sender to name the membership
+    /// in force at a checkpoint's `A` as the offer did; unreadable is empty (the checkpoint is
+    /// then declined: not streamed). Blocking (redb read).
+    pub(crate) fn membership_history(&self) -> Vec<crate::types::StoredMembership> {
+        crate::membership_history::read(&self.inner.store).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "the membership history cannot be read");
+            Vec::new()
+        })
     }
 
     /// Whether a snapshot install was staged through this store (the group must be reopened).

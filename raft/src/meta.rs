@@ -25,6 +25,19 @@ pub const MEMBERSHIP: &str = queenmq_storage::MEMBERSHIP_KEY;
 /// (docs/raft-storage.md). A membership change openraft refuses never writes it.
 pub const MULTI_NODE: &str = "raft/multi_node";
 
+/// Whether the snapshot last installed here (`LogStore::stage_install`, in the same commit as
+/// its membership) was taken before this node was added: its membership does not name the
+/// node, and the entry adding it follows `A` (review s27 snap second pass M2). Written `true`
+/// or `false` by every install; set back to `false` by the first start whose stored
+/// membership names the node. A start may hold a membership not naming this node only while
+/// it is `true` (`cluster_start::may_predate_addition`).
+pub const INSTALLED_BEFORE_ADDITION: &str = "raft/installed_before_addition";
+
+/// Whether `INSTALLED_BEFORE_ADDITION` is set.
+pub fn installed_before_addition(store: &StateStore) -> Result<bool, OrStorageError> {
+    Ok(get::<bool>(store, INSTALLED_BEFORE_ADDITION, ErrorSubject::Store)?.unwrap_or(false))
+}
+
 /// Whether `MULTI_NODE` was ever written.
 pub fn multi_node_noted(store: &StateStore) -> Result<bool, OrStorageError> {
     Ok(get::<bool>(store, MULTI_NODE, ErrorSubject::Store)?.unwrap_or(false))

@@ -14,9 +14,7 @@ use openraft::{BasicNode, ChangeMembers, Raft, ServerState};
 
 use crate::apply::ApplyHandler;
 use crate::backend::{SegmentLog, StateStore};
-use crate::cluster_start::{
-    check_stored_membership, initialised, may_predate_addition, ClusterStart, StoredMembership,
-};
+use crate::cluster_start::{initialised, ClusterStart, MembershipCheck};
 use crate::config::RaftConfig;
 use crate::core_probe::CoreProbe;
 use crate::election_nudge;
@@ -156,21 +154,17 @@ impl RaftNode {
             )));
         }
         let last_at_open = log.last().map(|(index, _)| index);
-        let purged_at_open = crate::meta::get::<crate::types::RaftLogId>(
-            &store,
-            crate::meta::PURGED,
-            openraft::ErrorSubject::Logs,
-        )
-        .map_err(|e| RaftError::Startup(format!("reading {}: {e}", crate::meta::PURGED)))?
-        .map(|p| p.index);
-        let multi_node = crate::meta::multi_node_noted(&store)
-            .map_err(|e| RaftError::Startup(format!("reading {}: {e}", crate::meta::MULTI_NODE)))?;
         // Decided before openraft runs and before the listener serves the group: a wiped
         // voter must not grant a vote or campaign even once (review s21 membership M5).
         if let Some(gate) = &start.gate {
             gate.prepare(start.join, last_at_open.is_none())?;
         }
-        let clustered = Some(start.gate.clone());
+        let check = MembershipCheck {
+            peers: start.peers.clone(),
+            joining: start.gate.as_ref().is_some_and(crate::VoteGate::joining),
+            log_empty: last_at_open.is_none(),
+        };
+        let clustered = Some((start.gate.clone(), check));
         let feed = start.snapshots.as_ref();
         let node = RaftNode::open(cfg, log, store, handler, network, clustered, feed).await?;
         if let Some(gate) = &start.gate {
@@ -181,8 +175,7 @@ impl RaftNode {
         // for it would never end.
         let committed_at_open = node.inner.log_store.committed().map(|c| c.index);
         let wait_for = committed_at_open.min(last_at_open);
-        let at_open = (last_at_open, purged_at_open, multi_node);
-        let ready = node.join_and_replay(start, at_open, wait_for).await;
+        let ready = node.join_and_replay(start, wait_for).await;
         node.started(ready, wait_for).await
     }
 
@@ -208,7 +201,8 @@ impl RaftNode {
     }
 
     /// The stores opened and openraft started on them; nothing waited for. `clustered` (a
-    /// cluster member, with its vote gate, or None for a lone voter): keep the acknowledgement
+    /// cluster member, with its vote gate and its membership check, or None for a lone
+    /// voter): check the stored membership before openraft runs, keep the acknowledgement
     /// age current between openraft's reports (`MetricsClock`), and call elections only as
     /// the gate allows (off while joining, `VoteGate`).
     async fn open<N: RaftNetworkFactory<TypeConfig>>(
@@ -217,11 +211,14 @@ impl RaftNode {
         store: Arc<StateStore>,
         handler: Arc<dyn ApplyHandler>,
         network: N,
-        clustered: Option<Option<crate::VoteGate>>,
+        clustered: Option<(Option<crate::VoteGate>, MembershipCheck)>,
         feed: Option<&crate::SnapshotFeed>,
     ) -> Result<RaftNode, RaftError> {
-        let gate = clustered.clone().flatten();
-        let clustered = clustered.is_some();
+        let (gate, check) = match clustered {
+            Some((gate, check)) => (gate, Some(check)),
+            None => (None, None),
+        };
+        let clustered = check.is_some();
         let mut config = cfg.to_openraft()?;
         config.enable_elect = gate.as_ref().is_none_or(crate::VoteGate::may_campaign);
         if let Some(feed) = feed {
@@ -240,6 +237,18 @@ impl RaftNode {
         .map_err(|e| RaftError::Startup(e.to_string()))?
         .map_err(|e| RaftError::Startup(e.to_string()))?;
 
+        // Before openraft runs: a refused start must leave the log and its horizon as found
+        // (with catch-up on openraft may snapshot and purge as soon as it runs). A refusal
+        // stops the log store's threads here, as the failed start's shutdown would.
+        if let Some(check) = &check {
+            if let Err(e) = check.run(id, &log_store, &mut state_machine, &store).await {
+                let ls = log_store.clone();
+                if let Err(stop) = tokio::task::spawn_blocking(move || ls.stop()).await {
+                    tracing::warn!(error = %stop, "stopping the log store after a refused start failed");
+                }
+                return Err(e);
+            }
+        }
         let applied = state_machine.applied_cell();
         // Before openraft runs: its first snapshot and purge may follow at once, and the
         // listener serves the group (and its inbox) only after this returns.
@@ -302,40 +311,13 @@ impl RaftNode {
     async fn join_and_replay(
         &self,
         start: ClusterStart,
-        (last_at_open, purged_at_open, multi_node): (Option<u64>, Option<u64>, bool),
         wait_for: Option<u64>,
     ) -> Result<(), RaftError> {
         let raft = &self.inner.raft;
         // Not initialised = no vote, no log, no membership: an empty directory. One that
-        // holds anything of the group is never initialised again.
-        if raft.is_initialized().await.map_err(fatal)? {
-            let stored = raft
-                .with_raft_state(|st| {
-                    let effective = st.membership_state.effective();
-                    let m = effective.membership();
-                    StoredMembership {
-                        voters: m.voter_ids().collect(),
-                        learners: m.learner_ids().collect(),
-                        changed: effective.log_id().is_some_and(|l| l.index > 0),
-                    }
-                })
-                .await
-                .map_err(fatal)?;
-            let joining = start.gate.as_ref().is_some_and(crate::VoteGate::joining);
-            check_stored_membership(
-                self.inner.id,
-                &start.peers,
-                &stored,
-                last_at_open.is_none(),
-                may_predate_addition(
-                    joining,
-                    start.snapshots.is_some(),
-                    multi_node,
-                    purged_at_open,
-                    last_at_open,
-                ),
-            )?;
-        } else if start.initialise {
+        // holds anything of the group is never initialised again (and its stored membership
+        // was checked before openraft ran, `MembershipCheck`).
+        if start.initialise && !raft.is_initialized().await.map_err(fatal)? {
             initialised(self.inner.id, raft.initialize(start.peers).await)?;
         }
         let mut rx = raft.metrics();

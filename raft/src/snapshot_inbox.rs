@@ -18,7 +18,9 @@
 //! One stream at a time per group: a chunk waits for the one before it (the lock is held
 //! across its write), and a chunk of a new snapshot id at offset 0 replaces the stream, whose
 //! part file its receiver deletes when dropped. So at most one chunk (the listener's
-//! `snapshot` frame limit) is in memory per group.
+//! `snapshot` frame limit) is in memory per group. A stream that gets no chunk for
+//! `ABANDONED_AFTER` is dropped with its part file (review s27 snap M4: it stayed until the next
+//! stream or restart); a later chunk of it is answered `SnapshotMismatch` (start again at 0).
 
 // openraft's errors (~200 bytes) are returned by value to its traits' boundary.
 #![allow(clippy::result_large_err)]
@@ -35,6 +37,10 @@ use crate::snapshot_feed::SnapshotFeed;
 use crate::types::{io_err, NodeId, TypeConfig};
 
 type Answer = Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>;
+
+/// Far above the sender's gap between two chunks (each has a deadline of 2 s plus its bytes
+/// at 10 MB/s, and a refused one is resent after openraft's backoff).
+pub const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The snapshot chunks of one group, received and staged outside openraft. Clones share it.
 #[derive(Clone)]
@@ -57,6 +63,10 @@ struct Inner {
     /// ever (review s26 snap M3); a lower one is answered with it, which makes that sender's
     /// openraft step down.
     highest: std::sync::Mutex<Option<Vote<NodeId>>>,
+    /// Chunks written, counted under `current`'s lock: a stream whose count did not move for
+    /// `abandon_after` is abandoned.
+    chunks: AtomicU64,
+    abandon_after: std::time::Duration,
 }
 
 struct Incoming {
@@ -74,6 +84,17 @@ impl SnapshotInbox {
         opts: LogOptions,
         admit: Arc<AdmitFn>,
     ) -> SnapshotInbox {
+        SnapshotInbox::abandoning_after(feed, dir, opts, admit, ABANDONED_AFTER)
+    }
+
+    /// `new` with another wait before an idle stream is abandoned (tests).
+    pub(crate) fn abandoning_after(
+        feed: SnapshotFeed,
+        dir: Arc<dyn DataDir>,
+        opts: LogOptions,
+        admit: Arc<AdmitFn>,
+        abandon_after: std::time::Duration,
+    ) -> SnapshotInbox {
         SnapshotInbox {
             inner: Arc::new(Inner {
                 feed,
@@ -84,6 +105,8 @@ impl SnapshotInbox {
                 staged: tokio::sync::watch::Sender::new(false),
                 installs: AtomicU64::new(0),
                 highest: std::sync::Mutex::new(None),
+                chunks: AtomicU64::new(0),
+                abandon_after,
             }),
         }
     }
@@ -178,11 +201,40 @@ impl SnapshotInbox {
         }
         if !req.done {
             *current = Some(incoming);
+            let seen = self.inner.chunks.fetch_add(1, Ordering::SeqCst) + 1;
+            self.abandon_if_idle(seen);
             return Ok(answer);
         }
         // The stream ends here whatever the stage decides: a refusal deleted its files.
-        let staged = self.stage(incoming.receiver, req.meta).await;
+        let me = raft.metrics().borrow().id;
+        let staged = self.stage(incoming.receiver, req.meta, me).await;
         staged.map(|()| answer)
+    }
+
+    /// Drops the stream, and with it its part file, unless a chunk came in the
+    /// `abandon_after` after chunk number `seen` (review s27 snap M4).
+    fn abandon_if_idle(&self, seen: u64) {
+        let inner = Arc::downgrade(&self.inner);
+        let after = self.inner.abandon_after;
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let mut current = inner.current.lock().await;
+            if inner.chunks.load(Ordering::SeqCst) != seen {
+                return;
+            }
+            if let Some(gone) = current.take() {
+                tracing::info!(
+                    snapshot = %gone.snapshot_id,
+                    idle_ms = after.as_millis() as u64,
+                    "snapshot stream abandoned: its part file is deleted"
+                );
+                // The receiver unlinks its part file as it drops.
+                drop(gone);
+            }
+        });
     }
 
     /// Finishes the file (fdatasync, rename, directory fsync) and stages it.
@@ -190,6 +242,7 @@ impl SnapshotInbox {
         &self,
         receiver: SnapshotReceiver,
         meta: openraft::SnapshotMeta<NodeId, openraft::BasicNode>,
+        me: NodeId,
     ) -> Result<(), RaftError<NodeId, InstallSnapshotError>> {
         let inner = self.inner.clone();
         let id = meta.snapshot_id.clone();
@@ -198,7 +251,7 @@ impl SnapshotInbox {
         };
         let installed = blocking(move || {
             receiver.finish()?;
-            store.stage_install(&*inner.dir, inner.opts, &meta)
+            store.stage_install(&*inner.dir, inner.opts, &meta, me)
         })
         .await?;
         self.inner.installs.fetch_add(1, Ordering::SeqCst);

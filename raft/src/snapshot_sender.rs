@@ -83,9 +83,14 @@ pub(crate) async fn send(
     let Some(last) = meta.last_log_id else {
         return Err(unreachable("the snapshot covers no log entry".into()));
     };
-    let opened = tokio::task::spawn_blocking(move || store.snapshot_source(last.index)).await;
-    let source = match opened {
-        Ok(Ok(s)) => Arc::new(s),
+    let opened = tokio::task::spawn_blocking(move || {
+        store
+            .snapshot_source(last.index)
+            .map(|s| (s, store.membership_history()))
+    })
+    .await;
+    let (source, history) = match opened {
+        Ok(Ok((s, history))) => (Arc::new(s), history),
         Ok(Err(e)) => {
             return Err(unreachable(format!(
                 "cannot open checkpoint {}: {e}",
@@ -108,6 +113,7 @@ pub(crate) async fn send(
         head.first_record,
         head.state_crc,
         source.membership(),
+        &history,
     );
     if opened.as_ref() != Some(&meta) {
         return Err(unreachable(format!(

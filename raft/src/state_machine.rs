@@ -24,6 +24,7 @@ use openraft::{
 use crate::apply::ApplyHandler;
 use crate::backend::StateStore;
 use crate::index_cell::IndexCell;
+use crate::membership_history;
 use crate::meta;
 use crate::types::{
     io_err, is_multi_node, log_id, term_of, Entry, NodeId, OrStorageError, RaftLogId,
@@ -73,6 +74,7 @@ impl StateMachine {
     ) -> Result<(StateMachine, tokio::sync::oneshot::Receiver<()>), OrStorageError> {
         let membership: StoredMembership =
             meta::get(&store, meta::MEMBERSHIP, ErrorSubject::StateMachine)?.unwrap_or_default();
+        membership_history::seed(&store, &membership)?;
         let checkpoint = handler
             .checkpointed()
             .map(|(index, term)| log_id(term, index));
@@ -142,12 +144,20 @@ impl StateMachine {
                 return None;
             }
         };
+        let history = match membership_history::read(&self.store) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(error = %e, "the membership history cannot be read");
+                Vec::new()
+            }
+        };
         let meta = checkpoint_meta(
             g.applied_term,
             g.applied_index,
             g.first_record,
             g.state_crc,
             g.membership.as_deref(),
+            &history,
         )?;
         Some(StoredSnapshot {
             meta,
@@ -214,12 +224,24 @@ impl StateMachine {
 
     /// Saves the applied membership; one naming more than one node also sets the sticky
     /// `raft/multi_node` first, which the log store reads before any reclamation (an installed
-    /// snapshot's membership reaches no append, review s12 F6).
-    async fn save_membership(&self) -> Result<(), OrStorageError> {
+    /// snapshot's membership reaches no append, review s12 F6). The membership history records
+    /// it before (`membership_history`); an installed snapshot's (`installed`) starts it again.
+    async fn save_membership(&self, installed: bool) -> Result<(), OrStorageError> {
         let m = self.membership.clone();
         meta::blocking(&self.store, ErrorSubject::StateMachine, move |s| {
             if is_multi_node(m.membership()) {
                 meta::note_multi_node(s)?;
+            }
+            if installed {
+                let h = membership_history::restart_at(&m);
+                meta::put(
+                    s,
+                    membership_history::MEMBERSHIP_HISTORY,
+                    &h,
+                    ErrorSubject::StateMachine,
+                )?;
+            } else {
+                membership_history::record(s, &m)?;
             }
             meta::put(s, meta::MEMBERSHIP, &m, ErrorSubject::StateMachine)
         })
@@ -230,21 +252,24 @@ impl StateMachine {
 /// The snapshot meta openraft is offered for a durable checkpoint generation at `(A, term)`
 /// with run floor `first_record`, state CRC `state_crc` and the `raft/membership` bytes
 /// recorded with it; its id names all four, so the sender can tell that the generation it
-/// opens is the one offered (`snapshot_sender`). None when no membership was recorded or it
-/// was applied past `A` (then it does not say which membership was in force at `A`: declined
-/// rather than guessed, review s23 M1 / s25 H2).
+/// opens is the one offered (`snapshot_sender`). When the recorded membership was applied past
+/// `A`, the one in force at `A` is taken from the membership `history` (review s25 H2: a node
+/// added to an idle group is caught up without waiting for a write); None when no membership
+/// was recorded, or the history does not tell (declined rather than guessed, review s23 M1).
 pub(crate) fn checkpoint_meta(
     applied_term: u64,
     applied_index: u64,
     first_record: u64,
     state_crc: u32,
     membership: Option<&[u8]>,
+    history: &[StoredMembership],
 ) -> Option<Meta> {
     let at = log_id(applied_term, applied_index);
-    let membership = match membership.map(serde_json::from_slice::<StoredMembership>) {
-        Some(Ok(m)) if m.log_id().is_none_or(|l| l.index <= at.index) => m,
+    let recorded = match membership.map(serde_json::from_slice::<StoredMembership>) {
+        Some(Ok(m)) => m,
         _ => return None,
     };
+    let membership = membership_history::in_force_at(&recorded, history, at.index)?;
     Some(SnapshotMeta {
         last_log_id: Some(at),
         last_membership: membership,
@@ -295,7 +320,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 }
                 EntryPayload::Membership(m) => {
                     self.membership = StoredMembership::new(Some(id), m);
-                    self.save_membership().await?;
+                    self.save_membership(false).await?;
                 }
             }
             self.set_applied(id);
@@ -340,7 +365,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // it must be the one in force at A. Saved before, it is never older than A's; a save
         // before the restore records it with a state below its log id, which is never served.
         self.membership = meta.last_membership.clone();
-        self.save_membership().await?;
+        self.save_membership(true).await?;
         self.handler
             .restore(last.index, term_of(&last), &data)
             .map_err(|e| {

@@ -266,8 +266,10 @@ impl Config {
         if self.cluster_tenant_groups && self.cluster_snapshot_catch_up {
             return Err(bad(
                 "cluster_tenant_groups",
-                "cannot be on with cluster_snapshot_catch_up: a node caught up by snapshot \
-                 would not learn of the tenants declared below it (docs/cluster.md \"Tenants\")",
+                "cannot be on with cluster_snapshot_catch_up, which is on by default: set \
+                 cluster_snapshot_catch_up = false (QUEEN_CLUSTER_SNAPSHOT_CATCH_UP=false) on \
+                 every node to run tenant groups (a node caught up by snapshot would not learn \
+                 of the tenants declared below it; docs/cluster.md \"Tenants\")",
             ));
         }
         Ok(Some(Cluster {

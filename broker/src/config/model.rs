@@ -206,8 +206,9 @@ pub struct Config {
     pub peer_kafka: Option<String>,
     /// A cluster member catches a peer that fell behind its reclaimed log up by snapshot (the
     /// durable checkpoint and its records), and reclaims its log under a multi-node
-    /// membership behind openraft's purge; false: it never reclaims while clustered (today's
-    /// behaviour). Ignored on a single node.
+    /// membership behind openraft's purge; false: it never reclaims while clustered (the
+    /// behaviour before session 28). On by default since session 28. Ignored on a single
+    /// node. Refused together with `cluster_tenant_groups`.
     #[serde(default)]
     pub cluster_snapshot_catch_up: bool,
     /// With `cluster_snapshot_catch_up`, the log entries kept below the snapshot: a peer less
@@ -319,7 +320,7 @@ impl Default for Config {
             node_id: 1,
             peers: None,
             cluster_join: false,
-            cluster_snapshot_catch_up: false,
+            cluster_snapshot_catch_up: true,
             cluster_tenant_groups: false,
             cluster_snapshot_keep_entries: queenmq_raft::KEEP_BELOW_SNAPSHOT,
             peer_http: None,

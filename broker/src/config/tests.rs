@@ -974,7 +974,13 @@ fn cluster_tenant_groups_is_off_by_default_and_refused_with_snapshot_catch_up() 
         v
     };
     assert!(!cluster_of(&with(&[])).tenant_groups);
-    assert!(cluster_of(&with(&[("QUEEN_CLUSTER_TENANT_GROUPS", "true")])).tenant_groups);
+    // Snapshot catch-up is on by default (session 28).
+    assert!(cluster_of(&with(&[])).snapshot_keep.is_some());
+    let tenants_only = [
+        ("QUEEN_CLUSTER_TENANT_GROUPS", "true"),
+        ("QUEEN_CLUSTER_SNAPSHOT_CATCH_UP", "false"),
+    ];
+    assert!(cluster_of(&with(&tenants_only)).tenant_groups);
     // Declarations live in the default group's log only: a snapshot install would skip them.
     assert_refused(
         &with(&[
@@ -983,6 +989,16 @@ fn cluster_tenant_groups_is_off_by_default_and_refused_with_snapshot_catch_up() 
         ]),
         "cluster_tenant_groups",
         "tenant groups with snapshot catch-up",
+    );
+    // With catch-up left at its default the refusal says what to set.
+    let refs = [("QUEEN_CLUSTER_TENANT_GROUPS", "true")];
+    let pairs = with(&refs);
+    let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let err = load_env(&ConfigArgs::default(), &refs).expect_err("refused at the default");
+    assert!(
+        err.to_string()
+            .contains("cluster_snapshot_catch_up = false"),
+        "{err}"
     );
     assert_refused(
         &with(&[("QUEEN_CLUSTER_TENANT_GROUPS", "yes please")]),

@@ -913,6 +913,21 @@ impl Engine {
         });
         let started = Instant::now();
         let save = tokio::task::spawn_blocking(move || {
+            // A snapshot stream reads the slot this save would overwrite: skipped (nothing
+            // written, nothing reclaimed) a bounded number of times, so the stream can finish
+            // (review s27 snap M1; `StateStore::defer_save`).
+            match store.defer_save() {
+                Ok(true) => {
+                    tracing::info!(
+                        index = applied.0,
+                        "checkpoint deferred: a snapshot stream reads the slot it would overwrite"
+                    );
+                    drop(held);
+                    return Ok(None);
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "checkpoint slots unreadable; saving anyway"),
+            }
             // The partitions and the transaction-id rows are encoded here, off the engine
             // (shared chunks and frozen blocks), the rows straight into the store's chunks:
             // the checkpoint is never held whole.

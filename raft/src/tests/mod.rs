@@ -9,6 +9,7 @@ mod guards;
 mod hand_over;
 mod horizons;
 mod idle_leader;
+mod install_before_addition;
 mod latency;
 mod leader_gone;
 mod limited_read;

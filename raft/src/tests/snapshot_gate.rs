@@ -48,7 +48,7 @@ fn stage(
 ) -> tokio::task::JoinHandle<Result<queenmq_storage::Installed, StorageError>> {
     let (s, r) = (ls.clone(), root.to_path_buf());
     tokio::task::spawn_blocking(move || {
-        s.stage_install(&DiskDataDir::new(&r).unwrap(), small(), &meta)
+        s.stage_install(&DiskDataDir::new(&r).unwrap(), small(), &meta, 1)
     })
 }
 
@@ -208,6 +208,6 @@ async fn a_save_right_after_the_restore_records_the_snapshots_membership() {
         .unwrap();
     let view = StateStore::state_view(&store, 500).unwrap();
     let recorded: StoredMembership =
-        serde_json::from_slice(&view.membership.expect("a membership row")).unwrap();
+        serde_json::from_slice(view.membership.as_deref().expect("a membership row")).unwrap();
     assert_eq!(recorded, new);
 }

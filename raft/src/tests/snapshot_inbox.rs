@@ -29,7 +29,7 @@ fn small() -> LogOptions {
 
 /// A sender's node: 120 entries and a checkpoint at the last with run floor 60, its stream
 /// read whole into chunks. Returns (applied, term, state, the stream, the leader's log).
-async fn leader_stream(dir: &Path) -> (u64, u64, Vec<u8>, Vec<u8>, Arc<SegmentLog>) {
+pub(super) async fn leader_stream(dir: &Path) -> (u64, u64, Vec<u8>, Vec<u8>, Arc<SegmentLog>) {
     let (log, store) = open_small_segments(dir);
     let node = start_fresh(&log, &store).await;
     fill(&node, &log).await;
@@ -60,7 +60,7 @@ fn meta_at(applied: u64, term: u64, id: &str) -> SnapshotMeta<u64, openraft::Bas
     }
 }
 
-fn inbox_of(node: &RaftNode, root: &Path) -> SnapshotInbox {
+pub(super) fn inbox_of(node: &RaftNode, root: &Path) -> SnapshotInbox {
     let dir: Arc<dyn DataDir> = Arc::new(DiskDataDir::new(root).unwrap());
     let feed = SnapshotFeed::new("inbox-test", 0);
     feed.attach(node.log_store().clone());
@@ -84,7 +84,7 @@ fn chunk(
 }
 
 /// Sends every chunk but the last; returns the last one's answer.
-async fn send_all(
+pub(super) async fn send_all(
     inbox: &SnapshotInbox,
     node: &RaftNode,
     meta: &SnapshotMeta<u64, openraft::BasicNode>,
@@ -333,5 +333,58 @@ async fn a_lower_leaders_chunk_is_answered_with_the_highest_vote_and_replaces_no
     assert!(!c.done);
     assert_eq!(inbox.receive(&raft, c).await.unwrap().vote, mine);
     drop(inbox);
+    follower.shutdown().await.unwrap();
+}
+
+/// Review s27 snap M4: a stream that gets no chunk for the inbox's wait is dropped with its
+/// part file; its next chunk is answered `SnapshotMismatch` (the sender starts again at 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_stream_s_part_file_is_deleted() {
+    let leader_dir = tempfile::tempdir().unwrap();
+    let (applied, term, _state, stream, _leader_log) = leader_stream(leader_dir.path()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let (flog, fstore) = open_small_segments(&root);
+    let follower = start_fresh(&flog, &fstore).await;
+    let feed = SnapshotFeed::new("inbox-test", 0);
+    feed.attach(follower.log_store().clone());
+    let data: Arc<dyn DataDir> = Arc::new(DiskDataDir::new(&root).unwrap());
+    let wait = std::time::Duration::from_millis(300);
+    let inbox = SnapshotInbox::abandoning_after(feed, data, small(), Arc::new(|_| Ok(())), wait);
+    let raft = follower.raft_handle();
+    let meta = meta_at(applied, term, "abandoned");
+    inbox
+        .receive(&raft, chunk(&follower, &meta, &stream, 0))
+        .await
+        .unwrap();
+    // A chunk inside the wait keeps the stream.
+    tokio::time::sleep(wait / 2).await;
+    inbox
+        .receive(&raft, chunk(&follower, &meta, &stream, CHUNK))
+        .await
+        .unwrap();
+    tokio::time::sleep(wait / 2).await;
+    assert!(!incoming_files(&root).is_empty());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !incoming_files(&root).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            incoming_files(&root)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let next = inbox
+        .receive(&raft, chunk(&follower, &meta, &stream, 2 * CHUNK))
+        .await;
+    assert!(
+        matches!(
+            next,
+            Err(RaftError::APIError(InstallSnapshotError::SnapshotMismatch(
+                _
+            )))
+        ),
+        "{next:?}"
+    );
     follower.shutdown().await.unwrap();
 }

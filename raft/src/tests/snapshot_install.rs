@@ -70,7 +70,7 @@ async fn a_staged_install_holds_reclamation_until_the_reopen_finishes_it() {
     };
     let (s, m, r) = (fls.clone(), meta.clone(), root.clone());
     let staged = tokio::task::spawn_blocking(move || {
-        s.stage_install(&DiskDataDir::new(&r).unwrap(), small(), &m)
+        s.stage_install(&DiskDataDir::new(&r).unwrap(), small(), &m, 1)
     })
     .await
     .unwrap()
@@ -83,7 +83,7 @@ async fn a_staged_install_holds_reclamation_until_the_reopen_finishes_it() {
     // A second install before the reopen is refused, and the first one's log stays.
     let (s, m, r) = (fls.clone(), meta.clone(), root.clone());
     let again = tokio::task::spawn_blocking(move || {
-        s.stage_install(&DiskDataDir::new(&r).unwrap(), small(), &m)
+        s.stage_install(&DiskDataDir::new(&r).unwrap(), small(), &m, 1)
     })
     .await
     .unwrap();
@@ -151,7 +151,7 @@ async fn a_refused_stage_leaves_the_node_appending() {
             snapshot_id: "refused".to_string(),
         };
         tokio::task::spawn_blocking(move || {
-            s.stage_install(&DiskDataDir::new(&r).unwrap(), small(), &meta)
+            s.stage_install(&DiskDataDir::new(&r).unwrap(), small(), &meta, 1)
         })
     };
     let committed = ls.committed().unwrap().index;

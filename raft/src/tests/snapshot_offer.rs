@@ -281,3 +281,74 @@ async fn unreachable_text(
         other => panic!("{other:?}"),
     }
 }
+
+/// Review s25 H2: a node added to an idle group. The checkpoint saved after the change is at
+/// the last application entry and records the membership applied past it; the membership
+/// history names the one in force at its `A`, so it is offered at once (no write needed), and
+/// the sender's check of the generation against the offer gives the same meta.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_recorded_with_a_later_membership_is_offered_with_the_one_at_its_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, store) = open_small_segments(dir.path());
+    let node = start_fresh(&log, &store).await;
+    fill(&node, &log).await;
+    let (applied, term) = log.last().unwrap();
+    let at_a: StoredMembership = meta::get(&store, meta::MEMBERSHIP, ErrorSubject::StateMachine)
+        .unwrap()
+        .unwrap();
+    assert!(at_a.log_id().unwrap().index <= applied);
+    // The learner's entry applied after `A`, as the state machine applies it.
+    let later = StoredMembership::new(
+        Some(log_id(term, applied + 2)),
+        Membership::new(
+            vec![BTreeSet::from([1])],
+            std::collections::BTreeMap::from([(2, BasicNode::default())]),
+        ),
+    );
+    crate::membership_history::record(&store, &later).unwrap();
+    meta::put(&store, meta::MEMBERSHIP, &later, ErrorSubject::StateMachine).unwrap();
+    store
+        .save_checkpoint_with_floor(applied, term, 60, |sink| sink.write(&[3; 5000]))
+        .unwrap();
+
+    let (mut sm, _gone) =
+        StateMachine::open(Recorder::new(Some((applied, term))), store.clone()).unwrap();
+    sm.offer_durable_snapshots();
+    let current = sm.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(current.meta.last_log_id, Some(log_id(term, applied)));
+    assert_eq!(current.meta.last_membership, at_a);
+    assert!(current.meta.snapshot_id.starts_with(CHECKPOINT_STREAM));
+
+    // What the sender derives from the generation it opens and the history.
+    let ls = node.log_store().clone();
+    let (head, recorded, history) = tokio::task::spawn_blocking(move || {
+        let s = ls.snapshot_source(applied).unwrap();
+        (
+            *s.header(),
+            s.membership().map(<[u8]>::to_vec),
+            ls.membership_history(),
+        )
+    })
+    .await
+    .unwrap();
+    let opened = crate::state_machine::checkpoint_meta(
+        head.applied_term,
+        head.applied_index,
+        head.first_record,
+        head.state_crc,
+        recorded.as_deref(),
+        &history,
+    );
+    assert_eq!(opened.as_ref(), Some(&current.meta));
+    // Without the history it is declined, as before.
+    let declined = crate::state_machine::checkpoint_meta(
+        head.applied_term,
+        head.applied_index,
+        head.first_record,
+        head.state_crc,
+        recorded.as_deref(),
+        &[],
+    );
+    assert_eq!(declined, None);
+    node.shutdown().await.unwrap();
+}

@@ -7,6 +7,7 @@ pub(crate) mod generations;
 mod install;
 pub(crate) mod membership_row;
 mod sink;
+mod slot_pins;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -58,6 +59,8 @@ pub struct StateStore {
     /// Held by a snapshot stage for its whole run: two stages at once could leave one's state
     /// beside the other's `log-incoming` (review s22 snapshot M2).
     staging: Mutex<()>,
+    /// The slots snapshot streams are reading (`StateView`), and the saves deferred for them.
+    pins: slot_pins::SlotPins,
 }
 
 impl StateStore {
@@ -116,6 +119,7 @@ impl StateStore {
             db,
             kept: Mutex::new(None),
             staging: Mutex::new(()),
+            pins: slot_pins::SlotPins::default(),
         };
         // Creating the tables up front lets readers open them without a missing-table case.
         store.write("create tables", |txn| {
@@ -276,7 +280,40 @@ impl StateStore {
             });
         }
         *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(target);
+        self.pins.saved();
         Ok(())
+    }
+
+    /// Whether the next save should be skipped because it would overwrite the generation a
+    /// snapshot stream is reading (review s27 snap M1; `slot_pins`): true at most
+    /// `CHECKPOINT_DEFER_MAX` times in a row. The caller skips that save (writes nothing and
+    /// reclaims nothing) and tries at its next interval. A stream opened after this answer
+    /// may still see its slot overwritten, and fail as before. A redb read.
+    pub fn defer_save(&self) -> Result<bool, StorageError> {
+        let kept = *self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let target = match kept {
+            Some(k) => 1 - k,
+            None => {
+                let txn = self
+                    .db
+                    .begin_read()
+                    .map_err(StorageError::state("read the checkpoint slots"))?;
+                let heads = txn
+                    .open_table(CHECKPOINT_HEAD)
+                    .map_err(StorageError::state("read the checkpoint slots"))?;
+                slot_to_overwrite(&heads)
+                    .map_err(StorageError::state("read the checkpoint slots"))?
+            }
+        };
+        Ok(self.pins.defer(target))
+    }
+
+    pub(crate) fn pin_slot(&self, slot: usize) {
+        self.pins.pin(slot);
+    }
+
+    pub(crate) fn unpin_slot(&self, slot: usize) {
+        self.pins.unpin(slot);
     }
 
     /// The newest checkpoint that verifies (its length and CRC32C), which the next save then

@@ -292,3 +292,36 @@ fn a_flipped_byte_in_the_newest_checkpoint_falls_back_to_the_older_one() {
     store.save_checkpoint(&small(30)).unwrap();
     assert_eq!(applied(&store), [30, 10]);
 }
+
+/// Review s27 snap M1: a stream reading a generation pins its slot; the save that would
+/// overwrite it is deferred (at most `DEFER_MAX` in a row), and once the stream ends it goes
+/// ahead. A save into the other slot is never deferred.
+#[test]
+fn a_save_over_a_slot_a_stream_reads_is_deferred_until_the_stream_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(StateStore::open(&dir.path().join("state.redb")).unwrap());
+    let save = |index: u64| {
+        store
+            .save_checkpoint_with_floor(index, 1, index + 1, |sink| sink.write(&[7; 3000]))
+            .unwrap()
+    };
+    save(10);
+    let view = StateStore::state_view(&store, 10).unwrap();
+    // The next save goes to the empty slot: not deferred.
+    assert!(!store.defer_save().unwrap());
+    save(20);
+    // The one after would overwrite generation 10, which the stream reads.
+    for _ in 0..super::slot_pins::DEFER_MAX {
+        assert!(store.defer_save().unwrap());
+    }
+    assert!(
+        !store.defer_save().unwrap(),
+        "deferred at most DEFER_MAX in a row"
+    );
+    drop(view);
+    assert!(!store.defer_save().unwrap());
+    save(30);
+    // Generation 10 was overwritten, 20 kept.
+    assert!(StateStore::state_view(&store, 10).is_err());
+    assert!(StateStore::state_view(&store, 20).is_ok());
+}

@@ -133,6 +133,8 @@ impl StateStore {
                 ),
             });
         }
+        // Pinned from here to the view's drop: a save into this slot is deferred meanwhile.
+        store.pin_slot(slot);
         Ok(StateView {
             applied_index,
             applied_term: head.applied_term,
@@ -261,6 +263,12 @@ impl StateStore {
             state_crc: head.crc,
             membership,
         }))
+    }
+}
+
+impl Drop for StateView {
+    fn drop(&mut self) {
+        self.store.unpin_slot(self.slot);
     }
 }
 
