@@ -230,7 +230,8 @@ impl RaftNode {
         let (l, s) = (log.clone(), store.clone());
         let (log_store, mut state_machine, sm_gone) = tokio::task::spawn_blocking(move || {
             let log_store = LogStore::open(l, s.clone())?;
-            let (state_machine, sm_gone) = StateMachine::open(handler, s)?;
+            let (mut state_machine, sm_gone) = StateMachine::open(handler, s)?;
+            state_machine.for_node(id);
             Ok::<_, openraft::StorageError<u64>>((log_store, state_machine, sm_gone))
         })
         .await

@@ -59,6 +59,9 @@ pub struct StateMachine {
     durable_seen: Option<(std::time::Instant, Option<StoredSnapshot>)>,
     /// `last_applied.index`, readable from other tasks.
     applied_cell: Arc<IndexCell>,
+    /// This node, once known (`for_node`): an applied membership naming it ends the
+    /// install-before-addition exemption (`meta::INSTALLED_BEFORE_ADDITION`).
+    me: Option<u64>,
     /// Dropped with the state machine: openraft does not join its state-machine task on
     /// shutdown, so `RaftNode::shutdown` waits on the other end to know the engine and the
     /// state store are no longer in use.
@@ -92,6 +95,7 @@ impl StateMachine {
             offer_durable: false,
             durable_seen: None,
             applied_cell,
+            me: None,
             _alive: alive,
         };
         Ok((sm, gone))
@@ -101,6 +105,14 @@ impl StateMachine {
     /// which the network streams with its records (`SnapshotFeed`).
     pub(crate) fn offer_durable_snapshots(&mut self) {
         self.offer_durable = true;
+    }
+
+    /// The node this state machine runs on: from now on applying a membership that names it
+    /// clears the install-before-addition marker in the same write (review s28 snap M1: left
+    /// to the next start, a member added by snapshot kept the exemption for its whole life,
+    /// and once removed its directory got past the start check).
+    pub fn for_node(&mut self, me: u64) {
+        self.me = Some(me);
     }
 
     pub fn applied_cell(&self) -> Arc<IndexCell> {
@@ -228,9 +240,23 @@ impl StateMachine {
     /// it before (`membership_history`); an installed snapshot's (`installed`) starts it again.
     async fn save_membership(&self, installed: bool) -> Result<(), OrStorageError> {
         let m = self.membership.clone();
+        let names_me = self
+            .me
+            .is_some_and(|me| m.membership().get_node(&me).is_some());
         meta::blocking(&self.store, ErrorSubject::StateMachine, move |s| {
             if is_multi_node(m.membership()) {
                 meta::note_multi_node(s)?;
+            }
+            // Before the membership: a crash between the two leaves the marker cleared and
+            // the membership unrecorded, and the replay applies it again. An installed
+            // snapshot's membership is left to the install's own record.
+            if names_me && !installed {
+                meta::put(
+                    s,
+                    meta::INSTALLED_BEFORE_ADDITION,
+                    &false,
+                    ErrorSubject::StateMachine,
+                )?;
             }
             if installed {
                 let h = membership_history::restart_at(&m);

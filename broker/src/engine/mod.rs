@@ -912,12 +912,23 @@ impl Engine {
             f.min(applied.0.saturating_add(1))
         });
         let started = Instant::now();
+        let disk_short = self.cfg.disk.as_ref().is_some_and(|d| d.is_full());
         let save = tokio::task::spawn_blocking(move || {
+            let bytes = |b: Option<u64>| {
+                b.filter(|_| reclaimer.would_run())
+                    .map_or(0, |u| log.reclaimable_bytes(u))
+            };
+            // What the segments this save lets go repay: those this save frees, or half of
+            // those the next one will (two checkpoints are written before they go).
+            let frees = bytes(upto).max(bytes(reclaim_bound) / 2);
             // A snapshot stream reads the slot this save would overwrite: skipped (nothing
             // written, nothing reclaimed) a bounded number of times, so the stream can finish
-            // (review s27 snap M1; `StateStore::defer_save`).
-            match store.defer_save() {
+            // (review s27 snap M1; `StateStore::defer_save`). Never when the disk is short,
+            // the save frees log or it is the last one (review s28 snap M3, L1).
+            match store.defer_save(last || disk_short || frees > 0) {
                 Ok(true) => {
+                    metrics::counter!("queen_checkpoint_deferred_total", "tenant" => tenant.clone())
+                        .increment(1);
                     tracing::info!(
                         index = applied.0,
                         "checkpoint deferred: a snapshot stream reads the slot it would overwrite"
@@ -943,11 +954,6 @@ impl Engine {
             // Counted as being written until saved: other tenants' checkpoints see it.
             let mut writing = None;
             if let Some(c) = &checkpoints {
-                let bytes = |b: Option<u64>| {
-                    b.filter(|_| reclaimer.would_run())
-                        .map_or(0, |u| log.reclaimable_bytes(u))
-                };
-                let frees = bytes(upto).max(bytes(reclaim_bound) / 2);
                 match c.fits(size as u64, frees) {
                     Some(w) => writing = Some(w),
                     None => {

@@ -205,6 +205,8 @@ pub async fn supervise(
         "queen_checkpoint_cow_copies_total",
         "queen_raft_snapshot_sent_total",
         "queen_raft_snapshot_installs_total",
+        // Checkpoints deferred for a snapshot stream reading their slot (review s28 snap M2).
+        "queen_checkpoint_deferred_total",
     ] {
         metrics::counter!(series, "tenant" => ecfg.tenant.to_string()).increment(0);
     }

@@ -17,6 +17,7 @@ use crate::backend::StateStore;
 use crate::entry_codec;
 use crate::meta;
 use crate::network::NoPeers;
+use crate::state_machine::StateMachine;
 use crate::types::{log_id, Entry, Membership, RaftLogId, StoredMembership};
 use crate::{ClusterStart, RaftConfig, RaftError, RaftNode, CLUSTER_ENTRY_MAX};
 
@@ -189,4 +190,55 @@ async fn without_the_install_s_record_the_same_directory_is_refused_untouched() 
     let e = start_learner(&log, &store).await.err().unwrap().to_string();
     assert!(e.contains("does not name this node (4)"), "{e}");
     assert_eq!((log.first_index(), log.last(), purged(&store)), before);
+}
+
+/// Review s28 snap M1: the exemption ends when the entry adding the node is applied, not at
+/// the node's next start. Applied through the state machine, a membership naming the learner
+/// clears the marker at once; a later one without it (the node removed) is then refused at
+/// the next start, as any removed member's directory is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applying_the_addition_ends_the_exemption_so_a_removed_learner_is_refused() {
+    use openraft::storage::RaftStateMachine;
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let (log, store, applied, term) = installed_learner(&root).await;
+    assert!(meta::installed_before_addition(&store).unwrap());
+    let with_learner = Membership::new(
+        vec![BTreeSet::from([1, 2, 3])],
+        BTreeMap::from([(LEARNER, BasicNode::default())]),
+    );
+    let without = Membership::new(vec![BTreeSet::from([1, 2, 3])], ());
+    let entry = |index: u64, m: &Membership| Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Membership(m.clone()),
+    };
+    append(
+        &log,
+        applied + 1,
+        term,
+        EntryPayload::Membership(with_learner.clone()),
+    );
+    append(
+        &log,
+        applied + 2,
+        term,
+        EntryPayload::Membership(without.clone()),
+    );
+
+    let (mut sm, _gone) =
+        StateMachine::open(Recorder::new(Some((applied, term))), store.clone()).unwrap();
+    sm.for_node(LEARNER);
+    sm.apply(vec![entry(applied + 1, &with_learner)])
+        .await
+        .unwrap();
+    assert!(
+        !meta::installed_before_addition(&store).unwrap(),
+        "cleared by the apply, with no restart"
+    );
+    sm.apply(vec![entry(applied + 2, &without)]).await.unwrap();
+    drop(sm);
+
+    let e = start_learner(&log, &store).await.err().unwrap().to_string();
+    assert!(e.contains("does not name this node (4)"), "{e}");
 }

@@ -60,7 +60,7 @@ pub struct StateStore {
     /// beside the other's `log-incoming` (review s22 snapshot M2).
     staging: Mutex<()>,
     /// The slots snapshot streams are reading (`StateView`), and the saves deferred for them.
-    pins: slot_pins::SlotPins,
+    pub(crate) pins: slot_pins::SlotPins,
 }
 
 impl StateStore {
@@ -289,7 +289,13 @@ impl StateStore {
     /// `CHECKPOINT_DEFER_MAX` times in a row. The caller skips that save (writes nothing and
     /// reclaims nothing) and tries at its next interval. A stream opened after this answer
     /// may still see its slot overwritten, and fail as before. A redb read.
-    pub fn defer_save(&self) -> Result<bool, StorageError> {
+    /// Never while the save is `pressed` (review s28 snap M3): the disk gate is short, or
+    /// the save lets log go, or it is the last one at shutdown. Deferring then would keep a
+    /// full node refusing writes for one follower's stream.
+    pub fn defer_save(&self, pressed: bool) -> Result<bool, StorageError> {
+        if pressed {
+            return Ok(false);
+        }
         let kept = *self.kept.lock().unwrap_or_else(|p| p.into_inner());
         let target = match kept {
             Some(k) => 1 - k,

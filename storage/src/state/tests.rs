@@ -308,20 +308,68 @@ fn a_save_over_a_slot_a_stream_reads_is_deferred_until_the_stream_ends() {
     save(10);
     let view = StateStore::state_view(&store, 10).unwrap();
     // The next save goes to the empty slot: not deferred.
-    assert!(!store.defer_save().unwrap());
+    assert!(!store.defer_save(false).unwrap());
     save(20);
-    // The one after would overwrite generation 10, which the stream reads.
+    // The one after would overwrite generation 10, which the stream reads (and reads on).
+    let mut buf = [0u8; 100];
     for _ in 0..super::slot_pins::DEFER_MAX {
-        assert!(store.defer_save().unwrap());
+        view.read_at(0, &mut buf).unwrap();
+        assert!(store.defer_save(false).unwrap());
     }
+    view.read_at(0, &mut buf).unwrap();
     assert!(
-        !store.defer_save().unwrap(),
+        !store.defer_save(false).unwrap(),
         "deferred at most DEFER_MAX in a row"
     );
     drop(view);
-    assert!(!store.defer_save().unwrap());
+    assert!(!store.defer_save(false).unwrap());
     save(30);
     // Generation 10 was overwritten, 20 kept.
     assert!(StateStore::state_view(&store, 10).is_err());
     assert!(StateStore::state_view(&store, 20).is_ok());
+}
+
+/// Review s28 snap M3: a save the node needs (the disk gate short, log to free, the last one
+/// at shutdown) is never deferred, even over a slot a stream reads, and does not count
+/// against the deferrals in a row.
+#[test]
+fn a_pressed_save_over_a_pinned_slot_is_never_deferred() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(StateStore::open(&dir.path().join("state.redb")).unwrap());
+    let save = |index: u64| {
+        store
+            .save_checkpoint_with_floor(index, 1, index + 1, |sink| sink.write(&[7; 3000]))
+            .unwrap()
+    };
+    save(10);
+    save(20);
+    let view = StateStore::state_view(&store, 10).unwrap();
+    view.read_at(0, &mut [0u8; 100]).unwrap();
+    assert!(!store.defer_save(true).unwrap(), "pressed: goes ahead");
+    assert!(store.defer_save(false).unwrap(), "not pressed: deferred");
+    save(30);
+    drop(view);
+    assert!(StateStore::state_view(&store, 10).is_err());
+}
+
+/// Review s28 snap M2: a stream that stopped reading does not hold the save over its slot.
+#[test]
+fn a_save_over_a_slot_a_stuck_stream_pins_goes_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(StateStore::open(&dir.path().join("state.redb")).unwrap());
+    let save = |index: u64| {
+        store
+            .save_checkpoint_with_floor(index, 1, index + 1, |sink| sink.write(&[7; 3000]))
+            .unwrap()
+    };
+    save(10);
+    save(20);
+    let view = StateStore::state_view(&store, 10).unwrap();
+    view.read_at(0, &mut [0u8; 100]).unwrap();
+    assert!(store.defer_save(false).unwrap(), "read since the save");
+    assert!(
+        !store.defer_save(false).unwrap(),
+        "no read since the deferral: goes ahead"
+    );
+    drop(view);
 }

@@ -295,6 +295,9 @@ impl StateView {
         if at == self.state_len && done > 0 {
             self.verify()?;
         }
+        if done > 0 {
+            self.store.pins.progressed();
+        }
         Ok(done)
     }
 
