@@ -80,6 +80,17 @@ async fn a_staged_install_holds_reclamation_until_the_reopen_finishes_it() {
     assert_eq!(fls.reclaim_refusal(), Some("installing"));
     assert_eq!(fls.reclaimable_bytes(applied), 0);
 
+    // openraft's purge of the replaced log, run by this incarnation after the stage, leaves
+    // the installed horizon (written, the reopen read below the installed records: the s28
+    // CI failure "try to get log at index 18 but got None").
+    let mut p = fls.clone();
+    openraft::storage::RaftLogStorage::purge(&mut p, log_id(1, 2))
+        .await
+        .unwrap();
+    let purged: Option<crate::types::RaftLogId> =
+        meta::get(&fstore, meta::PURGED, openraft::ErrorSubject::Logs).unwrap();
+    assert_eq!(purged, at, "a purge after the stage moved the installed horizon");
+
     // A second install before the reopen is refused, and the first one's log stays.
     let (s, m, r) = (fls.clone(), meta.clone(), root.clone());
     let again = tokio::task::spawn_blocking(move || {
