@@ -61,9 +61,16 @@ def push(http, base, queue, txns, fill=""):
 
 
 def first_index(node) -> int:
-    files = segment_files(node.data_dir)
-    assert files, f"no segment in {node.data_dir}"
-    return read_segment(files[0])[0]
+    """The first index of the node's oldest segment; listed again when reclamation deletes
+    the file between the listing and the read (the broker runs on meanwhile)."""
+    for _ in range(50):
+        files = segment_files(node.data_dir)
+        assert files, f"no segment in {node.data_dir}"
+        try:
+            return read_segment(files[0])[0]
+        except FileNotFoundError:
+            continue
+    raise AssertionError(f"the oldest segment of {node.data_dir} kept vanishing")
 
 
 def installs(http, node) -> float:
