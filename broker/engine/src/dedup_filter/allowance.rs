@@ -10,8 +10,10 @@
 //! When the rate cannot be told (one batch, one entry time) it draws half of what is left
 //! (`Want::Half`, the session 27 rule). At a start with persisted filters it asks for the
 //! size they were made with (`Want::Exact`, up to all that is left), since bits made for
-//! other sizes cannot be used. However many groups spill, the filters never hold more than
-//! the total.
+//! other sizes cannot be used. A group whose rate rises draws a second, bigger share for its
+//! next generations (`Want::Rate` again, review s28 finding 2) and gives the first back when
+//! its last generation leaves the window. However many groups spill and grow, the filters
+//! never hold more than the total: no draw passes what is left (review s28 finding 6).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -205,7 +207,7 @@ mod tests {
                 2 => Want::Exact(x >> 43),
                 _ => Want::Rate(u64::MAX),
             };
-            if x % 3 == 0 && !held.is_empty() {
+            if x.is_multiple_of(3) && !held.is_empty() {
                 held.swap_remove((x >> 8) as usize % held.len());
             } else if let Some(d) = A.draw_want(total, min, want) {
                 assert!(d.bytes() >= min && d.bytes() % 64 == 0);

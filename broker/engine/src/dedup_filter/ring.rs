@@ -327,11 +327,7 @@ impl GenerationRing {
 
     /// Frees the arenas before the current one that no live generation uses.
     fn free_arenas(&mut self) {
-        while self.arenas.len() > 1
-            && self
-                .live
-                .front()
-                .is_none_or(|g| g.arena != self.arena_base)
+        while self.arenas.len() > 1 && self.live.front().is_none_or(|g| g.arena != self.arena_base)
         {
             self.arenas.pop_front();
             self.arena_base += 1;

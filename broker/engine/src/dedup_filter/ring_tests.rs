@@ -319,7 +319,11 @@ fn a_grown_ring_answers_generations_of_both_sizes_and_frees_the_old_arena() {
     };
     let window = 12 * S;
     let mut r = GenerationRing::new(small, window).unwrap();
-    let draw = A.draw_want(1 << 20, big.min_bytes(), crate::dedup_filter::Want::Exact(big.bytes));
+    let draw = A.draw_want(
+        1 << 20,
+        big.min_bytes(),
+        crate::dedup_filter::Want::Exact(big.bytes),
+    );
     let arena = Arena::new(&big).unwrap().with_draw(draw.expect("drawn"));
     // 20 ids a second for 6 s, then the grow, then 6 s more.
     let mut i = 0u64;

@@ -30,8 +30,7 @@ use std::time::Instant;
 use super::txn_filter_files::{restore, FilterFileName, Origins, RestoreReport, SavedFilter};
 use super::txn_ids::{TxnIds, TxnRow};
 use crate::dedup_filter::{
-    Arena, FilterAllowance, FilterConfig, FilterDraw, GenerationRing, RingError, Want,
-    BLOCK_BYTES,
+    Arena, FilterAllowance, FilterConfig, FilterDraw, GenerationRing, RingError, Want, BLOCK_BYTES,
 };
 
 /// Width of one id-file bucket: the `generation` number in an id file's name is
@@ -232,7 +231,11 @@ enum Writer {
         handle: Option<JoinHandle<()>>,
     },
     /// No thread could be started: jobs run in the caller, as before session 27.
-    Inline { st: WriterState, done: Option<Done> },
+    /// (`Done` boxed: it holds whole allocations' handles and would size the enum.)
+    Inline {
+        st: WriterState,
+        done: Option<Box<Done>>,
+    },
 }
 
 impl Writer {
@@ -277,7 +280,7 @@ impl Writer {
                 }
             }
             Writer::Inline { st, done } => {
-                run_job(store, st, job, charged, &mut |d| *done = Some(d))
+                run_job(store, st, job, charged, &mut |d| *done = Some(Box::new(d)))
             }
         }
     }
@@ -298,7 +301,7 @@ impl Writer {
                     Err(mpsc::TryRecvError::Disconnected) => Err(()),
                 }
             }
-            Writer::Inline { done, .. } => Ok(done.take()),
+            Writer::Inline { done, .. } => Ok(done.take().map(|d| *d)),
         }
     }
 }
