@@ -101,33 +101,9 @@ impl IdFileReader {
     pub fn find(
         &self,
         key: u64,
-        mut accept: impl FnMut(u64) -> bool,
+        accept: impl FnMut(u64) -> bool,
     ) -> Result<Option<u64>, StorageError> {
-        let mut buf = Vec::with_capacity(super::format::PAIRS_PER_BLOCK);
-        let (mut lo, mut hi) = (0, self.blocks());
-        // The first block whose last key is >= key.
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            self.read_block(mid, &mut buf)?;
-            match buf.last() {
-                Some(&(last, _)) if last < key => lo = mid + 1,
-                _ => hi = mid,
-            }
-        }
-        let mut i = lo;
-        while i < self.blocks() {
-            self.read_block(i, &mut buf)?;
-            for &(k, offset) in buf.iter().skip_while(|(k, _)| *k < key) {
-                if k != key {
-                    return Ok(None);
-                }
-                if accept(offset) {
-                    return Ok(Some(offset));
-                }
-            }
-            i += 1;
-        }
-        Ok(None)
+        self.search(key, None, &mut 0, accept)
     }
 
     /// Data blocks in the file.
@@ -144,7 +120,7 @@ impl IdFileReader {
         key: u64,
         fences: &mut [Option<u64>],
         reads: &mut u64,
-        mut accept: impl FnMut(u64) -> bool,
+        accept: impl FnMut(u64) -> bool,
     ) -> Result<Option<u64>, StorageError> {
         let n = self.blocks();
         if fences.len() as u64 != n {
@@ -154,19 +130,42 @@ impl IdFileReader {
                 format!("{} fences for {n} blocks", fences.len()),
             ));
         }
+        self.search(key, Some(fences), reads, accept)
+    }
+
+    /// The one search behind `find` and `find_fenced` (duplicate D3): with `fences` (one per
+    /// data block, checked by the caller) a block's last key is read from there when known
+    /// and learnt when read; without, every probe of the binary search reads its block.
+    fn search(
+        &self,
+        key: u64,
+        mut fences: Option<&mut [Option<u64>]>,
+        reads: &mut u64,
+        mut accept: impl FnMut(u64) -> bool,
+    ) -> Result<Option<u64>, StorageError> {
+        let n = self.blocks();
         let mut buf = Vec::with_capacity(super::format::PAIRS_PER_BLOCK);
+        // The block now in `buf`, so the scan below does not read it twice.
         let mut held: Option<u64> = None;
+        // The first block whose last key is >= key. Blocks are never empty (every data block
+        // holds 1..=255 pairs, checked when read), so a block's last key always exists.
         let (mut lo, mut hi) = (0u64, n);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            let fence = match fences[mid as usize] {
+            let known = fences
+                .as_deref()
+                .and_then(|f| f.get(mid as usize).copied().flatten());
+            let fence = match known {
                 Some(f) => f,
                 None => {
                     self.read_block(mid, &mut buf)?;
                     *reads += 1;
                     held = Some(mid);
                     let f = buf.last().map_or(0, |&(k, _)| k);
-                    fences[mid as usize] = Some(f);
+                    if let Some(slot) = fences.as_deref_mut().and_then(|f| f.get_mut(mid as usize))
+                    {
+                        *slot = Some(f);
+                    }
                     f
                 }
             };
@@ -181,7 +180,9 @@ impl IdFileReader {
             if held != Some(i) {
                 self.read_block(i, &mut buf)?;
                 *reads += 1;
-                fences[i as usize] = buf.last().map(|&(k, _)| k);
+                if let Some(slot) = fences.as_deref_mut().and_then(|f| f.get_mut(i as usize)) {
+                    *slot = buf.last().map(|&(k, _)| k);
+                }
             }
             for &(k, offset) in buf.iter().skip_while(|(k, _)| *k < key) {
                 if k != key {

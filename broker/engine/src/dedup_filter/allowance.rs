@@ -10,8 +10,10 @@
 //! When the rate cannot be told (one batch, one entry time) it draws half of what is left
 //! (`Want::Half`, the session 27 rule). At a start with persisted filters it asks for the
 //! size they were made with (`Want::Exact`, up to all that is left), since bits made for
-//! other sizes cannot be used. However many groups spill, the filters never hold more than
-//! the total.
+//! other sizes cannot be used. A group whose rate rises draws a second, bigger share for its
+//! next generations (`Want::Rate` again, review s28 finding 2) and gives the first back when
+//! its last generation leaves the window. However many groups spill and grow, the filters
+//! never hold more than the total: no draw passes what is left (review s28 finding 6).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -60,7 +62,9 @@ impl FilterAllowance {
                 let want = match want {
                     Want::Half if half >= min => half,
                     Want::Half => blocks(left),
-                    Want::Rate(w) => blocks(w.max(min).min(half.max(min))),
+                    // Never past what is left (review s28 finding 6: with less than `min`
+                    // left, `half.max(min)` asked for `min` and drew past the total).
+                    Want::Rate(w) => blocks(w.max(min).min(half.max(min)).min(left)),
                     Want::Exact(w) => blocks(w.max(min).min(left)),
                 };
                 if want < min || want == 0 {
@@ -171,6 +175,50 @@ mod tests {
             300 << 20,
             "a start gets the size its files were made with"
         );
+    }
+
+    #[test]
+    fn a_rate_draw_never_passes_the_total() {
+        // Review s28 finding 6: with less than the ring's minimum left, `Want::Rate` drew the
+        // minimum anyway.
+        static A: FilterAllowance = FilterAllowance::new();
+        let (total, min) = (10_000, 4096);
+        let a = A.draw_want(total, min, Want::Rate(6000)).expect("first");
+        let b = A.draw_want(total, min, Want::Rate(1)).expect("second");
+        assert_eq!(a.bytes() + b.bytes(), 9088);
+        assert!(A.draw_want(total, min, Want::Rate(1)).is_none());
+        assert!(A.draw_want(total, min, Want::Rate(u64::MAX)).is_none());
+        assert_eq!(A.drawn(), 9088);
+    }
+
+    #[test]
+    fn many_groups_drawing_and_giving_back_never_hold_more_than_the_total() {
+        static A: FilterAllowance = FilterAllowance::new();
+        let (total, min) = (1u64 << 20, 26 * 64);
+        let mut held: Vec<FilterDraw> = Vec::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let want = match x % 4 {
+                0 => Want::Half,
+                1 => Want::Rate(x >> 44),
+                2 => Want::Exact(x >> 43),
+                _ => Want::Rate(u64::MAX),
+            };
+            if x.is_multiple_of(3) && !held.is_empty() {
+                held.swap_remove((x >> 8) as usize % held.len());
+            } else if let Some(d) = A.draw_want(total, min, want) {
+                assert!(d.bytes() >= min && d.bytes() % 64 == 0);
+                held.push(d);
+            }
+            let sum: u64 = held.iter().map(|d| d.bytes()).sum();
+            assert_eq!(A.drawn(), sum);
+            assert!(sum <= total, "{sum} drawn of {total}");
+        }
+        drop(held);
+        assert_eq!(A.drawn(), 0);
     }
 
     #[test]

@@ -15,5 +15,5 @@ mod ring;
 pub use allowance::{FilterAllowance, FilterDraw, Want, NODE_FILTERS};
 pub use bloom::{Block, BlockedBloom, BLOCK_BYTES};
 pub use ring::{
-    FilterConfig, FilterStats, GenerationRing, RingError, SavedGeneration, MAX_FILTER_BYTES,
+    Arena, FilterConfig, FilterStats, GenerationRing, RingError, SavedGeneration, MAX_FILTER_BYTES,
 };

@@ -7,9 +7,18 @@
 //! and the oldest generations give their blocks back when they leave the window or when a new
 //! generation needs them. The second case drops ids that are still inside the window: the
 //! window is then shorter than configured, never the memory larger and never a push refused.
+//!
+//! Why arenas (review s28 finding 2): a group's filters are drawn for the rate it shows at its
+//! first spill, and a rate that rises later would keep filling the same bits for good. The
+//! allocation generations are carved from is an [`Arena`]; a bigger one can be handed in
+//! (`grow`), and from the next generation opened on, generations are carved from it. Older
+//! generations keep their bits (and their size) in the old arena, which is freed, with the
+//! allowance it was drawn from, once its last generation has left the window. So a lookup
+//! asks generations of mixed sizes: each filter knows its own blocks.
 
 use std::collections::VecDeque;
 
+use super::allowance::FilterDraw;
 use super::bloom::{contains, contains_tagged, insert_tagged, probes_for, Block, BLOCK_BYTES};
 
 /// Shares are sized for the previous generation's rate plus this much (in quarters): a
@@ -117,13 +126,62 @@ pub struct Generation {
     pub closed: bool,
     /// The tag (bucket) of `opened_us`; a key's tag slot counts from it.
     pub first_tag: u64,
+    /// The arena its bits are in (numbers grow by one per arena, from 0).
+    arena: u64,
     first_block: usize,
     blocks: usize,
 }
 
 impl Generation {
-    fn overlaps(&self, first: usize, blocks: usize) -> bool {
-        self.first_block < first + blocks && first < self.first_block + self.blocks
+    fn overlaps(&self, arena: u64, first: usize, blocks: usize) -> bool {
+        self.arena == arena
+            && self.first_block < first + blocks
+            && first < self.first_block + self.blocks
+    }
+
+    /// Blocks of its filter (its size: generations of one ring may differ after a `grow`).
+    pub fn blocks(&self) -> usize {
+        self.blocks
+    }
+}
+
+/// One allocation that generations are carved from, and the share of the node's allowance it
+/// was drawn from (given back when the arena is dropped).
+pub struct Arena {
+    blocks: Box<[Block]>,
+    draw: Option<FilterDraw>,
+}
+
+impl Arena {
+    /// Allocates `config.bytes` (validated) and touches every page, so the memory is resident
+    /// from the start and RSS does not grow as the filters fill; seconds for hundreds of MiB
+    /// on a loaded host, which is why the broker does it on the spill writer's thread.
+    pub fn new(config: &FilterConfig) -> Result<Arena, RingError> {
+        config.validate()?;
+        let n = usize::try_from(config.bytes / BLOCK_BYTES as u64)
+            .map_err(|_| RingError::Alloc(config.bytes))?;
+        let mut blocks = Vec::new();
+        blocks
+            .try_reserve_exact(n)
+            .map_err(|_| RingError::Alloc(config.bytes))?;
+        blocks.resize(n, [0u64; 8]);
+        let mut blocks = blocks.into_boxed_slice();
+        // Pages may be mapped lazily; a store the optimiser cannot prove redundant makes each
+        // 4 KiB page resident now.
+        for b in blocks.iter_mut().step_by(4096 / BLOCK_BYTES) {
+            b[0] = std::hint::black_box(0);
+        }
+        Ok(Arena { blocks, draw: None })
+    }
+
+    /// The arena holds `draw` until it is dropped.
+    pub fn with_draw(mut self, draw: FilterDraw) -> Arena {
+        self.draw = Some(draw);
+        self
+    }
+
+    pub fn bytes(&self) -> u64 {
+        (self.blocks.len() * BLOCK_BYTES) as u64
     }
 }
 
@@ -152,7 +210,13 @@ impl Default for FilterStats {
 }
 
 pub struct GenerationRing {
-    blocks: Box<[Block]>,
+    /// Oldest first; the back one takes new generations. Those before it stay while a live
+    /// generation's bits are in them.
+    arenas: VecDeque<Arena>,
+    /// The number of `arenas[0]`.
+    arena_base: u64,
+    /// Handed in by `grow`: the next generation opened is carved from it.
+    next_arena: Option<Arena>,
     config: FilterConfig,
     k: u32,
     window_us: i64,
@@ -179,21 +243,11 @@ impl GenerationRing {
     /// from the start and RSS does not grow as they fill. `window_us` is the longest dedup
     /// window (at least 1 µs is used).
     pub fn new(config: FilterConfig, window_us: i64) -> Result<Self, RingError> {
-        config.validate()?;
-        let n = (config.bytes / BLOCK_BYTES as u64) as usize;
-        let mut blocks = Vec::new();
-        blocks
-            .try_reserve_exact(n)
-            .map_err(|_| RingError::Alloc(config.bytes))?;
-        blocks.resize(n, [0u64; 8]);
-        let mut blocks = blocks.into_boxed_slice();
-        // Pages may be mapped lazily; a store the optimiser cannot prove redundant makes each
-        // 4 KiB page resident now.
-        for b in blocks.iter_mut().step_by(4096 / BLOCK_BYTES) {
-            b[0] = std::hint::black_box(0);
-        }
+        let arena = Arena::new(&config)?;
         Ok(GenerationRing {
-            blocks,
+            arenas: VecDeque::from([arena]),
+            arena_base: 0,
+            next_arena: None,
             k: probes_for(config.bits_per_key),
             config,
             window_us: window_us.max(1),
@@ -213,9 +267,71 @@ impl GenerationRing {
         self.stats
     }
 
-    /// Bytes of the one allocation (the `dedup` pool counts them).
+    /// Bytes of every arena held, the one handed in for the next generation too (the
+    /// `dedup` pool counts them).
     pub fn allocated_bytes(&self) -> usize {
-        self.blocks.len() * BLOCK_BYTES
+        self.arenas
+            .iter()
+            .chain(self.next_arena.as_ref())
+            .map(|a| a.blocks.len() * BLOCK_BYTES)
+            .sum()
+    }
+
+    /// Bytes of the arena that new generations are (or the next one will be) carved from.
+    pub fn current_bytes(&self) -> u64 {
+        self.next_arena
+            .as_ref()
+            .or(self.arenas.back())
+            .map_or(0, |a| a.bytes())
+    }
+
+    /// Arenas held, the one waiting for the next generation included: more than one while
+    /// generations of an older size are still inside the window.
+    pub fn arenas(&self) -> usize {
+        self.arenas.len() + usize::from(self.next_arena.is_some())
+    }
+
+    /// From the next generation opened on, generations are carved from `arena` (replacing one
+    /// handed in before that is not used yet). The arenas before it are freed once their last
+    /// generation has left the window. The caller allocates it, off any lock that matters.
+    pub fn grow(&mut self, arena: Arena) {
+        self.next_arena = Some(arena);
+    }
+
+    /// The current arena holds `draw` (the allowance its bytes came from) until it is freed.
+    pub fn hold_draw(&mut self, draw: FilterDraw) {
+        if let Some(a) = self.arenas.back_mut() {
+            a.draw = Some(draw);
+        }
+    }
+
+    /// The arena of the generations being opened now.
+    fn current_blocks(&self) -> usize {
+        self.arenas.back().map_or(0, |a| a.blocks.len())
+    }
+
+    fn current_arena(&self) -> u64 {
+        self.arena_base + self.arenas.len().saturating_sub(1) as u64
+    }
+
+    /// The bits of `g` (in whichever arena holds them).
+    fn filter(&self, g: &Generation) -> &[Block] {
+        let a = (g.arena - self.arena_base) as usize;
+        &self.arenas[a].blocks[g.first_block..g.first_block + g.blocks]
+    }
+
+    fn filter_mut(&mut self, arena: u64, first: usize, blocks: usize) -> &mut [Block] {
+        let a = (arena - self.arena_base) as usize;
+        &mut self.arenas[a].blocks[first..first + blocks]
+    }
+
+    /// Frees the arenas before the current one that no live generation uses.
+    fn free_arenas(&mut self) {
+        while self.arenas.len() > 1 && self.live.front().is_none_or(|g| g.arena != self.arena_base)
+        {
+            self.arenas.pop_front();
+            self.arena_base += 1;
+        }
     }
 
     /// The generation numbered `number`, while it is live.
@@ -259,7 +375,7 @@ impl GenerationRing {
 
     /// Blocks each generation takes with equal shares (what a persisted one must have).
     pub fn equal_share_blocks(&self) -> usize {
-        (self.blocks.len() as u64 / (u64::from(self.config.generations) + 1)).max(1) as usize
+        (self.current_blocks() as u64 / (u64::from(self.config.generations) + 1)).max(1) as usize
     }
 
     /// Numbers of the generations closed since the last call, oldest first.
@@ -269,8 +385,7 @@ impl GenerationRing {
 
     /// The bits of a live generation.
     pub fn bits(&self, number: u64) -> Option<&[Block]> {
-        self.generation(number)
-            .map(|g| &self.blocks[g.first_block..g.first_block + g.blocks])
+        self.generation(number).map(|g| self.filter(g))
     }
 
     /// Puts a persisted, closed generation back as the newest one (a start, instead of
@@ -294,8 +409,14 @@ impl GenerationRing {
         }
         self.open(saved.opened_us);
         let tag = self.tag_of(saved.opened_us);
+        let g = *self.live.back()?;
+        if g.blocks != bits.len() {
+            // A grow handed in before the start's installs: not this file's size.
+            return None;
+        }
+        self.filter_mut(g.arena, g.first_block, g.blocks)
+            .copy_from_slice(bits);
         let g = self.live.back_mut()?;
-        self.blocks[g.first_block..g.first_block + g.blocks].copy_from_slice(bits);
         g.last_us = saved.last_us;
         g.keys = saved.keys;
         g.closed = true;
@@ -317,14 +438,18 @@ impl GenerationRing {
             }
         };
         let config = self.config;
-        let Some(g) = self.live.iter().find(|g| g.number == number) else {
+        let Some(g) = self.live.iter().find(|g| g.number == number).copied() else {
             return false;
         };
-        if tag < g.first_tag || tag > last_tag(g, &config) {
+        if tag < g.first_tag || tag > last_tag(&g, &config) {
             return false;
         }
-        let range = g.first_block..g.first_block + g.blocks;
-        insert_tagged(&mut self.blocks[range], k, key, tag - g.first_tag);
+        insert_tagged(
+            self.filter_mut(g.arena, g.first_block, g.blocks),
+            k,
+            key,
+            tag - g.first_tag,
+        );
         true
     }
 
@@ -333,7 +458,7 @@ impl GenerationRing {
     pub fn lookup_tags(&self, key: u64, now_us: i64, window_us: i64, out: &mut Vec<(u64, u64)>) {
         let horizon = now_us.saturating_sub(window_us);
         for g in self.live.iter().rev().take_while(|g| g.last_us >= horizon) {
-            let blocks = &self.blocks[g.first_block..g.first_block + g.blocks];
+            let blocks = self.filter(g);
             let last = self.tag_of(g.last_us).max(g.first_tag);
             for tag in g.first_tag..=last {
                 if contains_tagged(blocks, self.k, key, tag - g.first_tag) {
@@ -377,14 +502,15 @@ impl GenerationRing {
         }
         let k = self.k;
         let tag = self.tag_of(at);
-        if let Some(g) = self.live.back_mut() {
-            let range = g.first_block..g.first_block + g.blocks;
+        if let Some(g) = self.live.back().copied() {
             insert_tagged(
-                &mut self.blocks[range],
+                self.filter_mut(g.arena, g.first_block, g.blocks),
                 k,
                 key,
                 tag.saturating_sub(g.first_tag),
             );
+        }
+        if let Some(g) = self.live.back_mut() {
             g.keys += 1;
             g.last_us = at;
         }
@@ -396,6 +522,7 @@ impl GenerationRing {
         while self.live.front().is_some_and(|g| g.last_us < horizon) {
             self.live.pop_front();
         }
+        self.free_arenas();
     }
 
     /// Numbers of the generations, newest first, that may hold `key` among those with an id
@@ -408,7 +535,7 @@ impl GenerationRing {
             .rev()
             .take_while(move |g| g.last_us >= horizon)
             .filter(move |g| {
-                let blocks = &self.blocks[g.first_block..g.first_block + g.blocks];
+                let blocks = self.filter(g);
                 if self.config.tag_us > 0 {
                     let last = self.tag_of(g.last_us).max(g.first_tag);
                     (g.first_tag..=last)
@@ -429,7 +556,7 @@ impl GenerationRing {
     /// less than an equal share of the allocation among G + 1 generations (the window and the
     /// open one), never more than half.
     fn share(&self, at_us: i64) -> usize {
-        let total = self.blocks.len() as u64;
+        let total = self.current_blocks() as u64;
         let equal = total / (u64::from(self.config.generations) + 1);
         if self.config.equal_shares {
             return equal.max(1) as usize;
@@ -455,14 +582,23 @@ impl GenerationRing {
     }
 
     fn open(&mut self, at_us: i64) {
+        let grown = self.next_arena.take();
+        let switched = grown.is_some();
+        if let Some(a) = grown {
+            self.arenas.push_back(a);
+        }
+        let arena = self.current_arena();
         let blocks = self.share(at_us);
-        let total = self.blocks.len();
-        let mut first = self.live.back().map_or(0, |g| g.first_block + g.blocks);
+        let total = self.current_blocks();
+        let mut first = match self.live.back() {
+            Some(g) if !switched && g.arena == arena => g.first_block + g.blocks,
+            _ => 0,
+        };
         if first + blocks > total {
             first = 0;
         }
         let horizon = at_us.saturating_sub(self.window_us);
-        while self.live.iter().any(|g| g.overlaps(first, blocks)) {
+        while self.live.iter().any(|g| g.overlaps(arena, first, blocks)) {
             let Some(old) = self.live.pop_front() else {
                 break;
             };
@@ -473,7 +609,8 @@ impl GenerationRing {
                     .increment(1);
             }
         }
-        self.blocks[first..first + blocks].fill([0; 8]);
+        self.free_arenas();
+        self.filter_mut(arena, first, blocks).fill([0; 8]);
         let capacity = if self.config.equal_shares {
             u64::MAX
         } else {
@@ -487,6 +624,7 @@ impl GenerationRing {
             capacity: capacity.max(1),
             closed: false,
             first_tag: self.tag_of(at_us),
+            arena,
             first_block: first,
             blocks,
         });

@@ -167,7 +167,11 @@ fn the_same_inputs_build_the_same_bits() {
         ring
     };
     let (a, b) = (build(), build());
-    assert!(a.blocks == b.blocks);
+    assert!(a
+        .arenas
+        .iter()
+        .map(|x| &x.blocks)
+        .eq(b.arenas.iter().map(|x| &x.blocks)));
     assert_eq!(
         a.generations().copied().collect::<Vec<_>>(),
         b.generations().copied().collect::<Vec<_>>()
@@ -297,4 +301,57 @@ fn tags_name_the_bucket_of_a_key_and_an_installed_generation_answers_as_before()
             &[[0; 8]; 3]
         )
         .is_none());
+}
+
+/// Review s28 finding 2: generations opened after a `grow` are carved from the new arena;
+/// older ones keep their bits, lookups ask both sizes, and the old arena (with its share of
+/// the allowance) is freed once its last generation has left the window.
+#[test]
+fn a_grown_ring_answers_generations_of_both_sizes_and_frees_the_old_arena() {
+    static A: crate::dedup_filter::FilterAllowance = crate::dedup_filter::FilterAllowance::new();
+    let small = FilterConfig {
+        bytes: 13 * 4 * 64,
+        ..FilterConfig::default()
+    };
+    let big = FilterConfig {
+        bytes: 13 * 64 * 64,
+        ..FilterConfig::default()
+    };
+    let window = 12 * S;
+    let mut r = GenerationRing::new(small, window).unwrap();
+    let draw = A.draw_want(
+        1 << 20,
+        big.min_bytes(),
+        crate::dedup_filter::Want::Exact(big.bytes),
+    );
+    let arena = Arena::new(&big).unwrap().with_draw(draw.expect("drawn"));
+    // 20 ids a second for 6 s, then the grow, then 6 s more.
+    let mut i = 0u64;
+    while i < 120 {
+        r.insert(i as i64 * S / 20, key(7, i));
+        i += 1;
+    }
+    r.grow(arena);
+    assert_eq!(r.arenas(), 2);
+    assert_eq!(r.current_bytes(), big.bytes);
+    while i < 240 {
+        r.insert(i as i64 * S / 20, key(7, i));
+        i += 1;
+    }
+    let sizes: Vec<usize> = r.generations().map(|g| g.blocks()).collect();
+    assert!(sizes.contains(&4) && sizes.contains(&64), "{sizes:?}");
+    let now = 239 * S / 20;
+    for j in 0..240 {
+        assert!(r.may_contain(key(7, j), now, window), "id {j}");
+    }
+    assert_eq!(r.allocated_bytes() as u64, small.bytes + big.bytes);
+    // The old generations leave the window: their arena goes, the draw stays with the new.
+    let later = now + window + 2 * S;
+    r.insert(later, key(8, 0));
+    assert_eq!(r.arenas(), 1);
+    assert_eq!(r.allocated_bytes() as u64, big.bytes);
+    assert_eq!(A.drawn(), big.bytes);
+    assert!(r.may_contain(key(8, 0), later, window));
+    drop(r);
+    assert_eq!(A.drawn(), 0);
 }

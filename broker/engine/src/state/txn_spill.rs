@@ -30,7 +30,7 @@ use std::time::Instant;
 use super::txn_filter_files::{restore, FilterFileName, Origins, RestoreReport, SavedFilter};
 use super::txn_ids::{TxnIds, TxnRow};
 use crate::dedup_filter::{
-    FilterAllowance, FilterConfig, FilterDraw, GenerationRing, RingError, Want, BLOCK_BYTES,
+    Arena, FilterAllowance, FilterConfig, FilterDraw, GenerationRing, RingError, Want, BLOCK_BYTES,
 };
 
 /// Width of one id-file bucket: the `generation` number in an id file's name is
@@ -109,6 +109,9 @@ enum Job {
         /// under the lock, since every page of them is touched (seconds for 256 MiB on a
         /// loaded host).
         ring: Option<(FilterConfig, i64)>,
+        /// A bigger arena for the generations to come (review s28 finding 2), drawn already:
+        /// allocated here for the same reason.
+        grow: Option<(FilterConfig, FilterDraw)>,
     },
     /// The buckets before this one left the longest window.
     RemoveBefore(u64),
@@ -123,6 +126,7 @@ struct Done {
     given: Vec<(i64, u64)>,
     newest_us: i64,
     ring: Option<Result<GenerationRing, RingError>>,
+    grown: Option<Result<Arena, RingError>>,
 }
 
 /// The writer's own bookkeeping.
@@ -144,7 +148,7 @@ fn run_job(
     charged: &AtomicUsize,
     report: &mut dyn FnMut(Done),
 ) {
-    let (rows, mut newest, ring) = match job {
+    let (rows, mut newest, ring, grow) = match job {
         Job::RemoveBefore(b) => {
             store.remove_before(b);
             return;
@@ -160,12 +164,21 @@ fn run_job(
             rows,
             newest_us,
             ring,
-        } => (rows, newest_us, ring),
+            grow,
+        } => (rows, newest_us, ring, grow),
     };
     let ring = ring.map(|(c, window)| {
         let made = GenerationRing::new(c, window);
         if let Ok(r) = &made {
-            charged.store(r.allocated_bytes(), Ordering::Release);
+            charged.fetch_add(r.allocated_bytes(), Ordering::AcqRel);
+        }
+        made
+    });
+    // A failed allocation drops the draw with the error: its share goes back.
+    let grown = grow.map(|(c, draw)| {
+        let made = Arena::new(&c).map(|a| a.with_draw(draw));
+        if let Ok(a) = &made {
+            charged.fetch_add(a.bytes() as usize, Ordering::AcqRel);
         }
         made
     });
@@ -192,6 +205,7 @@ fn run_job(
         given,
         newest_us: newest,
         ring,
+        grown,
     });
     if !ok {
         return;
@@ -217,7 +231,11 @@ enum Writer {
         handle: Option<JoinHandle<()>>,
     },
     /// No thread could be started: jobs run in the caller, as before session 27.
-    Inline { st: WriterState, done: Option<Done> },
+    /// (`Done` boxed: it holds whole allocations' handles and would size the enum.)
+    Inline {
+        st: WriterState,
+        done: Option<Box<Done>>,
+    },
 }
 
 impl Writer {
@@ -262,7 +280,7 @@ impl Writer {
                 }
             }
             Writer::Inline { st, done } => {
-                run_job(store, st, job, charged, &mut |d| *done = Some(d))
+                run_job(store, st, job, charged, &mut |d| *done = Some(Box::new(d)))
             }
         }
     }
@@ -283,7 +301,7 @@ impl Writer {
                     Err(mpsc::TryRecvError::Disconnected) => Err(()),
                 }
             }
-            Writer::Inline { done, .. } => Ok(done.take()),
+            Writer::Inline { done, .. } => Ok(done.take().map(|d| *d)),
         }
     }
 }
@@ -324,7 +342,14 @@ pub struct TxnSpill {
     /// With an allowance, `filter.bytes` is its total and the ring gets what it draws.
     filter: FilterConfig,
     allowance: Option<&'static FilterAllowance>,
+    /// The first arena's draw until the ring holds it.
     draw: Option<FilterDraw>,
+    /// A bigger arena drawn for the rate (review s28 finding 2), not sent to the writer yet;
+    /// `growing` while it is asked for and not installed, so it is asked once.
+    grow_ask: Option<(FilterConfig, FilterDraw)>,
+    growing: bool,
+    /// Closed generations numbered below this have had their rate weighed.
+    rate_checked: u64,
     /// Allocated at the first spill (or at start when files exist): a broker whose ids all
     /// fit the hot table never pays for it.
     ring: Option<GenerationRing>,
@@ -403,6 +428,9 @@ impl TxnSpill {
             filter,
             allowance,
             draw: None,
+            grow_ask: None,
+            growing: false,
+            rate_checked: 0,
             ring: None,
             ring_lost_through_us: i64::MIN,
             newest_us: i64::MIN,
@@ -592,13 +620,73 @@ impl TxnSpill {
             return;
         }
         match made {
-            Ok(r) => self.ring = Some(r),
+            Ok(mut r) => {
+                // The ring's first arena gives its share back when it is freed (a grow).
+                if let Some(d) = self.draw.take() {
+                    r.hold_draw(d);
+                }
+                self.ring = Some(r)
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "dedup filters not allocated: every spilled id lookup reads the id files");
                 self.draw = None;
                 self.ring_lost_through_us = i64::MAX;
             }
         }
+    }
+
+    /// Review s28 finding 2: a group draws its filters for the rate of its first spill, so a
+    /// rate that rises later would overfill them for good (nearly every new id a "maybe"). When
+    /// a generation closes holding more ids than the ring's arena is sized for (G + 1 such
+    /// generations at `bits_per_key`, plus a quarter, as `want_for`), a bigger arena is drawn
+    /// from the allowance now (an atomic, no allocation) and allocated by the writer with the
+    /// next spill; the generations opened after it arrives use it, and the old arena's share
+    /// goes back when its last generation leaves the window. Only with the node allowance (a
+    /// ring of its own has the size it was given), one change in flight at a time, and only
+    /// for at least a quarter more than now (no churn on a drifting rate). A shrink is not
+    /// built: a group whose rate falls keeps its size until it restarts (a start draws the
+    /// size of its newest saved generation).
+    fn weigh_rate(&mut self, keep_us: i64) {
+        let (Some(a), Some(r)) = (self.allowance, self.ring.as_ref()) else {
+            return;
+        };
+        let Some(g) = r
+            .generations()
+            .rev()
+            .find(|g| g.closed && g.number >= self.rate_checked)
+        else {
+            return;
+        };
+        self.rate_checked = g.number.saturating_add(1);
+        if self.growing || self.grow_ask.is_some() || r.arenas() > 1 {
+            return;
+        }
+        let gens = u128::from(self.filter.generations) + 1;
+        let need = u128::from(g.keys) * gens * u128::from(self.filter.bits_per_key) / 8 * 5 / 4;
+        let need = u64::try_from(need).unwrap_or(u64::MAX);
+        let now = r.current_bytes();
+        let enough = now.saturating_add(now / 4);
+        if need < enough {
+            return;
+        }
+        let mut config = self.filter;
+        let Some(d) = a.draw_want(config.bytes, config.min_bytes(), Want::Rate(need)) else {
+            return;
+        };
+        if d.bytes() < enough {
+            // The allowance cannot give enough more to be worth a second arena: `d` goes back.
+            return;
+        }
+        config.bytes = d.bytes();
+        tracing::info!(
+            from = now,
+            to = config.bytes,
+            window_us = keep_us,
+            ids = g.keys,
+            "this group's dedup filters grow with its rate from the next generation on"
+        );
+        self.grow_ask = Some((config, d));
+        self.growing = true;
     }
 
     fn sync_lost(&mut self) {
@@ -633,10 +721,12 @@ impl TxnSpill {
                 same_table: true,
             });
             let ring = self.ring_request(keep_us, want);
+            let grow = self.grow_ask.take();
             self.send(Job::Spill {
                 rows,
                 newest_us: self.newest_us,
                 ring,
+                grow,
             });
             // Inline, the job is already done.
             self.collect(ids, keep_us, false);
@@ -679,13 +769,28 @@ impl TxnSpill {
                 given: Vec::new(),
                 newest_us: self.newest_us,
                 ring: None,
+                grown: None,
             },
         };
         let Some(p) = self.pending.take() else {
             return false;
         };
+        let allocated = done.ring.is_some() || done.grown.is_some();
         if let Some(made) = done.ring {
             self.install_ring(made);
+        }
+        if let Some(made) = done.grown {
+            self.growing = false;
+            match (made, self.ring.as_mut()) {
+                (Ok(a), Some(r)) => r.grow(a),
+                // No ring to grow (a snapshot, an error): the arena and its draw go back.
+                (Ok(_), None) => {}
+                (Err(e), _) => {
+                    tracing::warn!(error = %e, "bigger dedup filters for this group's rate could not be allocated; it keeps the ones it has");
+                }
+            }
+        }
+        if allocated {
             // Counted by `ring` now, or dropped.
             self.charged.store(0, Ordering::Release);
         }
@@ -708,6 +813,7 @@ impl TxnSpill {
             }
         }
         self.newest_us = self.newest_us.max(done.newest_us);
+        self.weigh_rate(keep_us);
         self.save_closed();
         self.sync_lost();
         if p.same_table {

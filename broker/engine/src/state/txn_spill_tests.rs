@@ -720,3 +720,178 @@ fn a_damaged_newest_filter_file_costs_its_own_buckets_only() {
     }
     assert!(n > 3000, "{n} ids checked");
 }
+
+/// Bucket searches per lookup of `n` new ids (none of them pushed).
+fn searches_per_new_id(store: &MemStore, spill: &TxnSpill, now: i64, n: u64) -> f64 {
+    *store.reads.lock().unwrap() = 0;
+    for h in 900_000_000..900_000_000 + n {
+        assert_eq!(found(spill, h, now), None);
+    }
+    *store.reads.lock().unwrap() as f64 / n as f64
+}
+
+#[test]
+fn a_group_whose_rate_rises_grows_its_filters_and_a_start_keeps_the_grown_size() {
+    // Review s28 finding 2: a group drew its filters for the rate of its first spill and kept
+    // them whatever its rate became; a start kept the size of its files for good.
+    static A: crate::dedup_filter::FilterAllowance = crate::dedup_filter::FilterAllowance::new();
+    static B: crate::dedup_filter::FilterAllowance = crate::dedup_filter::FilterAllowance::new();
+    let filter = FilterConfig {
+        bytes: 64 << 20,
+        ..FilterConfig::default()
+    };
+    let (slow, fast) = (SEC, SEC / 20);
+    let t0 = 100 * SEC;
+    // The group under test: 1 id a second for 15 min, then 20 a second for 2 h.
+    let store = MemStore::default();
+    let mut spill = TxnSpill::open_shared(Box::new(store.clone()), 256, filter, &A, KEEP, 0);
+    let mut ids = TxnIds::default();
+    push(&mut ids, &mut spill, 0, 900, t0, slow);
+    let first = spill.ring.as_ref().unwrap().current_bytes();
+    let t1 = t0 + 900 * SEC;
+    let n_fast = 20 * 7200;
+    for i in 0..n_fast {
+        let (h, t) = (900 + i, t1 + i as i64 * fast);
+        ids.record(t, 1, h, &[h]);
+        ids.expire(t - KEEP);
+        spill.spill(&mut ids, KEEP, t);
+        spill.settle(&mut ids, KEEP);
+    }
+    let now = t1 + n_fast as i64 * fast;
+    // The same 20 a second from its first spill: the ring drawn for that rate (the target).
+    let store_b = MemStore::default();
+    let mut spill_b = TxnSpill::open_shared(Box::new(store_b.clone()), 256, filter, &B, KEEP, 0);
+    let mut ids_b = TxnIds::default();
+    for i in 0..n_fast {
+        let t = t1 + i as i64 * fast;
+        ids_b.record(t, 1, i, &[i]);
+        ids_b.expire(t - KEEP);
+        spill_b.spill(&mut ids_b, KEEP, t);
+        spill_b.settle(&mut ids_b, KEEP);
+    }
+    let ring = spill.ring.as_ref().unwrap();
+    let grown = ring.current_bytes();
+    let target = spill_b.ring.as_ref().unwrap().current_bytes();
+    let got = searches_per_new_id(&store, &spill, now, 20_000);
+    let want = searches_per_new_id(&store_b, &spill_b, now, 20_000);
+    eprintln!(
+        "filters {first} -> {grown} bytes (drawn for the fast rate: {target}); bucket searches per new id {got:.3}, drawn for the rate {want:.3}"
+    );
+    assert!(grown >= 10 * first, "grew from {first} to {grown} bytes");
+    assert_eq!(ring.arenas(), 1, "the old arena left with its window");
+    assert_eq!(A.drawn(), grown, "the old share went back");
+    assert!(
+        got <= 1.5 * want + 0.05,
+        "{got} searches per new id, {want} at the target"
+    );
+    // Spilled ids are found.
+    let horizon = now - KEEP;
+    let mut n = 0;
+    for h in (900..900 + n_fast).step_by(97) {
+        let t = t1 + (h - 900) as i64 * fast;
+        if ids.get(1, h).is_none() && bucket_of(t) > bucket_of(horizon) {
+            assert_eq!(found(&spill, h, now), Some(h), "id {h}");
+            n += 1;
+        }
+    }
+    assert!(n > 500, "{n} ids checked");
+    let share = ring.equal_share_blocks();
+    drop(spill);
+    assert_eq!(A.drawn(), 0);
+    // A start draws the grown size (its newest saved generations') and installs them.
+    let again = TxnSpill::open_shared(Box::new(store.clone()), 256, filter, &A, KEEP, now);
+    let r = again.ring.as_ref().unwrap();
+    assert_eq!(r.equal_share_blocks(), share);
+    assert!(again.restored().installed >= 10, "{:?}", again.restored());
+    let after = searches_per_new_id(&store, &again, now, 20_000);
+    assert!(
+        after <= 1.5 * want + 0.05,
+        "{after} searches per new id after a start"
+    );
+}
+
+#[test]
+fn growing_groups_stay_inside_the_allowance_and_a_start_mid_change_finds_every_id() {
+    // Findings 2 and 6 together: grows draw from the same total as first draws, the old arena
+    // is held until its generations leave, and a start while generations of two sizes are
+    // saved installs those of the newest size and reads the others' buckets from the id files.
+    static A: crate::dedup_filter::FilterAllowance = crate::dedup_filter::FilterAllowance::new();
+    let total = 192 << 10;
+    let filter = FilterConfig {
+        bytes: total,
+        ..FilterConfig::default()
+    };
+    let (sx, sy) = (MemStore::default(), MemStore::default());
+    let mut x = TxnSpill::open_shared(Box::new(sx.clone()), 256, filter, &A, KEEP, 0);
+    let mut y = TxnSpill::open_shared(Box::new(sy.clone()), 256, filter, &A, KEEP, 0);
+    let (mut ix, mut iy) = (TxnIds::default(), TxnIds::default());
+    let t0 = 100 * SEC;
+    push(&mut ix, &mut x, 0, 900, t0, SEC);
+    let first = x.ring.as_ref().unwrap().current_bytes();
+    let t1 = t0 + 900 * SEC;
+    let fast = SEC / 20;
+    let n = 20 * 2400u64;
+    let within = |x: &TxnSpill, y: &TxnSpill| {
+        let held = x.filter_bytes() + y.filter_bytes();
+        assert!(
+            held as u64 <= total,
+            "{held} bytes of filters, {total} allowed"
+        );
+        assert!(A.drawn() <= total, "{} drawn of {total}", A.drawn());
+    };
+    for i in 0..n {
+        let t = t1 + i as i64 * fast;
+        let h = 900 + i;
+        ix.record(t, 1, h, &[h]);
+        iy.record(t, 1, i, &[i]);
+        ix.expire(t - KEEP);
+        iy.expire(t - KEEP);
+        x.spill(&mut ix, KEEP, t);
+        x.settle(&mut ix, KEEP);
+        y.spill(&mut iy, KEEP, t);
+        y.settle(&mut iy, KEEP);
+        within(&x, &y);
+    }
+    let now = t1 + n as i64 * fast;
+    let r = x.ring.as_ref().unwrap();
+    let grown = r.current_bytes();
+    let share = r.equal_share_blocks();
+    assert!(
+        grown > 4 * first,
+        "grew from {first} to {grown} inside the total"
+    );
+    assert_eq!(
+        r.arenas(),
+        2,
+        "generations of the first size are still in the window"
+    );
+    let sizes: std::collections::BTreeSet<usize> = sx
+        .filters
+        .lock()
+        .unwrap()
+        .values()
+        .map(|f| f.blocks.len())
+        .collect();
+    assert!(
+        sizes.len() >= 2,
+        "saved generations of both sizes: {sizes:?}"
+    );
+    drop(x);
+    let again = TxnSpill::open_shared(Box::new(sx.clone()), 256, filter, &A, KEEP, now);
+    within(&again, &y);
+    assert_eq!(again.ring.as_ref().unwrap().equal_share_blocks(), share);
+    assert!(again.restored().installed >= 3, "{:?}", again.restored());
+    let mut checked = 0;
+    for h in 0..900 + n {
+        let t = if h < 900 {
+            t0 + h as i64 * SEC
+        } else {
+            t1 + (h - 900) as i64 * fast
+        };
+        if ix.get(1, h).is_none() && bucket_of(t) > bucket_of(now - KEEP) {
+            assert_eq!(found(&again, h, now), Some(h), "id {h}");
+            checked += 1;
+        }
+    }
+    assert!(checked > 40_000, "{checked} ids checked");
+}
