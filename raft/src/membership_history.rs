@@ -32,16 +32,29 @@ pub fn read(store: &StateStore) -> Result<Vec<StoredMembership>, OrStorageError>
     Ok(meta::get(store, MEMBERSHIP_HISTORY, ErrorSubject::StateMachine)?.unwrap_or_default())
 }
 
-/// Appends `m` (applied now) unless it is the last already, keeping the newest `KEPT`.
+/// Appends `m` (applied now) unless it is the last already, keeping the newest `KEPT` (the
+/// state machine writes `with`'s answer in its membership transaction; tests call this).
+#[cfg(test)]
 pub fn record(store: &StateStore, m: &StoredMembership) -> Result<(), OrStorageError> {
+    match with(store, m)? {
+        Some(h) => meta::put(store, MEMBERSHIP_HISTORY, &h, ErrorSubject::StateMachine),
+        None => Ok(()),
+    }
+}
+
+/// The history `record` would store for `m`; None when `m` is the last already.
+pub fn with(
+    store: &StateStore,
+    m: &StoredMembership,
+) -> Result<Option<Vec<StoredMembership>>, OrStorageError> {
     let mut h = read(store)?;
     if h.last() == Some(m) {
-        return Ok(());
+        return Ok(None);
     }
     h.push(m.clone());
     let over = h.len().saturating_sub(KEPT);
     h.drain(..over);
-    meta::put(store, MEMBERSHIP_HISTORY, &h, ErrorSubject::StateMachine)
+    Ok(Some(h))
 }
 
 /// The history of a node that installed a snapshot of membership `m`: `m` alone.

@@ -102,6 +102,9 @@ pub struct Persisted {
     /// The persisted committed index: every entry up to it was flushed and acknowledged. It
     /// may lag the real commit (see `committed_saver`), never lead it.
     pub committed: Option<u64>,
+    /// The Raft purge horizon: every entry up to it is covered by the applied state (a
+    /// snapshot install writes it at the snapshot's last index).
+    pub purged: Option<u64>,
 }
 
 /// For a start the operator accepted with the log's first entries gone below `first`, under a
@@ -134,9 +137,12 @@ pub fn read_persisted(store: &StateStore) -> Result<Persisted, String> {
     let committed: Option<Option<crate::types::RaftLogId>> =
         get(store, COMMITTED, ErrorSubject::Store)
             .map_err(|e| format!("reading {COMMITTED}: {e}"))?;
+    let purged: Option<crate::types::RaftLogId> =
+        get(store, PURGED, ErrorSubject::Logs).map_err(|e| format!("reading {PURGED}: {e}"))?;
     Ok(Persisted {
         vote: vote.is_some(),
         committed: committed.flatten().map(|c| c.index),
+        purged: purged.map(|p| p.index),
     })
 }
 

@@ -243,36 +243,79 @@ impl StateMachine {
         let names_me = self
             .me
             .is_some_and(|me| m.membership().get_node(&me).is_some());
+        if !installed {
+            return meta::blocking(&self.store, ErrorSubject::StateMachine, move |s| {
+                save_applied_membership(s, &m, names_me)
+            })
+            .await;
+        }
+        // openraft's own install (a key-off leader's snapshot): the history starts again.
         meta::blocking(&self.store, ErrorSubject::StateMachine, move |s| {
             if is_multi_node(m.membership()) {
                 meta::note_multi_node(s)?;
             }
-            // Before the membership: a crash between the two leaves the marker cleared and
-            // the membership unrecorded, and the replay applies it again. An installed
-            // snapshot's membership is left to the install's own record.
-            if names_me && !installed {
-                meta::put(
-                    s,
-                    meta::INSTALLED_BEFORE_ADDITION,
-                    &false,
-                    ErrorSubject::StateMachine,
-                )?;
-            }
-            if installed {
-                let h = membership_history::restart_at(&m);
-                meta::put(
-                    s,
-                    membership_history::MEMBERSHIP_HISTORY,
-                    &h,
-                    ErrorSubject::StateMachine,
-                )?;
-            } else {
-                membership_history::record(s, &m)?;
-            }
+            let h = membership_history::restart_at(&m);
+            meta::put(
+                s,
+                membership_history::MEMBERSHIP_HISTORY,
+                &h,
+                ErrorSubject::StateMachine,
+            )?;
             meta::put(s, meta::MEMBERSHIP, &m, ErrorSubject::StateMachine)
         })
         .await
     }
+}
+
+/// An applied membership's rows (the sticky multi-node flag, the install-before-addition
+/// marker cleared when it names this node, the history, the membership) in one transaction,
+/// and none of them once a snapshot install is staged: the install's commit wrote the rows
+/// the reopen must find, and this incarnation may still apply its replaced log until the
+/// group closes (review s29 snap H1).
+fn save_applied_membership(
+    s: &StateStore,
+    m: &StoredMembership,
+    names_me: bool,
+) -> Result<(), OrStorageError> {
+    let encode = |what: &str, r: Result<Vec<u8>, serde_json::Error>| {
+        r.map_err(|e| {
+            io_err(
+                ErrorSubject::StateMachine,
+                ErrorVerb::Write,
+                AnyError::error(format!("encoding {what}: {e}")),
+            )
+        })
+    };
+    let history = membership_history::with(s, m)?
+        .map(|h| {
+            encode(
+                membership_history::MEMBERSHIP_HISTORY,
+                serde_json::to_vec(&h),
+            )
+        })
+        .transpose()?;
+    let membership = encode(meta::MEMBERSHIP, serde_json::to_vec(m))?;
+    let mut rows: Vec<(&str, &[u8])> = Vec::with_capacity(4);
+    if is_multi_node(m.membership()) {
+        rows.push((meta::MULTI_NODE, b"true"));
+    }
+    if names_me {
+        rows.push((meta::INSTALLED_BEFORE_ADDITION, b"false"));
+    }
+    if let Some(h) = &history {
+        rows.push((membership_history::MEMBERSHIP_HISTORY, h));
+    }
+    rows.push((meta::MEMBERSHIP, &membership));
+    let wrote = s
+        .put_meta_unless_installing(&rows)
+        .map_err(|e| io_err(ErrorSubject::StateMachine, ErrorVerb::Write, &e))?;
+    if !wrote {
+        tracing::info!(
+            membership = ?m.log_id(),
+            "an applied membership is not saved: a staged snapshot install owns the rows"
+        );
+    }
+    Ok(())
 }
 
 /// The snapshot meta openraft is offered for a durable checkpoint generation at `(A, term)`

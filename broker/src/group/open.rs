@@ -81,6 +81,19 @@ pub fn open_storage(
             .max()
     });
     let durable_through = raft.committed.max(cp_index).unwrap_or(0);
+    // A snapshot whose state names no log record carries none (its floor is A + 1), so the
+    // install leaves an empty log that starts past A. Nothing acknowledged is missing from it
+    // when a checkpoint holds every acknowledged index and Raft's horizon is at or past it
+    // (review s29 snap H2: every reopen refused "the log ends at index 0").
+    let covered = |at: Option<u64>| at.is_some_and(|i| i >= durable_through);
+    let horizon = (covered(cp_index) && covered(raft.purged))
+        .then_some(raft.purged)
+        .flatten();
+    let log_durable = if horizon.is_some() {
+        0
+    } else {
+        durable_through
+    };
     let checkpoint_bytes = generations.as_ref().map_or(0, |gens| {
         gens.iter()
             .filter_map(|g| g.checkpoint.as_ref().ok().map(|cp| cp.state.len() as u64))
@@ -118,7 +131,7 @@ pub fn open_storage(
     }
     let opts = LogOptions {
         segment_bytes: cfg.segment_bytes,
-        durable_through,
+        durable_through: log_durable,
         accept_data_loss: accept,
         ..LogOptions::default()
     };
@@ -127,7 +140,7 @@ pub fn open_storage(
         None => SegmentLog::open(&log_dir, opts),
     }
     .with_context(|| format!("opening the log in {}", cfg.data_dir.display()))?;
-    let state = load_state(generations, &store, &log, &log_dir, accept)?;
+    let state = load_state(generations, &store, &log, &log_dir, accept, horizon)?;
     let reclaim_bound = state.applied.and_then(|(applied, _)| {
         crate::engine::reclaim::reclaimable_upto(applied, state.run_floor.lowest())
     });
@@ -300,8 +313,12 @@ pub(super) fn load_state(
     log: &SegmentLog,
     log_dir: &Path,
     accept: bool,
+    horizon: Option<u64>,
 ) -> anyhow::Result<State> {
-    let last = log.last().map_or(0, |(i, _)| i);
+    // Raft's purge horizon, where it covers every acknowledged index, ends the log as Raft
+    // sees it (openraft's last log id is then the horizon): an install that carried no
+    // records leaves an empty log past it (review s29 snap H2).
+    let last = log.last().map_or(0, |(i, _)| i).max(horizon.unwrap_or(0));
     let first = log.first_index();
     let (usable, passed) = match generations {
         Ok(gens) => newest_usable(gens),

@@ -49,7 +49,7 @@ fn a_newest_checkpoint_failing_its_checksum_falls_back_to_the_older_one_after_re
     });
     // Reclamation deleted records 1..=5, the most the older generation lets go.
     let log = log_from(6, 20);
-    let st = load_state(Ok(gens), &store, &log, Path::new("log"), false).unwrap();
+    let st = load_state(Ok(gens), &store, &log, Path::new("log"), false, None).unwrap();
     assert_eq!(
         st.applied,
         Some((5, 1)),
@@ -75,7 +75,7 @@ fn a_checkpoint_this_build_does_not_decode_over_a_whole_log_is_rebuilt_not_refus
         .unwrap();
     let log = log_from(1, 20);
     let gens = store.load_generations();
-    let st = load_state(gens, &store, &log, Path::new("log"), false).unwrap();
+    let st = load_state(gens, &store, &log, Path::new("log"), false, None).unwrap();
     assert_eq!(st.applied, None, "rebuilt from the whole log");
 }
 
@@ -95,14 +95,59 @@ fn a_newest_checkpoint_that_does_not_decode_falls_back_and_none_usable_is_refuse
         &log,
         Path::new("log"),
         false,
+        None,
     )
     .unwrap();
     assert_eq!(st.applied, Some((5, 1)));
 
     let mut gens = store.load_generations().unwrap();
     gens.truncate(1);
-    let Err(err) = load_state(Ok(gens), &store, &log, Path::new("log"), false) else {
+    let Err(err) = load_state(Ok(gens), &store, &log, Path::new("log"), false, None) else {
         panic!("no usable checkpoint and the log's start is gone: a refusal");
     };
     assert!(err.to_string().contains("no checkpoint"), "{err}");
+}
+
+/// Review s29 snap H2: a snapshot whose state names no log record carries none, so its install
+/// leaves an empty log starting past A. The checkpoint and the Raft horizon cover every
+/// acknowledged index: the open goes on from the checkpoint instead of refusing for ever.
+#[test]
+fn an_install_that_carried_no_records_opens_on_its_empty_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::open(&dir.path().join(super::open::STATE_FILE)).unwrap();
+    store
+        .save_checkpoint(&checkpoint(9, encode_state(&State::default())))
+        .unwrap();
+    // What the install's commit writes: the horizon at A = 9.
+    queenmq_raft::accept_missing_log_start(&store, 10, 1).unwrap();
+    drop(store);
+    std::fs::create_dir(dir.path().join("log")).unwrap();
+    let cfg = crate::config::Config {
+        data_dir: dir.path().to_path_buf(),
+        ..crate::config::Config::default()
+    };
+    let opened = match super::open::open_storage(&cfg, None, 1 << 20) {
+        Ok(o) => o,
+        Err(e) => panic!("the installed directory was refused: {e:#}"),
+    };
+    assert_eq!(opened.state.applied, Some((9, 1)));
+}
+
+/// The same empty log under a checkpoint that does not reach the horizon is still refused:
+/// the records between them were acknowledged and are gone.
+#[test]
+fn an_empty_log_below_the_acknowledged_index_is_still_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::open(&dir.path().join(super::open::STATE_FILE)).unwrap();
+    store
+        .save_checkpoint(&checkpoint(9, encode_state(&State::default())))
+        .unwrap();
+    drop(store);
+    std::fs::create_dir(dir.path().join("log")).unwrap();
+    let cfg = crate::config::Config {
+        data_dir: dir.path().to_path_buf(),
+        ..crate::config::Config::default()
+    };
+    let refused = super::open::open_storage(&cfg, None, 1 << 20);
+    assert!(refused.is_err(), "no horizon: the log must hold index 9");
 }

@@ -89,7 +89,35 @@ async fn a_staged_install_holds_reclamation_until_the_reopen_finishes_it() {
         .unwrap();
     let purged: Option<crate::types::RaftLogId> =
         meta::get(&fstore, meta::PURGED, openraft::ErrorSubject::Logs).unwrap();
-    assert_eq!(purged, at, "a purge after the stage moved the installed horizon");
+    assert_eq!(
+        purged, at,
+        "a purge after the stage moved the installed horizon"
+    );
+    // Nor does a membership this incarnation applies from its replaced log (review s29 snap
+    // H1): the reopen must run on the snapshot's.
+    let (mut sm, _gone) = crate::state_machine::StateMachine::open(
+        super::fixtures::Recorder::new(None),
+        fstore.clone(),
+    )
+    .unwrap();
+    let older = Membership::new(vec![BTreeSet::from([1, 2])], ());
+    let entry = crate::types::Entry {
+        log_id: log_id(1, 3),
+        payload: openraft::EntryPayload::Membership(older),
+    };
+    openraft::storage::RaftStateMachine::apply(&mut sm, vec![entry])
+        .await
+        .unwrap();
+    let stored: Option<StoredMembership> =
+        meta::get(&fstore, meta::MEMBERSHIP, openraft::ErrorSubject::Logs).unwrap();
+    assert_eq!(
+        stored.as_ref(),
+        Some(&meta.last_membership),
+        "a membership applied after the stage replaced the snapshot's"
+    );
+    let history = crate::membership_history::read(&fstore).unwrap();
+    assert_eq!(history, vec![meta.last_membership.clone()]);
+    drop(sm);
 
     // A second install before the reopen is refused, and the first one's log stays.
     let (s, m, r) = (fls.clone(), meta.clone(), root.clone());

@@ -229,6 +229,30 @@ impl StateStore {
         Ok(())
     }
 
+    /// Writes `rows` into the meta table in one transaction, unless an install is staged
+    /// (`raft/installing` set): its commit wrote the rows the reopen must find, and the
+    /// replaced incarnation, still applying its old log until the group closes, must not
+    /// write over them (review s29 snap H1: a membership applied there after the stage
+    /// replaced the snapshot's, and the reopen ran on it). Whether the rows were written.
+    pub fn put_meta_unless_installing(&self, rows: &[(&str, &[u8])]) -> Result<bool, StorageError> {
+        let op = "write metadata";
+        let txn = self.db.begin_write().map_err(StorageError::state(op))?;
+        {
+            let mut t = txn.open_table(META).map_err(StorageError::state(op))?;
+            if t.get(INSTALLING_KEY)
+                .map_err(StorageError::state(op))?
+                .is_some()
+            {
+                return Ok(false);
+            }
+            for (key, value) in rows {
+                t.insert(*key, *value).map_err(StorageError::state(op))?;
+            }
+        }
+        txn.commit().map_err(StorageError::state(op))?;
+        Ok(true)
+    }
+
     /// The install a crash interrupted after its step 3, if any.
     pub fn installing(&self) -> Result<Option<Installing>, StorageError> {
         self.get_meta(INSTALLING_KEY)?
