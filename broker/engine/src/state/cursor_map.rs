@@ -13,8 +13,10 @@
 //! 50-100 ms, the cursors the slow part). Now the copy is the shard's handles (256 buckets of
 //! 17 B, about 4.3 KB, and a count each), and the write copies only its cursor: `insert`
 //! puts a new `Arc` in place of a shared one (the old row is not copied), `get_mut` copies the
-//! one row. A full shard costs about the same as before (19.5 B of bucket and a 112 B `Arc`
-//! a cursor against 129 B of bucket; docs/memory.md, `a_full_shard_costs_131_bytes_a_cursor`).
+//! one row. A full shard costs about the same as before: 132 B a cursor (a 17 B bucket at load
+//! 7/8, a 112 B `Arc` and the shard's share) against 130 B (docs/memory.md,
+//! `a_full_shard_costs_132_bytes_a_cursor`). What is left of a first write is the handles'
+//! clones, an atomic increment on each cursor's own line (docs/benchmarks.md, session 29).
 //!
 //! Why 224: hashbrown fills a table to 7/8 of its buckets (a power of two), so a full shard
 //! of 224 rows sits in 256 buckets at load 7/8; a shard of 256 rows would sit in 512 buckets
@@ -324,7 +326,10 @@ mod tests {
             "a shared row replaced is a new Arc, the shard already copied"
         );
         let shard = |m: &CursorMap, s: u64| m.shards[&s].clone();
-        assert!(Arc::ptr_eq(&shard(&m, 1), &snap.shards[1]), "untouched shard");
+        assert!(
+            Arc::ptr_eq(&shard(&m, 1), &snap.shards[1]),
+            "untouched shard"
+        );
         assert!(!Arc::ptr_eq(&shard(&m, 0), &snap.shards[0]));
         assert!(
             Arc::ptr_eq(&shard(&m, 0)[&0], &snap.shards[0][&0]),

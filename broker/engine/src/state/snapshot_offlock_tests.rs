@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use super::*;
 use crate::entry::Effect;
-use crate::state::Loc;
 use crate::state::cow_clock;
+use crate::state::Loc;
 use crate::state::PartitionTable;
 
 /// The whole checkpoint, encoded in one pass over the state (the old way).
