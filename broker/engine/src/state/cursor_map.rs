@@ -325,6 +325,7 @@ mod tests {
             1,
             "a shared row replaced is a new Arc, the shard already copied"
         );
+        assert_eq!(m[&2].committed, 2, "the new row is the map's");
         let shard = |m: &CursorMap, s: u64| m.shards[&s].clone();
         assert!(
             Arc::ptr_eq(&shard(&m, 1), &snap.shards[1]),
