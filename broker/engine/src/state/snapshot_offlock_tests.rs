@@ -429,3 +429,31 @@ fn a_cursor_written_after_the_checkpoint_copies_its_shard_handles_and_itself_onl
     assert_eq!(s.groups[&1].cursors[&4099].committed, 5, "not written");
     assert_eq!(pending.finish(), want);
 }
+
+/// Retention and forgetting that move no cursor copy none (review s29 ckpt M1): both cursors
+/// of queue 1 already stand at the new first held offset (2), so a shared row or shard copied
+/// here would be paid for nothing.
+#[test]
+fn a_retention_or_forget_pass_that_moves_no_cursor_copies_none_during_a_checkpoint() {
+    for forget in [false, true] {
+        let mut s = state();
+        put_cursor(&mut s, 4097, 2, None);
+        let want = reference_encode(&s);
+        let pending = begin_checkpoint(&s);
+        let _ = cow_clock::take();
+        if forget {
+            // Runs were appended at log indexes 3, 4, 5: the first of each partition goes.
+            let gone = s.forget_runs_below(4);
+            assert!(gone.iter().all(|f| f.to == 2 && f.groups.is_empty()));
+        } else {
+            for pid in [1, 4097] {
+                s.apply(&Effect::RetentionTrim { pid, low: 2 }, 40, loc(12));
+            }
+        }
+        let by = cow_clock::take().by_block[cow_clock::Block::Cursors as usize].0;
+        assert_eq!(by, 0, "forget {forget}: a cursor copied and not written");
+        assert_eq!(s.partitions.get(&1).map(|p| p.low_offset()), Some(2));
+        assert_eq!(s.groups[&1].cursors[&4097].committed, 2);
+        assert_eq!(pending.finish(), want);
+    }
+}
