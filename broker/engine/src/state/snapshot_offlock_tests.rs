@@ -457,3 +457,26 @@ fn a_retention_or_forget_pass_that_moves_no_cursor_copies_none_during_a_checkpoi
         assert_eq!(pending.finish(), want);
     }
 }
+
+/// Deleting a group or its queue hands the removed group (its cursors) to the dropper rather
+/// than freeing a million cursors under the state lock (review s29 ckpt M4).
+#[test]
+fn a_deleted_group_is_handed_to_the_dropper_not_freed_in_apply() {
+    for delete in [
+        Effect::GroupDelete { gid: 1 },
+        Effect::QueueDelete { qid: 1 },
+    ] {
+        let mut s = state();
+        crate::state::drop_later::catch();
+        s.apply(&delete, 40, loc(12));
+        let caught = crate::state::drop_later::caught();
+        assert!(s.groups.is_empty() && s.leases.is_empty());
+        assert_eq!(caught.len(), 1, "{delete:?}");
+        let group = caught
+            .into_iter()
+            .next()
+            .and_then(|g| g.downcast::<crate::state::model::Group>().ok())
+            .expect("the group");
+        assert_eq!(group.cursors.len(), 4, "its cursors not yet freed");
+    }
+}
