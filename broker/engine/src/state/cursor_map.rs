@@ -1,24 +1,33 @@
-//! A group's cursors by partition id, in shards of 224 consecutive ids.
+//! A group's cursors by partition id, in shards of 224 consecutive ids, one `Arc` per cursor.
 //!
 //! Why shards: a checkpoint takes the cursors by cloning one handle per shard under the state
 //! lock and encodes them after releasing it (a queue-mode group touching a million partitions
 //! holds a million cursors; encoding them under the lock was most of the checkpoint's pause).
-//! The engine copies a shard only at its first write while a checkpoint still holds it: at
-//! most 224 rows (256 buckets of 113 B, about 29 KB, one copy of plain bytes), timed by
-//! [`super::cow_clock`].
+//! The engine copies a shard only at its first write while a checkpoint still holds it, timed
+//! by [`super::cow_clock`].
+//!
+//! Why one `Arc` per cursor (session 29, as the partition table's per partition in session
+//! 28): with the rows in the table, that copy was all 224 rows (256 buckets of 113 B, about
+//! 29 KB in a 32 KB allocation), whichever row the write was for; a pop or ack over 100
+//! scattered partitions copied up to 100 shards in one stretch (session 28: stretch p99
+//! 50-100 ms, the cursors the slow part). Now the copy is the shard's handles (256 buckets of
+//! 17 B, about 4.3 KB, and a count each), and the write copies only its cursor: `insert`
+//! puts a new `Arc` in place of a shared one (the old row is not copied), `get_mut` copies the
+//! one row. A full shard costs about the same as before: 132 B a cursor (a 17 B bucket at load
+//! 7/8, a 112 B `Arc` and the shard's share) against 130 B (docs/memory.md,
+//! `a_full_shard_costs_132_bytes_a_cursor`). What is left of a first write is the handles'
+//! clones, an atomic increment on each cursor's own line (docs/benchmarks.md, session 29).
 //!
 //! Why 224: hashbrown fills a table to 7/8 of its buckets (a power of two), so a full shard
-//! of 224 rows sits in 256 buckets at load 7/8 (129 B a row); a shard of 256 rows would sit
-//! in 512 buckets at load 1/2. Session 26 had 1792 rows (2048 buckets, a 230 KB copy); 224
-//! makes the copy eight times smaller for 128 B of `Arc`, map and B-tree share per shard
-//! (0.6 B a cursor), 4 465 shards for a million cursors.
+//! of 224 rows sits in 256 buckets at load 7/8; a shard of 256 rows would sit in 512 buckets
+//! at load 1/2. Each shard's `Arc`, map and B-tree share is 128 B (0.6 B a cursor), 4 465
+//! shards for a million cursors: what `begin_checkpoint` clones.
 //!
 //! The sparse case: partition ids are global (shared by all queues), so a group whose queue
 //! created its partitions while k - 1 other queues created theirs holds about 224/k rows a
-//! shard: about 230 B a cursor at k = 64, 340 B at k = 128, and from k = 224 one row in a
-//! 4-bucket table with its `Arc`, map and B-tree share, about 596 B (docs/memory.md has the
-//! table). `held_bytes` counts it (by capacity, per shard); keying shards by the partition's
-//! index in its queue would remove it (not done).
+//! shard, and from k = 224 one row in a 4-bucket table with its `Arc`, map and B-tree share
+//! (docs/memory.md has the table). `held_bytes` counts it (by capacity, per shard); keying
+//! shards by the partition's index in its queue would remove it (not done).
 //!
 //! Shards are keyed by `pid / SHARD` in a B-tree, so the shards of a group touching a few
 //! partitions of a wide id space cost what they hold, and iteration is in shard order (the
@@ -38,7 +47,7 @@ const SHARD: u64 = FULL_SHARD;
 #[cfg(test)]
 const SHARD: u64 = 4;
 
-type Shard = HashMap<u64, CursorRow>;
+type Shard = HashMap<u64, Arc<CursorRow>>;
 
 #[derive(Default)]
 pub struct CursorMap {
@@ -63,11 +72,14 @@ impl CursorsSnapshot {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&u64, &CursorRow)> {
-        self.shards.iter().flat_map(|s| s.iter())
+        self.shards
+            .iter()
+            .flat_map(|s| s.iter().map(|(p, r)| (p, &**r)))
     }
 
     /// What the shared shards held when taken, by capacity: the most the engine's copies of
-    /// them can hold (a copy keeps the original's buckets).
+    /// them can hold (a copy keeps the original's buckets, and each row written is copied
+    /// once).
     pub fn held_bytes(&self) -> usize {
         self.held_bytes
     }
@@ -83,39 +95,54 @@ impl CursorMap {
     }
 
     pub fn get(&self, pid: &u64) -> Option<&CursorRow> {
-        self.shards.get(&(pid / SHARD))?.get(pid)
+        self.shards.get(&(pid / SHARD))?.get(pid).map(|r| &**r)
     }
 
     pub fn contains_key(&self, pid: &u64) -> bool {
         self.get(pid).is_some()
     }
 
-    /// Copies the row's shard first if a checkpoint still holds it, so only a row that exists
-    /// pays that copy.
+    /// Copies the row's shard (its handles) and then the row first if a checkpoint still
+    /// holds them, so only a row that exists pays those copies.
     pub fn get_mut(&mut self, pid: &u64) -> Option<&mut CursorRow> {
         self.get(pid)?;
-        writable(self.shards.get_mut(&(pid / SHARD))?).get_mut(pid)
+        let row = writable(self.shards.get_mut(&(pid / SHARD))?).get_mut(pid)?;
+        Some(writable_row(row))
     }
 
+    /// Stores `row`, returning the row it replaced. A row a checkpoint still shares is
+    /// replaced by a new `Arc`, not copied first (nothing of it is kept).
     pub fn insert(&mut self, pid: u64, row: CursorRow) -> Option<CursorRow> {
-        let shard = self.shards.entry(pid / SHARD).or_default();
-        let old = writable(shard).insert(pid, row);
-        if old.is_none() {
-            self.len += 1;
+        let shard = writable(self.shards.entry(pid / SHARD).or_default());
+        if let Some(held) = shard.get_mut(&pid) {
+            let old = **held;
+            match Arc::get_mut(held) {
+                Some(mine) => *mine = row,
+                None => {
+                    let started = cow_clock::start();
+                    *held = Arc::new(row);
+                    cow_clock::record(cow_clock::Block::Cursors, started);
+                }
+            }
+            return Some(old);
         }
-        old
+        shard.insert(pid, Arc::new(row));
+        self.len += 1;
+        None
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&u64, &CursorRow)> {
-        self.shards.values().flat_map(|s| s.iter())
+        self.shards
+            .values()
+            .flat_map(|s| s.iter().map(|(p, r)| (p, &**r)))
     }
 
     pub fn values(&self) -> impl Iterator<Item = &CursorRow> {
-        self.shards.values().flat_map(|s| s.values())
+        self.shards.values().flat_map(|s| s.values().map(|r| &**r))
     }
 
     /// What the cursors hold in memory: each shard's table by capacity, its `Arc` and its
-    /// B-tree entry.
+    /// B-tree entry, and each cursor's `Arc`.
     pub fn held_bytes(&self) -> usize {
         self.shards
             .values()
@@ -123,7 +150,8 @@ impl CursorMap {
             .fold(0usize, usize::saturating_add)
     }
 
-    /// The cursors as they are now, in O(shards): later writes copy the shards they touch.
+    /// The cursors as they are now, in O(shards): later writes copy the shards' handles and
+    /// the rows they touch.
     pub fn snapshot(&self) -> CursorsSnapshot {
         CursorsSnapshot {
             shards: self.shards.values().cloned().collect(),
@@ -145,11 +173,15 @@ impl std::ops::Index<&u64> for CursorMap {
     }
 }
 
+/// A cursor's own allocation: its row and the `Arc`'s two counts.
+const ROW_ARC: usize = std::mem::size_of::<CursorRow>() + 16;
+
 /// A shard's table by capacity (hashbrown: `capacity + 1` buckets below 8, else 8/7 of it; a
-/// row and a control byte per bucket plus a 16-byte group of control bytes) and what holds it
-/// (the `Arc`'s counts and the `HashMap`, 64 B, and about 64 B of B-tree node per entry).
+/// key and handle and a control byte per bucket plus a 16-byte group of control bytes), what
+/// holds it (the `Arc`'s counts and the `HashMap`, 64 B, and about 64 B of B-tree node per
+/// entry) and each row's `Arc`.
 fn shard_bytes(s: &Shard) -> usize {
-    const ROW: usize = std::mem::size_of::<(u64, CursorRow)>() + 1;
+    const BUCKET: usize = std::mem::size_of::<(u64, Arc<CursorRow>)>() + 1;
     let cap = s.capacity();
     let buckets = match cap {
         0 => 0,
@@ -158,12 +190,14 @@ fn shard_bytes(s: &Shard) -> usize {
     };
     let table = match buckets {
         0 => 0,
-        b => b.saturating_mul(ROW).saturating_add(16),
+        b => b.saturating_mul(BUCKET).saturating_add(16),
     };
-    table.saturating_add(128)
+    table
+        .saturating_add(128)
+        .saturating_add(s.len().saturating_mul(ROW_ARC))
 }
 
-/// The shard, copied first (and the copy timed) if a checkpoint shares it.
+/// The shard's handles, copied first (and the copy timed) if a checkpoint shares them.
 fn writable(shard: &mut Arc<Shard>) -> &mut Shard {
     if Arc::get_mut(shard).is_none() {
         let started = cow_clock::start();
@@ -174,9 +208,22 @@ fn writable(shard: &mut Arc<Shard>) -> &mut Shard {
     Arc::make_mut(shard)
 }
 
+/// The row, copied first (and timed, as a shard's copy) if a checkpoint's shard still holds
+/// it.
+fn writable_row(row: &mut Arc<CursorRow>) -> &mut CursorRow {
+    if Arc::get_mut(row).is_none() {
+        let started = cow_clock::start();
+        let copy = Arc::make_mut(row);
+        cow_clock::record(cow_clock::Block::Cursors, started);
+        return copy;
+    }
+    Arc::make_mut(row)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn row(committed: u64) -> CursorRow {
         CursorRow {
@@ -189,24 +236,45 @@ mod tests {
     fn a_full_shard_fills_its_table() {
         let mut shard = Shard::default();
         for pid in 0..FULL_SHARD {
-            shard.insert(pid, row(pid));
+            shard.insert(pid, Arc::new(row(pid)));
         }
         assert_eq!(
             shard.capacity(),
             FULL_SHARD as usize,
             "no free capacity left"
         );
-        shard.insert(FULL_SHARD, row(0));
+        shard.insert(FULL_SHARD, Arc::new(row(0)));
         assert!(
             shard.capacity() > FULL_SHARD as usize,
             "one more row grows the table"
         );
     }
 
+    /// Pins a cursor's share of a full shard (docs/memory.md): a 17 B bucket at load 7/8 and
+    /// its `Arc`, a 96 B row with the count's 16 B, which is exactly mimalloc's 112 B bin; the
+    /// table (about 4.3 KB) and the shard's 128 B spread over 224 rows. Any growth of
+    /// `CursorRow` lands in the next bin and must fail here, not only in an RSS run.
+    #[test]
+    fn a_full_shard_costs_132_bytes_a_cursor() {
+        assert_eq!(std::mem::size_of::<CursorRow>(), 96, "the row");
+        assert_eq!(ROW_ARC, 112, "the Arc fits mimalloc's 112 B bin");
+        let mut shard = Shard::default();
+        for pid in 0..FULL_SHARD {
+            shard.insert(pid, Arc::new(row(pid)));
+        }
+        let bytes = shard_bytes(&shard);
+        assert_eq!(
+            bytes,
+            256 * 17 + 16 + 128 + 224 * 112,
+            "256 buckets of 17 B, the control group, the shard's share and 224 rows"
+        );
+        assert_eq!(bytes / FULL_SHARD as usize, 132, "bytes a cursor");
+    }
+
     #[test]
     fn insert_get_and_count_across_shards() {
         let mut m = CursorMap::default();
-        for pid in [1, 2, SHARD + 1, 1 << 30] {
+        for pid in [1, 2, SHARD + 1, 1 << 30, u64::MAX] {
             assert!(m.insert(pid, row(pid)).is_none());
         }
         assert_eq!(
@@ -214,55 +282,145 @@ mod tests {
             Some(row(2)),
             "replacing keeps the count"
         );
-        assert_eq!(m.len(), 4);
+        assert_eq!(m.len(), 5);
         assert_eq!(m[&(SHARD + 1)].committed, SHARD + 1);
+        assert_eq!(m[&u64::MAX].committed, u64::MAX, "the last shard");
         assert!(m.get(&3).is_none() && m.get_mut(&3).is_none());
         m.get_mut(&1).unwrap().committed = 9;
         let mut all: Vec<(u64, u64)> = m.iter().map(|(p, r)| (*p, r.committed)).collect();
         all.sort_unstable();
         assert_eq!(
             all,
-            vec![(1, 9), (2, 7), (SHARD + 1, SHARD + 1), (1 << 30, 1 << 30)]
+            vec![
+                (1, 9),
+                (2, 7),
+                (SHARD + 1, SHARD + 1),
+                (1 << 30, 1 << 30),
+                (u64::MAX, u64::MAX)
+            ]
         );
-        assert!(m.held_bytes() >= 4 * std::mem::size_of::<CursorRow>());
+        assert!(m.held_bytes() >= 5 * ROW_ARC);
     }
 
     #[test]
-    fn a_snapshot_keeps_its_moment_and_writes_copy_only_the_shard_they_touch() {
+    fn a_snapshot_keeps_its_moment_and_a_write_copies_the_handles_and_its_row() {
         let mut m = CursorMap::default();
-        for pid in [1, 2, SHARD + 1] {
+        for pid in [0, 1, 2, SHARD + 1] {
             m.insert(pid, row(0));
         }
         let snap = m.snapshot();
         let _ = cow_clock::take();
         m.get_mut(&1).unwrap().committed = 5;
-        m.insert(3, row(3));
-        let copies = cow_clock::take().copies;
         assert_eq!(
-            copies, 1,
-            "the first write copied the shard, the second did not"
+            cow_clock::take().copies,
+            2,
+            "the first write copied the shard's handles, then its row"
         );
+        m.get_mut(&1).unwrap().committed = 6;
+        m.insert(3, row(3));
+        assert_eq!(cow_clock::take().copies, 0, "both already the engine's own");
+        assert_eq!(m.insert(2, row(2)), Some(row(0)));
+        assert_eq!(
+            cow_clock::take().copies,
+            1,
+            "a shared row replaced is a new Arc, the shard already copied"
+        );
+        assert_eq!(m[&2].committed, 2, "the new row is the map's");
+        let shard = |m: &CursorMap, s: u64| m.shards[&s].clone();
         assert!(
-            Arc::ptr_eq(&m.shards[&1], &snap.shards[1]),
+            Arc::ptr_eq(&shard(&m, 1), &snap.shards[1]),
             "untouched shard"
         );
-        assert!(!Arc::ptr_eq(&m.shards[&0], &snap.shards[0]));
+        assert!(!Arc::ptr_eq(&shard(&m, 0), &snap.shards[0]));
+        assert!(
+            Arc::ptr_eq(&shard(&m, 0)[&0], &snap.shards[0][&0]),
+            "the copied shard's unwritten row is shared, not copied"
+        );
+        assert!(!Arc::ptr_eq(&shard(&m, 0)[&1], &snap.shards[0][&1]));
         let mut held: Vec<(u64, u64)> = snap.iter().map(|(p, r)| (*p, r.committed)).collect();
         held.sort_unstable();
-        assert_eq!(held, vec![(1, 0), (2, 0), (SHARD + 1, 0)]);
-        assert_eq!(snap.len(), 3);
-        let row_size = std::mem::size_of::<(u64, CursorRow)>();
+        assert_eq!(held, vec![(0, 0), (1, 0), (2, 0), (SHARD + 1, 0)]);
+        assert_eq!(snap.len(), 4);
         assert!(
-            snap.held_bytes() >= 2 * 4 * row_size,
-            "two shards of at least 4 buckets each, by capacity: {}",
+            snap.held_bytes() >= 4 * ROW_ARC + 2 * 4 * 17,
+            "four rows and two shards of at least 4 buckets each, by capacity: {}",
             snap.held_bytes()
         );
         drop(snap);
         m.insert(SHARD + 2, row(1));
+        m.insert(SHARD + 1, row(1));
+        m.get_mut(&(SHARD + 1)).unwrap().committed = 2;
         assert_eq!(
             cow_clock::take().copies,
             0,
             "no copy once no checkpoint holds it"
         );
+        assert_eq!(m[&(SHARD + 1)].committed, 2);
+    }
+
+    /// One step of [`the_map_and_its_snapshots_match_a_b_tree`].
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(u64, u64),
+        Write(u64, u64),
+        Snapshot,
+        DropSnapshot,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let pid = prop_oneof![0..20u64, (u64::MAX - 5)..=u64::MAX];
+        prop_oneof![
+            4 => (pid.clone(), 0..1000u64).prop_map(|(p, v)| Op::Insert(p, v)),
+            3 => (pid, 0..1000u64).prop_map(|(p, v)| Op::Write(p, v)),
+            1 => Just(Op::Snapshot),
+            1 => Just(Op::DropSnapshot),
+        ]
+    }
+
+    fn sorted<'a>(it: impl Iterator<Item = (&'a u64, &'a CursorRow)>) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = it.map(|(p, r)| (*p, r.committed)).collect();
+        v.sort_unstable();
+        v
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Inserts and writes across shards, with snapshots taken and dropped between them,
+        /// against a `BTreeMap`: a snapshot keeps its moment whichever rows are written after.
+        #[test]
+        fn the_map_and_its_snapshots_match_a_b_tree(ops in prop::collection::vec(op(), 1..80)) {
+            let mut m = CursorMap::default();
+            let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+            let mut held: Option<(CursorsSnapshot, Vec<(u64, u64)>)> = None;
+            for op in ops {
+                match op {
+                    Op::Insert(pid, v) => {
+                        let had = model.insert(pid, v);
+                        prop_assert_eq!(m.insert(pid, row(v)).map(|r| r.committed), had);
+                    }
+                    Op::Write(pid, v) => {
+                        if let Some(c) = model.get_mut(&pid) {
+                            *c = v;
+                        }
+                        if let Some(r) = m.get_mut(&pid) {
+                            r.committed = v;
+                        }
+                    }
+                    Op::Snapshot => {
+                        let at: Vec<(u64, u64)> = model.iter().map(|(k, v)| (*k, *v)).collect();
+                        held = Some((m.snapshot(), at));
+                    }
+                    Op::DropSnapshot => held = None,
+                }
+                let want: Vec<(u64, u64)> = model.iter().map(|(k, v)| (*k, *v)).collect();
+                prop_assert_eq!(sorted(m.iter()), want);
+                prop_assert_eq!(m.len(), model.len());
+                if let Some((snap, at)) = &held {
+                    prop_assert_eq!(&sorted(snap.iter()), at);
+                    prop_assert_eq!(snap.len(), at.len());
+                }
+            }
+        }
     }
 }

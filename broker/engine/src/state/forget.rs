@@ -63,13 +63,15 @@ impl State {
                 let Some(g) = self.groups.get_mut(&gid) else {
                     continue;
                 };
-                let Some(row) = g.cursors.get_mut(&pid) else {
-                    // An untouched partition's cursor starts at its first held offset.
-                    continue;
-                };
-                if row.committed >= to {
+                // An untouched partition's cursor starts at its first held offset. Read first: a
+                // checkpoint may share the row, and `get_mut` copies it whether or not it is
+                // then written (review s29 ckpt M1).
+                if g.cursors.get(&pid).is_none_or(|r| r.committed >= to) {
                     continue;
                 }
+                let Some(row) = g.cursors.get_mut(&pid) else {
+                    continue;
+                };
                 row.committed = to;
                 // The charged failures were those of a message that no longer exists.
                 row.failures = 0;

@@ -6,6 +6,7 @@ pub mod compaction;
 pub mod config;
 pub mod cow_clock;
 mod cursor_map;
+mod drop_later;
 mod fifo;
 mod forget;
 pub mod frame;
@@ -615,6 +616,8 @@ impl State {
         if let Some(q) = self.queues.get_mut(&g.queue) {
             q.groups.remove(&g.name);
         }
+        // A million cursors are a million frees: not under the state lock (review s29 M4).
+        drop_later::drop_later(g);
     }
 
     fn delete_queue(&mut self, qid: u64) {

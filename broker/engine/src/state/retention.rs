@@ -51,13 +51,15 @@ impl State {
             let Some(g) = self.groups.get_mut(&gid) else {
                 continue;
             };
-            // A partition the group never touched starts at its first held offset.
+            // A partition the group never touched starts at its first held offset. Read before
+            // taking the row to write: a checkpoint may share it, and `get_mut` copies it (and
+            // its shard's handles) whether or not it is then written (review s29 ckpt M1).
+            if g.cursors.get(&pid).is_none_or(|r| r.committed >= to) {
+                continue;
+            }
             let Some(row) = g.cursors.get_mut(&pid) else {
                 continue;
             };
-            if row.committed >= to {
-                continue;
-            }
             row.committed = to;
             row.failures = 0;
             row.delivered_end = row.delivered_end.max(to);

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use super::*;
 use crate::entry::Effect;
+use crate::state::cow_clock;
 use crate::state::Loc;
 use crate::state::PartitionTable;
 
@@ -246,8 +247,14 @@ fn state() -> State {
         30,
         loc(9),
     );
-    // Cursors in two shards (1024 ids each), one leased.
-    for (pid, committed, lease) in [(1, 2, None), (4097, 1, Some(77)), (4098, 3, None)] {
+    // Cursors in two shards (4 ids each under test), one leased; 4099 shares a shard with
+    // two cursors `mutate` writes and is not written itself.
+    for (pid, committed, lease) in [
+        (1, 2, None),
+        (4097, 1, Some(77)),
+        (4098, 3, None),
+        (4099, 5, None),
+    ] {
         put_cursor(&mut s, pid, committed, lease);
     }
     if let Some(p) = s.partitions.get_mut(&4500) {
@@ -370,7 +377,7 @@ fn a_group_or_queue_deleted_after_the_checkpoint_was_taken_is_still_in_it() {
         let blob = pending.finish();
         assert_eq!(blob, want);
         let back = decode_state(&blob).expect("decodes");
-        assert_eq!(back.groups[&1].cursors.len(), 3);
+        assert_eq!(back.groups[&1].cursors.len(), 4);
         assert_eq!(back.groups[&1].cursors[&4097].committed, 1);
     }
 }
@@ -401,4 +408,75 @@ fn a_checkpoint_takes_the_transaction_ids_by_shelf_not_by_row_or_block() {
         want,
         "the rows of its moment, nothing after"
     );
+}
+
+/// Scattered writers (session 29): a cursor written after the checkpoint was taken copies its
+/// shard's handles and itself, not the shard's other cursors, and the checkpoint still holds
+/// the moment it was taken.
+#[test]
+fn a_cursor_written_after_the_checkpoint_copies_its_shard_handles_and_itself_only() {
+    let mut s = state();
+    let want = reference_encode(&s);
+    let pending = begin_checkpoint(&s);
+    let _ = cow_clock::take();
+    put_cursor(&mut s, 4097, 2, None);
+    let by = cow_clock::take().by_block[cow_clock::Block::Cursors as usize].0;
+    assert_eq!(by, 2, "one copy of the shard's handles, one new row");
+    put_cursor(&mut s, 4098, 4, None);
+    let by = cow_clock::take().by_block[cow_clock::Block::Cursors as usize].0;
+    assert_eq!(by, 1, "the shard is the engine's now: only the row");
+    mutate(&mut s);
+    assert_eq!(s.groups[&1].cursors[&4099].committed, 5, "not written");
+    assert_eq!(pending.finish(), want);
+}
+
+/// Retention and forgetting that move no cursor copy none (review s29 ckpt M1): both cursors
+/// of queue 1 already stand at the new first held offset (2), so a shared row or shard copied
+/// here would be paid for nothing.
+#[test]
+fn a_retention_or_forget_pass_that_moves_no_cursor_copies_none_during_a_checkpoint() {
+    for forget in [false, true] {
+        let mut s = state();
+        put_cursor(&mut s, 4097, 2, None);
+        let want = reference_encode(&s);
+        let pending = begin_checkpoint(&s);
+        let _ = cow_clock::take();
+        if forget {
+            // Runs were appended at log indexes 3, 4, 5: the first of each partition goes.
+            let gone = s.forget_runs_below(4);
+            assert!(gone.iter().all(|f| f.to == 2 && f.groups.is_empty()));
+        } else {
+            for pid in [1, 4097] {
+                s.apply(&Effect::RetentionTrim { pid, low: 2 }, 40, loc(12));
+            }
+        }
+        let by = cow_clock::take().by_block[cow_clock::Block::Cursors as usize].0;
+        assert_eq!(by, 0, "forget {forget}: a cursor copied and not written");
+        assert_eq!(s.partitions.get(&1).map(|p| p.low_offset()), Some(2));
+        assert_eq!(s.groups[&1].cursors[&4097].committed, 2);
+        assert_eq!(pending.finish(), want);
+    }
+}
+
+/// Deleting a group or its queue hands the removed group (its cursors) to the dropper rather
+/// than freeing a million cursors under the state lock (review s29 ckpt M4).
+#[test]
+fn a_deleted_group_is_handed_to_the_dropper_not_freed_in_apply() {
+    for delete in [
+        Effect::GroupDelete { gid: 1 },
+        Effect::QueueDelete { qid: 1 },
+    ] {
+        let mut s = state();
+        crate::state::drop_later::catch();
+        s.apply(&delete, 40, loc(12));
+        let caught = crate::state::drop_later::caught();
+        assert!(s.groups.is_empty() && s.leases.is_empty());
+        assert_eq!(caught.len(), 1, "{delete:?}");
+        let group = caught
+            .into_iter()
+            .next()
+            .and_then(|g| g.downcast::<crate::state::model::Group>().ok())
+            .expect("the group");
+        assert_eq!(group.cursors.len(), 4, "its cursors not yet freed");
+    }
 }
