@@ -180,6 +180,9 @@ impl IdFileReader {
             if held != Some(i) {
                 self.read_block(i, &mut buf)?;
                 *reads += 1;
+                // `buf` now holds block i: a stale `held` would match the next block and
+                // skip it, hiding its pairs (review s29 H1).
+                held = Some(i);
                 if let Some(slot) = fences.as_deref_mut().and_then(|f| f.get_mut(i as usize)) {
                     *slot = buf.last().map(|&(k, _)| k);
                 }

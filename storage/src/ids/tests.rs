@@ -446,33 +446,103 @@ fn a_fenced_find_reads_one_block_once_the_fences_are_known() {
     );
 }
 
+/// Every offset of `key` in file order, as a scan of all pairs finds them: the answer the
+/// searches must match.
+fn truth(pairs: &[(u64, u64)], key: u64) -> Vec<u64> {
+    pairs
+        .iter()
+        .filter(|&&(k, _)| k == key)
+        .map(|&(_, o)| o)
+        .collect()
+}
+
 #[test]
-fn find_and_a_fenced_find_offer_the_same_offsets_in_the_same_order() {
-    // Duplicate D3: both run one search; this keeps them from drifting apart again. Keys
-    // repeat across block boundaries, and some are absent (below, between, above).
+fn a_fenced_find_after_other_lookups_still_sees_the_block_after_the_first() {
+    // Review s29 H1: the scan kept the binary search's last block as "held" after reading
+    // another, so it skipped the next block and answered a duplicate "new". The layout and
+    // the lookup order are the reviewer's reproduction: the third lookup's search reads
+    // block 5 last, ends on block 4 through a known fence, and its key's newest pair (the
+    // only one `accept` takes, as a queue window does) is in block 5.
     let (_mem, files) = files();
-    let mut rng = Rng(29);
-    let mut pairs: Vec<(u64, u64)> = (0..3000u64)
-        .map(|i| (rng.next() % 400 * 2 + 2, i))
-        .collect();
+    let runs = [187u64, 162, 240, 588, 287, 177];
+    let mut pairs = Vec::new();
+    for (j, &run) in runs.iter().enumerate() {
+        for _ in 0..run {
+            pairs.push(((j as u64 + 1) * 10, pairs.len() as u64));
+        }
+    }
+    let sorted = pairs.clone();
     files.write_segment(0, 1, &mut pairs).unwrap();
     let r = files.open(0, IdSource::Segment(1)).unwrap();
-    assert!(r.data_blocks() > 10);
+    assert_eq!(r.data_blocks(), 7);
+    let newest = |key: u64| truth(&sorted, key).last().copied();
     let mut fences = vec![None; r.data_blocks() as usize];
-    for pass in 0..2 {
-        for key in 0..805u64 {
-            let mut plain = Vec::new();
-            let a = r.find(key, |o| {
-                plain.push(o);
-                o % 5 == 4
-            });
-            let mut fenced = Vec::new();
-            let b = r.find_fenced(key, &mut fences, &mut 0, |o| {
-                fenced.push(o);
-                o % 5 == 4
-            });
-            assert_eq!(a.unwrap(), b.unwrap(), "key {key}, pass {pass}");
-            assert_eq!(plain, fenced, "key {key}, pass {pass}");
+    for key in [40u64, 10, 50] {
+        let want = newest(key);
+        assert!(want.is_some());
+        let fenced = r
+            .find_fenced(key, &mut fences, &mut 0, |o| Some(o) == want)
+            .unwrap();
+        assert_eq!(fenced, want, "find_fenced({key})");
+        assert_eq!(
+            r.find(key, |o| Some(o) == want).unwrap(),
+            want,
+            "find({key})"
+        );
+    }
+    assert_eq!(newest(50), Some(1463));
+}
+
+#[test]
+fn find_and_a_fenced_find_offer_the_same_offsets_in_the_same_order() {
+    // Duplicate D3: both run one search; this keeps them from drifting apart again, and
+    // both from what a scan of every pair finds. Keys repeat across block boundaries, some
+    // are absent (below, between, above), and they are looked up in a shuffled order with
+    // fences kept from one lookup to the next (review s29 H1: ascending order never left the
+    // scan holding a block past the one it started on).
+    for seed in 0..40u64 {
+        let (_mem, files) = files();
+        let mut rng = Rng(29 + seed);
+        let distinct = 3 + rng.next() % 40;
+        let mut pairs: Vec<(u64, u64)> = (0..1000 + rng.next() % 4000)
+            .map(|i| (rng.next() % distinct * 2 + 2, i))
+            .collect();
+        pairs.sort_unstable();
+        let sorted = pairs.clone();
+        files.write_segment(0, 1, &mut pairs).unwrap();
+        let r = files.open(0, IdSource::Segment(1)).unwrap();
+        assert!(r.data_blocks() > 3);
+        let mut keys: Vec<u64> = (0..distinct * 2 + 5).collect();
+        for i in (1..keys.len()).rev() {
+            keys.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+        }
+        let mut fences = vec![None; r.data_blocks() as usize];
+        for pass in 0..2 {
+            for &key in &keys {
+                let all = truth(&sorted, key);
+                // Only the key's newest pair passes, as in a queue window; a key that is
+                // absent or has one pair is looked up with every offset refused.
+                let want = if all.len() > 1 {
+                    all.last().copied()
+                } else {
+                    None
+                };
+                let mut plain = Vec::new();
+                let a = r.find(key, |o| {
+                    plain.push(o);
+                    Some(o) == want
+                });
+                let mut fenced = Vec::new();
+                let b = r.find_fenced(key, &mut fences, &mut 0, |o| {
+                    fenced.push(o);
+                    Some(o) == want
+                });
+                let at = format!("seed {seed}, key {key}, pass {pass}");
+                assert_eq!(a.unwrap(), want, "{at}");
+                assert_eq!(b.unwrap(), want, "{at}");
+                assert_eq!(plain, all, "{at}");
+                assert_eq!(fenced, all, "{at}");
+            }
         }
     }
 }

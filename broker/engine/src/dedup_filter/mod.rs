@@ -11,6 +11,8 @@
 mod allowance;
 mod bloom;
 mod ring;
+#[cfg(test)]
+pub use ring::DROPPED_HERE;
 
 pub use allowance::{FilterAllowance, FilterDraw, Want, NODE_FILTERS};
 pub use bloom::{Block, BlockedBloom, BLOCK_BYTES};

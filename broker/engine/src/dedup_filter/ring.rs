@@ -185,6 +185,21 @@ impl Arena {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Bytes of arenas dropped on this thread: tests check that a group's lock holder does not
+    /// free them (review s29 M1).
+    pub static DROPPED_HERE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+impl Drop for Arena {
+    fn drop(&mut self) {
+        let b = self.bytes();
+        DROPPED_HERE.with(|d| d.set(d.get() + b));
+    }
+}
+
 /// Counters of the ring since it was built; each event is also counted by the metric
 /// `queen_dedup_window_shortened_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,6 +232,9 @@ pub struct GenerationRing {
     arena_base: u64,
     /// Handed in by `grow`: the next generation opened is carved from it.
     next_arena: Option<Arena>,
+    /// Arenas freed and not yet taken by `take_freed`: dropping one unmaps a whole resident
+    /// arena (up to half the allowance), which the caller does off its lock (review s29 M1).
+    freed: Vec<Arena>,
     config: FilterConfig,
     k: u32,
     window_us: i64,
@@ -248,6 +266,7 @@ impl GenerationRing {
             arenas: VecDeque::from([arena]),
             arena_base: 0,
             next_arena: None,
+            freed: Vec::new(),
             k: probes_for(config.bits_per_key),
             config,
             window_us: window_us.max(1),
@@ -273,6 +292,7 @@ impl GenerationRing {
         self.arenas
             .iter()
             .chain(self.next_arena.as_ref())
+            .chain(self.freed.iter())
             .map(|a| a.blocks.len() * BLOCK_BYTES)
             .sum()
     }
@@ -295,7 +315,15 @@ impl GenerationRing {
     /// handed in before that is not used yet). The arenas before it are freed once their last
     /// generation has left the window. The caller allocates it, off any lock that matters.
     pub fn grow(&mut self, arena: Arena) {
-        self.next_arena = Some(arena);
+        if let Some(unused) = self.next_arena.replace(arena) {
+            self.freed.push(unused);
+        }
+    }
+
+    /// The arenas freed since the last call, for the caller to drop off its lock (their
+    /// draws go back to the allowance when they are dropped).
+    pub fn take_freed(&mut self) -> Vec<Arena> {
+        std::mem::take(&mut self.freed)
     }
 
     /// The current arena holds `draw` (the allowance its bytes came from) until it is freed.
@@ -329,7 +357,9 @@ impl GenerationRing {
     fn free_arenas(&mut self) {
         while self.arenas.len() > 1 && self.live.front().is_none_or(|g| g.arena != self.arena_base)
         {
-            self.arenas.pop_front();
+            if let Some(a) = self.arenas.pop_front() {
+                self.freed.push(a);
+            }
             self.arena_base += 1;
         }
     }

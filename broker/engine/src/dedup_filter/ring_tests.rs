@@ -349,6 +349,11 @@ fn a_grown_ring_answers_generations_of_both_sizes_and_frees_the_old_arena() {
     let later = now + window + 2 * S;
     r.insert(later, key(8, 0));
     assert_eq!(r.arenas(), 1);
+    // Held (and counted) until the caller takes it to drop off its lock (review s29 M1).
+    assert_eq!(r.allocated_bytes() as u64, small.bytes + big.bytes);
+    let freed = r.take_freed();
+    assert_eq!(freed.len(), 1);
+    drop(freed);
     assert_eq!(r.allocated_bytes() as u64, big.bytes);
     assert_eq!(A.drawn(), big.bytes);
     assert!(r.may_contain(key(8, 0), later, window));

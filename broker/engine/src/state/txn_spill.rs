@@ -117,6 +117,10 @@ enum Job {
     RemoveBefore(u64),
     /// A closed generation's bits, to persist (a start then reads them, not its ids).
     SaveFilter(Box<SavedFilter>),
+    /// Arenas no generation uses any more: freed here, since unmapping a whole resident arena
+    /// under the state lock stalls every push of the group (review s29 M1). Their draws go
+    /// back to the allowance when they are dropped.
+    Drop(Vec<Arena>),
 }
 
 /// A spill's outcome: on success the rows' keys are in durable files.
@@ -151,6 +155,10 @@ fn run_job(
     let (rows, mut newest, ring, grow) = match job {
         Job::RemoveBefore(b) => {
             store.remove_before(b);
+            return;
+        }
+        Job::Drop(arenas) => {
+            drop(arenas);
             return;
         }
         Job::SaveFilter(f) => {
@@ -563,6 +571,14 @@ impl TxnSpill {
             .get_or_insert_with(|| Writer::start(store, charged))
     }
 
+    /// Hands the arenas the ring freed (and any grow it replaced) to the writer to drop.
+    fn drop_freed(&mut self) {
+        let freed = self.ring.as_mut().map(GenerationRing::take_freed);
+        if let Some(freed) = freed.filter(|f| !f.is_empty()) {
+            self.send(Job::Drop(freed));
+        }
+    }
+
     fn send(&mut self, job: Job) {
         let (store, charged) = (self.store.clone(), self.charged.clone());
         self.start_writer().send(&*store, &charged, job);
@@ -783,8 +799,9 @@ impl TxnSpill {
             self.growing = false;
             match (made, self.ring.as_mut()) {
                 (Ok(a), Some(r)) => r.grow(a),
-                // No ring to grow (a snapshot, an error): the arena and its draw go back.
-                (Ok(_), None) => {}
+                // No ring to grow (a snapshot, an error): the arena and its draw go back,
+                // freed by the writer.
+                (Ok(a), None) => self.send(Job::Drop(vec![a])),
                 (Err(e), _) => {
                     tracing::warn!(error = %e, "bigger dedup filters for this group's rate could not be allocated; it keeps the ones it has");
                 }
@@ -794,6 +811,8 @@ impl TxnSpill {
             // Counted by `ring` now, or dropped.
             self.charged.store(0, Ordering::Release);
         }
+        // A grow may have replaced one not used yet.
+        self.drop_freed();
         if let Err(e) = done.written {
             metrics::counter!("queen_dedup_spill_failures_total").increment(1);
             if !self.failing {
@@ -816,6 +835,7 @@ impl TxnSpill {
         self.weigh_rate(keep_us);
         self.save_closed();
         self.sync_lost();
+        self.drop_freed();
         if p.same_table {
             // Rows expired while the file was written are already gone.
             let end = p.front_at.saturating_add(p.n as u64);

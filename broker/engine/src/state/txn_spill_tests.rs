@@ -750,6 +750,8 @@ fn a_group_whose_rate_rises_grows_its_filters_and_a_start_keeps_the_grown_size()
     let first = spill.ring.as_ref().unwrap().current_bytes();
     let t1 = t0 + 900 * SEC;
     let n_fast = 20 * 7200;
+    // This thread stands for the state lock's holder: the old arena must not be freed here.
+    let dropped_here = crate::dedup_filter::DROPPED_HERE.with(|d| d.get());
     for i in 0..n_fast {
         let (h, t) = (900 + i, t1 + i as i64 * fast);
         ids.record(t, 1, h, &[h]);
@@ -779,6 +781,11 @@ fn a_group_whose_rate_rises_grows_its_filters_and_a_start_keeps_the_grown_size()
     );
     assert!(grown >= 10 * first, "grew from {first} to {grown} bytes");
     assert_eq!(ring.arenas(), 1, "the old arena left with its window");
+    assert_eq!(
+        crate::dedup_filter::DROPPED_HERE.with(|d| d.get()),
+        dropped_here,
+        "the old arena was freed under the lock, not by the writer (review s29 M1)"
+    );
     assert_eq!(A.drawn(), grown, "the old share went back");
     assert!(
         got <= 1.5 * want + 0.05,
