@@ -133,6 +133,71 @@ pub struct Registry {
     declaring: Arc<super::declaring::Declaring>,
 }
 
+/// Tenant directories below `<data_dir>/tenants`, in name order; names that could not have
+/// been created by a token are skipped with a warning.
+fn tenant_dirs(data_dir: &Path) -> anyhow::Result<Vec<String>> {
+    let dir = data_dir.join(TENANTS_DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(anyhow!("listing {}: {e}", dir.display())),
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if !is_dir || check_tenant_name(&name).is_err() || name == DEFAULT_TENANT {
+            tracing::warn!(path = %entry.path().display(), "not a tenant's group directory; ignored");
+            continue;
+        }
+        found.push(name);
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// A cluster member's tenants to open at start: those its hosted records name (the committed
+/// declarations it applied), not the directories below `<data_dir>/tenants`. A directory
+/// without a record is a single node's tenant, which this member cannot serve clustered: the
+/// start is refused, as it is with the key off (docs/cluster.md "Tenants"). Unless it holds
+/// the joining marker and nothing else: a rejoining node's apply writes that marker before
+/// the record (review s28 M-1), so a kill -9 between the two leaves it so; no group was
+/// opened there, and the replay of the declaration writes the record.
+pub(crate) fn to_open(data_dir: &Path) -> anyhow::Result<Vec<String>> {
+    let hosted: Vec<String> = super::hosted::read_all(data_dir)?
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect();
+    for dir in tenant_dirs(data_dir)? {
+        if hosted.binary_search(&dir).is_err() && !only_a_marker(&tenant_dir(data_dir, &dir))? {
+            return Err(anyhow!(
+                "{} holds the group of tenant {dir:?}, which no committed declaration of \
+                 this cluster names ({}/{dir} is missing): a single node's tenant cannot be \
+                 served clustered; move it out or restore its hosted record",
+                data_dir.join(TENANTS_DIR).display(),
+                super::hosted::HOSTED_DIR
+            ));
+        }
+    }
+    Ok(hosted)
+}
+
+/// Whether a tenant's directory holds the joining marker and nothing else.
+fn only_a_marker(dir: &Path) -> anyhow::Result<bool> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+        names.push(entry.file_name());
+        if names.len() > 1 {
+            return Ok(false);
+        }
+    }
+    Ok(names.len() == 1
+        && names[0] == crate::cluster_member::JOIN_MARKER
+        && dir.join(crate::cluster_member::JOIN_MARKER).is_file())
+}
+
 /// Where `tenant`'s group keeps its files.
 pub fn tenant_dir(data_dir: &Path, tenant: &str) -> PathBuf {
     if tenant == DEFAULT_TENANT {
@@ -172,8 +237,8 @@ impl Registry {
         // `default` serves, so probes answer while a big tenant replays, and a request for a
         // tenant still starting waits for that start (or starts it first).
         let found = match &reg.declarations {
-            None => reg.found_on_disk()?,
-            Some(d) => reg.hosted_on_disk(d)?,
+            None => tenant_dirs(&reg.cfg.data_dir)?,
+            Some(d) => to_open(d.data_dir())?,
         };
         if let Some(d) = reg.declarations.clone() {
             tokio::spawn(open_declared(Arc::downgrade(&reg), d, reg.stop.subscribe()));
@@ -189,53 +254,6 @@ impl Registry {
             tracing::info!("every tenant group found on disk was started");
         });
         Ok(reg)
-    }
-
-    /// Tenant directories below `<data_dir>/tenants`, in name order; names that could not
-    /// have been created by a token are skipped with a warning.
-    fn found_on_disk(&self) -> anyhow::Result<Vec<String>> {
-        let dir = self.cfg.data_dir.join(TENANTS_DIR);
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(anyhow!("listing {}: {e}", dir.display())),
-        };
-        let mut found = Vec::new();
-        for entry in entries {
-            let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-            if !is_dir || check_tenant_name(&name).is_err() || name == DEFAULT_TENANT {
-                tracing::warn!(path = %entry.path().display(), "not a tenant's group directory; ignored");
-                continue;
-            }
-            found.push(name);
-        }
-        found.sort();
-        Ok(found)
-    }
-
-    /// A cluster member's tenants: those its hosted records name (the committed declarations
-    /// it applied), not the directories below `<data_dir>/tenants`. A directory without a
-    /// record is a single node's tenant, which this member cannot serve clustered: the start
-    /// is refused, as it is with the key off (docs/cluster.md "Tenants").
-    fn hosted_on_disk(&self, d: &super::hosted::Declarations) -> anyhow::Result<Vec<String>> {
-        let hosted: Vec<String> = super::hosted::read_all(d.data_dir())?
-            .into_iter()
-            .map(|(t, _)| t)
-            .collect();
-        for dir in self.found_on_disk()? {
-            if hosted.binary_search(&dir).is_err() {
-                return Err(anyhow!(
-                    "{} holds the group of tenant {dir:?}, which no committed declaration of \
-                     this cluster names ({}/{dir} is missing): a single node's tenant cannot be \
-                     served clustered; move it out or restore its hosted record",
-                    self.cfg.data_dir.join(TENANTS_DIR).display(),
-                    super::hosted::HOSTED_DIR
-                ));
-            }
-        }
-        Ok(hosted)
     }
 
     /// The running group of `tenant`, if it has started.
