@@ -85,6 +85,14 @@ pub struct TenantStart {
 const DECLARED_WAIT_STEP: Duration = Duration::from_millis(20);
 const DECLARED_WAIT_STEPS: u32 = 250;
 
+/// The longest a declaration's task runs: the `default` engine's answer bound (its proposal
+/// committed or refused) and the wait for the group to open here after it.
+fn declare_bound() -> Duration {
+    crate::engine::BusWaits::default()
+        .answer
+        .saturating_add(DECLARED_WAIT_STEP.saturating_mul(DECLARED_WAIT_STEPS))
+}
+
 /// A failed start is tried again after this, doubling up to `START_BACKOFF_MAX`.
 const START_BACKOFF_MIN: Duration = Duration::from_secs(1);
 const START_BACKOFF_MAX: Duration = Duration::from_secs(300);
@@ -427,9 +435,24 @@ impl Registry {
             Err(e) if e.code == ErrorCode::NotFound && writes && self.declarations.is_some() => {}
             other => return other,
         }
-        // A place under the cap is held from before the proposal until the group is open
-        // (or the declaration failed), counting the open groups, the hosted records (which
-        // are permanent) and the other declarations under way (review s27 tenants M1).
+        // One declaration per name runs at a time, in a task bounded by `declare_bound`;
+        // every request for the name meanwhile waits on it (review s28 M-4). The task, not
+        // the request, holds the place under the cap: the caller's bound (the bus's enqueue
+        // timeout) may drop this future while the declaration sits in the `default` engine's
+        // queue and still commits (review s27 tenants L1).
+        let (reg, name) = (self.clone(), tenant.to_owned());
+        self.declaring
+            .declare_once(tenant, declare_bound(), move || async move {
+                reg.reserve_and_declare(&name).await.map(drop)
+            })
+            .await?;
+        self.group(tenant).await
+    }
+
+    /// Takes a place under the cap for `tenant`, counting the open groups, the hosted records
+    /// (which are permanent) and the other declarations under way (review s27 tenants M1),
+    /// then declares it holding that place.
+    async fn reserve_and_declare(self: &Arc<Self>, tenant: &str) -> Result<Arc<Group>, QueenError> {
         let root = self.cfg.data_dir.clone();
         let hosted = tokio::task::spawn_blocking(move || super::declaring::hosted_names(&root))
             .await
@@ -456,15 +479,7 @@ impl Registry {
                     )
                 })?
         };
-        // The proposal and the wait for the group run in a task of their own that holds the
-        // place: the caller's bound (the bus's enqueue timeout) may drop this future while the
-        // declaration sits in the `default` engine's queue and still commits, and the place
-        // must outlive it (review s27 tenants L1).
-        let reg = self.clone();
-        let name = tenant.to_owned();
-        tokio::spawn(async move { reg.declare_holding(&name, place).await })
-            .await
-            .map_err(|e| QueenError::unavailable(format!("declaring {tenant:?} stopped: {e}")))?
+        self.declare_holding(tenant, place).await
     }
 
     /// Proposes the declaration of `tenant` through the `default` group and waits for its
