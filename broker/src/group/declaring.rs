@@ -255,13 +255,21 @@ mod tests {
             }));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
-        assert_eq!(runs.load(Ordering::SeqCst), 1, "one declaration for 50 requests");
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "one declaration for 50 requests"
+        );
         assert_eq!(d.in_flight(), 1);
         release.send_replace(true);
         for w in waiters {
             assert_eq!(w.await.unwrap(), Ok(()));
         }
-        assert_eq!(d.in_flight(), 0, "the name is free once its declaration ended");
+        assert_eq!(
+            d.in_flight(),
+            0,
+            "the name is free once its declaration ended"
+        );
 
         // Stalled for ever: the waiters, early and late, hear at the bound; nothing stays.
         let stalled = || async { std::future::pending::<Outcome>().await };
@@ -281,7 +289,10 @@ mod tests {
         }
         assert!(started.elapsed() <= Duration::from_secs(16));
         assert_eq!(d.in_flight(), 0);
-        assert_eq!(d.declare_once("beta", bound, || async { Ok(()) }).await, Ok(()));
+        assert_eq!(
+            d.declare_once("beta", bound, || async { Ok(()) }).await,
+            Ok(())
+        );
         // A waiter that goes away leaves the declaration running to its end.
         let (release, mut released) = watch::channel(false);
         let done = Arc::new(AtomicUsize::new(0));

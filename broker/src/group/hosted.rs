@@ -188,13 +188,14 @@ pub fn record(data_dir: &Path, tenant: &str, voters: &[u64]) -> anyhow::Result<R
 }
 
 /// Marks `tenant`'s record opened (before its group's first open here); a no-op if it is.
-pub fn mark_opened(data_dir: &Path, tenant: &str) -> anyhow::Result<()> {
+/// Whether it was marked before (this is not the group's first open here).
+pub fn mark_opened(data_dir: &Path, tenant: &str) -> anyhow::Result<bool> {
     let hosted = read_hosted(data_dir, tenant)?
         .ok_or_else(|| anyhow!("tenant {tenant:?} has no hosted record to mark opened"))?;
     if !hosted.opened {
         write(data_dir, tenant, &hosted.voters, true)?;
     }
-    Ok(())
+    Ok(hosted.opened)
 }
 
 /// Writes a record in place: a temporary file fsynced, renamed over the name, the directory

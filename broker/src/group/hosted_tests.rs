@@ -255,7 +255,10 @@ fn a_crash_between_the_marker_and_the_record_never_opens_the_group_unmarked() {
         std::fs::write(root.join(crate::cluster_member::JOIN_MARKER), b"j").unwrap();
         fault(root);
         let d = Declarations::new(root.to_path_buf());
-        assert!(d.applied(4, "acme", &[1, 2, 3]).is_err(), "{step}: the fault hit");
+        assert!(
+            d.applied(4, "acme", &[1, 2, 3]).is_err(),
+            "{step}: the fault hit"
+        );
         heal(root);
         // The restart: every tenant it opens is marked, and the start is not refused.
         let opened = super::super::registry::to_open(root)
@@ -279,7 +282,10 @@ fn a_tenant_directory_without_a_record_is_refused_unless_it_holds_only_the_marke
     let root = dir.path();
     let group = super::super::registry::tenant_dir(root, "acme");
     write_joining_marker(&group).unwrap();
-    assert_eq!(super::super::registry::to_open(root).unwrap(), Vec::<String>::new());
+    assert_eq!(
+        super::super::registry::to_open(root).unwrap(),
+        Vec::<String>::new()
+    );
     std::fs::write(group.join("state.redb"), b"x").unwrap();
     let e = super::super::registry::to_open(root).unwrap_err();
     assert!(format!("{e:#}").contains("acme"), "{e:#}");
