@@ -295,13 +295,36 @@ impl Member {
         // yet. Marked earlier, a crash or an I/O error before the store stood would read as a
         // lost directory at the next try, and the preferred node would never found the
         // group (review s27 tenants H1).
+        let mut opened_before = true;
         if let (true, Some(d)) = (is_tenant, &self.declarations) {
             let (root, name) = (d.data_dir().to_path_buf(), group.to_owned());
-            tokio::task::spawn_blocking(move || crate::group::hosted::mark_opened(&root, &name))
-                .await
-                .map_err(|e| RaftError::Startup(format!("marking {group:?} opened stopped: {e}")))?
-                .map_err(|e| RaftError::Startup(format!("marking {group:?} opened: {e:#}")))?;
+            opened_before = tokio::task::spawn_blocking(move || {
+                crate::group::hosted::mark_opened(&root, &name)
+            })
+            .await
+            .map_err(|e| RaftError::Startup(format!("marking {group:?} opened stopped: {e}")))?
+            .map_err(|e| RaftError::Startup(format!("marking {group:?} opened: {e:#}")))?;
         }
+        // A tenant's preferred voter may be down: a fresh directory elsewhere in V founds the
+        // group after a wait if nothing of it arrives (`group::founding_fallback`).
+        let voter_ids: Vec<u64> = peers.keys().copied().collect();
+        let fallback = is_tenant
+            .then(|| {
+                crate::group::founding_fallback::fallback_after(
+                    self.node_id,
+                    group,
+                    &voter_ids,
+                    self.timing.election_timeout_ms,
+                    crate::group::founding_fallback::Directory {
+                        first_open: !opened_before,
+                        lost: tenant_lost || join,
+                        marked,
+                    },
+                )
+            })
+            .flatten()
+            .filter(|_| !initialise)
+            .map(|after| (after, peers.clone()));
         let start = ClusterStart {
             peers,
             initialise,
@@ -312,13 +335,23 @@ impl Member {
         };
         let groups = self.groups.clone();
         let name = group.to_string();
-        RaftNode::start_clustered(cfg, log, store, handler, network, start, move |raft| {
-            groups.add_member(&name, raft, gate);
-            if let Some(inbox) = inbox {
-                groups.receive_snapshots(&name, inbox);
-            }
-        })
-        .await
+        let node =
+            RaftNode::start_clustered(cfg, log, store, handler, network, start, move |raft| {
+                groups.add_member(&name, raft, gate);
+                if let Some(inbox) = inbox {
+                    groups.receive_snapshots(&name, inbox);
+                }
+            })
+            .await?;
+        if let Some((after, voters)) = fallback {
+            tokio::spawn(crate::group::founding_fallback::run(
+                node.raft_handle(),
+                group.to_owned(),
+                voters,
+                after,
+            ));
+        }
+        Ok(node)
     }
 
     /// Hands over the lead of every group this node leads (SIGTERM, before the doors close),

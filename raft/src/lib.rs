@@ -93,3 +93,7 @@ pub use tcp_client::TcpNetwork;
 pub use tcp_server::{run as serve_cluster, Groups, ServerConfig};
 pub use types::TypeConfig;
 pub use vote_gate::VoteGate;
+
+/// openraft's handle of a running group (`RaftNode::raft_handle`), for a caller that must
+/// watch or initialise the group without holding its storage (a `RaftNode` clone holds it).
+pub type RaftHandle = openraft::Raft<TypeConfig>;

@@ -147,6 +147,70 @@ def test_two_tenants_lead_on_different_nodes_and_see_only_their_own(broker_facto
             assert not (n.data_dir / "tenants-hosted" / "never-written").exists()
 
 
+def preferred(tenant, voters):
+    """broker/src/group/hosted.rs `preferred`: FNV-1a 64 of the name modulo the sorted
+    voters."""
+    h = 0xCBF29CE484222325
+    for b in tenant.encode():
+        h = ((h ^ b) * 0x100000001B3) % (1 << 64)
+    ids = sorted(set(voters))
+    return ids[h % len(ids)]
+
+
+# Its preferred voter over 1..3 is node 3 (checked below), the node the test stops.
+TENANT_C, QUEUE_C = "gamma", "only-c"
+
+
+def test_a_tenant_whose_preferred_voter_is_down_is_founded_by_another(broker_factory):
+    """The founding fallback (group/founding_fallback.rs): the preferred voter of a tenant is
+    down when the tenant is declared; a fresh voter founds the group after three election
+    timeouts, so the first write is acknowledged in bounded time; the preferred voter, started
+    again, joins that group and serves its data."""
+    assert preferred(TENANT_A, [1, 2, 3]) == 1 and preferred(TENANT_B, [1, 2, 3]) == 2
+    assert preferred(TENANT_C, [1, 2, 3]) == 3
+    with httpx.Client() as http:
+        nodes, _ = cf.started_cluster(broker_factory, http, extra_env=ON)
+        nodes[3].kill()
+        up = {i: nodes[i] for i in (1, 2)}
+        cf.wait_settled(http, up)
+        # Bounded: the wait for the fallback (3 election timeouts, plus one for node 2's
+        # stagger) is well inside push_until_created's bound, and without it no write of this
+        # tenant is ever acknowledged while node 3 is down.
+        started = time.monotonic()
+        push_until_created(http, nodes[1].url, TENANT_C, QUEUE_C, ["c-0", "c-1"])
+        took = time.monotonic() - started
+        lead = tenant_leader(http, up, TENANT_C)
+        assert lead in (1, 2), lead
+        assert took < cf.FORM_S, took
+        for i in (1, 2, 3):
+            assert (nodes[i].data_dir / "tenants-hosted" / TENANT_C).exists() == (i != 3), i
+
+        # Node 3 back: it applies the declaration, opens the group with its identical voters,
+        # and joins the group that stands (its own founding loses to the longer logs).
+        cf.spawn(nodes[3])
+        cf.wait_settled(http, nodes)
+        lead = tenant_leader(http, nodes, TENANT_C)
+        push_until_created(http, nodes[3].url, TENANT_C, QUEUE_C, ["c-2"])
+        want = {"c-0", "c-1", "c-2"}
+        deadline = time.monotonic() + cf.FORM_S
+        while True:
+            leader_view = tenant_raft(http, nodes[lead], TENANT_C)
+            view = tenant_raft(http, nodes[3], TENANT_C)
+            res = http.get(f"{nodes[3].url}/api/v1/messages", headers=bearer(tenant=TENANT_C),
+                           params={"queue": QUEUE_C, "limit": 1000}, timeout=15.0)
+            got = ({m.get("transactionId") for m in res.json()["messages"]}
+                   if res.status_code == 200 else None)
+            if (view and leader_view and got == want and view["term"] == leader_view["term"]
+                    and view["applied"] >= leader_view["committed"] > 0):
+                break
+            assert time.monotonic() < deadline, (view, leader_view, res.status_code, got)
+            time.sleep(0.2)
+        assert (nodes[3].data_dir / "tenants-hosted" / TENANT_C).exists()
+        # Every node holds the same messages.
+        for i in (1, 2):
+            assert listed(http, nodes[i].url, TENANT_C, QUEUE_C) == want, i
+
+
 def test_with_the_key_off_a_tenant_is_answered_unsupported(broker_factory):
     with httpx.Client() as http:
         nodes, leader = cf.started_cluster(broker_factory, http,

@@ -1,12 +1,19 @@
 //! Tenant declarations under way on this node. Each holds a place under `max_tenants` from
 //! before it is proposed until its group is open here, so N simultaneous first writes of N
-//! new names cannot all pass the cap's check and all commit (review s27 tenants M1).
+//! new names cannot all pass the cap's check and all commit (review s27 tenants M1). One
+//! declaration of a name runs at a time, in a task bounded by a timeout, and every request
+//! for that name meanwhile waits on it (review s28 M-4: one task per request, each waiting
+//! on the `default` queue without a bound, piled up behind a stalled engine and committed
+//! duplicate declarations).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
-use queenmq_protocol::check_tenant_name;
+use queenmq_protocol::{check_tenant_name, QueenError};
+use tokio::sync::watch;
 
 use super::hosted::HOSTED_DIR;
 
@@ -14,6 +21,36 @@ use super::hosted::HOSTED_DIR;
 pub struct Declaring {
     /// Each name with the number of declarations of it under way.
     names: Mutex<BTreeMap<String, usize>>,
+    /// The declaration running for each name, with its outcome once it ended. One entry per
+    /// name, removed when its task ends: bounded by the names requested at once.
+    flights: Mutex<BTreeMap<String, watch::Receiver<Option<Outcome>>>>,
+}
+
+type Outcome = Result<(), QueenError>;
+
+/// The one running declaration of a name: its outcome is sent to every waiter and its entry
+/// removed when it ends, whether it finished, timed out, or its task was dropped.
+struct Flight {
+    of: Arc<Declaring>,
+    tenant: String,
+    tx: watch::Sender<Option<Outcome>>,
+    outcome: Option<Outcome>,
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        // Removed before the outcome is sent: a waiter that saw it and asks again starts a
+        // fresh declaration. The entry is this flight's: no other runs for the name while it
+        // stands.
+        self.of.flights().remove(&self.tenant);
+        // A task dropped before it ended (the runtime stopping) leaves no waiter hanging.
+        let outcome = self.outcome.take().unwrap_or_else(|| {
+            Err(QueenError::unavailable(
+                "the tenant's declaration stopped before it ended; retry",
+            ))
+        });
+        self.tx.send_replace(Some(outcome));
+    }
 }
 
 /// A place held for one declaration; given back when dropped.
@@ -43,6 +80,71 @@ impl Declaring {
             of: self.clone(),
             tenant: tenant.to_owned(),
         })
+    }
+
+    /// Runs `declare` for `tenant` in a task of its own, bounded by `bound`, unless one runs
+    /// for that name already; either way waits for the one that runs and answers its outcome.
+    /// The task outlives a waiter that goes away (its place under the cap must outlive a
+    /// proposal that may still commit, review s27 tenants L1), but never `bound`: a stalled
+    /// `default` engine then holds one task per name, not one per request.
+    pub async fn declare_once<F, Fut>(
+        self: &Arc<Self>,
+        tenant: &str,
+        bound: Duration,
+        declare: F,
+    ) -> Outcome
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Outcome> + Send + 'static,
+    {
+        let mut rx = {
+            let mut flights = self.flights();
+            match flights.get(tenant) {
+                Some(rx) => rx.clone(),
+                None => {
+                    let (tx, rx) = watch::channel(None);
+                    flights.insert(tenant.to_owned(), rx.clone());
+                    let mut flight = Flight {
+                        of: self.clone(),
+                        tenant: tenant.to_owned(),
+                        tx,
+                        outcome: None,
+                    };
+                    let run = declare();
+                    tokio::spawn(async move {
+                        let outcome = tokio::time::timeout(bound, run).await.unwrap_or_else(|_| {
+                            Err(QueenError::unavailable(format!(
+                                "the tenant's declaration did not end within {} s (is the \
+                                 default group's leader stalled?); retry",
+                                bound.as_secs()
+                            )))
+                        });
+                        flight.outcome = Some(outcome);
+                        drop(flight);
+                    });
+                    rx
+                }
+            }
+        };
+        let seen = rx
+            .wait_for(Option::is_some)
+            .await
+            .map_err(|_| QueenError::unavailable("the tenant's declaration stopped; retry"))?;
+        match &*seen {
+            Some(outcome) => outcome.clone(),
+            None => Err(QueenError::unavailable(
+                "the tenant's declaration stopped; retry",
+            )),
+        }
+    }
+
+    /// How many declarations run now (one per name at most).
+    pub fn in_flight(&self) -> usize {
+        self.flights().len()
+    }
+
+    fn flights(&self) -> MutexGuard<'_, BTreeMap<String, watch::Receiver<Option<Outcome>>>> {
+        self.flights.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// How many names are reserved for which `counted` is false (not yet open groups).
@@ -128,5 +230,88 @@ mod tests {
         std::fs::write(hosted.join("beta.tmp"), b"r").unwrap();
         assert_eq!(hosted_names(dir.path()).unwrap(), set(&["acme"]));
         assert!(hosted.join("beta.tmp").exists());
+    }
+
+    /// Review s28 M-4: many requests for one undeclared name run one declaration, and all
+    /// get its outcome; a declaration that never ends (a stalled `default` engine) ends at
+    /// its bound, answering every waiter, and frees the name for the next request.
+    #[tokio::test(start_paused = true)]
+    async fn one_declaration_per_name_runs_bounded_and_every_waiter_gets_its_outcome() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let d = Arc::new(Declaring::default());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (release, released) = watch::channel(false);
+        let bound = Duration::from_secs(35);
+        let mut waiters = Vec::new();
+        for _ in 0..50 {
+            let (d, runs, mut released) = (d.clone(), runs.clone(), released.clone());
+            waiters.push(tokio::spawn(async move {
+                d.declare_once("acme", bound, move || async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    let _ = released.wait_for(|r| *r).await;
+                    Ok(())
+                })
+                .await
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "one declaration for 50 requests"
+        );
+        assert_eq!(d.in_flight(), 1);
+        release.send_replace(true);
+        for w in waiters {
+            assert_eq!(w.await.unwrap(), Ok(()));
+        }
+        assert_eq!(
+            d.in_flight(),
+            0,
+            "the name is free once its declaration ended"
+        );
+
+        // Stalled for ever: the waiters, early and late, hear at the bound; nothing stays.
+        let stalled = || async { std::future::pending::<Outcome>().await };
+        let early = tokio::spawn({
+            let d = d.clone();
+            async move { d.declare_once("beta", bound, stalled).await }
+        });
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let late = tokio::spawn({
+            let d = d.clone();
+            async move { d.declare_once("beta", bound, || async { Ok(()) }).await }
+        });
+        let started = tokio::time::Instant::now();
+        for w in [early, late] {
+            let e = w.await.unwrap().unwrap_err();
+            assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable, "{e:?}");
+        }
+        assert!(started.elapsed() <= Duration::from_secs(16));
+        assert_eq!(d.in_flight(), 0);
+        assert_eq!(
+            d.declare_once("beta", bound, || async { Ok(()) }).await,
+            Ok(())
+        );
+        // A waiter that goes away leaves the declaration running to its end.
+        let (release, mut released) = watch::channel(false);
+        let done = Arc::new(AtomicUsize::new(0));
+        let gone = {
+            let (d, done) = (d.clone(), done.clone());
+            tokio::spawn(async move {
+                d.declare_once("gamma", bound, move || async move {
+                    let _ = released.wait_for(|r| *r).await;
+                    done.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                })
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        gone.abort();
+        release.send_replace(true);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(done.load(Ordering::SeqCst), 1);
+        assert_eq!(d.in_flight(), 0);
     }
 }

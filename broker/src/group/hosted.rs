@@ -188,13 +188,14 @@ pub fn record(data_dir: &Path, tenant: &str, voters: &[u64]) -> anyhow::Result<R
 }
 
 /// Marks `tenant`'s record opened (before its group's first open here); a no-op if it is.
-pub fn mark_opened(data_dir: &Path, tenant: &str) -> anyhow::Result<()> {
+/// Whether it was marked before (this is not the group's first open here).
+pub fn mark_opened(data_dir: &Path, tenant: &str) -> anyhow::Result<bool> {
     let hosted = read_hosted(data_dir, tenant)?
         .ok_or_else(|| anyhow!("tenant {tenant:?} has no hosted record to mark opened"))?;
     if !hosted.opened {
         write(data_dir, tenant, &hosted.voters, true)?;
     }
-    Ok(())
+    Ok(hosted.opened)
 }
 
 /// Writes a record in place: a temporary file fsynced, renamed over the name, the directory
@@ -277,24 +278,22 @@ impl Declarations {
     /// `default` group, whose apply must not pass an entry it did not act on), then queued
     /// for opening.
     pub fn applied(&self, index: u64, tenant: &str, voters: &[u64]) -> Result<(), String> {
-        let recorded = record(&self.data_dir, tenant, voters).map_err(|e| format!("{e:#}"))?;
-        if let Recorded::New(v) = &recorded {
-            tracing::info!(tenant, voters = ?v, "tenant declared; its group is opened");
-        }
+        // Refused before anything is written: a bad name must not make a directory.
+        check(tenant, voters).map_err(|e| format!("declaration of {tenant:?}: {e}"))?;
         // A declaration this node may have voted on before its directory was wiped (a rejoin,
         // `cluster_join`, rebuilding its records by replay): T's group opens joining, so it
         // neither founds nor votes until it has caught up as a learner (review s27 tenants
-        // M2). Written here, on the apply, before the group opens. On a record that stood
-        // already too, unless the group was opened since: a kill -9 between the record and
-        // the marker replays to the record and must still write the marker (review s27
-        // tenants M1); once opened, the marker was written before that open.
+        // M2). The marker is written before the record (review s28 M-1): the record is what
+        // opens the group, at a restart or on a request, so a kill -9 between the two must
+        // leave the marker without the record (accepted at start, `to_open`; the replay
+        // writes the record), never the record without the marker. A record that stood
+        // already gets the marker too unless the group was opened since (review s27 tenants
+        // M1: a record written unmarked by an earlier version); once opened, the marker was
+        // written before that open.
         if self.before_rejoin(index)? {
-            let pending = match &recorded {
-                Recorded::New(_) => true,
-                Recorded::Existing(_) => read_hosted(&self.data_dir, tenant)
-                    .map_err(|e| format!("{e:#}"))?
-                    .is_some_and(|h| !h.opened),
-            };
+            let pending = read_hosted(&self.data_dir, tenant)
+                .map_err(|e| format!("{e:#}"))?
+                .is_none_or(|h| !h.opened);
             if pending {
                 let dir = super::registry::tenant_dir(&self.data_dir, tenant);
                 write_joining_marker(&dir).map_err(|e| format!("{e:#}"))?;
@@ -304,6 +303,10 @@ impl Declarations {
                     "declared before this node rejoined: the tenant's group opens joining"
                 );
             }
+        }
+        let recorded = record(&self.data_dir, tenant, voters).map_err(|e| format!("{e:#}"))?;
+        if let Recorded::New(v) = &recorded {
+            tracing::info!(tenant, voters = ?v, "tenant declared; its group is opened");
         }
         self.lock().insert(tenant.to_owned());
         self.pending.wake.notify_one();

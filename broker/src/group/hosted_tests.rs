@@ -230,3 +230,70 @@ fn a_replay_onto_a_standing_record_writes_the_missing_marker() {
     d.applied(5, "acme", &[1, 2, 3]).unwrap();
     assert!(!tenant_marked(dir.path(), "acme"));
 }
+
+/// Review s28 M-1: a kill -9 at either step of a rejoining node's apply of a declaration
+/// (its tenant's joining marker, its hosted record) must never leave a record the restart
+/// opens without the marker. Each fault hits one step only: the marker's (`tenants` is a
+/// file, so the tenant's directory cannot be made; the record's path still reads) or the
+/// record's (its temporary name is a directory; the record still reads as absent). The
+/// "restart" is the start's own choice of what to open (`registry::to_open`) with the fault
+/// gone, then the replay of the same entry.
+#[test]
+fn a_crash_between_the_marker_and_the_record_never_opens_the_group_unmarked() {
+    type Fault = fn(&Path);
+    let marker_step: Fault = |root| std::fs::write(root.join("tenants"), b"fault").unwrap();
+    let record_step: Fault = |root| {
+        std::fs::create_dir_all(root.join(HOSTED_DIR).join("acme.tmp")).unwrap();
+    };
+    let heal: Fault = |root| {
+        let _ = std::fs::remove_file(root.join("tenants"));
+        let _ = std::fs::remove_dir(root.join(HOSTED_DIR).join("acme.tmp"));
+    };
+    for (step, fault) in [("marker", marker_step), ("record", record_step)] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join(crate::cluster_member::JOIN_MARKER), b"j").unwrap();
+        fault(root);
+        let d = Declarations::new(root.to_path_buf());
+        assert!(
+            d.applied(4, "acme", &[1, 2, 3]).is_err(),
+            "{step}: the fault hit"
+        );
+        heal(root);
+        // The restart: every tenant it opens is marked, and the start is not refused.
+        let opened = super::super::registry::to_open(root)
+            .unwrap_or_else(|e| panic!("{step}: the start was refused: {e:#}"));
+        for t in &opened {
+            assert!(tenant_marked(root, t), "{step}: {t} opens unmarked");
+        }
+        // The replay of the entry completes both.
+        let d = Declarations::new(root.to_path_buf());
+        d.applied(4, "acme", &[1, 2, 3]).unwrap();
+        assert_eq!(super::super::registry::to_open(root).unwrap(), vec!["acme"]);
+        assert!(tenant_marked(root, "acme"), "{step}");
+    }
+}
+
+/// Only a directory holding the marker alone is taken for the M-1 crash: one with anything
+/// else and no record is a single node's tenant, still refused.
+#[test]
+fn a_tenant_directory_without_a_record_is_refused_unless_it_holds_only_the_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let group = super::super::registry::tenant_dir(root, "acme");
+    write_joining_marker(&group).unwrap();
+    assert_eq!(
+        super::super::registry::to_open(root).unwrap(),
+        Vec::<String>::new()
+    );
+    std::fs::write(group.join("state.redb"), b"x").unwrap();
+    let e = super::super::registry::to_open(root).unwrap_err();
+    assert!(format!("{e:#}").contains("acme"), "{e:#}");
+    let other = super::super::registry::tenant_dir(root, "beta");
+    std::fs::create_dir_all(other.join(crate::cluster_member::JOIN_MARKER)).unwrap();
+    std::fs::remove_file(group.join("state.redb")).unwrap();
+    assert!(
+        super::super::registry::to_open(root).is_err(),
+        "a marker that is a directory is not the marker"
+    );
+}

@@ -5,6 +5,7 @@
 //! tenant ([`registry`]), the `default` one always.
 
 pub mod declaring;
+pub mod founding_fallback;
 pub mod hosted;
 pub mod open;
 pub mod registry;

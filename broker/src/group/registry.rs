@@ -85,6 +85,14 @@ pub struct TenantStart {
 const DECLARED_WAIT_STEP: Duration = Duration::from_millis(20);
 const DECLARED_WAIT_STEPS: u32 = 250;
 
+/// The longest a declaration's task runs: the `default` engine's answer bound (its proposal
+/// committed or refused) and the wait for the group to open here after it.
+fn declare_bound() -> Duration {
+    crate::engine::BusWaits::default()
+        .answer
+        .saturating_add(DECLARED_WAIT_STEP.saturating_mul(DECLARED_WAIT_STEPS))
+}
+
 /// A failed start is tried again after this, doubling up to `START_BACKOFF_MAX`.
 const START_BACKOFF_MIN: Duration = Duration::from_secs(1);
 const START_BACKOFF_MAX: Duration = Duration::from_secs(300);
@@ -133,6 +141,71 @@ pub struct Registry {
     declaring: Arc<super::declaring::Declaring>,
 }
 
+/// Tenant directories below `<data_dir>/tenants`, in name order; names that could not have
+/// been created by a token are skipped with a warning.
+fn tenant_dirs(data_dir: &Path) -> anyhow::Result<Vec<String>> {
+    let dir = data_dir.join(TENANTS_DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(anyhow!("listing {}: {e}", dir.display())),
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if !is_dir || check_tenant_name(&name).is_err() || name == DEFAULT_TENANT {
+            tracing::warn!(path = %entry.path().display(), "not a tenant's group directory; ignored");
+            continue;
+        }
+        found.push(name);
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// A cluster member's tenants to open at start: those its hosted records name (the committed
+/// declarations it applied), not the directories below `<data_dir>/tenants`. A directory
+/// without a record is a single node's tenant, which this member cannot serve clustered: the
+/// start is refused, as it is with the key off (docs/cluster.md "Tenants"). Unless it holds
+/// the joining marker and nothing else: a rejoining node's apply writes that marker before
+/// the record (review s28 M-1), so a kill -9 between the two leaves it so; no group was
+/// opened there, and the replay of the declaration writes the record.
+pub(crate) fn to_open(data_dir: &Path) -> anyhow::Result<Vec<String>> {
+    let hosted: Vec<String> = super::hosted::read_all(data_dir)?
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect();
+    for dir in tenant_dirs(data_dir)? {
+        if hosted.binary_search(&dir).is_err() && !only_a_marker(&tenant_dir(data_dir, &dir))? {
+            return Err(anyhow!(
+                "{} holds the group of tenant {dir:?}, which no committed declaration of \
+                 this cluster names ({}/{dir} is missing): a single node's tenant cannot be \
+                 served clustered; move it out or restore its hosted record",
+                data_dir.join(TENANTS_DIR).display(),
+                super::hosted::HOSTED_DIR
+            ));
+        }
+    }
+    Ok(hosted)
+}
+
+/// Whether a tenant's directory holds the joining marker and nothing else.
+fn only_a_marker(dir: &Path) -> anyhow::Result<bool> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+        names.push(entry.file_name());
+        if names.len() > 1 {
+            return Ok(false);
+        }
+    }
+    Ok(names.len() == 1
+        && names[0] == crate::cluster_member::JOIN_MARKER
+        && dir.join(crate::cluster_member::JOIN_MARKER).is_file())
+}
+
 /// Where `tenant`'s group keeps its files.
 pub fn tenant_dir(data_dir: &Path, tenant: &str) -> PathBuf {
     if tenant == DEFAULT_TENANT {
@@ -172,8 +245,8 @@ impl Registry {
         // `default` serves, so probes answer while a big tenant replays, and a request for a
         // tenant still starting waits for that start (or starts it first).
         let found = match &reg.declarations {
-            None => reg.found_on_disk()?,
-            Some(d) => reg.hosted_on_disk(d)?,
+            None => tenant_dirs(&reg.cfg.data_dir)?,
+            Some(d) => to_open(d.data_dir())?,
         };
         if let Some(d) = reg.declarations.clone() {
             tokio::spawn(open_declared(Arc::downgrade(&reg), d, reg.stop.subscribe()));
@@ -189,53 +262,6 @@ impl Registry {
             tracing::info!("every tenant group found on disk was started");
         });
         Ok(reg)
-    }
-
-    /// Tenant directories below `<data_dir>/tenants`, in name order; names that could not
-    /// have been created by a token are skipped with a warning.
-    fn found_on_disk(&self) -> anyhow::Result<Vec<String>> {
-        let dir = self.cfg.data_dir.join(TENANTS_DIR);
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(anyhow!("listing {}: {e}", dir.display())),
-        };
-        let mut found = Vec::new();
-        for entry in entries {
-            let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-            if !is_dir || check_tenant_name(&name).is_err() || name == DEFAULT_TENANT {
-                tracing::warn!(path = %entry.path().display(), "not a tenant's group directory; ignored");
-                continue;
-            }
-            found.push(name);
-        }
-        found.sort();
-        Ok(found)
-    }
-
-    /// A cluster member's tenants: those its hosted records name (the committed declarations
-    /// it applied), not the directories below `<data_dir>/tenants`. A directory without a
-    /// record is a single node's tenant, which this member cannot serve clustered: the start
-    /// is refused, as it is with the key off (docs/cluster.md "Tenants").
-    fn hosted_on_disk(&self, d: &super::hosted::Declarations) -> anyhow::Result<Vec<String>> {
-        let hosted: Vec<String> = super::hosted::read_all(d.data_dir())?
-            .into_iter()
-            .map(|(t, _)| t)
-            .collect();
-        for dir in self.found_on_disk()? {
-            if hosted.binary_search(&dir).is_err() {
-                return Err(anyhow!(
-                    "{} holds the group of tenant {dir:?}, which no committed declaration of \
-                     this cluster names ({}/{dir} is missing): a single node's tenant cannot be \
-                     served clustered; move it out or restore its hosted record",
-                    self.cfg.data_dir.join(TENANTS_DIR).display(),
-                    super::hosted::HOSTED_DIR
-                ));
-            }
-        }
-        Ok(hosted)
     }
 
     /// The running group of `tenant`, if it has started.
@@ -409,9 +435,24 @@ impl Registry {
             Err(e) if e.code == ErrorCode::NotFound && writes && self.declarations.is_some() => {}
             other => return other,
         }
-        // A place under the cap is held from before the proposal until the group is open
-        // (or the declaration failed), counting the open groups, the hosted records (which
-        // are permanent) and the other declarations under way (review s27 tenants M1).
+        // One declaration per name runs at a time, in a task bounded by `declare_bound`;
+        // every request for the name meanwhile waits on it (review s28 M-4). The task, not
+        // the request, holds the place under the cap: the caller's bound (the bus's enqueue
+        // timeout) may drop this future while the declaration sits in the `default` engine's
+        // queue and still commits (review s27 tenants L1).
+        let (reg, name) = (self.clone(), tenant.to_owned());
+        self.declaring
+            .declare_once(tenant, declare_bound(), move || async move {
+                reg.reserve_and_declare(&name).await.map(drop)
+            })
+            .await?;
+        self.group(tenant).await
+    }
+
+    /// Takes a place under the cap for `tenant`, counting the open groups, the hosted records
+    /// (which are permanent) and the other declarations under way (review s27 tenants M1),
+    /// then declares it holding that place.
+    async fn reserve_and_declare(self: &Arc<Self>, tenant: &str) -> Result<Arc<Group>, QueenError> {
         let root = self.cfg.data_dir.clone();
         let hosted = tokio::task::spawn_blocking(move || super::declaring::hosted_names(&root))
             .await
@@ -438,15 +479,7 @@ impl Registry {
                     )
                 })?
         };
-        // The proposal and the wait for the group run in a task of their own that holds the
-        // place: the caller's bound (the bus's enqueue timeout) may drop this future while the
-        // declaration sits in the `default` engine's queue and still commits, and the place
-        // must outlive it (review s27 tenants L1).
-        let reg = self.clone();
-        let name = tenant.to_owned();
-        tokio::spawn(async move { reg.declare_holding(&name, place).await })
-            .await
-            .map_err(|e| QueenError::unavailable(format!("declaring {tenant:?} stopped: {e}")))?
+        self.declare_holding(tenant, place).await
     }
 
     /// Proposes the declaration of `tenant` through the `default` group and waits for its
