@@ -79,8 +79,9 @@ pub fn state_and_partition_bytes(st: &State) -> (usize, usize) {
             .saturating_add(text(q.namespace.capacity()))
             .saturating_add(text(q.task.capacity()))
             .saturating_add(q.partition_order.held_bytes())
-            // The by-name partition index: one (name hash, id) row per partition.
-            .saturating_add(table_bytes(q.partition_order.len(), 16))
+            // The by-name partition index: one 8 B (name hash, id) row per partition, and
+            // the overflow rows of names sharing a hash.
+            .saturating_add(q.partitions.held_bytes())
             .saturating_add(table_bytes(q.groups.capacity(), size_of::<(String, u64)>()))
             .saturating_add(buf_bytes(q.dlq.capacity(), size_of::<DlqRow>()));
         for name in q.groups.keys() {

@@ -2,8 +2,15 @@
 //!
 //! Why not `HashMap<String, u64>`: the name is already stored once, in the `Partition`; a
 //! second copy as the key cost ~50 bytes per partition at a million partitions. A hash shared
-//! by two names of one queue (about 1 in 10^7 at a million names) sends the later name to a
-//! small map keyed by the name itself, so lookups stay exact.
+//! by two names of one queue sends the later name to a small map keyed by the name itself, so
+//! lookups stay exact.
+//!
+//! Why 32 bits of hash and a 32-bit id (session 29, issue 12): a row is 8 B, not 16, so a
+//! bucket is 9 B with its control byte; at a million names (2^21 buckets, hashbrown's 7/8
+//! load) that is 18.9 MB instead of 35.7 MB, 17 B less per partition. Ids are below
+//! `MAX_NEXT_PARTITION_ID` (2^32), so they fit. Two names sharing 32 bits of hash are about
+//! n²/2^33 pairs (about 120 at a million names), each an overflow row of its name's length
+//! plus ~40 B; names crafted to collide cost a row each, as a name-keyed map would.
 
 use std::collections::HashMap;
 
@@ -11,20 +18,21 @@ use super::partition_table::PartitionTable;
 
 #[derive(Default)]
 pub struct NameIndex {
-    by_hash: HashMap<u64, u64>,
+    by_hash: HashMap<u32, u32>,
     overflow: HashMap<String, u64>,
 }
 
-fn hash(name: &str) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(name.as_bytes())
+/// The low 32 bits of the name's xxh3-64 (the map hashes the key again to place it).
+fn hash(name: &str) -> u32 {
+    xxhash_rust::xxh3::xxh3_64(name.as_bytes()) as u32
 }
 
 impl NameIndex {
     /// The id of partition `name`; `parts` holds the names the hashes stand for.
     pub fn get(&self, name: &str, parts: &PartitionTable) -> Option<u64> {
-        if let Some(pid) = self.by_hash.get(&hash(name)) {
-            if parts.get(pid).is_some_and(|p| &*p.name == name) {
-                return Some(*pid);
+        if let Some(pid) = self.by_hash.get(&hash(name)).map(|p| u64::from(*p)) {
+            if parts.get(&pid).is_some_and(|p| &*p.name == name) {
+                return Some(pid);
             }
         }
         self.overflow.get(name).copied()
@@ -35,15 +43,43 @@ impl NameIndex {
         self.insert_hashed(hash(name), name, pid, parts);
     }
 
-    fn insert_hashed(&mut self, h: u64, name: &str, pid: u64, parts: &PartitionTable) {
-        match self.by_hash.get(&h) {
-            Some(other) if *other != pid && parts.get(other).is_some_and(|p| &*p.name != name) => {
+    fn insert_hashed(&mut self, h: u32, name: &str, pid: u64, parts: &PartitionTable) {
+        // An id past 32 bits is never handed out (`MAX_NEXT_PARTITION_ID`); kept exact in the
+        // overflow map all the same rather than truncated.
+        let Ok(short) = u32::try_from(pid) else {
+            self.overflow.insert(name.to_string(), pid);
+            return;
+        };
+        match self.by_hash.get(&h).map(|p| u64::from(*p)) {
+            Some(other) if other != pid && parts.get(&other).is_some_and(|p| &*p.name != name) => {
                 self.overflow.insert(name.to_string(), pid);
             }
             _ => {
-                self.by_hash.insert(h, pid);
+                self.by_hash.insert(h, short);
             }
         }
+    }
+
+    /// What the index holds, by capacity: hashbrown's buckets (row and control byte) and the
+    /// overflow rows with their names.
+    pub fn held_bytes(&self) -> usize {
+        fn buckets(cap: usize) -> usize {
+            if cap == 0 {
+                return 0;
+            }
+            cap.saturating_mul(8)
+                .checked_div(7)
+                .unwrap_or(0)
+                .max(4)
+                .checked_next_power_of_two()
+                .unwrap_or(usize::MAX)
+        }
+        let rows = buckets(self.by_hash.capacity())
+            .saturating_mul(std::mem::size_of::<(u32, u32)>().saturating_add(1));
+        let over = buckets(self.overflow.capacity())
+            .saturating_mul(std::mem::size_of::<(String, u64)>().saturating_add(1));
+        let names: usize = self.overflow.keys().map(|n| n.capacity()).sum();
+        rows.saturating_add(over).saturating_add(names)
     }
 
     pub fn len(&self) -> usize {
@@ -77,5 +113,37 @@ mod tests {
         assert_eq!(idx.get("c", &parts), Some(3));
         assert_eq!(idx.get("a", &parts), Some(1));
         assert_eq!(idx.len(), 3);
+    }
+
+    /// Pins a name's row (issue 12, session 29): 8 B and its control byte, so at 100 000
+    /// names (131 072 buckets) under 12 B a name; the (u64, u64) rows before were 17 B a
+    /// bucket, 22 B a name.
+    #[test]
+    fn a_row_is_8_bytes_and_a_name_costs_under_12_at_100_000() {
+        let mut parts = PartitionTable::default();
+        let mut idx = NameIndex::default();
+        let n = 100_000u64;
+        for pid in 0..n {
+            let name = format!("p{pid}");
+            parts.insert(pid, part(pid, &name));
+            idx.insert(&name, pid, &parts);
+        }
+        for pid in (0..n).step_by(997) {
+            assert_eq!(idx.get(&format!("p{pid}"), &parts), Some(pid));
+        }
+        assert_eq!(idx.len(), n as usize);
+        let per = idx.held_bytes() as f64 / n as f64;
+        assert!(per < 12.0, "{per:.1} B a name");
+    }
+
+    /// An id past 32 bits (never handed out) stays exact rather than truncated.
+    #[test]
+    fn an_id_past_32_bits_is_kept_whole() {
+        let parts = PartitionTable::default();
+        let mut idx = NameIndex::default();
+        let big = (1u64 << 32) + 5;
+        idx.insert("big", big, &parts);
+        assert_eq!(idx.get("big", &parts), Some(big));
+        assert_eq!(idx.get("p5", &parts), None);
     }
 }
