@@ -121,11 +121,7 @@ fn an_install_that_carried_no_records_opens_on_its_empty_log() {
     // What the install's commit writes: the horizon at A = 9.
     queenmq_raft::accept_missing_log_start(&store, 10, 1).unwrap();
     drop(store);
-    std::fs::create_dir(dir.path().join("log")).unwrap();
-    let cfg = crate::config::Config {
-        data_dir: dir.path().to_path_buf(),
-        ..crate::config::Config::default()
-    };
+    let cfg = with_empty_log(dir.path());
     let opened = match super::open::open_storage(&cfg, None, 1 << 20) {
         Ok(o) => o,
         Err(e) => panic!("the installed directory was refused: {e:#}"),
@@ -143,11 +139,16 @@ fn an_empty_log_below_the_acknowledged_index_is_still_refused() {
         .save_checkpoint(&checkpoint(9, encode_state(&State::default())))
         .unwrap();
     drop(store);
-    std::fs::create_dir(dir.path().join("log")).unwrap();
-    let cfg = crate::config::Config {
-        data_dir: dir.path().to_path_buf(),
-        ..crate::config::Config::default()
-    };
+    let cfg = with_empty_log(dir.path());
     let refused = super::open::open_storage(&cfg, None, 1 << 20);
     assert!(refused.is_err(), "no horizon: the log must hold index 9");
+}
+
+/// A configuration on `dir`, whose `log/` is created empty.
+fn with_empty_log(dir: &Path) -> crate::config::Config {
+    std::fs::create_dir(dir.join("log")).unwrap();
+    crate::config::Config {
+        data_dir: dir.to_path_buf(),
+        ..crate::config::Config::default()
+    }
 }
