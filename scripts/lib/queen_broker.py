@@ -57,18 +57,50 @@ def queen_binary() -> Path:
 # nodes probe each other) could take it, and the broker's bind fails "Address already in use".
 _PICK_LOW, _PICK_HIGH = 20000, 32767
 _pick = random.SystemRandom()
+# Suites run side by side in separate processes, each picking at random: two could check the
+# same port free and both use it (CI run after session 29: a cluster node's Kafka bind failed
+# "Address already in use"). A pick is reserved across processes by creating a file named
+# after it; reservations older than _RESERVED_S are stale (a broker binds within seconds of
+# the pick, and a killed test leaves its files behind).
+_RESERVED_DIR = Path(os.environ.get("TMPDIR") or "/tmp") / "queen-test-ports"
+_RESERVED_S = 600.0
+
+
+def _reserve(port: int) -> bool:
+    """True when this process now holds `port`'s reservation."""
+    path = _RESERVED_DIR / str(port)
+    for _ in range(2):
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            return True
+        except FileExistsError:
+            try:
+                if time.time() - path.stat().st_mtime < _RESERVED_S:
+                    return False
+                path.unlink()
+            except FileNotFoundError:
+                pass  # another process released or took it meanwhile: try once more
+        except OSError:
+            return True  # no reservation directory to use: the bind check below still holds
+    return False
 
 
 def free_port() -> int:
     """A port free on 127.0.0.1 now, chosen at random below the ephemeral range (bound once to
-    check it); the kernel's pick (bind to port 0) only when none is found."""
-    for _ in range(64):
+    check it) and reserved against the other test processes; the kernel's pick (bind to
+    port 0) only when none is found."""
+    try:
+        _RESERVED_DIR.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass
+    for _ in range(256):
         port = _pick.randint(_PICK_LOW, _PICK_HIGH)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
+        if _reserve(port):
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
