@@ -34,6 +34,8 @@ python3 "$REPO/scripts/bench/test_binary_table.py" 2>&1 | tail -1 | grep -qx OK 
     die "scripts/bench/test_binary_table.py failed"
 python3 "$REPO/scripts/bench/test_smoke_check.py" 2>&1 | tail -1 | grep -qx OK ||
     die "scripts/bench/test_smoke_check.py failed"
+python3 "$REPO/scripts/bench/test_prom_delta.py" 2>&1 | tail -1 | grep -qx OK ||
+    die "scripts/bench/test_prom_delta.py failed"
 export RUN_TIMEOUT=${RUN_TIMEOUT:-60}
 data=$(mktemp -d)
 KAFKA_PORT=$(free_port)

@@ -15,12 +15,16 @@
 #
 #   COUNT=1000000 IDS=10000000 MSG_BYTES=64 DURATION=1200 scripts/bench/checkpoint-pause.sh > pause-ids.txt
 #
-# With IDS, the metrics are also scraped right after that push, and the pause histogram's
-# difference to the end is printed (`# since the IDS push`): only the checkpoints taken with
-# all IDS ids in the window (the dedup window is an hour, so none expire in a run shorter
-# than that), with their count. The series over the whole run mixes in the pre-fill's and
-# the push's checkpoints at fewer ids (review s28 ckpt M1). DURATION / INTERVAL is roughly
-# how many there are: 1200 s at 5 s for about 240, enough for a p99 that is not the maximum.
+# The metrics are scraped right before the e2e (after the IDS push, if any) and at the end,
+# and after the whole run's series the difference of the two is printed (`# the e2e phase
+# only`, scripts/bench/prom_delta.py): only the checkpoints and stretches of the e2e (with
+# SPREAD, the scattered writers; with IDS, all IDS ids in the window: the dedup window is an
+# hour, so none expire in a run shorter than that), then per histogram its n, mean, p99
+# bucket and samples over 5 ms per checkpoint of the phase. The series over the whole run
+# mix in the pre-fill's checkpoints, a different share on each build (review s28 ckpt M1,
+# s29 ckpt M2), and p99s over different n are not comparable (s29 M3). DURATION / INTERVAL
+# is roughly how many checkpoints the phase holds: 1200 s at 5 s for about 240, enough for a
+# p99 that is not the maximum.
 #
 # SPREAD > 1 scatters the producers of the e2e (and of the IDS run): a producer's consecutive
 # messages go to partitions SPREAD apart (queen-bench --partition-spread), so with SPREAD=256
@@ -60,20 +64,14 @@ spread=()
 if ((IDS > 0)); then
     run_bench "$BENCH_TMP/ids.json" push "${shape[@]}" "${spread[@]}" --messages "$IDS" --duration-secs 86400
     log "ids run: $(json_get "$BENCH_TMP/ids.json" errors) errors, exit $(json_get "$BENCH_TMP/ids.json" exit_code)"
-    curl -s "$BROKER_URL/metrics/prometheus" >"$BENCH_TMP/after-ids.prom" || true
 fi
+curl -s "$BROKER_URL/metrics/prometheus" >"$BENCH_TMP/before-e2e.prom" || true
 run_bench "$BENCH_TMP/e2e.json" e2e "${shape[@]}" "${spread[@]}" --duration-secs "$DURATION"
 echo "# $QUEEN_BIN COUNT=$COUNT IDS=$IDS SPREAD=$SPREAD INTERVAL=$INTERVAL DURATION=$DURATION rss_kb=$(rss_kb VmRSS)"
 curl -s "$BROKER_URL/metrics/prometheus" >"$BENCH_TMP/end.prom" || true
 grep -E '^queen_checkpoint_(encode_seconds|cow_copy_seconds|cow_block_seconds|cow_copies_total|bytes)' "$BENCH_TMP/end.prom" || true
-if ((IDS > 0)); then
-    # Cumulative series: the end's value less the one after the push, per series.
-    echo "# since the IDS push (checkpoints with all $IDS ids in the window; _count is their n):"
-    awk '/^queen_checkpoint_encode_seconds/ {
-            key = $1; for (i = 2; i < NF; i++) key = key " " $i
-            if (FILENAME == ARGV[1]) { before[key] = $NF; next }
-            printf "%s %.9g\n", key, $NF - (key in before ? before[key] : 0)
-        }' "$BENCH_TMP/after-ids.prom" "$BENCH_TMP/end.prom" || true
-fi
+# Cumulative series: the end's value less the one right before the e2e, per series.
+echo "# the e2e phase only (SPREAD=$SPREAD; IDS=$IDS ids in the window; _count is the phase's n):"
+python3 "$REPO/scripts/bench/prom_delta.py" "$BENCH_TMP/before-e2e.prom" "$BENCH_TMP/end.prom" || true
 stop_broker
 drop_data_dir "$data"
