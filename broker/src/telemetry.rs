@@ -74,6 +74,10 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
         .set_buckets_for_metric(
             Matcher::Full("queen_group_commit_commands".into()),
             COMMANDS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full("queen_checkpoint_cow_stretch_copies".into()),
+            COMMANDS,
         )
 }
 
@@ -90,6 +94,7 @@ mod tests {
         metrics::with_local_recorder(&recorder, || {
             metrics::histogram!("queen_group_commit_bytes").record(3000.0);
             metrics::histogram!("queen_group_commit_commands").record(3.0);
+            metrics::histogram!("queen_checkpoint_cow_stretch_copies").record(100.0);
             metrics::histogram!("queen_log_fsync_seconds").record(0.003);
         });
         let text = handle.render();
@@ -98,6 +103,8 @@ mod tests {
             r#"queen_group_commit_bytes_bucket{le="1024"} 0"#,
             r#"queen_group_commit_commands_bucket{le="4"} 1"#,
             r#"queen_group_commit_commands_bucket{le="2"} 0"#,
+            r#"queen_checkpoint_cow_stretch_copies_bucket{le="128"} 1"#,
+            r#"queen_checkpoint_cow_stretch_copies_bucket{le="64"} 0"#,
             r#"queen_log_fsync_seconds_bucket{le="0.005"} 1"#,
             r#"queen_log_fsync_seconds_bucket{le="0.002"} 0"#,
         ] {

@@ -58,17 +58,19 @@ def histograms(series: dict) -> dict:
     return out
 
 
-def p99_bucket(buckets: list, count: float) -> str:
-    """The bucket (lower, upper] holding the p99 sample, as text; "-" without samples."""
+def p99_bucket(buckets: list, count: float, seconds: bool = True) -> str:
+    """The bucket (lower, upper] holding the p99 sample, as text (seconds as ms); "-" without
+    samples."""
     if count <= 0:
         return "-"
+    scale, unit = (1e3, " ms") if seconds else (1.0, "")
     rank = math.ceil(0.99 * count)
     lower = 0.0
     for le, cumulative in buckets:
         if cumulative >= rank:
-            return f"{lower * 1e3:g}-{le * 1e3:g} ms"
+            return f"{lower * scale:g}-{le * scale:g}{unit}"
         lower = le
-    return f"> {lower * 1e3:g} ms"
+    return f"> {lower * scale:g}{unit}"
 
 
 def over(buckets: list, count: float, secs: float) -> float:
@@ -86,6 +88,12 @@ def summary(series: dict) -> list:
     lines = [f"# checkpoints in the phase: {checkpoints:g}"]
     for (base, labels), h in sorted(hs.items()):
         n = h["count"]
+        if not base.endswith("_seconds"):
+            # A count per sample (copies per stretch): no unit, no 5 ms threshold.
+            mean = h["sum"] / n if n > 0 else 0.0
+            lines.append(f"# {base}{labels}: n {n:g}, mean {mean:.1f}, sum {h['sum']:g}, "
+                         f"p99 {p99_bucket(h['buckets'], n, seconds=False)}")
+            continue
         mean = h["sum"] / n * 1e3 if n > 0 else 0.0
         slow = over(h["buckets"], n, SLOW_SECS)
         per = f"{slow / checkpoints:.2f}" if checkpoints > 0 else "-"

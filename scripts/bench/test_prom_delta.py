@@ -36,6 +36,11 @@ queen_checkpoint_cow_copy_seconds_bucket{tenant="t",le="+Inf"} 200
 queen_checkpoint_cow_copy_seconds_sum{tenant="t"} 0.5
 queen_checkpoint_cow_copy_seconds_count{tenant="t"} 200
 queen_checkpoint_cow_block_seconds_count{tenant="t",block="cursors"} 3
+queen_checkpoint_cow_stretch_copies_bucket{tenant="t",block="cursors",le="64"} 1
+queen_checkpoint_cow_stretch_copies_bucket{tenant="t",block="cursors",le="128"} 2
+queen_checkpoint_cow_stretch_copies_bucket{tenant="t",block="cursors",le="+Inf"} 2
+queen_checkpoint_cow_stretch_copies_sum{tenant="t",block="cursors"} 150
+queen_checkpoint_cow_stretch_copies_count{tenant="t",block="cursors"} 2
 """
 
 
@@ -61,6 +66,12 @@ class PromDelta(unittest.TestCase):
         self.assertEqual(lines[0], "# checkpoints in the phase: 4")
         copy = [l for l in lines if "cow_copy_seconds" in l][0]
         self.assertIn("over 5 ms 9 (2.25 per checkpoint)", copy)
+
+    def test_a_count_histogram_has_no_unit_and_no_threshold(self):
+        d = prom_delta.delta(prom_delta.parse(BEFORE), prom_delta.parse(END))
+        line = [l for l in prom_delta.summary(d) if "stretch_copies" in l][0]
+        self.assertEqual(line, '# queen_checkpoint_cow_stretch_copies{tenant="t",block="cursors"}: '
+                               "n 2, mean 75.0, sum 150, p99 64-128")
 
     def test_no_samples_has_no_p99(self):
         self.assertEqual(prom_delta.p99_bucket([(0.001, 0.0)], 0), "-")

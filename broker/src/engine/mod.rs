@@ -63,6 +63,10 @@ fn record_cow_copies(tenant: &str, copies: cow_clock::Copies) {
         if n > 0 {
             metrics::histogram!("queen_checkpoint_cow_block_seconds", "tenant" => tenant.to_string(), "block" => block.label())
                 .record(took.as_secs_f64());
+            // How many: a slow stretch of many small copies (scattered first writes) and one
+            // of a few slow ones (a preempted thread) look alike in the seconds (session 30).
+            metrics::histogram!("queen_checkpoint_cow_stretch_copies", "tenant" => tenant.to_string(), "block" => block.label())
+                .record(n as f64);
         }
     }
 }

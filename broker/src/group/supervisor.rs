@@ -220,6 +220,7 @@ pub async fn supervise(
     let _ = metrics::histogram!("queen_checkpoint_cow_copy_seconds", "tenant" => ecfg.tenant.to_string());
     for block in crate::state::cow_clock::Block::ALL {
         let _ = metrics::histogram!("queen_checkpoint_cow_block_seconds", "tenant" => ecfg.tenant.to_string(), "block" => block.label());
+        let _ = metrics::histogram!("queen_checkpoint_cow_stretch_copies", "tenant" => ecfg.tenant.to_string(), "block" => block.label());
     }
     // The dedup index off the heap (state/txn_spill.rs, id_store.rs, dedup_filter/ring.rs).
     for series in [

@@ -17,14 +17,23 @@ use std::time::{Duration, Instant};
 pub enum Block {
     /// A chunk of the partition table (`partition_table.rs`).
     Partitions = 0,
-    /// A shard of a group's cursors (`cursor_map.rs`).
+    /// A shard's table of a group's cursors, or its overlay's (`cursor_map.rs`).
     Cursors = 1,
     /// A queue's last chunk of partition ids (`partition_order.rs`).
     Ids = 2,
+    /// One cursor a checkpoint still holds, copied or replaced by a new `Arc` at its first
+    /// write (`cursor_map.rs`): apart from its shard's copy since session 30, so a slow
+    /// stretch tells the many small row copies from the few shard copies.
+    CursorRows = 3,
 }
 
 impl Block {
-    pub const ALL: [Block; 3] = [Block::Partitions, Block::Cursors, Block::Ids];
+    pub const ALL: [Block; 4] = [
+        Block::Partitions,
+        Block::Cursors,
+        Block::Ids,
+        Block::CursorRows,
+    ];
 
     /// The `block` label of `queen_checkpoint_cow_block_seconds`.
     pub fn label(self) -> &'static str {
@@ -32,6 +41,7 @@ impl Block {
             Block::Partitions => "partitions",
             Block::Cursors => "cursors",
             Block::Ids => "ids",
+            Block::CursorRows => "cursor_rows",
         }
     }
 }
@@ -42,7 +52,7 @@ pub struct Copies {
     pub copies: u64,
     pub took: Duration,
     /// Indexed by `Block as usize`: that kind's copies and their time.
-    pub by_block: [(u64, Duration); 3],
+    pub by_block: [(u64, Duration); 4],
 }
 
 thread_local! {

@@ -47,17 +47,86 @@ const SHARD: u64 = FULL_SHARD;
 #[cfg(test)]
 const SHARD: u64 = 4;
 
-type Shard = HashMap<u64, Arc<CursorRow>>;
+/// Rows a shard's overlay takes before its base is copied after all: a quarter of a shard, so
+/// the overlay's table (64 buckets, about 1.1 KB) stays a quarter of the base's and a read's
+/// second lookup is into a small table; a seek, which writes every cursor, copies each shard
+/// once as before (session 30).
+#[cfg(not(test))]
+const OVER_MAX: usize = (FULL_SHARD / 4) as usize;
+/// Two under test, so the property tests reach both an overlay and its overflow.
+#[cfg(test)]
+const OVER_MAX: usize = 2;
+
+type Rows = HashMap<u64, Arc<CursorRow>>;
+
+/// One shard: its rows, and the rows written while a checkpoint shared them.
+///
+/// Why the overlay (session 30): a write's copy of a shared shard was its 224 handles, an
+/// atomic increment on each cursor's own cache line, about 5 µs each in isolation and more on
+/// a loaded VM; a cycle of scattered pops and acks first-writes hundreds of shards, so the
+/// stretch p99 stayed at 5-10 ms (docs/benchmarks.md, sessions 29 and 30). Now a write to a
+/// shared base goes to a small overlay beside it, which the engine owns, and copies nothing but
+/// the row; the overlay is folded into the base by the first write once no checkpoint shares
+/// the base any more (in place, no copy), or, at `OVER_MAX` rows, into a copy of the base.
+/// There is no removal of a cursor, so the overlay only ever replaces or adds rows.
+#[derive(Clone, Default)]
+struct Shard {
+    base: Arc<Rows>,
+    over: Option<Arc<Rows>>,
+}
+
+impl Shard {
+    fn get(&self, pid: &u64) -> Option<&Arc<CursorRow>> {
+        if let Some(row) = self.over.as_ref().and_then(|o| o.get(pid)) {
+            return Some(row);
+        }
+        self.base.get(pid)
+    }
+
+    /// The rows, each once: the base's not written since it was shared, then the overlay's.
+    fn rows(&self) -> impl Iterator<Item = (&u64, &CursorRow)> {
+        let over = self.over.as_deref();
+        self.base
+            .iter()
+            .filter(move |(p, _)| over.is_none_or(|o| !o.contains_key(p)))
+            .chain(over.into_iter().flat_map(|o| o.iter()))
+            .map(|(p, r)| (p, &**r))
+    }
+
+    /// The table a write of a row goes to: the base if the engine owns it (the overlay folded
+    /// in first), else the overlay (copied first if a checkpoint shares it too), else, with
+    /// the overlay full, a copy of the base with the overlay folded in.
+    fn writable(&mut self) -> &mut Rows {
+        let owned = Arc::get_mut(&mut self.base).is_some();
+        let full = self.over.as_ref().is_some_and(|o| o.len() >= OVER_MAX);
+        if owned || full {
+            let over = self.over.take();
+            let base = writable(&mut self.base);
+            if let Some(over) = over {
+                match Arc::try_unwrap(over) {
+                    Ok(rows) => base.extend(rows),
+                    Err(shared) => base.extend(shared.iter().map(|(p, r)| (*p, r.clone()))),
+                }
+            }
+            return base;
+        }
+        writable(self.over.get_or_insert_with(Default::default))
+    }
+
+    fn held_bytes(&self) -> usize {
+        shard_bytes(&self.base).saturating_add(self.over.as_deref().map_or(0, overlay_bytes))
+    }
+}
 
 #[derive(Default)]
 pub struct CursorMap {
-    shards: BTreeMap<u64, Arc<Shard>>,
+    shards: BTreeMap<u64, Shard>,
     len: usize,
 }
 
 /// A group's cursors at one moment, detached from the group (shared shards).
 pub struct CursorsSnapshot {
-    shards: Vec<Arc<Shard>>,
+    shards: Vec<Shard>,
     len: usize,
     held_bytes: usize,
 }
@@ -72,14 +141,12 @@ impl CursorsSnapshot {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&u64, &CursorRow)> {
-        self.shards
-            .iter()
-            .flat_map(|s| s.iter().map(|(p, r)| (p, &**r)))
+        self.shards.iter().flat_map(Shard::rows)
     }
 
-    /// What the shared shards held when taken, by capacity: the most the engine's copies of
-    /// them can hold (a copy keeps the original's buckets, and each row written is copied
-    /// once).
+    /// What the shared shards held when taken, by capacity, and an overlay each at its
+    /// largest: the most the engine's copies of them can hold (a copy keeps the original's
+    /// buckets, and each row written is copied once).
     pub fn held_bytes(&self) -> usize {
         self.held_bytes
     }
@@ -102,61 +169,76 @@ impl CursorMap {
         self.get(pid).is_some()
     }
 
-    /// Copies the row's shard (its handles) and then the row first if a checkpoint still
-    /// holds them, so only a row that exists pays those copies.
+    /// The row to write in place; only a row that exists pays a copy (of itself, into the
+    /// overlay or as the `Arc` a checkpoint still holds).
     pub fn get_mut(&mut self, pid: &u64) -> Option<&mut CursorRow> {
-        self.get(pid)?;
-        let row = writable(self.shards.get_mut(&(pid / SHARD))?).get_mut(pid)?;
+        let now = *self.get(pid)?;
+        let rows = self.shards.get_mut(&(pid / SHARD))?.writable();
+        let row = rows.entry(*pid).or_insert_with(|| {
+            let started = cow_clock::start();
+            let copy = Arc::new(now);
+            cow_clock::record(cow_clock::Block::CursorRows, started);
+            copy
+        });
         Some(writable_row(row))
     }
 
     /// Stores `row`, returning the row it replaced. A row a checkpoint still shares is
     /// replaced by a new `Arc`, not copied first (nothing of it is kept).
     pub fn insert(&mut self, pid: u64, row: CursorRow) -> Option<CursorRow> {
-        let shard = writable(self.shards.entry(pid / SHARD).or_default());
-        if let Some(held) = shard.get_mut(&pid) {
-            let old = **held;
-            match Arc::get_mut(held) {
+        let shard = self.shards.entry(pid / SHARD).or_default();
+        let old = shard.get(&pid).map(|r| **r);
+        let rows = shard.writable();
+        match rows.get_mut(&pid) {
+            Some(held) => match Arc::get_mut(held) {
                 Some(mine) => *mine = row,
                 None => {
                     let started = cow_clock::start();
                     *held = Arc::new(row);
-                    cow_clock::record(cow_clock::Block::Cursors, started);
+                    cow_clock::record(cow_clock::Block::CursorRows, started);
                 }
+            },
+            None if old.is_some() => {
+                // Written over a row the shared base holds: the first write of it.
+                let started = cow_clock::start();
+                rows.insert(pid, Arc::new(row));
+                cow_clock::record(cow_clock::Block::CursorRows, started);
             }
-            return Some(old);
+            None => {
+                rows.insert(pid, Arc::new(row));
+            }
         }
-        shard.insert(pid, Arc::new(row));
-        self.len += 1;
-        None
+        if old.is_none() {
+            self.len += 1;
+        }
+        old
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&u64, &CursorRow)> {
-        self.shards
-            .values()
-            .flat_map(|s| s.iter().map(|(p, r)| (p, &**r)))
+        self.shards.values().flat_map(Shard::rows)
     }
 
     pub fn values(&self) -> impl Iterator<Item = &CursorRow> {
-        self.shards.values().flat_map(|s| s.values().map(|r| &**r))
+        self.iter().map(|(_, r)| r)
     }
 
-    /// What the cursors hold in memory: each shard's table by capacity, its `Arc` and its
+    /// What the cursors hold in memory: each shard's tables by capacity, its `Arc` and its
     /// B-tree entry, and each cursor's `Arc`.
     pub fn held_bytes(&self) -> usize {
         self.shards
             .values()
-            .map(|s| shard_bytes(s))
+            .map(Shard::held_bytes)
             .fold(0usize, usize::saturating_add)
     }
 
-    /// The cursors as they are now, in O(shards): later writes copy the shards' handles and
-    /// the rows they touch.
+    /// The cursors as they are now, in O(shards): later writes go to overlays (their rows
+    /// copied), or copy a shard's handles once its overlay is full.
     pub fn snapshot(&self) -> CursorsSnapshot {
+        let largest_overlays = self.shards.len().saturating_mul(overlay_table_bytes(OVER_MAX));
         CursorsSnapshot {
             shards: self.shards.values().cloned().collect(),
             len: self.len,
-            held_bytes: self.held_bytes(),
+            held_bytes: self.held_bytes().saturating_add(largest_overlays),
         }
     }
 }
@@ -175,46 +257,57 @@ impl std::ops::Index<&u64> for CursorMap {
 
 /// A cursor's own allocation: its row and the `Arc`'s two counts.
 const ROW_ARC: usize = std::mem::size_of::<CursorRow>() + 16;
+/// A bucket: a key and handle and a control byte.
+const BUCKET: usize = std::mem::size_of::<(u64, Arc<CursorRow>)>() + 1;
 
-/// A shard's table by capacity (hashbrown: `capacity + 1` buckets below 8, else 8/7 of it; a
-/// key and handle and a control byte per bucket plus a 16-byte group of control bytes), what
-/// holds it (the `Arc`'s counts and the `HashMap`, 64 B, and about 64 B of B-tree node per
-/// entry) and each row's `Arc`.
-fn shard_bytes(s: &Shard) -> usize {
-    const BUCKET: usize = std::mem::size_of::<(u64, Arc<CursorRow>)>() + 1;
-    let cap = s.capacity();
+/// A table of `cap` rows by capacity (hashbrown: `capacity + 1` buckets below 8, else 8/7 of
+/// it, rounded up to a power of two; a bucket each plus a 16-byte group of control bytes).
+fn table_bytes(cap: usize) -> usize {
     let buckets = match cap {
         0 => 0,
         1..=7 => cap + 1,
-        _ => cap.saturating_mul(8) / 7,
+        _ => cap.saturating_mul(8).div_ceil(7).next_power_of_two(),
     };
-    let table = match buckets {
+    match buckets {
         0 => 0,
         b => b.saturating_mul(BUCKET).saturating_add(16),
-    };
-    table
+    }
+}
+
+/// A shard's table by capacity, what holds it (the `Arc`'s counts and the `HashMap`, 64 B,
+/// and about 64 B of B-tree node per entry) and each row's `Arc`.
+fn shard_bytes(s: &Rows) -> usize {
+    table_bytes(s.capacity())
         .saturating_add(128)
         .saturating_add(s.len().saturating_mul(ROW_ARC))
 }
 
-/// The shard's handles, copied first (and the copy timed) if a checkpoint shares them.
-fn writable(shard: &mut Arc<Shard>) -> &mut Shard {
-    if Arc::get_mut(shard).is_none() {
+/// An overlay's table and `Arc` (64 B) and its rows' `Arc`s.
+fn overlay_bytes(o: &Rows) -> usize {
+    overlay_table_bytes(o.capacity()).saturating_add(o.len().saturating_mul(ROW_ARC))
+}
+
+fn overlay_table_bytes(cap: usize) -> usize {
+    table_bytes(cap).saturating_add(64)
+}
+
+/// The table, copied first (and the copy timed) if a checkpoint shares it.
+fn writable(rows: &mut Arc<Rows>) -> &mut Rows {
+    if Arc::get_mut(rows).is_none() {
         let started = cow_clock::start();
-        let copy = Arc::make_mut(shard);
+        let copy = Arc::make_mut(rows);
         cow_clock::record(cow_clock::Block::Cursors, started);
         return copy;
     }
-    Arc::make_mut(shard)
+    Arc::make_mut(rows)
 }
 
-/// The row, copied first (and timed, as a shard's copy) if a checkpoint's shard still holds
-/// it.
+/// The row, copied first (and timed) if a checkpoint's shard still holds it.
 fn writable_row(row: &mut Arc<CursorRow>) -> &mut CursorRow {
     if Arc::get_mut(row).is_none() {
         let started = cow_clock::start();
         let copy = Arc::make_mut(row);
-        cow_clock::record(cow_clock::Block::Cursors, started);
+        cow_clock::record(cow_clock::Block::CursorRows, started);
         return copy;
     }
     Arc::make_mut(row)
@@ -234,7 +327,7 @@ mod tests {
 
     #[test]
     fn a_full_shard_fills_its_table() {
-        let mut shard = Shard::default();
+        let mut shard = Rows::default();
         for pid in 0..FULL_SHARD {
             shard.insert(pid, Arc::new(row(pid)));
         }
@@ -258,7 +351,7 @@ mod tests {
     fn a_full_shard_costs_132_bytes_a_cursor() {
         assert_eq!(std::mem::size_of::<CursorRow>(), 96, "the row");
         assert_eq!(ROW_ARC, 112, "the Arc fits mimalloc's 112 B bin");
-        let mut shard = Shard::default();
+        let mut shard = Rows::default();
         for pid in 0..FULL_SHARD {
             shard.insert(pid, Arc::new(row(pid)));
         }
@@ -302,60 +395,75 @@ mod tests {
         assert!(m.held_bytes() >= 5 * ROW_ARC);
     }
 
+    fn copies() -> (u64, u64) {
+        let c = cow_clock::take();
+        (
+            c.by_block[cow_clock::Block::Cursors as usize].0,
+            c.by_block[cow_clock::Block::CursorRows as usize].0,
+        )
+    }
+
+    /// Session 30: a write to a shard a checkpoint shares goes to the shard's overlay and
+    /// copies no handles, only its row, until the overlay holds `OVER_MAX` rows; then one copy
+    /// of the base takes the overlay in. Once no checkpoint holds the base, the next write
+    /// folds the overlay in without copying.
     #[test]
-    fn a_snapshot_keeps_its_moment_and_a_write_copies_the_handles_and_its_row() {
+    fn a_write_to_a_shared_shard_goes_to_its_overlay_until_it_is_full() {
         let mut m = CursorMap::default();
-        for pid in [0, 1, 2, SHARD + 1] {
+        for pid in [0, 1, 2, 3, SHARD + 1] {
             m.insert(pid, row(0));
         }
         let snap = m.snapshot();
         let _ = cow_clock::take();
         m.get_mut(&1).unwrap().committed = 5;
-        assert_eq!(
-            cow_clock::take().copies,
-            2,
-            "the first write copied the shard's handles, then its row"
-        );
+        assert_eq!(copies(), (0, 1), "no handles copied: the row into the overlay");
         m.get_mut(&1).unwrap().committed = 6;
-        m.insert(3, row(3));
-        assert_eq!(cow_clock::take().copies, 0, "both already the engine's own");
+        assert_eq!(copies(), (0, 0), "the overlay's row is the engine's");
         assert_eq!(m.insert(2, row(2)), Some(row(0)));
-        assert_eq!(
-            cow_clock::take().copies,
-            1,
-            "a shared row replaced is a new Arc, the shard already copied"
-        );
-        assert_eq!(m[&2].committed, 2, "the new row is the map's");
+        assert_eq!(copies(), (0, 1), "a shared row written over: a new row in the overlay");
+        assert_eq!(m[&2].committed, 2, "the overlay's row is read first");
         let shard = |m: &CursorMap, s: u64| m.shards[&s].clone();
         assert!(
-            Arc::ptr_eq(&shard(&m, 1), &snap.shards[1]),
-            "untouched shard"
+            Arc::ptr_eq(&shard(&m, 0).base, &snap.shards[0].base),
+            "the base is still the checkpoint's"
         );
-        assert!(!Arc::ptr_eq(&shard(&m, 0), &snap.shards[0]));
+        assert_eq!(shard(&m, 0).over.as_ref().map(|o| o.len()), Some(OVER_MAX));
+        assert_eq!(m.insert(3, row(3)), Some(row(0)));
+        assert_eq!(
+            copies(),
+            (1, 1),
+            "the overlay was full: one copy of the base's handles, then the shared row replaced"
+        );
+        assert!(shard(&m, 0).over.is_none(), "folded into the copy");
         assert!(
-            Arc::ptr_eq(&shard(&m, 0)[&0], &snap.shards[0][&0]),
-            "the copied shard's unwritten row is shared, not copied"
+            Arc::ptr_eq(&shard(&m, 0).base[&0], &snap.shards[0].base[&0]),
+            "the copied base's unwritten row is shared, not copied"
         );
-        assert!(!Arc::ptr_eq(&shard(&m, 0)[&1], &snap.shards[0][&1]));
+        m.insert(SHARD + 2, row(9));
+        assert_eq!(copies(), (0, 0), "a new row in an overlay copies nothing");
+        assert_eq!(m.len(), 6);
         let mut held: Vec<(u64, u64)> = snap.iter().map(|(p, r)| (*p, r.committed)).collect();
         held.sort_unstable();
-        assert_eq!(held, vec![(0, 0), (1, 0), (2, 0), (SHARD + 1, 0)]);
-        assert_eq!(snap.len(), 4);
+        assert_eq!(held, vec![(0, 0), (1, 0), (2, 0), (3, 0), (SHARD + 1, 0)]);
+        assert_eq!(snap.len(), 5);
         assert!(
-            snap.held_bytes() >= 4 * ROW_ARC + 2 * 4 * 17,
-            "four rows and two shards of at least 4 buckets each, by capacity: {}",
+            snap.held_bytes() >= 5 * ROW_ARC + 2 * 4 * 17,
+            "five rows and two shards of at least 4 buckets each, by capacity: {}",
             snap.held_bytes()
         );
         drop(snap);
-        m.insert(SHARD + 2, row(1));
-        m.insert(SHARD + 1, row(1));
+        assert!(shard(&m, 1).over.is_some());
         m.get_mut(&(SHARD + 1)).unwrap().committed = 2;
-        assert_eq!(
-            cow_clock::take().copies,
-            0,
-            "no copy once no checkpoint holds it"
-        );
+        assert_eq!(copies(), (0, 0), "no copy once no checkpoint holds it");
+        assert!(m.shards[&1].over.is_none(), "the overlay folded in place");
         assert_eq!(m[&(SHARD + 1)].committed, 2);
+        assert_eq!(m[&(SHARD + 2)].committed, 9);
+        let mut all: Vec<(u64, u64)> = m.iter().map(|(p, r)| (*p, r.committed)).collect();
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            vec![(0, 0), (1, 6), (2, 2), (3, 3), (SHARD + 1, 2), (SHARD + 2, 9)]
+        );
     }
 
     /// One step of [`the_map_and_its_snapshots_match_a_b_tree`].
