@@ -3,7 +3,8 @@
 //! Why shards: a checkpoint takes the cursors by cloning one handle per shard under the state
 //! lock and encodes them after releasing it (a queue-mode group touching a million partitions
 //! holds a million cursors; encoding them under the lock was most of the checkpoint's pause).
-//! The engine copies a shard only at its first write while a checkpoint still holds it, timed
+//! While a checkpoint still holds a shard, the engine's writes to it go to the shard's overlay
+//! (`Shard`, session 30), and the shard is copied only once that is full; every copy is timed
 //! by [`super::cow_clock`].
 //!
 //! Why one `Arc` per cursor (session 29, as the partition table's per partition in session
@@ -15,8 +16,8 @@
 //! puts a new `Arc` in place of a shared one (the old row is not copied), `get_mut` copies the
 //! one row. A full shard costs about the same as before: 132 B a cursor (a 17 B bucket at load
 //! 7/8, a 112 B `Arc` and the shard's share) against 130 B (docs/memory.md,
-//! `a_full_shard_costs_132_bytes_a_cursor`). What is left of a first write is the handles'
-//! clones, an atomic increment on each cursor's own line (docs/benchmarks.md, session 29).
+//! `a_full_shard_costs_132_bytes_a_cursor`). What was left of a first write, the handles'
+//! clones (an atomic increment on each cursor's own line), the overlay removed (session 30).
 //!
 //! Why 224: hashbrown fills a table to 7/8 of its buckets (a power of two), so a full shard
 //! of 224 rows sits in 256 buckets at load 7/8; a shard of 256 rows would sit in 512 buckets
@@ -234,7 +235,10 @@ impl CursorMap {
     /// The cursors as they are now, in O(shards): later writes go to overlays (their rows
     /// copied), or copy a shard's handles once its overlay is full.
     pub fn snapshot(&self) -> CursorsSnapshot {
-        let largest_overlays = self.shards.len().saturating_mul(overlay_table_bytes(OVER_MAX));
+        let largest_overlays = self
+            .shards
+            .len()
+            .saturating_mul(overlay_table_bytes(OVER_MAX));
         CursorsSnapshot {
             shards: self.shards.values().cloned().collect(),
             len: self.len,
@@ -416,11 +420,19 @@ mod tests {
         let snap = m.snapshot();
         let _ = cow_clock::take();
         m.get_mut(&1).unwrap().committed = 5;
-        assert_eq!(copies(), (0, 1), "no handles copied: the row into the overlay");
+        assert_eq!(
+            copies(),
+            (0, 1),
+            "no handles copied: the row into the overlay"
+        );
         m.get_mut(&1).unwrap().committed = 6;
         assert_eq!(copies(), (0, 0), "the overlay's row is the engine's");
         assert_eq!(m.insert(2, row(2)), Some(row(0)));
-        assert_eq!(copies(), (0, 1), "a shared row written over: a new row in the overlay");
+        assert_eq!(
+            copies(),
+            (0, 1),
+            "a shared row written over: a new row in the overlay"
+        );
         assert_eq!(m[&2].committed, 2, "the overlay's row is read first");
         let shard = |m: &CursorMap, s: u64| m.shards[&s].clone();
         assert!(
@@ -462,7 +474,14 @@ mod tests {
         all.sort_unstable();
         assert_eq!(
             all,
-            vec![(0, 0), (1, 6), (2, 2), (3, 3), (SHARD + 1, 2), (SHARD + 2, 9)]
+            vec![
+                (0, 0),
+                (1, 6),
+                (2, 2),
+                (3, 3),
+                (SHARD + 1, 2),
+                (SHARD + 2, 9)
+            ]
         );
     }
 

@@ -426,7 +426,11 @@ fn a_cursor_written_after_the_checkpoint_copies_itself_only() {
         )
     };
     put_cursor(&mut s, 4097, 2, None);
-    assert_eq!(by(cow_clock::take()), (0, 1), "no shard handles, one new row");
+    assert_eq!(
+        by(cow_clock::take()),
+        (0, 1),
+        "no shard handles, one new row"
+    );
     put_cursor(&mut s, 4098, 4, None);
     assert_eq!(by(cow_clock::take()), (0, 1), "again only the row");
     mutate(&mut s);
