@@ -11,7 +11,6 @@ mod bus;
 mod bus_waits;
 mod compactor;
 mod failure;
-mod idle_give_back;
 mod long_poll_slots;
 #[cfg(test)]
 mod loop_tests;
@@ -246,8 +245,6 @@ pub struct Engine {
     checkpoints: Option<Arc<crate::disk_gate::CheckpointSlot>>,
     /// The shutdown signal `run` was given, for the waits inside a cycle.
     stop: Option<watch::Receiver<bool>>,
-    /// When the memory a burst freed goes back to the OS (idle_give_back.rs).
-    idle_give_back: idle_give_back::IdleGiveBack,
 }
 
 /// A checkpoint written, skipped for want of space (None), or failed.
@@ -329,7 +326,6 @@ impl Engine {
             ),
             checkpoints: cfg.disk.as_ref().map(|d| Arc::new(d.checkpoint_slot())),
             stop: None,
-            idle_give_back: idle_give_back::IdleGiveBack::new(Instant::now()),
         }
     }
 
@@ -414,20 +410,9 @@ impl Engine {
                 });
                 crate::memory::Queued::counted(m.memory().clone(), bytes)
             });
-            let job_count = jobs.len();
             match self.follower_refusal() {
                 Some(refusal) => self.refuse(jobs, refusal),
                 None => self.cycle(jobs, ticked).await?,
-            }
-            let now = Instant::now();
-            self.idle_give_back.ran(job_count, now);
-            if job_count == 0 && self.idle_give_back.due(now) {
-                crate::memory::give_back_freed();
-                tracing::debug!(
-                    tenant = %self.cfg.tenant,
-                    micros = now.elapsed().as_micros() as u64,
-                    "idle: freed memory given back"
-                );
             }
             self.refresh_sample();
             if self.saving.as_ref().is_some_and(|h| h.is_finished()) {
