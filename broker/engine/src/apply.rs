@@ -58,9 +58,15 @@ impl<'a> Committed<'a> {
     }
 
     /// Applies the entry at `index`: its effects if the state has not planned its cycle yet,
-    /// and the log position in every case.
+    /// and the log position and the tenants it declares (first wins) in every case.
     pub fn apply(&self, st: &mut State, index: u64, term: u64) {
         let header = &self.header;
+        // On the leader too, whose planning applied the effects before the index was known.
+        for (e, _) in &self.effects {
+            if let Effect::TenantDeclared(t) = e {
+                crate::state::tenants::declare(&mut st.tenants, t.tenant, index, &t.voters);
+            }
+        }
         if header.cycle > st.last_cycle {
             for (e, pos) in &self.effects {
                 st.apply(e, header.now_us, Loc { index, pos: *pos });
@@ -102,5 +108,22 @@ mod tests {
         let mut noted = Vec::new();
         apply_entry_noting(&mut leader, 7, 2, &payload, &mut noted).unwrap();
         assert_eq!(noted, want);
+        // Both keep it at the entry's index (the leader's planning could not: it had none),
+        // and a later declaration of the name changes nothing (first wins).
+        let kept = crate::state::tenants::DeclaredTenant {
+            declared_at: 7,
+            voters: vec![1, 2, 3],
+        };
+        for st in [&mut follower, &mut leader] {
+            assert_eq!(st.tenants.get("acme"), Some(&kept));
+            let mut b = EntryBuilder::new(6, 2_000);
+            b.push(&Effect::TenantDeclared(TenantDeclared {
+                tenant: "acme",
+                voters: vec![4],
+            }));
+            apply_entry(st, 9, 2, &b.finish()).unwrap();
+            assert_eq!(st.tenants.get("acme"), Some(&kept));
+            assert_eq!(st.tenants.len(), 1);
+        }
     }
 }

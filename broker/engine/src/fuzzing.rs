@@ -257,6 +257,9 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         state.apply(e, 1_000 + i as i64, Loc { index: 1, pos });
     }
     out.push(("entry", all.finish()));
+    // The declaration above, as its commit keeps it: the state carries a tenants section.
+    state.applied = Some((1, 1));
+    crate::state::tenants::declare(&mut state.tenants, "acme", 1, &[1, 2, 3]);
     out.push(("state", encode_state(&State::default())));
     out.push(("state", encode_state(&state)));
     out

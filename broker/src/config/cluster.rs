@@ -261,17 +261,6 @@ impl Config {
                 ),
             ));
         }
-        // A tenant's declaration lives in the `default` group's log only (effect 67, no
-        // checkpoint section yet): a node caught up by snapshot would never learn of it.
-        if self.cluster_tenant_groups && self.cluster_snapshot_catch_up {
-            return Err(bad(
-                "cluster_tenant_groups",
-                "cannot be on with cluster_snapshot_catch_up, which is on by default: set \
-                 cluster_snapshot_catch_up = false (QUEEN_CLUSTER_SNAPSHOT_CATCH_UP=false) on \
-                 every node to run tenant groups (a node caught up by snapshot would not learn \
-                 of the tenants declared below it; docs/cluster.md \"Tenants\")",
-            ));
-        }
         Ok(Some(Cluster {
             node_id: self.node_id,
             addr,

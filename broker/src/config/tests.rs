@@ -962,7 +962,7 @@ fn every_accepted_timing_gives_a_write_up_before_the_answer_bound() {
 }
 
 #[test]
-fn cluster_tenant_groups_is_off_by_default_and_refused_with_snapshot_catch_up() {
+fn cluster_tenant_groups_is_off_by_default_and_runs_with_snapshot_catch_up() {
     let with = |extra: &[(&'static str, &str)]| {
         let mut v = vec![
             ("QUEEN_CLUSTER_TOKEN", CLUSTER_TOKEN.to_string()),
@@ -981,25 +981,11 @@ fn cluster_tenant_groups_is_off_by_default_and_refused_with_snapshot_catch_up() 
         ("QUEEN_CLUSTER_SNAPSHOT_CATCH_UP", "false"),
     ];
     assert!(cluster_of(&with(&tenants_only)).tenant_groups);
-    // Declarations live in the default group's log only: a snapshot install would skip them.
-    assert_refused(
-        &with(&[
-            ("QUEEN_CLUSTER_TENANT_GROUPS", "true"),
-            ("QUEEN_CLUSTER_SNAPSHOT_CATCH_UP", "true"),
-        ]),
-        "cluster_tenant_groups",
-        "tenant groups with snapshot catch-up",
-    );
-    // With catch-up left at its default the refusal says what to set.
-    let refs = [("QUEEN_CLUSTER_TENANT_GROUPS", "true")];
-    let pairs = with(&refs);
-    let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let err = load_env(&ConfigArgs::default(), &refs).expect_err("refused at the default");
-    assert!(
-        err.to_string()
-            .contains("cluster_snapshot_catch_up = false"),
-        "{err}"
-    );
+    // Together with snapshot catch-up, on by default: a snapshot of `default` carries the
+    // declarations (checkpoint section 9), so a node caught up by one still hosts them.
+    let both = with(&[("QUEEN_CLUSTER_TENANT_GROUPS", "true")]);
+    let c = cluster_of(&both);
+    assert!(c.tenant_groups && c.snapshot_keep.is_some());
     assert_refused(
         &with(&[("QUEEN_CLUSTER_TENANT_GROUPS", "yes please")]),
         "cluster_tenant_groups",

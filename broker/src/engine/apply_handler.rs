@@ -90,6 +90,14 @@ impl ApplyHandler for EngineApply {
             format!("snapshot at {index} does not decode: {e}")
         })?;
         s.applied = Some((index, term));
+        // The snapshot may carry declarations whose entries this node never applied: their
+        // records stand before the state moves past them, as on the apply path.
+        if let Some(sink) = &self.declarations {
+            crate::group::checkpoint_declarations::record_missing(sink, &s.tenants).map_err(|e| {
+                tracing::error!(index, error = %e, "recording the snapshot's tenant declarations failed; stopping the group");
+                format!("recording the tenant declarations of the snapshot at {index} failed: {e}")
+            })?;
+        }
         let mut st = self.shared.lock();
         // The node's own id files and filters stay: they are not state (state/txn_spill.rs).
         s.txn_spill = st.txn_spill.take();
@@ -144,5 +152,31 @@ mod tests {
         assert_eq!(shared.lock().applied, Some((4, 1)));
         let hosted = crate::group::hosted::read(dir.path(), "acme").unwrap();
         assert_eq!(hosted, Some(vec![1, 2, 3]));
+    }
+
+    /// A snapshot installed past a declaration (its entry never applied here) writes the
+    /// record from the snapshot's tenants section before the state moves; one that cannot
+    /// be written leaves the state where it was.
+    #[test]
+    fn a_snapshot_past_a_declaration_records_it_before_the_state_moves() {
+        let mut leader = State::default();
+        queenmq_engine::apply::apply_entry(&mut leader, 4, 1, &declaration("acme")).unwrap();
+        let blob = encode_state(&leader);
+        let dir = tempfile::tempdir().unwrap();
+        let not_a_dir = dir.path().join("not-a-dir");
+        std::fs::write(&not_a_dir, b"x").unwrap();
+        let shared = Shared::new(State::default());
+        let broken = EngineApply::new(shared.clone(), Arc::from("default"))
+            .with_declarations(Declarations::new(not_a_dir));
+        assert!(broken.restore(9, 2, &blob).is_err());
+        assert_eq!(shared.lock().applied, None);
+        let sink = Declarations::new(dir.path().to_path_buf());
+        let apply =
+            EngineApply::new(shared.clone(), Arc::from("default")).with_declarations(sink.clone());
+        apply.restore(9, 2, &blob).unwrap();
+        assert_eq!(shared.lock().applied, Some((9, 2)));
+        let hosted = crate::group::hosted::read(dir.path(), "acme").unwrap();
+        assert_eq!(hosted, Some(vec![1, 2, 3]));
+        assert_eq!(sink.take(), ["acme"], "queued for the registry to open");
     }
 }

@@ -4,6 +4,7 @@
 //! [`LiveSlot`], which both outlive the group's incarnations. A node runs one group per
 //! tenant ([`registry`]), the `default` one always.
 
+pub(crate) mod checkpoint_declarations;
 pub mod declaring;
 pub mod founding_fallback;
 pub mod hosted;

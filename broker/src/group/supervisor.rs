@@ -68,6 +68,13 @@ pub async fn start(
     let opening = cfg.clone();
     let backend = ecfg.log_backend.clone().map(|b| b.0);
     let store_cache = ecfg.store_cache_bytes;
+    // Tenants are declared in the `default` group's log only (docs/cluster.md "Tenants").
+    let declarations = ecfg
+        .cluster
+        .as_ref()
+        .and_then(|m| m.declarations.clone())
+        .filter(|_| &*ecfg.tenant == queenmq_protocol::DEFAULT_TENANT);
+    let declared = declarations.clone();
     let Opened {
         log,
         report,
@@ -75,9 +82,19 @@ pub async fn start(
         state,
         reclaim_bound,
         checkpoint_bytes,
-    } = tokio::task::spawn_blocking(move || open_storage(&opening, backend, store_cache))
-        .await
-        .map_err(|e| anyhow!("opening the storage stopped: {e}"))??;
+    } = tokio::task::spawn_blocking(move || {
+        let opened = open_storage(&opening, backend, store_cache)?;
+        // Before Raft starts: the checkpoint may hold declarations whose entries this node
+        // never applied (caught up by a snapshot past them), and they must stand before
+        // anything later is applied, as their replay would have made them stand.
+        if let Some(d) = &declared {
+            super::checkpoint_declarations::record_missing(d, &opened.state.tenants)
+                .map_err(|e| anyhow!("writing the hosted records the checkpoint declares: {e}"))?;
+        }
+        Ok::<_, anyhow::Error>(opened)
+    })
+    .await
+    .map_err(|e| anyhow!("opening the storage stopped: {e}"))??;
     if let Some(t) = report
         .truncated
         .as_ref()
@@ -96,11 +113,8 @@ pub async fn start(
     let store = Arc::new(store);
     let shared = Shared::new(state);
     let mut handler = EngineApply::new(shared.clone(), ecfg.tenant.clone());
-    // Tenants are declared in the `default` group's log only (docs/cluster.md "Tenants").
-    if &*ecfg.tenant == queenmq_protocol::DEFAULT_TENANT {
-        if let Some(d) = ecfg.cluster.as_ref().and_then(|m| m.declarations.clone()) {
-            handler = handler.with_declarations(d);
-        }
+    if let Some(d) = declarations {
+        handler = handler.with_declarations(d);
     }
     let handler = Arc::new(handler);
     let node = match &ecfg.cluster {

@@ -116,6 +116,9 @@ pub fn canonical(st: &State) -> String {
     for (ns, key, row) in st.kv.iter() {
         let _ = writeln!(o, "kv {ns:?} {key:?} {row:?}");
     }
+    for (name, t) in &st.tenants {
+        let _ = writeln!(o, "tenant {name:?} {t:?}");
+    }
     for (name, options) in &st.ephemeral {
         let _ = writeln!(o, "ephemeral {name:?} {options:?}");
     }

@@ -25,6 +25,7 @@ mod partition_table;
 mod retention;
 pub mod run_floor;
 mod snapshot;
+pub mod tenants;
 pub mod timers;
 mod txn_filter_files;
 mod txn_ids;
@@ -116,6 +117,10 @@ pub struct State {
     pub kafka_txns: kafka_txns::KafkaTxns,
     /// Declared ephemeral queues by name; their contents are RAM of the broker, not state.
     pub ephemeral: BTreeMap<String, queenmq_protocol::EphemeralOptions>,
+    /// Tenants declared in a cluster (effect 67, the `default` group's only), the first
+    /// declaration of each name: kept so a checkpoint carries them to a node that never
+    /// applies their entries (one caught up by a snapshot).
+    pub tenants: tenants::DeclaredTenants,
 }
 
 /// Where an effect's bytes live, so runs can point at them.
@@ -476,7 +481,8 @@ impl State {
                 self.ephemeral.remove(*queue);
             }
             Effect::KafkaTxn(t) => self.apply_kafka_txn(t, now_us),
-            // The broker's, once committed (`apply::apply_entry_noting`): no engine state.
+            // Kept at commit (`apply::Committed::apply`), where the entry's index is known:
+            // while the leader plans it is not.
             Effect::TenantDeclared(_) => {}
         }
     }

@@ -28,6 +28,8 @@ const SECTION_CONFLATION: u8 = 5;
 const SECTION_EPHEMERAL: u8 = 7;
 /// Kafka transactions (docs/kafka-transactions.md "Checkpoint section 8").
 const SECTION_KAFKA_TXNS: u8 = 8;
+/// Tenants declared in a cluster (`State::tenants`, the `default` group's).
+const SECTION_TENANTS: u8 = 9;
 /// Partition ids index a dense table (`PartitionTable`), so an id read from a checkpoint sizes
 /// an allocation: ids must lie below `next_partition_id`, as apply keeps them, and that at or
 /// below 2^32 (a chunk index of 24 MiB at most). A corrupt id once asked for 6 GiB (fuzz
@@ -465,6 +467,8 @@ fn take_sections(s: &State) -> Sections {
     let ephemeral = !s.ephemeral.is_empty();
     // And the transactions section, once a transactional id exists.
     let txns = !s.kafka_txns.is_empty();
+    // And the tenants section, once a tenant was declared.
+    let tenants = !s.tenants.is_empty();
     // Sized once, as `size_hint` sizes the head (review s25 ckpt M3): the KV and timer
     // counts are of what the rows hold in memory, more than they encode to.
     let mut before =
@@ -493,12 +497,18 @@ fn take_sections(s: &State) -> Sections {
     if txns {
         section(&mut after, SECTION_KAFKA_TXNS, |w| s.kafka_txns.encode(w));
     }
+    if tenants {
+        section(&mut after, SECTION_TENANTS, |w| {
+            super::tenants::encode(w, &s.tenants)
+        });
+    }
     Sections {
         count: 2
             + u32::from(kafka)
             + u32::from(conflation)
             + u32::from(ephemeral)
-            + u32::from(txns),
+            + u32::from(txns)
+            + u32::from(tenants),
         before: before.buf,
         producers: producers.buf,
         producers_held,
@@ -650,6 +660,9 @@ fn decode_sections(r: &mut Reader<'_>, s: &mut State) -> Result<(), DecodeError>
                 let parts = &s.partitions;
                 let next = |pid: u64| parts.get(&pid).map(|p| p.next_offset);
                 s.kafka_txns = super::kafka_txns::KafkaTxns::decode(&mut sr, s.last_now_us, &next)?;
+            }
+            SECTION_TENANTS => {
+                s.tenants = super::tenants::decode(&mut sr, s.applied.map(|(i, _)| i))?
             }
             t => return Err(r.malformed(format!("unknown checkpoint section tag {t}"))),
         }
@@ -1004,6 +1017,59 @@ mod tests {
         );
     }
 
+    /// Section 9: the first declaration of each tenant, with the index that declared it, rides
+    /// in the checkpoint; a state without declarations encodes as before (no section), and a
+    /// declaration the checkpoint could not have applied fails the whole decode.
+    #[test]
+    fn declared_tenants_survive_a_checkpoint_and_one_past_applied_is_refused() {
+        let mut s = sample();
+        s.applied = Some((12, 2));
+        let blob_without = encode_state(&s);
+        assert!(decode_state(&blob_without).unwrap().tenants.is_empty());
+        crate::state::tenants::declare(&mut s.tenants, "zeta", 12, &[3]);
+        crate::state::tenants::declare(&mut s.tenants, "acme", 9, &[1, 2, 3]);
+        let blob = encode_state(&s);
+        assert!(blob.len() > blob_without.len());
+        let back = decode_state(&blob).unwrap();
+        assert_eq!(back.tenants, s.tenants);
+        assert_eq!(back.tenants["acme"].declared_at, 9);
+        assert_eq!(
+            encode_state(&back),
+            blob,
+            "decode then encode is the identity"
+        );
+        // Without a declaration nothing of it is written: the blob is byte for byte the old.
+        s.tenants.clear();
+        assert_eq!(encode_state(&s), blob_without);
+        // The same tenants in a checkpoint applied only through 11: zeta's entry, at 12, is
+        // not in it.
+        s.applied = Some((11, 2));
+        crate::state::tenants::declare(&mut s.tenants, "zeta", 12, &[3]);
+        assert!(decode_state(&encode_state(&s)).is_err());
+        s.applied = Some((12, 2));
+        assert!(decode_state(&encode_state(&s)).is_ok());
+        // Every flipped byte of the section either decodes to a state that is a valid one
+        // (re-encoding identically) or is refused; never a panic.
+        let at = blob
+            .windows(5)
+            .rposition(|w| w == [4, 0, 0, 0, b'a'])
+            .expect("acme's name")
+            - 4
+            - 4
+            - 1;
+        assert_eq!(blob[at], SECTION_TENANTS);
+        let len = u32::from_le_bytes(blob[at + 1..at + 5].try_into().unwrap()) as usize;
+        for i in at..at + 5 + len {
+            for bit in 0..8 {
+                let mut b = blob.clone();
+                b[i] ^= 1 << bit;
+                if let Ok(st) = decode_state(&b) {
+                    assert_eq!(encode_state(&st), b, "byte {i} bit {bit}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn declared_ephemeral_queues_survive_a_checkpoint_and_duplicates_are_refused() {
         let mut s = sample();
@@ -1240,7 +1306,8 @@ mod tests {
         let at = head.len() - timers.buf.len() - 5 - kv.buf.len() - 4 - 1 - 4;
         let blob = encode_state(&s);
         let mut unknown = blob.clone();
-        unknown[at + 4] = 9;
+        // Tag 10: no section has it (9 is the tenants').
+        unknown[at + 4] = 10;
         assert!(decode_state(&unknown).is_err());
         let mut long = blob.clone();
         long[at + 5..at + 9].copy_from_slice(&u32::MAX.to_le_bytes());
@@ -1305,7 +1372,7 @@ mod tests {
         let at = section_at(&s);
         assert_eq!(buf[at], SECTION_TIMERS);
         let mut unknown = buf.clone();
-        unknown[at] = 9;
+        unknown[at] = 10;
         assert!(decode_state(&unknown).is_err());
         let mut long = buf;
         long[at + 1..at + 5].copy_from_slice(&u32::MAX.to_le_bytes());
