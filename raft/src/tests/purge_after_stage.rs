@@ -106,8 +106,8 @@ async fn openraft_purging_after_a_stage_leaves_the_installed_horizon_and_the_reo
             asked = Instant::now();
         }
         let m = raft.metrics().borrow().clone();
-        if m.purged.is_some() {
-            assert!(m.purged.unwrap().index < applied, "{:?}", m.purged);
+        if let Some(p) = m.purged {
+            assert!(p.index < applied, "{p:?}");
             break;
         }
         assert!(

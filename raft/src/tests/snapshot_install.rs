@@ -67,9 +67,8 @@ async fn a_staged_install_holds_reclamation_until_the_reopen_finishes_it() {
     // `raft/installing` row tells its purge of the stage (the window between the stage's
     // commit and the flag, review s29 snap L1).
     let (l, s) = (flog.clone(), fstore.clone());
-    let other = tokio::task::spawn_blocking(move || LogStore::open(l, s))
+    let other = tokio::task::spawn_blocking(move || LogStore::open(l, s).unwrap())
         .await
-        .unwrap()
         .unwrap();
     let at = Some(log_id(term, applied));
     let meta = SnapshotMeta {
