@@ -16,6 +16,7 @@ mod limited_read;
 mod listener_flood;
 mod multi_node;
 mod node_restart;
+mod purge_after_stage;
 mod reclaim;
 mod rejoin;
 mod router;

@@ -62,6 +62,14 @@ async fn a_staged_install_holds_reclamation_until_the_reopen_finishes_it() {
     follower.propose(b"before".to_vec()).await.unwrap();
     let fls = follower.log_store().clone();
     assert_eq!(fls.reclaim_refusal(), None);
+    // A second store on the same log and state store, opened before the stage: its horizons
+    // are the replaced log's and its in-memory flag is never set, so only the committed
+    // `raft/installing` row tells its purge of the stage (the window between the stage's
+    // commit and the flag, review s29 snap L1).
+    let (l, s) = (flog.clone(), fstore.clone());
+    let other = tokio::task::spawn_blocking(move || LogStore::open(l, s).unwrap())
+        .await
+        .unwrap();
     let at = Some(log_id(term, applied));
     let meta = SnapshotMeta {
         last_log_id: at,
@@ -93,6 +101,20 @@ async fn a_staged_install_holds_reclamation_until_the_reopen_finishes_it() {
         purged, at,
         "a purge after the stage moved the installed horizon"
     );
+    assert!(!other.install_staged());
+    let mut o = other.clone();
+    openraft::storage::RaftLogStorage::purge(&mut o, log_id(1, 2))
+        .await
+        .unwrap();
+    let purged: Option<crate::types::RaftLogId> =
+        meta::get(&fstore, meta::PURGED, openraft::ErrorSubject::Logs).unwrap();
+    assert_eq!(
+        purged, at,
+        "a purge by a store that only the committed row tells of the stage moved the horizon"
+    );
+    tokio::task::spawn_blocking(move || other.stop())
+        .await
+        .unwrap();
     // Nor does a membership this incarnation applies from its replaced log (review s29 snap
     // H1): the reopen must run on the snapshot's.
     let (mut sm, _gone) = crate::state_machine::StateMachine::open(

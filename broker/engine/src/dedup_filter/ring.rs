@@ -403,9 +403,15 @@ impl GenerationRing {
         self.newest_us
     }
 
-    /// Blocks each generation takes with equal shares (what a persisted one must have).
+    /// Blocks the next generation takes with equal shares (what a persisted one must have to
+    /// be installed): carved from the arena handed in by a pending grow, if any, as `open`
+    /// will (review s29 dedup L1).
     pub fn equal_share_blocks(&self) -> usize {
-        (self.current_blocks() as u64 / (u64::from(self.config.generations) + 1)).max(1) as usize
+        let blocks = self
+            .next_arena
+            .as_ref()
+            .map_or(self.current_blocks(), |a| a.blocks.len());
+        (blocks as u64 / (u64::from(self.config.generations) + 1)).max(1) as usize
     }
 
     /// Numbers of the generations closed since the last call, oldest first.
@@ -421,6 +427,7 @@ impl GenerationRing {
     /// Puts a persisted, closed generation back as the newest one (a start, instead of
     /// reading its ids). Refused (None) unless shares are equal and its bits are exactly one
     /// share, and unless it is not older than what the ring holds (entry times only grow).
+    /// Every check is made before the ring is touched: a refused install changes nothing.
     pub fn install(&mut self, saved: SavedGeneration, bits: &[Block]) -> Option<u64> {
         if !self.config.equal_shares
             || bits.len() != self.equal_share_blocks()
@@ -440,8 +447,10 @@ impl GenerationRing {
         self.open(saved.opened_us);
         let tag = self.tag_of(saved.opened_us);
         let g = *self.live.back()?;
+        // The size was checked above against the arena `open` carves from; a mismatch here
+        // would be a bug, refused rather than a panic in the copy.
+        debug_assert_eq!(g.blocks, bits.len());
         if g.blocks != bits.len() {
-            // A grow handed in before the start's installs: not this file's size.
             return None;
         }
         self.filter_mut(g.arena, g.first_block, g.blocks)

@@ -360,3 +360,55 @@ fn a_grown_ring_answers_generations_of_both_sizes_and_frees_the_old_arena() {
     drop(r);
     assert_eq!(A.drawn(), 0);
 }
+
+/// Review s29 dedup L1: an install refused for its size changes nothing. Before the fix the
+/// size was checked after `open` had carved the grown share: the ring was left with an
+/// empty generation and `newest_us` moved to the file's last time, so a key inserted next
+/// got that later tag. A file of the grown size is the one installed.
+#[test]
+fn an_install_refused_for_its_size_after_a_grow_leaves_the_ring_as_it_was() {
+    const MIN: i64 = 60_000_000;
+    let small = FilterConfig {
+        bytes: 13 * 4 * 64,
+        tag_us: MIN,
+        ..FilterConfig::default()
+    };
+    let big = FilterConfig {
+        bytes: 13 * 64 * 64,
+        ..small
+    };
+    let window = 60 * MIN;
+    let mut r = GenerationRing::new(small, window).unwrap();
+    r.insert(MIN, key(9, 0));
+    r.grow(Arena::new(&big).unwrap());
+    let before: Vec<Generation> = r.generations().copied().collect();
+    let newest = r.newest_us();
+    let later = SavedGeneration {
+        opened_us: 10 * MIN,
+        last_us: 20 * MIN,
+        keys: 1,
+    };
+    assert_eq!(r.install(later, &[[0; 8]; 4]), None, "the old size");
+    assert_eq!(r.newest_us(), newest);
+    assert_eq!(r.generations().copied().collect::<Vec<_>>(), before);
+    assert!(r.take_closed().is_empty());
+    assert_eq!(
+        r.arenas(),
+        2,
+        "the grow still waits for the next generation"
+    );
+    // A key of minute 2 keeps minute 2's tag.
+    r.insert(2 * MIN, key(9, 1));
+    let mut hits = Vec::new();
+    r.lookup_tags(key(9, 1), 2 * MIN, window, &mut hits);
+    assert!(hits.iter().any(|(_, t)| *t == 2), "{hits:?}");
+    // The grown size is installed, carved from the new arena.
+    assert_eq!(
+        r.equal_share_blocks(),
+        64,
+        "the share the next generation takes"
+    );
+    let n = r.install(later, &[[0; 8]; 64]).expect("installed");
+    assert_eq!(r.generation(n).map(|g| g.blocks()), Some(64));
+    assert_eq!(r.arenas(), 2, "the old arena still holds live generations");
+}

@@ -336,6 +336,9 @@ struct Pending {
     /// False once the table was replaced (a snapshot install): the rows are not there to
     /// forget, but the keys still go to the filters, since their file exists.
     same_table: bool,
+    /// A grow went with the job: whatever comes back (a lost writer brings no arena), it is
+    /// no longer asked for, or the group could never grow again (review s29 dedup L2).
+    grow_sent: bool,
 }
 
 pub struct TxnSpill {
@@ -731,13 +734,14 @@ impl TxnSpill {
             let rows = ids.oldest(n);
             let want = self.want_for(&rows, keep_us);
             ids.seal();
+            let ring = self.ring_request(keep_us, want);
+            let grow = self.grow_ask.take();
             self.pending = Some(Pending {
                 front_at: ids.forgotten(),
                 n,
                 same_table: true,
+                grow_sent: grow.is_some(),
             });
-            let ring = self.ring_request(keep_us, want);
-            let grow = self.grow_ask.take();
             self.send(Job::Spill {
                 rows,
                 newest_us: self.newest_us,
@@ -791,12 +795,14 @@ impl TxnSpill {
         let Some(p) = self.pending.take() else {
             return false;
         };
+        if p.grow_sent {
+            self.growing = false;
+        }
         let allocated = done.ring.is_some() || done.grown.is_some();
         if let Some(made) = done.ring {
             self.install_ring(made);
         }
         if let Some(made) = done.grown {
-            self.growing = false;
             match (made, self.ring.as_mut()) {
                 (Ok(a), Some(r)) => r.grow(a),
                 // No ring to grow (a snapshot, an error): the arena and its draw go back,

@@ -21,11 +21,16 @@ struct MemStore {
     damaged: Arc<Mutex<Vec<FilterFileName>>>,
     /// Buckets whose keys were read (`keys`) since the last reset.
     keys_read: Arc<Mutex<usize>>,
+    /// While set, a write panics (the writer thread dies with its job).
+    panic_writes: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl IdStore for MemStore {
     fn write(&self, bucket: u64, pairs: &mut [(u64, u64)]) -> Result<(), String> {
         *self.attempts.lock().unwrap() += 1;
+        if self.panic_writes.load(Ordering::Acquire) {
+            panic!("the writer dies (a test)");
+        }
         let (shut, cv) = &*self.gate;
         let mut g = shut.lock().unwrap();
         while *g {
@@ -883,6 +888,21 @@ fn growing_groups_stay_inside_the_allowance_and_a_start_mid_change_finds_every_i
         sizes.len() >= 2,
         "saved generations of both sizes: {sizes:?}"
     );
+    // While both arenas are live, every spilled id inside the window is found through the
+    // filters of both sizes (review s29 dedup L3).
+    let mut live = 0;
+    for h in 0..900 + n {
+        let t = if h < 900 {
+            t0 + h as i64 * SEC
+        } else {
+            t1 + (h - 900) as i64 * fast
+        };
+        if ix.get(1, h).is_none() && bucket_of(t) > bucket_of(now - KEEP) {
+            assert_eq!(found(&x, h, now), Some(h), "id {h} before the restart");
+            live += 1;
+        }
+    }
+    assert!(live > 40_000, "{live} ids checked");
     drop(x);
     let again = TxnSpill::open_shared(Box::new(sx.clone()), 256, filter, &A, KEEP, now);
     within(&again, &y);
@@ -901,4 +921,51 @@ fn growing_groups_stay_inside_the_allowance_and_a_start_mid_change_finds_every_i
         }
     }
     assert!(checked > 40_000, "{checked} ids checked");
+}
+
+/// Review s29 dedup L2: a grow sent with a job the writer never answers (it died) is no
+/// longer asked for. Before, `growing` stayed set and the group could never grow again.
+#[test]
+fn a_grow_lost_with_the_writer_can_be_asked_again() {
+    static A: crate::dedup_filter::FilterAllowance = crate::dedup_filter::FilterAllowance::new();
+    let filter = FilterConfig {
+        bytes: 64 << 20,
+        ..FilterConfig::default()
+    };
+    let store = MemStore::default();
+    let mut spill = TxnSpill::open_shared(Box::new(store.clone()), 256, filter, &A, KEEP, 0);
+    let mut ids = TxnIds::default();
+    let t0 = 100 * SEC;
+    push(&mut ids, &mut spill, 0, 900, t0, SEC);
+    let t1 = t0 + 900 * SEC;
+    let fast = SEC / 20;
+    let mut h = 900u64;
+    let mut t = t1;
+    let step = |ids: &mut TxnIds, spill: &mut TxnSpill, h: &mut u64, t: &mut i64| {
+        ids.record(*t, 1, *h, &[*h]);
+        ids.expire(*t - KEEP);
+        spill.spill(ids, KEEP, *t);
+        spill.settle(ids, KEEP);
+        *h += 1;
+        *t += fast;
+    };
+    while spill.grow_ask.is_none() {
+        assert!(h < 900 + 20 * 3600, "no grow asked for");
+        step(&mut ids, &mut spill, &mut h, &mut t);
+    }
+    assert!(spill.growing);
+    let drawn = A.drawn();
+    store.panic_writes.store(true, Ordering::Release);
+    let sent_by = h + 10_000;
+    while spill.grow_ask.is_some() {
+        assert!(h < sent_by, "the grow was never sent");
+        step(&mut ids, &mut spill, &mut h, &mut t);
+    }
+    assert!(spill.pending.is_none(), "the lost spill was collected");
+    assert!(!spill.growing, "the lost grow is still taken as asked for");
+    assert!(A.drawn() < drawn, "the lost grow's draw went back");
+    // The next closed generation's rate asks again.
+    spill.rate_checked = 0;
+    spill.weigh_rate(KEEP);
+    assert!(spill.grow_ask.is_some(), "a grow is asked for again");
 }
