@@ -34,7 +34,7 @@
 //! partitions of a wide id space cost what they hold, and iteration is in shard order (the
 //! rows inside a shard in hash order, as the single map before them).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::cow_clock;
@@ -58,6 +58,12 @@ const OVER_MAX: usize = (FULL_SHARD / 4) as usize;
 #[cfg(test)]
 const OVER_MAX: usize = 2;
 
+/// Shards whose overlay the engine folds a cycle after a checkpoint (`State::fold_cursor_overlays`):
+/// a fold moves at most `OVER_MAX` handles and frees as many stale rows, a few µs, so 128 stay
+/// well under a millisecond by reckoning (not measured); a million cursors (4 465 shards) are
+/// folded in 35 cycles, 3.5 s of 100 ms ticks if idle.
+pub const CURSOR_FOLDS_PER_CYCLE: usize = 128;
+
 type Rows = HashMap<u64, Arc<CursorRow>>;
 
 /// One shard: its rows, and the rows written while a checkpoint shared them.
@@ -67,9 +73,12 @@ type Rows = HashMap<u64, Arc<CursorRow>>;
 /// a loaded VM; a cycle of scattered pops and acks first-writes hundreds of shards, so the
 /// stretch p99 stayed at 5-10 ms (docs/benchmarks.md, sessions 29 and 30). Now a write to a
 /// shared base goes to a small overlay beside it, which the engine owns, and copies nothing but
-/// the row; the overlay is folded into the base by the first write once no checkpoint shares
-/// the base any more (in place, no copy), or, at `OVER_MAX` rows, into a copy of the base.
-/// There is no removal of a cursor, so the overlay only ever replaces or adds rows.
+/// the row; the overlay is folded into the base (in place, no copy) once no checkpoint shares
+/// the base any more, by `CursorMap::fold_owned` after the checkpoint or by the next write,
+/// or, at `OVER_MAX` rows, into a copy of the base.
+/// There is no removal of a cursor, so the overlay only ever replaces or adds rows: a future
+/// `remove` must not only take the row out of the overlay (the base's older row would show
+/// again), and must copy a shared base (review s30 L5).
 #[derive(Clone, Default)]
 struct Shard {
     base: Arc<Rows>,
@@ -97,7 +106,7 @@ impl Shard {
     /// The table a write of a row goes to: the base if the engine owns it (the overlay folded
     /// in first), else the overlay (copied first if a checkpoint shares it too), else, with
     /// the overlay full, a copy of the base with the overlay folded in.
-    fn writable(&mut self) -> &mut Rows {
+    fn writable(&mut self, _pid: u64) -> &mut Rows {
         let owned = Arc::get_mut(&mut self.base).is_some();
         let full = self.over.as_ref().is_some_and(|o| o.len() >= OVER_MAX);
         if owned || full {
@@ -114,6 +123,21 @@ impl Shard {
         writable(self.over.get_or_insert_with(Default::default))
     }
 
+    /// Folds the overlay into the base in place if the engine owns the base again; false if a
+    /// checkpoint still shares it. The stale rows the overlay shadowed are freed here.
+    fn fold_if_owned(&mut self) -> bool {
+        let Some(base) = Arc::get_mut(&mut self.base) else {
+            return self.over.is_none();
+        };
+        if let Some(over) = self.over.take() {
+            match Arc::try_unwrap(over) {
+                Ok(rows) => base.extend(rows),
+                Err(shared) => base.extend(shared.iter().map(|(p, r)| (*p, r.clone()))),
+            }
+        }
+        true
+    }
+
     fn held_bytes(&self) -> usize {
         shard_bytes(&self.base).saturating_add(self.over.as_deref().map_or(0, overlay_bytes))
     }
@@ -123,6 +147,10 @@ impl Shard {
 pub struct CursorMap {
     shards: BTreeMap<u64, Shard>,
     len: usize,
+    /// The keys of the shards that got an overlay, for `fold_owned`: a shard no one writes
+    /// again would otherwise keep its overlay and the stale base rows it shadows (about 7 KB a
+    /// full shard, 260 B a one-row shard) for good (review s30 M1). At most one a shard.
+    overlaid: BTreeSet<u64>,
 }
 
 /// A group's cursors at one moment, detached from the group (shared shards).
@@ -174,7 +202,12 @@ impl CursorMap {
     /// overlay or as the `Arc` a checkpoint still holds).
     pub fn get_mut(&mut self, pid: &u64) -> Option<&mut CursorRow> {
         let now = *self.get(pid)?;
-        let rows = self.shards.get_mut(&(pid / SHARD))?.writable();
+        let key = pid / SHARD;
+        let shard = self.shards.get_mut(&key)?;
+        if Arc::strong_count(&shard.base) > 1 {
+            self.overlaid.insert(key);
+        }
+        let rows = shard.writable(*pid);
         let row = rows.entry(*pid).or_insert_with(|| {
             let started = cow_clock::start();
             let copy = Arc::new(now);
@@ -187,9 +220,13 @@ impl CursorMap {
     /// Stores `row`, returning the row it replaced. A row a checkpoint still shares is
     /// replaced by a new `Arc`, not copied first (nothing of it is kept).
     pub fn insert(&mut self, pid: u64, row: CursorRow) -> Option<CursorRow> {
-        let shard = self.shards.entry(pid / SHARD).or_default();
+        let key = pid / SHARD;
+        let shard = self.shards.entry(key).or_default();
+        if Arc::strong_count(&shard.base) > 1 {
+            self.overlaid.insert(key);
+        }
         let old = shard.get(&pid).map(|r| **r);
-        let rows = shard.writable();
+        let rows = shard.writable(pid);
         match rows.get_mut(&pid) {
             Some(held) => match Arc::get_mut(held) {
                 Some(mine) => *mine = row,
@@ -230,6 +267,35 @@ impl CursorMap {
             .values()
             .map(Shard::held_bytes)
             .fold(0usize, usize::saturating_add)
+            .saturating_add(self.overlaid.len().saturating_mul(OVERLAID_KEY))
+    }
+
+    /// Whether some shard may still hold an overlay to fold.
+    pub fn has_overlays(&self) -> bool {
+        !self.overlaid.is_empty()
+    }
+
+    /// Folds the overlays of up to `max` shards into their bases where the engine owns the
+    /// base again (no checkpoint holds it), in place; a shard still shared stays listed for a
+    /// later call. Returns the shards looked at, so a caller can bound its work per cycle.
+    pub fn fold_owned(&mut self, max: usize) -> usize {
+        let mut looked = 0;
+        let mut shared = Vec::new();
+        while looked < max {
+            let Some(key) = self.overlaid.pop_first() else {
+                break;
+            };
+            looked += 1;
+            if self
+                .shards
+                .get_mut(&key)
+                .is_some_and(|s| !s.fold_if_owned())
+            {
+                shared.push(key);
+            }
+        }
+        self.overlaid.extend(shared);
+        looked
     }
 
     /// The cursors as they are now, in O(shards): later writes go to overlays (their rows
@@ -259,6 +325,8 @@ impl std::ops::Index<&u64> for CursorMap {
     }
 }
 
+/// A key in `overlaid`: 8 B and a B-tree node's share (11 keys to a node of about 200 B).
+const OVERLAID_KEY: usize = 24;
 /// A cursor's own allocation: its row and the `Arc`'s two counts.
 const ROW_ARC: usize = std::mem::size_of::<CursorRow>() + 16;
 /// A bucket: a key and handle and a control byte.
@@ -483,6 +551,45 @@ mod tests {
                 (SHARD + 2, 9)
             ]
         );
+    }
+
+    /// Review s30 M1: once the checkpoint lets go, `fold_owned` folds an overlay nothing writes
+    /// again, and the stale rows it shadowed are freed: the map holds what it held before the
+    /// snapshot. A shard a snapshot still holds stays listed, and is folded by a later call.
+    #[test]
+    fn a_fold_after_the_checkpoint_gives_back_the_overlay_and_its_stale_rows() {
+        let mut m = CursorMap::default();
+        for pid in 0..2 * SHARD {
+            m.insert(pid, row(pid));
+        }
+        let before = m.held_bytes();
+        let snap = m.snapshot();
+        let _ = cow_clock::take();
+        m.get_mut(&1).unwrap().failures = 3;
+        m.insert(2, row(20));
+        m.get_mut(&(SHARD + 1)).unwrap().failures = 4;
+        assert!(m.held_bytes() > before, "two overlays and four rows more");
+        assert_eq!(m.fold_owned(8), 2, "both shards looked at");
+        assert!(
+            m.has_overlays(),
+            "the snapshot still holds both: nothing folded"
+        );
+        drop(snap);
+        assert_eq!(m.fold_owned(1), 1, "bounded: one shard a call");
+        assert!(m.has_overlays());
+        assert_eq!(m.fold_owned(8), 1);
+        assert!(!m.has_overlays());
+        assert!(m.shards.values().all(|s| s.over.is_none()), "all folded");
+        assert_eq!(
+            m.held_bytes(),
+            before,
+            "back to what it held before the snapshot"
+        );
+        assert_eq!(m[&1].failures, 3);
+        assert_eq!(m[&2], row(20));
+        assert_eq!(m[&(SHARD + 1)].failures, 4);
+        assert_eq!(m.len(), 2 * SHARD as usize);
+        assert_eq!(copies(), (0, 3), "three rows copied, no shard");
     }
 
     /// One step of [`the_map_and_its_snapshots_match_a_b_tree`].
