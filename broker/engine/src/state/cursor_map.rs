@@ -103,12 +103,16 @@ impl Shard {
             .map(|(p, r)| (p, &**r))
     }
 
-    /// The table a write of a row goes to: the base if the engine owns it (the overlay folded
-    /// in first), else the overlay (copied first if a checkpoint shares it too), else, with
-    /// the overlay full, a copy of the base with the overlay folded in.
-    fn writable(&mut self, _pid: u64) -> &mut Rows {
+    /// The table a write of `pid`'s row goes to: the base if the engine owns it (the overlay
+    /// folded in first), else the overlay (copied first if a checkpoint shares it too), else,
+    /// with the overlay full and `pid` not in it, a copy of the base with the overlay folded in
+    /// (a row already in the overlay is written there: review s30 L1).
+    fn writable(&mut self, pid: u64) -> &mut Rows {
         let owned = Arc::get_mut(&mut self.base).is_some();
-        let full = self.over.as_ref().is_some_and(|o| o.len() >= OVER_MAX);
+        let full = self
+            .over
+            .as_ref()
+            .is_some_and(|o| o.len() >= OVER_MAX && !o.contains_key(&pid));
         if owned || full {
             let over = self.over.take();
             let base = writable(&mut self.base);
@@ -590,6 +594,36 @@ mod tests {
         assert_eq!(m[&(SHARD + 1)].failures, 4);
         assert_eq!(m.len(), 2 * SHARD as usize);
         assert_eq!(copies(), (0, 3), "three rows copied, no shard");
+    }
+
+    /// Review s30 L1: a full overlay takes a write to a row it already holds (a pop, then its
+    /// ack) without copying the base; only a row it does not hold copies it.
+    #[test]
+    fn a_full_overlay_takes_a_row_it_holds_without_a_copy() {
+        let mut m = CursorMap::default();
+        for pid in 0..SHARD {
+            m.insert(pid, row(pid));
+        }
+        let snap = m.snapshot();
+        let _ = cow_clock::take();
+        for pid in 0..OVER_MAX as u64 {
+            m.get_mut(&pid).unwrap().attempt = 1;
+        }
+        assert_eq!(copies(), (0, OVER_MAX as u64), "the overlay is full");
+        m.get_mut(&0).unwrap().attempt = 2;
+        m.insert(1, row(7));
+        assert_eq!(copies(), (0, 0), "rows it holds: no copy of the base");
+        assert!(Arc::ptr_eq(&m.shards[&0].base, &snap.shards[0].base));
+        m.get_mut(&(OVER_MAX as u64)).unwrap().attempt = 3;
+        assert_eq!(copies(), (1, 1), "a row it does not hold: the base copied");
+        assert_eq!(
+            (m[&0].attempt, m[&1], m[&(OVER_MAX as u64)].attempt),
+            (2, row(7), 3)
+        );
+        assert!(
+            snap.iter().all(|(p, r)| *r == row(*p)),
+            "the snapshot kept its moment"
+        );
     }
 
     /// One step of [`the_map_and_its_snapshots_match_a_b_tree`].
