@@ -178,8 +178,8 @@ impl CursorsSnapshot {
     }
 
     /// What the shared shards held when taken, by capacity, and an overlay each at its
-    /// largest: the most the engine's copies of them can hold (a copy keeps the original's
-    /// buckets, and each row written is copied once).
+    /// largest for the shard's rows: the most the engine's copies of them can hold (a copy
+    /// keeps the original's buckets, and each row written is copied once).
     pub fn held_bytes(&self) -> usize {
         self.held_bytes
     }
@@ -307,8 +307,9 @@ impl CursorMap {
     pub fn snapshot(&self) -> CursorsSnapshot {
         let largest_overlays = self
             .shards
-            .len()
-            .saturating_mul(overlay_table_bytes(OVER_MAX));
+            .values()
+            .map(|s| largest_overlay_bytes(s.base.len(), OVER_MAX))
+            .fold(0usize, usize::saturating_add);
         CursorsSnapshot {
             shards: self.shards.values().cloned().collect(),
             len: self.len,
@@ -361,6 +362,21 @@ fn shard_bytes(s: &Rows) -> usize {
 /// An overlay's table and `Arc` (64 B) and its rows' `Arc`s.
 fn overlay_bytes(o: &Rows) -> usize {
     overlay_table_bytes(o.capacity()).saturating_add(o.len().saturating_mul(ROW_ARC))
+}
+
+/// The largest overlay a shard of `rows` rows gets while a checkpoint holds it: a row each
+/// it holds, up to `over_max`, in the table hashbrown gives that many rows. Not every shard at
+/// `over_max`: a million one-row shards were charged 1.2 GB for at most 150 MB (review s30
+/// L3). A new partition's row in the overlay of a shard with fewer rows than `over_max` is
+/// beyond it, as its own `Arc` is beyond the copy charge (new rows are the state's growth).
+fn largest_overlay_bytes(rows: usize, over_max: usize) -> usize {
+    let n = rows.clamp(1, over_max.max(1));
+    let cap = match n {
+        0..=3 => 3,
+        4..=7 => 7,
+        _ => n.saturating_mul(8).div_ceil(7).next_power_of_two() / 8 * 7,
+    };
+    overlay_table_bytes(cap)
 }
 
 fn overlay_table_bytes(cap: usize) -> usize {
@@ -624,6 +640,45 @@ mod tests {
             snap.iter().all(|(p, r)| *r == row(*p)),
             "the snapshot kept its moment"
         );
+    }
+
+    /// Review s30 L3: the snapshot charges each shard the overlay its rows can fill, as
+    /// hashbrown would size it, not every shard a full one.
+    #[test]
+    fn the_snapshot_charges_an_overlay_by_the_shards_rows() {
+        let prod = (FULL_SHARD / 4) as usize;
+        assert_eq!(
+            largest_overlay_bytes(1, prod),
+            4 * 17 + 16 + 64,
+            "4 buckets"
+        );
+        assert_eq!(
+            largest_overlay_bytes(prod, prod),
+            64 * 17 + 16 + 64,
+            "64 buckets"
+        );
+        assert_eq!(
+            largest_overlay_bytes(224, prod),
+            64 * 17 + 16 + 64,
+            "capped"
+        );
+        assert_eq!(
+            largest_overlay_bytes(8, prod),
+            16 * 17 + 16 + 64,
+            "16 buckets"
+        );
+        let mut grown = Rows::default();
+        for pid in 0..prod as u64 {
+            grown.insert(pid, Arc::new(row(pid)));
+            let bytes = overlay_table_bytes(grown.capacity());
+            assert_eq!(largest_overlay_bytes(grown.len(), prod), bytes, "{pid}");
+        }
+        let mut m = CursorMap::default();
+        for shard in 0..1000 {
+            m.insert(shard * SHARD, row(shard));
+        }
+        let one = largest_overlay_bytes(1, OVER_MAX);
+        assert_eq!(m.snapshot().held_bytes(), m.held_bytes() + 1000 * one);
     }
 
     /// One step of [`the_map_and_its_snapshots_match_a_b_tree`].
