@@ -407,6 +407,7 @@ fn writable_row(row: &mut Arc<CursorRow>) -> &mut CursorRow {
 
 #[cfg(test)]
 mod tests {
+    use super::super::model::LeaseRow;
     use super::*;
     use proptest::prelude::*;
 
@@ -685,61 +686,95 @@ mod tests {
     #[derive(Clone, Debug)]
     enum Op {
         Insert(u64, u64),
-        Write(u64, u64),
+        /// One field of an existing row changed, the rest must come along (review s30 M2).
+        Write(u64),
         Snapshot,
-        DropSnapshot,
+        /// Drops the live snapshot at this index (modulo their number), so several overlap.
+        DropSnapshot(usize),
+        /// The engine's fold after a checkpoint, bounded to a few shards.
+        Fold,
     }
 
     fn op() -> impl Strategy<Value = Op> {
         let pid = prop_oneof![0..20u64, (u64::MAX - 5)..=u64::MAX];
         prop_oneof![
             4 => (pid.clone(), 0..1000u64).prop_map(|(p, v)| Op::Insert(p, v)),
-            3 => (pid, 0..1000u64).prop_map(|(p, v)| Op::Write(p, v)),
+            3 => pid.prop_map(Op::Write),
             1 => Just(Op::Snapshot),
-            1 => Just(Op::DropSnapshot),
+            1 => (0..8usize).prop_map(Op::DropSnapshot),
+            1 => Just(Op::Fold),
         ]
     }
 
-    fn sorted<'a>(it: impl Iterator<Item = (&'a u64, &'a CursorRow)>) -> Vec<(u64, u64)> {
-        let mut v: Vec<(u64, u64)> = it.map(|(p, r)| (*p, r.committed)).collect();
-        v.sort_unstable();
+    /// A row with every field set from `(pid, v)`, so a row copied wrong (a default, or an
+    /// older one) differs in some field whichever the write changed.
+    fn full_row(pid: u64, v: u64) -> CursorRow {
+        CursorRow {
+            committed: v,
+            lease: (v % 3 != 0).then_some(LeaseRow {
+                id: u128::from(pid) << 64 | u128::from(v),
+                end: v.wrapping_add(5),
+                expires_us: v as i64,
+                seconds: 30,
+            }),
+            failures: (v % 11) as u32,
+            attempt: (v % 7) as u32,
+            delivered_end: v.wrapping_add(pid),
+        }
+    }
+
+    fn sorted<'a>(it: impl Iterator<Item = (&'a u64, &'a CursorRow)>) -> Vec<(u64, CursorRow)> {
+        let mut v: Vec<(u64, CursorRow)> = it.map(|(p, r)| (*p, *r)).collect();
+        v.sort_unstable_by_key(|(p, _)| *p);
         v
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
 
-        /// Inserts and writes across shards, with snapshots taken and dropped between them,
-        /// against a `BTreeMap`: a snapshot keeps its moment whichever rows are written after.
+        /// Inserts and one-field writes across shards, with several snapshots alive at once,
+        /// taken and dropped between them, against a `BTreeMap` of whole rows: each snapshot
+        /// keeps its moment whichever rows are written after, and the live map every field.
+        /// (No removal exists; add `Op::Remove` when it does: review s30 L5.)
         #[test]
         fn the_map_and_its_snapshots_match_a_b_tree(ops in prop::collection::vec(op(), 1..80)) {
             let mut m = CursorMap::default();
-            let mut model: BTreeMap<u64, u64> = BTreeMap::new();
-            let mut held: Option<(CursorsSnapshot, Vec<(u64, u64)>)> = None;
+            let mut model: BTreeMap<u64, CursorRow> = BTreeMap::new();
+            let mut held: Vec<(CursorsSnapshot, Vec<(u64, CursorRow)>)> = Vec::new();
             for op in ops {
                 match op {
                     Op::Insert(pid, v) => {
-                        let had = model.insert(pid, v);
-                        prop_assert_eq!(m.insert(pid, row(v)).map(|r| r.committed), had);
+                        let had = model.insert(pid, full_row(pid, v));
+                        prop_assert_eq!(m.insert(pid, full_row(pid, v)), had);
                     }
-                    Op::Write(pid, v) => {
+                    Op::Write(pid) => {
                         if let Some(c) = model.get_mut(&pid) {
-                            *c = v;
+                            c.failures = c.failures.wrapping_add(1);
                         }
-                        if let Some(r) = m.get_mut(&pid) {
-                            r.committed = v;
+                        let r = m.get_mut(&pid);
+                        prop_assert_eq!(r.is_some(), model.contains_key(&pid));
+                        if let Some(r) = r {
+                            r.failures = r.failures.wrapping_add(1);
                         }
                     }
                     Op::Snapshot => {
-                        let at: Vec<(u64, u64)> = model.iter().map(|(k, v)| (*k, *v)).collect();
-                        held = Some((m.snapshot(), at));
+                        let at: Vec<(u64, CursorRow)> = model.iter().map(|(k, v)| (*k, *v)).collect();
+                        held.push((m.snapshot(), at));
                     }
-                    Op::DropSnapshot => held = None,
+                    Op::DropSnapshot(i) => {
+                        if !held.is_empty() {
+                            let n = held.len();
+                            held.remove(i % n);
+                        }
+                    }
+                    Op::Fold => {
+                        m.fold_owned(3);
+                    }
                 }
-                let want: Vec<(u64, u64)> = model.iter().map(|(k, v)| (*k, *v)).collect();
+                let want: Vec<(u64, CursorRow)> = model.iter().map(|(k, v)| (*k, *v)).collect();
                 prop_assert_eq!(sorted(m.iter()), want);
                 prop_assert_eq!(m.len(), model.len());
-                if let Some((snap, at)) = &held {
+                for (snap, at) in &held {
                     prop_assert_eq!(&sorted(snap.iter()), at);
                     prop_assert_eq!(snap.len(), at.len());
                 }
