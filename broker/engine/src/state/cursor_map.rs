@@ -711,7 +711,7 @@ mod tests {
     fn full_row(pid: u64, v: u64) -> CursorRow {
         CursorRow {
             committed: v,
-            lease: (v % 3 != 0).then_some(LeaseRow {
+            lease: (!v.is_multiple_of(3)).then_some(LeaseRow {
                 id: u128::from(pid) << 64 | u128::from(v),
                 end: v.wrapping_add(5),
                 expires_us: v as i64,
