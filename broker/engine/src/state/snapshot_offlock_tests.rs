@@ -490,3 +490,25 @@ fn a_deleted_group_is_handed_to_the_dropper_not_freed_in_apply() {
         assert_eq!(group.cursors.len(), 4, "its cursors not yet freed");
     }
 }
+
+/// Review s30 M1: what the engine runs a cycle after a checkpoint is saved folds the cursor
+/// overlays it left, bounded, changes nothing a checkpoint holds, and folds nothing while a
+/// checkpoint still shares the shards.
+#[test]
+fn the_overlays_a_checkpoint_left_are_folded_after_it_within_the_bound() {
+    let mut s = state();
+    let pending = begin_checkpoint(&s);
+    mutate(&mut s);
+    let overlaid = |s: &State| s.groups.values().any(|g| g.cursors.has_overlays());
+    assert!(overlaid(&s), "the writes went to overlays");
+    let after = reference_encode(&s);
+    assert!(!s.fold_cursor_overlays(64), "all looked at");
+    assert!(overlaid(&s), "still shared: nothing folded");
+    let blob = pending.encode().finish();
+    assert!(s.fold_cursor_overlays(0), "a bound of none stops at once");
+    assert!(s.fold_cursor_overlays(1), "stopped for the bound");
+    assert!(!s.fold_cursor_overlays(64));
+    assert!(!overlaid(&s), "all folded");
+    assert_eq!(reference_encode(&s), after, "the fold changes no cursor");
+    assert_ne!(blob, after);
+}
