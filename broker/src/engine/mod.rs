@@ -424,6 +424,14 @@ impl Engine {
                     self.finish_save(h.await);
                 }
             }
+            // Here, not in `cycle`: a follower checkpoints too but plans no cycle, and its
+            // applies write through overlays as the leader's cycles do.
+            if self.fold_overlays && self.saving.is_none() {
+                self.fold_overlays = self
+                    .shared
+                    .lock()
+                    .fold_cursor_overlays(CURSOR_FOLDS_PER_CYCLE);
+            }
             if self.last_checkpoint.elapsed() >= self.cfg.checkpoint_interval {
                 self.checkpoint(false).await;
             }
@@ -726,9 +734,6 @@ impl Engine {
             }
             planner.plan_kv_sweep(plan::KV_SWEEP_PER_CYCLE, self.limits.max_entry_bytes);
             planner.plan_streams_purge(plan::STREAMS_PURGE_PER_CYCLE, self.limits.max_entry_bytes);
-            if self.fold_overlays && self.saving.is_none() {
-                self.fold_overlays = st.fold_cursor_overlays(CURSOR_FOLDS_PER_CYCLE);
-            }
             if let Some(m) = &mut self.memory {
                 let engine = crate::memory::account::EngineSide {
                     cache_held: self.cache.held_bytes(),
