@@ -66,6 +66,8 @@ if ((IDS > 0)); then
     log "ids run: $(json_get "$BENCH_TMP/ids.json" errors) errors, exit $(json_get "$BENCH_TMP/ids.json" exit_code)"
 fi
 curl -s "$BROKER_URL/metrics/prometheus" >"$BENCH_TMP/before-e2e.prom" || true
+# Without it the delta below would be the whole run under the e2e heading (review s30 L4a).
+[[ -s $BENCH_TMP/before-e2e.prom ]] || die "the scrape before the e2e phase failed"
 run_bench "$BENCH_TMP/e2e.json" e2e "${shape[@]}" "${spread[@]}" --duration-secs "$DURATION"
 echo "# $QUEEN_BIN COUNT=$COUNT IDS=$IDS SPREAD=$SPREAD INTERVAL=$INTERVAL DURATION=$DURATION rss_kb=$(rss_kb VmRSS)"
 curl -s "$BROKER_URL/metrics/prometheus" >"$BENCH_TMP/end.prom" || true

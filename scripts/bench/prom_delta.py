@@ -107,7 +107,12 @@ def main(argv: list) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     with open(argv[1]) as f:
-        before = parse(f.read())
+        text = f.read()
+    if not text.strip():
+        # A failed scrape: the delta would be the whole run, printed as the phase's.
+        print(f"{argv[1]} is empty: no scrape before the phase", file=sys.stderr)
+        return 1
+    before = parse(text)
     with open(argv[2]) as f:
         end = parse(f.read())
     d = delta(before, end)

@@ -4,6 +4,7 @@
 """
 
 import sys
+import tempfile
 import unittest
 from pathlib import Path
 
@@ -72,6 +73,16 @@ class PromDelta(unittest.TestCase):
         line = [l for l in prom_delta.summary(d) if "stretch_copies" in l][0]
         self.assertEqual(line, '# queen_checkpoint_cow_stretch_copies{tenant="t",block="cursors"}: '
                                "n 2, mean 75.0, sum 150, p99 64-128")
+
+    def test_an_empty_before_scrape_is_refused(self):
+        # Review s30 L4a: a failed scrape must not pass the whole run off as the phase.
+        with tempfile.TemporaryDirectory() as d:
+            before, end = Path(d, "before.prom"), Path(d, "end.prom")
+            before.write_text("")
+            end.write_text(END)
+            self.assertEqual(prom_delta.main(["prom_delta", str(before), str(end)]), 1)
+            before.write_text(BEFORE)
+            self.assertEqual(prom_delta.main(["prom_delta", str(before), str(end)]), 0)
 
     def test_no_samples_has_no_p99(self):
         self.assertEqual(prom_delta.p99_bucket([(0.001, 0.0)], 0), "-")

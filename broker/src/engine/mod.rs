@@ -45,7 +45,7 @@ pub use metrics_sample::MetricsSample;
 use plan::{Planner, PopPlan};
 use waiters::Waiters;
 
-use crate::state::{begin_checkpoint, cow_clock, State};
+use crate::state::{begin_checkpoint, cow_clock, State, CURSOR_FOLDS_PER_CYCLE};
 
 /// The engine's copies of blocks a checkpoint still shared, in one stretch it held the state
 /// lock (`cow_clock`): the part of the checkpoint's pause that moved to the first writes.
@@ -239,6 +239,9 @@ pub struct Engine {
     /// The last save allowed more than it deleted: one more save, even of an unchanged
     /// state, lets it go (else an idle node keeps dead segments until something is written).
     reclaim_pending: bool,
+    /// A checkpoint let go of the cursor shards: their overlays are folded a bounded number a
+    /// cycle until none is left (review s30 M1).
+    fold_overlays: bool,
     reclaimer: reclaim::Reclaimer,
     compactor: compactor::Compactor,
     /// This tenant's checkpoints in the disk gate's loan floor (review s17 compactor M3).
@@ -319,6 +322,7 @@ impl Engine {
             last_txn_expiry: Instant::now(),
             reclaim_bound: None,
             reclaim_pending: false,
+            fold_overlays: false,
             reclaimer: reclaim::Reclaimer::new(cfg.reclaim.enabled, cfg.reclaim.pause_file.clone()),
             compactor: compactor::Compactor::new(
                 cfg.reclaim.enabled && cfg.compaction_enabled,
@@ -419,6 +423,14 @@ impl Engine {
                 if let Some(h) = self.saving.take() {
                     self.finish_save(h.await);
                 }
+            }
+            // Here, not in `cycle`: a follower checkpoints too but plans no cycle, and its
+            // applies write through overlays as the leader's cycles do.
+            if self.fold_overlays && self.saving.is_none() {
+                self.fold_overlays = self
+                    .shared
+                    .lock()
+                    .fold_cursor_overlays(CURSOR_FOLDS_PER_CYCLE);
             }
             if self.last_checkpoint.elapsed() >= self.cfg.checkpoint_interval {
                 self.checkpoint(false).await;
@@ -889,6 +901,8 @@ impl Engine {
                 // Also once more over an unchanged state when the last save left space to
                 // give back: that save's bound waits for a newer generation (reclaim.rs).
                 Some(a) if Some(a.0) != self.checkpointed_index || self.reclaim_pending => {
+                    // Shares every shard again: nothing to fold until this one is finished.
+                    self.fold_overlays = false;
                     (begin_checkpoint(&st), a, st.run_floor.lowest())
                 }
                 _ => return,
@@ -1003,6 +1017,8 @@ impl Engine {
     }
 
     fn finish_save(&mut self, res: Result<SaveResult, tokio::task::JoinError>) {
+        // The checkpoint's shards are dropped by now, whatever became of the save.
+        self.fold_overlays = true;
         match res {
             // Skipped for want of space: the compactor looks again (review s18 H1).
             Ok(Ok(None)) => self.compactor.after_skipped_checkpoint(),

@@ -36,7 +36,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::entry::Effect;
-pub use cursor_map::{CursorMap, CursorsSnapshot};
+pub use cursor_map::{CursorMap, CursorsSnapshot, CURSOR_FOLDS_PER_CYCLE};
 pub use forget::Forgotten;
 pub use label_index::LabelIndex;
 use model::*;
@@ -608,6 +608,22 @@ impl State {
                 }
             }
         }
+    }
+
+    /// Folds the cursor overlays a finished checkpoint left behind, looking at `max` shards at
+    /// most (review s30 M1): true if it stopped for the bound, so the caller goes on in a later
+    /// cycle. Shards a checkpoint still holds stay for the fold after that one.
+    pub fn fold_cursor_overlays(&mut self, max: usize) -> bool {
+        let mut left = max;
+        for g in self.groups.values_mut() {
+            if left == 0 {
+                return true;
+            }
+            if g.cursors.has_overlays() {
+                left = left.saturating_sub(g.cursors.fold_owned(left));
+            }
+        }
+        left == 0
     }
 
     fn delete_group(&mut self, gid: u64) {

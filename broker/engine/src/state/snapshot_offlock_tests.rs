@@ -490,3 +490,38 @@ fn a_deleted_group_is_handed_to_the_dropper_not_freed_in_apply() {
         assert_eq!(group.cursors.len(), 4, "its cursors not yet freed");
     }
 }
+
+/// Review s30 M1: what the engine runs a cycle after a checkpoint is saved folds the cursor
+/// overlays it left, bounded, changes no cursor, and folds nothing while a checkpoint still
+/// shares the shards.
+#[test]
+fn the_overlays_a_checkpoint_left_are_folded_after_it_within_the_bound() {
+    // Sorted: a shard's rows are in hash order, which the fold may change (not a contract).
+    let cursors = |s: &State| {
+        let mut all: Vec<(u64, u64, CursorRow)> = s
+            .groups
+            .iter()
+            .flat_map(|(gid, g)| g.cursors.iter().map(move |(pid, r)| (*gid, *pid, *r)))
+            .collect();
+        all.sort_unstable_by_key(|(g, p, _)| (*g, *p));
+        all
+    };
+    let overlaid = |s: &State| s.groups.values().any(|g| g.cursors.has_overlays());
+    let mut s = state();
+    let at = cursors(&s);
+    let pending = begin_checkpoint(&s);
+    mutate(&mut s);
+    assert!(overlaid(&s), "the writes went to overlays");
+    let after = cursors(&s);
+    assert_ne!(after, at);
+    assert!(!s.fold_cursor_overlays(64), "all looked at");
+    assert!(overlaid(&s), "still shared: nothing folded");
+    let blob = pending.encode().finish();
+    assert!(s.fold_cursor_overlays(0), "a bound of none stops at once");
+    assert!(s.fold_cursor_overlays(1), "stopped for the bound");
+    assert!(!s.fold_cursor_overlays(64));
+    assert!(!overlaid(&s), "all folded");
+    assert_eq!(cursors(&s), after, "the fold changes no cursor");
+    let back = decode_state(&blob).expect("decodes");
+    assert_eq!(cursors(&back), at, "the checkpoint kept its moment");
+}
