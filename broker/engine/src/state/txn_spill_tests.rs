@@ -889,8 +889,11 @@ fn growing_groups_stay_inside_the_allowance_and_a_start_mid_change_finds_every_i
         "saved generations of both sizes: {sizes:?}"
     );
     // While both arenas are live, every spilled id inside the window is found through the
-    // filters of both sizes (review s29 dedup L3).
+    // filters of both sizes (review s29 dedup L3). `find` also reads the id files of buckets
+    // the ring lost, so each id's own bucket must be named by the filters' tags, or a broken
+    // lookup in either arena would pass through that fallback (review s30 L5).
     let mut live = 0;
+    let mut hits = Vec::new();
     for h in 0..900 + n {
         let t = if h < 900 {
             t0 + h as i64 * SEC
@@ -898,6 +901,13 @@ fn growing_groups_stay_inside_the_allowance_and_a_start_mid_change_finds_every_i
             t1 + (h - 900) as i64 * fast
         };
         if ix.get(1, h).is_none() && bucket_of(t) > bucket_of(now - KEEP) {
+            hits.clear();
+            r.lookup_tags(id_key(1, h), now, KEEP, &mut hits);
+            assert!(
+                hits.iter().any(|&(_, b)| b == bucket_of(t)),
+                "id {h}: the filters do not name its bucket {} ({hits:?})",
+                bucket_of(t)
+            );
             assert_eq!(found(&x, h, now), Some(h), "id {h} before the restart");
             live += 1;
         }
