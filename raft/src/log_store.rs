@@ -364,6 +364,14 @@ impl LogStore {
         self.inner.appends.enter().await
     }
 
+    /// Clears the in-memory "staged" flag, as it is between a stage's commit of
+    /// `raft/installing` and the gate's drop that sets the flag (tests: that window, through
+    /// the store that staged, review s30 L6).
+    #[cfg(test)]
+    pub(crate) fn forget_staged_flag(&self) {
+        self.inner.installing.store(false, Ordering::SeqCst);
+    }
+
     /// Whether a stage has closed the append gate and not yet decided (tests).
     #[cfg(test)]
     pub(crate) fn appends_closing(&self) -> bool {

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use openraft::{BasicNode, ErrorSubject};
+use openraft::metrics::WaitError;
+use openraft::{BasicNode, ErrorSubject, ServerState};
 use queenmq_storage::{finish_interrupted_install, DiskDataDir, SegmentLog};
 
 use super::fixtures::{open_small_segments, Recorder};
@@ -22,6 +23,11 @@ use crate::{ClusterStart, RaftConfig, RaftError, RaftNode, SnapshotFeed, CLUSTER
 /// Entries openraft keeps below its snapshot: fewer than `A`, so its purge after the stage
 /// reaches into the replaced log.
 const KEEP: u64 = 100;
+
+/// Bound on each wait for the node: alone, an election or a snapshot and purge takes well
+/// under a second, but on a loaded 2-core CI host tokio's workers can stall for seconds, and a
+/// 20 s bound was close to what such a host was seen to need.
+const WAIT: Duration = Duration::from_secs(60);
 
 /// A lone voter catching peers up by snapshot, as the broker starts one with the key on;
 /// `checkpoint` is what its engine restored (the installed checkpoint after the reopen).
@@ -52,11 +58,12 @@ async fn start_fed(
 
 /// `start_clustered` returns before the lone voter has elected itself.
 async fn until_leader(node: &RaftNode) {
-    let until = Instant::now() + Duration::from_secs(20);
-    while node.status().role != "leader" {
-        assert!(Instant::now() < until, "{:?}", node.status());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let led = node
+        .raft_handle()
+        .wait(Some(WAIT))
+        .state(ServerState::Leader, "the lone voter leads")
+        .await;
+    assert!(led.is_ok(), "{led:?} {:?}", node.status());
 }
 
 fn purged(store: &StateStore) -> Option<RaftLogId> {
@@ -96,27 +103,27 @@ async fn openraft_purging_after_a_stage_leaves_the_installed_horizon_and_the_reo
     assert_eq!(purged(&store), at, "the stage's commit");
 
     // openraft builds its snapshot (the installed checkpoint, offered as durable) and purges.
-    // The state machine reads what it offers at most every 500 ms: asked again until then.
+    // The state machine reads what it offers at most every 500 ms: a snapshot asked for
+    // sooner may build nothing, so it is asked again after each 600 ms without a purge.
     let raft = node.raft_handle();
-    let until = Instant::now() + Duration::from_secs(20);
-    let mut asked = Instant::now() - Duration::from_secs(1);
-    loop {
-        if asked.elapsed() > Duration::from_millis(600) {
-            raft.trigger().snapshot().await.unwrap();
-            asked = Instant::now();
+    let until = Instant::now() + WAIT;
+    let p = loop {
+        raft.trigger().snapshot().await.unwrap();
+        let waited = raft
+            .wait(Some(Duration::from_millis(600)))
+            .metrics(|m| m.purged.is_some(), "openraft purged")
+            .await;
+        match waited {
+            Ok(m) => break m.purged,
+            Err(WaitError::Timeout(..)) => assert!(
+                Instant::now() < until,
+                "openraft never purged: snapshot {:?}",
+                raft.metrics().borrow().snapshot
+            ),
+            Err(e) => panic!("{e}"),
         }
-        let m = raft.metrics().borrow().clone();
-        if let Some(p) = m.purged {
-            assert!(p.index < applied, "{p:?}");
-            break;
-        }
-        assert!(
-            Instant::now() < until,
-            "openraft never purged: snapshot {:?}",
-            m.snapshot
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
+    assert!(p.is_some_and(|p| p.index < applied), "{p:?}");
     assert_eq!(
         purged(&store),
         at,

@@ -39,6 +39,11 @@ pub const ID_BUCKET_US: i64 = 60 * 1_000_000;
 /// The least `dedup_hot_ids`: a table of fewer rows would write a file per push.
 pub const MIN_HOT_IDS: usize = 16;
 
+/// Writer threads that may die in a row (each restarted) before a group stops starting them:
+/// a panic that a retry may not meet again (one bad job) is survived, a store that panics at
+/// every write costs this many threads, not one per spill (review s30 M4).
+const MAX_WRITER_DEATHS: u32 = 3;
+
 pub fn bucket_of(at_us: i64) -> u64 {
     (at_us.max(0) / ID_BUCKET_US) as u64
 }
@@ -348,6 +353,9 @@ pub struct TxnSpill {
     writer: Option<Writer>,
     /// Filters the writer allocated that `collect` has not taken yet (review s27 L2).
     charged: Arc<AtomicUsize>,
+    /// Writer threads that died (panicked) since one last answered; at
+    /// `MAX_WRITER_DEATHS` no new one is started (review s30 M4).
+    writer_deaths: u32,
     pending: Option<Pending>,
     hot_ids: usize,
     /// With an allowance, `filter.bytes` is its total and the ring gets what it draws.
@@ -433,6 +441,7 @@ impl TxnSpill {
         let mut spill = TxnSpill {
             writer: None,
             charged: Arc::new(AtomicUsize::new(0)),
+            writer_deaths: 0,
             store,
             pending: None,
             hot_ids: hot_ids.max(MIN_HOT_IDS),
@@ -583,8 +592,32 @@ impl TxnSpill {
     }
 
     fn send(&mut self, job: Job) {
+        if self.writer.is_none() && self.writer_deaths >= MAX_WRITER_DEATHS {
+            // Given up on (logged once, in `writer_died`): the job is lost as it would be in
+            // a dead thread's queue; a spill's rows stay in the table.
+            return;
+        }
         let (store, charged) = (self.store.clone(), self.charged.clone());
         self.start_writer().send(&*store, &charged, job);
+    }
+
+    /// The writer thread is gone (it panicked). Dropping it joins the dead thread, so a later
+    /// job starts a fresh one; before, every later job went to the dead queue and failed, so
+    /// no spill ever succeeded again and the hot table grew without bound (review s30 M4).
+    /// Nothing the dead thread allocated survived its unwind: `charged` goes to 0, or the
+    /// `dedup` pool would count the lost filters for the life of the group (review s30 L4).
+    /// A store that panics every time must not cost a thread per spill: after
+    /// `MAX_WRITER_DEATHS` in a row no writer is started again.
+    fn writer_died(&mut self) {
+        self.writer = None;
+        self.charged.store(0, Ordering::Release);
+        self.writer_deaths = self.writer_deaths.saturating_add(1);
+        if self.writer_deaths == MAX_WRITER_DEATHS {
+            tracing::error!(
+                deaths = self.writer_deaths,
+                "the dedup spill writer thread died this many times in a row; no new one is started, so this group's ids stay in memory until it restarts"
+            );
+        }
     }
 
     /// What the filters of a group spilling `rows` (oldest first) need for `keep_us` at the
@@ -782,15 +815,23 @@ impl TxnSpill {
             None => Err(()),
         };
         let done = match polled {
-            Ok(Some(d)) => d,
+            Ok(Some(d)) => {
+                self.writer_deaths = 0;
+                d
+            }
             Ok(None) => return false,
-            Err(()) => Done {
-                written: Err("the writer thread has stopped".into()),
-                given: Vec::new(),
-                newest_us: self.newest_us,
-                ring: None,
-                grown: None,
-            },
+            Err(()) => {
+                if self.writer.is_some() {
+                    self.writer_died();
+                }
+                Done {
+                    written: Err("the writer thread has stopped".into()),
+                    given: Vec::new(),
+                    newest_us: self.newest_us,
+                    ring: None,
+                    grown: None,
+                }
+            }
         };
         let Some(p) = self.pending.take() else {
             return false;

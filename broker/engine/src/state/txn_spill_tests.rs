@@ -889,8 +889,11 @@ fn growing_groups_stay_inside_the_allowance_and_a_start_mid_change_finds_every_i
         "saved generations of both sizes: {sizes:?}"
     );
     // While both arenas are live, every spilled id inside the window is found through the
-    // filters of both sizes (review s29 dedup L3).
+    // filters of both sizes (review s29 dedup L3). `find` also reads the id files of buckets
+    // the ring lost, so each id's own bucket must be named by the filters' tags, or a broken
+    // lookup in either arena would pass through that fallback (review s30 L5).
     let mut live = 0;
+    let mut hits = Vec::new();
     for h in 0..900 + n {
         let t = if h < 900 {
             t0 + h as i64 * SEC
@@ -898,6 +901,13 @@ fn growing_groups_stay_inside_the_allowance_and_a_start_mid_change_finds_every_i
             t1 + (h - 900) as i64 * fast
         };
         if ix.get(1, h).is_none() && bucket_of(t) > bucket_of(now - KEEP) {
+            hits.clear();
+            r.lookup_tags(id_key(1, h), now, KEEP, &mut hits);
+            assert!(
+                hits.iter().any(|&(_, b)| b == bucket_of(t)),
+                "id {h}: the filters do not name its bucket {} ({hits:?})",
+                bucket_of(t)
+            );
             assert_eq!(found(&x, h, now), Some(h), "id {h} before the restart");
             live += 1;
         }
@@ -964,8 +974,59 @@ fn a_grow_lost_with_the_writer_can_be_asked_again() {
     assert!(spill.pending.is_none(), "the lost spill was collected");
     assert!(!spill.growing, "the lost grow is still taken as asked for");
     assert!(A.drawn() < drawn, "the lost grow's draw went back");
-    // The next closed generation's rate asks again.
-    spill.rate_checked = 0;
-    spill.weigh_rate(KEEP);
-    assert!(spill.grow_ask.is_some(), "a grow is asked for again");
+    // Review s30 L4: the grow the dead writer allocated went with its unwind, so the `dedup`
+    // pool no longer counts it.
+    let ring_bytes = spill.ring.as_ref().unwrap().allocated_bytes();
+    assert_eq!(
+        spill.filter_bytes(),
+        ring_bytes + spill.store.cache_bytes(),
+        "the lost grow's bytes are still counted"
+    );
+    // Review s30 M4: the next spill starts a fresh writer, so the table comes back under its
+    // bound and the group's own rate asks for the grow again (no hand call of `weigh_rate`).
+    store.panic_writes.store(false, Ordering::Release);
+    let written = store.attempts.lock().unwrap().to_owned();
+    let asked_by = h + 20 * 3600;
+    while spill.grow_ask.is_none() {
+        assert!(h < asked_by, "no grow asked for after the writer died");
+        step(&mut ids, &mut spill, &mut h, &mut t);
+    }
+    assert!(spill.growing);
+    assert!(
+        *store.attempts.lock().unwrap() > written,
+        "no write after the death"
+    );
+    assert!(ids.len() <= 256, "{} rows in a table of 256", ids.len());
+    assert_eq!(spill.writer_deaths, 0, "a live writer answered");
+    // Every spilled id inside the window is still found.
+    let now = t - fast;
+    for k in (900..h).step_by(53) {
+        let at = t1 + (k - 900) as i64 * fast;
+        if ids.get(1, k).is_none() && bucket_of(at) > bucket_of(now - KEEP) {
+            assert_eq!(found(&spill, k, now), Some(k), "id {k}");
+        }
+    }
+}
+
+/// Review s30 M4: a store whose every write panics kills every writer; a group restarts one a
+/// bounded number of times, then starts no more (no thread per spill) and keeps every id.
+#[test]
+fn a_writer_that_always_dies_is_restarted_a_bounded_number_of_times() {
+    let store = MemStore::default();
+    store.panic_writes.store(true, Ordering::Release);
+    let mut spill = TxnSpill::open(Box::new(store.clone()), 16, small_filter(), KEEP, 0);
+    let mut ids = TxnIds::default();
+    let n = 2000;
+    push(&mut ids, &mut spill, 0, n, 100 * SEC, SEC / 10);
+    let attempts = *store.attempts.lock().unwrap();
+    assert_eq!(
+        attempts, MAX_WRITER_DEATHS as usize,
+        "writes (each in a thread that died)"
+    );
+    assert_eq!(spill.writer_deaths, MAX_WRITER_DEATHS);
+    assert!(!spill.writer_started(), "no writer after giving up");
+    assert_eq!(spill.filter_bytes(), 0, "nothing allocated is counted");
+    for k in 0..n {
+        assert!(ids.get(1, k).is_some(), "id {k} was dropped");
+    }
 }
