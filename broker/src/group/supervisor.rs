@@ -75,6 +75,7 @@ pub async fn start(
         .and_then(|m| m.declarations.clone())
         .filter(|_| &*ecfg.tenant == queenmq_protocol::DEFAULT_TENANT);
     let declared = declarations.clone();
+    let catch_up = ecfg.cluster.as_ref().is_some_and(|m| m.snapshot_catch_up());
     let Opened {
         log,
         report,
@@ -88,6 +89,13 @@ pub async fn start(
         // never applied (caught up by a snapshot past them), and they must stand before
         // anything later is applied, as their replay would have made them stand.
         if let Some(d) = &declared {
+            if catch_up {
+                super::checkpoint_declarations::refuse_unbackfilled(
+                    d.data_dir(),
+                    &opened.state.tenants,
+                )
+                .map_err(|e| anyhow!("{e}"))?;
+            }
             super::checkpoint_declarations::record_missing(d, &opened.state.tenants)
                 .map_err(|e| anyhow!("writing the hosted records the checkpoint declares: {e}"))?;
         }

@@ -76,7 +76,10 @@ mod tests {
             .unwrap();
         fx.commit().expect("an entry");
         for voters in [&[1u64, 2, 3][..], &[2, 3, 4][..]] {
-            let e = fx.planner().plan_declare_tenant("acme", voters).unwrap_err();
+            let e = fx
+                .planner()
+                .plan_declare_tenant("acme", voters)
+                .unwrap_err();
             assert!(e.to_string().contains("declared already"), "{e}");
         }
         assert_eq!(fx.commit(), None, "nothing was emitted");
