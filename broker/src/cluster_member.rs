@@ -106,13 +106,6 @@ pub struct Member {
     pub declarations: Option<crate::group::hosted::Declarations>,
 }
 
-impl Member {
-    /// Whether `cluster_snapshot_catch_up` is on.
-    pub fn snapshot_catch_up(&self) -> bool {
-        self.snapshot_keep.is_some()
-    }
-}
-
 impl std::fmt::Debug for Member {
     // The token never reaches a log line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -61,31 +61,48 @@ fn ever_joined(data_dir: &Path) -> Result<bool, String> {
     Ok(false)
 }
 
-/// Refuses the open of `default` with tenant groups and snapshot catch-up on while a hosted
-/// record names a tenant the loaded state lacks (review s30 tenants H1): a declaration applied
-/// by a build before s30 stands in the records only, so a snapshot of this node would carry
-/// none of it, and a node caught up by it would neither host the tenant nor stop a second
-/// declaration with other voters.
-pub fn refuse_unbackfilled(data_dir: &Path, tenants: &DeclaredTenants) -> Result<(), String> {
+/// Puts into the loaded state every tenant a hosted record names and the state lacks, at the
+/// checkpoint's applied index (review s30 tenants H1). Two ways a record stands without its
+/// declaration in the checkpoint: the declaration was applied by a build before s30 (whose
+/// checkpoints had no section 9), or this node stopped between a declaration's record and the
+/// next checkpoint (then the replay of the log re-applies the entry, and first-wins keeps this
+/// one, with the same voters: records are first-wins too). Without it a snapshot of this node
+/// would carry none of the tenant, so a node caught up by it would neither host the tenant
+/// nor refuse a second declaration with other voters. Refusing the start instead (the first
+/// fix) also refused a node killed between a declaration's record and the next checkpoint.
+/// The index is only a bound the section's decoder checks: the joining rule of a node that
+/// ever joined ignores it (`record_missing`), and a node that never joined writes no marker.
+/// With no applied index there is no checkpoint, so nothing was reclaimed and the replay
+/// re-applies every declaration. A record whose name or voters effect 67 refuses stops the
+/// start (it would make every later checkpoint undecodable). The tenants put in.
+pub fn backfill_from_records(
+    data_dir: &Path,
+    tenants: &mut DeclaredTenants,
+    applied: Option<u64>,
+) -> Result<Vec<String>, String> {
+    let Some(at) = applied.filter(|a| *a >= 1) else {
+        return Ok(Vec::new());
+    };
     let hosted = super::hosted::read_all(data_dir).map_err(|e| format!("{e:#}"))?;
-    let lacking: Vec<&str> = hosted
-        .iter()
-        .map(|(t, _)| t.as_str())
-        .filter(|t| !tenants.contains_key(*t))
-        .take(8)
-        .collect();
-    if lacking.is_empty() {
-        return Ok(());
+    let mut put = Vec::new();
+    for (tenant, voters) in hosted {
+        if tenants.contains_key(&tenant) {
+            continue;
+        }
+        queenmq_engine::entry_tenants::check(&tenant, &voters).map_err(|e| {
+            format!("the hosted record of tenant {tenant:?} holds what no declaration can: {e}")
+        })?;
+        queenmq_engine::state::tenants::declare(tenants, &tenant, at, &voters);
+        tracing::warn!(
+            tenant,
+            at,
+            "a hosted tenant record the checkpoint of the default group does not carry (declared \
+             by a build before this one, or this node stopped before the next checkpoint): put \
+             into the state so that its checkpoints and snapshots carry it"
+        );
+        put.push(tenant);
     }
-    Err(format!(
-        "hosted tenant records name tenants the checkpoint of the default group does not \
-         carry ({}): they were declared by a build before this one (or this node stopped \
-         between a declaration's record and the next checkpoint). With \
-         cluster_snapshot_catch_up on, a snapshot would lose them. Run with \
-         cluster_snapshot_catch_up=false, as before this build, until a backfill of the \
-         declarations exists (docs/deploy.md \"Upgrades\")",
-        lacking.join(", ")
-    ))
+    Ok(put)
 }
 
 #[cfg(test)]
@@ -203,17 +220,44 @@ mod tests {
     /// Review s30 tenants H1 (a): a record the state lacks (declared before this build) is
     /// refused, naming the tenant; records the state carries pass.
     #[test]
-    fn a_record_the_checkpoint_lacks_is_refused() {
+    fn a_record_the_checkpoint_lacks_is_put_into_the_state() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(refuse_unbackfilled(dir.path(), &tenants(&[])).is_ok());
+        let mut t = tenants(&[]);
+        assert!(backfill_from_records(dir.path(), &mut t, Some(7))
+            .unwrap()
+            .is_empty());
         crate::group::hosted::record(dir.path(), "acme", &[1, 2, 3]).unwrap();
-        let e = refuse_unbackfilled(dir.path(), &tenants(&[])).unwrap_err();
-        assert!(
-            e.contains("acme") && e.contains("cluster_snapshot_catch_up=false"),
-            "{e}"
+        crate::group::hosted::record(dir.path(), "beta", &[2]).unwrap();
+        // No checkpoint: the replay re-applies every declaration, nothing is put in.
+        assert!(backfill_from_records(dir.path(), &mut t, None)
+            .unwrap()
+            .is_empty());
+        assert!(t.is_empty());
+        // One carried already (its own index and voters kept), one put in at the applied index.
+        let mut t = tenants(&[("beta", 3, &[2])]);
+        assert_eq!(
+            backfill_from_records(dir.path(), &mut t, Some(7)).unwrap(),
+            ["acme"]
         );
-        let e = refuse_unbackfilled(dir.path(), &tenants(&[("beta", 3, &[1])])).unwrap_err();
-        assert!(e.contains("acme"), "{e}");
-        assert!(refuse_unbackfilled(dir.path(), &tenants(&[("acme", 3, &[1, 2, 3])])).is_ok());
+        assert_eq!(
+            (t["acme"].declared_at, t["acme"].voters.clone()),
+            (7, vec![1, 2, 3])
+        );
+        assert_eq!(
+            (t["beta"].declared_at, t["beta"].voters.clone()),
+            (3, vec![2])
+        );
+        // The state round-trips through section 9 with the applied index it was put at.
+        let mut w = queenmq_engine::codec::Writer::default();
+        queenmq_engine::state::tenants::encode(&mut w, &t);
+        let mut r = queenmq_engine::codec::Reader::new(&w.buf);
+        assert_eq!(
+            queenmq_engine::state::tenants::decode(&mut r, Some(7)).unwrap(),
+            t
+        );
+        // Done: a second open puts nothing.
+        assert!(backfill_from_records(dir.path(), &mut t, Some(7))
+            .unwrap()
+            .is_empty());
     }
 }
