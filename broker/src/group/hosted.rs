@@ -278,6 +278,18 @@ impl Declarations {
     /// `default` group, whose apply must not pass an entry it did not act on), then queued
     /// for opening.
     pub fn applied(&self, index: u64, tenant: &str, voters: &[u64]) -> Result<(), String> {
+        self.declared(index, tenant, voters, false)
+    }
+
+    /// As `applied`, with `joining` forcing the joining marker whatever the horizon says (a
+    /// snapshot's declarations on a node that ever joined: `checkpoint_declarations`).
+    pub fn declared(
+        &self,
+        index: u64,
+        tenant: &str,
+        voters: &[u64],
+        joining: bool,
+    ) -> Result<(), String> {
         // Refused before anything is written: a bad name must not make a directory.
         check(tenant, voters).map_err(|e| format!("declaration of {tenant:?}: {e}"))?;
         // A declaration this node may have voted on before its directory was wiped (a rejoin,
@@ -290,7 +302,7 @@ impl Declarations {
         // already gets the marker too unless the group was opened since (review s27 tenants
         // M1: a record written unmarked by an earlier version); once opened, the marker was
         // written before that open.
-        if self.before_rejoin(index)? {
+        if joining || self.before_rejoin(index)? {
             let pending = read_hosted(&self.data_dir, tenant)
                 .map_err(|e| format!("{e:#}"))?
                 .is_none_or(|h| !h.opened);

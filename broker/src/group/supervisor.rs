@@ -83,11 +83,18 @@ pub async fn start(
         reclaim_bound,
         checkpoint_bytes,
     } = tokio::task::spawn_blocking(move || {
-        let opened = open_storage(&opening, backend, store_cache)?;
+        let mut opened = open_storage(&opening, backend, store_cache)?;
         // Before Raft starts: the checkpoint may hold declarations whose entries this node
         // never applied (caught up by a snapshot past them), and they must stand before
         // anything later is applied, as their replay would have made them stand.
         if let Some(d) = &declared {
+            let applied = opened.state.applied.map(|(index, _)| index);
+            super::checkpoint_declarations::backfill_from_records(
+                d.data_dir(),
+                &mut opened.state.tenants,
+                applied,
+            )
+            .map_err(|e| anyhow!("{e}"))?;
             super::checkpoint_declarations::record_missing(d, &opened.state.tenants)
                 .map_err(|e| anyhow!("writing the hosted records the checkpoint declares: {e}"))?;
         }

@@ -17,6 +17,14 @@ impl Planner<'_> {
             ));
         }
         check(tenant, voters).map_err(QueenError::bad_request)?;
+        // Declared already (first wins): a second declaration could only name other voters
+        // on a node that lacks the first one's record, and that node would then found a group
+        // other than the one the first declaration's voters run (review s30 tenants H1).
+        if self.st.tenants.contains_key(tenant) {
+            return Err(QueenError::bad_request(format!(
+                "tenant {tenant:?} is declared already"
+            )));
+        }
         self.emit(Effect::TenantDeclared(TenantDeclared {
             tenant,
             voters: voters.to_vec(),
@@ -56,5 +64,24 @@ mod tests {
             other => panic!("{other:?}"),
         }
         fx.assert_replays();
+    }
+
+    /// Review s30 tenants H1 (c): a name the state holds is not declared again, whatever the
+    /// voters, and nothing is emitted.
+    #[test]
+    fn a_declared_tenant_is_not_declared_again() {
+        let mut fx = Fixture::new();
+        fx.planner()
+            .plan_declare_tenant("acme", &[1, 2, 3])
+            .unwrap();
+        fx.commit().expect("an entry");
+        for voters in [&[1u64, 2, 3][..], &[2, 3, 4][..]] {
+            let e = fx
+                .planner()
+                .plan_declare_tenant("acme", voters)
+                .unwrap_err();
+            assert!(e.to_string().contains("declared already"), "{e}");
+        }
+        assert_eq!(fx.commit(), None, "nothing was emitted");
     }
 }
