@@ -45,7 +45,9 @@ pub use metrics_sample::MetricsSample;
 use plan::{Planner, PopPlan};
 use waiters::Waiters;
 
-use crate::state::{begin_checkpoint, cow_clock, State, CURSOR_FOLDS_PER_CYCLE};
+use crate::state::{
+    begin_checkpoint, cow_clock, State, CURSOR_FOLDS_PER_CYCLE, PARTITION_FOLDS_PER_CYCLE,
+};
 
 /// The engine's copies of blocks a checkpoint still shared, in one stretch it held the state
 /// lock (`cow_clock`): the part of the checkpoint's pause that moved to the first writes.
@@ -427,10 +429,10 @@ impl Engine {
             // Here, not in `cycle`: a follower checkpoints too but plans no cycle, and its
             // applies write through overlays as the leader's cycles do.
             if self.fold_overlays && self.saving.is_none() {
-                self.fold_overlays = self
-                    .shared
-                    .lock()
-                    .fold_cursor_overlays(CURSOR_FOLDS_PER_CYCLE);
+                let mut st = self.shared.lock();
+                let partitions = st.fold_partition_overlays(PARTITION_FOLDS_PER_CYCLE);
+                let cursors = st.fold_cursor_overlays(CURSOR_FOLDS_PER_CYCLE);
+                self.fold_overlays = partitions || cursors;
             }
             if self.last_checkpoint.elapsed() >= self.cfg.checkpoint_interval {
                 self.checkpoint(false).await;

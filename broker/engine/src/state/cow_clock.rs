@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// The kinds of shared block a write may copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Block {
-    /// A chunk of the partition table (`partition_table.rs`).
+    /// A chunk of the partition table's handles, or its overlay's (`partition_group.rs`).
     Partitions = 0,
     /// A shard's table of a group's cursors, or its overlay's (`cursor_map.rs`).
     Cursors = 1,
@@ -25,14 +25,18 @@ pub enum Block {
     /// write (`cursor_map.rs`): apart from its shard's copy since session 30, so a slow
     /// stretch tells the many small row copies from the few shard copies.
     CursorRows = 3,
+    /// One partition a checkpoint still holds, copied at its first write
+    /// (`partition_group.rs`): apart from its chunk's copy since session 31, as the cursors'.
+    PartitionRows = 4,
 }
 
 impl Block {
-    pub const ALL: [Block; 4] = [
+    pub const ALL: [Block; 5] = [
         Block::Partitions,
         Block::Cursors,
         Block::Ids,
         Block::CursorRows,
+        Block::PartitionRows,
     ];
 
     /// The `block` label of `queen_checkpoint_cow_block_seconds`.
@@ -42,6 +46,7 @@ impl Block {
             Block::Cursors => "cursors",
             Block::Ids => "ids",
             Block::CursorRows => "cursor_rows",
+            Block::PartitionRows => "partition_rows",
         }
     }
 }
@@ -52,7 +57,7 @@ pub struct Copies {
     pub copies: u64,
     pub took: Duration,
     /// Indexed by `Block as usize`: that kind's copies and their time.
-    pub by_block: [(u64, Duration); 4],
+    pub by_block: [(u64, Duration); 5],
 }
 
 thread_local! {

@@ -20,6 +20,7 @@ pub mod kv;
 mod label_index;
 pub mod model;
 mod name_index;
+mod partition_group;
 mod partition_order;
 mod partition_table;
 mod retention;
@@ -42,7 +43,7 @@ pub use label_index::LabelIndex;
 use model::*;
 pub use name_index::NameIndex;
 pub use partition_order::PartitionOrder;
-pub use partition_table::{PartitionTable, PartitionsSnapshot};
+pub use partition_table::{PartitionTable, PartitionsSnapshot, PARTITION_FOLDS_PER_CYCLE};
 pub use txn_filter_files::{FilterFileName, RestoreReport, SavedFilter};
 pub use txn_ids::{TxnIds, TxnRow, TxnSnapshot};
 pub use txn_spill::{bucket_of, id_key, IdStore, TxnSpill, ID_BUCKET_US, MIN_HOT_IDS};
@@ -624,6 +625,12 @@ impl State {
             }
         }
         left == 0
+    }
+
+    /// Folds the partition chunks' overlays a finished checkpoint left behind, looking at
+    /// `max` chunks at most: true if it stopped for the bound, as `fold_cursor_overlays`.
+    pub fn fold_partition_overlays(&mut self, max: usize) -> bool {
+        self.partitions.has_overlays() && self.partitions.fold_owned(max) >= max
     }
 
     fn delete_group(&mut self, gid: u64) {

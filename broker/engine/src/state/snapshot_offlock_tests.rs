@@ -525,3 +525,86 @@ fn the_overlays_a_checkpoint_left_are_folded_after_it_within_the_bound() {
     let back = decode_state(&blob).expect("decodes");
     assert_eq!(cursors(&back), at, "the checkpoint kept its moment");
 }
+
+/// Session 31: what the engine does to partitions while a checkpoint shares their chunks (an
+/// append, a queue deleted, a partition created), through the chunks' overlays.
+fn scatter(s: &mut State) {
+    s.apply(
+        &Effect::Append {
+            pid: 1,
+            base_offset: 6,
+            hashes: vec![106],
+            frames: &[0; 10],
+        },
+        41,
+        loc(13),
+    );
+    // Partition 2 shares chunk 0 with partition 1: a tombstone in the chunk's overlay.
+    s.apply(&Effect::QueueDelete { qid: 2 }, 42, loc(14));
+    let pid = s.next_partition_id;
+    s.apply(
+        &Effect::PartitionCreate {
+            qid: 1,
+            pid,
+            name: "late",
+        },
+        43,
+        loc(15),
+    );
+}
+
+/// The state of `state()` with a floor on partition 2, which a checkpoint writes from the
+/// partitions' rows (its producers section), not from its queue's ids; without the group,
+/// whose cursors two states built apart hold in different hash orders.
+fn state_with_floor() -> State {
+    let mut s = state();
+    s.apply(&Effect::GroupDelete { gid: 1 }, 40, loc(12));
+    if let Some(p) = s.partitions.get_mut(&2) {
+        p.set_floor(1);
+    }
+    s
+}
+
+/// Session 31: a partition written after the checkpoint copies itself into its chunk's
+/// overlay, none of the chunk's handles; a checkpoint taken while overlays (a write, a
+/// tombstone) are alive is byte for byte the one a twin state that never checkpointed gives,
+/// so it reads the overlay first and does not carry a removed partition's stale row; and the
+/// fold changes nothing a checkpoint holds.
+#[test]
+fn a_checkpoint_over_partition_overlays_is_the_one_without_them() {
+    let mut twin = state_with_floor();
+    scatter(&mut twin);
+    assert!(!twin.partitions.has_overlays());
+    let mut s = state_with_floor();
+    let want = reference_encode(&s);
+    let first = begin_checkpoint(&s);
+    let _ = cow_clock::take();
+    scatter(&mut s);
+    let c = cow_clock::take();
+    assert_eq!(
+        (
+            c.by_block[cow_clock::Block::Partitions as usize].0,
+            c.by_block[cow_clock::Block::PartitionRows as usize].0
+        ),
+        (0, 1),
+        "no chunk's handles: partition 1 copied into the overlay, the rest new or removed"
+    );
+    assert!(s.partitions.has_overlays());
+    assert!(s.partitions.get(&2).is_none(), "removed");
+    let second = begin_checkpoint(&s);
+    let later = encode_state(&twin);
+    assert_ne!(later, want);
+    assert_eq!(second.finish(), later, "taken over the overlays");
+    assert!(
+        !s.fold_partition_overlays(64),
+        "shared by the first: looked at"
+    );
+    assert!(s.partitions.has_overlays(), "still shared: nothing folded");
+    assert_eq!(first.finish(), want, "the first kept its moment");
+    assert!(!s.fold_partition_overlays(64));
+    assert!(!s.partitions.has_overlays(), "folded");
+    assert_eq!(encode_state(&s), later, "the fold changes nothing");
+    let back = decode_state(&later).expect("decodes");
+    assert!(back.partitions.get(&2).is_none());
+    assert_eq!(back.partitions.get(&1).map(|p| p.next_offset), Some(7));
+}
