@@ -282,7 +282,7 @@ impl Group {
                 used,
             })
         });
-        Some(Target::Overlay(writable_overlay(over), &**chunk))
+        Some(Target::Overlay(writable_overlay(over), chunk))
     }
 
     /// Folds chunk `c`'s overlay into it in place if the engine owns the chunk again; false if
