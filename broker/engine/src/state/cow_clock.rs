@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// The kinds of shared block a write may copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Block {
-    /// A chunk of the partition table's handles, or its overlay's (`partition_group.rs`).
+    /// A chunk of the partition table's handles (`partition_group.rs`).
     Partitions = 0,
     /// A shard's table of a group's cursors, or its overlay's (`cursor_map.rs`).
     Cursors = 1,
@@ -28,15 +28,21 @@ pub enum Block {
     /// One partition a checkpoint still holds, copied at its first write
     /// (`partition_group.rs`): apart from its chunk's copy since session 31, as the cursors'.
     PartitionRows = 4,
+    /// A partition chunk's overlay a checkpoint taken while it held slots shares
+    /// (`partition_group.rs`): apart from the chunks' copies since review s31 ckpt L4, so
+    /// the measure of this session's change (chunks no longer copied) is not hidden by
+    /// overlays carried over from one checkpoint to the next.
+    PartitionOverlays = 5,
 }
 
 impl Block {
-    pub const ALL: [Block; 5] = [
+    pub const ALL: [Block; 6] = [
         Block::Partitions,
         Block::Cursors,
         Block::Ids,
         Block::CursorRows,
         Block::PartitionRows,
+        Block::PartitionOverlays,
     ];
 
     /// The `block` label of `queen_checkpoint_cow_block_seconds`.
@@ -47,6 +53,7 @@ impl Block {
             Block::Ids => "ids",
             Block::CursorRows => "cursor_rows",
             Block::PartitionRows => "partition_rows",
+            Block::PartitionOverlays => "partition_overlays",
         }
     }
 }
@@ -57,7 +64,7 @@ pub struct Copies {
     pub copies: u64,
     pub took: Duration,
     /// Indexed by `Block as usize`: that kind's copies and their time.
-    pub by_block: [(u64, Duration); 5],
+    pub by_block: [(u64, Duration); 6],
 }
 
 thread_local! {

@@ -155,6 +155,8 @@ pub struct CursorMap {
     /// again would otherwise keep its overlay and the stale base rows it shadows (about 7 KB a
     /// full shard, 260 B a one-row shard) for good (review s30 M1). At most one a shard.
     overlaid: BTreeSet<u64>,
+    /// The key `fold_owned` goes on from.
+    fold_next: u64,
 }
 
 /// A group's cursors at one moment, detached from the group (shared shards).
@@ -282,24 +284,27 @@ impl CursorMap {
     /// Folds the overlays of up to `max` shards into their bases where the engine owns the
     /// base again (no checkpoint holds it), in place; a shard still shared stays listed for a
     /// later call. Returns the shards looked at, so a caller can bound its work per cycle.
+    /// Each call starts where the last stopped and wraps, as `PartitionTable::fold_owned`
+    /// (review s31 ckpt M1).
     pub fn fold_owned(&mut self, max: usize) -> usize {
-        let mut looked = 0;
-        let mut shared = Vec::new();
-        while looked < max {
-            let Some(key) = self.overlaid.pop_first() else {
-                break;
-            };
-            looked += 1;
-            if self
-                .shards
-                .get_mut(&key)
-                .is_some_and(|s| !s.fold_if_owned())
-            {
-                shared.push(key);
+        let from = self.fold_next;
+        let keys: Vec<u64> = self
+            .overlaid
+            .range(from..)
+            .chain(self.overlaid.range(..from))
+            .take(max)
+            .copied()
+            .collect();
+        for &key in &keys {
+            let folded = self.shards.get_mut(&key).is_none_or(Shard::fold_if_owned);
+            if folded {
+                self.overlaid.remove(&key);
             }
         }
-        self.overlaid.extend(shared);
-        looked
+        if let Some(last) = keys.last() {
+            self.fold_next = last.wrapping_add(1);
+        }
+        keys.len()
     }
 
     /// The cursors as they are now, in O(shards): later writes go to overlays (their rows
@@ -572,6 +577,38 @@ mod tests {
                 (SHARD + 2, 9)
             ]
         );
+    }
+
+    /// Review s31 ckpt M1: as the engine runs when a save takes the checkpoint interval, one
+    /// bounded fold between two snapshots, and the lowest shards written again each round:
+    /// the shards past the bound, written once, are still folded within a round of calls.
+    #[test]
+    fn bounded_folds_between_back_to_back_snapshots_reach_every_shard() {
+        const SHARDS: u64 = 12;
+        const BOUND: usize = 3;
+        let mut m = CursorMap::default();
+        for pid in 0..SHARDS * SHARD {
+            m.insert(pid, row(pid));
+        }
+        let mut snap = m.snapshot();
+        for s in 0..SHARDS {
+            m.get_mut(&(s * SHARD)).unwrap().failures = 1;
+        }
+        let rounds = (SHARDS as usize).div_ceil(BOUND) + 1;
+        for round in 0..rounds {
+            drop(snap);
+            m.fold_owned(BOUND);
+            snap = m.snapshot();
+            for s in 0..BOUND as u64 {
+                m.get_mut(&(s * SHARD)).unwrap().failures = round as u32 + 2;
+            }
+        }
+        let cold: Vec<u64> = (BOUND as u64..SHARDS)
+            .filter(|s| m.shards[s].over.is_some())
+            .collect();
+        assert_eq!(cold, Vec::<u64>::new(), "cold shards left with an overlay");
+        drop(snap);
+        assert_eq!(m[&(SHARDS * SHARD - SHARD)].failures, 1);
     }
 
     /// Review s30 M1: once the checkpoint lets go, `fold_owned` folds an overlay nothing writes

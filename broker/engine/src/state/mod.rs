@@ -122,6 +122,9 @@ pub struct State {
     /// declaration of each name: kept so a checkpoint carries them to a node that never
     /// applies their entries (one caught up by a snapshot).
     pub tenants: tenants::DeclaredTenants,
+    /// The group `fold_cursor_overlays` goes on from (not state: the engine's place in its
+    /// round of folds).
+    pub cursor_fold_next: u64,
 }
 
 /// Where an effect's bytes live, so runs can point at them.
@@ -613,15 +616,30 @@ impl State {
 
     /// Folds the cursor overlays a finished checkpoint left behind, looking at `max` shards at
     /// most (review s30 M1): true if it stopped for the bound, so the caller goes on in a later
-    /// cycle. Shards a checkpoint still holds stay for the fold after that one.
+    /// cycle. Shards a checkpoint still holds stay for the fold after that one. Groups are
+    /// taken in id order from where the last call stopped, and wrap (review s31 ckpt M1):
+    /// from the first group each time, the groups past the bound never folded when a
+    /// checkpoint began right after each fold. The scan over the groups is one check a group,
+    /// and only while overlays are left.
     pub fn fold_cursor_overlays(&mut self, max: usize) -> bool {
+        let mut pending: Vec<u64> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.cursors.has_overlays())
+            .map(|(gid, _)| *gid)
+            .collect();
+        pending.sort_unstable();
+        let from = pending.partition_point(|gid| *gid < self.cursor_fold_next);
+        pending.rotate_left(from);
         let mut left = max;
-        for g in self.groups.values_mut() {
+        for gid in pending {
             if left == 0 {
                 return true;
             }
-            if g.cursors.has_overlays() {
+            if let Some(g) = self.groups.get_mut(&gid) {
                 left = left.saturating_sub(g.cursors.fold_owned(left));
+                // Stopped inside this group: the next call goes on in it (its own round).
+                self.cursor_fold_next = if left == 0 { gid } else { gid.wrapping_add(1) };
             }
         }
         left == 0

@@ -212,6 +212,20 @@ impl Group {
         })
     }
 
+    /// The chunks' partitions their overlays shadow (replaced or removed), held by the
+    /// chunks until the fold, in no order.
+    pub(super) fn shadowed(&self) -> impl Iterator<Item = &Partition> {
+        self.overs
+            .iter()
+            .flat_map(|o| o.iter().enumerate())
+            .filter_map(|(c, o)| Some((self.chunk(c)?, o.as_deref()?)))
+            .flat_map(|(chunk, o)| {
+                o.rows
+                    .iter()
+                    .filter_map(move |(i, _)| chunk.slots.get(*i)?.as_deref())
+            })
+    }
+
     /// Partitions in chunk `c`, its own and its overlay's together.
     pub(super) fn used(&self, c: usize) -> usize {
         match self.overlay(c) {
@@ -366,13 +380,13 @@ fn writable(chunk: &mut Arc<Chunk>) -> &mut Chunk {
     Arc::make_mut(chunk)
 }
 
-/// The overlay, copied first (and timed, as a chunk's copy) if a checkpoint taken while it
+/// The overlay, copied first (and timed, apart from a chunk's copy) if a checkpoint taken while it
 /// held slots shares it.
 fn writable_overlay(over: &mut Arc<Overlay>) -> &mut Overlay {
     if Arc::get_mut(over).is_none() {
         let started = cow_clock::start();
         let copy = Arc::make_mut(over);
-        cow_clock::record(cow_clock::Block::Partitions, started);
+        cow_clock::record(cow_clock::Block::PartitionOverlays, started);
         return copy;
     }
     Arc::make_mut(over)

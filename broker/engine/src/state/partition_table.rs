@@ -54,6 +54,8 @@ pub struct PartitionTable {
     /// one writes again would otherwise keep its overlay and the stale partitions it shadows
     /// for good (as the cursor shards': review s30 M1). At most one a chunk.
     overlaid: BTreeSet<usize>,
+    /// The key `fold_owned` goes on from.
+    fold_next: usize,
 }
 
 /// The partitions at one moment, detached from the table (shared chunks and overlays).
@@ -187,6 +189,14 @@ impl PartitionTable {
         values(&self.groups)
     }
 
+    /// The stale partitions the overlays shadow, each once: held by their chunks until the
+    /// fold (and, while it runs, by the checkpoint that took them), so their names and runs
+    /// are counted in the state's memory as the live ones (review s31 ckpt M2). At most
+    /// `OVER_MAX` an overlay.
+    pub fn shadowed(&self) -> impl Iterator<Item = &Partition> {
+        self.groups.iter().flatten().flat_map(|g| g.shadowed())
+    }
+
     /// Whether some chunk may still hold an overlay to fold.
     pub fn has_overlays(&self) -> bool {
         !self.overlaid.is_empty()
@@ -195,32 +205,39 @@ impl PartitionTable {
     /// Folds the overlays of up to `max` chunks into their chunks where the engine owns the
     /// chunk again (no checkpoint holds it), in place; a chunk still shared stays listed for a
     /// later call. Returns the chunks looked at, so a caller can bound its work per cycle.
+    /// Each call starts where the last stopped and wraps (review s31 ckpt M1): from the
+    /// lowest key each time, a save as long as the checkpoint interval left one call between
+    /// two checkpoints, and the chunks past the first `max` never folded.
     pub fn fold_owned(&mut self, max: usize) -> usize {
-        let mut looked = 0;
-        let mut shared = Vec::new();
-        while looked < max {
-            let Some(key) = self.overlaid.pop_first() else {
-                break;
-            };
-            looked += 1;
+        let from = self.fold_next;
+        let keys: Vec<usize> = self
+            .overlaid
+            .range(from..)
+            .chain(self.overlaid.range(..from))
+            .take(max)
+            .copied()
+            .collect();
+        for &key in &keys {
             let (g, c) = (key / GROUP, key % GROUP);
             let folded = match self.groups.get_mut(g).and_then(Option::as_mut) {
                 Some(group) => group.fold_if_owned(c),
                 None => true,
             };
-            if !folded {
-                shared.push(key);
+            if folded {
+                self.overlaid.remove(&key);
             }
         }
-        self.overlaid.extend(shared);
-        looked
+        if let Some(last) = keys.last() {
+            self.fold_next = last.saturating_add(1);
+        }
+        keys.len()
     }
 
     /// What the table holds besides its partitions' names and runs, by capacity: the list of
     /// groups, each group's handles (and overlays' array, while it has one), each chunk's
     /// slots (a chunk is allocated whole) and header, each overlay, each partition's `Arc`
     /// (its row and the count's 16 B; a partition the overlay shadows still counts, as it is
-    /// held until the fold) and the list of overlaid chunks.
+    /// held until the fold: its name and runs are `shadowed`) and the list of overlaid chunks.
     pub fn chunks_bytes(&self) -> usize {
         const SLOT: usize = std::mem::size_of::<Option<Arc<Partition>>>();
         const ROW: usize = std::mem::size_of::<Partition>() + 16;
