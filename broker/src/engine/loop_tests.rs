@@ -349,3 +349,56 @@ async fn a_skipped_checkpoint_makes_the_compactor_due_again() {
     engine.finish_save(Ok(Ok(None)));
     assert!(engine.compactor.is_due());
 }
+
+/// Review s31 ckpt L1: the engine folds the overlays a checkpoint left behind, also in a
+/// chunk nothing writes again (which the write path would never fold). A snapshot the test
+/// holds stands in for a checkpoint's; a later push, to another chunk, makes the engine
+/// checkpoint again, and that save's end is what starts the engine's folds.
+#[tokio::test]
+async fn the_engine_folds_the_overlays_of_a_chunk_nothing_writes_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, shared, log) = instant_group(dir.path());
+    let cfg = EngineConfig {
+        checkpoint_interval: std::time::Duration::from_millis(20),
+        ..EngineConfig::default()
+    };
+    let (tx, jobs) = super::job_queue(cfg.queue_depth);
+    let engine = Engine::new(shared.clone(), log, store, cfg, jobs.lock_owned().await);
+    let (stop, shutdown) = watch::channel(false);
+    let running = tokio::spawn(engine.run(shutdown));
+
+    // Two chunks of 256 partitions at least.
+    let items = (0..300).map(|i| item("q", &format!("p{i}"), &format!("t{i}")));
+    let push = PushReq {
+        items: items.collect(),
+    };
+    assert!(call(&tx, Command::Push(push)).await.is_ok());
+    let (low, high_name) = {
+        let st = shared.lock();
+        let low = st.partitions.values().map(|p| p.id).min().unwrap();
+        let high = st.partitions.values().max_by_key(|p| p.id).unwrap();
+        assert!(high.id >= low + 256, "the partitions span two chunks");
+        (low, high.name.to_string())
+    };
+    {
+        let mut st = shared.lock();
+        let snap = st.partitions.snapshot();
+        st.partitions.get_mut(&low).unwrap().created_us += 1;
+        assert!(st.partitions.has_overlays(), "the write went to an overlay");
+        drop(snap);
+    }
+    let push = PushReq {
+        items: vec![item("q", &high_name, "later")],
+    };
+    assert!(call(&tx, Command::Push(push)).await.is_ok());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while shared.lock().partitions.has_overlays() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the engine never folded the overlay"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(stop.send(true).is_ok());
+    assert_eq!(running.await.unwrap(), Ok(()));
+}

@@ -429,12 +429,9 @@ impl Engine {
             // Here, not in `cycle`: a follower checkpoints too but plans no cycle, and its
             // applies write through overlays as the leader's cycles do.
             if self.fold_overlays && self.saving.is_none() {
-                let mut st = self.shared.lock();
-                let partitions = st.fold_partition_overlays(PARTITION_FOLDS_PER_CYCLE);
-                let cursors = st.fold_cursor_overlays(CURSOR_FOLDS_PER_CYCLE);
-                self.fold_overlays = partitions || cursors;
+                self.fold_overlays();
             }
-            if self.last_checkpoint.elapsed() >= self.cfg.checkpoint_interval {
+            if self.checkpoint_due() {
                 self.checkpoint(false).await;
             }
             if let Some(e) = self.store_failed.take() {
@@ -880,6 +877,33 @@ impl Engine {
         }
         self.waiters.expire(REPLY_MARGIN);
         Ok(())
+    }
+
+    /// Folds a bounded share of the overlays a finished checkpoint left, under the lock; the
+    /// flag stays up, so the next cycles go on, while the bound stopped it. Timed
+    /// (`queen_checkpoint_fold_seconds`): its frees ran in the save task before session 31
+    /// and now run in a cycle's lock (review s31 ckpt L3).
+    fn fold_overlays(&mut self) {
+        let started = Instant::now();
+        let mut st = self.shared.lock();
+        let partitions = st.fold_partition_overlays(PARTITION_FOLDS_PER_CYCLE);
+        let cursors = st.fold_cursor_overlays(CURSOR_FOLDS_PER_CYCLE);
+        drop(st);
+        self.fold_overlays = partitions || cursors;
+        metrics::histogram!("queen_checkpoint_fold_seconds", "tenant" => self.cfg.tenant.to_string())
+            .record(started.elapsed().as_secs_f64());
+    }
+
+    /// Whether a checkpoint should begin now. While folds are left it waits, up to another
+    /// interval (review s31 ckpt M1): a checkpoint begun at once shares every chunk again,
+    /// so a save as long as the interval left one bounded fold between two checkpoints and
+    /// the overlays carried over, copied and grew round after round. Writes do not wait for
+    /// it (the folds are bounded a cycle), only the checkpoint; and it waits at most an
+    /// interval, as something else may hold the chunks (a snapshot stream) for longer.
+    fn checkpoint_due(&self) -> bool {
+        let elapsed = self.last_checkpoint.elapsed();
+        let interval = self.cfg.checkpoint_interval;
+        elapsed >= interval && (!self.fold_overlays || elapsed >= interval.saturating_mul(2))
     }
 
     /// Takes the state (under the lock: the engine pauses for what is not shared, see

@@ -143,10 +143,12 @@ pub fn state_and_partition_bytes(st: &State) -> (usize, usize) {
 }
 
 /// Partitions live in chunks of slots (a chunk is allocated whole: `PartitionTable`); each
-/// partition adds its name and its run index.
+/// partition adds its name and its run index, and so does each stale partition an overlay
+/// shadows until the fold frees it (review s31 ckpt M2: the state pool decides write refusal,
+/// and up to a quarter of a chunk's run lists can sit there twice).
 fn partitions_bytes(st: &State) -> usize {
     let mut b = st.partitions.chunks_bytes();
-    for p in st.partitions.values() {
+    for p in st.partitions.values().chain(st.partitions.shadowed()) {
         b = b
             .saturating_add(text(p.name.len()))
             .saturating_add(p.floor_box_bytes())
@@ -337,6 +339,60 @@ mod tests {
         let runs = st.partitions.get(&7).map_or(0, |p| p.runs.capacity());
         assert!(runs >= 100);
         assert!(state_bytes(&st) >= with_parts + 100 * size_of::<Run>());
+    }
+
+    /// Review s31 ckpt M2: a partition written while a checkpoint shares its chunk is copied
+    /// into the overlay, and the chunk keeps the stale one (its run list too) until the fold,
+    /// after the checkpoint has let go of it: the state pool charges both until then, and no
+    /// more than the table it started from once folded.
+    #[test]
+    fn the_stale_partitions_an_overlay_shadows_are_counted_until_the_fold() {
+        const RUNS: usize = 1000;
+        let mut st = State::default();
+        with_queue(&mut st);
+        // Two chunks (256 ids each outside the engine's tests), eight partitions in each.
+        let pids: Vec<u64> = (0..8).chain(256..264).collect();
+        for &pid in &pids {
+            let name = format!("partition-{pid}");
+            st.apply(
+                &Effect::PartitionCreate {
+                    qid: 1,
+                    pid,
+                    name: &name,
+                },
+                1,
+                loc(),
+            );
+            let run = Run {
+                base_offset: 0,
+                count: 1,
+                created_us: 0,
+                index: 1,
+                pos: 0,
+            };
+            st.partitions.get_mut(&pid).unwrap().runs = vec![run; RUNS];
+        }
+        let before = state_and_partition_bytes(&st).1;
+        let snap = st.partitions.snapshot();
+        for &pid in &pids {
+            st.partitions.get_mut(&pid).unwrap().next_offset = 1;
+        }
+        drop(snap);
+        let during = state_and_partition_bytes(&st).1;
+        assert!(!st.fold_partition_overlays(128), "both chunks folded");
+        assert!(!st.partitions.has_overlays());
+        let after = state_and_partition_bytes(&st).1;
+        assert_eq!(after, before, "no drift: the fold gives back all it took");
+        let stale_runs = pids.len() * buf_bytes(RUNS, size_of::<Run>());
+        assert!(
+            during >= after + stale_runs,
+            "the stale run lists are charged until the fold: {during} < {after} + {stale_runs}"
+        );
+        // Besides them only the overlays and the copies' rows: nothing counted twice.
+        assert!(
+            during - after - stale_runs < 8192,
+            "charged {during} against {after} + {stale_runs}"
+        );
     }
 
     #[test]
