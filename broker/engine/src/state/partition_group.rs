@@ -412,6 +412,12 @@ impl Group {
     pub(super) fn has_overlays_array(&self) -> bool {
         self.overs.is_some()
     }
+
+    /// Whether the count of overlays is the overlays held, and the array is there exactly
+    /// while one is (review s31 ckpt L2).
+    pub(super) fn overlays_counted(&self) -> bool {
+        self.overlays == self.overlays().count() && self.overs.is_some() == (self.overlays > 0)
+    }
 }
 
 #[cfg(test)]

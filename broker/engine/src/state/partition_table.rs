@@ -43,7 +43,10 @@ use super::partition_group::{
 /// Chunks whose overlay the engine folds a cycle after a checkpoint
 /// (`State::fold_partition_overlays`): a fold moves at most `OVER_MAX` (64) handles and frees
 /// as many stale partitions (a name and a run list each), so 128 stay under a millisecond by
-/// reckoning (not measured); a million partitions (3 907 chunks) fold in 31 cycles.
+/// reckoning (timed as `queen_checkpoint_fold_seconds`, not yet measured); a million
+/// partitions (3 907 chunks) fold in 31 cycles, which the engine waits for before the next
+/// checkpoint (up to an interval more), and the round robin reaches every chunk even when it
+/// does not.
 pub const PARTITION_FOLDS_PER_CYCLE: usize = 128;
 
 #[derive(Default)]

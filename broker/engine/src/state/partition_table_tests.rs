@@ -488,6 +488,25 @@ proptest! {
             for id in &ids {
                 prop_assert_eq!(t.get(id).map(row_of), model.get(id).cloned(), "id {}", id);
             }
+            // Per chunk (review s31 ckpt L2): a chunk exists exactly while a live id is in
+            // it, its `used` (or its overlay's) is the ids in it, and a group's count of
+            // overlays is the overlays it holds.
+            let mut per_chunk: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+            for id in model.keys() {
+                if let Some((g, c, _)) = split(*id) {
+                    *per_chunk.entry((g, c)).or_default() += 1;
+                }
+            }
+            let mut chunks: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+            for (g, group) in t.groups.iter().enumerate() {
+                if let Some(group) = group {
+                    prop_assert!(group.overlays_counted(), "group {}", g);
+                    for (c, _) in group.chunks() {
+                        chunks.insert((g, c), group.used(c));
+                    }
+                }
+            }
+            prop_assert_eq!(chunks, per_chunk);
             for (snap, at) in &held {
                 let want: Vec<(u64, Row)> = at.iter().map(|(k, v)| (*k, v.clone())).collect();
                 prop_assert_eq!(rows(snap.values()), want);
