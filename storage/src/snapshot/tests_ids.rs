@@ -1,0 +1,322 @@
+//! The ids part of a snapshot (docs/storage-format.md "The id files in the stream"): what the
+//! sender takes, what the receiver refuses, and an install that replaces the node's id files
+//! against crash images after every durable step.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::Arc;
+
+use super::tests_sender::{fixture, Fixture};
+use crate::fuzzing::{id_files_for_tests, snapshot_stream_with_ids};
+use crate::log::tests::small;
+use crate::{
+    finish_interrupted_install, id_file_name, stage_install, IdFiles, IdSource, IoBackend,
+    MemBackend, SegmentLog, SnapshotHeader, SnapshotReceiver, SnapshotSource, StateStore,
+    StorageError, ENTRY_HEAD, IDS_DIR, IDS_INCOMING, IDS_OLD, LOG_DIR, SNAPSHOT_INCOMING,
+};
+
+/// A key the leader spilled (bucket 500) and one only the follower holds (bucket 400).
+const LEADER_KEY: u64 = 0x5eed_0001;
+const LEADER_OFFSET: u64 = 41;
+const FOLLOWER_KEY: u64 = 0x0f0f_0002;
+
+/// The leader's `ids/`: two buckets' files (one merged) and a file still being written
+/// (no header yet), which must not be sent.
+fn leader_ids() -> MemBackend {
+    let ids = MemBackend::new();
+    let files = IdFiles::new(Arc::new(ids.clone()));
+    let mut a: Vec<(u64, u64)> = (0..600).map(|k| (k * 3 + 1, k)).collect();
+    a.push((LEADER_KEY, LEADER_OFFSET));
+    files.write_segment(500, 1, &mut a).unwrap();
+    let mut b: Vec<(u64, u64)> = (0..10).map(|k| (k, 1000 + k)).collect();
+    files.write_segment(501, 2, &mut b).unwrap();
+    files.write_segment(501, 3, &mut [(77, 2000)]).unwrap();
+    files.merge_generation(501).unwrap();
+    let half = id_file_name(502, IdSource::Segment(4)).unwrap();
+    ids.create(&half).unwrap().write_at(4096, &[9u8; 4096]).unwrap();
+    ids.create("f-not-an-id-file.qflt").unwrap();
+    ids
+}
+
+fn read_all(src: &mut SnapshotSource) -> Vec<u8> {
+    let mut out = Vec::new();
+    src.read_to_end(&mut out).unwrap();
+    out
+}
+
+fn leader_stream(f: &Fixture, ids: &MemBackend) -> Vec<u8> {
+    let mut src = SnapshotSource::open_with_ids(&f.store, &f.log, 50, Some(ids)).unwrap();
+    read_all(&mut src)
+}
+
+#[test]
+fn the_sender_carries_complete_id_files_and_reads_at_any_offset() {
+    let f = fixture();
+    let ids = leader_ids();
+    let mut src = SnapshotSource::open_with_ids(&f.store, &f.log, 50, Some(&ids)).unwrap();
+    let names = src.id_file_names();
+    assert_eq!(
+        names,
+        vec![
+            id_file_name(500, IdSource::Segment(1)).unwrap(),
+            id_file_name(501, IdSource::Merged(0)).unwrap(),
+        ],
+        "the half-written file and other names are not sent"
+    );
+    let head = *src.header();
+    assert_eq!((head.ids_files, head.header_len()), (2, 72));
+    let whole = read_all(&mut src);
+    assert_eq!(whole.len() as u64, head.stream_len());
+    // The first file's bytes follow its entry head, unchanged.
+    let first = ids.file_bytes(&names[0]).unwrap();
+    let at = head.ids_start() as usize + ENTRY_HEAD;
+    assert_eq!(&whole[at..at + first.len()], &first[..]);
+    // Resumed at any offset (openraft asks again from where a chunk failed).
+    for start in (0..whole.len()).step_by(997).chain([whole.len() - 1]) {
+        src.seek(SeekFrom::Start(start as u64)).unwrap();
+        let mut buf = vec![0u8; 5000];
+        let n = src.read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &whole[start..start + n], "offset {start}");
+    }
+    // Without id files the stream is version 1, byte for byte the old one.
+    let empty = MemBackend::new();
+    let v1 = SnapshotSource::open_with_ids(&f.store, &f.log, 50, Some(&empty)).unwrap();
+    assert_eq!(v1.header().ids_files, 0);
+    let mut old = SnapshotSource::open(&f.store, &f.log, 50).unwrap();
+    let mut v1 = v1;
+    assert_eq!(read_all(&mut v1), read_all(&mut old));
+}
+
+/// Files opened when the source opened are what is sent: a merge that removes them later,
+/// or an expiry, changes nothing in the stream.
+#[test]
+fn a_merge_or_expiry_after_the_open_does_not_change_the_stream() {
+    let f = fixture();
+    let ids = leader_ids();
+    let files = IdFiles::new(Arc::new(ids.clone()));
+    files.write_segment(500, 9, &mut [(5, 5)]).unwrap();
+    let before = leader_stream(&f, &ids);
+    let mut src = SnapshotSource::open_with_ids(&f.store, &f.log, 50, Some(&ids)).unwrap();
+    files.merge_generation(500).unwrap();
+    files.remove_before(501).unwrap();
+    assert!(files.list().unwrap().iter().all(|(g, _)| *g >= 501));
+    assert_eq!(read_all(&mut src), before);
+}
+
+fn receive(stream: &[u8], chunk: usize) -> Result<SnapshotHeader, StorageError> {
+    let mem = MemBackend::new();
+    let dir: Arc<dyn IoBackend> = Arc::new(mem.clone());
+    let mut rx = SnapshotReceiver::create(dir, 1 << 20, Box::new(|_| Ok(()))).unwrap();
+    for (i, piece) in stream.chunks(chunk).enumerate() {
+        rx.write_at((i * chunk) as u64, piece)?;
+    }
+    rx.finish()
+}
+
+#[test]
+fn the_receiver_takes_a_version_2_stream_and_refuses_any_flipped_byte_of_its_ids_part() {
+    let ids = id_files_for_tests(2, 300);
+    let stream = snapshot_stream_with_ids(b"state", 5, 1, &[(1, b"r")], &ids);
+    for chunk in [1, 7, 4096, stream.len()] {
+        let h = receive(&stream, chunk).unwrap();
+        assert_eq!((h.ids_files, h.stream_len()), (2, stream.len() as u64));
+    }
+    let head = SnapshotHeader::decode(&stream[..72]).unwrap();
+    for at in head.ids_start() as usize..stream.len() {
+        let mut bad = stream.clone();
+        bad[at] ^= 0x04;
+        assert!(receive(&bad, 4096).is_err(), "byte {at} flipped was taken");
+    }
+    // Cut short, or one byte too long: refused.
+    assert!(receive(&stream[..stream.len() - 1], 4096).is_err());
+    let mut long = stream.clone();
+    long.push(0);
+    assert!(receive(&long, 4096).is_err());
+}
+
+/// An entry head claiming a huge file (or names out of order) is refused at its head, before
+/// anything it frames is written.
+#[test]
+fn huge_or_disordered_entries_are_refused_at_their_head() {
+    let ids = id_files_for_tests(2, 10);
+    let stream = snapshot_stream_with_ids(b"", 5, 1, &[], &ids);
+    let head = SnapshotHeader::decode(&stream[..72]).unwrap();
+    let at = head.ids_start() as usize;
+    for claim in [u64::MAX, 1 << 40, 4096 * 3, 4095, 0] {
+        // A length inside the part cannot be judged at the head: it fails later, still refused.
+        let at_head = claim != 4096 * 3;
+        let mut bad = stream.clone();
+        let name = std::str::from_utf8(&bad[at..at + 48]).unwrap().to_owned();
+        let h = crate::snapshot::encode_entry_head(&name, claim).unwrap();
+        bad[at..at + ENTRY_HEAD].copy_from_slice(&h);
+        let err = receive(&bad, 1 << 20).unwrap_err();
+        assert!(
+            matches!(&err, StorageError::SnapshotRefused { offset, .. } if !at_head || *offset <= (at + ENTRY_HEAD) as u64),
+            "claim {claim}: {err}"
+        );
+    }
+    let swapped = snapshot_stream_with_ids(b"", 5, 1, &[], &[ids[1].clone(), ids[0].clone()]);
+    let err = receive(&swapped, 1 << 20).unwrap_err();
+    assert!(err.to_string().contains("ascend"), "{err}");
+}
+
+struct Follower {
+    data: MemBackend,
+    store: StateStore,
+    log: SegmentLog,
+}
+
+/// A follower with records 1..=10 of term 1, a checkpoint at 10, its own `ids/` (one file,
+/// one filter file) and the leader's stream received whole.
+fn follower(stream: &[u8]) -> Follower {
+    let data = MemBackend::new();
+    let log_dir = data.mkdir(LOG_DIR).unwrap();
+    let own = data.mkdir(IDS_DIR).unwrap();
+    data.sync_dir().unwrap();
+    IdFiles::new(Arc::new(own.clone()))
+        .write_segment(400, 1, &mut [(FOLLOWER_KEY, 3)])
+        .unwrap();
+    own.create("f-old-filter.qflt").unwrap().sync_data().unwrap();
+    own.sync_dir().unwrap();
+    let log = SegmentLog::open_with_backend(Arc::new(log_dir), small())
+        .unwrap()
+        .0;
+    crate::log::tests::fill(&log, 1, 10, 1);
+    log.sync().unwrap();
+    let store = StateStore::open_in(&data, "state.redb").unwrap();
+    store
+        .save_checkpoint_with_floor(10, 1, 1, |sink| sink.write(b"old state"))
+        .unwrap();
+    let files: Arc<dyn IoBackend> = Arc::new(data.clone());
+    let mut rx = SnapshotReceiver::create(files, 1024, Box::new(|_| Ok(()))).unwrap();
+    for (i, chunk) in stream.chunks(1000).enumerate() {
+        rx.write_at(i as u64 * 1000, chunk).unwrap();
+    }
+    rx.finish().unwrap();
+    Follower { data, store, log }
+}
+
+fn stage(f: &Follower) -> Result<crate::Installed, StorageError> {
+    stage_install(&f.data, &f.store, &f.log, small(), &[], (50, 2))
+}
+
+/// What a lookup of `key` answers in `ids/` of `data`: the offset, as the broker's store
+/// would find it.
+fn lookup(data: &MemBackend, key: u64) -> Option<u64> {
+    let files = IdFiles::new(Arc::new(data.dir(IDS_DIR)?));
+    let mut found = None;
+    for (generation, source) in files.list().unwrap() {
+        let r = files.open(generation, source).unwrap();
+        if let Some(off) = r.find(key, |_| true).unwrap() {
+            found = Some(off);
+        }
+    }
+    found
+}
+
+/// After the start-up step on `image`: "old" (old checkpoint, own id files) or "new" (the
+/// snapshot's checkpoint, the leader's id files), never the new state over the old files,
+/// and nothing of the install left.
+fn restart(image: &MemBackend) -> &'static str {
+    let store = StateStore::open_in(image, "state.redb").unwrap();
+    finish_interrupted_install(image, &store).unwrap();
+    for gone in [IDS_INCOMING, IDS_OLD] {
+        assert!(image.dir(gone).is_none(), "{gone} is left");
+    }
+    let newest = store.load_checkpoint().unwrap().unwrap();
+    let own = image.dir(IDS_DIR).unwrap().list().unwrap();
+    if newest.applied_index == 10 {
+        assert_eq!(lookup(image, FOLLOWER_KEY), Some(3));
+        assert_eq!(lookup(image, LEADER_KEY), None);
+        assert!(own.iter().any(|n| n.ends_with(".qflt")));
+        return "old";
+    }
+    assert_eq!(newest.applied_index, 50);
+    assert_eq!(
+        lookup(image, LEADER_KEY),
+        Some(LEADER_OFFSET),
+        "the new state over ids that lack the leader's spilled id"
+    );
+    assert_eq!(lookup(image, FOLLOWER_KEY), None);
+    assert!(
+        !own.iter().any(|n| n.ends_with(".qflt")),
+        "an old filter file would vouch for buckets it never saw: {own:?}"
+    );
+    "new"
+}
+
+#[test]
+fn an_install_replaces_the_id_files_and_a_crash_after_any_step_is_old_or_new() {
+    let leader = fixture();
+    let stream = leader_stream(&leader, &leader_ids());
+    let f = follower(&stream);
+    f.data.record_steps();
+    stage(&f).unwrap();
+    let Follower { data, store, log } = f;
+    drop(log);
+    finish_interrupted_install(&data, &store).unwrap();
+    drop(store);
+    let images = data.take_steps();
+    assert!(images.len() > 15, "{} steps", images.len());
+    let seen: Vec<&str> = images.iter().map(restart).collect();
+    let flip = seen.iter().position(|s| *s == "new").unwrap();
+    assert!(seen[..flip].iter().all(|s| *s == "old"), "{seen:?}");
+    assert!(seen[flip..].iter().all(|s| *s == "new"), "{seen:?}");
+    assert_eq!(restart(&data.crash()), "new");
+}
+
+/// A version-1 stream (a sender without id files, or of an older build) installs as before:
+/// the node's own id files stay, and a leftover `ids-incoming` of an earlier stage is not
+/// taken for this install's.
+#[test]
+fn a_version_1_stream_keeps_the_nodes_own_id_files() {
+    let leader = fixture();
+    let stream = leader_stream(&leader, &MemBackend::new());
+    assert_eq!(stream[4], 1);
+    let f = follower(&stream);
+    let stale = f.data.mkdir(IDS_INCOMING).unwrap();
+    f.data.sync_dir().unwrap();
+    IdFiles::new(Arc::new(stale))
+        .write_segment(9, 1, &mut [(LEADER_KEY, 1)])
+        .unwrap();
+    stage(&f).unwrap();
+    let Follower { data, store, log } = f;
+    drop(log);
+    finish_interrupted_install(&data, &store).unwrap();
+    assert_eq!(lookup(&data, FOLLOWER_KEY), Some(3));
+    assert_eq!(lookup(&data, LEADER_KEY), None);
+    assert!(data.dir(IDS_INCOMING).is_none());
+}
+
+/// A file of the part that passes the stream's block CRCs but not the id-file checks (a
+/// header naming another bucket) is refused at the stage: the node keeps its own files.
+#[test]
+fn an_id_file_that_does_not_verify_costs_the_file_not_the_node() {
+    let mut ids = id_files_for_tests(1, 20);
+    ids[0].0 = id_file_name(999, IdSource::Segment(1)).unwrap();
+    let stream = snapshot_stream_with_ids(b"", 51, 2, &[], &ids);
+    let data = MemBackend::new();
+    let log_dir = data.mkdir(LOG_DIR).unwrap();
+    let own = data.mkdir(IDS_DIR).unwrap();
+    data.sync_dir().unwrap();
+    IdFiles::new(Arc::new(own))
+        .write_segment(400, 1, &mut [(FOLLOWER_KEY, 3)])
+        .unwrap();
+    let log = SegmentLog::open_with_backend(Arc::new(log_dir), small())
+        .unwrap()
+        .0;
+    crate::log::tests::fill(&log, 1, 10, 1);
+    let store = StateStore::open_in(&data, "state.redb").unwrap();
+    let files: Arc<dyn IoBackend> = Arc::new(data.clone());
+    let mut rx = SnapshotReceiver::create(files, 1024, Box::new(|_| Ok(()))).unwrap();
+    rx.write_at(0, &stream).unwrap();
+    rx.finish().unwrap();
+    let err = stage_install(&data, &store, &log, small(), &[], (50, 2)).unwrap_err();
+    assert!(
+        matches!(&err, StorageError::SnapshotRefused { reason, .. } if reason.contains("generation")),
+        "{err}"
+    );
+    assert!(data.dir(IDS_INCOMING).is_none());
+    assert!(data.file_bytes(SNAPSHOT_INCOMING).is_none());
+    assert_eq!(store.installing().unwrap(), None);
+    assert_eq!(lookup(&data, FOLLOWER_KEY), Some(3));
+}
