@@ -113,7 +113,10 @@ fn a_follower_caught_up_by_a_snapshot_sees_the_ids_its_leader_spilled() {
     for h in &spilled {
         assert!(seen(root, *h), "spilled id {h} is new to the follower");
     }
-    assert!(!seen(root, 10_000), "the follower's old files were replaced");
+    assert!(
+        !seen(root, 10_000),
+        "the follower's old files were replaced"
+    );
     assert!(!root.join(queenmq_storage::IDS_INCOMING).exists());
     assert!(!root.join(queenmq_storage::IDS_OLD).exists());
 }

@@ -405,7 +405,9 @@ mod tests {
     fn wrong_size_magic_version_and_reserved_are_refused() {
         let b = sample().encode();
         assert!(SnapshotHeader::decode(&b[..55]).unwrap_err().contains("55"));
-        assert!(SnapshotHeader::decode(&b[..4]).unwrap_err().contains("short"));
+        assert!(SnapshotHeader::decode(&b[..4])
+            .unwrap_err()
+            .contains("short"));
         let recrc = |mut x: Vec<u8>| {
             let crc = crc32c::crc32c(&x[..COVERED]);
             x[52..].copy_from_slice(&crc.to_le_bytes());

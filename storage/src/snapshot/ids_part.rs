@@ -48,7 +48,7 @@ pub fn decode_entry_head(b: &[u8; ENTRY_HEAD], room: u64) -> Result<(String, u64
         .ok_or_else(|| "id file entry names no id file".to_string())?
         .to_owned();
     let len = le_u64(&b[48..]);
-    if len < ID_BLOCK as u64 || len % ID_BLOCK as u64 != 0 || len > room {
+    if len < ID_BLOCK as u64 || !len.is_multiple_of(ID_BLOCK as u64) || len > room {
         return Err(format!(
             "id file {name} of {len} bytes: not whole blocks of {ID_BLOCK}, or more than the \
              {room} bytes left of the ids part"

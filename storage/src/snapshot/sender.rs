@@ -207,12 +207,11 @@ impl SnapshotSource {
         }
         let in_file = within - ENTRY_HEAD as u64;
         let n = (entry.len.saturating_sub(in_file)).min(out.len() as u64) as usize;
-        entry
-            .file
-            .read_at(in_file, &mut out[..n])
-            .map_err(|e| StorageError::SnapshotUnavailable {
+        entry.file.read_at(in_file, &mut out[..n]).map_err(|e| {
+            StorageError::SnapshotUnavailable {
                 reason: format!("reading id file {} for a snapshot: {e}", entry.name),
-            })?;
+            }
+        })?;
         Ok(n)
     }
 }

@@ -32,7 +32,10 @@ fn leader_ids() -> MemBackend {
     files.write_segment(501, 3, &mut [(77, 2000)]).unwrap();
     files.merge_generation(501).unwrap();
     let half = id_file_name(502, IdSource::Segment(4)).unwrap();
-    ids.create(&half).unwrap().write_at(4096, &[9u8; 4096]).unwrap();
+    ids.create(&half)
+        .unwrap()
+        .write_at(4096, &[9u8; 4096])
+        .unwrap();
     ids.create("f-not-an-id-file.qflt").unwrap();
     ids
 }
@@ -175,7 +178,10 @@ fn follower(stream: &[u8]) -> Follower {
     IdFiles::new(Arc::new(own.clone()))
         .write_segment(400, 1, &mut [(FOLLOWER_KEY, 3)])
         .unwrap();
-    own.create("f-old-filter.qflt").unwrap().sync_data().unwrap();
+    own.create("f-old-filter.qflt")
+        .unwrap()
+        .sync_data()
+        .unwrap();
     own.sync_dir().unwrap();
     let log = SegmentLog::open_with_backend(Arc::new(log_dir), small())
         .unwrap()
