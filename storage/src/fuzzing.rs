@@ -383,7 +383,8 @@ pub fn seeds(payload: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
         "snapshot_stream",
         [&[4u8, 4, 1, 1, 70, 0][..], &plan].concat(),
     ));
-    // Version 2: one id file carried whole; two with a byte of the first file flipped.
+    // Version 2: one id file carried whole; two with a byte of the first file flipped (taken
+    // since review s31 H1: a damaged file is installed as sent); two cut inside the first.
     out.push((
         "snapshot_stream",
         [&[9u8, 4, 1, 3, 0, 0][..], &plan[3..]].concat(),
@@ -391,6 +392,10 @@ pub fn seeds(payload: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
     out.push((
         "snapshot_stream",
         [&[9u8, 4, 3, 4, 16, 1][..], &plan[3..]].concat(),
+    ));
+    out.push((
+        "snapshot_stream",
+        [&[9u8, 4, 3, 5, 16, 1][..], &plan[3..]].concat(),
     ));
     out.push(("segment_record", encode_header(7).to_vec()));
     // segment_log plans: flags, max_record selector, durable_through, then files.

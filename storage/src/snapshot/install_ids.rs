@@ -96,15 +96,23 @@ pub(crate) fn stage_ids(
         }
         out.sync_data()
             .map_err(StorageError::io("fdatasync", incoming.locate(&name)))?;
-        IdFiles::new(incoming.clone())
+        // A file that does not verify is kept as sent, not refused (review s31 H1): the
+        // leader sends the same bytes on every retry. Kept, it is what the leader has: the
+        // group's start cannot read it and so counts its bucket as lost (lookups in that span
+        // fail closed); dropped, the node would answer "new" for the ids it held.
+        match IdFiles::new(incoming.clone())
             .open(generation, source)
             .and_then(|r| r.verify())
-            .map_err(|e| match e {
-                StorageError::CorruptIdFile { reason, block, .. } => {
-                    refused(at, format!("id file {name} block {block}: {reason}"))
-                }
-                e => e,
-            })?;
+        {
+            Ok(()) => {}
+            Err(StorageError::CorruptIdFile { reason, block, .. }) => tracing::warn!(
+                file = %name,
+                block,
+                reason = %reason,
+                "a snapshot's id file does not verify; it is installed as sent"
+            ),
+            Err(e) => return Err(e),
+        }
         at = from + len;
         prev = Some(name);
     }

@@ -11,7 +11,7 @@ use crate::log::tests::small;
 use crate::{
     finish_interrupted_install, id_file_name, stage_install, IdFiles, IdSource, IoBackend,
     MemBackend, SegmentLog, SnapshotHeader, SnapshotReceiver, SnapshotSource, StateStore,
-    StorageError, ENTRY_HEAD, IDS_DIR, IDS_INCOMING, IDS_OLD, LOG_DIR, SNAPSHOT_INCOMING,
+    StorageError, ENTRY_HEAD, IDS_DIR, IDS_INCOMING, IDS_OLD, LOG_DIR,
 };
 
 /// A key the leader spilled (bucket 500) and one only the follower holds (bucket 400).
@@ -115,8 +115,11 @@ fn receive(stream: &[u8], chunk: usize) -> Result<SnapshotHeader, StorageError> 
     rx.finish()
 }
 
+/// A flipped byte of an entry head (the framing) is refused; one inside a file is taken, so
+/// that a file damaged on the leader's disk, sent the same on every retry, does not stop every
+/// catch-up (review s31 H1): the install keeps it as sent and the node reads it as damaged.
 #[test]
-fn the_receiver_takes_a_version_2_stream_and_refuses_any_flipped_byte_of_its_ids_part() {
+fn the_receiver_refuses_a_flipped_byte_of_an_entry_head_and_takes_one_inside_a_file() {
     let ids = id_files_for_tests(2, 300);
     let stream = snapshot_stream_with_ids(b"state", 5, 1, &[(1, b"r")], &ids);
     for chunk in [1, 7, 4096, stream.len()] {
@@ -124,10 +127,23 @@ fn the_receiver_takes_a_version_2_stream_and_refuses_any_flipped_byte_of_its_ids
         assert_eq!((h.ids_files, h.stream_len()), (2, stream.len() as u64));
     }
     let head = SnapshotHeader::decode(&stream[..72]).unwrap();
+    let mut heads = Vec::new();
+    let mut at = head.ids_start() as usize;
+    while at < stream.len() {
+        heads.push(at..at + ENTRY_HEAD);
+        let len = u64::from_le_bytes(stream[at + 48..at + 56].try_into().unwrap());
+        at += ENTRY_HEAD + len as usize;
+    }
+    assert_eq!(heads.len(), 2);
     for at in head.ids_start() as usize..stream.len() {
         let mut bad = stream.clone();
         bad[at] ^= 0x04;
-        assert!(receive(&bad, 4096).is_err(), "byte {at} flipped was taken");
+        let framing = heads.iter().any(|h| h.contains(&at));
+        assert_eq!(
+            receive(&bad, 4096).is_err(),
+            framing,
+            "byte {at} flipped (in an entry head: {framing})"
+        );
     }
     // Cut short, or one byte too long: refused.
     assert!(receive(&stream[..stream.len() - 1], 4096).is_err());
@@ -293,10 +309,10 @@ fn a_version_1_stream_keeps_the_nodes_own_id_files() {
     assert!(data.dir(IDS_INCOMING).is_none());
 }
 
-/// A file of the part that passes the stream's block CRCs but not the id-file checks (a
-/// header naming another bucket) is refused at the stage: the node keeps its own files.
+/// A file of the part whose header names another bucket is installed as sent, not refused
+/// (review s31 H1): the leader would send it again on every retry.
 #[test]
-fn an_id_file_that_does_not_verify_costs_the_file_not_the_node() {
+fn an_id_file_that_does_not_verify_is_installed_as_sent() {
     let mut ids = id_files_for_tests(1, 20);
     ids[0].0 = id_file_name(999, IdSource::Segment(1)).unwrap();
     let stream = snapshot_stream_with_ids(b"", 51, 2, &[], &ids);
@@ -316,13 +332,50 @@ fn an_id_file_that_does_not_verify_costs_the_file_not_the_node() {
     let mut rx = SnapshotReceiver::create(files, 1024, Box::new(|_| Ok(()))).unwrap();
     rx.write_at(0, &stream).unwrap();
     rx.finish().unwrap();
-    let err = stage_install(&data, &store, &log, small(), &[], (50, 2)).unwrap_err();
-    assert!(
-        matches!(&err, StorageError::SnapshotRefused { reason, .. } if reason.contains("generation")),
-        "{err}"
+    stage_install(&data, &store, &log, small(), &[], (50, 2)).unwrap();
+    drop(log);
+    finish_interrupted_install(&data, &store).unwrap();
+    let installed = data.dir(IDS_DIR).unwrap();
+    assert_eq!(installed.file_bytes(&ids[0].0), Some(ids[0].1.clone()));
+    assert!(IdFiles::new(Arc::new(installed))
+        .open(999, IdSource::Segment(1))
+        .is_err());
+}
+
+/// Review s31 H1: a leader file whose header verifies and one of whose data blocks does not
+/// (a bad sector, or a power loss tearing it after its header) does not stop the catch-up:
+/// the install succeeds, the other files answer, and the damaged one is there as the leader
+/// has it, for the node's start to count its bucket as lost (fail closed).
+#[test]
+fn a_damaged_block_in_a_leader_id_file_does_not_stop_the_install() {
+    let leader = fixture();
+    let ids = leader_ids();
+    let mut c: Vec<(u64, u64)> = (0..900).map(|k| (k * 5 + 2, k)).collect();
+    IdFiles::new(Arc::new(ids.clone()))
+        .write_segment(503, 5, &mut c)
+        .unwrap();
+    let torn = id_file_name(503, IdSource::Segment(5)).unwrap();
+    let file = ids.open(&torn).unwrap();
+    let mut b = [0u8; 1];
+    file.read_at(4096 + 100, &mut b).unwrap();
+    file.write_at(4096 + 100, &[b[0] ^ 0x10]).unwrap();
+    let sent = ids.file_bytes(&torn).unwrap();
+    let stream = leader_stream(&leader, &ids);
+    let f = follower(&stream);
+    stage(&f).unwrap();
+    let Follower { data, store, log } = f;
+    drop(log);
+    finish_interrupted_install(&data, &store).unwrap();
+    let installed = data.dir(IDS_DIR).unwrap();
+    assert_eq!(installed.file_bytes(&torn), Some(sent));
+    let files = IdFiles::new(Arc::new(installed));
+    assert!(files
+        .open(503, IdSource::Segment(5))
+        .and_then(|r| r.verify())
+        .is_err());
+    let good = files.open(500, IdSource::Segment(1)).unwrap();
+    assert_eq!(
+        good.find(LEADER_KEY, |_| true).unwrap(),
+        Some(LEADER_OFFSET)
     );
-    assert!(data.dir(IDS_INCOMING).is_none());
-    assert!(data.file_bytes(SNAPSHOT_INCOMING).is_none());
-    assert_eq!(store.installing().unwrap(), None);
-    assert_eq!(lookup(&data, FOLLOWER_KEY), Some(3));
 }
