@@ -263,6 +263,11 @@ impl Member {
                 let ids = queenmq_storage::FileBackend::new(&ids_dir).map_err(|e| {
                     RaftError::Startup(format!("opening {} for snapshots: {e}", ids_dir.display()))
                 })?;
+                // Links of streams a crash or kill cut short pin files a merge or an expiry
+                // removed: no stream of this group runs before this point.
+                if let Err(e) = queenmq_storage::remove_send_links(&ids) {
+                    tracing::warn!(dir = %ids_dir.display(), error = %e, "leftover snapshot links in ids/ were not removed");
+                }
                 Some(SnapshotFeed::new(group, keep).with_ids(Arc::new(ids)))
             }
             None => None,

@@ -75,7 +75,8 @@ fn a_follower_caught_up_by_a_snapshot_sees_the_ids_its_leader_spilled() {
         .save_checkpoint_with_floor(50, 2, 20, |sink| sink.write(b"leader state"))
         .expect("checkpoint");
     let ids_dir = FileBackend::new(&leader.path().join(IDS_DIR)).expect("ids dir");
-    let mut src = SnapshotSource::open_with_ids(&store, &log, 50, Some(&ids_dir)).expect("open");
+    let mut src =
+        SnapshotSource::open_with_ids(&store, &log, 50, Some(Arc::new(ids_dir))).expect("open");
     assert!(src.header().ids_files > 0);
     let mut stream = Vec::new();
     src.read_to_end(&mut stream).expect("read the stream");

@@ -242,7 +242,7 @@ impl LogStore {
     pub fn snapshot_source_with_ids(
         &self,
         applied_index: u64,
-        ids: Option<&dyn queenmq_storage::IoBackend>,
+        ids: Option<Arc<dyn queenmq_storage::IoBackend>>,
     ) -> Result<queenmq_storage::SnapshotSource, crate::backend::StorageError> {
         let _gate = self.inner.reclaim_gate.blocking_lock();
         queenmq_storage::SnapshotSource::open_with_ids(

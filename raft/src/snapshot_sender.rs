@@ -86,7 +86,7 @@ pub(crate) async fn send(
     let ids = feed.ids();
     let opened = tokio::task::spawn_blocking(move || {
         store
-            .snapshot_source_with_ids(last.index, ids.as_deref())
+            .snapshot_source_with_ids(last.index, ids)
             .map(|s| (s, store.membership_history()))
     })
     .await;

@@ -35,3 +35,4 @@ pub use install::{
 pub use install_ids::{IDS_DIR, IDS_INCOMING, IDS_OLD};
 pub use receiver::{SnapshotReceiver, SNAPSHOT_INCOMING};
 pub use sender::SnapshotSource;
+pub use sender_ids::remove_send_links;

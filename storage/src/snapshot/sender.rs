@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::header::SnapshotHeader;
 use super::ids_part::ENTRY_HEAD;
-use super::sender_ids::{open_id_files, IdEntry};
+use super::sender_ids::{open_id_files, IdLinks};
 use crate::backend::IoBackend;
 use crate::log::{FloorLease, RecordSpan};
 use crate::{SegmentLog, StateStore, StateView, StorageError};
@@ -21,7 +21,8 @@ pub struct SnapshotSource {
     /// The records' spans, each with the stream offset it starts at.
     spans: Vec<(u64, RecordSpan)>,
     /// The id files (version 2), each with the stream offset its entry head starts at.
-    ids: Vec<(u64, IdEntry)>,
+    ids: Vec<u64>,
+    links: Option<IdLinks>,
     /// For `Read` and `Seek`.
     pos: u64,
     /// Held, never read: its drop ends the lease.
@@ -51,7 +52,7 @@ impl SnapshotSource {
         store: &Arc<StateStore>,
         log: &SegmentLog,
         applied_index: u64,
-        ids: Option<&dyn IoBackend>,
+        ids: Option<Arc<dyn IoBackend>>,
     ) -> Result<SnapshotSource, StorageError> {
         let unavailable = |reason: String| StorageError::SnapshotUnavailable { reason };
         let state = StateStore::state_view(store, applied_index)?;
@@ -74,10 +75,8 @@ impl SnapshotSource {
         } else {
             (Vec::new(), 0)
         };
-        let files = match ids {
-            Some(dir) => open_id_files(dir)?,
-            None => Vec::new(),
-        };
+        let links = ids.map(open_id_files).transpose()?;
+        let files = links.as_ref().map_or(&[][..], |l| &l.entries[..]);
         let ids_len = files
             .iter()
             .try_fold(0u64, |sum, f| sum.checked_add(f.stream_len()))
@@ -105,11 +104,11 @@ impl SnapshotSource {
             })
             .collect();
         let ids = files
-            .into_iter()
+            .iter()
             .map(|f| {
                 let start = at;
                 at += f.stream_len();
-                (start, f)
+                start
             })
             .collect();
         Ok(SnapshotSource {
@@ -118,6 +117,7 @@ impl SnapshotSource {
             state,
             spans,
             ids,
+            links,
             pos: 0,
             _lease: lease,
         })
@@ -190,14 +190,17 @@ impl SnapshotSource {
 impl SnapshotSource {
     /// The id files' names in the stream, in order (tests and reports).
     pub fn id_file_names(&self) -> Vec<String> {
-        self.ids.iter().map(|(_, f)| f.name.clone()).collect()
+        self.links.as_ref().map_or_else(Vec::new, |l| {
+            l.entries.iter().map(|f| f.name.clone()).collect()
+        })
     }
 
     fn read_ids(&self, at: u64, out: &mut [u8]) -> Result<usize, StorageError> {
-        let i = self.ids.partition_point(|(start, _)| *start <= at);
-        let Some((start, entry)) = i.checked_sub(1).map(|i| &self.ids[i]) else {
+        let i = self.ids.partition_point(|start| *start <= at);
+        let (Some(i), Some(links)) = (i.checked_sub(1), self.links.as_ref()) else {
             return Ok(0);
         };
+        let (start, entry) = (self.ids[i], &links.entries[i]);
         let within = at - start;
         if within < ENTRY_HEAD as u64 {
             let from = within as usize;
@@ -207,11 +210,12 @@ impl SnapshotSource {
         }
         let in_file = within - ENTRY_HEAD as u64;
         let n = (entry.len.saturating_sub(in_file)).min(out.len() as u64) as usize;
-        entry.file.read_at(in_file, &mut out[..n]).map_err(|e| {
-            StorageError::SnapshotUnavailable {
+        links
+            .file(i)?
+            .read_at(in_file, &mut out[..n])
+            .map_err(|e| StorageError::SnapshotUnavailable {
                 reason: format!("reading id file {} for a snapshot: {e}", entry.name),
-            }
-        })?;
+            })?;
         Ok(n)
     }
 }

@@ -47,7 +47,8 @@ fn read_all(src: &mut SnapshotSource) -> Vec<u8> {
 }
 
 fn leader_stream(f: &Fixture, ids: &MemBackend) -> Vec<u8> {
-    let mut src = SnapshotSource::open_with_ids(&f.store, &f.log, 50, Some(ids)).unwrap();
+    let mut src =
+        SnapshotSource::open_with_ids(&f.store, &f.log, 50, Some(Arc::new(ids.clone()))).unwrap();
     read_all(&mut src)
 }
 
@@ -55,7 +56,8 @@ fn leader_stream(f: &Fixture, ids: &MemBackend) -> Vec<u8> {
 fn the_sender_carries_complete_id_files_and_reads_at_any_offset() {
     let f = fixture();
     let ids = leader_ids();
-    let mut src = SnapshotSource::open_with_ids(&f.store, &f.log, 50, Some(&ids)).unwrap();
+    let mut src =
+        SnapshotSource::open_with_ids(&f.store, &f.log, 50, Some(Arc::new(ids.clone()))).unwrap();
     let names = src.id_file_names();
     assert_eq!(
         names,
@@ -82,7 +84,8 @@ fn the_sender_carries_complete_id_files_and_reads_at_any_offset() {
     }
     // Without id files the stream is version 1, byte for byte the old one.
     let empty = MemBackend::new();
-    let v1 = SnapshotSource::open_with_ids(&f.store, &f.log, 50, Some(&empty)).unwrap();
+    let v1 =
+        SnapshotSource::open_with_ids(&f.store, &f.log, 50, Some(Arc::new(empty.clone()))).unwrap();
     assert_eq!(v1.header().ids_files, 0);
     let mut old = SnapshotSource::open(&f.store, &f.log, 50).unwrap();
     let mut v1 = v1;
@@ -98,7 +101,8 @@ fn a_merge_or_expiry_after_the_open_does_not_change_the_stream() {
     let files = IdFiles::new(Arc::new(ids.clone()));
     files.write_segment(500, 9, &mut [(5, 5)]).unwrap();
     let before = leader_stream(&f, &ids);
-    let mut src = SnapshotSource::open_with_ids(&f.store, &f.log, 50, Some(&ids)).unwrap();
+    let mut src =
+        SnapshotSource::open_with_ids(&f.store, &f.log, 50, Some(Arc::new(ids.clone()))).unwrap();
     files.merge_generation(500).unwrap();
     files.remove_before(501).unwrap();
     assert!(files.list().unwrap().iter().all(|(g, _)| *g >= 501));
@@ -378,4 +382,170 @@ fn a_damaged_block_in_a_leader_id_file_does_not_stop_the_install() {
         good.find(LEADER_KEY, |_| true).unwrap(),
         Some(LEADER_OFFSET)
     );
+}
+
+/// Counts the files open through it (each handle handed out, until dropped), and runs a hook
+/// before the `at`-th link.
+struct Watched {
+    inner: MemBackend,
+    live: Arc<std::sync::atomic::AtomicUsize>,
+    most: Arc<std::sync::atomic::AtomicUsize>,
+    links: std::sync::atomic::AtomicUsize,
+    before_link: std::sync::Mutex<Option<(usize, Box<dyn FnOnce() + Send>)>>,
+}
+
+struct Counted(
+    Arc<dyn crate::SegmentFile>,
+    Arc<std::sync::atomic::AtomicUsize>,
+);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.1.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl crate::SegmentFile for Counted {
+    fn len(&self) -> std::io::Result<u64> {
+        self.0.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.0.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.0.write_at(offset, data)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.0.sync_data()
+    }
+}
+
+impl Watched {
+    fn new(inner: MemBackend) -> Watched {
+        Watched {
+            inner,
+            live: Default::default(),
+            most: Default::default(),
+            links: Default::default(),
+            before_link: std::sync::Mutex::new(None),
+        }
+    }
+    fn count(&self, f: Arc<dyn crate::SegmentFile>) -> Arc<dyn crate::SegmentFile> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.live.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        Arc::new(Counted(f, self.live.clone()))
+    }
+}
+
+impl IoBackend for Watched {
+    fn list(&self) -> std::io::Result<Vec<String>> {
+        self.inner.list()
+    }
+    fn create(&self, name: &str) -> std::io::Result<Arc<dyn crate::SegmentFile>> {
+        self.inner.create(name).map(|f| self.count(f))
+    }
+    fn open(&self, name: &str) -> std::io::Result<Arc<dyn crate::SegmentFile>> {
+        self.inner.open(name).map(|f| self.count(f))
+    }
+    fn remove(&self, name: &str) -> std::io::Result<()> {
+        self.inner.remove(name)
+    }
+    fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn sync_dir(&self) -> std::io::Result<()> {
+        self.inner.sync_dir()
+    }
+    fn link(&self, from: &str, to: &str) -> std::io::Result<()> {
+        let n = self.links.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut hook = self.before_link.lock().unwrap();
+        if hook.as_ref().is_some_and(|(at, _)| *at == n) {
+            let (_, run) = hook.take().unwrap();
+            drop(hook);
+            run();
+        }
+        self.inner.link(from, to)
+    }
+}
+
+/// Review s31 H2: the sender held every id file open for the whole stream (up to 65 536
+/// descriptors, outside the node's budget). Now at most one is open at any time, and the
+/// stream's links are gone when it drops.
+#[test]
+fn a_stream_of_many_id_files_holds_at_most_one_open() {
+    let f = fixture();
+    let ids = MemBackend::new();
+    let files = IdFiles::new(Arc::new(ids.clone()));
+    for b in 0..300u64 {
+        files.write_segment(1000 + b, 1, &mut [(b, b)]).unwrap();
+    }
+    let watched = Arc::new(Watched::new(ids.clone()));
+    let before = ids.list().unwrap();
+    let mut src =
+        SnapshotSource::open_with_ids(&f.store, &f.log, 50, Some(watched.clone())).unwrap();
+    assert_eq!(src.header().ids_files, 300);
+    let whole = read_all(&mut src);
+    assert_eq!(whole.len() as u64, src.header().stream_len());
+    let most = watched.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(most <= 1, "{most} id files open at once");
+    drop(src);
+    let mut after = ids.list().unwrap();
+    after.sort();
+    let mut before = before;
+    before.sort();
+    assert_eq!(
+        after, before,
+        "the stream's links are removed when it drops"
+    );
+    // A crash mid-stream leaves links: the group's open removes them.
+    let src = SnapshotSource::open_with_ids(&f.store, &f.log, 50, Some(watched.clone())).unwrap();
+    std::mem::forget(src);
+    assert_eq!(crate::remove_send_links(&ids).unwrap(), 300);
+    let mut after = ids.list().unwrap();
+    after.sort();
+    assert_eq!(after, before);
+}
+
+/// Review s31 M1, the race the docs name: a merge between the source's listing and its links
+/// (the inputs gone when linked) still streams every pair, through the merge's output, and
+/// does not start the listing over.
+#[test]
+fn a_merge_racing_the_sources_open_still_streams_its_pairs() {
+    let f = fixture();
+    let ids = leader_ids();
+    let files = IdFiles::new(Arc::new(ids.clone()));
+    files.write_segment(503, 7, &mut [(0xabc, 9)]).unwrap();
+    files.write_segment(503, 8, &mut [(0xdef, 10)]).unwrap();
+    let watched = Arc::new(Watched::new(ids.clone()));
+    let merging = ids.clone();
+    // Names sort by bucket: 500, 501 (merged), then 503's two inputs; merge before the third.
+    *watched.before_link.lock().unwrap() = Some((
+        2,
+        Box::new(move || {
+            IdFiles::new(Arc::new(merging))
+                .merge_generation(503)
+                .unwrap();
+        }),
+    ));
+    let mut src =
+        SnapshotSource::open_with_ids(&f.store, &f.log, 50, Some(watched.clone())).unwrap();
+    let names = src.id_file_names();
+    assert!(
+        names.contains(&id_file_name(503, IdSource::Merged(0)).unwrap()),
+        "{names:?}"
+    );
+    assert!(!names.contains(&id_file_name(503, IdSource::Segment(7)).unwrap()));
+    let stream = read_all(&mut src);
+    let fl = follower(&stream);
+    stage(&fl).unwrap();
+    let Follower { data, store, log } = fl;
+    drop(log);
+    finish_interrupted_install(&data, &store).unwrap();
+    assert_eq!(lookup(&data, 0xabc), Some(9));
+    assert_eq!(lookup(&data, 0xdef), Some(10));
+    assert_eq!(lookup(&data, LEADER_KEY), Some(LEADER_OFFSET));
 }
