@@ -384,6 +384,8 @@ fn a_damaged_block_in_a_leader_id_file_does_not_stop_the_install() {
     );
 }
 
+type Hook = Box<dyn FnOnce() + Send>;
+
 /// Counts the files open through it (each handle handed out, until dropped), and runs a hook
 /// before the `at`-th link.
 struct Watched {
@@ -391,7 +393,7 @@ struct Watched {
     live: Arc<std::sync::atomic::AtomicUsize>,
     most: Arc<std::sync::atomic::AtomicUsize>,
     links: std::sync::atomic::AtomicUsize,
-    before_link: std::sync::Mutex<Option<(usize, Box<dyn FnOnce() + Send>)>>,
+    before_link: std::sync::Mutex<Option<(usize, Hook)>>,
 }
 
 struct Counted(
