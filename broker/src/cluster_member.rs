@@ -254,9 +254,24 @@ impl Member {
             TcpNetwork::new(self.node_id, group, &self.token, limits()).with_gate(gate.clone());
         // Catch-up by snapshot (issue 13): the feed gets the group's log store as it opens;
         // the network streams from it and the listener's inbox stages into it.
-        let feed = self
-            .snapshot_keep
-            .map(|keep| SnapshotFeed::new(group, keep));
+        let feed = match self.snapshot_keep {
+            Some(keep) => {
+                // Streams carry the group's id files too, so a peer caught up this way knows
+                // the ids this node spilled (docs/storage-format.md "The id files in the
+                // stream").
+                let ids_dir = data_dir.join(queenmq_storage::IDS_DIR);
+                let ids = queenmq_storage::FileBackend::new(&ids_dir).map_err(|e| {
+                    RaftError::Startup(format!("opening {} for snapshots: {e}", ids_dir.display()))
+                })?;
+                // Links of streams a crash or kill cut short pin files a merge or an expiry
+                // removed: no stream of this group runs before this point.
+                if let Err(e) = queenmq_storage::remove_send_links(&ids) {
+                    tracing::warn!(dir = %ids_dir.display(), error = %e, "leftover snapshot links in ids/ were not removed");
+                }
+                Some(SnapshotFeed::new(group, keep).with_ids(Arc::new(ids)))
+            }
+            None => None,
+        };
         let inbox = match &feed {
             Some(feed) => {
                 network = network.with_snapshots(feed.clone());

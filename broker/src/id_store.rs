@@ -128,8 +128,8 @@ pub struct LookupIo {
     pub block_reads: u64,
 }
 
-/// The subdirectory of a data dir holding the id files.
-pub const IDS_DIR: &str = "ids";
+/// The subdirectory of a data dir holding the id files (the one a snapshot install replaces).
+pub const IDS_DIR: &str = queenmq_storage::IDS_DIR;
 
 pub struct DiskIdStore {
     files: IdFiles,
@@ -531,3 +531,7 @@ impl Drop for DiskIdStore {
 #[cfg(test)]
 #[path = "id_store_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "id_store_snapshot_tests.rs"]
+mod snapshot_tests;

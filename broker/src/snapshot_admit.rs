@@ -8,10 +8,14 @@ use std::sync::Arc;
 use queenmq_storage::{AdmitFn, SnapshotHeader};
 
 /// The space an install takes at its peak beyond the stream's own file: the state copied into
-/// the state store and the records into `log-incoming` (docs/storage-format.md "Install on
-/// the receiver"), so twice the stream in all.
+/// the state store, the records into `log-incoming` and the id files into `ids-incoming`
+/// (docs/storage-format.md "Install on the receiver", "The id files in the stream"), so
+/// twice the stream in all.
 fn needed(h: &SnapshotHeader) -> u64 {
-    h.state_len.saturating_add(h.records_len).saturating_mul(2)
+    h.state_len
+        .saturating_add(h.records_len)
+        .saturating_add(h.ids_len)
+        .saturating_mul(2)
 }
 
 /// Admits a stream when the file system of `data_dir` has room for `needed`.
@@ -42,6 +46,8 @@ mod tests {
             state_len,
             records_len,
             state_crc: 0,
+            ids_len: 0,
+            ids_files: 0,
         }
     }
 
@@ -52,5 +58,12 @@ mod tests {
         assert!(admit(&header(1000, 1000)).is_ok());
         let err = admit(&header(u64::MAX / 4, 0)).unwrap_err();
         assert!(err.contains("needs"), "{err}");
+        // The id files count too (session 31): a small state with a huge ids part is refused.
+        let ids = SnapshotHeader {
+            ids_len: u64::MAX / 4,
+            ids_files: 1,
+            ..header(1000, 1000)
+        };
+        assert!(admit(&ids).unwrap_err().contains("needs"));
     }
 }

@@ -234,8 +234,23 @@ impl LogStore {
         &self,
         applied_index: u64,
     ) -> Result<queenmq_storage::SnapshotSource, crate::backend::StorageError> {
+        self.snapshot_source_with_ids(applied_index, None)
+    }
+
+    /// As `snapshot_source`, with the id files of `ids` after the records (version 2 when
+    /// there is any).
+    pub fn snapshot_source_with_ids(
+        &self,
+        applied_index: u64,
+        ids: Option<Arc<dyn queenmq_storage::IoBackend>>,
+    ) -> Result<queenmq_storage::SnapshotSource, crate::backend::StorageError> {
         let _gate = self.inner.reclaim_gate.blocking_lock();
-        queenmq_storage::SnapshotSource::open(&self.inner.store, &self.inner.log, applied_index)
+        queenmq_storage::SnapshotSource::open_with_ids(
+            &self.inner.store,
+            &self.inner.log,
+            applied_index,
+            ids,
+        )
     }
 
     /// Stages the snapshot received whole into `dir`'s `snapshot-incoming` (steps 2 and 3 of

@@ -36,6 +36,10 @@ pub struct SnapshotFeed {
     store: Arc<OnceLock<WeakLogStore>>,
     sent: Arc<AtomicU64>,
     keep_below: u64,
+    /// The group's id files (`<data_dir>/ids`), streamed after the records so a peer caught
+    /// up this way knows the ids its leader spilled (docs/storage-format.md "The id files in
+    /// the stream"). None: streams carry no ids part.
+    ids: Option<Arc<dyn queenmq_storage::IoBackend>>,
 }
 
 impl std::fmt::Debug for SnapshotFeed {
@@ -61,7 +65,18 @@ impl SnapshotFeed {
             store: Arc::default(),
             sent: Arc::default(),
             keep_below,
+            ids: None,
         }
+    }
+
+    /// Streams also carry the id files of `ids` (the group's `<data_dir>/ids`).
+    pub fn with_ids(mut self, ids: Arc<dyn queenmq_storage::IoBackend>) -> SnapshotFeed {
+        self.ids = Some(ids);
+        self
+    }
+
+    pub(crate) fn ids(&self) -> Option<Arc<dyn queenmq_storage::IoBackend>> {
+        self.ids.clone()
     }
 
     pub(crate) fn attach(&self, store: LogStore) {

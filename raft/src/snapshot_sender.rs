@@ -83,9 +83,10 @@ pub(crate) async fn send(
     let Some(last) = meta.last_log_id else {
         return Err(unreachable("the snapshot covers no log entry".into()));
     };
+    let ids = feed.ids();
     let opened = tokio::task::spawn_blocking(move || {
         store
-            .snapshot_source(last.index)
+            .snapshot_source_with_ids(last.index, ids)
             .map(|s| (s, store.membership_history()))
     })
     .await;

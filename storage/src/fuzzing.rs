@@ -189,6 +189,26 @@ pub fn snapshot_stream_bytes(
     term_if_none: u64,
     records: &[(u64, &[u8])],
 ) -> Vec<u8> {
+    snapshot_stream_with_ids(state, first, term_if_none, records, &[])
+}
+
+/// As `snapshot_stream_bytes`, with an ids part (version 2) of `ids` (name, file bytes) when
+/// it is not empty.
+pub fn snapshot_stream_with_ids(
+    state: &[u8],
+    first: u64,
+    term_if_none: u64,
+    records: &[(u64, &[u8])],
+    ids: &[(String, Vec<u8>)],
+) -> Vec<u8> {
+    let mut part = Vec::new();
+    for (name, bytes) in ids {
+        match crate::snapshot::encode_entry_head(name, bytes.len() as u64) {
+            Ok(h) => part.extend_from_slice(&h),
+            Err(e) => panic!("a test id file name: {e}"),
+        }
+        part.extend_from_slice(bytes);
+    }
     let mut recs = Vec::new();
     for (i, (term, payload)) in records.iter().enumerate() {
         encode_record(&mut recs, first + i as u64, *term, payload);
@@ -200,8 +220,33 @@ pub fn snapshot_stream_bytes(
         state_len: state.len() as u64,
         records_len: recs.len() as u64,
         state_crc: crc32c::crc32c(state),
+        ids_len: part.len() as u64,
+        ids_files: ids.len() as u32,
     };
-    [&head.encode()[..], state, &recs].concat()
+    [&head.encode()[..], state, &recs, &part].concat()
+}
+
+/// `n` id files of a few pairs each, as the spill writes them (tests and seeds).
+pub fn id_files_for_tests(n: usize, pairs_each: usize) -> Vec<(String, Vec<u8>)> {
+    let mem = MemBackend::new();
+    let files = crate::IdFiles::new(Arc::new(mem.clone()));
+    let mut out = Vec::new();
+    for i in 0..n {
+        let mut pairs: Vec<(u64, u64)> = (0..pairs_each as u64)
+            .map(|k| (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i as u64, k))
+            .collect();
+        if let Err(e) = files.write_segment(100 + i as u64, 1, &mut pairs) {
+            panic!("writing a test id file: {e}");
+        }
+        let Some(name) = crate::id_file_name(100 + i as u64, crate::IdSource::Segment(1)) else {
+            panic!("a test id file name");
+        };
+        let Some(bytes) = mem.file_bytes(&name) else {
+            panic!("the test id file {name} is missing");
+        };
+        out.push((name, bytes));
+    }
+    out
 }
 
 /// A snapshot stream as `SnapshotReceiver` meets it, chunk by chunk. Layout of the input
@@ -263,7 +308,8 @@ pub fn snapshot_stream(data: &[u8]) -> bool {
         Some(&stream[..]),
         "the file is not the stream"
     );
-    match SnapshotHeader::decode(&stream[..SNAPSHOT_HEADER_LEN]) {
+    let head_len = crate::snapshot::header_len_of(stream[4]).unwrap_or(SNAPSHOT_HEADER_LEN);
+    match SnapshotHeader::decode(&stream[..head_len]) {
         Ok(h) => assert_eq!(h.stream_len(), stream.len() as u64, "length differs"),
         Err(e) => panic!("an accepted stream's header does not decode: {e}"),
     }
@@ -272,10 +318,16 @@ pub fn snapshot_stream(data: &[u8]) -> bool {
 
 /// A valid stream from a plan, then damaged: `op u8 | at u16 | first u8 | state_len u8 |
 /// state | per record: term step u8 (its low bit raises the term) | len u8 | payload`; op 1
-/// flips the byte at `at`, op 2 truncates there.
+/// flips the byte at `at`, op 2 truncates there; ops 3-5 are ops 0-2 on a version-2 stream
+/// carrying `op - 2` id files (at 4 that is an ids part of 2 × 8 KiB).
 fn built_stream(spec: &[u8]) -> Vec<u8> {
     let mut inp = Input(spec);
     let op = inp.u8();
+    let ids = match op {
+        3..=5 => id_files_for_tests(usize::from(op - 2), 300),
+        _ => Vec::new(),
+    };
+    let op = if op >= 3 { op - 3 } else { op };
     let at = usize::from(inp.u16());
     let first = u64::from(inp.u8());
     let state_len = usize::from(inp.u8());
@@ -288,7 +340,7 @@ fn built_stream(spec: &[u8]) -> Vec<u8> {
         records.push((term, inp.take(len).to_vec()));
     }
     let refs: Vec<(u64, &[u8])> = records.iter().map(|(t, p)| (*t, &p[..])).collect();
-    let mut out = snapshot_stream_bytes(&state, first, 1, &refs);
+    let mut out = snapshot_stream_with_ids(&state, first, 1, &refs, &ids);
     match op {
         1 if at < out.len() => out[at] ^= 0x5a,
         2 => out.truncate(at),
@@ -330,6 +382,20 @@ pub fn seeds(payload: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
     out.push((
         "snapshot_stream",
         [&[4u8, 4, 1, 1, 70, 0][..], &plan].concat(),
+    ));
+    // Version 2: one id file carried whole; two with a byte of the first file flipped (taken
+    // since review s31 H1: a damaged file is installed as sent); two cut inside the first.
+    out.push((
+        "snapshot_stream",
+        [&[9u8, 4, 1, 3, 0, 0][..], &plan[3..]].concat(),
+    ));
+    out.push((
+        "snapshot_stream",
+        [&[9u8, 4, 3, 4, 16, 1][..], &plan[3..]].concat(),
+    ));
+    out.push((
+        "snapshot_stream",
+        [&[9u8, 4, 3, 5, 16, 1][..], &plan[3..]].concat(),
     ));
     out.push(("segment_record", encode_header(7).to_vec()));
     // segment_log plans: flags, max_record selector, durable_through, then files.

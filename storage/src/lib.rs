@@ -32,9 +32,11 @@ pub use ids::{
 pub use log::{FloorLease, SegmentLog};
 pub use options::{LogLoss, LogOptions, RecoveryReport, TornTail};
 pub use snapshot::{
-    discard_incoming, finish_interrupted_install, precheck_install, stage_install, AdmitFn,
-    DataDir, DiskDataDir, Installed, SnapshotHeader, SnapshotReceiver, SnapshotSource, LOG_DIR,
-    LOG_INCOMING, LOG_OLD, SNAPSHOT_HEADER_LEN, SNAPSHOT_INCOMING, SNAPSHOT_PART_CAP,
+    discard_incoming, finish_interrupted_install, precheck_install, remove_send_links,
+    stage_install, AdmitFn, DataDir, DiskDataDir, Installed, SnapshotHeader, SnapshotReceiver,
+    SnapshotSource, ENTRY_HEAD, IDS_DIR, IDS_INCOMING, IDS_OLD, LOG_DIR, LOG_INCOMING, LOG_OLD,
+    MAX_IDS_FILES, SNAPSHOT_HEADER_LEN, SNAPSHOT_HEADER_V2_LEN, SNAPSHOT_INCOMING,
+    SNAPSHOT_PART_CAP,
 };
 pub use state::{
     Checkpoint, FillState, Generation, Installing, StateSink, StateStore, StateView, Streamable,

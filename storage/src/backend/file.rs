@@ -69,6 +69,10 @@ impl IoBackend for FileBackend {
         File::open(&self.dir)?.sync_all()
     }
 
+    fn link(&self, from: &str, to: &str) -> io::Result<()> {
+        fs::hard_link(self.dir.join(from), self.dir.join(to))
+    }
+
     fn locate(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }

@@ -441,6 +441,21 @@ impl IoBackend for MemBackend {
         }
     }
 
+    fn link(&self, from: &str, to: &str) -> io::Result<()> {
+        {
+            let mut st = lock(&self.tree.state);
+            let Some(file) = st.files.get(&self.key(from)).cloned() else {
+                return Err(not_found(from));
+            };
+            if st.files.contains_key(&self.key(to)) {
+                return Err(io::Error::from(io::ErrorKind::AlreadyExists));
+            }
+            st.files.insert(self.key(to), file);
+        }
+        self.step();
+        Ok(())
+    }
+
     fn remove(&self, name: &str) -> io::Result<()> {
         if self.tree.fail_remove.load(Ordering::SeqCst) {
             return Err(io::Error::from(io::ErrorKind::PermissionDenied));

@@ -32,6 +32,12 @@ pub trait IoBackend: Send + Sync {
     fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     /// Makes earlier creates and removes durable.
     fn sync_dir(&self) -> io::Result<()>;
+    /// Gives the file `from` a second name `to` (link(2)): the inode stays while either name
+    /// does. Fails if `to` exists.
+    fn link(&self, from: &str, to: &str) -> io::Result<()> {
+        let _ = (from, to);
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
     /// Where `name` lives, for error messages and reports.
     fn locate(&self, name: &str) -> PathBuf {
         PathBuf::from(name)

@@ -81,6 +81,12 @@ impl IdFileReader {
         self.header.pairs
     }
 
+    /// The open file and its exact length (what the header implies): a snapshot streams the
+    /// descriptor it verified, whatever happens to the name later.
+    pub(crate) fn into_file(self) -> (Arc<dyn SegmentFile>, u64) {
+        (self.file, file_len(self.header.pairs))
+    }
+
     fn blocks(&self) -> u64 {
         data_blocks(self.header.pairs)
     }

@@ -2,7 +2,8 @@
 //! few dozen bytes whatever the stream's size: the state and payloads are checked by running
 //! CRCs, never buffered, and no length is trusted before it is checked.
 
-use super::header::{SnapshotHeader, SNAPSHOT_HEADER_LEN};
+use super::header::{header_len_of, SnapshotHeader, SNAPSHOT_HEADER_V2_LEN};
+use super::ids_part::IdsCheck;
 use crate::format::{check_len, le_u32, le_u64, record_len, LEN_FIELD};
 
 /// Judges a header before anything past it is written: the free-space check.
@@ -22,7 +23,7 @@ pub(crate) struct StreamCheck {
 #[derive(Clone, Debug)]
 enum Phase {
     Header {
-        buf: [u8; SNAPSHOT_HEADER_LEN],
+        buf: [u8; SNAPSHOT_HEADER_V2_LEN],
     },
     State {
         head: SnapshotHeader,
@@ -37,9 +38,26 @@ enum Phase {
         prev_term: u64,
         rec: RecordHead,
     },
+    Ids {
+        head: SnapshotHeader,
+        ids: Box<IdsCheck>,
+    },
     Done {
         head: SnapshotHeader,
     },
+}
+
+/// What follows the last record (or the state, when none is carried): the ids part of a
+/// version-2 stream, or the end.
+fn after_records(head: SnapshotHeader) -> Phase {
+    if head.ids_files == 0 {
+        Phase::Done { head }
+    } else {
+        Phase::Ids {
+            head,
+            ids: Box::new(IdsCheck::new(head.ids_len, head.ids_files)),
+        }
+    }
 }
 
 /// The record being read: its fixed bytes, then how much payload is still to come.
@@ -74,7 +92,7 @@ impl StreamCheck {
             max_record_bytes,
             pos: 0,
             phase: Phase::Header {
-                buf: [0; SNAPSHOT_HEADER_LEN],
+                buf: [0; SNAPSHOT_HEADER_V2_LEN],
             },
         }
     }
@@ -114,10 +132,20 @@ impl StreamCheck {
         match &mut self.phase {
             Phase::Header { buf } => {
                 let have = self.pos as usize;
-                let n = data.len().min(SNAPSHOT_HEADER_LEN - have);
+                // The version (byte 4) tells the header's length: read up to it first.
+                let want = if have < 5 {
+                    5
+                } else {
+                    header_len_of(buf[4]).ok_or_else(|| {
+                        SnapshotHeader::decode(&buf[..5])
+                            .err()
+                            .unwrap_or_else(|| "unknown header version".into())
+                    })?
+                };
+                let n = data.len().min(want - have);
                 buf[have..have + n].copy_from_slice(&data[..n]);
-                if have + n == SNAPSHOT_HEADER_LEN {
-                    let head = SnapshotHeader::decode(buf)?;
+                if have + n == want && want > 5 {
+                    let head = SnapshotHeader::decode(&buf[..want])?;
                     let most = head
                         .record_count()
                         .checked_mul(record_len(max_record as usize));
@@ -202,8 +230,15 @@ impl StreamCheck {
                 self.record_verdict()?;
                 Ok(n)
             }
+            Phase::Ids { head, ids } => {
+                let n = ids.step(data)?;
+                if ids.is_done() {
+                    self.phase = Phase::Done { head: *head };
+                }
+                Ok(n)
+            }
             Phase::Done { head } => Err(format!(
-                "a byte follows record {} (the stream is {} bytes)",
+                "a byte follows record {} (the stream is {} bytes, its end)",
                 head.applied_index,
                 head.stream_len()
             )),
@@ -217,7 +252,7 @@ impl StreamCheck {
                 return;
             }
             self.phase = if head.record_count() == 0 {
-                Phase::Done { head }
+                after_records(head)
             } else {
                 Phase::Records {
                     head,
@@ -277,7 +312,7 @@ impl StreamCheck {
                 ));
             }
             let head = *head;
-            self.phase = Phase::Done { head };
+            self.phase = after_records(head);
         } else {
             *next_index += 1;
             *rec = RecordHead::new();

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use super::data_dir::DataDir;
-use super::header::{SnapshotHeader, SNAPSHOT_HEADER_LEN};
+use super::header::{header_len_of, SnapshotHeader, SNAPSHOT_HEADER_V2_LEN};
+use super::install_ids::{finish_ids, remove_ids_incoming, stage_ids};
 use super::receiver::SNAPSHOT_INCOMING;
 use crate::backend::{IoBackend, SegmentFile};
 use crate::format::{decode_body, le_u32, record_len, LEN_FIELD};
@@ -109,10 +110,13 @@ fn open_checked(
     let file = files
         .open(SNAPSHOT_INCOMING)
         .map_err(StorageError::io("open", &path))?;
-    let mut raw = [0u8; SNAPSHOT_HEADER_LEN];
-    file.read_at(0, &mut raw)
+    let mut raw = [0u8; SNAPSHOT_HEADER_V2_LEN];
+    file.read_at(0, &mut raw[..5])
         .map_err(StorageError::io("read the header of", &path))?;
-    let head = SnapshotHeader::decode(&raw)
+    let head_len = header_len_of(raw[4]).unwrap_or(5);
+    file.read_at(0, &mut raw[..head_len])
+        .map_err(StorageError::io("read the header of", &path))?;
+    let head = SnapshotHeader::decode(&raw[..head_len])
         .map_err(|reason| StorageError::SnapshotRefused { offset: 0, reason })?;
     let len = file.len().map_err(StorageError::io("size", &path))?;
     if len != head.stream_len() {
@@ -214,6 +218,9 @@ fn stage(
             files.locate(LOG_INCOMING),
         ))?;
     }
+    // Step 2 of the ids: the sender's id files into `ids-incoming/`, or none left there, so
+    // that after step 3 the directory's presence says whether step 4 replaces `ids/`.
+    stage_ids(dir, files, &file, &path, &head)?;
     // Step 3.
     let install = Installing {
         applied_index: a,
@@ -241,7 +248,7 @@ fn read_state(
     let mut at = 0u64;
     while at < head.state_len {
         let n = buf.len().min((head.state_len - at) as usize);
-        file.read_at(SNAPSHOT_HEADER_LEN as u64 + at, &mut buf[..n])
+        file.read_at(head.header_len() as u64 + at, &mut buf[..n])
             .map_err(StorageError::io("read the state from", path))?;
         sink.write(&buf[..n]);
         at += n as u64;
@@ -257,7 +264,7 @@ fn copy_records(
     log: &SegmentLog,
     max_record_bytes: u32,
 ) -> Result<(), StorageError> {
-    let start = SNAPSHOT_HEADER_LEN as u64 + head.state_len;
+    let start = head.header_len() as u64 + head.state_len;
     let end = start + head.records_len;
     let mut at = start;
     let mut next = head.first_record;
@@ -328,6 +335,7 @@ fn finish_steps_4_and_5(
             .sync_dir()
             .map_err(StorageError::io("sync", files.locate("")))
     };
+    finish_ids(dir)?;
     if switch && dir.has_dir(LOG_INCOMING) {
         if dir.has_dir(LOG_DIR) {
             if dir.has_dir(LOG_OLD) {
@@ -379,6 +387,9 @@ pub fn discard_incoming(dir: &dyn DataDir) {
             .remove_dir_all(LOG_INCOMING)
             .map_err(StorageError::io("remove", files.locate(LOG_INCOMING)));
     }
+    if result.is_ok() {
+        result = remove_ids_incoming(dir, &*files).map(drop);
+    }
     if let Err(e) = result.and_then(|()| {
         files
             .sync_dir()
@@ -412,6 +423,8 @@ pub fn finish_interrupted_install(
             .map_err(StorageError::io("remove", files.locate(LOG_INCOMING)))?;
         any = true;
     }
+    // The id files of an install whose step 3 never committed.
+    any |= remove_ids_incoming(dir, &*files)?;
     if any {
         files
             .sync_dir()

@@ -4,7 +4,10 @@
 use std::io::{self, Read, Seek, SeekFrom};
 use std::sync::Arc;
 
-use super::header::{SnapshotHeader, SNAPSHOT_HEADER_LEN};
+use super::header::SnapshotHeader;
+use super::ids_part::ENTRY_HEAD;
+use super::sender_ids::{open_id_files, IdLinks};
+use crate::backend::IoBackend;
 use crate::log::{FloorLease, RecordSpan};
 use crate::{SegmentLog, StateStore, StateView, StorageError};
 
@@ -13,10 +16,13 @@ use crate::{SegmentLog, StateStore, StateView, StorageError};
 /// ends the lease.
 pub struct SnapshotSource {
     head: SnapshotHeader,
-    head_bytes: [u8; SNAPSHOT_HEADER_LEN],
+    head_bytes: Vec<u8>,
     state: StateView,
     /// The records' spans, each with the stream offset it starts at.
     spans: Vec<(u64, RecordSpan)>,
+    /// The id files (version 2), each with the stream offset its entry head starts at.
+    ids: Vec<u64>,
+    links: Option<IdLinks>,
     /// For `Read` and `Seek`.
     pos: u64,
     /// Held, never read: its drop ends the lease.
@@ -33,6 +39,20 @@ impl SnapshotSource {
         store: &Arc<StateStore>,
         log: &SegmentLog,
         applied_index: u64,
+    ) -> Result<SnapshotSource, StorageError> {
+        Self::open_with_ids(store, log, applied_index, None)
+    }
+
+    /// As `open`, and with `ids` (the node's `ids/`) the stream carries every complete id
+    /// file there after the records (version 2; version 1 when there is none). The files are
+    /// opened after the checkpoint's header is read: an id that left the table before the
+    /// checkpoint was taken is in a file made durable before that (docs/storage-format.md
+    /// "The id files in the stream").
+    pub fn open_with_ids(
+        store: &Arc<StateStore>,
+        log: &SegmentLog,
+        applied_index: u64,
+        ids: Option<Arc<dyn IoBackend>>,
     ) -> Result<SnapshotSource, StorageError> {
         let unavailable = |reason: String| StorageError::SnapshotUnavailable { reason };
         let state = StateStore::state_view(store, applied_index)?;
@@ -55,6 +75,12 @@ impl SnapshotSource {
         } else {
             (Vec::new(), 0)
         };
+        let links = ids.map(open_id_files).transpose()?;
+        let files = links.as_ref().map_or(&[][..], |l| &l.entries[..]);
+        let ids_len = files
+            .iter()
+            .try_fold(0u64, |sum, f| sum.checked_add(f.stream_len()))
+            .ok_or_else(|| unavailable("the id files' sizes overflow".into()))?;
         let head = SnapshotHeader {
             applied_index,
             applied_term: state.applied_term,
@@ -62,10 +88,13 @@ impl SnapshotSource {
             state_len: state.state_len,
             records_len,
             state_crc: state.state_crc,
+            ids_len,
+            ids_files: u32::try_from(files.len())
+                .map_err(|_| unavailable("too many id files".into()))?,
         };
-        // What the receiver would refuse is not sent: a state or log past the caps.
+        // What the receiver would refuse is not sent: a state, log or ids part past the caps.
         SnapshotHeader::decode(&head.encode()).map_err(unavailable)?;
-        let mut at = SNAPSHOT_HEADER_LEN as u64 + head.state_len;
+        let mut at = head.header_len() as u64 + head.state_len;
         let spans = spans
             .into_iter()
             .map(|s| {
@@ -74,11 +103,21 @@ impl SnapshotSource {
                 (start, s)
             })
             .collect();
+        let ids = files
+            .iter()
+            .map(|f| {
+                let start = at;
+                at += f.stream_len();
+                start
+            })
+            .collect();
         Ok(SnapshotSource {
             head,
             head_bytes: head.encode(),
             state,
             spans,
+            ids,
+            links,
             pos: 0,
             _lease: lease,
         })
@@ -105,17 +144,21 @@ impl SnapshotSource {
                 break;
             }
             let out = &mut buf[done..];
-            let n = if at < SNAPSHOT_HEADER_LEN as u64 {
+            let head_len = self.head_bytes.len() as u64;
+            let n = if at < head_len {
                 let from = at as usize;
-                let n = out.len().min(SNAPSHOT_HEADER_LEN - from);
+                let n = out.len().min(self.head_bytes.len() - from);
                 out[..n].copy_from_slice(&self.head_bytes[from..from + n]);
                 n
-            } else if at < SNAPSHOT_HEADER_LEN as u64 + self.head.state_len {
-                self.state.read_at(at - SNAPSHOT_HEADER_LEN as u64, out)?
-            } else {
+            } else if at < head_len + self.head.state_len {
+                self.state.read_at(at - head_len, out)?
+            } else if at < self.head.ids_start() {
                 // The state verifies whole before anything after it is sent.
                 self.state.verify()?;
                 self.read_records(at, out)?
+            } else {
+                self.state.verify()?;
+                self.read_ids(at, out)?
             };
             if n == 0 {
                 return Err(StorageError::SnapshotUnavailable {
@@ -140,6 +183,39 @@ impl SnapshotSource {
                 "read a record for a snapshot from",
                 &span.path,
             ))?;
+        Ok(n)
+    }
+}
+
+impl SnapshotSource {
+    /// The id files' names in the stream, in order (tests and reports).
+    pub fn id_file_names(&self) -> Vec<String> {
+        self.links.as_ref().map_or_else(Vec::new, |l| {
+            l.entries.iter().map(|f| f.name.clone()).collect()
+        })
+    }
+
+    fn read_ids(&self, at: u64, out: &mut [u8]) -> Result<usize, StorageError> {
+        let i = self.ids.partition_point(|start| *start <= at);
+        let (Some(i), Some(links)) = (i.checked_sub(1), self.links.as_ref()) else {
+            return Ok(0);
+        };
+        let (start, entry) = (self.ids[i], &links.entries[i]);
+        let within = at - start;
+        if within < ENTRY_HEAD as u64 {
+            let from = within as usize;
+            let n = out.len().min(ENTRY_HEAD - from);
+            out[..n].copy_from_slice(&entry.head[from..from + n]);
+            return Ok(n);
+        }
+        let in_file = within - ENTRY_HEAD as u64;
+        let n = (entry.len.saturating_sub(in_file)).min(out.len() as u64) as usize;
+        links
+            .file(i)?
+            .read_at(in_file, &mut out[..n])
+            .map_err(|e| StorageError::SnapshotUnavailable {
+                reason: format!("reading id file {} for a snapshot: {e}", entry.name),
+            })?;
         Ok(n)
     }
 }

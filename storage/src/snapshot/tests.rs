@@ -254,6 +254,8 @@ fn an_index_gap_is_refused() {
         state_len: 0,
         records_len: recs.len() as u64,
         state_crc: 0,
+        ids_len: 0,
+        ids_files: 0,
     };
     let s = [&head.encode()[..], &recs].concat();
     let mem = MemBackend::new();
@@ -382,7 +384,9 @@ fn the_seeds_are_accepted_and_the_corpus_check_holds() {
         assert_eq!(*target, "snapshot_stream");
         accepted += usize::from(crate::fuzzing::snapshot_stream(bytes));
     }
-    assert_eq!(accepted, 4, "every seed is a valid stream");
+    // Every seed is taken but the version-2 stream cut inside an id file; the one with a
+    // byte of an id file flipped is taken (review s31 H1).
+    assert_eq!(accepted, 6);
 }
 
 #[test]
