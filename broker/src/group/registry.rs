@@ -609,12 +609,10 @@ impl Registry {
                         .and_then(|p| p.get(&id))
                         .map(|n| n.addr.clone())
                 })
-                .ok_or_else(|| {
-                    QueenError::unavailable(format!(
-                        "voter {id} of tenant {tenant:?} has no known address (not in the \
-                         default group's membership nor in peers)"
-                    ))
-                })?;
+                .unwrap_or_else(|| {
+                    tracing::warn!(tenant, voter = id, "a declared voter of the tenant's group is in neither the default group's membership nor peers (removed since?): it is given an address that is never dialled (docs/cluster.md \"Membership with tenant groups\")");
+                    super::voter_addr::unknown(id)
+                });
             out.insert(id, queenmq_raft::BasicNode::new(addr));
         }
         if lost {
