@@ -13,11 +13,22 @@ use queenmq_raft::{MembershipView, LIVE_LAG};
 pub fn remaining(view: &MembershipView, op: MembershipOp) -> Option<MembershipOp> {
     let member = |id: u64| view.members.iter().find(|m| m.id == id);
     match op {
+        // All three addresses: a re-add naming another HTTP or Kafka address is not done
+        // (the group would keep relaying to the old one), so the plan refuses it as a
+        // duplicate instead of `already` (review s31 member L4).
         MembershipOp::AddLearner {
             id,
             ref cluster_addr,
-            ..
-        } if member(id).is_some_and(|m| &m.cluster_addr == cluster_addr) => None,
+            ref http,
+            ref kafka,
+        } if member(id).is_some_and(|m| {
+            &m.cluster_addr == cluster_addr
+                && m.http.as_deref() == Some(http.as_str())
+                && m.kafka == *kafka
+        }) =>
+        {
+            None
+        }
         MembershipOp::Promote(ids) => {
             let left: Vec<u64> = ids
                 .into_iter()
@@ -66,7 +77,7 @@ mod tests {
             id,
             voter,
             cluster_addr: format!("h:{id}"),
-            http: None,
+            http: Some("http://h:1".into()),
             kafka: None,
             matched,
         }
@@ -99,6 +110,21 @@ mod tests {
         assert_eq!(remaining(&v, add(5, "h:5")), Some(add(5, "h:5")));
         // The same id at another address is left to the group's duplicate refusal.
         assert_eq!(remaining(&v, add(4, "h:9")), Some(add(4, "h:9")));
+        // So is the same id with another HTTP or Kafka address (review s31 member L4).
+        let other_http = MembershipOp::AddLearner {
+            id: 4,
+            cluster_addr: "h:4".into(),
+            http: "http://h:2".into(),
+            kafka: None,
+        };
+        assert_eq!(remaining(&v, other_http.clone()), Some(other_http));
+        let other_kafka = MembershipOp::AddLearner {
+            id: 4,
+            cluster_addr: "h:4".into(),
+            http: "http://h:1".into(),
+            kafka: Some("h:9092".into()),
+        };
+        assert_eq!(remaining(&v, other_kafka.clone()), Some(other_kafka));
         assert_eq!(remaining(&v, MembershipOp::Promote(vec![1, 2])), None);
         assert_eq!(
             remaining(&v, MembershipOp::Promote(vec![1, 4])),

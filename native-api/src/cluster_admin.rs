@@ -52,8 +52,13 @@ pub trait ClusterAdmin: Send + Sync + std::fmt::Debug {
     /// The tenants whose groups this node hosts besides `default` (a running group or a
     /// hosted record), in name order; None without `cluster_tenant_groups`, where the routes
     /// act on `default` alone as before.
-    fn tenant_groups(&self) -> Option<Vec<String>> {
+    fn tenant_groups(&self) -> Option<Result<Vec<String>, QueenError>> {
         None
+    }
+    /// Whether the routes carry each change to the tenants' groups (`tenant_groups` is
+    /// Some), without listing them.
+    fn carries(&self) -> bool {
+        false
     }
     /// `view` of `group`'s membership (`default` included), from this node's own log.
     fn view_group<'a>(&'a self, group: &'a str) -> Answer<'a>;
@@ -91,6 +96,9 @@ pub async fn view(
 ) -> Result<Response, ApiError> {
     let admin = admin(&app, &ctx)?;
     let answer = match group_of(uri.query())? {
+        Some(g) if g != queenmq_protocol::DEFAULT_TENANT && !admin.carries() => {
+            return Err(no_groups(&g))
+        }
         Some(g) => admin.view_group(&g).await?,
         None => admin.view().await?,
     };
@@ -190,12 +198,32 @@ async fn run(
     relay: Relay,
 ) -> Result<Response, ApiError> {
     let admin = admin(app, ctx)?;
-    let answer = match (group_of(uri.query())?, admin.tenant_groups()) {
-        (Some(g), _) => admin.change_group(&g, op).await?,
-        (None, None) => admin.change(op).await?,
-        (None, Some(tenants)) => carry(admin, fwd.map(|f| f.0), tenants, op, relay).await?,
+    let answer = match (group_of(uri.query())?, admin.carries()) {
+        (Some(g), true) => admin.change_group(&g, op).await?,
+        (Some(g), false) => return Err(no_groups(&g)),
+        (None, false) => admin.change(op).await?,
+        (None, true) => {
+            let answer = carry(admin, fwd.map(|f| f.0), op, relay).await?;
+            if answer.get("complete") == Some(&Value::Bool(false)) {
+                // Some group is behind `default`: an error status, so a script that checks
+                // the status does not go on to the next step (review s31 member M2/M3);
+                // the body keeps every group's outcome and names the ones behind.
+                return Ok(
+                    (axum::http::StatusCode::SERVICE_UNAVAILABLE, Json(answer)).into_response()
+                );
+            }
+            answer
+        }
     };
     Ok(Json(answer).into_response())
+}
+
+/// `?group=` names a tenant's group, but there are none (`cluster_tenant_groups` off): a
+/// retry never helps (review s31 member L3).
+fn no_groups(g: &str) -> ApiError {
+    ApiError::bad(format!(
+        "?group={g}: this node runs no tenant groups (cluster_tenant_groups is off)"
+    ))
 }
 
 fn object(bytes: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {

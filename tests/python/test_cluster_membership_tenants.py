@@ -110,6 +110,9 @@ def carried(http, node, method, path, want, **kw):
             body = res.json()
             groups = {g["group"]: g for g in body.get("groups", [])}
             assert set(groups) == {TENANT_A, TENANT_B}, last
+            # 200 only when every group is done (review s31 member M2).
+            assert body["complete"] is True and body["behind"] == [], last
+            assert all(g["status"] == 200 for g in groups.values()), last
             if (members(body) == want and all(
                     g["status"] == 200 and members(g["answer"]) == want
                     for g in groups.values())):
@@ -118,6 +121,13 @@ def carried(http, node, method, path, want, **kw):
                 assert g["status"] in (200, 409, 503), last
         else:
             assert res.status_code in (409, 503), last
+            body = res.json()
+            if "groups" in body:
+                # `default` changed, a tenant group did not: 503 naming the groups behind.
+                assert res.status_code == 503 and body["complete"] is False, last
+                assert set(body["behind"]) == {
+                    g["group"] for g in body["groups"] if g["status"] != 200}, last
+                assert body["behind"] and body["code"] == "unavailable", last
         assert time.monotonic() < deadline, last
         time.sleep(0.5)
 

@@ -59,13 +59,7 @@ pub(crate) async fn layer(
     // A membership route naming a tenant's group goes to that group's leader, not to the
     // caller's tenant's (docs/cluster.md "Membership with tenant groups"); a malformed name
     // is the handler's to refuse.
-    let tenant = match req.uri().path().starts_with("/api/v1/cluster") {
-        true => crate::cluster_carry::group_of(req.uri().query())
-            .ok()
-            .flatten()
-            .unwrap_or(tenant),
-        false => tenant,
-    };
+    let tenant = crate::cluster_carry::routed_group(req.uri().path(), req.uri().query(), tenant);
     let forwarded = req.headers().contains_key(FORWARDED);
     let decision = decide::decide(row.class, req.uri().path(), forwarded, || {
         fwd.leader_of(&tenant)
