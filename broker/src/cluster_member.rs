@@ -71,9 +71,15 @@ fn start_role(
     marked: bool,
 ) -> (BTreeMap<u64, BasicNode>, bool, bool) {
     let (peers, initialise, join) = match tenant_voters {
-        Some(voters) => {
+        Some(mut voters) => {
             let ids: Vec<u64> = voters.keys().copied().collect();
             let founds = crate::group::hosted::preferred(group, &ids) == Some(me);
+            // A node added to the cluster after the declaration is none of its voters: it
+            // hosts the group to be added to it as a learner (docs/cluster.md "Membership
+            // with tenant groups"), founds nothing, and names itself so the start accepts it.
+            if let (false, Some(own)) = (voters.contains_key(&me), default.0.get(&me)) {
+                voters.insert(me, own.clone());
+            }
             (voters, founds && !tenant_lost, tenant_lost)
         }
         None => (default.0.clone(), default.1, default.2),
@@ -297,6 +303,11 @@ impl Member {
         // lead on different nodes; `cluster_join` is the default group's (a node that joins
         // the cluster learns of tenants from its log, after they were founded).
         let is_tenant = tenant_voters.is_some();
+        // Not among the declared voters (added to the cluster later): never a founder, by
+        // preference or by the fallback.
+        let outsider = tenant_voters
+            .as_ref()
+            .is_some_and(|v| !v.contains_key(&self.node_id));
         let (peers, initialise, join) = start_role(
             self.node_id,
             group,
@@ -338,7 +349,7 @@ impl Member {
                 )
             })
             .flatten()
-            .filter(|_| !initialise)
+            .filter(|_| !initialise && !outsider)
             .map(|after| (after, peers.clone()));
         let start = ClusterStart {
             peers,
@@ -758,6 +769,23 @@ mod tests {
             // A joining marker stands (a rejoin, or an earlier lost start): never founds.
             assert_eq!(role(false, true), (false, false), "node {me}");
         }
+        // A node added later (4) is none of the declared voters: it names itself among the
+        // group's peers (the start refuses a node its peers do not name) and never founds.
+        let mut with_four = peers.clone();
+        with_four.insert(4, BasicNode::new("127.0.0.1:7104"));
+        let (p, init, join) = start_role(
+            4,
+            "acme",
+            (&with_four, false, true),
+            Some(voters.clone()),
+            false,
+            false,
+        );
+        assert!(
+            p.contains_key(&4) && voters.keys().all(|id| p.contains_key(id)),
+            "{p:?}"
+        );
+        assert_eq!((init, join), (false, false));
         // `default` keeps its own rule: the founder of `peers` unless joining or marked.
         assert!(start_role(1, "default", default, None, false, false).1);
         assert!(!start_role(1, "default", default, None, false, true).1);

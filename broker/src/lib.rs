@@ -3,6 +3,7 @@
 //! planners, reads) is the `queenmq-engine` crate, re-exported here under its old paths.
 
 pub mod cluster_admin;
+mod cluster_group_change;
 pub mod cluster_member;
 mod cluster_peer_sources;
 pub mod config;

@@ -265,6 +265,8 @@ pub async fn serve(
                 groups: groups.clone(),
                 node_id: m.node_id,
                 peer_http: m.peer_http().clone(),
+                tenant_groups: m.tenant_groups,
+                data_dir: cfg.data_dir.clone(),
             }) as Arc<dyn queenmq_native_api::cluster_admin::ClusterAdmin>
         }),
         // A follower relays what the leader must answer (docs/cluster.md "Forwarding").

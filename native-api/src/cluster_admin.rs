@@ -6,16 +6,19 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use queenmq_protocol::{ErrorCode, QueenError, RequestCtx};
 use serde_json::Value;
 
+use crate::cluster_carry::{carry, group_of, Relay};
 use crate::error::ApiError;
+use crate::forward::Forwarder;
 use crate::{body, AppState};
 
 /// The most learners one promotion names: a cluster is a handful of nodes.
@@ -46,6 +49,22 @@ pub trait ClusterAdmin: Send + Sync + std::fmt::Debug {
     fn view(&self) -> Answer<'_>;
     /// Runs `op`; answers once its membership entry committed.
     fn change(&self, op: MembershipOp) -> Answer<'_>;
+    /// The tenants whose groups this node hosts besides `default` (a running group or a
+    /// hosted record), in name order; None without `cluster_tenant_groups`, where the routes
+    /// act on `default` alone as before.
+    fn tenant_groups(&self) -> Option<Result<Vec<String>, QueenError>> {
+        None
+    }
+    /// Whether the routes carry each change to the tenants' groups (`tenant_groups` is
+    /// Some), without listing them.
+    fn carries(&self) -> bool {
+        false
+    }
+    /// `view` of `group`'s membership (`default` included), from this node's own log.
+    fn view_group<'a>(&'a self, group: &'a str) -> Answer<'a>;
+    /// Runs what is left of `op` on `group`, which this node must lead; answers with
+    /// `"already": true` when nothing is (a rerun of a route cut halfway).
+    fn change_group<'a>(&'a self, group: &'a str, op: MembershipOp) -> Answer<'a>;
 }
 
 /// The broker's side, for a caller whose token names no tenant: the membership is every
@@ -73,33 +92,55 @@ fn node_wide(ctx: &RequestCtx) -> Result<(), ApiError> {
 pub async fn view(
     State(app): State<AppState>,
     Extension(ctx): Extension<RequestCtx>,
+    uri: Uri,
 ) -> Result<Response, ApiError> {
-    Ok(Json(admin(&app, &ctx)?.view().await?).into_response())
+    let admin = admin(&app, &ctx)?;
+    let answer = match group_of(uri.query())? {
+        Some(g) if g != queenmq_protocol::DEFAULT_TENANT && !admin.carries() => {
+            return Err(no_groups(&g))
+        }
+        Some(g) => admin.view_group(&g).await?,
+        None => admin.view().await?,
+    };
+    Ok(Json(answer).into_response())
 }
 
-pub async fn add_learner(
+pub(crate) async fn add_learner(
     State(app): State<AppState>,
     Extension(ctx): Extension<RequestCtx>,
+    fwd: Option<Extension<Arc<Forwarder>>>,
+    uri: Uri,
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
-    let m = object(&app, &headers, b).await?;
+    let bytes = body::read(&headers, b, &app.opts).await?;
+    let m = object(&bytes)?;
     let op = MembershipOp::AddLearner {
         id: node_id(m.get("id"))?,
         cluster_addr: cluster_addr(m.get("clusterAddr"))?,
         http: http_addr(m.get("httpAddr"))?,
         kafka: kafka_addr(m.get("kafkaAddr"))?,
     };
-    Ok(Json(admin(&app, &ctx)?.change(op).await?).into_response())
+    let relay = Relay {
+        method: Method::POST,
+        path: "/api/v1/cluster/learners",
+        path_arg: None,
+        headers,
+        body: bytes,
+    };
+    run(&app, &ctx, fwd, &uri, op, relay).await
 }
 
-pub async fn promote(
+pub(crate) async fn promote(
     State(app): State<AppState>,
     Extension(ctx): Extension<RequestCtx>,
+    fwd: Option<Extension<Arc<Forwarder>>>,
+    uri: Uri,
     headers: HeaderMap,
     b: Body,
 ) -> Result<Response, ApiError> {
-    let m = object(&app, &headers, b).await?;
+    let bytes = body::read(&headers, b, &app.opts).await?;
+    let m = object(&bytes)?;
     let Some(Value::Array(ids)) = m.get("ids") else {
         return Err(ApiError::bad("ids must be an array of node ids"));
     };
@@ -112,17 +153,22 @@ pub async fn promote(
         .iter()
         .map(|v| node_id(Some(v)))
         .collect::<Result<Vec<u64>, ApiError>>()?;
-    Ok(Json(
-        admin(&app, &ctx)?
-            .change(MembershipOp::Promote(ids))
-            .await?,
-    )
-    .into_response())
+    let relay = Relay {
+        method: Method::POST,
+        path: "/api/v1/cluster/voters",
+        path_arg: None,
+        headers,
+        body: bytes,
+    };
+    run(&app, &ctx, fwd, &uri, MembershipOp::Promote(ids), relay).await
 }
 
-pub async fn remove(
+pub(crate) async fn remove(
     State(app): State<AppState>,
     Extension(ctx): Extension<RequestCtx>,
+    fwd: Option<Extension<Arc<Forwarder>>>,
+    uri: Uri,
+    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = id
@@ -130,16 +176,58 @@ pub async fn remove(
         .ok()
         .filter(|i| (1..=u64::from(u32::MAX)).contains(i))
         .ok_or_else(|| ApiError::bad(format!("{id:?} is not a node id")))?;
-    Ok(Json(admin(&app, &ctx)?.change(MembershipOp::Remove(id)).await?).into_response())
+    let relay = Relay {
+        method: Method::DELETE,
+        path: "/api/v1/cluster/members",
+        path_arg: Some(id.to_string()),
+        headers,
+        body: bytes::Bytes::new(),
+    };
+    run(&app, &ctx, fwd, &uri, MembershipOp::Remove(id), relay).await
 }
 
-async fn object(
+/// One operation: on the group the query names (the door relayed it to that group's
+/// leader); else on `default` alone without tenant groups (as before: a rerun is refused as
+/// a duplicate), or on `default` and then every tenant's group (`cluster_carry`).
+async fn run(
     app: &AppState,
-    headers: &HeaderMap,
-    b: Body,
-) -> Result<serde_json::Map<String, Value>, ApiError> {
-    let bytes = body::read(headers, b, &app.opts).await?;
-    match body::json::<Value>(&bytes)? {
+    ctx: &RequestCtx,
+    fwd: Option<Extension<Arc<Forwarder>>>,
+    uri: &Uri,
+    op: MembershipOp,
+    relay: Relay,
+) -> Result<Response, ApiError> {
+    let admin = admin(app, ctx)?;
+    let answer = match (group_of(uri.query())?, admin.carries()) {
+        (Some(g), true) => admin.change_group(&g, op).await?,
+        (Some(g), false) => return Err(no_groups(&g)),
+        (None, false) => admin.change(op).await?,
+        (None, true) => {
+            let answer = carry(admin, fwd.map(|f| f.0), op, relay).await?;
+            if answer.get("complete") == Some(&Value::Bool(false)) {
+                // Some group is behind `default`: an error status, so a script that checks
+                // the status does not go on to the next step (review s31 member M2/M3);
+                // the body keeps every group's outcome and names the ones behind.
+                return Ok(
+                    (axum::http::StatusCode::SERVICE_UNAVAILABLE, Json(answer)).into_response()
+                );
+            }
+            answer
+        }
+    };
+    Ok(Json(answer).into_response())
+}
+
+/// `?group=` names a tenant's group, but there are none (`cluster_tenant_groups` off): a
+/// retry never helps (review s31 member L3).
+fn no_groups(g: &str) -> ApiError {
+    ApiError::bad(format!(
+        "?group={g}: this node runs no tenant groups (cluster_tenant_groups is off)"
+    ))
+}
+
+fn object(bytes: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {
+    match body::json::<Value>(bytes)? {
         Value::Object(m) => Ok(m),
         _ => Err(ApiError::bad("bad body: expected a JSON object")),
     }

@@ -8,6 +8,7 @@ mod binary_body;
 mod body;
 mod capped;
 pub mod cluster_admin;
+mod cluster_carry;
 mod dlq_admin;
 mod ephemeral;
 pub mod ephemeral_door;

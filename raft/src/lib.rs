@@ -81,7 +81,7 @@ pub use hand_over::{Abdication, HandOver};
 // (tests/openraft_suite.rs) and so can the cluster to come; `RaftNode` is what the broker uses.
 pub use listener_metrics::register_series as register_listener_series;
 pub use log_store::LogStore;
-pub use membership_change::{Change, MemberView, MembershipView};
+pub use membership_change::{Change, MemberView, MembershipView, LIVE_LAG};
 pub use meta::{accept_missing_log_start, read_persisted, Persisted};
 pub use node::{RaftNode, RaftStatus};
 pub use openraft::BasicNode;

@@ -537,17 +537,7 @@ impl RaftNode {
                 message: "the last membership change has not committed yet; retry".into(),
             });
         }
-        // A joint configuration left by a change cut between its two entries (a leader lost
-        // or stopped meanwhile) is finished first, to its target (review s21 membership M1).
-        let joint = self.inner.raft.metrics().borrow().membership_config.clone();
-        if let Some(target) = membership_change::unfinished(joint.membership()) {
-            tracing::warn!(
-                ?target,
-                "finishing a membership change left in joint consensus"
-            );
-            self.change_membership(ChangeMembers::ReplaceAllVoters(target), false)
-                .await?;
-        }
+        self.finish_joint_locked().await?;
         let current = self.inner.raft.metrics().borrow().membership_config.clone();
         if matches!(change, Change::Remove(id) if id == self.id()) {
             return Err(RaftError::ChangeRefused {
@@ -583,6 +573,61 @@ impl RaftNode {
             // as a learner.
             changes => self.change_membership(changes, false).await,
         }
+    }
+
+    /// Finishes a joint configuration left by a change cut between its two entries, and
+    /// nothing else: a rerun must judge what is left of its operation against the
+    /// membership the cut change was heading for, not the union of the joint's configs
+    /// (review s31 member M1: else a rerun of a cut removal finds the id gone and answers
+    /// 404). Ok(true) when a joint was finished here. Refused as `change` is (not leader,
+    /// another change running, an uncommitted entry).
+    pub async fn finish_joint(&self) -> Result<bool, RaftError> {
+        let node = self.clone();
+        tokio::spawn(async move {
+            if node.inner.fence.is_closed() {
+                return Err(RaftError::NotLeader { leader: None });
+            }
+            let Ok(_one) = node.inner.changing.try_lock() else {
+                return Err(RaftError::ChangeRefused {
+                    kind: ChangeRefusal::InProgress,
+                    message: "another membership change is in progress on this node; retry \
+                              once it has committed"
+                        .into(),
+                });
+            };
+            let status = node.status();
+            if status.role != "leader" {
+                return Err(RaftError::NotLeader {
+                    leader: status.leader,
+                });
+            }
+            if node.membership_uncommitted().await? {
+                return Err(RaftError::ChangeRefused {
+                    kind: ChangeRefusal::InProgress,
+                    message: "the last membership change has not committed yet; retry".into(),
+                });
+            }
+            node.finish_joint_locked().await
+        })
+        .await
+        .map_err(|e| fatal(format!("finishing the membership change stopped: {e}")))?
+    }
+
+    /// A joint configuration left by a change cut between its two entries (a leader lost
+    /// or stopped meanwhile) is finished to its target (review s21 membership M1). The
+    /// caller holds `changing`.
+    async fn finish_joint_locked(&self) -> Result<bool, RaftError> {
+        let joint = self.inner.raft.metrics().borrow().membership_config.clone();
+        let Some(target) = membership_change::unfinished(joint.membership()) else {
+            return Ok(false);
+        };
+        tracing::warn!(
+            ?target,
+            "finishing a membership change left in joint consensus"
+        );
+        self.change_membership(ChangeMembers::ReplaceAllVoters(target), false)
+            .await?;
+        Ok(true)
     }
 
     async fn guard_widening(

@@ -11,6 +11,7 @@ pub mod hosted;
 pub mod open;
 pub mod registry;
 mod supervisor;
+mod voter_addr;
 
 use std::sync::{Arc, RwLock};
 

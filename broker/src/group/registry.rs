@@ -593,26 +593,15 @@ impl Registry {
         let peers = self.ecfg.cluster.as_ref().map(|m| m.peer_nodes());
         let mut out = BTreeMap::new();
         for id in voters {
-            let from_membership = known.as_ref().and_then(|m| {
-                m.members.iter().find(|v| v.id == id).map(|v| {
-                    queenmq_raft::member_addr::compose(
-                        &v.cluster_addr,
-                        v.http.as_deref(),
-                        v.kafka.as_deref(),
-                    )
-                })
-            });
-            let addr = from_membership
-                .or_else(|| {
-                    peers
-                        .as_ref()
-                        .and_then(|p| p.get(&id))
-                        .map(|n| n.addr.clone())
-                })
-                .ok_or_else(|| {
+            let peer = peers
+                .as_ref()
+                .and_then(|p| p.get(&id))
+                .map(|n| n.addr.clone());
+            let addr =
+                super::voter_addr::address_of(id, known.as_ref(), peer).ok_or_else(|| {
                     QueenError::unavailable(format!(
-                        "voter {id} of tenant {tenant:?} has no known address (not in the \
-                         default group's membership nor in peers)"
+                        "voter {id} of tenant {tenant:?} has no known address (the default group \
+                     is not live here, and it is not in peers); retry"
                     ))
                 })?;
             out.insert(id, queenmq_raft::BasicNode::new(addr));

@@ -56,6 +56,10 @@ pub(crate) async fn layer(
         .get::<RequestCtx>()
         .map_or(DEFAULT_TENANT, |ctx| ctx.tenant.as_str())
         .to_string();
+    // A membership route naming a tenant's group goes to that group's leader, not to the
+    // caller's tenant's (docs/cluster.md "Membership with tenant groups"); a malformed name
+    // is the handler's to refuse.
+    let tenant = crate::cluster_carry::routed_group(req.uri().path(), req.uri().query(), tenant);
     let forwarded = req.headers().contains_key(FORWARDED);
     let decision = decide::decide(row.class, req.uri().path(), forwarded, || {
         fwd.leader_of(&tenant)

@@ -1,0 +1,418 @@
+//! A membership operation carried from `default` to every tenant's group
+//! (`cluster_tenant_groups`; docs/cluster.md "Membership with tenant groups"). Each group is
+//! changed through its own leader: here when this node leads it, else by a request relayed
+//! to that leader with `?group=<name>`. The answer lists each group's outcome; a group that
+//! failed does not fail the request (a rerun finishes it, the others answer `already`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request};
+use queenmq_protocol::{check_tenant_name, ErrorCode, QueenError};
+use serde_json::{json, Value};
+
+use crate::cluster_admin::{ClusterAdmin, MembershipOp};
+use crate::forward::{Forwarder, Leader};
+
+/// The most a relayed group's answer may hold: a membership view of a handful of members.
+const MAX_GROUP_ANSWER: usize = 256 << 10;
+
+/// The `group` of a membership route's query, checked as a tenant name (it is put into the
+/// relayed request's query unescaped, so only a name's own characters pass). None: absent.
+pub(crate) fn group_of(query: Option<&str>) -> Result<Option<String>, QueenError> {
+    let mut found = None;
+    for pair in query.unwrap_or("").split('&') {
+        let Some(v) = pair.strip_prefix("group=") else {
+            continue;
+        };
+        if found.is_some() {
+            return Err(QueenError::bad_request("group is named more than once"));
+        }
+        check_tenant_name(v).map_err(|e| QueenError::bad_request(format!("group: {e}")))?;
+        found = Some(v.to_string());
+    }
+    Ok(found)
+}
+
+/// The group whose leader the door relays a request to: the one a membership route names
+/// with `?group=`, else the caller's `tenant`'s. A malformed name is the handler's to refuse.
+pub(crate) fn routed_group(path: &str, query: Option<&str>, tenant: String) -> String {
+    match path.starts_with("/api/v1/cluster") {
+        true => group_of(query).ok().flatten().unwrap_or(tenant),
+        false => tenant,
+    }
+}
+
+/// What a route relays to another group's leader: its method, path and body, and the
+/// caller's headers (its token).
+pub(crate) struct Relay {
+    pub method: Method,
+    pub path: &'static str,
+    pub path_arg: Option<String>,
+    pub headers: HeaderMap,
+    pub body: bytes::Bytes,
+}
+
+/// How long one tenant group's step may take before the carry goes on to the next one,
+/// reporting it behind (review s31 member M6): one stuck group (a stalled disk, a dead
+/// leader's connect) must not keep the others from the change. A step cut here may still
+/// finish (a joint change is owned by a task of its own); a rerun answers `already` then.
+pub(crate) const GROUP_BOUND: Duration = Duration::from_secs(10);
+
+/// Runs `op` on `default` (what is left of it: a rerun answers `already`), then on each
+/// tenant group, listed after `default`'s change (a tenant declared meanwhile names the
+/// new voters already, or is listed). `default`'s answer with `groups`, one outcome per
+/// tenant group, `complete` and `behind` (the groups whose outcome is not 200, and
+/// `<listing>` when the groups did not list). A refusal on `default` is the request's own:
+/// no tenant group is touched then.
+pub(crate) async fn carry(
+    admin: &dyn ClusterAdmin,
+    fwd: Option<Arc<Forwarder>>,
+    op: MembershipOp,
+    relay: Relay,
+) -> Result<Value, QueenError> {
+    carry_within(admin, fwd, op, relay, GROUP_BOUND).await
+}
+
+async fn carry_within(
+    admin: &dyn ClusterAdmin,
+    fwd: Option<Arc<Forwarder>>,
+    op: MembershipOp,
+    relay: Relay,
+    bound: Duration,
+) -> Result<Value, QueenError> {
+    let mut answer = admin
+        .change_group(queenmq_protocol::DEFAULT_TENANT, op.clone())
+        .await?;
+    let mut outcomes = Vec::new();
+    let mut behind = Vec::new();
+    let tenants = match admin.tenant_groups() {
+        Some(Ok(t)) => t,
+        Some(Err(e)) => {
+            let mut o = failed(e);
+            o["group"] = json!(LISTING);
+            outcomes.push(o);
+            behind.push(LISTING.to_string());
+            Vec::new()
+        }
+        None => Vec::new(),
+    };
+    for t in tenants {
+        let leader = fwd.as_ref().map_or(Leader::Here, |f| f.leader_of(&t));
+        let step = async {
+            match leader {
+                Leader::Here => outcome_of(admin.change_group(&t, op.clone()).await),
+                Leader::Other { id, url: Some(url) } if url.starts_with("http://") => match &fwd {
+                    Some(f) => relayed(f, &relay, &t, id, url).await,
+                    None => failed(QueenError::not_leader(None)),
+                },
+                Leader::Other { id, url } => failed(QueenError::unavailable(unreachable(
+                    &relay,
+                    &t,
+                    id,
+                    url.as_deref(),
+                ))),
+                Leader::Unknown => failed(QueenError::unavailable(
+                    "this group has no leader known here (an election?); rerun the route",
+                )),
+            }
+        };
+        let mut outcome = tokio::time::timeout(bound, step).await.unwrap_or_else(|_| {
+            failed(QueenError::unavailable(format!(
+                "this group's step did not finish within {} s; the carry went on to the \
+                 next group; the change may or may not be done here: rerun the route",
+                bound.as_secs()
+            )))
+        });
+        if outcome["status"] != 200 {
+            behind.push(t.clone());
+        }
+        if let Value::Object(m) = &mut outcome {
+            m.insert("group".into(), json!(t));
+        }
+        outcomes.push(outcome);
+    }
+    if let Value::Object(m) = &mut answer {
+        m.insert("groups".into(), Value::Array(outcomes));
+        m.insert("complete".into(), json!(behind.is_empty()));
+        if !behind.is_empty() {
+            m.insert("code".into(), json!(ErrorCode::Unavailable.as_str()));
+            m.insert(
+                "error".into(),
+                json!(format!(
+                    "the change is done on default but not (or not known to be) on: {}; \
+                     rerun the route (done groups answer `already`)",
+                    behind.join(", ")
+                )),
+            );
+        }
+        m.insert("behind".into(), json!(behind));
+    }
+    Ok(answer)
+}
+
+/// The `group` of the outcome that stands for the tenants' listing when it failed.
+const LISTING: &str = "<listing>";
+
+/// Why group `t`, led by node `id` at `url` (not http://, or none known), was not reached,
+/// and what works: the route with `?group=` sent to that node itself. Sent without it, the
+/// route is relayed to `default`'s leader again and fails the same way (review s31 M7).
+fn unreachable(relay: &Relay, t: &str, id: u64, url: Option<&str>) -> String {
+    let path = match &relay.path_arg {
+        Some(arg) => format!("{}/{arg}?group={t}", relay.path),
+        None => format!("{}?group={t}", relay.path),
+    };
+    let at = url.map_or("its address (not known here)".to_string(), |u| {
+        u.to_string()
+    });
+    format!(
+        "node {id} leads this group and this node relays over http:// only; send {} {path} \
+         with the same body to node {id} at {at}",
+        relay.method
+    )
+}
+
+fn outcome_of(r: Result<Value, QueenError>) -> Value {
+    match r {
+        Ok(v) => json!({"status": 200, "answer": v}),
+        Err(e) => failed(e),
+    }
+}
+
+fn failed(e: QueenError) -> Value {
+    json!({
+        "status": crate::error::status_of(e.code).as_u16(),
+        "error": {"code": e.code.as_str(), "message": e.message},
+    })
+}
+
+/// The route relayed to group `t`'s leader (node `id` at `url`) with `?group=t`; its answer
+/// as an outcome. The relay marks the request forwarded, so that node answers it itself.
+async fn relayed(f: &Forwarder, relay: &Relay, t: &str, id: u64, url: String) -> Value {
+    let path = match &relay.path_arg {
+        Some(arg) => format!("{}/{arg}?group={t}", relay.path),
+        None => format!("{}?group={t}", relay.path),
+    };
+    let mut req = Request::new(Body::empty());
+    *req.method_mut() = relay.method.clone();
+    *req.headers_mut() = relay.headers.clone();
+    match path.parse() {
+        Ok(uri) => *req.uri_mut() = uri,
+        Err(e) => return failed(QueenError::bad_request(format!("group path: {e}"))),
+    }
+    let (parts, _) = req.into_parts();
+    let read = match f
+        .read(&parts.headers, Body::from(relay.body.clone()), id)
+        .await
+    {
+        Ok(r) => r,
+        Err(refused) => return answer_of(refused).await,
+    };
+    answer_of(f.send(parts, read, id, url).await).await
+}
+
+async fn answer_of(resp: axum::response::Response) -> Value {
+    let status = resp.status().as_u16();
+    let body = match axum::body::to_bytes(resp.into_body(), MAX_GROUP_ANSWER).await {
+        Ok(b) => b,
+        Err(e) => {
+            return failed(QueenError::unavailable(format!(
+                "the group's leader answered {status} and its answer did not read ({e}); the \
+                 change may or may not be done: rerun the route"
+            )))
+        }
+    };
+    let v: Value = serde_json::from_slice(&body).unwrap_or_else(|_| {
+        json!({"code": ErrorCode::Unavailable.as_str(),
+               "message": String::from_utf8_lossy(&body[..body.len().min(500)])})
+    });
+    if status == 200 {
+        json!({"status": 200, "answer": v})
+    } else {
+        json!({"status": status, "error": v})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_group_is_a_tenant_name_or_absent() {
+        assert_eq!(group_of(None).unwrap(), None);
+        assert_eq!(group_of(Some("x=1")).unwrap(), None);
+        assert_eq!(
+            group_of(Some("x=1&group=tenant-a")).unwrap().as_deref(),
+            Some("tenant-a")
+        );
+        for bad in [
+            "group=",
+            "group=A",
+            "group=a%2Fb",
+            "group=a/b",
+            "group=a?b",
+            "group=a&group=b",
+        ] {
+            assert!(group_of(Some(bad)).is_err(), "{bad}");
+        }
+        let long = format!("group={}", "a".repeat(10_000));
+        assert!(group_of(Some(&long)).is_err());
+    }
+
+    #[test]
+    fn a_membership_route_naming_a_group_goes_to_that_groups_leader() {
+        let r = |p: &str, q: Option<&str>| routed_group(p, q, "caller".into());
+        assert_eq!(r("/api/v1/cluster/members/3", Some("group=acme")), "acme");
+        assert_eq!(r("/api/v1/cluster", Some("group=acme")), "acme");
+        assert_eq!(r("/api/v1/cluster/voters", None), "caller");
+        // Malformed: left to the handler's refusal, routed as the caller's.
+        assert_eq!(r("/api/v1/cluster/voters", Some("group=A")), "caller");
+        // Only the membership routes: another route's `group` is not a tenant's group.
+        assert_eq!(r("/api/v1/queues/q", Some("group=acme")), "caller");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_an_outcome_with_its_status() {
+        let e = failed(QueenError::new(ErrorCode::Conflict, "busy"));
+        assert_eq!(e["status"], 409);
+        assert_eq!(e["error"]["code"], "conflict");
+        let resp = axum::response::Response::builder()
+            .status(503)
+            .body(Body::from("not json"))
+            .unwrap();
+        let v = answer_of(resp).await;
+        assert_eq!(v["status"], 503);
+        assert_eq!(v["error"]["message"], "not json");
+        let resp = axum::response::Response::builder()
+            .status(200)
+            .body(Body::from(r#"{"already":true}"#))
+            .unwrap();
+        assert_eq!(answer_of(resp).await["answer"]["already"], true);
+        let huge = axum::response::Response::builder()
+            .status(200)
+            .body(Body::from(vec![b'x'; MAX_GROUP_ANSWER + 1]))
+            .unwrap();
+        assert_eq!(answer_of(huge).await["status"], 503);
+    }
+
+    /// A fake broker: `default` and tenant groups that answer, fail or hang; the listing
+    /// gains `late` once `default` has changed (a tenant declared during the change).
+    #[derive(Debug, Default)]
+    struct Fake {
+        changed: std::sync::Mutex<Vec<String>>,
+        listing_fails: bool,
+    }
+
+    impl ClusterAdmin for Fake {
+        fn view(&self) -> crate::cluster_admin::Answer<'_> {
+            Box::pin(async { Ok(json!({})) })
+        }
+        fn change(&self, _: MembershipOp) -> crate::cluster_admin::Answer<'_> {
+            Box::pin(async { Ok(json!({})) })
+        }
+        fn carries(&self) -> bool {
+            true
+        }
+        fn tenant_groups(&self) -> Option<Result<Vec<String>, QueenError>> {
+            if self.listing_fails {
+                return Some(Err(QueenError::unavailable("no listing")));
+            }
+            let done = self.changed.lock().unwrap();
+            let mut t = vec!["hangs".to_string(), "ok".into(), "refuses".into()];
+            if done.iter().any(|g| g == "default") {
+                t.push("late".into());
+            }
+            Some(Ok(t))
+        }
+        fn view_group<'a>(&'a self, _: &'a str) -> crate::cluster_admin::Answer<'a> {
+            Box::pin(async { Ok(json!({})) })
+        }
+        fn change_group<'a>(
+            &'a self,
+            group: &'a str,
+            _: MembershipOp,
+        ) -> crate::cluster_admin::Answer<'a> {
+            Box::pin(async move {
+                match group {
+                    "hangs" => std::future::pending().await,
+                    "refuses" => Err(QueenError::new(ErrorCode::Conflict, "in progress")),
+                    _ => {
+                        self.changed.lock().unwrap().push(group.to_string());
+                        Ok(json!({"already": false}))
+                    }
+                }
+            })
+        }
+    }
+
+    fn relay() -> Relay {
+        Relay {
+            method: Method::DELETE,
+            path: "/api/v1/cluster/members",
+            path_arg: Some("3".into()),
+            headers: HeaderMap::new(),
+            body: bytes::Bytes::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hung_or_failed_group_is_behind_and_the_others_are_changed() {
+        let fake = Fake::default();
+        let started = std::time::Instant::now();
+        let a = carry_within(
+            &fake,
+            None,
+            MembershipOp::Remove(3),
+            relay(),
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the hung group blocked"
+        );
+        assert_eq!(a["complete"], false, "{a}");
+        assert_eq!(a["behind"], json!(["hangs", "refuses"]), "{a}");
+        assert_eq!(a["code"], "unavailable");
+        assert!(
+            a["error"].as_str().unwrap().contains("hangs, refuses"),
+            "{a}"
+        );
+        let groups = a["groups"].as_array().unwrap();
+        assert_eq!(groups.len(), 4, "{a}");
+        assert_eq!(groups[0]["status"], 503);
+        assert_eq!(groups[2]["status"], 409);
+        // The later groups were reached past the hung one, and the group listed only once
+        // `default` had changed is carried too.
+        assert_eq!(
+            *fake.changed.lock().unwrap(),
+            vec!["default".to_string(), "ok".into(), "late".into()]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_listing_that_fails_is_behind_not_a_silent_skip() {
+        let fake = Fake {
+            listing_fails: true,
+            ..Fake::default()
+        };
+        let a = carry(&fake, None, MembershipOp::Remove(3), relay())
+            .await
+            .unwrap();
+        assert_eq!(a["complete"], false, "{a}");
+        assert_eq!(a["behind"], json!([LISTING]), "{a}");
+    }
+
+    #[test]
+    fn an_unreached_leader_is_named_with_the_route_that_works() {
+        let m = unreachable(&relay(), "acme", 2, Some("https://n2:8443"));
+        assert!(
+            m.contains("DELETE /api/v1/cluster/members/3?group=acme")
+                && m.contains("node 2 at https://n2:8443"),
+            "{m}"
+        );
+        assert!(unreachable(&relay(), "acme", 2, None).contains("not known here"));
+    }
+}
