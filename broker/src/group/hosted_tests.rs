@@ -297,3 +297,61 @@ fn a_tenant_directory_without_a_record_is_refused_unless_it_holds_only_the_marke
         "a marker that is a directory is not the marker"
     );
 }
+
+/// Review s29 M-C: every state a kill -9 can leave during a rejoining node's apply of a
+/// declaration, step by step (the `tenants` directory made; the tenant's directory made but
+/// its marker's name not durable; the marker made, its bytes not; a record half written under
+/// its temporary name; both done), is accepted by the next start without opening the group
+/// unmarked, and the replay of the entry completes it. Before, the empty tenant directory
+/// refused the start as a single node's tenant.
+#[test]
+fn a_kill_at_any_step_of_the_marker_and_the_record_lets_the_node_start() {
+    type Crash = fn(&Path);
+    let group = |root: &Path| super::super::registry::tenant_dir(root, "acme");
+    let steps: [(&str, Crash); 5] = [
+        ("tenants made", |root| {
+            std::fs::create_dir(root.join("tenants")).unwrap()
+        }),
+        ("tenant directory made", |root| {
+            std::fs::create_dir_all(super::super::registry::tenant_dir(root, "acme")).unwrap()
+        }),
+        ("marker created empty", |root| {
+            let g = super::super::registry::tenant_dir(root, "acme");
+            std::fs::create_dir_all(&g).unwrap();
+            std::fs::write(g.join(crate::cluster_member::JOIN_MARKER), b"").unwrap();
+        }),
+        ("record half written", |root| {
+            write_joining_marker(&super::super::registry::tenant_dir(root, "acme")).unwrap();
+            std::fs::create_dir_all(root.join(HOSTED_DIR)).unwrap();
+            std::fs::write(
+                root.join(HOSTED_DIR).join("acme.tmp"),
+                b"queen-tenant-hosted 1\nvot",
+            )
+            .unwrap();
+        }),
+        ("record written", |root| {
+            write_joining_marker(&super::super::registry::tenant_dir(root, "acme")).unwrap();
+            record(root, "acme", &[1, 2, 3]).unwrap();
+        }),
+    ];
+    for (step, crash) in steps {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join(crate::cluster_member::JOIN_MARKER), b"j").unwrap();
+        crash(root);
+        let opened = super::super::registry::to_open(root)
+            .unwrap_or_else(|e| panic!("{step}: the start was refused: {e:#}"));
+        for t in &opened {
+            assert!(tenant_marked(root, t), "{step}: {t} opens unmarked");
+        }
+        let d = Declarations::new(root.to_path_buf());
+        d.applied(4, "acme", &[1, 2, 3]).unwrap();
+        assert_eq!(
+            super::super::registry::to_open(root).unwrap(),
+            vec!["acme"],
+            "{step}"
+        );
+        assert!(tenant_marked(root, "acme"), "{step}");
+        assert!(group(root).is_dir(), "{step}");
+    }
+}
