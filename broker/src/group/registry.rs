@@ -85,8 +85,9 @@ pub struct TenantStart {
 const DECLARED_WAIT_STEP: Duration = Duration::from_millis(20);
 const DECLARED_WAIT_STEPS: u32 = 250;
 
-/// The longest a declaration's task runs: the `default` engine's answer bound (its proposal
-/// committed or refused) and the wait for the group to open here after it.
+/// The longest a request waits on a declaration: the `default` engine's answer bound (its
+/// proposal committed or refused) and the wait for the group to open here after it. The
+/// declaration's task itself runs on until the engine answered (`Declaring::declare_once`).
 fn declare_bound() -> Duration {
     crate::engine::BusWaits::default()
         .answer
@@ -443,11 +444,12 @@ impl Registry {
             Err(e) if e.code == ErrorCode::NotFound && writes && self.declarations.is_some() => {}
             other => return other,
         }
-        // One declaration per name runs at a time, in a task bounded by `declare_bound`;
-        // every request for the name meanwhile waits on it (review s28 M-4). The task, not
-        // the request, holds the place under the cap: the caller's bound (the bus's enqueue
-        // timeout) may drop this future while the declaration sits in the `default` engine's
-        // queue and still commits (review s27 tenants L1).
+        // One declaration per name runs at a time, in a task of its own; every request for
+        // the name meanwhile waits on it, at most `declare_bound` from its start (review s28
+        // M-4). The task, not the request, holds the place under the cap, until the `default`
+        // engine answered: the caller's bound (the bus's enqueue timeout) and the waiters'
+        // may end while the declaration sits in the engine's queue or log and still commits
+        // (review s27 tenants L1, review s29 M-A).
         let (reg, name) = (self.clone(), tenant.to_owned());
         self.declaring
             .declare_once(tenant, declare_bound(), move || async move {
