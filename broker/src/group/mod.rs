@@ -12,6 +12,9 @@ pub mod open;
 pub mod registry;
 mod supervisor;
 
+#[cfg(test)]
+mod declarations_wiring_tests;
+
 use std::sync::{Arc, RwLock};
 
 use queenmq_storage::SegmentLog;
