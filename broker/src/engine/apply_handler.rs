@@ -76,9 +76,11 @@ impl ApplyHandler for EngineApply {
                     }
                     Ok::<(), String>(())
                 })?,
-                // Only a member with the key on declares. A node with it off never hosts the
-                // tenant (its apply moves past the entry): the key is set alike on every node.
-                None => tracing::warn!(index, "a tenant declaration committed while cluster_tenant_groups is off here: this node will not host the tenant (set the key alike on every node)"),
+                // Only a member with the key on declares. A node with it off keeps the
+                // declaration in its state (the state is alike on every node: its snapshots
+                // carry it to others) but hosts the tenant only once its key is on, when the
+                // open writes the records its checkpoint declares (review s30 tenants L2).
+                None => tracing::warn!(index, "a tenant declaration committed while cluster_tenant_groups is off here: this node hosts the tenant only once the key is on (set the key alike on every node)"),
             }
         }
         let mut st = self.shared.lock();
