@@ -597,6 +597,12 @@ impl Engine {
                     .encryption
                     .as_deref()
                     .map(|k| k as &dyn queenmq_engine::seal::PayloadSeal),
+                max_tenants: self
+                    .cfg
+                    .cluster
+                    .as_ref()
+                    .and_then(|m| m.declarations.as_ref())
+                    .map_or(u64::MAX, |d| d.max_tenants()),
             };
             // Due timers write data the gate never saw as a request: they fire only into the
             // room the gate leaves above the reserve, and otherwise stay due (no write at all).

@@ -27,6 +27,15 @@ async fn open(
     addr: std::net::SocketAddr,
     key_on: bool,
 ) -> anyhow::Result<Arc<Registry>> {
+    open_capped(dir, addr, key_on, u64::MAX).await
+}
+
+async fn open_capped(
+    dir: &std::path::Path,
+    addr: std::net::SocketAddr,
+    key_on: bool,
+    max_tenants: u64,
+) -> anyhow::Result<Arc<Registry>> {
     let c = Cluster {
         node_id: 1,
         addr,
@@ -43,7 +52,8 @@ async fn open(
     };
     let mut member = Member::new(&c, &"t".repeat(32));
     if key_on {
-        member.declarations = Some(Declarations::new(dir.to_path_buf()));
+        member.declarations =
+            Some(Declarations::new(dir.to_path_buf()).with_max_tenants(max_tenants));
     }
     let cfg = Config {
         data_dir: dir.to_path_buf(),
@@ -151,5 +161,80 @@ async fn a_member_with_the_key_off_never_plans_a_declaration() {
     let live = default.live.get().unwrap();
     assert!(live.shared.lock().tenants.is_empty());
     drop(live);
+    reg.stop_all(Duration::from_secs(10)).await;
+}
+
+/// Sends a declaration to the `default` engine directly (past the registry's own places),
+/// retrying while the one-node group elects itself.
+async fn declare_in_default(
+    reg: &Arc<Registry>,
+    tenant: &str,
+) -> Result<queenmq_protocol::Outcome, queenmq_protocol::QueenError> {
+    let default = reg.get(queenmq_protocol::DEFAULT_TENANT).unwrap();
+    for _ in 0..100 {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = crate::engine::Job {
+            ctx: queenmq_protocol::RequestCtx {
+                tenant: queenmq_protocol::DEFAULT_TENANT.to_owned(),
+                principal: None,
+                access: queenmq_protocol::Access::Open,
+            },
+            cmd: queenmq_protocol::Command::DeclareTenant {
+                tenant: tenant.to_owned(),
+                voters: vec![1],
+            },
+            reply,
+        };
+        default.tx.send(job).await.unwrap();
+        match answer.await.unwrap() {
+            Err(e)
+                if matches!(
+                    e.code,
+                    queenmq_protocol::ErrorCode::NotLeader
+                        | queenmq_protocol::ErrorCode::Unavailable
+                ) =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            other => return other,
+        }
+    }
+    panic!("the default group never led");
+}
+
+/// Review s31 tenants M1 and L1 through the real engine: with `max_tenants` 2 (`default` and
+/// one more), a retry of a committed declaration is answered done, and a second name is
+/// refused by the `default` engine itself, with no node's place involved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_engine_caps_declarations_and_answers_a_retry_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = open_capped(dir.path(), free_port(), true, 2).await.unwrap();
+    declare_in_default(&reg, "acme").await.expect("declared");
+    declare_in_default(&reg, "acme")
+        .await
+        .expect("the same declaration again is done");
+    let e = declare_in_default(&reg, "beta").await.unwrap_err();
+    assert_eq!(e.code, queenmq_protocol::ErrorCode::Forbidden, "{e:?}");
+    let default = reg.get(queenmq_protocol::DEFAULT_TENANT).unwrap();
+    let live = default.live.get().unwrap();
+    let tenants = live.shared.lock().tenants.clone();
+    drop(live);
+    assert_eq!(
+        tenants.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["acme"]
+    );
+    reg.stop_all(Duration::from_secs(10)).await;
+}
+
+/// Review s31 member H1: a crash's leftover temporary record is removed at the start, before
+/// `default` opens (listings no longer remove it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_start_removes_a_leftover_temporary_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let hosted_dir = dir.path().join(hosted::HOSTED_DIR);
+    std::fs::create_dir_all(&hosted_dir).unwrap();
+    std::fs::write(hosted_dir.join("acme.tmp"), b"queen-tenant-hosted 1\nvot").unwrap();
+    let reg = open(dir.path(), free_port(), true).await.unwrap();
+    assert!(!hosted_dir.join("acme.tmp").exists());
     reg.stop_all(Duration::from_secs(10)).await;
 }

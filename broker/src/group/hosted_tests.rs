@@ -73,7 +73,7 @@ fn a_damaged_record_stops_the_read_naming_its_file() {
 }
 
 #[test]
-fn a_stray_name_stops_the_read_and_a_crash_leftover_is_removed() {
+fn a_stray_name_stops_the_read_and_a_crash_leftover_is_removed_at_start_only() {
     let dir = tempfile::tempdir().unwrap();
     record(dir.path(), "acme", &[1]).unwrap();
     let hosted = dir.path().join(HOSTED_DIR);
@@ -82,9 +82,35 @@ fn a_stray_name_stops_the_read_and_a_crash_leftover_is_removed() {
         read_all(dir.path()).unwrap(),
         vec![("acme".to_string(), vec![1])]
     );
+    assert!(
+        hosted.join("beta.tmp").exists(),
+        "a listing removes nothing"
+    );
+    remove_leftovers(dir.path()).unwrap();
     assert!(!hosted.join("beta.tmp").exists());
+    assert_eq!(read_all(dir.path()).unwrap().len(), 1, "the record stays");
+    remove_leftovers(&dir.path().join("none")).unwrap();
     std::fs::write(hosted.join("Not-A-Tenant"), "x").unwrap();
     assert!(read_all(dir.path()).is_err());
+}
+
+/// Review s31 member H1 / tenants L3: a listing (a membership route, the `default` open's
+/// backfill) while a record is being written must leave the writer's temporary file, so the
+/// writer's rename succeeds.
+#[test]
+fn a_listing_while_a_record_is_written_does_not_fail_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    record(dir.path(), "acme", &[1]).unwrap();
+    let hosted = dir.path().join(HOSTED_DIR);
+    // The writer's steps of `write`, stopped between its fsync and its rename.
+    let tmp = hosted.join("beta.tmp");
+    let mut f = std::fs::File::create(&tmp).unwrap();
+    std::io::Write::write_all(&mut f, render(&[2], false).as_bytes()).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(read_all(dir.path()).unwrap().len(), 1);
+    std::fs::rename(&tmp, hosted.join("beta")).expect("the writer's rename");
+    assert_eq!(read_all(dir.path()).unwrap().len(), 2);
 }
 
 #[test]

@@ -247,6 +247,14 @@ impl Registry {
             stopping: AtomicBool::new(false),
             booting: AtomicBool::new(true),
         });
+        if let Some(d) = &reg.declarations {
+            // Here, before `default` opens, no declaration's apply nor group start writes a
+            // record yet, so a temporary file is a crash's leftover.
+            let dir = d.data_dir().to_path_buf();
+            tokio::task::spawn_blocking(move || super::hosted::remove_leftovers(&dir))
+                .await
+                .map_err(|e| anyhow!("removing hosted leftovers: {e}"))??;
+        }
         reg.group(DEFAULT_TENANT)
             .await
             .map_err(|e| anyhow!("{}", e.message))?;
