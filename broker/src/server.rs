@@ -159,9 +159,10 @@ pub async fn serve(
                 .ok_or_else(|| anyhow!("cluster_token is unset"))?;
             let mut member = crate::cluster_member::Member::new(c, token.expose());
             if c.tenant_groups {
-                member.declarations = Some(crate::group::hosted::Declarations::new(
-                    cfg.data_dir.clone(),
-                ));
+                member.declarations = Some(
+                    crate::group::hosted::Declarations::new(cfg.data_dir.clone())
+                        .with_max_tenants(cfg.max_tenants),
+                );
             }
             // Before the group starts: a leader must reach this node for it to catch up.
             let listening = member.listen(c.addr, cluster_stop_rx, &memory).await?;

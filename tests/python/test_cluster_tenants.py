@@ -211,6 +211,42 @@ def test_a_tenant_whose_preferred_voter_is_down_is_founded_by_another(broker_fac
             assert listed(http, nodes[i].url, TENANT_C, QUEUE_C) == want, i
 
 
+def test_voters_restarted_during_the_fallback_wait_still_found_the_group(broker_factory):
+    """Review s29 M-B: the preferred voter of a tenant is down, and both other voters are
+    SIGKILLed and restarted after their group's first open here (their records marked
+    `opened`) but before their fallback fired; the restarted voters still found the group, so
+    a write is acknowledged in bounded time. Before session 31 the `opened` record turned the
+    fallback off on both and no write of the tenant was ever acknowledged."""
+    assert preferred(TENANT_C, [1, 2, 3]) == 3
+    with httpx.Client() as http:
+        nodes, _ = cf.started_cluster(broker_factory, http, extra_env=ON)
+        nodes[3].kill()
+        up = {i: nodes[i] for i in (1, 2)}
+        cf.wait_settled(http, up)
+        # The first write declares the tenant; its group has no leader yet, so its answer
+        # is not waited for (the declaration runs on without the client).
+        try:
+            http.post(f"{nodes[1].url}/api/v1/push", headers=bearer(tenant=TENANT_C),
+                      json={"items": [item(QUEUE_C, "p0", "c-0", {"t": TENANT_C})]},
+                      timeout=2.0)
+        except httpx.HTTPError:
+            pass
+        records = [nodes[i].data_dir / "tenants-hosted" / TENANT_C for i in (1, 2)]
+        # Well inside node 1's wait (3 election timeouts, 9 s).
+        deadline = time.monotonic() + 5.0
+        while not all(r.exists() and "opened" in r.read_text() for r in records):
+            assert time.monotonic() < deadline, [r.exists() for r in records]
+            time.sleep(0.05)
+        for i in (1, 2):
+            nodes[i].kill()
+        for i in (1, 2):
+            cf.spawn(nodes[i])
+        cf.wait_settled(http, up)
+        push_until_created(http, nodes[1].url, TENANT_C, QUEUE_C, ["c-0", "c-1"])
+        assert tenant_leader(http, up, TENANT_C) in (1, 2)
+        assert listed(http, nodes[1].url, TENANT_C, QUEUE_C) == {"c-0", "c-1"}
+
+
 def test_with_the_key_off_a_tenant_is_answered_unsupported(broker_factory):
     with httpx.Client() as http:
         nodes, leader = cf.started_cluster(broker_factory, http,

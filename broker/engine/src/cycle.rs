@@ -35,6 +35,10 @@ pub struct Cycle {
     /// Whether a consumer's named-partition OffsetFetch listed rows in this cycle: the next
     /// ones are held to the pops' room (plan/kafka_groups.rs; review s20 kafka M3).
     pub named_fetch_served: bool,
+    /// The tenants this cycle declared, with their voters: the state takes them only at
+    /// commit (`apply::Committed::apply`), and the cap and the first-wins rule count them
+    /// now. At most `max_tenants` names.
+    pub declared: Vec<(String, Vec<u64>)>,
 }
 
 impl Cycle {
@@ -52,6 +56,7 @@ impl Cycle {
             txn_read_bytes: 0,
             has_admin_reads: false,
             named_fetch_served: false,
+            declared: Vec::new(),
         }
     }
 

@@ -36,6 +36,21 @@ impl EngineApply {
     }
 }
 
+/// Runs `f`, which writes hosted records (up to ~4 fsyncs each, `max_tenants` records at most
+/// on a restore), so that the runtime's other tasks keep a worker meanwhile: the Raft core
+/// calls `apply` and `restore` from its async tasks (review s30 tenants L3). On a
+/// multi-thread runtime's worker it hands the worker's queue to another thread first
+/// (`block_in_place`); where that is refused (a current-thread runtime) or pointless (no
+/// runtime), `f` runs as is.
+fn off_the_worker<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
 impl ApplyHandler for EngineApply {
     fn apply(&self, index: u64, term: u64, payload: &[u8]) -> Result<(), String> {
         let entry = Committed::decode(payload).map_err(|e| {
@@ -52,17 +67,20 @@ impl ApplyHandler for EngineApply {
         let declared = entry.declarations();
         if !declared.is_empty() {
             match &self.declarations {
-                Some(sink) => {
+                Some(sink) => off_the_worker(|| {
                     for (tenant, voters) in &declared {
                         sink.applied(index, tenant, voters).map_err(|e| {
                             tracing::error!(index, tenant, error = %e, "recording a tenant declaration failed; stopping the group");
                             format!("recording the declaration of tenant {tenant:?} at {index} failed: {e}")
                         })?;
                     }
-                }
-                // Only a member with the key on declares. A node with it off never hosts the
-                // tenant (its apply moves past the entry): the key is set alike on every node.
-                None => tracing::warn!(index, "a tenant declaration committed while cluster_tenant_groups is off here: this node will not host the tenant (set the key alike on every node)"),
+                    Ok::<(), String>(())
+                })?,
+                // Only a member with the key on declares. A node with it off keeps the
+                // declaration in its state (the state is alike on every node: its snapshots
+                // carry it to others) but hosts the tenant only once its key is on, when the
+                // open writes the records its checkpoint declares (review s30 tenants L2).
+                None => tracing::warn!(index, "a tenant declaration committed while cluster_tenant_groups is off here: this node hosts the tenant only once the key is on (set the key alike on every node)"),
             }
         }
         let mut st = self.shared.lock();
@@ -93,7 +111,7 @@ impl ApplyHandler for EngineApply {
         // The snapshot may carry declarations whose entries this node never applied: their
         // records stand before the state moves past them, as on the apply path.
         if let Some(sink) = &self.declarations {
-            crate::group::checkpoint_declarations::record_missing(sink, &s.tenants).map_err(|e| {
+            off_the_worker(|| crate::group::checkpoint_declarations::record_missing(sink, &s.tenants)).map_err(|e| {
                 tracing::error!(index, error = %e, "recording the snapshot's tenant declarations failed; stopping the group");
                 format!("recording the tenant declarations of the snapshot at {index} failed: {e}")
             })?;
@@ -116,6 +134,7 @@ mod tests {
     use crate::state::State;
     use queenmq_engine::entry::{Effect, EntryBuilder};
     use queenmq_engine::entry_tenants::TenantDeclared;
+    use std::time::Duration;
 
     fn declaration(tenant: &str) -> Vec<u8> {
         let mut b = EntryBuilder::new(1, 1_000);
@@ -178,5 +197,66 @@ mod tests {
         let hosted = crate::group::hosted::read(dir.path(), "acme").unwrap();
         assert_eq!(hosted, Some(vec![1, 2, 3]));
         assert_eq!(sink.take(), ["acme"], "queued for the registry to open");
+    }
+
+    /// Review s30 tenants L3: a restore that blocks writing records (here on a record that is
+    /// a FIFO, whose open waits for a writer) leaves the runtime's only worker to the other
+    /// tasks, one of which is that writer. Before, the restore held the worker and the writer
+    /// never ran.
+    #[test]
+    fn a_restore_blocked_on_its_records_leaves_the_runtime_a_worker() {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let hosted = dir.path().join(crate::group::hosted::HOSTED_DIR);
+        std::fs::create_dir(&hosted).unwrap();
+        let fifo = hosted.join("acme");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let mut leader = State::default();
+        queenmq_engine::apply::apply_entry(&mut leader, 4, 1, &declaration("acme")).unwrap();
+        let blob = encode_state(&leader);
+        let apply = EngineApply::new(Shared::new(State::default()), Arc::from("default"))
+            .with_declarations(Declarations::new(dir.path().to_path_buf()));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let record = b"queen-tenant-hosted 1\nvoters=1,2,3\nopened\n";
+        let restore = rt.spawn(async move { apply.restore(9, 2, &blob) });
+        let path = fifo.clone();
+        let writer = rt.spawn(async move {
+            // Non-blocking open (refused until the restore opened it to read): this task
+            // must not itself hold the worker.
+            loop {
+                match std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(0o4000) // O_NONBLOCK
+                    .open(&path)
+                {
+                    Ok(mut f) => return f.write_all(record).unwrap(),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                }
+            }
+        });
+        let started = std::time::Instant::now();
+        while !(restore.is_finished() && writer.is_finished())
+            && started.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let held = !writer.is_finished();
+        if held {
+            // Releases the stuck restore so the runtime can be dropped.
+            let mut f = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            f.write_all(record).unwrap();
+        }
+        assert!(!held, "the restore held the runtime's only worker");
+        assert_eq!(rt.block_on(restore).unwrap(), Ok(()));
+        rt.shutdown_timeout(Duration::from_secs(1));
     }
 }

@@ -443,6 +443,20 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether this engine may plan a tenant declaration (effect 67): only the `default` group
+    /// of a cluster member with `cluster_tenant_groups` (review s30 tenants L2). Only the
+    /// registry of such a node sends one today; refused here too, a node with the key off
+    /// never puts a declaration into its state, so its checkpoints keep no section 9 and stay
+    /// readable by a build before s30.
+    fn declares_tenants(&self) -> bool {
+        &*self.cfg.tenant == queenmq_protocol::DEFAULT_TENANT
+            && self
+                .cfg
+                .cluster
+                .as_ref()
+                .is_some_and(|m| m.declarations.is_some())
+    }
+
     /// In a cluster, why this engine may not plan now (a follower, a candidate, a leader not
     /// yet caught up with its log); None when it may, and always on a single node. Committed
     /// entries reach the state through `EngineApply` meanwhile.
@@ -559,6 +573,7 @@ impl Engine {
         let removed: Vec<(String, u64)>;
         let compacted;
         let mut loan;
+        let declares = self.declares_tenants();
         let (entry, appended, copied, number) = {
             let mut st = self.shared.lock();
             // What this thread copied before (a follower's apply) is not this cycle's.
@@ -581,6 +596,12 @@ impl Engine {
                     .encryption
                     .as_deref()
                     .map(|k| k as &dyn queenmq_engine::seal::PayloadSeal),
+                max_tenants: self
+                    .cfg
+                    .cluster
+                    .as_ref()
+                    .and_then(|m| m.declarations.as_ref())
+                    .map_or(u64::MAX, |d| d.max_tenants()),
             };
             // Due timers write data the gate never saw as a request: they fire only into the
             // room the gate leaves above the reserve, and otherwise stay due (no write at all).
@@ -654,6 +675,10 @@ impl Engine {
                         continue;
                     }
                 };
+                if matches!(job.cmd, Command::DeclareTenant { .. }) && !declares {
+                    replies.push((job.reply, Err(undeclarable()), false));
+                    continue;
+                }
                 // Before planning: a write the log could not take must not touch the state.
                 let planned_bytes = planner.cycle.entry.len() as u64;
                 if let Some(Err(e)) = self
@@ -1154,6 +1179,15 @@ pub fn empty_pop(job: &Job) -> Result<Outcome, QueenError> {
 enum Planned {
     Reply(Reply, Result<Outcome, QueenError>),
     Park(Job),
+}
+
+/// The answer to a tenant declaration sent to an engine that does not declare tenants.
+fn undeclarable() -> QueenError {
+    QueenError::new(
+        queenmq_protocol::ErrorCode::Unsupported,
+        "unsupported: tenants are declared only through the default group of a cluster member \
+         with cluster_tenant_groups on",
+    )
 }
 
 fn plan_job(p: &mut Planner<'_>, mut job: Job) -> Planned {

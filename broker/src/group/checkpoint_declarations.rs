@@ -167,7 +167,7 @@ mod tests {
         assert_eq!(
             crate::group::hosted::read_all(dir.path()).unwrap().len(),
             3,
-            "and the leftover temporary file is gone"
+            "and the leftover temporary file is no record (start removes it)"
         );
     }
 

@@ -1,10 +1,13 @@
 //! Tenant declarations under way on this node. Each holds a place under `max_tenants` from
 //! before it is proposed until its group is open here, so N simultaneous first writes of N
 //! new names cannot all pass the cap's check and all commit (review s27 tenants M1). One
-//! declaration of a name runs at a time, in a task bounded by a timeout, and every request
-//! for that name meanwhile waits on it (review s28 M-4: one task per request, each waiting
-//! on the `default` queue without a bound, piled up behind a stalled engine and committed
-//! duplicate declarations).
+//! declaration of a name runs at a time, in a task of its own, and every request for that
+//! name meanwhile waits on it, each at most until the declaration's deadline (review s28 M-4:
+//! one task per request, each waiting on the `default` queue without a bound, piled up behind
+//! a stalled engine and committed duplicate declarations). The task itself is not cut at the
+//! deadline: it holds its place until the `default` engine answers (committed, refused, or
+//! the engine gone), since until then the proposal may still commit (review s29 M-A: cut at
+//! 35 s it gave the place back, and a long stall let more names than the cap commit).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -22,8 +25,16 @@ pub struct Declaring {
     /// Each name with the number of declarations of it under way.
     names: Mutex<BTreeMap<String, usize>>,
     /// The declaration running for each name, with its outcome once it ended. One entry per
-    /// name, removed when its task ends: bounded by the names requested at once.
-    flights: Mutex<BTreeMap<String, watch::Receiver<Option<Outcome>>>>,
+    /// name, removed when its task ends: bounded by the names holding a place (the cap) plus
+    /// those whose refused reservation ends their task at once.
+    flights: Mutex<BTreeMap<String, Running>>,
+}
+
+/// A running declaration as its waiters see it.
+struct Running {
+    outcome: watch::Receiver<Option<Outcome>>,
+    /// Past it, waiters are answered without waiting (the task may still run).
+    deadline: tokio::time::Instant,
 }
 
 type Outcome = Result<(), QueenError>;
@@ -82,11 +93,14 @@ impl Declaring {
         })
     }
 
-    /// Runs `declare` for `tenant` in a task of its own, bounded by `bound`, unless one runs
-    /// for that name already; either way waits for the one that runs and answers its outcome.
-    /// The task outlives a waiter that goes away (its place under the cap must outlive a
-    /// proposal that may still commit, review s27 tenants L1), but never `bound`: a stalled
-    /// `default` engine then holds one task per name, not one per request.
+    /// Runs `declare` for `tenant` in a task of its own unless one runs for that name already;
+    /// either way waits for the one that runs and answers its outcome, or an `unavailable` at
+    /// its deadline (`bound` after it began). The task outlives a waiter that goes away and the
+    /// deadline alike: the place it holds under the cap must outlive a proposal that may still
+    /// commit (review s27 tenants L1, review s29 M-A), so it ends only when `declare` does (the
+    /// registry's ends once the `default` engine answered or is gone). A stalled engine then
+    /// holds one task per name, and every request for that name past the deadline is answered
+    /// at once, proposing nothing more.
     pub async fn declare_once<F, Fut>(
         self: &Arc<Self>,
         tenant: &str,
@@ -97,39 +111,56 @@ impl Declaring {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Outcome> + Send + 'static,
     {
-        let mut rx = {
+        let (mut rx, deadline, starts) = {
             let mut flights = self.flights();
             match flights.get(tenant) {
-                Some(rx) => rx.clone(),
+                Some(f) => (f.outcome.clone(), f.deadline, None),
                 None => {
                     let (tx, rx) = watch::channel(None);
-                    flights.insert(tenant.to_owned(), rx.clone());
-                    let mut flight = Flight {
-                        of: self.clone(),
-                        tenant: tenant.to_owned(),
-                        tx,
-                        outcome: None,
-                    };
-                    let run = declare();
-                    tokio::spawn(async move {
-                        let outcome = tokio::time::timeout(bound, run).await.unwrap_or_else(|_| {
-                            Err(QueenError::unavailable(format!(
-                                "the tenant's declaration did not end within {} s (is the \
-                                 default group's leader stalled?); retry",
-                                bound.as_secs()
-                            )))
-                        });
-                        flight.outcome = Some(outcome);
-                        drop(flight);
-                    });
-                    rx
+                    let deadline = tokio::time::Instant::now() + bound;
+                    flights.insert(
+                        tenant.to_owned(),
+                        Running {
+                            outcome: rx.clone(),
+                            deadline,
+                        },
+                    );
+                    (rx, deadline, Some(tx))
                 }
             }
         };
-        let seen = rx
-            .wait_for(Option::is_some)
-            .await
-            .map_err(|_| QueenError::unavailable("the tenant's declaration stopped; retry"))?;
+        // Outside the map's lock (review s29 L-3): were `declare` or the spawn to panic, the
+        // flight's drop locks the map to remove its entry.
+        if let Some(tx) = starts {
+            let mut flight = Flight {
+                of: self.clone(),
+                tenant: tenant.to_owned(),
+                tx,
+                outcome: None,
+            };
+            let run = declare();
+            tokio::spawn(async move {
+                flight.outcome = Some(run.await);
+                drop(flight);
+            });
+        }
+        let late = || {
+            QueenError::unavailable(format!(
+                "the tenant's declaration did not end within {} s (is the default group's \
+                 leader stalled?); its proposal keeps its place under max_tenants until the \
+                 default group answers; retry",
+                bound.as_secs()
+            ))
+        };
+        let seen = match tokio::time::timeout_at(deadline, rx.wait_for(Option::is_some)).await {
+            Err(_) => return Err(late()),
+            Ok(Err(_)) => {
+                return Err(QueenError::unavailable(
+                    "the tenant's declaration stopped; retry",
+                ))
+            }
+            Ok(Ok(seen)) => seen,
+        };
         match &*seen {
             Some(outcome) => outcome.clone(),
             None => Err(QueenError::unavailable(
@@ -143,7 +174,7 @@ impl Declaring {
         self.flights().len()
     }
 
-    fn flights(&self) -> MutexGuard<'_, BTreeMap<String, watch::Receiver<Option<Outcome>>>> {
+    fn flights(&self) -> MutexGuard<'_, BTreeMap<String, Running>> {
         self.flights.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -220,6 +251,49 @@ mod tests {
         assert!(d.reserve("d", &set(&["default", "x", "y"]), 3).is_none());
     }
 
+    /// Review s29 M-A: a declaration past its bound keeps its place under the cap while its
+    /// proposal is unanswered (it may still commit), and gives it back once the engine
+    /// answers. Before, the bound dropped the place with the task, and a second name passed
+    /// the cap while the first could still commit.
+    #[tokio::test(start_paused = true)]
+    async fn a_declaration_past_its_bound_holds_its_place_until_the_engine_answers() {
+        let d = Arc::new(Declaring::default());
+        let bound = Duration::from_secs(35);
+        // Cap 2: `default` and one more.
+        let taken = set(&["default"]);
+        let (engine, answered) = tokio::sync::oneshot::channel::<Outcome>();
+        let outcome = {
+            let (of, taken) = (d.clone(), taken.clone());
+            d.declare_once("c", bound, move || async move {
+                // As `Registry::reserve_and_declare`: the place is the task's.
+                let _place = of
+                    .reserve("c", &taken, 2)
+                    .ok_or_else(|| QueenError::unavailable("full"))?;
+                answered
+                    .await
+                    .unwrap_or_else(|_| Err(QueenError::unavailable("engine gone")))
+            })
+            .await
+        };
+        assert_eq!(
+            outcome.unwrap_err().code,
+            queenmq_protocol::ErrorCode::Unavailable
+        );
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(
+            d.reserve("d", &taken, 2).is_none(),
+            "c's proposal may still commit: its place stays taken"
+        );
+        assert_eq!(d.in_flight(), 1);
+        engine.send(Ok(())).unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(d.in_flight(), 0);
+        assert!(
+            d.reserve("d", &taken, 2).is_some(),
+            "answered: the place is back (a committed c counts by its record from now on)"
+        );
+    }
+
     #[test]
     fn hosted_names_skip_a_record_being_written() {
         let dir = tempfile::tempdir().unwrap();
@@ -271,11 +345,19 @@ mod tests {
             "the name is free once its declaration ended"
         );
 
-        // Stalled for ever: the waiters, early and late, hear at the bound; nothing stays.
-        let stalled = || async { std::future::pending::<Outcome>().await };
+        // Stalled: the waiters, early and late, hear at the bound; the declaration stays
+        // until its engine answers, and a request meanwhile is answered at once, running
+        // nothing (review s29 M-A).
+        let (answer, answered) = watch::channel(false);
         let early = tokio::spawn({
-            let d = d.clone();
-            async move { d.declare_once("beta", bound, stalled).await }
+            let (d, mut answered) = (d.clone(), answered.clone());
+            async move {
+                d.declare_once("beta", bound, move || async move {
+                    let _ = answered.wait_for(|a| *a).await;
+                    Ok(())
+                })
+                .await
+            }
         });
         tokio::time::sleep(Duration::from_secs(20)).await;
         let late = tokio::spawn({
@@ -288,6 +370,23 @@ mod tests {
             assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable, "{e:?}");
         }
         assert!(started.elapsed() <= Duration::from_secs(16));
+        assert_eq!(d.in_flight(), 1, "the proposal may still commit");
+        let ran = Arc::new(AtomicUsize::new(0));
+        let at = tokio::time::Instant::now();
+        let again = d
+            .declare_once("beta", bound, {
+                let ran = ran.clone();
+                move || async move {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .await;
+        assert!(again.is_err());
+        assert_eq!(at.elapsed(), Duration::ZERO, "answered at once");
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "nothing proposed again");
+        answer.send_replace(true);
+        tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!(d.in_flight(), 0);
         assert_eq!(
             d.declare_once("beta", bound, || async { Ok(()) }).await,

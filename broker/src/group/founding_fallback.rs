@@ -3,9 +3,11 @@
 //! down when T was declared, T would have no leader until it came back, and for ever if it
 //! never does. So a voter of V that is not the preferred one founds T's group itself when,
 //! after [`WAIT_ELECTION_TIMEOUTS`] election timeouts plus a stagger by its rank in V (two
-//! fallbacks rarely race), nothing of the group has reached it, and its directory is fresh:
-//! opened here for the first time by this start (not a lost one, whose vote is forgotten),
-//! no joining marker, not joining, and still no vote and an empty log at the deadline.
+//! fallbacks rarely race), nothing of the group has reached it, and its directory is not
+//! lost (whose vote is forgotten), holds no joining marker, is not joining, and still has no
+//! vote and an empty log at the deadline. A restart during the wait arms it again (review s29
+//! M-B): a directory opened here before whose store stands keeps any vote it granted, which
+//! openraft's own refusal sees; one whose store is gone is lost, and restarts joining.
 //!
 //! It founds with the identical V, the voters of the committed declaration, which every node
 //! reads from its own hosted record (the first committed declaration wins on every node).
@@ -28,8 +30,9 @@ pub const WAIT_ELECTION_TIMEOUTS: u64 = 3;
 /// What this start knows of the tenant's directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Directory {
-    /// The hosted record was not marked `opened` before this start: the directory never held
-    /// a store here before, so no vote of this node in this group can have been forgotten.
+    /// The hosted record was not marked `opened` before this start. Not a condition (review
+    /// s29 M-B: it turned the fallback off for a node restarted during its wait, for no
+    /// safety the other fields and openraft's refusal do not give); only logged.
     pub first_open: bool,
     /// Lost since its first open here (it starts joining).
     pub lost: bool,
@@ -39,7 +42,9 @@ pub struct Directory {
 
 /// How long `me` waits before it founds `tenant`'s group with `voters`, or None where it
 /// never does: it is the preferred voter (it founds at its start), not a voter, or its
-/// directory is not fresh.
+/// directory is lost or marked joining. Whether this is the directory's first open does not
+/// matter: a store that stands holds whatever vote this node granted, and `initialize` is
+/// refused over a vote or a log (`run`), so a restart during the wait keeps the fallback.
 pub fn fallback_after(
     me: u64,
     tenant: &str,
@@ -47,8 +52,14 @@ pub fn fallback_after(
     election_timeout_ms: u64,
     dir: Directory,
 ) -> Option<Duration> {
-    if !dir.first_open || dir.lost || dir.marked {
+    if dir.lost || dir.marked {
         return None;
+    }
+    if !dir.first_open {
+        tracing::debug!(
+            tenant,
+            "the tenant's group was opened here before: its fallback is armed again, and              openraft refuses it if a vote or an entry stands"
+        );
     }
     let preferred = super::hosted::preferred(tenant, voters)?;
     if preferred == me {

@@ -38,14 +38,9 @@ fn only_the_other_voters_of_a_fresh_directory_fall_back_staggered_by_rank() {
 }
 
 #[test]
-fn a_directory_that_is_not_fresh_never_falls_back() {
+fn a_lost_or_marked_directory_never_falls_back() {
     let v = [1, 2, 3];
     for dir in [
-        // Opened here before: its store may have held a vote that a wipe since forgot.
-        Directory {
-            first_open: false,
-            ..FRESH
-        },
         // Lost (opened, its state store gone): it starts joining.
         Directory {
             lost: true,
@@ -82,4 +77,39 @@ fn anything_of_the_group_that_reached_the_node_stops_the_fallback() {
         leader: Some(3),
         ..none
     }));
+}
+
+/// Review s29 M-B: a voter restarted during its wait (its record marked `opened` by the first
+/// start) falls back as a fresh one does, with the same stagger; only lost or marked
+/// directories do not. Before, one restart turned the fallback off for that node for good.
+#[test]
+fn a_restart_during_the_wait_keeps_the_fallback() {
+    let v = [1, 2, 3];
+    let reopened = Directory {
+        first_open: false,
+        ..FRESH
+    };
+    for me in 1..=3 {
+        assert_eq!(
+            fallback_after(me, "gamma", &v, 3_000, reopened),
+            fallback_after(me, "gamma", &v, 3_000, FRESH),
+            "node {me}"
+        );
+    }
+    assert_eq!(
+        fallback_after(1, "gamma", &v, 3_000, reopened),
+        Some(Duration::from_millis(9_000))
+    );
+    for dir in [
+        Directory {
+            lost: true,
+            ..reopened
+        },
+        Directory {
+            marked: true,
+            ..reopened
+        },
+    ] {
+        assert_eq!(fallback_after(1, "gamma", &v, 3_000, dir), None, "{dir:?}");
+    }
 }

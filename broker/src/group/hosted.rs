@@ -137,9 +137,31 @@ pub fn read_hosted(data_dir: &Path, tenant: &str) -> anyhow::Result<Option<Hoste
     parse(&path, &text).map(Some)
 }
 
-/// Every hosted record, in tenant order. A name that is not a tenant's is refused (something
-/// else wrote there), and a temporary file left by a crash is removed: its record was never
-/// renamed into place, so no group was opened for it.
+/// Removes the temporary files a crash left (their records were never renamed into place, so
+/// no group was opened for them). Only at the process's start, before any group opens: a
+/// temporary file seen later may be one a declaration's apply or a group's start is still
+/// writing, and removing it would fail that writer's rename (review s31 member H1).
+pub fn remove_leftovers(data_dir: &Path) -> anyhow::Result<()> {
+    let dir = data_dir.join(HOSTED_DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(anyhow!("listing {}: {e}", dir.display())),
+    };
+    for entry in entries {
+        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+        if entry.file_name().to_string_lossy().ends_with(TMP_SUFFIX) {
+            std::fs::remove_file(entry.path())
+                .with_context(|| format!("removing {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Every hosted record, in tenant order. Read only: any caller (a membership route, the
+/// `default` open) may run while a record is written, so a temporary file is skipped, never
+/// removed (its writer renames it; a crash's leftover goes at start, `remove_leftovers`). A
+/// name that is not a tenant's is refused (something else wrote there).
 pub fn read_all(data_dir: &Path) -> anyhow::Result<Vec<(String, Vec<u64>)>> {
     let dir = data_dir.join(HOSTED_DIR);
     let entries = match std::fs::read_dir(&dir) {
@@ -152,8 +174,6 @@ pub fn read_all(data_dir: &Path) -> anyhow::Result<Vec<(String, Vec<u64>)>> {
         let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.ends_with(TMP_SUFFIX) {
-            std::fs::remove_file(entry.path())
-                .with_context(|| format!("removing {}", entry.path().display()))?;
             continue;
         }
         if check_tenant_name(&name).is_err() || name == queenmq_protocol::DEFAULT_TENANT {
@@ -250,6 +270,9 @@ mod tests;
 pub struct Declarations {
     data_dir: PathBuf,
     pending: std::sync::Arc<Pending>,
+    /// `max_tenants`: the `default` engine refuses a declaration past it (review s31 tenants
+    /// M1).
+    max_tenants: u64,
 }
 
 #[derive(Default)]
@@ -271,7 +294,19 @@ impl Declarations {
         Declarations {
             data_dir,
             pending: Default::default(),
+            max_tenants: u64::MAX,
         }
+    }
+
+    /// Caps the groups the `default` group's declarations may bring the cluster to, `default`
+    /// included.
+    pub fn with_max_tenants(mut self, max_tenants: u64) -> Declarations {
+        self.max_tenants = max_tenants;
+        self
+    }
+
+    pub fn max_tenants(&self) -> u64 {
+        self.max_tenants
     }
 
     /// A committed declaration applied at log `index`: recorded (a failure stops the

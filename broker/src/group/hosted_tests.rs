@@ -73,7 +73,7 @@ fn a_damaged_record_stops_the_read_naming_its_file() {
 }
 
 #[test]
-fn a_stray_name_stops_the_read_and_a_crash_leftover_is_removed() {
+fn a_stray_name_stops_the_read_and_a_crash_leftover_is_removed_at_start_only() {
     let dir = tempfile::tempdir().unwrap();
     record(dir.path(), "acme", &[1]).unwrap();
     let hosted = dir.path().join(HOSTED_DIR);
@@ -82,9 +82,35 @@ fn a_stray_name_stops_the_read_and_a_crash_leftover_is_removed() {
         read_all(dir.path()).unwrap(),
         vec![("acme".to_string(), vec![1])]
     );
+    assert!(
+        hosted.join("beta.tmp").exists(),
+        "a listing removes nothing"
+    );
+    remove_leftovers(dir.path()).unwrap();
     assert!(!hosted.join("beta.tmp").exists());
+    assert_eq!(read_all(dir.path()).unwrap().len(), 1, "the record stays");
+    remove_leftovers(&dir.path().join("none")).unwrap();
     std::fs::write(hosted.join("Not-A-Tenant"), "x").unwrap();
     assert!(read_all(dir.path()).is_err());
+}
+
+/// Review s31 member H1 / tenants L3: a listing (a membership route, the `default` open's
+/// backfill) while a record is being written must leave the writer's temporary file, so the
+/// writer's rename succeeds.
+#[test]
+fn a_listing_while_a_record_is_written_does_not_fail_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    record(dir.path(), "acme", &[1]).unwrap();
+    let hosted = dir.path().join(HOSTED_DIR);
+    // The writer's steps of `write`, stopped between its fsync and its rename.
+    let tmp = hosted.join("beta.tmp");
+    let mut f = std::fs::File::create(&tmp).unwrap();
+    std::io::Write::write_all(&mut f, render(&[2], false).as_bytes()).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(read_all(dir.path()).unwrap().len(), 1);
+    std::fs::rename(&tmp, hosted.join("beta")).expect("the writer's rename");
+    assert_eq!(read_all(dir.path()).unwrap().len(), 2);
 }
 
 #[test]
@@ -296,4 +322,62 @@ fn a_tenant_directory_without_a_record_is_refused_unless_it_holds_only_the_marke
         super::super::registry::to_open(root).is_err(),
         "a marker that is a directory is not the marker"
     );
+}
+
+/// Review s29 M-C: every state a kill -9 can leave during a rejoining node's apply of a
+/// declaration, step by step (the `tenants` directory made; the tenant's directory made but
+/// its marker's name not durable; the marker made, its bytes not; a record half written under
+/// its temporary name; both done), is accepted by the next start without opening the group
+/// unmarked, and the replay of the entry completes it. Before, the empty tenant directory
+/// refused the start as a single node's tenant.
+#[test]
+fn a_kill_at_any_step_of_the_marker_and_the_record_lets_the_node_start() {
+    type Crash = fn(&Path);
+    let group = |root: &Path| super::super::registry::tenant_dir(root, "acme");
+    let steps: [(&str, Crash); 5] = [
+        ("tenants made", |root| {
+            std::fs::create_dir(root.join("tenants")).unwrap()
+        }),
+        ("tenant directory made", |root| {
+            std::fs::create_dir_all(super::super::registry::tenant_dir(root, "acme")).unwrap()
+        }),
+        ("marker created empty", |root| {
+            let g = super::super::registry::tenant_dir(root, "acme");
+            std::fs::create_dir_all(&g).unwrap();
+            std::fs::write(g.join(crate::cluster_member::JOIN_MARKER), b"").unwrap();
+        }),
+        ("record half written", |root| {
+            write_joining_marker(&super::super::registry::tenant_dir(root, "acme")).unwrap();
+            std::fs::create_dir_all(root.join(HOSTED_DIR)).unwrap();
+            std::fs::write(
+                root.join(HOSTED_DIR).join("acme.tmp"),
+                b"queen-tenant-hosted 1\nvot",
+            )
+            .unwrap();
+        }),
+        ("record written", |root| {
+            write_joining_marker(&super::super::registry::tenant_dir(root, "acme")).unwrap();
+            record(root, "acme", &[1, 2, 3]).unwrap();
+        }),
+    ];
+    for (step, crash) in steps {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join(crate::cluster_member::JOIN_MARKER), b"j").unwrap();
+        crash(root);
+        let opened = super::super::registry::to_open(root)
+            .unwrap_or_else(|e| panic!("{step}: the start was refused: {e:#}"));
+        for t in &opened {
+            assert!(tenant_marked(root, t), "{step}: {t} opens unmarked");
+        }
+        let d = Declarations::new(root.to_path_buf());
+        d.applied(4, "acme", &[1, 2, 3]).unwrap();
+        assert_eq!(
+            super::super::registry::to_open(root).unwrap(),
+            vec!["acme"],
+            "{step}"
+        );
+        assert!(tenant_marked(root, "acme"), "{step}");
+        assert!(group(root).is_dir(), "{step}");
+    }
 }

@@ -13,6 +13,9 @@ pub mod registry;
 mod supervisor;
 mod voter_addr;
 
+#[cfg(test)]
+mod declarations_wiring_tests;
+
 use std::sync::{Arc, RwLock};
 
 use queenmq_storage::SegmentLog;

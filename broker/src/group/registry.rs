@@ -85,8 +85,9 @@ pub struct TenantStart {
 const DECLARED_WAIT_STEP: Duration = Duration::from_millis(20);
 const DECLARED_WAIT_STEPS: u32 = 250;
 
-/// The longest a declaration's task runs: the `default` engine's answer bound (its proposal
-/// committed or refused) and the wait for the group to open here after it.
+/// The longest a request waits on a declaration: the `default` engine's answer bound (its
+/// proposal committed or refused) and the wait for the group to open here after it. The
+/// declaration's task itself runs on until the engine answered (`Declaring::declare_once`).
 fn declare_bound() -> Duration {
     crate::engine::BusWaits::default()
         .answer
@@ -169,16 +170,18 @@ fn tenant_dirs(data_dir: &Path) -> anyhow::Result<Vec<String>> {
 /// declarations it applied), not the directories below `<data_dir>/tenants`. A directory
 /// without a record is a single node's tenant, which this member cannot serve clustered: the
 /// start is refused, as it is with the key off (docs/cluster.md "Tenants"). Unless it holds
-/// the joining marker and nothing else: a rejoining node's apply writes that marker before
-/// the record (review s28 M-1), so a kill -9 between the two leaves it so; no group was
-/// opened there, and the replay of the declaration writes the record.
+/// the joining marker and nothing else, or nothing at all: a rejoining node's apply makes the
+/// directory, then the marker, then the record (review s28 M-1), so a kill -9 before the
+/// record leaves one of these (review s29 M-C: the empty directory made before the marker's
+/// name was durable); no group was opened there, and the replay of the declaration, which
+/// comes before any record can open it, writes the marker and the record.
 pub(crate) fn to_open(data_dir: &Path) -> anyhow::Result<Vec<String>> {
     let hosted: Vec<String> = super::hosted::read_all(data_dir)?
         .into_iter()
         .map(|(t, _)| t)
         .collect();
     for dir in tenant_dirs(data_dir)? {
-        if hosted.binary_search(&dir).is_err() && !only_a_marker(&tenant_dir(data_dir, &dir))? {
+        if hosted.binary_search(&dir).is_err() && !holds_no_group(&tenant_dir(data_dir, &dir))? {
             return Err(anyhow!(
                 "{} holds the group of tenant {dir:?}, which no committed declaration of \
                  this cluster names ({}/{dir} is missing): a single node's tenant cannot be \
@@ -191,8 +194,10 @@ pub(crate) fn to_open(data_dir: &Path) -> anyhow::Result<Vec<String>> {
     Ok(hosted)
 }
 
-/// Whether a tenant's directory holds the joining marker and nothing else.
-fn only_a_marker(dir: &Path) -> anyhow::Result<bool> {
+/// Whether a tenant's directory is what a kill -9 during the marker step leaves: empty, or
+/// the joining marker (a file, of any length: its bytes say nothing) and nothing else. Either
+/// way no store, log or vote stands there.
+fn holds_no_group(dir: &Path) -> anyhow::Result<bool> {
     let mut names = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
         let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
@@ -201,9 +206,13 @@ fn only_a_marker(dir: &Path) -> anyhow::Result<bool> {
             return Ok(false);
         }
     }
-    Ok(names.len() == 1
-        && names[0] == crate::cluster_member::JOIN_MARKER
-        && dir.join(crate::cluster_member::JOIN_MARKER).is_file())
+    Ok(match names.first() {
+        None => true,
+        Some(name) => {
+            name == crate::cluster_member::JOIN_MARKER
+                && dir.join(crate::cluster_member::JOIN_MARKER).is_file()
+        }
+    })
 }
 
 /// Where `tenant`'s group keeps its files.
@@ -238,6 +247,14 @@ impl Registry {
             stopping: AtomicBool::new(false),
             booting: AtomicBool::new(true),
         });
+        if let Some(d) = &reg.declarations {
+            // Here, before `default` opens, no declaration's apply nor group start writes a
+            // record yet, so a temporary file is a crash's leftover.
+            let dir = d.data_dir().to_path_buf();
+            tokio::task::spawn_blocking(move || super::hosted::remove_leftovers(&dir))
+                .await
+                .map_err(|e| anyhow!("removing hosted leftovers: {e}"))??;
+        }
         reg.group(DEFAULT_TENANT)
             .await
             .map_err(|e| anyhow!("{}", e.message))?;
@@ -435,11 +452,12 @@ impl Registry {
             Err(e) if e.code == ErrorCode::NotFound && writes && self.declarations.is_some() => {}
             other => return other,
         }
-        // One declaration per name runs at a time, in a task bounded by `declare_bound`;
-        // every request for the name meanwhile waits on it (review s28 M-4). The task, not
-        // the request, holds the place under the cap: the caller's bound (the bus's enqueue
-        // timeout) may drop this future while the declaration sits in the `default` engine's
-        // queue and still commits (review s27 tenants L1).
+        // One declaration per name runs at a time, in a task of its own; every request for
+        // the name meanwhile waits on it, at most `declare_bound` from its start (review s28
+        // M-4). The task, not the request, holds the place under the cap, until the `default`
+        // engine answered: the caller's bound (the bus's enqueue timeout) and the waiters'
+        // may end while the declaration sits in the engine's queue or log and still commits
+        // (review s27 tenants L1, review s29 M-A).
         let (reg, name) = (self.clone(), tenant.to_owned());
         self.declaring
             .declare_once(tenant, declare_bound(), move || async move {

@@ -82,6 +82,8 @@ pub struct Fixture {
     pushed: u64,
     /// The planner holds the broker key (the [`TestSeal`] stand-in).
     pub sealed: bool,
+    /// The planner's `max_tenants` (`u64::MAX` unless a test caps it).
+    pub max_tenants: u64,
 }
 
 impl Default for Fixture {
@@ -102,6 +104,7 @@ impl Fixture {
             clock: NOW,
             pushed: 0,
             sealed: false,
+            max_tenants: u64::MAX,
         }
     }
 
@@ -125,6 +128,7 @@ impl Fixture {
             memory: None,
             tenant: queenmq_protocol::DEFAULT_TENANT,
             seal: self.sealed.then_some(&TestSeal as &dyn PayloadSeal),
+            max_tenants: self.max_tenants,
         }
     }
 

@@ -111,6 +111,9 @@ pub struct Planner<'a> {
     /// Seals the payloads of queues with `encryptionEnabled` and opens them on every read;
     /// None when the broker has no `encryption_key` (such queues are then refused).
     pub seal: Option<&'a dyn PayloadSeal>,
+    /// The most groups a tenant declaration may bring the cluster to, `default` included
+    /// (`max_tenants`); `u64::MAX` caps nothing (a group that declares no tenants).
+    pub max_tenants: u64,
 }
 
 /// Names are used verbatim in paths by the SDKs: refuse what cannot travel there.
