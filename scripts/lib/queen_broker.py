@@ -120,12 +120,17 @@ def broker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     as configuration and refuses unknown keys), plus `extra`. With
     QUEEN_TEST_SNAPSHOT_CATCH_UP=1 (or 0) in the runner's environment, every clustered
     broker (one given QUEEN_CLUSTER_TOKEN) gets cluster_snapshot_catch_up on (or off) unless
-    its test sets that key itself: the cluster suites run either way."""
+    its test sets that key itself: the cluster suites run either way. QUEEN_TEST_TENANT_GROUPS
+    does the same for cluster_tenant_groups."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUEEN_")}
     env.update(extra or {})
-    catch_up = os.environ.get("QUEEN_TEST_SNAPSHOT_CATCH_UP")
-    if catch_up in ("0", "1") and "QUEEN_CLUSTER_TOKEN" in env:
-        env.setdefault("QUEEN_CLUSTER_SNAPSHOT_CATCH_UP", "true" if catch_up == "1" else "false")
+    for switch, key in (
+        ("QUEEN_TEST_SNAPSHOT_CATCH_UP", "QUEEN_CLUSTER_SNAPSHOT_CATCH_UP"),
+        ("QUEEN_TEST_TENANT_GROUPS", "QUEEN_CLUSTER_TENANT_GROUPS"),
+    ):
+        value = os.environ.get(switch)
+        if value in ("0", "1") and "QUEEN_CLUSTER_TOKEN" in env:
+            env.setdefault(key, "true" if value == "1" else "false")
     return env
 
 
