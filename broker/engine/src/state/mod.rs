@@ -8,6 +8,7 @@ pub mod cow_clock;
 mod cursor_map;
 mod drop_later;
 mod fifo;
+mod fold_ring;
 mod forget;
 pub mod frame;
 mod group_start;
