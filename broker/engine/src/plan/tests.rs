@@ -233,7 +233,10 @@ fn a_transaction_ack_names_the_message_its_earlier_push_wrote_and_refuses_whole(
         .expect_err("the ack names the new X, outside the lease");
     assert!(e.message.contains("operation 1"), "{}", e.message);
     assert_eq!(p.cycle.entry.len(), before, "nothing was emitted");
-    let next = fx.st.queue_named("t").map(|q| q.partition_order[0]);
+    let next = fx
+        .st
+        .queue_named("t")
+        .and_then(|q| q.partition_order.get(0));
     assert_eq!(
         next.and_then(|pid| fx.st.partitions.get(&pid))
             .map(|p| p.next_offset),
