@@ -5,7 +5,7 @@
 //!
 //! Why chunks: a checkpoint writes each queue's partitions in this order, off the state lock;
 //! copying the list under the lock was 8 MB at a million partitions. Taking it is now one
-//! handle per chunk; the engine's next create copies at most the last chunk (4 KB) while a
+//! handle per chunk; the engine's next create copies at most the last chunk (2 KB) while a
 //! checkpoint still holds it, timed by [`super::cow_clock`]. Ids are only appended: a
 //! partition goes only with its queue.
 
@@ -45,7 +45,15 @@ const _: () = assert!(super::MAX_NEXT_PARTITION_ID <= 1 << 32);
 
 /// An id as the rest of the state keys it.
 fn wide(pid: &u32) -> u64 {
+    #[cfg(test)]
+    WIDENED.with(|w| w.set(w.get() + 1));
     u64::from(*pid)
+}
+
+// Counts the ids an iterator touched: a skip's cost, as a test can see it.
+#[cfg(test)]
+thread_local! {
+    static WIDENED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 impl PartitionOrder {
@@ -86,7 +94,7 @@ impl PartitionOrder {
         self.chunks.get(i / CHUNK)?.get(i % CHUNK).map(wide)
     }
 
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = u64> + Clone + '_ {
+    pub fn iter(&self) -> Ids<'_> {
         self.into_iter()
     }
 
@@ -129,24 +137,86 @@ impl std::fmt::Debug for PartitionOrder {
     }
 }
 
-type Ids<'a> = std::iter::Map<std::slice::Iter<'a, u32>, fn(&u32) -> u64>;
-
 /// The ids in order, as the `u64` the rest of the state keys them by.
+///
+/// Its own type, not `flat_map(.. map(wide))`: `Map` walks every id it skips (it cannot
+/// know `wide` is pure), so `skip(n)` was n steps where the slices' was n / 512; `changed`
+/// and `queues::one` skip to a client's resume point inside the engine cycle (review s32 p M1).
+#[derive(Clone)]
+pub struct Ids<'a> {
+    front: std::slice::Iter<'a, u32>,
+    chunks: std::slice::Iter<'a, Arc<Vec<u32>>>,
+    back: std::slice::Iter<'a, u32>,
+}
+
+impl Iterator for Ids<'_> {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        loop {
+            if let Some(pid) = self.front.next() {
+                return Some(wide(pid));
+            }
+            match self.chunks.next() {
+                Some(c) => self.front = c.iter(),
+                None => return self.back.next().map(wide),
+            }
+        }
+    }
+
+    /// By whole chunks: one step a chunk passed, one `wide` for the id taken.
+    fn nth(&mut self, mut n: usize) -> Option<u64> {
+        loop {
+            let here = self.front.len();
+            if n < here {
+                return self.front.nth(n).map(wide);
+            }
+            n -= here;
+            self.front = [].iter();
+            match self.chunks.next() {
+                Some(c) => self.front = c.iter(),
+                None => return self.back.nth(n).map(wide),
+            }
+        }
+    }
+
+    /// Exact, in constant time: every chunk but the order's last is full (`push`).
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.chunks.as_slice();
+        let whole = left.split_last().map_or(0, |(last, full)| {
+            full.len().saturating_mul(CHUNK).saturating_add(last.len())
+        });
+        let all = whole
+            .saturating_add(self.front.len())
+            .saturating_add(self.back.len());
+        (all, Some(all))
+    }
+}
+
+impl DoubleEndedIterator for Ids<'_> {
+    fn next_back(&mut self) -> Option<u64> {
+        loop {
+            if let Some(pid) = self.back.next_back() {
+                return Some(wide(pid));
+            }
+            match self.chunks.next_back() {
+                Some(c) => self.back = c.iter(),
+                None => return self.front.next_back().map(wide),
+            }
+        }
+    }
+}
+
 impl<'a> IntoIterator for &'a PartitionOrder {
     type Item = u64;
-    type IntoIter = std::iter::FlatMap<
-        std::slice::Iter<'a, Arc<Vec<u32>>>,
-        Ids<'a>,
-        fn(&'a Arc<Vec<u32>>) -> Ids<'a>,
-    >;
+    type IntoIter = Ids<'a>;
 
-    fn into_iter(self) -> Self::IntoIter {
-        fn ids(c: &Arc<Vec<u32>>) -> Ids<'_> {
-            c.iter().map(wide as fn(&u32) -> u64)
+    fn into_iter(self) -> Ids<'a> {
+        Ids {
+            front: [].iter(),
+            chunks: self.chunks.iter(),
+            back: [].iter(),
         }
-        self.chunks
-            .iter()
-            .flat_map(ids as fn(&'a Arc<Vec<u32>>) -> Ids<'a>)
     }
 }
 
@@ -187,6 +257,71 @@ mod tests {
         assert_eq!(o.held_bytes(), 2 * CHUNK * 4 + 4 * 8 + 2 * 40);
         assert_eq!(o.get(0), Some(crate::state::MAX_NEXT_PARTITION_ID - 1));
         assert_eq!(o.iter().last(), Some(u64::from(top) - 2 * CHUNK as u64 + 1));
+    }
+
+    /// Every mix of ends and skips yields what a `Vec`'s iterator does, with an exact
+    /// length, across chunk borders and at every length up to three chunks and a bit.
+    #[test]
+    fn ids_skip_and_walk_from_both_ends_as_a_vec_does() {
+        for n in 0..=3 * CHUNK + 1 {
+            let mut o = PartitionOrder::default();
+            for i in 0..n as u32 {
+                o.push(i * 3 + 1);
+            }
+            let model: Vec<u64> = (0..n as u64).map(|i| i * 3 + 1).collect();
+            for back in 0..=n + 1 {
+                for skip in 0..=n + 1 {
+                    let (mut a, mut b) = (o.iter(), model.iter().copied());
+                    for _ in 0..back {
+                        assert_eq!(a.next_back(), b.next_back(), "n {n} back {back}");
+                    }
+                    assert_eq!(a.size_hint(), b.size_hint(), "n {n} back {back}");
+                    assert_eq!(a.nth(skip), b.nth(skip), "n {n} back {back} skip {skip}");
+                    assert_eq!(a.size_hint(), b.size_hint(), "n {n} {back} {skip}");
+                    let mut turn = false;
+                    loop {
+                        turn = !turn;
+                        let (x, y) = if turn {
+                            (a.next(), b.next())
+                        } else {
+                            (a.next_back(), b.next_back())
+                        };
+                        assert_eq!(x, y, "n {n} back {back} skip {skip}");
+                        if x.is_none() {
+                            break;
+                        }
+                    }
+                }
+                let from: Vec<u64> = o.iter().skip(back).collect();
+                assert_eq!(from, model.get(back..).unwrap_or(&[]), "n {n} from {back}");
+            }
+        }
+    }
+
+    /// A skip to a client's resume point (`changed`, `queues::one`) steps by chunks and
+    /// widens only the id it stops at; walking the ids one by one counted every id skipped.
+    #[test]
+    fn skipping_to_a_resume_point_widens_only_the_id_it_takes() {
+        let mut o = PartitionOrder::default();
+        let n = 100 * CHUNK;
+        for i in 0..n as u32 {
+            o.push(i);
+        }
+        let widened = |f: &dyn Fn() -> Option<u64>| {
+            WIDENED.with(|w| w.set(0));
+            let got = f();
+            (got, WIDENED.with(|w| w.get()))
+        };
+        let at = n as u64 - 2;
+        assert_eq!(widened(&|| o.iter().nth(n - 2)), (Some(at), 1));
+        assert_eq!(widened(&|| o.iter().skip(n - 2).next()), (Some(at), 1));
+        let skip_into_the_back = || {
+            let mut ids = o.iter();
+            ids.next_back();
+            ids.nth(n - 2)
+        };
+        assert_eq!(widened(&skip_into_the_back), (Some(at), 2));
+        assert_eq!(widened(&|| o.iter().nth(n)), (None, 0));
     }
 
     #[test]
