@@ -440,3 +440,48 @@ fn queues_and_groups_past_their_limit_are_refused_and_apply_does_not_overflow() 
     assert!(p.plan_group_admin(&req).is_err());
     assert!(fx.st.groups.contains_key(&1), "the group was not deleted");
 }
+
+/// The id limit's edge, where the `u32` the creation order holds would truncate: 2^32 and
+/// just past it are skipped whole (2^32 kept as id 0 would make `changed`, depth and queue
+/// delete address partition 0 and orphan the queue's own), and 2^32 - 1 is kept whole.
+#[test]
+fn a_partition_create_at_or_past_2_pow_32_is_skipped_and_just_below_is_kept() {
+    let mut fx = fixture();
+    fx.commit();
+    let loc = Loc { index: 6, pos: 0 };
+    let order = |st: &State| st.queues[&1].partition_order.iter().collect::<Vec<u64>>();
+    let before = order(&fx.st);
+    for pid in [1 << 32, (1 << 32) + 5] {
+        fx.st.apply(
+            &Effect::PartitionCreate {
+                qid: 1,
+                pid,
+                name: "edge",
+            },
+            NOW,
+            loc,
+        );
+        assert_eq!(order(&fx.st), before, "pid {pid}");
+        assert!(fx.st.partitions.get(&pid).is_none(), "pid {pid}");
+        assert!(
+            fx.st.partitions.get(&(pid % (1 << 32))).is_none(),
+            "pid {pid}"
+        );
+        assert_eq!(fx.st.next_partition_id, 3, "pid {pid}");
+    }
+    let top = crate::state::MAX_NEXT_PARTITION_ID - 1;
+    fx.st.apply(
+        &Effect::PartitionCreate {
+            qid: 1,
+            pid: top,
+            name: "top",
+        },
+        NOW,
+        loc,
+    );
+    assert_eq!(order(&fx.st).last(), Some(&top));
+    assert_eq!(fx.st.partitions.get(&top).map(|p| p.id), Some(top));
+    assert_eq!(fx.st.next_partition_id, crate::state::MAX_NEXT_PARTITION_ID);
+    let back = crate::state::decode_state(&crate::state::encode_state(&fx.st)).expect("readable");
+    assert_eq!(order(&back), order(&fx.st));
+}
