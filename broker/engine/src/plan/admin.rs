@@ -139,7 +139,7 @@ impl Planner<'_> {
                 // partitions) under the lock (review s26 ckpt L3).
                 let pids = q.partition_order.clone();
                 let mut updated = 0;
-                for &pid in &pids {
+                for pid in &pids {
                     let Some(p) = self.st.partitions.get(&pid) else {
                         continue;
                     };

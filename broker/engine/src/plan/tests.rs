@@ -233,7 +233,10 @@ fn a_transaction_ack_names_the_message_its_earlier_push_wrote_and_refuses_whole(
         .expect_err("the ack names the new X, outside the lease");
     assert!(e.message.contains("operation 1"), "{}", e.message);
     assert_eq!(p.cycle.entry.len(), before, "nothing was emitted");
-    let next = fx.st.queue_named("t").map(|q| q.partition_order[0]);
+    let next = fx
+        .st
+        .queue_named("t")
+        .and_then(|q| q.partition_order.get(0));
     assert_eq!(
         next.and_then(|pid| fx.st.partitions.get(&pid))
             .map(|p| p.next_offset),
@@ -436,4 +439,49 @@ fn queues_and_groups_past_their_limit_are_refused_and_apply_does_not_overflow() 
     };
     assert!(p.plan_group_admin(&req).is_err());
     assert!(fx.st.groups.contains_key(&1), "the group was not deleted");
+}
+
+/// The id limit's edge, where the `u32` the creation order holds would truncate: 2^32 and
+/// just past it are skipped whole (2^32 kept as id 0 would make `changed`, depth and queue
+/// delete address partition 0 and orphan the queue's own), and 2^32 - 1 is kept whole.
+#[test]
+fn a_partition_create_at_or_past_2_pow_32_is_skipped_and_just_below_is_kept() {
+    let mut fx = fixture();
+    fx.commit();
+    let loc = Loc { index: 6, pos: 0 };
+    let order = |st: &State| st.queues[&1].partition_order.iter().collect::<Vec<u64>>();
+    let before = order(&fx.st);
+    for pid in [1 << 32, (1 << 32) + 5] {
+        fx.st.apply(
+            &Effect::PartitionCreate {
+                qid: 1,
+                pid,
+                name: "edge",
+            },
+            NOW,
+            loc,
+        );
+        assert_eq!(order(&fx.st), before, "pid {pid}");
+        assert!(fx.st.partitions.get(&pid).is_none(), "pid {pid}");
+        assert!(
+            fx.st.partitions.get(&(pid % (1 << 32))).is_none(),
+            "pid {pid}"
+        );
+        assert_eq!(fx.st.next_partition_id, 3, "pid {pid}");
+    }
+    let top = crate::state::MAX_NEXT_PARTITION_ID - 1;
+    fx.st.apply(
+        &Effect::PartitionCreate {
+            qid: 1,
+            pid: top,
+            name: "top",
+        },
+        NOW,
+        loc,
+    );
+    assert_eq!(order(&fx.st).last(), Some(&top));
+    assert_eq!(fx.st.partitions.get(&top).map(|p| p.id), Some(top));
+    assert_eq!(fx.st.next_partition_id, crate::state::MAX_NEXT_PARTITION_ID);
+    let back = crate::state::decode_state(&crate::state::encode_state(&fx.st)).expect("readable");
+    assert_eq!(order(&back), order(&fx.st));
 }

@@ -34,7 +34,7 @@ pub fn series(st: &State, q: &AnalyticsQuery) -> Result<AnalyticsSeries, QueenEr
             continue;
         }
         for pid in &queue.partition_order {
-            let Some(p) = st.partitions.get(pid) else {
+            let Some(p) = st.partitions.get(&pid) else {
                 continue;
             };
             // Runs are in append order, so in creation-time order.

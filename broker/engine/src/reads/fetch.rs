@@ -256,10 +256,10 @@ pub fn changed(st: &State, req: &ChangedReq) -> ChangedAnswer {
     for (scanned, pid) in q.partition_order.iter().skip(start).enumerate() {
         if partitions.len() >= limit || scanned >= CHANGED_SCAN {
             // More may follow: resume after the last one looked at.
-            next = Some(q.partition_order[start + scanned - 1]);
+            next = q.partition_order.get(start + scanned - 1);
             break;
         }
-        let Some(p) = st.partitions.get(pid) else {
+        let Some(p) = st.partitions.get(&pid) else {
             continue;
         };
         if req.since_us.is_some_and(|s| p.last_write_us < s) {

@@ -21,7 +21,7 @@ pub fn group_lag(st: &State, g: &Group) -> Option<GroupLag> {
         oldest_pending_us: None,
     };
     for pid in &q.partition_order {
-        let Some(p) = st.partitions.get(pid) else {
+        let Some(p) = st.partitions.get(&pid) else {
             continue;
         };
         let c = committed_of(g, p);

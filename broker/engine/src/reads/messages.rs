@@ -143,7 +143,7 @@ pub fn list(
             if out.len() >= limit {
                 break 'outer;
             }
-            let Some(p) = st.partitions.get(pid) else {
+            let Some(p) = st.partitions.get(&pid) else {
                 continue;
             };
             // Only held messages count: retention removed those below the first held offset.

@@ -126,7 +126,7 @@ mod tests {
         for r in 0..ROWS {
             q.dlq.push_back(DlqRow {
                 group: "g".into(),
-                partition: pids[((r * r) % PARTITIONS) as usize],
+                partition: pids.get(((r * r) % PARTITIONS) as usize).unwrap(),
                 offset: r % 2,
                 error: String::new(),
                 failed_us: 0,

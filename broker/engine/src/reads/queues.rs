@@ -22,7 +22,7 @@ fn counts(st: &State, q: &Queue, group: Option<&str>) -> Counts {
     let total: u64 = q
         .partition_order
         .iter()
-        .filter_map(|p| st.partitions.get(p))
+        .filter_map(|p| st.partitions.get(&p))
         // What is held: retention removed what lies below the first held offset.
         .map(|p| p.next_offset - p.low_offset())
         .sum();
@@ -36,7 +36,7 @@ fn counts(st: &State, q: &Queue, group: Option<&str>) -> Counts {
         };
         let (mut pending, mut processing) = (0u64, 0u64);
         for pid in &q.partition_order {
-            let Some(p) = st.partitions.get(pid) else {
+            let Some(p) = st.partitions.get(&pid) else {
                 continue;
             };
             let (pend, proc_, _) = super::partition_stats::group_on_partition(st, g, p);
@@ -85,7 +85,7 @@ fn totals(st: &State, q: &Queue) -> MessageTotals {
         failed: q
             .partition_order
             .iter()
-            .filter_map(|pid| st.partitions.get(pid))
+            .filter_map(|pid| st.partitions.get(&pid))
             .map(|p| super::partition_stats::retrying_on_partition(st, q, p))
             .sum(),
         dead_letter: held_dead_letters(st, q),
@@ -96,7 +96,7 @@ fn queue_view(st: &State, q: &Queue) -> QueueView {
     let bytes: u64 = q
         .partition_order
         .iter()
-        .filter_map(|p| st.partitions.get(p))
+        .filter_map(|p| st.partitions.get(&p))
         .map(|p| p.bytes)
         .sum();
     QueueView {
@@ -134,7 +134,6 @@ pub fn one(st: &State, name: &str, page: Page) -> Result<QueueDoc, QueenError> {
         .iter()
         .skip(page.offset)
         .take(page.limit)
-        .copied()
         .collect();
     let dead = super::partition_stats::held_dead_letters_by_partition(st, &q.dlq, |pid| {
         listed.contains(&pid)
@@ -144,7 +143,7 @@ pub fn one(st: &State, name: &str, page: Page) -> Result<QueueDoc, QueenError> {
         .iter()
         .skip(page.offset)
         .take(page.limit)
-        .filter_map(|pid| st.partitions.get(pid))
+        .filter_map(|pid| st.partitions.get(&pid))
         .map(|p| PartitionSummary {
             id: p.id,
             name: p.name.to_string(),
@@ -198,13 +197,13 @@ pub fn depth(
     let mut parts = Vec::new();
     let (mut pending, mut processing, mut pp, mut pr) = (0u64, 0u64, 0u64, 0u64);
     for (i, pid) in q.partition_order.iter().enumerate() {
-        let Some(p) = st.partitions.get(pid) else {
+        let Some(p) = st.partitions.get(&pid) else {
             continue;
         };
         let committed = g.map_or(p.low_offset(), |g| committed_of(g, p));
         let pend = p.next_offset.saturating_sub(committed);
         let proc_ = g
-            .and_then(|g| g.cursors.get(pid))
+            .and_then(|g| g.cursors.get(&pid))
             .and_then(|c| c.live_lease(now))
             .map_or(0, |l| l.end.saturating_sub(committed));
         let ready = if proc_ > 0 { 0 } else { pend };
@@ -340,7 +339,7 @@ pub fn partitions(st: &State, queue: Option<&str>, limit: usize, offset: usize) 
         let mut rows: Vec<PartitionRow> = q
             .partition_order
             .iter()
-            .filter_map(|pid| st.partitions.get(pid))
+            .filter_map(|pid| st.partitions.get(&pid))
             .map(|p| partition_row(st, q, p))
             .collect();
         let total = rows.len();
@@ -368,7 +367,7 @@ pub fn partitions(st: &State, queue: Option<&str>, limit: usize, offset: usize) 
                 skipped += 1;
                 continue;
             }
-            if let Some(p) = st.partitions.get(pid) {
+            if let Some(p) = st.partitions.get(&pid) {
                 rows.push(partition_row(st, q, p));
             }
         }

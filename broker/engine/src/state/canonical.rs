@@ -51,7 +51,7 @@ pub fn canonical(st: &State) -> String {
         for pid in &q.partition_order {
             let name = st
                 .partitions
-                .get(pid)
+                .get(&pid)
                 .and_then(|p| q.partitions.get(&p.name, &st.partitions));
             let _ = writeln!(o, "  partition {pid} found by name as {name:?}");
         }

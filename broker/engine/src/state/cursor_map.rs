@@ -34,10 +34,11 @@
 //! partitions of a wide id space cost what they hold, and iteration is in shard order (the
 //! rows inside a shard in hash order, as the single map before them).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::cow_clock;
+use super::fold_ring::FoldRing;
 use super::model::CursorRow;
 
 /// Rows a full shard holds: 7/8 of 256 buckets (see `a_full_shard_fills_its_table`).
@@ -154,9 +155,7 @@ pub struct CursorMap {
     /// The keys of the shards that got an overlay, for `fold_owned`: a shard no one writes
     /// again would otherwise keep its overlay and the stale base rows it shadows (about 7 KB a
     /// full shard, 260 B a one-row shard) for good (review s30 M1). At most one a shard.
-    overlaid: BTreeSet<u64>,
-    /// The key `fold_owned` goes on from.
-    fold_next: u64,
+    overlaid: FoldRing<u64>,
 }
 
 /// A group's cursors at one moment, detached from the group (shared shards).
@@ -273,7 +272,7 @@ impl CursorMap {
             .values()
             .map(Shard::held_bytes)
             .fold(0usize, usize::saturating_add)
-            .saturating_add(self.overlaid.len().saturating_mul(OVERLAID_KEY))
+            .saturating_add(self.overlaid.bytes())
     }
 
     /// Whether some shard may still hold an overlay to fold.
@@ -287,24 +286,10 @@ impl CursorMap {
     /// Each call starts where the last stopped and wraps, as `PartitionTable::fold_owned`
     /// (review s31 ckpt M1).
     pub fn fold_owned(&mut self, max: usize) -> usize {
-        let from = self.fold_next;
-        let keys: Vec<u64> = self
-            .overlaid
-            .range(from..)
-            .chain(self.overlaid.range(..from))
-            .take(max)
-            .copied()
-            .collect();
-        for &key in &keys {
-            let folded = self.shards.get_mut(&key).is_none_or(Shard::fold_if_owned);
-            if folded {
-                self.overlaid.remove(&key);
-            }
-        }
-        if let Some(last) = keys.last() {
-            self.fold_next = last.wrapping_add(1);
-        }
-        keys.len()
+        let shards = &mut self.shards;
+        self.overlaid.fold(max, |key| {
+            shards.get_mut(&key).is_none_or(Shard::fold_if_owned)
+        })
     }
 
     /// The cursors as they are now, in O(shards): later writes go to overlays (their rows
@@ -335,8 +320,6 @@ impl std::ops::Index<&u64> for CursorMap {
     }
 }
 
-/// A key in `overlaid`: 8 B and a B-tree node's share (11 keys to a node of about 200 B).
-const OVERLAID_KEY: usize = 24;
 /// A cursor's own allocation: its row and the `Arc`'s two counts.
 const ROW_ARC: usize = std::mem::size_of::<CursorRow>() + 16;
 /// A bucket: a key and handle and a control byte.

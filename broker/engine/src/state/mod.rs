@@ -8,6 +8,7 @@ pub mod cow_clock;
 mod cursor_map;
 mod drop_later;
 mod fifo;
+mod fold_ring;
 mod forget;
 pub mod frame;
 mod group_start;
@@ -165,7 +166,7 @@ impl State {
             wake: Default::default(),
         };
         for pid in &q.partition_order {
-            g.mark_ready(*pid);
+            g.mark_ready(pid);
         }
         Some(g)
     }
@@ -216,14 +217,16 @@ impl State {
             Effect::PartitionCreate { qid, pid, name } => {
                 // The planner hands out no such id; an entry carrying one (an older build, a
                 // damaged log) is skipped on every replica alike: kept, it would make every
-                // later checkpoint one that decode refuses.
-                if *pid >= MAX_NEXT_PARTITION_ID {
+                // later checkpoint one that decode refuses. With the limit at exactly 2^32,
+                // fitting a `u32` is the whole check (a lower limit fails the build below).
+                const _: () = assert!(MAX_NEXT_PARTITION_ID == 1 << 32);
+                let Ok(short) = u32::try_from(*pid) else {
                     tracing::warn!(pid, "partition create past the id limit skipped");
                     return;
-                }
+                };
                 self.next_partition_id = self.next_partition_id.max(pid + 1);
                 if let Some(q) = self.queues.get_mut(qid) {
-                    q.partition_order.push(*pid);
+                    q.partition_order.push(short);
                     let replaced = self.partitions.insert(
                         *pid,
                         Partition {
@@ -681,10 +684,10 @@ impl State {
             self.delete_group(*gid);
         }
         for pid in &q.partition_order {
-            if let Some(p) = self.partitions.remove(pid) {
+            if let Some(p) = self.partitions.remove(&pid) {
                 self.run_floor.remove_partition(&p);
             }
-            self.kafka_txns.forget_partition(*pid);
+            self.kafka_txns.forget_partition(pid);
         }
     }
 

@@ -31,9 +31,9 @@
 //! the `Arc`'s 16 B header more, and its chunk's slots shrink from 112 B to 8 B
 //! (docs/memory.md reckons it).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use super::fold_ring::FoldRing;
 use super::model::Partition;
 use super::partition_group::{
     overlay_insert, overlay_remove, overlay_row, writable_partition, Chunk, Group, Target, CHUNK,
@@ -56,9 +56,7 @@ pub struct PartitionTable {
     /// The chunks (by index over the table) that got an overlay, for `fold_owned`: a chunk no
     /// one writes again would otherwise keep its overlay and the stale partitions it shadows
     /// for good (as the cursor shards': review s30 M1). At most one a chunk.
-    overlaid: BTreeSet<usize>,
-    /// The key `fold_owned` goes on from.
-    fold_next: usize,
+    overlaid: FoldRing<usize>,
 }
 
 /// The partitions at one moment, detached from the table (shared chunks and overlays).
@@ -212,28 +210,14 @@ impl PartitionTable {
     /// lowest key each time, a save as long as the checkpoint interval left one call between
     /// two checkpoints, and the chunks past the first `max` never folded.
     pub fn fold_owned(&mut self, max: usize) -> usize {
-        let from = self.fold_next;
-        let keys: Vec<usize> = self
-            .overlaid
-            .range(from..)
-            .chain(self.overlaid.range(..from))
-            .take(max)
-            .copied()
-            .collect();
-        for &key in &keys {
+        let groups = &mut self.groups;
+        self.overlaid.fold(max, |key| {
             let (g, c) = (key / GROUP, key % GROUP);
-            let folded = match self.groups.get_mut(g).and_then(Option::as_mut) {
+            match groups.get_mut(g).and_then(Option::as_mut) {
                 Some(group) => group.fold_if_owned(c),
                 None => true,
-            };
-            if folded {
-                self.overlaid.remove(&key);
             }
-        }
-        if let Some(last) = keys.last() {
-            self.fold_next = last.saturating_add(1);
-        }
-        keys.len()
+        })
     }
 
     /// What the table holds besides its partitions' names and runs, by capacity: the list of
@@ -250,7 +234,7 @@ impl PartitionTable {
             .groups
             .capacity()
             .saturating_mul(std::mem::size_of::<Option<Box<Group>>>());
-        let overlaid = self.overlaid.len().saturating_mul(OVERLAID_KEY);
+        let overlaid = self.overlaid.bytes();
         self.groups
             .iter()
             .flatten()
@@ -281,9 +265,6 @@ impl PartitionTable {
         }
     }
 }
-
-/// A key in `overlaid`: 8 B and a B-tree node's share (11 keys to a node of about 200 B).
-const OVERLAID_KEY: usize = 24;
 
 #[cfg(test)]
 #[path = "partition_table_tests.rs"]

@@ -82,7 +82,7 @@ impl Hole {
                 .iter()
                 .map(|pid| {
                     parts
-                        .get(pid)
+                        .get(&pid)
                         .map_or(8, |p| 64 + p.name.len() + p.runs.len() * 32)
                 })
                 .sum(),
@@ -196,7 +196,7 @@ impl PendingCheckpoint {
             match hole {
                 Hole::Partitions(pids) => {
                     for pid in pids {
-                        encode_partition(&mut w, parts.get(pid), pid, v1_rows.as_ref());
+                        encode_partition(&mut w, parts.get(&pid), &pid, v1_rows.as_ref());
                     }
                 }
                 Hole::Cursors(cursors) => {
@@ -833,7 +833,11 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                 runs,
                 extra: None,
             };
-            q.partition_order.push(pid);
+            // Below `next_partition_id`, itself at most `MAX_NEXT_PARTITION_ID` (2^32).
+            let Ok(short) = u32::try_from(pid) else {
+                return Err(r.malformed(format!("partition id {pid} is past 32 bits")));
+            };
+            q.partition_order.push(short);
             s.run_floor.add_partition(&mut p);
             s.partitions.insert(pid, p);
             q.partitions.insert(&pname, pid, &s.partitions);
@@ -875,7 +879,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                 g.cursors.insert(pid, row);
             }
             for pid in &q.partition_order {
-                g.mark_ready(*pid);
+                g.mark_ready(pid);
             }
             q.groups.insert(g.name.clone(), gid);
             s.groups.insert(gid, g);

@@ -74,7 +74,7 @@ fn old_head(s: &State, version: u8) -> Writer {
         }
         w.u32(q.partition_order.len() as u32);
         for pid in &q.partition_order {
-            let Some(p) = s.partitions.get(pid) else {
+            let Some(p) = s.partitions.get(&pid) else {
                 w.u64(u64::MAX);
                 continue;
             };
@@ -93,7 +93,7 @@ fn old_head(s: &State, version: u8) -> Writer {
                 w.u32(r.pos);
             }
             if let Some(rows) = &v1_rows {
-                let rows = rows.get(pid).map_or(&[][..], Vec::as_slice);
+                let rows = rows.get(&pid).map_or(&[][..], Vec::as_slice);
                 w.u32(rows.len() as u32);
                 for (t, h) in rows {
                     w.i64(*t);
