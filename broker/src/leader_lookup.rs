@@ -73,6 +73,10 @@ fn outside(group: &crate::group::registry::Group, me: u64) -> bool {
         return false;
     };
     let s = live.log.status();
+    // Every tenant request asks: the membership is copied only when no leader is known.
+    if s.role == "leader" || s.leader.is_some() {
+        return false;
+    }
     outsider(s.role, s.leader, &live.node.members_now(), me)
 }
 
