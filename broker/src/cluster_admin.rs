@@ -63,6 +63,13 @@ impl GroupMembership {
     /// What is left of `op` on `node`'s group, run; the group's view with `already` (nothing
     /// was left) or the change's index and term.
     async fn change_left(&self, node: &RaftNode, op: MembershipOp) -> Result<Value, QueenError> {
+        // Only the group's leader may judge what is left: an outsider's view is empty and a
+        // follower's may lag, so "already" there would report a change never made (review
+        // s32 t2 H1). Refused before anything runs, naming the leader this node knows.
+        let status = node.status();
+        if status.role != "leader" {
+            return Err(not_led_here(status.leader));
+        }
         let mut view = node.membership().await.map_err(answer_error)?;
         if view.in_progress {
             // A joint left by a cut change lists the removed voter still (the union of its
@@ -79,14 +86,7 @@ impl GroupMembership {
             return Ok(answer);
         };
         if let MembershipOp::Promote(ids) = &op {
-            // `matched` is known on the leader only: off it, "not caught up" would be false
-            // advice (review s31 member L1); the node's own refusal names the leader.
-            let status = node.status();
-            if status.role != "leader" {
-                return Err(answer_error(queenmq_raft::RaftError::NotLeader {
-                    leader: status.leader,
-                }));
-            }
+            // `matched` is known on the leader only (review s31 member L1): checked above.
             let last = node.status().last_log_index.unwrap_or(0);
             if let Some(why) = crate::cluster_group_change::not_caught_up(&view, ids, last) {
                 return Err(QueenError::new(ErrorCode::Conflict, why));
@@ -193,6 +193,16 @@ fn render(node_id: u64, role: &str, leader: Option<u64>, v: &MembershipView) -> 
         "learners": member(false),
         "changeInProgress": v.in_progress,
     })
+}
+
+/// A change that reached a node not leading its group: nothing was run.
+fn not_led_here(leader: Option<u64>) -> QueenError {
+    QueenError::unavailable(format!(
+        "this node does not lead this group ({}); nothing was changed here: rerun the route",
+        leader.map_or("no leader known here".to_string(), |l| format!(
+            "node {l} leads"
+        ))
+    ))
 }
 
 /// The HTTP answer of a refused or failed membership operation.

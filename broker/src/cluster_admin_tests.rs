@@ -16,6 +16,12 @@ use crate::group::hosted::Declarations;
 use crate::group::registry::{Registry, RegistryOptions};
 
 async fn open(dir: &std::path::Path) -> Arc<Registry> {
+    open_with(dir, false).await
+}
+
+/// `join`: started as a node added at run time (`cluster_join`): its groups wait,
+/// uninitialised, for a leader to add them.
+async fn open_with(dir: &std::path::Path, join: bool) -> Arc<Registry> {
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -26,7 +32,7 @@ async fn open(dir: &std::path::Path) -> Arc<Registry> {
         peers: BTreeMap::from([(1, addr.to_string())]),
         peer_http: BTreeMap::new(),
         peer_kafka: BTreeMap::new(),
-        join: false,
+        join,
         timing: Timing {
             heartbeat_ms: 100,
             election_timeout_ms: 500,
@@ -111,5 +117,28 @@ async fn a_listing_whose_barrier_does_not_pass_is_an_error() {
     let e = gm.list_tenants(Duration::ZERO).await.unwrap_err();
     assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable, "{e:?}");
     assert!(e.message.contains("did not list"), "{}", e.message);
+    reg.stop_all(Duration::from_secs(10)).await;
+}
+
+/// Review s32 t2 H1: a group this node does not lead must not judge a change against its
+/// own view. Here the group is uninitialised (a joining node, as an outsider's tenant group
+/// is): its membership is empty with no change in progress, and removing any id was
+/// answered 200 `already` though nothing ran there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_on_a_group_not_led_here_is_refused_not_already() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = open_with(dir.path(), true).await;
+    // Past an election timeout: still no leader, nobody added it.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let gm = admin(&reg, dir.path());
+    let r = gm
+        .change_group(
+            queenmq_protocol::DEFAULT_TENANT,
+            queenmq_native_api::cluster_admin::MembershipOp::Remove(7),
+        )
+        .await;
+    let e = r.expect_err("answered by a node that does not lead the group");
+    assert_eq!(e.code, queenmq_protocol::ErrorCode::Unavailable, "{e:?}");
+    assert!(e.message.contains("does not lead"), "{}", e.message);
     reg.stop_all(Duration::from_secs(10)).await;
 }

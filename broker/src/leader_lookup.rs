@@ -39,10 +39,10 @@ impl LeaderLookup for GroupLeaders {
         }
         let group = match self.groups.get(tenant) {
             Some(g) if tenant != DEFAULT_TENANT && outside(&g, self.member.node_id) => {
-                match self.groups.get(DEFAULT_TENANT) {
-                    Some(d) => d,
-                    None => return Leader::Here,
-                }
+                return match self.groups.get(DEFAULT_TENANT) {
+                    Some(d) => through_default(self.leader_in(&d)),
+                    None => Leader::Unknown,
+                };
             }
             Some(g) => g,
             // A tenant whose group does not run here yet: its declaration (or the wait for
@@ -54,6 +54,12 @@ impl LeaderLookup for GroupLeaders {
             // A group not running or being rebuilt: the bus answers why, as before.
             None => return Leader::Here,
         };
+        self.leader_in(&group)
+    }
+}
+
+impl GroupLeaders {
+    fn leader_in(&self, group: &crate::group::registry::Group) -> Leader {
         match group.live.get() {
             Ok(live) => self
                 .member
@@ -63,12 +69,26 @@ impl LeaderLookup for GroupLeaders {
     }
 }
 
+/// Where a request for a group open here as an outsider goes, given who leads `default`:
+/// to that leader, which may run the group as a member. Never `Here`: this node's outsider
+/// group has no leader and an empty membership, so a change judged here answers "already"
+/// for a group it never changed, and a data request is refused with no leader named (review
+/// s32 t2 H1, a node leading `default` while still outside a tenant's group). Nothing here
+/// knows that group's leader, so it is `Unknown`: a 503 the client retries, and `behind` in
+/// a membership carry.
+fn through_default(default: Leader) -> Leader {
+    match default {
+        Leader::Here => Leader::Unknown,
+        other => other,
+    }
+}
+
 /// Whether `group` runs here as an outsider: no leader known, and a membership that does
 /// not hold this node (a node added later opens a tenant's group before that group's leader
 /// has added it, review s31 member M5). It knows nothing of the group's leader, so the
 /// request goes to `default`'s leader as it did while no such group ran here; a member that
 /// knows no leader is in an election, and that stays `Unknown`.
-fn outside(group: &crate::group::registry::Group, me: u64) -> bool {
+pub(crate) fn outside(group: &crate::group::registry::Group, me: u64) -> bool {
     let Ok(live) = group.live.get() else {
         return false;
     };
@@ -116,7 +136,19 @@ pub fn forward_options(
 
 #[cfg(test)]
 mod tests {
-    use super::{outsider, relay_cap};
+    use super::{outsider, relay_cap, through_default};
+    use queenmq_native_api::Leader;
+
+    #[test]
+    fn an_outsider_group_is_never_answered_here_even_by_defaults_leader() {
+        assert_eq!(through_default(Leader::Here), Leader::Unknown);
+        assert_eq!(through_default(Leader::Unknown), Leader::Unknown);
+        let other = Leader::Other {
+            id: 2,
+            url: Some("http://h:2".into()),
+        };
+        assert_eq!(through_default(other.clone()), other);
+    }
 
     #[test]
     fn a_group_that_has_not_added_this_node_is_not_running_here() {
