@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use queenmq_native_api::cluster_admin::{Answer, ClusterAdmin, MembershipOp};
+use queenmq_native_api::cluster_admin::{Answer, ClusterAdmin, Known, Listing, MembershipOp};
 use queenmq_protocol::{ErrorCode, QueenError, DEFAULT_TENANT};
 use queenmq_raft::{Change, ChangeRefusal, MembershipView, RaftError, RaftNode};
 use serde_json::{json, Value};
@@ -23,7 +23,14 @@ pub struct GroupMembership {
     pub tenant_groups: bool,
     /// The node's data directory, where the hosted records of the tenants' groups are.
     pub data_dir: std::path::PathBuf,
+    /// Held by a route's carry to the groups (`ClusterAdmin::carry_lock`).
+    pub carrying: tokio::sync::Mutex<()>,
 }
+
+/// How long the tenants' listing waits for `default`'s read barrier (its leadership
+/// confirmed by a majority and everything it committed applied): past it the listing is
+/// behind and the route answers 503, never a 200 that skipped a tenant.
+const BARRIER_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl std::fmt::Debug for GroupMembership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -56,6 +63,13 @@ impl GroupMembership {
     /// What is left of `op` on `node`'s group, run; the group's view with `already` (nothing
     /// was left) or the change's index and term.
     async fn change_left(&self, node: &RaftNode, op: MembershipOp) -> Result<Value, QueenError> {
+        // Only the group's leader may judge what is left: an outsider's view is empty and a
+        // follower's may lag, so "already" there would report a change never made (review
+        // s32 t2 H1). Refused before anything runs, naming the leader this node knows.
+        let status = node.status();
+        if status.role != "leader" {
+            return Err(not_led_here(status.leader));
+        }
         let mut view = node.membership().await.map_err(answer_error)?;
         if view.in_progress {
             // A joint left by a cut change lists the removed voter still (the union of its
@@ -72,14 +86,7 @@ impl GroupMembership {
             return Ok(answer);
         };
         if let MembershipOp::Promote(ids) = &op {
-            // `matched` is known on the leader only: off it, "not caught up" would be false
-            // advice (review s31 member L1); the node's own refusal names the leader.
-            let status = node.status();
-            if status.role != "leader" {
-                return Err(answer_error(queenmq_raft::RaftError::NotLeader {
-                    leader: status.leader,
-                }));
-            }
+            // `matched` is known on the leader only (review s31 member L1): checked above.
             let last = node.status().last_log_index.unwrap_or(0);
             if let Some(why) = crate::cluster_group_change::not_caught_up(&view, ids, last) {
                 return Err(QueenError::new(ErrorCode::Conflict, why));
@@ -96,6 +103,61 @@ impl GroupMembership {
             m.insert("already".into(), json!(false));
         }
         Ok(answer)
+    }
+
+    /// The tenants' groups, in name order: `default`'s declarations once its read barrier
+    /// passed within `bound` (review s31 member M3 B: a leader just elected has committed
+    /// declarations it has not applied, and no hosted record of them yet), with the groups
+    /// running here and the hosted records (a group whose start failed here is still listed,
+    /// so the route reports it rather than skip it). Any failure is the listing's, reported
+    /// behind by the carry.
+    pub(crate) async fn list_tenants(
+        &self,
+        bound: std::time::Duration,
+    ) -> Result<Vec<String>, QueenError> {
+        let default = self
+            .groups
+            .get(DEFAULT_TENANT)
+            .ok_or_else(|| QueenError::unavailable("the default group is not running here"))?;
+        let live = default.live.get().map_err(|why| {
+            QueenError::unavailable(format!("the default group is not running: {why}"))
+        })?;
+        let raft = live.node.raft_handle();
+        match tokio::time::timeout(bound, raft.ensure_linearizable()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                return Err(QueenError::unavailable(format!(
+                    "the tenants did not list: this node could not confirm it leads the \
+                     default group with everything it committed applied ({e}); rerun the \
+                     route"
+                )))
+            }
+            Err(_) => {
+                return Err(QueenError::unavailable(format!(
+                    "the tenants did not list: the default group's read barrier did not pass \
+                     within {} s; rerun the route",
+                    bound.as_secs()
+                )))
+            }
+        }
+        let mut names: BTreeSet<String> = live.shared.lock().tenants.keys().cloned().collect();
+        names.extend(self.groups.running().iter().map(|g| g.tenant.to_string()));
+        let dir = self.data_dir.clone();
+        let records = tokio::task::spawn_blocking(move || crate::group::hosted::read_all(&dir))
+            .await
+            .map_err(|e| QueenError::unavailable(format!("the hosted records: {e}")))?;
+        match records {
+            Ok(records) => names.extend(records.into_iter().map(|(t, _)| t)),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "the hosted records do not list");
+                return Err(QueenError::unavailable(format!(
+                    "the hosted records do not list ({e:#}): the tenants' groups are not \
+                     known; rerun the route"
+                )));
+            }
+        }
+        names.remove(DEFAULT_TENANT);
+        Ok(names.into_iter().collect())
     }
 
     async fn render(&self, node: &RaftNode) -> Result<Value, QueenError> {
@@ -131,6 +193,16 @@ fn render(node_id: u64, role: &str, leader: Option<u64>, v: &MembershipView) -> 
         "learners": member(false),
         "changeInProgress": v.in_progress,
     })
+}
+
+/// A change that reached a node not leading its group: nothing was run.
+fn not_led_here(leader: Option<u64>) -> QueenError {
+    QueenError::unavailable(format!(
+        "this node does not lead this group ({}); nothing was changed here: rerun the route",
+        leader.map_or("no leader known here".to_string(), |l| format!(
+            "node {l} leads"
+        ))
+    ))
 }
 
 /// The HTTP answer of a refused or failed membership operation.
@@ -209,32 +281,28 @@ impl ClusterAdmin for GroupMembership {
         self.tenant_groups
     }
 
-    fn tenant_groups(&self) -> Option<Result<Vec<String>, QueenError>> {
-        if !self.tenant_groups {
-            return None;
-        }
-        // The running groups and the hosted records both: a group whose start failed here
-        // is still listed, so the route reports it rather than skip it silently.
-        let mut names: BTreeSet<String> = self
-            .groups
-            .running()
-            .iter()
-            .map(|g| g.tenant.to_string())
-            .collect();
-        match crate::group::hosted::read_all(&self.data_dir) {
-            Ok(records) => names.extend(records.into_iter().map(|(t, _)| t)),
-            Err(e) => {
-                // Reported in the answer, not only logged: a group left out is behind
-                // (review s31 member M3).
-                tracing::warn!(error = %format!("{e:#}"), "the hosted records do not list");
-                return Some(Err(QueenError::unavailable(format!(
-                    "the hosted records do not list ({e:#}): the tenants' groups are not \
-                     known; rerun the route"
-                ))));
+    fn tenant_groups(&self) -> Listing<'_> {
+        Box::pin(async move {
+            if !self.tenant_groups {
+                return None;
             }
-        }
-        names.remove(DEFAULT_TENANT);
-        Some(Ok(names.into_iter().collect()))
+            Some(self.list_tenants(BARRIER_BOUND).await)
+        })
+    }
+
+    fn was_member(&self, id: u64) -> Known<'_> {
+        Box::pin(async move {
+            let Ok(node) = self.node() else {
+                return false;
+            };
+            tokio::task::spawn_blocking(move || node.past_members().contains(&id))
+                .await
+                .unwrap_or(false)
+        })
+    }
+
+    fn carry_lock(&self) -> &tokio::sync::Mutex<()> {
+        &self.carrying
     }
 
     fn view_group<'a>(&'a self, group: &'a str) -> Answer<'a> {

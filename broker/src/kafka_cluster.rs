@@ -46,6 +46,7 @@ impl KafkaCluster {
             groups: groups.clone(),
             engine,
             tenant_groups: false,
+            node_id,
         });
         KafkaCluster {
             groups,
@@ -65,6 +66,7 @@ impl KafkaCluster {
             groups: self.reads.groups.clone(),
             engine: self.reads.engine.clone(),
             tenant_groups: on,
+            node_id: self.node_id,
         });
         self
     }
@@ -166,7 +168,29 @@ impl ClusterView for KafkaCluster {
         if !self.clustered(tenant) {
             return None;
         }
-        let live = self.groups.get(tenant).and_then(|g| g.live.get().ok());
+        let group = self.groups.get(tenant);
+        if let Some(g) = group.as_ref().filter(|_| tenant != DEFAULT_TENANT) {
+            if crate::leader_lookup::outside(g, self.node_id) {
+                // Open here as an outsider (review s32 t2 M1): its membership is empty or
+                // lacks this node, so it would list this node alone and a client would never
+                // learn of the others. `default`'s members are listed, with no leader for the
+                // tenant (LEADER_NOT_AVAILABLE, retried).
+                let members = self
+                    .groups
+                    .get(DEFAULT_TENANT)
+                    .and_then(|d| d.live.get().ok())
+                    .map(|d| d.node.members_now())
+                    .unwrap_or_default();
+                return Some(topology(
+                    &members,
+                    None,
+                    self.node_id,
+                    &self.own,
+                    &self.peer_kafka,
+                ));
+            }
+        }
+        let live = group.and_then(|g| g.live.get().ok());
         let (members, leader, term) = match live {
             Some(live) => {
                 let s = live.log.status();
@@ -195,13 +219,23 @@ struct MetadataReads {
     groups: Arc<Registry>,
     engine: Arc<dyn Bus>,
     tenant_groups: bool,
+    node_id: u64,
 }
 
 impl MetadataReads {
     /// The answer from this node's applied state; `None` when the engine must answer
     /// (this node leads, the group is not running, or the command is not such a read).
     fn applied(&self, tenant: &str, cmd: &Command) -> Option<Result<Outcome, QueenError>> {
-        let live = self.groups.get(tenant)?.live.get().ok()?;
+        let group = self.groups.get(tenant)?;
+        if tenant != DEFAULT_TENANT
+            && matches!(cmd, Command::Read(_) | Command::Kv(_))
+            && crate::leader_lookup::outside(&group, self.node_id)
+        {
+            // An outsider's applied state is empty: answered from it, a Metadata would list
+            // no topics, which clients take as gone, not as "retry" (review s32 t2 M1).
+            return Some(Err(QueenError::not_leader(None)));
+        }
+        let live = group.live.get().ok()?;
         if live.log.status().role == "leader" {
             return None;
         }

@@ -38,6 +38,12 @@ impl LeaderLookup for GroupLeaders {
             return Leader::Here;
         }
         let group = match self.groups.get(tenant) {
+            Some(g) if tenant != DEFAULT_TENANT && outside(&g, self.member.node_id) => {
+                return match self.groups.get(DEFAULT_TENANT) {
+                    Some(d) => through_default(self.leader_in(&d)),
+                    None => Leader::Unknown,
+                };
+            }
             Some(g) => g,
             // A tenant whose group does not run here yet: its declaration (or the wait for
             // it) is the `default` group's, so the request goes to that group's leader.
@@ -48,6 +54,12 @@ impl LeaderLookup for GroupLeaders {
             // A group not running or being rebuilt: the bus answers why, as before.
             None => return Leader::Here,
         };
+        self.leader_in(&group)
+    }
+}
+
+impl GroupLeaders {
+    fn leader_in(&self, group: &crate::group::registry::Group) -> Leader {
         match group.live.get() {
             Ok(live) => self
                 .member
@@ -55,6 +67,42 @@ impl LeaderLookup for GroupLeaders {
             Err(_) => Leader::Here,
         }
     }
+}
+
+/// Where a request for a group open here as an outsider goes, given who leads `default`:
+/// to that leader, which may run the group as a member. Never `Here`: this node's outsider
+/// group has no leader and an empty membership, so a change judged here answers "already"
+/// for a group it never changed, and a data request is refused with no leader named (review
+/// s32 t2 H1, a node leading `default` while still outside a tenant's group). Nothing here
+/// knows that group's leader, so it is `Unknown`: a 503 the client retries, and `behind` in
+/// a membership carry.
+fn through_default(default: Leader) -> Leader {
+    match default {
+        Leader::Here => Leader::Unknown,
+        other => other,
+    }
+}
+
+/// Whether `group` runs here as an outsider: no leader known, and a membership that does
+/// not hold this node (a node added later opens a tenant's group before that group's leader
+/// has added it, review s31 member M5). It knows nothing of the group's leader, so the
+/// request goes to `default`'s leader as it did while no such group ran here; a member that
+/// knows no leader is in an election, and that stays `Unknown`.
+pub(crate) fn outside(group: &crate::group::registry::Group, me: u64) -> bool {
+    let Ok(live) = group.live.get() else {
+        return false;
+    };
+    let s = live.log.status();
+    // Every tenant request asks: the membership is copied only when no leader is known.
+    if s.role == "leader" || s.leader.is_some() {
+        return false;
+    }
+    outsider(s.role, s.leader, &live.node.members_now(), me)
+}
+
+/// `outside`'s rule on a group's role, known leader and members (`members_now`).
+fn outsider(role: &str, leader: Option<u64>, members: &[(u64, String, bool)], me: u64) -> bool {
+    role != "leader" && leader.is_none() && !members.iter().any(|(id, _, _)| *id == me)
 }
 
 /// The relays a follower may hold open to the leader at once: `configured`, but at most its
@@ -88,7 +136,35 @@ pub fn forward_options(
 
 #[cfg(test)]
 mod tests {
-    use super::relay_cap;
+    use super::{outsider, relay_cap, through_default};
+    use queenmq_native_api::Leader;
+
+    #[test]
+    fn an_outsider_group_is_never_answered_here_even_by_defaults_leader() {
+        assert_eq!(through_default(Leader::Here), Leader::Unknown);
+        assert_eq!(through_default(Leader::Unknown), Leader::Unknown);
+        let other = Leader::Other {
+            id: 2,
+            url: Some("http://h:2".into()),
+        };
+        assert_eq!(through_default(other.clone()), other);
+    }
+
+    #[test]
+    fn a_group_that_has_not_added_this_node_is_not_running_here() {
+        let m = |ids: &[u64]| -> Vec<(u64, String, bool)> {
+            ids.iter().map(|i| (*i, format!("h:{i}"), true)).collect()
+        };
+        // Uninitialised (no membership at all) or a membership without this node.
+        assert!(outsider("learner", None, &[], 4));
+        assert!(outsider("follower", None, &m(&[1, 2, 3]), 4));
+        // A member in an election: Unknown as before, not relayed.
+        assert!(!outsider("candidate", None, &m(&[1, 2, 4]), 4));
+        assert!(!outsider("learner", None, &m(&[1, 2, 4]), 4));
+        // A leader known, or this node leading: answered by the group's own rule.
+        assert!(!outsider("follower", Some(1), &m(&[1, 2, 3]), 4));
+        assert!(!outsider("leader", None, &[], 4));
+    }
 
     #[test]
     fn the_followers_relays_leave_the_leader_a_members_share_of_its_connections() {

@@ -3,6 +3,8 @@
 //! planners, reads) is the `queenmq-engine` crate, re-exported here under its old paths.
 
 pub mod cluster_admin;
+#[cfg(test)]
+mod cluster_admin_tests;
 mod cluster_group_change;
 pub mod cluster_member;
 mod cluster_peer_sources;

@@ -268,6 +268,7 @@ pub async fn serve(
                 peer_http: m.peer_http().clone(),
                 tenant_groups: m.tenant_groups,
                 data_dir: cfg.data_dir.clone(),
+                carrying: tokio::sync::Mutex::new(()),
             }) as Arc<dyn queenmq_native_api::cluster_admin::ClusterAdmin>
         }),
         // A follower relays what the leader must answer (docs/cluster.md "Forwarding").

@@ -27,6 +27,11 @@ const MAX_PROMOTE: usize = 16;
 const MAX_ADDR: usize = 300;
 
 pub type Answer<'a> = Pin<Box<dyn Future<Output = Result<Value, QueenError>> + Send + 'a>>;
+/// `ClusterAdmin::tenant_groups`'s answer.
+pub type Listing<'a> =
+    Pin<Box<dyn Future<Output = Option<Result<Vec<String>, QueenError>>> + Send + 'a>>;
+/// `ClusterAdmin::was_member`'s answer.
+pub type Known<'a> = Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
 
 /// One membership operation, checked for form at the door.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,12 +54,24 @@ pub trait ClusterAdmin: Send + Sync + std::fmt::Debug {
     fn view(&self) -> Answer<'_>;
     /// Runs `op`; answers once its membership entry committed.
     fn change(&self, op: MembershipOp) -> Answer<'_>;
-    /// The tenants whose groups this node hosts besides `default` (a running group or a
-    /// hosted record), in name order; None without `cluster_tenant_groups`, where the routes
-    /// act on `default` alone as before.
-    fn tenant_groups(&self) -> Option<Result<Vec<String>, QueenError>> {
-        None
+    /// The tenants whose groups exist besides `default`, in name order: those `default`'s
+    /// state declares once it has applied all it committed (a read barrier on its leader),
+    /// with the groups running or recorded here; an error when the barrier failed (the
+    /// listing is behind). None without `cluster_tenant_groups`, where the routes act on
+    /// `default` alone as before.
+    fn tenant_groups(&self) -> Listing<'_> {
+        Box::pin(async { None })
     }
+    /// Whether node `id` was a member of `default` in a membership this node still keeps
+    /// (its recent membership history): a removal of an id in no group is `already` done
+    /// only then, else the id is unknown (404).
+    fn was_member(&self, _id: u64) -> Known<'_> {
+        Box::pin(async { false })
+    }
+    /// Held by the carry of a membership route on this node from its first step to its
+    /// last: a second route meanwhile waits a moment, then is refused 409 (review s31
+    /// member L6: interleaved, two routes could leave the groups in different states).
+    fn carry_lock(&self) -> &tokio::sync::Mutex<()>;
     /// Whether the routes carry each change to the tenants' groups (`tenant_groups` is
     /// Some), without listing them.
     fn carries(&self) -> bool {

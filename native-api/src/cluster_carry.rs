@@ -82,12 +82,25 @@ async fn carry_within(
     relay: Relay,
     bound: Duration,
 ) -> Result<Value, QueenError> {
+    let _carrying = tokio::time::timeout(CARRY_WAIT, admin.carry_lock().lock())
+        .await
+        .map_err(|_| {
+            QueenError::new(
+                ErrorCode::Conflict,
+                "busy, retry: another membership route is being carried to the groups on this \
+                 node; nothing was changed by this one",
+            )
+        })?;
+    let remove = match &op {
+        MembershipOp::Remove(id) => Some(*id),
+        _ => None,
+    };
     let mut answer = admin
         .change_group(queenmq_protocol::DEFAULT_TENANT, op.clone())
         .await?;
     let mut outcomes = Vec::new();
     let mut behind = Vec::new();
-    let tenants = match admin.tenant_groups() {
+    let tenants = match admin.tenant_groups().await {
         Some(Ok(t)) => t,
         Some(Err(e)) => {
             let mut o = failed(e);
@@ -133,6 +146,19 @@ async fn carry_within(
         }
         outcomes.push(outcome);
     }
+    if let Some(id) = remove {
+        if behind.is_empty() && nowhere(&answer, &outcomes) && !admin.was_member(id).await {
+            // In no group, and no membership kept here ever held it: a mistyped id, not a
+            // removal done (review s31 member L2).
+            return Err(QueenError::new(
+                ErrorCode::NotFound,
+                format!(
+                    "node {id} is a member of no group, and this node's recent membership \
+                     history holds no removal of it"
+                ),
+            ));
+        }
+    }
     if let Value::Object(m) = &mut answer {
         m.insert("groups".into(), Value::Array(outcomes));
         m.insert("complete".into(), json!(behind.is_empty()));
@@ -151,6 +177,14 @@ async fn carry_within(
     }
     Ok(answer)
 }
+
+/// Whether `default` (`answer`) and every group's outcome found nothing to do.
+fn nowhere(answer: &Value, outcomes: &[Value]) -> bool {
+    answer["already"] == true && outcomes.iter().all(|o| o["answer"]["already"] == true)
+}
+
+/// How long a route waits for another route's carry on this node before it is refused.
+const CARRY_WAIT: Duration = Duration::from_secs(1);
 
 /// The `group` of the outcome that stands for the tenants' listing when it failed.
 const LISTING: &str = "<listing>";
@@ -302,6 +336,11 @@ mod tests {
     struct Fake {
         changed: std::sync::Mutex<Vec<String>>,
         listing_fails: bool,
+        /// Every group answers `already` (the id is in none), over the one tenant `ok`.
+        nowhere: bool,
+        /// What `was_member` answers.
+        member_before: bool,
+        carrying: tokio::sync::Mutex<()>,
     }
 
     impl ClusterAdmin for Fake {
@@ -314,16 +353,27 @@ mod tests {
         fn carries(&self) -> bool {
             true
         }
-        fn tenant_groups(&self) -> Option<Result<Vec<String>, QueenError>> {
-            if self.listing_fails {
-                return Some(Err(QueenError::unavailable("no listing")));
-            }
-            let done = self.changed.lock().unwrap();
-            let mut t = vec!["hangs".to_string(), "ok".into(), "refuses".into()];
-            if done.iter().any(|g| g == "default") {
-                t.push("late".into());
-            }
-            Some(Ok(t))
+        fn tenant_groups(&self) -> crate::cluster_admin::Listing<'_> {
+            Box::pin(async move {
+                if self.listing_fails {
+                    return Some(Err(QueenError::unavailable("no listing")));
+                }
+                if self.nowhere {
+                    return Some(Ok(vec!["ok".to_string()]));
+                }
+                let done = self.changed.lock().unwrap();
+                let mut t = vec!["hangs".to_string(), "ok".into(), "refuses".into()];
+                if done.iter().any(|g| g == "default") {
+                    t.push("late".into());
+                }
+                Some(Ok(t))
+            })
+        }
+        fn was_member(&self, _: u64) -> crate::cluster_admin::Known<'_> {
+            Box::pin(async move { self.member_before })
+        }
+        fn carry_lock(&self) -> &tokio::sync::Mutex<()> {
+            &self.carrying
         }
         fn view_group<'a>(&'a self, _: &'a str) -> crate::cluster_admin::Answer<'a> {
             Box::pin(async { Ok(json!({})) })
@@ -334,6 +384,9 @@ mod tests {
             _: MembershipOp,
         ) -> crate::cluster_admin::Answer<'a> {
             Box::pin(async move {
+                if self.nowhere {
+                    return Ok(json!({"already": true}));
+                }
                 match group {
                     "hangs" => std::future::pending().await,
                     "refuses" => Err(QueenError::new(ErrorCode::Conflict, "in progress")),
@@ -403,6 +456,75 @@ mod tests {
             .unwrap();
         assert_eq!(a["complete"], false, "{a}");
         assert_eq!(a["behind"], json!([LISTING]), "{a}");
+    }
+
+    #[tokio::test]
+    async fn a_second_route_during_a_carry_is_refused_busy_and_changes_nothing() {
+        let fake = Fake::default();
+        let first = carry_within(
+            &fake,
+            None,
+            MembershipOp::Remove(3),
+            relay(),
+            Duration::from_secs(3),
+        );
+        let second = async {
+            // Once the first holds the carry (it is waiting on the hung group).
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let started = std::time::Instant::now();
+            let r = carry(&fake, None, MembershipOp::Remove(4), relay()).await;
+            (r, started.elapsed())
+        };
+        let (first, (second, waited)) = tokio::join!(first, second);
+        assert_eq!(first.unwrap()["behind"], json!(["hangs", "refuses"]));
+        let e = second.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Conflict, "{e:?}");
+        assert!(e.message.contains("busy, retry"), "{}", e.message);
+        assert!(waited < Duration::from_secs(2), "waited {waited:?}");
+        // Only the first route's steps ran (default, ok, late), none of the second's.
+        assert_eq!(fake.changed.lock().unwrap().len(), 3);
+        // Once the first is done, the next route runs.
+        let again = carry_within(
+            &fake,
+            None,
+            MembershipOp::Remove(4),
+            relay(),
+            Duration::from_millis(200),
+        );
+        let again = tokio::time::timeout(Duration::from_secs(30), again).await;
+        assert!(again.is_ok_and(|a| a.is_ok()));
+    }
+
+    #[tokio::test]
+    async fn removing_an_id_no_group_holds_nor_ever_held_is_not_found() {
+        let fake = Fake {
+            nowhere: true,
+            ..Fake::default()
+        };
+        let e = carry(&fake, None, MembershipOp::Remove(33), relay())
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotFound, "{e:?}");
+        assert!(e.message.contains("node 33"), "{}", e.message);
+        // A removal done before (the kept history holds the id): `already`, complete.
+        let fake = Fake {
+            nowhere: true,
+            member_before: true,
+            ..Fake::default()
+        };
+        let a = carry(&fake, None, MembershipOp::Remove(3), relay())
+            .await
+            .unwrap();
+        assert_eq!(a["complete"], true, "{a}");
+        // Other operations are not judged so: a promotion of voters is `already`.
+        let fake = Fake {
+            nowhere: true,
+            ..Fake::default()
+        };
+        let a = carry(&fake, None, MembershipOp::Promote(vec![1]), relay())
+            .await
+            .unwrap();
+        assert_eq!(a["complete"], true, "{a}");
     }
 
     #[test]

@@ -65,6 +65,7 @@ mod state_machine;
 mod tcp_client;
 mod tcp_server;
 mod types;
+pub mod undiallable;
 mod vote_gate;
 mod warn_limit;
 pub mod wire;

@@ -699,6 +699,24 @@ impl RaftNode {
         self.inner.log_store.reclaim_refusal()
     }
 
+    /// Every id (voter or learner) of the memberships this node applied and still keeps
+    /// (`membership_history`: at most its `KEPT`, started again at a snapshot install, so an
+    /// id removed long ago or before this node's last install is not there): what tells a
+    /// removal done from an id never a member (review s31 member L2). Blocking (redb read).
+    pub fn past_members(&self) -> std::collections::BTreeSet<u64> {
+        self.inner
+            .log_store
+            .membership_history()
+            .iter()
+            .flat_map(|m| {
+                m.membership()
+                    .nodes()
+                    .map(|(id, _)| *id)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     #[cfg(test)]
     pub(crate) fn log_store(&self) -> &LogStore {
         &self.inner.log_store

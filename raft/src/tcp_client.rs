@@ -218,6 +218,12 @@ impl PeerClient {
     }
 
     async fn connect(&self) -> Result<BufStream<TcpStream>, CallError> {
+        if crate::undiallable::is_undiallable(&self.addr) {
+            // Checked before the resolver sees it (review s31 member L5).
+            return Err(
+                self.unreachable("a removed member's reserved address (.invalid): never dialled")
+            );
+        }
         let tcp = TcpStream::connect(self.addr.as_str())
             .await
             .map_err(|e| self.unreachable(e))?;
@@ -434,5 +440,33 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         let body = rpc_codec::encode_vote(&self.net.group, &rpc);
         self.rpc(Kind::Vote, body, option.hard_ttl()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The refusal comes before any lookup: the error is the network's own, whatever the
+    /// host's resolver would answer for the name.
+    #[tokio::test]
+    async fn a_removed_members_address_is_refused_without_a_dial() {
+        let limits = Limits {
+            append: 1 << 20,
+            vote: 1 << 10,
+            snapshot: 1 << 20,
+            reply: 1 << 20,
+        };
+        let mut net = TcpNetwork::new(1, "acme", b"token", limits);
+        let addr = crate::undiallable::address(3);
+        let client = net.new_client(3, &BasicNode::new(&addr)).await;
+        let Err(e) = client.connect().await else {
+            panic!("{addr} was dialled");
+        };
+        assert!(e.to_string().contains("never dialled"), "{e}");
+        // A composed addr (HTTP part too) is judged by its cluster part.
+        let composed = crate::member_addr::compose(&addr, Some("http://h:1"), None);
+        let client = net.new_client(3, &BasicNode::new(&composed)).await;
+        assert!(client.connect().await.is_err());
     }
 }

@@ -18,6 +18,7 @@ import time
 import httpx
 
 import cluster_fixtures as cf
+from queen_api import item
 from queen_broker import free_port
 from test_cluster_tenants import (
     SECRET, TENANT_A, TENANT_B, QUEUE_A, QUEUE_B, bearer, listed, preferred,
@@ -201,6 +202,43 @@ def test_a_wiped_node_replaced_under_a_new_id_becomes_a_voter_of_every_tenant_gr
         assert len(acked) >= 20, acked
 
 
+def through_an_outsider(http, kept, new, learner):
+    """Node 4 a learner of `default` alone (`?group=default`): it applies the declarations
+    and opens each tenant's group as an outsider, which no tenant's leader has added yet.
+    A tenant's writes sent to node 4 then go to `default`'s leader, which leads that tenant
+    here (review s31 member M5: node 4 answered them 503 not_leader with no relay and no
+    hint, for as long as the group did not add it). Only 503s retried are allowed, and the
+    writes through node 4 must succeed."""
+    res = call(http, kept[1], "POST", "/learners?group=default", json=learner)
+    assert res.status_code == 200, res.text
+    default_leader = res.json()["leader"]
+    leaders = {t: tenant_leader(http, kept, t) for t in (TENANT_A, TENANT_B)}
+    tenant = next((t for t, l in leaders.items() if l == default_leader), None)
+    assert tenant is not None, (default_leader, leaders)
+    queue = {TENANT_A: QUEUE_A, TENANT_B: QUEUE_B}[tenant]
+    deadline = time.monotonic() + cf.FORM_S
+    while group_view(http, new, tenant) is None:
+        assert time.monotonic() < deadline, new.log_tail()
+        time.sleep(0.2)
+    view = group_view(http, new, tenant)
+    assert 4 not in members(view)[0] | members(view)[1], view
+    for k in range(5):
+        deadline = time.monotonic() + cf.FORM_S
+        while True:
+            res = http.post(f"{new.url}/api/v1/push", headers=bearer(tenant=tenant),
+                            json={"items": [item(queue, "p0", f"via-4-{k}", {"k": k})]},
+                            timeout=15.0)
+            if res.status_code == 201:
+                assert all(r["status"] in ("queued", "duplicate") for r in res.json()), res.text
+                break
+            assert res.status_code == 503, res.text
+            assert time.monotonic() < deadline, f"node 4 never took {tenant}'s write: {res.text}"
+            time.sleep(0.2)
+    # Still an outsider: the writes went by the relay, not through a group that added it.
+    view = group_view(http, new, tenant)
+    assert view is None or 4 not in members(view)[0] | members(view)[1], view
+
+
 def replace(http, broker_factory, nodes, load):
     load.wait_acked(10)
     kept = {1: nodes[1], 2: nodes[2]}
@@ -235,6 +273,7 @@ def replace(http, broker_factory, nodes, load):
         assert time.monotonic() < deadline, new.log_tail()
         time.sleep(0.2)
     learner = {"id": 4, "clusterAddr": f"127.0.0.1:{raft4}", "httpAddr": new.url}
+    through_an_outsider(http, kept, new, learner)
     carried(http, nodes[1], "POST", "/learners", ({1, 2}, {4}), json=learner)
     load.wait_acked(len(load.acked) + 10)
     # Node 4 applies the declarations from `default`, opens both groups joining, and each

@@ -7,7 +7,8 @@
 //! the tenant and cannot be made its voter; a restarted original member's neither. The
 //! voter keeps its id (the founder's choice, `hosted::preferred`, and a founded membership
 //! stay the same on every node) with an address that can never be dialled: a name under the
-//! reserved `.invalid` top-level domain (RFC 6761), which no resolver answers. A group
+//! reserved `.invalid` top-level domain (RFC 6761), which the Raft network refuses
+//! without a lookup (`queenmq_raft::undiallable`). A group
 //! founded with it has that voter unreachable, as a dead node is; the membership routes
 //! remove it like any member.
 
@@ -39,7 +40,7 @@ pub fn address_of(id: u64, known: Option<&MembershipView>, peer: Option<String>)
 
 /// The undiallable address of voter `id`.
 pub fn unknown(id: u64) -> String {
-    format!("removed-voter-{id}.invalid:1")
+    queenmq_raft::undiallable::address(id)
 }
 
 #[cfg(test)]
@@ -85,14 +86,12 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_voter_is_a_host_port_no_resolver_answers() {
+    fn an_unknown_voter_is_a_host_port_the_network_refuses() {
         let a = unknown(u64::MAX);
         let (host, port) = a.rsplit_once(':').unwrap();
         assert!(host.ends_with(".invalid"), "{a}");
         assert_eq!(port, "1");
-        assert!(
-            std::net::ToSocketAddrs::to_socket_addrs(&unknown(3)).is_err(),
-            "a .invalid name must not resolve"
-        );
+        // The network refuses it before any lookup (tested in the raft crate's tcp_client).
+        assert!(queenmq_raft::undiallable::is_undiallable(&unknown(3)));
     }
 }
