@@ -72,7 +72,7 @@ pub fn write_horizon(marker: &Path, index: u64) -> std::io::Result<()> {
 }
 
 /// Removes the horizon beside `marker`; one already gone counts as removed.
-pub(crate) fn remove_horizon(marker: &Path) -> std::io::Result<()> {
+pub fn remove_horizon(marker: &Path) -> std::io::Result<()> {
     let path = horizon_path(marker);
     match std::fs::remove_file(&path) {
         Ok(()) => sync_parent(&path),

@@ -369,11 +369,30 @@ impl Declarations {
     /// (no append taken yet under this version) a standing marker counts every declaration.
     fn before_rejoin(&self, index: u64) -> Result<bool, String> {
         let marker = self.data_dir.join(crate::cluster_member::JOIN_MARKER);
+        let stands = marker
+            .try_exists()
+            .map_err(|e| format!("reading {}: {e}", marker.display()))?;
         match queenmq_raft::join_horizon::read_horizon(&marker)? {
-            Some(horizon) => Ok(index <= horizon),
-            None => marker
-                .try_exists()
-                .map_err(|e| format!("reading {}: {e}", marker.display())),
+            Some(horizon) if index <= horizon => Ok(true),
+            Some(horizon) => {
+                // The apply passed the horizon and the node caught up: every declaration it
+                // bounds has its record (and marker) durably, and a replay from an older
+                // checkpoint finds them standing, so it has done its work (review s28 M-2:
+                // it was never removed). Marker still standing: a later start may still
+                // read it.
+                if !stands {
+                    queenmq_raft::join_horizon::remove_horizon(&marker).map_err(|e| {
+                        format!("removing the horizon beside {}: {e}", marker.display())
+                    })?;
+                    tracing::info!(
+                        horizon,
+                        index,
+                        "the default group's apply passed its joining horizon: removed"
+                    );
+                }
+                Ok(false)
+            }
+            None => Ok(stands),
         }
     }
 

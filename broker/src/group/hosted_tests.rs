@@ -213,6 +213,8 @@ fn only_declarations_at_or_below_the_first_appends_horizon_open_joining() {
     assert!(tenant_marked(dir.path(), "old"));
     assert!(tenant_marked(dir.path(), "edge"));
     assert!(!tenant_marked(dir.path(), "new"));
+    let horizon = queenmq_raft::join_horizon::horizon_path(&default_marker);
+    assert!(horizon.exists(), "removed while the marker stands");
     // The default marker cleared (caught up in the log) while the apply still lags: the
     // horizon still decides.
     std::fs::remove_file(&default_marker).unwrap();
@@ -220,6 +222,11 @@ fn only_declarations_at_or_below_the_first_appends_horizon_open_joining() {
     d.applied(12, "later", &[1, 2, 3]).unwrap();
     assert!(tenant_marked(dir.path(), "late"));
     assert!(!tenant_marked(dir.path(), "later"));
+    // Passed with the marker gone: the horizon is removed (review s28 M-2), and a replay
+    // from an older checkpoint finds the records it bounded standing.
+    assert!(!horizon.exists(), "the horizon outlived its use");
+    d.applied(7, "old", &[1, 2, 3]).unwrap();
+    assert!(tenant_marked(dir.path(), "old"));
     // A damaged horizon stops the apply, naming the file.
     std::fs::write(
         queenmq_raft::join_horizon::horizon_path(&default_marker),
