@@ -213,6 +213,10 @@ pub fn mark_opened(data_dir: &Path, tenant: &str) -> anyhow::Result<bool> {
     let hosted = read_hosted(data_dir, tenant)?
         .ok_or_else(|| anyhow!("tenant {tenant:?} has no hosted record to mark opened"))?;
     if !hosted.opened {
+        // The ledger first: a crash after it and before the `opened` line leaves a record
+        // still unopened (no vote was granted, the next open is a first one), never an
+        // opened group the ledger forgets.
+        super::opened_ledger::note(data_dir, tenant)?;
         write(data_dir, tenant, &hosted.voters, true)?;
     }
     Ok(hosted.opened)
@@ -337,10 +341,16 @@ impl Declarations {
         // already gets the marker too unless the group was opened since (review s27 tenants
         // M1: a record written unmarked by an earlier version); once opened, the marker was
         // written before that open.
-        if joining || self.before_rejoin(index)? {
-            let pending = read_hosted(&self.data_dir, tenant)
-                .map_err(|e| format!("{e:#}"))?
-                .is_none_or(|h| !h.opened);
+        let standing = read_hosted(&self.data_dir, tenant).map_err(|e| format!("{e:#}"))?;
+        // The record is missing but the ledger says the group was opened here: the record
+        // and the tenant's directory were both lost, and this node may have voted in that
+        // group (review s31 tenants M2). A standing unopened record means no vote yet, since
+        // the ledger and the `opened` line are both written before Raft starts.
+        let lost_opened = standing.is_none()
+            && super::opened_ledger::contains(&self.data_dir, tenant)
+                .map_err(|e| format!("{e:#}"))?;
+        if lost_opened || joining || self.before_rejoin(index)? {
+            let pending = standing.is_none_or(|h| !h.opened);
             if pending {
                 let dir = super::registry::tenant_dir(&self.data_dir, tenant);
                 write_joining_marker(&dir).map_err(|e| format!("{e:#}"))?;

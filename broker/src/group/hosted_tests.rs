@@ -388,3 +388,65 @@ fn a_kill_at_any_step_of_the_marker_and_the_record_lets_the_node_start() {
         assert!(group(root).is_dir(), "{step}");
     }
 }
+
+/// Review s31 tenants M2: a node that never joined opened a tenant's group, then lost both
+/// its hosted record and the tenant's directory. The record written again (from the
+/// checkpoint or by the replay of the declaration) must open the group joining: this node
+/// may have voted in it. The ledger of opened groups, kept apart from the record, says so.
+#[test]
+fn a_lost_record_of_an_opened_group_opens_it_joining() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let d = Declarations::new(root.to_path_buf());
+    d.applied(5, "acme", &[1, 2, 3]).unwrap();
+    d.applied(6, "beta", &[1, 2, 3]).unwrap();
+    assert!(!tenant_marked(root, "acme"));
+    mark_opened(root, "acme").unwrap();
+    // Both lost; "beta" was never opened here, so its group may still be a first open.
+    for t in ["acme", "beta"] {
+        std::fs::remove_file(root.join(HOSTED_DIR).join(t)).unwrap();
+    }
+    std::fs::remove_dir_all(super::super::registry::tenant_dir(root, "acme")).ok();
+    // The replay of the log re-applies the declarations.
+    d.applied(5, "acme", &[1, 2, 3]).unwrap();
+    d.applied(6, "beta", &[1, 2, 3]).unwrap();
+    assert!(
+        tenant_marked(root, "acme"),
+        "the lost opened group opens founding"
+    );
+    assert!(!tenant_marked(root, "beta"));
+    // Lost again, and written back from the default group's checkpoint this time.
+    std::fs::remove_file(root.join(HOSTED_DIR).join("acme")).unwrap();
+    std::fs::remove_dir_all(super::super::registry::tenant_dir(root, "acme")).unwrap();
+    let mut carried = queenmq_engine::state::tenants::DeclaredTenants::new();
+    queenmq_engine::state::tenants::declare(&mut carried, "acme", 5, &[1, 2, 3]);
+    super::super::checkpoint_declarations::record_missing(&d, &carried).unwrap();
+    assert!(tenant_marked(root, "acme"));
+    assert!(!read_hosted(root, "acme").unwrap().unwrap().opened);
+    // The start accepts what this leaves.
+    super::super::opened_ledger::check_all(root).unwrap();
+    super::super::registry::to_open(root).unwrap();
+}
+
+/// A kill -9 between the ledger entry and the record's `opened` line: the record is still
+/// unopened (Raft never started, no vote), the start accepts it, and a replay does not mark
+/// the group (its next open is a first one, so its preferred voter still founds).
+#[test]
+fn a_kill_between_the_ledger_and_the_opened_line_is_a_first_open_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let d = Declarations::new(root.to_path_buf());
+    d.applied(5, "acme", &[1, 2, 3]).unwrap();
+    super::super::opened_ledger::note(root, "acme").unwrap();
+    super::super::opened_ledger::check_all(root).unwrap();
+    assert_eq!(super::super::registry::to_open(root).unwrap(), ["acme"]);
+    d.applied(5, "acme", &[1, 2, 3]).unwrap();
+    assert!(!tenant_marked(root, "acme"));
+    assert!(!mark_opened(root, "acme").unwrap(), "not a first open");
+    // A crash inside the ledger step: its directory made, no entry yet.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::create_dir(other.path().join(super::super::opened_ledger::OPENED_DIR)).unwrap();
+    assert!(super::super::opened_ledger::check_all(other.path())
+        .unwrap()
+        .is_empty());
+}

@@ -251,9 +251,14 @@ impl Registry {
             // Here, before `default` opens, no declaration's apply nor group start writes a
             // record yet, so a temporary file is a crash's leftover.
             let dir = d.data_dir().to_path_buf();
-            tokio::task::spawn_blocking(move || super::hosted::remove_leftovers(&dir))
-                .await
-                .map_err(|e| anyhow!("removing hosted leftovers: {e}"))??;
+            tokio::task::spawn_blocking(move || {
+                super::hosted::remove_leftovers(&dir)?;
+                // A damaged ledger stops the start here, not at the first declaration it
+                // would be read for (review s31 tenants M2).
+                super::opened_ledger::check_all(&dir).map(drop)
+            })
+            .await
+            .map_err(|e| anyhow!("removing hosted leftovers: {e}"))??;
         }
         reg.group(DEFAULT_TENANT)
             .await
