@@ -212,14 +212,38 @@ pub fn record(data_dir: &Path, tenant: &str, voters: &[u64]) -> anyhow::Result<R
 pub fn mark_opened(data_dir: &Path, tenant: &str) -> anyhow::Result<bool> {
     let hosted = read_hosted(data_dir, tenant)?
         .ok_or_else(|| anyhow!("tenant {tenant:?} has no hosted record to mark opened"))?;
+    // The ledger first: a crash after it and before the `opened` line leaves a record still
+    // unopened (no vote was granted, the next open is a first one), never an opened group the
+    // ledger forgets. Noted on every open, not only the first (review s32 M-2): a group opened
+    // by a build before the ledger has its `opened` line and no entry, and gets one at its
+    // first start under this build (one `stat` when the entry stands).
+    super::opened_ledger::note(data_dir, tenant)?;
     if !hosted.opened {
-        // The ledger first: a crash after it and before the `opened` line leaves a record
-        // still unopened (no vote was granted, the next open is a first one), never an
-        // opened group the ledger forgets.
-        super::opened_ledger::note(data_dir, tenant)?;
         write(data_dir, tenant, &hosted.voters, true)?;
     }
     Ok(hosted.opened)
+}
+
+/// Whether `tenant`'s group lost its directory since this node may have voted in it: its
+/// state store is gone, and its record says it was opened or the ledger names it (review s32
+/// M-1: a record re-created unopened after one loss, then a second loss of the directory
+/// before the group opened again, read as a first open). The ledger is noted only once the
+/// state store stands (`mark_opened`) or on a rejoin's declaration (`Declarations::declared`),
+/// so an entry without a state store is a lost directory or a rejoin, both opened joining. If
+/// lost, the joining marker is written before anything reopens the directory. Blocking.
+pub fn lost_since_opened(data_dir: &Path, tenant: &str, hosted: &Hosted) -> anyhow::Result<bool> {
+    let dir = super::registry::tenant_dir(data_dir, tenant);
+    let state = dir.join(super::open::STATE_FILE);
+    let gone = !state
+        .try_exists()
+        .with_context(|| format!("reading {}", state.display()))?;
+    let lost = gone && (hosted.opened || super::opened_ledger::contains(data_dir, tenant)?);
+    if lost {
+        // Whatever its log holds: the vote lived in the state store. Raft's gate writes the
+        // marker only over an empty log.
+        write_joining_marker(&dir)?;
+    }
+    Ok(lost)
 }
 
 /// Writes a record in place: a temporary file fsynced, renamed over the name, the directory
@@ -262,6 +286,39 @@ pub fn preferred(tenant: &str, voters: &[u64]) -> Option<u64> {
     sorted.get(at).copied()
 }
 
+/// Removes the horizon the `default` apply passed, as cleanup: a failure is logged and
+/// counted and the file kept (review s32 M-4: it stopped `default` at the same declaration on
+/// every restart). Keeping it is safe: above it, `before_rejoin` answers the same with or
+/// without it, and a later join removes it before writing its marker.
+fn pass_horizon(
+    marker: &Path,
+    horizon: u64,
+    index: u64,
+    remove: impl FnOnce(&Path) -> std::io::Result<()>,
+) -> bool {
+    match remove(marker) {
+        Ok(()) => {
+            tracing::info!(
+                horizon,
+                index,
+                "the default group's apply passed its joining horizon: removed"
+            );
+            true
+        }
+        Err(e) => {
+            metrics::counter!("queen_join_horizon_remove_failures_total").increment(1);
+            tracing::warn!(
+                horizon,
+                index,
+                marker = %marker.display(),
+                error = %e,
+                "the joining horizon could not be removed; kept (harmless), retried at the next declaration"
+            );
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 #[path = "hosted_tests.rs"]
 mod tests;
@@ -277,6 +334,9 @@ pub struct Declarations {
     /// `max_tenants`: the `default` engine refuses a declaration past it (review s31 tenants
     /// M1).
     max_tenants: u64,
+    /// How a passed horizon is removed: the file's removal, or a failing one in tests (this
+    /// node's tests run as root, where no permission makes an unlink fail).
+    remove_horizon: fn(&Path) -> std::io::Result<()>,
 }
 
 #[derive(Default)]
@@ -299,7 +359,14 @@ impl Declarations {
             data_dir,
             pending: Default::default(),
             max_tenants: u64::MAX,
+            remove_horizon: queenmq_raft::join_horizon::remove_horizon,
         }
+    }
+
+    #[cfg(test)]
+    fn with_horizon_remover(mut self, remove: fn(&Path) -> std::io::Result<()>) -> Declarations {
+        self.remove_horizon = remove;
+        self
     }
 
     /// Caps the groups the `default` group's declarations may bring the cluster to, `default`
@@ -354,6 +421,11 @@ impl Declarations {
             if pending {
                 let dir = super::registry::tenant_dir(&self.data_dir, tenant);
                 write_joining_marker(&dir).map_err(|e| format!("{e:#}"))?;
+                // The ledger too (review s32 M-3): this node may have voted in T's group
+                // before its wipe, and the marker and the horizon both go once caught up. If
+                // T's record and directory are lost again before T opens, the ledger alone
+                // still marks it (`lost_since_opened`, the `lost_opened` check above).
+                super::opened_ledger::note(&self.data_dir, tenant).map_err(|e| format!("{e:#}"))?;
                 tracing::warn!(
                     tenant,
                     index,
@@ -391,14 +463,7 @@ impl Declarations {
                 // it was never removed). Marker still standing: a later start may still
                 // read it.
                 if !stands {
-                    queenmq_raft::join_horizon::remove_horizon(&marker).map_err(|e| {
-                        format!("removing the horizon beside {}: {e}", marker.display())
-                    })?;
-                    tracing::info!(
-                        horizon,
-                        index,
-                        "the default group's apply passed its joining horizon: removed"
-                    );
+                    pass_horizon(&marker, horizon, index, self.remove_horizon);
                 }
                 Ok(false)
             }

@@ -578,15 +578,9 @@ impl Registry {
             let Some(hosted) = super::hosted::read_hosted(&dir, &name)? else {
                 return Ok(None);
             };
-            // Lost: opened here once, and its state store is gone whatever its log holds.
-            let state = tenant_dir(&dir, &name).join(super::open::STATE_FILE);
-            let lost = hosted.opened && !state.exists();
-            if lost {
-                // Whatever its log holds: the vote lived in the state store. The marker is
-                // written before anything reopens the directory (raft's gate writes it only
-                // over an empty log).
-                super::hosted::write_joining_marker(&tenant_dir(&dir, &name))?;
-            }
+            // Lost: opened here once (the record or the ledger says so), and its state store
+            // is gone whatever its log holds; the marker is then written.
+            let lost = super::hosted::lost_since_opened(&dir, &name, &hosted)?;
             // Marked opened by the start itself (`ClusterMember::start`), once the state store
             // stands and before Raft may grant a vote: a vote is never forgotten by a later
             // start that finds the directory gone, and a first open that failed before its
