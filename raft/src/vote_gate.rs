@@ -144,9 +144,11 @@ impl VoteGate {
     /// group; review s28 M-2: a fresh learner of such a group wrote one nobody read or
     /// removed). Only before the gate is shared.
     pub fn without_horizon(mut self) -> VoteGate {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.keeps_horizon = false;
-        }
+        let only = Arc::get_mut(&mut self.inner).map(|inner| inner.keeps_horizon = false);
+        debug_assert!(
+            only.is_some(),
+            "without_horizon on a shared gate does nothing"
+        );
         self
     }
 
@@ -170,11 +172,21 @@ impl VoteGate {
             write_marker(marker)?;
         }
         let joining = stands || (join && log_empty);
-        // A damaged horizon stops the start here, naming the file and the reset (review s28
-        // M-2): found later, it stopped the `default` apply at the next declaration.
-        let known = crate::join_horizon::read_horizon(marker)
-            .map_err(startup)?
-            .is_some();
+        let known = if self.inner.keeps_horizon {
+            // A damaged horizon stops the start here, naming the file and the reset (review
+            // s28 M-2): found later, it stopped the `default` apply at the next declaration.
+            crate::join_horizon::read_horizon(marker)
+                .map_err(startup)?
+                .is_some()
+        } else {
+            // A tenant's gate: a horizon beside it was left by a build before session 32 and
+            // nothing reads it, so a damaged one must not refuse the tenant's start with a
+            // reset of the node (review s32 L-1). Removed as cleanup; kept if that fails.
+            if let Err(e) = crate::join_horizon::remove_horizon(marker) {
+                tracing::warn!(marker = %marker.display(), error = %e, "an unused joining horizon could not be removed; kept (harmless)");
+            }
+            false
+        };
         self.inner.horizon_known.store(known, Ordering::SeqCst);
         if joining {
             tracing::info!(
@@ -522,6 +534,22 @@ mod tests {
         assert!(!tenant.prepare(true, true).unwrap());
         assert!(tenant.before_append(5).await);
         assert!(!horizon_path(&other).exists());
+    }
+
+    /// Review s32 L-1: a damaged horizon an older build left beside a tenant's marker does not
+    /// refuse the tenant's start (nothing reads it); it is removed.
+    #[test]
+    fn a_tenant_gate_removes_an_old_damaged_horizon_and_starts() {
+        use crate::join_horizon::horizon_path;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster-joining");
+        std::fs::write(horizon_path(&path), b"x").unwrap();
+        let tenant = VoteGate::new(4, path.clone()).without_horizon();
+        assert!(tenant.prepare(false, false).unwrap());
+        assert!(!horizon_path(&path).exists());
+        // The default group's gate still refuses it, naming the file.
+        std::fs::write(horizon_path(&path), b"x").unwrap();
+        assert!(VoteGate::new(4, path).prepare(false, false).is_err());
     }
 
     #[test]
