@@ -144,11 +144,14 @@ impl VoteGate {
     /// group; review s28 M-2: a fresh learner of such a group wrote one nobody read or
     /// removed). Only before the gate is shared.
     pub fn without_horizon(mut self) -> VoteGate {
-        let only = Arc::get_mut(&mut self.inner).map(|inner| inner.keeps_horizon = false);
-        debug_assert!(
-            only.is_some(),
-            "without_horizon on a shared gate does nothing"
-        );
+        let shared = match Arc::get_mut(&mut self.inner) {
+            Some(inner) => {
+                inner.keeps_horizon = false;
+                false
+            }
+            None => true,
+        };
+        debug_assert!(!shared, "without_horizon on a shared gate does nothing");
         self
     }
 
