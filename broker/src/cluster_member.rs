@@ -255,7 +255,11 @@ impl Member {
             election_timeout_max_ms: self.timing.election_timeout_ms.saturating_mul(2),
         };
         // One gate for the listener, the network and the node (review s21 membership M5, M6).
-        let gate = VoteGate::new(self.node_id, data_dir.join(JOIN_MARKER));
+        let mut gate = VoteGate::new(self.node_id, data_dir.join(JOIN_MARKER));
+        if tenant_voters.is_some() {
+            // Only the `default` group's apply reads a joining horizon (review s28 M-2).
+            gate = gate.without_horizon();
+        }
         let mut network =
             TcpNetwork::new(self.node_id, group, &self.token, limits()).with_gate(gate.clone());
         // Catch-up by snapshot (issue 13): the feed gets the group's log store as it opens;

@@ -9,13 +9,18 @@
 //! have had a group this node voted in before its directory was wiped, and that group opens
 //! joining; one declared above it was declared after the node came back, and is founded as
 //! on any node. It outlives the marker (the apply may lag the log the marker's removal
-//! weighs) and goes only when a later join writes a fresh marker.
+//! weighs): the `default` apply removes it once it passed it with the marker gone (a failed
+//! removal keeps it, harmlessly), and a later join removes any left before its fresh marker.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The horizon file's first line: its format and version.
 const HEADER: &str = "queen-join-horizon 1";
+
+/// The longest horizon file read: its header, `index=` and a u64 fit with room to spare. A
+/// longer file is damaged and is not read into memory (review s32 L-2).
+const MAX_LEN: u64 = 64;
 
 /// Where the horizon of the joining marker at `marker` is kept.
 pub fn horizon_path(marker: &Path) -> PathBuf {
@@ -27,9 +32,10 @@ pub fn horizon_path(marker: &Path) -> PathBuf {
 /// The horizon kept beside `marker`, if one was written. A file that does not read is an
 /// error naming it: guessing a horizon could let this node found a group it voted in once.
 pub fn read_horizon(marker: &Path) -> Result<Option<u64>, String> {
+    use std::io::Read;
     let path = horizon_path(marker);
-    let text = match std::fs::read(&path) {
-        Ok(t) => t,
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("reading {}: {e}", path.display())),
     };
@@ -40,6 +46,14 @@ pub fn read_horizon(marker: &Path) -> Result<Option<u64>, String> {
             path.display()
         )
     };
+    // One byte past the limit is read, so a longer file is told from one at the limit.
+    let mut text = Vec::new();
+    file.take(MAX_LEN + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    if text.len() as u64 > MAX_LEN {
+        return Err(format!("{} (longer than {MAX_LEN} bytes)", bad()));
+    }
     let text = std::str::from_utf8(&text).map_err(|_| bad())?;
     let mut lines = text.split('\n');
     if lines.next() != Some(HEADER) {
@@ -72,7 +86,7 @@ pub fn write_horizon(marker: &Path, index: u64) -> std::io::Result<()> {
 }
 
 /// Removes the horizon beside `marker`; one already gone counts as removed.
-pub(crate) fn remove_horizon(marker: &Path) -> std::io::Result<()> {
+pub fn remove_horizon(marker: &Path) -> std::io::Result<()> {
     let path = horizon_path(marker);
     match std::fs::remove_file(&path) {
         Ok(()) => sync_parent(&path),
@@ -136,5 +150,23 @@ mod tests {
             let e = read_horizon(&marker).unwrap_err();
             assert!(e.contains("cluster-joining-commit"), "{text:?}: {e}");
         }
+    }
+
+    /// Review s32 L-2: a huge file is refused without being read whole (a sparse 8 GiB file:
+    /// read whole, it would take 8 GiB of memory).
+    #[test]
+    fn an_oversized_horizon_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("cluster-joining");
+        let f = std::fs::File::create(horizon_path(&marker)).unwrap();
+        f.set_len(8 << 30).unwrap();
+        let e = read_horizon(&marker).unwrap_err();
+        assert!(e.contains("longer than 64 bytes"), "{e}");
+        std::fs::write(
+            horizon_path(&marker),
+            format!("{HEADER}\nindex={}\n", u64::MAX),
+        )
+        .unwrap();
+        assert_eq!(read_horizon(&marker).unwrap(), Some(u64::MAX));
     }
 }

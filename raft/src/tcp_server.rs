@@ -381,8 +381,15 @@ async fn dispatch(
             // Stamped before any refusal: what counts is that a live leader still sends.
             gone.appended();
             if let Some(gate) = &gate {
-                gate.before_append(crate::join_horizon::append_horizon(&r))
-                    .await;
+                if !gate
+                    .before_append(crate::join_horizon::append_horizon(&r))
+                    .await
+                {
+                    // Unavailable: the sender takes it as unreachable and sends again later.
+                    return Ok(rpc_codec::encode_unavailable(
+                        "this joining node could not keep its joining horizon yet; try again",
+                    ));
+                }
             }
             if let Some(refusal) = append_refusal(&raft, gate.as_ref(), &r) {
                 return Ok(refusal);

@@ -49,6 +49,9 @@ struct Inner {
     stuck_said: AtomicBool,
     /// The horizon beside the marker is written (`join_horizon`).
     horizon_known: AtomicBool,
+    /// Whether this group keeps a joining horizon: only the one whose apply reads it (the
+    /// `default` group's, `without_horizon` for the others; review s28 M-2).
+    keeps_horizon: bool,
     raft: OnceLock<Raft<TypeConfig>>,
     /// The node's log, whose last (index, term) a "not a member" refusal is weighed against.
     /// Weak: the gate outlives the group's stores (the listener keeps it), and a held log
@@ -129,11 +132,27 @@ impl VoteGate {
                 removed: AtomicBool::new(false),
                 stuck_said: AtomicBool::new(false),
                 horizon_known: AtomicBool::new(false),
+                keeps_horizon: true,
                 raft: OnceLock::new(),
                 log: OnceLock::new(),
                 opening: tokio::sync::Mutex::new(()),
             }),
         }
+    }
+
+    /// A gate that keeps no joining horizon: its group's apply never reads one (a tenant's
+    /// group; review s28 M-2: a fresh learner of such a group wrote one nobody read or
+    /// removed). Only before the gate is shared.
+    pub fn without_horizon(mut self) -> VoteGate {
+        let shared = match Arc::get_mut(&mut self.inner) {
+            Some(inner) => {
+                inner.keeps_horizon = false;
+                false
+            }
+            None => true,
+        };
+        debug_assert!(!shared, "without_horizon on a shared gate does nothing");
+        self
     }
 
     /// Decides at start, before openraft runs: joining if the marker stands, or if the node
@@ -156,11 +175,21 @@ impl VoteGate {
             write_marker(marker)?;
         }
         let joining = stands || (join && log_empty);
-        let horizon = crate::join_horizon::horizon_path(marker);
-        let known = joining
-            && horizon
-                .try_exists()
-                .map_err(|e| startup(format!("reading {}: {e}", horizon.display())))?;
+        let known = if self.inner.keeps_horizon {
+            // A damaged horizon stops the start here, naming the file and the reset (review
+            // s28 M-2): found later, it stopped the `default` apply at the next declaration.
+            crate::join_horizon::read_horizon(marker)
+                .map_err(startup)?
+                .is_some()
+        } else {
+            // A tenant's gate: a horizon beside it was left by a build before session 32 and
+            // nothing reads it, so a damaged one must not refuse the tenant's start with a
+            // reset of the node (review s32 L-1). Removed as cleanup; kept if that fails.
+            if let Err(e) = crate::join_horizon::remove_horizon(marker) {
+                tracing::warn!(marker = %marker.display(), error = %e, "an unused joining horizon could not be removed; kept (harmless)");
+            }
+            false
+        };
         self.inner.horizon_known.store(known, Ordering::SeqCst);
         if joining {
             tracing::info!(
@@ -225,16 +254,21 @@ impl VoteGate {
     }
 
     /// Before an append reaches openraft: a joining node keeps the horizon of the first one
-    /// durably (`join_horizon`), so nothing is applied here before it stands. A failed write
-    /// is said and tried again at the next append: a later horizon is higher, which only
-    /// counts more entries as known before the node came back.
-    pub(crate) async fn before_append(&self, horizon: u64) {
-        if !self.joining() || self.inner.horizon_known.load(Ordering::SeqCst) {
-            return;
+    /// durably (`join_horizon`), so nothing is applied here before it stands. Whether the
+    /// append may go on: until the horizon is written every append is refused (the sender
+    /// retries), so a failed write never lets entries in with no horizon kept (review s28
+    /// M-3). A later try names a higher horizon, which only counts more entries as known
+    /// before the node came back.
+    pub(crate) async fn before_append(&self, horizon: u64) -> bool {
+        if !self.inner.keeps_horizon
+            || !self.joining()
+            || self.inner.horizon_known.load(Ordering::SeqCst)
+        {
+            return true;
         }
         let _one = self.inner.opening.lock().await;
         if self.inner.horizon_known.load(Ordering::SeqCst) {
-            return;
+            return true;
         }
         let marker = self.inner.marker.clone();
         let written = tokio::task::spawn_blocking(move || {
@@ -249,9 +283,16 @@ impl VoteGate {
                     horizon,
                     "joining: the first append's horizon is kept"
                 );
+                true
             }
-            Ok(Err(e)) => tracing::warn!(error = %e, "the joining horizon was not written"),
-            Err(e) => tracing::warn!(error = %e, "the joining horizon was not written"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the joining horizon was not written: the append is refused");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the joining horizon was not written: the append is refused");
+                false
+            }
         }
     }
 
@@ -445,6 +486,73 @@ mod tests {
         assert!(plain.prepare(false, true).unwrap());
         plain.before_append(5).await;
         assert!(!horizon_path(&other).exists());
+    }
+
+    /// Review s28 M-2: a damaged horizon stops the start, naming the file, whether the node
+    /// still joins or not; a tenant's gate keeps none.
+    #[test]
+    fn a_damaged_horizon_stops_the_start_naming_its_file() {
+        use crate::join_horizon::{horizon_path, write_horizon};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster-joining");
+        write_marker(&path).unwrap();
+        write_horizon(&path, 7).unwrap();
+        assert!(!VoteGate::new(4, path.clone())
+            .prepare(false, false)
+            .unwrap());
+        std::fs::write(horizon_path(&path), b"queen-join-horizon 1\nindex=7").unwrap();
+        for marker_stands in [true, false] {
+            if !marker_stands {
+                remove_marker(&path).unwrap();
+            }
+            let e = VoteGate::new(4, path.clone())
+                .prepare(false, false)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("cluster-joining-commit"), "{e}");
+        }
+    }
+
+    /// Review s28 M-3 (its first part): an append is refused while the horizon cannot be
+    /// written, and passes once it is.
+    #[tokio::test]
+    async fn an_append_waits_for_its_horizon_to_be_written() {
+        use crate::join_horizon::{horizon_path, read_horizon};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster-joining");
+        let gate = VoteGate::new(4, path.clone());
+        assert!(!gate.prepare(true, true).unwrap());
+        // The temporary file's name taken by a directory: the write fails.
+        let mut tmp = horizon_path(&path).into_os_string();
+        tmp.push(".tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        assert!(!gate.before_append(7).await, "let in without a horizon");
+        assert_eq!(read_horizon(&path).unwrap(), None);
+        std::fs::remove_dir(&tmp).unwrap();
+        assert!(gate.before_append(9).await);
+        assert_eq!(read_horizon(&path).unwrap(), Some(9));
+        // A tenant's gate keeps no horizon and lets appends in.
+        let other = dir.path().join("tenant-joining");
+        let tenant = VoteGate::new(4, other.clone()).without_horizon();
+        assert!(!tenant.prepare(true, true).unwrap());
+        assert!(tenant.before_append(5).await);
+        assert!(!horizon_path(&other).exists());
+    }
+
+    /// Review s32 L-1: a damaged horizon an older build left beside a tenant's marker does not
+    /// refuse the tenant's start (nothing reads it); it is removed.
+    #[test]
+    fn a_tenant_gate_removes_an_old_damaged_horizon_and_starts() {
+        use crate::join_horizon::horizon_path;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster-joining");
+        std::fs::write(horizon_path(&path), b"x").unwrap();
+        let tenant = VoteGate::new(4, path.clone()).without_horizon();
+        assert!(tenant.prepare(false, false).unwrap());
+        assert!(!horizon_path(&path).exists());
+        // The default group's gate still refuses it, naming the file.
+        std::fs::write(horizon_path(&path), b"x").unwrap();
+        assert!(VoteGate::new(4, path).prepare(false, false).is_err());
     }
 
     #[test]

@@ -42,8 +42,10 @@ pub fn record_missing(d: &Declarations, tenants: &DeclaredTenants) -> Result<Vec
     Ok(written)
 }
 
-/// Whether this node ever joined (`cluster_join`): the `default` group's joining marker
-/// stands, or its horizon does. Such a node opens every declaration a snapshot carries
+/// Whether this node may still be catching up from a join (`cluster_join`): the `default`
+/// group's joining marker stands, or its horizon does (the apply removes it once past it with
+/// the marker gone, and what it bounded is then in the opened ledger, review s32 M-3). Such a
+/// node opens every declaration a snapshot carries
 /// joining, whatever the horizon says: the horizon may come from a deposed leader's append
 /// taken before any term check (review s30 tenants M1), and a group opened joining without
 /// need still gets a voter by the founding fallback, while one opened voting without need
@@ -179,7 +181,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join(crate::cluster_member::JOIN_MARKER);
         queenmq_raft::join_horizon::write_horizon(&marker, 10).unwrap();
-        // As after the marker's removal: the horizon alone still says the node joined.
+        // As after the marker's removal and before the apply passed the horizon: the horizon
+        // alone still says the node joined.
         assert!(!marker.exists());
         let d = Declarations::new(dir.path().to_path_buf());
         let t = tenants(&[("acme", 10, &[1, 2, 3]), ("beta", 11, &[2])]);

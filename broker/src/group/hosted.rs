@@ -212,10 +212,38 @@ pub fn record(data_dir: &Path, tenant: &str, voters: &[u64]) -> anyhow::Result<R
 pub fn mark_opened(data_dir: &Path, tenant: &str) -> anyhow::Result<bool> {
     let hosted = read_hosted(data_dir, tenant)?
         .ok_or_else(|| anyhow!("tenant {tenant:?} has no hosted record to mark opened"))?;
+    // The ledger first: a crash after it and before the `opened` line leaves a record still
+    // unopened (no vote was granted, the next open is a first one), never an opened group the
+    // ledger forgets. Noted on every open, not only the first (review s32 M-2): a group opened
+    // by a build before the ledger has its `opened` line and no entry, and gets one at its
+    // first start under this build (one `stat` when the entry stands).
+    super::opened_ledger::note(data_dir, tenant)?;
     if !hosted.opened {
         write(data_dir, tenant, &hosted.voters, true)?;
     }
     Ok(hosted.opened)
+}
+
+/// Whether `tenant`'s group lost its directory since this node may have voted in it: its
+/// state store is gone, and its record says it was opened or the ledger names it (review s32
+/// M-1: a record re-created unopened after one loss, then a second loss of the directory
+/// before the group opened again, read as a first open). The ledger is noted only once the
+/// state store stands (`mark_opened`) or on a rejoin's declaration (`Declarations::declared`),
+/// so an entry without a state store is a lost directory or a rejoin, both opened joining. If
+/// lost, the joining marker is written before anything reopens the directory. Blocking.
+pub fn lost_since_opened(data_dir: &Path, tenant: &str, hosted: &Hosted) -> anyhow::Result<bool> {
+    let dir = super::registry::tenant_dir(data_dir, tenant);
+    let state = dir.join(super::open::STATE_FILE);
+    let gone = !state
+        .try_exists()
+        .with_context(|| format!("reading {}", state.display()))?;
+    let lost = gone && (hosted.opened || super::opened_ledger::contains(data_dir, tenant)?);
+    if lost {
+        // Whatever its log holds: the vote lived in the state store. Raft's gate writes the
+        // marker only over an empty log.
+        write_joining_marker(&dir)?;
+    }
+    Ok(lost)
 }
 
 /// Writes a record in place: a temporary file fsynced, renamed over the name, the directory
@@ -258,6 +286,39 @@ pub fn preferred(tenant: &str, voters: &[u64]) -> Option<u64> {
     sorted.get(at).copied()
 }
 
+/// Removes the horizon the `default` apply passed, as cleanup: a failure is logged and
+/// counted and the file kept (review s32 M-4: it stopped `default` at the same declaration on
+/// every restart). Keeping it is safe: above it, `before_rejoin` answers the same with or
+/// without it, and a later join removes it before writing its marker.
+fn pass_horizon(
+    marker: &Path,
+    horizon: u64,
+    index: u64,
+    remove: impl FnOnce(&Path) -> std::io::Result<()>,
+) -> bool {
+    match remove(marker) {
+        Ok(()) => {
+            tracing::info!(
+                horizon,
+                index,
+                "the default group's apply passed its joining horizon: removed"
+            );
+            true
+        }
+        Err(e) => {
+            metrics::counter!("queen_join_horizon_remove_failures_total").increment(1);
+            tracing::warn!(
+                horizon,
+                index,
+                marker = %marker.display(),
+                error = %e,
+                "the joining horizon could not be removed; kept (harmless), retried at the next declaration"
+            );
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 #[path = "hosted_tests.rs"]
 mod tests;
@@ -273,6 +334,9 @@ pub struct Declarations {
     /// `max_tenants`: the `default` engine refuses a declaration past it (review s31 tenants
     /// M1).
     max_tenants: u64,
+    /// How a passed horizon is removed: the file's removal, or a failing one in tests (this
+    /// node's tests run as root, where no permission makes an unlink fail).
+    remove_horizon: fn(&Path) -> std::io::Result<()>,
 }
 
 #[derive(Default)]
@@ -295,7 +359,14 @@ impl Declarations {
             data_dir,
             pending: Default::default(),
             max_tenants: u64::MAX,
+            remove_horizon: queenmq_raft::join_horizon::remove_horizon,
         }
+    }
+
+    #[cfg(test)]
+    fn with_horizon_remover(mut self, remove: fn(&Path) -> std::io::Result<()>) -> Declarations {
+        self.remove_horizon = remove;
+        self
     }
 
     /// Caps the groups the `default` group's declarations may bring the cluster to, `default`
@@ -337,13 +408,24 @@ impl Declarations {
         // already gets the marker too unless the group was opened since (review s27 tenants
         // M1: a record written unmarked by an earlier version); once opened, the marker was
         // written before that open.
-        if joining || self.before_rejoin(index)? {
-            let pending = read_hosted(&self.data_dir, tenant)
-                .map_err(|e| format!("{e:#}"))?
-                .is_none_or(|h| !h.opened);
+        let standing = read_hosted(&self.data_dir, tenant).map_err(|e| format!("{e:#}"))?;
+        // The record is missing but the ledger says the group was opened here: the record
+        // and the tenant's directory were both lost, and this node may have voted in that
+        // group (review s31 tenants M2). A standing unopened record means no vote yet, since
+        // the ledger and the `opened` line are both written before Raft starts.
+        let lost_opened = standing.is_none()
+            && super::opened_ledger::contains(&self.data_dir, tenant)
+                .map_err(|e| format!("{e:#}"))?;
+        if lost_opened || joining || self.before_rejoin(index)? {
+            let pending = standing.is_none_or(|h| !h.opened);
             if pending {
                 let dir = super::registry::tenant_dir(&self.data_dir, tenant);
                 write_joining_marker(&dir).map_err(|e| format!("{e:#}"))?;
+                // The ledger too (review s32 M-3): this node may have voted in T's group
+                // before its wipe, and the marker and the horizon both go once caught up. If
+                // T's record and directory are lost again before T opens, the ledger alone
+                // still marks it (`lost_since_opened`, the `lost_opened` check above).
+                super::opened_ledger::note(&self.data_dir, tenant).map_err(|e| format!("{e:#}"))?;
                 tracing::warn!(
                     tenant,
                     index,
@@ -369,11 +451,23 @@ impl Declarations {
     /// (no append taken yet under this version) a standing marker counts every declaration.
     fn before_rejoin(&self, index: u64) -> Result<bool, String> {
         let marker = self.data_dir.join(crate::cluster_member::JOIN_MARKER);
+        let stands = marker
+            .try_exists()
+            .map_err(|e| format!("reading {}: {e}", marker.display()))?;
         match queenmq_raft::join_horizon::read_horizon(&marker)? {
-            Some(horizon) => Ok(index <= horizon),
-            None => marker
-                .try_exists()
-                .map_err(|e| format!("reading {}: {e}", marker.display())),
+            Some(horizon) if index <= horizon => Ok(true),
+            Some(horizon) => {
+                // The apply passed the horizon and the node caught up: every declaration it
+                // bounds has its record (and marker) durably, and a replay from an older
+                // checkpoint finds them standing, so it has done its work (review s28 M-2:
+                // it was never removed). Marker still standing: a later start may still
+                // read it.
+                if !stands {
+                    pass_horizon(&marker, horizon, index, self.remove_horizon);
+                }
+                Ok(false)
+            }
+            None => Ok(stands),
         }
     }
 

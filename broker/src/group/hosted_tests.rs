@@ -213,6 +213,8 @@ fn only_declarations_at_or_below_the_first_appends_horizon_open_joining() {
     assert!(tenant_marked(dir.path(), "old"));
     assert!(tenant_marked(dir.path(), "edge"));
     assert!(!tenant_marked(dir.path(), "new"));
+    let horizon = queenmq_raft::join_horizon::horizon_path(&default_marker);
+    assert!(horizon.exists(), "removed while the marker stands");
     // The default marker cleared (caught up in the log) while the apply still lags: the
     // horizon still decides.
     std::fs::remove_file(&default_marker).unwrap();
@@ -220,6 +222,11 @@ fn only_declarations_at_or_below_the_first_appends_horizon_open_joining() {
     d.applied(12, "later", &[1, 2, 3]).unwrap();
     assert!(tenant_marked(dir.path(), "late"));
     assert!(!tenant_marked(dir.path(), "later"));
+    // Passed with the marker gone: the horizon is removed (review s28 M-2), and a replay
+    // from an older checkpoint finds the records it bounded standing.
+    assert!(!horizon.exists(), "the horizon outlived its use");
+    d.applied(7, "old", &[1, 2, 3]).unwrap();
+    assert!(tenant_marked(dir.path(), "old"));
     // A damaged horizon stops the apply, naming the file.
     std::fs::write(
         queenmq_raft::join_horizon::horizon_path(&default_marker),
@@ -380,4 +387,170 @@ fn a_kill_at_any_step_of_the_marker_and_the_record_lets_the_node_start() {
         assert!(tenant_marked(root, "acme"), "{step}");
         assert!(group(root).is_dir(), "{step}");
     }
+}
+
+/// Review s31 tenants M2: a node that never joined opened a tenant's group, then lost both
+/// its hosted record and the tenant's directory. The record written again (from the
+/// checkpoint or by the replay of the declaration) must open the group joining: this node
+/// may have voted in it. The ledger of opened groups, kept apart from the record, says so.
+#[test]
+fn a_lost_record_of_an_opened_group_opens_it_joining() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let d = Declarations::new(root.to_path_buf());
+    d.applied(5, "acme", &[1, 2, 3]).unwrap();
+    d.applied(6, "beta", &[1, 2, 3]).unwrap();
+    assert!(!tenant_marked(root, "acme"));
+    mark_opened(root, "acme").unwrap();
+    // Both lost; "beta" was never opened here, so its group may still be a first open.
+    for t in ["acme", "beta"] {
+        std::fs::remove_file(root.join(HOSTED_DIR).join(t)).unwrap();
+    }
+    std::fs::remove_dir_all(super::super::registry::tenant_dir(root, "acme")).ok();
+    // The replay of the log re-applies the declarations.
+    d.applied(5, "acme", &[1, 2, 3]).unwrap();
+    d.applied(6, "beta", &[1, 2, 3]).unwrap();
+    assert!(
+        tenant_marked(root, "acme"),
+        "the lost opened group opens founding"
+    );
+    assert!(!tenant_marked(root, "beta"));
+    // Lost again, and written back from the default group's checkpoint this time.
+    std::fs::remove_file(root.join(HOSTED_DIR).join("acme")).unwrap();
+    std::fs::remove_dir_all(super::super::registry::tenant_dir(root, "acme")).unwrap();
+    let mut carried = queenmq_engine::state::tenants::DeclaredTenants::new();
+    queenmq_engine::state::tenants::declare(&mut carried, "acme", 5, &[1, 2, 3]);
+    super::super::checkpoint_declarations::record_missing(&d, &carried).unwrap();
+    assert!(tenant_marked(root, "acme"));
+    assert!(!read_hosted(root, "acme").unwrap().unwrap().opened);
+    // The start accepts what this leaves.
+    super::super::opened_ledger::check_all(root).unwrap();
+    super::super::registry::to_open(root).unwrap();
+}
+
+/// A kill -9 between the ledger entry and the record's `opened` line: the record is still
+/// unopened (Raft never started, no vote), the start accepts it, and a replay does not mark
+/// the group (its next open is a first one, so its preferred voter still founds).
+#[test]
+fn a_kill_between_the_ledger_and_the_opened_line_is_a_first_open_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let d = Declarations::new(root.to_path_buf());
+    d.applied(5, "acme", &[1, 2, 3]).unwrap();
+    super::super::opened_ledger::note(root, "acme").unwrap();
+    super::super::opened_ledger::check_all(root).unwrap();
+    assert_eq!(super::super::registry::to_open(root).unwrap(), ["acme"]);
+    d.applied(5, "acme", &[1, 2, 3]).unwrap();
+    assert!(!tenant_marked(root, "acme"));
+    assert!(!mark_opened(root, "acme").unwrap(), "not a first open");
+    // A crash inside the ledger step: its directory made, no entry yet.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::create_dir(other.path().join(super::super::opened_ledger::OPENED_DIR)).unwrap();
+    assert!(super::super::opened_ledger::check_all(other.path())
+        .unwrap()
+        .is_empty());
+}
+
+/// Review s32 M-1: a lost group recovered once (its record written back unopened, its marker
+/// written), then its directory lost again before it opened: the ledger still marks it at
+/// open time, so it neither founds nor votes before it caught up.
+#[test]
+fn a_second_loss_after_a_recovery_still_opens_the_group_joining() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let d = Declarations::new(root.to_path_buf());
+    d.applied(5, "acme", &[1, 2, 3]).unwrap();
+    d.applied(6, "beta", &[1, 2, 3]).unwrap();
+    let tdir = super::super::registry::tenant_dir(root, "acme");
+    std::fs::create_dir_all(&tdir).unwrap();
+    std::fs::write(tdir.join(super::super::open::STATE_FILE), b"s").unwrap();
+    mark_opened(root, "acme").unwrap();
+    let standing = read_hosted(root, "acme").unwrap().unwrap();
+    assert!(!lost_since_opened(root, "acme", &standing).unwrap());
+    // A first open never noted: not lost.
+    let beta = read_hosted(root, "beta").unwrap().unwrap();
+    assert!(!lost_since_opened(root, "beta", &beta).unwrap());
+    assert!(!tenant_marked(root, "beta"));
+    // Record and directory lost, the replay recovers them unopened and marked.
+    std::fs::remove_file(root.join(HOSTED_DIR).join("acme")).unwrap();
+    std::fs::remove_dir_all(&tdir).unwrap();
+    d.applied(5, "acme", &[1, 2, 3]).unwrap();
+    assert!(tenant_marked(root, "acme"));
+    // The directory lost once more before the group opened (a kill, or the operator's reset).
+    std::fs::remove_dir_all(&tdir).unwrap();
+    super::super::registry::to_open(root).unwrap();
+    let hosted = read_hosted(root, "acme").unwrap().unwrap();
+    assert!(!hosted.opened);
+    assert!(
+        lost_since_opened(root, "acme", &hosted).unwrap(),
+        "a group this node opened once opens as a first open"
+    );
+    assert!(tenant_marked(root, "acme"));
+}
+
+/// Review s32 M-2: a group opened by a build before the ledger (its record says `opened`, no
+/// ledger entry) gets its entry at its next open.
+#[test]
+fn an_open_under_this_build_notes_a_group_an_older_build_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(root, "acme", &[1, 2, 3], true).unwrap();
+    assert!(!super::super::opened_ledger::contains(root, "acme").unwrap());
+    assert!(mark_opened(root, "acme").unwrap(), "opened before");
+    assert!(super::super::opened_ledger::contains(root, "acme").unwrap());
+}
+
+/// Review s32 M-3: a rejoined node marks a declaration at or below its horizon; the horizon
+/// goes once the apply passes it. If the tenant's record and directory are then lost before
+/// its group opened, the ledger still marks it (the horizon no longer can).
+#[test]
+fn a_rejoins_declaration_stays_marked_after_the_horizon_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let default_marker = root.join(crate::cluster_member::JOIN_MARKER);
+    std::fs::write(&default_marker, b"j").unwrap();
+    queenmq_raft::join_horizon::write_horizon(&default_marker, 50).unwrap();
+    let d = Declarations::new(root.to_path_buf());
+    d.applied(30, "acme", &[1, 2, 3]).unwrap();
+    assert!(tenant_marked(root, "acme"));
+    std::fs::remove_file(&default_marker).unwrap();
+    d.applied(60, "beta", &[1, 2, 3]).unwrap();
+    assert!(!queenmq_raft::join_horizon::horizon_path(&default_marker).exists());
+    // Lost before acme's group opened; restored from the checkpoint, then from the log.
+    std::fs::remove_file(root.join(HOSTED_DIR).join("acme")).unwrap();
+    std::fs::remove_dir_all(super::super::registry::tenant_dir(root, "acme")).unwrap();
+    let mut carried = queenmq_engine::state::tenants::DeclaredTenants::new();
+    queenmq_engine::state::tenants::declare(&mut carried, "acme", 30, &[1, 2, 3]);
+    super::super::checkpoint_declarations::record_missing(&d, &carried).unwrap();
+    assert!(tenant_marked(root, "acme"), "the checkpoint path");
+    std::fs::remove_file(root.join(HOSTED_DIR).join("acme")).unwrap();
+    std::fs::remove_dir_all(super::super::registry::tenant_dir(root, "acme")).unwrap();
+    d.applied(30, "acme", &[1, 2, 3]).unwrap();
+    assert!(tenant_marked(root, "acme"), "the replay");
+    assert!(!tenant_marked(root, "beta"));
+}
+
+/// Review s32 M-4: the horizon's removal fails (EACCES, EIO): the apply goes on and keeps the
+/// file; the next declaration above it removes it.
+#[test]
+fn a_failed_horizon_removal_does_not_stop_the_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let default_marker = root.join(crate::cluster_member::JOIN_MARKER);
+    queenmq_raft::join_horizon::write_horizon(&default_marker, 10).unwrap();
+    let horizon = queenmq_raft::join_horizon::horizon_path(&default_marker);
+    let failing = Declarations::new(root.to_path_buf())
+        .with_horizon_remover(|_| Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied)));
+    failing.applied(9, "old", &[1, 2, 3]).unwrap();
+    failing.applied(12, "new", &[1, 2, 3]).unwrap();
+    failing.applied(12, "new", &[1, 2, 3]).unwrap();
+    assert!(horizon.exists());
+    assert!(tenant_marked(root, "old"));
+    assert!(!tenant_marked(root, "new"));
+    assert_eq!(read(root, "new").unwrap(), Some(vec![1, 2, 3]));
+    Declarations::new(root.to_path_buf())
+        .applied(13, "newer", &[1, 2, 3])
+        .unwrap();
+    assert!(!horizon.exists());
+    assert!(!tenant_marked(root, "newer"));
 }

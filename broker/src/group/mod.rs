@@ -9,6 +9,7 @@ pub mod declaring;
 pub mod founding_fallback;
 pub mod hosted;
 pub mod open;
+pub mod opened_ledger;
 pub mod registry;
 mod supervisor;
 mod voter_addr;

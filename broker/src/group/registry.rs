@@ -251,9 +251,14 @@ impl Registry {
             // Here, before `default` opens, no declaration's apply nor group start writes a
             // record yet, so a temporary file is a crash's leftover.
             let dir = d.data_dir().to_path_buf();
-            tokio::task::spawn_blocking(move || super::hosted::remove_leftovers(&dir))
-                .await
-                .map_err(|e| anyhow!("removing hosted leftovers: {e}"))??;
+            tokio::task::spawn_blocking(move || {
+                super::hosted::remove_leftovers(&dir)?;
+                // A damaged ledger stops the start here, not at the first declaration it
+                // would be read for (review s31 tenants M2).
+                super::opened_ledger::check_all(&dir).map(drop)
+            })
+            .await
+            .map_err(|e| anyhow!("removing hosted leftovers: {e}"))??;
         }
         reg.group(DEFAULT_TENANT)
             .await
@@ -573,15 +578,9 @@ impl Registry {
             let Some(hosted) = super::hosted::read_hosted(&dir, &name)? else {
                 return Ok(None);
             };
-            // Lost: opened here once, and its state store is gone whatever its log holds.
-            let state = tenant_dir(&dir, &name).join(super::open::STATE_FILE);
-            let lost = hosted.opened && !state.exists();
-            if lost {
-                // Whatever its log holds: the vote lived in the state store. The marker is
-                // written before anything reopens the directory (raft's gate writes it only
-                // over an empty log).
-                super::hosted::write_joining_marker(&tenant_dir(&dir, &name))?;
-            }
+            // Lost: opened here once (the record or the ledger says so), and its state store
+            // is gone whatever its log holds; the marker is then written.
+            let lost = super::hosted::lost_since_opened(&dir, &name, &hosted)?;
             // Marked opened by the start itself (`ClusterMember::start`), once the state store
             // stands and before Raft may grant a vote: a vote is never forgotten by a later
             // start that finds the directory gone, and a first open that failed before its
