@@ -233,6 +233,8 @@ pub async fn supervise(
     }
     // Node-wide, but exported at 0 from the first start so a dashboard's rate() has a series.
     metrics::counter!("queen_payload_decrypt_failures_total").increment(0);
+    // A joining horizon kept because its removal failed (group/hosted.rs; review s32 t1 M-4).
+    metrics::counter!("queen_join_horizon_remove_failures_total").increment(0);
     // The reasons of the engine's `count_refusal` (plan/kafka_txns.rs; docs/metrics.md).
     for reason in ["aborted_cap", "stretch_cap", "open_cap", "ids_cap"] {
         metrics::counter!("queen_kafka_txn_refused_total", "reason" => reason).increment(0);
