@@ -366,10 +366,8 @@ pub async fn serve(
 /// cannot start as a cluster member (they would stay single-node beside the cluster).
 fn refuse_tenants_in_cluster(data_dir: &Path) -> anyhow::Result<()> {
     let dir = data_dir.join(crate::group::TENANTS_DIR);
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(anyhow!("listing {}: {e}", dir.display())),
+    let Some(entries) = crate::group::dir_listing::entries_if_any(&dir)? else {
+        return Ok(());
     };
     for entry in entries {
         let entry = entry.with_context(|| format!("listing {}", dir.display()))?;

@@ -143,10 +143,8 @@ pub fn read_hosted(data_dir: &Path, tenant: &str) -> anyhow::Result<Option<Hoste
 /// writing, and removing it would fail that writer's rename (review s31 member H1).
 pub fn remove_leftovers(data_dir: &Path) -> anyhow::Result<()> {
     let dir = data_dir.join(HOSTED_DIR);
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(anyhow!("listing {}: {e}", dir.display())),
+    let Some(entries) = super::dir_listing::entries_if_any(&dir)? else {
+        return Ok(());
     };
     for entry in entries {
         let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
@@ -164,10 +162,8 @@ pub fn remove_leftovers(data_dir: &Path) -> anyhow::Result<()> {
 /// name that is not a tenant's is refused (something else wrote there).
 pub fn read_all(data_dir: &Path) -> anyhow::Result<Vec<(String, Vec<u64>)>> {
     let dir = data_dir.join(HOSTED_DIR);
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(anyhow!("listing {}: {e}", dir.display())),
+    let Some(entries) = super::dir_listing::entries_if_any(&dir)? else {
+        return Ok(Vec::new());
     };
     let mut names = Vec::new();
     for entry in entries {

@@ -6,6 +6,7 @@
 
 pub(crate) mod checkpoint_declarations;
 pub mod declaring;
+pub mod dir_listing;
 pub mod founding_fallback;
 pub mod hosted;
 pub mod open;

@@ -71,10 +71,8 @@ pub fn note(data_dir: &Path, tenant: &str) -> anyhow::Result<()> {
 /// names, in order.
 pub fn check_all(data_dir: &Path) -> anyhow::Result<Vec<String>> {
     let dir = data_dir.join(OPENED_DIR);
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(anyhow!("listing {}: {e}", dir.display())),
+    let Some(entries) = super::dir_listing::entries_if_any(&dir)? else {
+        return Ok(Vec::new());
     };
     let mut names = Vec::new();
     for entry in entries {

@@ -146,10 +146,8 @@ pub struct Registry {
 /// been created by a token are skipped with a warning.
 fn tenant_dirs(data_dir: &Path) -> anyhow::Result<Vec<String>> {
     let dir = data_dir.join(TENANTS_DIR);
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(anyhow!("listing {}: {e}", dir.display())),
+    let Some(entries) = super::dir_listing::entries_if_any(&dir)? else {
+        return Ok(Vec::new());
     };
     let mut found = Vec::new();
     for entry in entries {
