@@ -551,6 +551,13 @@ mod tests {
         assert!(gate.keep_read_horizon(9).await.is_err());
         assert!(!gate.before_append(), "let in after a failed write");
         assert_eq!(read_horizon(&path).unwrap(), None);
+        // A crash before the write (kill -9 between the marker and the horizon): restarted,
+        // with or without `cluster_join`, it still needs the read and refuses appends.
+        for join in [true, false] {
+            let restarted = VoteGate::new(4, path.clone());
+            assert!(!restarted.prepare(join, true).unwrap());
+            assert!(restarted.needs_horizon() && !restarted.before_append());
+        }
         std::fs::remove_dir(&tmp).unwrap();
         gate.keep_read_horizon(9).await.unwrap();
         assert!(gate.before_append());
