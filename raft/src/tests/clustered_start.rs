@@ -98,6 +98,7 @@ pub(super) async fn start_gated(
         gate: gate.clone(),
         snapshots: None,
     };
+    let (read_gate, read_net) = (gate.clone(), net.clone());
     let node =
         RaftNode::start_clustered(
             cfg,
@@ -113,6 +114,10 @@ pub(super) async fn start_gated(
         )
         .await
         .unwrap();
+    // As the broker does: a joining member reads its horizon from the leader (review s28 M-3).
+    if let Some(g) = read_gate.filter(VoteGate::needs_horizon) {
+        tokio::spawn(crate::read_join_horizon(g, read_net, peers.clone()));
+    }
     Member {
         node,
         recorder,

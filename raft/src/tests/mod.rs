@@ -10,6 +10,7 @@ mod hand_over;
 mod horizons;
 mod idle_leader;
 mod install_before_addition;
+mod join_horizon_read;
 mod latency;
 mod leader_gone;
 mod limited_read;

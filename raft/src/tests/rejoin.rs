@@ -27,7 +27,7 @@ fn gate(dir: &Path, id: u64) -> VoteGate {
     VoteGate::new(id, dir.join(format!("{id}-joining")))
 }
 
-async fn member(
+pub(super) async fn member(
     dir: &Path,
     id: u64,
     l: TcpListener,
@@ -41,7 +41,7 @@ async fn member(
 }
 
 /// Three gated members and the leader's id.
-async fn three(dir: &Path) -> (BTreeMap<u64, Member>, BTreeMap<u64, BasicNode>, u64) {
+pub(super) async fn three(dir: &Path) -> (BTreeMap<u64, Member>, BTreeMap<u64, BasicNode>, u64) {
     let (mut ls, nodes) = three_listeners().await;
     let (l1, l2, l3) = (
         ls.remove(&1).unwrap(),
@@ -74,7 +74,7 @@ async fn rebind(addr: &str) -> TcpListener {
     }
 }
 
-async fn stop(m: Member) {
+pub(super) async fn stop(m: Member) {
     let Member { node, _stop, .. } = m;
     node.shutdown().await.unwrap();
 }
