@@ -3,7 +3,9 @@
 //! (`join_read`, `commit_read`). Every entry committed before the node came back lies at or
 //! below it, since the leader confirmed its lead after the read arrived and its commit only
 //! grows. Kept durably beside the joining marker (`<marker>-commit`), written before any append
-//! reaches openraft, so no entry is applied here before its horizon is known. A file a build
+//! reaches openraft. A snapshot is not gated and may be installed first (review s33 L-5):
+//! safe, since while the marker or this file stands the broker opens every declaration a
+//! snapshot carries joining (`checkpoint_declarations::ever_joined`). A file a build
 //! before session 32's fix wrote (from the first append) is still read as it stands.
 //!
 //! The broker reads it on the `default` group's apply: a tenant declared at or below it may

@@ -44,6 +44,7 @@ mod horizons;
 mod index_cell;
 pub mod join_horizon;
 mod join_read;
+mod join_read_log;
 mod keepalive;
 mod leader_gone;
 mod listener_metrics;

@@ -242,14 +242,23 @@ pub fn decode_commit_read(body: &[u8]) -> Result<(), DecodeError> {
 }
 
 /// The answer to a "commit read" (`commit_read`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CommitRead {
     /// The answering node leads the group, confirmed by a majority in its term after the
-    /// request arrived (openraft's `ensure_linearizable`), and every entry committed before
+    /// request arrived (openraft's `get_read_log_id`), and every entry committed before
     /// then lies at or below this index.
     Committed(u64),
     /// The answering node does not lead; the leader it knows, if any.
-    NotLeader(Option<u64>),
+    NotLeader(Option<LeaderAt>),
+}
+
+/// The leader a follower names, with its cluster address from the follower's membership: the
+/// asker may know neither (a leader added after the asker's `peers` were written, review s33
+/// M-1). `addr` is None when the follower's membership does not name it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderAt {
+    pub id: u64,
+    pub addr: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -381,10 +390,14 @@ mod tests {
         for answer in [
             CommitRead::Committed(u64::MAX),
             CommitRead::Committed(0),
-            CommitRead::NotLeader(Some(3)),
+            CommitRead::NotLeader(Some(LeaderAt {
+                id: 3,
+                addr: Some("10.0.0.3:7000".into()),
+            })),
+            CommitRead::NotLeader(Some(LeaderAt { id: 3, addr: None })),
             CommitRead::NotLeader(None),
         ] {
-            let reply = encode_reply(&Ok::<_, String>(answer));
+            let reply = encode_reply(&Ok::<_, String>(answer.clone()));
             match decode_reply::<CommitRead, String>(&reply).unwrap() {
                 Reply::Ok(got) => assert_eq!(got, answer),
                 other => panic!("{other:?}"),

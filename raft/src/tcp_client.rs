@@ -352,7 +352,18 @@ impl TcpNetwork {
         let reply = client
             .call(Kind::CommitRead, &body, ttl)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| {
+                let e = e.to_string();
+                if e.contains("closed after Hello") {
+                    // Kind 7 is unknown to a listener before session 32, which closes the
+                    // connection just as a wrong token does (review s33 M-2).
+                    format!(
+                        "{e}; or the peer runs a build without the commit read (before session 32)"
+                    )
+                } else {
+                    e
+                }
+            })?;
         match rpc_codec::decode_reply::<rpc_codec::CommitRead, String>(&reply) {
             Ok(Reply::Ok(answer)) => Ok(answer),
             Ok(Reply::Refused(why) | Reply::Unavailable(why) | Reply::NotMember(why)) => {

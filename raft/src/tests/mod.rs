@@ -1,5 +1,6 @@
 mod cluster_checks;
 mod clustered_start;
+mod commit_read_apply;
 mod committed_lag;
 mod crash;
 mod fixtures;

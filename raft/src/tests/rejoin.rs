@@ -21,9 +21,9 @@ use super::fixtures::open_stores;
 use super::tcp_cluster::{limits, GROUP, TOKEN};
 
 const BOUND: Duration = Duration::from_secs(30);
-const TIMING: (u64, u64) = (100, 1000);
+pub(super) const TIMING: (u64, u64) = (100, 1000);
 
-fn gate(dir: &Path, id: u64) -> VoteGate {
+pub(super) fn gate(dir: &Path, id: u64) -> VoteGate {
     VoteGate::new(id, dir.join(format!("{id}-joining")))
 }
 
