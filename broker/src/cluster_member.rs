@@ -365,6 +365,7 @@ impl Member {
         };
         let groups = self.groups.clone();
         let name = group.to_string();
+        let (read_gate, read_net) = (gate.clone(), network.clone());
         let node =
             RaftNode::start_clustered(cfg, log, store, handler, network, start, move |raft| {
                 groups.add_member(&name, raft, gate);
@@ -373,6 +374,15 @@ impl Member {
                 }
             })
             .await?;
+        // A joining `default` member takes no append until its horizon is read from the
+        // leader (review s28 M-3); the read ends with the horizon written or the core stopped.
+        if read_gate.needs_horizon() {
+            tokio::spawn(queenmq_raft::read_join_horizon(
+                read_gate,
+                read_net,
+                self.peers.clone(),
+            ));
+        }
         if let Some((after, voters)) = fallback {
             tokio::spawn(crate::group::founding_fallback::run(
                 node.raft_handle(),

@@ -1,9 +1,12 @@
-//! A joining member's horizon (docs/cluster.md "Tenants", review s27 tenants H1): the highest
-//! log index the first append it took after it joined named (the leader's commit, the
-//! entries' and their predecessor's indexes). Every entry committed before the node came
-//! back lies at or below it, since the commit only grows and a leader's log holds every
-//! committed entry. Kept durably beside the joining marker (`<marker>-commit`), written before
-//! that append reaches openraft, so no entry is applied here before its horizon is known.
+//! A joining member's horizon (docs/cluster.md "Tenants", review s27 tenants H1, s28 M-3): the
+//! committed index the group's leader answered a commit read with after this process started
+//! (`join_read`, `commit_read`). Every entry committed before the node came back lies at or
+//! below it, since the leader confirmed its lead after the read arrived and its commit only
+//! grows. Kept durably beside the joining marker (`<marker>-commit`), written before any append
+//! reaches openraft. A snapshot is not gated and may be installed first (review s33 L-5):
+//! safe, since while the marker or this file stands the broker opens every declaration a
+//! snapshot carries joining (`checkpoint_declarations::ever_joined`). A file a build
+//! before session 32's fix wrote (from the first append) is still read as it stands.
 //!
 //! The broker reads it on the `default` group's apply: a tenant declared at or below it may
 //! have had a group this node voted in before its directory was wiped, and that group opens
@@ -93,17 +96,6 @@ pub fn remove_horizon(marker: &Path) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     }
-}
-
-/// The index an append names at most: the leader's commit, its entries' last, their
-/// predecessor's.
-pub(crate) fn append_horizon(
-    r: &openraft::raft::AppendEntriesRequest<crate::types::TypeConfig>,
-) -> u64 {
-    let commit = r.leader_commit.map_or(0, |l| l.index);
-    let prev = r.prev_log_id.map_or(0, |l| l.index);
-    let last = r.entries.last().map_or(0, |e| e.log_id.index);
-    commit.max(prev).max(last)
 }
 
 fn sync_parent(path: &Path) -> std::io::Result<()> {

@@ -29,6 +29,7 @@ mod apply;
 mod backend;
 pub mod body_budget;
 mod cluster_start;
+mod commit_read;
 mod committed_saver;
 mod config;
 mod core_probe;
@@ -42,6 +43,8 @@ mod hand_over;
 mod horizons;
 mod index_cell;
 pub mod join_horizon;
+mod join_read;
+mod join_read_log;
 mod keepalive;
 mod leader_gone;
 mod listener_metrics;
@@ -78,6 +81,7 @@ pub use cluster_start::{ClusterStart, CLUSTER_ENTRY_MAX};
 pub use config::RaftConfig;
 pub use error::{ChangeRefusal, RaftError};
 pub use hand_over::{Abdication, HandOver};
+pub use join_read::read_join_horizon;
 // The storage pair openraft runs on, public so openraft's own storage suite can drive it
 // (tests/openraft_suite.rs) and so can the cluster to come; `RaftNode` is what the broker uses.
 pub use listener_metrics::register_series as register_listener_series;

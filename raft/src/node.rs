@@ -158,6 +158,7 @@ impl RaftNode {
         // voter must not grant a vote or campaign even once (review s21 membership M5).
         if let Some(gate) = &start.gate {
             gate.prepare(start.join, last_at_open.is_none())?;
+            crate::join_read::check_someone_to_ask(gate, &start.peers)?;
         }
         let check = MembershipCheck {
             peers: start.peers.clone(),

@@ -12,6 +12,7 @@
 //! | Vote | JSON of openraft's `VoteRequest` |
 //! | Snapshot | u32 header length, header JSON (vote, meta, offset, done), then the chunk's data to the end |
 //! | Elect | u64 the sender's term as leader, nothing after it (`hand_over`) |
+//! | CommitRead | nothing after the group (`commit_read`); answered with the JSON of a [`CommitRead`] |
 //!
 //! A Reply is a status byte then: 0 the JSON of the response, 1 the JSON of openraft's
 //! `RaftError` (the peer refused), 2 UTF-8 text (the peer cannot serve the group now).
@@ -221,6 +222,45 @@ pub fn decode_elect(body: &[u8]) -> Result<u64, DecodeError> {
     Ok(term)
 }
 
+/// A "commit read" request for `group`: the group's name and nothing else.
+pub fn encode_commit_read(group: &str) -> Result<Vec<u8>, DecodeError> {
+    let mut out = Vec::new();
+    put_group(&mut out, group)?;
+    Ok(out)
+}
+
+/// A "commit read" request after its group: nothing may follow the name.
+pub fn decode_commit_read(body: &[u8]) -> Result<(), DecodeError> {
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(bad(format!(
+            "{} bytes after a commit read's group",
+            body.len()
+        )))
+    }
+}
+
+/// The answer to a "commit read" (`commit_read`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommitRead {
+    /// The answering node leads the group, confirmed by a majority in its term after the
+    /// request arrived (openraft's `get_read_log_id`), and every entry committed before
+    /// then lies at or below this index.
+    Committed(u64),
+    /// The answering node does not lead; the leader it knows, if any.
+    NotLeader(Option<LeaderAt>),
+}
+
+/// The leader a follower names, with its cluster address from the follower's membership: the
+/// asker may know neither (a leader added after the asker's `peers` were written, review s33
+/// M-1). `addr` is None when the follower's membership does not name it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderAt {
+    pub id: u64,
+    pub addr: Option<String>,
+}
+
 #[derive(Serialize, Deserialize)]
 struct SnapshotHead {
     vote: Vote<NodeId>,
@@ -328,6 +368,50 @@ mod tests {
     use crate::types::log_id;
     use openraft::{CommittedLeaderId, EntryPayload, Membership};
     use std::collections::BTreeSet;
+
+    /// Review s28 M-3: a commit read is its group and nothing after it; its answer round-trips
+    /// and a truncated or garbled one is an error, not a guess.
+    #[test]
+    fn a_commit_read_is_its_group_alone_and_its_answer_round_trips() {
+        let body = encode_commit_read("default").unwrap();
+        let (group, rest) = group_of(&body).unwrap();
+        assert_eq!(group, "default");
+        decode_commit_read(rest).unwrap();
+        assert!(decode_commit_read(b"x").is_err(), "bytes after the group");
+        assert!(
+            group_of(&body[..body.len() - 1]).is_err(),
+            "a truncated group"
+        );
+        assert!(group_of(&body[..1]).is_err(), "a truncated length");
+        assert!(encode_commit_read(&"g".repeat(GROUP_MAX + 1)).is_err());
+        let mut long = vec![0xff, 0xff];
+        long.extend_from_slice(&[b'g'; 300]);
+        assert!(group_of(&long).is_err(), "a group over GROUP_MAX");
+        for answer in [
+            CommitRead::Committed(u64::MAX),
+            CommitRead::Committed(0),
+            CommitRead::NotLeader(Some(LeaderAt {
+                id: 3,
+                addr: Some("10.0.0.3:7000".into()),
+            })),
+            CommitRead::NotLeader(Some(LeaderAt { id: 3, addr: None })),
+            CommitRead::NotLeader(None),
+        ] {
+            let reply = encode_reply(&Ok::<_, String>(answer.clone()));
+            match decode_reply::<CommitRead, String>(&reply).unwrap() {
+                Reply::Ok(got) => assert_eq!(got, answer),
+                other => panic!("{other:?}"),
+            }
+            assert!(
+                decode_reply::<CommitRead, String>(&reply[..reply.len() - 1]).is_err(),
+                "a truncated answer"
+            );
+        }
+        assert!(decode_reply::<CommitRead, String>(b"\0{\"Committed\":-1}").is_err());
+        assert!(
+            decode_reply::<CommitRead, String>(b"\0{\"Committed\":18446744073709551616}").is_err()
+        );
+    }
 
     #[test]
     fn an_elect_request_is_a_group_and_a_term_range_checked() {

@@ -337,6 +337,43 @@ impl TcpNetwork {
     }
 }
 
+impl TcpNetwork {
+    /// Asks `target` (at `addr`) for its group's committed index, confirmed as its leader
+    /// (`commit_read`): a follower's answer names the leader it knows. Err says why no answer
+    /// came within `ttl` (unreachable, refused, a garbled reply).
+    pub(crate) async fn commit_read(
+        &self,
+        target: NodeId,
+        addr: &str,
+        ttl: Duration,
+    ) -> Result<rpc_codec::CommitRead, String> {
+        let mut client = self.clone().new_client(target, &BasicNode::new(addr)).await;
+        let body = rpc_codec::encode_commit_read(&self.group).map_err(|e| e.to_string())?;
+        let reply = client
+            .call(Kind::CommitRead, &body, ttl)
+            .await
+            .map_err(|e| {
+                let e = e.to_string();
+                if e.contains("closed after Hello") {
+                    // Kind 7 is unknown to a listener before session 32, which closes the
+                    // connection just as a wrong token does (review s33 M-2).
+                    format!(
+                        "{e}; or the peer runs a build without the commit read (before session 32)"
+                    )
+                } else {
+                    e
+                }
+            })?;
+        match rpc_codec::decode_reply::<rpc_codec::CommitRead, String>(&reply) {
+            Ok(Reply::Ok(answer)) => Ok(answer),
+            Ok(Reply::Refused(why) | Reply::Unavailable(why) | Reply::NotMember(why)) => {
+                Err(format!("node {target} did not answer a commit read: {why}"))
+            }
+            Err(e) => Err(format!("node {target} answered garbage: {e}")),
+        }
+    }
+}
+
 impl RaftNetwork<TypeConfig> for PeerClient {
     async fn append_entries(
         &mut self,

@@ -353,7 +353,7 @@ async fn dispatch(
 ) -> Result<Vec<u8>, ConnError> {
     if !matches!(
         kind,
-        Kind::Append | Kind::Vote | Kind::Snapshot | Kind::Elect
+        Kind::Append | Kind::Vote | Kind::Snapshot | Kind::Elect | Kind::CommitRead
     ) {
         return Err(ConnError::NotARequest(kind));
     }
@@ -363,6 +363,10 @@ async fn dispatch(
         Kind::Append => Request::Append(rpc_codec::decode_append(rest)?),
         Kind::Vote => Request::Vote(rpc_codec::decode_vote(rest)?),
         Kind::Elect => Request::Elect(rpc_codec::decode_elect(rest)?),
+        Kind::CommitRead => {
+            rpc_codec::decode_commit_read(rest)?;
+            Request::CommitRead
+        }
         _ => Request::Snapshot(rpc_codec::decode_snapshot(rest)?),
     };
     let Some(Served {
@@ -380,16 +384,12 @@ async fn dispatch(
         Request::Append(r) => {
             // Stamped before any refusal: what counts is that a live leader still sends.
             gone.appended();
-            if let Some(gate) = &gate {
-                if !gate
-                    .before_append(crate::join_horizon::append_horizon(&r))
-                    .await
-                {
-                    // Unavailable: the sender takes it as unreachable and sends again later.
-                    return Ok(rpc_codec::encode_unavailable(
-                        "this joining node could not keep its joining horizon yet; try again",
-                    ));
-                }
+            if gate.as_ref().is_some_and(|g| !g.before_append()) {
+                // Unavailable: the sender takes it as unreachable and sends again later.
+                return Ok(rpc_codec::encode_unavailable(
+                    "this joining node has not read its joining horizon from the leader yet; \
+                     try again",
+                ));
             }
             if let Some(refusal) = append_refusal(&raft, gate.as_ref(), &r) {
                 return Ok(refusal);
@@ -420,6 +420,7 @@ async fn dispatch(
             None => rpc_codec::encode_reply(&raft.install_snapshot(r).await),
         },
         Request::Elect(term) => crate::elect_now::answer(&raft, gate.as_ref(), from, term).await,
+        Request::CommitRead => crate::commit_read::answer(&raft).await,
     })
 }
 
@@ -505,4 +506,6 @@ enum Request {
     Snapshot(openraft::raft::InstallSnapshotRequest<TypeConfig>),
     /// "Elect now" from the leader of this term (`elect_now`).
     Elect(u64),
+    /// A joining node asks for the committed index (`commit_read`).
+    CommitRead,
 }

@@ -253,47 +253,65 @@ impl VoteGate {
         );
     }
 
-    /// Before an append reaches openraft: a joining node keeps the horizon of the first one
-    /// durably (`join_horizon`), so nothing is applied here before it stands. Whether the
-    /// append may go on: until the horizon is written every append is refused (the sender
-    /// retries), so a failed write never lets entries in with no horizon kept (review s28
-    /// M-3). A later try names a higher horizon, which only counts more entries as known
-    /// before the node came back.
-    pub(crate) async fn before_append(&self, horizon: u64) -> bool {
-        if !self.inner.keeps_horizon
-            || !self.joining()
-            || self.inner.horizon_known.load(Ordering::SeqCst)
-        {
-            return true;
+    /// Before an append reaches openraft: whether it may go on. A joining member of the group
+    /// that keeps a horizon (`default`) takes none until its horizon is durably written, and
+    /// that horizon is a commit read from the group's leader (`join_read`), never an
+    /// append's: an append may come from a deposed leader whose commit lags what was
+    /// committed after it lost the lead, and no single append proves its sender current to a
+    /// node with an empty vote (review s28 M-3). Refused appends are retried by the sender.
+    pub(crate) fn before_append(&self) -> bool {
+        !self.needs_horizon()
+    }
+
+    /// Whether this member still has to obtain its joining horizon (`join_read`): it keeps
+    /// one, is joining, and none is written yet.
+    pub fn needs_horizon(&self) -> bool {
+        self.inner.keeps_horizon
+            && self.joining()
+            && !self.inner.horizon_known.load(Ordering::SeqCst)
+    }
+
+    /// The cluster addresses of the members this node's membership names, by id (none before
+    /// the node is attached or has heard of any).
+    pub(crate) fn membership_addrs(&self) -> Vec<(u64, String)> {
+        let Some(raft) = self.inner.raft.get() else {
+            return Vec::new();
+        };
+        let m = raft.metrics().borrow().membership_config.clone();
+        m.membership()
+            .nodes()
+            .map(|(id, n)| (*id, crate::member_addr::cluster_part(&n.addr).to_string()))
+            .collect()
+    }
+
+    /// Whether this member's Raft core has stopped (or never ran): a horizon read for it ends.
+    pub(crate) fn core_stopped(&self) -> bool {
+        match self.inner.raft.get() {
+            Some(raft) => raft.metrics().has_changed().is_err(),
+            None => false,
         }
+    }
+
+    /// Writes `horizon`, a commit read from the group's leader, durably as this joining
+    /// member's horizon; appends are let in from then on. A horizon already written is kept
+    /// (a second read is only ever higher, which changes nothing that matters).
+    pub(crate) async fn keep_read_horizon(&self, horizon: u64) -> Result<(), String> {
         let _one = self.inner.opening.lock().await;
-        if self.inner.horizon_known.load(Ordering::SeqCst) {
-            return true;
+        if !self.needs_horizon() {
+            return Ok(());
         }
         let marker = self.inner.marker.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            crate::join_horizon::write_horizon(&marker, horizon)
-        })
-        .await;
-        match written {
-            Ok(Ok(())) => {
-                self.inner.horizon_known.store(true, Ordering::SeqCst);
-                tracing::info!(
-                    node = self.inner.me,
-                    horizon,
-                    "joining: the first append's horizon is kept"
-                );
-                true
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "the joining horizon was not written: the append is refused");
-                false
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "the joining horizon was not written: the append is refused");
-                false
-            }
-        }
+        tokio::task::spawn_blocking(move || crate::join_horizon::write_horizon(&marker, horizon))
+            .await
+            .map_err(|e| format!("the horizon write stopped: {e}"))?
+            .map_err(|e| format!("writing the joining horizon: {e}"))?;
+        self.inner.horizon_known.store(true, Ordering::SeqCst);
+        tracing::info!(
+            node = self.inner.me,
+            horizon,
+            "joining: the horizon read from the leader is kept"
+        );
+        Ok(())
     }
 
     /// After an append this node took from a leader that had committed `leader_commit`:
@@ -456,11 +474,10 @@ mod tests {
         assert!(!not_a_member(3, (&none, &none), mine, stale));
     }
 
-    /// The first append's horizon is kept once, before openraft sees the append, and a
-    /// horizon left by an earlier join is gone before the new marker stands (review s27
-    /// tenants H1).
+    /// The read horizon is kept once, and a horizon left by an earlier join is gone before the
+    /// new marker stands (review s27 tenants H1); appends write none (review s28 M-3).
     #[tokio::test]
-    async fn a_joining_gate_keeps_its_first_appends_horizon_once() {
+    async fn a_joining_gate_keeps_its_read_horizon_once() {
         use crate::join_horizon::{horizon_path, read_horizon, write_horizon};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cluster-joining");
@@ -472,19 +489,22 @@ mod tests {
             None,
             "the stale horizon stayed"
         );
-        gate.before_append(7).await;
-        gate.before_append(20).await;
+        assert!(!gate.before_append());
+        assert_eq!(read_horizon(&path).unwrap(), None, "an append wrote one");
+        gate.keep_read_horizon(7).await.unwrap();
+        gate.keep_read_horizon(20).await.unwrap();
         assert_eq!(read_horizon(&path).unwrap(), Some(7));
-        // Restarted still joining: the horizon stands; a later append moves nothing.
+        // Restarted still joining: the horizon stands; a later read moves nothing.
         let again = VoteGate::new(4, path.clone());
         assert!(!again.prepare(false, false).unwrap());
-        again.before_append(30).await;
+        again.keep_read_horizon(30).await.unwrap();
         assert_eq!(read_horizon(&path).unwrap(), Some(7));
-        // Not joining: no horizon is written.
+        // Not joining: no horizon is needed or written, appends pass.
         let other = dir.path().join("other");
         let plain = VoteGate::new(1, other.clone());
         assert!(plain.prepare(false, true).unwrap());
-        plain.before_append(5).await;
+        assert!(!plain.needs_horizon() && plain.before_append());
+        plain.keep_read_horizon(5).await.unwrap();
         assert!(!horizon_path(&other).exists());
     }
 
@@ -513,29 +533,44 @@ mod tests {
         }
     }
 
-    /// Review s28 M-3 (its first part): an append is refused while the horizon cannot be
-    /// written, and passes once it is.
+    /// Review s28 M-3: an append is refused until the horizon read from the leader is
+    /// written (a failed write keeps refusing), and passes once it is.
     #[tokio::test]
-    async fn an_append_waits_for_its_horizon_to_be_written() {
+    async fn an_append_waits_for_the_read_horizon_to_be_written() {
         use crate::join_horizon::{horizon_path, read_horizon};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cluster-joining");
         let gate = VoteGate::new(4, path.clone());
         assert!(!gate.prepare(true, true).unwrap());
+        assert!(gate.needs_horizon());
+        assert!(!gate.before_append(), "let in without a horizon");
         // The temporary file's name taken by a directory: the write fails.
         let mut tmp = horizon_path(&path).into_os_string();
         tmp.push(".tmp");
         std::fs::create_dir(&tmp).unwrap();
-        assert!(!gate.before_append(7).await, "let in without a horizon");
+        assert!(gate.keep_read_horizon(9).await.is_err());
+        assert!(!gate.before_append(), "let in after a failed write");
         assert_eq!(read_horizon(&path).unwrap(), None);
+        // A crash before the write (kill -9 between the marker and the horizon): restarted,
+        // with or without `cluster_join`, it still needs the read and refuses appends.
+        for join in [true, false] {
+            let restarted = VoteGate::new(4, path.clone());
+            assert!(!restarted.prepare(join, true).unwrap());
+            assert!(restarted.needs_horizon() && !restarted.before_append());
+        }
         std::fs::remove_dir(&tmp).unwrap();
-        assert!(gate.before_append(9).await);
+        gate.keep_read_horizon(9).await.unwrap();
+        assert!(gate.before_append());
         assert_eq!(read_horizon(&path).unwrap(), Some(9));
+        // Restarted: the written horizon is read back, and appends pass at once.
+        let again = VoteGate::new(4, path.clone());
+        assert!(!again.prepare(false, false).unwrap());
+        assert!(!again.needs_horizon() && again.before_append());
         // A tenant's gate keeps no horizon and lets appends in.
         let other = dir.path().join("tenant-joining");
         let tenant = VoteGate::new(4, other.clone()).without_horizon();
         assert!(!tenant.prepare(true, true).unwrap());
-        assert!(tenant.before_append(5).await);
+        assert!(!tenant.needs_horizon() && tenant.before_append());
         assert!(!horizon_path(&other).exists());
     }
 

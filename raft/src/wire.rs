@@ -28,6 +28,9 @@ pub enum Kind {
     /// "Elect now": the leader of a group asks a caught-up voter to campaign at once (a
     /// hand-over, `hand_over`).
     Elect = 6,
+    /// "Commit read": a joining node asks a peer that leads the group for its committed index,
+    /// confirmed by a read-index (`commit_read`, the joining horizon, review s28 M-3).
+    CommitRead = 7,
 }
 
 impl Kind {
@@ -39,6 +42,7 @@ impl Kind {
             4 => Kind::Snapshot,
             5 => Kind::Reply,
             6 => Kind::Elect,
+            7 => Kind::CommitRead,
             _ => return None,
         })
     }
@@ -101,8 +105,8 @@ impl Limits {
         match kind {
             Kind::Hello => HELLO_MAX,
             Kind::Append => self.append,
-            // A group name and a term: as small as a vote request.
-            Kind::Vote | Kind::Elect => self.vote,
+            // A group name and a term (or only the name): as small as a vote request.
+            Kind::Vote | Kind::Elect | Kind::CommitRead => self.vote,
             Kind::Snapshot => self.snapshot,
             Kind::Reply => self.reply,
         }
@@ -350,6 +354,7 @@ mod tests {
             Kind::Snapshot,
             Kind::Reply,
             Kind::Elect,
+            Kind::CommitRead,
         ];
         for (i, k) in kinds.iter().enumerate() {
             write_frame(&mut buf, *k, i as u64 * 1000, &vec![i as u8; i * 3])
@@ -372,7 +377,14 @@ mod tests {
     #[tokio::test]
     async fn an_oversized_length_is_refused_before_the_body() {
         let l = limits();
-        for (kind, max) in [(2u8, l.append), (3, l.vote), (4, l.snapshot), (5, l.reply)] {
+        for (kind, max) in [
+            (2u8, l.append),
+            (3, l.vote),
+            (4, l.snapshot),
+            (5, l.reply),
+            (6, l.vote),
+            (7, l.vote),
+        ] {
             let bytes = frame(kind, max + 1, b"");
             let err = read_frame(&mut bytes.as_slice(), &l).await.unwrap_err();
             assert!(

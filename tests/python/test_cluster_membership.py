@@ -192,10 +192,13 @@ def replace(http, broker_factory, nodes, lead, victim, load):
         "QUEEN_CLUSTER_TOKEN": TOKEN,
         "QUEEN_CLUSTER_ADDR": f"127.0.0.1:{raft4}",
         "QUEEN_NODE_ID": "4",
-        # Itself alone, so node 4 is the lowest id of its `peers`: without `cluster_join` it
-        # would found a group of its own (review s21 membership M7), which the view below
-        # would show. `peer_http` names ids `peers` does not (M8).
-        "QUEEN_PEERS": f"4=127.0.0.1:{raft4}",
+        # The current members and itself: a joining node asks them where the leader is for
+        # its joining horizon (review s33 H-1: with itself alone it asked nobody, refused
+        # every append for ever, and is now refused at start). With `cluster_join` it founds
+        # nothing whatever `peers` names (review s21 membership M7; the Rust tests of
+        # `start_role` and the start check that). `peer_http` names them too (M8).
+        "QUEEN_PEERS": ",".join([f"{i}={nodes[i].env['QUEEN_CLUSTER_ADDR']}" for i in sorted(kept)]
+                                + [f"4=127.0.0.1:{raft4}"]),
         # The first boot's members carry no HTTP address in the membership: node 4 relays
         # to them at these (node 4's own is in the membership once it is added).
         "QUEEN_PEER_HTTP": ",".join(f"{i}={nodes[i].url}" for i in sorted(kept)),

@@ -255,7 +255,9 @@ def replace(http, broker_factory, nodes, load):
         "QUEEN_CLUSTER_TOKEN": cf.TOKEN,
         "QUEEN_CLUSTER_ADDR": f"127.0.0.1:{raft4}",
         "QUEEN_NODE_ID": "4",
-        "QUEEN_PEERS": f"4=127.0.0.1:{raft4}",
+        # The current members too: a joining node asks them for its horizon (review s33 H-1).
+        "QUEEN_PEERS": ",".join([f"{i}={nodes[i].env['QUEEN_CLUSTER_ADDR']}" for i in sorted(kept)]
+                                + [f"4=127.0.0.1:{raft4}"]),
         "QUEEN_PEER_HTTP": ",".join(f"{i}={nodes[i].url}" for i in sorted(kept)),
         "QUEEN_CLUSTER_JOIN": "true",
         "QUEEN_CLUSTER_HEARTBEAT_MS": str(cf.HEARTBEAT_MS),

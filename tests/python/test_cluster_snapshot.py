@@ -204,7 +204,9 @@ def test_a_learner_added_after_the_log_was_reclaimed_catches_up_by_snapshot(brok
             "QUEEN_CLUSTER_TOKEN": TOKEN,
             "QUEEN_CLUSTER_ADDR": f"127.0.0.1:{raft4}",
             "QUEEN_NODE_ID": "4",
-            "QUEEN_PEERS": f"4=127.0.0.1:{raft4}",
+            # The members too: a joining node asks them for its horizon (review s33 H-1).
+            "QUEEN_PEERS": ",".join([f"{i}={n.env['QUEEN_CLUSTER_ADDR']}" for i, n in sorted(nodes.items())]
+                                    + [f"4=127.0.0.1:{raft4}"]),
             "QUEEN_PEER_HTTP": ",".join(f"{i}={n.url}" for i, n in sorted(nodes.items())),
             "QUEEN_CLUSTER_JOIN": "true",
             "QUEEN_CLUSTER_HEARTBEAT_MS": str(HEARTBEAT_MS),

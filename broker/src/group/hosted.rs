@@ -439,12 +439,13 @@ impl Declarations {
     }
 
     /// Whether the declaration at `index` may predate this node's rejoin (review s27 tenants
-    /// H1): at or below the horizon of the first append the `default` group took after it
-    /// joined (`queenmq_raft::join_horizon`), kept durably beside its joining marker. A
+    /// H1): at or below the joining horizon, the committed index `default`'s leader answered
+    /// a commit read with after the node joined (`queenmq_raft::join_horizon`; review s28
+    /// M-3: before session 32, the first append's), kept durably beside its joining marker. A
     /// declaration above it was committed after the node came back, so no group of it existed
     /// that this node could have voted in and forgotten: it is founded as on any node (were
     /// this node its preferred founder and marked, nobody would found it). Without a horizon
-    /// (no append taken yet under this version) a standing marker counts every declaration.
+    /// (none read yet) a standing marker counts every declaration.
     fn before_rejoin(&self, index: u64) -> Result<bool, String> {
         let marker = self.data_dir.join(crate::cluster_member::JOIN_MARKER);
         let stands = marker

@@ -235,6 +235,9 @@ pub async fn supervise(
     metrics::counter!("queen_payload_decrypt_failures_total").increment(0);
     // A joining horizon kept because its removal failed (group/hosted.rs; review s32 t1 M-4).
     metrics::counter!("queen_join_horizon_remove_failures_total").increment(0);
+    // 1 while the joining `default` member reads its horizon (review s33 M-2); registered at
+    // 0 without touching a value the read already set (raft/src/join_read.rs).
+    metrics::gauge!("queen_join_horizon_pending").increment(0.0);
     // The reasons of the engine's `count_refusal` (plan/kafka_txns.rs; docs/metrics.md).
     for reason in ["aborted_cap", "stretch_cap", "open_cap", "ids_cap"] {
         metrics::counter!("queen_kafka_txn_refused_total", "reason" => reason).increment(0);

@@ -64,13 +64,34 @@ pub(super) async fn start_on(
 /// `start_on` as the broker starts a member: with `cluster_join` or not, and a vote gate
 /// shared by the listener, the network and the node.
 pub(super) async fn start_gated(
+    stores: (Arc<SegmentLog>, Arc<StateStore>),
+    id: u64,
+    listener: TcpListener,
+    peers: &BTreeMap<u64, BasicNode>,
+    timing: (u64, u64),
+    gated: Option<(bool, VoteGate)>,
+) -> Member {
+    let m = start_unread(stores, id, listener, peers, timing, gated.clone())
+        .await
+        .unwrap();
+    // As the broker does: a joining member reads its horizon from the leader (review s28 M-3).
+    if let Some((_, g)) = gated.filter(|(_, g)| g.needs_horizon()) {
+        let net = TcpNetwork::new(id, GROUP, TOKEN, limits()).with_gate(g.clone());
+        tokio::spawn(crate::read_join_horizon(g, net, peers.clone()));
+    }
+    m
+}
+
+/// `start_gated` without the horizon read a joining member starts (a test starts it itself,
+/// review s33 L-4); a refused start is returned.
+pub(super) async fn start_unread(
     (log, store): (Arc<SegmentLog>, Arc<StateStore>),
     id: u64,
     listener: TcpListener,
     peers: &BTreeMap<u64, BasicNode>,
     (hb_ms, eto_ms): (u64, u64),
     gated: Option<(bool, VoteGate)>,
-) -> Member {
+) -> Result<Member, crate::error::RaftError> {
     let recorder = Recorder::new(None);
     let cfg = RaftConfig {
         node_id: id,
@@ -111,13 +132,12 @@ pub(super) async fn start_gated(
                 None => groups.add(GROUP, raft),
             },
         )
-        .await
-        .unwrap();
-    Member {
+        .await?;
+    Ok(Member {
         node,
         recorder,
         _stop: stop,
-    }
+    })
 }
 
 /// Loopback listeners for nodes 1, 2 and 3, and the members they make.

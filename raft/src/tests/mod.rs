@@ -1,5 +1,6 @@
 mod cluster_checks;
 mod clustered_start;
+mod commit_read_apply;
 mod committed_lag;
 mod crash;
 mod fixtures;
@@ -10,6 +11,7 @@ mod hand_over;
 mod horizons;
 mod idle_leader;
 mod install_before_addition;
+mod join_horizon_read;
 mod latency;
 mod leader_gone;
 mod limited_read;

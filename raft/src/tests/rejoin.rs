@@ -21,13 +21,13 @@ use super::fixtures::open_stores;
 use super::tcp_cluster::{limits, GROUP, TOKEN};
 
 const BOUND: Duration = Duration::from_secs(30);
-const TIMING: (u64, u64) = (100, 1000);
+pub(super) const TIMING: (u64, u64) = (100, 1000);
 
-fn gate(dir: &Path, id: u64) -> VoteGate {
+pub(super) fn gate(dir: &Path, id: u64) -> VoteGate {
     VoteGate::new(id, dir.join(format!("{id}-joining")))
 }
 
-async fn member(
+pub(super) async fn member(
     dir: &Path,
     id: u64,
     l: TcpListener,
@@ -41,7 +41,7 @@ async fn member(
 }
 
 /// Three gated members and the leader's id.
-async fn three(dir: &Path) -> (BTreeMap<u64, Member>, BTreeMap<u64, BasicNode>, u64) {
+pub(super) async fn three(dir: &Path) -> (BTreeMap<u64, Member>, BTreeMap<u64, BasicNode>, u64) {
     let (mut ls, nodes) = three_listeners().await;
     let (l1, l2, l3) = (
         ls.remove(&1).unwrap(),
@@ -74,7 +74,7 @@ async fn rebind(addr: &str) -> TcpListener {
     }
 }
 
-async fn stop(m: Member) {
+pub(super) async fn stop(m: Member) {
     let Member { node, _stop, .. } = m;
     node.shutdown().await.unwrap();
 }
