@@ -250,7 +250,8 @@ def test_voters_restarted_during_the_fallback_wait_still_found_the_group(broker_
 def test_with_the_key_off_a_tenant_is_answered_unsupported(broker_factory):
     with httpx.Client() as http:
         nodes, leader = cf.started_cluster(broker_factory, http,
-                                           extra_env={"QUEEN_JWT_SECRET": SECRET})
+                                           extra_env={"QUEEN_JWT_SECRET": SECRET,
+                                                      "QUEEN_CLUSTER_TENANT_GROUPS": "false"})
         res = http.post(f"{nodes[leader].url}/api/v1/push", headers=bearer(tenant=TENANT_A),
                         json={"items": [item(QUEUE_A, "p0", "x", {})]}, timeout=15.0)
         assert res.status_code == 501, res.text

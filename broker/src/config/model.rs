@@ -215,9 +215,10 @@ pub struct Config {
     /// far behind is caught up by appends.
     pub cluster_snapshot_keep_entries: u64,
     /// A cluster member serves tenants other than `default`, each in a Raft group of its own
-    /// declared through the `default` group (docs/cluster.md "Tenants"); false: a clustered
-    /// start is refused while `<data_dir>/tenants` holds a group and other tenants are
-    /// answered 501 (today's behaviour). Ignored on a single node.
+    /// declared through the `default` group (docs/cluster.md "Tenants"); on by default since
+    /// session 33. False: a clustered start is refused while `<data_dir>/tenants` holds a
+    /// group and other tenants are answered 501 (a roll from an older build pins it false
+    /// until every node runs this one: docs/deploy.md). Ignored on a single node.
     #[serde(default)]
     pub cluster_tenant_groups: bool,
     /// A cluster member's Raft heartbeat, which openraft also takes as the whole timeout of
@@ -321,7 +322,7 @@ impl Default for Config {
             peers: None,
             cluster_join: false,
             cluster_snapshot_catch_up: true,
-            cluster_tenant_groups: false,
+            cluster_tenant_groups: true,
             cluster_snapshot_keep_entries: queenmq_raft::KEEP_BELOW_SNAPSHOT,
             peer_http: None,
             peer_kafka: None,

@@ -962,7 +962,7 @@ fn every_accepted_timing_gives_a_write_up_before_the_answer_bound() {
 }
 
 #[test]
-fn cluster_tenant_groups_is_off_by_default_and_runs_with_snapshot_catch_up() {
+fn cluster_tenant_groups_is_on_by_default_and_runs_with_snapshot_catch_up() {
     let with = |extra: &[(&'static str, &str)]| {
         let mut v = vec![
             ("QUEEN_CLUSTER_TOKEN", CLUSTER_TOKEN.to_string()),
@@ -973,7 +973,10 @@ fn cluster_tenant_groups_is_off_by_default_and_runs_with_snapshot_catch_up() {
         v.extend(extra.iter().map(|(k, val)| (*k, val.to_string())));
         v
     };
-    assert!(!cluster_of(&with(&[])).tenant_groups);
+    // On by default since session 33 (review s28 M-3's bound built: the joining horizon is
+    // a commit read from `default`'s leader).
+    assert!(cluster_of(&with(&[])).tenant_groups);
+    assert!(!cluster_of(&with(&[("QUEEN_CLUSTER_TENANT_GROUPS", "false")])).tenant_groups);
     // Snapshot catch-up is on by default (session 28).
     assert!(cluster_of(&with(&[])).snapshot_keep.is_some());
     let tenants_only = [
