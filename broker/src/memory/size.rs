@@ -152,7 +152,7 @@ fn partitions_bytes(st: &State) -> usize {
         b = b
             .saturating_add(text(p.name.len()))
             .saturating_add(p.floor_box_bytes())
-            .saturating_add(buf_bytes(p.runs.capacity(), size_of::<Run>()));
+            .saturating_add(buf_bytes(p.runs.heap_capacity(), size_of::<Run>()));
     }
     b
 }
@@ -336,7 +336,7 @@ mod tests {
                 },
             );
         }
-        let runs = st.partitions.get(&7).map_or(0, |p| p.runs.capacity());
+        let runs = st.partitions.get(&7).map_or(0, |p| p.runs.heap_capacity());
         assert!(runs >= 100);
         assert!(state_bytes(&st) >= with_parts + 100 * size_of::<Run>());
     }
@@ -370,7 +370,7 @@ mod tests {
                 index: 1,
                 pos: 0,
             };
-            st.partitions.get_mut(&pid).unwrap().runs = vec![run; RUNS];
+            st.partitions.get_mut(&pid).unwrap().runs = vec![run; RUNS].into();
         }
         let before = state_and_partition_bytes(&st).1;
         let snap = st.partitions.snapshot();
