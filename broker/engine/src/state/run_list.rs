@@ -53,6 +53,9 @@ impl RunList {
 
     /// Removes the first `n` runs (all of them when `n` is past the end); a single run left
     /// goes back inside the row, and the vector is freed when one or none is left.
+    /// Freed, not kept for a next push: a partition trimmed to one run and then idle would
+    /// hold it for good (retention shrinks only below a quarter full), so one that goes
+    /// 1 -> 2 -> 1 runs allocates and frees a vector each time (review s33 p L4).
     pub fn drop_front(&mut self, n: usize) {
         match self {
             RunList::One(_) if n > 0 => *self = RunList::default(),
@@ -181,6 +184,52 @@ mod tests {
         assert!(l.is_empty());
         l.drop_front(usize::MAX);
         assert!(l.is_empty());
+    }
+
+    /// Review s33 p L3: the apply path, not just the list, puts a partition's first run
+    /// inside its row (main reserved a one-run vector there: heap capacity 1), and a trim
+    /// back to one run frees the vector the second run took.
+    #[test]
+    fn a_partitions_first_appended_run_lands_inline_through_apply() {
+        use crate::entry::Effect;
+        use crate::state::{Loc, State};
+        let mut st = State::default();
+        st.seed_queue(
+            1,
+            "q",
+            Default::default(),
+            &[(7, "p")],
+            Loc { index: 1, pos: 0 },
+        );
+        let append = |st: &mut State, base: u64, index: u64| {
+            let e = Effect::Append {
+                pid: 7,
+                base_offset: base,
+                hashes: vec![base],
+                frames: &[],
+            };
+            st.apply(&e, index as i64, Loc { index, pos: 0 });
+        };
+        let held = |st: &State| {
+            st.partitions.get(&7).map(|p| {
+                (
+                    p.runs.len(),
+                    p.runs.heap_capacity(),
+                    matches!(p.runs, RunList::One(_)),
+                )
+            })
+        };
+        assert_eq!(held(&st), Some((0, 0, false)));
+        append(&mut st, 0, 2);
+        assert_eq!(held(&st), Some((1, 0, true)));
+        append(&mut st, 1, 3);
+        assert_eq!(held(&st), Some((2, 4, false)));
+        st.trim_partition(7, 1);
+        assert_eq!(held(&st), Some((1, 0, true)));
+        assert_eq!(
+            st.partitions.get(&7).map(|p| p.runs[0].base_offset),
+            Some(1)
+        );
     }
 
     #[test]
