@@ -23,7 +23,7 @@ fn partition(id: u64) -> Partition {
         last_write_us: 0,
         bytes: 0,
         // Room for every run, so pushing allocates nothing the floor does not hold.
-        runs: Vec::with_capacity(RUNS as usize),
+        runs: Vec::with_capacity(RUNS as usize).into(),
         extra: None,
     }
 }

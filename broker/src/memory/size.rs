@@ -152,7 +152,7 @@ fn partitions_bytes(st: &State) -> usize {
         b = b
             .saturating_add(text(p.name.len()))
             .saturating_add(p.floor_box_bytes())
-            .saturating_add(buf_bytes(p.runs.capacity(), size_of::<Run>()));
+            .saturating_add(buf_bytes(p.runs.heap_capacity(), size_of::<Run>()));
     }
     b
 }
@@ -336,9 +336,61 @@ mod tests {
                 },
             );
         }
-        let runs = st.partitions.get(&7).map_or(0, |p| p.runs.capacity());
+        let runs = st.partitions.get(&7).map_or(0, |p| p.runs.heap_capacity());
         assert!(runs >= 100);
         assert!(state_bytes(&st) >= with_parts + 100 * size_of::<Run>());
+    }
+
+    /// Issue 12 (session 33): a partition's one run sits inside its row, so its first append
+    /// charges nothing beside the row, and the row with its one run is the `Arc`'s 128 B bin
+    /// where main's `Vec<Run>` charged the 112 B `Arc` and a one-run block of 48 B (160 B).
+    /// A second run puts both in a vector (room for four); trimmed to one, it goes back inline.
+    #[test]
+    fn an_idle_partitions_one_run_is_charged_inside_its_row() {
+        let mut st = State::default();
+        with_queue(&mut st);
+        st.apply(
+            &Effect::PartitionCreate {
+                qid: 1,
+                pid: 7,
+                name: "p",
+            },
+            1,
+            loc(),
+        );
+        let append = |st: &mut State, base: u64, index: u64| {
+            st.apply(
+                &Effect::Append {
+                    pid: 7,
+                    base_offset: base,
+                    hashes: vec![base],
+                    frames: &[],
+                },
+                index as i64,
+                Loc { index, pos: 0 },
+            );
+        };
+        let runs = |st: &State| {
+            st.partitions
+                .get(&7)
+                .map(|p| (p.runs.len(), p.runs.heap_capacity()))
+        };
+        // The run floor's tree of lowest indexes is left out: its first node (256 B here)
+        // is the tree's, shared by every partition, and the same on main.
+        let charged = |st: &State| state_bytes(st) - st.run_floor.bytes();
+        let created = charged(&st);
+        append(&mut st, 0, 2);
+        assert_eq!(runs(&st), Some((1, 0)));
+        let first = charged(&st) - created;
+        assert_eq!(first, 0, "the first run charged beside the row");
+        let row = size_of::<Partition>() + 16;
+        assert_eq!(row + first, 128, "an idle one-run partition's row and runs");
+        append(&mut st, 1, 3);
+        assert_eq!(runs(&st), Some((2, 4)));
+        assert_eq!(charged(&st), created + buf_bytes(4, size_of::<Run>()));
+        st.trim_partition(7, 1);
+        assert_eq!(runs(&st), Some((1, 0)));
+        assert_eq!(charged(&st), created);
     }
 
     /// Review s31 ckpt M2: a partition written while a checkpoint shares its chunk is copied
@@ -370,7 +422,7 @@ mod tests {
                 index: 1,
                 pos: 0,
             };
-            st.partitions.get_mut(&pid).unwrap().runs = vec![run; RUNS];
+            st.partitions.get_mut(&pid).unwrap().runs = vec![run; RUNS].into();
         }
         let before = state_and_partition_bytes(&st).1;
         let snap = st.partitions.snapshot();

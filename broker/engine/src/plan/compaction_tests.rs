@@ -505,7 +505,9 @@ fn decode_changed(f: &Fixture, change: impl FnOnce(&mut Vec<crate::state::model:
         Err(e) => panic!("the unchanged checkpoint: {e}"),
     };
     if let Some(p) = st.partitions.get_mut(&pid) {
-        change(&mut p.runs);
+        let mut runs = p.runs.to_vec();
+        change(&mut runs);
+        p.runs = runs.into();
     }
     match decode_state(&encode_state(&st)) {
         Ok(_) => "accepted".into(),

@@ -26,6 +26,7 @@ mod partition_order;
 mod partition_table;
 mod retention;
 pub mod run_floor;
+pub mod run_list;
 mod snapshot;
 pub mod tenants;
 pub mod timers;
@@ -237,7 +238,7 @@ impl State {
                             next_offset: 0,
                             last_write_us: now_us,
                             bytes: 0,
-                            runs: Vec::new(),
+                            runs: RunList::default(),
                             extra: None,
                         },
                     );
@@ -517,11 +518,6 @@ impl State {
                 "append not at the partition's end skipped"
             );
             return;
-        }
-        if p.runs.is_empty() {
-            // A first push would reserve room for four runs (128 bytes); most partitions of a
-            // wide queue hold one or two runs at a time.
-            p.runs.reserve_exact(1);
         }
         self.run_floor.push(
             p,

@@ -8,6 +8,7 @@ use super::config::QueueConfig;
 use super::cursor_map::CursorMap;
 use super::name_index::NameIndex;
 use super::partition_order::PartitionOrder;
+pub use super::run_list::RunList;
 
 /// Log index of runs appended by the cycle being planned, not yet committed.
 pub const PENDING_INDEX: u64 = u64::MAX;
@@ -55,15 +56,17 @@ pub struct Run {
 pub struct Partition {
     pub id: u64,
     pub queue: u64,
-    /// Boxed, not a `String`: the row stays 96 B, so its `Arc` (16 B more) fits mimalloc's
-    /// 112 B bin rather than the 128 B one (review s28 ckpt M2).
+    /// Boxed, not a `String`: the row stays 112 B, so its `Arc` (16 B more) fits mimalloc's
+    /// 128 B bin rather than the 160 B one (review s28 ckpt M2; 96 B and 112 B before
+    /// session 33 put the one run inside the row).
     pub name: Box<str>,
     pub created_us: i64,
     pub next_offset: u64,
     pub last_write_us: i64,
     pub bytes: u64,
-    pub runs: Vec<Run>,
-    /// What few partitions have (a records floor, copied runs), boxed for the same 96 B;
+    /// Its one run inside the row, more in a vector (`run_list.rs`).
+    pub runs: RunList,
+    /// What few partitions have (a records floor, copied runs), boxed for the same 112 B;
     /// None while both are unset. Read and set through the methods below.
     pub extra: Option<Box<PartitionExtra>>,
 }
@@ -90,7 +93,7 @@ pub fn test_partition(id: u64, name: &str) -> Partition {
         next_offset: 0,
         last_write_us: 0,
         bytes: 0,
-        runs: Vec::new(),
+        runs: RunList::default(),
         extra: None,
     }
 }

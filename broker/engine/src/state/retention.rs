@@ -94,7 +94,7 @@ fn drop_below(p: &mut Partition, low: u64, exact: bool, floor: &mut RunFloor) {
     floor.drop_front(p, whole);
     // Memory is counted by capacity (memory/size.rs): give it back once mostly unused, as
     // txn_ids.expire does, so the shrink's copy is paid for by the trims that emptied it.
-    if p.runs.len() < p.runs.capacity() / 4 {
+    if p.runs.len() < p.runs.heap_capacity() / 4 {
         p.runs.shrink_to(p.runs.len() * 2);
     }
     if exact {
@@ -214,12 +214,16 @@ mod tests {
                 at(2 + i),
             );
         }
-        let before = st.partitions.get(&1).unwrap().runs.capacity();
+        let before = st.partitions.get(&1).unwrap().runs.heap_capacity();
         assert!(before >= 64);
         st.trim_partition(1, 60);
         let p = st.partitions.get(&1).unwrap();
         assert_eq!(p.runs.len(), 4);
-        assert!(p.runs.capacity() < before / 4, "{}", p.runs.capacity());
+        assert!(
+            p.runs.heap_capacity() < before / 4,
+            "{}",
+            p.runs.heap_capacity()
+        );
     }
 
     #[test]

@@ -85,7 +85,7 @@ impl RunFloor {
             }
             c.plain_from = c.plain_from.max(end);
         }
-        p.runs.drain(..n);
+        p.runs.drop_front(n);
         self.settle(p);
         self.recount(held, copied_len(p));
         self.moved(before, lowest(p));

@@ -830,7 +830,7 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                 next_offset,
                 last_write_us,
                 bytes,
-                runs,
+                runs: runs.into(),
                 extra: None,
             };
             // Below `next_partition_id`, itself at most `MAX_NEXT_PARTITION_ID` (2^32).
