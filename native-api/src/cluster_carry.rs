@@ -66,13 +66,83 @@ pub(crate) const GROUP_BOUND: Duration = Duration::from_secs(10);
 /// tenant group, `complete` and `behind` (the groups whose outcome is not 200, and
 /// `<listing>` when the groups did not list). A refusal on `default` is the request's own:
 /// no tenant group is touched then.
+/// The carry runs in a task of its own, which holds the carry lock (review s32 t2 L1): a
+/// client that leaves (or a relay that times out) drops only its wait for the answer, so the
+/// lock is held until the last group's step is done, and a second route meanwhile is still
+/// refused busy.
 pub(crate) async fn carry(
-    admin: &dyn ClusterAdmin,
+    admin: Arc<dyn ClusterAdmin>,
     fwd: Option<Arc<Forwarder>>,
     op: MembershipOp,
     relay: Relay,
 ) -> Result<Value, QueenError> {
-    carry_within(admin, fwd, op, relay, GROUP_BOUND).await
+    carry_bounded(admin, fwd, op, relay, GROUP_BOUND).await
+}
+
+async fn carry_bounded(
+    admin: Arc<dyn ClusterAdmin>,
+    fwd: Option<Arc<Forwarder>>,
+    op: MembershipOp,
+    relay: Relay,
+    bound: Duration,
+) -> Result<Value, QueenError> {
+    owned(async move { carry_within(&*admin, fwd, op, relay, bound).await }).await
+}
+
+/// A `?group=` change (`group`, `op`): under the carry lock, as a carry is (review s32 t2
+/// L1: it ran beside a carry and could interleave a remove and a re-add of one id), in a
+/// task of its own that holds it. `carried`: the request is a carry's own step relayed to
+/// this group's leader (`is_carried`), which runs under the carry's lock on its node and
+/// must not wait on this one (two nodes carrying at once would refuse each other's steps).
+pub(crate) async fn change_one(
+    admin: Arc<dyn ClusterAdmin>,
+    group: String,
+    op: MembershipOp,
+    carried: bool,
+) -> Result<Value, QueenError> {
+    owned(async move {
+        let _held = match carried {
+            true => None,
+            false => Some(hold(&*admin).await?),
+        };
+        admin.change_group(&group, op).await
+    })
+    .await
+}
+
+/// Runs `work` in a task of its own; this future only waits for its answer.
+async fn owned(
+    work: impl std::future::Future<Output = Result<Value, QueenError>> + Send + 'static,
+) -> Result<Value, QueenError> {
+    tokio::spawn(work).await.unwrap_or_else(|e| {
+        Err(QueenError::unavailable(format!(
+            "the membership change's task stopped ({e}); it may or may not be done: rerun the \
+             route"
+        )))
+    })
+}
+
+/// The carry lock, waited for at most `CARRY_WAIT`; then 409 busy, nothing changed.
+async fn hold(admin: &dyn ClusterAdmin) -> Result<tokio::sync::MutexGuard<'_, ()>, QueenError> {
+    tokio::time::timeout(CARRY_WAIT, admin.carry_lock().lock())
+        .await
+        .map_err(|_| {
+            QueenError::new(
+                ErrorCode::Conflict,
+                "busy, retry: another membership route is being carried to the groups on this \
+                 node; nothing was changed by this one",
+            )
+        })
+}
+
+/// The query mark of a carry's step relayed to a group's leader (with `?group=`).
+const CARRIED: &str = "carried=1";
+
+/// Whether a `?group=` request is a carry's relayed step: marked in its query and relayed
+/// (`forwarded`: the relay header). A client's own `?group=` route relayed by a door has
+/// the header but not the mark, so it waits on the lock like any route.
+pub(crate) fn is_carried(query: Option<&str>, forwarded: bool) -> bool {
+    forwarded && query.unwrap_or("").split('&').any(|p| p == CARRIED)
 }
 
 async fn carry_within(
@@ -82,15 +152,7 @@ async fn carry_within(
     relay: Relay,
     bound: Duration,
 ) -> Result<Value, QueenError> {
-    let _carrying = tokio::time::timeout(CARRY_WAIT, admin.carry_lock().lock())
-        .await
-        .map_err(|_| {
-            QueenError::new(
-                ErrorCode::Conflict,
-                "busy, retry: another membership route is being carried to the groups on this \
-                 node; nothing was changed by this one",
-            )
-        })?;
+    let _carrying = hold(admin).await?;
     let remove = match &op {
         MembershipOp::Remove(id) => Some(*id),
         _ => None,
@@ -225,8 +287,8 @@ fn failed(e: QueenError) -> Value {
 /// as an outcome. The relay marks the request forwarded, so that node answers it itself.
 async fn relayed(f: &Forwarder, relay: &Relay, t: &str, id: u64, url: String) -> Value {
     let path = match &relay.path_arg {
-        Some(arg) => format!("{}/{arg}?group={t}", relay.path),
-        None => format!("{}?group={t}", relay.path),
+        Some(arg) => format!("{}/{arg}?group={t}&{CARRIED}", relay.path),
+        None => format!("{}?group={t}&{CARRIED}", relay.path),
     };
     let mut req = Request::new(Body::empty());
     *req.method_mut() = relay.method.clone();
@@ -447,11 +509,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_listing_that_fails_is_behind_not_a_silent_skip() {
-        let fake = Fake {
+        let fake = Arc::new(Fake {
             listing_fails: true,
             ..Fake::default()
-        };
-        let a = carry(&fake, None, MembershipOp::Remove(3), relay())
+        });
+        let a = carry(fake, None, MembershipOp::Remove(3), relay())
             .await
             .unwrap();
         assert_eq!(a["complete"], false, "{a}");
@@ -460,9 +522,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_second_route_during_a_carry_is_refused_busy_and_changes_nothing() {
-        let fake = Fake::default();
+        let fake = Arc::new(Fake::default());
         let first = carry_within(
-            &fake,
+            &*fake,
             None,
             MembershipOp::Remove(3),
             relay(),
@@ -472,7 +534,7 @@ mod tests {
             // Once the first holds the carry (it is waiting on the hung group).
             tokio::time::sleep(Duration::from_millis(200)).await;
             let started = std::time::Instant::now();
-            let r = carry(&fake, None, MembershipOp::Remove(4), relay()).await;
+            let r = carry(fake.clone(), None, MembershipOp::Remove(4), relay()).await;
             (r, started.elapsed())
         };
         let (first, (second, waited)) = tokio::join!(first, second);
@@ -485,7 +547,7 @@ mod tests {
         assert_eq!(fake.changed.lock().unwrap().len(), 3);
         // Once the first is done, the next route runs.
         let again = carry_within(
-            &fake,
+            &*fake,
             None,
             MembershipOp::Remove(4),
             relay(),
@@ -497,34 +559,120 @@ mod tests {
 
     #[tokio::test]
     async fn removing_an_id_no_group_holds_nor_ever_held_is_not_found() {
-        let fake = Fake {
+        let fake = Arc::new(Fake {
             nowhere: true,
             ..Fake::default()
-        };
-        let e = carry(&fake, None, MembershipOp::Remove(33), relay())
+        });
+        let e = carry(fake, None, MembershipOp::Remove(33), relay())
             .await
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::NotFound, "{e:?}");
         assert!(e.message.contains("node 33"), "{}", e.message);
         // A removal done before (the kept history holds the id): `already`, complete.
-        let fake = Fake {
+        let fake = Arc::new(Fake {
             nowhere: true,
             member_before: true,
             ..Fake::default()
-        };
-        let a = carry(&fake, None, MembershipOp::Remove(3), relay())
+        });
+        let a = carry(fake, None, MembershipOp::Remove(3), relay())
             .await
             .unwrap();
         assert_eq!(a["complete"], true, "{a}");
         // Other operations are not judged so: a promotion of voters is `already`.
-        let fake = Fake {
+        let fake = Arc::new(Fake {
             nowhere: true,
             ..Fake::default()
-        };
-        let a = carry(&fake, None, MembershipOp::Promote(vec![1]), relay())
+        });
+        let a = carry(fake, None, MembershipOp::Promote(vec![1]), relay())
             .await
             .unwrap();
         assert_eq!(a["complete"], true, "{a}");
+    }
+
+    /// Waits (at most 10 s) until `fake` has changed `group`.
+    async fn changed(fake: &Fake, group: &str) -> bool {
+        for _ in 0..200 {
+            if fake.changed.lock().unwrap().iter().any(|g| g == group) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// Review s32 t2 L1: the first route's client leaves once `default` changed, while its
+    /// carry is still in the hung group's step; the lock stays held by the carry, so the
+    /// second route is refused, and the first route's later groups are still changed.
+    #[tokio::test]
+    async fn a_route_whose_client_left_holds_the_carry_until_its_last_group() {
+        let fake = Arc::new(Fake::default());
+        let first = carry_bounded(
+            fake.clone(),
+            None,
+            MembershipOp::Remove(3),
+            relay(),
+            Duration::from_secs(3),
+        );
+        // The client leaves once `default` has changed: its future is dropped.
+        let cut = async {
+            tokio::select! {
+                _ = first => panic!("the first route ended before its hung group's bound"),
+                seen = changed(&fake, "default") => seen,
+            }
+        };
+        assert!(cut.await, "default was never changed");
+        let e = carry(fake.clone(), None, MembershipOp::Remove(4), relay())
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::Conflict, "{e:?}");
+        // The first route's carry went on past the hung group to the later ones.
+        assert!(
+            changed(&fake, "late").await,
+            "the carry stopped with its client"
+        );
+        assert_eq!(
+            *fake.changed.lock().unwrap(),
+            vec!["default".to_string(), "ok".into(), "late".into()]
+        );
+    }
+
+    /// Review s32 t2 L1: a `?group=` change waits on the carry lock like a route, unless it
+    /// is a carry's own relayed step.
+    #[tokio::test]
+    async fn a_group_change_during_a_carry_is_busy_unless_it_is_the_carrys_step() {
+        let fake = Arc::new(Fake::default());
+        let first = tokio::spawn(carry_bounded(
+            fake.clone(),
+            None,
+            MembershipOp::Remove(3),
+            relay(),
+            Duration::from_secs(3),
+        ));
+        assert!(changed(&fake, "default").await);
+        let e = change_one(fake.clone(), "solo".into(), MembershipOp::Remove(4), false)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::Conflict, "{e:?}");
+        assert!(!fake.changed.lock().unwrap().iter().any(|g| g == "solo"));
+        let a = change_one(fake.clone(), "solo".into(), MembershipOp::Remove(4), true).await;
+        assert!(a.is_ok(), "{a:?}");
+        assert!(fake.changed.lock().unwrap().iter().any(|g| g == "solo"));
+        assert!(first.await.unwrap().is_ok());
+        // Once the carry is done, a client's `?group=` change runs.
+        let a = change_one(fake.clone(), "solo2".into(), MembershipOp::Remove(4), false).await;
+        assert!(a.is_ok(), "{a:?}");
+    }
+
+    #[test]
+    fn only_a_relayed_and_marked_request_is_a_carrys_step() {
+        assert!(is_carried(Some("group=acme&carried=1"), true));
+        assert!(!is_carried(Some("group=acme&carried=1"), false));
+        assert!(!is_carried(Some("group=acme"), true));
+        assert!(!is_carried(Some("group=acme&carried=10"), true));
+        assert!(!is_carried(None, true));
+        // The relayed step's path carries the mark and still names its group.
+        let q = "group=acme&carried=1";
+        assert_eq!(group_of(Some(q)).unwrap().as_deref(), Some("acme"));
     }
 
     #[test]
