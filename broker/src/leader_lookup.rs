@@ -40,7 +40,10 @@ impl LeaderLookup for GroupLeaders {
         let group = match self.groups.get(tenant) {
             Some(g) if tenant != DEFAULT_TENANT && outside(&g, self.member.node_id) => {
                 return match self.groups.get(DEFAULT_TENANT) {
-                    Some(d) => through_default(self.leader_in(&d)),
+                    Some(d) => match self.leader_in(&d) {
+                        Leader::Here => self.peer_in(tenant, &d),
+                        other => other,
+                    },
                     None => Leader::Unknown,
                 };
             }
@@ -67,20 +70,56 @@ impl GroupLeaders {
             Err(_) => Leader::Here,
         }
     }
+
+    /// Where a request for `tenant`, whose group runs here as an outsider, goes when this
+    /// node leads `default` (`d`): another voter of `default`, which is a member of the
+    /// tenant's group or knows its leader (`relay_peer`).
+    fn peer_in(&self, tenant: &str, d: &crate::group::registry::Group) -> Leader {
+        let Ok(live) = d.live.get() else {
+            return Leader::Unknown;
+        };
+        let members: Vec<(u64, Option<String>, bool)> = live
+            .node
+            .members_now()
+            .into_iter()
+            .map(|(id, _, voter)| {
+                let url = live
+                    .node
+                    .http_of(id)
+                    .or_else(|| self.member.peer_http().get(&id).cloned());
+                (id, url, voter)
+            })
+            .collect();
+        relay_peer(tenant, self.member.node_id, &members)
+    }
 }
 
-/// Where a request for a group open here as an outsider goes, given who leads `default`:
-/// to that leader, which may run the group as a member. Never `Here`: this node's outsider
-/// group has no leader and an empty membership, so a change judged here answers "already"
-/// for a group it never changed, and a data request is refused with no leader named (review
-/// s32 t2 H1, a node leading `default` while still outside a tenant's group). Nothing here
-/// knows that group's leader, so it is `Unknown`: a 503 the client retries, and `behind` in
-/// a membership carry.
-fn through_default(default: Leader) -> Leader {
-    match default {
-        Leader::Here => Leader::Unknown,
-        other => other,
-    }
+/// Where a request for a group open here as an outsider goes when this node leads `default`
+/// (it was promoted there while still outside the tenant's group, then elected). Never
+/// `Here`: the outsider group has no leader and an empty membership, so a change judged here
+/// answers "already" for a group it never changed, and a data request is refused with no
+/// leader named (review s32 t2 H1, and the rest of review s31 M5). Instead another voter of
+/// `default` (`members`: id, HTTP address, voter), the tenant's preferred founder among them
+/// (`hosted::preferred`, the node that led the group unless leadership moved): it leads the
+/// tenant's group and answers, or names that group's leader in its 503 (the request goes
+/// with the relay header, so it is never relayed a second time, and the relay is bounded as
+/// every relay is). Only voters with a plain `http://` address are chosen (nothing else is
+/// relayed); none: `Unknown`, a 503 the client retries, and `behind` in a membership carry.
+fn relay_peer(tenant: &str, me: u64, members: &[(u64, Option<String>, bool)]) -> Leader {
+    let reachable = |url: &Option<String>| url.as_deref().is_some_and(|u| u.starts_with("http://"));
+    let ids: Vec<u64> = members
+        .iter()
+        .filter(|(id, url, voter)| *voter && *id != me && reachable(url))
+        .map(|(id, _, _)| *id)
+        .collect();
+    let Some(id) = crate::group::hosted::preferred(tenant, &ids) else {
+        return Leader::Unknown;
+    };
+    let url = members
+        .iter()
+        .find(|(i, _, _)| *i == id)
+        .and_then(|(_, u, _)| u.clone());
+    Leader::Other { id, url }
 }
 
 /// Whether `group` runs here as an outsider: no leader known, and a membership that does
@@ -136,18 +175,41 @@ pub fn forward_options(
 
 #[cfg(test)]
 mod tests {
-    use super::{outsider, relay_cap, through_default};
+    use super::{outsider, relay_cap, relay_peer};
     use queenmq_native_api::Leader;
 
     #[test]
-    fn an_outsider_group_is_never_answered_here_even_by_defaults_leader() {
-        assert_eq!(through_default(Leader::Here), Leader::Unknown);
-        assert_eq!(through_default(Leader::Unknown), Leader::Unknown);
-        let other = Leader::Other {
-            id: 2,
-            url: Some("http://h:2".into()),
-        };
-        assert_eq!(through_default(other.clone()), other);
+    fn an_outsider_leading_default_relays_to_another_voter_never_here() {
+        let m = |id: u64, url: Option<&str>, voter: bool| (id, url.map(str::to_string), voter);
+        let members = [
+            m(1, Some("http://h:1"), true),
+            m(2, Some("http://h:2"), true),
+            m(4, Some("http://h:4"), true),
+            m(5, Some("http://h:5"), false),
+        ];
+        // Node 4 leads `default`: never itself, never a learner, the tenant's preferred of
+        // the others (the same pick on every request and every node).
+        for tenant in ["tenant-a", "tenant-b", "acme"] {
+            let want = crate::group::hosted::preferred(tenant, &[1, 2]).unwrap();
+            let got = relay_peer(tenant, 4, &members);
+            assert_eq!(
+                got,
+                Leader::Other {
+                    id: want,
+                    url: Some(format!("http://h:{want}"))
+                },
+                "{tenant}"
+            );
+        }
+        // No other voter reachable over http://: Unknown (503, retried), not Here.
+        let alone = [
+            m(4, Some("http://h:4"), true),
+            m(1, Some("https://h:1"), true),
+            m(2, None, true),
+            m(5, Some("http://h:5"), false),
+        ];
+        assert_eq!(relay_peer("tenant-a", 4, &alone), Leader::Unknown);
+        assert_eq!(relay_peer("tenant-a", 4, &[]), Leader::Unknown);
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub mod ephemeral;
 pub mod group;
 pub mod id_store;
 pub mod kafka_cluster;
+#[cfg(test)]
+mod kafka_cluster_tests;
 mod key_record;
 mod leader_lookup;
 mod log_backing;
