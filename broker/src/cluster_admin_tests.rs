@@ -62,7 +62,7 @@ pub(crate) async fn open_with(dir: &std::path::Path, join: bool) -> Arc<Registry
     Registry::open(cfg, ecfg, opts).await.unwrap()
 }
 
-fn admin(reg: &Arc<Registry>, dir: &std::path::Path) -> GroupMembership {
+pub(crate) fn admin(reg: &Arc<Registry>, dir: &std::path::Path) -> GroupMembership {
     GroupMembership {
         groups: reg.clone(),
         node_id: 1,

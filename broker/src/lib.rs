@@ -21,6 +21,8 @@ pub mod kafka_cluster;
 mod kafka_cluster_tests;
 mod key_record;
 mod leader_lookup;
+#[cfg(test)]
+mod leader_lookup_tests;
 mod log_backing;
 pub mod memory;
 mod memory_gate;
