@@ -19,7 +19,6 @@ use serde_json::Value;
 use crate::cluster_carry::{carry, change_one, group_of, is_carried, Relay};
 use crate::error::ApiError;
 use crate::forward::Forwarder;
-use crate::forward::FORWARDED;
 use crate::{body, AppState};
 
 /// The most learners one promotion names: a cluster is a handful of nodes.
@@ -218,7 +217,7 @@ async fn run(
     let admin = admin(app, ctx)?;
     let answer = match (group_of(uri.query())?, admin.carries()) {
         (Some(g), true) => {
-            let carried = is_carried(uri.query(), relay.headers.contains_key(FORWARDED));
+            let carried = is_carried(&relay.headers);
             change_one(admin.clone(), g, op, carried).await?
         }
         (Some(g), false) => return Err(no_groups(&g)),

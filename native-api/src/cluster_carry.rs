@@ -13,7 +13,7 @@ use queenmq_protocol::{check_tenant_name, ErrorCode, QueenError};
 use serde_json::{json, Value};
 
 use crate::cluster_admin::{ClusterAdmin, MembershipOp};
-use crate::forward::{Forwarder, Leader};
+use crate::forward::{Forwarder, Leader, CARRIED, FORWARDED};
 
 /// The most a relayed group's answer may hold: a membership view of a handful of members.
 const MAX_GROUP_ANSWER: usize = 256 << 10;
@@ -59,6 +59,15 @@ pub(crate) struct Relay {
 /// leader's connect) must not keep the others from the change. A step cut here may still
 /// finish (a joint change is owned by a task of its own); a rerun answers `already` then.
 pub(crate) const GROUP_BOUND: Duration = Duration::from_secs(10);
+
+/// `default`'s step may take this many group bounds (30 s): a joint change commits twice,
+/// and past it no tenant group is touched, so it is given more than a group's step.
+const DEFAULT_STEPS: u32 = 3;
+
+/// The whole carry may take this many group bounds (2 min), `default`'s step included:
+/// the groups not reached by then are listed behind and the lock is freed (review s33 t
+/// M3: 500 hung groups held it 500 x 10 s).
+const TOTAL_STEPS: u32 = 12;
 
 /// Runs `op` on `default` (what is left of it: a rerun answers `already`), then on each
 /// tenant group, listed after `default`'s change (a tenant declared meanwhile names the
@@ -135,14 +144,13 @@ async fn hold(admin: &dyn ClusterAdmin) -> Result<tokio::sync::MutexGuard<'_, ()
         })
 }
 
-/// The query mark of a carry's step relayed to a group's leader (with `?group=`).
-const CARRIED: &str = "carried=1";
-
-/// Whether a `?group=` request is a carry's relayed step: marked in its query and relayed
-/// (`forwarded`: the relay header). A client's own `?group=` route relayed by a door has
-/// the header but not the mark, so it waits on the lock like any route.
-pub(crate) fn is_carried(query: Option<&str>, forwarded: bool) -> bool {
-    forwarded && query.unwrap_or("").split('&').any(|p| p == CARRIED)
+/// Whether a `?group=` request is a carry's relayed step: relayed (`FORWARDED`) and marked
+/// [`CARRIED`], which only a carry's own relay sets (review s33 t L1: a client's
+/// `carried=1` in the query was relayed as sent and skipped the lock). A request sent
+/// straight to the group's leader with both headers forged still skips it: nodes do not
+/// authenticate each other's HTTP requests (docs/cluster.md).
+pub(crate) fn is_carried(headers: &HeaderMap) -> bool {
+    headers.contains_key(FORWARDED) && headers.get(CARRIED).is_some_and(|v| v == "1")
 }
 
 async fn carry_within(
@@ -157,9 +165,23 @@ async fn carry_within(
         MembershipOp::Remove(id) => Some(*id),
         _ => None,
     };
-    let mut answer = admin
-        .change_group(queenmq_protocol::DEFAULT_TENANT, op.clone())
-        .await?;
+    // The whole carry is bounded (review s33 t M3): it holds the carry lock, which no
+    // client can release, so a step that never ends (a leader cut off from its majority
+    // keeps leading and its change waits on a commit that never comes) would refuse every
+    // later membership route on this node until a restart.
+    let deadline = tokio::time::Instant::now() + bound.saturating_mul(TOTAL_STEPS);
+    let mut answer = tokio::time::timeout(
+        bound.saturating_mul(DEFAULT_STEPS),
+        admin.change_group(queenmq_protocol::DEFAULT_TENANT, op.clone()),
+    )
+    .await
+    .map_err(|_| {
+        QueenError::unavailable(format!(
+            "the change on default did not finish within {} s; it may or may not be done (a \
+             joint change goes on by itself); no tenant group was changed: rerun the route",
+            bound.saturating_mul(DEFAULT_STEPS).as_secs()
+        ))
+    })??;
     let mut outcomes = Vec::new();
     let mut behind = Vec::new();
     let tenants = match admin.tenant_groups().await {
@@ -193,13 +215,25 @@ async fn carry_within(
                 )),
             }
         };
-        let mut outcome = tokio::time::timeout(bound, step).await.unwrap_or_else(|_| {
-            failed(QueenError::unavailable(format!(
-                "this group's step did not finish within {} s; the carry went on to the \
-                 next group; the change may or may not be done here: rerun the route",
-                bound.as_secs()
-            )))
-        });
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let mut outcome = match left.is_zero() {
+            true => failed(QueenError::unavailable(format!(
+                "not reached: the carry's {} s were spent on the groups before it; nothing \
+                 was changed here by this route: rerun the route",
+                bound.saturating_mul(TOTAL_STEPS).as_secs()
+            ))),
+            false => tokio::time::timeout(bound.min(left), step)
+                .await
+                .unwrap_or_else(|_| {
+                    failed(QueenError::unavailable(format!(
+                        "this group's step did not finish within its bound ({} s, or what \
+                         was left of the carry's {} s); the carry went on; the change may or \
+                         may not be done here: rerun the route",
+                        bound.as_secs(),
+                        bound.saturating_mul(TOTAL_STEPS).as_secs()
+                    )))
+                }),
+        };
         if outcome["status"] != 200 {
             behind.push(t.clone());
         }
@@ -287,8 +321,8 @@ fn failed(e: QueenError) -> Value {
 /// as an outcome. The relay marks the request forwarded, so that node answers it itself.
 async fn relayed(f: &Forwarder, relay: &Relay, t: &str, id: u64, url: String) -> Value {
     let path = match &relay.path_arg {
-        Some(arg) => format!("{}/{arg}?group={t}&{CARRIED}", relay.path),
-        None => format!("{}?group={t}&{CARRIED}", relay.path),
+        Some(arg) => format!("{}/{arg}?group={t}", relay.path),
+        None => format!("{}?group={t}", relay.path),
     };
     let mut req = Request::new(Body::empty());
     *req.method_mut() = relay.method.clone();
@@ -305,7 +339,7 @@ async fn relayed(f: &Forwarder, relay: &Relay, t: &str, id: u64, url: String) ->
         Ok(r) => r,
         Err(refused) => return answer_of(refused).await,
     };
-    answer_of(f.send(parts, read, id, url).await).await
+    answer_of(f.send(parts, read, id, url, true).await).await
 }
 
 async fn answer_of(resp: axum::response::Response) -> Value {
@@ -403,6 +437,10 @@ mod tests {
         /// What `was_member` answers.
         member_before: bool,
         carrying: tokio::sync::Mutex<()>,
+        /// `default`'s step never ends (a leader cut off from its majority).
+        default_hangs: bool,
+        /// The listing is this many groups whose steps never end.
+        hung: usize,
     }
 
     impl ClusterAdmin for Fake {
@@ -422,6 +460,9 @@ mod tests {
                 }
                 if self.nowhere {
                     return Some(Ok(vec!["ok".to_string()]));
+                }
+                if self.hung > 0 {
+                    return Some(Ok((0..self.hung).map(|i| format!("hangs-{i}")).collect()));
                 }
                 let done = self.changed.lock().unwrap();
                 let mut t = vec!["hangs".to_string(), "ok".into(), "refuses".into()];
@@ -450,7 +491,8 @@ mod tests {
                     return Ok(json!({"already": true}));
                 }
                 match group {
-                    "hangs" => std::future::pending().await,
+                    "default" if self.default_hangs => std::future::pending().await,
+                    g if g.starts_with("hangs") => std::future::pending().await,
                     "refuses" => Err(QueenError::new(ErrorCode::Conflict, "in progress")),
                     _ => {
                         self.changed.lock().unwrap().push(group.to_string());
@@ -505,6 +547,58 @@ mod tests {
             *fake.changed.lock().unwrap(),
             vec!["default".to_string(), "ok".into(), "late".into()]
         );
+    }
+
+    /// Review s33 t M3: `default`'s step never ends. The carry answers within its bound
+    /// (503, may or may not be done), touches no tenant group, and frees the lock.
+    #[tokio::test]
+    async fn a_default_step_that_never_ends_frees_the_lock_within_its_bound() {
+        let fake = Arc::new(Fake {
+            default_hangs: true,
+            ..Fake::default()
+        });
+        let bound = Duration::from_millis(100);
+        let first = carry_bounded(fake.clone(), None, MembershipOp::Remove(3), relay(), bound);
+        let first = tokio::time::timeout(Duration::from_secs(10), first).await;
+        let e = first.expect("the carry held on").unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unavailable, "{e:?}");
+        assert!(
+            e.message.contains("may or may not be done"),
+            "{}",
+            e.message
+        );
+        assert!(fake.changed.lock().unwrap().is_empty());
+        let a = change_one(fake.clone(), "solo".into(), MembershipOp::Remove(4), false).await;
+        assert!(a.is_ok(), "the lock was kept: {a:?}");
+    }
+
+    /// Review s33 t M3: many groups whose steps never end. The carry ends by its total
+    /// bound, lists every group behind (those past the bound not tried), frees the lock.
+    #[tokio::test]
+    async fn many_hung_groups_end_the_carry_by_its_total_bound() {
+        let fake = Arc::new(Fake {
+            hung: 40,
+            ..Fake::default()
+        });
+        let bound = Duration::from_millis(100);
+        let started = std::time::Instant::now();
+        let first = carry_bounded(fake.clone(), None, MembershipOp::Remove(3), relay(), bound);
+        let a = tokio::time::timeout(Duration::from_secs(30), first)
+            .await
+            .expect("the carry held on")
+            .unwrap();
+        // 12 bounds, not 40.
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(a["complete"], false, "{a}");
+        assert_eq!(a["behind"].as_array().unwrap().len(), 40, "{a}");
+        let last = &a["groups"][39]["error"]["message"];
+        assert!(last.as_str().unwrap().contains("not reached"), "{a}");
+        let a = change_one(fake.clone(), "solo".into(), MembershipOp::Remove(4), false).await;
+        assert!(a.is_ok(), "the lock was kept: {a:?}");
     }
 
     #[tokio::test]
@@ -665,14 +759,29 @@ mod tests {
 
     #[test]
     fn only_a_relayed_and_marked_request_is_a_carrys_step() {
-        assert!(is_carried(Some("group=acme&carried=1"), true));
-        assert!(!is_carried(Some("group=acme&carried=1"), false));
-        assert!(!is_carried(Some("group=acme"), true));
-        assert!(!is_carried(Some("group=acme&carried=10"), true));
-        assert!(!is_carried(None, true));
-        // The relayed step's path carries the mark and still names its group.
-        let q = "group=acme&carried=1";
-        assert_eq!(group_of(Some(q)).unwrap().as_deref(), Some("acme"));
+        let h = |pairs: &[(&axum::http::HeaderName, &str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.insert((*k).clone(), v.parse().unwrap());
+            }
+            m
+        };
+        assert!(is_carried(&h(&[(&FORWARDED, "4"), (&CARRIED, "1")])));
+        assert!(!is_carried(&h(&[(&CARRIED, "1")])));
+        assert!(!is_carried(&h(&[(&FORWARDED, "4")])));
+        assert!(!is_carried(&h(&[(&FORWARDED, "4"), (&CARRIED, "10")])));
+        assert!(!is_carried(&HeaderMap::new()));
+    }
+
+    /// Review s33 t L1: a client's mark is never relayed by a door; only the carry sets it.
+    #[test]
+    fn a_door_never_relays_a_clients_carried_mark() {
+        let mut client = HeaderMap::new();
+        client.insert(CARRIED, "1".parse().unwrap());
+        client.insert(FORWARDED, "9".parse().unwrap());
+        let out = crate::forward::relayed_headers(&client, 4);
+        assert!(!out.contains_key(CARRIED), "{out:?}");
+        assert!(!is_carried(&out));
     }
 
     #[test]
