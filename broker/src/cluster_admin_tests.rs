@@ -21,7 +21,7 @@ async fn open(dir: &std::path::Path) -> Arc<Registry> {
 
 /// `join`: started as a node added at run time (`cluster_join`): its groups wait,
 /// uninitialised, for a leader to add them.
-async fn open_with(dir: &std::path::Path, join: bool) -> Arc<Registry> {
+pub(crate) async fn open_with(dir: &std::path::Path, join: bool) -> Arc<Registry> {
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -62,7 +62,7 @@ async fn open_with(dir: &std::path::Path, join: bool) -> Arc<Registry> {
     Registry::open(cfg, ecfg, opts).await.unwrap()
 }
 
-fn admin(reg: &Arc<Registry>, dir: &std::path::Path) -> GroupMembership {
+pub(crate) fn admin(reg: &Arc<Registry>, dir: &std::path::Path) -> GroupMembership {
     GroupMembership {
         groups: reg.clone(),
         node_id: 1,

@@ -17,8 +17,12 @@ pub mod ephemeral;
 pub mod group;
 pub mod id_store;
 pub mod kafka_cluster;
+#[cfg(test)]
+mod kafka_cluster_tests;
 mod key_record;
 mod leader_lookup;
+#[cfg(test)]
+mod leader_lookup_tests;
 mod log_backing;
 pub mod memory;
 mod memory_gate;

@@ -282,7 +282,7 @@ pub async fn serve(
             if cfg.memory_limit_bytes == 0 {
                 tracing::warn!("memory_limit_bytes is 0: this member sizes its budget from its own machine, so its limits (the relay cap among them) may differ from the other members'; give every member the same memory_limit_bytes (docs/cluster.md)");
             }
-            crate::leader_lookup::forward_options(groups.clone(), m, relays)
+            crate::leader_lookup::forward_options(groups.clone(), m, cfg.data_dir.clone(), relays)
         }),
     };
     let (kafka_stop_tx, kafka_stop_rx) = tokio::sync::watch::channel(false);

@@ -16,7 +16,7 @@ use axum::{Extension, Json};
 use queenmq_protocol::{ErrorCode, QueenError, RequestCtx};
 use serde_json::Value;
 
-use crate::cluster_carry::{carry, group_of, Relay};
+use crate::cluster_carry::{carry, change_one, group_of, is_carried, Relay};
 use crate::error::ApiError;
 use crate::forward::Forwarder;
 use crate::{body, AppState};
@@ -87,11 +87,11 @@ pub trait ClusterAdmin: Send + Sync + std::fmt::Debug {
 /// The broker's side, for a caller whose token names no tenant: the membership is every
 /// tenant's (review s21 membership M3: an admin token scoped to one tenant could reshape the
 /// whole cluster), as the node's Prometheus page is.
-fn admin<'a>(app: &'a AppState, ctx: &RequestCtx) -> Result<&'a dyn ClusterAdmin, ApiError> {
+fn admin<'a>(app: &'a AppState, ctx: &RequestCtx) -> Result<&'a Arc<dyn ClusterAdmin>, ApiError> {
     node_wide(ctx)?;
     app.opts
         .cluster
-        .as_deref()
+        .as_ref()
         .ok_or_else(|| ApiError::unsupported("membership operations on a single node"))
 }
 
@@ -216,11 +216,14 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let admin = admin(app, ctx)?;
     let answer = match (group_of(uri.query())?, admin.carries()) {
-        (Some(g), true) => admin.change_group(&g, op).await?,
+        (Some(g), true) => {
+            let carried = is_carried(&relay.headers);
+            change_one(admin.clone(), g, op, carried).await?
+        }
         (Some(g), false) => return Err(no_groups(&g)),
         (None, false) => admin.change(op).await?,
         (None, true) => {
-            let answer = carry(admin, fwd.map(|f| f.0), op, relay).await?;
+            let answer = carry(admin.clone(), fwd.map(|f| f.0), op, relay).await?;
             if answer.get("complete") == Some(&Value::Bool(false)) {
                 // Some group is behind `default`: an error status, so a script that checks
                 // the status does not go on to the next step (review s31 member M2/M3);

@@ -13,7 +13,7 @@ use queenmq_protocol::{check_tenant_name, ErrorCode, QueenError};
 use serde_json::{json, Value};
 
 use crate::cluster_admin::{ClusterAdmin, MembershipOp};
-use crate::forward::{Forwarder, Leader};
+use crate::forward::{Forwarder, Leader, CARRIED, FORWARDED};
 
 /// The most a relayed group's answer may hold: a membership view of a handful of members.
 const MAX_GROUP_ANSWER: usize = 256 << 10;
@@ -60,19 +60,97 @@ pub(crate) struct Relay {
 /// finish (a joint change is owned by a task of its own); a rerun answers `already` then.
 pub(crate) const GROUP_BOUND: Duration = Duration::from_secs(10);
 
+/// `default`'s step may take this many group bounds (30 s): a joint change commits twice,
+/// and past it no tenant group is touched, so it is given more than a group's step.
+const DEFAULT_STEPS: u32 = 3;
+
+/// The whole carry may take this many group bounds (2 min), `default`'s step included:
+/// the groups not reached by then are listed behind and the lock is freed (review s33 t
+/// M3: 500 hung groups held it 500 x 10 s).
+const TOTAL_STEPS: u32 = 12;
+
 /// Runs `op` on `default` (what is left of it: a rerun answers `already`), then on each
 /// tenant group, listed after `default`'s change (a tenant declared meanwhile names the
 /// new voters already, or is listed). `default`'s answer with `groups`, one outcome per
 /// tenant group, `complete` and `behind` (the groups whose outcome is not 200, and
 /// `<listing>` when the groups did not list). A refusal on `default` is the request's own:
 /// no tenant group is touched then.
+/// The carry runs in a task of its own, which holds the carry lock (review s32 t2 L1): a
+/// client that leaves (or a relay that times out) drops only its wait for the answer, so the
+/// lock is held until the last group's step is done, and a second route meanwhile is still
+/// refused busy.
 pub(crate) async fn carry(
-    admin: &dyn ClusterAdmin,
+    admin: Arc<dyn ClusterAdmin>,
     fwd: Option<Arc<Forwarder>>,
     op: MembershipOp,
     relay: Relay,
 ) -> Result<Value, QueenError> {
-    carry_within(admin, fwd, op, relay, GROUP_BOUND).await
+    carry_bounded(admin, fwd, op, relay, GROUP_BOUND).await
+}
+
+async fn carry_bounded(
+    admin: Arc<dyn ClusterAdmin>,
+    fwd: Option<Arc<Forwarder>>,
+    op: MembershipOp,
+    relay: Relay,
+    bound: Duration,
+) -> Result<Value, QueenError> {
+    owned(async move { carry_within(&*admin, fwd, op, relay, bound).await }).await
+}
+
+/// A `?group=` change (`group`, `op`): under the carry lock, as a carry is (review s32 t2
+/// L1: it ran beside a carry and could interleave a remove and a re-add of one id), in a
+/// task of its own that holds it. `carried`: the request is a carry's own step relayed to
+/// this group's leader (`is_carried`), which runs under the carry's lock on its node and
+/// must not wait on this one (two nodes carrying at once would refuse each other's steps).
+pub(crate) async fn change_one(
+    admin: Arc<dyn ClusterAdmin>,
+    group: String,
+    op: MembershipOp,
+    carried: bool,
+) -> Result<Value, QueenError> {
+    owned(async move {
+        let _held = match carried {
+            true => None,
+            false => Some(hold(&*admin).await?),
+        };
+        admin.change_group(&group, op).await
+    })
+    .await
+}
+
+/// Runs `work` in a task of its own; this future only waits for its answer.
+async fn owned(
+    work: impl std::future::Future<Output = Result<Value, QueenError>> + Send + 'static,
+) -> Result<Value, QueenError> {
+    tokio::spawn(work).await.unwrap_or_else(|e| {
+        Err(QueenError::unavailable(format!(
+            "the membership change's task stopped ({e}); it may or may not be done: rerun the \
+             route"
+        )))
+    })
+}
+
+/// The carry lock, waited for at most `CARRY_WAIT`; then 409 busy, nothing changed.
+async fn hold(admin: &dyn ClusterAdmin) -> Result<tokio::sync::MutexGuard<'_, ()>, QueenError> {
+    tokio::time::timeout(CARRY_WAIT, admin.carry_lock().lock())
+        .await
+        .map_err(|_| {
+            QueenError::new(
+                ErrorCode::Conflict,
+                "busy, retry: another membership route is being carried to the groups on this \
+                 node; nothing was changed by this one",
+            )
+        })
+}
+
+/// Whether a `?group=` request is a carry's relayed step: relayed (`FORWARDED`) and marked
+/// [`CARRIED`], which only a carry's own relay sets (review s33 t L1: a client's
+/// `carried=1` in the query was relayed as sent and skipped the lock). A request sent
+/// straight to the group's leader with both headers forged still skips it: nodes do not
+/// authenticate each other's HTTP requests (docs/cluster.md).
+pub(crate) fn is_carried(headers: &HeaderMap) -> bool {
+    headers.contains_key(FORWARDED) && headers.get(CARRIED).is_some_and(|v| v == "1")
 }
 
 async fn carry_within(
@@ -82,22 +160,28 @@ async fn carry_within(
     relay: Relay,
     bound: Duration,
 ) -> Result<Value, QueenError> {
-    let _carrying = tokio::time::timeout(CARRY_WAIT, admin.carry_lock().lock())
-        .await
-        .map_err(|_| {
-            QueenError::new(
-                ErrorCode::Conflict,
-                "busy, retry: another membership route is being carried to the groups on this \
-                 node; nothing was changed by this one",
-            )
-        })?;
+    let _carrying = hold(admin).await?;
     let remove = match &op {
         MembershipOp::Remove(id) => Some(*id),
         _ => None,
     };
-    let mut answer = admin
-        .change_group(queenmq_protocol::DEFAULT_TENANT, op.clone())
-        .await?;
+    // The whole carry is bounded (review s33 t M3): it holds the carry lock, which no
+    // client can release, so a step that never ends (a leader cut off from its majority
+    // keeps leading and its change waits on a commit that never comes) would refuse every
+    // later membership route on this node until a restart.
+    let deadline = tokio::time::Instant::now() + bound.saturating_mul(TOTAL_STEPS);
+    let mut answer = tokio::time::timeout(
+        bound.saturating_mul(DEFAULT_STEPS),
+        admin.change_group(queenmq_protocol::DEFAULT_TENANT, op.clone()),
+    )
+    .await
+    .map_err(|_| {
+        QueenError::unavailable(format!(
+            "the change on default did not finish within {} s; it may or may not be done (a \
+             joint change goes on by itself); no tenant group was changed: rerun the route",
+            bound.saturating_mul(DEFAULT_STEPS).as_secs()
+        ))
+    })??;
     let mut outcomes = Vec::new();
     let mut behind = Vec::new();
     let tenants = match admin.tenant_groups().await {
@@ -131,13 +215,25 @@ async fn carry_within(
                 )),
             }
         };
-        let mut outcome = tokio::time::timeout(bound, step).await.unwrap_or_else(|_| {
-            failed(QueenError::unavailable(format!(
-                "this group's step did not finish within {} s; the carry went on to the \
-                 next group; the change may or may not be done here: rerun the route",
-                bound.as_secs()
-            )))
-        });
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let mut outcome = match left.is_zero() {
+            true => failed(QueenError::unavailable(format!(
+                "not reached: the carry's {} s were spent on the groups before it; nothing \
+                 was changed here by this route: rerun the route",
+                bound.saturating_mul(TOTAL_STEPS).as_secs()
+            ))),
+            false => tokio::time::timeout(bound.min(left), step)
+                .await
+                .unwrap_or_else(|_| {
+                    failed(QueenError::unavailable(format!(
+                        "this group's step did not finish within its bound ({} s, or what \
+                         was left of the carry's {} s); the carry went on; the change may or \
+                         may not be done here: rerun the route",
+                        bound.as_secs(),
+                        bound.saturating_mul(TOTAL_STEPS).as_secs()
+                    )))
+                }),
+        };
         if outcome["status"] != 200 {
             behind.push(t.clone());
         }
@@ -243,7 +339,7 @@ async fn relayed(f: &Forwarder, relay: &Relay, t: &str, id: u64, url: String) ->
         Ok(r) => r,
         Err(refused) => return answer_of(refused).await,
     };
-    answer_of(f.send(parts, read, id, url).await).await
+    answer_of(f.send(parts, read, id, url, true).await).await
 }
 
 async fn answer_of(resp: axum::response::Response) -> Value {
@@ -341,6 +437,10 @@ mod tests {
         /// What `was_member` answers.
         member_before: bool,
         carrying: tokio::sync::Mutex<()>,
+        /// `default`'s step never ends (a leader cut off from its majority).
+        default_hangs: bool,
+        /// The listing is this many groups whose steps never end.
+        hung: usize,
     }
 
     impl ClusterAdmin for Fake {
@@ -360,6 +460,9 @@ mod tests {
                 }
                 if self.nowhere {
                     return Some(Ok(vec!["ok".to_string()]));
+                }
+                if self.hung > 0 {
+                    return Some(Ok((0..self.hung).map(|i| format!("hangs-{i}")).collect()));
                 }
                 let done = self.changed.lock().unwrap();
                 let mut t = vec!["hangs".to_string(), "ok".into(), "refuses".into()];
@@ -388,7 +491,8 @@ mod tests {
                     return Ok(json!({"already": true}));
                 }
                 match group {
-                    "hangs" => std::future::pending().await,
+                    "default" if self.default_hangs => std::future::pending().await,
+                    g if g.starts_with("hangs") => std::future::pending().await,
                     "refuses" => Err(QueenError::new(ErrorCode::Conflict, "in progress")),
                     _ => {
                         self.changed.lock().unwrap().push(group.to_string());
@@ -445,13 +549,65 @@ mod tests {
         );
     }
 
+    /// Review s33 t M3: `default`'s step never ends. The carry answers within its bound
+    /// (503, may or may not be done), touches no tenant group, and frees the lock.
+    #[tokio::test]
+    async fn a_default_step_that_never_ends_frees_the_lock_within_its_bound() {
+        let fake = Arc::new(Fake {
+            default_hangs: true,
+            ..Fake::default()
+        });
+        let bound = Duration::from_millis(100);
+        let first = carry_bounded(fake.clone(), None, MembershipOp::Remove(3), relay(), bound);
+        let first = tokio::time::timeout(Duration::from_secs(10), first).await;
+        let e = first.expect("the carry held on").unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unavailable, "{e:?}");
+        assert!(
+            e.message.contains("may or may not be done"),
+            "{}",
+            e.message
+        );
+        assert!(fake.changed.lock().unwrap().is_empty());
+        let a = change_one(fake.clone(), "solo".into(), MembershipOp::Remove(4), false).await;
+        assert!(a.is_ok(), "the lock was kept: {a:?}");
+    }
+
+    /// Review s33 t M3: many groups whose steps never end. The carry ends by its total
+    /// bound, lists every group behind (those past the bound not tried), frees the lock.
+    #[tokio::test]
+    async fn many_hung_groups_end_the_carry_by_its_total_bound() {
+        let fake = Arc::new(Fake {
+            hung: 40,
+            ..Fake::default()
+        });
+        let bound = Duration::from_millis(100);
+        let started = std::time::Instant::now();
+        let first = carry_bounded(fake.clone(), None, MembershipOp::Remove(3), relay(), bound);
+        let a = tokio::time::timeout(Duration::from_secs(30), first)
+            .await
+            .expect("the carry held on")
+            .unwrap();
+        // 12 bounds, not 40.
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(a["complete"], false, "{a}");
+        assert_eq!(a["behind"].as_array().unwrap().len(), 40, "{a}");
+        let last = &a["groups"][39]["error"]["message"];
+        assert!(last.as_str().unwrap().contains("not reached"), "{a}");
+        let a = change_one(fake.clone(), "solo".into(), MembershipOp::Remove(4), false).await;
+        assert!(a.is_ok(), "the lock was kept: {a:?}");
+    }
+
     #[tokio::test]
     async fn a_listing_that_fails_is_behind_not_a_silent_skip() {
-        let fake = Fake {
+        let fake = Arc::new(Fake {
             listing_fails: true,
             ..Fake::default()
-        };
-        let a = carry(&fake, None, MembershipOp::Remove(3), relay())
+        });
+        let a = carry(fake, None, MembershipOp::Remove(3), relay())
             .await
             .unwrap();
         assert_eq!(a["complete"], false, "{a}");
@@ -460,9 +616,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_second_route_during_a_carry_is_refused_busy_and_changes_nothing() {
-        let fake = Fake::default();
+        let fake = Arc::new(Fake::default());
         let first = carry_within(
-            &fake,
+            &*fake,
             None,
             MembershipOp::Remove(3),
             relay(),
@@ -472,7 +628,7 @@ mod tests {
             // Once the first holds the carry (it is waiting on the hung group).
             tokio::time::sleep(Duration::from_millis(200)).await;
             let started = std::time::Instant::now();
-            let r = carry(&fake, None, MembershipOp::Remove(4), relay()).await;
+            let r = carry(fake.clone(), None, MembershipOp::Remove(4), relay()).await;
             (r, started.elapsed())
         };
         let (first, (second, waited)) = tokio::join!(first, second);
@@ -485,7 +641,7 @@ mod tests {
         assert_eq!(fake.changed.lock().unwrap().len(), 3);
         // Once the first is done, the next route runs.
         let again = carry_within(
-            &fake,
+            &*fake,
             None,
             MembershipOp::Remove(4),
             relay(),
@@ -497,34 +653,135 @@ mod tests {
 
     #[tokio::test]
     async fn removing_an_id_no_group_holds_nor_ever_held_is_not_found() {
-        let fake = Fake {
+        let fake = Arc::new(Fake {
             nowhere: true,
             ..Fake::default()
-        };
-        let e = carry(&fake, None, MembershipOp::Remove(33), relay())
+        });
+        let e = carry(fake, None, MembershipOp::Remove(33), relay())
             .await
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::NotFound, "{e:?}");
         assert!(e.message.contains("node 33"), "{}", e.message);
         // A removal done before (the kept history holds the id): `already`, complete.
-        let fake = Fake {
+        let fake = Arc::new(Fake {
             nowhere: true,
             member_before: true,
             ..Fake::default()
-        };
-        let a = carry(&fake, None, MembershipOp::Remove(3), relay())
+        });
+        let a = carry(fake, None, MembershipOp::Remove(3), relay())
             .await
             .unwrap();
         assert_eq!(a["complete"], true, "{a}");
         // Other operations are not judged so: a promotion of voters is `already`.
-        let fake = Fake {
+        let fake = Arc::new(Fake {
             nowhere: true,
             ..Fake::default()
-        };
-        let a = carry(&fake, None, MembershipOp::Promote(vec![1]), relay())
+        });
+        let a = carry(fake, None, MembershipOp::Promote(vec![1]), relay())
             .await
             .unwrap();
         assert_eq!(a["complete"], true, "{a}");
+    }
+
+    /// Waits (at most 10 s) until `fake` has changed `group`.
+    async fn changed(fake: &Fake, group: &str) -> bool {
+        for _ in 0..200 {
+            if fake.changed.lock().unwrap().iter().any(|g| g == group) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// Review s32 t2 L1: the first route's client leaves once `default` changed, while its
+    /// carry is still in the hung group's step; the lock stays held by the carry, so the
+    /// second route is refused, and the first route's later groups are still changed.
+    #[tokio::test]
+    async fn a_route_whose_client_left_holds_the_carry_until_its_last_group() {
+        let fake = Arc::new(Fake::default());
+        let first = carry_bounded(
+            fake.clone(),
+            None,
+            MembershipOp::Remove(3),
+            relay(),
+            Duration::from_secs(3),
+        );
+        // The client leaves once `default` has changed: its future is dropped.
+        let cut = async {
+            tokio::select! {
+                _ = first => panic!("the first route ended before its hung group's bound"),
+                seen = changed(&fake, "default") => seen,
+            }
+        };
+        assert!(cut.await, "default was never changed");
+        let e = carry(fake.clone(), None, MembershipOp::Remove(4), relay())
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::Conflict, "{e:?}");
+        // The first route's carry went on past the hung group to the later ones.
+        assert!(
+            changed(&fake, "late").await,
+            "the carry stopped with its client"
+        );
+        assert_eq!(
+            *fake.changed.lock().unwrap(),
+            vec!["default".to_string(), "ok".into(), "late".into()]
+        );
+    }
+
+    /// Review s32 t2 L1: a `?group=` change waits on the carry lock like a route, unless it
+    /// is a carry's own relayed step.
+    #[tokio::test]
+    async fn a_group_change_during_a_carry_is_busy_unless_it_is_the_carrys_step() {
+        let fake = Arc::new(Fake::default());
+        let first = tokio::spawn(carry_bounded(
+            fake.clone(),
+            None,
+            MembershipOp::Remove(3),
+            relay(),
+            Duration::from_secs(3),
+        ));
+        assert!(changed(&fake, "default").await);
+        let e = change_one(fake.clone(), "solo".into(), MembershipOp::Remove(4), false)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::Conflict, "{e:?}");
+        assert!(!fake.changed.lock().unwrap().iter().any(|g| g == "solo"));
+        let a = change_one(fake.clone(), "solo".into(), MembershipOp::Remove(4), true).await;
+        assert!(a.is_ok(), "{a:?}");
+        assert!(fake.changed.lock().unwrap().iter().any(|g| g == "solo"));
+        assert!(first.await.unwrap().is_ok());
+        // Once the carry is done, a client's `?group=` change runs.
+        let a = change_one(fake.clone(), "solo2".into(), MembershipOp::Remove(4), false).await;
+        assert!(a.is_ok(), "{a:?}");
+    }
+
+    #[test]
+    fn only_a_relayed_and_marked_request_is_a_carrys_step() {
+        let h = |pairs: &[(&axum::http::HeaderName, &str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.insert((*k).clone(), v.parse().unwrap());
+            }
+            m
+        };
+        assert!(is_carried(&h(&[(&FORWARDED, "4"), (&CARRIED, "1")])));
+        assert!(!is_carried(&h(&[(&CARRIED, "1")])));
+        assert!(!is_carried(&h(&[(&FORWARDED, "4")])));
+        assert!(!is_carried(&h(&[(&FORWARDED, "4"), (&CARRIED, "10")])));
+        assert!(!is_carried(&HeaderMap::new()));
+    }
+
+    /// Review s33 t L1: a client's mark is never relayed by a door; only the carry sets it.
+    #[test]
+    fn a_door_never_relays_a_clients_carried_mark() {
+        let mut client = HeaderMap::new();
+        client.insert(CARRIED, "1".parse().unwrap());
+        client.insert(FORWARDED, "9".parse().unwrap());
+        let out = crate::forward::relayed_headers(&client, 4);
+        assert!(!out.contains_key(CARRIED), "{out:?}");
+        assert!(!is_carried(&out));
     }
 
     #[test]

@@ -13,6 +13,12 @@ use queenmq_protocol::{limits, CommandClass, LeaderHint, QueenError};
 /// that sets it only turns forwarding off for its own request.
 pub const FORWARDED: HeaderName = HeaderName::from_static("x-queen-forwarded");
 
+/// Set by a membership carry on its step relayed to a tenant group's leader (with
+/// [`FORWARDED`]): that step runs under the carry's lock on the carrying node. Never copied
+/// from a client by [`relayed_headers`], so a client's request relayed by a door never has it
+/// (review s33 t L1: the mark was a query parameter, which the door relays as sent).
+pub const CARRIED: HeaderName = HeaderName::from_static("x-queen-carried");
+
 /// Ephemeral queues live in one node's memory and are never replicated: their routes are
 /// answered by the node the client reached (docs/cluster.md).
 const NODE_LOCAL_PREFIX: &str = "/api/v1/ephemeral/";

@@ -16,7 +16,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use queenmq_protocol::{CommandMeta, RequestCtx, DEFAULT_TENANT};
 
-pub use decide::{Leader, FORWARDED};
+#[cfg(test)]
+pub(crate) use decide::relayed_headers;
+pub use decide::{Leader, CARRIED, FORWARDED};
 pub(crate) use relay::{register_series, Forwarder};
 
 use crate::error::ApiError;
@@ -82,7 +84,7 @@ pub(crate) async fn layer(
     match decide::decide(row.class, parts.uri.path(), forwarded, || {
         fwd.leader_of(&tenant)
     }) {
-        decide::Decision::Forward { id, url } => fwd.send(parts, read, id, url).await,
+        decide::Decision::Forward { id, url } => fwd.send(parts, read, id, url, false).await,
         decide::Decision::Refuse(e) => ApiError(e).into_response(),
         decide::Decision::Local => {
             // This node leads now: its own handler answers, the body kept counted meanwhile.

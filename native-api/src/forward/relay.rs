@@ -39,7 +39,7 @@ use hyper_util::rt::TokioExecutor;
 use queenmq_protocol::{LeaderHint, QueenError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::decide::{answer_timeout, relayed_headers, Leader, RELAYED_ANSWER_HEADERS};
+use super::decide::{answer_timeout, relayed_headers, Leader, CARRIED, RELAYED_ANSWER_HEADERS};
 use super::{ForwardOptions, LeaderLookup};
 use crate::error::ApiError;
 use crate::meter::ConnectionMeter;
@@ -137,7 +137,7 @@ impl Forwarder {
     ) -> Response {
         let (parts, body) = req.into_parts();
         match self.read(&parts.headers, body, id).await {
-            Ok(read) => self.send(parts, read, id, url).await,
+            Ok(read) => self.send(parts, read, id, url, false).await,
             Err(refused) => refused,
         }
     }
@@ -161,13 +161,15 @@ impl Forwarder {
     }
 
     /// Relays a request whose body was [`Self::read`] to node `id` at `url` and answers with
-    /// what the leader answered.
+    /// what the leader answered. `carried`: a membership carry's own step, marked [`CARRIED`]
+    /// (only here: a client's request never carries the mark on).
     pub(crate) async fn send(
         &self,
         parts: axum::http::request::Parts,
         read: ReadBody,
         id: u64,
         url: String,
+        carried: bool,
     ) -> Response {
         let ReadBody { bytes, charge } = read;
         let wait = answer_timeout(parts.uri.path(), parts.uri.query(), self.answer_margin);
@@ -210,6 +212,10 @@ impl Forwarder {
         *out.method_mut() = parts.method;
         *out.uri_mut() = target;
         *out.headers_mut() = relayed_headers(&parts.headers, self.node_id);
+        if carried {
+            out.headers_mut()
+                .insert(CARRIED, axum::http::HeaderValue::from_static("1"));
+        }
         let answer = match tokio::time::timeout(wait, self.client.request(out)).await {
             Err(_) => Err(Failure::Timeout(wait)),
             Ok(Err(e)) if e.is_connect() => Err(Failure::Unreachable(chain(&e))),
