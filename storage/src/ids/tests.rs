@@ -556,7 +556,10 @@ fn a_quarantined_file_is_out_of_the_list_durably_and_leaves_with_its_generation(
     files.write_segment(4, 11, &mut [(2, 2)]).unwrap();
     files.write_segment(6, 12, &mut [(3, 3)]).unwrap();
     let at = files.quarantine(4, IdSource::Segment(10)).unwrap();
-    assert!(at.to_string_lossy().ends_with(".qidx.quarantined"), "{at:?}");
+    assert!(
+        at.to_string_lossy().ends_with(".qidx.quarantined"),
+        "{at:?}"
+    );
     let after = IdFiles::new(Arc::new(mem.crash()));
     let listed = vec![(4, IdSource::Segment(11)), (6, IdSource::Segment(12))];
     assert_eq!(after.list().unwrap(), listed);
@@ -566,7 +569,10 @@ fn a_quarantined_file_is_out_of_the_list_durably_and_leaves_with_its_generation(
         .unwrap()
         .iter()
         .any(|n| n.ends_with(".quarantined")));
-    assert!(files.quarantine(4, IdSource::Segment(10)).is_err(), "gone from its name");
+    assert!(
+        files.quarantine(4, IdSource::Segment(10)).is_err(),
+        "gone from its name"
+    );
     files.remove_before(5).unwrap();
     let left = mem.crash().list().unwrap();
     assert_eq!(left.len(), 1, "{left:?}");

@@ -1083,7 +1083,7 @@ fn an_id_older_than_the_filters_cover_is_found_by_time_in_a_long_window() {
     const DAY: i64 = 24 * 3600 * SEC;
     let store = MemStore::default();
     let (spill, now) = spill_for(&store, 64 << 10, DAY, 3 * 3600, 1);
-    let mut day = |s: &TxnSpill, h: u64, now: i64| s.find(1, h, now, DAY, &mut |o| o == h).unwrap();
+    let day = |s: &TxnSpill, h: u64, now: i64| s.find(1, h, now, DAY, &mut |o| o == h).unwrap();
     // Pushed at 100 s + h s: ids 0..3600 are 2 h or more old.
     for h in (0..3600u64).step_by(97) {
         assert_eq!(day(&spill, h, now), Some(h), "id {h}");
