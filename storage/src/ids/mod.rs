@@ -226,9 +226,16 @@ impl IdFiles {
             })
             .collect();
         for name in &aside {
-            self.backend
-                .remove(name)
-                .map_err(StorageError::io("remove", self.backend.locate(name)))?;
+            // It sits on the media that made it unreadable: an unlink failing there must not
+            // stop the filter files' expiry and the directory fsync below at every later call
+            // (review s33 M1). It stays aside, out of the list, tried again at the next expiry.
+            if let Err(e) = self.backend.remove(name) {
+                tracing::warn!(
+                    file = %self.backend.locate(name).display(),
+                    error = %e,
+                    "a quarantined id file could not be removed with its generation"
+                );
+            }
         }
         // Filter files whose last bucket left the window go with the id files.
         let filters: Vec<FilterName> = filter_file::list(&*self.backend)?
