@@ -329,10 +329,20 @@ impl DiskIdStore {
         {
             let _names = self.names.write().unwrap_or_else(PoisonError::into_inner);
             self.close_where(|b, s| b == bucket && s == source);
-            let at = self
-                .files
-                .quarantine(bucket, source)
-                .map_err(|q| q.to_string())?;
+            let at = match self.files.quarantine(bucket, source) {
+                Ok(at) => Some(at),
+                Err(q) => {
+                    // The rename may have held with only the directory's fsync failing
+                    // (review s33 A2): the index then follows the directory, or every lookup
+                    // of the bucket would open a name that is gone and fail closed.
+                    self.relist(bucket);
+                    if self.sources(bucket).contains(&source) {
+                        return Err(q.to_string());
+                    }
+                    tracing::warn!(bucket, error = %q, "an id file was moved aside but the directory fsync failed: after a crash it may be back under its name, and is moved aside again at that start");
+                    None
+                }
+            };
             if let Some(v) = self.index().get_mut(&bucket) {
                 v.retain(|s| *s != source);
             }
@@ -341,7 +351,7 @@ impl DiskIdStore {
                 bucket,
                 source = ?source,
                 error = %e,
-                moved_to = %at.display(),
+                moved_to = ?at,
                 "an id file could not be read at start and was moved aside: a repeat of one of \
                  its transaction ids inside the dedup window may be stored as a new message \
                  (replace the disk if this repeats)"

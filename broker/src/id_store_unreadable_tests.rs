@@ -20,6 +20,9 @@ struct Flaky {
     inner: FileBackend,
     fail: Mutex<HashMap<String, usize>>,
     renames_fail: bool,
+    /// Set: the directory fsync after a rename that held fails.
+    syncs_fail_after_rename: bool,
+    renamed: std::sync::atomic::AtomicBool,
 }
 
 impl Flaky {
@@ -28,6 +31,8 @@ impl Flaky {
             inner: FileBackend::new(&dir.join(IDS_DIR)).unwrap(),
             fail: Mutex::new(HashMap::from([(name.to_owned(), times)])),
             renames_fail,
+            syncs_fail_after_rename: false,
+            renamed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -57,9 +62,14 @@ impl IoBackend for Flaky {
         if self.renames_fail {
             return Err(std::io::Error::from_raw_os_error(5));
         }
-        self.inner.rename(from, to)
+        self.inner.rename(from, to)?;
+        self.renamed.store(true, Ordering::SeqCst);
+        Ok(())
     }
     fn sync_dir(&self) -> std::io::Result<()> {
+        if self.syncs_fail_after_rename && self.renamed.swap(false, Ordering::SeqCst) {
+            return Err(std::io::Error::from_raw_os_error(5));
+        }
         self.inner.sync_dir()
     }
     fn locate(&self, name: &str) -> PathBuf {
@@ -158,4 +168,21 @@ fn a_file_that_cannot_be_moved_aside_still_fails_closed() {
     assert!(again
         .find(1, 1_000_000, 300 * SEC, KEEP, &mut |_| false)
         .is_err());
+}
+
+#[test]
+fn a_file_moved_aside_whose_directory_fsync_failed_is_out_of_the_index() {
+    // Review s33 A2: the rename held, only the fsync after it failed; the bucket must not
+    // keep naming a file that is gone (every lookup would fail closed for the window).
+    let dir = tempfile::tempdir().unwrap();
+    spilled(dir.path());
+    let victim = id_files(dir.path())[0].clone();
+    let mut backend = Flaky::over(dir.path(), &name_of(&victim), FOR_GOOD, false);
+    backend.syncs_fail_after_rename = true;
+    let store = DiskIdStore::open_on(Arc::new(backend), &BUDGET).unwrap();
+    let again = TxnSpill::open(Box::new(store), 16, filter(), KEEP, 300 * SEC);
+    assert!(!victim.exists(), "moved aside");
+    for h in 1_000_000..1_000_200 {
+        assert_eq!(find(&again, h), None, "new id {h}");
+    }
 }
