@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use queenmq_engine::dedup_filter::Block;
 use queenmq_engine::state::{FilterFileName, IdStore, SavedFilter};
 use queenmq_storage::{
-    FileBackend, FilterFile, FilterName, IdFileReader, IdFiles, IdSource, StorageError,
+    FileBackend, FilterFile, FilterName, IdFileReader, IdFiles, IdSource, IoBackend, StorageError,
     NO_PREV_FILTER,
 };
 
@@ -28,6 +28,10 @@ const OPEN_FILE_BYTES: usize = 256;
 /// at most a quarter of the soft limit (review s28 finding 3: 256 per group × 4096 groups
 /// would pass any limit, and an exhausted limit fails accepts, segments and lookups).
 const NODE_OPEN_FILES_MAX: usize = 1024;
+/// Pauses between the reads of an id file at start that failed with an I/O error (review s27
+/// M1): a transient error (EMFILE, an EIO the device retries) must not cost the file, and a
+/// dead sector must not hold the start for long (60 ms per such file).
+const READ_RETRY_PAUSES_MS: [u64; 2] = [10, 50];
 
 /// Cached open id files of every group on the node, bounded together. A lookup that finds
 /// the budget spent closes its own least recently used file, or reads with a file it closes
@@ -181,7 +185,15 @@ impl DiskIdStore {
             path: dir.clone(),
             source: e,
         })?;
-        let files = IdFiles::new(Arc::new(backend));
+        DiskIdStore::open_on(Arc::new(backend), budget)
+    }
+
+    /// `open_with` over any backend of the id directory (tests inject failing I/O).
+    pub(crate) fn open_on(
+        backend: Arc<dyn IoBackend>,
+        budget: &'static OpenFileBudget,
+    ) -> Result<DiskIdStore, StorageError> {
+        let files = IdFiles::new(backend);
         let mut index: BTreeMap<u64, Vec<IdSource>> = BTreeMap::new();
         let mut next = 0;
         for (b, s) in files.list()? {
@@ -308,6 +320,46 @@ impl DiskIdStore {
         }
     }
 
+    /// Moves a file that kept failing to read at start aside (review s27 M1), so the filters
+    /// vouch for its bucket again instead of every push with a transaction id to this group
+    /// failing closed until the bucket leaves the window. What it costs: its ids are in
+    /// neither the filters nor the files, so a repeat of one of them inside the window is
+    /// stored as new, as with a CRC-damaged file (counted in the same metric).
+    fn quarantine(&self, bucket: u64, source: IdSource, e: &StorageError) -> Result<(), String> {
+        {
+            let _names = self.names.write().unwrap_or_else(PoisonError::into_inner);
+            self.close_where(|b, s| b == bucket && s == source);
+            let at = match self.files.quarantine(bucket, source) {
+                Ok(at) => Some(at),
+                Err(q) => {
+                    // The rename may have held with only the directory's fsync failing
+                    // (review s33 A2): the index then follows the directory, or every lookup
+                    // of the bucket would open a name that is gone and fail closed.
+                    self.relist(bucket);
+                    if self.sources(bucket).contains(&source) {
+                        return Err(q.to_string());
+                    }
+                    tracing::warn!(bucket, error = %q, "an id file was moved aside but the directory fsync failed: after a crash it may be back under its name, and is moved aside again at that start");
+                    None
+                }
+            };
+            if let Some(v) = self.index().get_mut(&bucket) {
+                v.retain(|s| *s != source);
+            }
+            metrics::counter!("queen_dedup_id_files_damaged_total").increment(1);
+            tracing::error!(
+                bucket,
+                source = ?source,
+                error = %e,
+                moved_to = ?at,
+                "an id file could not be read at start and was moved aside: a repeat of one of \
+                 its transaction ids inside the dedup window may be stored as a new message \
+                 (replace the disk if this repeats)"
+            );
+        }
+        Ok(())
+    }
+
     /// Rereads the bucket's files from the directory (after a merge changed them).
     fn relist(&self, bucket: u64) {
         let Ok(all) = self.files.list() else {
@@ -349,22 +401,41 @@ impl IdStore for DiskIdStore {
     fn keys(&self, bucket: u64, each: &mut dyn FnMut(u64)) -> Result<(), String> {
         let mut unread = Ok(());
         for s in self.sources(bucket) {
-            let read = self.open_reader(bucket, s).and_then(|r| {
-                // The whole file is checked before any key is given: a damaged file adds
-                // nothing, not half of itself.
-                r.verify()?;
-                let mut c = r.cursor();
-                while let Some((k, _)) = c.next_pair()? {
-                    each(k);
+            let mut pauses = READ_RETRY_PAUSES_MS.iter();
+            let read = loop {
+                let read = self.open_reader(bucket, s).and_then(|r| {
+                    // The whole file is checked before any key is given: a damaged file adds
+                    // nothing, not half of itself. (A read failing after the check may give
+                    // some keys twice with the retry: the filters' bits are the same.)
+                    r.verify()?;
+                    let mut c = r.cursor();
+                    while let Some((k, _)) = c.next_pair()? {
+                        each(k);
+                    }
+                    Ok(())
+                });
+                match (&read, pauses.next()) {
+                    (Err(e), Some(ms)) if !matches!(e, StorageError::CorruptIdFile { .. }) => {
+                        tracing::info!(bucket, source = ?s, error = %e, "an id file could not be read at start; trying again");
+                        std::thread::sleep(std::time::Duration::from_millis(*ms));
+                    }
+                    _ => break read,
                 }
-                Ok(())
-            });
+            };
             match read {
                 Ok(()) => {}
                 Err(e @ StorageError::CorruptIdFile { .. }) => self.drop_damaged(bucket, s, &e),
-                // Unreadable but maybe whole: kept; the caller searches its bucket at every
-                // lookup, which fails closed while the file stays unreadable.
-                Err(e) => unread = Err(format!("{s:?}: {e}")),
+                // Out of descriptors is the process's state, not the file's: kept, and its
+                // bucket searched by every lookup (failing closed while it lasts), rather than
+                // a healthy file given up.
+                Err(e) if out_of_descriptors(&e) => unread = Err(format!("{s:?}: {e}")),
+                Err(e) => {
+                    if let Err(q) = self.quarantine(bucket, s, &e) {
+                        // Still under its name: its bucket is searched by every lookup, which
+                        // fails closed while the file stays unreadable (the state before M1).
+                        unread = Err(format!("{s:?}: {e}; not quarantined: {q}"));
+                    }
+                }
             }
         }
         unread
@@ -531,6 +602,13 @@ impl Drop for DiskIdStore {
 #[cfg(test)]
 #[path = "id_store_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+use tests as tests_support;
+
+#[cfg(test)]
+#[path = "id_store_unreadable_tests.rs"]
+mod unreadable_tests;
 
 #[cfg(test)]
 #[path = "id_store_snapshot_tests.rs"]

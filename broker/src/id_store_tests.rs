@@ -3,23 +3,23 @@ use queenmq_engine::state::{TxnIds, TxnSpill};
 
 use super::*;
 
-const SEC: i64 = 1_000_000;
-const KEEP: i64 = 3600 * SEC;
+pub(super) const SEC: i64 = 1_000_000;
+pub(super) const KEEP: i64 = 3600 * SEC;
 
-fn filter() -> FilterConfig {
+pub(super) fn filter() -> FilterConfig {
     FilterConfig {
         bytes: 64 << 10,
         ..FilterConfig::default()
     }
 }
 
-fn spill_at(dir: &Path, hot: usize) -> TxnSpill {
+pub(super) fn spill_at(dir: &Path, hot: usize) -> TxnSpill {
     let store = DiskIdStore::open(dir).expect("open the id files");
     TxnSpill::open(Box::new(store), hot, filter(), KEEP, 300 * SEC)
 }
 
 /// Pushes ids 0..n of partition 1 (offset = hash = i), one a second from 10 s.
-fn fill(spill: &mut TxnSpill, n: u64) -> TxnIds {
+pub(super) fn fill(spill: &mut TxnSpill, n: u64) -> TxnIds {
     let mut ids = TxnIds::default();
     for i in 0..n {
         let t = 10 * SEC + i as i64 * SEC;
@@ -30,7 +30,7 @@ fn fill(spill: &mut TxnSpill, n: u64) -> TxnIds {
     ids
 }
 
-fn find(spill: &TxnSpill, h: u64) -> Option<u64> {
+pub(super) fn find(spill: &TxnSpill, h: u64) -> Option<u64> {
     spill
         .find(1, h, 300 * SEC, KEEP, &mut |off| off == h)
         .expect("no I/O error")

@@ -59,17 +59,21 @@ pub struct RestoreReport {
 /// (epoch, number)), so a generation closed later names the right predecessor.
 pub(crate) type Origins = std::collections::HashMap<u64, (u64, u64)>;
 
-/// Fills `ring` for the buckets `store` holds: installs usable filter files in time order and
-/// reads the id files of every bucket they do not cover. `lost(at)`: the bucket ending at `at`
+/// Fills `ring` for the buckets from `from` on that `store` holds: installs usable filter files
+/// in time order and reads the id files of every bucket they do not cover. Buckets before
+/// `from` are past what the filters cover (`FILTER_WINDOW_MAX_US`): lookups search them by
+/// time, so a 7-day window does not make a start read 7 days of files. `lost(at)`: the bucket ending at `at`
 /// could not be read (the caller searches it at every lookup). Answers the newest time given.
 pub(crate) fn restore(
     store: &dyn IdStore,
+    from: u64,
     ring: &mut Option<GenerationRing>,
     origins: &mut Origins,
     report: &mut RestoreReport,
     lost: &mut dyn FnMut(i64),
 ) -> i64 {
-    let buckets = store.buckets();
+    let mut buckets = store.buckets();
+    buckets.retain(|b| *b >= from);
     let mut newest = i64::MIN;
     let read = |b: u64, ring: Option<&mut GenerationRing>, report: &mut RestoreReport| {
         let at = bucket_end_us(b);
@@ -97,7 +101,8 @@ pub(crate) fn restore(
                     continue;
                 }
             };
-            if f.tag_us != r.config().tag_us
+            if f.name.last_bucket < from
+                || f.tag_us != r.config().tag_us
                 || f.k != r.probes()
                 || f.blocks.len() != r.equal_share_blocks()
             {

@@ -39,6 +39,19 @@ pub const ID_BUCKET_US: i64 = 60 * 1_000_000;
 /// The least `dedup_hot_ids`: a table of fewer rows would write a file per push.
 pub const MIN_HOT_IDS: usize = 16;
 
+/// The longest past the filters cover, whatever the longest dedup window (review s27 B3): a
+/// queue's window goes up to 7 days, and a ring stretched to it spans 14 h per generation in
+/// the bits sized for 1 h, so the filters saturate and every new id of every queue searches
+/// files. Past this, a lookup of a longer-window queue searches the id files by time
+/// (`TxnSpill::find`); shorter-window queues never pay for it. One hour: the default window,
+/// the one `dedup_filter_bytes` is sized for, and generations of 5 min at the default G.
+pub const FILTER_WINDOW_MAX_US: i64 = 3600 * 1_000_000;
+
+/// The window the filters cover for a longest dedup window of `keep_us`.
+pub fn filter_window_us(keep_us: i64) -> i64 {
+    keep_us.clamp(1, FILTER_WINDOW_MAX_US)
+}
+
 /// Writer threads that may die in a row (each restarted) before a group stops starting them:
 /// a panic that a retry may not meet again (one bad job) is survived, a store that panics at
 /// every write costs this many threads, not one per spill (review s30 M4).
@@ -484,8 +497,11 @@ impl TxnSpill {
             // read from its file is given the end of its bucket: never earlier than its entry
             // time, so the ring keeps it at least as long as the window does).
             let mut lost = i64::MIN;
+            // Buckets older than the filters cover are searched by time, never put in the ring.
+            let from = bucket_of(now_us.saturating_sub(filter_window_us(keep_us)));
             let newest = restore(
                 &*spill.store,
+                from,
                 &mut spill.ring,
                 &mut spill.origins,
                 &mut spill.restored,
@@ -631,7 +647,8 @@ impl TxnSpill {
             return Want::Half;
         }
         let g = u128::from(self.filter.generations);
-        let ids = rows.len() as u128 * keep_us.max(1) as u128 / span as u128 * (g + 1) / g;
+        let covered = filter_window_us(keep_us) as u128;
+        let ids = rows.len() as u128 * covered / span as u128 * (g + 1) / g;
         let bytes = ids * u128::from(self.filter.bits_per_key) / 8 * 5 / 4;
         Want::Rate(u64::try_from(bytes).unwrap_or(u64::MAX))
     }
@@ -658,7 +675,7 @@ impl TxnSpill {
             }
             config.bytes = self.draw.as_ref().map_or(config.bytes, |d| d.bytes());
         }
-        Some((config, keep_us))
+        Some((config, filter_window_us(keep_us)))
     }
 
     fn ensure_ring(&mut self, keep_us: i64, want: Want) {
@@ -873,7 +890,7 @@ impl TxnSpill {
         self.retry_at_len = 0;
         self.ensure_ring(keep_us, Want::Half);
         if let Some(r) = &mut self.ring {
-            r.set_window(keep_us);
+            r.set_window(filter_window_us(keep_us));
             for (at, key) in done.given {
                 r.insert(at, key);
             }
@@ -909,6 +926,15 @@ impl TxnSpill {
         let mut search: Vec<(u64, u64)> = Vec::new();
         if self.ring_lost_through_us >= horizon {
             search.push((lo, bucket_of(self.ring_lost_through_us.min(now_us))));
+        }
+        // Older than the filters cover (review s27 B3): the id's bucket is unknown, so every
+        // bucket from the queue's horizon to the filters' edge is searched, newest first (its
+        // own edge bucket included: a generation whose newest id is just before the edge may
+        // have expired). One file search per such bucket: the price of a window past
+        // `FILTER_WINDOW_MAX_US`, paid by that queue's pushes only.
+        let edge = now_us.saturating_sub(FILTER_WINDOW_MAX_US);
+        if edge > horizon {
+            search.push((lo, bucket_of(edge)));
         }
         if let Some(r) = &self.ring {
             // The tags name the bucket of each generation that may hold the key: a "maybe"

@@ -1030,3 +1030,93 @@ fn a_writer_that_always_dies_is_restarted_a_bounded_number_of_times() {
         assert!(ids.get(1, k).is_some(), "id {k} was dropped");
     }
 }
+
+/// `an_hour_and_more` with the longest window `keep` (one queue's) instead of `KEEP`.
+fn spill_for(store: &MemStore, bytes: u64, keep: i64, secs: i64, per_sec: u64) -> (TxnSpill, i64) {
+    let filter = FilterConfig {
+        bytes,
+        ..FilterConfig::default()
+    };
+    let mut spill = TxnSpill::open(Box::new(store.clone()), 64, filter, keep, 0);
+    let mut ids = TxnIds::default();
+    let t0 = 100 * SEC;
+    let mut h = 0;
+    for s in 0..secs {
+        let t = t0 + s * SEC;
+        for _ in 0..per_sec {
+            ids.record(t, 1, h, &[h]);
+            h += 1;
+        }
+        ids.expire(t - keep);
+        spill.spill(&mut ids, keep, t);
+        spill.settle(&mut ids, keep);
+    }
+    (spill, t0 + secs * SEC)
+}
+
+#[test]
+fn a_week_long_window_does_not_saturate_the_filters_of_the_other_queues() {
+    // Review s27 B3: the ring followed the longest window, so one queue of 7 days stretched
+    // every generation to 14 h in the bits sized for 1 h. Two groups get the same pushes;
+    // one also has a 7-day queue. The 1 h queues' new ids must cost what they cost without it.
+    const WEEK: i64 = 7 * 24 * 3600 * SEC;
+    let bytes = 13 * 12 * 64;
+    let (short, long) = (MemStore::default(), MemStore::default());
+    let (a, now) = spill_for(&short, bytes, KEEP, 3 * 3600, 2);
+    let (b, _) = spill_for(&long, bytes, WEEK, 3 * 3600, 2);
+    assert_eq!(b.ring.as_ref().unwrap().window_us(), FILTER_WINDOW_MAX_US);
+    let base = searches_per_new_id(&short, &a, now, 20_000);
+    let with_week = searches_per_new_id(&long, &b, now, 20_000);
+    eprintln!("bucket searches per new 1 h id: {base} alone, {with_week} beside a 7-day queue");
+    assert!(base > 0.01, "the test reaches the files: {base}");
+    assert!(
+        with_week <= base * 1.1,
+        "{with_week} bucket searches per new id beside a 7-day queue, {base} without"
+    );
+}
+
+#[test]
+fn an_id_older_than_the_filters_cover_is_found_by_time_in_a_long_window() {
+    // Review s27 B3's other half: past the filters' hour, a longer window still finds its
+    // ids, by searching each bucket from its horizon to the filters' edge; a restart finds
+    // them too, without reading those buckets into the filters.
+    const DAY: i64 = 24 * 3600 * SEC;
+    let store = MemStore::default();
+    let (spill, now) = spill_for(&store, 64 << 10, DAY, 3 * 3600, 1);
+    let day = |s: &TxnSpill, h: u64, now: i64| s.find(1, h, now, DAY, &mut |o| o == h).unwrap();
+    // Pushed at 100 s + h s: ids 0..3600 are 2 h or more old.
+    for h in (0..3600u64).step_by(97) {
+        assert_eq!(day(&spill, h, now), Some(h), "id {h}");
+        assert_eq!(
+            found(&spill, h, now),
+            None,
+            "id {h} is past the 1 h queue's window"
+        );
+    }
+    // A new id of the day-long queue searches every bucket past the filters' edge: bounded
+    // by the buckets of its window, one search each.
+    *store.reads.lock().unwrap() = 0;
+    assert_eq!(day(&spill, 900_000_000, now), None);
+    let reads = *store.reads.lock().unwrap();
+    let past_edge = store
+        .buckets()
+        .into_iter()
+        .filter(|b| *b <= bucket_of(now - FILTER_WINDOW_MAX_US))
+        .count();
+    assert!(
+        reads >= past_edge && reads <= past_edge + 4,
+        "{reads} searches, {past_edge} buckets past the edge"
+    );
+    drop(spill);
+    *store.keys_read.lock().unwrap() = 0;
+    let again = TxnSpill::open(Box::new(store.clone()), 64, small_filter(), DAY, now);
+    let read = *store.keys_read.lock().unwrap();
+    assert!(
+        read <= 62,
+        "a start read {read} buckets into the filters, not the 3 h of files"
+    );
+    // The newest ids were still in the hot table (a checkpoint or the log brings those back).
+    for h in (0..10_700u64).step_by(89) {
+        assert_eq!(day(&again, h, now), Some(h), "id {h} after a restart");
+    }
+}
