@@ -26,10 +26,21 @@ pub(crate) async fn open_with(dir: &std::path::Path, join: bool) -> Arc<Registry
         .unwrap()
         .local_addr()
         .unwrap();
+    let unreachable = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let c = Cluster {
         node_id: 1,
         addr,
-        peers: BTreeMap::from([(1, addr.to_string())]),
+        // A joining node's `peers` must name another member to ask for its joining horizon
+        // (review s33 H-1: a join naming itself alone is refused at start); nobody listens at
+        // node 2's address, so the read keeps failing and the group stays uninitialised.
+        peers: if join {
+            BTreeMap::from([(1, addr.to_string()), (2, unreachable.to_string())])
+        } else {
+            BTreeMap::from([(1, addr.to_string())])
+        },
         peer_http: BTreeMap::new(),
         peer_kafka: BTreeMap::new(),
         join,
