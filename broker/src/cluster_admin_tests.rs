@@ -73,6 +73,32 @@ pub(crate) async fn open_with(dir: &std::path::Path, join: bool) -> Arc<Registry
     Registry::open(cfg, ecfg, opts).await.unwrap()
 }
 
+/// A registry whose one-node `default` group leads here, and a tenant "ghost" declared with
+/// voter 2 alone (before this node joined): node 1 hosts it, founds nothing and waits,
+/// uninitialised, for node 2 to add it, so node 1 is an outsider of "ghost" while it leads
+/// `default` (the case of reviews s32 t2 M1 and s31 M5).
+pub(crate) async fn leading_default_outside_ghost(
+    dir: &std::path::Path,
+) -> (Arc<Registry>, Arc<crate::group::Group>) {
+    let reg = open_with(dir, false).await;
+    let default = reg.get(queenmq_protocol::DEFAULT_TENANT).unwrap();
+    let mut leading = false;
+    for _ in 0..100 {
+        if default.live.get().unwrap().log.status().role == "leader" {
+            leading = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(leading, "the one-node default group never led");
+    crate::group::hosted::record(dir, "ghost", &[2]).unwrap();
+    let ghost = reg.group("ghost").await.unwrap();
+    // Past an election timeout: still no leader and nobody added it.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert!(crate::leader_lookup::outside(&ghost, 1), "not an outsider");
+    (reg, ghost)
+}
+
 pub(crate) fn admin(reg: &Arc<Registry>, dir: &std::path::Path) -> GroupMembership {
     GroupMembership {
         groups: reg.clone(),

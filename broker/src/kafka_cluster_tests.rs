@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use queenmq_kafka_port::cluster::ClusterView;
 use queenmq_protocol::{
-    Access, Bus, BusFuture, Command, ErrorCode, QueenError, ReadReq, RequestCtx, DEFAULT_TENANT,
+    Access, Bus, BusFuture, Command, ErrorCode, QueenError, ReadReq, RequestCtx,
 };
 
 use crate::kafka_cluster::KafkaCluster;
@@ -38,25 +38,7 @@ fn ctx(tenant: &str) -> RequestCtx {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outsiders_metadata_is_not_answered_from_its_empty_state() {
     let dir = tempfile::tempdir().unwrap();
-    let reg = crate::cluster_admin_tests::open_with(dir.path(), false).await;
-    // `default` leads here, so its membership (which lacks node 2) is read at the open.
-    let default = reg.get(DEFAULT_TENANT).unwrap();
-    let mut leading = false;
-    for _ in 0..100 {
-        if default.live.get().unwrap().log.status().role == "leader" {
-            leading = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(leading, "the one-node default group never led");
-    // Declared with voter 2 alone, before this node joined: node 1 hosts it, founds nothing
-    // and waits, uninitialised, for node 2 to add it.
-    crate::group::hosted::record(dir.path(), "ghost", &[2]).unwrap();
-    let ghost = reg.group("ghost").await.unwrap();
-    // Past an election timeout: still no leader and nobody added it.
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
-    assert!(crate::leader_lookup::outside(&ghost, 1), "not an outsider");
+    let (reg, _ghost) = crate::cluster_admin_tests::leading_default_outside_ghost(dir.path()).await;
 
     let kc = KafkaCluster::new(
         reg.clone(),

@@ -18,22 +18,7 @@ use crate::leader_lookup::GroupLeaders;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn defaults_leader_outside_a_tenant_relays_to_its_declared_voter() {
     let dir = tempfile::tempdir().unwrap();
-    let reg = crate::cluster_admin_tests::open_with(dir.path(), false).await;
-    let default = reg.get(DEFAULT_TENANT).unwrap();
-    let mut leading = false;
-    for _ in 0..100 {
-        if default.live.get().unwrap().log.status().role == "leader" {
-            leading = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(leading, "the one-node default group never led");
-    // Declared with voter 2 alone: node 1 hosts it and waits, uninitialised, for node 2.
-    crate::group::hosted::record(dir.path(), "ghost", &[2]).unwrap();
-    let ghost = reg.group("ghost").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
-    assert!(crate::leader_lookup::outside(&ghost, 1), "not an outsider");
+    let (reg, _ghost) = crate::cluster_admin_tests::leading_default_outside_ghost(dir.path()).await;
 
     let c = Cluster {
         node_id: 1,
