@@ -33,16 +33,21 @@ pub enum Block {
     /// the measure of this session's change (chunks no longer copied) is not hidden by
     /// overlays carried over from one checkpoint to the next.
     PartitionOverlays = 5,
+    /// A shelf of 64 cursor shards' handles a checkpoint shares, copied at the first write to
+    /// any of its shards (`cursor_map.rs`, session 34): the price of taking a group's cursors
+    /// as one handle per shelf instead of one per shard.
+    CursorShelves = 6,
 }
 
 impl Block {
-    pub const ALL: [Block; 6] = [
+    pub const ALL: [Block; 7] = [
         Block::Partitions,
         Block::Cursors,
         Block::Ids,
         Block::CursorRows,
         Block::PartitionRows,
         Block::PartitionOverlays,
+        Block::CursorShelves,
     ];
 
     /// The `block` label of `queen_checkpoint_cow_block_seconds`.
@@ -54,6 +59,7 @@ impl Block {
             Block::CursorRows => "cursor_rows",
             Block::PartitionRows => "partition_rows",
             Block::PartitionOverlays => "partition_overlays",
+            Block::CursorShelves => "cursor_shelves",
         }
     }
 }
@@ -64,7 +70,7 @@ pub struct Copies {
     pub copies: u64,
     pub took: Duration,
     /// Indexed by `Block as usize`: that kind's copies and their time.
-    pub by_block: [(u64, Duration); 6],
+    pub by_block: [(u64, Duration); 7],
 }
 
 thread_local! {

@@ -21,8 +21,8 @@
 //!
 //! Why 224: hashbrown fills a table to 7/8 of its buckets (a power of two), so a full shard
 //! of 224 rows sits in 256 buckets at load 7/8; a shard of 256 rows would sit in 512 buckets
-//! at load 1/2. Each shard's `Arc`, map and B-tree share is 128 B (0.6 B a cursor), 4 465
-//! shards for a million cursors: what `begin_checkpoint` clones.
+//! at load 1/2. Each shard's `Arc`, map and shelf entry is charged 128 B (0.6 B a cursor),
+//! 4 465 shards for a million cursors, in 70 shelves: what `begin_checkpoint` clones.
 //!
 //! The sparse case: partition ids are global (shared by all queues), so a group whose queue
 //! created its partitions while k - 1 other queues created theirs holds about 224/k rows a
@@ -30,9 +30,19 @@
 //! (docs/memory.md has the table). `held_bytes` counts it (by capacity, per shard); keying
 //! shards by the partition's index in its queue would remove it (not done).
 //!
-//! Shards are keyed by `pid / SHARD` in a B-tree, so the shards of a group touching a few
-//! partitions of a wide id space cost what they hold, and iteration is in shard order (the
-//! rows inside a shard in hash order, as the single map before them).
+//! Shards are keyed by `pid / SHARD`, so the shards of a group touching a few partitions of a
+//! wide id space cost what they hold, and iteration is in shard order (the rows inside a shard
+//! in hash order, as the single map before them).
+//!
+//! Why shelves (session 34, issue 12): the shards sit in shared shelves of up to 64, keyed by
+//! `shard / SHELF` in a B-tree, and a checkpoint takes one handle per shelf (70 at a million
+//! cursors) instead of one per shard (4 465): each handle is an atomic on its own cold cache
+//! line, and with the shards' byte counts walked twice more, taking a million cursors cost
+//! about 1.6 ms of the pause under the lock (p50, in-process, docs/benchmarks.md). The first
+//! write to a shelf a checkpoint holds copies its handles (64 shards, a count each, timed as
+//! `cursor_shelves`), after which its shards are shared as before and go to their overlays.
+//! What the shards hold is kept as a running sum, changed by each write by what the written
+//! shard's charge changed, so neither the snapshot nor the memory account walks the shards.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -64,6 +74,14 @@ const OVER_MAX: usize = 2;
 /// well under a millisecond by reckoning (not measured); a million cursors (4 465 shards) are
 /// folded in 35 cycles, 3.5 s of 100 ms ticks if idle.
 pub const CURSOR_FOLDS_PER_CYCLE: usize = 128;
+
+/// Shards a shelf holds: 64 shard handles (16 B and an 8 B key each, 1.5 KB) is what the first
+/// write to a shelf a checkpoint holds copies, against one handle per 14 336 partitions taken.
+#[cfg(not(test))]
+const SHELF: u64 = 64;
+/// Two under test, so the property tests' few shards cross shelves.
+#[cfg(test)]
+const SHELF: u64 = 2;
 
 type Rows = HashMap<u64, Arc<CursorRow>>;
 
@@ -146,12 +164,83 @@ impl Shard {
     fn held_bytes(&self) -> usize {
         shard_bytes(&self.base).saturating_add(self.over.as_deref().map_or(0, overlay_bytes))
     }
+
+    /// What the shard adds to its map's running sums.
+    fn charge(&self) -> Charge {
+        Charge {
+            held: self.held_bytes(),
+            largest: largest_overlay_bytes(self.base.len(), OVER_MAX),
+        }
+    }
+}
+
+/// Up to `SHELF` shards by key, in key order; shared with the checkpoints that took it.
+#[derive(Clone, Default)]
+struct Shelf {
+    shards: Vec<(u64, Shard)>,
+}
+
+impl Shelf {
+    fn get(&self, key: u64) -> Option<&Shard> {
+        let i = self.shards.binary_search_by_key(&key, |(k, _)| *k).ok()?;
+        self.shards.get(i).map(|(_, s)| s)
+    }
+
+    fn get_mut(&mut self, key: u64) -> Option<&mut Shard> {
+        let i = self.shards.binary_search_by_key(&key, |(k, _)| *k).ok()?;
+        self.shards.get_mut(i).map(|(_, s)| s)
+    }
+
+    /// The shard `key`, made empty if new (and then true).
+    fn entry(&mut self, key: u64) -> (&mut Shard, bool) {
+        match self.shards.binary_search_by_key(&key, |(k, _)| *k) {
+            Ok(i) => (&mut self.shards[i].1, false),
+            Err(i) => {
+                self.shards.insert(i, (key, Shard::default()));
+                (&mut self.shards[i].1, true)
+            }
+        }
+    }
+
+    fn shards(&self) -> impl Iterator<Item = &Shard> {
+        self.shards.iter().map(|(_, s)| s)
+    }
+
+    /// Its `Arc` and counts, `Vec` and B-tree entry (about 104 B) and its list by capacity.
+    fn bytes(&self) -> usize {
+        self.shards
+            .capacity()
+            .saturating_mul(std::mem::size_of::<(u64, Shard)>())
+            .saturating_add(104)
+    }
+}
+
+/// A shard's share of its map's running sums: what it holds, and the largest overlay a
+/// checkpoint taking it may make the engine build (`largest_overlay_bytes`).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+struct Charge {
+    held: usize,
+    largest: usize,
+}
+
+impl Charge {
+    /// The sums with `was` taken out and `now` put in.
+    fn swap(&mut self, was: Charge, now: Charge) {
+        self.held = self.held.saturating_sub(was.held).saturating_add(now.held);
+        self.largest = self
+            .largest
+            .saturating_sub(was.largest)
+            .saturating_add(now.largest);
+    }
 }
 
 #[derive(Default)]
 pub struct CursorMap {
-    shards: BTreeMap<u64, Shard>,
+    shelves: BTreeMap<u64, Arc<Shelf>>,
     len: usize,
+    /// The sums of every shard's `Charge` and of the shelves' bytes (in `held`), kept as each
+    /// write changes them.
+    charged: Charge,
     /// The keys of the shards that got an overlay, for `fold_owned`: a shard no one writes
     /// again would otherwise keep its overlay and the stale base rows it shadows (about 7 KB a
     /// full shard, 260 B a one-row shard) for good (review s30 M1). At most one a shard.
@@ -160,7 +249,7 @@ pub struct CursorMap {
 
 /// A group's cursors at one moment, detached from the group (shared shards).
 pub struct CursorsSnapshot {
-    shards: Vec<Shard>,
+    shelves: Vec<Arc<Shelf>>,
     len: usize,
     held_bytes: usize,
 }
@@ -175,7 +264,10 @@ impl CursorsSnapshot {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&u64, &CursorRow)> {
-        self.shards.iter().flat_map(Shard::rows)
+        self.shelves
+            .iter()
+            .flat_map(|s| s.shards())
+            .flat_map(Shard::rows)
     }
 
     /// What the shared shards held when taken, by capacity, and an overlay each at its
@@ -196,7 +288,11 @@ impl CursorMap {
     }
 
     pub fn get(&self, pid: &u64) -> Option<&CursorRow> {
-        self.shards.get(&(pid / SHARD))?.get(pid).map(|r| &**r)
+        self.shard(pid / SHARD)?.get(pid).map(|r| &**r)
+    }
+
+    fn shard(&self, key: u64) -> Option<&Shard> {
+        self.shelves.get(&(key / SHELF))?.get(key)
     }
 
     pub fn contains_key(&self, pid: &u64) -> bool {
@@ -208,25 +304,42 @@ impl CursorMap {
     pub fn get_mut(&mut self, pid: &u64) -> Option<&mut CursorRow> {
         let now = *self.get(pid)?;
         let key = pid / SHARD;
-        let shard = self.shards.get_mut(&key)?;
+        let shard = writable_shelf(self.shelves.get_mut(&(key / SHELF))?, &mut self.charged)
+            .get_mut(key)?;
+        let was = shard.charge();
         if Arc::strong_count(&shard.base) > 1 {
             self.overlaid.insert(key);
         }
-        let rows = shard.writable(*pid);
-        let row = rows.entry(*pid).or_insert_with(|| {
+        shard.writable(*pid).entry(*pid).or_insert_with(|| {
             let started = cow_clock::start();
             let copy = Arc::new(now);
             cow_clock::record(cow_clock::Block::CursorRows, started);
             copy
         });
-        Some(writable_row(row))
+        self.charged.swap(was, shard.charge());
+        // The same table again: the first call left it the engine's with the row in it.
+        Some(writable_row(shard.writable(*pid).get_mut(pid)?))
     }
 
     /// Stores `row`, returning the row it replaced. A row a checkpoint still shares is
     /// replaced by a new `Arc`, not copied first (nothing of it is kept).
     pub fn insert(&mut self, pid: u64, row: CursorRow) -> Option<CursorRow> {
         let key = pid / SHARD;
-        let shard = self.shards.entry(key).or_default();
+        let fresh = !self.shelves.contains_key(&(key / SHELF));
+        let shelf = writable_shelf(
+            self.shelves.entry(key / SHELF).or_default(),
+            &mut self.charged,
+        );
+        let shelf_was = if fresh { 0 } else { shelf.bytes() };
+        let (shard, new) = shelf.entry(key);
+        let was = if new {
+            Charge {
+                held: shelf_was,
+                largest: 0,
+            }
+        } else {
+            shard.charge()
+        };
         if Arc::strong_count(&shard.base) > 1 {
             self.overlaid.insert(key);
         }
@@ -251,6 +364,11 @@ impl CursorMap {
                 rows.insert(pid, Arc::new(row));
             }
         }
+        let mut now = shard.charge();
+        if new {
+            now.held = now.held.saturating_add(shelf.bytes());
+        }
+        self.charged.swap(was, now);
         if old.is_none() {
             self.len += 1;
         }
@@ -258,7 +376,10 @@ impl CursorMap {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&u64, &CursorRow)> {
-        self.shards.values().flat_map(Shard::rows)
+        self.shelves
+            .values()
+            .flat_map(|s| s.shards())
+            .flat_map(Shard::rows)
     }
 
     pub fn values(&self) -> impl Iterator<Item = &CursorRow> {
@@ -266,13 +387,28 @@ impl CursorMap {
     }
 
     /// What the cursors hold in memory: each shard's tables by capacity, its `Arc` and its
-    /// B-tree entry, and each cursor's `Arc`.
+    /// entry, each shelf's, and each cursor's `Arc`; in O(1), from the running sum.
     pub fn held_bytes(&self) -> usize {
-        self.shards
-            .values()
-            .map(Shard::held_bytes)
-            .fold(0usize, usize::saturating_add)
-            .saturating_add(self.overlaid.bytes())
+        self.charged.held.saturating_add(self.overlaid.bytes())
+    }
+
+    /// The running sums recomputed from every shard: what they must equal.
+    #[cfg(test)]
+    fn charged_by_walk(&self) -> Charge {
+        let mut sum = Charge::default();
+        for shelf in self.shelves.values() {
+            sum.swap(
+                Charge::default(),
+                Charge {
+                    held: shelf.bytes(),
+                    largest: 0,
+                },
+            );
+            for shard in shelf.shards() {
+                sum.swap(Charge::default(), shard.charge());
+            }
+        }
+        sum
     }
 
     /// Whether some shard may still hold an overlay to fold.
@@ -286,26 +422,49 @@ impl CursorMap {
     /// Each call starts where the last stopped and wraps, as `PartitionTable::fold_owned`
     /// (review s31 ckpt M1).
     pub fn fold_owned(&mut self, max: usize) -> usize {
-        let shards = &mut self.shards;
+        let (shelves, charged) = (&mut self.shelves, &mut self.charged);
         self.overlaid.fold(max, |key| {
-            shards.get_mut(&key).is_none_or(Shard::fold_if_owned)
+            let Some(shelf) = shelves.get_mut(&(key / SHELF)) else {
+                return true;
+            };
+            // A shelf a checkpoint holds holds its shards' bases too: not folded yet, and
+            // not copied for it.
+            let Some(shard) = Arc::get_mut(shelf).and_then(|s| s.get_mut(key)) else {
+                return Arc::strong_count(shelf) == 1;
+            };
+            let was = shard.charge();
+            let folded = shard.fold_if_owned();
+            charged.swap(was, shard.charge());
+            folded
         })
     }
 
-    /// The cursors as they are now, in O(shards): later writes go to overlays (their rows
-    /// copied), or copy a shard's handles once its overlay is full.
+    /// The cursors as they are now, in O(shelves): a later write copies its shelf's handles
+    /// once, then goes to its shard's overlay (its row copied), or copies the shard's handles
+    /// once that overlay is full.
     pub fn snapshot(&self) -> CursorsSnapshot {
-        let largest_overlays = self
-            .shards
-            .values()
-            .map(|s| largest_overlay_bytes(s.base.len(), OVER_MAX))
-            .fold(0usize, usize::saturating_add);
         CursorsSnapshot {
-            shards: self.shards.values().cloned().collect(),
+            shelves: self.shelves.values().cloned().collect(),
             len: self.len,
-            held_bytes: self.held_bytes().saturating_add(largest_overlays),
+            held_bytes: self.held_bytes().saturating_add(self.charged.largest),
         }
     }
+}
+
+/// The shelf, its handles copied first (and the copy timed) if a checkpoint shares it: its
+/// shards are then shared by both, so a write to one goes to its overlay. The copy's list
+/// is as long as the original's, not as roomy: `charged` follows it.
+fn writable_shelf<'a>(shelf: &'a mut Arc<Shelf>, charged: &mut Charge) -> &'a mut Shelf {
+    if Arc::get_mut(shelf).is_none() {
+        let was = shelf.bytes();
+        let started = cow_clock::start();
+        let copy = Arc::make_mut(shelf);
+        cow_clock::record(cow_clock::Block::CursorShelves, started);
+        let held = |held| Charge { held, largest: 0 };
+        charged.swap(held(was), held(copy.bytes()));
+        return copy;
+    }
+    Arc::make_mut(shelf)
 }
 
 impl std::ops::Index<&u64> for CursorMap {
@@ -511,9 +670,9 @@ mod tests {
             "a shared row written over: a new row in the overlay"
         );
         assert_eq!(m[&2].committed, 2, "the overlay's row is read first");
-        let shard = |m: &CursorMap, s: u64| m.shards[&s].clone();
+        let shard = |m: &CursorMap, s: u64| m.shard(s).unwrap().clone();
         assert!(
-            Arc::ptr_eq(&shard(&m, 0).base, &snap.shards[0].base),
+            Arc::ptr_eq(&shard(&m, 0).base, &snap.shelves[0].shards[0].1.base),
             "the base is still the checkpoint's"
         );
         assert_eq!(shard(&m, 0).over.as_ref().map(|o| o.len()), Some(OVER_MAX));
@@ -525,7 +684,10 @@ mod tests {
         );
         assert!(shard(&m, 0).over.is_none(), "folded into the copy");
         assert!(
-            Arc::ptr_eq(&shard(&m, 0).base[&0], &snap.shards[0].base[&0]),
+            Arc::ptr_eq(
+                &shard(&m, 0).base[&0],
+                &snap.shelves[0].shards[0].1.base[&0]
+            ),
             "the copied base's unwritten row is shared, not copied"
         );
         m.insert(SHARD + 2, row(9));
@@ -544,7 +706,10 @@ mod tests {
         assert!(shard(&m, 1).over.is_some());
         m.get_mut(&(SHARD + 1)).unwrap().committed = 2;
         assert_eq!(copies(), (0, 0), "no copy once no checkpoint holds it");
-        assert!(m.shards[&1].over.is_none(), "the overlay folded in place");
+        assert!(
+            m.shard(1).unwrap().over.is_none(),
+            "the overlay folded in place"
+        );
         assert_eq!(m[&(SHARD + 1)].committed, 2);
         assert_eq!(m[&(SHARD + 2)].committed, 9);
         let mut all: Vec<(u64, u64)> = m.iter().map(|(p, r)| (*p, r.committed)).collect();
@@ -587,7 +752,7 @@ mod tests {
             }
         }
         let cold: Vec<u64> = (BOUND as u64..SHARDS)
-            .filter(|s| m.shards[s].over.is_some())
+            .filter(|s| m.shard(*s).unwrap().over.is_some())
             .collect();
         assert_eq!(cold, Vec::<u64>::new(), "cold shards left with an overlay");
         drop(snap);
@@ -620,11 +785,20 @@ mod tests {
         assert!(m.has_overlays());
         assert_eq!(m.fold_owned(8), 1);
         assert!(!m.has_overlays());
-        assert!(m.shards.values().all(|s| s.over.is_none()), "all folded");
-        assert_eq!(
-            m.held_bytes(),
-            before,
-            "back to what it held before the snapshot"
+        assert!(
+            m.shelves
+                .values()
+                .flat_map(|s| s.shards())
+                .all(|s| s.over.is_none()),
+            "all folded"
+        );
+        // Back to what it held before the snapshot, but the copied shelf's list: as long as
+        // the original, not as roomy.
+        let slack = 4 * std::mem::size_of::<(u64, Shard)>();
+        assert!(
+            m.held_bytes() <= before && before - m.held_bytes() <= slack,
+            "{} against {before}",
+            m.held_bytes()
         );
         assert_eq!(m[&1].failures, 3);
         assert_eq!(m[&2], row(20));
@@ -650,7 +824,10 @@ mod tests {
         m.get_mut(&0).unwrap().attempt = 2;
         m.insert(1, row(7));
         assert_eq!(copies(), (0, 0), "rows it holds: no copy of the base");
-        assert!(Arc::ptr_eq(&m.shards[&0].base, &snap.shards[0].base));
+        assert!(Arc::ptr_eq(
+            &m.shard(0).unwrap().base,
+            &snap.shelves[0].shards[0].1.base
+        ));
         m.get_mut(&(OVER_MAX as u64)).unwrap().attempt = 3;
         assert_eq!(copies(), (1, 1), "a row it does not hold: the base copied");
         assert_eq!(
@@ -700,6 +877,35 @@ mod tests {
         }
         let one = largest_overlay_bytes(1, OVER_MAX);
         assert_eq!(m.snapshot().held_bytes(), m.held_bytes() + 1000 * one);
+    }
+
+    /// Session 34: a snapshot takes one handle per shelf, and the first write to a shelf it
+    /// holds copies the shelf's handles once (a `cursor_shelves` block), whichever of its
+    /// shards the write is for; a shelf no snapshot holds is not copied.
+    #[test]
+    fn a_snapshot_takes_shelves_and_a_first_write_copies_its_shelf_once() {
+        let mut m = CursorMap::default();
+        for pid in 0..4 * SHELF * SHARD {
+            m.insert(pid, row(pid));
+        }
+        let snap = m.snapshot();
+        assert_eq!(snap.shelves.len(), 4, "one handle per shelf");
+        let _ = cow_clock::take();
+        let shelves = || cow_clock::take().by_block[cow_clock::Block::CursorShelves as usize].0;
+        m.get_mut(&0).unwrap().attempt = 1;
+        assert_eq!(shelves(), 1, "the first write copies its shelf");
+        m.get_mut(&SHARD).unwrap().attempt = 1;
+        m.insert(1, row(9));
+        assert_eq!(shelves(), 0, "the shelf is the engine's now");
+        assert!(
+            Arc::ptr_eq(&m.shard(1).unwrap().base, &snap.shelves[0].shards[1].1.base),
+            "the copied shelf shares its shards' bases: the write went to an overlay"
+        );
+        drop(snap);
+        m.get_mut(&(SHELF * SHARD)).unwrap().attempt = 1;
+        assert_eq!(shelves(), 0, "no snapshot holds the next shelf");
+        assert_eq!((m[&0].attempt, m[&1], m[&SHARD].attempt), (1, row(9), 1));
+        assert_eq!(m.charged, m.charged_by_walk());
     }
 
     /// One step of [`the_map_and_its_snapshots_match_a_b_tree`].
@@ -794,6 +1000,7 @@ mod tests {
                 let want: Vec<(u64, CursorRow)> = model.iter().map(|(k, v)| (*k, *v)).collect();
                 prop_assert_eq!(sorted(m.iter()), want);
                 prop_assert_eq!(m.len(), model.len());
+                prop_assert_eq!(m.charged, m.charged_by_walk(), "the running sums");
                 for (snap, at) in &held {
                     prop_assert_eq!(&sorted(snap.iter()), at);
                     prop_assert_eq!(snap.len(), at.len());
