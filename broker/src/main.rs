@@ -60,8 +60,17 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::SUCCESS;
     }
     let cfg = loaded.config.clone();
+    // Before the runtime and the engine allocate: pages faulted in from here on follow it.
+    let huge_pages = queenmq_broker::memory::huge_pages::apply(cfg.transparent_huge_pages);
     queenmq_broker::telemetry::init_logs(&cfg.log, cfg.log_json);
     loaded.log_warnings();
+    match huge_pages {
+        Ok(h) => tracing::info!(outcome = ?h, "transparent huge pages"),
+        Err(e) => tracing::warn!(
+            "cannot turn transparent huge pages off ({e}): the heap may keep 2 MiB pages \
+             resident for a few live blocks"
+        ),
+    }
     let prometheus = match queenmq_broker::telemetry::init_metrics() {
         Ok(p) => p,
         Err(e) => {

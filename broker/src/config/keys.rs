@@ -340,6 +340,12 @@ pub(crate) const KEYS: &[KeySpec] = &[
         },
     },
     KeySpec {
+        name: "transparent_huge_pages",
+        env: "QUEEN_TRANSPARENT_HUGE_PAGES",
+        flag: None,
+        kind: Kind::Bool,
+    },
+    KeySpec {
         name: "log_json",
         env: "QUEEN_LOG_JSON",
         flag: None,

@@ -109,6 +109,9 @@ pub struct Config {
     pub max_tenants: u64,
     /// Log lines as JSON objects instead of human text.
     pub log_json: bool,
+    /// Whether the heap may use transparent huge pages (memory/huge_pages.rs): off by
+    /// default, since a 2 MiB page stays resident whole while one small block lives in it.
+    pub transparent_huge_pages: bool,
     /// `tracing` filter directives, e.g. `info` or `info,queenmq_raft=debug`.
     pub log: String,
     /// Start even when recovery finds acknowledged data damaged or missing, dropping it (and
@@ -278,6 +281,7 @@ impl Default for Config {
             metrics_history_samples: 8_640,
             max_tenants: 64,
             log_json: false,
+            transparent_huge_pages: false,
             log: "info".to_owned(),
             accept_data_loss: false,
             memory_limit_bytes: 0,
@@ -607,6 +611,7 @@ impl Config {
                 None,
             ),
             "log_json" => (Some(self.log_json.to_string()), None),
+            "transparent_huge_pages" => (Some(self.transparent_huge_pages.to_string()), None),
             "jwt_audience" => (self.jwt_audience.as_deref().map(toml_string), None),
             "cluster_token" => (
                 self.cluster_token.as_ref().map(|_| toml_string("<set>")),

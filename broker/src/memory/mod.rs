@@ -7,6 +7,7 @@ pub mod budget;
 pub mod cgroup;
 pub mod door;
 mod give_back;
+pub mod huge_pages;
 pub mod pools;
 pub mod size;
 

@@ -12,6 +12,7 @@ mod fold_ring;
 mod forget;
 pub mod frame;
 mod group_start;
+mod hash_slots;
 pub mod kafka_groups;
 pub mod kafka_producers;
 pub mod kafka_txns;
