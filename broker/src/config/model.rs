@@ -281,7 +281,7 @@ impl Default for Config {
             metrics_history_samples: 8_640,
             max_tenants: 64,
             log_json: false,
-            transparent_huge_pages: false,
+            transparent_huge_pages: true,
             log: "info".to_owned(),
             accept_data_loss: false,
             memory_limit_bytes: 0,
