@@ -15,7 +15,7 @@ use crate::entry::Effect;
 use crate::state::config::{QueueConfig, IMPLICIT_LEASE_SECONDS};
 use crate::state::frame::{write_frame_ref, FrameRef};
 use crate::state::model::secs_us;
-use crate::state::State;
+use crate::state::{FindError, State};
 
 struct PendingAppend {
     pid: u64,
@@ -353,7 +353,14 @@ impl Planner<'_> {
         };
         let hit = hot.is_some_and(&mut check);
         let lookup = match spill {
-            Some(s) if !hit => s.find(pid, hash, now, window_us, &mut check),
+            Some(s) if !hit => s.find(
+                pid,
+                hash,
+                now,
+                window_us,
+                &mut self.cycle.dedup_by_time_left,
+                &mut check,
+            ),
             _ => Ok(None),
         };
         // Fail closed: a frame or an id file that cannot be read might be this very message,
@@ -363,6 +370,12 @@ impl Planner<'_> {
             return Err(QueenError::unavailable(format!(
                 "could not check transactionId {txn} against the stored message it may repeat \
                  ({e}); nothing was written, retry the push"
+            )));
+        }
+        if let Err(e @ FindError::OverBudget { .. }) = lookup {
+            return Err(QueenError::unavailable(format!(
+                "could not check transactionId {txn} against the id files in this cycle ({e}); \
+                 nothing was written, retry the push"
             )));
         }
         if let Err(e) = lookup {
