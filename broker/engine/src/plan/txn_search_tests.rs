@@ -142,6 +142,30 @@ fn a_cycle_stops_searching_by_time_at_its_budget_and_refuses_retryably() {
     assert_eq!(next(&fx, week), before + 1);
 }
 
+#[test]
+fn a_push_without_a_transaction_id_searches_nothing_by_time() {
+    // Review s34 d H1 (a): an item without a transactionId gets a freshly minted id, which
+    // no earlier message can hold; its lookup searched the whole window by time and spent
+    // the cycle's budget, so a batch of plain pushes to a long-window queue was refused at
+    // every retry.
+    let (mut fx, finds, week, _) = spilled(2_000);
+    let before = next(&fx, week);
+    let plain = |n: &str| {
+        let mut i = item("week", "p", n);
+        i.transaction_id = None;
+        i
+    };
+    let items = [plain("a"), plain("b"), plain("c")];
+    assert!(fx.planner().plan_push(&items, None).is_ok());
+    assert_eq!(
+        finds.load(Ordering::Relaxed),
+        0,
+        "no search for a minted id"
+    );
+    fx.commit();
+    assert_eq!(next(&fx, week), before + 3);
+}
+
 fn next(fx: &Fixture, pid: u64) -> u64 {
     fx.st.partitions.get(&pid).map_or(0, |p| p.next_offset)
 }
