@@ -263,13 +263,22 @@ impl DiskIdStore {
         }
     }
 
-    /// The open file of (bucket, source), opening it when it is not. It is kept while the
-    /// store's bound and the node's budget allow, else in place of this store's least
-    /// recently used file, else closed once the caller drops it.
-    fn opened(&self, bucket: u64, source: IdSource) -> Result<Arc<OpenFile>, StorageError> {
+    /// The open file of (bucket, source), opening it when it is not. With `cache`, it is
+    /// kept while the store's bound and the node's budget allow, else in place of this
+    /// store's least recently used file; else (or without `cache`) closed once the caller
+    /// drops it. Without `cache` a cached file is used but not made more recent: a scan by
+    /// time does not push the files the filters name out of the cache (review s33 H1).
+    fn opened(
+        &self,
+        bucket: u64,
+        source: IdSource,
+        cache: bool,
+    ) -> Result<Arc<OpenFile>, StorageError> {
         let now = self.uses.fetch_add(1, Ordering::Relaxed);
         if let Some(f) = self.open_files().get(&(bucket, source)) {
-            f.used_at.store(now, Ordering::Relaxed);
+            if cache {
+                f.used_at.store(now, Ordering::Relaxed);
+            }
             return Ok(f.clone());
         }
         let reader = self.open_reader(bucket, source)?;
@@ -280,6 +289,9 @@ impl DiskIdStore {
             reader,
             used_at: AtomicU64::new(now),
         });
+        if !cache {
+            return Ok(f);
+        }
         let mut open = self.open_files();
         if let Some(other) = open.get(&(bucket, source)) {
             // Another lookup opened it meanwhile.
@@ -358,6 +370,36 @@ impl DiskIdStore {
             );
         }
         Ok(())
+    }
+
+    /// `IdStore::find`, the files it opens kept in the cache or not (`opened`).
+    fn search(
+        &self,
+        bucket: u64,
+        key: u64,
+        accept: &mut dyn FnMut(u64) -> bool,
+        cache: bool,
+    ) -> Result<Option<u64>, String> {
+        let _names = self.names.read().unwrap_or_else(PoisonError::into_inner);
+        for s in self.sources(bucket).into_iter().rev() {
+            let found = self.opened(bucket, s, cache).and_then(|f| {
+                let mut fences = f.fences.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut reads = 0;
+                let r = f
+                    .reader
+                    .find_fenced(key, &mut fences, &mut reads, &mut *accept);
+                self.block_reads.fetch_add(reads, Ordering::Relaxed);
+                metrics::counter!("queen_dedup_id_file_reads_total").increment(reads);
+                r
+            });
+            match found {
+                Ok(Some(off)) => return Ok(Some(off)),
+                Ok(None) => {}
+                Err(e @ StorageError::CorruptIdFile { .. }) => self.drop_damaged(bucket, s, &e),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(None)
     }
 
     /// Rereads the bucket's files from the directory (after a merge changed them).
@@ -447,26 +489,16 @@ impl IdStore for DiskIdStore {
         key: u64,
         accept: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<u64>, String> {
-        let _names = self.names.read().unwrap_or_else(PoisonError::into_inner);
-        for s in self.sources(bucket).into_iter().rev() {
-            let found = self.opened(bucket, s).and_then(|f| {
-                let mut fences = f.fences.lock().unwrap_or_else(PoisonError::into_inner);
-                let mut reads = 0;
-                let r = f
-                    .reader
-                    .find_fenced(key, &mut fences, &mut reads, &mut *accept);
-                self.block_reads.fetch_add(reads, Ordering::Relaxed);
-                metrics::counter!("queen_dedup_id_file_reads_total").increment(reads);
-                r
-            });
-            match found {
-                Ok(Some(off)) => return Ok(Some(off)),
-                Ok(None) => {}
-                Err(e @ StorageError::CorruptIdFile { .. }) => self.drop_damaged(bucket, s, &e),
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        Ok(None)
+        self.search(bucket, key, accept, true)
+    }
+
+    fn find_uncached(
+        &self,
+        bucket: u64,
+        key: u64,
+        accept: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<Option<u64>, String> {
+        self.search(bucket, key, accept, false)
     }
 
     fn merge(&self, bucket: u64) {
@@ -613,3 +645,7 @@ mod unreadable_tests;
 #[cfg(test)]
 #[path = "id_store_snapshot_tests.rs"]
 mod snapshot_tests;
+
+#[cfg(test)]
+#[path = "id_store_scan_tests.rs"]
+mod scan_tests;

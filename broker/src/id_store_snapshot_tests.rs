@@ -47,7 +47,7 @@ fn log_at(dir: &Path, from: u64, to: u64, term: u64) -> SegmentLog {
 /// Is id `h` of partition 1 (offset `h`) seen by a spill opened on `dir`?
 fn seen(dir: &Path, h: u64) -> bool {
     spill_at(dir)
-        .find(1, h, NOW, KEEP, &mut |off| off == h)
+        .find(1, h, NOW, KEEP, &mut { usize::MAX }, &mut |off| off == h)
         .expect("no I/O error")
         .is_some()
 }

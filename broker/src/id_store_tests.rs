@@ -32,7 +32,9 @@ pub(super) fn fill(spill: &mut TxnSpill, n: u64) -> TxnIds {
 
 pub(super) fn find(spill: &TxnSpill, h: u64) -> Option<u64> {
     spill
-        .find(1, h, 300 * SEC, KEEP, &mut |off| off == h)
+        .find(1, h, 300 * SEC, KEEP, &mut { usize::MAX }, &mut |off| {
+            off == h
+        })
         .expect("no I/O error")
 }
 
@@ -215,7 +217,7 @@ fn a_start_installs_the_saved_filters_and_a_damaged_one_is_rebuilt_from_the_ids(
             let t = 10 * SEC + (h / 5) as i64 * SEC;
             if ids.get(1, h).is_none() && queenmq_engine::state::bucket_of(t) > horizon_bucket {
                 let got = again
-                    .find(1, h, now, KEEP, &mut |o| o == h)
+                    .find(1, h, now, KEEP, &mut { usize::MAX }, &mut |o| o == h)
                     .expect("no I/O error");
                 assert_eq!(got, Some(h), "id {h}");
                 n += 1;

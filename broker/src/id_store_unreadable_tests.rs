@@ -166,7 +166,14 @@ fn a_file_that_cannot_be_moved_aside_still_fails_closed() {
     let again = TxnSpill::open(Box::new(store), 16, filter(), KEEP, 300 * SEC);
     assert!(victim.exists());
     assert!(again
-        .find(1, 1_000_000, 300 * SEC, KEEP, &mut |_| false)
+        .find(
+            1,
+            1_000_000,
+            300 * SEC,
+            KEEP,
+            &mut { usize::MAX },
+            &mut |_| false
+        )
         .is_err());
 }
 

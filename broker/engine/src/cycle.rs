@@ -39,6 +39,9 @@ pub struct Cycle {
     /// commit (`apply::Committed::apply`), and the cap and the first-wins rule count them
     /// now. At most `max_tenants` names.
     pub declared: Vec<(String, Vec<u64>)>,
+    /// Id-file searches by time (past the filters' hour) the cycle's dedup lookups may still
+    /// make (`BY_TIME_SEARCHES_PER_CYCLE`, review s33 H1): they run under the group's lock.
+    pub dedup_by_time_left: usize,
 }
 
 impl Cycle {
@@ -57,6 +60,7 @@ impl Cycle {
             has_admin_reads: false,
             named_fetch_served: false,
             declared: Vec::new(),
+            dedup_by_time_left: crate::state::BY_TIME_SEARCHES_PER_CYCLE,
         }
     }
 

@@ -255,6 +255,8 @@ pub async fn supervise(
         "queen_dedup_id_files_damaged_total",
         "queen_dedup_filter_lookups_total",
         "queen_dedup_filter_maybes_total",
+        "queen_dedup_by_time_bucket_searches_total",
+        "queen_dedup_by_time_refusals_total",
         "queen_dedup_id_file_opens_total",
         "queen_dedup_id_file_reads_total",
         "queen_dedup_id_file_descriptors_exhausted_total",

@@ -96,9 +96,10 @@ impl Planner<'_> {
         };
         let scan = row.lease.map(|l| (row.committed, l.end));
         let in_bundle = pushed.and_then(|m| m.get(&(pid, item.transaction_id.clone())));
-        let resolved = in_bundle
-            .copied()
-            .or_else(|| self.resolve_txn(pid, &item.transaction_id, scan));
+        let resolved = match in_bundle.copied() {
+            Some(off) => Some(off),
+            None => self.resolve_txn(pid, &item.transaction_id, scan)?,
+        };
         let Some(offset) = resolved else {
             // A message retention removed (maxWaitTimeSeconds takes leased ones too) is gone
             // with its lease: under a lease that is no longer live the answer is the expired

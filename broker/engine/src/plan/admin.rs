@@ -75,7 +75,7 @@ impl Planner<'_> {
         let Some(pid) = self.partition_id(&req.partition_id) else {
             return Ok(TraceOutcome::MessageNotFound);
         };
-        if self.resolve_txn(pid, &req.transaction_id, None).is_none() {
+        if self.resolve_txn(pid, &req.transaction_id, None)?.is_none() {
             return Ok(TraceOutcome::MessageNotFound);
         }
         let data = String::from_utf8_lossy(&req.data).into_owned();

@@ -64,11 +64,11 @@ impl Planner<'_> {
         // The id index answers for a message inside its memory; past it, each dead-lettered
         // offset of the partition is read and compared (the rows are capped per queue).
         let mut found = self
-            .resolve_txn(pid, txn, None)
+            .resolve_txn(pid, txn, None)?
             .filter(|o| offsets.binary_search(o).is_ok());
         if found.is_none() {
             for off in offsets {
-                if self.resolve_txn(pid, txn, Some((off, off + 1))) == Some(off) {
+                if self.resolve_txn(pid, txn, Some((off, off + 1)))? == Some(off) {
                     found = Some(off);
                     break;
                 }

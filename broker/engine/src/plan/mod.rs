@@ -72,6 +72,8 @@ mod timers;
 mod timers_tests;
 mod txn;
 mod txn_kv;
+#[cfg(test)]
+mod txn_search_tests;
 mod txn_timers;
 #[cfg(test)]
 mod unit_tests;
@@ -85,7 +87,8 @@ use crate::entry::Effect;
 use crate::log::ReplicatedLog;
 use crate::reader::MessageReader;
 use crate::seal::PayloadSeal;
-use crate::state::State;
+use crate::state::model::secs_us;
+use crate::state::{FindError, State, FILTER_WINDOW_MAX_US};
 
 pub use compaction::{Compacted, CompactionBudget, Memo, Segment, TooLive};
 pub use kafka_txns::entry_bound as kafka_txn_entry_bound;
@@ -168,10 +171,19 @@ impl Planner<'_> {
         self.st.partitions.contains_key(&pid).then_some(pid)
     }
 
-    /// Offset of `txn` in partition `pid`, verified against the stored frame.
-    pub fn resolve_txn(&mut self, pid: u64, txn: &str, scan: Option<(u64, u64)>) -> Option<u64> {
+    /// Offset of `txn` in partition `pid`, verified against the stored frame. Refused
+    /// (retryably) only when the cycle's by-time searches of the id files ran out before the
+    /// partition's window was searched and the caller's range did not hold it either.
+    pub fn resolve_txn(
+        &mut self,
+        pid: u64,
+        txn: &str,
+        scan: Option<(u64, u64)>,
+    ) -> Result<Option<u64>, QueenError> {
         let hash = xxhash_rust::xxh3::xxh3_64(txn.as_bytes());
-        let p = self.st.partitions.get(&pid)?;
+        let Some(p) = self.st.partitions.get(&pid) else {
+            return Ok(None);
+        };
         let candidate = self.st.txn_ids.get(pid, hash);
         let (pending, cache, log) = (self.cycle.entry.bytes(), &mut *self.cache, self.log);
         let mut reader = MessageReader {
@@ -182,22 +194,43 @@ impl Planner<'_> {
         };
         if let Some(off) = candidate {
             if reader.txn_is(p, off, txn) {
-                return Some(off);
+                return Ok(Some(off));
             }
         }
-        // Older than the hot table: the id files (state/txn_spill.rs). An id file that cannot
-        // be read only sends the ack on to the scan below.
+        // Older than the hot table: the id files (state/txn_spill.rs), over the partition's
+        // own queue window (review s33 H2: the group's longest made an unknown id acked on a
+        // 1 h queue search a 7-day queue's buckets). A queue without a dedup window still has
+        // its ids remembered (for acks by transactionId) as far as the filters cover. An id
+        // file that cannot be read only sends the ack on to the scan below.
+        let mut refused = None;
         if let Some(spill) = self.st.txn_spill.as_deref() {
-            let (now, keep) = (self.cycle.now_us, self.st.txn_keep_us());
+            let now = self.cycle.now_us;
+            let window = self
+                .st
+                .queues
+                .get(&p.queue)
+                .map(|q| secs_us(q.config.dedup_window_seconds))
+                .filter(|w| *w > 0)
+                .unwrap_or_else(|| self.st.txn_keep_us().min(FILTER_WINDOW_MAX_US));
+            let left = &mut self.cycle.dedup_by_time_left;
             let mut check = |off: u64| reader.txn_is(p, off, txn);
-            if let Ok(Some(off)) = spill.find(pid, hash, now, keep, &mut check) {
-                return Some(off);
+            match spill.find(pid, hash, now, window, left, &mut check) {
+                Ok(Some(off)) => return Ok(Some(off)),
+                Ok(None) | Err(FindError::Unreadable(_)) => {}
+                Err(e @ FindError::OverBudget { .. }) => refused = Some(e),
             }
         }
         // Not in the id index (older than its memory, or a hash collision): look through the
         // range the caller holds.
-        let (from, to) = scan?;
-        reader.find_txn(p, from, to.min(from + 10_000), txn)
+        let found =
+            scan.and_then(|(from, to)| reader.find_txn(p, from, to.min(from + 10_000), txn));
+        match (found, refused) {
+            (None, Some(e)) => Err(QueenError::unavailable(format!(
+                "could not resolve transactionId {txn} in partition {pid} in this cycle ({e}); \
+                 nothing was changed, retry"
+            ))),
+            (found, _) => Ok(found),
+        }
     }
 }
 

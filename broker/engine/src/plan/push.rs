@@ -15,7 +15,7 @@ use crate::entry::Effect;
 use crate::state::config::{QueueConfig, IMPLICIT_LEASE_SECONDS};
 use crate::state::frame::{write_frame_ref, FrameRef};
 use crate::state::model::secs_us;
-use crate::state::State;
+use crate::state::{FindError, State};
 
 struct PendingAppend {
     pid: u64,
@@ -183,13 +183,19 @@ impl Planner<'_> {
                 .and_then(|ids| ids.get(i).copied())
                 .unwrap_or_else(|| super::ids::message_id(self.now()));
             let id_text = id.to_string();
-            let txn = item
-                .transaction_id
-                .clone()
-                .filter(|t| !t.is_empty())
-                .unwrap_or_else(|| id_text.clone());
+            let given = item.transaction_id.clone().filter(|t| !t.is_empty());
+            // An id minted here is new by construction: looking it up could only cost the
+            // search (review s34 d H1 (a): by time past the hour, a batch's whole budget).
+            // Ids handed in (`ids_given`: a timer's promised ids) can repeat after a crash.
+            let minted = given.is_none() && ids_given.is_none();
+            let txn = given.unwrap_or_else(|| id_text.clone());
             let hash = xxhash_rust::xxh3::xxh3_64(txn.as_bytes());
-            if let Some(dup) = self.find_duplicate(pid, &txn, hash, &pending[slot], &results)? {
+            let dup = if minted {
+                None
+            } else {
+                self.find_duplicate(pid, &txn, hash, &pending[slot], &results)?
+            };
+            if let Some(dup) = dup {
                 results.push(PushResult {
                     message_id: dup.1,
                     transaction_id: txn,
@@ -353,7 +359,14 @@ impl Planner<'_> {
         };
         let hit = hot.is_some_and(&mut check);
         let lookup = match spill {
-            Some(s) if !hit => s.find(pid, hash, now, window_us, &mut check),
+            Some(s) if !hit => s.find(
+                pid,
+                hash,
+                now,
+                window_us,
+                &mut self.cycle.dedup_by_time_left,
+                &mut check,
+            ),
             _ => Ok(None),
         };
         // Fail closed: a frame or an id file that cannot be read might be this very message,
@@ -363,6 +376,12 @@ impl Planner<'_> {
             return Err(QueenError::unavailable(format!(
                 "could not check transactionId {txn} against the stored message it may repeat \
                  ({e}); nothing was written, retry the push"
+            )));
+        }
+        if let Err(e @ FindError::OverBudget { .. }) = lookup {
+            return Err(QueenError::unavailable(format!(
+                "could not check transactionId {txn} against the id files in this cycle ({e}); \
+                 nothing was written, retry the push"
             )));
         }
         if let Err(e) = lookup {

@@ -7,7 +7,8 @@ use queenmq_protocol::{
 
 use super::committed_of;
 use crate::reader::MessageReader;
-use crate::state::State;
+use crate::state::model::secs_us;
+use crate::state::{FindError, State, BY_TIME_SEARCHES_PER_CYCLE, FILTER_WINDOW_MAX_US};
 
 pub fn one(
     st: &State,
@@ -25,16 +26,21 @@ pub fn one(
         Some(off) => rd.read_one(p, off).map_err(|e| internal(e.to_string()))?,
         None => None,
     };
-    // Older than the hot table: the id files (state/txn_spill.rs), over the whole remembered
-    // window.
+    // Older than the hot table: the id files (state/txn_spill.rs), over the queue's window
+    // (as `resolve_txn`, review s33 H2), with a cycle's budget of searches by time.
     if let Some(spill) = st.txn_spill.as_deref().filter(|_| msg.is_none()) {
         let mut failed = None;
+        let window = Some(secs_us(q.config.dedup_window_seconds))
+            .filter(|w| *w > 0)
+            .unwrap_or_else(|| st.txn_keep_us().min(FILTER_WINDOW_MAX_US));
+        let mut left = BY_TIME_SEARCHES_PER_CYCLE;
         spill
             .find(
                 pid,
                 hash,
                 st.last_now_us,
-                st.txn_keep_us(),
+                window,
+                &mut left,
                 &mut |off| match rd.read_one(p, off) {
                     Ok(Some(m)) if m.txn == txn => {
                         msg = Some(m);
@@ -47,7 +53,12 @@ pub fn one(
                     }
                 },
             )
-            .map_err(internal)?;
+            .map_err(|e| match e {
+                FindError::Unreadable(e) => internal(e),
+                e @ FindError::OverBudget { .. } => QueenError::unavailable(format!(
+                    "could not look transactionId {txn} up in the id files ({e}); retry"
+                )),
+            })?;
         if let Some(e) = failed {
             return Err(internal(e));
         }

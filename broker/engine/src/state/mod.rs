@@ -49,7 +49,10 @@ pub use partition_order::PartitionOrder;
 pub use partition_table::{PartitionTable, PartitionsSnapshot, PARTITION_FOLDS_PER_CYCLE};
 pub use txn_filter_files::{FilterFileName, RestoreReport, SavedFilter};
 pub use txn_ids::{TxnIds, TxnRow, TxnSnapshot};
-pub use txn_spill::{bucket_of, id_key, IdStore, TxnSpill, ID_BUCKET_US, MIN_HOT_IDS};
+pub use txn_spill::{
+    bucket_of, id_key, FindError, IdStore, TxnSpill, BY_TIME_SEARCHES_PER_CYCLE,
+    FILTER_WINDOW_MAX_US, ID_BUCKET_US, MIN_HOT_IDS,
+};
 pub use wake_index::WakeIndex;
 
 #[cfg(test)]

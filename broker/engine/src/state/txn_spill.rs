@@ -52,6 +52,15 @@ pub fn filter_window_us(keep_us: i64) -> i64 {
     keep_us.clamp(1, FILTER_WINDOW_MAX_US)
 }
 
+/// Id-file searches by time (past the filters' hour, review s33 H1) that one planner cycle
+/// of a group may spend over all its lookups. Each runs under the group's state lock and
+/// out of the cache: an open, a header read, ~log2(blocks) + 1 block reads and a close,
+/// ~10 syscalls, some 20-50 us on a page-cached disk (reckoned), so 256 hold the lock for
+/// ~5-13 ms per cycle at most, about one fsync of the cycle's entry; and they cover ~4 h
+/// past the hour even when every minute spilled (a bucket with no file costs nothing).
+/// A lookup that needs more is refused retryably, never left holding the lock.
+pub const BY_TIME_SEARCHES_PER_CYCLE: usize = 256;
+
 /// Writer threads that may die in a row (each restarted) before a group stops starting them:
 /// a panic that a retry may not meet again (one bad job) is survived, a store that panics at
 /// every write costs this many threads, not one per spill (review s30 M4).
@@ -93,6 +102,17 @@ pub trait IdStore: Send + Sync {
         key: u64,
         accept: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<u64>, String>;
+    /// `find` without keeping the files it opens in the store's cache (a search by time,
+    /// review s33 H1: one pass over more files than the cache holds must not evict the
+    /// files the filters name). Files already cached are used.
+    fn find_uncached(
+        &self,
+        bucket: u64,
+        key: u64,
+        accept: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<Option<u64>, String> {
+        self.find(bucket, key, accept)
+    }
     /// Merges a bucket's files into one (no more ids will be written to it).
     fn merge(&self, bucket: u64);
     /// Removes the files of every bucket before `bucket` (and the filter files whose last
@@ -911,31 +931,32 @@ impl TxnSpill {
     }
 
     /// The offset of a spilled id of `pid` inside `window_us` before `now_us` that `accept`
-    /// confirms (against the frame), newest bucket first.
+    /// confirms (against the frame), newest bucket first. A bucket older than the filters
+    /// cover costs one unit of `by_time_left` (the caller's cycle budget); with none left and
+    /// such a bucket still to search, the lookup stops with `FindError::OverBudget`.
     pub fn find(
         &self,
         pid: u64,
         hash: u64,
         now_us: i64,
         window_us: i64,
+        by_time_left: &mut usize,
         accept: &mut dyn FnMut(u64) -> bool,
-    ) -> Result<Option<u64>, String> {
+    ) -> Result<Option<u64>, FindError> {
         let key = id_key(pid, hash);
         let horizon = now_us.saturating_sub(window_us);
         let lo = bucket_of(horizon);
-        let mut search: Vec<(u64, u64)> = Vec::new();
+        // Buckets the filters name or cannot vouch for: searched through the group's cache.
+        let mut named: Vec<(u64, u64)> = Vec::new();
         if self.ring_lost_through_us >= horizon {
-            search.push((lo, bucket_of(self.ring_lost_through_us.min(now_us))));
+            named.push((lo, bucket_of(self.ring_lost_through_us.min(now_us))));
         }
         // Older than the filters cover (review s27 B3): the id's bucket is unknown, so every
         // bucket from the queue's horizon to the filters' edge is searched, newest first (its
         // own edge bucket included: a generation whose newest id is just before the edge may
-        // have expired). One file search per such bucket: the price of a window past
-        // `FILTER_WINDOW_MAX_US`, paid by that queue's pushes only.
+        // have expired). Only a lookup whose own window passes the hour pays it.
         let edge = now_us.saturating_sub(FILTER_WINDOW_MAX_US);
-        if edge > horizon {
-            search.push((lo, bucket_of(edge)));
-        }
+        let by_time = (edge > horizon).then(|| (lo, bucket_of(edge)));
         if let Some(r) = &self.ring {
             // The tags name the bucket of each generation that may hold the key: a "maybe"
             // costs one bucket's files, not the generation's 5-6 (review s27 B1).
@@ -943,28 +964,76 @@ impl TxnSpill {
             r.lookup_tags(key, now_us, window_us, &mut hits);
             for (_, b) in hits {
                 if b >= lo {
-                    search.push((b, b));
+                    named.push((b, b));
                 }
             }
         }
         metrics::counter!("queen_dedup_filter_lookups_total").increment(1);
-        if search.is_empty() {
+        // Ring hits (and buckets they cannot vouch for) only, review s33 L2: the by-time
+        // searches have their own counter, so this share still shows the filters'
+        // saturation beside a long-window queue.
+        if !named.is_empty() {
+            metrics::counter!("queen_dedup_filter_maybes_total").increment(1);
+        }
+        if named.is_empty() && by_time.is_none() {
             return Ok(None);
         }
-        metrics::counter!("queen_dedup_filter_maybes_total").increment(1);
+        let within = |r: &(u64, u64), b: u64| r.0 <= b && b <= r.1;
         let mut buckets: Vec<u64> = self
             .store
             .buckets()
             .into_iter()
-            .filter(|b| search.iter().any(|(a, z)| a <= b && b <= z))
+            .filter(|b| {
+                named.iter().any(|r| within(r, *b)) || by_time.is_some_and(|r| within(&r, *b))
+            })
             .collect();
         buckets.reverse();
-        for b in buckets {
-            if let Some(off) = self.store.find(b, key, accept)? {
+        for (i, b) in buckets.iter().copied().enumerate() {
+            let found = if named.iter().any(|r| within(r, b)) {
+                self.store.find(b, key, accept)
+            } else {
+                if *by_time_left == 0 {
+                    metrics::counter!("queen_dedup_by_time_refusals_total").increment(1);
+                    return Err(FindError::OverBudget {
+                        unsearched: buckets.len() - i,
+                    });
+                }
+                *by_time_left -= 1;
+                metrics::counter!("queen_dedup_by_time_bucket_searches_total").increment(1);
+                // Out of the group's cache (review s33 H1): a scan newest first over more
+                // files than the cache holds is its worst case, every file evicting the one
+                // the next scan needs, and the hot hour's files with them.
+                self.store.find_uncached(b, key, accept)
+            };
+            if let Some(off) = found.map_err(FindError::Unreadable)? {
                 return Ok(Some(off));
             }
         }
         Ok(None)
+    }
+}
+
+/// Why a lookup in the id files did not answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FindError {
+    /// A file could not be read: the caller cannot tell new from duplicate.
+    Unreadable(String),
+    /// The cycle's by-time searches (`BY_TIME_SEARCHES_PER_CYCLE`) were spent with these
+    /// buckets still to search: retry in a later cycle.
+    OverBudget { unsearched: usize },
+}
+
+impl std::fmt::Display for FindError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FindError::Unreadable(e) => f.write_str(e),
+            FindError::OverBudget { unsearched } => write!(
+                f,
+                "dedup_search_budget: this cycle's {BY_TIME_SEARCHES_PER_CYCLE} searches of id \
+                 files older than an hour are spent, {unsearched} bucket(s) of the queue's \
+                 dedup window still to search"
+            ),
+        }
     }
 }
 

@@ -145,7 +145,9 @@ fn push(ids: &mut TxnIds, spill: &mut TxnSpill, from: u64, n: u64, t0: i64, step
 
 fn found(spill: &TxnSpill, hash: u64, now: i64) -> Option<u64> {
     spill
-        .find(1, hash, now, KEEP, &mut |off| off == hash)
+        .find(1, hash, now, KEEP, &mut { usize::MAX }, &mut |off| {
+            off == hash
+        })
         .unwrap()
 }
 
@@ -174,7 +176,12 @@ fn ids_past_the_hot_table_are_found_in_the_files_and_new_ids_read_nothing() {
         "the filters answer most new ids without a file: {reads} reads for 1000"
     );
     // Another partition's id with the same hash is a different key.
-    assert_eq!(spill.find(2, 3, now, KEEP, &mut |_| true).unwrap(), None);
+    assert_eq!(
+        spill
+            .find(2, 3, now, KEEP, &mut { usize::MAX }, &mut |_| true)
+            .unwrap(),
+        None
+    );
 }
 
 #[test]
@@ -186,7 +193,12 @@ fn a_queue_window_and_the_keep_bound_limit_what_is_found() {
     let now = 200 * 10 * SEC;
     assert_eq!(found(&spill, 5, now), Some(5));
     let mut any = |_| true;
-    assert_eq!(spill.find(1, 5, now, 60 * SEC, &mut any).unwrap(), None);
+    assert_eq!(
+        spill
+            .find(1, 5, now, 60 * SEC, &mut { usize::MAX }, &mut any)
+            .unwrap(),
+        None
+    );
     // Two hours on, the buckets left the window and their files are removed.
     push(&mut ids, &mut spill, 200, 40, now + 2 * KEEP, SEC);
     assert!(store.buckets().iter().all(|b| *b >= bucket_of(now + KEEP)));
@@ -1083,7 +1095,10 @@ fn an_id_older_than_the_filters_cover_is_found_by_time_in_a_long_window() {
     const DAY: i64 = 24 * 3600 * SEC;
     let store = MemStore::default();
     let (spill, now) = spill_for(&store, 64 << 10, DAY, 3 * 3600, 1);
-    let day = |s: &TxnSpill, h: u64, now: i64| s.find(1, h, now, DAY, &mut |o| o == h).unwrap();
+    let day = |s: &TxnSpill, h: u64, now: i64| {
+        s.find(1, h, now, DAY, &mut { usize::MAX }, &mut |o| o == h)
+            .unwrap()
+    };
     // Pushed at 100 s + h s: ids 0..3600 are 2 h or more old.
     for h in (0..3600u64).step_by(97) {
         assert_eq!(day(&spill, h, now), Some(h), "id {h}");

@@ -1,0 +1,198 @@
+//! The dedup lookups' searches of the id files by time (review s33 H1, H2): a lookup searches
+//! its own queue's window, and a cycle's searches past the filters' hour are bounded.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use queenmq_protocol::{ErrorCode, Setting};
+
+use super::fixture::{item, opts, Fixture, SECOND};
+use crate::dedup_filter::FilterConfig;
+use crate::state::{bucket_of, IdStore, TxnSpill, BY_TIME_SEARCHES_PER_CYCLE};
+
+const HOUR: i64 = 3600 * SECOND;
+const WEEK: i64 = 7 * 24 * HOUR;
+
+/// One file of unrelated keys per bucket; counts the bucket searches.
+struct Buckets {
+    files: BTreeMap<u64, Vec<u64>>,
+    finds: Arc<AtomicUsize>,
+}
+
+impl IdStore for Buckets {
+    fn write(&self, _: u64, _: &mut [(u64, u64)]) -> Result<(), String> {
+        Ok(())
+    }
+    fn buckets(&self) -> Vec<u64> {
+        self.files.keys().copied().collect()
+    }
+    fn keys(&self, bucket: u64, each: &mut dyn FnMut(u64)) -> Result<(), String> {
+        self.files
+            .get(&bucket)
+            .into_iter()
+            .flatten()
+            .for_each(|k| each(*k));
+        Ok(())
+    }
+    fn find(&self, _: u64, _: u64, _: &mut dyn FnMut(u64) -> bool) -> Result<Option<u64>, String> {
+        self.finds.fetch_add(1, Ordering::Relaxed);
+        Ok(None)
+    }
+    fn merge(&self, _: u64) {}
+    fn remove_before(&self, _: u64) {}
+}
+
+/// A fixture with a 7-day queue `week` and a 1 h queue `hour` (one partition each), whose
+/// group spilled one file a minute over the `minutes` before the filters' hour.
+fn spilled(minutes: u64) -> (Fixture, Arc<AtomicUsize>, u64, u64) {
+    let mut fx = Fixture::new();
+    fx.configure(
+        "week",
+        opts(|o| o.dedup_window_seconds = Some(Setting::Value(WEEK / SECOND))),
+    );
+    fx.configure(
+        "hour",
+        opts(|o| o.dedup_window_seconds = Some(Setting::Value(3600))),
+    );
+    let week = fx.push("week", "p", 1)[0].partition_id;
+    let hour = fx.push("hour", "p", 1)[0].partition_id;
+    fx.commit();
+    let now = fx.cycle.now_us;
+    let edge = bucket_of(now - HOUR);
+    let files = (0..minutes)
+        .map(|m| (edge - 1 - m, vec![0xdead_0000 + m]))
+        .collect();
+    let finds = Arc::new(AtomicUsize::new(0));
+    let store = Buckets {
+        files,
+        finds: finds.clone(),
+    };
+    let filter = FilterConfig {
+        bytes: 64 << 10,
+        ..FilterConfig::default()
+    };
+    let keep = fx.st.txn_keep_us();
+    assert_eq!(keep, WEEK);
+    fx.st.txn_spill = Some(Box::new(TxnSpill::open(
+        Box::new(store),
+        16,
+        filter,
+        keep,
+        now,
+    )));
+    (fx, finds, week, hour)
+}
+
+#[test]
+fn an_unknown_id_on_an_hour_queue_does_not_search_a_week_queues_buckets() {
+    // Review s33 H2: `resolve_txn` searched with the group's longest window, so an ack (or a
+    // trace, a DLQ action) naming an unknown id on the 1 h queue searched every bucket of
+    // the 7-day queue past the filters' hour.
+    let (mut fx, finds, _, hour) = spilled(120);
+    assert_eq!(
+        fx.planner().resolve_txn(hour, "nobody-sent-this", None),
+        Ok(None)
+    );
+    assert_eq!(
+        finds.load(Ordering::Relaxed),
+        0,
+        "bucket searches for a 1 h queue"
+    );
+}
+
+#[test]
+fn a_cycle_stops_searching_by_time_at_its_budget_and_refuses_retryably() {
+    // Review s33 H1: a new id pushed to a 7-day queue searched every bucket past the hour,
+    // per item, under the group's lock (2 000 here). Now a cycle searches at most
+    // BY_TIME_SEARCHES_PER_CYCLE of them; past it the push is refused (503), nothing written.
+    let (mut fx, finds, week, _) = spilled(2_000);
+    let before = next(&fx, week);
+    let items = [item("week", "p", "new-1"), item("week", "p", "new-2")];
+    let e = fx.planner().plan_push(&items, None).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unavailable);
+    assert!(e.message.contains("dedup_search_budget"), "{}", e.message);
+    assert_eq!(finds.load(Ordering::Relaxed), BY_TIME_SEARCHES_PER_CYCLE);
+    // The same cycle has nothing left: the next lookup by time is refused without a search,
+    // an ack's too; a 1 h queue's push still goes through.
+    let e = fx.planner().plan_push(&items[1..], None).unwrap_err();
+    assert!(e.message.contains("dedup_search_budget"), "{}", e.message);
+    let e = fx.planner().resolve_txn(week, "new-3", None).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unavailable);
+    assert_eq!(finds.load(Ordering::Relaxed), BY_TIME_SEARCHES_PER_CYCLE);
+    assert!(fx
+        .planner()
+        .plan_push(&[item("hour", "p", "new-4")], None)
+        .is_ok());
+    fx.commit();
+    assert_eq!(next(&fx, week), before, "nothing written");
+    // A later cycle has its budget again.
+    fx.advance(SECOND);
+    assert!(fx.planner().plan_push(&items, None).is_err());
+    assert_eq!(
+        finds.load(Ordering::Relaxed),
+        2 * BY_TIME_SEARCHES_PER_CYCLE
+    );
+    // A window whose spilled buckets fit the budget is searched whole and pushed.
+    let (mut fx, finds, week, _) = spilled(200);
+    let before = next(&fx, week);
+    assert!(fx.planner().plan_push(&items[..1], None).is_ok());
+    assert_eq!(finds.load(Ordering::Relaxed), 200);
+    fx.commit();
+    assert_eq!(next(&fx, week), before + 1);
+}
+
+#[test]
+fn a_push_without_a_transaction_id_searches_nothing_by_time() {
+    // Review s34 d H1 (a): an item without a transactionId gets a freshly minted id, which
+    // no earlier message can hold; its lookup searched the whole window by time and spent
+    // the cycle's budget, so a batch of plain pushes to a long-window queue was refused at
+    // every retry.
+    let (mut fx, finds, week, _) = spilled(2_000);
+    let before = next(&fx, week);
+    let plain = |n: &str| {
+        let mut i = item("week", "p", n);
+        i.transaction_id = None;
+        i
+    };
+    let items = [plain("a"), plain("b"), plain("c")];
+    assert!(fx.planner().plan_push(&items, None).is_ok());
+    assert_eq!(
+        finds.load(Ordering::Relaxed),
+        0,
+        "no search for a minted id"
+    );
+    fx.commit();
+    assert_eq!(next(&fx, week), before + 3);
+}
+
+fn next(fx: &Fixture, pid: u64) -> u64 {
+    fx.st.partitions.get(&pid).map_or(0, |p| p.next_offset)
+}
+
+#[test]
+fn searches_by_time_are_counted_apart_from_the_filters_maybes() {
+    // Review s33 L2: every lookup of a queue past the hour counted as a filters' "maybe", so
+    // the maybe share read ~100 % beside a long-window queue and hid a real saturation.
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let (mut fx, _, week, _) = spilled(200);
+    metrics::with_local_recorder(&recorder, || {
+        assert_eq!(fx.planner().resolve_txn(week, "new-1", None), Ok(None));
+        assert!(fx.planner().resolve_txn(week, "new-2", None).is_err());
+    });
+    let text = handle.render();
+    let count = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(count("queen_dedup_filter_lookups_total"), 2, "{text}");
+    assert_eq!(count("queen_dedup_filter_maybes_total"), 0, "{text}");
+    assert_eq!(
+        count("queen_dedup_by_time_bucket_searches_total"),
+        BY_TIME_SEARCHES_PER_CYCLE as u64,
+        "{text}"
+    );
+    assert_eq!(count("queen_dedup_by_time_refusals_total"), 1, "{text}");
+}
