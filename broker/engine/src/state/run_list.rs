@@ -40,7 +40,6 @@ pub enum RunList {
 
 /// Full blocks of exactly `BLOCK` runs, but the last (room for `BLOCK`, at least one run);
 /// `head` runs of the first are dropped already.
-#[derive(Clone)]
 pub struct Blocks {
     blocks: VecDeque<Vec<Run>>,
     head: usize,
@@ -50,6 +49,28 @@ pub struct Blocks {
 impl Default for RunList {
     fn default() -> Self {
         RunList::Many(Vec::new())
+    }
+}
+
+/// Each block with room for `BLOCK` runs, as the original's: a derived clone gave the last
+/// block room for its runs only, and its next push doubled that past `BLOCK` (review s34 r
+/// H1: a checkpoint clones every partition it shares, so each one's next push did).
+impl Clone for Blocks {
+    fn clone(&self) -> Self {
+        let blocks = self
+            .blocks
+            .iter()
+            .map(|b| {
+                let mut c = Vec::with_capacity(BLOCK);
+                c.extend_from_slice(b);
+                c
+            })
+            .collect();
+        Blocks {
+            blocks,
+            head: self.head,
+            len: self.len,
+        }
     }
 }
 
@@ -72,7 +93,11 @@ impl Blocks {
 
     fn push(&mut self, run: Run) {
         match self.blocks.back_mut() {
-            Some(last) if last.len() < BLOCK => last.push(run),
+            Some(last) if last.len() < BLOCK => {
+                // Never past `BLOCK`, whoever made the block.
+                last.reserve_exact(BLOCK - last.len());
+                last.push(run)
+            }
             _ => {
                 let mut b = Vec::with_capacity(BLOCK);
                 b.push(run);
@@ -355,6 +380,8 @@ impl DoubleEndedIterator for Iter<'_> {
 
 impl ExactSizeIterator for Iter<'_> {}
 
+/// Tests only: production code reads through `get`, which cannot panic.
+#[cfg(test)]
 impl std::ops::Index<usize> for RunList {
     type Output = Run;
 
@@ -591,6 +618,24 @@ mod tests {
             l.first().map(|r| r.base_offset),
             Some(runs as u64 - BLOCK as u64 / 2)
         );
+    }
+
+    /// Review s34 r H1: a clone (a checkpoint's copy of a shared partition) holds the room
+    /// its original does, and a push to it never grows a block past `BLOCK`.
+    #[test]
+    fn a_cloned_list_keeps_its_blocks_room_and_pushes_within_it() {
+        let mut l = RunList::default();
+        for i in 0..(BLOCK as u64 * 3 + 1) {
+            l.push(run(i));
+        }
+        let mut c = l.clone();
+        assert_eq!(c.heap_capacity(), l.heap_capacity());
+        for i in 0..(BLOCK as u64 * 3) {
+            c.push(run(BLOCK as u64 * 3 + 1 + i));
+            if let RunList::Blocks(b) = &c {
+                assert!(b.blocks.iter().all(|b| b.capacity() == BLOCK), "push {i}");
+            }
+        }
     }
 
     #[test]
