@@ -39,7 +39,7 @@ pub fn series(st: &State, q: &AnalyticsQuery) -> Result<AnalyticsSeries, QueenEr
             };
             // Runs are in append order, so in creation-time order.
             let start = p.runs.partition_point(|r| r.created_us < from);
-            for run in &p.runs[start..] {
+            for run in p.runs.iter_from(start) {
                 if run.created_us > to {
                     break;
                 }

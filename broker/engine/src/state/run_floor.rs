@@ -78,7 +78,7 @@ impl RunFloor {
         let held = copied_len(p);
         if let Some(c) = p.extra.as_deref_mut().and_then(|e| e.copied.as_mut()) {
             let end = p.runs.get(n).map_or(u64::MAX, |r| r.base_offset);
-            for r in &p.runs[..n] {
+            for r in p.runs.iter().take(n) {
                 if c.bases.remove(&r.base_offset) {
                     uncount(&mut c.indexes, r.index);
                 }
