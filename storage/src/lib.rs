@@ -39,7 +39,7 @@ pub use snapshot::{
     SNAPSHOT_PART_CAP,
 };
 pub use state::{
-    Checkpoint, FillState, Generation, Installing, StateSink, StateStore, StateView, Streamable,
-    CHECKPOINT_CHUNK_BYTES, INSTALLING_KEY, MEMBERSHIP_KEY, STATE_CACHE_BYTES,
-    STATE_MIN_CACHE_BYTES,
+    Checkpoint, FillState, Generation, GenerationHead, Installing, StateSink, StateStore,
+    StateView, Streamable, CHECKPOINT_CHUNK_BYTES, INSTALLING_KEY, MEMBERSHIP_KEY,
+    STATE_CACHE_BYTES, STATE_MIN_CACHE_BYTES,
 };

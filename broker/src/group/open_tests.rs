@@ -152,3 +152,45 @@ fn with_empty_log(dir: &Path) -> crate::config::Config {
         ..crate::config::Config::default()
     }
 }
+
+/// Session 35: a start reads the headers first and the states newest first, the older one
+/// only when the newer fails; what it loads is what reading both gave.
+#[test]
+fn a_start_reads_the_newest_state_and_falls_back_to_the_older_only_when_it_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = two_generations(dir.path());
+    let heads = store.generation_heads().unwrap();
+    let order: Vec<_> = heads.iter().map(|h| h.applied_index).collect();
+    assert_eq!(order, [Some(9), Some(5)]);
+    assert!(heads.iter().all(|h| h.current_version));
+    let blob_len = encode_state(&State::default()).len() as u64;
+    assert!(heads.iter().all(|h| h.state_len == Some(blob_len)));
+    assert_eq!(super::open::chosen_index(&store), (Some(9), vec![]));
+
+    // The newest does not decode: the older one is read and loaded, the reason kept.
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::open(&dir.path().join("state.redb")).unwrap();
+    store
+        .save_checkpoint(&checkpoint(5, encode_state(&State::default())))
+        .unwrap();
+    store
+        .save_checkpoint(&checkpoint(9, b"garbage".to_vec()))
+        .unwrap();
+    let (index, passed) = super::open::chosen_index(&store);
+    assert_eq!(index, Some(5));
+    assert_eq!(passed.len(), 1, "{passed:?}");
+    assert!(passed[0].contains("index 9"), "{passed:?}");
+
+    // Neither decodes: nothing is chosen and both reasons are given.
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::open(&dir.path().join("state.redb")).unwrap();
+    store
+        .save_checkpoint(&checkpoint(5, b"junk".to_vec()))
+        .unwrap();
+    store
+        .save_checkpoint(&checkpoint(9, b"garbage".to_vec()))
+        .unwrap();
+    let (index, passed) = super::open::chosen_index(&store);
+    assert_eq!(index, None);
+    assert_eq!(passed.len(), 2, "{passed:?}");
+}

@@ -43,6 +43,43 @@ pub struct Generation {
     pub checkpoint: Result<Checkpoint, StorageError>,
 }
 
+/// What a generation's header row says, its state not read: enough to choose the one to
+/// load and to know what the group acknowledged before reading gigabytes (a start reads the
+/// newest state only, and the older one only when the newest fails: session 35, a start
+/// read and kept both, the older one for nothing).
+#[derive(Debug, Clone, Copy)]
+pub struct GenerationHead {
+    pub slot: usize,
+    /// None when the header itself does not decode.
+    pub applied_index: Option<u64>,
+    /// A current-version header, its own CRC32C passed: `applied_index` can be trusted
+    /// before the state is verified (a version 1 header's cannot).
+    pub current_version: bool,
+    /// The state's length the header claims (None with `applied_index`).
+    pub state_len: Option<u64>,
+}
+
+/// The header of the generation in `slot` (None when the slot is empty).
+pub(crate) fn read_head(
+    slot: usize,
+    heads: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Option<GenerationHead>, StorageError> {
+    let Some(raw) = heads
+        .get(SLOTS[slot].head_key)
+        .map_err(StorageError::state("load the checkpoint"))?
+    else {
+        return Ok(None);
+    };
+    let raw = raw.value();
+    let head = CheckpointHead::decode(raw).ok();
+    Ok(Some(GenerationHead {
+        slot,
+        applied_index: head.as_ref().map(|h| h.applied_index),
+        current_version: head.is_some() && CheckpointHead::is_current_version(raw),
+        state_len: head.as_ref().map(|h| h.state_len),
+    }))
+}
+
 /// The generation in `slot` (None when the slot is empty), its state read from the table
 /// `chunks` opens, of a read or a write transaction, and verified against the header's length
 /// and CRC32C a chunk at a time; kept in the checkpoint only when `keep_state` (otherwise the

@@ -26,8 +26,8 @@ use checkpoint::CheckpointHead;
 /// Rows of a checkpoint in the store: a streamed save holds one in memory.
 pub use checkpoint::WRITE_CHUNK_BYTES as CHECKPOINT_CHUNK_BYTES;
 use floor_row::{FloorRow, CHECKPOINT_FLOOR};
-pub use generations::Generation;
-use generations::{newest_first, read_slot, slot_to_overwrite, SLOTS};
+use generations::{newest_first, read_head, read_slot, slot_to_overwrite, SLOTS};
+pub use generations::{Generation, GenerationHead};
 pub use install::{FillState, Installing, INSTALLING_KEY};
 pub use membership_row::MEMBERSHIP_KEY;
 use membership_row::{CHECKPOINT_MEMBERSHIP, MEMBERSHIP_MAX};
@@ -344,6 +344,40 @@ impl StateStore {
     /// with the reason it is unusable. A caller that starts from one says so with `keep`.
     pub fn load_generations(&self) -> Result<Vec<Generation>, StorageError> {
         self.generations(true)
+    }
+
+    /// The stored generations' headers (none, one or two), newest first (a damaged header
+    /// last), no state read.
+    pub fn generation_heads(&self) -> Result<Vec<GenerationHead>, StorageError> {
+        let op = "load the checkpoint";
+        let txn = self.db.begin_read().map_err(StorageError::state(op))?;
+        let heads = txn
+            .open_table(CHECKPOINT_HEAD)
+            .map_err(StorageError::state(op))?;
+        let mut found = Vec::new();
+        for slot in 0..SLOTS.len() {
+            if let Some(h) = read_head(slot, &heads)? {
+                found.push(h);
+            }
+        }
+        found.sort_by_key(|h| std::cmp::Reverse(h.applied_index.map(|i| i.saturating_add(1))));
+        Ok(found)
+    }
+
+    /// The generation in `slot` read whole and verified, as `load_generations` reads each
+    /// (None when the slot is empty).
+    pub fn load_generation(&self, slot: usize) -> Result<Option<Generation>, StorageError> {
+        let op = "load the checkpoint";
+        let slot = slot.min(SLOTS.len() - 1);
+        let txn = self.db.begin_read().map_err(StorageError::state(op))?;
+        let heads = txn
+            .open_table(CHECKPOINT_HEAD)
+            .map_err(StorageError::state(op))?;
+        let chunks = || {
+            txn.open_table(SLOTS[slot].chunks)
+                .map_err(StorageError::state(op))
+        };
+        read_slot(slot, &heads, chunks, true)
     }
 
     /// `load_generations`, with the state verified but not kept when `keep_state` is false
