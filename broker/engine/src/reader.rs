@@ -361,11 +361,22 @@ impl MessageReader<'_> {
         let to = to.min(p.next_offset);
         // Offsets below the first run were forgotten with their lost log records: none to read.
         let mut off = from.max(p.low_offset());
+        // The run holding `off` is the last starting at or below it (`Partition::run_of`),
+        // found by one walk from the first such run: `run_of` a run would decode up to a
+        // sealed block's 128 runs for each (session 35).
+        let first = p.runs.partition_point(|r| r.base_offset <= off);
+        let mut runs = p.runs.iter_from(first.saturating_sub(1)).peekable();
+        let mut held: Option<Run> = None;
         while off < to {
-            let run = *p.run_of(off).ok_or(ReadError::NoRun {
-                offset: off,
-                partition: p.id,
-            })?;
+            while let Some(r) = runs.next_if(|r| r.base_offset <= off) {
+                held = Some(r);
+            }
+            let run = held
+                .filter(|r| off < r.base_offset + u64::from(r.count))
+                .ok_or(ReadError::NoRun {
+                    offset: off,
+                    partition: p.id,
+                })?;
             let run_end = (run.base_offset + u64::from(run.count)).min(to);
             let holder = if run.index == PENDING_INDEX {
                 None

@@ -6,7 +6,7 @@ use std::mem::size_of;
 
 use queenmq_protocol::{Command, TxnOp};
 
-use crate::state::model::{DlqRow, Group, Queue, Run, TraceRow};
+use crate::state::model::{DlqRow, Group, Queue, TraceRow};
 use crate::state::State;
 
 /// The allocator's header and rounding per allocation (glibc: 16 bytes, rounded to 16).
@@ -152,7 +152,7 @@ fn partitions_bytes(st: &State) -> usize {
         b = b
             .saturating_add(text(p.name.len()))
             .saturating_add(p.floor_box_bytes())
-            .saturating_add(buf_bytes(p.runs.heap_capacity(), size_of::<Run>()));
+            .saturating_add(buf_bytes(p.runs.heap_bytes(), 1));
     }
     b
 }
@@ -248,7 +248,7 @@ pub fn request_bytes(cmd: &Command) -> usize {
 mod tests {
     use super::*;
     use crate::entry::Effect;
-    use crate::state::model::Partition;
+    use crate::state::model::{Partition, Run};
     use crate::state::Loc;
 
     fn loc() -> Loc {
@@ -336,9 +336,10 @@ mod tests {
                 },
             );
         }
-        let runs = st.partitions.get(&7).map_or(0, |p| p.runs.heap_capacity());
-        assert!(runs >= 100);
-        assert!(state_bytes(&st) >= with_parts + 100 * size_of::<Run>());
+        // Past 128 runs the full blocks are delta-coded (session 35): a few bytes a run.
+        let runs = st.partitions.get(&7).map_or(0, |p| p.runs.heap_bytes());
+        assert!(runs >= 100 * 4, "{runs}");
+        assert!(state_bytes(&st) >= with_parts + runs);
     }
 
     /// Issue 12 (session 33): a partition's one run sits inside its row, so its first append
@@ -373,7 +374,7 @@ mod tests {
         let runs = |st: &State| {
             st.partitions
                 .get(&7)
-                .map(|p| (p.runs.len(), p.runs.heap_capacity()))
+                .map(|p| (p.runs.len(), p.runs.heap_bytes()))
         };
         // The run floor's tree of lowest indexes is left out: its first node (256 B here)
         // is the tree's, shared by every partition, and the same on main.
@@ -386,7 +387,7 @@ mod tests {
         let row = size_of::<Partition>() + 16;
         assert_eq!(row + first, 128, "an idle one-run partition's row and runs");
         append(&mut st, 1, 3);
-        assert_eq!(runs(&st), Some((2, 4)));
+        assert_eq!(runs(&st), Some((2, 4 * size_of::<Run>())));
         assert_eq!(charged(&st), created + buf_bytes(4, size_of::<Run>()));
         st.trim_partition(7, 1);
         assert_eq!(runs(&st), Some((1, 0)));
@@ -435,8 +436,9 @@ mod tests {
         assert!(!st.partitions.has_overlays());
         let after = state_and_partition_bytes(&st).1;
         assert_eq!(after, before, "no drift: the fold gives back all it took");
-        // A list's room as the pool charges it: since session 34 a list of RUNS runs sits in
-        // blocks of 128 (their room and handles), not in a vector of exactly RUNS.
+        // A list's bytes as the pool charges them: since session 34 a list of RUNS runs sits
+        // in blocks of 128, not in a vector of exactly RUNS; since session 35 the full ones
+        // delta-coded, the last (the tail) as 128 runs' room.
         let one = Run {
             base_offset: 0,
             count: 1,
@@ -444,8 +446,8 @@ mod tests {
             index: 1,
             pos: 0,
         };
-        let held = crate::state::model::RunList::from(vec![one; RUNS]).heap_capacity();
-        let stale_runs = pids.len() * buf_bytes(held, size_of::<Run>());
+        let held = crate::state::model::RunList::from(vec![one; RUNS]).heap_bytes();
+        let stale_runs = pids.len() * buf_bytes(held, 1);
         assert!(
             during >= after + stale_runs,
             "the stale run lists are charged until the fold: {during} < {after} + {stale_runs}"

@@ -457,7 +457,10 @@ fn a_run_without_room_is_skipped_and_the_smaller_ones_after_it_are_copied() {
     assert!(c.more && c.short_of_room && !c.segment_done, "{c:?}");
     let copy = f.commit().expect("copy");
     let small = pid_of(&f, "small");
-    let moved = f.st.partitions.get(&small).map(|p| p.runs[0].index);
+    let moved =
+        f.st.partitions
+            .get(&small)
+            .and_then(|p| p.runs.first().map(|r| r.index));
     assert_eq!(moved, Some(copy), "the small run moved");
     assert_eq!(keep_index(&f), big, "the large run waits for room");
     // With room, the next look takes it, and the segment is done.

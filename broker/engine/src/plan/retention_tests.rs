@@ -104,7 +104,7 @@ fn completion_retention_never_passes_the_slowest_group_and_removes_whole_runs_on
         "what the slow group completed, down to a run's start"
     );
     assert_eq!(low(&f, "q"), (2, 5));
-    let run = partition(&f, "q", "p").runs[0];
+    let run = partition(&f, "q", "p").runs.first().unwrap();
     assert_eq!(
         (run.base_offset, run.count),
         (2, 3),

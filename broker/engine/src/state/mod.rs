@@ -28,6 +28,7 @@ mod partition_table;
 mod retention;
 pub mod run_floor;
 pub mod run_list;
+mod sealed_runs;
 mod snapshot;
 pub mod tenants;
 pub mod timers;

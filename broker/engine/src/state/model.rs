@@ -164,9 +164,8 @@ impl Partition {
     }
 
     /// The run holding `offset`, if any.
-    pub fn run_of(&self, offset: u64) -> Option<&Run> {
-        let i = self.runs.partition_point(|r| r.base_offset <= offset);
-        let run = self.runs.get(i.checked_sub(1)?)?;
+    pub fn run_of(&self, offset: u64) -> Option<Run> {
+        let run = self.runs.last_passing(|r| r.base_offset <= offset)?;
         (offset < run.base_offset + u64::from(run.count)).then_some(run)
     }
 

@@ -95,7 +95,7 @@ impl RunFloor {
     /// run leaves log order; otherwise (a planned run getting its committed index) it keeps
     /// whatever order it had.
     pub fn set_index(&mut self, p: &mut Partition, i: usize, index: u64, pos: u32, copy: bool) {
-        let Some(run) = p.runs.get(i).copied() else {
+        let Some(run) = p.runs.get(i) else {
             return;
         };
         let before = lowest(p);
@@ -114,10 +114,7 @@ impl RunFloor {
             }
             *c.indexes.entry(index).or_default() += 1;
         }
-        if let Some(r) = p.runs.get_mut(i) {
-            r.index = index;
-            r.pos = pos;
-        }
+        p.runs.set_loc(i, index, pos);
         self.settle(p);
         self.recount(held, copied_len(p));
         self.moved(before, lowest(p));
@@ -164,15 +161,13 @@ impl RunFloor {
         let Some(c) = p.extra.as_deref_mut().and_then(|e| e.copied.as_mut()) else {
             return;
         };
-        let mut i = p.runs.partition_point(|r| r.base_offset < c.plain_from);
-        while p
+        // One walk, not a `get` a run: a sealed run is decoded from its block's start.
+        let i = p.runs.partition_point(|r| r.base_offset < c.plain_from);
+        c.plain_from = p
             .runs
-            .get(i)
-            .is_some_and(|r| c.bases.contains(&r.base_offset))
-        {
-            i += 1;
-        }
-        c.plain_from = p.runs.get(i).map_or(p.next_offset, |r| r.base_offset);
+            .iter_from(i)
+            .find(|r| !c.bases.contains(&r.base_offset))
+            .map_or(p.next_offset, |r| r.base_offset);
     }
 
     /// A partition's copied set went from `before` runs to `after` (0: no set).

@@ -102,7 +102,7 @@ impl Model {
                 self.index += 1;
                 for part in &mut self.parts {
                     for i in 0..part.runs.len() {
-                        if part.runs[i].index == PENDING_INDEX {
+                        if part.runs.get(i).is_some_and(|r| r.index == PENDING_INDEX) {
                             self.floor.set_index(part, i, self.index, 0, false);
                         }
                     }

@@ -1,5 +1,5 @@
 //! A partition's runs, with the one run an idle partition mostly holds kept inside the row,
-//! and a long list in fixed blocks.
+//! and a long list in blocks, delta-coded once full.
 //!
 //! A `Vec<Run>` cost every partition holding a message a 32 B heap block beside its row (the
 //! `Arc` of a 96 B row in mimalloc's 112 B bin + 32 B = 144 B); one run inline makes the row
@@ -14,20 +14,24 @@
 //! vector under the state lock (megabytes after minutes), and each retention drop moved the
 //! rest of it to the front. In blocks of `BLOCK` runs the room is at most one block, a push
 //! copies nothing, and a drop frees whole blocks and moves a handful of block handles.
+//!
+//! Why sealed blocks (session 35): even without room, 32 B a run is 16-32 B a message in
+//! that pattern. Every full block but the open tail is delta-coded (`sealed_runs.rs`, ~9 B a
+//! run); only the tail is plain `Run`s, so pushes stay a copy into it. Reads return runs by
+//! value. A change to a sealed run (the compactor moving its frames, a pending index filled
+//! in after its block sealed) re-encodes that one block.
 
 use std::collections::VecDeque;
 
 use super::model::Run;
+use super::sealed_runs::Sealed;
 
-/// Runs in a block: 4 KiB of runs, one allocation in an allocator's 4 KiB bin.
+/// Runs in a block: the tail is 4 KiB of runs, one allocation in an allocator's 4 KiB bin.
 #[cfg(not(test))]
 const BLOCK: usize = 128;
 /// Small under test, so tests cross blocks with few runs.
 #[cfg(test)]
 const BLOCK: usize = 4;
-
-/// What a list in one piece iterates as its blocks.
-static NO_BLOCKS: VecDeque<Vec<Run>> = VecDeque::new();
 
 #[derive(Clone)]
 pub enum RunList {
@@ -38,12 +42,17 @@ pub enum RunList {
     Blocks(Box<Blocks>),
 }
 
-/// Full blocks of exactly `BLOCK` runs, but the last (room for `BLOCK`, at least one run);
-/// `head` runs of the first are dropped already.
+/// Sealed blocks of exactly `BLOCK` runs, then the tail (room for `BLOCK`, 1 to `BLOCK`
+/// runs: it is sealed when a push finds it full). `head` runs of the first block are
+/// dropped already; with no sealed block left they are cut from the tail, so `head` is 0.
 pub struct Blocks {
-    blocks: VecDeque<Vec<Run>>,
+    sealed: VecDeque<Sealed>,
+    tail: Vec<Run>,
     head: usize,
     len: usize,
+    /// The first run held, decoded: read on every push (the run floor's lowest index) and
+    /// every read's low offset, where a decode would walk up to `BLOCK` runs.
+    front: Run,
 }
 
 impl Default for RunList {
@@ -52,57 +61,121 @@ impl Default for RunList {
     }
 }
 
-/// Each block with room for `BLOCK` runs, as the original's: a derived clone gave the last
-/// block room for its runs only, and its next push doubled that past `BLOCK` (review s34 r
-/// H1: a checkpoint clones every partition it shares, so each one's next push did).
+/// The tail with room for `BLOCK` runs, as the original's: a derived clone gave it room for
+/// its runs only, and its next push doubled that past `BLOCK` (review s34 r H1: a checkpoint
+/// clones every partition it shares, so each one's next push did). Sealed blocks are exact
+/// already, and clone exact.
 impl Clone for Blocks {
     fn clone(&self) -> Self {
-        let blocks = self
-            .blocks
-            .iter()
-            .map(|b| {
-                let mut c = Vec::with_capacity(BLOCK);
-                c.extend_from_slice(b);
-                c
-            })
-            .collect();
+        let mut tail = Vec::with_capacity(BLOCK);
+        tail.extend_from_slice(&self.tail);
         Blocks {
-            blocks,
+            sealed: self.sealed.clone(),
+            tail,
             head: self.head,
             len: self.len,
+            front: self.front,
         }
     }
 }
 
 impl Blocks {
-    fn get(&self, i: usize) -> Option<&Run> {
-        if i >= self.len {
-            return None;
+    fn new() -> Self {
+        Blocks {
+            sealed: VecDeque::new(),
+            tail: Vec::with_capacity(BLOCK),
+            head: 0,
+            len: 0,
+            // Read only while `len` > 0, set by the first push.
+            front: Run {
+                base_offset: 0,
+                count: 0,
+                created_us: 0,
+                index: 0,
+                pos: 0,
+            },
         }
-        let at = self.head + i;
-        self.blocks.get(at / BLOCK)?.get(at % BLOCK)
     }
 
-    fn get_mut(&mut self, i: usize) -> Option<&mut Run> {
-        if i >= self.len {
-            return None;
-        }
+    /// Where run `i` is held: `Ok((block, within))` sealed, `Err(at)` at the tail's `at`.
+    fn place(&self, i: usize) -> Result<(usize, usize), usize> {
         let at = self.head + i;
-        self.blocks.get_mut(at / BLOCK)?.get_mut(at % BLOCK)
+        let k = at / BLOCK;
+        if k < self.sealed.len() {
+            Ok((k, at % BLOCK))
+        } else {
+            Err(at - self.sealed.len() * BLOCK)
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<Run> {
+        match i {
+            _ if i >= self.len => None,
+            0 => Some(self.front),
+            _ => self.decode(i),
+        }
+    }
+
+    fn decode(&self, i: usize) -> Option<Run> {
+        match self.place(i) {
+            Ok((k, w)) => self.sealed.get(k)?.nth(w),
+            Err(at) => self.tail.get(at).copied(),
+        }
+    }
+
+    /// Changes run `i` through `f`; a sealed run's block is decoded and sealed again.
+    fn update(&mut self, i: usize, f: impl FnOnce(&mut Run)) -> bool {
+        let done = self.update_held(i, f);
+        if done && i == 0 {
+            self.front = self.decode(0).unwrap_or(self.front);
+        }
+        done
+    }
+
+    fn update_held(&mut self, i: usize, f: impl FnOnce(&mut Run)) -> bool {
+        if i >= self.len {
+            return false;
+        }
+        match self.place(i) {
+            Ok((k, w)) => {
+                let Some(block) = self.sealed.get_mut(k) else {
+                    return false;
+                };
+                let mut runs = block.to_vec();
+                let Some(r) = runs.get_mut(w) else {
+                    return false;
+                };
+                f(r);
+                match Sealed::encode(&runs) {
+                    Some(s) => *block = s,
+                    None => return false,
+                }
+                true
+            }
+            Err(at) => match self.tail.get_mut(at) {
+                Some(r) => {
+                    f(r);
+                    true
+                }
+                None => false,
+            },
+        }
     }
 
     fn push(&mut self, run: Run) {
-        match self.blocks.back_mut() {
-            Some(last) if last.len() < BLOCK => {
-                // Never past `BLOCK`, whoever made the block.
-                last.reserve_exact(BLOCK - last.len());
-                last.push(run)
+        if self.tail.len() >= BLOCK {
+            if let Some(s) = Sealed::encode(&self.tail) {
+                self.sealed.push_back(s);
+                // The tail keeps its room for the next block.
+                self.tail.clear();
             }
-            _ => {
-                let mut b = Vec::with_capacity(BLOCK);
-                b.push(run);
-                self.blocks.push_back(b);
-            }
+        }
+        // Never past `BLOCK`, whoever made the tail.
+        self.tail
+            .reserve_exact(BLOCK.saturating_sub(self.tail.len()).max(1));
+        self.tail.push(run);
+        if self.len == 0 {
+            self.front = run;
         }
         self.len += 1;
     }
@@ -111,29 +184,62 @@ impl Blocks {
     fn drop_front(&mut self, n: usize) {
         self.len -= n;
         self.head += n;
-        while self.head >= BLOCK && self.blocks.len() > 1 {
-            self.blocks.pop_front();
+        while self.head >= BLOCK && !self.sealed.is_empty() {
+            self.sealed.pop_front();
             self.head -= BLOCK;
         }
-        // The handles' room follows the blocks down, as a vector's room does not.
-        if self.blocks.capacity() > 4 * self.blocks.len() + 8 {
-            self.blocks.shrink_to(2 * self.blocks.len());
+        if self.sealed.is_empty() && self.head > 0 {
+            // At most `BLOCK` runs moved, once per block dropped into.
+            self.tail.drain(..self.head.min(self.tail.len()));
+            self.head = 0;
         }
+        // The handles' room follows the blocks down, as a vector's room does not.
+        if self.sealed.capacity() > 4 * self.sealed.len() + 8 {
+            self.sealed.shrink_to(2 * self.sealed.len());
+        }
+        self.front = self.decode(0).unwrap_or(self.front);
+    }
+
+    /// As a slice's, over runs ordered by what `pred` reads: a binary search over the blocks'
+    /// first runs, then a walk inside the one block where `pred` turns. With the last run
+    /// `pred` holds for, met on the way (none when the point is 0).
+    fn partition_point(&self, mut pred: impl FnMut(&Run) -> bool) -> (usize, Option<Run>) {
+        // Block `j` >= 1 starts with a run not dropped: sealed, its first; else the tail's.
+        let first_of = |j: usize| match self.sealed.get(j) {
+            Some(s) => Some(s.first()),
+            None => self.tail.first().copied(),
+        };
+        let (mut lo, mut hi) = (1, self.sealed.len() + 1);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if first_of(mid).is_some_and(|r| pred(&r)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        // Block `lo - 1` is the last whose first run passes (or block 0, which may not).
+        let start = ((lo - 1) * BLOCK).saturating_sub(self.head);
+        let mut last = None;
+        let passing = self
+            .iter_from(start)
+            .take_while(|r| pred(r))
+            .inspect(|r| last = Some(*r))
+            .count();
+        (start + passing, last)
+    }
+
+    /// Bytes held: the box, the handles' room, each sealed block's bytes, the tail's room.
+    fn heap_bytes(&self) -> usize {
+        let sealed: usize = self.sealed.iter().map(Sealed::heap_bytes).sum();
+        std::mem::size_of::<Blocks>()
+            + self.sealed.capacity() * std::mem::size_of::<Sealed>()
+            + sealed
+            + self.tail.capacity() * std::mem::size_of::<Run>()
     }
 
     fn iter_from(&self, start: usize) -> Iter<'_> {
-        let start = start.min(self.len);
-        let at = self.head + start;
-        let (first, rest) = (at / BLOCK, at % BLOCK);
-        let mut mid = self.blocks.range(first.min(self.blocks.len())..);
-        let front = mid.next().map_or(&[][..], |b| b.get(rest..).unwrap_or(&[]));
-        let back = if mid.len() > 0 { mid.next_back() } else { None };
-        Iter {
-            front: front.iter(),
-            mid,
-            back: back.map_or(&[][..], |b| b.as_slice()).iter(),
-            left: self.len - start,
-        }
+        Iter::new(Src::Blocks(self), start.min(self.len), self.len)
     }
 }
 
@@ -150,27 +256,35 @@ impl RunList {
         self.len() == 0
     }
 
-    pub fn get(&self, i: usize) -> Option<&Run> {
+    /// By value: a sealed run is decoded (at most `BLOCK` runs walked).
+    pub fn get(&self, i: usize) -> Option<Run> {
         match self {
-            RunList::Many(v) => v.get(i),
-            RunList::One(r) => (i == 0).then_some(r),
+            RunList::Many(v) => v.get(i).copied(),
+            RunList::One(r) => (i == 0).then_some(*r),
             RunList::Blocks(b) => b.get(i),
         }
     }
 
-    pub fn get_mut(&mut self, i: usize) -> Option<&mut Run> {
-        match self {
+    /// Points run `i` at log `index` and `pos`; false past the end. The only change a held
+    /// run takes (a pending index filled in, frames moved by the compactor).
+    pub fn set_loc(&mut self, i: usize, index: u64, pos: u32) -> bool {
+        let f = |r: &mut Run| {
+            r.index = index;
+            r.pos = pos;
+        };
+        let r = match self {
             RunList::Many(v) => v.get_mut(i),
             RunList::One(r) => (i == 0).then_some(r),
-            RunList::Blocks(b) => b.get_mut(i),
-        }
+            RunList::Blocks(b) => return b.update(i, f),
+        };
+        r.map(f).is_some()
     }
 
-    pub fn first(&self) -> Option<&Run> {
+    pub fn first(&self) -> Option<Run> {
         self.get(0)
     }
 
-    pub fn last(&self) -> Option<&Run> {
+    pub fn last(&self) -> Option<Run> {
         self.len().checked_sub(1).and_then(|i| self.get(i))
     }
 
@@ -178,11 +292,12 @@ impl RunList {
         self.iter_from(0)
     }
 
-    /// The runs from the `start`-th on (none when `start` is past the end), found in O(1).
+    /// The runs from the `start`-th on (none when `start` is past the end); found in O(1),
+    /// but for a walk of at most `BLOCK` runs into a sealed block.
     pub fn iter_from(&self, start: usize) -> Iter<'_> {
         match self {
-            RunList::Many(v) => Iter::of(v, start),
-            RunList::One(r) => Iter::of(std::slice::from_ref(r), start),
+            RunList::Many(v) => Iter::new(Src::Slice(v), start.min(v.len()), v.len()),
+            RunList::One(r) => Iter::new(Src::Slice(std::slice::from_ref(r)), start.min(1), 1),
             RunList::Blocks(b) => b.iter_from(start),
         }
     }
@@ -192,23 +307,24 @@ impl RunList {
         match self {
             RunList::Many(v) => v.partition_point(pred),
             RunList::One(r) => usize::from(pred(r)),
-            RunList::Blocks(b) => {
-                let (mut lo, mut hi) = (0, b.len);
-                while lo < hi {
-                    let mid = lo + (hi - lo) / 2;
-                    if b.get(mid).is_some_and(&mut pred) {
-                        lo = mid + 1;
-                    } else {
-                        hi = mid;
-                    }
-                }
-                lo
+            RunList::Blocks(b) => b.partition_point(pred).0,
+        }
+    }
+
+    /// The last run `pred` holds for (`pred` true, then false over the list), found with
+    /// one decode walk: `get(partition_point(pred) - 1)` would walk a block twice.
+    pub fn last_passing(&self, mut pred: impl FnMut(&Run) -> bool) -> Option<Run> {
+        match self {
+            RunList::Blocks(b) => b.partition_point(pred).1,
+            _ => {
+                let i = self.partition_point(&mut pred);
+                self.get(i.checked_sub(1)?)
             }
         }
     }
 
     pub fn to_vec(&self) -> Vec<Run> {
-        self.iter().copied().collect()
+        self.iter().collect()
     }
 
     pub fn push(&mut self, run: Run) {
@@ -216,24 +332,10 @@ impl RunList {
             // A vector given room for runs ahead (`From<Vec<Run>>`) keeps it.
             RunList::Many(v) if v.capacity() == 0 => *self = RunList::One(run),
             RunList::Many(v) if v.len() >= BLOCK => {
-                // The vector becomes the first block: room for exactly its runs, so a
-                // vector given more room ahead gives it back.
-                let mut first = std::mem::take(v);
-                first.shrink_to_fit();
-                let mut b = Blocks {
-                    len: first.len(),
-                    blocks: VecDeque::new(),
-                    head: 0,
-                };
-                // Blocks of `BLOCK` runs, whatever the vector held.
-                let mut rest = first.split_off(first.len().min(BLOCK));
-                b.blocks.push_back(first);
-                while !rest.is_empty() {
-                    let tail = rest.split_off(rest.len().min(BLOCK));
-                    let mut block = Vec::with_capacity(BLOCK);
-                    block.append(&mut rest);
-                    b.blocks.push_back(block);
-                    rest = tail;
+                // The vector's runs are sealed as they go into blocks, and it is freed.
+                let mut b = Blocks::new();
+                for r in std::mem::take(v) {
+                    b.push(r);
                 }
                 b.push(run);
                 *self = RunList::Blocks(Box::new(b));
@@ -255,7 +357,7 @@ impl RunList {
     /// Freed, not kept for a next push: a partition trimmed to one run and then idle would
     /// hold it for good (retention shrinks only below a quarter full), so one that goes
     /// 1 -> 2 -> 1 runs allocates and frees a vector each time (review s33 p L4). Blocks
-    /// trimmed to one block's worth or fewer go back to a vector.
+    /// trimmed to half a block's worth or fewer go back to a vector.
     pub fn drop_front(&mut self, n: usize) {
         match self {
             RunList::One(_) if n > 0 => *self = RunList::default(),
@@ -272,130 +374,166 @@ impl RunList {
             RunList::Blocks(b) => {
                 b.drop_front(n);
                 if b.len <= BLOCK / 2 {
-                    let rest: Vec<Run> = b.iter_from(0).copied().collect();
+                    let rest: Vec<Run> = b.iter_from(0).collect();
                     *self = rest.into();
                 }
             }
         }
     }
 
-    /// Runs the heap holds room for (0 for the inline run): what memory counting charges.
-    /// Blocks add their handles' room, in runs (rounded up).
-    pub fn heap_capacity(&self) -> usize {
+    /// Bytes the heap holds for the list (0 for the inline run): what memory counting
+    /// charges. A vector by its room; blocks by their box, handles' room, each sealed
+    /// block's exact bytes and the tail's room.
+    pub fn heap_bytes(&self) -> usize {
         match self {
-            RunList::Many(v) => v.capacity(),
+            RunList::Many(v) => v.capacity() * std::mem::size_of::<Run>(),
             RunList::One(_) => 0,
-            RunList::Blocks(b) => {
-                let run = std::mem::size_of::<Run>();
-                let handles = (b.blocks.capacity() * std::mem::size_of::<Vec<Run>>()
-                    + std::mem::size_of::<Blocks>())
-                .div_ceil(run);
-                b.blocks
-                    .iter()
-                    .map(Vec::capacity)
-                    .fold(handles, usize::saturating_add)
-            }
+            RunList::Blocks(b) => b.heap_bytes(),
+        }
+    }
+
+    /// Whether the vector's room is over four times its runs: retention then shrinks it.
+    /// Blocks never are: their room is one tail, and their handles follow drops down.
+    pub fn mostly_room(&self) -> bool {
+        match self {
+            RunList::Many(v) => v.len() < v.capacity() / 4,
+            RunList::One(_) | RunList::Blocks(_) => false,
         }
     }
 
     /// Gives back the vector's room past `min` runs; nothing for the inline run. Blocks
-    /// hold at most one block of room, and their handles' deque is trimmed.
+    /// trim their handles' deque.
     pub fn shrink_to(&mut self, min: usize) {
         match self {
             RunList::Many(v) => v.shrink_to(min),
             RunList::One(_) => {}
-            RunList::Blocks(b) => b.blocks.shrink_to_fit(),
+            RunList::Blocks(b) => b.sealed.shrink_to_fit(),
         }
     }
 }
 
-/// The runs in order, from a list in any form.
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    Slice(&'a [Run]),
+    Blocks(&'a Blocks),
+}
+
+/// Where the forward walk stands in a sealed block: block, run within it, that run, and
+/// the byte after it.
+#[derive(Clone, Copy)]
+struct Cursor {
+    block: usize,
+    within: usize,
+    run: Run,
+    at: usize,
+}
+
+/// The runs in order, by value, from a list in any form. Forward, a sealed block is decoded
+/// one run a step; backward, the block is decoded whole once.
 #[derive(Clone)]
 pub struct Iter<'a> {
-    front: std::slice::Iter<'a, Run>,
-    mid: std::collections::vec_deque::Iter<'a, Vec<Run>>,
-    back: std::slice::Iter<'a, Run>,
-    left: usize,
+    src: Src<'a>,
+    front: usize,
+    back: usize,
+    cursor: Option<Cursor>,
+    /// The sealed block `back_block` decoded, for walks from the end.
+    back_runs: Vec<Run>,
+    back_block: Option<usize>,
 }
 
 impl<'a> Iter<'a> {
-    fn of(runs: &'a [Run], start: usize) -> Self {
-        let runs = runs.get(start..).unwrap_or(&[]);
+    fn new(src: Src<'a>, front: usize, back: usize) -> Self {
         Iter {
-            front: runs.iter(),
-            mid: NO_BLOCKS.iter(),
-            back: [].iter(),
-            left: runs.len(),
+            src,
+            front,
+            back,
+            cursor: None,
+            back_runs: Vec::new(),
+            back_block: None,
         }
+    }
+
+    fn forward(&mut self, b: &'a Blocks, i: usize) -> Option<Run> {
+        let (k, w) = match b.place(i) {
+            Ok(kw) => kw,
+            Err(at) => return b.tail.get(at).copied(),
+        };
+        let block = b.sealed.get(k)?;
+        let (run, at) = match self.cursor {
+            Some(c) if c.block == k && c.within + 1 == w => {
+                let mut at = c.at;
+                (block.next_after(&mut at, &c.run)?, at)
+            }
+            _ => {
+                // A first step, or into a new block: from its first run.
+                let (mut at, mut run) = (0, block.first());
+                for _ in 0..w {
+                    run = block.next_after(&mut at, &run)?;
+                }
+                (run, at)
+            }
+        };
+        self.cursor = Some(Cursor {
+            block: k,
+            within: w,
+            run,
+            at,
+        });
+        Some(run)
+    }
+
+    fn backward(&mut self, b: &'a Blocks, i: usize) -> Option<Run> {
+        let (k, w) = match b.place(i) {
+            Ok(kw) => kw,
+            Err(at) => return b.tail.get(at).copied(),
+        };
+        if self.back_block != Some(k) {
+            self.back_runs = b.sealed.get(k)?.to_vec();
+            self.back_block = Some(k);
+        }
+        self.back_runs.get(w).copied()
     }
 }
 
-impl<'a> Iterator for Iter<'a> {
-    type Item = &'a Run;
+impl Iterator for Iter<'_> {
+    type Item = Run;
 
-    fn next(&mut self) -> Option<&'a Run> {
-        loop {
-            if let Some(r) = self.front.next() {
-                self.left -= 1;
-                return Some(r);
-            }
-            match self.mid.next() {
-                Some(b) => self.front = b.iter(),
-                None => {
-                    let r = self.back.next();
-                    if r.is_some() {
-                        self.left -= 1;
-                    }
-                    return r;
-                }
-            }
+    fn next(&mut self) -> Option<Run> {
+        if self.front >= self.back {
+            return None;
+        }
+        let i = self.front;
+        self.front += 1;
+        match self.src {
+            Src::Slice(s) => s.get(i).copied(),
+            Src::Blocks(b) => self.forward(b, i),
         }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.left, Some(self.left))
+        let left = self.back.saturating_sub(self.front);
+        (left, Some(left))
     }
 }
 
 impl DoubleEndedIterator for Iter<'_> {
-    fn next_back(&mut self) -> Option<Self::Item> {
-        loop {
-            if let Some(r) = self.back.next_back() {
-                self.left -= 1;
-                return Some(r);
-            }
-            match self.mid.next_back() {
-                Some(b) => self.back = b.iter(),
-                None => {
-                    let r = self.front.next_back();
-                    if r.is_some() {
-                        self.left -= 1;
-                    }
-                    return r;
-                }
-            }
+    fn next_back(&mut self) -> Option<Run> {
+        if self.front >= self.back {
+            return None;
+        }
+        self.back -= 1;
+        let i = self.back;
+        match self.src {
+            Src::Slice(s) => s.get(i).copied(),
+            Src::Blocks(b) => self.backward(b, i),
         }
     }
 }
 
 impl ExactSizeIterator for Iter<'_> {}
 
-/// Tests only: production code reads through `get`, which cannot panic.
-#[cfg(test)]
-impl std::ops::Index<usize> for RunList {
-    type Output = Run;
-
-    /// Panics past the end, as a slice's index does (callers check `len` first).
-    fn index(&self, i: usize) -> &Run {
-        match self.get(i) {
-            Some(r) => r,
-            None => panic!("run {i} of {}", self.len()),
-        }
-    }
-}
-
 impl<'a> IntoIterator for &'a RunList {
-    type Item = &'a Run;
+    type Item = Run;
     type IntoIter = Iter<'a>;
     fn into_iter(self) -> Self::IntoIter {
         self.iter()
@@ -441,216 +579,5 @@ impl std::fmt::Debug for RunList {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn run(base_offset: u64) -> Run {
-        Run {
-            base_offset,
-            count: 1,
-            created_us: base_offset as i64,
-            index: base_offset + 10,
-            pos: 3,
-        }
-    }
-
-    #[test]
-    fn one_run_is_inline_and_the_list_is_40_bytes() {
-        assert_eq!(std::mem::size_of::<RunList>(), 40);
-        let mut l = RunList::default();
-        l.push(run(0));
-        assert!(matches!(l, RunList::One(_)));
-        assert_eq!((l.len(), l.heap_capacity()), (1, 0));
-        assert_eq!(format!("{l:?}"), format!("{:?}", vec![run(0)]));
-    }
-
-    #[test]
-    fn pushes_and_drops_read_as_a_vec_would() {
-        let mut l = RunList::default();
-        let mut v: Vec<Run> = Vec::new();
-        // Every push and drop of the first runs, checked against a Vec step by step.
-        for step in 0..200u64 {
-            if step % 7 == 3 || step % 11 == 5 {
-                let n = (step % 4) as usize;
-                l.drop_front(n);
-                v.drain(..n.min(v.len()));
-            } else {
-                l.push(run(step));
-                v.push(run(step));
-            }
-            assert_eq!(l.to_vec(), v, "step {step}");
-            assert_eq!(l.len() == 1, matches!(l, RunList::One(_)), "step {step}");
-        }
-        l.drop_front(usize::MAX);
-        assert!(l.is_empty());
-        l.drop_front(usize::MAX);
-        assert!(l.is_empty());
-    }
-
-    /// Review s33 p L3: the apply path, not just the list, puts a partition's first run
-    /// inside its row (main reserved a one-run vector there: heap capacity 1), and a trim
-    /// back to one run frees the vector the second run took.
-    #[test]
-    fn a_partitions_first_appended_run_lands_inline_through_apply() {
-        use crate::entry::Effect;
-        use crate::state::{Loc, State};
-        let mut st = State::default();
-        st.seed_queue(
-            1,
-            "q",
-            Default::default(),
-            &[(7, "p")],
-            Loc { index: 1, pos: 0 },
-        );
-        let append = |st: &mut State, base: u64, index: u64| {
-            let e = Effect::Append {
-                pid: 7,
-                base_offset: base,
-                hashes: vec![base],
-                frames: &[],
-            };
-            st.apply(&e, index as i64, Loc { index, pos: 0 });
-        };
-        let held = |st: &State| {
-            st.partitions.get(&7).map(|p| {
-                (
-                    p.runs.len(),
-                    p.runs.heap_capacity(),
-                    matches!(p.runs, RunList::One(_)),
-                )
-            })
-        };
-        assert_eq!(held(&st), Some((0, 0, false)));
-        append(&mut st, 0, 2);
-        assert_eq!(held(&st), Some((1, 0, true)));
-        append(&mut st, 1, 3);
-        assert_eq!(held(&st), Some((2, 4, false)));
-        st.trim_partition(7, 1);
-        assert_eq!(held(&st), Some((1, 0, true)));
-        assert_eq!(
-            st.partitions.get(&7).map(|p| p.runs[0].base_offset),
-            Some(1)
-        );
-    }
-
-    /// Every read of a list against a `Vec` holding the same runs, through pushes and drops
-    /// that cross blocks (4 runs a block under test) both ways, many times over.
-    #[test]
-    fn blocks_read_as_a_vec_would_through_random_pushes_and_drops() {
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |m: u64| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng % m
-        };
-        let mut l = RunList::default();
-        let mut v: Vec<Run> = Vec::new();
-        let mut base = 0u64;
-        let mut blocks_seen = 0;
-        for step in 0..20_000 {
-            match next(10) {
-                0 => {
-                    let n = next(BLOCK as u64 * 3) as usize;
-                    l.drop_front(n);
-                    v.drain(..n.min(v.len()));
-                }
-                1 if next(50) == 0 => {
-                    l.drop_front(usize::MAX);
-                    v.clear();
-                }
-                _ => {
-                    let r = Run {
-                        count: 1 + next(3) as u32,
-                        ..run(base)
-                    };
-                    base += u64::from(r.count);
-                    l.push(r);
-                    v.push(r);
-                }
-            }
-            blocks_seen += usize::from(matches!(l, RunList::Blocks(_)));
-            assert_eq!(l.len(), v.len(), "step {step}");
-            assert_eq!(l.to_vec(), v, "step {step}");
-            assert!(l.iter().rev().eq(v.iter().rev()), "step {step}");
-            assert_eq!(l.iter().len(), v.len(), "step {step}");
-            let start = next(v.len() as u64 + 2) as usize;
-            assert!(l.iter_from(start).eq(v.iter().skip(start)), "step {step}");
-            assert_eq!(l.iter_from(start).len(), v.len().saturating_sub(start));
-            let i = next(v.len() as u64 + 1) as usize;
-            assert_eq!(l.get(i), v.get(i), "step {step}");
-            let at = next(base + 2);
-            assert_eq!(
-                l.partition_point(|r| r.base_offset < at),
-                v.partition_point(|r| r.base_offset < at),
-                "step {step}"
-            );
-            assert_eq!((l.first(), l.last()), (v.first(), v.last()));
-            assert_eq!(l.len() == 1, matches!(l, RunList::One(_)), "step {step}");
-            // Room: at most one block past the runs, and the blocks' handles (24 B each, at
-            // most four times the blocks and 8 in the deque's room, in runs of 32 B).
-            let blocks = v.len() / BLOCK + 2;
-            assert!(
-                l.heap_capacity() <= v.len() + BLOCK + (4 * blocks + 8) * 24 / 32 + 4,
-                "step {step}: {} for {}",
-                l.heap_capacity(),
-                v.len()
-            );
-        }
-        assert!(blocks_seen > 1000, "the walk reached blocks: {blocks_seen}");
-    }
-
-    /// A long list pays room for one block at most: no doubling (session 34).
-    #[test]
-    fn a_long_list_holds_at_most_one_block_of_room() {
-        let mut l = RunList::default();
-        for i in 0..(BLOCK as u64 * 50 + 1) {
-            l.push(run(i));
-        }
-        assert!(matches!(l, RunList::Blocks(_)));
-        let runs = l.len();
-        let handles = l.heap_capacity() - 51 * BLOCK;
-        assert!(handles <= 51 * 2 * 24 / 32 + 4, "{}", l.heap_capacity());
-        // A drop to one block's half goes back to a vector.
-        l.drop_front(runs - BLOCK / 2);
-        assert!(matches!(l, RunList::Many(_)));
-        assert_eq!(
-            l.first().map(|r| r.base_offset),
-            Some(runs as u64 - BLOCK as u64 / 2)
-        );
-    }
-
-    /// Review s34 r H1: a clone (a checkpoint's copy of a shared partition) holds the room
-    /// its original does, and a push to it never grows a block past `BLOCK`.
-    #[test]
-    fn a_cloned_list_keeps_its_blocks_room_and_pushes_within_it() {
-        let mut l = RunList::default();
-        for i in 0..(BLOCK as u64 * 3 + 1) {
-            l.push(run(i));
-        }
-        let mut c = l.clone();
-        assert_eq!(c.heap_capacity(), l.heap_capacity());
-        for i in 0..(BLOCK as u64 * 3) {
-            c.push(run(BLOCK as u64 * 3 + 1 + i));
-            if let RunList::Blocks(b) = &c {
-                assert!(b.blocks.iter().all(|b| b.capacity() == BLOCK), "push {i}");
-            }
-        }
-    }
-
-    #[test]
-    fn a_run_changed_through_the_slice_stays_changed() {
-        let mut l: RunList = vec![run(0)].into();
-        if let Some(r) = l.get_mut(0) {
-            r.index = 99;
-        }
-        assert_eq!(l[0].index, 99);
-        l.push(run(1));
-        assert_eq!(
-            (l[0].index, l[1].base_offset, l.heap_capacity()),
-            (99, 1, 4)
-        );
-        l.drop_front(1);
-        assert!(matches!(l, RunList::One(r) if r.base_offset == 1));
-    }
-}
+#[path = "run_list_tests.rs"]
+mod tests;
