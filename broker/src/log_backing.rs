@@ -31,7 +31,7 @@ fn lowest_run(st: &State) -> Option<(u64, String)> {
         })
         .min_by_key(|(low, _)| *low)
         .map(|(low, p)| {
-            let queue = st.queues.get(&p.queue).map_or("?", |q| q.name.as_str());
+            let queue = st.queues.get(&p.queue()).map_or("?", |q| q.name.as_str());
             (
                 low,
                 format!("messages of partition '{}' of queue '{queue}'", p.name),

@@ -114,7 +114,7 @@ impl Cycle {
         if let Some(q) = st
             .partitions
             .get(&pid)
-            .and_then(|p| st.queues.get(&p.queue))
+            .and_then(|p| st.queues.get(&p.queue()))
         {
             if !self.woken_queues.contains(&q.name) {
                 self.woken_queues.insert(q.name.clone());

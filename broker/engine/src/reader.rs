@@ -226,7 +226,7 @@ impl MessageReader<'_> {
             bytes = bytes.saturating_add(f.payload.len());
             // Share the cached entry's bytes; frames of the entry being planned are copied.
             let payload = match entry {
-                _ if f.encrypted => match open_payload(seal, p.id, offset, f) {
+                _ if f.encrypted => match open_payload(seal, p.id(), offset, f) {
                     Ok(b) => b,
                     Err(e) => {
                         failed = Some(e);
@@ -375,7 +375,7 @@ impl MessageReader<'_> {
                 .filter(|r| off < r.base_offset + u64::from(r.count))
                 .ok_or(ReadError::NoRun {
                     offset: off,
-                    partition: p.id,
+                    partition: p.id(),
                 })?;
             let run_end = (run.base_offset + u64::from(run.count)).min(to);
             let holder = if run.index == PENDING_INDEX {

@@ -10,22 +10,14 @@ use queenmq_engine::state::run_floor::RunFloor;
 mod support;
 use support::counting_alloc::HELD;
 
-const PARTS: u64 = 50;
+const PARTS: u32 = 50;
 const RUNS: u64 = 120;
 
-fn partition(id: u64) -> Partition {
-    Partition {
-        id,
-        queue: 1,
-        name: "".into(),
-        created_us: 0,
-        next_offset: 0,
-        last_write_us: 0,
-        bytes: 0,
-        // Room for every run, so pushing allocates nothing the floor does not hold.
-        runs: Vec::with_capacity(RUNS as usize).into(),
-        extra: None,
-    }
+fn partition(id: u32) -> Partition {
+    let mut p = Partition::new(id, 1, "", 0);
+    // Room for every run, so pushing allocates nothing the floor does not hold.
+    p.runs = Vec::with_capacity(RUNS as usize).into();
+    p
 }
 
 /// `copies` runs of each partition copied forward, out of log order: the floor's own heap.

@@ -375,9 +375,9 @@ async fn the_engine_folds_the_overlays_of_a_chunk_nothing_writes_again() {
     assert!(call(&tx, Command::Push(push)).await.is_ok());
     let (low, high_name) = {
         let st = shared.lock();
-        let low = st.partitions.values().map(|p| p.id).min().unwrap();
-        let high = st.partitions.values().max_by_key(|p| p.id).unwrap();
-        assert!(high.id >= low + 256, "the partitions span two chunks");
+        let low = st.partitions.values().map(|p| p.id()).min().unwrap();
+        let high = st.partitions.values().max_by_key(|p| p.id()).unwrap();
+        assert!(high.id() >= low + 256, "the partitions span two chunks");
         (low, high.name.to_string())
     };
     {

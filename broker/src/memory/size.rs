@@ -150,7 +150,7 @@ fn partitions_bytes(st: &State) -> usize {
     let mut b = st.partitions.chunks_bytes();
     for p in st.partitions.values().chain(st.partitions.shadowed()) {
         b = b
-            .saturating_add(text(p.name.len()))
+            .saturating_add(text(p.name.heap_bytes()))
             .saturating_add(p.floor_box_bytes())
             .saturating_add(buf_bytes(p.runs.heap_bytes(), 1));
     }
@@ -385,7 +385,7 @@ mod tests {
         let first = charged(&st) - created;
         assert_eq!(first, 0, "the first run charged beside the row");
         let row = size_of::<Partition>() + 16;
-        assert_eq!(row + first, 128, "an idle one-run partition's row and runs");
+        assert_eq!(row + first, 112, "an idle one-run partition's row and runs");
         append(&mut st, 1, 3);
         assert_eq!(runs(&st), Some((2, 4 * size_of::<Run>())));
         assert_eq!(charged(&st), created + buf_bytes(4, size_of::<Run>()));

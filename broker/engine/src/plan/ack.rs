@@ -72,7 +72,7 @@ impl Planner<'_> {
         let pid = self.partition_id(&item.partition_id).ok_or_else(|| {
             QueenError::not_found(format!("unresolvable partitionId {}", item.partition_id))
         })?;
-        let qid = self.st.partitions.get(&pid).map(|p| p.queue).unwrap_or(0);
+        let qid = self.st.partitions.get(&pid).map(|p| p.queue()).unwrap_or(0);
         let gid = self
             .st
             .queues
@@ -199,7 +199,7 @@ impl Planner<'_> {
                 .st
                 .partitions
                 .get(&pid)
-                .and_then(|p| self.st.queues.get(&p.queue))
+                .and_then(|p| self.st.queues.get(&p.queue()))
                 .map(|q| q.name.clone())
             else {
                 continue;
@@ -300,7 +300,7 @@ impl Planner<'_> {
             .st
             .partitions
             .get(&ack.pid)
-            .and_then(|p| self.st.queues.get(&p.queue))
+            .and_then(|p| self.st.queues.get(&p.queue()))
             .map(|q| q.config.clone())
             .unwrap_or_default();
         match item.status {

@@ -229,7 +229,7 @@ impl Planner<'_> {
                     continue;
                 }
                 if r.index <= seg.last {
-                    held.push((p.id, r));
+                    held.push((p.id(), r));
                 } else if next.is_none_or(|n| r.index < n) {
                     next = Some(r.index);
                 }

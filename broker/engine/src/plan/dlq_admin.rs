@@ -45,7 +45,7 @@ impl Planner<'_> {
             .st
             .partitions
             .get(&pid)
-            .map(|p| p.queue)
+            .map(|p| p.queue())
             .ok_or_else(not_found)?;
         let mut offsets: Vec<u64> = self
             .st
@@ -102,7 +102,7 @@ impl Planner<'_> {
             let q = self
                 .st
                 .queues
-                .get(&p.queue)
+                .get(&p.queue())
                 .ok_or_else(|| QueenError::not_found("queue gone"))?;
             (p.name.to_string(), q.name.clone())
         };

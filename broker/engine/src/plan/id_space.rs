@@ -1,6 +1,7 @@
 //! Ids the planner may hand to new queues, partitions and groups: only those a checkpoint can
-//! hold (decode refuses a next partition id above 2^32, and reads a group id of u64::MAX as a
-//! deleted row) and apply can count past. Past them creating is refused per item, so the node
+//! hold (decode refuses a next partition id above 2^32 and a partition of a queue id past
+//! 2^32 (session 35), and reads a group id of u64::MAX as a deleted row) and apply can count
+//! past. Past them creating is refused per item, so the node
 //! keeps serving what exists and never writes a checkpoint it cannot read back.
 
 use queenmq_protocol::QueenError;

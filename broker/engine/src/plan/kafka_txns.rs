@@ -578,7 +578,7 @@ impl Planner<'_> {
                 .st
                 .partitions
                 .get(pid)
-                .filter(|p| self.st.queues.contains_key(&p.queue))
+                .filter(|p| self.st.queues.contains_key(&p.queue()))
             else {
                 tracing::error!(txn_id, pid, "a written partition of a transaction is gone");
                 return Err(QueenError::new(

@@ -208,7 +208,7 @@ impl Planner<'_> {
             let window = self
                 .st
                 .queues
-                .get(&p.queue)
+                .get(&p.queue())
                 .map(|q| secs_us(q.config.dedup_window_seconds))
                 .filter(|w| *w > 0)
                 .unwrap_or_else(|| self.st.txn_keep_us().min(FILTER_WINDOW_MAX_US));

@@ -422,7 +422,7 @@ impl Planner<'_> {
             } else {
                 row.failures
             };
-            let pname = p.name.clone();
+            let pname: Arc<str> = (&*p.name).into();
             // The answers this cycle's pops build must fit the room answers have; the first
             // message of a pop goes whatever its size, so every pop makes progress.
             let room = self.answer_room();
@@ -493,7 +493,7 @@ impl Planner<'_> {
             }
             out.partitions_claimed += 1;
             *remaining -= msgs.len() as u32;
-            let (queue, partition): (Arc<str>, Arc<str>) = (qname.as_str().into(), pname.into());
+            let (queue, partition): (Arc<str>, Arc<str>) = (qname.as_str().into(), pname);
             let lease: Arc<str> = out.lease_id.as_str().into();
             let consumer_group: Arc<str> = group.into();
             for m in msgs {

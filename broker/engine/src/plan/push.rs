@@ -320,7 +320,7 @@ impl Planner<'_> {
         let Some(p) = self.st.partitions.get(&pid) else {
             return Ok(None);
         };
-        let Some(q) = self.st.queues.get(&p.queue) else {
+        let Some(q) = self.st.queues.get(&p.queue()) else {
             return Ok(None);
         };
         let window_us = secs_us(q.config.dedup_window_seconds);

@@ -96,7 +96,7 @@ pub fn retention_low(st: &State, q: &Queue, p: &Partition, now_us: i64) -> u64 {
                 .filter_map(|gid| st.groups.get(gid))
                 .map(|g| {
                     g.cursors
-                        .get(&p.id)
+                        .get(&p.id())
                         .map_or_else(|| cursor_start(p, g.start_from_us), |c| c.committed)
                 })
                 .min();
@@ -158,7 +158,7 @@ impl Planner<'_> {
             .st
             .partitions
             .get(&pid)
-            .and_then(|p| Some((p, self.st.queues.get(&p.queue)?)))
+            .and_then(|p| Some((p, self.st.queues.get(&p.queue())?)))
         else {
             return (1, None);
         };

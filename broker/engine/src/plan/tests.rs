@@ -143,7 +143,7 @@ fn a_push_creating_queues_and_partitions_gets_the_ids_it_planned() {
     assert_eq!(r[4].status, queenmq_protocol::PushStatus::Duplicate);
     for r in &r {
         let part = fx.st.partitions.get(&r.partition_id).expect("created");
-        assert_eq!(fx.st.queues[&part.queue].name, r.queue);
+        assert_eq!(fx.st.queues[&part.queue()].name, r.queue);
     }
     assert_eq!(fx.st.queue_named("n1").map(|q| q.id), Some(2));
     assert_eq!(fx.st.queue_named("n2").map(|q| q.id), Some(3));
@@ -346,11 +346,37 @@ fn a_transaction_creating_a_partition_past_the_limit_rolls_back_whole() {
     assert_eq!(fx.st.partitions.get(&1).map(|p| p.next_offset), Some(0));
 }
 
+/// Session 35: a partition's row holds its queue's id in 32 bits, so a checkpoint whose
+/// queue of partitions has an id past that (never handed out: `MAX_NEXT_QUEUE_ID`) is refused
+/// rather than read into a truncated id.
+#[test]
+fn a_checkpoint_with_partitions_in_a_queue_past_32_bits_is_refused() {
+    use crate::state::{decode_state, encode_state};
+    let fx = fixture();
+    let blob = encode_state(&fx.st);
+    decode_state(&blob).expect("queue 1 reads back");
+    // Queue 1's record starts with its id, then its name "q" (u32 length, bytes).
+    let mut record = 1u64.to_le_bytes().to_vec();
+    record.extend_from_slice(&1u32.to_le_bytes());
+    record.push(b'q');
+    let at = blob
+        .windows(record.len())
+        .position(|w| w == record.as_slice())
+        .expect("queue 1's record");
+    let mut bad = blob.clone();
+    bad[at..at + 8].copy_from_slice(&(1u64 << 32).to_le_bytes());
+    let Err(e) = decode_state(&bad) else {
+        panic!("a queue id past 32 bits with partitions must be refused");
+    };
+    assert!(e.to_string().contains("past 32 bits"), "{e}");
+}
+
 #[test]
 fn queues_and_groups_past_their_limit_are_refused_and_apply_does_not_overflow() {
     use queenmq_protocol::{ConfigureReq, GroupAdminReq};
     let mut fx = fixture();
-    fx.st.next_queue_id = u64::MAX;
+    // Queue ids stop at 2^32 (session 35: a partition's row holds its queue's id in 32 bits).
+    fx.st.next_queue_id = crate::state::MAX_NEXT_QUEUE_ID;
     fx.st.next_group_id = u64::MAX;
     let mut p = fx.planner();
     let configure = |queue: &str| ConfigureReq {
@@ -418,6 +444,19 @@ fn queues_and_groups_past_their_limit_are_refused_and_apply_does_not_overflow() 
         loc,
     );
     assert_eq!(fx.st.next_partition_id, 3);
+    // A partition of a queue past 32 bits (an older build's log) is skipped alike, its id
+    // within limits: the row could not hold its queue.
+    fx.st.apply(
+        &Effect::PartitionCreate {
+            qid: u64::MAX,
+            pid: 3,
+            name: "p",
+        },
+        NOW,
+        loc,
+    );
+    assert_eq!(fx.st.next_partition_id, 3);
+    assert!(fx.st.partitions.get(&3).is_none());
     crate::state::decode_state(&crate::state::encode_state(&fx.st)).expect("readable");
     // Re-subscribing renews every group under a new id: refused before deleting any.
     fx.st.next_group_id = 1;
@@ -480,7 +519,7 @@ fn a_partition_create_at_or_past_2_pow_32_is_skipped_and_just_below_is_kept() {
         loc,
     );
     assert_eq!(order(&fx.st).last(), Some(&top));
-    assert_eq!(fx.st.partitions.get(&top).map(|p| p.id), Some(top));
+    assert_eq!(fx.st.partitions.get(&top).map(|p| p.id()), Some(top));
     assert_eq!(fx.st.next_partition_id, crate::state::MAX_NEXT_PARTITION_ID);
     let back = crate::state::decode_state(&crate::state::encode_state(&fx.st)).expect("readable");
     assert_eq!(order(&back), order(&fx.st));

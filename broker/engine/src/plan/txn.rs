@@ -202,7 +202,7 @@ impl Planner<'_> {
                             .st
                             .partitions
                             .get(&ack.pid)
-                            .and_then(|p| self.st.queues.get(&p.queue))
+                            .and_then(|p| self.st.queues.get(&p.queue()))
                             .map(|q| q.name.as_str());
                         if on != Some(want.as_str()) {
                             return Err(refuse(QueenError::new(

@@ -71,7 +71,9 @@ pub fn fetch(
         // A payload that does not open fails this entry only: the request may cover other
         // queues (read_upto already returned the records before it, if any).
         let read = if visible {
-            let (hidden, upto) = st.kafka_txns.hidden_ranges_upto(p.id, e.offset, high, 1024);
+            let (hidden, upto) = st
+                .kafka_txns
+                .hidden_ranges_upto(p.id(), e.offset, high, 1024);
             let most = usize::try_from(rows).unwrap_or(usize::MAX);
             rd.read_visible(p, e.offset, upto, budget, &hidden, most)
         } else {
@@ -267,7 +269,7 @@ pub fn changed(st: &State, req: &ChangedReq) -> ChangedAnswer {
         }
         partitions.push(ChangedPartition {
             name: p.name.to_string(),
-            id: p.id,
+            id: p.id(),
             last_offset: i64::try_from(p.next_offset).unwrap_or(i64::MAX) - 1,
             log_start: p.low_offset(),
             last_write_us: p.last_write_us,

@@ -149,7 +149,7 @@ fn state_of(row: &TxnRow) -> TxnStateName {
 /// The (topic, partition index) of an engine partition, when it has a Kafka index.
 fn kafka_partition(st: &State, pid: u64) -> Option<(String, i32)> {
     let p = st.partitions.get(&pid)?;
-    let q = st.queues.get(&p.queue)?;
+    let q = st.queues.get(&p.queue())?;
     let index = p.name.parse::<i32>().ok()?;
     Some((q.name.clone(), index))
 }
@@ -157,7 +157,7 @@ fn kafka_partition(st: &State, pid: u64) -> Option<(String, i32)> {
 /// The bytes of the topic name an engine partition is shown under, when it has a Kafka index.
 fn kafka_topic_len(st: &State, pid: u64) -> Option<usize> {
     let p = st.partitions.get(&pid)?;
-    let q = st.queues.get(&p.queue)?;
+    let q = st.queues.get(&p.queue())?;
     p.name.parse::<i32>().ok()?;
     Some(q.name.len())
 }

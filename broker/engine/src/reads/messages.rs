@@ -19,7 +19,7 @@ pub fn one(
     let not_found = || QueenError::not_found("Message not found");
     let pid: u64 = partition_id.trim().parse().map_err(|_| not_found())?;
     let p = st.partitions.get(&pid).ok_or_else(not_found)?;
-    let q = st.queues.get(&p.queue).ok_or_else(not_found)?;
+    let q = st.queues.get(&p.queue()).ok_or_else(not_found)?;
     let hash = xxhash_rust::xxh3::xxh3_64(txn.as_bytes());
     let internal = |e: String| QueenError::new(queenmq_protocol::ErrorCode::Internal, e);
     let mut msg = match st.txn_ids.get(pid, hash) {
@@ -189,7 +189,7 @@ pub fn list(
                 if m.is_control_marker()
                     || st
                         .kafka_txns
-                        .withheld(p.id, p.low_offset(), p.next_offset, m.offset)
+                        .withheld(p.id(), p.low_offset(), p.next_offset, m.offset)
                 {
                     continue;
                 }
@@ -198,7 +198,7 @@ pub fn list(
                     transaction_id: m.txn,
                     queue: q.name.clone(),
                     partition: p.name.to_string(),
-                    partition_id: p.id,
+                    partition_id: p.id(),
                     offset: m.offset,
                     data: m.payload,
                     created_us: m.created_us,
@@ -264,7 +264,7 @@ pub fn dlq(
         messages.push(DlqRow {
             id: m.id_text(),
             transaction_id: m.txn,
-            partition_id: p.id,
+            partition_id: p.id(),
             queue: q.name.clone(),
             partition: p.name.to_string(),
             consumer_group: d.group.clone(),
@@ -317,7 +317,7 @@ fn trace_view(st: &State, t: &crate::state::model::TraceRow) -> TraceView {
     let queue = st
         .partitions
         .get(&t.partition)
-        .and_then(|p| st.queues.get(&p.queue))
+        .and_then(|p| st.queues.get(&p.queue()))
         .map(|q| q.name.clone());
     TraceView {
         transaction_id: t.transaction_id.clone(),

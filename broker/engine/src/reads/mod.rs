@@ -133,6 +133,6 @@ pub fn answer(
 /// The group's cursor on a partition, as it would start if never touched.
 pub fn committed_of(g: &Group, p: &Partition) -> u64 {
     g.cursors
-        .get(&p.id)
+        .get(&p.id())
         .map_or_else(|| cursor_start(p, g.start_from_us), |c| c.committed)
 }

@@ -41,7 +41,7 @@ pub(super) fn held_dead_letters_by_partition<'a>(
 pub(super) fn group_on_partition(st: &State, g: &Group, p: &Partition) -> (u64, u64, Option<u64>) {
     let committed = committed_of(g, p).max(p.low_offset());
     let pending = p.next_offset.saturating_sub(committed);
-    let cursor = g.cursors.get(&p.id);
+    let cursor = g.cursors.get(&p.id());
     let processing = cursor
         .and_then(|c| c.live_lease(st.last_now_us))
         .map_or(0, |l| l.end.saturating_sub(committed));

@@ -145,7 +145,7 @@ pub fn one(st: &State, name: &str, page: Page) -> Result<QueueDoc, QueenError> {
         .take(page.limit)
         .filter_map(|pid| st.partitions.get(&pid))
         .map(|p| PartitionSummary {
-            id: p.id,
+            id: p.id(),
             name: p.name.to_string(),
             created_us: p.created_us,
             messages: p.next_offset - p.low_offset(),
@@ -162,7 +162,7 @@ pub fn one(st: &State, name: &str, page: Page) -> Result<QueueDoc, QueenError> {
                 st,
                 q,
                 p,
-                dead.get(&p.id).copied().unwrap_or(0),
+                dead.get(&p.id()).copied().unwrap_or(0),
             ),
             consumed: super::partition_stats::consumed_on_partition(st, q, p),
         })
@@ -311,7 +311,7 @@ fn partition_pending(st: &State, q: &Queue, p: &Partition) -> u64 {
 
 fn partition_row(st: &State, q: &Queue, p: &Partition) -> PartitionRow {
     PartitionRow {
-        id: p.id,
+        id: p.id(),
         name: p.name.to_string(),
         queue: q.name.clone(),
         messages: p.next_offset - p.low_offset(),

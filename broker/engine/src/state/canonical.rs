@@ -61,13 +61,13 @@ pub fn canonical(st: &State) -> String {
     assert_eq!(st.run_floor.lowest(), walked, "incremental run floor");
     let _ = writeln!(o, "run floor {walked:?}");
     let mut parts: Vec<_> = st.partitions.values().collect();
-    parts.sort_by_key(|p| p.id);
+    parts.sort_by_key(|p| p.id());
     for p in parts {
         let _ = writeln!(
             o,
             "partition {} q{} {:?} created {} next {} last_write {} bytes {} floor {} runs {:?}",
-            p.id,
-            p.queue,
+            p.id(),
+            p.queue(),
             p.name,
             p.created_us,
             p.next_offset,

@@ -37,7 +37,7 @@ impl State {
             .partitions
             .values()
             .filter(|p| p.runs.iter().any(|r| lost(r.index)))
-            .map(|p| p.id)
+            .map(|p| p.id())
             .collect();
         let mut out = Vec::with_capacity(pids.len());
         for pid in pids {
@@ -52,7 +52,7 @@ impl State {
                 .map_or(0, |i| i + 1);
             self.run_floor.drop_front(p, drop);
             let to = p.low_offset();
-            let (qid, next_offset, partition) = (p.queue, p.next_offset, p.name.to_string());
+            let (qid, next_offset, partition) = (p.queue(), p.next_offset, p.name.to_string());
             let (queue, gids) = match self.queues.get(&qid) {
                 Some(q) => (q.name.clone(), q.groups.values().copied().collect()),
                 None => (String::new(), Vec::new()),

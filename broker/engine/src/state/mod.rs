@@ -23,6 +23,7 @@ mod label_index;
 pub mod model;
 mod name_index;
 mod partition_group;
+mod partition_name;
 mod partition_order;
 mod partition_table;
 mod retention;
@@ -230,23 +231,22 @@ impl State {
                     tracing::warn!(pid, "partition create past the id limit skipped");
                     return;
                 };
+                // Queue ids too since session 35 (`MAX_NEXT_QUEUE_ID`, the row holds 32 bits).
+                const _: () = assert!(MAX_NEXT_QUEUE_ID == 1 << 32);
+                let Ok(short_qid) = u32::try_from(*qid) else {
+                    tracing::warn!(
+                        qid,
+                        pid,
+                        "partition create in a queue past the id limit skipped"
+                    );
+                    return;
+                };
                 self.next_partition_id = self.next_partition_id.max(pid + 1);
                 if let Some(q) = self.queues.get_mut(qid) {
                     q.partition_order.push(short);
-                    let replaced = self.partitions.insert(
-                        *pid,
-                        Partition {
-                            id: *pid,
-                            queue: *qid,
-                            name: (*name).into(),
-                            created_us: now_us,
-                            next_offset: 0,
-                            last_write_us: now_us,
-                            bytes: 0,
-                            runs: RunList::default(),
-                            extra: None,
-                        },
-                    );
+                    let replaced = self
+                        .partitions
+                        .insert(*pid, Partition::new(short, short_qid, name, now_us));
                     // A create over an existing id (never planned) must not pin the floor.
                     if let Some(old) = replaced {
                         self.run_floor.remove_partition(&old);
@@ -467,7 +467,7 @@ impl State {
                 self.set_group_start(*gid, *start_from_us)
             }
             Effect::DlqDelete { pid, offset } => {
-                let Some(qid) = self.partitions.get(pid).map(|p| p.queue) else {
+                let Some(qid) = self.partitions.get(pid).map(|p| p.queue()) else {
                     return;
                 };
                 if let Some(q) = self.queues.get_mut(&qid) {
@@ -504,7 +504,7 @@ impl State {
         let Some(p) = self.partitions.get_mut(&pid) else {
             return;
         };
-        let Some(q) = self.queues.get_mut(&p.queue) else {
+        let Some(q) = self.queues.get_mut(&p.queue()) else {
             return;
         };
         let n = hashes.len() as u64;

@@ -7,6 +7,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use super::config::QueueConfig;
 use super::cursor_map::CursorMap;
 use super::name_index::NameIndex;
+pub use super::partition_name::PartitionName;
 use super::partition_order::PartitionOrder;
 pub use super::run_list::RunList;
 
@@ -52,21 +53,27 @@ pub struct Run {
     pub pos: u32,
 }
 
+/// 96 B (pinned by `partition_table_tests::a_full_chunk_costs_120_bytes_a_partition_and_its_header`),
+/// so its `Arc` (16 B of counts more) takes mimalloc's 112 B bin: every field below counts
+/// (session 35; 112 B and the 128 B bin in sessions 33-34, 96 B and 112 B in sessions 28-32
+/// before the one run moved inside the row).
 #[derive(Clone)]
 pub struct Partition {
-    pub id: u64,
-    pub queue: u64,
-    /// Boxed, not a `String`: the row stays 112 B, so its `Arc` (16 B more) fits mimalloc's
-    /// 128 B bin rather than the 160 B one (review s28 ckpt M2; 96 B and 112 B before
-    /// session 33 put the one run inside the row).
-    pub name: Box<str>,
+    /// Ids held in 32 bits, 8 B of the row: partition ids are below `MAX_NEXT_PARTITION_ID`
+    /// and queue ids below `MAX_NEXT_QUEUE_ID` (both 2^32; apply and checkpoint load convert
+    /// with a checked `u32::try_from`). Read through `id()` and `queue()`.
+    id: u32,
+    queue: u32,
+    /// One word (`partition_name.rs`): up to 7 bytes inline, a longer name a thin pointer to
+    /// its length and bytes; 8 B of the row where a `Box<str>` took 16.
+    pub name: PartitionName,
     pub created_us: i64,
     pub next_offset: u64,
     pub last_write_us: i64,
     pub bytes: u64,
     /// Its one run inside the row, more in a vector (`run_list.rs`).
     pub runs: RunList,
-    /// What few partitions have (a records floor, copied runs), boxed for the same 112 B;
+    /// What few partitions have (a records floor, copied runs), boxed for the same 96 B;
     /// None while both are unset. Read and set through the methods below.
     pub extra: Option<Box<PartitionExtra>>,
 }
@@ -85,20 +92,35 @@ pub struct PartitionExtra {
 /// An empty partition of queue 1, for tests.
 #[cfg(any(test, feature = "test-support"))]
 pub fn test_partition(id: u64, name: &str) -> Partition {
-    Partition {
-        id,
-        queue: 1,
-        name: name.into(),
-        created_us: 0,
-        next_offset: 0,
-        last_write_us: 0,
-        bytes: 0,
-        runs: RunList::default(),
-        extra: None,
-    }
+    let id = u32::try_from(id).unwrap_or_else(|_| panic!("test partition id {id} past 32 bits"));
+    Partition::new(id, 1, name, 0)
 }
 
 impl Partition {
+    /// An empty partition created at `now_us`.
+    pub fn new(id: u32, queue: u32, name: &str, now_us: i64) -> Self {
+        Self {
+            id,
+            queue,
+            name: name.into(),
+            created_us: now_us,
+            next_offset: 0,
+            last_write_us: now_us,
+            bytes: 0,
+            runs: RunList::default(),
+            extra: None,
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        u64::from(self.id)
+    }
+
+    /// The queue's id.
+    pub fn queue(&self) -> u64 {
+        u64::from(self.queue)
+    }
+
     /// Kafka DeleteRecords' log start offset (0: never set).
     pub fn floor(&self) -> u64 {
         self.extra.as_deref().map_or(0, |e| e.floor)

@@ -69,7 +69,7 @@ fn insert_get_remove_and_free_empty_chunks_and_groups() {
     );
     assert!(!t.contains_key(&mid));
     t.get_mut(&far).unwrap().next_offset = 7;
-    let ids: Vec<u64> = t.values().map(|p| p.id).collect();
+    let ids: Vec<u64> = t.values().map(|p| p.id()).collect();
     assert_eq!(ids, vec![1, 2, far], "in id order");
     assert!(t.remove(&far).is_some());
     assert!(t.groups[1].is_none(), "a group with no chunks is freed");
@@ -79,17 +79,18 @@ fn insert_get_remove_and_free_empty_chunks_and_groups() {
 }
 
 /// Pins an idle partition's share of the table (review s28 ckpt M2): its 8 B slot and
-/// its `Arc`, a 112 B row with the count's 16 B, which is exactly mimalloc's 128 B bin
-/// (session 33: the row holds a partition's one run, which was a 32 B block beside it).
+/// its `Arc`, a 96 B row with the count's 16 B, which is exactly mimalloc's 112 B bin
+/// (session 35: the name a thin pointer, the ids 32 bits; 112 B and the 128 B bin in sessions
+/// 33-34, after the partition's one run, a 32 B block beside it, moved into the row).
 /// Any growth of `Partition` or of the slot lands in the next bin and must fail here,
 /// not only in an RSS run. The overlays (session 31) add nothing a partition or a chunk:
 /// a group holds one pointer and a count more, and its overlays' array only while it has one.
 #[test]
-fn a_full_chunk_costs_136_bytes_a_partition_and_its_header() {
-    assert_eq!(std::mem::size_of::<Partition>(), 112, "the row");
+fn a_full_chunk_costs_120_bytes_a_partition_and_its_header() {
+    assert_eq!(std::mem::size_of::<Partition>(), 96, "the row");
     assert!(
-        std::mem::size_of::<Partition>() + 16 <= 128,
-        "the Arc fits mimalloc's 128 B bin"
+        std::mem::size_of::<Partition>() + 16 <= 112,
+        "the Arc fits mimalloc's 112 B bin"
     );
     assert_eq!(
         std::mem::size_of::<Group>(),
@@ -110,7 +111,7 @@ fn a_full_chunk_costs_136_bytes_a_partition_and_its_header() {
     assert_eq!(header, 40);
     assert_eq!(
         (chunk - header) / CHUNK,
-        136,
+        120,
         "bytes a partition in a full chunk, its one run included, names excluded"
     );
     assert_eq!((chunk - header) % CHUNK, 0);
@@ -121,7 +122,7 @@ fn an_id_at_the_limit_costs_a_group_not_a_handle_per_chunk_below_it() {
     let mut t = PartitionTable::default();
     let last = crate::state::MAX_NEXT_PARTITION_ID - 1;
     t.insert(last, part(last));
-    assert_eq!(t.get(&last).map(|p| p.id), Some(last));
+    assert_eq!(t.get(&last).map(|p| p.id()), Some(last));
     let chunks = usize::try_from(last).unwrap() / CHUNK;
     assert!(
         t.chunks_bytes() < chunks,
@@ -164,7 +165,7 @@ fn a_snapshot_keeps_its_moment_and_writes_go_to_the_overlay_until_it_is_full() {
     assert_eq!(overlay_len(&t, 0), Some(OVER_MAX));
     assert_eq!(t.get(&1).map(|p| p.next_offset), Some(10), "read first");
     assert!(t.get_mut(&4).is_none() && t.remove(&4).is_none());
-    assert_eq!(t.remove(&2).map(|p| p.id), Some(2));
+    assert_eq!(t.remove(&2).map(|p| p.id()), Some(2));
     assert_eq!(
         copies(),
         (1, 0),
@@ -185,11 +186,11 @@ fn a_snapshot_keeps_its_moment_and_writes_go_to_the_overlay_until_it_is_full() {
     );
     assert_eq!(snap.get(&1).map(|p| p.next_offset), Some(0));
     assert!(snap.get(&2).is_some() && snap.get(&3).is_none());
-    let ids: Vec<u64> = snap.values().map(|p| p.id).collect();
+    let ids: Vec<u64> = snap.values().map(|p| p.id()).collect();
     assert_eq!(ids, vec![0, 1, 2, mid]);
-    let ids: Vec<u64> = t.values().map(|p| p.id).collect();
+    let ids: Vec<u64> = t.values().map(|p| p.id()).collect();
     assert_eq!(ids, vec![0, 1, 3, mid]);
-    assert_eq!(t.remove(&mid).map(|p| p.id), Some(mid));
+    assert_eq!(t.remove(&mid).map(|p| p.id()), Some(mid));
     assert_eq!(
         copies(),
         (0, 0),
@@ -222,13 +223,13 @@ fn a_removed_partition_is_not_read_through_its_chunk_nor_in_a_later_snapshot() {
     }
     let first = t.snapshot();
     let _ = copies();
-    assert_eq!(t.remove(&1).map(|p| p.id), Some(1));
+    assert_eq!(t.remove(&1).map(|p| p.id()), Some(1));
     assert_eq!(copies(), (0, 0), "a removal copies nothing");
     assert_eq!(overlay_len(&t, 0), Some(1), "a tombstone");
     assert!(t.get(&1).is_none() && t.get_mut(&1).is_none() && t.remove(&1).is_none());
     assert_eq!(t.len(), 2);
     let second = t.snapshot();
-    let ids = |it: &mut dyn Iterator<Item = &Partition>| it.map(|p| p.id).collect::<Vec<_>>();
+    let ids = |it: &mut dyn Iterator<Item = &Partition>| it.map(|p| p.id()).collect::<Vec<_>>();
     assert_eq!(ids(&mut t.values()), vec![0, 2]);
     assert_eq!(ids(&mut second.values()), vec![0, 2], "not in a later one");
     assert!(second.get(&1).is_none());
@@ -244,7 +245,7 @@ fn a_removed_partition_is_not_read_through_its_chunk_nor_in_a_later_snapshot() {
         "the overlay, shared with the later one, copied: labelled apart from a chunk's copy"
     );
     assert_eq!(overlay_len(&t, 0), Some(2));
-    assert_eq!(t.remove(&3).map(|p| p.id), Some(3));
+    assert_eq!(t.remove(&3).map(|p| p.id()), Some(3));
     assert_eq!(
         overlay_len(&t, 0),
         Some(1),
@@ -432,7 +433,7 @@ fn row_of(p: &Partition) -> Row {
 }
 
 fn rows<'a>(it: impl Iterator<Item = &'a Partition>) -> Vec<(u64, Row)> {
-    it.map(|p| (p.id, row_of(p))).collect()
+    it.map(|p| (p.id(), row_of(p))).collect()
 }
 
 proptest! {

@@ -37,7 +37,7 @@ impl State {
             return;
         }
         drop_below(p, low, exact, &mut self.run_floor);
-        let (qid, next_offset, to) = (p.queue, p.next_offset, p.low_offset());
+        let (qid, next_offset, to) = (p.queue(), p.next_offset, p.low_offset());
         if to <= from {
             return;
         }

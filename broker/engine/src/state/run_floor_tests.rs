@@ -126,7 +126,7 @@ impl Model {
         prop_assert_eq!(self.floor.lowest(), RunFloor::walked(self.parts.iter()));
         for part in &self.parts {
             let min = part.runs.iter().map(|r| r.index).min();
-            prop_assert_eq!(lowest(part), min, "partition {}", part.id);
+            prop_assert_eq!(lowest(part), min, "partition {}", part.id());
             if let Some(c) = part.copied_runs() {
                 // Plain runs stay in log order: the first is the lowest of them.
                 let plain: Vec<u64> = part

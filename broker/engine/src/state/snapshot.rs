@@ -35,9 +35,12 @@ const SECTION_TENANTS: u8 = 9;
 /// below 2^32 (a chunk index of 24 MiB at most). A corrupt id once asked for 6 GiB (fuzz
 /// target `state`).
 pub const MAX_NEXT_PARTITION_ID: u64 = 1 << 32;
-/// Queue and group ids key hash maps, so decode takes any, but a group row of id u64::MAX
-/// reads as a deleted one and no next id follows u64::MAX: the planner hands out ids below.
-pub const MAX_NEXT_QUEUE_ID: u64 = u64::MAX;
+/// Queue ids are below 2^32 since session 35: a partition's row holds its queue's id in 32 bits
+/// (`model::Partition`, 8 B of the row). Decode refuses a partition of a queue past that (no
+/// node hands out 4 billion queue ids, so no checkpoint written before holds one).
+pub const MAX_NEXT_QUEUE_ID: u64 = 1 << 32;
+/// Group ids key hash maps, so decode takes any, but a group row of id u64::MAX reads as a
+/// deleted one and no next id follows u64::MAX: the planner hands out ids below.
 pub const MAX_NEXT_GROUP_ID: u64 = u64::MAX;
 
 pub fn encode_state(s: &State) -> Vec<u8> {
@@ -420,7 +423,7 @@ fn encode_partition(
         w.u64(u64::MAX);
         return;
     };
-    w.u64(p.id);
+    w.u64(p.id());
     w.str(&p.name);
     w.i64(p.created_us);
     w.u64(p.next_offset);
@@ -522,7 +525,7 @@ impl Sections {
         let floors: Vec<(u64, u64)> = parts
             .values()
             .filter(|p| p.floor() > 0)
-            .map(|p| (p.id, p.floor()))
+            .map(|p| (p.id(), p.floor()))
             .collect();
         let producers = self.producers_held || !floors.is_empty();
         w.u32(self.count + u32::from(producers));
@@ -822,21 +825,20 @@ pub fn decode_state(buf: &[u8]) -> Result<State, DecodeError> {
                     v1_rows.push((created_us, TxnRow { pid, offset, hash }));
                 }
             }
-            let mut p = Partition {
-                id: pid,
-                queue: id,
-                name: pname.as_str().into(),
-                created_us,
-                next_offset,
-                last_write_us,
-                bytes,
-                runs: runs.into(),
-                extra: None,
-            };
             // Below `next_partition_id`, itself at most `MAX_NEXT_PARTITION_ID` (2^32).
             let Ok(short) = u32::try_from(pid) else {
                 return Err(r.malformed(format!("partition id {pid} is past 32 bits")));
             };
+            let Ok(short_qid) = u32::try_from(id) else {
+                return Err(r.malformed(format!(
+                    "partition {pid} belongs to queue {id}, past 32 bits"
+                )));
+            };
+            let mut p = Partition::new(short, short_qid, &pname, created_us);
+            p.next_offset = next_offset;
+            p.last_write_us = last_write_us;
+            p.bytes = bytes;
+            p.runs = runs.into();
             q.partition_order.push(short);
             s.run_floor.add_partition(&mut p);
             s.partitions.insert(pid, p);

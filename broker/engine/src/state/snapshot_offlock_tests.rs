@@ -78,7 +78,7 @@ fn old_head(s: &State, version: u8) -> Writer {
                 w.u64(u64::MAX);
                 continue;
             };
-            w.u64(p.id);
+            w.u64(p.id());
             w.str(&p.name);
             w.i64(p.created_us);
             w.u64(p.next_offset);
@@ -149,7 +149,7 @@ fn old_sections(s: &State, w: &mut Writer) {
         .partitions
         .values()
         .filter(|p| p.floor() > 0)
-        .map(|p| (p.id, p.floor()))
+        .map(|p| (p.id(), p.floor()))
         .collect();
     let producers = !s.kafka_producers.is_empty() || !floors.is_empty();
     // And the conflation section, once a group conflates.
