@@ -70,6 +70,7 @@ impl Searched {
         self.order = VecDeque::new();
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.ranges.len()
     }
