@@ -102,6 +102,13 @@ pub async fn serve(
         held_share = memory.budget.held_bytes(),
         "memory budget"
     );
+    // Each group derives the same value when it opens (`Memory::dedup_hot_ids`).
+    tracing::info!(
+        dedup_hot_ids =
+            crate::memory::Memory::dedup_hot_ids(cfg.dedup_hot_ids, cfg.memory_limit_bytes),
+        derived = cfg.dedup_hot_ids == 0,
+        "transaction ids each group keeps in memory before spilling to id files"
+    );
     let door_caps = crate::memory::door::caps(
         &memory,
         usize::try_from(cfg.http_max_connections).unwrap_or(usize::MAX),

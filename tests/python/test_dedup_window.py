@@ -72,3 +72,58 @@ def test_duplicates_past_the_hot_table_are_refused_across_kill_and_damage(broker
         assert [r["status"] for r in late] == ["duplicate"] * 20, late[:3]
         metrics = http.get("/metrics/prometheus").text
         assert "queen_dedup_id_files_damaged_total" in metrics
+
+
+def spilled_total(http: httpx.Client) -> float:
+    for line in http.get("/metrics/prometheus").text.splitlines():
+        if line.startswith("queen_dedup_spilled_ids_total"):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_window_past_the_hour_keeps_ids_in_memory_and_spilled_ids_stay_found(broker_factory):
+    """Session 35 (review s34 d H1): a group holding a queue whose window passes the hour spills
+    nothing (its new ids would each need a search of every minute's files past the hour); the
+    ids it spilled before that queue came stay found, before and after kill -9."""
+    broker = broker_factory(env=ENV).start()
+    short = [f"t{i}" for i in range(N)]
+    long = [f"l{i}" for i in range(N)]
+    with httpx.Client(base_url=broker.url, timeout=30.0) as http:
+        res = http.post(
+            "/api/v1/configure", json={"queue": QUEUE, "options": {"dedupWindowSeconds": 3600}}
+        )
+        assert res.status_code == 200, res.text
+        assert {r["status"] for r in push_all(http, broker.url, short)} == {"queued"}
+        assert id_files(broker.data_dir), "the 1 h group spilled"
+        res = http.post(
+            "/api/v1/configure", json={"queue": "dedup-long", "options": {"dedupWindowSeconds": 7200}}
+        )
+        assert res.status_code == 200, res.text
+        spilled = spilled_total(http)
+        assert spilled > 0
+        out = []
+        for i in range(0, N, 50):
+            out += push(http, broker.url, [item("dedup-long", "p", t, {"n": t}) for t in long[i : i + 50]])
+        assert {r["status"] for r in out} == {"queued"}, out[:3]
+        assert spilled_total(http) == spilled, "nothing spilled beside a 2 h window"
+        again = push_all(http, broker.url, short[:40])
+        assert [r["status"] for r in again] == ["duplicate"] * 40, again[:3]
+        again = push(http, broker.url, [item("dedup-long", "p", t, {"n": t}) for t in long[:40]])
+        assert [r["status"] for r in again] == ["duplicate"] * 40, again[:3]
+
+    broker.kill()
+    broker.start()
+    with httpx.Client(base_url=broker.url, timeout=30.0) as http:
+        again = push_all(http, broker.url, short[:40])
+        assert [r["status"] for r in again] == ["duplicate"] * 40, again[:3]
+        again = push(http, broker.url, [item("dedup-long", "p", t, {"n": t}) for t in long[:40]])
+        assert [r["status"] for r in again] == ["duplicate"] * 40, again[:3]
+
+
+def test_the_default_bound_is_derived_from_the_memory_budget(broker_factory):
+    """Session 35: `dedup_hot_ids` = 0 (the default) is the budget / 16 / 57 B rows, clamped
+    to 2^16..=2^22, logged at start."""
+    broker = broker_factory(env={"QUEEN_MEMORY_LIMIT_BYTES": str(256 << 20)}).start()
+    text = broker.log_text()
+    assert "dedup_hot_ids=294337" in text, text[-2000:]
+    assert "derived=true" in text

@@ -225,8 +225,10 @@ pub(crate) const KEYS: &[KeySpec] = &[
         name: "dedup_hot_ids",
         env: "QUEEN_DEDUP_HOT_IDS",
         flag: None,
+        // 0 derives it from the memory budget; a set value is at least MIN_HOT_IDS
+        // (`validate`).
         kind: Kind::Uint {
-            min: queenmq_engine::state::MIN_HOT_IDS as u64,
+            min: 0,
             max: 1 << 30,
         },
     },

@@ -71,8 +71,9 @@ pub struct Config {
     pub max_ack_items: u64,
     /// Most operations in one transaction.
     pub max_txn_ops: u64,
-    /// Transaction ids the dedup hot table keeps in memory; older ones of the window go to
-    /// the id files (`<data_dir>/ids`, issue 12). Always on: there is no "off".
+    /// Transaction ids each group's dedup hot table keeps in memory; older ones of the window
+    /// go to the id files (`<data_dir>/ids`, issue 12). 0: derived from the memory budget
+    /// (`Memory::dedup_hot_ids`). Always on: there is no "off".
     pub dedup_hot_ids: u64,
     /// Bytes of the node's dedup window filters, all groups together: each group draws half
     /// of what is left at its first spill; 0: an eighth of the memory budget, at most 512 MiB.
@@ -266,7 +267,7 @@ impl Default for Config {
             max_txn_ops: 10_000,
             // Today's behaviour (every id of the window in memory) until the spill runs off
             // the engine's lock and the filters are sized per group (review s26 dedup H1-H3).
-            dedup_hot_ids: 1 << 30,
+            dedup_hot_ids: 0,
             dedup_filter_bytes: 0,
             max_trace_bytes: 64 * KIB,
             max_new_partitions_per_request: 10_000,
@@ -354,6 +355,17 @@ impl Config {
                     });
                 }
             }
+        }
+        let least_hot = queenmq_engine::state::MIN_HOT_IDS as u64;
+        if self.dedup_hot_ids != 0 && self.dedup_hot_ids < least_hot {
+            return Err(ValueError::Bad {
+                key: "dedup_hot_ids",
+                message: format!(
+                    "= {} is below {least_hot} (a table that small writes a file per push); \
+                     use 0 to derive it from the memory budget",
+                    self.dedup_hot_ids
+                ),
+            });
         }
         if self.dedup_filter_bytes != 0 {
             let f = queenmq_engine::dedup_filter::FilterConfig {

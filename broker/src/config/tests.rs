@@ -314,6 +314,35 @@ fn fetch_session_slots_may_be_zero_but_are_bounded() {
 }
 
 #[test]
+fn dedup_hot_ids_is_derived_at_zero_and_else_at_least_sixteen() {
+    // 0 (the default since session 35) derives the bound from the memory budget; a set
+    // value below 16 would write an id file per push.
+    assert_eq!(Config::default().dedup_hot_ids, 0);
+    for (value, ok) in [
+        (0, true),
+        (1, false),
+        (15, false),
+        (16, true),
+        (1 << 30, true),
+        ((1 << 30) + 1, false),
+    ] {
+        let (_d, path) = file(&format!("dedup_hot_ids = {value}\n"));
+        let res = load_env(&with_file(&path), &[]);
+        assert_eq!(res.is_ok(), ok, "{value}: {:?}", res.err());
+    }
+    assert_eq!(
+        crate::memory::Memory::dedup_hot_ids(16, 0),
+        16,
+        "a set value stands"
+    );
+    assert_eq!(
+        crate::memory::Memory::dedup_hot_ids(0, 256 << 20),
+        294_337,
+        "256 MiB / 16 / 57 B"
+    );
+}
+
+#[test]
 fn every_range_bound_is_enforced() {
     let cases: &[(&str, u64, u64)] = &[
         ("max_body_bytes", 1024, 255 << 20),

@@ -217,7 +217,11 @@ fn open_txn_spill(cfg: &Config, state: &State) -> anyhow::Result<queenmq_engine:
     };
     Ok(queenmq_engine::state::TxnSpill::open_shared(
         Box::new(store),
-        usize::try_from(cfg.dedup_hot_ids).unwrap_or(usize::MAX),
+        usize::try_from(crate::memory::Memory::dedup_hot_ids(
+            cfg.dedup_hot_ids,
+            cfg.memory_limit_bytes,
+        ))
+        .unwrap_or(usize::MAX),
         filter,
         &queenmq_engine::dedup_filter::NODE_FILTERS,
         state.txn_keep_us(),

@@ -32,6 +32,20 @@ pub const METRICS_RING_PERCENT: u64 = 10;
 pub const CLUSTER_BODIES_PERCENT: u64 = 5;
 /// The smallest budget accepted (and used when nothing can be read).
 pub const MIN_BUDGET: u64 = 32 << 20;
+/// A row of the dedup hot table, as the `dedup` pool counts it (docs/memory.md).
+pub const HOT_ID_ROW_BYTES: u64 = 57;
+/// The derived `dedup_hot_ids` takes this fraction of the budget per group (1/16: an eighth
+/// of the `dedup` share's worth), within `HOT_IDS_DERIVED`: at least ~1.3 s of ids at
+/// 50 000 msg/s, so a spill is not a file per push; at most 4 Mi rows (~228 MiB), since the
+/// bound is per group and N busy groups hold N times it.
+pub const HOT_IDS_DIVISOR: u64 = 16;
+pub const HOT_IDS_DERIVED: std::ops::RangeInclusive<u64> = (1 << 16)..=(1 << 22);
+
+/// `dedup_hot_ids` when it is 0: `budget / 16 / 57` rows, clamped to 2^16..=2^22.
+pub fn hot_ids_for_budget(total: u64) -> u64 {
+    (total / HOT_IDS_DIVISOR / HOT_ID_ROW_BYTES)
+        .clamp(*HOT_IDS_DERIVED.start(), *HOT_IDS_DERIVED.end())
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
@@ -129,6 +143,21 @@ impl Budget {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_derived_hot_table_follows_the_budget_within_its_bounds() {
+        use super::hot_ids_for_budget;
+        // The 256 MiB budget of test_memory: ~294 000 rows, ~16 MiB.
+        assert_eq!(hot_ids_for_budget(256 << 20), (256 << 20) / 16 / 57);
+        assert_eq!(hot_ids_for_budget(256 << 20), 294_337);
+        assert_eq!(hot_ids_for_budget(32 << 20), 1 << 16, "the least budget");
+        assert_eq!(
+            hot_ids_for_budget(4 << 30),
+            1 << 22,
+            "4 GiB is past the cap"
+        );
+        assert_eq!(hot_ids_for_budget(u64::MAX), 1 << 22);
+    }
+
     use super::*;
 
     const GIB: u64 = 1 << 30;

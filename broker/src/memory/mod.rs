@@ -18,7 +18,7 @@ use queenmq_protocol::kafka_txns::KafkaTxnReq;
 use queenmq_protocol::{Command, QueenError, TxnOp};
 
 pub use account::Accountant;
-pub use budget::Budget;
+pub use budget::{hot_ids_for_budget, Budget};
 pub use give_back::give_back_freed;
 pub use pools::{Pool, Pools};
 
@@ -60,6 +60,20 @@ impl Memory {
             cgroup::cgroup_limit(),
             cgroup::physical_ram(),
         ))
+    }
+
+    /// Each group's hot table of transaction ids: `dedup_hot_ids`, or when it is 0 the rows
+    /// [`hot_ids_for_budget`] gives the budget `memory_limit_bytes` resolves to (cgroup, RAM).
+    pub fn dedup_hot_ids(configured: u64, memory_limit_bytes: u64) -> u64 {
+        if configured != 0 {
+            return configured;
+        }
+        let b = Budget::derive(
+            memory_limit_bytes,
+            cgroup::cgroup_limit(),
+            cgroup::physical_ram(),
+        );
+        hot_ids_for_budget(b.total)
     }
 
     /// The node's dedup filter allowance when `dedup_filter_bytes` is 0: an eighth of the

@@ -98,7 +98,9 @@ impl Planner<'_> {
         let in_bundle = pushed.and_then(|m| m.get(&(pid, item.transaction_id.clone())));
         let resolved = match in_bundle.copied() {
             Some(off) => Some(off),
-            None => self.resolve_txn(pid, &item.transaction_id, scan)?,
+            // A cursor without a lease still has what it delivered: read there before a
+            // search by time refuses the ack (review s34 d H2).
+            None => self.resolve_txn_or(pid, &item.transaction_id, scan, row.in_flight())?,
         };
         let Some(offset) = resolved else {
             // A message retention removed (maxWaitTimeSeconds takes leased ones too) is gone

@@ -75,7 +75,26 @@ impl Planner<'_> {
         let Some(pid) = self.partition_id(&req.partition_id) else {
             return Ok(TraceOutcome::MessageNotFound);
         };
-        if self.resolve_txn(pid, &req.transaction_id, None)?.is_none() {
+        // A message traced is usually being worked on: the group's range in flight is read
+        // before a search by time may refuse the trace (review s34 d H2).
+        let group = if req.group.is_empty() {
+            queenmq_protocol::QUEUE_MODE_GROUP
+        } else {
+            req.group.as_str()
+        };
+        let in_flight = self
+            .st
+            .partitions
+            .get(&pid)
+            .and_then(|p| self.st.queues.get(&p.queue))
+            .and_then(|q| q.groups.get(group))
+            .and_then(|gid| self.st.groups.get(gid))
+            .and_then(|g| g.cursors.get(&pid))
+            .and_then(|c| c.in_flight());
+        if self
+            .resolve_txn_or(pid, &req.transaction_id, None, in_flight)?
+            .is_none()
+        {
             return Ok(TraceOutcome::MessageNotFound);
         }
         let data = String::from_utf8_lossy(&req.data).into_owned();

@@ -61,18 +61,19 @@ impl Planner<'_> {
             .unwrap_or_default();
         offsets.sort_unstable();
         offsets.dedup();
-        // The id index answers for a message inside its memory; past it, each dead-lettered
-        // offset of the partition is read and compared (the rows are capped per queue).
+        // The hot table answers for a message inside its memory; past it, each dead-lettered
+        // offset of the partition is read and compared (the rows are capped per queue). The
+        // id files are not searched (review s34 d H2): the message is one of these offsets,
+        // and a search by time could only refuse the action before they were read.
+        let hash = xxhash_rust::xxh3::xxh3_64(txn.as_bytes());
         let mut found = self
-            .resolve_txn(pid, txn, None)?
-            .filter(|o| offsets.binary_search(o).is_ok());
+            .st
+            .txn_ids
+            .get(pid, hash)
+            .filter(|o| offsets.binary_search(o).is_ok())
+            .filter(|o| self.txn_at(pid, *o, txn));
         if found.is_none() {
-            for off in offsets {
-                if self.resolve_txn(pid, txn, Some((off, off + 1)))? == Some(off) {
-                    found = Some(off);
-                    break;
-                }
-            }
+            found = offsets.into_iter().find(|off| self.txn_at(pid, *off, txn));
         }
         let offset = found.ok_or_else(not_found)?;
         let rows = self.st.queues.get(&qid).map_or(0, |q| {

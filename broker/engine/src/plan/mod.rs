@@ -180,6 +180,20 @@ impl Planner<'_> {
         txn: &str,
         scan: Option<(u64, u64)>,
     ) -> Result<Option<u64>, QueenError> {
+        self.resolve_txn_or(pid, txn, scan, None)
+    }
+
+    /// [`Self::resolve_txn`] with a `second` range read only when the search by time was
+    /// refused (review s34 d H2): a message in flight (a group's leased or delivered range)
+    /// is found there, and only a miss in it too refuses. Read only then, since it is a scan
+    /// of up to 10 000 frames where the id index answers in one lookup.
+    pub fn resolve_txn_or(
+        &mut self,
+        pid: u64,
+        txn: &str,
+        scan: Option<(u64, u64)>,
+        second: Option<(u64, u64)>,
+    ) -> Result<Option<u64>, QueenError> {
         let hash = xxhash_rust::xxh3::xxh3_64(txn.as_bytes());
         let Some(p) = self.st.partitions.get(&pid) else {
             return Ok(None);
@@ -222,8 +236,13 @@ impl Planner<'_> {
         }
         // Not in the id index (older than its memory, or a hash collision): look through the
         // range the caller holds.
-        let found =
-            scan.and_then(|(from, to)| reader.find_txn(p, from, to.min(from + 10_000), txn));
+        let mut within =
+            |(from, to): (u64, u64)| reader.find_txn(p, from, to.min(from + 10_000), txn);
+        let found = scan.and_then(&mut within);
+        let found = match (found, &refused) {
+            (None, Some(_)) => second.filter(|r| Some(*r) != scan).and_then(within),
+            (found, _) => found,
+        };
         match (found, refused) {
             (None, Some(e)) => Err(QueenError::unavailable(format!(
                 "could not resolve transactionId {txn} in partition {pid} in this cycle ({e}); \
@@ -235,6 +254,21 @@ impl Planner<'_> {
 }
 
 impl Planner<'_> {
+    /// Whether the message at `offset` of partition `pid` carries `txn`, read from its frame.
+    pub fn txn_at(&mut self, pid: u64, offset: u64, txn: &str) -> bool {
+        let Some(p) = self.st.partitions.get(&pid) else {
+            return false;
+        };
+        let (pending, cache, log) = (self.cycle.entry.bytes(), &mut *self.cache, self.log);
+        MessageReader {
+            pending,
+            cache,
+            log,
+            seal: self.seal,
+        }
+        .txn_is(p, offset, txn)
+    }
+
     /// The state (read-only) and a message reader, for reads answered inside a cycle.
     pub fn reader_parts(&mut self) -> (&crate::state::State, MessageReader<'_>) {
         (

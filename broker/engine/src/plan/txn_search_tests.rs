@@ -5,9 +5,12 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use queenmq_protocol::{ErrorCode, Setting};
+use queenmq_protocol::{
+    AckStatus, DlqAdminOutcome, DlqAdminReq, ErrorCode, ReadAnswer, ReadReq, Setting, TraceOutcome,
+    TraceReq,
+};
 
-use super::fixture::{item, opts, Fixture, SECOND};
+use super::fixture::{ack_items, item, opts, Fixture, SECOND};
 use crate::dedup_filter::FilterConfig;
 use crate::state::{bucket_of, IdStore, TxnSpill, BY_TIME_SEARCHES_PER_CYCLE};
 
@@ -143,6 +146,47 @@ fn a_cycle_stops_searching_by_time_at_its_budget_and_refuses_retryably() {
 }
 
 #[test]
+fn a_refused_search_by_time_resumes_where_it_stopped() {
+    // Review s34 d H1 (c): a lookup refused at the cycle's budget started again from the
+    // newest bucket at every retry, so an id needing more than BY_TIME_SEARCHES_PER_CYCLE
+    // searches was refused at every try, for good. Now each try starts where the last stopped.
+    let (mut fx, finds, week, _) = spilled(2_000);
+    let before = next(&fx, week);
+    let items = [item("week", "p", "new-1")];
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let pushed = fx.planner().plan_push(&items, None);
+        fx.advance(SECOND);
+        match pushed {
+            Ok(_) => break,
+            Err(e) => assert!(e.message.contains("dedup_search_budget"), "{}", e.message),
+        }
+        assert!(tries < 20, "still refused after {tries} tries");
+    }
+    assert_eq!(tries, 2_000usize.div_ceil(BY_TIME_SEARCHES_PER_CYCLE));
+    assert_eq!(
+        finds.load(Ordering::Relaxed),
+        2_000,
+        "each bucket searched once"
+    );
+    assert_eq!(next(&fx, week), before + 1);
+    // A batch whose items need more than a cycle's searches together (5 x 61 buckets):
+    // the items searched whole are not searched again at the retry.
+    let (mut fx, finds, week, _) = spilled(61);
+    let before = next(&fx, week);
+    let items: Vec<_> = (0..5)
+        .map(|i| item("week", "p", &format!("b-{i}")))
+        .collect();
+    assert!(fx.planner().plan_push(&items, None).is_err());
+    fx.advance(SECOND);
+    assert!(fx.planner().plan_push(&items, None).is_ok());
+    assert_eq!(finds.load(Ordering::Relaxed), 5 * 61);
+    fx.commit();
+    assert_eq!(next(&fx, week), before + 5);
+}
+
+#[test]
 fn a_push_without_a_transaction_id_searches_nothing_by_time() {
     // Review s34 d H1 (a): an item without a transactionId gets a freshly minted id, which
     // no earlier message can hold; its lookup searched the whole window by time and spent
@@ -195,4 +239,83 @@ fn searches_by_time_are_counted_apart_from_the_filters_maybes() {
         "{text}"
     );
     assert_eq!(count("queen_dedup_by_time_refusals_total"), 1, "{text}");
+}
+
+/// The ids of the hot table leave it (as spilled long ago) and the cycle's searches by time
+/// are spent: a lookup in the id files can only refuse now.
+fn hot_table_gone_and_budget_spent(fx: &mut Fixture) {
+    let n = fx.st.txn_ids.len();
+    fx.st.txn_ids.forget_oldest(n);
+    fx.cycle.dedup_by_time_left = 0;
+}
+
+#[test]
+fn a_dlq_action_a_trace_an_ack_and_a_read_try_their_second_way_before_refusing() {
+    // Review s34 d H2: these were refused "retry" by a spent search by time before the
+    // dead letters' offsets or the range a group holds in flight were read, though the
+    // message was there.
+    let (mut fx, _, week, _) = spilled(2_000);
+    fx.advance(SECOND);
+    let popped = fx.pop("week", None, 1, Some(600));
+    assert_eq!(popped.messages.len(), 1);
+    fx.ack(&popped, AckStatus::Dlq);
+    fx.advance(SECOND);
+    hot_table_gone_and_budget_spent(&mut fx);
+    let delete = DlqAdminReq::Delete {
+        partition_id: week.to_string(),
+        transaction_id: "m1".into(),
+    };
+    let out = fx.planner().plan_dlq_admin(&delete);
+    assert!(
+        matches!(out, Ok(DlqAdminOutcome::Deleted { rows: 1, .. })),
+        "{out:?}"
+    );
+
+    let (mut fx, _, week, _) = spilled(2_000);
+    // m3, m4, pushed with the id files out of the way (their 2 x 2 000 searches would be
+    // refused).
+    let spill = fx.st.txn_spill.take();
+    fx.push("week", "p", 2);
+    fx.st.txn_spill = spill;
+    fx.advance(SECOND);
+    let popped = fx.pop("week", None, 3, Some(600));
+    assert_eq!(popped.messages.len(), 3);
+    fx.advance(SECOND);
+    hot_table_gone_and_budget_spent(&mut fx);
+    let trace = TraceReq {
+        transaction_id: "m3".into(),
+        partition_id: week.to_string(),
+        group: String::new(),
+        names: Vec::new(),
+        event_type: "info".into(),
+        data: Default::default(),
+    };
+    let out = fx.planner().plan_trace(&trace);
+    assert!(matches!(out, Ok(TraceOutcome::Recorded { .. })), "{out:?}");
+    // A retry of the first message releases the lease (found in the leased range); the next
+    // message, delivered and not acked, is acked without one.
+    let mut retry = ack_items(&popped, AckStatus::Retry);
+    retry.truncate(1);
+    let r = fx.planner().plan_acks(&retry, &None);
+    assert!(r[0].success, "{:?}", r[0]);
+    fx.advance(SECOND);
+    let cursor = fx.group("week", None).cursors.get(&week).copied();
+    assert!(cursor.is_some_and(|c| c.lease.is_none()), "{cursor:?}");
+    hot_table_gone_and_budget_spent(&mut fx);
+    // A read by id of a message in flight: its own budget is spent on the 2 000 buckets,
+    // the range in flight holds it.
+    {
+        let mut pl = fx.planner();
+        let (st, mut rd) = pl.reader_parts();
+        let read = ReadReq::Message {
+            partition_id: week.to_string(),
+            transaction_id: "m4".into(),
+        };
+        let got = crate::reads::answer(st, &mut rd, &read);
+        assert!(matches!(got, Ok(ReadAnswer::Message(_))), "{got:?}");
+    }
+    let mut done = ack_items(&popped, AckStatus::Completed);
+    done[2].lease_id = None;
+    let r = fx.planner().plan_acks(&done[2..], &None);
+    assert!(r[0].success, "{:?}", r[0]);
 }

@@ -35,6 +35,7 @@ pub mod tenants;
 pub mod timers;
 mod txn_filter_files;
 mod txn_ids;
+mod txn_searched;
 mod txn_spill;
 mod wake_index;
 

@@ -230,6 +230,16 @@ impl CursorRow {
     pub fn live_lease(&self, now_us: i64) -> Option<&LeaseRow> {
         self.lease.as_ref().filter(|l| l.expires_us > now_us)
     }
+
+    /// Offsets `committed..end` the group holds in flight here (leased, or delivered and not
+    /// acked): where a message being worked on is found without the id index (review s34 d
+    /// H2).
+    pub fn in_flight(&self) -> Option<(u64, u64)> {
+        let end = self
+            .lease
+            .map_or(self.delivered_end, |l| l.end.max(self.delivered_end));
+        (end > self.committed).then_some((self.committed, end))
+    }
 }
 
 pub struct Group {

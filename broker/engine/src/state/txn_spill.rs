@@ -23,12 +23,13 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::txn_filter_files::{restore, FilterFileName, Origins, RestoreReport, SavedFilter};
 use super::txn_ids::{TxnIds, TxnRow};
+use super::txn_searched::Searched;
 use crate::dedup_filter::{
     Arena, FilterAllowance, FilterConfig, FilterDraw, GenerationRing, RingError, Want, BLOCK_BYTES,
 };
@@ -50,6 +51,14 @@ pub const FILTER_WINDOW_MAX_US: i64 = 3600 * 1_000_000;
 /// The window the filters cover for a longest dedup window of `keep_us`.
 pub fn filter_window_us(keep_us: i64) -> i64 {
     keep_us.clamp(1, FILTER_WINDOW_MAX_US)
+}
+
+/// Whether a group whose longest dedup window is `keep_us` may spill ids to files (review
+/// s34 d H1): past the filters' hour a spilled id is found only by searching bucket after
+/// bucket by time, ~60 a window hour per new id, so such a group keeps its ids in the hot
+/// table, bounded by the memory gate (writes refused at the state budget) instead.
+pub fn spills_with(keep_us: i64) -> bool {
+    keep_us <= FILTER_WINDOW_MAX_US
 }
 
 /// Id-file searches by time (past the filters' hour, review s33 H1) that one planner cycle
@@ -422,6 +431,13 @@ pub struct TxnSpill {
     /// Generations installed from filter files: their writers' (epoch, number).
     origins: Origins,
     restored: RestoreReport,
+    /// Per id key, the buckets a search by time already covered without a match (review
+    /// s34 d H1 (c)): lookups take `&self` (a read answers under a shared borrow of the
+    /// state), so it sits behind a lock no one else contends for.
+    searched: Mutex<Searched>,
+    /// The longest window passed the hour at the last spill call: spilling is held (logged
+    /// once per change).
+    held_long: bool,
 }
 
 impl TxnSpill {
@@ -493,6 +509,8 @@ impl TxnSpill {
             epoch,
             origins: Origins::new(),
             restored: RestoreReport::default(),
+            searched: Mutex::new(Searched::default()),
+            held_long: false,
         };
         let buckets = spill.store.buckets();
         if !buckets.is_empty() {
@@ -606,6 +624,13 @@ impl TxnSpill {
             .map_or(0, |r| r.allocated_bytes())
             .saturating_add(self.charged.load(Ordering::Acquire))
             .saturating_add(self.store.cache_bytes())
+            .saturating_add(self.searched().bytes())
+    }
+
+    /// The searched ranges; a poisoned lock (a panic in a lookup) still holds sound ranges,
+    /// since each is written whole.
+    fn searched(&self) -> MutexGuard<'_, Searched> {
+        self.searched.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether the writer thread (or its inline stand-in) was started.
@@ -799,7 +824,24 @@ impl TxnSpill {
             self.removed_below = below;
         }
         worked |= self.collect(ids, keep_us, false);
-        if self.pending.is_none() && ids.len() > self.hot_ids && ids.len() >= self.retry_at_len {
+        let may = spills_with(keep_us);
+        if may == self.held_long {
+            self.held_long = !may;
+            if may {
+                tracing::info!("every dedup window of this group is an hour or less again: its transaction ids spill past dedup_hot_ids");
+            } else {
+                tracing::info!(
+                    window_s = keep_us / 1_000_000,
+                    hot = ids.len(),
+                    "a dedup window of this group passes an hour: its transaction ids stay in memory (bounded by the memory budget), none spill to id files"
+                );
+            }
+        }
+        if may
+            && self.pending.is_none()
+            && ids.len() > self.hot_ids
+            && ids.len() >= self.retry_at_len
+        {
             let n = ids.whole_groups_of(ids.len() - self.hot_ids + self.hot_ids / 4);
             let rows = ids.oldest(n);
             let want = self.want_for(&rows, keep_us);
@@ -839,6 +881,9 @@ impl TxnSpill {
         if let Some(p) = &mut self.pending {
             p.same_table = false;
         }
+        // The new table may hold rows older than the filters' edge, still to be spilled into
+        // buckets a recorded range covers.
+        self.searched().clear();
     }
 
     /// Applies a finished spill, if there is one (waiting for it with `wait`). True when one
@@ -979,6 +1024,8 @@ impl TxnSpill {
             return Ok(None);
         }
         let within = |r: &(u64, u64), b: u64| r.0 <= b && b <= r.1;
+        // What an earlier lookup of this key already searched by time (review s34 d H1 (c)).
+        let skip = by_time.and_then(|_| self.searched().get(key));
         let mut buckets: Vec<u64> = self
             .store
             .buckets()
@@ -992,7 +1039,15 @@ impl TxnSpill {
             let found = if named.iter().any(|r| within(r, b)) {
                 self.store.find(b, key, accept)
             } else {
+                if skip.is_some_and(|r| within(&r, b)) {
+                    continue;
+                }
                 if *by_time_left == 0 {
+                    // Every bucket from the newest by time down to this one's successor was
+                    // searched (now or before) or named: the next try starts below.
+                    if let Some((_, newest)) = by_time {
+                        self.searched().record(key, b.saturating_add(1), newest);
+                    }
                     metrics::counter!("queen_dedup_by_time_refusals_total").increment(1);
                     return Err(FindError::OverBudget {
                         unsearched: buckets.len() - i,
@@ -1006,8 +1061,16 @@ impl TxnSpill {
                 self.store.find_uncached(b, key, accept)
             };
             if let Some(off) = found.map_err(FindError::Unreadable)? {
+                if by_time.is_some() {
+                    self.searched().forget(key);
+                }
                 return Ok(Some(off));
             }
+        }
+        // A push refused for another item of its batch asks again: this key's window past
+        // the hour need not be searched again.
+        if let Some((oldest, newest)) = by_time {
+            self.searched().record(key, oldest, newest);
         }
         Ok(None)
     }

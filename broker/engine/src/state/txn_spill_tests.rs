@@ -1043,95 +1043,100 @@ fn a_writer_that_always_dies_is_restarted_a_bounded_number_of_times() {
     }
 }
 
-/// `an_hour_and_more` with the longest window `keep` (one queue's) instead of `KEEP`.
-fn spill_for(store: &MemStore, bytes: u64, keep: i64, secs: i64, per_sec: u64) -> (TxnSpill, i64) {
-    let filter = FilterConfig {
-        bytes,
-        ..FilterConfig::default()
-    };
-    let mut spill = TxnSpill::open(Box::new(store.clone()), 64, filter, keep, 0);
-    let mut ids = TxnIds::default();
-    let t0 = 100 * SEC;
-    let mut h = 0;
+/// Pushes `secs` seconds of `per_sec` ids a second from `t0`, the longest window `keep`,
+/// spilling as the engine does at each append; ids (= offsets) go on from `*h`. The time
+/// after the last.
+#[allow(clippy::too_many_arguments)]
+fn feed(
+    spill: &mut TxnSpill,
+    ids: &mut TxnIds,
+    keep: i64,
+    t0: i64,
+    secs: i64,
+    per_sec: u64,
+    h: &mut u64,
+) -> i64 {
     for s in 0..secs {
         let t = t0 + s * SEC;
         for _ in 0..per_sec {
-            ids.record(t, 1, h, &[h]);
-            h += 1;
+            ids.record(t, 1, *h, &[*h]);
+            *h += 1;
         }
         ids.expire(t - keep);
-        spill.spill(&mut ids, keep, t);
-        spill.settle(&mut ids, keep);
+        spill.spill(ids, keep, t);
+        spill.settle(ids, keep);
     }
-    (spill, t0 + secs * SEC)
+    t0 + secs * SEC
 }
 
 #[test]
-fn a_week_long_window_does_not_saturate_the_filters_of_the_other_queues() {
-    // Review s27 B3: the ring followed the longest window, so one queue of 7 days stretched
-    // every generation to 14 h in the bits sized for 1 h. Two groups get the same pushes;
-    // one also has a 7-day queue. The 1 h queues' new ids must cost what they cost without it.
+fn a_group_holding_a_window_past_the_hour_keeps_its_ids_in_memory() {
+    // Review s34 d H1: past the filters' hour a spilled id is found only by searching its
+    // window bucket by bucket, so a bound turned such a group's new ids into refusals. Such
+    // a group now spills nothing; its hot table holds the window (the memory gate bounds it).
     const WEEK: i64 = 7 * 24 * 3600 * SEC;
-    let bytes = 13 * 12 * 64;
-    let (short, long) = (MemStore::default(), MemStore::default());
-    let (a, now) = spill_for(&short, bytes, KEEP, 3 * 3600, 2);
-    let (b, _) = spill_for(&long, bytes, WEEK, 3 * 3600, 2);
-    assert_eq!(b.ring.as_ref().unwrap().window_us(), FILTER_WINDOW_MAX_US);
-    let base = searches_per_new_id(&short, &a, now, 20_000);
-    let with_week = searches_per_new_id(&long, &b, now, 20_000);
-    eprintln!("bucket searches per new 1 h id: {base} alone, {with_week} beside a 7-day queue");
-    assert!(base > 0.01, "the test reaches the files: {base}");
-    assert!(
-        with_week <= base * 1.1,
-        "{with_week} bucket searches per new id beside a 7-day queue, {base} without"
-    );
-}
-
-#[test]
-fn an_id_older_than_the_filters_cover_is_found_by_time_in_a_long_window() {
-    // Review s27 B3's other half: past the filters' hour, a longer window still finds its
-    // ids, by searching each bucket from its horizon to the filters' edge; a restart finds
-    // them too, without reading those buckets into the filters.
-    const DAY: i64 = 24 * 3600 * SEC;
     let store = MemStore::default();
-    let (spill, now) = spill_for(&store, 64 << 10, DAY, 3 * 3600, 1);
-    let day = |s: &TxnSpill, h: u64, now: i64| {
-        s.find(1, h, now, DAY, &mut { usize::MAX }, &mut |o| o == h)
-            .unwrap()
-    };
-    // Pushed at 100 s + h s: ids 0..3600 are 2 h or more old.
-    for h in (0..3600u64).step_by(97) {
-        assert_eq!(day(&spill, h, now), Some(h), "id {h}");
-        assert_eq!(
-            found(&spill, h, now),
-            None,
-            "id {h} is past the 1 h queue's window"
+    let mut spill = TxnSpill::open(Box::new(store.clone()), 64, small_filter(), WEEK, 0);
+    let mut ids = TxnIds::default();
+    let mut h = 0;
+    let now = feed(&mut spill, &mut ids, WEEK, 100 * SEC, 3600, 2, &mut h);
+    assert_eq!(ids.len(), 7200, "every id of the window is in the table");
+    assert!(!spill.writer_started(), "no writer, no file");
+    assert!(store.buckets().is_empty());
+    assert_eq!(spill.filter_bytes(), 0, "no filters drawn");
+    // Every window back within the hour: the group spills down to its bound again.
+    feed(&mut spill, &mut ids, KEEP, now, 60, 2, &mut h);
+    assert!(ids.len() <= 64, "{} rows in the table", ids.len());
+    assert!(!store.buckets().is_empty());
+    for k in (h - 7000..h).step_by(71) {
+        assert!(
+            ids.get(1, k).is_some() || found(&spill, k, now + 60 * SEC).is_some(),
+            "id {k} lost when the group began to spill again"
         );
     }
-    // A new id of the day-long queue searches every bucket past the filters' edge: bounded
-    // by the buckets of its window, one search each.
-    *store.reads.lock().unwrap() = 0;
-    assert_eq!(day(&spill, 900_000_000, now), None);
-    let reads = *store.reads.lock().unwrap();
-    let past_edge = store
-        .buckets()
-        .into_iter()
-        .filter(|b| *b <= bucket_of(now - FILTER_WINDOW_MAX_US))
-        .count();
-    assert!(
-        reads >= past_edge && reads <= past_edge + 4,
-        "{reads} searches, {past_edge} buckets past the edge"
+}
+
+#[test]
+fn ids_spilled_before_a_window_passed_the_hour_are_found_by_time_for_the_rest_of_it() {
+    // A group that spilled under 1 h windows, then a queue's window set to a day: nothing
+    // spills from then on, and the files already written stay, searched by time once past
+    // the filters' edge: at most the ~61 buckets the last hour left, inside one cycle's
+    // budget, and found after a restart too.
+    const DAY: i64 = 24 * 3600 * SEC;
+    let store = MemStore::default();
+    let mut spill = TxnSpill::open(Box::new(store.clone()), 64, small_filter(), KEEP, 0);
+    let mut ids = TxnIds::default();
+    let mut h = 0;
+    let changed = feed(&mut spill, &mut ids, KEEP, 100 * SEC, 2 * 3600, 1, &mut h);
+    let files = store.buckets();
+    assert!(files.len() <= 62, "{} buckets of files", files.len());
+    let now = feed(&mut spill, &mut ids, DAY, changed, 2 * 3600, 1, &mut h);
+    assert_eq!(
+        store.buckets(),
+        files,
+        "nothing spilled after the change, nothing removed"
     );
+    let day = |s: &TxnSpill, k: u64, left: &mut usize| {
+        s.find(1, k, now, DAY, left, &mut |o| o == k).unwrap()
+    };
+    // Ids 3 700..7 000 were pushed 2-3 h ago, in the files of the hour before the change.
+    for k in (3_700..7_000u64).step_by(97) {
+        let mut left = BY_TIME_SEARCHES_PER_CYCLE;
+        assert_eq!(day(&spill, k, &mut left), Some(k), "id {k}");
+        assert_eq!(
+            found(&spill, k, now),
+            None,
+            "id {k} is past a 1 h queue's window"
+        );
+    }
+    let mut left = BY_TIME_SEARCHES_PER_CYCLE;
+    assert_eq!(day(&spill, 900_000_000, &mut left), None);
+    let searched = BY_TIME_SEARCHES_PER_CYCLE - left;
+    assert!(searched <= 62, "{searched} searches by time for a new id");
     drop(spill);
-    *store.keys_read.lock().unwrap() = 0;
     let again = TxnSpill::open(Box::new(store.clone()), 64, small_filter(), DAY, now);
-    let read = *store.keys_read.lock().unwrap();
-    assert!(
-        read <= 62,
-        "a start read {read} buckets into the filters, not the 3 h of files"
-    );
-    // The newest ids were still in the hot table (a checkpoint or the log brings those back).
-    for h in (0..10_700u64).step_by(89) {
-        assert_eq!(day(&again, h, now), Some(h), "id {h} after a restart");
+    for k in (3_700..7_000u64).step_by(89) {
+        let mut left = BY_TIME_SEARCHES_PER_CYCLE;
+        assert_eq!(day(&again, k, &mut left), Some(k), "id {k} after a restart");
     }
 }
