@@ -86,7 +86,7 @@ impl Planner<'_> {
             .st
             .partitions
             .get(&pid)
-            .and_then(|p| self.st.queues.get(&p.queue))
+            .and_then(|p| self.st.queues.get(&p.queue()))
             .and_then(|q| q.groups.get(group))
             .and_then(|gid| self.st.groups.get(gid))
             .and_then(|g| g.cursors.get(&pid))

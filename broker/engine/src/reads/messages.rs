@@ -14,7 +14,7 @@ use crate::state::{FindError, State, BY_TIME_SEARCHES_PER_CYCLE, FILTER_WINDOW_M
 /// committed to the highest lease or delivery end), when any does.
 fn in_flight(st: &State, pid: u64) -> Option<(u64, u64)> {
     let p = st.partitions.get(&pid)?;
-    let q = st.queues.get(&p.queue)?;
+    let q = st.queues.get(&p.queue())?;
     q.groups
         .values()
         .filter_map(|gid| st.groups.get(gid)?.cursors.get(&pid)?.in_flight())
