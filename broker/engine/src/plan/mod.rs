@@ -228,7 +228,8 @@ impl Planner<'_> {
                 .unwrap_or_else(|| self.st.txn_keep_us().min(FILTER_WINDOW_MAX_US));
             let left = &mut self.cycle.dedup_by_time_left;
             let mut check = |off: u64| reader.txn_is(p, off, txn);
-            match spill.find(pid, hash, now, window, left, &mut check) {
+            // `txn_is` answers false for a frame it cannot read: nothing is remembered.
+            match spill.find_unremembered(pid, hash, now, window, left, &mut check) {
                 Ok(Some(off)) => return Ok(Some(off)),
                 Ok(None) | Err(FindError::Unreadable(_)) => {}
                 Err(e @ FindError::OverBudget { .. }) => refused = Some(e),

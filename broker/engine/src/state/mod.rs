@@ -190,6 +190,14 @@ impl State {
                 configured,
                 config,
             } => {
+                // The planner hands out no queue id past 32 bits (`MAX_NEXT_QUEUE_ID`, session
+                // 35); one in an entry (a damaged log) is skipped on every replica alike:
+                // kept, its partitions could not be created and its pushes would be answered
+                // Queued with nothing stored (review s35 p M).
+                if *qid >= MAX_NEXT_QUEUE_ID {
+                    tracing::warn!(qid, name, "queue upsert past the id limit skipped");
+                    return;
+                }
                 self.next_queue_id = self.next_queue_id.max(qid.saturating_add(1));
                 let old_window = self.queues.get(qid).map(|q| q.config.dedup_window_seconds);
                 let is_new = old_window.is_none();

@@ -34,7 +34,9 @@ impl Sealed {
     /// None for no runs.
     pub fn encode(runs: &[Run]) -> Option<Sealed> {
         let (first, more) = runs.split_first()?;
-        // Room for the typical 9 B a run; `into_boxed_slice` then gives back the rest.
+        // Room for the typical 9 B a run, then copied into a block of its exact size: a
+        // shrink in place (`into_boxed_slice`) keeps mimalloc's first block when the new
+        // size is at least half of it, 1280 B held for 1143 reserved (review s35 r M3).
         let mut out = Vec::with_capacity(more.len().saturating_mul(9));
         let mut prev = first;
         for r in more {
@@ -43,7 +45,7 @@ impl Sealed {
         }
         Some(Sealed {
             first: *first,
-            rest: out.into_boxed_slice(),
+            rest: Box::from(out.as_slice()),
         })
     }
 

@@ -979,6 +979,11 @@ impl TxnSpill {
     /// confirms (against the frame), newest bucket first. A bucket older than the filters
     /// cover costs one unit of `by_time_left` (the caller's cycle budget); with none left and
     /// such a bucket still to search, the lookup stops with `FindError::OverBudget`.
+    ///
+    /// What it searched by time without a match is remembered for the key's next lookup
+    /// (`searched`): `accept` must then answer `true` for a frame it cannot read (the
+    /// caller fails closed on it), never `false`, or an unread copy would be skipped for
+    /// good. A caller whose check cannot tell uses [`Self::find_unremembered`].
     pub fn find(
         &self,
         pid: u64,
@@ -987,6 +992,35 @@ impl TxnSpill {
         window_us: i64,
         by_time_left: &mut usize,
         accept: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<Option<u64>, FindError> {
+        self.find_in(pid, hash, now_us, window_us, by_time_left, accept, true)
+    }
+
+    /// `find` that leaves the searched ranges as they were: for a check that answers
+    /// `false` for a frame it could not read (an ack or trace by id, review s35 d H1: its
+    /// negative, remembered, let a later push of the same id skip that copy).
+    pub fn find_unremembered(
+        &self,
+        pid: u64,
+        hash: u64,
+        now_us: i64,
+        window_us: i64,
+        by_time_left: &mut usize,
+        accept: &mut dyn FnMut(u64) -> bool,
+    ) -> Result<Option<u64>, FindError> {
+        self.find_in(pid, hash, now_us, window_us, by_time_left, accept, false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn find_in(
+        &self,
+        pid: u64,
+        hash: u64,
+        now_us: i64,
+        window_us: i64,
+        by_time_left: &mut usize,
+        accept: &mut dyn FnMut(u64) -> bool,
+        remember: bool,
     ) -> Result<Option<u64>, FindError> {
         let key = id_key(pid, hash);
         let horizon = now_us.saturating_sub(window_us);
@@ -1045,8 +1079,13 @@ impl TxnSpill {
                 if *by_time_left == 0 {
                     // Every bucket from the newest by time down to this one's successor was
                     // searched (now or before) or named: the next try starts below.
-                    if let Some((_, newest)) = by_time {
-                        self.searched().record(key, b.saturating_add(1), newest);
+                    // Never the horizon's own bucket (review s35 d M1): it also holds ids
+                    // older than this window, which a longer window later must not skip.
+                    if let Some((oldest, newest)) = by_time.filter(|_| remember) {
+                        let from = b.max(oldest).saturating_add(1);
+                        if from <= newest {
+                            self.searched().record(key, from, newest);
+                        }
                     }
                     metrics::counter!("queen_dedup_by_time_refusals_total").increment(1);
                     return Err(FindError::OverBudget {
@@ -1069,8 +1108,11 @@ impl TxnSpill {
         }
         // A push refused for another item of its batch asks again: this key's window past
         // the hour need not be searched again.
-        if let Some((oldest, newest)) = by_time {
-            self.searched().record(key, oldest, newest);
+        if let Some((oldest, newest)) = by_time.filter(|_| remember) {
+            let from = oldest.saturating_add(1);
+            if from <= newest {
+                self.searched().record(key, from, newest);
+            }
         }
         Ok(None)
     }
