@@ -319,3 +319,26 @@ fn a_dlq_action_a_trace_an_ack_and_a_read_try_their_second_way_before_refusing()
     let r = fx.planner().plan_acks(&done[2..], &None);
     assert!(r[0].success, "{:?}", r[0]);
 }
+
+#[test]
+fn an_ack_by_id_leaves_no_remembered_search_for_a_later_push() {
+    // Review s35 d H1: an ack or trace by transactionId confirms a candidate with a check
+    // that answers "no" for a frame it cannot read, so its by-time search could end empty
+    // over a copy it never read; remembered, it let a later push of that id skip those
+    // buckets and store a duplicate. Only the push's own searches are remembered.
+    let (mut fx, finds, week, _) = spilled(100);
+    assert_eq!(fx.planner().resolve_txn(week, "new-x", None), Ok(None));
+    assert_eq!(
+        finds.load(Ordering::Relaxed),
+        100,
+        "the ack searched by time"
+    );
+    fx.advance(SECOND);
+    let items = [item("week", "p", "new-x")];
+    assert!(fx.planner().plan_push(&items, None).is_ok());
+    assert_eq!(
+        finds.load(Ordering::Relaxed),
+        200,
+        "the push searched every bucket again, not skipping what the ack saw"
+    );
+}
